@@ -1,0 +1,246 @@
+# Unity in C - the one non-recursive Makefile (STYLE rule 26). Needs GNU make >= 4.2.
+#
+#   make                        build libraries, programs and tests into build/default
+#   make test                   build, then run every tests/test_*.c binary (alias: check)
+#   make test SANITIZE=address,undefined   the same in build/address-undefined
+#   make asan | ubsan | tsan | valgrind | format-check | format | tidy | demo | clean
+#   make V=1 CUDA=0 CC=clang OPT=-O0 CFLAGS=... LDFLAGS=... LDLIBS=...
+#
+# Sources are found by wildcard, so adding a file needs no edit here:
+#   <part>/*.c             -> $(BUILD)/lib<part>.a          (part = pcg rulesdb gen verify search runtime)
+#   <part>/<name>_main.c   -> $(BUILD)/bin/unity-<name>     (kept out of the library)
+#   tests/test_<m>.c       -> $(BUILD)/tests/test_<m>       (linked with every library)
+#   runtime/*.cu           -> compiled by nvcc into libruntime.a when CUDA=1
+
+CC      ?= cc
+AR      ?= ar
+OPT     ?= -O2 -g
+WARN    := -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+           -Wcast-qual -Wpointer-arith -Wvla -Werror=implicit-function-declaration
+comma   := ,
+
+# ---- Validate the knobs ------------------------------------------------------------------------
+
+ifneq ($(filter-out 0 1,$(V)),)
+$(error V must be 0 or 1, not '$(V)')
+endif
+
+# `make asan` etc. pick the sanitizer here rather than through a recursive make.
+SAN_GOALS := $(filter asan ubsan tsan,$(MAKECMDGOALS))
+ifneq ($(word 2,$(SAN_GOALS)),)
+$(error pick one of asan, ubsan, tsan per make invocation (got: $(SAN_GOALS)))
+endif
+ifeq ($(SAN_GOALS),asan)
+override SANITIZE := address,undefined
+else ifeq ($(SAN_GOALS),ubsan)
+override SANITIZE := undefined
+else ifeq ($(SAN_GOALS),tsan)
+override SANITIZE := thread
+endif
+ifneq ($(filter valgrind,$(MAKECMDGOALS)),)
+ifneq ($(SANITIZE),)
+$(error valgrind cannot run sanitizer builds; drop SANITIZE=$(SANITIZE))
+endif
+endif
+
+SANITIZE_KNOWN := address undefined thread leak
+ifneq ($(words $(SANITIZE)),$(words $(firstword $(SANITIZE))))
+$(error SANITIZE must be a comma-separated list without spaces, e.g. SANITIZE=address,undefined)
+endif
+ifneq ($(filter-out $(SANITIZE_KNOWN),$(subst $(comma), ,$(SANITIZE))),)
+$(error SANITIZE may list only: $(SANITIZE_KNOWN) (got '$(SANITIZE)'))
+endif
+ifneq ($(SANITIZE),)
+SAN_FLAGS := -fsanitize=$(SANITIZE) -fno-sanitize-recover=all -fno-omit-frame-pointer
+endif
+
+BUILD ?= build/$(if $(SANITIZE),$(subst $(comma),-,$(SANITIZE)),default)
+ifneq ($(words $(BUILD)),1)
+$(error BUILD must be one path without spaces)
+endif
+ifneq ($(filter / . .. ./ ~,$(BUILD)),)
+$(error BUILD=$(BUILD) would make 'make clean' delete too much)
+endif
+
+# ---- CUDA probe: one line of output, printed once ----------------------------------------------
+
+ifeq ($(origin NVCC),undefined)
+NVCC := $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+endif
+ifeq ($(origin CUDA),undefined)
+# CUDA and ASan interfere (STYLE rule 27): sanitizer builds are CPU-only unless CUDA=1 is given.
+CUDA := $(if $(SANITIZE),0,$(if $(NVCC),1,0))
+endif
+ifneq ($(filter-out 0 1,$(CUDA))$(words $(CUDA)),1)
+$(error CUDA must be 0 or 1, not '$(CUDA)')
+endif
+ifeq ($(CUDA)$(NVCC),1)
+$(error CUDA=1 but nvcc was not found (set NVCC=/path/to/nvcc or CUDA=0))
+endif
+ifeq ($(CUDA),1)
+NVCC_VERSION := $(shell $(NVCC) --version 2>/dev/null | sed -n 's/.*release \([0-9][0-9.]*\).*/\1/p')
+CUDA_MSG     := CUDA: enabled (nvcc $(or $(NVCC_VERSION),unknown version))
+else ifeq ($(NVCC),)
+CUDA_MSG     := CUDA: not found (nvcc missing) - CUDA parts skipped
+else ifneq ($(SANITIZE),)
+CUDA_MSG     := CUDA: disabled (sanitizer build) - CUDA parts skipped
+else
+CUDA_MSG     := CUDA: disabled (CUDA=0) - CUDA parts skipped
+endif
+ifeq ($(MAKELEVEL)$(MAKE_RESTARTS),0)
+$(info $(CUDA_MSG))
+endif
+
+CUDA_HOME  := $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_ARCH  ?=
+NVCCFLAGS  ?= -O2 -g
+CU_SRCS    := $(if $(filter 1,$(CUDA)),$(wildcard runtime/*.cu))
+CU_OBJS    := $(CU_SRCS:%.cu=$(BUILD)/%.cu.o)
+CUDA_DEFS  := $(if $(CU_SRCS),-DUN_USE_CUDA=1)
+
+# ---- Flags -------------------------------------------------------------------------------------
+
+# A user's CFLAGS/CPPFLAGS/LDFLAGS/LDLIBS are appended last and never replaced.
+FINAL_CFLAGS   = $(strip -std=c17 -D_GNU_SOURCE $(WARN) $(OPT) $(SAN_FLAGS) -pthread -I. $(CUDA_DEFS) \
+                 -MMD -MP $(CPPFLAGS) $(CFLAGS))
+FINAL_NVFLAGS  = $(strip $(NVCCFLAGS) $(if $(CUDA_ARCH),-arch=$(CUDA_ARCH)) -I. $(CUDA_DEFS) -MMD -MP \
+                 -Xcompiler -Wall $(CPPFLAGS))
+FINAL_LDFLAGS  = $(strip $(OPT) $(SAN_FLAGS) -pthread $(CFLAGS) $(LDFLAGS))
+
+# Each part's third-party libraries: a part adds its own line here, and every program or test
+# that links lib<part>.a gets them. Only parts that have sources contribute.
+pcg_LDLIBS     := -lcjson -lm
+rulesdb_LDLIBS := -lsqlite3
+gen_LDLIBS     :=
+verify_LDLIBS  := -lz3
+search_LDLIBS  :=
+runtime_LDLIBS := -lopenblas $(if $(CU_SRCS),-L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++)
+
+# Which libraries a part's programs link besides its own (DESIGN.md section 2), dependents first.
+pcg_DEPS     :=
+rulesdb_DEPS := pcg
+gen_DEPS     := rulesdb pcg
+verify_DEPS  := rulesdb pcg
+search_DEPS  := runtime rulesdb pcg
+runtime_DEPS := pcg
+
+# Link order for tests and for the libraries: a library comes before the ones it uses.
+PARTS := search gen verify runtime rulesdb pcg
+
+# ---- Rebuild everything when the flags change --------------------------------------------------
+
+FLAGS_STAMP := $(BUILD)/.flags
+FLAGS_TEXT   = $(CC) $(FINAL_CFLAGS) | $(NVCC) $(FINAL_NVFLAGS) | $(FINAL_LDFLAGS) $(LDLIBS)
+ifneq ($(filter-out clean format format-check tidy setup,$(or $(MAKECMDGOALS),all)),)
+ifneq ($(file < $(FLAGS_STAMP)),$(strip $(FLAGS_TEXT)))
+$(shell mkdir -p $(BUILD))
+$(file > $(FLAGS_STAMP),$(strip $(FLAGS_TEXT)))
+endif
+endif
+$(FLAGS_STAMP):
+	$(shell mkdir -p $(@D))$(file > $@,$(strip $(FLAGS_TEXT)))@:
+
+# ---- Quiet output ------------------------------------------------------------------------------
+
+ifeq ($(V),1)
+Q :=
+quiet =
+else
+Q := @
+quiet = @printf '  %s %s\n' '$(1)' '$(2)';
+endif
+
+# ---- Parts: libraries and programs -------------------------------------------------------------
+
+define part_vars
+$(1)_SRCS  := $$(filter-out %_main.c,$$(wildcard $(1)/*.c))
+$(1)_MAINS := $$(wildcard $(1)/*_main.c)
+$(1)_OBJS  := $$(strip $$($(1)_SRCS:%.c=$$(BUILD)/%.o) $$(filter $$(BUILD)/$(1)/%,$$(CU_OBJS)))
+$(1)_LIB   := $$(if $$($(1)_OBJS),$$(BUILD)/lib$(1).a)
+$(1)_PROGS := $$(patsubst $(1)/%_main.c,$$(BUILD)/bin/unity-%,$$($(1)_MAINS))
+endef
+
+define part_rules
+$$($(1)_LIB): $$($(1)_OBJS)
+	$$(call quiet,AR,$$@)rm -f $$@ && $$(AR) rcs $$@ $$^
+
+$$($(1)_PROGS): $$(BUILD)/bin/unity-%: $$(BUILD)/$(1)/%_main.o $$($(1)_LIB) $$(foreach d,$$($(1)_DEPS),$$($$(d)_LIB)) $$(FLAGS_STAMP)
+	@mkdir -p $$(@D)
+	$$(call quiet,LD,$$@)$$(CC) $$(FINAL_LDFLAGS) -o $$@ $$(filter %.o %.a,$$^) \
+	    $$(foreach d,$(1) $$($(1)_DEPS),$$(if $$($$(d)_LIB),$$($$(d)_LDLIBS))) $$(LDLIBS)
+endef
+$(foreach p,$(PARTS),$(eval $(call part_vars,$(p))))
+$(foreach p,$(PARTS),$(eval $(call part_rules,$(p))))
+
+LIBS      := $(foreach p,$(PARTS),$($(p)_LIB))
+LIB_LIBS  := $(strip $(foreach p,$(PARTS),$(if $($(p)_LIB),$($(p)_LDLIBS))))
+PROGS     := $(foreach p,$(PARTS),$($(p)_PROGS))
+ifneq ($(words $(PROGS)),$(words $(sort $(PROGS))))
+$(error two parts define the same program name: $(PROGS))
+endif
+
+# ---- Tests -------------------------------------------------------------------------------------
+
+TEST_SRCS := $(wildcard tests/test_*.c)
+TEST_BINS := $(TEST_SRCS:%.c=$(BUILD)/%)
+
+$(TEST_BINS): $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIBS) $(FLAGS_STAMP)
+	$(call quiet,LD,$@)$(CC) $(FINAL_LDFLAGS) -o $@ $(filter %.o %.a,$^) $(LIB_LIBS) $(LDLIBS)
+
+# ---- Compiling ---------------------------------------------------------------------------------
+
+OBJS := $(foreach p,$(PARTS),$($(p)_OBJS) $($(p)_MAINS:%.c=$(BUILD)/%.o)) $(TEST_SRCS:%.c=$(BUILD)/%.o)
+
+# `make demo` runs scripts/setup.sh before anything is compiled, even under -j.
+SETUP_FIRST := $(if $(filter demo,$(MAKECMDGOALS)),setup)
+
+$(BUILD)/%.o: %.c $(FLAGS_STAMP) | $(SETUP_FIRST)
+	@mkdir -p $(@D)
+	$(call quiet,CC,$<)$(CC) $(FINAL_CFLAGS) -c $< -o $@
+
+$(BUILD)/%.cu.o: %.cu $(FLAGS_STAMP) | $(SETUP_FIRST)
+	@mkdir -p $(@D)
+	$(call quiet,NVCC,$<)$(NVCC) $(FINAL_NVFLAGS) -c $< -o $@
+
+-include $(OBJS:.o=.d)
+
+# ---- Targets -----------------------------------------------------------------------------------
+
+.DEFAULT_GOAL := all
+.PHONY: all test check asan ubsan tsan valgrind format-check format tidy demo setup clean
+
+all: $(LIBS) $(PROGS) $(TEST_BINS)
+
+test check asan ubsan tsan: all
+	@bash scripts/run_tests.sh $(BUILD) $(TEST_BINS)
+
+valgrind: all
+	@TEST_WRAPPER='valgrind -q --error-exitcode=1 --leak-check=full' TEST_TIMEOUT=1800 \
+	    bash scripts/run_tests.sh $(BUILD) $(TEST_BINS)
+
+setup:
+	@bash scripts/setup.sh
+
+demo: setup all
+	@bash scripts/demo.sh $(BUILD)
+
+FORMAT_FILES = $(wildcard $(foreach d,pcg rulesdb gen verify search runtime tests,$(d)/*.c $(d)/*.h))
+
+format-check:
+	@command -v clang-format >/dev/null || { echo 'format-check: clang-format not found'; exit 1; }
+	$(if $(FORMAT_FILES),$(Q)clang-format --dry-run -Werror --ferror-limit=3 $(FORMAT_FILES))
+
+format:
+	$(if $(FORMAT_FILES),$(Q)clang-format -i $(FORMAT_FILES))
+
+# Best effort: reports findings, fails only if clang-tidy cannot parse a file.
+TIDY_CHECKS ?= clang-analyzer-*,bugprone-*,-bugprone-easily-swappable-parameters,$\
+               -clang-analyzer-security.insecureAPI.DeprecatedOrUnsafeBufferHandling,$\
+               -clang-analyzer-valist.Uninitialized
+tidy:
+	@command -v clang-tidy >/dev/null || { echo 'tidy: clang-tidy not found - skipped'; exit 0; }
+	$(if $(filter %.c,$(FORMAT_FILES)),$(Q)clang-tidy --quiet --checks=$(TIDY_CHECKS) $(filter %.c,$(FORMAT_FILES)) -- \
+	    $(filter-out -MMD -MP -fno-sanitize-recover=all,$(FINAL_CFLAGS)))
+
+clean:
+	$(call quiet,RM,$(strip build $(filter-out build/%,$(BUILD))))rm -rf build $(filter-out build/%,$(BUILD))

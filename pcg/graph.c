@@ -1,0 +1,1216 @@
+/* graph.c - the parallel computation graph: a growable node array with shapes inferred at add
+ * time, a name index, cached topological order and implicit outputs, the canonical order and hash
+ * (DESIGN.md section 5), JSON read/write and Graphviz DOT. It does not evaluate graphs (eval.c) nor
+ * rewrite them (search/). Node ids are assigned in insertion order; since a node's inputs must exist
+ * when it is added, id order is always topological.
+ */
+#include "pcg/graph.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the graph ---------------------------------------------------------------------------------- */
+
+/* Open-addressing table of node ids keyed by name; the names live elsewhere (name_fn). */
+typedef struct name_table {
+    int32_t *slot; /* -1 = empty */
+    uint32_t cap;  /* power of two, or 0 */
+    int32_t count;
+} name_table;
+
+typedef const char *(*name_fn)(const void *owner, int32_t id);
+
+/* Derived data, recomputed lazily by the const queries and dropped by every mutation. It sits
+ * behind a pointer so const queries can fill it; a graph is therefore not safe to query from two
+ * threads at once without a first query made beforehand on one thread. */
+typedef struct graph_cache {
+    bool topo_ok;
+    int32_t *topo;
+    bool outs_ok;
+    un_ref *outs; /* implicit outputs */
+    int32_t n_outs;
+    bool canon_ok;
+    int32_t *canon;
+    uint64_t hash;
+} graph_cache;
+
+struct un_graph {
+    const un_spec *spec;
+    un_node *nodes;
+    int32_t n_nodes, cap_nodes;
+    name_table names;
+    bool outs_explicit;
+    un_ref *outs; /* explicit outputs */
+    int32_t n_outs;
+    graph_cache *cache;
+};
+
+static uint64_t name_hash(const char *s, size_t len) { return un_hash_bytes(s, len, 0x6e616d65u); }
+
+static bool name_match(const char *have, const char *s, size_t len) {
+    return strncmp(have, s, len) == 0 && have[len] == '\0';
+}
+
+/* The id stored under the first len bytes of s, or -1. */
+static int32_t table_find(const name_table *t, const char *s, size_t len, name_fn fn,
+                          const void *owner) {
+    if (!t->cap) return -1;
+    uint32_t mask = t->cap - 1;
+    for (uint32_t i = (uint32_t)name_hash(s, len) & mask;; i = (i + 1) & mask) {
+        int32_t id = t->slot[i];
+        if (id < 0) return -1;
+        if (name_match(fn(owner, id), s, len)) return id;
+    }
+}
+
+static void table_put(name_table *t, int32_t id, const char *name) {
+    uint32_t mask = t->cap - 1;
+    uint32_t i = (uint32_t)name_hash(name, strlen(name)) & mask;
+    while (t->slot[i] >= 0) i = (i + 1) & mask;
+    t->slot[i] = id;
+}
+
+/* Inserts id (whose name must not be present yet), growing the table to keep it half empty. */
+static void table_insert(name_table *t, int32_t id, name_fn fn, const void *owner) {
+    if ((uint32_t)(t->count + 1) * 2 > t->cap) {
+        uint32_t cap = t->cap ? t->cap * 2 : 16;
+        int32_t *old = t->slot;
+        uint32_t old_cap = t->cap;
+        t->slot = un_xmalloc(cap * sizeof *t->slot);
+        memset(t->slot, 0xff, cap * sizeof *t->slot);
+        t->cap = cap;
+        for (uint32_t i = 0; i < old_cap; i++)
+            if (old[i] >= 0) table_put(t, old[i], fn(owner, old[i]));
+        free(old);
+    }
+    table_put(t, id, fn(owner, id));
+    t->count++;
+}
+
+static const char *graph_name_of(const void *owner, int32_t id) {
+    const un_graph *g = owner;
+    return g->nodes[id].name;
+}
+
+static void graph_touch(un_graph *g) {
+    g->cache->topo_ok = false;
+    g->cache->outs_ok = false;
+    g->cache->canon_ok = false;
+}
+
+un_graph *un_graph_new(const un_spec *spec) {
+    UN_ASSERT(spec != NULL);
+    un_graph *g = un_xcalloc(1, sizeof *g);
+    g->spec = spec;
+    g->cache = un_xcalloc(1, sizeof *g->cache);
+    return g;
+}
+
+void un_graph_free(un_graph *g) {
+    if (!g) return;
+    for (int32_t i = 0; i < g->n_nodes; i++) free(g->nodes[i].name);
+    free(g->nodes);
+    free(g->names.slot);
+    free(g->outs);
+    free(g->cache->topo);
+    free(g->cache->outs);
+    free(g->cache->canon);
+    free(g->cache);
+    free(g);
+}
+
+un_graph *un_graph_clone(const un_graph *g) {
+    un_graph *c = un_graph_new(g->spec);
+    c->n_nodes = c->cap_nodes = g->n_nodes;
+    c->nodes = un_xmalloc((size_t)g->n_nodes * sizeof *c->nodes);
+    if (g->n_nodes) memcpy(c->nodes, g->nodes, (size_t)g->n_nodes * sizeof *c->nodes);
+    for (int32_t i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].name) c->nodes[i].name = un_xstrdup(g->nodes[i].name);
+    c->names = g->names;
+    if (g->names.cap) {
+        c->names.slot = un_xmalloc(g->names.cap * sizeof *c->names.slot);
+        memcpy(c->names.slot, g->names.slot, g->names.cap * sizeof *c->names.slot);
+    }
+    c->outs_explicit = g->outs_explicit;
+    c->n_outs = g->n_outs;
+    if (g->n_outs) {
+        c->outs = un_xmalloc((size_t)g->n_outs * sizeof *c->outs);
+        memcpy(c->outs, g->outs, (size_t)g->n_outs * sizeof *c->outs);
+    }
+    return c;
+}
+
+/* ---- queries ------------------------------------------------------------------------------------ */
+
+const un_spec *un_graph_spec(const un_graph *g) { return g->spec; }
+int32_t un_graph_node_count(const un_graph *g) { return g->n_nodes; }
+
+const un_node *un_graph_node(const un_graph *g, int32_t id) {
+    UN_ASSERT(id >= 0 && id < g->n_nodes);
+    return &g->nodes[id];
+}
+
+const un_shape *un_graph_shape(const un_graph *g, un_ref r) {
+    UN_ASSERT(r.node >= 0 && r.node < g->n_nodes);
+    UN_ASSERT(r.out >= 0 && r.out < g->nodes[r.node].inf.n_out);
+    return &g->nodes[r.node].inf.out[r.out];
+}
+
+int32_t un_graph_find(const un_graph *g, const char *name) {
+    if (!name) return -1;
+    return table_find(&g->names, name, strlen(name), graph_name_of, g);
+}
+
+const int32_t *un_graph_topo(const un_graph *g) {
+    graph_cache *c = g->cache;
+    if (!c->topo_ok) {
+        /* Every input exists before its user is added, so id order is topological. */
+        free(c->topo);
+        c->topo = un_xmalloc((size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof *c->topo);
+        for (int32_t i = 0; i < g->n_nodes; i++) {
+            for (int32_t j = 0; j < g->nodes[i].n_in; j++) UN_ASSERT(g->nodes[i].in[j].node < i);
+            c->topo[i] = i;
+        }
+        c->topo_ok = true;
+    }
+    return c->topo;
+}
+
+static void outs_compute(const un_graph *g) {
+    graph_cache *c = g->cache;
+    if (c->outs_ok) return;
+    uint8_t *used = un_xcalloc((size_t)(g->n_nodes ? g->n_nodes : 1), 1);
+    _Static_assert(UN_MAX_OUTPUTS <= 8, "consumed-output mask is 8 bits");
+    for (int32_t i = 0; i < g->n_nodes; i++)
+        for (int32_t j = 0; j < g->nodes[i].n_in; j++) {
+            un_ref r = g->nodes[i].in[j];
+            used[r.node] |= (uint8_t)(1u << r.out);
+        }
+    int32_t n = 0;
+    for (int32_t i = 0; i < g->n_nodes; i++)
+        for (int32_t k = 0; k < g->nodes[i].inf.n_out; k++) n += !(used[i] >> k & 1u);
+    free(c->outs);
+    c->outs = un_xmalloc((size_t)(n ? n : 1) * sizeof *c->outs);
+    c->n_outs = 0;
+    for (int32_t i = 0; i < g->n_nodes; i++)
+        for (int32_t k = 0; k < g->nodes[i].inf.n_out; k++)
+            if (!(used[i] >> k & 1u)) c->outs[c->n_outs++] = (un_ref){i, k};
+    free(used);
+    c->outs_ok = true;
+}
+
+int32_t un_graph_output_count(const un_graph *g) {
+    if (g->outs_explicit) return g->n_outs;
+    outs_compute(g);
+    return g->cache->n_outs;
+}
+
+un_ref un_graph_output(const un_graph *g, int32_t i) {
+    UN_ASSERT(i >= 0 && i < un_graph_output_count(g));
+    return g->outs_explicit ? g->outs[i] : g->cache->outs[i];
+}
+
+/* ---- canonical order and hash ------------------------------------------------------------------- */
+
+/* Parameters are normalised at add time (unused items zeroed), so hashing len and the used items
+ * of the op's parameters is exact. */
+static uint64_t hash_params(const un_graph *g, const un_node *nd, uint64_t h) {
+    const un_op_spec *os = un_spec_op(g->spec, nd->op);
+    for (int i = 0; i < os->n_params; i++) {
+        const un_param *p = &nd->params[i];
+        h = un_hash_combine(h, (uint64_t)(int64_t)p->len);
+        int n = p->len < 0 ? 1 : p->len;
+        for (int k = 0; k < n; k++) h = un_hash_combine(h, (uint64_t)p->v[k]);
+    }
+    return h;
+}
+
+static uint64_t hash3(uint64_t a, uint64_t b, uint64_t c) {
+    return un_hash_combine(un_hash_combine(un_mix64(a), b), c);
+}
+
+/* Consumers of every node as a CSR list of (consumer, argument position). */
+typedef struct edge_list {
+    int32_t *start; /* n + 1 */
+    int32_t *user;
+    int32_t *arg;
+} edge_list;
+
+static void edges_build(const un_graph *g, edge_list *e) {
+    int32_t n = g->n_nodes, m = 0;
+    e->start = un_xcalloc((size_t)n + 1, sizeof *e->start);
+    for (int32_t v = 0; v < n; v++)
+        for (int32_t j = 0; j < g->nodes[v].n_in; j++) e->start[g->nodes[v].in[j].node + 1]++, m++;
+    for (int32_t v = 0; v < n; v++) e->start[v + 1] += e->start[v];
+    e->user = un_xmalloc((size_t)(m ? m : 1) * sizeof *e->user);
+    e->arg = un_xmalloc((size_t)(m ? m : 1) * sizeof *e->arg);
+    int32_t *fill = un_xmalloc((size_t)(n ? n : 1) * sizeof *fill);
+    for (int32_t v = 0; v < n; v++) fill[v] = e->start[v];
+    for (int32_t v = 0; v < n; v++)
+        for (int32_t j = 0; j < g->nodes[v].n_in; j++) {
+            int32_t s = g->nodes[v].in[j].node;
+            e->user[fill[s]] = v;
+            e->arg[fill[s]] = j;
+            fill[s]++;
+        }
+    free(fill);
+}
+
+static void edges_free(edge_list *e) {
+    free(e->start);
+    free(e->user);
+    free(e->arg);
+}
+
+/* Order-independent hash of the explicit output positions at node v. */
+static uint64_t output_marks(const un_graph *g, int32_t v) {
+    uint64_t s = 0;
+    if (!g->outs_explicit) return 0;
+    for (int32_t p = 0; p < g->n_outs; p++)
+        if (g->outs[p].node == v) s += un_mix64(hash3(0x6f7574u, (uint64_t)p, (uint64_t)g->outs[p].out));
+    return s;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int32_t count_distinct(const uint64_t *col, int32_t n, uint64_t *scratch) {
+    if (!n) return 0;
+    memcpy(scratch, col, (size_t)n * sizeof *col);
+    qsort(scratch, (size_t)n, sizeof *scratch, cmp_u64);
+    int32_t d = 1;
+    for (int32_t i = 1; i < n; i++) d += scratch[i] != scratch[i - 1];
+    return d;
+}
+
+/* Min-heap of node ids by (colour, id). */
+typedef struct heap {
+    int32_t *a;
+    int32_t n;
+    const uint64_t *col;
+} heap;
+
+static bool heap_less(const heap *h, int32_t x, int32_t y) {
+    return h->col[x] != h->col[y] ? h->col[x] < h->col[y] : x < y;
+}
+
+static void heap_push(heap *h, int32_t v) {
+    int32_t i = h->n++;
+    h->a[i] = v;
+    while (i > 0 && heap_less(h, h->a[i], h->a[(i - 1) / 2])) {
+        int32_t p = (i - 1) / 2, t = h->a[p];
+        h->a[p] = h->a[i];
+        h->a[i] = t;
+        i = p;
+    }
+}
+
+static int32_t heap_pop(heap *h) {
+    int32_t top = h->a[0];
+    h->a[0] = h->a[--h->n];
+    for (int32_t i = 0;;) {
+        int32_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < h->n && heap_less(h, h->a[l], h->a[m])) m = l;
+        if (r < h->n && heap_less(h, h->a[r], h->a[m])) m = r;
+        if (m == i) break;
+        int32_t t = h->a[m];
+        h->a[m] = h->a[i];
+        h->a[i] = t;
+        i = m;
+    }
+    return top;
+}
+
+static bool is_source(const un_node *nd) { return un_op_kind_of(nd->op) == UN_OPK_SOURCE; }
+
+/* The canonical form. Names and ids never enter it.
+ *  1. Colour every node: a bottom-up structural hash (op, params, input colours in argument order
+ *     with output index; a source hashes only op and params, i.e. its shape and dtype), then a
+ *     top-down pass adding the multiset of (consumer colour, argument position, output index) and
+ *     explicit output positions, then Weisfeiler-Lehman rounds mixing both directions until the
+ *     number of distinct colours stops growing.
+ *  2. Order the non-source nodes by Kahn's algorithm, taking the ready node of smallest colour.
+ *  3. Put the sources first, numbered by first use (consumers in canonical order, arguments in
+ *     order, then explicit outputs); unused sources follow by colour.
+ *  4. Hash the sequence, each input referenced by its canonical position, then the outputs.
+ * Ties left after refinement (step 2, 3) are broken by node id. In practice they are between
+ * automorphic nodes (interchangeable by a symmetry of the graph), where either choice yields the
+ * same sequence; colour refinement can in theory leave non-automorphic nodes tied (as in regular
+ * graphs), and then the hash may depend on insertion order. */
+static void canon_compute(const un_graph *g) {
+    graph_cache *c = g->cache;
+    if (c->canon_ok) return;
+    int32_t n = g->n_nodes;
+    size_t nn = (size_t)(n ? n : 1);
+    edge_list e;
+    edges_build(g, &e);
+    uint64_t *col = un_xmalloc(nn * sizeof *col), *nxt = un_xmalloc(nn * sizeof *nxt);
+    uint64_t *scratch = un_xmalloc(nn * sizeof *scratch);
+
+    for (int32_t v = 0; v < n; v++) { /* bottom-up, in id (topological) order */
+        const un_node *nd = &g->nodes[v];
+        uint64_t h = hash_params(g, nd, hash3(0x75700000u, (uint64_t)nd->op, (uint64_t)nd->n_in));
+        for (int32_t j = 0; j < nd->n_in; j++)
+            h = un_hash_combine(un_hash_combine(h, col[nd->in[j].node]), (uint64_t)nd->in[j].out);
+        col[v] = h;
+    }
+    for (int32_t v = n - 1; v >= 0; v--) { /* top-down: consumers are already done */
+        uint64_t s = output_marks(g, v);
+        for (int32_t k = e.start[v]; k < e.start[v + 1]; k++) {
+            int32_t u = e.user[k], j = e.arg[k];
+            s += un_mix64(hash3(col[u], (uint64_t)j, (uint64_t)g->nodes[u].in[j].out));
+        }
+        col[v] = hash3(0x646f776eu, col[v], s);
+    }
+    int32_t distinct = count_distinct(col, n, scratch);
+    for (int round = 0; round < 64 && distinct < n; round++) {
+        for (int32_t v = 0; v < n; v++) {
+            const un_node *nd = &g->nodes[v];
+            uint64_t h = col[v];
+            for (int32_t j = 0; j < nd->n_in; j++)
+                h = un_hash_combine(un_hash_combine(h, col[nd->in[j].node]), (uint64_t)nd->in[j].out);
+            uint64_t s = 0;
+            for (int32_t k = e.start[v]; k < e.start[v + 1]; k++) {
+                int32_t u = e.user[k], j = e.arg[k];
+                s += un_mix64(hash3(col[u], (uint64_t)j, (uint64_t)g->nodes[u].in[j].out));
+            }
+            nxt[v] = un_hash_combine(h, s);
+        }
+        uint64_t *t = col;
+        col = nxt;
+        nxt = t;
+        int32_t d = count_distinct(col, n, scratch);
+        if (d <= distinct) break;
+        distinct = d;
+    }
+
+    /* Kahn over the non-source nodes; sources count as available. */
+    int32_t *indeg = un_xcalloc(nn, sizeof *indeg);
+    int32_t *ops = un_xmalloc(nn * sizeof *ops);
+    int32_t n_ops = 0;
+    heap h = {.a = un_xmalloc(nn * sizeof(int32_t)), .n = 0, .col = col};
+    for (int32_t v = 0; v < n; v++) {
+        if (is_source(&g->nodes[v])) continue;
+        for (int32_t j = 0; j < g->nodes[v].n_in; j++)
+            indeg[v] += !is_source(&g->nodes[g->nodes[v].in[j].node]);
+        if (!indeg[v]) heap_push(&h, v);
+    }
+    while (h.n) {
+        int32_t v = heap_pop(&h);
+        ops[n_ops++] = v;
+        for (int32_t k = e.start[v]; k < e.start[v + 1]; k++)
+            if (--indeg[e.user[k]] == 0) heap_push(&h, e.user[k]);
+    }
+
+    /* Sources by first use, then unused ones by colour. */
+    free(c->canon);
+    c->canon = un_xmalloc(nn * sizeof *c->canon);
+    int32_t *pos = indeg; /* reused: canonical position, -1 = not placed */
+    for (int32_t v = 0; v < n; v++) pos[v] = -1;
+    int32_t m = 0;
+    for (int32_t i = 0; i < n_ops; i++) {
+        const un_node *nd = &g->nodes[ops[i]];
+        for (int32_t j = 0; j < nd->n_in; j++) {
+            int32_t s = nd->in[j].node;
+            if (is_source(&g->nodes[s]) && pos[s] < 0) c->canon[pos[s] = m++] = s;
+        }
+    }
+    for (int32_t p = 0; g->outs_explicit && p < g->n_outs; p++) {
+        int32_t s = g->outs[p].node;
+        if (is_source(&g->nodes[s]) && pos[s] < 0) c->canon[pos[s] = m++] = s;
+    }
+    h.n = 0;
+    for (int32_t v = 0; v < n; v++)
+        if (is_source(&g->nodes[v]) && pos[v] < 0) heap_push(&h, v);
+    while (h.n) {
+        int32_t v = heap_pop(&h);
+        c->canon[pos[v] = m++] = v;
+    }
+    for (int32_t i = 0; i < n_ops; i++) c->canon[pos[ops[i]] = m++] = ops[i];
+    UN_ASSERT(m == n); /* ids are topological, so Kahn placed every node */
+
+    uint64_t hh = hash3(0x70636721u, (uint64_t)n, 0);
+    for (int32_t i = 0; i < n; i++) {
+        const un_node *nd = &g->nodes[c->canon[i]];
+        hh = hash_params(g, nd, hash3(hh, (uint64_t)nd->op, (uint64_t)nd->n_in));
+        for (int32_t j = 0; j < nd->n_in; j++)
+            hh = hash3(hh, (uint64_t)pos[nd->in[j].node], (uint64_t)nd->in[j].out);
+    }
+    hh = hash3(hh, g->outs_explicit, (uint64_t)(g->outs_explicit ? g->n_outs : 0));
+    for (int32_t p = 0; g->outs_explicit && p < g->n_outs; p++)
+        hh = hash3(hh, (uint64_t)pos[g->outs[p].node], (uint64_t)g->outs[p].out);
+    c->hash = hh;
+    c->canon_ok = true;
+
+    free(h.a);
+    free(ops);
+    free(indeg);
+    free(scratch);
+    free(nxt);
+    free(col);
+    edges_free(&e);
+}
+
+uint64_t un_graph_hash(const un_graph *g) {
+    canon_compute(g);
+    return g->cache->hash;
+}
+
+void un_graph_canonical_order(const un_graph *g, int32_t *order) {
+    canon_compute(g);
+    if (g->n_nodes) memcpy(order, g->cache->canon, (size_t)g->n_nodes * sizeof *order);
+}
+
+/* ---- mutation ----------------------------------------------------------------------------------- */
+
+/* Zeroes what a parameter does not use, so nodes compare and hash by content. */
+static void param_normalize(un_param *p) {
+    int used = p->len < 0 ? 1 : p->len;
+    if (p->len < 0) p->len = -1;
+    for (int k = used; k < UN_MAX_DIMS; k++) p->v[k] = 0;
+}
+
+static bool param_same(const un_param *a, const un_param *b) {
+    if (a->len != b->len) return false;
+    int n = a->len < 0 ? 1 : a->len;
+    for (int k = 0; k < n; k++)
+        if (a->v[k] != b->v[k]) return false;
+    return true;
+}
+
+/* Checks a value against its domain; on failure writes the reason. */
+static bool param_valid(const un_param_spec *ps, const un_param *v, char *why, size_t n) {
+    if (ps->type == UN_PT_LIST) {
+        if (v->len < 0 || v->len > UN_MAX_DIMS) {
+            snprintf(why, n, "expected a list of at most %d integers", UN_MAX_DIMS);
+            return false;
+        }
+        for (int k = 0; k < v->len; k++)
+            if (v->v[k] < ps->min || v->v[k] > ps->max) {
+                snprintf(why, n, "item %d is %lld, outside the domain [%lld, %lld]", k,
+                         (long long)v->v[k], (long long)ps->min, (long long)ps->max);
+                return false;
+            }
+        return true;
+    }
+    if (v->len != -1) {
+        snprintf(why, n, "expected a scalar, got a list");
+        return false;
+    }
+    long long x = (long long)v->v[0];
+    switch (ps->type) {
+    case UN_PT_INT:
+        if (v->v[0] < ps->min || v->v[0] > ps->max) {
+            snprintf(why, n, "%lld is outside the domain [%lld, %lld]", x, (long long)ps->min,
+                     (long long)ps->max);
+            return false;
+        }
+        return true;
+    case UN_PT_BOOL:
+        if (x != 0 && x != 1) {
+            snprintf(why, n, "%lld is not a boolean (0 or 1)", x);
+            return false;
+        }
+        return true;
+    case UN_PT_ENUM:
+        if (x < 0 || x >= ps->n_enum) {
+            snprintf(why, n, "enum index %lld outside 0..%d", x, ps->n_enum - 1);
+            return false;
+        }
+        return true;
+    default: snprintf(why, n, "unknown parameter type"); return false;
+    }
+}
+
+static un_status check_name(un_ctx *ctx, const un_graph *g, const char *name) {
+    if (!*name) return un_ctx_error(ctx, UN_ERR_INVALID, "node names must not be empty");
+    if (strchr(name, ':'))
+        return un_ctx_error(ctx, UN_ERR_INVALID,
+                            "node name '%s' contains ':' (reserved for output references)", name);
+    if (un_graph_find(g, name) >= 0)
+        return un_ctx_error(ctx, UN_ERR_INVALID, "duplicate node name '%s'", name);
+    return UN_OK;
+}
+
+un_status un_graph_add(un_ctx *ctx, un_graph *g, un_op op, const un_param *params, const un_ref *in,
+                       int n_in, const char *name, int32_t *out) {
+    if (out) *out = -1;
+    char label[48];
+    snprintf(label, sizeof label, "node %d", (int)g->n_nodes);
+    const char *lbl = name ? name : label;
+    if ((unsigned)op >= UN_OP_COUNT)
+        return un_ctx_error(ctx, UN_ERR_INVALID, "%s: unknown op %d", lbl, (int)op);
+    const un_op_spec *os = un_spec_op(g->spec, op);
+    if (!os) return un_ctx_error(ctx, UN_ERR_SPEC, "%s: op '%s' has no spec", lbl, un_op_name(op));
+    if (n_in < 0 || n_in > UN_MAX_INPUTS || (n_in > 0 && !in))
+        return un_ctx_error(ctx, UN_ERR_INVALID, "%s (%s): %d inputs (at most %d)", lbl, os->name,
+                            n_in, UN_MAX_INPUTS);
+    if (name) {
+        un_status st = check_name(ctx, g, name);
+        if (st != UN_OK) return st;
+    }
+
+    un_node node;
+    memset(&node, 0, sizeof node);
+    node.op = op;
+    if (params)
+        memcpy(node.params, params, (size_t)os->n_params * sizeof *params);
+    else
+        un_spec_param_defaults(os, node.params);
+    for (int i = os->n_params; i < UN_MAX_PARAMS; i++) { /* as un_spec_param_defaults leaves them */
+        memset(&node.params[i], 0, sizeof node.params[i]);
+        node.params[i].len = -1;
+    }
+    for (int i = 0; i < os->n_params; i++) {
+        char why[160];
+        param_normalize(&node.params[i]);
+        if (!param_valid(&os->params[i], &node.params[i], why, sizeof why))
+            return un_ctx_error(ctx, UN_ERR_INVALID, "%s (%s): parameter '%s': %s", lbl, os->name,
+                                os->params[i].name, why);
+    }
+    un_shape shapes[UN_MAX_INPUTS];
+    for (int i = 0; i < n_in; i++) {
+        un_ref r = in[i];
+        if (r.node < 0 || r.node >= g->n_nodes)
+            return un_ctx_error(ctx, UN_ERR_INVALID,
+                                "%s (%s): input %d refers to node %d, which does not exist "
+                                "(the graph has %d nodes)",
+                                lbl, os->name, i, (int)r.node, (int)g->n_nodes);
+        const un_node *src = &g->nodes[r.node];
+        if (r.out < 0 || r.out >= src->inf.n_out) {
+            char sl[48];
+            snprintf(sl, sizeof sl, "node %d", (int)r.node);
+            return un_ctx_error(ctx, UN_ERR_INVALID,
+                                "%s (%s): input %d refers to output %d of '%s', which has %d "
+                                "output%s",
+                                lbl, os->name, i, (int)r.out, src->name ? src->name : sl,
+                                src->inf.n_out, src->inf.n_out == 1 ? "" : "s");
+        }
+        node.in[i] = r;
+        shapes[i] = src->inf.out[r.out];
+    }
+    node.n_in = n_in;
+    un_status st = un_spec_infer(ctx, g->spec, op, node.params, shapes, n_in, lbl, &node.inf);
+    if (st != UN_OK) return st;
+    UN_ASSERT(node.inf.n_out >= 0 && node.inf.n_out <= UN_MAX_OUTPUTS);
+
+    if (g->n_nodes == g->cap_nodes) {
+        g->cap_nodes = g->cap_nodes ? g->cap_nodes * 2 : 16;
+        g->nodes = un_xrealloc(g->nodes, (size_t)g->cap_nodes * sizeof *g->nodes);
+    }
+    int32_t id = g->n_nodes++;
+    node.name = name ? un_xstrdup(name) : NULL;
+    g->nodes[id] = node;
+    if (name) table_insert(&g->names, id, graph_name_of, g);
+    graph_touch(g);
+    if (out) *out = id;
+    return UN_OK;
+}
+
+un_status un_graph_add_input(un_ctx *ctx, un_graph *g, const char *name, un_op op, int rank,
+                             const int64_t *dims, int32_t *out) {
+    if (out) *out = -1;
+    if ((unsigned)op >= UN_OP_COUNT || un_op_kind_of(op) != UN_OPK_SOURCE)
+        return un_ctx_error(ctx, UN_ERR_INVALID, "%s: op %s is not a source op (input, weight)",
+                            name ? name : "input", (unsigned)op < UN_OP_COUNT ? un_op_name(op) : "?");
+    if (rank < 0 || rank > UN_MAX_DIMS || (rank > 0 && !dims))
+        return un_ctx_error(ctx, UN_ERR_INVALID, "%s: rank %d outside 0..%d", name ? name : "input",
+                            rank, UN_MAX_DIMS);
+    const un_op_spec *os = un_spec_op(g->spec, op);
+    if (!os) return un_ctx_error(ctx, UN_ERR_SPEC, "op '%s' has no spec", un_op_name(op));
+    int ip = un_spec_param_index(os, "shape");
+    if (ip < 0)
+        return un_ctx_error(ctx, UN_ERR_SPEC, "op '%s' has no 'shape' parameter", os->name);
+    un_param p[UN_MAX_PARAMS];
+    memset(p, 0, sizeof p);
+    un_spec_param_defaults(os, p);
+    p[ip].len = rank;
+    for (int i = 0; i < rank; i++) p[ip].v[i] = dims[i];
+    return un_graph_add(ctx, g, op, p, NULL, 0, name, out);
+}
+
+un_status un_graph_set_outputs(un_ctx *ctx, un_graph *g, const un_ref *outs, int n) {
+    if (n < 0 || (n > 0 && !outs))
+        return un_ctx_error(ctx, UN_ERR_INVALID, "set_outputs: %d outputs", n);
+    for (int i = 0; i < n; i++) {
+        un_ref r = outs[i];
+        if (r.node < 0 || r.node >= g->n_nodes)
+            return un_ctx_error(ctx, UN_ERR_INVALID,
+                                "output %d refers to node %d, which does not exist (the graph has "
+                                "%d nodes)",
+                                i, (int)r.node, (int)g->n_nodes);
+        if (r.out < 0 || r.out >= g->nodes[r.node].inf.n_out)
+            return un_ctx_error(ctx, UN_ERR_INVALID,
+                                "output %d refers to output %d of node %d, which has %d", i,
+                                (int)r.out, (int)r.node, g->nodes[r.node].inf.n_out);
+    }
+    free(g->outs);
+    g->outs = NULL;
+    g->n_outs = n;
+    g->outs_explicit = n > 0;
+    if (n) {
+        g->outs = un_xmalloc((size_t)n * sizeof *g->outs);
+        memcpy(g->outs, outs, (size_t)n * sizeof *outs);
+    }
+    graph_touch(g);
+    return UN_OK;
+}
+
+/* ---- JSON writing ------------------------------------------------------------------------------- */
+
+/* Names for writing: a node's own name, or "n<id>" (made unique) for an unnamed one. Owned array
+ * of owned strings: free with names_free. */
+static char **names_make(const un_graph *g) {
+    char **nm = un_xcalloc((size_t)(g->n_nodes ? g->n_nodes : 1), sizeof *nm);
+    for (int32_t i = 0; i < g->n_nodes; i++) {
+        if (g->nodes[i].name) {
+            nm[i] = un_xstrdup(g->nodes[i].name);
+            continue;
+        }
+        char buf[64];
+        snprintf(buf, sizeof buf, "n%d", (int)i);
+        for (int k = 1; un_graph_find(g, buf) >= 0; k++) snprintf(buf, sizeof buf, "n%d_%d", (int)i, k);
+        nm[i] = un_xstrdup(buf);
+    }
+    return nm;
+}
+
+static void names_free(char **nm, int32_t n) {
+    for (int32_t i = 0; i < n; i++) free(nm[i]);
+    free(nm);
+}
+
+static void json_ref(un_buf *b, char *const *nm, un_ref r) {
+    if (r.out == 0) {
+        un_buf_json_str(b, nm[r.node]);
+        return;
+    }
+    un_buf t = {0};
+    un_buf_printf(&t, "%s:%d", nm[r.node], (int)r.out);
+    un_buf_json_str(b, t.data);
+    un_buf_free(&t);
+}
+
+static void json_param(un_buf *b, const un_param_spec *ps, const un_param *v) {
+    switch (ps->type) {
+    case UN_PT_BOOL: un_buf_printf(b, "%s", v->v[0] ? "true" : "false"); break;
+    case UN_PT_ENUM: un_buf_json_str(b, ps->enums[v->v[0]]); break;
+    case UN_PT_LIST:
+        un_buf_printf(b, "[");
+        for (int k = 0; k < v->len; k++) un_buf_printf(b, "%s%lld", k ? ", " : "", (long long)v->v[k]);
+        un_buf_printf(b, "]");
+        break;
+    default: un_buf_printf(b, "%lld", (long long)v->v[0]); break;
+    }
+}
+
+static bool param_shown(const un_param_spec *ps, const un_param *v) {
+    return !ps->has_default || !param_same(v, &ps->dflt);
+}
+
+un_status un_graph_to_json(un_ctx *ctx, const un_graph *g, un_buf *out) {
+    (void)ctx;
+    char **nm = names_make(g);
+    un_buf_printf(out, "{\"nodes\": [");
+    for (int32_t i = 0; i < g->n_nodes; i++) {
+        const un_node *nd = &g->nodes[i];
+        const un_op_spec *os = un_spec_op(g->spec, nd->op);
+        un_buf_printf(out, "%s\n  {\"name\": ", i ? "," : "");
+        un_buf_json_str(out, nm[i]);
+        un_buf_printf(out, ", \"op\": ");
+        un_buf_json_str(out, un_op_name(nd->op));
+        if (nd->n_in) {
+            un_buf_printf(out, ", \"in\": [");
+            for (int32_t j = 0; j < nd->n_in; j++) {
+                if (j) un_buf_printf(out, ", ");
+                json_ref(out, nm, nd->in[j]);
+            }
+            un_buf_printf(out, "]");
+        }
+        bool any = false;
+        for (int k = 0; k < os->n_params; k++) {
+            if (!param_shown(&os->params[k], &nd->params[k])) continue;
+            un_buf_printf(out, "%s", any ? ", " : ", \"params\": {");
+            any = true;
+            un_buf_json_str(out, os->params[k].name);
+            un_buf_printf(out, ": ");
+            json_param(out, &os->params[k], &nd->params[k]);
+        }
+        un_buf_printf(out, "%s}", any ? "}" : "");
+    }
+    un_buf_printf(out, "%s]", g->n_nodes ? "\n" : "");
+    if (g->outs_explicit) {
+        un_buf_printf(out, ",\n \"outputs\": [");
+        for (int32_t p = 0; p < g->n_outs; p++) {
+            if (p) un_buf_printf(out, ", ");
+            json_ref(out, nm, g->outs[p]);
+        }
+        un_buf_printf(out, "]");
+    }
+    un_buf_printf(out, "}\n");
+    names_free(nm, g->n_nodes);
+    return UN_OK;
+}
+
+/* ---- JSON reading ------------------------------------------------------------------------------- */
+
+typedef struct jnode {
+    const char *name; /* borrowed from the document */
+    un_op op;
+    un_param params[UN_MAX_PARAMS];
+    int n_in;
+    int32_t src[UN_MAX_INPUTS]; /* producer's index in the file */
+    int32_t src_out[UN_MAX_INPUTS];
+    int32_t id; /* graph id once added, else -1 */
+} jnode;
+
+static const char *jnode_name_of(const void *owner, int32_t id) {
+    const jnode *jn = owner;
+    return jn[id].name;
+}
+
+static un_status jneed(un_ctx *ctx, const un_jcur *c, un_jtype t) {
+    un_jtype have = un_jcur_type(c);
+    if (have == t) return UN_OK;
+    if (have == UN_JSON_MISSING)
+        return un_jcur_error(ctx, UN_ERR_PARSE, c, "missing (expected %s)", un_jtype_name(t));
+    return un_jcur_error(ctx, UN_ERR_PARSE, c, "expected %s, found %s", un_jtype_name(t),
+                         un_jtype_name(have));
+}
+
+/* Every member of obj must be one of the NULL-terminated names, once. */
+static un_status jkeys(un_ctx *ctx, const un_jcur *obj, const char *const *allowed) {
+    int n = un_jcur_len(obj);
+    for (int i = 0; i < n; i++) {
+        un_jcur m = un_jcur_item(obj, i);
+        bool ok = false;
+        for (const char *const *a = allowed; *a; a++) ok |= strcmp(*a, m.key) == 0;
+        if (!ok) {
+            un_buf b = {0};
+            for (const char *const *a = allowed; *a; a++)
+                un_buf_printf(&b, "%s%s", a == allowed ? "" : ", ", *a);
+            un_status st =
+                un_jcur_error(ctx, UN_ERR_PARSE, &m, "unknown field (allowed: %s)", b.data);
+            un_buf_free(&b);
+            return st;
+        }
+        for (int j = 0; j < i; j++) {
+            un_jcur p = un_jcur_item(obj, j);
+            if (strcmp(p.key, m.key) == 0)
+                return un_jcur_error(ctx, UN_ERR_PARSE, &m, "duplicate field");
+        }
+    }
+    return UN_OK;
+}
+
+/* Parses "name" or "name:k" against the file's node names. */
+static un_status jref(un_ctx *ctx, const un_jcur *c, const jnode *jn, const name_table *t,
+                      int32_t *node, int32_t *outk) {
+    un_status st = jneed(ctx, c, UN_JSON_STRING);
+    if (st != UN_OK) return st;
+    const char *s = un_jcur_str(c);
+    const char *colon = strchr(s, ':');
+    size_t len = colon ? (size_t)(colon - s) : strlen(s);
+    long k = 0;
+    if (colon) {
+        const char *d = colon + 1;
+        bool ok = *d && strlen(d) <= 3;
+        for (const char *q = d; *q; q++) ok &= *q >= '0' && *q <= '9';
+        if (!ok)
+            return un_jcur_error(ctx, UN_ERR_PARSE, c,
+                                 "bad reference '%s' (expected \"name\" or \"name:k\")", s);
+        k = strtol(d, NULL, 10);
+    }
+    int32_t id = table_find(t, s, len, jnode_name_of, jn);
+    if (id < 0) return un_jcur_error(ctx, UN_ERR_INVALID, c, "unknown node '%.*s'", (int)len, s);
+    *node = id;
+    *outk = (int32_t)k;
+    return UN_OK;
+}
+
+static un_status jparam(un_ctx *ctx, const un_jcur *m, const un_param_spec *ps, un_param *v) {
+    un_jtype t = un_jcur_type(m);
+    int64_t x;
+    memset(v, 0, sizeof *v);
+    v->len = -1;
+    switch (ps->type) {
+    case UN_PT_INT:
+        if (!un_jcur_is_int(m, &x))
+            return un_jcur_error(ctx, UN_ERR_PARSE, m, "expected an integer, found %s",
+                                 t == UN_JSON_NUMBER ? "a fractional number" : un_jtype_name(t));
+        v->v[0] = x;
+        break;
+    case UN_PT_BOOL:
+        if (t != UN_JSON_BOOL)
+            return un_jcur_error(ctx, UN_ERR_PARSE, m, "expected true or false, found %s",
+                                 un_jtype_name(t));
+        v->v[0] = un_jcur_bool(m);
+        break;
+    case UN_PT_ENUM: {
+        un_buf b = {0};
+        for (int k = 0; k < ps->n_enum; k++) un_buf_printf(&b, "%s%s", k ? ", " : "", ps->enums[k]);
+        un_status st = UN_OK;
+        if (t != UN_JSON_STRING) {
+            st = un_jcur_error(ctx, UN_ERR_PARSE, m, "expected one of %s (a string), found %s",
+                               b.data ? b.data : "", un_jtype_name(t));
+        } else {
+            int k = 0;
+            while (k < ps->n_enum && strcmp(ps->enums[k], un_jcur_str(m)) != 0) k++;
+            if (k == ps->n_enum)
+                st = un_jcur_error(ctx, UN_ERR_INVALID, m, "'%s' is not one of %s", un_jcur_str(m),
+                                   b.data ? b.data : "");
+            v->v[0] = k;
+        }
+        un_buf_free(&b);
+        return st;
+    }
+    case UN_PT_LIST: {
+        if (t != UN_JSON_ARRAY)
+            return un_jcur_error(ctx, UN_ERR_PARSE, m, "expected an array of integers, found %s",
+                                 un_jtype_name(t));
+        int n = un_jcur_len(m);
+        if (n > UN_MAX_DIMS)
+            return un_jcur_error(ctx, UN_ERR_INVALID, m, "%d items (at most %d)", n, UN_MAX_DIMS);
+        v->len = n;
+        for (int k = 0; k < n; k++) {
+            un_jcur it = un_jcur_item(m, k);
+            if (!un_jcur_is_int(&it, &x))
+                return un_jcur_error(ctx, UN_ERR_PARSE, &it, "expected an integer, found %s",
+                                     un_jcur_type(&it) == UN_JSON_NUMBER
+                                         ? "a fractional number"
+                                         : un_jtype_name(un_jcur_type(&it)));
+            v->v[k] = x;
+        }
+        break;
+    }
+    default: return un_jcur_error(ctx, UN_ERR_SPEC, m, "parameter of unknown type");
+    }
+    char why[160];
+    if (!param_valid(ps, v, why, sizeof why))
+        return un_jcur_error(ctx, UN_ERR_INVALID, m, "%s", why);
+    return UN_OK;
+}
+
+/* Reads one node object's name and op (pass 1: all names must be known before references). */
+static un_status jnode_head(un_ctx *ctx, const un_jcur *nc, jnode *jn, int32_t j, name_table *t) {
+    static const char *const keys[] = {"name", "op", "in", "params", NULL};
+    un_status st = jneed(ctx, nc, UN_JSON_OBJECT);
+    if (st == UN_OK) st = jkeys(ctx, nc, keys);
+    if (st != UN_OK) return st;
+    un_jcur nm = un_jcur_member(nc, "name"), op = un_jcur_member(nc, "op");
+    if ((st = jneed(ctx, &nm, UN_JSON_STRING)) != UN_OK) return st;
+    const char *name = un_jcur_str(&nm);
+    if (!*name) return un_jcur_error(ctx, UN_ERR_INVALID, &nm, "empty node name");
+    if (strchr(name, ':'))
+        return un_jcur_error(ctx, UN_ERR_INVALID, &nm,
+                             "node name '%s' contains ':' (reserved for output references)", name);
+    int32_t prev = table_find(t, name, strlen(name), jnode_name_of, jn);
+    if (prev >= 0)
+        return un_jcur_error(ctx, UN_ERR_INVALID, &nm,
+                             "duplicate node name '%s' (first at $.nodes[%d])", name, (int)prev);
+    jn[j].name = name;
+    jn[j].id = -1;
+    table_insert(t, j, jnode_name_of, jn);
+    if ((st = jneed(ctx, &op, UN_JSON_STRING)) != UN_OK) return st;
+    if (!un_op_from_name(un_jcur_str(&op), &jn[j].op))
+        return un_jcur_error(ctx, UN_ERR_INVALID, &op, "unknown op '%s' in node '%s'",
+                             un_jcur_str(&op), name);
+    return UN_OK;
+}
+
+/* Pass 2: references and parameters. */
+static un_status jnode_body(un_ctx *ctx, const un_spec *spec, const un_jcur *nc, jnode *jn,
+                            int32_t j, const name_table *t) {
+    un_status st;
+    jnode *x = &jn[j];
+    const un_op_spec *os = un_spec_op(spec, x->op);
+    if (!os) return un_jcur_error(ctx, UN_ERR_SPEC, nc, "op '%s' has no spec", un_op_name(x->op));
+    un_jcur in = un_jcur_member(nc, "in");
+    if (un_jcur_present(&in)) {
+        if ((st = jneed(ctx, &in, UN_JSON_ARRAY)) != UN_OK) return st;
+        x->n_in = un_jcur_len(&in);
+        if (x->n_in > UN_MAX_INPUTS)
+            return un_jcur_error(ctx, UN_ERR_INVALID, &in, "%d inputs (at most %d)", x->n_in,
+                                 UN_MAX_INPUTS);
+        for (int i = 0; i < x->n_in; i++) {
+            un_jcur r = un_jcur_item(&in, i);
+            if ((st = jref(ctx, &r, jn, t, &x->src[i], &x->src_out[i])) != UN_OK) return st;
+        }
+    }
+    un_jcur pc = un_jcur_member(nc, "params");
+    bool given[UN_MAX_PARAMS] = {false};
+    un_spec_param_defaults(os, x->params);
+    if (un_jcur_present(&pc)) {
+        if ((st = jneed(ctx, &pc, UN_JSON_OBJECT)) != UN_OK) return st;
+        int n = un_jcur_len(&pc);
+        for (int i = 0; i < n; i++) {
+            un_jcur m = un_jcur_item(&pc, i);
+            int k = un_spec_param_index(os, m.key);
+            if (k < 0) {
+                un_buf b = {0};
+                for (int q = 0; q < os->n_params; q++)
+                    un_buf_printf(&b, "%s%s", q ? ", " : "", os->params[q].name);
+                st = un_jcur_error(ctx, UN_ERR_INVALID, &m,
+                                   "unknown parameter '%s' of op '%s' (parameters: %s)", m.key,
+                                   os->name, b.data ? b.data : "none");
+                un_buf_free(&b);
+                return st;
+            }
+            if (given[k]) return un_jcur_error(ctx, UN_ERR_PARSE, &m, "duplicate parameter");
+            given[k] = true;
+            if ((st = jparam(ctx, &m, &os->params[k], &x->params[k])) != UN_OK) return st;
+        }
+    }
+    for (int k = 0; k < os->n_params; k++)
+        if (!given[k] && !os->params[k].has_default)
+            return un_jcur_error(ctx, UN_ERR_INVALID, un_jcur_present(&pc) ? &pc : nc,
+                                 "missing parameter '%s' of op '%s' (it has no default)",
+                                 os->params[k].name, os->name);
+    return UN_OK;
+}
+
+/* Orders the file's nodes so inputs come first, keeping file order where it already is topological
+ * (depth-first from each node in file order, inputs before users). */
+static un_status jtopo(un_ctx *ctx, const un_jcur *nodes, const jnode *jn, int32_t n,
+                       int32_t *order) {
+    uint8_t *state = un_xcalloc((size_t)(n ? n : 1), 1); /* 0 new, 1 on the stack, 2 done */
+    int32_t *stk = un_xmalloc((size_t)(n ? n : 1) * sizeof *stk);
+    int32_t *arg = un_xmalloc((size_t)(n ? n : 1) * sizeof *arg);
+    int32_t m = 0;
+    un_status st = UN_OK;
+    for (int32_t r = 0; r < n && st == UN_OK; r++) {
+        if (state[r]) continue;
+        int32_t sp = 0;
+        stk[sp] = r;
+        arg[sp++] = 0;
+        state[r] = 1;
+        while (sp > 0) {
+            int32_t v = stk[sp - 1];
+            if (arg[sp - 1] == jn[v].n_in) {
+                state[v] = 2;
+                order[m++] = v;
+                sp--;
+                continue;
+            }
+            int32_t w = jn[v].src[arg[sp - 1]++];
+            if (state[w] == 2) continue;
+            if (state[w] == 1) {
+                int32_t at = sp - 1;
+                while (stk[at] != w) at--;
+                un_buf b = {0};
+                for (int32_t i = at; i < sp; i++) un_buf_printf(&b, "'%s' <- ", jn[stk[i]].name);
+                un_buf_printf(&b, "'%s'", jn[w].name);
+                un_jcur item = un_jcur_item(nodes, w);
+                un_jcur in = un_jcur_member(&item, "in");
+                st = un_jcur_error(ctx, UN_ERR_INVALID, &in, "cycle: %s (each uses the next)",
+                                   b.data);
+                un_buf_free(&b);
+                break;
+            }
+            state[w] = 1;
+            stk[sp] = w;
+            arg[sp++] = 0;
+        }
+    }
+    free(arg);
+    free(stk);
+    free(state);
+    return st;
+}
+
+un_status un_graph_from_jcur(un_ctx *ctx, const un_spec *spec, const un_jcur *c, un_graph **out) {
+    static const char *const keys[] = {"nodes", "outputs", NULL};
+    *out = NULL;
+    un_status st = jneed(ctx, c, UN_JSON_OBJECT);
+    if (st == UN_OK) st = jkeys(ctx, c, keys);
+    if (st != UN_OK) return st;
+    un_jcur nodes = un_jcur_member(c, "nodes");
+    if ((st = jneed(ctx, &nodes, UN_JSON_ARRAY)) != UN_OK) return st;
+    int32_t n = un_jcur_len(&nodes);
+    size_t nn = (size_t)(n ? n : 1);
+    jnode *jn = un_xcalloc(nn, sizeof *jn);
+    int32_t *order = un_xmalloc(nn * sizeof *order);
+    name_table t = {0};
+    un_graph *g = NULL;
+    un_ctx *tmp = NULL;
+
+    for (int32_t j = 0; j < n && st == UN_OK; j++) {
+        un_jcur nc = un_jcur_item(&nodes, j);
+        st = jnode_head(ctx, &nc, jn, j, &t);
+    }
+    for (int32_t j = 0; j < n && st == UN_OK; j++) {
+        un_jcur nc = un_jcur_item(&nodes, j);
+        st = jnode_body(ctx, spec, &nc, jn, j, &t);
+    }
+    if (st == UN_OK) st = jtopo(ctx, &nodes, jn, n, order);
+    if (st != UN_OK) goto done;
+
+    g = un_graph_new(spec);
+    tmp = un_ctx_new(NULL);
+    for (int32_t i = 0; i < n; i++) {
+        int32_t j = order[i];
+        jnode *x = &jn[j];
+        un_jcur nc = un_jcur_item(&nodes, j);
+        un_ref refs[UN_MAX_INPUTS];
+        for (int k = 0; k < x->n_in; k++) {
+            const un_node *src = un_graph_node(g, jn[x->src[k]].id);
+            if (x->src_out[k] >= src->inf.n_out) {
+                un_jcur in = un_jcur_member(&nc, "in");
+                un_jcur r = un_jcur_item(&in, k);
+                st = un_jcur_error(ctx, UN_ERR_INVALID, &r, "node '%s' has %d output%s, no output %d",
+                                   src->name, src->inf.n_out, src->inf.n_out == 1 ? "" : "s",
+                                   (int)x->src_out[k]);
+                goto done;
+            }
+            refs[k] = (un_ref){jn[x->src[k]].id, x->src_out[k]};
+        }
+        un_ctx_clear(tmp);
+        st = un_graph_add(tmp, g, x->op, x->params, refs, x->n_in, x->name, &x->id);
+        if (st != UN_OK) {
+            st = un_jcur_error(ctx, st, &nc, "%s", un_ctx_errmsg(tmp));
+            goto done;
+        }
+    }
+
+    un_jcur oc = un_jcur_member(c, "outputs");
+    if (un_jcur_present(&oc)) {
+        if ((st = jneed(ctx, &oc, UN_JSON_ARRAY)) != UN_OK) goto done;
+        int no = un_jcur_len(&oc);
+        if (no == 0) {
+            st = un_jcur_error(ctx, UN_ERR_INVALID, &oc, "empty output list (omit it for the "
+                                                         "implicit outputs)");
+            goto done;
+        }
+        un_ref *refs = un_xmalloc((size_t)no * sizeof *refs);
+        for (int p = 0; p < no && st == UN_OK; p++) {
+            un_jcur r = un_jcur_item(&oc, p);
+            int32_t node, k;
+            st = jref(ctx, &r, jn, &t, &node, &k);
+            if (st != UN_OK) break;
+            refs[p] = (un_ref){jn[node].id, k};
+            if (k >= g->nodes[refs[p].node].inf.n_out)
+                st = un_jcur_error(ctx, UN_ERR_INVALID, &r, "node '%s' has %d output%s, no output %d",
+                                   jn[node].name, g->nodes[refs[p].node].inf.n_out,
+                                   g->nodes[refs[p].node].inf.n_out == 1 ? "" : "s", (int)k);
+        }
+        if (st == UN_OK) st = un_graph_set_outputs(ctx, g, refs, no);
+        free(refs);
+        if (st != UN_OK) goto done;
+    }
+    *out = g;
+    g = NULL;
+done:
+    un_ctx_free(tmp);
+    un_graph_free(g);
+    free(t.slot);
+    free(order);
+    free(jn);
+    return st;
+}
+
+un_status un_graph_from_json(un_ctx *ctx, const un_spec *spec, const char *name, const char *text,
+                             size_t len, un_graph **out) {
+    un_jdoc *doc;
+    *out = NULL;
+    un_status st = un_jdoc_parse(ctx, name, text, len, &doc);
+    if (st != UN_OK) return st;
+    un_jcur root = un_jdoc_root(doc);
+    st = un_graph_from_jcur(ctx, spec, &root, out);
+    un_jdoc_free(doc);
+    return st;
+}
+
+un_status un_graph_load(un_ctx *ctx, const un_spec *spec, const char *path, un_graph **out) {
+    un_jdoc *doc;
+    *out = NULL;
+    un_status st = un_jdoc_load(ctx, path, &doc);
+    if (st != UN_OK) return st;
+    un_jcur root = un_jdoc_root(doc);
+    st = un_graph_from_jcur(ctx, spec, &root, out);
+    un_jdoc_free(doc);
+    return st;
+}
+
+/* ---- DOT ---------------------------------------------------------------------------------------- */
+
+/* Appends s escaped for a double-quoted DOT string. */
+static void dot_str(un_buf *b, const char *s) {
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            un_buf_printf(b, "\\%c", *s);
+        else if (*s == '\n')
+            un_buf_printf(b, "\\n");
+        else
+            un_buf_printf(b, "%c", *s);
+    }
+}
+
+un_status un_graph_to_dot(un_ctx *ctx, const un_graph *g, un_buf *out) {
+    (void)ctx;
+    un_buf_printf(out, "digraph pcg {\n"
+                       "  node [fontname=\"Helvetica\", fontsize=10];\n"
+                       "  edge [fontname=\"Helvetica\", fontsize=9];\n");
+    for (int32_t i = 0; i < g->n_nodes; i++) {
+        const un_node *nd = &g->nodes[i];
+        const un_op_spec *os = un_spec_op(g->spec, nd->op);
+        un_buf t = {0};
+        if (nd->name) un_buf_printf(&t, "%s\n", nd->name);
+        un_buf_printf(&t, "%s", os->name);
+        bool any = false;
+        for (int k = 0; k < os->n_params; k++) {
+            if (!param_shown(&os->params[k], &nd->params[k])) continue;
+            if (nd->op == UN_OP_INPUT || nd->op == UN_OP_WEIGHT) {
+                if (strcmp(os->params[k].name, "shape") == 0) continue; /* the shape line says it */
+            }
+            un_buf_printf(&t, "%s%s=", any ? ", " : "(", os->params[k].name);
+            any = true;
+            un_spec_param_str(&os->params[k], &nd->params[k], &t);
+        }
+        if (any) un_buf_printf(&t, ")");
+        for (int k = 0; k < nd->inf.n_out; k++) {
+            char s[160];
+            un_shape_str(&nd->inf.out[k], s, sizeof s);
+            un_buf_printf(&t, "%s%s", k ? "; " : "\n", s);
+        }
+        un_buf_printf(out, "  n%d [label=\"", (int)i);
+        dot_str(out, t.data);
+        un_buf_free(&t);
+        switch (un_op_kind_of(nd->op)) {
+        case UN_OPK_SOURCE:
+            un_buf_printf(out, "\", shape=box, style=\"rounded,filled\", fillcolor=\"#e8e8e8\"];\n");
+            break;
+        case UN_OPK_PARALLEL:
+            un_buf_printf(out, "\", shape=hexagon, style=filled, fillcolor=\"#ffd8a8\"];\n");
+            break;
+        default: un_buf_printf(out, "\", shape=box];\n"); break;
+        }
+    }
+    for (int32_t i = 0; i < g->n_nodes; i++) {
+        const un_node *nd = &g->nodes[i];
+        for (int32_t j = 0; j < nd->n_in; j++) {
+            un_ref r = nd->in[j];
+            char s[160];
+            un_shape_str(un_graph_shape(g, r), s, sizeof s);
+            un_buf_printf(out, "  n%d -> n%d [label=\"", (int)r.node, (int)i);
+            if (g->nodes[r.node].inf.n_out > 1) un_buf_printf(out, "%d: ", (int)r.out);
+            dot_str(out, s);
+            un_buf_printf(out, "\"];\n");
+        }
+    }
+    int32_t no = un_graph_output_count(g);
+    for (int32_t p = 0; p < no; p++) {
+        un_ref r = un_graph_output(g, p);
+        char s[160];
+        un_shape_str(un_graph_shape(g, r), s, sizeof s);
+        un_buf_printf(out, "  out%d [label=\"out %d\", shape=plaintext];\n", (int)p, (int)p);
+        un_buf_printf(out, "  n%d -> out%d [label=\"", (int)r.node, (int)p);
+        if (g->nodes[r.node].inf.n_out > 1) un_buf_printf(out, "%d: ", (int)r.out);
+        dot_str(out, s);
+        un_buf_printf(out, "\"];\n");
+    }
+    un_buf_printf(out, "}\n");
+    return UN_OK;
+}

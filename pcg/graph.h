@@ -1,0 +1,93 @@
+/* graph.h - the parallel computation graph: nodes (an operator, its parameters, its inputs as
+ * (node, output) references), inferred parallel shapes, topological order, a canonical form and
+ * hash invariant under node insertion order and renaming of inputs, JSON read/write (the format
+ * rules reuse) and Graphviz DOT. Nodes refer to each other by int32 index (STYLE rule 15).
+ *
+ *   un_graph *g = un_graph_new(spec);
+ *   int32_t x, w, y;
+ *   un_graph_add_input(ctx, g, "x", UN_OP_INPUT, 2, (int64_t[]){8, 16}, &x);
+ *   un_graph_add_input(ctx, g, "w", UN_OP_WEIGHT, 2, (int64_t[]){16, 4}, &w);
+ *   un_param p[UN_MAX_PARAMS]; un_spec_param_defaults(un_spec_op(spec, UN_OP_LINEAR), p);
+ *   st = un_graph_add(ctx, g, UN_OP_LINEAR, p, (un_ref[]){{x, 0}, {w, 0}}, 2, NULL, &y);
+ *   uint64_t h = un_graph_hash(g);
+ *   un_graph_free(g);
+ */
+#ifndef UN_GRAPH_H
+#define UN_GRAPH_H
+
+#include "pcg/json.h"
+#include "pcg/spec.h"
+
+typedef struct un_ref {
+    int32_t node; /* producing node */
+    int32_t out;  /* which of its outputs */
+} un_ref;
+
+typedef struct un_node {
+    un_op op;
+    un_param params[UN_MAX_PARAMS]; /* indexed like the op spec's params */
+    int32_t n_in;
+    un_ref in[UN_MAX_INPUTS];
+    un_infer inf;                   /* inferred outputs (inf.out, inf.n_out) and rule uses */
+    char *name;                     /* optional label (owned by the graph), NULL when none */
+} un_node;
+
+typedef struct un_graph un_graph;
+
+/* ---- lifecycle ---- */
+
+/* Empty graph over spec (borrowed; must outlive the graph). Owned: free with un_graph_free. */
+un_graph *un_graph_new(const un_spec *spec);
+void un_graph_free(un_graph *g);
+un_graph *un_graph_clone(const un_graph *g);
+
+/* ---- queries ---- */
+
+const un_spec *un_graph_spec(const un_graph *g);
+int32_t un_graph_node_count(const un_graph *g);
+/* Borrowed, valid until the next mutation of g. */
+const un_node *un_graph_node(const un_graph *g, int32_t id);
+const un_shape *un_graph_shape(const un_graph *g, un_ref r);
+/* Node ids in a topological order (inputs before users). Borrowed, valid until next mutation. */
+const int32_t *un_graph_topo(const un_graph *g);
+/* Outputs: references nobody consumes, in node order then output order, unless set explicitly. */
+int32_t un_graph_output_count(const un_graph *g);
+un_ref un_graph_output(const un_graph *g, int32_t i);
+/* Node id with this name, or -1. */
+int32_t un_graph_find(const un_graph *g, const char *name);
+
+/* Canonical hash: equal for graphs equal up to node insertion order and renaming of inputs. */
+uint64_t un_graph_hash(const un_graph *g);
+/* Canonical order of nodes (inputs numbered by first use), written to order[n]. */
+void un_graph_canonical_order(const un_graph *g, int32_t *order);
+
+/* ---- mutation ---- */
+
+/* Adds an input or weight node of the given logical shape (float). */
+un_status un_graph_add_input(un_ctx *ctx, un_graph *g, const char *name, un_op op, int rank,
+                             const int64_t *dims, int32_t *out);
+/* Adds a node; its inputs must exist. Infers its output shapes; on a shape or layout error
+ * nothing is added and the error names the node. params may be NULL for defaults. */
+un_status un_graph_add(un_ctx *ctx, un_graph *g, un_op op, const un_param *params, const un_ref *in,
+                       int n_in, const char *name, int32_t *out);
+/* Fixes the graph outputs explicitly (otherwise: every unconsumed output). */
+un_status un_graph_set_outputs(un_ctx *ctx, un_graph *g, const un_ref *outs, int n);
+
+/* ---- JSON and DOT ---- */
+
+/* {"nodes":[{"name":"x","op":"input","params":{"shape":[8,16]}},
+ *           {"name":"y","op":"linear","in":["x","w"],"params":{"activation":"relu"}}, ...],
+ *  "outputs":["y"]}  — references are "name" or "name:k" for output k. */
+un_status un_graph_to_json(un_ctx *ctx, const un_graph *g, un_buf *out);
+un_status un_graph_from_json(un_ctx *ctx, const un_spec *spec, const char *name, const char *text,
+                             size_t len, un_graph **out);
+/* Reads a graph from a JSON value already parsed (the object at c, e.g. a graph embedded in a rule
+ * file). Nodes may appear in any order; they are added in a topological order that keeps the file's
+ * order where it already is one. Errors name the document, the JSON path and the reason (unknown
+ * op, parameter or node name, bad value, cycle, shape or layout error); on failure *out = NULL.
+ * Owned: free with un_graph_free. */
+un_status un_graph_from_jcur(un_ctx *ctx, const un_spec *spec, const un_jcur *c, un_graph **out);
+un_status un_graph_load(un_ctx *ctx, const un_spec *spec, const char *path, un_graph **out);
+un_status un_graph_to_dot(un_ctx *ctx, const un_graph *g, un_buf *out);
+
+#endif

@@ -1,0 +1,120 @@
+/* shape.c - parallel tensor shapes: counts, equality, validity, printing. */
+#include "pcg/shape.h"
+
+#include <stdio.h>
+#include <string.h>
+
+const char *un_dtype_name(un_dtype t) {
+    switch (t) {
+    case UN_DT_FLOAT: return "float";
+    case UN_DT_INT: return "int";
+    default: return "?";
+    }
+}
+
+un_shape un_shape_make(int rank, const int64_t *dims, un_dtype dtype) {
+    un_shape s;
+    memset(&s, 0, sizeof s);
+    UN_ASSERT(rank >= 0 && rank <= UN_MAX_DIMS);
+    s.rank = rank;
+    s.dtype = dtype;
+    for (int i = 0; i < rank; i++) {
+        s.dim[i] = dims[i];
+        s.shard[i] = 1;
+    }
+    s.sum = 1;
+    s.copy = 1;
+    return s;
+}
+
+un_shape un_shape_logical(const un_shape *s) { return un_shape_make(s->rank, s->dim, s->dtype); }
+
+int64_t un_shape_numel(const un_shape *s) {
+    int64_t n = 1;
+    for (int i = 0; i < s->rank; i++) n *= s->dim[i];
+    return n;
+}
+
+int64_t un_shape_piece_numel(const un_shape *s) {
+    int64_t n = 1;
+    for (int i = 0; i < s->rank; i++) n *= s->dim[i] / s->shard[i];
+    return n;
+}
+
+int64_t un_shape_npieces(const un_shape *s) {
+    int64_t n = (int64_t)s->sum * s->copy;
+    for (int i = 0; i < s->rank; i++) n *= s->shard[i];
+    return n;
+}
+
+bool un_shape_same_dims(const un_shape *a, const un_shape *b) {
+    if (a->rank != b->rank || a->dtype != b->dtype) return false;
+    for (int i = 0; i < a->rank; i++)
+        if (a->dim[i] != b->dim[i]) return false;
+    return true;
+}
+
+bool un_shape_eq(const un_shape *a, const un_shape *b) {
+    if (!un_shape_same_dims(a, b) || a->sum != b->sum || a->copy != b->copy) return false;
+    for (int i = 0; i < a->rank; i++)
+        if (a->shard[i] != b->shard[i]) return false;
+    return true;
+}
+
+bool un_shape_is_trivial(const un_shape *s) {
+    if (s->sum != 1 || s->copy != 1) return false;
+    for (int i = 0; i < s->rank; i++)
+        if (s->shard[i] != 1) return false;
+    return true;
+}
+
+bool un_shape_valid(const un_shape *s, char *why, size_t n) {
+    if (s->rank < 0 || s->rank > UN_MAX_DIMS) {
+        snprintf(why, n, "rank %d outside 0..%d", s->rank, UN_MAX_DIMS);
+        return false;
+    }
+    for (int i = 0; i < s->rank; i++) {
+        if (s->dim[i] <= 0) {
+            snprintf(why, n, "dim %d has size %lld", i, (long long)s->dim[i]);
+            return false;
+        }
+        if (s->shard[i] < 1) {
+            snprintf(why, n, "dim %d has shard degree %d", i, s->shard[i]);
+            return false;
+        }
+        if (s->dim[i] % s->shard[i] != 0) {
+            snprintf(why, n, "dim %d of size %lld is not divisible by shard degree %d", i, (long long)s->dim[i],
+                     s->shard[i]);
+            return false;
+        }
+    }
+    if (s->sum < 1 || s->copy < 1) {
+        snprintf(why, n, "sum degree %d, copy degree %d", s->sum, s->copy);
+        return false;
+    }
+    return true;
+}
+
+void un_shape_str(const un_shape *s, char *buf, size_t n) {
+    un_buf b = {0};
+    un_buf_printf(&b, "%s[", un_dtype_name(s->dtype));
+    for (int i = 0; i < s->rank; i++) {
+        un_buf_printf(&b, "%s%lld", i ? "," : "", (long long)s->dim[i]);
+        if (s->shard[i] != 1) un_buf_printf(&b, "/%d", s->shard[i]);
+    }
+    un_buf_printf(&b, "]");
+    if (s->sum != 1) un_buf_printf(&b, "+s%d", s->sum);
+    if (s->copy != 1) un_buf_printf(&b, "*c%d", s->copy);
+    snprintf(buf, n, "%s", b.data);
+    un_buf_free(&b);
+}
+
+uint64_t un_shape_hash(const un_shape *s, uint64_t h) {
+    h = un_hash_combine(h, (uint64_t)s->rank * 31u + (uint64_t)s->dtype);
+    for (int i = 0; i < s->rank; i++) {
+        h = un_hash_combine(h, (uint64_t)s->dim[i]);
+        h = un_hash_combine(h, (uint64_t)s->shard[i]);
+    }
+    h = un_hash_combine(h, (uint64_t)s->sum);
+    return un_hash_combine(h, (uint64_t)s->copy);
+}

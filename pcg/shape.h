@@ -1,0 +1,44 @@
+/* shape.h - parallel tensor shapes (DESIGN.md section 3): a logical shape and dtype plus a layout:
+ * a shard degree per dimension, a sum degree and a copy degree. Pure value types, no allocation.
+ *
+ *   un_shape s = un_shape_make(2, (int64_t[]){8, 16}, UN_DT_FLOAT);
+ *   s.shard[0] = 2;                      // rows split in two blocks
+ *   char buf[96]; un_shape_str(&s, buf, sizeof buf);   // "float[8/2,16]"
+ */
+#ifndef UN_SHAPE_H
+#define UN_SHAPE_H
+
+#include "pcg/un.h"
+
+#define UN_MAX_DIMS 6
+
+typedef enum { UN_DT_FLOAT, UN_DT_INT, UN_DT_COUNT } un_dtype;
+
+typedef struct un_shape {
+    int32_t rank;
+    un_dtype dtype;
+    int64_t dim[UN_MAX_DIMS];   /* logical sizes */
+    int32_t shard[UN_MAX_DIMS]; /* shard degree per dim, divides dim */
+    int32_t sum;                /* sum degree: the value is the sum of this many partial tensors */
+    int32_t copy;               /* copy degree: identical copies */
+} un_shape;
+
+const char *un_dtype_name(un_dtype t);
+
+/* A shape with the trivial layout (every degree 1). Unused dims are zeroed. */
+un_shape un_shape_make(int rank, const int64_t *dims, un_dtype dtype);
+/* Same shape with every degree reset to 1. */
+un_shape un_shape_logical(const un_shape *s);
+int64_t un_shape_numel(const un_shape *s);       /* logical elements */
+int64_t un_shape_piece_numel(const un_shape *s); /* elements in one piece */
+int64_t un_shape_npieces(const un_shape *s);     /* prod shard * sum * copy */
+bool un_shape_eq(const un_shape *a, const un_shape *b);        /* dims, dtype and layout */
+bool un_shape_same_dims(const un_shape *a, const un_shape *b); /* dims and dtype only */
+bool un_shape_is_trivial(const un_shape *s);                   /* every degree 1 */
+/* Checks sizes > 0, degrees >= 1 and shard[i] | dim[i]; on failure writes the reason. */
+bool un_shape_valid(const un_shape *s, char *why, size_t n);
+/* "float[8/2,16]+s2*c2": sizes, "/k" shard degrees, "+sN" sum degree, "*cN" copy degree. */
+void un_shape_str(const un_shape *s, char *buf, size_t n);
+uint64_t un_shape_hash(const un_shape *s, uint64_t h);
+
+#endif

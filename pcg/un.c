@@ -1,0 +1,288 @@
+/* un.c - status strings, the error-carrying context, host allocation, RNG, hashing, arena. */
+#include "pcg/un.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct un_ctx {
+    un_alloc alloc;
+    uint64_t seed;
+    int log_level;
+    un_status status;
+    char msg[1024];
+};
+
+static const char *const un__status_names[UN_STATUS_COUNT] = {
+#define X(n, s) s,
+    UN_STATUS_LIST(X)
+#undef X
+};
+
+const char *un_status_str(un_status st) {
+    if ((int)st < 0 || st >= UN_STATUS_COUNT) return "unknown status";
+    return un__status_names[st];
+}
+
+_Noreturn void un_abort(const char *file, int line, const char *what) {
+    fflush(stdout);
+    fprintf(stderr, "%s:%d: %s\n", file, line, what);
+    abort();
+}
+
+void *un_xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) un_abort(__FILE__, __LINE__, "out of host memory");
+    return p;
+}
+
+void *un_xcalloc(size_t n, size_t size) {
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p) un_abort(__FILE__, __LINE__, "out of host memory");
+    return p;
+}
+
+void *un_xrealloc(void *p, size_t n) {
+    void *q = realloc(p, n ? n : 1);
+    if (!q) un_abort(__FILE__, __LINE__, "out of host memory");
+    return q;
+}
+
+char *un_xstrdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = un_xmalloc(n);
+    memcpy(d, s, n);
+    return d;
+}
+
+un_ctx_params un_ctx_params_default(void) {
+    un_ctx_params p = {.alloc = {0}, .seed = 1234, .log_level = 0};
+    return p;
+}
+
+un_ctx *un_ctx_new(const un_ctx_params *params) {
+    un_ctx_params p = params ? *params : un_ctx_params_default();
+    un_ctx *ctx = un_xcalloc(1, sizeof *ctx);
+    ctx->alloc = p.alloc;
+    ctx->seed = p.seed;
+    ctx->log_level = p.log_level;
+    ctx->status = UN_OK;
+    return ctx;
+}
+
+void un_ctx_free(un_ctx *ctx) { free(ctx); }
+
+un_status un_ctx_verror(un_ctx *ctx, un_status st, const char *fmt, va_list ap) {
+    if (ctx && ctx->status == UN_OK && st != UN_OK) {
+        ctx->status = st;
+        vsnprintf(ctx->msg, sizeof ctx->msg, fmt, ap);
+    }
+    return st;
+}
+
+un_status un_ctx_error(un_ctx *ctx, un_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    un_ctx_verror(ctx, st, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+const char *un_ctx_errmsg(const un_ctx *ctx) { return ctx ? ctx->msg : ""; }
+un_status un_ctx_status(const un_ctx *ctx) { return ctx ? ctx->status : UN_OK; }
+int un_ctx_log_level(const un_ctx *ctx) { return ctx ? ctx->log_level : 0; }
+uint64_t un_ctx_seed(const un_ctx *ctx) { return ctx ? ctx->seed : 1234; }
+
+void un_ctx_clear(un_ctx *ctx) {
+    ctx->status = UN_OK;
+    ctx->msg[0] = '\0';
+}
+
+void *un_ctx_malloc(un_ctx *ctx, size_t n) {
+    if (ctx && ctx->alloc.malloc) return ctx->alloc.malloc(n ? n : 1, ctx->alloc.user);
+    return malloc(n ? n : 1);
+}
+
+void *un_ctx_calloc(un_ctx *ctx, size_t n, size_t size) {
+    if (size && n > SIZE_MAX / size) return NULL;
+    size_t total = n * size;
+    void *p = un_ctx_malloc(ctx, total);
+    if (p) memset(p, 0, total ? total : 1);
+    return p;
+}
+
+void *un_ctx_realloc(un_ctx *ctx, void *p, size_t n) {
+    if (ctx && ctx->alloc.realloc) return ctx->alloc.realloc(p, n ? n : 1, ctx->alloc.user);
+    return realloc(p, n ? n : 1);
+}
+
+void un_ctx_free_mem(un_ctx *ctx, void *p) {
+    if (!p) return;
+    if (ctx && ctx->alloc.free) {
+        ctx->alloc.free(p, ctx->alloc.user);
+        return;
+    }
+    free(p);
+}
+
+/* ---- RNG and hashing ---- */
+
+uint64_t un_mix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+uint64_t un_hash_bytes(const void *p, size_t n, uint64_t h) {
+    const unsigned char *c = p;
+    h ^= 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) {
+        h ^= c[i];
+        h *= 0x100000001b3ull;
+    }
+    return un_mix64(h);
+}
+
+uint64_t un_hash_combine(uint64_t h, uint64_t v) { return un_mix64(h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2))); }
+
+void un_rng_seed(un_rng *r, uint64_t seed) {
+    uint64_t x = seed;
+    for (int i = 0; i < 4; i++) {
+        x = un_mix64(x + (uint64_t)i);
+        r->s[i] = x;
+    }
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+uint64_t un_rng_next(un_rng *r) {
+    uint64_t *s = r->s;
+    uint64_t result = rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+uint64_t un_rng_below(un_rng *r, uint64_t n) {
+    UN_ASSERT(n > 0);
+    uint64_t lim = UINT64_MAX - UINT64_MAX % n;
+    uint64_t x;
+    do {
+        x = un_rng_next(r);
+    } while (x >= lim);
+    return x % n;
+}
+
+double un_rng_double(un_rng *r) { return (double)(un_rng_next(r) >> 11) * (1.0 / 9007199254740992.0); }
+
+/* ---- arena ---- */
+
+typedef struct un_chunk {
+    struct un_chunk *next;
+    size_t size, used;
+    _Alignas(16) unsigned char data[];
+} un_chunk;
+
+struct un_arena {
+    un_chunk *head;
+    size_t chunk;
+    size_t total;
+};
+
+un_arena *un_arena_new(size_t chunk) {
+    un_arena *a = un_xcalloc(1, sizeof *a);
+    a->chunk = chunk < 256 ? 256 : chunk;
+    return a;
+}
+
+void un_arena_free(un_arena *a) {
+    if (!a) return;
+    un_chunk *c = a->head;
+    while (c) {
+        un_chunk *n = c->next;
+        free(c);
+        c = n;
+    }
+    free(a);
+}
+
+void *un_arena_alloc(un_arena *a, size_t size, size_t align) {
+    if (align == 0) align = 8;
+    UN_ASSERT((align & (align - 1)) == 0 && align <= 16);
+    un_chunk *c = a->head;
+    size_t off = c ? (c->used + align - 1) & ~(align - 1) : 0;
+    if (!c || off + size > c->size) {
+        size_t sz = size > a->chunk ? size : a->chunk;
+        c = un_xmalloc(sizeof *c + sz);
+        c->size = sz;
+        c->used = 0;
+        c->next = a->head;
+        a->head = c;
+        off = 0;
+    }
+    void *p = c->data + off;
+    c->used = off + size;
+    a->total += size;
+    memset(p, 0, size);
+    return p;
+}
+
+char *un_arena_strdup(un_arena *a, const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = un_arena_alloc(a, n, 1);
+    memcpy(d, s, n);
+    return d;
+}
+
+void un_arena_reset(un_arena *a) {
+    /* keep the newest chunk, drop the rest */
+    un_chunk *c = a->head;
+    if (!c) return;
+    un_chunk *n = c->next;
+    while (n) {
+        un_chunk *nn = n->next;
+        free(n);
+        n = nn;
+    }
+    c->next = NULL;
+    c->used = 0;
+    a->total = 0;
+}
+
+size_t un_arena_used(const un_arena *a) { return a->total; }
+
+/* ---- buffer ---- */
+
+void un_buf_printf(un_buf *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    va_list ap2;
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        va_end(ap2);
+        return;
+    }
+    if (b->len + (size_t)n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + (size_t)n + 1) cap *= 2;
+        b->data = un_xrealloc(b->data, cap);
+        b->cap = cap;
+    }
+    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap2);
+    va_end(ap2);
+    b->len += (size_t)n;
+}
+
+void un_buf_free(un_buf *b) {
+    free(b->data);
+    b->data = NULL;
+    b->len = b->cap = 0;
+}

@@ -1,0 +1,142 @@
+/* un.h - cross-cutting basics shared by every part: status codes, the context that carries
+ * the first detailed error, allocation hooks, a seeded RNG, and an arena allocator.
+ * It knows nothing about graphs or operators.
+ *
+ *   un_ctx *ctx = un_ctx_new(NULL);
+ *   un_status st = un_spec_load(ctx, "specs/ops.json", &spec);
+ *   if (st != UN_OK) fprintf(stderr, "%s: %s\n", un_status_str(st), un_ctx_errmsg(ctx));
+ *   un_ctx_free(ctx);
+ */
+#ifndef UN_UN_H
+#define UN_UN_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- status codes ---------------------------------------------------------------------------- */
+
+#define UN_STATUS_LIST(X)                                                                          \
+    X(OK, "ok")                                                                                    \
+    X(ERR_INVALID, "invalid argument")                                                             \
+    X(ERR_PARSE, "parse error")                                                                    \
+    X(ERR_SPEC, "invalid spec")                                                                    \
+    X(ERR_SHAPE, "shape or layout error")                                                          \
+    X(ERR_IO, "i/o error")                                                                         \
+    X(ERR_NOMEM, "out of memory")                                                                  \
+    X(ERR_DB, "database error")                                                                    \
+    X(ERR_MISMATCH, "values differ")                                                               \
+    X(ERR_UNAVAILABLE, "not available in this build")                                              \
+    X(ERR_DEVICE, "device error")                                                                  \
+    X(ERR_LIMIT, "limit exceeded")
+
+typedef enum {
+#define X(n, s) UN_##n,
+    UN_STATUS_LIST(X)
+#undef X
+        UN_STATUS_COUNT
+} un_status;
+
+/* Short static description of a status code; never NULL. */
+const char *un_status_str(un_status st);
+
+/* ---- invariants and host allocation ---------------------------------------------------------- */
+
+_Noreturn void un_abort(const char *file, int line, const char *what);
+#define UN_ASSERT(x)                                                                               \
+    do {                                                                                           \
+        if (!(x)) un_abort(__FILE__, __LINE__, "UN_ASSERT(" #x ") failed");                        \
+    } while (0)
+
+/* Allocation hooks; a test allocator can fail on purpose. */
+typedef struct un_alloc {
+    void *(*malloc)(size_t n, void *user);
+    void *(*realloc)(void *p, size_t n, void *user);
+    void (*free)(void *p, void *user);
+    void *user;
+} un_alloc;
+
+/* Small host objects: abort on failure (like Redis zmalloc). */
+void *un_xmalloc(size_t n);
+void *un_xcalloc(size_t n, size_t size);
+void *un_xrealloc(void *p, size_t n);
+char *un_xstrdup(const char *s);
+
+/* ---- context --------------------------------------------------------------------------------- */
+
+typedef struct un_ctx un_ctx;
+
+typedef struct un_ctx_params {
+    un_alloc alloc;    /* all fields NULL = libc */
+    uint64_t seed;     /* RNG seed, default 1234 */
+    int log_level;     /* 0 quiet, 1 info, 2 debug */
+} un_ctx_params;
+
+un_ctx_params un_ctx_params_default(void);
+
+/* New context; params may be NULL for defaults. Owned: free with un_ctx_free. */
+un_ctx *un_ctx_new(const un_ctx_params *params);
+void un_ctx_free(un_ctx *ctx);
+
+/* Records the first error (later ones do not overwrite it) and returns st. */
+un_status un_ctx_error(un_ctx *ctx, un_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+un_status un_ctx_verror(un_ctx *ctx, un_status st, const char *fmt, va_list ap);
+/* The first recorded message, "" when none. Borrowed, valid until un_ctx_clear/un_ctx_free. */
+const char *un_ctx_errmsg(const un_ctx *ctx);
+un_status un_ctx_status(const un_ctx *ctx);
+void un_ctx_clear(un_ctx *ctx);
+int un_ctx_log_level(const un_ctx *ctx);
+
+/* Allocation through the context's hooks; these may return NULL (tests inject failures). */
+void *un_ctx_malloc(un_ctx *ctx, size_t n);
+void *un_ctx_calloc(un_ctx *ctx, size_t n, size_t size);
+void *un_ctx_realloc(un_ctx *ctx, void *p, size_t n);
+void un_ctx_free_mem(un_ctx *ctx, void *p);
+
+/* ---- random numbers (xoshiro256**, seeded from the context) ---------------------------------- */
+
+typedef struct un_rng {
+    uint64_t s[4];
+} un_rng;
+
+void un_rng_seed(un_rng *r, uint64_t seed);
+uint64_t un_rng_next(un_rng *r);
+/* Uniform in [0, n); n > 0. */
+uint64_t un_rng_below(un_rng *r, uint64_t n);
+/* Uniform in [0, 1). */
+double un_rng_double(un_rng *r);
+/* The context's seed (for deriving reproducible streams). */
+uint64_t un_ctx_seed(const un_ctx *ctx);
+
+/* 64-bit mixing and hashing helpers (splitmix64 finalizer and FNV-1a), stable across runs. */
+uint64_t un_mix64(uint64_t x);
+uint64_t un_hash_bytes(const void *p, size_t n, uint64_t h);
+uint64_t un_hash_combine(uint64_t h, uint64_t v);
+
+/* ---- arena ----------------------------------------------------------------------------------- */
+
+typedef struct un_arena un_arena;
+
+/* An arena grows in chunks of at least chunk bytes. Owned: free with un_arena_free. */
+un_arena *un_arena_new(size_t chunk);
+void un_arena_free(un_arena *a);
+/* Zeroed memory valid until un_arena_reset/un_arena_free; aborts on host OOM. */
+void *un_arena_alloc(un_arena *a, size_t size, size_t align);
+char *un_arena_strdup(un_arena *a, const char *s);
+void un_arena_reset(un_arena *a);
+size_t un_arena_used(const un_arena *a);
+
+/* ---- small string buffer used for messages and serialisation --------------------------------- */
+
+typedef struct un_buf {
+    char *data; /* NUL-terminated, owned */
+    size_t len;
+    size_t cap;
+} un_buf;
+
+void un_buf_printf(un_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void un_buf_free(un_buf *b);
+
+#endif

@@ -1,0 +1,93 @@
+/* tests/test.h - the in-house test header (STYLE rule 28), after libuv's task.h. EXPECT_* record a
+ * failure and go on; test_run_all() runs a table of cases and prints `N passed, N failed` last.
+ *   static void test_add(void) { EXPECT_EQ(1 + 1, 2); }
+ *   int main(void) { static const test_case c[] = {{"add", test_add}}; return TEST_RUN_ALL(c); }
+ */
+#ifndef UN_TEST_H
+#define UN_TEST_H
+
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "pcg/un.h"
+
+#define TEST__FN __attribute__((unused)) static
+
+/* Expectations that held and that failed so far, over the whole binary. */
+TEST__FN int test__passed, test__failed;
+
+/* Each EXPECT_* evaluates its arguments once and, on failure, prints `file:line: what failed`. */
+#define TEST__AT               __FILE__, __LINE__
+#define EXPECT_TRUE(x)         test__check(!!(x), TEST__AT, "EXPECT_TRUE(%s) failed", #x)
+#define EXPECT_EQ(a, b)        test__eq((long long)(a), (long long)(b), #a, #b, TEST__AT)
+#define EXPECT_STR_EQ(a, b)    test__str_eq((a), (b), #a, #b, TEST__AT) /* NULL equals only NULL */
+#define EXPECT_NEAR(a, b, tol) test__near((a), (b), (tol), #a ", " #b ", " #tol, TEST__AT)
+#define EXPECT_OK(ctx, st)     test__ok((ctx), (st), #st, TEST__AT) /* st must be UN_OK */
+
+__attribute__((format(printf, 4, 5))) TEST__FN void test__check(int ok, const char *file, int line,
+                                                                const char *fmt, ...) {
+    va_list ap;
+    if (ok) {
+        test__passed++;
+        return;
+    }
+    test__failed++;
+    printf("%s:%d: ", file, line);
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    putchar('\n');
+}
+
+TEST__FN void test__eq(long long a, long long b, const char *sa, const char *sb, const char *file,
+                       int line) {
+    test__check(a == b, file, line, "EXPECT_EQ(%s, %s) failed (%lld vs %lld)", sa, sb, a, b);
+}
+
+TEST__FN void test__str_eq(const char *a, const char *b, const char *sa, const char *sb,
+                           const char *file, int line) {
+    test__check(a == b || (a && b && strcmp(a, b) == 0), file, line,
+                "EXPECT_STR_EQ(%s, %s) failed (\"%s\" vs \"%s\")", sa, sb, a ? a : "(null)",
+                b ? b : "(null)");
+}
+
+/* NaN never passes. */
+TEST__FN void test__near(double a, double b, double tol, const char *args, const char *file,
+                         int line) {
+    test__check(fabs(a - b) <= tol, file, line, "EXPECT_NEAR(%s) failed (%.17g vs %.17g)", args, a,
+                b);
+}
+
+TEST__FN void test__ok(const un_ctx *ctx, un_status st, const char *sst, const char *file,
+                       int line) {
+    const char *msg = ctx ? un_ctx_errmsg(ctx) : NULL;
+    test__check(st == UN_OK, file, line, "EXPECT_OK(%s) failed: %s: %s", sst, un_status_str(st),
+                msg && *msg ? msg : "(no message)");
+}
+
+typedef struct {
+    const char *name; /* printed as `  ok name` or `  FAIL name` */
+    void (*fn)(void); /* the case; it fails if any EXPECT_* in it failed */
+} test_case;
+
+/* Runs n cases in order and prints `N passed, N failed` last. Returns 0 if all passed, else 1. */
+TEST__FN int test_run_all(const test_case *cases, size_t n) {
+    int passed = 0, failed = 0;
+    setvbuf(stdout, NULL, _IOLBF, 0); /* keeps order with sanitizer reports on stderr */
+    for (size_t i = 0; i < n; i++) {
+        int before = test__failed;
+        cases[i].fn();
+        passed += test__failed == before;
+        failed += test__failed != before;
+        printf("  %s %s\n", test__failed == before ? "ok" : "FAIL", cases[i].name);
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
+
+#define TEST_RUN_ALL(cases) test_run_all((cases), sizeof(cases) / sizeof((cases)[0]))
+
+#endif /* UN_TEST_H */
