@@ -379,3 +379,78 @@ const un_ptensor *un_eval_value(const un_eval *ev, un_ref r) {
     UN_ASSERT(r.node >= 0 && r.node < ev->n && ev->vals[r.node]);
     return &ev->vals[r.node][r.out];
 }
+
+static un_status run_seeded(un_ctx *ctx, const un_graph *g, un_dom dom, uint64_t seed, un_eval **out) {
+    un_status st = un_eval_new(ctx, g, dom, out);
+    if (st != UN_OK) return st;
+    const un_spec *spec = un_graph_spec(g);
+    for (int32_t i = 0; i < un_graph_node_count(g); i++) {
+        const un_node *nd = un_graph_node(g, i);
+        if (un_op_kind_of(nd->op) != UN_OPK_SOURCE) continue;
+        const char *name = nd->name ? nd->name : "";
+        int pr = un_spec_param_index(un_spec_op(spec, nd->op), "range");
+        int64_t n = un_shape_numel(&nd->inf.out[0]);
+        un_val *v = un_xmalloc(sizeof(un_val) * (size_t)(n ? n : 1));
+        un_rng rng;
+        un_rng_seed(&rng, un_hash_bytes(name, strlen(name), seed));
+        un_ptensor_random_dense(dom, nd->inf.out[0].dtype, pr >= 0 ? nd->params[pr].v[0] : 0, n, &rng, v);
+        st = un_eval_set(*out, i, v);
+        free(v);
+        if (st != UN_OK) return st;
+    }
+    return un_eval_run(*out);
+}
+
+un_status un_eval_compare(un_ctx *ctx, const un_graph *a, const un_graph *b, un_dom dom, uint64_t seed, double tol,
+                          double *max_err) {
+    *max_err = 0;
+    un_status st = UN_OK;
+    un_eval *ea = NULL, *eb = NULL;
+    un_val *va = NULL, *vb = NULL;
+    for (int32_t i = 0; i < un_graph_node_count(b); i++) {
+        const un_node *nd = un_graph_node(b, i);
+        if (un_op_kind_of(nd->op) != UN_OPK_SOURCE) continue;
+        int32_t j = nd->name ? un_graph_find(a, nd->name) : -1;
+        if (j < 0 || !un_shape_same_dims(&un_graph_node(a, j)->inf.out[0], &nd->inf.out[0])) {
+            st = un_ctx_error(ctx, UN_ERR_INVALID, "input '%s' of the second graph has no namesake of the same shape in the first",
+                              nd->name ? nd->name : "(unnamed)");
+            goto done;
+        }
+    }
+    if (un_graph_output_count(a) != un_graph_output_count(b)) {
+        st = un_ctx_error(ctx, UN_ERR_INVALID, "the graphs have %d and %d outputs", un_graph_output_count(a),
+                          un_graph_output_count(b));
+        goto done;
+    }
+    if ((st = run_seeded(ctx, a, dom, seed, &ea)) != UN_OK) goto done;
+    if ((st = run_seeded(ctx, b, dom, seed, &eb)) != UN_OK) goto done;
+    for (int32_t o = 0; o < un_graph_output_count(a); o++) {
+        const un_ptensor *ta = un_eval_value(ea, un_graph_output(a, o)), *tb = un_eval_value(eb, un_graph_output(b, o));
+        if (!un_shape_same_dims(&ta->shape, &tb->shape)) {
+            char sa[96], sb[96];
+            un_shape_str(&ta->shape, sa, sizeof sa);
+            un_shape_str(&tb->shape, sb, sizeof sb);
+            st = un_ctx_error(ctx, UN_ERR_MISMATCH, "output %d: shapes %s and %s differ", o, sa, sb);
+            goto done;
+        }
+        int64_t n = un_shape_numel(&ta->shape);
+        va = un_xrealloc(va, sizeof(un_val) * (size_t)(n ? n : 1));
+        vb = un_xrealloc(vb, sizeof(un_val) * (size_t)(n ? n : 1));
+        if ((st = un_ptensor_gather(ctx, ta, dom, va)) != UN_OK) goto done;
+        if ((st = un_ptensor_gather(ctx, tb, dom, vb)) != UN_OK) goto done;
+        for (int64_t x = 0; x < n; x++) {
+            double d = dom == UN_DOM_FIELD ? (va[x].u != vb[x].u) : fabs(va[x].f - vb[x].f);
+            if (d > *max_err) *max_err = d;
+            if (dom == UN_DOM_FIELD ? d != 0 : d > tol * (1.0 + fabs(vb[x].f))) {
+                st = un_ctx_error(ctx, UN_ERR_MISMATCH, "output %d differs at element %lld", o, (long long)x);
+                goto done;
+            }
+        }
+    }
+done:
+    free(va);
+    free(vb);
+    un_eval_free(ea);
+    un_eval_free(eb);
+    return st;
+}

@@ -93,4 +93,11 @@ un_status un_eval_run(un_eval *ev);
 /* Value of a node output after un_eval_run; borrowed until un_eval_free. */
 const un_ptensor *un_eval_value(const un_eval *ev, un_ref r);
 
+/* Evaluates two graphs on the same random inputs (source nodes matched by name; every source of
+ * b must have a namesake of the same logical shape in a) and compares their outputs in order,
+ * as logical values. *max_err is the largest |difference| (0 in the field). UN_ERR_MISMATCH,
+ * with the output and element, when they differ (exactly in the field; beyond tol in float64). */
+un_status un_eval_compare(un_ctx *ctx, const un_graph *a, const un_graph *b, un_dom dom, uint64_t seed, double tol,
+                          double *max_err);
+
 #endif

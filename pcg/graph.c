@@ -263,38 +263,84 @@ static void edges_free(edge_list *e) {
     free(e->arg);
 }
 
-/* Order-independent hash of the explicit output positions at node v. */
-static uint64_t output_marks(const un_graph *g, int32_t v) {
-    uint64_t s = 0;
-    if (!g->outs_explicit) return 0;
-    for (int32_t p = 0; p < g->n_outs; p++)
-        if (g->outs[p].node == v) s += un_mix64(hash3(0x6f7574u, (uint64_t)p, (uint64_t)g->outs[p].out));
-    return s;
-}
+/* Working state of the canonical labelling. */
+typedef struct canon_state {
+    const un_graph *g;
+    int32_t n;
+    edge_list e;
+    uint64_t *col;     /* current colour per node */
+    uint64_t *nxt;     /* next colour (refinement rounds) */
+    uint64_t *marks;   /* order-independent hash of the explicit output positions at each node */
+    uint64_t *scratch; /* sorting */
+} canon_state;
 
 static int cmp_u64(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? -1 : x > y;
 }
 
-static int32_t count_distinct(const uint64_t *col, int32_t n, uint64_t *scratch) {
-    if (!n) return 0;
-    memcpy(scratch, col, (size_t)n * sizeof *col);
-    qsort(scratch, (size_t)n, sizeof *scratch, cmp_u64);
+static int32_t count_distinct(canon_state *s) {
+    if (!s->n) return 0;
+    memcpy(s->scratch, s->col, (size_t)s->n * sizeof *s->col);
+    qsort(s->scratch, (size_t)s->n, sizeof *s->scratch, cmp_u64);
     int32_t d = 1;
-    for (int32_t i = 1; i < n; i++) d += scratch[i] != scratch[i - 1];
+    for (int32_t i = 1; i < s->n; i++) d += s->scratch[i] != s->scratch[i - 1];
     return d;
+}
+
+/* Hash of the consumers of v: the multiset of (consumer colour, argument position, output). */
+static uint64_t consumers_hash(const canon_state *s, const uint64_t *col, int32_t v) {
+    uint64_t sum = s->marks[v];
+    for (int32_t k = s->e.start[v]; k < s->e.start[v + 1]; k++) {
+        int32_t u = s->e.user[k], j = s->e.arg[k];
+        sum += un_mix64(hash3(col[u], (uint64_t)j, (uint64_t)s->g->nodes[u].in[j].out));
+    }
+    return sum;
+}
+
+/* Refines the colouring (classes only ever split): one bottom-up sweep in id (topological) order
+ * folding each node's inputs in argument order, one top-down sweep folding its consumers, then
+ * rounds mixing both directions until the number of classes stops growing. The sweeps carry
+ * information along whole paths at once, so few rounds are needed. */
+static void refine(canon_state *s) {
+    const un_graph *g = s->g;
+    uint64_t *col = s->col;
+    for (int32_t v = 0; v < s->n; v++) {
+        const un_node *nd = &g->nodes[v];
+        uint64_t h = hash3(0x75700000u, col[v], (uint64_t)nd->n_in);
+        for (int32_t j = 0; j < nd->n_in; j++)
+            h = hash3(h, col[nd->in[j].node], (uint64_t)nd->in[j].out);
+        col[v] = h;
+    }
+    for (int32_t v = s->n - 1; v >= 0; v--) col[v] = hash3(0x646f776eu, col[v], consumers_hash(s, col, v));
+    int32_t distinct = count_distinct(s);
+    for (int round = 0; round < 64 && distinct < s->n; round++) {
+        for (int32_t v = 0; v < s->n; v++) {
+            const un_node *nd = &g->nodes[v];
+            uint64_t h = s->col[v];
+            for (int32_t j = 0; j < nd->n_in; j++)
+                h = hash3(h, s->col[nd->in[j].node], (uint64_t)nd->in[j].out);
+            s->nxt[v] = hash3(0x776c0000u, h, consumers_hash(s, s->col, v));
+        }
+        uint64_t *t = s->col;
+        s->col = s->nxt;
+        s->nxt = t;
+        int32_t d = count_distinct(s);
+        if (d <= distinct) break;
+        distinct = d;
+    }
 }
 
 /* Min-heap of node ids by (colour, id). */
 typedef struct heap {
     int32_t *a;
     int32_t n;
-    const uint64_t *col;
+    const canon_state *s;
 } heap;
 
 static bool heap_less(const heap *h, int32_t x, int32_t y) {
-    return h->col[x] != h->col[y] ? h->col[x] < h->col[y] : x < y;
+    const uint64_t *col = h->s->col;
+    return col[x] != col[y] ? col[x] < col[y] : x < y;
 }
 
 static void heap_push(heap *h, int32_t v) {
@@ -324,103 +370,131 @@ static int32_t heap_pop(heap *h) {
     return top;
 }
 
+/* Re-establishes the heap order after the colours changed. */
+static void heap_rebuild(heap *h) {
+    int32_t n = h->n;
+    h->n = 0;
+    for (int32_t i = 0; i < n; i++) heap_push(h, h->a[i]);
+}
+
 static bool is_source(const un_node *nd) { return un_op_kind_of(nd->op) == UN_OPK_SOURCE; }
 
+/* Colour classes of the unplaced non-source nodes: sorted distinct colours and their sizes. */
+typedef struct classes {
+    uint64_t *col;
+    int32_t *cnt;
+    int32_t n;
+} classes;
+
+static void classes_build(classes *k, const canon_state *s, const int32_t *pos) {
+    int32_t m = 0;
+    for (int32_t v = 0; v < s->n; v++)
+        if (pos[v] < 0 && !is_source(&s->g->nodes[v])) s->scratch[m++] = s->col[v];
+    qsort(s->scratch, (size_t)m, sizeof *s->scratch, cmp_u64);
+    k->n = 0;
+    for (int32_t i = 0; i < m; i++) {
+        if (k->n && k->col[k->n - 1] == s->scratch[i]) {
+            k->cnt[k->n - 1]++;
+            continue;
+        }
+        k->col[k->n] = s->scratch[i];
+        k->cnt[k->n++] = 1;
+    }
+}
+
+/* Removes one member of colour c (present); returns how many shared it before. */
+static int32_t classes_take(classes *k, uint64_t c) {
+    int32_t lo = 0, hi = k->n - 1;
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo) / 2;
+        if (k->col[mid] < c)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    UN_ASSERT(k->n > 0 && k->col[lo] == c);
+    return k->cnt[lo]--;
+}
+
 /* The canonical form. Names and ids never enter it.
- *  1. Colour every node: a bottom-up structural hash (op, params, input colours in argument order
- *     with output index; a source hashes only op and params, i.e. its shape and dtype), then a
- *     top-down pass adding the multiset of (consumer colour, argument position, output index) and
- *     explicit output positions, then Weisfeiler-Lehman rounds mixing both directions until the
- *     number of distinct colours stops growing.
+ *  1. Colour every node by op and params (a source's params are its shape and dtype), then refine
+ *     (refine above): inputs in argument order with output index, consumers with argument
+ *     position, explicit output positions.
  *  2. Order the non-source nodes by Kahn's algorithm, taking the ready node of smallest colour.
+ *     When another unplaced node shares the chosen node's colour, the choice is individualised (its
+ *     colour gets its position) and the colouring refined again before the next choice, so later
+ *     choices are made relative to it (individualisation-refinement, taking the first branch).
  *  3. Put the sources first, numbered by first use (consumers in canonical order, arguments in
  *     order, then explicit outputs); unused sources follow by colour.
  *  4. Hash the sequence, each input referenced by its canonical position, then the outputs.
- * Ties left after refinement (step 2, 3) are broken by node id. In practice they are between
- * automorphic nodes (interchangeable by a symmetry of the graph), where either choice yields the
- * same sequence; colour refinement can in theory leave non-automorphic nodes tied (as in regular
- * graphs), and then the hash may depend on insertion order. */
+ * A tie among equal colours is broken by node id. When the tied nodes are automorphic (swapped by
+ * a symmetry of the graph, e.g. two identical branches) every choice yields the same sequence, and
+ * that is what remains in practice. Colour refinement can in theory leave non-automorphic nodes
+ * tied (as in some regular graphs); there the hash may depend on insertion order. */
 static void canon_compute(const un_graph *g) {
     graph_cache *c = g->cache;
     if (c->canon_ok) return;
     int32_t n = g->n_nodes;
     size_t nn = (size_t)(n ? n : 1);
-    edge_list e;
-    edges_build(g, &e);
-    uint64_t *col = un_xmalloc(nn * sizeof *col), *nxt = un_xmalloc(nn * sizeof *nxt);
-    uint64_t *scratch = un_xmalloc(nn * sizeof *scratch);
-
-    for (int32_t v = 0; v < n; v++) { /* bottom-up, in id (topological) order */
+    canon_state s = {.g = g, .n = n};
+    edges_build(g, &s.e);
+    s.col = un_xmalloc(nn * sizeof *s.col);
+    s.nxt = un_xmalloc(nn * sizeof *s.nxt);
+    s.scratch = un_xmalloc(nn * sizeof *s.scratch);
+    s.marks = un_xcalloc(nn, sizeof *s.marks);
+    for (int32_t p = 0; g->outs_explicit && p < g->n_outs; p++)
+        s.marks[g->outs[p].node] +=
+            un_mix64(hash3(0x6f7574u, (uint64_t)p, (uint64_t)g->outs[p].out));
+    for (int32_t v = 0; v < n; v++) {
         const un_node *nd = &g->nodes[v];
-        uint64_t h = hash_params(g, nd, hash3(0x75700000u, (uint64_t)nd->op, (uint64_t)nd->n_in));
-        for (int32_t j = 0; j < nd->n_in; j++)
-            h = un_hash_combine(un_hash_combine(h, col[nd->in[j].node]), (uint64_t)nd->in[j].out);
-        col[v] = h;
+        s.col[v] = hash_params(g, nd, hash3(0x6f700000u, (uint64_t)nd->op, (uint64_t)nd->n_in));
     }
-    for (int32_t v = n - 1; v >= 0; v--) { /* top-down: consumers are already done */
-        uint64_t s = output_marks(g, v);
-        for (int32_t k = e.start[v]; k < e.start[v + 1]; k++) {
-            int32_t u = e.user[k], j = e.arg[k];
-            s += un_mix64(hash3(col[u], (uint64_t)j, (uint64_t)g->nodes[u].in[j].out));
-        }
-        col[v] = hash3(0x646f776eu, col[v], s);
-    }
-    int32_t distinct = count_distinct(col, n, scratch);
-    for (int round = 0; round < 64 && distinct < n; round++) {
-        for (int32_t v = 0; v < n; v++) {
-            const un_node *nd = &g->nodes[v];
-            uint64_t h = col[v];
-            for (int32_t j = 0; j < nd->n_in; j++)
-                h = un_hash_combine(un_hash_combine(h, col[nd->in[j].node]), (uint64_t)nd->in[j].out);
-            uint64_t s = 0;
-            for (int32_t k = e.start[v]; k < e.start[v + 1]; k++) {
-                int32_t u = e.user[k], j = e.arg[k];
-                s += un_mix64(hash3(col[u], (uint64_t)j, (uint64_t)g->nodes[u].in[j].out));
-            }
-            nxt[v] = un_hash_combine(h, s);
-        }
-        uint64_t *t = col;
-        col = nxt;
-        nxt = t;
-        int32_t d = count_distinct(col, n, scratch);
-        if (d <= distinct) break;
-        distinct = d;
-    }
+    refine(&s);
 
     /* Kahn over the non-source nodes; sources count as available. */
     int32_t *indeg = un_xcalloc(nn, sizeof *indeg);
+    int32_t *pos = un_xmalloc(nn * sizeof *pos); /* canonical position, -1 = not placed */
     int32_t *ops = un_xmalloc(nn * sizeof *ops);
     int32_t n_ops = 0;
-    heap h = {.a = un_xmalloc(nn * sizeof(int32_t)), .n = 0, .col = col};
+    heap h = {.a = un_xmalloc(nn * sizeof(int32_t)), .n = 0, .s = &s};
     for (int32_t v = 0; v < n; v++) {
+        pos[v] = -1;
         if (is_source(&g->nodes[v])) continue;
         for (int32_t j = 0; j < g->nodes[v].n_in; j++)
             indeg[v] += !is_source(&g->nodes[g->nodes[v].in[j].node]);
         if (!indeg[v]) heap_push(&h, v);
     }
+    classes cls = {.col = un_xmalloc(nn * sizeof(uint64_t)), .cnt = un_xmalloc(nn * sizeof(int32_t))};
+    classes_build(&cls, &s, pos);
     while (h.n) {
         int32_t v = heap_pop(&h);
+        pos[v] = n_ops; /* provisional: marks v as placed */
         ops[n_ops++] = v;
-        for (int32_t k = e.start[v]; k < e.start[v + 1]; k++)
-            if (--indeg[e.user[k]] == 0) heap_push(&h, e.user[k]);
+        if (classes_take(&cls, s.col[v]) > 1) {
+            s.col[v] = hash3(0x696e6476u, s.col[v], (uint64_t)n_ops);
+            refine(&s);
+            heap_rebuild(&h);
+            classes_build(&cls, &s, pos);
+        }
+        for (int32_t k = s.e.start[v]; k < s.e.start[v + 1]; k++)
+            if (--indeg[s.e.user[k]] == 0) heap_push(&h, s.e.user[k]);
     }
 
-    /* Sources by first use, then unused ones by colour. */
+    /* Sources by first use, then unused ones by colour; then the ops. */
     free(c->canon);
     c->canon = un_xmalloc(nn * sizeof *c->canon);
-    int32_t *pos = indeg; /* reused: canonical position, -1 = not placed */
     for (int32_t v = 0; v < n; v++) pos[v] = -1;
     int32_t m = 0;
     for (int32_t i = 0; i < n_ops; i++) {
         const un_node *nd = &g->nodes[ops[i]];
         for (int32_t j = 0; j < nd->n_in; j++) {
-            int32_t s = nd->in[j].node;
-            if (is_source(&g->nodes[s]) && pos[s] < 0) c->canon[pos[s] = m++] = s;
+            int32_t src = nd->in[j].node;
+            if (is_source(&g->nodes[src]) && pos[src] < 0) c->canon[pos[src] = m++] = src;
         }
     }
     for (int32_t p = 0; g->outs_explicit && p < g->n_outs; p++) {
-        int32_t s = g->outs[p].node;
-        if (is_source(&g->nodes[s]) && pos[s] < 0) c->canon[pos[s] = m++] = s;
+        int32_t src = g->outs[p].node;
+        if (is_source(&g->nodes[src]) && pos[src] < 0) c->canon[pos[src] = m++] = src;
     }
     h.n = 0;
     for (int32_t v = 0; v < n; v++)
@@ -445,13 +519,17 @@ static void canon_compute(const un_graph *g) {
     c->hash = hh;
     c->canon_ok = true;
 
+    free(cls.col);
+    free(cls.cnt);
     free(h.a);
     free(ops);
+    free(pos);
     free(indeg);
-    free(scratch);
-    free(nxt);
-    free(col);
-    edges_free(&e);
+    free(s.marks);
+    free(s.scratch);
+    free(s.nxt);
+    free(s.col);
+    edges_free(&s.e);
 }
 
 uint64_t un_graph_hash(const un_graph *g) {
@@ -1161,7 +1239,9 @@ un_status un_graph_to_dot(un_ctx *ctx, const un_graph *g, un_buf *out) {
         un_buf_printf(&t, "%s", os->name);
         bool any = false;
         for (int k = 0; k < os->n_params; k++) {
-            if (!param_shown(&os->params[k], &nd->params[k])) continue;
+            /* a parallel op's dim and degree are the point of it: always shown */
+            if (os->kind != UN_OPK_PARALLEL && !param_shown(&os->params[k], &nd->params[k]))
+                continue;
             if (nd->op == UN_OP_INPUT || nd->op == UN_OP_WEIGHT) {
                 if (strcmp(os->params[k].name, "shape") == 0) continue; /* the shape line says it */
             }

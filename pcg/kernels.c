@@ -2,24 +2,27 @@
  * computing ONE piece (local blocks in, local blocks out) in either number domain of pcg/num.h.
  * Every kernel is written once over un_val with the un_num_* helpers; float64 is real math, and
  * the prime field replaces each nonlinear function by a fixed random surrogate. Semantics of every
- * op are those documented in specs/ops.json. Slow and simple on purpose: the runtime has its own. */
+ * op are those documented in specs/ops.json. Slow and simple on purpose: the runtime has its
+ * own. */
 #include <math.h>
 #include <string.h>
 
 #include "pcg/eval.h"
 
-/* ---- small helpers ---------------------------------------------------------------------------- */
+/* ---- small helpers --------------------------------------------------------------------------- */
 
 static int64_t blk_numel(const un_block *b) {
     int64_t n = 1;
-    for (int i = 0; i < b->rank; i++) n *= b->dim[i];
+    for (int i = 0; i < b->rank; i++)
+        n *= b->dim[i];
     return n;
 }
 
 /* Product of the local dims in [lo, hi). */
 static int64_t blk_span(const un_block *b, int lo, int hi) {
     int64_t n = 1;
-    for (int i = lo; i < hi; i++) n *= b->dim[i];
+    for (int i = lo; i < hi; i++)
+        n *= b->dim[i];
     return n;
 }
 
@@ -31,13 +34,15 @@ static int norm_dim(int64_t dim, int rank) {
 }
 
 static void fill_zero(un_dom d, un_val *p, int64_t n) {
-    for (int64_t i = 0; i < n; i++) p[i] = un_num_zero(d);
+    for (int64_t i = 0; i < n; i++)
+        p[i] = un_num_zero(d);
 }
 
 /* Advances a row-major multi-index over dims; the last dim moves fastest. */
 static void idx_next(int64_t *idx, const int64_t *dim, int rank) {
     for (int i = rank - 1; i >= 0; i--) {
-        if (++idx[i] < dim[i]) return;
+        if (++idx[i] < dim[i])
+            return;
         idx[i] = 0;
     }
 }
@@ -64,7 +69,7 @@ enum {
     TAG_POOL_G = 0x55
 };
 
-/* ---- activations ------------------------------------------------------------------------------ */
+/* ---- activations ----------------------------------------------------------------------------- */
 
 /* The activation functions, in the order of linear's `activation` enum (conv2d's enum is a
  * prefix of it). Their field surrogates use fixed salts that do not depend on the operator, so
@@ -77,32 +82,45 @@ static const uint64_t act_salt[ACT_COUNT] = {
 
 static un_val act_apply(un_dom d, int act, un_val x) {
     UN_ASSERT(act >= 0 && act < ACT_COUNT);
-    if (act == ACT_NONE) return x;
-    if (d == UN_DOM_FIELD) return surr(act_salt[act], x);
+    if (act == ACT_NONE)
+        return x;
+    if (d == UN_DOM_FIELD)
+        return surr(act_salt[act], x);
     un_val r;
     switch (act) {
-    case ACT_RELU: r.f = x.f > 0 ? x.f : 0; break;
-    case ACT_SIGMOID: r.f = 1.0 / (1.0 + exp(-x.f)); break;
-    case ACT_TANH: r.f = tanh(x.f); break;
-    default: r.f = 0.5 * x.f * (1.0 + erf(x.f / sqrt(2.0))); break;
+    case ACT_RELU:
+        r.f = x.f > 0 ? x.f : 0;
+        break;
+    case ACT_SIGMOID:
+        r.f = 1.0 / (1.0 + exp(-x.f));
+        break;
+    case ACT_TANH:
+        r.f = tanh(x.f);
+        break;
+    default:
+        r.f = 0.5 * x.f * (1.0 + erf(x.f / sqrt(2.0)));
+        break;
     }
     return r;
 }
 
 static void act_inplace(un_dom d, int act, un_val *p, int64_t n) {
-    if (act == ACT_NONE) return;
-    for (int64_t i = 0; i < n; i++) p[i] = act_apply(d, act, p[i]);
+    if (act == ACT_NONE)
+        return;
+    for (int64_t i = 0; i < n; i++)
+        p[i] = act_apply(d, act, p[i]);
 }
 
 /* 1 / sqrt(v + 1e-5) in float64; a surrogate in the field. */
 static un_val num_rsqrt_eps(un_dom d, uint64_t salt, un_val v) {
-    if (d == UN_DOM_FIELD) return surr(salt ^ TAG_RSQRT, v);
+    if (d == UN_DOM_FIELD)
+        return surr(salt ^ TAG_RSQRT, v);
     un_val r;
     r.f = 1.0 / sqrt(v.f + 1e-5);
     return r;
 }
 
-/* ---- matmul core ------------------------------------------------------------------------------ */
+/* ---- matmul core ----------------------------------------------------------------------------- */
 
 /* A strided matrix: element (i, j) at p[i * rs + j * cs]. */
 typedef struct mat {
@@ -111,20 +129,22 @@ typedef struct mat {
 } mat;
 
 /* C[i, j] += sum_p A[i, p] B[p, j] for an m x k times k x n product; C rows are ldc apart. */
-static void mm_acc(un_dom d, mat A, mat B, un_val *C, int64_t ldc, int64_t m, int64_t k, int64_t n) {
+static void mm_acc(un_dom d, mat A, mat B, un_val *C, int64_t ldc, int64_t m, int64_t k,
+                   int64_t n) {
     for (int64_t i = 0; i < m; i++) {
         un_val *c = C + i * ldc;
         for (int64_t p = 0; p < k; p++) {
             un_val aip = A.p[i * A.rs + p * A.cs];
             const un_val *b = B.p + p * B.rs;
-            for (int64_t j = 0; j < n; j++) c[j] = un_num_add(d, c[j], un_num_mul(d, aip, b[j * B.cs]));
+            for (int64_t j = 0; j < n; j++)
+                c[j] = un_num_add(d, c[j], un_num_mul(d, aip, b[j * B.cs]));
         }
     }
 }
 
 static mat mat_rows(const un_val *p, int64_t cols) { return (mat){p, cols, 1}; }
 
-/* ---- softmax row ------------------------------------------------------------------------------ */
+/* ---- softmax row ----------------------------------------------------------------------------- */
 
 /* y_j = exp(x_j) / sum exp(x) over n values stride apart; in the field g(x_j) * inv(sum g(x)). */
 static void softmax_row(un_dom d, uint64_t salt, const un_val *x, un_val *y, int64_t n,
@@ -132,7 +152,8 @@ static void softmax_row(un_dom d, uint64_t salt, const un_val *x, un_val *y, int
     double mx = 0;
     if (d == UN_DOM_F64) {
         mx = x[0].f;
-        for (int64_t j = 1; j < n; j++) mx = fmax(mx, x[j * stride].f);
+        for (int64_t j = 1; j < n; j++)
+            mx = fmax(mx, x[j * stride].f);
     }
     un_val s = un_num_zero(d);
     for (int64_t j = 0; j < n; j++) {
@@ -145,10 +166,11 @@ static void softmax_row(un_dom d, uint64_t salt, const un_val *x, un_val *y, int
         s = un_num_add(d, s, e);
     }
     un_val inv = un_num_div(d, num_one(d), s);
-    for (int64_t j = 0; j < n; j++) y[j * stride] = un_num_mul(d, y[j * stride], inv);
+    for (int64_t j = 0; j < n; j++)
+        y[j * stride] = un_num_mul(d, y[j * stride], inv);
 }
 
-/* ---- linear algebra ops ----------------------------------------------------------------------- */
+/* ---- linear algebra ops ---------------------------------------------------------------------- */
 
 /* y = act(x W [+ b]); x [..., in], W [in, out], b [out]. */
 static un_status k_linear(un_ctx *ctx, const un_kargs *a) {
@@ -183,7 +205,7 @@ static un_status k_batch_matmul(un_ctx *ctx, const un_kargs *a) {
     return UN_OK;
 }
 
-/* ---- elementwise ------------------------------------------------------------------------------ */
+/* ---- elementwise ----------------------------------------------------------------------------- */
 
 typedef un_val (*num_binop)(un_dom, un_val, un_val);
 
@@ -192,7 +214,8 @@ static void ew_binary(const un_kargs *a, num_binop f) {
     un_block *z = &a->out[0];
     int64_t n = blk_numel(z);
     UN_ASSERT(blk_numel(x) == n && blk_numel(y) == n);
-    for (int64_t i = 0; i < n; i++) z->data[i] = f(a->dom, x->data[i], y->data[i]);
+    for (int64_t i = 0; i < n; i++)
+        z->data[i] = f(a->dom, x->data[i], y->data[i]);
 }
 
 static un_status k_ew_add(un_ctx *ctx, const un_kargs *a) {
@@ -220,14 +243,16 @@ static un_status k_scalar_mul(un_ctx *ctx, const un_kargs *a) {
     UN_ASSERT(den >= 1);
     un_val f = un_num_div(a->dom, un_num_from_int(a->dom, num), un_num_from_int(a->dom, den));
     int64_t n = blk_numel(&a->out[0]);
-    for (int64_t i = 0; i < n; i++) a->out[0].data[i] = un_num_mul(a->dom, a->in[0].data[i], f);
+    for (int64_t i = 0; i < n; i++)
+        a->out[0].data[i] = un_num_mul(a->dom, a->in[0].data[i], f);
     return UN_OK;
 }
 
 static void unary_act(const un_kargs *a, int act) {
     int64_t n = blk_numel(&a->out[0]);
     UN_ASSERT(blk_numel(&a->in[0]) == n);
-    for (int64_t i = 0; i < n; i++) a->out[0].data[i] = act_apply(a->dom, act, a->in[0].data[i]);
+    for (int64_t i = 0; i < n; i++)
+        a->out[0].data[i] = act_apply(a->dom, act, a->in[0].data[i]);
 }
 
 static un_status k_relu(un_ctx *ctx, const un_kargs *a) {
@@ -275,7 +300,8 @@ static un_status k_dropout(un_ctx *ctx, const un_kargs *a) {
     un_block *y = &a->out[0];
     int64_t rate = un_kargs_int(a, "rate_pct"), seed = un_kargs_int(a, "seed");
     UN_ASSERT(rate >= 0 && rate < 100);
-    un_val scale = un_num_div(a->dom, un_num_from_int(a->dom, 100), un_num_from_int(a->dom, 100 - rate));
+    un_val scale =
+        un_num_div(a->dom, un_num_from_int(a->dom, 100), un_num_from_int(a->dom, 100 - rate));
     int64_t gstride[UN_MAX_DIMS], idx[UN_MAX_DIMS] = {0}, n = blk_numel(x);
     int64_t s = 1;
     for (int i = x->rank - 1; i >= 0; i--) {
@@ -284,7 +310,8 @@ static un_status k_dropout(un_ctx *ctx, const un_kargs *a) {
     }
     for (int64_t e = 0; e < n; e++) {
         uint64_t g = 0;
-        for (int i = 0; i < x->rank; i++) g += (uint64_t)((x->off[i] + idx[i]) * gstride[i]);
+        for (int i = 0; i < x->rank; i++)
+            g += (uint64_t)((x->off[i] + idx[i]) * gstride[i]);
         uint64_t h = un_mix64(un_hash_combine((uint64_t)seed, g));
         y->data[e] = (int64_t)(h % 100) >= rate ? un_num_mul(a->dom, x->data[e], scale)
                                                 : un_num_zero(a->dom);
@@ -293,7 +320,7 @@ static un_status k_dropout(un_ctx *ctx, const un_kargs *a) {
     return UN_OK;
 }
 
-/* ---- normalisations --------------------------------------------------------------------------- */
+/* ---- normalisations -------------------------------------------------------------------------- */
 
 static un_status k_softmax(un_ctx *ctx, const un_kargs *a) {
     (void)ctx;
@@ -319,7 +346,8 @@ static un_status k_layer_norm(un_ctx *ctx, const un_kargs *a) {
         const un_val *xr = x->data + r * n;
         un_val *yr = a->out[0].data + r * n;
         un_val mean = un_num_zero(d), var = un_num_zero(d);
-        for (int64_t j = 0; j < n; j++) mean = un_num_add(d, mean, xr[j]);
+        for (int64_t j = 0; j < n; j++)
+            mean = un_num_add(d, mean, xr[j]);
         mean = un_num_mul(d, mean, inv_n);
         for (int64_t j = 0; j < n; j++) {
             un_val c = un_num_sub(d, xr[j], mean);
@@ -345,7 +373,8 @@ static un_status k_batch_norm(un_ctx *ctx, const un_kargs *a) {
     for (int64_t c = 0; c < nc; c++) {
         un_val mean = un_num_zero(d), var = un_num_zero(d);
         for (int64_t i = 0; i < nn; i++)
-            for (int64_t p = 0; p < hw; p++) mean = un_num_add(d, mean, x->data[(i * nc + c) * hw + p]);
+            for (int64_t p = 0; p < hw; p++)
+                mean = un_num_add(d, mean, x->data[(i * nc + c) * hw + p]);
         mean = un_num_mul(d, mean, inv_cnt);
         for (int64_t i = 0; i < nn; i++)
             for (int64_t p = 0; p < hw; p++) {
@@ -363,10 +392,10 @@ static un_status k_batch_norm(un_ctx *ctx, const un_kargs *a) {
     return UN_OK;
 }
 
-/* ---- convolution and pooling ------------------------------------------------------------------ */
+/* ---- convolution and pooling ----------------------------------------------------------------- */
 
-/* y[n, o, i, j] = act(b[o] + sum_{c, p, q} x[n, g*cpg + c, i*sh - ph + p, j*sw - pw + q] w[o, c, p, q])
- * with g = o / (cout / groups) and cpg = w's dim 1 (input channels per group); zero padding. */
+/* y[n, o, i, j] = act(b[o] + sum_{c, p, q} x[n, g*cpg + c, i*sh - ph + p, j*sw - pw + q] w[o, c, p,
+ * q]) with g = o / (cout / groups) and cpg = w's dim 1 (input channels per group); zero padding. */
 static un_status k_conv2d(un_ctx *ctx, const un_kargs *a) {
     (void)ctx;
     un_dom d = a->dom;
@@ -390,10 +419,12 @@ static un_status k_conv2d(un_ctx *ctx, const un_kargs *a) {
                     for (int64_t c = 0; c < cpg; c++)
                         for (int64_t p = 0; p < KH; p++) {
                             int64_t ih = i * sh - ph + p;
-                            if (ih < 0 || ih >= H) continue;
+                            if (ih < 0 || ih >= H)
+                                continue;
                             for (int64_t q = 0; q < KW; q++) {
                                 int64_t iw = j * sw - pw + q;
-                                if (iw < 0 || iw >= W) continue;
+                                if (iw < 0 || iw >= W)
+                                    continue;
                                 un_val xv = x->data[((n * C + c0 + c) * H + ih) * W + iw];
                                 un_val wv = w->data[((o * cpg + c) * KH + p) * KW + q];
                                 s = un_num_add(d, s, un_num_mul(d, xv, wv));
@@ -428,10 +459,12 @@ static un_status k_pool2d(un_ctx *ctx, const un_kargs *a) {
                 double mx = -INFINITY;
                 for (int64_t p = 0; p < kh; p++) {
                     int64_t ih = i * sh - ph + p;
-                    if (ih < 0 || ih >= H) continue;
+                    if (ih < 0 || ih >= H)
+                        continue;
                     for (int64_t q = 0; q < kw; q++) {
                         int64_t iw = j * sw - pw + q;
-                        if (iw < 0 || iw >= W) continue;
+                        if (iw < 0 || iw >= W)
+                            continue;
                         un_val v = x->data[(pl * H + ih) * W + iw];
                         if (avg)
                             s = un_num_add(d, s, v);
@@ -453,7 +486,7 @@ static un_status k_pool2d(un_ctx *ctx, const un_kargs *a) {
     return UN_OK;
 }
 
-/* ---- data movement ---------------------------------------------------------------------------- */
+/* ---- data movement --------------------------------------------------------------------------- */
 
 static un_status k_concat(un_ctx *ctx, const un_kargs *a) {
     (void)ctx;
@@ -502,11 +535,13 @@ static un_status k_transpose(un_ctx *ctx, const un_kargs *a) {
         ostride[i] = s;
         s *= y->dim[i];
     }
-    for (int i = 0; i < r; i++) istride[i] = ostride[i == d0 ? d1 : i == d1 ? d0 : i];
+    for (int i = 0; i < r; i++)
+        istride[i] = ostride[i == d0 ? d1 : i == d1 ? d0 : i];
     int64_t n = blk_numel(x);
     for (int64_t e = 0; e < n; e++) {
         int64_t at = 0;
-        for (int i = 0; i < r; i++) at += idx[i] * istride[i];
+        for (int i = 0; i < r; i++)
+            at += idx[i] * istride[i];
         y->data[at] = x->data[e];
         idx_next(idx, x->dim, r);
     }
@@ -544,15 +579,17 @@ static un_status k_embedding(un_ctx *ctx, const un_kargs *a) {
                                     "of %lld rows",
                                     (long long)r, (long long)(ix->off[0] + b),
                                     (long long)(ix->off[1] + j), (long long)rows);
-            for (int64_t c = 0; c < cols; c++) yr[c] = un_num_add(d, yr[c], t->data[r * cols + c]);
+            for (int64_t c = 0; c < cols; c++)
+                yr[c] = un_num_add(d, yr[c], t->data[r * cols + c]);
         }
         if (mean)
-            for (int64_t c = 0; c < cols; c++) yr[c] = un_num_mul(d, yr[c], inv_bag);
+            for (int64_t c = 0; c < cols; c++)
+                yr[c] = un_num_mul(d, yr[c], inv_bag);
     }
     return UN_OK;
 }
 
-/* ---- attention -------------------------------------------------------------------------------- */
+/* ---- attention ------------------------------------------------------------------------------- */
 
 /* out = concat_heads(softmax(Q_h K_h^T * scale) V_h) Wo with Q = q Wq, K = k Wk, V = v Wv; head h
  * uses the projected columns [h*dh, (h+1)*dh), dh = (Wq's columns) / heads. scale = 1/sqrt(dh) in
@@ -568,7 +605,8 @@ static un_status k_multihead_attention(un_ctx *ctx, const un_kargs *a) {
               wv->dim[1] == HL && wq->dim[0] == E && k->dim[2] == E && v->dim[1] == T);
     int64_t dh = HL / heads;
     un_val scale = num_one(d);
-    if (d == UN_DOM_F64) scale.f = 1.0 / sqrt((double)dh);
+    if (d == UN_DOM_F64)
+        scale.f = 1.0 / sqrt((double)dh);
     size_t nbuf = (size_t)((2 * S + 2 * T) * HL + S * T);
     un_val *buf = un_ctx_malloc(ctx, nbuf * sizeof(un_val));
     if (!buf)
@@ -584,8 +622,10 @@ static un_status k_multihead_attention(un_ctx *ctx, const un_kargs *a) {
             fill_zero(d, P, S * T);
             /* P = Q_h K_h^T: K_h^T (c, t) lives at K[t * HL + h * dh + c]. */
             mm_acc(d, mat_rows(Q + h * dh, HL), (mat){K + h * dh, 1, HL}, P, T, S, dh, T);
-            for (int64_t s = 0; s < S * T; s++) P[s] = un_num_mul(d, P[s], scale);
-            for (int64_t s = 0; s < S; s++) softmax_row(d, a->salt, P + s * T, P + s * T, T, 1);
+            for (int64_t s = 0; s < S * T; s++)
+                P[s] = un_num_mul(d, P[s], scale);
+            for (int64_t s = 0; s < S; s++)
+                softmax_row(d, a->salt, P + s * T, P + s * T, T, 1);
             mm_acc(d, mat_rows(P, T), mat_rows(V + h * dh, HL), O + h * dh, HL, S, T, dh);
         }
         mm_acc(d, mat_rows(O, HL), mat_rows(wo->data, EO), y->data + b * S * EO, EO, S, HL, EO);
@@ -594,7 +634,7 @@ static un_status k_multihead_attention(un_ctx *ctx, const un_kargs *a) {
     return UN_OK;
 }
 
-/* ---- reductions and loss ---------------------------------------------------------------------- */
+/* ---- reductions and loss --------------------------------------------------------------------- */
 
 static void reduce_dim(const un_kargs *a, bool mean) {
     un_dom d = a->dom;
@@ -607,7 +647,8 @@ static void reduce_dim(const un_kargs *a, bool mean) {
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i = 0; i < inner; i++) {
             un_val s = un_num_zero(d);
-            for (int64_t l = 0; l < len; l++) s = un_num_add(d, s, x->data[(o * len + l) * inner + i]);
+            for (int64_t l = 0; l < len; l++)
+                s = un_num_add(d, s, x->data[(o * len + l) * inner + i]);
             y[o * inner + i] = mean ? un_num_mul(d, s, f) : s;
         }
 }
@@ -624,7 +665,8 @@ static un_status k_reduce_mean(un_ctx *ctx, const un_kargs *a) {
     return UN_OK;
 }
 
-/* loss[b] = log sum_j exp(x[b, j]) - x[b, label[b]]; in the field g(sum_j h(x[b, j])) - x[b, label]. */
+/* loss[b] = log sum_j exp(x[b, j]) - x[b, label[b]]; in the field g(sum_j h(x[b, j])) - x[b,
+ * label]. */
 static un_status k_cross_entropy(un_ctx *ctx, const un_kargs *a) {
     un_dom d = a->dom;
     const un_block *x = &a->in[0], *lab = &a->in[1];
@@ -640,12 +682,15 @@ static un_status k_cross_entropy(un_ctx *ctx, const un_kargs *a) {
         un_val lse;
         if (d == UN_DOM_FIELD) {
             un_val s = un_num_zero(d);
-            for (int64_t j = 0; j < nc; j++) s = un_num_add(d, s, surr(a->salt ^ TAG_EXP, row[j]));
+            for (int64_t j = 0; j < nc; j++)
+                s = un_num_add(d, s, surr(a->salt ^ TAG_EXP, row[j]));
             lse = surr(a->salt ^ TAG_LOG, s);
         } else {
             double mx = row[0].f, s = 0;
-            for (int64_t j = 1; j < nc; j++) mx = fmax(mx, row[j].f);
-            for (int64_t j = 0; j < nc; j++) s += exp(row[j].f - mx);
+            for (int64_t j = 1; j < nc; j++)
+                mx = fmax(mx, row[j].f);
+            for (int64_t j = 0; j < nc; j++)
+                s += exp(row[j].f - mx);
             lse.f = mx + log(s);
         }
         a->out[0].data[b] = un_num_sub(d, lse, row[l]);
@@ -653,37 +698,64 @@ static un_status k_cross_entropy(un_ctx *ctx, const un_kargs *a) {
     return UN_OK;
 }
 
-/* ---- dispatch --------------------------------------------------------------------------------- */
+/* ---- dispatch -------------------------------------------------------------------------------- */
 
 un_status un__kernel_run(un_ctx *ctx, const un_kargs *a) {
     switch (a->op) {
-    case UN_OP_LINEAR: return k_linear(ctx, a);
-    case UN_OP_BATCH_MATMUL: return k_batch_matmul(ctx, a);
-    case UN_OP_EW_ADD: return k_ew_add(ctx, a);
-    case UN_OP_EW_SUB: return k_ew_sub(ctx, a);
-    case UN_OP_EW_MUL: return k_ew_mul(ctx, a);
-    case UN_OP_SCALAR_MUL: return k_scalar_mul(ctx, a);
-    case UN_OP_RELU: return k_relu(ctx, a);
-    case UN_OP_GELU: return k_gelu(ctx, a);
-    case UN_OP_SIGMOID: return k_sigmoid(ctx, a);
-    case UN_OP_TANH: return k_tanh(ctx, a);
-    case UN_OP_SOFTMAX: return k_softmax(ctx, a);
-    case UN_OP_LAYER_NORM: return k_layer_norm(ctx, a);
-    case UN_OP_BATCH_NORM: return k_batch_norm(ctx, a);
-    case UN_OP_DROPOUT: return k_dropout(ctx, a);
-    case UN_OP_CONV2D: return k_conv2d(ctx, a);
-    case UN_OP_POOL2D: return k_pool2d(ctx, a);
-    case UN_OP_CONCAT: return k_concat(ctx, a);
-    case UN_OP_SPLIT: return k_split(ctx, a);
-    case UN_OP_TRANSPOSE: return k_transpose(ctx, a);
-    case UN_OP_RESHAPE: return k_reshape(ctx, a);
-    case UN_OP_FLAT: return k_flat(ctx, a);
-    case UN_OP_EMBEDDING: return k_embedding(ctx, a);
-    case UN_OP_MULTIHEAD_ATTENTION: return k_multihead_attention(ctx, a);
-    case UN_OP_REDUCE_SUM: return k_reduce_sum(ctx, a);
-    case UN_OP_REDUCE_MEAN: return k_reduce_mean(ctx, a);
-    case UN_OP_CROSS_ENTROPY: return k_cross_entropy(ctx, a);
-    case UN_OP_IDENTITY: return k_identity(ctx, a);
+    case UN_OP_LINEAR:
+        return k_linear(ctx, a);
+    case UN_OP_BATCH_MATMUL:
+        return k_batch_matmul(ctx, a);
+    case UN_OP_EW_ADD:
+        return k_ew_add(ctx, a);
+    case UN_OP_EW_SUB:
+        return k_ew_sub(ctx, a);
+    case UN_OP_EW_MUL:
+        return k_ew_mul(ctx, a);
+    case UN_OP_SCALAR_MUL:
+        return k_scalar_mul(ctx, a);
+    case UN_OP_RELU:
+        return k_relu(ctx, a);
+    case UN_OP_GELU:
+        return k_gelu(ctx, a);
+    case UN_OP_SIGMOID:
+        return k_sigmoid(ctx, a);
+    case UN_OP_TANH:
+        return k_tanh(ctx, a);
+    case UN_OP_SOFTMAX:
+        return k_softmax(ctx, a);
+    case UN_OP_LAYER_NORM:
+        return k_layer_norm(ctx, a);
+    case UN_OP_BATCH_NORM:
+        return k_batch_norm(ctx, a);
+    case UN_OP_DROPOUT:
+        return k_dropout(ctx, a);
+    case UN_OP_CONV2D:
+        return k_conv2d(ctx, a);
+    case UN_OP_POOL2D:
+        return k_pool2d(ctx, a);
+    case UN_OP_CONCAT:
+        return k_concat(ctx, a);
+    case UN_OP_SPLIT:
+        return k_split(ctx, a);
+    case UN_OP_TRANSPOSE:
+        return k_transpose(ctx, a);
+    case UN_OP_RESHAPE:
+        return k_reshape(ctx, a);
+    case UN_OP_FLAT:
+        return k_flat(ctx, a);
+    case UN_OP_EMBEDDING:
+        return k_embedding(ctx, a);
+    case UN_OP_MULTIHEAD_ATTENTION:
+        return k_multihead_attention(ctx, a);
+    case UN_OP_REDUCE_SUM:
+        return k_reduce_sum(ctx, a);
+    case UN_OP_REDUCE_MEAN:
+        return k_reduce_mean(ctx, a);
+    case UN_OP_CROSS_ENTROPY:
+        return k_cross_entropy(ctx, a);
+    case UN_OP_IDENTITY:
+        return k_identity(ctx, a);
     /* Sources have no computation; parallel ops move pieces in eval.c. Every op is listed so that
      * -Wswitch flags a new regular op of ops.def without a kernel. */
     case UN_OP_INPUT:
@@ -692,7 +764,8 @@ un_status un__kernel_run(un_ctx *ctx, const un_kargs *a) {
     case UN_OP_COMBINE:
     case UN_OP_REPLICATE:
     case UN_OP_REDUCE:
-    case UN_OP_COUNT: break;
+    case UN_OP_COUNT:
+        break;
     }
     return un_ctx_error(ctx, UN_ERR_INVALID, "no kernel for operator '%s'",
                         (unsigned)a->op < UN_OP_COUNT ? un_op_name(a->op) : "?");

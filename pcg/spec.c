@@ -341,7 +341,8 @@ static un_status load_inputs(un_ctx *ctx, un_spec *sp, const un_jcur *c, un_op_s
 }
 
 static un_status load_output(un_ctx *ctx, un_spec *sp, const un_jcur *c, un_op_spec *os, un_output_spec *o) {
-    static const char *const keys[] = {"like", "set", "drop", "dims", "dims_param", "dtype", "dtype_param", "doc", NULL};
+    static const char *const keys[] = {"like",  "set",         "drop", "drop_when", "dims", "dims_param",
+                                       "dtype", "dtype_param", "doc",  NULL};
     un_status st;
     op_scope sc = {.os = os, .foreach_name = NULL};
     if ((st = un_jcur_need_type(ctx, c, UN_JSON_OBJECT)) != UN_OK) return st;
@@ -377,11 +378,14 @@ static un_status load_output(un_ctx *ctx, un_spec *sp, const un_jcur *c, un_op_s
             }
             o->n_set = n;
         }
-        un_jcur drop = un_jcur_member(c, "drop");
+        un_jcur drop = un_jcur_member(c, "drop"), dw = un_jcur_member(c, "drop_when");
         if (un_jcur_present(&drop) && (st = parse_expr_at(ctx, sp, &drop, &sc, &o->drop)) != UN_OK) return st;
+        if (un_jcur_present(&dw) && !un_jcur_present(&drop))
+            return un_jcur_error(ctx, UN_ERR_SPEC, &dw, "drop_when without drop");
+        if ((st = load_when(ctx, os, &dw, &o->drop_when)) != UN_OK) return st;
     } else {
-        un_jcur set = un_jcur_member(c, "set"), drop = un_jcur_member(c, "drop");
-        if (un_jcur_present(&set) || un_jcur_present(&drop))
+        un_jcur set = un_jcur_member(c, "set"), drop = un_jcur_member(c, "drop"), dw = un_jcur_member(c, "drop_when");
+        if (un_jcur_present(&set) || un_jcur_present(&drop) || un_jcur_present(&dw))
             return un_jcur_error(ctx, UN_ERR_SPEC, c, "set and drop apply to a 'like' output only");
     }
     if (un_jcur_present(&dims)) {
@@ -817,6 +821,17 @@ static un_status load_axiom(un_ctx *ctx, un_spec *sp, const un_jcur *c, un_axiom
             const char *dts = "float";
             if ((st = un_jcur_get_str(ctx, &m, "dtype", false, &dts)) != UN_OK) return st;
             av[i].dtype = strcmp(dts, "int") == 0 ? UN_DT_INT : UN_DT_FLOAT;
+            un_jcur rc = un_jcur_member(&m, "range");
+            int64_t lit;
+            if (un_jcur_is_int(&rc, &lit) && lit >= 1) {
+                char buf[24];
+                snprintf(buf, sizeof buf, "%lld", (long long)lit);
+                av[i].range = adup(sp, buf);
+            } else if (un_jcur_type(&rc) == UN_JSON_STRING) {
+                av[i].range = adup(sp, un_jcur_str(&rc));
+            } else if (un_jcur_present(&rc)) {
+                return un_jcur_error(ctx, UN_ERR_SPEC, &rc, "expected a size variable name or a size >= 1");
+            }
         }
         if ((st = un_jcur_need_type(ctx, &dims, UN_JSON_ARRAY)) != UN_OK) return st;
         int r = un_jcur_len(&dims);
@@ -1178,7 +1193,7 @@ static void comp_str(int c, char *buf, size_t n) {
 static int32_t comp_of(const un_shape *s, int c) {
     if (c == UN_COMP_SUM_AT) return s->sum;
     if (c == UN_COMP_COPY_AT) return s->copy;
-    return s->shard[c];
+    return c < s->rank ? s->shard[c] : 1;
 }
 
 static void comp_mul(un_shape *s, int c, int32_t k) {
@@ -1355,7 +1370,7 @@ static un_status logical_output(solver *s, int o, const un_output_spec *spec, co
                                     s->os->name, o, (long long)at, rank);
             dims[at] = v;
         }
-        if (spec->drop) {
+        if (spec->drop && un_when_holds(&spec->drop_when, s->params)) {
             int64_t at;
             if ((st = un_expr_eval(ctx, spec->drop, &env, &at)) != UN_OK) return st;
             if (at < 0) at += rank;
@@ -1628,4 +1643,51 @@ un_status un_spec_cost(un_ctx *ctx, const un_spec *spec, un_op op, const un_para
         *bytes = (double)v;
     }
     return UN_OK;
+}
+
+un_status un_spec_rule_apply(un_ctx *ctx, const un_spec *spec, un_op op, const un_param *params, int rule, int fe,
+                             int32_t k, un_shape *in, int n_in) {
+    const un_op_spec *os = un_spec_op(spec, op);
+    UN_ASSERT(os->kind == UN_OPK_REGULAR && rule >= -1 && rule < os->n_rules);
+    const un_shard_rule *r = rule >= 0 ? &os->rules[rule] : NULL;
+    if (r && !un_when_holds(&r->when, params))
+        return un_ctx_error(ctx, UN_ERR_SHAPE, "%s: rule '%s' does not apply under these parameters", os->name, r->name);
+    solver *s = un_xcalloc(1, sizeof *s);
+    const un_shape *inp[UN_MAX_INPUTS];
+    un_shape lin[UN_MAX_INPUTS];
+    for (int t = 0; t < n_in; t++) {
+        lin[t] = un_shape_logical(&in[t]);
+        inp[t] = &lin[t];
+    }
+    s->ctx = ctx;
+    s->os = os;
+    s->params = params;
+    s->in = in;
+    s->n_in = n_in;
+    s->env = (un_expr_env){.params = params, .n_params = os->n_params, .in = inp, .n_in = n_in};
+    un_status st = UN_OK;
+    inst it = {.rule = rule, .fe = fe};
+    if (r && !rule_require_ok(s, &it, k)) {
+        st = un_ctx_error(ctx, UN_ERR_SHAPE, "%s: rule '%s' requirement fails for degree %d", os->name, r->name, k);
+        goto done;
+    }
+    un_shape tmp[UN_MAX_INPUTS];
+    char why[128];
+    for (int t = 0; t < n_in; t++) {
+        int c = r ? resolve_comp(s, &r->in[t], in[t].rank, fe) : UN_COMP_COPY_AT;
+        if (c < 0) {
+            st = un_ctx_error(ctx, UN_ERR_SHAPE, "%s: rule '%s' names a dim input %d does not have", os->name, r->name, t);
+            goto done;
+        }
+        tmp[t] = in[t];
+        comp_mul(&tmp[t], c, k);
+        if (!un_shape_valid(&tmp[t], why, sizeof why)) {
+            st = un_ctx_error(ctx, UN_ERR_SHAPE, "%s: rule %s on input %d: %s", os->name, r ? r->name : "copy", t, why);
+            goto done;
+        }
+    }
+    memcpy(in, tmp, sizeof(un_shape) * (size_t)n_in);
+done:
+    free(s);
+    return st;
 }

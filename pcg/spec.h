@@ -75,6 +75,7 @@ typedef struct un_output_spec {
     const un_expr *set_at[UN_MAX_DIMS];
     const un_expr *set_val[UN_MAX_DIMS];
     const un_expr *drop;                /* on top of like: remove this dim, or NULL */
+    un_when drop_when;                  /* ... only when these parameter conditions hold */
     un_dtype dtype;                     /* output dtype (or that of the dtype param) */
     int32_t dtype_param;                /* ENUM param naming the dtype ("float"/"int"), or -1 */
 } un_output_spec;
@@ -131,6 +132,7 @@ typedef struct un_axiom_var {
     un_dtype dtype;
     int rank;
     const char *dims[UN_MAX_DIMS]; /* size-variable names, or decimal literals */
+    const char *range;             /* int tensors: values lie in [0, range) (size variable or literal) */
 } un_axiom_var;
 
 typedef struct un_axiom {
@@ -239,6 +241,12 @@ typedef struct un_infer {
  * the rule that fails. `label` names the node in messages (may be NULL). */
 un_status un_spec_infer(un_ctx *ctx, const un_spec *spec, un_op op, const un_param *params,
                         const un_shape *in, int n_in, const char *label, un_infer *out);
+
+/* Multiplies into the input layouts `in` what sharding rule `rule` (-1: the implicit copy rule)
+ * with foreach value fe and degree k requires of them: one layout the rule accepts. UN_ERR_SHAPE
+ * when the rule does not apply (its conditions fail or a dim does not divide). */
+un_status un_spec_rule_apply(un_ctx *ctx, const un_spec *spec, un_op op, const un_param *params, int rule,
+                             int fe, int32_t k, un_shape *in, int n_in);
 
 /* Evaluates the op's cost expressions for concrete shapes (after inference). */
 un_status un_spec_cost(un_ctx *ctx, const un_spec *spec, un_op op, const un_param *params,

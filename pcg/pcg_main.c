@@ -1,0 +1,237 @@
+/* unity-pcg - inspect operator specs and parallel computation graphs: print the operator table,
+ * show, draw, evaluate and compare PCGs (JSON), and write sample graphs. Argument parsing only;
+ * the work is in libpcg. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pcg/eval.h"
+#include "pcg/report.h"
+#include "pcg/sample.h"
+
+static const char *USAGE =
+    "usage: unity-pcg [--spec FILE] COMMAND ...\n"
+    "  ops                          the operator table of the spec\n"
+    "  show GRAPH.json              nodes with shapes and layouts, hash, cost\n"
+    "  dot GRAPH.json               Graphviz DOT on stdout\n"
+    "  eval GRAPH.json              evaluate on random inputs; print each output's checksum\n"
+    "  compare A.json B.json        evaluate both on the same inputs; exit 1 if outputs differ\n"
+    "  sample mlp [--strategy serial|data|tensor] [--degree K] [--batch B] [--in N] [--hidden H] [--out M]\n"
+    "                               write a sample graph as JSON on stdout\n"
+    "options: --spec FILE (default specs/ops.json)  --domain field|f64 (default both)  --seed S\n";
+
+typedef struct {
+    const char *spec;
+    const char *domain;
+    uint64_t seed;
+    const char *strategy;
+    int64_t degree, batch, in, hidden, out;
+    const char *pos[4];
+    int npos;
+} opts;
+
+static int fail(un_ctx *ctx, un_status st) {
+    fprintf(stderr, "unity-pcg: %s: %s\n", un_status_str(st), un_ctx_errmsg(ctx));
+    return 1;
+}
+
+static bool parse_int(const char *s, int64_t *out) {
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (!*s || *end || v < 1) return false;
+    *out = v;
+    return true;
+}
+
+static int parse_args(int argc, char **argv, opts *o) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int64_t n;
+        if (a[0] != '-' || strcmp(a, "-") == 0) {
+            if (o->npos == 4) {
+                fprintf(stderr, "unity-pcg: too many arguments\n");
+                return 2;
+            }
+            o->pos[o->npos++] = a;
+            continue;
+        }
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            fputs(USAGE, stdout);
+            return -1;
+        }
+        if (!v) {
+            fprintf(stderr, "unity-pcg: option %s needs a value\n", a);
+            return 2;
+        }
+        i++;
+        if (strcmp(a, "--spec") == 0)
+            o->spec = v;
+        else if (strcmp(a, "--domain") == 0 && (strcmp(v, "field") == 0 || strcmp(v, "f64") == 0))
+            o->domain = v;
+        else if (strcmp(a, "--strategy") == 0)
+            o->strategy = v;
+        else if (strcmp(a, "--seed") == 0 && parse_int(v, &n))
+            o->seed = (uint64_t)n;
+        else if (strcmp(a, "--degree") == 0 && parse_int(v, &n))
+            o->degree = n;
+        else if (strcmp(a, "--batch") == 0 && parse_int(v, &n))
+            o->batch = n;
+        else if (strcmp(a, "--in") == 0 && parse_int(v, &n))
+            o->in = n;
+        else if (strcmp(a, "--hidden") == 0 && parse_int(v, &n))
+            o->hidden = n;
+        else if (strcmp(a, "--out") == 0 && parse_int(v, &n))
+            o->out = n;
+        else {
+            fprintf(stderr, "unity-pcg: bad option or value: %s %s\n", a, v);
+            return 2;
+        }
+    }
+    return 0;
+}
+
+static void print_buf(un_buf *b) {
+    if (b->data) fputs(b->data, stdout);
+    un_buf_free(b);
+}
+
+static int cmd_eval(un_ctx *ctx, const un_graph *g, const opts *o) {
+    for (int dom = 0; dom < UN_DOM_COUNT; dom++) {
+        if (o->domain && strcmp(o->domain, dom == UN_DOM_FIELD ? "field" : "f64") != 0) continue;
+        un_eval *ev = NULL;
+        un_status st = un_eval_new(ctx, g, (un_dom)dom, &ev);
+        if (st == UN_OK) un_eval_fill_random(ev, o->seed);
+        if (st == UN_OK) st = un_eval_run(ev);
+        for (int32_t i = 0; st == UN_OK && i < un_graph_output_count(g); i++) {
+            un_ref r = un_graph_output(g, i);
+            const un_ptensor *t = un_eval_value(ev, r);
+            int64_t n = un_shape_numel(&t->shape);
+            un_val *v = un_xmalloc(sizeof(un_val) * (size_t)(n ? n : 1));
+            st = un_ptensor_gather(ctx, t, (un_dom)dom, v);
+            un_val sum = un_num_zero((un_dom)dom);
+            for (int64_t x = 0; st == UN_OK && x < n; x++) sum = un_num_add((un_dom)dom, sum, v[x]);
+            char sb[96];
+            un_shape_str(&t->shape, sb, sizeof sb);
+            const un_node *nd = un_graph_node(g, r.node);
+            if (st == UN_OK) {
+                if (dom == UN_DOM_FIELD)
+                    printf("%-6s %-10s %-28s sum = %llu (mod 2^61-1)\n", "field", nd->name ? nd->name : "?", sb,
+                           (unsigned long long)sum.u);
+                else
+                    printf("%-6s %-10s %-28s sum = %.12g\n", "f64", nd->name ? nd->name : "?", sb, sum.f);
+            }
+            free(v);
+        }
+        un_eval_free(ev);
+        if (st != UN_OK) return fail(ctx, st);
+    }
+    return 0;
+}
+
+static int cmd_compare(un_ctx *ctx, const un_spec *spec, const opts *o) {
+    un_graph *a = NULL, *b = NULL;
+    un_status st = un_graph_load(ctx, spec, o->pos[1], &a);
+    if (st == UN_OK) st = un_graph_load(ctx, spec, o->pos[2], &b);
+    int rc = 0;
+    for (int dom = 0; st == UN_OK && dom < UN_DOM_COUNT; dom++) {
+        if (o->domain && strcmp(o->domain, dom == UN_DOM_FIELD ? "field" : "f64") != 0) continue;
+        double err = 0;
+        un_status cs = un_eval_compare(ctx, a, b, (un_dom)dom, o->seed, 1e-9, &err);
+        const char *dn = dom == UN_DOM_FIELD ? "field" : "f64";
+        if (cs == UN_OK) {
+            if (dom == UN_DOM_FIELD)
+                printf("%-6s equal: every output element identical (exact, mod 2^61-1)\n", dn);
+            else
+                printf("%-6s equal: max |difference| %.3g\n", dn, err);
+        } else if (cs == UN_ERR_MISMATCH) {
+            printf("%-6s DIFFERENT: %s\n", dn, un_ctx_errmsg(ctx));
+            un_ctx_clear(ctx);
+            rc = 1;
+        } else {
+            st = cs;
+        }
+    }
+    un_graph_free(a);
+    un_graph_free(b);
+    if (st != UN_OK) return fail(ctx, st);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    opts o = {.spec = "specs/ops.json", .seed = 1, .strategy = "serial", .degree = 2, .batch = 8, .in = 16, .hidden = 32, .out = 4};
+    int rc = parse_args(argc, argv, &o);
+    if (rc) return rc < 0 ? 0 : rc;
+    if (o.npos == 0) {
+        fputs(USAGE, stderr);
+        return 2;
+    }
+    const char *cmd = o.pos[0];
+    static const struct {
+        const char *name;
+        int npos;
+    } cmds[] = {{"ops", 1}, {"show", 2}, {"dot", 2}, {"eval", 2}, {"compare", 3}, {"sample", 2}};
+    bool known = false;
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+        if (strcmp(cmd, cmds[i].name) == 0) {
+            known = true;
+            if (o.npos != cmds[i].npos) {
+                fprintf(stderr, "unity-pcg: '%s' takes %d argument%s\n%s", cmd, cmds[i].npos - 1, cmds[i].npos == 2 ? "" : "s",
+                        USAGE);
+                return 2;
+            }
+        }
+    if (!known) {
+        fprintf(stderr, "unity-pcg: unknown command '%s'\n%s", cmd, USAGE);
+        return 2;
+    }
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_spec *spec = NULL;
+    un_graph *g = NULL;
+    un_buf b = {0};
+    un_status st = un_spec_load(ctx, o.spec, &spec);
+    if (st != UN_OK) {
+        rc = fail(ctx, st);
+        goto done;
+    }
+    if (strcmp(cmd, "ops") == 0) {
+        un_report_ops(spec, &b);
+        print_buf(&b);
+    } else if (strcmp(cmd, "sample") == 0) {
+        int s = -1;
+        for (int i = 0; i < UN_SAMPLE_COUNT; i++)
+            if (strncmp(un_sample_strategy_name((un_sample_strategy)i), o.strategy, strlen(o.strategy)) == 0 && o.strategy[0])
+                s = i;
+        if (strcmp(o.pos[1], "mlp") != 0 || s < 0) {
+            fprintf(stderr, "unity-pcg: sample: only 'mlp' with --strategy serial, data or tensor\n");
+            rc = 2;
+            goto done;
+        }
+        un_sample_mlp_cfg cfg = {o.batch, o.in, o.hidden, o.out};
+        st = un_sample_mlp(ctx, spec, cfg, (un_sample_strategy)s, (int32_t)o.degree, &g);
+        if (st == UN_OK) st = un_graph_to_json(ctx, g, &b);
+        if (st != UN_OK) {
+            rc = fail(ctx, st);
+            goto done;
+        }
+        print_buf(&b);
+    } else if (strcmp(cmd, "compare") == 0) {
+        rc = cmd_compare(ctx, spec, &o);
+    } else {
+        st = un_graph_load(ctx, spec, o.pos[1], &g);
+        if (st == UN_OK && strcmp(cmd, "show") == 0) st = un_report_graph(ctx, g, &b);
+        if (st == UN_OK && strcmp(cmd, "dot") == 0) st = un_graph_to_dot(ctx, g, &b);
+        if (st != UN_OK) {
+            rc = fail(ctx, st);
+            goto done;
+        }
+        print_buf(&b);
+        if (strcmp(cmd, "eval") == 0) rc = cmd_eval(ctx, g, &o);
+    }
+done:
+    un_buf_free(&b);
+    un_graph_free(g);
+    un_spec_free(spec);
+    un_ctx_free(ctx);
+    return rc;
+}

@@ -1,0 +1,17 @@
+/* report.h - human-readable text for the operator registry and for graphs (the tools print it).
+ *
+ *   un_buf b = {0};
+ *   un_report_ops(spec, &b);   fputs(b.data, stdout);   un_buf_free(&b);
+ */
+#ifndef UN_REPORT_H
+#define UN_REPORT_H
+
+#include "pcg/graph.h"
+
+/* One line per operator: kind, inputs, parameters with defaults, rule and axiom counts. */
+void un_report_ops(const un_spec *spec, un_buf *out);
+/* One line per node in topological order: name, op, non-default parameters, output shapes
+ * with layouts; then the canonical hash and the total forward flops and bytes. */
+un_status un_report_graph(un_ctx *ctx, const un_graph *g, un_buf *out);
+
+#endif

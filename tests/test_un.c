@@ -1,0 +1,103 @@
+/* tests/test_un.c - the basics: status strings, first-error-wins context, arena, RNG, JSON facade. */
+#include "pcg/json.h"
+#include "tests/test.h"
+
+static void test_ctx(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    EXPECT_STR_EQ(un_ctx_errmsg(ctx), "");
+    EXPECT_EQ(un_ctx_error(ctx, UN_ERR_PARSE, "first %d", 1), UN_ERR_PARSE);
+    un_ctx_error(ctx, UN_ERR_IO, "second");
+    EXPECT_STR_EQ(un_ctx_errmsg(ctx), "first 1");
+    EXPECT_EQ(un_ctx_status(ctx), UN_ERR_PARSE);
+    un_ctx_clear(ctx);
+    EXPECT_EQ(un_ctx_status(ctx), UN_OK);
+    for (int s = 0; s < UN_STATUS_COUNT; s++) EXPECT_TRUE(un_status_str((un_status)s)[0] != '\0');
+    EXPECT_STR_EQ(un_status_str((un_status)99), "unknown status");
+    un_ctx_free(ctx);
+    un_ctx_free(NULL);
+}
+
+static void test_arena(void) {
+    un_arena *a = un_arena_new(64);
+    for (int i = 0; i < 1000; i++) {
+        char *p = un_arena_alloc(a, (size_t)(i % 37) + 1, 8);
+        EXPECT_TRUE(((uintptr_t)p & 7) == 0);
+        p[0] = 1;
+    }
+    char *big = un_arena_alloc(a, 100000, 16);
+    big[99999] = 2;
+    EXPECT_STR_EQ(un_arena_strdup(a, "hello"), "hello");
+    un_arena_reset(a);
+    EXPECT_EQ(un_arena_used(a), 0);
+    un_arena_free(a);
+    un_arena_free(NULL);
+}
+
+static void test_rng(void) {
+    un_rng a, b;
+    un_rng_seed(&a, 42);
+    un_rng_seed(&b, 42);
+    for (int i = 0; i < 100; i++) EXPECT_EQ(un_rng_next(&a), un_rng_next(&b));
+    int hist[6] = {0};
+    for (int i = 0; i < 6000; i++) hist[un_rng_below(&a, 6)]++;
+    for (int i = 0; i < 6; i++) EXPECT_TRUE(hist[i] > 800 && hist[i] < 1200);
+    double d = un_rng_double(&a);
+    EXPECT_TRUE(d >= 0 && d < 1);
+}
+
+static void test_json(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_jdoc *doc = NULL;
+    const char *text = "{\"a\": {\"b\": [1, 2.5, \"x\"]}, \"n\": 3}";
+    EXPECT_OK(ctx, un_jdoc_parse(ctx, "t.json", text, strlen(text), &doc));
+    un_jcur root = un_jdoc_root(doc);
+    un_jcur a = un_jcur_member(&root, "a");
+    un_jcur b = un_jcur_member(&a, "b");
+    EXPECT_EQ(un_jcur_len(&b), 3);
+    un_jcur b1 = un_jcur_item(&b, 1);
+    int64_t v;
+    EXPECT_TRUE(!un_jcur_is_int(&b1, &v));
+    char path[64];
+    un_jcur_path(&b1, path, sizeof path);
+    EXPECT_STR_EQ(path, "$.a.b[1]");
+    int64_t n = 0;
+    EXPECT_OK(ctx, un_jcur_get_int(ctx, &root, "n", true, &n));
+    EXPECT_EQ(n, 3);
+    EXPECT_EQ(un_jcur_get_int(ctx, &a, "missing", true, &n), UN_ERR_SPEC);
+    EXPECT_STR_EQ(un_ctx_errmsg(ctx), "t.json: $.a.missing: missing (expected an integer)");
+    un_ctx_clear(ctx);
+    const char *const keys[] = {"b", NULL};
+    EXPECT_OK(ctx, un_jcur_check_keys(ctx, &a, keys));
+    EXPECT_EQ(un_jcur_check_keys(ctx, &root, keys), UN_ERR_SPEC);
+    EXPECT_TRUE(strstr(un_ctx_errmsg(ctx), "$.a: unknown field") != NULL);
+    un_ctx_clear(ctx);
+    un_jdoc_free(doc);
+    /* duplicate keys, syntax errors with offsets, trailing text */
+    const char *dup = "{\"b\": 1, \"b\": 2}";
+    EXPECT_OK(ctx, un_jdoc_parse(ctx, "d.json", dup, strlen(dup), &doc));
+    root = un_jdoc_root(doc);
+    EXPECT_EQ(un_jcur_check_keys(ctx, &root, keys), UN_ERR_SPEC);
+    EXPECT_TRUE(strstr(un_ctx_errmsg(ctx), "duplicate field") != NULL);
+    un_ctx_clear(ctx);
+    un_jdoc_free(doc);
+    const char *bad = "{\"a\": [1, 2,, 3]}";
+    EXPECT_EQ(un_jdoc_parse(ctx, "bad.json", bad, strlen(bad), &doc), UN_ERR_PARSE);
+    EXPECT_TRUE(strstr(un_ctx_errmsg(ctx), "bad.json: offset 12 (line 1, column 13)") != NULL);
+    un_ctx_clear(ctx);
+    EXPECT_EQ(un_jdoc_parse(ctx, "tr.json", "{} x", 4, &doc), UN_ERR_PARSE);
+    EXPECT_TRUE(strstr(un_ctx_errmsg(ctx), "trailing text") != NULL);
+    un_ctx_clear(ctx);
+    EXPECT_EQ(un_jdoc_load(ctx, "/nonexistent/file.json", &doc), UN_ERR_IO);
+    EXPECT_TRUE(doc == NULL);
+    /* string escaping */
+    un_buf s = {0};
+    un_buf_json_str(&s, "a\"b\\c\n");
+    EXPECT_STR_EQ(s.data, "\"a\\\"b\\\\c\\n\"");
+    un_buf_free(&s);
+    un_ctx_free(ctx);
+}
+
+int main(void) {
+    static const test_case cases[] = {{"ctx", test_ctx}, {"arena", test_arena}, {"rng", test_rng}, {"json", test_json}};
+    return TEST_RUN_ALL(cases);
+}
