@@ -447,7 +447,16 @@ static void canon_compute(const un_graph *g) {
             un_mix64(hash3(0x6f7574u, (uint64_t)p, (uint64_t)g->outs[p].out));
     for (int32_t v = 0; v < n; v++) {
         const un_node *nd = &g->nodes[v];
-        s.col[v] = hash_params(g, nd, hash3(0x6f700000u, (uint64_t)nd->op, (uint64_t)nd->n_in));
+        uint64_t h = hash_params(g, nd, hash3(0x6f700000u, (uint64_t)nd->op, (uint64_t)nd->n_in));
+        /* Which arguments are the same tensor: colour refinement cannot see that ew_add(x, x)
+         * differs from ew_add(x, y) when x and y look alike. */
+        for (int32_t j = 1; j < nd->n_in; j++)
+            for (int32_t k = 0; k < j; k++)
+                if (nd->in[j].node == nd->in[k].node && nd->in[j].out == nd->in[k].out) {
+                    h = hash3(h, (uint64_t)j, (uint64_t)k);
+                    break;
+                }
+        s.col[v] = h;
     }
     refine(&s);
 

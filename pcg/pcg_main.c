@@ -163,7 +163,7 @@ int main(int argc, char **argv) {
     int rc = parse_args(argc, argv, &o);
     if (rc) return rc < 0 ? 0 : rc;
     if (o.npos == 0) {
-        fputs(USAGE, stderr);
+        fprintf(stderr, "unity-pcg: no command given (see unity-pcg --help)\n");
         return 2;
     }
     const char *cmd = o.pos[0];
@@ -176,13 +176,13 @@ int main(int argc, char **argv) {
         if (strcmp(cmd, cmds[i].name) == 0) {
             known = true;
             if (o.npos != cmds[i].npos) {
-                fprintf(stderr, "unity-pcg: '%s' takes %d argument%s\n%s", cmd, cmds[i].npos - 1, cmds[i].npos == 2 ? "" : "s",
-                        USAGE);
+                fprintf(stderr, "unity-pcg: '%s' takes %d argument%s (see unity-pcg --help)\n", cmd, cmds[i].npos - 1,
+                        cmds[i].npos == 2 ? "" : "s");
                 return 2;
             }
         }
     if (!known) {
-        fprintf(stderr, "unity-pcg: unknown command '%s'\n%s", cmd, USAGE);
+        fprintf(stderr, "unity-pcg: unknown command '%s' (see unity-pcg --help)\n", cmd);
         return 2;
     }
     un_ctx *ctx = un_ctx_new(NULL);

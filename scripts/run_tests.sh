@@ -29,6 +29,7 @@ if [[ ${#tests[@]} -eq 0 ]]; then
     done
 fi
 
+export UNITY_BUILD=$build  # tests that run the programs find them here
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
 timeout_s=${TEST_TIMEOUT:-600}
 read -r -a wrapper <<<"${TEST_WRAPPER:-}"
