@@ -1,8 +1,8 @@
 /* graph.c - the parallel computation graph: a growable node array with shapes inferred at add
  * time, a name index, cached topological order and implicit outputs, the canonical order and hash
  * (DESIGN.md section 5), JSON read/write and Graphviz DOT. It does not evaluate graphs (eval.c) nor
- * rewrite them (search/). Node ids are assigned in insertion order; since a node's inputs must exist
- * when it is added, id order is always topological.
+ * rewrite them (search/). Node ids are assigned in insertion order; since a node's inputs must
+ * exist when it is added, id order is always topological.
  */
 #include "pcg/graph.h"
 
@@ -10,7 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- the graph ---------------------------------------------------------------------------------- */
+/* ---- the graph ----------------------------------------------------------------------------------
+ */
 
 /* Open-addressing table of node ids keyed by name; the names live elsewhere (name_fn). */
 typedef struct name_table {
@@ -55,19 +56,23 @@ static bool name_match(const char *have, const char *s, size_t len) {
 /* The id stored under the first len bytes of s, or -1. */
 static int32_t table_find(const name_table *t, const char *s, size_t len, name_fn fn,
                           const void *owner) {
-    if (!t->cap) return -1;
+    if (!t->cap)
+        return -1;
     uint32_t mask = t->cap - 1;
     for (uint32_t i = (uint32_t)name_hash(s, len) & mask;; i = (i + 1) & mask) {
         int32_t id = t->slot[i];
-        if (id < 0) return -1;
-        if (name_match(fn(owner, id), s, len)) return id;
+        if (id < 0)
+            return -1;
+        if (name_match(fn(owner, id), s, len))
+            return id;
     }
 }
 
 static void table_put(name_table *t, int32_t id, const char *name) {
     uint32_t mask = t->cap - 1;
     uint32_t i = (uint32_t)name_hash(name, strlen(name)) & mask;
-    while (t->slot[i] >= 0) i = (i + 1) & mask;
+    while (t->slot[i] >= 0)
+        i = (i + 1) & mask;
     t->slot[i] = id;
 }
 
@@ -81,7 +86,8 @@ static void table_insert(name_table *t, int32_t id, name_fn fn, const void *owne
         memset(t->slot, 0xff, cap * sizeof *t->slot);
         t->cap = cap;
         for (uint32_t i = 0; i < old_cap; i++)
-            if (old[i] >= 0) table_put(t, old[i], fn(owner, old[i]));
+            if (old[i] >= 0)
+                table_put(t, old[i], fn(owner, old[i]));
         free(old);
     }
     table_put(t, id, fn(owner, id));
@@ -108,8 +114,10 @@ un_graph *un_graph_new(const un_spec *spec) {
 }
 
 void un_graph_free(un_graph *g) {
-    if (!g) return;
-    for (int32_t i = 0; i < g->n_nodes; i++) free(g->nodes[i].name);
+    if (!g)
+        return;
+    for (int32_t i = 0; i < g->n_nodes; i++)
+        free(g->nodes[i].name);
     free(g->nodes);
     free(g->names.slot);
     free(g->outs);
@@ -124,9 +132,11 @@ un_graph *un_graph_clone(const un_graph *g) {
     un_graph *c = un_graph_new(g->spec);
     c->n_nodes = c->cap_nodes = g->n_nodes;
     c->nodes = un_xmalloc((size_t)g->n_nodes * sizeof *c->nodes);
-    if (g->n_nodes) memcpy(c->nodes, g->nodes, (size_t)g->n_nodes * sizeof *c->nodes);
+    if (g->n_nodes)
+        memcpy(c->nodes, g->nodes, (size_t)g->n_nodes * sizeof *c->nodes);
     for (int32_t i = 0; i < g->n_nodes; i++)
-        if (g->nodes[i].name) c->nodes[i].name = un_xstrdup(g->nodes[i].name);
+        if (g->nodes[i].name)
+            c->nodes[i].name = un_xstrdup(g->nodes[i].name);
     c->names = g->names;
     if (g->names.cap) {
         c->names.slot = un_xmalloc(g->names.cap * sizeof *c->names.slot);
@@ -141,7 +151,8 @@ un_graph *un_graph_clone(const un_graph *g) {
     return c;
 }
 
-/* ---- queries ------------------------------------------------------------------------------------ */
+/* ---- queries ------------------------------------------------------------------------------------
+ */
 
 const un_spec *un_graph_spec(const un_graph *g) { return g->spec; }
 int32_t un_graph_node_count(const un_graph *g) { return g->n_nodes; }
@@ -158,7 +169,8 @@ const un_shape *un_graph_shape(const un_graph *g, un_ref r) {
 }
 
 int32_t un_graph_find(const un_graph *g, const char *name) {
-    if (!name) return -1;
+    if (!name)
+        return -1;
     return table_find(&g->names, name, strlen(name), graph_name_of, g);
 }
 
@@ -169,7 +181,8 @@ const int32_t *un_graph_topo(const un_graph *g) {
         free(c->topo);
         c->topo = un_xmalloc((size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof *c->topo);
         for (int32_t i = 0; i < g->n_nodes; i++) {
-            for (int32_t j = 0; j < g->nodes[i].n_in; j++) UN_ASSERT(g->nodes[i].in[j].node < i);
+            for (int32_t j = 0; j < g->nodes[i].n_in; j++)
+                UN_ASSERT(g->nodes[i].in[j].node < i);
             c->topo[i] = i;
         }
         c->topo_ok = true;
@@ -179,7 +192,8 @@ const int32_t *un_graph_topo(const un_graph *g) {
 
 static void outs_compute(const un_graph *g) {
     graph_cache *c = g->cache;
-    if (c->outs_ok) return;
+    if (c->outs_ok)
+        return;
     uint8_t *used = un_xcalloc((size_t)(g->n_nodes ? g->n_nodes : 1), 1);
     _Static_assert(UN_MAX_OUTPUTS <= 8, "consumed-output mask is 8 bits");
     for (int32_t i = 0; i < g->n_nodes; i++)
@@ -189,19 +203,22 @@ static void outs_compute(const un_graph *g) {
         }
     int32_t n = 0;
     for (int32_t i = 0; i < g->n_nodes; i++)
-        for (int32_t k = 0; k < g->nodes[i].inf.n_out; k++) n += !(used[i] >> k & 1u);
+        for (int32_t k = 0; k < g->nodes[i].inf.n_out; k++)
+            n += !(used[i] >> k & 1u);
     free(c->outs);
     c->outs = un_xmalloc((size_t)(n ? n : 1) * sizeof *c->outs);
     c->n_outs = 0;
     for (int32_t i = 0; i < g->n_nodes; i++)
         for (int32_t k = 0; k < g->nodes[i].inf.n_out; k++)
-            if (!(used[i] >> k & 1u)) c->outs[c->n_outs++] = (un_ref){i, k};
+            if (!(used[i] >> k & 1u))
+                c->outs[c->n_outs++] = (un_ref){i, k};
     free(used);
     c->outs_ok = true;
 }
 
 int32_t un_graph_output_count(const un_graph *g) {
-    if (g->outs_explicit) return g->n_outs;
+    if (g->outs_explicit)
+        return g->n_outs;
     outs_compute(g);
     return g->cache->n_outs;
 }
@@ -211,7 +228,8 @@ un_ref un_graph_output(const un_graph *g, int32_t i) {
     return g->outs_explicit ? g->outs[i] : g->cache->outs[i];
 }
 
-/* ---- canonical order and hash ------------------------------------------------------------------- */
+/* ---- canonical order and hash -------------------------------------------------------------------
+ */
 
 /* Parameters are normalised at add time (unused items zeroed), so hashing len and the used items
  * of the op's parameters is exact. */
@@ -221,7 +239,8 @@ static uint64_t hash_params(const un_graph *g, const un_node *nd, uint64_t h) {
         const un_param *p = &nd->params[i];
         h = un_hash_combine(h, (uint64_t)(int64_t)p->len);
         int n = p->len < 0 ? 1 : p->len;
-        for (int k = 0; k < n; k++) h = un_hash_combine(h, (uint64_t)p->v[k]);
+        for (int k = 0; k < n; k++)
+            h = un_hash_combine(h, (uint64_t)p->v[k]);
     }
     return h;
 }
@@ -241,12 +260,15 @@ static void edges_build(const un_graph *g, edge_list *e) {
     int32_t n = g->n_nodes, m = 0;
     e->start = un_xcalloc((size_t)n + 1, sizeof *e->start);
     for (int32_t v = 0; v < n; v++)
-        for (int32_t j = 0; j < g->nodes[v].n_in; j++) e->start[g->nodes[v].in[j].node + 1]++, m++;
-    for (int32_t v = 0; v < n; v++) e->start[v + 1] += e->start[v];
+        for (int32_t j = 0; j < g->nodes[v].n_in; j++)
+            e->start[g->nodes[v].in[j].node + 1]++, m++;
+    for (int32_t v = 0; v < n; v++)
+        e->start[v + 1] += e->start[v];
     e->user = un_xmalloc((size_t)(m ? m : 1) * sizeof *e->user);
     e->arg = un_xmalloc((size_t)(m ? m : 1) * sizeof *e->arg);
     int32_t *fill = un_xmalloc((size_t)(n ? n : 1) * sizeof *fill);
-    for (int32_t v = 0; v < n; v++) fill[v] = e->start[v];
+    for (int32_t v = 0; v < n; v++)
+        fill[v] = e->start[v];
     for (int32_t v = 0; v < n; v++)
         for (int32_t j = 0; j < g->nodes[v].n_in; j++) {
             int32_t s = g->nodes[v].in[j].node;
@@ -280,11 +302,13 @@ static int cmp_u64(const void *a, const void *b) {
 }
 
 static int32_t count_distinct(canon_state *s) {
-    if (!s->n) return 0;
+    if (!s->n)
+        return 0;
     memcpy(s->scratch, s->col, (size_t)s->n * sizeof *s->col);
     qsort(s->scratch, (size_t)s->n, sizeof *s->scratch, cmp_u64);
     int32_t d = 1;
-    for (int32_t i = 1; i < s->n; i++) d += s->scratch[i] != s->scratch[i - 1];
+    for (int32_t i = 1; i < s->n; i++)
+        d += s->scratch[i] != s->scratch[i - 1];
     return d;
 }
 
@@ -312,7 +336,8 @@ static void refine(canon_state *s) {
             h = hash3(h, col[nd->in[j].node], (uint64_t)nd->in[j].out);
         col[v] = h;
     }
-    for (int32_t v = s->n - 1; v >= 0; v--) col[v] = hash3(0x646f776eu, col[v], consumers_hash(s, col, v));
+    for (int32_t v = s->n - 1; v >= 0; v--)
+        col[v] = hash3(0x646f776eu, col[v], consumers_hash(s, col, v));
     int32_t distinct = count_distinct(s);
     for (int round = 0; round < 64 && distinct < s->n; round++) {
         for (int32_t v = 0; v < s->n; v++) {
@@ -326,7 +351,8 @@ static void refine(canon_state *s) {
         s->col = s->nxt;
         s->nxt = t;
         int32_t d = count_distinct(s);
-        if (d <= distinct) break;
+        if (d <= distinct)
+            break;
         distinct = d;
     }
 }
@@ -359,9 +385,12 @@ static int32_t heap_pop(heap *h) {
     h->a[0] = h->a[--h->n];
     for (int32_t i = 0;;) {
         int32_t l = 2 * i + 1, r = l + 1, m = i;
-        if (l < h->n && heap_less(h, h->a[l], h->a[m])) m = l;
-        if (r < h->n && heap_less(h, h->a[r], h->a[m])) m = r;
-        if (m == i) break;
+        if (l < h->n && heap_less(h, h->a[l], h->a[m]))
+            m = l;
+        if (r < h->n && heap_less(h, h->a[r], h->a[m]))
+            m = r;
+        if (m == i)
+            break;
         int32_t t = h->a[m];
         h->a[m] = h->a[i];
         h->a[i] = t;
@@ -374,7 +403,8 @@ static int32_t heap_pop(heap *h) {
 static void heap_rebuild(heap *h) {
     int32_t n = h->n;
     h->n = 0;
-    for (int32_t i = 0; i < n; i++) heap_push(h, h->a[i]);
+    for (int32_t i = 0; i < n; i++)
+        heap_push(h, h->a[i]);
 }
 
 static bool is_source(const un_node *nd) { return un_op_kind_of(nd->op) == UN_OPK_SOURCE; }
@@ -389,7 +419,8 @@ typedef struct classes {
 static void classes_build(classes *k, const canon_state *s, const int32_t *pos) {
     int32_t m = 0;
     for (int32_t v = 0; v < s->n; v++)
-        if (pos[v] < 0 && !is_source(&s->g->nodes[v])) s->scratch[m++] = s->col[v];
+        if (pos[v] < 0 && !is_source(&s->g->nodes[v]))
+            s->scratch[m++] = s->col[v];
     qsort(s->scratch, (size_t)m, sizeof *s->scratch, cmp_u64);
     k->n = 0;
     for (int32_t i = 0; i < m; i++) {
@@ -430,10 +461,13 @@ static int32_t classes_take(classes *k, uint64_t c) {
  * A tie among equal colours is broken by node id. When the tied nodes are automorphic (swapped by
  * a symmetry of the graph, e.g. two identical branches) every choice yields the same sequence, and
  * that is what remains in practice. Colour refinement can in theory leave non-automorphic nodes
- * tied (as in some regular graphs); there the hash may depend on insertion order. */
+ * tied (as in some regular graphs); there the hash may depend on insertion order. Cost: one
+ * refinement, O(E + n log n) per round, plus one more per tied choice, so k mutually symmetric
+ * nodes (k identical branches) cost O(k (E + n log n)). */
 static void canon_compute(const un_graph *g) {
     graph_cache *c = g->cache;
-    if (c->canon_ok) return;
+    if (c->canon_ok)
+        return;
     int32_t n = g->n_nodes;
     size_t nn = (size_t)(n ? n : 1);
     canon_state s = {.g = g, .n = n};
@@ -468,12 +502,15 @@ static void canon_compute(const un_graph *g) {
     heap h = {.a = un_xmalloc(nn * sizeof(int32_t)), .n = 0, .s = &s};
     for (int32_t v = 0; v < n; v++) {
         pos[v] = -1;
-        if (is_source(&g->nodes[v])) continue;
+        if (is_source(&g->nodes[v]))
+            continue;
         for (int32_t j = 0; j < g->nodes[v].n_in; j++)
             indeg[v] += !is_source(&g->nodes[g->nodes[v].in[j].node]);
-        if (!indeg[v]) heap_push(&h, v);
+        if (!indeg[v])
+            heap_push(&h, v);
     }
-    classes cls = {.col = un_xmalloc(nn * sizeof(uint64_t)), .cnt = un_xmalloc(nn * sizeof(int32_t))};
+    classes cls = {.col = un_xmalloc(nn * sizeof(uint64_t)),
+                   .cnt = un_xmalloc(nn * sizeof(int32_t))};
     classes_build(&cls, &s, pos);
     while (h.n) {
         int32_t v = heap_pop(&h);
@@ -486,33 +523,39 @@ static void canon_compute(const un_graph *g) {
             classes_build(&cls, &s, pos);
         }
         for (int32_t k = s.e.start[v]; k < s.e.start[v + 1]; k++)
-            if (--indeg[s.e.user[k]] == 0) heap_push(&h, s.e.user[k]);
+            if (--indeg[s.e.user[k]] == 0)
+                heap_push(&h, s.e.user[k]);
     }
 
     /* Sources by first use, then unused ones by colour; then the ops. */
     free(c->canon);
     c->canon = un_xmalloc(nn * sizeof *c->canon);
-    for (int32_t v = 0; v < n; v++) pos[v] = -1;
+    for (int32_t v = 0; v < n; v++)
+        pos[v] = -1;
     int32_t m = 0;
     for (int32_t i = 0; i < n_ops; i++) {
         const un_node *nd = &g->nodes[ops[i]];
         for (int32_t j = 0; j < nd->n_in; j++) {
             int32_t src = nd->in[j].node;
-            if (is_source(&g->nodes[src]) && pos[src] < 0) c->canon[pos[src] = m++] = src;
+            if (is_source(&g->nodes[src]) && pos[src] < 0)
+                c->canon[pos[src] = m++] = src;
         }
     }
     for (int32_t p = 0; g->outs_explicit && p < g->n_outs; p++) {
         int32_t src = g->outs[p].node;
-        if (is_source(&g->nodes[src]) && pos[src] < 0) c->canon[pos[src] = m++] = src;
+        if (is_source(&g->nodes[src]) && pos[src] < 0)
+            c->canon[pos[src] = m++] = src;
     }
     h.n = 0;
     for (int32_t v = 0; v < n; v++)
-        if (is_source(&g->nodes[v]) && pos[v] < 0) heap_push(&h, v);
+        if (is_source(&g->nodes[v]) && pos[v] < 0)
+            heap_push(&h, v);
     while (h.n) {
         int32_t v = heap_pop(&h);
         c->canon[pos[v] = m++] = v;
     }
-    for (int32_t i = 0; i < n_ops; i++) c->canon[pos[ops[i]] = m++] = ops[i];
+    for (int32_t i = 0; i < n_ops; i++)
+        c->canon[pos[ops[i]] = m++] = ops[i];
     UN_ASSERT(m == n); /* ids are topological, so Kahn placed every node */
 
     uint64_t hh = hash3(0x70636721u, (uint64_t)n, 0);
@@ -548,72 +591,27 @@ uint64_t un_graph_hash(const un_graph *g) {
 
 void un_graph_canonical_order(const un_graph *g, int32_t *order) {
     canon_compute(g);
-    if (g->n_nodes) memcpy(order, g->cache->canon, (size_t)g->n_nodes * sizeof *order);
+    if (g->n_nodes)
+        memcpy(order, g->cache->canon, (size_t)g->n_nodes * sizeof *order);
 }
 
-/* ---- mutation ----------------------------------------------------------------------------------- */
+/* ---- mutation -----------------------------------------------------------------------------------
+ */
 
 /* Zeroes what a parameter does not use, so nodes compare and hash by content. */
 static void param_normalize(un_param *p) {
     int used = p->len < 0 ? 1 : p->len;
-    if (p->len < 0) p->len = -1;
-    for (int k = used; k < UN_MAX_DIMS; k++) p->v[k] = 0;
+    if (p->len < 0)
+        p->len = -1;
+    for (int k = used; k < UN_MAX_DIMS; k++)
+        p->v[k] = 0;
 }
 
-static bool param_same(const un_param *a, const un_param *b) {
-    if (a->len != b->len) return false;
-    int n = a->len < 0 ? 1 : a->len;
-    for (int k = 0; k < n; k++)
-        if (a->v[k] != b->v[k]) return false;
-    return true;
-}
 
-/* Checks a value against its domain; on failure writes the reason. */
-static bool param_valid(const un_param_spec *ps, const un_param *v, char *why, size_t n) {
-    if (ps->type == UN_PT_LIST) {
-        if (v->len < 0 || v->len > UN_MAX_DIMS) {
-            snprintf(why, n, "expected a list of at most %d integers", UN_MAX_DIMS);
-            return false;
-        }
-        for (int k = 0; k < v->len; k++)
-            if (v->v[k] < ps->min || v->v[k] > ps->max) {
-                snprintf(why, n, "item %d is %lld, outside the domain [%lld, %lld]", k,
-                         (long long)v->v[k], (long long)ps->min, (long long)ps->max);
-                return false;
-            }
-        return true;
-    }
-    if (v->len != -1) {
-        snprintf(why, n, "expected a scalar, got a list");
-        return false;
-    }
-    long long x = (long long)v->v[0];
-    switch (ps->type) {
-    case UN_PT_INT:
-        if (v->v[0] < ps->min || v->v[0] > ps->max) {
-            snprintf(why, n, "%lld is outside the domain [%lld, %lld]", x, (long long)ps->min,
-                     (long long)ps->max);
-            return false;
-        }
-        return true;
-    case UN_PT_BOOL:
-        if (x != 0 && x != 1) {
-            snprintf(why, n, "%lld is not a boolean (0 or 1)", x);
-            return false;
-        }
-        return true;
-    case UN_PT_ENUM:
-        if (x < 0 || x >= ps->n_enum) {
-            snprintf(why, n, "enum index %lld outside 0..%d", x, ps->n_enum - 1);
-            return false;
-        }
-        return true;
-    default: snprintf(why, n, "unknown parameter type"); return false;
-    }
-}
 
 static un_status check_name(un_ctx *ctx, const un_graph *g, const char *name) {
-    if (!*name) return un_ctx_error(ctx, UN_ERR_INVALID, "node names must not be empty");
+    if (!*name)
+        return un_ctx_error(ctx, UN_ERR_INVALID, "node names must not be empty");
     if (strchr(name, ':'))
         return un_ctx_error(ctx, UN_ERR_INVALID,
                             "node name '%s' contains ':' (reserved for output references)", name);
@@ -624,20 +622,23 @@ static un_status check_name(un_ctx *ctx, const un_graph *g, const char *name) {
 
 un_status un_graph_add(un_ctx *ctx, un_graph *g, un_op op, const un_param *params, const un_ref *in,
                        int n_in, const char *name, int32_t *out) {
-    if (out) *out = -1;
+    if (out)
+        *out = -1;
     char label[48];
     snprintf(label, sizeof label, "node %d", (int)g->n_nodes);
     const char *lbl = name ? name : label;
     if ((unsigned)op >= UN_OP_COUNT)
         return un_ctx_error(ctx, UN_ERR_INVALID, "%s: unknown op %d", lbl, (int)op);
     const un_op_spec *os = un_spec_op(g->spec, op);
-    if (!os) return un_ctx_error(ctx, UN_ERR_SPEC, "%s: op '%s' has no spec", lbl, un_op_name(op));
+    if (!os)
+        return un_ctx_error(ctx, UN_ERR_SPEC, "%s: op '%s' has no spec", lbl, un_op_name(op));
     if (n_in < 0 || n_in > UN_MAX_INPUTS || (n_in > 0 && !in))
         return un_ctx_error(ctx, UN_ERR_INVALID, "%s (%s): %d inputs (at most %d)", lbl, os->name,
                             n_in, UN_MAX_INPUTS);
     if (name) {
         un_status st = check_name(ctx, g, name);
-        if (st != UN_OK) return st;
+        if (st != UN_OK)
+            return st;
     }
 
     un_node node;
@@ -654,7 +655,7 @@ un_status un_graph_add(un_ctx *ctx, un_graph *g, un_op op, const un_param *param
     for (int i = 0; i < os->n_params; i++) {
         char why[160];
         param_normalize(&node.params[i]);
-        if (!param_valid(&os->params[i], &node.params[i], why, sizeof why))
+        if (!un_spec_param_valid(&os->params[i], &node.params[i], why, sizeof why))
             return un_ctx_error(ctx, UN_ERR_INVALID, "%s (%s): parameter '%s': %s", lbl, os->name,
                                 os->params[i].name, why);
     }
@@ -681,7 +682,8 @@ un_status un_graph_add(un_ctx *ctx, un_graph *g, un_op op, const un_param *param
     }
     node.n_in = n_in;
     un_status st = un_spec_infer(ctx, g->spec, op, node.params, shapes, n_in, lbl, &node.inf);
-    if (st != UN_OK) return st;
+    if (st != UN_OK)
+        return st;
     UN_ASSERT(node.inf.n_out >= 0 && node.inf.n_out <= UN_MAX_OUTPUTS);
 
     if (g->n_nodes == g->cap_nodes) {
@@ -691,23 +693,28 @@ un_status un_graph_add(un_ctx *ctx, un_graph *g, un_op op, const un_param *param
     int32_t id = g->n_nodes++;
     node.name = name ? un_xstrdup(name) : NULL;
     g->nodes[id] = node;
-    if (name) table_insert(&g->names, id, graph_name_of, g);
+    if (name)
+        table_insert(&g->names, id, graph_name_of, g);
     graph_touch(g);
-    if (out) *out = id;
+    if (out)
+        *out = id;
     return UN_OK;
 }
 
 un_status un_graph_add_input(un_ctx *ctx, un_graph *g, const char *name, un_op op, int rank,
                              const int64_t *dims, int32_t *out) {
-    if (out) *out = -1;
+    if (out)
+        *out = -1;
     if ((unsigned)op >= UN_OP_COUNT || un_op_kind_of(op) != UN_OPK_SOURCE)
         return un_ctx_error(ctx, UN_ERR_INVALID, "%s: op %s is not a source op (input, weight)",
-                            name ? name : "input", (unsigned)op < UN_OP_COUNT ? un_op_name(op) : "?");
+                            name ? name : "input",
+                            (unsigned)op < UN_OP_COUNT ? un_op_name(op) : "?");
     if (rank < 0 || rank > UN_MAX_DIMS || (rank > 0 && !dims))
         return un_ctx_error(ctx, UN_ERR_INVALID, "%s: rank %d outside 0..%d", name ? name : "input",
                             rank, UN_MAX_DIMS);
     const un_op_spec *os = un_spec_op(g->spec, op);
-    if (!os) return un_ctx_error(ctx, UN_ERR_SPEC, "op '%s' has no spec", un_op_name(op));
+    if (!os)
+        return un_ctx_error(ctx, UN_ERR_SPEC, "op '%s' has no spec", un_op_name(op));
     int ip = un_spec_param_index(os, "shape");
     if (ip < 0)
         return un_ctx_error(ctx, UN_ERR_SPEC, "op '%s' has no 'shape' parameter", os->name);
@@ -715,7 +722,8 @@ un_status un_graph_add_input(un_ctx *ctx, un_graph *g, const char *name, un_op o
     memset(p, 0, sizeof p);
     un_spec_param_defaults(os, p);
     p[ip].len = rank;
-    for (int i = 0; i < rank; i++) p[ip].v[i] = dims[i];
+    for (int i = 0; i < rank; i++)
+        p[ip].v[i] = dims[i];
     return un_graph_add(ctx, g, op, p, NULL, 0, name, out);
 }
 
@@ -746,7 +754,8 @@ un_status un_graph_set_outputs(un_ctx *ctx, un_graph *g, const un_ref *outs, int
     return UN_OK;
 }
 
-/* ---- JSON writing ------------------------------------------------------------------------------- */
+/* ---- JSON writing -------------------------------------------------------------------------------
+ */
 
 /* Names for writing: a node's own name, or "n<id>" (made unique) for an unnamed one. Owned array
  * of owned strings: free with names_free. */
@@ -759,14 +768,16 @@ static char **names_make(const un_graph *g) {
         }
         char buf[64];
         snprintf(buf, sizeof buf, "n%d", (int)i);
-        for (int k = 1; un_graph_find(g, buf) >= 0; k++) snprintf(buf, sizeof buf, "n%d_%d", (int)i, k);
+        for (int k = 1; un_graph_find(g, buf) >= 0; k++)
+            snprintf(buf, sizeof buf, "n%d_%d", (int)i, k);
         nm[i] = un_xstrdup(buf);
     }
     return nm;
 }
 
 static void names_free(char **nm, int32_t n) {
-    for (int32_t i = 0; i < n; i++) free(nm[i]);
+    for (int32_t i = 0; i < n; i++)
+        free(nm[i]);
     free(nm);
 }
 
@@ -783,19 +794,26 @@ static void json_ref(un_buf *b, char *const *nm, un_ref r) {
 
 static void json_param(un_buf *b, const un_param_spec *ps, const un_param *v) {
     switch (ps->type) {
-    case UN_PT_BOOL: un_buf_printf(b, "%s", v->v[0] ? "true" : "false"); break;
-    case UN_PT_ENUM: un_buf_json_str(b, ps->enums[v->v[0]]); break;
+    case UN_PT_BOOL:
+        un_buf_printf(b, "%s", v->v[0] ? "true" : "false");
+        break;
+    case UN_PT_ENUM:
+        un_buf_json_str(b, ps->enums[v->v[0]]);
+        break;
     case UN_PT_LIST:
         un_buf_printf(b, "[");
-        for (int k = 0; k < v->len; k++) un_buf_printf(b, "%s%lld", k ? ", " : "", (long long)v->v[k]);
+        for (int k = 0; k < v->len; k++)
+            un_buf_printf(b, "%s%lld", k ? ", " : "", (long long)v->v[k]);
         un_buf_printf(b, "]");
         break;
-    default: un_buf_printf(b, "%lld", (long long)v->v[0]); break;
+    default:
+        un_buf_printf(b, "%lld", (long long)v->v[0]);
+        break;
     }
 }
 
 static bool param_shown(const un_param_spec *ps, const un_param *v) {
-    return !ps->has_default || !param_same(v, &ps->dflt);
+    return !ps->has_default || !un_param_eq(v, &ps->dflt);
 }
 
 un_status un_graph_to_json(un_ctx *ctx, const un_graph *g, un_buf *out) {
@@ -812,14 +830,16 @@ un_status un_graph_to_json(un_ctx *ctx, const un_graph *g, un_buf *out) {
         if (nd->n_in) {
             un_buf_printf(out, ", \"in\": [");
             for (int32_t j = 0; j < nd->n_in; j++) {
-                if (j) un_buf_printf(out, ", ");
+                if (j)
+                    un_buf_printf(out, ", ");
                 json_ref(out, nm, nd->in[j]);
             }
             un_buf_printf(out, "]");
         }
         bool any = false;
+        /* every parameter, defaults included: a stored graph must not change meaning when a
+         * default in the spec does */
         for (int k = 0; k < os->n_params; k++) {
-            if (!param_shown(&os->params[k], &nd->params[k])) continue;
             un_buf_printf(out, "%s", any ? ", " : ", \"params\": {");
             any = true;
             un_buf_json_str(out, os->params[k].name);
@@ -832,7 +852,8 @@ un_status un_graph_to_json(un_ctx *ctx, const un_graph *g, un_buf *out) {
     if (g->outs_explicit) {
         un_buf_printf(out, ",\n \"outputs\": [");
         for (int32_t p = 0; p < g->n_outs; p++) {
-            if (p) un_buf_printf(out, ", ");
+            if (p)
+                un_buf_printf(out, ", ");
             json_ref(out, nm, g->outs[p]);
         }
         un_buf_printf(out, "]");
@@ -842,7 +863,8 @@ un_status un_graph_to_json(un_ctx *ctx, const un_graph *g, un_buf *out) {
     return UN_OK;
 }
 
-/* ---- JSON reading ------------------------------------------------------------------------------- */
+/* ---- JSON reading -------------------------------------------------------------------------------
+ */
 
 typedef struct jnode {
     const char *name; /* borrowed from the document */
@@ -859,45 +881,14 @@ static const char *jnode_name_of(const void *owner, int32_t id) {
     return jn[id].name;
 }
 
-static un_status jneed(un_ctx *ctx, const un_jcur *c, un_jtype t) {
-    un_jtype have = un_jcur_type(c);
-    if (have == t) return UN_OK;
-    if (have == UN_JSON_MISSING)
-        return un_jcur_error(ctx, UN_ERR_PARSE, c, "missing (expected %s)", un_jtype_name(t));
-    return un_jcur_error(ctx, UN_ERR_PARSE, c, "expected %s, found %s", un_jtype_name(t),
-                         un_jtype_name(have));
-}
 
-/* Every member of obj must be one of the NULL-terminated names, once. */
-static un_status jkeys(un_ctx *ctx, const un_jcur *obj, const char *const *allowed) {
-    int n = un_jcur_len(obj);
-    for (int i = 0; i < n; i++) {
-        un_jcur m = un_jcur_item(obj, i);
-        bool ok = false;
-        for (const char *const *a = allowed; *a; a++) ok |= strcmp(*a, m.key) == 0;
-        if (!ok) {
-            un_buf b = {0};
-            for (const char *const *a = allowed; *a; a++)
-                un_buf_printf(&b, "%s%s", a == allowed ? "" : ", ", *a);
-            un_status st =
-                un_jcur_error(ctx, UN_ERR_PARSE, &m, "unknown field (allowed: %s)", b.data);
-            un_buf_free(&b);
-            return st;
-        }
-        for (int j = 0; j < i; j++) {
-            un_jcur p = un_jcur_item(obj, j);
-            if (strcmp(p.key, m.key) == 0)
-                return un_jcur_error(ctx, UN_ERR_PARSE, &m, "duplicate field");
-        }
-    }
-    return UN_OK;
-}
 
 /* Parses "name" or "name:k" against the file's node names. */
 static un_status jref(un_ctx *ctx, const un_jcur *c, const jnode *jn, const name_table *t,
                       int32_t *node, int32_t *outk) {
-    un_status st = jneed(ctx, c, UN_JSON_STRING);
-    if (st != UN_OK) return st;
+    un_status st = un_jcur_need_type(ctx, c, UN_JSON_STRING);
+    if (st != UN_OK)
+        return st;
     const char *s = un_jcur_str(c);
     const char *colon = strchr(s, ':');
     size_t len = colon ? (size_t)(colon - s) : strlen(s);
@@ -905,92 +896,36 @@ static un_status jref(un_ctx *ctx, const un_jcur *c, const jnode *jn, const name
     if (colon) {
         const char *d = colon + 1;
         bool ok = *d && strlen(d) <= 3;
-        for (const char *q = d; *q; q++) ok &= *q >= '0' && *q <= '9';
+        for (const char *q = d; *q; q++)
+            ok &= *q >= '0' && *q <= '9';
         if (!ok)
             return un_jcur_error(ctx, UN_ERR_PARSE, c,
                                  "bad reference '%s' (expected \"name\" or \"name:k\")", s);
         k = strtol(d, NULL, 10);
     }
     int32_t id = table_find(t, s, len, jnode_name_of, jn);
-    if (id < 0) return un_jcur_error(ctx, UN_ERR_INVALID, c, "unknown node '%.*s'", (int)len, s);
+    if (id < 0)
+        return un_jcur_error(ctx, UN_ERR_INVALID, c, "unknown node '%.*s'", (int)len, s);
     *node = id;
     *outk = (int32_t)k;
     return UN_OK;
 }
 
-static un_status jparam(un_ctx *ctx, const un_jcur *m, const un_param_spec *ps, un_param *v) {
-    un_jtype t = un_jcur_type(m);
-    int64_t x;
-    memset(v, 0, sizeof *v);
-    v->len = -1;
-    switch (ps->type) {
-    case UN_PT_INT:
-        if (!un_jcur_is_int(m, &x))
-            return un_jcur_error(ctx, UN_ERR_PARSE, m, "expected an integer, found %s",
-                                 t == UN_JSON_NUMBER ? "a fractional number" : un_jtype_name(t));
-        v->v[0] = x;
-        break;
-    case UN_PT_BOOL:
-        if (t != UN_JSON_BOOL)
-            return un_jcur_error(ctx, UN_ERR_PARSE, m, "expected true or false, found %s",
-                                 un_jtype_name(t));
-        v->v[0] = un_jcur_bool(m);
-        break;
-    case UN_PT_ENUM: {
-        un_buf b = {0};
-        for (int k = 0; k < ps->n_enum; k++) un_buf_printf(&b, "%s%s", k ? ", " : "", ps->enums[k]);
-        un_status st = UN_OK;
-        if (t != UN_JSON_STRING) {
-            st = un_jcur_error(ctx, UN_ERR_PARSE, m, "expected one of %s (a string), found %s",
-                               b.data ? b.data : "", un_jtype_name(t));
-        } else {
-            int k = 0;
-            while (k < ps->n_enum && strcmp(ps->enums[k], un_jcur_str(m)) != 0) k++;
-            if (k == ps->n_enum)
-                st = un_jcur_error(ctx, UN_ERR_INVALID, m, "'%s' is not one of %s", un_jcur_str(m),
-                                   b.data ? b.data : "");
-            v->v[0] = k;
-        }
-        un_buf_free(&b);
-        return st;
-    }
-    case UN_PT_LIST: {
-        if (t != UN_JSON_ARRAY)
-            return un_jcur_error(ctx, UN_ERR_PARSE, m, "expected an array of integers, found %s",
-                                 un_jtype_name(t));
-        int n = un_jcur_len(m);
-        if (n > UN_MAX_DIMS)
-            return un_jcur_error(ctx, UN_ERR_INVALID, m, "%d items (at most %d)", n, UN_MAX_DIMS);
-        v->len = n;
-        for (int k = 0; k < n; k++) {
-            un_jcur it = un_jcur_item(m, k);
-            if (!un_jcur_is_int(&it, &x))
-                return un_jcur_error(ctx, UN_ERR_PARSE, &it, "expected an integer, found %s",
-                                     un_jcur_type(&it) == UN_JSON_NUMBER
-                                         ? "a fractional number"
-                                         : un_jtype_name(un_jcur_type(&it)));
-            v->v[k] = x;
-        }
-        break;
-    }
-    default: return un_jcur_error(ctx, UN_ERR_SPEC, m, "parameter of unknown type");
-    }
-    char why[160];
-    if (!param_valid(ps, v, why, sizeof why))
-        return un_jcur_error(ctx, UN_ERR_INVALID, m, "%s", why);
-    return UN_OK;
-}
 
 /* Reads one node object's name and op (pass 1: all names must be known before references). */
 static un_status jnode_head(un_ctx *ctx, const un_jcur *nc, jnode *jn, int32_t j, name_table *t) {
     static const char *const keys[] = {"name", "op", "in", "params", NULL};
-    un_status st = jneed(ctx, nc, UN_JSON_OBJECT);
-    if (st == UN_OK) st = jkeys(ctx, nc, keys);
-    if (st != UN_OK) return st;
+    un_status st = un_jcur_need_type(ctx, nc, UN_JSON_OBJECT);
+    if (st == UN_OK)
+        st = un_jcur_check_keys(ctx, nc, keys);
+    if (st != UN_OK)
+        return st;
     un_jcur nm = un_jcur_member(nc, "name"), op = un_jcur_member(nc, "op");
-    if ((st = jneed(ctx, &nm, UN_JSON_STRING)) != UN_OK) return st;
+    if ((st = un_jcur_need_type(ctx, &nm, UN_JSON_STRING)) != UN_OK)
+        return st;
     const char *name = un_jcur_str(&nm);
-    if (!*name) return un_jcur_error(ctx, UN_ERR_INVALID, &nm, "empty node name");
+    if (!*name)
+        return un_jcur_error(ctx, UN_ERR_INVALID, &nm, "empty node name");
     if (strchr(name, ':'))
         return un_jcur_error(ctx, UN_ERR_INVALID, &nm,
                              "node name '%s' contains ':' (reserved for output references)", name);
@@ -1001,7 +936,8 @@ static un_status jnode_head(un_ctx *ctx, const un_jcur *nc, jnode *jn, int32_t j
     jn[j].name = name;
     jn[j].id = -1;
     table_insert(t, j, jnode_name_of, jn);
-    if ((st = jneed(ctx, &op, UN_JSON_STRING)) != UN_OK) return st;
+    if ((st = un_jcur_need_type(ctx, &op, UN_JSON_STRING)) != UN_OK)
+        return st;
     if (!un_op_from_name(un_jcur_str(&op), &jn[j].op))
         return un_jcur_error(ctx, UN_ERR_INVALID, &op, "unknown op '%s' in node '%s'",
                              un_jcur_str(&op), name);
@@ -1014,24 +950,28 @@ static un_status jnode_body(un_ctx *ctx, const un_spec *spec, const un_jcur *nc,
     un_status st;
     jnode *x = &jn[j];
     const un_op_spec *os = un_spec_op(spec, x->op);
-    if (!os) return un_jcur_error(ctx, UN_ERR_SPEC, nc, "op '%s' has no spec", un_op_name(x->op));
+    if (!os)
+        return un_jcur_error(ctx, UN_ERR_SPEC, nc, "op '%s' has no spec", un_op_name(x->op));
     un_jcur in = un_jcur_member(nc, "in");
     if (un_jcur_present(&in)) {
-        if ((st = jneed(ctx, &in, UN_JSON_ARRAY)) != UN_OK) return st;
+        if ((st = un_jcur_need_type(ctx, &in, UN_JSON_ARRAY)) != UN_OK)
+            return st;
         x->n_in = un_jcur_len(&in);
         if (x->n_in > UN_MAX_INPUTS)
             return un_jcur_error(ctx, UN_ERR_INVALID, &in, "%d inputs (at most %d)", x->n_in,
                                  UN_MAX_INPUTS);
         for (int i = 0; i < x->n_in; i++) {
             un_jcur r = un_jcur_item(&in, i);
-            if ((st = jref(ctx, &r, jn, t, &x->src[i], &x->src_out[i])) != UN_OK) return st;
+            if ((st = jref(ctx, &r, jn, t, &x->src[i], &x->src_out[i])) != UN_OK)
+                return st;
         }
     }
     un_jcur pc = un_jcur_member(nc, "params");
     bool given[UN_MAX_PARAMS] = {false};
     un_spec_param_defaults(os, x->params);
     if (un_jcur_present(&pc)) {
-        if ((st = jneed(ctx, &pc, UN_JSON_OBJECT)) != UN_OK) return st;
+        if ((st = un_jcur_need_type(ctx, &pc, UN_JSON_OBJECT)) != UN_OK)
+            return st;
         int n = un_jcur_len(&pc);
         for (int i = 0; i < n; i++) {
             un_jcur m = un_jcur_item(&pc, i);
@@ -1046,9 +986,11 @@ static un_status jnode_body(un_ctx *ctx, const un_spec *spec, const un_jcur *nc,
                 un_buf_free(&b);
                 return st;
             }
-            if (given[k]) return un_jcur_error(ctx, UN_ERR_PARSE, &m, "duplicate parameter");
+            if (given[k])
+                return un_jcur_error(ctx, UN_ERR_PARSE, &m, "duplicate parameter");
             given[k] = true;
-            if ((st = jparam(ctx, &m, &os->params[k], &x->params[k])) != UN_OK) return st;
+            if ((st = un_spec_param_parse(ctx, &os->params[k], &m, &x->params[k])) != UN_OK)
+                return st;
         }
     }
     for (int k = 0; k < os->n_params; k++)
@@ -1069,7 +1011,8 @@ static un_status jtopo(un_ctx *ctx, const un_jcur *nodes, const jnode *jn, int32
     int32_t m = 0;
     un_status st = UN_OK;
     for (int32_t r = 0; r < n && st == UN_OK; r++) {
-        if (state[r]) continue;
+        if (state[r])
+            continue;
         int32_t sp = 0;
         stk[sp] = r;
         arg[sp++] = 0;
@@ -1083,12 +1026,15 @@ static un_status jtopo(un_ctx *ctx, const un_jcur *nodes, const jnode *jn, int32
                 continue;
             }
             int32_t w = jn[v].src[arg[sp - 1]++];
-            if (state[w] == 2) continue;
+            if (state[w] == 2)
+                continue;
             if (state[w] == 1) {
                 int32_t at = sp - 1;
-                while (stk[at] != w) at--;
+                while (stk[at] != w)
+                    at--;
                 un_buf b = {0};
-                for (int32_t i = at; i < sp; i++) un_buf_printf(&b, "'%s' <- ", jn[stk[i]].name);
+                for (int32_t i = at; i < sp; i++)
+                    un_buf_printf(&b, "'%s' <- ", jn[stk[i]].name);
                 un_buf_printf(&b, "'%s'", jn[w].name);
                 un_jcur item = un_jcur_item(nodes, w);
                 un_jcur in = un_jcur_member(&item, "in");
@@ -1111,11 +1057,14 @@ static un_status jtopo(un_ctx *ctx, const un_jcur *nodes, const jnode *jn, int32
 un_status un_graph_from_jcur(un_ctx *ctx, const un_spec *spec, const un_jcur *c, un_graph **out) {
     static const char *const keys[] = {"nodes", "outputs", NULL};
     *out = NULL;
-    un_status st = jneed(ctx, c, UN_JSON_OBJECT);
-    if (st == UN_OK) st = jkeys(ctx, c, keys);
-    if (st != UN_OK) return st;
+    un_status st = un_jcur_need_type(ctx, c, UN_JSON_OBJECT);
+    if (st == UN_OK)
+        st = un_jcur_check_keys(ctx, c, keys);
+    if (st != UN_OK)
+        return st;
     un_jcur nodes = un_jcur_member(c, "nodes");
-    if ((st = jneed(ctx, &nodes, UN_JSON_ARRAY)) != UN_OK) return st;
+    if ((st = un_jcur_need_type(ctx, &nodes, UN_JSON_ARRAY)) != UN_OK)
+        return st;
     int32_t n = un_jcur_len(&nodes);
     size_t nn = (size_t)(n ? n : 1);
     jnode *jn = un_xcalloc(nn, sizeof *jn);
@@ -1132,8 +1081,10 @@ un_status un_graph_from_jcur(un_ctx *ctx, const un_spec *spec, const un_jcur *c,
         un_jcur nc = un_jcur_item(&nodes, j);
         st = jnode_body(ctx, spec, &nc, jn, j, &t);
     }
-    if (st == UN_OK) st = jtopo(ctx, &nodes, jn, n, order);
-    if (st != UN_OK) goto done;
+    if (st == UN_OK)
+        st = jtopo(ctx, &nodes, jn, n, order);
+    if (st != UN_OK)
+        goto done;
 
     g = un_graph_new(spec);
     tmp = un_ctx_new(NULL);
@@ -1147,9 +1098,9 @@ un_status un_graph_from_jcur(un_ctx *ctx, const un_spec *spec, const un_jcur *c,
             if (x->src_out[k] >= src->inf.n_out) {
                 un_jcur in = un_jcur_member(&nc, "in");
                 un_jcur r = un_jcur_item(&in, k);
-                st = un_jcur_error(ctx, UN_ERR_INVALID, &r, "node '%s' has %d output%s, no output %d",
-                                   src->name, src->inf.n_out, src->inf.n_out == 1 ? "" : "s",
-                                   (int)x->src_out[k]);
+                st = un_jcur_error(
+                    ctx, UN_ERR_INVALID, &r, "node '%s' has %d output%s, no output %d", src->name,
+                    src->inf.n_out, src->inf.n_out == 1 ? "" : "s", (int)x->src_out[k]);
                 goto done;
             }
             refs[k] = (un_ref){jn[x->src[k]].id, x->src_out[k]};
@@ -1164,11 +1115,13 @@ un_status un_graph_from_jcur(un_ctx *ctx, const un_spec *spec, const un_jcur *c,
 
     un_jcur oc = un_jcur_member(c, "outputs");
     if (un_jcur_present(&oc)) {
-        if ((st = jneed(ctx, &oc, UN_JSON_ARRAY)) != UN_OK) goto done;
+        if ((st = un_jcur_need_type(ctx, &oc, UN_JSON_ARRAY)) != UN_OK)
+            goto done;
         int no = un_jcur_len(&oc);
         if (no == 0) {
-            st = un_jcur_error(ctx, UN_ERR_INVALID, &oc, "empty output list (omit it for the "
-                                                         "implicit outputs)");
+            st = un_jcur_error(ctx, UN_ERR_INVALID, &oc,
+                               "empty output list (omit it for the "
+                               "implicit outputs)");
             goto done;
         }
         un_ref *refs = un_xmalloc((size_t)no * sizeof *refs);
@@ -1176,16 +1129,20 @@ un_status un_graph_from_jcur(un_ctx *ctx, const un_spec *spec, const un_jcur *c,
             un_jcur r = un_jcur_item(&oc, p);
             int32_t node, k;
             st = jref(ctx, &r, jn, &t, &node, &k);
-            if (st != UN_OK) break;
+            if (st != UN_OK)
+                break;
             refs[p] = (un_ref){jn[node].id, k};
             if (k >= g->nodes[refs[p].node].inf.n_out)
-                st = un_jcur_error(ctx, UN_ERR_INVALID, &r, "node '%s' has %d output%s, no output %d",
-                                   jn[node].name, g->nodes[refs[p].node].inf.n_out,
+                st = un_jcur_error(ctx, UN_ERR_INVALID, &r,
+                                   "node '%s' has %d output%s, no output %d", jn[node].name,
+                                   g->nodes[refs[p].node].inf.n_out,
                                    g->nodes[refs[p].node].inf.n_out == 1 ? "" : "s", (int)k);
         }
-        if (st == UN_OK) st = un_graph_set_outputs(ctx, g, refs, no);
+        if (st == UN_OK)
+            st = un_graph_set_outputs(ctx, g, refs, no);
         free(refs);
-        if (st != UN_OK) goto done;
+        if (st != UN_OK)
+            goto done;
     }
     *out = g;
     g = NULL;
@@ -1203,7 +1160,8 @@ un_status un_graph_from_json(un_ctx *ctx, const un_spec *spec, const char *name,
     un_jdoc *doc;
     *out = NULL;
     un_status st = un_jdoc_parse(ctx, name, text, len, &doc);
-    if (st != UN_OK) return st;
+    if (st != UN_OK)
+        return st;
     un_jcur root = un_jdoc_root(doc);
     st = un_graph_from_jcur(ctx, spec, &root, out);
     un_jdoc_free(doc);
@@ -1214,14 +1172,16 @@ un_status un_graph_load(un_ctx *ctx, const un_spec *spec, const char *path, un_g
     un_jdoc *doc;
     *out = NULL;
     un_status st = un_jdoc_load(ctx, path, &doc);
-    if (st != UN_OK) return st;
+    if (st != UN_OK)
+        return st;
     un_jcur root = un_jdoc_root(doc);
     st = un_graph_from_jcur(ctx, spec, &root, out);
     un_jdoc_free(doc);
     return st;
 }
 
-/* ---- DOT ---------------------------------------------------------------------------------------- */
+/* ---- DOT ----------------------------------------------------------------------------------------
+ */
 
 /* Appends s escaped for a double-quoted DOT string. */
 static void dot_str(un_buf *b, const char *s) {
@@ -1244,7 +1204,8 @@ un_status un_graph_to_dot(un_ctx *ctx, const un_graph *g, un_buf *out) {
         const un_node *nd = &g->nodes[i];
         const un_op_spec *os = un_spec_op(g->spec, nd->op);
         un_buf t = {0};
-        if (nd->name) un_buf_printf(&t, "%s\n", nd->name);
+        if (nd->name)
+            un_buf_printf(&t, "%s\n", nd->name);
         un_buf_printf(&t, "%s", os->name);
         bool any = false;
         for (int k = 0; k < os->n_params; k++) {
@@ -1252,13 +1213,15 @@ un_status un_graph_to_dot(un_ctx *ctx, const un_graph *g, un_buf *out) {
             if (os->kind != UN_OPK_PARALLEL && !param_shown(&os->params[k], &nd->params[k]))
                 continue;
             if (nd->op == UN_OP_INPUT || nd->op == UN_OP_WEIGHT) {
-                if (strcmp(os->params[k].name, "shape") == 0) continue; /* the shape line says it */
+                if (strcmp(os->params[k].name, "shape") == 0)
+                    continue; /* the shape line says it */
             }
             un_buf_printf(&t, "%s%s=", any ? ", " : "(", os->params[k].name);
             any = true;
             un_spec_param_str(&os->params[k], &nd->params[k], &t);
         }
-        if (any) un_buf_printf(&t, ")");
+        if (any)
+            un_buf_printf(&t, ")");
         for (int k = 0; k < nd->inf.n_out; k++) {
             char s[160];
             un_shape_str(&nd->inf.out[k], s, sizeof s);
@@ -1269,12 +1232,15 @@ un_status un_graph_to_dot(un_ctx *ctx, const un_graph *g, un_buf *out) {
         un_buf_free(&t);
         switch (un_op_kind_of(nd->op)) {
         case UN_OPK_SOURCE:
-            un_buf_printf(out, "\", shape=box, style=\"rounded,filled\", fillcolor=\"#e8e8e8\"];\n");
+            un_buf_printf(out,
+                          "\", shape=box, style=\"rounded,filled\", fillcolor=\"#e8e8e8\"];\n");
             break;
         case UN_OPK_PARALLEL:
             un_buf_printf(out, "\", shape=hexagon, style=filled, fillcolor=\"#ffd8a8\"];\n");
             break;
-        default: un_buf_printf(out, "\", shape=box];\n"); break;
+        default:
+            un_buf_printf(out, "\", shape=box];\n");
+            break;
         }
     }
     for (int32_t i = 0; i < g->n_nodes; i++) {
@@ -1284,7 +1250,8 @@ un_status un_graph_to_dot(un_ctx *ctx, const un_graph *g, un_buf *out) {
             char s[160];
             un_shape_str(un_graph_shape(g, r), s, sizeof s);
             un_buf_printf(out, "  n%d -> n%d [label=\"", (int)r.node, (int)i);
-            if (g->nodes[r.node].inf.n_out > 1) un_buf_printf(out, "%d: ", (int)r.out);
+            if (g->nodes[r.node].inf.n_out > 1)
+                un_buf_printf(out, "%d: ", (int)r.out);
             dot_str(out, s);
             un_buf_printf(out, "\"];\n");
         }
@@ -1296,7 +1263,8 @@ un_status un_graph_to_dot(un_ctx *ctx, const un_graph *g, un_buf *out) {
         un_shape_str(un_graph_shape(g, r), s, sizeof s);
         un_buf_printf(out, "  out%d [label=\"out %d\", shape=plaintext];\n", (int)p, (int)p);
         un_buf_printf(out, "  n%d -> out%d [label=\"", (int)r.node, (int)p);
-        if (g->nodes[r.node].inf.n_out > 1) un_buf_printf(out, "%d: ", (int)r.out);
+        if (g->nodes[r.node].inf.n_out > 1)
+            un_buf_printf(out, "%d: ", (int)r.out);
         dot_str(out, s);
         un_buf_printf(out, "\"];\n");
     }

@@ -2,7 +2,6 @@
 #include "pcg/json.h"
 
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,28 +63,11 @@ un_status un_jdoc_parse(un_ctx *ctx, const char *name, const char *text, size_t 
 
 un_status un_jdoc_load(un_ctx *ctx, const char *path, un_jdoc **out) {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return un_ctx_error(ctx, UN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    size_t cap = 1 << 16, len = 0;
-    char *buf = un_xmalloc(cap);
-    for (;;) {
-        if (len == cap) {
-            cap *= 2;
-            buf = un_xrealloc(buf, cap);
-        }
-        size_t n = fread(buf + len, 1, cap - len, f);
-        len += n;
-        if (n == 0) break;
-    }
-    int err = ferror(f);
-    fclose(f);
-    un_status st;
-    if (err)
-        st = un_ctx_error(ctx, UN_ERR_IO, "%s: read error", path);
-    else if (len == 0)
-        st = un_ctx_error(ctx, UN_ERR_PARSE, "%s: empty file", path);
-    else
-        st = un_jdoc_parse(ctx, path, buf, len, out);
+    char *buf;
+    size_t len;
+    un_status st = un_read_file(ctx, path, &buf, &len);
+    if (st != UN_OK) return st;
+    st = un_jdoc_parse(ctx, path, buf, len, out);
     free(buf);
     return st;
 }
@@ -206,8 +188,8 @@ un_status un_jcur_error(un_ctx *ctx, un_status st, const un_jcur *c, const char 
 un_status un_jcur_need_type(un_ctx *ctx, const un_jcur *c, un_jtype t) {
     un_jtype have = un_jcur_type(c);
     if (have == t) return UN_OK;
-    if (have == UN_JSON_MISSING) return un_jcur_error(ctx, UN_ERR_SPEC, c, "missing (expected %s)", un_jtype_name(t));
-    return un_jcur_error(ctx, UN_ERR_SPEC, c, "expected %s, found %s", un_jtype_name(t), un_jtype_name(have));
+    if (have == UN_JSON_MISSING) return un_jcur_error(ctx, UN_ERR_PARSE, c, "missing (expected %s)", un_jtype_name(t));
+    return un_jcur_error(ctx, UN_ERR_PARSE, c, "expected %s, found %s", un_jtype_name(t), un_jtype_name(have));
 }
 
 un_status un_jcur_get_str(un_ctx *ctx, const un_jcur *obj, const char *key, bool required, const char **out) {
@@ -222,9 +204,9 @@ un_status un_jcur_get_str(un_ctx *ctx, const un_jcur *obj, const char *key, bool
 un_status un_jcur_get_int(un_ctx *ctx, const un_jcur *obj, const char *key, bool required, int64_t *out) {
     un_jcur m = un_jcur_member(obj, key);
     if (!un_jcur_present(&m) && !required) return UN_OK;
-    if (!un_jcur_present(&m)) return un_jcur_error(ctx, UN_ERR_SPEC, &m, "missing (expected an integer)");
+    if (!un_jcur_present(&m)) return un_jcur_error(ctx, UN_ERR_PARSE, &m, "missing (expected an integer)");
     if (!un_jcur_is_int(&m, out))
-        return un_jcur_error(ctx, UN_ERR_SPEC, &m, "expected an integer, found %s",
+        return un_jcur_error(ctx, UN_ERR_PARSE, &m, "expected an integer, found %s",
                              un_jcur_type(&m) == UN_JSON_NUMBER ? "a fractional number" : un_jtype_name(un_jcur_type(&m)));
     return UN_OK;
 }
@@ -248,13 +230,13 @@ un_status un_jcur_check_keys(un_ctx *ctx, const un_jcur *obj, const char *const 
         if (!ok) {
             un_buf b = {0};
             for (const char *const *a = allowed; *a; a++) un_buf_printf(&b, "%s%s", a == allowed ? "" : ", ", *a);
-            un_status st = un_jcur_error(ctx, UN_ERR_SPEC, &m, "unknown field (allowed: %s)", b.data ? b.data : "none");
+            un_status st = un_jcur_error(ctx, UN_ERR_PARSE, &m, "unknown field (allowed: %s)", b.data ? b.data : "none");
             un_buf_free(&b);
             return st;
         }
         for (int j = 0; j < i; j++) {
             un_jcur p = un_jcur_item(obj, j);
-            if (strcmp(p.key, m.key) == 0) return un_jcur_error(ctx, UN_ERR_SPEC, &m, "duplicate field");
+            if (strcmp(p.key, m.key) == 0) return un_jcur_error(ctx, UN_ERR_PARSE, &m, "duplicate field");
         }
     }
     return UN_OK;

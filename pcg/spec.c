@@ -150,11 +150,11 @@ un_status un_spec_param_parse(un_ctx *ctx, const un_param_spec *ps, const un_jcu
     un_jtype t = un_jcur_type(c);
     switch (ps->type) {
     case UN_PT_BOOL:
-        if (t != UN_JSON_BOOL) return un_jcur_error(ctx, UN_ERR_SPEC, c, "parameter '%s' expects true or false", ps->name);
+        if (t != UN_JSON_BOOL) return un_jcur_error(ctx, UN_ERR_INVALID, c, "parameter '%s' expects true or false", ps->name);
         v.v[0] = un_jcur_bool(c);
         break;
     case UN_PT_ENUM: {
-        if (t != UN_JSON_STRING) return un_jcur_error(ctx, UN_ERR_SPEC, c, "parameter '%s' expects one of its names", ps->name);
+        if (t != UN_JSON_STRING) return un_jcur_error(ctx, UN_ERR_INVALID, c, "parameter '%s' expects one of its names", ps->name);
         const char *s = un_jcur_str(c);
         int found = -1;
         for (int i = 0; i < ps->n_enum; i++)
@@ -162,7 +162,7 @@ un_status un_spec_param_parse(un_ctx *ctx, const un_param_spec *ps, const un_jcu
         if (found < 0) {
             un_buf b = {0};
             for (int i = 0; i < ps->n_enum; i++) un_buf_printf(&b, "%s%s", i ? ", " : "", ps->enums[i]);
-            un_status st = un_jcur_error(ctx, UN_ERR_SPEC, c, "'%s' is not a value of parameter '%s' (one of: %s)", s,
+            un_status st = un_jcur_error(ctx, UN_ERR_INVALID, c, "'%s' is not a value of parameter '%s' (one of: %s)", s,
                                          ps->name, b.data);
             un_buf_free(&b);
             return st;
@@ -171,26 +171,22 @@ un_status un_spec_param_parse(un_ctx *ctx, const un_param_spec *ps, const un_jcu
         break;
     }
     case UN_PT_LIST: {
-        if (t != UN_JSON_ARRAY) return un_jcur_error(ctx, UN_ERR_SPEC, c, "parameter '%s' expects an array of integers", ps->name);
+        if (t != UN_JSON_ARRAY) return un_jcur_error(ctx, UN_ERR_INVALID, c, "parameter '%s' expects an array of integers", ps->name);
         int n = un_jcur_len(c);
-        if (n > UN_MAX_DIMS) return un_jcur_error(ctx, UN_ERR_SPEC, c, "parameter '%s' has %d items (at most %d)", ps->name, n, UN_MAX_DIMS);
+        if (n > UN_MAX_DIMS) return un_jcur_error(ctx, UN_ERR_INVALID, c, "parameter '%s' has %d items (at most %d)", ps->name, n, UN_MAX_DIMS);
         v.len = n;
         for (int i = 0; i < n; i++) {
             un_jcur it = un_jcur_item(c, i);
-            if (!un_jcur_is_int(&it, &v.v[i])) return un_jcur_error(ctx, UN_ERR_SPEC, &it, "expected an integer");
+            if (!un_jcur_is_int(&it, &v.v[i])) return un_jcur_error(ctx, UN_ERR_INVALID, &it, "expected an integer");
         }
         break;
     }
     default:
-        if (t == UN_JSON_BOOL) {
-            v.v[0] = un_jcur_bool(c);
-            break;
-        }
-        if (!un_jcur_is_int(c, &v.v[0])) return un_jcur_error(ctx, UN_ERR_SPEC, c, "parameter '%s' expects an integer", ps->name);
+        if (!un_jcur_is_int(c, &v.v[0])) return un_jcur_error(ctx, UN_ERR_INVALID, c, "parameter '%s' expects an integer", ps->name);
         break;
     }
     char why[256];
-    if (!un_spec_param_valid(ps, &v, why, sizeof why)) return un_jcur_error(ctx, UN_ERR_SPEC, c, "%s", why);
+    if (!un_spec_param_valid(ps, &v, why, sizeof why)) return un_jcur_error(ctx, UN_ERR_INVALID, c, "%s", why);
     *out = v;
     return UN_OK;
 }
@@ -1074,24 +1070,11 @@ un_status un_spec_parse(un_ctx *ctx, const char *name, const char *text, size_t 
 
 un_status un_spec_load(un_ctx *ctx, const char *path, un_spec **out) {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return un_ctx_error(ctx, UN_ERR_IO, "%s: cannot open", path);
-    size_t cap = 1 << 16, len = 0;
-    char *buf = un_xmalloc(cap);
-    size_t n;
-    while ((n = fread(buf + len, 1, cap - len, f)) > 0) {
-        len += n;
-        if (len == cap) buf = un_xrealloc(buf, cap *= 2);
-    }
-    int err = ferror(f);
-    fclose(f);
-    un_status st;
-    if (err)
-        st = un_ctx_error(ctx, UN_ERR_IO, "%s: read error", path);
-    else if (len == 0)
-        st = un_ctx_error(ctx, UN_ERR_PARSE, "%s: empty file", path);
-    else
-        st = un_spec_parse(ctx, path, buf, len, out);
+    char *buf;
+    size_t len;
+    un_status st = un_read_file(ctx, path, &buf, &len);
+    if (st != UN_OK) return st;
+    st = un_spec_parse(ctx, path, buf, len, out);
     free(buf);
     return st;
 }

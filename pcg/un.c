@@ -1,6 +1,7 @@
 /* un.c - status strings, the error-carrying context, host allocation, RNG, hashing, arena. */
 #include "pcg/un.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -285,4 +286,29 @@ void un_buf_free(un_buf *b) {
     free(b->data);
     b->data = NULL;
     b->len = b->cap = 0;
+}
+
+/* ---- files ---- */
+
+un_status un_read_file(un_ctx *ctx, const char *path, char **out, size_t *len) {
+    *out = NULL;
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return un_ctx_error(ctx, UN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    size_t cap = 1 << 16, n = 0, got;
+    char *buf = un_xmalloc(cap + 1);
+    while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += got;
+        if (n == cap) buf = un_xrealloc(buf, (cap *= 2) + 1);
+    }
+    int err = ferror(f);
+    fclose(f);
+    if (err || n == 0) {
+        free(buf);
+        return err ? un_ctx_error(ctx, UN_ERR_IO, "%s: read error", path) : un_ctx_error(ctx, UN_ERR_PARSE, "%s: empty file", path);
+    }
+    buf[n] = '\0';
+    *out = buf;
+    *len = n;
+    return UN_OK;
 }

@@ -128,6 +128,12 @@ char *un_arena_strdup(un_arena *a, const char *s);
 void un_arena_reset(un_arena *a);
 size_t un_arena_used(const un_arena *a);
 
+/* ---- files ---------------------------------------------------------------------------------- */
+
+/* Reads a whole file; *out is NUL-terminated, owned (free with free()). An unreadable or empty file
+ * is an error naming the path (UN_ERR_IO / UN_ERR_PARSE). */
+un_status un_read_file(un_ctx *ctx, const char *path, char **out, size_t *len);
+
 /* ---- small string buffer used for messages and serialisation --------------------------------- */
 
 typedef struct un_buf {

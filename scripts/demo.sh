@@ -29,8 +29,9 @@ echo "serial vs data parallel:";   "$pcg" compare "$work/serial.json" "$work/dat
 echo "serial vs tensor parallel:"; "$pcg" compare "$work/serial.json" "$work/tensor.json"
 
 step "6. An illegal layout is refused: relu applied to the partial sums before the reduce"
-sed -e 's/"name": "y", "op": "reduce", "in": \["fc2"\]/"name": "y", "op": "relu", "in": ["fc2"]/' \
+sed -e 's/"name": "y", "op": "reduce", "in": \["fc2"\], "params": {"degree": 2}/"name": "y", "op": "relu", "in": ["fc2"]/' \
     "$work/tensor.json" > "$work/bad.json"
+grep -q '"op": "relu", "in": \["fc2"\]' "$work/bad.json" || { echo "demo: could not build the illegal graph" >&2; exit 1; }
 if "$pcg" show "$work/bad.json"; then
     echo "demo: the illegal graph was accepted" >&2
     exit 1

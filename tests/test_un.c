@@ -63,12 +63,12 @@ static void test_json(void) {
     int64_t n = 0;
     EXPECT_OK(ctx, un_jcur_get_int(ctx, &root, "n", true, &n));
     EXPECT_EQ(n, 3);
-    EXPECT_EQ(un_jcur_get_int(ctx, &a, "missing", true, &n), UN_ERR_SPEC);
+    EXPECT_EQ(un_jcur_get_int(ctx, &a, "missing", true, &n), UN_ERR_PARSE);
     EXPECT_STR_EQ(un_ctx_errmsg(ctx), "t.json: $.a.missing: missing (expected an integer)");
     un_ctx_clear(ctx);
     const char *const keys[] = {"b", NULL};
     EXPECT_OK(ctx, un_jcur_check_keys(ctx, &a, keys));
-    EXPECT_EQ(un_jcur_check_keys(ctx, &root, keys), UN_ERR_SPEC);
+    EXPECT_EQ(un_jcur_check_keys(ctx, &root, keys), UN_ERR_PARSE);
     EXPECT_TRUE(strstr(un_ctx_errmsg(ctx), "$.a: unknown field") != NULL);
     un_ctx_clear(ctx);
     un_jdoc_free(doc);
@@ -76,7 +76,7 @@ static void test_json(void) {
     const char *dup = "{\"b\": 1, \"b\": 2}";
     EXPECT_OK(ctx, un_jdoc_parse(ctx, "d.json", dup, strlen(dup), &doc));
     root = un_jdoc_root(doc);
-    EXPECT_EQ(un_jcur_check_keys(ctx, &root, keys), UN_ERR_SPEC);
+    EXPECT_EQ(un_jcur_check_keys(ctx, &root, keys), UN_ERR_PARSE);
     EXPECT_TRUE(strstr(un_ctx_errmsg(ctx), "duplicate field") != NULL);
     un_ctx_clear(ctx);
     un_jdoc_free(doc);
