@@ -12,7 +12,8 @@ un_status un_ptensor_init(un_ctx *ctx, un_ptensor *t, const un_shape *shape) {
     t->shape = *shape;
     int64_t n = un_shape_piece_numel(shape) * un_shape_npieces(shape);
     t->data = un_ctx_calloc(ctx, (size_t)(n ? n : 1), sizeof(un_val));
-    if (!t->data) return un_ctx_error(ctx, UN_ERR_NOMEM, "cannot allocate %lld values", (long long)n);
+    if (!t->data)
+        return un_ctx_error(ctx, UN_ERR_NOMEM, "cannot allocate %lld values", (long long)n);
     return UN_OK;
 }
 
@@ -23,7 +24,8 @@ void un_ptensor_deinit(un_ptensor *t) {
 
 static int64_t piece_index(const un_shape *s, const int32_t *block, int32_t sum, int32_t copy) {
     int64_t idx = 0;
-    for (int i = 0; i < s->rank; i++) idx = idx * s->shard[i] + block[i];
+    for (int i = 0; i < s->rank; i++)
+        idx = idx * s->shard[i] + block[i];
     idx = idx * s->sum + sum;
     return idx * s->copy + copy;
 }
@@ -39,18 +41,22 @@ typedef struct {
 } piece_pos;
 
 static bool piece_next(const un_shape *s, piece_pos *p) {
-    if (++p->copy < s->copy) return true;
+    if (++p->copy < s->copy)
+        return true;
     p->copy = 0;
-    if (++p->sum < s->sum) return true;
+    if (++p->sum < s->sum)
+        return true;
     p->sum = 0;
     for (int i = s->rank - 1; i >= 0; i--) {
-        if (++p->block[i] < s->shard[i]) return true;
+        if (++p->block[i] < s->shard[i])
+            return true;
         p->block[i] = 0;
     }
     return false;
 }
 
-/* Linear index in the logical dense tensor of local element `x` (row-major local index) of a piece. */
+/* Linear index in the logical dense tensor of local element `x` (row-major local index) of a piece.
+ */
 static int64_t global_index(const un_shape *s, const int32_t *block, int64_t x) {
     int64_t local[UN_MAX_DIMS], coord[UN_MAX_DIMS];
     for (int i = s->rank - 1; i >= 0; i--) {
@@ -69,7 +75,8 @@ static int64_t global_index(const un_shape *s, const int32_t *block, int64_t x) 
 un_status un_ptensor_gather(un_ctx *ctx, const un_ptensor *t, un_dom dom, un_val *dense) {
     const un_shape *s = &t->shape;
     int64_t n = un_shape_numel(s), pn = un_shape_piece_numel(s);
-    for (int64_t i = 0; i < n; i++) dense[i] = un_num_zero(dom);
+    for (int64_t i = 0; i < n; i++)
+        dense[i] = un_num_zero(dom);
     piece_pos p;
     memset(&p, 0, sizeof p);
     do {
@@ -83,14 +90,16 @@ un_status un_ptensor_gather(un_ctx *ctx, const un_ptensor *t, un_dom dom, un_val
             const un_val *first = un_ptensor_piece(t, p.block, p.sum, 0);
             for (int64_t x = 0; x < pn; x++)
                 if (!un_num_eq(dom, first[x], src[x]))
-                    return un_ctx_error(ctx, UN_ERR_MISMATCH, "copy %d of a piece differs from copy 0 at element %lld", p.copy,
-                                        (long long)x);
+                    return un_ctx_error(ctx, UN_ERR_MISMATCH,
+                                        "copy %d of a piece differs from copy 0 at element %lld",
+                                        p.copy, (long long)x);
         }
     } while (piece_next(s, &p));
     return UN_OK;
 }
 
-un_status un_ptensor_scatter(un_ctx *ctx, un_ptensor *t, un_dom dom, const un_val *dense, un_rng *rng) {
+un_status un_ptensor_scatter(un_ctx *ctx, un_ptensor *t, un_dom dom, const un_val *dense,
+                             un_rng *rng) {
     (void)ctx;
     const un_shape *s = &t->shape;
     int64_t pn = un_shape_piece_numel(s);
@@ -105,7 +114,8 @@ un_status un_ptensor_scatter(un_ctx *ctx, un_ptensor *t, un_dom dom, const un_va
         } else {
             for (int64_t x = 0; x < pn; x++) {
                 un_val v = dense[global_index(s, p.block, x)];
-                for (int32_t o = 0; o < p.sum; o++) v = un_num_sub(dom, v, un_ptensor_piece(t, p.block, o, 0)[x]);
+                for (int32_t o = 0; o < p.sum; o++)
+                    v = un_num_sub(dom, v, un_ptensor_piece(t, p.block, o, 0)[x]);
                 dst[x] = v;
             }
         }
@@ -113,10 +123,12 @@ un_status un_ptensor_scatter(un_ctx *ctx, un_ptensor *t, un_dom dom, const un_va
     return UN_OK;
 }
 
-void un_ptensor_random_dense(un_dom dom, un_dtype dtype, int64_t range, int64_t n, un_rng *rng, un_val *out) {
+void un_ptensor_random_dense(un_dom dom, un_dtype dtype, int64_t range, int64_t n, un_rng *rng,
+                             un_val *out) {
     for (int64_t i = 0; i < n; i++) {
         if (dtype == UN_DT_INT)
-            out[i] = un_num_from_int(dom, (int64_t)un_rng_below(rng, (uint64_t)(range > 0 ? range : 1)));
+            out[i] =
+                un_num_from_int(dom, (int64_t)un_rng_below(rng, (uint64_t)(range > 0 ? range : 1)));
         else if (dom == UN_DOM_FIELD)
             out[i].u = un_rng_below(rng, UN_P);
         else
@@ -124,11 +136,14 @@ void un_ptensor_random_dense(un_dom dom, un_dtype dtype, int64_t range, int64_t 
     }
 }
 
-bool un_dense_equal(un_dom dom, const un_val *a, const un_val *b, int64_t n, double tol, int64_t *where) {
+bool un_dense_equal(un_dom dom, const un_val *a, const un_val *b, int64_t n, double tol,
+                    int64_t *where) {
     for (int64_t i = 0; i < n; i++) {
-        bool eq = dom == UN_DOM_FIELD ? a[i].u == b[i].u : fabs(a[i].f - b[i].f) <= tol * (1.0 + fabs(b[i].f));
+        bool eq = dom == UN_DOM_FIELD ? a[i].u == b[i].u
+                                      : fabs(a[i].f - b[i].f) <= tol * (1.0 + fabs(b[i].f));
         if (!eq) {
-            if (where) *where = i;
+            if (where)
+                *where = i;
             return false;
         }
     }
@@ -139,7 +154,8 @@ bool un_dense_equal(un_dom dom, const un_val *a, const un_val *b, int64_t n, dou
 
 const un_param *un_kargs_param(const un_kargs *a, const char *name) {
     int i = un_spec_param_index(a->spec, name);
-    if (i < 0) un_abort(__FILE__, __LINE__, name);
+    if (i < 0)
+        un_abort(__FILE__, __LINE__, name);
     return &a->params[i];
 }
 
@@ -186,11 +202,13 @@ static void eval_parallel(un_op op, un_dom dom, int64_t k, const un_ptensor *in,
     do {
         un_val *dst = un_ptensor_piece(out, p.block, p.sum, p.copy);
         if (op == UN_OP_REPLICATE) {
-            memcpy(dst, un_ptensor_piece(in, p.block, p.sum, (int32_t)(p.copy / k)), sizeof(un_val) * (size_t)pn);
+            memcpy(dst, un_ptensor_piece(in, p.block, p.sum, (int32_t)(p.copy / k)),
+                   sizeof(un_val) * (size_t)pn);
         } else { /* reduce: sum groups of k consecutive partial pieces */
             for (int64_t t = 0; t < k; t++) {
                 const un_val *src = un_ptensor_piece(in, p.block, (int32_t)(p.sum * k + t), p.copy);
-                for (int64_t x = 0; x < pn; x++) dst[x] = un_num_add(dom, dst[x], src[x]);
+                for (int64_t x = 0; x < pn; x++)
+                    dst[x] = un_num_add(dom, dst[x], src[x]);
             }
         }
     } while (piece_next(so, &p));
@@ -198,8 +216,8 @@ static void eval_parallel(un_op op, un_dom dom, int64_t k, const un_ptensor *in,
 
 /* ---- regular operators: one kernel call per device ---- */
 
-static void locate(const un_rule_use *uses, int n_uses, const int32_t *u, bool is_out, int t, const un_shape *s,
-                   int32_t *block, int32_t *sum, int32_t *copy) {
+static void locate(const un_rule_use *uses, int n_uses, const int32_t *u, bool is_out, int t,
+                   const un_shape *s, int32_t *block, int32_t *sum, int32_t *copy) {
     memset(block, 0, sizeof(int32_t) * UN_MAX_DIMS);
     *sum = 0;
     *copy = 0;
@@ -228,12 +246,14 @@ static void make_block(const un_shape *s, const int32_t *blk, un_val *data, un_b
     b->data = data;
 }
 
-un_status un_eval_op(un_ctx *ctx, const un_spec *spec, un_op op, const un_param *params, const un_infer *inf,
-                     un_dom dom, const un_ptensor *in, int n_in, un_ptensor *out) {
+un_status un_eval_op(un_ctx *ctx, const un_spec *spec, un_op op, const un_param *params,
+                     const un_infer *inf, un_dom dom, const un_ptensor *in, int n_in,
+                     un_ptensor *out) {
     un_status st = UN_OK;
     int n_done = 0;
     for (int o = 0; o < inf->n_out; o++) {
-        if ((st = un_ptensor_init(ctx, &out[o], &inf->out[o])) != UN_OK) goto fail;
+        if ((st = un_ptensor_init(ctx, &out[o], &inf->out[o])) != UN_OK)
+            goto fail;
         n_done++;
     }
     if (un_op_kind_of(op) == UN_OPK_PARALLEL) {
@@ -266,14 +286,18 @@ un_status un_eval_op(un_ctx *ctx, const un_spec *spec, un_op op, const un_param 
             locate(inf->uses, inf->n_uses, u, true, o, &out[o].shape, blk, &sum, &copy);
             make_block(&out[o].shape, blk, un_ptensor_piece(&out[o], blk, sum, copy), &ob[o]);
         }
-        if ((st = un__kernel_run(ctx, &a)) != UN_OK) goto fail;
+        if ((st = un__kernel_run(ctx, &a)) != UN_OK)
+            goto fail;
         int j = inf->n_uses - 1;
-        while (j >= 0 && ++u[j] == inf->uses[j].degree) u[j--] = 0;
-        if (j < 0) break;
+        while (j >= 0 && ++u[j] == inf->uses[j].degree)
+            u[j--] = 0;
+        if (j < 0)
+            break;
     }
     return UN_OK;
 fail:
-    for (int o = 0; o < n_done; o++) un_ptensor_deinit(&out[o]);
+    for (int o = 0; o < n_done; o++)
+        un_ptensor_deinit(&out[o]);
     return st;
 }
 
@@ -301,16 +325,20 @@ un_status un_eval_new(un_ctx *ctx, const un_graph *g, un_dom dom, un_eval **out)
 }
 
 static void free_node_vals(un_eval *ev, int32_t id) {
-    if (!ev->vals[id]) return;
+    if (!ev->vals[id])
+        return;
     const un_node *nd = un_graph_node(ev->g, id);
-    for (int o = 0; o < nd->inf.n_out; o++) un_ptensor_deinit(&ev->vals[id][o]);
+    for (int o = 0; o < nd->inf.n_out; o++)
+        un_ptensor_deinit(&ev->vals[id][o]);
     free(ev->vals[id]);
     ev->vals[id] = NULL;
 }
 
 void un_eval_free(un_eval *ev) {
-    if (!ev) return;
-    for (int32_t i = 0; i < ev->n; i++) free_node_vals(ev, i);
+    if (!ev)
+        return;
+    for (int32_t i = 0; i < ev->n; i++)
+        free_node_vals(ev, i);
     free(ev->vals);
     free(ev->set);
     free(ev);
@@ -319,7 +347,8 @@ void un_eval_free(un_eval *ev) {
 un_status un_eval_set(un_eval *ev, int32_t node, const un_val *dense) {
     const un_node *nd = un_graph_node(ev->g, node);
     if (un_op_kind_of(nd->op) != UN_OPK_SOURCE)
-        return un_ctx_error(ev->ctx, UN_ERR_INVALID, "node %d (%s) is not an input or weight", node, un_op_name(nd->op));
+        return un_ctx_error(ev->ctx, UN_ERR_INVALID, "node %d (%s) is not an input or weight", node,
+                            un_op_name(nd->op));
     free_node_vals(ev, node);
     ev->vals[node] = un_xcalloc(1, sizeof(un_ptensor));
     un_status st = un_ptensor_init(ev->ctx, ev->vals[node], &nd->inf.out[0]);
@@ -337,7 +366,8 @@ void un_eval_fill_random(un_eval *ev, uint64_t seed) {
     const un_spec *spec = un_graph_spec(ev->g);
     for (int32_t i = 0; i < ev->n; i++) {
         const un_node *nd = un_graph_node(ev->g, i);
-        if (un_op_kind_of(nd->op) != UN_OPK_SOURCE || ev->set[i]) continue;
+        if (un_op_kind_of(nd->op) != UN_OPK_SOURCE || ev->set[i])
+            continue;
         int pr = un_spec_param_index(un_spec_op(spec, nd->op), "range");
         int64_t range = pr >= 0 ? nd->params[pr].v[0] : 0;
         int64_t n = un_shape_numel(&nd->inf.out[0]);
@@ -358,14 +388,17 @@ un_status un_eval_run(un_eval *ev) {
         const un_node *nd = un_graph_node(ev->g, id);
         if (un_op_kind_of(nd->op) == UN_OPK_SOURCE) {
             if (!ev->vals[id])
-                return un_ctx_error(ev->ctx, UN_ERR_INVALID, "input node %d (%s) has no value", id, nd->name ? nd->name : "?");
+                return un_ctx_error(ev->ctx, UN_ERR_INVALID, "input node %d (%s) has no value", id,
+                                    nd->name ? nd->name : "?");
             continue;
         }
         free_node_vals(ev, id);
         un_ptensor in[UN_MAX_INPUTS];
-        for (int t = 0; t < nd->n_in; t++) in[t] = ev->vals[nd->in[t].node][nd->in[t].out];
+        for (int t = 0; t < nd->n_in; t++)
+            in[t] = ev->vals[nd->in[t].node][nd->in[t].out];
         un_ptensor *out = un_xcalloc((size_t)nd->inf.n_out, sizeof *out);
-        un_status st = un_eval_op(ev->ctx, spec, nd->op, nd->params, &nd->inf, ev->dom, in, nd->n_in, out);
+        un_status st =
+            un_eval_op(ev->ctx, spec, nd->op, nd->params, &nd->inf, ev->dom, in, nd->n_in, out);
         if (st != UN_OK) {
             free(out);
             return st;
@@ -380,69 +413,85 @@ const un_ptensor *un_eval_value(const un_eval *ev, un_ref r) {
     return &ev->vals[r.node][r.out];
 }
 
-static un_status run_seeded(un_ctx *ctx, const un_graph *g, un_dom dom, uint64_t seed, un_eval **out) {
+static un_status run_seeded(un_ctx *ctx, const un_graph *g, un_dom dom, uint64_t seed,
+                            un_eval **out) {
     un_status st = un_eval_new(ctx, g, dom, out);
-    if (st != UN_OK) return st;
+    if (st != UN_OK)
+        return st;
     const un_spec *spec = un_graph_spec(g);
     for (int32_t i = 0; i < un_graph_node_count(g); i++) {
         const un_node *nd = un_graph_node(g, i);
-        if (un_op_kind_of(nd->op) != UN_OPK_SOURCE) continue;
+        if (un_op_kind_of(nd->op) != UN_OPK_SOURCE)
+            continue;
         const char *name = nd->name ? nd->name : "";
         int pr = un_spec_param_index(un_spec_op(spec, nd->op), "range");
         int64_t n = un_shape_numel(&nd->inf.out[0]);
         un_val *v = un_xmalloc(sizeof(un_val) * (size_t)(n ? n : 1));
         un_rng rng;
         un_rng_seed(&rng, un_hash_bytes(name, strlen(name), seed));
-        un_ptensor_random_dense(dom, nd->inf.out[0].dtype, pr >= 0 ? nd->params[pr].v[0] : 0, n, &rng, v);
+        un_ptensor_random_dense(dom, nd->inf.out[0].dtype, pr >= 0 ? nd->params[pr].v[0] : 0, n,
+                                &rng, v);
         st = un_eval_set(*out, i, v);
         free(v);
-        if (st != UN_OK) return st;
+        if (st != UN_OK)
+            return st;
     }
     return un_eval_run(*out);
 }
 
-un_status un_eval_compare(un_ctx *ctx, const un_graph *a, const un_graph *b, un_dom dom, uint64_t seed, double tol,
-                          double *max_err) {
+un_status un_eval_compare(un_ctx *ctx, const un_graph *a, const un_graph *b, un_dom dom,
+                          uint64_t seed, double tol, double *max_err) {
     *max_err = 0;
     un_status st = UN_OK;
     un_eval *ea = NULL, *eb = NULL;
     un_val *va = NULL, *vb = NULL;
     for (int32_t i = 0; i < un_graph_node_count(b); i++) {
         const un_node *nd = un_graph_node(b, i);
-        if (un_op_kind_of(nd->op) != UN_OPK_SOURCE) continue;
+        if (un_op_kind_of(nd->op) != UN_OPK_SOURCE)
+            continue;
         int32_t j = nd->name ? un_graph_find(a, nd->name) : -1;
         if (j < 0 || !un_shape_same_dims(&un_graph_node(a, j)->inf.out[0], &nd->inf.out[0])) {
-            st = un_ctx_error(ctx, UN_ERR_INVALID, "input '%s' of the second graph has no namesake of the same shape in the first",
-                              nd->name ? nd->name : "(unnamed)");
+            st = un_ctx_error(
+                ctx, UN_ERR_INVALID,
+                "input '%s' of the second graph has no namesake of the same shape in the first",
+                nd->name ? nd->name : "(unnamed)");
             goto done;
         }
     }
     if (un_graph_output_count(a) != un_graph_output_count(b)) {
-        st = un_ctx_error(ctx, UN_ERR_INVALID, "the graphs have %d and %d outputs", un_graph_output_count(a),
-                          un_graph_output_count(b));
+        st = un_ctx_error(ctx, UN_ERR_INVALID, "the graphs have %d and %d outputs",
+                          un_graph_output_count(a), un_graph_output_count(b));
         goto done;
     }
-    if ((st = run_seeded(ctx, a, dom, seed, &ea)) != UN_OK) goto done;
-    if ((st = run_seeded(ctx, b, dom, seed, &eb)) != UN_OK) goto done;
+    if ((st = run_seeded(ctx, a, dom, seed, &ea)) != UN_OK)
+        goto done;
+    if ((st = run_seeded(ctx, b, dom, seed, &eb)) != UN_OK)
+        goto done;
     for (int32_t o = 0; o < un_graph_output_count(a); o++) {
-        const un_ptensor *ta = un_eval_value(ea, un_graph_output(a, o)), *tb = un_eval_value(eb, un_graph_output(b, o));
+        const un_ptensor *ta = un_eval_value(ea, un_graph_output(a, o)),
+                         *tb = un_eval_value(eb, un_graph_output(b, o));
         if (!un_shape_same_dims(&ta->shape, &tb->shape)) {
             char sa[96], sb[96];
             un_shape_str(&ta->shape, sa, sizeof sa);
             un_shape_str(&tb->shape, sb, sizeof sb);
-            st = un_ctx_error(ctx, UN_ERR_MISMATCH, "output %d: shapes %s and %s differ", o, sa, sb);
+            st =
+                un_ctx_error(ctx, UN_ERR_MISMATCH, "output %d: shapes %s and %s differ", o, sa, sb);
             goto done;
         }
         int64_t n = un_shape_numel(&ta->shape);
         va = un_xrealloc(va, sizeof(un_val) * (size_t)(n ? n : 1));
         vb = un_xrealloc(vb, sizeof(un_val) * (size_t)(n ? n : 1));
-        if ((st = un_ptensor_gather(ctx, ta, dom, va)) != UN_OK) goto done;
-        if ((st = un_ptensor_gather(ctx, tb, dom, vb)) != UN_OK) goto done;
+        if ((st = un_ptensor_gather(ctx, ta, dom, va)) != UN_OK)
+            goto done;
+        if ((st = un_ptensor_gather(ctx, tb, dom, vb)) != UN_OK)
+            goto done;
         for (int64_t x = 0; x < n; x++) {
             double d = dom == UN_DOM_FIELD ? (va[x].u != vb[x].u) : fabs(va[x].f - vb[x].f);
-            if (d > *max_err) *max_err = d;
+            if (d > *max_err)
+                *max_err = d;
             if (dom == UN_DOM_FIELD ? d != 0 : d > tol * (1.0 + fabs(vb[x].f))) {
-                st = un_ctx_error(ctx, UN_ERR_MISMATCH, "output %d differs at element %lld", o, (long long)x);
+                st = un_ctx_error(ctx, UN_ERR_MISMATCH, "output %d differs at element %lld", o,
+                                  (long long)x);
                 goto done;
             }
         }

@@ -35,12 +35,15 @@ un_val *un_ptensor_piece(const un_ptensor *t, const int32_t *block, int32_t sum,
 un_status un_ptensor_gather(un_ctx *ctx, const un_ptensor *t, un_dom dom, un_val *dense);
 /* Splits a logical value into t's layout (t initialised): partial sums are random summands that
  * add up to the value, drawn from rng; copies identical. */
-un_status un_ptensor_scatter(un_ctx *ctx, un_ptensor *t, un_dom dom, const un_val *dense, un_rng *rng);
+un_status un_ptensor_scatter(un_ctx *ctx, un_ptensor *t, un_dom dom, const un_val *dense,
+                             un_rng *rng);
 /* Random logical values: field elements, floats in [-1,1), or ints in [0, range). */
-void un_ptensor_random_dense(un_dom dom, un_dtype dtype, int64_t range, int64_t n, un_rng *rng, un_val *out);
+void un_ptensor_random_dense(un_dom dom, un_dtype dtype, int64_t range, int64_t n, un_rng *rng,
+                             un_val *out);
 /* Compares dense values: exact in the field, |a-b| <= tol*(1+|b|) in float64. Writes the first
  * differing index to *where (may be NULL). */
-bool un_dense_equal(un_dom dom, const un_val *a, const un_val *b, int64_t n, double tol, int64_t *where);
+bool un_dense_equal(un_dom dom, const un_val *a, const un_val *b, int64_t n, double tol,
+                    int64_t *where);
 
 /* ---- kernels (pcg/kernels.c) ---- */
 
@@ -58,12 +61,12 @@ typedef struct un_kargs {
     un_dom dom;
     un_op op;
     const un_op_spec *spec;
-    const un_param *params;  /* the per-piece op's parameters (after sharding-rule rewrites) */
-    uint64_t salt;           /* per-operator seed for field surrogates */
+    const un_param *params; /* the per-piece op's parameters (after sharding-rule rewrites) */
+    uint64_t salt;          /* per-operator seed for field surrogates */
     int n_in;
     const un_block *in;
     int n_out;
-    un_block *out;           /* shapes set, data zeroed */
+    un_block *out; /* shapes set, data zeroed */
 } un_kargs;
 
 /* Value of the named parameter (scalar) / list parameter; asserts the name exists. */
@@ -78,7 +81,8 @@ un_status un__kernel_run(un_ctx *ctx, const un_kargs *a);
 /* Runs a regular or parallel op on parallel tensor values. out[] are initialised by the call
  * (un_ptensor_deinit them). inf must come from un_spec_infer on the same inputs. */
 un_status un_eval_op(un_ctx *ctx, const un_spec *spec, un_op op, const un_param *params,
-                     const un_infer *inf, un_dom dom, const un_ptensor *in, int n_in, un_ptensor *out);
+                     const un_infer *inf, un_dom dom, const un_ptensor *in, int n_in,
+                     un_ptensor *out);
 
 typedef struct un_eval un_eval;
 
@@ -97,7 +101,7 @@ const un_ptensor *un_eval_value(const un_eval *ev, un_ref r);
  * b must have a namesake of the same logical shape in a) and compares their outputs in order,
  * as logical values. *max_err is the largest |difference| (0 in the field). UN_ERR_MISMATCH,
  * with the output and element, when they differ (exactly in the field; beyond tol in float64). */
-un_status un_eval_compare(un_ctx *ctx, const un_graph *a, const un_graph *b, un_dom dom, uint64_t seed, double tol,
-                          double *max_err);
+un_status un_eval_compare(un_ctx *ctx, const un_graph *a, const un_graph *b, un_dom dom,
+                          uint64_t seed, double tol, double *max_err);
 
 #endif

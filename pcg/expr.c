@@ -14,10 +14,12 @@ un_param un_param_int(int64_t v) {
 }
 
 bool un_param_eq(const un_param *a, const un_param *b) {
-    if (a->len != b->len) return false;
+    if (a->len != b->len)
+        return false;
     int n = a->len < 0 ? 1 : a->len;
     for (int i = 0; i < n; i++)
-        if (a->v[i] != b->v[i]) return false;
+        if (a->v[i] != b->v[i])
+            return false;
     return true;
 }
 
@@ -43,15 +45,18 @@ static un_expr *perr(un__parser *ps, const char *fmt, const char *detail) {
 }
 
 static void skip_ws(un__parser *ps) {
-    while (*ps->p && isspace((unsigned char)*ps->p)) ps->p++;
+    while (*ps->p && isspace((unsigned char)*ps->p))
+        ps->p++;
 }
 
 static bool accept(un__parser *ps, const char *tok) {
     skip_ws(ps);
     size_t n = strlen(tok);
-    if (strncmp(ps->p, tok, n) != 0) return false;
+    if (strncmp(ps->p, tok, n) != 0)
+        return false;
     /* do not split "<=" into "<" and "=", or "==" into "=" */
-    if (n == 1 && (tok[0] == '<' || tok[0] == '>' || tok[0] == '!') && ps->p[1] == '=') return false;
+    if (n == 1 && (tok[0] == '<' || tok[0] == '>' || tok[0] == '!') && ps->p[1] == '=')
+        return false;
     ps->p += n;
     return true;
 }
@@ -63,7 +68,8 @@ static un_expr *mk(un__parser *ps, un_ex_kind kind) {
 }
 
 static un_expr *mk_bin(un__parser *ps, un_bin_op op, un_expr *a, un_expr *b) {
-    if (!a || !b) return NULL;
+    if (!a || !b)
+        return NULL;
     un_expr *e = mk(ps, UN_EX_BIN);
     e->op = op;
     e->a = a;
@@ -75,10 +81,12 @@ static un_expr *parse_or(un__parser *ps);
 
 static bool read_ident(un__parser *ps, char *buf, size_t n) {
     skip_ws(ps);
-    if (!(isalpha((unsigned char)*ps->p) || *ps->p == '_')) return false;
+    if (!(isalpha((unsigned char)*ps->p) || *ps->p == '_'))
+        return false;
     size_t i = 0;
     while (isalnum((unsigned char)*ps->p) || *ps->p == '_') {
-        if (i + 1 < n) buf[i++] = *ps->p;
+        if (i + 1 < n)
+            buf[i++] = *ps->p;
         ps->p++;
     }
     buf[i] = '\0';
@@ -87,15 +95,20 @@ static bool read_ident(un__parser *ps, char *buf, size_t n) {
 
 static un_expr *parse_name_arg(un__parser *ps, un_name_kind want, un_ex_kind kind, const char *fn) {
     char name[64];
-    if (!accept(ps, "(")) return perr(ps, "expected '(' after %s", fn);
-    if (!read_ident(ps, name, sizeof name)) return perr(ps, "expected a name in %s()", fn);
+    if (!accept(ps, "("))
+        return perr(ps, "expected '(' after %s", fn);
+    if (!read_ident(ps, name, sizeof name))
+        return perr(ps, "expected a name in %s()", fn);
     int32_t ref = 0;
     un_name_kind k = ps->scope->resolve(ps->scope->user, name, &ref);
     if (k != want) {
         ps->p -= strlen(name);
-        return perr(ps, want == UN_NAME_TENSOR ? "'%s' is not a tensor" : "'%s' is not a list parameter", name);
+        return perr(
+            ps, want == UN_NAME_TENSOR ? "'%s' is not a tensor" : "'%s' is not a list parameter",
+            name);
     }
-    if (!accept(ps, ")")) return perr(ps, "expected ')' after %s(...", fn);
+    if (!accept(ps, ")"))
+        return perr(ps, "expected ')' after %s(...", fn);
     un_expr *e = mk(ps, kind);
     e->ref = ref;
     return e;
@@ -103,17 +116,21 @@ static un_expr *parse_name_arg(un__parser *ps, un_name_kind want, un_ex_kind kin
 
 static un_expr *parse_primary(un__parser *ps) {
     skip_ws(ps);
-    if (ps->st != UN_OK) return NULL;
+    if (ps->st != UN_OK)
+        return NULL;
     if (accept(ps, "(")) {
         un_expr *e = parse_or(ps);
-        if (!e) return NULL;
-        if (!accept(ps, ")")) return perr(ps, "expected ')'%s", "");
+        if (!e)
+            return NULL;
+        if (!accept(ps, ")"))
+            return perr(ps, "expected ')'%s", "");
         return e;
     }
     if (isdigit((unsigned char)*ps->p)) {
         int64_t v = 0;
         while (isdigit((unsigned char)*ps->p)) {
-            if (v > (INT64_MAX - 9) / 10) return perr(ps, "integer too large%s", "");
+            if (v > (INT64_MAX - 9) / 10)
+                return perr(ps, "integer too large%s", "");
             v = v * 10 + (*ps->p - '0');
             ps->p++;
         }
@@ -124,25 +141,33 @@ static un_expr *parse_primary(un__parser *ps) {
     const char *start = ps->p;
     char name[64];
     if (!read_ident(ps, name, sizeof name)) {
-        if (!*ps->p) return perr(ps, "unexpected end of expression%s", "");
+        if (!*ps->p)
+            return perr(ps, "unexpected end of expression%s", "");
         return perr(ps, "unexpected '%.1s'", ps->p);
     }
     if (strcmp(name, "min") == 0 || strcmp(name, "max") == 0) {
         bool is_min = name[1] == 'i';
-        if (!accept(ps, "(")) return perr(ps, "expected '(' after %s", name);
+        if (!accept(ps, "("))
+            return perr(ps, "expected '(' after %s", name);
         un_expr *a = parse_or(ps);
-        if (!a) return NULL;
-        if (!accept(ps, ",")) return perr(ps, "expected ',' in %s(a, b)", name);
+        if (!a)
+            return NULL;
+        if (!accept(ps, ","))
+            return perr(ps, "expected ',' in %s(a, b)", name);
         un_expr *b = parse_or(ps);
-        if (!b) return NULL;
-        if (!accept(ps, ")")) return perr(ps, "expected ')' after %s(a, b", name);
+        if (!b)
+            return NULL;
+        if (!accept(ps, ")"))
+            return perr(ps, "expected ')' after %s(a, b", name);
         un_expr *e = mk(ps, is_min ? UN_EX_MIN : UN_EX_MAX);
         e->a = a;
         e->b = b;
         return e;
     }
-    if (strcmp(name, "len") == 0) return parse_name_arg(ps, UN_NAME_LIST_PARAM, UN_EX_LEN, "len");
-    if (strcmp(name, "numel") == 0) return parse_name_arg(ps, UN_NAME_TENSOR, UN_EX_NUMEL, "numel");
+    if (strcmp(name, "len") == 0)
+        return parse_name_arg(ps, UN_NAME_LIST_PARAM, UN_EX_LEN, "len");
+    if (strcmp(name, "numel") == 0)
+        return parse_name_arg(ps, UN_NAME_TENSOR, UN_EX_NUMEL, "numel");
     int32_t ref = 0;
     un_name_kind k = ps->scope->resolve(ps->scope->user, name, &ref);
     switch (k) {
@@ -168,25 +193,32 @@ static un_expr *parse_primary(un__parser *ps) {
         }
         if (!accept(ps, "[")) {
             ps->p = start;
-            return perr(ps, k == UN_NAME_TENSOR ? "tensor '%s' needs [dim] or .rank" : "list parameter '%s' needs [index] or len()",
+            return perr(ps,
+                        k == UN_NAME_TENSOR ? "tensor '%s' needs [dim] or .rank"
+                                            : "list parameter '%s' needs [index] or len()",
                         name);
         }
         un_expr *idx = parse_or(ps);
-        if (!idx) return NULL;
-        if (!accept(ps, "]")) return perr(ps, "expected ']'%s", "");
+        if (!idx)
+            return NULL;
+        if (!accept(ps, "]"))
+            return perr(ps, "expected ']'%s", "");
         un_expr *e = mk(ps, k == UN_NAME_TENSOR ? UN_EX_DIM : UN_EX_PARAM_AT);
         e->ref = ref;
         e->a = idx;
         return e;
     }
-    default: ps->p = start; return perr(ps, "unknown name '%s'", name);
+    default:
+        ps->p = start;
+        return perr(ps, "unknown name '%s'", name);
     }
 }
 
 static un_expr *parse_unary(un__parser *ps) {
     if (accept(ps, "-")) {
         un_expr *a = parse_unary(ps);
-        if (!a) return NULL;
+        if (!a)
+            return NULL;
         if (a->kind == UN_EX_INT) {
             a->value = -a->value;
             return a;
@@ -197,7 +229,8 @@ static un_expr *parse_unary(un__parser *ps) {
     }
     if (accept(ps, "!")) {
         un_expr *a = parse_unary(ps);
-        if (!a) return NULL;
+        if (!a)
+            return NULL;
         un_expr *e = mk(ps, UN_EX_NOT);
         e->a = a;
         return e;
@@ -235,34 +268,41 @@ static un_expr *parse_add(un__parser *ps) {
 
 static un_expr *parse_cmp(un__parser *ps) {
     un_expr *e = parse_add(ps);
-    if (!e) return NULL;
+    if (!e)
+        return NULL;
     static const struct {
         const char *tok;
         un_bin_op op;
     } ops[] = {{"==", UN_BIN_EQ}, {"!=", UN_BIN_NE}, {"<=", UN_BIN_LE},
                {">=", UN_BIN_GE}, {"<", UN_BIN_LT},  {">", UN_BIN_GT}};
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
-        if (accept(ps, ops[i].tok)) return mk_bin(ps, ops[i].op, e, parse_add(ps));
+        if (accept(ps, ops[i].tok))
+            return mk_bin(ps, ops[i].op, e, parse_add(ps));
     return e;
 }
 
 static un_expr *parse_and(un__parser *ps) {
     un_expr *e = parse_cmp(ps);
-    while (e && accept(ps, "&&")) e = mk_bin(ps, UN_BIN_AND, e, parse_cmp(ps));
+    while (e && accept(ps, "&&"))
+        e = mk_bin(ps, UN_BIN_AND, e, parse_cmp(ps));
     return e;
 }
 
 static un_expr *parse_or(un__parser *ps) {
     un_expr *e = parse_and(ps);
-    while (e && accept(ps, "||")) e = mk_bin(ps, UN_BIN_OR, e, parse_and(ps));
+    while (e && accept(ps, "||"))
+        e = mk_bin(ps, UN_BIN_OR, e, parse_and(ps));
     return e;
 }
 
-un_status un_expr_parse(un_ctx *ctx, const char *text, const un_expr_scope *scope, un_arena *arena, un_expr **out) {
-    un__parser ps = {.ctx = ctx, .text = text, .p = text, .scope = scope, .arena = arena, .st = UN_OK};
+un_status un_expr_parse(un_ctx *ctx, const char *text, const un_expr_scope *scope, un_arena *arena,
+                        un_expr **out) {
+    un__parser ps = {
+        .ctx = ctx, .text = text, .p = text, .scope = scope, .arena = arena, .st = UN_OK};
     *out = NULL;
     un_expr *e = parse_or(&ps);
-    if (ps.st != UN_OK) return ps.st;
+    if (ps.st != UN_OK)
+        return ps.st;
     skip_ws(&ps);
     if (*ps.p) {
         perr(&ps, "unexpected '%s'", ps.p);
@@ -276,7 +316,8 @@ un_status un_expr_parse(un_ctx *ctx, const char *text, const un_expr_scope *scop
 
 static int64_t floordiv(int64_t a, int64_t b) {
     int64_t q = a / b;
-    if ((a % b != 0) && ((a < 0) != (b < 0))) q--;
+    if ((a % b != 0) && ((a < 0) != (b < 0)))
+        q--;
     return q;
 }
 
@@ -301,28 +342,37 @@ un_status un_expr_eval(un_ctx *ctx, const un_expr *e, const un_expr_env *env, in
     char tn[16];
     *out = 0;
     switch (e->kind) {
-    case UN_EX_INT: *out = e->value; return UN_OK;
+    case UN_EX_INT:
+        *out = e->value;
+        return UN_OK;
     case UN_EX_PARAM:
-        if (e->ref >= env->n_params) return un_ctx_error(ctx, UN_ERR_SHAPE, "parameter %d not available", e->ref);
+        if (e->ref >= env->n_params)
+            return un_ctx_error(ctx, UN_ERR_SHAPE, "parameter %d not available", e->ref);
         *out = env->params[e->ref].v[0];
         return UN_OK;
     case UN_EX_LEN:
-        if (e->ref >= env->n_params) return un_ctx_error(ctx, UN_ERR_SHAPE, "parameter %d not available", e->ref);
+        if (e->ref >= env->n_params)
+            return un_ctx_error(ctx, UN_ERR_SHAPE, "parameter %d not available", e->ref);
         *out = env->params[e->ref].len < 0 ? 1 : env->params[e->ref].len;
         return UN_OK;
     case UN_EX_PARAM_AT: {
-        if (e->ref >= env->n_params) return un_ctx_error(ctx, UN_ERR_SHAPE, "parameter %d not available", e->ref);
-        if ((st = un_expr_eval(ctx, e->a, env, &a)) != UN_OK) return st;
+        if (e->ref >= env->n_params)
+            return un_ctx_error(ctx, UN_ERR_SHAPE, "parameter %d not available", e->ref);
+        if ((st = un_expr_eval(ctx, e->a, env, &a)) != UN_OK)
+            return st;
         const un_param *p = &env->params[e->ref];
         int len = p->len < 0 ? 1 : p->len;
-        if (a < 0) a += len;
+        if (a < 0)
+            a += len;
         if (a < 0 || a >= len)
-            return un_ctx_error(ctx, UN_ERR_SHAPE, "list index %lld out of range (length %d)", (long long)a, len);
+            return un_ctx_error(ctx, UN_ERR_SHAPE, "list index %lld out of range (length %d)",
+                                (long long)a, len);
         *out = p->v[a];
         return UN_OK;
     }
     case UN_EX_VAR:
-        if (!env->vars || e->ref >= env->n_vars) return un_ctx_error(ctx, UN_ERR_SHAPE, "variable %d not bound", e->ref);
+        if (!env->vars || e->ref >= env->n_vars)
+            return un_ctx_error(ctx, UN_ERR_SHAPE, "variable %d not bound", e->ref);
         *out = env->vars[e->ref];
         return UN_OK;
     case UN_EX_DIM:
@@ -330,7 +380,8 @@ un_status un_expr_eval(un_ctx *ctx, const un_expr *e, const un_expr_env *env, in
     case UN_EX_NUMEL: {
         const un_shape *s = tensor_of(env, e->ref);
         tensor_name(e->ref, tn, sizeof tn);
-        if (!s) return un_ctx_error(ctx, UN_ERR_SHAPE, "tensor %s is not present", tn);
+        if (!s)
+            return un_ctx_error(ctx, UN_ERR_SHAPE, "tensor %s is not present", tn);
         if (e->kind == UN_EX_RANK) {
             *out = s->rank;
             return UN_OK;
@@ -339,73 +390,115 @@ un_status un_expr_eval(un_ctx *ctx, const un_expr *e, const un_expr_env *env, in
             *out = un_shape_numel(s);
             return UN_OK;
         }
-        if ((st = un_expr_eval(ctx, e->a, env, &a)) != UN_OK) return st;
-        if (a < 0) a += s->rank;
+        if ((st = un_expr_eval(ctx, e->a, env, &a)) != UN_OK)
+            return st;
+        if (a < 0)
+            a += s->rank;
         if (a < 0 || a >= s->rank)
-            return un_ctx_error(ctx, UN_ERR_SHAPE, "%s has rank %d: no dim %lld", tn, s->rank, (long long)a);
+            return un_ctx_error(ctx, UN_ERR_SHAPE, "%s has rank %d: no dim %lld", tn, s->rank,
+                                (long long)a);
         *out = s->dim[a];
         return UN_OK;
     }
     case UN_EX_NEG:
-        if ((st = un_expr_eval(ctx, e->a, env, &a)) != UN_OK) return st;
+        if ((st = un_expr_eval(ctx, e->a, env, &a)) != UN_OK)
+            return st;
         *out = -a;
         return UN_OK;
     case UN_EX_NOT:
-        if ((st = un_expr_eval(ctx, e->a, env, &a)) != UN_OK) return st;
+        if ((st = un_expr_eval(ctx, e->a, env, &a)) != UN_OK)
+            return st;
         *out = !a;
         return UN_OK;
     case UN_EX_MIN:
     case UN_EX_MAX:
-        if ((st = un_expr_eval(ctx, e->a, env, &a)) != UN_OK) return st;
-        if ((st = un_expr_eval(ctx, e->b, env, &b)) != UN_OK) return st;
+        if ((st = un_expr_eval(ctx, e->a, env, &a)) != UN_OK)
+            return st;
+        if ((st = un_expr_eval(ctx, e->b, env, &b)) != UN_OK)
+            return st;
         *out = (e->kind == UN_EX_MIN) == (a < b) ? a : b;
         return UN_OK;
     case UN_EX_BIN:
-        if ((st = un_expr_eval(ctx, e->a, env, &a)) != UN_OK) return st;
-        if (e->op == UN_BIN_AND && !a) return UN_OK;
+        if ((st = un_expr_eval(ctx, e->a, env, &a)) != UN_OK)
+            return st;
+        if (e->op == UN_BIN_AND && !a)
+            return UN_OK;
         if (e->op == UN_BIN_OR && a) {
             *out = 1;
             return UN_OK;
         }
-        if ((st = un_expr_eval(ctx, e->b, env, &b)) != UN_OK) return st;
+        if ((st = un_expr_eval(ctx, e->b, env, &b)) != UN_OK)
+            return st;
         switch (e->op) {
-        case UN_BIN_ADD: *out = a + b; break;
-        case UN_BIN_SUB: *out = a - b; break;
-        case UN_BIN_MUL: *out = a * b; break;
+        case UN_BIN_ADD:
+            *out = a + b;
+            break;
+        case UN_BIN_SUB:
+            *out = a - b;
+            break;
+        case UN_BIN_MUL:
+            *out = a * b;
+            break;
         case UN_BIN_DIV:
         case UN_BIN_MOD:
-            if (b == 0) return un_ctx_error(ctx, UN_ERR_SHAPE, "division by zero");
+            if (b == 0)
+                return un_ctx_error(ctx, UN_ERR_SHAPE, "division by zero");
             *out = e->op == UN_BIN_DIV ? floordiv(a, b) : a - floordiv(a, b) * b;
             break;
-        case UN_BIN_EQ: *out = a == b; break;
-        case UN_BIN_NE: *out = a != b; break;
-        case UN_BIN_LT: *out = a < b; break;
-        case UN_BIN_LE: *out = a <= b; break;
-        case UN_BIN_GT: *out = a > b; break;
-        case UN_BIN_GE: *out = a >= b; break;
+        case UN_BIN_EQ:
+            *out = a == b;
+            break;
+        case UN_BIN_NE:
+            *out = a != b;
+            break;
+        case UN_BIN_LT:
+            *out = a < b;
+            break;
+        case UN_BIN_LE:
+            *out = a <= b;
+            break;
+        case UN_BIN_GT:
+            *out = a > b;
+            break;
+        case UN_BIN_GE:
+            *out = a >= b;
+            break;
         case UN_BIN_AND:
-        case UN_BIN_OR: *out = b != 0; break;
-        default: UN_ASSERT(0);
+        case UN_BIN_OR:
+            *out = b != 0;
+            break;
+        default:
+            UN_ASSERT(0);
         }
         return UN_OK;
-    default: UN_ASSERT(0);
+    default:
+        UN_ASSERT(0);
     }
     return UN_OK;
 }
 
 void un_expr_str(const un_expr *e, un_buf *b) {
-    static const char *const bin[UN_BIN_COUNT] = {"+", "-", "*", "/", "%", "==", "!=", "<", "<=", ">", ">=", "&&", "||"};
+    static const char *const bin[UN_BIN_COUNT] = {
+        "+", "-", "*", "/", "%", "==", "!=", "<", "<=", ">", ">=", "&&", "||"};
     char tn[16];
     switch (e->kind) {
-    case UN_EX_INT: un_buf_printf(b, "%lld", (long long)e->value); break;
-    case UN_EX_PARAM: un_buf_printf(b, "p%d", e->ref); break;
-    case UN_EX_LEN: un_buf_printf(b, "len(p%d)", e->ref); break;
+    case UN_EX_INT:
+        un_buf_printf(b, "%lld", (long long)e->value);
+        break;
+    case UN_EX_PARAM:
+        un_buf_printf(b, "p%d", e->ref);
+        break;
+    case UN_EX_LEN:
+        un_buf_printf(b, "len(p%d)", e->ref);
+        break;
     case UN_EX_PARAM_AT:
         un_buf_printf(b, "p%d[", e->ref);
         un_expr_str(e->a, b);
         un_buf_printf(b, "]");
         break;
-    case UN_EX_VAR: un_buf_printf(b, "v%d", e->ref); break;
+    case UN_EX_VAR:
+        un_buf_printf(b, "v%d", e->ref);
+        break;
     case UN_EX_DIM:
         tensor_name(e->ref, tn, sizeof tn);
         un_buf_printf(b, "%s[", tn);
@@ -441,12 +534,15 @@ void un_expr_str(const un_expr *e, un_buf *b) {
         un_expr_str(e->b, b);
         un_buf_printf(b, ")");
         break;
-    default: break;
+    default:
+        break;
     }
 }
 
 bool un_expr_uses_var(const un_expr *e, int32_t slot) {
-    if (!e) return false;
-    if (e->kind == UN_EX_VAR && e->ref == slot) return true;
+    if (!e)
+        return false;
+    if (e->kind == UN_EX_VAR && e->ref == slot)
+        return true;
     return un_expr_uses_var(e->a, slot) || un_expr_uses_var(e->b, slot);
 }

@@ -42,9 +42,20 @@ typedef enum {
 } un_ex_kind;
 
 typedef enum {
-    UN_BIN_ADD, UN_BIN_SUB, UN_BIN_MUL, UN_BIN_DIV, UN_BIN_MOD,
-    UN_BIN_EQ, UN_BIN_NE, UN_BIN_LT, UN_BIN_LE, UN_BIN_GT, UN_BIN_GE,
-    UN_BIN_AND, UN_BIN_OR, UN_BIN_COUNT
+    UN_BIN_ADD,
+    UN_BIN_SUB,
+    UN_BIN_MUL,
+    UN_BIN_DIV,
+    UN_BIN_MOD,
+    UN_BIN_EQ,
+    UN_BIN_NE,
+    UN_BIN_LT,
+    UN_BIN_LE,
+    UN_BIN_GT,
+    UN_BIN_GE,
+    UN_BIN_AND,
+    UN_BIN_OR,
+    UN_BIN_COUNT
 } un_bin_op;
 
 /* Tensor ids: inputs are 0..UN_EX_OUT-1, outputs UN_EX_OUT + i. */
@@ -58,7 +69,13 @@ typedef struct un_expr {
     struct un_expr *a, *b;
 } un_expr;
 
-typedef enum { UN_NAME_NONE, UN_NAME_PARAM, UN_NAME_LIST_PARAM, UN_NAME_VAR, UN_NAME_TENSOR } un_name_kind;
+typedef enum {
+    UN_NAME_NONE,
+    UN_NAME_PARAM,
+    UN_NAME_LIST_PARAM,
+    UN_NAME_VAR,
+    UN_NAME_TENSOR
+} un_name_kind;
 
 /* Resolves a name while parsing; returns UN_NAME_NONE for an unknown name. */
 typedef struct un_expr_scope {

@@ -607,8 +607,6 @@ static void param_normalize(un_param *p) {
         p->v[k] = 0;
 }
 
-
-
 static un_status check_name(un_ctx *ctx, const un_graph *g, const char *name) {
     if (!*name)
         return un_ctx_error(ctx, UN_ERR_INVALID, "node names must not be empty");
@@ -881,8 +879,6 @@ static const char *jnode_name_of(const void *owner, int32_t id) {
     return jn[id].name;
 }
 
-
-
 /* Parses "name" or "name:k" against the file's node names. */
 static un_status jref(un_ctx *ctx, const un_jcur *c, const jnode *jn, const name_table *t,
                       int32_t *node, int32_t *outk) {
@@ -910,7 +906,6 @@ static un_status jref(un_ctx *ctx, const un_jcur *c, const jnode *jn, const name
     *outk = (int32_t)k;
     return UN_OK;
 }
-
 
 /* Reads one node object's name and op (pass 1: all names must be known before references). */
 static un_status jnode_head(un_ctx *ctx, const un_jcur *nc, jnode *jn, int32_t j, name_table *t) {

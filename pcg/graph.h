@@ -28,8 +28,8 @@ typedef struct un_node {
     un_param params[UN_MAX_PARAMS]; /* indexed like the op spec's params */
     int32_t n_in;
     un_ref in[UN_MAX_INPUTS];
-    un_infer inf;                   /* inferred outputs (inf.out, inf.n_out) and rule uses */
-    char *name;                     /* optional label (owned by the graph), NULL when none */
+    un_infer inf; /* inferred outputs (inf.out, inf.n_out) and rule uses */
+    char *name;   /* optional label (owned by the graph), NULL when none */
 } un_node;
 
 typedef struct un_graph un_graph;

@@ -25,7 +25,8 @@ static void un__pos(const char *text, size_t off, int *line, int *col) {
     }
 }
 
-un_status un_jdoc_parse(un_ctx *ctx, const char *name, const char *text, size_t len, un_jdoc **out) {
+un_status un_jdoc_parse(un_ctx *ctx, const char *name, const char *text, size_t len,
+                        un_jdoc **out) {
     *out = NULL;
     if (memchr(text, '\0', len)) {
         size_t off = (size_t)((const char *)memchr(text, '\0', len) - text);
@@ -38,21 +39,27 @@ un_status un_jdoc_parse(un_ctx *ctx, const char *name, const char *text, size_t 
         int line, col;
         un__pos(text, off, &line, &col);
         if (off >= len)
-            return un_ctx_error(ctx, UN_ERR_PARSE,
-                                "%s: offset %zu (line %d, column %d): invalid JSON: unexpected end of input",
-                                name, off, line, col);
-        return un_ctx_error(ctx, UN_ERR_PARSE, "%s: offset %zu (line %d, column %d): invalid JSON near '%.12s'",
-                            name, off, line, col, text + off);
+            return un_ctx_error(
+                ctx, UN_ERR_PARSE,
+                "%s: offset %zu (line %d, column %d): invalid JSON: unexpected end of input", name,
+                off, line, col);
+        return un_ctx_error(ctx, UN_ERR_PARSE,
+                            "%s: offset %zu (line %d, column %d): invalid JSON near '%.12s'", name,
+                            off, line, col, text + off);
     }
     /* only whitespace may follow the value */
     size_t off = (size_t)(end - text);
-    while (off < len && (text[off] == ' ' || text[off] == '\n' || text[off] == '\r' || text[off] == '\t')) off++;
+    while (off < len &&
+           (text[off] == ' ' || text[off] == '\n' || text[off] == '\r' || text[off] == '\t'))
+        off++;
     if (off < len) {
         int line, col;
         un__pos(text, off, &line, &col);
         cJSON_Delete(root);
-        return un_ctx_error(ctx, UN_ERR_PARSE, "%s: offset %zu (line %d, column %d): trailing text after the JSON value",
-                            name, off, line, col);
+        return un_ctx_error(
+            ctx, UN_ERR_PARSE,
+            "%s: offset %zu (line %d, column %d): trailing text after the JSON value", name, off,
+            line, col);
     }
     un_jdoc *d = un_xcalloc(1, sizeof *d);
     d->name = un_xstrdup(name);
@@ -66,14 +73,16 @@ un_status un_jdoc_load(un_ctx *ctx, const char *path, un_jdoc **out) {
     char *buf;
     size_t len;
     un_status st = un_read_file(ctx, path, &buf, &len);
-    if (st != UN_OK) return st;
+    if (st != UN_OK)
+        return st;
     st = un_jdoc_parse(ctx, path, buf, len, out);
     free(buf);
     return st;
 }
 
 void un_jdoc_free(un_jdoc *doc) {
-    if (!doc) return;
+    if (!doc)
+        return;
     cJSON_Delete(doc->root);
     free(doc->name);
     free(doc);
@@ -88,19 +97,26 @@ un_jcur un_jdoc_root(const un_jdoc *doc) {
 
 un_jtype un_jcur_type(const un_jcur *c) {
     const cJSON *n = c->node;
-    if (!n) return UN_JSON_MISSING;
-    if (cJSON_IsNull(n)) return UN_JSON_NULL;
-    if (cJSON_IsBool(n)) return UN_JSON_BOOL;
-    if (cJSON_IsNumber(n)) return UN_JSON_NUMBER;
-    if (cJSON_IsString(n)) return UN_JSON_STRING;
-    if (cJSON_IsArray(n)) return UN_JSON_ARRAY;
-    if (cJSON_IsObject(n)) return UN_JSON_OBJECT;
+    if (!n)
+        return UN_JSON_MISSING;
+    if (cJSON_IsNull(n))
+        return UN_JSON_NULL;
+    if (cJSON_IsBool(n))
+        return UN_JSON_BOOL;
+    if (cJSON_IsNumber(n))
+        return UN_JSON_NUMBER;
+    if (cJSON_IsString(n))
+        return UN_JSON_STRING;
+    if (cJSON_IsArray(n))
+        return UN_JSON_ARRAY;
+    if (cJSON_IsObject(n))
+        return UN_JSON_OBJECT;
     return UN_JSON_MISSING;
 }
 
 const char *un_jtype_name(un_jtype t) {
-    static const char *const names[UN_JSON_TYPE_COUNT] = {"nothing", "null",  "a boolean", "a number",
-                                                          "a string", "an array", "an object"};
+    static const char *const names[UN_JSON_TYPE_COUNT] = {
+        "nothing", "null", "a boolean", "a number", "a string", "an array", "an object"};
     return (unsigned)t < UN_JSON_TYPE_COUNT ? names[t] : "?";
 }
 
@@ -109,20 +125,23 @@ bool un_jcur_present(const un_jcur *c) { return c->node != NULL; }
 un_jcur un_jcur_member(const un_jcur *c, const char *key) {
     un_jcur r = {.doc = c->doc, .node = NULL, .parent = c, .key = key, .index = -1};
     const cJSON *n = c->node;
-    if (n && cJSON_IsObject(n)) r.node = cJSON_GetObjectItemCaseSensitive(n, key);
+    if (n && cJSON_IsObject(n))
+        r.node = cJSON_GetObjectItemCaseSensitive(n, key);
     return r;
 }
 
 int un_jcur_len(const un_jcur *c) {
     const cJSON *n = c->node;
-    if (!n || !(cJSON_IsArray(n) || cJSON_IsObject(n))) return 0;
+    if (!n || !(cJSON_IsArray(n) || cJSON_IsObject(n)))
+        return 0;
     return cJSON_GetArraySize(n);
 }
 
 un_jcur un_jcur_item(const un_jcur *c, int i) {
     un_jcur r = {.doc = c->doc, .node = NULL, .parent = c, .key = NULL, .index = i};
     const cJSON *n = c->node;
-    if (!n) return r;
+    if (!n)
+        return r;
     const cJSON *it = cJSON_GetArrayItem(n, i);
     r.node = it;
     if (it && cJSON_IsObject(n)) {
@@ -149,10 +168,13 @@ bool un_jcur_bool(const un_jcur *c) {
 
 bool un_jcur_is_int(const un_jcur *c, int64_t *out) {
     const cJSON *n = c->node;
-    if (!n || !cJSON_IsNumber(n)) return false;
+    if (!n || !cJSON_IsNumber(n))
+        return false;
     double v = n->valuedouble;
-    if (!(v >= -9007199254740992.0 && v <= 9007199254740992.0) || floor(v) != v) return false;
-    if (out) *out = (int64_t)v;
+    if (!(v >= -9007199254740992.0 && v <= 9007199254740992.0) || floor(v) != v)
+        return false;
+    if (out)
+        *out = (int64_t)v;
     return true;
 }
 
@@ -187,35 +209,48 @@ un_status un_jcur_error(un_ctx *ctx, un_status st, const un_jcur *c, const char 
 
 un_status un_jcur_need_type(un_ctx *ctx, const un_jcur *c, un_jtype t) {
     un_jtype have = un_jcur_type(c);
-    if (have == t) return UN_OK;
-    if (have == UN_JSON_MISSING) return un_jcur_error(ctx, UN_ERR_PARSE, c, "missing (expected %s)", un_jtype_name(t));
-    return un_jcur_error(ctx, UN_ERR_PARSE, c, "expected %s, found %s", un_jtype_name(t), un_jtype_name(have));
+    if (have == t)
+        return UN_OK;
+    if (have == UN_JSON_MISSING)
+        return un_jcur_error(ctx, UN_ERR_PARSE, c, "missing (expected %s)", un_jtype_name(t));
+    return un_jcur_error(ctx, UN_ERR_PARSE, c, "expected %s, found %s", un_jtype_name(t),
+                         un_jtype_name(have));
 }
 
-un_status un_jcur_get_str(un_ctx *ctx, const un_jcur *obj, const char *key, bool required, const char **out) {
+un_status un_jcur_get_str(un_ctx *ctx, const un_jcur *obj, const char *key, bool required,
+                          const char **out) {
     un_jcur m = un_jcur_member(obj, key);
-    if (!un_jcur_present(&m) && !required) return UN_OK;
+    if (!un_jcur_present(&m) && !required)
+        return UN_OK;
     un_status st = un_jcur_need_type(ctx, &m, UN_JSON_STRING);
-    if (st != UN_OK) return st;
+    if (st != UN_OK)
+        return st;
     *out = un_jcur_str(&m);
     return UN_OK;
 }
 
-un_status un_jcur_get_int(un_ctx *ctx, const un_jcur *obj, const char *key, bool required, int64_t *out) {
+un_status un_jcur_get_int(un_ctx *ctx, const un_jcur *obj, const char *key, bool required,
+                          int64_t *out) {
     un_jcur m = un_jcur_member(obj, key);
-    if (!un_jcur_present(&m) && !required) return UN_OK;
-    if (!un_jcur_present(&m)) return un_jcur_error(ctx, UN_ERR_PARSE, &m, "missing (expected an integer)");
+    if (!un_jcur_present(&m) && !required)
+        return UN_OK;
+    if (!un_jcur_present(&m))
+        return un_jcur_error(ctx, UN_ERR_PARSE, &m, "missing (expected an integer)");
     if (!un_jcur_is_int(&m, out))
         return un_jcur_error(ctx, UN_ERR_PARSE, &m, "expected an integer, found %s",
-                             un_jcur_type(&m) == UN_JSON_NUMBER ? "a fractional number" : un_jtype_name(un_jcur_type(&m)));
+                             un_jcur_type(&m) == UN_JSON_NUMBER ? "a fractional number"
+                                                                : un_jtype_name(un_jcur_type(&m)));
     return UN_OK;
 }
 
-un_status un_jcur_get_bool(un_ctx *ctx, const un_jcur *obj, const char *key, bool required, bool *out) {
+un_status un_jcur_get_bool(un_ctx *ctx, const un_jcur *obj, const char *key, bool required,
+                           bool *out) {
     un_jcur m = un_jcur_member(obj, key);
-    if (!un_jcur_present(&m) && !required) return UN_OK;
+    if (!un_jcur_present(&m) && !required)
+        return UN_OK;
     un_status st = un_jcur_need_type(ctx, &m, UN_JSON_BOOL);
-    if (st != UN_OK) return st;
+    if (st != UN_OK)
+        return st;
     *out = un_jcur_bool(&m);
     return UN_OK;
 }
@@ -226,17 +261,21 @@ un_status un_jcur_check_keys(un_ctx *ctx, const un_jcur *obj, const char *const 
         un_jcur m = un_jcur_item(obj, i);
         bool ok = false;
         for (const char *const *a = allowed; *a; a++)
-            if (strcmp(*a, m.key) == 0) ok = true;
+            if (strcmp(*a, m.key) == 0)
+                ok = true;
         if (!ok) {
             un_buf b = {0};
-            for (const char *const *a = allowed; *a; a++) un_buf_printf(&b, "%s%s", a == allowed ? "" : ", ", *a);
-            un_status st = un_jcur_error(ctx, UN_ERR_PARSE, &m, "unknown field (allowed: %s)", b.data ? b.data : "none");
+            for (const char *const *a = allowed; *a; a++)
+                un_buf_printf(&b, "%s%s", a == allowed ? "" : ", ", *a);
+            un_status st = un_jcur_error(ctx, UN_ERR_PARSE, &m, "unknown field (allowed: %s)",
+                                         b.data ? b.data : "none");
             un_buf_free(&b);
             return st;
         }
         for (int j = 0; j < i; j++) {
             un_jcur p = un_jcur_item(obj, j);
-            if (strcmp(p.key, m.key) == 0) return un_jcur_error(ctx, UN_ERR_PARSE, &m, "duplicate field");
+            if (strcmp(p.key, m.key) == 0)
+                return un_jcur_error(ctx, UN_ERR_PARSE, &m, "duplicate field");
         }
     }
     return UN_OK;
@@ -246,11 +285,21 @@ void un_buf_json_str(un_buf *b, const char *s) {
     un_buf_printf(b, "\"");
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         switch (*p) {
-        case '"': un_buf_printf(b, "\\\""); break;
-        case '\\': un_buf_printf(b, "\\\\"); break;
-        case '\n': un_buf_printf(b, "\\n"); break;
-        case '\t': un_buf_printf(b, "\\t"); break;
-        case '\r': un_buf_printf(b, "\\r"); break;
+        case '"':
+            un_buf_printf(b, "\\\"");
+            break;
+        case '\\':
+            un_buf_printf(b, "\\\\");
+            break;
+        case '\n':
+            un_buf_printf(b, "\\n");
+            break;
+        case '\t':
+            un_buf_printf(b, "\\t");
+            break;
+        case '\r':
+            un_buf_printf(b, "\\r");
+            break;
         default:
             if (*p < 0x20)
                 un_buf_printf(b, "\\u%04x", *p);

@@ -35,7 +35,8 @@ static inline uint64_t un_fp_mul(uint64_t a, uint64_t b) { return un_fp_reduce((
 static inline uint64_t un_fp_pow(uint64_t a, uint64_t e) {
     uint64_t r = 1;
     while (e) {
-        if (e & 1) r = un_fp_mul(r, a);
+        if (e & 1)
+            r = un_fp_mul(r, a);
         a = un_fp_mul(a, a);
         e >>= 1;
     }
@@ -44,7 +45,8 @@ static inline uint64_t un_fp_pow(uint64_t a, uint64_t e) {
 /* Inverse by Fermat; the inverse of 0 is defined as 0. */
 static inline uint64_t un_fp_inv(uint64_t a) { return un_fp_pow(a, UN_P - 2); }
 static inline uint64_t un_fp_from_int(int64_t v) {
-    if (v >= 0) return (uint64_t)v % UN_P;
+    if (v >= 0)
+        return (uint64_t)v % UN_P;
     return un_fp_sub(0, (uint64_t)(-(v + 1)) % UN_P + 1);
 }
 
@@ -91,9 +93,13 @@ static inline un_val un_num_div(un_dom d, un_val a, un_val b) {
         r.f = a.f / b.f;
     return r;
 }
-static inline bool un_num_eq(un_dom d, un_val a, un_val b) { return d == UN_DOM_FIELD ? a.u == b.u : a.f == b.f; }
+static inline bool un_num_eq(un_dom d, un_val a, un_val b) {
+    return d == UN_DOM_FIELD ? a.u == b.u : a.f == b.f;
+}
 /* An index stored in a tensor of dtype int: exact small integer in both domains. */
-static inline int64_t un_num_to_index(un_dom d, un_val a) { return d == UN_DOM_FIELD ? (int64_t)a.u : (int64_t)a.f; }
+static inline int64_t un_num_to_index(un_dom d, un_val a) {
+    return d == UN_DOM_FIELD ? (int64_t)a.u : (int64_t)a.f;
+}
 /* The field surrogate of a nonlinear function: a fixed pseudo-random map, one per salt. */
 static inline uint64_t un_num_surrogate(uint64_t salt, uint64_t x) {
     uint64_t h = x ^ (salt * 0x9e3779b97f4a7c15ull);

@@ -16,7 +16,8 @@ static const char *USAGE =
     "  dot GRAPH.json               Graphviz DOT on stdout\n"
     "  eval GRAPH.json              evaluate on random inputs; print each output's checksum\n"
     "  compare A.json B.json        evaluate both on the same inputs; exit 1 if outputs differ\n"
-    "  sample mlp [--strategy serial|data|tensor] [--degree K] [--batch B] [--in N] [--hidden H] [--out M]\n"
+    "  sample mlp [--strategy serial|data|tensor] [--degree K] [--batch B] [--in N] [--hidden H] "
+    "[--out M]\n"
     "                               write a sample graph as JSON on stdout\n"
     "options: --spec FILE (default specs/ops.json)  --domain field|f64 (default both)  --seed S\n";
 
@@ -38,7 +39,8 @@ static int fail(un_ctx *ctx, un_status st) {
 static bool parse_int(const char *s, int64_t *out) {
     char *end;
     long long v = strtoll(s, &end, 10);
-    if (!*s || *end || v < 1) return false;
+    if (!*s || *end || v < 1)
+        return false;
     *out = v;
     return true;
 }
@@ -92,17 +94,21 @@ static int parse_args(int argc, char **argv, opts *o) {
 }
 
 static void print_buf(un_buf *b) {
-    if (b->data) fputs(b->data, stdout);
+    if (b->data)
+        fputs(b->data, stdout);
     un_buf_free(b);
 }
 
 static int cmd_eval(un_ctx *ctx, const un_graph *g, const opts *o) {
     for (int dom = 0; dom < UN_DOM_COUNT; dom++) {
-        if (o->domain && strcmp(o->domain, dom == UN_DOM_FIELD ? "field" : "f64") != 0) continue;
+        if (o->domain && strcmp(o->domain, dom == UN_DOM_FIELD ? "field" : "f64") != 0)
+            continue;
         un_eval *ev = NULL;
         un_status st = un_eval_new(ctx, g, (un_dom)dom, &ev);
-        if (st == UN_OK) un_eval_fill_random(ev, o->seed);
-        if (st == UN_OK) st = un_eval_run(ev);
+        if (st == UN_OK)
+            un_eval_fill_random(ev, o->seed);
+        if (st == UN_OK)
+            st = un_eval_run(ev);
         for (int32_t i = 0; st == UN_OK && i < un_graph_output_count(g); i++) {
             un_ref r = un_graph_output(g, i);
             const un_ptensor *t = un_eval_value(ev, r);
@@ -110,21 +116,24 @@ static int cmd_eval(un_ctx *ctx, const un_graph *g, const opts *o) {
             un_val *v = un_xmalloc(sizeof(un_val) * (size_t)(n ? n : 1));
             st = un_ptensor_gather(ctx, t, (un_dom)dom, v);
             un_val sum = un_num_zero((un_dom)dom);
-            for (int64_t x = 0; st == UN_OK && x < n; x++) sum = un_num_add((un_dom)dom, sum, v[x]);
+            for (int64_t x = 0; st == UN_OK && x < n; x++)
+                sum = un_num_add((un_dom)dom, sum, v[x]);
             char sb[96];
             un_shape_str(&t->shape, sb, sizeof sb);
             const un_node *nd = un_graph_node(g, r.node);
             if (st == UN_OK) {
                 if (dom == UN_DOM_FIELD)
-                    printf("%-6s %-10s %-28s sum = %llu (mod 2^61-1)\n", "field", nd->name ? nd->name : "?", sb,
-                           (unsigned long long)sum.u);
+                    printf("%-6s %-10s %-28s sum = %llu (mod 2^61-1)\n", "field",
+                           nd->name ? nd->name : "?", sb, (unsigned long long)sum.u);
                 else
-                    printf("%-6s %-10s %-28s sum = %.12g\n", "f64", nd->name ? nd->name : "?", sb, sum.f);
+                    printf("%-6s %-10s %-28s sum = %.12g\n", "f64", nd->name ? nd->name : "?", sb,
+                           sum.f);
             }
             free(v);
         }
         un_eval_free(ev);
-        if (st != UN_OK) return fail(ctx, st);
+        if (st != UN_OK)
+            return fail(ctx, st);
     }
     return 0;
 }
@@ -132,10 +141,12 @@ static int cmd_eval(un_ctx *ctx, const un_graph *g, const opts *o) {
 static int cmd_compare(un_ctx *ctx, const un_spec *spec, const opts *o) {
     un_graph *a = NULL, *b = NULL;
     un_status st = un_graph_load(ctx, spec, o->pos[1], &a);
-    if (st == UN_OK) st = un_graph_load(ctx, spec, o->pos[2], &b);
+    if (st == UN_OK)
+        st = un_graph_load(ctx, spec, o->pos[2], &b);
     int rc = 0;
     for (int dom = 0; st == UN_OK && dom < UN_DOM_COUNT; dom++) {
-        if (o->domain && strcmp(o->domain, dom == UN_DOM_FIELD ? "field" : "f64") != 0) continue;
+        if (o->domain && strcmp(o->domain, dom == UN_DOM_FIELD ? "field" : "f64") != 0)
+            continue;
         double err = 0;
         un_status cs = un_eval_compare(ctx, a, b, (un_dom)dom, o->seed, 1e-9, &err);
         const char *dn = dom == UN_DOM_FIELD ? "field" : "f64";
@@ -154,14 +165,23 @@ static int cmd_compare(un_ctx *ctx, const un_spec *spec, const opts *o) {
     }
     un_graph_free(a);
     un_graph_free(b);
-    if (st != UN_OK) return fail(ctx, st);
+    if (st != UN_OK)
+        return fail(ctx, st);
     return rc;
 }
 
 int main(int argc, char **argv) {
-    opts o = {.spec = "specs/ops.json", .seed = 1, .strategy = "serial", .degree = 2, .batch = 8, .in = 16, .hidden = 32, .out = 4};
+    opts o = {.spec = "specs/ops.json",
+              .seed = 1,
+              .strategy = "serial",
+              .degree = 2,
+              .batch = 8,
+              .in = 16,
+              .hidden = 32,
+              .out = 4};
     int rc = parse_args(argc, argv, &o);
-    if (rc) return rc < 0 ? 0 : rc;
+    if (rc)
+        return rc < 0 ? 0 : rc;
     if (o.npos == 0) {
         fprintf(stderr, "unity-pcg: no command given (see unity-pcg --help)\n");
         return 2;
@@ -176,8 +196,8 @@ int main(int argc, char **argv) {
         if (strcmp(cmd, cmds[i].name) == 0) {
             known = true;
             if (o.npos != cmds[i].npos) {
-                fprintf(stderr, "unity-pcg: '%s' takes %d argument%s (see unity-pcg --help)\n", cmd, cmds[i].npos - 1,
-                        cmds[i].npos == 2 ? "" : "s");
+                fprintf(stderr, "unity-pcg: '%s' takes %d argument%s (see unity-pcg --help)\n", cmd,
+                        cmds[i].npos - 1, cmds[i].npos == 2 ? "" : "s");
                 return 2;
             }
         }
@@ -200,16 +220,20 @@ int main(int argc, char **argv) {
     } else if (strcmp(cmd, "sample") == 0) {
         int s = -1;
         for (int i = 0; i < UN_SAMPLE_COUNT; i++)
-            if (strncmp(un_sample_strategy_name((un_sample_strategy)i), o.strategy, strlen(o.strategy)) == 0 && o.strategy[0])
+            if (strncmp(un_sample_strategy_name((un_sample_strategy)i), o.strategy,
+                        strlen(o.strategy)) == 0 &&
+                o.strategy[0])
                 s = i;
         if (strcmp(o.pos[1], "mlp") != 0 || s < 0) {
-            fprintf(stderr, "unity-pcg: sample: only 'mlp' with --strategy serial, data or tensor\n");
+            fprintf(stderr,
+                    "unity-pcg: sample: only 'mlp' with --strategy serial, data or tensor\n");
             rc = 2;
             goto done;
         }
         un_sample_mlp_cfg cfg = {o.batch, o.in, o.hidden, o.out};
         st = un_sample_mlp(ctx, spec, cfg, (un_sample_strategy)s, (int32_t)o.degree, &g);
-        if (st == UN_OK) st = un_graph_to_json(ctx, g, &b);
+        if (st == UN_OK)
+            st = un_graph_to_json(ctx, g, &b);
         if (st != UN_OK) {
             rc = fail(ctx, st);
             goto done;
@@ -219,14 +243,17 @@ int main(int argc, char **argv) {
         rc = cmd_compare(ctx, spec, &o);
     } else {
         st = un_graph_load(ctx, spec, o.pos[1], &g);
-        if (st == UN_OK && strcmp(cmd, "show") == 0) st = un_report_graph(ctx, g, &b);
-        if (st == UN_OK && strcmp(cmd, "dot") == 0) st = un_graph_to_dot(ctx, g, &b);
+        if (st == UN_OK && strcmp(cmd, "show") == 0)
+            st = un_report_graph(ctx, g, &b);
+        if (st == UN_OK && strcmp(cmd, "dot") == 0)
+            st = un_graph_to_dot(ctx, g, &b);
         if (st != UN_OK) {
             rc = fail(ctx, st);
             goto done;
         }
         print_buf(&b);
-        if (strcmp(cmd, "eval") == 0) rc = cmd_eval(ctx, g, &o);
+        if (strcmp(cmd, "eval") == 0)
+            rc = cmd_eval(ctx, g, &o);
     }
 done:
     un_buf_free(&b);

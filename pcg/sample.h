@@ -10,7 +10,12 @@
 
 #include "pcg/graph.h"
 
-typedef enum { UN_SAMPLE_SERIAL, UN_SAMPLE_DATA, UN_SAMPLE_TENSOR, UN_SAMPLE_COUNT } un_sample_strategy;
+typedef enum {
+    UN_SAMPLE_SERIAL,
+    UN_SAMPLE_DATA,
+    UN_SAMPLE_TENSOR,
+    UN_SAMPLE_COUNT
+} un_sample_strategy;
 
 typedef struct un_sample_mlp_cfg {
     int64_t batch, in, hidden, out;
@@ -20,7 +25,7 @@ const char *un_sample_strategy_name(un_sample_strategy s);
 
 /* y = linear(relu-linear(x, w1), w2) with inputs named x, w1, w2, parallelised with `degree`
  * devices by strategy s. Owned: free with un_graph_free. */
-un_status un_sample_mlp(un_ctx *ctx, const un_spec *spec, un_sample_mlp_cfg cfg, un_sample_strategy s,
-                        int32_t degree, un_graph **out);
+un_status un_sample_mlp(un_ctx *ctx, const un_spec *spec, un_sample_mlp_cfg cfg,
+                        un_sample_strategy s, int32_t degree, un_graph **out);
 
 #endif

@@ -6,9 +6,12 @@
 
 const char *un_dtype_name(un_dtype t) {
     switch (t) {
-    case UN_DT_FLOAT: return "float";
-    case UN_DT_INT: return "int";
-    default: return "?";
+    case UN_DT_FLOAT:
+        return "float";
+    case UN_DT_INT:
+        return "int";
+    default:
+        return "?";
     }
 }
 
@@ -31,40 +34,49 @@ un_shape un_shape_logical(const un_shape *s) { return un_shape_make(s->rank, s->
 
 int64_t un_shape_numel(const un_shape *s) {
     int64_t n = 1;
-    for (int i = 0; i < s->rank; i++) n *= s->dim[i];
+    for (int i = 0; i < s->rank; i++)
+        n *= s->dim[i];
     return n;
 }
 
 int64_t un_shape_piece_numel(const un_shape *s) {
     int64_t n = 1;
-    for (int i = 0; i < s->rank; i++) n *= s->dim[i] / s->shard[i];
+    for (int i = 0; i < s->rank; i++)
+        n *= s->dim[i] / s->shard[i];
     return n;
 }
 
 int64_t un_shape_npieces(const un_shape *s) {
     int64_t n = (int64_t)s->sum * s->copy;
-    for (int i = 0; i < s->rank; i++) n *= s->shard[i];
+    for (int i = 0; i < s->rank; i++)
+        n *= s->shard[i];
     return n;
 }
 
 bool un_shape_same_dims(const un_shape *a, const un_shape *b) {
-    if (a->rank != b->rank || a->dtype != b->dtype) return false;
+    if (a->rank != b->rank || a->dtype != b->dtype)
+        return false;
     for (int i = 0; i < a->rank; i++)
-        if (a->dim[i] != b->dim[i]) return false;
+        if (a->dim[i] != b->dim[i])
+            return false;
     return true;
 }
 
 bool un_shape_eq(const un_shape *a, const un_shape *b) {
-    if (!un_shape_same_dims(a, b) || a->sum != b->sum || a->copy != b->copy) return false;
+    if (!un_shape_same_dims(a, b) || a->sum != b->sum || a->copy != b->copy)
+        return false;
     for (int i = 0; i < a->rank; i++)
-        if (a->shard[i] != b->shard[i]) return false;
+        if (a->shard[i] != b->shard[i])
+            return false;
     return true;
 }
 
 bool un_shape_is_trivial(const un_shape *s) {
-    if (s->sum != 1 || s->copy != 1) return false;
+    if (s->sum != 1 || s->copy != 1)
+        return false;
     for (int i = 0; i < s->rank; i++)
-        if (s->shard[i] != 1) return false;
+        if (s->shard[i] != 1)
+            return false;
     return true;
 }
 
@@ -83,8 +95,8 @@ bool un_shape_valid(const un_shape *s, char *why, size_t n) {
             return false;
         }
         if (s->dim[i] % s->shard[i] != 0) {
-            snprintf(why, n, "dim %d of size %lld is not divisible by shard degree %d", i, (long long)s->dim[i],
-                     s->shard[i]);
+            snprintf(why, n, "dim %d of size %lld is not divisible by shard degree %d", i,
+                     (long long)s->dim[i], s->shard[i]);
             return false;
         }
     }
@@ -100,11 +112,14 @@ void un_shape_str(const un_shape *s, char *buf, size_t n) {
     un_buf_printf(&b, "%s[", un_dtype_name(s->dtype));
     for (int i = 0; i < s->rank; i++) {
         un_buf_printf(&b, "%s%lld", i ? "," : "", (long long)s->dim[i]);
-        if (s->shard[i] != 1) un_buf_printf(&b, "/%d", s->shard[i]);
+        if (s->shard[i] != 1)
+            un_buf_printf(&b, "/%d", s->shard[i]);
     }
     un_buf_printf(&b, "]");
-    if (s->sum != 1) un_buf_printf(&b, "+s%d", s->sum);
-    if (s->copy != 1) un_buf_printf(&b, "*c%d", s->copy);
+    if (s->sum != 1)
+        un_buf_printf(&b, "+s%d", s->sum);
+    if (s->copy != 1)
+        un_buf_printf(&b, "*c%d", s->copy);
     snprintf(buf, n, "%s", b.data);
     un_buf_free(&b);
 }

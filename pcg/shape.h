@@ -29,9 +29,9 @@ const char *un_dtype_name(un_dtype t);
 un_shape un_shape_make(int rank, const int64_t *dims, un_dtype dtype);
 /* Same shape with every degree reset to 1. */
 un_shape un_shape_logical(const un_shape *s);
-int64_t un_shape_numel(const un_shape *s);       /* logical elements */
-int64_t un_shape_piece_numel(const un_shape *s); /* elements in one piece */
-int64_t un_shape_npieces(const un_shape *s);     /* prod shard * sum * copy */
+int64_t un_shape_numel(const un_shape *s);                     /* logical elements */
+int64_t un_shape_piece_numel(const un_shape *s);               /* elements in one piece */
+int64_t un_shape_npieces(const un_shape *s);                   /* prod shard * sum * copy */
 bool un_shape_eq(const un_shape *a, const un_shape *b);        /* dims, dtype and layout */
 bool un_shape_same_dims(const un_shape *a, const un_shape *b); /* dims and dtype only */
 bool un_shape_is_trivial(const un_shape *s);                   /* every degree 1 */

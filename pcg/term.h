@@ -15,8 +15,8 @@
 /* Adds the nodes of term t to g (parameters evaluated from pvals and the shapes of var_nodes;
  * unlisted parameters take their defaults) and returns the reference to its value. A term that
  * is not well formed for these shapes is UN_ERR_SHAPE. */
-un_status un_term_build(un_ctx *ctx, un_graph *g, const un_axiom *ax, const un_term *t, const int64_t *pvals,
-                        const int32_t *var_nodes, un_ref *out);
+un_status un_term_build(un_ctx *ctx, un_graph *g, const un_axiom *ax, const un_term *t,
+                        const int64_t *pvals, const int32_t *var_nodes, un_ref *out);
 
 /* Writes the term back as text. */
 void un_term_str(const un_spec *spec, const un_term *t, const un_axiom *ax, un_buf *b);

@@ -21,7 +21,8 @@ static const char *const un__status_names[UN_STATUS_COUNT] = {
 };
 
 const char *un_status_str(un_status st) {
-    if ((int)st < 0 || st >= UN_STATUS_COUNT) return "unknown status";
+    if ((int)st < 0 || st >= UN_STATUS_COUNT)
+        return "unknown status";
     return un__status_names[st];
 }
 
@@ -33,19 +34,22 @@ _Noreturn void un_abort(const char *file, int line, const char *what) {
 
 void *un_xmalloc(size_t n) {
     void *p = malloc(n ? n : 1);
-    if (!p) un_abort(__FILE__, __LINE__, "out of host memory");
+    if (!p)
+        un_abort(__FILE__, __LINE__, "out of host memory");
     return p;
 }
 
 void *un_xcalloc(size_t n, size_t size) {
     void *p = calloc(n ? n : 1, size ? size : 1);
-    if (!p) un_abort(__FILE__, __LINE__, "out of host memory");
+    if (!p)
+        un_abort(__FILE__, __LINE__, "out of host memory");
     return p;
 }
 
 void *un_xrealloc(void *p, size_t n) {
     void *q = realloc(p, n ? n : 1);
-    if (!q) un_abort(__FILE__, __LINE__, "out of host memory");
+    if (!q)
+        un_abort(__FILE__, __LINE__, "out of host memory");
     return q;
 }
 
@@ -100,25 +104,30 @@ void un_ctx_clear(un_ctx *ctx) {
 }
 
 void *un_ctx_malloc(un_ctx *ctx, size_t n) {
-    if (ctx && ctx->alloc.malloc) return ctx->alloc.malloc(n ? n : 1, ctx->alloc.user);
+    if (ctx && ctx->alloc.malloc)
+        return ctx->alloc.malloc(n ? n : 1, ctx->alloc.user);
     return malloc(n ? n : 1);
 }
 
 void *un_ctx_calloc(un_ctx *ctx, size_t n, size_t size) {
-    if (size && n > SIZE_MAX / size) return NULL;
+    if (size && n > SIZE_MAX / size)
+        return NULL;
     size_t total = n * size;
     void *p = un_ctx_malloc(ctx, total);
-    if (p) memset(p, 0, total ? total : 1);
+    if (p)
+        memset(p, 0, total ? total : 1);
     return p;
 }
 
 void *un_ctx_realloc(un_ctx *ctx, void *p, size_t n) {
-    if (ctx && ctx->alloc.realloc) return ctx->alloc.realloc(p, n ? n : 1, ctx->alloc.user);
+    if (ctx && ctx->alloc.realloc)
+        return ctx->alloc.realloc(p, n ? n : 1, ctx->alloc.user);
     return realloc(p, n ? n : 1);
 }
 
 void un_ctx_free_mem(un_ctx *ctx, void *p) {
-    if (!p) return;
+    if (!p)
+        return;
     if (ctx && ctx->alloc.free) {
         ctx->alloc.free(p, ctx->alloc.user);
         return;
@@ -145,7 +154,9 @@ uint64_t un_hash_bytes(const void *p, size_t n, uint64_t h) {
     return un_mix64(h);
 }
 
-uint64_t un_hash_combine(uint64_t h, uint64_t v) { return un_mix64(h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2))); }
+uint64_t un_hash_combine(uint64_t h, uint64_t v) {
+    return un_mix64(h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2)));
+}
 
 void un_rng_seed(un_rng *r, uint64_t seed) {
     uint64_t x = seed;
@@ -180,7 +191,9 @@ uint64_t un_rng_below(un_rng *r, uint64_t n) {
     return x % n;
 }
 
-double un_rng_double(un_rng *r) { return (double)(un_rng_next(r) >> 11) * (1.0 / 9007199254740992.0); }
+double un_rng_double(un_rng *r) {
+    return (double)(un_rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
+}
 
 /* ---- arena ---- */
 
@@ -203,7 +216,8 @@ un_arena *un_arena_new(size_t chunk) {
 }
 
 void un_arena_free(un_arena *a) {
-    if (!a) return;
+    if (!a)
+        return;
     un_chunk *c = a->head;
     while (c) {
         un_chunk *n = c->next;
@@ -214,7 +228,8 @@ void un_arena_free(un_arena *a) {
 }
 
 void *un_arena_alloc(un_arena *a, size_t size, size_t align) {
-    if (align == 0) align = 8;
+    if (align == 0)
+        align = 8;
     UN_ASSERT((align & (align - 1)) == 0 && align <= 16);
     un_chunk *c = a->head;
     size_t off = c ? (c->used + align - 1) & ~(align - 1) : 0;
@@ -244,7 +259,8 @@ char *un_arena_strdup(un_arena *a, const char *s) {
 void un_arena_reset(un_arena *a) {
     /* keep the newest chunk, drop the rest */
     un_chunk *c = a->head;
-    if (!c) return;
+    if (!c)
+        return;
     un_chunk *n = c->next;
     while (n) {
         un_chunk *nn = n->next;
@@ -273,7 +289,8 @@ void un_buf_printf(un_buf *b, const char *fmt, ...) {
     }
     if (b->len + (size_t)n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + (size_t)n + 1) cap *= 2;
+        while (cap < b->len + (size_t)n + 1)
+            cap *= 2;
         b->data = un_xrealloc(b->data, cap);
         b->cap = cap;
     }
@@ -294,18 +311,21 @@ un_status un_read_file(un_ctx *ctx, const char *path, char **out, size_t *len) {
     *out = NULL;
     *len = 0;
     FILE *f = fopen(path, "rb");
-    if (!f) return un_ctx_error(ctx, UN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (!f)
+        return un_ctx_error(ctx, UN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     size_t cap = 1 << 16, n = 0, got;
     char *buf = un_xmalloc(cap + 1);
     while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
         n += got;
-        if (n == cap) buf = un_xrealloc(buf, (cap *= 2) + 1);
+        if (n == cap)
+            buf = un_xrealloc(buf, (cap *= 2) + 1);
     }
     int err = ferror(f);
     fclose(f);
     if (err || n == 0) {
         free(buf);
-        return err ? un_ctx_error(ctx, UN_ERR_IO, "%s: read error", path) : un_ctx_error(ctx, UN_ERR_PARSE, "%s: empty file", path);
+        return err ? un_ctx_error(ctx, UN_ERR_IO, "%s: read error", path)
+                   : un_ctx_error(ctx, UN_ERR_PARSE, "%s: empty file", path);
     }
     buf[n] = '\0';
     *out = buf;

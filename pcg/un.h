@@ -46,7 +46,8 @@ const char *un_status_str(un_status st);
 _Noreturn void un_abort(const char *file, int line, const char *what);
 #define UN_ASSERT(x)                                                                               \
     do {                                                                                           \
-        if (!(x)) un_abort(__FILE__, __LINE__, "UN_ASSERT(" #x ") failed");                        \
+        if (!(x))                                                                                  \
+            un_abort(__FILE__, __LINE__, "UN_ASSERT(" #x ") failed");                              \
     } while (0)
 
 /* Allocation hooks; a test allocator can fail on purpose. */
@@ -68,9 +69,9 @@ char *un_xstrdup(const char *s);
 typedef struct un_ctx un_ctx;
 
 typedef struct un_ctx_params {
-    un_alloc alloc;    /* all fields NULL = libc */
-    uint64_t seed;     /* RNG seed, default 1234 */
-    int log_level;     /* 0 quiet, 1 info, 2 debug */
+    un_alloc alloc; /* all fields NULL = libc */
+    uint64_t seed;  /* RNG seed, default 1234 */
+    int log_level;  /* 0 quiet, 1 info, 2 debug */
 } un_ctx_params;
 
 un_ctx_params un_ctx_params_default(void);

@@ -12,7 +12,7 @@ static char bin[256];
 static char tmp[64];
 
 typedef struct {
-    int code;      /* exit status, or 128 + signal */
+    int code; /* exit status, or 128 + signal */
     char out[16384];
     char err[4096];
     int err_lines;
@@ -22,7 +22,8 @@ static void slurp(const char *path, char *buf, size_t n) {
     FILE *f = fopen(path, "r");
     size_t len = f ? fread(buf, 1, n - 1, f) : 0;
     buf[len] = '\0';
-    if (f) fclose(f);
+    if (f)
+        fclose(f);
 }
 
 /* Runs "unity-pcg ARGS" through the shell with stdout and stderr captured. */
@@ -38,7 +39,8 @@ static run_result run(const char *args) {
     snprintf(p, sizeof p, "%s/err", tmp);
     slurp(p, r.err, sizeof r.err);
     r.err_lines = 0;
-    for (const char *c = r.err; *c; c++) r.err_lines += *c == '\n';
+    for (const char *c = r.err; *c; c++)
+        r.err_lines += *c == '\n';
     return r;
 }
 
@@ -46,7 +48,8 @@ static void write_file(const char *name, const char *text) {
     char p[300];
     snprintf(p, sizeof p, "%s/%s", tmp, name);
     FILE *f = fopen(p, "w");
-    if (!f) return;
+    if (!f)
+        return;
     fputs(text, f);
     fclose(f);
 }
@@ -56,7 +59,8 @@ static void expect_clean_error(const char *args, const char *want) {
     run_result r = run(args);
     bool ok = r.code != 0 && r.code < 128 && r.err_lines == 1 && strstr(r.err, want) != NULL;
     EXPECT_TRUE(ok);
-    if (!ok) printf("    unity-pcg %s -> exit %d, stderr: %s", args, r.code, r.err);
+    if (!ok)
+        printf("    unity-pcg %s -> exit %d, stderr: %s", args, r.code, r.err);
 }
 
 static void test_good_runs(void) {
@@ -66,7 +70,8 @@ static void test_good_runs(void) {
     char args[1024];
     const char *strategies[] = {"serial", "data", "tensor"};
     for (int i = 0; i < 3; i++) {
-        snprintf(args, sizeof args, "sample mlp --strategy %s --degree 2 >%s/%s.json", strategies[i], tmp, strategies[i]);
+        snprintf(args, sizeof args, "sample mlp --strategy %s --degree 2 >%s/%s.json",
+                 strategies[i], tmp, strategies[i]);
         char cmd[1400];
         snprintf(cmd, sizeof cmd, "%s/unity-pcg %s", bin, args);
         EXPECT_EQ(system(cmd), 0);
@@ -103,15 +108,19 @@ static void test_bad_input(void) {
     write_file("empty.json", "");
     snprintf(args, sizeof args, "show %s/empty.json", tmp);
     expect_clean_error(args, "empty.json");
-    write_file("unknown_op.json", "{\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [4]}},"
-                                  " {\"name\": \"y\", \"op\": \"relux\", \"in\": [\"x\"]}]}");
+    write_file("unknown_op.json",
+               "{\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [4]}},"
+               " {\"name\": \"y\", \"op\": \"relux\", \"in\": [\"x\"]}]}");
     snprintf(args, sizeof args, "show %s/unknown_op.json", tmp);
     expect_clean_error(args, "relux");
-    write_file("bad_layout.json", "{\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [6, 4]}},"
-                                  " {\"name\": \"p\", \"op\": \"partition\", \"in\": [\"x\"], \"params\": {\"dim\": 0, \"degree\": 4}}]}");
+    write_file("bad_layout.json",
+               "{\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [6, 4]}},"
+               " {\"name\": \"p\", \"op\": \"partition\", \"in\": [\"x\"], \"params\": {\"dim\": "
+               "0, \"degree\": 4}}]}");
     snprintf(args, sizeof args, "show %s/bad_layout.json", tmp);
     expect_clean_error(args, "not divisible");
-    write_file("bad_spec.json", "{\"version\": 1, \"ops\": [{\"name\": \"relu\", \"outputs\": 3}]}");
+    write_file("bad_spec.json",
+               "{\"version\": 1, \"ops\": [{\"name\": \"relu\", \"outputs\": 3}]}");
     snprintf(args, sizeof args, "--spec %s/bad_spec.json ops", tmp);
     expect_clean_error(args, "bad_spec.json: $.ops[0]");
     snprintf(args, sizeof args, "compare %s/serial.json %s/unknown_op.json", tmp, tmp);
@@ -133,6 +142,7 @@ int main(void) {
     int rc = TEST_RUN_ALL(cases);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
-    if (system(cmd) != 0) rc = 1;
+    if (system(cmd) != 0)
+        rc = 1;
     return rc;
 }

@@ -4,11 +4,16 @@
 
 static un_name_kind resolve(const void *user, const char *name, int32_t *ref) {
     (void)user;
-    if (strcmp(name, "stride") == 0) return *ref = 0, UN_NAME_PARAM;
-    if (strcmp(name, "shape") == 0) return *ref = 1, UN_NAME_LIST_PARAM;
-    if (strcmp(name, "k") == 0) return *ref = 0, UN_NAME_VAR;
-    if (strcmp(name, "in0") == 0) return *ref = 0, UN_NAME_TENSOR;
-    if (strcmp(name, "out0") == 0) return *ref = UN_EX_OUT, UN_NAME_TENSOR;
+    if (strcmp(name, "stride") == 0)
+        return *ref = 0, UN_NAME_PARAM;
+    if (strcmp(name, "shape") == 0)
+        return *ref = 1, UN_NAME_LIST_PARAM;
+    if (strcmp(name, "k") == 0)
+        return *ref = 0, UN_NAME_VAR;
+    if (strcmp(name, "in0") == 0)
+        return *ref = 0, UN_NAME_TENSOR;
+    if (strcmp(name, "out0") == 0)
+        return *ref = UN_EX_OUT, UN_NAME_TENSOR;
     return UN_NAME_NONE;
 }
 
@@ -21,12 +26,21 @@ static int64_t eval(const char *text, un_status *st_out) {
     un_shape x = un_shape_make(3, (int64_t[]){8, 16, 32}, UN_DT_FLOAT);
     un_shape y = un_shape_make(1, (int64_t[]){7}, UN_DT_FLOAT);
     const un_shape *in[1] = {&x}, *out[1] = {&y};
-    un_expr_env env = {.params = params, .n_params = 2, .vars = vars, .n_vars = 1, .in = in, .n_in = 1, .out = out, .n_out = 1};
+    un_expr_env env = {.params = params,
+                       .n_params = 2,
+                       .vars = vars,
+                       .n_vars = 1,
+                       .in = in,
+                       .n_in = 1,
+                       .out = out,
+                       .n_out = 1};
     un_expr *e = NULL;
     int64_t v = -999;
     un_status st = un_expr_parse(ctx, text, &sc, a, &e);
-    if (st == UN_OK) st = un_expr_eval(ctx, e, &env, &v);
-    if (st_out) *st_out = st;
+    if (st == UN_OK)
+        st = un_expr_eval(ctx, e, &env, &v);
+    if (st_out)
+        *st_out = st;
     un_arena_free(a);
     un_ctx_free(ctx);
     return v;
@@ -103,7 +117,9 @@ static void test_print(void) {
 }
 
 int main(void) {
-    static const test_case cases[] = {
-        {"arith", test_arith}, {"names", test_names}, {"errors", test_errors}, {"print", test_print}};
+    static const test_case cases[] = {{"arith", test_arith},
+                                      {"names", test_names},
+                                      {"errors", test_errors},
+                                      {"print", test_print}};
     return TEST_RUN_ALL(cases);
 }

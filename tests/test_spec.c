@@ -18,7 +18,8 @@ static un_spec *load_spec(un_ctx *ctx) {
 
 static char *read_text(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
+    if (!f)
+        return NULL;
     fseek(f, 0, SEEK_END);
     long n = ftell(f);
     fseek(f, 0, SEEK_SET);
@@ -36,8 +37,8 @@ static void test_load(void) {
     un_spec *spec = load_spec(ctx);
     if (spec) {
         int rules = un_spec_total_rules(spec), axioms = un_spec_total_axioms(spec);
-        printf("    %d operators, %d sharding rules (+1 implicit copy rule each), %d axioms\n", UN_OP_COUNT, rules,
-               axioms);
+        printf("    %d operators, %d sharding rules (+1 implicit copy rule each), %d axioms\n",
+               UN_OP_COUNT, rules, axioms);
         EXPECT_TRUE(rules >= 40);
         EXPECT_TRUE(axioms >= 20);
         for (int op = 0; op < UN_OP_COUNT; op++) {
@@ -55,7 +56,8 @@ static void test_load(void) {
 
 /* Replaces the first occurrence of `from` (which must exist) and parses; expects failure with a
  * message containing every `want` fragment. */
-static void expect_spec_error(const char *text, size_t len, const char *from, const char *to, const char *const *want) {
+static void expect_spec_error(const char *text, size_t len, const char *from, const char *to,
+                              const char *const *want) {
     const char *at = strstr(text, from);
     EXPECT_TRUE(at != NULL);
     if (!at) {
@@ -78,7 +80,8 @@ static void expect_spec_error(const char *text, size_t len, const char *from, co
     for (const char *const *w = want; *w; w++) {
         bool ok = strstr(msg, *w) != NULL;
         EXPECT_TRUE(ok);
-        if (!ok) printf("    message lacks \"%s\": %s\n", *w, msg);
+        if (!ok)
+            printf("    message lacks \"%s\": %s\n", *w, msg);
     }
     un_spec_free(spec);
     un_ctx_free(ctx);
@@ -89,7 +92,8 @@ static void test_load_errors(void) {
     size_t len = 0;
     char *text = read_text(SPEC_PATH, &len);
     EXPECT_TRUE(text != NULL);
-    if (!text) return;
+    if (!text)
+        return;
     /* bad JSON: truncated, with the offset */
     {
         un_ctx *ctx = un_ctx_new(NULL);
@@ -98,24 +102,28 @@ static void test_load_errors(void) {
         EXPECT_TRUE(strstr(un_ctx_errmsg(ctx), "cut.json: offset") != NULL);
         un_ctx_free(ctx);
     }
-    expect_spec_error(text, len, "\"name\": \"relu\"", "\"name\": \"relux\"",
-                      (const char *[]){"mutant.json", "$.ops[", "].name", "unknown operator 'relux'", NULL});
+    expect_spec_error(
+        text, len, "\"name\": \"relu\"", "\"name\": \"relux\"",
+        (const char *[]){"mutant.json", "$.ops[", "].name", "unknown operator 'relux'", NULL});
     expect_spec_error(text, len, "\"name\": \"relu\"", "\"name\": \"gelu\"",
                       (const char *[]){"mutant.json", "].name", "duplicate operator 'gelu'", NULL});
     expect_spec_error(text, len, "\"name\": \"relu\"", "\"nmae\": \"relu\"",
                       (const char *[]){"mutant.json", "$.ops[", "name: missing", NULL});
-    expect_spec_error(text, len, "\"rank\": 2", "\"rank\": \"2\"",
-                      (const char *[]){"mutant.json", ".inputs[", "].rank", "expected an integer", NULL});
+    expect_spec_error(
+        text, len, "\"rank\": 2", "\"rank\": \"2\"",
+        (const char *[]){"mutant.json", ".inputs[", "].rank", "expected an integer", NULL});
     expect_spec_error(text, len, "\"outputs\"", "\"outputz\"",
                       (const char *[]){"mutant.json", "$.ops[", "unknown field", NULL});
-    expect_spec_error(text, len, "\"shard(d)\"", "\"shard(d +)\"",
-                      (const char *[]){"mutant.json", ".sharding[", "bad dim expression", "column", NULL});
+    expect_spec_error(
+        text, len, "\"shard(d)\"", "\"shard(d +)\"",
+        (const char *[]){"mutant.json", ".sharding[", "bad dim expression", "column", NULL});
     expect_spec_error(text, len, "\"shard(d)\"", "\"shard(q)\"",
                       (const char *[]){"mutant.json", ".sharding[", "unknown name 'q'", NULL});
     expect_spec_error(text, len, "\"version\": 1", "\"version\": 7",
                       (const char *[]){"mutant.json", "$.version", "unsupported version 7", NULL});
-    expect_spec_error(text, len, "\"lhs\": \"(", "\"lhs\": \"(ew_frob ",
-                      (const char *[]){"mutant.json", ".axioms[", "unknown operator 'ew_frob'", NULL});
+    expect_spec_error(
+        text, len, "\"lhs\": \"(", "\"lhs\": \"(ew_frob ",
+        (const char *[]){"mutant.json", ".axioms[", "unknown operator 'ew_frob'", NULL});
     /* an empty document and a missing file */
     {
         un_ctx *ctx = un_ctx_new(NULL);
@@ -135,7 +143,8 @@ static void test_load_errors(void) {
 static void test_infer_layout_errors(void) {
     un_ctx *ctx = un_ctx_new(NULL);
     un_spec *spec = load_spec(ctx);
-    if (!spec) goto done;
+    if (!spec)
+        goto done;
     un_param p[UN_MAX_PARAMS];
     un_infer inf;
     un_shape x = un_shape_make(2, (int64_t[]){8, 16}, UN_DT_FLOAT);
@@ -181,7 +190,8 @@ static void test_infer_layout_errors(void) {
     /* linear: batch sharding on x with copies of W gives a row-sharded output */
     const un_op_spec *lin = un_spec_op(spec, UN_OP_LINEAR);
     un_spec_param_defaults(lin, p);
-    un_shape xw[2] = {un_shape_make(2, (int64_t[]){8, 16}, UN_DT_FLOAT), un_shape_make(2, (int64_t[]){16, 4}, UN_DT_FLOAT)};
+    un_shape xw[2] = {un_shape_make(2, (int64_t[]){8, 16}, UN_DT_FLOAT),
+                      un_shape_make(2, (int64_t[]){16, 4}, UN_DT_FLOAT)};
     xw[0].shard[0] = 2;
     xw[1].copy = 2;
     EXPECT_OK(ctx, un_spec_infer(ctx, spec, UN_OP_LINEAR, p, xw, 2, NULL, &inf));
@@ -224,19 +234,21 @@ static int rule_instances(const un_op_spec *os, const un_example *ex, rinst *out
     int n = 0;
     for (int r = -1; r < os->n_rules; r++) {
         int nfe = r >= 0 && os->rules[r].foreach >= 0 ? ex->in[0].rank : 1;
-        for (int fe = 0; fe < nfe; fe++) out[n++] = (rinst){r, r >= 0 && os->rules[r].foreach >= 0 ? fe : -1};
+        for (int fe = 0; fe < nfe; fe++)
+            out[n++] = (rinst){r, r >= 0 && os->rules[r].foreach >= 0 ? fe : -1};
     }
     return n;
 }
 
 /* Runs op on dense inputs in the given layouts and compares with the logical result. Returns
  * false (without failing) when the layouts are not accepted. */
-static bool check_layouts(un_ctx *ctx, const un_spec *spec, const un_op_spec *os, const un_example *ex,
-                          const un_shape *lay, un_dom dom, const char *what) {
+static bool check_layouts(un_ctx *ctx, const un_spec *spec, const un_op_spec *os,
+                          const un_example *ex, const un_shape *lay, un_dom dom, const char *what) {
     un_infer linf, pinf;
     un_status st = un_spec_infer(ctx, spec, os->op, ex->params, ex->in, ex->n_in, NULL, &linf);
     EXPECT_OK(ctx, st);
-    if (st != UN_OK) return false;
+    if (st != UN_OK)
+        return false;
     st = un_spec_infer(ctx, spec, os->op, ex->params, lay, ex->n_in, NULL, &pinf);
     if (st != UN_OK) {
         printf("    %s: %s: layouts rejected: %s\n", os->name, what, un_ctx_errmsg(ctx));
@@ -249,7 +261,8 @@ static bool check_layouts(un_ctx *ctx, const un_spec *spec, const un_op_spec *os
     for (int t = 0; t < ex->n_in; t++) {
         EXPECT_OK(ctx, un_ptensor_init(ctx, &lin[t], &ex->in[t]));
         EXPECT_OK(ctx, un_ptensor_init(ctx, &pin[t], &lay[t]));
-        un_ptensor_random_dense(dom, ex->in[t].dtype, ex->range[t], un_shape_numel(&ex->in[t]), &rng, lin[t].data);
+        un_ptensor_random_dense(dom, ex->in[t].dtype, ex->range[t], un_shape_numel(&ex->in[t]),
+                                &rng, lin[t].data);
         EXPECT_OK(ctx, un_ptensor_scatter(ctx, &pin[t], dom, lin[t].data, &rng));
     }
     st = un_eval_op(ctx, spec, os->op, ex->params, &linf, dom, lin, ex->n_in, lout);
@@ -264,8 +277,8 @@ static bool check_layouts(un_ctx *ctx, const un_spec *spec, const un_op_spec *os
         bool eq = un_dense_equal(dom, g, lout[o].data, n, 1e-9, &where);
         EXPECT_TRUE(eq);
         if (!eq)
-            printf("    %s: %s (%s): output %d differs at %lld\n", os->name, what, dom == UN_DOM_FIELD ? "field" : "f64",
-                   o, (long long)where);
+            printf("    %s: %s (%s): output %d differs at %lld\n", os->name, what,
+                   dom == UN_DOM_FIELD ? "field" : "f64", o, (long long)where);
         free(g);
     }
     for (int t = 0; t < ex->n_in; t++) {
@@ -273,20 +286,24 @@ static bool check_layouts(un_ctx *ctx, const un_spec *spec, const un_op_spec *os
         un_ptensor_deinit(&pin[t]);
     }
     if (st == UN_OK)
-        for (int o = 0; o < linf.n_out; o++) un_ptensor_deinit(&lout[o]);
+        for (int o = 0; o < linf.n_out; o++)
+            un_ptensor_deinit(&lout[o]);
     if (st2 == UN_OK)
-        for (int o = 0; o < pinf.n_out; o++) un_ptensor_deinit(&pout[o]);
+        for (int o = 0; o < pinf.n_out; o++)
+            un_ptensor_deinit(&pout[o]);
     return ok;
 }
 
 static void test_sharding_rules(void) {
     un_ctx *ctx = un_ctx_new(NULL);
     un_spec *spec = load_spec(ctx);
-    if (!spec) goto done;
+    if (!spec)
+        goto done;
     int checked = 0, pairs = 0;
     for (int op = 0; op < UN_OP_COUNT; op++) {
         const un_op_spec *os = un_spec_op(spec, (un_op)op);
-        if (os->kind != UN_OPK_REGULAR) continue;
+        if (os->kind != UN_OPK_REGULAR)
+            continue;
         bool exercised[UN_MAX_RULES + 1] = {false};
         for (int e = 0; e < os->n_examples; e++) {
             const un_example *ex = &os->examples[e];
@@ -295,36 +312,42 @@ static void test_sharding_rules(void) {
             for (int i = 0; i < n; i++) {
                 un_shape lay[UN_MAX_INPUTS];
                 memcpy(lay, ex->in, sizeof lay);
-                if (un_spec_rule_apply(ctx, spec, os->op, ex->params, ri[i].rule, ri[i].fe, 2, lay, ex->n_in) != UN_OK) {
+                if (un_spec_rule_apply(ctx, spec, os->op, ex->params, ri[i].rule, ri[i].fe, 2, lay,
+                                       ex->n_in) != UN_OK) {
                     un_ctx_clear(ctx);
                     continue;
                 }
                 char what[96];
-                snprintf(what, sizeof what, "rule %s[%d] example %d", ri[i].rule < 0 ? "copy" : os->rules[ri[i].rule].name,
-                         ri[i].fe, e);
+                snprintf(what, sizeof what, "rule %s[%d] example %d",
+                         ri[i].rule < 0 ? "copy" : os->rules[ri[i].rule].name, ri[i].fe, e);
                 bool ok = true;
-                for (int dom = 0; dom < UN_DOM_COUNT; dom++) ok = check_layouts(ctx, spec, os, ex, lay, (un_dom)dom, what) && ok;
-                if (ok) exercised[ri[i].rule + 1] = true;
+                for (int dom = 0; dom < UN_DOM_COUNT; dom++)
+                    ok = check_layouts(ctx, spec, os, ex, lay, (un_dom)dom, what) && ok;
+                if (ok)
+                    exercised[ri[i].rule + 1] = true;
                 checked++;
                 /* and in combination with every later rule instance */
                 for (int j = i + 1; j < n; j++) {
                     un_shape lay2[UN_MAX_INPUTS];
                     memcpy(lay2, lay, sizeof lay2);
-                    if (un_spec_rule_apply(ctx, spec, os->op, ex->params, ri[j].rule, ri[j].fe, 2, lay2, ex->n_in) != UN_OK) {
+                    if (un_spec_rule_apply(ctx, spec, os->op, ex->params, ri[j].rule, ri[j].fe, 2,
+                                           lay2, ex->n_in) != UN_OK) {
                         un_ctx_clear(ctx);
                         continue;
                     }
                     /* two rules may also explain the layouts differently; all that matters is that
                      * the piecewise result is the logical one */
                     un_infer tmp;
-                    if (un_spec_infer(ctx, spec, os->op, ex->params, lay2, ex->n_in, NULL, &tmp) != UN_OK) {
+                    if (un_spec_infer(ctx, spec, os->op, ex->params, lay2, ex->n_in, NULL, &tmp) !=
+                        UN_OK) {
                         un_ctx_clear(ctx);
                         continue;
                     }
                     char what2[160];
-                    snprintf(what2, sizeof what2, "%s + %s[%d]", what, ri[j].rule < 0 ? "copy" : os->rules[ri[j].rule].name,
-                             ri[j].fe);
-                    for (int dom = 0; dom < UN_DOM_COUNT; dom++) check_layouts(ctx, spec, os, ex, lay2, (un_dom)dom, what2);
+                    snprintf(what2, sizeof what2, "%s + %s[%d]", what,
+                             ri[j].rule < 0 ? "copy" : os->rules[ri[j].rule].name, ri[j].fe);
+                    for (int dom = 0; dom < UN_DOM_COUNT; dom++)
+                        check_layouts(ctx, spec, os, ex, lay2, (un_dom)dom, what2);
                     pairs++;
                 }
             }
@@ -332,10 +355,13 @@ static void test_sharding_rules(void) {
         for (int r = -1; r < os->n_rules; r++) {
             EXPECT_TRUE(exercised[r + 1]);
             if (!exercised[r + 1])
-                printf("    %s: rule %s is not exercised by any example\n", os->name, r < 0 ? "copy" : os->rules[r].name);
+                printf("    %s: rule %s is not exercised by any example\n", os->name,
+                       r < 0 ? "copy" : os->rules[r].name);
         }
     }
-    printf("    %d single-rule layouts and %d two-rule layouts checked, each in the field and in float64\n", checked, pairs);
+    printf("    %d single-rule layouts and %d two-rule layouts checked, each in the field and in "
+           "float64\n",
+           checked, pairs);
 done:
     un_spec_free(spec);
     un_ctx_free(ctx);
@@ -352,9 +378,11 @@ typedef struct {
 static int64_t size_of(sizes *sz, const char *name, un_rng *rng) {
     char *end;
     long long lit = strtoll(name, &end, 10);
-    if (*end == '\0') return lit;
+    if (*end == '\0')
+        return lit;
     for (int i = 0; i < sz->n; i++)
-        if (strcmp(sz->names[i], name) == 0) return sz->values[i];
+        if (strcmp(sz->names[i], name) == 0)
+            return sz->values[i];
     static const int64_t choice[] = {2, 4, 6, 3, 8};
     UN_ASSERT(sz->n < 32);
     sz->names[sz->n] = name;
@@ -364,7 +392,8 @@ static int64_t size_of(sizes *sz, const char *name, un_rng *rng) {
 
 /* One instance of an axiom: 1 if it holds, 0 if not well formed, -1 if the two sides differ
  * (reported unless quiet). */
-static int check_axiom_once(un_ctx *ctx, const un_spec *spec, const un_axiom *ax, int trial, un_rng *rng, bool quiet) {
+static int check_axiom_once(un_ctx *ctx, const un_spec *spec, const un_axiom *ax, int trial,
+                            un_rng *rng, bool quiet) {
     int64_t pv[16] = {0};
     int combo = trial;
     for (int i = 0; i < ax->n_pvars && i < 16; i++) {
@@ -378,7 +407,8 @@ static int check_axiom_once(un_ctx *ctx, const un_spec *spec, const un_axiom *ax
     for (int v = 0; v < ax->n_vars && v < 16; v++) {
         const un_axiom_var *av = &ax->vars[v];
         int64_t dims[UN_MAX_DIMS];
-        for (int d = 0; d < av->rank; d++) dims[d] = size_of(&sz, av->dims[d], rng);
+        for (int d = 0; d < av->rank; d++)
+            dims[d] = size_of(&sz, av->dims[d], rng);
         const un_op_spec *is = un_spec_op(spec, UN_OP_INPUT);
         un_param p[UN_MAX_PARAMS];
         un_spec_param_defaults(is, p);
@@ -388,24 +418,30 @@ static int check_axiom_once(un_ctx *ctx, const un_spec *spec, const un_axiom *ax
             p[un_spec_param_index(is, "dtype")].v[0] = 1;
             p[un_spec_param_index(is, "range")].v[0] = av->range ? size_of(&sz, av->range, rng) : 1;
         }
-        if (un_graph_add(ctx, g, UN_OP_INPUT, p, NULL, 0, av->name, &vars[v]) != UN_OK) goto done;
+        if (un_graph_add(ctx, g, UN_OP_INPUT, p, NULL, 0, av->name, &vars[v]) != UN_OK)
+            goto done;
     }
     if (ax->require) {
         const un_shape *vs[16];
-        for (int v = 0; v < ax->n_vars && v < 16; v++) vs[v] = un_graph_shape(g, (un_ref){vars[v], 0});
+        for (int v = 0; v < ax->n_vars && v < 16; v++)
+            vs[v] = un_graph_shape(g, (un_ref){vars[v], 0});
         un_expr_env env = {.vars = pv, .n_vars = ax->n_pvars, .in = vs, .n_in = ax->n_vars};
         int64_t holds = 0;
-        if (un_expr_eval(ctx, ax->require, &env, &holds) != UN_OK || !holds) goto done;
+        if (un_expr_eval(ctx, ax->require, &env, &holds) != UN_OK || !holds)
+            goto done;
     }
     un_ref l, r;
-    if (un_term_build(ctx, g, ax, ax->lhs, pv, vars, &l) != UN_OK) goto done;
-    if (un_term_build(ctx, g, ax, ax->rhs, pv, vars, &r) != UN_OK) goto done;
+    if (un_term_build(ctx, g, ax, ax->lhs, pv, vars, &l) != UN_OK)
+        goto done;
+    if (un_term_build(ctx, g, ax, ax->rhs, pv, vars, &r) != UN_OK)
+        goto done;
     const un_shape *ls = un_graph_shape(g, l), *rs = un_graph_shape(g, r);
     if (!un_shape_eq(ls, rs)) {
         char a[96], b[96];
         un_shape_str(ls, a, sizeof a);
         un_shape_str(rs, b, sizeof b);
-        if (!quiet) printf("    axiom %s: shapes differ: %s vs %s\n", ax->name, a, b);
+        if (!quiet)
+            printf("    axiom %s: shapes differ: %s vs %s\n", ax->name, a, b);
         ok = -1;
         goto done;
     }
@@ -418,12 +454,14 @@ static int check_axiom_once(un_ctx *ctx, const un_spec *spec, const un_axiom *ax
         EXPECT_OK(ctx, st);
         if (st == UN_OK) {
             int64_t n = un_shape_numel(ls), where = -1;
-            un_val *a = un_xmalloc(sizeof(un_val) * (size_t)n), *b = un_xmalloc(sizeof(un_val) * (size_t)n);
+            un_val *a = un_xmalloc(sizeof(un_val) * (size_t)n),
+                   *b = un_xmalloc(sizeof(un_val) * (size_t)n);
             EXPECT_OK(ctx, un_ptensor_gather(ctx, un_eval_value(ev, l), (un_dom)dom, a));
             EXPECT_OK(ctx, un_ptensor_gather(ctx, un_eval_value(ev, r), (un_dom)dom, b));
             if (!un_dense_equal((un_dom)dom, a, b, n, 1e-9, &where)) {
                 if (!quiet)
-                    printf("    axiom %s fails (%s) at element %lld\n", ax->name, dom ? "f64" : "field", (long long)where);
+                    printf("    axiom %s fails (%s) at element %lld\n", ax->name,
+                           dom ? "f64" : "field", (long long)where);
                 ok = -1;
             }
             free(a);
@@ -440,7 +478,8 @@ done:
 static void test_axioms(void) {
     un_ctx *ctx = un_ctx_new(NULL);
     un_spec *spec = load_spec(ctx);
-    if (!spec) goto done;
+    if (!spec)
+        goto done;
     un_rng rng;
     un_rng_seed(&rng, 77);
     int total = 0, instances = 0;
@@ -456,12 +495,15 @@ static void test_axioms(void) {
             }
             EXPECT_EQ(bad, 0);
             EXPECT_TRUE(good >= 2);
-            if (good < 2) printf("    axiom %s (%s) is well formed in %d of 40 random instances\n", ax->name, os->name, good);
+            if (good < 2)
+                printf("    axiom %s (%s) is well formed in %d of 40 random instances\n", ax->name,
+                       os->name, good);
             total++;
             instances += good;
         }
     }
-    printf("    %d axioms checked on %d random instances, each in the field and in float64\n", total, instances);
+    printf("    %d axioms checked on %d random instances, each in the field and in float64\n",
+           total, instances);
 done:
     un_spec_free(spec);
     un_ctx_free(ctx);
@@ -473,13 +515,16 @@ static void test_wrong_axiom_caught(void) {
     size_t len = 0;
     char *text = read_text(SPEC_PATH, &len);
     EXPECT_TRUE(text != NULL);
-    if (!text) goto done;
+    if (!text)
+        goto done;
     const char *from = "\"axioms\": [";
     const char *at = strstr(text, from);
     EXPECT_TRUE(at != NULL);
-    if (!at) goto done;
-    const char *bad = "{\"name\": \"planted_wrong\", \"vars\": {\"x\": [\"a\", \"b\"], \"y\": [\"a\", \"b\"]}, "
-                      "\"lhs\": \"(ew_sub x y)\", \"rhs\": \"(ew_sub y x)\"}, ";
+    if (!at)
+        goto done;
+    const char *bad =
+        "{\"name\": \"planted_wrong\", \"vars\": {\"x\": [\"a\", \"b\"], \"y\": [\"a\", \"b\"]}, "
+        "\"lhs\": \"(ew_sub x y)\", \"rhs\": \"(ew_sub y x)\"}, ";
     size_t pre = (size_t)(at - text) + strlen(from);
     char *m = un_xmalloc(len + strlen(bad) + 1);
     memcpy(m, text, pre);
@@ -492,7 +537,8 @@ static void test_wrong_axiom_caught(void) {
         for (int op = 0; op < UN_OP_COUNT && !found; op++) {
             const un_op_spec *os = un_spec_op(spec, (un_op)op);
             for (int a = 0; a < os->n_axioms; a++)
-                if (strcmp(os->axioms[a].name, "planted_wrong") == 0) found = &os->axioms[a];
+                if (strcmp(os->axioms[a].name, "planted_wrong") == 0)
+                    found = &os->axioms[a];
         }
         EXPECT_TRUE(found != NULL);
         if (found) {
@@ -508,17 +554,20 @@ done:
     un_ctx_free(ctx);
 }
 
-/* A deliberately unsound sharding rule (relu accepting partial sums) is caught by the same check. */
+/* A deliberately unsound sharding rule (relu accepting partial sums) is caught by the same check.
+ */
 static void test_wrong_rule_caught(void) {
     un_ctx *ctx = un_ctx_new(NULL);
     size_t len = 0;
     char *text = read_text(SPEC_PATH, &len);
     EXPECT_TRUE(text != NULL);
-    if (!text) goto done;
+    if (!text)
+        goto done;
     const char *relu = strstr(text, "\"name\": \"relu\"");
     const char *at = relu ? strstr(relu, "\"sharding\": [") : NULL;
     EXPECT_TRUE(at != NULL);
-    if (!at) goto done;
+    if (!at)
+        goto done;
     const char *bad = "{\"name\": \"planted\", \"in\": [\"sum\"], \"out\": [\"sum\"]}, ";
     size_t pre = (size_t)(at - text) + strlen("\"sharding\": [");
     char *m = un_xmalloc(len + strlen(bad) + 1);
@@ -532,7 +581,8 @@ static void test_wrong_rule_caught(void) {
         const un_example *ex = &os->examples[0];
         un_shape lay[UN_MAX_INPUTS];
         memcpy(lay, ex->in, sizeof lay);
-        EXPECT_OK(ctx, un_spec_rule_apply(ctx, spec, UN_OP_RELU, ex->params, 0, -1, 2, lay, ex->n_in));
+        EXPECT_OK(ctx,
+                  un_spec_rule_apply(ctx, spec, UN_OP_RELU, ex->params, 0, -1, 2, lay, ex->n_in));
         EXPECT_EQ(lay[0].sum, 2);
         for (int dom = 0; dom < UN_DOM_COUNT; dom++) {
             int before = test__failed;

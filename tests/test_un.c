@@ -1,4 +1,5 @@
-/* tests/test_un.c - the basics: status strings, first-error-wins context, arena, RNG, JSON facade. */
+/* tests/test_un.c - the basics: status strings, first-error-wins context, arena, RNG, JSON facade.
+ */
 #include "pcg/json.h"
 #include "tests/test.h"
 
@@ -11,7 +12,8 @@ static void test_ctx(void) {
     EXPECT_EQ(un_ctx_status(ctx), UN_ERR_PARSE);
     un_ctx_clear(ctx);
     EXPECT_EQ(un_ctx_status(ctx), UN_OK);
-    for (int s = 0; s < UN_STATUS_COUNT; s++) EXPECT_TRUE(un_status_str((un_status)s)[0] != '\0');
+    for (int s = 0; s < UN_STATUS_COUNT; s++)
+        EXPECT_TRUE(un_status_str((un_status)s)[0] != '\0');
     EXPECT_STR_EQ(un_status_str((un_status)99), "unknown status");
     un_ctx_free(ctx);
     un_ctx_free(NULL);
@@ -37,10 +39,13 @@ static void test_rng(void) {
     un_rng a, b;
     un_rng_seed(&a, 42);
     un_rng_seed(&b, 42);
-    for (int i = 0; i < 100; i++) EXPECT_EQ(un_rng_next(&a), un_rng_next(&b));
+    for (int i = 0; i < 100; i++)
+        EXPECT_EQ(un_rng_next(&a), un_rng_next(&b));
     int hist[6] = {0};
-    for (int i = 0; i < 6000; i++) hist[un_rng_below(&a, 6)]++;
-    for (int i = 0; i < 6; i++) EXPECT_TRUE(hist[i] > 800 && hist[i] < 1200);
+    for (int i = 0; i < 6000; i++)
+        hist[un_rng_below(&a, 6)]++;
+    for (int i = 0; i < 6; i++)
+        EXPECT_TRUE(hist[i] > 800 && hist[i] < 1200);
     double d = un_rng_double(&a);
     EXPECT_TRUE(d >= 0 && d < 1);
 }
@@ -98,6 +103,7 @@ static void test_json(void) {
 }
 
 int main(void) {
-    static const test_case cases[] = {{"ctx", test_ctx}, {"arena", test_arena}, {"rng", test_rng}, {"json", test_json}};
+    static const test_case cases[] = {
+        {"ctx", test_ctx}, {"arena", test_arena}, {"rng", test_rng}, {"json", test_json}};
     return TEST_RUN_ALL(cases);
 }
