@@ -17,17 +17,46 @@ static un_spec *load_spec(un_ctx *ctx) {
 }
 
 static char *read_text(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    un_ctx *ctx = un_ctx_new(NULL);
+    char *text = NULL;
+    un_read_file(ctx, path, &text, len);
+    un_ctx_free(ctx);
+    return text;
+}
+
+/* text with [at, at + cut) replaced by insert; *len is updated. Owned: free(). */
+static char *splice(const char *text, size_t *len, const char *at, size_t cut, const char *insert) {
+    size_t pre = (size_t)(at - text), n = strlen(insert);
+    char *m = un_xmalloc(*len - cut + n + 1);
+    memcpy(m, text, pre);
+    memcpy(m + pre, insert, n);
+    memcpy(m + pre + n, at + cut, *len - pre - cut);
+    *len = *len - cut + n;
+    m[*len] = '\0';
+    return m;
+}
+
+/* The spec with `insert` placed right after the first `anchor` that follows `start` (NULL: the
+ * beginning); NULL (and a failed expectation) when the anchor is missing or the result does not
+ * load. Owned: un_spec_free. */
+static un_spec *load_planted(un_ctx *ctx, const char *start, const char *anchor,
+                             const char *insert) {
+    size_t len = 0;
+    char *text = read_text(SPEC_PATH, &len);
+    EXPECT_TRUE(text != NULL);
+    if (!text)
         return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = un_xmalloc((size_t)n + 1);
-    *len = fread(buf, 1, (size_t)n, f);
-    buf[*len] = '\0';
-    fclose(f);
-    return buf;
+    const char *from = start ? strstr(text, start) : text;
+    const char *at = from ? strstr(from, anchor) : NULL;
+    EXPECT_TRUE(at != NULL);
+    un_spec *spec = NULL;
+    if (at) {
+        char *m = splice(text, &len, at + strlen(anchor), 0, insert);
+        EXPECT_OK(ctx, un_spec_parse(ctx, "planted.json", m, len, &spec));
+        free(m);
+    }
+    free(text);
+    return spec;
 }
 
 /* ---- loading ---- */
@@ -64,13 +93,8 @@ static void expect_spec_error(const char *text, size_t len, const char *from, co
         printf("    pattern not found in %s: %s\n", SPEC_PATH, from);
         return;
     }
-    size_t pre = (size_t)(at - text), nf = strlen(from), nt = strlen(to);
-    char *m = un_xmalloc(len - nf + nt + 1);
-    memcpy(m, text, pre);
-    memcpy(m + pre, to, nt);
-    memcpy(m + pre + nt, at + nf, len - pre - nf);
-    size_t mlen = len - nf + nt;
-    m[mlen] = '\0';
+    size_t mlen = len;
+    char *m = splice(text, &mlen, at, strlen(from), to);
     un_ctx *ctx = un_ctx_new(NULL);
     un_spec *spec = NULL;
     un_status st = un_spec_parse(ctx, "mutant.json", m, mlen, &spec);
@@ -512,26 +536,10 @@ done:
 /* A deliberately wrong axiom is caught by the same check. */
 static void test_wrong_axiom_caught(void) {
     un_ctx *ctx = un_ctx_new(NULL);
-    size_t len = 0;
-    char *text = read_text(SPEC_PATH, &len);
-    EXPECT_TRUE(text != NULL);
-    if (!text)
-        goto done;
-    const char *from = "\"axioms\": [";
-    const char *at = strstr(text, from);
-    EXPECT_TRUE(at != NULL);
-    if (!at)
-        goto done;
-    const char *bad =
+    un_spec *spec = load_planted(
+        ctx, NULL, "\"axioms\": [",
         "{\"name\": \"planted_wrong\", \"vars\": {\"x\": [\"a\", \"b\"], \"y\": [\"a\", \"b\"]}, "
-        "\"lhs\": \"(ew_sub x y)\", \"rhs\": \"(ew_sub y x)\"}, ";
-    size_t pre = (size_t)(at - text) + strlen(from);
-    char *m = un_xmalloc(len + strlen(bad) + 1);
-    memcpy(m, text, pre);
-    memcpy(m + pre, bad, strlen(bad));
-    memcpy(m + pre + strlen(bad), text + pre, len - pre);
-    un_spec *spec = NULL;
-    EXPECT_OK(ctx, un_spec_parse(ctx, "planted.json", m, len + strlen(bad), &spec));
+        "\"lhs\": \"(ew_sub x y)\", \"rhs\": \"(ew_sub y x)\"}, ");
     if (spec) {
         const un_axiom *found = NULL;
         for (int op = 0; op < UN_OP_COUNT && !found; op++) {
@@ -548,9 +556,6 @@ static void test_wrong_axiom_caught(void) {
         }
     }
     un_spec_free(spec);
-    free(m);
-done:
-    free(text);
     un_ctx_free(ctx);
 }
 
@@ -558,24 +563,9 @@ done:
  */
 static void test_wrong_rule_caught(void) {
     un_ctx *ctx = un_ctx_new(NULL);
-    size_t len = 0;
-    char *text = read_text(SPEC_PATH, &len);
-    EXPECT_TRUE(text != NULL);
-    if (!text)
-        goto done;
-    const char *relu = strstr(text, "\"name\": \"relu\"");
-    const char *at = relu ? strstr(relu, "\"sharding\": [") : NULL;
-    EXPECT_TRUE(at != NULL);
-    if (!at)
-        goto done;
-    const char *bad = "{\"name\": \"planted\", \"in\": [\"sum\"], \"out\": [\"sum\"]}, ";
-    size_t pre = (size_t)(at - text) + strlen("\"sharding\": [");
-    char *m = un_xmalloc(len + strlen(bad) + 1);
-    memcpy(m, text, pre);
-    memcpy(m + pre, bad, strlen(bad));
-    memcpy(m + pre + strlen(bad), text + pre, len - pre);
-    un_spec *spec = NULL;
-    EXPECT_OK(ctx, un_spec_parse(ctx, "planted.json", m, len + strlen(bad), &spec));
+    un_spec *spec =
+        load_planted(ctx, "\"name\": \"relu\"", "\"sharding\": [",
+                     "{\"name\": \"planted\", \"in\": [\"sum\"], \"out\": [\"sum\"]}, ");
     if (spec) {
         const un_op_spec *os = un_spec_op(spec, UN_OP_RELU);
         const un_example *ex = &os->examples[0];
@@ -594,9 +584,6 @@ static void test_wrong_rule_caught(void) {
         }
     }
     un_spec_free(spec);
-    free(m);
-done:
-    free(text);
     un_ctx_free(ctx);
 }
 
