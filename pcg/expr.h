@@ -98,7 +98,8 @@ typedef struct un_expr_env {
 /* Parses text; nodes live in the arena. Errors give the column and reason. */
 un_status un_expr_parse(un_ctx *ctx, const char *text, const un_expr_scope *scope, un_arena *arena,
                         un_expr **out);
-/* Evaluates; division by zero, an unknown tensor or an out-of-range index is UN_ERR_SHAPE. */
+/* Evaluates; division by zero, an unknown tensor or an out-of-range index is UN_ERR_SHAPE.
+ * ctx may be NULL when the caller needs only the status (no message is recorded then). */
 un_status un_expr_eval(un_ctx *ctx, const un_expr *e, const un_expr_env *env, int64_t *out);
 /* Writes the expression back as text (fully parenthesised names resolved by number). */
 void un_expr_str(const un_expr *e, un_buf *b);

@@ -19,6 +19,7 @@ static const char *USAGE =
     "  sample mlp [--strategy serial|data|tensor] [--degree K] [--batch B] [--in N] [--hidden H] "
     "[--out M]\n"
     "                               write a sample graph as JSON on stdout\n"
+    "  bench [--iters N]            time graph building, hashing and evaluation (sample MLPs)\n"
     "options: --spec FILE (default specs/ops.json)  --domain field|f64 (default both)  --seed S\n";
 
 typedef struct {
@@ -26,7 +27,7 @@ typedef struct {
     const char *domain;
     uint64_t seed;
     const char *strategy;
-    int64_t degree, batch, in, hidden, out;
+    int64_t degree, batch, in, hidden, out, iters;
     const char *pos[4];
     int npos;
 } opts;
@@ -85,6 +86,8 @@ static int parse_args(int argc, char **argv, opts *o) {
             o->hidden = n;
         else if (strcmp(a, "--out") == 0 && parse_int(v, &n))
             o->out = n;
+        else if (strcmp(a, "--iters") == 0 && parse_int(v, &n) && n <= 100000000)
+            o->iters = n;
         else {
             fprintf(stderr, "unity-pcg: bad option or value: %s %s\n", a, v);
             return 2;
@@ -178,7 +181,8 @@ int main(int argc, char **argv) {
               .batch = 8,
               .in = 16,
               .hidden = 32,
-              .out = 4};
+              .out = 4,
+              .iters = 20000};
     int rc = parse_args(argc, argv, &o);
     if (rc)
         return rc < 0 ? 0 : rc;
@@ -190,7 +194,8 @@ int main(int argc, char **argv) {
     static const struct {
         const char *name;
         int npos;
-    } cmds[] = {{"ops", 1}, {"show", 2}, {"dot", 2}, {"eval", 2}, {"compare", 3}, {"sample", 2}};
+    } cmds[] = {{"ops", 1},     {"show", 2},   {"dot", 2},  {"eval", 2},
+                {"compare", 3}, {"sample", 2}, {"bench", 1}};
     bool known = false;
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (strcmp(cmd, cmds[i].name) == 0) {
@@ -234,6 +239,13 @@ int main(int argc, char **argv) {
         st = un_sample_mlp(ctx, spec, cfg, (un_sample_strategy)s, (int32_t)o.degree, &g);
         if (st == UN_OK)
             st = un_graph_to_json(ctx, g, &b);
+        if (st != UN_OK) {
+            rc = fail(ctx, st);
+            goto done;
+        }
+        print_buf(&b);
+    } else if (strcmp(cmd, "bench") == 0) {
+        st = un_sample_bench(ctx, spec, (int)o.iters, &b);
         if (st != UN_OK) {
             rc = fail(ctx, st);
             goto done;

@@ -2,6 +2,9 @@
 #include "pcg/sample.h"
 
 #include <string.h>
+#include <time.h>
+
+#include "pcg/eval.h"
 
 const char *un_sample_strategy_name(un_sample_strategy s) {
     static const char *const names[UN_SAMPLE_COUNT] = {"serial", "data parallel",
@@ -94,4 +97,62 @@ un_status un_sample_mlp(un_ctx *ctx, const un_spec *spec, un_sample_mlp_cfg c, u
 fail:
     un_graph_free(g);
     return st;
+}
+
+static double seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+un_status un_sample_bench(un_ctx *ctx, const un_spec *spec, int iters, un_buf *out) {
+    static const int64_t sizes[] = {4, 64};
+    un_buf_printf(out, "%-16s %6s %6s %14s %14s %14s\n", "graph", "size", "nodes", "build+hash/s",
+                  "field eval/s", "f64 eval/s");
+    for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
+        int64_t n = sizes[z];
+        int reps = z == 0 ? iters : iters / 100;
+        if (reps < 1)
+            reps = 1;
+        for (int s = 0; s < UN_SAMPLE_COUNT; s++) {
+            un_sample_mlp_cfg cfg = {n, n, n, n};
+            un_graph *g = NULL;
+            uint64_t h = 0;
+            double t0 = seconds();
+            for (int i = 0; i < reps; i++) {
+                un_status st = un_sample_mlp(ctx, spec, cfg, (un_sample_strategy)s, 2, &g);
+                if (st != UN_OK)
+                    return st;
+                h ^= un_graph_hash(g);
+                un_graph_free(g);
+            }
+            double build = reps / (seconds() - t0);
+            un_status st = un_sample_mlp(ctx, spec, cfg, (un_sample_strategy)s, 2, &g);
+            if (st != UN_OK)
+                return st;
+            double rate[UN_DOM_COUNT];
+            for (int d = 0; d < UN_DOM_COUNT && st == UN_OK; d++) {
+                t0 = seconds();
+                for (int i = 0; i < reps && st == UN_OK; i++) {
+                    un_eval *ev = NULL;
+                    st = un_eval_new(ctx, g, (un_dom)d, &ev);
+                    if (st == UN_OK) {
+                        un_eval_fill_random(ev, (uint64_t)i);
+                        st = un_eval_run(ev);
+                    }
+                    un_eval_free(ev);
+                }
+                rate[d] = reps / (seconds() - t0);
+            }
+            if (st == UN_OK)
+                un_buf_printf(out, "%-16s %6lld %6d %14.0f %14.0f %14.0f\n",
+                              un_sample_strategy_name((un_sample_strategy)s), (long long)n,
+                              un_graph_node_count(g), build, rate[UN_DOM_FIELD], rate[UN_DOM_F64]);
+            un_graph_free(g);
+            if (st != UN_OK)
+                return st;
+            (void)h;
+        }
+    }
+    return UN_OK;
 }

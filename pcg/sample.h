@@ -28,4 +28,9 @@ const char *un_sample_strategy_name(un_sample_strategy s);
 un_status un_sample_mlp(un_ctx *ctx, const un_spec *spec, un_sample_mlp_cfg cfg,
                         un_sample_strategy s, int32_t degree, un_graph **out);
 
+/* Measures the core on the sample MLP (tiny 4x4 tensors, as the generator uses, and 64x64):
+ * graphs built with inference and hashed per second, and field / float64 piecewise evaluations
+ * per second, for each strategy; appends a table to out. */
+un_status un_sample_bench(un_ctx *ctx, const un_spec *spec, int iters, un_buf *out);
+
 #endif

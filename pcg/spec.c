@@ -1438,10 +1438,7 @@ static int resolve_comp(solver *s, const un_comp *c, int rank, int64_t fe) {
     env.vars = vars;
     env.n_vars = UN_VAR_COUNT;
     int64_t d;
-    un_ctx *tmp = un_ctx_new(NULL);
-    un_status st = un_expr_eval(tmp, c->dim, &env, &d);
-    un_ctx_free(tmp);
-    if (st != UN_OK)
+    if (un_expr_eval(NULL, c->dim, &env, &d) != UN_OK)
         return -1;
     if (d < 0)
         d += rank;
@@ -1461,10 +1458,7 @@ static bool rule_require_ok(solver *s, const inst *in, int32_t k) {
     env.vars = vars;
     env.n_vars = UN_VAR_COUNT;
     int64_t v = 0;
-    un_ctx *tmp = un_ctx_new(NULL);
-    un_status st = un_expr_eval(tmp, r->require, &env, &v);
-    un_ctx_free(tmp);
-    return st == UN_OK && v != 0;
+    return un_expr_eval(NULL, r->require, &env, &v) == UN_OK && v != 0;
 }
 
 static int64_t gcd64(int64_t a, int64_t b) {
@@ -1783,9 +1777,12 @@ un_status un_spec_infer(un_ctx *ctx, const un_spec *spec, un_op op, const un_par
     s->env = (un_expr_env){.params = params, .n_params = os->n_params, .in = inp, .n_in = n_in};
     for (int r = 0; r < os->n_require; r++) {
         int64_t v = 0;
+        if (un_expr_eval(NULL, os->require[r], &s->env, &v) == UN_OK && v)
+            continue;
+        /* evaluate again to capture the reason */
         un_ctx *tmp = un_ctx_new(NULL);
         un_status est = un_expr_eval(tmp, os->require[r], &s->env, &v);
-        if (est != UN_OK || !v) {
+        {
             un_buf b = {0};
             for (int t = 0; t < n_in; t++) {
                 char sb[96];
