@@ -5,6 +5,8 @@
 #include <stdlib.h>
 
 #include "pcg/graph.h"
+#include "pcg/sample.h"
+#include "tests/fuzz.h"
 #include "tests/test.h"
 
 static un_spec *S; /* loaded once in main */
@@ -830,6 +832,42 @@ static void test_dot(void) {
     un_ctx_free(ctx);
 }
 
+/* Random mutants of a graph file: each loads or fails with a message naming the file; none may
+ * crash or leak. */
+static void test_json_fuzz(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_graph *g = NULL;
+    un_buf b = {0};
+    EXPECT_OK(ctx,
+              un_sample_mlp(ctx, S, (un_sample_mlp_cfg){8, 16, 32, 4}, UN_SAMPLE_TENSOR, 2, &g));
+    if (g)
+        EXPECT_OK(ctx, un_graph_to_json(ctx, g, &b));
+    un_graph_free(g);
+    un_rng rng;
+    un_rng_seed(&rng, 99);
+    int rejected = 0, loaded = 0;
+    for (int i = 0; b.data && i < 2000; i++) {
+        char *m = un_xmalloc(b.len * 2 + 1);
+        memcpy(m, b.data, b.len);
+        size_t n = fuzz_mutate(&rng, m, b.len, b.len * 2);
+        un_graph *h = NULL;
+        un_status st = un_graph_from_json(ctx, S, "fuzz.json", m, n, &h);
+        if (st == UN_OK) {
+            loaded++;
+            EXPECT_TRUE(h != NULL);
+        } else {
+            rejected++;
+            EXPECT_TRUE(h == NULL && strncmp(un_ctx_errmsg(ctx), "fuzz.json", 9) == 0);
+        }
+        un_graph_free(h);
+        un_ctx_clear(ctx);
+        free(m);
+    }
+    printf("    2000 mutants: %d rejected with a message, %d still valid\n", rejected, loaded);
+    un_buf_free(&b);
+    un_ctx_free(ctx);
+}
+
 int main(void) {
     static const test_case cases[] = {
         {"mlp", test_mlp},
@@ -848,6 +886,7 @@ int main(void) {
         {"json_errors", test_json_errors},
         {"json_jcur", test_json_jcur},
         {"dot", test_dot},
+        {"json_fuzz", test_json_fuzz},
     };
     un_ctx *ctx = un_ctx_new(NULL);
     un_status st = un_spec_load(ctx, "specs/ops.json", &S);

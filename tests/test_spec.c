@@ -3,6 +3,7 @@
  * logical op (both number domains), and every axiom checked on random concrete inputs. */
 #include "pcg/eval.h"
 #include "pcg/term.h"
+#include "tests/fuzz.h"
 #include "tests/test.h"
 
 #include <stdlib.h>
@@ -587,6 +588,50 @@ static void test_wrong_rule_caught(void) {
     un_ctx_free(ctx);
 }
 
+/* Random mutants of the real spec file (bytes flipped, deleted, duplicated; truncations): each
+ * either loads or fails with a message; none may crash, hang or leak (the sanitizer build). */
+static void test_fuzz_loader(void) {
+    size_t len = 0;
+    char *text = read_text(SPEC_PATH, &len);
+    EXPECT_TRUE(text != NULL);
+    if (!text)
+        return;
+    un_rng rng;
+    un_rng_seed(&rng, 2024);
+    int failed = 0, loaded = 0;
+    for (int i = 0; i < 400; i++) {
+        char *m = un_xmalloc(len * 2 + 1);
+        memcpy(m, text, len);
+        size_t n = fuzz_mutate(&rng, m, len, len * 2);
+        un_ctx *ctx = un_ctx_new(NULL);
+        un_spec *spec = NULL;
+        un_status st = un_spec_parse(ctx, "fuzz.json", m, n, &spec);
+        if (st == UN_OK) {
+            loaded++;
+            EXPECT_TRUE(spec != NULL);
+            /* inference over the (possibly changed) examples must not crash either */
+            for (int op = 0; op < UN_OP_COUNT; op++) {
+                const un_op_spec *os = un_spec_op(spec, (un_op)op);
+                for (int x = 0; x < os->n_examples; x++) {
+                    un_infer inf;
+                    un_spec_infer(ctx, spec, os->op, os->examples[x].params, os->examples[x].in,
+                                  os->examples[x].n_in, NULL, &inf);
+                    un_ctx_clear(ctx);
+                }
+            }
+        } else {
+            failed++;
+            EXPECT_TRUE(spec == NULL);
+            EXPECT_TRUE(strncmp(un_ctx_errmsg(ctx), "fuzz.json", 9) == 0);
+        }
+        un_spec_free(spec);
+        un_ctx_free(ctx);
+        free(m);
+    }
+    printf("    400 mutants: %d rejected with a message, %d still valid\n", failed, loaded);
+    free(text);
+}
+
 int main(void) {
     static const test_case cases[] = {
         {"load", test_load},
@@ -596,6 +641,7 @@ int main(void) {
         {"axioms", test_axioms},
         {"wrong_axiom_caught", test_wrong_axiom_caught},
         {"wrong_rule_caught", test_wrong_rule_caught},
+        {"fuzz_loader", test_fuzz_loader},
     };
     return TEST_RUN_ALL(cases);
 }
