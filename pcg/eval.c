@@ -8,8 +8,22 @@
 
 /* ---- parallel tensor values ---- */
 
+static un_status check_size(un_ctx *ctx, const un_shape *shape) {
+    int64_t n = un_shape_piece_numel(shape) * un_shape_npieces(shape);
+    if (n <= UN_EVAL_MAX_VALUES)
+        return UN_OK;
+    char sb[96];
+    un_shape_str(shape, sb, sizeof sb);
+    return un_ctx_error(ctx, UN_ERR_LIMIT, "reference evaluator: %s holds %lld values (limit %lld)",
+                        sb, (long long)n, (long long)UN_EVAL_MAX_VALUES);
+}
+
 un_status un_ptensor_init(un_ctx *ctx, un_ptensor *t, const un_shape *shape) {
     t->shape = *shape;
+    t->data = NULL;
+    un_status st = check_size(ctx, shape);
+    if (st != UN_OK)
+        return st;
     int64_t n = un_shape_piece_numel(shape) * un_shape_npieces(shape);
     t->data = un_ctx_calloc(ctx, (size_t)(n ? n : 1), sizeof(un_val));
     if (!t->data)
@@ -313,6 +327,15 @@ struct un_eval {
 };
 
 un_status un_eval_new(un_ctx *ctx, const un_graph *g, un_dom dom, un_eval **out) {
+    *out = NULL;
+    for (int32_t i = 0; i < un_graph_node_count(g); i++) {
+        const un_node *nd = un_graph_node(g, i);
+        for (int o = 0; o < nd->inf.n_out; o++) {
+            un_status st = check_size(ctx, &nd->inf.out[o]);
+            if (st != UN_OK)
+                return st;
+        }
+    }
     un_eval *ev = un_xcalloc(1, sizeof *ev);
     ev->ctx = ctx;
     ev->g = g;

@@ -21,6 +21,10 @@
 /* A parallel tensor value: all pieces of `shape`, contiguous, piece-major in the order
  * (block index per dim j_0..j_{r-1}, sum index, copy index), row-major; each piece is a dense
  * row-major block of the local sizes dim[i] / shard[i]. Owned data: free with un_ptensor_deinit. */
+/* The most values (over all pieces) the reference evaluator holds for one tensor: 2^26 (512 MiB).
+ */
+#define UN_EVAL_MAX_VALUES ((int64_t)1 << 26)
+
 typedef struct un_ptensor {
     un_shape shape;
     un_val *data;
@@ -86,7 +90,9 @@ un_status un_eval_op(un_ctx *ctx, const un_spec *spec, un_op op, const un_param 
 
 typedef struct un_eval un_eval;
 
-/* Owned: free with un_eval_free. The graph is borrowed and must not change meanwhile. */
+/* Owned: free with un_eval_free. The graph is borrowed and must not change meanwhile. A graph
+ * with a tensor beyond UN_EVAL_MAX_VALUES is UN_ERR_LIMIT (the reference evaluator is for small
+ * instances). */
 un_status un_eval_new(un_ctx *ctx, const un_graph *g, un_dom dom, un_eval **out);
 void un_eval_free(un_eval *ev);
 /* Sets a source node's logical value (numel values). */

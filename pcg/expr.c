@@ -403,6 +403,8 @@ un_status un_expr_eval(un_ctx *ctx, const un_expr *e, const un_expr_env *env, in
     case UN_EX_NEG:
         if ((st = un_expr_eval(ctx, e->a, env, &a)) != UN_OK)
             return st;
+        if (a == INT64_MIN)
+            return un_ctx_error(ctx, UN_ERR_SHAPE, "integer overflow");
         *out = -a;
         return UN_OK;
     case UN_EX_NOT:
@@ -431,18 +433,21 @@ un_status un_expr_eval(un_ctx *ctx, const un_expr *e, const un_expr_env *env, in
             return st;
         switch (e->op) {
         case UN_BIN_ADD:
-            *out = a + b;
-            break;
         case UN_BIN_SUB:
-            *out = a - b;
+        case UN_BIN_MUL: {
+            bool ovf = e->op == UN_BIN_ADD   ? __builtin_add_overflow(a, b, out)
+                       : e->op == UN_BIN_SUB ? __builtin_sub_overflow(a, b, out)
+                                             : __builtin_mul_overflow(a, b, out);
+            if (ovf)
+                return un_ctx_error(ctx, UN_ERR_SHAPE, "integer overflow");
             break;
-        case UN_BIN_MUL:
-            *out = a * b;
-            break;
+        }
         case UN_BIN_DIV:
         case UN_BIN_MOD:
             if (b == 0)
                 return un_ctx_error(ctx, UN_ERR_SHAPE, "division by zero");
+            if (a == INT64_MIN && b == -1)
+                return un_ctx_error(ctx, UN_ERR_SHAPE, "integer overflow");
             *out = e->op == UN_BIN_DIV ? floordiv(a, b) : a - floordiv(a, b) * b;
             break;
         case UN_BIN_EQ:

@@ -100,6 +100,21 @@ bool un_shape_valid(const un_shape *s, char *why, size_t n) {
             return false;
         }
     }
+    int64_t numel = 1;
+    for (int i = 0; i < s->rank; i++)
+        if (__builtin_mul_overflow(numel, s->dim[i], &numel) || numel > UN_MAX_NUMEL) {
+            snprintf(why, n, "more than 2^48 elements");
+            return false;
+        }
+    int64_t pieces = 1;
+    bool ovf = s->sum > UN_MAX_DEGREE || s->copy > UN_MAX_DEGREE;
+    for (int i = 0; i < s->rank && !ovf; i++)
+        ovf =
+            __builtin_mul_overflow(pieces, (int64_t)s->shard[i], &pieces) || pieces > UN_MAX_DEGREE;
+    if (ovf || pieces * s->sum * s->copy > UN_MAX_DEGREE) { /* each factor <= 2^16: no overflow */
+        snprintf(why, n, "more than %d pieces", UN_MAX_DEGREE);
+        return false;
+    }
     if (s->sum < 1 || s->copy < 1) {
         snprintf(why, n, "sum degree %d, copy degree %d", s->sum, s->copy);
         return false;

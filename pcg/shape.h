@@ -10,7 +10,9 @@
 
 #include "pcg/un.h"
 
-#define UN_MAX_DIMS 6
+#define UN_MAX_DIMS   6
+#define UN_MAX_NUMEL  ((int64_t)1 << 48) /* elements in one tensor */
+#define UN_MAX_DEGREE 65536              /* pieces of one tensor (devices) */
 
 typedef enum { UN_DT_FLOAT, UN_DT_INT, UN_DT_COUNT } un_dtype;
 

@@ -1672,6 +1672,10 @@ static un_status infer_parallel(un_ctx *ctx, const un_op_spec *os, const un_para
                             os->name, sb, (long long)d);
     switch (os->op) {
     case UN_OP_PARTITION:
+        if ((int64_t)in->shard[d] * k > UN_MAX_DEGREE)
+            return un_ctx_error(ctx, UN_ERR_SHAPE,
+                                "%s (partition): input 0 %s: more than %d blocks", label, sb,
+                                UN_MAX_DEGREE);
         if (in->dim[d] % ((int64_t)in->shard[d] * k) != 0)
             return un_ctx_error(ctx, UN_ERR_SHAPE,
                                 "%s (partition): input 0 %s: dim %lld of size %lld is not "
@@ -1689,6 +1693,10 @@ static un_status infer_parallel(un_ctx *ctx, const un_op_spec *os, const un_para
         s.shard[d] /= (int32_t)k;
         break;
     case UN_OP_REPLICATE:
+        if ((int64_t)in->copy * k > UN_MAX_DEGREE)
+            return un_ctx_error(ctx, UN_ERR_SHAPE,
+                                "%s (replicate): input 0 %s: more than %d copies", label, sb,
+                                UN_MAX_DEGREE);
         s.copy *= (int32_t)k;
         break;
     case UN_OP_REDUCE:
@@ -1702,6 +1710,10 @@ static un_status infer_parallel(un_ctx *ctx, const un_op_spec *os, const un_para
         UN_ASSERT(0);
     }
     out->n_out = 1;
+    char why[128];
+    if (!un_shape_valid(&s, why, sizeof why))
+        return un_ctx_error(ctx, UN_ERR_SHAPE, "%s (%s): output of input 0 %s: %s", label, os->name,
+                            sb, why);
     out->out[0] = s;
     return UN_OK;
 }

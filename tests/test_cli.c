@@ -125,6 +125,11 @@ static void test_bad_input(void) {
     expect_clean_error(args, "bad_spec.json: $.ops[0]");
     snprintf(args, sizeof args, "compare %s/serial.json %s/unknown_op.json", tmp, tmp);
     expect_clean_error(args, "relux");
+    write_file("huge.json", "{\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": "
+                            "{\"shape\": [65536, 65536]}},"
+                            " {\"name\": \"y\", \"op\": \"relu\", \"in\": [\"x\"]}]}");
+    snprintf(args, sizeof args, "eval %s/huge.json", tmp);
+    expect_clean_error(args, "limit");
     expect_clean_error("sample mlp --strategy zigzag", "only 'mlp'");
     expect_clean_error("sample mlp --degree 0", "bad option");
     expect_clean_error("sample mlp --strategy data --degree 3", "not divisible");

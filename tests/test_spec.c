@@ -235,6 +235,26 @@ static void test_infer_layout_errors(void) {
     EXPECT_EQ(un_spec_infer(ctx, spec, UN_OP_LINEAR, p, xw, 2, "fc1", &inf), UN_ERR_SHAPE);
     printf("    %s\n", un_ctx_errmsg(ctx));
     un_ctx_clear(ctx);
+    /* sizes and degrees far out of range are errors, not overflows */
+    const un_op_spec *inp = un_spec_op(spec, UN_OP_INPUT);
+    un_spec_param_defaults(inp, p);
+    p[un_spec_param_index(inp, "shape")] =
+        (un_param){.len = 6, .v = {1 << 30, 1 << 30, 1 << 30, 1 << 30, 1 << 30, 1 << 30}};
+    EXPECT_EQ(un_spec_infer(ctx, spec, UN_OP_INPUT, p, NULL, 0, "huge", &inf), UN_ERR_SHAPE);
+    EXPECT_TRUE(strstr(un_ctx_errmsg(ctx), "2^48") != NULL);
+    un_ctx_clear(ctx);
+    un_shape wide = un_shape_make(1, (int64_t[]){(int64_t)1 << 40}, UN_DT_FLOAT);
+    wide.copy = 65536;
+    un_spec_param_defaults(un_spec_op(spec, UN_OP_REPLICATE), p);
+    EXPECT_EQ(un_spec_infer(ctx, spec, UN_OP_REPLICATE, p, &wide, 1, "rep", &inf), UN_ERR_SHAPE);
+    un_ctx_clear(ctx);
+    wide.copy = 1;
+    un_spec_param_defaults(part, p);
+    p[un_spec_param_index(part, "degree")].v[0] = 65536;
+    wide.shard[0] = 4;
+    EXPECT_EQ(un_spec_infer(ctx, spec, UN_OP_PARTITION, p, &wide, 1, "part", &inf), UN_ERR_SHAPE);
+    EXPECT_TRUE(strstr(un_ctx_errmsg(ctx), "more than 65536") != NULL);
+    un_ctx_clear(ctx);
     /* wrong arity and a failing requirement */
     un_spec_param_defaults(lin, p);
     EXPECT_EQ(un_spec_infer(ctx, spec, UN_OP_LINEAR, p, xw, 1, NULL, &inf), UN_ERR_SHAPE);
