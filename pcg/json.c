@@ -43,9 +43,16 @@ un_status un_jdoc_parse(un_ctx *ctx, const char *name, const char *text, size_t 
                 ctx, UN_ERR_PARSE,
                 "%s: offset %zu (line %d, column %d): invalid JSON: unexpected end of input", name,
                 off, line, col);
+        char near[16];
+        size_t nn = len - off < 12 ? len - off : 12; /* text is not NUL-terminated */
+        memcpy(near, text + off, nn);
+        near[nn] = '\0';
+        for (size_t i = 0; i < nn; i++)
+            if (near[i] == '\n' || near[i] == '\r' || near[i] == '\t')
+                near[i] = ' ';
         return un_ctx_error(ctx, UN_ERR_PARSE,
-                            "%s: offset %zu (line %d, column %d): invalid JSON near '%.12s'", name,
-                            off, line, col, text + off);
+                            "%s: offset %zu (line %d, column %d): invalid JSON near '%s'", name, off,
+                            line, col, near);
     }
     /* only whitespace may follow the value */
     size_t off = (size_t)(end - text);
