@@ -51,8 +51,8 @@ un_status un_jdoc_parse(un_ctx *ctx, const char *name, const char *text, size_t 
             if (near[i] == '\n' || near[i] == '\r' || near[i] == '\t')
                 near[i] = ' ';
         return un_ctx_error(ctx, UN_ERR_PARSE,
-                            "%s: offset %zu (line %d, column %d): invalid JSON near '%s'", name, off,
-                            line, col, near);
+                            "%s: offset %zu (line %d, column %d): invalid JSON near '%s'", name,
+                            off, line, col, near);
     }
     /* only whitespace may follow the value */
     size_t off = (size_t)(end - text);

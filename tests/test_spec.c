@@ -144,6 +144,16 @@ static void test_load_errors(void) {
         (const char *[]){"mutant.json", ".sharding[", "bad dim expression", "column", NULL});
     expect_spec_error(text, len, "\"shard(d)\"", "\"shard(q)\"",
                       (const char *[]){"mutant.json", ".sharding[", "unknown name 'q'", NULL});
+    expect_spec_error(
+        text, len, "{\"name\": \"sum\", \"in\": [\"sum\", \"sum\"]",
+        "{\"name\": \"dims\", \"in\": [\"sum\", \"sum\"]",
+        (const char *[]){"mutant.json", ".sharding[", "duplicate rule name 'dims'", NULL});
+    expect_spec_error(text, len, "\"use_bias\": {\"type\": \"bool\"",
+                      "\"activation\": {\"type\": \"bool\"",
+                      (const char *[]){"mutant.json", ".params.activation", "duplicate", NULL});
+    expect_spec_error(
+        text, len, "{\"name\": \"y\", \"min_rank\": 1}", "{\"name\": \"x\", \"min_rank\": 1}",
+        (const char *[]){"mutant.json", ".inputs[1].name", "duplicate input name 'x'", NULL});
     expect_spec_error(text, len, "\"version\": 1", "\"version\": 7",
                       (const char *[]){"mutant.json", "$.version", "unsupported version 7", NULL});
     expect_spec_error(
