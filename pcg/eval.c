@@ -385,7 +385,7 @@ un_status un_eval_set(un_eval *ev, int32_t node, const un_val *dense) {
     return UN_OK;
 }
 
-void un_eval_fill_random(un_eval *ev, uint64_t seed) {
+un_status un_eval_fill_random(un_eval *ev, uint64_t seed) {
     const un_spec *spec = un_graph_spec(ev->g);
     for (int32_t i = 0; i < ev->n; i++) {
         const un_node *nd = un_graph_node(ev->g, i);
@@ -394,13 +394,21 @@ void un_eval_fill_random(un_eval *ev, uint64_t seed) {
         int pr = un_spec_param_index(un_spec_op(spec, nd->op), "range");
         int64_t range = pr >= 0 ? nd->params[pr].v[0] : 0;
         int64_t n = un_shape_numel(&nd->inf.out[0]);
-        un_val *v = un_xmalloc(sizeof(un_val) * (size_t)(n ? n : 1));
+        un_val *v = un_ctx_malloc(ev->ctx, sizeof(un_val) * (size_t)(n ? n : 1));
+        if (!v)
+            return un_ctx_error(ev->ctx, UN_ERR_NOMEM, "cannot allocate %lld values", (long long)n);
+        /* named sources draw from their name, so graphs sharing input names get equal inputs */
+        uint64_t s = nd->name ? un_hash_bytes(nd->name, strlen(nd->name), seed)
+                              : un_hash_combine(seed, (uint64_t)i);
         un_rng rng;
-        un_rng_seed(&rng, un_hash_combine(seed, (uint64_t)i));
+        un_rng_seed(&rng, s);
         un_ptensor_random_dense(ev->dom, nd->inf.out[0].dtype, range, n, &rng, v);
-        un_eval_set(ev, i, v);
-        free(v);
+        un_status st = un_eval_set(ev, i, v);
+        un_ctx_free_mem(ev->ctx, v);
+        if (st != UN_OK)
+            return st;
     }
+    return UN_OK;
 }
 
 un_status un_eval_run(un_eval *ev) {
@@ -439,27 +447,11 @@ const un_ptensor *un_eval_value(const un_eval *ev, un_ref r) {
 static un_status run_seeded(un_ctx *ctx, const un_graph *g, un_dom dom, uint64_t seed,
                             un_eval **out) {
     un_status st = un_eval_new(ctx, g, dom, out);
-    if (st != UN_OK)
-        return st;
-    const un_spec *spec = un_graph_spec(g);
-    for (int32_t i = 0; i < un_graph_node_count(g); i++) {
-        const un_node *nd = un_graph_node(g, i);
-        if (un_op_kind_of(nd->op) != UN_OPK_SOURCE)
-            continue;
-        const char *name = nd->name ? nd->name : "";
-        int pr = un_spec_param_index(un_spec_op(spec, nd->op), "range");
-        int64_t n = un_shape_numel(&nd->inf.out[0]);
-        un_val *v = un_xmalloc(sizeof(un_val) * (size_t)(n ? n : 1));
-        un_rng rng;
-        un_rng_seed(&rng, un_hash_bytes(name, strlen(name), seed));
-        un_ptensor_random_dense(dom, nd->inf.out[0].dtype, pr >= 0 ? nd->params[pr].v[0] : 0, n,
-                                &rng, v);
-        st = un_eval_set(*out, i, v);
-        free(v);
-        if (st != UN_OK)
-            return st;
-    }
-    return un_eval_run(*out);
+    if (st == UN_OK)
+        st = un_eval_fill_random(*out, seed);
+    if (st == UN_OK)
+        st = un_eval_run(*out);
+    return st;
 }
 
 un_status un_eval_compare(un_ctx *ctx, const un_graph *a, const un_graph *b, un_dom dom,

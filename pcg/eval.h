@@ -97,8 +97,9 @@ un_status un_eval_new(un_ctx *ctx, const un_graph *g, un_dom dom, un_eval **out)
 void un_eval_free(un_eval *ev);
 /* Sets a source node's logical value (numel values). */
 un_status un_eval_set(un_eval *ev, int32_t node, const un_val *dense);
-/* Fills every source node not yet set with random values from seed (ints in [0, range)). */
-void un_eval_fill_random(un_eval *ev, uint64_t seed);
+/* Fills every source node not yet set with random values drawn from seed and the node's name
+ * (graphs that share input names get equal inputs); ints lie in [0, range). */
+un_status un_eval_fill_random(un_eval *ev, uint64_t seed);
 un_status un_eval_run(un_eval *ev);
 /* Value of a node output after un_eval_run; borrowed until un_eval_free. */
 const un_ptensor *un_eval_value(const un_eval *ev, un_ref r);

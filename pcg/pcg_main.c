@@ -109,7 +109,7 @@ static int cmd_eval(un_ctx *ctx, const un_graph *g, const opts *o) {
         un_eval *ev = NULL;
         un_status st = un_eval_new(ctx, g, (un_dom)dom, &ev);
         if (st == UN_OK)
-            un_eval_fill_random(ev, o->seed);
+            st = un_eval_fill_random(ev, o->seed);
         if (st == UN_OK)
             st = un_eval_run(ev);
         for (int32_t i = 0; st == UN_OK && i < un_graph_output_count(g); i++) {

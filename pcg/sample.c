@@ -137,8 +137,9 @@ un_status un_sample_bench(un_ctx *ctx, const un_spec *spec, int iters, un_buf *o
                     un_eval *ev = NULL;
                     st = un_eval_new(ctx, g, (un_dom)d, &ev);
                     if (st == UN_OK) {
-                        un_eval_fill_random(ev, (uint64_t)i);
-                        st = un_eval_run(ev);
+                        st = un_eval_fill_random(ev, (uint64_t)i);
+                        if (st == UN_OK)
+                            st = un_eval_run(ev);
                     }
                     un_eval_free(ev);
                 }
