@@ -14,7 +14,8 @@ static const char *USAGE =
     "  ops                          the operator table of the spec\n"
     "  show GRAPH.json              nodes with shapes and layouts, hash, cost\n"
     "  dot GRAPH.json               Graphviz DOT on stdout\n"
-    "  eval GRAPH.json              evaluate on random inputs; print each output's checksum\n"
+    "  eval GRAPH.json [--dump]     evaluate on random inputs; print each output's checksum\n"
+    "                               (--dump: every input and output value as JSON)\n"
     "  compare A.json B.json        evaluate both on the same inputs; exit 1 if outputs differ\n"
     "  sample mlp [--strategy serial|data|tensor] [--degree K] [--batch B] [--in N] [--hidden H] "
     "[--out M]\n"
@@ -28,6 +29,7 @@ typedef struct {
     uint64_t seed;
     const char *strategy;
     int64_t degree, batch, in, hidden, out, iters;
+    bool dump;
     const char *pos[4];
     int npos;
 } opts;
@@ -57,6 +59,10 @@ static int parse_args(int argc, char **argv, opts *o) {
                 return 2;
             }
             o->pos[o->npos++] = a;
+            continue;
+        }
+        if (strcmp(a, "--dump") == 0) {
+            o->dump = true;
             continue;
         }
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -104,39 +110,16 @@ static void print_buf(un_buf *b) {
 
 static int cmd_eval(un_ctx *ctx, const un_graph *g, const opts *o) {
     for (int dom = 0; dom < UN_DOM_COUNT; dom++) {
-        if (o->domain && strcmp(o->domain, dom == UN_DOM_FIELD ? "field" : "f64") != 0)
-            continue;
-        un_eval *ev = NULL;
-        un_status st = un_eval_new(ctx, g, (un_dom)dom, &ev);
-        if (st == UN_OK)
-            st = un_eval_fill_random(ev, o->seed);
-        if (st == UN_OK)
-            st = un_eval_run(ev);
-        for (int32_t i = 0; st == UN_OK && i < un_graph_output_count(g); i++) {
-            un_ref r = un_graph_output(g, i);
-            const un_ptensor *t = un_eval_value(ev, r);
-            int64_t n = un_shape_numel(&t->shape);
-            un_val *v = un_xmalloc(sizeof(un_val) * (size_t)(n ? n : 1));
-            st = un_ptensor_gather(ctx, t, (un_dom)dom, v);
-            un_val sum = un_num_zero((un_dom)dom);
-            for (int64_t x = 0; st == UN_OK && x < n; x++)
-                sum = un_num_add((un_dom)dom, sum, v[x]);
-            char sb[96];
-            un_shape_str(&t->shape, sb, sizeof sb);
-            const un_node *nd = un_graph_node(g, r.node);
-            if (st == UN_OK) {
-                if (dom == UN_DOM_FIELD)
-                    printf("%-6s %-10s %-28s sum = %llu (mod 2^61-1)\n", "field",
-                           nd->name ? nd->name : "?", sb, (unsigned long long)sum.u);
-                else
-                    printf("%-6s %-10s %-28s sum = %.12g\n", "f64", nd->name ? nd->name : "?", sb,
-                           sum.f);
-            }
-            free(v);
-        }
-        un_eval_free(ev);
-        if (st != UN_OK)
+        if (o->domain ? strcmp(o->domain, dom == UN_DOM_FIELD ? "field" : "f64") != 0
+                      : o->dump && dom == UN_DOM_FIELD)
+            continue; /* --dump without --domain dumps float64 */
+        un_buf b = {0};
+        un_status st = un_report_eval(ctx, g, dom, o->seed, o->dump, &b);
+        if (st != UN_OK) {
+            un_buf_free(&b);
             return fail(ctx, st);
+        }
+        print_buf(&b);
     }
     return 0;
 }

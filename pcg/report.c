@@ -1,7 +1,10 @@
 /* report.c - text reports of specs and graphs. */
 #include "pcg/report.h"
 
+#include "pcg/eval.h"
+
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char *kind_name(un_op_kind k) {
@@ -87,4 +90,83 @@ un_status un_report_graph(un_ctx *ctx, const un_graph *g, un_buf *b) {
     un_buf_printf(b, "  %d nodes, canonical hash %016" PRIx64 ", forward %.3g flops, %.3g bytes\n",
                   un_graph_node_count(g), un_graph_hash(g), flops, bytes);
     return UN_OK;
+}
+
+static void dump_values(un_buf *b, const un_shape *s, int dom, const un_val *v) {
+    un_buf_printf(b, "{\"shape\": [");
+    for (int i = 0; i < s->rank; i++)
+        un_buf_printf(b, "%s%lld", i ? ", " : "", (long long)s->dim[i]);
+    un_buf_printf(b, "], \"values\": [");
+    int64_t n = un_shape_numel(s);
+    for (int64_t x = 0; x < n; x++) {
+        if (dom == UN_DOM_FIELD)
+            un_buf_printf(b, "%s%llu", x ? ", " : "", (unsigned long long)v[x].u);
+        else
+            un_buf_printf(b, "%s%.17g", x ? ", " : "", v[x].f);
+    }
+    un_buf_printf(b, "]}");
+}
+
+un_status un_report_eval(un_ctx *ctx, const un_graph *g, int dom, uint64_t seed, bool dump,
+                         un_buf *out) {
+    const char *dn = dom == UN_DOM_FIELD ? "field" : "f64";
+    un_eval *ev = NULL;
+    un_val *v = NULL;
+    un_status st = un_eval_new(ctx, g, (un_dom)dom, &ev);
+    if (st == UN_OK)
+        st = un_eval_fill_random(ev, seed);
+    if (st == UN_OK)
+        st = un_eval_run(ev);
+    if (st == UN_OK && dump) {
+        un_buf_printf(out, "{\"domain\": \"%s\", \"inputs\": {", dn);
+        bool first = true;
+        for (int32_t i = 0; st == UN_OK && i < un_graph_node_count(g); i++) {
+            const un_node *nd = un_graph_node(g, i);
+            if (un_op_kind_of(nd->op) != UN_OPK_SOURCE)
+                continue;
+            const un_ptensor *t = un_eval_value(ev, (un_ref){i, 0});
+            v = un_xrealloc(v, sizeof(un_val) * (size_t)un_shape_numel(&t->shape) + 1);
+            if ((st = un_ptensor_gather(ctx, t, (un_dom)dom, v)) != UN_OK)
+                break;
+            un_buf_printf(out, "%s", first ? "\n  " : ",\n  ");
+            un_buf_json_str(out, nd->name ? nd->name : "?");
+            un_buf_printf(out, ": ");
+            dump_values(out, &t->shape, dom, v);
+            first = false;
+        }
+        un_buf_printf(out, "},\n \"outputs\": [");
+    }
+    for (int32_t i = 0; st == UN_OK && i < un_graph_output_count(g); i++) {
+        un_ref r = un_graph_output(g, i);
+        const un_ptensor *t = un_eval_value(ev, r);
+        const un_node *nd = un_graph_node(g, r.node);
+        int64_t n = un_shape_numel(&t->shape);
+        v = un_xrealloc(v, sizeof(un_val) * (size_t)n + 1);
+        if ((st = un_ptensor_gather(ctx, t, (un_dom)dom, v)) != UN_OK)
+            break;
+        if (dump) {
+            un_buf_printf(out, "%s{\"name\": ", i ? ",\n  " : "\n  ");
+            un_buf_json_str(out, nd->name ? nd->name : "?");
+            un_buf_printf(out, ", \"output\": %d, \"value\": ", r.out);
+            dump_values(out, &t->shape, dom, v);
+            un_buf_printf(out, "}");
+            continue;
+        }
+        un_val sum = un_num_zero((un_dom)dom);
+        for (int64_t x = 0; x < n; x++)
+            sum = un_num_add((un_dom)dom, sum, v[x]);
+        char sb[96];
+        un_shape_str(&t->shape, sb, sizeof sb);
+        if (dom == UN_DOM_FIELD)
+            un_buf_printf(out, "%-6s %-10s %-28s sum = %llu (mod 2^61-1)\n", dn,
+                          nd->name ? nd->name : "?", sb, (unsigned long long)sum.u);
+        else
+            un_buf_printf(out, "%-6s %-10s %-28s sum = %.12g\n", dn, nd->name ? nd->name : "?", sb,
+                          sum.f);
+    }
+    if (st == UN_OK && dump)
+        un_buf_printf(out, "]}\n");
+    free(v);
+    un_eval_free(ev);
+    return st;
 }

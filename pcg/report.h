@@ -14,4 +14,11 @@ void un_report_ops(const un_spec *spec, un_buf *out);
  * with layouts; then the canonical hash and the total forward flops and bytes. */
 un_status un_report_graph(un_ctx *ctx, const un_graph *g, un_buf *out);
 
+/* Evaluates g on random inputs (seeded as un_eval_fill_random) in domain dom. Writes one line per
+ * output with its shape and the sum of its values; with dump, a JSON object instead:
+ * {"domain": "f64", "inputs": {"x": {"shape": [..], "values": [..]}, ...}, "outputs": [{"name": ..,
+ * "shape": [..], "values": [..]}, ...]} with logical (gathered) values in row-major order. */
+un_status un_report_eval(un_ctx *ctx, const un_graph *g, int dom, uint64_t seed, bool dump,
+                         un_buf *out);
+
 #endif

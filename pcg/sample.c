@@ -117,7 +117,7 @@ un_status un_sample_bench(un_ctx *ctx, const un_spec *spec, int iters, un_buf *o
         for (int s = 0; s < UN_SAMPLE_COUNT; s++) {
             un_sample_mlp_cfg cfg = {n, n, n, n};
             un_graph *g = NULL;
-            uint64_t h = 0;
+            uint64_t h = 0; /* keeps the hashing from being optimised away */
             double t0 = seconds();
             for (int i = 0; i < reps; i++) {
                 un_status st = un_sample_mlp(ctx, spec, cfg, (un_sample_strategy)s, 2, &g);

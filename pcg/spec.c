@@ -1722,7 +1722,6 @@ un_status un_spec_infer(un_ctx *ctx, const un_spec *spec, un_op op, const un_par
                         const un_shape *in, int n_in, const char *label, un_infer *out) {
     memset(out, 0, sizeof *out);
     const un_op_spec *os = un_spec_op(spec, op);
-    char lbuf[64];
     if (!label)
         label = os->name;
     char why[256];
@@ -1919,7 +1918,6 @@ un_status un_spec_infer(un_ctx *ctx, const un_spec *spec, un_op op, const un_par
             out->local[rw->param].v[rw->item < 0 ? 0 : rw->item] = v;
         }
     }
-    (void)lbuf;
 done:
     free(s);
     return st;

@@ -92,6 +92,13 @@ static void test_good_runs(void) {
     r = run(args);
     EXPECT_EQ(r.code, 0);
     EXPECT_TRUE(strstr(r.out, "f64") != NULL);
+    snprintf(args, sizeof args, "eval %s/tensor.json --dump", tmp);
+    r = run(args);
+    EXPECT_EQ(r.code, 0);
+    EXPECT_TRUE(strstr(r.out, "{\"domain\": \"f64\", \"inputs\": {") == r.out);
+    EXPECT_TRUE(strstr(r.out, "\"w2\": {\"shape\": [32, 4], \"values\": [") != NULL);
+    EXPECT_TRUE(strstr(r.out, "{\"name\": \"y\", \"output\": 0, \"value\": {\"shape\": [8, 4]") !=
+                NULL);
 }
 
 static void test_bad_input(void) {
