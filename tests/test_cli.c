@@ -13,7 +13,7 @@ static char tmp[64];
 
 typedef struct {
     int code; /* exit status, or 128 + signal */
-    char out[16384];
+    char out[1 << 18];
     char err[4096];
     int err_lines;
 } run_result;
