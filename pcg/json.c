@@ -263,6 +263,9 @@ un_status un_jcur_get_bool(un_ctx *ctx, const un_jcur *obj, const char *key, boo
 }
 
 un_status un_jcur_check_keys(un_ctx *ctx, const un_jcur *obj, const char *const *allowed) {
+    un_status st = un_jcur_need_type(ctx, obj, UN_JSON_OBJECT);
+    if (st != UN_OK)
+        return st;
     int n = un_jcur_len(obj);
     for (int i = 0; i < n; i++) {
         un_jcur m = un_jcur_item(obj, i);
@@ -274,7 +277,7 @@ un_status un_jcur_check_keys(un_ctx *ctx, const un_jcur *obj, const char *const 
             un_buf b = {0};
             for (const char *const *a = allowed; *a; a++)
                 un_buf_printf(&b, "%s%s", a == allowed ? "" : ", ", *a);
-            un_status st = un_jcur_error(ctx, UN_ERR_PARSE, &m, "unknown field (allowed: %s)",
+            st = un_jcur_error(ctx, UN_ERR_PARSE, &m, "unknown field (allowed: %s)",
                                          b.data ? b.data : "none");
             un_buf_free(&b);
             return st;
