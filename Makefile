@@ -18,6 +18,10 @@ OPT     ?= -O2 -g
 WARN    := -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
            -Wcast-qual -Wpointer-arith -Wvla -Werror=implicit-function-declaration
 comma   := ,
+# CI (CI=true in the environment) treats every warning as an error.
+ifeq ($(CI),true)
+WARN    += -Werror
+endif
 
 # ---- Validate the knobs ------------------------------------------------------------------------
 
