@@ -278,7 +278,7 @@ un_status un_jcur_check_keys(un_ctx *ctx, const un_jcur *obj, const char *const 
             for (const char *const *a = allowed; *a; a++)
                 un_buf_printf(&b, "%s%s", a == allowed ? "" : ", ", *a);
             st = un_jcur_error(ctx, UN_ERR_PARSE, &m, "unknown field (allowed: %s)",
-                                         b.data ? b.data : "none");
+                               b.data ? b.data : "none");
             un_buf_free(&b);
             return st;
         }

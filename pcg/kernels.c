@@ -88,8 +88,8 @@ static un_val act_apply(un_dom d, int act, un_val x) {
         return surr(act_salt[act], x);
     un_val r;
     switch (act) {
-    case ACT_RELU:
-        r.f = x.f > 0 ? x.f : 0;
+    case ACT_RELU: /* NaN propagates, as in torch.relu */
+        r.f = x.f > 0 || isnan(x.f) ? x.f : 0;
         break;
     case ACT_SIGMOID:
         r.f = 1.0 / (1.0 + exp(-x.f));
@@ -292,8 +292,9 @@ static un_status k_identity(un_ctx *ctx, const un_kargs *a) {
     return UN_OK;
 }
 
-/* Inverted dropout with a mask that depends only on (seed, global flat index), so that it is the
- * same under every sharding. Kept values are scaled by 100 / (100 - rate_pct). */
+/* Inverted dropout y = x * m * 100 / (100 - rate_pct), with a mask m in {0, 1} that depends only
+ * on (seed, global flat index), so that it is the same under every sharding. A dropped element is
+ * x * 0 as in torch: 0, but NaN for a non-finite x. */
 static un_status k_dropout(un_ctx *ctx, const un_kargs *a) {
     (void)ctx;
     const un_block *x = &a->in[0];
@@ -302,6 +303,7 @@ static un_status k_dropout(un_ctx *ctx, const un_kargs *a) {
     UN_ASSERT(rate >= 0 && rate < 100);
     un_val scale =
         un_num_div(a->dom, un_num_from_int(a->dom, 100), un_num_from_int(a->dom, 100 - rate));
+    un_val zero = un_num_zero(a->dom);
     int64_t gstride[UN_MAX_DIMS], idx[UN_MAX_DIMS] = {0}, n = blk_numel(x);
     int64_t s = 1;
     for (int i = x->rank - 1; i >= 0; i--) {
@@ -313,8 +315,7 @@ static un_status k_dropout(un_ctx *ctx, const un_kargs *a) {
         for (int i = 0; i < x->rank; i++)
             g += (uint64_t)((x->off[i] + idx[i]) * gstride[i]);
         uint64_t h = un_mix64(un_hash_combine((uint64_t)seed, g));
-        y->data[e] = (int64_t)(h % 100) >= rate ? un_num_mul(a->dom, x->data[e], scale)
-                                                : un_num_zero(a->dom);
+        y->data[e] = un_num_mul(a->dom, x->data[e], (int64_t)(h % 100) >= rate ? scale : zero);
         idx_next(idx, x->dim, x->rank);
     }
     return UN_OK;
@@ -438,7 +439,8 @@ static un_status k_conv2d(un_ctx *ctx, const un_kargs *a) {
 }
 
 /* Max or average pooling over kernel_h x kernel_w windows; padding contributes nothing. avg
- * divides by the full window size (count_include_pad), so it is linear. In the field max is
+ * divides by the full window size (count_include_pad), so it is linear. max propagates NaN as
+ * torch does; the spec's 2 * pad <= kernel keeps every window non-empty. In the field max is
  * g(sum over the window of h(x)), a fixed symmetric nonlinear function of the window. */
 static un_status k_pool2d(un_ctx *ctx, const un_kargs *a) {
     (void)ctx;
@@ -457,6 +459,7 @@ static un_status k_pool2d(un_ctx *ctx, const un_kargs *a) {
             for (int64_t j = 0; j < OW; j++) {
                 un_val s = un_num_zero(d);
                 double mx = -INFINITY;
+                int64_t cnt = 0;
                 for (int64_t p = 0; p < kh; p++) {
                     int64_t ih = i * sh - ph + p;
                     if (ih < 0 || ih >= H)
@@ -466,21 +469,23 @@ static un_status k_pool2d(un_ctx *ctx, const un_kargs *a) {
                         if (iw < 0 || iw >= W)
                             continue;
                         un_val v = x->data[(pl * H + ih) * W + iw];
+                        cnt++;
                         if (avg)
                             s = un_num_add(d, s, v);
                         else if (d == UN_DOM_FIELD)
                             s = un_num_add(d, s, surr(a->salt ^ TAG_POOL_H, v));
-                        else
-                            mx = fmax(mx, v.f);
+                        else if (v.f > mx || isnan(v.f))
+                            mx = v.f;
                     }
                 }
+                UN_ASSERT(cnt > 0);
                 un_val r;
                 if (avg)
                     r = un_num_mul(d, s, inv_area);
                 else if (d == UN_DOM_FIELD)
                     r = surr(a->salt ^ TAG_POOL_G, s);
                 else
-                    r.f = isinf(mx) ? 0.0 : mx;
+                    r.f = mx;
                 y->data[(pl * OH + i) * OW + j] = r;
             }
     return UN_OK;

@@ -4,6 +4,7 @@
 #include "pcg/eval.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -101,8 +102,13 @@ static void dump_values(un_buf *b, const un_shape *s, int dom, const un_val *v) 
     for (int64_t x = 0; x < n; x++) {
         if (dom == UN_DOM_FIELD)
             un_buf_printf(b, "%s%llu", x ? ", " : "", (unsigned long long)v[x].u);
-        else
+        else if (isfinite(v[x].f))
             un_buf_printf(b, "%s%.17g", x ? ", " : "", v[x].f);
+        else /* JSON has no infinities or NaN: they are written as strings */
+            un_buf_printf(b, "%s\"%s\"", x ? ", " : "",
+                          isnan(v[x].f) ? "nan"
+                          : v[x].f > 0  ? "inf"
+                                        : "-inf");
     }
     un_buf_printf(b, "]}");
 }

@@ -17,7 +17,8 @@ un_status un_report_graph(un_ctx *ctx, const un_graph *g, un_buf *out);
 /* Evaluates g on random inputs (seeded as un_eval_fill_random) in domain dom. Writes one line per
  * output with its shape and the sum of its values; with dump, a JSON object instead:
  * {"domain": "f64", "inputs": {"x": {"shape": [..], "values": [..]}, ...}, "outputs": [{"name": ..,
- * "shape": [..], "values": [..]}, ...]} with logical (gathered) values in row-major order. */
+ * "shape": [..], "values": [..]}, ...]} with logical (gathered) values in row-major order; float64
+ * infinities and NaN are written as the strings "inf", "-inf", "nan". */
 un_status un_report_eval(un_ctx *ctx, const un_graph *g, int dom, uint64_t seed, bool dump,
                          un_buf *out);
 
