@@ -1401,6 +1401,12 @@ typedef struct {
     un_shape out[UN_MAX_OUTPUTS];
 } solver;
 
+/* A shape as text in buf (96 bytes), for messages: called only on the error path. */
+static const char *shape_s(const un_shape *sh, char *buf) {
+    un_shape_str(sh, buf, 96);
+    return buf;
+}
+
 static void comp_str(int c, char *buf, size_t n) {
     if (c == UN_COMP_SUM_AT)
         snprintf(buf, n, "sum");
@@ -1523,6 +1529,8 @@ static const char *inst_name(const solver *s, const inst *in, char *buf, size_t 
 
 /* Explains why no combination of rules fits. */
 static un_status layout_error(solver *s, const char *label) {
+    if (!s->ctx)
+        return UN_ERR_SHAPE; /* no one reads the message: skip building it */
     un_buf b = {0};
     un_buf_printf(&b, "%s (%s): ", label, s->os->name);
     for (int t = 0; t < s->n_in; t++)
@@ -1663,24 +1671,23 @@ static un_status infer_parallel(un_ctx *ctx, const un_op_spec *os, const un_para
     int64_t k = params[pk].v[0];
     int64_t d = pd >= 0 ? params[pd].v[0] : 0;
     char sb[96];
-    un_shape_str(in, sb, sizeof sb);
     if (k < 1)
         return un_ctx_error(ctx, UN_ERR_SHAPE, "%s (%s): degree %lld < 1", label, os->name,
                             (long long)k);
     if (pd >= 0 && (d < 0 || d >= in->rank))
         return un_ctx_error(ctx, UN_ERR_SHAPE, "%s (%s): input 0 %s has no dim %lld", label,
-                            os->name, sb, (long long)d);
+                            os->name, shape_s(in, sb), (long long)d);
     switch (os->op) {
     case UN_OP_PARTITION:
         if ((int64_t)in->shard[d] * k > UN_MAX_DEGREE)
             return un_ctx_error(ctx, UN_ERR_SHAPE,
-                                "%s (partition): input 0 %s: more than %d blocks", label, sb,
-                                UN_MAX_DEGREE);
+                                "%s (partition): input 0 %s: more than %d blocks", label,
+                                shape_s(in, sb), UN_MAX_DEGREE);
         if (in->dim[d] % ((int64_t)in->shard[d] * k) != 0)
             return un_ctx_error(ctx, UN_ERR_SHAPE,
                                 "%s (partition): input 0 %s: dim %lld of size %lld is not "
                                 "divisible into %lld blocks",
-                                label, sb, (long long)d, (long long)in->dim[d],
+                                label, shape_s(in, sb), (long long)d, (long long)in->dim[d],
                                 (long long)(in->shard[d] * k));
         s.shard[d] *= (int32_t)k;
         break;
@@ -1689,21 +1696,21 @@ static un_status infer_parallel(un_ctx *ctx, const un_op_spec *os, const un_para
             return un_ctx_error(
                 ctx, UN_ERR_SHAPE,
                 "%s (combine): input 0 %s: dim %lld has shard degree %d, not a multiple of %lld",
-                label, sb, (long long)d, in->shard[d], (long long)k);
+                label, shape_s(in, sb), (long long)d, in->shard[d], (long long)k);
         s.shard[d] /= (int32_t)k;
         break;
     case UN_OP_REPLICATE:
         if ((int64_t)in->copy * k > UN_MAX_DEGREE)
             return un_ctx_error(ctx, UN_ERR_SHAPE,
-                                "%s (replicate): input 0 %s: more than %d copies", label, sb,
-                                UN_MAX_DEGREE);
+                                "%s (replicate): input 0 %s: more than %d copies", label,
+                                shape_s(in, sb), UN_MAX_DEGREE);
         s.copy *= (int32_t)k;
         break;
     case UN_OP_REDUCE:
         if (in->sum % k != 0)
             return un_ctx_error(ctx, UN_ERR_SHAPE,
                                 "%s (reduce): input 0 %s has sum degree %d, not a multiple of %lld",
-                                label, sb, in->sum, (long long)k);
+                                label, shape_s(in, sb), in->sum, (long long)k);
         s.sum /= (int32_t)k;
         break;
     default:
@@ -1713,7 +1720,7 @@ static un_status infer_parallel(un_ctx *ctx, const un_op_spec *os, const un_para
     char why[128];
     if (!un_shape_valid(&s, why, sizeof why))
         return un_ctx_error(ctx, UN_ERR_SHAPE, "%s (%s): output of input 0 %s: %s", label, os->name,
-                            sb, why);
+                            shape_s(in, sb), why);
     out->out[0] = s;
     return UN_OK;
 }
@@ -1755,19 +1762,19 @@ un_status un_spec_infer(un_ctx *ctx, const un_spec *spec, un_op op, const un_par
     for (int t = 0; t < n_in; t++) {
         const un_input_spec *is = &os->inputs[t];
         char sb[96];
-        un_shape_str(&in[t], sb, sizeof sb);
         if (!un_shape_valid(&in[t], why, sizeof why))
             return un_ctx_error(ctx, UN_ERR_SHAPE, "%s (%s): input %d (%s) %s: %s", label, os->name,
-                                t, is->name, sb, why);
+                                t, is->name, shape_s(&in[t], sb), why);
         if (is->rank >= 0 ? in[t].rank != is->rank : in[t].rank < is->min_rank)
             return un_ctx_error(
                 ctx, UN_ERR_SHAPE, "%s (%s): input %d (%s) %s has rank %d, expected %s%d", label,
-                os->name, t, is->name, sb, in[t].rank, is->rank >= 0 ? "" : "at least ",
-                is->rank >= 0 ? is->rank : is->min_rank);
+                os->name, t, is->name, shape_s(&in[t], sb), in[t].rank,
+                is->rank >= 0 ? "" : "at least ", is->rank >= 0 ? is->rank : is->min_rank);
         if (in[t].dtype != is->dtype)
-            return un_ctx_error(
-                ctx, UN_ERR_SHAPE, "%s (%s): input %d (%s) %s has dtype %s, expected %s", label,
-                os->name, t, is->name, sb, un_dtype_name(in[t].dtype), un_dtype_name(is->dtype));
+            return un_ctx_error(ctx, UN_ERR_SHAPE,
+                                "%s (%s): input %d (%s) %s has dtype %s, expected %s", label,
+                                os->name, t, is->name, shape_s(&in[t], sb),
+                                un_dtype_name(in[t].dtype), un_dtype_name(is->dtype));
     }
     if (os->kind == UN_OPK_PARALLEL)
         return infer_parallel(ctx, os, params, &in[0], label, out);
@@ -1790,6 +1797,10 @@ un_status un_spec_infer(un_ctx *ctx, const un_spec *spec, un_op op, const un_par
         int64_t v = 0;
         if (un_expr_eval(NULL, os->require[r], &s->env, &v) == UN_OK && v)
             continue;
+        if (!ctx) {
+            st = UN_ERR_SHAPE;
+            goto done;
+        }
         /* evaluate again to capture the reason */
         un_ctx *tmp = un_ctx_new(NULL);
         un_status est = un_expr_eval(tmp, os->require[r], &s->env, &v);

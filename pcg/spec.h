@@ -239,7 +239,8 @@ typedef struct un_infer {
 /* Shape and layout inference for a regular, source or parallel op. Checks parameter domains,
  * ranks, dtypes, requirements and divisibility, then explains the input layouts as a product of
  * sharding rules. An illegal layout is UN_ERR_SHAPE with a message naming the op, the input and
- * the rule that fails. `label` names the node in messages (may be NULL). */
+ * the rule that fails. `label` names the node in messages (may be NULL). With ctx NULL no message
+ * is built (the generator's fast path). */
 un_status un_spec_infer(un_ctx *ctx, const un_spec *spec, un_op op, const un_param *params,
                         const un_shape *in, int n_in, const char *label, un_infer *out);
 
