@@ -193,6 +193,8 @@ static void test_infer_layout_errors(void) {
     EXPECT_TRUE(strstr(un_ctx_errmsg(ctx), "sum") != NULL);
     printf("    %s\n", un_ctx_errmsg(ctx));
     un_ctx_clear(ctx);
+    /* without a context the same verdict, no message (the generator's fast path) */
+    EXPECT_EQ(un_spec_infer(NULL, spec, UN_OP_RELU, p, &x, 1, NULL, &inf), UN_ERR_SHAPE);
     /* ew_add with one sharded and one whole input: the rule needs both */
     un_shape a = un_shape_make(2, (int64_t[]){8, 16}, UN_DT_FLOAT), b = a;
     a.shard[0] = 2;
