@@ -1,6 +1,8 @@
 /* json.h - reading JSON documents with error messages that name the file, the JSON path and the
  * reason ("specs/ops.json: $.ops[3].params.stride: expected an integer"). This is the only place
- * cJSON is used; no cJSON type leaks out. Writing JSON is plain text through un_buf.
+ * cJSON is used; no cJSON type leaks out. Writing JSON is plain text through un_buf. (STYLE rule 2
+ * names spec.c as cJSON's one user; graphs and rule files read JSON too, so the one user is this
+ * facade instead, and every JSON error message has the same form.)
  *
  *   un_jdoc *doc; un_jcur root, ops;
  *   if (un_jdoc_load(ctx, path, &doc) != UN_OK) return;
