@@ -63,6 +63,18 @@ static void expect_clean_error(const char *args, const char *want) {
         printf("    unity-pcg %s -> exit %d, stderr: %s", args, r.code, r.err);
 }
 
+/* A good run: "unity-pcg ARGS" (every %s in fmt is the temporary directory) exits 0 and its
+ * output contains want. */
+static void expect_good(const char *fmt, const char *want) {
+    char args[1024];
+    snprintf(args, sizeof args, fmt, tmp, tmp);
+    run_result r = run(args);
+    bool ok = r.code == 0 && strstr(r.out, want) != NULL;
+    EXPECT_TRUE(ok);
+    if (!ok)
+        printf("    unity-pcg %s -> exit %d, stderr: %s", args, r.code, r.err);
+}
+
 static void test_good_runs(void) {
     run_result r = run("ops");
     EXPECT_EQ(r.code, 0);
@@ -76,22 +88,10 @@ static void test_good_runs(void) {
         snprintf(cmd, sizeof cmd, "%s/unity-pcg %s", bin, args);
         EXPECT_EQ(system(cmd), 0);
     }
-    snprintf(args, sizeof args, "compare %s/serial.json %s/tensor.json", tmp, tmp);
-    r = run(args);
-    EXPECT_EQ(r.code, 0);
-    EXPECT_TRUE(strstr(r.out, "field  equal") != NULL);
-    snprintf(args, sizeof args, "show %s/data.json", tmp);
-    r = run(args);
-    EXPECT_EQ(r.code, 0);
-    EXPECT_TRUE(strstr(r.out, "float[8/2,16]") != NULL);
-    snprintf(args, sizeof args, "dot %s/tensor.json", tmp);
-    r = run(args);
-    EXPECT_EQ(r.code, 0);
-    EXPECT_TRUE(strstr(r.out, "digraph") != NULL);
-    snprintf(args, sizeof args, "eval %s/tensor.json --domain f64", tmp);
-    r = run(args);
-    EXPECT_EQ(r.code, 0);
-    EXPECT_TRUE(strstr(r.out, "f64") != NULL);
+    expect_good("compare %s/serial.json %s/tensor.json", "field  equal");
+    expect_good("show %s/data.json", "float[8/2,16]");
+    expect_good("dot %s/tensor.json", "digraph");
+    expect_good("eval %s/tensor.json --domain f64", "f64");
     snprintf(args, sizeof args, "eval %s/tensor.json --dump", tmp);
     r = run(args);
     EXPECT_EQ(r.code, 0);
