@@ -102,10 +102,15 @@ CU_SRCS    := $(if $(filter 1,$(CUDA)),$(wildcard runtime/*.cu))
 CU_OBJS    := $(CU_SRCS:%.cu=$(BUILD)/%.cu.o)
 CUDA_DEFS  := $(if $(CU_SRCS),-DUN_USE_CUDA=1)
 
+# ---- MPI: the communication layer's `mpi` backend (OpenMPI from Debian) ------------------------
+
+MPI_CFLAGS := $(shell pkg-config --cflags ompi-c 2>/dev/null)
+MPI_LIBS   := $(shell pkg-config --libs ompi-c 2>/dev/null)
+
 # ---- Flags -------------------------------------------------------------------------------------
 
 # A user's CFLAGS/CPPFLAGS/LDFLAGS/LDLIBS are appended last and never replaced.
-FINAL_CFLAGS   = $(strip -std=c17 -D_GNU_SOURCE $(WARN) $(OPT) $(SAN_FLAGS) -pthread -I. $(CUDA_DEFS) \
+FINAL_CFLAGS   = $(strip -std=c17 -D_GNU_SOURCE $(WARN) $(OPT) $(SAN_FLAGS) -pthread -I. $(CUDA_DEFS) $(MPI_CFLAGS) \
                  -MMD -MP $(CPPFLAGS) $(CFLAGS))
 FINAL_NVFLAGS  = $(strip $(NVCCFLAGS) $(if $(CUDA_ARCH),-arch=$(CUDA_ARCH)) -I. $(CUDA_DEFS) -MMD -MP \
                  -Xcompiler -Wall $(CPPFLAGS))
@@ -118,7 +123,7 @@ rulesdb_LDLIBS := -lsqlite3
 gen_LDLIBS     :=
 verify_LDLIBS  := -lz3
 search_LDLIBS  :=
-runtime_LDLIBS := -lopenblas $(if $(CU_SRCS),-L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++)
+runtime_LDLIBS := -lopenblas $(MPI_LIBS) $(if $(CU_SRCS),-L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++)
 
 # Which libraries a part's programs link besides its own (DESIGN.md section 2), dependents first.
 pcg_DEPS     :=
