@@ -725,6 +725,45 @@ un_status un_graph_add_input(un_ctx *ctx, un_graph *g, const char *name, un_op o
     return un_graph_add(ctx, g, op, p, NULL, 0, name, out);
 }
 
+un_status un_graph_add_input_shape(un_ctx *ctx, un_graph *g, const char *name, un_op op,
+                                   const un_shape *shape, int32_t *out) {
+    if (out)
+        *out = -1;
+    if ((unsigned)op >= UN_OP_COUNT || un_op_kind_of(op) != UN_OPK_SOURCE || !shape ||
+        shape->rank < 0 || shape->rank > UN_MAX_DIMS)
+        return un_ctx_error(ctx, UN_ERR_INVALID, "%s: not a source op or a bad shape",
+                            name ? name : "input");
+    const un_op_spec *os = un_spec_op(g->spec, op);
+    if (!os)
+        return un_ctx_error(ctx, UN_ERR_SPEC, "op '%s' has no spec", un_op_name(op));
+    un_param p[UN_MAX_PARAMS];
+    memset(p, 0, sizeof p);
+    un_spec_param_defaults(os, p);
+    int ip = un_spec_param_index(os, "shape"), idt = un_spec_param_index(os, "dtype"),
+        ish = un_spec_param_index(os, "shard"), isum = un_spec_param_index(os, "sum"),
+        icp = un_spec_param_index(os, "copy");
+    if (ip < 0)
+        return un_ctx_error(ctx, UN_ERR_SPEC, "op '%s' has no 'shape' parameter", os->name);
+    p[ip].len = shape->rank;
+    bool sharded = false;
+    for (int i = 0; i < shape->rank; i++) {
+        p[ip].v[i] = shape->dim[i];
+        sharded |= shape->shard[i] != 1;
+    }
+    if (idt >= 0)
+        p[idt].v[0] = shape->dtype == UN_DT_INT;
+    if (sharded || shape->sum != 1 || shape->copy != 1) {
+        if (ish < 0 || isum < 0 || icp < 0)
+            return un_ctx_error(ctx, UN_ERR_SPEC, "op '%s' has no layout parameters", os->name);
+        p[ish].len = shape->rank;
+        for (int i = 0; i < shape->rank; i++)
+            p[ish].v[i] = shape->shard[i];
+        p[isum].v[0] = shape->sum;
+        p[icp].v[0] = shape->copy;
+    }
+    return un_graph_add(ctx, g, op, p, NULL, 0, name, out);
+}
+
 un_status un_graph_set_outputs(un_ctx *ctx, un_graph *g, const un_ref *outs, int n) {
     if (n < 0 || (n > 0 && !outs))
         return un_ctx_error(ctx, UN_ERR_INVALID, "set_outputs: %d outputs", n);

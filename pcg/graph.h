@@ -66,6 +66,10 @@ void un_graph_canonical_order(const un_graph *g, int32_t *order);
 /* Adds an input or weight node of the given logical shape (float). */
 un_status un_graph_add_input(un_ctx *ctx, un_graph *g, const char *name, un_op op, int rank,
                              const int64_t *dims, int32_t *out);
+/* Adds an input or weight node with a full parallel shape: dims, dtype and layout (shard degrees,
+ * sum and copy degree), as a rule pattern's input that is already parallel. */
+un_status un_graph_add_input_shape(un_ctx *ctx, un_graph *g, const char *name, un_op op,
+                                   const un_shape *shape, int32_t *out);
 /* Adds a node; its inputs must exist. Infers its output shapes; on a shape or layout error
  * nothing is added and the error names the node. params may be NULL for defaults. */
 un_status un_graph_add(un_ctx *ctx, un_graph *g, un_op op, const un_param *params, const un_ref *in,

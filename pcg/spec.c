@@ -1725,6 +1725,27 @@ static un_status infer_parallel(un_ctx *ctx, const un_op_spec *os, const un_para
     return UN_OK;
 }
 
+/* The optional layout parameters of a source op (shard list, sum, copy): an input of a rule
+ * pattern may already be parallel. */
+static un_status source_layout(un_ctx *ctx, const un_op_spec *os, const un_param *params,
+                               const char *label, un_shape *s) {
+    int ish = un_spec_param_index(os, "shard"), isum = un_spec_param_index(os, "sum"),
+        icp = un_spec_param_index(os, "copy");
+    if (ish >= 0 && params[ish].len > 0) {
+        if (params[ish].len != s->rank)
+            return un_ctx_error(ctx, UN_ERR_SHAPE,
+                                "%s (%s): parameter 'shard' lists %d degrees for rank %d", label,
+                                os->name, (int)params[ish].len, s->rank);
+        for (int i = 0; i < s->rank; i++)
+            s->shard[i] = (int32_t)params[ish].v[i];
+    }
+    if (isum >= 0)
+        s->sum = (int32_t)params[isum].v[0];
+    if (icp >= 0)
+        s->copy = (int32_t)params[icp].v[0];
+    return UN_OK;
+}
+
 un_status un_spec_infer(un_ctx *ctx, const un_spec *spec, un_op op, const un_param *params,
                         const un_shape *in, int n_in, const char *label, un_infer *out) {
     memset(out, 0, sizeof *out);
@@ -1750,6 +1771,9 @@ un_status un_spec_infer(un_ctx *ctx, const un_spec *spec, un_op op, const un_par
             dt = params[o->dtype_param].v[0] == 1 ? UN_DT_INT : UN_DT_FLOAT;
         out->out[0] = un_shape_make(p->len, p->v, dt);
         out->n_out = 1;
+        un_status st = source_layout(ctx, os, params, label, &out->out[0]);
+        if (st != UN_OK)
+            return st;
         if (!un_shape_valid(&out->out[0], why, sizeof why))
             return un_ctx_error(ctx, UN_ERR_SHAPE, "%s (%s): %s", label, os->name, why);
         return UN_OK;
