@@ -1,0 +1,76 @@
+/* kernels.h - the runtime's CPU kernels: forward and backward of every regular operator of
+ * pcg/ops.def on one dense local piece, in float32 or float64 (OpenBLAS for the products). The
+ * forward computes what pcg/kernels.c (the float64 reference) computes; the backward accumulates
+ * input gradients. Parallel and source operators are not kernels (the executor moves data).
+ *
+ *   un_kexec ex = {.prec = UN_PREC_F32, .pool = pool, .seed = 0, .training = true};
+ *   un_kt x = {UN_DT_FLOAT, 2, {4, 6}, xd}, w = {UN_DT_FLOAT, 2, {6, 8}, wd};
+ *   un_kt y = {UN_DT_FLOAT, 2, {4, 8}, yd};
+ *   st = un_kern_forward(ctx, &ex, UN_OP_LINEAR, params, (un_kt[]){x, w}, 2, &y, 1);
+ *   st = un_kern_backward(ctx, &ex, UN_OP_LINEAR, params, (un_kt[]){x, w}, 2, &y, 1, &dy,
+ *                         (un_kt[]){dx, dw});                 // dx += ..., dw += ...
+ */
+#ifndef UN_KERNELS_H
+#define UN_KERNELS_H
+
+#include "pcg/spec.h" /* un_op, un_param, UN_MAX_*; pcg/shape.h: un_dtype, UN_MAX_DIMS */
+
+typedef enum { UN_PREC_F32, UN_PREC_F64 } un_prec; /* element type of FLOAT tensors */
+
+/* One dense, row-major, contiguous local piece. INT tensors always hold int64_t. */
+typedef struct un_kt {
+    un_dtype dtype; /* UN_DT_FLOAT or UN_DT_INT */
+    int rank;
+    int64_t dim[UN_MAX_DIMS];
+    void *
+        data; /* float* or double* (per un_kexec.prec) for FLOAT; int64_t* for INT; NULL = absent */
+} un_kt;
+
+typedef struct un_pool un_pool; /* runtime/pool.h: fixed thread pool, parallel-for */
+
+typedef struct un_kexec {
+    un_prec prec;
+    un_pool *pool; /* may be NULL: run on the calling thread */
+    uint64_t
+        seed; /* dropout: mask = counter-based hash of (seed, element index); same in backward */
+    bool training; /* dropout active only when true */
+    /* Optional, for dropout on a shard: the global offset of this piece in each dim of the input
+     * and the logical (whole tensor) sizes, so that the mask is that of the whole tensor, as in
+     * the reference evaluator. NULL = the piece is the whole tensor. */
+    const int64_t *off;
+    const int64_t *full;
+} un_kexec;
+
+/* Forward of a regular op on one local piece: params are the per-piece params (un_infer.local),
+ * in/out shapes are the local piece shapes (the caller allocated out[].data with the sizes
+ * un_spec_infer gives for those local inputs). Optional inputs that are absent (linear or conv2d
+ * without bias) are not passed (n_in smaller), as in pcg graphs.
+ * Dropout's mask: element e (global row-major index g) is dropped when
+ * mix64(hash_combine(s, g)) % 100 < rate_pct, with s = the op's `seed` parameter when ex->seed is
+ * 0 (then it equals pcg's reference), else hash_combine(seed param, ex->seed).
+ * Errors (one line in ctx naming the op, the tensor and the reason): UN_ERR_INVALID for a
+ * parallel/source op, a wrong count, dtype or shape, a missing buffer, an index out of range;
+ * UN_ERR_LIMIT for a matrix dim beyond OpenBLAS's int; UN_ERR_NOMEM for scratch memory. */
+un_status un_kern_forward(un_ctx *ctx, const un_kexec *ex, un_op op, const un_param *params,
+                          const un_kt *in, int n_in, un_kt *out, int n_out);
+
+/* Backward: given inputs, forward outputs and output gradients dout[n_out] (a dout[j].data may be
+ * NULL = zero gradient), ACCUMULATES (+=) the input gradients into din[i] (din[i].data == NULL =
+ * gradient not wanted, e.g. INT inputs). din[i] has in[i]'s shape. Errors as for the forward. */
+un_status un_kern_backward(un_ctx *ctx, const un_kexec *ex, un_op op, const un_param *params,
+                           const un_kt *in, int n_in, const un_kt *out, int n_out,
+                           const un_kt *dout, un_kt *din);
+
+/* ---- queries ---- */
+
+/* The parameter names the kernels read for op, in parameter-vector order (as in specs/ops.json);
+ * NULL-terminated, static. Tests check them against the spec. */
+const char *const *un_kern_param_names(un_op op);
+
+/* Whether op has CPU kernels (every regular op does). */
+bool un_kern_supports(un_op op);
+
+/* Elements in a piece (product of dims); -1 if it exceeds UN_MAX_NUMEL or a dim is < 1. */
+int64_t un_kt_numel(const un_kt *t);
+
+#endif

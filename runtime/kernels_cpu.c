@@ -1,0 +1,636 @@
+/* kernels_cpu.c - the CPU kernels of runtime/kernels.h: argument checks, dispatch, and the
+ * precision-independent helpers. The kernels themselves are written once in kernels_cpu.inc,
+ * which this file includes twice (float32 with cblas_sgemm, float64 with cblas_dgemm). This is
+ * the only file that includes cblas.h. Not here: data movement of parallel ops (the executor). */
+#include "runtime/kernels.h"
+
+#include <cblas.h>
+#include <limits.h>
+#include <string.h>
+#include <tgmath.h>
+
+#include "runtime/pool.h"
+
+/* ---- parameter vectors (order of specs/ops.json; un_kern_param_names publishes it) ---------- */
+
+enum { P_LIN_ACT, P_LIN_BIAS };
+enum { P_SMUL_NUM, P_SMUL_DEN };
+enum { P_DIM }; /* softmax */
+enum { P_DROP_RATE, P_DROP_SEED };
+enum { P_CONV_SH, P_CONV_SW, P_CONV_PH, P_CONV_PW, P_CONV_GROUPS, P_CONV_ACT, P_CONV_BIAS };
+enum { P_POOL_KH, P_POOL_KW, P_POOL_SH, P_POOL_SW, P_POOL_PH, P_POOL_PW, P_POOL_TYPE };
+enum { P_AXIS, P_SIZES };       /* concat (axis only), split */
+enum { P_DIM0, P_DIM1 };        /* transpose */
+enum { P_SHAPE };               /* reshape */
+enum { P_AGGR };                /* embedding */
+enum { P_HEADS };               /* multihead_attention */
+enum { P_RED_DIM, P_RED_KEEP }; /* reduce_sum, reduce_mean */
+
+/* Activations in the order of linear's enum (conv2d's is a prefix). */
+enum { ACT_NONE, ACT_RELU, ACT_SIGMOID, ACT_TANH, ACT_GELU, ACT_COUNT };
+
+static const char *const names_none[] = {NULL};
+static const char *const names_linear[] = {"activation", "use_bias", NULL};
+static const char *const names_smul[] = {"num", "den", NULL};
+static const char *const names_dim[] = {"dim", NULL};
+static const char *const names_dropout[] = {"rate_pct", "seed", NULL};
+static const char *const names_conv[] = {"stride_h", "stride_w",   "pad_h",    "pad_w",
+                                         "groups",   "activation", "use_bias", NULL};
+static const char *const names_pool[] = {"kernel_h", "kernel_w", "stride_h", "stride_w",
+                                         "pad_h",    "pad_w",    "type",     NULL};
+static const char *const names_axis[] = {"axis", NULL};
+static const char *const names_split[] = {"axis", "sizes", NULL};
+static const char *const names_transpose[] = {"dim0", "dim1", NULL};
+static const char *const names_shape[] = {"shape", NULL};
+static const char *const names_embedding[] = {"aggr", NULL};
+static const char *const names_heads[] = {"heads", NULL};
+static const char *const names_reduce[] = {"dim", "keep", NULL};
+
+const char *const *un_kern_param_names(un_op op) {
+    switch (op) {
+    case UN_OP_LINEAR:
+        return names_linear;
+    case UN_OP_SCALAR_MUL:
+        return names_smul;
+    case UN_OP_SOFTMAX:
+        return names_dim;
+    case UN_OP_DROPOUT:
+        return names_dropout;
+    case UN_OP_CONV2D:
+        return names_conv;
+    case UN_OP_POOL2D:
+        return names_pool;
+    case UN_OP_CONCAT:
+        return names_axis;
+    case UN_OP_SPLIT:
+        return names_split;
+    case UN_OP_TRANSPOSE:
+        return names_transpose;
+    case UN_OP_RESHAPE:
+        return names_shape;
+    case UN_OP_EMBEDDING:
+        return names_embedding;
+    case UN_OP_MULTIHEAD_ATTENTION:
+        return names_heads;
+    case UN_OP_REDUCE_SUM:
+    case UN_OP_REDUCE_MEAN:
+        return names_reduce;
+    default:
+        return names_none;
+    }
+}
+
+bool un_kern_supports(un_op op) {
+    return (unsigned)op < UN_OP_COUNT && un_op_kind_of(op) == UN_OPK_REGULAR;
+}
+
+int64_t un_kt_numel(const un_kt *t) {
+    int64_t n = 1;
+    for (int i = 0; i < t->rank; i++) {
+        if (t->dim[i] < 1 || __builtin_mul_overflow(n, t->dim[i], &n) || n > UN_MAX_NUMEL)
+            return -1;
+    }
+    return n;
+}
+
+/* ---- one call's arguments -------------------------------------------------------------------- */
+
+typedef struct kcall {
+    un_ctx *ctx;
+    const un_kexec *ex;
+    un_op op;
+    const un_param *p;
+    const un_kt *in;
+    int n_in;
+    const un_kt *out; /* forward: written through out[j].data */
+    int n_out;
+    const un_kt *dout; /* backward only */
+    const un_kt *din;  /* backward only: accumulated through din[i].data */
+} kcall;
+
+static int64_t par(const kcall *c, int i) { return c->p[i].v[0]; }
+
+/* Product of dims [lo, hi) of t. */
+static int64_t span(const un_kt *t, int lo, int hi) {
+    int64_t n = 1;
+    for (int i = lo; i < hi; i++)
+        n *= t->dim[i];
+    return n;
+}
+
+/* A dim parameter that may count from the end, as an index in [0, rank) (checked before). */
+static int norm_dim(int64_t d, int rank) { return (int)(d < 0 ? d + rank : d); }
+
+/* Element-wise and reduction loops below this much work run on the calling thread. */
+#define PAR_MIN_WORK ((int64_t)1 << 15)
+
+/* Runs fn over [0, n) on the pool when the work (n * per) is big enough, else on this thread. */
+static void par_for(const kcall *c, int64_t n, int64_t per, void (*fn)(void *, int64_t, int64_t),
+                    void *arg) {
+    if (n <= 0)
+        return;
+    int64_t work;
+    if (!c->ex->pool || un_pool_size(c->ex->pool) < 2 ||
+        (!__builtin_mul_overflow(n, per < 1 ? 1 : per, &work) && work < PAR_MIN_WORK))
+        fn(arg, 0, n);
+    else
+        un_pool_for(c->ex->pool, n, fn, arg);
+}
+
+/* Dropout's mask seed: the op's seed parameter, mixed with the executor's seed when it is set. */
+static uint64_t dropout_seed(const kcall *c) {
+    uint64_t s = (uint64_t)par(c, P_DROP_SEED);
+    return c->ex->seed ? un_hash_combine(s, c->ex->seed) : s;
+}
+
+/* Whether element e (local row-major index) of the dropout input is kept. */
+static bool dropout_keep(const kcall *c, uint64_t seed, int64_t rate, int64_t e) {
+    uint64_t g = (uint64_t)e;
+    const un_kt *x = &c->in[0];
+    if (c->ex->off && c->ex->full) {
+        g = 0;
+        uint64_t s = 1;
+        for (int i = x->rank - 1; i >= 0; i--) {
+            int64_t idx = e % x->dim[i];
+            e /= x->dim[i];
+            g += (uint64_t)(c->ex->off[i] + idx) * s;
+            s *= (uint64_t)c->ex->full[i];
+        }
+    }
+    return (int64_t)(un_mix64(un_hash_combine(seed, g)) % 100) >= rate;
+}
+
+/* Scratch memory for a kernel; NULL after recording UN_ERR_NOMEM. */
+static void *scratch(const kcall *c, int64_t n, size_t elt) {
+    if (n < 1)
+        n = 1;
+    if ((uint64_t)n > SIZE_MAX / elt) {
+        un_ctx_error(c->ctx, UN_ERR_NOMEM, "%s: scratch of %lld values does not fit in memory",
+                     un_op_name(c->op), (long long)n);
+        return NULL;
+    }
+    void *p = un_ctx_malloc(c->ctx, (size_t)n * elt);
+    if (!p)
+        un_ctx_error(c->ctx, UN_ERR_NOMEM, "%s: out of memory for %lld scratch values",
+                     un_op_name(c->op), (long long)n);
+    return p;
+}
+
+/* ---- the kernels, once per precision --------------------------------------------------------- */
+
+#define CAT_(a, b) a##b
+#define CAT(a, b)  CAT_(a, b)
+
+#define T         float
+#define FN(name)  CAT(name, _f32)
+#define BLAS_GEMM cblas_sgemm
+#include "runtime/kernels_cpu.inc"
+#undef T
+#undef FN
+#undef BLAS_GEMM
+
+#define T         double
+#define FN(name)  CAT(name, _f64)
+#define BLAS_GEMM cblas_dgemm
+#include "runtime/kernels_cpu.inc"
+#undef T
+#undef FN
+#undef BLAS_GEMM
+
+/* ---- argument checks ------------------------------------------------------------------------- */
+
+#define FAIL(...) return un_ctx_error(c->ctx, UN_ERR_INVALID, __VA_ARGS__)
+
+static void dims_str(const un_kt *t, char *buf, size_t n) {
+    size_t at = 0;
+    at += (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < t->rank && i < UN_MAX_DIMS && at < n; i++)
+        at += (size_t)snprintf(buf + at, n - at, "%s%lld", i ? "," : "", (long long)t->dim[i]);
+    if (at < n)
+        snprintf(buf + at, n - at, "]");
+}
+
+/* A tensor argument: rank in range, dims >= 1, size in bounds, dtype, buffer present. */
+static un_status check_tensor(const kcall *c, const un_kt *t, const char *what, int i, un_dtype dt,
+                              bool need_data) {
+    const char *op = un_op_name(c->op);
+    if (t->rank < 1 || t->rank > UN_MAX_DIMS)
+        FAIL("%s: %s %d has rank %d (expected 1..%d)", op, what, i, t->rank, UN_MAX_DIMS);
+    if (un_kt_numel(t) < 0) {
+        char b[128];
+        dims_str(t, b, sizeof b);
+        FAIL("%s: %s %d has dims %s (each must be >= 1, at most 2^48 elements)", op, what, i, b);
+    }
+    if (t->dtype != dt)
+        FAIL("%s: %s %d has dtype %s, expected %s", op, what, i,
+             (unsigned)t->dtype < UN_DT_COUNT ? un_dtype_name(t->dtype) : "?", un_dtype_name(dt));
+    if (need_data && !t->data)
+        FAIL("%s: %s %d has no data", op, what, i);
+    return UN_OK;
+}
+
+static bool same_dims(const un_kt *a, const un_kt *b) {
+    if (a->rank != b->rank)
+        return false;
+    for (int i = 0; i < a->rank; i++)
+        if (a->dim[i] != b->dim[i])
+            return false;
+    return true;
+}
+
+/* The tensor `got` must have exactly the dims of `want`. */
+static un_status check_dims(const kcall *c, const un_kt *got, const char *what, int i,
+                            const un_kt *want) {
+    if (same_dims(got, want))
+        return UN_OK;
+    char g[128], w[128];
+    dims_str(got, g, sizeof g);
+    dims_str(want, w, sizeof w);
+    FAIL("%s: %s %d has dims %s, expected %s", un_op_name(c->op), what, i, g, w);
+}
+
+static bool gemm_fits(int64_t a, int64_t b, int64_t cc, int64_t d, int64_t e) {
+    return a <= INT_MAX && b <= INT_MAX && cc <= INT_MAX && d <= INT_MAX && e <= INT_MAX;
+}
+
+/* Input counts: [lo, hi]; output count exact (split: >= 1). */
+static void op_arity(const kcall *c, int *lo, int *hi, int *nout) {
+    *nout = 1;
+    switch (c->op) {
+    case UN_OP_LINEAR:
+    case UN_OP_CONV2D:
+        *lo = 2, *hi = 3;
+        break;
+    case UN_OP_BATCH_MATMUL:
+    case UN_OP_EW_ADD:
+    case UN_OP_EW_SUB:
+    case UN_OP_EW_MUL:
+    case UN_OP_CONCAT:
+    case UN_OP_EMBEDDING:
+    case UN_OP_CROSS_ENTROPY:
+        *lo = *hi = 2;
+        break;
+    case UN_OP_LAYER_NORM:
+    case UN_OP_BATCH_NORM:
+        *lo = *hi = 3;
+        break;
+    case UN_OP_MULTIHEAD_ATTENTION:
+        *lo = *hi = 7;
+        break;
+    case UN_OP_SPLIT:
+        *lo = *hi = 1;
+        *nout = c->p[P_SIZES].len;
+        break;
+    default:
+        *lo = *hi = 1;
+        break;
+    }
+}
+
+/* The output dims the op gives for these inputs, into want[] (the checks of pcg's spec, on the
+ * local pieces). */
+static un_status check_shapes(const kcall *c, un_kt *want) {
+    const char *op = un_op_name(c->op);
+    const un_kt *in = c->in;
+    const un_kt *x = &in[0];
+    int r = x->rank;
+    for (int j = 0; j < c->n_out; j++) {
+        want[j] = *x;
+        want[j].dtype = UN_DT_FLOAT;
+        want[j].data = NULL;
+    }
+    switch (c->op) {
+    case UN_OP_LINEAR: {
+        const un_kt *w = &in[1];
+        bool bias = par(c, P_LIN_BIAS) != 0;
+        if (par(c, P_LIN_ACT) < 0 || par(c, P_LIN_ACT) >= ACT_COUNT)
+            FAIL("%s: activation %lld is not one of none/relu/sigmoid/tanh/gelu", op,
+                 (long long)par(c, P_LIN_ACT));
+        if (bias != (c->n_in == 3))
+            FAIL("%s: use_bias is %s but %d inputs were given", op, bias ? "true" : "false",
+                 c->n_in);
+        if (r < 2 || w->rank != 2 || x->dim[r - 1] != w->dim[0])
+            FAIL("%s: x (rank %d, last dim %lld) and w (rank %d, dim 0 %lld) do not match", op, r,
+                 (long long)x->dim[r - 1], w->rank, (long long)w->dim[0]);
+        if (bias && (in[2].rank != 1 || in[2].dim[0] != w->dim[1]))
+            FAIL("%s: bias has %lld values, expected %lld", op, (long long)in[2].dim[0],
+                 (long long)w->dim[1]);
+        if (!gemm_fits(span(x, 0, r - 1), w->dim[0], w->dim[1], 0, 0))
+            return un_ctx_error(c->ctx, UN_ERR_LIMIT, "%s: a matrix dim exceeds 2^31-1", op);
+        want[0].dim[r - 1] = w->dim[1];
+        break;
+    }
+    case UN_OP_BATCH_MATMUL: {
+        const un_kt *b = &in[1];
+        if (r < 2 || b->rank != r || x->dim[r - 1] != b->dim[r - 2] ||
+            span(x, 0, r - 2) != span(b, 0, r - 2))
+            FAIL("%s: a and b do not match (equal ranks >= 2, equal batch dims, a[-1] == b[-2])",
+                 op);
+        for (int i = 0; i < r - 2; i++)
+            if (x->dim[i] != b->dim[i])
+                FAIL("%s: batch dim %d differs (%lld vs %lld)", op, i, (long long)x->dim[i],
+                     (long long)b->dim[i]);
+        if (!gemm_fits(x->dim[r - 2], x->dim[r - 1], b->dim[r - 1], 0, 0))
+            return un_ctx_error(c->ctx, UN_ERR_LIMIT, "%s: a matrix dim exceeds 2^31-1", op);
+        want[0].dim[r - 1] = b->dim[r - 1];
+        break;
+    }
+    case UN_OP_EW_ADD:
+    case UN_OP_EW_SUB:
+    case UN_OP_EW_MUL:
+        return check_dims(c, &in[1], "input", 1, x);
+    case UN_OP_SCALAR_MUL:
+        if (par(c, P_SMUL_DEN) < 1)
+            FAIL("%s: den is %lld, must be >= 1", op, (long long)par(c, P_SMUL_DEN));
+        break;
+    case UN_OP_SOFTMAX:
+        if (par(c, P_DIM) < -r || par(c, P_DIM) >= r)
+            FAIL("%s: dim %lld is outside [-%d, %d)", op, (long long)par(c, P_DIM), r, r);
+        break;
+    case UN_OP_LAYER_NORM:
+        for (int i = 1; i < 3; i++)
+            if (in[i].rank != 1 || in[i].dim[0] != x->dim[r - 1])
+                FAIL("%s: input %d must be [%lld]", op, i, (long long)x->dim[r - 1]);
+        break;
+    case UN_OP_BATCH_NORM:
+        if (r != 4)
+            FAIL("%s: x has rank %d, expected 4", op, r);
+        for (int i = 1; i < 3; i++)
+            if (in[i].rank != 1 || in[i].dim[0] != x->dim[1])
+                FAIL("%s: input %d must be [%lld]", op, i, (long long)x->dim[1]);
+        break;
+    case UN_OP_DROPOUT:
+        if (par(c, P_DROP_RATE) < 0 || par(c, P_DROP_RATE) > 99)
+            FAIL("%s: rate_pct %lld is outside [0, 99]", op, (long long)par(c, P_DROP_RATE));
+        break;
+    case UN_OP_CONV2D: {
+        const un_kt *w = &in[1];
+        int64_t sh = par(c, P_CONV_SH), sw = par(c, P_CONV_SW), ph = par(c, P_CONV_PH),
+                pw = par(c, P_CONV_PW), g = par(c, P_CONV_GROUPS);
+        bool bias = par(c, P_CONV_BIAS) != 0;
+        if (par(c, P_CONV_ACT) < 0 || par(c, P_CONV_ACT) >= ACT_COUNT)
+            FAIL("%s: activation %lld is unknown", op, (long long)par(c, P_CONV_ACT));
+        if (bias != (c->n_in == 3))
+            FAIL("%s: use_bias is %s but %d inputs were given", op, bias ? "true" : "false",
+                 c->n_in);
+        if (sh < 1 || sw < 1 || ph < 0 || pw < 0 || g < 1 || ph > (1 << 20) || pw > (1 << 20))
+            FAIL("%s: strides and groups must be >= 1 and pads >= 0", op);
+        if (r != 4 || w->rank != 4)
+            FAIL("%s: x and w must have rank 4", op);
+        if (x->dim[1] != w->dim[1] * g || w->dim[0] % g != 0)
+            FAIL("%s: x has %lld channels, w [%lld, %lld, ...] with %lld groups does not match", op,
+                 (long long)x->dim[1], (long long)w->dim[0], (long long)w->dim[1], (long long)g);
+        if (x->dim[2] + 2 * ph < w->dim[2] || x->dim[3] + 2 * pw < w->dim[3])
+            FAIL("%s: the kernel is larger than the padded input", op);
+        if (bias && (in[2].rank != 1 || in[2].dim[0] != w->dim[0]))
+            FAIL("%s: bias has %lld values, expected %lld", op, (long long)in[2].dim[0],
+                 (long long)w->dim[0]);
+        want[0].dim[1] = w->dim[0];
+        want[0].dim[2] = (x->dim[2] + 2 * ph - w->dim[2]) / sh + 1;
+        want[0].dim[3] = (x->dim[3] + 2 * pw - w->dim[3]) / sw + 1;
+        if (!gemm_fits(w->dim[0], span(w, 1, 4), want[0].dim[2] * want[0].dim[3], 0, 0))
+            return un_ctx_error(c->ctx, UN_ERR_LIMIT, "%s: a matrix dim exceeds 2^31-1", op);
+        break;
+    }
+    case UN_OP_POOL2D: {
+        int64_t kh = par(c, P_POOL_KH), kw = par(c, P_POOL_KW), sh = par(c, P_POOL_SH),
+                sw = par(c, P_POOL_SW), ph = par(c, P_POOL_PH), pw = par(c, P_POOL_PW);
+        if (r != 4)
+            FAIL("%s: x has rank %d, expected 4", op, r);
+        if (kh < 1 || kw < 1 || sh < 1 || sw < 1 || ph < 0 || pw < 0 || 2 * ph > kh ||
+            2 * pw > kw || kh > (1 << 20) || kw > (1 << 20))
+            FAIL("%s: kernel and strides must be >= 1 and 0 <= 2 pad <= kernel", op);
+        if (par(c, P_POOL_TYPE) != 0 && par(c, P_POOL_TYPE) != 1)
+            FAIL("%s: type %lld is neither max nor avg", op, (long long)par(c, P_POOL_TYPE));
+        if (x->dim[2] + 2 * ph < kh || x->dim[3] + 2 * pw < kw)
+            FAIL("%s: the window is larger than the padded input", op);
+        want[0].dim[2] = (x->dim[2] + 2 * ph - kh) / sh + 1;
+        want[0].dim[3] = (x->dim[3] + 2 * pw - kw) / sw + 1;
+        break;
+    }
+    case UN_OP_CONCAT: {
+        int64_t ax = par(c, P_AXIS);
+        if (ax < 0 || ax >= r || in[1].rank != r)
+            FAIL("%s: axis %lld and ranks %d, %d do not fit", op, (long long)ax, r, in[1].rank);
+        for (int i = 0; i < r; i++)
+            if (i != ax && in[1].dim[i] != x->dim[i])
+                FAIL("%s: dim %d differs (%lld vs %lld)", op, i, (long long)x->dim[i],
+                     (long long)in[1].dim[i]);
+        want[0].dim[ax] = x->dim[ax] + in[1].dim[ax];
+        break;
+    }
+    case UN_OP_SPLIT: {
+        int64_t ax = par(c, P_AXIS), tot = 0;
+        if (ax < 0 || ax >= r)
+            FAIL("%s: axis %lld is outside [0, %d)", op, (long long)ax, r);
+        for (int j = 0; j < c->n_out; j++) {
+            if (c->p[P_SIZES].v[j] < 1)
+                FAIL("%s: size %d is %lld", op, j, (long long)c->p[P_SIZES].v[j]);
+            want[j].dim[ax] = c->p[P_SIZES].v[j];
+            tot += c->p[P_SIZES].v[j];
+        }
+        if (tot != x->dim[ax])
+            FAIL("%s: sizes add up to %lld, but dim %lld is %lld", op, (long long)tot,
+                 (long long)ax, (long long)x->dim[ax]);
+        break;
+    }
+    case UN_OP_TRANSPOSE: {
+        int64_t d0 = par(c, P_DIM0), d1 = par(c, P_DIM1);
+        if (d0 < -r || d0 >= r || d1 < -r || d1 >= r)
+            FAIL("%s: dims %lld, %lld do not fit rank %d", op, (long long)d0, (long long)d1, r);
+        int a = norm_dim(d0, r), b = norm_dim(d1, r);
+        want[0].dim[a] = x->dim[b];
+        want[0].dim[b] = x->dim[a];
+        break;
+    }
+    case UN_OP_RESHAPE: {
+        const un_param *s = &c->p[P_SHAPE];
+        if (s->len < 1 || s->len > UN_MAX_DIMS)
+            FAIL("%s: shape has %d dims", op, s->len);
+        want[0].rank = s->len;
+        for (int i = 0; i < s->len; i++)
+            want[0].dim[i] = s->v[i];
+        if (un_kt_numel(&want[0]) != un_kt_numel(x))
+            FAIL("%s: shape holds %lld elements, x %lld", op, (long long)un_kt_numel(&want[0]),
+                 (long long)un_kt_numel(x));
+        break;
+    }
+    case UN_OP_FLAT:
+        if (r < 2)
+            FAIL("%s: x has rank %d, expected >= 2", op, r);
+        want[0].rank = 2;
+        want[0].dim[1] = span(x, 1, r);
+        break;
+    case UN_OP_EMBEDDING:
+        if (r != 2 || in[1].rank != 2)
+            FAIL("%s: indices and table must have rank 2", op);
+        if (par(c, P_AGGR) != 0 && par(c, P_AGGR) != 1)
+            FAIL("%s: aggr %lld is neither sum nor mean", op, (long long)par(c, P_AGGR));
+        want[0].dim[1] = in[1].dim[1];
+        break;
+    case UN_OP_MULTIHEAD_ATTENTION: {
+        int64_t heads = par(c, P_HEADS), E = x->dim[2], HL = in[3].dim[1];
+        for (int i = 0; i < 7; i++)
+            if (in[i].rank != (i < 3 ? 3 : 2))
+                FAIL("%s: input %d has rank %d, expected %d", op, i, in[i].rank, i < 3 ? 3 : 2);
+        if (in[1].dim[0] != x->dim[0] || in[2].dim[0] != x->dim[0] ||
+            in[2].dim[1] != in[1].dim[1] || in[1].dim[2] != E || in[2].dim[2] != E)
+            FAIL("%s: q [b, s, e], k and v [b, t, e] do not match", op);
+        for (int i = 3; i < 6; i++)
+            if (in[i].dim[0] != E || in[i].dim[1] != HL)
+                FAIL("%s: input %d must be [%lld, %lld]", op, i, (long long)E, (long long)HL);
+        if (in[6].dim[0] != HL)
+            FAIL("%s: wo has %lld rows, expected %lld", op, (long long)in[6].dim[0], (long long)HL);
+        if (heads < 1 || HL % heads != 0)
+            FAIL("%s: heads %lld does not divide %lld", op, (long long)heads, (long long)HL);
+        if (!gemm_fits(x->dim[1], in[1].dim[1], E, HL, in[6].dim[1]))
+            return un_ctx_error(c->ctx, UN_ERR_LIMIT, "%s: a matrix dim exceeds 2^31-1", op);
+        want[0].dim[2] = in[6].dim[1];
+        break;
+    }
+    case UN_OP_REDUCE_SUM:
+    case UN_OP_REDUCE_MEAN: {
+        int64_t d = par(c, P_RED_DIM);
+        if (d < -r || d >= r)
+            FAIL("%s: dim %lld is outside [-%d, %d)", op, (long long)d, r, r);
+        int nd = norm_dim(d, r);
+        if (par(c, P_RED_KEEP) || r == 1) { /* a rank-1 input keeps a [1] output */
+            want[0].dim[nd] = 1;
+        } else {
+            for (int i = nd; i + 1 < r; i++)
+                want[0].dim[i] = x->dim[i + 1];
+            want[0].rank = r - 1;
+        }
+        break;
+    }
+    case UN_OP_CROSS_ENTROPY:
+        if (r != 2 || in[1].rank != 1 || in[1].dim[0] != x->dim[0])
+            FAIL("%s: logits must be [b, c] and labels [b]", op);
+        want[0].rank = 1;
+        break;
+    default:
+        break;
+    }
+    return UN_OK;
+}
+
+/* Counts, dtypes, buffers and shapes of one call. */
+static un_status check_call(const kcall *c, bool backward) {
+    const char *op = un_op_name(c->op);
+    if (!un_kern_supports(c->op))
+        return un_ctx_error(c->ctx, UN_ERR_INVALID,
+                            "no CPU kernel for operator '%s' (only regular operators have one)",
+                            (unsigned)c->op < UN_OP_COUNT ? op : "?");
+    if (!c->ex)
+        FAIL("%s: no execution settings (un_kexec)", op);
+    if (c->ex->prec != UN_PREC_F32 && c->ex->prec != UN_PREC_F64)
+        FAIL("%s: unknown precision %d", op, (int)c->ex->prec);
+    if (!c->p && un_kern_param_names(c->op)[0])
+        FAIL("%s: no parameters given", op);
+    if (!c->in || !c->out || (backward && (!c->dout || !c->din)))
+        FAIL("%s: a tensor array is NULL", op);
+    int lo, hi, nout;
+    op_arity(c, &lo, &hi, &nout);
+    if (c->n_in < lo || c->n_in > hi)
+        FAIL("%s: %d inputs given, expected %d%s%d", op, c->n_in, lo, lo == hi ? "" : "..",
+             lo == hi ? lo : hi);
+    if (nout < 1 || nout > UN_MAX_OUTPUTS || c->n_out != nout)
+        FAIL("%s: %d outputs given, expected %d", op, c->n_out, nout);
+    un_status st;
+    for (int i = 0; i < c->n_in; i++) {
+        bool is_int =
+            (c->op == UN_OP_EMBEDDING && i == 0) || (c->op == UN_OP_CROSS_ENTROPY && i == 1);
+        if ((st = check_tensor(c, &c->in[i], "input", i, is_int ? UN_DT_INT : UN_DT_FLOAT, true)))
+            return st;
+    }
+    un_kt want[UN_MAX_OUTPUTS];
+    if ((st = check_shapes(c, want)))
+        return st;
+    for (int j = 0; j < c->n_out; j++) {
+        /* the backward reads outputs only where it needs them (checked there) */
+        if ((st = check_tensor(c, &c->out[j], "output", j, UN_DT_FLOAT, !backward)) ||
+            (st = check_dims(c, &c->out[j], "output", j, &want[j])))
+            return st;
+    }
+    if (!backward)
+        return UN_OK;
+    for (int j = 0; j < c->n_out; j++)
+        if (c->dout[j].data &&
+            ((st = check_tensor(c, &c->dout[j], "output gradient", j, UN_DT_FLOAT, true)) ||
+             (st = check_dims(c, &c->dout[j], "output gradient", j, &want[j]))))
+            return st;
+    for (int i = 0; i < c->n_in; i++) {
+        if (!c->din[i].data)
+            continue;
+        if (c->in[i].dtype == UN_DT_INT)
+            FAIL("%s: input %d holds integers and has no gradient (pass a NULL buffer)", op, i);
+        if ((st = check_tensor(c, &c->din[i], "input gradient", i, UN_DT_FLOAT, true)) ||
+            (st = check_dims(c, &c->din[i], "input gradient", i, &c->in[i])))
+            return st;
+    }
+    return UN_OK;
+}
+
+/* The backward of these reads the forward output. */
+static bool needs_out(const kcall *c) {
+    switch (c->op) {
+    case UN_OP_SIGMOID:
+    case UN_OP_TANH:
+    case UN_OP_SOFTMAX:
+        return true;
+    case UN_OP_LINEAR:
+        return par(c, P_LIN_ACT) != ACT_NONE && par(c, P_LIN_ACT) != ACT_GELU;
+    case UN_OP_CONV2D:
+        return par(c, P_CONV_ACT) != ACT_NONE && par(c, P_CONV_ACT) != ACT_GELU;
+    default:
+        return false;
+    }
+}
+
+#undef FAIL
+
+/* ---- entry points ---------------------------------------------------------------------------- */
+
+un_status un_kern_forward(un_ctx *ctx, const un_kexec *ex, un_op op, const un_param *params,
+                          const un_kt *in, int n_in, un_kt *out, int n_out) {
+    kcall c = {.ctx = ctx,
+               .ex = ex,
+               .op = op,
+               .p = params,
+               .in = in,
+               .n_in = n_in,
+               .out = out,
+               .n_out = n_out};
+    un_status st = check_call(&c, false);
+    if (st != UN_OK)
+        return st;
+    return ex->prec == UN_PREC_F32 ? forward_f32(&c) : forward_f64(&c);
+}
+
+un_status un_kern_backward(un_ctx *ctx, const un_kexec *ex, un_op op, const un_param *params,
+                           const un_kt *in, int n_in, const un_kt *out, int n_out,
+                           const un_kt *dout, un_kt *din) {
+    kcall c = {.ctx = ctx,
+               .ex = ex,
+               .op = op,
+               .p = params,
+               .in = in,
+               .n_in = n_in,
+               .out = out,
+               .n_out = n_out,
+               .dout = dout,
+               .din = din};
+    un_status st = check_call(&c, true);
+    if (st != UN_OK)
+        return st;
+    if (needs_out(&c) && !out[0].data)
+        return un_ctx_error(ctx, UN_ERR_INVALID,
+                            "%s: the backward needs the forward output, output 0 has no data",
+                            un_op_name(op));
+    bool any = false;
+    for (int j = 0; j < n_out; j++)
+        any |= dout[j].data != NULL;
+    if (!any)
+        return UN_OK; /* zero output gradient: nothing to add */
+    return ex->prec == UN_PREC_F32 ? backward_f32(&c) : backward_f64(&c);
+}

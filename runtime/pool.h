@@ -1,0 +1,33 @@
+/* pool.h - a fixed pool of worker threads with a static-split parallel-for, used by the CPU
+ * kernels for element-wise and reduction loops. Not a task scheduler: one loop at a time.
+ *
+ *   un_pool *p = un_pool_new(4);                  // the caller plus 3 workers
+ *   un_pool_for(p, n, body, &args);               // body(&args, begin, end) on disjoint blocks
+ *   un_pool_free(p);
+ */
+#ifndef UN_POOL_H
+#define UN_POOL_H
+
+#include <stdint.h>
+
+typedef struct un_pool un_pool;
+
+/* A pool of nthreads threads in all, the caller included (nthreads - 1 workers are started);
+ * nthreads <= 1: no threads, loops run on the caller. Owned: free with un_pool_free. Aborts if a
+ * thread cannot be started (like a host malloc failure). */
+un_pool *un_pool_new(int nthreads);
+/* Stops and joins the workers; NULL is a no-op. */
+void un_pool_free(un_pool *p);
+
+/* Threads a loop is split over (>= 1; 1 for NULL). */
+int un_pool_size(const un_pool *p);
+
+/* Runs fn(arg, begin, end) over [0, n) split into at most un_pool_size(p) contiguous blocks of
+ * near-equal size, one per thread (the caller runs the first); every index is covered exactly once
+ * and no call gets an empty block. Returns when all are done. n <= 0 calls nothing; p NULL runs
+ * fn(arg, 0, n) on the caller. One caller at a time per pool; fn must not call un_pool_for on the
+ * same pool. */
+void un_pool_for(un_pool *p, int64_t n, void (*fn)(void *arg, int64_t begin, int64_t end),
+                 void *arg);
+
+#endif
