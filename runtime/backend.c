@@ -1,0 +1,90 @@
+/* backend.c - the backend registry and the public wrappers over the vtable. The only place (with
+ * the Makefile) where UN_USE_CUDA may appear (STYLE rule 4). */
+#include "runtime/backend.h"
+
+#include "runtime/backend_impl.h"
+
+un_status un_backend_cpu_new(un_ctx *ctx, un_prec prec, int nthreads, un_backend **out) {
+    return un__backend_cpu_new(ctx, prec, nthreads, out);
+}
+
+un_status un_backend_cuda_new(un_ctx *ctx, un_prec prec, int device, un_backend **out) {
+    (void)prec;
+    *out = NULL;
+#ifdef UN_USE_CUDA
+    return un_ctx_error(ctx, UN_ERR_UNAVAILABLE,
+                        "cuda backend (device %d): the CUDA runtime backend is not built yet",
+                        device);
+#else
+    return un_ctx_error(ctx, UN_ERR_UNAVAILABLE,
+                        "cuda backend (device %d): this build has no CUDA (nvcc not found)",
+                        device);
+#endif
+}
+
+void un_backend_free(un_backend *be) {
+    if (be)
+        be->iface->free(be);
+}
+
+const char *un_backend_name(const un_backend *be) { return be->iface->name(be); }
+un_dev_kind un_backend_kind(const un_backend *be) { return be->kind; }
+un_prec un_backend_prec(const un_backend *be) { return be->prec; }
+bool un_backend_host_visible(const un_backend *be) { return be->host_visible; }
+
+bool un_backend_supports_op(const un_backend *be, un_op op) {
+    return (unsigned)op < UN_OP_COUNT && be->iface->supports_op(be, op);
+}
+
+un_status un_backend_alloc(un_ctx *ctx, un_backend *be, size_t nbytes, void **out) {
+    UN_ASSERT(nbytes > 0);
+    return be->iface->alloc(ctx, be, nbytes, out);
+}
+
+void un_backend_release(un_backend *be, void *p) {
+    if (p)
+        be->iface->release(be, p);
+}
+
+void un_backend_zero(un_backend *be, void *p, size_t nbytes) {
+    if (nbytes)
+        be->iface->zero(be, p, nbytes);
+}
+
+void un_backend_write(un_backend *be, void *dst, const void *host_src, size_t n) {
+    if (n)
+        be->iface->write(be, dst, host_src, n);
+}
+
+void un_backend_read(un_backend *be, void *host_dst, const void *src, size_t n) {
+    if (n)
+        be->iface->read(be, host_dst, src, n);
+}
+
+void un_backend_copy_region(un_backend *be, void *dst, const void *src, size_t es,
+                            const un_region *r, bool accumulate) {
+    UN_ASSERT(r->rank >= 0 && r->rank <= UN_MAX_DIMS);
+    for (int i = 0; i < r->rank; i++)
+        UN_ASSERT(r->len[i] >= 0 && r->src_off[i] + r->len[i] <= r->src_dim[i] &&
+                  r->dst_off[i] + r->len[i] <= r->dst_dim[i]);
+    be->iface->copy_region(be, dst, src, es, r, accumulate);
+}
+
+un_status un_backend_op_forward(un_ctx *ctx, un_backend *be, un_op op, const un_param *params,
+                                const un_kt *in, int n_in, un_kt *out, int n_out,
+                                uint64_t dropout_seed, const int64_t *off, const int64_t *full) {
+    return be->iface->op_forward(ctx, be, op, params, in, n_in, out, n_out, dropout_seed, off,
+                                 full);
+}
+
+un_status un_backend_op_backward(un_ctx *ctx, un_backend *be, un_op op, const un_param *params,
+                                 const un_kt *in, int n_in, const un_kt *out, int n_out,
+                                 const un_kt *dout, un_kt *din, uint64_t dropout_seed,
+                                 const int64_t *off, const int64_t *full) {
+    return be->iface->op_backward(ctx, be, op, params, in, n_in, out, n_out, dout, din,
+                                  dropout_seed, off, full);
+}
+
+un_status un_backend_synchronize(un_ctx *ctx, un_backend *be) {
+    return be->iface->synchronize ? be->iface->synchronize(ctx, be) : UN_OK;
+}

@@ -1,0 +1,42 @@
+/* backend_impl.h - the backend vtable shared by backend.c and the backends (not API). */
+#ifndef UN_BACKEND_IMPL_H
+#define UN_BACKEND_IMPL_H
+
+#include "runtime/backend.h"
+
+#define UN_BACKEND_API_VERSION 1
+
+struct un_backend_i {
+    const char *(*name)(const un_backend *be);
+    void (*free)(un_backend *be);
+    bool (*supports_op)(const un_backend *be, un_op op);
+    un_status (*alloc)(un_ctx *ctx, un_backend *be, size_t nbytes, void **out);
+    void (*release)(un_backend *be, void *p);
+    void (*zero)(un_backend *be, void *p, size_t nbytes);
+    void (*write)(un_backend *be, void *dst, const void *src, size_t n);
+    void (*read)(un_backend *be, void *dst, const void *src, size_t n);
+    void (*copy_region)(un_backend *be, void *dst, const void *src, size_t es, const un_region *r,
+                        bool accumulate);
+    un_status (*op_forward)(un_ctx *ctx, un_backend *be, un_op op, const un_param *params,
+                            const un_kt *in, int n_in, un_kt *out, int n_out, uint64_t seed,
+                            const int64_t *off, const int64_t *full);
+    un_status (*op_backward)(un_ctx *ctx, un_backend *be, un_op op, const un_param *params,
+                             const un_kt *in, int n_in, const un_kt *out, int n_out,
+                             const un_kt *dout, un_kt *din, uint64_t seed, const int64_t *off,
+                             const int64_t *full);
+    un_status (*synchronize)(un_ctx *ctx, un_backend *be); /* optional: NULL = synchronous */
+};
+
+struct un_backend {
+    int api_version;
+    const struct un_backend_i *iface;
+    un_dev_kind kind;
+    un_prec prec;
+    bool host_visible;
+    void *context;
+};
+
+/* The CPU backend's constructor (backend_cpu.c); the registry in backend.c calls it. */
+un_status un__backend_cpu_new(un_ctx *ctx, un_prec prec, int nthreads, un_backend **out);
+
+#endif

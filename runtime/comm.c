@@ -1,0 +1,62 @@
+/* comm.c - public wrappers over the communicator vtable. */
+#include "runtime/comm.h"
+
+#include <stdlib.h>
+
+#include "runtime/comm_impl.h"
+
+const char *un_comm_name(const un_comm *c) { return c->iface->name(c); }
+int un_comm_rank(const un_comm *c) { return c->rank; }
+int un_comm_size(const un_comm *c) { return c->size; }
+
+void un_comm_free(un_comm *c) {
+    if (c && c->iface->free)
+        c->iface->free(c);
+}
+
+un_status un_comm_barrier(un_ctx *ctx, un_comm *c) { return c->iface->barrier(ctx, c); }
+
+un_status un_comm_allreduce(un_ctx *ctx, un_comm *c, un_red_type t, void *buf, int64_t n) {
+    UN_ASSERT((unsigned)t < UN_RED_COUNT && n >= 0);
+    if (c->size == 1 || n == 0)
+        return UN_OK;
+    return c->iface->allreduce(ctx, c, t, buf, n);
+}
+
+un_status un_comm_bcast(un_ctx *ctx, un_comm *c, int root, void *buf, size_t bytes) {
+    UN_ASSERT(root >= 0 && root < c->size);
+    if (c->size == 1 || bytes == 0)
+        return UN_OK;
+    return c->iface->bcast(ctx, c, root, buf, bytes);
+}
+
+un_status un_comm_exchange(un_ctx *ctx, un_comm *c, const un_comm_msg *sends, int n_sends,
+                           const un_comm_msg *recvs, int n_recvs) {
+    for (int i = 0; i < n_sends; i++)
+        UN_ASSERT(sends[i].peer >= 0 && sends[i].peer < c->size);
+    for (int i = 0; i < n_recvs; i++)
+        UN_ASSERT(recvs[i].peer >= 0 && recvs[i].peer < c->size);
+    return c->iface->exchange(ctx, c, sends, n_sends, recvs, n_recvs);
+}
+
+void un_comm_abort(un_comm *c) {
+    if (c->size > 1)
+        c->iface->abort(c);
+}
+
+un_status un_comm_agree(un_ctx *ctx, un_comm *c, un_status local) {
+    double v = local == UN_OK ? 0.0 : 1.0;
+    un_status st = un_comm_allreduce(ctx, c, UN_RED_F64, &v, 1);
+    if (st != UN_OK)
+        return st;
+    if (local != UN_OK)
+        return local;
+    if (v != 0.0)
+        return un_ctx_error(ctx, UN_ERR_DEVICE, "another rank failed");
+    return UN_OK;
+}
+
+bool un_comm_mpi_launched(void) {
+    return getenv("OMPI_COMM_WORLD_SIZE") != NULL || getenv("PMI_SIZE") != NULL ||
+           getenv("PMIX_RANK") != NULL;
+}

@@ -1,0 +1,74 @@
+/* comm.h - the communication layer: a group of devices (ranks) that run the same program and
+ * exchange data. Two implementations behind one small vtable (comm_impl.h, STYLE rule 20):
+ * `local` (threads of one process, each thread one rank; no set-up) and `mpi` (one process per
+ * rank, launched by mpirun). Every call is collective over the group unless it says otherwise;
+ * every rank must make the same calls in the same order.
+ *
+ *   un_comm_group *grp;  un_comm_local_group_new(ctx, 4, &grp);     // 4 thread ranks
+ *   un_comm *c = un_comm_local_get(grp, rank);                      // in thread `rank`
+ *   un_comm_allreduce(ctx, c, UN_RED_F32, buf, n);                  // sum over ranks
+ *   un_comm_local_group_free(grp);
+ */
+#ifndef UN_COMM_H
+#define UN_COMM_H
+
+#include "pcg/un.h"
+
+typedef struct un_comm un_comm;
+typedef struct un_comm_group un_comm_group;
+
+typedef enum { UN_RED_F32, UN_RED_F64, UN_RED_COUNT } un_red_type;
+
+/* One point-to-point message of an exchange: to `peer` (send) or from `peer` (receive); tags
+ * match a send to its receive between one pair of ranks. */
+typedef struct un_comm_msg {
+    int peer;
+    int tag;
+    void *data;
+    size_t bytes;
+} un_comm_msg;
+
+/* ---- lifecycle ---- */
+
+/* A group of n thread ranks in this process. Owned: free with un_comm_local_group_free after
+ * every rank's thread is done with its handle. */
+un_status un_comm_local_group_new(un_ctx *ctx, int n, un_comm_group **out);
+void un_comm_local_group_free(un_comm_group *g);
+/* Rank r's handle (borrowed, valid until the group is freed); use it from one thread only. */
+un_comm *un_comm_local_get(un_comm_group *g, int r);
+
+/* The MPI world of this process (initialises MPI if needed). UN_ERR_UNAVAILABLE when MPI cannot be
+ * initialised. Owned: free with un_comm_free (finalises MPI if this call initialised it). */
+un_status un_comm_mpi_new(un_ctx *ctx, un_comm **out);
+/* Frees an MPI communicator; NULL is a no-op. Local handles are freed with their group. */
+void un_comm_free(un_comm *c);
+/* Whether this process was started by mpirun (looks at the launcher's environment only). */
+bool un_comm_mpi_launched(void);
+
+/* ---- queries ---- */
+
+const char *un_comm_name(const un_comm *c); /* "local" or "mpi"; static */
+int un_comm_rank(const un_comm *c);
+int un_comm_size(const un_comm *c);
+
+/* ---- collectives ---- */
+
+un_status un_comm_barrier(un_ctx *ctx, un_comm *c);
+/* In-place sum over ranks of n elements; every rank ends with bitwise identical results. */
+un_status un_comm_allreduce(un_ctx *ctx, un_comm *c, un_red_type t, void *buf, int64_t n);
+/* Broadcast of bytes from rank root to all. */
+un_status un_comm_bcast(un_ctx *ctx, un_comm *c, int root, void *buf, size_t bytes);
+/* A round of point-to-point messages: this rank's sends and receives (either list may be empty;
+ * every rank calls it). Returns when this rank's receives are complete and its send buffers may
+ * be reused. A rank may send to itself only through a matching receive from itself. */
+un_status un_comm_exchange(un_ctx *ctx, un_comm *c, const un_comm_msg *sends, int n_sends,
+                           const un_comm_msg *recvs, int n_recvs);
+/* Called by a rank that failed in the middle of a collective program: the other ranks' pending and
+ * later calls fail (local: they return UN_ERR_DEVICE; mpi: the job is aborted). Not collective. */
+void un_comm_abort(un_comm *c);
+/* Any rank's failure makes every rank fail: all ranks pass their local status and get UN_OK only
+ * if every rank passed UN_OK (otherwise UN_ERR_DEVICE, or the local error). Keeps the ranks in
+ * step after an error on one of them. */
+un_status un_comm_agree(un_ctx *ctx, un_comm *c, un_status local);
+
+#endif

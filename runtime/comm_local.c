@@ -1,0 +1,183 @@
+/* comm_local.c - the `local` communicator: n threads of one process are the ranks. Collectives
+ * are shared-memory copies between barriers; sums run in rank order, so every rank gets the same
+ * bits. A rank that fails calls un_comm_abort, and every later barrier fails instead of hanging. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/comm_impl.h"
+
+typedef struct post {
+    const un_comm_msg *msgs; /* exchange: this rank's sends */
+    int n;
+    void *buf; /* allreduce / bcast: this rank's buffer */
+} post;
+
+struct un_comm_group {
+    int n;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int waiting;
+    uint64_t generation;
+    bool aborted;
+    post *posts;
+    un_comm *comms;
+};
+
+static const char *local_name(const un_comm *c) {
+    (void)c;
+    return "local";
+}
+
+static un_status local_barrier(un_ctx *ctx, un_comm *c) {
+    un_comm_group *g = c->context;
+    pthread_mutex_lock(&g->mu);
+    if (!g->aborted) {
+        uint64_t gen = g->generation;
+        if (++g->waiting == g->n) {
+            g->waiting = 0;
+            g->generation++;
+            pthread_cond_broadcast(&g->cv);
+        } else {
+            while (gen == g->generation && !g->aborted)
+                pthread_cond_wait(&g->cv, &g->mu);
+        }
+    }
+    bool aborted = g->aborted;
+    pthread_mutex_unlock(&g->mu);
+    if (aborted)
+        return un_ctx_error(ctx, UN_ERR_DEVICE, "local rank %d: another rank failed", c->rank);
+    return UN_OK;
+}
+
+static void local_abort(un_comm *c) {
+    un_comm_group *g = c->context;
+    pthread_mutex_lock(&g->mu);
+    g->aborted = true;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+static un_status local_allreduce(un_ctx *ctx, un_comm *c, un_red_type t, void *buf, int64_t n) {
+    un_comm_group *g = c->context;
+    size_t es = t == UN_RED_F32 ? sizeof(float) : sizeof(double);
+    int64_t b = n * c->rank / c->size, e = n * (c->rank + 1) / c->size;
+    void *tmp = malloc((size_t)(e > b ? e - b : 1) * es);
+    if (!tmp) {
+        local_abort(c);
+        return un_ctx_error(ctx, UN_ERR_NOMEM, "allreduce: out of memory");
+    }
+    g->posts[c->rank].buf = buf;
+    un_status st = local_barrier(ctx, c);
+    if (st == UN_OK) {
+        /* This rank sums its chunk over every rank, in rank order. */
+        if (t == UN_RED_F32) {
+            float *o = tmp;
+            for (int64_t i = b; i < e; i++)
+                o[i - b] = 0.0f;
+            for (int r = 0; r < g->n; r++) {
+                const float *x = g->posts[r].buf;
+                for (int64_t i = b; i < e; i++)
+                    o[i - b] += x[i];
+            }
+        } else {
+            double *o = tmp;
+            for (int64_t i = b; i < e; i++)
+                o[i - b] = 0.0;
+            for (int r = 0; r < g->n; r++) {
+                const double *x = g->posts[r].buf;
+                for (int64_t i = b; i < e; i++)
+                    o[i - b] += x[i];
+            }
+        }
+        st = local_barrier(ctx, c); /* everyone has read every input */
+    }
+    if (st == UN_OK) {
+        for (int r = 0; r < g->n; r++)
+            memcpy((char *)g->posts[r].buf + (size_t)b * es, tmp, (size_t)(e - b) * es);
+        st = local_barrier(ctx, c);
+    }
+    free(tmp);
+    return st;
+}
+
+static un_status local_bcast(un_ctx *ctx, un_comm *c, int root, void *buf, size_t bytes) {
+    un_comm_group *g = c->context;
+    g->posts[c->rank].buf = buf;
+    un_status st = local_barrier(ctx, c);
+    if (st != UN_OK)
+        return st;
+    if (c->rank != root)
+        memcpy(buf, g->posts[root].buf, bytes);
+    return local_barrier(ctx, c);
+}
+
+static un_status local_exchange(un_ctx *ctx, un_comm *c, const un_comm_msg *sends, int n_sends,
+                                const un_comm_msg *recvs, int n_recvs) {
+    un_comm_group *g = c->context;
+    g->posts[c->rank].msgs = sends;
+    g->posts[c->rank].n = n_sends;
+    un_status st = local_barrier(ctx, c);
+    if (st != UN_OK)
+        return st;
+    for (int i = 0; i < n_recvs && st == UN_OK; i++) {
+        const post *p = &g->posts[recvs[i].peer];
+        int j = 0;
+        while (j < p->n && !(p->msgs[j].peer == c->rank && p->msgs[j].tag == recvs[i].tag))
+            j++;
+        if (j == p->n || p->msgs[j].bytes != recvs[i].bytes) {
+            st = un_ctx_error(ctx, UN_ERR_DEVICE,
+                              "local rank %d: no matching message from rank %d (tag %d)", c->rank,
+                              recvs[i].peer, recvs[i].tag);
+            local_abort(c);
+            return st;
+        }
+        memcpy(recvs[i].data, p->msgs[j].data, recvs[i].bytes);
+    }
+    return local_barrier(ctx, c); /* senders may reuse their buffers after this */
+}
+
+static const struct un_comm_i local_iface = {
+    .name = local_name,
+    .free = NULL,
+    .barrier = local_barrier,
+    .allreduce = local_allreduce,
+    .bcast = local_bcast,
+    .exchange = local_exchange,
+    .abort = local_abort,
+};
+
+un_status un_comm_local_group_new(un_ctx *ctx, int n, un_comm_group **out) {
+    *out = NULL;
+    if (n < 1 || n > 4096)
+        return un_ctx_error(ctx, UN_ERR_INVALID, "local communicator: %d ranks (1..4096)", n);
+    un_comm_group *g = un_xcalloc(1, sizeof *g);
+    g->n = n;
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+    g->posts = un_xcalloc((size_t)n, sizeof *g->posts);
+    g->comms = un_xcalloc((size_t)n, sizeof *g->comms);
+    for (int r = 0; r < n; r++)
+        g->comms[r] = (un_comm){.api_version = UN_COMM_API_VERSION,
+                                .iface = &local_iface,
+                                .rank = r,
+                                .size = n,
+                                .context = g};
+    *out = g;
+    return UN_OK;
+}
+
+void un_comm_local_group_free(un_comm_group *g) {
+    if (!g)
+        return;
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->cv);
+    free(g->posts);
+    free(g->comms);
+    free(g);
+}
+
+un_comm *un_comm_local_get(un_comm_group *g, int r) {
+    UN_ASSERT(r >= 0 && r < g->n);
+    return &g->comms[r];
+}

@@ -1,0 +1,882 @@
+/* exec.c - the SPMD executor: placement of pieces on ranks, piece transfers, regular ops through
+ * the backend, parallel ops as block copies and sums, reverse-mode backward, and the weight
+ * gradient all-reduce. Every rank computes the same plan (placement and transfer lists) from the
+ * graph alone, so ranks agree on every collective call without talking. */
+#include "runtime/exec.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the plan's data ---- */
+
+typedef struct xt { /* one node output on this rank */
+    un_shape shape;
+    int64_t np, pn; /* pieces, elements per piece */
+    size_t es;      /* bytes per element */
+    bool is_float, needs_grad, mirrored;
+    int32_t *owner; /* per piece: its rank, or -1 (mirrored: every rank) */
+    void **val;     /* per piece: its buffer when held here */
+    void **grad;    /* per piece: its gradient when held here and needs_grad */
+    bool *borrowed; /* val[p] points into another buffer (not freed here) */
+    bool *gborrowed;
+    void *full, *full_grad; /* sources: the logical value and gradient */
+} xt;
+
+typedef struct xfer { /* an input piece sent from its owner to the rank that runs a consumer */
+    int32_t t;        /* input slot of the consumer */
+    int64_t piece;
+    int32_t from, to;
+    void *buf, *gbuf; /* on `to`: the received piece and its gradient */
+    void *gret;       /* on `from`: the returned gradient before it is added */
+} xfer;
+
+typedef struct rtask { /* one device tuple of a regular op, run on this rank */
+    un_kt in[UN_MAX_INPUTS], out[UN_MAX_OUTPUTS], din[UN_MAX_INPUTS], dout[UN_MAX_OUTPUTS];
+    int64_t off[UN_MAX_DIMS], full[UN_MAX_DIMS]; /* input 0's place (dropout masks) */
+} rtask;
+
+typedef struct pmove { /* a parallel op: one source block into one output piece */
+    int64_t out_piece;
+    void *src, *src_grad;
+    un_region r;
+    bool add, alias;
+} pmove;
+
+typedef struct xnode {
+    int n_out;
+    xt *outs;
+    int n_xfer;
+    xfer *xfers;
+    int n_task;
+    rtask *tasks;
+    int n_move;
+    pmove *moves;
+    bool needs_grad;
+} xnode;
+
+struct un_exec {
+    const un_graph *g;
+    const un_spec *spec;
+    un_comm *comm;
+    un_backend *be;
+    int rank, size;
+    size_t fes; /* float element bytes */
+    int32_t n;
+    xnode *nodes;
+    int64_t n_params;
+    void *params, *param_grads;
+    int64_t *param_off; /* per node, -1 for non-weights */
+    int n_outputs;
+    un_exec_piece **opieces;
+    int *n_opieces;
+    uint64_t seed;
+    int64_t bytes_sent;
+};
+
+/* ---- piece geometry ---- */
+
+static int64_t piece_index(const un_shape *s, const int32_t *block, int32_t sum, int32_t copy) {
+    int64_t idx = 0;
+    for (int i = 0; i < s->rank; i++)
+        idx = idx * s->shard[i] + block[i];
+    idx = idx * s->sum + sum;
+    return idx * s->copy + copy;
+}
+
+static void piece_coords(const un_shape *s, int64_t idx, int32_t *block, int32_t *sum,
+                         int32_t *copy) {
+    *copy = (int32_t)(idx % s->copy);
+    idx /= s->copy;
+    *sum = (int32_t)(idx % s->sum);
+    idx /= s->sum;
+    for (int i = s->rank - 1; i >= 0; i--) {
+        block[i] = (int32_t)(idx % s->shard[i]);
+        idx /= s->shard[i];
+    }
+}
+
+static void local_dims(const un_shape *s, int64_t *dim) {
+    for (int i = 0; i < s->rank; i++)
+        dim[i] = s->dim[i] / s->shard[i];
+}
+
+/* Same as pcg/eval.c: the piece of tensor t that device tuple u works on. */
+static void locate(const un_rule_use *uses, int n_uses, const int32_t *u, bool is_out, int t,
+                   int32_t *block, int32_t *sum, int32_t *copy) {
+    memset(block, 0, sizeof(int32_t) * UN_MAX_DIMS);
+    *sum = 0;
+    *copy = 0;
+    for (int j = 0; j < n_uses; j++) {
+        int c = is_out ? uses[j].out_comp[t] : uses[j].in_comp[t];
+        int32_t k = uses[j].degree;
+        if (c == UN_COMP_SUM_AT)
+            *sum = *sum * k + u[j];
+        else if (c == UN_COMP_COPY_AT)
+            *copy = *copy * k + u[j];
+        else
+            block[c] = block[c] * k + u[j];
+    }
+}
+
+static un_kt make_kt(const xt *t, void *data) {
+    un_kt k;
+    memset(&k, 0, sizeof k);
+    k.dtype = t->shape.dtype;
+    k.rank = t->shape.rank;
+    local_dims(&t->shape, k.dim);
+    k.data = data;
+    return k;
+}
+
+/* ---- allocation ---- */
+
+static un_status xalloc(un_ctx *ctx, un_exec *ex, size_t bytes, void **out) {
+    return un_backend_alloc(ctx, ex->be, bytes ? bytes : 1, out);
+}
+
+static un_status tensor_init(un_ctx *ctx, un_exec *ex, xt *t, const un_shape *s) {
+    t->shape = *s;
+    t->np = un_shape_npieces(s);
+    t->pn = un_shape_piece_numel(s);
+    t->is_float = s->dtype == UN_DT_FLOAT;
+    t->es = t->is_float ? ex->fes : sizeof(int64_t);
+    if (t->np > UN_MAX_DEGREE * 64)
+        return un_ctx_error(ctx, UN_ERR_LIMIT, "a tensor of %lld pieces", (long long)t->np);
+    t->owner = un_xcalloc((size_t)t->np, sizeof *t->owner);
+    t->val = un_xcalloc((size_t)t->np, sizeof *t->val);
+    t->grad = un_xcalloc((size_t)t->np, sizeof *t->grad);
+    t->borrowed = un_xcalloc((size_t)t->np, sizeof *t->borrowed);
+    t->gborrowed = un_xcalloc((size_t)t->np, sizeof *t->gborrowed);
+    return UN_OK;
+}
+
+static void tensor_deinit(un_exec *ex, xt *t) {
+    for (int64_t p = 0; p < t->np; p++) {
+        if (!t->borrowed[p])
+            un_backend_release(ex->be, t->val[p]);
+        if (!t->gborrowed[p])
+            un_backend_release(ex->be, t->grad[p]);
+    }
+    free(t->owner);
+    free(t->val);
+    free(t->grad);
+    free(t->borrowed);
+    free(t->gborrowed);
+}
+
+/* Buffers of a piece this rank owns. */
+static un_status piece_alloc(un_ctx *ctx, un_exec *ex, xt *t, int64_t p) {
+    un_status st = UN_OK;
+    if (!t->val[p] && (st = xalloc(ctx, ex, (size_t)t->pn * t->es, &t->val[p])) != UN_OK)
+        return st;
+    if (t->needs_grad && !t->grad[p])
+        st = xalloc(ctx, ex, (size_t)t->pn * t->es, &t->grad[p]);
+    return st;
+}
+
+/* ---- planning ---- */
+
+/* The transfer of piece p of input slot t to rank `to`: finds or adds it (every rank adds the same
+ * list). Returns its index, or -1 when the piece is already there. */
+static int need_piece(xnode *xn, const xt *src, int t, int64_t p, int to, int *cap) {
+    int from = src->owner[p];
+    if (from == -1 || from == to)
+        return -1;
+    for (int i = 0; i < xn->n_xfer; i++)
+        if (xn->xfers[i].t == t && xn->xfers[i].piece == p && xn->xfers[i].to == to)
+            return i;
+    if (xn->n_xfer == *cap) {
+        *cap = *cap ? 2 * *cap : 8;
+        xn->xfers = un_xrealloc(xn->xfers, sizeof *xn->xfers * (size_t)*cap);
+    }
+    xn->xfers[xn->n_xfer] = (xfer){.t = t, .piece = p, .from = from, .to = to};
+    return xn->n_xfer++;
+}
+
+static xt *input_tensor(un_exec *ex, const un_node *nd, int t) {
+    return &ex->nodes[nd->in[t].node].outs[nd->in[t].out];
+}
+
+/* Buffers of the input piece (slot t, piece p) as this rank sees them: its own, or the received
+ * copy of transfer xi. */
+static void input_buffers(un_exec *ex, xnode *xn, const un_node *nd, int t, int64_t p, int xi,
+                          void **val, void **grad) {
+    xt *src = input_tensor(ex, nd, t);
+    if (xi < 0) {
+        *val = src->val[p];
+        *grad = src->needs_grad ? src->grad[p] : NULL;
+    } else {
+        *val = xn->xfers[xi].buf;
+        *grad = xn->xfers[xi].gbuf;
+    }
+}
+
+/* Allocates the receive side of transfers to this rank and the return side of those from it. */
+static un_status plan_xfer_buffers(un_ctx *ctx, un_exec *ex, xnode *xn, const un_node *nd) {
+    un_status st = UN_OK;
+    for (int i = 0; i < xn->n_xfer && st == UN_OK; i++) {
+        xfer *x = &xn->xfers[i];
+        xt *src = input_tensor(ex, nd, x->t);
+        size_t bytes = (size_t)src->pn * src->es;
+        if (x->to == ex->rank) {
+            st = xalloc(ctx, ex, bytes, &x->buf);
+            if (st == UN_OK && src->needs_grad)
+                st = xalloc(ctx, ex, bytes, &x->gbuf);
+        } else if (x->from == ex->rank && src->needs_grad) {
+            st = xalloc(ctx, ex, bytes, &x->gret);
+        }
+    }
+    return st;
+}
+
+static un_status plan_regular(un_ctx *ctx, un_exec *ex, int32_t id, const un_node *nd,
+                              xnode *xn) {
+    const un_infer *inf = &nd->inf;
+    int64_t ntup = 1;
+    for (int j = 0; j < inf->n_uses; j++)
+        ntup *= inf->uses[j].degree;
+    int32_t u[UN_MAX_USES];
+    int32_t blk[UN_MAX_DIMS], sum, copy;
+    int cap = 0;
+    /* Pass 1: owners of the output pieces, and the transfers (the same on every rank). */
+    int32_t *dev = un_xcalloc((size_t)ntup, sizeof *dev);
+    memset(u, 0, sizeof u);
+    for (int64_t q = 0; q < ntup; q++) {
+        locate(inf->uses, inf->n_uses, u, true, 0, blk, &sum, &copy);
+        int d = (int)(piece_index(&xn->outs[0].shape, blk, sum, copy) % ex->size);
+        dev[q] = d;
+        for (int o = 0; o < xn->n_out; o++) {
+            locate(inf->uses, inf->n_uses, u, true, o, blk, &sum, &copy);
+            xn->outs[o].owner[piece_index(&xn->outs[o].shape, blk, sum, copy)] = d;
+        }
+        for (int t = 0; t < nd->n_in; t++) {
+            xt *src = input_tensor(ex, nd, t);
+            locate(inf->uses, inf->n_uses, u, false, t, blk, &sum, &copy);
+            need_piece(xn, src, t, piece_index(&src->shape, blk, sum, copy), d, &cap);
+        }
+        for (int j = inf->n_uses - 1; j >= 0 && ++u[j] == inf->uses[j].degree; j--)
+            u[j] = 0;
+    }
+    un_status st = plan_xfer_buffers(ctx, ex, xn, nd);
+    /* Pass 2: this rank's tasks. */
+    memset(u, 0, sizeof u);
+    xn->tasks = un_xcalloc((size_t)ntup, sizeof *xn->tasks);
+    for (int64_t q = 0; q < ntup && st == UN_OK; q++) {
+        if (dev[q] == ex->rank) {
+            rtask *tk = &xn->tasks[xn->n_task++];
+            for (int o = 0; o < xn->n_out && st == UN_OK; o++) {
+                xt *ot = &xn->outs[o];
+                locate(inf->uses, inf->n_uses, u, true, o, blk, &sum, &copy);
+                int64_t p = piece_index(&ot->shape, blk, sum, copy);
+                if ((st = piece_alloc(ctx, ex, ot, p)) != UN_OK)
+                    break;
+                tk->out[o] = make_kt(ot, ot->val[p]);
+                tk->dout[o] = make_kt(ot, ot->needs_grad ? ot->grad[p] : NULL);
+            }
+            for (int t = 0; t < nd->n_in && st == UN_OK; t++) {
+                xt *src = input_tensor(ex, nd, t);
+                locate(inf->uses, inf->n_uses, u, false, t, blk, &sum, &copy);
+                int64_t p = piece_index(&src->shape, blk, sum, copy);
+                int xi = -1;
+                for (int i = 0; i < xn->n_xfer; i++)
+                    if (xn->xfers[i].t == t && xn->xfers[i].piece == p &&
+                        xn->xfers[i].to == ex->rank)
+                        xi = i;
+                void *v, *gr;
+                input_buffers(ex, xn, nd, t, p, xi, &v, &gr);
+                UN_ASSERT(v != NULL);
+                tk->in[t] = make_kt(src, v);
+                tk->din[t] = make_kt(src, gr);
+                if (t == 0) {
+                    int64_t ld[UN_MAX_DIMS];
+                    local_dims(&src->shape, ld);
+                    for (int i = 0; i < src->shape.rank; i++) {
+                        tk->off[i] = blk[i] * ld[i];
+                        tk->full[i] = src->shape.dim[i];
+                    }
+                }
+            }
+        }
+        for (int j = inf->n_uses - 1; j >= 0 && ++u[j] == inf->uses[j].degree; j--)
+            u[j] = 0;
+    }
+    free(dev);
+    (void)id;
+    return st;
+}
+
+/* Whether a block copy reads one contiguous run of the source (then it can be a view): every dim
+ * after the last partial one is whole, and every dim before it has length 1. */
+static bool region_contiguous(const un_region *r, int64_t *first) {
+    int m = r->rank - 1;
+    while (m >= 0 && r->len[m] == r->src_dim[m])
+        m--;
+    for (int d = 0; d < m; d++)
+        if (r->len[d] != 1)
+            return false;
+    int64_t off = 0;
+    for (int d = 0; d < r->rank; d++)
+        off = off * r->src_dim[d] + r->src_off[d];
+    *first = off;
+    return true;
+}
+
+static void add_move(xnode *xn, int *cap, pmove m) {
+    if (xn->n_move == *cap) {
+        *cap = *cap ? 2 * *cap : 8;
+        xn->moves = un_xrealloc(xn->moves, sizeof *xn->moves * (size_t)*cap);
+    }
+    xn->moves[xn->n_move++] = m;
+}
+
+/* Visits the (input piece, region) pairs that make output piece p of a parallel op. */
+typedef void (*src_fn)(un_exec *ex, xnode *xn, const un_node *nd, int64_t p, int64_t q,
+                       const un_region *r, bool add, void *arg);
+
+static void parallel_sources(un_exec *ex, xnode *xn, const un_node *nd, int64_t k, int64_t p,
+                             src_fn fn, void *arg) {
+    const xt *si = input_tensor(ex, nd, 0), *so = &xn->outs[0];
+    int32_t blk[UN_MAX_DIMS], sum, copy;
+    piece_coords(&so->shape, p, blk, &sum, &copy);
+    int rank = so->shape.rank;
+    un_region r;
+    memset(&r, 0, sizeof r);
+    r.rank = rank;
+    local_dims(&si->shape, r.src_dim);
+    local_dims(&so->shape, r.dst_dim);
+    switch (nd->op) {
+    case UN_OP_REPLICATE:
+        for (int i = 0; i < rank; i++)
+            r.len[i] = r.dst_dim[i];
+        fn(ex, xn, nd, p, piece_index(&si->shape, blk, sum, (int32_t)(copy / k)), &r, false, arg);
+        break;
+    case UN_OP_REDUCE:
+        for (int i = 0; i < rank; i++)
+            r.len[i] = r.dst_dim[i];
+        for (int64_t t = 0; t < k; t++)
+            fn(ex, xn, nd, p, piece_index(&si->shape, blk, (int32_t)(sum * k + t), copy), &r,
+               t > 0, arg);
+        break;
+    default: { /* partition, combine: the input blocks that overlap this output block */
+        int64_t lo[UN_MAX_DIMS], hi[UN_MAX_DIMS];
+        int32_t ib[UN_MAX_DIMS];
+        for (int i = 0; i < rank; i++) {
+            int64_t g0 = blk[i] * r.dst_dim[i], g1 = g0 + r.dst_dim[i];
+            lo[i] = g0 / r.src_dim[i];
+            hi[i] = (g1 - 1) / r.src_dim[i];
+            ib[i] = (int32_t)lo[i];
+        }
+        for (;;) {
+            for (int i = 0; i < rank; i++) {
+                int64_t g0 = blk[i] * r.dst_dim[i], s0 = ib[i] * r.src_dim[i];
+                int64_t a = g0 > s0 ? g0 : s0;
+                int64_t b0 = g0 + r.dst_dim[i], b1 = s0 + r.src_dim[i];
+                int64_t b = b0 < b1 ? b0 : b1;
+                r.len[i] = b - a;
+                r.src_off[i] = a - s0;
+                r.dst_off[i] = a - g0;
+            }
+            fn(ex, xn, nd, p, piece_index(&si->shape, ib, sum, copy), &r, false, arg);
+            int i = rank - 1;
+            while (i >= 0 && ++ib[i] > hi[i]) {
+                ib[i] = (int32_t)lo[i];
+                i--;
+            }
+            if (i < 0)
+                break;
+        }
+    }
+    }
+}
+
+typedef struct plan_arg {
+    int cap;
+    int32_t to;
+    int n_src;
+    un_status st;
+    un_ctx *ctx;
+} plan_arg;
+
+static void count_xfer(un_exec *ex, xnode *xn, const un_node *nd, int64_t p, int64_t q,
+                       const un_region *r, bool add, void *arg) {
+    (void)p, (void)r, (void)add;
+    plan_arg *a = arg;
+    need_piece(xn, input_tensor(ex, nd, 0), 0, q, a->to, &a->cap);
+    a->n_src++;
+}
+
+static void make_move(un_exec *ex, xnode *xn, const un_node *nd, int64_t p, int64_t q,
+                      const un_region *r, bool add, void *arg) {
+    plan_arg *a = arg;
+    int xi = -1;
+    for (int i = 0; i < xn->n_xfer; i++)
+        if (xn->xfers[i].t == 0 && xn->xfers[i].piece == q && xn->xfers[i].to == ex->rank)
+            xi = i;
+    pmove m = {.out_piece = p, .r = *r, .add = add};
+    input_buffers(ex, xn, nd, 0, q, xi, &m.src, &m.src_grad);
+    UN_ASSERT(m.src != NULL);
+    add_move(xn, &a->cap, m);
+}
+
+static un_status plan_parallel(un_ctx *ctx, un_exec *ex, const un_node *nd, xnode *xn) {
+    const un_op_spec *os = un_spec_op(ex->spec, nd->op);
+    int64_t k = nd->params[un_spec_param_index(os, "degree")].v[0];
+    xt *so = &xn->outs[0];
+    plan_arg a = {.ctx = ctx};
+    for (int64_t p = 0; p < so->np; p++) {
+        so->owner[p] = (int32_t)(p % ex->size);
+        a.to = so->owner[p];
+        parallel_sources(ex, xn, nd, k, p, count_xfer, &a);
+    }
+    un_status st = plan_xfer_buffers(ctx, ex, xn, nd);
+    plan_arg b = {.ctx = ctx};
+    for (int64_t p = 0; p < so->np && st == UN_OK; p++) {
+        if (so->owner[p] != ex->rank)
+            continue;
+        int first = xn->n_move;
+        parallel_sources(ex, xn, nd, k, p, make_move, &b);
+        pmove *m = &xn->moves[first];
+        int64_t off;
+        /* A single whole or contiguous source block is a view: no copy, no buffer. */
+        if (xn->n_move == first + 1 && region_contiguous(&m->r, &off)) {
+            m->alias = true;
+            so->val[p] = (char *)m->src + (size_t)off * so->es;
+            so->borrowed[p] = true;
+        }
+        st = piece_alloc(ctx, ex, so, p);
+    }
+    return st;
+}
+
+/* Sources: the logical value on every rank, and its pieces (views when the layout is trivial). */
+static un_status plan_source(un_ctx *ctx, un_exec *ex, int32_t id, const un_node *nd, xnode *xn) {
+    xt *t = &xn->outs[0];
+    t->mirrored = true;
+    int64_t numel = un_shape_numel(&t->shape);
+    un_status st = UN_OK;
+    if (nd->op == UN_OP_WEIGHT) {
+        t->full = (char *)ex->params + (size_t)ex->param_off[id] * ex->fes;
+        t->full_grad = (char *)ex->param_grads + (size_t)ex->param_off[id] * ex->fes;
+    } else if ((st = xalloc(ctx, ex, (size_t)numel * t->es, &t->full)) != UN_OK) {
+        return st;
+    }
+    for (int64_t p = 0; p < t->np; p++)
+        t->owner[p] = -1;
+    if (t->np == 1) {
+        t->val[0] = t->full;
+        t->borrowed[0] = true;
+        if (t->needs_grad) {
+            t->grad[0] = t->full_grad;
+            t->gborrowed[0] = true;
+        }
+        return UN_OK;
+    }
+    for (int64_t p = 0; p < t->np && st == UN_OK; p++)
+        st = piece_alloc(ctx, ex, t, p);
+    return st;
+}
+
+/* The region of the logical tensor that piece p covers. */
+static void source_region(const xt *t, int64_t p, un_region *r, int32_t *sum) {
+    int32_t blk[UN_MAX_DIMS], copy;
+    piece_coords(&t->shape, p, blk, sum, &copy);
+    memset(r, 0, sizeof *r);
+    r->rank = t->shape.rank;
+    local_dims(&t->shape, r->len);
+    for (int i = 0; i < r->rank; i++) {
+        r->src_dim[i] = t->shape.dim[i];
+        r->src_off[i] = blk[i] * r->len[i];
+        r->dst_dim[i] = r->len[i];
+    }
+}
+
+static void source_scatter(un_exec *ex, xt *t) {
+    if (t->np == 1)
+        return;
+    for (int64_t p = 0; p < t->np; p++) {
+        un_region r;
+        int32_t sum;
+        source_region(t, p, &r, &sum);
+        if (sum == 0) /* partial sums: piece 0 holds the value, the others zero */
+            un_backend_copy_region(ex->be, t->val[p], t->full, t->es, &r, false);
+        else
+            un_backend_zero(ex->be, t->val[p], (size_t)t->pn * t->es);
+    }
+}
+
+static void source_fold_grad(un_exec *ex, xt *t) {
+    if (t->np == 1 || !t->needs_grad)
+        return;
+    for (int64_t p = 0; p < t->np; p++) {
+        un_region r, b;
+        int32_t sum;
+        source_region(t, p, &r, &sum);
+        if (sum != 0)
+            continue; /* the zero summands are constants */
+        b = r;        /* the reverse copy: piece -> logical */
+        memcpy(b.src_dim, r.dst_dim, sizeof b.src_dim);
+        memcpy(b.dst_dim, r.src_dim, sizeof b.dst_dim);
+        memcpy(b.dst_off, r.src_off, sizeof b.dst_off);
+        memset(b.src_off, 0, sizeof b.src_off);
+        un_backend_copy_region(ex->be, t->full_grad, t->grad[p], t->es, &b, true);
+    }
+}
+
+un_status un_exec_new(un_ctx *ctx, const un_graph *g, un_comm *comm, un_backend *be,
+                      un_exec **out) {
+    *out = NULL;
+    if (!un_backend_host_visible(be))
+        return un_ctx_error(ctx, UN_ERR_UNAVAILABLE,
+                            "executor: backend %s keeps memory off the host; the executor's loss "
+                            "and optimizer need host-visible memory",
+                            un_backend_name(be));
+    un_exec *ex = un_xcalloc(1, sizeof *ex);
+    ex->g = g;
+    ex->spec = un_graph_spec(g);
+    ex->comm = comm;
+    ex->be = be;
+    ex->rank = un_comm_rank(comm);
+    ex->size = un_comm_size(comm);
+    ex->fes = un_backend_prec(be) == UN_PREC_F32 ? sizeof(float) : sizeof(double);
+    ex->n = un_graph_node_count(g);
+    ex->nodes = un_xcalloc((size_t)ex->n, sizeof *ex->nodes);
+    ex->param_off = un_xcalloc((size_t)ex->n, sizeof *ex->param_off);
+    un_status st = UN_OK;
+    /* Weights: one flat buffer, in node order. */
+    for (int32_t id = 0; id < ex->n; id++) {
+        const un_node *nd = un_graph_node(g, id);
+        ex->param_off[id] = -1;
+        if (nd->op == UN_OP_WEIGHT) {
+            if (nd->inf.out[0].dtype != UN_DT_FLOAT) {
+                st = un_ctx_error(ctx, UN_ERR_INVALID, "weight '%s' is not a float tensor",
+                                  nd->name ? nd->name : "?");
+                goto fail;
+            }
+            ex->param_off[id] = ex->n_params;
+            ex->n_params += un_shape_numel(&nd->inf.out[0]);
+        }
+    }
+    if ((st = xalloc(ctx, ex, (size_t)ex->n_params * ex->fes, &ex->params)) != UN_OK ||
+        (st = xalloc(ctx, ex, (size_t)ex->n_params * ex->fes, &ex->param_grads)) != UN_OK)
+        goto fail;
+    const int32_t *topo = un_graph_topo(g);
+    for (int32_t i = 0; i < ex->n && st == UN_OK; i++) {
+        int32_t id = topo[i];
+        const un_node *nd = un_graph_node(g, id);
+        xnode *xn = &ex->nodes[id];
+        xn->n_out = nd->inf.n_out;
+        xn->outs = un_xcalloc((size_t)xn->n_out, sizeof *xn->outs);
+        bool ng = nd->op == UN_OP_WEIGHT;
+        for (int t = 0; t < nd->n_in; t++)
+            ng |= input_tensor(ex, nd, t)->needs_grad;
+        xn->needs_grad = ng;
+        for (int o = 0; o < xn->n_out && st == UN_OK; o++) {
+            st = tensor_init(ctx, ex, &xn->outs[o], &nd->inf.out[o]);
+            xn->outs[o].needs_grad = ng && xn->outs[o].is_float;
+        }
+        if (st != UN_OK)
+            break;
+        switch (un_op_kind_of(nd->op)) {
+        case UN_OPK_SOURCE:
+            st = plan_source(ctx, ex, id, nd, xn);
+            break;
+        case UN_OPK_PARALLEL:
+            st = plan_parallel(ctx, ex, nd, xn);
+            break;
+        default:
+            if (!un_backend_supports_op(be, nd->op))
+                st = un_ctx_error(ctx, UN_ERR_UNAVAILABLE, "backend %s has no kernel for %s",
+                                  un_backend_name(be), un_op_name(nd->op));
+            else
+                st = plan_regular(ctx, ex, id, nd, xn);
+        }
+    }
+    if (st != UN_OK)
+        goto fail;
+    ex->n_outputs = un_graph_output_count(g);
+    ex->opieces = un_xcalloc((size_t)ex->n_outputs + 1, sizeof *ex->opieces);
+    ex->n_opieces = un_xcalloc((size_t)ex->n_outputs + 1, sizeof *ex->n_opieces);
+    for (int32_t i = 0; i < ex->n_outputs; i++) {
+        un_ref r = un_graph_output(g, i);
+        xt *t = &ex->nodes[r.node].outs[r.out];
+        ex->opieces[i] = un_xcalloc((size_t)t->np, sizeof **ex->opieces);
+        for (int64_t p = 0; p < t->np; p++) {
+            bool mine = t->owner[p] == ex->rank || (t->owner[p] == -1 && ex->rank == 0);
+            if (!mine)
+                continue;
+            un_exec_piece *ep = &ex->opieces[i][ex->n_opieces[i]++];
+            int32_t blk[UN_MAX_DIMS];
+            piece_coords(&t->shape, p, blk, &ep->sum, &ep->copy);
+            ep->index = p;
+            local_dims(&t->shape, ep->dim);
+            for (int d = 0; d < t->shape.rank; d++)
+                ep->off[d] = blk[d] * ep->dim[d];
+            ep->val = t->val[p];
+            ep->grad = t->needs_grad ? t->grad[p] : NULL;
+            if (t->is_float && !ep->grad) { /* the loss still writes a gradient */
+                if ((st = xalloc(ctx, ex, (size_t)t->pn * t->es, &t->grad[p])) != UN_OK)
+                    goto fail;
+                ep->grad = t->grad[p];
+            }
+        }
+    }
+    *out = ex;
+    return UN_OK;
+fail:
+    un_exec_free(ex);
+    return st;
+}
+
+void un_exec_free(un_exec *ex) {
+    if (!ex)
+        return;
+    for (int32_t id = 0; id < ex->n; id++) {
+        xnode *xn = &ex->nodes[id];
+        const un_node *nd = un_graph_node(ex->g, id);
+        for (int o = 0; o < xn->n_out && xn->outs; o++) {
+            if (nd->op == UN_OP_INPUT)
+                un_backend_release(ex->be, xn->outs[o].full);
+            tensor_deinit(ex, &xn->outs[o]);
+        }
+        for (int i = 0; i < xn->n_xfer; i++) {
+            un_backend_release(ex->be, xn->xfers[i].buf);
+            un_backend_release(ex->be, xn->xfers[i].gbuf);
+            un_backend_release(ex->be, xn->xfers[i].gret);
+        }
+        free(xn->outs);
+        free(xn->xfers);
+        free(xn->tasks);
+        free(xn->moves);
+    }
+    for (int32_t i = 0; i < ex->n_outputs; i++)
+        free(ex->opieces[i]);
+    free(ex->opieces);
+    free(ex->n_opieces);
+    free(ex->nodes);
+    free(ex->param_off);
+    un_backend_release(ex->be, ex->params);
+    un_backend_release(ex->be, ex->param_grads);
+    free(ex);
+}
+
+/* ---- queries ---- */
+
+void *un_exec_source(un_exec *ex, int32_t node) {
+    UN_ASSERT(node >= 0 && node < ex->n);
+    UN_ASSERT(un_op_kind_of(un_graph_node(ex->g, node)->op) == UN_OPK_SOURCE);
+    return ex->nodes[node].outs[0].full;
+}
+
+int64_t un_exec_param_count(const un_exec *ex) { return ex->n_params; }
+int64_t un_exec_param_offset(const un_exec *ex, int32_t node) {
+    return node >= 0 && node < ex->n ? ex->param_off[node] : -1;
+}
+void *un_exec_params(un_exec *ex) { return ex->params; }
+void *un_exec_param_grads(un_exec *ex) { return ex->param_grads; }
+int64_t un_exec_bytes_sent(const un_exec *ex) { return ex->bytes_sent; }
+
+const un_exec_piece *un_exec_output_pieces(const un_exec *ex, int32_t i, int *n) {
+    UN_ASSERT(i >= 0 && i < ex->n_outputs);
+    *n = ex->n_opieces[i];
+    return ex->opieces[i];
+}
+
+const un_shape *un_exec_output_shape(const un_exec *ex, int32_t i) {
+    UN_ASSERT(i >= 0 && i < ex->n_outputs);
+    return un_graph_shape(ex->g, un_graph_output(ex->g, i));
+}
+
+/* ---- running ---- */
+
+/* Sends the pieces this node's ranks need (forward) or returns their gradients (backward). */
+static un_status run_xfers(un_ctx *ctx, un_exec *ex, int32_t id, bool backward) {
+    xnode *xn = &ex->nodes[id];
+    const un_node *nd = un_graph_node(ex->g, id);
+    if (xn->n_xfer == 0)
+        return UN_OK;
+    un_comm_msg *s = un_xcalloc((size_t)xn->n_xfer, sizeof *s);
+    un_comm_msg *r = un_xcalloc((size_t)xn->n_xfer, sizeof *r);
+    int ns = 0, nr = 0;
+    for (int i = 0; i < xn->n_xfer; i++) {
+        xfer *x = &xn->xfers[i];
+        xt *src = input_tensor(ex, nd, x->t);
+        size_t bytes = (size_t)src->pn * src->es;
+        if (backward && !src->needs_grad)
+            continue;
+        int sender = backward ? x->to : x->from, receiver = backward ? x->from : x->to;
+        if (sender == ex->rank) {
+            s[ns++] = (un_comm_msg){.peer = receiver,
+                                    .tag = i,
+                                    .data = backward ? x->gbuf : src->val[x->piece],
+                                    .bytes = bytes};
+            ex->bytes_sent += (int64_t)bytes;
+        }
+        if (receiver == ex->rank)
+            r[nr++] = (un_comm_msg){
+                .peer = sender, .tag = i, .data = backward ? x->gret : x->buf, .bytes = bytes};
+    }
+    un_status st = un_comm_exchange(ctx, ex->comm, s, ns, r, nr);
+    if (st == UN_OK && backward) {
+        for (int i = 0; i < xn->n_xfer; i++) {
+            xfer *x = &xn->xfers[i];
+            xt *src = input_tensor(ex, nd, x->t);
+            if (x->from != ex->rank || !src->needs_grad)
+                continue;
+            un_region rg;
+            memset(&rg, 0, sizeof rg);
+            rg.rank = 1;
+            rg.len[0] = rg.src_dim[0] = rg.dst_dim[0] = src->pn;
+            un_backend_copy_region(ex->be, src->grad[x->piece], x->gret, src->es, &rg, true);
+        }
+    }
+    free(s);
+    free(r);
+    return st;
+}
+
+static void zero_grads(un_exec *ex) {
+    un_backend_zero(ex->be, ex->param_grads, (size_t)ex->n_params * ex->fes);
+    for (int32_t id = 0; id < ex->n; id++) {
+        xnode *xn = &ex->nodes[id];
+        for (int o = 0; o < xn->n_out; o++) {
+            xt *t = &xn->outs[o];
+            for (int64_t p = 0; p < t->np; p++)
+                if (t->grad[p] && !t->gborrowed[p])
+                    un_backend_zero(ex->be, t->grad[p], (size_t)t->pn * t->es);
+        }
+        for (int i = 0; i < xn->n_xfer; i++)
+            if (xn->xfers[i].gbuf) {
+                xt *src = input_tensor(ex, un_graph_node(ex->g, id), xn->xfers[i].t);
+                un_backend_zero(ex->be, xn->xfers[i].gbuf, (size_t)src->pn * src->es);
+            }
+    }
+}
+
+static un_status forward_node(un_ctx *ctx, un_exec *ex, int32_t id) {
+    const un_node *nd = un_graph_node(ex->g, id);
+    xnode *xn = &ex->nodes[id];
+    un_status st = UN_OK;
+    switch (un_op_kind_of(nd->op)) {
+    case UN_OPK_SOURCE:
+        source_scatter(ex, &xn->outs[0]);
+        return UN_OK;
+    case UN_OPK_PARALLEL: {
+        if ((st = run_xfers(ctx, ex, id, false)) != UN_OK)
+            return st;
+        xt *so = &xn->outs[0];
+        for (int i = 0; i < xn->n_move; i++) {
+            const pmove *m = &xn->moves[i];
+            if (!m->alias)
+                un_backend_copy_region(ex->be, so->val[m->out_piece], m->src, so->es, &m->r,
+                                       m->add);
+        }
+        return UN_OK;
+    }
+    default:
+        if ((st = run_xfers(ctx, ex, id, false)) != UN_OK)
+            return st;
+        for (int i = 0; i < xn->n_task && st == UN_OK; i++) {
+            rtask *tk = &xn->tasks[i];
+            st = un_backend_op_forward(ctx, ex->be, nd->op, nd->inf.local, tk->in, nd->n_in,
+                                       tk->out, xn->n_out, ex->seed, tk->off, tk->full);
+        }
+        return st;
+    }
+}
+
+un_status un_exec_forward(un_ctx *ctx, un_exec *ex, uint64_t dropout_seed) {
+    ex->seed = dropout_seed;
+    ex->bytes_sent = 0;
+    zero_grads(ex);
+    const int32_t *topo = un_graph_topo(ex->g);
+    un_status st = UN_OK;
+    for (int32_t i = 0; i < ex->n && st == UN_OK; i++)
+        st = forward_node(ctx, ex, topo[i]);
+    if (st != UN_OK)
+        un_comm_abort(ex->comm);
+    return st;
+}
+
+static un_status backward_node(un_ctx *ctx, un_exec *ex, int32_t id) {
+    const un_node *nd = un_graph_node(ex->g, id);
+    xnode *xn = &ex->nodes[id];
+    un_status st = UN_OK;
+    if (!xn->needs_grad)
+        return UN_OK;
+    switch (un_op_kind_of(nd->op)) {
+    case UN_OPK_SOURCE:
+        source_fold_grad(ex, &xn->outs[0]);
+        return UN_OK;
+    case UN_OPK_PARALLEL: {
+        xt *so = &xn->outs[0];
+        for (int i = 0; i < xn->n_move; i++) {
+            const pmove *m = &xn->moves[i];
+            if (!m->src_grad)
+                continue;
+            un_region b = m->r; /* the transposed block: output piece -> source piece */
+            memcpy(b.src_dim, m->r.dst_dim, sizeof b.src_dim);
+            memcpy(b.src_off, m->r.dst_off, sizeof b.src_off);
+            memcpy(b.dst_dim, m->r.src_dim, sizeof b.dst_dim);
+            memcpy(b.dst_off, m->r.src_off, sizeof b.dst_off);
+            un_backend_copy_region(ex->be, m->src_grad, so->grad[m->out_piece], so->es, &b,
+                                   true);
+        }
+        return run_xfers(ctx, ex, id, true);
+    }
+    default:
+        for (int i = 0; i < xn->n_task && st == UN_OK; i++) {
+            rtask *tk = &xn->tasks[i];
+            bool any = false;
+            for (int t = 0; t < nd->n_in; t++)
+                any |= tk->din[t].data != NULL;
+            if (any)
+                st = un_backend_op_backward(ctx, ex->be, nd->op, nd->inf.local, tk->in, nd->n_in,
+                                            tk->out, xn->n_out, tk->dout, tk->din, ex->seed,
+                                            tk->off, tk->full);
+        }
+        if (st != UN_OK)
+            return st;
+        return run_xfers(ctx, ex, id, true);
+    }
+}
+
+un_status un_exec_backward(un_ctx *ctx, un_exec *ex) {
+    const int32_t *topo = un_graph_topo(ex->g);
+    un_status st = UN_OK;
+    for (int32_t i = ex->n - 1; i >= 0 && st == UN_OK; i--)
+        st = backward_node(ctx, ex, topo[i]);
+    if (st != UN_OK) {
+        un_comm_abort(ex->comm);
+        return st;
+    }
+    if (ex->size > 1)
+        ex->bytes_sent += ex->n_params * (int64_t)ex->fes;
+    return un_comm_allreduce(ctx, ex->comm, ex->fes == sizeof(float) ? UN_RED_F32 : UN_RED_F64,
+                             ex->param_grads, ex->n_params);
+}
+
+un_status un_exec_output_gather(un_ctx *ctx, un_exec *ex, int32_t i, void *dense) {
+    UN_ASSERT(i >= 0 && i < ex->n_outputs);
+    un_ref ref = un_graph_output(ex->g, i);
+    xt *t = &ex->nodes[ref.node].outs[ref.out];
+    if (!t->is_float)
+        return un_ctx_error(ctx, UN_ERR_INVALID, "gather: output %d is not a float tensor", i);
+    int64_t numel = un_shape_numel(&t->shape);
+    un_backend_zero(ex->be, dense, (size_t)numel * t->es);
+    for (int k = 0; k < ex->n_opieces[i]; k++) {
+        const un_exec_piece *ep = &ex->opieces[i][k];
+        if (ep->copy != 0)
+            continue;
+        un_region r;
+        memset(&r, 0, sizeof r);
+        r.rank = t->shape.rank;
+        for (int d = 0; d < r.rank; d++) {
+            r.src_dim[d] = r.len[d] = ep->dim[d];
+            r.dst_dim[d] = t->shape.dim[d];
+            r.dst_off[d] = ep->off[d];
+        }
+        un_backend_copy_region(ex->be, dense, ep->val, t->es, &r, true);
+    }
+    return un_comm_allreduce(ctx, ex->comm, ex->fes == sizeof(float) ? UN_RED_F32 : UN_RED_F64,
+                             dense, numel);
+}
