@@ -74,16 +74,18 @@ typedef struct un_model {
     un_graph *graph; /* owned; weights are UN_OP_WEIGHT nodes; its one output is the prediction */
     int n_inputs;
     un_model_input inputs[UN_ZOO_MAX_INPUTS]; /* data inputs, batch is dim 0 of each */
-    un_loss_kind
-        loss; /* CE: output logits [N, C], label int [N] in [0, C); MSE: label like output */
+    /* CE: output logits [N, C], label int [N] in [0, C); MSE: label shaped like the output */
+    un_loss_kind loss;
     int64_t n_classes;  /* CE: C; MSE: 0 */
     int32_t label_rank; /* the label tensor's rank and dims */
     int64_t label_dim[6];
     char name[32]; /* the zoo name */
     int64_t batch; /* the batch it was built for (sequences for charlm) */
     bool tiny;     /* tiny configuration */
-    bool batch_bn; /* holds batch_norm: batch statistics forbid sharding the batch */
-    bool batch_rs; /* holds a reshape that merges the batch with another dim (see zoo.c) */
+    /* Data parallelism (dim 0 of every data input sharded, weights copied) end to end: */
+    bool batch_bn; /* holds batch_norm, whose batch statistics forbid a sharded batch */
+    bool batch_rs; /* holds a reshape whose dim 0 differs from its input's (charlm merges the
+                      batch with the sequence), which ops.json's reshape rule refuses sharded */
 } un_model;
 
 /* Builds model `name` (one of un_zoo_names) over spec, tiny or paper-sized, for `batch` samples

@@ -338,16 +338,23 @@ static void test_data_parallel(void) {
             }
             un_graph *d = NULL;
             un_status st = data_parallel(ctx, &m, 2, &d);
-            bool expect_ok = !m.batch_bn && !m.batch_rs;
             if (t == 1)
-                printf("    %-13s data parallel x2: %s%s%s\n", names[i],
-                       st == UN_OK ? "ok" : "refused: ", st == UN_OK ? "" : un_ctx_errmsg(ctx), "");
-            EXPECT_EQ(st == UN_OK, expect_ok);
-            /* the expected ones: mlp transformer dlrm xdl candle_uno */
-            bool named_ok = strcmp(names[i], "resnext50") != 0 &&
-                            strcmp(names[i], "inception_v3") != 0 &&
-                            strcmp(names[i], "charlm") != 0;
-            EXPECT_EQ(expect_ok, named_ok);
+                printf("    %-13s data parallel x2: %s%s\n", names[i],
+                       st == UN_OK ? "ok" : "refused: ", st == UN_OK ? "" : un_ctx_errmsg(ctx));
+            /* batch_norm's statistics forbid a sharded batch; charlm's reshapes merge the batch
+             * with the sequence, which the reshape rule of specs/ops.json (in0[0] == shape[0])
+             * refuses, though a relaxed rule (shape[0] % k == 0) would be sound; the rest must
+             * accept it end to end. */
+            bool named_bn =
+                strcmp(names[i], "resnext50") == 0 || strcmp(names[i], "inception_v3") == 0;
+            EXPECT_EQ(m.batch_bn, named_bn);
+            EXPECT_EQ(m.batch_rs, strcmp(names[i], "charlm") == 0);
+            if (m.batch_bn)
+                EXPECT_TRUE(st != UN_OK && strstr(un_ctx_errmsg(ctx), "(batch_norm)"));
+            else if (m.batch_rs)
+                EXPECT_TRUE(st == UN_OK || strstr(un_ctx_errmsg(ctx), "(reshape)"));
+            else
+                EXPECT_OK(ctx, st);
             if (st == UN_OK && d && t == 1) {
                 double err = -1;
                 EXPECT_OK(ctx, un_eval_compare(ctx, m.graph, d, UN_DOM_F64, 11, 1e-9, &err));
