@@ -42,7 +42,8 @@ struct un_graph {
     int32_t n_nodes, cap_nodes;
     name_table names;
     bool outs_explicit;
-    un_ref *outs; /* explicit outputs */
+    bool hash_no_dims; /* the canonical hash ignores the sources' dims (rules) */
+    un_ref *outs;      /* explicit outputs */
     int32_t n_outs;
     graph_cache *cache;
 };
@@ -143,6 +144,7 @@ un_graph *un_graph_clone(const un_graph *g) {
         memcpy(c->names.slot, g->names.slot, g->names.cap * sizeof *c->names.slot);
     }
     c->outs_explicit = g->outs_explicit;
+    c->hash_no_dims = g->hash_no_dims;
     c->n_outs = g->n_outs;
     if (g->n_outs) {
         c->outs = un_xmalloc((size_t)g->n_outs * sizeof *c->outs);
@@ -235,10 +237,11 @@ un_ref un_graph_output(const un_graph *g, int32_t i) {
  * of the op's parameters is exact. */
 static uint64_t hash_params(const un_graph *g, const un_node *nd, uint64_t h) {
     const un_op_spec *os = un_spec_op(g->spec, nd->op);
+    int skip = g->hash_no_dims && os->kind == UN_OPK_SOURCE ? un_spec_param_index(os, "shape") : -1;
     for (int i = 0; i < os->n_params; i++) {
         const un_param *p = &nd->params[i];
         h = un_hash_combine(h, (uint64_t)(int64_t)p->len);
-        int n = p->len < 0 ? 1 : p->len;
+        int n = i == skip ? 0 : p->len < 0 ? 1 : p->len;
         for (int k = 0; k < n; k++)
             h = un_hash_combine(h, (uint64_t)p->v[k]);
     }
@@ -582,6 +585,13 @@ static void canon_compute(const un_graph *g) {
     free(s.nxt);
     free(s.col);
     edges_free(&s.e);
+}
+
+void un_graph_hash_ignore_dims(un_graph *g, bool on) {
+    if (g->hash_no_dims != on) {
+        g->hash_no_dims = on;
+        graph_touch(g);
+    }
 }
 
 uint64_t un_graph_hash(const un_graph *g) {

@@ -58,6 +58,9 @@ int32_t un_graph_find(const un_graph *g, const char *name);
 
 /* Canonical hash: equal for graphs equal up to node insertion order and renaming of inputs. */
 uint64_t un_graph_hash(const un_graph *g);
+/* Makes the canonical hash ignore the source nodes' dims (their ranks, dtypes and layouts still
+ * count): rules use it, so that one rule found at two input shapes is one rule. */
+void un_graph_hash_ignore_dims(un_graph *g, bool on);
 /* Canonical order of nodes (inputs numbered by first use), written to order[n]. */
 void un_graph_canonical_order(const un_graph *g, int32_t *order);
 

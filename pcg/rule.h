@@ -1,0 +1,131 @@
+/* rule.h - a graph substitution (DESIGN.md section 5): a source and a target pattern graph over the
+ * same external inputs, the mapping of source outputs to target outputs, and parameter variables
+ * shared by both sides (a degree k, a dim d). The witness graphs hold concrete values (those the
+ * generator found the rule at); a variable records which parameters carry it, so the verifier can
+ * prove the rule for every value and the search can instantiate it at another one.
+ * This module is shared by rulesdb, gen, verify and search; it does no I/O besides JSON text.
+ *
+ *   un_rule *r;
+ *   st = un_rule_make(ctx, src, dst, (un_ref[]){{c, 0}}, (un_ref[]){{r2, 0}}, 1, &r);
+ *   st = un_rule_var_add(ctx, r, "k", (un_rule_bind[]){{0, p1, 1, -1}, {1, p2, 1, -1}}, 2);
+ *   uint64_t h = un_rule_hash(r);               // canonical: invariant under renaming
+ *   st = un_rule_check_random(ctx, r, UN_DOM_FIELD, seed, &err);   // UN_ERR_MISMATCH if wrong
+ *   st = un_rule_to_json(ctx, r, &buf);
+ *   un_rule_free(r);
+ */
+#ifndef UN_RULE_H
+#define UN_RULE_H
+
+#include "pcg/eval.h"
+#include "pcg/graph.h"
+
+#define UN_RULE_MAX_OUTS  4  /* mapped outputs */
+#define UN_RULE_MAX_VARS  6  /* parameter variables */
+#define UN_RULE_MAX_BINDS 16 /* occurrences of one variable */
+
+/* Verdict of a rule in the database. Only VERIFIED rules are ever applied. REJECTED: an imported
+ * rule that is malformed under our specs (never verified, kept with its reason). */
+typedef enum {
+    UN_RULE_CANDIDATE,
+    UN_RULE_VERIFIED,
+    UN_RULE_REFUTED,
+    UN_RULE_UNKNOWN,
+    UN_RULE_REJECTED,
+    UN_RULE_STATUS_COUNT
+} un_rule_status;
+
+const char *un_rule_status_name(un_rule_status s); /* static: "candidate", "verified", ... */
+bool un_rule_status_from_name(const char *name, un_rule_status *out);
+
+enum { UN_RULE_SRC = 0, UN_RULE_DST = 1 };
+
+/* One parameter occurrence carrying a variable: side (UN_RULE_SRC/DST), node id in that side's
+ * graph, parameter index in the node's op spec, and the list item (-1 for a scalar parameter;
+ * e.g. item i of an input's "shard" list). */
+typedef struct un_rule_bind {
+    int8_t side;
+    int32_t node;
+    int8_t param;
+    int8_t item;
+} un_rule_bind;
+
+typedef struct un_rule_var {
+    char name[16]; /* "k", "d", ... unique within the rule */
+    int64_t value; /* the value in the witness graphs */
+    int n_binds;
+    un_rule_bind binds[UN_RULE_MAX_BINDS];
+} un_rule_var;
+
+/* The body is public (read-only for users; build with the functions below). */
+typedef struct un_rule {
+    char name[64]; /* label (e.g. the FlexFlow rule name), may be empty */
+    un_graph *src; /* owned; its source nodes are the rule's inputs */
+    un_graph *dst; /* owned; uses the same inputs, by name, with equal shapes and layouts */
+    int n_out;
+    un_ref src_out[UN_RULE_MAX_OUTS]; /* mapped outputs: src_out[i] is replaced by dst_out[i] */
+    un_ref dst_out[UN_RULE_MAX_OUTS];
+    int n_vars;
+    un_rule_var vars[UN_RULE_MAX_VARS];
+    bool any_shape; /* proven for every input shape on which src is well formed (set by verify) */
+} un_rule;
+
+/* Makes a rule from two graphs (cloned; the caller keeps its own). Checks: both sides have the
+ * same source nodes by name (same op, shape, dtype and layout), every source node is used, the
+ * outputs exist and each mapped pair has equal logical shape, dtype and layout; 1..MAX_OUTS pairs.
+ * An input on one side only, a dangling node (a non-source node on either side whose value
+ * reaches no mapped output), or mismatched outputs are UN_ERR_INVALID with the reason.
+ * Owned: free with un_rule_free. */
+un_status un_rule_make(un_ctx *ctx, const un_graph *src, const un_graph *dst, const un_ref *src_out,
+                       const un_ref *dst_out, int n_out, un_rule **out);
+void un_rule_free(un_rule *r);
+un_rule *un_rule_clone(const un_rule *r);
+
+/* Adds a variable bound at the given parameter occurrences; all must currently hold the same
+ * value, which becomes var.value. UN_ERR_INVALID otherwise. */
+un_status un_rule_var_add(un_ctx *ctx, un_rule *r, const char *name, const un_rule_bind *binds,
+                          int n_binds);
+
+/* Number of rule inputs and the i-th one's node id in src / dst (inputs in src node order). */
+int un_rule_input_count(const un_rule *r);
+int32_t un_rule_input_src(const un_rule *r, int i);
+int32_t un_rule_input_dst(const un_rule *r, int i);
+/* Non-source node counts of each side (the rule's size is their sum). */
+int un_rule_size(const un_rule *r, int side);
+
+/* Canonical hash: equal for rules equal up to renaming of inputs and nodes, node insertion order
+ * and the order of the output pairs. Direction matters (src => dst differs from dst => src).
+ * The inputs' concrete dims do not enter it (their ranks, dtypes and layouts do), so one rule
+ * found at two menu shapes, or imported without shapes, is one rule; operator parameters do. */
+uint64_t un_rule_hash(const un_rule *r);
+/* The canonical form: inputs renamed x0, x1, ... in canonical order of first use, other nodes s0..
+ * (source side) and t0.. (target side) in canonical topological order, output pairs in canonical
+ * order. Equal rules up to renaming give identical JSON text. Owned: free with un_rule_free. */
+un_status un_rule_canonical(un_ctx *ctx, const un_rule *r, un_rule **out);
+
+/* Rebuilds the rule with its variables set to values[n_vars] (and, when in_shapes is non-NULL, its
+ * inputs given these parallel shapes, in un_rule_input order; variables bound inside an input's
+ * layout are then taken from in_shapes). UN_ERR_SHAPE when a side is not well formed there, with
+ * the reason. Owned: free with un_rule_free. */
+un_status un_rule_instantiate(un_ctx *ctx, const un_rule *r, const int64_t *values,
+                              const un_shape *in_shapes, un_rule **out);
+
+/* Evaluates both sides on the same random inputs (seeded; inputs matched by name) and compares
+ * every mapped pair: logical shape, layout and value (exact in the field, relative 1e-9 in f64).
+ * UN_ERR_MISMATCH with the output pair and first differing element when they differ. *max_err
+ * (may be NULL) receives the largest difference seen. */
+un_status un_rule_check_random(un_ctx *ctx, const un_rule *r, un_dom dom, uint64_t seed,
+                               double *max_err);
+
+/* JSON: {"name": "...", "src": GRAPH, "dst": GRAPH, "outputs": [["s", "t"], ...],
+ *        "vars": [{"name": "k", "value": 2, "at": [["src", "node", "param"], ["dst", "n", "shard",
+ * 1]]}], "any_shape": false} GRAPH is pcg's graph JSON (graph.h); each side lists the input nodes
+ * it shares. Errors name the document, the JSON path and the reason. */
+un_status un_rule_to_json(un_ctx *ctx, const un_rule *r, un_buf *out);
+un_status un_rule_from_json(un_ctx *ctx, const un_spec *spec, const char *doc_name,
+                            const char *text, size_t len, un_rule **out);
+un_status un_rule_from_jcur(un_ctx *ctx, const un_spec *spec, const un_jcur *c, un_rule **out);
+
+/* Readable form, one line per mapped output: "relu(combine[dim=0,degree=k](x0)) => ...". */
+void un_rule_str(const un_rule *r, un_buf *out);
+
+#endif

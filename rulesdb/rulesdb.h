@@ -1,0 +1,151 @@
+/* rulesdb.h - the rule database over SQLite (DESIGN.md section 5, issue 3): rules with their
+ * canonical hash (unique), status and verdict, provenance and the spec set they were generated and
+ * verified against; runs; and the measured op-cost cache. The generator inserts candidates, the
+ * verifier writes verdicts and unity-train reads verified rules, possibly all at the same time
+ * (WAL, busy timeout). Batches are transactions: a killed writer leaves whole batches only.
+ * sqlite3.h is included by rulesdb.c alone.
+ *
+ *   rulesdb *db;
+ *   st = rulesdb_open(ctx, "rules.db", spec, RULESDB_CREATE, &db);
+ *   st = rulesdb_run_begin(ctx, db, "unity-gen", "--max-ops 3", &run);
+ *   st = rulesdb_begin(ctx, db);
+ *   st = rulesdb_rule_insert(ctx, db, rule, &(rulesdb_origin){.kind = "generated", .run = run},
+ *                            &id, &inserted);
+ *   st = rulesdb_commit(ctx, db);
+ *   st = rulesdb_run_end(ctx, db, run, "{\"candidates\": 12}");
+ *   rulesdb_free(db);
+ */
+#ifndef UN_RULESDB_H
+#define UN_RULESDB_H
+
+#include "pcg/rule.h"
+
+typedef struct rulesdb rulesdb;
+
+enum {
+    RULESDB_READONLY = 1 << 0, /* never writes (fails on a database that needs migrating) */
+    RULESDB_CREATE = 1 << 1,   /* creates the file and schema when missing */
+};
+
+/* Opens (or creates) a rule database. spec is the spec set in use (borrowed, outlives db): its
+ * content hash (un_spec_hash) is registered, and rules are trusted as verified only when verified
+ * against it. Errors: UN_ERR_IO (cannot open), UN_ERR_DB ("not a rule database", "schema version
+ * N is newer than this program's M", corrupt file), each naming the path. Owned: rulesdb_free. */
+un_status rulesdb_open(un_ctx *ctx, const char *path, const un_spec *spec, int flags,
+                       rulesdb **out);
+void rulesdb_free(rulesdb *db);
+const char *rulesdb_path(const rulesdb *db); /* borrowed */
+
+/* ---- batches (one transaction each; nesting is an error) ---- */
+un_status rulesdb_begin(un_ctx *ctx, rulesdb *db);
+un_status rulesdb_commit(un_ctx *ctx, rulesdb *db);
+void rulesdb_rollback(rulesdb *db); /* no-op outside a batch */
+
+/* ---- runs: one row per tool invocation ---- */
+un_status rulesdb_run_begin(un_ctx *ctx, rulesdb *db, const char *tool, const char *args,
+                            int64_t *run_id);
+/* counts_json: a JSON object of counts (the tool's summary), stored as text. */
+un_status rulesdb_run_end(un_ctx *ctx, rulesdb *db, int64_t run_id, const char *counts_json);
+
+/* ---- rules ---- */
+
+typedef struct rulesdb_origin {
+    const char *kind; /* "generated" or "imported" */
+    const char *file; /* imported: the file it came from, else NULL */
+    const char *name; /* imported: the rule's name in that file, else NULL */
+    int64_t run;      /* the run that produced it, or 0 */
+} rulesdb_origin;
+
+/* Inserts r in canonical form with status CANDIDATE (REJECTED with `detail` as the reason when
+ * status == UN_RULE_REJECTED; r may then be NULL and the rule is stored by origin name only).
+ * A rule whose canonical hash is already present is not inserted again: *inserted = false and
+ * *id is the existing row. id and inserted may be NULL. */
+un_status rulesdb_rule_insert(un_ctx *ctx, rulesdb *db, const un_rule *r, un_rule_status status,
+                              const char *detail, const rulesdb_origin *origin, int32_t *id,
+                              bool *inserted);
+
+/* Row of a rule. */
+typedef struct rulesdb_row {
+    int32_t id;
+    uint64_t hash;         /* canonical hash */
+    un_rule_status status; /* as stored; see `trusted` */
+    bool trusted;          /* status VERIFIED and verified against the spec set in use */
+    char *detail;          /* counterexample (refuted), reason (unknown, rejected), or NULL */
+    double proof_ms;       /* verification time, ms (0 when never verified) */
+    char *axioms;          /* axioms used by the proof, comma-separated, or NULL */
+    uint64_t gen_spec;     /* spec-set hash it was generated against (0 for imports) */
+    uint64_t verify_spec;  /* spec-set hash it was last verified against, or 0 */
+    char *origin_kind, *origin_file, *origin_name; /* NULL when absent */
+    int n_src, n_dst;      /* sizes (non-source nodes per side) */
+    char *ops;             /* operators used, comma-separated and sorted, e.g. "combine,relu" */
+    un_rule *rule;         /* parsed rule (NULL for a rejected import without a rule) */
+} rulesdb_row;
+void rulesdb_row_free(rulesdb_row *row);
+
+/* Reads row id. The stored text is checked against its stored hash: a mismatch is UN_ERR_DB
+ * ("rule N: content does not match its hash"), never silently used. Owned: rulesdb_row_free. */
+un_status rulesdb_rule_get(un_ctx *ctx, rulesdb *db, int32_t id, rulesdb_row **out);
+
+typedef struct rulesdb_filter {
+    int status;         /* an un_rule_status, or -1 for any */
+    int op;             /* an un_op that must occur on either side, or -1 */
+    int min_size;       /* total size n_src + n_dst bounds (0 = none) */
+    int max_size;
+    int32_t after_id;   /* only ids > after_id (paging), 0 = from the start */
+    int64_t limit;      /* at most this many, 0 = all */
+    int shard_i, shard_n; /* only ids with id % shard_n == shard_i (shard_n 0 = all) */
+    bool needs_verify;  /* candidates, unknowns, and verified rules not trusted under this spec */
+} rulesdb_filter;
+rulesdb_filter rulesdb_filter_default(void); /* any status, everything */
+
+/* Ids matching f, ascending. Owned: free(*ids). */
+un_status rulesdb_rule_ids(un_ctx *ctx, rulesdb *db, const rulesdb_filter *f, int32_t **ids,
+                           int64_t *n);
+
+typedef struct rulesdb_verdict {
+    un_rule_status status;  /* VERIFIED, REFUTED or UNKNOWN */
+    const char *detail;     /* counterexample / reason unknown, or NULL */
+    double proof_ms;
+    const char *axioms;     /* comma-separated axiom names (unsat core), or NULL */
+    const un_rule *general; /* the most general form proven (more variables, any_shape), or NULL
+                             * to keep the stored rule; must have the same canonical hash once
+                             * its variables are fixed to their witness values */
+} rulesdb_verdict;
+/* Records a verdict against the spec set in use (may run inside or outside a batch). */
+un_status rulesdb_rule_set_verdict(un_ctx *ctx, rulesdb *db, int32_t id, const rulesdb_verdict *v);
+
+/* Every trusted verified rule (for unity-train). Rules verified against another spec set are
+ * skipped and counted in *n_stale (may be NULL) so the caller can say "N rules need re-verifying".
+ * Owned: free each with un_rule_free, then free(*rules). */
+un_status rulesdb_load_verified(un_ctx *ctx, rulesdb *db, un_rule ***rules, int64_t *n,
+                                int64_t *n_stale);
+
+/* Counts by status (counts[UN_RULE_STATUS_COUNT]). */
+un_status rulesdb_count(un_ctx *ctx, rulesdb *db, int64_t *counts);
+
+/* ---- op-cost cache (measured op costs, for the search's cost model) ---- */
+
+typedef struct rulesdb_cost {
+    char op_sig[128];   /* op and its parameters, e.g. "linear[activation=relu,use_bias=0]" */
+    char shape[128];    /* input shapes with layouts (un_shape_str), ';'-separated */
+    char device[32];    /* device kind, e.g. "cpu", "h100" */
+    double fwd_ms, bwd_ms;
+    double bytes;       /* memory moved or held */
+    int64_t measured_at; /* unix time */
+} rulesdb_cost;
+un_status rulesdb_cost_put(un_ctx *ctx, rulesdb *db, const rulesdb_cost *c);
+/* *found = false when no entry matches (op_sig, shape, device). */
+un_status rulesdb_cost_get(un_ctx *ctx, rulesdb *db, const char *op_sig, const char *shape,
+                           const char *device, rulesdb_cost *out, bool *found);
+
+/* PRAGMA integrity_check plus per-row checks (hash matches content, status valid, verified rows
+ * carry a spec hash). Problems are counted in *n_bad and described, one per line, in report
+ * (may be NULL). */
+un_status rulesdb_check(un_ctx *ctx, rulesdb *db, int64_t *n_bad, un_buf *report);
+
+/* Copies every rule of src into db (dedup by canonical hash; a verdict from src replaces a
+ * candidate in db; conflicting verdicts keep the verified-under-current-spec one and are counted). */
+un_status rulesdb_merge(un_ctx *ctx, rulesdb *db, rulesdb *src, int64_t *n_added,
+                        int64_t *n_updated);
+
+#endif

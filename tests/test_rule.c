@@ -1,0 +1,274 @@
+/* test_rule.c - pcg/rule.h: construction checks, canonical hash and form, variables and
+ * instantiation, random checks in both domains, JSON round trips and errors. */
+#include "pcg/rule.h"
+#include "tests/test.h"
+
+static un_spec *spec;
+
+/* relu(combine(x)) => combine(relu(x)) over x of the given dims sharded 2 ways on dim 0, with
+ * input name `xn`, and the combine degree as variable k when with_var. */
+static const char *relu_combine_fmt =
+    "{\"name\": \"relu_combine\","
+    " \"src\": {\"nodes\": [{\"name\": \"%s\", \"op\": \"input\", \"params\": {\"shape\": [%d, 4], "
+    "\"shard\": [2, 1]}},"
+    "   {\"name\": \"c\", \"op\": \"combine\", \"in\": [\"%s\"], \"params\": {\"dim\": 0, "
+    "\"degree\": 2}},"
+    "   {\"name\": \"r\", \"op\": \"relu\", \"in\": [\"c\"]}], \"outputs\": [\"r\"]},"
+    " \"dst\": {\"nodes\": [{\"name\": \"%s\", \"op\": \"input\", \"params\": {\"shape\": [%d, 4], "
+    "\"shard\": [2, 1]}},"
+    "   {\"name\": \"r\", \"op\": \"relu\", \"in\": [\"%s\"]},"
+    "   {\"name\": \"c\", \"op\": \"combine\", \"in\": [\"r\"], \"params\": {\"dim\": 0, "
+    "\"degree\": 2}}],"
+    "   \"outputs\": [\"c\"]}"
+    "%s}";
+
+static un_rule *relu_combine(const char *xn, int d0, bool with_var) {
+    char text[2048];
+    snprintf(text, sizeof text, relu_combine_fmt, xn, d0, xn, xn, d0, xn,
+             with_var
+                 ? ", \"vars\": [{\"name\": \"k\", \"value\": 2, \"at\": [[\"src\", \"c\", "
+                   "\"degree\"], [\"dst\", \"c\", \"degree\"], [\"src\", \"x\", \"shard\", 0], "
+                   "[\"dst\", \"x\", \"shard\", 0]]}]"
+                 : "");
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_rule *r = NULL;
+    un_status st = un_rule_from_json(ctx, spec, "relu_combine", text, strlen(text), &r);
+    EXPECT_OK(ctx, st);
+    un_ctx_free(ctx);
+    return r;
+}
+
+static un_rule *rule_text(un_ctx *ctx, const char *text, un_status *st) {
+    un_rule *r = NULL;
+    *st = un_rule_from_json(ctx, spec, "t", text, strlen(text), &r);
+    return r;
+}
+
+static void test_sound_rule(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_rule *r = relu_combine("x", 8, true);
+    if (!r)
+        goto done;
+    EXPECT_EQ(un_rule_input_count(r), 1);
+    EXPECT_EQ(un_rule_size(r, UN_RULE_SRC), 2);
+    EXPECT_EQ(un_rule_size(r, UN_RULE_DST), 2);
+    double err = -1;
+    EXPECT_OK(ctx, un_rule_check_random(ctx, r, UN_DOM_FIELD, 1, &err));
+    EXPECT_EQ(err, 0);
+    EXPECT_OK(ctx, un_rule_check_random(ctx, r, UN_DOM_F64, 2, &err));
+    un_buf b = {0};
+    un_rule_str(r, &b);
+    EXPECT_STR_EQ(b.data, "relu(combine[dim=0,degree=k](x)) => combine[dim=0,degree=k](relu(x))\n");
+    un_buf_free(&b);
+done:
+    un_rule_free(r);
+    un_ctx_free(ctx);
+}
+
+static void test_wrong_rule_refuted(void) {
+    /* ew_sub is not commutative: the field check must see it. */
+    const char *text =
+        "{\"src\": {\"nodes\": [{\"name\": \"a\", \"op\": \"input\", \"params\": {\"shape\": [4]}},"
+        " {\"name\": \"b\", \"op\": \"input\", \"params\": {\"shape\": [4]}},"
+        " {\"name\": \"s\", \"op\": \"ew_sub\", \"in\": [\"a\", \"b\"]}]},"
+        " \"dst\": {\"nodes\": [{\"name\": \"a\", \"op\": \"input\", \"params\": {\"shape\": [4]}},"
+        " {\"name\": \"b\", \"op\": \"input\", \"params\": {\"shape\": [4]}},"
+        " {\"name\": \"s\", \"op\": \"ew_sub\", \"in\": [\"b\", \"a\"]}]}}";
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_status st;
+    un_rule *r = rule_text(ctx, text, &st);
+    EXPECT_OK(ctx, st);
+    if (r) {
+        EXPECT_EQ(un_rule_check_random(ctx, r, UN_DOM_FIELD, 1, NULL), UN_ERR_MISMATCH);
+        un_ctx_clear(ctx);
+        EXPECT_EQ(un_rule_check_random(ctx, r, UN_DOM_F64, 1, NULL), UN_ERR_MISMATCH);
+        EXPECT_TRUE(strstr(un_ctx_errmsg(ctx), "differs") != NULL);
+    }
+    un_rule_free(r);
+    un_ctx_free(ctx);
+}
+
+static void test_hash_canonical(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_rule *a = relu_combine("x", 8, false), *b = relu_combine("zz", 8, false),
+            *c = relu_combine("x", 16, false);
+    if (!a || !b || !c)
+        goto done;
+    EXPECT_EQ(un_rule_hash(a), un_rule_hash(b)); /* renaming */
+    EXPECT_EQ(un_rule_hash(a), un_rule_hash(c)); /* input dims do not enter */
+    /* Reversed direction differs. */
+    un_rule *rev = NULL;
+    EXPECT_OK(ctx, un_rule_make(ctx, a->dst, a->src, a->dst_out, a->src_out, 1, &rev));
+    if (rev)
+        EXPECT_TRUE(un_rule_hash(rev) != un_rule_hash(a));
+    un_rule_free(rev);
+    /* Canonical forms of renamed rules are the same text, and parse back to it. */
+    un_rule *ca = NULL, *cb = NULL, *back = NULL;
+    EXPECT_OK(ctx, un_rule_canonical(ctx, a, &ca));
+    EXPECT_OK(ctx, un_rule_canonical(ctx, b, &cb));
+    if (ca && cb) {
+        un_buf ja = {0}, jb = {0}, jc = {0};
+        EXPECT_OK(ctx, un_rule_to_json(ctx, ca, &ja));
+        EXPECT_OK(ctx, un_rule_to_json(ctx, cb, &jb));
+        EXPECT_STR_EQ(ja.data, jb.data);
+        EXPECT_TRUE(strstr(ja.data, "\"x0\"") != NULL);
+        EXPECT_OK(ctx, un_rule_from_json(ctx, spec, "canon", ja.data, ja.len, &back));
+        if (back) {
+            EXPECT_OK(ctx, un_rule_to_json(ctx, back, &jc));
+            EXPECT_STR_EQ(ja.data, jc.data);
+            EXPECT_EQ(un_rule_hash(back), un_rule_hash(a));
+        }
+        un_buf_free(&ja);
+        un_buf_free(&jb);
+        un_buf_free(&jc);
+    }
+    un_rule_free(ca);
+    un_rule_free(cb);
+    un_rule_free(back);
+done:
+    un_rule_free(a);
+    un_rule_free(b);
+    un_rule_free(c);
+    un_ctx_free(ctx);
+}
+
+/* Two outputs: the pair order must not change the hash. */
+static void test_hash_output_order(void) {
+    const char *fmt =
+        "{\"src\": {\"nodes\": [{\"name\": \"a\", \"op\": \"input\", \"params\": {\"shape\": [4]}},"
+        " {\"name\": \"b\", \"op\": \"input\", \"params\": {\"shape\": [4]}},"
+        " {\"name\": \"p\", \"op\": \"ew_add\", \"in\": [\"a\", \"b\"]},"
+        " {\"name\": \"q\", \"op\": \"ew_mul\", \"in\": [\"a\", \"b\"]}], \"outputs\": [%s]},"
+        " \"dst\": {\"nodes\": [{\"name\": \"a\", \"op\": \"input\", \"params\": {\"shape\": [4]}},"
+        " {\"name\": \"b\", \"op\": \"input\", \"params\": {\"shape\": [4]}},"
+        " {\"name\": \"p\", \"op\": \"ew_add\", \"in\": [\"b\", \"a\"]},"
+        " {\"name\": \"q\", \"op\": \"ew_mul\", \"in\": [\"b\", \"a\"]}], \"outputs\": [%s]}}";
+    char t1[1500], t2[1500];
+    snprintf(t1, sizeof t1, fmt, "\"p\", \"q\"", "\"p\", \"q\"");
+    snprintf(t2, sizeof t2, fmt, "\"q\", \"p\"", "\"q\", \"p\"");
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_status st;
+    un_rule *a = rule_text(ctx, t1, &st), *b = rule_text(ctx, t2, &st);
+    if (a && b) {
+        EXPECT_EQ(un_rule_hash(a), un_rule_hash(b));
+        EXPECT_OK(ctx, un_rule_check_random(ctx, a, UN_DOM_FIELD, 3, NULL));
+    } else {
+        EXPECT_TRUE(false);
+    }
+    un_rule_free(a);
+    un_rule_free(b);
+    un_ctx_free(ctx);
+}
+
+static void test_instantiate(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_rule *r = relu_combine("x", 8, true), *r4 = NULL, *r3 = NULL, *rs = NULL;
+    if (!r)
+        goto done;
+    EXPECT_EQ(r->n_vars, 1);
+    EXPECT_EQ(r->vars[0].value, 2);
+    EXPECT_OK(ctx, un_rule_instantiate(ctx, r, (int64_t[]){4}, NULL, &r4));
+    if (r4) {
+        EXPECT_EQ(un_graph_shape(r4->src, (un_ref){0, 0})->shard[0], 4);
+        EXPECT_EQ(r4->vars[0].value, 4);
+        EXPECT_OK(ctx, un_rule_check_random(ctx, r4, UN_DOM_FIELD, 5, NULL));
+    }
+    EXPECT_EQ(un_rule_instantiate(ctx, r, (int64_t[]){3}, NULL, &r3), UN_ERR_SHAPE);
+    EXPECT_TRUE(r3 == NULL);
+    un_ctx_clear(ctx);
+    un_shape s = un_shape_make(3, (int64_t[]){6, 4, 2}, UN_DT_FLOAT);
+    s.shard[0] = 3;
+    EXPECT_OK(ctx, un_rule_instantiate(ctx, r, (int64_t[]){3}, &s, &rs));
+    if (rs)
+        EXPECT_OK(ctx, un_rule_check_random(ctx, rs, UN_DOM_F64, 5, NULL));
+done:
+    un_rule_free(r);
+    un_rule_free(r4);
+    un_rule_free(r3);
+    un_rule_free(rs);
+    un_ctx_free(ctx);
+}
+
+static void expect_bad(const char *text, const char *needle) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_status st;
+    un_rule *r = rule_text(ctx, text, &st);
+    EXPECT_TRUE(st != UN_OK);
+    EXPECT_TRUE(r == NULL);
+    const char *m = un_ctx_errmsg(ctx);
+    test__check(m && strstr(m, needle) != NULL, __FILE__, __LINE__, "error '%s' lacks '%s'",
+                m ? m : "(none)", needle);
+    un_rule_free(r);
+    un_ctx_free(ctx);
+}
+
+static void test_errors(void) {
+    expect_bad(
+        "{\"src\": {\"nodes\": [{\"name\": \"a\", \"op\": \"input\", \"params\": {\"shape\": [4]}},"
+        " {\"name\": \"r\", \"op\": \"relu\", \"in\": [\"a\"]}]},"
+        " \"dst\": {\"nodes\": [{\"name\": \"b\", \"op\": \"input\", \"params\": {\"shape\": [4]}},"
+        " {\"name\": \"r\", \"op\": \"relu\", \"in\": [\"b\"]}]}}",
+        "one side only");
+    expect_bad(
+        "{\"src\": {\"nodes\": [{\"name\": \"a\", \"op\": \"input\", \"params\": {\"shape\": [4]}},"
+        " {\"name\": \"r\", \"op\": \"relu\", \"in\": [\"a\"]}]},"
+        " \"dst\": {\"nodes\": [{\"name\": \"a\", \"op\": \"input\", \"params\": {\"shape\": [4]}},"
+        " {\"name\": \"r\", \"op\": \"partition\", \"in\": [\"a\"], \"params\": {\"dim\": 0, "
+        "\"degree\": 2}}]}}",
+        "shape");
+    expect_bad(
+        "{\"src\": {\"nodes\": [{\"name\": \"a\", \"op\": \"input\", \"params\": {\"shape\": [4]}},"
+        " {\"name\": \"r\", \"op\": \"relu\", \"in\": [\"a\"]},"
+        " {\"name\": \"s\", \"op\": \"tanh\", \"in\": [\"a\"]}], \"outputs\": [\"r\"]},"
+        " \"dst\": {\"nodes\": [{\"name\": \"a\", \"op\": \"input\", \"params\": {\"shape\": [4]}},"
+        " {\"name\": \"r\", \"op\": \"relu\", \"in\": [\"a\"]}]}}",
+        "reaches no mapped output");
+    expect_bad("{\"src\": {\"nodes\": [{\"name\": \"a\", \"op\": \"input\", \"params\": "
+               "{\"shape\": [4]}}]},"
+               " \"dst\": {\"nodes\": [{\"name\": \"a\", \"op\": \"input\", \"params\": "
+               "{\"shape\": [4]}}]}}",
+               "no operator");
+    expect_bad(
+        "{\"src\": {\"nodes\": [{\"name\": \"a\", \"op\": \"input\", \"params\": {\"shape\": [4]}},"
+        " {\"name\": \"r\", \"op\": \"relu\", \"in\": [\"a\"]}]},"
+        " \"dst\": {\"nodes\": [{\"name\": \"a\", \"op\": \"input\", \"params\": {\"shape\": [4]}},"
+        " {\"name\": \"r\", \"op\": \"relu\", \"in\": [\"a\"]}]},"
+        " \"vars\": [{\"name\": \"k\", \"at\": [[\"src\", \"r\", \"degree\"]]}]}",
+        "no parameter 'degree'");
+    expect_bad("{\"src\": {\"nodes\": []}, \"dst\": 3}", "$.");
+    expect_bad(
+        "{\"src\": {\"nodes\": [{\"name\": \"a\", \"op\": \"input\", \"params\": {\"shape\": [4]}},"
+        " {\"name\": \"r\", \"op\": \"relu\", \"in\": [\"a\"]}]},"
+        " \"dst\": {\"nodes\": [{\"name\": \"a\", \"op\": \"input\", \"params\": {\"shape\": [4]}},"
+        " {\"name\": \"r\", \"op\": \"relu\", \"in\": [\"a\"]}]}, \"extra\": 1}",
+        "extra");
+}
+
+static void test_status_names(void) {
+    for (int i = 0; i < UN_RULE_STATUS_COUNT; i++) {
+        un_rule_status s;
+        EXPECT_TRUE(un_rule_status_from_name(un_rule_status_name((un_rule_status)i), &s));
+        EXPECT_EQ(s, i);
+    }
+    un_rule_status s;
+    EXPECT_TRUE(!un_rule_status_from_name("proven", &s));
+}
+
+int main(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    if (un_spec_load(ctx, "specs/ops.json", &spec) != UN_OK) {
+        printf("cannot load specs/ops.json: %s\n0 passed, 1 failed\n", un_ctx_errmsg(ctx));
+        un_ctx_free(ctx);
+        return 1;
+    }
+    static const test_case cases[] = {
+        {"sound_rule", test_sound_rule},         {"wrong_rule_refuted", test_wrong_rule_refuted},
+        {"hash_canonical", test_hash_canonical}, {"hash_output_order", test_hash_output_order},
+        {"instantiate", test_instantiate},       {"errors", test_errors},
+        {"status_names", test_status_names},
+    };
+    int rc = TEST_RUN_ALL(cases);
+    un_spec_free(spec);
+    un_ctx_free(ctx);
+    return rc;
+}
