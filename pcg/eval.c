@@ -380,7 +380,15 @@ un_status un_eval_set(un_eval *ev, int32_t node, const un_val *dense) {
         ev->vals[node] = NULL;
         return st;
     }
-    memcpy(ev->vals[node]->data, dense, sizeof(un_val) * (size_t)un_shape_numel(&nd->inf.out[0]));
+    /* Into the node's layout: blocks placed, copies filled, partial sums drawn at random (from
+     * the node id, so runs repeat) that add up to the value. */
+    un_rng rng;
+    un_rng_seed(&rng, un_hash_combine(0x736574u, (uint64_t)node));
+    st = un_ptensor_scatter(ev->ctx, ev->vals[node], ev->dom, dense, &rng);
+    if (st != UN_OK) {
+        free_node_vals(ev, node);
+        return st;
+    }
     ev->set[node] = true;
     return UN_OK;
 }

@@ -95,7 +95,8 @@ typedef struct un_eval un_eval;
  * instances). */
 un_status un_eval_new(un_ctx *ctx, const un_graph *g, un_dom dom, un_eval **out);
 void un_eval_free(un_eval *ev);
-/* Sets a source node's logical value (numel values). */
+/* Sets a source node's logical value (numel values), split into its layout: blocks placed,
+ * copies filled, partial sums drawn at random (repeatably) so that they add up to it. */
 un_status un_eval_set(un_eval *ev, int32_t node, const un_val *dense);
 /* Fills every source node not yet set with random values drawn from seed and the node's name
  * (graphs that share input names get equal inputs); ints lie in [0, range). */

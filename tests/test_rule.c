@@ -189,6 +189,49 @@ done:
     un_ctx_free(ctx);
 }
 
+/* Inputs already parallel: a partial-sum input (sum degree 2) and one sharded on dim 1 with
+ * copies. Linear ops commute with reduce; relu does not. */
+static void test_parallel_inputs(void) {
+    const char *fmt =
+        "{\"src\": {\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [4, "
+        "6], "
+        "%s}}, {\"name\": \"p\", \"op\": \"%s\", \"in\": [\"x\"], \"params\": {\"degree\": 2%s}},"
+        " {\"name\": \"f\", \"op\": \"%s\", \"in\": [\"p\"]}]},"
+        " \"dst\": {\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [4, "
+        "6], "
+        "%s}}, {\"name\": \"f\", \"op\": \"%s\", \"in\": [\"x\"]},"
+        " {\"name\": \"p\", \"op\": \"%s\", \"in\": [\"f\"], \"params\": {\"degree\": 2%s}}]}}";
+    static const struct {
+        const char *layout, *pop, *pextra, *op;
+        un_status want;
+    } cases[] = {
+        {"\"sum\": 2", "reduce", "", "scalar_mul", UN_OK},
+        {"\"sum\": 2", "reduce", "", "relu", UN_ERR_MISMATCH},
+        {"\"shard\": [1, 2], \"copy\": 2", "combine", ", \"dim\": 1", "tanh", UN_OK},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[2048];
+        snprintf(text, sizeof text, fmt, cases[i].layout, cases[i].pop, cases[i].pextra,
+                 cases[i].op, cases[i].layout, cases[i].op, cases[i].pop, cases[i].pextra);
+        un_ctx *ctx = un_ctx_new(NULL);
+        un_status st;
+        un_rule *r = rule_text(ctx, text, &st);
+        if (cases[i].want == UN_ERR_MISMATCH && !r) {
+            /* relu refuses partial sums: ill formed is also a refusal */
+            EXPECT_EQ(st, UN_ERR_SHAPE);
+        } else {
+            EXPECT_OK(ctx, st);
+        }
+        for (int d = 0; r && d < 2; d++) {
+            un_ctx_clear(ctx);
+            EXPECT_EQ(un_rule_check_random(ctx, r, d ? UN_DOM_F64 : UN_DOM_FIELD, 7, NULL),
+                      cases[i].want);
+        }
+        un_rule_free(r);
+        un_ctx_free(ctx);
+    }
+}
+
 static void expect_bad(const char *text, const char *needle) {
     un_ctx *ctx = un_ctx_new(NULL);
     un_status st;
@@ -262,9 +305,13 @@ int main(void) {
         return 1;
     }
     static const test_case cases[] = {
-        {"sound_rule", test_sound_rule},         {"wrong_rule_refuted", test_wrong_rule_refuted},
-        {"hash_canonical", test_hash_canonical}, {"hash_output_order", test_hash_output_order},
-        {"instantiate", test_instantiate},       {"errors", test_errors},
+        {"sound_rule", test_sound_rule},
+        {"wrong_rule_refuted", test_wrong_rule_refuted},
+        {"hash_canonical", test_hash_canonical},
+        {"hash_output_order", test_hash_output_order},
+        {"instantiate", test_instantiate},
+        {"parallel_inputs", test_parallel_inputs},
+        {"errors", test_errors},
         {"status_names", test_status_names},
     };
     int rc = TEST_RUN_ALL(cases);
