@@ -1,0 +1,976 @@
+/* tests/test_kernels.c - the runtime's CPU kernels (runtime/kernels.h) and thread pool: every
+ * regular op's float64 forward against pcg's reference evaluator on its spec examples and extra
+ * variants, float32 against float64, every differentiable input's backward against finite
+ * differences (with a planted wrong gradient that must be caught), accumulation, absent inputs and
+ * gradients, threads against no threads, dropout on shards, and one-line errors. */
+#include "runtime/kernels.h"
+#include "runtime/pool.h"
+
+#include <stdlib.h>
+
+#include "pcg/eval.h"
+#include "tests/test.h"
+
+static un_spec *S;
+
+/* Totals printed at the end: gradient checks that ran. */
+static int n_grad_cases, n_grad_inputs, n_grad_elems, n_planted_caught;
+
+/* ---- one operator instance ------------------------------------------------------------------- */
+
+typedef struct inst {
+    un_op op;
+    const un_op_spec *os;
+    un_param p[UN_MAX_PARAMS];
+    un_infer inf;
+    int n_in, n_out;
+    un_shape in_shape[UN_MAX_INPUTS];
+    int64_t n[UN_MAX_INPUTS], nout[UN_MAX_OUTPUTS];
+    double *x[UN_MAX_INPUTS];   /* float inputs (NULL for int) */
+    int64_t *xi[UN_MAX_INPUTS]; /* int inputs */
+} inst;
+
+static void inst_free(inst *t) {
+    for (int i = 0; i < t->n_in; i++) {
+        free(t->x[i]);
+        free(t->xi[i]);
+    }
+}
+
+/* Parses "name=value ..." (ints, true/false, enum names, [a,b] lists) into op params. */
+static bool parse_params(const un_op_spec *os, const char *text, un_param *p) {
+    un_spec_param_defaults(os, p);
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", text);
+    for (char *tok = strtok(buf, " "); tok; tok = strtok(NULL, " ")) {
+        char *eq = strchr(tok, '=');
+        if (!eq)
+            return false;
+        *eq = 0;
+        int k = un_spec_param_index(os, tok);
+        if (k < 0)
+            return false;
+        const un_param_spec *ps = &os->params[k];
+        const char *v = eq + 1;
+        p[k].len = -1;
+        if (*v == '[') {
+            p[k].len = 0;
+            for (char *s = (char *)(uintptr_t)(v + 1); *s && *s != ']';) {
+                p[k].v[p[k].len++] = strtoll(s, &s, 10);
+                if (*s == ',')
+                    s++;
+            }
+        } else if (!strcmp(v, "true") || !strcmp(v, "false")) {
+            p[k].v[0] = v[0] == 't';
+        } else if (ps->type == UN_PT_ENUM) {
+            int e = -1;
+            for (int i = 0; i < ps->n_enum; i++)
+                if (!strcmp(ps->enums[i], v))
+                    e = i;
+            if (e < 0)
+                return false;
+            p[k].v[0] = e;
+        } else {
+            p[k].v[0] = strtoll(v, NULL, 10);
+        }
+    }
+    return true;
+}
+
+/* Builds an instance: shapes inferred by pcg, inputs random (floats in [-1, 1), ints in
+ * [0, range)). Returns false (after a failed expectation) when the spec refuses it. */
+static bool inst_make(un_ctx *ctx, un_op op, const un_param *p, int n_in, const un_shape *shapes,
+                      const int64_t *range, un_rng *rng, inst *t) {
+    memset(t, 0, sizeof *t);
+    t->op = op;
+    t->os = un_spec_op(S, op);
+    memcpy(t->p, p, sizeof t->p);
+    t->n_in = n_in;
+    un_status st = un_spec_infer(ctx, S, op, p, shapes, n_in, "case", &t->inf);
+    EXPECT_OK(ctx, st);
+    if (st != UN_OK) {
+        un_ctx_clear(ctx);
+        return false;
+    }
+    t->n_out = t->inf.n_out;
+    for (int i = 0; i < n_in; i++) {
+        t->in_shape[i] = shapes[i];
+        t->n[i] = un_shape_numel(&shapes[i]);
+        if (shapes[i].dtype == UN_DT_INT) {
+            t->xi[i] = un_xmalloc(sizeof(int64_t) * (size_t)t->n[i]);
+            for (int64_t e = 0; e < t->n[i]; e++)
+                t->xi[i][e] = (int64_t)un_rng_below(rng, (uint64_t)range[i]);
+        } else {
+            t->x[i] = un_xmalloc(sizeof(double) * (size_t)t->n[i]);
+            for (int64_t e = 0; e < t->n[i]; e++)
+                t->x[i][e] = 2 * un_rng_double(rng) - 1;
+        }
+    }
+    for (int o = 0; o < t->n_out; o++)
+        t->nout[o] = un_shape_numel(&t->inf.out[o]);
+    return true;
+}
+
+static un_kt kt_of(const un_shape *s, void *data) {
+    un_kt k = {.dtype = s->dtype, .rank = s->rank, .data = data};
+    for (int i = 0; i < s->rank; i++)
+        k.dim[i] = s->dim[i];
+    return k;
+}
+
+/* Input tensors in float64 (or float32 copies in f32[], allocated by the caller). */
+static void inst_inputs(const inst *t, un_prec prec, float **f32, un_kt *in) {
+    for (int i = 0; i < t->n_in; i++) {
+        void *d = t->xi[i];
+        if (t->x[i]) {
+            d = t->x[i];
+            if (prec == UN_PREC_F32) {
+                f32[i] = un_xmalloc(sizeof(float) * (size_t)t->n[i]);
+                for (int64_t e = 0; e < t->n[i]; e++)
+                    f32[i][e] = (float)t->x[i][e];
+                d = f32[i];
+            }
+        }
+        in[i] = kt_of(&t->in_shape[i], d);
+    }
+}
+
+static un_kexec exec_default(un_prec prec) {
+    return (un_kexec){.prec = prec, .pool = NULL, .seed = 0, .training = true};
+}
+
+/* Forward in float64 into y[o] (nout[o] values each). */
+static un_status inst_forward(un_ctx *ctx, const inst *t, const un_kexec *ex, double **y) {
+    un_kt in[UN_MAX_INPUTS], out[UN_MAX_OUTPUTS];
+    inst_inputs(t, UN_PREC_F64, NULL, in);
+    for (int o = 0; o < t->n_out; o++)
+        out[o] = kt_of(&t->inf.out[o], y[o]);
+    return un_kern_forward(ctx, ex, t->op, t->inf.local, in, t->n_in, out, t->n_out);
+}
+
+/* The reference evaluator's float64 outputs into y[o]. */
+static void inst_reference(un_ctx *ctx, const inst *t, double **y) {
+    un_ptensor in[UN_MAX_INPUTS], out[UN_MAX_OUTPUTS];
+    for (int i = 0; i < t->n_in; i++) {
+        EXPECT_OK(ctx, un_ptensor_init(ctx, &in[i], &t->in_shape[i]));
+        for (int64_t e = 0; e < t->n[i]; e++)
+            in[i].data[e].f = t->x[i] ? t->x[i][e] : (double)t->xi[i][e];
+    }
+    EXPECT_OK(ctx, un_eval_op(ctx, S, t->op, t->p, &t->inf, UN_DOM_F64, in, t->n_in, out));
+    for (int o = 0; o < t->n_out; o++) {
+        for (int64_t e = 0; e < t->nout[o]; e++)
+            y[o][e] = out[o].data[e].f;
+        un_ptensor_deinit(&out[o]);
+    }
+    for (int i = 0; i < t->n_in; i++)
+        un_ptensor_deinit(&in[i]);
+}
+
+static double **alloc_outs(const inst *t) {
+    double **y = un_xcalloc(UN_MAX_OUTPUTS, sizeof *y);
+    for (int o = 0; o < t->n_out; o++)
+        y[o] = un_xcalloc((size_t)t->nout[o], sizeof(double));
+    return y;
+}
+
+static void free_outs(double **y) {
+    for (int o = 0; o < UN_MAX_OUTPUTS; o++)
+        free(y[o]);
+    free(y);
+}
+
+static bool close_to(double a, double b, double tol) {
+    return fabs(a - b) <= tol * (1 + fabs(b)) || (isnan(a) && isnan(b));
+}
+
+/* ---- the cases ------------------------------------------------------------------------------- */
+
+/* An extra case: op, params "name=value ...", input dims "2,3;3,4" (int inputs get their range
+ * from the table or class count), exec training flag. */
+typedef struct kcase {
+    const char *op, *params, *dims;
+    bool eval_mode; /* dropout with training = false */
+} kcase;
+
+static const kcase extra_cases[] = {
+    {"linear", "activation=none", "5,7;7,3", false},
+    {"linear", "activation=relu use_bias=true", "2,3,7;7,4;4", false},
+    {"linear", "activation=sigmoid use_bias=true", "5,7;7,3;3", false},
+    {"linear", "activation=tanh", "2,3,7;7,4", false},
+    {"linear", "activation=gelu use_bias=true", "4,6;6,5;5", false},
+    {"batch_matmul", "", "2,3,4,5;2,3,5,2", false},
+    {"batch_matmul", "", "1,7;7,1", false},
+    {"ew_add", "", "7;7", false},
+    {"ew_sub", "", "2,3,2,2;2,3,2,2", false},
+    {"ew_mul", "", "3,5;3,5", false},
+    {"scalar_mul", "num=7 den=3", "2,5", false},
+    {"relu", "", "17", false},
+    {"gelu", "", "2,2,2,3", false},
+    {"sigmoid", "", "3,5", false},
+    {"tanh", "", "3,5", false},
+    {"softmax", "dim=0", "3,4,5", false},
+    {"softmax", "dim=1", "3,4,5", false},
+    {"layer_norm", "", "2,3,6;6;6", false},
+    {"layer_norm", "", "5,1;1;1", false},
+    {"batch_norm", "", "3,2,2,3;2;2", false},
+    {"dropout", "rate_pct=50 seed=3", "6,7", false},
+    {"dropout", "rate_pct=0", "4,5", false},
+    {"dropout", "rate_pct=30 seed=5", "4,5", true},
+    {"conv2d", "stride_h=2 stride_w=1 pad_h=1 pad_w=2 use_bias=true", "2,3,5,6;4,3,3,3;4", false},
+    {"conv2d", "groups=4 activation=relu use_bias=true", "1,4,5,5;8,1,2,3;8", false},
+    {"conv2d", "groups=2 stride_h=2 stride_w=2", "2,4,6,5;2,2,2,2", false},
+    {"pool2d", "type=avg kernel_h=3 kernel_w=2 stride_h=2 stride_w=1 pad_h=1 pad_w=1", "2,3,5,4",
+     false},
+    {"pool2d", "type=max kernel_h=3 kernel_w=3 stride_h=1 stride_w=2 pad_h=1 pad_w=1", "1,2,5,6",
+     false},
+    {"concat", "axis=2", "2,3,4;2,3,2", false},
+    {"split", "axis=2 sizes=[1,3,2]", "2,3,6", false},
+    {"split", "axis=0 sizes=[5]", "5,2", false},
+    {"transpose", "dim0=0 dim1=3", "2,3,4,5", false},
+    {"transpose", "dim0=1 dim1=1", "3,4", false},
+    {"reshape", "shape=[3,2,4]", "4,6", false},
+    {"flat", "", "2,3,4,2", false},
+    {"identity", "", "3,4,5", false},
+    {"embedding", "aggr=sum", "5,4;3,6", false},
+    {"embedding", "aggr=mean", "3,7;4,2", false},
+    {"multihead_attention", "heads=1", "2,3,4;2,5,4;2,5,4;4,4;4,4;4,4;4,4", false},
+    {"multihead_attention", "heads=3", "1,4,6;1,2,6;1,2,6;6,6;6,6;6,6;6,6", false},
+    {"reduce_sum", "dim=-1 keep=true", "3,4,5", false},
+    {"reduce_sum", "dim=0", "3,4", false},
+    {"reduce_mean", "dim=1", "3,4,5", false},
+    {"reduce_mean", "dim=-3 keep=true", "3,4,5", false},
+    {"cross_entropy", "", "5,7;5", false},
+};
+
+/* Shapes of an extra case; int inputs (embedding indices, labels) get their range. */
+static bool case_shapes(const kcase *k, const un_op_spec *os, const un_param *p, int *n_in,
+                        un_shape *sh, int64_t *range) {
+    (void)p;
+    int n = 0, r = 0;
+    int64_t d[UN_MAX_DIMS];
+    for (char *s = (char *)(uintptr_t)k->dims;;) {
+        d[r++] = strtoll(s, &s, 10);
+        if (*s == ',') {
+            s++;
+            continue;
+        }
+        sh[n] = un_shape_make(r, d, os->inputs[n].dtype);
+        n++;
+        r = 0;
+        if (!*s)
+            break;
+        s++;
+    }
+    *n_in = n;
+    for (int i = 0; i < n; i++)
+        range[i] = 0;
+    if (os->op == UN_OP_EMBEDDING)
+        range[0] = sh[1].dim[0];
+    if (os->op == UN_OP_CROSS_ENTROPY)
+        range[1] = sh[0].dim[1];
+    return true;
+}
+
+/* Calls fn on every spec example and every extra case. */
+typedef void (*case_fn)(un_ctx *ctx, inst *t, const un_kexec *ex, const char *label);
+
+static int for_each_case(un_ctx *ctx, case_fn fn) {
+    un_rng rng;
+    un_rng_seed(&rng, 1234);
+    int ran = 0;
+    char label[160];
+    for (int op = 0; op < UN_OP_COUNT; op++) {
+        if (un_op_kind_of((un_op)op) != UN_OPK_REGULAR)
+            continue;
+        const un_op_spec *os = un_spec_op(S, (un_op)op);
+        for (int e = 0; e < os->n_examples; e++) {
+            const un_example *ex = &os->examples[e];
+            inst t;
+            if (!inst_make(ctx, (un_op)op, ex->params, ex->n_in, ex->in, ex->range, &rng, &t))
+                continue;
+            un_kexec kx = exec_default(UN_PREC_F64);
+            snprintf(label, sizeof label, "%s example %d", os->name, e);
+            fn(ctx, &t, &kx, label);
+            inst_free(&t);
+            ran++;
+        }
+    }
+    for (size_t c = 0; c < sizeof extra_cases / sizeof extra_cases[0]; c++) {
+        const kcase *k = &extra_cases[c];
+        un_op op;
+        EXPECT_TRUE(un_op_from_name(k->op, &op));
+        const un_op_spec *os = un_spec_op(S, op);
+        un_param p[UN_MAX_PARAMS];
+        un_shape sh[UN_MAX_INPUTS];
+        int64_t range[UN_MAX_INPUTS];
+        int n_in;
+        EXPECT_TRUE(parse_params(os, k->params, p));
+        case_shapes(k, os, p, &n_in, sh, range);
+        inst t;
+        if (!inst_make(ctx, op, p, n_in, sh, range, &rng, &t))
+            continue;
+        un_kexec kx = exec_default(UN_PREC_F64);
+        kx.training = !k->eval_mode;
+        snprintf(label, sizeof label, "%s [%s] %s%s", k->op, k->params, k->dims,
+                 k->eval_mode ? " (eval mode)" : "");
+        fn(ctx, &t, &kx, label);
+        inst_free(&t);
+        ran++;
+    }
+    return ran;
+}
+
+/* ---- forward against the reference ----------------------------------------------------------- */
+
+static int n_fwd_cases;
+static bool covered[UN_OP_COUNT];
+
+static void fwd_case(un_ctx *ctx, inst *t, const un_kexec *ex, const char *label) {
+    double **y = alloc_outs(t), **ref = alloc_outs(t);
+    EXPECT_OK(ctx, inst_forward(ctx, t, ex, y));
+    if (ex->training) {
+        inst_reference(ctx, t, ref);
+    } else { /* dropout in eval mode is the identity */
+        memcpy(ref[0], t->x[0], sizeof(double) * (size_t)t->nout[0]);
+    }
+    for (int o = 0; o < t->n_out; o++)
+        for (int64_t e = 0; e < t->nout[o]; e++)
+            if (!close_to(y[o][e], ref[o][e], 1e-12)) {
+                EXPECT_TRUE(!"f64 forward differs from the reference");
+                printf("    %s: output %d [%lld]: %.17g vs reference %.17g\n", label, o,
+                       (long long)e, y[o][e], ref[o][e]);
+                break;
+            }
+    /* float32 against float64 */
+    un_kt in[UN_MAX_INPUTS], out[UN_MAX_OUTPUTS];
+    float *f32[UN_MAX_INPUTS] = {0}, *yf[UN_MAX_OUTPUTS] = {0};
+    inst_inputs(t, UN_PREC_F32, f32, in);
+    for (int o = 0; o < t->n_out; o++) {
+        yf[o] = un_xcalloc((size_t)t->nout[o], sizeof(float));
+        out[o] = kt_of(&t->inf.out[o], yf[o]);
+    }
+    un_kexec e32 = *ex;
+    e32.prec = UN_PREC_F32;
+    EXPECT_OK(ctx, un_kern_forward(ctx, &e32, t->op, t->inf.local, in, t->n_in, out, t->n_out));
+    for (int o = 0; o < t->n_out; o++) {
+        for (int64_t e = 0; e < t->nout[o]; e++)
+            if (!close_to(yf[o][e], y[o][e], 1e-5)) {
+                EXPECT_TRUE(!"f32 forward differs from f64");
+                printf("    %s: output %d [%lld]: f32 %.9g vs f64 %.17g\n", label, o, (long long)e,
+                       yf[o][e], y[o][e]);
+                break;
+            }
+        free(yf[o]);
+    }
+    for (int i = 0; i < t->n_in; i++)
+        free(f32[i]);
+    free_outs(y);
+    free_outs(ref);
+    covered[t->op] = true;
+    n_fwd_cases++;
+}
+
+static void test_forward_vs_reference(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    int ran = for_each_case(ctx, fwd_case);
+    EXPECT_EQ(ran, n_fwd_cases);
+    for (int op = 0; op < UN_OP_COUNT; op++)
+        if (un_op_kind_of((un_op)op) == UN_OPK_REGULAR && !covered[op]) {
+            EXPECT_TRUE(!"an operator has no forward case");
+            printf("    %s not covered\n", un_op_name((un_op)op));
+        }
+    printf("    forward: %d cases (f64 vs reference, f32 vs f64), every regular op\n", ran);
+    un_ctx_free(ctx);
+}
+
+/* ---- backward against finite differences ----------------------------------------------------- */
+
+/* L = sum_o <r_o, y_o> for the current inputs. */
+static double loss_of(un_ctx *ctx, const inst *t, const un_kexec *ex, double **r, double **y) {
+    EXPECT_OK(ctx, inst_forward(ctx, t, ex, y));
+    double l = 0;
+    for (int o = 0; o < t->n_out; o++)
+        for (int64_t e = 0; e < t->nout[o]; e++)
+            l += r[o][e] * y[o][e];
+    return l;
+}
+
+/* 4-point central difference of L in input i, element e. */
+static double numeric_grad(un_ctx *ctx, inst *t, const un_kexec *ex, double **r, double **y, int i,
+                           int64_t e) {
+    const double h = 1e-5;
+    double x0 = t->x[i][e], f[4];
+    static const double off[4] = {-2, -1, 1, 2};
+    for (int k = 0; k < 4; k++) {
+        t->x[i][e] = x0 + off[k] * h;
+        f[k] = loss_of(ctx, t, ex, r, y);
+    }
+    t->x[i][e] = x0;
+    return (f[0] - 8 * f[1] + 8 * f[2] - f[3]) / (12 * h);
+}
+
+static bool grad_close(double a, double n) {
+    return fabs(a - n) <= 1e-6 * fmax(1e-2, fabs(a) + fabs(n));
+}
+
+/* Compares analytic gradient g (of input i) with finite differences at up to 48 elements;
+ * returns the elements that differ (printing the first). */
+static int grad_compare(un_ctx *ctx, inst *t, const un_kexec *ex, double **r, double **y, int i,
+                        const double *g, const char *label, bool quiet, int *checked) {
+    int bad = 0;
+    int64_t n = t->n[i], step = n <= 48 ? 1 : n / 48 + 1;
+    *checked = 0;
+    for (int64_t e = 0; e < n; e += step) {
+        double num = numeric_grad(ctx, t, ex, r, y, i, e);
+        (*checked)++;
+        if (!grad_close(g[e], num)) {
+            if (!bad && !quiet)
+                printf("    %s: d input %d [%lld]: analytic %.12g vs numeric %.12g\n", label, i,
+                       (long long)e, g[e], num);
+            bad++;
+        }
+    }
+    return bad;
+}
+
+static void grad_case(un_ctx *ctx, inst *t, const un_kexec *ex, const char *label) {
+    un_rng rng;
+    un_rng_seed(&rng, 99);
+    double **r = alloc_outs(t), **y = alloc_outs(t);
+    for (int o = 0; o < t->n_out; o++)
+        for (int64_t e = 0; e < t->nout[o]; e++)
+            r[o][e] = 2 * un_rng_double(&rng) - 1;
+    /* analytic: din starts from a random base, so this also checks din += ... */
+    double *base[UN_MAX_INPUTS] = {0}, *g[UN_MAX_INPUTS] = {0};
+    un_kt in[UN_MAX_INPUTS], out[UN_MAX_OUTPUTS], dout[UN_MAX_OUTPUTS], din[UN_MAX_INPUTS];
+    EXPECT_OK(ctx, inst_forward(ctx, t, ex, y));
+    inst_inputs(t, UN_PREC_F64, NULL, in);
+    for (int o = 0; o < t->n_out; o++) {
+        out[o] = kt_of(&t->inf.out[o], y[o]);
+        dout[o] = kt_of(&t->inf.out[o], r[o]);
+    }
+    for (int i = 0; i < t->n_in; i++) {
+        din[i] = kt_of(&t->in_shape[i], NULL);
+        if (!t->x[i])
+            continue;
+        base[i] = un_xmalloc(sizeof(double) * (size_t)t->n[i]);
+        g[i] = un_xmalloc(sizeof(double) * (size_t)t->n[i]);
+        for (int64_t e = 0; e < t->n[i]; e++)
+            g[i][e] = base[i][e] = 2 * un_rng_double(&rng) - 1;
+        din[i].data = g[i];
+    }
+    EXPECT_OK(
+        ctx, un_kern_backward(ctx, ex, t->op, t->inf.local, in, t->n_in, out, t->n_out, dout, din));
+    for (int i = 0; i < t->n_in; i++) {
+        if (!t->x[i])
+            continue;
+        for (int64_t e = 0; e < t->n[i]; e++)
+            g[i][e] -= base[i][e];
+        int checked;
+        int bad = grad_compare(ctx, t, ex, r, y, i, g[i], label, false, &checked);
+        EXPECT_EQ(bad, 0);
+        n_grad_inputs++;
+        n_grad_elems += checked;
+        /* a planted wrong gradient must be caught */
+        int64_t at = (int64_t)un_rng_below(&rng, (uint64_t)t->n[i]);
+        at -= at % (t->n[i] <= 48 ? 1 : t->n[i] / 48 + 1); /* an element the check looks at */
+        g[i][at] += 1e-4 * (1 + fabs(g[i][at]));
+        int bad2 = grad_compare(ctx, t, ex, r, y, i, g[i], label, true, &checked);
+        EXPECT_TRUE(bad2 > 0);
+        n_planted_caught += bad2 > 0;
+    }
+    for (int i = 0; i < t->n_in; i++) {
+        free(base[i]);
+        free(g[i]);
+    }
+    free_outs(r);
+    free_outs(y);
+    n_grad_cases++;
+}
+
+static void test_backward_vs_finite_differences(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    for_each_case(ctx, grad_case);
+    printf("    gradient checks: %d op/variant cases, %d inputs, %d elements (f64, 4-point "
+           "differences, rel 1e-6); planted wrong gradients caught: %d of %d\n",
+           n_grad_cases, n_grad_inputs, n_grad_elems, n_planted_caught, n_grad_inputs);
+    EXPECT_TRUE(n_grad_cases >= 60);
+    un_ctx_free(ctx);
+}
+
+/* ---- float32 backward against float64 -------------------------------------------------------- */
+
+static void bwd32_case(un_ctx *ctx, inst *t, const un_kexec *ex, const char *label) {
+    un_rng rng;
+    un_rng_seed(&rng, 5);
+    double **y = alloc_outs(t), **r = alloc_outs(t);
+    float *f32[UN_MAX_INPUTS] = {0}, *yf[UN_MAX_OUTPUTS] = {0}, *rf[UN_MAX_OUTPUTS] = {0},
+          *gf[UN_MAX_INPUTS] = {0};
+    double *g[UN_MAX_INPUTS] = {0};
+    un_kt in[UN_MAX_INPUTS], in32[UN_MAX_INPUTS], out[UN_MAX_OUTPUTS], out32[UN_MAX_OUTPUTS],
+        dout[UN_MAX_OUTPUTS], dout32[UN_MAX_OUTPUTS], din[UN_MAX_INPUTS], din32[UN_MAX_INPUTS];
+    EXPECT_OK(ctx, inst_forward(ctx, t, ex, y));
+    inst_inputs(t, UN_PREC_F64, NULL, in);
+    inst_inputs(t, UN_PREC_F32, f32, in32);
+    for (int o = 0; o < t->n_out; o++) {
+        yf[o] = un_xmalloc(sizeof(float) * (size_t)t->nout[o]);
+        rf[o] = un_xmalloc(sizeof(float) * (size_t)t->nout[o]);
+        for (int64_t e = 0; e < t->nout[o]; e++) {
+            r[o][e] = 2 * un_rng_double(&rng) - 1;
+            rf[o][e] = (float)r[o][e];
+            yf[o][e] = (float)y[o][e];
+        }
+        out[o] = kt_of(&t->inf.out[o], y[o]);
+        out32[o] = kt_of(&t->inf.out[o], yf[o]);
+        dout[o] = kt_of(&t->inf.out[o], r[o]);
+        dout32[o] = kt_of(&t->inf.out[o], rf[o]);
+    }
+    for (int i = 0; i < t->n_in; i++) {
+        din[i] = din32[i] = kt_of(&t->in_shape[i], NULL);
+        if (t->x[i]) {
+            din[i].data = g[i] = un_xcalloc((size_t)t->n[i], sizeof(double));
+            din32[i].data = gf[i] = un_xcalloc((size_t)t->n[i], sizeof(float));
+        }
+    }
+    un_kexec e32 = *ex;
+    e32.prec = UN_PREC_F32;
+    EXPECT_OK(
+        ctx, un_kern_backward(ctx, ex, t->op, t->inf.local, in, t->n_in, out, t->n_out, dout, din));
+    EXPECT_OK(ctx, un_kern_backward(ctx, &e32, t->op, t->inf.local, in32, t->n_in, out32, t->n_out,
+                                    dout32, din32));
+    for (int i = 0; i < t->n_in; i++) {
+        for (int64_t e = 0; g[i] && e < t->n[i]; e++)
+            if (!close_to(gf[i][e], g[i][e], 1e-4)) {
+                EXPECT_TRUE(!"f32 backward differs from f64");
+                printf("    %s: d input %d [%lld]: f32 %.9g vs f64 %.17g\n", label, i, (long long)e,
+                       gf[i][e], g[i][e]);
+                break;
+            }
+        free(f32[i]);
+        free(gf[i]);
+        free(g[i]);
+    }
+    for (int o = 0; o < t->n_out; o++) {
+        free(yf[o]);
+        free(rf[o]);
+    }
+    free_outs(y);
+    free_outs(r);
+}
+
+static void test_backward_f32(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    for_each_case(ctx, bwd32_case);
+    un_ctx_free(ctx);
+}
+
+/* ---- specific semantics ---------------------------------------------------------------------- */
+
+static void test_param_names_match_spec(void) {
+    for (int op = 0; op < UN_OP_COUNT; op++) {
+        EXPECT_EQ(un_kern_supports((un_op)op), un_op_kind_of((un_op)op) == UN_OPK_REGULAR);
+        if (!un_kern_supports((un_op)op))
+            continue;
+        const un_op_spec *os = un_spec_op(S, (un_op)op);
+        const char *const *names = un_kern_param_names((un_op)op);
+        int n = 0;
+        for (; names[n]; n++)
+            EXPECT_STR_EQ(names[n], n < os->n_params ? os->params[n].name : NULL);
+        EXPECT_EQ(n, os->n_params);
+    }
+}
+
+/* A gradient that is not wanted stays untouched, a NULL output gradient adds nothing, and split's
+ * outputs with a NULL gradient contribute nothing. */
+static void test_absent_gradients(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_kexec ex = exec_default(UN_PREC_F64);
+    double x[6] = {1, 2, 3, 4, 5, 6}, w[6] = {1, 0, 0, 1, 1, 1}, y[4], dy[4] = {1, 1, 1, 1};
+    double dx[6] = {7, 7, 7, 7, 7, 7}, dw[6] = {0};
+    un_param p[UN_MAX_PARAMS];
+    un_spec_param_defaults(un_spec_op(S, UN_OP_LINEAR), p);
+    un_kt in[2] = {{UN_DT_FLOAT, 2, {2, 3}, x}, {UN_DT_FLOAT, 2, {3, 2}, w}};
+    un_kt out = {UN_DT_FLOAT, 2, {2, 2}, y}, dout = {UN_DT_FLOAT, 2, {2, 2}, NULL};
+    un_kt din[2] = {{UN_DT_FLOAT, 2, {2, 3}, dx}, {UN_DT_FLOAT, 2, {3, 2}, NULL}};
+    EXPECT_OK(ctx, un_kern_forward(ctx, &ex, UN_OP_LINEAR, p, in, 2, &out, 1));
+    EXPECT_NEAR(y[0], 1 + 3, 0);
+    EXPECT_NEAR(y[1], 2 + 3, 0);
+    EXPECT_OK(ctx, un_kern_backward(ctx, &ex, UN_OP_LINEAR, p, in, 2, &out, 1, &dout, din));
+    EXPECT_NEAR(dx[0], 7, 0); /* dout NULL: zero gradient */
+    dout.data = dy;
+    EXPECT_OK(ctx, un_kern_backward(ctx, &ex, UN_OP_LINEAR, p, in, 2, &out, 1, &dout, din));
+    EXPECT_NEAR(dx[0], 7 + 1, 0); /* dx = dy W^T: row 0 of W sums to 1 */
+    EXPECT_NEAR(dx[2], 7 + 2, 0);
+    EXPECT_NEAR(dw[0], 0, 0); /* not wanted, not touched */
+    /* twice accumulates twice */
+    din[1].data = dw;
+    EXPECT_OK(ctx, un_kern_backward(ctx, &ex, UN_OP_LINEAR, p, in, 2, &out, 1, &dout, din));
+    EXPECT_OK(ctx, un_kern_backward(ctx, &ex, UN_OP_LINEAR, p, in, 2, &out, 1, &dout, din));
+    EXPECT_NEAR(dw[0], 2 * (1 + 4), 0);
+    EXPECT_NEAR(dx[0], 7 + 3, 0);
+
+    /* split: only output 1 has a gradient */
+    un_spec_param_defaults(un_spec_op(S, UN_OP_SPLIT), p);
+    p[1].len = 2, p[1].v[0] = 1, p[1].v[1] = 2; /* axis 0, sizes [1, 2] */
+    double s[6] = {1, 2, 3, 4, 5, 6}, o0[2], o1[4], d1[4] = {1, 2, 3, 4}, ds[6] = {0};
+    un_kt sin = {UN_DT_FLOAT, 2, {3, 2}, s};
+    un_kt sout[2] = {{UN_DT_FLOAT, 2, {1, 2}, o0}, {UN_DT_FLOAT, 2, {2, 2}, o1}};
+    un_kt sdout[2] = {{UN_DT_FLOAT, 2, {1, 2}, NULL}, {UN_DT_FLOAT, 2, {2, 2}, d1}};
+    un_kt sdin = {UN_DT_FLOAT, 2, {3, 2}, ds};
+    EXPECT_OK(ctx, un_kern_forward(ctx, &ex, UN_OP_SPLIT, p, &sin, 1, sout, 2));
+    EXPECT_NEAR(o1[0], 3, 0);
+    EXPECT_OK(ctx, un_kern_backward(ctx, &ex, UN_OP_SPLIT, p, &sin, 1, sout, 2, sdout, &sdin));
+    EXPECT_NEAR(ds[0], 0, 0);
+    EXPECT_NEAR(ds[1], 0, 0);
+    EXPECT_NEAR(ds[2], 1, 0);
+    EXPECT_NEAR(ds[5], 4, 0);
+    un_ctx_free(ctx);
+}
+
+/* The same results with a thread pool as without, on tensors big enough to be split. */
+static void test_threads_match(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_pool *pool = un_pool_new(4);
+    static const kcase big[] = {
+        {"gelu", "", "300,200", false},
+        {"dropout", "rate_pct=20 seed=9", "300,200", false},
+        {"softmax", "dim=0", "200,300", false},
+        {"layer_norm", "", "200,300;300;300", false},
+        {"batch_norm", "", "8,6,30,30;6;6", false},
+        {"pool2d", "type=max kernel_h=2 kernel_w=2", "4,8,40,40", false},
+        {"reduce_mean", "dim=0", "300,200", false},
+        {"embedding", "aggr=mean", "200,8;50,64", false},
+        {"cross_entropy", "", "300,100;300", false},
+        {"ew_mul", "", "300,200;300,200", false},
+    };
+    un_rng rng;
+    un_rng_seed(&rng, 8);
+    for (size_t c = 0; c < sizeof big / sizeof big[0]; c++) {
+        un_op op;
+        EXPECT_TRUE(un_op_from_name(big[c].op, &op));
+        const un_op_spec *os = un_spec_op(S, op);
+        un_param p[UN_MAX_PARAMS];
+        un_shape sh[UN_MAX_INPUTS];
+        int64_t range[UN_MAX_INPUTS];
+        int n_in;
+        EXPECT_TRUE(parse_params(os, big[c].params, p));
+        case_shapes(&big[c], os, p, &n_in, sh, range);
+        inst t;
+        if (!inst_make(ctx, op, p, n_in, sh, range, &rng, &t))
+            continue;
+        for (int prec = 0; prec < 2; prec++) {
+            un_kexec e1 = exec_default((un_prec)prec), e4 = e1;
+            e4.pool = pool;
+            size_t esz = prec == UN_PREC_F32 ? sizeof(float) : sizeof(double);
+            float *f32[UN_MAX_INPUTS] = {0};
+            un_kt in[UN_MAX_INPUTS], o1 = kt_of(&t.inf.out[0], NULL), o4 = o1, d = o1;
+            inst_inputs(&t, (un_prec)prec, f32, in);
+            o1.data = un_xcalloc((size_t)t.nout[0], esz);
+            o4.data = un_xcalloc((size_t)t.nout[0], esz);
+            d.data = un_xcalloc((size_t)t.nout[0], esz);
+            memset(d.data, 0x3f, (size_t)t.nout[0] * esz); /* some positive gradient */
+            EXPECT_OK(ctx, un_kern_forward(ctx, &e1, op, t.inf.local, in, n_in, &o1, 1));
+            EXPECT_OK(ctx, un_kern_forward(ctx, &e4, op, t.inf.local, in, n_in, &o4, 1));
+            EXPECT_TRUE(memcmp(o1.data, o4.data, (size_t)t.nout[0] * esz) == 0);
+            un_kt g1 = kt_of(&t.in_shape[0], un_xcalloc((size_t)t.n[0], esz)), g4 = g1;
+            g4.data = un_xcalloc((size_t)t.n[0], esz);
+            un_kt din1[UN_MAX_INPUTS], din4[UN_MAX_INPUTS];
+            for (int i = 0; i < n_in; i++) {
+                din1[i] = din4[i] = kt_of(&t.in_shape[i], NULL);
+                if (i == 0 && t.x[0])
+                    din1[0] = g1, din4[0] = g4;
+            }
+            EXPECT_OK(ctx, un_kern_backward(ctx, &e1, op, t.inf.local, in, n_in, &o1, 1, &d, din1));
+            EXPECT_OK(ctx, un_kern_backward(ctx, &e4, op, t.inf.local, in, n_in, &o4, 1, &d, din4));
+            EXPECT_TRUE(memcmp(g1.data, g4.data, (size_t)t.n[0] * esz) == 0);
+            if (op == UN_OP_EMBEDDING) { /* the table's gradient, split by columns */
+                din1[0].data = din4[0].data = NULL;
+                din1[1] = kt_of(&t.in_shape[1], un_xcalloc((size_t)t.n[1], esz));
+                din4[1] = kt_of(&t.in_shape[1], un_xcalloc((size_t)t.n[1], esz));
+                EXPECT_OK(ctx,
+                          un_kern_backward(ctx, &e1, op, t.inf.local, in, n_in, &o1, 1, &d, din1));
+                EXPECT_OK(ctx,
+                          un_kern_backward(ctx, &e4, op, t.inf.local, in, n_in, &o4, 1, &d, din4));
+                EXPECT_TRUE(memcmp(din1[1].data, din4[1].data, (size_t)t.n[1] * esz) == 0);
+                free(din1[1].data);
+                free(din4[1].data);
+            }
+            free(g1.data);
+            free(g4.data);
+            free(o1.data);
+            free(o4.data);
+            free(d.data);
+            for (int i = 0; i < n_in; i++)
+                free(f32[i]);
+        }
+        inst_free(&t);
+    }
+    un_pool_free(pool);
+    un_ctx_free(ctx);
+}
+
+/* Dropout on a row block of a tensor, given its offset, equals that block of the whole tensor's
+ * dropout (the reference's mask is global); without the offset it is the local mask. */
+static void test_dropout_shard(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_param p[UN_MAX_PARAMS];
+    un_spec_param_defaults(un_spec_op(S, UN_OP_DROPOUT), p);
+    p[0].v[0] = 40, p[1].v[0] = 11;
+    enum { R = 8, C = 10 };
+    double x[R * C], y[R * C], yp[R / 2 * C], ys[R * C];
+    for (int i = 0; i < R * C; i++)
+        x[i] = i + 1;
+    un_kexec ex = exec_default(UN_PREC_F64);
+    un_kt in = {UN_DT_FLOAT, 2, {R, C}, x}, out = {UN_DT_FLOAT, 2, {R, C}, y};
+    EXPECT_OK(ctx, un_kern_forward(ctx, &ex, UN_OP_DROPOUT, p, &in, 1, &out, 1));
+    int dropped = 0;
+    for (int i = 0; i < R * C; i++) {
+        EXPECT_TRUE(y[i] == 0 || fabs(y[i] - x[i] / 0.6) < 1e-12);
+        dropped += y[i] == 0;
+    }
+    EXPECT_TRUE(dropped > 15 && dropped < 50);
+    int64_t off[2] = {R / 2, 0}, full[2] = {R, C};
+    un_kexec exs = ex;
+    exs.off = off, exs.full = full;
+    un_kt pin = {UN_DT_FLOAT, 2, {R / 2, C}, x + R / 2 * C},
+          pout = {UN_DT_FLOAT, 2, {R / 2, C}, yp};
+    EXPECT_OK(ctx, un_kern_forward(ctx, &exs, UN_OP_DROPOUT, p, &pin, 1, &pout, 1));
+    EXPECT_TRUE(memcmp(yp, y + R / 2 * C, sizeof yp) == 0);
+    /* another executor seed gives another mask, the same in backward */
+    un_kexec ex2 = ex;
+    ex2.seed = 77;
+    un_kt sout = {UN_DT_FLOAT, 2, {R, C}, ys};
+    EXPECT_OK(ctx, un_kern_forward(ctx, &ex2, UN_OP_DROPOUT, p, &in, 1, &sout, 1));
+    EXPECT_TRUE(memcmp(ys, y, sizeof ys) != 0);
+    double dy[R * C], dx[R * C] = {0};
+    for (int i = 0; i < R * C; i++)
+        dy[i] = 1;
+    un_kt dout = {UN_DT_FLOAT, 2, {R, C}, dy}, din = {UN_DT_FLOAT, 2, {R, C}, dx};
+    EXPECT_OK(ctx, un_kern_backward(ctx, &ex2, UN_OP_DROPOUT, p, &in, 1, &sout, 1, &dout, &din));
+    for (int i = 0; i < R * C; i++)
+        EXPECT_TRUE((ys[i] == 0) == (dx[i] == 0));
+    un_ctx_free(ctx);
+}
+
+/* Non-finite values: relu and max pooling propagate NaN, dropout gives NaN for a dropped inf. */
+static void test_nonfinite(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_kexec ex = exec_default(UN_PREC_F32);
+    float x[4] = {NAN, -1, 2, -INFINITY}, y[4];
+    un_kt in = {UN_DT_FLOAT, 1, {4}, x}, out = {UN_DT_FLOAT, 1, {4}, y};
+    EXPECT_OK(ctx, un_kern_forward(ctx, &ex, UN_OP_RELU, NULL, &in, 1, &out, 1));
+    EXPECT_TRUE(isnan(y[0]));
+    EXPECT_NEAR(y[1], 0, 0);
+    EXPECT_NEAR(y[3], 0, 0);
+    un_param p[UN_MAX_PARAMS];
+    un_spec_param_defaults(un_spec_op(S, UN_OP_POOL2D), p); /* max 2x2 stride 2 */
+    float px[16], py[4];
+    for (int i = 0; i < 16; i++)
+        px[i] = (float)i;
+    px[1] = NAN;
+    un_kt pin = {UN_DT_FLOAT, 4, {1, 1, 4, 4}, px}, pout = {UN_DT_FLOAT, 4, {1, 1, 2, 2}, py};
+    EXPECT_OK(ctx, un_kern_forward(ctx, &ex, UN_OP_POOL2D, p, &pin, 1, &pout, 1));
+    EXPECT_TRUE(isnan(py[0]));
+    EXPECT_NEAR(py[3], 15, 0);
+    un_ctx_free(ctx);
+}
+
+/* Bad calls: one error line naming the op and the reason; nothing crashes. */
+static void test_errors(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_kexec ex = exec_default(UN_PREC_F64);
+    double a[12] = {0}, b[12] = {0}, y[12] = {0};
+    un_param p[UN_MAX_PARAMS];
+    un_spec_param_defaults(un_spec_op(S, UN_OP_LINEAR), p);
+    un_kt in[3] = {
+        {UN_DT_FLOAT, 2, {3, 4}, a}, {UN_DT_FLOAT, 2, {4, 3}, b}, {UN_DT_FLOAT, 1, {3}, b}};
+    un_kt out = {UN_DT_FLOAT, 2, {3, 3}, y};
+    /* parallel op */
+    EXPECT_EQ(un_kern_forward(ctx, &ex, UN_OP_PARTITION, p, in, 1, &out, 1), UN_ERR_INVALID);
+    EXPECT_TRUE(strstr(un_ctx_errmsg(ctx), "partition") != NULL);
+    un_ctx_clear(ctx);
+    EXPECT_EQ(un_kern_forward(ctx, &ex, UN_OP_INPUT, p, in, 1, &out, 1), UN_ERR_INVALID);
+    un_ctx_clear(ctx);
+    /* wrong output shape */
+    out.dim[1] = 4;
+    EXPECT_EQ(un_kern_forward(ctx, &ex, UN_OP_LINEAR, p, in, 2, &out, 1), UN_ERR_INVALID);
+    EXPECT_STR_EQ(un_ctx_errmsg(ctx), "linear: output 0 has dims [3,4], expected [3,3]");
+    un_ctx_clear(ctx);
+    out.dim[1] = 3;
+    /* bias given but use_bias false, and the other way round */
+    EXPECT_EQ(un_kern_forward(ctx, &ex, UN_OP_LINEAR, p, in, 3, &out, 1), UN_ERR_INVALID);
+    EXPECT_TRUE(strstr(un_ctx_errmsg(ctx), "use_bias") != NULL);
+    un_ctx_clear(ctx);
+    p[1].v[0] = 1;
+    EXPECT_EQ(un_kern_forward(ctx, &ex, UN_OP_LINEAR, p, in, 2, &out, 1), UN_ERR_INVALID);
+    un_ctx_clear(ctx);
+    EXPECT_OK(ctx, un_kern_forward(ctx, &ex, UN_OP_LINEAR, p, in, 3, &out, 1));
+    /* mismatched inner dims, missing data, wrong dtype, bad rank */
+    in[1].dim[0] = 5;
+    EXPECT_EQ(un_kern_forward(ctx, &ex, UN_OP_LINEAR, p, in, 3, &out, 1), UN_ERR_INVALID);
+    un_ctx_clear(ctx);
+    in[1].dim[0] = 4;
+    in[1].data = NULL;
+    EXPECT_EQ(un_kern_forward(ctx, &ex, UN_OP_LINEAR, p, in, 3, &out, 1), UN_ERR_INVALID);
+    EXPECT_STR_EQ(un_ctx_errmsg(ctx), "linear: input 1 has no data");
+    un_ctx_clear(ctx);
+    in[1].data = b;
+    in[1].dtype = UN_DT_INT;
+    EXPECT_EQ(un_kern_forward(ctx, &ex, UN_OP_LINEAR, p, in, 3, &out, 1), UN_ERR_INVALID);
+    un_ctx_clear(ctx);
+    in[1].dtype = UN_DT_FLOAT;
+    in[0].rank = 9;
+    EXPECT_EQ(un_kern_forward(ctx, &ex, UN_OP_LINEAR, p, in, 3, &out, 1), UN_ERR_INVALID);
+    un_ctx_clear(ctx);
+    in[0].rank = 2;
+    in[0].dim[0] = (int64_t)1 << 40; /* too many elements */
+    in[0].dim[1] = (int64_t)1 << 20;
+    EXPECT_EQ(un_kern_forward(ctx, &ex, UN_OP_LINEAR, p, in, 3, &out, 1), UN_ERR_INVALID);
+    un_ctx_clear(ctx);
+    in[0].dim[0] = 3, in[0].dim[1] = 4;
+    /* embedding index and cross_entropy label out of range */
+    un_spec_param_defaults(un_spec_op(S, UN_OP_EMBEDDING), p);
+    int64_t idx[4] = {0, 1, 2, 3};
+    un_kt ein[2] = {{UN_DT_INT, 2, {2, 2}, idx}, {UN_DT_FLOAT, 2, {3, 4}, a}};
+    un_kt eout = {UN_DT_FLOAT, 2, {2, 4}, y};
+    EXPECT_EQ(un_kern_forward(ctx, &ex, UN_OP_EMBEDDING, p, ein, 2, &eout, 1), UN_ERR_INVALID);
+    EXPECT_STR_EQ(un_ctx_errmsg(ctx),
+                  "embedding: index 3 at [1, 1] is outside the table of 3 rows");
+    un_ctx_clear(ctx);
+    /* a gradient for the int input is refused */
+    idx[3] = 2;
+    un_kt eg[2] = {{UN_DT_FLOAT, 2, {2, 2}, b}, {UN_DT_FLOAT, 2, {3, 4}, NULL}};
+    EXPECT_EQ(un_kern_backward(ctx, &ex, UN_OP_EMBEDDING, p, ein, 2, &eout, 1, &eout, eg),
+              UN_ERR_INVALID);
+    un_ctx_clear(ctx);
+    int64_t lab[3] = {0, 4, 1};
+    un_kt cin[2] = {{UN_DT_FLOAT, 2, {3, 4}, a}, {UN_DT_INT, 1, {3}, lab}};
+    un_kt cout = {UN_DT_FLOAT, 1, {3}, y};
+    EXPECT_EQ(un_kern_forward(ctx, &ex, UN_OP_CROSS_ENTROPY, NULL, cin, 2, &cout, 1),
+              UN_ERR_INVALID);
+    EXPECT_STR_EQ(un_ctx_errmsg(ctx), "cross_entropy: label 4 of sample 1 is outside [0, 4)");
+    un_ctx_clear(ctx);
+    /* the backward of softmax needs the forward output */
+    un_spec_param_defaults(un_spec_op(S, UN_OP_SOFTMAX), p);
+    un_kt sx = {UN_DT_FLOAT, 2, {3, 4}, a}, sy = {UN_DT_FLOAT, 2, {3, 4}, NULL};
+    un_kt sd = {UN_DT_FLOAT, 2, {3, 4}, b}, sdx = {UN_DT_FLOAT, 2, {3, 4}, y};
+    EXPECT_EQ(un_kern_backward(ctx, &ex, UN_OP_SOFTMAX, p, &sx, 1, &sy, 1, &sd, &sdx),
+              UN_ERR_INVALID);
+    un_ctx_clear(ctx);
+    /* a bad precision, an out-of-range dim parameter */
+    un_kexec bad = ex;
+    bad.prec = (un_prec)7;
+    EXPECT_EQ(un_kern_forward(ctx, &bad, UN_OP_SOFTMAX, p, &sx, 1, &sdx, 1), UN_ERR_INVALID);
+    un_ctx_clear(ctx);
+    p[0].v[0] = 2;
+    EXPECT_EQ(un_kern_forward(ctx, &ex, UN_OP_SOFTMAX, p, &sx, 1, &sdx, 1), UN_ERR_INVALID);
+    EXPECT_STR_EQ(un_ctx_errmsg(ctx), "softmax: dim 2 is outside [-2, 2)");
+    un_ctx_free(ctx);
+}
+
+/* A failing scratch allocation is UN_ERR_NOMEM, not a crash. */
+static int fail_after;
+static void *fail_malloc(size_t n, void *user) {
+    (void)user;
+    return fail_after-- > 0 ? malloc(n) : NULL;
+}
+static void *plain_realloc(void *p, size_t n, void *user) {
+    (void)user;
+    return realloc(p, n);
+}
+static void plain_free(void *p, void *user) {
+    (void)user;
+    free(p);
+}
+
+static void test_alloc_failure(void) {
+    un_ctx_params cp = un_ctx_params_default();
+    cp.alloc = (un_alloc){fail_malloc, plain_realloc, plain_free, NULL};
+    fail_after = 1 << 30;
+    un_ctx *ctx = un_ctx_new(&cp);
+    un_param p[UN_MAX_PARAMS];
+    un_spec_param_defaults(un_spec_op(S, UN_OP_MULTIHEAD_ATTENTION), p);
+    double v[16] = {0}, y[8];
+    un_kt in[7];
+    for (int i = 0; i < 7; i++)
+        in[i] = i < 3 ? (un_kt){UN_DT_FLOAT, 3, {1, 2, 4}, v} : (un_kt){UN_DT_FLOAT, 2, {4, 4}, v};
+    un_kt out = {UN_DT_FLOAT, 3, {1, 2, 4}, y};
+    un_kexec ex = exec_default(UN_PREC_F64);
+    fail_after = 0;
+    EXPECT_EQ(un_kern_forward(ctx, &ex, UN_OP_MULTIHEAD_ATTENTION, p, in, 7, &out, 1),
+              UN_ERR_NOMEM);
+    EXPECT_TRUE(strstr(un_ctx_errmsg(ctx), "multihead_attention") != NULL);
+    un_ctx_clear(ctx);
+    fail_after = 1 << 30;
+    EXPECT_OK(ctx, un_kern_forward(ctx, &ex, UN_OP_MULTIHEAD_ATTENTION, p, in, 7, &out, 1));
+    un_ctx_free(ctx);
+}
+
+/* ---- pool ------------------------------------------------------------------------------------ */
+
+typedef struct cover {
+    int *hits;
+    int calls;
+    int64_t min_block;
+} cover;
+
+static void cover_body(void *arg, int64_t b, int64_t e) {
+    cover *c = arg;
+    for (int64_t i = b; i < e; i++)
+        __atomic_fetch_add(&c->hits[i], 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&c->calls, 1, __ATOMIC_RELAXED);
+    int64_t len = e - b, cur = __atomic_load_n(&c->min_block, __ATOMIC_RELAXED);
+    while (len < cur && !__atomic_compare_exchange_n(&c->min_block, &cur, len, false,
+                                                     __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+}
+
+static void test_pool_covers_each_index_once(void) {
+    static const int threads[] = {0, 1, 2, 4, 7};
+    static const int64_t sizes[] = {0, 1, 3, 5, 7, 100, 100003};
+    for (size_t t = 0; t < sizeof threads / sizeof threads[0]; t++) {
+        un_pool *p = threads[t] ? un_pool_new(threads[t]) : NULL;
+        EXPECT_EQ(un_pool_size(p), threads[t] < 1 ? 1 : threads[t]);
+        for (int rep = 0; rep < 3; rep++)
+            for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+                int64_t n = sizes[s];
+                cover c = {un_xcalloc((size_t)n + 1, sizeof(int)), 0, INT64_MAX};
+                un_pool_for(p, n, cover_body, &c);
+                int once = 0;
+                for (int64_t i = 0; i < n; i++)
+                    once += c.hits[i] == 1;
+                EXPECT_EQ(once, n);
+                EXPECT_EQ(c.calls, n == 0 ? 0 : n < un_pool_size(p) ? n : un_pool_size(p));
+                EXPECT_TRUE(n == 0 || c.min_block >= 1);
+                free(c.hits);
+            }
+        un_pool_free(p);
+    }
+    un_pool_free(NULL);
+}
+
+int main(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    if (un_spec_load(ctx, "specs/ops.json", &S) != UN_OK) {
+        printf("%s\n0 passed, 1 failed\n", un_ctx_errmsg(ctx));
+        un_ctx_free(ctx);
+        return 1;
+    }
+    un_ctx_free(ctx);
+    static const test_case cases[] = {
+        {"param_names_match_spec", test_param_names_match_spec},
+        {"forward_vs_reference", test_forward_vs_reference},
+        {"backward_vs_finite_differences", test_backward_vs_finite_differences},
+        {"backward_f32", test_backward_f32},
+        {"absent_gradients", test_absent_gradients},
+        {"threads_match", test_threads_match},
+        {"dropout_shard", test_dropout_shard},
+        {"nonfinite", test_nonfinite},
+        {"errors", test_errors},
+        {"alloc_failure", test_alloc_failure},
+        {"pool_covers_each_index_once", test_pool_covers_each_index_once},
+    };
+    int rc = TEST_RUN_ALL(cases);
+    un_spec_free(S);
+    return rc;
+}
