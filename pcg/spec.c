@@ -375,9 +375,11 @@ static un_status load_inputs(un_ctx *ctx, un_spec *sp, const un_jcur *c, un_op_s
             in->dtype = UN_DT_FLOAT;
         else if (strcmp(dt, "int") == 0)
             in->dtype = UN_DT_INT;
+        else if (strcmp(dt, "any") == 0)
+            in->dtype = UN_DT_COUNT; /* either: data movement that never looks at values */
         else {
             un_jcur dc = un_jcur_member(&it, "dtype");
-            return un_jcur_error(ctx, UN_ERR_SPEC, &dc, "unknown dtype '%s' (float, int)", dt);
+            return un_jcur_error(ctx, UN_ERR_SPEC, &dc, "unknown dtype '%s' (float, int, any)", dt);
         }
         if ((st = un_jcur_get_bool(ctx, &it, "weight", false, &in->weight)) != UN_OK)
             return st;
@@ -487,8 +489,10 @@ static un_status load_output(un_ctx *ctx, un_spec *sp, const un_jcur *c, un_op_s
         o->dtype = UN_DT_FLOAT;
     else if (strcmp(dt, "int") == 0)
         o->dtype = UN_DT_INT;
+    else if (strcmp(dt, "same") == 0)
+        o->dtype = UN_DT_COUNT; /* that of input 0 */
     else
-        return un_jcur_error(ctx, UN_ERR_SPEC, &dtc, "unknown dtype '%s' (float, int)", dt);
+        return un_jcur_error(ctx, UN_ERR_SPEC, &dtc, "unknown dtype '%s' (float, int, same)", dt);
     un_jcur dtp = un_jcur_member(c, "dtype_param");
     if (un_jcur_present(&dtp)) {
         if ((st = un_jcur_need_type(ctx, &dtp, UN_JSON_STRING)) != UN_OK)
@@ -1656,7 +1660,7 @@ static un_status logical_output(solver *s, int o, const un_output_spec *spec, co
             return un_ctx_error(ctx, UN_ERR_SHAPE,
                                 "%s (%s): output %d would have size %lld in dim %d", label,
                                 s->os->name, o, (long long)dims[j], j);
-    un_dtype dt = spec->dtype;
+    un_dtype dt = spec->dtype == UN_DT_COUNT ? s->in[0].dtype : spec->dtype;
     if (spec->dtype_param >= 0)
         dt = s->params[spec->dtype_param].v[0] == 1 ? UN_DT_INT : UN_DT_FLOAT;
     *out = un_shape_make(rank, dims, dt);
@@ -1794,7 +1798,7 @@ un_status un_spec_infer(un_ctx *ctx, const un_spec *spec, un_op op, const un_par
                 ctx, UN_ERR_SHAPE, "%s (%s): input %d (%s) %s has rank %d, expected %s%d", label,
                 os->name, t, is->name, shape_s(&in[t], sb), in[t].rank,
                 is->rank >= 0 ? "" : "at least ", is->rank >= 0 ? is->rank : is->min_rank);
-        if (in[t].dtype != is->dtype)
+        if (is->dtype != UN_DT_COUNT && in[t].dtype != is->dtype)
             return un_ctx_error(ctx, UN_ERR_SHAPE,
                                 "%s (%s): input %d (%s) %s has dtype %s, expected %s", label,
                                 os->name, t, is->name, shape_s(&in[t], sb),
