@@ -214,8 +214,10 @@ static void dims_str(const un_kt *t, char *buf, size_t n) {
 static un_status check_tensor(const kcall *c, const un_kt *t, const char *what, int i, un_dtype dt,
                               bool need_data) {
     const char *op = un_op_name(c->op);
-    if (t->rank < 1 || t->rank > UN_MAX_DIMS)
-        FAIL("%s: %s %d has rank %d (expected 1..%d)", op, what, i, t->rank, UN_MAX_DIMS);
+    int min_rank = strcmp(what, "input") == 0 ? 1 : 0; /* outputs may be scalars (rank 0) */
+    if (t->rank < min_rank || t->rank > UN_MAX_DIMS)
+        FAIL("%s: %s %d has rank %d (expected %d..%d)", op, what, i, t->rank, min_rank,
+             UN_MAX_DIMS);
     if (un_kt_numel(t) < 0) {
         char b[128];
         dims_str(t, b, sizeof b);
@@ -494,7 +496,7 @@ static un_status check_shapes(const kcall *c, un_kt *want) {
         if (d < -r || d >= r)
             FAIL("%s: dim %lld is outside [-%d, %d)", op, (long long)d, r, r);
         int nd = norm_dim(d, r);
-        if (par(c, P_RED_KEEP) || r == 1) { /* a rank-1 input keeps a [1] output */
+        if (par(c, P_RED_KEEP)) {
             want[0].dim[nd] = 1;
         } else {
             for (int i = nd; i + 1 < r; i++)

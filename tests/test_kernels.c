@@ -237,6 +237,7 @@ static const kcase extra_cases[] = {
     {"multihead_attention", "heads=3", "1,4,6;1,2,6;1,2,6;6,6;6,6;6,6;6,6", false},
     {"reduce_sum", "dim=-1 keep=true", "3,4,5", false},
     {"reduce_sum", "dim=0", "3,4", false},
+    {"reduce_sum", "dim=0", "5", false},
     {"reduce_mean", "dim=1", "3,4,5", false},
     {"reduce_mean", "dim=-3 keep=true", "3,4,5", false},
     {"cross_entropy", "", "5,7;5", false},
