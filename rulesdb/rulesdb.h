@@ -30,11 +30,16 @@ enum {
 /* Opens (or creates) a rule database. spec is the spec set in use (borrowed, outlives db): its
  * content hash (un_spec_hash) is registered, and rules are trusted as verified only when verified
  * against it. Errors: UN_ERR_IO (cannot open), UN_ERR_DB ("not a rule database", "schema version
- * N is newer than this program's M", corrupt file), each naming the path. Owned: rulesdb_free. */
+ * N is newer than this program's M", corrupt file), each naming the path. An older schema is
+ * upgraded in place (READONLY: an error instead). The handle's memory comes from ctx, which must
+ * outlive it; other calls may pass any context. One handle serves one thread at a time.
+ * Owned: rulesdb_free. */
 un_status rulesdb_open(un_ctx *ctx, const char *path, const un_spec *spec, int flags,
                        rulesdb **out);
 void rulesdb_free(rulesdb *db);
-const char *rulesdb_path(const rulesdb *db); /* borrowed */
+const char *rulesdb_path(const rulesdb *db);   /* borrowed */
+uint64_t rulesdb_spec_hash(const rulesdb *db); /* hash of the spec set in use */
+int rulesdb_schema_version(void);              /* the schema version this program writes */
 
 /* ---- batches (one transaction each; nesting is an error) ---- */
 un_status rulesdb_begin(un_ctx *ctx, rulesdb *db);
@@ -76,9 +81,9 @@ typedef struct rulesdb_row {
     uint64_t gen_spec;     /* spec-set hash it was generated against (0 for imports) */
     uint64_t verify_spec;  /* spec-set hash it was last verified against, or 0 */
     char *origin_kind, *origin_file, *origin_name; /* NULL when absent */
-    int n_src, n_dst;      /* sizes (non-source nodes per side) */
-    char *ops;             /* operators used, comma-separated and sorted, e.g. "combine,relu" */
-    un_rule *rule;         /* parsed rule (NULL for a rejected import without a rule) */
+    int n_src, n_dst;                              /* sizes (non-source nodes per side) */
+    char *ops;     /* operators used, comma-separated and sorted, e.g. "combine,relu" */
+    un_rule *rule; /* parsed rule (NULL for a rejected import without a rule) */
 } rulesdb_row;
 void rulesdb_row_free(rulesdb_row *row);
 
@@ -87,14 +92,14 @@ void rulesdb_row_free(rulesdb_row *row);
 un_status rulesdb_rule_get(un_ctx *ctx, rulesdb *db, int32_t id, rulesdb_row **out);
 
 typedef struct rulesdb_filter {
-    int status;         /* an un_rule_status, or -1 for any */
-    int op;             /* an un_op that must occur on either side, or -1 */
-    int min_size;       /* total size n_src + n_dst bounds (0 = none) */
+    int status;   /* an un_rule_status, or -1 for any */
+    int op;       /* an un_op that must occur on either side, or -1 */
+    int min_size; /* total size n_src + n_dst bounds (0 = none) */
     int max_size;
-    int32_t after_id;   /* only ids > after_id (paging), 0 = from the start */
-    int64_t limit;      /* at most this many, 0 = all */
+    int32_t after_id;     /* only ids > after_id (paging), 0 = from the start */
+    int64_t limit;        /* at most this many, 0 = all */
     int shard_i, shard_n; /* only ids with id % shard_n == shard_i (shard_n 0 = all) */
-    bool needs_verify;  /* candidates, unknowns, and verified rules not trusted under this spec */
+    bool needs_verify;    /* candidates, unknowns, and verified rules not trusted under this spec */
 } rulesdb_filter;
 rulesdb_filter rulesdb_filter_default(void); /* any status, everything */
 
@@ -103,8 +108,8 @@ un_status rulesdb_rule_ids(un_ctx *ctx, rulesdb *db, const rulesdb_filter *f, in
                            int64_t *n);
 
 typedef struct rulesdb_verdict {
-    un_rule_status status;  /* VERIFIED, REFUTED or UNKNOWN */
-    const char *detail;     /* counterexample / reason unknown, or NULL */
+    un_rule_status status; /* VERIFIED, REFUTED or UNKNOWN */
+    const char *detail;    /* counterexample / reason unknown, or NULL */
     double proof_ms;
     const char *axioms;     /* comma-separated axiom names (unsat core), or NULL */
     const un_rule *general; /* the most general form proven (more variables, any_shape), or NULL
@@ -126,11 +131,11 @@ un_status rulesdb_count(un_ctx *ctx, rulesdb *db, int64_t *counts);
 /* ---- op-cost cache (measured op costs, for the search's cost model) ---- */
 
 typedef struct rulesdb_cost {
-    char op_sig[128];   /* op and its parameters, e.g. "linear[activation=relu,use_bias=0]" */
-    char shape[128];    /* input shapes with layouts (un_shape_str), ';'-separated */
-    char device[32];    /* device kind, e.g. "cpu", "h100" */
+    char op_sig[128]; /* op and its parameters, e.g. "linear[activation=relu,use_bias=0]" */
+    char shape[128];  /* input shapes with layouts (un_shape_str), ';'-separated */
+    char device[32];  /* device kind, e.g. "cpu", "h100" */
     double fwd_ms, bwd_ms;
-    double bytes;       /* memory moved or held */
+    double bytes;        /* memory moved or held */
     int64_t measured_at; /* unix time */
 } rulesdb_cost;
 un_status rulesdb_cost_put(un_ctx *ctx, rulesdb *db, const rulesdb_cost *c);
@@ -144,8 +149,26 @@ un_status rulesdb_cost_get(un_ctx *ctx, rulesdb *db, const char *op_sig, const c
 un_status rulesdb_check(un_ctx *ctx, rulesdb *db, int64_t *n_bad, un_buf *report);
 
 /* Copies every rule of src into db (dedup by canonical hash; a verdict from src replaces a
- * candidate in db; conflicting verdicts keep the verified-under-current-spec one and are counted). */
+ * candidate in db; conflicting verdicts keep the verified-under-current-spec one and are counted).
+ * One transaction (unless a batch is open): on failure db is unchanged. Every src row is checked
+ * against its hash first. n_added / n_updated may be NULL. */
 un_status rulesdb_merge(un_ctx *ctx, rulesdb *db, rulesdb *src, int64_t *n_added,
                         int64_t *n_updated);
+
+typedef struct rulesdb_merge_stats {
+    int64_t added;      /* rows new to db */
+    int64_t duplicates; /* rows db already held (same canonical hash, or same rejected origin) */
+    int64_t updated;    /* duplicates whose verdict src improved */
+    int64_t conflicts;  /* duplicates with a different definitive verdict (verified vs refuted) */
+} rulesdb_merge_stats;
+/* rulesdb_merge with every count. */
+un_status rulesdb_merge_ex(un_ctx *ctx, rulesdb *db, rulesdb *src, rulesdb_merge_stats *stats);
+
+/* ---- for tests only: raw access that bypasses every check ---- */
+
+/* Runs constant SQL on the file at path as it is (e.g. to plant a damaged row). */
+un_status rulesdb__test_exec(un_ctx *ctx, const char *path, const char *sql);
+/* Creates a database at an older schema version (to test upgrades). */
+un_status rulesdb__test_create_at(un_ctx *ctx, const char *path, int version);
 
 #endif

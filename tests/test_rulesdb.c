@@ -1,0 +1,800 @@
+/* test_rulesdb.c - rulesdb/rulesdb.h: create and reopen, insert and dedup, verdicts and trust
+ * under a spec set, filters, runs, the op-cost cache, merge, integrity (tampered rows, garbage and
+ * truncated files, newer schema, foreign SQLite files), schema upgrade, allocation failures on
+ * open, a writer killed mid-batch, and reads during a write. */
+#include "rulesdb/rulesdb.h"
+#include "tests/test.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static un_spec *spec, *spec2; /* spec2: the same ops with one edit, so another content hash */
+static char dir[256];
+
+static const char *tmp_path(const char *name) {
+    static char buf[4][512];
+    static int k;
+    char *p = buf[k++ % 4];
+    snprintf(p, 512, "%s/%s", dir, name);
+    return p;
+}
+
+static void rm_db(const char *path) {
+    char b[600];
+    unlink(path);
+    snprintf(b, sizeof b, "%s-wal", path);
+    unlink(b);
+    snprintf(b, sizeof b, "%s-shm", path);
+    unlink(b);
+}
+
+static const un_op unary_ops[] = {UN_OP_RELU, UN_OP_GELU, UN_OP_TANH, UN_OP_SIGMOID};
+
+/* A distinct rule per i: partition[dim=d,degree=k](u(x)) => u(partition[dim=d,degree=k](x)). */
+static un_rule *make_rule(int i) {
+    int32_t k = 2 + i / 8;
+    int dim = (i / 4) % 2;
+    un_op u = unary_ops[i % 4];
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_graph *g[2] = {un_graph_new(spec), un_graph_new(spec)};
+    int64_t dims[2] = {2 * k, 2 * k};
+    const un_op_spec *ps = un_spec_op(spec, UN_OP_PARTITION);
+    un_param p[UN_MAX_PARAMS];
+    un_spec_param_defaults(ps, p);
+    p[un_spec_param_index(ps, "dim")] = un_param_int(dim);
+    p[un_spec_param_index(ps, "degree")] = un_param_int(k);
+    int32_t x, a, b;
+    un_ref out[2];
+    un_status st = UN_OK;
+    for (int s = 0; s < 2 && st == UN_OK; s++) {
+        st = un_graph_add_input(ctx, g[s], "x", UN_OP_INPUT, 2, dims, &x);
+        if (st == UN_OK)
+            st = un_graph_add(ctx, g[s], s ? UN_OP_PARTITION : u, s ? p : NULL, (un_ref[]){{x, 0}},
+                              1, NULL, &a);
+        if (st == UN_OK)
+            st = un_graph_add(ctx, g[s], s ? u : UN_OP_PARTITION, s ? NULL : p, (un_ref[]){{a, 0}},
+                              1, NULL, &b);
+        out[s] = (un_ref){b, 0};
+    }
+    un_rule *r = NULL;
+    if (st == UN_OK)
+        st = un_rule_make(ctx, g[0], g[1], &out[0], &out[1], 1, &r);
+    EXPECT_OK(ctx, st);
+    un_graph_free(g[0]);
+    un_graph_free(g[1]);
+    un_ctx_free(ctx);
+    return r;
+}
+
+static rulesdb *open_db(un_ctx *ctx, const char *path, const un_spec *sp, int flags) {
+    rulesdb *db = NULL;
+    EXPECT_OK(ctx, rulesdb_open(ctx, path, sp, flags, &db));
+    return db;
+}
+
+static int64_t insert_n(un_ctx *ctx, rulesdb *db, int from, int n) {
+    int64_t added = 0;
+    EXPECT_OK(ctx, rulesdb_begin(ctx, db));
+    for (int i = from; i < from + n; i++) {
+        un_rule *r = make_rule(i);
+        bool ins = false;
+        EXPECT_OK(ctx, rulesdb_rule_insert(ctx, db, r, UN_RULE_CANDIDATE, NULL,
+                                           &(rulesdb_origin){.kind = "generated"}, NULL, &ins));
+        added += ins;
+        un_rule_free(r);
+    }
+    EXPECT_OK(ctx, rulesdb_commit(ctx, db));
+    return added;
+}
+
+static void test_create_insert_get(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    const char *path = tmp_path("a.db");
+    rm_db(path);
+    rulesdb *db = open_db(ctx, path, spec, RULESDB_CREATE);
+    if (!db)
+        goto done;
+    EXPECT_STR_EQ(rulesdb_path(db), path);
+    int64_t run = 0;
+    EXPECT_OK(ctx, rulesdb_run_begin(ctx, db, "test", "--x 1", &run));
+    EXPECT_TRUE(run > 0);
+    un_rule *r = make_rule(5);
+    int32_t id = 0, id2 = 0;
+    bool ins = false;
+    EXPECT_OK(ctx, rulesdb_begin(ctx, db));
+    EXPECT_EQ(rulesdb_begin(ctx, db), UN_ERR_INVALID); /* nesting */
+    un_ctx_clear(ctx);
+    EXPECT_OK(ctx,
+              rulesdb_rule_insert(ctx, db, r, UN_RULE_CANDIDATE, NULL,
+                                  &(rulesdb_origin){.kind = "generated", .run = run}, &id, &ins));
+    EXPECT_TRUE(ins);
+    EXPECT_OK(ctx, rulesdb_rule_insert(ctx, db, r, UN_RULE_CANDIDATE, NULL, NULL, &id2, &ins));
+    EXPECT_TRUE(!ins);
+    EXPECT_EQ(id, id2);
+    EXPECT_OK(ctx, rulesdb_commit(ctx, db));
+    EXPECT_OK(ctx, rulesdb_run_end(ctx, db, run, "{\"candidates\": 1}"));
+    rulesdb_row *row = NULL;
+    EXPECT_OK(ctx, rulesdb_rule_get(ctx, db, id, &row));
+    if (row) {
+        EXPECT_EQ(row->id, id);
+        EXPECT_EQ(row->status, UN_RULE_CANDIDATE);
+        EXPECT_TRUE(!row->trusted);
+        EXPECT_TRUE(row->hash == un_rule_hash(r));
+        EXPECT_TRUE(row->rule && un_rule_hash(row->rule) == un_rule_hash(r));
+        EXPECT_EQ(row->n_src, 2);
+        EXPECT_EQ(row->n_dst, 2);
+        EXPECT_STR_EQ(row->ops, "gelu,partition");
+        EXPECT_STR_EQ(row->origin_kind, "generated");
+        EXPECT_TRUE(row->gen_spec == un_spec_hash(spec));
+        EXPECT_TRUE(row->verify_spec == 0);
+    }
+    rulesdb_row_free(row);
+    EXPECT_EQ(rulesdb_rule_get(ctx, db, 999, &row), UN_ERR_INVALID);
+    EXPECT_TRUE(row == NULL);
+    un_ctx_clear(ctx);
+    un_rule_free(r);
+    rulesdb_free(db);
+    /* Reopened: the rule is still there. */
+    db = open_db(ctx, path, spec, 0);
+    int64_t counts[UN_RULE_STATUS_COUNT];
+    if (db) {
+        EXPECT_OK(ctx, rulesdb_count(ctx, db, counts));
+        EXPECT_EQ(counts[UN_RULE_CANDIDATE], 1);
+        EXPECT_EQ(counts[UN_RULE_VERIFIED], 0);
+    }
+    rulesdb_free(db);
+done:
+    un_ctx_free(ctx);
+}
+
+static void test_verdicts_and_trust(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    const char *path = tmp_path("v.db");
+    rm_db(path);
+    rulesdb *db = open_db(ctx, path, spec, RULESDB_CREATE);
+    if (!db)
+        goto done;
+    EXPECT_EQ(insert_n(ctx, db, 0, 10), 10);
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    EXPECT_OK(ctx, rulesdb_rule_ids(ctx, db, NULL, &ids, &n));
+    EXPECT_EQ(n, 10);
+    if (n == 10) {
+        for (int i = 0; i < 4; i++)
+            EXPECT_OK(ctx, rulesdb_rule_set_verdict(
+                               ctx, db, ids[i],
+                               &(rulesdb_verdict){.status = UN_RULE_VERIFIED,
+                                                  .proof_ms = 1.5 + i,
+                                                  .axioms = "relu_partition,partition_id"}));
+        EXPECT_OK(ctx, rulesdb_rule_set_verdict(
+                           ctx, db, ids[4],
+                           &(rulesdb_verdict){.status = UN_RULE_REFUTED, .detail = "x = [1, 2]"}));
+        EXPECT_OK(ctx, rulesdb_rule_set_verdict(
+                           ctx, db, ids[5],
+                           &(rulesdb_verdict){.status = UN_RULE_UNKNOWN, .detail = "timeout"}));
+        EXPECT_EQ(rulesdb_rule_set_verdict(ctx, db, ids[6],
+                                           &(rulesdb_verdict){.status = UN_RULE_CANDIDATE}),
+                  UN_ERR_INVALID);
+        un_ctx_clear(ctx);
+        rulesdb_row *row = NULL;
+        EXPECT_OK(ctx, rulesdb_rule_get(ctx, db, ids[1], &row));
+        if (row) {
+            EXPECT_EQ(row->status, UN_RULE_VERIFIED);
+            EXPECT_TRUE(row->trusted);
+            EXPECT_NEAR(row->proof_ms, 2.5, 1e-12);
+            EXPECT_STR_EQ(row->axioms, "relu_partition,partition_id");
+            EXPECT_TRUE(row->verify_spec == un_spec_hash(spec));
+        }
+        rulesdb_row_free(row);
+        EXPECT_OK(ctx, rulesdb_rule_get(ctx, db, ids[4], &row));
+        if (row) {
+            EXPECT_EQ(row->status, UN_RULE_REFUTED);
+            EXPECT_STR_EQ(row->detail, "x = [1, 2]");
+        }
+        rulesdb_row_free(row);
+    }
+    free(ids);
+    un_rule **rules = NULL;
+    int64_t stale = -1;
+    EXPECT_OK(ctx, rulesdb_load_verified(ctx, db, &rules, &n, &stale));
+    EXPECT_EQ(n, 4);
+    EXPECT_EQ(stale, 0);
+    for (int64_t i = 0; i < n; i++)
+        un_rule_free(rules[i]);
+    free(rules);
+    /* needs_verify: 4 candidates + 1 unknown. */
+    rulesdb_filter f = rulesdb_filter_default();
+    f.needs_verify = true;
+    EXPECT_OK(ctx, rulesdb_rule_ids(ctx, db, &f, &ids, &n));
+    EXPECT_EQ(n, 5);
+    free(ids);
+    rulesdb_free(db);
+
+    /* Under another spec set the verified rules are stale: not loaded, not trusted, re-verified. */
+    db = open_db(ctx, path, spec2, 0);
+    if (!db)
+        goto done;
+    EXPECT_OK(ctx, rulesdb_load_verified(ctx, db, &rules, &n, &stale));
+    EXPECT_EQ(n, 0);
+    EXPECT_EQ(stale, 4);
+    free(rules);
+    EXPECT_OK(ctx, rulesdb_rule_ids(ctx, db, &f, &ids, &n));
+    EXPECT_EQ(n, 9);
+    if (n > 0) {
+        rulesdb_row *row = NULL;
+        EXPECT_OK(ctx, rulesdb_rule_get(ctx, db, ids[0], &row));
+        if (row) {
+            EXPECT_EQ(row->status, UN_RULE_VERIFIED);
+            EXPECT_TRUE(!row->trusted);
+        }
+        rulesdb_row_free(row);
+    }
+    free(ids);
+    rulesdb_free(db);
+done:
+    un_ctx_free(ctx);
+}
+
+static void test_filters(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    const char *path = tmp_path("f.db");
+    rm_db(path);
+    rulesdb *db = open_db(ctx, path, spec, RULESDB_CREATE);
+    if (!db)
+        goto done;
+    EXPECT_EQ(insert_n(ctx, db, 0, 40), 40);
+    EXPECT_EQ(insert_n(ctx, db, 30, 20), 10); /* 10 duplicates */
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    rulesdb_filter f = rulesdb_filter_default();
+    f.op = UN_OP_RELU;
+    EXPECT_OK(ctx, rulesdb_rule_ids(ctx, db, &f, &ids, &n));
+    EXPECT_EQ(n, 13); /* i % 4 == 0 for i < 50 */
+    free(ids);
+    f = rulesdb_filter_default();
+    f.op = UN_OP_LINEAR;
+    EXPECT_OK(ctx, rulesdb_rule_ids(ctx, db, &f, &ids, &n));
+    EXPECT_EQ(n, 0);
+    free(ids);
+    f = rulesdb_filter_default();
+    f.min_size = 5;
+    EXPECT_OK(ctx, rulesdb_rule_ids(ctx, db, &f, &ids, &n));
+    EXPECT_EQ(n, 0);
+    free(ids);
+    f.min_size = 4;
+    f.max_size = 4;
+    f.limit = 7;
+    f.after_id = 3;
+    EXPECT_OK(ctx, rulesdb_rule_ids(ctx, db, &f, &ids, &n));
+    EXPECT_EQ(n, 7);
+    if (n == 7) {
+        EXPECT_EQ(ids[0], 4);
+        EXPECT_EQ(ids[6], 10);
+    }
+    free(ids);
+    int64_t total = 0;
+    for (int s = 0; s < 3; s++) {
+        f = rulesdb_filter_default();
+        f.shard_i = s;
+        f.shard_n = 3;
+        EXPECT_OK(ctx, rulesdb_rule_ids(ctx, db, &f, &ids, &n));
+        for (int64_t i = 0; i < n; i++)
+            EXPECT_EQ(ids[i] % 3, s);
+        total += n;
+        free(ids);
+    }
+    EXPECT_EQ(total, 50);
+    f = rulesdb_filter_default();
+    f.shard_i = 3;
+    f.shard_n = 3;
+    EXPECT_EQ(rulesdb_rule_ids(ctx, db, &f, &ids, &n), UN_ERR_INVALID);
+    un_ctx_clear(ctx);
+    f = rulesdb_filter_default();
+    f.status = UN_RULE_VERIFIED;
+    EXPECT_OK(ctx, rulesdb_rule_ids(ctx, db, &f, &ids, &n));
+    EXPECT_EQ(n, 0);
+    free(ids);
+    rulesdb_free(db);
+done:
+    un_ctx_free(ctx);
+}
+
+static void test_rejected_and_costs(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    const char *path = tmp_path("r.db");
+    rm_db(path);
+    rulesdb *db = open_db(ctx, path, spec, RULESDB_CREATE);
+    if (!db)
+        goto done;
+    rulesdb_origin o = {.kind = "imported", .file = "ff.json", .name = "taso_rule_300"};
+    int32_t id = 0, id2 = 0;
+    bool ins = false;
+    EXPECT_OK(ctx, rulesdb_rule_insert(ctx, db, NULL, UN_RULE_REJECTED, "reduce of a copy", &o, &id,
+                                       &ins));
+    EXPECT_TRUE(ins);
+    EXPECT_OK(ctx, rulesdb_rule_insert(ctx, db, NULL, UN_RULE_REJECTED, "reduce of a copy", &o,
+                                       &id2, &ins));
+    EXPECT_TRUE(!ins);
+    EXPECT_EQ(id, id2);
+    EXPECT_EQ(rulesdb_rule_insert(ctx, db, NULL, UN_RULE_CANDIDATE, NULL, &o, &id2, &ins),
+              UN_ERR_INVALID);
+    un_ctx_clear(ctx);
+    rulesdb_row *row = NULL;
+    EXPECT_OK(ctx, rulesdb_rule_get(ctx, db, id, &row));
+    if (row) {
+        EXPECT_EQ(row->status, UN_RULE_REJECTED);
+        EXPECT_TRUE(row->rule == NULL);
+        EXPECT_STR_EQ(row->detail, "reduce of a copy");
+        EXPECT_STR_EQ(row->origin_name, "taso_rule_300");
+        EXPECT_TRUE(row->gen_spec == 0);
+    }
+    rulesdb_row_free(row);
+    /* A rejected import is never given a verdict. */
+    EXPECT_EQ(rulesdb_rule_set_verdict(ctx, db, id, &(rulesdb_verdict){.status = UN_RULE_VERIFIED}),
+              UN_ERR_INVALID);
+    un_ctx_clear(ctx);
+
+    rulesdb_cost c = {.fwd_ms = 1.25, .bwd_ms = 2.5, .bytes = 4096, .measured_at = 1700000000};
+    snprintf(c.op_sig, sizeof c.op_sig, "linear[activation=relu,use_bias=0]");
+    snprintf(c.shape, sizeof c.shape, "float[8,16];float[16,4]");
+    snprintf(c.device, sizeof c.device, "cpu");
+    EXPECT_OK(ctx, rulesdb_cost_put(ctx, db, &c));
+    c.fwd_ms = 1.0;
+    EXPECT_OK(ctx, rulesdb_cost_put(ctx, db, &c)); /* replaces */
+    rulesdb_cost got;
+    bool found = false;
+    EXPECT_OK(ctx, rulesdb_cost_get(ctx, db, c.op_sig, c.shape, "cpu", &got, &found));
+    EXPECT_TRUE(found);
+    EXPECT_NEAR(got.fwd_ms, 1.0, 0);
+    EXPECT_NEAR(got.bwd_ms, 2.5, 0);
+    EXPECT_EQ(got.measured_at, 1700000000);
+    EXPECT_STR_EQ(got.device, "cpu");
+    EXPECT_OK(ctx, rulesdb_cost_get(ctx, db, c.op_sig, c.shape, "h100", &got, &found));
+    EXPECT_TRUE(!found);
+    rulesdb_free(db);
+done:
+    un_ctx_free(ctx);
+}
+
+static void test_general_form(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    const char *path = tmp_path("g.db");
+    rm_db(path);
+    rulesdb *db = open_db(ctx, path, spec, RULESDB_CREATE);
+    un_rule *r = make_rule(3), *other = make_rule(4);
+    if (!db || !r || !other)
+        goto done;
+    int32_t id = 0;
+    EXPECT_OK(ctx, rulesdb_rule_insert(ctx, db, r, UN_RULE_CANDIDATE, NULL, NULL, &id, NULL));
+    /* The degree as a variable k: the same rule at its witness value. */
+    un_rule *g = un_rule_clone(r);
+    int32_t ps = -1, pd = -1;
+    for (int32_t i = 0; i < un_graph_node_count(g->src); i++)
+        if (un_graph_node(g->src, i)->op == UN_OP_PARTITION)
+            ps = i;
+    for (int32_t i = 0; i < un_graph_node_count(g->dst); i++)
+        if (un_graph_node(g->dst, i)->op == UN_OP_PARTITION)
+            pd = i;
+    int8_t deg = (int8_t)un_spec_param_index(un_spec_op(spec, UN_OP_PARTITION), "degree");
+    EXPECT_OK(ctx,
+              un_rule_var_add(
+                  ctx, g, "k",
+                  (un_rule_bind[]){{UN_RULE_SRC, ps, deg, -1}, {UN_RULE_DST, pd, deg, -1}}, 2));
+    EXPECT_EQ(rulesdb_rule_set_verdict(
+                  ctx, db, id, &(rulesdb_verdict){.status = UN_RULE_VERIFIED, .general = other}),
+              UN_ERR_INVALID);
+    un_ctx_clear(ctx);
+    EXPECT_OK(ctx, rulesdb_rule_set_verdict(
+                       ctx, db, id, &(rulesdb_verdict){.status = UN_RULE_VERIFIED, .general = g}));
+    un_rule **rules = NULL;
+    int64_t n = 0;
+    EXPECT_OK(ctx, rulesdb_load_verified(ctx, db, &rules, &n, NULL));
+    EXPECT_EQ(n, 1);
+    if (n == 1)
+        EXPECT_EQ(rules[0]->n_vars, 1);
+    for (int64_t i = 0; i < n; i++)
+        un_rule_free(rules[i]);
+    free(rules);
+    un_rule_free(g);
+done:
+    un_rule_free(r);
+    un_rule_free(other);
+    rulesdb_free(db);
+    un_ctx_free(ctx);
+}
+
+static void write_file(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (f) {
+        fwrite(data, 1, n, f);
+        fclose(f);
+    }
+}
+
+/* Opening fails with `want` and a message containing `needle`. */
+static void expect_open_fails(const char *path, int flags, un_status want, const char *needle) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    rulesdb *db = NULL;
+    un_status st = rulesdb_open(ctx, path, spec, flags, &db);
+    EXPECT_EQ(st, want);
+    EXPECT_TRUE(db == NULL);
+    const char *msg = un_ctx_errmsg(ctx);
+    test__check(strstr(msg, needle) != NULL && strstr(msg, path) != NULL, __FILE__, __LINE__,
+                "message '%s' should name the path and say '%s'", msg, needle);
+    rulesdb_free(db);
+    un_ctx_free(ctx);
+}
+
+static void test_bad_files(void) {
+    const char *path = tmp_path("bad.db");
+    rm_db(path);
+    expect_open_fails(path, 0, UN_ERR_IO, "cannot open");
+    write_file(path, "this is not a database at all, just some text that is long enough......", 72);
+    expect_open_fails(path, 0, UN_ERR_DB, "not a rule database");
+    expect_open_fails(path, RULESDB_CREATE, UN_ERR_DB, "not a rule database");
+    rm_db(path);
+    write_file(path, "", 0);
+    expect_open_fails(path, 0, UN_ERR_DB, "not a rule database");
+    rm_db(path);
+    /* A foreign SQLite file. */
+    un_ctx *ctx = un_ctx_new(NULL);
+    EXPECT_OK(ctx, rulesdb__test_exec(ctx, path,
+                                      "CREATE TABLE t(a INTEGER); INSERT INTO t "
+                                      "VALUES (1);"));
+    expect_open_fails(path, RULESDB_CREATE, UN_ERR_DB, "not a rule database");
+    rm_db(path);
+    /* A newer schema. */
+    rulesdb *db = open_db(ctx, path, spec, RULESDB_CREATE);
+    rulesdb_free(db);
+    EXPECT_OK(ctx, rulesdb__test_exec(ctx, path, "PRAGMA user_version = 99"));
+    expect_open_fails(path, 0, UN_ERR_DB, "schema version 99 is newer");
+    rm_db(path);
+    /* A directory. */
+    expect_open_fails(dir, 0, UN_ERR_IO, "cannot open");
+    un_ctx_free(ctx);
+}
+
+static void test_corrupt_files(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    const char *path = tmp_path("c.db");
+    rm_db(path);
+    rulesdb *db = open_db(ctx, path, spec, RULESDB_CREATE);
+    if (!db)
+        goto done;
+    EXPECT_EQ(insert_n(ctx, db, 0, 300), 300);
+    rulesdb_free(db);
+    struct stat sb;
+    EXPECT_EQ(stat(path, &sb), 0);
+    char *data = NULL;
+    size_t len = 0;
+    EXPECT_OK(ctx, un_read_file(ctx, path, &data, &len));
+    EXPECT_TRUE(len > 16384);
+    if (!data)
+        goto done;
+    /* Truncated: either open fails or a read over the whole file does; never silent. */
+    for (int cut = 0; cut < 3; cut++) {
+        size_t keep = cut == 0 ? 100 : cut == 1 ? 4096 + 100 : len / 2;
+        rm_db(path);
+        write_file(path, data, keep);
+        un_ctx *c2 = un_ctx_new(NULL);
+        rulesdb *d2 = NULL;
+        un_status st = rulesdb_open(c2, path, spec, 0, &d2);
+        if (st == UN_OK) {
+            int64_t bad = 0;
+            st = rulesdb_check(c2, d2, &bad, NULL);
+            if (st == UN_OK && bad == 0) {
+                int32_t *ids = NULL;
+                int64_t n = 0;
+                st = rulesdb_rule_ids(c2, d2, NULL, &ids, &n);
+                free(ids);
+                test__check(st != UN_OK, __FILE__, __LINE__,
+                            "truncated to %zu bytes: no error (%lld rules)", keep, (long long)n);
+            }
+        }
+        if (st != UN_OK)
+            EXPECT_EQ(st, UN_ERR_DB);
+        rulesdb_free(d2);
+        un_ctx_free(c2);
+    }
+    /* Garbage bytes over the middle of the file. */
+    rm_db(path);
+    memset(data + len / 3, 0xA5, len / 3);
+    write_file(path, data, len);
+    {
+        un_ctx *c2 = un_ctx_new(NULL);
+        rulesdb *d2 = NULL;
+        un_status st = rulesdb_open(c2, path, spec, 0, &d2);
+        int64_t bad = 0;
+        if (st == UN_OK)
+            st = rulesdb_check(c2, d2, &bad, NULL);
+        EXPECT_TRUE(st == UN_ERR_DB || bad > 0);
+        rulesdb_free(d2);
+        un_ctx_free(c2);
+    }
+    free(data);
+done:
+    un_ctx_free(ctx);
+}
+
+static void test_tampered_row(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    const char *path = tmp_path("t.db");
+    rm_db(path);
+    rulesdb *db = open_db(ctx, path, spec, RULESDB_CREATE);
+    if (!db)
+        goto done;
+    EXPECT_EQ(insert_n(ctx, db, 0, 3), 3);
+    EXPECT_OK(ctx,
+              rulesdb_rule_set_verdict(ctx, db, 2, &(rulesdb_verdict){.status = UN_RULE_VERIFIED}));
+    rulesdb_free(db);
+    /* Change the body of rule 2 (relu -> tanh would be a different rule). */
+    EXPECT_OK(ctx, rulesdb__test_exec(ctx, path,
+                                      "UPDATE rules SET body = replace(body, 'gelu', 'tanh') "
+                                      "WHERE id = 2"));
+    db = open_db(ctx, path, spec, 0);
+    if (!db)
+        goto done;
+    rulesdb_row *row = NULL;
+    EXPECT_EQ(rulesdb_rule_get(ctx, db, 2, &row), UN_ERR_DB);
+    test__check(strstr(un_ctx_errmsg(ctx), "rule 2: content does not match its hash") != NULL,
+                __FILE__, __LINE__, "message: %s", un_ctx_errmsg(ctx));
+    un_ctx_clear(ctx);
+    un_rule **rules = NULL;
+    int64_t n = 0;
+    EXPECT_EQ(rulesdb_load_verified(ctx, db, &rules, &n, NULL), UN_ERR_DB);
+    EXPECT_TRUE(rules == NULL && n == 0);
+    un_ctx_clear(ctx);
+    int64_t bad = 0;
+    un_buf rep = {0};
+    EXPECT_OK(ctx, rulesdb_check(ctx, db, &bad, &rep));
+    EXPECT_EQ(bad, 1);
+    EXPECT_TRUE(rep.data && strstr(rep.data, "rule 2:") != NULL);
+    un_buf_free(&rep);
+    rulesdb_free(db);
+    /* Checksum kept consistent by a forger: the canonical hash still catches it. */
+    EXPECT_OK(ctx, rulesdb__test_exec(ctx, path, "UPDATE rules SET body_sum = 0 WHERE id = 1"));
+    db = open_db(ctx, path, spec, 0);
+    if (db) {
+        EXPECT_EQ(rulesdb_rule_get(ctx, db, 1, &row), UN_ERR_DB);
+        un_ctx_clear(ctx);
+        EXPECT_OK(ctx, rulesdb_rule_get(ctx, db, 3, &row));
+        rulesdb_row_free(row);
+    }
+    rulesdb_free(db);
+done:
+    un_ctx_free(ctx);
+}
+
+static void test_upgrade(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    const char *path = tmp_path("u.db");
+    rm_db(path);
+    EXPECT_OK(ctx, rulesdb__test_create_at(ctx, path, 1));
+    /* Read-only cannot upgrade. */
+    expect_open_fails(path, RULESDB_READONLY, UN_ERR_DB, "needs upgrading");
+    rulesdb *db = open_db(ctx, path, spec, 0);
+    if (db) {
+        EXPECT_EQ(insert_n(ctx, db, 0, 2), 2);
+        rulesdb_cost c = {.fwd_ms = 1, .measured_at = 1};
+        snprintf(c.op_sig, sizeof c.op_sig, "relu");
+        EXPECT_OK(ctx, rulesdb_cost_put(ctx, db, &c));
+    }
+    rulesdb_free(db);
+    db = open_db(ctx, path, spec, RULESDB_READONLY);
+    if (db) {
+        int64_t counts[UN_RULE_STATUS_COUNT];
+        EXPECT_OK(ctx, rulesdb_count(ctx, db, counts));
+        EXPECT_EQ(counts[UN_RULE_CANDIDATE], 2);
+        EXPECT_TRUE(rulesdb_rule_insert(ctx, db, NULL, UN_RULE_REJECTED, "x",
+                                        &(rulesdb_origin){.kind = "imported", .name = "n"}, NULL,
+                                        NULL) == UN_ERR_DB);
+        un_ctx_clear(ctx);
+    }
+    rulesdb_free(db);
+    un_ctx_free(ctx);
+}
+
+static void test_merge(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    const char *pa = tmp_path("ma.db"), *pb = tmp_path("mb.db");
+    rm_db(pa);
+    rm_db(pb);
+    rulesdb *a = open_db(ctx, pa, spec, RULESDB_CREATE),
+            *b = open_db(ctx, pb, spec, RULESDB_CREATE);
+    if (!a || !b)
+        goto done;
+    EXPECT_EQ(insert_n(ctx, a, 0, 10), 10);
+    EXPECT_EQ(insert_n(ctx, b, 5, 10), 10); /* 5..14: 5 shared */
+    /* b verified rule 5 (its id 1) and refuted rule 6 (id 2); a refuted rule 7 (id 8). */
+    EXPECT_OK(ctx,
+              rulesdb_rule_set_verdict(ctx, b, 1, &(rulesdb_verdict){.status = UN_RULE_VERIFIED}));
+    EXPECT_OK(ctx,
+              rulesdb_rule_set_verdict(ctx, b, 3, &(rulesdb_verdict){.status = UN_RULE_VERIFIED}));
+    EXPECT_OK(ctx,
+              rulesdb_rule_set_verdict(ctx, a, 8, &(rulesdb_verdict){.status = UN_RULE_REFUTED}));
+    rulesdb_merge_stats ms;
+    EXPECT_OK(ctx, rulesdb_merge_ex(ctx, a, b, &ms));
+    EXPECT_EQ(ms.added, 5);
+    EXPECT_EQ(ms.duplicates, 5);
+    EXPECT_EQ(ms.updated, 1);
+    EXPECT_EQ(ms.conflicts, 1);
+    int64_t counts[UN_RULE_STATUS_COUNT];
+    EXPECT_OK(ctx, rulesdb_count(ctx, a, counts));
+    EXPECT_EQ(counts[UN_RULE_CANDIDATE], 13);
+    EXPECT_EQ(counts[UN_RULE_VERIFIED], 1);
+    EXPECT_EQ(counts[UN_RULE_REFUTED], 1);
+    /* Merging again changes nothing. */
+    int64_t added = -1, updated = -1;
+    EXPECT_OK(ctx, rulesdb_merge(ctx, a, b, &added, &updated));
+    EXPECT_EQ(added, 0);
+    EXPECT_EQ(updated, 0);
+    EXPECT_EQ(rulesdb_merge(ctx, a, a, &added, &updated), UN_ERR_INVALID);
+    un_ctx_clear(ctx);
+done:
+    rulesdb_free(a);
+    rulesdb_free(b);
+    un_ctx_free(ctx);
+}
+
+/* An allocator that fails from the n-th call on. */
+typedef struct {
+    int calls, fail_at;
+} failing;
+
+static void *f_malloc(size_t n, void *user) {
+    failing *f = user;
+    return ++f->calls >= f->fail_at ? NULL : malloc(n);
+}
+static void *f_realloc(void *p, size_t n, void *user) {
+    failing *f = user;
+    return ++f->calls >= f->fail_at ? NULL : realloc(p, n);
+}
+static void f_free(void *p, void *user) {
+    (void)user;
+    free(p);
+}
+
+static void test_alloc_failure(void) {
+    const char *path = tmp_path("af.db");
+    rm_db(path);
+    int fails = 0, oks = 0;
+    for (int n = 1; n < 50; n++) {
+        failing f = {0, n};
+        un_ctx_params p = un_ctx_params_default();
+        p.alloc = (un_alloc){f_malloc, f_realloc, f_free, &f};
+        un_ctx *ctx = un_ctx_new(&p);
+        rulesdb *db = NULL;
+        un_status st = rulesdb_open(ctx, path, spec, RULESDB_CREATE, &db);
+        EXPECT_TRUE(st == UN_OK || st == UN_ERR_NOMEM);
+        EXPECT_TRUE((st == UN_OK) == (db != NULL));
+        fails += st == UN_ERR_NOMEM;
+        oks += st == UN_OK;
+        rulesdb_free(db);
+        un_ctx_free(ctx);
+        if (st == UN_OK)
+            break;
+    }
+    printf("    %d injected allocation failures handled, then a clean open\n", fails);
+    EXPECT_TRUE(fails > 0);
+    EXPECT_EQ(oks, 1);
+}
+
+/* A writer killed with SIGKILL mid-batch leaves a database that opens, passes the integrity check
+ * and holds whole batches only; readers read while it writes. */
+static void test_kill_writer(void) {
+    const char *path = tmp_path("k.db");
+    rm_db(path);
+    enum { BATCH = 25 };
+    un_ctx *ctx = un_ctx_new(NULL);
+    rulesdb *db = open_db(ctx, path, spec, RULESDB_CREATE);
+    rulesdb_free(db);
+    for (int round = 0; round < 3; round++) {
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            un_ctx *c = un_ctx_new(NULL);
+            rulesdb *w = NULL;
+            if (rulesdb_open(c, path, spec, 0, &w) != UN_OK)
+                _exit(2);
+            for (int b = 0;; b++) {
+                rulesdb_begin(c, w);
+                for (int i = 0; i < BATCH; i++) {
+                    un_rule *r = make_rule(round * 100000 + b * BATCH + i);
+                    rulesdb_rule_insert(c, w, r, UN_RULE_CANDIDATE, NULL, NULL, NULL, NULL);
+                    un_rule_free(r);
+                }
+                if (rulesdb_commit(c, w) != UN_OK)
+                    _exit(3);
+            }
+        }
+        /* Read while it writes: counts only grow, always whole batches. */
+        rulesdb *r = open_db(ctx, path, spec, RULESDB_READONLY);
+        int64_t last = 0, counts[UN_RULE_STATUS_COUNT];
+        for (int k = 0; r && k < 200 + 150 * round; k++) {
+            un_status st = rulesdb_count(ctx, r, counts);
+            EXPECT_OK(ctx, st);
+            if (st != UN_OK)
+                break;
+            EXPECT_TRUE(counts[UN_RULE_CANDIDATE] >= last);
+            EXPECT_EQ(counts[UN_RULE_CANDIDATE] % BATCH, 0);
+            last = counts[UN_RULE_CANDIDATE];
+            usleep(1000);
+        }
+        rulesdb_free(r);
+        kill(pid, SIGKILL);
+        int status = 0;
+        waitpid(pid, &status, 0);
+        EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+        db = open_db(ctx, path, spec, 0);
+        if (!db)
+            break;
+        int64_t bad = -1;
+        EXPECT_OK(ctx, rulesdb_check(ctx, db, &bad, NULL));
+        EXPECT_EQ(bad, 0);
+        EXPECT_OK(ctx, rulesdb_count(ctx, db, counts));
+        EXPECT_EQ(counts[UN_RULE_CANDIDATE] % BATCH, 0);
+        printf("    round %d: %lld rules after the kill (reader saw %lld)\n", round,
+               (long long)counts[UN_RULE_CANDIDATE], (long long)last);
+        rulesdb_free(db);
+    }
+    un_ctx_free(ctx);
+}
+
+int main(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    char *text = NULL;
+    size_t len = 0;
+    if (un_spec_load(ctx, "specs/ops.json", &spec) != UN_OK ||
+        un_read_file(ctx, "specs/ops.json", &text, &len) != UN_OK) {
+        printf("%s\n0 passed, 1 failed\n", un_ctx_errmsg(ctx));
+        un_ctx_free(ctx);
+        return 1;
+    }
+    /* The same ops under another content hash (the text plus a trailing space). */
+    char *t2 = un_xmalloc(len + 2);
+    memcpy(t2, text, len);
+    t2[len] = ' ';
+    t2[len + 1] = '\0';
+    un_status st = un_spec_parse(ctx, "ops2.json", t2, len + 1, &spec2);
+    free(t2);
+    if (st == UN_OK && un_spec_hash(spec2) == un_spec_hash(spec))
+        st = un_ctx_error(ctx, UN_ERR_SPEC, "spec hash ignores the text");
+    free(text);
+    if (st != UN_OK) {
+        printf("%s\n0 passed, 1 failed\n", un_ctx_errmsg(ctx));
+        un_ctx_free(ctx);
+        return 1;
+    }
+    un_ctx_free(ctx);
+    snprintf(dir, sizeof dir, "/tmp/test_rulesdb.XXXXXX");
+    if (!mkdtemp(dir)) {
+        printf("mkdtemp failed\n0 passed, 1 failed\n");
+        return 1;
+    }
+    static const test_case cases[] = {
+        {"create_insert_get", test_create_insert_get},
+        {"verdicts_and_trust", test_verdicts_and_trust},
+        {"filters", test_filters},
+        {"rejected_and_costs", test_rejected_and_costs},
+        {"general_form", test_general_form},
+        {"bad_files", test_bad_files},
+        {"corrupt_files", test_corrupt_files},
+        {"tampered_row", test_tampered_row},
+        {"upgrade", test_upgrade},
+        {"merge", test_merge},
+        {"alloc_failure", test_alloc_failure},
+        {"kill_writer", test_kill_writer},
+    };
+    int rc = TEST_RUN_ALL(cases);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        rc = 1;
+    un_spec_free(spec);
+    un_spec_free(spec2);
+    return rc;
+}
