@@ -229,8 +229,7 @@ static un_status plan_xfer_buffers(un_ctx *ctx, un_exec *ex, xnode *xn, const un
     return st;
 }
 
-static un_status plan_regular(un_ctx *ctx, un_exec *ex, int32_t id, const un_node *nd,
-                              xnode *xn) {
+static un_status plan_regular(un_ctx *ctx, un_exec *ex, int32_t id, const un_node *nd, xnode *xn) {
     const un_infer *inf = &nd->inf;
     int64_t ntup = 1;
     for (int j = 0; j < inf->n_uses; j++)
@@ -354,8 +353,8 @@ static void parallel_sources(un_exec *ex, xnode *xn, const un_node *nd, int64_t 
         for (int i = 0; i < rank; i++)
             r.len[i] = r.dst_dim[i];
         for (int64_t t = 0; t < k; t++)
-            fn(ex, xn, nd, p, piece_index(&si->shape, blk, (int32_t)(sum * k + t), copy), &r,
-               t > 0, arg);
+            fn(ex, xn, nd, p, piece_index(&si->shape, blk, (int32_t)(sum * k + t), copy), &r, t > 0,
+               arg);
         break;
     default: { /* partition, combine: the input blocks that overlap this output block */
         int64_t lo[UN_MAX_DIMS], hi[UN_MAX_DIMS];
@@ -818,8 +817,7 @@ static un_status backward_node(un_ctx *ctx, un_exec *ex, int32_t id) {
             memcpy(b.src_off, m->r.dst_off, sizeof b.src_off);
             memcpy(b.dst_dim, m->r.src_dim, sizeof b.dst_dim);
             memcpy(b.dst_off, m->r.src_off, sizeof b.dst_off);
-            un_backend_copy_region(ex->be, m->src_grad, so->grad[m->out_piece], so->es, &b,
-                                   true);
+            un_backend_copy_region(ex->be, m->src_grad, so->grad[m->out_piece], so->es, &b, true);
         }
         return run_xfers(ctx, ex, id, true);
     }

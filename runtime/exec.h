@@ -40,8 +40,7 @@ typedef struct un_exec_piece {
 /* Plans the graph for this rank (placement, transfers) and allocates every buffer once. The
  * graph, comm and backend are borrowed and must outlive the executor. Weights start at zero
  * (un_exec_param). Owned: free with un_exec_free. */
-un_status un_exec_new(un_ctx *ctx, const un_graph *g, un_comm *comm, un_backend *be,
-                      un_exec **out);
+un_status un_exec_new(un_ctx *ctx, const un_graph *g, un_comm *comm, un_backend *be, un_exec **out);
 void un_exec_free(un_exec *ex);
 
 /* ---- sources ---- */

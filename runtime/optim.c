@@ -1,0 +1,357 @@
+/* optim.c - weight initialisation, SGD with momentum and Adam, checkpoints. */
+#include "runtime/optim.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct un_optim {
+    un_optim_params p;
+    un_prec prec;
+    int64_t n, t;
+    double *m, *v; /* SGD: m is the velocity; Adam: first and second moments */
+};
+
+un_optim_params un_optim_params_default(un_opt_kind kind) {
+    if (kind == UN_OPT_ADAM)
+        return (un_optim_params){
+            .kind = UN_OPT_ADAM, .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
+    return (un_optim_params){.kind = UN_OPT_SGD, .lr = 0.05, .momentum = 0.9};
+}
+
+const char *un_opt_name(un_opt_kind kind) {
+    return kind == UN_OPT_ADAM ? "adam" : kind == UN_OPT_SGD ? "sgd" : "?";
+}
+
+bool un_opt_from_name(const char *name, un_opt_kind *out) {
+    for (int k = 0; k < UN_OPT_COUNT; k++)
+        if (strcmp(name, un_opt_name((un_opt_kind)k)) == 0) {
+            *out = (un_opt_kind)k;
+            return true;
+        }
+    return false;
+}
+
+un_status un_optim_new(un_ctx *ctx, un_optim_params p, int64_t n, un_prec prec, un_optim **out) {
+    *out = NULL;
+    if ((unsigned)p.kind >= UN_OPT_COUNT || !(p.lr > 0) || !isfinite(p.lr) || p.momentum < 0 ||
+        p.momentum >= 1 || p.beta1 < 0 || p.beta1 >= 1 || p.beta2 < 0 || p.beta2 >= 1 || n < 0)
+        return un_ctx_error(ctx, UN_ERR_INVALID,
+                            "optimizer: bad parameters (lr %g must be > 0, momentum and betas in "
+                            "[0, 1))",
+                            p.lr);
+    un_optim *o = un_xcalloc(1, sizeof *o);
+    o->p = p;
+    o->prec = prec;
+    o->n = n;
+    o->m = calloc((size_t)(n ? n : 1), sizeof *o->m);
+    o->v = p.kind == UN_OPT_ADAM ? calloc((size_t)(n ? n : 1), sizeof *o->v) : NULL;
+    if (!o->m || (p.kind == UN_OPT_ADAM && !o->v)) {
+        un_optim_free(o);
+        return un_ctx_error(ctx, UN_ERR_NOMEM, "optimizer: no memory for %lld parameters",
+                            (long long)n);
+    }
+    *out = o;
+    return UN_OK;
+}
+
+void un_optim_free(un_optim *o) {
+    if (!o)
+        return;
+    free(o->m);
+    free(o->v);
+    free(o);
+}
+
+int64_t un_optim_steps(const un_optim *o) { return o->t; }
+
+static inline double getv(const void *a, un_prec prec, int64_t i) {
+    return prec == UN_PREC_F32 ? (double)((const float *)a)[i] : ((const double *)a)[i];
+}
+static inline void setv(void *a, un_prec prec, int64_t i, double x) {
+    if (prec == UN_PREC_F32)
+        ((float *)a)[i] = (float)x;
+    else
+        ((double *)a)[i] = x;
+}
+
+void un_optim_step(un_optim *o, void *w, const void *g) {
+    o->t++;
+    const un_optim_params *p = &o->p;
+    if (p->kind == UN_OPT_SGD) {
+        for (int64_t i = 0; i < o->n; i++) {
+            double v = p->momentum * o->m[i] + getv(g, o->prec, i);
+            o->m[i] = v;
+            setv(w, o->prec, i, getv(w, o->prec, i) - p->lr * v);
+        }
+        return;
+    }
+    double c1 = 1.0 - pow(p->beta1, (double)o->t), c2 = 1.0 - pow(p->beta2, (double)o->t);
+    double step = p->lr * sqrt(c2) / c1;
+    for (int64_t i = 0; i < o->n; i++) {
+        double gi = getv(g, o->prec, i);
+        o->m[i] = p->beta1 * o->m[i] + (1 - p->beta1) * gi;
+        o->v[i] = p->beta2 * o->v[i] + (1 - p->beta2) * gi * gi;
+        double eps_hat = p->eps * sqrt(c2); /* torch: eps added to sqrt(v_hat) */
+        setv(w, o->prec, i, getv(w, o->prec, i) - step * o->m[i] / (sqrt(o->v[i]) + eps_hat));
+    }
+}
+
+/* ---- initialisation ---- */
+
+/* The first regular op that reads weight w (through parallel ops), and at which input slot. */
+static bool weight_use(const un_graph *g, int32_t w, un_op *op, int *slot) {
+    int32_t n = un_graph_node_count(g);
+    int32_t cur = w;
+    for (int hops = 0; hops < n; hops++) {
+        int32_t next = -1;
+        for (int32_t id = 0; id < n && next < 0; id++) {
+            const un_node *nd = un_graph_node(g, id);
+            for (int t = 0; t < nd->n_in; t++) {
+                if (nd->in[t].node != cur)
+                    continue;
+                if (un_op_kind_of(nd->op) == UN_OPK_PARALLEL) {
+                    next = id;
+                } else {
+                    *op = nd->op;
+                    *slot = t;
+                    return true;
+                }
+                break;
+            }
+        }
+        if (next < 0)
+            return false;
+        cur = next;
+    }
+    return false;
+}
+
+void un_optim_init_weights(const un_graph *g, uint64_t seed, un_prec prec, void *w, int64_t n) {
+    int64_t off = 0;
+    const un_spec *spec = un_graph_spec(g);
+    for (int32_t id = 0; id < un_graph_node_count(g); id++) {
+        const un_node *nd = un_graph_node(g, id);
+        if (nd->op != UN_OP_WEIGHT)
+            continue;
+        const un_shape *s = &nd->inf.out[0];
+        int64_t numel = un_shape_numel(s);
+        UN_ASSERT(off + numel <= n);
+        un_op op = UN_OP_LINEAR;
+        int slot = 1;
+        const char *role = "w";
+        if (weight_use(g, id, &op, &slot)) {
+            const un_op_spec *os = un_spec_op(spec, op);
+            role = slot < os->n_inputs ? os->inputs[slot].name : "w";
+        }
+        const char *name = nd->name ? nd->name : "";
+        un_rng rng;
+        un_rng_seed(&rng, un_hash_bytes(s->dim, sizeof(int64_t) * (size_t)s->rank,
+                                        un_hash_bytes(name, strlen(name), seed)));
+        double fill = -1, bound;
+        if (strcmp(role, "gamma") == 0)
+            fill = 1;
+        else if (strcmp(role, "beta") == 0 || strcmp(role, "b") == 0)
+            fill = 0;
+        int64_t fan_in = s->rank >= 1 ? s->dim[0] : 1;
+        if (s->rank == 4) /* conv2d [cout, cin/groups, kh, kw] */
+            fan_in = s->dim[1] * s->dim[2] * s->dim[3];
+        bound = op == UN_OP_EMBEDDING ? 1.0 : 1.0 / sqrt((double)(fan_in > 0 ? fan_in : 1));
+        for (int64_t i = 0; i < numel; i++)
+            setv(w, prec, off + i, fill >= 0 ? fill : bound * (2 * un_rng_double(&rng) - 1));
+        off += numel;
+    }
+}
+
+/* ---- checkpoints ----
+ * Binary, little-endian host order: "UNCKPT01", u32 element bytes, u32 weights, then per weight
+ * u32 name length, name, u32 rank, i64 dims[rank], values; then u32 optimizer kind (or ~0 for
+ * none), i64 steps, i64 n, f64 m[n], f64 v[n] (Adam). */
+
+static const char ckpt_magic[8] = {'U', 'N', 'C', 'K', 'P', 'T', '0', '1'};
+
+un_status un_checkpoint_save(un_ctx *ctx, const char *path, const un_graph *g, un_prec prec,
+                             const void *w, const un_optim *o) {
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
+        return un_ctx_error(ctx, UN_ERR_INVALID, "%s: path too long", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f)
+        return un_ctx_error(ctx, UN_ERR_IO, "%s: cannot write", path);
+    uint32_t es = prec == UN_PREC_F32 ? 4 : 8, nw = 0;
+    for (int32_t id = 0; id < un_graph_node_count(g); id++)
+        nw += un_graph_node(g, id)->op == UN_OP_WEIGHT;
+    bool ok =
+        fwrite(ckpt_magic, 1, 8, f) == 8 && fwrite(&es, 4, 1, f) == 1 && fwrite(&nw, 4, 1, f) == 1;
+    int64_t off = 0;
+    for (int32_t id = 0; ok && id < un_graph_node_count(g); id++) {
+        const un_node *nd = un_graph_node(g, id);
+        if (nd->op != UN_OP_WEIGHT)
+            continue;
+        const char *name = nd->name ? nd->name : "";
+        uint32_t len = (uint32_t)strlen(name), rank = (uint32_t)nd->inf.out[0].rank;
+        int64_t numel = un_shape_numel(&nd->inf.out[0]);
+        ok = fwrite(&len, 4, 1, f) == 1 && fwrite(name, 1, len, f) == len &&
+             fwrite(&rank, 4, 1, f) == 1 && fwrite(nd->inf.out[0].dim, 8, rank, f) == rank &&
+             fwrite((const char *)w + (size_t)off * es, es, (size_t)numel, f) == (size_t)numel;
+        off += numel;
+    }
+    uint32_t kind = o ? (uint32_t)o->p.kind : ~0u;
+    ok = ok && fwrite(&kind, 4, 1, f) == 1;
+    if (ok && o) {
+        ok = fwrite(&o->t, 8, 1, f) == 1 && fwrite(&o->n, 8, 1, f) == 1 &&
+             fwrite(o->m, 8, (size_t)o->n, f) == (size_t)o->n &&
+             (!o->v || fwrite(o->v, 8, (size_t)o->n, f) == (size_t)o->n);
+    }
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        remove(tmp);
+        return un_ctx_error(ctx, UN_ERR_IO, "%s: cannot write the checkpoint", path);
+    }
+    return UN_OK;
+}
+
+un_status un_checkpoint_load(un_ctx *ctx, const char *path, const un_graph *g, un_prec prec,
+                             void *w, un_optim *o) {
+    char *text = NULL;
+    size_t len = 0;
+    un_status st = un_read_file(ctx, path, &text, &len);
+    if (st != UN_OK)
+        return st;
+    const unsigned char *p = (const unsigned char *)text, *end = p + len;
+    const unsigned char **at = NULL;
+#define NEED(n)                                                                                    \
+    do {                                                                                           \
+        if ((size_t)(end - p) < (size_t)(n)) {                                                     \
+            st = un_ctx_error(ctx, UN_ERR_PARSE, "%s: truncated checkpoint", path);                \
+            goto done;                                                                             \
+        }                                                                                          \
+    } while (0)
+    uint32_t es, nw;
+    NEED(16);
+    if (memcmp(p, ckpt_magic, 8) != 0) {
+        st = un_ctx_error(ctx, UN_ERR_PARSE, "%s: not a unity checkpoint (bad magic)", path);
+        goto done;
+    }
+    memcpy(&es, p + 8, 4);
+    memcpy(&nw, p + 12, 4);
+    p += 16;
+    if (es != 4 && es != 8) {
+        st = un_ctx_error(ctx, UN_ERR_PARSE, "%s: element size %u", path, es);
+        goto done;
+    }
+    /* Index the file's weights, then copy each weight of g by name. */
+    at = un_xcalloc(nw ? nw : 1, sizeof *at);
+    for (uint32_t i = 0; i < nw; i++) {
+        at[i] = p;
+        uint32_t nl, rank;
+        NEED(4);
+        memcpy(&nl, p, 4);
+        NEED(4 + (size_t)nl + 4);
+        memcpy(&rank, p + 4 + nl, 4);
+        if (rank > UN_MAX_DIMS) {
+            st = un_ctx_error(ctx, UN_ERR_PARSE, "%s: weight %u has rank %u", path, i, rank);
+            goto done;
+        }
+        p += 8 + nl;
+        NEED(8 * (size_t)rank);
+        int64_t numel = 1;
+        for (uint32_t d = 0; d < rank; d++) {
+            int64_t v;
+            memcpy(&v, p + 8 * d, 8);
+            if (v < 1 || v > UN_MAX_NUMEL || numel > UN_MAX_NUMEL / v) {
+                st = un_ctx_error(ctx, UN_ERR_PARSE, "%s: weight %u has a bad size", path, i);
+                goto done;
+            }
+            numel *= v;
+        }
+        p += 8 * rank;
+        if ((size_t)(end - p) / es < (size_t)numel) {
+            st = un_ctx_error(ctx, UN_ERR_PARSE, "%s: truncated checkpoint", path);
+            goto done;
+        }
+        p += (size_t)numel * es;
+    }
+    int64_t off = 0;
+    for (int32_t id = 0; id < un_graph_node_count(g) && st == UN_OK; id++) {
+        const un_node *nd = un_graph_node(g, id);
+        if (nd->op != UN_OP_WEIGHT)
+            continue;
+        const char *name = nd->name ? nd->name : "";
+        const un_shape *s = &nd->inf.out[0];
+        int64_t numel = un_shape_numel(s);
+        uint32_t i = 0;
+        for (; i < nw; i++) {
+            uint32_t nl;
+            memcpy(&nl, at[i], 4);
+            if (nl == strlen(name) && memcmp(at[i] + 4, name, nl) == 0)
+                break;
+        }
+        if (i == nw) {
+            st = un_ctx_error(ctx, UN_ERR_MISMATCH, "%s: no weight '%s' in the checkpoint", path,
+                              name);
+            break;
+        }
+        uint32_t nl, rank;
+        memcpy(&nl, at[i], 4);
+        memcpy(&rank, at[i] + 4 + nl, 4);
+        const unsigned char *q = at[i] + 8 + nl;
+        bool same = (int)rank == s->rank;
+        for (uint32_t d = 0; same && d < rank; d++) {
+            int64_t v;
+            memcpy(&v, q + 8 * d, 8);
+            same = v == s->dim[d];
+        }
+        if (!same) {
+            st = un_ctx_error(ctx, UN_ERR_MISMATCH,
+                              "%s: weight '%s' has another shape in the checkpoint", path, name);
+            break;
+        }
+        q += 8 * rank;
+        for (int64_t x = 0; x < numel; x++) {
+            double v;
+            if (es == 4) {
+                float fv;
+                memcpy(&fv, q + 4 * x, 4);
+                v = fv;
+            } else {
+                memcpy(&v, q + 8 * x, 8);
+            }
+            setv(w, prec, off + x, v);
+        }
+        off += numel;
+    }
+    if (st != UN_OK)
+        goto done;
+    uint32_t kind;
+    NEED(4);
+    memcpy(&kind, p, 4);
+    p += 4;
+    if (kind != ~0u && o) {
+        int64_t t, n;
+        NEED(16);
+        memcpy(&t, p, 8);
+        memcpy(&n, p + 8, 8);
+        p += 16;
+        if (kind != (uint32_t)o->p.kind || n != o->n) {
+            st = un_ctx_error(ctx, UN_ERR_MISMATCH,
+                              "%s: optimizer state is for %s over %lld parameters, not %s over "
+                              "%lld",
+                              path, un_opt_name((un_opt_kind)kind), (long long)n,
+                              un_opt_name(o->p.kind), (long long)o->n);
+            goto done;
+        }
+        size_t arrays = o->v ? 2 : 1;
+        NEED(8 * (size_t)n * arrays);
+        memcpy(o->m, p, 8 * (size_t)n);
+        if (o->v)
+            memcpy(o->v, p + 8 * (size_t)n, 8 * (size_t)n);
+        o->t = t;
+    }
+#undef NEED
+done:
+    free(at);
+    free(text);
+    return st;
+}

@@ -1,0 +1,65 @@
+/* optim.h - training state around the executor's flat weight buffer: seeded initialisation,
+ * the optimizers (SGD with momentum, Adam), and checkpoints (weights by name plus optimizer
+ * state, so a loaded run continues exactly). Host memory, float32 or float64.
+ *
+ *   un_optim *opt;
+ *   un_optim_init_weights(g, seed, UN_PREC_F32, un_exec_params(ex), un_exec_param_count(ex));
+ *   st = un_optim_new(ctx, un_optim_params_default(UN_OPT_ADAM), n, UN_PREC_F32, &opt);
+ *   un_optim_step(opt, un_exec_params(ex), un_exec_param_grads(ex));   // every step
+ *   st = un_checkpoint_save(ctx, "run.ckpt", g, UN_PREC_F32, params, opt);
+ *   un_optim_free(opt);
+ */
+#ifndef UN_OPTIM_H
+#define UN_OPTIM_H
+
+#include "pcg/graph.h"
+#include "runtime/kernels.h"
+
+typedef enum { UN_OPT_SGD, UN_OPT_ADAM, UN_OPT_COUNT } un_opt_kind;
+
+typedef struct un_optim_params {
+    un_opt_kind kind;
+    double lr;                /* learning rate */
+    double momentum;          /* SGD: heavy-ball momentum (0 = plain SGD) */
+    double beta1, beta2, eps; /* Adam */
+} un_optim_params;
+
+typedef struct un_optim un_optim;
+
+/* sgd: lr 0.05, momentum 0.9; adam: lr 0.001, betas 0.9/0.999, eps 1e-8. */
+un_optim_params un_optim_params_default(un_opt_kind kind);
+const char *un_opt_name(un_opt_kind kind); /* "sgd", "adam"; static */
+bool un_opt_from_name(const char *name, un_opt_kind *out);
+
+/* ---- lifecycle ---- */
+
+/* An optimizer over n parameters. Owned: free with un_optim_free. */
+un_status un_optim_new(un_ctx *ctx, un_optim_params p, int64_t n, un_prec prec, un_optim **out);
+void un_optim_free(un_optim *o);
+
+/* ---- use ---- */
+
+/* One update w -= f(g) of all n parameters (SGD: v = mu v + g, w -= lr v; Adam with bias
+ * correction). */
+void un_optim_step(un_optim *o, void *w, const void *g);
+int64_t un_optim_steps(const un_optim *o); /* updates done (restored by a checkpoint) */
+
+/* Seeded initialisation of every weight of g into the flat buffer w (weights in node order, as
+ * un_exec_params): layer_norm/batch_norm gamma 1, biases and beta 0, embedding tables uniform in
+ * [-1, 1), other weights uniform in +-1/sqrt(fan_in) (torch's linear default). A weight's values
+ * depend only on the seed, its name and its shape. */
+void un_optim_init_weights(const un_graph *g, uint64_t seed, un_prec prec, void *w, int64_t n);
+
+/* ---- checkpoints ---- */
+
+/* Writes the weights of g (by name and shape) and the optimizer state (may be NULL) to path,
+ * through a temporary file renamed at the end (never a half-written checkpoint). */
+un_status un_checkpoint_save(un_ctx *ctx, const char *path, const un_graph *g, un_prec prec,
+                             const void *w, const un_optim *o);
+/* Reads a checkpoint into w (and the optimizer state into o when the file has one and o is not
+ * NULL). Every weight of g must be in the file with the same shape; errors name the path and the
+ * weight. */
+un_status un_checkpoint_load(un_ctx *ctx, const char *path, const un_graph *g, un_prec prec,
+                             void *w, un_optim *o);
+
+#endif

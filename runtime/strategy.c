@@ -1,0 +1,316 @@
+/* strategy.c - the serial and data-parallel graphs and plan files (strategy.h). */
+#include "runtime/strategy.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static un_status add_par(un_ctx *ctx, un_graph *g, un_op op, un_ref in, int64_t dim, int32_t degree,
+                         const char *name, int32_t *out) {
+    const un_op_spec *os = un_spec_op(un_graph_spec(g), op);
+    un_param p[UN_MAX_PARAMS];
+    memset(p, 0, sizeof p);
+    un_spec_param_defaults(os, p);
+    int pd = un_spec_param_index(os, "dim");
+    if (pd >= 0)
+        p[pd].v[0] = dim;
+    p[un_spec_param_index(os, "degree")].v[0] = degree;
+    return un_graph_add(ctx, g, op, p, &in, 1, name, out);
+}
+
+/* Whether a parallel op applies to a tensor of shape s (inference without a message). */
+static bool par_ok(const un_spec *spec, un_op op, const un_shape *s, int64_t dim, int32_t k,
+                   un_shape *res) {
+    const un_op_spec *os = un_spec_op(spec, op);
+    un_param p[UN_MAX_PARAMS];
+    memset(p, 0, sizeof p);
+    un_spec_param_defaults(os, p);
+    int pd = un_spec_param_index(os, "dim");
+    if (pd >= 0)
+        p[pd].v[0] = dim;
+    p[un_spec_param_index(os, "degree")].v[0] = k;
+    un_infer inf;
+    if (un_spec_infer(NULL, spec, op, p, s, 1, NULL, &inf) != UN_OK)
+        return false;
+    *res = inf.out[0];
+    return true;
+}
+
+static void sub_name(char *buf, size_t n, const char *base, const char *suffix) {
+    snprintf(buf, n, "%s%s", base ? base : "t", suffix);
+}
+
+typedef struct dp_state {
+    un_ctx *ctx;
+    const un_graph *g;
+    un_graph *ng;
+    int32_t d;
+    un_ref *ser, *par; /* per (node, output): the serial / split version in ng, node -1 if none */
+} dp_state;
+
+static int slot(const dp_state *s, un_ref r) {
+    (void)s;
+    return r.node * UN_MAX_OUTPUTS + r.out;
+}
+
+/* The serial version of tensor r (combining the split one if needed). */
+static un_status get_ser(dp_state *s, un_ref r, un_ref *out) {
+    int k = slot(s, r);
+    if (s->ser[k].node < 0) {
+        char nm[300];
+        sub_name(nm, sizeof nm, un_graph_node(s->g, r.node)->name, "_gathered");
+        if (r.out)
+            snprintf(nm + strlen(nm), sizeof nm - strlen(nm), "%d", r.out);
+        int32_t id;
+        un_status st = add_par(s->ctx, s->ng, UN_OP_COMBINE, s->par[k], 0, s->d, nm, &id);
+        if (st != UN_OK)
+            return st;
+        s->ser[k] = (un_ref){id, 0};
+    }
+    *out = s->ser[k];
+    return UN_OK;
+}
+
+/* The shape tensor r would have in its split version, or false when it cannot be split. */
+static bool par_shape(dp_state *s, un_ref r, un_shape *out) {
+    int k = slot(s, r);
+    if (s->par[k].node >= 0) {
+        *out = *un_graph_shape(s->ng, s->par[k]);
+        return true;
+    }
+    const un_spec *spec = un_graph_spec(s->g);
+    const un_shape *sh = un_graph_shape(s->g, r);
+    if (!un_shape_is_trivial(sh))
+        return false;
+    if (un_graph_node(s->g, r.node)->op == UN_OP_WEIGHT)
+        return par_ok(spec, UN_OP_REPLICATE, sh, 0, s->d, out);
+    return par_ok(spec, UN_OP_PARTITION, sh, 0, s->d, out);
+}
+
+static un_status get_par(dp_state *s, un_ref r, un_ref *out) {
+    int k = slot(s, r);
+    if (s->par[k].node < 0) {
+        un_ref src;
+        un_status st = get_ser(s, r, &src);
+        if (st != UN_OK)
+            return st;
+        bool w = un_graph_node(s->g, r.node)->op == UN_OP_WEIGHT;
+        char nm[300];
+        sub_name(nm, sizeof nm, un_graph_node(s->g, r.node)->name, w ? "_copies" : "_split");
+        if (r.out)
+            snprintf(nm + strlen(nm), sizeof nm - strlen(nm), "%d", r.out);
+        int32_t id;
+        st = add_par(s->ctx, s->ng, w ? UN_OP_REPLICATE : UN_OP_PARTITION, src, 0, s->d, nm, &id);
+        if (st != UN_OK)
+            return st;
+        s->par[k] = (un_ref){id, 0};
+    }
+    *out = s->par[k];
+    return UN_OK;
+}
+
+/* Whether every output of an inferred node is split exactly along the batch. */
+static bool batch_split(const un_infer *inf, int32_t d) {
+    for (int o = 0; o < inf->n_out; o++) {
+        const un_shape *s = &inf->out[o];
+        if (s->rank < 1 || s->shard[0] != d || s->sum != 1 || s->copy != 1)
+            return false;
+        for (int i = 1; i < s->rank; i++)
+            if (s->shard[i] != 1)
+                return false;
+    }
+    return true;
+}
+
+un_status un_strategy_data(un_ctx *ctx, const un_graph *g, int devices, un_graph **out) {
+    *out = NULL;
+    if (devices < 1 || devices > UN_MAX_DEGREE)
+        return un_ctx_error(ctx, UN_ERR_INVALID, "data parallelism: %d devices", devices);
+    if (devices == 1) {
+        *out = un_graph_clone(g);
+        return UN_OK;
+    }
+    const un_spec *spec = un_graph_spec(g);
+    int32_t n = un_graph_node_count(g);
+    dp_state s = {.ctx = ctx, .g = g, .ng = un_graph_new(spec), .d = devices};
+    s.ser = un_xcalloc((size_t)n * UN_MAX_OUTPUTS, sizeof *s.ser);
+    s.par = un_xcalloc((size_t)n * UN_MAX_OUTPUTS, sizeof *s.par);
+    for (int64_t i = 0; i < (int64_t)n * UN_MAX_OUTPUTS; i++)
+        s.ser[i].node = s.par[i].node = -1;
+    un_status st = UN_OK;
+    const int32_t *topo = un_graph_topo(g);
+    for (int32_t i = 0; i < n && st == UN_OK; i++) {
+        int32_t id = topo[i];
+        const un_node *nd = un_graph_node(g, id);
+        int32_t nid;
+        if (un_op_kind_of(nd->op) == UN_OPK_SOURCE) {
+            st = un_graph_add(ctx, s.ng, nd->op, nd->params, NULL, 0, nd->name, &nid);
+            s.ser[slot(&s, (un_ref){id, 0})] = (un_ref){nid, 0};
+            continue;
+        }
+        /* Can it run with every input split along the batch (weights replicated)? Parallel ops of
+         * the model itself keep their serial meaning. */
+        un_shape in[UN_MAX_INPUTS];
+        bool can = un_op_kind_of(nd->op) == UN_OPK_REGULAR;
+        for (int t = 0; t < nd->n_in && can; t++)
+            can = par_shape(&s, nd->in[t], &in[t]);
+        un_infer inf;
+        if (can)
+            can =
+                un_spec_infer(NULL, spec, nd->op, nd->params, in, nd->n_in, NULL, &inf) == UN_OK &&
+                batch_split(&inf, devices);
+        un_ref ins[UN_MAX_INPUTS];
+        for (int t = 0; t < nd->n_in && st == UN_OK; t++)
+            st = can ? get_par(&s, nd->in[t], &ins[t]) : get_ser(&s, nd->in[t], &ins[t]);
+        if (st == UN_OK)
+            st = un_graph_add(ctx, s.ng, nd->op, nd->params, ins, nd->n_in, nd->name, &nid);
+        for (int o = 0; st == UN_OK && o < nd->inf.n_out; o++)
+            (can ? s.par : s.ser)[slot(&s, (un_ref){id, o})] = (un_ref){nid, o};
+    }
+    int32_t no = un_graph_output_count(g);
+    un_ref *outs = un_xcalloc((size_t)no + 1, sizeof *outs);
+    for (int32_t i = 0; i < no && st == UN_OK; i++) {
+        un_ref r = un_graph_output(g, i);
+        int k = slot(&s, r);
+        outs[i] = s.par[k].node >= 0 ? s.par[k] : s.ser[k];
+    }
+    if (st == UN_OK)
+        st = un_graph_set_outputs(ctx, s.ng, outs, no);
+    free(outs);
+    free(s.ser);
+    free(s.par);
+    if (st != UN_OK) {
+        un_graph_free(s.ng);
+        return st;
+    }
+    *out = s.ng;
+    return UN_OK;
+}
+
+un_status un_strategy_strip(un_ctx *ctx, const un_graph *g, un_graph **out) {
+    *out = NULL;
+    int32_t n = un_graph_node_count(g);
+    un_graph *ng = un_graph_new(un_graph_spec(g));
+    un_ref *map = un_xcalloc((size_t)n * UN_MAX_OUTPUTS, sizeof *map);
+    const int32_t *topo = un_graph_topo(g);
+    un_status st = UN_OK;
+    for (int32_t i = 0; i < n && st == UN_OK; i++) {
+        int32_t id = topo[i];
+        const un_node *nd = un_graph_node(g, id);
+        int32_t nid;
+        switch (un_op_kind_of(nd->op)) {
+        case UN_OPK_SOURCE: {
+            /* the same parameters (dtype, int range) without the layout */
+            const un_op_spec *os = un_spec_op(un_graph_spec(g), nd->op);
+            un_param p[UN_MAX_PARAMS];
+            memcpy(p, nd->params, sizeof p);
+            int ish = un_spec_param_index(os, "shard"), isum = un_spec_param_index(os, "sum"),
+                icp = un_spec_param_index(os, "copy");
+            if (ish >= 0)
+                p[ish].len = 0;
+            if (isum >= 0)
+                p[isum] = un_param_int(1);
+            if (icp >= 0)
+                p[icp] = un_param_int(1);
+            st = un_graph_add(ctx, ng, nd->op, p, NULL, 0, nd->name, &nid);
+            map[id * UN_MAX_OUTPUTS] = (un_ref){nid, 0};
+            break;
+        }
+        case UN_OPK_PARALLEL:
+            map[id * UN_MAX_OUTPUTS] = map[nd->in[0].node * UN_MAX_OUTPUTS + nd->in[0].out];
+            break;
+        default: {
+            un_ref ins[UN_MAX_INPUTS];
+            for (int t = 0; t < nd->n_in; t++)
+                ins[t] = map[nd->in[t].node * UN_MAX_OUTPUTS + nd->in[t].out];
+            st = un_graph_add(ctx, ng, nd->op, nd->params, ins, nd->n_in, nd->name, &nid);
+            for (int o = 0; o < nd->inf.n_out; o++)
+                map[id * UN_MAX_OUTPUTS + o] = (un_ref){nid, o};
+        }
+        }
+    }
+    int32_t no = un_graph_output_count(g);
+    un_ref *outs = un_xcalloc((size_t)no + 1, sizeof *outs);
+    for (int32_t i = 0; i < no; i++) {
+        un_ref r = un_graph_output(g, i);
+        outs[i] = map[r.node * UN_MAX_OUTPUTS + r.out];
+    }
+    if (st == UN_OK)
+        st = un_graph_set_outputs(ctx, ng, outs, no);
+    free(outs);
+    free(map);
+    if (st != UN_OK) {
+        un_graph_free(ng);
+        return st;
+    }
+    *out = ng;
+    return UN_OK;
+}
+
+int64_t un_strategy_devices(const un_graph *g) {
+    int64_t most = 1;
+    for (int32_t id = 0; id < un_graph_node_count(g); id++) {
+        const un_node *nd = un_graph_node(g, id);
+        for (int o = 0; o < nd->inf.n_out; o++) {
+            int64_t p = un_shape_npieces(&nd->inf.out[o]);
+            most = p > most ? p : most;
+        }
+    }
+    return most;
+}
+
+un_status un_strategy_plan_load(un_ctx *ctx, const un_spec *spec, const char *path,
+                                const un_graph *model, int devices, un_graph **out) {
+    *out = NULL;
+    un_graph *plan = NULL, *bare = NULL;
+    un_status st = un_graph_load(ctx, spec, path, &plan);
+    if (st != UN_OK)
+        return st;
+    int64_t used = un_strategy_devices(plan);
+    if (used != devices) {
+        st = un_ctx_error(ctx, UN_ERR_MISMATCH,
+                          "%s: the plan runs on %lld devices (its largest tensor has %lld "
+                          "pieces), but --devices is %d",
+                          path, (long long)used, (long long)used, devices);
+        goto done;
+    }
+    if ((st = un_strategy_strip(ctx, plan, &bare)) != UN_OK)
+        goto done;
+    if (un_graph_hash(bare) != un_graph_hash(model) ||
+        un_graph_node_count(bare) != un_graph_node_count(model)) {
+        st = un_ctx_error(ctx, UN_ERR_MISMATCH,
+                          "%s: the plan without its parallel ops is not the model's graph "
+                          "(operators, parameters, shapes or connections differ)",
+                          path);
+        goto done;
+    }
+    for (int32_t id = 0; id < un_graph_node_count(model); id++) {
+        const un_node *nd = un_graph_node(model, id);
+        if (un_op_kind_of(nd->op) != UN_OPK_SOURCE)
+            continue;
+        int32_t pid = nd->name ? un_graph_find(plan, nd->name) : -1;
+        const un_node *pn = pid >= 0 ? un_graph_node(plan, pid) : NULL;
+        if (!pn || pn->op != nd->op || !un_shape_same_dims(&pn->inf.out[0], &nd->inf.out[0])) {
+            st = un_ctx_error(ctx, UN_ERR_MISMATCH,
+                              "%s: the model's %s '%s' is not in the plan with the same shape",
+                              path, un_op_name(nd->op), nd->name ? nd->name : "?");
+            goto done;
+        }
+    }
+    for (int32_t i = 0; i < un_graph_output_count(plan); i++) {
+        const un_shape *s = un_graph_shape(plan, un_graph_output(plan, i));
+        if (s->sum != 1) {
+            st = un_ctx_error(ctx, UN_ERR_SHAPE,
+                              "%s: output %d holds partial sums (sum degree %d); the loss needs "
+                              "them reduced",
+                              path, i, s->sum);
+            goto done;
+        }
+    }
+    *out = plan;
+    plan = NULL;
+done:
+    un_graph_free(bare);
+    un_graph_free(plan);
+    return st;
+}

@@ -1,0 +1,685 @@
+/* train.c - the training loop (train.h): model and strategy set-up, synthetic and text data,
+ * losses, one SPMD worker per rank (threads for `local`, this process for `mpi`), reporting. */
+#include "runtime/train.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime/backend.h"
+#include "runtime/comm.h"
+#include "runtime/exec.h"
+#include "runtime/optim.h"
+#include "runtime/strategy.h"
+#include "runtime/zoo.h"
+
+un_train_opts un_train_opts_default(void) {
+    long nc = sysconf(_SC_NPROCESSORS_ONLN);
+    return (un_train_opts){.devices = 0,
+                           .steps = 100,
+                           .optimizer = "adam",
+                           .comm = "local",
+                           .seed = 1,
+                           .threads = nc > 0 ? (int)nc : 1,
+                           .spec = "specs/ops.json",
+                           .prec = UN_PREC_F32,
+                           .progress = isatty(2) != 0};
+}
+
+void un_train_result_free(un_train_result *r) {
+    if (!r)
+        return;
+    free(r->losses);
+    memset(r, 0, sizeof *r);
+}
+
+const char *un_train_usage(void) {
+    return "usage: unity-train --model NAME|GRAPH.json [options]\n"
+           "  --model M          zoo model (mlp transformer dlrm xdl candle_uno resnext50\n"
+           "                     inception_v3 charlm) or a pcg graph JSON file\n"
+           "  --tiny             the zoo model's tiny configuration\n"
+           "  --devices D        devices (default 1; with --comm mpi the number of processes)\n"
+           "  --strategy S       serial | data | PLAN.json (default: serial on 1 device, else "
+           "data)\n"
+           "  --steps N          training steps (default 100)\n"
+           "  --batch B          batch size (default: the model's)\n"
+           "  --lr X             learning rate (default: sgd 0.05, adam 0.001)\n"
+           "  --optimizer O      sgd | adam (default adam)\n"
+           "  --data FILE        text to train a token model (charlm) on\n"
+           "  --comm C           local (threads, default) | mpi (run under mpirun)\n"
+           "  --seed S           seed of initialisation and data (default 1)\n"
+           "  --threads T        CPU threads per process (default: all cores)\n"
+           "  --save CKPT        write a checkpoint at the end\n"
+           "  --load CKPT        start from a checkpoint\n"
+           "  --loss ce|mse      loss of a JSON model (default mse)\n"
+           "  --precision f32|f64  float type (default f32)\n"
+           "  --spec FILE        operator specs (default specs/ops.json)\n"
+           "  --quiet            no per-step lines\n";
+}
+
+/* ---- argument parsing ---- */
+
+static un_status parse_int(un_ctx *ctx, const char *flag, const char *v, int64_t lo, int64_t hi,
+                           int64_t *out) {
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > hi)
+        return un_ctx_error(ctx, UN_ERR_INVALID, "%s: '%s' is not an integer in [%lld, %lld]", flag,
+                            v, (long long)lo, (long long)hi);
+    *out = x;
+    return UN_OK;
+}
+
+un_status un_train_parse_args(un_ctx *ctx, int argc, char **argv, un_train_opts *o) {
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--tiny") == 0) {
+            o->tiny = true;
+            continue;
+        }
+        if (strcmp(a, "--quiet") == 0) {
+            o->quiet = true;
+            continue;
+        }
+        static const char *const with_value[] = {
+            "--model",     "--devices", "--strategy", "--steps",    "--batch",   "--lr",
+            "--optimizer", "--data",    "--comm",     "--seed",     "--threads", "--save",
+            "--load",      "--spec",    "--loss",     "--precision"};
+        bool known = false;
+        for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
+            known |= strcmp(a, with_value[k]) == 0;
+        if (!known)
+            return un_ctx_error(ctx, UN_ERR_INVALID, "unknown argument '%s' (see --help)", a);
+        if (i + 1 >= argc)
+            return un_ctx_error(ctx, UN_ERR_INVALID, "%s needs a value", a);
+        const char *v = argv[++i];
+        int64_t x;
+        un_status st = UN_OK;
+        if (strcmp(a, "--model") == 0) {
+            o->model = v;
+        } else if (strcmp(a, "--devices") == 0) {
+            if ((st = parse_int(ctx, a, v, 1, 4096, &x)) == UN_OK)
+                o->devices = (int)x;
+        } else if (strcmp(a, "--strategy") == 0) {
+            o->strategy = v;
+        } else if (strcmp(a, "--steps") == 0) {
+            if ((st = parse_int(ctx, a, v, 1, 100000000, &x)) == UN_OK)
+                o->steps = (int)x;
+        } else if (strcmp(a, "--batch") == 0) {
+            if ((st = parse_int(ctx, a, v, 1, (int64_t)1 << 30, &x)) == UN_OK)
+                o->batch = x;
+        } else if (strcmp(a, "--lr") == 0) {
+            char *end;
+            double d = strtod(v, &end);
+            if (end == v || *end || !(d > 0) || !isfinite(d))
+                return un_ctx_error(ctx, UN_ERR_INVALID, "--lr: '%s' is not a positive number", v);
+            o->lr = d;
+        } else if (strcmp(a, "--optimizer") == 0) {
+            un_opt_kind k;
+            if (!un_opt_from_name(v, &k))
+                return un_ctx_error(ctx, UN_ERR_INVALID, "--optimizer: '%s' is not sgd or adam", v);
+            o->optimizer = v;
+        } else if (strcmp(a, "--data") == 0) {
+            o->data = v;
+        } else if (strcmp(a, "--comm") == 0) {
+            if (strcmp(v, "local") != 0 && strcmp(v, "mpi") != 0)
+                return un_ctx_error(ctx, UN_ERR_INVALID, "--comm: '%s' is not local or mpi", v);
+            o->comm = v;
+        } else if (strcmp(a, "--seed") == 0) {
+            if ((st = parse_int(ctx, a, v, 0, INT64_MAX, &x)) == UN_OK)
+                o->seed = (uint64_t)x;
+        } else if (strcmp(a, "--threads") == 0) {
+            if ((st = parse_int(ctx, a, v, 1, 1024, &x)) == UN_OK)
+                o->threads = (int)x;
+        } else if (strcmp(a, "--save") == 0) {
+            o->save = v;
+        } else if (strcmp(a, "--load") == 0) {
+            o->load = v;
+        } else if (strcmp(a, "--spec") == 0) {
+            o->spec = v;
+        } else if (strcmp(a, "--loss") == 0) {
+            if (strcmp(v, "ce") != 0 && strcmp(v, "mse") != 0)
+                return un_ctx_error(ctx, UN_ERR_INVALID, "--loss: '%s' is not ce or mse", v);
+            o->loss = v;
+        } else if (strcmp(a, "--precision") == 0) {
+            if (strcmp(v, "f32") != 0 && strcmp(v, "f64") != 0)
+                return un_ctx_error(ctx, UN_ERR_INVALID, "--precision: '%s' is not f32 or f64", v);
+            o->prec = strcmp(v, "f32") == 0 ? UN_PREC_F32 : UN_PREC_F64;
+        }
+        if (st != UN_OK)
+            return st;
+    }
+    if (!o->model)
+        return un_ctx_error(ctx, UN_ERR_INVALID, "--model is required (see --help)");
+    return UN_OK;
+}
+
+/* ---- losses ---- */
+
+static inline double ld(const void *a, un_prec p, int64_t i) {
+    return p == UN_PREC_F32 ? (double)((const float *)a)[i] : ((const double *)a)[i];
+}
+static inline void st_(void *a, un_prec p, int64_t i, double x) {
+    if (p == UN_PREC_F32)
+        ((float *)a)[i] = (float)x;
+    else
+        ((double *)a)[i] = x;
+}
+
+double un_train_ce(un_prec prec, const void *logits, int64_t rows, int64_t c, int64_t r0,
+                   int64_t n_total, const int64_t *labels, void *grad) {
+    double total = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < c; j++)
+            mx = fmax(mx, ld(logits, prec, r * c + j));
+        double s = 0;
+        for (int64_t j = 0; j < c; j++)
+            s += exp(ld(logits, prec, r * c + j) - mx);
+        double lse = mx + log(s);
+        int64_t y = labels[r0 + r];
+        total += lse - ld(logits, prec, r * c + y);
+        for (int64_t j = 0; j < c; j++) {
+            double p = exp(ld(logits, prec, r * c + j) - lse);
+            st_(grad, prec, r * c + j, (p - (j == y ? 1.0 : 0.0)) / (double)n_total);
+        }
+    }
+    return total;
+}
+
+/* MSE over one piece: sum of squared errors of its elements against the full label, gradient
+ * 2 (y - t) / numel. */
+static double mse_piece(un_prec prec, const un_shape *s, const un_exec_piece *ep, const void *label,
+                        void *grad) {
+    int64_t numel = un_shape_numel(s), pn = 1;
+    for (int i = 0; i < s->rank; i++)
+        pn *= ep->dim[i];
+    double total = 0;
+    for (int64_t x = 0; x < pn; x++) {
+        int64_t rest = x, g = 0, coord[UN_MAX_DIMS];
+        for (int i = s->rank - 1; i >= 0; i--) {
+            coord[i] = ep->off[i] + rest % ep->dim[i];
+            rest /= ep->dim[i];
+        }
+        for (int i = 0; i < s->rank; i++)
+            g = g * s->dim[i] + coord[i];
+        double d = ld(ep->val, prec, x) - ld(label, prec, g);
+        total += d * d;
+        st_(grad, prec, x, 2 * d / (double)numel);
+    }
+    return total;
+}
+
+/* ---- the model as the trainer sees it ---- */
+
+typedef struct tmodel {
+    un_model zoo;   /* when a zoo model (zoo.graph owned) */
+    un_graph *json; /* when a JSON model (owned) */
+    const un_graph *g;
+    int n_inputs;
+    const char *in_name[UN_ZOO_MAX_INPUTS];
+    bool in_int[UN_ZOO_MAX_INPUTS];
+    int64_t in_range[UN_ZOO_MAX_INPUTS];
+    un_loss_kind loss;
+    int64_t classes, label_numel, batch, seqs; /* seqs: sequences per batch (text data) */
+} tmodel;
+
+static un_status model_load(un_ctx *ctx, const un_spec *spec, const un_train_opts *o, tmodel *m) {
+    memset(m, 0, sizeof *m);
+    size_t len = strlen(o->model);
+    bool is_file = len > 5 && strcmp(o->model + len - 5, ".json") == 0;
+    un_status st;
+    if (!is_file) {
+        if (o->loss)
+            return un_ctx_error(ctx, UN_ERR_INVALID, "--loss applies to JSON models only");
+        if ((st = un_zoo_build(ctx, spec, o->model, o->tiny, o->batch, &m->zoo)) != UN_OK)
+            return st;
+        m->g = m->zoo.graph;
+        m->n_inputs = m->zoo.n_inputs;
+        for (int i = 0; i < m->n_inputs; i++) {
+            m->in_name[i] = m->zoo.inputs[i].name;
+            m->in_int[i] = m->zoo.inputs[i].is_int;
+            m->in_range[i] = m->zoo.inputs[i].int_range;
+        }
+        m->loss = m->zoo.loss;
+        m->classes = m->zoo.n_classes;
+        m->label_numel = 1;
+        for (int i = 0; i < m->zoo.label_rank; i++)
+            m->label_numel *= m->zoo.label_dim[i];
+        m->seqs = m->zoo.batch;
+    } else {
+        if (o->tiny || o->batch)
+            return un_ctx_error(ctx, UN_ERR_INVALID,
+                                "%s: --tiny and --batch apply to zoo models only", o->model);
+        if ((st = un_graph_load(ctx, spec, o->model, &m->json)) != UN_OK)
+            return st;
+        m->g = m->json;
+        if (un_graph_output_count(m->g) != 1) {
+            st = un_ctx_error(ctx, UN_ERR_INVALID, "%s: a model needs exactly one output (has %d)",
+                              o->model, un_graph_output_count(m->g));
+            goto fail;
+        }
+        for (int32_t id = 0; id < un_graph_node_count(m->g); id++) {
+            const un_node *nd = un_graph_node(m->g, id);
+            if (nd->op != UN_OP_INPUT)
+                continue;
+            if (m->n_inputs == UN_ZOO_MAX_INPUTS || !nd->name) {
+                st = un_ctx_error(ctx, UN_ERR_INVALID, "%s: too many or unnamed inputs", o->model);
+                goto fail;
+            }
+            if (!un_shape_is_trivial(&nd->inf.out[0])) {
+                st = un_ctx_error(ctx, UN_ERR_INVALID,
+                                  "%s: input '%s' has a layout; a model is a serial graph (give "
+                                  "parallel graphs with --strategy)",
+                                  o->model, nd->name);
+                goto fail;
+            }
+            const un_op_spec *os = un_spec_op(spec, UN_OP_INPUT);
+            int ir = un_spec_param_index(os, "range");
+            m->in_name[m->n_inputs] = nd->name;
+            m->in_int[m->n_inputs] = nd->inf.out[0].dtype == UN_DT_INT;
+            m->in_range[m->n_inputs] = ir >= 0 && nd->params[ir].v[0] > 0 ? nd->params[ir].v[0] : 2;
+            m->n_inputs++;
+        }
+        const un_shape *os = un_graph_shape(m->g, un_graph_output(m->g, 0));
+        m->loss = o->loss && strcmp(o->loss, "ce") == 0 ? UN_LOSS_CE : UN_LOSS_MSE;
+        if (!un_shape_is_trivial(os) || os->dtype != UN_DT_FLOAT) {
+            st = un_ctx_error(ctx, UN_ERR_INVALID,
+                              "%s: the output must be a float tensor without a layout", o->model);
+            goto fail;
+        }
+        if (m->loss == UN_LOSS_CE) {
+            if (os->rank != 2) {
+                st = un_ctx_error(ctx, UN_ERR_INVALID,
+                                  "%s: --loss ce needs logits [N, C] as the output (rank %d)",
+                                  o->model, os->rank);
+                goto fail;
+            }
+            m->classes = os->dim[1];
+            m->label_numel = os->dim[0];
+        } else {
+            m->label_numel = un_shape_numel(os);
+        }
+        m->seqs =
+            m->n_inputs
+                ? un_graph_shape(m->g, (un_ref){un_graph_find(m->g, m->in_name[0]), 0})->dim[0]
+                : 1;
+    }
+    m->batch = m->seqs;
+    return UN_OK;
+fail:
+    un_graph_free(m->json);
+    m->json = NULL;
+    return st;
+}
+
+static void model_free(tmodel *m) {
+    un_model_free(&m->zoo);
+    un_graph_free(m->json);
+}
+
+/* ---- the run shared by every rank ---- */
+
+typedef struct shared {
+    const un_train_opts *o;
+    const un_graph *g; /* the graph executed */
+    const tmodel *m;
+    int32_t in_node[UN_ZOO_MAX_INPUTS]; /* in g */
+    unsigned char *text;
+    size_t text_len;
+    int threads; /* per rank */
+    double *losses;
+    double step_time_sum;
+    int timed_steps;
+    int devices;
+    const char *strategy_name;
+    const char *comm_name;
+} shared;
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Inputs and labels of one step, identical on every rank. */
+static void make_batch(const shared *sh, un_exec *ex, int step, un_prec prec, void *labels) {
+    const tmodel *m = sh->m;
+    uint64_t seed = sh->o->seed;
+    if (sh->text) { /* windows of the text: tokens and the next tokens */
+        int32_t node = sh->in_node[0];
+        int64_t *tok = un_exec_source(ex, node);
+        int64_t numel = un_shape_numel(un_graph_shape(sh->g, (un_ref){node, 0}));
+        int64_t t = numel / m->seqs, range = m->in_range[0];
+        un_rng rng;
+        un_rng_seed(&rng, un_hash_combine(seed, 0x7e57 + (uint64_t)step));
+        int64_t *lab = labels;
+        for (int64_t s = 0; s < m->seqs; s++) {
+            uint64_t o0 = un_rng_below(&rng, (uint64_t)(sh->text_len - (size_t)t));
+            for (int64_t j = 0; j < t; j++) {
+                tok[s * t + j] = sh->text[o0 + (uint64_t)j] % range;
+                lab[s * t + j] = sh->text[o0 + (uint64_t)j + 1] % range;
+            }
+        }
+        return;
+    }
+    /* Synthetic: a fixed pool of 4 batches, so the loss falls as the model fits them. */
+    uint64_t b = (uint64_t)step % 4;
+    for (int i = 0; i < m->n_inputs; i++) {
+        int32_t node = sh->in_node[i];
+        void *dst = un_exec_source(ex, node);
+        int64_t numel = un_shape_numel(un_graph_shape(sh->g, (un_ref){node, 0}));
+        un_rng rng;
+        un_rng_seed(&rng, un_hash_combine(un_hash_combine(seed, b), 1000 + (uint64_t)i));
+        for (int64_t x = 0; x < numel; x++) {
+            if (m->in_int[i])
+                ((int64_t *)dst)[x] = (int64_t)un_rng_below(&rng, (uint64_t)m->in_range[i]);
+            else
+                st_(dst, prec, x, 2 * un_rng_double(&rng) - 1);
+        }
+    }
+    un_rng rng;
+    un_rng_seed(&rng, un_hash_combine(un_hash_combine(seed, b), 999));
+    for (int64_t x = 0; x < m->label_numel; x++) {
+        if (m->loss == UN_LOSS_CE)
+            ((int64_t *)labels)[x] = (int64_t)un_rng_below(&rng, (uint64_t)m->classes);
+        else
+            st_(labels, prec, x, 2 * un_rng_double(&rng) - 1);
+    }
+}
+
+static void progress(const shared *sh, int step, double loss, double sps) {
+    int width = 30, done = (int)((int64_t)width * step / sh->o->steps);
+    fprintf(stderr, "\r\033[K[");
+    for (int i = 0; i < width; i++)
+        fputc(i < done ? '#' : '.', stderr);
+    fprintf(stderr, "] %d/%d loss %.4f %.0f samples/s", step, sh->o->steps, loss, sps);
+    if (step == sh->o->steps)
+        fprintf(stderr, "\r\033[K");
+    fflush(stderr);
+}
+
+static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
+    const un_train_opts *o = sh->o;
+    const tmodel *m = sh->m;
+    un_prec prec = o->prec;
+    size_t fes = prec == UN_PREC_F32 ? 4 : 8;
+    un_backend *be = NULL;
+    un_exec *ex = NULL;
+    un_optim *opt = NULL;
+    void *labels = NULL;
+    int rank = un_comm_rank(comm);
+    un_status st = un_backend_cpu_new(ctx, prec, sh->threads, &be);
+    if (st == UN_OK)
+        st = un_exec_new(ctx, sh->g, comm, be, &ex);
+    if (st == UN_OK) {
+        un_optim_init_weights(sh->g, o->seed, prec, un_exec_params(ex), un_exec_param_count(ex));
+        un_opt_kind k = UN_OPT_ADAM;
+        un_opt_from_name(o->optimizer, &k);
+        un_optim_params op = un_optim_params_default(k);
+        if (o->lr > 0)
+            op.lr = o->lr;
+        st = un_optim_new(ctx, op, un_exec_param_count(ex), prec, &opt);
+    }
+    if (st == UN_OK && o->load)
+        st = un_checkpoint_load(ctx, o->load, sh->g, prec, un_exec_params(ex), opt);
+    if (st == UN_OK) {
+        labels = calloc((size_t)m->label_numel, m->loss == UN_LOSS_CE ? sizeof(int64_t) : fes);
+        if (!labels)
+            st = un_ctx_error(ctx, UN_ERR_NOMEM, "no memory for the labels");
+    }
+    st = un_comm_agree(ctx, comm, st);
+    const un_shape *os = st == UN_OK ? un_exec_output_shape(ex, 0) : NULL;
+    double t_start = now_s();
+    for (int step = 0; st == UN_OK && step < o->steps; step++) {
+        double t0 = now_s();
+        make_batch(sh, ex, step, prec, labels);
+        uint64_t dseed = un_mix64(un_hash_combine(o->seed, (uint64_t)step)) | 1;
+        if ((st = un_exec_forward(ctx, ex, dseed)) != UN_OK)
+            break;
+        int np;
+        const un_exec_piece *pc = un_exec_output_pieces(ex, 0, &np);
+        double loss = 0;
+        for (int i = 0; i < np; i++) {
+            if (pc[i].copy != 0)
+                continue;
+            if (m->loss == UN_LOSS_CE)
+                loss += un_train_ce(prec, pc[i].val, pc[i].dim[0], os->dim[1], pc[i].off[0],
+                                    os->dim[0], labels, pc[i].grad);
+            else
+                loss += mse_piece(prec, os, &pc[i], labels, pc[i].grad);
+        }
+        if ((st = un_exec_backward(ctx, ex)) != UN_OK)
+            break;
+        if ((st = un_comm_allreduce(ctx, comm, UN_RED_F64, &loss, 1)) != UN_OK)
+            break;
+        loss /= (double)(m->loss == UN_LOSS_CE ? os->dim[0] : un_shape_numel(os));
+        un_optim_step(opt, un_exec_params(ex), un_exec_param_grads(ex));
+        double dt = now_s() - t0;
+        if (rank == 0) {
+            sh->losses[step] = loss;
+            if (step > 0 || o->steps == 1) {
+                sh->step_time_sum += dt;
+                sh->timed_steps++;
+            }
+            double sps = (double)m->batch / dt;
+            if (o->progress)
+                fprintf(stderr, "\r\033[K");
+            if (!o->quiet)
+                fprintf(o->out, "step %d/%d  loss %.6f  %.0f samples/s\n", step + 1, o->steps, loss,
+                        sps);
+            if (!o->quiet)
+                fflush(o->out);
+            if (o->progress)
+                progress(sh, step + 1, loss, sps);
+        }
+    }
+    (void)t_start;
+    if (st == UN_OK && o->save && rank == 0)
+        st = un_checkpoint_save(ctx, o->save, sh->g, prec, un_exec_params(ex), opt);
+    free(labels);
+    un_optim_free(opt);
+    un_exec_free(ex);
+    un_backend_free(be);
+    return st;
+}
+
+typedef struct local_job {
+    shared *sh;
+    un_comm_group *grp;
+    int rank;
+    un_status st;
+    char err[1024];
+} local_job;
+
+static void *local_main(void *p) {
+    local_job *j = p;
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_comm *c = un_comm_local_get(j->grp, j->rank);
+    j->st = rank_run(ctx, c, j->sh);
+    if (j->st != UN_OK)
+        un_comm_abort(c);
+    snprintf(j->err, sizeof j->err, "%s", un_ctx_errmsg(ctx));
+    un_ctx_free(ctx);
+    return NULL;
+}
+
+static un_status run_local(un_ctx *ctx, shared *sh, int d) {
+    if (d == 1) { /* no thread needed */
+        un_comm_group *grp;
+        un_status st = un_comm_local_group_new(ctx, 1, &grp);
+        if (st != UN_OK)
+            return st;
+        st = rank_run(ctx, un_comm_local_get(grp, 0), sh);
+        un_comm_local_group_free(grp);
+        return st;
+    }
+    un_comm_group *grp;
+    un_status st = un_comm_local_group_new(ctx, d, &grp);
+    if (st != UN_OK)
+        return st;
+    local_job *jobs = un_xcalloc((size_t)d, sizeof *jobs);
+    pthread_t *th = un_xcalloc((size_t)d, sizeof *th);
+    int started = 0;
+    for (int r = 0; r < d; r++) {
+        jobs[r] = (local_job){.sh = sh, .grp = grp, .rank = r};
+        if (pthread_create(&th[r], NULL, local_main, &jobs[r]) != 0) {
+            un_comm_abort(un_comm_local_get(grp, 0));
+            st = un_ctx_error(ctx, UN_ERR_DEVICE, "cannot start the thread of device %d", r);
+            break;
+        }
+        started++;
+    }
+    for (int r = 0; r < started; r++)
+        pthread_join(th[r], NULL);
+    if (st == UN_OK) { /* the first real failure, not a rank that saw another one fail */
+        int pick = -1;
+        for (int r = 0; r < d; r++)
+            if (jobs[r].st != UN_OK && (pick < 0 || jobs[pick].st == UN_ERR_DEVICE))
+                pick = r;
+        if (pick >= 0)
+            st = un_ctx_error(ctx, jobs[pick].st, "%s", jobs[pick].err);
+    }
+    free(th);
+    free(jobs);
+    un_comm_local_group_free(grp);
+    return st;
+}
+
+/* ---- the entry point ---- */
+
+static un_status load_text(un_ctx *ctx, const char *path, int64_t need, unsigned char **out,
+                           size_t *len) {
+    char *text = NULL;
+    un_status st = un_read_file(ctx, path, &text, len);
+    if (st != UN_OK)
+        return st;
+    if ((int64_t)*len < need + 1) {
+        free(text);
+        return un_ctx_error(ctx, UN_ERR_INVALID,
+                            "%s: %zu bytes of text, a training window needs at least %lld", path,
+                            *len, (long long)need + 1);
+    }
+    *out = (unsigned char *)text;
+    return UN_OK;
+}
+
+un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res) {
+    memset(res, 0, sizeof *res);
+    un_spec *spec = NULL;
+    tmodel m;
+    memset(&m, 0, sizeof m);
+    un_graph *run_g = NULL;
+    un_comm *mpi = NULL;
+    shared sh;
+    memset(&sh, 0, sizeof sh);
+    bool use_mpi = strcmp(o->comm, "mpi") == 0;
+    un_status st = un_spec_load(ctx, o->spec, &spec);
+    if (st != UN_OK)
+        return st;
+    if ((st = model_load(ctx, spec, o, &m)) != UN_OK)
+        goto done;
+    if (use_mpi) {
+        if ((st = un_comm_mpi_new(ctx, &mpi)) != UN_OK)
+            goto done;
+        res->rank = un_comm_rank(mpi);
+        if (o->devices && o->devices != un_comm_size(mpi)) {
+            st = un_ctx_error(ctx, UN_ERR_INVALID,
+                              "--devices %d, but mpirun started %d processes (--comm mpi uses "
+                              "one device per process)",
+                              o->devices, un_comm_size(mpi));
+            goto done;
+        }
+    }
+    int d = use_mpi ? un_comm_size(mpi) : o->devices ? o->devices : 1;
+    const char *strategy = o->strategy ? o->strategy : d == 1 ? "serial" : "data";
+    if (strcmp(strategy, "serial") == 0) {
+        run_g = un_graph_clone(m.g);
+    } else if (strcmp(strategy, "data") == 0) {
+        st = un_strategy_data(ctx, m.g, d, &run_g);
+    } else {
+        size_t sl = strlen(strategy);
+        if (sl < 5 || strcmp(strategy + sl - 5, ".json") != 0) {
+            st = un_ctx_error(ctx, UN_ERR_INVALID,
+                              "--strategy: '%s' is not serial, data or a plan file (.json)",
+                              strategy);
+            goto done;
+        }
+        st = un_strategy_plan_load(ctx, spec, strategy, m.g, d, &run_g);
+    }
+    if (st != UN_OK)
+        goto done;
+    for (int i = 0; i < m.n_inputs; i++) {
+        sh.in_node[i] = un_graph_find(run_g, m.in_name[i]);
+        if (sh.in_node[i] < 0) {
+            st = un_ctx_error(ctx, UN_ERR_INVALID, "input '%s' is missing from the graph run",
+                              m.in_name[i]);
+            goto done;
+        }
+    }
+    const un_shape *os = un_graph_shape(run_g, un_graph_output(run_g, 0));
+    if (os->sum != 1 || (m.loss == UN_LOSS_CE && os->rank == 2 && os->shard[1] != 1)) {
+        st = un_ctx_error(ctx, UN_ERR_SHAPE, "the output's layout must have no partial sums%s",
+                          m.loss == UN_LOSS_CE ? " and no split of the classes" : "");
+        goto done;
+    }
+    if (o->data) {
+        if (m.n_inputs != 1 || !m.in_int[0] || m.loss != UN_LOSS_CE) {
+            st = un_ctx_error(ctx, UN_ERR_INVALID,
+                              "--data %s: text trains a token model (one int input, "
+                              "cross-entropy) such as charlm, not '%s'",
+                              o->data, o->model);
+            goto done;
+        }
+        int64_t numel =
+            un_shape_numel(un_graph_shape(m.g, (un_ref){un_graph_find(m.g, m.in_name[0]), 0}));
+        if (numel != m.label_numel) {
+            st = un_ctx_error(ctx, UN_ERR_INVALID,
+                              "--data: the model's %lld tokens and %lld labels differ",
+                              (long long)numel, (long long)m.label_numel);
+            goto done;
+        }
+        if ((st = load_text(ctx, o->data, numel / m.seqs, &sh.text, &sh.text_len)) != UN_OK)
+            goto done;
+    }
+    sh.o = o;
+    sh.g = run_g;
+    sh.m = &m;
+    int local_ranks = use_mpi ? 1 : d;
+    sh.threads = o->threads / local_ranks > 1 ? o->threads / local_ranks : 1;
+    sh.losses = un_xcalloc((size_t)o->steps, sizeof *sh.losses);
+    sh.devices = d;
+    if (use_mpi)
+        st = rank_run(ctx, mpi, &sh);
+    else
+        st = run_local(ctx, &sh, d);
+    if (st != UN_OK)
+        goto done;
+    res->steps = o->steps;
+    res->losses = sh.losses;
+    sh.losses = NULL;
+    res->devices = d;
+    res->batch = m.batch;
+    res->step_ms = sh.timed_steps ? 1e3 * sh.step_time_sum / sh.timed_steps : 0;
+    res->samples_per_s =
+        sh.step_time_sum > 0 ? (double)m.batch * sh.timed_steps / sh.step_time_sum : 0;
+    if (res->rank == 0 && !o->quiet)
+        fprintf(o->out,
+                "trained %s: %d steps on %d device%s (%s, %s), loss %.4f -> %.4f, %.3f ms/step, "
+                "%.0f samples/s\n",
+                o->model, o->steps, d, d == 1 ? "" : "s", strategy, o->comm, res->losses[0],
+                res->losses[o->steps - 1], res->step_ms, res->samples_per_s);
+done:
+    free(sh.losses);
+    free(sh.text);
+    un_graph_free(run_g);
+    model_free(&m);
+    un_spec_free(spec);
+    un_comm_free(mpi);
+    return st;
+}

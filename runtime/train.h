@@ -1,0 +1,78 @@
+/* train.h - training: the options of `unity-train`, their parsing, and the training entry point
+ * that ties the model (zoo or pcg JSON), the strategy (serial, data, plan file), the communicator
+ * (local threads or MPI), the executor, the losses (cross-entropy, MSE), the optimizer and
+ * checkpoints together. The program's main() only parses and prints (STYLE rule 1); the search
+ * will call un_train_run with its plan.
+ *
+ *   un_train_opts o = un_train_opts_default();
+ *   st = un_train_parse_args(ctx, argc - 1, argv + 1, &o);
+ *   un_train_result r;
+ *   st = un_train_run(ctx, &o, &r);          // prints per-step losses to o.out
+ *   un_train_result_free(&r);
+ */
+#ifndef UN_TRAIN_H
+#define UN_TRAIN_H
+
+#include <stdio.h>
+
+#include "pcg/graph.h"
+#include "runtime/kernels.h"
+
+typedef struct un_train_opts {
+    const char *model; /* zoo name, or a pcg graph JSON file */
+    bool tiny;         /* zoo: the tiny configuration */
+    int devices;       /* devices (ranks); 0 = 1 for local, the world size for mpi */
+    const char
+        *strategy; /* "serial", "data" or a plan file; NULL = serial on 1 device, else data */
+    int steps;     /* training steps */
+    int64_t batch; /* 0 = the model's default */
+    double lr;     /* 0 = the optimizer's default */
+    const char *optimizer; /* "sgd" or "adam" */
+    const char *data;      /* text file for a token model (charlm), or NULL for synthetic data */
+    const char *comm;      /* "local" or "mpi" */
+    uint64_t seed;
+    int threads;             /* CPU threads in all (per process) */
+    const char *save, *load; /* checkpoints, or NULL */
+    const char *spec;        /* operator spec file */
+    const char *loss;        /* JSON models: "ce" or "mse" */
+    un_prec prec;            /* float32 (default) or float64 */
+    bool progress;           /* progress bar on stderr (default: when stderr is a terminal) */
+    bool quiet;              /* no per-step lines */
+    FILE *out;               /* per-step lines and the summary (default stdout) */
+} un_train_opts;
+
+typedef struct un_train_result {
+    int steps;
+    double *losses;       /* per step; owned (un_train_result_free) */
+    double samples_per_s; /* mean over the steps after the first */
+    double step_ms;       /* mean step time after the first, milliseconds */
+    int rank;             /* this process's rank (mpi), 0 otherwise: only rank 0 reports */
+    int devices;
+    int64_t batch;
+} un_train_result;
+
+/* ---- lifecycle ---- */
+
+un_train_opts un_train_opts_default(void);
+void un_train_result_free(un_train_result *r);
+
+/* ---- use ---- */
+
+/* Parses unity-train's flags (argv without the program name). A bad flag or value is
+ * UN_ERR_INVALID with one message naming it. */
+un_status un_train_parse_args(un_ctx *ctx, int argc, char **argv, un_train_opts *o);
+/* The usage text (static). */
+const char *un_train_usage(void);
+
+/* Trains: builds or loads the model, applies the strategy, runs o->steps steps on o->devices
+ * devices and reports. Bad input (unknown model, bad plan, missing or empty data file, ...) is an
+ * error in ctx before anything is printed. */
+un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res);
+
+/* Mean cross-entropy over N rows of logits [N, C] (rows [r0, r0 + rows) of it given, labels
+ * indexed by global row) and its gradient (softmax - onehot) / N into grad; returns the sum of
+ * the given rows' losses. Exposed for the tests. */
+double un_train_ce(un_prec prec, const void *logits, int64_t rows, int64_t c, int64_t r0,
+                   int64_t n_total, const int64_t *labels, void *grad);
+
+#endif
