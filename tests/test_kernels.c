@@ -567,6 +567,182 @@ static void test_backward_f32(void) {
 
 /* ---- specific semantics ---------------------------------------------------------------------- */
 
+/* ---- random shapes --------------------------------------------------------------------------- */
+
+static int64_t rnd(un_rng *r, int64_t lo, int64_t hi) { /* in [lo, hi] */
+    return lo + (int64_t)un_rng_below(r, (uint64_t)(hi - lo + 1));
+}
+
+/* A random well-formed instance of op: params text and dims text (as in extra_cases). */
+static void random_case(un_op op, un_rng *r, char *params, char *dims, size_t n) {
+    static const char *const acts[] = {"none", "relu", "sigmoid", "tanh", "gelu"};
+    int64_t a = rnd(r, 1, 4), b = rnd(r, 1, 4), c = rnd(r, 1, 5), d = rnd(r, 1, 4);
+    params[0] = 0;
+    switch (op) {
+    case UN_OP_LINEAR: {
+        bool bias = rnd(r, 0, 1);
+        snprintf(params, n, "activation=%s use_bias=%s", acts[rnd(r, 0, 4)],
+                 bias ? "true" : "false");
+        snprintf(dims, n, "%lld,%lld,%lld;%lld,%lld", (long long)a, (long long)b, (long long)c,
+                 (long long)c, (long long)d);
+        if (bias)
+            snprintf(dims + strlen(dims), n - strlen(dims), ";%lld", (long long)d);
+        break;
+    }
+    case UN_OP_BATCH_MATMUL:
+        snprintf(dims, n, "%lld,%lld,%lld;%lld,%lld,%lld", (long long)a, (long long)b, (long long)c,
+                 (long long)a, (long long)c, (long long)d);
+        break;
+    case UN_OP_CONV2D: {
+        int64_t g = rnd(r, 1, 2), kh = rnd(r, 1, 3), kw = rnd(r, 1, 3), ph = rnd(r, 0, 1),
+                pw = rnd(r, 0, 1), h = kh + rnd(r, 0, 3), w = kw + rnd(r, 0, 3);
+        bool bias = rnd(r, 0, 1);
+        snprintf(params, n,
+                 "stride_h=%lld stride_w=%lld pad_h=%lld pad_w=%lld groups=%lld activation=%s "
+                 "use_bias=%s",
+                 (long long)rnd(r, 1, 2), (long long)rnd(r, 1, 2), (long long)ph, (long long)pw,
+                 (long long)g, rnd(r, 0, 1) ? "relu" : "none", bias ? "true" : "false");
+        int64_t cin = g * rnd(r, 1, 2), cout = g * rnd(r, 1, 2);
+        snprintf(dims, n, "%lld,%lld,%lld,%lld;%lld,%lld,%lld,%lld", (long long)rnd(r, 1, 2),
+                 (long long)cin, (long long)h, (long long)w, (long long)cout, (long long)(cin / g),
+                 (long long)kh, (long long)kw);
+        if (bias)
+            snprintf(dims + strlen(dims), n - strlen(dims), ";%lld", (long long)cout);
+        break;
+    }
+    case UN_OP_POOL2D: {
+        int64_t kh = rnd(r, 1, 3), kw = rnd(r, 1, 3);
+        snprintf(params, n,
+                 "type=%s kernel_h=%lld kernel_w=%lld stride_h=%lld stride_w=%lld pad_h=%lld "
+                 "pad_w=%lld",
+                 rnd(r, 0, 1) ? "avg" : "max", (long long)kh, (long long)kw,
+                 (long long)rnd(r, 1, 2), (long long)rnd(r, 1, 2), (long long)rnd(r, 0, kh / 2),
+                 (long long)rnd(r, 0, kw / 2));
+        snprintf(dims, n, "%lld,%lld,%lld,%lld", (long long)a, (long long)b,
+                 (long long)(kh + rnd(r, 0, 3)), (long long)(kw + rnd(r, 0, 3)));
+        break;
+    }
+    case UN_OP_SOFTMAX:
+        snprintf(params, n, "dim=%lld", (long long)rnd(r, -3, 2));
+        snprintf(dims, n, "%lld,%lld,%lld", (long long)a, (long long)b, (long long)c);
+        break;
+    case UN_OP_REDUCE_SUM:
+    case UN_OP_REDUCE_MEAN:
+        snprintf(params, n, "dim=%lld keep=%s", (long long)rnd(r, -3, 2),
+                 rnd(r, 0, 1) ? "true" : "false");
+        snprintf(dims, n, "%lld,%lld,%lld", (long long)a, (long long)b, (long long)c);
+        break;
+    case UN_OP_TRANSPOSE:
+        snprintf(params, n, "dim0=%lld dim1=%lld", (long long)rnd(r, 0, 3),
+                 (long long)rnd(r, 0, 3));
+        snprintf(dims, n, "%lld,%lld,%lld,%lld", (long long)a, (long long)b, (long long)c,
+                 (long long)d);
+        break;
+    case UN_OP_CONCAT: {
+        int64_t ax = rnd(r, 0, 2), e[3] = {a, b, c};
+        snprintf(params, n, "axis=%lld", (long long)ax);
+        e[ax] = d;
+        snprintf(dims, n, "%lld,%lld,%lld;%lld,%lld,%lld", (long long)a, (long long)b, (long long)c,
+                 (long long)e[0], (long long)e[1], (long long)e[2]);
+        break;
+    }
+    case UN_OP_LAYER_NORM:
+        snprintf(dims, n, "%lld,%lld,%lld;%lld;%lld", (long long)a, (long long)b,
+                 (long long)(c + 1), (long long)(c + 1), (long long)(c + 1));
+        break;
+    case UN_OP_BATCH_NORM:
+        snprintf(dims, n, "%lld,%lld,%lld,%lld;%lld;%lld", (long long)(a + 1), (long long)b,
+                 (long long)c, (long long)d, (long long)b, (long long)b);
+        break;
+    case UN_OP_MULTIHEAD_ATTENTION: {
+        int64_t heads = rnd(r, 1, 3), e = heads * rnd(r, 1, 2);
+        snprintf(params, n, "heads=%lld", (long long)heads);
+        snprintf(
+            dims, n,
+            "%lld,%lld,%lld;%lld,%lld,%lld;%lld,%lld,%lld;%lld,%lld;%lld,%lld;%lld,%lld;%lld,%lld",
+            (long long)a, (long long)b, (long long)e, (long long)a, (long long)c, (long long)e,
+            (long long)a, (long long)c, (long long)e, (long long)e, (long long)e, (long long)e,
+            (long long)e, (long long)e, (long long)e, (long long)e, (long long)e);
+        break;
+    }
+    case UN_OP_EMBEDDING:
+        snprintf(params, n, "aggr=%s", rnd(r, 0, 1) ? "mean" : "sum");
+        snprintf(dims, n, "%lld,%lld;%lld,%lld", (long long)a, (long long)b, (long long)c,
+                 (long long)d);
+        break;
+    case UN_OP_CROSS_ENTROPY:
+        snprintf(dims, n, "%lld,%lld;%lld", (long long)a, (long long)(b + 1), (long long)a);
+        break;
+    case UN_OP_SPLIT: {
+        int64_t s0 = rnd(r, 1, 3), s1 = rnd(r, 1, 3);
+        snprintf(params, n, "axis=1 sizes=[%lld,%lld]", (long long)s0, (long long)s1);
+        snprintf(dims, n, "%lld,%lld,%lld", (long long)a, (long long)(s0 + s1), (long long)c);
+        break;
+    }
+    case UN_OP_RESHAPE:
+        snprintf(params, n, "shape=[%lld,%lld]", (long long)(a * c), (long long)b);
+        snprintf(dims, n, "%lld,%lld,%lld", (long long)a, (long long)b, (long long)c);
+        break;
+    case UN_OP_SCALAR_MUL:
+        snprintf(params, n, "num=%lld den=%lld", (long long)rnd(r, -9, 9), (long long)rnd(r, 1, 9));
+        snprintf(dims, n, "%lld,%lld", (long long)a, (long long)b);
+        break;
+    case UN_OP_DROPOUT:
+        snprintf(params, n, "rate_pct=%lld seed=%lld", (long long)rnd(r, 0, 99),
+                 (long long)rnd(r, 0, 1000));
+        snprintf(dims, n, "%lld,%lld", (long long)a, (long long)c);
+        break;
+    case UN_OP_EW_ADD:
+    case UN_OP_EW_SUB:
+    case UN_OP_EW_MUL:
+        snprintf(dims, n, "%lld,%lld;%lld,%lld", (long long)a, (long long)c, (long long)a,
+                 (long long)c);
+        break;
+    default: /* unary ops */
+        snprintf(dims, n, "%lld,%lld,%lld", (long long)a, (long long)b, (long long)c);
+        break;
+    }
+}
+
+/* Three random instances of every regular op: forward vs the reference, backward vs finite
+ * differences. */
+static void test_random_shapes(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_rng rng, data;
+    un_rng_seed(&rng, 2024);
+    un_rng_seed(&data, 4048);
+    int before_f = n_fwd_cases, before_g = n_grad_cases;
+    for (int op = 0; op < UN_OP_COUNT; op++) {
+        if (un_op_kind_of((un_op)op) != UN_OPK_REGULAR)
+            continue;
+        const un_op_spec *os = un_spec_op(S, (un_op)op);
+        for (int rep = 0; rep < 3; rep++) {
+            char params[256], dims[256], label[600];
+            random_case((un_op)op, &rng, params, dims, sizeof params);
+            kcase k = {os->name, params, dims, false};
+            un_param p[UN_MAX_PARAMS];
+            un_shape sh[UN_MAX_INPUTS];
+            int64_t range[UN_MAX_INPUTS];
+            int n_in;
+            EXPECT_TRUE(parse_params(os, params, p));
+            case_shapes(&k, os, p, &n_in, sh, range);
+            inst t;
+            snprintf(label, sizeof label, "%s [%s] %s", os->name, params, dims);
+            if (!inst_make(ctx, (un_op)op, p, n_in, sh, range, &data, &t)) {
+                printf("    %s: refused by the spec\n", label);
+                continue;
+            }
+            un_kexec ex = exec_default(UN_PREC_F64);
+            fwd_case(ctx, &t, &ex, label);
+            grad_case(ctx, &t, &ex, label);
+            inst_free(&t);
+        }
+    }
+    printf("    random shapes: %d forward and %d gradient cases\n", n_fwd_cases - before_f,
+           n_grad_cases - before_g);
+    un_ctx_free(ctx);
+}
+
 static void test_param_names_match_spec(void) {
     for (int op = 0; op < UN_OP_COUNT; op++) {
         EXPECT_EQ(un_kern_supports((un_op)op), un_op_kind_of((un_op)op) == UN_OPK_REGULAR);
@@ -963,6 +1139,7 @@ int main(void) {
         {"forward_vs_reference", test_forward_vs_reference},
         {"backward_vs_finite_differences", test_backward_vs_finite_differences},
         {"backward_f32", test_backward_f32},
+        {"random_shapes", test_random_shapes},
         {"absent_gradients", test_absent_gradients},
         {"threads_match", test_threads_match},
         {"dropout_shard", test_dropout_shard},
