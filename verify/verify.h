@@ -1,0 +1,61 @@
+/* verify.h - proving rules with Z3 (DESIGN.md section 7). Tensors are an uninterpreted sort with
+ * integer functions rank(T) and dim(T, i); each regular operator output is an uninterpreted
+ * function of its input tensors and its (flattened) integer parameters; parallel operators are
+ * identities on values. The spec's shape rules become quantified axioms giving each function's
+ * output rank and dims, and every spec axiom becomes a quantified formula with patterns, guarded
+ * by its variables' declared ranks and sizes and by the well-formedness (parameter domains,
+ * input ranks, `require`) of every operator it applies. This is the only module that includes
+ * z3.h; one verifier (one Z3 context) per thread.
+ *
+ *   un_verifier *v;
+ *   st = un_verifier_new(ctx, spec, &v);
+ *   un_proof p;
+ *   st = un_verifier_prove(ctx, v, rule, &(un_prove_opts){.timeout_ms = 2000, .symbolic = true},
+ * &p); if (p.verdict == UN_VERDICT_VALID) printf("proved with %s\n", p.axioms);
+ *   un_verifier_free(v);
+ */
+#ifndef UN_VERIFY_H
+#define UN_VERIFY_H
+
+#include "pcg/rule.h"
+
+typedef enum { UN_VERDICT_VALID, UN_VERDICT_INVALID, UN_VERDICT_UNKNOWN } un_verdict;
+
+const char *un_verdict_name(un_verdict v); /* static: "valid", "invalid", "unknown" */
+
+typedef struct un_verifier un_verifier;
+
+typedef struct un_prove_opts {
+    unsigned timeout_ms; /* per solver call; 0 = 10000 */
+    bool symbolic;       /* input sizes as integer variables (else the witness sizes) */
+} un_prove_opts;
+
+typedef struct un_proof {
+    un_verdict verdict;
+    double ms;         /* wall time of the solver calls */
+    char detail[512];  /* INVALID: the model; UNKNOWN: Z3's reason and which output */
+    char axioms[2048]; /* VALID: spec axioms in the unsat cores, comma-separated, sorted */
+} un_proof;
+
+/* A verifier over spec (borrowed, outlives it): a Z3 context with the shape axioms and every spec
+ * axiom encoded. Z3's error handler is replaced (Z3 never exits the process). Axioms that cannot be
+ * encoded are left out and listed by un_verifier_skipped. Owned: free with un_verifier_free. */
+un_status un_verifier_new(un_ctx *ctx, const un_spec *spec, un_verifier **out);
+void un_verifier_free(un_verifier *v);
+
+/* Number of spec axioms encoded, and the names of those left out with the reason ("" if none;
+ * borrowed until un_verifier_free). */
+int un_verifier_axiom_count(const un_verifier *v);
+const char *un_verifier_skipped(const un_verifier *v);
+
+/* Proves, for every mapped output pair of r: whenever the source side is well formed (and its
+ * layouts divide its dims), the target side is well formed, its output has the same rank and dims,
+ * and the same value. Parameters bound to rule variables on regular operators are integer
+ * variables; everything else takes the witness values. With opts->symbolic the input sizes are
+ * integer variables too. VALID also requires a consistency check (the same formulas without the
+ * goal must not be unsat), so a proof never rests on contradictory axiom instances.
+ * UN_OK with the verdict in *out; a Z3 failure is UN_ERR_INVALID with Z3's message. */
+un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
+                            const un_prove_opts *opts, un_proof *out);
+
+#endif
