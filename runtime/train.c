@@ -434,12 +434,14 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
             st = un_ctx_error(ctx, UN_ERR_NOMEM, "no memory for the labels");
     }
     st = un_comm_agree(ctx, comm, st);
+    /* A loaded run continues where the checkpoint stopped: same data, same dropout masks. */
+    int start = st == UN_OK ? (int)un_optim_steps(opt) : 0;
     const un_shape *os = st == UN_OK ? un_exec_output_shape(ex, 0) : NULL;
     double t_start = now_s();
     for (int step = 0; st == UN_OK && step < o->steps; step++) {
         double t0 = now_s();
-        make_batch(sh, ex, step, prec, labels);
-        uint64_t dseed = un_mix64(un_hash_combine(o->seed, (uint64_t)step)) | 1;
+        make_batch(sh, ex, start + step, prec, labels);
+        uint64_t dseed = un_mix64(un_hash_combine(o->seed, (uint64_t)(start + step))) | 1;
         if ((st = un_exec_forward(ctx, ex, dseed)) != UN_OK)
             break;
         int np;

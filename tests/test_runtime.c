@@ -5,10 +5,15 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "pcg/eval.h"
 #include "pcg/sample.h"
 #include "runtime/exec.h"
+#include "runtime/optim.h"
+#include "runtime/strategy.h"
+#include "runtime/train.h"
+#include "runtime/zoo.h"
 
 static un_spec *spec;
 
@@ -177,6 +182,354 @@ static void test_forward_sample_mlp(void) {
     un_ctx_free(ctx);
 }
 
+/* Every tiny zoo model, made data parallel for 2 devices, run on 2 ranks against the reference. */
+static void test_forward_zoo_data(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    int n;
+    const char *const *names = un_zoo_names(&n);
+    for (int i = 0; i < n; i++) {
+        un_model m;
+        un_graph *dp = NULL;
+        if (un_zoo_build(ctx, spec, names[i], true, 0, &m) != UN_OK) {
+            EXPECT_OK(ctx, un_ctx_status(ctx));
+            break;
+        }
+        EXPECT_OK(ctx, un_strategy_data(ctx, m.graph, 2, &dp));
+        if (dp)
+            check_forward(dp, 2, 1e-9);
+        un_graph_free(dp);
+        un_model_free(&m);
+    }
+    un_ctx_free(ctx);
+}
+
+/* ---- gradients ---- */
+
+typedef struct grad_arg {
+    const un_graph *g;
+    const un_eval *ev;
+    const double *r; /* d loss / d output (logical), loss = sum(out * r) */
+    double *grads;   /* out: rank 0's parameter gradients */
+    double loss;     /* out */
+} grad_arg;
+
+static void grad_job(rank_job *j, un_ctx *ctx, un_comm *c) {
+    grad_arg *a = j->arg;
+    un_backend *be = NULL;
+    un_exec *ex = NULL;
+    if ((j->st = un_backend_cpu_new(ctx, UN_PREC_F64, 1, &be)) != UN_OK)
+        return;
+    if ((j->st = un_exec_new(ctx, a->g, c, be, &ex)) != UN_OK)
+        goto done;
+    copy_sources(ex, a->g, a->ev, true);
+    /* weights live in the flat parameter buffer: copy them there */
+    for (int32_t id = 0; id < un_graph_node_count(a->g); id++)
+        if (un_graph_node(a->g, id)->op == UN_OP_WEIGHT) {
+            const un_ptensor *pt = un_eval_value(a->ev, (un_ref){id, 0});
+            int64_t nn = un_shape_numel(&pt->shape);
+            un_val *d = malloc(sizeof *d * (size_t)nn);
+            un_ptensor_gather(NULL, pt, UN_DOM_F64, d);
+            double *w = (double *)un_exec_params(ex) + un_exec_param_offset(ex, id);
+            for (int64_t x = 0; x < nn; x++)
+                w[x] = d[x].f;
+            free(d);
+        }
+    if ((j->st = un_exec_forward(ctx, ex, 0)) != UN_OK)
+        goto done;
+    const un_shape *os = un_exec_output_shape(ex, 0);
+    int np;
+    const un_exec_piece *pc = un_exec_output_pieces(ex, 0, &np);
+    double loss = 0;
+    for (int k = 0; k < np; k++) {
+        if (pc[k].copy != 0)
+            continue;
+        int64_t pn = 1;
+        for (int d = 0; d < os->rank; d++)
+            pn *= pc[k].dim[d];
+        for (int64_t x = 0; x < pn; x++) {
+            int64_t rest = x, gi = 0, co[UN_MAX_DIMS];
+            for (int d = os->rank - 1; d >= 0; d--) {
+                co[d] = pc[k].off[d] + rest % pc[k].dim[d];
+                rest /= pc[k].dim[d];
+            }
+            for (int d = 0; d < os->rank; d++)
+                gi = gi * os->dim[d] + co[d];
+            loss += ((double *)pc[k].val)[x] * a->r[gi];
+            ((double *)pc[k].grad)[x] = a->r[gi];
+        }
+    }
+    if ((j->st = un_exec_backward(ctx, ex)) != UN_OK)
+        goto done;
+    if ((j->st = un_comm_allreduce(ctx, c, UN_RED_F64, &loss, 1)) != UN_OK)
+        goto done;
+    if (j->rank == 0) {
+        int64_t n = un_exec_param_count(ex);
+        a->grads = malloc(sizeof(double) * (size_t)n);
+        memcpy(a->grads, un_exec_param_grads(ex), sizeof(double) * (size_t)n);
+        a->loss = loss;
+    }
+done:
+    un_exec_free(ex);
+    un_backend_free(be);
+}
+
+/* Loss and parameter gradients of g on d ranks for the reference's random inputs and weights. */
+static double *run_grads(const un_graph *g, const un_eval *ev, const double *r, int d,
+                         double *loss) {
+    grad_arg a = {.g = g, .ev = ev, .r = r};
+    rank_job jobs[8];
+    run_ranks(d, grad_job, &a, jobs);
+    for (int k = 0; k < d; k++)
+        test__check(jobs[k].st == UN_OK, TEST__AT, "rank %d: %s", k, jobs[k].err);
+    *loss = a.loss;
+    return a.grads;
+}
+
+/* Serial gradients against finite differences; every parallel version's against the serial. */
+static void test_gradients(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_sample_mlp_cfg cfg = {8, 6, 8, 4};
+    un_graph *gs = NULL;
+    EXPECT_OK(ctx, un_sample_mlp(ctx, spec, cfg, UN_SAMPLE_SERIAL, 1, &gs));
+    un_eval *ev = NULL;
+    EXPECT_OK(ctx, un_eval_new(ctx, gs, UN_DOM_F64, &ev));
+    if (!ev) {
+        un_graph_free(gs);
+        un_ctx_free(ctx);
+        return;
+    }
+    un_eval_fill_random(ev, 7);
+    un_eval_run(ev);
+    double r[32];
+    un_rng rng;
+    un_rng_seed(&rng, 3);
+    for (int i = 0; i < 32; i++)
+        r[i] = 2 * un_rng_double(&rng) - 1;
+    double loss;
+    double *gref = run_grads(gs, ev, r, 1, &loss);
+    /* finite differences through the reference evaluator */
+    int32_t w1 = un_graph_find(gs, "w1");
+    const un_ptensor *pw = un_eval_value(ev, (un_ref){w1, 0});
+    double worst = 0;
+    for (int x = 0; gref && x < 48; x += 5) {
+        double save = pw->data[x].f, lp, lm;
+        pw->data[x].f = save + 1e-6;
+        un_eval_run(ev);
+        free(run_grads(gs, ev, r, 1, &lp));
+        pw->data[x].f = save - 1e-6;
+        free(run_grads(gs, ev, r, 1, &lm));
+        pw->data[x].f = save;
+        double fd = (lp - lm) / 2e-6;
+        worst = fmax(worst, fabs(fd - gref[x]) / (1 + fabs(fd)));
+    }
+    test__check(gref && worst < 1e-6, TEST__AT, "w1 gradient vs finite differences: %g", worst);
+    for (int s = UN_SAMPLE_DATA; s < UN_SAMPLE_COUNT; s++)
+        for (int d = 2; d <= 4; d *= 2) {
+            un_graph *gp = NULL;
+            EXPECT_OK(ctx, un_sample_mlp(ctx, spec, cfg, s, d, &gp));
+            double lp;
+            double *gg = gp ? run_grads(gp, ev, r, d, &lp) : NULL;
+            double e = 0;
+            for (int x = 0; gg && gref && x < 6 * 8 + 8 * 4; x++)
+                e = fmax(e, fabs(gg[x] - gref[x]));
+            test__check(gg && gref && e < 1e-12 && fabs(lp - loss) < 1e-12, TEST__AT,
+                        "%s on %d devices: gradient error %g", un_sample_strategy_name(s), d, e);
+            free(gg);
+            un_graph_free(gp);
+        }
+    free(gref);
+    un_eval_free(ev);
+    un_graph_free(gs);
+    un_ctx_free(ctx);
+}
+
+/* ---- training ---- */
+
+static un_prec train_prec = UN_PREC_F32;
+
+static un_train_result train(const char *model, int devices, int steps, const char *opt,
+                             const char *save, const char *load, un_status *st) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_train_opts o = un_train_opts_default();
+    o.model = model;
+    o.tiny = true;
+    o.devices = devices;
+    o.steps = steps;
+    o.optimizer = opt;
+    o.threads = 1;
+    o.quiet = true;
+    o.progress = false;
+    o.out = stdout;
+    o.save = save;
+    o.load = load;
+    o.prec = train_prec;
+    un_train_result r;
+    *st = un_train_run(ctx, &o, &r);
+    if (*st != UN_OK)
+        printf("    %s on %d devices: %s\n", model, devices, un_ctx_errmsg(ctx));
+    un_ctx_free(ctx);
+    return r;
+}
+
+/* Data parallelism on 2 and 4 local devices gives the single device's losses, every tiny model:
+ * in float64 to 1e-9 (the same function, up to rounding), in float32 to 1e-4. The two conv nets
+ * with batch norm at batch 8 amplify float32 rounding (a different summation order of the weight
+ * gradients) to ~2e-4 after 20 steps, so they get 1e-3 in float32; float64 shows they agree. */
+static void equal_losses(un_prec prec) {
+    int n;
+    const char *const *names = un_zoo_names(&n);
+    train_prec = prec;
+    for (int i = 0; i < n; i++) {
+        un_status st;
+        un_train_result r1 = train(names[i], 1, 20, "adam", NULL, NULL, &st);
+        EXPECT_OK(NULL, st);
+        bool bn = strcmp(names[i], "resnext50") == 0 || strcmp(names[i], "inception_v3") == 0;
+        double tol = prec == UN_PREC_F64 ? 1e-9 : bn ? 1e-3 : 1e-4;
+        for (int d = 2; d <= 4 && st == UN_OK; d *= 2) {
+            un_status sd;
+            un_train_result rd = train(names[i], d, 20, "adam", NULL, NULL, &sd);
+            EXPECT_OK(NULL, sd);
+            double worst = 0;
+            for (int s = 0; sd == UN_OK && s < 20; s++)
+                worst = fmax(worst, fabs(rd.losses[s] - r1.losses[s]) / fabs(r1.losses[s]));
+            test__check(sd == UN_OK && worst <= tol, TEST__AT,
+                        "%s: %d devices vs 1: relative loss difference %g", names[i], d, worst);
+            un_train_result_free(&rd);
+        }
+        bool learns = strcmp(names[i], "mlp") == 0 || strcmp(names[i], "transformer") == 0 ||
+                      strcmp(names[i], "charlm") == 0 || strcmp(names[i], "resnext50") == 0;
+        if (learns && st == UN_OK)
+            test__check(r1.losses[19] < r1.losses[0], TEST__AT, "%s: loss %g -> %g", names[i],
+                        r1.losses[0], r1.losses[19]);
+        un_train_result_free(&r1);
+    }
+    train_prec = UN_PREC_F32;
+}
+
+static void test_train_equal_losses_f32(void) { equal_losses(UN_PREC_F32); }
+static void test_train_equal_losses_f64(void) { equal_losses(UN_PREC_F64); }
+
+/* Saving after 6 steps and loading for 4 more gives the 10-step run exactly (SGD and Adam). */
+static void test_checkpoint_resume(void) {
+    const char *path = "/tmp/unity_test_runtime.ckpt";
+    const char *opts[] = {"sgd", "adam"};
+    for (int k = 0; k < 2; k++) {
+        un_status st;
+        un_train_result full = train("mlp", 2, 10, opts[k], NULL, NULL, &st);
+        un_train_result a = train("mlp", 2, 6, opts[k], path, NULL, &st);
+        EXPECT_OK(NULL, st);
+        un_train_result b = train("mlp", 2, 4, opts[k], NULL, path, &st);
+        EXPECT_OK(NULL, st);
+        for (int s = 0; st == UN_OK && s < 4; s++)
+            EXPECT_NEAR(b.losses[s], full.losses[6 + s], 0);
+        un_train_result_free(&full);
+        un_train_result_free(&a);
+        un_train_result_free(&b);
+    }
+    remove(path);
+}
+
+static void test_checkpoint_errors(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_graph *g = NULL;
+    EXPECT_OK(ctx,
+              un_sample_mlp(ctx, spec, (un_sample_mlp_cfg){4, 4, 4, 4}, UN_SAMPLE_SERIAL, 1, &g));
+    float w[32] = {0};
+    const char *path = "/tmp/unity_test_runtime_bad.ckpt";
+    FILE *f = fopen(path, "wb");
+    fputs("NOTACKPT and more bytes", f);
+    fclose(f);
+    EXPECT_EQ(un_checkpoint_load(ctx, path, g, UN_PREC_F32, w, NULL), UN_ERR_PARSE);
+    EXPECT_TRUE(strstr(un_ctx_errmsg(ctx), "bad magic") != NULL);
+    un_ctx_clear(ctx);
+    EXPECT_OK(ctx, un_checkpoint_save(ctx, path, g, UN_PREC_F32, w, NULL));
+    /* truncate it */
+    f = fopen(path, "r+b");
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fclose(f);
+    EXPECT_EQ(truncate(path, len - 9), 0);
+    EXPECT_EQ(un_checkpoint_load(ctx, path, g, UN_PREC_F32, w, NULL), UN_ERR_PARSE);
+    EXPECT_TRUE(strstr(un_ctx_errmsg(ctx), "truncated") != NULL);
+    un_ctx_clear(ctx);
+    /* a model with other weights */
+    un_graph *g2 = NULL;
+    EXPECT_OK(ctx,
+              un_sample_mlp(ctx, spec, (un_sample_mlp_cfg){4, 4, 8, 4}, UN_SAMPLE_SERIAL, 1, &g2));
+    EXPECT_OK(ctx, un_checkpoint_save(ctx, path, g, UN_PREC_F32, w, NULL));
+    float w2[64];
+    EXPECT_EQ(un_checkpoint_load(ctx, path, g2, UN_PREC_F32, w2, NULL), UN_ERR_MISMATCH);
+    EXPECT_TRUE(strstr(un_ctx_errmsg(ctx), "another shape") != NULL);
+    remove(path);
+    un_graph_free(g2);
+    un_graph_free(g);
+    un_ctx_free(ctx);
+}
+
+static void test_optimizers(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    /* minimise sum (w - 3)^2 */
+    for (int k = 0; k < UN_OPT_COUNT; k++) {
+        un_optim_params p = un_optim_params_default((un_opt_kind)k);
+        p.lr = k == UN_OPT_SGD ? 0.05 : 0.1;
+        un_optim *o = NULL;
+        EXPECT_OK(ctx, un_optim_new(ctx, p, 3, UN_PREC_F64, &o));
+        double w[3] = {0, 1, -2}, g[3];
+        for (int s = 0; o && s < 500; s++) {
+            for (int i = 0; i < 3; i++)
+                g[i] = 2 * (w[i] - 3);
+            un_optim_step(o, w, g);
+        }
+        for (int i = 0; i < 3; i++)
+            EXPECT_NEAR(w[i], 3, 1e-3);
+        un_optim_free(o);
+    }
+    /* Adam's first step is lr * sign(g) */
+    un_optim *o = NULL;
+    EXPECT_OK(ctx, un_optim_new(ctx, un_optim_params_default(UN_OPT_ADAM), 2, UN_PREC_F32, &o));
+    float w[2] = {1, 1}, g[2] = {0.5f, -4};
+    un_optim_step(o, w, g);
+    EXPECT_NEAR(w[0], 1 - 1e-3, 1e-6);
+    EXPECT_NEAR(w[1], 1 + 1e-3, 1e-6);
+    un_optim_free(o);
+    un_optim_params bad = un_optim_params_default(UN_OPT_SGD);
+    bad.lr = -1;
+    EXPECT_EQ(un_optim_new(ctx, bad, 2, UN_PREC_F32, &o), UN_ERR_INVALID);
+    EXPECT_TRUE(o == NULL);
+    un_ctx_free(ctx);
+}
+
+/* Plans: the data-parallel graph is a valid plan for 2 devices, not for 4 or for another model. */
+static void test_plan_validation(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_model m, m2;
+    EXPECT_OK(ctx, un_zoo_build(ctx, spec, "mlp", true, 0, &m));
+    EXPECT_OK(ctx, un_zoo_build(ctx, spec, "xdl", true, 0, &m2));
+    un_graph *dp = NULL, *plan = NULL;
+    EXPECT_OK(ctx, un_strategy_data(ctx, m.graph, 2, &dp));
+    EXPECT_EQ(un_strategy_devices(dp), 2);
+    un_buf b = {0};
+    EXPECT_OK(ctx, un_graph_to_json(ctx, dp, &b));
+    const char *path = "/tmp/unity_test_runtime_plan.json";
+    FILE *f = fopen(path, "w");
+    fputs(b.data, f);
+    fclose(f);
+    un_buf_free(&b);
+    EXPECT_OK(ctx, un_strategy_plan_load(ctx, spec, path, m.graph, 2, &plan));
+    un_graph_free(plan);
+    EXPECT_EQ(un_strategy_plan_load(ctx, spec, path, m.graph, 4, &plan), UN_ERR_MISMATCH);
+    EXPECT_TRUE(strstr(un_ctx_errmsg(ctx), "runs on 2 devices") != NULL);
+    un_ctx_clear(ctx);
+    EXPECT_EQ(un_strategy_plan_load(ctx, spec, path, m2.graph, 2, &plan), UN_ERR_MISMATCH);
+    EXPECT_TRUE(strstr(un_ctx_errmsg(ctx), "not the model's graph") != NULL);
+    EXPECT_TRUE(plan == NULL);
+    remove(path);
+    un_graph_free(dp);
+    un_model_free(&m);
+    un_model_free(&m2);
+    un_ctx_free(ctx);
+}
+
 int main(void) {
     un_ctx *ctx = un_ctx_new(NULL);
     if (un_spec_load(ctx, "specs/ops.json", &spec) != UN_OK) {
@@ -187,6 +540,14 @@ int main(void) {
     static const test_case cases[] = {
         {"comm_local", test_comm_local},
         {"forward_sample_mlp", test_forward_sample_mlp},
+        {"forward_zoo_data", test_forward_zoo_data},
+        {"gradients", test_gradients},
+        {"optimizers", test_optimizers},
+        {"train_equal_losses_f32", test_train_equal_losses_f32},
+        {"train_equal_losses_f64", test_train_equal_losses_f64},
+        {"checkpoint_resume", test_checkpoint_resume},
+        {"checkpoint_errors", test_checkpoint_errors},
+        {"plan_validation", test_plan_validation},
     };
     int rc = TEST_RUN_ALL(cases);
     un_spec_free(spec);
