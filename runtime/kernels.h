@@ -56,7 +56,11 @@ un_status un_kern_forward(un_ctx *ctx, const un_kexec *ex, un_op op, const un_pa
 
 /* Backward: given inputs, forward outputs and output gradients dout[n_out] (a dout[j].data may be
  * NULL = zero gradient), ACCUMULATES (+=) the input gradients into din[i] (din[i].data == NULL =
- * gradient not wanted, e.g. INT inputs). din[i] has in[i]'s shape. Errors as for the forward. */
+ * gradient not wanted, e.g. INT inputs). din[i] has in[i]'s shape. An input passed twice (x * x,
+ * self-attention) may share one gradient buffer: both contributions are added. out[] must hold
+ * the forward outputs where the backward reads them (sigmoid, tanh, softmax, linear and conv2d
+ * with relu/sigmoid/tanh); the others recompute what they need. No din may overlap an in, out or
+ * dout. Errors as for the forward. */
 un_status un_kern_backward(un_ctx *ctx, const un_kexec *ex, un_op op, const un_param *params,
                            const un_kt *in, int n_in, const un_kt *out, int n_out,
                            const un_kt *dout, un_kt *din);

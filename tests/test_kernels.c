@@ -804,6 +804,48 @@ static void test_absent_gradients(void) {
     un_ctx_free(ctx);
 }
 
+/* Inputs given twice (x * x, self-attention) with one shared gradient buffer get the sum of both
+ * contributions. */
+static void test_aliased_inputs(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_kexec ex = exec_default(UN_PREC_F64);
+    double x[3] = {1, -2, 3}, y[3], dy[3] = {1, 1, 2}, dx[3] = {0};
+    un_kt in[2] = {{UN_DT_FLOAT, 1, {3}, x}, {UN_DT_FLOAT, 1, {3}, x}};
+    un_kt out = {UN_DT_FLOAT, 1, {3}, y}, dout = {UN_DT_FLOAT, 1, {3}, dy};
+    un_kt din[2] = {{UN_DT_FLOAT, 1, {3}, dx}, {UN_DT_FLOAT, 1, {3}, dx}};
+    EXPECT_OK(ctx, un_kern_forward(ctx, &ex, UN_OP_EW_MUL, NULL, in, 2, &out, 1));
+    EXPECT_OK(ctx, un_kern_backward(ctx, &ex, UN_OP_EW_MUL, NULL, in, 2, &out, 1, &dout, din));
+    for (int i = 0; i < 3; i++)
+        EXPECT_NEAR(dx[i], 2 * x[i] * dy[i], 0);
+    /* self-attention: q = k = v; the shared gradient equals the sum of the three separate ones */
+    un_param p[UN_MAX_PARAMS];
+    un_spec_param_defaults(un_spec_op(S, UN_OP_MULTIHEAD_ATTENTION), p);
+    p[0].v[0] = 2;
+    un_rng rng;
+    un_rng_seed(&rng, 17);
+    double q[2 * 3 * 4], w[4][16], o[2 * 3 * 4], d[2 * 3 * 4], g[3][24] = {{0}}, gs[24] = {0};
+    for (int i = 0; i < 24; i++)
+        q[i] = 2 * un_rng_double(&rng) - 1, d[i] = 2 * un_rng_double(&rng) - 1;
+    for (int k = 0; k < 4; k++)
+        for (int i = 0; i < 16; i++)
+            w[k][i] = 2 * un_rng_double(&rng) - 1;
+    un_kt m[7], mg[7], ms[7];
+    for (int i = 0; i < 7; i++) {
+        m[i] = i < 3 ? (un_kt){UN_DT_FLOAT, 3, {2, 3, 4}, q}
+                     : (un_kt){UN_DT_FLOAT, 2, {4, 4}, w[i - 3]};
+        mg[i] = ms[i] = m[i];
+        mg[i].data = i < 3 ? g[i] : NULL;
+        ms[i].data = i < 3 ? gs : NULL;
+    }
+    un_kt mo = {UN_DT_FLOAT, 3, {2, 3, 4}, o}, md = {UN_DT_FLOAT, 3, {2, 3, 4}, d};
+    EXPECT_OK(ctx, un_kern_forward(ctx, &ex, UN_OP_MULTIHEAD_ATTENTION, p, m, 7, &mo, 1));
+    EXPECT_OK(ctx, un_kern_backward(ctx, &ex, UN_OP_MULTIHEAD_ATTENTION, p, m, 7, &mo, 1, &md, mg));
+    EXPECT_OK(ctx, un_kern_backward(ctx, &ex, UN_OP_MULTIHEAD_ATTENTION, p, m, 7, &mo, 1, &md, ms));
+    for (int i = 0; i < 24; i++)
+        EXPECT_NEAR(gs[i], g[0][i] + g[1][i] + g[2][i], 1e-14);
+    un_ctx_free(ctx);
+}
+
 /* The same results with a thread pool as without, on tensors big enough to be split. */
 static void test_threads_match(void) {
     un_ctx *ctx = un_ctx_new(NULL);
@@ -1042,6 +1084,15 @@ static void test_errors(void) {
     p[0].v[0] = 2;
     EXPECT_EQ(un_kern_forward(ctx, &ex, UN_OP_SOFTMAX, p, &sx, 1, &sdx, 1), UN_ERR_INVALID);
     EXPECT_STR_EQ(un_ctx_errmsg(ctx), "softmax: dim 2 is outside [-2, 2)");
+    un_ctx_clear(ctx);
+    /* attention whose score matrix alone would hold 2^48 values: refused before any work */
+    un_spec_param_defaults(un_spec_op(S, UN_OP_MULTIHEAD_ATTENTION), p);
+    int64_t big = (int64_t)1 << 24;
+    un_kt m[7], mo = {UN_DT_FLOAT, 3, {1, big, 2}, y};
+    for (int i = 0; i < 7; i++)
+        m[i] = i < 3 ? (un_kt){UN_DT_FLOAT, 3, {1, big, 2}, a} : (un_kt){UN_DT_FLOAT, 2, {2, 2}, a};
+    EXPECT_EQ(un_kern_forward(ctx, &ex, UN_OP_MULTIHEAD_ATTENTION, p, m, 7, &mo, 1), UN_ERR_LIMIT);
+    EXPECT_TRUE(strstr(un_ctx_errmsg(ctx), "exceeds 2^48") != NULL);
     un_ctx_free(ctx);
 }
 
@@ -1141,6 +1192,7 @@ int main(void) {
         {"backward_f32", test_backward_f32},
         {"random_shapes", test_random_shapes},
         {"absent_gradients", test_absent_gradients},
+        {"aliased_inputs", test_aliased_inputs},
         {"threads_match", test_threads_match},
         {"dropout_shard", test_dropout_shard},
         {"nonfinite", test_nonfinite},
