@@ -1,0 +1,823 @@
+/* enum.c - depth-first enumeration of graphs over a menu with incremental prime-field evaluation
+ * (enum.h). Each worker thread owns a path state (the current graph's tensors and their values)
+ * and private record arrays; the top-level operators are the work items the threads share. The
+ * records are sorted at the end, so the result does not depend on the thread count. */
+#include "gen/enum.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+gen_params gen_params_default(void) {
+    return (gen_params){.max_ops = 3, .threads = 1, .seed = 1234, .shard_i = 0, .shard_n = 1};
+}
+
+void gen_enum_result_deinit(gen_enum_result *r) {
+    if (!r)
+        return;
+    free(r->recs);
+    free(r->classes);
+    memset(r, 0, sizeof *r);
+}
+
+struct gen_enum {
+    const gen_menu *m;
+    const un_spec *spec;
+    uint64_t seed;
+    un_ptensor in_val[GEN_MAX_INPUTS];
+    uint64_t in_vh[GEN_MAX_INPUTS];
+    uint64_t in_key[GEN_MAX_INPUTS];
+};
+
+const gen_menu *gen_enum_menu(const gen_enum *e) { return e->m; }
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Hash of a tensor's logical shape, layout and logical value. */
+static uint64_t value_hash(const un_shape *s, const un_val *dense, int64_t n) {
+    uint64_t h = un_shape_hash(s, 0x76616c7565ull);
+    for (int64_t i = 0; i < n; i++)
+        h = un_mix64(h ^ dense[i].u) + (uint64_t)i;
+    return un_mix64(h);
+}
+
+void gen_enum_free(gen_enum *e) {
+    if (!e)
+        return;
+    for (int i = 0; i < GEN_MAX_INPUTS; i++)
+        un_ptensor_deinit(&e->in_val[i]);
+    free(e);
+}
+
+un_status gen_enum_new(un_ctx *ctx, const gen_menu *menu, uint64_t seed, gen_enum **out) {
+    *out = NULL;
+    gen_enum *e = un_xcalloc(1, sizeof *e);
+    e->m = menu;
+    e->spec = menu->spec;
+    e->seed = seed;
+    un_status st = UN_OK;
+    for (int i = 0; i < menu->n_inputs; i++) {
+        const gen_input *in = &menu->inputs[i];
+        int64_t n = un_shape_numel(&in->shape);
+        un_val *dense = un_xmalloc(sizeof(un_val) * (size_t)n);
+        un_rng rng;
+        un_rng_seed(&rng, un_hash_bytes(in->name, strlen(in->name), seed));
+        un_ptensor_random_dense(UN_DOM_FIELD, UN_DT_FLOAT, 0, n, &rng, dense);
+        if ((st = un_ptensor_init(ctx, &e->in_val[i], &in->shape)) == UN_OK)
+            st = un_ptensor_scatter(ctx, &e->in_val[i], UN_DOM_FIELD, dense, &rng);
+        e->in_vh[i] = value_hash(&in->shape, dense, n);
+        /* structural key of an input: its menu index (inputs are never renamed here) */
+        e->in_key[i] = un_mix64(0x696e707574ull + (uint64_t)i);
+        free(dense);
+        if (st != UN_OK) {
+            gen_enum_free(e);
+            return st;
+        }
+    }
+    *out = e;
+    return UN_OK;
+}
+
+/* ---- growable arrays ---- */
+
+typedef struct {
+    void *data;
+    int64_t n, cap;
+    size_t elem;
+} vec;
+
+static bool vec_push(vec *v, const void *x) {
+    if (v->n == v->cap) {
+        int64_t cap = v->cap ? v->cap * 2 : 1024;
+        void *d = realloc(v->data, (size_t)cap * v->elem);
+        if (!d)
+            return false;
+        v->data = d;
+        v->cap = cap;
+    }
+    memcpy((char *)v->data + (size_t)v->n * v->elem, x, v->elem);
+    v->n++;
+    return true;
+}
+
+/* ---- the path state of one worker ---- */
+
+typedef struct wstate {
+    un_ctx *ctx; /* private to the worker */
+    const gen_enum *e;
+    const gen_params *p;
+    int n_ops, n_t;
+    gen_op ops[GEN_MAX_OPS];
+    uint64_t opkey[GEN_MAX_OPS];
+    un_ptensor val[GEN_MAX_T]; /* menu inputs: shallow copies of e->in_val */
+    uint64_t vh[GEN_MAX_T], key[GEN_MAX_T];
+    uint32_t mask[GEN_MAX_T], anc[GEN_MAX_T];
+    int16_t prod[GEN_MAX_T], uses[GEN_MAX_T];
+    int8_t prod_out[GEN_MAX_T];
+    un_val *dense;
+    int64_t dense_cap;
+    vec recs, classes;
+    int64_t n_graphs, n_by_size[GEN_MAX_OPS + 1], n_dup, n_ill, n_disconnected, n_cut;
+    int max_in; /* most inputs of a menu operator */
+    _Atomic int64_t progress_graphs;
+    un_status err; /* first hard error (allocation) */
+    bool record;   /* false while replaying one graph (gen_enum_eval) */
+    const atomic_bool *stop;
+} wstate;
+
+static void ws_init(wstate *w, un_ctx *ctx, const gen_enum *e, const gen_params *p) {
+    memset(w, 0, sizeof *w);
+    w->ctx = ctx;
+    w->e = e;
+    w->p = p;
+    w->recs.elem = sizeof(gen_rec);
+    w->classes.elem = sizeof(gen_class);
+    w->n_t = e->m->n_inputs;
+    w->max_in = 1;
+    for (int i = 0; i < e->m->n_insts; i++)
+        if (e->m->insts[i].n_in > w->max_in)
+            w->max_in = e->m->insts[i].n_in;
+    for (int i = 0; i < w->n_t; i++) {
+        w->val[i] = e->in_val[i];
+        w->vh[i] = e->in_vh[i];
+        w->key[i] = e->in_key[i];
+        w->mask[i] = 1u << i;
+        w->prod[i] = -1;
+        w->prod_out[i] = 0;
+    }
+}
+
+static void ws_deinit(wstate *w) {
+    for (int t = w->e->m->n_inputs; t < w->n_t; t++)
+        un_ptensor_deinit(&w->val[t]);
+    free(w->dense);
+    free(w->recs.data);
+    free(w->classes.data);
+}
+
+static un_val *scratch(wstate *w, int64_t n) {
+    if (n > w->dense_cap) {
+        free(w->dense);
+        w->dense_cap = n > 4096 ? n : 4096;
+        w->dense = un_xmalloc(sizeof(un_val) * (size_t)w->dense_cap);
+    }
+    return w->dense;
+}
+
+/* Fingerprint of the current graph from its sorted output value hashes and input mask. */
+static int graph_outputs(const wstate *w, uint8_t *outs, uint32_t *mask_all) {
+    int n = 0;
+    *mask_all = 0;
+    for (int t = w->e->m->n_inputs; t < w->n_t; t++) {
+        *mask_all |= w->mask[t];
+        if (w->uses[t] == 0) {
+            if (n == GEN_MAX_GOUTS)
+                return GEN_MAX_GOUTS + 1;
+            outs[n++] = (uint8_t)t;
+        }
+    }
+    /* sort by value hash (insertion sort, n <= 4) */
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && w->vh[outs[j - 1]] > w->vh[outs[j]]; j--) {
+            uint8_t x = outs[j];
+            outs[j] = outs[j - 1];
+            outs[j - 1] = x;
+        }
+    return n;
+}
+
+static uint64_t graph_fp(const uint64_t *vh, const uint8_t *outs, int n) {
+    uint64_t h = un_mix64(0x6670ull);
+    for (int i = 0; i < n; i++)
+        h = un_mix64(h ^ vh[outs[i]]);
+    return h;
+}
+
+/* Number of components of the operators linked by operator-to-operator edges. */
+static int components(const wstate *w) {
+    int comp[GEN_MAX_OPS], n = w->n_ops, nc = n;
+    for (int j = 0; j < n; j++)
+        comp[j] = j;
+    for (int j = 0; j < n; j++)
+        for (int k = 0; k < w->ops[j].n_in; k++) {
+            int p = w->prod[w->ops[j].in[k]];
+            if (p < 0)
+                continue;
+            int a = comp[p], b = comp[j];
+            if (a == b)
+                continue;
+            for (int q = 0; q < n; q++)
+                if (comp[q] == b)
+                    comp[q] = a;
+            nc--;
+        }
+    return nc;
+}
+
+static void record(wstate *w) {
+    w->n_graphs++;
+    w->n_by_size[w->n_ops]++;
+    if ((w->n_graphs & 255) == 0)
+        atomic_store_explicit(&w->progress_graphs, w->n_graphs, memory_order_relaxed);
+    uint8_t outs[GEN_MAX_GOUTS + 1];
+    uint32_t mask_all;
+    int n = graph_outputs(w, outs, &mask_all);
+    bool connected = components(w) == 1;
+    w->n_disconnected += !connected;
+    if (connected && n >= 1 && n <= GEN_MAX_GOUTS) {
+        gen_rec r;
+        memset(&r, 0, sizeof r);
+        r.fp = graph_fp(w->vh, outs, n);
+        if (w->p->shard_n <= 1 || r.fp % (uint64_t)w->p->shard_n == (uint64_t)w->p->shard_i) {
+            r.g.n_ops = (uint8_t)w->n_ops;
+            memcpy(r.g.ops, w->ops, sizeof(gen_op) * (size_t)w->n_ops);
+            if (!vec_push(&w->recs, &r))
+                w->err = UN_ERR_NOMEM;
+        }
+    }
+    /* the last operator's outputs are class members when the graph is exactly their cone; only
+     * cones smaller than the size bound can sit inside a bigger graph */
+    int last = w->n_ops - 1;
+    if (w->n_ops < w->p->max_ops) {
+        uint32_t all = (1u << w->n_ops) - 1;
+        for (int t = w->n_t - 1; t >= 0 && w->prod[t] == last; t--) {
+            if (w->anc[t] != all)
+                break;
+            gen_class c;
+            memset(&c, 0, sizeof c);
+            c.vh = w->vh[t];
+            c.mask = w->mask[t];
+            c.n_ops = (uint32_t)w->n_ops;
+            c.key = w->key[t];
+            c.g.n_ops = (uint8_t)w->n_ops;
+            memcpy(c.g.ops, w->ops, sizeof(gen_op) * (size_t)w->n_ops);
+            c.out = (uint8_t)w->prod_out[t];
+            if (!vec_push(&w->classes, &c))
+                w->err = UN_ERR_NOMEM;
+        }
+    }
+}
+
+/* Result of trying one operator on the current path. */
+enum { TRY_OK, TRY_ORDER, TRY_ILL, TRY_DUP, TRY_ERR };
+
+static void pop_op(wstate *w) {
+    int d = --w->n_ops;
+    const gen_op *op = &w->ops[d];
+    while (w->n_t > w->e->m->n_inputs && w->prod[w->n_t - 1] == d) {
+        w->n_t--;
+        un_ptensor_deinit(&w->val[w->n_t]);
+    }
+    for (int j = 0; j < op->n_in; j++)
+        w->uses[op->in[j]]--;
+}
+
+/* Appends operator (inst, in[]) to the path: order check, inference, evaluation, duplicate check.
+ * On TRY_OK the operator is pushed (pop with pop_op). */
+static int push_op(wstate *w, int inst, const uint8_t *in, bool check_order) {
+    const gen_menu *m = w->e->m;
+    const gen_inst *gi = &m->insts[inst];
+    int d = w->n_ops;
+    if (d >= GEN_MAX_OPS)
+        return TRY_ILL;
+    uint64_t key = un_mix64(0x6f70ull + (uint64_t)inst);
+    int ready = 0;
+    for (int j = 0; j < gi->n_in; j++) {
+        key = un_mix64(key ^ w->key[in[j]]) + (uint64_t)j;
+        if (w->prod[in[j]] + 1 > ready)
+            ready = w->prod[in[j]] + 1;
+    }
+    if (check_order)
+        for (int j = ready; j < d; j++)
+            if (w->opkey[j] >= key)
+                return TRY_ORDER;
+    un_shape shapes[GEN_MAX_OP_IN];
+    un_ptensor vals[GEN_MAX_OP_IN];
+    for (int j = 0; j < gi->n_in; j++) {
+        shapes[j] = w->val[in[j]].shape;
+        vals[j] = w->val[in[j]];
+    }
+    un_infer inf;
+    if (un_spec_infer(NULL, w->e->spec, gi->op, gi->params, shapes, gi->n_in, NULL, &inf) != UN_OK)
+        return TRY_ILL;
+    if (w->n_t + inf.n_out > GEN_MAX_T)
+        return TRY_ILL;
+    for (int o = 0; o < inf.n_out; o++)
+        if (un_shape_piece_numel(&inf.out[o]) * un_shape_npieces(&inf.out[o]) > (1 << 16))
+            return TRY_ILL; /* keep generation on small tensors */
+    un_ptensor outv[UN_MAX_OUTPUTS];
+    un_status st = un_eval_op(w->ctx, w->e->spec, gi->op, gi->params, &inf, UN_DOM_FIELD, vals,
+                              gi->n_in, outv);
+    if (st != UN_OK) {
+        w->err = st;
+        return TRY_ERR;
+    }
+    uint64_t vh[UN_MAX_OUTPUTS];
+    int res = TRY_OK;
+    for (int o = 0; o < inf.n_out && res == TRY_OK; o++) {
+        int64_t n = un_shape_numel(&inf.out[o]);
+        un_val *dense = scratch(w, n);
+        if (un_ptensor_gather(NULL, &outv[o], UN_DOM_FIELD, dense) != UN_OK) {
+            res = TRY_ILL; /* copies that differ: not a well-defined value */
+            break;
+        }
+        vh[o] = value_hash(&inf.out[o], dense, n);
+        for (int t = 0; t < w->n_t && res == TRY_OK; t++)
+            if (w->vh[t] == vh[o])
+                res = TRY_DUP;
+        for (int q = 0; q < o && res == TRY_OK; q++)
+            if (vh[q] == vh[o])
+                res = TRY_DUP;
+    }
+    if (res != TRY_OK) {
+        for (int o = 0; o < inf.n_out; o++)
+            un_ptensor_deinit(&outv[o]);
+        return res;
+    }
+    gen_op *op = &w->ops[d];
+    memset(op, 0, sizeof *op);
+    op->inst = (uint16_t)inst;
+    op->n_in = (uint8_t)gi->n_in;
+    uint32_t mask = 0, anc = 1u << d;
+    for (int j = 0; j < gi->n_in; j++) {
+        op->in[j] = in[j];
+        w->uses[in[j]]++;
+        mask |= w->mask[in[j]];
+        anc |= w->anc[in[j]];
+    }
+    w->opkey[d] = key;
+    for (int o = 0; o < inf.n_out; o++) {
+        int t = w->n_t++;
+        w->val[t] = outv[o];
+        w->vh[t] = vh[o];
+        w->key[t] = un_mix64(key + 0x6f7574ull * (uint64_t)(o + 1));
+        w->mask[t] = mask;
+        w->anc[t] = anc;
+        w->prod[t] = (int16_t)d;
+        w->prod_out[t] = (int8_t)o;
+        w->uses[t] = 0;
+    }
+    w->n_ops++;
+    return TRY_OK;
+}
+
+static void extend(wstate *w);
+
+static void try_and_recurse(wstate *w, int inst, const uint8_t *in) {
+    int r = push_op(w, inst, in, true);
+    if (r == TRY_ILL)
+        w->n_ill++;
+    else if (r == TRY_DUP)
+        w->n_dup++;
+    if (r != TRY_OK)
+        return;
+    /* a graph whose components cannot all be joined by the operators still allowed is useless */
+    int nc = components(w);
+    if (nc - 1 > (w->p->max_ops - w->n_ops) * (w->max_in - 1)) {
+        w->n_cut++;
+        pop_op(w);
+        return;
+    }
+    record(w);
+    if (w->n_ops < w->p->max_ops && w->err == UN_OK &&
+        !atomic_load_explicit(w->stop, memory_order_relaxed))
+        extend(w);
+    pop_op(w);
+}
+
+/* Every operator instance over every tuple of the current tensors. */
+static void extend(wstate *w) {
+    const gen_menu *m = w->e->m;
+    int nt = w->n_t;
+    for (int i = 0; i < m->n_insts && w->err == UN_OK; i++) {
+        int k = m->insts[i].n_in;
+        uint8_t in[GEN_MAX_OP_IN] = {0};
+        for (;;) {
+            try_and_recurse(w, i, in);
+            int j = k - 1;
+            while (j >= 0 && ++in[j] == nt)
+                in[j--] = 0;
+            if (j < 0)
+                break;
+        }
+    }
+}
+
+/* ---- the threads ---- */
+
+typedef struct root {
+    uint16_t inst;
+    uint8_t in[GEN_MAX_OP_IN];
+} root;
+
+typedef struct shared {
+    const root *roots;
+    int64_t n_roots;
+    _Atomic int64_t next;
+    _Atomic int64_t done;
+    atomic_bool stop;
+} shared;
+
+typedef struct worker {
+    wstate w;
+    shared *sh;
+    pthread_t tid;
+} worker;
+
+static void *worker_main(void *arg) {
+    worker *wk = arg;
+    for (;;) {
+        if (atomic_load(&wk->sh->stop) || wk->w.err != UN_OK)
+            break;
+        int64_t i = atomic_fetch_add(&wk->sh->next, 1);
+        if (i >= wk->sh->n_roots)
+            break;
+        try_and_recurse(&wk->w, wk->sh->roots[i].inst, wk->sh->roots[i].in);
+        atomic_fetch_add(&wk->sh->done, 1);
+    }
+    atomic_store(&wk->w.progress_graphs, wk->w.n_graphs);
+    return NULL;
+}
+
+static int cmp_rec(const void *a, const void *b) {
+    const gen_rec *x = a, *y = b;
+    if (x->fp != y->fp)
+        return x->fp < y->fp ? -1 : 1;
+    return memcmp(&x->g, &y->g, sizeof x->g);
+}
+
+static int cmp_class(const void *a, const void *b) {
+    const gen_class *x = a, *y = b;
+    if (x->vh != y->vh)
+        return x->vh < y->vh ? -1 : 1;
+    if (x->mask != y->mask)
+        return x->mask < y->mask ? -1 : 1;
+    if (x->n_ops != y->n_ops)
+        return x->n_ops < y->n_ops ? -1 : 1;
+    if (x->key != y->key)
+        return x->key < y->key ? -1 : 1;
+    return memcmp(&x->g, &y->g, sizeof x->g);
+}
+
+static void fmt_eta(double s, char *buf, size_t n) {
+    if (s < 0 || s > 1e7)
+        snprintf(buf, n, "?");
+    else if (s < 120)
+        snprintf(buf, n, "%.0fs", s);
+    else
+        snprintf(buf, n, "%.0fm", s / 60);
+}
+
+un_status gen_enum_run(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_enum_result *out) {
+    memset(out, 0, sizeof *out);
+    if (p->max_ops < 1 || p->max_ops > GEN_MAX_OPS)
+        return un_ctx_error(ctx, UN_ERR_INVALID, "--max-ops must lie in [1, %d], not %d",
+                            GEN_MAX_OPS, p->max_ops);
+    if (p->threads < 1 || p->threads > 256)
+        return un_ctx_error(ctx, UN_ERR_INVALID, "--threads must lie in [1, 256], not %d",
+                            p->threads);
+    if (p->shard_n < 1 || p->shard_i < 0 || p->shard_i >= p->shard_n)
+        return un_ctx_error(ctx, UN_ERR_INVALID, "--shard I/N needs 0 <= I < N (got %d/%d)",
+                            p->shard_i, p->shard_n);
+    double t0 = now_s();
+    const gen_menu *m = e->m;
+    /* the top-level operators: every well-formed single operator over the menu inputs */
+    vec roots = {.elem = sizeof(root)};
+    {
+        wstate w;
+        atomic_bool no_stop = false;
+        ws_init(&w, ctx, e, p);
+        w.stop = &no_stop;
+        for (int i = 0; i < m->n_insts; i++) {
+            int k = m->insts[i].n_in;
+            uint8_t in[GEN_MAX_OP_IN] = {0};
+            for (;;) {
+                if (push_op(&w, i, in, true) == TRY_OK) {
+                    pop_op(&w);
+                    root r = {.inst = (uint16_t)i};
+                    memcpy(r.in, in, sizeof r.in);
+                    vec_push(&roots, &r);
+                }
+                int j = k - 1;
+                while (j >= 0 && ++in[j] == m->n_inputs)
+                    in[j--] = 0;
+                if (j < 0)
+                    break;
+            }
+        }
+        un_status st = w.err;
+        ws_deinit(&w);
+        if (st != UN_OK) {
+            free(roots.data);
+            return un_ctx_error(ctx, st, "enumeration: %s", un_status_str(st));
+        }
+    }
+    shared sh = {.roots = roots.data, .n_roots = roots.n};
+    atomic_init(&sh.next, 0);
+    atomic_init(&sh.done, 0);
+    atomic_init(&sh.stop, false);
+    int nt = p->threads;
+    worker *wk = un_xcalloc((size_t)nt, sizeof *wk);
+    un_ctx **ctxs = un_xcalloc((size_t)nt, sizeof *ctxs);
+    int started = 0;
+    for (int i = 0; i < nt; i++) {
+        ctxs[i] = un_ctx_new(NULL);
+        ws_init(&wk[i].w, ctxs[i], e, p);
+        wk[i].w.stop = &sh.stop;
+        wk[i].sh = &sh;
+    }
+    for (int i = 0; i < nt; i++) {
+        if (pthread_create(&wk[i].tid, NULL, worker_main, &wk[i]) != 0)
+            break;
+        started++;
+    }
+    if (started == 0)
+        worker_main(&wk[0]); /* no threads available: run here */
+    bool tty = p->progress && isatty(2);
+    double last = t0;
+    while (started > 0 && atomic_load(&sh.done) < sh.n_roots) {
+        bool all_err = true;
+        for (int i = 0; i < started; i++)
+            all_err &= wk[i].w.err != UN_OK;
+        if (all_err)
+            break;
+        usleep(50000);
+        double t = now_s();
+        if (p->time_limit > 0 && t - t0 > p->time_limit) {
+            atomic_store(&sh.stop, true);
+            break;
+        }
+        if (tty && t - last >= 0.5) {
+            last = t;
+            int64_t g = 0, done = atomic_load(&sh.done);
+            for (int i = 0; i < started; i++)
+                g += atomic_load_explicit(&wk[i].w.progress_graphs, memory_order_relaxed);
+            char eta[32];
+            double frac = (double)done / (double)(sh.n_roots ? sh.n_roots : 1);
+            fmt_eta(frac > 0.02 ? (t - t0) * (1 - frac) / frac : -1, eta, sizeof eta);
+            fprintf(stderr,
+                    "\r\033[Kunity-gen: enumerating: %lld graphs, %.0f graphs/s, %lld/%lld work "
+                    "items, ETA %s",
+                    (long long)g, (double)g / (t - t0), (long long)done, (long long)sh.n_roots,
+                    eta);
+        }
+    }
+    for (int i = 0; i < started; i++)
+        pthread_join(wk[i].tid, NULL);
+    if (tty)
+        fprintf(stderr, "\r\033[K");
+    un_status st = UN_OK;
+    vec recs = {.elem = sizeof(gen_rec)}, classes = {.elem = sizeof(gen_class)};
+    for (int i = 0; i < nt; i++) {
+        wstate *w = &wk[i].w;
+        if (w->err != UN_OK && st == UN_OK)
+            st = un_ctx_error(ctx, w->err, "enumeration: %s%s%s", un_status_str(w->err),
+                              *un_ctx_errmsg(ctxs[i]) ? ": " : "", un_ctx_errmsg(ctxs[i]));
+        out->n_graphs += w->n_graphs;
+        out->n_dup += w->n_dup;
+        out->n_ill += w->n_ill;
+        out->n_disconnected += w->n_disconnected;
+        out->n_cut += w->n_cut;
+        for (int s = 0; s <= GEN_MAX_OPS; s++)
+            out->n_by_size[s] += w->n_by_size[s];
+        recs.n += w->recs.n;
+        classes.n += w->classes.n;
+    }
+    if (st == UN_OK) {
+        recs.data = malloc((size_t)(recs.n ? recs.n : 1) * sizeof(gen_rec));
+        classes.data = malloc((size_t)(classes.n ? classes.n : 1) * sizeof(gen_class));
+        if (!recs.data || !classes.data)
+            st = un_ctx_error(ctx, UN_ERR_NOMEM, "enumeration: cannot hold %lld graph records",
+                              (long long)recs.n);
+    }
+    int64_t ro = 0, co = 0;
+    for (int i = 0; i < nt; i++) {
+        wstate *w = &wk[i].w;
+        if (st == UN_OK) {
+            memcpy((gen_rec *)recs.data + ro, w->recs.data, sizeof(gen_rec) * (size_t)w->recs.n);
+            memcpy((gen_class *)classes.data + co, w->classes.data,
+                   sizeof(gen_class) * (size_t)w->classes.n);
+            ro += w->recs.n;
+            co += w->classes.n;
+        }
+        ws_deinit(w);
+        un_ctx_free(ctxs[i]);
+    }
+    out->n_roots = sh.n_roots;
+    out->n_roots_done = atomic_load(&sh.done);
+    out->stopped = out->n_roots_done < out->n_roots;
+    free(wk);
+    free(ctxs);
+    free(roots.data);
+    if (st != UN_OK) {
+        free(recs.data);
+        free(classes.data);
+        memset(out, 0, sizeof *out);
+        return st;
+    }
+    qsort(recs.data, (size_t)recs.n, sizeof(gen_rec), cmp_rec);
+    qsort(classes.data, (size_t)classes.n, sizeof(gen_class), cmp_class);
+    /* one class per (vh, mask): the first after sorting is the smallest representative */
+    gen_class *c = classes.data;
+    int64_t k = 0;
+    for (int64_t i = 0; i < classes.n; i++)
+        if (k == 0 || c[i].vh != c[k - 1].vh || c[i].mask != c[k - 1].mask)
+            c[k++] = c[i];
+    out->recs = recs.data;
+    out->n_recs = recs.n;
+    out->classes = classes.data;
+    out->n_classes = k;
+    out->seconds = now_s() - t0;
+    return UN_OK;
+}
+
+/* ---- one graph at a time ---- */
+
+void gen_geval_deinit(gen_geval *ev) {
+    if (!ev)
+        return;
+    for (int i = 0; i < GEN_MAX_GOUTS; i++)
+        free(ev->dense[i]);
+    memset(ev, 0, sizeof *ev);
+}
+
+un_status gen_enum_eval(un_ctx *ctx, const gen_enum *e, const gen_graph *g, gen_geval *out) {
+    memset(out, 0, sizeof *out);
+    gen_params p = gen_params_default();
+    p.max_ops = GEN_MAX_OPS;
+    atomic_bool no_stop = false;
+    wstate w;
+    ws_init(&w, ctx, e, &p);
+    w.stop = &no_stop;
+    un_status st = UN_OK;
+    for (int j = 0; j < g->n_ops && st == UN_OK; j++) {
+        int r = push_op(&w, g->ops[j].inst, g->ops[j].in, false);
+        if (r != TRY_OK)
+            st = r == TRY_ERR ? w.err
+                              : un_ctx_error(ctx, UN_ERR_INVALID, "graph operator %d: %s", j,
+                                             r == TRY_DUP ? "duplicate tensor" : "ill-formed");
+    }
+    if (st == UN_OK) {
+        out->n_t = w.n_t;
+        for (int t = 0; t < w.n_t; t++) {
+            out->vh[t] = w.vh[t];
+            out->key[t] = w.key[t];
+            out->mask[t] = w.mask[t];
+            out->anc[t] = w.anc[t];
+            out->prod[t] = w.prod[t];
+            out->prod_out[t] = w.prod_out[t];
+            out->uses[t] = w.uses[t];
+            out->shape[t] = w.val[t].shape;
+        }
+        int n = graph_outputs(&w, out->out, &out->mask_all);
+        if (n < 1 || n > GEN_MAX_GOUTS)
+            st = un_ctx_error(ctx, UN_ERR_INVALID, "graph has %d outputs", n);
+        else {
+            out->n_out = n;
+            out->fp = graph_fp(w.vh, out->out, n);
+            for (int i = 0; i < n; i++) {
+                int t = out->out[i];
+                int64_t cnt = un_shape_numel(&w.val[t].shape);
+                out->numel[i] = cnt;
+                out->dense[i] = un_xmalloc(sizeof(un_val) * (size_t)(cnt ? cnt : 1));
+                if ((st = un_ptensor_gather(ctx, &w.val[t], UN_DOM_FIELD, out->dense[i])) != UN_OK)
+                    break;
+            }
+        }
+    }
+    while (w.n_ops > 0)
+        pop_op(&w);
+    ws_deinit(&w);
+    if (st != UN_OK)
+        gen_geval_deinit(out);
+    return st;
+}
+
+un_status gen_enum_to_graph(un_ctx *ctx, const gen_enum *e, const gen_graph *g, const gen_geval *ev,
+                            const uint8_t *abstract, int n_abs, const uint8_t *outs, int n_out,
+                            un_graph **out, un_ref *refs) {
+    *out = NULL;
+    const gen_menu *m = e->m;
+    bool is_abs[GEN_MAX_T] = {false}, need_t[GEN_MAX_T] = {false}, need_op[GEN_MAX_OPS] = {false};
+    for (int i = 0; i < n_abs; i++)
+        is_abs[abstract[i]] = true;
+    /* walk back from the outputs, stopping at abstracted tensors */
+    for (int i = 0; i < n_out; i++)
+        need_t[outs[i]] = true;
+    for (int t = ev->n_t - 1; t >= 0; t--) {
+        if (!need_t[t] || is_abs[t] || ev->prod[t] < 0)
+            continue;
+        const gen_op *op = &g->ops[ev->prod[t]];
+        need_op[ev->prod[t]] = true;
+        for (int j = 0; j < op->n_in; j++)
+            need_t[op->in[j]] = true;
+    }
+    un_graph *gr = un_graph_new(e->spec);
+    un_ref tref[GEN_MAX_T];
+    un_status st = UN_OK;
+    for (int i = 0; i < m->n_inputs && st == UN_OK; i++) {
+        if (!need_t[i])
+            continue;
+        st = un_graph_add_input_shape(ctx, gr, m->inputs[i].name, m->inputs[i].op,
+                                      &m->inputs[i].shape, &tref[i].node);
+        tref[i].out = 0;
+    }
+    for (int i = 0; i < n_abs && st == UN_OK; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "_a%d", i);
+        un_shape s = ev->shape[abstract[i]];
+        st = un_graph_add_input_shape(ctx, gr, name, UN_OP_INPUT, &s, &tref[abstract[i]].node);
+        tref[abstract[i]].out = 0;
+    }
+    for (int j = 0; j < g->n_ops && st == UN_OK; j++) {
+        if (!need_op[j])
+            continue;
+        const gen_op *op = &g->ops[j];
+        const gen_inst *gi = &m->insts[op->inst];
+        un_ref in[GEN_MAX_OP_IN];
+        for (int k = 0; k < op->n_in; k++)
+            in[k] = tref[op->in[k]];
+        int32_t id;
+        st = un_graph_add(ctx, gr, gi->op, gi->params, in, op->n_in, NULL, &id);
+        for (int t = 0; t < ev->n_t && st == UN_OK; t++)
+            if (ev->prod[t] == j && !is_abs[t])
+                tref[t] = (un_ref){id, ev->prod_out[t]};
+    }
+    for (int i = 0; i < n_out && st == UN_OK; i++)
+        refs[i] = tref[outs[i]];
+    if (st == UN_OK)
+        st = un_graph_set_outputs(ctx, gr, refs, n_out);
+    if (st != UN_OK) {
+        un_graph_free(gr);
+        return st;
+    }
+    *out = gr;
+    return UN_OK;
+}
+
+static void tensor_str(const gen_enum *e, const gen_graph *g, const gen_geval *ev, int t,
+                       un_buf *b) {
+    const gen_menu *m = e->m;
+    if (t < m->n_inputs) {
+        un_buf_printf(b, "%s", m->inputs[t].name);
+        return;
+    }
+    const gen_op *op = &g->ops[ev->prod[t]];
+    un_buf_printf(b, "%s(", m->insts[op->inst].label);
+    for (int j = 0; j < op->n_in; j++) {
+        if (j)
+            un_buf_printf(b, ", ");
+        tensor_str(e, g, ev, op->in[j], b);
+    }
+    un_buf_printf(b, ")");
+    if (ev->prod_out[t] || (t + 1 < ev->n_t && ev->prod[t + 1] == ev->prod[t]))
+        un_buf_printf(b, ".%d", ev->prod_out[t]);
+}
+
+void gen_graph_str(const gen_enum *e, const gen_graph *g, un_buf *b) {
+    /* the producer table without evaluating: recompute tensor ids from the menu's output counts */
+    gen_geval ev;
+    memset(&ev, 0, sizeof ev);
+    int nt = e->m->n_inputs;
+    for (int t = 0; t < nt; t++)
+        ev.prod[t] = -1;
+    int16_t uses[GEN_MAX_T] = {0};
+    for (int j = 0; j < g->n_ops; j++) {
+        const gen_inst *gi = &e->m->insts[g->ops[j].inst];
+        un_shape shapes[GEN_MAX_OP_IN];
+        for (int k = 0; k < g->ops[j].n_in; k++) {
+            shapes[k] = g->ops[j].in[k] < e->m->n_inputs ? e->m->inputs[g->ops[j].in[k]].shape
+                                                         : ev.shape[g->ops[j].in[k]];
+            uses[g->ops[j].in[k]]++;
+        }
+        un_infer inf;
+        memset(&inf, 0, sizeof inf);
+        int n_out = 1;
+        if (un_spec_infer(NULL, e->spec, gi->op, gi->params, shapes, g->ops[j].n_in, NULL, &inf) ==
+            UN_OK)
+            n_out = inf.n_out;
+        for (int o = 0; o < n_out && nt < GEN_MAX_T; o++, nt++) {
+            ev.prod[nt] = (int16_t)j;
+            ev.prod_out[nt] = (int8_t)o;
+            ev.shape[nt] = o < inf.n_out ? inf.out[o] : ev.shape[nt];
+        }
+    }
+    ev.n_t = nt;
+    bool first = true;
+    for (int t = e->m->n_inputs; t < nt; t++) {
+        if (uses[t])
+            continue;
+        if (!first)
+            un_buf_printf(b, "; ");
+        first = false;
+        tensor_str(e, g, &ev, t, b);
+    }
+}

@@ -1,0 +1,67 @@
+/* menu.h - the generator's menu (DESIGN.md section 6): which operators the superoptimizer combines,
+ * with which parameter values, over which input tensors of small concrete shapes (and layouts),
+ * up to how many operators per graph. It is a JSON file (specs/menu.json by default), so a user
+ * changes generation without recompiling; errors name the file, the JSON path and the reason.
+ *
+ *   {"version": 1, "max_ops": 3,
+ *    "inputs": [{"name": "x1", "shape": [2, 4, 4]},
+ *               {"name": "w1", "op": "weight", "shape": [4, 4]},
+ *               {"name": "xs", "shape": [4, 4], "shard": [2, 1]}],
+ *    "ops": [{"op": "linear", "params": {"activation": ["none", "relu"]}},
+ *            {"op": "split", "params": {"axis": [0], "sizes": [[2, 2]]}},
+ *            {"op": "partition", "params": {"dim": [0, 1, 2]}}]}
+ *
+ * An op entry's parameter lists the values to try; a parameter left out takes the spec's `try`
+ * values (its default when it has none); a parameter with neither must be given.
+ *
+ *   gen_menu *m;
+ *   st = gen_menu_load(ctx, spec, "specs/menu.json", &m);   // m->n_ops instances, m->n_inputs
+ *   gen_menu_free(m);
+ */
+#ifndef UN_GEN_MENU_H
+#define UN_GEN_MENU_H
+
+#include "pcg/spec.h"
+
+#define GEN_MAX_INPUTS 16  /* menu input tensors */
+#define GEN_MAX_INSTS  512 /* operator instances (an op with one choice of parameters) */
+
+typedef struct gen_input {
+    char name[32];  /* unique within the menu */
+    un_op op;       /* UN_OP_INPUT or UN_OP_WEIGHT */
+    un_shape shape; /* dims, dtype float, and layout */
+} gen_input;
+
+/* One operator with one choice of parameter values. */
+typedef struct gen_inst {
+    un_op op;
+    un_param params[UN_MAX_PARAMS]; /* every parameter of the op spec, defaults filled in */
+    int n_in;                       /* inputs present under these parameters */
+    char label[64];                 /* "partition[dim=1,degree=2]" for messages and reports */
+} gen_inst;
+
+typedef struct gen_menu {
+    const un_spec *spec; /* borrowed */
+    char path[256];      /* the file (or name) it was read from */
+    int max_ops;         /* default graph size bound (a command line flag may override it) */
+    int n_inputs;
+    gen_input inputs[GEN_MAX_INPUTS];
+    int n_insts;
+    gen_inst *insts; /* owned */
+    uint64_t hash;   /* content hash of the menu text, for provenance */
+} gen_menu;
+
+/* Reads and validates a menu against spec (borrowed, must outlive the menu). Errors: UN_ERR_IO
+ * (unreadable file), UN_ERR_PARSE (bad JSON), UN_ERR_SPEC (unknown key, op or parameter, bad value,
+ * a parameter without values, duplicate input names, a layout that does not divide the shape...),
+ * each "<file>: <JSON path>: <reason>". Owned: free with gen_menu_free. */
+un_status gen_menu_load(un_ctx *ctx, const un_spec *spec, const char *path, gen_menu **out);
+un_status gen_menu_parse(un_ctx *ctx, const un_spec *spec, const char *name, const char *text,
+                         size_t len, gen_menu **out);
+void gen_menu_free(gen_menu *m);
+
+/* Indices of the inputs interchangeable with input i (same op kind, shape and layout) form one
+ * group; returns the group id (the smallest index in it). */
+int gen_menu_input_group(const gen_menu *m, int i);
+
+#endif

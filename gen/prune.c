@@ -1,0 +1,610 @@
+/* prune.c - pairing equal graphs and pruning the pairs (prune.h). Pairs are processed one at a
+ * time in a fixed order, so the kept set, and with it every later decision, is deterministic. */
+#include "gen/prune.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void gen_rules_deinit(gen_rules *rs) {
+    if (!rs)
+        return;
+    for (int64_t i = 0; i < rs->n; i++)
+        un_rule_free(rs->rules[i]);
+    free(rs->rules);
+    memset(rs, 0, sizeof *rs);
+}
+
+void gen_stats_json(const gen_stats *s, un_buf *b) {
+    un_buf_printf(b,
+                  "{\"graphs\": %lld, \"records\": %lld, \"unions\": %lld, \"buckets\": %lld, "
+                  "\"pairs\": %lld, \"after_naming\": %lld, \"after_supergraph\": %lld, "
+                  "\"after_compose\": %lld, \"after_rename\": %lld, \"after_subgraph\": %lld, "
+                  "\"kept\": %lld, \"with_var\": %lld, \"enum_seconds\": %.3f, "
+                  "\"pair_seconds\": %.3f, \"stopped\": %s}",
+                  (long long)s->graphs, (long long)s->records, (long long)s->unions,
+                  (long long)s->buckets, (long long)s->pairs, (long long)s->after_naming,
+                  (long long)s->after_super, (long long)s->after_compose,
+                  (long long)s->after_rename, (long long)s->after_sub, (long long)s->after_check,
+                  (long long)s->with_var, s->enum_seconds, s->pair_seconds,
+                  s->stopped ? "true" : "false");
+}
+
+/* ---- a set of 64-bit hashes (open addressing; 0 is stored as a flag) ---- */
+
+typedef struct hset {
+    uint64_t *slot;
+    int64_t cap, n;
+    bool has_zero;
+} hset;
+
+static void hset_deinit(hset *s) { free(s->slot); }
+
+static bool hset_has(const hset *s, uint64_t h) {
+    if (h == 0)
+        return s->has_zero;
+    if (!s->cap)
+        return false;
+    for (int64_t i = (int64_t)(h & (uint64_t)(s->cap - 1));; i = (i + 1) & (s->cap - 1)) {
+        if (s->slot[i] == h)
+            return true;
+        if (s->slot[i] == 0)
+            return false;
+    }
+}
+
+static void hset_add(hset *s, uint64_t h) {
+    if (h == 0) {
+        s->has_zero = true;
+        return;
+    }
+    if (hset_has(s, h))
+        return;
+    if (2 * (s->n + 1) > s->cap) {
+        int64_t cap = s->cap ? 2 * s->cap : 1024;
+        uint64_t *old = s->slot;
+        int64_t oc = s->cap;
+        s->slot = un_xcalloc((size_t)cap, sizeof *s->slot);
+        s->cap = cap;
+        s->n = 0;
+        for (int64_t i = 0; i < oc; i++)
+            if (old[i])
+                hset_add(s, old[i]);
+        free(old);
+    }
+    int64_t i = (int64_t)(h & (uint64_t)(s->cap - 1));
+    while (s->slot[i])
+        i = (i + 1) & (s->cap - 1);
+    s->slot[i] = h;
+    s->n++;
+}
+
+/* ---- rules: orientation and the degree variable ---- */
+
+un_status gen_rule_orient(un_ctx *ctx, const un_rule *r, un_rule **out) {
+    *out = NULL;
+    un_rule *rev = NULL, *c = NULL;
+    un_ref so[UN_RULE_MAX_OUTS], dout[UN_RULE_MAX_OUTS];
+    for (int i = 0; i < r->n_out; i++) {
+        so[i] = r->src_out[i];
+        dout[i] = r->dst_out[i];
+    }
+    un_status st = un_rule_make(ctx, r->dst, r->src, dout, so, r->n_out, &rev);
+    if (st != UN_OK)
+        return st;
+    const un_rule *pick = un_rule_hash(r) <= un_rule_hash(rev) ? r : rev;
+    st = un_rule_canonical(ctx, pick, &c);
+    un_rule_free(rev);
+    if (st != UN_OK)
+        return st;
+    *out = c;
+    return UN_OK;
+}
+
+/* Occurrences of parallel degrees on one side: parallel ops' "degree", inputs' layout degrees. */
+static int degree_binds(const un_graph *g, int side, un_rule_bind *b, int nb, int64_t *val,
+                        bool *mixed, int *n_par) {
+    const un_spec *spec = un_graph_spec(g);
+    for (int32_t v = 0; v < un_graph_node_count(g); v++) {
+        const un_node *nd = un_graph_node(g, v);
+        const un_op_spec *os = un_spec_op(spec, nd->op);
+        un_op_kind kind = un_op_kind_of(nd->op);
+        int pars[UN_MAX_DIMS + 2], items[UN_MAX_DIMS + 2], n = 0;
+        if (kind == UN_OPK_PARALLEL) {
+            pars[n] = un_spec_param_index(os, "degree");
+            items[n++] = -1;
+            (*n_par)++;
+        } else if (kind == UN_OPK_SOURCE) {
+            int ish = un_spec_param_index(os, "shard"), isum = un_spec_param_index(os, "sum"),
+                icp = un_spec_param_index(os, "copy");
+            for (int i = 0; ish >= 0 && i < nd->params[ish].len; i++)
+                if (nd->params[ish].v[i] > 1) {
+                    pars[n] = ish;
+                    items[n++] = i;
+                }
+            if (isum >= 0 && nd->params[isum].v[0] > 1) {
+                pars[n] = isum;
+                items[n++] = -1;
+            }
+            if (icp >= 0 && nd->params[icp].v[0] > 1) {
+                pars[n] = icp;
+                items[n++] = -1;
+            }
+        }
+        for (int i = 0; i < n; i++) {
+            int64_t x = nd->params[pars[i]].v[items[i] < 0 ? 0 : items[i]];
+            if (*val == 0)
+                *val = x;
+            else if (*val != x)
+                *mixed = true;
+            if (nb < UN_RULE_MAX_BINDS)
+                b[nb] = (un_rule_bind){(int8_t)side, v, (int8_t)pars[i], (int8_t)items[i]};
+            nb++;
+        }
+    }
+    return nb;
+}
+
+un_status gen_rule_add_degree_var(un_ctx *ctx, un_rule *r) {
+    un_rule_bind b[UN_RULE_MAX_BINDS];
+    int64_t val = 0;
+    bool mixed = false;
+    int n_par = 0;
+    int nb = degree_binds(r->src, UN_RULE_SRC, b, 0, &val, &mixed, &n_par);
+    nb = degree_binds(r->dst, UN_RULE_DST, b, nb, &val, &mixed, &n_par);
+    if (nb == 0 || n_par == 0 || mixed || nb > UN_RULE_MAX_BINDS)
+        return UN_OK;
+    return un_rule_var_add(ctx, r, "k", b, nb);
+}
+
+/* ---- pairing ---- */
+
+typedef struct member {
+    gen_graph g;
+    int32_t bucket;
+} member;
+
+typedef struct pair {
+    gen_graph a, b; /* a = the group's smallest graph */
+    int32_t bucket;
+    uint8_t max_ops, sum_ops;
+} pair;
+
+static int cmp_graph_size(const void *x, const void *y) {
+    const gen_graph *a = x, *b = y;
+    if (a->n_ops != b->n_ops)
+        return a->n_ops < b->n_ops ? -1 : 1;
+    return memcmp(a, b, sizeof *a);
+}
+
+static int cmp_pair(const void *x, const void *y) {
+    const pair *a = x, *b = y;
+    if (a->max_ops != b->max_ops)
+        return a->max_ops < b->max_ops ? -1 : 1;
+    if (a->sum_ops != b->sum_ops)
+        return a->sum_ops < b->sum_ops ? -1 : 1;
+    if (a->bucket != b->bucket)
+        return a->bucket < b->bucket ? -1 : 1;
+    int c = memcmp(&a->a, &b->a, sizeof a->a);
+    return c ? c : memcmp(&a->b, &b->b, sizeof a->b);
+}
+
+/* The class of (vh, mask), or NULL. */
+static const gen_class *class_find(const gen_enum_result *r, uint64_t vh, uint32_t mask) {
+    int64_t lo = 0, hi = r->n_classes;
+    while (lo < hi) {
+        int64_t mid = (lo + hi) / 2;
+        const gen_class *c = &r->classes[mid];
+        if (c->vh < vh || (c->vh == vh && c->mask < mask))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < r->n_classes && r->classes[lo].vh == vh && r->classes[lo].mask == mask)
+        return &r->classes[lo];
+    return NULL;
+}
+
+/* Number of tensors each operator of g adds, from a replay (the menu fixes output counts only
+ * through inference, so the caller passes an evaluated graph). */
+static int append_graph(gen_graph *dst, int *n_t, const gen_graph *src, const gen_geval *ev,
+                        int n_inputs, int keep_out_t) {
+    (void)keep_out_t;
+    /* src's tensors >= n_inputs shift to start at *n_t */
+    int shift = *n_t - n_inputs;
+    for (int j = 0; j < src->n_ops; j++) {
+        if (dst->n_ops >= GEN_MAX_OPS)
+            return -1;
+        gen_op op = src->ops[j];
+        for (int k = 0; k < op.n_in; k++)
+            if (op.in[k] >= n_inputs)
+                op.in[k] = (uint8_t)(op.in[k] + shift);
+        dst->ops[dst->n_ops++] = op;
+    }
+    *n_t += ev->n_t - n_inputs;
+    return 0;
+}
+
+/* A disconnected partner for a multi-output group: one smallest single-output graph per output,
+ * side by side. Returns false when some output has no class or the sizes exceed max_ops. */
+static bool make_union(un_ctx *ctx, const gen_enum *e, const gen_enum_result *r,
+                       const gen_geval *ev, int max_ops, gen_graph *u) {
+    const gen_menu *m = gen_enum_menu(e);
+    memset(u, 0, sizeof *u);
+    int n_t = m->n_inputs, total = 0;
+    for (int i = 0; i < ev->n_out; i++) {
+        const gen_class *c = class_find(r, ev->vh[ev->out[i]], ev->mask[ev->out[i]]);
+        if (!c)
+            return false;
+        total += (int)c->n_ops;
+        if (total > max_ops)
+            return false;
+        gen_geval cev;
+        if (gen_enum_eval(ctx, e, &c->g, &cev) != UN_OK) {
+            un_ctx_clear(ctx);
+            return false;
+        }
+        int rc = append_graph(u, &n_t, &c->g, &cev, m->n_inputs, 0);
+        gen_geval_deinit(&cev);
+        if (rc != 0 || n_t > GEN_MAX_T)
+            return false;
+    }
+    return true;
+}
+
+/* NF key of a graph: structural keys with every inner tensor replaced by its class. */
+static uint64_t nf_key(const gen_enum_result *r, const gen_graph *g, const gen_geval *ev,
+                       int n_inputs) {
+    uint64_t nf[GEN_MAX_T];
+    for (int t = 0; t < n_inputs; t++)
+        nf[t] = ev->key[t];
+    int t = n_inputs;
+    for (int j = 0; j < g->n_ops; j++) {
+        uint64_t key = un_mix64(0x6f70ull + (uint64_t)g->ops[j].inst);
+        for (int k = 0; k < g->ops[j].n_in; k++)
+            key = un_mix64(key ^ nf[g->ops[j].in[k]]) + (uint64_t)k;
+        for (; t < ev->n_t && ev->prod[t] == j; t++) {
+            nf[t] = un_mix64(key + 0x6f7574ull * (uint64_t)(ev->prod_out[t] + 1));
+            if (ev->uses[t] > 0) {
+                const gen_class *c = class_find(r, ev->vh[t], ev->mask[t]);
+                if (c)
+                    nf[t] = un_mix64(c->key ^ 0x636c617373ull);
+            }
+        }
+    }
+    uint64_t h = 0x6e66ull;
+    for (int i = 0; i < ev->n_out; i++)
+        h = un_mix64(h ^ nf[ev->out[i]]);
+    return h;
+}
+
+/* Inputs used must be a prefix of each group of interchangeable menu inputs. */
+static bool naming_ok(const gen_menu *m, uint32_t mask) {
+    for (int i = 0; i < m->n_inputs; i++) {
+        if (!(mask & (1u << i)))
+            continue;
+        int grp = gen_menu_input_group(m, i);
+        for (int j = grp; j < i; j++)
+            if (gen_menu_input_group(m, j) == grp && !(mask & (1u << j)))
+                return false;
+    }
+    return true;
+}
+
+static bool outputs_equal(const gen_geval *a, const gen_geval *b) {
+    if (a->n_out != b->n_out || a->mask_all != b->mask_all)
+        return false;
+    for (int i = 0; i < a->n_out; i++) {
+        if (a->vh[a->out[i]] != b->vh[b->out[i]] || a->numel[i] != b->numel[i] ||
+            !un_shape_eq(&a->shape[a->out[i]], &b->shape[b->out[i]]) ||
+            memcmp(a->dense[i], b->dense[i], sizeof(un_val) * (size_t)a->numel[i]) != 0)
+            return false;
+    }
+    return true;
+}
+
+/* Builds the rule A => B (outputs matched in value-hash order), optionally with tensors abstracted
+ * into fresh inputs and output pairs left out (skip_out bit i). */
+static un_status build_rule(un_ctx *ctx, const gen_enum *e, const gen_graph *ga,
+                            const gen_geval *ea, const gen_graph *gb, const gen_geval *eb,
+                            const uint8_t *abs_a, const uint8_t *abs_b, int n_abs,
+                            unsigned skip_out, un_rule **out) {
+    *out = NULL;
+    uint8_t oa[GEN_MAX_GOUTS], ob[GEN_MAX_GOUTS];
+    int n = 0;
+    for (int i = 0; i < ea->n_out; i++)
+        if (!(skip_out & (1u << i))) {
+            oa[n] = ea->out[i];
+            ob[n++] = eb->out[i];
+        }
+    if (n == 0)
+        return un_ctx_error(ctx, UN_ERR_INVALID, "no outputs left");
+    un_graph *sa = NULL, *sb = NULL;
+    un_ref ra[GEN_MAX_GOUTS], rb[GEN_MAX_GOUTS];
+    un_status st = gen_enum_to_graph(ctx, e, ga, ea, abs_a, n_abs, oa, n, &sa, ra);
+    if (st == UN_OK)
+        st = gen_enum_to_graph(ctx, e, gb, eb, abs_b, n_abs, ob, n, &sb, rb);
+    if (st == UN_OK)
+        st = un_rule_make(ctx, sa, sb, ra, rb, n, out);
+    un_graph_free(sa);
+    un_graph_free(sb);
+    return st;
+}
+
+/* Canonical hash of the stored direction of a rule: min over both directions. */
+static uint64_t pair_hash(un_ctx *ctx, const un_rule *r) {
+    un_rule *rev = NULL;
+    un_ref so[UN_RULE_MAX_OUTS], dout[UN_RULE_MAX_OUTS];
+    for (int i = 0; i < r->n_out; i++) {
+        so[i] = r->src_out[i];
+        dout[i] = r->dst_out[i];
+    }
+    uint64_t h = un_rule_hash(r);
+    if (un_rule_make(ctx, r->dst, r->src, dout, so, r->n_out, &rev) == UN_OK) {
+        uint64_t h2 = un_rule_hash(rev);
+        if (h2 < h)
+            h = h2;
+    } else
+        un_ctx_clear(ctx);
+    un_rule_free(rev);
+    return h;
+}
+
+/* Common subgraph: a tensor both sides compute identically (same structural key) abstracted into
+ * a fresh input, or an output pair computed identically left out, gives a known rule. */
+static bool implied_by_subgraph(un_ctx *ctx, const gen_enum *e, const hset *known,
+                                const gen_graph *ga, const gen_geval *ea, const gen_graph *gb,
+                                const gen_geval *eb, int n_inputs) {
+    for (int i = 0; i < ea->n_out; i++)
+        if (ea->key[ea->out[i]] == eb->key[eb->out[i]]) {
+            un_rule *r = NULL;
+            bool hit = false;
+            if (build_rule(ctx, e, ga, ea, gb, eb, NULL, NULL, 0, 1u << i, &r) == UN_OK)
+                hit = hset_has(known, pair_hash(ctx, r));
+            else
+                un_ctx_clear(ctx);
+            un_rule_free(r);
+            if (hit)
+                return true;
+        }
+    for (int ta = n_inputs; ta < ea->n_t; ta++) {
+        if (ea->uses[ta] == 0)
+            continue;
+        for (int tb = n_inputs; tb < eb->n_t; tb++) {
+            if (eb->uses[tb] == 0 || ea->key[ta] != eb->key[tb])
+                continue;
+            uint8_t xa = (uint8_t)ta, xb = (uint8_t)tb;
+            un_rule *r = NULL;
+            bool hit = false;
+            if (build_rule(ctx, e, ga, ea, gb, eb, &xa, &xb, 1, 0, &r) == UN_OK)
+                hit = hset_has(known, pair_hash(ctx, r));
+            else
+                un_ctx_clear(ctx);
+            un_rule_free(r);
+            if (hit)
+                return true;
+        }
+    }
+    return false;
+}
+
+typedef struct vecp {
+    void *data;
+    int64_t n, cap;
+    size_t elem;
+} vecp;
+
+static void vecp_push(vecp *v, const void *x) {
+    if (v->n == v->cap) {
+        v->cap = v->cap ? 2 * v->cap : 256;
+        v->data = un_xrealloc(v->data, (size_t)v->cap * v->elem);
+    }
+    memcpy((char *)v->data + (size_t)v->n * v->elem, x, v->elem);
+    v->n++;
+}
+
+/* One group of equal graphs: evaluated members, split by full values, paired with the smallest. */
+static un_status pair_bucket(un_ctx *ctx, const gen_enum *e, const gen_enum_result *r,
+                             const gen_params *p, const gen_rec *recs, int64_t n, int32_t bucket,
+                             vecp *pairs, gen_stats *stats) {
+    gen_graph *g = un_xmalloc(sizeof(gen_graph) * (size_t)(n + 1));
+    gen_geval *ev = un_xmalloc(sizeof(gen_geval) * (size_t)(n + 1));
+    bool *used = un_xcalloc((size_t)(n + 1), 1);
+    int64_t k = 0;
+    un_status st = UN_OK;
+    for (int64_t i = 0; i < n && st == UN_OK; i++) {
+        g[k] = recs[i].g;
+        if ((st = gen_enum_eval(ctx, e, &g[k], &ev[k])) == UN_OK)
+            k++;
+    }
+    if (st == UN_OK && k > 0 && ev[0].n_out >= 2) {
+        gen_graph u;
+        if (make_union(ctx, e, r, &ev[0], p->max_ops, &u)) {
+            g[k] = u;
+            if (gen_enum_eval(ctx, e, &g[k], &ev[k]) == UN_OK) {
+                k++;
+                stats->unions++;
+            } else
+                un_ctx_clear(ctx);
+        }
+    }
+    /* groups: equal full values; the smallest member (by size, then bytes) represents each */
+    int64_t *order = un_xmalloc(sizeof(int64_t) * (size_t)(k ? k : 1));
+    for (int64_t i = 0; i < k; i++)
+        order[i] = i;
+    for (int64_t i = 1; i < k; i++)
+        for (int64_t j = i; j > 0 && cmp_graph_size(&g[order[j - 1]], &g[order[j]]) > 0; j--) {
+            int64_t x = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = x;
+        }
+    for (int64_t i = 0; i < k && st == UN_OK; i++) {
+        int64_t ri = order[i];
+        if (used[ri])
+            continue;
+        used[ri] = true;
+        int64_t members = 1;
+        for (int64_t j = i + 1; j < k; j++) {
+            int64_t mj = order[j];
+            if (used[mj] || !outputs_equal(&ev[ri], &ev[mj]))
+                continue;
+            used[mj] = true;
+            members++;
+            pair pr;
+            memset(&pr, 0, sizeof pr);
+            pr.a = g[ri];
+            pr.b = g[mj];
+            pr.bucket = bucket;
+            pr.max_ops = g[mj].n_ops > g[ri].n_ops ? g[mj].n_ops : g[ri].n_ops;
+            pr.sum_ops = (uint8_t)(g[mj].n_ops + g[ri].n_ops);
+            vecp_push(pairs, &pr);
+        }
+        stats->buckets += members >= 2;
+    }
+    for (int64_t i = 0; i < k; i++)
+        gen_geval_deinit(&ev[i]);
+    free(order);
+    free(used);
+    free(ev);
+    free(g);
+    return st;
+}
+
+/* Bucket-local record of NF keys already decided (kept or implied). */
+static uint64_t compose_key(int32_t bucket, uint64_t nf) {
+    return un_mix64(nf ^ un_mix64((uint64_t)bucket + 0x636f6dull));
+}
+
+un_status gen_find(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_rules *out) {
+    memset(out, 0, sizeof *out);
+    gen_stats *stats = &out->stats;
+    gen_enum_result r;
+    un_status st = gen_enum_run(ctx, e, p, &r);
+    if (st != UN_OK)
+        return st;
+    const gen_menu *m = gen_enum_menu(e);
+    stats->graphs = r.n_graphs;
+    stats->records = r.n_recs;
+    stats->enum_seconds = r.seconds;
+    stats->stopped = r.stopped;
+    double t0 = now_s(), last = t0;
+    bool tty = p->progress && isatty(2);
+    vecp pairs = {.elem = sizeof(pair)};
+    int32_t bucket = 0;
+    for (int64_t i = 0; i < r.n_recs && st == UN_OK;) {
+        int64_t j = i;
+        while (j < r.n_recs && r.recs[j].fp == r.recs[i].fp)
+            j++;
+        /* singletons matter only when a disconnected partner may exist (>= 2 outputs) */
+        bool multi = false;
+        if (j - i == 1) {
+            const gen_graph *g = &r.recs[i].g;
+            uint64_t consumed = 0;
+            for (int q = 0; q < g->n_ops && !multi; q++) {
+                multi = m->insts[g->ops[q].inst].op == UN_OP_SPLIT; /* several outputs */
+                for (int x = 0; x < g->ops[q].n_in; x++)
+                    if (g->ops[q].in[x] >= m->n_inputs)
+                        consumed |= 1ull << g->ops[q].in[x];
+            }
+            /* without split every operator has one output: n_ops - consumed are unconsumed */
+            multi = multi || g->n_ops - __builtin_popcountll(consumed) >= 2;
+        }
+        if (j - i >= 2 || multi)
+            st = pair_bucket(ctx, e, &r, p, &r.recs[i], j - i, bucket++, &pairs, stats);
+        i = j;
+        if (tty && now_s() - last > 0.5) {
+            last = now_s();
+            fprintf(stderr, "\r\033[Kunity-gen: pairing: %lld/%lld graphs, %lld pairs",
+                    (long long)i, (long long)r.n_recs, (long long)pairs.n);
+        }
+    }
+    stats->pairs = pairs.n;
+    pair *pv = pairs.data;
+    qsort(pv, (size_t)pairs.n, sizeof(pair), cmp_pair);
+    hset known = {0}, decided = {0};
+    vecp kept = {.elem = sizeof(un_rule *)};
+    int64_t c_naming = 0, c_super = 0, c_compose = 0, c_rename = 0, c_sub = 0, c_check = 0;
+    for (int64_t i = 0; i < pairs.n && st == UN_OK; i++) {
+        const pair *pr = &pv[i];
+        if (tty && now_s() - last > 0.5) {
+            last = now_s();
+            double rate = (double)i / (last - t0 + 1e-9);
+            fprintf(stderr, "\r\033[Kunity-gen: pruning: %lld/%lld pairs, %lld rules, %.0f pairs/s",
+                    (long long)i, (long long)pairs.n, (long long)kept.n, rate);
+        }
+        gen_geval ea, eb;
+        if ((st = gen_enum_eval(ctx, e, &pr->a, &ea)) != UN_OK)
+            break;
+        if ((st = gen_enum_eval(ctx, e, &pr->b, &eb)) != UN_OK) {
+            gen_geval_deinit(&ea);
+            break;
+        }
+        un_rule *rule = NULL, *canon = NULL;
+        uint64_t nfa = nf_key(&r, &pr->a, &ea, m->n_inputs),
+                 nfb = nf_key(&r, &pr->b, &eb, m->n_inputs);
+        uint64_t ck = compose_key(pr->bucket, nfb);
+        if (!naming_ok(m, ea.mask_all)) {
+            c_naming++;
+        } else if (nfa == nfb) {
+            c_super++;
+        } else if (hset_has(&decided, ck)) {
+            c_compose++;
+        } else if (build_rule(ctx, e, &pr->a, &ea, &pr->b, &eb, NULL, NULL, 0, 0, &rule) != UN_OK) {
+            /* a pair our rules cannot express (e.g. differing inputs): count with the check */
+            un_ctx_clear(ctx);
+            c_check++;
+        } else {
+            uint64_t h = pair_hash(ctx, rule);
+            if (hset_has(&known, h)) {
+                c_rename++;
+                hset_add(&decided, ck);
+            } else if (implied_by_subgraph(ctx, e, &known, &pr->a, &ea, &pr->b, &eb, m->n_inputs)) {
+                c_sub++;
+                hset_add(&decided, ck);
+            } else if (un_rule_check_random(ctx, rule, UN_DOM_FIELD, p->seed ^ 0x636865636bull,
+                                            NULL) != UN_OK) {
+                un_ctx_clear(ctx);
+                c_check++;
+            } else if ((st = gen_rule_add_degree_var(ctx, rule)) == UN_OK &&
+                       (st = gen_rule_orient(ctx, rule, &canon)) == UN_OK) {
+                hset_add(&known, h);
+                hset_add(&decided, ck);
+                stats->with_var += canon->n_vars > 0;
+                vecp_push(&kept, &canon);
+                canon = NULL;
+            }
+        }
+        un_rule_free(rule);
+        un_rule_free(canon);
+        gen_geval_deinit(&ea);
+        gen_geval_deinit(&eb);
+    }
+    if (tty)
+        fprintf(stderr, "\r\033[K");
+    stats->after_naming = pairs.n - c_naming;
+    stats->after_super = stats->after_naming - c_super;
+    stats->after_compose = stats->after_super - c_compose;
+    stats->after_rename = stats->after_compose - c_rename;
+    stats->after_sub = stats->after_rename - c_sub;
+    stats->after_check = stats->after_sub - c_check;
+    stats->pair_seconds = now_s() - t0;
+    hset_deinit(&known);
+    hset_deinit(&decided);
+    free(pairs.data);
+    gen_enum_result_deinit(&r);
+    out->rules = kept.data;
+    out->n = kept.n;
+    if (st != UN_OK) {
+        gen_rules_deinit(out);
+        return st;
+    }
+    return UN_OK;
+}

@@ -1,0 +1,68 @@
+/* prune.h - from enumerated graphs to candidate rules (DESIGN.md section 6): graphs with equal
+ * fingerprints are compared on their full values and paired, each with the smallest graph of its
+ * group; the pairs then pass the pruning stages, cheapest first, and the survivors are checked on
+ * fresh random inputs (un_rule_check_random, prime field) and kept in canonical form.
+ *
+ * Stages, each counted:
+ *   naming     - the inputs a pair uses must be a prefix of every group of interchangeable menu
+ *                inputs (x1 before x2 before x3): other pairs are renamings of one that is;
+ *   supergraph - both sides equal once every inner tensor is replaced by the smallest graph of
+ *                its value (TASO's common supergraph, generalised): a congruence of smaller rules;
+ *   compose    - a side equal, that way, to a member of its group already kept or implied: the
+ *                pair follows by composing that rule with smaller ones;
+ *   rename     - the rule (either direction) is a renaming of a kept one (un_rule_hash);
+ *   subgraph   - abstracting a tensor both sides compute identically (TASO's common subgraph), or
+ *                dropping an output both compute identically, gives a kept rule: an instance;
+ *   check      - the rule fails un_rule_check_random (a fingerprint collision).
+ * Pairs are processed smallest first (largest side, then total size), so "kept" means smaller.
+ *
+ *   gen_rules rs;
+ *   st = gen_find(ctx, e, &params, &rs);     // rs.rules[i] canonical, rs.stats counts per stage
+ *   gen_rules_deinit(&rs);
+ */
+#ifndef UN_GEN_PRUNE_H
+#define UN_GEN_PRUNE_H
+
+#include "gen/enum.h"
+#include "pcg/rule.h"
+
+typedef struct gen_stats {
+    int64_t graphs;       /* distinct graphs enumerated */
+    int64_t records;      /* connected graphs with 1..4 outputs kept for pairing (this shard) */
+    int64_t unions;       /* disconnected partners assembled from single-output classes */
+    int64_t buckets;      /* groups of >= 2 graphs with equal values */
+    int64_t pairs;        /* candidate pairs (each member with its group's smallest graph) */
+    int64_t after_naming; /* pairs left after each stage */
+    int64_t after_super;
+    int64_t after_compose;
+    int64_t after_rename;
+    int64_t after_sub;
+    int64_t after_check; /* = rules kept */
+    int64_t with_var;    /* kept rules with a degree variable k */
+    double enum_seconds, pair_seconds;
+    bool stopped; /* enumeration cut short by the time limit */
+} gen_stats;
+
+typedef struct gen_rules {
+    un_rule **rules; /* owned, canonical form, in processing order */
+    int64_t n;
+    gen_stats stats;
+} gen_rules;
+
+/* Enumerates, pairs and prunes. Deterministic for the same specs, menu, seed and shard, whatever
+ * the thread count. */
+un_status gen_find(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_rules *out);
+void gen_rules_deinit(gen_rules *rs);
+
+/* The direction stored for a pair: of A => B and B => A, the one with the smaller canonical hash.
+ * Returns it (owned, canonical form) or NULL with the error in ctx. */
+un_status gen_rule_orient(un_ctx *ctx, const un_rule *r, un_rule **out);
+
+/* Adds variable "k" to r when every parallel operator degree and every input layout degree > 1 on
+ * both sides has the same value (and there is at least one on each side). */
+un_status gen_rule_add_degree_var(un_ctx *ctx, un_rule *r);
+
+/* Writes the stats as a JSON object (for the run row and --json). */
+void gen_stats_json(const gen_stats *s, un_buf *b);
+
+#endif
