@@ -625,14 +625,14 @@ un_status un_kern_backward(un_ctx *ctx, const un_kexec *ex, un_op op, const un_p
     un_status st = check_call(&c, true);
     if (st != UN_OK)
         return st;
-    if (needs_out(&c) && !out[0].data)
-        return un_ctx_error(ctx, UN_ERR_INVALID,
-                            "%s: the backward needs the forward output, output 0 has no data",
-                            un_op_name(op));
     bool any = false;
     for (int j = 0; j < n_out; j++)
         any |= dout[j].data != NULL;
     if (!any)
         return UN_OK; /* zero output gradient: nothing to add */
+    if (needs_out(&c) && !out[0].data)
+        return un_ctx_error(ctx, UN_ERR_INVALID,
+                            "%s: the backward needs the forward output, output 0 has no data",
+                            un_op_name(op));
     return ex->prec == UN_PREC_F32 ? backward_f32(&c) : backward_f64(&c);
 }
