@@ -262,7 +262,7 @@ int64_t un_strategy_devices(const un_graph *g) {
 un_status un_strategy_plan_load(un_ctx *ctx, const un_spec *spec, const char *path,
                                 const un_graph *model, int devices, un_graph **out) {
     *out = NULL;
-    un_graph *plan = NULL, *bare = NULL;
+    un_graph *plan = NULL, *bare = NULL, *model_x = NULL;
     un_status st = un_graph_load(ctx, spec, path, &plan);
     if (st != UN_OK)
         return st;
@@ -276,7 +276,17 @@ un_status un_strategy_plan_load(un_ctx *ctx, const un_spec *spec, const char *pa
     }
     if ((st = un_strategy_strip(ctx, plan, &bare)) != UN_OK)
         goto done;
-    if (un_graph_hash(bare) != un_graph_hash(model) ||
+    /* Both with explicit outputs (explicit outputs count in the canonical hash). */
+    model_x = un_graph_clone(model);
+    int32_t no = un_graph_output_count(model);
+    un_ref *outs = un_xcalloc((size_t)no + 1, sizeof *outs);
+    for (int32_t i = 0; i < no; i++)
+        outs[i] = un_graph_output(model, i);
+    st = un_graph_set_outputs(ctx, model_x, outs, no);
+    free(outs);
+    if (st != UN_OK)
+        goto done;
+    if (un_graph_hash(bare) != un_graph_hash(model_x) ||
         un_graph_node_count(bare) != un_graph_node_count(model)) {
         st = un_ctx_error(ctx, UN_ERR_MISMATCH,
                           "%s: the plan without its parallel ops is not the model's graph "
@@ -310,6 +320,7 @@ un_status un_strategy_plan_load(un_ctx *ctx, const un_spec *spec, const char *pa
     *out = plan;
     plan = NULL;
 done:
+    un_graph_free(model_x);
     un_graph_free(bare);
     un_graph_free(plan);
     return st;
