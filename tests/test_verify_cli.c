@@ -1,0 +1,230 @@
+/* test_verify_cli.c - `unity-verify` as a user runs it: a database of true and false rules gets
+ * the right verdicts; a rerun has nothing left to do (resumable); --recheck, --rule and --shard;
+ * bad input (missing or malformed database, bad flags, a bad spec, a wrong axiom, a tampered row)
+ * gives one error line and a non-zero exit. Programs come from $UNITY_BUILD/bin. */
+#include "rulesdb/rulesdb.h"
+#include "tests/test.h"
+
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char bin[256];
+static char tmp[64];
+static un_spec *spec;
+
+typedef struct {
+    int code;
+    char out[1 << 16];
+    char err[4096];
+    int err_lines;
+} run_result;
+
+static void slurp(const char *path, char *buf, size_t n) {
+    FILE *f = fopen(path, "r");
+    size_t len = f ? fread(buf, 1, n - 1, f) : 0;
+    buf[len] = '\0';
+    if (f)
+        fclose(f);
+}
+
+static run_result *run(const char *args) {
+    static run_result r;
+    char cmd[2400];
+    snprintf(cmd, sizeof cmd, "%s/unity-verify %s >%s/out 2>%s/err", bin, args, tmp, tmp);
+    int st = system(cmd);
+    r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    char p[300];
+    snprintf(p, sizeof p, "%s/out", tmp);
+    slurp(p, r.out, sizeof r.out);
+    snprintf(p, sizeof p, "%s/err", tmp);
+    slurp(p, r.err, sizeof r.err);
+    r.err_lines = 0;
+    for (const char *c = r.err; *c; c++)
+        r.err_lines += *c == '\n';
+    return &r;
+}
+
+static void expect_clean_error(const char *args, const char *want) {
+    run_result *r = run(args);
+    bool ok = r->code != 0 && r->code < 128 && r->err_lines == 1 && strstr(r->err, want) != NULL;
+    EXPECT_TRUE(ok);
+    if (!ok)
+        printf("    unity-verify %s: exit %d, stderr: %s (wanted '%s')\n", args, r->code, r->err,
+               want);
+}
+
+#define IN2(n, a, b)                                                                               \
+    "{\"name\": \"" n "\", \"op\": \"input\", \"params\": {\"shape\": [" #a ", " #b "]}}"
+#define RULE2(op, sa, sb, da, db)                                                                  \
+    "{\"src\": {\"nodes\": [" IN2("a", 4, 6) ", " IN2(                                             \
+        "b", 4, 6) ", {\"name\": \"s\", \"op\": \"" op "\", \"in\": [\"" sa "\", \"" sb            \
+                   "\"]}]}, \"dst\": {\"nodes\": [" IN2("a", 4, 6) ", " IN2(                       \
+                       "b", 4, 6) ", {\"name\": \"s\", \"op\": \"" op "\", \"in\": [\"" da         \
+                                  "\", \"" db "\"]}]}}"
+
+static const char *rules[] = {
+    RULE2("ew_add", "a", "b", "b", "a"), /* true */
+    RULE2("ew_mul", "a", "b", "b", "a"), /* true */
+    RULE2("ew_sub", "a", "b", "b", "a"), /* false */
+    /* relu(combine(x)) => combine(relu(x)), degree 2, no variable: generalized */
+    "{\"src\": {\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [8, 4], "
+    "\"shard\": [2, 1]}}, {\"name\": \"c\", \"op\": \"combine\", \"in\": [\"x\"], \"params\": "
+    "{\"dim\": 0, \"degree\": 2}}, {\"name\": \"r\", \"op\": \"relu\", \"in\": [\"c\"]}]},"
+    " \"dst\": {\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [8, 4], "
+    "\"shard\": [2, 1]}}, {\"name\": \"r\", \"op\": \"relu\", \"in\": [\"x\"]}, {\"name\": \"c\", "
+    "\"op\": \"combine\", \"in\": [\"r\"], \"params\": {\"dim\": 0, \"degree\": 2}}]}}",
+};
+#define N_RULES ((int)(sizeof rules / sizeof rules[0]))
+
+static const char *db_path(const char *name) {
+    static char p[4][300];
+    static int k;
+    char *s = p[k++ % 4];
+    snprintf(s, 300, "%s/%s", tmp, name);
+    return s;
+}
+
+static bool make_db(const char *path) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    rulesdb *db = NULL;
+    un_status st = rulesdb_open(ctx, path, spec, RULESDB_CREATE, &db);
+    for (int i = 0; i < N_RULES && st == UN_OK; i++) {
+        un_rule *r = NULL;
+        st = un_rule_from_json(ctx, spec, "rule", rules[i], strlen(rules[i]), &r);
+        if (st == UN_OK)
+            st = rulesdb_rule_insert(ctx, db, r, UN_RULE_CANDIDATE, NULL,
+                                     &(rulesdb_origin){.kind = "generated"}, NULL, NULL);
+        un_rule_free(r);
+    }
+    EXPECT_OK(ctx, st);
+    rulesdb_free(db);
+    un_ctx_free(ctx);
+    return st == UN_OK;
+}
+
+static void counts(const char *path, int64_t *c) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    rulesdb *db = NULL;
+    memset(c, 0, sizeof(int64_t) * UN_RULE_STATUS_COUNT);
+    if (rulesdb_open(ctx, path, spec, RULESDB_READONLY, &db) == UN_OK)
+        EXPECT_OK(ctx, rulesdb_count(ctx, db, c));
+    rulesdb_free(db);
+    un_ctx_free(ctx);
+}
+
+static void test_verify_db(void) {
+    const char *p = db_path("good.db");
+    if (!make_db(p))
+        return;
+    char args[400];
+    snprintf(args, sizeof args, "%s --jobs 2", p);
+    run_result *r = run(args);
+    EXPECT_EQ(r->code, 0);
+    printf("    %s", r->out);
+    EXPECT_TRUE(strstr(r->out, "4 rules: 3 verified") != NULL);
+    EXPECT_TRUE(strstr(r->out, "1 refuted, 0 unknown") != NULL);
+    EXPECT_TRUE(strstr(r->out, "1 generalized") != NULL);
+    EXPECT_EQ(r->err_lines, 0); /* not a terminal: no progress lines */
+    int64_t c[UN_RULE_STATUS_COUNT];
+    counts(p, c);
+    EXPECT_EQ(c[UN_RULE_VERIFIED], 3);
+    EXPECT_EQ(c[UN_RULE_REFUTED], 1);
+    /* The refuted rule carries its counterexample; the generalized one a variable. */
+    un_ctx *ctx = un_ctx_new(NULL);
+    rulesdb *db = NULL;
+    if (rulesdb_open(ctx, p, spec, RULESDB_READONLY, &db) == UN_OK) {
+        rulesdb_filter f = rulesdb_filter_default();
+        int32_t *ids = NULL;
+        int64_t n = 0;
+        EXPECT_OK(ctx, rulesdb_rule_ids(ctx, db, &f, &ids, &n));
+        int with_var = 0;
+        for (int64_t i = 0; i < n; i++) {
+            rulesdb_row *row = NULL;
+            if (rulesdb_rule_get(ctx, db, ids[i], &row) != UN_OK)
+                continue;
+            if (row->status == UN_RULE_REFUTED)
+                EXPECT_TRUE(row->detail && strstr(row->detail, "differ"));
+            if (row->status == UN_RULE_VERIFIED) {
+                EXPECT_TRUE(row->trusted);
+                with_var += row->rule && row->rule->n_vars > 0;
+                EXPECT_TRUE(row->rule && row->rule->any_shape);
+            }
+            rulesdb_row_free(row);
+        }
+        EXPECT_EQ(with_var, 1);
+        free(ids);
+    }
+    rulesdb_free(db);
+    un_ctx_free(ctx);
+    /* A rerun has nothing left to do; --recheck does it all again; --rule does one. */
+    r = run(args);
+    EXPECT_EQ(r->code, 0);
+    EXPECT_TRUE(strstr(r->out, ": 0 rules") != NULL);
+    snprintf(args, sizeof args, "%s --recheck", p);
+    r = run(args);
+    EXPECT_TRUE(strstr(r->out, "4 rules: 3 verified") != NULL);
+    snprintf(args, sizeof args, "%s --rule 3", p);
+    r = run(args);
+    EXPECT_TRUE(strstr(r->out, ": 1 rules") != NULL);
+    snprintf(args, sizeof args, "%s --recheck --shard 1/2", p);
+    r = run(args);
+    EXPECT_TRUE(strstr(r->out, ": 2 rules") != NULL);
+}
+
+static void test_bad_input(void) {
+    const char *p = db_path("bad_input.db");
+    if (!make_db(p))
+        return;
+    char a[600];
+    expect_clean_error("", "no rule database given");
+    expect_clean_error("/nonexistent/rules.db", "no such rule database");
+    snprintf(a, sizeof a, "%s --jobs 0", p);
+    expect_clean_error(a, "--jobs needs an integer");
+    snprintf(a, sizeof a, "%s --timeout-ms x", p);
+    expect_clean_error(a, "--timeout-ms needs an integer");
+    snprintf(a, sizeof a, "%s --shard 2/2", p);
+    expect_clean_error(a, "--shard needs I/N");
+    snprintf(a, sizeof a, "%s --frobnicate", p);
+    expect_clean_error(a, "unknown option '--frobnicate'");
+    snprintf(a, sizeof a, "%s --rule 999", p);
+    expect_clean_error(a, "999");
+    snprintf(a, sizeof a, "%s --ops /nonexistent", p);
+    expect_clean_error(a, "/nonexistent");
+    /* A file that is not a database. */
+    const char *g = db_path("garbage.db");
+    FILE *f = fopen(g, "w");
+    if (f) {
+        fputs("this is not a rule database, just text that is long enough to look like one\n", f);
+        fclose(f);
+    }
+    expect_clean_error(g, "garbage.db");
+    /* A tampered row: its content no longer matches its hash. */
+    un_ctx *ctx = un_ctx_new(NULL);
+    EXPECT_OK(ctx, rulesdb__test_exec(ctx, p,
+                                      "UPDATE rules SET body = replace(body, 'ew_add', 'ew_mul') "
+                                      "WHERE id = 1"));
+    un_ctx_free(ctx);
+    expect_clean_error(p, "rule 1");
+}
+
+int main(void) {
+    const char *b = getenv("UNITY_BUILD");
+    snprintf(bin, sizeof bin, "%s/bin", b && *b ? b : "build/default");
+    snprintf(tmp, sizeof tmp, "/tmp/unity-verify-cli-XXXXXX");
+    un_ctx *ctx = un_ctx_new(NULL);
+    if (!mkdtemp(tmp) || un_spec_load(ctx, "specs/ops.json", &spec) != UN_OK) {
+        printf("setup failed: %s\n0 passed, 1 failed\n", un_ctx_errmsg(ctx));
+        un_ctx_free(ctx);
+        return 1;
+    }
+    static const test_case cases[] = {{"verify_db", test_verify_db}, {"bad_input", test_bad_input}};
+    int rc = TEST_RUN_ALL(cases);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
+    if (system(cmd) != 0)
+        rc = 1;
+    un_spec_free(spec);
+    un_ctx_free(ctx);
+    return rc;
+}

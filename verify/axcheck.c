@@ -1,0 +1,189 @@
+/* axcheck.c - concrete checks of the spec axioms by the reference evaluator (axcheck.h). */
+#include "verify/axcheck.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pcg/eval.h"
+#include "pcg/term.h"
+
+#define MAX_SIZES 32
+
+typedef struct sizes {
+    const char *names[MAX_SIZES];
+    int64_t values[MAX_SIZES];
+    int n;
+} sizes;
+
+static int64_t size_of(sizes *sz, const char *name, un_rng *rng) {
+    char *end;
+    long long lit = strtoll(name, &end, 10);
+    if (*end == '\0')
+        return lit;
+    for (int i = 0; i < sz->n; i++)
+        if (strcmp(sz->names[i], name) == 0)
+            return sz->values[i];
+    static const int64_t choice[] = {1, 2, 3, 4, 5, 6, 8};
+    int64_t v = choice[un_rng_below(rng, sizeof choice / sizeof choice[0])];
+    if (sz->n < MAX_SIZES) {
+        sz->names[sz->n] = name;
+        sz->values[sz->n++] = v;
+    }
+    return v;
+}
+
+/* "a=4 b=6, ax=1" for messages. */
+static void instance_str(const un_axiom *ax, const sizes *sz, const int64_t *pv, un_buf *b) {
+    for (int i = 0; i < sz->n; i++)
+        un_buf_printf(b, "%s%s=%lld", i ? " " : "", sz->names[i], (long long)sz->values[i]);
+    for (int i = 0; i < ax->n_pvars; i++)
+        un_buf_printf(b, "%s%s=%lld", i || sz->n ? " " : "", ax->pvar_names[i], (long long)pv[i]);
+}
+
+/* One instance: 1 holds, 0 not well formed, -1 differs (message recorded in ctx). */
+static int check_once(un_ctx *ctx, const un_spec *spec, const un_axiom *ax, int trial,
+                      uint64_t seed, un_rng *rng, un_status *err) {
+    int64_t pv[32] = {0};
+    int combo = trial;
+    for (int i = 0; i < ax->n_pvars && i < 32; i++) {
+        int nv = ax->pvar_nvalues[i] > 0 ? ax->pvar_nvalues[i] : 1;
+        pv[i] = ax->pvar_nvalues[i] > 0 ? ax->pvar_values[i][combo % nv].v[0] : 0;
+        combo /= nv;
+    }
+    sizes sz = {.n = 0};
+    un_graph *g = un_graph_new(spec);
+    int32_t vars[32];
+    int ok = 0;
+    un_val *a = NULL, *b = NULL;
+    un_eval *ev = NULL;
+    const un_op_spec *is = un_spec_op(spec, UN_OP_INPUT);
+    int i_shape = un_spec_param_index(is, "shape"), i_dtype = un_spec_param_index(is, "dtype"),
+        i_range = un_spec_param_index(is, "range");
+    for (int v = 0; v < ax->n_vars && v < 32; v++) {
+        const un_axiom_var *av = &ax->vars[v];
+        un_param p[UN_MAX_PARAMS];
+        un_spec_param_defaults(is, p);
+        p[i_shape].len = av->rank;
+        for (int d = 0; d < av->rank; d++)
+            p[i_shape].v[d] = size_of(&sz, av->dims[d], rng);
+        if (av->dtype == UN_DT_INT) {
+            p[i_dtype].v[0] = 1;
+            p[i_range].v[0] = av->range ? size_of(&sz, av->range, rng) : 1;
+        }
+        if (un_graph_add(NULL, g, UN_OP_INPUT, p, NULL, 0, av->name, &vars[v]) != UN_OK)
+            goto done;
+    }
+    if (ax->require) {
+        const un_shape *vs[32];
+        for (int v = 0; v < ax->n_vars && v < 32; v++)
+            vs[v] = un_graph_shape(g, (un_ref){vars[v], 0});
+        un_expr_env env = {.vars = pv, .n_vars = ax->n_pvars, .in = vs, .n_in = ax->n_vars};
+        int64_t holds = 0;
+        if (un_expr_eval(NULL, ax->require, &env, &holds) != UN_OK || !holds)
+            goto done;
+    }
+    un_ref l, r;
+    if (un_term_build(NULL, g, ax, ax->lhs, pv, vars, &l) != UN_OK ||
+        un_term_build(NULL, g, ax, ax->rhs, pv, vars, &r) != UN_OK)
+        goto done;
+    const un_shape *ls = un_graph_shape(g, l), *rs = un_graph_shape(g, r);
+    un_buf inst = {0};
+    instance_str(ax, &sz, pv, &inst);
+    if (!un_shape_eq(ls, rs)) {
+        char sa[96], sb[96];
+        un_shape_str(ls, sa, sizeof sa);
+        un_shape_str(rs, sb, sizeof sb);
+        *err = un_ctx_error(ctx, UN_ERR_MISMATCH,
+                            "axiom %s is wrong: at %s the sides have shapes %s and %s", ax->name,
+                            inst.data ? inst.data : "", sa, sb);
+        un_buf_free(&inst);
+        ok = -1;
+        goto done;
+    }
+    int64_t n = un_shape_numel(ls);
+    a = un_xmalloc(sizeof(un_val) * (size_t)(n ? n : 1));
+    b = un_xmalloc(sizeof(un_val) * (size_t)(n ? n : 1));
+    ok = 1;
+    for (int dom = 0; dom < UN_DOM_COUNT && ok == 1; dom++) {
+        un_status st = un_eval_new(ctx, g, (un_dom)dom, &ev);
+        if (st == UN_OK)
+            st = un_eval_fill_random(ev, seed + (uint64_t)trial);
+        if (st == UN_OK)
+            st = un_eval_run(ev);
+        if (st == UN_OK)
+            st = un_ptensor_gather(ctx, un_eval_value(ev, l), (un_dom)dom, a);
+        if (st == UN_OK)
+            st = un_ptensor_gather(ctx, un_eval_value(ev, r), (un_dom)dom, b);
+        int64_t where = -1;
+        if (st != UN_OK) {
+            *err = st;
+            ok = -1;
+        } else if (!un_dense_equal((un_dom)dom, a, b, n, 1e-9, &where)) {
+            char va[48], vb[48];
+            if (dom == UN_DOM_FIELD) {
+                snprintf(va, sizeof va, "%llu", (unsigned long long)a[where].u);
+                snprintf(vb, sizeof vb, "%llu", (unsigned long long)b[where].u);
+            } else {
+                snprintf(va, sizeof va, "%.17g", a[where].f);
+                snprintf(vb, sizeof vb, "%.17g", b[where].f);
+            }
+            *err = un_ctx_error(ctx, UN_ERR_MISMATCH,
+                                "axiom %s is wrong: at %s (%s, random inputs seed %llu) element "
+                                "%lld of the sides differs: %s vs %s",
+                                ax->name, inst.data ? inst.data : "",
+                                dom == UN_DOM_FIELD ? "prime field" : "float64",
+                                (unsigned long long)(seed + (uint64_t)trial), (long long)where, va,
+                                vb);
+            ok = -1;
+        }
+        un_eval_free(ev);
+        ev = NULL;
+    }
+    un_buf_free(&inst);
+done:
+    free(a);
+    free(b);
+    un_graph_free(g);
+    return ok;
+}
+
+un_status un_axcheck_axiom(un_ctx *ctx, const un_spec *spec, const un_axiom *ax, uint64_t seed,
+                           int trials, int want, int *n_good) {
+    un_rng rng;
+    un_rng_seed(&rng, un_hash_bytes(ax->name, strlen(ax->name), seed));
+    int good = 0;
+    un_status st = UN_OK;
+    if (n_good)
+        *n_good = 0;
+    for (int t = 0; t < trials && good < want; t++) {
+        int r = check_once(ctx, spec, ax, t, seed, &rng, &st);
+        if (r < 0)
+            return st != UN_OK ? st : UN_ERR_MISMATCH;
+        good += r > 0;
+    }
+    if (n_good)
+        *n_good = good;
+    if (good < 2 && good < want)
+        return un_ctx_error(ctx, UN_ERR_SPEC,
+                            "axiom %s is well formed in only %d of %d random instances", ax->name,
+                            good, trials);
+    return UN_OK;
+}
+
+un_status un_axcheck_all(un_ctx *ctx, const un_spec *spec, uint64_t seed, un_axcheck_stats *stats) {
+    un_axcheck_stats s = {0, 0};
+    un_status st = UN_OK;
+    for (int op = 0; op < UN_OP_COUNT && st == UN_OK; op++) {
+        const un_op_spec *os = un_spec_op(spec, (un_op)op);
+        for (int a = 0; a < os->n_axioms && st == UN_OK; a++) {
+            int good = 0;
+            st = un_axcheck_axiom(ctx, spec, &os->axioms[a], seed, 40, 4, &good);
+            s.n_axioms++;
+            s.n_instances += good;
+        }
+    }
+    if (stats)
+        *stats = s;
+    return st;
+}

@@ -1,0 +1,544 @@
+/* runner.c - the per-rule verification pipeline and the database driver (runner.h). */
+#include "verify/runner.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "rulesdb/rulesdb.h"
+#include "verify/axcheck.h"
+
+static const int64_t try_degrees[] = {2, 3, 4, 6, 8};
+#define N_TRY ((int)(sizeof try_degrees / sizeof try_degrees[0]))
+
+un_runner_opts un_runner_opts_default(void) {
+    return (un_runner_opts){
+        .timeout_ms = 2000, .jobs = 1, .seed = 1234, .batch = 16, .shard_n = 0, .shard_i = 0};
+}
+
+void un_rule_verdict_deinit(un_rule_verdict *v) {
+    if (!v)
+        return;
+    un_rule_free(v->general);
+    v->general = NULL;
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* ---- random tests --------------------------------------------------------------------------- */
+
+/* Checks r (already instantiated) in the given domains: 1 holds, -1 differs (message in ctx),
+ * 0 could not be evaluated (message in ctx). */
+static int check_doms(un_ctx *ctx, const un_rule *r, uint64_t seed, bool both) {
+    for (int d = 0; d < (both ? UN_DOM_COUNT : 1); d++) {
+        un_status st = un_rule_check_random(ctx, r, (un_dom)d, seed + (uint64_t)d, NULL);
+        if (st == UN_ERR_MISMATCH)
+            return -1;
+        if (st != UN_OK)
+            return 0;
+    }
+    return 1;
+}
+
+/* The rule at variable values `values` and input shapes `shapes` (NULL: as is): 1 holds, 0 not
+ * applicable there (a side is not well formed), -1 differs (message in ctx). */
+static int check_instance(un_ctx *ctx, const un_rule *r, const int64_t *values,
+                          const un_shape *shapes, uint64_t seed) {
+    un_rule *inst = NULL;
+    un_status st = un_rule_instantiate(ctx, r, values, shapes, &inst);
+    if (st == UN_ERR_MISMATCH)
+        return -1; /* both sides well formed, outputs of different shapes or layouts */
+    if (st != UN_OK) {
+        un_ctx_clear(ctx);
+        return 0;
+    }
+    int res = check_doms(ctx, inst, seed, false);
+    if (res == 0)
+        un_ctx_clear(ctx);
+    un_rule_free(inst);
+    return res;
+}
+
+static void values_str(const un_rule *r, const int64_t *values, char *buf, size_t n) {
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < r->n_vars && len < n; i++) {
+        int w = snprintf(buf + len, n - len, "%s%s=%lld", i ? "," : "", r->vars[i].name,
+                         (long long)values[i]);
+        if (w < 0)
+            break;
+        len += (size_t)w;
+    }
+}
+
+/* Random tests: at the witness (both domains), at other values of each variable, at doubled input
+ * sizes. 1 passed; -1 refuted (out->detail set); 0 the witness cannot be evaluated. */
+static int random_tests(un_ctx *ctx, const un_rule *r, uint64_t seed, un_rule_verdict *out) {
+    int res = check_doms(ctx, r, seed, true);
+    if (res <= 0) {
+        snprintf(out->detail, sizeof out->detail, "%s%s",
+                 res < 0 ? "random test at the witness: " : "cannot evaluate the witness: ",
+                 un_ctx_errmsg(ctx));
+        un_ctx_clear(ctx);
+        return res;
+    }
+    int64_t values[UN_RULE_MAX_VARS];
+    for (int i = 0; i < r->n_vars; i++)
+        values[i] = r->vars[i].value;
+    for (int i = 0; i < r->n_vars; i++) {
+        for (int t = 0; t < N_TRY; t++) {
+            if (try_degrees[t] == r->vars[i].value)
+                continue;
+            values[i] = try_degrees[t];
+            if (check_instance(ctx, r, values, NULL, seed + 7) < 0) {
+                char vs[128];
+                values_str(r, values, vs, sizeof vs);
+                snprintf(out->detail, sizeof out->detail, "random test at %s: %s", vs,
+                         un_ctx_errmsg(ctx));
+                un_ctx_clear(ctx);
+                return -1;
+            }
+        }
+        values[i] = r->vars[i].value;
+    }
+    int n_in = un_rule_input_count(r);
+    un_shape *shapes = un_xcalloc((size_t)(n_in ? n_in : 1), sizeof *shapes);
+    for (int i = 0; i < n_in; i++) {
+        shapes[i] = *un_graph_shape(r->src, (un_ref){un_rule_input_src(r, i), 0});
+        for (int j = 0; j < shapes[i].rank; j++)
+            shapes[i].dim[j] *= 2;
+    }
+    res = check_instance(ctx, r, values, shapes, seed + 11);
+    free(shapes);
+    if (res < 0) {
+        snprintf(out->detail, sizeof out->detail, "random test at doubled input sizes: %s",
+                 un_ctx_errmsg(ctx));
+        un_ctx_clear(ctx);
+        return -1;
+    }
+    return 1;
+}
+
+/* ---- generalization over degrees ------------------------------------------------------------ */
+
+static bool is_bound(const un_rule *r, int side, int32_t node, int param, int item) {
+    for (int i = 0; i < r->n_vars; i++)
+        for (int j = 0; j < r->vars[i].n_binds; j++) {
+            const un_rule_bind *b = &r->vars[i].binds[j];
+            if (b->side == side && b->node == node && b->param == param && b->item == item)
+                return true;
+        }
+    return false;
+}
+
+/* Positions holding a concrete degree (parallel ops' degree; input layouts' shard, sum and copy
+ * degrees) of value w that no variable binds yet. Returns how many were written to binds. */
+static int degree_binds(const un_rule *r, int64_t w, un_rule_bind *binds, int max) {
+    int n = 0;
+    for (int side = 0; side < 2; side++) {
+        const un_graph *g = side ? r->dst : r->src;
+        const un_spec *spec = un_graph_spec(g);
+        for (int32_t id = 0; id < un_graph_node_count(g); id++) {
+            const un_node *nd = un_graph_node(g, id);
+            const un_op_spec *os = un_spec_op(spec, nd->op);
+            un_op_kind kind = un_op_kind_of(nd->op);
+            static const char *const names[] = {"degree", "shard", "sum", "copy"};
+            for (int k = 0; k < 4; k++) {
+                if ((kind == UN_OPK_PARALLEL) != (k == 0) || kind == UN_OPK_REGULAR)
+                    continue;
+                int p = un_spec_param_index(os, names[k]);
+                if (p < 0)
+                    continue;
+                const un_param *pv = &nd->params[p];
+                int items = pv->len < 0 ? 1 : pv->len;
+                for (int it = 0; it < items; it++) {
+                    int item = pv->len < 0 ? -1 : it;
+                    if (pv->v[it] != w || is_bound(r, side, id, p, item))
+                        continue;
+                    if (n == max)
+                        return -1;
+                    binds[n++] = (un_rule_bind){(int8_t)side, id, (int8_t)p, (int8_t)item};
+                }
+            }
+        }
+    }
+    return n;
+}
+
+static void fresh_var_name(const un_rule *r, char *name, size_t n) {
+    static const char *const cands[] = {"k", "j", "m", "k2", "k3", "k4", "k5", "k6"};
+    for (size_t c = 0; c < sizeof cands / sizeof cands[0]; c++) {
+        bool used = false;
+        for (int i = 0; i < r->n_vars; i++)
+            used = used || strcmp(r->vars[i].name, cands[c]) == 0;
+        if (!used) {
+            snprintf(name, n, "%s", cands[c]);
+            return;
+        }
+    }
+    snprintf(name, n, "v%d", r->n_vars);
+}
+
+/* Turns each concrete degree into a variable when the rule holds at every tried degree where it
+ * is well formed (at least two besides the witness). Returns the general rule (owned) or NULL. */
+static un_rule *generalize(un_ctx *ctx, const un_rule *r, uint64_t seed, int *n_new) {
+    un_rule *cur = NULL;
+    *n_new = 0;
+    int64_t seen[16];
+    int n_seen = 0;
+    for (int round = 0; round < 8; round++) {
+        const un_rule *base = cur ? cur : r;
+        if (base->n_vars >= UN_RULE_MAX_VARS)
+            break;
+        /* the next unbound degree value */
+        int64_t w = 0;
+        for (int64_t cand = 2; cand <= UN_MAX_DEGREE && !w; cand++) {
+            bool done = false;
+            for (int i = 0; i < n_seen; i++)
+                done = done || seen[i] == cand;
+            un_rule_bind tmp[1];
+            if (!done && degree_binds(base, cand, tmp, 1) != 0)
+                w = cand;
+            if (cand > 64)
+                break;
+        }
+        if (!w || n_seen == 16)
+            break;
+        seen[n_seen++] = w;
+        un_rule_bind binds[UN_RULE_MAX_BINDS];
+        int nb = degree_binds(base, w, binds, UN_RULE_MAX_BINDS);
+        if (nb <= 0)
+            continue;
+        un_rule *cand = un_rule_clone(base);
+        char name[16];
+        fresh_var_name(cand, name, sizeof name);
+        if (un_rule_var_add(ctx, cand, name, binds, nb) != UN_OK) {
+            un_ctx_clear(ctx);
+            un_rule_free(cand);
+            continue;
+        }
+        int64_t values[UN_RULE_MAX_VARS];
+        for (int i = 0; i < cand->n_vars; i++)
+            values[i] = cand->vars[i].value;
+        int ok = 0, bad = 0;
+        for (int t = 0; t < N_TRY && !bad; t++) {
+            if (try_degrees[t] == w)
+                continue;
+            values[cand->n_vars - 1] = try_degrees[t];
+            int res = check_instance(ctx, cand, values, NULL, seed + 13);
+            ok += res > 0;
+            bad += res < 0;
+        }
+        un_ctx_clear(ctx);
+        if (bad || ok < 2) {
+            un_rule_free(cand);
+            continue;
+        }
+        un_rule_free(cur);
+        cur = cand;
+        (*n_new)++;
+    }
+    return cur;
+}
+
+/* ---- one rule ------------------------------------------------------------------------------- */
+
+un_status un_runner_rule(un_ctx *ctx, un_verifier *v, const un_rule *r, const un_runner_opts *o,
+                         un_rule_verdict *out) {
+    memset(out, 0, sizeof *out);
+    un_runner_opts def = un_runner_opts_default();
+    if (!o)
+        o = &def;
+    double t0 = now_ms();
+    out->status = UN_RULE_UNKNOWN;
+    int res = random_tests(ctx, r, o->seed, out);
+    if (res < 0) {
+        out->status = UN_RULE_REFUTED;
+        out->ms = now_ms() - t0;
+        return UN_OK;
+    }
+    if (res == 0) {
+        out->ms = now_ms() - t0;
+        return UN_OK;
+    }
+    un_proof p;
+    un_prove_opts po = {.timeout_ms = o->timeout_ms, .symbolic = true};
+    un_status st = un_verifier_prove(ctx, v, r, &po, &p);
+    out->proof_ms = p.ms;
+    if (st == UN_OK && p.verdict == UN_VERDICT_VALID) {
+        out->any_shape = true;
+    } else if (st == UN_OK) {
+        po.symbolic = false;
+        st = un_verifier_prove(ctx, v, r, &po, &p);
+        out->proof_ms += p.ms;
+    }
+    if (st != UN_OK) {
+        out->ms = now_ms() - t0;
+        return st;
+    }
+    if (p.verdict != UN_VERDICT_VALID) {
+        snprintf(
+            out->detail, sizeof out->detail, "%s%s",
+            p.verdict == UN_VERDICT_INVALID ? "not implied by the axioms: " : "z3: ", p.detail);
+        out->ms = now_ms() - t0;
+        return UN_OK;
+    }
+    out->status = UN_RULE_VERIFIED;
+    snprintf(out->axioms, sizeof out->axioms, "%s", p.axioms);
+    un_rule *g = generalize(ctx, r, o->seed, &out->n_new_vars);
+    if (out->any_shape && !r->any_shape && !g)
+        g = un_rule_clone(r);
+    if (g)
+        g->any_shape = out->any_shape;
+    out->general = g;
+    out->ms = now_ms() - t0;
+    return UN_OK;
+}
+
+/* ---- the database driver -------------------------------------------------------------------- */
+
+typedef struct pending {
+    int32_t id;
+    un_rule_verdict v;
+} pending;
+
+typedef struct shared {
+    const un_spec *spec;
+    const char *path;
+    const un_runner_opts *o;
+    const int32_t *ids;
+    int64_t n;
+    pthread_mutex_t mu;
+    int64_t next, finished;
+    int running;
+    un_runner_stats stats;
+    double *ms; /* per rule */
+    int64_t n_ms;
+    un_status st; /* first error */
+    char err[768];
+} shared;
+
+static void record_error(shared *sh, un_status st, const char *msg) {
+    pthread_mutex_lock(&sh->mu);
+    if (sh->st == UN_OK) {
+        sh->st = st;
+        snprintf(sh->err, sizeof sh->err, "%s", msg);
+    }
+    pthread_mutex_unlock(&sh->mu);
+}
+
+static un_status flush(un_ctx *ctx, rulesdb *db, pending *pd, int *n) {
+    un_status st = rulesdb_begin(ctx, db);
+    for (int i = 0; i < *n && st == UN_OK; i++) {
+        un_rule_verdict *v = &pd[i].v;
+        rulesdb_verdict rv = {.status = v->status,
+                              .detail = v->detail[0] ? v->detail : NULL,
+                              .proof_ms = v->proof_ms,
+                              .axioms = v->status == UN_RULE_VERIFIED ? v->axioms : NULL,
+                              .general = v->general};
+        st = rulesdb_rule_set_verdict(ctx, db, pd[i].id, &rv);
+    }
+    if (st == UN_OK)
+        st = rulesdb_commit(ctx, db);
+    else
+        rulesdb_rollback(db);
+    for (int i = 0; i < *n; i++)
+        un_rule_verdict_deinit(&pd[i].v);
+    *n = 0;
+    return st;
+}
+
+static void *worker(void *arg) {
+    shared *sh = arg;
+    un_ctx *ctx = un_ctx_new(NULL);
+    rulesdb *db = NULL;
+    un_verifier *v = NULL;
+    int batch = sh->o->batch > 0 ? sh->o->batch : 16;
+    pending *pd = un_xcalloc((size_t)batch, sizeof *pd);
+    int np = 0;
+    un_status st = rulesdb_open(ctx, sh->path, sh->spec, 0, &db);
+    if (st == UN_OK)
+        st = un_verifier_new(ctx, sh->spec, &v);
+    while (st == UN_OK) {
+        pthread_mutex_lock(&sh->mu);
+        int64_t i = sh->st == UN_OK ? sh->next++ : sh->n;
+        pthread_mutex_unlock(&sh->mu);
+        if (i >= sh->n)
+            break;
+        rulesdb_row *row = NULL;
+        if ((st = rulesdb_rule_get(ctx, db, sh->ids[i], &row)) != UN_OK)
+            break;
+        if (!row->rule) {
+            rulesdb_row_free(row);
+            pthread_mutex_lock(&sh->mu);
+            sh->stats.skipped++;
+            sh->finished++;
+            pthread_mutex_unlock(&sh->mu);
+            continue;
+        }
+        pending *p = &pd[np];
+        p->id = sh->ids[i];
+        st = un_runner_rule(ctx, v, row->rule, sh->o, &p->v);
+        rulesdb_row_free(row);
+        if (st != UN_OK)
+            break;
+        pthread_mutex_lock(&sh->mu);
+        sh->stats.total++;
+        sh->stats.verified += p->v.status == UN_RULE_VERIFIED;
+        sh->stats.refuted += p->v.status == UN_RULE_REFUTED;
+        sh->stats.unknown += p->v.status == UN_RULE_UNKNOWN;
+        sh->stats.any_shape += p->v.status == UN_RULE_VERIFIED && p->v.any_shape;
+        sh->stats.generalized += p->v.status == UN_RULE_VERIFIED && p->v.n_new_vars > 0;
+        sh->ms[sh->n_ms++] = p->v.ms;
+        sh->finished++;
+        pthread_mutex_unlock(&sh->mu);
+        if (++np == batch)
+            st = flush(ctx, db, pd, &np);
+    }
+    if (np) {
+        un_status fs = flush(ctx, db, pd, &np);
+        if (st == UN_OK)
+            st = fs;
+    }
+    if (st != UN_OK)
+        record_error(sh, st, un_ctx_errmsg(ctx));
+    free(pd);
+    un_verifier_free(v);
+    rulesdb_free(db);
+    un_ctx_free(ctx);
+    pthread_mutex_lock(&sh->mu);
+    sh->running--;
+    pthread_mutex_unlock(&sh->mu);
+    return NULL;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void progress_line(shared *sh, double t0, bool final) {
+    pthread_mutex_lock(&sh->mu);
+    un_runner_stats s = sh->stats;
+    int64_t done = sh->finished;
+    pthread_mutex_unlock(&sh->mu);
+    double secs = (now_ms() - t0) / 1e3;
+    fprintf(stderr,
+            "\r\033[Kverify: %lld/%lld rules  %lld verified  %lld refuted  %lld unknown  %.1f "
+            "rules/s%s",
+            (long long)done, (long long)sh->n, (long long)s.verified, (long long)s.refuted,
+            (long long)s.unknown, secs > 0 ? (double)done / secs : 0.0, final ? "\n" : "");
+}
+
+un_status un_runner_run(un_ctx *ctx, const un_spec *spec, const char *db_path,
+                        const un_runner_opts *o, un_runner_stats *stats) {
+    if (stats)
+        memset(stats, 0, sizeof *stats);
+    un_runner_opts def = un_runner_opts_default();
+    if (!o)
+        o = &def;
+    double t0 = now_ms();
+    un_axcheck_stats ac;
+    un_status st = un_axcheck_all(ctx, spec, o->seed, &ac);
+    if (st != UN_OK)
+        return st;
+    rulesdb *db = NULL;
+    int32_t *ids = NULL;
+    int64_t n = 0, run = 0;
+    shared sh = {.spec = spec, .path = db_path, .o = o, .st = UN_OK};
+    pthread_mutex_init(&sh.mu, NULL);
+    if ((st = rulesdb_open(ctx, db_path, spec, 0, &db)) != UN_OK)
+        goto done;
+    if (o->rule_id > 0) {
+        rulesdb_row *row = NULL;
+        if ((st = rulesdb_rule_get(ctx, db, o->rule_id, &row)) != UN_OK)
+            goto done;
+        rulesdb_row_free(row);
+        ids = un_xmalloc(sizeof *ids);
+        ids[0] = o->rule_id;
+        n = 1;
+    } else {
+        rulesdb_filter f = rulesdb_filter_default();
+        f.needs_verify = !o->recheck;
+        f.shard_i = o->shard_i;
+        f.shard_n = o->shard_n;
+        if ((st = rulesdb_rule_ids(ctx, db, &f, &ids, &n)) != UN_OK)
+            goto done;
+    }
+    char args[160];
+    snprintf(args, sizeof args, "--timeout-ms %u --jobs %d%s", o->timeout_ms, o->jobs,
+             o->recheck ? " --recheck" : "");
+    if ((st = rulesdb_run_begin(ctx, db, "unity-verify", args, &run)) != UN_OK)
+        goto done;
+    sh.ids = ids;
+    sh.n = n;
+    sh.ms = un_xcalloc((size_t)(n ? n : 1), sizeof(double));
+    int jobs = o->jobs > 0 ? o->jobs : 1;
+    if (jobs > n)
+        jobs = n > 0 ? (int)n : 1;
+    pthread_t th[64];
+    if (jobs > 64)
+        jobs = 64;
+    int started = 0;
+    if (n > 0) {
+        sh.running = jobs;
+        for (int i = 0; i < jobs; i++) {
+            if (pthread_create(&th[i], NULL, worker, &sh) != 0) {
+                pthread_mutex_lock(&sh.mu);
+                sh.running -= jobs - i;
+                pthread_mutex_unlock(&sh.mu);
+                record_error(&sh, UN_ERR_INVALID, "cannot start a worker thread");
+                break;
+            }
+            started++;
+        }
+        for (;;) {
+            pthread_mutex_lock(&sh.mu);
+            int running = sh.running;
+            pthread_mutex_unlock(&sh.mu);
+            if (running == 0)
+                break;
+            if (o->progress)
+                progress_line(&sh, t0, false);
+            struct timespec ts = {0, 200 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+        for (int i = 0; i < started; i++)
+            pthread_join(th[i], NULL);
+        if (o->progress)
+            progress_line(&sh, t0, true);
+    }
+    if (sh.st != UN_OK) {
+        st = un_ctx_error(ctx, sh.st, "%s", sh.err);
+        goto done;
+    }
+    sh.stats.wall_ms = now_ms() - t0;
+    if (sh.n_ms) {
+        qsort(sh.ms, (size_t)sh.n_ms, sizeof(double), cmp_double);
+        sh.stats.median_ms = sh.ms[sh.n_ms / 2];
+        int64_t k = (int64_t)((double)sh.n_ms * 0.99);
+        sh.stats.p99_ms = sh.ms[k < sh.n_ms ? k : sh.n_ms - 1];
+    }
+    char counts[256];
+    snprintf(counts, sizeof counts,
+             "{\"rules\": %lld, \"verified\": %lld, \"refuted\": %lld, \"unknown\": %lld, "
+             "\"any_shape\": %lld, \"generalized\": %lld}",
+             (long long)sh.stats.total, (long long)sh.stats.verified, (long long)sh.stats.refuted,
+             (long long)sh.stats.unknown, (long long)sh.stats.any_shape,
+             (long long)sh.stats.generalized);
+    st = rulesdb_run_end(ctx, db, run, counts);
+    if (stats)
+        *stats = sh.stats;
+done:
+    pthread_mutex_destroy(&sh.mu);
+    free(sh.ms);
+    free(ids);
+    rulesdb_free(db);
+    return st;
+}

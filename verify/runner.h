@@ -1,0 +1,71 @@
+/* runner.h - verifying rules end to end: the per-rule pipeline (random tests first, then the Z3
+ * proof, then generalization over degrees) and the database driver behind `unity-verify` (worker
+ * threads with one Z3 context and one database connection each, verdicts committed in small
+ * batches so a killed run resumes where it stopped, shards for several machines).
+ *
+ *   un_runner_opts o = un_runner_opts_default();
+ *   o.jobs = 2;
+ *   un_runner_stats s;
+ *   st = un_runner_run(ctx, spec, "rules.db", &o, &s);
+ *   printf("%lld verified, %lld refuted, %lld unknown\n", s.verified, s.refuted, s.unknown);
+ */
+#ifndef UN_RUNNER_H
+#define UN_RUNNER_H
+
+#include "verify/verify.h"
+
+typedef struct un_runner_opts {
+    unsigned timeout_ms;  /* per Z3 call (default 2000) */
+    int jobs;             /* worker threads (default 1) */
+    int shard_i, shard_n; /* only rule ids with id % shard_n == shard_i (shard_n 0 = all) */
+    int32_t rule_id;      /* only this rule (0 = every rule that needs it) */
+    bool recheck;         /* re-verify every rule, verified ones included */
+    bool progress;        /* a progress line on stderr */
+    uint64_t seed;        /* random tests */
+    int batch;            /* verdicts per transaction (default 16) */
+} un_runner_opts;
+
+un_runner_opts un_runner_opts_default(void);
+
+/* The outcome for one rule. */
+typedef struct un_rule_verdict {
+    un_rule_status status; /* VERIFIED, REFUTED or UNKNOWN */
+    char detail[1024];     /* counterexample (refuted) or reason (unknown) */
+    char axioms[2048];     /* axioms the proof used (verified) */
+    double ms;             /* time for this rule: random tests, proof and generalization */
+    double proof_ms;       /* of which in Z3 */
+    bool any_shape;        /* proven with symbolic input sizes */
+    int n_new_vars;        /* degrees turned into variables by generalization */
+    un_rule *general;      /* owned (free with un_rule_verdict_deinit): the most general form
+                            * proven when it differs from the rule, else NULL */
+} un_rule_verdict;
+
+void un_rule_verdict_deinit(un_rule_verdict *v);
+
+/* Verifies one rule with verifier v: random tests in the field and in float64 at the witness, at
+ * other values of each variable and at doubled input sizes (a mismatch refutes, with the
+ * counterexample); then the Z3 proof, with symbolic input sizes first (any_shape) and at the
+ * witness sizes otherwise; then, for a proven rule, every concrete degree is tried as a new
+ * variable, kept when the rule holds (layouts included) at each of the degrees 2, 3, 4, 6, 8 where
+ * both sides are well formed. UN_OK with the verdict in *out; other statuses are Z3 failures. */
+un_status un_runner_rule(un_ctx *ctx, un_verifier *v, const un_rule *r, const un_runner_opts *o,
+                         un_rule_verdict *out);
+
+typedef struct un_runner_stats {
+    int64_t total; /* rules attempted in this run */
+    int64_t verified, refuted, unknown;
+    int64_t any_shape;   /* verified for every input size */
+    int64_t generalized; /* verified with degrees turned into variables */
+    int64_t skipped;     /* rows without a rule (rejected imports) */
+    double wall_ms;
+    double median_ms, p99_ms; /* per-rule verification time */
+} un_runner_stats;
+
+/* Checks every spec axiom on concrete tensors (axcheck.h), then verifies the rules of the database
+ * at db_path that need it (or all with o->recheck, or one with o->rule_id) and writes each verdict
+ * back. A wrong axiom stops everything before any proof (UN_ERR_MISMATCH naming it). Errors name
+ * the database. stats may be NULL. */
+un_status un_runner_run(un_ctx *ctx, const un_spec *spec, const char *db_path,
+                        const un_runner_opts *o, un_runner_stats *stats);
+
+#endif

@@ -1,0 +1,134 @@
+/* verify_main.c - `unity-verify`: proves the candidate rules of a rule database with Z3 and writes
+ * the verdicts back (verify/runner.h does the work; this file parses arguments and picks the exit
+ * status: 0 done, 1 error, 2 usage). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "verify/runner.h"
+
+static const char *usage =
+    "usage: unity-verify RULES.DB [--ops DIR|FILE] [--timeout-ms T] [--jobs J] [--rule ID]\n"
+    "                    [--recheck] [--shard I/N]\n"
+    "  Checks every spec axiom on concrete tensors, then verifies each rule that needs it:\n"
+    "  random tests (refute), a Z3 proof (verify) and generalization over degrees.\n"
+    "  --ops        operator specs: a directory holding ops.json, or the file (default specs/)\n"
+    "  --timeout-ms Z3 time limit per solver call (default 2000)\n"
+    "  --jobs       worker threads, one Z3 context each (default 1)\n"
+    "  --rule       verify only this rule id\n"
+    "  --recheck    re-verify every rule, verified ones included\n"
+    "  --shard I/N  only rules with id %% N == I (to split the work over machines)\n";
+
+static bool parse_int(const char *s, long long lo, long long hi, long long *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
+static int fail_usage(const char *fmt, const char *arg) {
+    fprintf(stderr, "unity-verify: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, " (see --help)\n");
+    return 2;
+}
+
+int main(int argc, char **argv) {
+    const char *db_path = NULL, *ops = "specs";
+    un_runner_opts o = un_runner_opts_default();
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        long long v;
+        bool has_val = i + 1 < argc;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            fputs(usage, stdout);
+            return 0;
+        } else if (strcmp(a, "--ops") == 0) {
+            if (!has_val)
+                return fail_usage("%s needs a value", a);
+            ops = argv[++i];
+        } else if (strcmp(a, "--timeout-ms") == 0) {
+            if (!has_val || !parse_int(argv[i + 1], 1, 3600000, &v))
+                return fail_usage("--timeout-ms needs an integer in [1, 3600000], not '%s'",
+                                  has_val ? argv[i + 1] : "");
+            o.timeout_ms = (unsigned)v;
+            i++;
+        } else if (strcmp(a, "--jobs") == 0) {
+            if (!has_val || !parse_int(argv[i + 1], 1, 64, &v))
+                return fail_usage("--jobs needs an integer in [1, 64], not '%s'",
+                                  has_val ? argv[i + 1] : "");
+            o.jobs = (int)v;
+            i++;
+        } else if (strcmp(a, "--rule") == 0) {
+            if (!has_val || !parse_int(argv[i + 1], 1, INT32_MAX, &v))
+                return fail_usage("--rule needs a rule id (a positive integer), not '%s'",
+                                  has_val ? argv[i + 1] : "");
+            o.rule_id = (int32_t)v;
+            i++;
+        } else if (strcmp(a, "--recheck") == 0) {
+            o.recheck = true;
+        } else if (strcmp(a, "--shard") == 0) {
+            int si, sn;
+            char extra;
+            if (!has_val || sscanf(argv[i + 1], "%d/%d%c", &si, &sn, &extra) != 2 || sn < 1 ||
+                si < 0 || si >= sn)
+                return fail_usage("--shard needs I/N with 0 <= I < N, not '%s'",
+                                  has_val ? argv[i + 1] : "");
+            o.shard_i = si;
+            o.shard_n = sn;
+            i++;
+        } else if (a[0] == '-' && a[1]) {
+            return fail_usage("unknown option '%s'", a);
+        } else if (!db_path) {
+            db_path = a;
+        } else {
+            return fail_usage("more than one database given ('%s')", a);
+        }
+    }
+    if (!db_path)
+        return fail_usage("%s", "no rule database given");
+    o.progress = isatty(STDERR_FILENO);
+
+    char spec_path[4096];
+    struct stat sb;
+    if (stat(ops, &sb) == 0 && S_ISDIR(sb.st_mode))
+        snprintf(spec_path, sizeof spec_path, "%s/ops.json", ops);
+    else
+        snprintf(spec_path, sizeof spec_path, "%s", ops);
+    if (access(db_path, F_OK) != 0) {
+        fprintf(stderr, "unity-verify: %s: no such rule database\n", db_path);
+        return 1;
+    }
+
+    int rc = 1;
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_spec *spec = NULL;
+    un_runner_stats s;
+    un_status st = un_spec_load(ctx, spec_path, &spec);
+    if (st == UN_OK)
+        st = un_runner_run(ctx, spec, db_path, &o, &s);
+    if (st != UN_OK) {
+        fprintf(stderr, "unity-verify: %s: %s\n", un_status_str(st), un_ctx_errmsg(ctx));
+        goto done;
+    }
+    double secs = s.wall_ms / 1e3;
+    printf("%s: %lld rules: %lld verified (%lld for any input size, %lld generalized over "
+           "degrees), %lld refuted, %lld unknown",
+           db_path, (long long)s.total, (long long)s.verified, (long long)s.any_shape,
+           (long long)s.generalized, (long long)s.refuted, (long long)s.unknown);
+    if (s.skipped)
+        printf(", %lld skipped (no rule)", (long long)s.skipped);
+    printf("; %.1f s, %.1f rules/s, median %.1f ms, p99 %.1f ms per rule\n", secs,
+           secs > 0 ? (double)s.total / secs : 0.0, s.median_ms, s.p99_ms);
+    rc = 0;
+done:
+    un_spec_free(spec);
+    un_ctx_free(ctx);
+    return rc;
+}
