@@ -804,6 +804,48 @@ static void test_absent_gradients(void) {
     un_ctx_free(ctx);
 }
 
+/* conv2d with the activations beyond the spec's none/relu (the kernels share linear's list):
+ * act(conv) equals the unary op applied to the plain conv, and the gradient (whose gelu form
+ * recomputes the pre-activations) matches finite differences. */
+static void test_conv2d_all_activations(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_rng rng;
+    un_rng_seed(&rng, 31);
+    static const un_op unary[] = {UN_OP_RELU, UN_OP_SIGMOID, UN_OP_TANH, UN_OP_GELU};
+    const un_op_spec *os = un_spec_op(S, UN_OP_CONV2D);
+    int act_at = un_spec_param_index(os, "activation");
+    un_param p[UN_MAX_PARAMS];
+    EXPECT_TRUE(parse_params(os, "stride_h=2 pad_w=1 use_bias=true groups=2", p));
+    un_shape sh[3] = {un_shape_make(4, (int64_t[]){2, 4, 5, 4}, UN_DT_FLOAT),
+                      un_shape_make(4, (int64_t[]){4, 2, 3, 2}, UN_DT_FLOAT),
+                      un_shape_make(1, (int64_t[]){4}, UN_DT_FLOAT)};
+    int64_t range[3] = {0};
+    inst t;
+    if (!inst_make(ctx, UN_OP_CONV2D, p, 3, sh, range, &rng, &t)) {
+        un_ctx_free(ctx);
+        return;
+    }
+    un_kexec ex = exec_default(UN_PREC_F64);
+    double **plain = alloc_outs(&t), **y = alloc_outs(&t), **z = alloc_outs(&t);
+    EXPECT_OK(ctx, inst_forward(ctx, &t, &ex, plain));
+    for (int a = 1; a <= 4; a++) {
+        t.inf.local[act_at].v[0] = a;
+        EXPECT_OK(ctx, inst_forward(ctx, &t, &ex, y));
+        un_kt ui = kt_of(&t.inf.out[0], plain[0]), uo = kt_of(&t.inf.out[0], z[0]);
+        EXPECT_OK(ctx, un_kern_forward(ctx, &ex, unary[a - 1], NULL, &ui, 1, &uo, 1));
+        for (int64_t e = 0; e < t.nout[0]; e++)
+            EXPECT_TRUE(close_to(y[0][e], z[0][e], 1e-14));
+        char label[64];
+        snprintf(label, sizeof label, "conv2d activation %d", a);
+        grad_case(ctx, &t, &ex, label);
+    }
+    free_outs(plain);
+    free_outs(y);
+    free_outs(z);
+    inst_free(&t);
+    un_ctx_free(ctx);
+}
+
 /* Inputs given twice (x * x, self-attention) with one shared gradient buffer get the sum of both
  * contributions. */
 static void test_aliased_inputs(void) {
@@ -861,6 +903,8 @@ static void test_threads_match(void) {
         {"embedding", "aggr=mean", "200,8;50,64", false},
         {"cross_entropy", "", "300,100;300", false},
         {"ew_mul", "", "300,200;300,200", false},
+        {"transpose", "dim0=0 dim1=2", "40,30,50", false},
+        {"reduce_sum", "dim=-1", "300,200", false},
     };
     un_rng rng;
     un_rng_seed(&rng, 8);
@@ -1193,6 +1237,7 @@ int main(void) {
         {"random_shapes", test_random_shapes},
         {"absent_gradients", test_absent_gradients},
         {"aliased_inputs", test_aliased_inputs},
+        {"conv2d_all_activations", test_conv2d_all_activations},
         {"threads_match", test_threads_match},
         {"dropout_shard", test_dropout_shard},
         {"nonfinite", test_nonfinite},
