@@ -50,7 +50,9 @@ typedef struct un_kexec {
  * 0 (then it equals pcg's reference), else hash_combine(seed param, ex->seed).
  * Errors (one line in ctx naming the op, the tensor and the reason): UN_ERR_INVALID for a
  * parallel/source op, a wrong count, dtype or shape, a missing buffer, an index out of range;
- * UN_ERR_LIMIT for a matrix dim beyond OpenBLAS's int; UN_ERR_NOMEM for scratch memory. */
+ * UN_ERR_LIMIT for a matrix dim beyond OpenBLAS's int; UN_ERR_NOMEM for scratch memory (taken
+ * through ctx's allocator). ctx may be NULL (no message). Calls for different pools or without
+ * a pool may run concurrently. */
 un_status un_kern_forward(un_ctx *ctx, const un_kexec *ex, un_op op, const un_param *params,
                           const un_kt *in, int n_in, un_kt *out, int n_out);
 

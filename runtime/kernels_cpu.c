@@ -531,6 +531,8 @@ static un_status check_call(const kcall *c, bool backward) {
         FAIL("%s: no parameters given", op);
     if (!c->in || !c->out || (backward && (!c->dout || !c->din)))
         FAIL("%s: a tensor array is NULL", op);
+    if (c->op == UN_OP_SPLIT && (c->p[P_SIZES].len < 1 || c->p[P_SIZES].len > UN_MAX_DIMS))
+        FAIL("%s: sizes has %d entries, expected 1..%d", op, c->p[P_SIZES].len, UN_MAX_DIMS);
     int lo, hi, nout;
     op_arity(c, &lo, &hi, &nout);
     if (c->n_in < lo || c->n_in > hi)
