@@ -454,6 +454,8 @@ const char *rulesdb_path(const rulesdb *db) { return db->path; }
 
 uint64_t rulesdb_spec_hash(const rulesdb *db) { return db->spec_hash; }
 
+const un_spec *rulesdb_spec(const rulesdb *db) { return db->spec; }
+
 /* ---- batches ----------------------------------------------------------------------------------
  */
 

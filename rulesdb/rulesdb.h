@@ -37,9 +37,10 @@ enum {
 un_status rulesdb_open(un_ctx *ctx, const char *path, const un_spec *spec, int flags,
                        rulesdb **out);
 void rulesdb_free(rulesdb *db);
-const char *rulesdb_path(const rulesdb *db);   /* borrowed */
-uint64_t rulesdb_spec_hash(const rulesdb *db); /* hash of the spec set in use */
-int rulesdb_schema_version(void);              /* the schema version this program writes */
+const char *rulesdb_path(const rulesdb *db);    /* borrowed */
+const un_spec *rulesdb_spec(const rulesdb *db); /* the spec set in use (borrowed) */
+uint64_t rulesdb_spec_hash(const rulesdb *db);  /* its content hash */
+int rulesdb_schema_version(void);               /* the schema version this program writes */
 
 /* ---- batches (one transaction each; nesting is an error) ---- */
 un_status rulesdb_begin(un_ctx *ctx, rulesdb *db);
