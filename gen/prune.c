@@ -98,8 +98,12 @@ un_status gen_rule_orient(un_ctx *ctx, const un_rule *r, un_rule **out) {
         dout[i] = r->dst_out[i];
     }
     un_status st = un_rule_make(ctx, r->dst, r->src, dout, so, r->n_out, &rev);
-    if (st != UN_OK)
+    if (st == UN_OK && r->n_vars > 0)
+        st = gen_rule_add_degree_var(ctx, rev); /* the reversed rule keeps the variable */
+    if (st != UN_OK) {
+        un_rule_free(rev);
         return st;
+    }
     const un_rule *pick = un_rule_hash(r) <= un_rule_hash(rev) ? r : rev;
     st = un_rule_canonical(ctx, pick, &c);
     un_rule_free(rev);
@@ -175,7 +179,7 @@ typedef struct member {
 typedef struct pair {
     gen_graph a, b; /* a = the group's smallest graph */
     int32_t bucket;
-    uint8_t max_ops, sum_ops;
+    uint8_t max_ops, sum_ops, n_inputs;
 } pair;
 
 static int cmp_graph_size(const void *x, const void *y) {
@@ -191,6 +195,8 @@ static int cmp_pair(const void *x, const void *y) {
         return a->max_ops < b->max_ops ? -1 : 1;
     if (a->sum_ops != b->sum_ops)
         return a->sum_ops < b->sum_ops ? -1 : 1;
+    if (a->n_inputs != b->n_inputs) /* general rules before their instances */
+        return a->n_inputs > b->n_inputs ? -1 : 1;
     if (a->bucket != b->bucket)
         return a->bucket < b->bucket ? -1 : 1;
     int c = memcmp(&a->a, &b->a, sizeof a->a);
@@ -211,6 +217,24 @@ static const gen_class *class_find(const gen_enum_result *r, uint64_t vh, uint32
     if (lo < r->n_classes && r->classes[lo].vh == vh && r->classes[lo].mask == mask)
         return &r->classes[lo];
     return NULL;
+}
+
+/* The smallest class of value vh whatever the inputs it names (a split output may name more
+ * inputs than its value depends on), or NULL. */
+static const gen_class *class_find_value(const gen_enum_result *r, uint64_t vh) {
+    int64_t lo = 0, hi = r->n_classes;
+    while (lo < hi) {
+        int64_t mid = (lo + hi) / 2;
+        if (r->classes[mid].vh < vh)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    const gen_class *best = NULL;
+    for (int64_t i = lo; i < r->n_classes && r->classes[i].vh == vh; i++)
+        if (!best || r->classes[i].n_ops < best->n_ops)
+            best = &r->classes[i];
+    return best;
 }
 
 /* Number of tensors each operator of g adds, from a replay (the menu fixes output counts only
@@ -241,7 +265,7 @@ static bool make_union(un_ctx *ctx, const gen_enum *e, const gen_enum_result *r,
     memset(u, 0, sizeof *u);
     int n_t = m->n_inputs, total = 0;
     for (int i = 0; i < ev->n_out; i++) {
-        const gen_class *c = class_find(r, ev->vh[ev->out[i]], ev->mask[ev->out[i]]);
+        const gen_class *c = class_find_value(r, ev->vh[ev->out[i]]);
         if (!c)
             return false;
         total += (int)c->n_ops;
@@ -262,15 +286,21 @@ static bool make_union(un_ctx *ctx, const gen_enum *e, const gen_enum_result *r,
 
 /* NF key of a graph: structural keys with every inner tensor replaced by its class. */
 static uint64_t nf_key(const gen_enum_result *r, const gen_graph *g, const gen_geval *ev,
-                       int n_inputs) {
+                       int n_inputs, const bool *comm) {
     uint64_t nf[GEN_MAX_T];
     for (int t = 0; t < n_inputs; t++)
         nf[t] = ev->key[t];
     int t = n_inputs;
     for (int j = 0; j < g->n_ops; j++) {
         uint64_t key = un_mix64(0x6f70ull + (uint64_t)g->ops[j].inst);
-        for (int k = 0; k < g->ops[j].n_in; k++)
-            key = un_mix64(key ^ nf[g->ops[j].in[k]]) + (uint64_t)k;
+        if (comm[g->ops[j].inst] && g->ops[j].n_in == 2) {
+            /* a kept commutativity rule: the argument order does not matter */
+            uint64_t x = nf[g->ops[j].in[0]], y = nf[g->ops[j].in[1]];
+            key = un_mix64(key ^ (x < y ? x : y)) + 0;
+            key = un_mix64(key ^ (x < y ? y : x)) + 1;
+        } else
+            for (int k = 0; k < g->ops[j].n_in; k++)
+                key = un_mix64(key ^ nf[g->ops[j].in[k]]) + (uint64_t)k;
         for (; t < ev->n_t && ev->prod[t] == j; t++) {
             nf[t] = un_mix64(key + 0x6f7574ull * (uint64_t)(ev->prod_out[t] + 1));
             if (ev->uses[t] > 0) {
@@ -358,6 +388,19 @@ static uint64_t pair_hash(un_ctx *ctx, const un_rule *r) {
     return h;
 }
 
+static bool try_abstract(un_ctx *ctx, const gen_enum *e, const hset *known, const gen_graph *ga,
+                         const gen_geval *ea, const gen_graph *gb, const gen_geval *eb,
+                         const uint8_t *xa, const uint8_t *xb, int n) {
+    un_rule *r = NULL;
+    bool hit = false;
+    if (build_rule(ctx, e, ga, ea, gb, eb, xa, xb, n, 0, &r) == UN_OK)
+        hit = hset_has(known, pair_hash(ctx, r));
+    else
+        un_ctx_clear(ctx);
+    un_rule_free(r);
+    return hit;
+}
+
 /* Common subgraph: a tensor both sides compute identically (same structural key) abstracted into
  * a fresh input, or an output pair computed identically left out, gives a known rule. */
 static bool implied_by_subgraph(un_ctx *ctx, const gen_enum *e, const hset *known,
@@ -375,6 +418,9 @@ static bool implied_by_subgraph(un_ctx *ctx, const gen_enum *e, const hset *know
             if (hit)
                 return true;
         }
+    /* every tensor both compute identically, one at a time, then the whole frontier at once */
+    uint8_t fa[GEN_MAX_T], fb[GEN_MAX_T];
+    int nf = 0;
     for (int ta = n_inputs; ta < ea->n_t; ta++) {
         if (ea->uses[ta] == 0)
             continue;
@@ -382,13 +428,87 @@ static bool implied_by_subgraph(un_ctx *ctx, const gen_enum *e, const hset *know
             if (eb->uses[tb] == 0 || ea->key[ta] != eb->key[tb])
                 continue;
             uint8_t xa = (uint8_t)ta, xb = (uint8_t)tb;
-            un_rule *r = NULL;
-            bool hit = false;
-            if (build_rule(ctx, e, ga, ea, gb, eb, &xa, &xb, 1, 0, &r) == UN_OK)
-                hit = hset_has(known, pair_hash(ctx, r));
-            else
+            if (try_abstract(ctx, e, known, ga, ea, gb, eb, &xa, &xb, 1))
+                return true;
+            /* frontier: consumed by an operator whose output is not common */
+            bool frontier = false;
+            for (int j = 0; j < ga->n_ops && !frontier; j++)
+                for (int k = 0; k < ga->ops[j].n_in; k++)
+                    if (ga->ops[j].in[k] == ta) {
+                        bool out_common = false;
+                        for (int t = n_inputs; t < ea->n_t; t++)
+                            if (ea->prod[t] == j)
+                                for (int u = n_inputs; u < eb->n_t; u++)
+                                    out_common |= eb->key[u] == ea->key[t];
+                        frontier |= !out_common;
+                    }
+            if (frontier) {
+                fa[nf] = (uint8_t)ta;
+                fb[nf++] = (uint8_t)tb;
+            }
+            break;
+        }
+    }
+    if (nf >= 2 && try_abstract(ctx, e, known, ga, ea, gb, eb, fa, fb, nf))
+        return true;
+    return false;
+}
+
+/* An instance of a kept rule with two inputs identified: some uses of input i, renamed to an
+ * unused interchangeable input j, give an equal pair whose rule is known. */
+static bool implied_by_diagonal(un_ctx *ctx, const gen_enum *e, const hset *known,
+                                const gen_graph *ga, const gen_geval *ea, const gen_graph *gb,
+                                const gen_geval *eb) {
+    const gen_menu *m = gen_enum_menu(e);
+    uint32_t used = ea->mask_all | eb->mask_all;
+    for (int i = 0; i < m->n_inputs; i++) {
+        if (!(used & (1u << i)))
+            continue;
+        int j = -1, grp = gen_menu_input_group(m, i);
+        for (int q = 0; q < m->n_inputs && j < 0; q++)
+            if (!(used & (1u << q)) && gen_menu_input_group(m, q) == grp)
+                j = q;
+        if (j < 0)
+            continue;
+        int pos[16][3], np = 0; /* (side, op, slot) of every use of i */
+        const gen_graph *gs[2] = {ga, gb};
+        for (int s2 = 0; s2 < 2; s2++)
+            for (int o = 0; o < gs[s2]->n_ops; o++)
+                for (int k = 0; k < gs[s2]->ops[o].n_in; k++)
+                    if (gs[s2]->ops[o].in[k] == i && np < 16) {
+                        pos[np][0] = s2;
+                        pos[np][1] = o;
+                        pos[np++][2] = k;
+                    }
+        if (np < 2 || np > 8)
+            continue;
+        for (unsigned sub = 1; sub + 1 < (1u << np); sub++) {
+            gen_graph g2[2] = {*ga, *gb};
+            for (int q = 0; q < np; q++)
+                if (sub & (1u << q))
+                    g2[pos[q][0]].ops[pos[q][1]].in[pos[q][2]] = (uint8_t)j;
+            gen_geval e2[2];
+            if (gen_enum_eval(ctx, e, &g2[0], &e2[0]) != UN_OK) {
                 un_ctx_clear(ctx);
-            un_rule_free(r);
+                continue;
+            }
+            if (gen_enum_eval(ctx, e, &g2[1], &e2[1]) != UN_OK) {
+                un_ctx_clear(ctx);
+                gen_geval_deinit(&e2[0]);
+                continue;
+            }
+            bool hit = false;
+            if (e2[0].fp == e2[1].fp && e2[0].n_out == e2[1].n_out) {
+                un_rule *r = NULL;
+                if (build_rule(ctx, e, &g2[0], &e2[0], &g2[1], &e2[1], NULL, NULL, 0, 0, &r) ==
+                    UN_OK)
+                    hit = hset_has(known, pair_hash(ctx, r));
+                else
+                    un_ctx_clear(ctx);
+                un_rule_free(r);
+            }
+            gen_geval_deinit(&e2[0]);
+            gen_geval_deinit(&e2[1]);
             if (hit)
                 return true;
         }
@@ -465,6 +585,7 @@ static un_status pair_bucket(un_ctx *ctx, const gen_enum *e, const gen_enum_resu
             pr.bucket = bucket;
             pr.max_ops = g[mj].n_ops > g[ri].n_ops ? g[mj].n_ops : g[ri].n_ops;
             pr.sum_ops = (uint8_t)(g[mj].n_ops + g[ri].n_ops);
+            pr.n_inputs = (uint8_t)__builtin_popcount(ev[ri].mask_all);
             vecp_push(pairs, &pr);
         }
         stats->buckets += members >= 2;
@@ -530,6 +651,7 @@ un_status gen_find(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_rules *out
     pair *pv = pairs.data;
     qsort(pv, (size_t)pairs.n, sizeof(pair), cmp_pair);
     hset known = {0}, decided = {0};
+    bool *comm = un_xcalloc((size_t)m->n_insts, sizeof *comm);
     vecp kept = {.elem = sizeof(un_rule *)};
     int64_t c_naming = 0, c_super = 0, c_compose = 0, c_rename = 0, c_sub = 0, c_check = 0;
     for (int64_t i = 0; i < pairs.n && st == UN_OK; i++) {
@@ -548,8 +670,8 @@ un_status gen_find(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_rules *out
             break;
         }
         un_rule *rule = NULL, *canon = NULL;
-        uint64_t nfa = nf_key(&r, &pr->a, &ea, m->n_inputs),
-                 nfb = nf_key(&r, &pr->b, &eb, m->n_inputs);
+        uint64_t nfa = nf_key(&r, &pr->a, &ea, m->n_inputs, comm),
+                 nfb = nf_key(&r, &pr->b, &eb, m->n_inputs, comm);
         uint64_t ck = compose_key(pr->bucket, nfb);
         if (!naming_ok(m, ea.mask_all)) {
             c_naming++;
@@ -563,11 +685,14 @@ un_status gen_find(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_rules *out
             c_check++;
         } else {
             uint64_t h = pair_hash(ctx, rule);
-            if (hset_has(&known, h)) {
+            if (hset_has(&known, h) ||
+                implied_by_diagonal(ctx, e, &known, &pr->a, &ea, &pr->b, &eb)) {
                 c_rename++;
+                hset_add(&known, h);
                 hset_add(&decided, ck);
             } else if (implied_by_subgraph(ctx, e, &known, &pr->a, &ea, &pr->b, &eb, m->n_inputs)) {
                 c_sub++;
+                hset_add(&known, h);
                 hset_add(&decided, ck);
             } else if (un_rule_check_random(ctx, rule, UN_DOM_FIELD, p->seed ^ 0x636865636bull,
                                             NULL) != UN_OK) {
@@ -578,6 +703,12 @@ un_status gen_find(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_rules *out
                 hset_add(&known, h);
                 hset_add(&decided, ck);
                 stats->with_var += canon->n_vars > 0;
+                /* op(a, b) => op(b, a): later normal forms ignore that op's argument order */
+                if (pr->a.n_ops == 1 && pr->b.n_ops == 1 &&
+                    pr->a.ops[0].inst == pr->b.ops[0].inst && pr->a.ops[0].n_in == 2 &&
+                    pr->a.ops[0].in[0] == pr->b.ops[0].in[1] &&
+                    pr->a.ops[0].in[1] == pr->b.ops[0].in[0])
+                    comm[pr->a.ops[0].inst] = true;
                 vecp_push(&kept, &canon);
                 canon = NULL;
             }
@@ -598,6 +729,7 @@ un_status gen_find(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_rules *out
     stats->pair_seconds = now_s() - t0;
     hset_deinit(&known);
     hset_deinit(&decided);
+    free(comm);
     free(pairs.data);
     gen_enum_result_deinit(&r);
     out->rules = kept.data;
