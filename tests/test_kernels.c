@@ -904,6 +904,7 @@ static void test_threads_match(void) {
         {"cross_entropy", "", "300,100;300", false},
         {"ew_mul", "", "300,200;300,200", false},
         {"transpose", "dim0=0 dim1=2", "40,30,50", false},
+        {"conv2d", "pad_h=1 pad_w=1", "2,16,20,20;16,16,3,3", false},
         {"reduce_sum", "dim=-1", "300,200", false},
     };
     un_rng rng;
