@@ -812,20 +812,28 @@ static un_status row_read(un_ctx *ctx, rulesdb *db, sqlite3_stmt *s, bool parse,
     return UN_OK;
 }
 
-un_status rulesdb_rule_get(un_ctx *ctx, rulesdb *db, int32_t id, rulesdb_row **out) {
+static un_status rule_read(un_ctx *ctx, rulesdb *db, int32_t id, bool parse, rulesdb_row **out) {
     *out = NULL;
     sqlite3_stmt *s = stmt_get(db, STMT_RULE_GET);
     sqlite3_bind_int64(s, 1, id);
     int rc = sqlite3_step(s);
     un_status st;
     if (rc == SQLITE_ROW)
-        st = row_read(ctx, db, s, true, out, NULL);
+        st = row_read(ctx, db, s, parse, out, NULL);
     else if (rc == SQLITE_DONE)
         st = un_ctx_error(ctx, UN_ERR_INVALID, "%s: no rule %d", db->path, (int)id);
     else
         st = db_fail(ctx, db, rc, "reading a rule");
     sqlite3_reset(s);
     return st;
+}
+
+un_status rulesdb_rule_get(un_ctx *ctx, rulesdb *db, int32_t id, rulesdb_row **out) {
+    return rule_read(ctx, db, id, true, out);
+}
+
+un_status rulesdb_rule_meta(un_ctx *ctx, rulesdb *db, int32_t id, rulesdb_row **out) {
+    return rule_read(ctx, db, id, false, out);
 }
 
 rulesdb_filter rulesdb_filter_default(void) { return (rulesdb_filter){.status = -1, .op = -1}; }

@@ -92,6 +92,10 @@ void rulesdb_row_free(rulesdb_row *row);
  * ("rule N: content does not match its hash"), never silently used. Owned: rulesdb_row_free. */
 un_status rulesdb_rule_get(un_ctx *ctx, rulesdb *db, int32_t id, rulesdb_row **out);
 
+/* Reads row id without parsing or checking its body (row->rule is NULL): for listings and
+ * statistics over many rows. Owned: rulesdb_row_free. */
+un_status rulesdb_rule_meta(un_ctx *ctx, rulesdb *db, int32_t id, rulesdb_row **out);
+
 typedef struct rulesdb_filter {
     int status;   /* an un_rule_status, or -1 for any */
     int op;       /* an un_op that must occur on either side, or -1 */

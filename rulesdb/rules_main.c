@@ -1,0 +1,600 @@
+/* unity-rules - inspect and exchange rule databases: list, show, stats, import (FlexFlow JSON),
+ * export (FlexFlow or our JSON), check, merge. Argument parsing and printing only; the work is in
+ * librulesdb. Outputs that are files (export -o, merge -o) are written to a temporary file in the
+ * same folder and renamed, so a failure never leaves half a file. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "pcg/report.h"
+#include "rulesdb/flexflow.h"
+
+static const char *USAGE =
+    "usage: unity-rules [--ops FILE] COMMAND ...\n"
+    "  list DB [--status S] [--op OP] [--size N|A-B] [--limit N]\n"
+    "                               one line per rule: id, status, size, hash, rule\n"
+    "  show DB ID [--dot]           a rule with its verdict and provenance (--dot: Graphviz)\n"
+    "  stats DB                     counts by status, size and operator; proof-time percentiles\n"
+    "  import DB FILE [--quiet]     import a FlexFlow rule collection (JSON); creates DB\n"
+    "  export DB --format flexflow|json [--status S] [-o FILE]\n"
+    "                               write rules (default: every rule but rejected ones)\n"
+    "  check DB                     integrity: SQLite's check plus every row against its hash\n"
+    "  merge A.db B.db ... -o C.db  combine databases (dedup by canonical hash, best verdicts)\n"
+    "options: --ops FILE            the spec set in use (default specs/ops.json)\n";
+
+typedef struct {
+    const char *ops, *status, *op, *size, *format, *out;
+    int64_t limit;
+    bool dot, quiet;
+    const char *pos[16];
+    int npos;
+} opts;
+
+static int fail(un_ctx *ctx, un_status st) {
+    fprintf(stderr, "unity-rules: %s: %s\n", un_status_str(st), un_ctx_errmsg(ctx));
+    return 1;
+}
+
+static int usage_error(const char *fmt, const char *arg) {
+    fprintf(stderr, "unity-rules: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, " (unity-rules --help)\n");
+    return 2;
+}
+
+static int parse_args(int argc, char **argv, opts *o) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (a[0] != '-' || strcmp(a, "-") == 0) {
+            if (o->npos == 16)
+                return usage_error("too many arguments%s", "");
+            o->pos[o->npos++] = a;
+            continue;
+        }
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            fputs(USAGE, stdout);
+            return -1;
+        }
+        if (strcmp(a, "--dot") == 0) {
+            o->dot = true;
+            continue;
+        }
+        if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) {
+            o->quiet = true;
+            continue;
+        }
+        const char **slot = strcmp(a, "--ops") == 0                                ? &o->ops
+                            : strcmp(a, "--status") == 0                           ? &o->status
+                            : strcmp(a, "--op") == 0                               ? &o->op
+                            : strcmp(a, "--size") == 0                             ? &o->size
+                            : strcmp(a, "--format") == 0                           ? &o->format
+                            : (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) ? &o->out
+                                                                                   : NULL;
+        bool is_limit = strcmp(a, "--limit") == 0;
+        if (!slot && !is_limit)
+            return usage_error("unknown option %s", a);
+        if (!v)
+            return usage_error("option %s needs a value", a);
+        i++;
+        if (is_limit) {
+            char *end;
+            long long n = strtoll(v, &end, 10);
+            if (!*v || *end || n < 1)
+                return usage_error("--limit wants a positive integer, not '%s'", v);
+            o->limit = n;
+        } else {
+            *slot = v;
+        }
+    }
+    return 0;
+}
+
+static un_status open_db(un_ctx *ctx, const char *path, const un_spec *spec, int flags,
+                         rulesdb **db) {
+    return rulesdb_open(ctx, path, spec, flags, db);
+}
+
+/* "relu(x0) => x0" on one line (outputs separated by "; "). */
+static void rule_line(const un_rule *r, un_buf *b) {
+    un_buf t = {0};
+    un_rule_str(r, &t);
+    for (size_t i = 0; t.data && i < t.len; i++)
+        if (t.data[i] == '\n')
+            t.data[i] = i + 1 < t.len ? ';' : '\0';
+    un_buf_printf(b, "%s", t.data ? t.data : "");
+    un_buf_free(&t);
+}
+
+static bool parse_filter(un_ctx *ctx, const opts *o, rulesdb_filter *f) {
+    *f = rulesdb_filter_default();
+    if (o->status) {
+        un_rule_status s;
+        if (!un_rule_status_from_name(o->status, &s)) {
+            un_ctx_error(ctx, UN_ERR_INVALID,
+                         "--status %s: not one of candidate, verified, refuted, unknown, rejected",
+                         o->status);
+            return false;
+        }
+        f->status = (int)s;
+    }
+    if (o->op) {
+        un_op op;
+        if (!un_op_from_name(o->op, &op)) {
+            un_ctx_error(ctx, UN_ERR_INVALID, "--op %s: no such operator (unity-pcg ops)", o->op);
+            return false;
+        }
+        f->op = (int)op;
+    }
+    if (o->size) {
+        int a = 0, b = 0, n = 0;
+        char dash = 0;
+        if (sscanf(o->size, "%d%n", &a, &n) == 1 && o->size[n] == '\0') {
+            b = a;
+        } else if (sscanf(o->size, "%d%c%d%n", &a, &dash, &b, &n) != 3 || dash != '-' ||
+                   o->size[n] != '\0') {
+            a = -1;
+        }
+        if (a < 1 || b < a) {
+            un_ctx_error(ctx, UN_ERR_INVALID, "--size %s: want N or A-B (sizes >= 1)", o->size);
+            return false;
+        }
+        f->min_size = a;
+        f->max_size = b;
+    }
+    f->limit = o->limit;
+    return true;
+}
+
+static int cmd_list(un_ctx *ctx, const un_spec *spec, const opts *o) {
+    if (o->npos != 2)
+        return usage_error("list wants one database%s", "");
+    rulesdb_filter f;
+    if (!parse_filter(ctx, o, &f))
+        return fail(ctx, UN_ERR_INVALID);
+    rulesdb *db = NULL;
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    un_status st = open_db(ctx, o->pos[1], spec, RULESDB_READONLY, &db);
+    if (st == UN_OK)
+        st = rulesdb_rule_ids(ctx, db, &f, &ids, &n);
+    for (int64_t i = 0; st == UN_OK && i < n; i++) {
+        rulesdb_row *row = NULL;
+        st = rulesdb_rule_get(ctx, db, ids[i], &row);
+        if (st != UN_OK)
+            break;
+        un_buf b = {0};
+        un_buf_printf(&b, "%d\t%s%s\t%d\t%016llx\t", (int)row->id, un_rule_status_name(row->status),
+                      row->status == UN_RULE_VERIFIED && !row->trusted ? "(stale)" : "",
+                      row->n_src + row->n_dst, (unsigned long long)row->hash);
+        if (row->rule)
+            rule_line(row->rule, &b);
+        else
+            un_buf_printf(&b, "%s: %s", row->origin_name ? row->origin_name : "?",
+                          row->detail ? row->detail : "");
+        printf("%s\n", b.data);
+        un_buf_free(&b);
+        rulesdb_row_free(row);
+    }
+    free(ids);
+    rulesdb_free(db);
+    return st == UN_OK ? 0 : fail(ctx, st);
+}
+
+static int cmd_show(un_ctx *ctx, const un_spec *spec, const opts *o) {
+    if (o->npos != 3)
+        return usage_error("show wants a database and a rule id%s", "");
+    char *end;
+    long id = strtol(o->pos[2], &end, 10);
+    if (!*o->pos[2] || *end || id < 1 || id > INT32_MAX)
+        return usage_error("show: '%s' is not a rule id", o->pos[2]);
+    rulesdb *db = NULL;
+    rulesdb_row *row = NULL;
+    un_status st = open_db(ctx, o->pos[1], spec, RULESDB_READONLY, &db);
+    if (st == UN_OK)
+        st = rulesdb_rule_get(ctx, db, (int32_t)id, &row);
+    un_buf b = {0};
+    if (st == UN_OK && o->dot) {
+        if (!row->rule) {
+            st = un_ctx_error(ctx, UN_ERR_INVALID, "%s: rule %ld: rejected without a rule",
+                              o->pos[1], id);
+        } else {
+            un_buf_printf(&b, "// rule %ld: source side\n", id);
+            st = un_graph_to_dot(ctx, row->rule->src, &b);
+            if (st == UN_OK) {
+                un_buf_printf(&b, "// rule %ld: target side\n", id);
+                st = un_graph_to_dot(ctx, row->rule->dst, &b);
+            }
+        }
+    } else if (st == UN_OK) {
+        uint64_t cur = rulesdb_spec_hash(db);
+        un_buf_printf(&b, "rule %d  hash %016llx\n", (int)row->id, (unsigned long long)row->hash);
+        un_buf_printf(&b, "status    %s%s\n", un_rule_status_name(row->status),
+                      row->status == UN_RULE_VERIFIED
+                          ? (row->trusted ? " (under the spec set in use)"
+                                          : " (under another spec set: not trusted until "
+                                            "re-verified)")
+                          : "");
+        if (row->detail)
+            un_buf_printf(&b, "detail    %s\n", row->detail);
+        if (row->status != UN_RULE_CANDIDATE && row->status != UN_RULE_REJECTED)
+            un_buf_printf(&b, "proof     %.3f ms%s%s\n", row->proof_ms,
+                          row->axioms ? ", axioms " : "", row->axioms ? row->axioms : "");
+        un_buf_printf(&b, "origin    %s%s%s%s%s\n", row->origin_kind ? row->origin_kind : "?",
+                      row->origin_file ? " from " : "", row->origin_file ? row->origin_file : "",
+                      row->origin_name ? " as " : "", row->origin_name ? row->origin_name : "");
+        un_buf_printf(&b, "specs     generated %016llx, verified %016llx, in use %016llx\n",
+                      (unsigned long long)row->gen_spec, (unsigned long long)row->verify_spec,
+                      (unsigned long long)cur);
+        un_buf_printf(&b, "size      %d => %d  ops %s\n", row->n_src, row->n_dst, row->ops);
+        if (row->rule) {
+            const un_rule *r = row->rule;
+            for (int v = 0; v < r->n_vars; v++)
+                un_buf_printf(&b, "variable  %s (witness %lld, %d occurrences)\n", r->vars[v].name,
+                              (long long)r->vars[v].value, r->vars[v].n_binds);
+            if (r->any_shape)
+                un_buf_printf(&b, "shapes    proven for every input shape\n");
+            un_buf_printf(&b, "rule      ");
+            un_rule_str(r, &b);
+            for (int side = 0; side < 2 && st == UN_OK; side++) {
+                un_buf_printf(&b, "%s:\n", side ? "target" : "source");
+                st = un_report_graph(ctx, side ? r->dst : r->src, &b);
+            }
+        }
+    }
+    if (st == UN_OK)
+        fputs(b.data ? b.data : "", stdout);
+    un_buf_free(&b);
+    rulesdb_row_free(row);
+    rulesdb_free(db);
+    return st == UN_OK ? 0 : fail(ctx, st);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int cmd_stats(un_ctx *ctx, const un_spec *spec, const opts *o) {
+    if (o->npos != 2)
+        return usage_error("stats wants one database%s", "");
+    rulesdb *db = NULL;
+    int32_t *ids = NULL;
+    int64_t n = 0, counts[UN_RULE_STATUS_COUNT] = {0}, by_op[UN_OP_COUNT] = {0}, sizes[64] = {0};
+    int64_t stale = 0, nproof = 0;
+    double *proof = NULL;
+    un_status st = open_db(ctx, o->pos[1], spec, RULESDB_READONLY, &db);
+    if (st == UN_OK)
+        st = rulesdb_count(ctx, db, counts);
+    if (st == UN_OK)
+        st = rulesdb_rule_ids(ctx, db, NULL, &ids, &n);
+    if (st == UN_OK)
+        proof = un_xcalloc((size_t)n + 1, sizeof *proof);
+    for (int64_t i = 0; st == UN_OK && i < n; i++) {
+        rulesdb_row *row = NULL;
+        st = rulesdb_rule_meta(ctx, db, ids[i], &row);
+        if (st != UN_OK)
+            break;
+        if (row->status != UN_RULE_REJECTED) {
+            int sz = row->n_src + row->n_dst;
+            sizes[sz < 63 ? sz : 63]++;
+            char *save = NULL, *ops = un_xstrdup(row->ops);
+            for (char *t = strtok_r(ops, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                un_op op;
+                if (un_op_from_name(t, &op))
+                    by_op[op]++;
+            }
+            free(ops);
+        }
+        if (row->status == UN_RULE_VERIFIED && !row->trusted)
+            stale++;
+        if (row->status == UN_RULE_VERIFIED || row->status == UN_RULE_REFUTED)
+            proof[nproof++] = row->proof_ms;
+        rulesdb_row_free(row);
+    }
+    if (st == UN_OK) {
+        printf("%s: %lld rules\n", o->pos[1], (long long)n);
+        printf("by status:");
+        for (int s = 0; s < UN_RULE_STATUS_COUNT; s++)
+            printf(" %s %lld", un_rule_status_name((un_rule_status)s), (long long)counts[s]);
+        printf("\n");
+        if (stale)
+            printf("stale: %lld verified rules were verified under another spec set and need "
+                   "re-verifying\n",
+                   (long long)stale);
+        printf("by size (nodes on both sides):");
+        for (int s = 0; s < 64; s++)
+            if (sizes[s])
+                printf(" %d%s:%lld", s, s == 63 ? "+" : "", (long long)sizes[s]);
+        printf("\nby operator (rules using it):");
+        for (int op = 0; op < UN_OP_COUNT; op++)
+            if (by_op[op])
+                printf(" %s %lld", un_op_name((un_op)op), (long long)by_op[op]);
+        printf("\n");
+        if (nproof) {
+            qsort(proof, (size_t)nproof, sizeof *proof, cmp_double);
+            double p[4] = {50, 90, 99, 100};
+            printf("proof time (verified and refuted, %lld):", (long long)nproof);
+            for (int k = 0; k < 4; k++) {
+                int64_t idx = (int64_t)((p[k] / 100.0) * (double)(nproof - 1) + 0.5);
+                printf(" %s %.3f ms",
+                       k == 3   ? "max"
+                       : k == 0 ? "p50"
+                       : k == 1 ? "p90"
+                                : "p99",
+                       proof[idx]);
+            }
+            printf("\n");
+        } else {
+            printf("proof time: no verdicts yet\n");
+        }
+    }
+    free(proof);
+    free(ids);
+    rulesdb_free(db);
+    return st == UN_OK ? 0 : fail(ctx, st);
+}
+
+static void remove_db_files(const char *path) {
+    char b[4200];
+    unlink(path);
+    snprintf(b, sizeof b, "%s-wal", path);
+    unlink(b);
+    snprintf(b, sizeof b, "%s-shm", path);
+    unlink(b);
+}
+
+static int cmd_import(un_ctx *ctx, const un_spec *spec, const opts *o) {
+    if (o->npos != 3)
+        return usage_error("import wants a database and a FlexFlow JSON file%s", "");
+    rulesdb *db = NULL;
+    flexflow_import_stats s;
+    un_buf rep = {0};
+    bool existed = access(o->pos[1], F_OK) == 0;
+    un_status st = open_db(ctx, o->pos[1], spec, RULESDB_CREATE, &db);
+    if (st == UN_OK)
+        st = flexflow_import(ctx, db, o->pos[2], &s, o->quiet ? NULL : &rep);
+    if (st == UN_OK) {
+        if (rep.data)
+            fputs(rep.data, stdout);
+        printf("%s: parsed %lld, imported %lld, duplicates %lld, rejected %lld", o->pos[2],
+               (long long)s.parsed, (long long)s.imported, (long long)s.duplicates,
+               (long long)s.rejected);
+        const char *sep = " (";
+        for (int k = 0; k < FLEXFLOW_REJECT_COUNT; k++)
+            if (s.by_reason[k]) {
+                printf("%s%s %lld", sep, flexflow_reject_name((flexflow_reject)k),
+                       (long long)s.by_reason[k]);
+                sep = ", ";
+            }
+        printf("%s\n", s.rejected ? ")" : "");
+    }
+    un_buf_free(&rep);
+    rulesdb_free(db);
+    if (st != UN_OK && !existed)
+        remove_db_files(o->pos[1]); /* a failed import creates nothing */
+    return st == UN_OK ? 0 : fail(ctx, st);
+}
+
+/* Writes text to path through a temporary file in the same folder and a rename. */
+static un_status write_atomic(un_ctx *ctx, const char *path, const char *text, size_t len) {
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f)
+        return un_ctx_error(ctx, UN_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    bool ok = fwrite(text, 1, len, f) == len;
+    ok = fflush(f) == 0 && ok;
+    ok = fsync(fileno(f)) == 0 && ok;
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return un_ctx_error(ctx, UN_ERR_IO, "%s: cannot write: %s", path, strerror(e));
+    }
+    return UN_OK;
+}
+
+static int cmd_export(un_ctx *ctx, const un_spec *spec, const opts *o) {
+    if (o->npos != 2)
+        return usage_error("export wants one database%s", "");
+    if (!o->format || (strcmp(o->format, "flexflow") && strcmp(o->format, "json")))
+        return usage_error("export needs --format flexflow or --format json%s", "");
+    rulesdb_filter f;
+    if (!parse_filter(ctx, o, &f))
+        return fail(ctx, UN_ERR_INVALID);
+    bool flexflow = strcmp(o->format, "flexflow") == 0;
+    rulesdb *db = NULL;
+    int32_t *ids = NULL;
+    int64_t n = 0, m = 0, skipped = 0;
+    un_rule **rules = NULL;
+    char **names = NULL;
+    un_buf out = {0}, rep = {0};
+    un_status st = open_db(ctx, o->pos[1], spec, RULESDB_READONLY, &db);
+    if (st == UN_OK)
+        st = rulesdb_rule_ids(ctx, db, &f, &ids, &n);
+    if (st == UN_OK) {
+        rules = un_xcalloc((size_t)n + 1, sizeof *rules);
+        names = un_xcalloc((size_t)n + 1, sizeof *names);
+    }
+    if (st == UN_OK && !flexflow)
+        un_buf_printf(&out, "{\"spec\": \"%016llx\", \"rules\": [",
+                      (unsigned long long)rulesdb_spec_hash(db));
+    for (int64_t i = 0; st == UN_OK && i < n; i++) {
+        rulesdb_row *row = NULL;
+        st = rulesdb_rule_get(ctx, db, ids[i], &row);
+        if (st != UN_OK)
+            break;
+        if (row->rule && (o->status || row->status != UN_RULE_REJECTED)) {
+            if (flexflow) {
+                names[m] = un_xstrdup(row->origin_name ? row->origin_name : row->rule->name);
+                if (!names[m][0]) {
+                    free(names[m]);
+                    char nm[32];
+                    snprintf(nm, sizeof nm, "rule_%d", (int)row->id);
+                    names[m] = un_xstrdup(nm);
+                }
+                rules[m++] = row->rule;
+                row->rule = NULL;
+            } else {
+                un_buf_printf(&out,
+                              "%s\n  {\"id\": %d, \"status\": \"%s\", \"hash\": \"%016llx\", ",
+                              m ? "," : "", (int)row->id, un_rule_status_name(row->status),
+                              (unsigned long long)row->hash);
+                un_buf_printf(&out,
+                              "\"trusted\": %s, \"detail\": ", row->trusted ? "true" : "false");
+                if (row->detail)
+                    un_buf_json_str(&out, row->detail);
+                else
+                    un_buf_printf(&out, "null");
+                un_buf_printf(&out, ", \"proof_ms\": %.6g, \"rule\": ", row->proof_ms);
+                st = un_rule_to_json(ctx, row->rule, &out);
+                un_buf_printf(&out, "}");
+                m++;
+            }
+        }
+        rulesdb_row_free(row);
+    }
+    if (st == UN_OK && flexflow)
+        st = flexflow_export(ctx, (const un_rule *const *)rules, (const char *const *)names, m,
+                             &out, &skipped, &rep);
+    else if (st == UN_OK)
+        un_buf_printf(&out, "\n]}\n");
+    if (st == UN_OK) {
+        if (o->out)
+            st = write_atomic(ctx, o->out, out.data, out.len);
+        else
+            fwrite(out.data, 1, out.len, stdout);
+    }
+    if (st == UN_OK) {
+        if (rep.data)
+            fputs(rep.data, stderr);
+        fprintf(stderr, "exported %lld rules%s%s", (long long)(m - skipped), o->out ? " to " : "",
+                o->out ? o->out : "");
+        if (skipped)
+            fprintf(stderr, " (%lld not expressible in FlexFlow's format)", (long long)skipped);
+        fprintf(stderr, "\n");
+    }
+    for (int64_t i = 0; i < m && flexflow; i++) {
+        un_rule_free(rules[i]);
+        free(names[i]);
+    }
+    free(rules);
+    free(names);
+    un_buf_free(&out);
+    un_buf_free(&rep);
+    free(ids);
+    rulesdb_free(db);
+    return st == UN_OK ? 0 : fail(ctx, st);
+}
+
+static int cmd_check(un_ctx *ctx, const un_spec *spec, const opts *o) {
+    if (o->npos != 2)
+        return usage_error("check wants one database%s", "");
+    rulesdb *db = NULL;
+    int64_t bad = 0, counts[UN_RULE_STATUS_COUNT] = {0};
+    un_buf rep = {0};
+    un_status st = open_db(ctx, o->pos[1], spec, RULESDB_READONLY, &db);
+    if (st == UN_OK)
+        st = rulesdb_check(ctx, db, &bad, &rep);
+    if (st == UN_OK)
+        st = rulesdb_count(ctx, db, counts);
+    int rc = 0;
+    if (st == UN_OK) {
+        int64_t total = 0;
+        for (int s = 0; s < UN_RULE_STATUS_COUNT; s++)
+            total += counts[s];
+        if (bad) {
+            fputs(rep.data ? rep.data : "", stdout);
+            fprintf(stderr, "unity-rules: %s: %lld problem%s found (listed above)\n", o->pos[1],
+                    (long long)bad, bad == 1 ? "" : "s");
+            rc = 1;
+        } else {
+            printf("%s: ok (%lld rules, schema version %d)\n", o->pos[1], (long long)total,
+                   rulesdb_schema_version());
+        }
+    }
+    un_buf_free(&rep);
+    rulesdb_free(db);
+    return st == UN_OK ? rc : fail(ctx, st);
+}
+
+static int cmd_merge(un_ctx *ctx, const un_spec *spec, const opts *o) {
+    if (o->npos < 3 || !o->out)
+        return usage_error("merge wants two or more databases and -o OUT.db%s", "");
+    char wal[4200];
+    snprintf(wal, sizeof wal, "%s-wal", o->out);
+    if (access(wal, F_OK) == 0) {
+        un_ctx_error(ctx, UN_ERR_IO,
+                     "%s: its write-ahead log %s exists (in use, or not closed "
+                     "cleanly): not replacing it",
+                     o->out, wal);
+        return fail(ctx, UN_ERR_IO);
+    }
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp-%ld", o->out, (long)getpid());
+    remove_db_files(tmp);
+    rulesdb *out = NULL;
+    un_status st = open_db(ctx, tmp, spec, RULESDB_CREATE, &out);
+    rulesdb_merge_stats total = {0};
+    for (int i = 1; st == UN_OK && i < o->npos; i++) {
+        rulesdb *src = NULL;
+        rulesdb_merge_stats ms;
+        st = open_db(ctx, o->pos[i], spec, RULESDB_READONLY, &src);
+        if (st == UN_OK)
+            st = rulesdb_merge_ex(ctx, out, src, &ms);
+        rulesdb_free(src);
+        if (st == UN_OK) {
+            printf("%s: %lld added, %lld already present (%lld with a better verdict taken, %lld "
+                   "conflicting verdicts)\n",
+                   o->pos[i], (long long)ms.added, (long long)ms.duplicates, (long long)ms.updated,
+                   (long long)ms.conflicts);
+            total.added += ms.added;
+        }
+    }
+    rulesdb_free(out);
+    if (st == UN_OK && rename(tmp, o->out) != 0)
+        st = un_ctx_error(ctx, UN_ERR_IO, "%s: cannot write: %s", o->out, strerror(errno));
+    if (st != UN_OK) {
+        remove_db_files(tmp);
+        return fail(ctx, st);
+    }
+    remove_db_files(tmp); /* the -wal/-shm of the temporary name, if any */
+    printf("%s: %lld rules\n", o->out, (long long)total.added);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    opts o = {.ops = "specs/ops.json"};
+    int rc = parse_args(argc, argv, &o);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    if (o.npos == 0)
+        return usage_error("no command given%s", "");
+    static const struct {
+        const char *name;
+        int (*fn)(un_ctx *, const un_spec *, const opts *);
+    } cmds[] = {{"list", cmd_list},     {"show", cmd_show},     {"stats", cmd_stats},
+                {"import", cmd_import}, {"export", cmd_export}, {"check", cmd_check},
+                {"merge", cmd_merge}};
+    int k = -1;
+    for (int i = 0; i < (int)(sizeof cmds / sizeof cmds[0]); i++)
+        if (strcmp(cmds[i].name, o.pos[0]) == 0)
+            k = i;
+    if (k < 0)
+        return usage_error("unknown command '%s'", o.pos[0]);
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_spec *spec = NULL;
+    un_status st = un_spec_load(ctx, o.ops, &spec);
+    if (st != UN_OK) {
+        rc = fail(ctx, st);
+    } else {
+        rc = cmds[k].fn(ctx, spec, &o);
+    }
+    un_spec_free(spec);
+    un_ctx_free(ctx);
+    return rc;
+}
