@@ -1179,6 +1179,59 @@ static void test_alloc_failure(void) {
     un_ctx_free(ctx);
 }
 
+/* Every case under a context whose Nth allocation fails, for N = 0, 1, ... until forward and
+ * backward both succeed: each call is UN_OK or UN_ERR_NOMEM, and nothing leaks (ASan). */
+static int n_oom_failures;
+
+static void oom_case(un_ctx *ctx, inst *t, const un_kexec *ex, const char *label) {
+    (void)ctx;
+    un_ctx_params cp = un_ctx_params_default();
+    cp.alloc = (un_alloc){fail_malloc, plain_realloc, plain_free, NULL};
+    fail_after = 1 << 30;
+    un_ctx *f = un_ctx_new(&cp);
+    double **y = alloc_outs(t), **r = alloc_outs(t), *g[UN_MAX_INPUTS] = {0};
+    un_kt in[UN_MAX_INPUTS], out[UN_MAX_OUTPUTS], dout[UN_MAX_OUTPUTS], din[UN_MAX_INPUTS];
+    inst_inputs(t, UN_PREC_F64, NULL, in);
+    for (int o = 0; o < t->n_out; o++) {
+        out[o] = kt_of(&t->inf.out[o], y[o]);
+        dout[o] = kt_of(&t->inf.out[o], r[o]);
+    }
+    for (int i = 0; i < t->n_in; i++) {
+        din[i] = kt_of(&t->in_shape[i], NULL);
+        if (t->x[i])
+            din[i].data = g[i] = un_xcalloc((size_t)t->n[i], sizeof(double));
+    }
+    for (int n = 0; n < 16; n++) {
+        fail_after = n;
+        un_status s1 = un_kern_forward(f, ex, t->op, t->inf.local, in, t->n_in, out, t->n_out);
+        un_status s2 =
+            un_kern_backward(f, ex, t->op, t->inf.local, in, t->n_in, out, t->n_out, dout, din);
+        fail_after = 1 << 30;
+        bool ok1 = s1 == UN_OK || s1 == UN_ERR_NOMEM, ok2 = s2 == UN_OK || s2 == UN_ERR_NOMEM;
+        EXPECT_TRUE(ok1 && ok2);
+        if (!ok1 || !ok2)
+            printf("    %s: failing allocation %d gives %s / %s\n", label, n, un_status_str(s1),
+                   un_status_str(s2));
+        if (s1 == UN_OK && s2 == UN_OK)
+            break;
+        n_oom_failures++;
+        un_ctx_clear(f);
+    }
+    for (int i = 0; i < t->n_in; i++)
+        free(g[i]);
+    free_outs(y);
+    free_outs(r);
+    un_ctx_free(f);
+}
+
+static void test_alloc_failure_every_case(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    for_each_case(ctx, oom_case);
+    printf("    %d injected allocation failures, each a clean UN_ERR_NOMEM\n", n_oom_failures);
+    EXPECT_TRUE(n_oom_failures >= 20);
+    un_ctx_free(ctx);
+}
+
 /* ---- pool ------------------------------------------------------------------------------------ */
 
 typedef struct cover {
@@ -1244,6 +1297,7 @@ int main(void) {
         {"nonfinite", test_nonfinite},
         {"errors", test_errors},
         {"alloc_failure", test_alloc_failure},
+        {"alloc_failure_every_case", test_alloc_failure_every_case},
         {"pool_covers_each_index_once", test_pool_covers_each_index_once},
     };
     int rc = TEST_RUN_ALL(cases);
