@@ -602,9 +602,12 @@ un_status gen_enum_run(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_enum_r
     for (int i = 0; i < nt; i++) {
         wstate *w = &wk[i].w;
         if (st == UN_OK) {
-            memcpy((gen_rec *)recs.data + ro, w->recs.data, sizeof(gen_rec) * (size_t)w->recs.n);
-            memcpy((gen_class *)classes.data + co, w->classes.data,
-                   sizeof(gen_class) * (size_t)w->classes.n);
+            if (w->recs.n)
+                memcpy((gen_rec *)recs.data + ro, w->recs.data,
+                       sizeof(gen_rec) * (size_t)w->recs.n);
+            if (w->classes.n)
+                memcpy((gen_class *)classes.data + co, w->classes.data,
+                       sizeof(gen_class) * (size_t)w->classes.n);
             ro += w->recs.n;
             co += w->classes.n;
         }

@@ -649,7 +649,8 @@ un_status gen_find(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_rules *out
     }
     stats->pairs = pairs.n;
     pair *pv = pairs.data;
-    qsort(pv, (size_t)pairs.n, sizeof(pair), cmp_pair);
+    if (pairs.n > 1)
+        qsort(pv, (size_t)pairs.n, sizeof(pair), cmp_pair);
     hset known = {0}, decided = {0};
     bool *comm = un_xcalloc((size_t)m->n_insts, sizeof *comm);
     vecp kept = {.elem = sizeof(un_rule *)};

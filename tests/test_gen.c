@@ -362,8 +362,10 @@ static void test_shards_union(void) {
     gen_rules u = {0};
     u.n = s0.n + s1.n;
     u.rules = un_xmalloc(sizeof(un_rule *) * (size_t)(u.n + 1));
-    memcpy(u.rules, s0.rules, sizeof(un_rule *) * (size_t)s0.n);
-    memcpy(u.rules + s0.n, s1.rules, sizeof(un_rule *) * (size_t)s1.n);
+    if (s0.n)
+        memcpy(u.rules, s0.rules, sizeof(un_rule *) * (size_t)s0.n);
+    if (s1.n)
+        memcpy(u.rules + s0.n, s1.rules, sizeof(un_rule *) * (size_t)s1.n);
     uint64_t *hu = hashes(&u), *hf = hashes(&full);
     int64_t k = 0;
     for (int64_t i = 0; i < u.n; i++)

@@ -80,6 +80,8 @@ static void test_good_runs(void) {
     /* a rerun (e.g. after a kill) adds nothing twice */
     r = run("--ops specs/ops.json --menu specs/menus/ew_add.json -o %s/rules.db");
     EXPECT_EQ(r->code, 0);
+    if (r->code != 0)
+        printf("    rerun: %s", r->err);
     EXPECT_TRUE(strstr(r->out, "0 new, 3 already present") != NULL);
     /* listing without a database */
     r = run("--ops specs --menu specs/menus/ew_add.json --dry-run --list -o %s/none.db");
