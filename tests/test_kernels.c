@@ -1114,6 +1114,17 @@ static void test_errors(void) {
               UN_ERR_INVALID);
     EXPECT_STR_EQ(un_ctx_errmsg(ctx), "cross_entropy: label 4 of sample 1 is outside [0, 4)");
     un_ctx_clear(ctx);
+    /* an input gradient of the wrong shape, an output gradient of the wrong shape */
+    un_spec_param_defaults(un_spec_op(S, UN_OP_LINEAR), p);
+    un_kt lg[2] = {{UN_DT_FLOAT, 2, {4, 3}, b}, {UN_DT_FLOAT, 2, {4, 3}, NULL}};
+    un_kt ld = {UN_DT_FLOAT, 2, {3, 3}, y};
+    EXPECT_EQ(un_kern_backward(ctx, &ex, UN_OP_LINEAR, p, in, 2, &out, 1, &ld, lg), UN_ERR_INVALID);
+    EXPECT_STR_EQ(un_ctx_errmsg(ctx), "linear: input gradient 0 has dims [4,3], expected [3,4]");
+    un_ctx_clear(ctx);
+    lg[0].dim[0] = 3, lg[0].dim[1] = 4, ld.dim[0] = 2;
+    EXPECT_EQ(un_kern_backward(ctx, &ex, UN_OP_LINEAR, p, in, 2, &out, 1, &ld, lg), UN_ERR_INVALID);
+    EXPECT_STR_EQ(un_ctx_errmsg(ctx), "linear: output gradient 0 has dims [2,3], expected [3,3]");
+    un_ctx_clear(ctx);
     /* the backward of softmax needs the forward output */
     un_spec_param_defaults(un_spec_op(S, UN_OP_SOFTMAX), p);
     un_kt sx = {UN_DT_FLOAT, 2, {3, 4}, a}, sy = {UN_DT_FLOAT, 2, {3, 4}, NULL};
