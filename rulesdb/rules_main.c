@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "pcg/report.h"
@@ -23,10 +24,11 @@ static const char *USAGE =
     "                               write rules (default: every rule but rejected ones)\n"
     "  check DB                     integrity: SQLite's check plus every row against its hash\n"
     "  merge A.db B.db ... -o C.db  combine databases (dedup by canonical hash, best verdicts)\n"
+    "  bench [--n N] [--ff FILE]    time a FlexFlow import, N inserts, verdicts, loading\n"
     "options: --ops FILE            the spec set in use (default specs/ops.json)\n";
 
 typedef struct {
-    const char *ops, *status, *op, *size, *format, *out;
+    const char *ops, *status, *op, *size, *format, *out, *ff;
     int64_t limit;
     bool dot, quiet;
     const char *pos[16];
@@ -74,7 +76,7 @@ static int parse_args(int argc, char **argv, opts *o) {
                             : strcmp(a, "--format") == 0                           ? &o->format
                             : (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) ? &o->out
                                                                                    : NULL;
-        bool is_limit = strcmp(a, "--limit") == 0;
+        bool is_limit = strcmp(a, "--limit") == 0 || strcmp(a, "--n") == 0;
         if (!slot && !is_limit)
             return usage_error("unknown option %s", a);
         if (!v)
@@ -567,6 +569,164 @@ static int cmd_merge(un_ctx *ctx, const un_spec *spec, const opts *o) {
     return 0;
 }
 
+/* ---- bench ------------------------------------------------------------------------------------
+ */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A generator-like rule, distinct per i: two ops a side, over one or two inputs, e.g.
+ * partition[dim=d,degree=k](u(x)) => u(partition[dim=d,degree=k](x)) or its ew_add variant. */
+static un_status bench_rule(un_ctx *ctx, const un_spec *spec, int64_t i, un_rule **out) {
+    static const un_op unary[] = {UN_OP_RELU, UN_OP_GELU, UN_OP_TANH, UN_OP_SIGMOID};
+    int32_t k = 2 + (int32_t)(i / 10);
+    int c = (int)(i % 10);
+    int dim = c < 8 ? c / 4 : c - 8;
+    bool binary = c >= 8;
+    un_op u = unary[c % 4];
+    const un_op_spec *ps = un_spec_op(spec, UN_OP_PARTITION);
+    un_param p[UN_MAX_PARAMS];
+    un_spec_param_defaults(ps, p);
+    p[un_spec_param_index(ps, "dim")] = un_param_int(dim);
+    p[un_spec_param_index(ps, "degree")] = un_param_int(k);
+    un_graph *g[2] = {un_graph_new(spec), un_graph_new(spec)};
+    un_ref outs[2];
+    un_status st = UN_OK;
+    int64_t dims[2] = {2 * (int64_t)k, 2 * (int64_t)k};
+    for (int s = 0; s < 2 && st == UN_OK; s++) {
+        int32_t x, y = -1, a, b;
+        st = un_graph_add_input(ctx, g[s], "x", UN_OP_INPUT, 2, dims, &x);
+        if (st == UN_OK && binary)
+            st = un_graph_add_input(ctx, g[s], "y", UN_OP_INPUT, 2, dims, &y);
+        un_op first = binary ? UN_OP_EW_ADD : u;
+        un_ref in2[2] = {{x, 0}, {y, 0}};
+        if (s == 0) {
+            if (st == UN_OK)
+                st = un_graph_add(ctx, g[s], first, NULL, in2, binary ? 2 : 1, NULL, &a);
+            if (st == UN_OK)
+                st = un_graph_add(ctx, g[s], UN_OP_PARTITION, p, (un_ref[]){{a, 0}}, 1, NULL, &b);
+        } else {
+            int32_t px = -1, py = -1;
+            if (st == UN_OK)
+                st = un_graph_add(ctx, g[s], UN_OP_PARTITION, p, (un_ref[]){{x, 0}}, 1, NULL, &px);
+            if (st == UN_OK && binary)
+                st = un_graph_add(ctx, g[s], UN_OP_PARTITION, p, (un_ref[]){{y, 0}}, 1, NULL, &py);
+            un_ref pin[2] = {{px, 0}, {py, 0}};
+            if (st == UN_OK)
+                st = un_graph_add(ctx, g[s], first, NULL, pin, binary ? 2 : 1, NULL, &b);
+        }
+        outs[s] = (un_ref){b, 0};
+    }
+    if (st == UN_OK)
+        st = un_rule_make(ctx, g[0], g[1], &outs[0], &outs[1], 1, out);
+    un_graph_free(g[0]);
+    un_graph_free(g[1]);
+    return st;
+}
+
+static int cmd_bench(un_ctx *ctx, const un_spec *spec, const opts *o) {
+    int64_t n = o->limit ? o->limit : 100000;
+    const char *ff = o->ff ? o->ff : "../shared/external/flexflow_graph_subst_3_v2.json";
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/unity-rules-bench-%ld.db", (long)getpid());
+    remove_db_files(path);
+    rulesdb *db = NULL;
+    un_status st = rulesdb_open(ctx, path, spec, RULESDB_CREATE, &db);
+    double t0, t_build = 0, t_ins = 0;
+    if (st == UN_OK && access(ff, R_OK) == 0) {
+        flexflow_import_stats s;
+        t0 = now_s();
+        st = flexflow_import(ctx, db, ff, &s, NULL);
+        double t = now_s() - t0;
+        if (st == UN_OK)
+            printf("flexflow import: %lld rules in %.1f ms (%.0f rules/s): %lld imported, %lld "
+                   "duplicates, %lld rejected\n",
+                   (long long)s.parsed, t * 1e3, (double)s.parsed / t, (long long)s.imported,
+                   (long long)s.duplicates, (long long)s.rejected);
+    } else if (st == UN_OK) {
+        printf("flexflow import: %s not found, skipped\n", ff);
+    }
+    int64_t inserted = 0;
+    const int64_t batch = 1000;
+    for (int64_t i = 0; st == UN_OK && i < n; i += batch) {
+        double tb = now_s();
+        un_rule *rs[1000];
+        int64_t m = n - i < batch ? n - i : batch;
+        for (int64_t j = 0; j < m; j++)
+            rs[j] = NULL;
+        for (int64_t j = 0; st == UN_OK && j < m; j++)
+            st = bench_rule(ctx, spec, i + j, &rs[j]);
+        t_build += now_s() - tb;
+        t0 = now_s();
+        if (st == UN_OK)
+            st = rulesdb_begin(ctx, db);
+        for (int64_t j = 0; st == UN_OK && j < m; j++) {
+            bool ins = false;
+            st = rulesdb_rule_insert(ctx, db, rs[j], UN_RULE_CANDIDATE, NULL,
+                                     &(rulesdb_origin){.kind = "generated"}, NULL, &ins);
+            inserted += ins;
+        }
+        if (st == UN_OK)
+            st = rulesdb_commit(ctx, db);
+        t_ins += now_s() - t0;
+        for (int64_t j = 0; j < m; j++)
+            un_rule_free(rs[j]);
+    }
+    if (st == UN_OK)
+        printf("insert: %lld generated-like rules (%lld new) in batches of %lld: %.2f s, %.0f "
+               "rules/s (building them: %.2f s more)\n",
+               (long long)n, (long long)inserted, (long long)batch, t_ins, (double)n / t_ins,
+               t_build);
+    int32_t *ids = NULL;
+    int64_t nid = 0;
+    rulesdb_filter f = rulesdb_filter_default();
+    f.status = UN_RULE_CANDIDATE;
+    if (st == UN_OK) {
+        t0 = now_s();
+        st = rulesdb_rule_ids(ctx, db, &f, &ids, &nid);
+        if (st == UN_OK)
+            printf("list candidates: %lld ids in %.1f ms\n", (long long)nid, (now_s() - t0) * 1e3);
+    }
+    if (st == UN_OK) {
+        t0 = now_s();
+        st = rulesdb_begin(ctx, db);
+        for (int64_t i = 0; st == UN_OK && i < nid; i++)
+            st = rulesdb_rule_set_verdict(
+                ctx, db, ids[i],
+                &(rulesdb_verdict){.status = UN_RULE_VERIFIED, .proof_ms = 1, .axioms = "a,b"});
+        if (st == UN_OK)
+            st = rulesdb_commit(ctx, db);
+        double t = now_s() - t0;
+        if (st == UN_OK)
+            printf("verdicts: %lld in one batch: %.2f s, %.0f/s\n", (long long)nid, t,
+                   (double)nid / t);
+    }
+    free(ids);
+    if (st == UN_OK) {
+        un_rule **rules = NULL;
+        int64_t nr = 0, stale = 0;
+        t0 = now_s();
+        st = rulesdb_load_verified(ctx, db, &rules, &nr, &stale);
+        double t = now_s() - t0;
+        if (st == UN_OK)
+            printf("load verified: %lld rules in %.2f s (%.0f rules/s, each checked against its "
+                   "hash)\n",
+                   (long long)nr, t, (double)nr / t);
+        for (int64_t i = 0; i < nr; i++)
+            un_rule_free(rules[i]);
+        free(rules);
+    }
+    struct stat sb;
+    if (st == UN_OK && stat(path, &sb) == 0)
+        printf("database: %.1f MB\n", (double)sb.st_size / 1e6);
+    rulesdb_free(db);
+    remove_db_files(path);
+    return st == UN_OK ? 0 : fail(ctx, st);
+}
+
 int main(int argc, char **argv) {
     opts o = {.ops = "specs/ops.json"};
     int rc = parse_args(argc, argv, &o);
@@ -579,7 +739,7 @@ int main(int argc, char **argv) {
         int (*fn)(un_ctx *, const un_spec *, const opts *);
     } cmds[] = {{"list", cmd_list},     {"show", cmd_show},     {"stats", cmd_stats},
                 {"import", cmd_import}, {"export", cmd_export}, {"check", cmd_check},
-                {"merge", cmd_merge}};
+                {"merge", cmd_merge},   {"bench", cmd_bench}};
     int k = -1;
     for (int i = 0; i < (int)(sizeof cmds / sizeof cmds[0]); i++)
         if (strcmp(cmds[i].name, o.pos[0]) == 0)
