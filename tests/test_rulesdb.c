@@ -683,19 +683,51 @@ static void test_alloc_failure(void) {
     EXPECT_EQ(oks, 1);
 }
 
+/* Reads the database for about ms milliseconds: the count only grows and is always whole batches.
+ * Returns the number of violations (-1 if it cannot read). */
+static int read_while_writing(const char *path, int batch, int ms, int64_t *last) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    rulesdb *r = NULL;
+    int bad = 0;
+    *last = 0;
+    if (rulesdb_open(ctx, path, spec, RULESDB_READONLY, &r) != UN_OK) {
+        un_ctx_free(ctx);
+        return -1;
+    }
+    int64_t counts[UN_RULE_STATUS_COUNT];
+    for (int k = 0; k < ms; k++) {
+        if (rulesdb_count(ctx, r, counts) != UN_OK) {
+            bad = -1;
+            break;
+        }
+        bad += counts[UN_RULE_CANDIDATE] < *last || counts[UN_RULE_CANDIDATE] % batch != 0;
+        *last = counts[UN_RULE_CANDIDATE];
+        usleep(1000);
+    }
+    rulesdb_free(r);
+    un_ctx_free(ctx);
+    return bad;
+}
+
 /* A writer killed with SIGKILL mid-batch leaves a database that opens, passes the integrity check
- * and holds whole batches only; readers read while it writes. */
+ * and holds whole batches only; several readers (processes) read while it writes. Round 0 kills
+ * the writer at a known point inside a batch; the other rounds at a random moment. */
 static void test_kill_writer(void) {
     const char *path = tmp_path("k.db");
     rm_db(path);
-    enum { BATCH = 25 };
+    enum { BATCH = 25, STOP_BATCH = 4 };
     un_ctx *ctx = un_ctx_new(NULL);
     rulesdb *db = open_db(ctx, path, spec, RULESDB_CREATE);
     rulesdb_free(db);
-    for (int round = 0; round < 3; round++) {
+    int64_t before = 0;
+    for (int round = 0; round < 4; round++) {
+        int fd[2];
+        if (pipe(fd) != 0)
+            break;
         fflush(stdout);
         pid_t pid = fork();
         if (pid == 0) {
+            close(fd[0]);
             un_ctx *c = un_ctx_new(NULL);
             rulesdb *w = NULL;
             if (rulesdb_open(c, path, spec, 0, &w) != UN_OK)
@@ -706,39 +738,60 @@ static void test_kill_writer(void) {
                     un_rule *r = make_rule(round * 100000 + b * BATCH + i);
                     rulesdb_rule_insert(c, w, r, UN_RULE_CANDIDATE, NULL, NULL, NULL, NULL);
                     un_rule_free(r);
+                    if (round == 0 && b == STOP_BATCH && i == BATCH / 2) {
+                        if (write(fd[1], "x", 1) != 1)
+                            _exit(4);
+                        for (;;)
+                            pause(); /* killed here, inside the batch */
+                    }
                 }
                 if (rulesdb_commit(c, w) != UN_OK)
                     _exit(3);
             }
         }
-        /* Read while it writes: counts only grow, always whole batches. */
-        rulesdb *r = open_db(ctx, path, spec, RULESDB_READONLY);
-        int64_t last = 0, counts[UN_RULE_STATUS_COUNT];
-        for (int k = 0; r && k < 200 + 150 * round; k++) {
-            un_status st = rulesdb_count(ctx, r, counts);
-            EXPECT_OK(ctx, st);
-            if (st != UN_OK)
-                break;
-            EXPECT_TRUE(counts[UN_RULE_CANDIDATE] >= last);
-            EXPECT_EQ(counts[UN_RULE_CANDIDATE] % BATCH, 0);
-            last = counts[UN_RULE_CANDIDATE];
-            usleep(1000);
+        close(fd[1]);
+        pid_t readers[2] = {-1, -1};
+        int64_t last = 0;
+        if (round == 0) {
+            char x;
+            EXPECT_EQ(read(fd[0], &x, 1), 1);
+            EXPECT_EQ(read_while_writing(path, BATCH, 20, &last), 0);
+            EXPECT_EQ(last, before + STOP_BATCH * BATCH); /* the open batch is invisible */
+        } else {
+            for (int k = 0; k < 2; k++) {
+                fflush(stdout);
+                readers[k] = fork();
+                if (readers[k] == 0) {
+                    int64_t l;
+                    _exit(read_while_writing(path, BATCH, 150 + 100 * round, &l) == 0 ? 0 : 1);
+                }
+            }
+            EXPECT_EQ(read_while_writing(path, BATCH, 100 + 100 * round, &last), 0);
         }
-        rulesdb_free(r);
+        close(fd[0]);
         kill(pid, SIGKILL);
         int status = 0;
         waitpid(pid, &status, 0);
         EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+        for (int k = 0; k < 2; k++)
+            if (readers[k] > 0) {
+                waitpid(readers[k], &status, 0);
+                EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+            }
         db = open_db(ctx, path, spec, 0);
         if (!db)
             break;
-        int64_t bad = -1;
+        int64_t bad = -1, counts[UN_RULE_STATUS_COUNT];
         EXPECT_OK(ctx, rulesdb_check(ctx, db, &bad, NULL));
         EXPECT_EQ(bad, 0);
         EXPECT_OK(ctx, rulesdb_count(ctx, db, counts));
         EXPECT_EQ(counts[UN_RULE_CANDIDATE] % BATCH, 0);
-        printf("    round %d: %lld rules after the kill (reader saw %lld)\n", round,
+        EXPECT_TRUE(counts[UN_RULE_CANDIDATE] >= last);
+        if (round == 0)
+            EXPECT_EQ(counts[UN_RULE_CANDIDATE], before + STOP_BATCH * BATCH);
+        printf("    round %d: %lld rules after the kill (readers saw %lld)\n", round,
                (long long)counts[UN_RULE_CANDIDATE], (long long)last);
+        before = counts[UN_RULE_CANDIDATE];
         rulesdb_free(db);
     }
     un_ctx_free(ctx);
