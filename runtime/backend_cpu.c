@@ -6,6 +6,10 @@
 #include "runtime/backend_impl.h"
 #include "runtime/pool.h"
 
+/* OpenBLAS's own thread count (process-wide). Declared here rather than through cblas.h, which
+ * only the kernel file includes: the backend owns the thread policy. */
+void openblas_set_num_threads(int n);
+
 typedef struct cpu_state {
     un_pool *pool;
 } cpu_state;
@@ -134,6 +138,9 @@ un_status un__backend_cpu_new(un_ctx *ctx, un_prec prec, int nthreads, un_backen
         return un_ctx_error(ctx, UN_ERR_INVALID, "cpu backend: unknown precision %d", (int)prec);
     if (nthreads < 1 || nthreads > 1024)
         return un_ctx_error(ctx, UN_ERR_INVALID, "cpu backend: %d threads (1..1024)", nthreads);
+    /* The kernels' gemm runs on the same threads budget: OpenBLAS threads idling in spin loops
+     * while another rank's threads work cost 3-15x on small pieces. */
+    openblas_set_num_threads(nthreads);
     cpu_state *s = un_xcalloc(1, sizeof *s);
     s->pool = nthreads > 1 ? un_pool_new(nthreads) : NULL;
     un_backend *be = un_xcalloc(1, sizeof *be);
