@@ -1,5 +1,6 @@
 /* backend_cpu.c - the CPU backend: host memory, block copies, and the float32/float64 kernels of
  * kernels.h (OpenBLAS sgemm/dgemm inside them) run on a fixed thread pool. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -140,7 +141,10 @@ un_status un__backend_cpu_new(un_ctx *ctx, un_prec prec, int nthreads, un_backen
         return un_ctx_error(ctx, UN_ERR_INVALID, "cpu backend: %d threads (1..1024)", nthreads);
     /* The kernels' gemm runs on the same threads budget: OpenBLAS threads idling in spin loops
      * while another rank's threads work cost 3-15x on small pieces. */
+    static pthread_mutex_t blas_mu = PTHREAD_MUTEX_INITIALIZER; /* ranks start concurrently */
+    pthread_mutex_lock(&blas_mu);
     openblas_set_num_threads(nthreads);
+    pthread_mutex_unlock(&blas_mu);
     cpu_state *s = un_xcalloc(1, sizeof *s);
     s->pool = nthreads > 1 ? un_pool_new(nthreads) : NULL;
     un_backend *be = un_xcalloc(1, sizeof *be);
