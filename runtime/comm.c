@@ -8,6 +8,7 @@
 const char *un_comm_name(const un_comm *c) { return c->iface->name(c); }
 int un_comm_rank(const un_comm *c) { return c->rank; }
 int un_comm_size(const un_comm *c) { return c->size; }
+int un_comm_node_size(const un_comm *c) { return c->node_size; }
 
 void un_comm_free(un_comm *c) {
     if (c && c->iface->free)

@@ -50,6 +50,8 @@ bool un_comm_mpi_launched(void);
 const char *un_comm_name(const un_comm *c); /* "local" or "mpi"; static */
 int un_comm_rank(const un_comm *c);
 int un_comm_size(const un_comm *c);
+/* Ranks running on this machine, this one included (they share its cores). */
+int un_comm_node_size(const un_comm *c);
 
 /* ---- collectives ---- */
 

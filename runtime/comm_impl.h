@@ -21,6 +21,7 @@ struct un_comm {
     int api_version;
     const struct un_comm_i *iface;
     int rank, size;
+    int node_size; /* ranks on this machine (sharing its cores) */
     void *context;
 };
 

@@ -162,6 +162,7 @@ un_status un_comm_local_group_new(un_ctx *ctx, int n, un_comm_group **out) {
                                 .iface = &local_iface,
                                 .rank = r,
                                 .size = n,
+                                .node_size = n,
                                 .context = g};
     *out = g;
     return UN_OK;

@@ -46,11 +46,10 @@ static un_status mpi_allreduce(un_ctx *ctx, un_comm *c, un_red_type t, void *buf
     size_t es = t == UN_RED_F32 ? sizeof(float) : sizeof(double);
     for (int64_t off = 0; off < n;) { /* MPI counts are int */
         int cnt = (int)(n - off > (1 << 30) ? (1 << 30) : n - off);
-        un_status st =
-            mpi_status(ctx,
-                       MPI_Allreduce(MPI_IN_PLACE, (char *)buf + (size_t)off * es, cnt, dt,
-                                     MPI_SUM, MPI_COMM_WORLD),
-                       "allreduce");
+        un_status st = mpi_status(ctx,
+                                  MPI_Allreduce(MPI_IN_PLACE, (char *)buf + (size_t)off * es, cnt,
+                                                dt, MPI_SUM, MPI_COMM_WORLD),
+                                  "allreduce");
         if (st != UN_OK)
             return st;
         off += cnt;
@@ -133,6 +132,13 @@ un_status un_comm_mpi_new(un_ctx *ctx, un_comm **out) {
     int rank = 0, size = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int node_size = 1; /* the ranks that share this machine's memory (MPI-3) */
+    MPI_Comm node;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node) ==
+        MPI_SUCCESS) {
+        MPI_Comm_size(node, &node_size);
+        MPI_Comm_free(&node);
+    }
     mpi_state *s = un_xcalloc(1, sizeof *s);
     s->we_initialised = ours;
     un_comm *c = un_xcalloc(1, sizeof *c);
@@ -140,6 +146,7 @@ un_status un_comm_mpi_new(un_ctx *ctx, un_comm **out) {
                    .iface = &mpi_iface,
                    .rank = rank,
                    .size = size,
+                   .node_size = node_size,
                    .context = s};
     *out = c;
     return UN_OK;

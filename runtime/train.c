@@ -52,7 +52,8 @@ const char *un_train_usage(void) {
            "  --data FILE        text to train a token model (charlm) on\n"
            "  --comm C           local (threads, default) | mpi (run under mpirun)\n"
            "  --seed S           seed of initialisation and data (default 1)\n"
-           "  --threads T        CPU threads per process (default: all cores)\n"
+           "  --threads T        CPU threads per machine, split over its devices (default: all "
+           "cores)\n"
            "  --save CKPT        write a checkpoint at the end\n"
            "  --load CKPT        start from a checkpoint\n"
            "  --loss ce|mse      loss of a JSON model (default mse)\n"
@@ -652,7 +653,7 @@ un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res
     sh.o = o;
     sh.g = run_g;
     sh.m = &m;
-    int local_ranks = use_mpi ? 1 : d;
+    int local_ranks = use_mpi ? un_comm_node_size(mpi) : d; /* ranks sharing the cores */
     sh.threads = o->threads / local_ranks > 1 ? o->threads / local_ranks : 1;
     sh.losses = un_xcalloc((size_t)o->steps, sizeof *sh.losses);
     sh.devices = d;

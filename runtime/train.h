@@ -31,7 +31,7 @@ typedef struct un_train_opts {
     const char *data;      /* text file for a token model (charlm), or NULL for synthetic data */
     const char *comm;      /* "local" or "mpi" */
     uint64_t seed;
-    int threads;             /* CPU threads in all (per process) */
+    int threads;             /* CPU threads on this machine, split over its ranks */
     const char *save, *load; /* checkpoints, or NULL */
     const char *spec;        /* operator spec file */
     const char *loss;        /* JSON models: "ce" or "mse" */
