@@ -25,6 +25,8 @@ void gen_enum_result_deinit(gen_enum_result *r) {
 }
 
 struct gen_enum {
+    const gen_class *classes; /* during a run: value classes of cones below the size bound */
+    int64_t n_classes;
     const gen_menu *m;
     const un_spec *spec;
     uint64_t seed;
@@ -129,7 +131,12 @@ typedef struct wstate {
     int max_in; /* most inputs of a menu operator */
     _Atomic int64_t progress_graphs;
     un_status err; /* first hard error (allocation) */
-    bool record;   /* false while replaying one graph (gen_enum_eval) */
+    int class_max; /* record classes of cones with at most this many operators (0: none) */
+    bool no_recs;  /* collect classes only */
+    int64_t n_naming, n_same_nf;
+    int64_t *map; /* (fp, nf) -> index in recs + 1; open addressing */
+    int64_t map_cap;
+    bool record; /* false while replaying one graph (gen_enum_eval) */
     const atomic_bool *stop;
 } wstate;
 
@@ -159,6 +166,7 @@ static void ws_deinit(wstate *w) {
     for (int t = w->e->m->n_inputs; t < w->n_t; t++)
         un_ptensor_deinit(&w->val[t]);
     free(w->dense);
+    free(w->map);
     free(w->recs.data);
     free(w->classes.data);
 }
@@ -222,6 +230,92 @@ static int components(const wstate *w) {
     return nc;
 }
 
+/* The class of a tensor value (vh, mask) among the cones below the size bound, or NULL. */
+static const gen_class *class_of(const gen_enum *e, uint64_t vh, uint32_t mask) {
+    int64_t lo = 0, hi = e->n_classes;
+    while (lo < hi) {
+        int64_t mid = (lo + hi) / 2;
+        const gen_class *c = &e->classes[mid];
+        if (c->vh < vh || (c->vh == vh && c->mask < mask))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < e->n_classes && e->classes[lo].vh == vh && e->classes[lo].mask == mask)
+        return &e->classes[lo];
+    return NULL;
+}
+
+static uint64_t normal_form(const wstate *w, const uint8_t *outs, int n) {
+    uint64_t nf[GEN_MAX_T];
+    int ni = w->e->m->n_inputs, t = ni;
+    for (int i = 0; i < ni; i++)
+        nf[i] = w->key[i];
+    for (int j = 0; j < w->n_ops; j++) {
+        uint64_t key = un_mix64(0x6f70ull + (uint64_t)w->ops[j].inst);
+        for (int k = 0; k < w->ops[j].n_in; k++)
+            key = un_mix64(key ^ nf[w->ops[j].in[k]]) + (uint64_t)k;
+        for (; t < w->n_t && w->prod[t] == j; t++) {
+            nf[t] = un_mix64(key + 0x6f7574ull * (uint64_t)(w->prod_out[t] + 1));
+            const gen_class *c = w->uses[t] > 0 ? class_of(w->e, w->vh[t], w->mask[t]) : NULL;
+            if (c)
+                nf[t] = un_mix64(c->key ^ 0x636c617373ull);
+        }
+    }
+    uint64_t h = 0x6e66ull;
+    for (int i = 0; i < n; i++)
+        h = un_mix64(h ^ nf[outs[i]]);
+    return h;
+}
+
+static int cmp_graph(const gen_graph *a, const gen_graph *b) {
+    if (a->n_ops != b->n_ops)
+        return a->n_ops < b->n_ops ? -1 : 1;
+    return memcmp(a, b, sizeof *a);
+}
+
+/* Keeps r unless a smaller graph of the same value and normal form is kept (then it replaces
+ * nothing); one record per (fp, nf) whatever the visiting order. */
+static void keep_rec(wstate *w, const gen_rec *r) {
+    if (2 * (w->recs.n + 1) > w->map_cap) {
+        int64_t cap = w->map_cap ? 2 * w->map_cap : 4096;
+        int64_t *map = calloc((size_t)cap, sizeof *map);
+        if (!map) {
+            w->err = UN_ERR_NOMEM;
+            return;
+        }
+        const gen_rec *rv = w->recs.data;
+        for (int64_t i = 0; i < w->recs.n; i++) {
+            uint64_t h = un_mix64(rv[i].fp ^ un_mix64(rv[i].nf));
+            int64_t s = (int64_t)(h & (uint64_t)(cap - 1));
+            while (map[s])
+                s = (s + 1) & (cap - 1);
+            map[s] = i + 1;
+        }
+        free(w->map);
+        w->map = map;
+        w->map_cap = cap;
+    }
+    uint64_t h = un_mix64(r->fp ^ un_mix64(r->nf));
+    int64_t s = (int64_t)(h & (uint64_t)(w->map_cap - 1));
+    gen_rec *rv = w->recs.data;
+    while (w->map[s]) {
+        gen_rec *o = &rv[w->map[s] - 1];
+        if (o->fp == r->fp && o->nf == r->nf) {
+            w->n_same_nf++;
+            if (cmp_graph(&r->g, &o->g) < 0)
+                o->g = r->g;
+            return;
+        }
+        s = (s + 1) & (w->map_cap - 1);
+    }
+    if (!vec_push(&w->recs, r)) {
+        w->err = UN_ERR_NOMEM;
+        return;
+    }
+    w->map[s] = w->recs.n;
+}
+
 static void record(wstate *w) {
     w->n_graphs++;
     w->n_by_size[w->n_ops]++;
@@ -232,21 +326,23 @@ static void record(wstate *w) {
     int n = graph_outputs(w, outs, &mask_all);
     bool connected = components(w) == 1;
     w->n_disconnected += !connected;
-    if (connected && n >= 1 && n <= GEN_MAX_GOUTS) {
+    bool prefix = connected && gen_menu_prefix_ok(w->e->m, mask_all);
+    w->n_naming += connected && !prefix;
+    if (prefix && n >= 1 && n <= GEN_MAX_GOUTS && !w->no_recs) {
         gen_rec r;
         memset(&r, 0, sizeof r);
         r.fp = graph_fp(w->vh, outs, n);
         if (w->p->shard_n <= 1 || r.fp % (uint64_t)w->p->shard_n == (uint64_t)w->p->shard_i) {
+            r.nf = normal_form(w, outs, n);
             r.g.n_ops = (uint8_t)w->n_ops;
             memcpy(r.g.ops, w->ops, sizeof(gen_op) * (size_t)w->n_ops);
-            if (!vec_push(&w->recs, &r))
-                w->err = UN_ERR_NOMEM;
+            keep_rec(w, &r);
         }
     }
     /* the last operator's outputs are class members when the graph is exactly their cone; only
      * cones smaller than the size bound can sit inside a bigger graph */
     int last = w->n_ops - 1;
-    if (w->n_ops < w->p->max_ops) {
+    if (w->n_ops <= w->class_max) {
         uint32_t all = (1u << w->n_ops) - 1;
         for (int t = w->n_t - 1; t >= 0 && w->prod[t] == last; t--) {
             if (w->anc[t] != all)
@@ -451,7 +547,9 @@ static int cmp_rec(const void *a, const void *b) {
     const gen_rec *x = a, *y = b;
     if (x->fp != y->fp)
         return x->fp < y->fp ? -1 : 1;
-    return memcmp(&x->g, &y->g, sizeof x->g);
+    if (x->nf != y->nf)
+        return x->nf < y->nf ? -1 : 1;
+    return cmp_graph(&x->g, &y->g);
 }
 
 static int cmp_class(const void *a, const void *b) {
@@ -476,6 +574,9 @@ static void fmt_eta(double s, char *buf, size_t n) {
         snprintf(buf, n, "%.0fm", s / 60);
 }
 
+static un_status run_phase(un_ctx *ctx, gen_enum *e, const gen_params *p, int class_max,
+                           bool no_recs, gen_enum_result *out);
+
 un_status gen_enum_run(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_enum_result *out) {
     memset(out, 0, sizeof *out);
     if (p->max_ops < 1 || p->max_ops > GEN_MAX_OPS)
@@ -487,6 +588,49 @@ un_status gen_enum_run(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_enum_r
     if (p->shard_n < 1 || p->shard_i < 0 || p->shard_i >= p->shard_n)
         return un_ctx_error(ctx, UN_ERR_INVALID, "--shard I/N needs 0 <= I < N (got %d/%d)",
                             p->shard_i, p->shard_n);
+    /* phase 1: the value classes of every cone below the size bound (cheap: one size less);
+     * phase 2: every graph, recorded once per (value, normal form) */
+    double t0 = now_s();
+    gen_enum_result a;
+    memset(&a, 0, sizeof a);
+    un_status st = UN_OK;
+    if (p->max_ops >= 2) {
+        gen_params pa = *p;
+        pa.max_ops = p->max_ops - 1;
+        if ((st = run_phase(ctx, e, &pa, pa.max_ops, true, &a)) != UN_OK)
+            return st;
+    }
+    e->classes = a.classes;
+    e->n_classes = a.n_classes;
+    st = run_phase(ctx, e, p, 0, false, out);
+    e->classes = NULL;
+    e->n_classes = 0;
+    if (st != UN_OK) {
+        gen_enum_result_deinit(&a);
+        return st;
+    }
+    free(out->classes);
+    out->classes = a.classes;
+    out->n_classes = a.n_classes;
+    out->stopped |= a.stopped;
+    /* threads may each hold a record of one (fp, nf): keep the smallest */
+    int64_t k = 0;
+    for (int64_t i = 0; i < out->n_recs; i++) {
+        if (k > 0 && out->recs[k - 1].fp == out->recs[i].fp &&
+            out->recs[k - 1].nf == out->recs[i].nf) {
+            out->n_same_nf++;
+            continue;
+        }
+        out->recs[k++] = out->recs[i];
+    }
+    out->n_recs = k;
+    out->seconds = now_s() - t0;
+    return UN_OK;
+}
+
+static un_status run_phase(un_ctx *ctx, gen_enum *e, const gen_params *p, int class_max,
+                           bool no_recs, gen_enum_result *out) {
+    memset(out, 0, sizeof *out);
     double t0 = now_s();
     const gen_menu *m = e->m;
     /* the top-level operators: every well-formed single operator over the menu inputs */
@@ -531,6 +675,8 @@ un_status gen_enum_run(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_enum_r
     for (int i = 0; i < nt; i++) {
         ctxs[i] = un_ctx_new(NULL);
         ws_init(&wk[i].w, ctxs[i], e, p);
+        wk[i].w.class_max = class_max;
+        wk[i].w.no_recs = no_recs;
         wk[i].w.stop = &sh.stop;
         wk[i].sh = &sh;
     }
@@ -586,6 +732,8 @@ un_status gen_enum_run(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_enum_r
         out->n_ill += w->n_ill;
         out->n_disconnected += w->n_disconnected;
         out->n_cut += w->n_cut;
+        out->n_naming += w->n_naming;
+        out->n_same_nf += w->n_same_nf;
         for (int s = 0; s <= GEN_MAX_OPS; s++)
             out->n_by_size[s] += w->n_by_size[s];
         recs.n += w->recs.n;

@@ -48,6 +48,7 @@ typedef struct gen_graph {
  * pairs are formed, and two disconnected sides split into smaller rules. */
 typedef struct gen_rec {
     uint64_t fp;
+    uint64_t nf; /* normal form: structure with every inner tensor replaced by its value class */
     gen_graph g;
 } gen_rec;
 
@@ -74,7 +75,8 @@ typedef struct gen_params {
 gen_params gen_params_default(void);
 
 typedef struct gen_enum_result {
-    gen_rec *recs; /* owned; sorted by (fp, graph); graphs with 1..GEN_MAX_GOUTS outputs */
+    gen_rec *recs; /* owned; sorted by (fp, nf, graph); connected graphs with 1..GEN_MAX_GOUTS
+                    * outputs, one per (fp, nf): the smallest */
     int64_t n_recs;
     gen_class *classes; /* owned; sorted by (vh, mask), one per pair */
     int64_t n_classes;
@@ -84,8 +86,10 @@ typedef struct gen_enum_result {
     int64_t n_ill;                      /* extensions rejected by shape/layout inference */
     int64_t n_disconnected;             /* graphs not recorded: operators in >1 component */
     int64_t n_cut;                      /* extensions cut: too many components to join */
-    int64_t n_roots, n_roots_done;      /* top-level work items */
-    bool stopped;                       /* the time limit cut the run short */
+    int64_t n_naming;  /* graphs not recorded: inputs not a prefix of their groups */
+    int64_t n_same_nf; /* graphs not recorded: same value and normal form as a smaller one */
+    int64_t n_roots, n_roots_done; /* top-level work items */
+    bool stopped;                  /* the time limit cut the run short */
     double seconds;
 } gen_enum_result;
 

@@ -129,6 +129,9 @@ static void print_summary(const gen_stats *s, const gen_summary *sum, double sec
     printf("graphs enumerated   %lld (%.0f graphs/s)%s\n", (long long)s->graphs,
            (double)s->graphs / (s->enum_seconds > 0 ? s->enum_seconds : 1),
            s->stopped ? " - stopped by the time limit" : "");
+    printf("  not prefix-named  %lld (renamings of others)\n", (long long)s->graphs_naming);
+    printf("  same normal form  %lld (a common supergraph with a smaller graph)\n",
+           (long long)s->graphs_same_nf);
     printf("graphs kept         %lld connected, %lld disconnected partners\n",
            (long long)s->records, (long long)s->unions);
     printf("groups of equals    %lld\n", (long long)s->buckets);

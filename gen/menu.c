@@ -22,6 +22,18 @@ int gen_menu_input_group(const gen_menu *m, int i) {
     return i;
 }
 
+bool gen_menu_prefix_ok(const gen_menu *m, uint32_t mask) {
+    for (int i = 0; i < m->n_inputs; i++) {
+        if (!(mask & (1u << i)))
+            continue;
+        int grp = gen_menu_input_group(m, i);
+        for (int j = grp; j < i; j++)
+            if (gen_menu_input_group(m, j) == grp && !(mask & (1u << j)))
+                return false;
+    }
+    return true;
+}
+
 /* An integer list member (e.g. "shape": [2, 4]) of at most UN_MAX_DIMS items in [lo, hi]. */
 static un_status get_list(un_ctx *ctx, const un_jcur *obj, const char *key, int64_t lo, int64_t hi,
                           int64_t *v, int *n) {

@@ -64,4 +64,8 @@ void gen_menu_free(gen_menu *m);
  * group; returns the group id (the smallest index in it). */
 int gen_menu_input_group(const gen_menu *m, int i);
 
+/* True when the inputs in mask (bit i = input i) are, in each group of interchangeable inputs, a
+ * prefix of the group (x1, or x1 and x2, ...): every set of inputs has a renaming that is. */
+bool gen_menu_prefix_ok(const gen_menu *m, uint32_t mask);
+
 #endif

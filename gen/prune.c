@@ -25,17 +25,18 @@ void gen_rules_deinit(gen_rules *rs) {
 
 void gen_stats_json(const gen_stats *s, un_buf *b) {
     un_buf_printf(b,
-                  "{\"graphs\": %lld, \"records\": %lld, \"unions\": %lld, \"buckets\": %lld, "
+                  "{\"graphs\": %lld, \"graphs_naming\": %lld, \"graphs_same_nf\": %lld, "
+                  "\"records\": %lld, \"unions\": %lld, \"buckets\": %lld, "
                   "\"pairs\": %lld, \"after_naming\": %lld, \"after_supergraph\": %lld, "
                   "\"after_compose\": %lld, \"after_rename\": %lld, \"after_subgraph\": %lld, "
                   "\"kept\": %lld, \"with_var\": %lld, \"enum_seconds\": %.3f, "
                   "\"pair_seconds\": %.3f, \"stopped\": %s}",
-                  (long long)s->graphs, (long long)s->records, (long long)s->unions,
-                  (long long)s->buckets, (long long)s->pairs, (long long)s->after_naming,
-                  (long long)s->after_super, (long long)s->after_compose,
-                  (long long)s->after_rename, (long long)s->after_sub, (long long)s->after_check,
-                  (long long)s->with_var, s->enum_seconds, s->pair_seconds,
-                  s->stopped ? "true" : "false");
+                  (long long)s->graphs, (long long)s->graphs_naming, (long long)s->graphs_same_nf,
+                  (long long)s->records, (long long)s->unions, (long long)s->buckets,
+                  (long long)s->pairs, (long long)s->after_naming, (long long)s->after_super,
+                  (long long)s->after_compose, (long long)s->after_rename, (long long)s->after_sub,
+                  (long long)s->after_check, (long long)s->with_var, s->enum_seconds,
+                  s->pair_seconds, s->stopped ? "true" : "false");
 }
 
 /* ---- a set of 64-bit hashes (open addressing; 0 is stored as a flag) ---- */
@@ -314,19 +315,6 @@ static uint64_t nf_key(const gen_enum_result *r, const gen_graph *g, const gen_g
     for (int i = 0; i < ev->n_out; i++)
         h = un_mix64(h ^ nf[ev->out[i]]);
     return h;
-}
-
-/* Inputs used must be a prefix of each group of interchangeable menu inputs. */
-static bool naming_ok(const gen_menu *m, uint32_t mask) {
-    for (int i = 0; i < m->n_inputs; i++) {
-        if (!(mask & (1u << i)))
-            continue;
-        int grp = gen_menu_input_group(m, i);
-        for (int j = grp; j < i; j++)
-            if (gen_menu_input_group(m, j) == grp && !(mask & (1u << j)))
-                return false;
-    }
-    return true;
 }
 
 static bool outputs_equal(const gen_geval *a, const gen_geval *b) {
@@ -614,6 +602,8 @@ un_status gen_find(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_rules *out
     const gen_menu *m = gen_enum_menu(e);
     stats->graphs = r.n_graphs;
     stats->records = r.n_recs;
+    stats->graphs_naming = r.n_naming;
+    stats->graphs_same_nf = r.n_same_nf;
     stats->enum_seconds = r.seconds;
     stats->stopped = r.stopped;
     double t0 = now_s(), last = t0;
@@ -674,7 +664,7 @@ un_status gen_find(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_rules *out
         uint64_t nfa = nf_key(&r, &pr->a, &ea, m->n_inputs, comm),
                  nfb = nf_key(&r, &pr->b, &eb, m->n_inputs, comm);
         uint64_t ck = compose_key(pr->bucket, nfb);
-        if (!naming_ok(m, ea.mask_all)) {
+        if (!gen_menu_prefix_ok(m, ea.mask_all)) {
             c_naming++;
         } else if (nfa == nfb) {
             c_super++;

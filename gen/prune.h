@@ -5,9 +5,12 @@
  *
  * Stages, each counted:
  *   naming     - the inputs a pair uses must be a prefix of every group of interchangeable menu
- *                inputs (x1 before x2 before x3): other pairs are renamings of one that is;
+ *                inputs (x1 before x2 before x3): other pairs are renamings of one that is
+ *                (applied to graphs as they are enumerated, and again to pairs);
  *   supergraph - both sides equal once every inner tensor is replaced by the smallest graph of
- *                its value (TASO's common supergraph, generalised): a congruence of smaller rules;
+ *                its value (TASO's common supergraph, generalised): a congruence of smaller rules
+ *                (applied to graphs as they are enumerated: one graph per value and normal form;
+ *                again to pairs, where kept commutativity rules also make argument order moot);
  *   compose    - a side equal, that way, to a member of its group already kept or implied: the
  *                pair follows by composing that rule with smaller ones;
  *   rename     - the rule (either direction) is a renaming of a kept one (un_rule_hash);
@@ -27,12 +30,14 @@
 #include "pcg/rule.h"
 
 typedef struct gen_stats {
-    int64_t graphs;       /* distinct graphs enumerated */
-    int64_t records;      /* connected graphs with 1..4 outputs kept for pairing (this shard) */
-    int64_t unions;       /* disconnected partners assembled from single-output classes */
-    int64_t buckets;      /* groups of >= 2 graphs with equal values */
-    int64_t pairs;        /* candidate pairs (each member with its group's smallest graph) */
-    int64_t after_naming; /* pairs left after each stage */
+    int64_t graphs;         /* distinct graphs enumerated */
+    int64_t records;        /* connected graphs with 1..4 outputs kept for pairing (this shard) */
+    int64_t graphs_naming;  /* graphs dropped before pairing: inputs not a group prefix */
+    int64_t graphs_same_nf; /* ... a smaller graph has the same value and normal form */
+    int64_t unions;         /* disconnected partners assembled from single-output classes */
+    int64_t buckets;        /* groups of >= 2 graphs with equal values */
+    int64_t pairs;          /* candidate pairs (each member with its group's smallest graph) */
+    int64_t after_naming;   /* pairs left after each stage */
     int64_t after_super;
     int64_t after_compose;
     int64_t after_rename;
