@@ -42,8 +42,10 @@ static void instance_str(const un_axiom *ax, const sizes *sz, const int64_t *pv,
 }
 
 /* One instance: 1 holds, 0 not well formed, -1 differs (message recorded in ctx). */
-static int check_once(un_ctx *ctx, const un_spec *spec, const un_axiom *ax, int trial,
+static int check_once(un_ctx *ctx, const un_spec *spec, const un_axlift *lift, int trial,
                       uint64_t seed, un_rng *rng, un_status *err) {
+    const un_axiom *ax = lift->ax;
+    static const char *const lead[] = {"_l0", "_l1", "_l2"};
     int64_t pv[32] = {0};
     int combo = trial;
     for (int i = 0; i < ax->n_pvars && i < 32; i++) {
@@ -64,9 +66,14 @@ static int check_once(un_ctx *ctx, const un_spec *spec, const un_axiom *ax, int 
         const un_axiom_var *av = &ax->vars[v];
         un_param p[UN_MAX_PARAMS];
         un_spec_param_defaults(is, p);
-        p[i_shape].len = av->rank;
+        int k = (lift->mask >> v) & 1 ? lift->k : 0;
+        if (av->rank + k > UN_MAX_DIMS || k > 3)
+            goto done;
+        p[i_shape].len = av->rank + k;
+        for (int d = 0; d < k; d++)
+            p[i_shape].v[d] = size_of(&sz, lead[d], rng);
         for (int d = 0; d < av->rank; d++)
-            p[i_shape].v[d] = size_of(&sz, av->dims[d], rng);
+            p[i_shape].v[k + d] = size_of(&sz, av->dims[d], rng);
         if (av->dtype == UN_DT_INT) {
             p[i_dtype].v[0] = 1;
             p[i_range].v[0] = av->range ? size_of(&sz, av->range, rng) : 1;
@@ -95,8 +102,8 @@ static int check_once(un_ctx *ctx, const un_spec *spec, const un_axiom *ax, int 
         un_shape_str(ls, sa, sizeof sa);
         un_shape_str(rs, sb, sizeof sb);
         *err = un_ctx_error(ctx, UN_ERR_MISMATCH,
-                            "axiom %s is wrong: at %s the sides have shapes %s and %s", ax->name,
-                            inst.data ? inst.data : "", sa, sb);
+                            "axiom %s%s is wrong: at %s the sides have shapes %s and %s", ax->name,
+                            lift->k ? " (lifted)" : "", inst.data ? inst.data : "", sa, sb);
         un_buf_free(&inst);
         ok = -1;
         goto done;
@@ -129,9 +136,9 @@ static int check_once(un_ctx *ctx, const un_spec *spec, const un_axiom *ax, int 
                 snprintf(vb, sizeof vb, "%.17g", b[where].f);
             }
             *err = un_ctx_error(ctx, UN_ERR_MISMATCH,
-                                "axiom %s is wrong: at %s (%s, random inputs seed %llu) element "
+                                "axiom %s%s is wrong: at %s (%s, random inputs seed %llu) element "
                                 "%lld of the sides differs: %s vs %s",
-                                ax->name, inst.data ? inst.data : "",
+                                ax->name, lift->k ? " (lifted)" : "", inst.data ? inst.data : "",
                                 dom == UN_DOM_FIELD ? "prime field" : "float64",
                                 (unsigned long long)(seed + (uint64_t)trial), (long long)where, va,
                                 vb);
@@ -148,16 +155,17 @@ done:
     return ok;
 }
 
-un_status un_axcheck_axiom(un_ctx *ctx, const un_spec *spec, const un_axiom *ax, uint64_t seed,
-                           int trials, int want, int *n_good) {
+un_status un_axcheck_lift(un_ctx *ctx, const un_spec *spec, const un_axlift *l, uint64_t seed,
+                          int trials, int want, int *n_good) {
     un_rng rng;
-    un_rng_seed(&rng, un_hash_bytes(ax->name, strlen(ax->name), seed));
+    un_rng_seed(&rng, un_hash_combine(un_hash_bytes(l->ax->name, strlen(l->ax->name), seed),
+                                      (uint64_t)l->k * 1000 + l->mask));
     int good = 0;
     un_status st = UN_OK;
     if (n_good)
         *n_good = 0;
     for (int t = 0; t < trials && good < want; t++) {
-        int r = check_once(ctx, spec, ax, t, seed, &rng, &st);
+        int r = check_once(ctx, spec, l, t, seed, &rng, &st);
         if (r < 0)
             return st != UN_OK ? st : UN_ERR_MISMATCH;
         good += r > 0;
@@ -166,8 +174,50 @@ un_status un_axcheck_axiom(un_ctx *ctx, const un_spec *spec, const un_axiom *ax,
         *n_good = good;
     if (good < 2 && good < want)
         return un_ctx_error(ctx, UN_ERR_SPEC,
-                            "axiom %s is well formed in only %d of %d random instances", ax->name,
-                            good, trials);
+                            "axiom %s is well formed in only %d of %d random instances",
+                            l->ax->name, good, trials);
+    return UN_OK;
+}
+
+un_status un_axcheck_axiom(un_ctx *ctx, const un_spec *spec, const un_axiom *ax, uint64_t seed,
+                           int trials, int want, int *n_good) {
+    un_axlift l = {ax, 0, 0};
+    return un_axcheck_lift(ctx, spec, &l, seed, trials, want, n_good);
+}
+
+un_status un_axcheck_lifts(un_ctx *ctx, const un_spec *spec, uint64_t seed, un_axlift **out,
+                           int *n) {
+    int cap = 64, cnt = 0;
+    un_axlift *ls = un_xmalloc(sizeof *ls * (size_t)cap);
+    for (int op = 0; op < UN_OP_COUNT; op++) {
+        const un_op_spec *os = un_spec_op(spec, (un_op)op);
+        for (int a = 0; a < os->n_axioms; a++) {
+            const un_axiom *ax = &os->axioms[a];
+            if (ax->n_vars < 1 || ax->n_vars > 30)
+                continue;
+            uint32_t full = (1u << ax->n_vars) - 1;
+            un_axlift cands[20];
+            int nc = 0;
+            if (ax->n_vars <= 4)
+                for (uint32_t m = 1; m <= full; m++)
+                    cands[nc++] = (un_axlift){ax, 1, m};
+            else
+                cands[nc++] = (un_axlift){ax, 1, full};
+            cands[nc++] = (un_axlift){ax, 2, full};
+            for (int c = 0; c < nc; c++) {
+                int good = 0;
+                un_status st = un_axcheck_lift(ctx, spec, &cands[c], seed, 24, 4, &good);
+                un_ctx_clear(ctx);
+                if (st != UN_OK || good < 3)
+                    continue;
+                if (cnt == cap)
+                    ls = un_xrealloc(ls, sizeof *ls * (size_t)(cap *= 2));
+                ls[cnt++] = cands[c];
+            }
+        }
+    }
+    *out = ls;
+    *n = cnt;
     return UN_OK;
 }
 

@@ -18,6 +18,15 @@ typedef struct un_axcheck_stats {
     int n_instances; /* well-formed instances evaluated (each in both domains) */
 } un_axcheck_stats;
 
+/* An axiom lifted to higher ranks: the tensor variables in `mask` get k extra leading dims, shared
+ * by all of them (like batch dims); parameters keep their values, so they may then address other
+ * dims. k = 0 is the axiom as declared. A lifted axiom is a conjecture until checked like any. */
+typedef struct un_axlift {
+    const un_axiom *ax; /* borrowed from the spec */
+    int k;              /* extra leading dims */
+    uint32_t mask;      /* which tensor variables get them */
+} un_axlift;
+
 /* Checks one axiom on up to `trials` random instances (sizes drawn from {1,2,3,4,5,6,8} per size
  * variable, parameter variables cycling through their listed values) until `want` of them are well
  * formed. *n_good (may be NULL) receives the number of well-formed instances checked.
@@ -25,6 +34,17 @@ typedef struct un_axcheck_stats {
  * values); UN_ERR_SPEC when fewer than 2 instances were well formed. */
 un_status un_axcheck_axiom(un_ctx *ctx, const un_spec *spec, const un_axiom *ax, uint64_t seed,
                            int trials, int want, int *n_good);
+/* The same for a lifted axiom; a lifted form that is never well formed is UN_ERR_SPEC. */
+un_status un_axcheck_lift(un_ctx *ctx, const un_spec *spec, const un_axlift *l, uint64_t seed,
+                          int trials, int want, int *n_good);
+
+/* Lifted forms of every axiom that hold on every well-formed random instance tried (at least 3 of
+ * them, in both domains): k = 1 for each non-empty subset of the variables (axioms with up to 4
+ * variables; all of them otherwise) and k = 2 for all variables. A lifted form that fails is left
+ * out (it is not an error: the declared axiom makes no claim there). The declared axioms are not in
+ * the list. Owned: free(*out). */
+un_status un_axcheck_lifts(un_ctx *ctx, const un_spec *spec, uint64_t seed, un_axlift **out,
+                           int *n);
 
 /* Checks every axiom of every operator (40 trials, 4 well-formed instances each); stops at the
  * first failure. stats may be NULL. */

@@ -301,6 +301,24 @@ un_status un_runner_rule(un_ctx *ctx, un_verifier *v, const un_rule *r, const un
     return UN_OK;
 }
 
+un_status un_runner_verifier(un_ctx *ctx, const un_spec *spec, uint64_t seed, un_verifier **out,
+                             int *n_lifted) {
+    *out = NULL;
+    if (n_lifted)
+        *n_lifted = 0;
+    un_status st = un_axcheck_all(ctx, spec, seed, NULL);
+    un_axlift *lifts = NULL;
+    int n = 0;
+    if (st == UN_OK)
+        st = un_axcheck_lifts(ctx, spec, seed, &lifts, &n);
+    if (st == UN_OK)
+        st = un_verifier_new_ex(ctx, spec, lifts, n, out);
+    if (st == UN_OK && n_lifted)
+        *n_lifted = n;
+    free(lifts);
+    return st;
+}
+
 /* ---- the database driver -------------------------------------------------------------------- */
 
 typedef struct pending {
@@ -310,6 +328,8 @@ typedef struct pending {
 
 typedef struct shared {
     const un_spec *spec;
+    const un_axlift *lifts;
+    int n_lifts;
     const char *path;
     const un_runner_opts *o;
     const int32_t *ids;
@@ -364,7 +384,7 @@ static void *worker(void *arg) {
     int np = 0;
     un_status st = rulesdb_open(ctx, sh->path, sh->spec, 0, &db);
     if (st == UN_OK)
-        st = un_verifier_new(ctx, sh->spec, &v);
+        st = un_verifier_new_ex(ctx, sh->spec, sh->lifts, sh->n_lifts, &v);
     while (st == UN_OK) {
         pthread_mutex_lock(&sh->mu);
         int64_t i = sh->st == UN_OK ? sh->next++ : sh->n;
@@ -448,10 +468,16 @@ un_status un_runner_run(un_ctx *ctx, const un_spec *spec, const char *db_path,
     un_status st = un_axcheck_all(ctx, spec, o->seed, &ac);
     if (st != UN_OK)
         return st;
+    un_axlift *lifts = NULL;
+    int n_lifts = 0;
+    if ((st = un_axcheck_lifts(ctx, spec, o->seed, &lifts, &n_lifts)) != UN_OK)
+        return st;
+    double ac_ms = now_ms() - t0;
     rulesdb *db = NULL;
     int32_t *ids = NULL;
     int64_t n = 0, run = 0;
-    shared sh = {.spec = spec, .path = db_path, .o = o, .st = UN_OK};
+    shared sh = {
+        .spec = spec, .lifts = lifts, .n_lifts = n_lifts, .path = db_path, .o = o, .st = UN_OK};
     pthread_mutex_init(&sh.mu, NULL);
     if ((st = rulesdb_open(ctx, db_path, spec, 0, &db)) != UN_OK)
         goto done;
@@ -519,6 +545,9 @@ un_status un_runner_run(un_ctx *ctx, const un_spec *spec, const char *db_path,
         goto done;
     }
     sh.stats.wall_ms = now_ms() - t0;
+    sh.stats.n_axioms = ac.n_axioms;
+    sh.stats.n_lifted = n_lifts;
+    sh.stats.axcheck_ms = ac_ms;
     if (sh.n_ms) {
         qsort(sh.ms, (size_t)sh.n_ms, sizeof(double), cmp_double);
         sh.stats.median_ms = sh.ms[sh.n_ms / 2];
@@ -538,6 +567,7 @@ un_status un_runner_run(un_ctx *ctx, const un_spec *spec, const char *db_path,
 done:
     pthread_mutex_destroy(&sh.mu);
     free(sh.ms);
+    free(lifts);
     free(ids);
     rulesdb_free(db);
     return st;

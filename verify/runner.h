@@ -51,6 +51,12 @@ void un_rule_verdict_deinit(un_rule_verdict *v);
 un_status un_runner_rule(un_ctx *ctx, un_verifier *v, const un_rule *r, const un_runner_opts *o,
                          un_rule_verdict *out);
 
+/* A verifier whose axioms were checked first: every declared axiom on concrete tensors (a wrong one
+ * is UN_ERR_MISMATCH naming it and the counterexample), plus the lifted forms that pass the same
+ * check (axcheck.h). *n_lifted (may be NULL) receives their number. Owned: un_verifier_free. */
+un_status un_runner_verifier(un_ctx *ctx, const un_spec *spec, uint64_t seed, un_verifier **out,
+                             int *n_lifted);
+
 typedef struct un_runner_stats {
     int64_t total; /* rules attempted in this run */
     int64_t verified, refuted, unknown;
@@ -59,6 +65,8 @@ typedef struct un_runner_stats {
     int64_t skipped;     /* rows without a rule (rejected imports) */
     double wall_ms;
     double median_ms, p99_ms; /* per-rule verification time */
+    int n_axioms, n_lifted;   /* declared axioms checked, lifted forms that passed */
+    double axcheck_ms;        /* time of those checks */
 } un_runner_stats;
 
 /* Checks every spec axiom on concrete tensors (axcheck.h), then verifies the rules of the database

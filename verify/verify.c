@@ -3,6 +3,7 @@
  * context), so the context is rebuilt every REBUILD_EVERY proofs to bound memory; solvers, params,
  * models and AST vectors are reference counted and released in the function that made them. */
 #include "verify/verify.h"
+#include "verify/axcheck.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,8 +33,12 @@ struct un_verifier {
     uint64_t *ax_ops[2]; /* operators of each side (bit masks) */
     int n_trivial;       /* axioms that hold trivially once parallel ops are identities */
     un_buf skipped;      /* "name: reason; " for axioms left out */
-    int uses;            /* proofs since the context was built */
-    bool failed;         /* a Z3 call failed since the last check */
+    un_axlift *lifts;    /* checked lifted axioms to encode too */
+    int n_lifts;
+    char **names; /* tracking names of lifted axioms (owned) */
+    int n_names;
+    int uses;    /* proofs since the context was built */
+    bool failed; /* a Z3 call failed since the last check */
     char msg[256];
 };
 
@@ -498,6 +503,8 @@ static bool shape_axioms(un_verifier *v, un_op op, int o, int n) {
 typedef struct axb {
     un_verifier *v;
     const un_axiom *ax;
+    int k;         /* lifted: extra leading dims ... */
+    uint32_t mask; /* ... of these variables */
     const Z3_ast *X, *P;
     bool abstract; /* replace compound parameter expressions by fresh variables */
     bool used_x[32], used_p[32];
@@ -595,11 +602,21 @@ static bool ax_var_guard(axb *b, conds *cs) {
     const char *names[64];
     Z3_ast first[64];
     int n_names = 0;
+    Z3_ast lead[4] = {NULL, NULL, NULL, NULL};
     for (int i = 0; i < ax->n_vars; i++) {
         const un_axiom_var *av = &ax->vars[i];
-        conds_add(cs, mk_eq(v, mk_rank(v, b->X[i]), mk_int(v, av->rank)));
-        for (int d = 0; d < av->rank; d++) {
+        int k = (b->mask >> i) & 1 ? b->k : 0;
+        conds_add(cs, mk_eq(v, mk_rank(v, b->X[i]), mk_int(v, av->rank + k)));
+        for (int d = 0; d < k && d < 4; d++) {
             Z3_ast dz = mk_dim(v, b->X[i], mk_int(v, d));
+            conds_add(cs, mk_le(v, mk_int(v, 1), dz));
+            if (lead[d])
+                conds_add(cs, mk_eq(v, dz, lead[d]));
+            else
+                lead[d] = dz;
+        }
+        for (int d = 0; d < av->rank; d++) {
+            Z3_ast dz = mk_dim(v, b->X[i], mk_int(v, k + d));
             conds_add(cs, mk_le(v, mk_int(v, 1), dz));
             char *end;
             long long lit = strtoll(av->dims[d], &end, 10);
@@ -607,11 +624,11 @@ static bool ax_var_guard(axb *b, conds *cs) {
                 conds_add(cs, mk_eq(v, dz, mk_int(v, lit)));
                 continue;
             }
-            int k = 0;
-            while (k < n_names && strcmp(names[k], av->dims[d]) != 0)
-                k++;
-            if (k < n_names) {
-                conds_add(cs, mk_eq(v, dz, first[k]));
+            int j = 0;
+            while (j < n_names && strcmp(names[j], av->dims[d]) != 0)
+                j++;
+            if (j < n_names) {
+                conds_add(cs, mk_eq(v, dz, first[j]));
             } else if (n_names < 64) {
                 names[n_names] = av->dims[d];
                 first[n_names++] = dz;
@@ -635,10 +652,11 @@ static bool ax_var_guard(axb *b, conds *cs) {
 
 /* One quantified form of the axiom with side `pat` (0 lhs, 1 rhs, -1 none) as its pattern. Returns
  * NULL with b->why when it cannot be encoded; *no_pattern when that side cannot serve. */
-static Z3_ast ax_quant(un_verifier *v, const un_axiom *ax, const Z3_ast *X, const Z3_ast *P,
+static Z3_ast ax_quant(un_verifier *v, const un_axlift *l, const Z3_ast *X, const Z3_ast *P,
                        int pat, bool *unusable, bool *trivial, char *why, size_t nwhy) {
+    const un_axiom *ax = l->ax;
     conds *guard = un_xcalloc(1, sizeof *guard);
-    axb b = {.v = v, .ax = ax, .X = X, .P = P, .guard = guard};
+    axb b = {.v = v, .ax = ax, .k = l->k, .mask = l->mask, .X = X, .P = P, .guard = guard};
     Z3_ast side[2] = {NULL, NULL}, q = NULL;
     *unusable = false;
     *trivial = false;
@@ -711,7 +729,8 @@ static uint64_t term_ops(const un_term *t) {
     return m;
 }
 
-static void encode_axiom(un_verifier *v, const un_axiom *ax) {
+static void encode_axiom(un_verifier *v, const un_axlift *l) {
+    const un_axiom *ax = l->ax;
     if (ax->n_vars > 32 || ax->n_pvars > 32) {
         un_buf_printf(&v->skipped, "%s: too many variables; ", ax->name);
         return;
@@ -726,7 +745,7 @@ static void encode_axiom(un_verifier *v, const un_axiom *ax) {
     char why[160] = "";
     bool unusable, trivial;
     for (int s = 0; s < 2; s++) {
-        Z3_ast q = ax_quant(v, ax, X, P, s, &unusable, &trivial, why, sizeof why);
+        Z3_ast q = ax_quant(v, l, X, P, s, &unusable, &trivial, why, sizeof why);
         if (trivial) {
             v->n_trivial++;
             return;
@@ -737,7 +756,7 @@ static void encode_axiom(un_verifier *v, const un_axiom *ax) {
             break;
     }
     if (nq == 0 && !why[0]) {
-        Z3_ast q = ax_quant(v, ax, X, P, -1, &unusable, &trivial, why, sizeof why);
+        Z3_ast q = ax_quant(v, l, X, P, -1, &unusable, &trivial, why, sizeof why);
         if (trivial) {
             v->n_trivial++;
             return;
@@ -756,9 +775,16 @@ static void encode_axiom(un_verifier *v, const un_axiom *ax) {
         v->ax_ops[k] = un_xrealloc(v->ax_ops[k], sizeof(uint64_t) * (size_t)(v->n_ax + 1));
         v->ax_ops[k][v->n_ax] = term_ops(k == 0 ? ax->lhs : ax->rhs);
     }
+    const char *name = ax->name;
+    if (l->k) {
+        char buf[128];
+        snprintf(buf, sizeof buf, "%s+%d.%x", ax->name, l->k, (unsigned)l->mask);
+        v->names = un_xrealloc(v->names, sizeof(char *) * (size_t)(v->n_names + 1));
+        name = v->names[v->n_names++] = un_xstrdup(buf);
+    }
     v->ax[v->n_ax] = nq == 1 ? qs[0] : Z3_mk_and(v->z, 2, qs);
-    v->track[v->n_ax] = Z3_mk_const(v->z, Z3_mk_string_symbol(v->z, ax->name), v->B);
-    v->ax_name[v->n_ax] = ax->name;
+    v->track[v->n_ax] = Z3_mk_const(v->z, Z3_mk_string_symbol(v->z, name), v->B);
+    v->ax_name[v->n_ax] = name;
     v->n_ax++;
 }
 
@@ -780,6 +806,11 @@ static void teardown(un_verifier *v) {
     v->ax_name = NULL;
     v->n_bg = v->n_ax = v->n_trivial = 0;
     un_buf_free(&v->skipped);
+    for (int i = 0; i < v->n_names; i++)
+        free(v->names[i]);
+    free(v->names);
+    v->names = NULL;
+    v->n_names = 0;
     memset(v->fn, 0, sizeof v->fn);
     v->uses = 0;
 }
@@ -843,17 +874,29 @@ static un_status build(un_ctx *ctx, un_verifier *v) {
     for (int op = 0; op < UN_OP_COUNT; op++) {
         const un_op_spec *os = un_spec_op(v->spec, (un_op)op);
         for (int a = 0; a < os->n_axioms; a++)
-            encode_axiom(v, &os->axioms[a]);
+            encode_axiom(v, &(un_axlift){&os->axioms[a], 0, 0});
     }
+    for (int i = 0; i < v->n_lifts; i++)
+        encode_axiom(v, &v->lifts[i]);
     if (!z3_ok(v))
         return un_ctx_error(ctx, UN_ERR_INVALID, "verify: %s", v->msg);
     return UN_OK;
 }
 
 un_status un_verifier_new(un_ctx *ctx, const un_spec *spec, un_verifier **out) {
+    return un_verifier_new_ex(ctx, spec, NULL, 0, out);
+}
+
+un_status un_verifier_new_ex(un_ctx *ctx, const un_spec *spec, const un_axlift *lifts, int n_lifts,
+                             un_verifier **out) {
     *out = NULL;
     un_verifier *v = un_xcalloc(1, sizeof *v);
     v->spec = spec;
+    if (n_lifts > 0) {
+        v->lifts = un_xmalloc(sizeof *lifts * (size_t)n_lifts);
+        memcpy(v->lifts, lifts, sizeof *lifts * (size_t)n_lifts);
+        v->n_lifts = n_lifts;
+    }
     un_status st = build(ctx, v);
     if (st != UN_OK) {
         un_verifier_free(v);
@@ -867,6 +910,7 @@ void un_verifier_free(un_verifier *v) {
     if (!v)
         return;
     teardown(v);
+    free(v->lifts);
     free(v);
 }
 

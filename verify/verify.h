@@ -43,6 +43,11 @@ typedef struct un_proof {
 un_status un_verifier_new(un_ctx *ctx, const un_spec *spec, un_verifier **out);
 void un_verifier_free(un_verifier *v);
 
+struct un_axlift; /* verify/axcheck.h */
+/* The same, also encoding lifted axioms (each must have passed un_axcheck_lift; copied). */
+un_status un_verifier_new_ex(un_ctx *ctx, const un_spec *spec, const struct un_axlift *lifts,
+                             int n_lifts, un_verifier **out);
+
 /* Number of spec axioms encoded, and the names of those left out with the reason ("" if none;
  * borrowed until un_verifier_free). */
 int un_verifier_axiom_count(const un_verifier *v);
