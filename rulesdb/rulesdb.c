@@ -86,6 +86,7 @@ static const char *const rulesdb_migrations[] = {
     X(BEGIN, "BEGIN IMMEDIATE")                                                                    \
     X(COMMIT, "COMMIT")                                                                            \
     X(ROLLBACK, "ROLLBACK")                                                                        \
+    X(SPEC_HAS, "SELECT 1 FROM spec_sets WHERE hash = ?1")                                         \
     X(SPEC_ADD, "INSERT INTO spec_sets(hash, n_ops, first_seen) VALUES (?1, ?2, ?3) "              \
                 "ON CONFLICT DO NOTHING")                                                          \
     X(RUN_BEGIN, "INSERT INTO runs(tool, args, spec, started) VALUES (?1, ?2, ?3, ?4)")            \
@@ -163,6 +164,7 @@ struct rulesdb {
     uint64_t spec_hash;
     bool readonly;
     bool in_batch;
+    bool spec_known; /* the spec set in use is in spec_sets */
     sqlite3_stmt *stmt[STMT_COUNT];
 };
 
@@ -365,6 +367,26 @@ static int spec_op_count(const un_spec *spec) {
     return n;
 }
 
+/* Records the spec set in use in spec_sets (once per handle). busy_ok: a locked database is
+ * not an error (it is tried again at the next write). */
+static un_status spec_register(un_ctx *ctx, rulesdb *db, bool busy_ok) {
+    if (db->spec_known)
+        return UN_OK;
+    sqlite3_stmt *s = stmt_get(db, STMT_SPEC_ADD);
+    sqlite3_bind_int64(s, 1, u2i(db->spec_hash));
+    sqlite3_bind_int(s, 2, spec_op_count(db->spec));
+    sqlite3_bind_double(s, 3, now_s());
+    int rc = sqlite3_step(s);
+    sqlite3_reset(s);
+    if (rc == SQLITE_DONE) {
+        db->spec_known = true;
+        return UN_OK;
+    }
+    if (busy_ok && (rc & 0xff) == SQLITE_BUSY)
+        return UN_OK;
+    return db_fail(ctx, db, rc, "registering the spec set");
+}
+
 un_status rulesdb_open(un_ctx *ctx, const char *path, const un_spec *spec, int flags,
                        rulesdb **out) {
     *out = NULL;
@@ -422,12 +444,23 @@ un_status rulesdb_open(un_ctx *ctx, const char *path, const un_spec *spec, int f
         if (rc != SQLITE_OK)
             st = db_fail(ctx, db, rc, "preparing statements");
     }
+    bool known = false;
     if (st == UN_OK && !db->readonly && spec) {
-        sqlite3_stmt *s = stmt_get(db, STMT_SPEC_ADD);
+        /* Read first: a no-op insert would still wait for the write lock of a busy writer. */
+        sqlite3_stmt *s = stmt_get(db, STMT_SPEC_HAS);
         sqlite3_bind_int64(s, 1, u2i(db->spec_hash));
-        sqlite3_bind_int(s, 2, spec_op_count(spec));
-        sqlite3_bind_double(s, 3, now_s());
-        st = stmt_done(ctx, db, s, "registering the spec set");
+        rc = sqlite3_step(s);
+        known = rc == SQLITE_ROW;
+        sqlite3_reset(s);
+        if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+            st = db_fail(ctx, db, rc, "reading the spec sets");
+    }
+    db->spec_known = known || db->readonly || !spec;
+    if (st == UN_OK && !db->spec_known) {
+        /* Without waiting: while another writer holds a batch, the next write registers it. */
+        sqlite3_busy_timeout(db->h, 0);
+        st = spec_register(ctx, db, true);
+        sqlite3_busy_timeout(db->h, RULESDB_BUSY_MS);
     }
 done:
     if (st != UN_OK) {
@@ -465,6 +498,10 @@ un_status rulesdb_begin(un_ctx *ctx, rulesdb *db) {
     un_status st = stmt_done(ctx, db, stmt_get(db, STMT_BEGIN), "starting a batch");
     if (st == UN_OK)
         db->in_batch = true;
+    if (st == UN_OK)
+        st = spec_register(ctx, db, false);
+    if (st != UN_OK)
+        rulesdb_rollback(db);
     return st;
 }
 
@@ -497,6 +534,9 @@ void rulesdb_rollback(rulesdb *db) {
 un_status rulesdb_run_begin(un_ctx *ctx, rulesdb *db, const char *tool, const char *args,
                             int64_t *run_id) {
     *run_id = 0;
+    un_status st0 = spec_register(ctx, db, false);
+    if (st0 != UN_OK)
+        return st0;
     sqlite3_stmt *s = stmt_get(db, STMT_RUN_BEGIN);
     bind_text(s, 1, tool ? tool : "?");
     bind_text(s, 2, args);

@@ -683,6 +683,37 @@ static void test_alloc_failure(void) {
     EXPECT_EQ(oks, 1);
 }
 
+/* Opening (read-write, under another spec set) while a writer holds a batch neither blocks nor
+ * sees the open batch. */
+static void test_open_during_batch(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    const char *path = tmp_path("ob.db");
+    rm_db(path);
+    rulesdb *a = open_db(ctx, path, spec, RULESDB_CREATE), *b = NULL;
+    if (!a)
+        goto done;
+    EXPECT_EQ(insert_n(ctx, a, 0, 5), 5);
+    EXPECT_OK(ctx, rulesdb_begin(ctx, a));
+    un_rule *r = make_rule(99);
+    EXPECT_OK(ctx, rulesdb_rule_insert(ctx, a, r, UN_RULE_CANDIDATE, NULL, NULL, NULL, NULL));
+    un_rule_free(r);
+    b = open_db(ctx, path, spec2, 0);
+    int64_t counts[UN_RULE_STATUS_COUNT];
+    if (b) {
+        EXPECT_OK(ctx, rulesdb_count(ctx, b, counts));
+        EXPECT_EQ(counts[UN_RULE_CANDIDATE], 5);
+    }
+    EXPECT_OK(ctx, rulesdb_commit(ctx, a));
+    if (b) {
+        EXPECT_OK(ctx, rulesdb_count(ctx, b, counts));
+        EXPECT_EQ(counts[UN_RULE_CANDIDATE], 6);
+    }
+done:
+    rulesdb_free(b);
+    rulesdb_free(a);
+    un_ctx_free(ctx);
+}
+
 /* Reads the database for about ms milliseconds: the count only grows and is always whole batches.
  * Returns the number of violations (-1 if it cannot read). */
 static int read_while_writing(const char *path, int batch, int ms, int64_t *last) {
@@ -840,6 +871,7 @@ int main(void) {
         {"upgrade", test_upgrade},
         {"merge", test_merge},
         {"alloc_failure", test_alloc_failure},
+        {"open_during_batch", test_open_during_batch},
         {"kill_writer", test_kill_writer},
     };
     int rc = TEST_RUN_ALL(cases);
