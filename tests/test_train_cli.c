@@ -176,6 +176,17 @@ static void test_bad_input(void) {
     snprintf(args, sizeof args, "--model %s/mlp.json --devices 2 --strategy %s/illegal.json", tmp,
              tmp);
     expect_clean_error(args, "illegal.json");
+    write_file("psum.json",
+               "{\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [8, 6]}},"
+               " {\"name\": \"w\", \"op\": \"weight\", \"params\": {\"shape\": [6, 4]}},"
+               " {\"name\": \"xs\", \"op\": \"partition\", \"in\": [\"x\"], \"params\": {\"dim\": "
+               "1, \"degree\": 2}},"
+               " {\"name\": \"ws\", \"op\": \"partition\", \"in\": [\"w\"], \"params\": {\"dim\": "
+               "0, \"degree\": 2}},"
+               " {\"name\": \"y\", \"op\": \"linear\", \"in\": [\"xs\", \"ws\"]}]}");
+    snprintf(args, sizeof args, "--model %s/mlp.json --devices 2 --strategy %s/psum.json", tmp,
+             tmp);
+    expect_clean_error(args, "partial sums");
     snprintf(args, sizeof args, "--model mlp --tiny --load %s/missing.ckpt", tmp);
     expect_clean_error(args, "missing.ckpt");
     /* a checkpoint of another model */
