@@ -17,6 +17,11 @@
 
 static un_spec *spec;
 
+/* A file name of this process (parallel test runs must not share files). */
+static void tmp_path(char *buf, size_t n, const char *suffix) {
+    snprintf(buf, n, "/tmp/unity_test_runtime_%ld.%s", (long)getpid(), suffix);
+}
+
 /* ---- running one function on D local ranks ---- */
 
 typedef struct rank_job {
@@ -473,7 +478,8 @@ static void test_train_equal_losses_f64(void) { equal_losses(UN_PREC_F64); }
 
 /* Saving after 6 steps and loading for 4 more gives the 10-step run exactly (SGD and Adam). */
 static void test_checkpoint_resume(void) {
-    const char *path = "/tmp/unity_test_runtime.ckpt";
+    char path[64];
+    tmp_path(path, sizeof path, "ckpt");
     const char *opts[] = {"sgd", "adam"};
     for (int k = 0; k < 2; k++) {
         un_status st;
@@ -497,7 +503,8 @@ static void test_checkpoint_errors(void) {
     EXPECT_OK(ctx,
               un_sample_mlp(ctx, spec, (un_sample_mlp_cfg){4, 4, 4, 4}, UN_SAMPLE_SERIAL, 1, &g));
     float w[32] = {0};
-    const char *path = "/tmp/unity_test_runtime_bad.ckpt";
+    char path[64];
+    tmp_path(path, sizeof path, "bad.ckpt");
     FILE *f = fopen(path, "wb");
     fputs("NOTACKPT and more bytes", f);
     fclose(f);
@@ -572,7 +579,8 @@ static void test_plan_validation(void) {
     EXPECT_EQ(un_strategy_devices(dp), 2);
     un_buf b = {0};
     EXPECT_OK(ctx, un_graph_to_json(ctx, dp, &b));
-    const char *path = "/tmp/unity_test_runtime_plan.json";
+    char path[64];
+    tmp_path(path, sizeof path, "plan.json");
     FILE *f = fopen(path, "w");
     fputs(b.data, f);
     fclose(f);
