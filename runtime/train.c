@@ -582,12 +582,8 @@ un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res
     shared sh;
     memset(&sh, 0, sizeof sh);
     bool use_mpi = strcmp(o->comm, "mpi") == 0;
-    un_status st = un_spec_load(ctx, o->spec, &spec);
-    if (st != UN_OK)
-        return st;
-    if ((st = model_load(ctx, spec, o, &m)) != UN_OK)
-        goto done;
-    if (use_mpi) {
+    un_status st = UN_OK;
+    if (use_mpi) { /* first, so that only rank 0 reports any error below */
         if ((st = un_comm_mpi_new(ctx, &mpi)) != UN_OK)
             goto done;
         res->rank = un_comm_rank(mpi);
@@ -599,6 +595,10 @@ un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res
             goto done;
         }
     }
+    if ((st = un_spec_load(ctx, o->spec, &spec)) != UN_OK)
+        goto done;
+    if ((st = model_load(ctx, spec, o, &m)) != UN_OK)
+        goto done;
     int d = use_mpi ? un_comm_size(mpi) : o->devices ? o->devices : 1;
     const char *strategy = o->strategy ? o->strategy : d == 1 ? "serial" : "data";
     if (strcmp(strategy, "serial") == 0) {
