@@ -16,8 +16,10 @@ static double now_s(void) {
 }
 
 un_status gen_run(un_ctx *ctx, gen_enum *e, const gen_params *p, const char *db_path,
-                  const char *args, gen_summary *out) {
+                  const char *args, gen_summary *out, gen_rules *rules_out) {
     memset(out, 0, sizeof *out);
+    if (rules_out)
+        memset(rules_out, 0, sizeof *rules_out);
     const gen_menu *m = gen_enum_menu(e);
     rulesdb *db = NULL;
     gen_rules rs = {0};
@@ -65,6 +67,10 @@ un_status gen_run(un_ctx *ctx, gen_enum *e, const gen_params *p, const char *db_
     un_buf_printf(&counts, ", \"max_ops\": %d, \"seed\": %llu, \"shard\": \"%d/%d\"}", p->max_ops,
                   (unsigned long long)p->seed, p->shard_i, p->shard_n);
     st = rulesdb_run_end(ctx, db, out->run_id, counts.data);
+    if (st == UN_OK && rules_out) {
+        *rules_out = rs;
+        memset(&rs, 0, sizeof rs);
+    }
 done:
     if (in_batch)
         rulesdb_rollback(db);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "gen/gen.h"
+#include "gen/recall.h"
 
 static const char *USAGE =
     "usage: unity-gen --ops SPECS [-o rules.db] [--menu FILE] [--max-ops N] [--seed S]\n"
@@ -23,10 +24,12 @@ static const char *USAGE =
     "                   shard and combine the databases with `unity-rules merge`\n"
     "  --time-limit S   stop enumerating after S seconds (the rules found so far are kept)\n"
     "  --list           print every rule found on stdout\n"
+    "  --recall FILE    compare the rules found with a published FlexFlow rule file: how many\n"
+    "                   it contains up to renaming, and why each other one is not\n"
     "  --dry-run        do not touch a database (with --list: just print)\n";
 
 typedef struct {
-    const char *ops, *db, *menu;
+    const char *ops, *db, *menu, *recall;
     int max_ops, threads, shard_i, shard_n;
     uint64_t seed;
     double time_limit;
@@ -66,7 +69,7 @@ static int parse_args(int argc, char **argv, opts *o) {
         bool known = strcmp(a, "--ops") == 0 || strcmp(a, "-o") == 0 || strcmp(a, "--menu") == 0 ||
                      strcmp(a, "--max-ops") == 0 || strcmp(a, "--seed") == 0 ||
                      strcmp(a, "--threads") == 0 || strcmp(a, "--shard") == 0 ||
-                     strcmp(a, "--time-limit") == 0;
+                     strcmp(a, "--time-limit") == 0 || strcmp(a, "--recall") == 0;
         if (!known) {
             fprintf(stderr, "unity-gen: unknown argument '%s' (see --help)\n", a);
             return 2;
@@ -83,6 +86,8 @@ static int parse_args(int argc, char **argv, opts *o) {
             o->db = v;
         else if (strcmp(a, "--menu") == 0)
             o->menu = v;
+        else if (strcmp(a, "--recall") == 0)
+            o->recall = v;
         else if (strcmp(a, "--max-ops") == 0) {
             if (!parse_long(v, 1, GEN_MAX_OPS, &n))
                 return bad(a, v, "expected an integer from 1 to 5");
@@ -198,7 +203,7 @@ int main(int argc, char **argv) {
         if (o.dry_run)
             st = gen_find(ctx, e, &p, &rs);
         else
-            st = gen_run(ctx, e, &p, o.db, args, &sum);
+            st = gen_run(ctx, e, &p, o.db, args, &sum, &rs);
     }
     if (st == UN_OK) {
         struct timespec ts;
@@ -212,6 +217,23 @@ int main(int argc, char **argv) {
                 un_buf_free(&b);
             }
         print_summary(o.dry_run ? &rs.stats : &sum.stats, o.dry_run ? NULL : &sum, secs);
+        if (o.recall) {
+            gen_recall rec;
+            un_buf rep = {0};
+            st = gen_recall_run(ctx, e, p.max_ops, &rs, o.recall, &rec, &rep);
+            if (st == UN_OK) {
+                printf("recall against %s: %lld of %lld rules found (%.1f%%)\n", o.recall,
+                       (long long)rec.by_kind[GEN_RECALL_FOUND], (long long)rec.total,
+                       100.0 * (double)rec.by_kind[GEN_RECALL_FOUND] /
+                           (double)(rec.total ? rec.total : 1));
+                for (int k = 1; k < GEN_RECALL_COUNT; k++)
+                    printf("  %-9s %lld\n", gen_recall_kind_name((gen_recall_kind)k),
+                           (long long)rec.by_kind[k]);
+                printf("%s", rep.data ? rep.data : "");
+            } else
+                fprintf(stderr, "unity-gen: %s: %s\n", un_status_str(st), un_ctx_errmsg(ctx));
+            un_buf_free(&rep);
+        }
     } else
         fprintf(stderr, "unity-gen: %s: %s\n", un_status_str(st), un_ctx_errmsg(ctx));
     gen_rules_deinit(&rs);

@@ -20,6 +20,9 @@ void gen_rules_deinit(gen_rules *rs) {
     for (int64_t i = 0; i < rs->n; i++)
         un_rule_free(rs->rules[i]);
     free(rs->rules);
+    free(rs->classes);
+    free(rs->comm);
+    free(rs->known);
     memset(rs, 0, sizeof *rs);
 }
 
@@ -86,6 +89,11 @@ static void hset_add(hset *s, uint64_t h) {
         i = (i + 1) & (s->cap - 1);
     s->slot[i] = h;
     s->n++;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
 }
 
 /* ---- rules: orientation and the degree variable ---- */
@@ -718,9 +726,22 @@ un_status gen_find(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_rules *out
     stats->after_sub = stats->after_rename - c_sub;
     stats->after_check = stats->after_sub - c_check;
     stats->pair_seconds = now_s() - t0;
+    /* keep what explains pairs later (recall) */
+    out->known = un_xmalloc(sizeof(uint64_t) * (size_t)(known.n + 2));
+    for (int64_t i = 0; i < known.cap; i++)
+        if (known.slot[i])
+            out->known[out->n_known++] = known.slot[i];
+    if (known.has_zero)
+        out->known[out->n_known++] = 0;
+    if (out->n_known > 1)
+        qsort(out->known, (size_t)out->n_known, sizeof(uint64_t), cmp_u64);
+    out->comm = comm;
+    out->classes = r.classes;
+    out->n_classes = r.n_classes;
+    r.classes = NULL;
+    r.n_classes = 0;
     hset_deinit(&known);
     hset_deinit(&decided);
-    free(comm);
     free(pairs.data);
     gen_enum_result_deinit(&r);
     out->rules = kept.data;
@@ -730,4 +751,53 @@ un_status gen_find(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_rules *out
         return st;
     }
     return UN_OK;
+}
+
+bool gen_pair_explain(un_ctx *ctx, const gen_enum *e, const gen_rules *rs, const gen_graph *a,
+                      const gen_graph *b, char *why, size_t n) {
+    const gen_menu *m = gen_enum_menu(e);
+    gen_enum_result r;
+    memset(&r, 0, sizeof r);
+    r.classes = rs->classes;
+    r.n_classes = rs->n_classes;
+    bool *no_comm = un_xcalloc((size_t)m->n_insts, sizeof *no_comm);
+    const bool *comm = rs->comm ? rs->comm : no_comm;
+    hset known = {0};
+    for (int64_t i = 0; i < rs->n_known; i++)
+        hset_add(&known, rs->known[i]);
+    gen_geval ea, eb;
+    bool res = false, have_a = false, have_b = false;
+    if (gen_enum_eval(ctx, e, a, &ea) == UN_OK)
+        have_a = true;
+    if (have_a && gen_enum_eval(ctx, e, b, &eb) == UN_OK)
+        have_b = true;
+    un_ctx_clear(ctx);
+    if (have_a && have_b && ea.n_out == eb.n_out) {
+        un_rule *rule = NULL;
+        if (nf_key(&r, a, &ea, m->n_inputs, comm) == nf_key(&r, b, &eb, m->n_inputs, comm)) {
+            snprintf(why, n,
+                     "implied: a congruence of smaller rules (equal once inner tensors are "
+                     "replaced by the smallest graph of their value)");
+            res = true;
+        } else if (build_rule(ctx, e, a, &ea, b, &eb, NULL, NULL, 0, 0, &rule) == UN_OK &&
+                   hset_has(&known, pair_hash(ctx, rule))) {
+            snprintf(why, n, "implied: a renaming of a rule kept or implied");
+            res = true;
+        } else if (implied_by_subgraph(ctx, e, &known, a, &ea, b, &eb, m->n_inputs)) {
+            snprintf(why, n, "implied: an instance of a kept rule on a common subgraph");
+            res = true;
+        } else if (implied_by_diagonal(ctx, e, &known, a, &ea, b, &eb)) {
+            snprintf(why, n, "implied: an instance of a kept rule with two inputs identified");
+            res = true;
+        }
+        un_ctx_clear(ctx);
+        un_rule_free(rule);
+    }
+    if (have_a)
+        gen_geval_deinit(&ea);
+    if (have_b)
+        gen_geval_deinit(&eb);
+    hset_deinit(&known);
+    free(no_comm);
+    return res;
 }

@@ -52,6 +52,12 @@ typedef struct gen_rules {
     un_rule **rules; /* owned, canonical form, in processing order */
     int64_t n;
     gen_stats stats;
+    /* what the pruning knew at the end, for gen_pair_explain (owned) */
+    gen_class *classes; /* value classes of the cones below the size bound */
+    int64_t n_classes;
+    bool *comm;      /* per menu instance: a kept rule made its argument order moot */
+    uint64_t *known; /* sorted pair hashes of every rule kept or implied */
+    int64_t n_known;
 } gen_rules;
 
 /* Enumerates, pairs and prunes. Deterministic for the same specs, menu, seed and shard, whatever
@@ -66,6 +72,12 @@ un_status gen_rule_orient(un_ctx *ctx, const un_rule *r, un_rule **out);
 /* Adds variable "k" to r when every parallel operator degree and every input layout degree > 1 on
  * both sides has the same value (and there is at least one on each side). */
 un_status gen_rule_add_degree_var(un_ctx *ctx, un_rule *r);
+
+/* Why the equality a <=> b (compact graphs over e's menu, equal values) follows from the rules
+ * found: writes the reason (one of the pruning stages) into why and returns true; false when it
+ * does not follow in one of those ways. */
+bool gen_pair_explain(un_ctx *ctx, const gen_enum *e, const gen_rules *rs, const gen_graph *a,
+                      const gen_graph *b, char *why, size_t n);
 
 /* Writes the stats as a JSON object (for the run row and --json). */
 void gen_stats_json(const gen_stats *s, un_buf *b);

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Benchmark of unity-gen (issue 4): for N = 2, 3, 4 with the default menu, wall time, graphs/s,
+# peak RSS and the candidates left after each pruning stage; then the recall against FlexFlow's
+# published rules (../shared/external/flexflow_graph_subst_3_v2.json) with the menu that speaks
+# FlexFlow's vocabulary in the shapes our import gives those rules (specs/menus/flexflow.json).
+#
+#   scripts/bench/gen.sh [BUILD_DIR] [N4_TIME_LIMIT_SECONDS]
+#
+# Output: one block per run; the detailed recall report (every published rule not found, with its
+# category and reason) goes to $OUT/recall.txt (OUT defaults to a temporary directory).
+# Timings depend on the load of the machine; say so when you quote them.
+set -euo pipefail
+build=${1:-build/default}
+n4_limit=${2:-1800}
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root"
+gen=$build/bin/unity-gen
+[[ -x $gen ]] || { echo "gen.sh: $gen not found (run make BUILD=$build)" >&2; exit 1; }
+out=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/unity-gen-bench.XXXXXX")}
+mkdir -p "$out"
+threads=$(nproc)
+
+run() { # label, then unity-gen arguments
+    local label=$1
+    shift
+    echo "== $label (threads $threads)"
+    /usr/bin/time -v "$gen" "$@" >"$out/run.txt" 2>"$out/time.txt" || {
+        cat "$out/run.txt" "$out/time.txt"
+        return 1
+    }
+    cat "$out/run.txt"
+    awk -F': ' '/Maximum resident set size/ {printf "peak RSS            %.0f MiB\n", $2 / 1024}
+                /Elapsed \(wall clock\)/ {print "wall time           " $2}' "$out/time.txt"
+}
+
+for n in 2 3; do
+    rm -f "$out/n$n.db"
+    run "default menu, N=$n" --ops specs/ --max-ops "$n" --threads "$threads" -o "$out/n$n.db"
+done
+rm -f "$out/n4.db"
+run "default menu, N=4 (time limit ${n4_limit}s)" --ops specs/ --max-ops 4 --threads "$threads" \
+    --time-limit "$n4_limit" -o "$out/n4.db"
+
+ff=../shared/external/flexflow_graph_subst_3_v2.json
+if [[ -f $ff ]]; then
+    run "recall: FlexFlow menu, N=3" --ops specs/ --menu specs/menus/flexflow.json --dry-run \
+        --threads "$threads" --recall "$ff" >"$out/recall.txt"
+    sed -n '/^==/,/^recall against/p;/^  rejected/,/^  missed/p' "$out/recall.txt"
+    grep -E '^(peak RSS|wall time)' "$out/recall.txt"
+    echo "(details: $out/recall.txt)"
+else
+    echo "== recall: $ff not found, skipped"
+fi
