@@ -377,9 +377,54 @@ static void test_piece_transfers(void) {
         " {\"name\": \"yp\", \"op\": \"linear\", \"in\": [\"xr\", \"wp\"]},"
         " {\"name\": \"y1\", \"op\": \"combine\", \"in\": [\"yp\"], \"params\": {\"dim\": 1, "
         "\"degree\": 2}}]}";
+    /* sources that already carry a layout (a split input, a weight in copies and partial sums) */
+    static const char *laid_out =
+        "{\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [8, 6], "
+        "\"shard\": [2, 1]}},"
+        " {\"name\": \"w\", \"op\": \"weight\", \"params\": {\"shape\": [6, 4], \"copy\": 2}},"
+        " {\"name\": \"yp\", \"op\": \"linear\", \"in\": [\"x\", \"w\"]},"
+        " {\"name\": \"y1\", \"op\": \"combine\", \"in\": [\"yp\"], \"params\": {\"dim\": 0, "
+        "\"degree\": 2}}]}";
+    static const char *sum_serial =
+        "{\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [8, 4]}},"
+        " {\"name\": \"w\", \"op\": \"weight\", \"params\": {\"shape\": [8, 4]}},"
+        " {\"name\": \"y\", \"op\": \"ew_mul\", \"in\": [\"x\", \"w\"]}]}";
+    static const char *sum_weight =
+        "{\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [8, 4], "
+        "\"copy\": 2}},"
+        " {\"name\": \"w\", \"op\": \"weight\", \"params\": {\"shape\": [8, 4], \"sum\": 2}},"
+        " {\"name\": \"yp\", \"op\": \"ew_mul\", \"in\": [\"x\", \"w\"]},"
+        " {\"name\": \"y1\", \"op\": \"reduce\", \"in\": [\"yp\"], \"params\": {\"degree\": 2}}]}";
     un_ctx *ctx = un_ctx_new(NULL);
     un_graph *gs = NULL, *gc = NULL;
     EXPECT_OK(ctx, un_graph_from_json(ctx, spec, "serial", serial, strlen(serial), &gs));
+    for (int v = 0; v < 2; v++) {
+        un_graph *gv = NULL, *g0 = NULL;
+        const char *txt = v ? sum_weight : laid_out, *txt0 = v ? sum_serial : serial;
+        EXPECT_OK(ctx, un_graph_from_json(ctx, spec, "laid_out", txt, strlen(txt), &gv));
+        EXPECT_OK(ctx, un_graph_from_json(ctx, spec, "serial", txt0, strlen(txt0), &g0));
+        un_eval *e0 = NULL;
+        if (gv && g0 && un_eval_new(ctx, g0, UN_DOM_F64, &e0) == UN_OK) {
+            un_eval_fill_random(e0, 5);
+            un_eval_run(e0);
+            double r[32], l1, ld;
+            for (int i = 0; i < 32; i++)
+                r[i] = 0.05 * (i % 5) - 0.1;
+            double *g1 = run_grads(g0, e0, r, 1, &l1);
+            double *gd = run_grads(gv, e0, r, 2, &ld);
+            double e = 0;
+            for (int x = 0; g1 && gd && x < 24; x++)
+                e = fmax(e, fabs(gd[x] - g1[x]));
+            test__check(g1 && gd && e < 1e-12 && fabs(ld - l1) < 1e-12, TEST__AT,
+                        "sources with a layout (%d): loss %g vs %g, gradient error %g", v, ld, l1,
+                        e);
+            free(g1);
+            free(gd);
+        }
+        un_eval_free(e0);
+        un_graph_free(gv);
+        un_graph_free(g0);
+    }
     EXPECT_OK(ctx, un_graph_from_json(ctx, spec, "crossed", crossed, strlen(crossed), &gc));
     un_eval *ev = NULL;
     if (gs && gc && un_eval_new(ctx, gs, UN_DOM_F64, &ev) == UN_OK) {
