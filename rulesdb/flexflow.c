@@ -27,20 +27,20 @@ const char *flexflow_reject_name(flexflow_reject r) {
     return (unsigned)r < FLEXFLOW_REJECT_COUNT ? ff_reject_names[r] : "?";
 }
 
-/* FlexFlow operator names we map, with their input counts. */
+/* FlexFlow operator names we map (as FlexFlow's JSON spells them: its OP_REPARTITION is
+ * "OP_PARTITION" and OP_REDUCTION "OP_REDUCE"), with their input counts. */
 static const struct {
     const char *name;
     un_op op;
     int n_in;
 } ff_ops[] = {
-    {"OP_PARTITION", UN_OP_PARTITION, 1}, {"OP_REPARTITION", UN_OP_PARTITION, 1},
-    {"OP_COMBINE", UN_OP_COMBINE, 1},     {"OP_REPLICATE", UN_OP_REPLICATE, 1},
-    {"OP_REDUCE", UN_OP_REDUCE, 1},       {"OP_REDUCTION", UN_OP_REDUCE, 1},
+    {"OP_PARTITION", UN_OP_PARTITION, 1}, {"OP_COMBINE", UN_OP_COMBINE, 1},
+    {"OP_REPLICATE", UN_OP_REPLICATE, 1}, {"OP_REDUCE", UN_OP_REDUCE, 1},
     {"OP_LINEAR", UN_OP_LINEAR, 2},       {"OP_RELU", UN_OP_RELU, 1},
     {"OP_SIGMOID", UN_OP_SIGMOID, 1},     {"OP_TANH", UN_OP_TANH, 1},
-    {"OP_EW_ADD", UN_OP_EW_ADD, 2},       {"OP_EW_SUB", UN_OP_EW_SUB, 2},
-    {"OP_EW_MUL", UN_OP_EW_MUL, 2},       {"OP_CONCAT", UN_OP_CONCAT, 2},
-    {"OP_SPLIT", UN_OP_SPLIT, 1},
+    {"OP_GELU", UN_OP_GELU, 1},           {"OP_EW_ADD", UN_OP_EW_ADD, 2},
+    {"OP_EW_SUB", UN_OP_EW_SUB, 2},       {"OP_EW_MUL", UN_OP_EW_MUL, 2},
+    {"OP_CONCAT", UN_OP_CONCAT, 2},       {"OP_SPLIT", UN_OP_SPLIT, 1},
 };
 
 /* TASO's activation codes (PM_ACTI) and our linear's activation enum names. */
@@ -901,6 +901,8 @@ static const char *ff_type_of(un_op op) {
         return "OP_SIGMOID";
     case UN_OP_TANH:
         return "OP_TANH";
+    case UN_OP_GELU:
+        return "OP_GELU";
     case UN_OP_EW_ADD:
         return "OP_EW_ADD";
     case UN_OP_EW_SUB:
