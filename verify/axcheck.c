@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "pcg/eval.h"
-#include "pcg/term.h"
 
 #define MAX_SIZES 32
 
@@ -39,6 +38,75 @@ static void instance_str(const un_axiom *ax, const sizes *sz, const int64_t *pv,
         un_buf_printf(b, "%s%s=%lld", i ? " " : "", sz->names[i], (long long)sz->values[i]);
     for (int i = 0; i < ax->n_pvars; i++)
         un_buf_printf(b, "%s%s=%lld", i || sz->n ? " " : "", ax->pvar_names[i], (long long)pv[i]);
+}
+
+bool un_axlift_is_dim_param(const un_op_spec *os, int param) {
+    if (os->kind != UN_OPK_REGULAR || param < 0 || param >= os->n_params ||
+        os->params[param].type != UN_PT_INT)
+        return false;
+    const char *n = os->params[param].name;
+    return strcmp(n, "axis") == 0 || strcmp(n, "dim") == 0 || strcmp(n, "dim0") == 0 ||
+           strcmp(n, "dim1") == 0;
+}
+
+static bool has_dim_literal(const un_spec *spec, const un_term *t) {
+    if (t->kind != UN_TERM_APP)
+        return false;
+    const un_op_spec *os = un_spec_op(spec, t->op);
+    for (int i = 0; i < t->n_params; i++) {
+        const un_term_param *tp = &t->params[i];
+        if (tp->n_items < 0 && un_axlift_is_dim_param(os, tp->param) &&
+            tp->items[0]->kind == UN_EX_INT && tp->items[0]->value >= 0)
+            return true;
+    }
+    for (int i = 0; i < t->n_args; i++)
+        if (has_dim_literal(spec, t->args[i]))
+            return true;
+    return false;
+}
+
+/* un_term_build (pcg/term.h) with the lift's parameter shift applied. */
+static un_status build_term(un_graph *g, const un_axlift *l, const un_term *t, const int64_t *pvals,
+                            const int32_t *var_nodes, un_ref *out) {
+    const un_axiom *ax = l->ax;
+    if (t->kind == UN_TERM_VAR) {
+        *out = (un_ref){var_nodes[t->var], 0};
+        return UN_OK;
+    }
+    const un_op_spec *os = un_spec_op(un_graph_spec(g), t->op);
+    un_ref args[UN_MAX_INPUTS];
+    un_status st;
+    if (t->n_args > UN_MAX_INPUTS)
+        return UN_ERR_SHAPE;
+    for (int i = 0; i < t->n_args; i++)
+        if ((st = build_term(g, l, t->args[i], pvals, var_nodes, &args[i])) != UN_OK)
+            return st;
+    const un_shape *vs[32];
+    int nvs = ax->n_vars < 32 ? ax->n_vars : 32;
+    for (int i = 0; i < nvs; i++)
+        vs[i] = un_graph_shape(g, (un_ref){var_nodes[i], 0});
+    un_expr_env env = {.vars = pvals, .n_vars = ax->n_pvars, .in = vs, .n_in = nvs};
+    un_param params[UN_MAX_PARAMS];
+    un_spec_param_defaults(os, params);
+    for (int i = 0; i < t->n_params; i++) {
+        const un_term_param *tp = &t->params[i];
+        un_param *p = &params[tp->param];
+        int n = tp->n_items < 0 ? 1 : tp->n_items;
+        p->len = tp->n_items;
+        for (int j = 0; j < n && j < UN_MAX_DIMS; j++)
+            if ((st = un_expr_eval(NULL, tp->items[j], &env, &p->v[j])) != UN_OK)
+                return st;
+        if (l->shift && tp->n_items < 0 && un_axlift_is_dim_param(os, tp->param) &&
+            tp->items[0]->kind == UN_EX_INT && tp->items[0]->value >= 0)
+            p->v[0] += l->shift;
+    }
+    int32_t id;
+    if ((st = un_graph_add(NULL, g, t->op, params, args, t->n_args, NULL, &id)) != UN_OK)
+        return st;
+    if (t->out_index >= un_graph_node(g, id)->inf.n_out)
+        return UN_ERR_SHAPE;
+    *out = (un_ref){id, t->out_index};
+    return UN_OK;
 }
 
 /* One instance: 1 holds, 0 not well formed, -1 differs (message recorded in ctx). */
@@ -91,8 +159,8 @@ static int check_once(un_ctx *ctx, const un_spec *spec, const un_axlift *lift, i
             goto done;
     }
     un_ref l, r;
-    if (un_term_build(NULL, g, ax, ax->lhs, pv, vars, &l) != UN_OK ||
-        un_term_build(NULL, g, ax, ax->rhs, pv, vars, &r) != UN_OK)
+    if (build_term(g, lift, ax->lhs, pv, vars, &l) != UN_OK ||
+        build_term(g, lift, ax->rhs, pv, vars, &r) != UN_OK)
         goto done;
     const un_shape *ls = un_graph_shape(g, l), *rs = un_graph_shape(g, r);
     un_buf inst = {0};
@@ -181,7 +249,7 @@ un_status un_axcheck_lift(un_ctx *ctx, const un_spec *spec, const un_axlift *l, 
 
 un_status un_axcheck_axiom(un_ctx *ctx, const un_spec *spec, const un_axiom *ax, uint64_t seed,
                            int trials, int want, int *n_good) {
-    un_axlift l = {ax, 0, 0};
+    un_axlift l = {ax, 0, 0, 0};
     return un_axcheck_lift(ctx, spec, &l, seed, trials, want, n_good);
 }
 
@@ -196,14 +264,17 @@ un_status un_axcheck_lifts(un_ctx *ctx, const un_spec *spec, uint64_t seed, un_a
             if (ax->n_vars < 1 || ax->n_vars > 30)
                 continue;
             uint32_t full = (1u << ax->n_vars) - 1;
-            un_axlift cands[20];
+            un_axlift cands[40];
             int nc = 0;
-            if (ax->n_vars <= 4)
-                for (uint32_t m = 1; m <= full; m++)
-                    cands[nc++] = (un_axlift){ax, 1, m};
-            else
-                cands[nc++] = (un_axlift){ax, 1, full};
-            cands[nc++] = (un_axlift){ax, 2, full};
+            bool shifts = has_dim_literal(spec, ax->lhs) || has_dim_literal(spec, ax->rhs);
+            for (int sh = 0; sh < (shifts ? 2 : 1); sh++) {
+                if (ax->n_vars <= 4)
+                    for (uint32_t m = 1; m <= full; m++)
+                        cands[nc++] = (un_axlift){ax, 1, m, sh};
+                else
+                    cands[nc++] = (un_axlift){ax, 1, full, sh};
+                cands[nc++] = (un_axlift){ax, 2, full, 2 * sh};
+            }
             for (int c = 0; c < nc; c++) {
                 int good = 0;
                 un_status st = un_axcheck_lift(ctx, spec, &cands[c], seed, 24, 4, &good);

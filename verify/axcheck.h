@@ -25,7 +25,11 @@ typedef struct un_axlift {
     const un_axiom *ax; /* borrowed from the spec */
     int k;              /* extra leading dims */
     uint32_t mask;      /* which tensor variables get them */
+    int shift;          /* added to literal dim parameters (axis, dim, dim0, dim1) >= 0: 0 or k */
 } un_axlift;
+
+/* True for the parameters `shift` moves: a regular op's axis, dim, dim0 or dim1. */
+bool un_axlift_is_dim_param(const un_op_spec *os, int param);
 
 /* Checks one axiom on up to `trials` random instances (sizes drawn from {1,2,3,4,5,6,8} per size
  * variable, parameter variables cycling through their listed values) until `want` of them are well
@@ -40,7 +44,8 @@ un_status un_axcheck_lift(un_ctx *ctx, const un_spec *spec, const un_axlift *l, 
 
 /* Lifted forms of every axiom that hold on every well-formed random instance tried (at least 3 of
  * them, in both domains): k = 1 for each non-empty subset of the variables (axioms with up to 4
- * variables; all of them otherwise) and k = 2 for all variables. A lifted form that fails is left
+ * variables; all of them otherwise) and k = 2 for all variables, each also with its literal dim
+ * parameters shifted by k when it has some. A lifted form that fails is left
  * out (it is not an error: the declared axiom makes no claim there). The declared axioms are not in
  * the list. Owned: free(*out). */
 un_status un_axcheck_lifts(un_ctx *ctx, const un_spec *spec, uint64_t seed, un_axlift **out,

@@ -37,8 +37,10 @@ struct un_verifier {
     int n_lifts;
     char **names; /* tracking names of lifted axioms (owned) */
     int n_names;
-    int uses;    /* proofs since the context was built */
-    bool failed; /* a Z3 call failed since the last check */
+    int uses;         /* proofs since the context was built */
+    Z3_solver solver; /* every shape axiom and spec axiom, each behind an activation literal */
+    Z3_ast op_lit[UN_OP_COUNT]; /* activates an operator's shape axioms */
+    bool failed;                /* a Z3 call failed since the last check */
     char msg[256];
 };
 
@@ -505,6 +507,7 @@ typedef struct axb {
     const un_axiom *ax;
     int k;         /* lifted: extra leading dims ... */
     uint32_t mask; /* ... of these variables */
+    int shift;     /* added to literal dim parameters */
     const Z3_ast *X, *P;
     bool abstract; /* replace compound parameter expressions by fresh variables */
     bool used_x[32], used_p[32];
@@ -568,6 +571,9 @@ static Z3_ast ax_term(axb *b, const un_term *t) {
                 if (x->ref < 32)
                     b->used_p[x->ref] = true;
                 val = b->P[x->ref];
+            } else if (b->shift && tp->n_items < 0 && x->kind == UN_EX_INT && x->value >= 0 &&
+                       un_axlift_is_dim_param(os, tp->param)) {
+                val = mk_int(v, x->value + b->shift);
             } else {
                 val = tr_int(&e, x);
                 if (!val || e.bad) {
@@ -656,7 +662,14 @@ static Z3_ast ax_quant(un_verifier *v, const un_axlift *l, const Z3_ast *X, cons
                        int pat, bool *unusable, bool *trivial, char *why, size_t nwhy) {
     const un_axiom *ax = l->ax;
     conds *guard = un_xcalloc(1, sizeof *guard);
-    axb b = {.v = v, .ax = ax, .k = l->k, .mask = l->mask, .X = X, .P = P, .guard = guard};
+    axb b = {.v = v,
+             .ax = ax,
+             .k = l->k,
+             .mask = l->mask,
+             .shift = l->shift,
+             .X = X,
+             .P = P,
+             .guard = guard};
     Z3_ast side[2] = {NULL, NULL}, q = NULL;
     *unusable = false;
     *trivial = false;
@@ -778,7 +791,8 @@ static void encode_axiom(un_verifier *v, const un_axlift *l) {
     const char *name = ax->name;
     if (l->k) {
         char buf[128];
-        snprintf(buf, sizeof buf, "%s+%d.%x", ax->name, l->k, (unsigned)l->mask);
+        snprintf(buf, sizeof buf, "%s+%d%s.%x", ax->name, l->k, l->shift ? "s" : "",
+                 (unsigned)l->mask);
         v->names = un_xrealloc(v->names, sizeof(char *) * (size_t)(v->n_names + 1));
         name = v->names[v->n_names++] = un_xstrdup(buf);
     }
@@ -790,7 +804,41 @@ static void encode_axiom(un_verifier *v, const un_axlift *l) {
 
 /* ---- lifecycle ------------------------------------------------------------------------------ */
 
+static void set_timeout(un_verifier *v, Z3_solver s, unsigned timeout_ms) {
+    Z3_params p = Z3_mk_params(v->z);
+    Z3_params_inc_ref(v->z, p);
+    Z3_params_set_uint(v->z, p, Z3_mk_string_symbol(v->z, "timeout"), timeout_ms);
+    Z3_params_set_bool(v->z, p, Z3_mk_string_symbol(v->z, "smt.mbqi"), false);
+    Z3_solver_set_params(v->z, s, p);
+    Z3_params_dec_ref(v->z, p);
+}
+
+/* One solver per context, kept across rules (each proof pushes and pops its own scope): it holds
+ * every axiom as `literal -> axiom`, and a proof switches on the relevant ones by assumptions, so
+ * the quantifiers are internalized once rather than per rule. The simple solver skips the
+ * preprocessing tactics, which made quantified checks run to their timeout instead of
+ * saturating. */
+static void make_solver(un_verifier *v) {
+    v->solver = Z3_mk_simple_solver(v->z);
+    Z3_solver_inc_ref(v->z, v->solver);
+    set_timeout(v, v->solver, 10000);
+    for (int op = 0; op < UN_OP_COUNT; op++) {
+        char name[64];
+        snprintf(name, sizeof name, "shape:%s", un_op_name((un_op)op));
+        v->op_lit[op] = Z3_mk_const(v->z, Z3_mk_string_symbol(v->z, name), v->B);
+    }
+    for (int i = 0; i < v->n_bg; i++) {
+        int op = __builtin_ctzll(v->bg_op[i]);
+        Z3_solver_assert(v->z, v->solver, Z3_mk_implies(v->z, v->op_lit[op], v->bg[i]));
+    }
+    for (int i = 0; i < v->n_ax; i++)
+        Z3_solver_assert(v->z, v->solver, Z3_mk_implies(v->z, v->track[i], v->ax[i]));
+}
+
 static void teardown(un_verifier *v) {
+    if (v->solver)
+        Z3_solver_dec_ref(v->z, v->solver);
+    v->solver = NULL;
     if (v->z)
         Z3_del_context(v->z);
     v->z = NULL;
@@ -874,10 +922,11 @@ static un_status build(un_ctx *ctx, un_verifier *v) {
     for (int op = 0; op < UN_OP_COUNT; op++) {
         const un_op_spec *os = un_spec_op(v->spec, (un_op)op);
         for (int a = 0; a < os->n_axioms; a++)
-            encode_axiom(v, &(un_axlift){&os->axioms[a], 0, 0});
+            encode_axiom(v, &(un_axlift){&os->axioms[a], 0, 0, 0});
     }
     for (int i = 0; i < v->n_lifts; i++)
         encode_axiom(v, &v->lifts[i]);
+    make_solver(v);
     if (!z3_ok(v))
         return un_ctx_error(ctx, UN_ERR_INVALID, "verify: %s", v->msg);
     return UN_OK;
@@ -1043,20 +1092,6 @@ static void core_names(un_verifier *v, Z3_solver s, bool *used) {
     Z3_ast_vector_dec_ref(v->z, core);
 }
 
-static Z3_solver new_solver(un_verifier *v, unsigned timeout_ms) {
-    /* The simple solver: no preprocessing tactics (which made the quantified consistency check
-     * run to its timeout instead of saturating). */
-    Z3_solver s = Z3_mk_simple_solver(v->z);
-    Z3_solver_inc_ref(v->z, s);
-    Z3_params p = Z3_mk_params(v->z);
-    Z3_params_inc_ref(v->z, p);
-    Z3_params_set_uint(v->z, p, Z3_mk_string_symbol(v->z, "timeout"), timeout_ms);
-    Z3_params_set_bool(v->z, p, Z3_mk_string_symbol(v->z, "smt.mbqi"), false);
-    Z3_solver_set_params(v->z, s, p);
-    Z3_params_dec_ref(v->z, p);
-    return s;
-}
-
 /* The axioms that can matter for terms over the operators in `ops`: an axiom whose one side
  * applies only operators present can fire, and then brings in the other side's operators; repeated
  * to a fixpoint. Leaving the others out only weakens the solver (never unsound) and keeps it fast.
@@ -1079,20 +1114,15 @@ static uint64_t relevant(const un_verifier *v, uint64_t ops, bool *use) {
     return ops;
 }
 
-/* Shape axioms of the operators in ops, and the spec axioms marked in use (tracked or not). */
-static void assert_background(un_verifier *v, Z3_solver s, uint64_t ops, const bool *use,
-                              bool track) {
-    for (int i = 0; i < v->n_bg; i++)
-        if (v->bg_op[i] & ops)
-            Z3_solver_assert(v->z, s, v->bg[i]);
-    for (int i = 0; i < v->n_ax; i++) {
-        if (!use[i])
-            continue;
-        if (track)
-            Z3_solver_assert_and_track(v->z, s, v->ax[i], v->track[i]);
-        else
-            Z3_solver_assert(v->z, s, v->ax[i]);
-    }
+/* Assumptions switching on the shape axioms of the operators in ops and the spec axioms marked in
+ * use (and off every other one). Returns their number; a[] holds UN_OP_COUNT + n_ax. */
+static unsigned assumptions(un_verifier *v, uint64_t ops, const bool *use, Z3_ast *a) {
+    unsigned n = 0;
+    for (int op = 0; op < UN_OP_COUNT; op++)
+        a[n++] = (ops >> op) & 1 ? v->op_lit[op] : mk_not(v, v->op_lit[op]);
+    for (int i = 0; i < v->n_ax; i++)
+        a[n++] = use[i] ? v->track[i] : mk_not(v, v->track[i]);
+    return n;
 }
 
 static uint64_t graph_ops(const un_graph *g) {
@@ -1130,6 +1160,8 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
     e.hyp = un_xcalloc(1, sizeof *e.hyp);
     e.goal = un_xcalloc(1, sizeof *e.goal);
     Z3_solver s = NULL;
+    Z3_ast *asm_ = NULL;
+    bool pushed = false;
     bool *used = un_xcalloc((size_t)v->n_ax + 1, sizeof(bool));
     bool *use = un_xcalloc((size_t)v->n_ax + 1, sizeof(bool));
     uint64_t ops = relevant(v, graph_ops(r->src) | graph_ops(r->dst), use);
@@ -1158,8 +1190,12 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
         st = un_ctx_error(ctx, UN_ERR_INVALID, "verify: %s", v->msg);
         goto done;
     }
-    s = new_solver(v, timeout);
-    assert_background(v, s, ops, use, true);
+    s = v->solver;
+    asm_ = un_xmalloc(sizeof(Z3_ast) * (size_t)(UN_OP_COUNT + v->n_ax));
+    unsigned n_asm = assumptions(v, ops, use, asm_);
+    set_timeout(v, s, timeout);
+    Z3_solver_push(v->z, s);
+    pushed = true;
     Z3_solver_assert(v->z, s, conds_and(v, e.hyp));
     Z3_ast dst_ok = conds_and(v, e.goal);
     bool all = true;
@@ -1175,7 +1211,7 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
         conds_add(&g, mk_eq(v, S, D));
         Z3_solver_push(v->z, s);
         Z3_solver_assert(v->z, s, mk_not(v, conds_and(v, &g)));
-        Z3_lbool res = Z3_solver_check(v->z, s);
+        Z3_lbool res = Z3_solver_check_assumptions(v->z, s, n_asm, asm_);
         char what[64];
         snprintf(what, sizeof what, "output %d", i);
         if (res == Z3_L_FALSE) {
@@ -1205,17 +1241,17 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
          * spec axioms the proof rests on congruence and the shape definitions alone.) */
         double spent = now_ms() - t0;
         unsigned ct = (unsigned)(2 * spent) + 20;
-        Z3_solver c = new_solver(v, ct < timeout ? ct : timeout);
-        assert_background(v, c, ops, used, false);
-        Z3_solver_assert(v->z, c, conds_and(v, e.hyp));
+        set_timeout(v, s, ct < timeout ? ct : timeout);
+        n_asm = assumptions(v, ops, used, asm_);
+        Z3_solver_push(v->z, s);
         for (int i = 0; i < r->n_out; i++) {
             Z3_ast S = e.term[0][r->src_out[i].node * UN_MAX_OUTPUTS + r->src_out[i].out];
             Z3_ast D = e.term[1][r->dst_out[i].node * UN_MAX_OUTPUTS + r->dst_out[i].out];
-            Z3_solver_assert(v->z, c, mk_not(v, mk_eq(v, S, mk_fresh(v, "c", v->T))));
-            Z3_solver_assert(v->z, c, mk_not(v, mk_eq(v, D, mk_fresh(v, "c", v->T))));
+            Z3_solver_assert(v->z, s, mk_not(v, mk_eq(v, S, mk_fresh(v, "c", v->T))));
+            Z3_solver_assert(v->z, s, mk_not(v, mk_eq(v, D, mk_fresh(v, "c", v->T))));
         }
-        cres = Z3_solver_check(v->z, c);
-        Z3_solver_dec_ref(v->z, c);
+        cres = Z3_solver_check_assumptions(v->z, s, n_asm, asm_);
+        Z3_solver_pop(v->z, s, 1);
     }
     if (all) {
         if (cres == Z3_L_FALSE) {
@@ -1242,8 +1278,9 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
     if (!z3_ok(v))
         st = un_ctx_error(ctx, UN_ERR_INVALID, "verify: %s", v->msg);
 done:
-    if (s)
-        Z3_solver_dec_ref(v->z, s);
+    if (pushed)
+        Z3_solver_pop(v->z, s, 1);
+    free(asm_);
     out->ms = now_ms() - t0;
     free(used);
     free(use);
