@@ -144,7 +144,7 @@ static void one_rule(const char *body, flexflow_reject want, const char *needle)
     "{\"type\": \"" type "\", \"input\": [" ins "], \"para\": [" paras "]}"
 #define MAP(s, d)                                                                                  \
     "\"mappedOutput\": [{\"srcOpId\": " #s ", \"srcTsId\": 0, \"dstOpId\": " #d ", \"dstTsId\": "  \
-                                                                                "0}]"
+    "0}]"
 
 static void test_malformed_rules(void) {
     one_rule("{\"name\": \"u\", \"srcOp\": [" OPR("OP_CONV2D", T(-1, 0), "") "], \"dstOp\": [" OPR(
@@ -224,6 +224,60 @@ static void test_bad_files(void) {
     un_ctx_free(ctx);
 }
 
+/* Rules the format cannot express are refused with the reason, and skipped by a whole export. */
+static void test_export_unavailable(void) {
+    static const char *texts[2] = {
+        "{\"src\": {\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": "
+        "{\"shape\": [8, 4]}}, {\"name\": \"w\", \"op\": \"input\", \"params\": "
+        "{\"shape\": [4, 4]}}, {\"name\": \"l\", \"op\": \"linear\", \"in\": [\"x\", "
+        "\"w\"], \"params\": {\"activation\": \"gelu\"}}]}, \"dst\": {\"nodes\": "
+        "[{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [8, 4]}}, "
+        "{\"name\": \"w\", \"op\": \"input\", \"params\": {\"shape\": [4, 4]}}, "
+        "{\"name\": \"m\", \"op\": \"linear\", \"in\": [\"x\", \"w\"], \"params\": "
+        "{\"activation\": \"gelu\"}}, {\"name\": \"r\", \"op\": \"identity\", \"in\": "
+        "[\"m\"]}]}}",
+        "{\"src\": {\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": "
+        "{\"shape\": [8, 4, 2]}}, {\"name\": \"r\", \"op\": \"relu\", \"in\": "
+        "[\"x\"]}]}, \"dst\": {\"nodes\": [{\"name\": \"x\", \"op\": \"input\", "
+        "\"params\": {\"shape\": [8, 4, 2]}}, {\"name\": \"r\", \"op\": \"relu\", "
+        "\"in\": [\"x\"]}, {\"name\": \"s\", \"op\": \"relu\", \"in\": [\"r\"]}]}}",
+    };
+    static const char *want[2] = {"identity", "rank 3"};
+    un_ctx *ctx = un_ctx_new(NULL);
+    const un_rule *rules[2] = {NULL, NULL};
+    un_rule *owned[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++) {
+        EXPECT_OK(ctx, un_rule_from_json(ctx, spec, "t", texts[i], strlen(texts[i]), &owned[i]));
+        rules[i] = owned[i];
+        if (!owned[i])
+            goto done;
+        un_ctx *c2 = un_ctx_new(NULL);
+        un_buf b = {0};
+        EXPECT_EQ(flexflow_rule_to_json(c2, owned[i], "r", &b), UN_ERR_UNAVAILABLE);
+        test__check(strstr(un_ctx_errmsg(c2), want[i]) != NULL, __FILE__, __LINE__,
+                    "message '%s' should mention '%s'", un_ctx_errmsg(c2), want[i]);
+        EXPECT_TRUE(b.len == 0);
+        un_buf_free(&b);
+        un_ctx_free(c2);
+    }
+    un_buf out = {0}, rep = {0};
+    int64_t skipped = 0;
+    EXPECT_OK(ctx, flexflow_export(ctx, rules, NULL, 2, &out, &skipped, &rep));
+    EXPECT_EQ(skipped, 2);
+    EXPECT_TRUE(rep.data && strstr(rep.data, "not exported") != NULL);
+    flexflow_rule *rs = NULL;
+    int n = -1;
+    EXPECT_OK(ctx, flexflow_parse(ctx, spec, "empty", out.data, out.len, &rs, &n));
+    EXPECT_EQ(n, 0);
+    flexflow_rules_free(rs, n);
+    un_buf_free(&out);
+    un_buf_free(&rep);
+done:
+    un_rule_free(owned[0]);
+    un_rule_free(owned[1]);
+    un_ctx_free(ctx);
+}
+
 static void test_import_db(void) {
     if (access(ff_file, R_OK) != 0)
         return;
@@ -238,6 +292,10 @@ static void test_import_db(void) {
     EXPECT_OK(ctx, flexflow_import(ctx, db, ff_file, &s, &rep));
     EXPECT_EQ(s.parsed, 640);
     EXPECT_EQ(s.imported + s.duplicates + s.rejected, 640);
+    int64_t sum = 0;
+    for (int k = 0; k < FLEXFLOW_REJECT_COUNT; k++)
+        sum += s.by_reason[k];
+    EXPECT_EQ(sum, s.rejected);
     EXPECT_TRUE(rep.data && strstr(rep.data, "taso_rule_300: rejected: ") != NULL);
     un_buf_free(&rep);
     int64_t counts[UN_RULE_STATUS_COUNT];
@@ -279,6 +337,7 @@ int main(void) {
         {"round_trip", test_round_trip},
         {"malformed_rules", test_malformed_rules},
         {"bad_files", test_bad_files},
+        {"export_unavailable", test_export_unavailable},
         {"import_db", test_import_db},
     };
     int rc = TEST_RUN_ALL(cases);
