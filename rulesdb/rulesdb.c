@@ -392,6 +392,8 @@ un_status rulesdb_open(un_ctx *ctx, const char *path, const un_spec *spec, int f
     *out = NULL;
     if (!path || !*path)
         return un_ctx_error(ctx, UN_ERR_INVALID, "rule database: empty path");
+    if (!spec)
+        return un_ctx_error(ctx, UN_ERR_INVALID, "%s: no spec set given", path);
     rulesdb *db = un_ctx_calloc(ctx, 1, sizeof *db);
     if (!db)
         return un_ctx_error(ctx, UN_ERR_NOMEM, "%s: out of memory", path);
