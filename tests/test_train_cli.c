@@ -137,6 +137,39 @@ static void test_plan_and_checkpoint(void) {
     EXPECT_TRUE(losses(r.out, l2, 1) == 1 && l2[0] < l1[4]);
 }
 
+/* Plans written by unity-pcg: tensor parallelism (split columns, split rows, reduce) on 2 devices
+ * and data parallelism on 4 train the serial graph's losses. */
+static void test_pcg_plans(void) {
+    const char *kinds[] = {"serial --degree 1", "tensor --degree 2", "data --degree 4"};
+    const char *files[] = {"s.json", "t.json", "d4.json"};
+    char cmd[1024], args[1024];
+    for (int i = 0; i < 3; i++) {
+        snprintf(cmd, sizeof cmd, "%s/unity-pcg sample mlp --strategy %s >%s/%s", bin, kinds[i],
+                 tmp, files[i]);
+        EXPECT_EQ(system(cmd), 0);
+    }
+    double ref[20], l[20];
+    snprintf(args, sizeof args, "--model %s/s.json --loss ce --steps 20 --optimizer sgd", tmp);
+    run_result r = run(args);
+    EXPECT_EQ(r.code, 0);
+    EXPECT_EQ(losses(r.out, ref, 20), 20);
+    EXPECT_TRUE(ref[19] < ref[0]);
+    for (int i = 1; i < 3; i++) {
+        snprintf(args, sizeof args,
+                 "--model %s/s.json --loss ce --steps 20 --optimizer sgd --devices %d --strategy "
+                 "%s/%s",
+                 tmp, i == 1 ? 2 : 4, tmp, files[i]);
+        r = run(args);
+        EXPECT_EQ(r.code, 0);
+        int n = losses(r.out, l, 20);
+        double worst = 0;
+        for (int s = 0; s < n; s++)
+            worst = fmax(worst, fabs(l[s] - ref[s]) / fabs(ref[s]));
+        test__check(n == 20 && worst <= 1e-5, TEST__AT, "plan %s: %d steps, difference %g",
+                    files[i], n, worst);
+    }
+}
+
 static void test_bad_input(void) {
     char args[1024];
     expect_clean_error("--model nosuchmodel --tiny", "nosuchmodel");
@@ -254,6 +287,7 @@ int main(void) {
     static const test_case cases[] = {
         {"charlm_learns_text", test_charlm_learns_text},
         {"plan_and_checkpoint", test_plan_and_checkpoint},
+        {"pcg_plans", test_pcg_plans},
         {"bad_input", test_bad_input},
         {"mpi_equal_losses", test_mpi_equal_losses},
     };
