@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Benchmark of unity-verify (issue 5).
+#  1. The generated N=3 set: unity-gen with the default menu, then unity-verify --jobs J (default 2)
+#     on it: rules/s, median and p99 time per rule, the fraction decided (verified + refuted), and
+#     the unknown rules grouped by the operators they use (what the spec's axioms cannot prove).
+#  2. FlexFlow's 640 published rules (../shared/external/flexflow_graph_subst_3_v2.json): imported
+#     with `unity-rules import`, then verified: how many are proven, refuted and unknown, with the
+#     reason for each refuted and unknown rule.
+#
+#   scripts/bench/verify.sh [BUILD_DIR] [JOBS] [TIMEOUT_MS]
+#
+# The databases stay in $OUT (default: a temporary directory). Timings depend on the load of the
+# machine (other jobs share its cores); say so when you quote them.
+set -euo pipefail
+build=${1:-build/default}
+jobs=${2:-2}
+timeout_ms=${3:-2000}
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root"
+for p in unity-gen unity-verify unity-rules; do
+    [[ -x $build/bin/$p ]] || { echo "verify.sh: $build/bin/$p not found (run make BUILD=$build)" >&2; exit 1; }
+done
+out=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/unity-verify-bench.XXXXXX")}
+mkdir -p "$out"
+ff=../shared/external/flexflow_graph_subst_3_v2.json
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); load $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# Prints the summary numbers of a unity-verify run (its stdout in $1, wall seconds in $2).
+summary() {
+    python3 - "$1" "$2" <<'EOF'
+import re, sys
+text = open(sys.argv[1]).read()
+wall = float(sys.argv[2])
+m = re.search(r': (\d+) rules: (\d+) verified \((\d+) for any input size, (\d+) generalized over '
+              r'degrees\), (\d+) refuted, (\d+) unknown.*median ([\d.]+) ms, p99 ([\d.]+) ms', text)
+if not m:
+    print("  could not read the summary:\n" + text)
+    sys.exit(1)
+n, ver, anys, gen, ref, unk = (int(m.group(i)) for i in range(1, 7))
+med, p99 = float(m.group(7)), float(m.group(8))
+print(f"  rules {n}: verified {ver} (any input size {anys}, generalized over degrees {gen}), "
+      f"refuted {ref}, unknown {unk}")
+if n:
+    print(f"  decided {100.0 * (ver + ref) / n:.1f}%   wall {wall:.1f} s   {n / wall:.1f} rules/s   "
+          f"median {med:.1f} ms   p99 {p99:.1f} ms per rule")
+EOF
+}
+
+timed() { # output file, then the command; prints wall seconds
+    local f=$1
+    shift
+    local t0 t1
+    t0=$(date +%s.%N)
+    "$@" >"$f" 2>&1 || { cat "$f"; return 1; }
+    t1=$(date +%s.%N)
+    python3 -c "print(f'{$t1 - $t0:.2f}')"
+}
+
+echo "== generated N=3 set (default menu)"
+rm -f "$out/gen3.db"*
+secs=$(timed "$out/gen.txt" "$build/bin/unity-gen" --ops specs -o "$out/gen3.db" --max-ops 3)
+echo "  unity-gen: $(grep -m1 'after random test' "$out/gen.txt" | sed 's/^ *//') in $secs s"
+secs=$(timed "$out/verify3.txt" "$build/bin/unity-verify" "$out/gen3.db" --jobs "$jobs" --timeout-ms "$timeout_ms")
+echo "  unity-verify --jobs $jobs --timeout-ms $timeout_ms:"
+head -1 "$out/verify3.txt" | sed 's/^/  /'
+summary "$out/verify3.txt" "$secs"
+echo "  unknown rules by operators used (top 10):"
+"$build/bin/unity-rules" list "$out/gen3.db" --status unknown >"$out/unknown3.txt" || true
+"$build/bin/unity-rules" stats "$out/gen3.db" >"$out/stats3.txt" 2>&1 || true
+python3 - "$out/gen3.db" <<'EOF' || true
+import sqlite3, sys, collections
+db = sqlite3.connect(sys.argv[1])
+rows = db.execute("select ops, count(*) from rules where status = 'unknown' group by ops "
+                  "order by 2 desc limit 10").fetchall()
+for ops, n in rows:
+    print(f"    {n:6d}  {ops}")
+EOF
+
+echo "== FlexFlow's published rules ($ff)"
+rm -f "$out/ff.db"*
+"$build/bin/unity-rules" import "$out/ff.db" "$ff" --quiet | tail -1 | sed 's/^/  /'
+secs=$(timed "$out/verify_ff.txt" "$build/bin/unity-verify" "$out/ff.db" --jobs "$jobs" --timeout-ms "$timeout_ms")
+summary "$out/verify_ff.txt" "$secs"
+for s in refuted unknown; do
+    echo "  $s:"
+    "$build/bin/unity-rules" list "$out/ff.db" --status "$s" | while IFS=$'\t' read -r id _ _ _ rest; do
+        name=${rest%%:*}
+        detail=$("$build/bin/unity-rules" show "$out/ff.db" "$id" | sed -n 's/^detail *//p' | head -1)
+        echo "    $id $name: ${detail:0:300}"
+    done
+done
+echo "databases and logs: $out"
