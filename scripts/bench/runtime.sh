@@ -43,22 +43,27 @@ int main(int argc, char **argv) {
         float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n), *c = malloc(sizeof(float) * n * n);
         for (long i = 0; i < (long)n * n; i++) { a[i] = (float)(i % 7) * 0.1f; b[i] = (float)(i % 5) * 0.1f; }
         double flops = 2.0 * n * n * n;
-        int reps = (int)(4e9 / flops) + 1;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
-        double t0 = now();
-        for (int r = 0; r < reps; r++)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
-        double blas = flops * reps / (now() - t0) / 1e9;
+        int reps = (int)(1e9 / flops) + 1;
         un_param p[UN_MAX_PARAMS] = {{0}};
         p[0].len = -1; p[1].len = -1; /* activation none, no bias */
         un_kexec ex = {.prec = UN_PREC_F32, .pool = pool, .training = true};
         un_kt in[2] = {{UN_DT_FLOAT, 2, {n, n}, a}, {UN_DT_FLOAT, 2, {n, n}, b}};
         un_kt out = {UN_DT_FLOAT, 2, {n, n}, c};
         if (un_kern_forward(ctx, &ex, UN_OP_LINEAR, p, in, 2, &out, 1) != UN_OK) { printf("kernel: %s\n", un_ctx_errmsg(ctx)); return 1; }
-        t0 = now();
-        for (int r = 0; r < reps; r++)
-            un_kern_forward(ctx, &ex, UN_OP_LINEAR, p, in, 2, &out, 1);
-        double ours = flops * reps / (now() - t0) / 1e9;
+        /* Alternate the two, best of 7 rounds each: the machine is shared, load comes and goes. */
+        double blas = 0, ours = 0;
+        for (int round = 0; round < 7; round++) {
+            double t0 = now();
+            for (int r = 0; r < reps; r++)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+            double g = flops * reps / (now() - t0) / 1e9;
+            blas = g > blas ? g : blas;
+            t0 = now();
+            for (int r = 0; r < reps; r++)
+                un_kern_forward(ctx, &ex, UN_OP_LINEAR, p, in, 2, &out, 1);
+            g = flops * reps / (now() - t0) / 1e9;
+            ours = g > ours ? g : ours;
+        }
         printf("%6d %16.1f %16.1f %8.2f\n", n, blas, ours, ours / blas);
         free(a); free(b); free(c);
     }
@@ -70,8 +75,12 @@ CEOF
 libs="$build/libruntime.a $build/libpcg.a -lopenblas -lcjson -lm $(pkg-config --libs ompi-c 2>/dev/null) -pthread"
 cc -std=c17 -O2 -D_GNU_SOURCE -I. "$bench_c" $libs -o "$build/bench_runtime_gemm"
 echo
-echo "== sgemm: the runtime's linear kernel vs OpenBLAS cblas_sgemm, [n,n]x[n,n], $threads thread(s)"
+echo "== sgemm: the runtime's linear kernel vs OpenBLAS cblas_sgemm, [n,n]x[n,n], $threads thread(s), best of 7 alternating rounds"
 "$build/bench_runtime_gemm" "$threads"
+if [[ -n ${OPENBLAS_CORETYPE:-} ]]; then
+    echo "-- the same with OPENBLAS_CORETYPE unset (OpenBLAS picks its kernel for this CPU)"
+    env -u OPENBLAS_CORETYPE "$build/bench_runtime_gemm" "$threads"
+fi
 
 # ---- 2. training steps ----
 echo
