@@ -130,7 +130,8 @@ typedef struct wstate {
     int64_t n_graphs, n_by_size[GEN_MAX_OPS + 1], n_dup, n_ill, n_disconnected, n_cut;
     int max_in; /* most inputs of a menu operator */
     _Atomic int64_t progress_graphs;
-    un_status err; /* first hard error (allocation) */
+    _Atomic int64_t progress_recs; /* records kept so far (candidate graphs for pairing) */
+    un_status err;                 /* first hard error (allocation) */
     int class_max; /* record classes of cones with at most this many operators (0: none) */
     bool no_recs;  /* collect classes only */
     int64_t n_naming, n_same_nf;
@@ -319,8 +320,10 @@ static void keep_rec(wstate *w, const gen_rec *r) {
 static void record(wstate *w) {
     w->n_graphs++;
     w->n_by_size[w->n_ops]++;
-    if ((w->n_graphs & 255) == 0)
+    if ((w->n_graphs & 255) == 0) {
         atomic_store_explicit(&w->progress_graphs, w->n_graphs, memory_order_relaxed);
+        atomic_store_explicit(&w->progress_recs, w->recs.n, memory_order_relaxed);
+    }
     uint8_t outs[GEN_MAX_GOUTS + 1];
     uint32_t mask_all;
     int n = graph_outputs(w, outs, &mask_all);
@@ -703,17 +706,19 @@ static un_status run_phase(un_ctx *ctx, gen_enum *e, const gen_params *p, int cl
         }
         if (tty && t - last >= 0.5) {
             last = t;
-            int64_t g = 0, done = atomic_load(&sh.done);
-            for (int i = 0; i < started; i++)
+            int64_t g = 0, nrec = 0, done = atomic_load(&sh.done);
+            for (int i = 0; i < started; i++) {
                 g += atomic_load_explicit(&wk[i].w.progress_graphs, memory_order_relaxed);
+                nrec += atomic_load_explicit(&wk[i].w.progress_recs, memory_order_relaxed);
+            }
             char eta[32];
             double frac = (double)done / (double)(sh.n_roots ? sh.n_roots : 1);
             fmt_eta(frac > 0.02 ? (t - t0) * (1 - frac) / frac : -1, eta, sizeof eta);
             fprintf(stderr,
-                    "\r\033[Kunity-gen: enumerating: %lld graphs, %.0f graphs/s, %lld/%lld work "
-                    "items, ETA %s",
-                    (long long)g, (double)g / (t - t0), (long long)done, (long long)sh.n_roots,
-                    eta);
+                    "\r\033[Kunity-gen: %s: %lld graphs, %.0f graphs/s, %lld candidates, "
+                    "%lld/%lld work items, ETA %s",
+                    no_recs ? "value classes" : "enumerating", (long long)g, (double)g / (t - t0),
+                    (long long)nrec, (long long)done, (long long)sh.n_roots, eta);
         }
     }
     for (int i = 0; i < started; i++)
