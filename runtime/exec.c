@@ -521,6 +521,11 @@ static void source_fold_grad(un_exec *ex, xt *t) {
     }
 }
 
+void un_exec_graph_prepare(const un_graph *g) {
+    (void)un_graph_topo(g);
+    (void)un_graph_output_count(g);
+}
+
 un_status un_exec_new(un_ctx *ctx, const un_graph *g, un_comm *comm, un_backend *be,
                       un_exec **out) {
     *out = NULL;
