@@ -1,6 +1,8 @@
 /* test_verify.c - verify/verify.h (the Z3 encoding) and verify/axcheck.h: known-true rules
  * proven, known-false ones not, a 1 ms timeout gives unknown, every axiom encoded. */
 #include "tests/test.h"
+#include "verify/axcheck.h"
+#include "verify/runner.h"
 #include "verify/verify.h"
 
 #include <stdlib.h>
@@ -179,6 +181,114 @@ static void test_timeout_unknown(void) {
     un_verifier_free(v);
 }
 
+/* Every spec axiom holds on concrete tensors; lifted forms exist; a lifted form that is wrong
+ * (here: ew_add_comm with the sides' variables swapped in rank only) is not accepted. */
+static void test_axcheck(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_axcheck_stats s;
+    EXPECT_OK(ctx, un_axcheck_all(ctx, spec, 1234, &s));
+    printf("    %d axioms hold on %d random instances (field and float64)\n", s.n_axioms,
+           s.n_instances);
+    EXPECT_EQ(s.n_axioms, un_spec_total_axioms(spec));
+    EXPECT_TRUE(s.n_instances >= 3 * s.n_axioms);
+    un_axlift *ls = NULL;
+    int n = 0;
+    EXPECT_OK(ctx, un_axcheck_lifts(ctx, spec, 1234, &ls, &n));
+    printf("    %d lifted forms hold\n", n);
+    EXPECT_TRUE(n >= 40);
+    bool flat = false, comm = false;
+    for (int i = 0; i < n; i++) {
+        flat =
+            flat || strcmp(ls[i].ax->name, "flat_rank2") == 0; /* flat of rank 3 is no identity */
+        comm = comm || (strcmp(ls[i].ax->name, "ew_add_comm") == 0 && ls[i].mask == 3);
+    }
+    EXPECT_TRUE(!flat);
+    EXPECT_TRUE(comm);
+    free(ls);
+    un_ctx_free(ctx);
+}
+
+static const char *ew_add_comm3 =
+    "{\"src\": {\"nodes\": [{\"name\": \"a\", \"op\": \"input\", \"params\": {\"shape\": [2, 4, "
+    "6]}},"
+    " {\"name\": \"b\", \"op\": \"input\", \"params\": {\"shape\": [2, 4, 6]}},"
+    " {\"name\": \"s\", \"op\": \"ew_add\", \"in\": [\"a\", \"b\"]}]},"
+    " \"dst\": {\"nodes\": [{\"name\": \"a\", \"op\": \"input\", \"params\": {\"shape\": [2, 4, "
+    "6]}},"
+    " {\"name\": \"b\", \"op\": \"input\", \"params\": {\"shape\": [2, 4, 6]}},"
+    " {\"name\": \"s\", \"op\": \"ew_add\", \"in\": [\"b\", \"a\"]}]}}";
+
+/* ew_add_comm is declared at rank 2: at rank 3 only its checked lifted form proves the rule. */
+static void test_lifted_proof(void) {
+    un_verifier *plain = verifier(), *lifted = NULL;
+    un_ctx *ctx = un_ctx_new(NULL);
+    int n_lifted = 0;
+    EXPECT_OK(ctx, un_runner_verifier(ctx, spec, 1234, &lifted, &n_lifted));
+    un_rule *r = rule_json(ew_add_comm3);
+    if (plain && lifted && r) {
+        un_proof p;
+        EXPECT_TRUE(prove(plain, r, true, 2000, &p) != UN_VERDICT_VALID);
+        EXPECT_EQ(prove(lifted, r, true, 2000, &p), UN_VERDICT_VALID);
+        EXPECT_TRUE(strstr(p.axioms, "ew_add_comm+1") != NULL);
+        un_rule_verdict rv;
+        EXPECT_OK(ctx, un_runner_rule(ctx, lifted, r, NULL, &rv));
+        EXPECT_EQ(rv.status, UN_RULE_VERIFIED);
+        EXPECT_TRUE(rv.any_shape);
+        un_rule_verdict_deinit(&rv);
+    }
+    un_rule_free(r);
+    un_verifier_free(plain);
+    un_verifier_free(lifted);
+    un_ctx_free(ctx);
+}
+
+/* The pipeline: a wrong rule is refuted with its counterexample before Z3; a rule left at degree 2
+ * is generalized to every degree it holds at. */
+static void test_pipeline(void) {
+    un_verifier *v = verifier();
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_rule *bad = rule_json(ew_sub_comm), *lin = rule_json(linear_batch);
+    if (v && bad && lin) {
+        un_rule_verdict rv;
+        EXPECT_OK(ctx, un_runner_rule(ctx, v, bad, NULL, &rv));
+        EXPECT_EQ(rv.status, UN_RULE_REFUTED);
+        EXPECT_TRUE(strstr(rv.detail, "random test at the witness") != NULL);
+        printf("    refuted: %.160s\n", rv.detail);
+        un_rule_verdict_deinit(&rv);
+        EXPECT_OK(ctx, un_runner_rule(ctx, v, lin, NULL, &rv));
+        EXPECT_EQ(rv.status, UN_RULE_VERIFIED);
+        EXPECT_EQ(rv.n_new_vars, 1);
+        EXPECT_TRUE(rv.general && rv.general->n_vars == 1 && rv.general->any_shape);
+        if (rv.general) {
+            un_buf b = {0};
+            un_rule_str(rv.general, &b);
+            printf("    generalized: %s", b.data);
+            EXPECT_TRUE(strstr(b.data, "degree=k") != NULL);
+            un_buf_free(&b);
+        }
+        un_rule_verdict_deinit(&rv);
+    }
+    un_rule_free(bad);
+    un_rule_free(lin);
+    un_verifier_free(v);
+    un_ctx_free(ctx);
+}
+
+/* A rule naming an operator that does not exist is refused when read, naming it. */
+static void test_unknown_operator(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    const char *text = "{\"src\": {\"nodes\": [" IN2(
+        "a", 4, 6) ", {\"name\": \"s\", \"op\": \"frobnicate\", "
+                   "\"in\": [\"a\"]}]}, \"dst\": {\"nodes\": [" IN2(
+                       "a", 4, 6) ", {\"name\": \"s\", "
+                                  "\"op\": \"relu\", \"in\": [\"a\"]}]}}";
+    un_rule *r = NULL;
+    EXPECT_TRUE(un_rule_from_json(ctx, spec, "t", text, strlen(text), &r) != UN_OK);
+    EXPECT_TRUE(r == NULL);
+    EXPECT_TRUE(strstr(un_ctx_errmsg(ctx), "frobnicate") != NULL);
+    un_ctx_free(ctx);
+}
+
 int main(void) {
     un_ctx *ctx = un_ctx_new(NULL);
     if (un_spec_load(ctx, "specs/ops.json", &spec) != UN_OK) {
@@ -191,6 +301,10 @@ int main(void) {
         {"known_true", test_known_true},
         {"known_false", test_known_false},
         {"timeout_unknown", test_timeout_unknown},
+        {"axcheck", test_axcheck},
+        {"lifted_proof", test_lifted_proof},
+        {"pipeline", test_pipeline},
+        {"unknown_operator", test_unknown_operator},
     };
     int rc = TEST_RUN_ALL(cases);
     un_spec_free(spec);

@@ -191,6 +191,31 @@ static void test_bad_input(void) {
     expect_clean_error(a, "999");
     snprintf(a, sizeof a, "%s --ops /nonexistent", p);
     expect_clean_error(a, "/nonexistent");
+    /* A wrong axiom in a copy of the spec stops everything before any proof. */
+    char *text = NULL;
+    size_t len = 0;
+    un_ctx *c2 = un_ctx_new(NULL);
+    EXPECT_OK(c2, un_read_file(c2, "specs/ops.json", &text, &len));
+    un_ctx_free(c2);
+    char *at = text ? strstr(text, "\"axioms\": [") : NULL;
+    if (at) {
+        char sp[300];
+        snprintf(sp, sizeof sp, "%s/wrong_ops.json", tmp);
+        FILE *w = fopen(sp, "w");
+        if (w) {
+            size_t off = (size_t)(at - text) + strlen("\"axioms\": [");
+            fwrite(text, 1, off, w);
+            fputs(
+                "{\"name\": \"planted\", \"vars\": {\"x\": [\"a\", \"b\"], \"y\": [\"a\", \"b\"]}, "
+                "\"lhs\": \"(ew_mul x y)\", \"rhs\": \"(ew_add y x)\"}, ",
+                w);
+            fputs(text + off, w);
+            fclose(w);
+        }
+        snprintf(a, sizeof a, "%s --ops %s", p, sp);
+        expect_clean_error(a, "axiom planted is wrong");
+    }
+    free(text);
     /* A file that is not a database. */
     const char *g = db_path("garbage.db");
     FILE *f = fopen(g, "w");

@@ -38,8 +38,16 @@ static double now_ms(void) {
 static int check_doms(un_ctx *ctx, const un_rule *r, uint64_t seed, bool both) {
     for (int d = 0; d < (both ? UN_DOM_COUNT : 1); d++) {
         un_status st = un_rule_check_random(ctx, r, (un_dom)d, seed + (uint64_t)d, NULL);
-        if (st == UN_ERR_MISMATCH)
+        if (st == UN_ERR_MISMATCH) {
+            /* name the domain and the seed, so the counterexample can be replayed */
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s (%s, inputs seeded %llu)", un_ctx_errmsg(ctx),
+                     d == UN_DOM_FIELD ? "prime field" : "float64",
+                     (unsigned long long)(seed + (uint64_t)d));
+            un_ctx_clear(ctx);
+            un_ctx_error(ctx, UN_ERR_MISMATCH, "%s", msg);
             return -1;
+        }
         if (st != UN_OK)
             return 0;
     }
