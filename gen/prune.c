@@ -2,6 +2,8 @@
  * time in a fixed order, so the kept set, and with it every later decision, is deterministic. */
 #include "gen/prune.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -384,13 +386,40 @@ static uint64_t pair_hash(un_ctx *ctx, const un_rule *r) {
     return h;
 }
 
-static bool try_abstract(un_ctx *ctx, const gen_enum *e, const hset *known, const gen_graph *ga,
+/* Where candidate hashes go: looked up in a known set (true on a hit), or collected for a later
+ * lookup (never a hit; overflow is remembered). */
+#define GEN_SINK_CAP 12
+typedef struct hsink {
+    const hset *known;
+    uint64_t h[GEN_SINK_CAP];
+    int n;
+    bool overflow;
+} hsink;
+
+static bool sink_hit(hsink *s, uint64_t h) {
+    if (s->known)
+        return hset_has(s->known, h);
+    if (s->n < GEN_SINK_CAP)
+        s->h[s->n++] = h;
+    else
+        s->overflow = true;
+    return false;
+}
+
+static bool sink_any(const hsink *s, const hset *known) {
+    for (int i = 0; i < s->n; i++)
+        if (hset_has(known, s->h[i]))
+            return true;
+    return false;
+}
+
+static bool try_abstract(un_ctx *ctx, const gen_enum *e, hsink *known, const gen_graph *ga,
                          const gen_geval *ea, const gen_graph *gb, const gen_geval *eb,
                          const uint8_t *xa, const uint8_t *xb, int n) {
     un_rule *r = NULL;
     bool hit = false;
     if (build_rule(ctx, e, ga, ea, gb, eb, xa, xb, n, 0, &r) == UN_OK)
-        hit = hset_has(known, pair_hash(ctx, r));
+        hit = sink_hit(known, pair_hash(ctx, r));
     else
         un_ctx_clear(ctx);
     un_rule_free(r);
@@ -399,15 +428,15 @@ static bool try_abstract(un_ctx *ctx, const gen_enum *e, const hset *known, cons
 
 /* Common subgraph: a tensor both sides compute identically (same structural key) abstracted into
  * a fresh input, or an output pair computed identically left out, gives a known rule. */
-static bool implied_by_subgraph(un_ctx *ctx, const gen_enum *e, const hset *known,
-                                const gen_graph *ga, const gen_geval *ea, const gen_graph *gb,
-                                const gen_geval *eb, int n_inputs) {
+static bool implied_by_subgraph(un_ctx *ctx, const gen_enum *e, hsink *known, const gen_graph *ga,
+                                const gen_geval *ea, const gen_graph *gb, const gen_geval *eb,
+                                int n_inputs) {
     for (int i = 0; i < ea->n_out; i++)
         if (ea->key[ea->out[i]] == eb->key[eb->out[i]]) {
             un_rule *r = NULL;
             bool hit = false;
             if (build_rule(ctx, e, ga, ea, gb, eb, NULL, NULL, 0, 1u << i, &r) == UN_OK)
-                hit = hset_has(known, pair_hash(ctx, r));
+                hit = sink_hit(known, pair_hash(ctx, r));
             else
                 un_ctx_clear(ctx);
             un_rule_free(r);
@@ -452,9 +481,8 @@ static bool implied_by_subgraph(un_ctx *ctx, const gen_enum *e, const hset *know
 
 /* An instance of a kept rule with two inputs identified: some uses of input i, renamed to an
  * unused interchangeable input j, give an equal pair whose rule is known. */
-static bool implied_by_diagonal(un_ctx *ctx, const gen_enum *e, const hset *known,
-                                const gen_graph *ga, const gen_geval *ea, const gen_graph *gb,
-                                const gen_geval *eb) {
+static bool implied_by_diagonal(un_ctx *ctx, const gen_enum *e, hsink *known, const gen_graph *ga,
+                                const gen_geval *ea, const gen_graph *gb, const gen_geval *eb) {
     const gen_menu *m = gen_enum_menu(e);
     uint32_t used = ea->mask_all | eb->mask_all;
     for (int i = 0; i < m->n_inputs; i++) {
@@ -498,7 +526,7 @@ static bool implied_by_diagonal(un_ctx *ctx, const gen_enum *e, const hset *know
                 un_rule *r = NULL;
                 if (build_rule(ctx, e, &g2[0], &e2[0], &g2[1], &e2[1], NULL, NULL, 0, 0, &r) ==
                     UN_OK)
-                    hit = hset_has(known, pair_hash(ctx, r));
+                    hit = sink_hit(known, pair_hash(ctx, r));
                 else
                     un_ctx_clear(ctx);
                 un_rule_free(r);
@@ -528,71 +556,179 @@ static void vecp_push(vecp *v, const void *x) {
 }
 
 /* One group of equal graphs: evaluated members, split by full values, paired with the smallest. */
+static int cmp_graph_size_q(const void *x, const void *y) { return cmp_graph_size(x, y); }
+
 static un_status pair_bucket(un_ctx *ctx, const gen_enum *e, const gen_enum_result *r,
                              const gen_params *p, const gen_rec *recs, int64_t n, int32_t bucket,
                              vecp *pairs, gen_stats *stats) {
+    /* memory stays O(members) graphs plus one evaluation per group of equal values */
     gen_graph *g = un_xmalloc(sizeof(gen_graph) * (size_t)(n + 1));
-    gen_geval *ev = un_xmalloc(sizeof(gen_geval) * (size_t)(n + 1));
-    bool *used = un_xcalloc((size_t)(n + 1), 1);
     int64_t k = 0;
-    un_status st = UN_OK;
-    for (int64_t i = 0; i < n && st == UN_OK; i++) {
-        g[k] = recs[i].g;
-        if ((st = gen_enum_eval(ctx, e, &g[k], &ev[k])) == UN_OK)
-            k++;
-    }
-    if (st == UN_OK && k > 0 && ev[0].n_out >= 2) {
+    for (int64_t i = 0; i < n; i++)
+        g[k++] = recs[i].g;
+    gen_geval first;
+    if (gen_enum_eval(ctx, e, &g[0], &first) == UN_OK) {
         gen_graph u;
-        if (make_union(ctx, e, r, &ev[0], p->max_ops, &u)) {
-            g[k] = u;
-            if (gen_enum_eval(ctx, e, &g[k], &ev[k]) == UN_OK) {
-                k++;
-                stats->unions++;
-            } else
-                un_ctx_clear(ctx);
+        if (first.n_out >= 2 && make_union(ctx, e, r, &first, p->max_ops, &u)) {
+            g[k++] = u;
+            stats->unions++;
         }
+        gen_geval_deinit(&first);
     }
-    /* groups: equal full values; the smallest member (by size, then bytes) represents each */
-    int64_t *order = un_xmalloc(sizeof(int64_t) * (size_t)(k ? k : 1));
-    for (int64_t i = 0; i < k; i++)
-        order[i] = i;
-    for (int64_t i = 1; i < k; i++)
-        for (int64_t j = i; j > 0 && cmp_graph_size(&g[order[j - 1]], &g[order[j]]) > 0; j--) {
-            int64_t x = order[j];
-            order[j] = order[j - 1];
-            order[j - 1] = x;
-        }
-    for (int64_t i = 0; i < k && st == UN_OK; i++) {
-        int64_t ri = order[i];
-        if (used[ri])
+    un_ctx_clear(ctx);
+    qsort(g, (size_t)k, sizeof *g, cmp_graph_size_q);
+    int cap = 4, nrep = 0;
+    gen_geval *rep = un_xmalloc(sizeof(gen_geval) * (size_t)cap);
+    int64_t *rep_at = un_xmalloc(sizeof(int64_t) * (size_t)cap), *members = NULL;
+    members = un_xcalloc((size_t)cap, sizeof *members);
+    for (int64_t i = 0; i < k; i++) {
+        gen_geval ev;
+        if (gen_enum_eval(ctx, e, &g[i], &ev) != UN_OK) {
+            un_ctx_clear(ctx); /* a union partner that does not replay: skip it */
             continue;
-        used[ri] = true;
-        int64_t members = 1;
-        for (int64_t j = i + 1; j < k; j++) {
-            int64_t mj = order[j];
-            if (used[mj] || !outputs_equal(&ev[ri], &ev[mj]))
-                continue;
-            used[mj] = true;
-            members++;
-            pair pr;
-            memset(&pr, 0, sizeof pr);
-            pr.a = g[ri];
-            pr.b = g[mj];
-            pr.bucket = bucket;
-            pr.max_ops = g[mj].n_ops > g[ri].n_ops ? g[mj].n_ops : g[ri].n_ops;
-            pr.sum_ops = (uint8_t)(g[mj].n_ops + g[ri].n_ops);
-            pr.n_inputs = (uint8_t)__builtin_popcount(ev[ri].mask_all);
-            vecp_push(pairs, &pr);
         }
-        stats->buckets += members >= 2;
+        int j = 0;
+        while (j < nrep && !outputs_equal(&rep[j], &ev))
+            j++;
+        if (j == nrep) {
+            if (nrep == cap) {
+                cap *= 2;
+                rep = un_xrealloc(rep, sizeof(gen_geval) * (size_t)cap);
+                rep_at = un_xrealloc(rep_at, sizeof(int64_t) * (size_t)cap);
+                members = un_xrealloc(members, sizeof(int64_t) * (size_t)cap);
+            }
+            rep[nrep] = ev;
+            rep_at[nrep] = i;
+            members[nrep++] = 1;
+            continue;
+        }
+        const gen_graph *ra = &g[rep_at[j]];
+        pair pr;
+        memset(&pr, 0, sizeof pr);
+        pr.a = *ra;
+        pr.b = g[i];
+        pr.bucket = bucket;
+        pr.max_ops = g[i].n_ops > ra->n_ops ? g[i].n_ops : ra->n_ops;
+        pr.sum_ops = (uint8_t)(g[i].n_ops + ra->n_ops);
+        pr.n_inputs = (uint8_t)__builtin_popcount(rep[j].mask_all);
+        vecp_push(pairs, &pr);
+        members[j]++;
+        gen_geval_deinit(&ev);
     }
-    for (int64_t i = 0; i < k; i++)
-        gen_geval_deinit(&ev[i]);
-    free(order);
-    free(used);
-    free(ev);
+    for (int j = 0; j < nrep; j++) {
+        stats->buckets += members[j] >= 2;
+        gen_geval_deinit(&rep[j]);
+    }
+    free(rep);
+    free(rep_at);
+    free(members);
     free(g);
-    return st;
+    return UN_OK;
+}
+
+/* What the sequential decisions need of one pair, computed by worker threads beforehand. */
+typedef struct pair_info {
+    uint64_t nfa, nfb, h; /* normal forms of both sides; the pair's hash (h_ok) */
+    uint32_t mask;        /* inputs used */
+    bool evaluated;       /* both sides evaluated */
+    bool prefix, h_ok, check_ok;
+    hsink diag, sub; /* hashes that would make the pair an instance of a known rule */
+} pair_info;
+
+typedef struct pinfo_job {
+    const gen_enum *e;
+    const gen_enum_result *r;
+    const gen_params *p;
+    const bool *comm;
+    const pair *pairs;
+    pair_info *info;
+    int64_t begin, end;
+    _Atomic int64_t next;
+} pinfo_job;
+
+static void pair_info_compute(un_ctx *ctx, const pinfo_job *job, int64_t i) {
+    const pair *pr = &job->pairs[i];
+    pair_info *pi = &job->info[i - job->begin];
+    const gen_menu *m = gen_enum_menu(job->e);
+    memset(pi, 0, sizeof *pi);
+    gen_geval ea, eb;
+    if (gen_enum_eval(ctx, job->e, &pr->a, &ea) != UN_OK) {
+        un_ctx_clear(ctx);
+        return;
+    }
+    if (gen_enum_eval(ctx, job->e, &pr->b, &eb) != UN_OK) {
+        un_ctx_clear(ctx);
+        gen_geval_deinit(&ea);
+        return;
+    }
+    pi->evaluated = true;
+    pi->mask = ea.mask_all;
+    pi->prefix = gen_menu_prefix_ok(m, ea.mask_all);
+    pi->nfa = nf_key(job->r, &pr->a, &ea, m->n_inputs, job->comm);
+    pi->nfb = nf_key(job->r, &pr->b, &eb, m->n_inputs, job->comm);
+    un_rule *rule = NULL;
+    if (pi->prefix && pi->nfa != pi->nfb &&
+        build_rule(ctx, job->e, &pr->a, &ea, &pr->b, &eb, NULL, NULL, 0, 0, &rule) == UN_OK) {
+        pi->h_ok = true;
+        pi->h = pair_hash(ctx, rule);
+        implied_by_diagonal(ctx, job->e, &pi->diag, &pr->a, &ea, &pr->b, &eb);
+        implied_by_subgraph(ctx, job->e, &pi->sub, &pr->a, &ea, &pr->b, &eb, m->n_inputs);
+        pi->check_ok = un_rule_check_random(ctx, rule, UN_DOM_FIELD, job->p->seed ^ 0x636865636bull,
+                                            NULL) == UN_OK;
+    }
+    un_ctx_clear(ctx);
+    un_rule_free(rule);
+    gen_geval_deinit(&ea);
+    gen_geval_deinit(&eb);
+}
+
+static void *pinfo_worker(void *arg) {
+    pinfo_job *job = arg;
+    un_ctx *ctx = un_ctx_new(NULL);
+    for (;;) {
+        int64_t i = atomic_fetch_add(&job->next, 16);
+        if (i >= job->end)
+            break;
+        for (int64_t k = i; k < i + 16 && k < job->end; k++)
+            pair_info_compute(ctx, job, k);
+    }
+    un_ctx_free(ctx);
+    return NULL;
+}
+
+/* Fills info[begin, end) with the given number of threads. */
+static void pair_info_run(pinfo_job *job, int threads) {
+    atomic_store(&job->next, job->begin);
+    pthread_t tid[256];
+    int started = 0;
+    for (int t = 1; t < threads && t < 256; t++)
+        if (pthread_create(&tid[started], NULL, pinfo_worker, job) == 0)
+            started++;
+    pinfo_worker(job);
+    for (int t = 0; t < started; t++)
+        pthread_join(tid[t], NULL);
+}
+
+/* The diagonal (which 0) or subgraph (1) test with lookups, for a pair whose candidate list
+ * overflowed. */
+static bool slow_check(un_ctx *ctx, const gen_enum *e, const hset *known, const pair *pr,
+                       int which) {
+    gen_geval ea, eb;
+    bool hit = false;
+    if (gen_enum_eval(ctx, e, &pr->a, &ea) != UN_OK) {
+        un_ctx_clear(ctx);
+        return false;
+    }
+    if (gen_enum_eval(ctx, e, &pr->b, &eb) == UN_OK) {
+        hsink sink = {.known = known};
+        hit = which == 0 ? implied_by_diagonal(ctx, e, &sink, &pr->a, &ea, &pr->b, &eb)
+                         : implied_by_subgraph(ctx, e, &sink, &pr->a, &ea, &pr->b, &eb,
+                                               gen_enum_menu(e)->n_inputs);
+        gen_geval_deinit(&eb);
+    }
+    un_ctx_clear(ctx);
+    gen_geval_deinit(&ea);
+    return hit;
 }
 
 /* Bucket-local record of NF keys already decided (kept or implied). */
@@ -653,70 +789,87 @@ un_status gen_find(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_rules *out
     bool *comm = un_xcalloc((size_t)m->n_insts, sizeof *comm);
     vecp kept = {.elem = sizeof(un_rule *)};
     int64_t c_naming = 0, c_super = 0, c_compose = 0, c_rename = 0, c_sub = 0, c_check = 0;
+    /* waves of equal largest side: the workers compute what each pair needs, then the
+     * decisions run in order (commutativity rules, learnt from one-operator pairs, shape the
+     * normal forms of the later waves) */
+    enum { CHUNK = 1 << 14 };
+    pair_info *info = un_xcalloc(CHUNK, sizeof *info);
+    pinfo_job job = {.e = e, .r = &r, .p = p, .comm = comm, .pairs = pv, .info = info};
+    int64_t wave_end = 0;
     for (int64_t i = 0; i < pairs.n && st == UN_OK; i++) {
         const pair *pr = &pv[i];
+        if (i == wave_end) { /* a chunk of pairs of one largest-side size */
+            wave_end = i;
+            while (wave_end < pairs.n && wave_end - i < CHUNK &&
+                   pv[wave_end].max_ops == pr->max_ops)
+                wave_end++;
+            job.begin = i;
+            job.end = wave_end;
+            pair_info_run(&job, p->threads);
+        }
         if (tty && now_s() - last > 0.5) {
             last = now_s();
             double rate = (double)i / (last - t0 + 1e-9);
             fprintf(stderr, "\r\033[Kunity-gen: pruning: %lld/%lld pairs, %lld rules, %.0f pairs/s",
                     (long long)i, (long long)pairs.n, (long long)kept.n, rate);
         }
-        gen_geval ea, eb;
-        if ((st = gen_enum_eval(ctx, e, &pr->a, &ea)) != UN_OK)
-            break;
-        if ((st = gen_enum_eval(ctx, e, &pr->b, &eb)) != UN_OK) {
-            gen_geval_deinit(&ea);
+        const pair_info *pi = &info[i - job.begin];
+        if (!pi->evaluated) {
+            st = un_ctx_error(ctx, UN_ERR_INVALID, "pairing: a recorded graph does not evaluate");
             break;
         }
-        un_rule *rule = NULL, *canon = NULL;
-        uint64_t nfa = nf_key(&r, &pr->a, &ea, m->n_inputs, comm),
-                 nfb = nf_key(&r, &pr->b, &eb, m->n_inputs, comm);
-        uint64_t ck = compose_key(pr->bucket, nfb);
-        if (!gen_menu_prefix_ok(m, ea.mask_all)) {
+        uint64_t ck = compose_key(pr->bucket, pi->nfb);
+        if (!pi->prefix) {
             c_naming++;
-        } else if (nfa == nfb) {
+        } else if (pi->nfa == pi->nfb) {
             c_super++;
         } else if (hset_has(&decided, ck)) {
             c_compose++;
-        } else if (build_rule(ctx, e, &pr->a, &ea, &pr->b, &eb, NULL, NULL, 0, 0, &rule) != UN_OK) {
-            /* a pair our rules cannot express (e.g. differing inputs): count with the check */
-            un_ctx_clear(ctx);
+        } else if (!pi->h_ok) {
+            c_check++; /* a pair our rules cannot express (e.g. differing inputs) */
+        } else if (hset_has(&known, pi->h) || sink_any(&pi->diag, &known) ||
+                   (pi->diag.overflow && slow_check(ctx, e, &known, pr, 0))) {
+            c_rename++;
+            hset_add(&known, pi->h);
+            hset_add(&decided, ck);
+        } else if (sink_any(&pi->sub, &known) ||
+                   (pi->sub.overflow && slow_check(ctx, e, &known, pr, 1))) {
+            c_sub++;
+            hset_add(&known, pi->h);
+            hset_add(&decided, ck);
+        } else if (!pi->check_ok) {
             c_check++;
         } else {
-            uint64_t h = pair_hash(ctx, rule);
-            if (hset_has(&known, h) ||
-                implied_by_diagonal(ctx, e, &known, &pr->a, &ea, &pr->b, &eb)) {
-                c_rename++;
-                hset_add(&known, h);
-                hset_add(&decided, ck);
-            } else if (implied_by_subgraph(ctx, e, &known, &pr->a, &ea, &pr->b, &eb, m->n_inputs)) {
-                c_sub++;
-                hset_add(&known, h);
-                hset_add(&decided, ck);
-            } else if (un_rule_check_random(ctx, rule, UN_DOM_FIELD, p->seed ^ 0x636865636bull,
-                                            NULL) != UN_OK) {
-                un_ctx_clear(ctx);
-                c_check++;
-            } else if ((st = gen_rule_add_degree_var(ctx, rule)) == UN_OK &&
-                       (st = gen_rule_orient(ctx, rule, &canon)) == UN_OK) {
-                hset_add(&known, h);
-                hset_add(&decided, ck);
-                stats->with_var += canon->n_vars > 0;
-                /* op(a, b) => op(b, a): later normal forms ignore that op's argument order */
-                if (pr->a.n_ops == 1 && pr->b.n_ops == 1 &&
-                    pr->a.ops[0].inst == pr->b.ops[0].inst && pr->a.ops[0].n_in == 2 &&
-                    pr->a.ops[0].in[0] == pr->b.ops[0].in[1] &&
-                    pr->a.ops[0].in[1] == pr->b.ops[0].in[0])
-                    comm[pr->a.ops[0].inst] = true;
-                vecp_push(&kept, &canon);
-                canon = NULL;
+            /* kept: rebuild the rule (cheap next to the tests above) */
+            gen_geval ea, eb;
+            un_rule *rule = NULL, *canon = NULL;
+            if ((st = gen_enum_eval(ctx, e, &pr->a, &ea)) != UN_OK)
+                break;
+            if ((st = gen_enum_eval(ctx, e, &pr->b, &eb)) == UN_OK) {
+                if ((st = build_rule(ctx, e, &pr->a, &ea, &pr->b, &eb, NULL, NULL, 0, 0, &rule)) ==
+                        UN_OK &&
+                    (st = gen_rule_add_degree_var(ctx, rule)) == UN_OK &&
+                    (st = gen_rule_orient(ctx, rule, &canon)) == UN_OK) {
+                    hset_add(&known, pi->h);
+                    hset_add(&decided, ck);
+                    stats->with_var += canon->n_vars > 0;
+                    /* op(a, b) => op(b, a): later normal forms ignore that op's argument order */
+                    if (pr->a.n_ops == 1 && pr->b.n_ops == 1 &&
+                        pr->a.ops[0].inst == pr->b.ops[0].inst && pr->a.ops[0].n_in == 2 &&
+                        pr->a.ops[0].in[0] == pr->b.ops[0].in[1] &&
+                        pr->a.ops[0].in[1] == pr->b.ops[0].in[0])
+                        comm[pr->a.ops[0].inst] = true;
+                    vecp_push(&kept, &canon);
+                    canon = NULL;
+                }
+                gen_geval_deinit(&eb);
             }
+            gen_geval_deinit(&ea);
+            un_rule_free(rule);
+            un_rule_free(canon);
         }
-        un_rule_free(rule);
-        un_rule_free(canon);
-        gen_geval_deinit(&ea);
-        gen_geval_deinit(&eb);
     }
+    free(info);
     if (tty)
         fprintf(stderr, "\r\033[K");
     stats->after_naming = pairs.n - c_naming;
@@ -783,10 +936,11 @@ bool gen_pair_explain(un_ctx *ctx, const gen_enum *e, const gen_rules *rs, const
                    hset_has(&known, pair_hash(ctx, rule))) {
             snprintf(why, n, "implied: a renaming of a rule kept or implied");
             res = true;
-        } else if (implied_by_subgraph(ctx, e, &known, a, &ea, b, &eb, m->n_inputs)) {
+        } else if (implied_by_subgraph(ctx, e, &(hsink){.known = &known}, a, &ea, b, &eb,
+                                       m->n_inputs)) {
             snprintf(why, n, "implied: an instance of a kept rule on a common subgraph");
             res = true;
-        } else if (implied_by_diagonal(ctx, e, &known, a, &ea, b, &eb)) {
+        } else if (implied_by_diagonal(ctx, e, &(hsink){.known = &known}, a, &ea, b, &eb)) {
             snprintf(why, n, "implied: an instance of a kept rule with two inputs identified");
             res = true;
         }
