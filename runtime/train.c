@@ -596,6 +596,18 @@ un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res
             goto done;
         }
     }
+    if (o->save && res->rank == 0) { /* a checkpoint that cannot be written fails before training */
+        char probe[4096];
+        snprintf(probe, sizeof probe, "%s.tmp", o->save);
+        FILE *f = fopen(probe, "wb");
+        if (!f) {
+            st = un_ctx_error(ctx, UN_ERR_IO, "--save %s: cannot write: %s", o->save,
+                              strerror(errno));
+            goto done;
+        }
+        fclose(f);
+        remove(probe);
+    }
     if ((st = un_spec_load(ctx, o->spec, &spec)) != UN_OK)
         goto done;
     if ((st = model_load(ctx, spec, o, &m)) != UN_OK)

@@ -222,6 +222,7 @@ static void test_bad_input(void) {
     expect_clean_error(args, "partial sums");
     snprintf(args, sizeof args, "--model mlp --tiny --load %s/missing.ckpt", tmp);
     expect_clean_error(args, "missing.ckpt");
+    expect_clean_error("--model mlp --tiny --save /nonexistent-dir/x.ckpt", "cannot write");
     /* a checkpoint of another model */
     snprintf(args, sizeof args, "--model mlp --tiny --load %s/ck", tmp);
     expect_clean_error(args, "in the checkpoint");
