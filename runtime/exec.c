@@ -229,7 +229,7 @@ static un_status plan_xfer_buffers(un_ctx *ctx, un_exec *ex, xnode *xn, const un
     return st;
 }
 
-static un_status plan_regular(un_ctx *ctx, un_exec *ex, int32_t id, const un_node *nd, xnode *xn) {
+static un_status plan_regular(un_ctx *ctx, un_exec *ex, const un_node *nd, xnode *xn) {
     const un_infer *inf = &nd->inf;
     int64_t ntup = 1;
     for (int j = 0; j < inf->n_uses; j++)
@@ -300,7 +300,6 @@ static un_status plan_regular(un_ctx *ctx, un_exec *ex, int32_t id, const un_nod
             u[j] = 0;
     }
     free(dev);
-    (void)id;
     return st;
 }
 
@@ -389,11 +388,8 @@ static void parallel_sources(un_exec *ex, xnode *xn, const un_node *nd, int64_t 
 }
 
 typedef struct plan_arg {
-    int cap;
-    int32_t to;
-    int n_src;
-    un_status st;
-    un_ctx *ctx;
+    int cap;    /* capacity of the list being grown */
+    int32_t to; /* the rank that computes the output piece */
 } plan_arg;
 
 static void count_xfer(un_exec *ex, xnode *xn, const un_node *nd, int64_t p, int64_t q,
@@ -401,7 +397,6 @@ static void count_xfer(un_exec *ex, xnode *xn, const un_node *nd, int64_t p, int
     (void)p, (void)r, (void)add;
     plan_arg *a = arg;
     need_piece(xn, input_tensor(ex, nd, 0), 0, q, a->to, &a->cap);
-    a->n_src++;
 }
 
 static void make_move(un_exec *ex, xnode *xn, const un_node *nd, int64_t p, int64_t q,
@@ -421,14 +416,14 @@ static un_status plan_parallel(un_ctx *ctx, un_exec *ex, const un_node *nd, xnod
     const un_op_spec *os = un_spec_op(ex->spec, nd->op);
     int64_t k = nd->params[un_spec_param_index(os, "degree")].v[0];
     xt *so = &xn->outs[0];
-    plan_arg a = {.ctx = ctx};
+    plan_arg a = {0};
     for (int64_t p = 0; p < so->np; p++) {
         so->owner[p] = (int32_t)(p % ex->size);
         a.to = so->owner[p];
         parallel_sources(ex, xn, nd, k, p, count_xfer, &a);
     }
     un_status st = plan_xfer_buffers(ctx, ex, xn, nd);
-    plan_arg b = {.ctx = ctx};
+    plan_arg b = {0};
     for (int64_t p = 0; p < so->np && st == UN_OK; p++) {
         if (so->owner[p] != ex->rank)
             continue;
@@ -592,7 +587,7 @@ un_status un_exec_new(un_ctx *ctx, const un_graph *g, un_comm *comm, un_backend 
                 st = un_ctx_error(ctx, UN_ERR_UNAVAILABLE, "backend %s has no kernel for %s",
                                   un_backend_name(be), un_op_name(nd->op));
             else
-                st = plan_regular(ctx, ex, id, nd, xn);
+                st = plan_regular(ctx, ex, nd, xn);
         }
     }
     if (st != UN_OK)

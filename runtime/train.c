@@ -438,7 +438,6 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
     /* A loaded run continues where the checkpoint stopped: same data, same dropout masks. */
     int start = st == UN_OK ? (int)un_optim_steps(opt) : 0;
     const un_shape *os = st == UN_OK ? un_exec_output_shape(ex, 0) : NULL;
-    double t_start = now_s();
     for (int step = 0; st == UN_OK && step < o->steps; step++) {
         double t0 = now_s();
         make_batch(sh, ex, start + step, prec, labels);
@@ -482,7 +481,6 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
                 progress(sh, step + 1, loss, sps);
         }
     }
-    (void)t_start;
     if (st == UN_OK && o->save && rank == 0)
         st = un_checkpoint_save(ctx, o->save, sh->g, prec, un_exec_params(ex), opt);
     free(labels);
