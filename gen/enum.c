@@ -613,6 +613,7 @@ un_status gen_enum_run(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_enum_r
         return st;
     }
     free(out->classes);
+    free(a.recs); /* phase 1 records nothing */
     out->classes = a.classes;
     out->n_classes = a.n_classes;
     out->stopped |= a.stopped;
