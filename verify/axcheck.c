@@ -49,6 +49,19 @@ bool un_axlift_is_dim_param(const un_op_spec *os, int param) {
            strcmp(n, "dim1") == 0;
 }
 
+static bool term_lifted(const un_axlift *l, const un_term *t) {
+    if (t->kind == UN_TERM_VAR)
+        return t->var < 32 && ((l->mask >> t->var) & 1);
+    for (int i = 0; i < t->n_args; i++)
+        if (term_lifted(l, t->args[i]))
+            return true;
+    return false;
+}
+
+int un_axlift_shift_of(const un_axlift *l, const un_term *t) {
+    return l->shift && t->kind == UN_TERM_APP && term_lifted(l, t) ? l->shift : 0;
+}
+
 static bool has_dim_literal(const un_spec *spec, const un_term *t) {
     if (t->kind != UN_TERM_APP)
         return false;
@@ -88,6 +101,7 @@ static un_status build_term(un_graph *g, const un_axlift *l, const un_term *t, c
     un_expr_env env = {.vars = pvals, .n_vars = ax->n_pvars, .in = vs, .n_in = nvs};
     un_param params[UN_MAX_PARAMS];
     un_spec_param_defaults(os, params);
+    int shift = un_axlift_shift_of(l, t);
     for (int i = 0; i < t->n_params; i++) {
         const un_term_param *tp = &t->params[i];
         un_param *p = &params[tp->param];
@@ -96,9 +110,9 @@ static un_status build_term(un_graph *g, const un_axlift *l, const un_term *t, c
         for (int j = 0; j < n && j < UN_MAX_DIMS; j++)
             if ((st = un_expr_eval(NULL, tp->items[j], &env, &p->v[j])) != UN_OK)
                 return st;
-        if (l->shift && tp->n_items < 0 && un_axlift_is_dim_param(os, tp->param) &&
+        if (shift && tp->n_items < 0 && un_axlift_is_dim_param(os, tp->param) &&
             tp->items[0]->kind == UN_EX_INT && tp->items[0]->value >= 0)
-            p->v[0] += l->shift;
+            p->v[0] += shift;
     }
     int32_t id;
     if ((st = un_graph_add(NULL, g, t->op, params, args, t->n_args, NULL, &id)) != UN_OK)

@@ -25,8 +25,13 @@ typedef struct un_axlift {
     const un_axiom *ax; /* borrowed from the spec */
     int k;              /* extra leading dims */
     uint32_t mask;      /* which tensor variables get them */
-    int shift;          /* added to literal dim parameters (axis, dim, dim0, dim1) >= 0: 0 or k */
+    int shift;          /* added to the literal dim parameters (axis, dim, dim0, dim1) >= 0 of
+                         * every op applied to a lifted tensor: 0 or k */
 } un_axlift;
+
+/* The shift the lift applies to the dim parameters of application t: l->shift when one of t's
+ * arguments involves a lifted variable, else 0. */
+int un_axlift_shift_of(const un_axlift *l, const un_term *t);
 
 /* True for the parameters `shift` moves: a regular op's axis, dim, dim0 or dim1. */
 bool un_axlift_is_dim_param(const un_op_spec *os, int param);

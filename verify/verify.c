@@ -507,7 +507,7 @@ typedef struct axb {
     const un_axiom *ax;
     int k;         /* lifted: extra leading dims ... */
     uint32_t mask; /* ... of these variables */
-    int shift;     /* added to literal dim parameters */
+    const un_axlift *lift;
     const Z3_ast *X, *P;
     bool abstract; /* replace compound parameter expressions by fresh variables */
     bool used_x[32], used_p[32];
@@ -538,6 +538,7 @@ static Z3_ast ax_term(axb *b, const un_term *t) {
             return NULL;
     un_param dflt[UN_MAX_PARAMS];
     un_spec_param_defaults(os, dflt);
+    int shift = un_axlift_shift_of(b->lift, t);
     for (int i = 0; i < os->n_params; i++) {
         int off = v->poff[t->op][i];
         if (os->params[i].type == UN_PT_LIST) {
@@ -571,9 +572,9 @@ static Z3_ast ax_term(axb *b, const un_term *t) {
                 if (x->ref < 32)
                     b->used_p[x->ref] = true;
                 val = b->P[x->ref];
-            } else if (b->shift && tp->n_items < 0 && x->kind == UN_EX_INT && x->value >= 0 &&
+            } else if (shift && tp->n_items < 0 && x->kind == UN_EX_INT && x->value >= 0 &&
                        un_axlift_is_dim_param(os, tp->param)) {
-                val = mk_int(v, x->value + b->shift);
+                val = mk_int(v, x->value + shift);
             } else {
                 val = tr_int(&e, x);
                 if (!val || e.bad) {
@@ -662,14 +663,8 @@ static Z3_ast ax_quant(un_verifier *v, const un_axlift *l, const Z3_ast *X, cons
                        int pat, bool *unusable, bool *trivial, char *why, size_t nwhy) {
     const un_axiom *ax = l->ax;
     conds *guard = un_xcalloc(1, sizeof *guard);
-    axb b = {.v = v,
-             .ax = ax,
-             .k = l->k,
-             .mask = l->mask,
-             .shift = l->shift,
-             .X = X,
-             .P = P,
-             .guard = guard};
+    axb b = {
+        .v = v, .ax = ax, .k = l->k, .mask = l->mask, .lift = l, .X = X, .P = P, .guard = guard};
     Z3_ast side[2] = {NULL, NULL}, q = NULL;
     *unusable = false;
     *trivial = false;
