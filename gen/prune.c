@@ -633,6 +633,12 @@ typedef struct pair_info {
     bool evaluated;       /* both sides evaluated */
     bool prefix, h_ok, check_ok;
     hsink diag, sub; /* hashes that would make the pair an instance of a known rule */
+    /* composition through an earlier member m of the group: hashes of (m, b) instances and the
+     * pair index of m; the pair follows when the hash is known and m's pair was decided */
+    int nm;
+    uint64_t mh[8];
+    int64_t mj[8];
+    bool msuper[8]; /* m is congruent to the group's smallest graph: no decision needed */
 } pair_info;
 
 typedef struct pinfo_job {
@@ -644,7 +650,18 @@ typedef struct pinfo_job {
     pair_info *info;
     int64_t begin, end;
     _Atomic int64_t next;
+    const int64_t *by_bucket;    /* pair indices grouped by bucket, ascending within one */
+    const int64_t *bucket_start; /* [bucket] -> first position in by_bucket; [n_buckets] end */
 } pinfo_job;
+
+/* True when some operator output of ga has the structural key of one of gb's. */
+static bool share_key(const gen_geval *ea, const gen_geval *eb, int n_inputs) {
+    for (int ta = n_inputs; ta < ea->n_t; ta++)
+        for (int tb = n_inputs; tb < eb->n_t; tb++)
+            if (ea->key[ta] == eb->key[tb])
+                return true;
+    return false;
+}
 
 static void pair_info_compute(un_ctx *ctx, const pinfo_job *job, int64_t i) {
     const pair *pr = &job->pairs[i];
@@ -675,6 +692,32 @@ static void pair_info_compute(un_ctx *ctx, const pinfo_job *job, int64_t i) {
         implied_by_subgraph(ctx, job->e, &pi->sub, &pr->a, &ea, &pr->b, &eb, m->n_inputs);
         pi->check_ok = un_rule_check_random(ctx, rule, UN_DOM_FIELD, job->p->seed ^ 0x636865636bull,
                                             NULL) == UN_OK;
+        /* earlier members of the group sharing a subterm with b */
+        const int64_t *bb = job->by_bucket;
+        int scanned = 0; /* bounded: groups can hold thousands of graphs at N=4 */
+        for (int64_t q = job->bucket_start[pr->bucket];
+             q < job->bucket_start[pr->bucket + 1] && pi->nm < 8 && scanned < 24; q++) {
+            if (bb[q] == i)
+                continue;
+            scanned++;
+            const pair *pm = &job->pairs[bb[q]];
+            gen_geval em;
+            if (gen_enum_eval(ctx, job->e, &pm->b, &em) != UN_OK) {
+                un_ctx_clear(ctx);
+                continue;
+            }
+            bool sup = nf_key(job->r, &pm->b, &em, m->n_inputs, job->comm) == pi->nfa;
+            if ((sup || bb[q] < i) && share_key(&em, &eb, m->n_inputs)) {
+                hsink sk = {0};
+                implied_by_subgraph(ctx, job->e, &sk, &pm->b, &em, &pr->b, &eb, m->n_inputs);
+                for (int k = 0; k < sk.n && pi->nm < 8; k++) {
+                    pi->mh[pi->nm] = sk.h[k];
+                    pi->msuper[pi->nm] = sup;
+                    pi->mj[pi->nm++] = bb[q];
+                }
+            }
+            gen_geval_deinit(&em);
+        }
     }
     un_ctx_clear(ctx);
     un_rule_free(rule);
@@ -785,6 +828,21 @@ un_status gen_find(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_rules *out
     pair *pv = pairs.data;
     if (pairs.n > 1)
         qsort(pv, (size_t)pairs.n, sizeof(pair), cmp_pair);
+    /* pair indices by bucket (a counting sort keeps them ascending within a bucket) */
+    int64_t *bucket_start = un_xcalloc((size_t)bucket + 2, sizeof *bucket_start);
+    int64_t *by_bucket = un_xmalloc(sizeof(int64_t) * (size_t)(pairs.n + 1));
+    for (int64_t i = 0; i < pairs.n; i++)
+        bucket_start[pv[i].bucket + 1]++;
+    for (int32_t b = 0; b < bucket; b++)
+        bucket_start[b + 1] += bucket_start[b];
+    {
+        int64_t *fill = un_xmalloc(sizeof(int64_t) * ((size_t)bucket + 1));
+        memcpy(fill, bucket_start, sizeof(int64_t) * ((size_t)bucket + 1));
+        for (int64_t i = 0; i < pairs.n; i++)
+            by_bucket[fill[pv[i].bucket]++] = i;
+        free(fill);
+    }
+    bool *pair_done = un_xcalloc((size_t)(pairs.n + 1), 1);
     hset known = {0}, decided = {0};
     bool *comm = un_xcalloc((size_t)m->n_insts, sizeof *comm);
     vecp kept = {.elem = sizeof(un_rule *)};
@@ -794,7 +852,14 @@ un_status gen_find(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_rules *out
      * normal forms of the later waves) */
     enum { CHUNK = 1 << 14 };
     pair_info *info = un_xcalloc(CHUNK, sizeof *info);
-    pinfo_job job = {.e = e, .r = &r, .p = p, .comm = comm, .pairs = pv, .info = info};
+    pinfo_job job = {.e = e,
+                     .r = &r,
+                     .p = p,
+                     .comm = comm,
+                     .pairs = pv,
+                     .info = info,
+                     .by_bucket = by_bucket,
+                     .bucket_start = bucket_start};
     int64_t wave_end = 0;
     for (int64_t i = 0; i < pairs.n && st == UN_OK; i++) {
         const pair *pr = &pv[i];
@@ -819,12 +884,18 @@ un_status gen_find(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_rules *out
             break;
         }
         uint64_t ck = compose_key(pr->bucket, pi->nfb);
+        bool member_hit = false;
+        for (int k = 0; k < pi->nm && !member_hit; k++)
+            member_hit = (pi->msuper[k] || (pi->mj[k] < i && pair_done[pi->mj[k]])) &&
+                         hset_has(&known, pi->mh[k]);
         if (!pi->prefix) {
             c_naming++;
         } else if (pi->nfa == pi->nfb) {
             c_super++;
+            pair_done[i] = true;
         } else if (hset_has(&decided, ck)) {
             c_compose++;
+            pair_done[i] = true;
         } else if (!pi->h_ok) {
             c_check++; /* a pair our rules cannot express (e.g. differing inputs) */
         } else if (hset_has(&known, pi->h) || sink_any(&pi->diag, &known) ||
@@ -832,11 +903,19 @@ un_status gen_find(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_rules *out
             c_rename++;
             hset_add(&known, pi->h);
             hset_add(&decided, ck);
+            pair_done[i] = true;
         } else if (sink_any(&pi->sub, &known) ||
                    (pi->sub.overflow && slow_check(ctx, e, &known, pr, 1))) {
             c_sub++;
             hset_add(&known, pi->h);
             hset_add(&decided, ck);
+            pair_done[i] = true;
+        } else if (member_hit) {
+            /* b is an instance of a known rule away from a member already shown equal */
+            c_compose++;
+            hset_add(&known, pi->h);
+            hset_add(&decided, ck);
+            pair_done[i] = true;
         } else if (!pi->check_ok) {
             c_check++;
         } else {
@@ -852,6 +931,7 @@ un_status gen_find(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_rules *out
                     (st = gen_rule_orient(ctx, rule, &canon)) == UN_OK) {
                     hset_add(&known, pi->h);
                     hset_add(&decided, ck);
+                    pair_done[i] = true;
                     stats->with_var += canon->n_vars > 0;
                     /* op(a, b) => op(b, a): later normal forms ignore that op's argument order */
                     if (pr->a.n_ops == 1 && pr->b.n_ops == 1 &&
@@ -870,6 +950,9 @@ un_status gen_find(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_rules *out
         }
     }
     free(info);
+    free(pair_done);
+    free(by_bucket);
+    free(bucket_start);
     if (tty)
         fprintf(stderr, "\r\033[K");
     stats->after_naming = pairs.n - c_naming;
