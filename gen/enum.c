@@ -98,7 +98,7 @@ typedef struct {
 
 static bool vec_push(vec *v, const void *x) {
     if (v->n == v->cap) {
-        int64_t cap = v->cap ? v->cap * 2 : 1024;
+        int64_t cap = v->cap ? v->cap + v->cap / 2 : 1024; /* 1.5x: less slack at N=4 */
         void *d = realloc(v->data, (size_t)cap * v->elem);
         if (!d)
             return false;
@@ -543,6 +543,9 @@ static void *worker_main(void *arg) {
         atomic_fetch_add(&wk->sh->done, 1);
     }
     atomic_store(&wk->w.progress_graphs, wk->w.n_graphs);
+    free(wk->w.map); /* the dedupe map is not needed once the worker is done */
+    wk->w.map = NULL;
+    wk->w.map_cap = 0;
     return NULL;
 }
 
@@ -745,17 +748,29 @@ static un_status run_phase(un_ctx *ctx, gen_enum *e, const gen_params *p, int cl
         recs.n += w->recs.n;
         classes.n += w->classes.n;
     }
+    /* merge: grow the largest thread's arrays and move the others in, one at a time, so the
+     * peak is the total plus one thread's share rather than twice the total */
+    int big = 0;
+    for (int i = 1; i < nt; i++)
+        if (wk[i].w.recs.n > wk[big].w.recs.n)
+            big = i;
     if (st == UN_OK) {
-        recs.data = malloc((size_t)(recs.n ? recs.n : 1) * sizeof(gen_rec));
-        classes.data = malloc((size_t)(classes.n ? classes.n : 1) * sizeof(gen_class));
+        wstate *w = &wk[big].w;
+        recs.data = realloc(w->recs.data, (size_t)(recs.n ? recs.n : 1) * sizeof(gen_rec));
+        classes.data =
+            realloc(w->classes.data, (size_t)(classes.n ? classes.n : 1) * sizeof(gen_class));
+        if (recs.data)
+            w->recs.data = NULL;
+        if (classes.data)
+            w->classes.data = NULL;
         if (!recs.data || !classes.data)
             st = un_ctx_error(ctx, UN_ERR_NOMEM, "enumeration: cannot hold %lld graph records",
                               (long long)recs.n);
     }
-    int64_t ro = 0, co = 0;
+    int64_t ro = st == UN_OK ? wk[big].w.recs.n : 0, co = st == UN_OK ? wk[big].w.classes.n : 0;
     for (int i = 0; i < nt; i++) {
         wstate *w = &wk[i].w;
-        if (st == UN_OK) {
+        if (st == UN_OK && i != big) {
             if (w->recs.n)
                 memcpy((gen_rec *)recs.data + ro, w->recs.data,
                        sizeof(gen_rec) * (size_t)w->recs.n);
