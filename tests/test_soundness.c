@@ -114,14 +114,19 @@ static const char *base[] = {
                                                       "[\"s:1\"]") "], \"outputs\": [\"s:0\", "
                                                                    "\"r\"]}, \"dst\": {\"nodes\": "
                                                                    "[" IN("x", "[4, 6]") ", " IN(
-                                                                       "y", "[4, "
-                                                                            "6]") ", " NODE("r",
-                                                                                            "relu",
-                                                                                            "[\"y\""
-                                                                                            "]") "]"
-                                                                                                 ","
-                                                                                                 " "
-                                                                                                 "\"outputs\": [\"x\", \"r\"]}}",
+                                                                       "y",
+                                                                       "[4, "
+                                                                       "6]") ", " NODE("r", "relu",
+                                                                                       "[\"y\""
+                                                                                       "]") "]"
+                                                                                            ","
+                                                                                            " "
+                                                                                            "\"outp"
+                                                                                            "uts\":"
+                                                                                            " ["
+                                                                                            "\"x\","
+                                                                                            " \"r\""
+                                                                                            "]}}",
 };
 #define N_BASE ((int)(sizeof base / sizeof base[0]))
 
@@ -387,6 +392,46 @@ done:
     un_ctx_free(ctx);
 }
 
+/* An axiom that equates tensors of different shapes makes every proof over its terms vacuous
+ * (false follows from the shape axioms); the consistency check must refuse such a proof. */
+static void test_vacuous_proof(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    char *text = NULL;
+    size_t len = 0;
+    un_spec *bad = NULL;
+    un_verifier *v = NULL;
+    un_rule *r = NULL;
+    EXPECT_OK(ctx, un_read_file(ctx, "specs/ops.json", &text, &len));
+    const char *anchor = "\"axioms\": [";
+    char *at = text ? strstr(text, anchor) : NULL;
+    if (!at)
+        goto done;
+    char *planted = splice(text, (size_t)(at - text) + strlen(anchor), 0,
+                           "{\"name\": \"planted_shape\", \"vars\": {\"x\": [\"a\", \"b\"]}, "
+                           "\"lhs\": \"(relu x)\", \"rhs\": \"(concat :axis 0 x x)\"}, ");
+    EXPECT_OK(ctx, un_spec_parse(ctx, "planted.json", planted, strlen(planted), &bad));
+    free(planted);
+    const char *wrong = RULE(IN("a", "[4, 6]") ", " NODE("s", "relu", "[\"a\"]"),
+                             IN("a", "[4, 6]") ", " NODE("s", "gelu", "[\"a\"]"));
+    if (bad) {
+        EXPECT_OK(ctx, un_verifier_new(ctx, bad, &v));
+        EXPECT_OK(ctx, un_rule_from_json(ctx, bad, "wrong", wrong, strlen(wrong), &r));
+    }
+    if (v && r) {
+        un_proof p;
+        EXPECT_OK(ctx, un_verifier_prove(ctx, v, r, &(un_prove_opts){.timeout_ms = 2000}, &p));
+        EXPECT_TRUE(p.verdict != UN_VERDICT_VALID);
+        EXPECT_TRUE(strstr(p.detail, "vacuous") != NULL);
+        printf("    %s\n", p.detail);
+    }
+done:
+    un_rule_free(r);
+    un_verifier_free(v);
+    un_spec_free(bad);
+    free(text);
+    un_ctx_free(ctx);
+}
+
 int main(void) {
     un_ctx *ctx = un_ctx_new(NULL);
     if (un_spec_load(ctx, "specs/ops.json", &spec) != UN_OK) {
@@ -395,7 +440,8 @@ int main(void) {
         return 1;
     }
     static const test_case cases[] = {{"mutants", test_mutants},
-                                      {"planted_axiom", test_planted_axiom}};
+                                      {"planted_axiom", test_planted_axiom},
+                                      {"vacuous_proof", test_vacuous_proof}};
     int rc = TEST_RUN_ALL(cases);
     un_spec_free(spec);
     un_ctx_free(ctx);

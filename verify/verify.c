@@ -1063,6 +1063,27 @@ static bool encode_side(renc *e, int side) {
     return !e->hyp->overflow && !e->goal->overflow;
 }
 
+/* Names the rank and every dim of each tensor of the first `sides` sides by a fresh integer:
+ * always satisfiable, and it makes those terms relevant, so E-matching instantiates the shape
+ * axioms on them (a contradiction among shapes is then found, not hidden). */
+static void name_shapes(un_verifier *v, Z3_solver s, const un_rule *r, const renc *e, int sides) {
+    for (int side = 0; side < sides; side++) {
+        const un_graph *g = side ? r->dst : r->src;
+        for (int32_t id = 0; id < un_graph_node_count(g); id++) {
+            const un_node *nd = un_graph_node(g, id);
+            for (int o = 0; o < nd->inf.n_out && o < UN_MAX_OUTPUTS; o++) {
+                Z3_ast t = e->term[side][id * UN_MAX_OUTPUTS + o];
+                if (!t)
+                    continue;
+                Z3_solver_assert(v->z, s, mk_eq(v, mk_rank(v, t), mk_fresh(v, "r", v->I)));
+                for (int j = 0; j < nd->inf.out[o].rank; j++)
+                    Z3_solver_assert(v->z, s,
+                                     mk_eq(v, mk_dim(v, t, mk_int(v, j)), mk_fresh(v, "d", v->I)));
+            }
+        }
+    }
+}
+
 static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -1192,6 +1213,7 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
     Z3_solver_push(v->z, s);
     pushed = true;
     Z3_solver_assert(v->z, s, conds_and(v, e.hyp));
+    name_shapes(v, s, r, &e, 1);
     Z3_ast dst_ok = conds_and(v, e.goal);
     bool all = true;
     for (int i = 0; i < r->n_out && all; i++) {
@@ -1227,13 +1249,11 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
         }
         Z3_solver_pop(v->z, s, 1);
     }
-    bool any_used = false;
-    for (int k = 0; k < v->n_ax; k++)
-        any_used = any_used || used[k];
     Z3_lbool cres = Z3_L_UNDEF;
-    if (all && any_used) {
-        /* Consistency: the axioms the proof used, without the goal, must not be unsat. (Without
-         * spec axioms the proof rests on congruence and the shape definitions alone.) */
+    if (all) {
+        /* Consistency: the hypotheses and the axioms the proof used, without the goal, must not
+         * be unsat: a proof never rests on contradictory axiom instances, nor on a source-side
+         * condition that cannot hold (which would also flag a mistranslated `require`). */
         double spent = now_ms() - t0;
         unsigned ct = (unsigned)(2 * spent) + 20;
         set_timeout(v, s, ct < timeout ? ct : timeout);
@@ -1245,6 +1265,11 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
             Z3_solver_assert(v->z, s, mk_not(v, mk_eq(v, S, mk_fresh(v, "c", v->T))));
             Z3_solver_assert(v->z, s, mk_not(v, mk_eq(v, D, mk_fresh(v, "c", v->T))));
         }
+        /* The target side's conditions (implied by the source's, as just proven) and the rank and
+         * dims of every tensor on both sides, named by fresh integers: satisfiable in the intended
+         * semantics, and they make those terms relevant, so E-matching sees what they imply. */
+        Z3_solver_assert(v->z, s, dst_ok);
+        name_shapes(v, s, r, &e, 2);
         cres = Z3_solver_check_assumptions(v->z, s, n_asm, asm_);
         Z3_solver_pop(v->z, s, 1);
     }
