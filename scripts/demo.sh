@@ -20,7 +20,7 @@ step "2. unity-gen: every graph of up to 3 operators over the default menu (spec
 echo "   fingerprinted piece by piece in a prime field, equal ones paired, pruned, stored as candidates"
 "$B/unity-gen" --ops specs/ -o "$db" --max-ops 3
 
-step "3. unity-verify: the 94 spec axioms checked on concrete tensors, then every candidate"
+step "3. unity-verify: the spec axioms checked on concrete tensors, then every candidate"
 echo "   random-tested and proven by Z3 (parallel degrees generalized to a variable k where it holds)"
 "$B/unity-verify" "$db" --jobs 2
 
