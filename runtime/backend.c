@@ -1,25 +1,11 @@
-/* backend.c - the backend registry and the public wrappers over the vtable. The only place (with
- * the Makefile) where UN_USE_CUDA may appear (STYLE rule 4). */
+/* backend.c - the backend constructors and the public wrappers over the vtable. A CUDA backend
+ * (its own issue) adds its constructor here behind UN_USE_CUDA (STYLE rule 4). */
 #include "runtime/backend.h"
 
 #include "runtime/backend_impl.h"
 
 un_status un_backend_cpu_new(un_ctx *ctx, un_prec prec, int nthreads, un_backend **out) {
     return un__backend_cpu_new(ctx, prec, nthreads, out);
-}
-
-un_status un_backend_cuda_new(un_ctx *ctx, un_prec prec, int device, un_backend **out) {
-    (void)prec;
-    *out = NULL;
-#ifdef UN_USE_CUDA
-    return un_ctx_error(ctx, UN_ERR_UNAVAILABLE,
-                        "cuda backend (device %d): the CUDA runtime backend is not built yet",
-                        device);
-#else
-    return un_ctx_error(ctx, UN_ERR_UNAVAILABLE,
-                        "cuda backend (device %d): this build has no CUDA (nvcc not found)",
-                        device);
-#endif
 }
 
 void un_backend_free(un_backend *be) {

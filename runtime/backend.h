@@ -33,9 +33,6 @@ typedef struct un_region {
 /* The CPU backend: kernels in precision prec on a pool of nthreads threads (the caller counts).
  * Owned: free with un_backend_free. */
 un_status un_backend_cpu_new(un_ctx *ctx, un_prec prec, int nthreads, un_backend **out);
-/* The CUDA backend on GPU `device`: UN_ERR_UNAVAILABLE in a build without CUDA (and until the
- * CUDA backend lands). */
-un_status un_backend_cuda_new(un_ctx *ctx, un_prec prec, int device, un_backend **out);
 void un_backend_free(un_backend *be);
 
 /* ---- queries ---- */
