@@ -12,6 +12,10 @@
 
 static const int64_t try_degrees[] = {2, 3, 4, 6, 8};
 #define N_TRY ((int)(sizeof try_degrees / sizeof try_degrees[0]))
+/* Values tried for a rule's own variables (degrees, but also dims: 0 and 1 too); where a side is
+ * not well formed at a value, that value is skipped. */
+static const int64_t try_values[] = {0, 1, 2, 3, 4, 6, 8};
+#define N_TRY_VALUES ((int)(sizeof try_values / sizeof try_values[0]))
 
 un_runner_opts un_runner_opts_default(void) {
     return (un_runner_opts){
@@ -100,10 +104,10 @@ static int random_tests(un_ctx *ctx, const un_rule *r, uint64_t seed, un_rule_ve
     for (int i = 0; i < r->n_vars; i++)
         values[i] = r->vars[i].value;
     for (int i = 0; i < r->n_vars; i++) {
-        for (int t = 0; t < N_TRY; t++) {
-            if (try_degrees[t] == r->vars[i].value)
+        for (int t = 0; t < N_TRY_VALUES; t++) {
+            if (try_values[t] == r->vars[i].value)
                 continue;
-            values[i] = try_degrees[t];
+            values[i] = try_values[t];
             if (check_instance(ctx, r, values, NULL, seed + 7) < 0) {
                 char vs[128];
                 values_str(r, values, vs, sizeof vs);

@@ -43,11 +43,12 @@ typedef struct un_rule_verdict {
 void un_rule_verdict_deinit(un_rule_verdict *v);
 
 /* Verifies one rule with verifier v: random tests in the field and in float64 at the witness, at
- * other values of each variable and at doubled input sizes (a mismatch refutes, with the
- * counterexample); then the Z3 proof, with symbolic input sizes first (any_shape) and at the
- * witness sizes otherwise; then, for a proven rule, every concrete degree is tried as a new
- * variable, kept when the rule holds (layouts included) at each of the degrees 2, 3, 4, 6, 8 where
- * both sides are well formed. UN_OK with the verdict in *out; other statuses are Z3 failures. */
+ * the values 0, 1, 2, 3, 4, 6, 8 of each variable (where well formed) and at doubled input sizes (a
+ * mismatch refutes, with the counterexample); then the Z3 proof, with symbolic input sizes first
+ * (any_shape) and at the witness sizes otherwise; then, for a proven rule, every concrete degree is
+ * tried as a new variable, kept when the rule holds (layouts included) at each of the degrees 2, 3,
+ * 4, 6, 8 where both sides are well formed. UN_OK with the verdict in *out; other statuses are Z3
+ * failures. */
 un_status un_runner_rule(un_ctx *ctx, un_verifier *v, const un_rule *r, const un_runner_opts *o,
                          un_rule_verdict *out);
 
