@@ -274,6 +274,47 @@ static void test_pipeline(void) {
     un_ctx_free(ctx);
 }
 
+/* A rule variable on a regular operator's parameter is an integer variable in the proof: the rule
+ * holds for every scalar, within the parameter's domain. */
+static void test_param_variable(void) {
+    const char *text = "{\"src\": {\"nodes\": [" IN2("a", 4, 6) ", " IN2(
+        "b", 4,
+        6) ", {\"name\": \"s\", \"op\": "
+           "\"ew_add\", \"in\": [\"a\", \"b\"]}, {\"name\": \"m\", \"op\": \"scalar_mul\", \"in\": "
+           "[\"s\"], \"params\": {\"num\": 3}}]}, \"dst\": {\"nodes\": [" IN2("a", 4, 6) ", " IN2(
+               "b", 4,
+               6) ", {\"name\": \"p\", \"op\": \"scalar_mul\", \"in\": [\"a\"], \"params\": "
+                  "{\"num\": 3}}, {\"name\": \"q\", \"op\": \"scalar_mul\", \"in\": [\"b\"], "
+                  "\"params\": {\"num\": 3}}, {\"name\": \"s\", \"op\": \"ew_add\", \"in\": "
+                  "[\"p\", \"q\"]}]}, \"vars\": [{\"name\": \"n\", \"value\": 3, \"at\": "
+                  "[[\"src\", "
+                  "\"m\", \"num\"], [\"dst\", \"p\", \"num\"], [\"dst\", \"q\", \"num\"]]}]}";
+    un_verifier *v = verifier();
+    un_rule *r = rule_json(text);
+    if (v && r) {
+        un_proof p;
+        EXPECT_EQ(prove(v, r, true, 2000, &p), UN_VERDICT_VALID);
+        EXPECT_TRUE(strstr(p.axioms, "scalar_mul_ew_add") != NULL);
+        un_ctx *ctx = un_ctx_new(NULL);
+        un_rule_verdict rv;
+        EXPECT_OK(ctx, un_runner_rule(ctx, v, r, NULL, &rv));
+        EXPECT_EQ(rv.status, UN_RULE_VERIFIED);
+        un_rule_verdict_deinit(&rv);
+        /* Bound on the source side only, the variable breaks the rule for every value but 3: the
+         * proof must fail (it would pass if the witness value stood in for the variable). */
+        un_rule *one = un_rule_clone(r);
+        one->n_vars = 0;
+        int32_t m = un_graph_find(one->src, "m");
+        int ip = un_spec_param_index(un_spec_op(spec, UN_OP_SCALAR_MUL), "num");
+        EXPECT_OK(ctx, un_rule_var_add(ctx, one, "n", (un_rule_bind[]){{0, m, (int8_t)ip, -1}}, 1));
+        EXPECT_TRUE(prove(v, one, false, 2000, &p) != UN_VERDICT_VALID);
+        un_rule_free(one);
+        un_ctx_free(ctx);
+    }
+    un_rule_free(r);
+    un_verifier_free(v);
+}
+
 /* A rule naming an operator that does not exist is refused when read, naming it. */
 static void test_unknown_operator(void) {
     un_ctx *ctx = un_ctx_new(NULL);
@@ -304,6 +345,7 @@ int main(void) {
         {"axcheck", test_axcheck},
         {"lifted_proof", test_lifted_proof},
         {"pipeline", test_pipeline},
+        {"param_variable", test_param_variable},
         {"unknown_operator", test_unknown_operator},
     };
     int rc = TEST_RUN_ALL(cases);
