@@ -15,47 +15,65 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+typedef struct db_sink {
+    rulesdb *db;
+    rulesdb_origin origin;
+    bool in_batch;
+    int64_t in_this_batch;
+    gen_summary *sum;
+} db_sink;
+
+/* Stores one rule; a transaction holds GEN_BATCH of them. */
+static un_status db_emit(void *user, un_ctx *ctx, const un_rule *r) {
+    db_sink *s = user;
+    un_status st;
+    if (!s->in_batch) {
+        if ((st = rulesdb_begin(ctx, s->db)) != UN_OK)
+            return st;
+        s->in_batch = true;
+        s->in_this_batch = 0;
+    }
+    bool inserted = false;
+    st = rulesdb_rule_insert(ctx, s->db, r, UN_RULE_CANDIDATE, NULL, &s->origin, NULL, &inserted);
+    if (st != UN_OK)
+        return st;
+    s->sum->inserted += inserted;
+    s->sum->present += !inserted;
+    if (++s->in_this_batch == GEN_BATCH) {
+        if ((st = rulesdb_commit(ctx, s->db)) != UN_OK)
+            return st;
+        s->in_batch = false;
+    }
+    return UN_OK;
+}
+
 un_status gen_run(un_ctx *ctx, gen_enum *e, const gen_params *p, const char *db_path,
                   const char *args, gen_summary *out, gen_rules *rules_out) {
     memset(out, 0, sizeof *out);
     if (rules_out)
         memset(rules_out, 0, sizeof *rules_out);
     const gen_menu *m = gen_enum_menu(e);
-    rulesdb *db = NULL;
     gen_rules rs = {0};
     un_buf counts = {0};
-    bool in_batch = false;
+    db_sink sink = {.sum = out};
     /* open first: a bad database fails before minutes of enumeration */
-    un_status st = rulesdb_open(ctx, db_path, m->spec, RULESDB_CREATE, &db);
+    un_status st = rulesdb_open(ctx, db_path, m->spec, RULESDB_CREATE, &sink.db);
     if (st != UN_OK)
         goto done;
-    if ((st = rulesdb_run_begin(ctx, db, "unity-gen", args, &out->run_id)) != UN_OK)
+    if ((st = rulesdb_run_begin(ctx, sink.db, "unity-gen", args, &out->run_id)) != UN_OK)
         goto done;
-    if ((st = gen_find(ctx, e, p, &rs)) != UN_OK)
-        goto done;
-    out->stats = rs.stats;
+    sink.origin = (rulesdb_origin){.kind = "generated", .run = out->run_id};
     double t0 = now_s();
-    rulesdb_origin origin = {.kind = "generated", .run = out->run_id};
-    for (int64_t i = 0; i < rs.n; i++) {
-        if (!in_batch) {
-            if ((st = rulesdb_begin(ctx, db)) != UN_OK)
-                goto done;
-            in_batch = true;
-        }
-        bool inserted = false;
-        st = rulesdb_rule_insert(ctx, db, rs.rules[i], UN_RULE_CANDIDATE, NULL, &origin, NULL,
-                                 &inserted);
-        if (st != UN_OK)
+    /* rules go to the database as they are kept (batches of GEN_BATCH), never all in memory */
+    if ((st = gen_find_stream(ctx, e, p, db_emit, &sink, &rs)) != UN_OK)
+        goto done;
+    if (sink.in_batch) {
+        if ((st = rulesdb_commit(ctx, sink.db)) != UN_OK)
             goto done;
-        out->inserted += inserted;
-        out->present += !inserted;
-        if ((i + 1) % GEN_BATCH == 0 || i + 1 == rs.n) {
-            if ((st = rulesdb_commit(ctx, db)) != UN_OK)
-                goto done;
-            in_batch = false;
-        }
+        sink.in_batch = false;
     }
-    out->db_seconds = now_s() - t0;
+    out->stats = rs.stats;
+    out->db_seconds = now_s() - t0 - rs.stats.enum_seconds - rs.stats.pair_seconds;
     gen_stats_json(&rs.stats, &counts);
     /* the run row's counts: the stage counts plus what the database took */
     if (counts.len > 0)
@@ -66,16 +84,16 @@ un_status gen_run(un_ctx *ctx, gen_enum *e, const gen_params *p, const char *db_
     un_buf_json_str(&counts, m->path);
     un_buf_printf(&counts, ", \"max_ops\": %d, \"seed\": %llu, \"shard\": \"%d/%d\"}", p->max_ops,
                   (unsigned long long)p->seed, p->shard_i, p->shard_n);
-    st = rulesdb_run_end(ctx, db, out->run_id, counts.data);
+    st = rulesdb_run_end(ctx, sink.db, out->run_id, counts.data);
     if (st == UN_OK && rules_out) {
         *rules_out = rs;
         memset(&rs, 0, sizeof rs);
     }
 done:
-    if (in_batch)
-        rulesdb_rollback(db);
+    if (sink.in_batch)
+        rulesdb_rollback(sink.db);
     un_buf_free(&counts);
     gen_rules_deinit(&rs);
-    rulesdb_free(db);
+    rulesdb_free(sink.db);
     return st;
 }

@@ -24,9 +24,10 @@ typedef struct gen_summary {
 
 #define GEN_BATCH 256 /* rules per transaction */
 
-/* Runs the generator over e and stores the rules in db_path (created when missing). args is
- * recorded in the run row. Errors name the database or the stage that failed. When rules_out is
- * not NULL the rules found are moved there (gen_rules_deinit them). */
+/* Runs the generator over e and stores the rules in db_path (created when missing) as they are
+ * found, never holding them all in memory. args is recorded in the run row. Errors name the
+ * database or the stage that failed. When rules_out is not NULL it receives the stats and the
+ * kept rules' hashes (rules_out->rules stays NULL; gen_rules_deinit it). */
 un_status gen_run(un_ctx *ctx, gen_enum *e, const gen_params *p, const char *db_path,
                   const char *args, gen_summary *out, gen_rules *rules_out);
 

@@ -155,6 +155,24 @@ static void print_summary(const gen_stats *s, const gen_summary *sum, double sec
            s->enum_seconds, s->pair_seconds);
 }
 
+/* Dry runs print (--list) or just count the rules as they are found. */
+static un_status print_rule(void *user, un_ctx *ctx, const un_rule *r) {
+    (void)user;
+    (void)ctx;
+    un_buf b = {0};
+    un_rule_str(r, &b);
+    printf("%s\n", b.data ? b.data : "");
+    un_buf_free(&b);
+    return UN_OK;
+}
+
+static un_status count_rule(void *user, un_ctx *ctx, const un_rule *r) {
+    (void)user;
+    (void)ctx;
+    (void)r;
+    return UN_OK;
+}
+
 int main(int argc, char **argv) {
     opts o = {.db = "rules.db", .seed = 1234, .shard_n = 1};
     int rc = parse_args(argc, argv, &o);
@@ -201,7 +219,7 @@ int main(int argc, char **argv) {
     gen_rules rs = {0};
     if (st == UN_OK) {
         if (o.dry_run)
-            st = gen_find(ctx, e, &p, &rs);
+            st = gen_find_stream(ctx, e, &p, o.list ? print_rule : count_rule, NULL, &rs);
         else
             st = gen_run(ctx, e, &p, o.db, args, &sum, &rs);
     }
@@ -209,13 +227,6 @@ int main(int argc, char **argv) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         double secs = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec - t0;
-        if (o.list && o.dry_run)
-            for (int64_t i = 0; i < rs.n; i++) {
-                un_buf b = {0};
-                un_rule_str(rs.rules[i], &b);
-                printf("%s\n", b.data ? b.data : "");
-                un_buf_free(&b);
-            }
         print_summary(o.dry_run ? &rs.stats : &sum.stats, o.dry_run ? NULL : &sum, secs);
         if (o.recall) {
             gen_recall rec;

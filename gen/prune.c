@@ -19,9 +19,10 @@ static double now_s(void) {
 void gen_rules_deinit(gen_rules *rs) {
     if (!rs)
         return;
-    for (int64_t i = 0; i < rs->n; i++)
+    for (int64_t i = 0; rs->rules && i < rs->n; i++)
         un_rule_free(rs->rules[i]);
     free(rs->rules);
+    free(rs->kept_hash);
     free(rs->classes);
     free(rs->comm);
     free(rs->known);
@@ -780,7 +781,14 @@ static uint64_t compose_key(int32_t bucket, uint64_t nf) {
 }
 
 un_status gen_find(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_rules *out) {
+    return gen_find_stream(ctx, e, p, NULL, NULL, out);
+}
+
+un_status gen_find_stream(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_emit_fn emit,
+                          void *user, gen_rules *out) {
     memset(out, 0, sizeof *out);
+    vecp kept_h = {.elem = sizeof(uint64_t)};
+    int64_t n_kept = 0;
     gen_stats *stats = &out->stats;
     gen_enum_result r;
     un_status st = gen_enum_run(ctx, e, p, &r);
@@ -876,7 +884,7 @@ un_status gen_find(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_rules *out
             last = now_s();
             double rate = (double)i / (last - t0 + 1e-9);
             fprintf(stderr, "\r\033[Kunity-gen: pruning: %lld/%lld pairs, %lld rules, %.0f pairs/s",
-                    (long long)i, (long long)pairs.n, (long long)kept.n, rate);
+                    (long long)i, (long long)pairs.n, (long long)n_kept, rate);
         }
         const pair_info *pi = &info[i - job.begin];
         if (!pi->evaluated) {
@@ -933,14 +941,21 @@ un_status gen_find(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_rules *out
                     hset_add(&decided, ck);
                     pair_done[i] = true;
                     stats->with_var += canon->n_vars > 0;
+                    uint64_t kh = un_rule_hash(canon);
+                    vecp_push(&kept_h, &kh);
+                    n_kept++;
                     /* op(a, b) => op(b, a): later normal forms ignore that op's argument order */
                     if (pr->a.n_ops == 1 && pr->b.n_ops == 1 &&
                         pr->a.ops[0].inst == pr->b.ops[0].inst && pr->a.ops[0].n_in == 2 &&
                         pr->a.ops[0].in[0] == pr->b.ops[0].in[1] &&
                         pr->a.ops[0].in[1] == pr->b.ops[0].in[0])
                         comm[pr->a.ops[0].inst] = true;
-                    vecp_push(&kept, &canon);
-                    canon = NULL;
+                    if (emit) {
+                        st = emit(user, ctx, canon); /* canon is freed below */
+                    } else {
+                        vecp_push(&kept, &canon);
+                        canon = NULL;
+                    }
                 }
                 gen_geval_deinit(&eb);
             }
@@ -981,7 +996,8 @@ un_status gen_find(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_rules *out
     free(pairs.data);
     gen_enum_result_deinit(&r);
     out->rules = kept.data;
-    out->n = kept.n;
+    out->n = n_kept;
+    out->kept_hash = kept_h.data;
     if (st != UN_OK) {
         gen_rules_deinit(out);
         return st;

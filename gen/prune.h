@@ -49,8 +49,9 @@ typedef struct gen_stats {
 } gen_stats;
 
 typedef struct gen_rules {
-    un_rule **rules; /* owned, canonical form, in processing order */
-    int64_t n;
+    un_rule **rules;     /* owned, canonical form, in processing order (NULL when streamed) */
+    int64_t n;           /* rules kept */
+    uint64_t *kept_hash; /* un_rule_hash of each kept rule, in order (owned) */
     gen_stats stats;
     /* what the pruning knew at the end, for gen_pair_explain (owned) */
     gen_class *classes; /* value classes of the cones below the size bound */
@@ -63,6 +64,13 @@ typedef struct gen_rules {
 /* Enumerates, pairs and prunes. Deterministic for the same specs, menu, seed and shard, whatever
  * the thread count. */
 un_status gen_find(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_rules *out);
+
+/* The same, handing each kept rule (canonical form, borrowed for the call) to emit instead of
+ * keeping it: memory then holds no rules (at N=4 they would not fit). An error from emit stops
+ * the run and is returned. */
+typedef un_status (*gen_emit_fn)(void *user, un_ctx *ctx, const un_rule *r);
+un_status gen_find_stream(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_emit_fn emit,
+                          void *user, gen_rules *out);
 void gen_rules_deinit(gen_rules *rs);
 
 /* The direction stored for a pair: of A => B and B => A, the one with the smaller canonical hash.

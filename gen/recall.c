@@ -195,20 +195,16 @@ un_status gen_recall_run(un_ctx *ctx, const gen_enum *e, int max_ops, const gen_
                          const char *path, gen_recall *out, un_buf *report) {
     memset(out, 0, sizeof *out);
     const gen_menu *menu = gen_enum_menu(e);
-    un_rule *const *rules = rs->rules;
     int64_t n = rs->n;
     flexflow_rule *ff = NULL;
     int nff = 0;
     un_status st = flexflow_load(ctx, menu->spec, path, &ff, &nff);
     if (st != UN_OK)
         return st;
+    /* kept rules are stored in their smaller-hash direction: their hash is the min of both */
     uint64_t *hs = un_xmalloc(sizeof(uint64_t) * (size_t)(n + 1));
     for (int64_t i = 0; i < n; i++)
-        hs[i] = un_rule_hash(rules[i]); /* stored rules are already the min-hash direction */
-    for (int64_t i = 0; i < n; i++) {
-        uint64_t h = min_hash(ctx, rules[i]);
-        hs[i] = h < hs[i] ? h : hs[i];
-    }
+        hs[i] = rs->kept_hash[i];
     qsort(hs, (size_t)n, sizeof *hs, cmp_u64);
     out->total = nff;
     for (int i = 0; i < nff; i++) {
