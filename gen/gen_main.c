@@ -134,6 +134,9 @@ static void print_summary(const gen_stats *s, const gen_summary *sum, double sec
     printf("graphs enumerated   %lld (%.0f graphs/s)%s\n", (long long)s->graphs,
            (double)s->graphs / (s->enum_seconds > 0 ? s->enum_seconds : 1),
            s->stopped ? " - stopped by the time limit" : "");
+    if (s->stopped)
+        printf("  work items done   %lld of %lld top-level operators\n", (long long)s->work_done,
+               (long long)s->work_total);
     printf("  not prefix-named  %lld (renamings of others)\n", (long long)s->graphs_naming);
     printf("  same normal form  %lld (a common supergraph with a smaller graph)\n",
            (long long)s->graphs_same_nf);

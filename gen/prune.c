@@ -801,6 +801,8 @@ un_status gen_find_stream(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_emi
     stats->graphs_same_nf = r.n_same_nf;
     stats->enum_seconds = r.seconds;
     stats->stopped = r.stopped;
+    stats->work_done = r.n_roots_done;
+    stats->work_total = r.n_roots;
     double t0 = now_s(), last = t0;
     bool tty = p->progress && isatty(2);
     vecp pairs = {.elem = sizeof(pair)};

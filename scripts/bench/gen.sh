@@ -11,7 +11,7 @@
 # Timings depend on the load of the machine; say so when you quote them.
 set -euo pipefail
 build=${1:-build/default}
-n4_limit=${2:-1800}
+n4_limit=${2:-240}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
 gen=$build/bin/unity-gen
