@@ -45,7 +45,8 @@ typedef struct gen_stats {
     int64_t after_check; /* = rules kept */
     int64_t with_var;    /* kept rules with a degree variable k */
     double enum_seconds, pair_seconds;
-    bool stopped; /* enumeration cut short by the time limit */
+    bool stopped;                  /* enumeration cut short by the time limit */
+    int64_t work_done, work_total; /* top-level work items of the enumeration */
 } gen_stats;
 
 typedef struct gen_rules {
