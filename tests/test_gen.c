@@ -401,10 +401,10 @@ static void test_db_rerun_idempotent(void) {
         gen_params p = gen_params_default();
         p.max_ops = 2;
         gen_summary s1, s2;
-        EXPECT_OK(ctx, gen_run(ctx, e, &p, path, "--test", &s1));
+        EXPECT_OK(ctx, gen_run(ctx, e, &p, path, "--test", &s1, NULL));
         EXPECT_EQ(s1.inserted, 3);
         EXPECT_EQ(s1.present, 0);
-        EXPECT_OK(ctx, gen_run(ctx, e, &p, path, "--test", &s2));
+        EXPECT_OK(ctx, gen_run(ctx, e, &p, path, "--test", &s2, NULL));
         EXPECT_EQ(s2.inserted, 0);
         EXPECT_EQ(s2.present, 3);
         EXPECT_TRUE(s2.run_id > s1.run_id);
@@ -424,7 +424,7 @@ static void test_db_rerun_idempotent(void) {
         /* a database that is not one: an error naming it, nothing generated */
         gen_summary s3;
         un_ctx_clear(ctx);
-        EXPECT_TRUE(gen_run(ctx, e, &p, "/nonexistent/dir/rules.db", "", &s3) != UN_OK);
+        EXPECT_TRUE(gen_run(ctx, e, &p, "/nonexistent/dir/rules.db", "", &s3, NULL) != UN_OK);
         EXPECT_TRUE(strstr(un_ctx_errmsg(ctx), "/nonexistent/dir/rules.db") != NULL);
     }
     gen_enum_free(e);
