@@ -481,12 +481,13 @@ un_status un_rule_canonical(un_ctx *ctx, const un_rule *r, un_rule **out) {
     /* Orders and names per side; inputs first (canonical order), then ops. */
     char **nms = names_new(ns), **nmd = names_new(nd);
     int32_t *os = un_xmalloc((size_t)ns * sizeof *os), *od = un_xmalloc((size_t)nd * sizeof *od);
-    int32_t n_os = 0, n_od = 0, xi = 0, si = 0, ti = 0;
+    int32_t n_os = 0, n_od = 0, xi = 0, wi = 0, si = 0, ti = 0;
     char buf[32];
     for (int32_t k = 0; k < nm; k++) {
         int32_t v = ord[k];
         if (v < ns && is_source(r->src, v)) {
-            snprintf(buf, sizeof buf, "x%d", (int)xi++);
+            bool is_w = un_graph_node(r->src, v)->op == UN_OP_WEIGHT;
+            snprintf(buf, sizeof buf, "%c%d", is_w ? 'w' : 'x', (int)(is_w ? wi++ : xi++));
             nms[v] = un_xstrdup(buf);
             os[n_os++] = v;
             int32_t w = merged_to_dst[v];

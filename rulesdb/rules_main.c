@@ -223,8 +223,10 @@ static int cmd_show(un_ctx *ctx, const un_spec *spec, const opts *o) {
         if (row->detail)
             un_buf_printf(&b, "detail    %s\n", row->detail);
         if (row->status != UN_RULE_CANDIDATE && row->status != UN_RULE_REJECTED)
-            un_buf_printf(&b, "proof     %.3f ms%s%s\n", row->proof_ms,
-                          row->axioms ? ", axioms " : "", row->axioms ? row->axioms : "");
+            un_buf_printf(&b, "proof     %.3f ms, axioms %s\n", row->proof_ms,
+                          row->axioms && *row->axioms
+                              ? row->axioms
+                              : "none (equal once parallel ops are identities)");
         un_buf_printf(&b, "origin    %s%s%s%s%s\n", row->origin_kind ? row->origin_kind : "?",
                       row->origin_file ? " from " : "", row->origin_file ? row->origin_file : "",
                       row->origin_name ? " as " : "", row->origin_name ? row->origin_name : "");

@@ -37,22 +37,22 @@ for n in 2 3; do
     rm -f "$out/n$n.db"
     run "default menu, N=$n" --ops specs/ --max-ops "$n" --threads "$threads" -o "$out/n$n.db"
 done
-# the classics, in the rules of the default menu at N=3 (canonical names x0, x1, ...)
+# the classics, in the rules of the default menu at N=3 (canonical names: inputs x0, x1, ..., weights w0, w1, ...)
 "$gen" --ops specs/ --max-ops 3 --threads "$threads" --dry-run --list >"$out/list3.txt"
 echo "== classics in the default menu's rules at N=3"
 while IFS='|' read -r name pat; do
     if grep -qF -- "$pat" "$out/list3.txt"; then echo "  found    $name"; else echo "  MISSING  $name"; fi
 done <<'CLASSICS'
-ew_add commutativity|ew_add(x1, x0) => ew_add(x0, x1)
+ew_add commutativity|ew_add(x0, x1) => ew_add(x1, x0)
 ew_add associativity|ew_add(x2, ew_add(x0, x1)) => ew_add(x
-linear (matmul) associativity|linear(linear(x0, x1), x2) => linear(x0, linear(x1, x2))
+linear (matmul) associativity|linear(linear(x0, w0), w1) => linear(x0, linear(w0, w1))
 ew_mul distributes over ew_add|ew_mul(x2, ew_add(x0, x1)) => ew_add(ew_mul
-linear distributes over ew_add|linear(ew_add(x0, x2), x1) => ew_add(linear
-two linears sharing an input merged|split[axis=2,sizes=[4,4]](linear(x0, concat[axis=1](x2, x1))):0 => linear(x0, x2)
+linear distributes over ew_add|linear(ew_add(x0, x1), w0) => ew_add(linear
+two linears sharing an input merged|split[axis=2,sizes=[4,4]](linear(x0, concat[axis=1](w1, w0))):0 => linear(x0, w1)
 partition -> relu -> combine|relu(x0) => combine[dim=0,degree=k](relu(partition[dim=0,degree=k](x0)))
 partition -> ew_add -> combine (pushed through)|partition[dim=0,degree=k](ew_add(x0, x1)) => ew_add(partition
-data parallelism (partition batch, replicate weight)|partition[dim=0,degree=k](linear(x0, x1)) => linear(partition[dim=0,degree=k](x0), replicate[degree=k](x1))
-tensor parallelism (contraction dim, then reduce)|linear(combine[dim=2,degree=k](x0), combine[dim=0,degree=k](x1)) => reduce[degree=k](linear(x0, x1))
+data parallelism (partition batch, replicate weight)|partition[dim=0,degree=k](linear(x0, w0)) => linear(partition[dim=0,degree=k](x0), replicate[degree=k](w0))
+tensor parallelism (contraction dim, then reduce)|linear(combine[dim=2,degree=k](x0), combine[dim=0,degree=k](w0)) => reduce[degree=k](linear(x0, w0))
 CLASSICS
 
 rm -f "$out/n4.db"
