@@ -2,80 +2,25 @@
  * that adds nothing, a listing without a database, and bad input (flags, menu, specs, database),
  * each of which must give one clear error line, a non-zero exit, no crash and no database file.
  * The program is found in $UNITY_BUILD/bin (set by scripts/run_tests.sh). */
+#include "tests/cli.h"
 #include "tests/test.h"
 
 #include <stdlib.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-static char bin[256];
-static char tmp[64];
-
-typedef struct {
-    int code; /* exit status, or 128 + signal */
-    char out[1 << 16];
-    char err[4096];
-    int err_lines;
-} run_result;
-
-static void slurp(const char *path, char *buf, size_t n) {
-    FILE *f = fopen(path, "r");
-    size_t len = f ? fread(buf, 1, n - 1, f) : 0;
-    buf[len] = '\0';
-    if (f)
-        fclose(f);
-}
 
 /* Runs "unity-gen ARGS" (each %s in fmt is the temporary directory) with output captured. */
-static run_result *run(const char *fmt) {
-    static run_result r;
-    char args[1024], cmd[2400], p[300];
-    snprintf(args, sizeof args, fmt, tmp, tmp, tmp);
-    snprintf(cmd, sizeof cmd, "%s/unity-gen %s >%s/out 2>%s/err", bin, args, tmp, tmp);
-    int st = system(cmd);
-    r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    snprintf(p, sizeof p, "%s/out", tmp);
-    slurp(p, r.out, sizeof r.out);
-    snprintf(p, sizeof p, "%s/err", tmp);
-    slurp(p, r.err, sizeof r.err);
-    r.err_lines = 0;
-    for (const char *c = r.err; *c; c++)
-        r.err_lines += *c == '\n';
-    return &r;
-}
-
-static void write_file(const char *name, const char *text) {
-    char p[300];
-    snprintf(p, sizeof p, "%s/%s", tmp, name);
-    FILE *f = fopen(p, "w");
-    if (!f)
-        return;
-    fputs(text, f);
-    fclose(f);
-}
-
-static bool exists(const char *name) {
-    char p[300];
-    struct stat sb;
-    snprintf(p, sizeof p, "%s/%s", tmp, name);
-    return stat(p, &sb) == 0;
-}
+static const cli_result *run(const char *fmt) { return cli_run("unity-gen", cli_fmt(fmt)); }
 
 static void expect_clean_error(const char *fmt, const char *want) {
-    run_result *r = run(fmt);
-    bool ok = r->code != 0 && r->code < 128 && r->err_lines == 1 && strstr(r->err, want) != NULL;
-    EXPECT_TRUE(ok);
-    if (!ok)
-        printf("    unity-gen %s -> exit %d, stderr: %s", fmt, r->code, r->err);
+    cli_expect_clean_error("unity-gen", cli_fmt(fmt), want);
 }
 
 static void test_good_runs(void) {
-    run_result *r = run("--ops specs/ --menu specs/menus/ew_add.json -o %s/rules.db --threads 2");
+    const cli_result *r =
+        run("--ops specs/ --menu specs/menus/ew_add.json -o %s/rules.db --threads 2");
     EXPECT_EQ(r->code, 0);
     EXPECT_TRUE(strstr(r->out, "after random test 3 rules") != NULL);
     EXPECT_TRUE(strstr(r->out, "database            3 new, 0 already present") != NULL);
-    EXPECT_TRUE(exists("rules.db"));
+    EXPECT_TRUE(cli_exists("rules.db"));
     EXPECT_EQ(r->err_lines, 0); /* quiet when stderr is not a terminal */
     /* a rerun (e.g. after a kill) adds nothing twice */
     r = run("--ops specs/ops.json --menu specs/menus/ew_add.json -o %s/rules.db");
@@ -87,7 +32,7 @@ static void test_good_runs(void) {
     r = run("--ops specs --menu specs/menus/ew_add.json --dry-run --list -o %s/none.db");
     EXPECT_EQ(r->code, 0);
     EXPECT_TRUE(strstr(r->out, "ew_add(x1, x0) => ew_add(x0, x1)") != NULL);
-    EXPECT_TRUE(!exists("none.db"));
+    EXPECT_TRUE(!cli_exists("none.db"));
     r = run("--help");
     EXPECT_EQ(r->code, 0);
     EXPECT_TRUE(strstr(r->out, "--shard I/N") != NULL);
@@ -105,7 +50,7 @@ static long long db_total(const char *out) {
 /* A run killed at some point, then rerun, ends with exactly the rules of an uninterrupted run:
  * the killed run left whole batches, the rerun adds the rest and nothing twice. */
 static void test_killed_run_resumes(void) {
-    run_result *r = run("--ops specs/ --menu specs/menus/parallel.json -o %s/full.db");
+    const cli_result *r = run("--ops specs/ --menu specs/menus/parallel.json -o %s/full.db");
     EXPECT_EQ(r->code, 0);
     long long full = db_total(r->out);
     EXPECT_TRUE(full > 0);
@@ -114,7 +59,7 @@ static void test_killed_run_resumes(void) {
              "%s/unity-gen --ops specs/ --menu specs/menus/parallel.json -o %s/killed.db "
              ">/dev/null 2>&1 & p=$!; sleep 0.4; kill -9 $p 2>/dev/null; wait $p 2>/dev/null; "
              "true",
-             bin, tmp);
+             cli_bin, cli_tmp);
     EXPECT_EQ(system(cmd), 0);
     r = run("--ops specs/ --menu specs/menus/parallel.json -o %s/killed.db");
     EXPECT_EQ(r->code, 0);
@@ -143,34 +88,27 @@ static void test_bad_input(void) {
     expect_clean_error(a, "option --threads needs a value");
     expect_clean_error("--ops no/such/dir -o %s/bad.db", "no/such/dir");
     expect_clean_error("--ops specs/ --menu %s/missing.json -o %s/bad.db", "missing.json");
-    write_file("m1.json", "{\"version\": 1, \"inputs\": [{\"name\": \"x\", \"shape\": [2]}], "
-                          "\"ops\": [{\"op\": \"reshape\"}]}");
+    cli_write_file("m1.json", "{\"version\": 1, \"inputs\": [{\"name\": \"x\", \"shape\": [2]}], "
+                              "\"ops\": [{\"op\": \"reshape\"}]}");
     expect_clean_error(
         "--ops specs/ --menu %s/m1.json -o %s/bad.db",
         "m1.json: $.ops[0].params: parameter 'shape' of reshape has no values to try");
-    write_file("m2.json", "{\"version\": 1, \"inputs\": [{\"name\": \"x\", \"shape\": [2]}], "
-                          "\"ops\": [{\"op\": \"relu\"}],}");
+    cli_write_file("m2.json", "{\"version\": 1, \"inputs\": [{\"name\": \"x\", \"shape\": [2]}], "
+                              "\"ops\": [{\"op\": \"relu\"}],}");
     expect_clean_error("--ops specs/ --menu %s/m2.json -o %s/bad.db", "m2.json");
-    write_file("notdb", "this is not a database, just some text that is long enough to matter");
+    cli_write_file("notdb", "this is not a database, just some text that is long enough to matter");
     expect_clean_error("--ops specs/ --menu specs/menus/ew_add.json -o %s/notdb", "notdb");
-    EXPECT_TRUE(!exists("bad.db"));
+    EXPECT_TRUE(!cli_exists("bad.db"));
 }
 
 int main(void) {
-    const char *b = getenv("UNITY_BUILD");
-    snprintf(bin, sizeof bin, "%s/bin", b && *b ? b : "build/default");
-    snprintf(tmp, sizeof tmp, "/tmp/unity-gen-cli-XXXXXX");
-    if (!mkdtemp(tmp)) {
-        printf("cannot make a temporary directory\n0 passed, 1 failed\n");
+    if (!cli_init("/tmp/unity-gen-cli-XXXXXX"))
         return 1;
-    }
     static const test_case cases[] = {{"good_runs", test_good_runs},
                                       {"killed_run_resumes", test_killed_run_resumes},
                                       {"bad_input", test_bad_input}};
     int rc = TEST_RUN_ALL(cases);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
-    if (system(cmd) != 0)
+    if (!cli_cleanup())
         rc = 1;
     return rc;
 }

@@ -2,59 +2,18 @@
  * plans, checkpoints, MPI runs whose losses equal the single device's for every tiny model, and
  * bad input (unknown model, bad plans, missing or empty data, bad flags), each of which must give
  * one clear error line, a non-zero exit and no crash. Programs are found in $UNITY_BUILD/bin. */
+#include "tests/cli.h"
 #include "tests/test.h"
 
 #include <stdlib.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-static char bin[256];
-static char tmp[64];
-
-typedef struct {
-    int code; /* exit status, or 128 + signal */
-    char out[1 << 16];
-    char err[4096];
-    int err_lines;
-} run_result;
-
-static void slurp(const char *path, char *buf, size_t n) {
-    FILE *f = fopen(path, "r");
-    size_t len = f ? fread(buf, 1, n - 1, f) : 0;
-    buf[len] = '\0';
-    if (f)
-        fclose(f);
-}
-
 /* Runs "PREFIX unity-train ARGS" through the shell with stdout and stderr captured. */
-static run_result run_with(const char *prefix, const char *args) {
-    static run_result r;
-    char cmd[3000];
-    snprintf(cmd, sizeof cmd, "%s %s/unity-train %s >%s/out 2>%s/err", prefix, bin, args, tmp, tmp);
-    int st = system(cmd);
-    r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    char p[300];
-    snprintf(p, sizeof p, "%s/out", tmp);
-    slurp(p, r.out, sizeof r.out);
-    snprintf(p, sizeof p, "%s/err", tmp);
-    slurp(p, r.err, sizeof r.err);
-    r.err_lines = 0;
-    for (const char *c = r.err; *c; c++)
-        r.err_lines += *c == '\n';
-    return r;
+static const cli_result *run_with(const char *prefix, const char *args) {
+    return cli_run_with(prefix, "unity-train", args);
 }
 
-static run_result run(const char *args) { return run_with("", args); }
-
-static void write_file(const char *name, const char *text) {
-    char p[300];
-    snprintf(p, sizeof p, "%s/%s", tmp, name);
-    FILE *f = fopen(p, "w");
-    if (!f)
-        return;
-    fputs(text, f);
-    fclose(f);
-}
+static const cli_result *run(const char *args) { return cli_run("unity-train", args); }
 
 /* The per-step losses printed ("step i/n  loss X ..."), up to max; returns how many. */
 static int losses(const char *out, double *l, int max) {
@@ -70,12 +29,11 @@ static int losses(const char *out, double *l, int max) {
 
 /* A bad input: non-zero exit below 128 (no crash), exactly one stderr line, containing want. */
 static void expect_clean_error(const char *args, const char *want) {
-    run_result r = run(args);
-    bool ok = r.code != 0 && r.code < 128 && r.err_lines == 1 && strstr(r.err, want) != NULL &&
-              r.out[0] == '\0';
+    const cli_result *r = run(args);
+    bool ok = cli_is_clean_error(r, want) && r->out[0] == '\0';
     EXPECT_TRUE(ok);
     if (!ok)
-        printf("    unity-train %s -> exit %d, stderr: %s", args, r.code, r.err);
+        printf("    unity-train %s -> exit %d, stderr: %s", args, r->code, r->err);
 }
 
 static void test_charlm_learns_text(void) {
@@ -86,10 +44,10 @@ static void test_charlm_learns_text(void) {
     }
     char args[512];
     snprintf(args, sizeof args, "--model charlm --tiny --data %s --steps 150 --threads 2", text);
-    run_result r = run(args);
-    EXPECT_EQ(r.code, 0);
+    const cli_result *r = run(args);
+    EXPECT_EQ(r->code, 0);
     double l[150];
-    int n = losses(r.out, l, 150);
+    int n = losses(r->out, l, 150);
     EXPECT_EQ(n, 150);
     double first = 0, last = 0;
     for (int i = 0; n == 150 && i < 10; i++) {
@@ -97,44 +55,46 @@ static void test_charlm_learns_text(void) {
         last += l[140 + i] / 10;
     }
     test__check(n == 150 && last < 0.6 * first, TEST__AT, "charlm loss %g -> %g", first, last);
-    EXPECT_TRUE(strstr(r.out, "samples/s") != NULL);
-    EXPECT_TRUE(r.err[0] == '\0'); /* no progress bar when stderr is not a terminal */
+    EXPECT_TRUE(strstr(r->out, "samples/s") != NULL);
+    EXPECT_TRUE(r->err[0] == '\0'); /* no progress bar when stderr is not a terminal */
 }
 
 static void test_plan_and_checkpoint(void) {
     /* the data-parallel graph written by the sample tool is a plan for the sample-shaped model */
     char args[1024];
-    write_file("mlp.json",
-               "{\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [8, 6]}},"
-               " {\"name\": \"w\", \"op\": \"weight\", \"params\": {\"shape\": [6, 4]}},"
-               " {\"name\": \"y\", \"op\": \"linear\", \"in\": [\"x\", \"w\"]}]}");
-    write_file("plan2.json",
-               "{\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [8, 6]}},"
-               " {\"name\": \"w\", \"op\": \"weight\", \"params\": {\"shape\": [6, 4]}},"
-               " {\"name\": \"xs\", \"op\": \"partition\", \"in\": [\"x\"], \"params\": {\"dim\": "
-               "0, \"degree\": 2}},"
-               " {\"name\": \"wc\", \"op\": \"replicate\", \"in\": [\"w\"], \"params\": "
-               "{\"degree\": 2}},"
-               " {\"name\": \"y\", \"op\": \"linear\", \"in\": [\"xs\", \"wc\"]}]}");
-    snprintf(args, sizeof args, "--model %s/mlp.json --steps 5 --optimizer sgd", tmp);
-    run_result r = run(args);
-    EXPECT_EQ(r.code, 0);
+    cli_write_file(
+        "mlp.json",
+        "{\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [8, 6]}},"
+        " {\"name\": \"w\", \"op\": \"weight\", \"params\": {\"shape\": [6, 4]}},"
+        " {\"name\": \"y\", \"op\": \"linear\", \"in\": [\"x\", \"w\"]}]}");
+    cli_write_file(
+        "plan2.json",
+        "{\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [8, 6]}},"
+        " {\"name\": \"w\", \"op\": \"weight\", \"params\": {\"shape\": [6, 4]}},"
+        " {\"name\": \"xs\", \"op\": \"partition\", \"in\": [\"x\"], \"params\": {\"dim\": "
+        "0, \"degree\": 2}},"
+        " {\"name\": \"wc\", \"op\": \"replicate\", \"in\": [\"w\"], \"params\": "
+        "{\"degree\": 2}},"
+        " {\"name\": \"y\", \"op\": \"linear\", \"in\": [\"xs\", \"wc\"]}]}");
+    snprintf(args, sizeof args, "--model %s/mlp.json --steps 5 --optimizer sgd", cli_tmp);
+    const cli_result *r = run(args);
+    EXPECT_EQ(r->code, 0);
     double l1[5], l2[5];
-    EXPECT_EQ(losses(r.out, l1, 5), 5);
+    EXPECT_EQ(losses(r->out, l1, 5), 5);
     snprintf(args, sizeof args,
              "--model %s/mlp.json --steps 5 --optimizer sgd --devices 2 --strategy %s/plan2.json "
              "--save %s/ck",
-             tmp, tmp, tmp);
+             cli_tmp, cli_tmp, cli_tmp);
     r = run(args);
-    EXPECT_EQ(r.code, 0);
-    EXPECT_EQ(losses(r.out, l2, 5), 5);
+    EXPECT_EQ(r->code, 0);
+    EXPECT_EQ(losses(r->out, l2, 5), 5);
     for (int i = 0; i < 5; i++)
         EXPECT_NEAR(l2[i], l1[i], 1e-5 * fabs(l1[i]));
-    snprintf(args, sizeof args, "--model %s/mlp.json --steps 3 --optimizer sgd --load %s/ck", tmp,
-             tmp);
+    snprintf(args, sizeof args, "--model %s/mlp.json --steps 3 --optimizer sgd --load %s/ck",
+             cli_tmp, cli_tmp);
     r = run(args);
-    EXPECT_EQ(r.code, 0);
-    EXPECT_TRUE(losses(r.out, l2, 1) == 1 && l2[0] < l1[4]);
+    EXPECT_EQ(r->code, 0);
+    EXPECT_TRUE(losses(r->out, l2, 1) == 1 && l2[0] < l1[4]);
 }
 
 /* Plans written by unity-pcg: tensor parallelism (split columns, split rows, reduce) on 2 devices
@@ -144,24 +104,24 @@ static void test_pcg_plans(void) {
     const char *files[] = {"s.json", "t.json", "d4.json"};
     char cmd[1024], args[1024];
     for (int i = 0; i < 3; i++) {
-        snprintf(cmd, sizeof cmd, "%s/unity-pcg sample mlp --strategy %s >%s/%s", bin, kinds[i],
-                 tmp, files[i]);
+        snprintf(cmd, sizeof cmd, "%s/unity-pcg sample mlp --strategy %s >%s/%s", cli_bin, kinds[i],
+                 cli_tmp, files[i]);
         EXPECT_EQ(system(cmd), 0);
     }
     double ref[20], l[20];
-    snprintf(args, sizeof args, "--model %s/s.json --loss ce --steps 20 --optimizer sgd", tmp);
-    run_result r = run(args);
-    EXPECT_EQ(r.code, 0);
-    EXPECT_EQ(losses(r.out, ref, 20), 20);
+    snprintf(args, sizeof args, "--model %s/s.json --loss ce --steps 20 --optimizer sgd", cli_tmp);
+    const cli_result *r = run(args);
+    EXPECT_EQ(r->code, 0);
+    EXPECT_EQ(losses(r->out, ref, 20), 20);
     EXPECT_TRUE(ref[19] < ref[0]);
     for (int i = 1; i < 3; i++) {
         snprintf(args, sizeof args,
                  "--model %s/s.json --loss ce --steps 20 --optimizer sgd --devices %d --strategy "
                  "%s/%s",
-                 tmp, i == 1 ? 2 : 4, tmp, files[i]);
+                 cli_tmp, i == 1 ? 2 : 4, cli_tmp, files[i]);
         r = run(args);
-        EXPECT_EQ(r.code, 0);
-        int n = losses(r.out, l, 20);
+        EXPECT_EQ(r->code, 0);
+        int n = losses(r->out, l, 20);
         double worst = 0;
         for (int s = 0; s < n; s++)
             worst = fmax(worst, fabs(l[s] - ref[s]) / fabs(ref[s]));
@@ -171,7 +131,6 @@ static void test_pcg_plans(void) {
 }
 
 static void test_bad_input(void) {
-    char args[1024];
     expect_clean_error("--model nosuchmodel --tiny", "nosuchmodel");
     expect_clean_error("--tiny", "--model is required");
     expect_clean_error("--model mlp --tiny --devices 0", "--devices: '0'");
@@ -181,51 +140,44 @@ static void test_bad_input(void) {
     expect_clean_error("--model mlp --tiny --optimizer rmsprop", "not sgd or adam");
     expect_clean_error("--model mlp --tiny --comm carrier-pigeon", "not local or mpi");
     expect_clean_error("--model mlp --tiny --strategy zigzag", "'zigzag' is not serial, data");
-    snprintf(args, sizeof args, "--model charlm --tiny --data %s/missing.txt", tmp);
-    expect_clean_error(args, "missing.txt");
-    write_file("empty.txt", "");
-    snprintf(args, sizeof args, "--model charlm --tiny --data %s/empty.txt", tmp);
-    expect_clean_error(args, "empty.txt");
-    write_file("short.txt", "too short");
-    snprintf(args, sizeof args, "--model charlm --tiny --data %s/short.txt", tmp);
-    expect_clean_error(args, "short.txt: 9 bytes");
-    snprintf(args, sizeof args, "--model mlp --tiny --data %s/short.txt", tmp);
-    expect_clean_error(args, "text trains a token model");
-    snprintf(args, sizeof args, "--model %s/missing.json", tmp);
-    expect_clean_error(args, "missing.json");
+    expect_clean_error(cli_fmt("--model charlm --tiny --data %s/missing.txt"), "missing.txt");
+    cli_write_file("empty.txt", "");
+    expect_clean_error(cli_fmt("--model charlm --tiny --data %s/empty.txt"), "empty.txt");
+    cli_write_file("short.txt", "too short");
+    expect_clean_error(cli_fmt("--model charlm --tiny --data %s/short.txt"), "short.txt: 9 bytes");
+    expect_clean_error(cli_fmt("--model mlp --tiny --data %s/short.txt"),
+                       "text trains a token model");
+    expect_clean_error(cli_fmt("--model %s/missing.json"), "missing.json");
     /* plans: another model, another device count, an illegal layout */
-    snprintf(args, sizeof args, "--model mlp --tiny --devices 2 --strategy %s/plan2.json", tmp);
-    expect_clean_error(args, "not the model's graph");
-    snprintf(args, sizeof args, "--model %s/mlp.json --devices 4 --strategy %s/plan2.json", tmp,
-             tmp);
-    expect_clean_error(args, "runs on 2 devices");
-    write_file("illegal.json",
-               "{\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [8, 6]}},"
-               " {\"name\": \"w\", \"op\": \"weight\", \"params\": {\"shape\": [6, 4]}},"
-               " {\"name\": \"xs\", \"op\": \"partition\", \"in\": [\"x\"], \"params\": {\"dim\": "
-               "1, \"degree\": 2}},"
-               " {\"name\": \"y\", \"op\": \"linear\", \"in\": [\"xs\", \"w\"], \"params\": "
-               "{\"activation\": \"relu\"}}]}");
-    snprintf(args, sizeof args, "--model %s/mlp.json --devices 2 --strategy %s/illegal.json", tmp,
-             tmp);
-    expect_clean_error(args, "illegal.json");
-    write_file("psum.json",
-               "{\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [8, 6]}},"
-               " {\"name\": \"w\", \"op\": \"weight\", \"params\": {\"shape\": [6, 4]}},"
-               " {\"name\": \"xs\", \"op\": \"partition\", \"in\": [\"x\"], \"params\": {\"dim\": "
-               "1, \"degree\": 2}},"
-               " {\"name\": \"ws\", \"op\": \"partition\", \"in\": [\"w\"], \"params\": {\"dim\": "
-               "0, \"degree\": 2}},"
-               " {\"name\": \"y\", \"op\": \"linear\", \"in\": [\"xs\", \"ws\"]}]}");
-    snprintf(args, sizeof args, "--model %s/mlp.json --devices 2 --strategy %s/psum.json", tmp,
-             tmp);
-    expect_clean_error(args, "partial sums");
-    snprintf(args, sizeof args, "--model mlp --tiny --load %s/missing.ckpt", tmp);
-    expect_clean_error(args, "missing.ckpt");
+    expect_clean_error(cli_fmt("--model mlp --tiny --devices 2 --strategy %s/plan2.json"),
+                       "not the model's graph");
+    expect_clean_error(cli_fmt("--model %s/mlp.json --devices 4 --strategy %s/plan2.json"),
+                       "runs on 2 devices");
+    cli_write_file(
+        "illegal.json",
+        "{\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [8, 6]}},"
+        " {\"name\": \"w\", \"op\": \"weight\", \"params\": {\"shape\": [6, 4]}},"
+        " {\"name\": \"xs\", \"op\": \"partition\", \"in\": [\"x\"], \"params\": {\"dim\": "
+        "1, \"degree\": 2}},"
+        " {\"name\": \"y\", \"op\": \"linear\", \"in\": [\"xs\", \"w\"], \"params\": "
+        "{\"activation\": \"relu\"}}]}");
+    expect_clean_error(cli_fmt("--model %s/mlp.json --devices 2 --strategy %s/illegal.json"),
+                       "illegal.json");
+    cli_write_file(
+        "psum.json",
+        "{\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [8, 6]}},"
+        " {\"name\": \"w\", \"op\": \"weight\", \"params\": {\"shape\": [6, 4]}},"
+        " {\"name\": \"xs\", \"op\": \"partition\", \"in\": [\"x\"], \"params\": {\"dim\": "
+        "1, \"degree\": 2}},"
+        " {\"name\": \"ws\", \"op\": \"partition\", \"in\": [\"w\"], \"params\": {\"dim\": "
+        "0, \"degree\": 2}},"
+        " {\"name\": \"y\", \"op\": \"linear\", \"in\": [\"xs\", \"ws\"]}]}");
+    expect_clean_error(cli_fmt("--model %s/mlp.json --devices 2 --strategy %s/psum.json"),
+                       "partial sums");
+    expect_clean_error(cli_fmt("--model mlp --tiny --load %s/missing.ckpt"), "missing.ckpt");
     expect_clean_error("--model mlp --tiny --save /nonexistent-dir/x.ckpt", "cannot write");
     /* a checkpoint of another model */
-    snprintf(args, sizeof args, "--model mlp --tiny --load %s/ck", tmp);
-    expect_clean_error(args, "in the checkpoint");
+    expect_clean_error(cli_fmt("--model mlp --tiny --load %s/ck"), "in the checkpoint");
 }
 
 /* OpenMPI's libraries leak at exit (their own allocations, not ours): LeakSanitizer is off inside
@@ -245,10 +197,10 @@ static void test_mpi_equal_losses(void) {
         bool bn = strcmp(names[i], "resnext50") == 0 || strcmp(names[i], "inception_v3") == 0;
         double tol = bn ? 1e-3 : 1e-4; /* see test_runtime.c: float32 rounding, amplified */
         snprintf(args, sizeof args, "--model %s --tiny --steps 20 --threads 1", names[i]);
-        run_result r = run(args);
+        const cli_result *r = run(args);
         double l1[20], ld[20];
-        EXPECT_EQ(r.code, 0);
-        if (losses(r.out, l1, 20) != 20)
+        EXPECT_EQ(r->code, 0);
+        if (losses(r->out, l1, 20) != 20)
             continue;
         for (int np = 2; np <= 4; np *= 2) {
             snprintf(prefix, sizeof prefix,
@@ -257,34 +209,29 @@ static void test_mpi_equal_losses(void) {
             snprintf(args, sizeof args, "--model %s --tiny --steps 20 --threads 1 --comm mpi",
                      names[i]);
             r = run_with(prefix, args);
-            int n = losses(r.out, ld, 20);
+            int n = losses(r->out, ld, 20);
             double worst = 0;
             for (int s = 0; s < n; s++)
                 worst = fmax(worst, fabs(ld[s] - l1[s]) / fabs(l1[s]));
-            test__check(r.code == 0 && n == 20 && worst <= tol, TEST__AT,
+            test__check(r->code == 0 && n == 20 && worst <= tol, TEST__AT,
                         "mpi %s on %d processes: exit %d, %d steps, relative difference %g",
-                        names[i], np, r.code, n, worst);
+                        names[i], np, r->code, n, worst);
         }
     }
     /* --devices must match the processes */
     snprintf(prefix, sizeof prefix, "mpirun --oversubscribe %s %s -np 2",
              geteuid() == 0 ? "--allow-run-as-root" : "", MPI_ENV);
-    run_result r = run_with(prefix, "--model mlp --tiny --steps 2 --comm mpi --devices 3");
+    const cli_result *r = run_with(prefix, "--model mlp --tiny --steps 2 --comm mpi --devices 3");
     int ours = 0; /* mpirun adds its own report; ours is one line, from rank 0 only */
-    for (const char *p = strstr(r.err, "unity-train:"); p; p = strstr(p + 1, "unity-train:"))
+    for (const char *p = strstr(r->err, "unity-train:"); p; p = strstr(p + 1, "unity-train:"))
         ours++;
-    EXPECT_TRUE(r.code != 0 && r.code < 128 && ours == 1 &&
-                strstr(r.err, "mpirun started 2 processes") != NULL);
+    EXPECT_TRUE(r->code != 0 && r->code < 128 && ours == 1 &&
+                strstr(r->err, "mpirun started 2 processes") != NULL);
 }
 
 int main(void) {
-    const char *b = getenv("UNITY_BUILD");
-    snprintf(bin, sizeof bin, "%s/bin", b ? b : "build/default");
-    snprintf(tmp, sizeof tmp, "/tmp/unity_train_cli.XXXXXX");
-    if (!mkdtemp(tmp)) {
-        printf("cannot make a temporary directory\n0 passed, 1 failed\n");
+    if (!cli_init("/tmp/unity_train_cli.XXXXXX"))
         return 1;
-    }
     static const test_case cases[] = {
         {"charlm_learns_text", test_charlm_learns_text},
         {"plan_and_checkpoint", test_plan_and_checkpoint},
@@ -293,9 +240,7 @@ int main(void) {
         {"mpi_equal_losses", test_mpi_equal_losses},
     };
     int rc = TEST_RUN_ALL(cases);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
-    if (system(cmd) != 0)
-        printf("    could not remove %s\n", tmp);
+    if (!cli_cleanup())
+        printf("    could not remove %s\n", cli_tmp);
     return rc;
 }

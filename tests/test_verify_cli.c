@@ -3,55 +3,17 @@
  * bad input (missing or malformed database, bad flags, a bad spec, a wrong axiom, a tampered row)
  * gives one error line and a non-zero exit. Programs come from $UNITY_BUILD/bin. */
 #include "rulesdb/rulesdb.h"
+#include "tests/cli.h"
 #include "tests/test.h"
 
 #include <stdlib.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-static char bin[256];
-static char tmp[64];
 static un_spec *spec;
 
-typedef struct {
-    int code;
-    char out[1 << 16];
-    char err[4096];
-    int err_lines;
-} run_result;
-
-static void slurp(const char *path, char *buf, size_t n) {
-    FILE *f = fopen(path, "r");
-    size_t len = f ? fread(buf, 1, n - 1, f) : 0;
-    buf[len] = '\0';
-    if (f)
-        fclose(f);
-}
-
-static run_result *run(const char *args) {
-    static run_result r;
-    char cmd[2400];
-    snprintf(cmd, sizeof cmd, "%s/unity-verify %s >%s/out 2>%s/err", bin, args, tmp, tmp);
-    int st = system(cmd);
-    r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    char p[300];
-    snprintf(p, sizeof p, "%s/out", tmp);
-    slurp(p, r.out, sizeof r.out);
-    snprintf(p, sizeof p, "%s/err", tmp);
-    slurp(p, r.err, sizeof r.err);
-    r.err_lines = 0;
-    for (const char *c = r.err; *c; c++)
-        r.err_lines += *c == '\n';
-    return &r;
-}
+static const cli_result *run(const char *args) { return cli_run("unity-verify", args); }
 
 static void expect_clean_error(const char *args, const char *want) {
-    run_result *r = run(args);
-    bool ok = r->code != 0 && r->code < 128 && r->err_lines == 1 && strstr(r->err, want) != NULL;
-    EXPECT_TRUE(ok);
-    if (!ok)
-        printf("    unity-verify %s: exit %d, stderr: %s (wanted '%s')\n", args, r->code, r->err,
-               want);
+    cli_expect_clean_error("unity-verify", args, want);
 }
 
 #define IN2(n, a, b)                                                                               \
@@ -76,14 +38,6 @@ static const char *rules[] = {
     "\"op\": \"combine\", \"in\": [\"r\"], \"params\": {\"dim\": 0, \"degree\": 2}}]}}",
 };
 #define N_RULES ((int)(sizeof rules / sizeof rules[0]))
-
-static const char *db_path(const char *name) {
-    static char p[4][300];
-    static int k;
-    char *s = p[k++ % 4];
-    snprintf(s, 300, "%s/%s", tmp, name);
-    return s;
-}
 
 static bool make_db(const char *path) {
     un_ctx *ctx = un_ctx_new(NULL);
@@ -114,12 +68,12 @@ static void counts(const char *path, int64_t *c) {
 }
 
 static void test_verify_db(void) {
-    const char *p = db_path("good.db");
+    const char *p = cli_path("good.db");
     if (!make_db(p))
         return;
     char args[400];
     snprintf(args, sizeof args, "%s --jobs 2", p);
-    run_result *r = run(args);
+    const cli_result *r = run(args);
     EXPECT_EQ(r->code, 0);
     printf("    %s", r->out);
     EXPECT_TRUE(strstr(r->out, "4 rules: 3 verified") != NULL);
@@ -173,7 +127,7 @@ static void test_verify_db(void) {
 }
 
 static void test_bad_input(void) {
-    const char *p = db_path("bad_input.db");
+    const char *p = cli_path("bad_input.db");
     if (!make_db(p))
         return;
     char a[600];
@@ -200,7 +154,7 @@ static void test_bad_input(void) {
     char *at = text ? strstr(text, "\"axioms\": [") : NULL;
     if (at) {
         char sp[300];
-        snprintf(sp, sizeof sp, "%s/wrong_ops.json", tmp);
+        snprintf(sp, sizeof sp, "%s/wrong_ops.json", cli_tmp);
         FILE *w = fopen(sp, "w");
         if (w) {
             size_t off = (size_t)(at - text) + strlen("\"axioms\": [");
@@ -217,7 +171,7 @@ static void test_bad_input(void) {
     }
     free(text);
     /* A file that is not a database. */
-    const char *g = db_path("garbage.db");
+    const char *g = cli_path("garbage.db");
     FILE *f = fopen(g, "w");
     if (f) {
         fputs("this is not a rule database, just text that is long enough to look like one\n", f);
@@ -234,20 +188,17 @@ static void test_bad_input(void) {
 }
 
 int main(void) {
-    const char *b = getenv("UNITY_BUILD");
-    snprintf(bin, sizeof bin, "%s/bin", b && *b ? b : "build/default");
-    snprintf(tmp, sizeof tmp, "/tmp/unity-verify-cli-XXXXXX");
+    if (!cli_init("/tmp/unity-verify-cli-XXXXXX"))
+        return 1;
     un_ctx *ctx = un_ctx_new(NULL);
-    if (!mkdtemp(tmp) || un_spec_load(ctx, "specs/ops.json", &spec) != UN_OK) {
+    if (un_spec_load(ctx, "specs/ops.json", &spec) != UN_OK) {
         printf("setup failed: %s\n0 passed, 1 failed\n", un_ctx_errmsg(ctx));
         un_ctx_free(ctx);
         return 1;
     }
     static const test_case cases[] = {{"verify_db", test_verify_db}, {"bad_input", test_bad_input}};
     int rc = TEST_RUN_ALL(cases);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
-    if (system(cmd) != 0)
+    if (!cli_cleanup())
         rc = 1;
     un_spec_free(spec);
     un_ctx_free(ctx);
