@@ -99,7 +99,8 @@ int un_rule_size(const un_rule *r, int side);
 uint64_t un_rule_hash(const un_rule *r);
 /* The canonical form: inputs renamed x0, x1, ... and weights w0, w1, ... in canonical order of
  * first use (over both sides), other nodes s0.. (source side) and t0.. (target side) in canonical
- * topological order, output pairs in canonical order. Equal rules up to renaming give identical JSON text. Owned: free with un_rule_free. */
+ * topological order, output pairs in canonical order. Equal rules up to renaming give identical
+ * JSON text. Owned: free with un_rule_free. */
 un_status un_rule_canonical(un_ctx *ctx, const un_rule *r, un_rule **out);
 
 /* Rebuilds the rule with its variables set to values[n_vars] (and, when in_shapes is non-NULL, its
