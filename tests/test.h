@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "pcg/un.h"
@@ -66,6 +67,29 @@ TEST__FN void test__ok(const un_ctx *ctx, un_status st, const char *sst, const c
     const char *msg = ctx ? un_ctx_errmsg(ctx) : NULL;
     test__check(st == UN_OK, file, line, "EXPECT_OK(%s) failed: %s: %s", sst, un_status_str(st),
                 msg && *msg ? msg : "(no message)");
+}
+
+/* An allocator that fails from the fail_at-th call on (STYLE rule 18), for loops that try every
+ * failure point:  test_failing f = {0, n};  un_ctx_params p = un_ctx_params_default();
+ *                 p.alloc = test_failing_alloc(&f);  un_ctx *ctx = un_ctx_new(&p); */
+typedef struct {
+    int calls, fail_at;
+} test_failing;
+
+TEST__FN void *test__f_malloc(size_t n, void *user) {
+    test_failing *f = user;
+    return ++f->calls >= f->fail_at ? NULL : malloc(n);
+}
+TEST__FN void *test__f_realloc(void *p, size_t n, void *user) {
+    test_failing *f = user;
+    return ++f->calls >= f->fail_at ? NULL : realloc(p, n);
+}
+TEST__FN void test__f_free(void *p, void *user) {
+    (void)user;
+    free(p);
+}
+TEST__FN un_alloc test_failing_alloc(test_failing *f) {
+    return (un_alloc){test__f_malloc, test__f_realloc, test__f_free, f};
 }
 
 typedef struct {

@@ -160,24 +160,6 @@ static void test_size_limit(void) {
     un_ctx_free(ctx);
 }
 
-/* An allocator that fails from the n-th call on. */
-typedef struct {
-    int calls, fail_at;
-} failing;
-
-static void *f_malloc(size_t n, void *user) {
-    failing *f = user;
-    return ++f->calls >= f->fail_at ? NULL : malloc(n);
-}
-static void *f_realloc(void *p, size_t n, void *user) {
-    failing *f = user;
-    return ++f->calls >= f->fail_at ? NULL : realloc(p, n);
-}
-static void f_free(void *p, void *user) {
-    (void)user;
-    free(p);
-}
-
 /* Every allocation failure on the evaluation path is UN_ERR_NOMEM, with nothing leaked (ASan). */
 static void test_alloc_failure(void) {
     un_ctx *plain = un_ctx_new(NULL);
@@ -186,9 +168,9 @@ static void test_alloc_failure(void) {
               un_sample_mlp(plain, S, (un_sample_mlp_cfg){8, 6, 12, 4}, UN_SAMPLE_TENSOR, 2, &g));
     int fails = 0, oks = 0;
     for (int n = 1; n < 100 && g; n++) {
-        failing f = {0, n};
+        test_failing f = {0, n};
         un_ctx_params p = un_ctx_params_default();
-        p.alloc = (un_alloc){f_malloc, f_realloc, f_free, &f};
+        p.alloc = test_failing_alloc(&f);
         un_ctx *ctx = un_ctx_new(&p);
         un_eval *ev = NULL;
         un_status st = un_eval_new(ctx, g, UN_DOM_FIELD, &ev);

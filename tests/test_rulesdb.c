@@ -640,32 +640,14 @@ done:
     un_ctx_free(ctx);
 }
 
-/* An allocator that fails from the n-th call on. */
-typedef struct {
-    int calls, fail_at;
-} failing;
-
-static void *f_malloc(size_t n, void *user) {
-    failing *f = user;
-    return ++f->calls >= f->fail_at ? NULL : malloc(n);
-}
-static void *f_realloc(void *p, size_t n, void *user) {
-    failing *f = user;
-    return ++f->calls >= f->fail_at ? NULL : realloc(p, n);
-}
-static void f_free(void *p, void *user) {
-    (void)user;
-    free(p);
-}
-
 static void test_alloc_failure(void) {
     const char *path = tmp_path("af.db");
     rm_db(path);
     int fails = 0, oks = 0;
     for (int n = 1; n < 50; n++) {
-        failing f = {0, n};
+        test_failing f = {0, n};
         un_ctx_params p = un_ctx_params_default();
-        p.alloc = (un_alloc){f_malloc, f_realloc, f_free, &f};
+        p.alloc = test_failing_alloc(&f);
         un_ctx *ctx = un_ctx_new(&p);
         rulesdb *db = NULL;
         un_status st = rulesdb_open(ctx, path, spec, RULESDB_CREATE, &db);

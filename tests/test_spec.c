@@ -2,9 +2,9 @@
  * errors, every sharding rule of every operator checked by piecewise execution against the
  * logical op (both number domains), and every axiom checked on random concrete inputs. */
 #include "pcg/eval.h"
-#include "pcg/term.h"
 #include "tests/fuzz.h"
 #include "tests/test.h"
+#include "verify/axcheck.h"
 
 #include <stdlib.h>
 
@@ -425,138 +425,23 @@ done:
     un_ctx_free(ctx);
 }
 
-/* ---- axioms hold on random concrete inputs ---- */
-
-typedef struct {
-    const char *names[32];
-    int64_t values[32];
-    int n;
-} sizes;
-
-static int64_t size_of(sizes *sz, const char *name, un_rng *rng) {
-    char *end;
-    long long lit = strtoll(name, &end, 10);
-    if (*end == '\0')
-        return lit;
-    for (int i = 0; i < sz->n; i++)
-        if (strcmp(sz->names[i], name) == 0)
-            return sz->values[i];
-    static const int64_t choice[] = {2, 4, 6, 3, 8};
-    UN_ASSERT(sz->n < 32);
-    sz->names[sz->n] = name;
-    sz->values[sz->n] = choice[un_rng_below(rng, 5)];
-    return sz->values[sz->n++];
-}
-
-/* One instance of an axiom: 1 if it holds, 0 if not well formed, -1 if the two sides differ
- * (reported unless quiet). */
-static int check_axiom_once(un_ctx *ctx, const un_spec *spec, const un_axiom *ax, int trial,
-                            un_rng *rng, bool quiet) {
-    int64_t pv[16] = {0};
-    int combo = trial;
-    for (int i = 0; i < ax->n_pvars && i < 16; i++) {
-        pv[i] = ax->pvar_values[i][combo % ax->pvar_nvalues[i]].v[0];
-        combo /= ax->pvar_nvalues[i];
-    }
-    sizes sz = {.n = 0};
-    un_graph *g = un_graph_new(spec);
-    int32_t vars[16];
-    int ok = 0;
-    for (int v = 0; v < ax->n_vars && v < 16; v++) {
-        const un_axiom_var *av = &ax->vars[v];
-        int64_t dims[UN_MAX_DIMS];
-        for (int d = 0; d < av->rank; d++)
-            dims[d] = size_of(&sz, av->dims[d], rng);
-        const un_op_spec *is = un_spec_op(spec, UN_OP_INPUT);
-        un_param p[UN_MAX_PARAMS];
-        un_spec_param_defaults(is, p);
-        p[un_spec_param_index(is, "shape")].len = av->rank;
-        memcpy(p[un_spec_param_index(is, "shape")].v, dims, sizeof(int64_t) * (size_t)av->rank);
-        if (av->dtype == UN_DT_INT) {
-            p[un_spec_param_index(is, "dtype")].v[0] = 1;
-            p[un_spec_param_index(is, "range")].v[0] = av->range ? size_of(&sz, av->range, rng) : 1;
-        }
-        if (un_graph_add(ctx, g, UN_OP_INPUT, p, NULL, 0, av->name, &vars[v]) != UN_OK)
-            goto done;
-    }
-    if (ax->require) {
-        const un_shape *vs[16];
-        for (int v = 0; v < ax->n_vars && v < 16; v++)
-            vs[v] = un_graph_shape(g, (un_ref){vars[v], 0});
-        un_expr_env env = {.vars = pv, .n_vars = ax->n_pvars, .in = vs, .n_in = ax->n_vars};
-        int64_t holds = 0;
-        if (un_expr_eval(ctx, ax->require, &env, &holds) != UN_OK || !holds)
-            goto done;
-    }
-    un_ref l, r;
-    if (un_term_build(ctx, g, ax, ax->lhs, pv, vars, &l) != UN_OK)
-        goto done;
-    if (un_term_build(ctx, g, ax, ax->rhs, pv, vars, &r) != UN_OK)
-        goto done;
-    const un_shape *ls = un_graph_shape(g, l), *rs = un_graph_shape(g, r);
-    if (!un_shape_eq(ls, rs)) {
-        char a[96], b[96];
-        un_shape_str(ls, a, sizeof a);
-        un_shape_str(rs, b, sizeof b);
-        if (!quiet)
-            printf("    axiom %s: shapes differ: %s vs %s\n", ax->name, a, b);
-        ok = -1;
-        goto done;
-    }
-    ok = 1;
-    for (int dom = 0; dom < UN_DOM_COUNT; dom++) {
-        un_eval *ev = NULL;
-        EXPECT_OK(ctx, un_eval_new(ctx, g, (un_dom)dom, &ev));
-        un_status st = un_eval_fill_random(ev, 99 + (uint64_t)trial);
-        if (st == UN_OK)
-            st = un_eval_run(ev);
-        EXPECT_OK(ctx, st);
-        if (st == UN_OK) {
-            int64_t n = un_shape_numel(ls), where = -1;
-            un_val *a = un_xmalloc(sizeof(un_val) * (size_t)n),
-                   *b = un_xmalloc(sizeof(un_val) * (size_t)n);
-            EXPECT_OK(ctx, un_ptensor_gather(ctx, un_eval_value(ev, l), (un_dom)dom, a));
-            EXPECT_OK(ctx, un_ptensor_gather(ctx, un_eval_value(ev, r), (un_dom)dom, b));
-            if (!un_dense_equal((un_dom)dom, a, b, n, 1e-9, &where)) {
-                if (!quiet)
-                    printf("    axiom %s fails (%s) at element %lld\n", ax->name,
-                           dom ? "f64" : "field", (long long)where);
-                ok = -1;
-            }
-            free(a);
-            free(b);
-        }
-        un_eval_free(ev);
-    }
-done:
-    un_ctx_clear(ctx);
-    un_graph_free(g);
-    return ok;
-}
+/* ---- axioms hold on random concrete inputs ----
+ * The check is verify/axcheck.h's (the one unity-verify runs before any proof): both sides built
+ * on random sizes, evaluated on random inputs in the field and in float64, and compared. */
 
 static void test_axioms(void) {
     un_ctx *ctx = un_ctx_new(NULL);
     un_spec *spec = load_spec(ctx);
     if (!spec)
         goto done;
-    un_rng rng;
-    un_rng_seed(&rng, 77);
     int total = 0, instances = 0;
     for (int op = 0; op < UN_OP_COUNT; op++) {
         const un_op_spec *os = un_spec_op(spec, (un_op)op);
         for (int a = 0; a < os->n_axioms; a++) {
-            const un_axiom *ax = &os->axioms[a];
-            int good = 0, bad = 0;
-            for (int trial = 0; trial < 40 && good < 6 && !bad; trial++) {
-                int r = check_axiom_once(ctx, spec, ax, trial, &rng, false);
-                good += r > 0;
-                bad += r < 0;
-            }
-            EXPECT_EQ(bad, 0);
-            EXPECT_TRUE(good >= 2);
-            if (good < 2)
-                printf("    axiom %s (%s) is well formed in %d of 40 random instances\n", ax->name,
-                       os->name, good);
+            int good = 0;
+            un_status st = un_axcheck_axiom(ctx, spec, &os->axioms[a], 77, 40, 6, &good);
+            EXPECT_OK(ctx, st);
+            un_ctx_clear(ctx);
             total++;
             instances += good;
         }
@@ -585,9 +470,9 @@ static void test_wrong_axiom_caught(void) {
         }
         EXPECT_TRUE(found != NULL);
         if (found) {
-            un_rng rng;
-            un_rng_seed(&rng, 5);
-            EXPECT_EQ(check_axiom_once(ctx, spec, found, 0, &rng, true), -1);
+            EXPECT_EQ(un_axcheck_axiom(ctx, spec, found, 5, 40, 6, NULL), UN_ERR_MISMATCH);
+            const char *m = un_ctx_errmsg(ctx);
+            EXPECT_TRUE(m && strstr(m, "planted_wrong") != NULL);
         }
     }
     un_spec_free(spec);
