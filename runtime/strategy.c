@@ -144,6 +144,15 @@ un_status un_strategy_data(un_ctx *ctx, const un_graph *g, int devices, un_graph
         const un_node *nd = un_graph_node(g, id);
         int32_t nid;
         if (un_op_kind_of(nd->op) == UN_OPK_SOURCE) {
+            const un_shape *sh = &nd->inf.out[0];
+            if (nd->op == UN_OP_INPUT && sh->rank > 0 && sh->dim[0] % devices != 0) {
+                st = un_ctx_error(ctx, UN_ERR_INVALID,
+                                  "data parallelism over %d devices: input '%s' has batch %lld, "
+                                  "not a multiple of %d (choose --batch accordingly)",
+                                  devices, nd->name ? nd->name : "?", (long long)sh->dim[0],
+                                  devices);
+                break;
+            }
             st = un_graph_add(ctx, s.ng, nd->op, nd->params, NULL, 0, nd->name, &nid);
             s.ser[slot(&s, (un_ref){id, 0})] = (un_ref){nid, 0};
             continue;

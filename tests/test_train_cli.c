@@ -134,6 +134,7 @@ static void test_bad_input(void) {
     expect_clean_error("--model nosuchmodel --tiny", "nosuchmodel");
     expect_clean_error("--tiny", "--model is required");
     expect_clean_error("--model mlp --tiny --devices 0", "--devices: '0'");
+    expect_clean_error("--model mlp --tiny --devices 3 --batch 16", "not a multiple of 3");
     expect_clean_error("--model mlp --tiny --steps x", "--steps: 'x'");
     expect_clean_error("--model mlp --tiny --bogus 3", "unknown argument '--bogus'");
     expect_clean_error("--model mlp --tiny --steps", "--steps needs a value");
