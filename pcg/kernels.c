@@ -598,7 +598,9 @@ static un_status k_embedding(un_ctx *ctx, const un_kargs *a) {
 
 /* out = concat_heads(softmax(Q_h K_h^T * scale) V_h) Wo with Q = q Wq, K = k Wk, V = v Wv; head h
  * uses the projected columns [h*dh, (h+1)*dh), dh = (Wq's columns) / heads. scale = 1/sqrt(dh) in
- * float64; the field has no scaling (its softmax is a surrogate anyway). */
+ * float64; the field has no scaling (its softmax is a surrogate anyway). causal: query row s
+ * (S == T) normalises over keys 0..s only and gives the later keys probability zero, in both
+ * domains. */
 static un_status k_multihead_attention(un_ctx *ctx, const un_kargs *a) {
     un_dom d = a->dom;
     const un_block *q = &a->in[0], *k = &a->in[1], *v = &a->in[2];
@@ -606,8 +608,10 @@ static un_status k_multihead_attention(un_ctx *ctx, const un_kargs *a) {
     un_block *y = &a->out[0];
     int64_t B = q->dim[0], S = q->dim[1], E = q->dim[2], T = k->dim[1];
     int64_t HL = wq->dim[1], EO = wo->dim[1], heads = un_kargs_int(a, "heads");
-    UN_ASSERT(heads >= 1 && HL % heads == 0 && wo->dim[0] == HL && wk->dim[1] == HL &&
-              wv->dim[1] == HL && wq->dim[0] == E && k->dim[2] == E && v->dim[1] == T);
+    bool causal = un_kargs_int(a, "causal") != 0;
+    UN_ASSERT(heads >= 1 && HL % heads == 0 && (!causal || S == T) && wo->dim[0] == HL &&
+              wk->dim[1] == HL && wv->dim[1] == HL && wq->dim[0] == E && k->dim[2] == E &&
+              v->dim[1] == T);
     int64_t dh = HL / heads;
     un_val scale = num_one(d);
     if (d == UN_DOM_F64)
@@ -629,8 +633,11 @@ static un_status k_multihead_attention(un_ctx *ctx, const un_kargs *a) {
             mm_acc(d, mat_rows(Q + h * dh, HL), (mat){K + h * dh, 1, HL}, P, T, S, dh, T);
             for (int64_t s = 0; s < S * T; s++)
                 P[s] = un_num_mul(d, P[s], scale);
-            for (int64_t s = 0; s < S; s++)
-                softmax_row(d, a->salt, P + s * T, P + s * T, T, 1);
+            for (int64_t s = 0; s < S; s++) {
+                int64_t n = causal ? s + 1 : T; /* keys the row sees */
+                softmax_row(d, a->salt, P + s * T, P + s * T, n, 1);
+                fill_zero(d, P + s * T + n, T - n);
+            }
             mm_acc(d, mat_rows(P, T), mat_rows(V + h * dh, HL), O + h * dh, HL, S, T, dh);
         }
         mm_acc(d, mat_rows(O, HL), mat_rows(wo->data, EO), y->data + b * S * EO, EO, S, HL, EO);

@@ -23,7 +23,7 @@ enum { P_AXIS, P_SIZES };       /* concat (axis only), split */
 enum { P_DIM0, P_DIM1 };        /* transpose */
 enum { P_SHAPE };               /* reshape */
 enum { P_AGGR };                /* embedding */
-enum { P_HEADS };               /* multihead_attention */
+enum { P_HEADS, P_CAUSAL };     /* multihead_attention */
 enum { P_RED_DIM, P_RED_KEEP }; /* reduce_sum, reduce_mean */
 
 /* Activations in the order of linear's enum (conv2d's is a prefix). */
@@ -43,7 +43,7 @@ static const char *const names_split[] = {"axis", "sizes", NULL};
 static const char *const names_transpose[] = {"dim0", "dim1", NULL};
 static const char *const names_shape[] = {"shape", NULL};
 static const char *const names_embedding[] = {"aggr", NULL};
-static const char *const names_heads[] = {"heads", NULL};
+static const char *const names_mha[] = {"heads", "causal", NULL};
 static const char *const names_reduce[] = {"dim", "keep", NULL};
 
 const char *const *un_kern_param_names(un_op op) {
@@ -71,7 +71,7 @@ const char *const *un_kern_param_names(un_op op) {
     case UN_OP_EMBEDDING:
         return names_embedding;
     case UN_OP_MULTIHEAD_ATTENTION:
-        return names_heads;
+        return names_mha;
     case UN_OP_REDUCE_SUM:
     case UN_OP_REDUCE_MEAN:
         return names_reduce;
@@ -485,6 +485,9 @@ static un_status check_shapes(const kcall *c, un_kt *want) {
             FAIL("%s: wo has %lld rows, expected %lld", op, (long long)in[6].dim[0], (long long)HL);
         if (heads < 1 || HL % heads != 0)
             FAIL("%s: heads %lld does not divide %lld", op, (long long)heads, (long long)HL);
+        if (par(c, P_CAUSAL) && x->dim[1] != in[1].dim[1])
+            FAIL("%s: causal needs q and k of one sequence length (%lld, %lld)", op,
+                 (long long)x->dim[1], (long long)in[1].dim[1]);
         if (!gemm_fits(x->dim[1], in[1].dim[1], E, HL, in[6].dim[1]))
             return un_ctx_error(c->ctx, UN_ERR_LIMIT, "%s: a matrix dim exceeds 2^31-1", op);
         want[0].dim[2] = in[6].dim[1];

@@ -187,8 +187,9 @@ static int32_t zb_batch_norm(zb *b, int32_t x, const char *base) {
     return zb_add(b, &z, 3, (int32_t[]){x, g, be}, base);
 }
 
-/* Self-attention: q = k = v = x [b, s, h]; weights base.wq .. base.wo [h, h]. */
-static int32_t zb_attention(zb *b, int32_t x, int64_t heads, const char *base) {
+/* Self-attention: q = k = v = x [b, s, h]; weights base.wq .. base.wo [h, h]; causal: position i
+ * attends only to positions j <= i. */
+static int32_t zb_attention(zb *b, int32_t x, int64_t heads, bool causal, const char *base) {
     int64_t h = zb_dim(b, x, -1);
     static const char *const wn[4] = {"wq", "wk", "wv", "wo"};
     int32_t in[7] = {x, x, x};
@@ -196,6 +197,7 @@ static int32_t zb_attention(zb *b, int32_t x, int64_t heads, const char *base) {
         in[3 + i] = zb_weight(b, base, wn[i], 2, (int64_t[]){h, h});
     zp z = zp_new(UN_OP_MULTIHEAD_ATTENTION, b);
     zp_int(b, &z, "heads", heads);
+    zp_int(b, &z, "causal", causal);
     return zb_add(b, &z, 7, in, base);
 }
 
@@ -329,7 +331,7 @@ static int32_t build_transformer(zb *b, bool tiny, int64_t B) {
     for (int i = 0; i < layers; i++) {
         char n[ZB_NAME];
 #define NM(fmt) (snprintf(n, sizeof n, "l%d." fmt, i + 1), n)
-        int32_t a = zb_attention(b, x, heads, NM("attn"));
+        int32_t a = zb_attention(b, x, heads, false, NM("attn"));
         a = zb_binary(b, UN_OP_EW_ADD, x, a, NM("res1"));
         x = zb_layer_norm(b, a, NM("ln1"));
         int32_t f = zb_linear(b, x, F, "gelu", false, NM("ffn1"));
@@ -598,7 +600,8 @@ static int32_t build_inception_v3(zb *b, bool tiny, int64_t B) {
     return y;
 }
 
-/* Byte-level pre-LN transformer LM. */
+/* Byte-level pre-LN transformer LM. Its attention is causal: the label of position t is token
+ * t + 1, so position t must not see it (without the mask the next byte leaks into the context). */
 static int32_t build_charlm(zb *b, bool tiny, int64_t B) {
     int64_t T = tiny ? 32 : 64, D = tiny ? 32 : 128, heads = 4, F = tiny ? 128 : 512, V = 256;
     int blocks = tiny ? 1 : 2;
@@ -609,7 +612,7 @@ static int32_t build_charlm(zb *b, bool tiny, int64_t B) {
         char n[ZB_NAME];
 #define NM(fmt) (snprintf(n, sizeof n, "b%d." fmt, i + 1), n)
         int32_t h = zb_layer_norm(b, x, NM("ln1"));
-        h = zb_attention(b, h, heads, NM("attn"));
+        h = zb_attention(b, h, heads, true, NM("attn"));
         x = zb_binary(b, UN_OP_EW_ADD, x, h, NM("res1"));
         h = zb_layer_norm(b, x, NM("ln2"));
         h = zb_linear(b, h, F, "gelu", false, NM("ffn1"));

@@ -46,8 +46,9 @@
  *                reshape refuses int tensors, so the input is already flat); embedding 256 x D,
  *                reshape [B,T,D], pre-LN blocks x += mha(ln(x)), x += W2 gelu(W1 ln(x)), final
  *                layer_norm, reshape [B*T,D], linear D -> 256 = logits [B*T,256], CE with labels
- *                [B*T] (e.g. the next byte). No positional encoding and no causal mask (the spec's
- *                multihead_attention has none), so context is seen as a set. Tiny: T 32, D 32,
+ *                [B*T] (e.g. the next byte). Causal attention (position t sees positions <= t,
+ *                so the next byte does not leak); no positional encoding, so the visible
+ *                context is seen as a set. Tiny: T 32, D 32,
  *                4 heads, 1 block, FFN 128; non-tiny: T 64, D 128, 4 heads, 2 blocks, FFN 512.
  *
  * Default batch (batch <= 0): paper mlp/dlrm/xdl/candle_uno/inception_v3 64, transformer 8,

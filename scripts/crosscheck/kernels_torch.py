@@ -138,6 +138,7 @@ EXTRA += [
     ("multihead_attention", {"heads": 2}, [[3, 4, 6], [3, 2, 6], [3, 2, 6]] + [[6, 6]] * 4),
     ("multihead_attention", {"heads": 3}, [[1, 5, 6], [1, 5, 6], [1, 5, 6]] + [[6, 6]] * 4),
     ("multihead_attention", {"heads": 8}, [[2, 3, 8], [2, 4, 8], [2, 4, 8]] + [[8, 8]] * 4),
+    ("multihead_attention", {"heads": 3, "causal": True}, [[2, 5, 6]] * 3 + [[6, 6]] * 4),
     ("multihead_attention", {"heads": 4}, [[2, 3, 8], [2, 4, 8], [2, 4, 8]] + [[8, 8]] * 4, 10),
     ("reduce_sum", {"dim": -1, "keep": True}, [[3, 5]]),
     ("reduce_sum", {"dim": 0, "keep": True}, [[3, 5, 2]]),
@@ -213,17 +214,25 @@ def ref_linear(p, x, w, b=None):
 
 def ref_mha(p, q, k, v, wq, wk, wv, wo):
     e, h = q.shape[2], p["heads"]
+    # causal: query i sees keys j <= i; torch's attn_mask adds -inf above the diagonal.
+    mask = None
+    if p.get("causal"):
+        mask = torch.triu(torch.full((q.shape[1], k.shape[1]), float("-inf")), diagonal=1)
     out, _ = F.multi_head_attention_forward(
         q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), e, h,
         in_proj_weight=torch.cat([wq.t(), wk.t(), wv.t()]), in_proj_bias=None,
         bias_k=None, bias_v=None, add_zero_attn=False, dropout_p=0.0,
-        out_proj_weight=wo.t(), out_proj_bias=None, training=False, need_weights=False)
+        out_proj_weight=wo.t(), out_proj_bias=None, training=False, need_weights=False,
+        attn_mask=mask)
     out = out.transpose(0, 1)
     # Independent explicit form: softmax(Q_h K_h^T / sqrt(dh)) V_h per head.
     dh = e // h
     Q, K, V = (t.matmul(w).unflatten(-1, (h, dh)).transpose(1, 2)
                for t, w in ((q, wq), (k, wk), (v, wv)))
-    att = torch.softmax(Q.matmul(K.transpose(-1, -2)) / math.sqrt(dh), dim=-1).matmul(V)
+    scores = Q.matmul(K.transpose(-1, -2)) / math.sqrt(dh)
+    if mask is not None:
+        scores = scores + mask
+    att = torch.softmax(scores, dim=-1).matmul(V)
     explicit = att.transpose(1, 2).flatten(2).matmul(wo)
     assert torch.allclose(out, explicit, rtol=1e-12, atol=1e-14, equal_nan=True), "torch MHA forms disagree"
     return [out]
