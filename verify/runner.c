@@ -417,6 +417,7 @@ static void *worker(void *arg) {
         pending *p = &pd[np];
         p->id = sh->ids[i];
         st = un_runner_rule(ctx, v, row->rule, sh->o, &p->v);
+        int had_vars = row->rule->n_vars;
         rulesdb_row_free(row);
         if (st != UN_OK)
             break;
@@ -427,6 +428,7 @@ static void *worker(void *arg) {
         sh->stats.unknown += p->v.status == UN_RULE_UNKNOWN;
         sh->stats.any_shape += p->v.status == UN_RULE_VERIFIED && p->v.any_shape;
         sh->stats.generalized += p->v.status == UN_RULE_VERIFIED && p->v.n_new_vars > 0;
+        sh->stats.with_vars += p->v.status == UN_RULE_VERIFIED && had_vars + p->v.n_new_vars > 0;
         sh->ms[sh->n_ms++] = p->v.ms;
         sh->finished++;
         pthread_mutex_unlock(&sh->mu);

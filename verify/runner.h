@@ -63,6 +63,7 @@ typedef struct un_runner_stats {
     int64_t verified, refuted, unknown;
     int64_t any_shape;   /* verified for every input size */
     int64_t generalized; /* verified with degrees turned into variables */
+    int64_t with_vars;   /* verified with a variable (e.g. a degree k): proven for every value */
     int64_t skipped;     /* rows without a rule (rejected imports) */
     double wall_ms;
     double median_ms, p99_ms; /* per-rule verification time */

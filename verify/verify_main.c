@@ -121,10 +121,11 @@ int main(int argc, char **argv) {
     printf("axioms: %d checked on concrete tensors, %d lifted forms (extra leading dims) hold too "
            "(%.1f s)\n",
            s.n_axioms, s.n_lifted, s.axcheck_ms / 1e3);
-    printf("%s: %lld rules: %lld verified (%lld for any input size, %lld generalized over "
-           "degrees), %lld refuted, %lld unknown",
+    printf("%s: %lld rules: %lld verified (%lld for any input size, %lld for every value of their "
+           "variables, %lld generalized over degrees here), %lld refuted, %lld unknown",
            db_path, (long long)s.total, (long long)s.verified, (long long)s.any_shape,
-           (long long)s.generalized, (long long)s.refuted, (long long)s.unknown);
+           (long long)s.with_vars, (long long)s.generalized, (long long)s.refuted,
+           (long long)s.unknown);
     if (s.skipped)
         printf(", %lld skipped (no rule)", (long long)s.skipped);
     printf("; %.1f s, %.1f rules/s, median %.1f ms, p99 %.1f ms per rule\n", secs,

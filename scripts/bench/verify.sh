@@ -31,14 +31,16 @@ summary() {
 import re, sys
 text = open(sys.argv[1]).read()
 wall = float(sys.argv[2])
-m = re.search(r': (\d+) rules: (\d+) verified \((\d+) for any input size, (\d+) generalized over '
-              r'degrees\), (\d+) refuted, (\d+) unknown.*median ([\d.]+) ms, p99 ([\d.]+) ms', text)
+m = re.search(r': (\d+) rules: (\d+) verified \((\d+) for any input size, (\d+) for every value of '
+              r'their variables, (\d+) generalized over degrees here\), (\d+) refuted, (\d+) unknown'
+              r'.*median ([\d.]+) ms, p99 ([\d.]+) ms', text)
 if not m:
     print("  could not read the summary:\n" + text)
     sys.exit(1)
-n, ver, anys, gen, ref, unk = (int(m.group(i)) for i in range(1, 7))
-med, p99 = float(m.group(7)), float(m.group(8))
-print(f"  rules {n}: verified {ver} (any input size {anys}, generalized over degrees {gen}), "
+n, ver, anys, allk, gen, ref, unk = (int(m.group(i)) for i in range(1, 8))
+med, p99 = float(m.group(8)), float(m.group(9))
+print(f"  rules {n}: verified {ver} (any input size {anys}, every value of their variables {allk}, "
+      f"generalized over degrees here {gen}), "
       f"refuted {ref}, unknown {unk}")
 if n:
     print(f"  decided {100.0 * (ver + ref) / n:.1f}%   wall {wall:.1f} s   {n / wall:.1f} rules/s   "
