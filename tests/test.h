@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pcg/spec.h"
 #include "pcg/un.h"
 
 #define TEST__FN __attribute__((unused)) static
@@ -113,5 +114,30 @@ TEST__FN int test_run_all(const test_case *cases, size_t n) {
 }
 
 #define TEST_RUN_ALL(cases) test_run_all((cases), sizeof(cases) / sizeof((cases)[0]))
+
+/* Loads specs/ops.json (tests run from the repository root). On failure prints the reason and the
+ * summary line of one failed case, and returns false. Free *spec with un_spec_free. */
+TEST__FN bool test_spec_load(un_spec **spec) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_status st = un_spec_load(ctx, "specs/ops.json", spec);
+    if (st != UN_OK)
+        printf("cannot load specs/ops.json: %s: %s\n0 passed, 1 failed\n", un_status_str(st),
+               un_ctx_errmsg(ctx));
+    un_ctx_free(ctx);
+    return st == UN_OK;
+}
+
+/* test_run_all with *spec loaded from specs/ops.json for the cases, freed after them. */
+TEST__FN int test_run_with_spec(const test_case *cases, size_t n, un_spec **spec) {
+    if (!test_spec_load(spec))
+        return 1;
+    int rc = test_run_all(cases, n);
+    un_spec_free(*spec);
+    *spec = NULL;
+    return rc;
+}
+
+#define TEST_RUN_WITH_SPEC(cases, spec)                                                            \
+    test_run_with_spec((cases), sizeof(cases) / sizeof((cases)[0]), (spec))
 
 #endif /* UN_TEST_H */

@@ -195,19 +195,10 @@ static void test_alloc_failure(void) {
 }
 
 int main(void) {
-    un_ctx *ctx = un_ctx_new(NULL);
-    if (un_spec_load(ctx, "specs/ops.json", &S) != UN_OK) {
-        printf("%s\n0 passed, 1 failed\n", un_ctx_errmsg(ctx));
-        un_ctx_free(ctx);
-        return 1;
-    }
-    un_ctx_free(ctx);
     static const test_case cases[] = {
         {"scatter_gather", test_scatter_gather}, {"parallel_ops", test_parallel_ops},
         {"compare_graphs", test_compare_graphs}, {"size_limit", test_size_limit},
         {"alloc_failure", test_alloc_failure},
     };
-    int rc = TEST_RUN_ALL(cases);
-    un_spec_free(S);
-    return rc;
+    return TEST_RUN_WITH_SPEC(cases, &S);
 }

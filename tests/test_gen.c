@@ -461,12 +461,6 @@ static void test_bad_params(void) {
 }
 
 int main(void) {
-    un_ctx *ctx = un_ctx_new(NULL);
-    if (un_spec_load(ctx, "specs/ops.json", &spec) != UN_OK) {
-        printf("cannot load specs/ops.json: %s\n0 passed, 1 failed\n", un_ctx_errmsg(ctx));
-        un_ctx_free(ctx);
-        return 1;
-    }
     static const test_case cases[] = {
         {"menu_default", test_menu_default},
         {"menu_errors", test_menu_errors},
@@ -480,8 +474,5 @@ int main(void) {
         {"db_rerun_idempotent", test_db_rerun_idempotent},
         {"bad_params", test_bad_params},
     };
-    int rc = TEST_RUN_ALL(cases);
-    un_spec_free(spec);
-    un_ctx_free(ctx);
-    return rc;
+    return TEST_RUN_WITH_SPEC(cases, &spec);
 }

@@ -1330,13 +1330,6 @@ static void test_pool_covers_each_index_once(void) {
 }
 
 int main(void) {
-    un_ctx *ctx = un_ctx_new(NULL);
-    if (un_spec_load(ctx, "specs/ops.json", &S) != UN_OK) {
-        printf("%s\n0 passed, 1 failed\n", un_ctx_errmsg(ctx));
-        un_ctx_free(ctx);
-        return 1;
-    }
-    un_ctx_free(ctx);
     static const test_case cases[] = {
         {"param_names_match_spec", test_param_names_match_spec},
         {"forward_vs_reference", test_forward_vs_reference},
@@ -1355,7 +1348,5 @@ int main(void) {
         {"alloc_failure_every_case", test_alloc_failure_every_case},
         {"pool_covers_each_index_once", test_pool_covers_each_index_once},
     };
-    int rc = TEST_RUN_ALL(cases);
-    un_spec_free(S);
-    return rc;
+    return TEST_RUN_WITH_SPEC(cases, &S);
 }

@@ -298,12 +298,6 @@ static void test_status_names(void) {
 }
 
 int main(void) {
-    un_ctx *ctx = un_ctx_new(NULL);
-    if (un_spec_load(ctx, "specs/ops.json", &spec) != UN_OK) {
-        printf("cannot load specs/ops.json: %s\n0 passed, 1 failed\n", un_ctx_errmsg(ctx));
-        un_ctx_free(ctx);
-        return 1;
-    }
     static const test_case cases[] = {
         {"sound_rule", test_sound_rule},
         {"wrong_rule_refuted", test_wrong_rule_refuted},
@@ -314,8 +308,5 @@ int main(void) {
         {"errors", test_errors},
         {"status_names", test_status_names},
     };
-    int rc = TEST_RUN_ALL(cases);
-    un_spec_free(spec);
-    un_ctx_free(ctx);
-    return rc;
+    return TEST_RUN_WITH_SPEC(cases, &spec);
 }

@@ -648,12 +648,6 @@ static void test_plan_validation(void) {
 }
 
 int main(void) {
-    un_ctx *ctx = un_ctx_new(NULL);
-    if (un_spec_load(ctx, "specs/ops.json", &spec) != UN_OK) {
-        printf("cannot load specs/ops.json: %s\n", un_ctx_errmsg(ctx));
-        un_ctx_free(ctx);
-        return 1;
-    }
     static const test_case cases[] = {
         {"comm_local", test_comm_local},
         {"forward_sample_mlp", test_forward_sample_mlp},
@@ -667,8 +661,5 @@ int main(void) {
         {"checkpoint_errors", test_checkpoint_errors},
         {"plan_validation", test_plan_validation},
     };
-    int rc = TEST_RUN_ALL(cases);
-    un_spec_free(spec);
-    un_ctx_free(ctx);
-    return rc;
+    return TEST_RUN_WITH_SPEC(cases, &spec);
 }

@@ -433,17 +433,8 @@ done:
 }
 
 int main(void) {
-    un_ctx *ctx = un_ctx_new(NULL);
-    if (un_spec_load(ctx, "specs/ops.json", &spec) != UN_OK) {
-        printf("cannot load specs/ops.json: %s\n0 passed, 1 failed\n", un_ctx_errmsg(ctx));
-        un_ctx_free(ctx);
-        return 1;
-    }
     static const test_case cases[] = {{"mutants", test_mutants},
                                       {"planted_axiom", test_planted_axiom},
                                       {"vacuous_proof", test_vacuous_proof}};
-    int rc = TEST_RUN_ALL(cases);
-    un_spec_free(spec);
-    un_ctx_free(ctx);
-    return rc;
+    return TEST_RUN_WITH_SPEC(cases, &spec);
 }

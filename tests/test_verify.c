@@ -331,12 +331,6 @@ static void test_unknown_operator(void) {
 }
 
 int main(void) {
-    un_ctx *ctx = un_ctx_new(NULL);
-    if (un_spec_load(ctx, "specs/ops.json", &spec) != UN_OK) {
-        printf("cannot load specs/ops.json: %s\n0 passed, 1 failed\n", un_ctx_errmsg(ctx));
-        un_ctx_free(ctx);
-        return 1;
-    }
     static const test_case cases[] = {
         {"axioms_encoded", test_axioms_encoded},
         {"known_true", test_known_true},
@@ -348,8 +342,5 @@ int main(void) {
         {"param_variable", test_param_variable},
         {"unknown_operator", test_unknown_operator},
     };
-    int rc = TEST_RUN_ALL(cases);
-    un_spec_free(spec);
-    un_ctx_free(ctx);
-    return rc;
+    return TEST_RUN_WITH_SPEC(cases, &spec);
 }

@@ -378,16 +378,5 @@ int main(void) {
         {"eval_tiny", test_eval_tiny},
         {"data_parallel", test_data_parallel},
     };
-    un_ctx *ctx = un_ctx_new(NULL);
-    un_status st = un_spec_load(ctx, "specs/ops.json", &S);
-    if (st != UN_OK) {
-        printf("cannot load specs/ops.json: %s: %s\n", un_status_str(st), un_ctx_errmsg(ctx));
-        printf("0 passed, 1 failed\n");
-        un_ctx_free(ctx);
-        return 1;
-    }
-    int rc = TEST_RUN_ALL(cases);
-    un_spec_free(S);
-    un_ctx_free(ctx);
-    return rc;
+    return TEST_RUN_WITH_SPEC(cases, &S);
 }
