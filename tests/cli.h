@@ -43,20 +43,11 @@ typedef struct {
 TEST__FN bool cli_init(const char *tmpl) {
     const char *b = getenv("UNITY_BUILD");
     snprintf(cli_bin, sizeof cli_bin, "%s/bin", b && *b ? b : "build/default");
-    snprintf(cli_tmp, sizeof cli_tmp, "%s", tmpl);
-    if (!mkdtemp(cli_tmp)) {
-        printf("cannot make a temporary directory\n0 passed, 1 failed\n");
-        return false;
-    }
-    return true;
+    return test_tmpdir_make(cli_tmp, sizeof cli_tmp, tmpl);
 }
 
 /* Removes the temporary directory; false if that failed. */
-TEST__FN bool cli_cleanup(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", cli_tmp);
-    return system(cmd) == 0;
-}
+TEST__FN bool cli_cleanup(void) { return test_tmpdir_remove(cli_tmp); }
 
 /* "TMP/name" in one of 4 rotating buffers: valid until the 4th cli_path() call after (the other
  * helpers do not use them). */

@@ -8,6 +8,7 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,6 +115,24 @@ TEST__FN int test_run_all(const test_case *cases, size_t n) {
 }
 
 #define TEST_RUN_ALL(cases) test_run_all((cases), sizeof(cases) / sizeof((cases)[0]))
+
+/* Makes a temporary directory from tmpl (ending in XXXXXX) into dir[n]. On failure prints why, as
+ * a failed run, and returns false. */
+TEST__FN bool test_tmpdir_make(char *dir, size_t n, const char *tmpl) {
+    snprintf(dir, n, "%s", tmpl);
+    if (!mkdtemp(dir)) {
+        printf("cannot make a temporary directory from %s\n0 passed, 1 failed\n", tmpl);
+        return false;
+    }
+    return true;
+}
+
+/* Removes a temporary directory and what it holds; false if that failed. */
+TEST__FN bool test_tmpdir_remove(const char *dir) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    return system(cmd) == 0;
+}
 
 /* Loads specs/ops.json (tests run from the repository root). On failure prints the reason and the
  * summary line of one failed case, and returns false. Free *spec with un_spec_free. */

@@ -322,11 +322,8 @@ done:
 int main(void) {
     if (!test_spec_load(&spec))
         return 1;
-    snprintf(dir, sizeof dir, "/tmp/test_flexflow.XXXXXX");
-    if (!mkdtemp(dir)) {
-        printf("mkdtemp failed\n0 passed, 1 failed\n");
+    if (!test_tmpdir_make(dir, sizeof dir, "/tmp/test_flexflow.XXXXXX"))
         return 1;
-    }
     static const test_case cases[] = {
         {"real_file", test_real_file},
         {"round_trip", test_round_trip},
@@ -336,9 +333,7 @@ int main(void) {
         {"import_db", test_import_db},
     };
     int rc = TEST_RUN_ALL(cases);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
+    if (!test_tmpdir_remove(dir))
         rc = 1;
     un_spec_free(spec);
     return rc;

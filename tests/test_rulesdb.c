@@ -836,11 +836,8 @@ int main(void) {
         return 1;
     }
     un_ctx_free(ctx);
-    snprintf(dir, sizeof dir, "/tmp/test_rulesdb.XXXXXX");
-    if (!mkdtemp(dir)) {
-        printf("mkdtemp failed\n0 passed, 1 failed\n");
+    if (!test_tmpdir_make(dir, sizeof dir, "/tmp/test_rulesdb.XXXXXX"))
         return 1;
-    }
     static const test_case cases[] = {
         {"create_insert_get", test_create_insert_get},
         {"verdicts_and_trust", test_verdicts_and_trust},
@@ -857,9 +854,7 @@ int main(void) {
         {"kill_writer", test_kill_writer},
     };
     int rc = TEST_RUN_ALL(cases);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
+    if (!test_tmpdir_remove(dir))
         rc = 1;
     un_spec_free(spec);
     un_spec_free(spec2);
