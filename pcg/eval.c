@@ -230,25 +230,6 @@ static void eval_parallel(un_op op, un_dom dom, int64_t k, const un_ptensor *in,
 
 /* ---- regular operators: one kernel call per device ---- */
 
-/* The piece of tensor t (an input, or an output if is_out) that device u (one index per applied
- * rule) works on: each rule's index is a mixed-radix digit of the component it touches. */
-static void locate(const un_rule_use *uses, int n_uses, const int32_t *u, bool is_out, int t,
-                   int32_t *block, int32_t *sum, int32_t *copy) {
-    memset(block, 0, sizeof(int32_t) * UN_MAX_DIMS);
-    *sum = 0;
-    *copy = 0;
-    for (int j = 0; j < n_uses; j++) {
-        int c = is_out ? uses[j].out_comp[t] : uses[j].in_comp[t];
-        int32_t k = uses[j].degree;
-        if (c == UN_COMP_SUM_AT)
-            *sum = *sum * k + u[j];
-        else if (c == UN_COMP_COPY_AT)
-            *copy = *copy * k + u[j];
-        else
-            block[c] = block[c] * k + u[j];
-    }
-}
-
 static void make_block(const un_shape *s, const int32_t *blk, un_val *data, un_block *b) {
     memset(b, 0, sizeof *b);
     b->rank = s->rank;
@@ -293,11 +274,11 @@ un_status un_eval_op(un_ctx *ctx, const un_spec *spec, un_op op, const un_param 
     for (;;) {
         int32_t blk[UN_MAX_DIMS], sum, copy;
         for (int t = 0; t < n_in; t++) {
-            locate(inf->uses, inf->n_uses, u, false, t, blk, &sum, &copy);
+            un_infer_piece(inf, u, false, t, blk, &sum, &copy);
             make_block(&in[t].shape, blk, un_ptensor_piece(&in[t], blk, sum, copy), &ib[t]);
         }
         for (int o = 0; o < inf->n_out; o++) {
-            locate(inf->uses, inf->n_uses, u, true, o, blk, &sum, &copy);
+            un_infer_piece(inf, u, true, o, blk, &sum, &copy);
             make_block(&out[o].shape, blk, un_ptensor_piece(&out[o], blk, sum, copy), &ob[o]);
         }
         if ((st = un__kernel_run(ctx, &a)) != UN_OK)

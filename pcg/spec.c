@@ -1750,6 +1750,24 @@ static un_status source_layout(un_ctx *ctx, const un_op_spec *os, const un_param
     return UN_OK;
 }
 
+void un_infer_piece(const un_infer *inf, const int32_t *u, bool is_out, int t, int32_t *block,
+                    int32_t *sum, int32_t *copy) {
+    memset(block, 0, sizeof(int32_t) * UN_MAX_DIMS);
+    *sum = 0;
+    *copy = 0;
+    for (int j = 0; j < inf->n_uses; j++) {
+        const un_rule_use *use = &inf->uses[j];
+        int c = is_out ? use->out_comp[t] : use->in_comp[t];
+        int32_t k = use->degree;
+        if (c == UN_COMP_SUM_AT)
+            *sum = *sum * k + u[j];
+        else if (c == UN_COMP_COPY_AT)
+            *copy = *copy * k + u[j];
+        else
+            block[c] = block[c] * k + u[j];
+    }
+}
+
 un_status un_spec_infer(un_ctx *ctx, const un_spec *spec, un_op op, const un_param *params,
                         const un_shape *in, int n_in, const char *label, un_infer *out) {
     memset(out, 0, sizeof *out);

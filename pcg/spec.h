@@ -244,6 +244,14 @@ typedef struct un_infer {
 un_status un_spec_infer(un_ctx *ctx, const un_spec *spec, un_op op, const un_param *params,
                         const un_shape *in, int n_in, const char *label, un_infer *out);
 
+/* The piece of tensor t (input t, or output t when is_out) that device tuple u works on when an op
+ * runs under the applied rules inf->uses: u holds one index per applied rule, and each index is a
+ * mixed-radix digit of the layout component its rule touches. Writes the block index per dim, the
+ * partial-sum index and the copy index. The reference evaluator and the runtime both place pieces
+ * this way. */
+void un_infer_piece(const un_infer *inf, const int32_t *u, bool is_out, int t, int32_t *block,
+                    int32_t *sum, int32_t *copy);
+
 /* Multiplies into the input layouts `in` what sharding rule `rule` (-1: the implicit copy rule)
  * with foreach value fe and degree k requires of them: one layout the rule accepts. UN_ERR_SHAPE
  * when the rule does not apply (its conditions fail or a dim does not divide). */

@@ -100,24 +100,6 @@ static void local_dims(const un_shape *s, int64_t *dim) {
         dim[i] = s->dim[i] / s->shard[i];
 }
 
-/* Same as pcg/eval.c: the piece of tensor t that device tuple u works on. */
-static void locate(const un_rule_use *uses, int n_uses, const int32_t *u, bool is_out, int t,
-                   int32_t *block, int32_t *sum, int32_t *copy) {
-    memset(block, 0, sizeof(int32_t) * UN_MAX_DIMS);
-    *sum = 0;
-    *copy = 0;
-    for (int j = 0; j < n_uses; j++) {
-        int c = is_out ? uses[j].out_comp[t] : uses[j].in_comp[t];
-        int32_t k = uses[j].degree;
-        if (c == UN_COMP_SUM_AT)
-            *sum = *sum * k + u[j];
-        else if (c == UN_COMP_COPY_AT)
-            *copy = *copy * k + u[j];
-        else
-            block[c] = block[c] * k + u[j];
-    }
-}
-
 static un_kt make_kt(const xt *t, void *data) {
     un_kt k;
     memset(&k, 0, sizeof k);
@@ -241,16 +223,16 @@ static un_status plan_regular(un_ctx *ctx, un_exec *ex, const un_node *nd, xnode
     int32_t *dev = un_xcalloc((size_t)ntup, sizeof *dev);
     memset(u, 0, sizeof u);
     for (int64_t q = 0; q < ntup; q++) {
-        locate(inf->uses, inf->n_uses, u, true, 0, blk, &sum, &copy);
+        un_infer_piece(inf, u, true, 0, blk, &sum, &copy);
         int d = (int)(piece_index(&xn->outs[0].shape, blk, sum, copy) % ex->size);
         dev[q] = d;
         for (int o = 0; o < xn->n_out; o++) {
-            locate(inf->uses, inf->n_uses, u, true, o, blk, &sum, &copy);
+            un_infer_piece(inf, u, true, o, blk, &sum, &copy);
             xn->outs[o].owner[piece_index(&xn->outs[o].shape, blk, sum, copy)] = d;
         }
         for (int t = 0; t < nd->n_in; t++) {
             xt *src = input_tensor(ex, nd, t);
-            locate(inf->uses, inf->n_uses, u, false, t, blk, &sum, &copy);
+            un_infer_piece(inf, u, false, t, blk, &sum, &copy);
             need_piece(xn, src, t, piece_index(&src->shape, blk, sum, copy), d, &cap);
         }
         for (int j = inf->n_uses - 1; j >= 0 && ++u[j] == inf->uses[j].degree; j--)
@@ -265,7 +247,7 @@ static un_status plan_regular(un_ctx *ctx, un_exec *ex, const un_node *nd, xnode
             rtask *tk = &xn->tasks[xn->n_task++];
             for (int o = 0; o < xn->n_out && st == UN_OK; o++) {
                 xt *ot = &xn->outs[o];
-                locate(inf->uses, inf->n_uses, u, true, o, blk, &sum, &copy);
+                un_infer_piece(inf, u, true, o, blk, &sum, &copy);
                 int64_t p = piece_index(&ot->shape, blk, sum, copy);
                 if ((st = piece_alloc(ctx, ex, ot, p)) != UN_OK)
                     break;
@@ -274,7 +256,7 @@ static un_status plan_regular(un_ctx *ctx, un_exec *ex, const un_node *nd, xnode
             }
             for (int t = 0; t < nd->n_in && st == UN_OK; t++) {
                 xt *src = input_tensor(ex, nd, t);
-                locate(inf->uses, inf->n_uses, u, false, t, blk, &sum, &copy);
+                un_infer_piece(inf, u, false, t, blk, &sum, &copy);
                 int64_t p = piece_index(&src->shape, blk, sum, copy);
                 int xi = -1;
                 for (int i = 0; i < xn->n_xfer; i++)
