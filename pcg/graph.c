@@ -774,6 +774,18 @@ un_status un_graph_add_input_shape(un_ctx *ctx, un_graph *g, const char *name, u
     return un_graph_add(ctx, g, op, p, NULL, 0, name, out);
 }
 
+un_status un_graph_add_parallel(un_ctx *ctx, un_graph *g, un_op op, un_ref in, int64_t dim,
+                                int64_t degree, const char *name, int32_t *out) {
+    if ((unsigned)op >= UN_OP_COUNT || un_op_kind_of(op) != UN_OPK_PARALLEL) {
+        if (out)
+            *out = -1;
+        return un_ctx_error(ctx, UN_ERR_INVALID, "%s: not a parallel op", name ? name : "node");
+    }
+    un_param p[UN_MAX_PARAMS];
+    un_spec_parallel_params(g->spec, op, dim, degree, p);
+    return un_graph_add(ctx, g, op, p, &in, 1, name, out);
+}
+
 un_status un_graph_set_outputs(un_ctx *ctx, un_graph *g, const un_ref *outs, int n) {
     if (n < 0 || (n > 0 && !outs))
         return un_ctx_error(ctx, UN_ERR_INVALID, "set_outputs: %d outputs", n);

@@ -12,18 +12,6 @@ const char *un_sample_strategy_name(un_sample_strategy s) {
     return (unsigned)s < UN_SAMPLE_COUNT ? names[s] : "?";
 }
 
-static un_status add_par(un_ctx *ctx, un_graph *g, un_op op, int32_t in, int64_t dim,
-                         int32_t degree, const char *name, int32_t *out) {
-    const un_op_spec *os = un_spec_op(un_graph_spec(g), op);
-    un_param p[UN_MAX_PARAMS];
-    un_spec_param_defaults(os, p);
-    int pd = un_spec_param_index(os, "dim");
-    if (pd >= 0)
-        p[pd].v[0] = dim;
-    p[un_spec_param_index(os, "degree")].v[0] = degree;
-    return un_graph_add(ctx, g, op, p, (un_ref[]){{in, 0}}, 1, name, out);
-}
-
 static un_status add_linear(un_ctx *ctx, un_graph *g, int32_t x, int32_t w, bool relu,
                             const char *name, int32_t *out) {
     const un_op_spec *os = un_spec_op(un_graph_spec(g), UN_OP_LINEAR);
@@ -61,31 +49,39 @@ un_status un_sample_mlp(un_ctx *ctx, const un_spec *spec, un_sample_mlp_cfg c, u
             goto fail;
         break;
     case UN_SAMPLE_DATA: /* partition the batch, replicate the weights, combine the result */
-        if ((st = add_par(ctx, g, UN_OP_PARTITION, x, 0, degree, "x_split", &a)) != UN_OK)
+        if ((st = un_graph_add_parallel(ctx, g, UN_OP_PARTITION, (un_ref){x, 0}, 0, degree,
+                                        "x_split", &a)) != UN_OK)
             goto fail;
-        if ((st = add_par(ctx, g, UN_OP_REPLICATE, w1, 0, degree, "w1_copies", &b)) != UN_OK)
+        if ((st = un_graph_add_parallel(ctx, g, UN_OP_REPLICATE, (un_ref){w1, 0}, 0, degree,
+                                        "w1_copies", &b)) != UN_OK)
             goto fail;
         if ((st = add_linear(ctx, g, a, b, true, "fc1", &h)) != UN_OK)
             goto fail;
-        if ((st = add_par(ctx, g, UN_OP_REPLICATE, w2, 0, degree, "w2_copies", &b)) != UN_OK)
+        if ((st = un_graph_add_parallel(ctx, g, UN_OP_REPLICATE, (un_ref){w2, 0}, 0, degree,
+                                        "w2_copies", &b)) != UN_OK)
             goto fail;
         if ((st = add_linear(ctx, g, h, b, false, "fc2", &r)) != UN_OK)
             goto fail;
-        if ((st = add_par(ctx, g, UN_OP_COMBINE, r, 0, degree, "y", &y)) != UN_OK)
+        if ((st = un_graph_add_parallel(ctx, g, UN_OP_COMBINE, (un_ref){r, 0}, 0, degree, "y",
+                                        &y)) != UN_OK)
             goto fail;
         break;
     case UN_SAMPLE_TENSOR: /* column split of w1, row split of w2, reduce the partial sums */
-        if ((st = add_par(ctx, g, UN_OP_REPLICATE, x, 0, degree, "x_copies", &a)) != UN_OK)
+        if ((st = un_graph_add_parallel(ctx, g, UN_OP_REPLICATE, (un_ref){x, 0}, 0, degree,
+                                        "x_copies", &a)) != UN_OK)
             goto fail;
-        if ((st = add_par(ctx, g, UN_OP_PARTITION, w1, 1, degree, "w1_cols", &b)) != UN_OK)
+        if ((st = un_graph_add_parallel(ctx, g, UN_OP_PARTITION, (un_ref){w1, 0}, 1, degree,
+                                        "w1_cols", &b)) != UN_OK)
             goto fail;
         if ((st = add_linear(ctx, g, a, b, true, "fc1", &h)) != UN_OK)
             goto fail;
-        if ((st = add_par(ctx, g, UN_OP_PARTITION, w2, 0, degree, "w2_rows", &b)) != UN_OK)
+        if ((st = un_graph_add_parallel(ctx, g, UN_OP_PARTITION, (un_ref){w2, 0}, 0, degree,
+                                        "w2_rows", &b)) != UN_OK)
             goto fail;
         if ((st = add_linear(ctx, g, h, b, false, "fc2", &r)) != UN_OK)
             goto fail;
-        if ((st = add_par(ctx, g, UN_OP_REDUCE, r, 0, degree, "y", &y)) != UN_OK)
+        if ((st = un_graph_add_parallel(ctx, g, UN_OP_REDUCE, (un_ref){r, 0}, 0, degree, "y",
+                                        &y)) != UN_OK)
             goto fail;
         break;
     default:

@@ -1750,6 +1750,18 @@ static un_status source_layout(un_ctx *ctx, const un_op_spec *os, const un_param
     return UN_OK;
 }
 
+void un_spec_parallel_params(const un_spec *spec, un_op op, int64_t dim, int64_t degree,
+                             un_param *p) {
+    const un_op_spec *os = un_spec_op(spec, op);
+    memset(p, 0, sizeof(un_param) * UN_MAX_PARAMS);
+    un_spec_param_defaults(os, p);
+    int pd = un_spec_param_index(os, "dim"), pk = un_spec_param_index(os, "degree");
+    if (pd >= 0)
+        p[pd].v[0] = dim;
+    UN_ASSERT(pk >= 0);
+    p[pk].v[0] = degree;
+}
+
 void un_infer_piece(const un_infer *inf, const int32_t *u, bool is_out, int t, int32_t *block,
                     int32_t *sum, int32_t *copy) {
     memset(block, 0, sizeof(int32_t) * UN_MAX_DIMS);

@@ -244,6 +244,11 @@ typedef struct un_infer {
 un_status un_spec_infer(un_ctx *ctx, const un_spec *spec, un_op op, const un_param *params,
                         const un_shape *in, int n_in, const char *label, un_infer *out);
 
+/* Parameters of parallel op `op` (partition, combine, replicate, reduce): defaults, then its dim
+ * (ops that have one) and its degree. p has UN_MAX_PARAMS entries. */
+void un_spec_parallel_params(const un_spec *spec, un_op op, int64_t dim, int64_t degree,
+                             un_param *p);
+
 /* The piece of tensor t (input t, or output t when is_out) that device tuple u works on when an op
  * runs under the applied rules inf->uses: u holds one index per applied rule, and each index is a
  * mixed-radix digit of the layout component its rule touches. Writes the block index per dim, the

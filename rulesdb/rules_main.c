@@ -589,11 +589,8 @@ static un_status bench_rule(un_ctx *ctx, const un_spec *spec, int64_t i, un_rule
     int dim = c < 8 ? c / 4 : c - 8;
     bool binary = c >= 8;
     un_op u = unary[c % 4];
-    const un_op_spec *ps = un_spec_op(spec, UN_OP_PARTITION);
     un_param p[UN_MAX_PARAMS];
-    un_spec_param_defaults(ps, p);
-    p[un_spec_param_index(ps, "dim")] = un_param_int(dim);
-    p[un_spec_param_index(ps, "degree")] = un_param_int(k);
+    un_spec_parallel_params(spec, UN_OP_PARTITION, dim, k, p);
     un_graph *g[2] = {un_graph_new(spec), un_graph_new(spec)};
     un_ref outs[2];
     un_status st = UN_OK;

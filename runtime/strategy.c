@@ -5,30 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static un_status add_par(un_ctx *ctx, un_graph *g, un_op op, un_ref in, int64_t dim, int32_t degree,
-                         const char *name, int32_t *out) {
-    const un_op_spec *os = un_spec_op(un_graph_spec(g), op);
-    un_param p[UN_MAX_PARAMS];
-    memset(p, 0, sizeof p);
-    un_spec_param_defaults(os, p);
-    int pd = un_spec_param_index(os, "dim");
-    if (pd >= 0)
-        p[pd].v[0] = dim;
-    p[un_spec_param_index(os, "degree")].v[0] = degree;
-    return un_graph_add(ctx, g, op, p, &in, 1, name, out);
-}
-
 /* Whether a parallel op applies to a tensor of shape s (inference without a message). */
 static bool par_ok(const un_spec *spec, un_op op, const un_shape *s, int64_t dim, int32_t k,
                    un_shape *res) {
-    const un_op_spec *os = un_spec_op(spec, op);
     un_param p[UN_MAX_PARAMS];
-    memset(p, 0, sizeof p);
-    un_spec_param_defaults(os, p);
-    int pd = un_spec_param_index(os, "dim");
-    if (pd >= 0)
-        p[pd].v[0] = dim;
-    p[un_spec_param_index(os, "degree")].v[0] = k;
+    un_spec_parallel_params(spec, op, dim, k, p);
     un_infer inf;
     if (un_spec_infer(NULL, spec, op, p, s, 1, NULL, &inf) != UN_OK)
         return false;
@@ -62,7 +43,8 @@ static un_status get_ser(dp_state *s, un_ref r, un_ref *out) {
         if (r.out)
             snprintf(nm + strlen(nm), sizeof nm - strlen(nm), "%d", r.out);
         int32_t id;
-        un_status st = add_par(s->ctx, s->ng, UN_OP_COMBINE, s->par[k], 0, s->d, nm, &id);
+        un_status st =
+            un_graph_add_parallel(s->ctx, s->ng, UN_OP_COMBINE, s->par[k], 0, s->d, nm, &id);
         if (st != UN_OK)
             return st;
         s->ser[k] = (un_ref){id, 0};
@@ -100,7 +82,8 @@ static un_status get_par(dp_state *s, un_ref r, un_ref *out) {
         if (r.out)
             snprintf(nm + strlen(nm), sizeof nm - strlen(nm), "%d", r.out);
         int32_t id;
-        st = add_par(s->ctx, s->ng, w ? UN_OP_REPLICATE : UN_OP_PARTITION, src, 0, s->d, nm, &id);
+        st = un_graph_add_parallel(s->ctx, s->ng, w ? UN_OP_REPLICATE : UN_OP_PARTITION, src, 0,
+                                   s->d, nm, &id);
         if (st != UN_OK)
             return st;
         s->par[k] = (un_ref){id, 0};
