@@ -410,8 +410,11 @@ static double numeric_grad(un_ctx *ctx, inst *t, const un_kexec *ex, double **r,
     return (f[0] - 8 * f[1] + 8 * f[2] - f[3]) / (12 * h);
 }
 
+/* Relative 1e-6, with an absolute floor of 1e-7: the 4-point difference of a loss summed over a
+ * few thousand outputs carries about that much rounding (BLAS kernels differ in summation order
+ * between machines). A planted error of 1e-4 stays far above it. */
 static bool grad_close(double a, double n) {
-    return fabs(a - n) <= 1e-6 * fmax(1e-2, fabs(a) + fabs(n));
+    return fabs(a - n) <= 1e-6 * fmax(1e-1, fabs(a) + fabs(n));
 }
 
 /* The elements of an input the gradient check looks at: all of up to 48, else every step-th. */
