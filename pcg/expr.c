@@ -5,24 +5,6 @@
 #include <stdio.h>
 #include <string.h>
 
-un_param un_param_int(int64_t v) {
-    un_param p;
-    memset(&p, 0, sizeof p);
-    p.len = -1;
-    p.v[0] = v;
-    return p;
-}
-
-bool un_param_eq(const un_param *a, const un_param *b) {
-    if (a->len != b->len)
-        return false;
-    int n = a->len < 0 ? 1 : a->len;
-    for (int i = 0; i < n; i++)
-        if (a->v[i] != b->v[i])
-            return false;
-    return true;
-}
-
 /* ---- parser ---- */
 
 typedef struct {

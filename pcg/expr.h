@@ -13,16 +13,7 @@
 #ifndef UN_EXPR_H
 #define UN_EXPR_H
 
-#include "pcg/shape.h"
-
-/* A parameter value: a scalar (len == -1, value in v[0]) or a list of up to UN_MAX_DIMS ints. */
-typedef struct un_param {
-    int32_t len;
-    int64_t v[UN_MAX_DIMS];
-} un_param;
-
-un_param un_param_int(int64_t v);
-bool un_param_eq(const un_param *a, const un_param *b);
+#include "pcg/op.h"
 
 typedef enum {
     UN_EX_INT,      /* value */

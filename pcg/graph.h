@@ -15,8 +15,8 @@
 #ifndef UN_GRAPH_H
 #define UN_GRAPH_H
 
+#include "pcg/infer.h"
 #include "pcg/json.h"
-#include "pcg/spec.h"
 
 typedef struct un_ref {
     int32_t node; /* producing node */

@@ -13,7 +13,7 @@
 #ifndef UN_KERNELS_H
 #define UN_KERNELS_H
 
-#include "pcg/spec.h" /* un_op, un_param, UN_MAX_*; pcg/shape.h: un_dtype, UN_MAX_DIMS */
+#include "pcg/op.h" /* un_op, un_param, UN_MAX_*; pcg/shape.h: un_dtype, UN_MAX_DIMS */
 
 typedef enum { UN_PREC_F32, UN_PREC_F64 } un_prec; /* element type of FLOAT tensors */
 
