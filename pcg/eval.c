@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pcg/kernels.h"
+
 /* ---- parallel tensor values ---- */
 
 static un_status check_size(un_ctx *ctx, const un_shape *shape) {
@@ -163,17 +165,6 @@ bool un_dense_equal(un_dom dom, const un_val *a, const un_val *b, int64_t n, dou
     }
     return true;
 }
-
-/* ---- kernel parameters ---- */
-
-const un_param *un_kargs_param(const un_kargs *a, const char *name) {
-    int i = un_spec_param_index(a->spec, name);
-    if (i < 0)
-        un_abort(__FILE__, __LINE__, name);
-    return &a->params[i];
-}
-
-int64_t un_kargs_int(const un_kargs *a, const char *name) { return un_kargs_param(a, name)->v[0]; }
 
 /* ---- parallel operators ---- */
 

@@ -49,37 +49,6 @@ void un_ptensor_random_dense(un_dom dom, un_dtype dtype, int64_t range, int64_t 
 bool un_dense_equal(un_dom dom, const un_val *a, const un_val *b, int64_t n, double tol,
                     int64_t *where);
 
-/* ---- kernels (pcg/kernels.c) ---- */
-
-/* One piece of a tensor as a kernel sees it. */
-typedef struct un_block {
-    int32_t rank;
-    un_dtype dtype;
-    int64_t dim[UN_MAX_DIMS];  /* local sizes */
-    int64_t off[UN_MAX_DIMS];  /* global offset of this piece in each dim */
-    int64_t full[UN_MAX_DIMS]; /* logical sizes */
-    un_val *data;              /* row-major, prod(dim) values */
-} un_block;
-
-typedef struct un_kargs {
-    un_dom dom;
-    un_op op;
-    const un_op_spec *spec;
-    const un_param *params; /* the per-piece op's parameters (after sharding-rule rewrites) */
-    uint64_t salt;          /* per-operator seed for field surrogates */
-    int n_in;
-    const un_block *in;
-    int n_out;
-    un_block *out; /* shapes set, data zeroed */
-} un_kargs;
-
-/* Value of the named parameter (scalar) / list parameter; asserts the name exists. */
-int64_t un_kargs_int(const un_kargs *a, const char *name);
-const un_param *un_kargs_param(const un_kargs *a, const char *name);
-
-/* Runs one regular op on one piece of each input; a switch over the op. */
-un_status un__kernel_run(un_ctx *ctx, const un_kargs *a);
-
 /* ---- evaluation ---- */
 
 /* Runs a regular or parallel op on parallel tensor values. out[] are initialised by the call

@@ -7,7 +7,18 @@
 #include <math.h>
 #include <string.h>
 
-#include "pcg/eval.h"
+#include "pcg/kernels.h"
+
+/* ---- kernel parameters ---- */
+
+const un_param *un_kargs_param(const un_kargs *a, const char *name) {
+    int i = un_spec_param_index(a->spec, name);
+    if (i < 0)
+        un_abort(__FILE__, __LINE__, name);
+    return &a->params[i];
+}
+
+int64_t un_kargs_int(const un_kargs *a, const char *name) { return un_kargs_param(a, name)->v[0]; }
 
 /* ---- small helpers --------------------------------------------------------------------------- */
 
