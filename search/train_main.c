@@ -1,4 +1,5 @@
-/* train_main.c - `unity-train`: parses the flags and calls un_train_run (runtime/train.h). */
+/* train_main.c - `unity-train`: parses the flags and calls un_train_run (runtime/train.h). It lives in
+ * search/ because the binary is the search plus the runtime; runtime/ never depends on search/. */
 #include <stdio.h>
 #include <string.h>
 
