@@ -123,9 +123,8 @@ static un_status copy_side(un_ctx *ctx, const un_graph *g, side_copy *sc, un_gra
         if ((st = un_graph_add(ctx, ng, nd->op, p, in, nd->n_in, sc->names[v], &sc->new_id[v])) !=
             UN_OK)
             goto fail;
-        if (sc->cvals &&
-            (st = cond_check_node(ctx, sc->r, sc->side, v, ng, sc->new_id[v], sc->cvals)) !=
-                UN_OK) {
+        if (sc->cvals && (st = cond_check_node(ctx, sc->r, sc->side, v, ng, sc->new_id[v],
+                                               sc->cvals)) != UN_OK) {
             sc->cond_failed = true;
             goto fail;
         }
@@ -669,7 +668,7 @@ typedef struct dreq {
     dinfo at;
 } dreq;
 
-#define DI(n, o, j) (((size_t)(n) * UN_MAX_OUTPUTS + (size_t)(o)) * UN_MAX_DIMS + (size_t)(j))
+#define DI(n, o, j) (((size_t)(n)*UN_MAX_OUTPUTS + (size_t)(o)) * UN_MAX_DIMS + (size_t)(j))
 
 /* Which input dim an output dim of a regular op is a copy of: input *t, dim *j; false if none. */
 static bool out_dim_source(const un_graph *g, const un_node *nd, int o, int e, int *t, int *j) {
@@ -679,8 +678,12 @@ static bool out_dim_source(const un_graph *g, const un_node *nd, int o, int e, i
     for (int i = 0; i < nd->n_in; i++)
         ins[i] = un_graph_shape(g, nd->in[i]);
     int64_t vars[UN_VAR_COUNT] = {1, 0, o};
-    un_expr_env env = {.params = nd->params, .n_params = os->n_params, .vars = vars,
-                       .n_vars = UN_VAR_COUNT, .in = ins, .n_in = nd->n_in};
+    un_expr_env env = {.params = nd->params,
+                       .n_params = os->n_params,
+                       .vars = vars,
+                       .n_vars = UN_VAR_COUNT,
+                       .in = ins,
+                       .n_in = nd->n_in};
     const un_expr *val = NULL;
     if (sp->like >= 0) {
         int rank = ins[sp->like]->rank, src = e;
@@ -735,13 +738,16 @@ static void side_reqs(const un_rule *r, int side, dinfo *di, dreq *reqs, int *n_
             const un_shape *sh = &nd->inf.out[o];
             for (int e = 0; e < sh->rank; e++) {
                 dinfo *d = &di[DI(id, o, e)];
-                *d = (dinfo){.side = (int8_t)side, .node = id, .out = (int8_t)o, .dim = (int8_t)e,
+                *d = (dinfo){.side = (int8_t)side,
+                             .node = id,
+                             .out = (int8_t)o,
+                             .dim = (int8_t)e,
                              .m = mono_const(sh->shard[e])};
                 if (kind == UN_OPK_SOURCE) {
                     d->side = UN_RULE_SRC;
                     d->node = side ? un_graph_find(r->src, nd->name) : id;
-                    d->m = param_mono(r, side, id, un_spec_param_index(os, "shard"), e,
-                                      sh->shard[e]);
+                    d->m =
+                        param_mono(r, side, id, un_spec_param_index(os, "shard"), e, sh->shard[e]);
                 } else if (kind == UN_OPK_PARALLEL) {
                     *d = di[DI(nd->in[0].node, nd->in[0].out, e)];
                     int ip = un_spec_param_index(os, "dim"), ig = un_spec_param_index(os, "degree");
@@ -817,8 +823,8 @@ un_status un_rule_conds_compute(un_ctx *ctx, un_rule *r) {
         if (n == UN_RULE_MAX_CONDS)
             return un_ctx_error(ctx, UN_ERR_INVALID, "rule: more than %d side conditions",
                                 UN_RULE_MAX_CONDS);
-        cs[n] = (un_rule_cond){.side = t->side, .node = t->node, .out = t->out, .dim = t->dim,
-                               .coef = t->m.c};
+        cs[n] = (un_rule_cond){
+            .side = t->side, .node = t->node, .out = t->out, .dim = t->dim, .coef = t->m.c};
         memcpy(cs[n].exp, t->m.e, sizeof cs[n].exp);
         n++;
     }
@@ -840,8 +846,7 @@ static int64_t cond_value(const un_rule *r, const un_rule_cond *c, const int64_t
     return m;
 }
 
-bool un_rule_cond_holds(const un_rule *r, const un_rule_cond *c, const int64_t *values,
-                        int64_t d) {
+bool un_rule_cond_holds(const un_rule *r, const un_rule_cond *c, const int64_t *values, int64_t d) {
     int64_t m = cond_value(r, c, values);
     return m > 0 && d % m == 0;
 }
@@ -882,9 +887,9 @@ static un_status cond_check_node(un_ctx *ctx, const un_rule *r, int side, int32_
         un_buf_printf(&b, " fails at");
         for (int a = 0; a < r->n_vars; a++)
             un_buf_printf(&b, "%s %s=%lld", a ? "," : "", r->vars[a].name, (long long)vals[a]);
-        un_status st = un_ctx_error(ctx, UN_ERR_SHAPE, "side condition %s%s: the dim is %lld",
-                                    b.data ? b.data : "", r->n_vars ? "" : " the witness",
-                                    (long long)d);
+        un_status st =
+            un_ctx_error(ctx, UN_ERR_SHAPE, "side condition %s%s: the dim is %lld",
+                         b.data ? b.data : "", r->n_vars ? "" : " the witness", (long long)d);
         un_buf_free(&b);
         return st;
     }

@@ -244,9 +244,10 @@ static int cmd_show(un_ctx *ctx, const un_spec *spec, const opts *o) {
             for (int c = 0; c < r->n_conds; c++) {
                 un_buf_printf(&b, "%s", c ? "          " : "if        ");
                 un_rule_cond_str(r, &r->conds[c], &b);
-                un_buf_printf(&b, "%s\n", c == 0 ? "   (side condition: the target needs it, "
-                                                    "the source does not give it)"
-                                                  : "");
+                un_buf_printf(&b, "%s\n",
+                              c == 0 ? "   (side condition: the target needs it, "
+                                       "the source does not give it)"
+                                     : "");
             }
             un_buf_printf(&b, "rule      ");
             un_rule_str(r, &b);

@@ -84,13 +84,14 @@ static const char *const rulesdb_migrations[] = {
      * columns (un_rowsum, registered on every connection); work claims of concurrent verifiers. */
     "ALTER TABLE rules ADD COLUMN conds TEXT;" /* the verified form's side conditions, readable */
     "ALTER TABLE rules ADD COLUMN row_sum INTEGER;"
-    "UPDATE rules SET row_sum = " ROW_SUM_OF("body_sum", "n_in", "n_src", "n_dst", "size", "ops",
-                                             "run", "conds") ";"
-    "CREATE TABLE claims ("
-    "  rule INTEGER PRIMARY KEY," /* a rule id being verified */
-    "  owner TEXT NOT NULL,"      /* host:pid:worker */
-    "  expires REAL NOT NULL);"   /* unix time; an expired claim is free again */
-    "PRAGMA user_version = 3;",
+    "UPDATE rules SET row_sum = " ROW_SUM_OF(
+        "body_sum", "n_in", "n_src", "n_dst", "size", "ops", "run",
+        "conds") ";"
+                 "CREATE TABLE claims ("
+                 "  rule INTEGER PRIMARY KEY," /* a rule id being verified */
+                 "  owner TEXT NOT NULL,"      /* host:pid:worker */
+                 "  expires REAL NOT NULL);"   /* unix time; an expired claim is free again */
+                 "PRAGMA user_version = 3;",
 };
 #define RULESDB_SCHEMA_VERSION ((int)(sizeof rulesdb_migrations / sizeof rulesdb_migrations[0]))
 
@@ -112,8 +113,8 @@ static const char *const rulesdb_migrations[] = {
       "INSERT INTO rules(hash, body, body_sum, n_in, n_src, n_dst, size, ops, status, detail, "    \
       "proof_ms, axioms, gen_spec, verify_spec, origin_kind, origin_file, origin_name, run, "      \
       "created, verified_at, conds, row_sum) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, "    \
-      "?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, "                                    \
-      ROW_SUM_OF("?3", "?4", "?5", "?6", "?7", "?8", "?18", "?21") ") ON CONFLICT DO NOTHING")     \
+      "?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, " ROW_SUM_OF(                        \
+          "?3", "?4", "?5", "?6", "?7", "?8", "?18", "?21") ") ON CONFLICT DO NOTHING")            \
     X(RULE_BY_HASH, "SELECT id FROM rules WHERE hash = ?1")                                        \
     X(RULE_BY_ORIGIN, "SELECT id FROM rules WHERE hash IS NULL AND origin_file IS ?1 "             \
                       "AND origin_name IS ?2")                                                     \
@@ -126,15 +127,16 @@ static const char *const rulesdb_migrations[] = {
                 "ORDER BY id LIMIT ?10")                                                           \
     X(RULE_VERDICT, "UPDATE rules SET status = ?2, detail = ?3, proof_ms = ?4, axioms = ?5, "      \
                     "verify_spec = ?6, verified_at = ?7 WHERE id = ?1 AND status != 'rejected'")   \
-    X(RULE_BODY, "UPDATE rules SET body = ?2, body_sum = ?3, conds = ?4, row_sum = "               \
-                 ROW_SUM_OF("?3", "n_in", "n_src", "n_dst", "size", "ops", "run", "?4")            \
-                 " WHERE id = ?1")                                                                 \
+    X(RULE_BODY, "UPDATE rules SET body = ?2, body_sum = ?3, conds = ?4, row_sum = " ROW_SUM_OF(   \
+                     "?3", "n_in", "n_src", "n_dst", "size", "ops", "run", "?4") " WHERE id = ?1") \
     X(RULE_ROWSUM_OK, "SELECT row_sum IS " ROW_SUM_COLS ", n_in, size, conds FROM rules "          \
                       "WHERE id = ?1")                                                             \
+    X(RULE_SUMS_BAD, "SELECT id, count(*) OVER () FROM rules WHERE body_sum IS NOT "               \
+                     "un_bodysum(body) OR row_sum IS NOT " ROW_SUM_COLS " ORDER BY id LIMIT 1")    \
     X(CLAIM_EXPIRE, "DELETE FROM claims WHERE expires < ?1")                                       \
     X(CLAIM_FREE, "SELECT id FROM rules WHERE id > ?1 AND (?6 = 0 OR id % ?6 = ?7) "               \
                   "AND (?8 = 0 OR status IN ('candidate', 'unknown') "                             \
-                  "     OR (status = 'verified' AND verify_spec != ?9)) "                         \
+                  "     OR (status = 'verified' AND verify_spec != ?9)) "                          \
                   "AND (?11 = 0 OR verified_at IS NULL OR verified_at < ?11) "                     \
                   "AND id NOT IN (SELECT rule FROM claims) ORDER BY id LIMIT ?10")                 \
     X(CLAIM_ADD, "INSERT INTO claims(rule, owner, expires) VALUES (?1, ?2, ?3)")                   \
@@ -241,10 +243,24 @@ static void sql_rowsum(sqlite3_context *c, int argc, sqlite3_value **argv) {
     sqlite3_result_int64(c, u2i(h));
 }
 
+/* un_bodysum(body): body_sum of a stored body (NULL for NULL). */
+static void sql_bodysum(sqlite3_context *c, int argc, sqlite3_value **argv) {
+    (void)argc;
+    if (sqlite3_value_type(argv[0]) == SQLITE_NULL) {
+        sqlite3_result_null(c);
+        return;
+    }
+    const unsigned char *t = sqlite3_value_text(argv[0]);
+    size_t n = (size_t)sqlite3_value_bytes(argv[0]);
+    sqlite3_result_int64(c, u2i(body_sum(t ? (const char *)t : "", n)));
+}
+
 static int rowsum_register(sqlite3 *h) {
-    return sqlite3_create_function(h, "un_rowsum", 8,
-                                   SQLITE_UTF8 | SQLITE_DETERMINISTIC | SQLITE_DIRECTONLY, NULL,
-                                   sql_rowsum, NULL, NULL);
+    int fl = SQLITE_UTF8 | SQLITE_DETERMINISTIC | SQLITE_DIRECTONLY;
+    int rc = sqlite3_create_function(h, "un_rowsum", 8, fl, NULL, sql_rowsum, NULL, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_create_function(h, "un_bodysum", 1, fl, NULL, sql_bodysum, NULL, NULL);
+    return rc;
 }
 
 /* Converts a SQLite result code into a status with the connection's message (STYLE rule 12). */
@@ -1111,6 +1127,22 @@ un_status rulesdb_rule_set_verdict(un_ctx *ctx, rulesdb *db, int32_t id, const r
         st = batch_end(ctx, db, st);
     if (have_cols)
         rule_cols_free(&cols);
+    return st;
+}
+
+un_status rulesdb_check_sums(un_ctx *ctx, rulesdb *db) {
+    sqlite3_stmt *s = stmt_get(db, STMT_RULE_SUMS_BAD);
+    int rc = sqlite3_step(s);
+    un_status st = UN_OK;
+    if (rc == SQLITE_ROW)
+        st = un_ctx_error(ctx, UN_ERR_DB,
+                          "%s: rule %lld does not match its checksum (%lld damaged rows; "
+                          "unity-rules check lists them)",
+                          db->path, (long long)sqlite3_column_int64(s, 0),
+                          (long long)sqlite3_column_int64(s, 1));
+    else if (rc != SQLITE_DONE)
+        st = db_fail(ctx, db, rc, "checking row checksums");
+    sqlite3_reset(s);
     return st;
 }
 

@@ -60,7 +60,6 @@ static int64_t recheck_db(const char *db_path, bool recompute, int64_t *n_rules,
     return bad;
 }
 
-
 /* relu(x0) => combine[dim=1,degree=k](relu(partition[dim=1,degree=k](x0))) at x0 [2,4,4] (or the
  * source's layout on dim 2 as `shard`, with k bound there too: then k^2 must divide dim 2). */
 static un_rule *relu_rule(un_ctx *ctx, int dim, bool sharded_input) {
@@ -136,10 +135,11 @@ static void test_target_only_degree(void) {
     if (canon)
         expect_conds(canon, "k | dim 1 of x0");
     /* a condition naming a parameter the rule does not have, or no such node, is refused */
-    static const char *bad[] = {"{\"coef\": 1, \"pow\": {\"j\": 1}, \"of\": [\"src\", \"x0\", 0, 1]}",
-                                "{\"coef\": 1, \"of\": [\"src\", \"nope\", 0, 1]}",
-                                "{\"coef\": 0, \"of\": [\"src\", \"x0\", 0, 1]}",
-                                "{\"coef\": 1, \"of\": [\"src\", \"x0\", 0, 9]}"};
+    static const char *bad[] = {
+        "{\"coef\": 1, \"pow\": {\"j\": 1}, \"of\": [\"src\", \"x0\", 0, 1]}",
+        "{\"coef\": 1, \"of\": [\"src\", \"nope\", 0, 1]}",
+        "{\"coef\": 0, \"of\": [\"src\", \"x0\", 0, 1]}",
+        "{\"coef\": 1, \"of\": [\"src\", \"x0\", 0, 9]}"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         un_buf t = {0};
         EXPECT_OK(ctx, un_rule_to_json(ctx, r, &t));

@@ -584,8 +584,8 @@ static void test_derived_columns(void) {
     for (int i = 0; i < 5; i++) {
         un_rule *r = make_rule(i);
         EXPECT_OK(ctx, rulesdb_rule_insert(ctx, db, r, UN_RULE_CANDIDATE, NULL,
-                                           &(rulesdb_origin){.kind = "generated", .run = run},
-                                           NULL, NULL));
+                                           &(rulesdb_origin){.kind = "generated", .run = run}, NULL,
+                                           NULL));
         un_rule_free(r);
     }
     EXPECT_OK(ctx, rulesdb_commit(ctx, db));
@@ -594,8 +594,9 @@ static void test_derived_columns(void) {
     EXPECT_EQ(bad, 0);
     rulesdb_free(db);
     static const char *const edits[] = {
-        "UPDATE rules SET ops = 'relu' WHERE id = 1", "UPDATE rules SET size = size + 1 WHERE id = 2",
-        "UPDATE rules SET n_in = 7 WHERE id = 3", "UPDATE rules SET run = NULL WHERE id = 4",
+        "UPDATE rules SET ops = 'relu' WHERE id = 1",
+        "UPDATE rules SET size = size + 1 WHERE id = 2", "UPDATE rules SET n_in = 7 WHERE id = 3",
+        "UPDATE rules SET run = NULL WHERE id = 4",
         "UPDATE rules SET n_src = n_src + 1, size = size + 1 WHERE id = 5"};
     for (int e = 0; e < 5; e++) {
         EXPECT_OK(ctx, rulesdb__test_exec(ctx, path, edits[e]));

@@ -19,9 +19,13 @@ static const int64_t try_values[] = {0, 1, 2, 3, 4, 6, 8};
 #define N_TRY_VALUES ((int)(sizeof try_values / sizeof try_values[0]))
 
 un_runner_opts un_runner_opts_default(void) {
-    return (un_runner_opts){
-        .timeout_ms = 2000, .jobs = 1, .seed = 1234, .batch = 16, .shard_n = 0, .shard_i = 0,
-        .lease_s = 60};
+    return (un_runner_opts){.timeout_ms = 2000,
+                            .jobs = 1,
+                            .seed = 1234,
+                            .batch = 16,
+                            .shard_n = 0,
+                            .shard_i = 0,
+                            .lease_s = 60};
 }
 
 void un_rule_verdict_deinit(un_rule_verdict *v) {
@@ -379,8 +383,8 @@ typedef struct shared {
     int64_t n_ms;
     un_status st; /* first error */
     char err[768];
-    bool claims;     /* workers claim their rules in the database (not with --rule) */
-    double since;    /* unix time the run started: rules decided since are done */
+    bool claims;  /* workers claim their rules in the database (not with --rule) */
+    double since; /* unix time the run started: rules decided since are done */
     int n_workers;
 } shared;
 
@@ -443,8 +447,8 @@ static un_status next_rule(un_ctx *ctx, shared *sh, rulesdb *db, const char *own
         f.undecided_since = sh->since;
         int64_t others = 0;
         int batch = sh->o->batch > 0 ? sh->o->batch : 16;
-        un_status st = rulesdb_claim(ctx, db, &f, owner, sh->o->lease_s, batch, claimed,
-                                     n_claimed, &others);
+        un_status st =
+            rulesdb_claim(ctx, db, &f, owner, sh->o->lease_s, batch, claimed, n_claimed, &others);
         *at = 0;
         if (st != UN_OK)
             return st;
@@ -510,8 +514,8 @@ static void *worker(void *arg) {
         sh->stats.unknown += p->v.status == UN_RULE_UNKNOWN;
         sh->stats.any_shape += p->v.status == UN_RULE_VERIFIED && p->v.any_shape;
         sh->stats.generalized += p->v.status == UN_RULE_VERIFIED && p->v.n_new_vars > 0;
-        sh->stats.with_vars += p->v.status == UN_RULE_VERIFIED &&
-                               (p->v.general ? p->v.general->n_vars : had_vars) > 0;
+        sh->stats.with_vars +=
+            p->v.status == UN_RULE_VERIFIED && (p->v.general ? p->v.general->n_vars : had_vars) > 0;
         sh->ms[sh->n_ms++] = p->v.ms;
         sh->finished++;
         pthread_mutex_unlock(&sh->mu);
