@@ -723,6 +723,10 @@ void un_sim_report(const un_graph *g, const un_sim_result *r, const un_cost_mode
     }
     if (r->devices > 16)
         un_buf_printf(b, " ...");
+    double total = 0;
+    for (int d = 0; d < r->devices; d++)
+        total += r->mem[d];
+    un_buf_printf(b, "\nmemory, all devices: %.0f bytes", total);
     un_buf_printf(b, "\nlargest (device %d): weights ", r->worst);
     fmt_bytes(b, r->mem_weights);
     un_buf_printf(b, ", gradients ");
