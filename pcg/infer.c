@@ -676,9 +676,18 @@ un_status un_spec_infer(un_ctx *ctx, const un_spec *spec, un_op op, const un_par
 un_status un_spec_cost(un_ctx *ctx, const un_spec *spec, un_op op, const un_param *params,
                        const un_shape *in, int n_in, const un_infer *inf, double *flops,
                        double *bytes) {
+    double c[4];
+    un_status st = un_spec_cost_all(ctx, spec, op, params, in, n_in, inf, c);
+    *flops = st == UN_OK && c[0] > 0 ? c[0] : 0;
+    *bytes = st == UN_OK && c[1] > 0 ? c[1] : 0;
+    return st;
+}
+
+un_status un_spec_cost_all(un_ctx *ctx, const un_spec *spec, un_op op, const un_param *params,
+                           const un_shape *in, int n_in, const un_infer *inf, double *cost) {
     const un_op_spec *os = un_spec_op(spec, op);
-    *flops = 0;
-    *bytes = 0;
+    for (int i = 0; i < 4; i++)
+        cost[i] = -1;
     const un_shape *inp[UN_MAX_INPUTS], *outp[UN_MAX_OUTPUTS];
     un_shape lin[UN_MAX_INPUTS], lout[UN_MAX_OUTPUTS];
     for (int t = 0; t < n_in; t++) {
@@ -698,17 +707,15 @@ un_status un_spec_cost(un_ctx *ctx, const un_spec *spec, un_op op, const un_para
                        .n_in = n_in,
                        .out = outp,
                        .n_out = inf->n_out};
-    int64_t v;
-    un_status st;
-    if (os->flops) {
-        if ((st = un_expr_eval(ctx, os->flops, &env, &v)) != UN_OK)
+    const un_expr *e[4] = {os->flops, os->bytes, os->bwd_flops, os->bwd_bytes};
+    for (int i = 0; i < 4; i++) {
+        int64_t v;
+        un_status st;
+        if (!e[i])
+            continue;
+        if ((st = un_expr_eval(ctx, e[i], &env, &v)) != UN_OK)
             return st;
-        *flops = (double)v;
-    }
-    if (os->bytes) {
-        if ((st = un_expr_eval(ctx, os->bytes, &env, &v)) != UN_OK)
-            return st;
-        *bytes = (double)v;
+        cost[i] = (double)v;
     }
     return UN_OK;
 }

@@ -69,4 +69,9 @@ un_status un_spec_cost(un_ctx *ctx, const un_spec *spec, un_op op, const un_para
                        const un_shape *in, int n_in, const un_infer *inf, double *flops,
                        double *bytes);
 
+/* All four cost expressions (forward flops, bytes, backward flops, bytes) into cost[4]; an
+ * expression the spec does not give is -1 (the caller picks a default). */
+un_status un_spec_cost_all(un_ctx *ctx, const un_spec *spec, un_op op, const un_param *params,
+                           const un_shape *in, int n_in, const un_infer *inf, double *cost);
+
 #endif

@@ -925,7 +925,7 @@ static un_status load_op(un_ctx *ctx, un_spec *sp, const un_jcur *c, un_op_spec 
     }
     un_jcur cost = un_jcur_member(c, "cost");
     if (un_jcur_present(&cost)) {
-        static const char *const ckeys[] = {"flops", "bytes", NULL};
+        static const char *const ckeys[] = {"flops", "bytes", "bwd_flops", "bwd_bytes", NULL};
         if ((st = un_jcur_need_type(ctx, &cost, UN_JSON_OBJECT)) != UN_OK)
             return st;
         if ((st = un_jcur_check_keys(ctx, &cost, ckeys)) != UN_OK)
@@ -934,6 +934,13 @@ static un_status load_op(un_ctx *ctx, un_spec *sp, const un_jcur *c, un_op_spec 
         if (un_jcur_present(&fl) && (st = parse_expr_at(ctx, sp, &fl, &sc, &os->flops)) != UN_OK)
             return st;
         if (un_jcur_present(&by) && (st = parse_expr_at(ctx, sp, &by, &sc, &os->bytes)) != UN_OK)
+            return st;
+        un_jcur bf = un_jcur_member(&cost, "bwd_flops"), bb = un_jcur_member(&cost, "bwd_bytes");
+        if (un_jcur_present(&bf) &&
+            (st = parse_expr_at(ctx, sp, &bf, &sc, &os->bwd_flops)) != UN_OK)
+            return st;
+        if (un_jcur_present(&bb) &&
+            (st = parse_expr_at(ctx, sp, &bb, &sc, &os->bwd_bytes)) != UN_OK)
             return st;
     }
     un_jcur exs = un_jcur_member(c, "examples");

@@ -155,8 +155,9 @@ typedef struct un_op_spec {
     const char *require_text[8];
     int n_rules;
     un_shard_rule rules[UN_MAX_RULES];
-    const un_expr *flops; /* forward flops; may be NULL (0) */
-    const un_expr *bytes; /* bytes read + written by the forward op */
+    const un_expr *flops;                 /* forward flops; may be NULL (0) */
+    const un_expr *bytes;                 /* bytes read + written by the forward op */
+    const un_expr *bwd_flops, *bwd_bytes; /* the backward's (input gradients); may be NULL */
     int n_axioms;
     const un_axiom *axioms;
     int n_examples;
