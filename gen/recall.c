@@ -121,9 +121,8 @@ static bool to_compact(const gen_menu *m, const un_rule *r, gen_graph *ga, gen_g
         int *base = un_xcalloc((size_t)(nn + 1), sizeof *base);
         int nt = m->n_inputs;
         bool ok = true;
-        const int32_t *topo = un_graph_topo(g);
         for (int32_t q = 0; q < nn && ok; q++) {
-            int32_t v = topo[q];
+            int32_t v = q;
             const un_node *nd = un_graph_node(g, v);
             if (un_op_kind_of(nd->op) == UN_OPK_SOURCE) {
                 base[v] = -1;

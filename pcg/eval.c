@@ -392,10 +392,9 @@ un_status un_eval_fill_random(un_eval *ev, uint64_t seed) {
 }
 
 un_status un_eval_run(un_eval *ev) {
-    const int32_t *topo = un_graph_topo(ev->g);
     const un_spec *spec = un_graph_spec(ev->g);
     for (int32_t k = 0; k < ev->n; k++) {
-        int32_t id = topo[k];
+        int32_t id = k;
         const un_node *nd = un_graph_node(ev->g, id);
         if (un_op_kind_of(nd->op) == UN_OPK_SOURCE) {
             if (!ev->vals[id])

@@ -1,5 +1,6 @@
 /* graph.c - the parallel computation graph: a growable node array with shapes inferred at add
- * time, a name index, cached topological order and implicit outputs, the canonical order and hash
+ * time, a name index, the implicit outputs kept up to date as nodes are added, the canonical order
+ * and hash (cached only when un_graph_canonicalize asks)
  * (DESIGN.md section 5), JSON read/write and Graphviz DOT. It does not evaluate graphs (eval.c) nor
  * rewrite them (search/). Node ids are assigned in insertion order; since a node's inputs must
  * exist when it is added, id order is always topological.
@@ -22,20 +23,6 @@ typedef struct name_table {
 
 typedef const char *(*name_fn)(const void *owner, int32_t id);
 
-/* Derived data, recomputed lazily by the const queries and dropped by every mutation. It sits
- * behind a pointer so const queries can fill it; a graph is therefore not safe to query from two
- * threads at once without a first query made beforehand on one thread. */
-typedef struct graph_cache {
-    bool topo_ok;
-    int32_t *topo;
-    bool outs_ok;
-    un_ref *outs; /* implicit outputs */
-    int32_t n_outs;
-    bool canon_ok;
-    int32_t *canon;
-    uint64_t hash;
-} graph_cache;
-
 struct un_graph {
     const un_spec *spec;
     un_node *nodes;
@@ -45,7 +32,14 @@ struct un_graph {
     bool hash_no_dims; /* the canonical hash ignores the sources' dims (rules) */
     un_ref *outs;      /* explicit outputs */
     int32_t n_outs;
-    graph_cache *cache;
+    /* Derived data. Every mutation keeps it right or drops it, and no const query writes it, so a
+     * const graph may be queried from many threads at once. */
+    uint8_t *used; /* per node: bit k set when output k is consumed (cap_nodes entries) */
+    un_ref *iouts; /* implicit outputs: unconsumed references, in node then output order */
+    int32_t n_iouts, cap_iouts;
+    bool canon_ok; /* canon and hash hold the canonical form (un_graph_canonicalize) */
+    int32_t *canon;
+    uint64_t hash;
 };
 
 static uint64_t name_hash(const char *s, size_t len) { return un_hash_bytes(s, len, 0x6e616d65u); }
@@ -100,17 +94,12 @@ static const char *graph_name_of(const void *owner, int32_t id) {
     return g->nodes[id].name;
 }
 
-static void graph_touch(un_graph *g) {
-    g->cache->topo_ok = false;
-    g->cache->outs_ok = false;
-    g->cache->canon_ok = false;
-}
+static void graph_touch(un_graph *g) { g->canon_ok = false; }
 
 un_graph *un_graph_new(const un_spec *spec) {
     UN_ASSERT(spec != NULL);
     un_graph *g = un_xcalloc(1, sizeof *g);
     g->spec = spec;
-    g->cache = un_xcalloc(1, sizeof *g->cache);
     return g;
 }
 
@@ -122,10 +111,9 @@ void un_graph_free(un_graph *g) {
     free(g->nodes);
     free(g->names.slot);
     free(g->outs);
-    free(g->cache->topo);
-    free(g->cache->outs);
-    free(g->cache->canon);
-    free(g->cache);
+    free(g->used);
+    free(g->iouts);
+    free(g->canon);
     free(g);
 }
 
@@ -133,8 +121,15 @@ un_graph *un_graph_clone(const un_graph *g) {
     un_graph *c = un_graph_new(g->spec);
     c->n_nodes = c->cap_nodes = g->n_nodes;
     c->nodes = un_xmalloc((size_t)g->n_nodes * sizeof *c->nodes);
-    if (g->n_nodes)
+    c->used = un_xmalloc((size_t)g->n_nodes + 1);
+    if (g->n_nodes) {
         memcpy(c->nodes, g->nodes, (size_t)g->n_nodes * sizeof *c->nodes);
+        memcpy(c->used, g->used, (size_t)g->n_nodes);
+    }
+    c->n_iouts = c->cap_iouts = g->n_iouts;
+    c->iouts = un_xmalloc((size_t)g->n_iouts * sizeof *c->iouts + 1);
+    if (g->n_iouts)
+        memcpy(c->iouts, g->iouts, (size_t)g->n_iouts * sizeof *c->iouts);
     for (int32_t i = 0; i < g->n_nodes; i++)
         if (g->nodes[i].name)
             c->nodes[i].name = un_xstrdup(g->nodes[i].name);
@@ -176,58 +171,13 @@ int32_t un_graph_find(const un_graph *g, const char *name) {
     return table_find(&g->names, name, strlen(name), graph_name_of, g);
 }
 
-const int32_t *un_graph_topo(const un_graph *g) {
-    graph_cache *c = g->cache;
-    if (!c->topo_ok) {
-        /* Every input exists before its user is added, so id order is topological. */
-        free(c->topo);
-        c->topo = un_xmalloc((size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof *c->topo);
-        for (int32_t i = 0; i < g->n_nodes; i++) {
-            for (int32_t j = 0; j < g->nodes[i].n_in; j++)
-                UN_ASSERT(g->nodes[i].in[j].node < i);
-            c->topo[i] = i;
-        }
-        c->topo_ok = true;
-    }
-    return c->topo;
-}
-
-static void outs_compute(const un_graph *g) {
-    graph_cache *c = g->cache;
-    if (c->outs_ok)
-        return;
-    uint8_t *used = un_xcalloc((size_t)(g->n_nodes ? g->n_nodes : 1), 1);
-    _Static_assert(UN_MAX_OUTPUTS <= 8, "consumed-output mask is 8 bits");
-    for (int32_t i = 0; i < g->n_nodes; i++)
-        for (int32_t j = 0; j < g->nodes[i].n_in; j++) {
-            un_ref r = g->nodes[i].in[j];
-            used[r.node] |= (uint8_t)(1u << r.out);
-        }
-    int32_t n = 0;
-    for (int32_t i = 0; i < g->n_nodes; i++)
-        for (int32_t k = 0; k < g->nodes[i].inf.n_out; k++)
-            n += !(used[i] >> k & 1u);
-    free(c->outs);
-    c->outs = un_xmalloc((size_t)(n ? n : 1) * sizeof *c->outs);
-    c->n_outs = 0;
-    for (int32_t i = 0; i < g->n_nodes; i++)
-        for (int32_t k = 0; k < g->nodes[i].inf.n_out; k++)
-            if (!(used[i] >> k & 1u))
-                c->outs[c->n_outs++] = (un_ref){i, k};
-    free(used);
-    c->outs_ok = true;
-}
-
 int32_t un_graph_output_count(const un_graph *g) {
-    if (g->outs_explicit)
-        return g->n_outs;
-    outs_compute(g);
-    return g->cache->n_outs;
+    return g->outs_explicit ? g->n_outs : g->n_iouts;
 }
 
 un_ref un_graph_output(const un_graph *g, int32_t i) {
     UN_ASSERT(i >= 0 && i < un_graph_output_count(g));
-    return g->outs_explicit ? g->outs[i] : g->cache->outs[i];
+    return g->outs_explicit ? g->outs[i] : g->iouts[i];
 }
 
 /* ---- canonical order and hash -------------------------------------------------------------------
@@ -467,10 +417,7 @@ static int32_t classes_take(classes *k, uint64_t c) {
  * tied (as in some regular graphs); there the hash may depend on insertion order. Cost: one
  * refinement, O(E + n log n) per round, plus one more per tied choice, so k mutually symmetric
  * nodes (k identical branches) cost O(k (E + n log n)). */
-static void canon_compute(const un_graph *g) {
-    graph_cache *c = g->cache;
-    if (c->canon_ok)
-        return;
+static void canon_compute(const un_graph *g, int32_t *canon, uint64_t *hash) {
     int32_t n = g->n_nodes;
     size_t nn = (size_t)(n ? n : 1);
     canon_state s = {.g = g, .n = n};
@@ -531,8 +478,6 @@ static void canon_compute(const un_graph *g) {
     }
 
     /* Sources by first use, then unused ones by colour; then the ops. */
-    free(c->canon);
-    c->canon = un_xmalloc(nn * sizeof *c->canon);
     for (int32_t v = 0; v < n; v++)
         pos[v] = -1;
     int32_t m = 0;
@@ -541,13 +486,13 @@ static void canon_compute(const un_graph *g) {
         for (int32_t j = 0; j < nd->n_in; j++) {
             int32_t src = nd->in[j].node;
             if (is_source(&g->nodes[src]) && pos[src] < 0)
-                c->canon[pos[src] = m++] = src;
+                canon[pos[src] = m++] = src;
         }
     }
     for (int32_t p = 0; g->outs_explicit && p < g->n_outs; p++) {
         int32_t src = g->outs[p].node;
         if (is_source(&g->nodes[src]) && pos[src] < 0)
-            c->canon[pos[src] = m++] = src;
+            canon[pos[src] = m++] = src;
     }
     h.n = 0;
     for (int32_t v = 0; v < n; v++)
@@ -555,15 +500,15 @@ static void canon_compute(const un_graph *g) {
             heap_push(&h, v);
     while (h.n) {
         int32_t v = heap_pop(&h);
-        c->canon[pos[v] = m++] = v;
+        canon[pos[v] = m++] = v;
     }
     for (int32_t i = 0; i < n_ops; i++)
-        c->canon[pos[ops[i]] = m++] = ops[i];
+        canon[pos[ops[i]] = m++] = ops[i];
     UN_ASSERT(m == n); /* ids are topological, so Kahn placed every node */
 
     uint64_t hh = hash3(0x70636721u, (uint64_t)n, 0);
     for (int32_t i = 0; i < n; i++) {
-        const un_node *nd = &g->nodes[c->canon[i]];
+        const un_node *nd = &g->nodes[canon[i]];
         hh = hash_params(g, nd, hash3(hh, (uint64_t)nd->op, (uint64_t)nd->n_in));
         for (int32_t j = 0; j < nd->n_in; j++)
             hh = hash3(hh, (uint64_t)pos[nd->in[j].node], (uint64_t)nd->in[j].out);
@@ -571,8 +516,7 @@ static void canon_compute(const un_graph *g) {
     hh = hash3(hh, g->outs_explicit, (uint64_t)(g->outs_explicit ? g->n_outs : 0));
     for (int32_t p = 0; g->outs_explicit && p < g->n_outs; p++)
         hh = hash3(hh, (uint64_t)pos[g->outs[p].node], (uint64_t)g->outs[p].out);
-    c->hash = hh;
-    c->canon_ok = true;
+    *hash = hh;
 
     free(cls.col);
     free(cls.cnt);
@@ -594,15 +538,32 @@ void un_graph_hash_ignore_dims(un_graph *g, bool on) {
     }
 }
 
+void un_graph_canonicalize(un_graph *g) {
+    if (g->canon_ok)
+        return;
+    free(g->canon);
+    g->canon = un_xmalloc((size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof *g->canon);
+    canon_compute(g, g->canon, &g->hash);
+    g->canon_ok = true;
+}
+
 uint64_t un_graph_hash(const un_graph *g) {
-    canon_compute(g);
-    return g->cache->hash;
+    if (g->canon_ok)
+        return g->hash;
+    int32_t *canon = un_xmalloc((size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof *canon);
+    uint64_t h;
+    canon_compute(g, canon, &h);
+    free(canon);
+    return h;
 }
 
 void un_graph_canonical_order(const un_graph *g, int32_t *order) {
-    canon_compute(g);
-    if (g->n_nodes)
-        memcpy(order, g->cache->canon, (size_t)g->n_nodes * sizeof *order);
+    if (!g->canon_ok) {
+        uint64_t h;
+        canon_compute(g, order, &h);
+    } else if (g->n_nodes) {
+        memcpy(order, g->canon, (size_t)g->n_nodes * sizeof *order);
+    }
 }
 
 /* ---- mutation -----------------------------------------------------------------------------------
@@ -626,6 +587,37 @@ static un_status check_name(un_ctx *ctx, const un_graph *g, const char *name) {
     if (un_graph_find(g, name) >= 0)
         return un_ctx_error(ctx, UN_ERR_INVALID, "duplicate node name '%s'", name);
     return UN_OK;
+}
+
+/* Keeps the implicit outputs right when node id is added: the references it consumes leave the
+ * list (it stays in node then output order), and its own outputs join at the end. */
+static void iouts_add(un_graph *g, int32_t id) {
+    _Static_assert(UN_MAX_OUTPUTS <= 8, "consumed-output mask is 8 bits");
+    const un_node *nd = &g->nodes[id];
+    for (int32_t j = 0; j < nd->n_in; j++) {
+        un_ref r = nd->in[j];
+        if (g->used[r.node] >> r.out & 1u)
+            continue;
+        g->used[r.node] |= (uint8_t)(1u << r.out);
+        int32_t lo = 0, hi = g->n_iouts; /* first entry not before r */
+        while (lo < hi) {
+            int32_t mid = lo + (hi - lo) / 2;
+            un_ref m = g->iouts[mid];
+            if (m.node < r.node || (m.node == r.node && m.out < r.out))
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        UN_ASSERT(lo < g->n_iouts && g->iouts[lo].node == r.node && g->iouts[lo].out == r.out);
+        memmove(&g->iouts[lo], &g->iouts[lo + 1], (size_t)(g->n_iouts - lo - 1) * sizeof *g->iouts);
+        g->n_iouts--;
+    }
+    if (g->n_iouts + nd->inf.n_out > g->cap_iouts) {
+        g->cap_iouts = (g->n_iouts + nd->inf.n_out) * 2;
+        g->iouts = un_xrealloc(g->iouts, (size_t)g->cap_iouts * sizeof *g->iouts);
+    }
+    for (int32_t k = 0; k < nd->inf.n_out; k++)
+        g->iouts[g->n_iouts++] = (un_ref){id, k};
 }
 
 un_status un_graph_add(un_ctx *ctx, un_graph *g, un_op op, const un_param *params, const un_ref *in,
@@ -697,12 +689,15 @@ un_status un_graph_add(un_ctx *ctx, un_graph *g, un_op op, const un_param *param
     if (g->n_nodes == g->cap_nodes) {
         g->cap_nodes = g->cap_nodes ? g->cap_nodes * 2 : 16;
         g->nodes = un_xrealloc(g->nodes, (size_t)g->cap_nodes * sizeof *g->nodes);
+        g->used = un_xrealloc(g->used, (size_t)g->cap_nodes);
     }
     int32_t id = g->n_nodes++;
     node.name = name ? un_xstrdup(name) : NULL;
     g->nodes[id] = node;
+    g->used[id] = 0;
     if (name)
         table_insert(&g->names, id, graph_name_of, g);
+    iouts_add(g, id);
     graph_touch(g);
     if (out)
         *out = id;

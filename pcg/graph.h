@@ -1,7 +1,9 @@
 /* graph.h - the parallel computation graph: nodes (an operator, its parameters, its inputs as
- * (node, output) references), inferred parallel shapes, topological order, a canonical form and
- * hash invariant under node insertion order and renaming of inputs, JSON read/write (the format
- * rules reuse) and Graphviz DOT. Nodes refer to each other by int32 index (STYLE rule 15).
+ * (node, output) references), inferred parallel shapes, a canonical form and hash invariant under
+ * node insertion order and renaming of inputs, JSON read/write (the format rules reuse) and
+ * Graphviz DOT. Nodes refer to each other by int32 index (STYLE rule 15). Graphs are append-only
+ * and a node's inputs exist before it, so id order is a topological order. No const query writes
+ * to the graph: a const un_graph may be shared between threads.
  *
  *   un_graph *g = un_graph_new(spec);
  *   int32_t x, w, y;
@@ -48,15 +50,14 @@ int32_t un_graph_node_count(const un_graph *g);
 /* Borrowed, valid until the next mutation of g. */
 const un_node *un_graph_node(const un_graph *g, int32_t id);
 const un_shape *un_graph_shape(const un_graph *g, un_ref r);
-/* Node ids in a topological order (inputs before users). Borrowed, valid until next mutation. */
-const int32_t *un_graph_topo(const un_graph *g);
 /* Outputs: references nobody consumes, in node order then output order, unless set explicitly. */
 int32_t un_graph_output_count(const un_graph *g);
 un_ref un_graph_output(const un_graph *g, int32_t i);
 /* Node id with this name, or -1. */
 int32_t un_graph_find(const un_graph *g, const char *name);
 
-/* Canonical hash: equal for graphs equal up to node insertion order and renaming of inputs. */
+/* Canonical hash: equal for graphs equal up to node insertion order and renaming of inputs.
+ * Computed on each call unless un_graph_canonicalize cached it. */
 uint64_t un_graph_hash(const un_graph *g);
 /* Makes the canonical hash ignore the source nodes' dims (their ranks, dtypes and layouts still
  * count): rules use it, so that one rule found at two input shapes is one rule. */
@@ -65,6 +66,10 @@ void un_graph_hash_ignore_dims(un_graph *g, bool on);
 void un_graph_canonical_order(const un_graph *g, int32_t *order);
 
 /* ---- mutation ---- */
+
+/* Computes the canonical form (order and hash) once and keeps it until the next mutation, so
+ * that later un_graph_hash and un_graph_canonical_order calls are lookups. */
+void un_graph_canonicalize(un_graph *g);
 
 /* Adds an input or weight node of the given logical shape (float). */
 un_status un_graph_add_input(un_ctx *ctx, un_graph *g, const char *name, un_op op, int rank,

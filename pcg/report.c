@@ -44,10 +44,9 @@ void un_report_ops(const un_spec *spec, un_buf *b) {
 
 un_status un_report_graph(un_ctx *ctx, const un_graph *g, un_buf *b) {
     const un_spec *spec = un_graph_spec(g);
-    const int32_t *topo = un_graph_topo(g);
     double flops = 0, bytes = 0;
     for (int32_t k = 0; k < un_graph_node_count(g); k++) {
-        int32_t id = topo[k];
+        int32_t id = k;
         const un_node *nd = un_graph_node(g, id);
         const un_op_spec *os = un_spec_op(spec, nd->op);
         un_buf_printf(b, "  %-10s = %s", nd->name ? nd->name : "?", os->name);

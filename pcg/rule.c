@@ -728,9 +728,8 @@ static void side_reqs(const un_rule *r, int side, dinfo *di, dreq *reqs, int *n_
     const un_graph *g = side ? r->dst : r->src;
     const un_spec *spec = un_graph_spec(g);
     int32_t n = un_graph_node_count(g);
-    const int32_t *topo = un_graph_topo(g);
     for (int32_t k = 0; k < n; k++) {
-        int32_t id = topo[k];
+        int32_t id = k;
         const un_node *nd = un_graph_node(g, id);
         const un_op_spec *os = un_spec_op(spec, nd->op);
         un_op_kind kind = un_op_kind_of(nd->op);

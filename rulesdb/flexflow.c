@@ -937,14 +937,13 @@ static un_status emit_side(un_ctx *ctx, const un_rule *r, int side, int rank, in
                            un_buf *b) {
     const un_graph *g = side ? r->dst : r->src;
     int32_t n = un_graph_node_count(g);
-    const int32_t *topo = un_graph_topo(g);
     for (int i = 0; i < un_rule_input_count(r); i++)
         ids[side ? un_rule_input_dst(r, i) : un_rule_input_src(r, i)] = -(i + 1);
     int next = 0;
     un_buf_printf(b, "[");
     bool first_op = true;
     for (int32_t k = 0; k < n; k++) {
-        int32_t v = topo[k];
+        int32_t v = k;
         const un_node *nd = un_graph_node(g, v);
         if (un_op_kind_of(nd->op) == UN_OPK_SOURCE)
             continue;

@@ -498,11 +498,6 @@ static void source_fold_grad(un_exec *ex, xt *t) {
     }
 }
 
-void un_exec_graph_prepare(const un_graph *g) {
-    (void)un_graph_topo(g);
-    (void)un_graph_output_count(g);
-}
-
 un_status un_exec_new(un_ctx *ctx, const un_graph *g, un_comm *comm, un_backend *be,
                       un_exec **out) {
     *out = NULL;
@@ -540,9 +535,8 @@ un_status un_exec_new(un_ctx *ctx, const un_graph *g, un_comm *comm, un_backend 
     if ((st = xalloc(ctx, ex, (size_t)ex->n_params * ex->fes, &ex->params)) != UN_OK ||
         (st = xalloc(ctx, ex, (size_t)ex->n_params * ex->fes, &ex->param_grads)) != UN_OK)
         goto fail;
-    const int32_t *topo = un_graph_topo(g);
     for (int32_t i = 0; i < ex->n && st == UN_OK; i++) {
-        int32_t id = topo[i];
+        int32_t id = i;
         const un_node *nd = un_graph_node(g, id);
         xnode *xn = &ex->nodes[id];
         xn->n_out = nd->inf.n_out;
@@ -769,10 +763,9 @@ un_status un_exec_forward(un_ctx *ctx, un_exec *ex, uint64_t dropout_seed) {
     ex->seed = dropout_seed;
     ex->bytes_sent = 0;
     zero_grads(ex);
-    const int32_t *topo = un_graph_topo(ex->g);
     un_status st = UN_OK;
     for (int32_t i = 0; i < ex->n && st == UN_OK; i++)
-        st = forward_node(ctx, ex, topo[i]);
+        st = forward_node(ctx, ex, i);
     if (st != UN_OK)
         un_comm_abort(ex->comm);
     return st;
@@ -821,10 +814,9 @@ static un_status backward_node(un_ctx *ctx, un_exec *ex, int32_t id) {
 }
 
 un_status un_exec_backward(un_ctx *ctx, un_exec *ex) {
-    const int32_t *topo = un_graph_topo(ex->g);
     un_status st = UN_OK;
     for (int32_t i = ex->n - 1; i >= 0 && st == UN_OK; i--)
-        st = backward_node(ctx, ex, topo[i]);
+        st = backward_node(ctx, ex, i);
     if (st != UN_OK) {
         un_comm_abort(ex->comm);
         return st;

@@ -37,10 +37,6 @@ typedef struct un_exec_piece {
 
 /* ---- lifecycle ---- */
 
-/* Fills the graph's lazily computed caches (topological order, outputs). pcg graphs compute them
- * on first use, so call this once before threads of one process (local ranks) share a graph. */
-void un_exec_graph_prepare(const un_graph *g);
-
 /* Plans the graph for this rank (placement, transfers) and allocates every buffer once. The
  * graph, comm and backend are borrowed and must outlive the executor. Weights start at zero
  * (un_exec_param). Owned: free with un_exec_free. */

@@ -121,9 +121,8 @@ un_status un_strategy_data(un_ctx *ctx, const un_graph *g, int devices, un_graph
     for (int64_t i = 0; i < (int64_t)n * UN_MAX_OUTPUTS; i++)
         s.ser[i].node = s.par[i].node = -1;
     un_status st = UN_OK;
-    const int32_t *topo = un_graph_topo(g);
     for (int32_t i = 0; i < n && st == UN_OK; i++) {
-        int32_t id = topo[i];
+        int32_t id = i;
         const un_node *nd = un_graph_node(g, id);
         int32_t nid;
         if (un_op_kind_of(nd->op) == UN_OPK_SOURCE) {
@@ -184,10 +183,9 @@ un_status un_strategy_strip(un_ctx *ctx, const un_graph *g, un_graph **out) {
     int32_t n = un_graph_node_count(g);
     un_graph *ng = un_graph_new(un_graph_spec(g));
     un_ref *map = un_xcalloc((size_t)n * UN_MAX_OUTPUTS, sizeof *map);
-    const int32_t *topo = un_graph_topo(g);
     un_status st = UN_OK;
     for (int32_t i = 0; i < n && st == UN_OK; i++) {
-        int32_t id = topo[i];
+        int32_t id = i;
         const un_node *nd = un_graph_node(g, id);
         int32_t nid;
         switch (un_op_kind_of(nd->op)) {

@@ -555,7 +555,6 @@ static un_status run_local(un_ctx *ctx, shared *sh, int d) {
     un_status st = un_comm_local_group_new(ctx, d, &grp);
     if (st != UN_OK)
         return st;
-    un_exec_graph_prepare(sh->g); /* the threads share the graph */
     local_job *jobs = un_xcalloc((size_t)d, sizeof *jobs);
     pthread_t *th = un_xcalloc((size_t)d, sizeof *th);
     int started = 0;

@@ -580,10 +580,9 @@ un_status un_sim_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un
     for (int d = 0; d < D; d++)
         s.clock[d] = s.net[d] = (stamp){0, -1};
     s.ts = un_xcalloc((size_t)n, sizeof *s.ts);
-    const int32_t *topo = un_graph_topo(g);
     int64_t n_params = 0;
     for (int32_t i = 0; i < n; i++) {
-        int32_t id = topo[i];
+        int32_t id = i;
         const un_node *nd = un_graph_node(g, id);
         s.ts[id] = un_xcalloc((size_t)nd->inf.n_out, sizeof **s.ts);
         bool ng = nd->op == UN_OP_WEIGHT;
@@ -612,7 +611,7 @@ un_status un_sim_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un
     }
     un_status st = UN_OK;
     for (int32_t i = 0; i < n && st == UN_OK; i++)
-        st = forward_node(&s, topo[i]);
+        st = forward_node(&s, i);
     /* the loss: each output piece's gradient is ready after its device computed the loss */
     for (int32_t i = 0; i < un_graph_output_count(g) && st == UN_OK; i++) {
         un_ref r = un_graph_output(g, i);
@@ -624,7 +623,7 @@ un_status un_sim_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un
         }
     }
     for (int32_t i = n - 1; i >= 0 && st == UN_OK; i--)
-        st = backward_node(&s, topo[i]);
+        st = backward_node(&s, i);
     if (st == UN_OK) {
         stamp all = {0, -1};
         for (int d = 0; d < D; d++)

@@ -155,7 +155,6 @@ static void check_forward(const un_graph *g, int d, double tol) {
     EXPECT_OK(ctx, un_eval_run(ev));
     fwd_arg a = {.g = g, .ev = ev};
     rank_job jobs[8];
-    un_exec_graph_prepare(g);
     run_ranks(d, fwd_job, &a, jobs);
     for (int r = 0; r < d; r++)
         test__check(jobs[r].st == UN_OK, TEST__AT, "rank %d of %d: %s: %s", r, d,
@@ -289,7 +288,6 @@ static double *run_grads(const un_graph *g, const un_eval *ev, const double *r, 
                          double *loss) {
     grad_arg a = {.g = g, .ev = ev, .r = r};
     rank_job jobs[8];
-    un_exec_graph_prepare(g);
     run_ranks(d, grad_job, &a, jobs);
     last_sent = 0;
     for (int k = 0; k < d; k++) {

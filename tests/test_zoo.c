@@ -267,12 +267,11 @@ static void test_eval_tiny(void) {
 static un_status data_parallel(un_ctx *ctx, const un_model *m, int32_t k, un_graph **out) {
     const un_graph *g = m->graph;
     int32_t n = un_graph_node_count(g);
-    const int32_t *topo = un_graph_topo(g);
     int32_t *map = malloc(sizeof(int32_t) * (size_t)n);
     un_graph *d = un_graph_new(S);
     un_status st = UN_OK;
     for (int32_t t = 0; t < n && st == UN_OK; t++) {
-        int32_t i = topo[t];
+        int32_t i = t;
         const un_node *nd = un_graph_node(g, i);
         if (nd->op == UN_OP_INPUT || nd->op == UN_OP_WEIGHT) {
             /* Inputs: the same parameters (shape, dtype, range) with dim 0 sharded k ways

@@ -994,12 +994,11 @@ static bool encode_side(renc *e, int side) {
     const un_rule *r = e->r;
     const un_graph *g = side == UN_RULE_SRC ? r->src : r->dst;
     int32_t n = un_graph_node_count(g);
-    const int32_t *topo = un_graph_topo(g);
     Z3_ast *T = e->term[side] = un_xcalloc((size_t)n * UN_MAX_OUTPUTS, sizeof(Z3_ast));
     conds *cs = side == UN_RULE_SRC ? e->hyp : e->goal;
     int n_in = un_rule_input_count(r);
     for (int k = 0; k < n; k++) {
-        int32_t id = topo[k];
+        int32_t id = k;
         const un_node *nd = un_graph_node(g, id);
         un_op_kind kind = un_op_kind_of(nd->op);
         if (kind == UN_OPK_SOURCE) {
