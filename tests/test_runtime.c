@@ -98,7 +98,10 @@ typedef struct fwd_arg {
     double *dense;     /* out: rank 0's gathered output 0 */
 } fwd_arg;
 
+/* The reference's sources into the executor: inputs whole, weights cut into this rank's pieces. */
 static void copy_sources(un_exec *ex, const un_graph *g, const un_eval *ev, bool f64) {
+    size_t es = f64 ? sizeof(double) : sizeof(float);
+    char *lw = calloc((size_t)un_exec_lparam_count(ex) + 1, es);
     for (int32_t id = 0; id < un_graph_node_count(g); id++) {
         const un_node *nd = un_graph_node(g, id);
         if (un_op_kind_of(nd->op) != UN_OPK_SOURCE)
@@ -107,7 +110,8 @@ static void copy_sources(un_exec *ex, const un_graph *g, const un_eval *ev, bool
         int64_t n = un_shape_numel(&pt->shape);
         un_val *d = malloc(sizeof *d * (size_t)n);
         un_ptensor_gather(NULL, pt, UN_DOM_F64, d);
-        void *dst = un_exec_source(ex, id);
+        void *dst = nd->op == UN_OP_WEIGHT ? lw + (size_t)un_exec_lparam_offset(ex, id) * es
+                                           : un_exec_source(ex, id);
         for (int64_t i = 0; i < n; i++) {
             if (pt->shape.dtype == UN_DT_INT)
                 ((int64_t *)dst)[i] = (int64_t)d[i].f;
@@ -118,6 +122,8 @@ static void copy_sources(un_exec *ex, const un_graph *g, const un_eval *ev, bool
         }
         free(d);
     }
+    un_exec_params_scatter(ex, lw, un_exec_params(ex));
+    free(lw);
 }
 
 static void fwd_job(rank_job *j, un_ctx *ctx, un_comm *c) {
@@ -231,18 +237,6 @@ static void grad_job(rank_job *j, un_ctx *ctx, un_comm *c) {
     if ((j->st = un_exec_new(ctx, a->g, c, be, &ex)) != UN_OK)
         goto done;
     copy_sources(ex, a->g, a->ev, true);
-    /* weights live in the flat parameter buffer: copy them there */
-    for (int32_t id = 0; id < un_graph_node_count(a->g); id++)
-        if (un_graph_node(a->g, id)->op == UN_OP_WEIGHT) {
-            const un_ptensor *pt = un_eval_value(a->ev, (un_ref){id, 0});
-            int64_t nn = un_shape_numel(&pt->shape);
-            un_val *d = malloc(sizeof *d * (size_t)nn);
-            un_ptensor_gather(NULL, pt, UN_DOM_F64, d);
-            double *w = (double *)un_exec_params(ex) + un_exec_param_offset(ex, id);
-            for (int64_t x = 0; x < nn; x++)
-                w[x] = d[x].f;
-            free(d);
-        }
     if ((j->st = un_exec_forward(ctx, ex, 0)) != UN_OK)
         goto done;
     const un_shape *os = un_exec_output_shape(ex, 0);
@@ -271,12 +265,15 @@ static void grad_job(rank_job *j, un_ctx *ctx, un_comm *c) {
         goto done;
     if ((j->st = un_comm_allreduce(ctx, c, UN_RED_F64, &loss, 1)) != UN_OK)
         goto done;
-    j->sent = un_exec_bytes_sent(ex) -
-              (un_comm_size(c) > 1 ? un_exec_param_count(ex) * (int64_t)sizeof(double) : 0);
+    j->sent = un_exec_stats_get(ex)->sent;
+    double *grads = j->rank == 0 ? calloc((size_t)un_exec_lparam_count(ex) + 1, sizeof *grads)
+                                 : NULL;
+    if ((j->st = un_exec_params_gather(ctx, ex, un_exec_param_grads(ex), grads)) != UN_OK) {
+        free(grads);
+        goto done;
+    }
     if (j->rank == 0) {
-        int64_t n = un_exec_param_count(ex);
-        a->grads = malloc(sizeof(double) * (size_t)n);
-        memcpy(a->grads, un_exec_param_grads(ex), sizeof(double) * (size_t)n);
+        a->grads = grads;
         a->loss = loss;
     }
 done:
