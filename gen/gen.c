@@ -58,6 +58,8 @@ un_status gen_run(un_ctx *ctx, gen_enum *e, const gen_params *p, const char *db_
     db_sink sink = {.sum = out};
     /* open first: a bad database fails before minutes of enumeration */
     un_status st = rulesdb_open(ctx, db_path, m->spec, RULESDB_CREATE, &sink.db);
+    if (st == UN_OK) /* never add to a damaged database */
+        st = rulesdb_check_sums(ctx, sink.db);
     if (st != UN_OK)
         goto done;
     if ((st = rulesdb_run_begin(ctx, sink.db, "unity-gen", args, &out->run_id)) != UN_OK)

@@ -59,8 +59,13 @@ typedef struct side_copy {
     char **names;       /* per old id */
     const un_ref *outs; /* outputs, in old ids */
     int n_out;
-    int32_t *new_id; /* per old id, filled */
+    int32_t *new_id;      /* per old id, filled */
+    const int64_t *cvals; /* check r's side conditions on this side at these values (or NULL) */
+    bool cond_failed;     /* set when a side condition failed */
 } side_copy;
+
+static un_status cond_check_node(un_ctx *ctx, const un_rule *r, int side, int32_t old,
+                                 const un_graph *ng, int32_t nid, const int64_t *vals);
 
 static void source_params(const un_op_spec *os, const un_shape *s, un_param *p) {
     int ip = un_spec_param_index(os, "shape"), idt = un_spec_param_index(os, "dtype"),
@@ -87,7 +92,7 @@ static void source_params(const un_op_spec *os, const un_shape *s, un_param *p) 
         p[icp].v[0] = s->copy;
 }
 
-static un_status copy_side(un_ctx *ctx, const un_graph *g, const side_copy *sc, un_graph **out) {
+static un_status copy_side(un_ctx *ctx, const un_graph *g, side_copy *sc, un_graph **out) {
     un_status st = UN_OK;
     un_graph *ng = un_graph_new(un_graph_spec(g));
     const un_spec *spec = un_graph_spec(g);
@@ -118,6 +123,11 @@ static un_status copy_side(un_ctx *ctx, const un_graph *g, const side_copy *sc, 
         if ((st = un_graph_add(ctx, ng, nd->op, p, in, nd->n_in, sc->names[v], &sc->new_id[v])) !=
             UN_OK)
             goto fail;
+        if (sc->cvals && (st = cond_check_node(ctx, sc->r, sc->side, v, ng, sc->new_id[v],
+                                               sc->cvals)) != UN_OK) {
+            sc->cond_failed = true;
+            goto fail;
+        }
     }
     un_ref outs[UN_RULE_MAX_OUTS];
     for (int i = 0; i < sc->n_out; i++)
@@ -548,6 +558,16 @@ un_status un_rule_canonical(un_ctx *ctx, const un_rule *r, un_rule **out) {
             qsort(c->vars[a2].binds, (size_t)c->vars[a2].n_binds, sizeof(un_rule_bind), cmp_bind);
         }
         qsort(c->vars, (size_t)c->n_vars, sizeof(un_rule_var), cmp_var);
+        c->n_conds = r->n_conds;
+        for (int i = 0; i < r->n_conds; i++) {
+            un_rule_cond *cd = &c->conds[i];
+            *cd = r->conds[i];
+            cd->node = cd->side == UN_RULE_SRC ? nid_s[cd->node] : nid_d[cd->node];
+            for (int a2 = 0; a2 < c->n_vars; a2++) /* the variables' new order, by name */
+                for (int b2 = 0; b2 < r->n_vars; b2++)
+                    if (!strcmp(c->vars[a2].name, r->vars[b2].name))
+                        cd->exp[a2] = r->conds[i].exp[b2];
+        }
     }
     free(nid_s);
     free(nid_d);
@@ -567,11 +587,326 @@ un_status un_rule_canonical(un_ctx *ctx, const un_rule *r, un_rule **out) {
     return UN_OK;
 }
 
+/* ---- side conditions ------------------------------------------------------------------------ */
+
+/* A product coef * prod(var^e) of the rule's variables; known = false when it could not be
+ * followed (e.g. a combine whose degree does not divide the shard degree as a product). */
+typedef struct mono {
+    bool known;
+    int64_t c;
+    int8_t e[UN_RULE_MAX_VARS];
+} mono;
+
+static mono mono_const(int64_t c) { return (mono){.known = true, .c = c}; }
+
+static mono mono_mul(mono a, mono b) {
+    mono m = {.known = a.known && b.known, .c = a.c * b.c};
+    if (a.c > UN_MAX_DEGREE || b.c > UN_MAX_DEGREE)
+        m.known = false;
+    for (int i = 0; i < UN_RULE_MAX_VARS; i++)
+        m.e[i] = (int8_t)(a.e[i] + b.e[i]);
+    return m;
+}
+
+/* a / b when exact as products, else unknown. */
+static mono mono_div(mono a, mono b) {
+    mono m = {.known = a.known && b.known && b.c > 0 && a.c % b.c == 0};
+    m.c = m.known ? a.c / b.c : 1;
+    for (int i = 0; i < UN_RULE_MAX_VARS; i++) {
+        m.e[i] = (int8_t)(a.e[i] - b.e[i]);
+        if (m.e[i] < 0)
+            m.known = false;
+    }
+    return m;
+}
+
+static bool mono_is_one(mono a) {
+    bool one = a.known && a.c == 1;
+    for (int i = 0; i < UN_RULE_MAX_VARS; i++)
+        one = one && a.e[i] == 0;
+    return one;
+}
+
+/* a divides b for every value of the variables. */
+static bool mono_divides(mono a, mono b) {
+    bool d = a.known && b.known && b.c % a.c == 0;
+    for (int i = 0; i < UN_RULE_MAX_VARS; i++)
+        d = d && a.e[i] <= b.e[i];
+    return d;
+}
+
+int un_rule_var_at(const un_rule *r, int side, int32_t node, int param, int item) {
+    for (int a = 0; a < r->n_vars; a++)
+        for (int b = 0; b < r->vars[a].n_binds; b++) {
+            const un_rule_bind *bd = &r->vars[a].binds[b];
+            if (bd->side == side && bd->node == node && bd->param == param && bd->item == item)
+                return a;
+        }
+    return -1;
+}
+
+/* A parameter's value as a product: its variable, or the concrete value. */
+static mono param_mono(const un_rule *r, int side, int32_t node, int param, int item,
+                       int64_t value) {
+    int a = un_rule_var_at(r, side, node, param, item);
+    mono m = mono_const(a >= 0 ? 1 : value);
+    if (a >= 0)
+        m.e[a] = 1;
+    return m;
+}
+
+/* Per tensor dim: where its size comes from (a rule input's dim, named on the source side, or
+ * the tensor itself) and its shard degree as a product. */
+typedef struct dinfo {
+    int8_t side, out, dim;
+    int32_t node;
+    mono m;
+} dinfo;
+
+/* A divisibility a side's well-formedness needs: m divides the dim at root. */
+typedef struct dreq {
+    dinfo at;
+} dreq;
+
+#define DI(n, o, j) (((size_t)(n)*UN_MAX_OUTPUTS + (size_t)(o)) * UN_MAX_DIMS + (size_t)(j))
+
+/* Which input dim an output dim of a regular op is a copy of: input *t, dim *j; false if none. */
+static bool out_dim_source(const un_graph *g, const un_node *nd, int o, int e, int *t, int *j) {
+    const un_op_spec *os = un_spec_op(un_graph_spec(g), nd->op);
+    const un_output_spec *sp = &os->outputs[os->n_outputs ? o : 0];
+    const un_shape *ins[UN_MAX_INPUTS];
+    for (int i = 0; i < nd->n_in; i++)
+        ins[i] = un_graph_shape(g, nd->in[i]);
+    int64_t vars[UN_VAR_COUNT] = {1, 0, o};
+    un_expr_env env = {.params = nd->params,
+                       .n_params = os->n_params,
+                       .vars = vars,
+                       .n_vars = UN_VAR_COUNT,
+                       .in = ins,
+                       .n_in = nd->n_in};
+    const un_expr *val = NULL;
+    if (sp->like >= 0) {
+        int rank = ins[sp->like]->rank, src = e;
+        if (sp->drop && un_when_holds(&sp->drop_when, nd->params)) {
+            int64_t at;
+            if (un_expr_eval(NULL, sp->drop, &env, &at) != UN_OK)
+                return false;
+            if (at < 0)
+                at += rank;
+            src = e >= at ? e + 1 : e;
+        }
+        for (int k = 0; k < sp->n_set; k++) {
+            int64_t at;
+            if (un_expr_eval(NULL, sp->set_at[k], &env, &at) != UN_OK)
+                return false;
+            if (at < 0)
+                at += rank;
+            if (at == src)
+                val = sp->set_val[k];
+        }
+        if (!val) {
+            *t = sp->like;
+            *j = src;
+            return src < rank;
+        }
+    } else if (sp->dims_param < 0 && e < sp->n_dims) {
+        val = sp->dims[e];
+    }
+    if (!val || val->kind != UN_EX_DIM || val->ref >= nd->n_in)
+        return false;
+    int rank = ins[val->ref]->rank;
+    int jj = (int)(val->value < 0 ? val->value + rank : val->value);
+    if (jj < 0 || jj >= rank)
+        return false;
+    *t = val->ref;
+    *j = jj;
+    return true;
+}
+
+/* Follows dims and shard degrees through one side; appends its divisibility needs to reqs. */
+static void side_reqs(const un_rule *r, int side, dinfo *di, dreq *reqs, int *n_req, int max) {
+    const un_graph *g = side ? r->dst : r->src;
+    const un_spec *spec = un_graph_spec(g);
+    int32_t n = un_graph_node_count(g);
+    const int32_t *topo = un_graph_topo(g);
+    for (int32_t k = 0; k < n; k++) {
+        int32_t id = topo[k];
+        const un_node *nd = un_graph_node(g, id);
+        const un_op_spec *os = un_spec_op(spec, nd->op);
+        un_op_kind kind = un_op_kind_of(nd->op);
+        for (int o = 0; o < nd->inf.n_out && o < UN_MAX_OUTPUTS; o++) {
+            const un_shape *sh = &nd->inf.out[o];
+            for (int e = 0; e < sh->rank; e++) {
+                dinfo *d = &di[DI(id, o, e)];
+                *d = (dinfo){.side = (int8_t)side,
+                             .node = id,
+                             .out = (int8_t)o,
+                             .dim = (int8_t)e,
+                             .m = mono_const(sh->shard[e])};
+                if (kind == UN_OPK_SOURCE) {
+                    d->side = UN_RULE_SRC;
+                    d->node = side ? un_graph_find(r->src, nd->name) : id;
+                    d->m =
+                        param_mono(r, side, id, un_spec_param_index(os, "shard"), e, sh->shard[e]);
+                } else if (kind == UN_OPK_PARALLEL) {
+                    *d = di[DI(nd->in[0].node, nd->in[0].out, e)];
+                    int ip = un_spec_param_index(os, "dim"), ig = un_spec_param_index(os, "degree");
+                    if (ip < 0 || nd->params[ip].v[0] != e)
+                        continue;
+                    mono g2 = param_mono(r, side, id, ig, -1, nd->params[ig].v[0]);
+                    d->m = nd->op == UN_OP_PARTITION ? mono_mul(d->m, g2) : mono_div(d->m, g2);
+                } else {
+                    int t, j;
+                    if (out_dim_source(g, nd, o, e, &t, &j)) {
+                        const dinfo *from = &di[DI(nd->in[t].node, nd->in[t].out, j)];
+                        const un_shape *ish = un_graph_shape(g, nd->in[t]);
+                        d->side = from->side;
+                        d->node = from->node;
+                        d->out = from->out;
+                        d->dim = from->dim;
+                        if (ish->shard[j] == sh->shard[e])
+                            d->m = from->m;
+                        else if (sh->shard[e] != 1)
+                            d->m.known = false;
+                    } else if (sh->shard[e] != 1) {
+                        d->m.known = false;
+                    }
+                    continue;
+                }
+                if ((kind == UN_OPK_SOURCE || nd->op == UN_OP_PARTITION) && !mono_is_one(d->m)) {
+                    if (*n_req < max)
+                        reqs[*n_req].at = *d;
+                    (*n_req)++;
+                }
+            }
+        }
+    }
+}
+
+static bool same_root(const dinfo *a, const dinfo *b) {
+    return a->side == b->side && a->node == b->node && a->out == b->out && a->dim == b->dim;
+}
+
+un_status un_rule_conds_compute(un_ctx *ctx, un_rule *r) {
+    r->n_conds = 0;
+    int32_t ns = un_graph_node_count(r->src), nd = un_graph_node_count(r->dst);
+    int32_t nmax = ns > nd ? ns : nd;
+    dinfo *di = un_xcalloc((size_t)nmax * UN_MAX_OUTPUTS * UN_MAX_DIMS + 1, sizeof *di);
+    enum { MAXR = 64 };
+    dreq rs[MAXR], rd[MAXR];
+    int n_rs = 0, n_rd = 0;
+    side_reqs(r, UN_RULE_SRC, di, rs, &n_rs, MAXR);
+    side_reqs(r, UN_RULE_DST, di, rd, &n_rd, MAXR);
+    free(di);
+    if (n_rs > MAXR || n_rd > MAXR)
+        return un_ctx_error(ctx, UN_ERR_INVALID, "rule: more than %d layout conditions", MAXR);
+    un_rule_cond cs[UN_RULE_MAX_CONDS];
+    int n = 0;
+    for (int i = 0; i < n_rd; i++) {
+        const dinfo *t = &rd[i].at;
+        if (!t->m.known)
+            return un_ctx_error(ctx, UN_ERR_INVALID,
+                                "rule: the target's shard degree of a dim cannot be followed "
+                                "as a product of the rule's variables");
+        bool implied = false;
+        for (int j = 0; j < n_rs && !implied; j++)
+            implied = same_root(t, &rs[j].at) && mono_divides(t->m, rs[j].at.m);
+        for (int j = 0; j < n_rd && !implied; j++) /* a stronger target need on the same dim */
+            implied = j != i && same_root(t, &rd[j].at) && mono_divides(t->m, rd[j].at.m) &&
+                      (!mono_divides(rd[j].at.m, t->m) || j < i);
+        for (int j = 0; j < n && !implied; j++)
+            implied = cs[j].side == t->side && cs[j].node == t->node && cs[j].out == t->out &&
+                      cs[j].dim == t->dim && cs[j].coef == t->m.c &&
+                      !memcmp(cs[j].exp, t->m.e, sizeof cs[j].exp);
+        if (implied)
+            continue;
+        if (n == UN_RULE_MAX_CONDS)
+            return un_ctx_error(ctx, UN_ERR_INVALID, "rule: more than %d side conditions",
+                                UN_RULE_MAX_CONDS);
+        cs[n] = (un_rule_cond){
+            .side = t->side, .node = t->node, .out = t->out, .dim = t->dim, .coef = t->m.c};
+        memcpy(cs[n].exp, t->m.e, sizeof cs[n].exp);
+        n++;
+    }
+    memcpy(r->conds, cs, sizeof cs[0] * (size_t)n);
+    r->n_conds = n;
+    return UN_OK;
+}
+
+/* The product at these values; 0 when it overflows UN_MAX_NUMEL (no dim is that large). */
+static int64_t cond_value(const un_rule *r, const un_rule_cond *c, const int64_t *values) {
+    int64_t m = c->coef;
+    for (int a = 0; a < r->n_vars; a++)
+        for (int p = 0; p < c->exp[a]; p++) {
+            int64_t v = values ? values[a] : r->vars[a].value;
+            if (v < 1 || m > UN_MAX_NUMEL / v)
+                return v < 1 ? -1 : 0;
+            m *= v;
+        }
+    return m;
+}
+
+bool un_rule_cond_holds(const un_rule *r, const un_rule_cond *c, const int64_t *values, int64_t d) {
+    int64_t m = cond_value(r, c, values);
+    return m > 0 && d % m == 0;
+}
+
+static void expr_str(const un_rule *r, int side, un_ref ref, un_buf *b);
+
+void un_rule_cond_str(const un_rule *r, const un_rule_cond *c, un_buf *out) {
+    bool any = false;
+    if (c->coef != 1) {
+        un_buf_printf(out, "%lld", (long long)c->coef);
+        any = true;
+    }
+    for (int a = 0; a < r->n_vars; a++)
+        if (c->exp[a] > 0) {
+            un_buf_printf(out, "%s%s", any ? "*" : "", r->vars[a].name);
+            if (c->exp[a] > 1)
+                un_buf_printf(out, "^%d", c->exp[a]);
+            any = true;
+        }
+    if (!any)
+        un_buf_printf(out, "1");
+    un_buf_printf(out, " | dim %d of ", c->dim);
+    expr_str(r, c->side, (un_ref){c->node, c->out}, out);
+}
+
+/* Checks the conditions on node `old` of side `side` once built (as nid in ng). */
+static un_status cond_check_node(un_ctx *ctx, const un_rule *r, int side, int32_t old,
+                                 const un_graph *ng, int32_t nid, const int64_t *vals) {
+    for (int i = 0; i < r->n_conds; i++) {
+        const un_rule_cond *c = &r->conds[i];
+        if (c->side != side || c->node != old)
+            continue;
+        int64_t d = un_graph_shape(ng, (un_ref){nid, c->out})->dim[c->dim];
+        if (un_rule_cond_holds(r, c, vals, d))
+            continue;
+        un_buf b = {0};
+        un_rule_cond_str(r, c, &b);
+        un_buf_printf(&b, " fails at");
+        for (int a = 0; a < r->n_vars; a++)
+            un_buf_printf(&b, "%s %s=%lld", a ? "," : "", r->vars[a].name, (long long)vals[a]);
+        un_status st =
+            un_ctx_error(ctx, UN_ERR_SHAPE, "side condition %s%s: the dim is %lld",
+                         b.data ? b.data : "", r->n_vars ? "" : " the witness", (long long)d);
+        un_buf_free(&b);
+        return st;
+    }
+    return UN_OK;
+}
+
 /* ---- instantiation and random checks --------------------------------------------------------- */
 
-un_status un_rule_instantiate(un_ctx *ctx, const un_rule *r, const int64_t *values,
-                              const un_shape *in_shapes, un_rule **out) {
+/* un_rule_instantiate; *stage (may be NULL) tells where it stopped: 0 the source, 1 a side
+ * condition, 2 the target or the outputs, 3 it succeeded. */
+static un_status instantiate(un_ctx *ctx, const un_rule *r, const int64_t *values,
+                             const un_shape *in_shapes, un_rule **out, int *stage) {
     *out = NULL;
+    int stage_ = 0;
+    if (!stage)
+        stage = &stage_;
+    *stage = 0;
     un_status st = UN_OK;
     un_rule *c = un_xcalloc(1, sizeof *c);
     memcpy(c->name, r->name, sizeof c->name);
@@ -581,10 +916,38 @@ un_status un_rule_instantiate(un_ctx *ctx, const un_rule *r, const int64_t *valu
     memcpy(c->vars, r->vars, sizeof c->vars);
     for (int a = 0; values && a < r->n_vars; a++)
         c->vars[a].value = values[a];
+    c->n_conds = r->n_conds;
+    memcpy(c->conds, r->conds, sizeof c->conds);
+    int n_in = un_rule_input_count(r);
+    /* The values the conditions are checked at: a variable bound in an input's layout takes the
+     * value in_shapes gives it. */
+    int64_t eff[UN_RULE_MAX_VARS];
+    for (int a = 0; a < r->n_vars; a++) {
+        eff[a] = values ? values[a] : r->vars[a].value;
+        for (int b = 0; in_shapes && b < r->vars[a].n_binds; b++) {
+            const un_rule_bind *bd = &r->vars[a].binds[b];
+            const un_node *nd = un_graph_node(bd->side ? r->dst : r->src, bd->node);
+            if (un_op_kind_of(nd->op) != UN_OPK_SOURCE)
+                continue;
+            const un_op_spec *ps = un_spec_op(un_graph_spec(r->src), nd->op);
+            const char *pn = ps->params[bd->param].name;
+            for (int i = 0; i < n_in; i++) {
+                int32_t v = bd->side ? un_rule_input_dst(r, i) : un_rule_input_src(r, i);
+                if (v != bd->node)
+                    continue;
+                const un_shape *sh = &in_shapes[i];
+                if (!strcmp(pn, "shard"))
+                    eff[a] = bd->item < sh->rank ? sh->shard[bd->item] : eff[a];
+                else if (!strcmp(pn, "sum"))
+                    eff[a] = sh->sum;
+                else if (!strcmp(pn, "copy"))
+                    eff[a] = sh->copy;
+            }
+        }
+    }
     const un_graph *gs[2] = {r->src, r->dst};
     const un_ref *os[2] = {r->src_out, r->dst_out};
     un_graph **ng[2] = {&c->src, &c->dst};
-    int n_in = un_rule_input_count(r);
     for (int s = 0; s < 2 && st == UN_OK; s++) {
         int32_t n = un_graph_node_count(gs[s]);
         int32_t *order = iota(n), *nid = un_xmalloc((size_t)(n ? n : 1) * sizeof *nid);
@@ -606,8 +969,10 @@ un_status un_rule_instantiate(un_ctx *ctx, const un_rule *r, const int64_t *valu
                         .names = nm,
                         .outs = os[s],
                         .n_out = r->n_out,
-                        .new_id = nid};
+                        .new_id = nid,
+                        .cvals = eff};
         st = copy_side(ctx, gs[s], &sc, ng[s]);
+        *stage = sc.cond_failed ? 1 : s == 0 ? 0 : 2;
         for (int i = 0; st == UN_OK && i < r->n_out; i++)
             (s ? c->dst_out : c->src_out)[i] = (un_ref){nid[os[s][i].node], os[s][i].out};
         free(shp);
@@ -631,8 +996,158 @@ un_status un_rule_instantiate(un_ctx *ctx, const un_rule *r, const int64_t *valu
         un_rule_free(c);
         return st;
     }
+    *stage = 3;
     *out = c;
     return UN_OK;
+}
+
+un_status un_rule_instantiate(un_ctx *ctx, const un_rule *r, const int64_t *values,
+                              const un_shape *in_shapes, un_rule **out) {
+    return instantiate(ctx, r, values, in_shapes, out, NULL);
+}
+
+/* Input size variants for the claim check: the witness sizes, each class of equal witness dims
+ * times 2, 3 and 5, everything times 2 and 6, and a few random per-dim multiples. */
+static int size_variants(const un_rule *r, un_shape *base, int n_in, un_shape *out, int max) {
+    int n = 0;
+    for (int i = 0; i < n_in; i++)
+        base[i] = *un_graph_shape(r->src, (un_ref){un_rule_input_src(r, i), 0});
+    memcpy(out, base, sizeof *out * (size_t)n_in);
+    n++;
+    if (!r->any_shape)
+        return n;
+    int64_t classes[UN_MAX_DIMS * 8];
+    int n_cls = 0;
+    for (int i = 0; i < n_in; i++)
+        for (int j = 0; j < base[i].rank; j++) {
+            bool seen = false;
+            for (int c = 0; c < n_cls; c++)
+                seen = seen || classes[c] == base[i].dim[j];
+            if (!seen && n_cls < (int)(sizeof classes / sizeof classes[0]))
+                classes[n_cls++] = base[i].dim[j];
+        }
+    static const int64_t f_cls[] = {2, 3, 5};
+    for (int c = 0; c <= n_cls; c++)
+        for (int f = 0; f < (c == n_cls ? 2 : 3) && n < max; f++) {
+            un_shape *v = out + (size_t)n * (size_t)n_in;
+            memcpy(v, base, sizeof *v * (size_t)n_in);
+            for (int i = 0; i < n_in; i++)
+                for (int j = 0; j < v[i].rank; j++)
+                    if (c == n_cls || base[i].dim[j] == classes[c])
+                        v[i].dim[j] *= c == n_cls ? (f ? 6 : 2) : f_cls[f];
+            n++;
+        }
+    un_rng rng;
+    un_rng_seed(&rng, 99);
+    for (int t = 0; t < 8 && n < max; t++) {
+        un_shape *v = out + (size_t)n * (size_t)n_in;
+        memcpy(v, base, sizeof *v * (size_t)n_in);
+        for (int i = 0; i < n_in; i++)
+            for (int j = 0; j < v[i].rank; j++)
+                v[i].dim[j] *= 1 + (int64_t)un_rng_below(&rng, 4);
+        n++;
+    }
+    return n;
+}
+
+/* Sets the input layout degrees bound to variables to their values in vals. */
+static void layouts_follow(const un_rule *r, const int64_t *vals, un_shape *sz, int n_in) {
+    for (int a = 0; a < r->n_vars; a++)
+        for (int b = 0; b < r->vars[a].n_binds; b++) {
+            const un_rule_bind *bd = &r->vars[a].binds[b];
+            if (bd->side != UN_RULE_SRC)
+                continue;
+            const un_node *nd = un_graph_node(r->src, bd->node);
+            if (un_op_kind_of(nd->op) != UN_OPK_SOURCE)
+                continue;
+            const char *pn = un_spec_op(un_graph_spec(r->src), nd->op)->params[bd->param].name;
+            for (int i = 0; i < n_in; i++) {
+                if (un_rule_input_src(r, i) != bd->node)
+                    continue;
+                if (!strcmp(pn, "shard") && bd->item >= 0 && bd->item < sz[i].rank)
+                    sz[i].shard[bd->item] = (int32_t)vals[a];
+                else if (!strcmp(pn, "sum"))
+                    sz[i].sum = (int32_t)vals[a];
+                else if (!strcmp(pn, "copy"))
+                    sz[i].copy = (int32_t)vals[a];
+            }
+        }
+}
+
+un_status un_rule_check_claim(un_ctx *ctx, const un_rule *r, int max_value,
+                              un_rule_claim_stats *stats) {
+    un_rule_claim_stats s0 = {0};
+    if (!stats)
+        stats = &s0;
+    memset(stats, 0, sizeof *stats);
+    int n_in = un_rule_input_count(r);
+    enum { MAXV = 32 };
+    un_shape *base = un_xcalloc((size_t)n_in + 1, sizeof *base);
+    un_shape *vars_sz = un_xcalloc((size_t)MAXV * ((size_t)n_in + 1), sizeof *vars_sz);
+    int n_sz = size_variants(r, base, n_in, vars_sz, MAXV);
+    /* every variable over 1..max_value, as long as that is at most 4096 combinations */
+    int hi = max_value < 1 ? 1 : max_value;
+    for (;;) {
+        int64_t combos = 1;
+        for (int a = 0; a < r->n_vars; a++)
+            combos *= hi;
+        if (combos <= 4096 || hi <= 2)
+            break;
+        hi--;
+    }
+    int64_t vals[UN_RULE_MAX_VARS];
+    for (int a = 0; a < r->n_vars; a++)
+        vals[a] = 1;
+    un_status st = UN_OK;
+    for (bool more = true; more && st == UN_OK;) {
+        for (int z = 0; z < n_sz && st == UN_OK; z++) {
+            un_shape *sz = vars_sz + (size_t)z * (size_t)n_in;
+            layouts_follow(r, vals, sz, n_in);
+            un_rule *inst = NULL;
+            int stage;
+            un_status is = instantiate(ctx, r, vals, z ? sz : NULL, &inst, &stage);
+            un_rule_free(inst);
+            if (is == UN_OK) {
+                stats->held++;
+                continue;
+            }
+            if (stage == 0)
+                stats->no_source++;
+            else if (stage == 1)
+                stats->cond_failed++;
+            if (stage >= 2) {
+                char msg[512], vs[128] = "", ds[256] = "";
+                snprintf(msg, sizeof msg, "%s", un_ctx_errmsg(ctx) ? un_ctx_errmsg(ctx) : "");
+                for (int a = 0, len = 0; a < r->n_vars && len < (int)sizeof vs; a++)
+                    len += snprintf(vs + len, sizeof vs - (size_t)len, "%s%s=%lld", a ? "," : "",
+                                    r->vars[a].name, (long long)vals[a]);
+                for (int i = 0, len = 0; z && i < n_in && len < (int)sizeof ds; i++) {
+                    char b[96];
+                    un_shape_str(&sz[i], b, sizeof b);
+                    len += snprintf(ds + len, sizeof ds - (size_t)len, " %s", b);
+                }
+                un_ctx_clear(ctx);
+                st = un_ctx_error(ctx, UN_ERR_MISMATCH,
+                                  "the source is well formed and the side conditions hold at "
+                                  "%s%s%s, but: %s",
+                                  vs[0] ? vs : "the witness", z ? ", inputs" : "", ds, msg);
+            } else {
+                un_ctx_clear(ctx);
+            }
+        }
+        more = false;
+        for (int a = 0; a < r->n_vars && !more; a++) {
+            if (vals[a] < hi) {
+                vals[a]++;
+                more = true;
+            } else {
+                vals[a] = 1;
+            }
+        }
+    }
+    free(base);
+    free(vars_sz);
+    return st;
 }
 
 un_status un_rule_check_random(un_ctx *ctx, const un_rule *r, un_dom dom, uint64_t seed,
@@ -691,7 +1206,26 @@ un_status un_rule_to_json(un_ctx *ctx, const un_rule *r, un_buf *out) {
         }
         un_buf_printf(out, "]}");
     }
-    un_buf_printf(out, "],\n\"any_shape\": %s}\n", r->any_shape ? "true" : "false");
+    un_buf_printf(out, "],\n\"any_shape\": %s", r->any_shape ? "true" : "false");
+    if (r->n_conds)
+        un_buf_printf(out, ",\n\"conds\": [");
+    for (int i = 0; i < r->n_conds; i++) {
+        const un_rule_cond *c = &r->conds[i];
+        const un_graph *g = c->side == UN_RULE_SRC ? r->src : r->dst;
+        un_buf_printf(out, "%s{\"coef\": %lld, \"pow\": {", i ? ", " : "", (long long)c->coef);
+        bool any = false;
+        for (int a = 0; a < r->n_vars; a++)
+            if (c->exp[a]) {
+                un_buf_printf(out, "%s", any ? ", " : "");
+                un_buf_json_str(out, r->vars[a].name);
+                un_buf_printf(out, ": %d", c->exp[a]);
+                any = true;
+            }
+        un_buf_printf(out, "}, \"of\": [\"%s\", ", c->side == UN_RULE_SRC ? "src" : "dst");
+        un_buf_json_str(out, un_graph_node(g, c->node)->name);
+        un_buf_printf(out, ", %d, %d]}", c->out, c->dim);
+    }
+    un_buf_printf(out, "%s}\n", r->n_conds ? "]" : "");
     return UN_OK;
 }
 
@@ -731,8 +1265,76 @@ static un_status parse_bind(un_ctx *ctx, const un_jcur *at, const un_graph *src,
     return UN_OK;
 }
 
+static un_status parse_conds(un_ctx *ctx, const un_jcur *cc, un_rule *r) {
+    static const char *const ckeys[] = {"coef", "pow", "of", NULL};
+    int n = un_jcur_len(cc);
+    if (n > UN_RULE_MAX_CONDS)
+        return un_jcur_error(ctx, UN_ERR_PARSE, cc, "%d side conditions (at most %d)", n,
+                             UN_RULE_MAX_CONDS);
+    un_status st;
+    for (int i = 0; i < n; i++) {
+        un_jcur it = un_jcur_item(cc, i), pw, of;
+        un_rule_cond *cd = &r->conds[i];
+        memset(cd, 0, sizeof *cd);
+        int64_t coef = 1;
+        if ((st = un_jcur_need_type(ctx, &it, UN_JSON_OBJECT)) != UN_OK ||
+            (st = un_jcur_check_keys(ctx, &it, ckeys)) != UN_OK ||
+            (st = un_jcur_get_int(ctx, &it, "coef", false, &coef)) != UN_OK)
+            return st;
+        if (coef < 1 || coef > UN_MAX_DEGREE)
+            return un_jcur_error(ctx, UN_ERR_PARSE, &it, "coef must be 1..%d", UN_MAX_DEGREE);
+        cd->coef = coef;
+        pw = un_jcur_member(&it, "pow");
+        if (un_jcur_present(&pw)) {
+            if ((st = un_jcur_need_type(ctx, &pw, UN_JSON_OBJECT)) != UN_OK)
+                return st;
+            for (int a = 0; a < r->n_vars; a++) {
+                int64_t e = 0;
+                if ((st = un_jcur_get_int(ctx, &pw, r->vars[a].name, false, &e)) != UN_OK)
+                    return st;
+                if (e < 0 || e > 8)
+                    return un_jcur_error(ctx, UN_ERR_PARSE, &pw, "power of '%s' must be 0..8",
+                                         r->vars[a].name);
+                cd->exp[a] = (int8_t)e;
+            }
+            const char *names[UN_RULE_MAX_VARS + 1];
+            for (int a = 0; a < r->n_vars; a++)
+                names[a] = r->vars[a].name;
+            names[r->n_vars] = NULL;
+            if ((st = un_jcur_check_keys(ctx, &pw, names)) != UN_OK)
+                return st;
+        }
+        of = un_jcur_member(&it, "of");
+        if (un_jcur_type(&of) != UN_JSON_ARRAY || un_jcur_len(&of) != 4)
+            return un_jcur_error(ctx, UN_ERR_PARSE, &it,
+                                 "\"of\" must be [side, node, output, dim]");
+        un_jcur o0 = un_jcur_item(&of, 0), o1 = un_jcur_item(&of, 1), o2 = un_jcur_item(&of, 2),
+                o3 = un_jcur_item(&of, 3);
+        int64_t oo, dd;
+        if (un_jcur_type(&o0) != UN_JSON_STRING || un_jcur_type(&o1) != UN_JSON_STRING ||
+            (strcmp(un_jcur_str(&o0), "src") && strcmp(un_jcur_str(&o0), "dst")) ||
+            !un_jcur_is_int(&o2, &oo) || !un_jcur_is_int(&o3, &dd))
+            return un_jcur_error(ctx, UN_ERR_PARSE, &of,
+                                 "\"of\" must be [\"src\" or \"dst\", node, output, dim]");
+        cd->side = strcmp(un_jcur_str(&o0), "src") ? UN_RULE_DST : UN_RULE_SRC;
+        const un_graph *g = cd->side == UN_RULE_SRC ? r->src : r->dst;
+        cd->node = un_graph_find(g, un_jcur_str(&o1));
+        if (cd->node < 0)
+            return un_jcur_error(ctx, UN_ERR_PARSE, &o1, "no node '%s' on that side",
+                                 un_jcur_str(&o1));
+        const un_node *nd = un_graph_node(g, cd->node);
+        if (oo < 0 || oo >= nd->inf.n_out || dd < 0 || dd >= nd->inf.out[oo].rank)
+            return un_jcur_error(ctx, UN_ERR_PARSE, &of, "%s has no output %lld dim %lld",
+                                 un_jcur_str(&o1), (long long)oo, (long long)dd);
+        cd->out = (int8_t)oo;
+        cd->dim = (int8_t)dd;
+        r->n_conds = i + 1;
+    }
+    return UN_OK;
+}
+
 un_status un_rule_from_jcur(un_ctx *ctx, const un_spec *spec, const un_jcur *c, un_rule **out) {
-    static const char *const keys[] = {"name", "src", "dst", "vars", "any_shape", NULL};
+    static const char *const keys[] = {"name", "src", "dst", "vars", "any_shape", "conds", NULL};
     *out = NULL;
     un_graph *src = NULL, *dst = NULL;
     un_rule *r = NULL;
@@ -817,6 +1419,10 @@ un_status un_rule_from_jcur(un_ctx *ctx, const un_spec *spec, const un_jcur *c, 
             goto done;
         }
     }
+    un_jcur cc = un_jcur_member(c, "conds");
+    if (un_jcur_present(&cc) && ((st = un_jcur_need_type(ctx, &cc, UN_JSON_ARRAY)) != UN_OK ||
+                                 (st = parse_conds(ctx, &cc, r)) != UN_OK))
+        goto done;
     *out = r;
     r = NULL;
 done:
@@ -896,4 +1502,32 @@ void un_rule_str(const un_rule *r, un_buf *out) {
         expr_str(r, UN_RULE_DST, r->dst_out[i], out);
         un_buf_printf(out, "\n");
     }
+}
+
+/* ---- direction ------------------------------------------------------------------------------ */
+
+un_status un_rule_reverse(un_ctx *ctx, const un_rule *r, un_rule **out) {
+    *out = NULL;
+    un_rule *b = NULL;
+    /* un_rule_make keeps every node's name and id, so the binds carry over with sides swapped */
+    un_status st = un_rule_make(ctx, r->dst, r->src, r->dst_out, r->src_out, r->n_out, &b);
+    for (int a = 0; st == UN_OK && a < r->n_vars; a++) {
+        un_rule_bind bd[UN_RULE_MAX_BINDS];
+        for (int i = 0; i < r->vars[a].n_binds; i++) {
+            bd[i] = r->vars[a].binds[i];
+            bd[i].side = bd[i].side == UN_RULE_SRC ? UN_RULE_DST : UN_RULE_SRC;
+        }
+        st = un_rule_var_add(ctx, b, r->vars[a].name, bd, r->vars[a].n_binds);
+    }
+    if (st == UN_OK) {
+        snprintf(b->name, sizeof b->name, "%s", r->name);
+        b->any_shape = r->any_shape;
+        st = un_rule_conds_compute(ctx, b);
+    }
+    if (st != UN_OK) {
+        un_rule_free(b);
+        return st;
+    }
+    *out = b;
+    return UN_OK;
 }

@@ -22,6 +22,7 @@
 #define UN_RULE_MAX_OUTS  4  /* mapped outputs */
 #define UN_RULE_MAX_VARS  6  /* parameter variables */
 #define UN_RULE_MAX_BINDS 16 /* occurrences of one variable */
+#define UN_RULE_MAX_CONDS 8  /* side conditions */
 
 /* Verdict of a rule in the database. Only VERIFIED rules are ever applied. REJECTED: an imported
  * rule that is malformed under our specs (never verified, kept with its reason). */
@@ -56,6 +57,20 @@ typedef struct un_rule_var {
     un_rule_bind binds[UN_RULE_MAX_BINDS];
 } un_rule_var;
 
+/* A side condition: coef * prod(vars[a]^exp[a]) divides dim `dim` of output `out` of node `node`
+ * on side `side` (a rule input is named on the source side). The target needs it beyond what the
+ * source's well-formedness gives (un_rule_conds_compute), e.g. "k | dim 1 of x0" for
+ * relu(x0) => combine[dim=1,degree=k](relu(partition[dim=1,degree=k](x0))), or "k^2 | dim 2 of x0"
+ * when k is also x0's own shard degree on dim 2. */
+typedef struct un_rule_cond {
+    int8_t side;
+    int32_t node;
+    int8_t out;
+    int8_t dim;
+    int64_t coef;                 /* >= 1 */
+    int8_t exp[UN_RULE_MAX_VARS]; /* power of each variable, in vars order */
+} un_rule_cond;
+
 /* The body is public (read-only for users; build with the functions below). */
 typedef struct un_rule {
     char name[64]; /* label (e.g. the FlexFlow rule name), may be empty */
@@ -67,6 +82,8 @@ typedef struct un_rule {
     int n_vars;
     un_rule_var vars[UN_RULE_MAX_VARS];
     bool any_shape; /* proven for every input shape on which src is well formed (set by verify) */
+    int n_conds;    /* side conditions (set by un_rule_conds_compute; the verifier stores them) */
+    un_rule_cond conds[UN_RULE_MAX_CONDS];
 } un_rule;
 
 /* Makes a rule from two graphs (cloned; the caller keeps its own). Checks: both sides have the
@@ -84,6 +101,9 @@ un_rule *un_rule_clone(const un_rule *r);
  * value, which becomes var.value. UN_ERR_INVALID otherwise. */
 un_status un_rule_var_add(un_ctx *ctx, un_rule *r, const char *name, const un_rule_bind *binds,
                           int n_binds);
+
+/* The index of the variable bound at (side, node, parameter, item), or -1. */
+int un_rule_var_at(const un_rule *r, int side, int32_t node, int param, int item);
 
 /* Number of rule inputs and the i-th one's node id in src / dst (inputs in src node order). */
 int un_rule_input_count(const un_rule *r);
@@ -105,10 +125,58 @@ un_status un_rule_canonical(un_ctx *ctx, const un_rule *r, un_rule **out);
 
 /* Rebuilds the rule with its variables set to values[n_vars] (and, when in_shapes is non-NULL, its
  * inputs given these parallel shapes, in un_rule_input order; variables bound inside an input's
- * layout are then taken from in_shapes). UN_ERR_SHAPE when a side is not well formed there, with
- * the reason. Owned: free with un_rule_free. */
+ * layout are then taken from in_shapes). The source is built first; then every side condition is
+ * checked (UN_ERR_SHAPE "side condition k^2 | dim 2 of x0 fails: k=3, dim 4"), then the target.
+ * UN_ERR_SHAPE when a side is not well formed there, with the reason; UN_ERR_MISMATCH when both
+ * are but a mapped pair differs in shape or layout. This is the check every application of a
+ * rule goes through, forwards or reversed (un_rule_reverse). Owned: free with un_rule_free. */
 un_status un_rule_instantiate(un_ctx *ctx, const un_rule *r, const int64_t *values,
                               const un_shape *in_shapes, un_rule **out);
+
+/* ---- side conditions and direction ---- */
+
+/* Computes r's side conditions: the divisibilities the target's layouts need (each partition's
+ * output shard degree must divide its dim; an input's own shard degree counts) that the source's
+ * do not already give. Shard degrees are followed as products of the rule's variables and
+ * constants; a dim is followed back through the operators that keep it (relu, ew ops, a `like`
+ * output) to a rule input where it can be, so the condition names the input ("k | dim 1 of x0");
+ * otherwise it names the target's inner tensor. Replaces r->conds. UN_ERR_INVALID when more than
+ * UN_RULE_MAX_CONDS are needed or a shard degree cannot be followed (the verifier then keeps
+ * the rule at its concrete degrees). */
+un_status un_rule_conds_compute(un_ctx *ctx, un_rule *r);
+/* Whether condition c holds at variable values (NULL: the witness values) for a dim of size d. */
+bool un_rule_cond_holds(const un_rule *r, const un_rule_cond *c, const int64_t *values, int64_t d);
+/* "k^2 | dim 2 of x0", one condition; the tensor is named by its expression (un_rule_str). */
+void un_rule_cond_str(const un_rule *r, const un_rule_cond *c, un_buf *out);
+
+/* What un_rule_check_claim saw: instances that held, and those skipped because the source was
+ * not well formed there or a side condition failed. */
+typedef struct un_rule_claim_stats {
+    int64_t held, no_source, cond_failed;
+} un_rule_claim_stats;
+
+/* Re-checks r's claim on a grid: each variable at 1..max_value (all combinations, the range cut
+ * so there are at most 4096), at the witness input sizes and, when r->any_shape, at sizes scaled
+ * per class of equal witness dims (x2, x3, x5), scaled as a whole (x2, x6) and at random per-dim
+ * multiples (x1..x4). Wherever the source is well formed and the side conditions hold, the
+ * target must be well formed with mapped outputs of equal shape and layout; the first instance
+ * where it is not is UN_ERR_MISMATCH naming the values, sizes and the reason. stats may be NULL. */
+un_status un_rule_check_claim(un_ctx *ctx, const un_rule *r, int max_value,
+                              un_rule_claim_stats *stats);
+
+/* Rules are proven and stored one way, source => target. The reversed rule (target => source)
+ * is the same equation read backwards: its side conditions are recomputed for the new target (the
+ * old source), and like every rule it is only ever applied through un_rule_instantiate, which
+ * builds the new source, checks the conditions and builds the new target, so an application
+ * where the new side is not well formed fails with UN_ERR_SHAPE instead of producing an
+ * ill-formed graph. (Where both sides are well formed they are equal: the proof covers every
+ * input on which the source and the conditions hold, and a well-formed target satisfies its own
+ * conditions.) any_shape carries over. Owned: free with un_rule_free.
+ *
+ *   un_rule *back;
+ *   st = un_rule_reverse(ctx, r, &back);
+ *   st = un_rule_instantiate(ctx, back, values, matched_input_shapes, &inst);  // checks it */
+un_status un_rule_reverse(un_ctx *ctx, const un_rule *r, un_rule **out);
 
 /* Evaluates both sides on the same random inputs (seeded; inputs matched by name) and compares
  * every mapped pair: logical shape, layout and value (exact in the field, relative 1e-9 in f64).
@@ -119,8 +187,10 @@ un_status un_rule_check_random(un_ctx *ctx, const un_rule *r, un_dom dom, uint64
 
 /* JSON: {"name": "...", "src": GRAPH, "dst": GRAPH, "outputs": [["s", "t"], ...],
  *        "vars": [{"name": "k", "value": 2, "at": [["src", "node", "param"], ["dst", "n", "shard",
- * 1]]}], "any_shape": false} GRAPH is pcg's graph JSON (graph.h); each side lists the input nodes
- * it shares. Errors name the document, the JSON path and the reason. */
+ * 1]]}], "any_shape": false, "conds": [{"coef": 1, "pow": {"k": 2}, "of": ["src", "x0", 0, 2]}]}
+ * GRAPH is pcg's graph JSON (graph.h); each side lists the input nodes it shares; "conds" (side
+ * conditions: [side, node, output, dim]) is written only when there are some. Errors name the
+ * document, the JSON path and the reason. */
 un_status un_rule_to_json(un_ctx *ctx, const un_rule *r, un_buf *out);
 un_status un_rule_from_json(un_ctx *ctx, const un_spec *spec, const char *doc_name,
                             const char *text, size_t len, un_rule **out);

@@ -42,13 +42,9 @@ bool un_shape_valid(const un_shape *s, char *why, size_t n);
 /* "float[8/2,16]+s2*c2": sizes, "/k" shard degrees, "+sN" sum degree, "*cN" copy degree. */
 void un_shape_str(const un_shape *s, char *buf, size_t n);
 uint64_t un_shape_hash(const un_shape *s, uint64_t h);
-
-/* ---- piece geometry (DESIGN.md section 3): pieces are numbered row-major over (block per dim,
- * sum index, copy index), the copy index fastest ---- */
-
-/* The index of piece (block, sum, copy). */
+/* A piece's index in the tensor's piece order (block indices row-major, then sum, then copy; the
+ * order of pcg/eval.h), and back. */
 int64_t un_shape_piece_index(const un_shape *s, const int32_t *block, int32_t sum, int32_t copy);
-/* The coordinates of piece idx (the inverse of un_shape_piece_index). */
 void un_shape_piece_coords(const un_shape *s, int64_t idx, int32_t *block, int32_t *sum,
                            int32_t *copy);
 /* A piece's local sizes: dim[i] / shard[i] for every dim. */

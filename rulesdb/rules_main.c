@@ -240,7 +240,15 @@ static int cmd_show(un_ctx *ctx, const un_spec *spec, const opts *o) {
                 un_buf_printf(&b, "variable  %s (witness %lld, %d occurrences)\n", r->vars[v].name,
                               (long long)r->vars[v].value, r->vars[v].n_binds);
             if (r->any_shape)
-                un_buf_printf(&b, "shapes    proven for every input shape\n");
+                un_buf_printf(&b, "shapes    proven for every input size at these ranks\n");
+            for (int c = 0; c < r->n_conds; c++) {
+                un_buf_printf(&b, "%s", c ? "          " : "if        ");
+                un_rule_cond_str(r, &r->conds[c], &b);
+                un_buf_printf(&b, "%s\n",
+                              c == 0 ? "   (side condition: the target needs it, "
+                                       "the source does not give it)"
+                                     : "");
+            }
             un_buf_printf(&b, "rule      ");
             un_rule_str(r, &b);
             for (int side = 0; side < 2 && st == UN_OK; side++) {

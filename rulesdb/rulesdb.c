@@ -18,6 +18,12 @@
 #define RULESDB_BUSY_MS  60000      /* a writer's batch may take a while; readers never block */
 #define RULESDB_SUM_SEED 0x52554c4553444231ULL
 
+/* The row checksum: the SQL function un_rowsum over a row's body checksum and the columns derived
+ * from it or recording its provenance, so an edit of any of them shows in `check`. */
+#define ROW_SUM_OF(bs, ni, ns, nd, sz, ops, run, cd)                                               \
+    "un_rowsum(" bs ", " ni ", " ns ", " nd ", " sz ", " ops ", " run ", " cd ")"
+#define ROW_SUM_COLS ROW_SUM_OF("body_sum", "n_in", "n_src", "n_dst", "size", "ops", "run", "conds")
+
 /* Migrations: migration[v] takes a database from schema version v to v + 1. A new file starts at
  * version 0 (no tables), so creating a database is running them all. */
 static const char *const rulesdb_migrations[] = {
@@ -74,6 +80,18 @@ static const char *const rulesdb_migrations[] = {
     "  PRIMARY KEY (op_sig, shape, device)) WITHOUT ROWID;"
     "ALTER TABLE rules ADD COLUMN verified_at REAL;"
     "PRAGMA user_version = 2;",
+    /* 2 -> 3: side conditions stored with the verdict; a checksum over the derived and provenance
+     * columns (un_rowsum, registered on every connection); work claims of concurrent verifiers. */
+    "ALTER TABLE rules ADD COLUMN conds TEXT;" /* the verified form's side conditions, readable */
+    "ALTER TABLE rules ADD COLUMN row_sum INTEGER;"
+    "UPDATE rules SET row_sum = " ROW_SUM_OF(
+        "body_sum", "n_in", "n_src", "n_dst", "size", "ops", "run",
+        "conds") ";"
+                 "CREATE TABLE claims ("
+                 "  rule INTEGER PRIMARY KEY," /* a rule id being verified */
+                 "  owner TEXT NOT NULL,"      /* host:pid:worker */
+                 "  expires REAL NOT NULL);"   /* unix time; an expired claim is free again */
+                 "PRAGMA user_version = 3;",
 };
 #define RULESDB_SCHEMA_VERSION ((int)(sizeof rulesdb_migrations / sizeof rulesdb_migrations[0]))
 
@@ -94,8 +112,9 @@ static const char *const rulesdb_migrations[] = {
     X(RULE_INSERT,                                                                                 \
       "INSERT INTO rules(hash, body, body_sum, n_in, n_src, n_dst, size, ops, status, detail, "    \
       "proof_ms, axioms, gen_spec, verify_spec, origin_kind, origin_file, origin_name, run, "      \
-      "created, verified_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "     \
-      "?14, ?15, ?16, ?17, ?18, ?19, ?20) ON CONFLICT DO NOTHING")                                 \
+      "created, verified_at, conds, row_sum) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, "    \
+      "?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, " ROW_SUM_OF(                        \
+          "?3", "?4", "?5", "?6", "?7", "?8", "?18", "?21") ") ON CONFLICT DO NOTHING")            \
     X(RULE_BY_HASH, "SELECT id FROM rules WHERE hash = ?1")                                        \
     X(RULE_BY_ORIGIN, "SELECT id FROM rules WHERE hash IS NULL AND origin_file IS ?1 "             \
                       "AND origin_name IS ?2")                                                     \
@@ -108,7 +127,22 @@ static const char *const rulesdb_migrations[] = {
                 "ORDER BY id LIMIT ?10")                                                           \
     X(RULE_VERDICT, "UPDATE rules SET status = ?2, detail = ?3, proof_ms = ?4, axioms = ?5, "      \
                     "verify_spec = ?6, verified_at = ?7 WHERE id = ?1 AND status != 'rejected'")   \
-    X(RULE_BODY, "UPDATE rules SET body = ?2, body_sum = ?3 WHERE id = ?1")                        \
+    X(RULE_BODY, "UPDATE rules SET body = ?2, body_sum = ?3, conds = ?4, row_sum = " ROW_SUM_OF(   \
+                     "?3", "n_in", "n_src", "n_dst", "size", "ops", "run", "?4") " WHERE id = ?1") \
+    X(RULE_ROWSUM_OK, "SELECT row_sum IS " ROW_SUM_COLS ", n_in, size, conds FROM rules "          \
+                      "WHERE id = ?1")                                                             \
+    X(RULE_SUMS_BAD, "SELECT id, count(*) OVER () FROM rules WHERE body_sum IS NOT "               \
+                     "un_bodysum(body) OR row_sum IS NOT " ROW_SUM_COLS " ORDER BY id LIMIT 1")    \
+    X(CLAIM_EXPIRE, "DELETE FROM claims WHERE expires < ?1")                                       \
+    X(CLAIM_FREE, "SELECT id FROM rules WHERE id > ?1 AND (?6 = 0 OR id % ?6 = ?7) "               \
+                  "AND (?8 = 0 OR status IN ('candidate', 'unknown') "                             \
+                  "     OR (status = 'verified' AND verify_spec != ?9)) "                          \
+                  "AND (?11 = 0 OR verified_at IS NULL OR verified_at < ?11) "                     \
+                  "AND id NOT IN (SELECT rule FROM claims) ORDER BY id LIMIT ?10")                 \
+    X(CLAIM_ADD, "INSERT INTO claims(rule, owner, expires) VALUES (?1, ?2, ?3)")                   \
+    X(CLAIM_OTHERS, "SELECT count(*) FROM claims WHERE owner != ?1")                               \
+    X(CLAIM_RENEW, "UPDATE claims SET expires = ?2 WHERE owner = ?1")                              \
+    X(CLAIM_RELEASE, "DELETE FROM claims WHERE owner = ?1")                                        \
     X(RULE_STATE, "SELECT status, verify_spec FROM rules WHERE id = ?1")                           \
     X(RULE_VERIFIED, "SELECT " ROW_COLS " FROM rules WHERE status = 'verified' ORDER BY id")       \
     X(RULE_ALL, "SELECT " ROW_COLS " FROM rules ORDER BY id")                                      \
@@ -191,6 +225,42 @@ static uint64_t i2u(int64_t v) {
 
 static uint64_t body_sum(const char *text, size_t len) {
     return un_hash_bytes(text, len, RULESDB_SUM_SEED);
+}
+
+/* un_rowsum(...): a 64-bit checksum of its arguments (type and text of each, NULL distinct). */
+static void sql_rowsum(sqlite3_context *c, int argc, sqlite3_value **argv) {
+    uint64_t h = RULESDB_SUM_SEED ^ 0x726f7773756dULL;
+    for (int i = 0; i < argc; i++) {
+        int t = sqlite3_value_type(argv[i]);
+        h = un_hash_bytes(&t, sizeof t, h);
+        if (t == SQLITE_NULL)
+            continue;
+        const unsigned char *txt = sqlite3_value_text(argv[i]);
+        int n = sqlite3_value_bytes(argv[i]);
+        h = un_hash_bytes(txt ? (const char *)txt : "", (size_t)n, h);
+        h = un_hash_bytes(&n, sizeof n, h);
+    }
+    sqlite3_result_int64(c, u2i(h));
+}
+
+/* un_bodysum(body): body_sum of a stored body (NULL for NULL). */
+static void sql_bodysum(sqlite3_context *c, int argc, sqlite3_value **argv) {
+    (void)argc;
+    if (sqlite3_value_type(argv[0]) == SQLITE_NULL) {
+        sqlite3_result_null(c);
+        return;
+    }
+    const unsigned char *t = sqlite3_value_text(argv[0]);
+    size_t n = (size_t)sqlite3_value_bytes(argv[0]);
+    sqlite3_result_int64(c, u2i(body_sum(t ? (const char *)t : "", n)));
+}
+
+static int rowsum_register(sqlite3 *h) {
+    int fl = SQLITE_UTF8 | SQLITE_DETERMINISTIC | SQLITE_DIRECTONLY;
+    int rc = sqlite3_create_function(h, "un_rowsum", 8, fl, NULL, sql_rowsum, NULL, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_create_function(h, "un_bodysum", 1, fl, NULL, sql_bodysum, NULL, NULL);
+    return rc;
 }
 
 /* Converts a SQLite result code into a status with the connection's message (STYLE rule 12). */
@@ -425,6 +495,10 @@ un_status rulesdb_open(un_ctx *ctx, const char *path, const un_spec *spec, int f
     }
     sqlite3_extended_result_codes(db->h, 1);
     sqlite3_busy_timeout(db->h, RULESDB_BUSY_MS);
+    if ((rc = rowsum_register(db->h)) != SQLITE_OK) {
+        st = db_fail(ctx, db, rc, "registering un_rowsum");
+        goto done;
+    }
     bool needs_migrate;
     st = check_ident(ctx, db, flags, &needs_migrate);
     if (st != UN_OK)
@@ -519,6 +593,14 @@ un_status rulesdb_commit(un_ctx *ctx, rulesdb *db) {
     return UN_OK;
 }
 
+/* Ends a batch the caller opened: commits when st is UN_OK, else rolls back. Returns the status. */
+static un_status batch_end(un_ctx *ctx, rulesdb *db, un_status st) {
+    if (st == UN_OK)
+        return rulesdb_commit(ctx, db);
+    rulesdb_rollback(db);
+    return st;
+}
+
 void rulesdb_rollback(rulesdb *db) {
     if (!db || !db->in_batch)
         return;
@@ -592,13 +674,23 @@ static void rule_ops(const un_rule *r, un_buf *out) {
 /* The stored form of a rule: canonical JSON text plus the columns derived from it. */
 typedef struct rule_cols {
     uint64_t hash;
-    un_buf body, ops;
+    un_buf body, ops, conds; /* conds: readable side conditions, empty when none */
     int n_in, n_src, n_dst;
 } rule_cols;
 
 static void rule_cols_free(rule_cols *c) {
     un_buf_free(&c->body);
     un_buf_free(&c->ops);
+    un_buf_free(&c->conds);
+}
+
+/* "k | dim 1 of x0; k^2 | dim 2 of x1", or nothing. */
+static void rule_conds_text(const un_rule *r, un_buf *out) {
+    for (int i = 0; i < r->n_conds; i++) {
+        if (i)
+            un_buf_printf(out, "; ");
+        un_rule_cond_str(r, &r->conds[i], out);
+    }
 }
 
 static un_status rule_cols_make(un_ctx *ctx, const un_rule *r, uint64_t hash, rule_cols *c) {
@@ -613,6 +705,7 @@ static un_status rule_cols_make(un_ctx *ctx, const un_rule *r, uint64_t hash, ru
         c->n_src = un_rule_size(canon, UN_RULE_SRC);
         c->n_dst = un_rule_size(canon, UN_RULE_DST);
         rule_ops(canon, &c->ops);
+        rule_conds_text(canon, &c->conds);
     }
     un_rule_free(canon);
     if (st != UN_OK)
@@ -666,6 +759,8 @@ static un_status insert_raw(un_ctx *ctx, rulesdb *db, const raw_rule *rr, int32_
     sqlite3_bind_double(s, 19, now_s());
     if (rr->verified_at > 0)
         sqlite3_bind_double(s, 20, rr->verified_at);
+    if (rr->cols && rr->cols->conds.len)
+        sqlite3_bind_text(s, 21, rr->cols->conds.data, (int)rr->cols->conds.len, SQLITE_STATIC);
     un_status st = stmt_done(ctx, db, s, "inserting a rule");
     if (st != UN_OK)
         return st;
@@ -958,11 +1053,13 @@ static un_status verdict_write(un_ctx *ctx, rulesdb *db, int32_t id, un_rule_sta
     return st;
 }
 
-static un_status body_write(un_ctx *ctx, rulesdb *db, int32_t id, const char *text, size_t len) {
+static un_status body_write(un_ctx *ctx, rulesdb *db, int32_t id, const rule_cols *c) {
     sqlite3_stmt *s = stmt_get(db, STMT_RULE_BODY);
     sqlite3_bind_int64(s, 1, id);
-    sqlite3_bind_text(s, 2, text, (int)len, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 3, u2i(body_sum(text, len)));
+    sqlite3_bind_text(s, 2, c->body.data, (int)c->body.len, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 3, u2i(body_sum(c->body.data, c->body.len)));
+    if (c->conds.len)
+        sqlite3_bind_text(s, 4, c->conds.data, (int)c->conds.len, SQLITE_STATIC);
     return stmt_done(ctx, db, s, "storing a rule's general form");
 }
 
@@ -1025,16 +1122,102 @@ un_status rulesdb_rule_set_verdict(un_ctx *ctx, rulesdb *db, int32_t id, const r
         st = verdict_write(ctx, db, id, v->status, v->detail, v->proof_ms, v->axioms, db->spec_hash,
                            now_s());
     if (st == UN_OK && have_cols)
-        st = body_write(ctx, db, id, cols.body.data, cols.body.len);
-    if (own) {
-        if (st == UN_OK)
-            st = rulesdb_commit(ctx, db);
-        else
-            rulesdb_rollback(db);
-    }
+        st = body_write(ctx, db, id, &cols);
+    if (own)
+        st = batch_end(ctx, db, st);
     if (have_cols)
         rule_cols_free(&cols);
     return st;
+}
+
+un_status rulesdb_check_sums(un_ctx *ctx, rulesdb *db) {
+    sqlite3_stmt *s = stmt_get(db, STMT_RULE_SUMS_BAD);
+    int rc = sqlite3_step(s);
+    un_status st = UN_OK;
+    if (rc == SQLITE_ROW)
+        st = un_ctx_error(ctx, UN_ERR_DB,
+                          "%s: rule %lld does not match its checksum (%lld damaged rows; "
+                          "unity-rules check lists them)",
+                          db->path, (long long)sqlite3_column_int64(s, 0),
+                          (long long)sqlite3_column_int64(s, 1));
+    else if (rc != SQLITE_DONE)
+        st = db_fail(ctx, db, rc, "checking row checksums");
+    sqlite3_reset(s);
+    return st;
+}
+
+/* ---- work claims ------------------------------------------------------------------------------
+ */
+
+un_status rulesdb_claim(un_ctx *ctx, rulesdb *db, const rulesdb_filter *f, const char *owner,
+                        double lease_s, int max, int32_t *ids, int *n, int64_t *others) {
+    *n = 0;
+    if (others)
+        *others = 0;
+    if (db->readonly)
+        return un_ctx_error(ctx, UN_ERR_DB, "%s: opened read-only", db->path);
+    if (db->in_batch)
+        return un_ctx_error(ctx, UN_ERR_INVALID, "%s: claiming inside a batch", db->path);
+    rulesdb_filter d = rulesdb_filter_default();
+    if (!f)
+        f = &d;
+    double now = now_s();
+    un_status st = rulesdb_begin(ctx, db);
+    if (st != UN_OK)
+        return st;
+    sqlite3_stmt *s = stmt_get(db, STMT_CLAIM_EXPIRE);
+    sqlite3_bind_double(s, 1, now);
+    st = stmt_done(ctx, db, s, "expiring claims");
+    int got = 0, rc = SQLITE_DONE;
+    if (st == UN_OK) {
+        s = stmt_get(db, STMT_CLAIM_FREE);
+        sqlite3_bind_int64(s, 1, f->after_id);
+        sqlite3_bind_int(s, 6, f->shard_n);
+        sqlite3_bind_int(s, 7, f->shard_i);
+        sqlite3_bind_int(s, 8, f->needs_verify ? 1 : 0);
+        sqlite3_bind_int64(s, 9, u2i(db->spec_hash));
+        sqlite3_bind_int64(s, 10, max);
+        sqlite3_bind_double(s, 11, f->undecided_since);
+        while (got < max && (rc = sqlite3_step(s)) == SQLITE_ROW)
+            ids[got++] = (int32_t)sqlite3_column_int64(s, 0);
+        sqlite3_reset(s);
+        if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+            st = db_fail(ctx, db, rc, "finding work to claim");
+    }
+    for (int i = 0; st == UN_OK && i < got; i++) {
+        s = stmt_get(db, STMT_CLAIM_ADD);
+        sqlite3_bind_int64(s, 1, ids[i]);
+        bind_text(s, 2, owner);
+        sqlite3_bind_double(s, 3, now + lease_s);
+        st = stmt_done(ctx, db, s, "claiming a rule");
+    }
+    if (st == UN_OK && others) {
+        s = stmt_get(db, STMT_CLAIM_OTHERS);
+        bind_text(s, 1, owner);
+        rc = sqlite3_step(s);
+        if (rc == SQLITE_ROW)
+            *others = sqlite3_column_int64(s, 0);
+        else
+            st = db_fail(ctx, db, rc, "counting claims");
+        sqlite3_reset(s);
+    }
+    st = batch_end(ctx, db, st);
+    if (st == UN_OK)
+        *n = got;
+    return st;
+}
+
+un_status rulesdb_claim_renew(un_ctx *ctx, rulesdb *db, const char *owner, double lease_s) {
+    sqlite3_stmt *s = stmt_get(db, STMT_CLAIM_RENEW);
+    bind_text(s, 1, owner);
+    sqlite3_bind_double(s, 2, now_s() + lease_s);
+    return stmt_done(ctx, db, s, "renewing claims");
+}
+
+un_status rulesdb_claim_release(un_ctx *ctx, rulesdb *db, const char *owner) {
+    sqlite3_stmt *s = stmt_get(db, STMT_CLAIM_RELEASE);
+    bind_text(s, 1, owner);
+    return stmt_done(ctx, db, s, "releasing claims");
 }
 
 un_status rulesdb_load_verified(un_ctx *ctx, rulesdb *db, un_rule ***rules, int64_t *n,
@@ -1167,6 +1350,38 @@ un_status rulesdb_cost_get(un_ctx *ctx, rulesdb *db, const char *op_sig, const c
 /* ---- integrity --------------------------------------------------------------------------------
  */
 
+/* The columns derived from a row's body, recomputed, and its row checksum: NULL when they agree,
+ * else the problem (in tmp's error slot). */
+static const char *derived_check(un_ctx *tmp, rulesdb *db, const rulesdb_row *row) {
+    sqlite3_stmt *s = stmt_get(db, STMT_RULE_ROWSUM_OK);
+    sqlite3_bind_int64(s, 1, row->id);
+    int rc = sqlite3_step(s);
+    const char *problem = NULL;
+    if (rc != SQLITE_ROW) {
+        problem = "cannot be read again";
+    } else if (!sqlite3_column_int(s, 0)) {
+        problem = "its derived or provenance columns (ops, size, n_in, run, conds) were changed "
+                  "(row checksum)";
+    } else if (row->rule) {
+        rule_cols c;
+        if (rule_cols_make(tmp, row->rule, row->hash, &c) != UN_OK) {
+            problem = "its body cannot be put in canonical form";
+        } else {
+            const char *conds = (const char *)sqlite3_column_text(s, 3);
+            if (c.n_src != row->n_src || c.n_dst != row->n_dst ||
+                c.n_in != sqlite3_column_int(s, 1) ||
+                c.n_src + c.n_dst != sqlite3_column_int(s, 2) ||
+                strcmp(c.ops.data ? c.ops.data : "", row->ops) ||
+                strcmp(c.conds.data ? c.conds.data : "", conds ? conds : ""))
+                problem = "its derived columns (ops, size, n_in, n_src, n_dst, conds) do not "
+                          "match its body";
+            rule_cols_free(&c);
+        }
+    }
+    sqlite3_reset(s);
+    return problem;
+}
+
 un_status rulesdb_check(un_ctx *ctx, rulesdb *db, int64_t *n_bad, un_buf *report) {
     *n_bad = 0;
     int64_t bad = 0;
@@ -1197,6 +1412,8 @@ un_status rulesdb_check(un_ctx *ctx, rulesdb *db, int64_t *n_bad, un_buf *report
             problem = NULL; /* stale, not damaged: reported by stats and load_verified */
         else if (row->status != UN_RULE_REJECTED && !row->rule)
             problem = "no rule body";
+        else
+            problem = derived_check(tmp, db, row);
         if (problem) {
             bad++;
             if (report)
@@ -1301,7 +1518,7 @@ static un_status merge_rows(un_ctx *ctx, rulesdb *db, rulesdb *src, rulesdb_merg
                     verdict_write(ctx, db, id, row->status, row->detail, row->proof_ms, row->axioms,
                                   row->verify_spec, verified_at ? verified_at : now_s());
                 if (st == UN_OK && have)
-                    st = body_write(ctx, db, id, cols.body.data, cols.body.len);
+                    st = body_write(ctx, db, id, &cols);
                 if (st == UN_OK)
                     ms->updated++;
             }
@@ -1325,12 +1542,8 @@ un_status rulesdb_merge_ex(un_ctx *ctx, rulesdb *db, rulesdb *src, rulesdb_merge
     un_status st = own ? rulesdb_begin(ctx, db) : UN_OK;
     if (st == UN_OK)
         st = merge_rows(ctx, db, src, &ms);
-    if (own) {
-        if (st == UN_OK)
-            st = rulesdb_commit(ctx, db);
-        else
-            rulesdb_rollback(db);
-    }
+    if (own)
+        st = batch_end(ctx, db, st);
     if (st == UN_OK)
         *stats = ms;
     return st;
@@ -1368,6 +1581,8 @@ un_status rulesdb__test_create_at(un_ctx *ctx, const char *path, int version) {
     un_status st = UN_OK;
     if (rc != SQLITE_OK)
         st = db_fail(ctx, &tmp, rc, "opening");
+    if (st == UN_OK && (rc = rowsum_register(tmp.h)) != SQLITE_OK)
+        st = db_fail(ctx, &tmp, rc, "registering un_rowsum");
     for (int v = 0; st == UN_OK && v < version && v < RULESDB_SCHEMA_VERSION; v++)
         st = exec_script(ctx, &tmp, rulesdb_migrations[v], "creating");
     sqlite3_close_v2(tmp.h);

@@ -105,6 +105,8 @@ typedef struct rulesdb_filter {
     int64_t limit;        /* at most this many, 0 = all */
     int shard_i, shard_n; /* only ids with id % shard_n == shard_i (shard_n 0 = all) */
     bool needs_verify;    /* candidates, unknowns, and verified rules not trusted under this spec */
+    double undecided_since; /* rulesdb_claim only: no verdict recorded since this unix time (0 =
+                             * any), so each rule is decided once per run of concurrent verifiers */
 } rulesdb_filter;
 rulesdb_filter rulesdb_filter_default(void); /* any status, everything */
 
@@ -123,6 +125,21 @@ typedef struct rulesdb_verdict {
 } rulesdb_verdict;
 /* Records a verdict against the spec set in use (may run inside or outside a batch). */
 un_status rulesdb_rule_set_verdict(un_ctx *ctx, rulesdb *db, int32_t id, const rulesdb_verdict *v);
+
+/* ---- work claims: concurrent verifiers split the work (schema 3) ---- */
+
+/* Claims up to max rules matching f (its status, shard and needs_verify parts) that hold no live
+ * claim, for owner (e.g. "host:pid:worker") until now + lease_s seconds, in one transaction;
+ * expired claims are dropped first. Writes their ids to ids[max] and the count to *n; *others (may
+ * be NULL) receives the number of live claims held by other owners (work that may still come back
+ * if they die). Must be called outside a batch. */
+un_status rulesdb_claim(un_ctx *ctx, rulesdb *db, const rulesdb_filter *f, const char *owner,
+                        double lease_s, int max, int32_t *ids, int *n, int64_t *others);
+/* Extends owner's claims to now + lease_s. */
+un_status rulesdb_claim_renew(un_ctx *ctx, rulesdb *db, const char *owner, double lease_s);
+/* Drops owner's claims (inside the caller's batch when one is open, so a batch of verdicts and
+ * the release of their claims commit together). */
+un_status rulesdb_claim_release(un_ctx *ctx, rulesdb *db, const char *owner);
 
 /* Every trusted verified rule (for unity-train). Rules verified against another spec set are
  * skipped and counted in *n_stale (may be NULL) so the caller can say "N rules need re-verifying".
@@ -152,6 +169,11 @@ un_status rulesdb_cost_get(un_ctx *ctx, rulesdb *db, const char *op_sig, const c
  * carry a spec hash). Problems are counted in *n_bad and described, one per line, in report
  * (may be NULL). */
 un_status rulesdb_check(un_ctx *ctx, rulesdb *db, int64_t *n_bad, un_buf *report);
+
+/* A fast pass over every row's checksums (body_sum and the row checksum; no parsing): UN_ERR_DB
+ * naming the first damaged row and their number, for writers that refuse to add to a damaged
+ * database (unity-gen). */
+un_status rulesdb_check_sums(un_ctx *ctx, rulesdb *db);
 
 /* Copies every rule of src into db (dedup by canonical hash; a verdict from src replaces a
  * candidate in db; conflicting verdicts keep the verified-under-current-spec one and are counted).

@@ -171,12 +171,32 @@ void un_optim_init_weights(const un_graph *g, uint64_t seed, un_prec prec, void 
 }
 
 /* ---- checkpoints ----
- * Binary, little-endian host order: "UNCKPT01", u32 element bytes, u32 weights, then per weight
+ * Binary, little-endian host order: "UNCKPT03", u32 element bytes, u32 weights, then per weight
  * u32 name length, name, u32 rank, i64 dims[rank], values; then u32 optimizer kind (or ~0 for
- * none), i64 steps, i64 n, m[n], v[n] (Adam), in the weights' element type. Everything is
- * logical (whole weights in node order), so a checkpoint loads into any plan and device count. */
+ * none), i64 steps, i64 n, m[n], v[n] (Adam) in the weights' element type; last a u64 checksum
+ * (FNV-1a, 64 bit) of every byte before it, so a damaged file is refused, never loaded.
+ * Everything is logical (whole weights in node order), so a checkpoint loads into any plan and
+ * device count. */
 
-static const char ckpt_magic[8] = {'U', 'N', 'C', 'K', 'P', 'T', '0', '2'};
+static const char ckpt_magic[8] = {'U', 'N', 'C', 'K', 'P', 'T', '0', '3'};
+
+#define CKPT_SUM_INIT 0xcbf29ce484222325ull
+
+static uint64_t ckpt_sum(uint64_t h, const void *p, size_t n) {
+    const unsigned char *c = p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= c[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+/* fwrite that also adds what it writes to the checksum *h. */
+static size_t ckpt_write(const void *p, size_t size, size_t n, FILE *f, uint64_t *h) {
+    size_t done = fwrite(p, size, n, f);
+    *h = ckpt_sum(*h, p, size * done);
+    return done;
+}
 
 un_status un_checkpoint_save(un_ctx *ctx, const char *path, const un_graph *g, un_prec prec,
                              const void *w, const un_optim *o) {
@@ -187,10 +207,11 @@ un_status un_checkpoint_save(un_ctx *ctx, const char *path, const un_graph *g, u
     if (!f)
         return un_ctx_error(ctx, UN_ERR_IO, "%s: cannot write", path);
     uint32_t es = prec == UN_PREC_F32 ? 4 : 8, nw = 0;
+    uint64_t h = CKPT_SUM_INIT;
     for (int32_t id = 0; id < un_graph_node_count(g); id++)
         nw += un_graph_node(g, id)->op == UN_OP_WEIGHT;
-    bool ok =
-        fwrite(ckpt_magic, 1, 8, f) == 8 && fwrite(&es, 4, 1, f) == 1 && fwrite(&nw, 4, 1, f) == 1;
+    bool ok = ckpt_write(ckpt_magic, 1, 8, f, &h) == 8 && ckpt_write(&es, 4, 1, f, &h) == 1 &&
+              ckpt_write(&nw, 4, 1, f, &h) == 1;
     int64_t off = 0;
     for (int32_t id = 0; ok && id < un_graph_node_count(g); id++) {
         const un_node *nd = un_graph_node(g, id);
@@ -199,18 +220,22 @@ un_status un_checkpoint_save(un_ctx *ctx, const char *path, const un_graph *g, u
         const char *name = nd->name ? nd->name : "";
         uint32_t len = (uint32_t)strlen(name), rank = (uint32_t)nd->inf.out[0].rank;
         int64_t numel = un_shape_numel(&nd->inf.out[0]);
-        ok = fwrite(&len, 4, 1, f) == 1 && fwrite(name, 1, len, f) == len &&
-             fwrite(&rank, 4, 1, f) == 1 && fwrite(nd->inf.out[0].dim, 8, rank, f) == rank &&
-             fwrite((const char *)w + (size_t)off * es, es, (size_t)numel, f) == (size_t)numel;
+        ok = ckpt_write(&len, 4, 1, f, &h) == 1 && ckpt_write(name, 1, len, f, &h) == len &&
+             ckpt_write(&rank, 4, 1, f, &h) == 1 &&
+             ckpt_write(nd->inf.out[0].dim, 8, rank, f, &h) == rank &&
+             ckpt_write((const char *)w + (size_t)off * es, es, (size_t)numel, f, &h) ==
+                 (size_t)numel;
         off += numel;
     }
     uint32_t kind = o ? (uint32_t)o->p.kind : ~0u;
-    ok = ok && fwrite(&kind, 4, 1, f) == 1;
+    ok = ok && ckpt_write(&kind, 4, 1, f, &h) == 1;
     if (ok && o) {
-        ok = (o->prec == UN_PREC_F32 ? 4u : 8u) == es && fwrite(&o->t, 8, 1, f) == 1 &&
-             fwrite(&o->n, 8, 1, f) == 1 && fwrite(o->m, es, (size_t)o->n, f) == (size_t)o->n &&
-             (!o->v || fwrite(o->v, es, (size_t)o->n, f) == (size_t)o->n);
+        ok = (o->prec == UN_PREC_F32 ? 4u : 8u) == es && ckpt_write(&o->t, 8, 1, f, &h) == 1 &&
+             ckpt_write(&o->n, 8, 1, f, &h) == 1 &&
+             ckpt_write(o->m, es, (size_t)o->n, f, &h) == (size_t)o->n &&
+             (!o->v || ckpt_write(o->v, es, (size_t)o->n, f, &h) == (size_t)o->n);
     }
+    ok = ok && fwrite(&h, 8, 1, f) == 1;
     ok = fclose(f) == 0 && ok;
     if (!ok || rename(tmp, path) != 0) {
         remove(tmp);
@@ -228,6 +253,11 @@ un_status un_checkpoint_load(un_ctx *ctx, const char *path, const un_graph *g, u
         return st;
     const unsigned char *p = (const unsigned char *)text, *end = p + len;
     const unsigned char **at = NULL;
+    uint64_t sum = 0; /* the trailing checksum, checked once the layout has been read */
+    if (len >= 16 + 8) {
+        end -= 8;
+        memcpy(&sum, end, 8);
+    }
 #define NEED(n)                                                                                    \
     do {                                                                                           \
         if ((size_t)(end - p) < (size_t)(n)) {                                                     \
@@ -279,6 +309,11 @@ un_status un_checkpoint_load(un_ctx *ctx, const char *path, const un_graph *g, u
             goto done;
         }
         p += (size_t)numel * es;
+    }
+    if (ckpt_sum(CKPT_SUM_INIT, text, (size_t)(end - (const unsigned char *)text)) != sum) {
+        st = un_ctx_error(ctx, UN_ERR_PARSE, "%s: damaged checkpoint (its checksum does not match)",
+                          path);
+        goto done;
     }
     int64_t off = 0;
     for (int32_t id = 0; id < un_graph_node_count(g) && st == UN_OK; id++) {

@@ -2,6 +2,7 @@
  * that adds nothing, a listing without a database, and bad input (flags, menu, specs, database),
  * each of which must give one clear error line, a non-zero exit, no crash and no database file.
  * The program is found in $UNITY_BUILD/bin (set by scripts/run_tests.sh). */
+#include "rulesdb/rulesdb.h"
 #include "tests/cli.h"
 #include "tests/test.h"
 
@@ -101,11 +102,33 @@ static void test_bad_input(void) {
     EXPECT_TRUE(!cli_exists("bad.db"));
 }
 
+/* unity-gen -o onto a database with a damaged row refuses with one line and adds nothing. */
+static void test_damaged_db(void) {
+    const cli_result *r = run("--ops specs/ --menu specs/menus/ew_add.json -o %s/dmg.db");
+    EXPECT_EQ(r->code, 0);
+    un_ctx *ctx = un_ctx_new(NULL);
+    EXPECT_OK(ctx, rulesdb__test_exec(ctx, cli_path("dmg.db"),
+                                      "UPDATE rules SET body = replace(body, 'x1', 'x9') "
+                                      "WHERE id = 2"));
+    un_ctx_free(ctx);
+    expect_clean_error("--ops specs/ --menu specs/menus/ew_add.json -o %s/dmg.db",
+                       "rule 2 does not match its checksum");
+    r = run("--ops specs/ --menu specs/menus/ew_add.json --max-ops 1 -o %s/dmg2.db");
+    EXPECT_EQ(r->code, 0);
+    ctx = un_ctx_new(NULL);
+    EXPECT_OK(ctx, rulesdb__test_exec(ctx, cli_path("dmg2.db"),
+                                      "UPDATE rules SET ops = 'relu' WHERE id = 1"));
+    un_ctx_free(ctx);
+    expect_clean_error("--ops specs/ --menu specs/menus/ew_add.json -o %s/dmg2.db",
+                       "rule 1 does not match its checksum");
+}
+
 int main(void) {
     if (!cli_init("/tmp/unity-gen-cli-XXXXXX"))
         return 1;
     static const test_case cases[] = {{"good_runs", test_good_runs},
                                       {"killed_run_resumes", test_killed_run_resumes},
+                                      {"damaged_db", test_damaged_db},
                                       {"bad_input", test_bad_input}};
     int rc = TEST_RUN_ALL(cases);
     if (!cli_cleanup())

@@ -565,6 +565,23 @@ static void test_checkpoint_errors(void) {
     EXPECT_EQ(un_checkpoint_load(ctx, path, g, UN_PREC_F32, w, NULL), UN_ERR_PARSE);
     EXPECT_TRUE(strstr(un_ctx_errmsg(ctx), "truncated") != NULL);
     un_ctx_clear(ctx);
+    /* one byte flipped mid-file (a weight value): refused, w untouched (issue 10, item 5) */
+    for (int i = 0; i < 32; i++)
+        w[i] = (float)i;
+    EXPECT_OK(ctx, un_checkpoint_save(ctx, path, g, UN_PREC_F32, w, NULL));
+    f = fopen(path, "r+b");
+    fseek(f, 0, SEEK_END);
+    len = ftell(f);
+    fseek(f, len / 2, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, len / 2, SEEK_SET);
+    fputc(c ^ 0x10, f);
+    fclose(f);
+    float w3[32] = {0};
+    EXPECT_EQ(un_checkpoint_load(ctx, path, g, UN_PREC_F32, w3, NULL), UN_ERR_PARSE);
+    EXPECT_TRUE(strstr(un_ctx_errmsg(ctx), "damaged checkpoint") != NULL);
+    EXPECT_TRUE(w3[0] == 0 && w3[31] == 0);
+    un_ctx_clear(ctx);
     /* a model with other weights */
     un_graph *g2 = NULL;
     EXPECT_OK(ctx,

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "rulesdb/rulesdb.h"
 #include "verify/axcheck.h"
@@ -18,8 +19,13 @@ static const int64_t try_values[] = {0, 1, 2, 3, 4, 6, 8};
 #define N_TRY_VALUES ((int)(sizeof try_values / sizeof try_values[0]))
 
 un_runner_opts un_runner_opts_default(void) {
-    return (un_runner_opts){
-        .timeout_ms = 2000, .jobs = 1, .seed = 1234, .batch = 16, .shard_n = 0, .shard_i = 0};
+    return (un_runner_opts){.timeout_ms = 2000,
+                            .jobs = 1,
+                            .seed = 1234,
+                            .batch = 16,
+                            .shard_n = 0,
+                            .shard_i = 0,
+                            .lease_s = 60};
 }
 
 void un_rule_verdict_deinit(un_rule_verdict *v) {
@@ -139,16 +145,6 @@ static int random_tests(un_ctx *ctx, const un_rule *r, uint64_t seed, un_rule_ve
 
 /* ---- generalization over degrees ------------------------------------------------------------ */
 
-static bool is_bound(const un_rule *r, int side, int32_t node, int param, int item) {
-    for (int i = 0; i < r->n_vars; i++)
-        for (int j = 0; j < r->vars[i].n_binds; j++) {
-            const un_rule_bind *b = &r->vars[i].binds[j];
-            if (b->side == side && b->node == node && b->param == param && b->item == item)
-                return true;
-        }
-    return false;
-}
-
 /* Positions holding a concrete degree (parallel ops' degree; input layouts' shard, sum and copy
  * degrees) of value w that no variable binds yet. Returns how many were written to binds. */
 static int degree_binds(const un_rule *r, int64_t w, un_rule_bind *binds, int max) {
@@ -171,7 +167,7 @@ static int degree_binds(const un_rule *r, int64_t w, un_rule_bind *binds, int ma
                 int items = pv->len < 0 ? 1 : pv->len;
                 for (int it = 0; it < items; it++) {
                     int item = pv->len < 0 ? -1 : it;
-                    if (pv->v[it] != w || is_bound(r, side, id, p, item))
+                    if (pv->v[it] != w || un_rule_var_at(r, side, id, p, item) >= 0)
                         continue;
                     if (n == max)
                         return -1;
@@ -239,6 +235,10 @@ static un_rule *generalize(un_ctx *ctx, const un_rule *r, uint64_t seed, int *n_
         for (int i = 0; i < cand->n_vars; i++)
             values[i] = cand->vars[i].value;
         int ok = 0, bad = 0;
+        /* the claim with the new variable must be exact: its side conditions computed, and
+         * wherever the source and they hold, the target well formed (un_rule_check_claim) */
+        if (un_rule_conds_compute(ctx, cand) != UN_OK || un_rule_check_claim(ctx, cand, 8, NULL))
+            bad++;
         for (int t = 0; t < N_TRY && !bad; t++) {
             if (try_degrees[t] == w)
                 continue;
@@ -279,6 +279,14 @@ un_status un_runner_rule(un_ctx *ctx, un_verifier *v, const un_rule *r, const un
         out->ms = now_ms() - t0;
         return UN_OK;
     }
+    /* The claim is proven under the rule's side conditions (what the target needs beyond the
+     * source); where they cannot be followed the rule has none and the proof must do without. */
+    un_rule *rc = un_rule_clone(r);
+    if (un_rule_conds_compute(ctx, rc) != UN_OK) {
+        un_ctx_clear(ctx);
+        rc->n_conds = 0;
+    }
+    r = rc;
     un_proof p;
     un_prove_opts po = {.timeout_ms = o->timeout_ms, .symbolic = true};
     un_status st = un_verifier_prove(ctx, v, r, &po, &p);
@@ -292,6 +300,7 @@ un_status un_runner_rule(un_ctx *ctx, un_verifier *v, const un_rule *r, const un
     }
     if (st != UN_OK) {
         out->ms = now_ms() - t0;
+        un_rule_free(rc);
         return st;
     }
     if (p.verdict != UN_VERDICT_VALID) {
@@ -299,17 +308,37 @@ un_status un_runner_rule(un_ctx *ctx, un_verifier *v, const un_rule *r, const un
             out->detail, sizeof out->detail, "%s%s",
             p.verdict == UN_VERDICT_INVALID ? "not implied by the axioms: " : "z3: ", p.detail);
         out->ms = now_ms() - t0;
+        un_rule_free(rc);
         return UN_OK;
     }
     out->status = UN_RULE_VERIFIED;
     snprintf(out->axioms, sizeof out->axioms, "%s", p.axioms);
     un_rule *g = generalize(ctx, r, o->seed, &out->n_new_vars);
-    if (out->any_shape && !r->any_shape && !g)
+    if (!g)
         g = un_rule_clone(r);
-    if (g)
-        g->any_shape = out->any_shape;
+    g->any_shape = out->any_shape;
+    /* The stored claim must hold on the re-check grid; a variable it fails for (a degree bound
+     * by the generator where no side condition can be followed) is dropped: the rule is then
+     * claimed at its witness degrees only. */
+    if (un_rule_check_claim(ctx, g, 8, NULL) != UN_OK) {
+        un_ctx_clear(ctx);
+        out->n_new_vars = 0;
+        out->dropped_vars = g->n_vars;
+        g->n_vars = 0;
+        if (un_rule_conds_compute(ctx, g) != UN_OK)
+            g->n_conds = 0;
+        if (un_rule_check_claim(ctx, g, 8, NULL) != UN_OK) {
+            out->status = UN_RULE_UNKNOWN;
+            snprintf(out->detail, sizeof out->detail, "proven, but its claim fails a re-check: %s",
+                     un_ctx_errmsg(ctx));
+            un_ctx_clear(ctx);
+            un_rule_free(g);
+            g = NULL;
+        }
+    }
     out->general = g;
     out->ms = now_ms() - t0;
+    un_rule_free(rc);
     return UN_OK;
 }
 
@@ -354,6 +383,9 @@ typedef struct shared {
     int64_t n_ms;
     un_status st; /* first error */
     char err[768];
+    bool claims;  /* workers claim their rules in the database (not with --rule) */
+    double since; /* unix time the run started: rules decided since are done */
+    int n_workers;
 } shared;
 
 static void record_error(shared *sh, un_status st, const char *msg) {
@@ -365,8 +397,11 @@ static void record_error(shared *sh, un_status st, const char *msg) {
     pthread_mutex_unlock(&sh->mu);
 }
 
-static un_status flush(un_ctx *ctx, rulesdb *db, pending *pd, int *n) {
+/* Writes the pending verdicts and drops owner's claims (NULL: none) in one transaction. */
+static un_status flush(un_ctx *ctx, rulesdb *db, pending *pd, int *n, const char *owner) {
     un_status st = rulesdb_begin(ctx, db);
+    if (st == UN_OK && owner)
+        st = rulesdb_claim_release(ctx, db, owner);
     for (int i = 0; i < *n && st == UN_OK; i++) {
         un_rule_verdict *v = &pd[i].v;
         rulesdb_verdict rv = {.status = v->status,
@@ -386,6 +421,48 @@ static un_status flush(un_ctx *ctx, rulesdb *db, pending *pd, int *n) {
     return st;
 }
 
+/* The next rule id for a worker: from the fixed list (--rule), or from the claims it holds,
+ * claiming a new batch when they are used up. Claims of other verifiers that are still live are
+ * waited for (their work comes back when they die and the lease expires). 0 when done. */
+static un_status next_rule(un_ctx *ctx, shared *sh, rulesdb *db, const char *owner,
+                           int32_t *claimed, int *n_claimed, int *at, int32_t *id) {
+    *id = 0;
+    if (!sh->claims) {
+        pthread_mutex_lock(&sh->mu);
+        int64_t i = sh->st == UN_OK ? sh->next++ : sh->n;
+        pthread_mutex_unlock(&sh->mu);
+        *id = i < sh->n ? sh->ids[i] : 0;
+        return UN_OK;
+    }
+    while (*at == *n_claimed) {
+        pthread_mutex_lock(&sh->mu);
+        bool stop = sh->st != UN_OK;
+        pthread_mutex_unlock(&sh->mu);
+        if (stop)
+            return UN_OK;
+        rulesdb_filter f = rulesdb_filter_default();
+        f.needs_verify = !sh->o->recheck;
+        f.shard_i = sh->o->shard_i;
+        f.shard_n = sh->o->shard_n;
+        f.undecided_since = sh->since;
+        int64_t others = 0;
+        int batch = sh->o->batch > 0 ? sh->o->batch : 16;
+        un_status st =
+            rulesdb_claim(ctx, db, &f, owner, sh->o->lease_s, batch, claimed, n_claimed, &others);
+        *at = 0;
+        if (st != UN_OK)
+            return st;
+        if (*n_claimed > 0)
+            break;
+        if (others == 0)
+            return UN_OK;
+        struct timespec ts = {0, 250 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    *id = claimed[(*at)++];
+    return UN_OK;
+}
+
 static void *worker(void *arg) {
     shared *sh = arg;
     un_ctx *ctx = un_ctx_new(NULL);
@@ -393,18 +470,25 @@ static void *worker(void *arg) {
     un_verifier *v = NULL;
     int batch = sh->o->batch > 0 ? sh->o->batch : 16;
     pending *pd = un_xcalloc((size_t)batch, sizeof *pd);
-    int np = 0;
+    int32_t *claimed = un_xcalloc((size_t)batch, sizeof *claimed);
+    int np = 0, n_claimed = 0, at = 0;
+    char owner[160], host[64] = "";
+    gethostname(host, sizeof host - 1);
+    pthread_mutex_lock(&sh->mu);
+    int wi = sh->n_workers++;
+    pthread_mutex_unlock(&sh->mu);
+    snprintf(owner, sizeof owner, "%s:%ld:%d", host, (long)getpid(), wi);
+    const char *own = sh->claims ? owner : NULL;
+    double renewed = now_ms();
     un_status st = rulesdb_open(ctx, sh->path, sh->spec, 0, &db);
     if (st == UN_OK)
         st = un_verifier_new_ex(ctx, sh->spec, sh->lifts, sh->n_lifts, &v);
     while (st == UN_OK) {
-        pthread_mutex_lock(&sh->mu);
-        int64_t i = sh->st == UN_OK ? sh->next++ : sh->n;
-        pthread_mutex_unlock(&sh->mu);
-        if (i >= sh->n)
+        int32_t id;
+        if ((st = next_rule(ctx, sh, db, owner, claimed, &n_claimed, &at, &id)) != UN_OK || !id)
             break;
         rulesdb_row *row = NULL;
-        if ((st = rulesdb_rule_get(ctx, db, sh->ids[i], &row)) != UN_OK)
+        if ((st = rulesdb_rule_get(ctx, db, id, &row)) != UN_OK)
             break;
         if (!row->rule) {
             rulesdb_row_free(row);
@@ -412,10 +496,12 @@ static void *worker(void *arg) {
             sh->stats.skipped++;
             sh->finished++;
             pthread_mutex_unlock(&sh->mu);
+            if (own && at == n_claimed)
+                st = flush(ctx, db, pd, &np, own);
             continue;
         }
         pending *p = &pd[np];
-        p->id = sh->ids[i];
+        p->id = id;
         st = un_runner_rule(ctx, v, row->rule, sh->o, &p->v);
         int had_vars = row->rule->n_vars;
         rulesdb_row_free(row);
@@ -428,18 +514,25 @@ static void *worker(void *arg) {
         sh->stats.unknown += p->v.status == UN_RULE_UNKNOWN;
         sh->stats.any_shape += p->v.status == UN_RULE_VERIFIED && p->v.any_shape;
         sh->stats.generalized += p->v.status == UN_RULE_VERIFIED && p->v.n_new_vars > 0;
-        sh->stats.with_vars += p->v.status == UN_RULE_VERIFIED && had_vars + p->v.n_new_vars > 0;
+        sh->stats.with_vars +=
+            p->v.status == UN_RULE_VERIFIED && (p->v.general ? p->v.general->n_vars : had_vars) > 0;
         sh->ms[sh->n_ms++] = p->v.ms;
         sh->finished++;
         pthread_mutex_unlock(&sh->mu);
-        if (++np == batch)
-            st = flush(ctx, db, pd, &np);
+        /* a batch ends where the claims end, so verdicts and releases commit together */
+        if (++np == batch || (own && at == n_claimed)) {
+            st = flush(ctx, db, pd, &np, own);
+        } else if (own && now_ms() - renewed > sh->o->lease_s * 1e3 / 4) {
+            st = rulesdb_claim_renew(ctx, db, owner, sh->o->lease_s);
+            renewed = now_ms();
+        }
     }
-    if (np) {
-        un_status fs = flush(ctx, db, pd, &np);
+    if (np || own) {
+        un_status fs = db ? flush(ctx, db, pd, &np, own) : UN_OK;
         if (st == UN_OK)
             st = fs;
     }
+    free(claimed);
     if (st != UN_OK)
         record_error(sh, st, un_ctx_errmsg(ctx));
     free(pd);
@@ -518,6 +611,12 @@ un_status un_runner_run(un_ctx *ctx, const un_spec *spec, const char *db_path,
         goto done;
     sh.ids = ids;
     sh.n = n;
+    sh.claims = o->rule_id <= 0;
+    {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        sh.since = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    }
     sh.ms = un_xcalloc((size_t)(n ? n : 1), sizeof(double));
     int jobs = o->jobs > 0 ? o->jobs : 1;
     if (jobs > n)

@@ -22,7 +22,9 @@ typedef struct un_runner_opts {
     bool recheck;         /* re-verify every rule, verified ones included */
     bool progress;        /* a progress line on stderr */
     uint64_t seed;        /* random tests */
-    int batch;            /* verdicts per transaction (default 16) */
+    int batch;            /* verdicts per transaction, and rules claimed at once (default 16) */
+    double lease_s;       /* a claim's lease, seconds (default 60): a killed verifier's claims
+                           * are free again this long after its last renewal */
 } un_runner_opts;
 
 un_runner_opts un_runner_opts_default(void);
@@ -36,6 +38,7 @@ typedef struct un_rule_verdict {
     double proof_ms;       /* of which in Z3 */
     bool any_shape;        /* proven with symbolic input sizes */
     int n_new_vars;        /* degrees turned into variables by generalization */
+    int dropped_vars;      /* variables dropped because the claim failed its re-check */
     un_rule *general;      /* owned (free with un_rule_verdict_deinit): the most general form
                             * proven when it differs from the rule, else NULL */
 } un_rule_verdict;

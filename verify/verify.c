@@ -980,17 +980,6 @@ typedef struct renc {
     char why[160];
 } renc;
 
-/* The variable bound at (side, node, param, item), or -1. */
-static int bound_var(const un_rule *r, int side, int32_t node, int param, int item) {
-    for (int i = 0; i < r->n_vars; i++)
-        for (int j = 0; j < r->vars[i].n_binds; j++) {
-            const un_rule_bind *b = &r->vars[i].binds[j];
-            if (b->side == side && b->node == node && b->param == param && b->item == item)
-                return i;
-        }
-    return -1;
-}
-
 static void layout_conds(renc *e, Z3_ast t, const un_shape *s, conds *cs) {
     un_verifier *v = e->v;
     for (int j = 0; j < s->rank; j++)
@@ -1035,11 +1024,11 @@ static bool encode_side(renc *e, int side) {
                     int len = p->len < 0 ? 0 : p->len;
                     pv[off] = mk_int(v, len);
                     for (int j = 0; j < UN_MAX_DIMS; j++) {
-                        int bv = j < len ? bound_var(r, side, id, i, j) : -1;
+                        int bv = j < len ? un_rule_var_at(r, side, id, i, j) : -1;
                         pv[off + 1 + j] = bv >= 0 ? e->K[bv] : mk_int(v, j < len ? p->v[j] : 0);
                     }
                 } else {
-                    int bv = bound_var(r, side, id, i, -1);
+                    int bv = un_rule_var_at(r, side, id, i, -1);
                     pv[off] = bv >= 0 ? e->K[bv] : mk_int(v, p->v[0]);
                 }
             }
@@ -1200,6 +1189,26 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
     if (!encode_side(&e, UN_RULE_SRC) || !encode_side(&e, UN_RULE_DST)) {
         snprintf(out->detail, sizeof out->detail, "not encodable: %s",
                  e.why[0] ? e.why : "too many conditions");
+        goto done;
+    }
+    /* The rule's side conditions (at the witness values) are hypotheses: the claim is that the
+     * target is well formed and equal wherever the source is well formed and they hold. */
+    for (int i = 0; i < r->n_conds; i++) {
+        const un_rule_cond *c = &r->conds[i];
+        int64_t m = c->coef;
+        for (int a = 0; a < r->n_vars; a++)
+            for (int p = 0; p < c->exp[a]; p++)
+                m *= r->vars[a].value;
+        Z3_ast t = e.term[c->side][c->node * UN_MAX_OUTPUTS + c->out];
+        if (!t || m < 1) {
+            snprintf(out->detail, sizeof out->detail, "not encodable: side condition %d", i);
+            goto done;
+        }
+        conds_add(e.hyp, mk_eq(v, Z3_mk_mod(v->z, mk_dim(v, t, mk_int(v, c->dim)), mk_int(v, m)),
+                               mk_int(v, 0)));
+    }
+    if (e.hyp->overflow) {
+        snprintf(out->detail, sizeof out->detail, "not encodable: too many conditions");
         goto done;
     }
     if (!z3_ok(v)) {

@@ -12,7 +12,7 @@
 
 static const char *usage =
     "usage: unity-verify RULES.DB [--ops DIR|FILE] [--timeout-ms T] [--jobs J] [--rule ID]\n"
-    "                    [--recheck] [--shard I/N]\n"
+    "                    [--recheck] [--shard I/N] [--lease S]\n"
     "  Checks every spec axiom on concrete tensors, then verifies each rule that needs it:\n"
     "  random tests (refute), a Z3 proof (verify) and generalization over degrees.\n"
     "  --ops        operator specs: a directory holding ops.json, or the file (default specs/)\n"
@@ -20,7 +20,10 @@ static const char *usage =
     "  --jobs       worker threads, one Z3 context each (default 1)\n"
     "  --rule       verify only this rule id\n"
     "  --recheck    re-verify every rule, verified ones included\n"
-    "  --shard I/N  only rules with id %% N == I (to split the work over machines)\n";
+    "  --shard I/N  only rules with id %% N == I (to split the work over machines)\n"
+    "  --lease S    claims on rules last S seconds unless renewed (default 60): verifiers\n"
+    "               sharing a database split the work; a killed one's rules are free again\n"
+    "               S seconds later\n";
 
 static bool parse_int(const char *s, long long lo, long long hi, long long *out) {
     char *end;
@@ -70,6 +73,12 @@ int main(int argc, char **argv) {
                 return fail_usage("--rule needs a rule id (a positive integer), not '%s'",
                                   has_val ? argv[i + 1] : "");
             o.rule_id = (int32_t)v;
+            i++;
+        } else if (strcmp(a, "--lease") == 0) {
+            if (!has_val || !parse_int(argv[i + 1], 1, 86400, &v))
+                return fail_usage("--lease needs a number of seconds in [1, 86400], not '%s'",
+                                  has_val ? argv[i + 1] : "");
+            o.lease_s = (double)v;
             i++;
         } else if (strcmp(a, "--recheck") == 0) {
             o.recheck = true;
