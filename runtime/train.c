@@ -742,6 +742,14 @@ un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res
     const char *strategy = o->strategy ? o->strategy : d == 1 ? "serial" : "data";
     if ((st = strategy_apply(ctx, spec, m.g, strategy, d, &run_g)) != UN_OK)
         goto done;
+    { /* weights stored as the pieces the plan uses (the estimate sees the plan as written) */
+        un_graph *folded = NULL;
+        st = un_strategy_fold_weights(ctx, run_g, &folded);
+        un_graph_free(run_g);
+        run_g = folded;
+        if (st != UN_OK)
+            goto done;
+    }
     for (int i = 0; i < m.n_inputs; i++) {
         sh.in_node[i] = un_graph_find(run_g, m.in_name[i]);
         if (sh.in_node[i] < 0) {
