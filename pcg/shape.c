@@ -148,3 +148,23 @@ uint64_t un_shape_hash(const un_shape *s, uint64_t h) {
     h = un_hash_combine(h, (uint64_t)s->sum);
     return un_hash_combine(h, (uint64_t)s->copy);
 }
+
+int64_t un_shape_piece_index(const un_shape *s, const int32_t *block, int32_t sum, int32_t copy) {
+    int64_t idx = 0;
+    for (int i = 0; i < s->rank; i++)
+        idx = idx * s->shard[i] + block[i];
+    idx = idx * s->sum + sum;
+    return idx * s->copy + copy;
+}
+
+void un_shape_piece_coords(const un_shape *s, int64_t idx, int32_t *block, int32_t *sum,
+                           int32_t *copy) {
+    *copy = (int32_t)(idx % s->copy);
+    idx /= s->copy;
+    *sum = (int32_t)(idx % s->sum);
+    idx /= s->sum;
+    for (int i = s->rank - 1; i >= 0; i--) {
+        block[i] = (int32_t)(idx % s->shard[i]);
+        idx /= s->shard[i];
+    }
+}

@@ -42,5 +42,10 @@ bool un_shape_valid(const un_shape *s, char *why, size_t n);
 /* "float[8/2,16]+s2*c2": sizes, "/k" shard degrees, "+sN" sum degree, "*cN" copy degree. */
 void un_shape_str(const un_shape *s, char *buf, size_t n);
 uint64_t un_shape_hash(const un_shape *s, uint64_t h);
+/* A piece's index in the tensor's piece order (block indices row-major, then sum, then copy; the
+ * order of pcg/eval.h), and back. */
+int64_t un_shape_piece_index(const un_shape *s, const int32_t *block, int32_t sum, int32_t copy);
+void un_shape_piece_coords(const un_shape *s, int64_t idx, int32_t *block, int32_t *sum,
+                           int32_t *copy);
 
 #endif

@@ -1174,7 +1174,7 @@ static un_status load_op(un_ctx *ctx, un_spec *sp, const un_jcur *c, un_op_spec 
     }
     un_jcur cost = un_jcur_member(c, "cost");
     if (un_jcur_present(&cost)) {
-        static const char *const ckeys[] = {"flops", "bytes", NULL};
+        static const char *const ckeys[] = {"flops", "bytes", "bwd_flops", "bwd_bytes", NULL};
         if ((st = un_jcur_need_type(ctx, &cost, UN_JSON_OBJECT)) != UN_OK)
             return st;
         if ((st = un_jcur_check_keys(ctx, &cost, ckeys)) != UN_OK)
@@ -1183,6 +1183,13 @@ static un_status load_op(un_ctx *ctx, un_spec *sp, const un_jcur *c, un_op_spec 
         if (un_jcur_present(&fl) && (st = parse_expr_at(ctx, sp, &fl, &sc, &os->flops)) != UN_OK)
             return st;
         if (un_jcur_present(&by) && (st = parse_expr_at(ctx, sp, &by, &sc, &os->bytes)) != UN_OK)
+            return st;
+        un_jcur bf = un_jcur_member(&cost, "bwd_flops"), bb = un_jcur_member(&cost, "bwd_bytes");
+        if (un_jcur_present(&bf) &&
+            (st = parse_expr_at(ctx, sp, &bf, &sc, &os->bwd_flops)) != UN_OK)
+            return st;
+        if (un_jcur_present(&bb) &&
+            (st = parse_expr_at(ctx, sp, &bb, &sc, &os->bwd_bytes)) != UN_OK)
             return st;
     }
     un_jcur exs = un_jcur_member(c, "examples");
@@ -1995,9 +2002,18 @@ done:
 un_status un_spec_cost(un_ctx *ctx, const un_spec *spec, un_op op, const un_param *params,
                        const un_shape *in, int n_in, const un_infer *inf, double *flops,
                        double *bytes) {
+    double c[4];
+    un_status st = un_spec_cost_all(ctx, spec, op, params, in, n_in, inf, c);
+    *flops = st == UN_OK && c[0] > 0 ? c[0] : 0;
+    *bytes = st == UN_OK && c[1] > 0 ? c[1] : 0;
+    return st;
+}
+
+un_status un_spec_cost_all(un_ctx *ctx, const un_spec *spec, un_op op, const un_param *params,
+                           const un_shape *in, int n_in, const un_infer *inf, double *cost) {
     const un_op_spec *os = un_spec_op(spec, op);
-    *flops = 0;
-    *bytes = 0;
+    for (int i = 0; i < 4; i++)
+        cost[i] = -1;
     const un_shape *inp[UN_MAX_INPUTS], *outp[UN_MAX_OUTPUTS];
     un_shape lin[UN_MAX_INPUTS], lout[UN_MAX_OUTPUTS];
     for (int t = 0; t < n_in; t++) {
@@ -2017,17 +2033,15 @@ un_status un_spec_cost(un_ctx *ctx, const un_spec *spec, un_op op, const un_para
                        .n_in = n_in,
                        .out = outp,
                        .n_out = inf->n_out};
-    int64_t v;
-    un_status st;
-    if (os->flops) {
-        if ((st = un_expr_eval(ctx, os->flops, &env, &v)) != UN_OK)
+    const un_expr *e[4] = {os->flops, os->bytes, os->bwd_flops, os->bwd_bytes};
+    for (int i = 0; i < 4; i++) {
+        int64_t v;
+        un_status st;
+        if (!e[i])
+            continue;
+        if ((st = un_expr_eval(ctx, e[i], &env, &v)) != UN_OK)
             return st;
-        *flops = (double)v;
-    }
-    if (os->bytes) {
-        if ((st = un_expr_eval(ctx, os->bytes, &env, &v)) != UN_OK)
-            return st;
-        *bytes = (double)v;
+        cost[i] = (double)v;
     }
     return UN_OK;
 }

@@ -175,6 +175,7 @@ typedef struct un_op_spec {
     un_shard_rule rules[UN_MAX_RULES];
     const un_expr *flops; /* forward flops; may be NULL (0) */
     const un_expr *bytes; /* bytes read + written by the forward op */
+    const un_expr *bwd_flops, *bwd_bytes; /* the backward's (input gradients); may be NULL */
     int n_axioms;
     const un_axiom *axioms;
     int n_examples;
@@ -267,6 +268,11 @@ un_status un_spec_rule_apply(un_ctx *ctx, const un_spec *spec, un_op op, const u
 un_status un_spec_cost(un_ctx *ctx, const un_spec *spec, un_op op, const un_param *params,
                        const un_shape *in, int n_in, const un_infer *inf, double *flops,
                        double *bytes);
+
+/* All four cost expressions (forward flops, bytes, backward flops, bytes) into cost[4]; an
+ * expression the spec does not give is -1 (the caller picks a default). */
+un_status un_spec_cost_all(un_ctx *ctx, const un_spec *spec, un_op op, const un_param *params,
+                           const un_shape *in, int n_in, const un_infer *inf, double *cost);
 
 /* Reads a parameter value from JSON (number, bool, enum name or array) and checks its domain;
  * errors name the JSON path. */

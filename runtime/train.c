@@ -324,6 +324,37 @@ static void model_free(tmodel *m) {
     un_graph_free(m->json);
 }
 
+static un_status strategy_apply(un_ctx *ctx, const un_spec *spec, const un_graph *g,
+                                const char *strategy, int d, un_graph **out) {
+    *out = NULL;
+    if (strcmp(strategy, "serial") == 0) {
+        *out = un_graph_clone(g);
+        return UN_OK;
+    }
+    if (strcmp(strategy, "data") == 0)
+        return un_strategy_data(ctx, g, d, out);
+    size_t sl = strlen(strategy);
+    if (sl < 5 || strcmp(strategy + sl - 5, ".json") != 0)
+        return un_ctx_error(ctx, UN_ERR_INVALID,
+                            "--strategy: '%s' is not serial, data or a plan file (.json)",
+                            strategy);
+    return un_strategy_plan_load(ctx, spec, strategy, g, d, out);
+}
+
+un_status un_train_graph(un_ctx *ctx, const un_spec *spec, const un_train_opts *o, un_graph **out,
+                         int *devices) {
+    *out = NULL;
+    tmodel m;
+    un_status st = model_load(ctx, spec, o, &m);
+    int d = o->devices ? o->devices : 1;
+    *devices = d;
+    if (st == UN_OK)
+        st = strategy_apply(ctx, spec, m.g, o->strategy ? o->strategy : d == 1 ? "serial" : "data",
+                            d, out);
+    model_free(&m);
+    return st;
+}
+
 /* ---- the run shared by every rank ---- */
 
 typedef struct shared {
@@ -612,21 +643,7 @@ un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res
         goto done;
     int d = use_mpi ? un_comm_size(mpi) : o->devices ? o->devices : 1;
     const char *strategy = o->strategy ? o->strategy : d == 1 ? "serial" : "data";
-    if (strcmp(strategy, "serial") == 0) {
-        run_g = un_graph_clone(m.g);
-    } else if (strcmp(strategy, "data") == 0) {
-        st = un_strategy_data(ctx, m.g, d, &run_g);
-    } else {
-        size_t sl = strlen(strategy);
-        if (sl < 5 || strcmp(strategy + sl - 5, ".json") != 0) {
-            st = un_ctx_error(ctx, UN_ERR_INVALID,
-                              "--strategy: '%s' is not serial, data or a plan file (.json)",
-                              strategy);
-            goto done;
-        }
-        st = un_strategy_plan_load(ctx, spec, strategy, m.g, d, &run_g);
-    }
-    if (st != UN_OK)
+    if ((st = strategy_apply(ctx, spec, m.g, strategy, d, &run_g)) != UN_OK)
         goto done;
     for (int i = 0; i < m.n_inputs; i++) {
         sh.in_node[i] = un_graph_find(run_g, m.in_name[i]);

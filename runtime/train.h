@@ -69,6 +69,12 @@ const char *un_train_usage(void);
  * error in ctx before anything is printed. */
 un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res);
 
+/* The graph un_train_run would execute for these options (the model under its strategy on
+ * o->devices devices, 0 = 1), without running it: the search and the estimator use it. Errors as
+ * un_train_run's. Owned: free with un_graph_free. */
+un_status un_train_graph(un_ctx *ctx, const un_spec *spec, const un_train_opts *o, un_graph **out,
+                         int *devices);
+
 /* Mean cross-entropy over N rows of logits [N, C] (rows [r0, r0 + rows) of it given, labels
  * indexed by global row) and its gradient (softmax - onehot) / N into grad; returns the sum of
  * the given rows' losses. Exposed for the tests. */

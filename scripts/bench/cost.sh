@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# Cost model benchmarks (issue 13):
+#  1. estimate vs measurement on this machine: for every zoo model (tiny, and charlm's larger
+#     default configuration as the one mid-size model that trains here), serial on 1 device and
+#     data parallel on 2, plus the sample MLP serial and tensor parallel (unity-pcg sample mlp
+#     --strategy tensor): the estimated step time (specs/machines/cpu.json + costs profiled into a
+#     rules.db by unity-train --profile, each op's median time) against the median step time of
+#     a unity-train run (each device one thread: --threads = --devices), and the estimated
+#     memory (all devices) against the peak RSS (/usr/bin/time) minus a baseline run's RSS.
+#  2. estimates per second for BERT-Large (the zoo transformer, batch 192) data parallel on 192
+#     V100s (specs/machines/v100x192.json): cached cost queries per second (the DP inner loop) and
+#     whole-plan simulations per second.
+#   scripts/bench/cost.sh [BUILD_DIR]      Env: STEPS (default 40).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root"
+build=${1:-build/default}
+steps=${STEPS:-40}
+make -s -j2 BUILD="$build" >/dev/null
+B=$build/bin
+M=specs/machines/cpu.json
+echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-<unset>}, load $(cut -d' ' -f1-3 /proc/loadavg)"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+db=$tmp/costs.db
+"$B/unity-pcg" sample mlp --strategy serial >"$tmp/mlp.json"
+"$B/unity-pcg" sample mlp --strategy tensor >"$tmp/tp.json"
+
+rss() { # peak RSS in bytes of a command
+    /usr/bin/time -f '%M' -o "$tmp/rss" "$@" >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/err" >&2; return 1; }
+    echo $(($(tail -1 "$tmp/rss") * 1024))
+}
+base1=$(rss "$B/unity-train" --model mlp --tiny --steps 2 --threads 1 --quiet)
+base2=$(rss "$B/unity-train" --model mlp --tiny --steps 2 --devices 2 --threads 2 --quiet)
+echo "baseline peak RSS (tiny mlp, 2 steps): $((base1 / 1024)) KiB on 1 device, $((base2 / 1024)) KiB on 2, subtracted from the runs' on as many devices"
+printf '%-22s %-8s %3s %10s %10s %7s %12s %12s %7s\n' model strategy dev est_ms meas_ms err est_mem meas_mem err
+case_() { # label model-args strategy devices
+    local label=$1 margs=$2 strat=$3 d=$4
+    local sargs="--strategy $strat"
+    "$B/unity-train" $margs $sargs --devices "$d" --threads "$d" --profile --machine $M --rules "$db" --quiet >/dev/null
+    "$B/unity-train" $margs $sargs --devices "$d" --threads "$d" --estimate --machine $M --rules "$db" >"$tmp/est" 2>/dev/null
+    local est mem
+    est=$(sed -n 's/^estimated step time: \([0-9.]*\) ms.*/\1/p' "$tmp/est")
+    mem=$(sed -n 's/^memory, all devices: \([0-9]*\) bytes/\1/p' "$tmp/est")
+    local peak
+    peak=$(rss "$B/unity-train" $margs $sargs --devices "$d" --threads "$d" --steps "$steps")
+    local meas
+    # the median of the steps after the first (a step's time is batch / its samples/s; the
+    # batch is the summary's samples/s x ms/step): steady under other jobs' bursts
+    meas=$(awk '/^step / { n++; if (n > 1) sps[n - 1] = $(NF - 1) }
+                / ms\/step/ { for (i = 1; i <= NF; i++) { if ($i == "ms/step,") ms = $(i - 1); if ($i == "samples/s") s = $(i - 1) } }
+                END { m = n - 1; for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (sps[j] < sps[i]) { t = sps[i]; sps[i] = sps[j]; sps[j] = t }
+                      b = s * ms / 1000; printf "%.4f", 1000 * b / sps[int((m + 1) / 2)] }' "$tmp/out")
+    local base=$base1
+    [ "$d" = 1 ] || base=$base2
+    local mmem=$((peak - base))
+    awk -v l="$label" -v s="$(basename "$strat" .json)" -v d="$d" -v e="$est" -v m="$meas" -v em="$mem" -v mm="$mmem" 'BEGIN {
+        printf "%-22s %-8s %3d %10.3f %10.3f %+6.0f%% %10.0fK %10.0fK %+6.0f%%\n", l, s, d, e, m, 100 * (e - m) / m,
+               em / 1024, mm / 1024, (mm > 0 ? 100 * (em - mm) / mm : 0) }'
+}
+for m in mlp transformer dlrm xdl candle_uno resnext50 inception_v3 charlm; do
+    case_ "$m (tiny)" "--model $m --tiny" serial 1
+    case_ "$m (tiny)" "--model $m --tiny" data 2
+done
+case_ "charlm (mid: default)" "--model charlm" serial 1
+case_ "charlm (mid: default)" "--model charlm" data 2
+case_ "sample mlp" "--model $tmp/mlp.json" serial 1
+case_ "sample mlp" "--model $tmp/mlp.json" data 2
+case_ "sample mlp" "--model $tmp/mlp.json" "$tmp/tp.json" 2
+
+# ---- 2. estimates per second at 192 devices ----
+bench_c="$build/bench_cost.c"
+cat >"$bench_c" <<'CEOF'
+/* Cost queries and plan simulations per second: BERT-Large data parallel on 192 V100s. */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/train.h"
+#include "search/sim.h"
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+int main(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_spec *spec = NULL;
+    un_graph *g = NULL;
+    un_cost_model *cm = NULL;
+    un_machine m;
+    int d = 0;
+    un_train_opts o = un_train_opts_default();
+    o.model = "transformer";
+    o.batch = 192;
+    o.devices = 192;
+    o.strategy = "data";
+    if (un_machine_load(ctx, "specs/machines/v100x192.json", &m) != UN_OK ||
+        un_spec_load(ctx, "specs/ops.json", &spec) != UN_OK ||
+        un_train_graph(ctx, spec, &o, &g, &d) != UN_OK ||
+        un_cost_model_new(ctx, spec, &m, UN_MPREC_F32, NULL, &cm) != UN_OK) {
+        fprintf(stderr, "bench_cost: %s\n", un_ctx_errmsg(ctx));
+        return 1;
+    }
+    int32_t n = un_graph_node_count(g);
+    int64_t q = 0;
+    double t0 = now(), sink = 0;
+    while (now() - t0 < 1.0)
+        for (int32_t id = 0; id < n; id++)
+            if (un_op_kind_of(un_graph_node(g, id)->op) == UN_OPK_REGULAR) {
+                un_op_cost c;
+                un_cost_node(ctx, cm, g, id, &c);
+                sink += c.fwd;
+                q++;
+            }
+    double qs = (double)q / (now() - t0);
+    un_sim_params sp = un_sim_params_default();
+    sp.devices = d;
+    int sims = 0;
+    un_sim_result r;
+    memset(&r, 0, sizeof r);
+    t0 = now();
+    while (now() - t0 < 2.0 || sims < 2) {
+        un_sim_result_free(&r);
+        if (un_sim_run(ctx, cm, g, &sp, &r) != UN_OK) {
+            fprintf(stderr, "bench_cost: %s\n", un_ctx_errmsg(ctx));
+            return 1;
+        }
+        sims++;
+    }
+    double ss = sims / (now() - t0);
+    printf("BERT-Large (%d nodes), batch 192, data parallel on 192 V100s: estimated step %.1f ms\n",
+           n, r.step * 1e3);
+    printf("cost queries (cached, the DP inner loop): %.0f per second (target > 10000: %s)\n", qs,
+           qs > 10000 ? "met" : "NOT met");
+    printf("whole-plan simulations (every piece of every op on 192 devices): %.2f per second\n", ss);
+    un_sim_result_free(&r);
+    un_cost_model_free(cm);
+    un_graph_free(g);
+    un_spec_free(spec);
+    un_ctx_free(ctx);
+    return sink < 0;
+}
+CEOF
+libs="$build/libsearch.a $build/libruntime.a $build/librulesdb.a $build/libpcg.a -lopenblas -lsqlite3 -lcjson -lm $(pkg-config --libs ompi-c 2>/dev/null) -pthread"
+cc -std=c17 -O2 -D_GNU_SOURCE -I. "$bench_c" $libs -o "$build/bench_cost"
+"$build/bench_cost"

@@ -1,0 +1,303 @@
+/* cost.c - per-piece operator costs (measured or roofline), communication (alpha-beta, ring and
+ * tree collectives), optimizer steps, and the query cache (open addressing on the exact key). */
+#include "search/cost.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct ckey { /* zeroed before it is filled, so that memcmp compares it */
+    int32_t op, n_in;
+    un_param params[UN_MAX_PARAMS];
+    int32_t rank[UN_MAX_INPUTS], dtype[UN_MAX_INPUTS];
+    int64_t dim[UN_MAX_INPUTS][UN_MAX_DIMS];
+} ckey;
+
+typedef struct centry {
+    uint64_t hash; /* 0 = empty slot */
+    ckey key;
+    un_op_cost val;
+} centry;
+
+struct un_cost_model {
+    const un_spec *spec;
+    un_machine m;
+    un_mprec prec;
+    int es; /* float element bytes */
+    rulesdb *db;
+    char device[48]; /* the op-cost cache's device key */
+    centry *tab;
+    size_t cap, used;
+    bool warned[UN_OP_COUNT];
+    un_buf warnings;
+    int64_t queries, cached, measured;
+};
+
+un_status un_cost_model_new(un_ctx *ctx, const un_spec *spec, const un_machine *m, un_mprec prec,
+                            rulesdb *db, un_cost_model **out) {
+    *out = NULL;
+    if (prec != UN_MPREC_F32 && prec != UN_MPREC_F64)
+        return un_ctx_error(ctx, UN_ERR_INVALID, "cost model: precision must be f32 or f64");
+    un_cost_model *cm = un_xcalloc(1, sizeof *cm);
+    cm->spec = spec;
+    cm->m = *m;
+    cm->prec = prec;
+    cm->es = prec == UN_MPREC_F64 ? 8 : 4;
+    cm->db = db;
+    snprintf(cm->device, sizeof cm->device, "%s%s", m->dev.kind, prec == UN_MPREC_F64 ? "-f64" : "");
+    cm->cap = 256;
+    cm->tab = un_xcalloc(cm->cap, sizeof *cm->tab);
+    *out = cm;
+    return UN_OK;
+}
+
+void un_cost_model_free(un_cost_model *cm) {
+    if (!cm)
+        return;
+    free(cm->tab);
+    un_buf_free(&cm->warnings);
+    free(cm);
+}
+
+const un_machine *un_cost_machine(const un_cost_model *cm) { return &cm->m; }
+int un_cost_elem_bytes(const un_cost_model *cm) { return cm->es; }
+const char *un_cost_warnings(const un_cost_model *cm) {
+    return cm->warnings.data ? cm->warnings.data : "";
+}
+void un_cost_stats(const un_cost_model *cm, int64_t *queries, int64_t *cached, int64_t *measured) {
+    *queries = cm->queries;
+    *cached = cm->cached;
+    *measured = cm->measured;
+}
+
+/* ---- keys ---- */
+
+bool un_cost_key(const un_spec *spec, un_op op, const un_param *params, const un_shape *in,
+                 int n_in, char *op_sig, size_t n_sig, char *shape, size_t n_shape) {
+    const un_op_spec *os = un_spec_op(spec, op);
+    un_buf b = {0};
+    un_buf_printf(&b, "%s[", os->name);
+    for (int i = 0; i < os->n_params; i++) {
+        un_buf_printf(&b, "%s%s=", i ? "," : "", os->params[i].name);
+        un_spec_param_str(&os->params[i], &params[i], &b);
+    }
+    un_buf_printf(&b, "]");
+    bool ok = b.len < n_sig;
+    snprintf(op_sig, n_sig, "%s", b.data);
+    b.len = 0;
+    b.data[0] = 0;
+    for (int t = 0; t < n_in; t++) {
+        char s[128];
+        un_shape l = un_shape_logical(&in[t]);
+        un_shape_str(&l, s, sizeof s);
+        un_buf_printf(&b, "%s%s", t ? ";" : "", s);
+    }
+    ok = ok && b.len < n_shape;
+    snprintf(shape, n_shape, "%s", b.data ? b.data : "");
+    un_buf_free(&b);
+    return ok;
+}
+
+void un_cost_piece_shapes(const un_graph *g, int32_t id, un_shape *in) {
+    const un_node *nd = un_graph_node(g, id);
+    for (int t = 0; t < nd->n_in; t++) {
+        const un_shape *s = un_graph_shape(g, nd->in[t]);
+        int64_t d[UN_MAX_DIMS];
+        for (int i = 0; i < s->rank; i++)
+            d[i] = s->dim[i] / s->shard[i];
+        in[t] = un_shape_make(s->rank, d, s->dtype);
+    }
+}
+
+static void key_make(ckey *k, un_op op, const un_param *params, int n_params, const un_shape *in,
+                     int n_in) {
+    memset(k, 0, sizeof *k);
+    k->op = (int32_t)op;
+    k->n_in = n_in;
+    for (int i = 0; i < n_params; i++) {
+        k->params[i].len = params[i].len;
+        int n = params[i].len < 0 ? 1 : params[i].len;
+        for (int j = 0; j < n && j < UN_MAX_DIMS; j++)
+            k->params[i].v[j] = params[i].v[j];
+    }
+    for (int t = 0; t < n_in; t++) {
+        k->rank[t] = in[t].rank;
+        k->dtype[t] = (int32_t)in[t].dtype;
+        for (int i = 0; i < in[t].rank; i++)
+            k->dim[t][i] = in[t].dim[i];
+    }
+}
+
+static centry *cache_slot(un_cost_model *cm, const ckey *k, uint64_t h) {
+    size_t i = (size_t)h & (cm->cap - 1);
+    while (cm->tab[i].hash && !(cm->tab[i].hash == h && memcmp(&cm->tab[i].key, k, sizeof *k) == 0))
+        i = (i + 1) & (cm->cap - 1);
+    return &cm->tab[i];
+}
+
+static void cache_grow(un_cost_model *cm) {
+    centry *old = cm->tab;
+    size_t n = cm->cap;
+    cm->cap *= 2;
+    cm->tab = un_xcalloc(cm->cap, sizeof *cm->tab);
+    for (size_t i = 0; i < n; i++)
+        if (old[i].hash)
+            *cache_slot(cm, &old[i].key, old[i].hash) = old[i];
+    free(old);
+}
+
+/* ---- operator costs ---- */
+
+static double roofline(const un_cost_model *cm, double flops, double bytes) {
+    double tc = flops / un_machine_flops(&cm->m, cm->prec), tm = bytes / cm->m.dev.mem_bw;
+    return cm->m.dev.op_overhead + (tc > tm ? tc : tm);
+}
+
+static void warn(un_cost_model *cm, un_op op, const char *what) {
+    if (cm->warned[op])
+        return;
+    cm->warned[op] = true;
+    un_buf_printf(&cm->warnings, "warning: cost model: %s has no %s in the spec; using %s\n",
+                  un_op_name(op), what,
+                  strcmp(what, "cost expression") == 0
+                      ? "flops = numel(out), bytes = 4 * (numel(ins) + numel(outs))"
+                      : "twice the forward");
+}
+
+static un_status analytic(un_ctx *ctx, un_cost_model *cm, un_op op, const un_param *params,
+                          const un_shape *in, int n_in, un_op_cost *c) {
+    un_infer inf;
+    un_status st = un_spec_infer(ctx, cm->spec, op, params, in, n_in, NULL, &inf);
+    if (st != UN_OK)
+        return st;
+    double e[4];
+    if ((st = un_spec_cost_all(ctx, cm->spec, op, params, in, n_in, &inf, e)) != UN_OK)
+        return st;
+    if (e[0] < 0 && e[1] < 0) {
+        warn(cm, op, "cost expression");
+        double n = 0, o = 0;
+        for (int t = 0; t < n_in; t++)
+            n += (double)un_shape_numel(&in[t]);
+        for (int t = 0; t < inf.n_out; t++)
+            o += (double)un_shape_numel(&inf.out[t]);
+        e[0] = o;
+        e[1] = 4 * (n + o);
+    }
+    e[0] = e[0] < 0 ? 0 : e[0];
+    e[1] = e[1] < 0 ? 0 : e[1];
+    if (e[2] < 0 || e[3] < 0) {
+        warn(cm, op, "backward cost expression");
+        e[2] = e[2] < 0 ? 2 * e[0] : e[2];
+        e[3] = e[3] < 0 ? 2 * e[1] : e[3];
+    }
+    double scale = cm->es / 4.0; /* the spec counts 4-byte elements */
+    c->flops = e[0];
+    c->bytes = e[1] * scale;
+    c->bwd_flops = e[2];
+    c->bwd_bytes = e[3] * scale;
+    c->fwd = roofline(cm, c->flops, c->bytes);
+    c->bwd = roofline(cm, c->bwd_flops, c->bwd_bytes);
+    c->measured = false;
+    return UN_OK;
+}
+
+un_status un_cost_piece(un_ctx *ctx, un_cost_model *cm, un_op op, const un_param *params,
+                        const un_shape *in, int n_in, un_op_cost *out) {
+    const un_op_spec *os = un_spec_op(cm->spec, op);
+    memset(out, 0, sizeof *out);
+    if (os->kind != UN_OPK_REGULAR)
+        return un_ctx_error(ctx, UN_ERR_INVALID, "cost model: %s is not a regular operator",
+                            os->name);
+    cm->queries++;
+    ckey k;
+    key_make(&k, op, params, os->n_params, in, n_in);
+    uint64_t h = un_hash_bytes(&k, sizeof k, 0x9e3779b97f4a7c15ull) | 1;
+    centry *e = cache_slot(cm, &k, h);
+    if (e->hash) {
+        cm->cached++;
+        if (e->val.measured)
+            cm->measured++;
+        *out = e->val;
+        return UN_OK;
+    }
+    un_op_cost c;
+    un_status st = analytic(ctx, cm, op, params, in, n_in, &c);
+    if (st != UN_OK)
+        return st;
+    if (cm->db) {
+        char sig[128], shape[128];
+        rulesdb_cost mc;
+        bool found = false;
+        if (un_cost_key(cm->spec, op, params, in, n_in, sig, sizeof sig, shape, sizeof shape) &&
+            (st = rulesdb_cost_get(ctx, cm->db, sig, shape, cm->device, &mc, &found)) != UN_OK)
+            return st;
+        if (found) {
+            c.fwd = mc.fwd_ms * 1e-3;
+            c.bwd = mc.bwd_ms * 1e-3;
+            c.measured = true;
+            cm->measured++;
+        }
+    }
+    if (2 * (cm->used + 1) > cm->cap) {
+        cache_grow(cm);
+        e = cache_slot(cm, &k, h);
+    }
+    e->hash = h;
+    e->key = k;
+    e->val = c;
+    cm->used++;
+    *out = c;
+    return UN_OK;
+}
+
+un_status un_cost_node(un_ctx *ctx, un_cost_model *cm, const un_graph *g, int32_t id,
+                       un_op_cost *out) {
+    const un_node *nd = un_graph_node(g, id);
+    un_shape in[UN_MAX_INPUTS];
+    un_cost_piece_shapes(g, id, in);
+    return un_cost_piece(ctx, cm, nd->op, nd->inf.local, in, nd->n_in, out);
+}
+
+/* ---- communication ---- */
+
+double un_cost_p2p(const un_cost_model *cm, int a, int b, double bytes) {
+    if (a == b)
+        return 0;
+    const un_link *l = un_machine_link(&cm->m, a, b);
+    return l->latency + bytes / l->bw;
+}
+
+double un_cost_allreduce(const un_cost_model *cm, const int *devs, int n, double bytes) {
+    if (n <= 1)
+        return 0;
+    const un_link *l = &cm->m.intra;
+    for (int i = 1; i < n; i++)
+        if (un_machine_link(&cm->m, devs[0], devs[i]) == &cm->m.inter)
+            l = &cm->m.inter;
+    if (l->algo == UN_COLL_TREE) /* pipelined double binary trees: log-depth latency */
+        return 2 * ceil(log2((double)n)) * l->latency + 2 * bytes / l->bw;
+    /* ring: a reduce-scatter then an all-gather, n - 1 steps each of bytes / n */
+    return 2.0 * (n - 1) * (l->latency + bytes / ((double)n * l->bw));
+}
+
+double un_cost_copy(const un_cost_model *cm, double bytes) {
+    return bytes > 0 ? 2 * bytes / cm->m.dev.mem_bw : 0; /* read + write */
+}
+
+double un_cost_optimizer(un_ctx *ctx, un_cost_model *cm, const char *optimizer, int64_t n) {
+    bool adam = strcmp(optimizer, "adam") == 0;
+    if (cm->db && n > 0) {
+        char sig[48], shape[48];
+        rulesdb_cost mc;
+        bool found = false;
+        snprintf(sig, sizeof sig, "optimizer:%s", adam ? "adam" : "sgd");
+        snprintf(shape, sizeof shape, "float[%lld]", (long long)n);
+        if (rulesdb_cost_get(ctx, cm->db, sig, shape, cm->device, &mc, &found) == UN_OK && found)
+            return mc.fwd_ms * 1e-3;
+    }
+    /* Adam reads parameter, gradient and two moments and writes three; SGD with momentum reads
+     * three and writes two. */
+    double bytes = (double)n * cm->es * (adam ? 7 : 5), flops = (double)n * (adam ? 12 : 4);
+    return roofline(cm, flops, bytes);
+}

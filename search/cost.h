@@ -1,0 +1,84 @@
+/* cost.h - the cost model the search and the tools call (DESIGN.md section 8): the forward and
+ * backward time of one piece of an operator on the machine's device kind (a measured time from
+ * rules.db's op-cost cache when one exists for that device kind, else a roofline of the spec's
+ * cost expressions evaluated on the piece), the time of moving bytes between two devices and of
+ * collectives over a group (alpha-beta, ring or tree, intra- or inter-node), of a local copy, and
+ * of an optimizer step. Queries are cached by (op, per-piece params, piece shapes): after the
+ * first, a query is a hash lookup. An op without cost expressions gets a default and a warning.
+ *
+ *   un_cost_model *cm;
+ *   st = un_cost_model_new(ctx, spec, &machine, UN_MPREC_F32, db, &cm);   // db may be NULL
+ *   un_op_cost c;
+ *   st = un_cost_node(ctx, cm, g, node, &c);        // c.fwd, c.bwd: seconds for one piece
+ *   double t = un_cost_allreduce(cm, devs, 4, 4e6); // 4 MB over 4 devices
+ *   fputs(un_cost_warnings(cm), stderr);
+ *   un_cost_model_free(cm);
+ */
+#ifndef UN_COST_H
+#define UN_COST_H
+
+#include "pcg/graph.h"
+#include "rulesdb/rulesdb.h"
+#include "search/machine.h"
+
+typedef struct un_cost_model un_cost_model;
+
+/* One piece of one operator. */
+typedef struct un_op_cost {
+    double fwd, bwd;             /* seconds on one device */
+    double flops, bytes;         /* forward work of the piece (analytic) */
+    double bwd_flops, bwd_bytes; /* backward work of the piece (analytic) */
+    bool measured;               /* fwd/bwd come from the op-cost cache */
+} un_op_cost;
+
+/* ---- lifecycle ---- */
+
+/* A cost model for machine m (copied) at precision prec (f32 or f64: element bytes 4 or 8).
+ * spec is borrowed, and db (NULL: analytic only) too; both must outlive the model.
+ * Owned: free with un_cost_model_free. */
+un_status un_cost_model_new(un_ctx *ctx, const un_spec *spec, const un_machine *m, un_mprec prec,
+                            rulesdb *db, un_cost_model **out);
+void un_cost_model_free(un_cost_model *cm);
+
+/* ---- queries ---- */
+
+const un_machine *un_cost_machine(const un_cost_model *cm);
+
+/* The cost of one piece of op on the given piece shapes (their layouts are ignored: a piece is a
+ * dense tensor) with the per-piece parameters (un_infer.local). Only regular operators. */
+un_status un_cost_piece(un_ctx *ctx, un_cost_model *cm, un_op op, const un_param *params,
+                        const un_shape *in, int n_in, un_op_cost *out);
+/* The cost of one piece of regular node id of g (every device tuple of a node has the same piece
+ * shapes). */
+un_status un_cost_node(un_ctx *ctx, un_cost_model *cm, const un_graph *g, int32_t id,
+                       un_op_cost *out);
+
+/* Seconds to move `bytes` from device a to device b (0 when a == b). */
+double un_cost_p2p(const un_cost_model *cm, int a, int b, double bytes);
+/* Seconds for an all-reduce of `bytes` over the n devices devs (0 for n <= 1), with the
+ * algorithm of the slowest link the group crosses. */
+double un_cost_allreduce(const un_cost_model *cm, const int *devs, int n, double bytes);
+/* Seconds to copy `bytes` within one device's memory. */
+double un_cost_copy(const un_cost_model *cm, double bytes);
+/* Seconds for one optimizer step over n parameters on one device ("sgd" or "adam"): measured
+ * (op-cost cache, op_sig "optimizer:adam") when present, else memory-bound. */
+double un_cost_optimizer(un_ctx *ctx, un_cost_model *cm, const char *optimizer, int64_t n);
+/* Element bytes of float tensors at the model's precision. */
+int un_cost_elem_bytes(const un_cost_model *cm);
+
+/* Warnings gathered so far, one per line (an op without cost expressions), "" when none.
+ * Borrowed, valid until the next query or un_cost_model_free. */
+const char *un_cost_warnings(const un_cost_model *cm);
+/* Queries answered, and of those answered from the cache or measured. */
+void un_cost_stats(const un_cost_model *cm, int64_t *queries, int64_t *cached, int64_t *measured);
+
+/* ---- the op-cost cache's key (rulesdb_cost.op_sig / .shape) ---- */
+
+/* op_sig "linear[activation=relu,use_bias=0]", shape "float[16,32];float[32,32]" (piece shapes).
+ * Returns false when a key does not fit its buffer. */
+bool un_cost_key(const un_spec *spec, un_op op, const un_param *params, const un_shape *in,
+                 int n_in, char *op_sig, size_t n_sig, char *shape, size_t n_shape);
+/* The dense piece shapes of node id's inputs (dims divided by their shard degrees). */
+void un_cost_piece_shapes(const un_graph *g, int32_t id, un_shape *in);
+
+#endif

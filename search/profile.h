@@ -1,0 +1,44 @@
+/* profile.h - measured operator costs: times every regular operator of a graph on its piece
+ * shapes on the local CPU backend (warm-up, then timed repetitions), and the optimizer step over
+ * the graph's weights, and stores the times in rules.db's op-cost cache under the keys the cost
+ * model looks up (search/cost.h: un_cost_key) for a device kind. The cost model then uses them in
+ * place of its roofline for that device kind.
+ *
+ *   un_profile_params pp = un_profile_params_default();
+ *   pp.device = "cpu"; pp.threads = 1;
+ *   st = un_profile_graph(ctx, db, g, &pp, stdout, &n_stored);
+ */
+#ifndef UN_PROFILE_H
+#define UN_PROFILE_H
+
+#include <stdio.h>
+
+#include "pcg/graph.h"
+#include "rulesdb/rulesdb.h"
+#include "search/machine.h"
+
+typedef struct un_profile_params {
+    const char *device;  /* device kind key (the machine file's device.kind), e.g. "cpu" */
+    int threads;         /* CPU threads of the backend (as one device of the run) */
+    bool f64;            /* float64 (device key gets "-f64", as the cost model's) */
+    int warmup;          /* untimed runs first */
+    double min_seconds;  /* time each op for at least this long ... */
+    int min_reps;        /* ... and at least this many repetitions */
+    const char *optimizer; /* also time this optimizer over the graph's weights (NULL: none) */
+} un_profile_params;
+
+un_profile_params un_profile_params_default(void);
+
+/* Profiles every distinct (op, per-piece params, piece shapes) of g and stores it (replacing an
+ * older entry). A line per op goes to log (NULL: quiet). *n_stored counts the entries written. */
+un_status un_profile_graph(un_ctx *ctx, rulesdb *db, const un_graph *g, const un_profile_params *p,
+                           FILE *log, int64_t *n_stored);
+
+/* Measures this CPU box as a machine description: one device per core (devices_per_node =
+ * online CPUs), sgemm flop/s on one thread (the backend's linear kernel, 512^3), memory bandwidth
+ * (bytes read + written per second by one thread's memcpy of 64 MiB), the thread-to-thread copy
+ * bandwidth and the latency of one synchronisation of the `local` communicator (2 threads), the
+ * cost of starting one operator (a 1-element relu), and memory = physical memory / devices. */
+un_status un_profile_machine(un_ctx *ctx, un_machine *out);
+
+#endif

@@ -1,0 +1,776 @@
+/* sim.c - one training step of a plan as a list schedule over devices and links: tasks (compute,
+ * communication, copies) with their devices, durations and the task that made each one wait, so
+ * that the critical path can be walked back from the last task to finish. */
+#include "search/sim.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { K_COMPUTE, K_COMM, K_OTHER };
+
+typedef struct stamp { /* a time and the task that produced it (-1: the step's start) */
+    double t;
+    int32_t task;
+} stamp;
+
+typedef struct task {
+    int32_t node;
+    int8_t kind;
+    double dur;
+    int32_t pred; /* the task whose end this one waited for, or -1 */
+} task;
+
+typedef struct stensor {
+    un_shape shape;
+    int64_t np;
+    double pbytes;      /* bytes of one piece */
+    bool needs_grad;
+    bool is_static;     /* plan semantics: a weight or a layout of one (resident, no movement) */
+    bool leaf;          /* a regular op reads it (a static leaf is what devices hold and update) */
+    bool weight;        /* a weight or a parallel op over one */
+    int32_t *owner;     /* per piece: device, -1 = every device (mirrored) */
+    stamp *ready;       /* per piece: forward value available at its owner */
+    stamp *gready;      /* per piece: gradient complete at its owner */
+} stensor;
+
+typedef struct xfer {
+    int t;
+    int64_t piece;
+    int from, to;
+    double bytes;
+    stamp at; /* arrival */
+} xfer;
+
+typedef struct sim {
+    un_ctx *ctx;
+    un_cost_model *cm;
+    const un_graph *g;
+    const un_sim_params *p;
+    int D, es;
+    stensor **ts; /* per node, per output */
+    task *tasks;
+    int32_t n_tasks, cap_tasks;
+    stamp *clock; /* per device */
+    stamp *net;   /* per device: its outgoing link is free (point to point) */
+    un_sim_result *r;
+    xfer *xf;
+    int n_xf, cap_xf;
+    double *xmem;   /* per device: transfer buffers (forward: received piece and its gradient) */
+    double *gbytes; /* per device: gradient bytes the runtime zeroes every step */
+    bool backward;
+} sim;
+
+static stamp later(stamp a, stamp b) { return a.t >= b.t ? a : b; }
+
+static stamp run_task(sim *s, int dev, int32_t node, int kind, stamp ready, double dur) {
+    if (s->n_tasks == s->cap_tasks) {
+        s->cap_tasks = s->cap_tasks ? 2 * s->cap_tasks : 1024;
+        s->tasks = un_xrealloc(s->tasks, sizeof *s->tasks * (size_t)s->cap_tasks);
+    }
+    stamp st = later(s->clock[dev], ready);
+    task *tk = &s->tasks[s->n_tasks];
+    *tk = (task){.node = node, .kind = (int8_t)kind, .dur = dur, .pred = st.task};
+    stamp end = {st.t + dur, s->n_tasks++};
+    s->clock[dev] = end;
+    if (kind == K_COMPUTE)
+        s->r->compute_total += dur;
+    else if (kind == K_COMM)
+        s->r->comm_total += dur;
+    return end;
+}
+
+#define piece_index  un_shape_piece_index
+#define piece_coords un_shape_piece_coords
+
+static stensor *in_tensor(sim *s, const un_node *nd, int t) {
+    return &s->ts[nd->in[t].node][nd->in[t].out];
+}
+
+/* ---- transfers ---- */
+
+static int need(sim *s, int t, int64_t piece, int from, int to, double bytes) {
+    if (from < 0 || from == to)
+        return -1;
+    for (int i = 0; i < s->n_xf; i++)
+        if (s->xf[i].t == t && s->xf[i].piece == piece && s->xf[i].to == to)
+            return i;
+    if (s->n_xf == s->cap_xf) {
+        s->cap_xf = s->cap_xf ? 2 * s->cap_xf : 16;
+        s->xf = un_xrealloc(s->xf, sizeof *s->xf * (size_t)s->cap_xf);
+    }
+    s->xf[s->n_xf] =
+        (xfer){.t = t, .piece = piece, .from = from, .to = to, .bytes = bytes, .at = {0, -1}};
+    return s->n_xf++;
+}
+
+/* Runs the node's transfers. Mirror mode: one collective exchange (every device waits for every
+ * other, then each receives its bytes); else point to point on the sender's link. ready(i) is when
+ * transfer i's data is available at its sender. */
+static void run_xfers(sim *s, int32_t node, const stamp *ready) {
+    if (s->n_xf == 0)
+        return;
+    for (int i = 0; i < s->n_xf; i++) {
+        s->r->comm_bytes += s->xf[i].bytes;
+        if (!s->backward) /* the receiver keeps the piece and its gradient, the sender a return */
+            s->xmem[s->xf[i].to] += 2 * s->xf[i].bytes, s->xmem[s->xf[i].from] += s->xf[i].bytes;
+    }
+    if (s->p->mirror_sources) {
+        stamp st = {0, -1};
+        for (int d = 0; d < s->D; d++)
+            st = later(st, s->clock[d]);
+        for (int i = 0; i < s->n_xf; i++)
+            st = later(st, ready[i]);
+        double *in = un_xcalloc((size_t)s->D, sizeof *in), worst = 0;
+        int wd = 0;
+        for (int i = 0; i < s->n_xf; i++)
+            in[s->xf[i].to] += s->xf[i].bytes;
+        for (int d = 0; d < s->D; d++)
+            if (in[d] >= worst)
+                worst = in[d], wd = d;
+        const un_link *l = &un_cost_machine(s->cm)->intra;
+        double dur = 2 * l->latency + worst / l->bw; /* two barriers, then the largest receive */
+        stamp end = run_task(s, wd, node, K_COMM, st, dur);
+        for (int d = 0; d < s->D; d++)
+            s->clock[d] = end;
+        for (int i = 0; i < s->n_xf; i++)
+            s->xf[i].at = end;
+        free(in);
+        return;
+    }
+    for (int i = 0; i < s->n_xf; i++) {
+        xfer *x = &s->xf[i];
+        stamp st = later(s->net[x->from], ready[i]);
+        double dur = un_cost_p2p(s->cm, x->from, x->to, x->bytes);
+        /* the link is its own resource: account it like a task on the sender's link */
+        stamp save = s->clock[x->from];
+        s->clock[x->from] = s->net[x->from];
+        x->at = run_task(s, x->from, node, K_COMM, st, dur);
+        s->net[x->from] = x->at;
+        s->clock[x->from] = save;
+    }
+}
+
+/* ---- forward ---- */
+
+typedef struct tuple {
+    int dev;
+    int64_t in_piece[UN_MAX_INPUTS];
+    int in_xf[UN_MAX_INPUTS];
+} tuple;
+
+static tuple *regular_tuples(sim *s, const un_node *nd, stensor *outs, int64_t *n) {
+    const un_infer *inf = &nd->inf;
+    int64_t nt = 1;
+    for (int j = 0; j < inf->n_uses; j++)
+        nt *= inf->uses[j].degree;
+    tuple *tp = un_xcalloc((size_t)nt, sizeof *tp);
+    int32_t u[UN_MAX_USES], blk[UN_MAX_DIMS], sum, copy;
+    memset(u, 0, sizeof u);
+    for (int64_t q = 0; q < nt; q++) {
+        un_infer_piece(inf, u, true, 0, blk, &sum, &copy);
+        int d = (int)(piece_index(&outs[0].shape, blk, sum, copy) % s->D);
+        tp[q].dev = d;
+        for (int o = 0; o < inf->n_out; o++) {
+            un_infer_piece(inf, u, true, o, blk, &sum, &copy);
+            outs[o].owner[piece_index(&outs[o].shape, blk, sum, copy)] = d;
+        }
+        for (int t = 0; t < nd->n_in; t++) {
+            stensor *src = in_tensor(s, nd, t);
+            un_infer_piece(inf, u, false, t, blk, &sum, &copy);
+            int64_t p = piece_index(&src->shape, blk, sum, copy);
+            tp[q].in_piece[t] = p;
+            tp[q].in_xf[t] = need(s, t, p, src->owner[p], d, src->pbytes);
+        }
+        for (int j = inf->n_uses - 1; j >= 0 && ++u[j] == inf->uses[j].degree; j--)
+            u[j] = 0;
+    }
+    *n = nt;
+    return tp;
+}
+
+/* The source pieces of output piece p of a parallel op, and whether the copy is a view. */
+static int parallel_sources(const un_node *nd, const stensor *si, const stensor *so, int64_t k,
+                            int64_t p, int64_t *src, int max, bool *view) {
+    int32_t blk[UN_MAX_DIMS], sum, copy;
+    piece_coords(&so->shape, p, blk, &sum, &copy);
+    int rank = so->shape.rank, n = 0;
+    *view = false;
+    if (nd->op == UN_OP_REPLICATE) {
+        src[0] = piece_index(&si->shape, blk, sum, (int32_t)(copy / k));
+        *view = true;
+        return 1;
+    }
+    if (nd->op == UN_OP_REDUCE) {
+        for (int64_t t = 0; t < k && n < max; t++)
+            src[n++] = piece_index(&si->shape, blk, (int32_t)(sum * k + t), copy);
+        return n;
+    }
+    int64_t lo[UN_MAX_DIMS], hi[UN_MAX_DIMS], sd[UN_MAX_DIMS], dd[UN_MAX_DIMS];
+    int32_t ib[UN_MAX_DIMS];
+    for (int i = 0; i < rank; i++) {
+        sd[i] = si->shape.dim[i] / si->shape.shard[i];
+        dd[i] = so->shape.dim[i] / so->shape.shard[i];
+        int64_t g0 = blk[i] * dd[i];
+        lo[i] = g0 / sd[i];
+        hi[i] = (g0 + dd[i] - 1) / sd[i];
+        ib[i] = (int32_t)lo[i];
+    }
+    for (;;) {
+        if (n < max)
+            src[n++] = piece_index(&si->shape, ib, sum, copy);
+        int i = rank - 1;
+        while (i >= 0 && ++ib[i] > hi[i]) {
+            ib[i] = (int32_t)lo[i];
+            i--;
+        }
+        if (i < 0)
+            break;
+    }
+    if (n == 1) { /* one block: a view when its rows are contiguous in the source piece */
+        int m = rank - 1;
+        while (m >= 0 && dd[m] == sd[m])
+            m--;
+        bool ok = true;
+        for (int d = 0; d < m; d++)
+            ok &= dd[d] == 1;
+        *view = ok;
+    }
+    return n;
+}
+
+#define MAX_SRC 4096
+
+static un_status forward_node(sim *s, int32_t id) {
+    const un_node *nd = un_graph_node(s->g, id);
+    stensor *outs = s->ts[id];
+    un_op_kind kind = un_op_kind_of(nd->op);
+    s->n_xf = 0;
+    if (kind == UN_OPK_SOURCE) {
+        stensor *t = &outs[0];
+        for (int64_t p = 0; p < t->np; p++) {
+            t->owner[p] = s->p->mirror_sources ? -1 : (int32_t)(p % s->D);
+            t->ready[p] = (stamp){0, -1};
+        }
+        if (s->p->mirror_sources && t->np > 1) /* every device slices the source locally */
+            for (int d = 0; d < s->D; d++)
+                run_task(s, d, id, K_OTHER, (stamp){0, -1},
+                         un_cost_copy(s->cm, t->pbytes * (double)t->np));
+        return UN_OK;
+    }
+    if (kind == UN_OPK_PARALLEL) {
+        stensor *si = in_tensor(s, nd, 0), *so = &outs[0];
+        const un_op_spec *os = un_spec_op(un_graph_spec(s->g), nd->op);
+        int64_t k = nd->params[un_spec_param_index(os, "degree")].v[0];
+        int64_t *src = un_xmalloc(sizeof *src * MAX_SRC);
+        int *nsrc = un_xcalloc((size_t)so->np, sizeof *nsrc);
+        bool *view = un_xcalloc((size_t)so->np, sizeof *view);
+        for (int64_t p = 0; p < so->np; p++) {
+            so->owner[p] = (int32_t)(p % s->D);
+            if (so->is_static)
+                continue;
+            nsrc[p] = parallel_sources(nd, si, so, k, p, src, MAX_SRC, &view[p]);
+            for (int i = 0; i < nsrc[p]; i++)
+                need(s, 0, src[i], si->owner[src[i]], so->owner[p], si->pbytes);
+        }
+        stamp *rd = un_xcalloc((size_t)s->n_xf + 1, sizeof *rd);
+        for (int i = 0; i < s->n_xf; i++)
+            rd[i] = si->ready[s->xf[i].piece];
+        run_xfers(s, id, rd);
+        free(rd);
+        for (int64_t p = 0; p < so->np; p++) {
+            if (so->is_static) {
+                so->ready[p] = (stamp){0, -1};
+                continue;
+            }
+            int d = so->owner[p];
+            stamp r = {0, -1};
+            nsrc[p] = parallel_sources(nd, si, so, k, p, src, MAX_SRC, &view[p]);
+            for (int i = 0; i < nsrc[p]; i++) {
+                int xi = -1;
+                for (int j = 0; j < s->n_xf; j++)
+                    if (s->xf[j].piece == src[i] && s->xf[j].to == d)
+                        xi = j;
+                r = later(r, xi >= 0 ? s->xf[xi].at : si->ready[src[i]]);
+            }
+            double bytes = view[p] ? 0 : so->pbytes * (nd->op == UN_OP_REDUCE ? (double)k : 1.0);
+            if (view[p]) /* a view of its source: no buffer of its own (its gradient has one) */
+                s->xmem[d] -= so->pbytes;
+            so->ready[p] = bytes > 0 ? run_task(s, d, id, K_OTHER, r, un_cost_copy(s->cm, bytes))
+                                     : r;
+        }
+        free(src);
+        free(nsrc);
+        free(view);
+        return UN_OK;
+    }
+    un_op_cost c;
+    un_status st = un_cost_node(s->ctx, s->cm, s->g, id, &c);
+    if (st != UN_OK)
+        return st;
+    int64_t nt;
+    tuple *tp = regular_tuples(s, nd, outs, &nt);
+    stamp *rd = un_xcalloc((size_t)s->n_xf + 1, sizeof *rd);
+    for (int i = 0; i < s->n_xf; i++)
+        rd[i] = in_tensor(s, nd, s->xf[i].t)->ready[s->xf[i].piece];
+    run_xfers(s, id, rd);
+    free(rd);
+    for (int64_t q = 0; q < nt; q++) {
+        stamp r = {0, -1};
+        for (int t = 0; t < nd->n_in; t++) {
+            int xi = tp[q].in_xf[t];
+            r = later(r, xi >= 0 ? s->xf[xi].at : in_tensor(s, nd, t)->ready[tp[q].in_piece[t]]);
+        }
+        stamp end = run_task(s, tp[q].dev, id, K_COMPUTE, r, c.fwd);
+        for (int o = 0; o < nd->inf.n_out; o++)
+            for (int64_t p = 0; p < outs[o].np; p++)
+                if (outs[o].owner[p] == tp[q].dev)
+                    outs[o].ready[p] = later(outs[o].ready[p], end);
+    }
+    free(tp);
+    return UN_OK;
+}
+
+/* ---- backward ---- */
+
+static void grad_arrive(stensor *t, int64_t p, stamp at) { t->gready[p] = later(t->gready[p], at); }
+
+static un_status backward_node(sim *s, int32_t id) {
+    const un_node *nd = un_graph_node(s->g, id);
+    stensor *outs = s->ts[id];
+    un_op_kind kind = un_op_kind_of(nd->op);
+    if (!outs[0].needs_grad)
+        return UN_OK;
+    s->n_xf = 0;
+    if (kind == UN_OPK_SOURCE) {
+        stensor *t = &outs[0];
+        if (s->p->mirror_sources && t->np > 1) /* fold the pieces' gradients into the whole */
+            for (int d = 0; d < s->D; d++) {
+                stamp r = {0, -1};
+                for (int64_t p = 0; p < t->np; p++)
+                    r = later(r, t->gready[p]);
+                run_task(s, d, id, K_OTHER, r, un_cost_copy(s->cm, t->pbytes * (double)t->np));
+            }
+        return UN_OK;
+    }
+    if (kind == UN_OPK_PARALLEL) {
+        stensor *si = in_tensor(s, nd, 0), *so = &outs[0];
+        const un_op_spec *os = un_spec_op(un_graph_spec(s->g), nd->op);
+        int64_t k = nd->params[un_spec_param_index(os, "degree")].v[0];
+        if (so->is_static) { /* plan semantics: replicate's backward all-reduces the copies */
+            if (nd->op != UN_OP_REPLICATE) {
+                for (int64_t p = 0; p < si->np; p++)
+                    grad_arrive(si, p, so->gready[p % so->np]);
+                return UN_OK;
+            }
+            int devs[UN_MAX_DEGREE > 4096 ? 4096 : UN_MAX_DEGREE];
+            for (int64_t q = 0; q < si->np; q++) {
+                int n = 0;
+                stamp r = {0, -1};
+                for (int64_t c = 0; c < k && n < 4096; c++) {
+                    int32_t blk[UN_MAX_DIMS], sum, copy;
+                    piece_coords(&si->shape, q, blk, &sum, &copy);
+                    int64_t p = piece_index(&so->shape, blk, sum, (int32_t)(copy * k + c));
+                    int d = so->owner[p];
+                    bool dup = false;
+                    for (int i = 0; i < n; i++)
+                        dup |= devs[i] == d;
+                    if (!dup)
+                        devs[n++] = d;
+                    r = later(r, so->gready[p]);
+                }
+                double dur = un_cost_allreduce(s->cm, devs, n, si->pbytes);
+                stamp end = r;
+                if (n > 1) {
+                    s->r->comm_bytes += 2.0 * (n - 1) / n * si->pbytes * n;
+                    for (int i = 0; i < n; i++)
+                        end = later(end, run_task(s, devs[i], id, K_COMM, r, dur));
+                }
+                grad_arrive(si, q, end);
+            }
+            return UN_OK;
+        }
+        int64_t *src = un_xmalloc(sizeof *src * MAX_SRC);
+        for (int64_t p = 0; p < so->np; p++) {
+            bool view;
+            int d = so->owner[p];
+            int n = parallel_sources(nd, si, so, k, p, src, MAX_SRC, &view);
+            stamp end = run_task(s, d, id, K_OTHER, so->gready[p],
+                                 un_cost_copy(s->cm, so->pbytes * (double)n));
+            for (int i = 0; i < n; i++) {
+                int xi = need(s, 0, src[i], si->owner[src[i]], d, si->pbytes);
+                if (xi < 0)
+                    grad_arrive(si, src[i], end);
+                else
+                    s->xf[xi].at = later(s->xf[xi].at, end);
+            }
+        }
+        free(src);
+    } else {
+        un_op_cost c;
+        un_status st = un_cost_node(s->ctx, s->cm, s->g, id, &c);
+        if (st != UN_OK)
+            return st;
+        int64_t nt;
+        tuple *tp = regular_tuples(s, nd, outs, &nt);
+        for (int i = 0; i < s->n_xf; i++)
+            s->xf[i].at = (stamp){0, -1};
+        for (int64_t q = 0; q < nt; q++) {
+            stamp r = {0, -1};
+            for (int o = 0; o < nd->inf.n_out; o++)
+                for (int64_t p = 0; p < outs[o].np; p++)
+                    if (outs[o].owner[p] == tp[q].dev)
+                        r = later(r, outs[o].gready[p]);
+            stamp end = run_task(s, tp[q].dev, id, K_COMPUTE, r, c.bwd);
+            for (int t = 0; t < nd->n_in; t++) {
+                stensor *src = in_tensor(s, nd, t);
+                if (!src->needs_grad)
+                    continue;
+                int xi = tp[q].in_xf[t];
+                if (xi < 0)
+                    grad_arrive(src, tp[q].in_piece[t], end);
+                else
+                    s->xf[xi].at = later(s->xf[xi].at, end);
+            }
+        }
+        free(tp);
+    }
+    /* gradients of pieces that came from elsewhere go back to their owners */
+    int n = 0;
+    for (int i = 0; i < s->n_xf; i++)
+        if (in_tensor(s, nd, s->xf[i].t)->needs_grad)
+            s->xf[n++] = s->xf[i];
+    s->n_xf = n;
+    stamp *rd = un_xcalloc((size_t)n + 1, sizeof *rd);
+    for (int i = 0; i < n; i++) {
+        rd[i] = s->xf[i].at;
+        int f = s->xf[i].from;
+        s->xf[i].from = s->xf[i].to;
+        s->xf[i].to = f;
+    }
+    run_xfers(s, id, rd);
+    for (int i = 0; i < n; i++)
+        grad_arrive(in_tensor(s, nd, s->xf[i].t), s->xf[i].piece, s->xf[i].at);
+    free(rd);
+    return UN_OK;
+}
+
+/* ---- memory ---- */
+
+/* Per-device memory of the plan, and the parts of the largest device. */
+static void memory(sim *s) {
+    int32_t n = un_graph_node_count(s->g);
+    double opt_copies = s->p->optimizer && strcmp(s->p->optimizer, "sgd") == 0 ? 1 : 2;
+    double *w = un_xcalloc((size_t)s->D, sizeof *w), *a = un_xcalloc((size_t)s->D, sizeof *a);
+    for (int32_t id = 0; id < n; id++) {
+        const un_node *nd = un_graph_node(s->g, id);
+        un_op_kind kind = un_op_kind_of(nd->op);
+        for (int o = 0; o < nd->inf.n_out; o++) {
+            stensor *t = &s->ts[id][o];
+            double per = t->pbytes * (t->needs_grad ? 2 : 1);
+            if (kind == UN_OPK_SOURCE && s->p->mirror_sources) {
+                double logical = (double)un_shape_numel(&t->shape) *
+                                 (t->shape.dtype == UN_DT_FLOAT ? s->es : 8);
+                for (int d = 0; d < s->D; d++) {
+                    if (nd->op == UN_OP_WEIGHT)
+                        w[d] += logical;
+                    else
+                        a[d] += logical;
+                    if (t->np > 1)
+                        a[d] += per * (double)t->np;
+                }
+                continue;
+            }
+            for (int64_t p = 0; p < t->np; p++) {
+                int d = t->owner[p];
+                if (d < 0)
+                    continue;
+                if (t->is_static) {
+                    if (t->leaf && t->weight)
+                        w[d] += t->pbytes;
+                    else if (t->leaf)
+                        a[d] += t->pbytes;
+                    continue;
+                }
+                a[d] += per;
+            }
+        }
+    }
+    for (int d = 0; d < s->D; d++) {
+        double opt = w[d] * opt_copies;
+        s->r->mem[d] = w[d] + w[d] + opt + a[d] + s->xmem[d];
+        s->gbytes[d] = w[d] + a[d] / 2;
+    }
+    int worst = 0;
+    for (int d = 1; d < s->D; d++)
+        if (s->r->mem[d] > s->r->mem[worst])
+            worst = d;
+    s->r->worst = worst;
+    s->r->mem_weights = w[worst];
+    s->r->mem_grads = w[worst];
+    s->r->mem_optim = w[worst] * opt_copies;
+    s->r->mem_acts = a[worst];
+    s->r->fits = s->r->mem[worst] <= un_cost_machine(s->cm)->dev.memory;
+    free(w);
+    free(a);
+}
+
+/* ---- the step ---- */
+
+un_sim_params un_sim_params_default(void) {
+    return (un_sim_params){.mirror_sources = false, .optimizer = "adam", .devices = 0};
+}
+
+void un_sim_result_free(un_sim_result *r) {
+    if (!r)
+        return;
+    free(r->mem);
+    memset(r, 0, sizeof *r);
+}
+
+/* Plan semantics: sources (data is loaded as the pieces its layout asks for, weights live as
+ * pieces) and parallel ops over them are resident: nothing moves in the forward. */
+static bool static_tensor(const un_graph *g, const un_node *nd, sim *s) {
+    if (un_op_kind_of(nd->op) == UN_OPK_SOURCE)
+        return true;
+    if (un_op_kind_of(nd->op) != UN_OPK_PARALLEL)
+        return false;
+    (void)g;
+    return in_tensor(s, nd, 0)->is_static;
+}
+
+static void critical_path(sim *s, stamp last) {
+    int32_t n = un_graph_node_count(s->g);
+    double *per = un_xcalloc((size_t)n, sizeof *per);
+    for (int32_t t = last.task; t >= 0; t = s->tasks[t].pred) {
+        const task *tk = &s->tasks[t];
+        if (tk->node >= 0) /* -1: the gradient all-reduce and the optimizer */
+            per[tk->node] += tk->dur;
+        if (tk->kind == K_COMPUTE)
+            s->r->crit_compute += tk->dur;
+        else if (tk->kind == K_COMM)
+            s->r->crit_comm += tk->dur;
+        else
+            s->r->crit_other += tk->dur;
+    }
+    for (int32_t id = 0; id < n; id++) {
+        if (per[id] <= 0)
+            continue;
+        int i = s->r->n_top < UN_SIM_TOP ? s->r->n_top++ : UN_SIM_TOP - 1;
+        if (i == UN_SIM_TOP - 1 && s->r->n_top == UN_SIM_TOP && per[id] <= s->r->top[i].time)
+            continue;
+        while (i > 0 && s->r->top[i - 1].time < per[id]) {
+            s->r->top[i] = s->r->top[i - 1];
+            i--;
+        }
+        s->r->top[i].node = id;
+        s->r->top[i].time = per[id];
+    }
+    free(per);
+}
+
+un_status un_sim_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un_sim_params *p,
+                     un_sim_result *out) {
+    memset(out, 0, sizeof *out);
+    const un_machine *m = un_cost_machine(cm);
+    int64_t need_dev = 1;
+    int32_t n = un_graph_node_count(g);
+    for (int32_t id = 0; id < n; id++) {
+        const un_node *nd = un_graph_node(g, id);
+        for (int o = 0; o < nd->inf.n_out; o++) {
+            int64_t np = un_shape_npieces(&nd->inf.out[o]);
+            need_dev = np > need_dev ? np : need_dev;
+        }
+    }
+    int D = p->devices > 0 ? p->devices : (int)need_dev;
+    if (D > un_machine_devices(m))
+        return un_ctx_error(ctx, UN_ERR_INVALID,
+                            "the plan runs on %d devices, but machine '%s' has %d", D, m->name,
+                            un_machine_devices(m));
+    sim s = {.ctx = ctx, .cm = cm, .g = g, .p = p, .D = D, .es = un_cost_elem_bytes(cm), .r = out};
+    out->devices = D;
+    out->mem = un_xcalloc((size_t)D, sizeof *out->mem);
+    s.clock = un_xcalloc((size_t)D, sizeof *s.clock);
+    s.net = un_xcalloc((size_t)D, sizeof *s.net);
+    for (int d = 0; d < D; d++)
+        s.clock[d] = s.net[d] = (stamp){0, -1};
+    s.ts = un_xcalloc((size_t)n, sizeof *s.ts);
+    s.xmem = un_xcalloc((size_t)D, sizeof *s.xmem);
+    s.gbytes = un_xcalloc((size_t)D, sizeof *s.gbytes);
+    const int32_t *topo = un_graph_topo(g);
+    int64_t n_params = 0;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t id = topo[i];
+        const un_node *nd = un_graph_node(g, id);
+        s.ts[id] = un_xcalloc((size_t)nd->inf.n_out, sizeof **s.ts);
+        bool ng = nd->op == UN_OP_WEIGHT;
+        for (int t = 0; t < nd->n_in; t++) {
+            ng |= in_tensor(&s, nd, t)->needs_grad;
+            if (un_op_kind_of(nd->op) == UN_OPK_REGULAR)
+                in_tensor(&s, nd, t)->leaf = true;
+        }
+        bool stat = !p->mirror_sources && static_tensor(g, nd, &s);
+        if (nd->op == UN_OP_WEIGHT)
+            n_params += un_shape_numel(&nd->inf.out[0]);
+        for (int o = 0; o < nd->inf.n_out; o++) {
+            stensor *t = &s.ts[id][o];
+            t->shape = nd->inf.out[o];
+            t->np = un_shape_npieces(&t->shape);
+            t->pbytes = (double)un_shape_piece_numel(&t->shape) *
+                        (t->shape.dtype == UN_DT_FLOAT ? s.es : 8);
+            t->needs_grad = ng && t->shape.dtype == UN_DT_FLOAT;
+            t->is_static = stat;
+            t->weight = nd->op == UN_OP_WEIGHT ||
+                        (un_op_kind_of(nd->op) == UN_OPK_PARALLEL && in_tensor(&s, nd, 0)->weight);
+            t->owner = un_xcalloc((size_t)t->np, sizeof *t->owner);
+            t->ready = un_xcalloc((size_t)t->np, sizeof *t->ready);
+            t->gready = un_xcalloc((size_t)t->np, sizeof *t->gready);
+            for (int64_t q = 0; q < t->np; q++)
+                t->ready[q] = t->gready[q] = (stamp){0, -1};
+        }
+    }
+    un_status st = UN_OK;
+    for (int32_t i = 0; i < n && st == UN_OK; i++)
+        st = forward_node(&s, topo[i]);
+    /* the loss: each output piece's gradient is ready after its device computed the loss */
+    for (int32_t i = 0; i < un_graph_output_count(g) && st == UN_OK; i++) {
+        un_ref r = un_graph_output(g, i);
+        stensor *t = &s.ts[r.node][r.out];
+        for (int64_t q = 0; q < t->np; q++) {
+            int d = t->owner[q] < 0 ? 0 : t->owner[q];
+            t->gready[q] = run_task(&s, d, r.node, K_OTHER, t->ready[q],
+                                    un_cost_copy(s.cm, t->pbytes));
+        }
+    }
+    s.backward = true;
+    for (int32_t i = n - 1; i >= 0 && st == UN_OK; i--)
+        st = backward_node(&s, topo[i]);
+    if (st == UN_OK) {
+        stamp all = {0, -1};
+        for (int d = 0; d < D; d++)
+            all = later(all, s.clock[d]);
+        if (p->mirror_sources && D > 1) { /* every weight gradient, over every device */
+            int *devs = un_xmalloc(sizeof *devs * (size_t)D);
+            for (int d = 0; d < D; d++)
+                devs[d] = d;
+            double bytes = (double)n_params * s.es;
+            double dur = un_cost_allreduce(cm, devs, D, bytes) + 3 * m->intra.latency;
+            out->comm_bytes += 2.0 * (D - 1) / D * bytes * D;
+            stamp end = run_task(&s, 0, -1, K_COMM, all, dur);
+            for (int d = 0; d < D; d++)
+                s.clock[d] = end;
+            free(devs);
+        }
+        /* the optimizer: every weight on every device (mirror), else the pieces each holds */
+        for (int d = 0; d < D; d++) {
+            int64_t mine = 0;
+            for (int32_t id = 0; id < n; id++) {
+                const un_node *nd = un_graph_node(g, id);
+                const stensor *t = &s.ts[id][0];
+                if (p->mirror_sources) {
+                    mine += nd->op == UN_OP_WEIGHT ? un_shape_numel(&t->shape) : 0;
+                    continue;
+                }
+                if (!t->is_static || !t->leaf || !t->weight)
+                    continue;
+                for (int64_t q = 0; q < t->np; q++)
+                    mine += t->owner[q] == d ? un_shape_piece_numel(&t->shape) : 0;
+            }
+            if (mine > 0 && p->optimizer)
+                run_task(&s, d, -1, K_OTHER, s.clock[d],
+                         un_cost_optimizer(ctx, cm, p->optimizer, mine));
+        }
+        memory(&s);
+        if (p->mirror_sources) {
+            /* the runtime zeroes every gradient buffer each step (a serial task of each device,
+             * placed here at the end, where it changes no dependency), and sums the loss over the
+             * devices (one all-reduce of a scalar: three synchronisations) */
+            for (int d = 0; d < D; d++)
+                run_task(&s, d, -1, K_OTHER, s.clock[d], s.gbytes[d] / m->dev.mem_bw);
+            if (D > 1) {
+                stamp sync = {0, -1};
+                for (int d = 0; d < D; d++)
+                    sync = later(sync, s.clock[d]);
+                stamp end = run_task(&s, 0, -1, K_COMM, sync, 3 * m->intra.latency);
+                for (int d = 0; d < D; d++)
+                    s.clock[d] = end;
+            }
+        }
+        stamp last = {0, -1};
+        for (int d = 0; d < D; d++)
+            last = later(last, s.clock[d]);
+        out->step = last.t;
+        critical_path(&s, last);
+    }
+    for (int32_t id = 0; id < n; id++) {
+        const un_node *nd = un_graph_node(g, id);
+        for (int o = 0; s.ts[id] && o < nd->inf.n_out; o++) {
+            free(s.ts[id][o].owner);
+            free(s.ts[id][o].ready);
+            free(s.ts[id][o].gready);
+        }
+        free(s.ts[id]);
+    }
+    free(s.ts);
+    free(s.tasks);
+    free(s.clock);
+    free(s.net);
+    free(s.xf);
+    free(s.xmem);
+    free(s.gbytes);
+    if (st != UN_OK)
+        un_sim_result_free(out);
+    return st;
+}
+
+static void fmt_bytes(un_buf *b, double v) {
+    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int i = 0;
+    while (v >= 1024 && i < 4)
+        v /= 1024, i++;
+    un_buf_printf(b, "%.1f %s", v, u[i]);
+}
+
+void un_sim_report(const un_graph *g, const un_sim_result *r, const un_cost_model *cm, un_buf *b) {
+    const un_machine *m = un_cost_machine(cm);
+    double crit = r->crit_compute + r->crit_comm + r->crit_other;
+    un_buf_printf(b, "estimated step time: %.3f ms on %d device%s of %s\n", r->step * 1e3,
+                  r->devices, r->devices == 1 ? "" : "s", m->name);
+    un_buf_printf(b,
+                  "critical path: compute %.3f ms (%.0f%%), communication %.3f ms (%.0f%%), "
+                  "copies/optimizer %.3f ms (%.0f%%)\n",
+                  r->crit_compute * 1e3, crit > 0 ? 100 * r->crit_compute / crit : 0,
+                  r->crit_comm * 1e3, crit > 0 ? 100 * r->crit_comm / crit : 0,
+                  r->crit_other * 1e3, crit > 0 ? 100 * r->crit_other / crit : 0);
+    un_buf_printf(b, "all devices: compute %.3f ms, communication %.3f ms, ", r->compute_total * 1e3,
+                  r->comm_total * 1e3);
+    fmt_bytes(b, r->comm_bytes);
+    un_buf_printf(b, " moved\ncritical path's top operators:\n");
+    for (int i = 0; i < r->n_top; i++) {
+        const un_node *nd = un_graph_node(g, r->top[i].node);
+        un_buf_printf(b, "  %-24s %-20s %8.3f ms\n", nd->name ? nd->name : "?", un_op_name(nd->op),
+                      r->top[i].time * 1e3);
+    }
+    un_buf_printf(b, "memory per device (of ");
+    fmt_bytes(b, m->dev.memory);
+    un_buf_printf(b, "):");
+    for (int d = 0; d < r->devices && d < 16; d++) {
+        un_buf_printf(b, " ");
+        fmt_bytes(b, r->mem[d]);
+    }
+    if (r->devices > 16)
+        un_buf_printf(b, " ...");
+    double total = 0;
+    for (int d = 0; d < r->devices; d++)
+        total += r->mem[d];
+    un_buf_printf(b, "\nmemory, all devices: %.0f bytes", total);
+    un_buf_printf(b, "\nlargest (device %d): weights ", r->worst);
+    fmt_bytes(b, r->mem_weights);
+    un_buf_printf(b, ", gradients ");
+    fmt_bytes(b, r->mem_grads);
+    un_buf_printf(b, ", optimizer state ");
+    fmt_bytes(b, r->mem_optim);
+    un_buf_printf(b, ", activations and their gradients ");
+    fmt_bytes(b, r->mem_acts);
+    un_buf_printf(b, "\n%s\n", r->fits ? "fits in device memory"
+                                       : "DOES NOT FIT: a device needs more memory than it has");
+}

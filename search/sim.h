@@ -1,0 +1,65 @@
+/* sim.h - the simulator: the step time of a plan as a schedule of its task graph over devices and
+ * links (every piece's forward and backward, every transfer, gradient synchronisation and the
+ * optimizer step), with the per-device memory the plan needs. Each device runs its tasks in the
+ * graph's topological order (backward in reverse), as the runtime does; a task starts when its
+ * device is free and its inputs have arrived. Placement is the runtime's: piece p of a tensor on
+ * device p mod D; a regular op's device tuple on the device of its output piece.
+ *
+ *   un_sim_params p = un_sim_params_default();
+ *   un_sim_result r;
+ *   st = un_sim_run(ctx, cm, plan_graph, &p, &r);
+ *   un_sim_report(g, &r, cm, &text);             // step, split, critical path, memory
+ *   un_sim_result_free(&r);
+ */
+#ifndef UN_SIM_H
+#define UN_SIM_H
+
+#include "search/cost.h"
+
+typedef struct un_sim_params {
+    /* true (the runtime today, runtime/exec.h): inputs and weights are held whole on every
+     * device, each node's transfers are one collective exchange (every device waits), and after
+     * backward every weight gradient is all-reduced over all devices; every device updates every
+     * weight. false (DESIGN.md section 9): sources are pieces like any tensor, transfers are
+     * point to point, replicate's backward all-reduces over its copies, and each device updates
+     * only the weight pieces it holds. */
+    bool mirror_sources;
+    const char *optimizer; /* "adam" or "sgd" (state: 2 or 1 copies of the weights) */
+    int devices;           /* devices the plan runs on; 0 = the most pieces of any tensor */
+} un_sim_params;
+
+#define UN_SIM_TOP 8
+
+typedef struct un_sim_result {
+    double step;          /* seconds: the last device's finish */
+    double crit_compute;  /* seconds of computation on the critical path */
+    double crit_comm;     /* seconds of communication on the critical path */
+    double crit_other;    /* seconds of copies, zeroing, optimizer on the critical path */
+    double compute_total; /* computation summed over devices */
+    double comm_total;    /* communication summed over devices */
+    double comm_bytes;    /* bytes sent between devices */
+    int devices;
+    double *mem;          /* bytes per device; owned */
+    double mem_weights, mem_grads, mem_optim, mem_acts; /* of the largest device */
+    int worst;            /* the device needing the most memory */
+    bool fits;            /* every device's memory within the machine's */
+    int n_top;
+    struct {
+        int32_t node;
+        double time; /* seconds this node contributes to the critical path */
+    } top[UN_SIM_TOP];
+} un_sim_result;
+
+un_sim_params un_sim_params_default(void);
+
+/* Simulates one training step of g. The machine needs at least the plan's devices
+ * (UN_ERR_INVALID otherwise). *out is zeroed on failure. Free with un_sim_result_free. */
+un_status un_sim_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un_sim_params *p,
+                     un_sim_result *out);
+void un_sim_result_free(un_sim_result *r);
+
+/* The estimate as text: step time, compute/communication split, the critical path's top
+ * operators, memory per device (and whether it fits). */
+void un_sim_report(const un_graph *g, const un_sim_result *r, const un_cost_model *cm, un_buf *out);
+
+#endif
