@@ -36,16 +36,8 @@ void un_ptensor_deinit(un_ptensor *t) {
     t->data = NULL;
 }
 
-static int64_t piece_index(const un_shape *s, const int32_t *block, int32_t sum, int32_t copy) {
-    int64_t idx = 0;
-    for (int i = 0; i < s->rank; i++)
-        idx = idx * s->shard[i] + block[i];
-    idx = idx * s->sum + sum;
-    return idx * s->copy + copy;
-}
-
 un_val *un_ptensor_piece(const un_ptensor *t, const int32_t *block, int32_t sum, int32_t copy) {
-    return t->data + piece_index(&t->shape, block, sum, copy) * un_shape_piece_numel(&t->shape);
+    return t->data + un_shape_piece_index(&t->shape, block, sum, copy) * un_shape_piece_numel(&t->shape);
 }
 
 /* Visits every piece: block indices, sum and copy index. */

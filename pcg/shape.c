@@ -168,3 +168,8 @@ void un_shape_piece_coords(const un_shape *s, int64_t idx, int32_t *block, int32
         idx /= s->shard[i];
     }
 }
+
+void un_shape_piece_dims(const un_shape *s, int64_t *dim) {
+    for (int i = 0; i < s->rank; i++)
+        dim[i] = s->dim[i] / s->shard[i];
+}

@@ -47,5 +47,7 @@ uint64_t un_shape_hash(const un_shape *s, uint64_t h);
 int64_t un_shape_piece_index(const un_shape *s, const int32_t *block, int32_t sum, int32_t copy);
 void un_shape_piece_coords(const un_shape *s, int64_t idx, int32_t *block, int32_t *sum,
                            int32_t *copy);
+/* A piece's local sizes: dim[i] / shard[i] for every dim. */
+void un_shape_piece_dims(const un_shape *s, int64_t *dim);
 
 #endif

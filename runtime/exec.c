@@ -5,6 +5,7 @@
 #include "runtime/exec.h"
 
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 
 /* ---- the plan's data ---- */
@@ -13,13 +14,15 @@ typedef struct xt { /* one node output on this rank */
     un_shape shape;
     int64_t np, pn; /* pieces, elements per piece */
     size_t es;      /* bytes per element */
-    bool is_float, needs_grad, mirrored;
-    int32_t *owner; /* per piece: its rank, or -1 (mirrored: every rank) */
+    bool is_float, needs_grad;
+    int32_t *owner; /* per piece: its rank, or -1 (inputs: every rank holds every piece) */
     void **val;     /* per piece: its buffer when held here */
     void **grad;    /* per piece: its gradient when held here and needs_grad */
     bool *borrowed; /* val[p] points into another buffer (not freed here) */
     bool *gborrowed;
-    void *full, *full_grad; /* sources: the logical value and gradient */
+    void *full;     /* inputs: the logical value */
+    int64_t *loff;  /* weights: per piece, its first element in this rank's flat buffers, or -1 */
+    void *sync;     /* weights in copies: scratch of the gradient sum over the copies */
 } xt;
 
 typedef struct xfer { /* an input piece sent from its owner to the rank that runs a consumer */
@@ -63,42 +66,22 @@ struct un_exec {
     size_t fes; /* float element bytes */
     int32_t n;
     xnode *nodes;
-    int64_t n_params;
-    void *params, *param_grads;
-    int64_t *param_off; /* per node, -1 for non-weights */
+    int64_t n_params;            /* elements of this rank's weight pieces */
+    void *params, *param_grads;  /* this rank's weight pieces and their gradients, flat */
+    int64_t n_lparams;           /* elements of all weights (logical) */
+    int64_t *lparam_off;         /* per node: first element in the logical flat order, or -1 */
     int n_outputs;
     un_exec_piece **opieces;
     int *n_opieces;
     uint64_t seed;
-    int64_t bytes_sent;
+    un_exec_stats stats;
 };
 
-/* ---- piece geometry ---- */
+/* ---- piece geometry (pcg/shape.h) ---- */
 
-static int64_t piece_index(const un_shape *s, const int32_t *block, int32_t sum, int32_t copy) {
-    int64_t idx = 0;
-    for (int i = 0; i < s->rank; i++)
-        idx = idx * s->shard[i] + block[i];
-    idx = idx * s->sum + sum;
-    return idx * s->copy + copy;
-}
-
-static void piece_coords(const un_shape *s, int64_t idx, int32_t *block, int32_t *sum,
-                         int32_t *copy) {
-    *copy = (int32_t)(idx % s->copy);
-    idx /= s->copy;
-    *sum = (int32_t)(idx % s->sum);
-    idx /= s->sum;
-    for (int i = s->rank - 1; i >= 0; i--) {
-        block[i] = (int32_t)(idx % s->shard[i]);
-        idx /= s->shard[i];
-    }
-}
-
-static void local_dims(const un_shape *s, int64_t *dim) {
-    for (int i = 0; i < s->rank; i++)
-        dim[i] = s->dim[i] / s->shard[i];
-}
+#define piece_index  un_shape_piece_index
+#define piece_coords un_shape_piece_coords
+#define local_dims   un_shape_piece_dims
 
 static un_kt make_kt(const xt *t, void *data) {
     un_kt k;
@@ -113,7 +96,13 @@ static un_kt make_kt(const xt *t, void *data) {
 /* ---- allocation ---- */
 
 static un_status xalloc(un_ctx *ctx, un_exec *ex, size_t bytes, void **out) {
-    return un_backend_alloc(ctx, ex->be, bytes ? bytes : 1, out);
+    un_status st = un_backend_alloc(ctx, ex->be, bytes ? bytes : 1, out);
+    if (st == UN_OK) { /* every buffer is taken once, while planning: the peak is the total */
+        ex->stats.alloc_bytes += (int64_t)bytes;
+        if (ex->stats.alloc_bytes > ex->stats.peak_bytes)
+            ex->stats.peak_bytes = ex->stats.alloc_bytes;
+    }
+    return st;
 }
 
 static un_status tensor_init(un_ctx *ctx, un_exec *ex, xt *t, const un_shape *s) {
@@ -129,6 +118,9 @@ static un_status tensor_init(un_ctx *ctx, un_exec *ex, xt *t, const un_shape *s)
     t->grad = un_xcalloc((size_t)t->np, sizeof *t->grad);
     t->borrowed = un_xcalloc((size_t)t->np, sizeof *t->borrowed);
     t->gborrowed = un_xcalloc((size_t)t->np, sizeof *t->gborrowed);
+    t->loff = un_xcalloc((size_t)t->np, sizeof *t->loff);
+    for (int64_t p = 0; p < t->np; p++)
+        t->loff[p] = -1;
     return UN_OK;
 }
 
@@ -144,6 +136,8 @@ static void tensor_deinit(un_exec *ex, xt *t) {
     free(t->grad);
     free(t->borrowed);
     free(t->gborrowed);
+    free(t->loff);
+    un_backend_release(ex->be, t->sync);
 }
 
 /* Buffers of a piece this rank owns. */
@@ -424,32 +418,75 @@ static un_status plan_parallel(un_ctx *ctx, un_exec *ex, const un_node *nd, xnod
     return st;
 }
 
-/* Sources: the logical value on every rank, and its pieces (views when the layout is trivial). */
-static un_status plan_source(un_ctx *ctx, un_exec *ex, int32_t id, const un_node *nd, xnode *xn) {
+/* The device of piece p of node id's output (the plan's machine view; default p mod D). */
+static int place(const un_exec *ex, int32_t id, int64_t p) {
+    (void)id;
+    return (int)(p % ex->size);
+}
+
+/* Inputs: the logical value on every rank (the data of a step), and its pieces (views when the
+ * layout is trivial). */
+static un_status plan_input(un_ctx *ctx, un_exec *ex, xnode *xn) {
     xt *t = &xn->outs[0];
-    t->mirrored = true;
     int64_t numel = un_shape_numel(&t->shape);
-    un_status st = UN_OK;
-    if (nd->op == UN_OP_WEIGHT) {
-        t->full = (char *)ex->params + (size_t)ex->param_off[id] * ex->fes;
-        t->full_grad = (char *)ex->param_grads + (size_t)ex->param_off[id] * ex->fes;
-    } else if ((st = xalloc(ctx, ex, (size_t)numel * t->es, &t->full)) != UN_OK) {
-        return st;
-    }
+    un_status st = xalloc(ctx, ex, (size_t)numel * t->es, &t->full);
     for (int64_t p = 0; p < t->np; p++)
         t->owner[p] = -1;
-    if (t->np == 1) {
+    if (st != UN_OK || t->np == 1) {
         t->val[0] = t->full;
         t->borrowed[0] = true;
-        if (t->needs_grad) {
-            t->grad[0] = t->full_grad;
-            t->gborrowed[0] = true;
-        }
-        return UN_OK;
+        return st;
     }
     for (int64_t p = 0; p < t->np && st == UN_OK; p++)
         st = piece_alloc(ctx, ex, t, p);
     return st;
+}
+
+/* The pieces of weight node id's copy group (block b, sum 0): piece b * sum * copy + g. */
+static int64_t group_piece(const xt *t, int64_t b, int32_t g) {
+    return b * t->shape.sum * t->shape.copy + g;
+}
+
+/* The gradient sum over a weight's copies is a reduce-scatter and an all-gather over each copy
+ * group: copy g's owner sums chunk g of every copy's gradient (in copy order, so every copy gets
+ * the same bits) and sends the sum back to the other copies' owners. The chunk of copy g. */
+static void sync_chunk(const xt *t, int32_t g, int64_t *lo, int64_t *hi) {
+    *lo = t->pn * g / t->shape.copy;
+    *hi = t->pn * (g + 1) / t->shape.copy;
+}
+
+/* Scratch elements this rank needs for the sum: chunks received and the sums it computes. */
+static int64_t sync_need(const un_exec *ex, const xt *t) {
+    int32_t c = t->shape.copy;
+    int64_t nb = t->np / ((int64_t)t->shape.sum * c), need = 0, lo, hi;
+    for (int64_t b = 0; b < nb; b++)
+        for (int32_t g = 0; g < c; g++) {
+            if (t->owner[group_piece(t, b, g)] != ex->rank)
+                continue;
+            sync_chunk(t, g, &lo, &hi);
+            for (int32_t m = 0; m < c; m++)
+                if (t->owner[group_piece(t, b, m)] != ex->rank)
+                    need += hi - lo;
+            need += hi - lo;
+        }
+    return need;
+}
+
+/* Weights: only the pieces placed on this rank, in the rank's flat buffers (the optimizer's). */
+static un_status plan_weight(un_ctx *ctx, un_exec *ex, int32_t id, xnode *xn, int64_t *next) {
+    xt *t = &xn->outs[0];
+    for (int64_t p = 0; p < t->np; p++) {
+        t->owner[p] = place(ex, id, p);
+        if (t->owner[p] != ex->rank)
+            continue;
+        t->loff[p] = *next;
+        *next += t->pn;
+        t->val[p] = (char *)ex->params + (size_t)t->loff[p] * t->es;
+        t->grad[p] = (char *)ex->param_grads + (size_t)t->loff[p] * t->es;
+        t->borrowed[p] = t->gborrowed[p] = true;
+    }
+    int64_t need = t->shape.copy > 1 ? sync_need(ex, t) : 0;
+    return need ? xalloc(ctx, ex, (size_t)need * t->es, &t->sync) : UN_OK;
 }
 
 /* The region of the logical tensor that piece p covers. */
@@ -466,6 +503,35 @@ static void source_region(const xt *t, int64_t p, un_region *r, int32_t *sum) {
     }
 }
 
+/* The reverse of a region: piece -> logical. */
+static un_region region_reverse(const un_region *r) {
+    un_region b = *r;
+    memcpy(b.src_dim, r->dst_dim, sizeof b.src_dim);
+    memcpy(b.src_off, r->dst_off, sizeof b.src_off);
+    memcpy(b.dst_dim, r->src_dim, sizeof b.dst_dim);
+    memcpy(b.dst_off, r->src_off, sizeof b.dst_off);
+    return b;
+}
+
+static un_region region_1d(int64_t n, int64_t src_off, int64_t dst_off) {
+    un_region r;
+    memset(&r, 0, sizeof r);
+    r.rank = 1;
+    r.len[0] = r.src_dim[0] = r.dst_dim[0] = n;
+    r.len[0] = n;
+    r.src_dim[0] = src_off + n;
+    r.dst_dim[0] = dst_off + n;
+    r.src_off[0] = src_off;
+    r.dst_off[0] = dst_off;
+    return r;
+}
+
+static void copy_bytes(un_exec *ex, void *dst, const void *src, size_t es, int64_t n, bool add) {
+    un_region r = region_1d(n, 0, 0);
+    un_backend_copy_region(ex->be, dst, src, es, &r, add);
+    ex->stats.copied += n * (int64_t)es;
+}
+
 static void source_scatter(un_exec *ex, xt *t) {
     if (t->np == 1)
         return;
@@ -480,22 +546,92 @@ static void source_scatter(un_exec *ex, xt *t) {
     }
 }
 
-static void source_fold_grad(un_exec *ex, xt *t) {
-    if (t->np == 1 || !t->needs_grad)
-        return;
+static void *gpiece(const xt *t, int64_t b, int32_t g, int64_t at) {
+    return (char *)t->grad[group_piece(t, b, g)] + (size_t)at * t->es;
+}
+
+/* Replicate's backward for a weight held in copies (DESIGN.md section 3): each copy's gradient
+ * becomes the sum over the copy group, so the copies stay identical after the optimizer step.
+ * The zero summands of a weight with partial sums are constants: their gradients are dropped. */
+static un_status weight_sync(un_ctx *ctx, un_exec *ex, xt *t) {
+    int32_t c = t->shape.copy, blk[UN_MAX_DIMS], sum, copy;
     for (int64_t p = 0; p < t->np; p++) {
-        un_region r, b;
-        int32_t sum;
-        source_region(t, p, &r, &sum);
+        if (t->owner[p] != ex->rank)
+            continue;
+        piece_coords(&t->shape, p, blk, &sum, &copy);
         if (sum != 0)
-            continue; /* the zero summands are constants */
-        b = r;        /* the reverse copy: piece -> logical */
-        memcpy(b.src_dim, r.dst_dim, sizeof b.src_dim);
-        memcpy(b.dst_dim, r.src_dim, sizeof b.dst_dim);
-        memcpy(b.dst_off, r.src_off, sizeof b.dst_off);
-        memset(b.src_off, 0, sizeof b.src_off);
-        un_backend_copy_region(ex->be, t->full_grad, t->grad[p], t->es, &b, true);
+            un_backend_zero(ex->be, t->grad[p], (size_t)t->pn * t->es);
     }
+    if (c == 1)
+        return UN_OK;
+    int64_t nb = t->np / ((int64_t)t->shape.sum * c), lo, hi, off = 0;
+    size_t es = t->es, nmsg = (size_t)(nb * c * c);
+    int me = ex->rank;
+    char *scratch = t->sync;
+    un_comm_msg *sm = un_xcalloc(nmsg, sizeof *sm), *rm = un_xcalloc(nmsg, sizeof *rm);
+    int64_t *roff = un_xcalloc(nmsg, sizeof *roff), *aoff = un_xcalloc(nmsg, sizeof *aoff);
+    int ns = 0, nr = 0;
+    for (int64_t b = 0; b < nb; b++) /* the reduce-scatter's messages */
+        for (int32_t g = 0; g < c; g++) {
+            int red = t->owner[group_piece(t, b, g)];
+            sync_chunk(t, g, &lo, &hi);
+            size_t bytes = (size_t)(hi - lo) * es;
+            for (int32_t m = 0; m < c && hi > lo; m++) {
+                int mem = t->owner[group_piece(t, b, m)], tag = (int)((b * c + g) * c + m);
+                if (red == me && mem != me) {
+                    roff[tag] = off;
+                    rm[nr++] = (un_comm_msg){mem, tag, scratch + (size_t)off * es, bytes};
+                    off += hi - lo;
+                    ex->stats.recv += (int64_t)bytes;
+                } else if (mem == me && red != me) {
+                    sm[ns++] = (un_comm_msg){red, tag, gpiece(t, b, m, lo), bytes};
+                    ex->stats.sent += (int64_t)bytes;
+                }
+            }
+            if (red == me && hi > lo) {
+                aoff[b * c + g] = off;
+                off += hi - lo;
+            }
+        }
+    un_status st = un_comm_exchange(ctx, ex->comm, sm, ns, rm, nr);
+    ns = nr = 0;
+    for (int64_t b = 0; b < nb && st == UN_OK; b++) /* the sums, then the all-gather */
+        for (int32_t g = 0; g < c; g++) {
+            int red = t->owner[group_piece(t, b, g)];
+            sync_chunk(t, g, &lo, &hi);
+            size_t bytes = (size_t)(hi - lo) * es;
+            if (hi == lo)
+                continue;
+            char *acc = scratch + (size_t)aoff[b * c + g] * es;
+            if (red == me) {
+                for (int32_t m = 0; m < c; m++) {
+                    int tag = (int)((b * c + g) * c + m);
+                    bool local = t->owner[group_piece(t, b, m)] == me;
+                    copy_bytes(ex, acc, local ? gpiece(t, b, m, lo) : scratch + (size_t)roff[tag] * es,
+                               es, hi - lo, m > 0);
+                }
+                for (int32_t m = 0; m < c; m++)
+                    if (t->owner[group_piece(t, b, m)] == me)
+                        copy_bytes(ex, gpiece(t, b, m, lo), acc, es, hi - lo, false);
+            }
+            for (int32_t m = 0; m < c; m++) {
+                int mem = t->owner[group_piece(t, b, m)], tag = (int)((b * c + g) * c + m);
+                if (red == me && mem != me) {
+                    sm[ns++] = (un_comm_msg){mem, tag, acc, bytes};
+                    ex->stats.sent += (int64_t)bytes;
+                } else if (mem == me && red != me) {
+                    rm[nr++] = (un_comm_msg){red, tag, gpiece(t, b, m, lo), bytes};
+                    ex->stats.recv += (int64_t)bytes;
+                }
+            }
+        }
+    if (st == UN_OK)
+        st = un_comm_exchange(ctx, ex->comm, sm, ns, rm, nr);
+    free(sm);
+    free(rm);
+    free(roff);
+    free(aoff);
+    return st;
 }
 
 void un_exec_graph_prepare(const un_graph *g) {
@@ -521,25 +657,31 @@ un_status un_exec_new(un_ctx *ctx, const un_graph *g, un_comm *comm, un_backend 
     ex->fes = un_backend_prec(be) == UN_PREC_F32 ? sizeof(float) : sizeof(double);
     ex->n = un_graph_node_count(g);
     ex->nodes = un_xcalloc((size_t)ex->n, sizeof *ex->nodes);
-    ex->param_off = un_xcalloc((size_t)ex->n, sizeof *ex->param_off);
+    ex->lparam_off = un_xcalloc((size_t)ex->n, sizeof *ex->lparam_off);
     un_status st = UN_OK;
-    /* Weights: one flat buffer, in node order. */
+    /* Weights: their logical order (node order) and this rank's pieces of them, flat. */
     for (int32_t id = 0; id < ex->n; id++) {
         const un_node *nd = un_graph_node(g, id);
-        ex->param_off[id] = -1;
+        ex->lparam_off[id] = -1;
         if (nd->op == UN_OP_WEIGHT) {
-            if (nd->inf.out[0].dtype != UN_DT_FLOAT) {
+            const un_shape *s = &nd->inf.out[0];
+            if (s->dtype != UN_DT_FLOAT) {
                 st = un_ctx_error(ctx, UN_ERR_INVALID, "weight '%s' is not a float tensor",
                                   nd->name ? nd->name : "?");
                 goto fail;
             }
-            ex->param_off[id] = ex->n_params;
-            ex->n_params += un_shape_numel(&nd->inf.out[0]);
+            ex->lparam_off[id] = ex->n_lparams;
+            ex->n_lparams += un_shape_numel(s);
+            for (int64_t p = 0; p < un_shape_npieces(s); p++)
+                if (place(ex, id, p) == ex->rank)
+                    ex->n_params += un_shape_piece_numel(s);
         }
     }
     if ((st = xalloc(ctx, ex, (size_t)ex->n_params * ex->fes, &ex->params)) != UN_OK ||
         (st = xalloc(ctx, ex, (size_t)ex->n_params * ex->fes, &ex->param_grads)) != UN_OK)
         goto fail;
+    ex->stats.weight_bytes = ex->n_params * (int64_t)ex->fes;
+    int64_t next = 0;
     const int32_t *topo = un_graph_topo(g);
     for (int32_t i = 0; i < ex->n && st == UN_OK; i++) {
         int32_t id = topo[i];
@@ -559,7 +701,8 @@ un_status un_exec_new(un_ctx *ctx, const un_graph *g, un_comm *comm, un_backend 
             break;
         switch (un_op_kind_of(nd->op)) {
         case UN_OPK_SOURCE:
-            st = plan_source(ctx, ex, id, nd, xn);
+            st = nd->op == UN_OP_WEIGHT ? plan_weight(ctx, ex, id, xn, &next)
+                                        : plan_input(ctx, ex, xn);
             break;
         case UN_OPK_PARALLEL:
             st = plan_parallel(ctx, ex, nd, xn);
@@ -634,7 +777,7 @@ void un_exec_free(un_exec *ex) {
     free(ex->opieces);
     free(ex->n_opieces);
     free(ex->nodes);
-    free(ex->param_off);
+    free(ex->lparam_off);
     un_backend_release(ex->be, ex->params);
     un_backend_release(ex->be, ex->param_grads);
     free(ex);
@@ -644,17 +787,18 @@ void un_exec_free(un_exec *ex) {
 
 void *un_exec_source(un_exec *ex, int32_t node) {
     UN_ASSERT(node >= 0 && node < ex->n);
-    UN_ASSERT(un_op_kind_of(un_graph_node(ex->g, node)->op) == UN_OPK_SOURCE);
+    UN_ASSERT(un_graph_node(ex->g, node)->op == UN_OP_INPUT);
     return ex->nodes[node].outs[0].full;
 }
 
 int64_t un_exec_param_count(const un_exec *ex) { return ex->n_params; }
-int64_t un_exec_param_offset(const un_exec *ex, int32_t node) {
-    return node >= 0 && node < ex->n ? ex->param_off[node] : -1;
+int64_t un_exec_lparam_count(const un_exec *ex) { return ex->n_lparams; }
+int64_t un_exec_lparam_offset(const un_exec *ex, int32_t node) {
+    return node >= 0 && node < ex->n ? ex->lparam_off[node] : -1;
 }
 void *un_exec_params(un_exec *ex) { return ex->params; }
 void *un_exec_param_grads(un_exec *ex) { return ex->param_grads; }
-int64_t un_exec_bytes_sent(const un_exec *ex) { return ex->bytes_sent; }
+const un_exec_stats *un_exec_stats_get(const un_exec *ex) { return &ex->stats; }
 
 const un_exec_piece *un_exec_output_pieces(const un_exec *ex, int32_t i, int *n) {
     UN_ASSERT(i >= 0 && i < ex->n_outputs);
@@ -690,11 +834,13 @@ static un_status run_xfers(un_ctx *ctx, un_exec *ex, int32_t id, bool backward) 
                                     .tag = i,
                                     .data = backward ? x->gbuf : src->val[x->piece],
                                     .bytes = bytes};
-            ex->bytes_sent += (int64_t)bytes;
+            ex->stats.sent += (int64_t)bytes;
         }
-        if (receiver == ex->rank)
+        if (receiver == ex->rank) {
+            ex->stats.recv += (int64_t)bytes;
             r[nr++] = (un_comm_msg){
                 .peer = sender, .tag = i, .data = backward ? x->gret : x->buf, .bytes = bytes};
+        }
     }
     un_status st = un_comm_exchange(ctx, ex->comm, s, ns, r, nr);
     if (st == UN_OK && backward) {
@@ -738,8 +884,9 @@ static un_status forward_node(un_ctx *ctx, un_exec *ex, int32_t id) {
     xnode *xn = &ex->nodes[id];
     un_status st = UN_OK;
     switch (un_op_kind_of(nd->op)) {
-    case UN_OPK_SOURCE:
-        source_scatter(ex, &xn->outs[0]);
+    case UN_OPK_SOURCE: /* weights are in place; inputs are cut into their pieces */
+        if (nd->op == UN_OP_INPUT)
+            source_scatter(ex, &xn->outs[0]);
         return UN_OK;
     case UN_OPK_PARALLEL: {
         if ((st = run_xfers(ctx, ex, id, false)) != UN_OK)
@@ -767,7 +914,7 @@ static un_status forward_node(un_ctx *ctx, un_exec *ex, int32_t id) {
 
 un_status un_exec_forward(un_ctx *ctx, un_exec *ex, uint64_t dropout_seed) {
     ex->seed = dropout_seed;
-    ex->bytes_sent = 0;
+    ex->stats.sent = ex->stats.recv = ex->stats.copied = 0;
     zero_grads(ex);
     const int32_t *topo = un_graph_topo(ex->g);
     un_status st = UN_OK;
@@ -786,8 +933,7 @@ static un_status backward_node(un_ctx *ctx, un_exec *ex, int32_t id) {
         return UN_OK;
     switch (un_op_kind_of(nd->op)) {
     case UN_OPK_SOURCE:
-        source_fold_grad(ex, &xn->outs[0]);
-        return UN_OK;
+        return nd->op == UN_OP_WEIGHT ? weight_sync(ctx, ex, &xn->outs[0]) : UN_OK;
     case UN_OPK_PARALLEL: {
         xt *so = &xn->outs[0];
         for (int i = 0; i < xn->n_move; i++) {
@@ -829,10 +975,106 @@ un_status un_exec_backward(un_ctx *ctx, un_exec *ex) {
         un_comm_abort(ex->comm);
         return st;
     }
-    if (ex->size > 1)
-        ex->bytes_sent += ex->n_params * (int64_t)ex->fes;
-    return un_comm_allreduce(ctx, ex->comm, ex->fes == sizeof(float) ? UN_RED_F32 : UN_RED_F64,
-                             ex->param_grads, ex->n_params);
+    return UN_OK;
+}
+
+/* ---- weights between their logical order and this rank's pieces ---- */
+
+void un_exec_params_scatter(un_exec *ex, const void *logical, void *local) {
+    for (int32_t id = 0; id < ex->n; id++) {
+        if (ex->lparam_off[id] < 0)
+            continue;
+        xt *t = &ex->nodes[id].outs[0];
+        const char *full = (const char *)logical + (size_t)ex->lparam_off[id] * t->es;
+        for (int64_t p = 0; p < t->np; p++) {
+            if (t->loff[p] < 0)
+                continue;
+            char *dst = (char *)local + (size_t)t->loff[p] * t->es;
+            un_region r;
+            int32_t sum;
+            source_region(t, p, &r, &sum);
+            if (sum == 0) /* partial sums: summand 0 holds the value, the others zero */
+                un_backend_copy_region(ex->be, dst, full, t->es, &r, false);
+            else
+                un_backend_zero(ex->be, dst, (size_t)t->pn * t->es);
+        }
+    }
+}
+
+un_status un_exec_params_gather(un_ctx *ctx, un_exec *ex, const void *local, void *logical) {
+    /* Summand 0, copy 0 of every block goes to rank 0. */
+    int64_t nmsg = 0, recv = 0;
+    for (int32_t id = 0; id < ex->n; id++)
+        if (ex->lparam_off[id] >= 0)
+            nmsg += ex->nodes[id].outs[0].np;
+    un_comm_msg *sm = un_xcalloc((size_t)nmsg + 1, sizeof *sm);
+    un_comm_msg *rm = un_xcalloc((size_t)nmsg + 1, sizeof *rm);
+    int ns = 0, nr = 0, tag = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        char *buf = NULL;
+        if (pass == 1 && ex->rank == 0)
+            buf = un_xmalloc((size_t)recv * ex->fes + 1);
+        int64_t off = 0;
+        tag = 0;
+        for (int32_t id = 0; id < ex->n; id++) {
+            if (ex->lparam_off[id] < 0)
+                continue;
+            xt *t = &ex->nodes[id].outs[0];
+            for (int64_t p = 0; p < t->np; p++, tag++) {
+                un_region r;
+                int32_t sum, blk[UN_MAX_DIMS], copy;
+                piece_coords(&t->shape, p, blk, &sum, &copy);
+                if (sum != 0 || copy != 0)
+                    continue;
+                source_region(t, p, &r, &sum);
+                un_region b = region_reverse(&r);
+                char *full = (char *)logical + (size_t)ex->lparam_off[id] * t->es;
+                const char *mine = t->loff[p] >= 0
+                                       ? (const char *)local + (size_t)t->loff[p] * t->es
+                                       : NULL;
+                if (ex->rank == 0 && mine) {
+                    if (pass == 1)
+                        un_backend_copy_region(ex->be, full, mine, t->es, &b, false);
+                } else if (ex->rank == 0) {
+                    if (pass == 0)
+                        recv += t->pn;
+                    else
+                        rm[nr++] = (un_comm_msg){t->owner[p], tag, buf + (size_t)off * t->es,
+                                                 (size_t)t->pn * t->es};
+                    off += t->pn;
+                } else if (mine && pass == 1) {
+                    sm[ns++] = (un_comm_msg){0, tag, (void *)(uintptr_t)mine, (size_t)t->pn * t->es};
+                }
+            }
+        }
+        if (pass == 0)
+            continue;
+        un_status st = un_comm_exchange(ctx, ex->comm, sm, ns, rm, nr);
+        /* Place the received pieces. */
+        off = 0;
+        for (int32_t id = 0; st == UN_OK && ex->rank == 0 && id < ex->n; id++) {
+            if (ex->lparam_off[id] < 0)
+                continue;
+            xt *t = &ex->nodes[id].outs[0];
+            for (int64_t p = 0; p < t->np; p++) {
+                un_region r;
+                int32_t sum, blk[UN_MAX_DIMS], copy;
+                piece_coords(&t->shape, p, blk, &sum, &copy);
+                if (sum != 0 || copy != 0 || t->loff[p] >= 0)
+                    continue;
+                source_region(t, p, &r, &sum);
+                un_region b = region_reverse(&r);
+                un_backend_copy_region(ex->be, (char *)logical + (size_t)ex->lparam_off[id] * t->es,
+                                       buf + (size_t)off * t->es, t->es, &b, false);
+                off += t->pn;
+            }
+        }
+        free(buf);
+        free(sm);
+        free(rm);
+        return st;
+    }
+    return UN_OK;
 }
 
 un_status un_exec_output_gather(un_ctx *ctx, un_exec *ex, int32_t i, void *dense) {

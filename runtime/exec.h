@@ -4,16 +4,19 @@
  * each device tuple of its sharding rules on the rank owning that tuple's output piece; input
  * pieces held elsewhere are sent there before the op, and their gradients sent back after its
  * backward. Parallel ops are block copies and sums of pieces (their backward per DESIGN.md
- * section 3: partition <-> combine, replicate <-> reduce). Source nodes (inputs, weights) are
- * mirrored: every rank holds their logical value, and after backward their gradients are summed
- * over ranks (the data-parallel all-reduce falls out of replicate's backward this way).
+ * section 3: partition <-> combine, replicate <-> reduce), and they are the only communication.
+ * A weight lives only as its pieces, each on the rank that holds it, with its gradient; a weight
+ * in copies (copy degree c) is the output of an implicit replicate, so its gradient is summed over
+ * the copy group (replicate's backward) and nothing else is synchronised. Inputs (the step's
+ * data) are given whole on every rank.
  *
  *   un_exec *ex;
  *   st = un_exec_new(ctx, g, comm, be, &ex);
+ *   un_exec_params_scatter(ex, logical_weights, un_exec_params(ex));  // this rank's pieces
  *   memcpy(un_exec_source(ex, x_node), batch, bytes);        // every rank, same values
  *   st = un_exec_forward(ctx, ex, step_seed);
  *   ... loss from un_exec_output_pieces(), writing each piece's grad ...
- *   st = un_exec_backward(ctx, ex);                            // weight grads summed over ranks
+ *   st = un_exec_backward(ctx, ex);            // this rank's weight pieces' gradients
  *   un_exec_free(ex);
  */
 #ifndef UN_EXEC_H
@@ -35,6 +38,15 @@ typedef struct un_exec_piece {
     void *grad;               /* its gradient, zeroed by the forward; NULL for INT tensors */
 } un_exec_piece;
 
+/* What one rank held and moved (bytes). Traffic counts the last forward + backward. */
+typedef struct un_exec_stats {
+    int64_t sent, recv;   /* to / from other ranks (the communicator's links) */
+    int64_t copied;       /* block copies and sums between buffers of this rank */
+    int64_t weight_bytes; /* this rank's weight pieces (their gradients take as much again) */
+    int64_t alloc_bytes;  /* every buffer the executor holds (taken once, while planning) */
+    int64_t peak_bytes;   /* the most it held at once */
+} un_exec_stats;
+
 /* ---- lifecycle ---- */
 
 /* Fills the graph's lazily computed caches (topological order, outputs). pcg graphs compute them
@@ -49,15 +61,24 @@ void un_exec_free(un_exec *ex);
 
 /* ---- sources ---- */
 
-/* The logical value of a source node (input or weight), mirrored on every rank: numel elements
- * (float in the backend's precision, or int64_t). Borrowed, valid until un_exec_free. */
+/* The logical value of an input node, given whole on every rank: numel elements (float in the
+ * backend's precision, or int64_t). Borrowed, valid until un_exec_free. */
 void *un_exec_source(un_exec *ex, int32_t node);
-/* All weights (UN_OP_WEIGHT nodes, in node order) are one flat buffer: values and gradients,
- * un_exec_param_count elements each; un_exec_param_offset gives a weight's first element. */
+/* This rank's weight pieces are one flat buffer: values and gradients, un_exec_param_count
+ * elements each (borrowed until un_exec_free). The logical weights (UN_OP_WEIGHT nodes in node
+ * order, each whole, un_exec_lparam_count elements) are what initialisation and checkpoints see;
+ * un_exec_lparam_offset gives a weight's first element there (-1 for a non-weight). */
 int64_t un_exec_param_count(const un_exec *ex);
-int64_t un_exec_param_offset(const un_exec *ex, int32_t node); /* -1 for a non-weight */
 void *un_exec_params(un_exec *ex);
 void *un_exec_param_grads(un_exec *ex);
+int64_t un_exec_lparam_count(const un_exec *ex);
+int64_t un_exec_lparam_offset(const un_exec *ex, int32_t node);
+/* Cuts this rank's pieces out of logical weights (any per-weight array in that order, e.g.
+ * optimizer moments) into local (un_exec_param_count elements). Not collective. */
+void un_exec_params_scatter(un_exec *ex, const void *logical, void *local);
+/* The inverse: assembles the logical array on rank 0 from every rank's local array (other ranks
+ * may pass logical = NULL). Collective. */
+un_status un_exec_params_gather(un_ctx *ctx, un_exec *ex, const void *local, void *logical);
 
 /* ---- running ---- */
 
@@ -67,8 +88,8 @@ un_status un_exec_forward(un_ctx *ctx, un_exec *ex, uint64_t dropout_seed);
 /* The pieces of graph output i held by this rank (borrowed until un_exec_free). */
 const un_exec_piece *un_exec_output_pieces(const un_exec *ex, int32_t i, int *n);
 const un_shape *un_exec_output_shape(const un_exec *ex, int32_t i);
-/* Backward from the output pieces' gradients; ends with the weights' gradients summed over all
- * ranks (identical everywhere). Collective. */
+/* Backward from the output pieces' gradients; ends with each of this rank's weight pieces
+ * holding its gradient (copies of one block identical). Collective. */
 un_status un_exec_backward(un_ctx *ctx, un_exec *ex);
 /* Gathers graph output i's logical value on every rank into dense (numel elements; partial sums
  * added, copy 0 read). Collective. */
@@ -76,8 +97,7 @@ un_status un_exec_output_gather(un_ctx *ctx, un_exec *ex, int32_t i, void *dense
 
 /* ---- statistics ---- */
 
-/* Bytes this rank sent to other ranks in the last forward + backward (piece transfers and the
- * gradient all-reduce). */
-int64_t un_exec_bytes_sent(const un_exec *ex);
+/* This rank's accounting (borrowed until un_exec_free). */
+const un_exec_stats *un_exec_stats_get(const un_exec *ex);
 
 #endif

@@ -10,7 +10,7 @@ struct un_optim {
     un_optim_params p;
     un_prec prec;
     int64_t n, t;
-    double *m, *v; /* SGD: m is the velocity; Adam: first and second moments */
+    void *m, *v; /* SGD: m is the velocity; Adam: first and second moments (in prec) */
 };
 
 un_optim_params un_optim_params_default(un_opt_kind kind) {
@@ -45,8 +45,9 @@ un_status un_optim_new(un_ctx *ctx, un_optim_params p, int64_t n, un_prec prec, 
     o->p = p;
     o->prec = prec;
     o->n = n;
-    o->m = calloc((size_t)(n ? n : 1), sizeof *o->m);
-    o->v = p.kind == UN_OPT_ADAM ? calloc((size_t)(n ? n : 1), sizeof *o->v) : NULL;
+    size_t es = prec == UN_PREC_F32 ? sizeof(float) : sizeof(double);
+    o->m = calloc((size_t)(n ? n : 1), es);
+    o->v = p.kind == UN_OPT_ADAM ? calloc((size_t)(n ? n : 1), es) : NULL;
     if (!o->m || (p.kind == UN_OPT_ADAM && !o->v)) {
         un_optim_free(o);
         return un_ctx_error(ctx, UN_ERR_NOMEM, "optimizer: no memory for %lld parameters",
@@ -65,6 +66,10 @@ void un_optim_free(un_optim *o) {
 }
 
 int64_t un_optim_steps(const un_optim *o) { return o->t; }
+void un_optim_set_steps(un_optim *o, int64_t t) { o->t = t; }
+int64_t un_optim_count(const un_optim *o) { return o->n; }
+un_opt_kind un_optim_kind(const un_optim *o) { return o->p.kind; }
+void *un_optim_state(un_optim *o, int i) { return i == 0 ? o->m : i == 1 ? o->v : NULL; }
 
 static inline double getv(const void *a, un_prec prec, int64_t i) {
     return prec == UN_PREC_F32 ? (double)((const float *)a)[i] : ((const double *)a)[i];
@@ -81,9 +86,9 @@ void un_optim_step(un_optim *o, void *w, const void *g) {
     const un_optim_params *p = &o->p;
     if (p->kind == UN_OPT_SGD) {
         for (int64_t i = 0; i < o->n; i++) {
-            double v = p->momentum * o->m[i] + getv(g, o->prec, i);
-            o->m[i] = v;
-            setv(w, o->prec, i, getv(w, o->prec, i) - p->lr * v);
+            double v = p->momentum * getv(o->m, o->prec, i) + getv(g, o->prec, i);
+            setv(o->m, o->prec, i, v);
+            setv(w, o->prec, i, getv(w, o->prec, i) - p->lr * getv(o->m, o->prec, i));
         }
         return;
     }
@@ -91,10 +96,11 @@ void un_optim_step(un_optim *o, void *w, const void *g) {
     double step = p->lr * sqrt(c2) / c1;
     for (int64_t i = 0; i < o->n; i++) {
         double gi = getv(g, o->prec, i);
-        o->m[i] = p->beta1 * o->m[i] + (1 - p->beta1) * gi;
-        o->v[i] = p->beta2 * o->v[i] + (1 - p->beta2) * gi * gi;
+        setv(o->m, o->prec, i, p->beta1 * getv(o->m, o->prec, i) + (1 - p->beta1) * gi);
+        setv(o->v, o->prec, i, p->beta2 * getv(o->v, o->prec, i) + (1 - p->beta2) * gi * gi);
+        double m = getv(o->m, o->prec, i), v = getv(o->v, o->prec, i);
         double eps_hat = p->eps * sqrt(c2); /* torch: eps added to sqrt(v_hat) */
-        setv(w, o->prec, i, getv(w, o->prec, i) - step * o->m[i] / (sqrt(o->v[i]) + eps_hat));
+        setv(w, o->prec, i, getv(w, o->prec, i) - step * m / (sqrt(v) + eps_hat));
     }
 }
 
@@ -165,12 +171,14 @@ void un_optim_init_weights(const un_graph *g, uint64_t seed, un_prec prec, void 
 }
 
 /* ---- checkpoints ----
- * Binary, little-endian host order: "UNCKPT02", u32 element bytes, u32 weights, then per weight
+ * Binary, little-endian host order: "UNCKPT03", u32 element bytes, u32 weights, then per weight
  * u32 name length, name, u32 rank, i64 dims[rank], values; then u32 optimizer kind (or ~0 for
- * none), i64 steps, i64 n, f64 m[n], f64 v[n] (Adam); last a u64 checksum (FNV-1a, 64 bit) of
- * every byte before it, so a damaged file is refused, never loaded. */
+ * none), i64 steps, i64 n, m[n], v[n] (Adam) in the weights' element type; last a u64 checksum
+ * (FNV-1a, 64 bit) of every byte before it, so a damaged file is refused, never loaded.
+ * Everything is logical (whole weights in node order), so a checkpoint loads into any plan and
+ * device count. */
 
-static const char ckpt_magic[8] = {'U', 'N', 'C', 'K', 'P', 'T', '0', '2'};
+static const char ckpt_magic[8] = {'U', 'N', 'C', 'K', 'P', 'T', '0', '3'};
 
 #define CKPT_SUM_INIT 0xcbf29ce484222325ull
 
@@ -222,9 +230,10 @@ un_status un_checkpoint_save(un_ctx *ctx, const char *path, const un_graph *g, u
     uint32_t kind = o ? (uint32_t)o->p.kind : ~0u;
     ok = ok && ckpt_write(&kind, 4, 1, f, &h) == 1;
     if (ok && o) {
-        ok = ckpt_write(&o->t, 8, 1, f, &h) == 1 && ckpt_write(&o->n, 8, 1, f, &h) == 1 &&
-             ckpt_write(o->m, 8, (size_t)o->n, f, &h) == (size_t)o->n &&
-             (!o->v || ckpt_write(o->v, 8, (size_t)o->n, f, &h) == (size_t)o->n);
+        ok = (o->prec == UN_PREC_F32 ? 4u : 8u) == es && ckpt_write(&o->t, 8, 1, f, &h) == 1 &&
+             ckpt_write(&o->n, 8, 1, f, &h) == 1 &&
+             ckpt_write(o->m, es, (size_t)o->n, f, &h) == (size_t)o->n &&
+             (!o->v || ckpt_write(o->v, es, (size_t)o->n, f, &h) == (size_t)o->n);
     }
     ok = ok && fwrite(&h, 8, 1, f) == 1;
     ok = fclose(f) == 0 && ok;
@@ -376,10 +385,19 @@ un_status un_checkpoint_load(un_ctx *ctx, const char *path, const un_graph *g, u
             goto done;
         }
         size_t arrays = o->v ? 2 : 1;
-        NEED(8 * (size_t)n * arrays);
-        memcpy(o->m, p, 8 * (size_t)n);
-        if (o->v)
-            memcpy(o->v, p + 8 * (size_t)n, 8 * (size_t)n);
+        NEED(es * (size_t)n * arrays);
+        for (size_t a = 0; a < arrays; a++)
+            for (int64_t x = 0; x < n; x++) {
+                double v;
+                if (es == 4) {
+                    float fv;
+                    memcpy(&fv, p + 4 * ((size_t)n * a + (size_t)x), 4);
+                    v = fv;
+                } else {
+                    memcpy(&v, p + 8 * ((size_t)n * a + (size_t)x), 8);
+                }
+                setv(a ? o->v : o->m, o->prec, x, v);
+            }
         o->t = t;
     }
 #undef NEED

@@ -1,6 +1,7 @@
 /* optim.h - training state around the executor's flat weight buffer: seeded initialisation,
  * the optimizers (SGD with momentum, Adam), and checkpoints (weights by name plus optimizer
- * state, so a loaded run continues exactly). Host memory, float32 or float64.
+ * state, so a loaded run continues exactly). Host memory, float32 or float64; the optimizer
+ * state is kept in the weights' precision.
  *
  *   un_optim *opt;
  *   un_optim_init_weights(g, seed, UN_PREC_F32, un_exec_params(ex), un_exec_param_count(ex));
@@ -43,6 +44,12 @@ void un_optim_free(un_optim *o);
  * correction). */
 void un_optim_step(un_optim *o, void *w, const void *g);
 int64_t un_optim_steps(const un_optim *o); /* updates done (restored by a checkpoint) */
+void un_optim_set_steps(un_optim *o, int64_t t);
+int64_t un_optim_count(const un_optim *o); /* parameters it updates */
+un_opt_kind un_optim_kind(const un_optim *o);
+/* Its state arrays, n elements in its precision, aligned with the parameters: i = 0 the SGD
+ * velocity or Adam's first moment, i = 1 Adam's second moment (NULL for SGD). Borrowed. */
+void *un_optim_state(un_optim *o, int i);
 
 /* Seeded initialisation of every weight of g into the flat buffer w (weights in node order, as
  * un_exec_params): layer_norm/batch_norm gamma 1, biases and beta 0, embedding tables uniform in

@@ -179,6 +179,45 @@ un_status un_strategy_data(un_ctx *ctx, const un_graph *g, int devices, un_graph
     return UN_OK;
 }
 
+/* Ends a copy of g into ng: ng's outputs are g's through map (node * UN_MAX_OUTPUTS + out);
+ * frees map, and ng on failure. */
+static un_status finish_copy(un_ctx *ctx, const un_graph *g, un_graph *ng, un_ref *map,
+                             un_status st, un_graph **out) {
+    int32_t no = un_graph_output_count(g);
+    un_ref *outs = un_xcalloc((size_t)no + 1, sizeof *outs);
+    for (int32_t i = 0; i < no; i++) {
+        un_ref r = un_graph_output(g, i);
+        outs[i] = map[r.node * UN_MAX_OUTPUTS + r.out];
+    }
+    if (st == UN_OK)
+        st = un_graph_set_outputs(ctx, ng, outs, no);
+    free(outs);
+    free(map);
+    if (st != UN_OK) {
+        un_graph_free(ng);
+        return st;
+    }
+    *out = ng;
+    return UN_OK;
+}
+
+/* Sets a source's layout parameters (shard, sum, copy) to those of shape l. */
+static void source_layout(const un_spec *spec, un_op op, un_param *p, const un_shape *l) {
+    const un_op_spec *os = un_spec_op(spec, op);
+    int ish = un_spec_param_index(os, "shard"), isum = un_spec_param_index(os, "sum"),
+        icp = un_spec_param_index(os, "copy");
+    if (ish >= 0) {
+        bool trivial = un_shape_is_trivial(l);
+        p[ish].len = trivial ? 0 : l->rank;
+        for (int d = 0; !trivial && d < l->rank; d++)
+            p[ish].v[d] = l->shard[d];
+    }
+    if (isum >= 0)
+        p[isum] = un_param_int(l->sum);
+    if (icp >= 0)
+        p[icp] = un_param_int(l->copy);
+}
+
 un_status un_strategy_strip(un_ctx *ctx, const un_graph *g, un_graph **out) {
     *out = NULL;
     int32_t n = un_graph_node_count(g);
@@ -193,17 +232,10 @@ un_status un_strategy_strip(un_ctx *ctx, const un_graph *g, un_graph **out) {
         switch (un_op_kind_of(nd->op)) {
         case UN_OPK_SOURCE: {
             /* the same parameters (dtype, int range) without the layout */
-            const un_op_spec *os = un_spec_op(un_graph_spec(g), nd->op);
             un_param p[UN_MAX_PARAMS];
             memcpy(p, nd->params, sizeof p);
-            int ish = un_spec_param_index(os, "shard"), isum = un_spec_param_index(os, "sum"),
-                icp = un_spec_param_index(os, "copy");
-            if (ish >= 0)
-                p[ish].len = 0;
-            if (isum >= 0)
-                p[isum] = un_param_int(1);
-            if (icp >= 0)
-                p[icp] = un_param_int(1);
+            un_shape logical = un_shape_logical(&nd->inf.out[0]);
+            source_layout(un_graph_spec(g), nd->op, p, &logical);
             st = un_graph_add(ctx, ng, nd->op, p, NULL, 0, nd->name, &nid);
             map[id * UN_MAX_OUTPUTS] = (un_ref){nid, 0};
             break;
@@ -221,22 +253,72 @@ un_status un_strategy_strip(un_ctx *ctx, const un_graph *g, un_graph **out) {
         }
         }
     }
-    int32_t no = un_graph_output_count(g);
-    un_ref *outs = un_xcalloc((size_t)no + 1, sizeof *outs);
-    for (int32_t i = 0; i < no; i++) {
-        un_ref r = un_graph_output(g, i);
-        outs[i] = map[r.node * UN_MAX_OUTPUTS + r.out];
+    return finish_copy(ctx, g, ng, map, st, out);
+}
+
+/* The parallel op that is weight id's only consumer and that a source's layout can express
+ * (partition, replicate), or -1. */
+static int32_t sole_layout_user(const un_graph *g, int32_t id) {
+    int32_t user = -1, uses = 0;
+    for (int32_t j = 0; j < un_graph_node_count(g); j++) {
+        const un_node *nd = un_graph_node(g, j);
+        for (int t = 0; t < nd->n_in; t++)
+            if (nd->in[t].node == id) {
+                user = j;
+                uses++;
+            }
     }
-    if (st == UN_OK)
-        st = un_graph_set_outputs(ctx, ng, outs, no);
-    free(outs);
-    free(map);
-    if (st != UN_OK) {
-        un_graph_free(ng);
-        return st;
+    for (int32_t i = 0; i < un_graph_output_count(g); i++)
+        uses += un_graph_output(g, i).node == id;
+    if (uses != 1 || user < 0)
+        return -1;
+    un_op op = un_graph_node(g, user)->op;
+    return op == UN_OP_PARTITION || op == UN_OP_REPLICATE ? user : -1;
+}
+
+un_status un_strategy_fold_weights(un_ctx *ctx, const un_graph *g, un_graph **out) {
+    *out = NULL;
+    const un_spec *spec = un_graph_spec(g);
+    int32_t n = un_graph_node_count(g);
+    int32_t *folded_into = un_xcalloc((size_t)n, sizeof *folded_into); /* weight -> last op */
+    bool *gone = un_xcalloc((size_t)n, sizeof *gone);                   /* folded parallel ops */
+    for (int32_t id = 0; id < n; id++) {
+        folded_into[id] = -1;
+        if (un_graph_node(g, id)->op != UN_OP_WEIGHT)
+            continue;
+        for (int32_t cur = id, u; (u = sole_layout_user(g, cur)) >= 0; cur = u) {
+            folded_into[id] = u;
+            gone[u] = true;
+        }
     }
-    *out = ng;
-    return UN_OK;
+    un_graph *ng = un_graph_new(spec);
+    un_ref *map = un_xcalloc((size_t)n * UN_MAX_OUTPUTS, sizeof *map);
+    const int32_t *topo = un_graph_topo(g);
+    un_status st = UN_OK;
+    for (int32_t i = 0; i < n && st == UN_OK; i++) {
+        int32_t id = topo[i], nid;
+        const un_node *nd = un_graph_node(g, id);
+        if (gone[id])
+            continue;
+        un_ref ins[UN_MAX_INPUTS];
+        for (int t = 0; t < nd->n_in; t++)
+            ins[t] = map[nd->in[t].node * UN_MAX_OUTPUTS + nd->in[t].out];
+        un_param p[UN_MAX_PARAMS];
+        memcpy(p, nd->params, sizeof p);
+        if (folded_into[id] >= 0) /* the weight takes the last op's layout */
+            source_layout(spec, UN_OP_WEIGHT, p, &un_graph_node(g, folded_into[id])->inf.out[0]);
+        st = un_graph_add(ctx, ng, nd->op, p, ins, nd->n_in, nd->name, &nid);
+        for (int o = 0; o < nd->inf.n_out; o++)
+            map[id * UN_MAX_OUTPUTS + o] = (un_ref){nid, o};
+        for (int32_t u = folded_into[id]; u >= 0 && st == UN_OK;) { /* the chain reads it */
+            map[u * UN_MAX_OUTPUTS] = (un_ref){nid, 0};
+            int32_t next = sole_layout_user(g, u);
+            u = next >= 0 && gone[next] ? next : -1;
+        }
+    }
+    free(gone);
+    free(folded_into);
+    return finish_copy(ctx, g, ng, map, st, out);
 }
 
 int64_t un_strategy_devices(const un_graph *g) {

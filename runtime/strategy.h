@@ -23,6 +23,13 @@ un_status un_strategy_data(un_ctx *ctx, const un_graph *g, int devices, un_graph
  * lose their layouts. Owned: free with un_graph_free. */
 un_status un_strategy_strip(un_ctx *ctx, const un_graph *g, un_graph **out);
 
+/* g with each weight whose only use is a chain of partition/replicate ops stored in the chain's
+ * output layout (the ops removed, their consumers reading the weight): the same function, but
+ * the weight lives only as the pieces the plan uses, and its gradient synchronisation is the
+ * copy group's sum (replicate's backward) instead of gathering the gradient at one device.
+ * Owned: free with un_graph_free. */
+un_status un_strategy_fold_weights(un_ctx *ctx, const un_graph *g, un_graph **out);
+
 /* The most pieces any tensor of g has: the devices g runs on. */
 int64_t un_strategy_devices(const un_graph *g);
 

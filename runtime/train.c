@@ -34,6 +34,7 @@ void un_train_result_free(un_train_result *r) {
     if (!r)
         return;
     free(r->losses);
+    free(r->dev);
     memset(r, 0, sizeof *r);
 }
 
@@ -59,7 +60,8 @@ const char *un_train_usage(void) {
            "  --loss ce|mse      loss of a JSON model (default mse)\n"
            "  --precision f32|f64  float type (default f32)\n"
            "  --spec FILE        operator specs (default specs/ops.json)\n"
-           "  --quiet            no per-step lines\n";
+           "  --quiet            no per-step lines\n"
+           "  --stats            per-device memory and bytes moved per step at the end\n";
 }
 
 /* ---- argument parsing ---- */
@@ -85,6 +87,10 @@ un_status un_train_parse_args(un_ctx *ctx, int argc, char **argv, un_train_opts 
         }
         if (strcmp(a, "--quiet") == 0) {
             o->quiet = true;
+            continue;
+        }
+        if (strcmp(a, "--stats") == 0) {
+            o->stats = true;
             continue;
         }
         static const char *const with_value[] = {
@@ -366,6 +372,7 @@ typedef struct shared {
     size_t text_len;
     int threads; /* per rank */
     double *losses;
+    un_train_dev_stats *dev; /* per device, filled by rank 0 */
     double step_time_sum;
     int timed_steps;
     int devices;
@@ -436,6 +443,103 @@ static void progress(const shared *sh, int step, double loss, double sps) {
     fflush(stderr);
 }
 
+/* The optimizer for o's flags over n parameters. */
+static un_status optim_make(un_ctx *ctx, const un_train_opts *o, int64_t n, un_optim **out) {
+    un_opt_kind k = UN_OPT_ADAM;
+    un_opt_from_name(o->optimizer, &k);
+    un_optim_params op = un_optim_params_default(k);
+    if (o->lr > 0)
+        op.lr = o->lr;
+    return un_optim_new(ctx, op, n, o->prec, out);
+}
+
+/* Initial (or loaded) weights and optimizer state, logical on every rank, then cut into this
+ * rank's pieces: a checkpoint loads into any plan and device count. */
+static un_status setup_weights(un_ctx *ctx, shared *sh, un_exec *ex, un_optim **opt) {
+    const un_train_opts *o = sh->o;
+    int64_t nl = un_exec_lparam_count(ex);
+    size_t fes = o->prec == UN_PREC_F32 ? 4 : 8;
+    un_optim *lo = NULL;
+    void *lw = calloc((size_t)(nl ? nl : 1), fes);
+    if (!lw)
+        return un_ctx_error(ctx, UN_ERR_NOMEM, "no memory for the weights (%lld)", (long long)nl);
+    un_optim_init_weights(sh->g, o->seed, o->prec, lw, nl);
+    un_status st = optim_make(ctx, o, un_exec_param_count(ex), opt);
+    if (st == UN_OK && o->load) {
+        if ((st = optim_make(ctx, o, nl, &lo)) == UN_OK)
+            st = un_checkpoint_load(ctx, o->load, sh->g, o->prec, lw, lo);
+        for (int i = 0; st == UN_OK && i < 2; i++)
+            if (un_optim_state(*opt, i))
+                un_exec_params_scatter(ex, un_optim_state(lo, i), un_optim_state(*opt, i));
+        if (st == UN_OK)
+            un_optim_set_steps(*opt, un_optim_steps(lo));
+    }
+    if (st == UN_OK)
+        un_exec_params_scatter(ex, lw, un_exec_params(ex));
+    un_optim_free(lo);
+    free(lw);
+    return st;
+}
+
+/* Gathers the weights and optimizer state on rank 0, which writes one checkpoint. */
+static un_status save_weights(un_ctx *ctx, shared *sh, un_comm *comm, un_exec *ex,
+                              un_optim *opt) {
+    const un_train_opts *o = sh->o;
+    int64_t nl = un_exec_lparam_count(ex);
+    size_t fes = o->prec == UN_PREC_F32 ? 4 : 8;
+    bool root = un_comm_rank(comm) == 0;
+    un_optim *lo = NULL;
+    void *lw = NULL;
+    un_status st = UN_OK;
+    if (root) {
+        lw = calloc((size_t)(nl ? nl : 1), fes);
+        st = lw ? optim_make(ctx, o, nl, &lo)
+                : un_ctx_error(ctx, UN_ERR_NOMEM, "no memory to gather the weights");
+    }
+    st = un_comm_agree(ctx, comm, st);
+    if (st == UN_OK)
+        st = un_exec_params_gather(ctx, ex, un_exec_params(ex), lw);
+    for (int i = 0; st == UN_OK && i < 2; i++)
+        if (un_optim_state(opt, i))
+            st = un_exec_params_gather(ctx, ex, un_optim_state(opt, i),
+                                       root ? un_optim_state(lo, i) : NULL);
+    if (st == UN_OK && root) {
+        un_optim_set_steps(lo, un_optim_steps(opt));
+        st = un_checkpoint_save(ctx, o->save, sh->g, o->prec, lw, lo);
+    }
+    un_optim_free(lo);
+    free(lw);
+    return st;
+}
+
+/* Every rank's accounting, collected on rank 0 (collective). */
+static un_status report_stats(un_ctx *ctx, shared *sh, un_comm *comm, un_exec *ex,
+                              un_optim *opt) {
+    enum { K = 6 };
+    int d = un_comm_size(comm), r = un_comm_rank(comm);
+    double *all = un_xcalloc((size_t)d * K, sizeof *all);
+    const un_exec_stats *es = un_exec_stats_get(ex);
+    int64_t fes = sh->o->prec == UN_PREC_F32 ? 4 : 8;
+    int64_t ob = un_optim_count(opt) * fes * (un_optim_state(opt, 1) ? 2 : 1);
+    double *row = all + (size_t)r * K;
+    row[0] = (double)es->weight_bytes;
+    row[1] = (double)ob;
+    row[2] = (double)(es->peak_bytes + ob);
+    row[3] = (double)es->sent;
+    row[4] = (double)es->recv;
+    row[5] = (double)es->copied;
+    un_status st = un_comm_allreduce(ctx, comm, UN_RED_F64, all, (int64_t)d * K);
+    if (st == UN_OK && r == 0) {
+        for (int i = 0; i < d; i++) {
+            const double *x = all + (size_t)i * K;
+            sh->dev[i] = (un_train_dev_stats){(int64_t)x[0], (int64_t)x[1], (int64_t)x[2],
+                                              (int64_t)x[3], (int64_t)x[4], (int64_t)x[5]};
+        }
+    }
+    free(all);
+    return st;
+}
+
 static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
     const un_train_opts *o = sh->o;
     const tmodel *m = sh->m;
@@ -449,17 +553,8 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
     un_status st = un_backend_cpu_new(ctx, prec, sh->threads, &be);
     if (st == UN_OK)
         st = un_exec_new(ctx, sh->g, comm, be, &ex);
-    if (st == UN_OK) {
-        un_optim_init_weights(sh->g, o->seed, prec, un_exec_params(ex), un_exec_param_count(ex));
-        un_opt_kind k = UN_OPT_ADAM;
-        un_opt_from_name(o->optimizer, &k);
-        un_optim_params op = un_optim_params_default(k);
-        if (o->lr > 0)
-            op.lr = o->lr;
-        st = un_optim_new(ctx, op, un_exec_param_count(ex), prec, &opt);
-    }
-    if (st == UN_OK && o->load)
-        st = un_checkpoint_load(ctx, o->load, sh->g, prec, un_exec_params(ex), opt);
+    if (st == UN_OK)
+        st = setup_weights(ctx, sh, ex, &opt);
     if (st == UN_OK) {
         labels = calloc((size_t)m->label_numel, m->loss == UN_LOSS_CE ? sizeof(int64_t) : fes);
         if (!labels)
@@ -512,8 +607,10 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
                 progress(sh, step + 1, loss, sps);
         }
     }
-    if (st == UN_OK && o->save && rank == 0)
-        st = un_checkpoint_save(ctx, o->save, sh->g, prec, un_exec_params(ex), opt);
+    if (st == UN_OK && o->save)
+        st = save_weights(ctx, sh, comm, ex, opt);
+    if (st == UN_OK)
+        st = report_stats(ctx, sh, comm, ex, opt);
     free(labels);
     un_optim_free(opt);
     un_exec_free(ex);
@@ -645,6 +742,14 @@ un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res
     const char *strategy = o->strategy ? o->strategy : d == 1 ? "serial" : "data";
     if ((st = strategy_apply(ctx, spec, m.g, strategy, d, &run_g)) != UN_OK)
         goto done;
+    { /* weights stored as the pieces the plan uses (the estimate sees the plan as written) */
+        un_graph *folded = NULL;
+        st = un_strategy_fold_weights(ctx, run_g, &folded);
+        un_graph_free(run_g);
+        run_g = folded;
+        if (st != UN_OK)
+            goto done;
+    }
     for (int i = 0; i < m.n_inputs; i++) {
         sh.in_node[i] = un_graph_find(run_g, m.in_name[i]);
         if (sh.in_node[i] < 0) {
@@ -685,6 +790,7 @@ un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res
     sh.threads = o->threads / local_ranks > 1 ? o->threads / local_ranks : 1;
     sh.losses = un_xcalloc((size_t)o->steps, sizeof *sh.losses);
     sh.devices = d;
+    sh.dev = un_xcalloc((size_t)d, sizeof *sh.dev);
     if (use_mpi)
         st = rank_run(ctx, mpi, &sh);
     else
@@ -695,6 +801,8 @@ un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res
     res->losses = sh.losses;
     sh.losses = NULL;
     res->devices = d;
+    res->dev = sh.dev;
+    sh.dev = NULL;
     res->batch = m.batch;
     res->step_ms = sh.timed_steps ? 1e3 * sh.step_time_sum / sh.timed_steps : 0;
     res->samples_per_s =
@@ -705,7 +813,19 @@ un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res
                 "%.0f samples/s\n",
                 o->model, o->steps, d, d == 1 ? "" : "s", strategy, o->comm, res->losses[0],
                 res->losses[o->steps - 1], res->step_ms, res->samples_per_s);
+    if (res->rank == 0 && o->stats) {
+        fprintf(o->out, "device  weights(B)  optimizer(B)  peak(B)  sent/step(B)  recv/step(B)  "
+                        "copied/step(B)  link\n");
+        for (int i = 0; i < d; i++) {
+            const un_train_dev_stats *x = &res->dev[i];
+            fprintf(o->out, "%6d  %10lld  %12lld  %7lld  %12lld  %12lld  %14lld  %s\n", i,
+                    (long long)x->weight_bytes, (long long)x->optim_bytes,
+                    (long long)x->peak_bytes, (long long)x->sent, (long long)x->recv,
+                    (long long)x->copied, use_mpi ? "mpi" : "local");
+        }
+    }
 done:
+    free(sh.dev);
     free(sh.losses);
     free(sh.text);
     un_graph_free(run_g);

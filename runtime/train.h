@@ -38,8 +38,20 @@ typedef struct un_train_opts {
     un_prec prec;            /* float32 (default) or float64 */
     bool progress;           /* progress bar on stderr (default: when stderr is a terminal) */
     bool quiet;              /* no per-step lines */
+    bool stats;              /* print the per-device accounting at the end */
     FILE *out;               /* per-step lines and the summary (default stdout) */
 } un_train_opts;
+
+/* One device's accounting, in bytes (the runtime's own counts, exec.h). Traffic is that of one
+ * training step (the last one); memory is what the device holds. */
+typedef struct un_train_dev_stats {
+    int64_t weight_bytes; /* its weight pieces (their gradients take as much again) */
+    int64_t optim_bytes;  /* its optimizer state */
+    int64_t peak_bytes;   /* everything it allocated: weights, gradients, activations, transfer
+                             buffers, optimizer state */
+    int64_t sent, recv;   /* to / from other devices per step (the communicator's links) */
+    int64_t copied;       /* copied between buffers of the device per step */
+} un_train_dev_stats;
 
 typedef struct un_train_result {
     int steps;
@@ -49,6 +61,7 @@ typedef struct un_train_result {
     int rank;             /* this process's rank (mpi), 0 otherwise: only rank 0 reports */
     int devices;
     int64_t batch;
+    un_train_dev_stats *dev; /* per device (devices entries); owned */
 } un_train_result;
 
 /* ---- lifecycle ---- */

@@ -98,7 +98,10 @@ typedef struct fwd_arg {
     double *dense;     /* out: rank 0's gathered output 0 */
 } fwd_arg;
 
+/* The reference's sources into the executor: inputs whole, weights cut into this rank's pieces. */
 static void copy_sources(un_exec *ex, const un_graph *g, const un_eval *ev, bool f64) {
+    size_t es = f64 ? sizeof(double) : sizeof(float);
+    char *lw = calloc((size_t)un_exec_lparam_count(ex) + 1, es);
     for (int32_t id = 0; id < un_graph_node_count(g); id++) {
         const un_node *nd = un_graph_node(g, id);
         if (un_op_kind_of(nd->op) != UN_OPK_SOURCE)
@@ -107,7 +110,8 @@ static void copy_sources(un_exec *ex, const un_graph *g, const un_eval *ev, bool
         int64_t n = un_shape_numel(&pt->shape);
         un_val *d = malloc(sizeof *d * (size_t)n);
         un_ptensor_gather(NULL, pt, UN_DOM_F64, d);
-        void *dst = un_exec_source(ex, id);
+        void *dst = nd->op == UN_OP_WEIGHT ? lw + (size_t)un_exec_lparam_offset(ex, id) * es
+                                           : un_exec_source(ex, id);
         for (int64_t i = 0; i < n; i++) {
             if (pt->shape.dtype == UN_DT_INT)
                 ((int64_t *)dst)[i] = (int64_t)d[i].f;
@@ -118,6 +122,8 @@ static void copy_sources(un_exec *ex, const un_graph *g, const un_eval *ev, bool
         }
         free(d);
     }
+    un_exec_params_scatter(ex, lw, un_exec_params(ex));
+    free(lw);
 }
 
 static void fwd_job(rank_job *j, un_ctx *ctx, un_comm *c) {
@@ -231,18 +237,6 @@ static void grad_job(rank_job *j, un_ctx *ctx, un_comm *c) {
     if ((j->st = un_exec_new(ctx, a->g, c, be, &ex)) != UN_OK)
         goto done;
     copy_sources(ex, a->g, a->ev, true);
-    /* weights live in the flat parameter buffer: copy them there */
-    for (int32_t id = 0; id < un_graph_node_count(a->g); id++)
-        if (un_graph_node(a->g, id)->op == UN_OP_WEIGHT) {
-            const un_ptensor *pt = un_eval_value(a->ev, (un_ref){id, 0});
-            int64_t nn = un_shape_numel(&pt->shape);
-            un_val *d = malloc(sizeof *d * (size_t)nn);
-            un_ptensor_gather(NULL, pt, UN_DOM_F64, d);
-            double *w = (double *)un_exec_params(ex) + un_exec_param_offset(ex, id);
-            for (int64_t x = 0; x < nn; x++)
-                w[x] = d[x].f;
-            free(d);
-        }
     if ((j->st = un_exec_forward(ctx, ex, 0)) != UN_OK)
         goto done;
     const un_shape *os = un_exec_output_shape(ex, 0);
@@ -271,12 +265,15 @@ static void grad_job(rank_job *j, un_ctx *ctx, un_comm *c) {
         goto done;
     if ((j->st = un_comm_allreduce(ctx, c, UN_RED_F64, &loss, 1)) != UN_OK)
         goto done;
-    j->sent = un_exec_bytes_sent(ex) -
-              (un_comm_size(c) > 1 ? un_exec_param_count(ex) * (int64_t)sizeof(double) : 0);
+    j->sent = un_exec_stats_get(ex)->sent;
+    double *grads = j->rank == 0 ? calloc((size_t)un_exec_lparam_count(ex) + 1, sizeof *grads)
+                                 : NULL;
+    if ((j->st = un_exec_params_gather(ctx, ex, un_exec_param_grads(ex), grads)) != UN_OK) {
+        free(grads);
+        goto done;
+    }
     if (j->rank == 0) {
-        int64_t n = un_exec_param_count(ex);
-        a->grads = malloc(sizeof(double) * (size_t)n);
-        memcpy(a->grads, un_exec_param_grads(ex), sizeof(double) * (size_t)n);
+        a->grads = grads;
         a->loss = loss;
     }
 done:
@@ -461,28 +458,40 @@ static void test_piece_transfers(void) {
 
 static un_prec train_prec = UN_PREC_F32;
 
-static un_train_result train(const char *model, int devices, int steps, const char *opt,
-                             const char *save, const char *load, un_status *st) {
-    un_ctx *ctx = un_ctx_new(NULL);
+/* Options of the training tests: quiet, one thread, checkpoints as given. */
+static un_train_opts test_opts(const char *model, int devices, int steps, const char *save,
+                               const char *load) {
     un_train_opts o = un_train_opts_default();
     o.model = model;
-    o.tiny = true;
     o.devices = devices;
     o.steps = steps;
-    o.optimizer = opt;
     o.threads = 1;
     o.quiet = true;
     o.progress = false;
     o.out = stdout;
     o.save = save;
     o.load = load;
-    o.prec = train_prec;
+    return o;
+}
+
+static un_train_result train_with(const un_train_opts *o, un_status *st) {
+    un_ctx *ctx = un_ctx_new(NULL);
     un_train_result r;
-    *st = un_train_run(ctx, &o, &r);
+    *st = un_train_run(ctx, o, &r);
     if (*st != UN_OK)
-        printf("    %s on %d devices: %s\n", model, devices, un_ctx_errmsg(ctx));
+        printf("    %s (%s) on %d devices: %s\n", o->model, o->strategy ? o->strategy : "default",
+               o->devices, un_ctx_errmsg(ctx));
     un_ctx_free(ctx);
     return r;
+}
+
+static un_train_result train(const char *model, int devices, int steps, const char *opt,
+                             const char *save, const char *load, un_status *st) {
+    un_train_opts o = test_opts(model, devices, steps, save, load);
+    o.tiny = true;
+    o.optimizer = opt;
+    o.prec = train_prec;
+    return train_with(&o, st);
 }
 
 /* Data parallelism on 2 and 4 local devices gives the single device's losses, every tiny model:
@@ -632,6 +641,94 @@ static void test_optimizers(void) {
     un_ctx_free(ctx);
 }
 
+/* Writes g as graph JSON to path. */
+static void write_graph(const un_graph *g, const char *path) {
+    un_buf b = {0};
+    EXPECT_OK(NULL, un_graph_to_json(NULL, g, &b));
+    FILE *f = fopen(path, "w");
+    fputs(b.data ? b.data : "", f);
+    fclose(f);
+    un_buf_free(&b);
+}
+
+static un_train_result train_json(const char *model, const char *strategy, int devices,
+                                  int steps, const char *save, const char *load, un_status *st) {
+    un_train_opts o = test_opts(model, devices, steps, save, load);
+    o.strategy = strategy;
+    o.loss = "mse";
+    o.prec = UN_PREC_F64;
+    return train_with(&o, st);
+}
+
+/* The tensor-parallel MLP (w1 split by columns, w2 by rows, the partial sums reduced) on 4
+ * devices: the serial run's losses, a quarter of its weight and optimizer memory on every
+ * device (the runtime's accounting), and per step exactly the bytes of the plan's one reduce:
+ * three partial [16, 8] pieces to device 0 and their gradient back. A checkpoint saved under the
+ * tensor plan loads under the serial and the data-parallel plan and continues the serial run. */
+static void test_tensor_parallel_plan(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_sample_mlp_cfg cfg = {16, 32, 64, 8};
+    un_graph *gs = NULL, *gt = NULL;
+    EXPECT_OK(ctx, un_sample_mlp(ctx, spec, cfg, UN_SAMPLE_SERIAL, 1, &gs));
+    EXPECT_OK(ctx, un_sample_mlp(ctx, spec, cfg, UN_SAMPLE_TENSOR, 4, &gt));
+    char ms[64], mt[64], ck[64];
+    tmp_path(ms, sizeof ms, "serial.json");
+    tmp_path(mt, sizeof mt, "tensor.json");
+    tmp_path(ck, sizeof ck, "tp.ckpt");
+    if (gs && gt) {
+        write_graph(gs, ms);
+        write_graph(gt, mt);
+    }
+    un_status st, st4;
+    un_train_result r1 = train_json(ms, "serial", 1, 10, NULL, NULL, &st);
+    un_train_result r4 = train_json(ms, mt, 4, 10, NULL, NULL, &st4);
+    EXPECT_OK(NULL, st);
+    EXPECT_OK(NULL, st4);
+    if (st == UN_OK && st4 == UN_OK) {
+        double worst = 0;
+        for (int s = 0; s < 10; s++)
+            worst = fmax(worst, fabs(r4.losses[s] - r1.losses[s]) / fabs(r1.losses[s]));
+        test__check(worst <= 1e-9, TEST__AT, "tensor plan vs serial: loss difference %g", worst);
+        int64_t sent = 0, want = 2 * 3 * cfg.batch * cfg.out * (int64_t)sizeof(double);
+        for (int d = 0; d < 4; d++) {
+            const un_train_dev_stats *x = &r4.dev[d];
+            EXPECT_EQ(4 * x->weight_bytes, r1.dev[0].weight_bytes);
+            EXPECT_EQ(4 * x->optim_bytes, r1.dev[0].optim_bytes);
+            sent += x->sent;
+        }
+        printf("    tensor plan on 4 devices: weights %lld + optimizer %lld B per device (serial "
+               "%lld + %lld), %lld B sent per step\n",
+               (long long)r4.dev[0].weight_bytes, (long long)r4.dev[0].optim_bytes,
+               (long long)r1.dev[0].weight_bytes, (long long)r1.dev[0].optim_bytes,
+               (long long)sent);
+        test__check(sent == want, TEST__AT, "tensor plan: %lld bytes sent per step, the reduce "
+                    "moves %lld", (long long)sent, (long long)want);
+    }
+    /* saved under the tensor plan, loaded under others */
+    un_train_result a = train_json(ms, mt, 4, 6, ck, NULL, &st);
+    EXPECT_OK(NULL, st);
+    const char *plans[] = {"serial", "data"};
+    for (int k = 0; k < 2 && st == UN_OK; k++) {
+        un_train_result b = train_json(ms, plans[k], k + 1, 4, NULL, ck, &st);
+        EXPECT_OK(NULL, st);
+        double worst = 0;
+        for (int s = 0; st == UN_OK && s < 4; s++)
+            worst = fmax(worst, fabs(b.losses[s] - r1.losses[6 + s]) / fabs(r1.losses[6 + s]));
+        test__check(st == UN_OK && worst <= 1e-9, TEST__AT,
+                    "saved under tensor/4, loaded under %s: loss difference %g", plans[k], worst);
+        un_train_result_free(&b);
+    }
+    un_train_result_free(&a);
+    un_train_result_free(&r1);
+    un_train_result_free(&r4);
+    remove(ms);
+    remove(mt);
+    remove(ck);
+    un_graph_free(gs);
+    un_graph_free(gt);
+    un_ctx_free(ctx);
+}
+
 /* Plans: the data-parallel graph is a valid plan for 2 devices, not for 4 or for another model. */
 static void test_plan_validation(void) {
     un_ctx *ctx = un_ctx_new(NULL);
@@ -677,6 +774,7 @@ int main(void) {
         {"checkpoint_resume", test_checkpoint_resume},
         {"checkpoint_errors", test_checkpoint_errors},
         {"plan_validation", test_plan_validation},
+        {"tensor_parallel_plan", test_tensor_parallel_plan},
     };
     return TEST_RUN_WITH_SPEC(cases, &spec);
 }
