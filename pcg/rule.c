@@ -1098,8 +1098,8 @@ un_status un_rule_check_claim(un_ctx *ctx, const un_rule *r, int max_value,
     for (int a = 0; a < r->n_vars; a++)
         vals[a] = 1;
     un_status st = UN_OK;
-    for (bool more = true; more && st == UN_OK;) {
-        for (int z = 0; z < n_sz && st == UN_OK; z++) {
+    for (bool more = true; more;) {
+        for (int z = 0; z < n_sz; z++) {
             un_shape *sz = vars_sz + (size_t)z * (size_t)n_in;
             layouts_follow(r, vals, sz, n_in);
             un_rule *inst = NULL;
@@ -1114,7 +1114,13 @@ un_status un_rule_check_claim(un_ctx *ctx, const un_rule *r, int max_value,
                 stats->no_source++;
             else if (stage == 1)
                 stats->cond_failed++;
-            if (stage >= 2) {
+            else if (is == UN_ERR_MISMATCH)
+                stats->outputs_differ++;
+            else
+                stats->target_ill++;
+            if (stage >= 2 && st != UN_OK) {
+                un_ctx_clear(ctx);
+            } else if (stage >= 2) {
                 char msg[512], vs[128] = "", ds[256] = "";
                 snprintf(msg, sizeof msg, "%s", un_ctx_errmsg(ctx) ? un_ctx_errmsg(ctx) : "");
                 for (int a = 0, len = 0; a < r->n_vars && len < (int)sizeof vs; a++)

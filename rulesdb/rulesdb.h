@@ -166,7 +166,8 @@ un_status rulesdb_cost_get(un_ctx *ctx, rulesdb *db, const char *op_sig, const c
                            const char *device, rulesdb_cost *out, bool *found);
 
 /* PRAGMA integrity_check plus per-row checks (hash matches content, status valid, verified rows
- * carry a spec hash). Problems are counted in *n_bad and described, one per line, in report
+ * carry a spec hash, the derived columns recomputed from the body agree, the row checksum over
+ * the derived and provenance columns holds). Problems are counted in *n_bad and described, one per line, in report
  * (may be NULL). */
 un_status rulesdb_check(un_ctx *ctx, rulesdb *db, int64_t *n_bad, un_buf *report);
 

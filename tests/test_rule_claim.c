@@ -27,6 +27,8 @@ static int64_t recheck_db(const char *db_path, bool recompute, int64_t *n_rules,
         un_rule *r = rules[i];
         if (recompute && un_rule_conds_compute(ctx, r) != UN_OK)
             un_ctx_clear(ctx);
+        if (getenv("UNITY_CLAIM_STRIP")) /* the claim as it was before side conditions */
+            r->n_conds = 0;
         *n_conds += r->n_conds > 0;
         if (verbose && getenv("UNITY_CLAIM_SHOW") && r->n_conds) {
             un_buf b = {0};
@@ -258,6 +260,42 @@ done:
     un_ctx_free(ctx);
 }
 
+/* Backwards, the new target may need a size the new source does not give (not a divisibility):
+ * relu(concat(split[sizes=[2,2]](x0))) => relu(x0) read backwards needs dim 0 of x0 to be 4. */
+static void test_reverse_sizes(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    static const char *text =
+        "{\"src\": {\"nodes\": [{\"name\": \"x0\", \"op\": \"input\", \"params\": {\"shape\": [4, "
+        "3]}}, {\"name\": \"s0\", \"op\": \"split\", \"in\": [\"x0\"], \"params\": {\"sizes\": [2, "
+        "2]}}, {\"name\": \"s1\", \"op\": \"concat\", \"in\": [\"s0:0\", \"s0:1\"]}, {\"name\": "
+        "\"s2\", \"op\": \"relu\", \"in\": [\"s1\"]}], \"outputs\": [\"s2\"]}, \"dst\": "
+        "{\"nodes\": "
+        "[{\"name\": \"x0\", \"op\": \"input\", \"params\": {\"shape\": [4, 3]}}, {\"name\": "
+        "\"t0\", "
+        "\"op\": \"relu\", \"in\": [\"x0\"]}], \"outputs\": [\"t0\"]}, \"any_shape\": true}";
+    un_rule *r = NULL, *back = NULL, *inst = NULL;
+    EXPECT_OK(ctx, un_rule_from_json(ctx, spec, "split_concat", text, strlen(text), &r));
+    if (r)
+        EXPECT_OK(ctx, un_rule_reverse(ctx, r, &back));
+    if (!back)
+        goto done;
+    EXPECT_EQ(back->n_conds, 0);
+    un_shape s = *un_graph_shape(back->src, (un_ref){un_rule_input_src(back, 0), 0});
+    EXPECT_OK(ctx, un_rule_instantiate(ctx, back, NULL, &s, &inst));
+    un_rule_free(inst);
+    inst = NULL;
+    s.dim[0] = 6; /* relu(x0) is well formed on [6,3]; split into [2,2] is not */
+    EXPECT_EQ(un_rule_instantiate(ctx, back, NULL, &s, &inst), UN_ERR_SHAPE);
+    EXPECT_TRUE(inst == NULL);
+    un_rule_claim_stats cs;
+    EXPECT_EQ(un_rule_check_claim(ctx, back, 8, &cs), UN_ERR_MISMATCH);
+    EXPECT_TRUE(cs.target_ill > 0 && cs.outputs_differ == 0);
+done:
+    un_rule_free(back);
+    un_rule_free(r);
+    un_ctx_free(ctx);
+}
+
 /* The default menu at N=2, generated and verified by the programs: every verified rule's claim
  * holds on the re-check grid (k in 1..8, sizes where the source is well formed). */
 static void test_verified_n2(void) {
@@ -282,9 +320,69 @@ static void test_verified_n2(void) {
     EXPECT_TRUE(test_tmpdir_remove(dir));
 }
 
+/* Every verified rule read backwards, on the re-check grid: how many have instances where the new
+ * source (the old target) and its side conditions hold but the new target (the old source) is not
+ * well formed (instantiation refuses those), and how many have instances where both sides are
+ * well formed but the outputs differ (must be none). */
+static int reverse_db(const char *path) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    rulesdb *db = NULL;
+    un_rule **rules = NULL;
+    int64_t n = 0, any = 0, needs = 0, fail = 0, no_rev = 0;
+    un_status st = rulesdb_open(ctx, path, spec, RULESDB_READONLY, &db);
+    if (st == UN_OK)
+        st = rulesdb_load_verified(ctx, db, &rules, &n, NULL);
+    EXPECT_OK(ctx, st);
+    for (int64_t i = 0; i < n; i++) {
+        un_rule *b = NULL;
+        if (un_rule_reverse(ctx, rules[i], &b) != UN_OK) {
+            no_rev++;
+        } else {
+            un_rule_claim_stats cs;
+            int nc = b->n_conds;
+            b->n_conds = 0;
+            un_rule_check_claim(ctx, b, 8, &cs);
+            un_ctx_clear(ctx);
+            any += cs.target_ill > 0;
+            b->n_conds = nc;
+            un_rule_check_claim(ctx, b, 8, &cs);
+            needs += cs.target_ill > 0;
+            if (cs.outputs_differ > 0) {
+                if (fail < 30) {
+                    un_buf t = {0};
+                    un_rule_str(b, &t);
+                    printf("  reversed, both sides well formed, outputs differ: %s    %s\n", t.data,
+                           un_ctx_errmsg(ctx));
+                    un_buf_free(&t);
+                }
+                fail++;
+            }
+        }
+        un_ctx_clear(ctx);
+        un_rule_free(b);
+        un_rule_free(rules[i]);
+    }
+    free(rules);
+    rulesdb_free(db);
+    un_ctx_free(ctx);
+    printf("%s: %lld verified rules reversed: %lld have instances where the new source is well "
+           "formed and the new target is not, %lld of them also where the reversed rule's side "
+           "conditions hold (instantiation refuses them all); %lld have instances where both "
+           "are well formed and the outputs differ; %lld cannot be reversed\n",
+           path, (long long)n, (long long)any, (long long)needs, (long long)fail,
+           (long long)no_rev);
+    return fail != 0 || no_rev != 0;
+}
+
 static int full_db(const char *path) {
     if (!test_spec_load(&spec))
         return 1;
+    if (getenv("UNITY_CLAIM_REVERSE")) {
+        int bad = reverse_db(path);
+        un_spec_free(spec);
+        printf("%d passed, %d failed\n", !bad, bad);
+        return bad;
+    }
     int64_t n, nc, nh;
     int64_t bad = recheck_db(path, getenv("UNITY_CLAIM_RECOMPUTE") != NULL, &n, &nc, &nh, true);
     printf("%s: %lld verified rules re-checked (%lld with side conditions, %lld instances held): "
@@ -299,10 +397,9 @@ int main(void) {
     const char *db = getenv("UNITY_CLAIM_DB");
     if (db)
         return full_db(db);
-    static const test_case cases[] = {{"target_only_degree", test_target_only_degree},
-                                      {"k_squared", test_k_squared},
-                                      {"implied_not_listed", test_implied_not_listed},
-                                      {"reverse", test_reverse},
-                                      {"verified_n2", test_verified_n2}};
+    static const test_case cases[] = {
+        {"target_only_degree", test_target_only_degree}, {"k_squared", test_k_squared},
+        {"implied_not_listed", test_implied_not_listed}, {"reverse", test_reverse},
+        {"reverse_sizes", test_reverse_sizes},           {"verified_n2", test_verified_n2}};
     return TEST_RUN_WITH_SPEC(cases, &spec);
 }
