@@ -285,19 +285,23 @@ double un_cost_copy(const un_cost_model *cm, double bytes) {
     return bytes > 0 ? 2 * bytes / cm->m.dev.mem_bw : 0; /* read + write */
 }
 
+double un_cost_measured(un_ctx *ctx, un_cost_model *cm, const char *op_sig, const char *shape,
+                        double fallback) {
+    rulesdb_cost mc;
+    bool found = false;
+    if (cm->db && rulesdb_cost_get(ctx, cm->db, op_sig, shape, cm->device, &mc, &found) == UN_OK &&
+        found)
+        return mc.fwd_ms * 1e-3;
+    return fallback;
+}
+
 double un_cost_optimizer(un_ctx *ctx, un_cost_model *cm, const char *optimizer, int64_t n) {
     bool adam = strcmp(optimizer, "adam") == 0;
-    if (cm->db && n > 0) {
-        char sig[48], shape[48];
-        rulesdb_cost mc;
-        bool found = false;
-        snprintf(sig, sizeof sig, "optimizer:%s", adam ? "adam" : "sgd");
-        snprintf(shape, sizeof shape, "float[%lld]", (long long)n);
-        if (rulesdb_cost_get(ctx, cm->db, sig, shape, cm->device, &mc, &found) == UN_OK && found)
-            return mc.fwd_ms * 1e-3;
-    }
+    char sig[48], shape[48];
+    snprintf(sig, sizeof sig, "optimizer:%s", adam ? "adam" : "sgd");
+    snprintf(shape, sizeof shape, "float[%lld]", (long long)n);
     /* Adam reads parameter, gradient and two moments and writes three; SGD with momentum reads
      * three and writes two. */
     double bytes = (double)n * cm->es * (adam ? 7 : 5), flops = (double)n * (adam ? 12 : 4);
-    return roofline(cm, flops, bytes);
+    return un_cost_measured(ctx, cm, sig, shape, roofline(cm, flops, bytes));
 }

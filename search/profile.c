@@ -10,7 +10,8 @@
 #include "runtime/backend.h"
 #include "runtime/comm.h"
 #include "runtime/optim.h"
-#include "search/cost.h"
+#include "runtime/train.h"
+#include "search/sim.h"
 
 un_profile_params un_profile_params_default(void) {
     return (un_profile_params){.device = "cpu",
@@ -192,6 +193,72 @@ static un_status profile_optimizer(un_ctx *ctx, rulesdb *db, const un_graph *g,
     return st;
 }
 
+/* The runtime's own per-step work besides operators: making the batch (one random number per
+ * element, as runtime/train.c's synthetic data) and the cross-entropy loss with its gradient on
+ * one output piece. Median of repetitions, like the ops. */
+static un_status profile_step_parts(un_ctx *ctx, rulesdb *db, const un_graph *g,
+                                    const un_profile_params *p, const char *device, FILE *log,
+                                    int64_t *n_stored) {
+    size_t fes = p->f64 ? 8 : 4;
+    un_prec prec = p->f64 ? UN_PREC_F64 : UN_PREC_F32;
+    int64_t n = un_sim_data_elements(g);
+    char shape[64];
+    un_status st = UN_OK;
+    double t[2] = {0, 0};
+    const char *sig[2] = {"data:synthetic", "loss:ce"};
+    char shapes[2][64];
+    snprintf(shapes[0], sizeof shapes[0], "float[%lld]", (long long)n);
+    const un_shape *o = un_graph_output_count(g) ? un_graph_shape(g, un_graph_output(g, 0)) : NULL;
+    un_sim_loss_shape(o ? o : &(un_shape){0}, shape, sizeof shape);
+    snprintf(shapes[1], sizeof shapes[1], "%s", shape);
+    long long rows = 0, cls = 0;
+    sscanf(shape, "float[%lld,%lld]", &rows, &cls);
+    int64_t m = rows * cls;
+    void *buf = un_xcalloc((size_t)(n > m ? n : m) + 1, fes), *grad = un_xcalloc((size_t)m + 1, fes);
+    int64_t *labels = un_xcalloc((size_t)rows + 1, sizeof *labels);
+    for (int part = 0; part < 2; part++) {
+        double *ts = un_xmalloc(sizeof *ts * 64);
+        int reps = 0;
+        double total = 0;
+        for (int i = 0; i < p->warmup + 63 && !(reps >= p->min_reps && total >= p->min_seconds);
+             i++) {
+            double t0 = now_s();
+            if (part == 0) {
+                un_rng rng;
+                un_rng_seed(&rng, (uint64_t)i);
+                for (int64_t x = 0; x < n; x++) {
+                    double v = 2 * un_rng_double(&rng) - 1;
+                    if (fes == 4)
+                        ((float *)buf)[x] = (float)v;
+                    else
+                        ((double *)buf)[x] = v;
+                }
+            } else if (m > 0) {
+                un_train_ce(prec, buf, rows, cls, 0, rows, labels, grad);
+            }
+            double dt = now_s() - t0;
+            if (i >= p->warmup) {
+                ts[reps++] = dt;
+                total += dt;
+            }
+        }
+        qsort(ts, (size_t)reps, sizeof *ts, cmp_double);
+        t[part] = reps ? ts[reps / 2] : 0;
+        free(ts);
+    }
+    for (int part = 0; part < 2 && st == UN_OK; part++) {
+        if ((st = store(ctx, db, sig[part], shapes[part], device, t[part], 0, 0)) != UN_OK)
+            break;
+        ++*n_stored;
+        if (log)
+            fprintf(log, "  %-44s %-40s %10.4f ms\n", sig[part], shapes[part], t[part] * 1e3);
+    }
+    free(buf);
+    free(grad);
+    free(labels);
+    return st;
+}
+
 un_status un_profile_graph(un_ctx *ctx, rulesdb *db, const un_graph *g, const un_profile_params *p,
                            FILE *log, int64_t *n_stored) {
     *n_stored = 0;
@@ -235,6 +302,8 @@ un_status un_profile_graph(un_ctx *ctx, rulesdb *db, const un_graph *g, const un
     }
     if (st == UN_OK && p->optimizer)
         st = profile_optimizer(ctx, db, g, p, device, log, n_stored);
+    if (st == UN_OK)
+        st = profile_step_parts(ctx, db, g, p, device, log, n_stored);
     if (st == UN_OK)
         st = rulesdb_commit(ctx, db);
     else

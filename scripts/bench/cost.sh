@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Cost model benchmarks (issue 13):
-#  1. estimate vs measurement on this machine: for every zoo model (tiny, and charlm's larger
-#     default configuration as the one mid-size model that trains here), serial on 1 device and
+#  1. estimate vs measurement on this machine: for every zoo model (tiny; mid-size: the tiny
+#     structure at a 16x batch (8x, 4x for the CNNs), and charlm's larger default), serial on 1 device and
 #     data parallel on 2, plus the sample MLP serial and tensor parallel (unity-pcg sample mlp
 #     --strategy tensor): the estimated step time (specs/machines/cpu.json + costs profiled into a
 #     rules.db by unity-train --profile, each op's median time) against the median step time of
@@ -33,7 +33,7 @@ rss() { # peak RSS in bytes of a command
 base1=$(rss "$B/unity-train" --model mlp --tiny --steps 2 --threads 1 --quiet)
 base2=$(rss "$B/unity-train" --model mlp --tiny --steps 2 --devices 2 --threads 2 --quiet)
 echo "baseline peak RSS (tiny mlp, 2 steps): $((base1 / 1024)) KiB on 1 device, $((base2 / 1024)) KiB on 2, subtracted from the runs' on as many devices"
-printf '%-22s %-8s %3s %10s %10s %7s %12s %12s %7s\n' model strategy dev est_ms meas_ms err est_mem meas_mem err
+printf '%-26s %-8s %3s %10s %10s %7s %12s %12s %7s\n' model strategy dev est_ms meas_ms err est_mem meas_mem err
 case_() { # label model-args strategy devices
     local label=$1 margs=$2 strat=$3 d=$4
     local sargs="--strategy $strat"
@@ -55,15 +55,21 @@ case_() { # label model-args strategy devices
     [ "$d" = 1 ] || base=$base2
     local mmem=$((peak - base))
     awk -v l="$label" -v s="$(basename "$strat" .json)" -v d="$d" -v e="$est" -v m="$meas" -v em="$mem" -v mm="$mmem" 'BEGIN {
-        printf "%-22s %-8s %3d %10.3f %10.3f %+6.0f%% %10.0fK %10.0fK %+6.0f%%\n", l, s, d, e, m, 100 * (e - m) / m,
+        printf "%-26s %-8s %3d %10.3f %10.3f %+6.0f%% %10.0fK %10.0fK %+6.0f%%\n", l, s, d, e, m, 100 * (e - m) / m,
                em / 1024, mm / 1024, (mm > 0 ? 100 * (em - mm) / mm : 0) }'
 }
 for m in mlp transformer dlrm xdl candle_uno resnext50 inception_v3 charlm; do
     case_ "$m (tiny)" "--model $m --tiny" serial 1
     case_ "$m (tiny)" "--model $m --tiny" data 2
 done
-case_ "charlm (mid: default)" "--model charlm" serial 1
-case_ "charlm (mid: default)" "--model charlm" data 2
+# mid-size: the tiny structures at a 16x (8x) batch, and charlm's own larger configuration (no
+# zoo model has a mid-size configuration of its own yet)
+for mb in mlp:256 transformer:128 dlrm:256 xdl:256 candle_uno:256 resnext50:64 inception_v3:32; do
+    case_ "${mb%%:*} (tiny, b${mb#*:})" "--model ${mb%%:*} --tiny --batch ${mb#*:}" serial 1
+    case_ "${mb%%:*} (tiny, b${mb#*:})" "--model ${mb%%:*} --tiny --batch ${mb#*:}" data 2
+done
+case_ "charlm (default)" "--model charlm" serial 1
+case_ "charlm (default)" "--model charlm" data 2
 case_ "sample mlp" "--model $tmp/mlp.json" serial 1
 case_ "sample mlp" "--model $tmp/mlp.json" data 2
 case_ "sample mlp" "--model $tmp/mlp.json" "$tmp/tp.json" 2
