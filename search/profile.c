@@ -69,15 +69,20 @@ static void bufs_free(un_backend *be, bufs *b) {
     }
 }
 
-/* Mean seconds of fn over warm-up and timed repetitions. */
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The median seconds of one run after the warm-up: repetitions go on until min_reps and
+ * min_seconds are both reached (the median resists the other jobs of a shared machine). */
 static un_status time_op(un_ctx *ctx, un_backend *be, const un_node *nd, bufs *b, bool bwd,
                          const un_profile_params *p, double *sec) {
     un_status st = UN_OK;
-    int reps = 0;
-    double t0 = 0, el = 0;
+    int reps = 0, cap = 64;
+    double *t = un_xmalloc(sizeof *t * (size_t)cap), total = 0;
     for (int i = 0; st == UN_OK; i++) {
-        if (i == p->warmup)
-            t0 = now_s();
+        double t0 = now_s();
         if (bwd)
             st = un_backend_op_backward(ctx, be, nd->op, nd->inf.local, b->in, b->n_in, b->out,
                                         b->n_out, b->dout, b->din, 1, NULL, NULL);
@@ -86,16 +91,18 @@ static un_status time_op(un_ctx *ctx, un_backend *be, const un_node *nd, bufs *b
                                        b->n_out, 1, NULL, NULL);
         if (st == UN_OK)
             st = un_backend_synchronize(ctx, be);
-        if (i >= p->warmup) {
-            reps++;
-            el = now_s() - t0;
-            if (reps >= p->min_reps && el >= p->min_seconds)
-                break;
-            if (reps >= 100000)
-                break;
-        }
+        if (i < p->warmup)
+            continue;
+        if (reps == cap)
+            t = un_xrealloc(t, sizeof *t * (size_t)(cap *= 2));
+        t[reps++] = now_s() - t0;
+        total += t[reps - 1];
+        if ((reps >= p->min_reps && total >= p->min_seconds) || reps >= 100000)
+            break;
     }
-    *sec = reps ? el / reps : 0;
+    qsort(t, (size_t)reps, sizeof *t, cmp_double);
+    *sec = reps ? t[reps / 2] : 0;
+    free(t);
     return st;
 }
 

@@ -27,6 +27,7 @@ typedef struct stensor {
     bool needs_grad;
     bool is_static;     /* plan semantics: a weight or a layout of one (resident, no movement) */
     bool leaf;          /* a regular op reads it (a static leaf is what devices hold and update) */
+    bool weight;        /* a weight or a parallel op over one */
     int32_t *owner;     /* per piece: device, -1 = every device (mirrored) */
     stamp *ready;       /* per piece: forward value available at its owner */
     stamp *gready;      /* per piece: gradient complete at its owner */
@@ -54,7 +55,9 @@ typedef struct sim {
     un_sim_result *r;
     xfer *xf;
     int n_xf, cap_xf;
-    double mirrored_grad_bytes; /* runtime mode: weight bytes all-reduced at the end */
+    double *xmem;   /* per device: transfer buffers (forward: received piece and its gradient) */
+    double *gbytes; /* per device: gradient bytes the runtime zeroes every step */
+    bool backward;
 } sim;
 
 static stamp later(stamp a, stamp b) { return a.t >= b.t ? a : b; }
@@ -95,7 +98,8 @@ static int need(sim *s, int t, int64_t piece, int from, int to, double bytes) {
         s->cap_xf = s->cap_xf ? 2 * s->cap_xf : 16;
         s->xf = un_xrealloc(s->xf, sizeof *s->xf * (size_t)s->cap_xf);
     }
-    s->xf[s->n_xf] = (xfer){.t = t, .piece = piece, .from = from, .to = to, .bytes = bytes};
+    s->xf[s->n_xf] =
+        (xfer){.t = t, .piece = piece, .from = from, .to = to, .bytes = bytes, .at = {0, -1}};
     return s->n_xf++;
 }
 
@@ -105,8 +109,11 @@ static int need(sim *s, int t, int64_t piece, int from, int to, double bytes) {
 static void run_xfers(sim *s, int32_t node, const stamp *ready) {
     if (s->n_xf == 0)
         return;
-    for (int i = 0; i < s->n_xf; i++)
+    for (int i = 0; i < s->n_xf; i++) {
         s->r->comm_bytes += s->xf[i].bytes;
+        if (!s->backward) /* the receiver keeps the piece and its gradient, the sender a return */
+            s->xmem[s->xf[i].to] += 2 * s->xf[i].bytes, s->xmem[s->xf[i].from] += s->xf[i].bytes;
+    }
     if (s->p->mirror_sources) {
         stamp st = {0, -1};
         for (int d = 0; d < s->D; d++)
@@ -286,6 +293,8 @@ static un_status forward_node(sim *s, int32_t id) {
                 r = later(r, xi >= 0 ? s->xf[xi].at : si->ready[src[i]]);
             }
             double bytes = view[p] ? 0 : so->pbytes * (nd->op == UN_OP_REDUCE ? (double)k : 1.0);
+            if (view[p]) /* a view of its source: no buffer of its own (its gradient has one) */
+                s->xmem[d] -= so->pbytes;
             so->ready[p] = bytes > 0 ? run_task(s, d, id, K_OTHER, r, un_cost_copy(s->cm, bytes))
                                      : r;
         }
@@ -392,7 +401,7 @@ static un_status backward_node(sim *s, int32_t id) {
                 if (xi < 0)
                     grad_arrive(si, src[i], end);
                 else
-                    s->xf[xi].at = end;
+                    s->xf[xi].at = later(s->xf[xi].at, end);
             }
         }
         free(src);
@@ -476,8 +485,10 @@ static void memory(sim *s) {
                 if (d < 0)
                     continue;
                 if (t->is_static) {
-                    if (t->leaf)
+                    if (t->leaf && t->weight)
                         w[d] += t->pbytes;
+                    else if (t->leaf)
+                        a[d] += t->pbytes;
                     continue;
                 }
                 a[d] += per;
@@ -486,7 +497,8 @@ static void memory(sim *s) {
     }
     for (int d = 0; d < s->D; d++) {
         double opt = w[d] * opt_copies;
-        s->r->mem[d] = w[d] + w[d] + opt + a[d];
+        s->r->mem[d] = w[d] + w[d] + opt + a[d] + s->xmem[d];
+        s->gbytes[d] = w[d] + a[d] / 2;
     }
     int worst = 0;
     for (int d = 1; d < s->D; d++)
@@ -515,9 +527,11 @@ void un_sim_result_free(un_sim_result *r) {
     memset(r, 0, sizeof *r);
 }
 
+/* Plan semantics: sources (data is loaded as the pieces its layout asks for, weights live as
+ * pieces) and parallel ops over them are resident: nothing moves in the forward. */
 static bool static_tensor(const un_graph *g, const un_node *nd, sim *s) {
     if (un_op_kind_of(nd->op) == UN_OPK_SOURCE)
-        return nd->op == UN_OP_WEIGHT;
+        return true;
     if (un_op_kind_of(nd->op) != UN_OPK_PARALLEL)
         return false;
     (void)g;
@@ -580,6 +594,8 @@ un_status un_sim_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un
     for (int d = 0; d < D; d++)
         s.clock[d] = s.net[d] = (stamp){0, -1};
     s.ts = un_xcalloc((size_t)n, sizeof *s.ts);
+    s.xmem = un_xcalloc((size_t)D, sizeof *s.xmem);
+    s.gbytes = un_xcalloc((size_t)D, sizeof *s.gbytes);
     const int32_t *topo = un_graph_topo(g);
     int64_t n_params = 0;
     for (int32_t i = 0; i < n; i++) {
@@ -603,6 +619,8 @@ un_status un_sim_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un
                         (t->shape.dtype == UN_DT_FLOAT ? s.es : 8);
             t->needs_grad = ng && t->shape.dtype == UN_DT_FLOAT;
             t->is_static = stat;
+            t->weight = nd->op == UN_OP_WEIGHT ||
+                        (un_op_kind_of(nd->op) == UN_OPK_PARALLEL && in_tensor(&s, nd, 0)->weight);
             t->owner = un_xcalloc((size_t)t->np, sizeof *t->owner);
             t->ready = un_xcalloc((size_t)t->np, sizeof *t->ready);
             t->gready = un_xcalloc((size_t)t->np, sizeof *t->gready);
@@ -623,6 +641,7 @@ un_status un_sim_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un
                                     un_cost_copy(s.cm, t->pbytes));
         }
     }
+    s.backward = true;
     for (int32_t i = n - 1; i >= 0 && st == UN_OK; i--)
         st = backward_node(&s, topo[i]);
     if (st == UN_OK) {
@@ -651,7 +670,7 @@ un_status un_sim_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un
                     mine += nd->op == UN_OP_WEIGHT ? un_shape_numel(&t->shape) : 0;
                     continue;
                 }
-                if (!t->is_static || !t->leaf)
+                if (!t->is_static || !t->leaf || !t->weight)
                     continue;
                 for (int64_t q = 0; q < t->np; q++)
                     mine += t->owner[q] == d ? un_shape_piece_numel(&t->shape) : 0;
@@ -660,12 +679,27 @@ un_status un_sim_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un
                 run_task(&s, d, -1, K_OTHER, s.clock[d],
                          un_cost_optimizer(ctx, cm, p->optimizer, mine));
         }
+        memory(&s);
+        if (p->mirror_sources) {
+            /* the runtime zeroes every gradient buffer each step (a serial task of each device,
+             * placed here at the end, where it changes no dependency), and sums the loss over the
+             * devices (one all-reduce of a scalar: three synchronisations) */
+            for (int d = 0; d < D; d++)
+                run_task(&s, d, -1, K_OTHER, s.clock[d], s.gbytes[d] / m->dev.mem_bw);
+            if (D > 1) {
+                stamp sync = {0, -1};
+                for (int d = 0; d < D; d++)
+                    sync = later(sync, s.clock[d]);
+                stamp end = run_task(&s, 0, -1, K_COMM, sync, 3 * m->intra.latency);
+                for (int d = 0; d < D; d++)
+                    s.clock[d] = end;
+            }
+        }
         stamp last = {0, -1};
         for (int d = 0; d < D; d++)
             last = later(last, s.clock[d]);
         out->step = last.t;
         critical_path(&s, last);
-        memory(&s);
     }
     for (int32_t id = 0; id < n; id++) {
         const un_node *nd = un_graph_node(g, id);
@@ -681,6 +715,8 @@ un_status un_sim_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un
     free(s.clock);
     free(s.net);
     free(s.xf);
+    free(s.xmem);
+    free(s.gbytes);
     if (st != UN_OK)
         un_sim_result_free(out);
     return st;

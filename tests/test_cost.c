@@ -156,6 +156,48 @@ static void test_op_costs_grow(void) {
     un_cost_model_free(cm);
 }
 
+/* An op whose spec lost its cost gets the default and one warning, never an error. */
+static void test_cost_default(void) {
+    static const char cost[] = "\"cost\": {\"flops\": \"numel(out0)\", \"bytes\": "
+                               "\"4 * 2 * numel(out0)\", \"bwd_flops\": \"numel(out0)\", "
+                               "\"bwd_bytes\": \"3 * (4 * 2 * numel(out0)) / 2\"},";
+    un_ctx *ctx = un_ctx_new(NULL);
+    char *text = NULL;
+    size_t len = 0;
+    EXPECT_OK(ctx, un_read_file(ctx, "specs/ops.json", &text, &len));
+    char *at = text ? strstr(text, cost) : NULL;
+    EXPECT_TRUE(at != NULL);
+    if (!at) {
+        free(text);
+        un_ctx_free(ctx);
+        return;
+    }
+    memset(at, ' ', sizeof cost - 1);
+    un_spec *sp = NULL;
+    EXPECT_OK(ctx, un_spec_parse(ctx, "nocost.json", text, len, &sp));
+    un_machine m = machine_mem("1e9");
+    un_cost_model *cm = NULL;
+    EXPECT_OK(ctx, un_cost_model_new(ctx, sp, &m, UN_MPREC_F32, NULL, &cm));
+    int costless = 0;
+    for (int op = 0; cm && op < UN_OP_COUNT; op++) {
+        const un_op_spec *os = un_spec_op(sp, (un_op)op);
+        if (os->kind != UN_OPK_REGULAR || os->flops)
+            continue;
+        costless++;
+        un_op_cost c;
+        const un_example *ex = &os->examples[0];
+        EXPECT_OK(ctx, un_cost_piece(ctx, cm, (un_op)op, ex->params, ex->in, ex->n_in, &c));
+        EXPECT_TRUE(c.fwd > 0 && c.bwd > 0 && c.bytes > 0);
+        EXPECT_TRUE(strstr(un_cost_warnings(cm), os->name) != NULL);
+    }
+    EXPECT_EQ(costless, 1);
+    EXPECT_TRUE(strstr(un_cost_warnings(cm), "has no cost expression") != NULL);
+    un_cost_model_free(cm);
+    un_spec_free(sp);
+    free(text);
+    un_ctx_free(ctx);
+}
+
 static void test_collectives(void) {
     un_machine m = machine_mem("1e9");
     un_cost_model *cm = model_on(&m, NULL);
@@ -169,13 +211,14 @@ static void test_collectives(void) {
     un_cost_model_free(cm);
 }
 
-/* x -> partition(0, 2) -> combine(0, 2) -> relu on one device: no communication. */
+/* x -> relu -> partition(0, 2) -> combine(0, 2) -> relu on one device: no communication. */
 static void test_roundtrip_one_device(void) {
     un_ctx *ctx = un_ctx_new(NULL);
     un_graph *g = un_graph_new(spec);
-    int32_t x, p, c, y;
+    int32_t x, h, p, c, y;
     EXPECT_OK(ctx, un_graph_add_input(ctx, g, "x", UN_OP_INPUT, 2, (int64_t[]){8, 16}, &x));
-    EXPECT_OK(ctx, un_graph_add_parallel(ctx, g, UN_OP_PARTITION, (un_ref){x, 0}, 0, 2, "p", &p));
+    EXPECT_OK(ctx, un_graph_add(ctx, g, UN_OP_RELU, NULL, (un_ref[]){{x, 0}}, 1, "h", &h));
+    EXPECT_OK(ctx, un_graph_add_parallel(ctx, g, UN_OP_PARTITION, (un_ref){h, 0}, 0, 2, "p", &p));
     EXPECT_OK(ctx, un_graph_add_parallel(ctx, g, UN_OP_COMBINE, (un_ref){p, 0}, 0, 2, "c", &c));
     EXPECT_OK(ctx, un_graph_add(ctx, g, UN_OP_RELU, NULL, (un_ref[]){{c, 0}}, 1, "y", &y));
     un_machine m = machine_mem("1e9");
@@ -301,6 +344,7 @@ int main(void) {
     static const test_case c[] = {{"machine_files", test_machine_files},
                                   {"machine_bad", test_machine_bad},
                                   {"op_costs_grow", test_op_costs_grow},
+                                  {"cost_default", test_cost_default},
                                   {"collectives", test_collectives},
                                   {"roundtrip_one_device", test_roundtrip_one_device},
                                   {"sim_mlp", test_sim_mlp},

@@ -4,7 +4,8 @@
 #     default configuration as the one mid-size model that trains here), serial on 1 device and
 #     data parallel on 2, plus the sample MLP serial and tensor parallel (unity-pcg sample mlp
 #     --strategy tensor): the estimated step time (specs/machines/cpu.json + costs profiled into a
-#     rules.db by unity-train --profile) against unity-train's measured ms/step, and the estimated
+#     rules.db by unity-train --profile, each op's median time) against the median step time of
+#     a unity-train run (each device one thread: --threads = --devices), and the estimated
 #     memory (all devices) against the peak RSS (/usr/bin/time) minus a baseline run's RSS.
 #  2. estimates per second for BERT-Large (the zoo transformer, batch 192) data parallel on 192
 #     V100s (specs/machines/v100x192.json): cached cost queries per second (the DP inner loop) and
@@ -29,8 +30,9 @@ rss() { # peak RSS in bytes of a command
     /usr/bin/time -f '%M' -o "$tmp/rss" "$@" >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/err" >&2; return 1; }
     echo $(($(tail -1 "$tmp/rss") * 1024))
 }
-base=$(rss "$B/unity-train" --model mlp --tiny --steps 2 --threads 1 --quiet)
-echo "baseline peak RSS (tiny mlp, 2 steps): $((base / 1024)) KiB, subtracted from every run's"
+base1=$(rss "$B/unity-train" --model mlp --tiny --steps 2 --threads 1 --quiet)
+base2=$(rss "$B/unity-train" --model mlp --tiny --steps 2 --devices 2 --threads 2 --quiet)
+echo "baseline peak RSS (tiny mlp, 2 steps): $((base1 / 1024)) KiB on 1 device, $((base2 / 1024)) KiB on 2, subtracted from the runs' on as many devices"
 printf '%-22s %-8s %3s %10s %10s %7s %12s %12s %7s\n' model strategy dev est_ms meas_ms err est_mem meas_mem err
 case_() { # label model-args strategy devices
     local label=$1 margs=$2 strat=$3 d=$4
@@ -43,7 +45,14 @@ case_() { # label model-args strategy devices
     local peak
     peak=$(rss "$B/unity-train" $margs $sargs --devices "$d" --threads "$d" --steps "$steps")
     local meas
-    meas=$(sed -n 's/.* \([0-9.]*\) ms\/step.*/\1/p' "$tmp/out")
+    # the median of the steps after the first (a step's time is batch / its samples/s; the
+    # batch is the summary's samples/s x ms/step): steady under other jobs' bursts
+    meas=$(awk '/^step / { n++; if (n > 1) sps[n - 1] = $(NF - 1) }
+                / ms\/step/ { for (i = 1; i <= NF; i++) { if ($i == "ms/step,") ms = $(i - 1); if ($i == "samples/s") s = $(i - 1) } }
+                END { m = n - 1; for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (sps[j] < sps[i]) { t = sps[i]; sps[i] = sps[j]; sps[j] = t }
+                      b = s * ms / 1000; printf "%.4f", 1000 * b / sps[int((m + 1) / 2)] }' "$tmp/out")
+    local base=$base1
+    [ "$d" = 1 ] || base=$base2
     local mmem=$((peak - base))
     awk -v l="$label" -v s="$(basename "$strat" .json)" -v d="$d" -v e="$est" -v m="$meas" -v em="$mem" -v mm="$mmem" 'BEGIN {
         printf "%-22s %-8s %3d %10.3f %10.3f %+6.0f%% %10.0fK %10.0fK %+6.0f%%\n", l, s, d, e, m, 100 * (e - m) / m,
