@@ -781,6 +781,11 @@ un_status un_graph_add_parallel(un_ctx *ctx, un_graph *g, un_op op, un_ref in, i
     return un_graph_add(ctx, g, op, p, &in, 1, name, out);
 }
 
+void un_graph_node_set_view(un_graph *g, int32_t id, un_view v) {
+    UN_ASSERT(id >= 0 && id < g->n_nodes);
+    g->nodes[id].view = v;
+}
+
 un_status un_graph_set_outputs(un_ctx *ctx, un_graph *g, const un_ref *outs, int n) {
     if (n < 0 || (n > 0 && !outs))
         return un_ctx_error(ctx, UN_ERR_INVALID, "set_outputs: %d outputs", n);
@@ -900,7 +905,11 @@ un_status un_graph_to_json(un_ctx *ctx, const un_graph *g, un_buf *out) {
             un_buf_printf(out, ": ");
             json_param(out, &os->params[k], &nd->params[k]);
         }
-        un_buf_printf(out, "%s}", any ? "}" : "");
+        un_buf_printf(out, "%s", any ? "}" : "");
+        for (int32_t k = 0; k < nd->view.count; k++)
+            un_buf_printf(out, "%s%d", k ? ", " : ", \"devices\": [",
+                          nd->view.start + k * nd->view.stride);
+        un_buf_printf(out, "%s}", nd->view.count ? "]" : "");
     }
     un_buf_printf(out, "%s]", g->n_nodes ? "\n" : "");
     if (g->outs_explicit) {
@@ -923,6 +932,7 @@ un_status un_graph_to_json(un_ctx *ctx, const un_graph *g, un_buf *out) {
 typedef struct jnode {
     const char *name; /* borrowed from the document */
     un_op op;
+    un_view view;
     un_param params[UN_MAX_PARAMS];
     int n_in;
     int32_t src[UN_MAX_INPUTS]; /* producer's index in the file */
@@ -963,9 +973,52 @@ static un_status jref(un_ctx *ctx, const un_jcur *c, const jnode *jn, const name
     return UN_OK;
 }
 
+/* A node's "devices": a list of device ids in arithmetic progression ([4, 5, 6, 7]) or an object
+ * {"start": s, "stride": t, "count": n} (stride default 1). */
+static un_status jview(un_ctx *ctx, const un_jcur *nc, un_view *v) {
+    un_jcur dc = un_jcur_member(nc, "devices");
+    memset(v, 0, sizeof *v);
+    if (!un_jcur_present(&dc))
+        return UN_OK;
+    int64_t x[3] = {0, 1, 0};
+    un_status st = UN_OK;
+    if (un_jcur_type(&dc) == UN_JSON_OBJECT) {
+        static const char *const keys[] = {"start", "stride", "count", NULL};
+        if ((st = un_jcur_check_keys(ctx, &dc, keys)) != UN_OK ||
+            (st = un_jcur_get_int(ctx, &dc, "start", true, &x[0])) != UN_OK ||
+            (st = un_jcur_get_int(ctx, &dc, "stride", false, &x[1])) != UN_OK ||
+            (st = un_jcur_get_int(ctx, &dc, "count", true, &x[2])) != UN_OK)
+            return st;
+    } else if ((st = un_jcur_need_type(ctx, &dc, UN_JSON_ARRAY)) != UN_OK) {
+        return st;
+    } else {
+        x[2] = un_jcur_len(&dc);
+        for (int i = 0; i < x[2]; i++) {
+            un_jcur it = un_jcur_item(&dc, i);
+            int64_t d;
+            if (!un_jcur_is_int(&it, &d))
+                return un_jcur_error(ctx, UN_ERR_INVALID, &it, "a device id must be an integer");
+            if (i == 0)
+                x[0] = d;
+            else if (i == 1)
+                x[1] = d - x[0];
+            else if (d != x[0] + i * x[1])
+                return un_jcur_error(ctx, UN_ERR_INVALID, &dc,
+                                     "devices must be evenly spaced (start, start + stride, ...)");
+        }
+    }
+    if (x[0] < 0 || x[0] > UN_MAX_DEGREE || x[1] < 1 || x[1] > UN_MAX_DEGREE || x[2] < 1 ||
+        x[2] > UN_MAX_DEGREE)
+        return un_jcur_error(ctx, UN_ERR_INVALID, &dc,
+                             "a machine view needs start >= 0, stride >= 1 and at least one "
+                             "device (distinct ids)");
+    *v = (un_view){(int32_t)x[0], (int32_t)x[1], (int32_t)x[2]};
+    return UN_OK;
+}
+
 /* Reads one node object's name and op (pass 1: all names must be known before references). */
 static un_status jnode_head(un_ctx *ctx, const un_jcur *nc, jnode *jn, int32_t j, name_table *t) {
-    static const char *const keys[] = {"name", "op", "in", "params", NULL};
+    static const char *const keys[] = {"name", "op", "in", "params", "devices", NULL};
     un_status st = un_jcur_need_type(ctx, nc, UN_JSON_OBJECT);
     if (st == UN_OK)
         st = un_jcur_check_keys(ctx, nc, keys);
@@ -1017,6 +1070,8 @@ static un_status jnode_body(un_ctx *ctx, const un_spec *spec, const un_jcur *nc,
                 return st;
         }
     }
+    if ((st = jview(ctx, nc, &x->view)) != UN_OK)
+        return st;
     un_jcur pc = un_jcur_member(nc, "params");
     bool given[UN_MAX_PARAMS] = {false};
     un_spec_param_defaults(os, x->params);
@@ -1162,6 +1217,7 @@ un_status un_graph_from_jcur(un_ctx *ctx, const un_spec *spec, const un_jcur *c,
             st = un_jcur_error(ctx, st, &nc, "%s", un_ctx_errmsg(tmp));
             goto done;
         }
+        un_graph_node_set_view(g, x->id, x->view);
     }
 
     un_jcur oc = un_jcur_member(c, "outputs");

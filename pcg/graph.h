@@ -25,6 +25,14 @@ typedef struct un_ref {
     int32_t out;  /* which of its outputs */
 } un_ref;
 
+/* A machine view (FlexFlow's MachineView, one dim): the devices start, start + stride, ...,
+ * start + (count - 1) * stride hold a node's pieces, piece p the (p mod count)-th of them.
+ * count 0 = the default (piece p on device p mod D). Placement only: it changes no value, shape,
+ * hash or rule; graph JSON writes it as the node's "devices" list. */
+typedef struct un_view {
+    int32_t start, stride, count;
+} un_view;
+
 typedef struct un_node {
     un_op op;
     un_param params[UN_MAX_PARAMS]; /* indexed like the op spec's params */
@@ -32,6 +40,7 @@ typedef struct un_node {
     un_ref in[UN_MAX_INPUTS];
     un_infer inf; /* inferred outputs (inf.out, inf.n_out) and rule uses */
     char *name;   /* optional label (owned by the graph), NULL when none */
+    un_view view; /* where its pieces run (count 0: the default) */
 } un_node;
 
 typedef struct un_graph un_graph;
@@ -85,6 +94,8 @@ un_status un_graph_add(un_ctx *ctx, un_graph *g, un_op op, const un_param *param
 /* Adds parallel op `op` over `in` with its dim (ignored by replicate and reduce) and degree. */
 un_status un_graph_add_parallel(un_ctx *ctx, un_graph *g, un_op op, un_ref in, int64_t dim,
                                 int64_t degree, const char *name, int32_t *out);
+/* Sets node id's machine view (placement only; not checked against any device count here). */
+void un_graph_node_set_view(un_graph *g, int32_t id, un_view v);
 /* Fixes the graph outputs explicitly (otherwise: every unconsumed output). */
 un_status un_graph_set_outputs(un_ctx *ctx, un_graph *g, const un_ref *outs, int n);
 

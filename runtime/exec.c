@@ -93,6 +93,13 @@ static un_kt make_kt(const xt *t, void *data) {
     return k;
 }
 
+/* ---- placement ---- */
+
+static int place(const un_exec *ex, int32_t id, int64_t p);
+
+/* The node id of an executor node. */
+static int32_t xn_id(const un_exec *ex, const xnode *xn) { return (int32_t)(xn - ex->nodes); }
+
 /* ---- allocation ---- */
 
 static un_status xalloc(un_ctx *ctx, un_exec *ex, size_t bytes, void **out) {
@@ -218,7 +225,7 @@ static un_status plan_regular(un_ctx *ctx, un_exec *ex, const un_node *nd, xnode
     memset(u, 0, sizeof u);
     for (int64_t q = 0; q < ntup; q++) {
         un_infer_piece(inf, u, true, 0, blk, &sum, &copy);
-        int d = (int)(piece_index(&xn->outs[0].shape, blk, sum, copy) % ex->size);
+        int d = place(ex, xn_id(ex, xn), piece_index(&xn->outs[0].shape, blk, sum, copy));
         dev[q] = d;
         for (int o = 0; o < xn->n_out; o++) {
             un_infer_piece(inf, u, true, o, blk, &sum, &copy);
@@ -394,7 +401,7 @@ static un_status plan_parallel(un_ctx *ctx, un_exec *ex, const un_node *nd, xnod
     xt *so = &xn->outs[0];
     plan_arg a = {0};
     for (int64_t p = 0; p < so->np; p++) {
-        so->owner[p] = (int32_t)(p % ex->size);
+        so->owner[p] = place(ex, xn_id(ex, xn), p);
         a.to = so->owner[p];
         parallel_sources(ex, xn, nd, k, p, count_xfer, &a);
     }
@@ -420,7 +427,9 @@ static un_status plan_parallel(un_ctx *ctx, un_exec *ex, const un_node *nd, xnod
 
 /* The device of piece p of node id's output (the plan's machine view; default p mod D). */
 static int place(const un_exec *ex, int32_t id, int64_t p) {
-    (void)id;
+    const un_view *v = &un_graph_node(ex->g, id)->view;
+    if (v->count > 0)
+        return v->start + (int)(p % v->count) * v->stride;
     return (int)(p % ex->size);
 }
 
@@ -657,6 +666,15 @@ un_status un_exec_new(un_ctx *ctx, const un_graph *g, un_comm *comm, un_backend 
     /* Weights: their logical order (node order) and this rank's pieces of them, flat. */
     for (int32_t id = 0; id < ex->n; id++) {
         const un_node *nd = un_graph_node(g, id);
+        int64_t last = nd->view.start + (int64_t)(nd->view.count - 1) * nd->view.stride;
+        if (nd->view.count > 0 && last >= ex->size) {
+            st = un_ctx_error(ctx, UN_ERR_INVALID,
+                              "node '%s' is placed on devices %d..%lld (stride %d), but there "
+                              "are %d devices",
+                              nd->name ? nd->name : "?", nd->view.start, (long long)last,
+                              nd->view.stride, ex->size);
+            goto fail;
+        }
         ex->lparam_off[id] = -1;
         if (nd->op == UN_OP_WEIGHT) {
             const un_shape *s = &nd->inf.out[0];

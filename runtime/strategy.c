@@ -305,6 +305,11 @@ un_status un_strategy_fold_weights(un_ctx *ctx, const un_graph *g, un_graph **ou
         if (folded_into[id] >= 0) /* the weight takes the last op's layout */
             source_layout(spec, UN_OP_WEIGHT, p, &un_graph_node(g, folded_into[id])->inf.out[0]);
         st = un_graph_add(ctx, ng, nd->op, p, ins, nd->n_in, nd->name, &nid);
+        if (st != UN_OK)
+            break;
+        un_graph_node_set_view(ng, nid,
+                               folded_into[id] >= 0 ? un_graph_node(g, folded_into[id])->view
+                                                    : nd->view);
         for (int o = 0; o < nd->inf.n_out; o++)
             map[id * UN_MAX_OUTPUTS + o] = (un_ref){nid, o};
         for (int32_t u = folded_into[id]; u >= 0 && st == UN_OK;) { /* the chain reads it */
@@ -322,6 +327,11 @@ int64_t un_strategy_devices(const un_graph *g) {
     int64_t most = 1;
     for (int32_t id = 0; id < un_graph_node_count(g); id++) {
         const un_node *nd = un_graph_node(g, id);
+        if (nd->view.count > 0) { /* a machine view names its devices */
+            int64_t last = nd->view.start + (int64_t)(nd->view.count - 1) * nd->view.stride;
+            most = last + 1 > most ? last + 1 : most;
+            continue;
+        }
         for (int o = 0; o < nd->inf.n_out; o++) {
             int64_t p = un_shape_npieces(&nd->inf.out[o]);
             most = p > most ? p : most;
@@ -340,9 +350,9 @@ un_status un_strategy_plan_load(un_ctx *ctx, const un_spec *spec, const char *pa
     int64_t used = un_strategy_devices(plan);
     if (used != devices) {
         st = un_ctx_error(ctx, UN_ERR_MISMATCH,
-                          "%s: the plan runs on %lld devices (its largest tensor has %lld "
-                          "pieces), but --devices is %d",
-                          path, (long long)used, (long long)used, devices);
+                          "%s: the plan runs on %lld devices (its most pieces of a tensor, or "
+                          "the last device of a machine view + 1), but --devices is %d",
+                          path, (long long)used, devices);
         goto done;
     }
     if ((st = un_strategy_strip(ctx, plan, &bare)) != UN_OK)

@@ -649,6 +649,14 @@ static void write_graph(const un_graph *g, const char *path) {
     un_buf_free(&b);
 }
 
+/* The largest relative difference of steps [0, n) of a against steps [off, off + n) of b. */
+static double loss_diff(const un_train_result *a, const un_train_result *b, int n, int off) {
+    double worst = 0;
+    for (int s = 0; s < n; s++)
+        worst = fmax(worst, fabs(a->losses[s] - b->losses[off + s]) / fabs(b->losses[off + s]));
+    return worst;
+}
+
 static un_train_result train_json(const char *model, const char *strategy, int devices,
                                   int steps, const char *save, const char *load, un_status *st) {
     un_train_opts o = test_opts(model, devices, steps, save, load);
@@ -683,9 +691,7 @@ static void test_tensor_parallel_plan(void) {
     EXPECT_OK(NULL, st);
     EXPECT_OK(NULL, st4);
     if (st == UN_OK && st4 == UN_OK) {
-        double worst = 0;
-        for (int s = 0; s < 10; s++)
-            worst = fmax(worst, fabs(r4.losses[s] - r1.losses[s]) / fabs(r1.losses[s]));
+        double worst = loss_diff(&r4, &r1, 10, 0);
         test__check(worst <= 1e-9, TEST__AT, "tensor plan vs serial: loss difference %g", worst);
         int64_t sent = 0, want = 2 * 3 * cfg.batch * cfg.out * (int64_t)sizeof(double);
         for (int d = 0; d < 4; d++) {
@@ -709,9 +715,7 @@ static void test_tensor_parallel_plan(void) {
     for (int k = 0; k < 2 && st == UN_OK; k++) {
         un_train_result b = train_json(ms, plans[k], k + 1, 4, NULL, ck, &st);
         EXPECT_OK(NULL, st);
-        double worst = 0;
-        for (int s = 0; st == UN_OK && s < 4; s++)
-            worst = fmax(worst, fabs(b.losses[s] - r1.losses[6 + s]) / fabs(r1.losses[6 + s]));
+        double worst = st == UN_OK ? loss_diff(&b, &r1, 4, 6) : 1;
         test__check(st == UN_OK && worst <= 1e-9, TEST__AT,
                     "saved under tensor/4, loaded under %s: loss difference %g", plans[k], worst);
         un_train_result_free(&b);
@@ -725,6 +729,59 @@ static void test_tensor_parallel_plan(void) {
     un_graph_free(gs);
     un_graph_free(gt);
     un_ctx_free(ctx);
+}
+
+/* Two branches of one model, the second placed on device 1 by machine views ("devices"): the
+ * serial losses, each device holding its branch's weights, one [16, 8] activation and its
+ * gradient crossing per step; a view beyond the devices is refused with one error. */
+static void test_machine_views(void) {
+#define BR(b, dev)                                                                                 \
+    " {\"name\": \"w" b "1\", \"op\": \"weight\", \"params\": {\"shape\": [32, 64]}" dev "},"        \
+    " {\"name\": \"w" b "2\", \"op\": \"weight\", \"params\": {\"shape\": [64, 8]}" dev "},"         \
+    " {\"name\": \"" b "1\", \"op\": \"linear\", \"in\": [\"x\", \"w" b "1\"]" dev "},"               \
+    " {\"name\": \"" b "2\", \"op\": \"linear\", \"in\": [\"" b "1\", \"w" b "2\"]" dev "},"
+#define TWO(dev)                                                                                   \
+    "{\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [16, 32]}},"         \
+    BR("a", "") BR("b", dev) " {\"name\": \"y\", \"op\": \"ew_add\", \"in\": [\"a2\", \"b2\"]}]}"
+    static const char *serial = TWO(""), *placed = TWO(", \"devices\": [1]"),
+                      *beyond = TWO(", \"devices\": {\"start\": 3, \"count\": 1}");
+#undef TWO
+#undef BR
+    char ms[64], mp[64], mb[64];
+    tmp_path(ms, sizeof ms, "two.json");
+    tmp_path(mp, sizeof mp, "two_placed.json");
+    tmp_path(mb, sizeof mb, "two_beyond.json");
+    const char *txt[] = {serial, placed, beyond}, *paths[] = {ms, mp, mb};
+    for (int i = 0; i < 3; i++) {
+        FILE *f = fopen(paths[i], "w");
+        fputs(txt[i], f);
+        fclose(f);
+    }
+    un_status st, st2;
+    un_train_result r1 = train_json(ms, "serial", 1, 8, NULL, NULL, &st);
+    un_train_result r2 = train_json(ms, mp, 2, 8, NULL, NULL, &st2);
+    EXPECT_OK(NULL, st);
+    EXPECT_OK(NULL, st2);
+    if (st == UN_OK && st2 == UN_OK) {
+        double worst = loss_diff(&r2, &r1, 8, 0);
+        test__check(worst <= 1e-9, TEST__AT, "placed branches vs serial: loss difference %g",
+                    worst);
+        int64_t branch = (32 * 64 + 64 * 8) * (int64_t)sizeof(double);
+        EXPECT_EQ(r2.dev[0].weight_bytes, branch);
+        EXPECT_EQ(r2.dev[1].weight_bytes, branch);
+        EXPECT_EQ(r2.dev[1].sent + r2.dev[0].sent, 2 * 16 * 8 * (int64_t)sizeof(double));
+    }
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_graph *mg = NULL, *pg = NULL;
+    EXPECT_OK(ctx, un_graph_load(ctx, spec, ms, &mg));
+    EXPECT_EQ(un_strategy_plan_load(ctx, spec, mb, mg, 2, &pg), UN_ERR_MISMATCH);
+    EXPECT_TRUE(strstr(un_ctx_errmsg(ctx), "runs on 4 devices") != NULL);
+    un_graph_free(mg);
+    un_ctx_free(ctx);
+    un_train_result_free(&r1);
+    un_train_result_free(&r2);
+    for (int i = 0; i < 3; i++)
+        remove(paths[i]);
 }
 
 /* Plans: the data-parallel graph is a valid plan for 2 devices, not for 4 or for another model. */
@@ -773,6 +830,7 @@ int main(void) {
         {"checkpoint_errors", test_checkpoint_errors},
         {"plan_validation", test_plan_validation},
         {"tensor_parallel_plan", test_tensor_parallel_plan},
+        {"machine_views", test_machine_views},
     };
     return TEST_RUN_WITH_SPEC(cases, &spec);
 }
