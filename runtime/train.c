@@ -13,6 +13,7 @@
 #include "runtime/backend.h"
 #include "runtime/comm.h"
 #include "runtime/exec.h"
+#include "runtime/checkpoint.h"
 #include "runtime/optim.h"
 #include "runtime/strategy.h"
 #include "runtime/zoo.h"

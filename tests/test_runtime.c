@@ -10,6 +10,7 @@
 #include "pcg/eval.h"
 #include "pcg/sample.h"
 #include "runtime/exec.h"
+#include "runtime/checkpoint.h"
 #include "runtime/optim.h"
 #include "runtime/strategy.h"
 #include "runtime/train.h"
