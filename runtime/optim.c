@@ -1,6 +1,8 @@
 /* optim.c - weight initialisation, SGD with momentum and Adam (checkpoints: checkpoint.c). */
 #include "runtime/optim.h"
 
+#include "runtime/backend_impl.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,7 +12,8 @@ struct un_optim {
     un_optim_params p;
     un_prec prec;
     int64_t n, t;
-    void *m, *v; /* SGD: m is the velocity; Adam: first and second moments (in prec) */
+    void *m, *v;    /* SGD: m is the velocity; Adam: first and second moments (in prec) */
+    un_backend *be; /* where m and v live (NULL: host memory) */
 };
 
 un_optim_params un_optim_params_default(un_opt_kind kind) {
@@ -57,11 +60,40 @@ un_status un_optim_new(un_ctx *ctx, un_optim_params p, int64_t n, un_prec prec, 
     return UN_OK;
 }
 
+un_status un_optim_new_on(un_ctx *ctx, un_optim_params p, int64_t n, un_backend *be,
+                          un_optim **out) {
+    un_optim *o;
+    un_status st = un_optim_new(ctx, p, n < 0 ? n : 0, un_backend_prec(be), &o); /* checks p, n */
+    *out = NULL;
+    if (st != UN_OK)
+        return st;
+    free(o->m);
+    free(o->v);
+    o->m = o->v = NULL;
+    o->be = be;
+    o->n = n;
+    size_t bytes = (size_t)(n ? n : 1) * (o->prec == UN_PREC_F32 ? sizeof(float) : sizeof(double));
+    st = un_backend_alloc(ctx, be, bytes, &o->m);
+    if (st == UN_OK && p.kind == UN_OPT_ADAM)
+        st = un_backend_alloc(ctx, be, bytes, &o->v);
+    if (st != UN_OK) {
+        un_optim_free(o);
+        return st;
+    }
+    *out = o;
+    return UN_OK;
+}
+
 void un_optim_free(un_optim *o) {
     if (!o)
         return;
-    free(o->m);
-    free(o->v);
+    if (o->be) {
+        un_backend_release(o->be, o->m);
+        un_backend_release(o->be, o->v);
+    } else {
+        free(o->m);
+        free(o->v);
+    }
     free(o);
 }
 
@@ -72,40 +104,27 @@ un_opt_kind un_optim_kind(const un_optim *o) { return o->p.kind; }
 void *un_optim_state(const un_optim *o, int i) { return i == 0 ? o->m : i == 1 ? o->v : NULL; }
 un_prec un_optim_prec(const un_optim *o) { return o->prec; }
 
-static inline double getv(const void *a, un_prec prec, int64_t i) {
-    return prec == UN_PREC_F32 ? (double)((const float *)a)[i] : ((const double *)a)[i];
+void un_optim_step(un_optim *o, void *w, const void *g) {
+    UN_ASSERT(o->be == NULL || un_backend_host_visible(o->be));
+    o->t++;
+    un__optim_update_host(o->prec, &o->p, o->t, o->n, w, g, o->m, o->v);
 }
+
+un_status un_optim_step_on(un_ctx *ctx, un_optim *o, un_backend *be, void *w, const void *g) {
+    UN_ASSERT(o->be == be || (o->be == NULL && un_backend_host_visible(be)));
+    UN_ASSERT(un_backend_prec(be) == o->prec);
+    o->t++;
+    return un_backend_optim_step(ctx, be, &o->p, o->t, o->n, w, g, o->m, o->v);
+}
+
+/* ---- initialisation ---- */
+
 static inline void setv(void *a, un_prec prec, int64_t i, double x) {
     if (prec == UN_PREC_F32)
         ((float *)a)[i] = (float)x;
     else
         ((double *)a)[i] = x;
 }
-
-void un_optim_step(un_optim *o, void *w, const void *g) {
-    o->t++;
-    const un_optim_params *p = &o->p;
-    if (p->kind == UN_OPT_SGD) {
-        for (int64_t i = 0; i < o->n; i++) {
-            double v = p->momentum * getv(o->m, o->prec, i) + getv(g, o->prec, i);
-            setv(o->m, o->prec, i, v);
-            setv(w, o->prec, i, getv(w, o->prec, i) - p->lr * getv(o->m, o->prec, i));
-        }
-        return;
-    }
-    double c1 = 1.0 - pow(p->beta1, (double)o->t), c2 = 1.0 - pow(p->beta2, (double)o->t);
-    double step = p->lr * sqrt(c2) / c1;
-    for (int64_t i = 0; i < o->n; i++) {
-        double gi = getv(g, o->prec, i);
-        setv(o->m, o->prec, i, p->beta1 * getv(o->m, o->prec, i) + (1 - p->beta1) * gi);
-        setv(o->v, o->prec, i, p->beta2 * getv(o->v, o->prec, i) + (1 - p->beta2) * gi * gi);
-        double m = getv(o->m, o->prec, i), v = getv(o->v, o->prec, i);
-        double eps_hat = p->eps * sqrt(c2); /* torch: eps added to sqrt(v_hat) */
-        setv(w, o->prec, i, getv(w, o->prec, i) - step * m / (sqrt(v) + eps_hat));
-    }
-}
-
-/* ---- initialisation ---- */
 
 /* The first regular op that reads weight w (through parallel ops), and at which input slot. */
 static bool weight_use(const un_graph *g, int32_t w, un_op *op, int *slot) {

@@ -16,6 +16,8 @@
 
 typedef enum { UN_OPT_SGD, UN_OPT_ADAM, UN_OPT_COUNT } un_opt_kind;
 
+typedef struct un_backend un_backend; /* runtime/backend.h */
+
 typedef struct un_optim_params {
     un_opt_kind kind;
     double lr;                /* learning rate */
@@ -32,21 +34,29 @@ bool un_opt_from_name(const char *name, un_opt_kind *out);
 
 /* ---- lifecycle ---- */
 
-/* An optimizer over n parameters. Owned: free with un_optim_free. */
+/* An optimizer over n parameters, its state in host memory. Owned: free with un_optim_free. */
 un_status un_optim_new(un_ctx *ctx, un_optim_params p, int64_t n, un_prec prec, un_optim **out);
+/* The same with its state (zeroed) in backend be's memory, in be's precision; be must outlive it.
+ * UN_ERR_NOMEM when the backend has no room. */
+un_status un_optim_new_on(un_ctx *ctx, un_optim_params p, int64_t n, un_backend *be,
+                          un_optim **out);
 void un_optim_free(un_optim *o);
 
 /* ---- use ---- */
 
 /* One update w -= f(g) of all n parameters (SGD: v = mu v + g, w -= lr v; Adam with bias
- * correction). */
+ * correction), w and g in host memory (the state too, or on a host-visible backend). */
 void un_optim_step(un_optim *o, void *w, const void *g);
+/* The same update run by backend be on its memory (w, g and the state there). */
+un_status un_optim_step_on(un_ctx *ctx, un_optim *o, un_backend *be, void *w, const void *g);
 int64_t un_optim_steps(const un_optim *o); /* updates done (restored by a checkpoint) */
 void un_optim_set_steps(un_optim *o, int64_t t);
 int64_t un_optim_count(const un_optim *o); /* parameters it updates */
 un_opt_kind un_optim_kind(const un_optim *o);
 /* Its state arrays, n elements in its precision, aligned with the parameters: i = 0 the SGD
- * velocity or Adam's first moment, i = 1 Adam's second moment (NULL for SGD). Borrowed. */
+ * velocity or Adam's first moment, i = 1 Adam's second moment (NULL for SGD). Borrowed; backend
+ * memory for an optimizer made by un_optim_new_on (host code may read it only when that backend
+ * is host-visible). */
 void *un_optim_state(const un_optim *o, int i);
 un_prec un_optim_prec(const un_optim *o); /* the precision of its state */
 

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "runtime/backend.h"
+#include "runtime/backend_impl.h"
 #include "runtime/comm.h"
 #include "runtime/exec.h"
 #include "runtime/checkpoint.h"
@@ -169,9 +170,6 @@ un_status un_train_parse_args(un_ctx *ctx, int argc, char **argv, un_train_opts 
 
 /* ---- losses ---- */
 
-static inline double ld(const void *a, un_prec p, int64_t i) {
-    return p == UN_PREC_F32 ? (double)((const float *)a)[i] : ((const double *)a)[i];
-}
 static inline void st_(void *a, un_prec p, int64_t i, double x) {
     if (p == UN_PREC_F32)
         ((float *)a)[i] = (float)x;
@@ -181,46 +179,7 @@ static inline void st_(void *a, un_prec p, int64_t i, double x) {
 
 double un_train_ce(un_prec prec, const void *logits, int64_t rows, int64_t c, int64_t r0,
                    int64_t n_total, const int64_t *labels, void *grad) {
-    double total = 0;
-    for (int64_t r = 0; r < rows; r++) {
-        double mx = -INFINITY;
-        for (int64_t j = 0; j < c; j++)
-            mx = fmax(mx, ld(logits, prec, r * c + j));
-        double s = 0;
-        for (int64_t j = 0; j < c; j++)
-            s += exp(ld(logits, prec, r * c + j) - mx);
-        double lse = mx + log(s);
-        int64_t y = labels[r0 + r];
-        total += lse - ld(logits, prec, r * c + y);
-        for (int64_t j = 0; j < c; j++) {
-            double p = exp(ld(logits, prec, r * c + j) - lse);
-            st_(grad, prec, r * c + j, (p - (j == y ? 1.0 : 0.0)) / (double)n_total);
-        }
-    }
-    return total;
-}
-
-/* MSE over one piece: sum of squared errors of its elements against the full label, gradient
- * 2 (y - t) / numel. */
-static double mse_piece(un_prec prec, const un_shape *s, const un_exec_piece *ep, const void *label,
-                        void *grad) {
-    int64_t numel = un_shape_numel(s), pn = 1;
-    for (int i = 0; i < s->rank; i++)
-        pn *= ep->dim[i];
-    double total = 0;
-    for (int64_t x = 0; x < pn; x++) {
-        int64_t rest = x, g = 0, coord[UN_MAX_DIMS];
-        for (int i = s->rank - 1; i >= 0; i--) {
-            coord[i] = ep->off[i] + rest % ep->dim[i];
-            rest /= ep->dim[i];
-        }
-        for (int i = 0; i < s->rank; i++)
-            g = g * s->dim[i] + coord[i];
-        double d = ld(ep->val, prec, x) - ld(label, prec, g);
-        total += d * d;
-        st_(grad, prec, x, 2 * d / (double)numel);
-    }
-    return total;
+    return un__loss_ce_host(prec, logits, rows, c, r0, n_total, labels, grad);
 }
 
 /* ---- the model as the trainer sees it ---- */
@@ -387,13 +346,16 @@ static double now_s(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* Inputs and labels of one step, identical on every rank. */
-static void make_batch(const shared *sh, un_exec *ex, int step, un_prec prec, void *labels) {
+/* Inputs and labels of one step, identical on every rank, made in host memory (host[i]: input
+ * i's values, sized for it) and written into the executor's inputs through the backend. */
+static un_status make_batch(un_ctx *ctx, const shared *sh, un_exec *ex, un_backend *be, int step,
+                            un_prec prec, void **host, void *labels) {
     const tmodel *m = sh->m;
     uint64_t seed = sh->o->seed;
+    size_t fes = prec == UN_PREC_F32 ? sizeof(float) : sizeof(double);
     if (sh->text) { /* windows of the text: tokens and the next tokens */
         int32_t node = sh->in_node[0];
-        int64_t *tok = un_exec_source(ex, node);
+        int64_t *tok = host[0];
         int64_t numel = un_shape_numel(un_graph_shape(sh->g, (un_ref){node, 0}));
         int64_t t = numel / m->seqs, range = m->in_range[0];
         un_rng rng;
@@ -406,13 +368,15 @@ static void make_batch(const shared *sh, un_exec *ex, int step, un_prec prec, vo
                 lab[s * t + j] = sh->text[o0 + (uint64_t)j + 1] % range;
             }
         }
-        return;
+        return un_backend_write(ctx, be, un_exec_source(ex, node), tok,
+                                (size_t)numel * sizeof(int64_t));
     }
     /* Synthetic: a fixed pool of 4 batches, so the loss falls as the model fits them. */
     uint64_t b = (uint64_t)step % 4;
-    for (int i = 0; i < m->n_inputs; i++) {
+    un_status st = UN_OK;
+    for (int i = 0; i < m->n_inputs && st == UN_OK; i++) {
         int32_t node = sh->in_node[i];
-        void *dst = un_exec_source(ex, node);
+        void *dst = host[i];
         int64_t numel = un_shape_numel(un_graph_shape(sh->g, (un_ref){node, 0}));
         un_rng rng;
         un_rng_seed(&rng, un_hash_combine(un_hash_combine(seed, b), 1000 + (uint64_t)i));
@@ -422,6 +386,8 @@ static void make_batch(const shared *sh, un_exec *ex, int step, un_prec prec, vo
             else
                 st_(dst, prec, x, 2 * un_rng_double(&rng) - 1);
         }
+        st = un_backend_write(ctx, be, un_exec_source(ex, node), dst,
+                              (size_t)numel * (m->in_int[i] ? sizeof(int64_t) : fes));
     }
     un_rng rng;
     un_rng_seed(&rng, un_hash_combine(un_hash_combine(seed, b), 999));
@@ -431,6 +397,7 @@ static void make_batch(const shared *sh, un_exec *ex, int step, un_prec prec, vo
         else
             st_(labels, prec, x, 2 * un_rng_double(&rng) - 1);
     }
+    return st;
 }
 
 static void progress(const shared *sh, int step, double loss, double sps) {
@@ -444,19 +411,21 @@ static void progress(const shared *sh, int step, double loss, double sps) {
     fflush(stderr);
 }
 
-/* The optimizer for o's flags over n parameters. */
-static un_status optim_make(un_ctx *ctx, const un_train_opts *o, int64_t n, un_optim **out) {
+/* The optimizer for o's flags over n parameters, its state on be (NULL: host memory). */
+static un_status optim_make(un_ctx *ctx, const un_train_opts *o, int64_t n, un_backend *be,
+                            un_optim **out) {
     un_opt_kind k = UN_OPT_ADAM;
     un_opt_from_name(o->optimizer, &k);
     un_optim_params op = un_optim_params_default(k);
     if (o->lr > 0)
         op.lr = o->lr;
-    return un_optim_new(ctx, op, n, o->prec, out);
+    return be ? un_optim_new_on(ctx, op, n, be, out) : un_optim_new(ctx, op, n, o->prec, out);
 }
 
 /* Initial (or loaded) weights and optimizer state, logical on every rank, then cut into this
  * rank's pieces: a checkpoint loads into any plan and device count. */
-static un_status setup_weights(un_ctx *ctx, shared *sh, un_exec *ex, un_optim **opt) {
+static un_status setup_weights(un_ctx *ctx, shared *sh, un_exec *ex, un_backend *be,
+                               un_optim **opt) {
     const un_train_opts *o = sh->o;
     int64_t nl = un_exec_lparam_count(ex);
     size_t fes = o->prec == UN_PREC_F32 ? 4 : 8;
@@ -465,9 +434,9 @@ static un_status setup_weights(un_ctx *ctx, shared *sh, un_exec *ex, un_optim **
     if (!lw)
         return un_ctx_error(ctx, UN_ERR_NOMEM, "no memory for the weights (%lld)", (long long)nl);
     un_optim_init_weights(sh->g, o->seed, o->prec, lw, nl);
-    un_status st = optim_make(ctx, o, un_exec_param_count(ex), opt);
+    un_status st = optim_make(ctx, o, un_exec_param_count(ex), be, opt);
     if (st == UN_OK && o->load) {
-        if ((st = optim_make(ctx, o, nl, &lo)) == UN_OK)
+        if ((st = optim_make(ctx, o, nl, NULL, &lo)) == UN_OK)
             st = un_checkpoint_load(ctx, o->load, sh->g, o->prec, lw, lo);
         for (int i = 0; st == UN_OK && i < 2; i++)
             if (un_optim_state(*opt, i))
@@ -494,7 +463,7 @@ static un_status save_weights(un_ctx *ctx, shared *sh, un_comm *comm, un_exec *e
     un_status st = UN_OK;
     if (root) {
         lw = calloc((size_t)(nl ? nl : 1), fes);
-        st = lw ? optim_make(ctx, o, nl, &lo)
+        st = lw ? optim_make(ctx, o, nl, NULL, &lo)
                 : un_ctx_error(ctx, UN_ERR_NOMEM, "no memory to gather the weights");
     }
     st = un_comm_agree(ctx, comm, st);
@@ -549,17 +518,29 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
     un_backend *be = NULL;
     un_exec *ex = NULL;
     un_optim *opt = NULL;
-    void *labels = NULL;
+    void *labels = NULL, *host[UN_ZOO_MAX_INPUTS] = {0};
+    un_buffer *dlabels = NULL; /* the labels on the backend, where the loss reads them */
     int rank = un_comm_rank(comm);
+    size_t lbytes = (size_t)m->label_numel * (m->loss == UN_LOSS_CE ? sizeof(int64_t) : fes);
     un_status st = un_backend_cpu_new(ctx, prec, sh->threads, &be);
     if (st == UN_OK)
         st = un_exec_new(ctx, sh->g, comm, be, &ex);
     if (st == UN_OK)
-        st = setup_weights(ctx, sh, ex, &opt);
+        st = setup_weights(ctx, sh, ex, be, &opt);
+    if (st == UN_OK)
+        st = un_buffer_new(ctx, be, lbytes, &dlabels);
     if (st == UN_OK) {
-        labels = calloc((size_t)m->label_numel, m->loss == UN_LOSS_CE ? sizeof(int64_t) : fes);
+        labels = calloc(1, lbytes);
+        for (int i = 0; i < m->n_inputs && labels; i++) {
+            int64_t numel = un_shape_numel(un_graph_shape(sh->g, (un_ref){sh->in_node[i], 0}));
+            host[i] = calloc((size_t)numel, m->in_int[i] ? sizeof(int64_t) : fes);
+            if (!host[i]) {
+                free(labels);
+                labels = NULL;
+            }
+        }
         if (!labels)
-            st = un_ctx_error(ctx, UN_ERR_NOMEM, "no memory for the labels");
+            st = un_ctx_error(ctx, UN_ERR_NOMEM, "no memory for the inputs and labels");
     }
     st = un_comm_agree(ctx, comm, st);
     /* A loaded run continues where the checkpoint stopped: same data, same dropout masks. */
@@ -567,28 +548,38 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
     const un_shape *os = st == UN_OK ? un_exec_output_shape(ex, 0) : NULL;
     for (int step = 0; st == UN_OK && step < o->steps; step++) {
         double t0 = now_s();
-        make_batch(sh, ex, start + step, prec, labels);
+        if ((st = make_batch(ctx, sh, ex, be, start + step, prec, host, labels)) != UN_OK ||
+            (st = un_buffer_write(ctx, dlabels, 0, labels, lbytes)) != UN_OK)
+            break;
         uint64_t dseed = un_mix64(un_hash_combine(o->seed, (uint64_t)(start + step))) | 1;
         if ((st = un_exec_forward(ctx, ex, dseed)) != UN_OK)
             break;
         int np;
         const un_exec_piece *pc = un_exec_output_pieces(ex, 0, &np);
         double loss = 0;
-        for (int i = 0; i < np; i++) {
+        un_kt target = {.dtype = m->loss == UN_LOSS_CE ? UN_DT_INT : UN_DT_FLOAT,
+                        .rank = m->loss == UN_LOSS_CE ? 1 : os->rank,
+                        .data = un_buffer_at(dlabels, 0)};
+        memcpy(target.dim, os->dim, sizeof target.dim);
+        for (int i = 0; i < np && st == UN_OK; i++) {
             if (pc[i].copy != 0)
                 continue;
-            if (m->loss == UN_LOSS_CE)
-                loss += un_train_ce(prec, pc[i].val, pc[i].dim[0], os->dim[1], pc[i].off[0],
-                                    os->dim[0], labels, pc[i].grad);
-            else
-                loss += mse_piece(prec, os, &pc[i], labels, pc[i].grad);
+            un_kt y = {.dtype = UN_DT_FLOAT, .rank = os->rank, .data = pc[i].val};
+            un_kt gy = {.dtype = UN_DT_FLOAT, .rank = os->rank, .data = pc[i].grad};
+            memcpy(y.dim, pc[i].dim, sizeof y.dim);
+            memcpy(gy.dim, pc[i].dim, sizeof gy.dim);
+            double part;
+            st = un_backend_loss(ctx, be, m->loss, &y, pc[i].off, os->dim, &target, &gy, &part);
+            loss += part;
         }
-        if ((st = un_exec_backward(ctx, ex)) != UN_OK)
+        if (st != UN_OK || (st = un_exec_backward(ctx, ex)) != UN_OK)
             break;
         if ((st = un_comm_allreduce(ctx, comm, UN_RED_F64, &loss, 1)) != UN_OK)
             break;
         loss /= (double)(m->loss == UN_LOSS_CE ? os->dim[0] : un_shape_numel(os));
-        un_optim_step(opt, un_exec_params(ex), un_exec_param_grads(ex));
+        if ((st = un_optim_step_on(ctx, opt, be, un_exec_params(ex), un_exec_param_grads(ex))) !=
+            UN_OK)
+            break;
         double dt = now_s() - t0;
         if (rank == 0) {
             sh->losses[step] = loss;
@@ -613,6 +604,9 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
     if (st == UN_OK)
         st = report_stats(ctx, sh, comm, ex, opt);
     free(labels);
+    for (int i = 0; i < m->n_inputs; i++)
+        free(host[i]);
+    un_buffer_free(dlabels);
     un_optim_free(opt);
     un_exec_free(ex);
     un_backend_free(be);

@@ -59,8 +59,7 @@
 #define UN_ZOO_H
 
 #include "pcg/graph.h"
-
-typedef enum { UN_LOSS_CE, UN_LOSS_MSE } un_loss_kind;
+#include "runtime/backend.h" /* un_loss_kind */
 
 #define UN_ZOO_MAX_INPUTS 16
 
