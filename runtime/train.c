@@ -549,8 +549,10 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
     for (int step = 0; st == UN_OK && step < o->steps; step++) {
         double t0 = now_s();
         if ((st = make_batch(ctx, sh, ex, be, start + step, prec, host, labels)) != UN_OK ||
-            (st = un_buffer_write(ctx, dlabels, 0, labels, lbytes)) != UN_OK)
+            (st = un_buffer_write(ctx, dlabels, 0, labels, lbytes)) != UN_OK) {
+            un_comm_abort(comm); /* the other ranks may be waiting in a collective */
             break;
+        }
         uint64_t dseed = un_mix64(un_hash_combine(o->seed, (uint64_t)(start + step))) | 1;
         if ((st = un_exec_forward(ctx, ex, dseed)) != UN_OK)
             break;
@@ -572,14 +574,20 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
             st = un_backend_loss(ctx, be, m->loss, &y, pc[i].off, os->dim, &target, &gy, &part);
             loss += part;
         }
-        if (st != UN_OK || (st = un_exec_backward(ctx, ex)) != UN_OK)
+        if (st != UN_OK) {
+            un_comm_abort(comm);
+            break;
+        }
+        if ((st = un_exec_backward(ctx, ex)) != UN_OK)
             break;
         if ((st = un_comm_allreduce(ctx, comm, UN_RED_F64, &loss, 1)) != UN_OK)
             break;
         loss /= (double)(m->loss == UN_LOSS_CE ? os->dim[0] : un_shape_numel(os));
         if ((st = un_optim_step_on(ctx, opt, be, un_exec_params(ex), un_exec_param_grads(ex))) !=
-            UN_OK)
+            UN_OK) {
+            un_comm_abort(comm);
             break;
+        }
         double dt = now_s() - t0;
         if (rank == 0) {
             sh->losses[step] = loss;
@@ -702,7 +710,7 @@ un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res
     un_comm *mpi = NULL;
     shared sh;
     memset(&sh, 0, sizeof sh);
-    bool use_mpi = strcmp(o->comm, "mpi") == 0;
+    bool use_mpi = strcmp(o->comm, "mpi") == 0, in_run = false;
     un_status st = UN_OK;
     if (use_mpi) { /* first, so that only rank 0 reports any error below */
         if ((st = un_comm_mpi_new(ctx, &mpi)) != UN_OK)
@@ -785,6 +793,7 @@ un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res
     sh.losses = un_xcalloc((size_t)o->steps, sizeof *sh.losses);
     sh.devices = d;
     sh.dev = un_xcalloc((size_t)d, sizeof *sh.dev);
+    in_run = true; /* from here a failure is agreed by the ranks or aborts the job */
     if (use_mpi)
         st = rank_run(ctx, mpi, &sh);
     else
@@ -819,6 +828,18 @@ un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res
         }
     }
 done:
+    if (mpi && st != UN_OK && !in_run) {
+        /* Every rank found the same failure (the same flags and files): rank 0 reports it while
+         * the others wait, so that no process exits before the report is out. */
+        if (res->rank == 0 && o->err) {
+            fprintf(o->err, "unity-train: %s\n", un_ctx_errmsg(ctx));
+            fflush(o->err);
+            res->reported = true;
+        }
+        un_ctx *c2 = un_ctx_new(NULL);
+        un_comm_barrier(c2, mpi);
+        un_ctx_free(c2);
+    }
     free(sh.dev);
     free(sh.losses);
     free(sh.text);

@@ -40,6 +40,10 @@ typedef struct un_train_opts {
     bool quiet;              /* no per-step lines */
     bool stats;              /* print the per-device accounting at the end */
     FILE *out;               /* per-step lines and the summary (default stdout) */
+    FILE *err; /* mpi: rank 0 writes a failure found before training ("unity-train: <message>")
+                  here before any rank returns, since mpirun ends the job as soon as one process
+                  exits with an error, which can cut rank 0 off before its caller reports it;
+                  NULL (default): the caller reports every failure */
 } un_train_opts;
 
 /* One device's accounting, in bytes (the runtime's own counts, exec.h). Traffic is that of one
@@ -59,6 +63,7 @@ typedef struct un_train_result {
     double samples_per_s; /* mean over the steps after the first */
     double step_ms;       /* mean step time after the first, milliseconds */
     int rank;             /* this process's rank (mpi), 0 otherwise: only rank 0 reports */
+    bool reported;        /* the failure was already written to opts.err */
     int devices;
     int64_t batch;
     un_train_dev_stats *dev; /* per device (devices entries); owned */
