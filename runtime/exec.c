@@ -75,6 +75,7 @@ struct un_exec {
     int *n_opieces;
     uint64_t seed;
     un_exec_stats stats;
+    bool dry; /* planning only (un_exec_estimate_bytes): no backend, no communicator */
 };
 
 /* ---- piece geometry (pcg/shape.h) ---- */
@@ -102,8 +103,21 @@ static int32_t xn_id(const un_exec *ex, const xnode *xn) { return (int32_t)(xn -
 
 /* ---- allocation ---- */
 
+/* A dry run (un_exec_estimate_bytes) plans without a backend: its "buffers" are distinct fake
+ * addresses, never dereferenced, never released. */
+static void xrelease(un_exec *ex, void *p) {
+    if (!ex->dry)
+        un_backend_release(ex->be, p);
+}
+
 static un_status xalloc(un_ctx *ctx, un_exec *ex, size_t bytes, void **out) {
-    un_status st = un_backend_alloc(ctx, ex->be, bytes ? bytes : 1, out);
+    un_status st = UN_OK;
+    if (ex->dry) {
+        static const char fake[1];
+        *out = (void *)(uintptr_t)fake;
+    } else {
+        st = un_backend_alloc(ctx, ex->be, bytes ? bytes : 1, out);
+    }
     if (st == UN_OK) { /* every buffer is taken once, while planning: the peak is the total */
         ex->stats.alloc_bytes += (int64_t)bytes;
         if (ex->stats.alloc_bytes > ex->stats.peak_bytes)
@@ -134,9 +148,9 @@ static un_status tensor_init(un_ctx *ctx, un_exec *ex, xt *t, const un_shape *s)
 static void tensor_deinit(un_exec *ex, xt *t) {
     for (int64_t p = 0; p < t->np; p++) {
         if (!t->borrowed[p])
-            un_backend_release(ex->be, t->val[p]);
+            xrelease(ex, t->val[p]);
         if (!t->gborrowed[p])
-            un_backend_release(ex->be, t->grad[p]);
+            xrelease(ex, t->grad[p]);
     }
     free(t->owner);
     free(t->val);
@@ -144,7 +158,7 @@ static void tensor_deinit(un_exec *ex, xt *t) {
     free(t->borrowed);
     free(t->gborrowed);
     free(t->loff);
-    un_backend_release(ex->be, t->sync);
+    xrelease(ex, t->sync);
 }
 
 /* Buffers of a piece this rank owns. */
@@ -643,22 +657,25 @@ static un_status weight_sync(un_ctx *ctx, un_exec *ex, xt *t) {
     return st;
 }
 
-un_status un_exec_new(un_ctx *ctx, const un_graph *g, un_comm *comm, un_backend *be,
-                      un_exec **out) {
+/* Plans g for `rank` of `size`; be NULL = a dry run (prec gives the element size). */
+static un_status exec_plan(un_ctx *ctx, const un_graph *g, un_comm *comm, int rank, int size,
+                           un_backend *be, un_prec prec, un_exec **out) {
     *out = NULL;
-    if (!un_backend_host_visible(be))
+    if (be && !un_backend_host_visible(be))
         return un_ctx_error(ctx, UN_ERR_UNAVAILABLE,
-                            "executor: backend %s keeps memory off the host; the executor's loss "
-                            "and optimizer need host-visible memory",
+                            "executor: backend %s keeps memory off the host; the executor's "
+                            "parameter scatter/gather and output gather still need host-visible "
+                            "memory",
                             un_backend_name(be));
     un_exec *ex = un_xcalloc(1, sizeof *ex);
     ex->g = g;
     ex->spec = un_graph_spec(g);
     ex->comm = comm;
     ex->be = be;
-    ex->rank = un_comm_rank(comm);
-    ex->size = un_comm_size(comm);
-    ex->fes = un_backend_prec(be) == UN_PREC_F32 ? sizeof(float) : sizeof(double);
+    ex->dry = be == NULL;
+    ex->rank = rank;
+    ex->size = size;
+    ex->fes = prec == UN_PREC_F32 ? sizeof(float) : sizeof(double);
     ex->n = un_graph_node_count(g);
     ex->nodes = un_xcalloc((size_t)ex->n, sizeof *ex->nodes);
     ex->lparam_off = un_xcalloc((size_t)ex->n, sizeof *ex->lparam_off);
@@ -720,7 +737,7 @@ un_status un_exec_new(un_ctx *ctx, const un_graph *g, un_comm *comm, un_backend 
             st = plan_parallel(ctx, ex, nd, xn);
             break;
         default:
-            if (!un_backend_supports_op(be, nd->op))
+            if (be && !un_backend_supports_op(be, nd->op))
                 st = un_ctx_error(ctx, UN_ERR_UNAVAILABLE, "backend %s has no kernel for %s",
                                   un_backend_name(be), un_op_name(nd->op));
             else
@@ -763,6 +780,12 @@ fail:
     return st;
 }
 
+un_status un_exec_new(un_ctx *ctx, const un_graph *g, un_comm *comm, un_backend *be,
+                      un_exec **out) {
+    return exec_plan(ctx, g, comm, un_comm_rank(comm), un_comm_size(comm), be,
+                     un_backend_prec(be), out);
+}
+
 void un_exec_free(un_exec *ex) {
     if (!ex)
         return;
@@ -771,13 +794,13 @@ void un_exec_free(un_exec *ex) {
         const un_node *nd = un_graph_node(ex->g, id);
         for (int o = 0; o < xn->n_out && xn->outs; o++) {
             if (nd->op == UN_OP_INPUT)
-                un_backend_release(ex->be, xn->outs[o].full);
+                xrelease(ex, xn->outs[o].full);
             tensor_deinit(ex, &xn->outs[o]);
         }
         for (int i = 0; i < xn->n_xfer; i++) {
-            un_backend_release(ex->be, xn->xfers[i].buf);
-            un_backend_release(ex->be, xn->xfers[i].gbuf);
-            un_backend_release(ex->be, xn->xfers[i].gret);
+            xrelease(ex, xn->xfers[i].buf);
+            xrelease(ex, xn->xfers[i].gbuf);
+            xrelease(ex, xn->xfers[i].gret);
         }
         free(xn->outs);
         free(xn->xfers);
@@ -790,9 +813,19 @@ void un_exec_free(un_exec *ex) {
     free(ex->n_opieces);
     free(ex->nodes);
     free(ex->lparam_off);
-    un_backend_release(ex->be, ex->params);
-    un_backend_release(ex->be, ex->param_grads);
+    xrelease(ex, ex->params);
+    xrelease(ex, ex->param_grads);
     free(ex);
+}
+
+int64_t un_exec_estimate_bytes(const un_graph *g, int rank, int size, un_prec prec,
+                               int opt_arrays) {
+    un_exec *ex = NULL;
+    if (exec_plan(NULL, g, NULL, rank, size, NULL, prec, &ex) != UN_OK)
+        return -1;
+    int64_t bytes = ex->stats.alloc_bytes + (int64_t)opt_arrays * ex->n_params * (int64_t)ex->fes;
+    un_exec_free(ex);
+    return bytes;
 }
 
 /* ---- queries ---- */

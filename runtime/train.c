@@ -50,6 +50,9 @@ const char *un_train_usage(void) {
            "data)\n"
            "  --steps N          training steps (default 100)\n"
            "  --batch B          batch size (default: the model's)\n"
+           "  --config K=V,...   zoo model size over the base (tiny or paper) configuration:\n"
+           "                     layers, hidden, heads, ffn, seq, batch (which a model takes:\n"
+           "                     runtime/zoo.h); e.g. layers=8,hidden=2048,batch=64\n"
            "  --lr X             learning rate (default: sgd 0.05, adam 0.001)\n"
            "  --optimizer O      sgd | adam (default adam)\n"
            "  --data FILE        text to train a token model (charlm) on\n"
@@ -98,7 +101,7 @@ un_status un_train_parse_args(un_ctx *ctx, int argc, char **argv, un_train_opts 
         static const char *const with_value[] = {
             "--model",     "--devices", "--strategy", "--steps",    "--batch",   "--lr",
             "--optimizer", "--data",    "--comm",     "--seed",     "--threads", "--save",
-            "--load",      "--spec",    "--loss",     "--precision"};
+            "--load",      "--spec",    "--loss",     "--precision", "--config"};
         bool known = false;
         for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
             known |= strcmp(a, with_value[k]) == 0;
@@ -116,6 +119,10 @@ un_status un_train_parse_args(un_ctx *ctx, int argc, char **argv, un_train_opts 
                 o->devices = (int)x;
         } else if (strcmp(a, "--strategy") == 0) {
             o->strategy = v;
+        } else if (strcmp(a, "--config") == 0) {
+            un_zoo_config c;
+            if ((st = un_zoo_config_parse(ctx, v, &c)) == UN_OK)
+                o->config = v;
         } else if (strcmp(a, "--steps") == 0) {
             if ((st = parse_int(ctx, a, v, 1, 100000000, &x)) == UN_OK)
                 o->steps = (int)x;
@@ -204,7 +211,15 @@ static un_status model_load(un_ctx *ctx, const un_spec *spec, const un_train_opt
     if (!is_file) {
         if (o->loss)
             return un_ctx_error(ctx, UN_ERR_INVALID, "--loss applies to JSON models only");
-        if ((st = un_zoo_build(ctx, spec, o->model, o->tiny, o->batch, &m->zoo)) != UN_OK)
+        un_zoo_config c;
+        memset(&c, 0, sizeof c);
+        if (o->config && (st = un_zoo_config_parse(ctx, o->config, &c)) != UN_OK)
+            return st;
+        if (o->batch && c.batch)
+            return un_ctx_error(ctx, UN_ERR_INVALID, "--batch and --config batch=: give one");
+        if (o->batch)
+            c.batch = o->batch;
+        if ((st = un_zoo_build_config(ctx, spec, o->model, o->tiny, &c, &m->zoo)) != UN_OK)
             return st;
         m->g = m->zoo.graph;
         m->n_inputs = m->zoo.n_inputs;
@@ -220,9 +235,10 @@ static un_status model_load(un_ctx *ctx, const un_spec *spec, const un_train_opt
             m->label_numel *= m->zoo.label_dim[i];
         m->seqs = m->zoo.batch;
     } else {
-        if (o->tiny || o->batch)
+        if (o->tiny || o->batch || o->config)
             return un_ctx_error(ctx, UN_ERR_INVALID,
-                                "%s: --tiny and --batch apply to zoo models only", o->model);
+                                "%s: --tiny, --batch and --config apply to zoo models only",
+                                o->model);
         if ((st = un_graph_load(ctx, spec, o->model, &m->json)) != UN_OK)
             return st;
         m->g = m->json;
@@ -701,6 +717,55 @@ static un_status load_text(un_ctx *ctx, const char *path, int64_t need, unsigned
     return UN_OK;
 }
 
+/* Memory this machine has free for the run (bytes; MemAvailable, else free pages), 0 unknown. */
+static int64_t mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    long long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    if (kb >= 0)
+        return (int64_t)kb * 1024;
+    long pages = sysconf(_SC_AVPHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    return pages > 0 && size > 0 ? (int64_t)pages * size : 0;
+}
+
+/* Refuses, before anything is allocated, a run whose devices on this machine would need more
+ * memory than it has free (the executor's own estimate of what it allocates, exec.h). Under mpi
+ * every rank decides on rank 0's figures, so the ranks agree. */
+static un_status memory_check(un_ctx *ctx, const un_train_opts *o, const un_graph *g, int d,
+                              un_comm *mpi) {
+    un_opt_kind k = UN_OPT_ADAM;
+    un_opt_from_name(o->optimizer, &k);
+    int arrays = k == UN_OPT_ADAM ? 2 : 1, here = mpi ? un_comm_node_size(mpi) : d;
+    int64_t need = 0, weights = 0;
+    for (int r = 0; r < (mpi ? 1 : d); r++) /* mpi: this rank's share, times the node's ranks */
+        need += un_exec_estimate_bytes(g, mpi ? un_comm_rank(mpi) : r, d, o->prec, arrays);
+    if (mpi)
+        need *= here;
+    for (int32_t id = 0; id < un_graph_node_count(g); id++)
+        if (un_graph_node(g, id)->op == UN_OP_WEIGHT)
+            weights += un_shape_numel(&un_graph_node(g, id)->inf.out[0]);
+    int64_t fig[2] = {need, mem_available()};
+    if (mpi) {
+        un_status st = un_comm_bcast(ctx, mpi, 0, fig, sizeof fig);
+        if (st != UN_OK)
+            return st;
+    }
+    if (fig[1] > 0 && fig[0] > fig[1])
+        return un_ctx_error(ctx, UN_ERR_NOMEM,
+                            "model %s needs about %.2f GiB on this machine's %d device%s "
+                            "(%lld weights: values, gradients and %s state, plus activations), "
+                            "but %.2f GiB are available; choose a smaller --config or more "
+                            "machines",
+                            o->model, (double)fig[0] / (1 << 30), here, here == 1 ? "" : "s",
+                            (long long)weights, un_opt_name(k), (double)fig[1] / (1 << 30));
+    return UN_OK;
+}
+
 un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res) {
     memset(res, 0, sizeof *res);
     un_spec *spec = NULL;
@@ -793,6 +858,8 @@ un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res
     sh.losses = un_xcalloc((size_t)o->steps, sizeof *sh.losses);
     sh.devices = d;
     sh.dev = un_xcalloc((size_t)d, sizeof *sh.dev);
+    if ((st = memory_check(ctx, o, run_g, d, use_mpi ? mpi : NULL)) != UN_OK)
+        goto done;
     in_run = true; /* from here a failure is agreed by the ranks or aborts the job */
     if (use_mpi)
         st = rank_run(ctx, mpi, &sh);

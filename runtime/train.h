@@ -26,6 +26,7 @@ typedef struct un_train_opts {
         *strategy; /* "serial", "data" or a plan file; NULL = serial on 1 device, else data */
     int steps;     /* training steps */
     int64_t batch; /* 0 = the model's default */
+    const char *config; /* zoo size "layers=8,hidden=2048,batch=64" (zoo.h), or NULL */
     double lr;     /* 0 = the optimizer's default */
     const char *optimizer; /* "sgd" or "adam" */
     const char *data;      /* text file for a token model (charlm), or NULL for synthetic data */

@@ -817,6 +817,66 @@ static void test_plan_validation(void) {
     un_ctx_free(ctx);
 }
 
+/* ---- the memory estimate ---- */
+
+typedef struct est_arg {
+    const un_graph *g;
+    int64_t alloc[4];
+} est_arg;
+
+static void est_job(rank_job *j, un_ctx *ctx, un_comm *c) {
+    est_arg *a = j->arg;
+    un_backend *be = NULL;
+    un_exec *ex = NULL;
+    j->st = un_backend_cpu_new(ctx, UN_PREC_F32, 1, &be);
+    if (j->st == UN_OK)
+        j->st = un_exec_new(ctx, a->g, c, be, &ex);
+    if (j->st == UN_OK)
+        a->alloc[j->rank] = un_exec_stats_get(ex)->alloc_bytes;
+    un_exec_free(ex);
+    un_backend_free(be);
+}
+
+/* un_exec_estimate_bytes is the executor's planning run dry: for every tiny model, serial and
+ * data parallel on 2 and 4 ranks, each rank's estimate (without optimizer state) is what its
+ * executor really allocates; the optimizer arrays add exactly their bytes. */
+static void test_memory_estimate(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    int nn;
+    const char *const *names = un_zoo_names(&nn);
+    for (int i = 0; i < nn; i++) {
+        un_model m;
+        EXPECT_OK(ctx, un_zoo_build(ctx, spec, names[i], true, 8, &m));
+        for (int d = 1; d <= 4; d *= 2) {
+            un_graph *dp = NULL, *g = NULL;
+            EXPECT_OK(ctx, un_strategy_data(ctx, m.graph, d, &dp));
+            EXPECT_OK(ctx, un_strategy_fold_weights(ctx, dp, &g));
+            est_arg a = {.g = g};
+            rank_job jobs[4];
+            run_ranks(d, est_job, &a, jobs);
+            for (int r = 0; r < d; r++) {
+                EXPECT_OK(NULL, jobs[r].st);
+                int64_t e0 = un_exec_estimate_bytes(g, r, d, UN_PREC_F32, 0);
+                int64_t e2 = un_exec_estimate_bytes(g, r, d, UN_PREC_F32, 2);
+                test__check(e0 == a.alloc[r], TEST__AT,
+                            "%s on %d ranks, rank %d: estimate %lld, allocated %lld", names[i], d,
+                            r, (long long)e0, (long long)a.alloc[r]);
+                int64_t w = 0;
+                for (int32_t id = 0; id < un_graph_node_count(g); id++) {
+                    const un_node *nd = un_graph_node(g, id);
+                    for (int64_t p = 0; nd->op == UN_OP_WEIGHT && p < un_shape_npieces(&nd->inf.out[0]); p++)
+                        w += (p % d == r) * un_shape_piece_numel(&nd->inf.out[0]);
+                }
+                EXPECT_EQ(e2 - e0, 2 * w * (int64_t)sizeof(float));
+            }
+            un_graph_free(g);
+            un_graph_free(dp);
+        }
+        un_model_free(&m);
+    }
+    un_ctx_free(ctx);
+}
+
 int main(void) {
     static const test_case cases[] = {
         {"comm_local", test_comm_local},
@@ -832,6 +892,7 @@ int main(void) {
         {"plan_validation", test_plan_validation},
         {"tensor_parallel_plan", test_tensor_parallel_plan},
         {"machine_views", test_machine_views},
+        {"memory_estimate", test_memory_estimate},
     };
     return TEST_RUN_WITH_SPEC(cases, &spec);
 }
