@@ -197,32 +197,75 @@ static un_status cpu_loss(un_ctx *ctx, un_backend *be, un_loss_kind kind, const 
     return UN_OK;
 }
 
+/* One update of n elements of type T (float or double) in double arithmetic. */
+#define OPTIM_UPDATE(T)                                                                            \
+    do {                                                                                           \
+        T *w_ = w, *m_ = m, *v_ = v;                                                               \
+        const T *g_ = g;                                                                           \
+        if (p->kind == UN_OPT_SGD) {                                                               \
+            double mu = p->momentum, lr = p->lr;                                                   \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                m_[i] = (T)(mu * (double)m_[i] + (double)g_[i]);                                   \
+                w_[i] = (T)((double)w_[i] - lr * (double)m_[i]);                                   \
+            }                                                                                      \
+            break;                                                                                 \
+        }                                                                                          \
+        double b1 = p->beta1, b2 = p->beta2;                                                       \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            double gi = (double)g_[i];                                                             \
+            m_[i] = (T)(b1 * (double)m_[i] + (1 - b1) * gi);                                       \
+            v_[i] = (T)(b2 * (double)v_[i] + (1 - b2) * gi * gi);                                  \
+            w_[i] = (T)((double)w_[i] - step * (double)m_[i] / (sqrt((double)v_[i]) + eps_hat));   \
+        }                                                                                          \
+    } while (0)
+
 void un__optim_update_host(un_prec prec, const un_optim_params *p, int64_t t, int64_t n, void *w,
                            const void *g, void *m, void *v) {
-    if (p->kind == UN_OPT_SGD) {
-        for (int64_t i = 0; i < n; i++) {
-            double vi = p->momentum * ld(m, prec, i) + ld(g, prec, i);
-            st_(m, prec, i, vi);
-            st_(w, prec, i, ld(w, prec, i) - p->lr * ld(m, prec, i));
-        }
-        return;
+    double step = 0, eps_hat = 0;
+    if (p->kind == UN_OPT_ADAM) {
+        double c1 = 1.0 - pow(p->beta1, (double)t), c2 = 1.0 - pow(p->beta2, (double)t);
+        step = p->lr * sqrt(c2) / c1;
+        eps_hat = p->eps * sqrt(c2); /* torch: eps added to sqrt(v_hat) */
     }
-    double c1 = 1.0 - pow(p->beta1, (double)t), c2 = 1.0 - pow(p->beta2, (double)t);
-    double step = p->lr * sqrt(c2) / c1;
-    double eps_hat = p->eps * sqrt(c2); /* torch: eps added to sqrt(v_hat) */
-    for (int64_t i = 0; i < n; i++) {
-        double gi = ld(g, prec, i);
-        st_(m, prec, i, p->beta1 * ld(m, prec, i) + (1 - p->beta1) * gi);
-        st_(v, prec, i, p->beta2 * ld(v, prec, i) + (1 - p->beta2) * gi * gi);
-        double mi = ld(m, prec, i), vi = ld(v, prec, i);
-        st_(w, prec, i, ld(w, prec, i) - step * mi / (sqrt(vi) + eps_hat));
-    }
+    if (prec == UN_PREC_F32)
+        OPTIM_UPDATE(float);
+    else
+        OPTIM_UPDATE(double);
 }
 
+typedef struct optim_job {
+    un_prec prec;
+    const un_optim_params *p;
+    int64_t t;
+    char *w, *m, *v;
+    const char *g;
+    size_t es;
+} optim_job;
+
+static void optim_body(void *arg, int64_t begin, int64_t end) {
+    optim_job *j = arg;
+    size_t at = (size_t)begin * j->es;
+    un__optim_update_host(j->prec, j->p, j->t, end - begin, j->w + at, j->g + at, j->m + at,
+                          j->v ? j->v + at : NULL);
+}
+
+/* Elements are independent: the pool's threads update disjoint blocks (the same bits as one). */
 static un_status cpu_optim_step(un_ctx *ctx, un_backend *be, const un_optim_params *p, int64_t t,
                                 int64_t n, void *w, const void *g, void *m, void *v) {
     (void)ctx;
-    un__optim_update_host(be->prec, p, t, n, w, g, m, v);
+    cpu_state *s = be->context;
+    optim_job j = {.prec = be->prec,
+                   .p = p,
+                   .t = t,
+                   .w = w,
+                   .m = m,
+                   .v = v,
+                   .g = g,
+                   .es = be->prec == UN_PREC_F32 ? sizeof(float) : sizeof(double)};
+    if (n < 65536)
+        optim_body(&j, 0, n);
+    else
+        un_pool_for(s->pool, n, optim_body, &j);
     return UN_OK;
 }
 

@@ -573,11 +573,9 @@ static void *gpiece(const xt *t, int64_t b, int32_t g, int64_t at) {
     return (char *)t->grad[group_piece(t, b, g)] + (size_t)at * t->es;
 }
 
-/* Replicate's backward for a weight held in copies (DESIGN.md section 3): each copy's gradient
- * becomes the sum over the copy group, so the copies stay identical after the optimizer step.
- * The zero summands of a weight with partial sums are constants: their gradients are dropped. */
-static un_status weight_sync(un_ctx *ctx, un_exec *ex, xt *t) {
-    int32_t c = t->shape.copy, blk[UN_MAX_DIMS], sum, copy;
+/* The zero summands of a weight with partial sums are constants: their gradients are dropped. */
+static void weight_drop_summands(un_exec *ex, xt *t) {
+    int32_t blk[UN_MAX_DIMS], sum, copy;
     for (int64_t p = 0; p < t->np; p++) {
         if (t->owner[p] != ex->rank)
             continue;
@@ -585,52 +583,70 @@ static un_status weight_sync(un_ctx *ctx, un_exec *ex, xt *t) {
         if (sum != 0)
             un_backend_zero(ex->be, t->grad[p], (size_t)t->pn * t->es);
     }
-    if (c == 1)
-        return UN_OK;
+}
+
+/* Messages of one weight's copy-group sum in the shared lists (tags from `base`). */
+typedef struct sync_msgs {
+    un_comm_msg *sm, *rm;
+    int ns, nr;
+    int64_t *roff, *aoff; /* per tag: where a received chunk / a chunk's sum lies in scratch */
+} sync_msgs;
+
+/* Phase 1 of replicate's backward for weight t (copy degree c > 1): every copy's chunk g goes to
+ * copy g's owner (the reduce-scatter). */
+static void sync_scatter(un_exec *ex, xt *t, int base, sync_msgs *q) {
+    int32_t c = t->shape.copy;
     int64_t nb = t->np / ((int64_t)t->shape.sum * c), lo, hi, off = 0;
-    size_t es = t->es, nmsg = (size_t)(nb * c * c);
+    size_t es = t->es;
     int me = ex->rank;
     char *scratch = t->sync;
-    un_comm_msg *sm = un_xcalloc(nmsg, sizeof *sm), *rm = un_xcalloc(nmsg, sizeof *rm);
-    int64_t *roff = un_xcalloc(nmsg, sizeof *roff), *aoff = un_xcalloc(nmsg, sizeof *aoff);
-    int ns = 0, nr = 0;
-    for (int64_t b = 0; b < nb; b++) /* the reduce-scatter's messages */
+    for (int64_t b = 0; b < nb; b++)
         for (int32_t g = 0; g < c; g++) {
             int red = t->owner[group_piece(t, b, g)];
             sync_chunk(t, g, &lo, &hi);
             size_t bytes = (size_t)(hi - lo) * es;
             for (int32_t m = 0; m < c && hi > lo; m++) {
-                int mem = t->owner[group_piece(t, b, m)], tag = (int)((b * c + g) * c + m);
+                int mem = t->owner[group_piece(t, b, m)];
+                int tag = base + (int)((b * c + g) * c + m);
                 if (red == me && mem != me) {
-                    roff[tag] = off;
-                    rm[nr++] = (un_comm_msg){mem, tag, scratch + (size_t)off * es, bytes};
+                    q->roff[tag] = off;
+                    q->rm[q->nr++] = (un_comm_msg){mem, tag, scratch + (size_t)off * es, bytes};
                     off += hi - lo;
                     ex->stats.recv += (int64_t)bytes;
                 } else if (mem == me && red != me) {
-                    sm[ns++] = (un_comm_msg){red, tag, gpiece(t, b, m, lo), bytes};
+                    q->sm[q->ns++] = (un_comm_msg){red, tag, gpiece(t, b, m, lo), bytes};
                     ex->stats.sent += (int64_t)bytes;
                 }
             }
             if (red == me && hi > lo) {
-                aoff[b * c + g] = off;
+                q->aoff[base + b * c + g] = off;
                 off += hi - lo;
             }
         }
-    un_status st = un_comm_exchange(ctx, ex->comm, sm, ns, rm, nr);
-    ns = nr = 0;
-    for (int64_t b = 0; b < nb && st == UN_OK; b++) /* the sums, then the all-gather */
+}
+
+/* Phase 2: each chunk's owner sums it in copy order (so every copy gets the same bits), writes
+ * the sum into its own copies and sends it to the other copies' owners (the all-gather). */
+static void sync_gather(un_exec *ex, xt *t, int base, sync_msgs *q) {
+    int32_t c = t->shape.copy;
+    int64_t nb = t->np / ((int64_t)t->shape.sum * c), lo, hi;
+    size_t es = t->es;
+    int me = ex->rank;
+    char *scratch = t->sync;
+    for (int64_t b = 0; b < nb; b++)
         for (int32_t g = 0; g < c; g++) {
             int red = t->owner[group_piece(t, b, g)];
             sync_chunk(t, g, &lo, &hi);
             size_t bytes = (size_t)(hi - lo) * es;
             if (hi == lo)
                 continue;
-            char *acc = scratch + (size_t)aoff[b * c + g] * es;
+            char *acc = scratch + (size_t)q->aoff[base + b * c + g] * es;
             if (red == me) {
                 for (int32_t m = 0; m < c; m++) {
-                    int tag = (int)((b * c + g) * c + m);
+                    int tag = base + (int)((b * c + g) * c + m);
                     bool local = t->owner[group_piece(t, b, m)] == me;
-                    copy_bytes(ex, acc, local ? gpiece(t, b, m, lo) : scratch + (size_t)roff[tag] * es,
+                    copy_bytes(ex, acc,
+                               local ? gpiece(t, b, m, lo) : scratch + (size_t)q->roff[tag] * es,
                                es, hi - lo, m > 0);
                 }
                 for (int32_t m = 0; m < c; m++)
@@ -638,22 +654,58 @@ static un_status weight_sync(un_ctx *ctx, un_exec *ex, xt *t) {
                         copy_bytes(ex, gpiece(t, b, m, lo), acc, es, hi - lo, false);
             }
             for (int32_t m = 0; m < c; m++) {
-                int mem = t->owner[group_piece(t, b, m)], tag = (int)((b * c + g) * c + m);
+                int mem = t->owner[group_piece(t, b, m)];
+                int tag = base + (int)((b * c + g) * c + m);
                 if (red == me && mem != me) {
-                    sm[ns++] = (un_comm_msg){mem, tag, acc, bytes};
+                    q->sm[q->ns++] = (un_comm_msg){mem, tag, acc, bytes};
                     ex->stats.sent += (int64_t)bytes;
                 } else if (mem == me && red != me) {
-                    rm[nr++] = (un_comm_msg){red, tag, gpiece(t, b, m, lo), bytes};
+                    q->rm[q->nr++] = (un_comm_msg){red, tag, gpiece(t, b, m, lo), bytes};
                     ex->stats.recv += (int64_t)bytes;
                 }
             }
         }
-    if (st == UN_OK)
-        st = un_comm_exchange(ctx, ex->comm, sm, ns, rm, nr);
-    free(sm);
-    free(rm);
-    free(roff);
-    free(aoff);
+}
+
+/* Replicate's backward for every weight held in copies (DESIGN.md section 3): each copy's
+ * gradient becomes the sum over its copy group, so the copies stay identical after the optimizer
+ * step. All weights share one reduce-scatter exchange and one all-gather exchange (two
+ * rendezvous per step instead of two per weight: with many small weights the rendezvous, not the
+ * bytes, cost the time). */
+static un_status weights_sync(un_ctx *ctx, un_exec *ex) {
+    int64_t total = 0;
+    for (int32_t id = 0; id < ex->n; id++) {
+        xt *t = ex->lparam_off[id] >= 0 ? &ex->nodes[id].outs[0] : NULL;
+        if (t && t->shape.copy > 1)
+            total += (t->np / ((int64_t)t->shape.sum * t->shape.copy)) * t->shape.copy *
+                     t->shape.copy;
+    }
+    if (total == 0)
+        return UN_OK;
+    if (total > INT32_MAX)
+        return un_ctx_error(ctx, UN_ERR_LIMIT, "weight sync: %lld messages", (long long)total);
+    sync_msgs q = {.sm = un_xcalloc((size_t)total, sizeof *q.sm),
+                   .rm = un_xcalloc((size_t)total, sizeof *q.rm),
+                   .roff = un_xcalloc((size_t)total, sizeof *q.roff),
+                   .aoff = un_xcalloc((size_t)total, sizeof *q.aoff)};
+    un_status st = UN_OK;
+    for (int pass = 0; pass < 2 && st == UN_OK; pass++) {
+        int base = 0;
+        q.ns = q.nr = 0;
+        for (int32_t id = 0; id < ex->n; id++) {
+            xt *t = ex->lparam_off[id] >= 0 ? &ex->nodes[id].outs[0] : NULL;
+            if (!t || t->shape.copy == 1)
+                continue;
+            (pass == 0 ? sync_scatter : sync_gather)(ex, t, base, &q);
+            base += (int)((t->np / ((int64_t)t->shape.sum * t->shape.copy)) * t->shape.copy *
+                          t->shape.copy);
+        }
+        st = un_comm_exchange(ctx, ex->comm, q.sm, q.ns, q.rm, q.nr);
+    }
+    free(q.sm);
+    free(q.rm);
+    free(q.roff);
+    free(q.aoff);
     return st;
 }
 
@@ -977,7 +1029,9 @@ static un_status backward_node(un_ctx *ctx, un_exec *ex, int32_t id) {
         return UN_OK;
     switch (un_op_kind_of(nd->op)) {
     case UN_OPK_SOURCE:
-        return nd->op == UN_OP_WEIGHT ? weight_sync(ctx, ex, &xn->outs[0]) : UN_OK;
+        if (nd->op == UN_OP_WEIGHT)
+            weight_drop_summands(ex, &xn->outs[0]);
+        return UN_OK;
     case UN_OPK_PARALLEL: {
         xt *so = &xn->outs[0];
         for (int i = 0; i < xn->n_move; i++) {
@@ -1014,6 +1068,8 @@ un_status un_exec_backward(un_ctx *ctx, un_exec *ex) {
     un_status st = UN_OK;
     for (int32_t i = ex->n - 1; i >= 0 && st == UN_OK; i--)
         st = backward_node(ctx, ex, i);
+    if (st == UN_OK)
+        st = weights_sync(ctx, ex);
     if (st != UN_OK) {
         un_comm_abort(ex->comm);
         return st;
