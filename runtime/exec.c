@@ -284,12 +284,9 @@ static un_status plan_regular(un_ctx *ctx, un_exec *ex, const un_node *nd, xnode
                 tk->in[t] = make_kt(src, v);
                 tk->din[t] = make_kt(src, gr);
                 if (t == 0) {
-                    int64_t ld[UN_MAX_DIMS];
-                    local_dims(&src->shape, ld);
-                    for (int i = 0; i < src->shape.rank; i++) {
-                        tk->off[i] = blk[i] * ld[i];
+                    un_shape_piece_offset(&src->shape, blk, tk->off);
+                    for (int i = 0; i < src->shape.rank; i++)
                         tk->full[i] = src->shape.dim[i];
-                    }
                 }
             }
         }
@@ -519,9 +516,9 @@ static void source_region(const xt *t, int64_t p, un_region *r, int32_t *sum) {
     memset(r, 0, sizeof *r);
     r->rank = t->shape.rank;
     local_dims(&t->shape, r->len);
+    un_shape_piece_offset(&t->shape, blk, r->src_off);
     for (int i = 0; i < r->rank; i++) {
         r->src_dim[i] = t->shape.dim[i];
-        r->src_off[i] = blk[i] * r->len[i];
         r->dst_dim[i] = r->len[i];
     }
 }
@@ -814,8 +811,7 @@ static un_status exec_plan(un_ctx *ctx, const un_graph *g, un_comm *comm, int ra
             piece_coords(&t->shape, p, blk, &ep->sum, &ep->copy);
             ep->index = p;
             local_dims(&t->shape, ep->dim);
-            for (int d = 0; d < t->shape.rank; d++)
-                ep->off[d] = blk[d] * ep->dim[d];
+            un_shape_piece_offset(&t->shape, blk, ep->off);
             ep->val = t->val[p];
             ep->grad = t->needs_grad ? t->grad[p] : NULL;
             if (t->is_float && !ep->grad) { /* the loss still writes a gradient */

@@ -343,11 +343,11 @@ static void layout_case(un_ctx *ctx, un_op op, const un_param *p, int n_in, cons
                 const un_val *pv = un_ptensor_piece(&in[i], blk, sum, copy);
                 for (int64_t e = 0; e < c.nin[i]; e++)
                     c.x[i][e] = pv[e].f;
-                if (i == 0)
-                    for (int d = 0; d < sh[0].rank; d++) {
-                        c.off[d] = blk[d] * ld[d];
+                if (i == 0) {
+                    un_shape_piece_offset(&sh[0], blk, c.off);
+                    for (int d = 0; d < sh[0].rank; d++)
                         c.full[d] = sh[0].dim[d];
-                    }
+                }
             }
             for (int o = 0; o < c.n_out; o++) {
                 un_infer_piece(&inf, u, true, o, blk, &sum, &copy);
