@@ -817,6 +817,105 @@ static void test_plan_validation(void) {
     un_ctx_free(ctx);
 }
 
+/* ---- mixed plans ---- */
+
+/* The sample MLP (x [16, 32] -> linear relu 64 -> linear 8) and two plans that mix data and
+ * tensor parallelism: on 2 devices the first layer split by columns (x in copies), its output
+ * combined and split by rows for a data-parallel second layer; on 4 devices a 2 x 2 grid, the
+ * batch split 2 ways and both layers tensor-parallel (columns, then rows and a reduce) within
+ * each half. */
+static const char mixed_serial[] =
+    "{\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [16, 32]}},"
+    " {\"name\": \"w1\", \"op\": \"weight\", \"params\": {\"shape\": [32, 64]}},"
+    " {\"name\": \"w2\", \"op\": \"weight\", \"params\": {\"shape\": [64, 8]}},"
+    " {\"name\": \"h\", \"op\": \"linear\", \"in\": [\"x\", \"w1\"], \"params\": {\"activation\": \"relu\"}},"
+    " {\"name\": \"y\", \"op\": \"linear\", \"in\": [\"h\", \"w2\"]}]}";
+static const char mixed_plan2[] =
+    "{\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [16, 32]}},"
+    " {\"name\": \"w1\", \"op\": \"weight\", \"params\": {\"shape\": [32, 64]}},"
+    " {\"name\": \"w2\", \"op\": \"weight\", \"params\": {\"shape\": [64, 8]}},"
+    " {\"name\": \"xr\", \"op\": \"replicate\", \"in\": [\"x\"], \"params\": {\"degree\": 2}},"
+    " {\"name\": \"w1c\", \"op\": \"partition\", \"in\": [\"w1\"], \"params\": {\"dim\": 1, \"degree\": 2}},"
+    " {\"name\": \"hc\", \"op\": \"linear\", \"in\": [\"xr\", \"w1c\"], \"params\": {\"activation\": \"relu\"}},"
+    " {\"name\": \"hw\", \"op\": \"combine\", \"in\": [\"hc\"], \"params\": {\"dim\": 1, \"degree\": 2}},"
+    " {\"name\": \"h\", \"op\": \"partition\", \"in\": [\"hw\"], \"params\": {\"dim\": 0, \"degree\": 2}},"
+    " {\"name\": \"w2r\", \"op\": \"replicate\", \"in\": [\"w2\"], \"params\": {\"degree\": 2}},"
+    " {\"name\": \"y\", \"op\": \"linear\", \"in\": [\"h\", \"w2r\"]}]}";
+static const char mixed_plan4[] =
+    "{\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [16, 32]}},"
+    " {\"name\": \"w1\", \"op\": \"weight\", \"params\": {\"shape\": [32, 64]}},"
+    " {\"name\": \"w2\", \"op\": \"weight\", \"params\": {\"shape\": [64, 8]}},"
+    " {\"name\": \"xb\", \"op\": \"partition\", \"in\": [\"x\"], \"params\": {\"dim\": 0, \"degree\": 2}},"
+    " {\"name\": \"xr\", \"op\": \"replicate\", \"in\": [\"xb\"], \"params\": {\"degree\": 2}},"
+    " {\"name\": \"w1c\", \"op\": \"partition\", \"in\": [\"w1\"], \"params\": {\"dim\": 1, \"degree\": 2}},"
+    " {\"name\": \"w1r\", \"op\": \"replicate\", \"in\": [\"w1c\"], \"params\": {\"degree\": 2}},"
+    " {\"name\": \"h\", \"op\": \"linear\", \"in\": [\"xr\", \"w1r\"], \"params\": {\"activation\": \"relu\"}},"
+    " {\"name\": \"w2c\", \"op\": \"partition\", \"in\": [\"w2\"], \"params\": {\"dim\": 0, \"degree\": 2}},"
+    " {\"name\": \"w2r\", \"op\": \"replicate\", \"in\": [\"w2c\"], \"params\": {\"degree\": 2}},"
+    " {\"name\": \"yp\", \"op\": \"linear\", \"in\": [\"h\", \"w2r\"]},"
+    " {\"name\": \"y\", \"op\": \"reduce\", \"in\": [\"yp\"], \"params\": {\"degree\": 2}}]}";
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    EXPECT_TRUE(f != NULL);
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+/* Mixed plans train to the serial losses (1e-9, float64), every device holds only its weight
+ * pieces and their optimizer state (half of all on 4 devices), and a checkpoint saved under the 4-device plan loads under the
+ * 2-device one and continues the serial run. */
+static void test_mixed_plans(void) {
+    char ms[64], m2[64], m4[64], ck[64];
+    tmp_path(ms, sizeof ms, "mixed_serial.json");
+    tmp_path(m2, sizeof m2, "mixed2.json");
+    tmp_path(m4, sizeof m4, "mixed4.json");
+    tmp_path(ck, sizeof ck, "mixed.ckpt");
+    write_text(ms, mixed_serial);
+    write_text(m2, mixed_plan2);
+    write_text(m4, mixed_plan4);
+    un_status st, st2, st4;
+    un_train_result r1 = train_json(ms, "serial", 1, 10, NULL, NULL, &st);
+    un_train_result r2 = train_json(ms, m2, 2, 10, NULL, NULL, &st2);
+    un_train_result r4 = train_json(ms, m4, 4, 10, NULL, NULL, &st4);
+    EXPECT_OK(NULL, st);
+    EXPECT_OK(NULL, st2);
+    EXPECT_OK(NULL, st4);
+    if (st == UN_OK && st2 == UN_OK && st4 == UN_OK) {
+        double w2 = loss_diff(&r2, &r1, 10, 0), w4 = loss_diff(&r4, &r1, 10, 0);
+        test__check(w2 <= 1e-9 && w4 <= 1e-9, TEST__AT,
+                    "mixed plans vs serial: loss difference %g (2 devices), %g (4 devices)", w2,
+                    w4);
+        for (int d = 0; d < 4; d++) {
+            const un_train_dev_stats *x = d < 2 ? &r2.dev[d] : NULL, *y = &r4.dev[d];
+            if (x) { /* half of w1, all of w2 (the data-parallel layer's weight in copies) */
+                EXPECT_EQ(x->weight_bytes, (32 * 64 / 2 + 64 * 8) * (int64_t)sizeof(double));
+                EXPECT_EQ(x->optim_bytes, 2 * x->weight_bytes);
+            }
+            EXPECT_EQ(2 * y->weight_bytes, r1.dev[0].weight_bytes);
+            EXPECT_EQ(2 * y->optim_bytes, r1.dev[0].optim_bytes);
+        }
+        un_train_result a = train_json(ms, m4, 4, 6, ck, NULL, &st);
+        EXPECT_OK(NULL, st);
+        un_train_result b = train_json(ms, m2, 2, 4, NULL, ck, &st);
+        EXPECT_OK(NULL, st);
+        double w = st == UN_OK ? loss_diff(&b, &r1, 4, 6) : 1;
+        test__check(st == UN_OK && w <= 1e-9, TEST__AT,
+                    "saved under mixed/4, loaded under mixed/2: loss difference %g", w);
+        un_train_result_free(&a);
+        un_train_result_free(&b);
+    }
+    un_train_result_free(&r1);
+    un_train_result_free(&r2);
+    un_train_result_free(&r4);
+    remove(ms);
+    remove(m2);
+    remove(m4);
+    remove(ck);
+}
+
 /* ---- the memory estimate ---- */
 
 typedef struct est_arg {
@@ -893,6 +992,7 @@ int main(void) {
         {"tensor_parallel_plan", test_tensor_parallel_plan},
         {"machine_views", test_machine_views},
         {"memory_estimate", test_memory_estimate},
+        {"mixed_plans", test_mixed_plans},
     };
     return TEST_RUN_WITH_SPEC(cases, &spec);
 }

@@ -258,6 +258,60 @@ static void test_mpi_equal_losses(void) {
                         names[i], np, r->code, n, worst);
         }
     }
+    /* mixed plans (data and tensor parallelism in one plan) under mpirun: the serial losses */
+    cli_write_file("mixed_serial.json",
+        "{\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [16, 32]}},"
+        " {\"name\": \"w1\", \"op\": \"weight\", \"params\": {\"shape\": [32, 64]}},"
+        " {\"name\": \"w2\", \"op\": \"weight\", \"params\": {\"shape\": [64, 8]}},"
+        " {\"name\": \"h\", \"op\": \"linear\", \"in\": [\"x\", \"w1\"], \"params\": {\"activation\": \"relu\"}},"
+        " {\"name\": \"y\", \"op\": \"linear\", \"in\": [\"h\", \"w2\"]}]}");
+    cli_write_file("mixed2.json",
+        "{\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [16, 32]}},"
+        " {\"name\": \"w1\", \"op\": \"weight\", \"params\": {\"shape\": [32, 64]}},"
+        " {\"name\": \"w2\", \"op\": \"weight\", \"params\": {\"shape\": [64, 8]}},"
+        " {\"name\": \"xr\", \"op\": \"replicate\", \"in\": [\"x\"], \"params\": {\"degree\": 2}},"
+        " {\"name\": \"w1c\", \"op\": \"partition\", \"in\": [\"w1\"], \"params\": {\"dim\": 1, \"degree\": 2}},"
+        " {\"name\": \"hc\", \"op\": \"linear\", \"in\": [\"xr\", \"w1c\"], \"params\": {\"activation\": \"relu\"}},"
+        " {\"name\": \"hw\", \"op\": \"combine\", \"in\": [\"hc\"], \"params\": {\"dim\": 1, \"degree\": 2}},"
+        " {\"name\": \"h\", \"op\": \"partition\", \"in\": [\"hw\"], \"params\": {\"dim\": 0, \"degree\": 2}},"
+        " {\"name\": \"w2r\", \"op\": \"replicate\", \"in\": [\"w2\"], \"params\": {\"degree\": 2}},"
+        " {\"name\": \"y\", \"op\": \"linear\", \"in\": [\"h\", \"w2r\"]}]}");
+    cli_write_file("mixed4.json",
+        "{\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [16, 32]}},"
+        " {\"name\": \"w1\", \"op\": \"weight\", \"params\": {\"shape\": [32, 64]}},"
+        " {\"name\": \"w2\", \"op\": \"weight\", \"params\": {\"shape\": [64, 8]}},"
+        " {\"name\": \"xb\", \"op\": \"partition\", \"in\": [\"x\"], \"params\": {\"dim\": 0, \"degree\": 2}},"
+        " {\"name\": \"xr\", \"op\": \"replicate\", \"in\": [\"xb\"], \"params\": {\"degree\": 2}},"
+        " {\"name\": \"w1c\", \"op\": \"partition\", \"in\": [\"w1\"], \"params\": {\"dim\": 1, \"degree\": 2}},"
+        " {\"name\": \"w1r\", \"op\": \"replicate\", \"in\": [\"w1c\"], \"params\": {\"degree\": 2}},"
+        " {\"name\": \"h\", \"op\": \"linear\", \"in\": [\"xr\", \"w1r\"], \"params\": {\"activation\": \"relu\"}},"
+        " {\"name\": \"w2c\", \"op\": \"partition\", \"in\": [\"w2\"], \"params\": {\"dim\": 0, \"degree\": 2}},"
+        " {\"name\": \"w2r\", \"op\": \"replicate\", \"in\": [\"w2c\"], \"params\": {\"degree\": 2}},"
+        " {\"name\": \"yp\", \"op\": \"linear\", \"in\": [\"h\", \"w2r\"]},"
+        " {\"name\": \"y\", \"op\": \"reduce\", \"in\": [\"yp\"], \"params\": {\"degree\": 2}}]}");
+    const cli_result *rs = run(cli_fmt("--model %s/mixed_serial.json --steps 10 --threads 1 "
+                                       "--precision f64"));
+    double ls[10], lm[10];
+    EXPECT_EQ(rs->code, 0);
+    if (losses(rs->out, ls, 10) == 10)
+        for (int np = 2; np <= 4; np *= 2) {
+            snprintf(prefix, sizeof prefix,
+                     "mpirun --oversubscribe %s --mca mpi_yield_when_idle 1 %s -np %d",
+                     geteuid() == 0 ? "--allow-run-as-root" : "", MPI_ENV, np);
+            char a[512];
+            snprintf(a, sizeof a,
+                     "--model %s/mixed_serial.json --strategy %s/mixed%d.json --steps 10 "
+                     "--threads 1 --precision f64 --comm mpi",
+                     cli_tmp, cli_tmp, np);
+            const cli_result *rm = run_with(prefix, a);
+            int n = losses(rm->out, lm, 10);
+            double worst = 0;
+            for (int s = 0; s < n; s++)
+                worst = fmax(worst, fabs(lm[s] - ls[s]) / fabs(ls[s]));
+            test__check(rm->code == 0 && n == 10 && worst <= 1e-9, TEST__AT,
+                        "mpi mixed plan on %d processes: exit %d, %d steps, difference %g", np,
+                        rm->code, n, worst);
+        }
     /* --devices must match the processes */
     snprintf(prefix, sizeof prefix, "mpirun --oversubscribe %s %s -np 2",
              geteuid() == 0 ? "--allow-run-as-root" : "", MPI_ENV);
