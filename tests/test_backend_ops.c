@@ -622,11 +622,13 @@ static void test_buffers(void) {
     EXPECT_OK(ctx, un_buffer_zero(ctx, z, 4, 4));
     EXPECT_OK(ctx, un_buffer_read(ctx, z, 0, r, 12));
     EXPECT_TRUE(r[4] == 0 && r[7] == 0 && r[8] == h[14]);
+#ifndef __SANITIZE_ADDRESS__ /* ASan aborts on such a request instead of returning NULL */
     /* An impossible size is a status, not a crash. */
     un_buffer *huge = NULL;
     EXPECT_EQ(un_buffer_new(ctx, a, (size_t)1 << 62, &huge), UN_ERR_NOMEM);
     EXPECT_TRUE(huge == NULL && strstr(un_ctx_errmsg(ctx), "cannot allocate") != NULL);
     un_ctx_clear(ctx);
+#endif
     /* The CUDA constructor exists in every build; without CUDA it is one clear error. */
     un_backend *cu = NULL;
     un_status st = un_backend_cuda_new(ctx, UN_PREC_F32, 0, &cu);
