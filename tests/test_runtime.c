@@ -819,63 +819,19 @@ static void test_plan_validation(void) {
 
 /* ---- mixed plans ---- */
 
-/* The sample MLP (x [16, 32] -> linear relu 64 -> linear 8) and two plans that mix data and
- * tensor parallelism: on 2 devices the first layer split by columns (x in copies), its output
- * combined and split by rows for a data-parallel second layer; on 4 devices a 2 x 2 grid, the
- * batch split 2 ways and both layers tensor-parallel (columns, then rows and a reduce) within
- * each half. */
-static const char mixed_serial[] =
-    "{\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [16, 32]}},"
-    " {\"name\": \"w1\", \"op\": \"weight\", \"params\": {\"shape\": [32, 64]}},"
-    " {\"name\": \"w2\", \"op\": \"weight\", \"params\": {\"shape\": [64, 8]}},"
-    " {\"name\": \"h\", \"op\": \"linear\", \"in\": [\"x\", \"w1\"], \"params\": {\"activation\": \"relu\"}},"
-    " {\"name\": \"y\", \"op\": \"linear\", \"in\": [\"h\", \"w2\"]}]}";
-static const char mixed_plan2[] =
-    "{\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [16, 32]}},"
-    " {\"name\": \"w1\", \"op\": \"weight\", \"params\": {\"shape\": [32, 64]}},"
-    " {\"name\": \"w2\", \"op\": \"weight\", \"params\": {\"shape\": [64, 8]}},"
-    " {\"name\": \"xr\", \"op\": \"replicate\", \"in\": [\"x\"], \"params\": {\"degree\": 2}},"
-    " {\"name\": \"w1c\", \"op\": \"partition\", \"in\": [\"w1\"], \"params\": {\"dim\": 1, \"degree\": 2}},"
-    " {\"name\": \"hc\", \"op\": \"linear\", \"in\": [\"xr\", \"w1c\"], \"params\": {\"activation\": \"relu\"}},"
-    " {\"name\": \"hw\", \"op\": \"combine\", \"in\": [\"hc\"], \"params\": {\"dim\": 1, \"degree\": 2}},"
-    " {\"name\": \"h\", \"op\": \"partition\", \"in\": [\"hw\"], \"params\": {\"dim\": 0, \"degree\": 2}},"
-    " {\"name\": \"w2r\", \"op\": \"replicate\", \"in\": [\"w2\"], \"params\": {\"degree\": 2}},"
-    " {\"name\": \"y\", \"op\": \"linear\", \"in\": [\"h\", \"w2r\"]}]}";
-static const char mixed_plan4[] =
-    "{\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [16, 32]}},"
-    " {\"name\": \"w1\", \"op\": \"weight\", \"params\": {\"shape\": [32, 64]}},"
-    " {\"name\": \"w2\", \"op\": \"weight\", \"params\": {\"shape\": [64, 8]}},"
-    " {\"name\": \"xb\", \"op\": \"partition\", \"in\": [\"x\"], \"params\": {\"dim\": 0, \"degree\": 2}},"
-    " {\"name\": \"xr\", \"op\": \"replicate\", \"in\": [\"xb\"], \"params\": {\"degree\": 2}},"
-    " {\"name\": \"w1c\", \"op\": \"partition\", \"in\": [\"w1\"], \"params\": {\"dim\": 1, \"degree\": 2}},"
-    " {\"name\": \"w1r\", \"op\": \"replicate\", \"in\": [\"w1c\"], \"params\": {\"degree\": 2}},"
-    " {\"name\": \"h\", \"op\": \"linear\", \"in\": [\"xr\", \"w1r\"], \"params\": {\"activation\": \"relu\"}},"
-    " {\"name\": \"w2c\", \"op\": \"partition\", \"in\": [\"w2\"], \"params\": {\"dim\": 0, \"degree\": 2}},"
-    " {\"name\": \"w2r\", \"op\": \"replicate\", \"in\": [\"w2c\"], \"params\": {\"degree\": 2}},"
-    " {\"name\": \"yp\", \"op\": \"linear\", \"in\": [\"h\", \"w2r\"]},"
-    " {\"name\": \"y\", \"op\": \"reduce\", \"in\": [\"yp\"], \"params\": {\"degree\": 2}}]}";
-
-static void write_text(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    EXPECT_TRUE(f != NULL);
-    if (f) {
-        fputs(text, f);
-        fclose(f);
-    }
-}
-
+/* tests/data/plans: the sample MLP (x [16, 32] -> linear relu 64 -> linear 8) and two plans that
+ * mix data and tensor parallelism: mlp_mixed2.json on 2 devices splits the first layer by columns
+ * (x in copies), combines its output and splits it by rows for a data-parallel second layer;
+ * mlp_mixed4.json on 4 devices is a 2 x 2 grid, the batch split 2 ways and both layers
+ * tensor-parallel (columns, then rows and a reduce) within each half. */
 /* Mixed plans train to the serial losses (1e-9, float64), every device holds only its weight
  * pieces and their optimizer state (half of all on 4 devices), and a checkpoint saved under the 4-device plan loads under the
  * 2-device one and continues the serial run. */
 static void test_mixed_plans(void) {
-    char ms[64], m2[64], m4[64], ck[64];
-    tmp_path(ms, sizeof ms, "mixed_serial.json");
-    tmp_path(m2, sizeof m2, "mixed2.json");
-    tmp_path(m4, sizeof m4, "mixed4.json");
+    const char *ms = "tests/data/plans/mlp_sample.json", *m2 = "tests/data/plans/mlp_mixed2.json",
+               *m4 = "tests/data/plans/mlp_mixed4.json";
+    char ck[64];
     tmp_path(ck, sizeof ck, "mixed.ckpt");
-    write_text(ms, mixed_serial);
-    write_text(m2, mixed_plan2);
-    write_text(m4, mixed_plan4);
     un_status st, st2, st4;
     un_train_result r1 = train_json(ms, "serial", 1, 10, NULL, NULL, &st);
     un_train_result r2 = train_json(ms, m2, 2, 10, NULL, NULL, &st2);
@@ -910,9 +866,6 @@ static void test_mixed_plans(void) {
     un_train_result_free(&r1);
     un_train_result_free(&r2);
     un_train_result_free(&r4);
-    remove(ms);
-    remove(m2);
-    remove(m4);
     remove(ck);
 }
 

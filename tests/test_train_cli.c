@@ -258,39 +258,10 @@ static void test_mpi_equal_losses(void) {
                         names[i], np, r->code, n, worst);
         }
     }
-    /* mixed plans (data and tensor parallelism in one plan) under mpirun: the serial losses */
-    cli_write_file("mixed_serial.json",
-        "{\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [16, 32]}},"
-        " {\"name\": \"w1\", \"op\": \"weight\", \"params\": {\"shape\": [32, 64]}},"
-        " {\"name\": \"w2\", \"op\": \"weight\", \"params\": {\"shape\": [64, 8]}},"
-        " {\"name\": \"h\", \"op\": \"linear\", \"in\": [\"x\", \"w1\"], \"params\": {\"activation\": \"relu\"}},"
-        " {\"name\": \"y\", \"op\": \"linear\", \"in\": [\"h\", \"w2\"]}]}");
-    cli_write_file("mixed2.json",
-        "{\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [16, 32]}},"
-        " {\"name\": \"w1\", \"op\": \"weight\", \"params\": {\"shape\": [32, 64]}},"
-        " {\"name\": \"w2\", \"op\": \"weight\", \"params\": {\"shape\": [64, 8]}},"
-        " {\"name\": \"xr\", \"op\": \"replicate\", \"in\": [\"x\"], \"params\": {\"degree\": 2}},"
-        " {\"name\": \"w1c\", \"op\": \"partition\", \"in\": [\"w1\"], \"params\": {\"dim\": 1, \"degree\": 2}},"
-        " {\"name\": \"hc\", \"op\": \"linear\", \"in\": [\"xr\", \"w1c\"], \"params\": {\"activation\": \"relu\"}},"
-        " {\"name\": \"hw\", \"op\": \"combine\", \"in\": [\"hc\"], \"params\": {\"dim\": 1, \"degree\": 2}},"
-        " {\"name\": \"h\", \"op\": \"partition\", \"in\": [\"hw\"], \"params\": {\"dim\": 0, \"degree\": 2}},"
-        " {\"name\": \"w2r\", \"op\": \"replicate\", \"in\": [\"w2\"], \"params\": {\"degree\": 2}},"
-        " {\"name\": \"y\", \"op\": \"linear\", \"in\": [\"h\", \"w2r\"]}]}");
-    cli_write_file("mixed4.json",
-        "{\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [16, 32]}},"
-        " {\"name\": \"w1\", \"op\": \"weight\", \"params\": {\"shape\": [32, 64]}},"
-        " {\"name\": \"w2\", \"op\": \"weight\", \"params\": {\"shape\": [64, 8]}},"
-        " {\"name\": \"xb\", \"op\": \"partition\", \"in\": [\"x\"], \"params\": {\"dim\": 0, \"degree\": 2}},"
-        " {\"name\": \"xr\", \"op\": \"replicate\", \"in\": [\"xb\"], \"params\": {\"degree\": 2}},"
-        " {\"name\": \"w1c\", \"op\": \"partition\", \"in\": [\"w1\"], \"params\": {\"dim\": 1, \"degree\": 2}},"
-        " {\"name\": \"w1r\", \"op\": \"replicate\", \"in\": [\"w1c\"], \"params\": {\"degree\": 2}},"
-        " {\"name\": \"h\", \"op\": \"linear\", \"in\": [\"xr\", \"w1r\"], \"params\": {\"activation\": \"relu\"}},"
-        " {\"name\": \"w2c\", \"op\": \"partition\", \"in\": [\"w2\"], \"params\": {\"dim\": 0, \"degree\": 2}},"
-        " {\"name\": \"w2r\", \"op\": \"replicate\", \"in\": [\"w2c\"], \"params\": {\"degree\": 2}},"
-        " {\"name\": \"yp\", \"op\": \"linear\", \"in\": [\"h\", \"w2r\"]},"
-        " {\"name\": \"y\", \"op\": \"reduce\", \"in\": [\"yp\"], \"params\": {\"degree\": 2}}]}");
-    const cli_result *rs = run(cli_fmt("--model %s/mixed_serial.json --steps 10 --threads 1 "
-                                       "--precision f64"));
+    /* mixed plans (data and tensor parallelism in one plan, tests/data/plans) under mpirun: the
+     * serial losses */
+    const cli_result *rs =
+        run("--model tests/data/plans/mlp_sample.json --steps 10 --threads 1 --precision f64");
     double ls[10], lm[10];
     EXPECT_EQ(rs->code, 0);
     if (losses(rs->out, ls, 10) == 10)
@@ -300,9 +271,10 @@ static void test_mpi_equal_losses(void) {
                      geteuid() == 0 ? "--allow-run-as-root" : "", MPI_ENV, np);
             char a[512];
             snprintf(a, sizeof a,
-                     "--model %s/mixed_serial.json --strategy %s/mixed%d.json --steps 10 "
-                     "--threads 1 --precision f64 --comm mpi",
-                     cli_tmp, cli_tmp, np);
+                     "--model tests/data/plans/mlp_sample.json --strategy "
+                     "tests/data/plans/mlp_mixed%d.json --steps 10 --threads 1 --precision f64 "
+                     "--comm mpi",
+                     np);
             const cli_result *rm = run_with(prefix, a);
             int n = losses(rm->out, lm, 10);
             double worst = 0;
