@@ -178,6 +178,165 @@ un_status un_strategy_data(un_ctx *ctx, const un_graph *g, int devices, un_graph
     return UN_OK;
 }
 
+/* ---- tensor parallelism (Megatron-style pairs of linear layers) ---- */
+
+typedef struct tp_state {
+    un_ctx *ctx;
+    const un_graph *g;
+    un_graph *ng;
+    int32_t t;
+    un_ref *whole, *cols; /* per (node, output): whole / split on the last dim, node -1 if none */
+} tp_state;
+
+static un_status tp_add_par(tp_state *s, un_op op, un_ref in, int64_t dim, const char *base,
+                            const char *suffix, un_ref *out) {
+    char nm[300];
+    sub_name(nm, sizeof nm, base, suffix);
+    int32_t id;
+    un_status st = un_graph_add_parallel(s->ctx, s->ng, op, in, dim, s->t, nm, &id);
+    *out = (un_ref){id, 0};
+    return st;
+}
+
+/* The whole version of tensor r of g (combining its column split if needed). */
+static un_status tp_whole(tp_state *s, un_ref r, un_ref *out) {
+    int k = r.node * UN_MAX_OUTPUTS + r.out;
+    un_status st = UN_OK;
+    if (s->whole[k].node < 0) {
+        const un_shape *sh = un_graph_shape(s->ng, s->cols[k]);
+        st = tp_add_par(s, UN_OP_COMBINE, s->cols[k], sh->rank - 1,
+                        un_graph_node(s->g, r.node)->name, "_whole", &s->whole[k]);
+    }
+    *out = s->whole[k];
+    return st;
+}
+
+static bool tp_unary(un_op op) {
+    return op == UN_OP_RELU || op == UN_OP_GELU || op == UN_OP_SIGMOID || op == UN_OP_TANH ||
+           op == UN_OP_IDENTITY || op == UN_OP_SCALAR_MUL;
+}
+
+/* The layout a parallel op gives shape in (false: it does not apply). */
+static bool tp_shape(tp_state *s, un_op op, const un_shape *in, int64_t dim, un_shape *out) {
+    return par_ok(un_graph_spec(s->g), op, in, dim, s->t, out);
+}
+
+/* A linear node of g as a tensor-parallel pair half: rows when its input is split by columns
+ * (weight split by rows, partial sums reduced), else columns (input in copies, weight and bias
+ * split by columns). False when the layouts do not infer (then it runs whole). */
+static bool tp_linear(tp_state *s, const un_node *nd, bool *rows) {
+    const un_spec *spec = un_graph_spec(s->g);
+    if (nd->op != UN_OP_LINEAR || un_graph_node(s->g, nd->in[1].node)->op != UN_OP_WEIGHT)
+        return false;
+    const un_shape *x = un_graph_shape(s->g, nd->in[0]), *w = un_graph_shape(s->g, nd->in[1]);
+    un_shape in[UN_MAX_INPUTS];
+    un_infer inf;
+    int kx = nd->in[0].node * UN_MAX_OUTPUTS + nd->in[0].out;
+    *rows = s->cols[kx].node >= 0 && nd->n_in == 2;
+    if (*rows) {
+        in[0] = *un_graph_shape(s->ng, s->cols[kx]);
+        if (tp_shape(s, UN_OP_PARTITION, w, 0, &in[1]) &&
+            un_spec_infer(NULL, spec, nd->op, nd->params, in, 2, NULL, &inf) == UN_OK &&
+            inf.out[0].sum == s->t)
+            return true;
+        *rows = false;
+    }
+    if (!tp_shape(s, UN_OP_REPLICATE, x, 0, &in[0]) ||
+        !tp_shape(s, UN_OP_PARTITION, w, 1, &in[1]))
+        return false;
+    if (nd->n_in == 3 &&
+        !tp_shape(s, UN_OP_PARTITION, un_graph_shape(s->g, nd->in[2]), 0, &in[2]))
+        return false;
+    return un_spec_infer(NULL, spec, nd->op, nd->params, in, nd->n_in, NULL, &inf) == UN_OK &&
+           inf.out[0].shard[inf.out[0].rank - 1] == s->t && inf.out[0].sum == 1;
+}
+
+un_status un_strategy_tensor(un_ctx *ctx, const un_graph *g, int devices, un_graph **out) {
+    *out = NULL;
+    if (devices < 1 || devices > UN_MAX_DEGREE)
+        return un_ctx_error(ctx, UN_ERR_INVALID, "tensor parallelism: %d devices", devices);
+    if (devices == 1) {
+        *out = un_graph_clone(g);
+        return UN_OK;
+    }
+    int32_t n = un_graph_node_count(g);
+    tp_state s = {.ctx = ctx, .g = g, .ng = un_graph_new(un_graph_spec(g)), .t = devices};
+    s.whole = un_xcalloc((size_t)n * UN_MAX_OUTPUTS, sizeof *s.whole);
+    s.cols = un_xcalloc((size_t)n * UN_MAX_OUTPUTS, sizeof *s.cols);
+    for (int64_t i = 0; i < (int64_t)n * UN_MAX_OUTPUTS; i++)
+        s.whole[i].node = s.cols[i].node = -1;
+    un_status st = UN_OK;
+    int split = 0;
+    for (int32_t id = 0; id < n && st == UN_OK; id++) {
+        const un_node *nd = un_graph_node(g, id);
+        int32_t nid;
+        un_ref ins[UN_MAX_INPUTS];
+        int k0 = nd->n_in ? nd->in[0].node * UN_MAX_OUTPUTS + nd->in[0].out : 0;
+        bool rows = false;
+        if (un_op_kind_of(nd->op) == UN_OPK_SOURCE) {
+            st = un_graph_add(ctx, s.ng, nd->op, nd->params, NULL, 0, nd->name, &nid);
+            s.whole[id * UN_MAX_OUTPUTS] = (un_ref){nid, 0};
+        } else if (un_op_kind_of(nd->op) == UN_OPK_REGULAR && tp_linear(&s, nd, &rows)) {
+            const char *nm = nd->name;
+            un_ref w = s.whole[nd->in[1].node * UN_MAX_OUTPUTS + nd->in[1].out];
+            if (rows) {
+                ins[0] = s.cols[k0];
+                st = tp_add_par(&s, UN_OP_PARTITION, w, 0, nm, "_w_rows", &ins[1]);
+            } else {
+                if ((st = tp_whole(&s, nd->in[0], &ins[0])) == UN_OK)
+                    st = tp_add_par(&s, UN_OP_REPLICATE, ins[0], 0, nm, "_in_copies", &ins[0]);
+                if (st == UN_OK)
+                    st = tp_add_par(&s, UN_OP_PARTITION, w, 1, nm, "_w_cols", &ins[1]);
+                if (st == UN_OK && nd->n_in == 3)
+                    st = tp_add_par(&s, UN_OP_PARTITION,
+                                    s.whole[nd->in[2].node * UN_MAX_OUTPUTS + nd->in[2].out], 0,
+                                    nm, "_b_cols", &ins[2]);
+            }
+            char pn[300];
+            sub_name(pn, sizeof pn, nm, rows ? "_partial" : "");
+            if (st == UN_OK)
+                st = un_graph_add(ctx, s.ng, nd->op, nd->params, ins, nd->n_in,
+                                  rows ? pn : nm, &nid);
+            if (st == UN_OK && rows)
+                st = tp_add_par(&s, UN_OP_REDUCE, (un_ref){nid, 0}, 0, nm, "", &s.whole[id * UN_MAX_OUTPUTS]);
+            else if (st == UN_OK)
+                s.cols[id * UN_MAX_OUTPUTS] = (un_ref){nid, 0};
+            split++;
+        } else if (tp_unary(nd->op) && s.cols[k0].node >= 0 && s.whole[k0].node < 0) {
+            ins[0] = s.cols[k0];
+            st = un_graph_add(ctx, s.ng, nd->op, nd->params, ins, 1, nd->name, &nid);
+            s.cols[id * UN_MAX_OUTPUTS] = (un_ref){nid, 0};
+        } else {
+            for (int t = 0; t < nd->n_in && st == UN_OK; t++)
+                st = tp_whole(&s, nd->in[t], &ins[t]);
+            if (st == UN_OK)
+                st = un_graph_add(ctx, s.ng, nd->op, nd->params, ins, nd->n_in, nd->name, &nid);
+            for (int o = 0; st == UN_OK && o < nd->inf.n_out; o++)
+                s.whole[id * UN_MAX_OUTPUTS + o] = (un_ref){nid, o};
+        }
+    }
+    int32_t no = un_graph_output_count(g);
+    un_ref *outs = un_xcalloc((size_t)no + 1, sizeof *outs);
+    for (int32_t i = 0; i < no && st == UN_OK; i++)
+        st = tp_whole(&s, un_graph_output(g, i), &outs[i]);
+    if (st == UN_OK && split == 0)
+        st = un_ctx_error(ctx, UN_ERR_INVALID,
+                          "tensor parallelism over %d devices: no linear layer of the model can "
+                          "be split %d ways",
+                          devices, devices);
+    if (st == UN_OK)
+        st = un_graph_set_outputs(ctx, s.ng, outs, no);
+    free(outs);
+    free(s.whole);
+    free(s.cols);
+    if (st != UN_OK) {
+        un_graph_free(s.ng);
+        return st;
+    }
+    *out = s.ng;
+    return UN_OK;
+}
+
 /* Ends a copy of g into ng: ng's outputs are g's through map (node * UN_MAX_OUTPUTS + out);
  * frees map, and ng on failure. */
 static un_status finish_copy(un_ctx *ctx, const un_graph *g, un_graph *ng, un_ref *map,

@@ -19,6 +19,14 @@
  * Owned: free with un_graph_free. */
 un_status un_strategy_data(un_ctx *ctx, const un_graph *g, int devices, un_graph **out);
 
+/* The tensor-parallel version of g for `devices` devices (Megatron-style): a linear layer whose
+ * weight is a weight node is split by columns (input in copies, weight and bias split on the
+ * output features), and the next linear layer reached through element-wise activations is split
+ * by rows (weight split on the input features, partial sums reduced), when shape inference allows
+ * those layouts; every other op runs whole on its inputs combined. UN_ERR_INVALID when no linear
+ * layer can be split. devices == 1 gives a copy. Owned: free with un_graph_free. */
+un_status un_strategy_tensor(un_ctx *ctx, const un_graph *g, int devices, un_graph **out);
+
 /* g without its parallel operators: each one's consumers read its input instead, and sources
  * lose their layouts. Owned: free with un_graph_free. */
 un_status un_strategy_strip(un_ctx *ctx, const un_graph *g, un_graph **out);

@@ -46,8 +46,8 @@ const char *un_train_usage(void) {
            "                     inception_v3 charlm) or a pcg graph JSON file\n"
            "  --tiny             the zoo model's tiny configuration\n"
            "  --devices D        devices (default 1; with --comm mpi the number of processes)\n"
-           "  --strategy S       serial | data | PLAN.json (default: serial on 1 device, else "
-           "data)\n"
+           "  --strategy S       serial | data | tensor | PLAN.json (default: serial on 1\n"
+           "                     device, else data)\n"
            "  --steps N          training steps (default 100)\n"
            "  --batch B          batch size (default: the model's)\n"
            "  --config K=V,...   zoo model size over the base (tiny or paper) configuration:\n"
@@ -315,10 +315,12 @@ static un_status strategy_apply(un_ctx *ctx, const un_spec *spec, const un_graph
     }
     if (strcmp(strategy, "data") == 0)
         return un_strategy_data(ctx, g, d, out);
+    if (strcmp(strategy, "tensor") == 0)
+        return un_strategy_tensor(ctx, g, d, out);
     size_t sl = strlen(strategy);
     if (sl < 5 || strcmp(strategy + sl - 5, ".json") != 0)
         return un_ctx_error(ctx, UN_ERR_INVALID,
-                            "--strategy: '%s' is not serial, data or a plan file (.json)",
+                            "--strategy: '%s' is not serial, data, tensor or a plan file (.json)",
                             strategy);
     return un_strategy_plan_load(ctx, spec, strategy, g, d, out);
 }

@@ -284,6 +284,33 @@ static void test_mpi_equal_losses(void) {
                         "mpi mixed plan on %d processes: exit %d, %d steps, difference %g", np,
                         rm->code, n, worst);
         }
+    /* --strategy tensor under mpirun: the serial losses */
+    const char *tp[] = {"mlp", "transformer"};
+    for (int i = 0; i < 2; i++) {
+        char a[512];
+        snprintf(a, sizeof a, "--model %s --tiny --steps 10 --threads 1 --precision f64", tp[i]);
+        rs = run(a);
+        EXPECT_EQ(rs->code, 0);
+        if (losses(rs->out, ls, 10) != 10)
+            continue;
+        for (int np = 2; np <= 4; np *= 2) {
+            snprintf(prefix, sizeof prefix,
+                     "mpirun --oversubscribe %s --mca mpi_yield_when_idle 1 %s -np %d",
+                     geteuid() == 0 ? "--allow-run-as-root" : "", MPI_ENV, np);
+            snprintf(a, sizeof a,
+                     "--model %s --tiny --steps 10 --threads 1 --precision f64 --comm mpi "
+                     "--strategy tensor",
+                     tp[i]);
+            const cli_result *rm = run_with(prefix, a);
+            int n = losses(rm->out, lm, 10);
+            double worst = 0;
+            for (int s = 0; s < n; s++)
+                worst = fmax(worst, fabs(lm[s] - ls[s]) / fabs(ls[s]));
+            test__check(rm->code == 0 && n == 10 && worst <= 1e-9, TEST__AT,
+                        "mpi tensor %s on %d processes: exit %d, %d steps, difference %g", tp[i],
+                        np, rm->code, n, worst);
+        }
+    }
     /* --devices must match the processes */
     snprintf(prefix, sizeof prefix, "mpirun --oversubscribe %s %s -np 2",
              geteuid() == 0 ? "--allow-run-as-root" : "", MPI_ENV);
