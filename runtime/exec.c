@@ -475,7 +475,8 @@ static void sync_chunk(const xt *t, int32_t g, int64_t *lo, int64_t *hi) {
     *hi = t->pn * (g + 1) / t->shape.copy;
 }
 
-/* Scratch elements this rank needs for the sum: chunks received and the sums it computes. */
+/* Scratch elements this rank needs for the sum: the chunks it receives (the sum is made in place
+ * in the reducer's own copy). */
 static int64_t sync_need(const un_exec *ex, const xt *t) {
     int32_t c = t->shape.copy;
     int64_t nb = t->np / ((int64_t)t->shape.sum * c), need = 0, lo, hi;
@@ -487,7 +488,6 @@ static int64_t sync_need(const un_exec *ex, const xt *t) {
             for (int32_t m = 0; m < c; m++)
                 if (t->owner[group_piece(t, b, m)] != ex->rank)
                     need += hi - lo;
-            need += hi - lo;
         }
     return need;
 }
@@ -586,7 +586,7 @@ static void weight_drop_summands(un_exec *ex, xt *t) {
 typedef struct sync_msgs {
     un_comm_msg *sm, *rm;
     int ns, nr;
-    int64_t *roff, *aoff; /* per tag: where a received chunk / a chunk's sum lies in scratch */
+    int64_t *roff; /* per tag: where a received chunk lies in scratch */
 } sync_msgs;
 
 /* Phase 1 of replicate's backward for weight t (copy degree c > 1): every copy's chunk g goes to
@@ -615,15 +615,12 @@ static void sync_scatter(un_exec *ex, xt *t, int base, sync_msgs *q) {
                     ex->stats.sent += (int64_t)bytes;
                 }
             }
-            if (red == me && hi > lo) {
-                q->aoff[base + b * c + g] = off;
-                off += hi - lo;
-            }
         }
 }
 
-/* Phase 2: each chunk's owner sums it in copy order (so every copy gets the same bits), writes
- * the sum into its own copies and sends it to the other copies' owners (the all-gather). */
+/* Phase 2: each chunk's owner (the owner of copy g) adds the other copies' chunks into its own
+ * copy's chunk in copy order, copies the sum into any other copies it holds and sends it to the
+ * other copies' owners (the all-gather), so every copy gets the same bits. */
 static void sync_gather(un_exec *ex, xt *t, int base, sync_msgs *q) {
     int32_t c = t->shape.copy;
     int64_t nb = t->np / ((int64_t)t->shape.sum * c), lo, hi;
@@ -637,17 +634,19 @@ static void sync_gather(un_exec *ex, xt *t, int base, sync_msgs *q) {
             size_t bytes = (size_t)(hi - lo) * es;
             if (hi == lo)
                 continue;
-            char *acc = scratch + (size_t)q->aoff[base + b * c + g] * es;
+            char *acc = red == me ? gpiece(t, b, g, lo) : NULL; /* the reducer holds copy g */
             if (red == me) {
                 for (int32_t m = 0; m < c; m++) {
+                    if (m == g)
+                        continue;
                     int tag = base + (int)((b * c + g) * c + m);
                     bool local = t->owner[group_piece(t, b, m)] == me;
                     copy_bytes(ex, acc,
                                local ? gpiece(t, b, m, lo) : scratch + (size_t)q->roff[tag] * es,
-                               es, hi - lo, m > 0);
+                               es, hi - lo, true);
                 }
                 for (int32_t m = 0; m < c; m++)
-                    if (t->owner[group_piece(t, b, m)] == me)
+                    if (m != g && t->owner[group_piece(t, b, m)] == me)
                         copy_bytes(ex, gpiece(t, b, m, lo), acc, es, hi - lo, false);
             }
             for (int32_t m = 0; m < c; m++) {
@@ -683,8 +682,7 @@ static un_status weights_sync(un_ctx *ctx, un_exec *ex) {
         return un_ctx_error(ctx, UN_ERR_LIMIT, "weight sync: %lld messages", (long long)total);
     sync_msgs q = {.sm = un_xcalloc((size_t)total, sizeof *q.sm),
                    .rm = un_xcalloc((size_t)total, sizeof *q.rm),
-                   .roff = un_xcalloc((size_t)total, sizeof *q.roff),
-                   .aoff = un_xcalloc((size_t)total, sizeof *q.aoff)};
+                   .roff = un_xcalloc((size_t)total, sizeof *q.roff)};
     un_status st = UN_OK;
     for (int pass = 0; pass < 2 && st == UN_OK; pass++) {
         int base = 0;
@@ -702,7 +700,6 @@ static un_status weights_sync(un_ctx *ctx, un_exec *ex) {
     free(q.sm);
     free(q.rm);
     free(q.roff);
-    free(q.aoff);
     return st;
 }
 
