@@ -63,8 +63,7 @@ void un_backend_zero(un_backend *be, void *p, size_t nbytes) {
         be->iface->zero(be, p, nbytes);
 }
 
-un_status un_backend_write(un_ctx *ctx, un_backend *be, void *dst, const void *host_src,
-                           size_t n) {
+un_status un_backend_write(un_ctx *ctx, un_backend *be, void *dst, const void *host_src, size_t n) {
     return n ? be->iface->write(ctx, be, dst, host_src, n) : UN_OK;
 }
 
@@ -182,8 +181,7 @@ un_status un_buffer_copy(un_ctx *ctx, un_buffer *dst, size_t doff, const un_buff
     enum { CHUNK = 1 << 20 };
     char *stage = malloc(n < CHUNK ? n : CHUNK);
     if (!stage)
-        return un_ctx_error(ctx, UN_ERR_NOMEM, "buffer copy: no host memory to stage %zu bytes",
-                            n);
+        return un_ctx_error(ctx, UN_ERR_NOMEM, "buffer copy: no host memory to stage %zu bytes", n);
     un_status st = UN_OK;
     for (size_t at = 0; at < n && st == UN_OK; at += CHUNK) {
         size_t k = n - at < CHUNK ? n - at : CHUNK;

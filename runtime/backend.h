@@ -29,7 +29,7 @@
 typedef enum { UN_DEV_CPU, UN_DEV_CUDA, UN_DEV_COUNT } un_dev_kind;
 
 typedef struct un_backend un_backend;
-typedef struct un_buffer un_buffer; /* sized backend memory (below) */
+typedef struct un_buffer un_buffer;             /* sized backend memory (below) */
 typedef struct un_optim_params un_optim_params; /* runtime/optim.h */
 
 /* The losses the trainer computes on an output piece. */

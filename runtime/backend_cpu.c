@@ -189,8 +189,8 @@ static un_status cpu_loss(un_ctx *ctx, un_backend *be, un_loss_kind kind, const 
                                 "cross-entropy loss: needs int labels and logits of rank 2 whose "
                                 "pieces hold whole rows (rank %d)",
                                 y->rank);
-        *loss = un__loss_ce_host(be->prec, y->data, y->dim[0], y->dim[1], o[0], f[0],
-                                 target->data, grad->data);
+        *loss = un__loss_ce_host(be->prec, y->data, y->dim[0], y->dim[1], o[0], f[0], target->data,
+                                 grad->data);
     } else {
         *loss = mse_host(be->prec, y, o, f, target->data, grad->data);
     }

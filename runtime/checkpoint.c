@@ -75,8 +75,8 @@ un_status un_checkpoint_save(un_ctx *ctx, const char *path, const un_graph *g, u
     if (ok && o) {
         int64_t steps = un_optim_steps(o), n = un_optim_count(o);
         const void *m = un_optim_state(o, 0), *v = un_optim_state(o, 1);
-        ok = (un_optim_prec(o) == UN_PREC_F32 ? 4u : 8u) == es && ckpt_write(&steps, 8, 1, f, &h) == 1 &&
-             ckpt_write(&n, 8, 1, f, &h) == 1 &&
+        ok = (un_optim_prec(o) == UN_PREC_F32 ? 4u : 8u) == es &&
+             ckpt_write(&steps, 8, 1, f, &h) == 1 && ckpt_write(&n, 8, 1, f, &h) == 1 &&
              ckpt_write(m, es, (size_t)n, f, &h) == (size_t)n &&
              (!v || ckpt_write(v, es, (size_t)n, f, &h) == (size_t)n);
     }

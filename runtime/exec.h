@@ -59,8 +59,7 @@ void un_exec_free(un_exec *ex);
  * opt_arrays arrays of optimizer state per weight element (SGD 1, Adam 2): the executor's own
  * planning run dry (no backend, no communicator, nothing allocated). -1 when g cannot be planned
  * (e.g. a machine view beyond the devices). */
-int64_t un_exec_estimate_bytes(const un_graph *g, int rank, int size, un_prec prec,
-                               int opt_arrays);
+int64_t un_exec_estimate_bytes(const un_graph *g, int rank, int size, un_prec prec, int opt_arrays);
 
 /* ---- sources ---- */
 

@@ -19,15 +19,15 @@
 #include "runtime/kernels.h"
 
 typedef struct un_train_opts {
-    const char *model; /* zoo name, or a pcg graph JSON file */
-    bool tiny;         /* zoo: the tiny configuration */
-    int devices;       /* devices (ranks); 0 = 1 for local, the world size for mpi */
-    const char
-        *strategy; /* "serial", "data" or a plan file; NULL = serial on 1 device, else data */
-    int steps;     /* training steps */
-    int64_t batch; /* 0 = the model's default */
-    const char *config; /* zoo size "layers=8,hidden=2048,batch=64" (zoo.h), or NULL */
-    double lr;     /* 0 = the optimizer's default */
+    const char *model;     /* zoo name, or a pcg graph JSON file */
+    bool tiny;             /* zoo: the tiny configuration */
+    int devices;           /* devices (ranks); 0 = 1 for local, the world size for mpi */
+    const char *strategy;  /* "serial", "data", "tensor" or a plan file; NULL = serial on 1 device,
+                              else data */
+    int steps;             /* training steps */
+    int64_t batch;         /* 0 = the model's default */
+    const char *config;    /* zoo size "layers=8,hidden=2048,batch=64" (zoo.h), or NULL */
+    double lr;             /* 0 = the optimizer's default */
     const char *optimizer; /* "sgd" or "adam" */
     const char *data;      /* text file for a token model (charlm), or NULL for synthetic data */
     const char *comm;      /* "local" or "mpi" */

@@ -17,8 +17,8 @@ typedef struct zb {
     const un_spec *spec;
     un_graph *g;
     un_model *m;
-    un_status st;  /* first error; once set, every helper does nothing and returns -1 */
-    int n_dropout; /* seeds distinct dropout masks */
+    un_status st;      /* first error; once set, every helper does nothing and returns -1 */
+    int n_dropout;     /* seeds distinct dropout masks */
     un_zoo_config cfg; /* sizes over the base configuration (0 = the base's) */
 } zb;
 
@@ -333,8 +333,10 @@ static int32_t build_mlp(zb *b, bool tiny, int64_t B) {
 
 /* BERT-style post-LN encoder over an embedded input, per-token regression head. */
 static int32_t build_transformer(zb *b, bool tiny, int64_t B) {
-    int64_t S = zb_cfg(b, b->cfg.seq, tiny ? 8 : 512), H = zb_cfg(b, b->cfg.hidden, tiny ? 32 : 1024);
-    int64_t heads = zb_cfg(b, b->cfg.heads, tiny ? 4 : 16), F = zb_cfg(b, b->cfg.ffn, tiny ? 128 : 4096);
+    int64_t S = zb_cfg(b, b->cfg.seq, tiny ? 8 : 512),
+            H = zb_cfg(b, b->cfg.hidden, tiny ? 32 : 1024);
+    int64_t heads = zb_cfg(b, b->cfg.heads, tiny ? 4 : 16),
+            F = zb_cfg(b, b->cfg.ffn, tiny ? 128 : 4096);
     int layers = (int)zb_cfg(b, b->cfg.layers, tiny ? 2 : 24);
     int32_t x = zb_input(b, "x", 3, (int64_t[]){B, S, H}, false, 0);
     for (int i = 0; i < layers; i++) {
@@ -614,8 +616,10 @@ static int32_t build_inception_v3(zb *b, bool tiny, int64_t B) {
 /* Byte-level pre-LN transformer LM. Its attention is causal: the label of position t is token
  * t + 1, so position t must not see it (without the mask the next byte leaks into the context). */
 static int32_t build_charlm(zb *b, bool tiny, int64_t B) {
-    int64_t T = zb_cfg(b, b->cfg.seq, tiny ? 32 : 64), D = zb_cfg(b, b->cfg.hidden, tiny ? 32 : 128);
-    int64_t heads = zb_cfg(b, b->cfg.heads, 4), F = zb_cfg(b, b->cfg.ffn, tiny ? 128 : 512), V = 256;
+    int64_t T = zb_cfg(b, b->cfg.seq, tiny ? 32 : 64),
+            D = zb_cfg(b, b->cfg.hidden, tiny ? 32 : 128);
+    int64_t heads = zb_cfg(b, b->cfg.heads, 4), F = zb_cfg(b, b->cfg.ffn, tiny ? 128 : 512),
+            V = 256;
     int blocks = (int)zb_cfg(b, b->cfg.layers, tiny ? 1 : 2);
     int32_t tok = zb_input(b, "tokens", 2, (int64_t[]){B * T, 1}, true, V);
     int32_t x = zb_embedding(b, tok, V, D, "embed");

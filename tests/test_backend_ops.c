@@ -41,16 +41,14 @@ static un_status cuda0(un_ctx *ctx, un_prec prec, un_backend **out) {
 
 /* The first entry is the float64 CPU backend: the backward reference of the others. */
 static const bentry backends[] = {
-    {"cpu-f64", UN_PREC_F64, cpu1, 1e-9},
-    {"cpu-f32", UN_PREC_F32, cpu1, 1e-4},
-    {"cpu-f32-2threads", UN_PREC_F32, cpu2, 1e-4},
-    {"cuda-f64", UN_PREC_F64, cuda0, 1e-9},
+    {"cpu-f64", UN_PREC_F64, cpu1, 1e-9},          {"cpu-f32", UN_PREC_F32, cpu1, 1e-4},
+    {"cpu-f32-2threads", UN_PREC_F32, cpu2, 1e-4}, {"cuda-f64", UN_PREC_F64, cuda0, 1e-9},
     {"cuda-f32", UN_PREC_F32, cuda0, 1e-4},
 };
 enum { NB = sizeof backends / sizeof backends[0] };
 
-static un_backend *live[NB];    /* NULL: unavailable */
-static char why[NB][256];       /* the reason when unavailable */
+static un_backend *live[NB]; /* NULL: unavailable */
+static char why[NB][256];    /* the reason when unavailable */
 static int n_cases, n_skips, n_fd_elems, n_layout_cases;
 static int ran_fwd[NB], ran_bwd[NB];
 static bool covered[UN_OP_COUNT];
@@ -67,9 +65,9 @@ typedef struct lcase {
     int n_in, n_out;
     un_shape in[UN_MAX_INPUTS], out[UN_MAX_OUTPUTS]; /* local, trivial layouts */
     int64_t nin[UN_MAX_INPUTS], nout[UN_MAX_OUTPUTS];
-    double *x[UN_MAX_INPUTS];   /* values (int inputs as whole numbers) */
-    double *ref[UN_MAX_OUTPUTS]; /* the reference's output pieces */
-    double *dy[UN_MAX_OUTPUTS];  /* output gradients (random) */
+    double *x[UN_MAX_INPUTS];                    /* values (int inputs as whole numbers) */
+    double *ref[UN_MAX_OUTPUTS];                 /* the reference's output pieces */
+    double *dy[UN_MAX_OUTPUTS];                  /* output gradients (random) */
     int64_t off[UN_MAX_DIMS], full[UN_MAX_DIMS]; /* input 0's block (dropout masks) */
     const char *label;
 } lcase;
@@ -142,11 +140,11 @@ static bool run_on(un_ctx *ctx, un_backend *be, const lcase *c, double **y, doub
     }
     un_status st = UN_ERR_INVALID;
     if (ok) {
-        st = un_backend_op_forward(ctx, be, c->op, c->params, in, c->n_in, out, c->n_out, 0,
-                                   c->off, c->full);
+        st = un_backend_op_forward(ctx, be, c->op, c->params, in, c->n_in, out, c->n_out, 0, c->off,
+                                   c->full);
         if (st == UN_OK)
-            st = un_backend_op_backward(ctx, be, c->op, c->params, in, c->n_in, out, c->n_out,
-                                        dout, din, 0, c->off, c->full);
+            st = un_backend_op_backward(ctx, be, c->op, c->params, in, c->n_in, out, c->n_out, dout,
+                                        din, 0, c->off, c->full);
         if (st == UN_OK)
             st = un_backend_synchronize(ctx, be);
         EXPECT_OK(ctx, st);
@@ -227,8 +225,8 @@ static void check_fd(un_ctx *ctx, lcase *c, double **g) {
 }
 
 static double **outs_alloc(const int64_t *n, int k) {
-    double **y = un_xcalloc(UN_MAX_INPUTS > UN_MAX_OUTPUTS ? UN_MAX_INPUTS : UN_MAX_OUTPUTS,
-                            sizeof *y);
+    double **y =
+        un_xcalloc(UN_MAX_INPUTS > UN_MAX_OUTPUTS ? UN_MAX_INPUTS : UN_MAX_OUTPUTS, sizeof *y);
     for (int j = 0; j < k; j++)
         y[j] = un_xcalloc((size_t)n[j] + 1, sizeof(double));
     return y;
@@ -259,9 +257,8 @@ static void run_case(un_ctx *ctx, lcase *c, bool whole) {
                 for (int64_t e = 0; e < c->nout[o]; e++)
                     if (!close_to(y[o][e], c->ref[o][e], tol)) {
                         EXPECT_TRUE(close_to(y[o][e], c->ref[o][e], tol));
-                        printf("    %s on %s: output %d [%lld]: %.12g, reference %.12g\n",
-                               c->label, backends[b].name, o, (long long)e, y[o][e],
-                               c->ref[o][e]);
+                        printf("    %s on %s: output %d [%lld]: %.12g, reference %.12g\n", c->label,
+                               backends[b].name, o, (long long)e, y[o][e], c->ref[o][e]);
                         break;
                     }
             if (b == 0) {
@@ -276,8 +273,7 @@ static void run_case(un_ctx *ctx, lcase *c, bool whole) {
                         if (!close_to(g[i][e], g64[i][e], tol)) {
                             EXPECT_TRUE(close_to(g[i][e], g64[i][e], tol));
                             printf("    %s on %s: d input %d [%lld]: %.12g, cpu-f64 %.12g\n",
-                                   c->label, backends[b].name, i, (long long)e, g[i][e],
-                                   g64[i][e]);
+                                   c->label, backends[b].name, i, (long long)e, g[i][e], g64[i][e]);
                             break;
                         }
             }
@@ -292,7 +288,8 @@ static void run_case(un_ctx *ctx, lcase *c, bool whole) {
     }
 }
 
-/* ---- cases: an op instance in a layout -------------------------------------------------------- */
+/* ---- cases: an op instance in a layout --------------------------------------------------------
+ */
 
 /* The op on inputs of shapes sh (layouts included): reference outputs, then the pieces of up to
  * two device tuples run as piece-level cases on every backend. */
@@ -400,13 +397,12 @@ static void op_case(un_ctx *ctx, un_op op, const un_param *p, int n_in, const un
             if (un_spec_infer(NULL, S, op, p, l, n_in, NULL, &inf) != UN_OK)
                 continue;
             snprintf(lab, sizeof lab, "%s, rule %s%s%.0d", label,
-                     r < 0 ? "copy" : os->rules[r].name, nfe > 1 ? " dim " : "",
-                     nfe > 1 ? fe : 0);
+                     r < 0 ? "copy" : os->rules[r].name, nfe > 1 ? " dim " : "", nfe > 1 ? fe : 0);
             if (nfe > 1 && fe == 0)
                 snprintf(lab, sizeof lab, "%s, rule %s dim 0", label, os->rules[r].name);
             n_layout_cases++;
-            layout_case(ctx, op, p, n_in, l, range, seed + 1 + (uint64_t)(r + 1) * 16 + (uint64_t)fe,
-                        lab);
+            layout_case(ctx, op, p, n_in, l, range,
+                        seed + 1 + (uint64_t)(r + 1) * 16 + (uint64_t)fe, lab);
         }
     }
 }
@@ -499,7 +495,8 @@ static int parse_dims(const un_op_spec *os, const char *dims, un_shape *sh, int6
     return n;
 }
 
-/* ---- tests ------------------------------------------------------------------------------------ */
+/* ---- tests ------------------------------------------------------------------------------------
+ */
 
 static void backends_open(un_ctx *ctx) {
     for (int b = 0; b < NB; b++) {
@@ -615,7 +612,7 @@ static void test_buffers(void) {
     for (int i = 0; i < 64; i++)
         h[i] = (unsigned char)(i * 7 + 1);
     EXPECT_OK(ctx, un_buffer_write(ctx, x, 8, h, 40));
-    EXPECT_OK(ctx, un_buffer_copy(ctx, y, 0, x, 8, 40)); /* same backend */
+    EXPECT_OK(ctx, un_buffer_copy(ctx, y, 0, x, 8, 40));  /* same backend */
     EXPECT_OK(ctx, un_buffer_copy(ctx, z, 4, y, 10, 20)); /* across backends */
     EXPECT_OK(ctx, un_buffer_read(ctx, z, 0, r, 32));
     EXPECT_TRUE(r[0] == 0 && r[3] == 0 && memcmp(r + 4, h + 10, 20) == 0 && r[24] == 0);
@@ -657,24 +654,24 @@ static void test_loss_and_optim(void) {
     un_kt y = {UN_DT_FLOAT, 2, {2, 3}, logits}, gy = {UN_DT_FLOAT, 2, {2, 3}, grad};
     un_kt t = {UN_DT_INT, 1, {4}, labels};
     double loss;
-    EXPECT_OK(ctx, un_backend_loss(ctx, be, UN_LOSS_CE, &y, (int64_t[]){2, 0},
-                                   (int64_t[]){4, 3}, &t, &gy, &loss));
+    EXPECT_OK(ctx, un_backend_loss(ctx, be, UN_LOSS_CE, &y, (int64_t[]){2, 0}, (int64_t[]){4, 3},
+                                   &t, &gy, &loss));
     double lse0 = log(exp(0.5) + exp(-1) + exp(2)), lse1 = log(3.0);
     EXPECT_NEAR(loss, (lse0 - 2) + (lse1 - 0), 1e-12);
     EXPECT_NEAR(grad[2], (exp(2 - lse0) - 1) / 4, 1e-12);
     EXPECT_NEAR(grad[3], (1.0 / 3) / 4, 1e-12);
     /* A piece holding part of a row cannot take cross-entropy: one clear error. */
     un_kt half = {UN_DT_FLOAT, 2, {2, 1}, logits};
-    EXPECT_EQ(un_backend_loss(ctx, be, UN_LOSS_CE, &half, (int64_t[]){0, 0}, (int64_t[]){4, 3},
-                              &t, &gy, &loss),
+    EXPECT_EQ(un_backend_loss(ctx, be, UN_LOSS_CE, &half, (int64_t[]){0, 0}, (int64_t[]){4, 3}, &t,
+                              &gy, &loss),
               UN_ERR_INVALID);
     un_ctx_clear(ctx);
     /* MSE of block [1..2] x [1] of a [3, 2] output. */
     double v[2] = {1, 2}, tgt[6] = {0, 0, 0, 0.5, 0, 3}, gm[2];
     un_kt ym = {UN_DT_FLOAT, 2, {2, 1}, v}, gmk = {UN_DT_FLOAT, 2, {2, 1}, gm};
     un_kt tm = {UN_DT_FLOAT, 2, {3, 2}, tgt};
-    EXPECT_OK(ctx, un_backend_loss(ctx, be, UN_LOSS_MSE, &ym, (int64_t[]){1, 1},
-                                   (int64_t[]){3, 2}, &tm, &gmk, &loss));
+    EXPECT_OK(ctx, un_backend_loss(ctx, be, UN_LOSS_MSE, &ym, (int64_t[]){1, 1}, (int64_t[]){3, 2},
+                                   &tm, &gmk, &loss));
     EXPECT_NEAR(loss, 0.25 + 1, 1e-15);
     EXPECT_NEAR(gm[0], 2 * 0.5 / 6, 1e-15);
     EXPECT_NEAR(gm[1], 2 * -1.0 / 6, 1e-15);
