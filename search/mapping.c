@@ -67,7 +67,28 @@ static double group_allreduce(const un_map *m, int k, double bytes) {
  * false when `to` cannot be reached. */
 typedef void (*conv_step)(void *u, un_op op, int dim, int degree, const un_shape *after);
 
-static bool conv_walk(const un_shape *from, const un_shape *to, conv_step step, void *u) {
+static int64_t gcd64(int64_t a, int64_t b) {
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+static int64_t smallest_factor(int64_t n) {
+    for (int64_t f = 2; f * f <= n; f++)
+        if (n % f == 0)
+            return f;
+    return n;
+}
+
+/* Greedy, with at most maxp pieces on the way: partition whenever a needed split fits (pieces
+ * get smaller first), else combine one dim by its smallest factor; so a switch of the split dim
+ * (batch -> channels) goes through pieces of whole/k rather than through the whole tensor on
+ * one device whenever k * k <= maxp. */
+static bool conv_walk(const un_shape *from, const un_shape *to, int64_t maxp, conv_step step,
+                      void *u) {
     if (un_shape_eq(from, to))
         return true;
     if (from->copy != 1 || to->sum != 1)
@@ -78,21 +99,40 @@ static bool conv_walk(const un_shape *from, const un_shape *to, conv_step step, 
         cur.sum = 1;
         step(u, UN_OP_REDUCE, 0, k, &cur);
     }
-    /* first every combine (pieces only shrink), then every partition (they grow to the
-     * target's), so no tensor on the way has more pieces than the two ends */
-    for (int i = 0; i < cur.rank; i++) {
-        if (cur.shard[i] == to->shard[i] || to->shard[i] % cur.shard[i] == 0)
+    for (int guard = 0; guard < 64; guard++) {
+        bool same = true;
+        for (int i = 0; i < cur.rank; i++)
+            same &= cur.shard[i] == to->shard[i];
+        if (same)
+            break;
+        int64_t pieces = un_shape_npieces(&cur);
+        int best_dim = -1;
+        int64_t best_f = 1;
+        for (int i = 0; i < cur.rank; i++) {
+            if (cur.shard[i] == to->shard[i] || to->shard[i] % cur.shard[i] != 0)
+                continue;
+            int64_t r = to->shard[i] / cur.shard[i];
+            for (int64_t f = r; f > 1; f--)
+                if (r % f == 0 && pieces * f <= maxp && f > best_f) {
+                    best_f = f;
+                    best_dim = i;
+                    break;
+                }
+        }
+        if (best_dim >= 0) {
+            cur.shard[best_dim] *= (int32_t)best_f;
+            step(u, UN_OP_PARTITION, best_dim, (int)best_f, &cur);
             continue;
-        int k = cur.shard[i];
-        cur.shard[i] = 1;
-        step(u, UN_OP_COMBINE, i, k, &cur);
-    }
-    for (int i = 0; i < cur.rank; i++) {
-        if (cur.shard[i] == to->shard[i])
-            continue;
-        int k = to->shard[i] / cur.shard[i];
-        cur.shard[i] = to->shard[i];
-        step(u, UN_OP_PARTITION, i, k, &cur);
+        }
+        int cdim = -1;
+        for (int i = 0; i < cur.rank && cdim < 0; i++)
+            if (to->shard[i] % cur.shard[i] != 0)
+                cdim = i;
+        if (cdim < 0)
+            return false; /* only splits left, none fits: the target has too many pieces */
+        int64_t f = smallest_factor(cur.shard[cdim] / gcd64(cur.shard[cdim], to->shard[cdim]));
+        cur.shard[cdim] /= (int32_t)f;
+        step(u, UN_OP_COMBINE, cdim, (int)f, &cur);
     }
     if (to->copy > 1) {
         int k = to->copy;
@@ -127,13 +167,19 @@ static void cost_step(void *u, un_op op, int dim, int k, const un_shape *after) 
                    group_allreduce(m, k, b);
     }
     c->mem += 2 * b;
+    /* transfer buffers on device 0 (as the simulator keeps them): what it receives, twice
+     * (the piece and its gradient), and what it sends */
+    if (!c->local && (op == UN_OP_COMBINE || op == UN_OP_REDUCE))
+        c->mem += 2 * (k - 1) * before;
+    else if (!c->local)
+        c->mem += (k - 1) * b;
     c->prev = *after;
 }
 
 static bool conv_price(const un_map *m, const un_shape *from, const un_shape *to, bool local,
                        double *time, double *mem) {
     conv_cost c = {.m = m, .prev = *from, .local = local};
-    bool ok = conv_walk(from, to, cost_step, &c);
+    bool ok = conv_walk(from, to, m->p.devices, cost_step, &c);
     *time = c.time;
     *mem = c.mem;
     return ok;
@@ -817,7 +863,7 @@ static un_status convert(plan_builder *b, conv_memo **memo, int32_t *n_memo, un_
     const un_shape *from = un_graph_shape(b->ng, src);
     b->cur = src;
     b->st = UN_OK;
-    if (!conv_walk(from, to, plan_step, b))
+    if (!conv_walk(from, to, b->devices, plan_step, b))
         return un_ctx_error(b->ctx, UN_ERR_INVALID, "mapping: no conversion between layouts");
     if (b->st != UN_OK)
         return b->st;

@@ -196,6 +196,13 @@ un_status un_search_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
             if (st != UN_OK)
                 break;
             bool fits = c.sim.fits;
+            if (getenv("UN_SEARCH_DEBUG"))
+                fprintf(stderr,
+                        "lambda %.3g: additive %.4g s %.4g GB; sim %.4g s %.4g GB on %d "
+                        "(w %.3g g %.3g o %.3g a %.3g)\n",
+                        lambda, ms.time, ms.mem / 1e9, c.sim.step, c.sim.mem[c.sim.worst] / 1e9,
+                        c.sim.worst, c.sim.mem_weights / 1e9, c.sim.mem_grads / 1e9,
+                        c.sim.mem_optim / 1e9, c.sim.mem_acts / 1e9);
             if (better(&c, &best)) {
                 out->stats = ms;
                 out->lambda = lambda;

@@ -28,6 +28,7 @@ static const char usage_extra[] =
 typedef struct search_opts {
     bool estimate, profile, plan_only;
     const char *machine, *rules, *sim, *mode, *export, *dot, *time, *budget;
+    const char *alias; /* --only-data-parallel or --no-parallel */
 } search_opts;
 
 /* Takes this file's flags out of argv (in place); the rest goes to un_train_parse_args. */
@@ -58,15 +59,19 @@ static int take_flags(un_ctx *ctx, int argc, char **argv, search_opts *s, un_sta
         } else if (strcmp(a, "--plan-only") == 0) {
             s->plan_only = true;
         } else if (strcmp(a, "--only-data-parallel") == 0 || strcmp(a, "--no-parallel") == 0) {
-            const char *m = a[5] == 'o' ? "data" : "serial";
-            if (s->mode && strcmp(s->mode, m) != 0) {
-                *st = un_ctx_error(ctx, UN_ERR_INVALID, "%s contradicts --search %s", a, s->mode);
-                return 0;
-            }
-            s->mode = m;
+            s->alias = a;
         } else {
             argv[n++] = argv[i];
         }
+    }
+    if (s->alias) {
+        const char *m = s->alias[5] == 'o' ? "data" : "serial";
+        if (s->mode && strcmp(s->mode, m) != 0) {
+            *st = un_ctx_error(ctx, UN_ERR_INVALID, "%s contradicts --search %s", s->alias,
+                               s->mode);
+            return 0;
+        }
+        s->mode = m;
     }
     if (s->sim && strcmp(s->sim, "runtime") != 0 && strcmp(s->sim, "plan") != 0)
         *st = un_ctx_error(ctx, UN_ERR_INVALID, "--sim: '%s' is not runtime or plan", s->sim);
@@ -225,7 +230,7 @@ static un_status search_and_train(un_ctx *ctx, un_train_opts *o, const search_op
     if (st == UN_OK)
         st = un_cost_model_new(ctx, spec, &m, o->prec == UN_PREC_F64 ? UN_MPREC_F64 : UN_MPREC_F32,
                                db, &cm);
-    if (st == UN_OK && !o->quiet)
+    if (st == UN_OK && !o->quiet && isatty(2))
         fprintf(stderr, "searching %s (%s) on %d devices of %s...\n", o->model,
                 o->tiny ? "tiny" : "full size", devices, m.name);
     if (st == UN_OK)
