@@ -340,6 +340,9 @@ static un_status node_configs(un_map *m, int32_t v, cfg_list *out) {
                     continue;
                 double b = piece_bytes(m, &try[t]);
                 k.mem += b * (2 + m->state_copies);
+                /* every device updates the weight pieces it holds */
+                k.time += un_cost_optimizer(m->ctx, m->cm, m->p.optimizer ? m->p.optimizer : "adam",
+                                            un_shape_piece_numel(&try[t]));
                 if (try[t].copy > 1)
                     k.time += group_allreduce(m, try[t].copy, b);
             }

@@ -267,7 +267,10 @@ un_status un_search_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
         if (!out->picked)
             out->picked = "search";
     }
-    if (st == UN_OK && (!best.ok || !best.sim.fits)) {
+    if (st == UN_OK && !best.ok && strcmp(out->ended, "time") == 0) {
+        st = un_ctx_error(ctx, UN_ERR_INVALID,
+                          "the search time (%g s) ran out before a plan was found", limit);
+    } else if (st == UN_OK && (!best.ok || !best.sim.fits)) {
         double need = best.ok ? best.sim.mem[best.sim.worst] : 0;
         st = un_ctx_error(ctx, UN_ERR_INVALID,
                           "no plan fits: the best %s plan on %d devices needs %.3g GB on its "
