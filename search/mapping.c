@@ -239,6 +239,72 @@ static void cfg_name(const un_spec *spec, un_op op, const un_infer *inf, int deg
         snprintf(buf + at, n - at, "/%d", degree);
 }
 
+/* Adds the configuration of node nd with input layouts try on d devices, when the op's rules
+ * accept it with d device tuples and an output without copies. */
+static un_status try_config(un_map *m, const un_node *nd, const un_shape *try, const bool *weight,
+                            int d, cfg_list *out) {
+    un_infer inf;
+    if (un_spec_infer(NULL, m->spec, nd->op, nd->params, try, nd->n_in, NULL, &inf) !=
+        UN_OK)
+        return UN_OK;
+    bool copies = false;
+    for (int o = 0; o < inf.n_out; o++)
+        copies |= inf.out[o].copy != 1;
+    if (copies && d > 1)
+        return UN_OK; /* nothing can remove copies: every piece would run d times */
+    int64_t tuples = 1; /* device tuples: the rules' degrees multiply */
+    for (int i = 0; i < inf.n_uses; i++)
+        tuples *= inf.uses[i].degree;
+    if (tuples != d)
+        return UN_OK;
+    un_map_config k;
+    memset(&k, 0, sizeof k);
+    k.degree = d;
+    memcpy(k.in, try, sizeof(un_shape) * (size_t)nd->n_in);
+    k.n_out = inf.n_out;
+    memcpy(k.out, inf.out, sizeof(un_shape) * (size_t)inf.n_out);
+    cfg_name(m->spec, nd->op, &inf, d, k.name, sizeof k.name);
+    un_shape pieces[UN_MAX_INPUTS];
+    for (int t = 0; t < nd->n_in; t++) {
+        int64_t dims[UN_MAX_DIMS];
+        un_shape_piece_dims(&try[t], dims);
+        pieces[t] = un_shape_make(try[t].rank, dims, try[t].dtype);
+    }
+    /* a piece whose own shapes the op's requirements refuse (e.g. attention split by
+     * heads, where the per-piece op is not the op on piece shapes) costs 1/d of the
+     * whole op */
+    un_op_cost oc;
+    un_ctx *scratch = un_ctx_new(NULL);
+    un_status st = un_cost_piece(scratch, m->cm, nd->op, inf.local, pieces, nd->n_in, &oc);
+    un_ctx_free(scratch);
+    if (st != UN_OK) {
+        un_shape in[UN_MAX_INPUTS];
+        for (int t = 0; t < nd->n_in; t++)
+            in[t] = un_shape_logical(&try[t]);
+        st = un_cost_piece(m->ctx, m->cm, nd->op, nd->params, in, nd->n_in, &oc);
+        if (st != UN_OK)
+            return st;
+        oc.fwd /= d;
+        oc.bwd /= d;
+    }
+    k.time = oc.fwd + oc.bwd;
+    for (int t = 0; t < nd->n_in; t++) {
+        if (!weight[t])
+            continue;
+        double b = piece_bytes(m, &try[t]);
+        k.mem += b * (2 + m->state_copies);
+        /* every device updates the weight pieces it holds */
+        k.time += un_cost_optimizer(m->ctx, m->cm, m->p.optimizer ? m->p.optimizer : "adam",
+                                    un_shape_piece_numel(&try[t]));
+        if (try[t].copy > 1)
+            k.time += group_allreduce(m, try[t].copy, b);
+    }
+    for (int o = 0; o < inf.n_out; o++)
+        k.mem += 2 * piece_bytes(m, &inf.out[o]);
+    cfg_push(out, &k);
+    return UN_OK;
+}
+
 /* One node's configurations: tries every input-layout assignment of each degree. */
 static un_status node_configs(un_map *m, int32_t v, cfg_list *out) {
     const un_node *nd = un_graph_node(m->g, v);
@@ -292,63 +358,11 @@ static un_status node_configs(un_map *m, int32_t v, cfg_list *out) {
                     break;
                 idx[t] = 0;
             }
-            un_infer inf;
-            if (!ok ||
-                un_spec_infer(NULL, m->spec, nd->op, nd->params, try, nd->n_in, NULL, &inf) !=
-                    UN_OK)
+            if (!ok)
                 continue;
-            bool copies = false;
-            for (int o = 0; o < inf.n_out; o++)
-                copies |= inf.out[o].copy != 1;
-            if (copies && d > 1)
-                continue; /* nothing can remove copies: every piece would run d times */
-            int64_t tuples = 1; /* device tuples: the rules' degrees multiply */
-            for (int i = 0; i < inf.n_uses; i++)
-                tuples *= inf.uses[i].degree;
-            if (tuples != d)
-                continue;
-            un_map_config k;
-            memset(&k, 0, sizeof k);
-            k.degree = d;
-            memcpy(k.in, try, sizeof(un_shape) * (size_t)nd->n_in);
-            k.n_out = inf.n_out;
-            memcpy(k.out, inf.out, sizeof(un_shape) * (size_t)inf.n_out);
-            cfg_name(m->spec, nd->op, &inf, d, k.name, sizeof k.name);
-            un_shape pieces[UN_MAX_INPUTS];
-            for (int t = 0; t < nd->n_in; t++) {
-                int64_t dims[UN_MAX_DIMS];
-                un_shape_piece_dims(&try[t], dims);
-                pieces[t] = un_shape_make(try[t].rank, dims, try[t].dtype);
-            }
-            /* a piece whose own shapes the op's requirements refuse (e.g. attention split by
-             * heads, where the per-piece op is not the op on piece shapes) costs 1/d of the
-             * whole op */
-            un_op_cost oc;
-            un_ctx *scratch = un_ctx_new(NULL);
-            un_status st = un_cost_piece(scratch, m->cm, nd->op, inf.local, pieces, nd->n_in, &oc);
-            un_ctx_free(scratch);
-            if (st != UN_OK) {
-                st = un_cost_piece(m->ctx, m->cm, nd->op, nd->params, in, nd->n_in, &oc);
-                if (st != UN_OK)
-                    return st;
-                oc.fwd /= d;
-                oc.bwd /= d;
-            }
-            k.time = oc.fwd + oc.bwd;
-            for (int t = 0; t < nd->n_in; t++) {
-                if (!weight[t])
-                    continue;
-                double b = piece_bytes(m, &try[t]);
-                k.mem += b * (2 + m->state_copies);
-                /* every device updates the weight pieces it holds */
-                k.time += un_cost_optimizer(m->ctx, m->cm, m->p.optimizer ? m->p.optimizer : "adam",
-                                            un_shape_piece_numel(&try[t]));
-                if (try[t].copy > 1)
-                    k.time += group_allreduce(m, try[t].copy, b);
-            }
-            for (int o = 0; o < inf.n_out; o++)
-                k.mem += 2 * piece_bytes(m, &inf.out[o]);
-            cfg_push(out, &k);
+            un_status st = try_config(m, nd, try, weight, d, out);
+            if (st != UN_OK)
+                return st;
         }
     }
     if (out->n == 0)
