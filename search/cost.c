@@ -259,7 +259,7 @@ un_status un_cost_node(un_ctx *ctx, un_cost_model *cm, const un_graph *g, int32_
     /* A piece whose own shapes the op's requirements refuse (attention split by heads: the
      * per-piece op is not the op on the piece shapes) costs the whole op over its device
      * tuples. */
-    un_ctx *scratch = un_ctx_new(NULL);
+    un_ctx *scratch = un_ctx_new_child(ctx);
     un_status st = un_cost_piece(scratch, cm, nd->op, nd->inf.local, in, nd->n_in, out);
     un_ctx_free(scratch);
     if (st == UN_OK || nd->inf.n_uses == 0)

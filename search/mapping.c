@@ -274,7 +274,7 @@ static un_status try_config(un_map *m, const un_node *nd, const un_shape *try, c
      * heads, where the per-piece op is not the op on piece shapes) costs 1/d of the
      * whole op */
     un_op_cost oc;
-    un_ctx *scratch = un_ctx_new(NULL);
+    un_ctx *scratch = un_ctx_new_child(m->ctx);
     un_status st = un_cost_piece(scratch, m->cm, nd->op, inf.local, pieces, nd->n_in, &oc);
     un_ctx_free(scratch);
     if (st != UN_OK) {

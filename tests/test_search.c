@@ -241,7 +241,6 @@ static un_train_opts tiny_opts(const char *model, int devices, const char *strat
     o.steps = 4;
     o.threads = 1;
     o.quiet = true;
-    o.progress = false;
     o.out = stdout;
     o.prec = UN_PREC_F64;
     o.optimizer = "adam";
