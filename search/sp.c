@@ -28,6 +28,33 @@ static int32_t meet(const int32_t *up, const int32_t *depth, int32_t x, int32_t 
     return x;
 }
 
+/* Visits every (producer, distinct consumer) edge once, consumers ascending: counts them into
+ * cons_at[p + 1] (cons NULL) or writes them at cons[cons_at[p] ..]. */
+static void consumer_pass(un_sp_info *a, int32_t *cons) {
+    int32_t n = a->n;
+    int32_t *last = un_xmalloc(((size_t)n + 1) * sizeof *last);
+    int32_t *fill = un_xcalloc((size_t)n + 1, sizeof *fill);
+    for (int32_t v = 0; v < n; v++)
+        last[v] = -1;
+    for (int32_t v = 0; v < n; v++) {
+        if (!a->in[v])
+            continue;
+        const un_node *nd = un_graph_node(a->g, v);
+        for (int t = 0; t < nd->n_in; t++) {
+            int32_t p = nd->in[t].node;
+            if (!takes_part(a, p) || last[p] == v)
+                continue;
+            last[p] = v;
+            if (cons)
+                cons[a->cons_at[p] + fill[p]++] = v;
+            else
+                a->cons_at[p + 1]++;
+        }
+    }
+    free(fill);
+    free(last);
+}
+
 un_status un_sp_analyse(un_ctx *ctx, const un_graph *g, const bool *mask, un_sp_info *out) {
     (void)ctx;
     memset(out, 0, sizeof *out);
@@ -40,43 +67,13 @@ un_status un_sp_analyse(un_ctx *ctx, const un_graph *g, const bool *mask, un_sp_
         a->in[v] = !mask || mask[v];
         a->n_in += a->in[v];
     }
-    /* consumers: distinct, ascending */
+    /* consumers: distinct, ascending; counted, then filled */
     a->cons_at = un_xcalloc((size_t)n + 1, sizeof *a->cons_at);
-    int32_t *last = un_xmalloc(((size_t)n + 1) * sizeof *last);
-    for (int32_t v = 0; v < n; v++)
-        last[v] = -1;
-    for (int32_t v = 0; v < n; v++) {
-        if (!a->in[v])
-            continue;
-        const un_node *nd = un_graph_node(g, v);
-        for (int t = 0; t < nd->n_in; t++) {
-            int32_t p = nd->in[t].node;
-            if (takes_part(a, p) && last[p] != v) {
-                last[p] = v;
-                a->cons_at[p + 1]++;
-            }
-        }
-    }
+    consumer_pass(a, NULL);
     for (int32_t v = 0; v < n; v++)
         a->cons_at[v + 1] += a->cons_at[v];
     a->cons = un_xcalloc((size_t)a->cons_at[n] + 1, sizeof *a->cons);
-    int32_t *fill = un_xcalloc((size_t)n + 1, sizeof *fill);
-    for (int32_t v = 0; v < n; v++)
-        last[v] = -1;
-    for (int32_t v = 0; v < n; v++) {
-        if (!a->in[v])
-            continue;
-        const un_node *nd = un_graph_node(g, v);
-        for (int t = 0; t < nd->n_in; t++) {
-            int32_t p = nd->in[t].node;
-            if (takes_part(a, p) && last[p] != v) {
-                last[p] = v;
-                a->cons[a->cons_at[p] + fill[p]++] = v;
-            }
-        }
-    }
-    free(fill);
-    free(last);
+    consumer_pass(a, a->cons);
     /* reachability */
     a->words = (n + 63) / 64;
     size_t w = (size_t)a->words;
