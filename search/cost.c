@@ -45,7 +45,8 @@ un_status un_cost_model_new(un_ctx *ctx, const un_spec *spec, const un_machine *
     cm->prec = prec;
     cm->es = prec == UN_MPREC_F64 ? 8 : 4;
     cm->db = db;
-    snprintf(cm->device, sizeof cm->device, "%s%s", m->dev.kind, prec == UN_MPREC_F64 ? "-f64" : "");
+    snprintf(cm->device, sizeof cm->device, "%s%s", m->dev.kind,
+             prec == UN_MPREC_F64 ? "-f64" : "");
     cm->cap = 256;
     cm->tab = un_xcalloc(cm->cap, sizeof *cm->tab);
     *out = cm;

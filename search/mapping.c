@@ -14,8 +14,8 @@
 /* An edge from a regular producer's output to a regular consumer's input: the conversion's
  * time and memory for every pair of their configurations. */
 typedef struct map_edge {
-    int32_t from, to; /* nodes */
-    int32_t out, in;  /* producer output, consumer input slot */
+    int32_t from, to;   /* nodes */
+    int32_t out, in;    /* producer output, consumer input slot */
     double *time, *mem; /* [n_cfg(from) * n_cfg(to)] */
 } map_edge;
 
@@ -26,14 +26,14 @@ struct un_map {
     const un_spec *spec;
     un_map_params p;
     int32_t n;
-    int eb;            /* element bytes */
-    int state_copies;  /* optimizer state copies of a weight */
-    int32_t *cfg_at;   /* [n + 1] configurations of node v: cfg[cfg_at[v] .. cfg_at[v + 1]) */
+    int eb;           /* element bytes */
+    int state_copies; /* optimizer state copies of a weight */
+    int32_t *cfg_at;  /* [n + 1] configurations of node v: cfg[cfg_at[v] .. cfg_at[v + 1]) */
     un_map_config *cfg;
     double *unary_time, *unary_mem; /* per configuration: + conversions from sources, outputs */
     map_edge *edges;
     int32_t n_edges;
-    int32_t *edge_at; /* [n + 1] edges into node v: edges[edge_at[v] .. edge_at[v + 1]) */
+    int32_t *edge_at;  /* [n + 1] edges into node v: edges[edge_at[v] .. edge_at[v + 1]) */
     int32_t *last_use; /* [n] the last regular consumer of a regular node (itself if none) */
     int32_t n_cuts;
     double base_mem; /* data inputs, whole on device 0 */
@@ -163,8 +163,8 @@ static void cost_step(void *u, un_op op, int dim, int k, const un_shape *after) 
         double moved = (op == UN_OP_COMBINE ? before : b) * (k - 1);
         c->time += 2 * un_cost_p2p(m->cm, 0, last, moved);
     } else { /* replicate: a broadcast forward, an all-reduce of the copies' gradients back */
-        c->time += ceil(log2((double)k)) * un_cost_p2p(m->cm, 0, last, b) +
-                   group_allreduce(m, k, b);
+        c->time +=
+            ceil(log2((double)k)) * un_cost_p2p(m->cm, 0, last, b) + group_allreduce(m, k, b);
     }
     c->mem += 2 * b;
     /* transfer buffers on device 0 (as the simulator keeps them): what it receives, twice
@@ -230,9 +230,9 @@ static void cfg_name(const un_spec *spec, un_op op, const un_infer *inf, int deg
     for (int i = 0; i < inf->n_uses && at + 1 < n; i++) {
         const un_rule_use *u = &inf->uses[i];
         const char *rn = u->rule >= 0 ? os->rules[u->rule].name : "copy";
-        int w = u->foreach >= 0 ? snprintf(buf + at, n - at, "%s%s(%d)", i ? "+" : "", rn,
-                                           (int)u->foreach)
-                                : snprintf(buf + at, n - at, "%s%s", i ? "+" : "", rn);
+        int w = u->foreach >= 0
+                    ? snprintf(buf + at, n - at, "%s%s(%d)", i ? "+" : "", rn, (int)u->foreach)
+                    : snprintf(buf + at, n - at, "%s%s", i ? "+" : "", rn);
         at += w > 0 ? (size_t)w : 0;
     }
     if (at + 1 < n)
@@ -244,14 +244,13 @@ static void cfg_name(const un_spec *spec, un_op op, const un_infer *inf, int deg
 static un_status try_config(un_map *m, const un_node *nd, const un_shape *try, const bool *weight,
                             int d, cfg_list *out) {
     un_infer inf;
-    if (un_spec_infer(NULL, m->spec, nd->op, nd->params, try, nd->n_in, NULL, &inf) !=
-        UN_OK)
+    if (un_spec_infer(NULL, m->spec, nd->op, nd->params, try, nd->n_in, NULL, &inf) != UN_OK)
         return UN_OK;
     bool copies = false;
     for (int o = 0; o < inf.n_out; o++)
         copies |= inf.out[o].copy != 1;
     if (copies && d > 1)
-        return UN_OK; /* nothing can remove copies: every piece would run d times */
+        return UN_OK;   /* nothing can remove copies: every piece would run d times */
     int64_t tuples = 1; /* device tuples: the rules' degrees multiply */
     for (int i = 0; i < inf.n_uses; i++)
         tuples *= inf.uses[i].degree;
@@ -640,11 +639,11 @@ typedef struct ve_state {
 
 typedef struct ve_step {
     int32_t node;
-    int32_t n_live;      /* frontier after this step */
-    int32_t *live;       /* its nodes */
-    int32_t n;           /* states */
+    int32_t n_live; /* frontier after this step */
+    int32_t *live;  /* its nodes */
+    int32_t n;      /* states */
     ve_state *s;
-    int32_t *key;        /* [n * n_live] configurations of the live nodes */
+    int32_t *key; /* [n * n_live] configurations of the live nodes */
 } ve_step;
 
 static uint64_t key_hash(const int32_t *k, int32_t n) {
@@ -721,9 +720,8 @@ un_status un_map_solve(un_ctx *ctx, un_map *m, double lambda, int32_t *a, un_map
                     k[i] = assign[S->live[i]];
                 uint64_t h = key_hash(k, S->n_live);
                 int32_t slot = (int32_t)(h & (uint64_t)(hcap - 1));
-                while (table[slot] >= 0 &&
-                       memcmp(S->key + (size_t)table[slot] * (size_t)S->n_live, k,
-                              (size_t)S->n_live * sizeof *k) != 0)
+                while (table[slot] >= 0 && memcmp(S->key + (size_t)table[slot] * (size_t)S->n_live,
+                                                  k, (size_t)S->n_live * sizeof *k) != 0)
                     slot = (slot + 1) & (hcap - 1);
                 ve_state ns = {cost, prev_s[ps].time + t, prev_s[ps].mem + b, ps, c};
                 if (table[slot] < 0) {
@@ -750,8 +748,7 @@ un_status un_map_solve(un_ctx *ctx, un_map *m, double lambda, int32_t *a, un_map
             for (int32_t i = 0; i < keep; i++) {
                 ns[i] = S->s[ord[i]];
                 memcpy(nk + (size_t)i * (size_t)S->n_live,
-                       S->key + (size_t)ord[i] * (size_t)S->n_live,
-                       (size_t)S->n_live * sizeof *nk);
+                       S->key + (size_t)ord[i] * (size_t)S->n_live, (size_t)S->n_live * sizeof *nk);
             }
             free(ord);
             free(S->s);
@@ -802,8 +799,7 @@ un_status un_map_solve(un_ctx *ctx, un_map *m, double lambda, int32_t *a, un_map
     return st;
 }
 
-un_status un_map_exhaustive(un_ctx *ctx, const un_map *m, double lambda, int32_t *a,
-                            double *best) {
+un_status un_map_exhaustive(un_ctx *ctx, const un_map *m, double lambda, int32_t *a, double *best) {
     int32_t n = m->n;
     double total = 1;
     for (int32_t v = 0; v < n; v++) {

@@ -44,32 +44,32 @@
 typedef struct un_map un_map;
 
 typedef struct un_map_params {
-    int devices;        /* D */
-    int64_t max_states; /* frontier states kept per step (0: 4096) */
-    bool only_data;     /* configurations: serial or the batch (dim 0) split only */
-    bool no_parallel;   /* configurations: serial only (every node on device 0) */
+    int devices;           /* D */
+    int64_t max_states;    /* frontier states kept per step (0: 4096) */
+    bool only_data;        /* configurations: serial or the batch (dim 0) split only */
+    bool no_parallel;      /* configurations: serial only (every node on device 0) */
     const char *optimizer; /* "adam" (2 state copies) or "sgd" (1) */
 } un_map_params;
 
 /* One configuration of one node. */
 typedef struct un_map_config {
-    int32_t degree;                /* devices 0 .. degree - 1 */
-    un_shape in[UN_MAX_INPUTS];    /* the layout each input must have */
+    int32_t degree;             /* devices 0 .. degree - 1 */
+    un_shape in[UN_MAX_INPUTS]; /* the layout each input must have */
     int32_t n_out;
-    un_shape out[UN_MAX_OUTPUTS];  /* the output layouts */
-    double time;                   /* forward + backward of a piece, + weight gradient sync */
-    double mem;                    /* bytes on device 0: weights, grads, state, activations */
-    char name[48];                 /* "serial", "batch/4", "out_features/2", ... */
+    un_shape out[UN_MAX_OUTPUTS]; /* the output layouts */
+    double time;                  /* forward + backward of a piece, + weight gradient sync */
+    double mem;                   /* bytes on device 0: weights, grads, state, activations */
+    char name[48];                /* "serial", "batch/4", "out_features/2", ... */
 } un_map_config;
 
 typedef struct un_map_stats {
-    int64_t configs;     /* configurations over all nodes */
-    int64_t states;      /* frontier states expanded */
+    int64_t configs;      /* configurations over all nodes */
+    int64_t states;       /* frontier states expanded */
     int64_t max_frontier; /* most states alive at once */
-    int32_t pieces;      /* pieces between cut nodes (layer 1) */
-    bool beam;           /* states were dropped: the result may not be optimal */
-    double cost;         /* the additive estimate of the result (seconds + lambda * bytes) */
-    double time, mem;    /* its seconds and bytes on device 0 */
+    int32_t pieces;       /* pieces between cut nodes (layer 1) */
+    bool beam;            /* states were dropped: the result may not be optimal */
+    double cost;          /* the additive estimate of the result (seconds + lambda * bytes) */
+    double time, mem;     /* its seconds and bytes on device 0 */
 } un_map_stats;
 
 un_map_params un_map_params_default(int devices);
@@ -98,8 +98,7 @@ void un_map_data_parallel(const un_map *m, int32_t *a);
 /* The cheapest assignment by variable elimination (see above); a[] has room for every node. */
 un_status un_map_solve(un_ctx *ctx, un_map *m, double lambda, int32_t *a, un_map_stats *st);
 /* The cheapest by enumerating every assignment (tests; UN_ERR_INVALID beyond 1e7 of them). */
-un_status un_map_exhaustive(un_ctx *ctx, const un_map *m, double lambda, int32_t *a,
-                            double *best);
+un_status un_map_exhaustive(un_ctx *ctx, const un_map *m, double lambda, int32_t *a, double *best);
 
 /* The plan graph of an assignment: g's nodes, with the parallel ops that convert each tensor
  * to the layout its consumer needs, and each node's machine view. Owned: un_graph_free. */

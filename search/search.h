@@ -42,22 +42,22 @@ typedef struct un_search_params {
 } un_search_params;
 
 typedef struct un_search_result {
-    un_graph *plan;      /* owned */
-    int devices_used;    /* the plan's devices (un_strategy_devices) */
-    un_sim_result sim;   /* the plan's estimate */
-    double wall;         /* seconds the search took */
-    const char *ended;   /* "exhausted", "budget" or "time" (static) */
-    un_map_stats stats;  /* layer 3 of the chosen plan (joint) */
-    int lambda_rounds;   /* memory prices tried (joint) */
-    double lambda;       /* the memory price of the chosen plan (seconds per byte) */
+    un_graph *plan;              /* owned */
+    int devices_used;            /* the plan's devices (un_strategy_devices) */
+    un_sim_result sim;           /* the plan's estimate */
+    double wall;                 /* seconds the search took */
+    const char *ended;           /* "exhausted", "budget" or "time" (static) */
+    un_map_stats stats;          /* layer 3 of the chosen plan (joint) */
+    int lambda_rounds;           /* memory prices tried (joint) */
+    double lambda;               /* the memory price of the chosen plan (seconds per byte) */
     int64_t proposals, accepted; /* mcmc */
-    const char *picked;  /* "search", "data parallel" or "serial": which candidate won (joint) */
-    double dp_step;      /* data parallelism's estimate, for the report; 0 when it cannot run */
+    const char *picked; /* "search", "data parallel" or "serial": which candidate won (joint) */
+    double dp_step;     /* data parallelism's estimate, for the report; 0 when it cannot run */
     bool dp_fits;
-    double dp_mem;       /* its largest device's bytes */
+    double dp_mem; /* its largest device's bytes */
     int32_t n_nodes;
-    char (*choice)[48];  /* per model node: its configuration's name ("" for sources) */
-    int32_t *degree;     /* per model node: devices it runs on (0 for sources) */
+    char (*choice)[48]; /* per model node: its configuration's name ("" for sources) */
+    int32_t *degree;    /* per model node: devices it runs on (0 for sources) */
 } un_search_result;
 
 un_search_params un_search_params_default(int devices);

@@ -50,10 +50,10 @@ typedef enum { UN_SP_LEAF, UN_SP_SERIES, UN_SP_PARALLEL } un_sp_kind;
 
 typedef struct un_sp_node {
     un_sp_kind kind;
-    int32_t node;            /* graph node of a leaf, -1 otherwise */
-    int32_t begin, end;      /* its leaves: order[begin .. end) (graph node ids) */
+    int32_t node;              /* graph node of a leaf, -1 otherwise */
+    int32_t begin, end;        /* its leaves: order[begin .. end) (graph node ids) */
     int32_t child_at, n_child; /* children: child[child_at .. child_at + n_child), in order */
-    bool forced;             /* a series made by the non-SP fallback */
+    bool forced;               /* a series made by the non-SP fallback */
 } un_sp_node;
 
 typedef struct un_sp_tree {

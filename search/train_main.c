@@ -1,5 +1,5 @@
-/* train_main.c - `unity-train`: parses the flags and calls un_train_run (runtime/train.h). It lives in
- * search/ because the binary is the search plus the runtime; runtime/ never depends on search/.
+/* train_main.c - `unity-train`: parses the flags and calls un_train_run (runtime/train.h). It lives
+ * in search/ because the binary is the search plus the runtime; runtime/ never depends on search/.
  * Its own flags: --estimate (print the simulator's estimate of a step instead of training),
  * --profile (time every operator's pieces into --rules' op-cost cache), --machine FILE,
  * --rules DB, --sim runtime|plan (what the estimate models: the runtime today or DESIGN.md §9). */
@@ -37,15 +37,15 @@ static int take_flags(un_ctx *ctx, int argc, char **argv, search_opts *s, un_sta
     *st = UN_OK;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
-        const char **val = strcmp(a, "--machine") == 0 ? &s->machine
-                           : strcmp(a, "--rules") == 0 ? &s->rules
-                           : strcmp(a, "--sim") == 0   ? &s->sim
-                           : strcmp(a, "--search") == 0 ? &s->mode
-                           : strcmp(a, "--export") == 0 ? &s->export
-                           : strcmp(a, "--dot") == 0 ? &s->dot
+        const char **val = strcmp(a, "--machine") == 0       ? &s->machine
+                           : strcmp(a, "--rules") == 0       ? &s->rules
+                           : strcmp(a, "--sim") == 0         ? &s->sim
+                           : strcmp(a, "--search") == 0      ? &s->mode
+                           : strcmp(a, "--export") == 0      ? &s->export
+                           : strcmp(a, "--dot") == 0         ? &s->dot
                            : strcmp(a, "--search-time") == 0 ? &s->time
-                           : strcmp(a, "--budget") == 0 ? &s->budget
-                                                       : NULL;
+                           : strcmp(a, "--budget") == 0      ? &s->budget
+                                                             : NULL;
         if (val) {
             if (i + 1 >= argc) {
                 *st = un_ctx_error(ctx, UN_ERR_INVALID, "%s needs a value", a);
@@ -67,8 +67,8 @@ static int take_flags(un_ctx *ctx, int argc, char **argv, search_opts *s, un_sta
     if (s->alias) {
         const char *m = s->alias[5] == 'o' ? "data" : "serial";
         if (s->mode && strcmp(s->mode, m) != 0) {
-            *st = un_ctx_error(ctx, UN_ERR_INVALID, "%s contradicts --search %s", s->alias,
-                               s->mode);
+            *st =
+                un_ctx_error(ctx, UN_ERR_INVALID, "%s contradicts --search %s", s->alias, s->mode);
             return 0;
         }
         s->mode = m;
@@ -129,9 +129,8 @@ static un_status estimate_or_profile(un_ctx *ctx, const un_train_opts *o, const 
             printf("stored %lld op costs in %s\n", (long long)n, s->rules);
         goto done;
     }
-    if ((st = un_cost_model_new(ctx, spec, &m,
-                                o->prec == UN_PREC_F64 ? UN_MPREC_F64 : UN_MPREC_F32, db, &cm)) !=
-        UN_OK)
+    if ((st = un_cost_model_new(ctx, spec, &m, o->prec == UN_PREC_F64 ? UN_MPREC_F64 : UN_MPREC_F32,
+                                db, &cm)) != UN_OK)
         goto done;
     un_sim_params sp = un_sim_params_default();
     sp.mirror_sources = !s->sim || strcmp(s->sim, "runtime") == 0;
@@ -143,11 +142,13 @@ static un_status estimate_or_profile(un_ctx *ctx, const un_train_opts *o, const 
     un_sim_report(g, &r, cm, &text);
     int64_t q, c, meas;
     un_cost_stats(cm, &q, &c, &meas);
-    printf("%s: %s, %s strategy, %s semantics\n%s", o->model,
-           o->tiny ? "tiny" : "full size", o->strategy ? o->strategy : devices == 1 ? "serial" : "data",
+    printf("%s: %s, %s strategy, %s semantics\n%s", o->model, o->tiny ? "tiny" : "full size",
+           o->strategy    ? o->strategy
+           : devices == 1 ? "serial"
+                          : "data",
            sp.mirror_sources ? "runtime" : "plan", text.data);
-    printf("op costs: %lld queries, %lld cached, %lld measured (%s)\n", (long long)q,
-           (long long)c, (long long)meas, db ? "rules.db op-cost cache" : "analytic only");
+    printf("op costs: %lld queries, %lld cached, %lld measured (%s)\n", (long long)q, (long long)c,
+           (long long)meas, db ? "rules.db op-cost cache" : "analytic only");
 done:
     un_buf_free(&text);
     un_sim_result_free(&r);
@@ -214,8 +215,8 @@ static un_status search_and_train(un_ctx *ctx, un_train_opts *o, const search_op
     p.devices = devices;
     p.optimizer = o->optimizer;
     if (st == UN_OK && devices > un_machine_devices(&m))
-        st = un_ctx_error(ctx, UN_ERR_INVALID, "--devices %d: machine %s has %d devices",
-                          devices, s->machine, un_machine_devices(&m));
+        st = un_ctx_error(ctx, UN_ERR_INVALID, "--devices %d: machine %s has %d devices", devices,
+                          s->machine, un_machine_devices(&m));
     if (st == UN_OK)
         st = un_spec_load(ctx, o->spec, &spec);
     if (st == UN_OK) {
@@ -243,8 +244,8 @@ static un_status search_and_train(un_ctx *ctx, un_train_opts *o, const search_op
     if ((st = un_graph_to_json(ctx, r.plan, &js)) != UN_OK)
         goto done;
     if (s->export && (st = write_file(ctx, s->export, &js)) == UN_OK)
-        printf("plan written to %s (train it: --strategy %s --devices %d)\n", s->export,
-               s->export, r.devices_used);
+        printf("plan written to %s (train it: --strategy %s --devices %d)\n", s->export, s->export,
+               r.devices_used);
     if (st == UN_OK && s->dot) {
         un_buf dot = {0};
         st = un_graph_to_dot(ctx, r.plan, &dot);

@@ -6,7 +6,8 @@
 
 static const char tiny_machine[] =
     "{\"version\": 1, \"name\": \"small\", \"nodes\": 1, \"devices_per_node\": 4,"
-    " \"device\": {\"kind\": \"x\", \"flops\": {\"f32\": 1e12}, \"mem_bw\": 1e11, \"memory\": 1000},"
+    " \"device\": {\"kind\": \"x\", \"flops\": {\"f32\": 1e12}, \"mem_bw\": 1e11, \"memory\": "
+    "1000},"
     " \"intra_node\": {\"bw\": 1e11, \"latency\": 1e-6},"
     " \"inter_node\": {\"bw\": 1e10, \"latency\": 1e-5}}";
 
@@ -86,10 +87,10 @@ static void test_export(void) {
 static void test_bad_input(void) {
     const char *T = "--model mlp --tiny ";
     char args[512];
-#define BAD(extra, want)                                                                    \
-    do {                                                                                    \
-        snprintf(args, sizeof args, "%s%s", T, extra);                                      \
-        cli_expect_clean_error("unity-train", cli_fmt(args), want);                         \
+#define BAD(extra, want)                                                                           \
+    do {                                                                                           \
+        snprintf(args, sizeof args, "%s%s", T, extra);                                             \
+        cli_expect_clean_error("unity-train", cli_fmt(args), want);                                \
     } while (0)
     BAD("--machine nope.json", "nope.json");
     write_text(cli_path("bad.json"), "{\"version\": 1, \"nodes\": 0}");

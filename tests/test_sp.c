@@ -152,9 +152,8 @@ static int32_t check_all(un_ctx *ctx, const un_graph *g, const bool *mask, const
                 bool dom = !reach_without(&a, d, v, true);
                 bool pdom = !reach_without(&a, d, v, false);
                 if (dom != un_sp_dominates(&a, d, v) || pdom != un_sp_postdominates(&a, d, v)) {
-                    printf("  %s: node %d vs %d: dominates %d/%d, post-dominates %d/%d\n", what,
-                           d, v, dom, un_sp_dominates(&a, d, v), pdom,
-                           un_sp_postdominates(&a, d, v));
+                    printf("  %s: node %d vs %d: dominates %d/%d, post-dominates %d/%d\n", what, d,
+                           v, dom, un_sp_dominates(&a, d, v), pdom, un_sp_postdominates(&a, d, v));
                     ok = false;
                 }
             }
