@@ -1,8 +1,11 @@
-/* train_main.c - `unity-train`: parses the flags and calls un_train_run (runtime/train.h). It lives
- * in search/ because the binary is the search plus the runtime; runtime/ never depends on search/.
- * Its own flags: --estimate (print the simulator's estimate of a step instead of training),
- * --profile (time every operator's pieces into --rules' op-cost cache), --machine FILE,
- * --rules DB, --sim runtime|plan (what the estimate models: the runtime today or DESIGN.md §9). */
+/* train_main.c - `unity-train`: parses the flags and calls un_train_run (runtime/train.h), or
+ * first the search (search/search.h) when --machine comes without --estimate or --profile. It
+ * lives in search/ because the binary is the search plus the runtime; runtime/ never depends on
+ * search/. Its own flags: --estimate (print the simulator's estimate of a step instead of
+ * training), --profile (time every operator's pieces into --rules' op-cost cache), --machine FILE,
+ * --rules DB, --sim runtime|plan (what the estimate models: the runtime today or DESIGN.md §9),
+ * and the search's: --search, --only-data-parallel, --no-parallel, --plan-only, --export, --dot,
+ * --search-time, --budget. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +26,19 @@ static const char usage_extra[] =
     "  --profile          time each operator per piece shape on this CPU (1 device's threads)\n"
     "                     and store the times in DB's op-cost cache for the machine's device kind\n"
     "  --sim runtime|plan what --estimate models: the runtime today (whole weights on every\n"
-    "                     device, one gradient all-reduce; default) or a plan's own semantics\n";
+    "                     device, one gradient all-reduce; default) or a plan's own semantics\n"
+    "\nsearching (search/): --machine without --estimate or --profile searches, then trains\n"
+    "  --search MODE      joint (default: every operator's parallelization by dynamic\n"
+    "                     programming, memory a constraint), data, serial, or mcmc (FlexFlow's\n"
+    "                     SysML'19 random walk over per-operator configurations)\n"
+    "  --only-data-parallel, --no-parallel   the same as --search data, --search serial\n"
+    "  --devices D        devices to plan for (default: all of the machine's)\n"
+    "  --plan-only        search and report; do not train\n"
+    "  --export FILE      write the plan (pcg JSON with parallel ops and machine views) for\n"
+    "                     --strategy FILE\n"
+    "  --dot FILE         write the plan as Graphviz DOT\n"
+    "  --search-time S    wall-clock limit of the search in seconds (default 60)\n"
+    "  --budget N         mcmc proposals (default 20000)\n";
 
 typedef struct search_opts {
     bool estimate, profile, plan_only;
