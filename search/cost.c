@@ -45,7 +45,8 @@ un_status un_cost_model_new(un_ctx *ctx, const un_spec *spec, const un_machine *
     cm->prec = prec;
     cm->es = prec == UN_MPREC_F64 ? 8 : 4;
     cm->db = db;
-    snprintf(cm->device, sizeof cm->device, "%s%s", m->dev.kind, prec == UN_MPREC_F64 ? "-f64" : "");
+    snprintf(cm->device, sizeof cm->device, "%s%s", m->dev.kind,
+             prec == UN_MPREC_F64 ? "-f64" : "");
     cm->cap = 256;
     cm->tab = un_xcalloc(cm->cap, sizeof *cm->tab);
     *out = cm;
@@ -256,7 +257,28 @@ un_status un_cost_node(un_ctx *ctx, un_cost_model *cm, const un_graph *g, int32_
     const un_node *nd = un_graph_node(g, id);
     un_shape in[UN_MAX_INPUTS];
     un_cost_piece_shapes(g, id, in);
-    return un_cost_piece(ctx, cm, nd->op, nd->inf.local, in, nd->n_in, out);
+    /* A piece whose own shapes the op's requirements refuse (attention split by heads: the
+     * per-piece op is not the op on the piece shapes) costs the whole op over its device
+     * tuples. */
+    un_ctx *scratch = un_ctx_new_child(ctx);
+    un_status st = un_cost_piece(scratch, cm, nd->op, nd->inf.local, in, nd->n_in, out);
+    un_ctx_free(scratch);
+    if (st == UN_OK || nd->inf.n_uses == 0)
+        return st == UN_OK ? st : un_cost_piece(ctx, cm, nd->op, nd->inf.local, in, nd->n_in, out);
+    for (int t = 0; t < nd->n_in; t++)
+        in[t] = un_shape_logical(un_graph_shape(g, nd->in[t]));
+    if ((st = un_cost_piece(ctx, cm, nd->op, nd->params, in, nd->n_in, out)) != UN_OK)
+        return st;
+    double tuples = 1;
+    for (int i = 0; i < nd->inf.n_uses; i++)
+        tuples *= nd->inf.uses[i].degree;
+    out->fwd /= tuples;
+    out->bwd /= tuples;
+    out->flops /= tuples;
+    out->bytes /= tuples;
+    out->bwd_flops /= tuples;
+    out->bwd_bytes /= tuples;
+    return UN_OK;
 }
 
 /* ---- communication ---- */

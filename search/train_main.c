@@ -1,14 +1,20 @@
-/* train_main.c - `unity-train`: parses the flags and calls un_train_run (runtime/train.h). It lives in
- * search/ because the binary is the search plus the runtime; runtime/ never depends on search/.
- * Its own flags: --estimate (print the simulator's estimate of a step instead of training),
- * --profile (time every operator's pieces into --rules' op-cost cache), --machine FILE,
- * --rules DB, --sim runtime|plan (what the estimate models: the runtime today or DESIGN.md §9). */
+/* train_main.c - `unity-train`: parses the flags and calls un_train_run (runtime/train.h), or
+ * first the search (search/search.h) when --machine comes without --estimate or --profile. It
+ * lives in search/ because the binary is the search plus the runtime; runtime/ never depends on
+ * search/. Its own flags: --estimate (print the simulator's estimate of a step instead of
+ * training), --profile (time every operator's pieces into --rules' op-cost cache), --machine FILE,
+ * --rules DB, --sim runtime|plan (what the estimate models: the runtime today or DESIGN.md §9),
+ * and the search's: --search, --only-data-parallel, --no-parallel, --plan-only, --export, --dot,
+ * --search-time, --budget. */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "runtime/train.h"
 #include "search/profile.h"
+#include "search/search.h"
 #include "search/sim.h"
 
 static const char usage_extra[] =
@@ -20,11 +26,24 @@ static const char usage_extra[] =
     "  --profile          time each operator per piece shape on this CPU (1 device's threads)\n"
     "                     and store the times in DB's op-cost cache for the machine's device kind\n"
     "  --sim runtime|plan what --estimate models: the runtime today (whole weights on every\n"
-    "                     device, one gradient all-reduce; default) or a plan's own semantics\n";
+    "                     device, one gradient all-reduce; default) or a plan's own semantics\n"
+    "\nsearching (search/): --machine without --estimate or --profile searches, then trains\n"
+    "  --search MODE      joint (default: every operator's parallelization by dynamic\n"
+    "                     programming, memory a constraint), data, serial, or mcmc (FlexFlow's\n"
+    "                     SysML'19 random walk over per-operator configurations)\n"
+    "  --only-data-parallel, --no-parallel   the same as --search data, --search serial\n"
+    "  --devices D        devices to plan for (default: all of the machine's)\n"
+    "  --plan-only        search and report; do not train\n"
+    "  --export FILE      write the plan (pcg JSON with parallel ops and machine views) for\n"
+    "                     --strategy FILE\n"
+    "  --dot FILE         write the plan as Graphviz DOT\n"
+    "  --search-time S    wall-clock limit of the search in seconds (default 60)\n"
+    "  --budget N         mcmc proposals (default 20000)\n";
 
 typedef struct search_opts {
-    bool estimate, profile;
-    const char *machine, *rules, *sim;
+    bool estimate, profile, plan_only;
+    const char *machine, *rules, *sim, *mode, *export, *dot, *time, *budget;
+    const char *alias; /* --only-data-parallel or --no-parallel */
 } search_opts;
 
 /* Takes this file's flags out of argv (in place); the rest goes to un_train_parse_args. */
@@ -33,10 +52,15 @@ static int take_flags(un_ctx *ctx, int argc, char **argv, search_opts *s, un_sta
     *st = UN_OK;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
-        const char **val = strcmp(a, "--machine") == 0 ? &s->machine
-                           : strcmp(a, "--rules") == 0 ? &s->rules
-                           : strcmp(a, "--sim") == 0   ? &s->sim
-                                                       : NULL;
+        const char **val = strcmp(a, "--machine") == 0       ? &s->machine
+                           : strcmp(a, "--rules") == 0       ? &s->rules
+                           : strcmp(a, "--sim") == 0         ? &s->sim
+                           : strcmp(a, "--search") == 0      ? &s->mode
+                           : strcmp(a, "--export") == 0      ? &s->export
+                           : strcmp(a, "--dot") == 0         ? &s->dot
+                           : strcmp(a, "--search-time") == 0 ? &s->time
+                           : strcmp(a, "--budget") == 0      ? &s->budget
+                                                             : NULL;
         if (val) {
             if (i + 1 >= argc) {
                 *st = un_ctx_error(ctx, UN_ERR_INVALID, "%s needs a value", a);
@@ -47,9 +71,22 @@ static int take_flags(un_ctx *ctx, int argc, char **argv, search_opts *s, un_sta
             s->estimate = true;
         } else if (strcmp(a, "--profile") == 0) {
             s->profile = true;
+        } else if (strcmp(a, "--plan-only") == 0) {
+            s->plan_only = true;
+        } else if (strcmp(a, "--only-data-parallel") == 0 || strcmp(a, "--no-parallel") == 0) {
+            s->alias = a;
         } else {
             argv[n++] = argv[i];
         }
+    }
+    if (s->alias) {
+        const char *m = s->alias[5] == 'o' ? "data" : "serial";
+        if (s->mode && strcmp(s->mode, m) != 0) {
+            *st =
+                un_ctx_error(ctx, UN_ERR_INVALID, "%s contradicts --search %s", s->alias, s->mode);
+            return 0;
+        }
+        s->mode = m;
     }
     if (s->sim && strcmp(s->sim, "runtime") != 0 && strcmp(s->sim, "plan") != 0)
         *st = un_ctx_error(ctx, UN_ERR_INVALID, "--sim: '%s' is not runtime or plan", s->sim);
@@ -60,9 +97,16 @@ static int take_flags(un_ctx *ctx, int argc, char **argv, search_opts *s, un_sta
         *st = un_ctx_error(ctx, UN_ERR_INVALID, "--profile needs --rules DB (the op-cost cache)");
     else if (s->estimate && s->profile)
         *st = un_ctx_error(ctx, UN_ERR_INVALID, "--estimate and --profile: pick one");
-    else if (!s->estimate && !s->profile && (s->machine || s->rules || s->sim))
+    else if (!s->estimate && !s->profile && !s->machine && (s->rules || s->sim))
         *st = un_ctx_error(ctx, UN_ERR_INVALID,
-                           "--machine, --rules and --sim go with --estimate or --profile");
+                           "--rules and --sim go with --machine (search), --estimate or --profile");
+    else if ((s->estimate || s->profile || !s->machine) &&
+             (s->mode || s->export || s->dot || s->time || s->budget || s->plan_only))
+        *st = un_ctx_error(ctx, UN_ERR_INVALID,
+                           "--search, --export, --dot, --plan-only, --search-time and --budget go "
+                           "with --machine and without --estimate or --profile");
+    else if (s->machine && !s->estimate && !s->profile && s->sim)
+        *st = un_ctx_error(ctx, UN_ERR_INVALID, "--sim goes with --estimate");
     return n;
 }
 
@@ -100,9 +144,8 @@ static un_status estimate_or_profile(un_ctx *ctx, const un_train_opts *o, const 
             printf("stored %lld op costs in %s\n", (long long)n, s->rules);
         goto done;
     }
-    if ((st = un_cost_model_new(ctx, spec, &m,
-                                o->prec == UN_PREC_F64 ? UN_MPREC_F64 : UN_MPREC_F32, db, &cm)) !=
-        UN_OK)
+    if ((st = un_cost_model_new(ctx, spec, &m, o->prec == UN_PREC_F64 ? UN_MPREC_F64 : UN_MPREC_F32,
+                                db, &cm)) != UN_OK)
         goto done;
     un_sim_params sp = un_sim_params_default();
     sp.mirror_sources = !s->sim || strcmp(s->sim, "runtime") == 0;
@@ -114,14 +157,145 @@ static un_status estimate_or_profile(un_ctx *ctx, const un_train_opts *o, const 
     un_sim_report(g, &r, cm, &text);
     int64_t q, c, meas;
     un_cost_stats(cm, &q, &c, &meas);
-    printf("%s: %s, %s strategy, %s semantics\n%s", o->model,
-           o->tiny ? "tiny" : "full size", o->strategy ? o->strategy : devices == 1 ? "serial" : "data",
+    printf("%s: %s, %s strategy, %s semantics\n%s", o->model, o->tiny ? "tiny" : "full size",
+           o->strategy    ? o->strategy
+           : devices == 1 ? "serial"
+                          : "data",
            sp.mirror_sources ? "runtime" : "plan", text.data);
-    printf("op costs: %lld queries, %lld cached, %lld measured (%s)\n", (long long)q,
-           (long long)c, (long long)meas, db ? "rules.db op-cost cache" : "analytic only");
+    printf("op costs: %lld queries, %lld cached, %lld measured (%s)\n", (long long)q, (long long)c,
+           (long long)meas, db ? "rules.db op-cost cache" : "analytic only");
 done:
     un_buf_free(&text);
     un_sim_result_free(&r);
+    un_cost_model_free(cm);
+    rulesdb_free(db);
+    un_graph_free(g);
+    un_spec_free(spec);
+    return st;
+}
+
+/* Writes text to path; one error naming the file on failure. */
+static un_status write_file(un_ctx *ctx, const char *path, const un_buf *b) {
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return un_ctx_error(ctx, UN_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    bool ok = fwrite(b->data, 1, b->len, f) == b->len;
+    ok = fclose(f) == 0 && ok;
+    return ok ? UN_OK : un_ctx_error(ctx, UN_ERR_IO, "%s: write failed", path);
+}
+
+/* --machine without --estimate/--profile: search, report, export, then train with the plan. */
+static un_status search_and_train(un_ctx *ctx, un_train_opts *o, const search_opts *s,
+                                  un_train_result *res) {
+    un_search_params p = un_search_params_default(0);
+    if (s->mode) {
+        int k = 0;
+        while (k < UN_SEARCH_COUNT && strcmp(s->mode, un_search_mode_name((un_search_mode)k)) != 0)
+            k++;
+        if (k == UN_SEARCH_COUNT)
+            return un_ctx_error(ctx, UN_ERR_INVALID,
+                                "--search: '%s' is not joint, data, serial or mcmc", s->mode);
+        p.mode = (un_search_mode)k;
+    }
+    if (s->time) {
+        char *end;
+        p.time_limit = strtod(s->time, &end);
+        if (*end || !(p.time_limit > 0) || p.time_limit > 1e6)
+            return un_ctx_error(ctx, UN_ERR_INVALID,
+                                "--search-time: '%s' is not a number of seconds > 0", s->time);
+    }
+    if (s->budget) {
+        char *end;
+        long long b = strtoll(s->budget, &end, 10);
+        if (*end || b < 1 || b > 1000000000LL)
+            return un_ctx_error(ctx, UN_ERR_INVALID,
+                                "--budget: '%s' is not a whole number in 1..1e9", s->budget);
+        p.budget = b;
+    }
+    if (o->strategy)
+        return un_ctx_error(ctx, UN_ERR_INVALID,
+                            "--strategy and --machine (a search): pick one (--estimate "
+                            "estimates a given strategy)");
+    un_machine m;
+    un_spec *spec = NULL;
+    un_graph *g = NULL;
+    rulesdb *db = NULL;
+    un_cost_model *cm = NULL;
+    un_search_result r;
+    memset(&r, 0, sizeof r);
+    un_buf text = {0}, js = {0};
+    char tmp[64] = "";
+    un_status st = un_machine_load(ctx, s->machine, &m);
+    int devices = o->devices > 0 ? o->devices : st == UN_OK ? un_machine_devices(&m) : 1;
+    p.devices = devices;
+    p.optimizer = o->optimizer;
+    if (st == UN_OK && devices > un_machine_devices(&m))
+        st = un_ctx_error(ctx, UN_ERR_INVALID, "--devices %d: machine %s has %d devices", devices,
+                          s->machine, un_machine_devices(&m));
+    if (st == UN_OK)
+        st = un_spec_load(ctx, o->spec, &spec);
+    if (st == UN_OK) {
+        un_train_opts so = *o;
+        so.devices = 1;
+        so.strategy = "serial";
+        int one;
+        st = un_train_graph(ctx, spec, &so, &g, &one);
+    }
+    if (st == UN_OK && s->rules)
+        st = rulesdb_open(ctx, s->rules, spec, RULESDB_READONLY, &db);
+    if (st == UN_OK)
+        st = un_cost_model_new(ctx, spec, &m, o->prec == UN_PREC_F64 ? UN_MPREC_F64 : UN_MPREC_F32,
+                               db, &cm);
+    if (st == UN_OK && !o->quiet && isatty(2))
+        fprintf(stderr, "searching %s (%s) on %d devices of %s...\n", o->model,
+                o->tiny ? "tiny" : "full size", devices, m.name);
+    if (st == UN_OK)
+        st = un_search_run(ctx, cm, g, &p, &r);
+    if (st != UN_OK)
+        goto done;
+    fputs(un_cost_warnings(cm), stderr);
+    un_search_report(&r, g, &p, cm, &text);
+    fputs(text.data, stdout);
+    if ((st = un_graph_to_json(ctx, r.plan, &js)) != UN_OK)
+        goto done;
+    if (s->export && (st = write_file(ctx, s->export, &js)) == UN_OK)
+        printf("plan written to %s (train it: --strategy %s --devices %d)\n", s->export, s->export,
+               r.devices_used);
+    if (st == UN_OK && s->dot) {
+        un_buf dot = {0};
+        st = un_graph_to_dot(ctx, r.plan, &dot);
+        if (st == UN_OK && (st = write_file(ctx, s->dot, &dot)) == UN_OK)
+            printf("plan DOT written to %s\n", s->dot);
+        un_buf_free(&dot);
+    }
+    if (st != UN_OK || s->plan_only)
+        goto done;
+    const char *path = s->export;
+    if (!path) {
+        snprintf(tmp, sizeof tmp, "/tmp/unity-plan-XXXXXX.json");
+        int fd = mkstemps(tmp, 5);
+        if (fd < 0) {
+            st = un_ctx_error(ctx, UN_ERR_IO, "cannot create a temporary plan file: %s",
+                              strerror(errno));
+            tmp[0] = '\0';
+            goto done;
+        }
+        close(fd);
+        if ((st = write_file(ctx, tmp, &js)) != UN_OK)
+            goto done;
+        path = tmp;
+    }
+    printf("training with the plan on %d devices\n", r.devices_used);
+    fflush(stdout);
+    o->strategy = path;
+    o->devices = r.devices_used;
+    st = un_train_run(ctx, o, res);
+done:
+    if (tmp[0])
+        remove(tmp);
+    un_buf_free(&text);
+    un_buf_free(&js);
+    un_search_result_deinit(&r);
     un_cost_model_free(cm);
     rulesdb_free(db);
     un_graph_free(g);
@@ -152,6 +326,8 @@ int main(int argc, char **argv) {
         st = un_train_parse_args(ctx, n, argv + 1, &o);
     if (st == UN_OK && (s.estimate || s.profile))
         st = estimate_or_profile(ctx, &o, &s);
+    else if (st == UN_OK && s.machine)
+        st = search_and_train(ctx, &o, &s, &r);
     else if (st == UN_OK)
         st = un_train_run(ctx, &o, &r);
     if (st != UN_OK && r.rank == 0 && !r.reported)

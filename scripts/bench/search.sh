@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Search ablation (issue 15): for the seven paper models at paper size on 4 (specs/machines/
+# v100x4.json), 16, 64 and 192 devices (specs/machines/v100x192.json), unity-train --plan-only
+# in each mode: data parallel, mcmc (FlexFlow SysML'19, default budget) and joint (layer 3 over
+# every operator's configurations; with no rule application layer on main yet, joint is the
+# "parallelization only" column too). Prints a markdown table: search wall time, the
+# simulator's estimated step time, speedup over data parallel, the fullest device's memory
+# (or "no fit"), and the search's peak RSS. Every estimate is the simulator's (plan semantics).
+#   scripts/bench/search.sh [BUILD_DIR]       Env: MODELS, DEVICES, MODES to narrow it.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root"
+build=${1:-build/default}
+make -s -j2 BUILD="$build" >/dev/null
+B=$build/bin
+models=${MODELS:-"mlp transformer dlrm xdl candle_uno resnext50 inception_v3"}
+devices=${DEVICES:-"4 16 64 192"}
+modes=${MODES:-"data mcmc joint"}
+echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-<unset>}, load $(cut -d' ' -f1-3 /proc/loadavg)"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+echo
+echo "| model | devices | mode | wall s | est. step s | speedup vs data | fullest device GB | peak RSS MB | ended |"
+echo "|---|---|---|---|---|---|---|---|---|"
+for m in $models; do
+    for d in $devices; do
+        mach=specs/machines/v100x192.json
+        [ "$d" = 4 ] && mach=specs/machines/v100x4.json
+        dp=""
+        for mode in $modes; do
+            set +e
+            /usr/bin/time -f '%e %M' -o "$tmp/time" "$B/unity-train" --model "$m" --machine "$mach" \
+                --devices "$d" --plan-only --search "$mode" >"$tmp/out" 2>"$tmp/err"
+            rc=$?
+            set -e
+            read -r wall rss < <(tail -1 "$tmp/time") || true
+            wall=$(sed -n 's/^search: .*: \([0-9.]*\) s wall.*/\1/p' "$tmp/out")
+            ended=$(sed -n 's/^search: .*ended: \(.*\)$/\1/p' "$tmp/out")
+            if [ "$rc" != 0 ]; then
+                why=$(grep -o 'needs [0-9.e+]* GB' "$tmp/err" | head -1 || true)
+                echo "| $m | $d | $mode | - | - | - | no fit (${why:-$(tail -1 "$tmp/err")}) | $((rss / 1024)) | - |"
+                continue
+            fi
+            step=$(sed -n 's/^plan: .*estimated step \([0-9.e+-]*\) s.*/\1/p' "$tmp/out")
+            gb=$(sed -n 's/^plan: .*fullest device \([0-9.e+-]*\) GB.*/\1/p' "$tmp/out")
+            dps=$(sed -n 's/^data parallel: estimated step \([0-9.e+-]*\) s; .*(\(fits\|does not fit\)).*/\1 \2/p' "$tmp/out")
+            dstep=${dps%% *}
+            dfit=${dps#* }
+            sp="-"
+            [ -n "$dstep" ] && sp=$(awk -v a="$dstep" -v b="$step" 'BEGIN{printf "%.2f", a/b}')
+            [ "$dfit" = "does not fit" ] && sp="$sp (data: no fit)"
+            echo "| $m | $d | $mode | $wall | $step | $sp | $gb | $((rss / 1024)) | $ended |"
+        done
+    done
+done
+echo
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -1,0 +1,107 @@
+/* mapping.h - layer 3 of the search (DESIGN.md section 8): for a fixed PCG, the parallel
+ * configuration of every operator on D devices with the lowest estimated step time, memory per
+ * device a hard constraint; and the plan graph (parallel ops + machine views) that runs it.
+ *
+ * Configurations. For each regular node and each degree d dividing D (d = 1: serial on device 0),
+ * every assignment of input layouts in which each input is whole (d = 1), copied d times or split
+ * d ways along one dim, that the op's sharding rules accept (un_spec_infer) with an output that
+ * holds no copies: data parallelism (batch), Megatron's column and row splits of a linear
+ * (out_features; contract, whose output holds partial sums), channel or head splits, as the
+ * spec allows. A node of degree d runs on devices 0 .. d-1 (machine view start 0, stride 1,
+ * count d), so device 0 holds a piece of every tensor and needs the most memory.
+ *
+ * Costs (additive, from search/cost.h, every query cached there): a node's forward and backward
+ * time on its piece; gradient all-reduce of its replicated weights over their copies; and for
+ * each edge the conversion from the producer's output layout to the layout the consumer needs
+ * (reduce, combine, partition, replicate: forward and backward transfers). Memory of device 0:
+ * weight pieces with gradients and optimizer state, activation pieces and their gradients,
+ * conversion buffers. The runtime runs one node after another, each on its devices, so a
+ * step is about the sum of the nodes' times; the simulator (search/sim.h) then checks the plan.
+ *
+ * Search. Variable elimination in topological order: the state is the configuration of every
+ * node whose output is still needed (the frontier); at a cut node (search/sp.h) the frontier is
+ * that one node, so the graph is split there and the pieces joined through the cut's layouts
+ * (layer 1). Exact when the frontier's states stay under max_states (tests: equal to exhaustive
+ * enumeration on small graphs); else the cheapest max_states states are kept (a beam), which
+ * the stats report. Memory: minimises time + lambda * memory(device 0); un_map_best raises
+ * lambda until the plan fits.
+ *
+ *   un_map_params p = un_map_params_default(4);
+ *   un_map *m;
+ *   st = un_map_new(ctx, cm, g, &p, &m);
+ *   int32_t *a = malloc(n * sizeof *a);
+ *   un_map_stats s;
+ *   st = un_map_solve(ctx, m, 0.0, a, &s);     // a[v]: config index of node v (-1: source)
+ *   un_graph *plan;
+ *   st = un_map_plan(ctx, m, a, &plan);        // for the runtime (--strategy) and the simulator
+ *   un_map_free(m);
+ */
+#ifndef UN_MAPPING_H
+#define UN_MAPPING_H
+
+#include "search/sim.h"
+
+typedef struct un_map un_map;
+
+typedef struct un_map_params {
+    int devices;           /* D */
+    int64_t max_states;    /* frontier states kept per step (0: 4096) */
+    bool only_data;        /* configurations: serial or the batch (dim 0) split only */
+    bool no_parallel;      /* configurations: serial only (every node on device 0) */
+    const char *optimizer; /* "adam" (2 state copies) or "sgd" (1) */
+} un_map_params;
+
+/* One configuration of one node. */
+typedef struct un_map_config {
+    int32_t degree;             /* devices 0 .. degree - 1 */
+    un_shape in[UN_MAX_INPUTS]; /* the layout each input must have */
+    int32_t n_out;
+    un_shape out[UN_MAX_OUTPUTS]; /* the output layouts */
+    double time;                  /* forward + backward of a piece, + weight gradient sync */
+    double mem;                   /* bytes on device 0: weights, grads, state, activations */
+    char name[48];                /* "serial", "batch/4", "out_features/2", ... */
+} un_map_config;
+
+typedef struct un_map_stats {
+    int64_t configs;      /* configurations over all nodes */
+    int64_t states;       /* frontier states expanded */
+    int64_t max_frontier; /* most states alive at once */
+    int32_t pieces;       /* pieces between cut nodes (layer 1) */
+    bool beam;            /* states were dropped: the result may not be optimal */
+    double cost;          /* the additive estimate of the result (seconds + lambda * bytes) */
+    double time, mem;     /* its seconds and bytes on device 0 */
+} un_map_stats;
+
+un_map_params un_map_params_default(int devices);
+
+/* ---- lifecycle ---- */
+
+/* Enumerates and costs every node's configurations of g (borrowed, with cm, until un_map_free).
+ * UN_ERR_INVALID for devices < 1 or more than the machine has. */
+un_status un_map_new(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un_map_params *p,
+                     un_map **out);
+void un_map_free(un_map *m);
+
+/* ---- queries ---- */
+
+int32_t un_map_config_count(const un_map *m, int32_t node);
+const un_map_config *un_map_config_get(const un_map *m, int32_t node, int32_t i);
+/* The additive cost of an assignment (a[v] for every regular node): seconds + lambda * bytes of
+ * device 0; *time and *mem (may be NULL) get the two parts. */
+double un_map_cost(const un_map *m, const int32_t *a, double lambda, double *time, double *mem);
+/* The assignment that runs every node data parallel over all devices where it can (else
+ * serial), like runtime/strategy.h's transform. */
+void un_map_data_parallel(const un_map *m, int32_t *a);
+
+/* ---- search ---- */
+
+/* The cheapest assignment by variable elimination (see above); a[] has room for every node. */
+un_status un_map_solve(un_ctx *ctx, un_map *m, double lambda, int32_t *a, un_map_stats *st);
+/* The cheapest by enumerating every assignment (tests; UN_ERR_INVALID beyond 1e7 of them). */
+un_status un_map_exhaustive(un_ctx *ctx, const un_map *m, double lambda, int32_t *a, double *best);
+
+/* The plan graph of an assignment: g's nodes, with the parallel ops that convert each tensor
+ * to the layout its consumer needs, and each node's machine view. Owned: un_graph_free. */
+un_status un_map_plan(un_ctx *ctx, const un_map *m, const int32_t *a, un_graph **out);
+
+#endif

@@ -1,0 +1,352 @@
+/* search.c - the search modes, the memory price loop, mcmc and the report (search/search.h). */
+#include "search/search.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/strategy.h"
+
+static const char *const mode_names[UN_SEARCH_COUNT] = {"joint", "data", "serial", "mcmc"};
+
+const char *un_search_mode_name(un_search_mode m) {
+    return m >= 0 && m < UN_SEARCH_COUNT ? mode_names[m] : "?";
+}
+
+un_search_params un_search_params_default(int devices) {
+    return (un_search_params){.devices = devices,
+                              .mode = UN_SEARCH_JOINT,
+                              .optimizer = "adam",
+                              .time_limit = 60,
+                              .budget = 20000,
+                              .max_states = 4096,
+                              .seed = 1234};
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* A candidate: an assignment's plan and its simulated step. */
+typedef struct cand {
+    int32_t *a;
+    un_graph *plan;
+    un_sim_result sim;
+    bool ok;
+} cand;
+
+static void cand_free(cand *c) {
+    free(c->a);
+    un_graph_free(c->plan);
+    un_sim_result_free(&c->sim);
+    memset(c, 0, sizeof *c);
+}
+
+static un_status cand_eval(un_ctx *ctx, un_cost_model *cm, const un_map *m,
+                           const un_search_params *p, const int32_t *a, int32_t n, cand *c) {
+    memset(c, 0, sizeof *c);
+    c->a = un_xmalloc(((size_t)n + 1) * sizeof *c->a);
+    memcpy(c->a, a, (size_t)n * sizeof *a);
+    un_status st = un_map_plan(ctx, m, a, &c->plan);
+    if (st != UN_OK)
+        return st;
+    un_sim_params sp = un_sim_params_default();
+    sp.optimizer = p->optimizer;
+    sp.devices = (int)un_strategy_devices(c->plan);
+    st = un_sim_run(ctx, cm, c->plan, &sp, &c->sim);
+    c->ok = st == UN_OK;
+    return st;
+}
+
+/* Whether x is better than y: fitting first, then the step. */
+static bool better(const cand *x, const cand *y) {
+    if (!x->ok)
+        return false;
+    if (!y->ok)
+        return true;
+    if (x->sim.fits != y->sim.fits)
+        return x->sim.fits;
+    return x->sim.step < y->sim.step;
+}
+
+static void keep_better(cand *best, cand *c) {
+    if (better(c, best)) {
+        cand_free(best);
+        *best = *c;
+        memset(c, 0, sizeof *c);
+    } else {
+        cand_free(c);
+    }
+}
+
+/* mcmc: Metropolis over per-node configurations from a, with memory over `cap` penalised. */
+static double mcmc_energy(const un_map *m, const int32_t *a, double cap) {
+    double t, mem;
+    un_map_cost(m, a, 0, &t, &mem);
+    return mem > cap ? t * (1 + 10 * (mem - cap) / cap) + 1 : t;
+}
+
+static void mcmc(const un_map *m, const un_graph *g, const un_search_params *p, double cap,
+                 double deadline, int32_t *a, un_search_result *r) {
+    int32_t n = un_graph_node_count(g);
+    int32_t *cur = un_xmalloc(((size_t)n + 1) * sizeof *cur);
+    memcpy(cur, a, (size_t)n * sizeof *cur);
+    int32_t *nodes = un_xmalloc(((size_t)n + 1) * sizeof *nodes);
+    int32_t nn = 0;
+    for (int32_t v = 0; v < n; v++)
+        if (cur[v] >= 0 && un_map_config_count(m, v) > 1)
+            nodes[nn++] = v;
+    un_rng rng;
+    un_rng_seed(&rng, p->seed);
+    double e = mcmc_energy(m, cur, cap), best = e;
+    /* FlexFlow's acceptance exp(-beta * (new - old)) with beta relative to the start's cost */
+    double beta = 20.0 / (e > 0 ? e : 1);
+    r->ended = "budget";
+    for (int64_t i = 0; i < p->budget && nn > 0; i++) {
+        if ((i & 255) == 0 && now_s() > deadline) {
+            r->ended = "time";
+            break;
+        }
+        int32_t v = nodes[un_rng_below(&rng, (uint64_t)nn)];
+        int32_t old = cur[v];
+        cur[v] = (int32_t)un_rng_below(&rng, (uint64_t)un_map_config_count(m, v));
+        r->proposals++;
+        double e2 = mcmc_energy(m, cur, cap);
+        if (e2 <= e || un_rng_double(&rng) < exp(-beta * (e2 - e))) {
+            e = e2;
+            r->accepted++;
+            if (e < best) {
+                best = e;
+                memcpy(a, cur, (size_t)n * sizeof *a);
+            }
+        } else {
+            cur[v] = old;
+        }
+    }
+    free(nodes);
+    free(cur);
+}
+
+un_status un_search_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
+                        const un_search_params *p, un_search_result *out) {
+    memset(out, 0, sizeof *out);
+    double t0 = now_s();
+    double limit = p->time_limit > 0 ? p->time_limit : 60;
+    double deadline = t0 + limit;
+    un_search_params q = *p;
+    if (q.budget <= 0)
+        q.budget = 20000;
+    un_map_params mp = un_map_params_default(p->devices);
+    mp.optimizer = p->optimizer;
+    mp.max_states = p->max_states;
+    mp.no_parallel = p->mode == UN_SEARCH_SERIAL;
+    mp.only_data = p->mode == UN_SEARCH_DATA;
+    un_map *m = NULL;
+    un_status st = un_map_new(ctx, cm, g, &mp, &m);
+    if (st != UN_OK)
+        return st;
+    int32_t n = un_graph_node_count(g);
+    int32_t *a = un_xcalloc((size_t)n + 1, sizeof *a);
+    cand best = {0}, c = {0};
+    double cap = un_cost_machine(cm)->dev.memory;
+    out->ended = "exhausted";
+    /* data parallelism, for the report and as a candidate */
+    {
+        un_map *dm = NULL;
+        un_map_params dpp = mp;
+        dpp.only_data = true;
+        dpp.no_parallel = false;
+        if (un_map_new(ctx, cm, g, &dpp, &dm) == UN_OK) {
+            un_map_data_parallel(dm, a);
+            if (cand_eval(ctx, cm, dm, p, a, n, &c) == UN_OK) {
+                out->dp_step = c.sim.step;
+                out->dp_fits = c.sim.fits;
+                out->dp_mem = c.sim.mem[c.sim.worst];
+            }
+            cand_free(&c);
+        }
+        un_map_free(dm);
+    }
+    if (p->mode == UN_SEARCH_DATA) {
+        un_map_data_parallel(m, a);
+        st = cand_eval(ctx, cm, m, p, a, n, &best);
+    } else if (p->mode == UN_SEARCH_MCMC) {
+        un_map_data_parallel(m, a);
+        mcmc(m, g, &q, cap, deadline, a, out);
+        st = cand_eval(ctx, cm, m, p, a, n, &best);
+    } else {
+        /* memory priced in until the plan fits: lambda doubles (x8) from 0, then bisection
+         * between the last that did not fit and the first that did */
+        double lambda = 0, lo = 0, hi = -1;
+        for (int round = 0; round < 40 && st == UN_OK; round++) {
+            if (now_s() > deadline) {
+                out->ended = "time";
+                break;
+            }
+            un_map_stats ms;
+            st = un_map_solve(ctx, m, lambda, a, &ms);
+            if (st != UN_OK)
+                break;
+            out->lambda_rounds++;
+            st = cand_eval(ctx, cm, m, p, a, n, &c);
+            if (st != UN_OK)
+                break;
+            bool fits = c.sim.fits;
+            if (getenv("UN_SEARCH_DEBUG"))
+                fprintf(stderr,
+                        "lambda %.3g: additive %.4g s %.4g GB; sim %.4g s %.4g GB on %d "
+                        "(w %.3g g %.3g o %.3g a %.3g)\n",
+                        lambda, ms.time, ms.mem / 1e9, c.sim.step, c.sim.mem[c.sim.worst] / 1e9,
+                        c.sim.worst, c.sim.mem_weights / 1e9, c.sim.mem_grads / 1e9,
+                        c.sim.mem_optim / 1e9, c.sim.mem_acts / 1e9);
+            if (better(&c, &best)) {
+                out->stats = ms;
+                out->lambda = lambda;
+            }
+            keep_better(&best, &c);
+            if (fits && lambda == 0)
+                break;
+            if (fits)
+                hi = lambda;
+            else
+                lo = lambda;
+            if (hi < 0)
+                lambda = lambda == 0 ? 1e-3 / cap : lambda * 8;
+            else if (hi - lo <= 0.05 * hi)
+                break;
+            else
+                lambda = 0.5 * (lo + hi);
+            if (lambda > 1e6 / cap)
+                break;
+        }
+        /* data parallel and serial are candidates too */
+        const char *names[2] = {"data parallel", "serial"};
+        for (int k = 0; k < 2 && st == UN_OK && p->mode == UN_SEARCH_JOINT; k++) {
+            un_map *om = NULL;
+            un_map_params op = mp;
+            op.only_data = k == 0;
+            op.no_parallel = k == 1;
+            if (un_map_new(ctx, cm, g, &op, &om) != UN_OK)
+                continue;
+            if (k == 0)
+                un_map_data_parallel(om, a);
+            else
+                for (int32_t v = 0; v < n; v++)
+                    a[v] = un_map_config_count(om, v) > 0 ? 0 : -1;
+            /* map back to this map's indices by configuration name and degree */
+            bool found = true;
+            for (int32_t v = 0; v < n && found; v++) {
+                if (a[v] < 0)
+                    continue;
+                const un_map_config *oc = un_map_config_get(om, v, a[v]);
+                found = false;
+                for (int32_t i = 0; i < un_map_config_count(m, v) && !found; i++) {
+                    const un_map_config *mc = un_map_config_get(m, v, i);
+                    bool eq = mc->degree == oc->degree;
+                    for (int t = 0; t < un_graph_node(g, v)->n_in && eq; t++)
+                        eq = un_shape_eq(&mc->in[t], &oc->in[t]);
+                    if (eq) {
+                        a[v] = i;
+                        found = true;
+                    }
+                }
+            }
+            un_map_free(om);
+            if (!found || cand_eval(ctx, cm, m, p, a, n, &c) != UN_OK) {
+                cand_free(&c);
+                continue;
+            }
+            if (better(&c, &best))
+                out->picked = names[k];
+            keep_better(&best, &c);
+        }
+        if (!out->picked)
+            out->picked = "search";
+    }
+    if (st == UN_OK && !best.ok && strcmp(out->ended, "time") == 0) {
+        st = un_ctx_error(ctx, UN_ERR_INVALID,
+                          "the search time (%g s) ran out before a plan was found", limit);
+    } else if (st == UN_OK && (!best.ok || !best.sim.fits)) {
+        double need = best.ok ? best.sim.mem[best.sim.worst] : 0;
+        st = un_ctx_error(ctx, UN_ERR_INVALID,
+                          "no plan fits: the best %s plan on %d devices needs %.3g GB on its "
+                          "fullest device, the machine's devices have %.3g GB",
+                          un_search_mode_name(p->mode), p->devices, need / 1e9, cap / 1e9);
+    }
+    if (st == UN_OK) {
+        out->plan = best.plan;
+        best.plan = NULL;
+        out->sim = best.sim;
+        memset(&best.sim, 0, sizeof best.sim);
+        out->devices_used = (int)un_strategy_devices(out->plan);
+        out->n_nodes = n;
+        out->choice = un_xcalloc((size_t)n + 1, sizeof *out->choice);
+        out->degree = un_xcalloc((size_t)n + 1, sizeof *out->degree);
+        for (int32_t v = 0; v < n; v++)
+            if (best.a[v] >= 0) {
+                const un_map_config *k = un_map_config_get(m, v, best.a[v]);
+                snprintf(out->choice[v], sizeof out->choice[v], "%s", k->name);
+                out->degree[v] = k->degree;
+            }
+    }
+    cand_free(&best);
+    cand_free(&c);
+    free(a);
+    un_map_free(m);
+    out->wall = now_s() - t0;
+    if (st != UN_OK)
+        un_search_result_deinit(out);
+    return st;
+}
+
+void un_search_result_deinit(un_search_result *r) {
+    if (!r)
+        return;
+    un_graph_free(r->plan);
+    un_sim_result_free(&r->sim);
+    free(r->choice);
+    free(r->degree);
+    memset(r, 0, sizeof *r);
+}
+
+void un_search_report(const un_search_result *r, const un_graph *g, const un_search_params *p,
+                      const un_cost_model *cm, un_buf *out) {
+    un_buf_printf(out, "search: %s on %d devices of %s: %.3f s wall, ended: %s\n",
+                  un_search_mode_name(p->mode), p->devices, un_cost_machine(cm)->name, r->wall,
+                  r->ended ? r->ended : "?");
+    un_buf_printf(out,
+                  "plan: runs on %d devices; estimated step %.6g s; fullest device %.4g GB (%s)\n",
+                  r->devices_used, r->sim.step, r->sim.mem ? r->sim.mem[r->sim.worst] / 1e9 : 0,
+                  r->sim.fits ? "fits" : "does not fit");
+    if (r->dp_step > 0)
+        un_buf_printf(out,
+                      "data parallel: estimated step %.6g s; fullest device %.4g GB (%s); "
+                      "plan speedup over it %.3gx\n",
+                      r->dp_step, r->dp_mem / 1e9, r->dp_fits ? "fits" : "does not fit",
+                      r->dp_step / (r->sim.step > 0 ? r->sim.step : 1));
+    else
+        un_buf_printf(out, "data parallel: cannot run this model on %d devices\n", p->devices);
+    if (p->mode == UN_SEARCH_JOINT)
+        un_buf_printf(out,
+                      "layer 3: %lld configurations, %lld states expanded, at most %lld alive, "
+                      "%d cut pieces%s; %d memory prices tried (chosen %.3g s/GB); winner: %s\n",
+                      (long long)r->stats.configs, (long long)r->stats.states,
+                      (long long)r->stats.max_frontier, (int)r->stats.pieces,
+                      r->stats.beam ? ", beam (states dropped)" : ", exact", r->lambda_rounds,
+                      r->lambda * 1e9, r->picked ? r->picked : "?");
+    if (p->mode == UN_SEARCH_MCMC)
+        un_buf_printf(out, "mcmc: %lld proposals, %lld accepted\n", (long long)r->proposals,
+                      (long long)r->accepted);
+    un_buf_printf(out, "parallelization per operator:\n");
+    for (int32_t v = 0; v < r->n_nodes; v++) {
+        if (r->degree[v] <= 0)
+            continue;
+        const un_node *nd = un_graph_node(g, v);
+        un_buf_printf(out, "  %-28s %-20s %s\n", nd->name ? nd->name : "?", un_op_name(nd->op),
+                      r->choice[v]);
+    }
+}

@@ -1,0 +1,78 @@
+/* search.h - the search `unity-train` runs (DESIGN.md section 8): for a serial model graph on D
+ * devices of a machine, the plan with the lowest estimated step time that fits device memory.
+ *
+ * Modes: joint (layer 3, search/mapping.h, over every node's configurations, with memory priced
+ * in until the simulator says the plan fits; then the cheapest of it, data parallelism and
+ * serial by the simulator), data (every node data parallel where it can), serial (no
+ * parallelism: every node on device 0), and mcmc, the baseline of FlexFlow (SysML'19): a
+ * Metropolis walk over per-node configurations from data parallelism, changing one node at a
+ * time, with the same additive cost (and memory over the device's as a penalty). Every estimate
+ * reported is the simulator's (search/sim.h, plan semantics). Every run ends, and says why:
+ * "exhausted" (the dynamic programme ran to the end), "budget" (mcmc's proposals), "time"
+ * (time_limit).
+ *
+ *   un_search_params p = un_search_params_default(4);
+ *   un_search_result r;
+ *   st = un_search_run(ctx, cm, model_graph, &p, &r);
+ *   un_search_report(&r, model_graph, &text);
+ *   ... r.plan (un_graph_to_json for --strategy) ...
+ *   un_search_result_deinit(&r);
+ */
+#ifndef UN_SEARCH_H
+#define UN_SEARCH_H
+
+#include "search/mapping.h"
+
+typedef enum {
+    UN_SEARCH_JOINT,
+    UN_SEARCH_DATA,
+    UN_SEARCH_SERIAL,
+    UN_SEARCH_MCMC,
+    UN_SEARCH_COUNT
+} un_search_mode;
+
+typedef struct un_search_params {
+    int devices;
+    un_search_mode mode;
+    const char *optimizer; /* "adam" or "sgd" */
+    double time_limit;     /* seconds of wall time (0: 60) */
+    int64_t budget;        /* mcmc proposals (0: 20000) */
+    int64_t max_states;    /* layer 3's frontier states (0: 4096) */
+    uint64_t seed;         /* mcmc */
+} un_search_params;
+
+typedef struct un_search_result {
+    un_graph *plan;              /* owned */
+    int devices_used;            /* the plan's devices (un_strategy_devices) */
+    un_sim_result sim;           /* the plan's estimate */
+    double wall;                 /* seconds the search took */
+    const char *ended;           /* "exhausted", "budget" or "time" (static) */
+    un_map_stats stats;          /* layer 3 of the chosen plan (joint) */
+    int lambda_rounds;           /* memory prices tried (joint) */
+    double lambda;               /* the memory price of the chosen plan (seconds per byte) */
+    int64_t proposals, accepted; /* mcmc */
+    const char *picked; /* "search", "data parallel" or "serial": which candidate won (joint) */
+    double dp_step;     /* data parallelism's estimate, for the report; 0 when it cannot run */
+    bool dp_fits;
+    double dp_mem; /* its largest device's bytes */
+    int32_t n_nodes;
+    char (*choice)[48]; /* per model node: its configuration's name ("" for sources) */
+    int32_t *degree;    /* per model node: devices it runs on (0 for sources) */
+} un_search_result;
+
+un_search_params un_search_params_default(int devices);
+const char *un_search_mode_name(un_search_mode m); /* static */
+
+/* Searches. The model graph must be serial (no parallel ops). UN_ERR_INVALID when no plan fits
+ * the machine's device memory (the error says by how much the best one misses) or the device
+ * count is impossible. */
+un_status un_search_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
+                        const un_search_params *p, un_search_result *out);
+void un_search_result_deinit(un_search_result *r);
+
+/* The report: the plan's estimate (step, split, memory per device) against data parallelism,
+ * each operator's parallelization, and the search's statistics and why it ended. */
+void un_search_report(const un_search_result *r, const un_graph *g, const un_search_params *p,
+                      const un_cost_model *cm, un_buf *out);
+
+#endif
