@@ -224,8 +224,8 @@ static void test_attention_axioms(void) {
     "]}}"
 
 /* Rules of the CNN menu (1x1 kernels on 3x3 images) that the conv2d axioms stated for any spatial
- * and kernel size decide (conv2d_relu_fuse_any, conv2d_concat_weights_any); the older axioms fix
- * 5x5 images and 3x3 kernels. */
+ * and kernel size decide (conv2d_relu_fuse_any, conv2d_concat_weights_any; the older axioms fix
+ * 5x5 images and 3x3 kernels), and relu over a channel concat (relu_concat4: NCHW). */
 static const char *conv_relu =
     "{\"src\": {\"nodes\": [" IN4("x", "input", 2, 2, 3, 3) ", " IN4("w", "weight", 2, 2, 1, 1) ","
     " {\"name\": \"c\", \"op\": \"conv2d\", \"in\": [\"x\", \"w\"]},"
@@ -245,6 +245,15 @@ static const char *conv_merge =
     " {\"name\": \"b\", \"op\": \"conv2d\", \"in\": [\"x\", \"u\"]},"
     " {\"name\": \"c\", \"op\": \"concat\", \"in\": [\"a\", \"b\"], \"params\": {\"axis\": 1}}]}}";
 
+static const char *relu_concat_nchw =
+    "{\"src\": {\"nodes\": [" IN4("x", "input", 2, 2, 3, 3) ", " IN4("y", "input", 2, 1, 3, 3) ","
+    " {\"name\": \"c\", \"op\": \"concat\", \"in\": [\"x\", \"y\"], \"params\": {\"axis\": 1}},"
+    " {\"name\": \"r\", \"op\": \"relu\", \"in\": [\"c\"]}]},"
+    " \"dst\": {\"nodes\": [" IN4("x", "input", 2, 2, 3, 3) ", " IN4("y", "input", 2, 1, 3, 3) ","
+    " {\"name\": \"a\", \"op\": \"relu\", \"in\": [\"x\"]},"
+    " {\"name\": \"b\", \"op\": \"relu\", \"in\": [\"y\"]},"
+    " {\"name\": \"c\", \"op\": \"concat\", \"in\": [\"a\", \"b\"], \"params\": {\"axis\": 1}}]}}";
+
 static void test_conv_axioms(void) {
     un_verifier *v = verifier();
     if (!v)
@@ -252,6 +261,7 @@ static void test_conv_axioms(void) {
     for (int sym = 0; sym < 2; sym++) {
         expect_valid(v, "conv_relu", conv_relu, sym);
         expect_valid(v, "conv_merge", conv_merge, sym);
+        expect_valid(v, "relu_concat_nchw", relu_concat_nchw, sym);
     }
     un_verifier_free(v);
 }
