@@ -204,7 +204,6 @@ static un_status run_menu(un_ctx *ctx, const un_spec *spec, const opts *o, const
         p.seed = o->seed;
         p.shard_i = o->shard_i;
         p.shard_n = o->shard_n;
-        p.progress = true;
         p.time_limit = o->time_limit;
         st = gen_enum_new(ctx, menu, o->seed, &e);
     }
@@ -264,6 +263,8 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc && off < sizeof args; i++)
         off += (size_t)snprintf(args + off, sizeof args - off, "%s%s", i > 1 ? " " : "", argv[i]);
     un_ctx *ctx = un_ctx_new(NULL);
+    if (isatty(STDERR_FILENO))
+        un_ctx_set_progress(ctx, un_progress_stderr, NULL);
     un_spec *spec = NULL;
     un_status st = un_spec_load(ctx, spec_path, &spec);
     for (int i = 0; i < o.n_menus && st == UN_OK; i++) { /* every menu's errors before any work */
