@@ -398,6 +398,8 @@ static int push_op(wstate *w, int inst, const uint8_t *in, bool check_order) {
         for (int j = ready; j < d; j++)
             if (w->opkey[j] >= key)
                 return TRY_ORDER;
+    if (gi->min_rank && gi->n_in > 0 && w->val[in[0]].shape.rank < gi->min_rank)
+        return TRY_ILL;
     un_shape shapes[GEN_MAX_OP_IN];
     un_ptensor vals[GEN_MAX_OP_IN];
     for (int j = 0; j < gi->n_in; j++) {

@@ -12,11 +12,12 @@
 #include "gen/recall.h"
 
 static const char *USAGE =
-    "usage: unity-gen --ops SPECS [-o rules.db] [--menu FILE] [--max-ops N] [--seed S]\n"
+    "usage: unity-gen --ops SPECS [-o rules.db] [--menu FILE]... [--max-ops N] [--seed S]\n"
     "                 [--threads T] [--shard I/N] [--time-limit SECONDS] [--list] [--dry-run]\n"
     "  --ops SPECS      the operator specs: a directory (SPECS/ops.json) or a file\n"
     "  -o DB            the rule database to add candidates to (default rules.db; created)\n"
-    "  --menu FILE      the generation menu (default specs/menu.json)\n"
+    "  --menu FILE      a generation menu (default specs/menu.json); repeat it to run several\n"
+    "                   menus one after the other into the same database\n"
     "  --max-ops N      operators per graph (default: the menu's max_ops, 3)\n"
     "  --seed S         random input values (default 1234); same seed, same rules\n"
     "  --threads T      worker threads (default: every online core)\n"
@@ -28,8 +29,12 @@ static const char *USAGE =
     "                   it contains up to renaming, and why each other one is not\n"
     "  --dry-run        do not touch a database (with --list: just print)\n";
 
+#define MAX_MENUS 16
+
 typedef struct {
-    const char *ops, *db, *menu, *recall;
+    const char *ops, *db, *recall;
+    const char *menus[MAX_MENUS];
+    int n_menus;
     int max_ops, threads, shard_i, shard_n;
     uint64_t seed;
     double time_limit;
@@ -84,8 +89,11 @@ static int parse_args(int argc, char **argv, opts *o) {
             o->ops = v;
         else if (strcmp(a, "-o") == 0)
             o->db = v;
-        else if (strcmp(a, "--menu") == 0)
-            o->menu = v;
+        else if (strcmp(a, "--menu") == 0) {
+            if (o->n_menus == MAX_MENUS)
+                return bad(a, v, "at most 16 menus in one run");
+            o->menus[o->n_menus++] = v;
+        }
         else if (strcmp(a, "--recall") == 0)
             o->recall = v;
         else if (strcmp(a, "--max-ops") == 0) {
@@ -176,68 +184,50 @@ static un_status count_rule(void *user, un_ctx *ctx, const un_rule *r) {
     return UN_OK;
 }
 
-int main(int argc, char **argv) {
-    opts o = {.db = "rules.db", .seed = 1234, .shard_n = 1};
-    int rc = parse_args(argc, argv, &o);
-    if (rc)
-        return rc < 0 ? 0 : rc;
-    char spec_path[1024], menu_path[1024], args[2048];
-    struct stat sb;
-    if (stat(o.ops, &sb) == 0 && S_ISDIR(sb.st_mode))
-        snprintf(spec_path, sizeof spec_path, "%s/ops.json", o.ops);
-    else
-        snprintf(spec_path, sizeof spec_path, "%s", o.ops);
-    snprintf(menu_path, sizeof menu_path, "%s", o.menu ? o.menu : "specs/menu.json");
-    size_t off = 0;
-    args[0] = '\0';
-    for (int i = 1; i < argc && off < sizeof args; i++)
-        off += (size_t)snprintf(args + off, sizeof args - off, "%s%s", i > 1 ? " " : "", argv[i]);
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* One menu's run: enumerate, prune, store (or list) and print its summary. */
+static un_status run_menu(un_ctx *ctx, const un_spec *spec, const opts *o, const char *menu_path,
+                          const char *args) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    un_ctx *ctx = un_ctx_new(NULL);
-    if (isatty(STDERR_FILENO))
-        un_ctx_set_progress(ctx, un_progress_stderr, NULL);
-    un_spec *spec = NULL;
     gen_menu *menu = NULL;
     gen_enum *e = NULL;
-    un_status st = un_spec_load(ctx, spec_path, &spec);
-    if (st == UN_OK)
-        st = gen_menu_load(ctx, spec, menu_path, &menu);
+    un_status st = gen_menu_load(ctx, spec, menu_path, &menu);
     gen_params p = gen_params_default();
     if (st == UN_OK) {
-        p.max_ops = o.max_ops ? o.max_ops : menu->max_ops;
-        p.threads = o.threads ? o.threads : (int)(cores > 0 ? (cores > 256 ? 256 : cores) : 1);
-        p.seed = o.seed;
-        p.shard_i = o.shard_i;
-        p.shard_n = o.shard_n;
-        p.time_limit = o.time_limit;
-        st = gen_enum_new(ctx, menu, o.seed, &e);
+        p.max_ops = o->max_ops ? o->max_ops : menu->max_ops;
+        p.threads = o->threads ? o->threads : (int)(cores > 0 ? (cores > 256 ? 256 : cores) : 1);
+        p.seed = o->seed;
+        p.shard_i = o->shard_i;
+        p.shard_n = o->shard_n;
+        p.time_limit = o->time_limit;
+        st = gen_enum_new(ctx, menu, o->seed, &e);
     }
-    double t0 = 0;
-    {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        t0 = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-    }
+    double t0 = now();
     gen_summary sum;
     memset(&sum, 0, sizeof sum);
     gen_rules rs = {0};
     if (st == UN_OK) {
-        if (o.dry_run)
-            st = gen_find_stream(ctx, e, &p, o.list ? print_rule : count_rule, NULL, &rs);
+        if (o->dry_run)
+            st = gen_find_stream(ctx, e, &p, o->list ? print_rule : count_rule, NULL, &rs);
         else
-            st = gen_run(ctx, e, &p, o.db, args, &sum, &rs);
+            st = gen_run(ctx, e, &p, o->db, args, &sum, &rs);
     }
     if (st == UN_OK) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        double secs = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec - t0;
-        print_summary(o.dry_run ? &rs.stats : &sum.stats, o.dry_run ? NULL : &sum, secs);
-        if (o.recall) {
+        double secs = now() - t0;
+        if (o->n_menus > 1)
+            printf("menu                %s (N=%d)\n", menu_path, p.max_ops);
+        print_summary(o->dry_run ? &rs.stats : &sum.stats, o->dry_run ? NULL : &sum, secs);
+        if (o->recall) {
             gen_recall rec;
             un_buf rep = {0};
-            st = gen_recall_run(ctx, e, p.max_ops, &rs, o.recall, &rec, &rep);
+            st = gen_recall_run(ctx, e, p.max_ops, &rs, o->recall, &rec, &rep);
             if (st == UN_OK) {
-                printf("recall against %s: %lld of %lld rules found (%.1f%%)\n", o.recall,
+                printf("recall against %s: %lld of %lld rules found (%.1f%%)\n", o->recall,
                        (long long)rec.by_kind[GEN_RECALL_FOUND], (long long)rec.total,
                        100.0 * (double)rec.by_kind[GEN_RECALL_FOUND] /
                            (double)(rec.total ? rec.total : 1));
@@ -245,15 +235,50 @@ int main(int argc, char **argv) {
                     printf("  %-9s %lld\n", gen_recall_kind_name((gen_recall_kind)k),
                            (long long)rec.by_kind[k]);
                 printf("%s", rep.data ? rep.data : "");
-            } else
-                fprintf(stderr, "unity-gen: %s: %s\n", un_status_str(st), un_ctx_errmsg(ctx));
+            }
             un_buf_free(&rep);
         }
-    } else
-        fprintf(stderr, "unity-gen: %s: %s\n", un_status_str(st), un_ctx_errmsg(ctx));
+    }
     gen_rules_deinit(&rs);
     gen_enum_free(e);
     gen_menu_free(menu);
+    return st;
+}
+
+int main(int argc, char **argv) {
+    opts o = {.db = "rules.db", .seed = 1234, .shard_n = 1};
+    int rc = parse_args(argc, argv, &o);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    if (o.n_menus == 0)
+        o.menus[o.n_menus++] = "specs/menu.json";
+    char spec_path[1024], args[2048];
+    struct stat sb;
+    if (stat(o.ops, &sb) == 0 && S_ISDIR(sb.st_mode))
+        snprintf(spec_path, sizeof spec_path, "%s/ops.json", o.ops);
+    else
+        snprintf(spec_path, sizeof spec_path, "%s", o.ops);
+    size_t off = 0;
+    args[0] = '\0';
+    for (int i = 1; i < argc && off < sizeof args; i++)
+        off += (size_t)snprintf(args + off, sizeof args - off, "%s%s", i > 1 ? " " : "", argv[i]);
+    un_ctx *ctx = un_ctx_new(NULL);
+    if (isatty(STDERR_FILENO))
+        un_ctx_set_progress(ctx, un_progress_stderr, NULL);
+    un_spec *spec = NULL;
+    un_status st = un_spec_load(ctx, spec_path, &spec);
+    for (int i = 0; i < o.n_menus && st == UN_OK; i++) { /* every menu's errors before any work */
+        gen_menu *m = NULL;
+        st = gen_menu_load(ctx, spec, o.menus[i], &m);
+        gen_menu_free(m);
+    }
+    for (int i = 0; i < o.n_menus && st == UN_OK; i++) {
+        st = run_menu(ctx, spec, &o, o.menus[i], args);
+        if (o.n_menus > 1 && i + 1 < o.n_menus && st == UN_OK)
+            printf("\n");
+    }
+    if (st != UN_OK)
+        fprintf(stderr, "unity-gen: %s: %s\n", un_status_str(st), un_ctx_errmsg(ctx));
     un_spec_free(spec);
     un_ctx_free(ctx);
     return st == UN_OK ? 0 : 1;

@@ -159,11 +159,19 @@ static un_status param_values(un_ctx *ctx, const un_op_spec *os, int p, const un
 }
 
 static un_status load_op(un_ctx *ctx, gen_menu *m, const un_jcur *c) {
-    static const char *const keys[] = {"op", "params", NULL};
+    static const char *const keys[] = {"op", "params", "min_rank", NULL};
     un_status st;
     if ((st = un_jcur_need_type(ctx, c, UN_JSON_OBJECT)) != UN_OK ||
         (st = un_jcur_check_keys(ctx, c, keys)) != UN_OK)
         return st;
+    int64_t min_rank = 0;
+    if ((st = un_jcur_get_int(ctx, c, "min_rank", false, &min_rank)) != UN_OK)
+        return st;
+    if (min_rank < 0 || min_rank > UN_MAX_DIMS) {
+        un_jcur rc = un_jcur_member(c, "min_rank");
+        return un_jcur_error(ctx, UN_ERR_SPEC, &rc, "min_rank %lld is not in 0..%d",
+                             (long long)min_rank, UN_MAX_DIMS);
+    }
     const char *name;
     if ((st = un_jcur_get_str(ctx, c, "op", true, &name)) != UN_OK)
         return st;
@@ -204,6 +212,7 @@ static un_status load_op(un_ctx *ctx, gen_menu *m, const un_jcur *c) {
         gen_inst *in = &m->insts[m->n_insts];
         memset(in, 0, sizeof *in);
         in->op = op;
+        in->min_rank = (int)min_rank;
         un_buf lb = {0};
         un_buf_printf(&lb, "%s", name);
         for (int p = 0; p < os->n_params; p++) {

@@ -12,7 +12,9 @@
  *            {"op": "partition", "params": {"dim": [0, 1, 2]}}]}
  *
  * An op entry's parameter lists the values to try; a parameter left out takes the spec's `try`
- * values (its default when it has none); a parameter with neither must be given.
+ * values (its default when it has none); a parameter with neither must be given. An entry's
+ * optional "min_rank" applies it only to a first input of at least that rank (layer_norm over
+ * [b, s, h] activations, not over its own rank-1 gamma and beta).
  *
  *   gen_menu *m;
  *   st = gen_menu_load(ctx, spec, "specs/menu.json", &m);   // m->n_ops instances, m->n_inputs
@@ -37,6 +39,7 @@ typedef struct gen_inst {
     un_op op;
     un_param params[UN_MAX_PARAMS]; /* every parameter of the op spec, defaults filled in */
     int n_in;                       /* inputs present under these parameters */
+    int min_rank;                   /* the first input's rank must be at least this (0: any) */
     char label[64];                 /* "partition[dim=1,degree=2]" for messages and reports */
 } gen_inst;
 

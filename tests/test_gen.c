@@ -160,6 +160,12 @@ static void test_menu_errors(void) {
     snprintf(buf, sizeof buf, "{\"version\": 1, \"max_ops\": 9, %s, \"ops\": [{\"op\": \"relu\"}]}",
              in);
     expect_menu_error(buf, "$.max_ops: max_ops lies in [1, 5]");
+    snprintf(buf, sizeof buf, "{\"version\": 1, %s, \"ops\": [{\"op\": \"relu\", \"min_rank\": 9}]}",
+             in);
+    expect_menu_error(buf, "$.ops[0].min_rank: min_rank 9 is not in 0..6");
+    snprintf(buf, sizeof buf,
+             "{\"version\": 1, %s, \"ops\": [{\"op\": \"relu\", \"min_rank\": \"2\"}]}", in);
+    expect_menu_error(buf, "$.ops[0].min_rank");
     /* a missing file names the path */
     un_ctx *ctx = un_ctx_new(NULL);
     gen_menu *m = NULL;
@@ -169,6 +175,41 @@ static void test_menu_errors(void) {
 }
 
 /* ---- known answers ---- */
+
+/* An op entry's min_rank keeps it off lower-rank first inputs: layer_norm over [2, 4] activations
+ * only, never over its own rank-1 gamma and beta. */
+static void test_menu_min_rank(void) {
+    const char *text[2] = {
+        "{\"version\": 1, \"inputs\": [{\"name\": \"x\", \"shape\": [2, 4]}, {\"name\": \"g\", "
+        "\"op\": \"weight\", \"shape\": [4]}, {\"name\": \"b\", \"op\": \"weight\", \"shape\": "
+        "[4]}], \"ops\": [{\"op\": \"layer_norm\"}]}",
+        "{\"version\": 1, \"inputs\": [{\"name\": \"x\", \"shape\": [2, 4]}, {\"name\": \"g\", "
+        "\"op\": \"weight\", \"shape\": [4]}, {\"name\": \"b\", \"op\": \"weight\", \"shape\": "
+        "[4]}], \"ops\": [{\"op\": \"layer_norm\", \"min_rank\": 2}]}"};
+    int64_t graphs[2] = {0, 0};
+    for (int v = 0; v < 2; v++) {
+        un_ctx *ctx = un_ctx_new(NULL);
+        gen_menu *m = NULL;
+        gen_enum *e = NULL;
+        EXPECT_OK(ctx, gen_menu_parse(ctx, spec, "mr.json", text[v], strlen(text[v]), &m));
+        if (m && gen_enum_new(ctx, m, 1234, &e) == UN_OK) {
+            EXPECT_EQ(m->insts[0].min_rank, 2 * v);
+            gen_params p = gen_params_default();
+            p.max_ops = 1;
+            p.threads = 1;
+            gen_rules rs;
+            EXPECT_OK(ctx, gen_find(ctx, e, &p, &rs));
+            graphs[v] = rs.stats.graphs;
+            gen_rules_deinit(&rs);
+        }
+        gen_enum_free(e);
+        gen_menu_free(m);
+        un_ctx_free(ctx);
+    }
+    /* one operator: layer_norm(x, g|b, g|b) always; layer_norm(g|b, ., .) only without min_rank */
+    EXPECT_TRUE(graphs[1] > 0);
+    EXPECT_TRUE(graphs[0] > graphs[1]);
+}
 
 /* {ew_add} over three interchangeable inputs at N=2: commutativity and associativity only. */
 static void test_ew_add_classes(void) {
@@ -328,6 +369,118 @@ static void test_classics_tensor_parallel(void) {
     gen_rules_deinit(&rs);
 }
 
+/* Node lists over fixed inputs, as JSON graphs. */
+static uint64_t hand_nodes(const char *inputs, const char *src_nodes, const char *dst_nodes) {
+    char a[2048], b[2048];
+    snprintf(a, sizeof a, "{\"nodes\": [%s, %s]}", inputs, src_nodes);
+    snprintf(b, sizeof b, "{\"nodes\": [%s, %s]}", inputs, dst_nodes);
+    return hand_rule(a, b);
+}
+
+static const char *CV = "{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [1, 2, 3, 3]}}, "
+                        "{\"name\": \"w1\", \"op\": \"weight\", \"params\": {\"shape\": [2, 2, 1, 1]}}, "
+                        "{\"name\": \"w2\", \"op\": \"weight\", \"params\": {\"shape\": [2, 2, 1, 1]}}";
+
+static const char *CV1 = "{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [1, 2, 3, 3]}}, "
+                         "{\"name\": \"w1\", \"op\": \"weight\", \"params\": {\"shape\": [2, 2, 1, 1]}}";
+
+static void test_classics_conv(void) {
+    gen_rules rs;
+    if (!find("specs/menus/conv.json", 3, 2, 0, 1, &rs))
+        return;
+    /* two convs over one input = one conv over concatenated kernels, split (2 outputs) */
+    EXPECT_TRUE(has_rule(
+        &rs, hand_nodes(CV,
+                        "{\"name\": \"a\", \"op\": \"conv2d\", \"in\": [\"x\", \"w1\"]}, "
+                        "{\"name\": \"b\", \"op\": \"conv2d\", \"in\": [\"x\", \"w2\"]}",
+                        "{\"name\": \"c\", \"op\": \"concat\", \"in\": [\"w1\", \"w2\"], \"params\": "
+                        "{\"axis\": 0}}, {\"name\": \"l\", \"op\": \"conv2d\", \"in\": [\"x\", \"c\"]}, "
+                        "{\"name\": \"s\", \"op\": \"split\", \"in\": [\"l\"], \"params\": {\"axis\": "
+                        "1, \"sizes\": [2, 2]}}")));
+    /* conv + relu = conv with a fused relu */
+    EXPECT_TRUE(has_rule(
+        &rs, hand_nodes(CV1,
+                        "{\"name\": \"a\", \"op\": \"conv2d\", \"in\": [\"x\", \"w1\"]}, "
+                        "{\"name\": \"r\", \"op\": \"relu\", \"in\": [\"a\"]}",
+                        "{\"name\": \"a\", \"op\": \"conv2d\", \"in\": [\"x\", \"w1\"], \"params\": "
+                        "{\"activation\": \"relu\"}}")));
+    /* conv distributes over ew_add of kernels (in one of its commuted forms) */
+    bool dist = false;
+    for (int v = 0; v < 4 && !dist; v++) {
+        char src[256], dst[512];
+        snprintf(src, sizeof src,
+                 "{\"name\": \"a\", \"op\": \"ew_add\", \"in\": [%s]}, "
+                 "{\"name\": \"b\", \"op\": \"conv2d\", \"in\": [\"x\", \"a\"]}",
+                 v & 1 ? "\"w2\", \"w1\"" : "\"w1\", \"w2\"");
+        snprintf(dst, sizeof dst,
+                 "{\"name\": \"a\", \"op\": \"conv2d\", \"in\": [\"x\", \"w1\"]}, "
+                 "{\"name\": \"c\", \"op\": \"conv2d\", \"in\": [\"x\", \"w2\"]}, "
+                 "{\"name\": \"b\", \"op\": \"ew_add\", \"in\": [%s]}",
+                 v & 2 ? "\"c\", \"a\"" : "\"a\", \"c\"");
+        dist = has_rule(&rs, hand_nodes(CV, src, dst));
+    }
+    EXPECT_TRUE(dist);
+    gen_rules_deinit(&rs);
+}
+
+static const char *QKV = "{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [2, 4]}}, "
+                         "{\"name\": \"wq\", \"op\": \"weight\", \"params\": {\"shape\": [4, 2]}}, "
+                         "{\"name\": \"wk\", \"op\": \"weight\", \"params\": {\"shape\": [4, 2]}}, "
+                         "{\"name\": \"wv\", \"op\": \"weight\", \"params\": {\"shape\": [4, 2]}}";
+
+static void test_classics_qkv(void) {
+    gen_rules rs;
+    if (!find("specs/menus/qkv.json", 4, 2, 0, 1, &rs))
+        return;
+    /* Q, K and V projections of one input = one linear over the concatenated weights, split in
+     * three (3 outputs, 4 operators; either nesting of the two concats) */
+    bool found = false;
+    for (int v = 0; v < 2 && !found; v++) {
+        char dst[1024];
+        snprintf(dst, sizeof dst,
+                 "{\"name\": \"c\", \"op\": \"concat\", \"in\": [%s], \"params\": {\"axis\": 1}}, "
+                 "{\"name\": \"d\", \"op\": \"concat\", \"in\": [%s], \"params\": {\"axis\": 1}}, "
+                 "{\"name\": \"l\", \"op\": \"linear\", \"in\": [\"x\", \"d\"]}, "
+                 "{\"name\": \"s\", \"op\": \"split\", \"in\": [\"l\"], \"params\": {\"axis\": 1, "
+                 "\"sizes\": [2, 2, 2]}}",
+                 v ? "\"wk\", \"wv\"" : "\"wq\", \"wk\"", v ? "\"wq\", \"c\"" : "\"c\", \"wv\"");
+        found = has_rule(&rs, hand_nodes(QKV,
+                                         "{\"name\": \"q\", \"op\": \"linear\", \"in\": [\"x\", \"wq\"]}, "
+                                         "{\"name\": \"k\", \"op\": \"linear\", \"in\": [\"x\", \"wk\"]}, "
+                                         "{\"name\": \"v\", \"op\": \"linear\", \"in\": [\"x\", \"wv\"]}",
+                                         dst));
+    }
+    EXPECT_TRUE(found);
+    gen_rules_deinit(&rs);
+}
+
+static const char *HD = "{\"name\": \"q\", \"op\": \"input\", \"params\": {\"shape\": [4, 2, 2]}}, "
+                        "{\"name\": \"k\", \"op\": \"input\", \"params\": {\"shape\": [4, 2, 2]}}";
+
+static const char *HD1 = "{\"name\": \"q\", \"op\": \"input\", \"params\": {\"shape\": [4, 2, 2]}}";
+
+static void test_classics_heads(void) {
+    gen_rules rs;
+    if (!find("specs/menus/heads.json", 3, 2, 0, 1, &rs))
+        return;
+    /* head parallelism: batch_matmul per partition of the head dim (the degree is the variable k;
+     * partition -> combine around it follows from partition(combine(x)) = x) */
+    EXPECT_TRUE(has_rule(
+        &rs, hand_nodes(HD,
+                        "{\"name\": \"s\", \"op\": \"batch_matmul\", \"in\": [\"q\", \"k\"]}, "
+                        "{\"name\": \"c\", \"op\": \"partition\", \"in\": [\"s\"]}",
+                        "{\"name\": \"p\", \"op\": \"partition\", \"in\": [\"q\"]}, "
+                        "{\"name\": \"r\", \"op\": \"partition\", \"in\": [\"k\"]}, "
+                        "{\"name\": \"s\", \"op\": \"batch_matmul\", \"in\": [\"p\", \"r\"]}")));
+    /* and softmax over the last dim, partitioned on the head dim and combined */
+    EXPECT_TRUE(has_rule(
+        &rs, hand_nodes(HD1, "{\"name\": \"s\", \"op\": \"softmax\", \"in\": [\"q\"]}",
+                        "{\"name\": \"p\", \"op\": \"partition\", \"in\": [\"q\"]}, "
+                        "{\"name\": \"s\", \"op\": \"softmax\", \"in\": [\"p\"]}, "
+                        "{\"name\": \"c\", \"op\": \"combine\", \"in\": [\"s\"]}")));
+    gen_rules_deinit(&rs);
+}
+
 /* ---- behaviour ---- */
 
 static void test_deterministic_and_threads(void) {
@@ -464,11 +617,15 @@ int main(void) {
     static const test_case cases[] = {
         {"menu_default", test_menu_default},
         {"menu_errors", test_menu_errors},
+        {"menu_min_rank", test_menu_min_rank},
         {"ew_add_classes", test_ew_add_classes},
         {"classics_matmul", test_classics_matmul},
         {"classics_merge_linears", test_classics_merge_linears},
         {"classics_parallel", test_classics_parallel},
         {"classics_tensor_parallel", test_classics_tensor_parallel},
+        {"classics_conv", test_classics_conv},
+        {"classics_qkv", test_classics_qkv},
+        {"classics_heads", test_classics_heads},
         {"deterministic_and_threads", test_deterministic_and_threads},
         {"shards_union", test_shards_union},
         {"db_rerun_idempotent", test_db_rerun_idempotent},

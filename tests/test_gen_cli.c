@@ -34,6 +34,19 @@ static void test_good_runs(void) {
     EXPECT_EQ(r->code, 0);
     EXPECT_TRUE(strstr(r->out, "ew_add(x1, x0) => ew_add(x0, x1)") != NULL);
     EXPECT_TRUE(!cli_exists("none.db"));
+    /* several menus in one run, one summary each, into one database */
+    r = run("--ops specs/ --menu specs/menus/ew_add.json --menu specs/menus/heads.json "
+            "-o %s/two.db --threads 2");
+    EXPECT_EQ(r->code, 0);
+    EXPECT_TRUE(strstr(r->out, "menu                specs/menus/ew_add.json (N=2)") != NULL);
+    EXPECT_TRUE(strstr(r->out, "menu                specs/menus/heads.json (N=3)") != NULL);
+    EXPECT_TRUE(strstr(r->out, "database            3 new, 0 already present") != NULL);
+    const char *second = strstr(r->out, "heads.json");
+    long long n2 = -1, p2 = -1;
+    const char *d2 = second ? strstr(second, "database ") : NULL;
+    EXPECT_TRUE(d2 && sscanf(d2, "database %lld new, %lld already present", &n2, &p2) == 2);
+    EXPECT_TRUE(n2 > 0);
+    EXPECT_EQ(p2, 0);
     r = run("--help");
     EXPECT_EQ(r->code, 0);
     EXPECT_TRUE(strstr(r->out, "--shard I/N") != NULL);
@@ -89,6 +102,10 @@ static void test_bad_input(void) {
     expect_clean_error(a, "option --threads needs a value");
     expect_clean_error("--ops no/such/dir -o %s/bad.db", "no/such/dir");
     expect_clean_error("--ops specs/ --menu %s/missing.json -o %s/bad.db", "missing.json");
+    /* a bad second menu stops the run before the first one's work */
+    expect_clean_error("--ops specs/ --menu specs/menus/ew_add.json --menu %s/missing2.json "
+                       "-o %s/bad.db",
+                       "missing2.json");
     cli_write_file("m1.json", "{\"version\": 1, \"inputs\": [{\"name\": \"x\", \"shape\": [2]}], "
                               "\"ops\": [{\"op\": \"reshape\"}]}");
     expect_clean_error(

@@ -151,6 +151,121 @@ static void test_known_true(void) {
     un_verifier_free(v);
 }
 
+#define IN3(n, a, b, c)                                                                            \
+    "{\"name\": \"" n "\", \"op\": \"input\", \"params\": {\"shape\": [" #a ", " #b ", " #c "]}}"
+#define W2(n, a, b)                                                                                \
+    "{\"name\": \"" n "\", \"op\": \"weight\", \"params\": {\"shape\": [" #a ", " #b "]}}"
+
+/* Rules of the attention menu (gen/README.md) that the axioms batch_matmul_linear,
+ * batch_matmul_concat_a, transpose_concat_12 and softmax_reshape_rows / linear_reshape_rows
+ * decide; each was unknown without them. */
+static const char *bmm_linear =
+    "{\"src\": {\"nodes\": [" IN3("x", 2, 2, 4) ", " IN3("y", 2, 4, 2) ", " W2("w", 2, 4) ","
+    " {\"name\": \"b\", \"op\": \"batch_matmul\", \"in\": [\"x\", \"y\"]},"
+    " {\"name\": \"l\", \"op\": \"linear\", \"in\": [\"b\", \"w\"]}]},"
+    " \"dst\": {\"nodes\": [" IN3("x", 2, 2, 4) ", " IN3("y", 2, 4, 2) ", " W2("w", 2, 4) ","
+    " {\"name\": \"l\", \"op\": \"linear\", \"in\": [\"y\", \"w\"]},"
+    " {\"name\": \"b\", \"op\": \"batch_matmul\", \"in\": [\"x\", \"l\"]}]}}";
+
+static const char *bmm_concat_rows =
+    "{\"src\": {\"nodes\": [" IN3("x", 2, 2, 4) ", " IN3("z", 2, 2, 4) ", " IN3("y", 2, 4, 2) ","
+    " {\"name\": \"a\", \"op\": \"batch_matmul\", \"in\": [\"x\", \"y\"]},"
+    " {\"name\": \"b\", \"op\": \"batch_matmul\", \"in\": [\"z\", \"y\"]},"
+    " {\"name\": \"c\", \"op\": \"concat\", \"in\": [\"a\", \"b\"], \"params\": {\"axis\": 1}}]},"
+    " \"dst\": {\"nodes\": [" IN3("x", 2, 2, 4) ", " IN3("z", 2, 2, 4) ", " IN3("y", 2, 4, 2) ","
+    " {\"name\": \"c\", \"op\": \"concat\", \"in\": [\"x\", \"z\"], \"params\": {\"axis\": 1}},"
+    " {\"name\": \"a\", \"op\": \"batch_matmul\", \"in\": [\"c\", \"y\"]}]}}";
+
+static const char *transpose_concat3 =
+    "{\"src\": {\"nodes\": [" IN3("x", 2, 2, 4) ", " IN3("y", 2, 2, 4) ","
+    " {\"name\": \"c\", \"op\": \"concat\", \"in\": [\"x\", \"y\"], \"params\": {\"axis\": 1}},"
+    " {\"name\": \"t\", \"op\": \"transpose\", \"in\": [\"c\"], \"params\": {\"dim0\": 1, \"dim1\": "
+    "2}}]},"
+    " \"dst\": {\"nodes\": [" IN3("x", 2, 2, 4) ", " IN3("y", 2, 2, 4) ","
+    " {\"name\": \"a\", \"op\": \"transpose\", \"in\": [\"x\"], \"params\": {\"dim0\": 1, \"dim1\": "
+    "2}},"
+    " {\"name\": \"b\", \"op\": \"transpose\", \"in\": [\"y\"], \"params\": {\"dim0\": 1, \"dim1\": "
+    "2}},"
+    " {\"name\": \"c\", \"op\": \"concat\", \"in\": [\"a\", \"b\"], \"params\": {\"axis\": 2}}]}}";
+
+static const char *softmax_reshape =
+    "{\"src\": {\"nodes\": [" IN3("x", 2, 2, 4) ","
+    " {\"name\": \"s\", \"op\": \"softmax\", \"in\": [\"x\"]},"
+    " {\"name\": \"r\", \"op\": \"reshape\", \"in\": [\"s\"], \"params\": {\"shape\": [4, 4]}}]},"
+    " \"dst\": {\"nodes\": [" IN3("x", 2, 2, 4) ","
+    " {\"name\": \"r\", \"op\": \"reshape\", \"in\": [\"x\"], \"params\": {\"shape\": [4, 4]}},"
+    " {\"name\": \"s\", \"op\": \"softmax\", \"in\": [\"r\"]}]}}";
+
+static const char *linear_reshape =
+    "{\"src\": {\"nodes\": [" IN3("x", 2, 2, 4) ", " W2("w", 4, 4) ","
+    " {\"name\": \"l\", \"op\": \"linear\", \"in\": [\"x\", \"w\"]},"
+    " {\"name\": \"r\", \"op\": \"reshape\", \"in\": [\"l\"], \"params\": {\"shape\": [4, 4]}}]},"
+    " \"dst\": {\"nodes\": [" IN3("x", 2, 2, 4) ", " W2("w", 4, 4) ","
+    " {\"name\": \"r\", \"op\": \"reshape\", \"in\": [\"x\"], \"params\": {\"shape\": [4, 4]}},"
+    " {\"name\": \"l\", \"op\": \"linear\", \"in\": [\"r\", \"w\"]}]}}";
+
+static void test_attention_axioms(void) {
+    un_verifier *v = verifier();
+    if (!v)
+        return;
+    for (int sym = 0; sym < 2; sym++) {
+        expect_valid(v, "bmm_linear", bmm_linear, sym);
+        expect_valid(v, "bmm_concat_rows", bmm_concat_rows, sym);
+        expect_valid(v, "transpose_concat3", transpose_concat3, sym);
+    }
+    /* the reshape target is fixed: witness sizes only */
+    expect_valid(v, "softmax_reshape", softmax_reshape, false);
+    expect_valid(v, "linear_reshape", linear_reshape, false);
+    un_verifier_free(v);
+}
+
+#define IN4(n, op, a, b, c, d)                                                                     \
+    "{\"name\": \"" n "\", \"op\": \"" op "\", \"params\": {\"shape\": [" #a ", " #b ", " #c ", " #d \
+    "]}}"
+
+/* Rules of the CNN menu (1x1 kernels on 3x3 images) that the conv2d axioms stated for any spatial
+ * and kernel size decide (conv2d_relu_fuse_any, conv2d_concat_weights_any; the older axioms fix
+ * 5x5 images and 3x3 kernels), and relu over a channel concat (relu_concat4: NCHW). */
+static const char *conv_relu =
+    "{\"src\": {\"nodes\": [" IN4("x", "input", 2, 2, 3, 3) ", " IN4("w", "weight", 2, 2, 1, 1) ","
+    " {\"name\": \"c\", \"op\": \"conv2d\", \"in\": [\"x\", \"w\"]},"
+    " {\"name\": \"r\", \"op\": \"relu\", \"in\": [\"c\"]}]},"
+    " \"dst\": {\"nodes\": [" IN4("x", "input", 2, 2, 3, 3) ", " IN4("w", "weight", 2, 2, 1, 1) ","
+    " {\"name\": \"c\", \"op\": \"conv2d\", \"in\": [\"x\", \"w\"], \"params\": {\"activation\": "
+    "\"relu\"}}]}}";
+
+static const char *conv_merge =
+    "{\"src\": {\"nodes\": [" IN4("x", "input", 2, 2, 3, 3) ", " IN4("w", "weight", 2, 2, 1, 1) ", " IN4(
+        "u", "weight", 2, 2, 1, 1) ","
+    " {\"name\": \"c\", \"op\": \"concat\", \"in\": [\"w\", \"u\"], \"params\": {\"axis\": 0}},"
+    " {\"name\": \"v\", \"op\": \"conv2d\", \"in\": [\"x\", \"c\"]}]},"
+    " \"dst\": {\"nodes\": [" IN4("x", "input", 2, 2, 3, 3) ", " IN4("w", "weight", 2, 2, 1, 1) ", " IN4(
+        "u", "weight", 2, 2, 1, 1) ","
+    " {\"name\": \"a\", \"op\": \"conv2d\", \"in\": [\"x\", \"w\"]},"
+    " {\"name\": \"b\", \"op\": \"conv2d\", \"in\": [\"x\", \"u\"]},"
+    " {\"name\": \"c\", \"op\": \"concat\", \"in\": [\"a\", \"b\"], \"params\": {\"axis\": 1}}]}}";
+
+static const char *relu_concat_nchw =
+    "{\"src\": {\"nodes\": [" IN4("x", "input", 2, 2, 3, 3) ", " IN4("y", "input", 2, 1, 3, 3) ","
+    " {\"name\": \"c\", \"op\": \"concat\", \"in\": [\"x\", \"y\"], \"params\": {\"axis\": 1}},"
+    " {\"name\": \"r\", \"op\": \"relu\", \"in\": [\"c\"]}]},"
+    " \"dst\": {\"nodes\": [" IN4("x", "input", 2, 2, 3, 3) ", " IN4("y", "input", 2, 1, 3, 3) ","
+    " {\"name\": \"a\", \"op\": \"relu\", \"in\": [\"x\"]},"
+    " {\"name\": \"b\", \"op\": \"relu\", \"in\": [\"y\"]},"
+    " {\"name\": \"c\", \"op\": \"concat\", \"in\": [\"a\", \"b\"], \"params\": {\"axis\": 1}}]}}";
+
+static void test_conv_axioms(void) {
+    un_verifier *v = verifier();
+    if (!v)
+        return;
+    for (int sym = 0; sym < 2; sym++) {
+        expect_valid(v, "conv_relu", conv_relu, sym);
+        expect_valid(v, "conv_merge", conv_merge, sym);
+        expect_valid(v, "relu_concat_nchw", relu_concat_nchw, sym);
+    }
+    un_verifier_free(v);
+}
+
 static void test_known_false(void) {
     un_verifier *v = verifier();
     if (!v)
@@ -334,6 +449,8 @@ int main(void) {
     static const test_case cases[] = {
         {"axioms_encoded", test_axioms_encoded},
         {"known_true", test_known_true},
+        {"attention_axioms", test_attention_axioms},
+        {"conv_axioms", test_conv_axioms},
         {"known_false", test_known_false},
         {"timeout_unknown", test_timeout_unknown},
         {"axcheck", test_axcheck},
