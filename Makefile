@@ -140,7 +140,7 @@ PARTS := search gen verify runtime rulesdb pcg
 
 FLAGS_STAMP := $(BUILD)/.flags
 FLAGS_TEXT   = $(CC) $(FINAL_CFLAGS) | $(NVCC) $(FINAL_NVFLAGS) | $(FINAL_LDFLAGS) $(LDLIBS)
-ifneq ($(filter-out clean format format-check tidy setup,$(or $(MAKECMDGOALS),all)),)
+ifneq ($(filter-out clean format format-check tidy setup demo,$(or $(MAKECMDGOALS),all)),)
 ifneq ($(file < $(FLAGS_STAMP)),$(strip $(FLAGS_TEXT)))
 $(shell mkdir -p $(BUILD))
 $(file > $(FLAGS_STAMP),$(strip $(FLAGS_TEXT)))
@@ -200,14 +200,11 @@ $(TEST_BINS): $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIBS) $(FLAGS_STAMP)
 
 OBJS := $(foreach p,$(PARTS),$($(p)_OBJS) $($(p)_MAINS:%.c=$(BUILD)/%.o)) $(TEST_SRCS:%.c=$(BUILD)/%.o)
 
-# `make demo` runs scripts/setup.sh before anything is compiled, even under -j.
-SETUP_FIRST := $(if $(filter demo,$(MAKECMDGOALS)),setup)
-
-$(BUILD)/%.o: %.c $(FLAGS_STAMP) | $(SETUP_FIRST)
+$(BUILD)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(call quiet,CC,$<)$(CC) $(FINAL_CFLAGS) -c $< -o $@
 
-$(BUILD)/%.cu.o: %.cu $(FLAGS_STAMP) | $(SETUP_FIRST)
+$(BUILD)/%.cu.o: %.cu $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(call quiet,NVCC,$<)$(NVCC) $(FINAL_NVFLAGS) -c $< -o $@
 
@@ -230,8 +227,15 @@ valgrind: all
 setup:
 	@bash scripts/setup.sh
 
-demo: setup all
-	@bash scripts/demo.sh $(BUILD)
+# `make demo` installs missing packages, then builds in a second make: this one read the pkg-config
+# flags when it parsed this file, maybe before they were installed. DEMO_GOALS and DEMO_SCRIPT
+# are for scripts/check_first_run.sh.
+DEMO_GOALS  ?= all
+DEMO_SCRIPT ?= scripts/demo.sh
+demo:
+	@bash scripts/setup.sh
+	@+$(MAKE) --no-print-directory $(DEMO_GOALS)
+	@bash $(DEMO_SCRIPT) $(BUILD)
 
 FORMAT_FILES = $(wildcard $(foreach d,pcg rulesdb gen verify search runtime tests,$(d)/*.c $(d)/*.h))
 
