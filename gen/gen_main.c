@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "gen/gen.h"
+#include "pcg/cli.h"
 #include "gen/recall.h"
 
 static const char *USAGE =
@@ -66,7 +67,7 @@ static int parse_args(int argc, char **argv, opts *o) {
             continue;
         }
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        bool known = strcmp(a, "--ops") == 0 || strcmp(a, "-o") == 0 || strcmp(a, "--menu") == 0 ||
+        bool known = strcmp(a, "--spec") == 0 || strcmp(a, "--ops") == 0 || strcmp(a, "-o") == 0 || strcmp(a, "--menu") == 0 ||
                      strcmp(a, "--max-ops") == 0 || strcmp(a, "--seed") == 0 ||
                      strcmp(a, "--threads") == 0 || strcmp(a, "--shard") == 0 ||
                      strcmp(a, "--time-limit") == 0 || strcmp(a, "--recall") == 0;
@@ -80,7 +81,7 @@ static int parse_args(int argc, char **argv, opts *o) {
         }
         i++;
         long long n;
-        if (strcmp(a, "--ops") == 0)
+        if (strcmp(a, "--spec") == 0 || strcmp(a, "--ops") == 0)
             o->ops = v;
         else if (strcmp(a, "-o") == 0)
             o->db = v;
@@ -93,11 +94,8 @@ static int parse_args(int argc, char **argv, opts *o) {
                 return bad(a, v, "expected an integer from 1 to 5");
             o->max_ops = (int)n;
         } else if (strcmp(a, "--seed") == 0) {
-            char *end;
-            unsigned long long s = strtoull(v, &end, 10);
-            if (!*v || *end || *v == '-')
-                return bad(a, v, "expected a non-negative integer");
-            o->seed = s;
+            if (!un_cli_u64("unity-gen", a, v, &o->seed))
+                return UN_EXIT_USAGE;
         } else if (strcmp(a, "--threads") == 0) {
             if (!parse_long(v, 1, 256, &n))
                 return bad(a, v, "expected an integer from 1 to 256");

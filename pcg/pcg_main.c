@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pcg/cli.h"
 #include "pcg/eval.h"
 #include "pcg/report.h"
 #include "pcg/sample.h"
@@ -39,24 +40,15 @@ static int fail(un_ctx *ctx, un_status st) {
     return 1;
 }
 
-static bool parse_int(const char *s, int64_t *out) {
-    char *end;
-    long long v = strtoll(s, &end, 10);
-    if (!*s || *end || v < 1)
-        return false;
-    *out = v;
-    return true;
-}
-
 static int parse_args(int argc, char **argv, opts *o) {
+    static const char *const P = "unity-pcg";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int64_t n;
         if (a[0] != '-' || strcmp(a, "-") == 0) {
             if (o->npos == 4) {
-                fprintf(stderr, "unity-pcg: too many arguments\n");
-                return 2;
+                fprintf(stderr, "unity-pcg: too many arguments ('%s')\n", a);
+                return UN_EXIT_USAGE;
             }
             o->pos[o->npos++] = a;
             continue;
@@ -69,35 +61,46 @@ static int parse_args(int argc, char **argv, opts *o) {
             fputs(USAGE, stdout);
             return -1;
         }
+        static const char *const with_value[] = {
+            "--spec", "--ops",   "--domain", "--strategy", "--seed", "--degree",
+            "--batch", "--in",   "--hidden", "--out",      "--iters"};
+        bool known = false;
+        for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
+            known |= strcmp(a, with_value[k]) == 0;
+        if (!known) {
+            fprintf(stderr, "unity-pcg: unknown flag %s (see unity-pcg --help)\n", a);
+            return UN_EXIT_USAGE;
+        }
         if (!v) {
-            fprintf(stderr, "unity-pcg: option %s needs a value\n", a);
-            return 2;
+            fprintf(stderr, "unity-pcg: %s needs a value\n", a);
+            return UN_EXIT_USAGE;
         }
         i++;
-        if (strcmp(a, "--spec") == 0)
+        bool ok = true;
+        if (strcmp(a, "--spec") == 0 || strcmp(a, "--ops") == 0) {
             o->spec = v;
-        else if (strcmp(a, "--domain") == 0 && (strcmp(v, "field") == 0 || strcmp(v, "f64") == 0))
-            o->domain = v;
-        else if (strcmp(a, "--strategy") == 0)
+        } else if (strcmp(a, "--domain") == 0) {
+            ok = strcmp(v, "field") == 0 || strcmp(v, "f64") == 0;
+            if (ok)
+                o->domain = v;
+            else
+                fprintf(stderr, "unity-pcg: --domain: '%s' is not field or f64\n", v);
+        } else if (strcmp(a, "--strategy") == 0) {
             o->strategy = v;
-        else if (strcmp(a, "--seed") == 0 && parse_int(v, &n))
-            o->seed = (uint64_t)n;
-        else if (strcmp(a, "--degree") == 0 && parse_int(v, &n))
-            o->degree = n;
-        else if (strcmp(a, "--batch") == 0 && parse_int(v, &n))
-            o->batch = n;
-        else if (strcmp(a, "--in") == 0 && parse_int(v, &n))
-            o->in = n;
-        else if (strcmp(a, "--hidden") == 0 && parse_int(v, &n))
-            o->hidden = n;
-        else if (strcmp(a, "--out") == 0 && parse_int(v, &n))
-            o->out = n;
-        else if (strcmp(a, "--iters") == 0 && parse_int(v, &n) && n <= 100000000)
-            o->iters = n;
-        else {
-            fprintf(stderr, "unity-pcg: bad option or value: %s %s\n", a, v);
-            return 2;
+        } else if (strcmp(a, "--seed") == 0) {
+            ok = un_cli_u64(P, a, v, &o->seed);
+        } else if (strcmp(a, "--degree") == 0) {
+            ok = un_cli_int(P, a, v, 1, 65536, &o->degree);
+        } else {
+            int64_t *slot = strcmp(a, "--batch") == 0    ? &o->batch
+                            : strcmp(a, "--in") == 0     ? &o->in
+                            : strcmp(a, "--hidden") == 0 ? &o->hidden
+                            : strcmp(a, "--out") == 0    ? &o->out
+                                                         : &o->iters;
+            ok = un_cli_int(P, a, v, 1, slot == &o->iters ? 100000000 : (int64_t)1 << 30, slot);
         }
+        if (!ok)
+            return UN_EXIT_USAGE;
     }
     return 0;
 }

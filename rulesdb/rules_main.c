@@ -3,6 +3,7 @@
  * librulesdb. Outputs that are files (export -o, merge -o) are written to a temporary file in the
  * same folder and renamed, so a failure never leaves half a file. */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "pcg/cli.h"
 #include "pcg/report.h"
 #include "rulesdb/flexflow.h"
 
@@ -27,9 +29,12 @@ static const char *USAGE =
     "  bench [--n N] [--ff FILE]    time a FlexFlow import, N inserts, verdicts, loading\n"
     "options: --ops FILE            the spec set in use (default specs/ops.json)\n";
 
+/* bench's rule i has parallel degree 2 + i / 10, which must stay within 65536. */
+#define BENCH_MAX_N ((int64_t)(65536 - 2) * 10)
+
 typedef struct {
     const char *ops, *status, *op, *size, *format, *out, *ff;
-    int64_t limit;
+    int64_t limit, bench_n;
     bool dot, quiet;
     const char *pos[16];
     int npos;
@@ -69,7 +74,8 @@ static int parse_args(int argc, char **argv, opts *o) {
             o->quiet = true;
             continue;
         }
-        const char **slot = strcmp(a, "--ops") == 0                                ? &o->ops
+        const char **slot = strcmp(a, "--ops") == 0 || strcmp(a, "--spec") == 0   ? &o->ops
+                            : strcmp(a, "--ff") == 0                               ? &o->ff
                             : strcmp(a, "--status") == 0                           ? &o->status
                             : strcmp(a, "--op") == 0                               ? &o->op
                             : strcmp(a, "--size") == 0                             ? &o->size
@@ -82,12 +88,13 @@ static int parse_args(int argc, char **argv, opts *o) {
         if (!v)
             return usage_error("option %s needs a value", a);
         i++;
-        if (is_limit) {
-            char *end;
-            long long n = strtoll(v, &end, 10);
-            if (!*v || *end || n < 1)
-                return usage_error("--limit wants a positive integer, not '%s'", v);
-            o->limit = n;
+        if (strcmp(a, "--n") == 0) {
+            /* bench's generated rules have degree 2 + i / 10, at most 65536 */
+            if (!un_cli_int("unity-rules", a, v, 1, BENCH_MAX_N, &o->bench_n))
+                return UN_EXIT_USAGE;
+        } else if (is_limit) {
+            if (!un_cli_int("unity-rules", a, v, 1, INT64_MAX, &o->limit))
+                return UN_EXIT_USAGE;
         } else {
             *slot = v;
         }
@@ -97,6 +104,10 @@ static int parse_args(int argc, char **argv, opts *o) {
 
 static un_status open_db(un_ctx *ctx, const char *path, const un_spec *spec, int flags,
                          rulesdb **db) {
+    struct stat sb;
+    *db = NULL;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return un_ctx_error(ctx, UN_ERR_IO, "%s: is a directory, not a rule database", path);
     return rulesdb_open(ctx, path, spec, flags, db);
 }
 
@@ -634,11 +645,36 @@ static un_status bench_rule(un_ctx *ctx, const un_spec *spec, int64_t i, un_rule
     return st;
 }
 
+/* bench's temporary database (and its -wal, -shm files), removed on SIGINT and SIGTERM too. */
+static char bench_files[3][96];
+
+static void bench_on_signal(int sig) {
+    for (int i = 0; i < 3; i++)
+        unlink(bench_files[i]); /* async-signal-safe */
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
 static int cmd_bench(un_ctx *ctx, const un_spec *spec, const opts *o) {
-    int64_t n = o->limit ? o->limit : 100000;
+    if (o->npos != 1)
+        return usage_error("bench takes no arguments ('%s')", o->pos[1]);
+    int64_t n = o->bench_n ? o->bench_n : 100000;
     const char *ff = o->ff ? o->ff : "../shared/external/flexflow_graph_subst_3_v2.json";
+    if (o->ff && access(o->ff, R_OK) != 0) {
+        fprintf(stderr, "unity-rules: --ff %s: %s\n", o->ff, strerror(errno));
+        return UN_EXIT_INPUT;
+    }
     char path[64];
-    snprintf(path, sizeof path, "/tmp/unity-rules-bench-%ld.db", (long)getpid());
+    snprintf(path, sizeof path, "%s/unity-rules-bench-%ld.db",
+             getenv("TMPDIR") && strlen(getenv("TMPDIR")) < 40 ? getenv("TMPDIR") : "/tmp",
+             (long)getpid());
+    for (int i = 0; i < 3; i++)
+        snprintf(bench_files[i], sizeof bench_files[i], "%s%s", path,
+                 i == 0 ? "" : i == 1 ? "-wal" : "-shm");
+    struct sigaction sa = {.sa_handler = bench_on_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     remove_db_files(path);
     rulesdb *db = NULL;
     un_status st = rulesdb_open(ctx, path, spec, RULESDB_CREATE, &db);

@@ -30,11 +30,13 @@ step "4. rules.db: what it holds (unity-rules stats), and a few verified rules"
 
 step "5. FlexFlow's 640 published rules: imported (malformed ones kept as rejected, with the reason)"
 ff=../shared/external/flexflow_graph_subst_3_v2.json
+ff_ran="FlexFlow's published rule file imported into the same format"
 if [[ -r $ff ]]; then
     "$B/unity-rules" import "$work/ff.db" "$ff" --quiet
     "$B/unity-rules" stats "$work/ff.db" | head -n 3
 else
     echo "(skipped: $ff is not present in this checkout)"
+    ff_ran="(not FlexFlow's rule file: $ff is not in this checkout)"
 fi
 
 step "6. unity-train: a character-level transformer learns $text on 2 CPU devices (data parallel)"
@@ -48,12 +50,11 @@ for d in 1 4; do
 done
 
 step "What ran"
-cat <<'TXT'
+cat <<TXT
 Ran: spec validation; generation of candidate substitutions from the specs (including the
 parallelization operators partition/combine/replicate/reduce); their proof by Z3 under the specs'
-axioms, with verdicts, timings and axioms used stored in an SQLite rules.db; FlexFlow's published
-rule file imported into the same format; and training on CPU threads as devices with
-reverse-mode autodiff through the parallel graph. Not built yet: the search inside unity-train
+axioms, with verdicts, timings and axioms used stored in an SQLite rules.db; $ff_ran;
+and training on CPU threads as devices with reverse-mode autodiff through the parallel graph. Not built yet: the search inside unity-train
 (it does not yet read rules.db: strategies are serial, data parallel or a plan file) and the
 CUDA/NCCL backend - see the open issues.
 TXT

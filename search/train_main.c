@@ -5,8 +5,10 @@
  * --rules DB, --sim runtime|plan (what the estimate models: the runtime today or DESIGN.md §9). */
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "pcg/cli.h"
 #include "runtime/train.h"
 #include "search/profile.h"
 #include "search/sim.h"
@@ -129,6 +131,38 @@ done:
     return st;
 }
 
+/* Refuses a --batch whose training could not fit in this machine's memory before anything is
+ * allocated: every tensor of the graph un_train_run would execute (logical sizes: a lower bound)
+ * with its gradient, and two optimizer states per weight. */
+static un_status check_memory(un_ctx *ctx, const un_train_opts *o) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    if (!o->batch || pages <= 0 || page <= 0)
+        return UN_OK;
+    un_spec *spec = NULL;
+    un_graph *g = NULL;
+    int devices = 1;
+    un_status st = un_spec_load(ctx, o->spec, &spec);
+    if (st == UN_OK)
+        st = un_train_graph(ctx, spec, o, &g, &devices);
+    double es = o->prec == UN_PREC_F32 ? 4 : 8, bytes = 0;
+    for (int32_t id = 0; st == UN_OK && id < un_graph_node_count(g); id++) {
+        const un_node *nd = un_graph_node(g, id);
+        for (int k = 0; k < nd->inf.n_out; k++)
+            bytes += (double)un_shape_numel(&nd->inf.out[k]) * es *
+                     (nd->op == UN_OP_WEIGHT ? 4 : 2);
+    }
+    double phys = (double)pages * (double)page;
+    if (st == UN_OK && bytes > phys)
+        st = un_ctx_error(ctx, UN_ERR_INVALID,
+                          "--batch %lld: training %s needs at least %.1f GiB (tensors, gradients, "
+                          "optimizer state), more than this machine's %.1f GiB of memory",
+                          (long long)o->batch, o->model, bytes / 1073741824.0,
+                          phys / 1073741824.0);
+    un_graph_free(g);
+    un_spec_free(spec);
+    return st;
+}
+
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -149,6 +183,14 @@ int main(int argc, char **argv) {
     int n = take_flags(ctx, argc - 1, argv + 1, &s, &st);
     if (st == UN_OK)
         st = un_train_parse_args(ctx, n, argv + 1, &o);
+    int rc = st == UN_OK ? UN_EXIT_INPUT : UN_EXIT_USAGE; /* if anything fails */
+    struct stat sb;
+    if (st == UN_OK && stat(o.model, &sb) == 0 && S_ISDIR(sb.st_mode))
+        st = un_ctx_error(ctx, UN_ERR_INVALID,
+                          "--model %s: is a directory (want a zoo model name or a graph .json file)",
+                          o.model);
+    if (st == UN_OK)
+        st = check_memory(ctx, &o);
     if (st == UN_OK && (s.estimate || s.profile))
         st = estimate_or_profile(ctx, &o, &s);
     else if (st == UN_OK)
@@ -157,5 +199,5 @@ int main(int argc, char **argv) {
         fprintf(stderr, "unity-train: %s\n", un_ctx_errmsg(ctx));
     un_train_result_free(&r);
     un_ctx_free(ctx);
-    return st == UN_OK ? 0 : 1;
+    return st == UN_OK ? UN_EXIT_OK : rc;
 }

@@ -135,4 +135,15 @@ TEST__FN void cli_expect_clean_error(const char *prog, const char *args, const c
                want);
 }
 
+/* The same with the exit status too: 1 for bad input, 2 for a usage error (pcg/cli.h). */
+TEST__FN void cli_expect_error_code(const char *prog, const char *args, int code,
+                                    const char *want) {
+    const cli_result *r = cli_run(prog, args);
+    bool ok = cli_is_clean_error(r, want) && r->code == code;
+    EXPECT_TRUE(ok);
+    if (!ok)
+        printf("    %s %s -> exit %d, stderr: %s (wanted exit %d and '%s')\n", prog, args, r->code,
+               r->err, code, want);
+}
+
 #endif /* UN_TEST_CLI_H */

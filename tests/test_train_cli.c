@@ -130,6 +130,10 @@ static void test_pcg_plans(void) {
 
 static void test_bad_input(void) {
     expect_clean_error("--model nosuchmodel --tiny", "nosuchmodel");
+    /* issue 10 item 6: a directory; a batch that cannot fit, refused before allocating */
+    expect_clean_error("--model /tmp --tiny", "--model /tmp: is a directory");
+    expect_clean_error("--model mlp --tiny --batch 100000000 --steps 1",
+                       "--batch 100000000: training mlp needs at least");
     expect_clean_error("--tiny", "--model is required");
     expect_clean_error("--model mlp --tiny --devices 0", "--devices: '0'");
     expect_clean_error("--model mlp --tiny --devices 3 --batch 16", "not a multiple of 3");
@@ -200,9 +204,9 @@ static void test_mpi_equal_losses(void) {
         if (losses(r->out, l1, 20) != 20)
             continue;
         for (int np = 2; np <= 4; np *= 2) {
-            snprintf(prefix, sizeof prefix,
-                     "mpirun --oversubscribe %s --mca mpi_yield_when_idle 1 %s -np %d",
-                     geteuid() == 0 ? "--allow-run-as-root" : "", MPI_ENV, np);
+            /* scripts/mpirun.sh adds --oversubscribe and, as root, --allow-run-as-root */
+            snprintf(prefix, sizeof prefix, "scripts/mpirun.sh --mca mpi_yield_when_idle 1 %s -np %d",
+                     MPI_ENV, np);
             snprintf(args, sizeof args, "--model %s --tiny --steps 20 --threads 1 --comm mpi",
                      names[i]);
             r = run_with(prefix, args);
@@ -216,8 +220,7 @@ static void test_mpi_equal_losses(void) {
         }
     }
     /* --devices must match the processes */
-    snprintf(prefix, sizeof prefix, "mpirun --oversubscribe %s %s -np 2",
-             geteuid() == 0 ? "--allow-run-as-root" : "", MPI_ENV);
+    snprintf(prefix, sizeof prefix, "scripts/mpirun.sh %s -np 2", MPI_ENV);
     const cli_result *r = run_with(prefix, "--model mlp --tiny --steps 2 --comm mpi --devices 3");
     int ours = 0; /* mpirun adds its own report; ours is one line, from rank 0 only */
     for (const char *p = strstr(r->err, "unity-train:"); p; p = strstr(p + 1, "unity-train:"))

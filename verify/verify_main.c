@@ -113,6 +113,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "unity-verify: %s: no such rule database\n", db_path);
         return 1;
     }
+    if (stat(db_path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "unity-verify: %s: is a directory, not a rule database\n", db_path);
+        return 1;
+    }
 
     int rc = 1;
     un_ctx *ctx = un_ctx_new(NULL);
