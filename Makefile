@@ -3,7 +3,7 @@
 #   make                        build libraries, programs and tests into build/default
 #   make test                   build, then run every tests/test_*.c binary (alias: check)
 #   make test SANITIZE=address,undefined   the same in build/address-undefined
-#   make asan | ubsan | tsan | valgrind | format-check | format | tidy | demo | clean
+#   make asan | ubsan | tsan | valgrind | format-check | format | tidy | demo | install | clean
 #   make V=1 CUDA=0 CC=clang OPT=-O0 CFLAGS=... LDFLAGS=... LDLIBS=...
 #
 # Sources are found by wildcard, so adding a file needs no edit here:
@@ -213,7 +213,7 @@ $(BUILD)/%.cu.o: %.cu $(FLAGS_STAMP)
 # ---- Targets -----------------------------------------------------------------------------------
 
 .DEFAULT_GOAL := all
-.PHONY: all test check asan ubsan tsan valgrind format-check format tidy demo setup clean
+.PHONY: all test check asan ubsan tsan valgrind format-check format tidy demo setup install clean
 
 all: $(LIBS) $(PROGS) $(TEST_BINS)
 
@@ -236,6 +236,11 @@ demo:
 	@bash scripts/setup.sh
 	@+$(MAKE) --no-print-directory $(DEMO_GOALS)
 	@bash $(DEMO_SCRIPT) $(BUILD)
+
+# `make install PREFIX=/usr/local DESTDIR=`: programs, specs, menus, machine files (scripts/install.sh).
+PREFIX ?= /usr/local
+install: $(PROGS)
+	@bash scripts/install.sh $(BUILD) "$(PREFIX)" "$(DESTDIR)"
 
 FORMAT_FILES = $(wildcard $(foreach d,pcg rulesdb gen verify search runtime tests,$(d)/*.c $(d)/*.h))
 

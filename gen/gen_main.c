@@ -9,15 +9,19 @@
 #include <unistd.h>
 
 #include "gen/gen.h"
-#include "pcg/cli.h"
 #include "gen/recall.h"
+#include "pcg/cli.h"
+#include "pcg/specpath.h"
+#include "rulesdb/rulesdb.h"
 
 static const char *USAGE =
-    "usage: unity-gen --ops SPECS [-o rules.db] [--menu FILE] [--max-ops N] [--seed S]\n"
+    "unity-gen - generate candidate rewrite rules from the operator specs into a rule database\n\n"
+    "usage: unity-gen [--spec SPECS] [-o rules.db] [--menu FILE] [--max-ops N] [--seed S]\n"
     "                 [--threads T] [--shard I/N] [--time-limit SECONDS] [--list] [--dry-run]\n"
-    "  --ops SPECS      the operator specs: a directory (SPECS/ops.json) or a file\n"
+    "  --spec SPECS     the operator specs: a directory (SPECS/ops.json) or a file (alias --ops;\n"
+    "                   default: $UNITY_SPECS, ./specs, else the installed share/unity/specs)\n"
     "  -o DB            the rule database to add candidates to (default rules.db; created)\n"
-    "  --menu FILE      the generation menu (default specs/menu.json)\n"
+    "  --menu FILE      the generation menu (default: menu.json beside the spec file)\n"
     "  --max-ops N      operators per graph (default: the menu's max_ops, 3)\n"
     "  --seed S         random input values (default 1234); same seed, same rules\n"
     "  --threads T      worker threads (default: every online core)\n"
@@ -56,6 +60,7 @@ static int parse_args(int argc, char **argv, opts *o) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             fputs(USAGE, stdout);
+            fputs(un_cli_help_footer(), stdout);
             return -1;
         }
         if (strcmp(a, "--list") == 0) {
@@ -67,10 +72,11 @@ static int parse_args(int argc, char **argv, opts *o) {
             continue;
         }
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        bool known = strcmp(a, "--spec") == 0 || strcmp(a, "--ops") == 0 || strcmp(a, "-o") == 0 || strcmp(a, "--menu") == 0 ||
-                     strcmp(a, "--max-ops") == 0 || strcmp(a, "--seed") == 0 ||
-                     strcmp(a, "--threads") == 0 || strcmp(a, "--shard") == 0 ||
-                     strcmp(a, "--time-limit") == 0 || strcmp(a, "--recall") == 0;
+        bool known = strcmp(a, "--spec") == 0 || strcmp(a, "--ops") == 0 || strcmp(a, "-o") == 0 ||
+                     strcmp(a, "--menu") == 0 || strcmp(a, "--max-ops") == 0 ||
+                     strcmp(a, "--seed") == 0 || strcmp(a, "--threads") == 0 ||
+                     strcmp(a, "--shard") == 0 || strcmp(a, "--time-limit") == 0 ||
+                     strcmp(a, "--recall") == 0;
         if (!known) {
             fprintf(stderr, "unity-gen: unknown argument '%s' (see --help)\n", a);
             return 2;
@@ -121,10 +127,6 @@ static int parse_args(int argc, char **argv, opts *o) {
             o->time_limit = t;
         }
     }
-    if (!o->ops) {
-        fprintf(stderr, "unity-gen: --ops SPECS is required (see --help)\n");
-        return 2;
-    }
     return 0;
 }
 
@@ -174,18 +176,44 @@ static un_status count_rule(void *user, un_ctx *ctx, const un_rule *r) {
     return UN_OK;
 }
 
+/* Stores the spec file's text in the database, so unity-rules reads it from any directory. */
+static un_status store_spec_text(un_ctx *ctx, const un_spec *spec, const char *spec_path,
+                                 const char *db_path) {
+    char *text = NULL;
+    size_t len = 0;
+    rulesdb *db = NULL;
+    un_status st = un_read_file(ctx, spec_path, &text, &len);
+    if (st == UN_OK)
+        st = rulesdb_open(ctx, db_path, spec, 0, &db);
+    if (st == UN_OK)
+        st = rulesdb_spec_text_put(ctx, db, text, len);
+    rulesdb_free(db);
+    free(text);
+    return st;
+}
+
 int main(int argc, char **argv) {
     opts o = {.db = "rules.db", .seed = 1234, .shard_n = 1};
     int rc = parse_args(argc, argv, &o);
     if (rc)
         return rc < 0 ? 0 : rc;
-    char spec_path[1024], menu_path[1024], args[2048];
-    struct stat sb;
-    if (stat(o.ops, &sb) == 0 && S_ISDIR(sb.st_mode))
-        snprintf(spec_path, sizeof spec_path, "%s/ops.json", o.ops);
+    char spec_path[4096], menu_path[4200], args[2048];
+    un_ctx *pc = un_ctx_new(NULL);
+    bool found = un_specpath_find(pc, o.ops, spec_path, sizeof spec_path) == UN_OK;
+    if (!found)
+        fprintf(stderr, "unity-gen: %s\n", un_ctx_errmsg(pc));
+    un_ctx_free(pc);
+    if (!found)
+        return UN_EXIT_INPUT;
+    /* the default menu lies beside the spec file */
+    const char *slash = strrchr(spec_path, '/');
+    if (o.menu)
+        snprintf(menu_path, sizeof menu_path, "%s", o.menu);
+    else if (slash)
+        snprintf(menu_path, sizeof menu_path, "%.*s/menu.json", (int)(slash - spec_path),
+                 spec_path);
     else
-        snprintf(spec_path, sizeof spec_path, "%s", o.ops);
-    snprintf(menu_path, sizeof menu_path, "%s", o.menu ? o.menu : "specs/menu.json");
+        snprintf(menu_path, sizeof menu_path, "menu.json");
     size_t off = 0;
     args[0] = '\0';
     for (int i = 1; i < argc && off < sizeof args; i++)
@@ -225,6 +253,8 @@ int main(int argc, char **argv) {
         else
             st = gen_run(ctx, e, &p, o.db, args, &sum, &rs);
     }
+    if (st == UN_OK && !o.dry_run)
+        st = store_spec_text(ctx, spec, spec_path, o.db);
     if (st == UN_OK) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -16,6 +16,9 @@
  * argument, a flag value of the wrong form or out of range). */
 enum { UN_EXIT_OK = 0, UN_EXIT_INPUT = 1, UN_EXIT_USAGE = 2 };
 
+/* The sections every program's --help ends with, man-style: EXIT STATUS, ENVIRONMENT, FILES. */
+const char *un_cli_help_footer(void);
+
 /* Parses v, the value of flag, as a decimal integer in [lo, hi]: optional '-' then digits only,
  * no overflow. Else prints `PROG: FLAG: 'V' is not an integer in [LO, HI]` to stderr and returns
  * false (*out untouched). */

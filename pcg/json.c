@@ -28,9 +28,11 @@ static void un__pos(const char *text, size_t off, int *line, int *col) {
 /* The length of the valid UTF-8 sequence at s[0..n) (no overlong forms, surrogates or code
  * points above U+10FFFF), or 0. */
 static size_t utf8_seq(const unsigned char *s, size_t n) {
-    size_t len = s[0] < 0x80 ? 1 : s[0] >= 0xc2 && s[0] <= 0xdf ? 2 : (s[0] & 0xf0) == 0xe0 ? 3
-                                                              : s[0] >= 0xf0 && s[0] <= 0xf4 ? 4
-                                                                                             : 0;
+    size_t len = s[0] < 0x80                    ? 1
+                 : s[0] >= 0xc2 && s[0] <= 0xdf ? 2
+                 : (s[0] & 0xf0) == 0xe0        ? 3
+                 : s[0] >= 0xf0 && s[0] <= 0xf4 ? 4
+                                                : 0;
     if (len == 0 || len > n)
         return 0;
     for (size_t i = 1; i < len; i++)

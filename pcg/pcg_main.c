@@ -9,8 +9,10 @@
 #include "pcg/eval.h"
 #include "pcg/report.h"
 #include "pcg/sample.h"
+#include "pcg/specpath.h"
 
 static const char *USAGE =
+    "unity-pcg - inspect operator specs and parallel computation graphs (PCGs)\n\n"
     "usage: unity-pcg [--spec FILE] COMMAND ...\n"
     "  ops                          the operator table of the spec\n"
     "  show GRAPH.json              nodes with shapes and layouts, hash, cost\n"
@@ -22,7 +24,9 @@ static const char *USAGE =
     "[--out M]\n"
     "                               write a sample graph as JSON on stdout\n"
     "  bench [--iters N]            time graph building, hashing and evaluation (sample MLPs)\n"
-    "options: --spec FILE (default specs/ops.json)  --domain field|f64 (default both)  --seed S\n";
+    "options: --spec FILE|DIR  operator specs (alias --ops; default: $UNITY_SPECS, ./specs, else\n"
+    "                          the installed share/unity/specs)\n"
+    "         --domain field|f64 (default both)  --seed S\n";
 
 typedef struct {
     const char *spec;
@@ -59,11 +63,12 @@ static int parse_args(int argc, char **argv, opts *o) {
         }
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             fputs(USAGE, stdout);
+            fputs(un_cli_help_footer(), stdout);
             return -1;
         }
-        static const char *const with_value[] = {
-            "--spec", "--ops",   "--domain", "--strategy", "--seed", "--degree",
-            "--batch", "--in",   "--hidden", "--out",      "--iters"};
+        static const char *const with_value[] = {"--spec",   "--ops",    "--domain", "--strategy",
+                                                 "--seed",   "--degree", "--batch",  "--in",
+                                                 "--hidden", "--out",    "--iters"};
         bool known = false;
         for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
             known |= strcmp(a, with_value[k]) == 0;
@@ -160,8 +165,7 @@ static int cmd_compare(un_ctx *ctx, const un_spec *spec, const opts *o) {
 }
 
 int main(int argc, char **argv) {
-    opts o = {.spec = "specs/ops.json",
-              .seed = 1,
+    opts o = {.seed = 1,
               .strategy = "serial",
               .degree = 2,
               .batch = 8,
@@ -200,7 +204,10 @@ int main(int argc, char **argv) {
     un_spec *spec = NULL;
     un_graph *g = NULL;
     un_buf b = {0};
-    un_status st = un_spec_load(ctx, o.spec, &spec);
+    char spec_path[4096];
+    un_status st = un_specpath_find(ctx, o.spec, spec_path, sizeof spec_path);
+    if (st == UN_OK)
+        st = un_spec_load(ctx, spec_path, &spec);
     if (st != UN_OK) {
         rc = fail(ctx, st);
         goto done;

@@ -13,10 +13,12 @@
 
 #include "pcg/cli.h"
 #include "pcg/report.h"
+#include "pcg/specpath.h"
 #include "rulesdb/flexflow.h"
 
 static const char *USAGE =
-    "usage: unity-rules [--ops FILE] COMMAND ...\n"
+    "unity-rules - inspect, check, merge and exchange rule databases (rules.db)\n\n"
+    "usage: unity-rules [--spec FILE] COMMAND ...\n"
     "  list DB [--status S] [--op OP] [--size N|A-B] [--limit N]\n"
     "                               one line per rule: id, status, size, hash, rule\n"
     "  show DB ID [--dot]           a rule with its verdict and provenance (--dot: Graphviz)\n"
@@ -27,7 +29,9 @@ static const char *USAGE =
     "  check DB                     integrity: SQLite's check plus every row against its hash\n"
     "  merge A.db B.db ... -o C.db  combine databases (dedup by canonical hash, best verdicts)\n"
     "  bench [--n N] [--ff FILE]    time a FlexFlow import, N inserts, verdicts, loading\n"
-    "options: --ops FILE            the spec set in use (default specs/ops.json)\n";
+    "options: --spec FILE|DIR       the spec set in use (alias --ops; default: the one stored in\n"
+    "                               DB by unity-gen, else $UNITY_SPECS, ./specs, else the\n"
+    "                               installed share/unity/specs)\n";
 
 /* bench's rule i has parallel degree 2 + i / 10, which must stay within 65536. */
 #define BENCH_MAX_N ((int64_t)(65536 - 2) * 10)
@@ -64,6 +68,7 @@ static int parse_args(int argc, char **argv, opts *o) {
         }
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             fputs(USAGE, stdout);
+            fputs(un_cli_help_footer(), stdout);
             return -1;
         }
         if (strcmp(a, "--dot") == 0) {
@@ -74,7 +79,7 @@ static int parse_args(int argc, char **argv, opts *o) {
             o->quiet = true;
             continue;
         }
-        const char **slot = strcmp(a, "--ops") == 0 || strcmp(a, "--spec") == 0   ? &o->ops
+        const char **slot = strcmp(a, "--ops") == 0 || strcmp(a, "--spec") == 0    ? &o->ops
                             : strcmp(a, "--ff") == 0                               ? &o->ff
                             : strcmp(a, "--status") == 0                           ? &o->status
                             : strcmp(a, "--op") == 0                               ? &o->op
@@ -364,6 +369,8 @@ static int cmd_stats(un_ctx *ctx, const un_spec *spec, const opts *o) {
 static void remove_db_files(const char *path) {
     char b[4200];
     unlink(path);
+    snprintf(b, sizeof b, "%s-journal", path);
+    unlink(b);
     snprintf(b, sizeof b, "%s-wal", path);
     unlink(b);
     snprintf(b, sizeof b, "%s-shm", path);
@@ -645,11 +652,12 @@ static un_status bench_rule(un_ctx *ctx, const un_spec *spec, int64_t i, un_rule
     return st;
 }
 
-/* bench's temporary database (and its -wal, -shm files), removed on SIGINT and SIGTERM too. */
-static char bench_files[3][96];
+/* bench's temporary database (and its -wal, -shm, -journal files), removed on SIGINT and SIGTERM
+ * too. */
+static char bench_files[4][96];
 
 static void bench_on_signal(int sig) {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         unlink(bench_files[i]); /* async-signal-safe */
     signal(sig, SIG_DFL);
     raise(sig);
@@ -668,9 +676,9 @@ static int cmd_bench(un_ctx *ctx, const un_spec *spec, const opts *o) {
     snprintf(path, sizeof path, "%s/unity-rules-bench-%ld.db",
              getenv("TMPDIR") && strlen(getenv("TMPDIR")) < 40 ? getenv("TMPDIR") : "/tmp",
              (long)getpid());
-    for (int i = 0; i < 3; i++)
-        snprintf(bench_files[i], sizeof bench_files[i], "%s%s", path,
-                 i == 0 ? "" : i == 1 ? "-wal" : "-shm");
+    static const char *const suffix[4] = {"", "-wal", "-shm", "-journal"};
+    for (int i = 0; i < 4; i++)
+        snprintf(bench_files[i], sizeof bench_files[i], "%s%s", path, suffix[i]);
     struct sigaction sa = {.sa_handler = bench_on_signal};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
@@ -771,7 +779,7 @@ static int cmd_bench(un_ctx *ctx, const un_spec *spec, const opts *o) {
 }
 
 int main(int argc, char **argv) {
-    opts o = {.ops = "specs/ops.json"};
+    opts o = {0};
     int rc = parse_args(argc, argv, &o);
     if (rc)
         return rc < 0 ? 0 : rc;
@@ -791,7 +799,27 @@ int main(int argc, char **argv) {
         return usage_error("unknown command '%s'", o.pos[0]);
     un_ctx *ctx = un_ctx_new(NULL);
     un_spec *spec = NULL;
-    un_status st = un_spec_load(ctx, o.ops, &spec);
+    /* Without --spec or $UNITY_SPECS: the spec set stored in the database (by unity-gen), else
+     * the spec files found as every program finds them (pcg/specpath.h). */
+    const char *env = getenv("UNITY_SPECS");
+    char *stored = NULL, spec_path[4096], name[4200];
+    size_t len = 0;
+    un_status st = UN_OK;
+    if (!o.ops && !(env && *env) && o.npos >= 2 && strcmp(o.pos[0], "bench") != 0)
+        st = rulesdb_spec_text_get(ctx, o.pos[1], &stored, &len);
+    if (st != UN_OK && strcmp(o.pos[0], "check") == 0) {
+        un_ctx_clear(ctx); /* check reports a damaged spec text itself */
+        st = UN_OK;
+    }
+    if (st == UN_OK && stored) {
+        snprintf(name, sizeof name, "%s: the stored spec set", o.pos[1]);
+        st = un_spec_parse(ctx, name, stored, len, &spec);
+    } else if (st == UN_OK) {
+        st = un_specpath_find(ctx, o.ops, spec_path, sizeof spec_path);
+        if (st == UN_OK)
+            st = un_spec_load(ctx, spec_path, &spec);
+    }
+    free(stored);
     if (st != UN_OK) {
         rc = fail(ctx, st);
     } else {

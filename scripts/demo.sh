@@ -18,7 +18,7 @@ step "1. The operator specs (specs/ops.json): loaded, validated, every sharding 
 
 step "2. unity-gen: every graph of up to 3 operators over the default menu (specs/menu.json),"
 echo "   fingerprinted piece by piece in a prime field, equal ones paired, pruned, stored as candidates"
-"$B/unity-gen" --ops specs/ -o "$db" --max-ops 3
+"$B/unity-gen" --spec specs/ -o "$db" --max-ops 3
 
 step "3. unity-verify: the spec axioms checked on concrete tensors, then every candidate"
 echo "   random-tested and proven by Z3 (parallel degrees generalized to a variable k where it holds)"

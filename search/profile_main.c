@@ -9,14 +9,17 @@
 
 int main(int argc, char **argv) {
     const char *out = NULL;
-    static const char usage[] = "usage: unity-profile machine [-o FILE]   (measures this machine)\n";
+    static const char usage[] =
+        "unity-profile - measure this machine as a machine description\n\n"
+        "usage: unity-profile machine [-o FILE]   (measures this machine)\n";
     if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
         fputs(usage, stdout);
+        fputs(un_cli_help_footer(), stdout);
         return UN_EXIT_OK;
     }
     if (argc < 2 || strcmp(argv[1], "machine") != 0 || (argc != 2 && argc != 4) ||
         (argc == 4 && strcmp(argv[2], "-o") != 0)) {
-        fputs(usage, stderr);
+        fputs("unity-profile: usage: unity-profile machine [-o FILE] (see --help)\n", stderr);
         return UN_EXIT_USAGE;
     }
     if (argc == 4)

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "pcg/cli.h"
+#include "pcg/specpath.h"
 #include "runtime/train.h"
 #include "search/profile.h"
 #include "search/sim.h"
@@ -49,6 +50,9 @@ static int take_flags(un_ctx *ctx, int argc, char **argv, search_opts *s, un_sta
             s->estimate = true;
         } else if (strcmp(a, "--profile") == 0) {
             s->profile = true;
+        } else if (strcmp(a, "--ops") == 0) {
+            static char spec_flag[] = "--spec"; /* --ops is an alias */
+            argv[n++] = spec_flag;
         } else {
             argv[n++] = argv[i];
         }
@@ -166,8 +170,10 @@ static un_status check_memory(un_ctx *ctx, const un_train_opts *o) {
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            fputs("unity-train - train a model on CPU threads or MPI processes as devices\n\n", stdout);
             fputs(un_train_usage(), stdout);
             fputs(usage_extra, stdout);
+            fputs(un_cli_help_footer(), stdout);
             return 0;
         }
     un_ctx *ctx = un_ctx_new(NULL);
@@ -181,14 +187,25 @@ int main(int argc, char **argv) {
     memset(&s, 0, sizeof s);
     un_status st;
     int n = take_flags(ctx, argc - 1, argv + 1, &s, &st);
+    o.spec = NULL;
     if (st == UN_OK)
         st = un_train_parse_args(ctx, n, argv + 1, &o);
     int rc = st == UN_OK ? UN_EXIT_INPUT : UN_EXIT_USAGE; /* if anything fails */
+    static char spec_path[4096];
+    if (st == UN_OK && (st = un_specpath_find(ctx, o.spec, spec_path, sizeof spec_path)) == UN_OK)
+        o.spec = spec_path;
     struct stat sb;
     if (st == UN_OK && stat(o.model, &sb) == 0 && S_ISDIR(sb.st_mode))
         st = un_ctx_error(ctx, UN_ERR_INVALID,
                           "--model %s: is a directory (want a zoo model name or a graph .json file)",
                           o.model);
+    /* A checkpoint is written beside --save and renamed over it: never over a device (as root,
+     * --save /dev/full would replace the device with a file) or a directory. */
+    if (st == UN_OK && o.save && stat(o.save, &sb) == 0 && !S_ISREG(sb.st_mode))
+        st = un_ctx_error(ctx, UN_ERR_INVALID,
+                          "--save %s: not a regular file (a checkpoint replaces a file; a device "
+                          "or directory is never overwritten)",
+                          o.save);
     if (st == UN_OK)
         st = check_memory(ctx, &o);
     if (st == UN_OK && (s.estimate || s.profile))

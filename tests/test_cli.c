@@ -127,14 +127,15 @@ static void test_exit_codes(void) {
         const cli_result *r = cli_run(p[i].prog, p[i].usage);
         test__check(cli_is_clean_error(r, "") && r->code == 2, TEST__AT,
                     "%s %s: exit %d (want 2), stderr: %s", p[i].prog, p[i].usage, r->code, r->err);
+        r = cli_run(p[i].prog, "--help"); /* man-style: ends with EXIT STATUS, ENVIRONMENT, FILES */
+        test__check(r->code == 0 && strstr(r->out, "usage") && strstr(r->out, "EXIT STATUS") &&
+                        strstr(r->out, "UNITY_SPECS") && !*r->err,
+                    TEST__AT, "%s --help: exit %d, stdout: %.80s", p[i].prog, r->code, r->out);
         if (!p[i].input)
             continue;
         r = cli_run(p[i].prog, cli_fmt(p[i].input));
         test__check(cli_is_clean_error(r, "") && r->code == 1, TEST__AT,
                     "%s %s: exit %d (want 1), stderr: %s", p[i].prog, p[i].input, r->code, r->err);
-        r = cli_run(p[i].prog, "--help");
-        test__check(r->code == 0 && strstr(r->out, "usage") && !*r->err, TEST__AT,
-                    "%s --help: exit %d, stdout: %.80s", p[i].prog, r->code, r->out);
     }
 }
 

@@ -72,7 +72,8 @@ static void test_killed_run_resumes(void) {
 static void test_bad_input(void) {
     const char *m = "--ops specs/ --menu specs/menus/ew_add.json -o %s/bad.db";
     char a[512];
-    expect_clean_error("--menu specs/menus/ew_add.json", "--ops SPECS is required");
+    expect_clean_error("--spec specs/nowhere.json --menu specs/menus/ew_add.json --dry-run",
+                       "specs/nowhere.json");
     snprintf(a, sizeof a, "%s --max-ops 0", m);
     expect_clean_error(a, "--max-ops '0': expected an integer from 1 to 5");
     snprintf(a, sizeof a, "%s --seed 1234567890123456789012345", m); /* not 2^64 - 1 */

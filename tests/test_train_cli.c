@@ -134,6 +134,9 @@ static void test_bad_input(void) {
     expect_clean_error("--model /tmp --tiny", "--model /tmp: is a directory");
     expect_clean_error("--model mlp --tiny --batch 100000000 --steps 1",
                        "--batch 100000000: training mlp needs at least");
+    expect_clean_error("--model mlp --tiny --steps 1 --save /dev/full",
+                       "--save /dev/full: not a regular file");
+    expect_clean_error("--model mlp --tiny --steps 1 --save /tmp", "--save /tmp: not a regular");
     expect_clean_error("--tiny", "--model is required");
     expect_clean_error("--model mlp --tiny --devices 0", "--devices: '0'");
     expect_clean_error("--model mlp --tiny --devices 3 --batch 16", "not a multiple of 3");
@@ -205,8 +208,8 @@ static void test_mpi_equal_losses(void) {
             continue;
         for (int np = 2; np <= 4; np *= 2) {
             /* scripts/mpirun.sh adds --oversubscribe and, as root, --allow-run-as-root */
-            snprintf(prefix, sizeof prefix, "scripts/mpirun.sh --mca mpi_yield_when_idle 1 %s -np %d",
-                     MPI_ENV, np);
+            snprintf(prefix, sizeof prefix,
+                     "scripts/mpirun.sh --mca mpi_yield_when_idle 1 %s -np %d", MPI_ENV, np);
             snprintf(args, sizeof args, "--model %s --tiny --steps 20 --threads 1 --comm mpi",
                      names[i]);
             r = run_with(prefix, args);
