@@ -12,18 +12,9 @@ static char stage[300]; /* DESTDIR; the prefix is /usr */
 /* Runs a shell command from / (no ./specs there) with UNITY_SPECS unset and output captured;
  * every %s in fmt is the temporary directory. */
 static const cli_result *sh(const char *fmt) {
-    static cli_result r;
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "cd / && env -u UNITY_SPECS sh -c '%s' >%s/out 2>%s/err",
-             cli_fmt(fmt), cli_tmp, cli_tmp);
-    int st = system(cmd);
-    r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    char p[300];
-    snprintf(p, sizeof p, "%s/out", cli_tmp);
-    cli__slurp(p, r.out, sizeof r.out);
-    snprintf(p, sizeof p, "%s/err", cli_tmp);
-    cli__slurp(p, r.err, sizeof r.err);
-    return &r;
+    snprintf(cmd, sizeof cmd, "cd / && env -u UNITY_SPECS sh -c '%s'", cli_fmt(fmt));
+    return cli_run_shell(cmd);
 }
 
 static void expect(const char *fmt, int code, const char *want_out, const char *want_err) {
