@@ -53,8 +53,9 @@ step "What ran"
 cat <<TXT
 Ran: spec validation; generation of candidate substitutions from the specs (including the
 parallelization operators partition/combine/replicate/reduce); their proof by Z3 under the specs'
-axioms, with verdicts, timings and axioms used stored in an SQLite rules.db; $ff_ran;
-and training on CPU threads as devices with reverse-mode autodiff through the parallel graph. Not built yet: the search inside unity-train
-(it does not yet read rules.db: strategies are serial, data parallel or a plan file) and the
-CUDA/NCCL backend - see the open issues.
+axioms, with verdicts, timings and axioms used stored in an SQLite rules.db;
+$ff_ran;
+and training on CPU threads as devices with reverse-mode autodiff through the parallel graph.
+Not built yet: the search inside unity-train (it does not yet read rules.db: strategies are
+serial, data parallel or a plan file) and the CUDA/NCCL backend - see the open issues.
 TXT
