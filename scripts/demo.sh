@@ -29,7 +29,7 @@ step "4. rules.db: what it holds (unity-rules stats), and a few verified rules"
 "$B/unity-rules" list "$db" --status verified --op partition --limit 5
 
 step "5. FlexFlow's 640 published rules: imported (malformed ones kept as rejected, with the reason)"
-ff=../shared/external/flexflow_graph_subst_3_v2.json
+ff=${UNITY_FF:-../shared/external/flexflow_graph_subst_3_v2.json} # UNITY_FF: for tests
 ff_ran="FlexFlow's published rule file imported into the same format"
 if [[ -r $ff ]]; then
     "$B/unity-rules" import "$work/ff.db" "$ff" --quiet

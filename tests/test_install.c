@@ -6,6 +6,7 @@
 #include "tests/test.h"
 
 #include <stdlib.h>
+#include <unistd.h>
 
 static char stage[300]; /* DESTDIR; the prefix is /usr */
 
@@ -68,11 +69,35 @@ static void test_stored_spec_damaged(void) {
            1, "spec text", NULL);
 }
 
+/* scripts/demo.sh's closing text says whether FlexFlow's rule file was imported (issue 10 item
+ * 8): run with stand-ins for the programs, once with the file and once without. */
+static void test_demo_closing_text(void) {
+    expect("mkdir -p %s/fake/bin && cd %s/fake/bin && for p in pcg gen verify rules; do "
+           "printf \"#!/bin/sh\\nexit 0\\n\" > unity-$p; done && "
+           "printf \"#!/bin/sh\\necho step 20/20 loss 1\\n\" > unity-train && chmod +x unity-*",
+           0, NULL, NULL);
+    char fmt[600], root[400];
+    if (!getcwd(root, sizeof root)) /* the repository root (scripts/run_tests.sh) */
+        snprintf(root, sizeof root, ".");
+    snprintf(fmt, sizeof fmt, "cd %s && UNITY_FF=%%s/nowhere.json bash scripts/demo.sh %%s/fake",
+             root);
+    const cli_result *r = sh(fmt);
+    EXPECT_EQ(r->code, 0);
+    EXPECT_TRUE(strstr(r->out, "(skipped: ") && strstr(r->out, "not FlexFlow's rule file") &&
+                !strstr(r->out, "rule file imported"));
+    snprintf(fmt, sizeof fmt, "cd %s && UNITY_FF=specs/ops.json bash scripts/demo.sh %%s/fake",
+             root);
+    r = sh(fmt);
+    EXPECT_EQ(r->code, 0);
+    EXPECT_TRUE(strstr(r->out, "FlexFlow's published rule file imported") != NULL);
+}
+
 int main(void) {
     if (!cli_init("/tmp/unity-install-XXXXXX"))
         return 1;
     static const test_case cases[] = {{"installed_tree", test_installed_tree},
-                                      {"stored_spec_damaged", test_stored_spec_damaged}};
+                                      {"stored_spec_damaged", test_stored_spec_damaged},
+                                      {"demo_closing_text", test_demo_closing_text}};
     int rc = TEST_RUN_ALL(cases);
     if (!cli_cleanup())
         rc = 1;
