@@ -3,9 +3,12 @@
  * Its own flags: --estimate (print the simulator's estimate of a step instead of training),
  * --profile (time every operator's pieces into --rules' op-cost cache), --machine FILE,
  * --rules DB, --sim runtime|plan (what the estimate models: the runtime today or DESIGN.md §9). */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "pcg/cli.h"
@@ -152,25 +155,62 @@ static un_status check_memory(un_ctx *ctx, const un_train_opts *o) {
     for (int32_t id = 0; st == UN_OK && id < un_graph_node_count(g); id++) {
         const un_node *nd = un_graph_node(g, id);
         for (int k = 0; k < nd->inf.n_out; k++)
-            bytes += (double)un_shape_numel(&nd->inf.out[k]) * es *
-                     (nd->op == UN_OP_WEIGHT ? 4 : 2);
+            bytes +=
+                (double)un_shape_numel(&nd->inf.out[k]) * es * (nd->op == UN_OP_WEIGHT ? 4 : 2);
     }
     double phys = (double)pages * (double)page;
     if (st == UN_OK && bytes > phys)
         st = un_ctx_error(ctx, UN_ERR_INVALID,
                           "--batch %lld: training %s needs at least %.1f GiB (tensors, gradients, "
                           "optimizer state), more than this machine's %.1f GiB of memory",
-                          (long long)o->batch, o->model, bytes / 1073741824.0,
-                          phys / 1073741824.0);
+                          (long long)o->batch, o->model, bytes / 1073741824.0, phys / 1073741824.0);
     un_graph_free(g);
     un_spec_free(spec);
     return st;
 }
 
+/* After --save failed: says why, by writing a probe file beside it (the checkpoint code reports
+ * only that the write failed): e.g. "No space left on device", with the space left there. */
+static void explain_save_failure(un_ctx *ctx, const char *save) {
+    char msg[1024], probe[4200];
+    snprintf(msg, sizeof msg, "%s", un_ctx_errmsg(ctx));
+    snprintf(probe, sizeof probe, "%s.probe-XXXXXX", save);
+    int err = 0, fd = mkstemp(probe);
+    if (fd < 0) {
+        err = errno;
+    } else {
+        static const char zeros[1 << 16];
+        for (int i = 0; i < 64 && !err; i++)
+            if (write(fd, zeros, sizeof zeros) != (ssize_t)sizeof zeros)
+                err = errno ? errno : ENOSPC;
+        if (!err && fsync(fd) != 0)
+            err = errno;
+        close(fd);
+        unlink(probe);
+    }
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", save);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *(slash == dir ? slash + 1 : slash) = '\0';
+    else
+        snprintf(dir, sizeof dir, ".");
+    un_ctx_clear(ctx); /* the first error would stay */
+    struct statvfs vs;
+    double free_mib =
+        statvfs(dir, &vs) == 0 ? (double)vs.f_bavail * (double)vs.f_frsize / 1048576.0 : -1;
+    if (err)
+        un_ctx_error(ctx, UN_ERR_IO, "%s: writing in %s fails: %s (%.1f MiB free there)", msg, dir,
+                     strerror(err), free_mib);
+    else
+        un_ctx_error(ctx, UN_ERR_IO, "%s (%.1f MiB free in %s)", msg, free_mib, dir);
+}
+
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            fputs("unity-train - train a model on CPU threads or MPI processes as devices\n\n", stdout);
+            fputs("unity-train - train a model on CPU threads or MPI processes as devices\n\n",
+                  stdout);
             fputs(un_train_usage(), stdout);
             fputs(usage_extra, stdout);
             fputs(un_cli_help_footer(), stdout);
@@ -196,9 +236,9 @@ int main(int argc, char **argv) {
         o.spec = spec_path;
     struct stat sb;
     if (st == UN_OK && stat(o.model, &sb) == 0 && S_ISDIR(sb.st_mode))
-        st = un_ctx_error(ctx, UN_ERR_INVALID,
-                          "--model %s: is a directory (want a zoo model name or a graph .json file)",
-                          o.model);
+        st = un_ctx_error(
+            ctx, UN_ERR_INVALID,
+            "--model %s: is a directory (want a zoo model name or a graph .json file)", o.model);
     /* A checkpoint is written beside --save and renamed over it: never over a device (as root,
      * --save /dev/full would replace the device with a file) or a directory. */
     if (st == UN_OK && o.save && stat(o.save, &sb) == 0 && !S_ISREG(sb.st_mode))
@@ -212,6 +252,8 @@ int main(int argc, char **argv) {
         st = estimate_or_profile(ctx, &o, &s);
     else if (st == UN_OK)
         st = un_train_run(ctx, &o, &r);
+    if (st != UN_OK && o.save && strstr(un_ctx_errmsg(ctx), "cannot write"))
+        explain_save_failure(ctx, o.save);
     if (st != UN_OK && r.rank == 0)
         fprintf(stderr, "unity-train: %s\n", un_ctx_errmsg(ctx));
     un_train_result_free(&r);

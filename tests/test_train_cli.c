@@ -137,6 +137,15 @@ static void test_bad_input(void) {
     expect_clean_error("--model mlp --tiny --steps 1 --save /dev/full",
                        "--save /dev/full: not a regular file");
     expect_clean_error("--model mlp --tiny --steps 1 --save /tmp", "--save /tmp: not a regular");
+    /* a write that fails says why: a file size limit stands in for a full disk (unprivileged) */
+    char args[512];
+    snprintf(args, sizeof args, "--model mlp --tiny --steps 1 --quiet --save %s/limited.ck",
+             cli_tmp);
+    const cli_result *r = run_with("trap '' XFSZ; ulimit -f 16;", args);
+    test__check(cli_is_clean_error(r, "cannot write the checkpoint: writing in ") &&
+                    strstr(r->err, "File too large") && strstr(r->err, "MiB free there"),
+                TEST__AT, "--save under ulimit -f 16: exit %d, stderr: %s", r->code, r->err);
+    EXPECT_TRUE(!cli_exists("limited.ck"));
     expect_clean_error("--tiny", "--model is required");
     expect_clean_error("--model mlp --tiny --devices 0", "--devices: '0'");
     expect_clean_error("--model mlp --tiny --devices 3 --batch 16", "not a multiple of 3");
