@@ -3,7 +3,7 @@
 #   make                        build libraries, programs and tests into build/default
 #   make test                   build, then run every tests/test_*.c binary (alias: check)
 #   make test SANITIZE=address,undefined   the same in build/address-undefined
-#   make asan | ubsan | tsan | valgrind | format-check | format | tidy | demo | clean
+#   make asan | ubsan | tsan | valgrind | format-check | format | tidy | demo | install | clean
 #   make V=1 CUDA=0 CC=clang OPT=-O0 CFLAGS=... LDFLAGS=... LDLIBS=...
 #
 # Sources are found by wildcard, so adding a file needs no edit here:
@@ -140,7 +140,7 @@ PARTS := search gen verify runtime rulesdb pcg
 
 FLAGS_STAMP := $(BUILD)/.flags
 FLAGS_TEXT   = $(CC) $(FINAL_CFLAGS) | $(NVCC) $(FINAL_NVFLAGS) | $(FINAL_LDFLAGS) $(LDLIBS)
-ifneq ($(filter-out clean format format-check tidy setup,$(or $(MAKECMDGOALS),all)),)
+ifneq ($(filter-out clean format format-check tidy setup demo,$(or $(MAKECMDGOALS),all)),)
 ifneq ($(file < $(FLAGS_STAMP)),$(strip $(FLAGS_TEXT)))
 $(shell mkdir -p $(BUILD))
 $(file > $(FLAGS_STAMP),$(strip $(FLAGS_TEXT)))
@@ -200,14 +200,11 @@ $(TEST_BINS): $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIBS) $(FLAGS_STAMP)
 
 OBJS := $(foreach p,$(PARTS),$($(p)_OBJS) $($(p)_MAINS:%.c=$(BUILD)/%.o)) $(TEST_SRCS:%.c=$(BUILD)/%.o)
 
-# `make demo` runs scripts/setup.sh before anything is compiled, even under -j.
-SETUP_FIRST := $(if $(filter demo,$(MAKECMDGOALS)),setup)
-
-$(BUILD)/%.o: %.c $(FLAGS_STAMP) | $(SETUP_FIRST)
+$(BUILD)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(call quiet,CC,$<)$(CC) $(FINAL_CFLAGS) -c $< -o $@
 
-$(BUILD)/%.cu.o: %.cu $(FLAGS_STAMP) | $(SETUP_FIRST)
+$(BUILD)/%.cu.o: %.cu $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(call quiet,NVCC,$<)$(NVCC) $(FINAL_NVFLAGS) -c $< -o $@
 
@@ -216,7 +213,7 @@ $(BUILD)/%.cu.o: %.cu $(FLAGS_STAMP) | $(SETUP_FIRST)
 # ---- Targets -----------------------------------------------------------------------------------
 
 .DEFAULT_GOAL := all
-.PHONY: all test check asan ubsan tsan valgrind format-check format tidy demo setup clean
+.PHONY: all test check asan ubsan tsan valgrind format-check format tidy demo setup install clean
 
 all: $(LIBS) $(PROGS) $(TEST_BINS)
 
@@ -230,8 +227,20 @@ valgrind: all
 setup:
 	@bash scripts/setup.sh
 
-demo: setup all
-	@bash scripts/demo.sh $(BUILD)
+# `make demo` installs missing packages, then builds in a second make: this one read the pkg-config
+# flags when it parsed this file, maybe before they were installed. DEMO_GOALS and DEMO_SCRIPT
+# are for scripts/check_first_run.sh.
+DEMO_GOALS  ?= all
+DEMO_SCRIPT ?= scripts/demo.sh
+demo:
+	@bash scripts/setup.sh
+	@+$(MAKE) --no-print-directory $(DEMO_GOALS)
+	@bash $(DEMO_SCRIPT) $(BUILD)
+
+# `make install PREFIX=/usr/local DESTDIR=`: programs, specs, menus, machine files (scripts/install.sh).
+PREFIX ?= /usr/local
+install: $(PROGS)
+	@bash scripts/install.sh $(BUILD) "$(PREFIX)" "$(DESTDIR)"
 
 FORMAT_FILES = $(wildcard $(foreach d,pcg rulesdb gen verify search runtime tests,$(d)/*.c $(d)/*.h))
 

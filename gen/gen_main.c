@@ -10,13 +10,18 @@
 
 #include "gen/gen.h"
 #include "gen/recall.h"
+#include "pcg/cli.h"
+#include "pcg/specpath.h"
+#include "rulesdb/rulesdb.h"
 
 static const char *USAGE =
-    "usage: unity-gen --ops SPECS [-o rules.db] [--menu FILE]... [--max-ops N] [--seed S]\n"
+    "unity-gen - generate candidate rewrite rules from the operator specs into a rule database\n\n"
+    "usage: unity-gen [--spec SPECS] [-o rules.db] [--menu FILE]... [--max-ops N] [--seed S]\n"
     "                 [--threads T] [--shard I/N] [--time-limit SECONDS] [--list] [--dry-run]\n"
-    "  --ops SPECS      the operator specs: a directory (SPECS/ops.json) or a file\n"
+    "  --spec SPECS     the operator specs: a directory (SPECS/ops.json) or a file (alias --ops;\n"
+    "                   default: $UNITY_SPECS, ./specs, else the installed share/unity/specs)\n"
     "  -o DB            the rule database to add candidates to (default rules.db; created)\n"
-    "  --menu FILE      a generation menu (default specs/menu.json); repeat it to run several\n"
+    "  --menu FILE      a generation menu (default: menu.json beside the spec file); repeat it to run several\n"
     "                   menus one after the other into the same database\n"
     "  --max-ops N      operators per graph (default: the menu's max_ops, 3)\n"
     "  --seed S         random input values (default 1234); same seed, same rules\n"
@@ -60,6 +65,7 @@ static int parse_args(int argc, char **argv, opts *o) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             fputs(USAGE, stdout);
+            fputs(un_cli_help_footer(), stdout);
             return -1;
         }
         if (strcmp(a, "--list") == 0) {
@@ -71,7 +77,7 @@ static int parse_args(int argc, char **argv, opts *o) {
             continue;
         }
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        bool known = strcmp(a, "--ops") == 0 || strcmp(a, "-o") == 0 || strcmp(a, "--menu") == 0 ||
+        bool known = strcmp(a, "--spec") == 0 || strcmp(a, "--ops") == 0 || strcmp(a, "-o") == 0 || strcmp(a, "--menu") == 0 ||
                      strcmp(a, "--max-ops") == 0 || strcmp(a, "--seed") == 0 ||
                      strcmp(a, "--threads") == 0 || strcmp(a, "--shard") == 0 ||
                      strcmp(a, "--time-limit") == 0 || strcmp(a, "--recall") == 0;
@@ -85,7 +91,7 @@ static int parse_args(int argc, char **argv, opts *o) {
         }
         i++;
         long long n;
-        if (strcmp(a, "--ops") == 0)
+        if (strcmp(a, "--spec") == 0 || strcmp(a, "--ops") == 0)
             o->ops = v;
         else if (strcmp(a, "-o") == 0)
             o->db = v;
@@ -101,11 +107,8 @@ static int parse_args(int argc, char **argv, opts *o) {
                 return bad(a, v, "expected an integer from 1 to 5");
             o->max_ops = (int)n;
         } else if (strcmp(a, "--seed") == 0) {
-            char *end;
-            unsigned long long s = strtoull(v, &end, 10);
-            if (!*v || *end || *v == '-')
-                return bad(a, v, "expected a non-negative integer");
-            o->seed = s;
+            if (!un_cli_u64("unity-gen", a, v, &o->seed))
+                return UN_EXIT_USAGE;
         } else if (strcmp(a, "--threads") == 0) {
             if (!parse_long(v, 1, 256, &n))
                 return bad(a, v, "expected an integer from 1 to 256");
@@ -130,10 +133,6 @@ static int parse_args(int argc, char **argv, opts *o) {
                 return bad(a, v, "expected a positive number of seconds");
             o->time_limit = t;
         }
-    }
-    if (!o->ops) {
-        fprintf(stderr, "unity-gen: --ops SPECS is required (see --help)\n");
-        return 2;
     }
     return 0;
 }
@@ -190,9 +189,25 @@ static double now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Stores the spec file's text in the database, so unity-rules reads it from any directory. */
+static un_status store_spec_text(un_ctx *ctx, const un_spec *spec, const char *spec_path,
+                                 const char *db_path) {
+    char *text = NULL;
+    size_t len = 0;
+    rulesdb *db = NULL;
+    un_status st = un_read_file(ctx, spec_path, &text, &len);
+    if (st == UN_OK)
+        st = rulesdb_open(ctx, db_path, spec, 0, &db);
+    if (st == UN_OK)
+        st = rulesdb_spec_text_put(ctx, db, text, len);
+    rulesdb_free(db);
+    free(text);
+    return st;
+}
+
 /* One menu's run: enumerate, prune, store (or list) and print its summary. */
 static un_status run_menu(un_ctx *ctx, const un_spec *spec, const opts *o, const char *menu_path,
-                          const char *args) {
+                          const char *spec_path, const char *args) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     gen_menu *menu = NULL;
     gen_enum *e = NULL;
@@ -217,6 +232,8 @@ static un_status run_menu(un_ctx *ctx, const un_spec *spec, const opts *o, const
         else
             st = gen_run(ctx, e, &p, o->db, args, &sum, &rs);
     }
+    if (st == UN_OK && !o->dry_run)
+        st = store_spec_text(ctx, spec, spec_path, o->db);
     if (st == UN_OK) {
         double secs = now() - t0;
         if (o->n_menus > 1)
@@ -250,14 +267,23 @@ int main(int argc, char **argv) {
     int rc = parse_args(argc, argv, &o);
     if (rc)
         return rc < 0 ? 0 : rc;
-    if (o.n_menus == 0)
-        o.menus[o.n_menus++] = "specs/menu.json";
-    char spec_path[1024], args[2048];
-    struct stat sb;
-    if (stat(o.ops, &sb) == 0 && S_ISDIR(sb.st_mode))
-        snprintf(spec_path, sizeof spec_path, "%s/ops.json", o.ops);
-    else
-        snprintf(spec_path, sizeof spec_path, "%s", o.ops);
+    char spec_path[4096], menu_path[4200], args[2048];
+    un_ctx *pc = un_ctx_new(NULL);
+    bool found = un_specpath_find(pc, o.ops, spec_path, sizeof spec_path) == UN_OK;
+    if (!found)
+        fprintf(stderr, "unity-gen: %s\n", un_ctx_errmsg(pc));
+    un_ctx_free(pc);
+    if (!found)
+        return UN_EXIT_INPUT;
+    if (o.n_menus == 0) { /* the default menu lies beside the spec file */
+        const char *slash = strrchr(spec_path, '/');
+        if (slash)
+            snprintf(menu_path, sizeof menu_path, "%.*s/menu.json", (int)(slash - spec_path),
+                     spec_path);
+        else
+            snprintf(menu_path, sizeof menu_path, "menu.json");
+        o.menus[o.n_menus++] = menu_path;
+    }
     size_t off = 0;
     args[0] = '\0';
     for (int i = 1; i < argc && off < sizeof args; i++)
@@ -273,7 +299,7 @@ int main(int argc, char **argv) {
         gen_menu_free(m);
     }
     for (int i = 0; i < o.n_menus && st == UN_OK; i++) {
-        st = run_menu(ctx, spec, &o, o.menus[i], args);
+        st = run_menu(ctx, spec, &o, o.menus[i], spec_path, args);
         if (o.n_menus > 1 && i + 1 < o.n_menus && st == UN_OK)
             printf("\n");
     }

@@ -25,12 +25,55 @@ static void un__pos(const char *text, size_t off, int *line, int *col) {
     }
 }
 
+/* The length of the valid UTF-8 sequence at s[0..n) (no overlong forms, surrogates or code
+ * points above U+10FFFF), or 0. */
+static size_t utf8_seq(const unsigned char *s, size_t n) {
+    size_t len = s[0] < 0x80                    ? 1
+                 : s[0] >= 0xc2 && s[0] <= 0xdf ? 2
+                 : (s[0] & 0xf0) == 0xe0        ? 3
+                 : s[0] >= 0xf0 && s[0] <= 0xf4 ? 4
+                                                : 0;
+    if (len == 0 || len > n)
+        return 0;
+    for (size_t i = 1; i < len; i++)
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+    if ((s[0] == 0xe0 && s[1] < 0xa0) || (s[0] == 0xed && s[1] >= 0xa0) ||
+        (s[0] == 0xf0 && s[1] < 0x90) || (s[0] == 0xf4 && s[1] >= 0x90))
+        return 0;
+    return len;
+}
+
 un_status un_jdoc_parse(un_ctx *ctx, const char *name, const char *text, size_t len,
                         un_jdoc **out) {
     *out = NULL;
     if (memchr(text, '\0', len)) {
         size_t off = (size_t)((const char *)memchr(text, '\0', len) - text);
         return un_ctx_error(ctx, UN_ERR_PARSE, "%s: offset %zu: NUL byte in JSON text", name, off);
+    }
+    /* Strings are C strings here: a \u0000 escape would cut one short, and every name must be
+     * valid UTF-8 to be printed and stored. */
+    for (size_t i = 0; i < len;) {
+        int line, col;
+        if (text[i] == '\\' && i + 6 <= len && memcmp(text + i + 1, "u0000", 5) == 0) {
+            un__pos(text, i, &line, &col);
+            return un_ctx_error(ctx, UN_ERR_PARSE,
+                                "%s: offset %zu (line %d, column %d): \\u0000 (a NUL character) "
+                                "in a string",
+                                name, i, line, col);
+        }
+        if (text[i] == '\\') {
+            i += i + 1 < len ? 2 : 1; /* the escaped character, which may be a backslash */
+            continue;
+        }
+        size_t n = utf8_seq((const unsigned char *)text + i, len - i);
+        if (n == 0) {
+            un__pos(text, i, &line, &col);
+            return un_ctx_error(ctx, UN_ERR_PARSE,
+                                "%s: offset %zu (line %d, column %d): invalid UTF-8 (byte 0x%02x)",
+                                name, i, line, col, (unsigned char)text[i]);
+        }
+        i += n;
     }
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);

@@ -5,11 +5,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pcg/cli.h"
 #include "pcg/eval.h"
 #include "pcg/report.h"
 #include "pcg/sample.h"
+#include "pcg/specpath.h"
 
 static const char *USAGE =
+    "unity-pcg - inspect operator specs and parallel computation graphs (PCGs)\n\n"
     "usage: unity-pcg [--spec FILE] COMMAND ...\n"
     "  ops                          the operator table of the spec\n"
     "  show GRAPH.json              nodes with shapes and layouts, hash, cost\n"
@@ -21,7 +24,9 @@ static const char *USAGE =
     "[--out M]\n"
     "                               write a sample graph as JSON on stdout\n"
     "  bench [--iters N]            time graph building, hashing and evaluation (sample MLPs)\n"
-    "options: --spec FILE (default specs/ops.json)  --domain field|f64 (default both)  --seed S\n";
+    "options: --spec FILE|DIR  operator specs (alias --ops; default: $UNITY_SPECS, ./specs, else\n"
+    "                          the installed share/unity/specs)\n"
+    "         --domain field|f64 (default both)  --seed S\n";
 
 typedef struct {
     const char *spec;
@@ -39,24 +44,15 @@ static int fail(un_ctx *ctx, un_status st) {
     return 1;
 }
 
-static bool parse_int(const char *s, int64_t *out) {
-    char *end;
-    long long v = strtoll(s, &end, 10);
-    if (!*s || *end || v < 1)
-        return false;
-    *out = v;
-    return true;
-}
-
 static int parse_args(int argc, char **argv, opts *o) {
+    static const char *const P = "unity-pcg";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int64_t n;
         if (a[0] != '-' || strcmp(a, "-") == 0) {
             if (o->npos == 4) {
-                fprintf(stderr, "unity-pcg: too many arguments\n");
-                return 2;
+                fprintf(stderr, "unity-pcg: too many arguments ('%s')\n", a);
+                return UN_EXIT_USAGE;
             }
             o->pos[o->npos++] = a;
             continue;
@@ -67,37 +63,49 @@ static int parse_args(int argc, char **argv, opts *o) {
         }
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             fputs(USAGE, stdout);
+            fputs(un_cli_help_footer(), stdout);
             return -1;
         }
+        static const char *const with_value[] = {"--spec",   "--ops",    "--domain", "--strategy",
+                                                 "--seed",   "--degree", "--batch",  "--in",
+                                                 "--hidden", "--out",    "--iters"};
+        bool known = false;
+        for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
+            known |= strcmp(a, with_value[k]) == 0;
+        if (!known) {
+            fprintf(stderr, "unity-pcg: unknown flag %s (see unity-pcg --help)\n", a);
+            return UN_EXIT_USAGE;
+        }
         if (!v) {
-            fprintf(stderr, "unity-pcg: option %s needs a value\n", a);
-            return 2;
+            fprintf(stderr, "unity-pcg: %s needs a value\n", a);
+            return UN_EXIT_USAGE;
         }
         i++;
-        if (strcmp(a, "--spec") == 0)
+        bool ok = true;
+        if (strcmp(a, "--spec") == 0 || strcmp(a, "--ops") == 0) {
             o->spec = v;
-        else if (strcmp(a, "--domain") == 0 && (strcmp(v, "field") == 0 || strcmp(v, "f64") == 0))
-            o->domain = v;
-        else if (strcmp(a, "--strategy") == 0)
+        } else if (strcmp(a, "--domain") == 0) {
+            ok = strcmp(v, "field") == 0 || strcmp(v, "f64") == 0;
+            if (ok)
+                o->domain = v;
+            else
+                fprintf(stderr, "unity-pcg: --domain: '%s' is not field or f64\n", v);
+        } else if (strcmp(a, "--strategy") == 0) {
             o->strategy = v;
-        else if (strcmp(a, "--seed") == 0 && parse_int(v, &n))
-            o->seed = (uint64_t)n;
-        else if (strcmp(a, "--degree") == 0 && parse_int(v, &n))
-            o->degree = n;
-        else if (strcmp(a, "--batch") == 0 && parse_int(v, &n))
-            o->batch = n;
-        else if (strcmp(a, "--in") == 0 && parse_int(v, &n))
-            o->in = n;
-        else if (strcmp(a, "--hidden") == 0 && parse_int(v, &n))
-            o->hidden = n;
-        else if (strcmp(a, "--out") == 0 && parse_int(v, &n))
-            o->out = n;
-        else if (strcmp(a, "--iters") == 0 && parse_int(v, &n) && n <= 100000000)
-            o->iters = n;
-        else {
-            fprintf(stderr, "unity-pcg: bad option or value: %s %s\n", a, v);
-            return 2;
+        } else if (strcmp(a, "--seed") == 0) {
+            ok = un_cli_u64(P, a, v, &o->seed);
+        } else if (strcmp(a, "--degree") == 0) {
+            ok = un_cli_int(P, a, v, 1, 65536, &o->degree);
+        } else {
+            int64_t *slot = strcmp(a, "--batch") == 0    ? &o->batch
+                            : strcmp(a, "--in") == 0     ? &o->in
+                            : strcmp(a, "--hidden") == 0 ? &o->hidden
+                            : strcmp(a, "--out") == 0    ? &o->out
+                                                         : &o->iters;
+            ok = un_cli_int(P, a, v, 1, slot == &o->iters ? 100000000 : (int64_t)1 << 30, slot);
         }
+        if (!ok)
+            return UN_EXIT_USAGE;
     }
     return 0;
 }
@@ -157,8 +165,7 @@ static int cmd_compare(un_ctx *ctx, const un_spec *spec, const opts *o) {
 }
 
 int main(int argc, char **argv) {
-    opts o = {.spec = "specs/ops.json",
-              .seed = 1,
+    opts o = {.seed = 1,
               .strategy = "serial",
               .degree = 2,
               .batch = 8,
@@ -197,7 +204,10 @@ int main(int argc, char **argv) {
     un_spec *spec = NULL;
     un_graph *g = NULL;
     un_buf b = {0};
-    un_status st = un_spec_load(ctx, o.spec, &spec);
+    char spec_path[4096];
+    un_status st = un_specpath_find(ctx, o.spec, spec_path, sizeof spec_path);
+    if (st == UN_OK)
+        st = un_spec_load(ctx, spec_path, &spec);
     if (st != UN_OK) {
         rc = fail(ctx, st);
         goto done;

@@ -3,6 +3,7 @@
  * librulesdb. Outputs that are files (export -o, merge -o) are written to a temporary file in the
  * same folder and renamed, so a failure never leaves half a file. */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,11 +11,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "pcg/cli.h"
 #include "pcg/report.h"
+#include "pcg/specpath.h"
 #include "rulesdb/flexflow.h"
 
 static const char *USAGE =
-    "usage: unity-rules [--ops FILE] COMMAND ...\n"
+    "unity-rules - inspect, check, merge and exchange rule databases (rules.db)\n\n"
+    "usage: unity-rules [--spec FILE] COMMAND ...\n"
     "  list DB [--status S] [--op OP] [--size N|A-B] [--limit N]\n"
     "                               one line per rule: id, status, size, hash, rule\n"
     "  show DB ID [--dot]           a rule with its verdict and provenance (--dot: Graphviz)\n"
@@ -25,11 +29,16 @@ static const char *USAGE =
     "  check DB                     integrity: SQLite's check plus every row against its hash\n"
     "  merge A.db B.db ... -o C.db  combine databases (dedup by canonical hash, best verdicts)\n"
     "  bench [--n N] [--ff FILE]    time a FlexFlow import, N inserts, verdicts, loading\n"
-    "options: --ops FILE            the spec set in use (default specs/ops.json)\n";
+    "options: --spec FILE|DIR       the spec set in use (alias --ops; default: the one stored in\n"
+    "                               DB by unity-gen, else $UNITY_SPECS, ./specs, else the\n"
+    "                               installed share/unity/specs)\n";
+
+/* bench's rule i has parallel degree 2 + i / 10, which must stay within 65536. */
+#define BENCH_MAX_N ((int64_t)(65536 - 2) * 10)
 
 typedef struct {
     const char *ops, *status, *op, *size, *format, *out, *ff;
-    int64_t limit;
+    int64_t limit, bench_n;
     bool dot, quiet;
     const char *pos[16];
     int npos;
@@ -59,6 +68,7 @@ static int parse_args(int argc, char **argv, opts *o) {
         }
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             fputs(USAGE, stdout);
+            fputs(un_cli_help_footer(), stdout);
             return -1;
         }
         if (strcmp(a, "--dot") == 0) {
@@ -69,7 +79,8 @@ static int parse_args(int argc, char **argv, opts *o) {
             o->quiet = true;
             continue;
         }
-        const char **slot = strcmp(a, "--ops") == 0                                ? &o->ops
+        const char **slot = strcmp(a, "--ops") == 0 || strcmp(a, "--spec") == 0    ? &o->ops
+                            : strcmp(a, "--ff") == 0                               ? &o->ff
                             : strcmp(a, "--status") == 0                           ? &o->status
                             : strcmp(a, "--op") == 0                               ? &o->op
                             : strcmp(a, "--size") == 0                             ? &o->size
@@ -82,12 +93,13 @@ static int parse_args(int argc, char **argv, opts *o) {
         if (!v)
             return usage_error("option %s needs a value", a);
         i++;
-        if (is_limit) {
-            char *end;
-            long long n = strtoll(v, &end, 10);
-            if (!*v || *end || n < 1)
-                return usage_error("--limit wants a positive integer, not '%s'", v);
-            o->limit = n;
+        if (strcmp(a, "--n") == 0) {
+            /* bench's generated rules have degree 2 + i / 10, at most 65536 */
+            if (!un_cli_int("unity-rules", a, v, 1, BENCH_MAX_N, &o->bench_n))
+                return UN_EXIT_USAGE;
+        } else if (is_limit) {
+            if (!un_cli_int("unity-rules", a, v, 1, INT64_MAX, &o->limit))
+                return UN_EXIT_USAGE;
         } else {
             *slot = v;
         }
@@ -97,6 +109,10 @@ static int parse_args(int argc, char **argv, opts *o) {
 
 static un_status open_db(un_ctx *ctx, const char *path, const un_spec *spec, int flags,
                          rulesdb **db) {
+    struct stat sb;
+    *db = NULL;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return un_ctx_error(ctx, UN_ERR_IO, "%s: is a directory, not a rule database", path);
     return rulesdb_open(ctx, path, spec, flags, db);
 }
 
@@ -353,6 +369,8 @@ static int cmd_stats(un_ctx *ctx, const un_spec *spec, const opts *o) {
 static void remove_db_files(const char *path) {
     char b[4200];
     unlink(path);
+    snprintf(b, sizeof b, "%s-journal", path);
+    unlink(b);
     snprintf(b, sizeof b, "%s-wal", path);
     unlink(b);
     snprintf(b, sizeof b, "%s-shm", path);
@@ -634,11 +652,37 @@ static un_status bench_rule(un_ctx *ctx, const un_spec *spec, int64_t i, un_rule
     return st;
 }
 
+/* bench's temporary database (and its -wal, -shm, -journal files), removed on SIGINT and SIGTERM
+ * too. */
+static char bench_files[4][96];
+
+static void bench_on_signal(int sig) {
+    for (int i = 0; i < 4; i++)
+        unlink(bench_files[i]); /* async-signal-safe */
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
 static int cmd_bench(un_ctx *ctx, const un_spec *spec, const opts *o) {
-    int64_t n = o->limit ? o->limit : 100000;
+    if (o->npos != 1)
+        return usage_error("bench takes no arguments ('%s')", o->pos[1]);
+    int64_t n = o->bench_n ? o->bench_n : 100000;
     const char *ff = o->ff ? o->ff : "../shared/external/flexflow_graph_subst_3_v2.json";
+    if (o->ff && access(o->ff, R_OK) != 0) {
+        fprintf(stderr, "unity-rules: --ff %s: %s\n", o->ff, strerror(errno));
+        return UN_EXIT_INPUT;
+    }
     char path[64];
-    snprintf(path, sizeof path, "/tmp/unity-rules-bench-%ld.db", (long)getpid());
+    snprintf(path, sizeof path, "%s/unity-rules-bench-%ld.db",
+             getenv("TMPDIR") && strlen(getenv("TMPDIR")) < 40 ? getenv("TMPDIR") : "/tmp",
+             (long)getpid());
+    static const char *const suffix[4] = {"", "-wal", "-shm", "-journal"};
+    for (int i = 0; i < 4; i++)
+        snprintf(bench_files[i], sizeof bench_files[i], "%s%s", path, suffix[i]);
+    struct sigaction sa = {.sa_handler = bench_on_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     remove_db_files(path);
     rulesdb *db = NULL;
     un_status st = rulesdb_open(ctx, path, spec, RULESDB_CREATE, &db);
@@ -735,7 +779,7 @@ static int cmd_bench(un_ctx *ctx, const un_spec *spec, const opts *o) {
 }
 
 int main(int argc, char **argv) {
-    opts o = {.ops = "specs/ops.json"};
+    opts o = {0};
     int rc = parse_args(argc, argv, &o);
     if (rc)
         return rc < 0 ? 0 : rc;
@@ -755,7 +799,27 @@ int main(int argc, char **argv) {
         return usage_error("unknown command '%s'", o.pos[0]);
     un_ctx *ctx = un_ctx_new(NULL);
     un_spec *spec = NULL;
-    un_status st = un_spec_load(ctx, o.ops, &spec);
+    /* Without --spec or $UNITY_SPECS: the spec set stored in the database (by unity-gen), else
+     * the spec files found as every program finds them (pcg/specpath.h). */
+    const char *env = getenv("UNITY_SPECS");
+    char *stored = NULL, spec_path[4096], name[4200];
+    size_t len = 0;
+    un_status st = UN_OK;
+    if (!o.ops && !(env && *env) && o.npos >= 2 && strcmp(o.pos[0], "bench") != 0)
+        st = rulesdb_spec_text_get(ctx, o.pos[1], &stored, &len);
+    if (st != UN_OK && strcmp(o.pos[0], "check") == 0) {
+        un_ctx_clear(ctx); /* check reports a damaged spec text itself */
+        st = UN_OK;
+    }
+    if (st == UN_OK && stored) {
+        snprintf(name, sizeof name, "%s: the stored spec set", o.pos[1]);
+        st = un_spec_parse(ctx, name, stored, len, &spec);
+    } else if (st == UN_OK) {
+        st = un_specpath_find(ctx, o.ops, spec_path, sizeof spec_path);
+        if (st == UN_OK)
+            st = un_spec_load(ctx, spec_path, &spec);
+    }
+    free(stored);
     if (st != UN_OK) {
         rc = fail(ctx, st);
     } else {

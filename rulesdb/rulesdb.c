@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1382,6 +1383,129 @@ static const char *derived_check(un_ctx *tmp, rulesdb *db, const rulesdb_row *ro
     return problem;
 }
 
+/* ---- the spec sets' text -------------------------------------------------------------------
+ * Table spec_texts (made when first written, so older databases need no migration): the source
+ * text of a spec set keyed by its hash, with a checksum of the text. */
+
+#define SPEC_TEXTS_SQL                                                                             \
+    "CREATE TABLE IF NOT EXISTS spec_texts ("                                                      \
+    "  hash INTEGER PRIMARY KEY," /* un_spec_hash of the parsed text */                            \
+    "  text TEXT NOT NULL,"                                                                        \
+    "  text_sum INTEGER NOT NULL," /* un_hash_bytes(text, 0) */                                    \
+    "  stored REAL NOT NULL)"
+
+static bool spec_texts_exist(sqlite3 *h) {
+    sqlite3_stmt *s = NULL;
+    bool yes = sqlite3_prepare_v2(h, "SELECT 1 FROM sqlite_master WHERE name = 'spec_texts'", -1,
+                                  &s, NULL) == SQLITE_OK &&
+               sqlite3_step(s) == SQLITE_ROW;
+    sqlite3_finalize(s);
+    return yes;
+}
+
+un_status rulesdb_spec_text_put(un_ctx *ctx, rulesdb *db, const char *text, size_t len) {
+    if (db->readonly)
+        return un_ctx_error(ctx, UN_ERR_DB, "%s: opened read-only", db->path);
+    un_spec *parsed = NULL;
+    un_status st = un_spec_parse(ctx, "spec text", text, len, &parsed);
+    if (st != UN_OK)
+        return st;
+    bool same = un_spec_hash(parsed) == db->spec_hash;
+    un_spec_free(parsed);
+    if (!same)
+        return un_ctx_error(ctx, UN_ERR_INVALID,
+                            "%s: the spec text is not the spec set the database was opened with",
+                            db->path);
+    st = exec_script(ctx, db, SPEC_TEXTS_SQL, "making the spec_texts table");
+    sqlite3_stmt *s = NULL;
+    int rc = SQLITE_OK;
+    if (st == UN_OK)
+        rc = sqlite3_prepare_v2(db->h,
+                                "INSERT INTO spec_texts(hash, text, text_sum, stored) "
+                                "VALUES (?1, ?2, ?3, ?4) ON CONFLICT(hash) DO UPDATE SET "
+                                "text = ?2, text_sum = ?3, stored = ?4",
+                                -1, &s, NULL);
+    if (st == UN_OK && rc == SQLITE_OK) {
+        sqlite3_bind_int64(s, 1, u2i(db->spec_hash));
+        sqlite3_bind_text(s, 2, text, (int)len, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(s, 3, u2i(un_hash_bytes(text, len, 0)));
+        sqlite3_bind_double(s, 4, now_s());
+        rc = sqlite3_step(s);
+        if (rc == SQLITE_DONE)
+            rc = SQLITE_OK;
+    }
+    sqlite3_finalize(s);
+    if (st == UN_OK && rc != SQLITE_OK)
+        st = db_fail(ctx, db, rc, "storing the spec text");
+    return st;
+}
+
+un_status rulesdb_spec_text_get(un_ctx *ctx, const char *path, char **text, size_t *len) {
+    *text = NULL;
+    *len = 0;
+    struct stat sb;
+    if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode))
+        return UN_OK;
+    sqlite3 *h = NULL;
+    sqlite3_stmt *s = NULL;
+    un_status st = UN_OK;
+    if (sqlite3_open_v2(path, &h, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+        sqlite3_busy_timeout(h, RULESDB_BUSY_MS) == SQLITE_OK && spec_texts_exist(h) &&
+        sqlite3_prepare_v2(h, "SELECT text, text_sum FROM spec_texts ORDER BY stored DESC LIMIT 1",
+                           -1, &s, NULL) == SQLITE_OK &&
+        sqlite3_step(s) == SQLITE_ROW) {
+        const char *t = (const char *)sqlite3_column_text(s, 0);
+        size_t n = (size_t)sqlite3_column_bytes(s, 0);
+        if (!t || u2i(un_hash_bytes(t, n, 0)) != sqlite3_column_int64(s, 1)) {
+            st = un_ctx_error(ctx, UN_ERR_DB,
+                              "%s: the stored spec text does not match its checksum (unity-rules "
+                              "check; or give --spec)",
+                              path);
+        } else {
+            *text = un_xmalloc(n + 1);
+            memcpy(*text, t, n);
+            (*text)[n] = '\0';
+            *len = n;
+        }
+    }
+    sqlite3_finalize(s);
+    sqlite3_close(h);
+    return st;
+}
+
+/* Each stored spec text matches its checksum and parses to the spec set of its hash. */
+static un_status spec_texts_check(un_ctx *ctx, rulesdb *db, int64_t *bad, un_buf *report) {
+    if (!spec_texts_exist(db->h))
+        return UN_OK;
+    sqlite3_stmt *s = NULL;
+    int rc = sqlite3_prepare_v2(db->h, "SELECT hash, text, text_sum FROM spec_texts", -1, &s, NULL);
+    while (rc != SQLITE_ERROR && s && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+        const char *t = (const char *)sqlite3_column_text(s, 1);
+        size_t n = (size_t)sqlite3_column_bytes(s, 1);
+        const char *problem = NULL;
+        un_ctx *tmp = un_ctx_new_child(ctx);
+        un_spec *sp = NULL;
+        if (!t || u2i(un_hash_bytes(t, n, 0)) != sqlite3_column_int64(s, 2))
+            problem = "does not match its checksum";
+        else if (un_spec_parse(tmp, "spec text", t, n, &sp) != UN_OK)
+            problem = un_ctx_errmsg(tmp);
+        else if (u2i(un_spec_hash(sp)) != sqlite3_column_int64(s, 0))
+            problem = "parses to another spec set than its hash";
+        if (problem) {
+            (*bad)++;
+            if (report)
+                un_buf_printf(report, "spec text %016llx: %s\n",
+                              (unsigned long long)i2u(sqlite3_column_int64(s, 0)), problem);
+        }
+        un_spec_free(sp);
+        un_ctx_free(tmp);
+    }
+    sqlite3_finalize(s);
+    if (rc != SQLITE_DONE)
+        return db_fail(ctx, db, rc, "checking the spec texts");
+    return UN_OK;
+}
+
 un_status rulesdb_check(un_ctx *ctx, rulesdb *db, int64_t *n_bad, un_buf *report) {
     *n_bad = 0;
     int64_t bad = 0;
@@ -1426,8 +1550,9 @@ un_status rulesdb_check(un_ctx *ctx, rulesdb *db, int64_t *n_bad, un_buf *report
     sqlite3_reset(s);
     if (rc != SQLITE_DONE)
         return db_fail(ctx, db, rc, "checking rules");
+    un_status st = spec_texts_check(ctx, db, &bad, report);
     *n_bad = bad;
-    return UN_OK;
+    return st;
 }
 
 /* ---- merge ------------------------------------------------------------------------------------

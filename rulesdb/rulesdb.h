@@ -171,6 +171,15 @@ un_status rulesdb_cost_get(un_ctx *ctx, rulesdb *db, const char *op_sig, const c
  * (may be NULL). */
 un_status rulesdb_check(un_ctx *ctx, rulesdb *db, int64_t *n_bad, un_buf *report);
 
+/* The spec set's source text, stored in the database (table spec_texts, with a checksum; checked
+ * by rulesdb_check) so a tool reading it later needs no spec file: unity-gen stores the text it
+ * loaded. text[len] must parse to the spec set db was opened with. */
+un_status rulesdb_spec_text_put(un_ctx *ctx, rulesdb *db, const char *text, size_t len);
+/* The spec text most recently stored in the database at path, read without a spec set: *text
+ * NULL (UN_OK) when there is none or path is no readable database; UN_ERR_DB when the text does
+ * not match its checksum. Owned: free(*text). */
+un_status rulesdb_spec_text_get(un_ctx *ctx, const char *path, char **text, size_t *len);
+
 /* A fast pass over every row's checksums (body_sum and the row checksum; no parsing): UN_ERR_DB
  * naming the first damaged row and their number, for writers that refuse to add to a damaged
  * database (unity-gen). */

@@ -63,7 +63,8 @@ const char *un_train_usage(void) {
            "  --load CKPT        start from a checkpoint\n"
            "  --loss ce|mse      loss of a JSON model (default mse)\n"
            "  --precision f32|f64  float type (default f32)\n"
-           "  --spec FILE        operator specs (default specs/ops.json)\n"
+           "  --spec FILE|DIR    operator specs (alias --ops; default: $UNITY_SPECS, ./specs,\n"
+           "                     else the installed share/unity/specs)\n"
            "  --quiet            no per-step lines\n"
            "  --stats            per-device memory and bytes moved per step at the end\n";
 }

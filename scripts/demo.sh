@@ -18,7 +18,7 @@ step "1. The operator specs (specs/ops.json): loaded, validated, every sharding 
 
 step "2. unity-gen: every graph of up to 3 operators over the default menu (specs/menu.json),"
 echo "   fingerprinted piece by piece in a prime field, equal ones paired, pruned, stored as candidates"
-"$B/unity-gen" --ops specs/ -o "$db" --max-ops 3
+"$B/unity-gen" --spec specs/ -o "$db" --max-ops 3
 
 step "3. unity-verify: the spec axioms checked on concrete tensors, then every candidate"
 echo "   random-tested and proven by Z3 (parallel degrees generalized to a variable k where it holds)"
@@ -29,12 +29,14 @@ step "4. rules.db: what it holds (unity-rules stats), and a few verified rules"
 "$B/unity-rules" list "$db" --status verified --op partition --limit 5
 
 step "5. FlexFlow's 640 published rules: imported (malformed ones kept as rejected, with the reason)"
-ff=../shared/external/flexflow_graph_subst_3_v2.json
+ff=${UNITY_FF:-../shared/external/flexflow_graph_subst_3_v2.json} # UNITY_FF: for tests
+ff_ran="FlexFlow's published rule file imported into the same format"
 if [[ -r $ff ]]; then
     "$B/unity-rules" import "$work/ff.db" "$ff" --quiet
     "$B/unity-rules" stats "$work/ff.db" | head -n 3
 else
     echo "(skipped: $ff is not present in this checkout)"
+    ff_ran="(not FlexFlow's rule file: $ff is not in this checkout)"
 fi
 
 step "6. unity-train: a character-level transformer learns $text on 2 CPU devices (data parallel)"
@@ -48,12 +50,12 @@ for d in 1 4; do
 done
 
 step "What ran"
-cat <<'TXT'
+cat <<TXT
 Ran: spec validation; generation of candidate substitutions from the specs (including the
 parallelization operators partition/combine/replicate/reduce); their proof by Z3 under the specs'
-axioms, with verdicts, timings and axioms used stored in an SQLite rules.db; FlexFlow's published
-rule file imported into the same format; and training on CPU threads as devices with
-reverse-mode autodiff through the parallel graph. Not built yet: the search inside unity-train
-(it does not yet read rules.db: strategies are serial, data parallel or a plan file) and the
-CUDA/NCCL backend - see the open issues.
+axioms, with verdicts, timings and axioms used stored in an SQLite rules.db;
+$ff_ran;
+and training on CPU threads as devices with reverse-mode autodiff through the parallel graph.
+Not built yet: the search inside unity-train (it does not yet read rules.db: strategies are
+serial, data parallel or a plan file) and the CUDA/NCCL backend - see the open issues.
 TXT

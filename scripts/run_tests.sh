@@ -5,9 +5,10 @@
 #
 # With no binaries given it runs every executable BUILD_DIR/tests/test_*. Each runs from the
 # repository root (tests read specs/ relative to it) and must end its output with the line
-# `N passed, N failed`. A binary that crashes, times out, exits non-zero or prints no summary counts
-# as one more failure and is named. The last line is the sum, `N passed, N failed`; the exit status
-# is 1 if anything failed.
+# `N passed, N failed` or `N passed, N failed, N skipped` (cases that lacked something they need:
+# tests/test.h TEST_SKIP). A binary that crashes, times out, exits non-zero or prints no summary
+# counts as one more failure and is named. The last line is the sum, `N passed, N failed`, with
+# `, N skipped` when something skipped; the exit status is 1 if anything failed.
 #
 # Environment: TEST_WRAPPER (e.g. "valgrind -q --error-exitcode=1") runs each binary under a tool;
 # TEST_TIMEOUT (seconds, default 600, 0 = none) stops a binary that hangs.
@@ -42,6 +43,7 @@ trap 'rm -f "$log"' EXIT
 
 passed=0
 failed=0
+skipped=0
 broken=()
 for t in "${tests[@]}"; do
     name=$(basename "$t")
@@ -58,9 +60,10 @@ for t in "${tests[@]}"; do
     rc=${PIPESTATUS[0]}
     set -e
     last=$(tail -n 1 "$log" | tr -d '\r')
-    if [[ $last =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
+    if [[ $last =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed(,\ ([0-9]+)\ skipped)?$ ]]; then
         passed=$((passed + BASH_REMATCH[1]))
         failed=$((failed + BASH_REMATCH[2]))
+        skipped=$((skipped + ${BASH_REMATCH[4]:-0}))
         if [[ $rc -ne 0 && ${BASH_REMATCH[2]} -eq 0 ]]; then
             failed=$((failed + 1))
             broken+=("$name (exit status $rc)")
@@ -80,5 +83,9 @@ done
 for b in "${broken[@]+"${broken[@]}"}"; do
     echo "FAILED: $b"
 done
-echo "$passed passed, $failed failed"
+if [[ $skipped -gt 0 ]]; then
+    echo "$passed passed, $failed failed, $skipped skipped"
+else
+    echo "$passed passed, $failed failed"
+fi
 [[ $failed -eq 0 ]]

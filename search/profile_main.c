@@ -4,14 +4,23 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "pcg/cli.h"
 #include "search/profile.h"
 
 int main(int argc, char **argv) {
     const char *out = NULL;
+    static const char usage[] =
+        "unity-profile - measure this machine as a machine description\n\n"
+        "usage: unity-profile machine [-o FILE]   (measures this machine)\n";
+    if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+        fputs(usage, stdout);
+        fputs(un_cli_help_footer(), stdout);
+        return UN_EXIT_OK;
+    }
     if (argc < 2 || strcmp(argv[1], "machine") != 0 || (argc != 2 && argc != 4) ||
         (argc == 4 && strcmp(argv[2], "-o") != 0)) {
-        fprintf(stderr, "usage: unity-profile machine [-o FILE]   (measures this machine)\n");
-        return argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) ? 0 : 1;
+        fputs("unity-profile: usage: unity-profile machine [-o FILE] (see --help)\n", stderr);
+        return UN_EXIT_USAGE;
     }
     if (argc == 4)
         out = argv[3];
@@ -34,5 +43,5 @@ int main(int argc, char **argv) {
         fprintf(stderr, "unity-profile: %s\n", un_ctx_errmsg(ctx));
     un_buf_free(&b);
     un_ctx_free(ctx);
-    return st == UN_OK ? 0 : 1;
+    return st == UN_OK ? UN_EXIT_OK : UN_EXIT_INPUT;
 }

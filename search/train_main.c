@@ -10,8 +10,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "pcg/cli.h"
+#include "pcg/specpath.h"
 #include "runtime/train.h"
 #include "search/profile.h"
 #include "search/search.h"
@@ -75,6 +79,9 @@ static int take_flags(un_ctx *ctx, int argc, char **argv, search_opts *s, un_sta
             s->plan_only = true;
         } else if (strcmp(a, "--only-data-parallel") == 0 || strcmp(a, "--no-parallel") == 0) {
             s->alias = a;
+        } else if (strcmp(a, "--ops") == 0) {
+            static char spec_flag[] = "--spec"; /* --ops is an alias */
+            argv[n++] = spec_flag;
         } else {
             argv[n++] = argv[i];
         }
@@ -303,11 +310,82 @@ done:
     return st;
 }
 
+/* Refuses a --batch whose training could not fit in this machine's memory before anything is
+ * allocated: every tensor of the graph un_train_run would execute (logical sizes: a lower bound)
+ * with its gradient, and two optimizer states per weight. */
+static un_status check_memory(un_ctx *ctx, const un_train_opts *o) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    if (!o->batch || pages <= 0 || page <= 0)
+        return UN_OK;
+    un_spec *spec = NULL;
+    un_graph *g = NULL;
+    int devices = 1;
+    un_status st = un_spec_load(ctx, o->spec, &spec);
+    if (st == UN_OK)
+        st = un_train_graph(ctx, spec, o, &g, &devices);
+    double es = o->prec == UN_PREC_F32 ? 4 : 8, bytes = 0;
+    for (int32_t id = 0; st == UN_OK && id < un_graph_node_count(g); id++) {
+        const un_node *nd = un_graph_node(g, id);
+        for (int k = 0; k < nd->inf.n_out; k++)
+            bytes +=
+                (double)un_shape_numel(&nd->inf.out[k]) * es * (nd->op == UN_OP_WEIGHT ? 4 : 2);
+    }
+    double phys = (double)pages * (double)page;
+    if (st == UN_OK && bytes > phys)
+        st = un_ctx_error(ctx, UN_ERR_INVALID,
+                          "--batch %lld: training %s needs at least %.1f GiB (tensors, gradients, "
+                          "optimizer state), more than this machine's %.1f GiB of memory",
+                          (long long)o->batch, o->model, bytes / 1073741824.0, phys / 1073741824.0);
+    un_graph_free(g);
+    un_spec_free(spec);
+    return st;
+}
+
+/* After --save failed: says why, by writing a probe file beside it (the checkpoint code reports
+ * only that the write failed): e.g. "No space left on device", with the space left there. */
+static void explain_save_failure(un_ctx *ctx, const char *save) {
+    char msg[1024], probe[4200];
+    snprintf(msg, sizeof msg, "%s", un_ctx_errmsg(ctx));
+    snprintf(probe, sizeof probe, "%s.probe-XXXXXX", save);
+    int err = 0, fd = mkstemp(probe);
+    if (fd < 0) {
+        err = errno;
+    } else {
+        static const char zeros[1 << 16];
+        for (int i = 0; i < 64 && !err; i++)
+            if (write(fd, zeros, sizeof zeros) != (ssize_t)sizeof zeros)
+                err = errno ? errno : ENOSPC;
+        if (!err && fsync(fd) != 0)
+            err = errno;
+        close(fd);
+        unlink(probe);
+    }
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", save);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *(slash == dir ? slash + 1 : slash) = '\0';
+    else
+        snprintf(dir, sizeof dir, ".");
+    un_ctx_clear(ctx); /* the first error would stay */
+    struct statvfs vs;
+    double free_mib =
+        statvfs(dir, &vs) == 0 ? (double)vs.f_bavail * (double)vs.f_frsize / 1048576.0 : -1;
+    if (err)
+        un_ctx_error(ctx, UN_ERR_IO, "%s: writing in %s fails: %s (%.1f MiB free there)", msg, dir,
+                     strerror(err), free_mib);
+    else
+        un_ctx_error(ctx, UN_ERR_IO, "%s (%.1f MiB free in %s)", msg, free_mib, dir);
+}
+
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            fputs("unity-train - train a model on CPU threads or MPI processes as devices\n\n",
+                  stdout);
             fputs(un_train_usage(), stdout);
             fputs(usage_extra, stdout);
+            fputs(un_cli_help_footer(), stdout);
             return 0;
         }
     un_ctx *ctx = un_ctx_new(NULL);
@@ -322,17 +400,38 @@ int main(int argc, char **argv) {
     memset(&s, 0, sizeof s);
     un_status st;
     int n = take_flags(ctx, argc - 1, argv + 1, &s, &st);
+    o.spec = NULL;
     if (st == UN_OK)
         st = un_train_parse_args(ctx, n, argv + 1, &o);
+    int rc = st == UN_OK ? UN_EXIT_INPUT : UN_EXIT_USAGE; /* if anything fails */
+    static char spec_path[4096];
+    if (st == UN_OK && (st = un_specpath_find(ctx, o.spec, spec_path, sizeof spec_path)) == UN_OK)
+        o.spec = spec_path;
+    struct stat sb;
+    if (st == UN_OK && stat(o.model, &sb) == 0 && S_ISDIR(sb.st_mode))
+        st = un_ctx_error(
+            ctx, UN_ERR_INVALID,
+            "--model %s: is a directory (want a zoo model name or a graph .json file)", o.model);
+    /* A checkpoint is written beside --save and renamed over it: never over a device (as root,
+     * --save /dev/full would replace the device with a file) or a directory. */
+    if (st == UN_OK && o.save && stat(o.save, &sb) == 0 && !S_ISREG(sb.st_mode))
+        st = un_ctx_error(ctx, UN_ERR_INVALID,
+                          "--save %s: not a regular file (a checkpoint replaces a file; a device "
+                          "or directory is never overwritten)",
+                          o.save);
+    if (st == UN_OK)
+        st = check_memory(ctx, &o);
     if (st == UN_OK && (s.estimate || s.profile))
         st = estimate_or_profile(ctx, &o, &s);
     else if (st == UN_OK && s.machine)
         st = search_and_train(ctx, &o, &s, &r);
     else if (st == UN_OK)
         st = un_train_run(ctx, &o, &r);
+    if (st != UN_OK && o.save && strstr(un_ctx_errmsg(ctx), "cannot write"))
+        explain_save_failure(ctx, o.save);
     if (st != UN_OK && r.rank == 0 && !r.reported)
         fprintf(stderr, "unity-train: %s\n", un_ctx_errmsg(ctx));
     un_train_result_free(&r);
     un_ctx_free(ctx);
-    return st == UN_OK ? 0 : 1;
+    return st == UN_OK ? UN_EXIT_OK : rc;
 }

@@ -75,15 +75,13 @@ TEST__FN void cli__slurp(const char *path, char *buf, size_t n) {
         fclose(f);
 }
 
-/* Runs "PREFIX BIN/prog ARGS" through the shell (prefix NULL or "" for none, else e.g. an mpirun
- * command line) with stdout and stderr captured. The result is static: valid until the next run. */
-TEST__FN const cli_result *cli_run_with(const char *prefix, const char *prog, const char *args) {
+/* Runs the shell command line cmd with stdout and stderr captured into files in the temporary
+ * directory. The result is static: valid until the next run. */
+TEST__FN const cli_result *cli_run_shell(const char *cmd) {
     static cli_result r;
-    char cmd[4096];
-    bool pre = prefix && *prefix;
-    snprintf(cmd, sizeof cmd, "%s%s%s/%s %s >%s/out 2>%s/err", pre ? prefix : "", pre ? " " : "",
-             cli_bin, prog, args, cli_tmp, cli_tmp);
-    int st = system(cmd);
+    char full[4300];
+    snprintf(full, sizeof full, "%s >%s/out 2>%s/err", cmd, cli_tmp, cli_tmp);
+    int st = system(full);
     r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     char p[300];
     snprintf(p, sizeof p, "%s/out", cli_tmp);
@@ -94,6 +92,16 @@ TEST__FN const cli_result *cli_run_with(const char *prefix, const char *prog, co
     for (const char *c = r.err; *c; c++)
         r.err_lines += *c == '\n';
     return &r;
+}
+
+/* Runs "PREFIX BIN/prog ARGS" through the shell (prefix NULL or "" for none, else e.g. an mpirun
+ * command line); see cli_run_shell(). */
+TEST__FN const cli_result *cli_run_with(const char *prefix, const char *prog, const char *args) {
+    char cmd[4096];
+    bool pre = prefix && *prefix;
+    snprintf(cmd, sizeof cmd, "%s%s%s/%s %s", pre ? prefix : "", pre ? " " : "", cli_bin, prog,
+             args);
+    return cli_run_shell(cmd);
 }
 
 /* Runs "BIN/prog ARGS"; see cli_run_with(). */
@@ -133,6 +141,17 @@ TEST__FN void cli_expect_clean_error(const char *prog, const char *args, const c
     if (!ok)
         printf("    %s %s -> exit %d, stderr: %s (wanted '%s')\n", prog, args, r->code, r->err,
                want);
+}
+
+/* The same with the exit status too: 1 for bad input, 2 for a usage error (pcg/cli.h). */
+TEST__FN void cli_expect_error_code(const char *prog, const char *args, int code,
+                                    const char *want) {
+    const cli_result *r = cli_run(prog, args);
+    bool ok = cli_is_clean_error(r, want) && r->code == code;
+    EXPECT_TRUE(ok);
+    if (!ok)
+        printf("    %s %s -> exit %d, stderr: %s (wanted exit %d and '%s')\n", prog, args, r->code,
+               r->err, code, want);
 }
 
 #endif /* UN_TEST_CLI_H */

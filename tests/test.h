@@ -21,6 +21,8 @@
 
 /* Expectations that held and that failed so far, over the whole binary. */
 TEST__FN int test__passed, test__failed;
+/* Why the running case skipped itself (TEST_SKIP), or NULL. */
+TEST__FN const char *test__skip_why;
 
 /* Each EXPECT_* evaluates its arguments once and, on failure, prints `file:line: what failed`. */
 #define TEST__AT               __FILE__, __LINE__
@@ -29,6 +31,15 @@ TEST__FN int test__passed, test__failed;
 #define EXPECT_STR_EQ(a, b)    test__str_eq((a), (b), #a, #b, TEST__AT) /* NULL equals only NULL */
 #define EXPECT_NEAR(a, b, tol) test__near((a), (b), (tol), #a ", " #b ", " #tol, TEST__AT)
 #define EXPECT_OK(ctx, st)     test__ok((ctx), (st), #st, TEST__AT) /* st must be UN_OK */
+
+/* Ends the running case (a void function) as skipped, saying why: for checks that need something
+ * this checkout lacks. A skipped case counts neither as passed nor as failed; the summary line
+ * becomes `N passed, N failed, N skipped`.   if (!have_it) TEST_SKIP("../shared missing"); */
+#define TEST_SKIP(why)                                                                             \
+    do {                                                                                           \
+        test__skip_why = (why);                                                                    \
+        return;                                                                                    \
+    } while (0)
 
 __attribute__((format(printf, 4, 5))) TEST__FN void test__check(int ok, const char *file, int line,
                                                                 const char *fmt, ...) {
@@ -99,18 +110,31 @@ typedef struct {
     void (*fn)(void); /* the case; it fails if any EXPECT_* in it failed */
 } test_case;
 
-/* Runs n cases in order and prints `N passed, N failed` last. Returns 0 if all passed, else 1. */
+/* Runs n cases in order and prints `N passed, N failed` last, with `, N skipped` added when a case
+ * skipped itself (TEST_SKIP; a case that failed before skipping counts as failed). Returns 0 if
+ * none failed, else 1. */
 TEST__FN int test_run_all(const test_case *cases, size_t n) {
-    int passed = 0, failed = 0;
+    int passed = 0, failed = 0, skipped = 0;
     setvbuf(stdout, NULL, _IOLBF, 0); /* keeps order with sanitizer reports on stderr */
     for (size_t i = 0; i < n; i++) {
         int before = test__failed;
+        test__skip_why = NULL;
         cases[i].fn();
-        passed += test__failed == before;
-        failed += test__failed != before;
-        printf("  %s %s\n", test__failed == before ? "ok" : "FAIL", cases[i].name);
+        if (test__failed != before) {
+            failed++;
+            printf("  FAIL %s\n", cases[i].name);
+        } else if (test__skip_why) {
+            skipped++;
+            printf("  skip %s (%s)\n", cases[i].name, test__skip_why);
+        } else {
+            passed++;
+            printf("  ok %s\n", cases[i].name);
+        }
     }
-    printf("%d passed, %d failed\n", passed, failed);
+    if (skipped)
+        printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    else
+        printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }
 

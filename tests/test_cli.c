@@ -53,7 +53,7 @@ static void test_good_runs(void) {
 
 static void test_bad_input(void) {
     expect_clean_error("frobnicate", "unknown command 'frobnicate'");
-    expect_clean_error("ops --bogus 1", "bad option");
+    expect_clean_error("ops --bogus 1", "unknown flag --bogus");
     expect_clean_error("ops --spec", "needs a value");
     expect_clean_error("show", "takes 1 argument");
     expect_clean_error(cli_fmt("show %s/missing.json"), "missing.json: cannot open");
@@ -81,14 +81,71 @@ static void test_bad_input(void) {
                                 " {\"name\": \"y\", \"op\": \"relu\", \"in\": [\"x\"]}]}");
     expect_clean_error(cli_fmt("eval %s/huge.json"), "limit");
     expect_clean_error("sample mlp --strategy zigzag", "only 'mlp'");
-    expect_clean_error("sample mlp --degree 0", "bad option");
+    expect_clean_error("sample mlp --degree 0", "--degree: '0' is not an integer in [1, 65536]");
     expect_clean_error("sample mlp --strategy data --degree 3", "not divisible");
+}
+
+/* Issue 10 item 6: numbers that used to wrap, flags taken for values, names that were cut. */
+static void test_bad_input_gaps(void) {
+    cli_expect_error_code("unity-pcg", "sample mlp --degree 4294967298", 2,
+                          "--degree: '4294967298' is not an integer in [1, 65536]");
+    cli_expect_error_code("unity-pcg", "sample mlp --batch 99999999999999999999", 2, "--batch");
+    cli_expect_error_code("unity-pcg", "sample mlp --seed 1234567890123456789012345", 2,
+                          "--seed: '1234567890123456789012345'");
+    cli_expect_error_code("unity-pcg", "sample mlp --degree ' 4'", 2, "--degree");
+    cli_expect_error_code("unity-pcg", cli_fmt("show %s/serial.json --turbo"), 2,
+                          "unknown flag --turbo");
+    /* node names: a \u0000 escape would cut the name short; bytes that are not UTF-8 */
+    cli_write_file("nul.json", "{\"nodes\": [{\"name\": \"x\\u0000y\", \"op\": \"input\", "
+                               "\"params\": {\"shape\": [2]}}]}");
+    cli_expect_error_code("unity-pcg", cli_fmt("show %s/nul.json"), 1, "NUL character");
+    cli_write_file("utf8.json", "{\"nodes\": [{\"name\": \"x\xff\", \"op\": \"input\", "
+                                "\"params\": {\"shape\": [2]}}]}");
+    cli_expect_error_code("unity-pcg", cli_fmt("show %s/utf8.json"), 1, "invalid UTF-8");
+    cli_write_file("overlong.json", "{\"nodes\": [{\"name\": \"x\xc0\xaf\", \"op\": \"input\", "
+                                    "\"params\": {\"shape\": [2]}}]}");
+    cli_expect_error_code("unity-pcg", cli_fmt("show %s/overlong.json"), 1, "invalid UTF-8");
+    /* an escaped backslash before "u0000" and real UTF-8 are fine */
+    cli_write_file("fine.json", "{\"nodes\": [{\"name\": \"x\\\\u0000\xc3\xa9\", \"op\": "
+                                "\"input\", \"params\": {\"shape\": [2]}}]}");
+    expect_good("show %s/fine.json", "x\\u0000\xc3\xa9");
+}
+
+/* Every program: a usage error exits 2, bad input exits 1 (README.md, pcg/cli.h). */
+static void test_exit_codes(void) {
+    static const struct {
+        const char *prog, *usage, *input;
+    } p[] = {
+        {"unity-pcg", "show", "show %s/missing.json"},
+        {"unity-gen", "--frob", "--spec %s/missing.json --dry-run"},
+        {"unity-verify", "--frob", "%s"},
+        {"unity-rules", "list", "list %s"},
+        {"unity-train", "--model mlp --frob", "--model %s"},
+        {"unity-profile", "frob", NULL},
+    };
+    for (size_t i = 0; i < sizeof p / sizeof *p; i++) {
+        const cli_result *r = cli_run(p[i].prog, p[i].usage);
+        test__check(cli_is_clean_error(r, "") && r->code == 2, TEST__AT,
+                    "%s %s: exit %d (want 2), stderr: %s", p[i].prog, p[i].usage, r->code, r->err);
+        r = cli_run(p[i].prog, "--help"); /* man-style: ends with EXIT STATUS, ENVIRONMENT, FILES */
+        test__check(r->code == 0 && strstr(r->out, "usage") && strstr(r->out, "EXIT STATUS") &&
+                        strstr(r->out, "UNITY_SPECS") && !*r->err,
+                    TEST__AT, "%s --help: exit %d, stdout: %.80s", p[i].prog, r->code, r->out);
+        if (!p[i].input)
+            continue;
+        r = cli_run(p[i].prog, cli_fmt(p[i].input));
+        test__check(cli_is_clean_error(r, "") && r->code == 1, TEST__AT,
+                    "%s %s: exit %d (want 1), stderr: %s", p[i].prog, p[i].input, r->code, r->err);
+    }
 }
 
 int main(void) {
     if (!cli_init("/tmp/unity-cli-XXXXXX"))
         return 1;
-    static const test_case cases[] = {{"good_runs", test_good_runs}, {"bad_input", test_bad_input}};
+    static const test_case cases[] = {{"good_runs", test_good_runs},
+                                      {"bad_input", test_bad_input},
+                                      {"bad_input_gaps", test_bad_input_gaps},
+                                      {"exit_codes", test_exit_codes}};
     int rc = TEST_RUN_ALL(cases);
     if (!cli_cleanup())
         rc = 1;

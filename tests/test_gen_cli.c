@@ -85,9 +85,14 @@ static void test_killed_run_resumes(void) {
 static void test_bad_input(void) {
     const char *m = "--ops specs/ --menu specs/menus/ew_add.json -o %s/bad.db";
     char a[512];
-    expect_clean_error("--menu specs/menus/ew_add.json", "--ops SPECS is required");
+    expect_clean_error("--spec specs/nowhere.json --menu specs/menus/ew_add.json --dry-run",
+                       "specs/nowhere.json");
     snprintf(a, sizeof a, "%s --max-ops 0", m);
     expect_clean_error(a, "--max-ops '0': expected an integer from 1 to 5");
+    snprintf(a, sizeof a, "%s --seed 1234567890123456789012345", m); /* not 2^64 - 1 */
+    expect_clean_error(a, "--seed: '1234567890123456789012345' is not an integer");
+    snprintf(a, sizeof a, "%s --seed -1", m);
+    expect_clean_error(a, "--seed: '-1'");
     snprintf(a, sizeof a, "%s --threads many", m);
     expect_clean_error(a, "--threads 'many'");
     snprintf(a, sizeof a, "%s --shard 2/2", m);
@@ -95,7 +100,7 @@ static void test_bad_input(void) {
     snprintf(a, sizeof a, "%s --shard 1", m);
     expect_clean_error(a, "--shard '1'");
     snprintf(a, sizeof a, "%s --seed -4", m);
-    expect_clean_error(a, "--seed '-4'");
+    expect_clean_error(a, "--seed: '-4'");
     snprintf(a, sizeof a, "%s --frobnicate", m);
     expect_clean_error(a, "unknown argument '--frobnicate'");
     snprintf(a, sizeof a, "%s --threads", m);

@@ -58,10 +58,8 @@ static int count_lines(const char *s) {
 }
 
 static void test_flexflow_cycle(void) {
-    if (access(ff_file, R_OK) != 0) {
-        printf("    %s: not found, skipped\n", ff_file);
-        return;
-    }
+    if (access(ff_file, R_OK) != 0)
+        TEST_SKIP("../shared/external/flexflow_graph_subst_3_v2.json not found");
     char fmt[512];
     snprintf(fmt, sizeof fmt, "import %%s/a.db %s --quiet", ff_file);
     expect_good(fmt, "parsed 640, imported ");
@@ -143,11 +141,59 @@ static void test_bad_input(void) {
     expect_error("list %s/t.db --bogus", "unknown option --bogus");
 }
 
+/* bench's temporary databases left in the temporary directory. */
+static int bench_files(void) {
+    DIR *d = opendir(cli_tmp);
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (strncmp(e->d_name, "unity-rules-bench-", 18) == 0) {
+            printf("    left behind: %s\n", e->d_name);
+            n++;
+        }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* Issue 10 item 6: bench's --n is bounded and named, --ff is accepted, the temporary database is
+ * removed after an error and on SIGTERM; a directory is not "a disk I/O error". */
+static void test_bench_and_dirs(void) {
+    cli_expect_error_code("unity-rules", "bench --n 99999999999999", 2,
+                          "--n: '99999999999999' is not an integer in [1, 655340]");
+    cli_expect_error_code("unity-rules", "bench --n 0", 2, "--n");
+    cli_expect_error_code("unity-rules", "list --limit 99999999999999999999 x.db", 2, "--limit");
+    cli_expect_error_code("unity-rules", cli_fmt("list %s"), 1, "is a directory");
+    cli_expect_error_code("unity-rules", cli_fmt("bench --ff %s/missing.json"), 1, "--ff ");
+    char pre[128];
+    snprintf(pre, sizeof pre, "TMPDIR=%s", cli_tmp);
+    cli_write_file("bench_trunc.json", "{\"_t\": \"RuleCollection\", \"rule\": [{\"name\": ");
+    R = cli_run_with(pre, "unity-rules", cli_fmt("bench --n 20 --ff %s/bench_trunc.json"));
+    EXPECT_TRUE(cli_is_clean_error(R, "bench_trunc.json") && R->code == 1);
+    EXPECT_EQ(bench_files(), 0);
+    cli_write_file("bench_empty.json", "{\"_t\": \"RuleCollection\", \"rule\": []}");
+    R = cli_run_with(pre, "unity-rules", cli_fmt("bench --n 20 --ff %s/bench_empty.json"));
+    EXPECT_TRUE(R->code == 0 && strstr(R->out, "insert: 20 generated-like rules"));
+    EXPECT_EQ(bench_files(), 0);
+    /* SIGTERM once the database exists: it goes too */
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "TMPDIR=%s %s/unity-rules bench --n 600000 --ff %s/bench_empty.json >/dev/null & "
+             "p=$!; i=0; while [ ! -e %s/unity-rules-bench-$p.db ] && [ $i -lt 400 ]; do "
+             "sleep 0.05; i=$((i+1)); done; [ -e %s/unity-rules-bench-$p.db ] || exit 3; "
+             "kill -TERM $p; { wait $p; } 2>/dev/null; exit 0",
+             cli_tmp, cli_bin, cli_tmp, cli_tmp, cli_tmp);
+    int st = system(cmd);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0); /* 3: the database never appeared */
+    EXPECT_EQ(bench_files(), 0);
+}
+
 int main(void) {
     if (!cli_init("/tmp/unity-rules-XXXXXX"))
         return 1;
     static const test_case cases[] = {{"flexflow_cycle", test_flexflow_cycle},
-                                      {"bad_input", test_bad_input}};
+                                      {"bad_input", test_bad_input},
+                                      {"bench_and_dirs", test_bench_and_dirs}};
     int rc = TEST_RUN_ALL(cases);
     if (!cli_cleanup())
         rc = 1;

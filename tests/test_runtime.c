@@ -37,26 +37,56 @@ typedef struct rank_job {
 
 static int64_t last_sent; /* over all ranks of the last run_grads */
 
+/* Ranks wait at this gate until every thread exists; if one could not be started, all return
+ * without running (a rank alone would wait in a collective for ever). */
+static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
+static int gate_state; /* 0 closed, 1 go, 2 abandon */
+
 static void *rank_main(void *p) {
     rank_job *j = p;
+    pthread_mutex_lock(&gate_mu);
+    while (gate_state == 0)
+        pthread_cond_wait(&gate_cv, &gate_mu);
+    bool go = gate_state == 1;
+    pthread_mutex_unlock(&gate_mu);
+    if (!go)
+        return NULL; /* keeps the "not run" status run_ranks gave it */
     un_ctx *ctx = un_ctx_new(NULL);
+    j->st = UN_OK;
     j->fn(j, ctx, un_comm_local_get(j->grp, j->rank));
     snprintf(j->err, sizeof j->err, "%s", un_ctx_errmsg(ctx));
     un_ctx_free(ctx);
     return NULL;
 }
 
+/* Runs fn on d ranks, one thread each. Every jobs[0..d) has its status filled on return: a rank
+ * that did not run (no group, no thread) has UN_ERR_INVALID and says why in err. */
 static void run_ranks(int d, void (*fn)(rank_job *, un_ctx *, un_comm *), void *arg,
                       rank_job *jobs) {
-    un_comm_group *grp;
-    if (un_comm_local_group_new(NULL, d, &grp) != UN_OK)
-        return;
-    pthread_t th[8];
-    for (int r = 0; r < d; r++) {
-        jobs[r] = (rank_job){.grp = grp, .rank = r, .arg = arg, .fn = fn};
-        pthread_create(&th[r], NULL, rank_main, &jobs[r]);
-    }
     for (int r = 0; r < d; r++)
+        jobs[r] = (rank_job){.rank = r, .arg = arg, .fn = fn, .st = UN_ERR_INVALID};
+    un_comm_group *grp;
+    if (un_comm_local_group_new(NULL, d, &grp) != UN_OK) {
+        for (int r = 0; r < d; r++)
+            snprintf(jobs[r].err, sizeof jobs[r].err, "not run: no local group of %d", d);
+        return;
+    }
+    pthread_t th[8];
+    int started = 0;
+    gate_state = 0;
+    for (int r = 0; r < d; r++) {
+        jobs[r].grp = grp;
+        snprintf(jobs[r].err, sizeof jobs[r].err, "not run: a rank's thread could not start");
+    }
+    for (; started < d && started < 8; started++)
+        if (pthread_create(&th[started], NULL, rank_main, &jobs[started]) != 0)
+            break;
+    pthread_mutex_lock(&gate_mu);
+    gate_state = started == d ? 1 : 2;
+    pthread_cond_broadcast(&gate_cv);
+    pthread_mutex_unlock(&gate_mu);
+    for (int r = 0; r < started; r++)
         pthread_join(th[r], NULL);
     un_comm_local_group_free(grp);
 }
@@ -89,6 +119,21 @@ static void test_comm_local(void) {
         for (int r = 0; r < d; r++)
             EXPECT_EQ(jobs[r].st, UN_OK);
     }
+}
+
+/* run_ranks fills every status even when the ranks cannot run: more ranks than it has threads
+ * for (no rank runs, none waits for ever in a collective) and a group it cannot make. */
+static void test_run_ranks_statuses(void) {
+    rank_job jobs[9];
+    memset(jobs, 0, sizeof jobs); /* 0 is UN_OK: a status left unfilled would read as success */
+    run_ranks(9, allreduce_job, NULL, jobs);
+    for (int r = 0; r < 9; r++)
+        test__check(jobs[r].st != UN_OK && strstr(jobs[r].err, "not run"), TEST__AT,
+                    "rank %d of 9: %s: %s", r, un_status_str(jobs[r].st), jobs[r].err);
+    memset(jobs, 0, sizeof jobs);
+    run_ranks(0, allreduce_job, NULL, jobs);
+    run_ranks(1, allreduce_job, NULL, jobs);
+    EXPECT_EQ(jobs[0].st, UN_OK);
 }
 
 /* ---- forward against the reference evaluator ---- */
@@ -970,6 +1015,7 @@ static void test_memory_estimate(void) {
 int main(void) {
     static const test_case cases[] = {
         {"comm_local", test_comm_local},
+        {"run_ranks_statuses", test_run_ranks_statuses},
         {"forward_sample_mlp", test_forward_sample_mlp},
         {"forward_zoo_data", test_forward_zoo_data},
         {"gradients", test_gradients},

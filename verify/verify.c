@@ -799,10 +799,12 @@ static void encode_axiom(un_verifier *v, const un_axlift *l) {
 
 /* ---- lifecycle ------------------------------------------------------------------------------ */
 
-static void set_timeout(un_verifier *v, Z3_solver s, unsigned timeout_ms) {
+/* rlimit: Z3's resource limit per check (0 = none): unlike the timeout, machine-independent. */
+static void set_limits(un_verifier *v, Z3_solver s, unsigned timeout_ms, unsigned rlimit) {
     Z3_params p = Z3_mk_params(v->z);
     Z3_params_inc_ref(v->z, p);
     Z3_params_set_uint(v->z, p, Z3_mk_string_symbol(v->z, "timeout"), timeout_ms);
+    Z3_params_set_uint(v->z, p, Z3_mk_string_symbol(v->z, "rlimit"), rlimit);
     Z3_params_set_bool(v->z, p, Z3_mk_string_symbol(v->z, "smt.mbqi"), false);
     Z3_solver_set_params(v->z, s, p);
     Z3_params_dec_ref(v->z, p);
@@ -816,7 +818,7 @@ static void set_timeout(un_verifier *v, Z3_solver s, unsigned timeout_ms) {
 static void make_solver(un_verifier *v) {
     v->solver = Z3_mk_simple_solver(v->z);
     Z3_solver_inc_ref(v->z, v->solver);
-    set_timeout(v, v->solver, 10000);
+    set_limits(v, v->solver, 10000, 0);
     for (int op = 0; op < UN_OP_COUNT; op++) {
         char name[64];
         snprintf(name, sizeof name, "shape:%s", un_op_name((un_op)op));
@@ -1149,6 +1151,7 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
     memset(out, 0, sizeof *out);
     out->verdict = UN_VERDICT_UNKNOWN;
     unsigned timeout = opts && opts->timeout_ms ? opts->timeout_ms : 10000;
+    unsigned rlimit = opts ? opts->rlimit : 0;
     bool symbolic = opts && opts->symbolic;
     un_status st = UN_OK;
     if (v->uses >= REBUILD_EVERY || v->failed) {
@@ -1217,7 +1220,7 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
     s = v->solver;
     asm_ = un_xmalloc(sizeof(Z3_ast) * (size_t)(UN_OP_COUNT + v->n_ax));
     unsigned n_asm = assumptions(v, ops, use, asm_);
-    set_timeout(v, s, timeout);
+    set_limits(v, s, timeout, rlimit);
     Z3_solver_push(v->z, s);
     pushed = true;
     Z3_solver_assert(v->z, s, conds_and(v, e.hyp));
@@ -1264,7 +1267,7 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
          * condition that cannot hold (which would also flag a mistranslated `require`). */
         double spent = now_ms() - t0;
         unsigned ct = (unsigned)(2 * spent) + 20;
-        set_timeout(v, s, ct < timeout ? ct : timeout);
+        set_limits(v, s, ct < timeout ? ct : timeout, rlimit);
         n_asm = assumptions(v, ops, used, asm_);
         Z3_solver_push(v->z, s);
         for (int i = 0; i < r->n_out; i++) {

@@ -28,6 +28,7 @@ typedef struct un_verifier un_verifier;
 typedef struct un_prove_opts {
     unsigned timeout_ms; /* per solver call; 0 = 10000 */
     bool symbolic;       /* input sizes as integer variables (else the witness sizes) */
+    unsigned rlimit;     /* Z3 resource limit per solver call (0 = none): the same on any machine */
 } un_prove_opts;
 
 typedef struct un_proof {

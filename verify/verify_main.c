@@ -8,14 +8,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "pcg/cli.h"
+#include "pcg/specpath.h"
 #include "verify/runner.h"
 
 static const char *usage =
-    "usage: unity-verify RULES.DB [--ops DIR|FILE] [--timeout-ms T] [--jobs J] [--rule ID]\n"
+    "unity-verify - prove the rules of a rule database with random tests and Z3\n\n"
+    "usage: unity-verify RULES.DB [--spec DIR|FILE] [--timeout-ms T] [--jobs J] [--rule ID]\n"
     "                    [--recheck] [--shard I/N] [--lease S]\n"
     "  Checks every spec axiom on concrete tensors, then verifies each rule that needs it:\n"
     "  random tests (refute), a Z3 proof (verify) and generalization over degrees.\n"
-    "  --ops        operator specs: a directory holding ops.json, or the file (default specs/)\n"
+    "  --spec       operator specs: a directory holding ops.json, or the file (alias --ops;\n"
+    "               default: $UNITY_SPECS, ./specs, else the installed share/unity/specs)\n"
     "  --timeout-ms Z3 time limit per solver call (default 2000)\n"
     "  --jobs       worker threads, one Z3 context each (default 1)\n"
     "  --rule       verify only this rule id\n"
@@ -43,7 +47,7 @@ static int fail_usage(const char *fmt, const char *arg) {
 }
 
 int main(int argc, char **argv) {
-    const char *db_path = NULL, *ops = "specs";
+    const char *db_path = NULL, *ops = NULL;
     un_runner_opts o = un_runner_opts_default();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -51,8 +55,9 @@ int main(int argc, char **argv) {
         bool has_val = i + 1 < argc;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             fputs(usage, stdout);
+            fputs(un_cli_help_footer(), stdout);
             return 0;
-        } else if (strcmp(a, "--ops") == 0) {
+        } else if (strcmp(a, "--spec") == 0 || strcmp(a, "--ops") == 0) {
             if (!has_val)
                 return fail_usage("%s needs a value", a);
             ops = argv[++i];
@@ -105,12 +110,12 @@ int main(int argc, char **argv) {
 
     char spec_path[4096];
     struct stat sb;
-    if (stat(ops, &sb) == 0 && S_ISDIR(sb.st_mode))
-        snprintf(spec_path, sizeof spec_path, "%s/ops.json", ops);
-    else
-        snprintf(spec_path, sizeof spec_path, "%s", ops);
     if (access(db_path, F_OK) != 0) {
         fprintf(stderr, "unity-verify: %s: no such rule database\n", db_path);
+        return 1;
+    }
+    if (stat(db_path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "unity-verify: %s: is a directory, not a rule database\n", db_path);
         return 1;
     }
 
@@ -120,7 +125,9 @@ int main(int argc, char **argv) {
         un_ctx_set_progress(ctx, un_progress_stderr, NULL);
     un_spec *spec = NULL;
     un_runner_stats s;
-    un_status st = un_spec_load(ctx, spec_path, &spec);
+    un_status st = un_specpath_find(ctx, ops, spec_path, sizeof spec_path);
+    if (st == UN_OK)
+        st = un_spec_load(ctx, spec_path, &spec);
     if (st == UN_OK)
         st = un_runner_run(ctx, spec, db_path, &o, &s);
     if (st != UN_OK) {
