@@ -1222,7 +1222,15 @@ un_status rulesdb_claim_release(un_ctx *ctx, rulesdb *db, const char *owner) {
 
 un_status rulesdb_load_verified(un_ctx *ctx, rulesdb *db, un_rule ***rules, int64_t *n,
                                 int64_t *n_stale) {
+    return rulesdb_load_verified_ids(ctx, db, rules, NULL, n, n_stale);
+}
+
+un_status rulesdb_load_verified_ids(un_ctx *ctx, rulesdb *db, un_rule ***rules, int32_t **ids,
+                                    int64_t *n, int64_t *n_stale) {
     *rules = NULL;
+    if (ids)
+        *ids = NULL;
+    int32_t *iv = NULL;
     *n = 0;
     if (n_stale)
         *n_stale = 0;
@@ -1258,7 +1266,16 @@ un_status rulesdb_load_verified(un_ctx *ctx, rulesdb *db, un_rule ***rules, int6
                 break;
             }
             v = nv;
+            int32_t *ni = ids ? realloc(iv, (size_t)cap * sizeof *iv) : NULL;
+            if (ids && !ni) {
+                un_rule_free(r);
+                st = un_ctx_error(ctx, UN_ERR_NOMEM, "%s: out of memory loading rules", db->path);
+                break;
+            }
+            iv = ni;
         }
+        if (ids)
+            iv[cnt] = id;
         v[cnt++] = r;
     }
     if (st == UN_OK && rc != SQLITE_DONE)
@@ -1268,9 +1285,12 @@ un_status rulesdb_load_verified(un_ctx *ctx, rulesdb *db, un_rule ***rules, int6
         for (int64_t i = 0; i < cnt; i++)
             un_rule_free(v[i]);
         free(v);
+        free(iv);
         return st;
     }
     *rules = v;
+    if (ids)
+        *ids = iv;
     *n = cnt;
     if (n_stale)
         *n_stale = stale;

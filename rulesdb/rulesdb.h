@@ -147,6 +147,10 @@ un_status rulesdb_claim_release(un_ctx *ctx, rulesdb *db, const char *owner);
 un_status rulesdb_load_verified(un_ctx *ctx, rulesdb *db, un_rule ***rules, int64_t *n,
                                 int64_t *n_stale);
 
+/* rulesdb_load_verified that also returns each rule's id (*ids owned, free(); may be NULL). */
+un_status rulesdb_load_verified_ids(un_ctx *ctx, rulesdb *db, un_rule ***rules, int32_t **ids,
+                                    int64_t *n, int64_t *n_stale);
+
 /* Counts by status (counts[UN_RULE_STATUS_COUNT]). */
 un_status rulesdb_count(un_ctx *ctx, rulesdb *db, int64_t *counts);
 
