@@ -309,7 +309,7 @@ static bool finish(un_matcher *m, int64_t rule, const un_rule *r, const un__pat 
         m->stats.cyclic++;
         return false;
     }
-    int64_t values[UN_RULE_MAX_VARS];
+    int64_t values[UN_RULE_MAX_VARS] = {0};
     for (int a = 0; a < r->n_vars; a++)
         values[a] = s->has_val[a] ? s->val[a] : r->vars[a].value;
     un_rule *inst = NULL;

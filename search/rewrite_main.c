@@ -7,23 +7,26 @@
 #include <string.h>
 #include <time.h>
 
+#include "runtime/zoo.h"
 #include "search/apply.h"
 
 static const char *USAGE =
-    "usage: unity-rewrite DB GRAPH.json [--rule ID] [--list] [--reversed] [--match K]\n"
-    "                     [-o OUT.json] [--dot OUT.dot] [--ops FILE]\n"
+    "usage: unity-rewrite DB GRAPH.json|--model NAME [--tiny] [--rule ID] [--list] [--reversed]\n"
+    "                     [--match K] [-o OUT.json] [--dot OUT.dot] [--apply-each N] [--ops FILE]\n"
     "  Finds every match of the verified rules of DB (or of rule ID) on the graph: one line per\n"
     "  rule with matches and their count (--list: one line per match). With -o or --dot, applies\n"
     "  match K (default 0, in the order listed) and writes the rewritten graph as JSON and as DOT\n"
     "  with the new nodes highlighted.\n"
+    "  --model M   a zoo model (runtime/zoo.h) at paper size instead of a file (--tiny: tiny)\n"
+    "  --apply-each N  apply each of the first N matches to the graph, timed (rewrites/s)\n"
     "  --reversed  also use every rule backwards\n"
     "  --ops FILE  the spec set in use (default specs/ops.json)\n";
 
 typedef struct {
-    const char *ops, *out, *dot, *pos[2];
+    const char *ops, *out, *dot, *model, *pos[2];
     int npos;
-    int64_t rule, match;
-    bool list, reversed;
+    int64_t rule, match, apply_each;
+    bool list, reversed, tiny;
 } opts;
 
 static int usage_error(const char *fmt, const char *arg) {
@@ -66,8 +69,13 @@ static int parse_args(int argc, char **argv, opts *o) {
             o->reversed = true;
             continue;
         }
+        if (!strcmp(a, "--tiny")) {
+            o->tiny = true;
+            continue;
+        }
         bool known = !strcmp(a, "--rule") || !strcmp(a, "--match") || !strcmp(a, "-o") ||
-                     !strcmp(a, "--dot") || !strcmp(a, "--ops");
+                     !strcmp(a, "--dot") || !strcmp(a, "--ops") || !strcmp(a, "--model") ||
+                     !strcmp(a, "--apply-each");
         if (!known)
             return usage_error("unknown option %s", a);
         if (!v)
@@ -82,13 +90,19 @@ static int parse_args(int argc, char **argv, opts *o) {
             o->out = v;
         else if (!strcmp(a, "--dot"))
             o->dot = v;
+        else if (!strcmp(a, "--model"))
+            o->model = v;
+        else if (!strcmp(a, "--apply-each"))
+            rc = parse_int(a, v, 1, &o->apply_each);
         else
             o->ops = v;
         if (rc)
             return rc;
     }
-    if (o->npos != 2)
-        return usage_error("wants a rule database and a graph%s", "");
+    if (o->npos != (o->model ? 1 : 2))
+        return usage_error("wants a rule database and a graph (a file or --model NAME)%s", "");
+    if (o->tiny && !o->model)
+        return usage_error("--tiny goes with --model%s", "");
     return 0;
 }
 
@@ -132,8 +146,17 @@ static int run(un_ctx *ctx, const opts *o) {
     un_ruleset_stats rs;
     if (st == UN_OK)
         st = un_ruleset_load(ctx, db, &p, &set, &rs);
-    if (st == UN_OK)
+    un_model zm = {0};
+    if (st == UN_OK && o->model) {
+        st = un_zoo_build(ctx, spec, o->model, o->tiny, 0, &zm);
+        if (st == UN_OK) {
+            g = zm.graph;
+            zm.graph = NULL;
+        }
+    } else if (st == UN_OK) {
         st = un_graph_load(ctx, spec, o->pos[1], &g);
+    }
+    un_model_free(&zm);
     if (st == UN_OK && rs.stale)
         fprintf(stderr, "unity-rewrite: %s: %lld verified rules were verified against another "
                         "spec set and are not used (re-run unity-verify)\n",
@@ -187,6 +210,18 @@ static int run(un_ctx *ctx, const opts *o) {
                (long long)ms.n, (long long)with, (long long)un_ruleset_count(set),
                o->reversed ? ", with reversed" : "", (int)un_graph_node_count(g), dt,
                (long long)mst.outside_use, (long long)mst.cyclic, (long long)mst.inst_failed);
+    }
+    for (int64_t k = 0; st == UN_OK && o->apply_each && k < ms.n && k < o->apply_each; k++) {
+        if (k == 0)
+            t0 = now_s();
+        un_graph *h = NULL;
+        st = un_apply(ctx, set, g, &ms.v[k], &h, NULL);
+        un_graph_free(h);
+        if (st == UN_OK && (k + 1 == ms.n || k + 1 == o->apply_each)) {
+            dt = now_s() - t0;
+            printf("applied %lld matches one at a time in %.3f s: %.0f rewrites/s\n",
+                   (long long)(k + 1), dt, (double)(k + 1) / (dt > 0 ? dt : 1e-9));
+        }
     }
     if (st == UN_OK && (o->out || o->dot)) {
         if (o->match >= ms.n)
