@@ -1297,6 +1297,43 @@ un_status rulesdb_load_verified_ids(un_ctx *ctx, rulesdb *db, un_rule ***rules, 
     return UN_OK;
 }
 
+un_status rulesdb_verified_each(un_ctx *ctx, rulesdb *db, rulesdb_skip_fn skip,
+                                rulesdb_take_fn take, void *user, int64_t *n_stale) {
+    if (n_stale)
+        *n_stale = 0;
+    sqlite3_stmt *s = stmt_get(db, STMT_RULE_VERIFIED);
+    int64_t stale = 0;
+    un_status st = UN_OK;
+    int rc;
+    while (st == UN_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+        if (i2u(sqlite3_column_int64(s, COL_VERIFY_SPEC)) != db->spec_hash || !db->spec_hash) {
+            stale++;
+            continue;
+        }
+        int32_t id = (int32_t)sqlite3_column_int64(s, COL_ID);
+        uint64_t hash = i2u(sqlite3_column_int64(s, COL_HASH));
+        if (skip && skip(user, id, hash))
+            continue;
+        const char *text = (const char *)sqlite3_column_text(s, COL_BODY);
+        if (!text) {
+            st = un_ctx_error(ctx, UN_ERR_DB, "%s: rule %d: verified without a body", db->path,
+                              (int)id);
+            break;
+        }
+        un_rule *r = NULL;
+        st = body_parse(ctx, db, id, text, (size_t)sqlite3_column_bytes(s, COL_BODY),
+                        i2u(sqlite3_column_int64(s, COL_SUM)), hash, &r);
+        if (st == UN_OK)
+            st = take(user, id, hash, r);
+    }
+    if (st == UN_OK && rc != SQLITE_DONE)
+        st = db_fail(ctx, db, rc, "loading verified rules");
+    sqlite3_reset(s);
+    if (st == UN_OK && n_stale)
+        *n_stale = stale;
+    return st;
+}
+
 un_status rulesdb_count(un_ctx *ctx, rulesdb *db, int64_t *counts) {
     for (int i = 0; i < UN_RULE_STATUS_COUNT; i++)
         counts[i] = 0;

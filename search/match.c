@@ -124,11 +124,10 @@ static bool var_set(mstate *s, int a, int64_t v) {
 
 /* Binds pattern input node u to tensor t: same rank, dtype and layout (up to the variables), and
  * the same dims unless the rule holds for every size. */
-static bool input_bind(const un_matcher *m, const un_rule *r, const un__pat *p, mstate *s,
-                       int32_t u, un_ref t) {
+static bool input_bind(const un_matcher *m, const un__pat *p, mstate *s, int32_t u, un_ref t) {
     if (s->bind[u].node >= 0)
         return ref_eq(s->bind[u], t);
-    const un_shape *ps = &un_graph_node(r->src, u)->inf.out[0];
+    const un_shape *ps = &p->in_shape[p->input_of[u]];
     const un_shape *ts = un_graph_shape(m->g, t);
     if (ps->rank != ts->rank || ps->dtype != ts->dtype)
         return false;
@@ -160,7 +159,7 @@ static bool input_bind(const un_matcher *m, const un_rule *r, const un__pat *p, 
             return false;
     }
     for (int i = 0; i < ps->rank; i++) {
-        if (!r->any_shape && !free_dim[i] && ps->dim[i] != ts->dim[i])
+        if (!p->any_shape && !free_dim[i] && ps->dim[i] != ts->dim[i])
             return false;
         if (!free_shard[i] && ps->shard[i] != ts->shard[i])
             return false;
@@ -173,52 +172,55 @@ static bool input_bind(const un_matcher *m, const un_rule *r, const un__pat *p, 
 
 /* Places pattern operator node u at graph node x, checking everything that involves u and nodes
  * already placed. */
-static bool place(const un_matcher *m, const un_rule *r, const un__pat *p, mstate *s, int32_t u,
-                  int32_t x) {
+static bool place(const un_matcher *m, const un__pat *p, mstate *s, int32_t u, int32_t x) {
     if (x < 0 || x >= m->n)
         return false;
-    const un_node *pn = un_graph_node(r->src, u), *gn = un_graph_node(m->g, x);
-    if (pn->op != gn->op || pn->n_in != gn->n_in || pn->inf.n_out != gn->inf.n_out)
+    const un__pnode *pn = &p->nodes[u];
+    const un_node *gn = un_graph_node(m->g, x);
+    if (pn->op != gn->op || pn->n_in != gn->n_in || pn->n_out != gn->inf.n_out)
         return false;
     for (int v = 0; v < p->n_nodes; v++)
         if (s->img[v] == x)
             return false;
-    const un_op_spec *os = un_spec_op(un_graph_spec(r->src), pn->op);
-    for (int i = 0; i < os->n_params; i++) {
+    const un_param *pp = &p->params[pn->param_at];
+    for (int i = 0; i < pn->n_params; i++) {
         uint8_t bm = p->bound[u][i];
         if (!bm) {
-            if (!un_param_eq(&pn->params[i], &gn->params[i]))
+            if (!un_param_eq(&pp[i], &gn->params[i]))
                 return false;
             continue;
         }
-        if (pn->params[i].len != gn->params[i].len)
+        if (pp[i].len != gn->params[i].len)
             return false;
-        for (int k = 0; k < (pn->params[i].len < 0 ? 1 : pn->params[i].len); k++) {
-            bool b = pn->params[i].len < 0 ? (bm & 0x80) : (bm & (1u << k));
-            if (!b && pn->params[i].v[k] != gn->params[i].v[k])
+        for (int k = 0; k < (pp[i].len < 0 ? 1 : pp[i].len); k++) {
+            bool b = pp[i].len < 0 ? (bm & 0x80) : (bm & (1u << k));
+            if (!b && pp[i].v[k] != gn->params[i].v[k])
                 return false;
         }
     }
     for (int b = 0; b < p->n_binds; b++) {
         const un__bind *x2 = &p->binds[b];
-        if (x2->node == u && !var_set(s, x2->var, gn->params[x2->param].v[x2->item < 0 ? 0 : x2->item]))
+        if (x2->node == u &&
+            !var_set(s, x2->var, gn->params[x2->param].v[x2->item < 0 ? 0 : x2->item]))
             return false;
     }
     for (int k = 0; k < pn->n_in; k++) {
-        un_ref pin = pn->in[k], gin = gn->in[k];
-        if (p->input_of[pin.node] >= 0) {
-            if (!input_bind(m, r, p, s, pin.node, gin))
+        int32_t pin = pn->in_node[k];
+        un_ref gin = gn->in[k];
+        if (p->input_of[pin] >= 0) {
+            if (!input_bind(m, p, s, pin, gin))
                 return false;
-        } else if (s->img[pin.node] >= 0 && !ref_eq(gin, (un_ref){s->img[pin.node], pin.out})) {
+        } else if (s->img[pin] >= 0 && !ref_eq(gin, (un_ref){s->img[pin], pn->in_out[k]})) {
             return false;
         }
     }
     for (int32_t w = 0; w < p->n_nodes; w++) { /* placed consumers of u read x */
         if (s->img[w] < 0)
             continue;
-        const un_node *wn = un_graph_node(r->src, w), *wg = un_graph_node(m->g, s->img[w]);
+        const un__pnode *wn = &p->nodes[w];
+        const un_node *wg = un_graph_node(m->g, s->img[w]);
         for (int k = 0; k < wn->n_in; k++)
-            if (wn->in[k].node == u && !ref_eq(wg->in[k], (un_ref){x, wn->in[k].out}))
+            if (wn->in_node[k] == u && !ref_eq(wg->in[k], (un_ref){x, wn->in_out[k]}))
                 return false;
     }
     s->img[u] = x;
@@ -257,8 +259,7 @@ static bool cyclic(un_matcher *m, int32_t lo, int32_t hi) {
 }
 
 /* The checks on a complete structural match, and the instantiation; fills *out. */
-static bool finish(un_matcher *m, int64_t rule, const un_rule *r, const un__pat *p, mstate *s,
-                   un_match *out) {
+static bool finish(un_matcher *m, int64_t rule, const un__pat *p, mstate *s, un_match *out) {
     m->stats.structural++;
     if (++m->epoch == 0) { /* wrapped: clear the stamps */
         memset(m->mark, 0, ((size_t)m->n + 1) * sizeof *m->mark);
@@ -274,10 +275,10 @@ static bool finish(un_matcher *m, int64_t rule, const un_rule *r, const un__pat 
         lo = x < lo ? x : lo;
         hi = x > hi ? x : hi;
     }
-    int n_in = un_rule_input_count(r);
+    int n_in = p->n_inputs;
     un_shape shapes[UN_MATCH_MAX_NODES];
     for (int i = 0; i < n_in; i++) {
-        un_ref t = s->bind[un_rule_input_src(r, i)];
+        un_ref t = s->bind[p->input_node[i]];
         UN_ASSERT(t.node >= 0); /* every rule input is used (un_rule_make) */
         if (m->mark[t.node] == m->epoch) { /* an input computed inside the match */
             m->stats.cyclic++;
@@ -291,7 +292,7 @@ static bool finish(un_matcher *m, int64_t rule, const un_rule *r, const un__pat 
             continue;
         int n_out = un_graph_node(m->g, x)->inf.n_out;
         for (int o = 0; o < n_out; o++) {
-            if (p->is_mapped[v][o])
+            if ((p->is_mapped[v] >> o) & 1)
                 continue;
             bool outside = (m->is_out[x] >> o) & 1;
             for (int32_t e = m->cons_at[x]; e < m->cons_at[x + 1] && !outside; e++) {
@@ -310,10 +311,10 @@ static bool finish(un_matcher *m, int64_t rule, const un_rule *r, const un__pat 
         return false;
     }
     int64_t values[UN_RULE_MAX_VARS] = {0};
-    for (int a = 0; a < r->n_vars; a++)
-        values[a] = s->has_val[a] ? s->val[a] : r->vars[a].value;
+    for (int a = 0; a < p->n_vars; a++)
+        values[a] = s->has_val[a] ? s->val[a] : p->var_value[a];
     un_rule *inst = NULL;
-    if (un_rule_instantiate(NULL, r, values, shapes, &inst) != UN_OK) {
+    if (un_rule_instantiate(NULL, un_ruleset_rule(m->set, rule), values, shapes, &inst) != UN_OK) {
         m->stats.inst_failed++;
         return false;
     }
@@ -325,7 +326,7 @@ static bool finish(un_matcher *m, int64_t rule, const un_rule *r, const un__pat 
         out->node[v] = s->img[v];
     out->n_inputs = n_in;
     for (int i = 0; i < n_in; i++)
-        out->input[i] = s->bind[un_rule_input_src(r, i)];
+        out->input[i] = s->bind[p->input_node[i]];
     memcpy(out->values, values, sizeof values);
     m->stats.matches++;
     return true;
@@ -343,7 +344,6 @@ static void state_init(mstate *s) {
 typedef struct search {
     un_matcher *m;
     int64_t rule;
-    const un_rule *r;
     const un__pat *p;
     int32_t root; /* graph node for step 0, or -1 for every node with the root's op */
     un_match_list *out;
@@ -355,7 +355,7 @@ static void step(search *q, const mstate *s, int k) {
     if (k == q->p->n_steps) {
         un_match mt;
         mstate t = *s;
-        if (finish(q->m, q->rule, q->r, q->p, &t, &mt))
+        if (finish(q->m, q->rule, q->p, &t, &mt))
             list_push(q->out, &mt);
         return;
     }
@@ -366,7 +366,8 @@ static void step(search *q, const mstate *s, int k) {
         try_place(q, s, k, un_graph_node(m->g, s->img[st->from])->in[st->slot].node);
         break;
     case UN__STEP_CONSUMER: {
-        un_ref pin = un_graph_node(q->r->src, st->node)->in[st->slot];
+        const un__pnode *pn = &q->p->nodes[st->node];
+        un_ref pin = {pn->in_node[st->slot], pn->in_out[st->slot]};
         un_ref t = q->p->input_of[pin.node] >= 0 ? s->bind[pin.node]
                                                  : (un_ref){s->img[pin.node], pin.out};
         UN_ASSERT(t.node >= 0);
@@ -378,7 +379,7 @@ static void step(search *q, const mstate *s, int k) {
         break;
     }
     default: {
-        un_op op = un_graph_node(q->r->src, st->node)->op;
+        un_op op = (un_op)q->p->nodes[st->node].op;
         if (k == 0 && q->root >= 0) {
             try_place(q, s, k, q->root);
             break;
@@ -391,18 +392,18 @@ static void step(search *q, const mstate *s, int k) {
 
 static void try_place(search *q, const mstate *s, int k, int32_t x) {
     mstate t = *s;
-    if (place(q->m, q->r, q->p, &t, q->p->steps[k].node, x))
+    if (place(q->m, q->p, &t, q->p->steps[k].node, x))
         step(q, &t, k + 1);
 }
 
 static void run(un_matcher *m, int64_t rule, int32_t root, un_match_list *out) {
-    search q = {m, rule, un_ruleset_rule(m->set, rule), un__ruleset_pat(m->set, rule), root, out};
+    search q = {m, rule, un__ruleset_pat(m->set, rule), root, out};
     mstate s;
     state_init(&s);
     if (root >= 0) {
         m->stats.roots_tried++;
     } else {
-        un_op op = un_graph_node(q.r->src, q.p->steps[0].node)->op;
+        un_op op = (un_op)q.p->nodes[q.p->steps[0].node].op;
         m->stats.roots_tried += m->op_at[op + 1] - m->op_at[op];
     }
     step(&q, &s, 0);
@@ -442,14 +443,13 @@ un_status un_match_all(un_ctx *ctx, un_matcher *m, un_match_list *out) {
 bool un_match_check(un_matcher *m, int64_t rule, const int32_t *node_map, un_match *out) {
     if (rule < 0 || rule >= un_ruleset_count(m->set))
         return false;
-    const un_rule *r = un_ruleset_rule(m->set, rule);
     const un__pat *p = un__ruleset_pat(m->set, rule);
     mstate s;
     state_init(&s);
     for (int32_t u = 0; u < p->n_nodes; u++)
-        if (p->input_of[u] < 0 && !place(m, r, p, &s, u, node_map[u]))
+        if (p->input_of[u] < 0 && !place(m, p, &s, u, node_map[u]))
             return false;
-    return finish(m, rule, r, p, &s, out);
+    return finish(m, rule, p, &s, out);
 }
 
 void un_match_str(const un_matcher *m, const un_match *mt, un_buf *out) {

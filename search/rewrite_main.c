@@ -157,6 +157,12 @@ static int run(un_ctx *ctx, const opts *o) {
         st = un_graph_load(ctx, spec, o->pos[1], &g);
     }
     un_model_free(&zm);
+    if (st == UN_OK)
+        printf("loaded %lld verified rules as %lld entries in %.3f s (%lld from the compiled cache, "
+               "%lld compiled%s), %.1f MB\n",
+               (long long)rs.verified, (long long)rs.loaded, rs.load_s, (long long)rs.cache_hits,
+               (long long)rs.cache_misses, rs.cache_written ? ", cache written" : "",
+               (double)rs.bytes / 1e6);
     if (st == UN_OK && rs.stale)
         fprintf(stderr, "unity-rewrite: %s: %lld verified rules were verified against another "
                         "spec set and are not used (re-run unity-verify)\n",

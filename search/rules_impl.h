@@ -29,16 +29,28 @@ typedef struct un__bind {
     int8_t node, param, item, var, comp;
 } un__bind;
 
+/* A pattern node as the matcher needs it. */
+typedef struct un__pnode {
+    uint8_t op, n_in, n_out, n_params; /* n_params 0 for the pattern's inputs */
+    int8_t in_node[UN_MAX_INPUTS], in_out[UN_MAX_INPUTS];
+    uint16_t param_at; /* its parameters: params[param_at .. param_at + n_params) */
+} un__pnode;
+
 typedef struct un__pat {
     int8_t n_nodes;                 /* source-side nodes, inputs included */
     int8_t n_steps;                 /* one per operator node; steps[0] places the root */
+    int8_t n_inputs, n_vars, n_binds;
+    bool any_shape;
     un__step steps[UN_MATCH_MAX_NODES];
+    un__pnode nodes[UN_MATCH_MAX_NODES];
     int8_t input_of[UN_MATCH_MAX_NODES];   /* pattern node -> rule input index, or -1 */
+    int8_t input_node[UN_MATCH_MAX_NODES]; /* rule input -> pattern node */
     uint8_t bound[UN_MATCH_MAX_NODES][UN_MAX_PARAMS]; /* items carrying a variable (bit 7: scalar) */
-    int8_t n_binds;
-    un__bind binds[UN_RULE_MAX_VARS * UN_RULE_MAX_BINDS];
-    bool var_in_src[UN_RULE_MAX_VARS];      /* the variable occurs on the source side */
-    bool is_mapped[UN_MATCH_MAX_NODES][UN_MAX_OUTPUTS]; /* (node, output) is a mapped output */
+    uint8_t is_mapped[UN_MATCH_MAX_NODES];            /* bit k: (node, output k) is mapped */
+    int64_t var_value[UN_RULE_MAX_VARS];              /* the witness values */
+    un__bind *binds;   /* n_binds, in the set's arena */
+    un_param *params;  /* the operator nodes' parameters, in the set's arena */
+    un_shape *in_shape; /* per rule input, in the set's arena */
 } un__pat;
 
 /* The compiled matcher of entry i. Borrowed, valid until un_ruleset_free. */

@@ -106,6 +106,109 @@ static void test_brute_force(void) {
     un_ruleset_free(set);
 }
 
+/* The compact form and the compiled cache: every entry's rule decodes to the stored rule (same
+ * canonical JSON); a second load comes from DB.compiled and matches the same; a damaged or
+ * foreign cache is ignored and rewritten. */
+static void test_compact_and_cache(void) {
+    if (!rw_db_make())
+        return;
+    un_ctx *ctx = un_ctx_new(NULL);
+    char path[160], cpath[180];
+    snprintf(path, sizeof path, "%s/r.db", rw_dir);
+    snprintf(cpath, sizeof cpath, "%s/r.db.compiled", rw_dir);
+    remove(cpath);
+    rulesdb *db = NULL;
+    un_rule **rules = NULL;
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    EXPECT_OK(ctx, rulesdb_open(ctx, path, spec, RULESDB_READONLY, &db));
+    EXPECT_OK(ctx, rulesdb_load_verified_ids(ctx, db, &rules, &ids, &n, NULL));
+    un_ruleset_params p = un_ruleset_params_default();
+    p.reversed = true;
+    un_ruleset *set[4] = {0};
+    un_ruleset_stats st[4];
+    for (int k = 0; k < 4; k++) {
+        if (k == 2) { /* damage one byte in the middle of the cache */
+            FILE *f = fopen(cpath, "r+b");
+            EXPECT_TRUE(f != NULL);
+            if (f) {
+                fseek(f, 0, SEEK_END);
+                long len = ftell(f);
+                fseek(f, len / 2, SEEK_SET);
+                int c = fgetc(f);
+                fseek(f, len / 2, SEEK_SET);
+                fputc(c ^ 0x5a, f);
+                fclose(f);
+            }
+        }
+        if (k == 3) { /* a cache that is not one */
+            FILE *f = fopen(cpath, "w");
+            if (f) {
+                fputs("garbage", f);
+                fclose(f);
+            }
+        }
+        EXPECT_OK(ctx, un_ruleset_load(ctx, db, &p, &set[k], &st[k]));
+    }
+    EXPECT_EQ(st[0].cache_hits, 0);
+    EXPECT_EQ(st[0].cache_misses, n);
+    EXPECT_TRUE(st[0].cache_written);
+    EXPECT_EQ(st[1].cache_hits, n);
+    EXPECT_EQ(st[1].cache_misses, 0);
+    EXPECT_EQ(st[2].cache_hits, 0);
+    EXPECT_EQ(st[3].cache_hits, 0);
+    for (int k = 1; k < 4; k++)
+        EXPECT_EQ(st[k].loaded, st[0].loaded);
+    EXPECT_TRUE(st[0].bytes < (size_t)st[0].loaded * 4096);
+    /* forward entries decode to the stored rules */
+    int64_t fw = 0, same = 0;
+    for (int64_t i = 0; set[1] && i < un_ruleset_count(set[1]); i++) {
+        if (un_ruleset_rule_reversed(set[1], i))
+            continue;
+        int32_t id = un_ruleset_rule_id(set[1], i);
+        for (int64_t j = 0; j < n; j++) {
+            if (ids[j] != id)
+                continue;
+            un_buf a = {0}, b = {0};
+            EXPECT_OK(ctx, un_rule_to_json(ctx, rules[j], &a));
+            EXPECT_OK(ctx, un_rule_to_json(ctx, un_ruleset_rule(set[1], i), &b));
+            same += a.data && b.data && strcmp(a.data, b.data) == 0;
+            un_buf_free(&a);
+            un_buf_free(&b);
+        }
+        fw++;
+    }
+    EXPECT_EQ(fw, n);
+    EXPECT_EQ(same, n);
+    /* the same matches from a compiled and a cached set */
+    un_rng rng;
+    un_rng_seed(&rng, 77);
+    for (int gi = 0; gi < 10; gi++) {
+        un_graph *g = rw_random_graph(spec, &rng, 9);
+        un_match_list l[2] = {{0}, {0}};
+        for (int k = 0; k < 2; k++) {
+            un_matcher *m = NULL;
+            EXPECT_OK(ctx, un_matcher_new(ctx, set[k], g, &m));
+            EXPECT_OK(ctx, un_match_all(ctx, m, &l[k]));
+            un_matcher_free(m);
+        }
+        EXPECT_EQ(l[0].n, l[1].n);
+        for (int64_t i = 0; i < l[0].n && i < l[1].n; i++)
+            EXPECT_EQ(memcmp(&l[0].v[i], &l[1].v[i], sizeof l[0].v[i]), 0);
+        un_match_list_deinit(&l[0]);
+        un_match_list_deinit(&l[1]);
+        un_graph_free(g);
+    }
+    for (int k = 0; k < 4; k++)
+        un_ruleset_free(set[k]);
+    for (int64_t j = 0; j < n; j++)
+        un_rule_free(rules[j]);
+    free(rules);
+    free(ids);
+    rulesdb_free(db);
+    un_ctx_free(ctx);
+}
+
 /* A one-rule set from src => dst (single output each, both built over the same input names). */
 static un_ruleset *one_rule(un_ctx *ctx, un_graph *src, un_ref so, un_graph *dst, un_ref to,
                             int n_out, const un_ref *so2, const un_ref *to2) {
@@ -292,6 +395,7 @@ int main(void) {
         {"interior_and_layout", test_interior_and_layout},
         {"cycle", test_cycle},
         {"brute_force", test_brute_force},
+        {"compact_and_cache", test_compact_and_cache},
         {"bad_input", test_bad_input},
     };
     int rc = TEST_RUN_ALL(cases);
