@@ -414,14 +414,8 @@ static un_status rule_decode(un_ctx *ctx, const un_spec *spec, const uint8_t *p,
     return UN_OK;
 }
 
-/* Adds rule r (taken over and freed: the set keeps its compact form) as a new entry. false when
- * its pattern is too big. */
-static bool set_add(un_ruleset *set, un_rule *r, int32_t id, bool reversed) {
-    un__pat pat;
-    if (!pat_compile(r, &pat, set->arena)) {
-        un_rule_free(r);
-        return false;
-    }
+/* Room for one more entry. */
+static void set_grow(un_ruleset *set) {
     if (set->n == set->cap) {
         set->cap = set->cap ? set->cap * 2 : 64;
         set->rules = un_xrealloc(set->rules, (size_t)set->cap * sizeof *set->rules);
@@ -431,6 +425,17 @@ static bool set_add(un_ruleset *set, un_rule *r, int32_t id, bool reversed) {
         set->reversed = un_xrealloc(set->reversed, (size_t)set->cap * sizeof *set->reversed);
         set->pats = un_xrealloc(set->pats, (size_t)set->cap * sizeof *set->pats);
     }
+}
+
+/* Adds rule r (taken over and freed: the set keeps its compact form) as a new entry. false when
+ * its pattern is too big. */
+static bool set_add(un_ruleset *set, un_rule *r, int32_t id, bool reversed) {
+    un__pat pat;
+    if (!pat_compile(r, &pat, set->arena)) {
+        un_rule_free(r);
+        return false;
+    }
+    set_grow(set);
     uint32_t len;
     uint8_t *blob = rule_encode(r, &len);
     set->blob[set->n] = un_arena_alloc(set->arena, len, 1);
@@ -610,15 +615,7 @@ static bool entry_read(load_state *ls, const uint8_t **q, const uint8_t *end, in
         pat.binds = un_arena_alloc(set->arena, (size_t)pat.n_binds * sizeof(un__bind) + 1, 8);
         memcpy(pat.binds, c, (size_t)pat.n_binds * sizeof(un__bind));
         c += (size_t)pat.n_binds * sizeof(un__bind);
-        if (set->n == set->cap) {
-            set->cap = set->cap ? set->cap * 2 : 64;
-            set->rules = un_xrealloc(set->rules, (size_t)set->cap * sizeof *set->rules);
-            set->blob = un_xrealloc(set->blob, (size_t)set->cap * sizeof *set->blob);
-            set->blob_len = un_xrealloc(set->blob_len, (size_t)set->cap * sizeof *set->blob_len);
-            set->ids = un_xrealloc(set->ids, (size_t)set->cap * sizeof *set->ids);
-            set->reversed = un_xrealloc(set->reversed, (size_t)set->cap * sizeof *set->reversed);
-            set->pats = un_xrealloc(set->pats, (size_t)set->cap * sizeof *set->pats);
-        }
+        set_grow(set);
         set->blob[set->n] = un_arena_alloc(set->arena, len + 1, 1);
         memcpy(set->blob[set->n], blob, len);
         set->blob_len[set->n] = len;
