@@ -20,13 +20,17 @@ static const char *USAGE =
     "  --model M   a zoo model (runtime/zoo.h) at paper size instead of a file (--tiny: tiny)\n"
     "  --apply-each N  apply each of the first N matches to the graph, timed (rewrites/s)\n"
     "  --reversed  also use every rule backwards\n"
+    "  --load-only load the rules, print the load's statistics and stop (no graph)\n"
+    "  --no-cache  do not use or write the compiled cache DB.compiled\n"
+    "  --baseline  with --load-only: load every rule as a whole un_rule (rulesdb_load_verified),\n"
+    "              the form before the compact one, for comparison\n"
     "  --ops FILE  the spec set in use (default specs/ops.json)\n";
 
 typedef struct {
     const char *ops, *out, *dot, *model, *pos[2];
     int npos;
     int64_t rule, match, apply_each;
-    bool list, reversed, tiny;
+    bool list, reversed, tiny, load_only, no_cache, baseline;
 } opts;
 
 static int usage_error(const char *fmt, const char *arg) {
@@ -73,6 +77,13 @@ static int parse_args(int argc, char **argv, opts *o) {
             o->tiny = true;
             continue;
         }
+        if (!strcmp(a, "--load-only") || !strcmp(a, "--no-cache") || !strcmp(a, "--baseline")) {
+            bool *f = !strcmp(a, "--load-only") ? &o->load_only
+                      : !strcmp(a, "--no-cache") ? &o->no_cache
+                                                 : &o->baseline;
+            *f = true;
+            continue;
+        }
         bool known = !strcmp(a, "--rule") || !strcmp(a, "--match") || !strcmp(a, "-o") ||
                      !strcmp(a, "--dot") || !strcmp(a, "--ops") || !strcmp(a, "--model") ||
                      !strcmp(a, "--apply-each");
@@ -99,7 +110,11 @@ static int parse_args(int argc, char **argv, opts *o) {
         if (rc)
             return rc;
     }
-    if (o->npos != (o->model ? 1 : 2))
+    if (o->baseline && !o->load_only)
+        return usage_error("--baseline goes with --load-only%s", "");
+    if (o->load_only && (o->npos != 1 || o->model))
+        return usage_error("--load-only wants just a rule database%s", "");
+    if (!o->load_only && o->npos != (o->model ? 1 : 2))
         return usage_error("wants a rule database and a graph (a file or --model NAME)%s", "");
     if (o->tiny && !o->model)
         return usage_error("--tiny goes with --model%s", "");
@@ -143,9 +158,32 @@ static int run(un_ctx *ctx, const opts *o) {
         st = rulesdb_open(ctx, o->pos[0], spec, RULESDB_READONLY, &db);
     un_ruleset_params p = un_ruleset_params_default();
     p.reversed = o->reversed;
-    un_ruleset_stats rs;
+    p.cache = !o->no_cache;
+    un_ruleset_stats rs = {0};
+    if (st == UN_OK && o->baseline) {
+        un_rule **all = NULL;
+        int64_t n = 0, stale = 0;
+        double t0 = now_s();
+        st = rulesdb_load_verified(ctx, db, &all, &n, &stale);
+        if (st == UN_OK)
+            printf("baseline: loaded %lld verified rules as whole rules in %.3f s\n", (long long)n,
+                   now_s() - t0);
+        for (int64_t i = 0; i < n; i++)
+            un_rule_free(all[i]);
+        free(all);
+        goto done;
+    }
     if (st == UN_OK)
         st = un_ruleset_load(ctx, db, &p, &set, &rs);
+    if (st == UN_OK && o->load_only) {
+        printf("loaded %lld verified rules as %lld entries in %.3f s (%lld from the compiled "
+               "cache, %lld compiled%s), %.1f MB; %lld stale, %lld too big, %lld not reversible\n",
+               (long long)rs.verified, (long long)rs.loaded, rs.load_s, (long long)rs.cache_hits,
+               (long long)rs.cache_misses, rs.cache_written ? ", cache written" : "",
+               (double)rs.bytes / 1e6, (long long)rs.stale, (long long)rs.too_big,
+               (long long)rs.not_reversed);
+        goto done;
+    }
     un_model zm = {0};
     if (st == UN_OK && o->model) {
         st = un_zoo_build(ctx, spec, o->model, o->tiny, 0, &zm);
@@ -210,12 +248,13 @@ static int run(un_ctx *ctx, const opts *o) {
     double dt = now_s() - t0;
     if (st == UN_OK) {
         un_match_stats mst = un_matcher_stats(m);
-        printf("%lld matches of %lld rules (%lld entries%s) on %d nodes in %.3f s; rejected "
-               "node maps: %lld interior tensor used outside, %lld cyclic, %lld not "
-               "instantiable\n",
+        printf("%lld matches of %lld rules (%lld entries%s) on %d nodes in %.3f s; %lld (rule, "
+               "root node) pairs tried; rejected node maps: %lld interior tensor used outside, "
+               "%lld cyclic, %lld not instantiable\n",
                (long long)ms.n, (long long)with, (long long)un_ruleset_count(set),
                o->reversed ? ", with reversed" : "", (int)un_graph_node_count(g), dt,
-               (long long)mst.outside_use, (long long)mst.cyclic, (long long)mst.inst_failed);
+               (long long)mst.roots_tried, (long long)mst.outside_use, (long long)mst.cyclic,
+               (long long)mst.inst_failed);
     }
     for (int64_t k = 0; st == UN_OK && o->apply_each && k < ms.n && k < o->apply_each; k++) {
         if (k == 0)
@@ -265,6 +304,7 @@ static int run(un_ctx *ctx, const opts *o) {
                    (int)un_graph_node_count(g), (int)un_graph_node_count(ng));
         }
     }
+done:
     if (st != UN_OK)
         fprintf(stderr, "unity-rewrite: %s: %s\n", un_status_str(st), un_ctx_errmsg(ctx));
     free(hl);

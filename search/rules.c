@@ -533,7 +533,7 @@ typedef struct cache_hdr {
     uint64_t n_rules;
 } cache_hdr;
 
-/* One rule's record: this header, then n_entries entries (uint8 reversed, uint32 blob length,
+/* One rule's record: its length (uint32, of what follows), this header, then n_entries entries (uint8 reversed, uint32 blob length,
  * the blob, the un__pat with its pointers zeroed, uint16 n_params, the params, the input shapes,
  * the variable occurrences), then a checksum (uint64) over all of it. */
 typedef struct cache_rec {
@@ -555,17 +555,16 @@ typedef struct rinfo {
 typedef struct load_state {
     un_ruleset *set;
     const un_ruleset_params *p;
-    const uint8_t *cache; /* the cache file, or NULL */
-    char *cache_mem;      /* owned: the same bytes */
-    size_t cache_len;
-    size_t *slot;         /* open addressing by id: offset + 1 of the rule's record, 0 empty */
-    size_t n_slot;
+    FILE *cache;          /* the cache file, read record by record in id order; NULL: none */
+    uint64_t cache_left;  /* records not read yet */
+    uint8_t *buf;         /* owned: room for one record */
+    uint8_t *rec;         /* the current record (checked; in buf), or NULL */
+    size_t rec_len, rec_cap;
+    int32_t rec_id;
     rinfo *info;
     int64_t n_info, cap_info;
     int64_t hits, misses;
 } load_state;
-
-static uint64_t slot_hash(int32_t id) { return un_mix64((uint64_t)(uint32_t)id); }
 
 static void info_push(load_state *ls, rinfo ri) {
     if (ls->n_info == ls->cap_info) {
@@ -631,47 +630,82 @@ static bool entry_read(load_state *ls, const uint8_t **q, const uint8_t *end, in
     return true;
 }
 
+/* Reads the next record of the cache into ls->rec and checks it (checksum, entries); on any
+ * failure the rest of the cache is ignored. */
+static bool cache_next(load_state *ls) {
+    ls->rec = NULL;
+    if (!ls->cache || ls->cache_left == 0)
+        return false;
+    uint32_t len;
+    bool ok = fread(&len, sizeof len, 1, ls->cache) == 1 && len >= sizeof(cache_rec) + 8 &&
+              len < (1u << 24);
+    if (ok && len > ls->rec_cap) {
+        ls->rec_cap = len;
+        ls->buf = un_xrealloc(ls->buf, len);
+    }
+    ok = ok && fread(ls->buf, 1, len, ls->cache) == len;
+    if (ok) {
+        uint64_t sum;
+        memcpy(&sum, ls->buf + len - 8, 8);
+        ok = sum == un_hash_bytes(ls->buf, len - 8, 0x75726331u);
+    }
+    cache_rec rec;
+    if (ok) {
+        memcpy(&rec, ls->buf, sizeof rec);
+        const uint8_t *q = ls->buf + sizeof rec, *end = ls->buf + len - 8;
+        for (int e = 0; e < rec.n_entries && ok; e++)
+            ok = entry_read(ls, &q, end, rec.id, false);
+        ok = ok && q == end && (ls->rec_id < 0 || rec.id > ls->rec_id);
+    }
+    if (!ok) {
+        fclose(ls->cache);
+        ls->cache = NULL;
+        return false;
+    }
+    ls->cache_left--;
+    ls->rec = ls->buf;
+    ls->rec_len = len - 8;
+    ls->rec_id = rec.id;
+    return true;
+}
+
 /* rulesdb_skip_fn: takes the rule from the cache when it holds it (same id and hash, and its
- * reverse when reverses are wanted). */
+ * reverse when reverses are wanted). Rules come in id order, and so does the cache. */
 static bool cache_skip(void *user, int32_t id, uint64_t hash) {
     load_state *ls = user;
-    if (!ls->cache)
+    while ((!ls->rec || ls->rec_id < id) && cache_next(ls))
+        ;
+    if (!ls->rec || ls->rec_id != id)
         return false;
-    for (size_t i = slot_hash(id) & (ls->n_slot - 1);; i = (i + 1) & (ls->n_slot - 1)) {
-        if (!ls->slot[i])
-            return false;
-        const uint8_t *q = ls->cache + ls->slot[i] - 1;
-        cache_rec rec;
-        memcpy(&rec, q, sizeof rec);
-        if (rec.id != id)
-            continue;
-        if (rec.hash != hash || (ls->p->reversed && !(rec.flags & RF_REV_TRIED)) ||
-            (rec.flags & RF_OVER_SIZE))
-            return false;
-        un_ruleset *set = ls->set;
-        bool over = ls->p->max_size > 0 && rec.size > ls->p->max_size;
-        rinfo ri = {id, rec.flags, rec.size, hash, set->n, 0};
-        q += sizeof rec;
-        const uint8_t *end = ls->cache + ls->cache_len;
-        for (int e = 0; e < rec.n_entries; e++) {
-            bool rev = q < end && q[0];
-            if (!entry_read(ls, &q, end, id, !over && (!rev || ls->p->reversed)))
-                return false; /* cannot happen: checked when the cache was opened */
-        }
-        ri.n = (int32_t)(set->n - ri.first);
-        if (over) {
-            set->stats.too_big++;
-            return true;
-        }
-        set->stats.too_big += ((rec.flags & RF_FWD_BIG) != 0) +
-                              (ls->p->reversed && (rec.flags & RF_REV_BIG) != 0);
-        set->stats.not_reversed += ls->p->reversed && (rec.flags & RF_NOT_REV) != 0;
-        if (!ls->p->reversed) /* the record's reverse is not wanted: not cached as such */
-            ri.flags &= (uint8_t)~(RF_REV_TRIED | RF_NOT_REV | RF_REV_BIG);
-        info_push(ls, ri);
-        ls->hits++;
+    const uint8_t *q = ls->rec;
+    cache_rec rec;
+    memcpy(&rec, q, sizeof rec);
+    if (rec.hash != hash || (ls->p->reversed && !(rec.flags & RF_REV_TRIED)) ||
+        (rec.flags & RF_OVER_SIZE))
+        return false;
+    un_ruleset *set = ls->set;
+    bool over = ls->p->max_size > 0 && rec.size > ls->p->max_size;
+    rinfo ri = {id, rec.flags, rec.size, hash, set->n, 0};
+    q += sizeof rec;
+    const uint8_t *end = ls->rec + ls->rec_len;
+    for (int e = 0; e < rec.n_entries; e++) {
+        bool rev = q < end && q[0];
+        if (!entry_read(ls, &q, end, id, !over && (!rev || ls->p->reversed)))
+            return false; /* cannot happen: cache_next checked it */
+    }
+    ri.n = (int32_t)(set->n - ri.first);
+    if (over) {
+        set->stats.too_big++;
         return true;
     }
+    set->stats.too_big +=
+        ((rec.flags & RF_FWD_BIG) != 0) + (ls->p->reversed && (rec.flags & RF_REV_BIG) != 0);
+    set->stats.not_reversed += ls->p->reversed && (rec.flags & RF_NOT_REV) != 0;
+    if (!ls->p->reversed) /* the record's reverse is not wanted: not cached as such */
+        ri.flags &= (uint8_t)~(RF_REV_TRIED | RF_NOT_REV | RF_REV_BIG);
+    info_push(ls, ri);
+    ls->hits++;
+    return true;
 }
 
 /* rulesdb_take_fn: a rule the cache does not hold, compiled now. */
@@ -687,60 +721,23 @@ static un_status cache_take(void *user, int32_t id, uint64_t hash, un_rule *r) {
     return UN_OK;
 }
 
-/* Opens the cache at path when it fits this spec set and build, checking every record. */
+/* Opens the cache at path when it fits this spec set and build (records are checked as they
+ * are read). */
 static void cache_open(load_state *ls, const char *path, uint64_t spec) {
-    char *text = NULL;
-    size_t len = 0;
-    if (un_read_file(NULL, path, &text, &len) != UN_OK)
-        return;
+    ls->rec_id = -1;
+    FILE *f = fopen(path, "rb");
     cache_hdr h;
-    bool ok = len >= sizeof h;
-    if (ok) {
-        memcpy(&h, text, sizeof h);
-        ok = h.magic == CACHE_MAGIC && h.version == CACHE_VERSION && h.spec == spec &&
-             h.pat_size == sizeof(un__pat) && h.param_size == sizeof(un_param) &&
-             h.shape_size == sizeof(un_shape) && h.bind_size == sizeof(un__bind) &&
-             h.n_rules < len;
+    if (!f)
+        return;
+    if (fread(&h, sizeof h, 1, f) == 1 && h.magic == CACHE_MAGIC &&
+        h.version == CACHE_VERSION && h.spec == spec && h.pat_size == sizeof(un__pat) &&
+        h.param_size == sizeof(un_param) && h.shape_size == sizeof(un_shape) &&
+        h.bind_size == sizeof(un__bind)) {
+        ls->cache = f;
+        ls->cache_left = h.n_rules;
+        return;
     }
-    if (ok) {
-        ls->n_slot = 16;
-        while (ls->n_slot < 2 * h.n_rules + 2)
-            ls->n_slot *= 2;
-        ls->slot = un_xcalloc(ls->n_slot, sizeof *ls->slot);
-        const uint8_t *q = (const uint8_t *)text + sizeof h, *end = (const uint8_t *)text + len;
-        ls->cache = (const uint8_t *)text;
-        ls->cache_mem = text;
-        ls->cache_len = len;
-        for (uint64_t k = 0; k < h.n_rules && ok; k++) {
-            const uint8_t *start = q;
-            cache_rec rec;
-            ok = (size_t)(end - q) >= sizeof rec;
-            if (!ok)
-                break;
-            memcpy(&rec, q, sizeof rec);
-            q += sizeof rec;
-            for (int e = 0; e < rec.n_entries && ok; e++)
-                ok = entry_read(ls, &q, end, rec.id, false);
-            uint64_t sum;
-            ok = ok && (size_t)(end - q) >= sizeof sum;
-            if (!ok)
-                break;
-            memcpy(&sum, q, sizeof sum);
-            ok = sum == un_hash_bytes(start, (size_t)(q - start), 0x75726331u);
-            q += sizeof sum;
-            size_t i = slot_hash(rec.id) & (ls->n_slot - 1);
-            while (ls->slot[i])
-                i = (i + 1) & (ls->n_slot - 1);
-            ls->slot[i] = (size_t)(start - (const uint8_t *)text) + 1;
-        }
-    }
-    if (!ok) {
-        free(ls->slot);
-        ls->slot = NULL;
-        ls->cache = NULL;
-        ls->cache_mem = NULL;
-        free(text);
-    }
+    fclose(f);
 }
 
 static void wb_bytes(wbuf *b, const void *p, size_t n) {
@@ -763,6 +760,9 @@ static bool cache_write(const load_state *ls, const char *path, uint64_t spec) {
     wb_bytes(&b, &h, sizeof h);
     for (int64_t k = 0; k < ls->n_info; k++) {
         const rinfo *ri = &ls->info[k];
+        uint32_t rec_len = 0;
+        size_t at = b.n;
+        wb_bytes(&b, &rec_len, sizeof rec_len);
         size_t start = b.n;
         cache_rec rec = {ri->id, ri->flags, (uint8_t)ri->n, ri->size, ri->hash};
         wb_bytes(&b, &rec, sizeof rec);
@@ -791,6 +791,8 @@ static bool cache_write(const load_state *ls, const char *path, uint64_t spec) {
         }
         uint64_t sum = un_hash_bytes(b.p + start, b.n - start, 0x75726331u);
         wb_bytes(&b, &sum, sizeof sum);
+        rec_len = (uint32_t)(b.n - start);
+        memcpy(b.p + at, &rec_len, sizeof rec_len);
     }
     char tmp[4300];
     snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
@@ -829,8 +831,9 @@ un_status un_ruleset_load(un_ctx *ctx, rulesdb *db, const un_ruleset_params *par
         if (p.cache && ls.misses > 0 && p.max_size == 0)
             set->stats.cache_written = cache_write(&ls, cpath, rulesdb_spec_hash(db));
     }
-    free(ls.cache_mem);
-    free(ls.slot);
+    if (ls.cache)
+        fclose(ls.cache);
+    free(ls.buf);
     free(ls.info);
     if (st != UN_OK) {
         un_ruleset_free(set);

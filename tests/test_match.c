@@ -107,8 +107,8 @@ static void test_brute_force(void) {
 }
 
 /* The compact form and the compiled cache: every entry's rule decodes to the stored rule (same
- * canonical JSON); a second load comes from DB.compiled and matches the same; a damaged or
- * foreign cache is ignored and rewritten. */
+ * canonical JSON); a second load comes from DB.compiled and matches the same; a cache damaged
+ * from some record on, or foreign, is used up to there (not at all) and rewritten. */
 static void test_compact_and_cache(void) {
     if (!rw_db_make())
         return;
@@ -155,7 +155,8 @@ static void test_compact_and_cache(void) {
     EXPECT_TRUE(st[0].cache_written);
     EXPECT_EQ(st[1].cache_hits, n);
     EXPECT_EQ(st[1].cache_misses, 0);
-    EXPECT_EQ(st[2].cache_hits, 0);
+    /* records before the damage are used, the rest compiled again and the cache rewritten */
+    EXPECT_TRUE(st[2].cache_hits < n && st[2].cache_misses > 0 && st[2].cache_written);
     EXPECT_EQ(st[3].cache_hits, 0);
     for (int k = 1; k < 4; k++)
         EXPECT_EQ(st[k].loaded, st[0].loaded);
