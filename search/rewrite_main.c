@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "runtime/strategy.h"
 #include "runtime/zoo.h"
 #include "search/apply.h"
 
@@ -19,6 +20,7 @@ static const char *USAGE =
     "  with the new nodes highlighted.\n"
     "  --model M   a zoo model (runtime/zoo.h) at paper size instead of a file (--tiny: tiny)\n"
     "  --apply-each N  apply each of the first N matches to the graph, timed (rewrites/s)\n"
+    "  --data-parallel K  match on the data-parallel version of the graph for K devices\n"
     "  --reversed  also use every rule backwards\n"
     "  --load-only load the rules, print the load's statistics and stop (no graph)\n"
     "  --no-cache  do not use or write the compiled cache DB.compiled\n"
@@ -29,7 +31,7 @@ static const char *USAGE =
 typedef struct {
     const char *ops, *out, *dot, *model, *pos[2];
     int npos;
-    int64_t rule, match, apply_each;
+    int64_t rule, match, apply_each, dp;
     bool list, reversed, tiny, load_only, no_cache, baseline;
 } opts;
 
@@ -86,7 +88,7 @@ static int parse_args(int argc, char **argv, opts *o) {
         }
         bool known = !strcmp(a, "--rule") || !strcmp(a, "--match") || !strcmp(a, "-o") ||
                      !strcmp(a, "--dot") || !strcmp(a, "--ops") || !strcmp(a, "--model") ||
-                     !strcmp(a, "--apply-each");
+                     !strcmp(a, "--apply-each") || !strcmp(a, "--data-parallel");
         if (!known)
             return usage_error("unknown option %s", a);
         if (!v)
@@ -105,6 +107,8 @@ static int parse_args(int argc, char **argv, opts *o) {
             o->model = v;
         else if (!strcmp(a, "--apply-each"))
             rc = parse_int(a, v, 1, &o->apply_each);
+        else if (!strcmp(a, "--data-parallel"))
+            rc = parse_int(a, v, 2, &o->dp);
         else
             o->ops = v;
         if (rc)
@@ -195,6 +199,12 @@ static int run(un_ctx *ctx, const opts *o) {
         st = un_graph_load(ctx, spec, o->pos[1], &g);
     }
     un_model_free(&zm);
+    if (st == UN_OK && o->dp) {
+        un_graph *dpg = NULL;
+        st = un_strategy_data(ctx, g, (int)o->dp, &dpg);
+        un_graph_free(g);
+        g = dpg;
+    }
     if (st == UN_OK)
         printf("loaded %lld verified rules as %lld entries in %.3f s (%lld from the compiled cache, "
                "%lld compiled%s), %.1f MB\n",
