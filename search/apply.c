@@ -14,6 +14,8 @@ typedef struct apply_state {
     const un_rule *inst; /* the rule instantiated at the match */
     const un_match *mt;
     const bool *removed; /* the match's operator nodes */
+    bool out_used[UN_RULE_MAX_OUTS]; /* the mapped output is read by a kept node or is a graph
+                                      * output (the target nodes only it needs are not added) */
     int32_t *origin;     /* new id -> old id, -1 for the target's nodes */
     int32_t origin_cap;
     un_ref tmap[UN_MATCH_MAX_NODES * UN_MAX_OUTPUTS]; /* target node output -> new ref */
@@ -35,6 +37,14 @@ static un_status add_target(un_ctx *ctx, apply_state *a, const un_graph *g, un_g
                             un_ref *map) {
     const un_rule *r = a->inst;
     const un_graph *dst = r->dst;
+    bool need[UN_MATCH_MAX_NODES] = {0};
+    for (int i = 0; i < r->n_out; i++)
+        need[r->dst_out[i].node] |= a->out_used[i];
+    for (int32_t v = un_graph_node_count(dst) - 1; v >= 0; v--) {
+        const un_node *nd = un_graph_node(dst, v);
+        for (int k = 0; need[v] && k < nd->n_in; k++)
+            need[nd->in[k].node] = true;
+    }
     for (int i = 0; i < un_rule_input_count(r); i++) {
         un_ref t = a->mt->input[i];
         un_ref nt = map[t.node * UN_MAX_OUTPUTS + t.out];
@@ -45,7 +55,7 @@ static un_status add_target(un_ctx *ctx, apply_state *a, const un_graph *g, un_g
     }
     for (int32_t v = 0; v < un_graph_node_count(dst); v++) {
         const un_node *nd = un_graph_node(dst, v);
-        if (un_op_kind_of(nd->op) == UN_OPK_SOURCE)
+        if (un_op_kind_of(nd->op) == UN_OPK_SOURCE || !need[v])
             continue;
         un_ref ins[UN_MAX_INPUTS];
         for (int k = 0; k < nd->n_in; k++)
@@ -180,6 +190,19 @@ un_status un_apply(un_ctx *ctx, const un_ruleset *set, const un_graph *g, const 
         if (live[x] && !removed[x] && (dep[x] || x > last_in))
             order[n_order++] = x;
     apply_state a = {.inst = inst, .mt = mt, .removed = removed};
+    for (int i = 0; i < r->n_out; i++) {
+        un_ref so = r->src_out[i];
+        int32_t x = mt->node[so.node];
+        for (int32_t k = 0; k < un_graph_output_count(g) && !a.out_used[i]; k++) {
+            un_ref o = un_graph_output(g, k);
+            a.out_used[i] = o.node == x && o.out == so.out;
+        }
+        for (int32_t y = x + 1; y < n && !a.out_used[i]; y++) {
+            const un_node *nd = un_graph_node(g, y);
+            for (int k = 0; live[y] && !removed[y] && k < nd->n_in; k++)
+                a.out_used[i] |= nd->in[k].node == x && nd->in[k].out == so.out;
+        }
+    }
     for (int i = 0; i < UN_MATCH_MAX_NODES * UN_MAX_OUTPUTS; i++)
         a.tmap[i] = (un_ref){-1, -1};
     for (int i = 0; st == UN_OK && i < n_in; i++)
