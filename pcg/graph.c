@@ -1379,7 +1379,8 @@ un_status un_graph_to_dot(un_ctx *ctx, const un_graph *g, un_buf *out) {
     return UN_OK;
 }
 
-/* ---- copies with a remap ---------------------------------------------------------------------- */
+/* ---- copies with a remap ----------------------------------------------------------------------
+ */
 
 un_status un_graph_copy_node(un_ctx *ctx, const un_graph *g, int32_t id, const un_param *params,
                              un_graph *ng, un_ref *map, int32_t *nid) {
@@ -1391,8 +1392,8 @@ un_status un_graph_copy_node(un_ctx *ctx, const un_graph *g, int32_t id, const u
         UN_ASSERT(ins[t].node >= 0);
     }
     int32_t k = -1;
-    un_status st = un_graph_add(ctx, ng, nd->op, params ? params : nd->params, ins, nd->n_in,
-                                nd->name, &k);
+    un_status st =
+        un_graph_add(ctx, ng, nd->op, params ? params : nd->params, ins, nd->n_in, nd->name, &k);
     if (nid)
         *nid = k;
     if (st != UN_OK)
@@ -1403,9 +1404,8 @@ un_status un_graph_copy_node(un_ctx *ctx, const un_graph *g, int32_t id, const u
     return UN_OK;
 }
 
-un_status un_graph_copy_remap(un_ctx *ctx, const un_graph *g, const int32_t *order,
-                              int32_t n_order, un_graph_copy_fn fn, void *user, un_graph **out,
-                              un_ref **map_out) {
+un_status un_graph_copy_remap(un_ctx *ctx, const un_graph *g, const int32_t *order, int32_t n_order,
+                              un_graph_copy_fn fn, void *user, un_graph **out, un_ref **map_out) {
     *out = NULL;
     if (map_out)
         *map_out = NULL;
@@ -1419,7 +1419,8 @@ un_status un_graph_copy_remap(un_ctx *ctx, const un_graph *g, const int32_t *ord
     for (int32_t i = 0; i < steps && st == UN_OK; i++) {
         int32_t id = order ? order[i] : i;
         UN_ASSERT(id < n);
-        st = fn ? fn(ctx, user, g, id, ng, map) : un_graph_copy_node(ctx, g, id, NULL, ng, map, NULL);
+        st = fn ? fn(ctx, user, g, id, ng, map)
+                : un_graph_copy_node(ctx, g, id, NULL, ng, map, NULL);
     }
     int32_t no = un_graph_output_count(g);
     un_ref *outs = un_xcalloc((size_t)no + 1, sizeof *outs);

@@ -281,7 +281,7 @@ un_status un_strategy_fold_weights(un_ctx *ctx, const un_graph *g, un_graph **ou
     *out = NULL;
     int32_t n = un_graph_node_count(g);
     int32_t *folded_into = un_xcalloc((size_t)n, sizeof *folded_into); /* weight -> last op */
-    bool *gone = un_xcalloc((size_t)n, sizeof *gone);                   /* folded parallel ops */
+    bool *gone = un_xcalloc((size_t)n, sizeof *gone);                  /* folded parallel ops */
     for (int32_t id = 0; id < n; id++) {
         folded_into[id] = -1;
         if (un_graph_node(g, id)->op != UN_OP_WEIGHT)

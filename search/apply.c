@@ -13,10 +13,10 @@
 typedef struct apply_state {
     const un_rule *inst; /* the rule instantiated at the match */
     const un_match *mt;
-    const bool *removed; /* the match's operator nodes */
+    const bool *removed;             /* the match's operator nodes */
     bool out_used[UN_RULE_MAX_OUTS]; /* the mapped output is read by a kept node or is a graph
                                       * output (the target nodes only it needs are not added) */
-    int32_t *origin;     /* new id -> old id, -1 for the target's nodes */
+    int32_t *origin;                 /* new id -> old id, -1 for the target's nodes */
     int32_t origin_cap;
     un_ref tmap[UN_MATCH_MAX_NODES * UN_MAX_OUTPUTS]; /* target node output -> new ref */
 } apply_state;
@@ -129,8 +129,7 @@ un_status un_apply(un_ctx *ctx, const un_ruleset *set, const un_graph *g, const 
         bool op_node = un_op_kind_of(un_graph_node(r->src, v)->op) != UN_OPK_SOURCE;
         if (op_node != (x >= 0) || x >= n || (x >= 0 && removed[x])) {
             free(removed);
-            return un_ctx_error(ctx, UN_ERR_INVALID, "apply: match node %d is not in the graph",
-                                v);
+            return un_ctx_error(ctx, UN_ERR_INVALID, "apply: match node %d is not in the graph", v);
         }
         if (x >= 0)
             removed[x] = true;
@@ -252,8 +251,9 @@ un_status un_apply_dot(un_ctx *ctx, const un_graph *g, const bool *highlight, un
             const char *end = s + len;
             while (end > s && (end[-1] == '\n' || end[-1] == ';' || end[-1] == ']'))
                 end--;
-            un_buf_printf(out, "%.*s, color=\"#d62728\", penwidth=2.5, style=\"filled\", "
-                               "fillcolor=\"#ffd8a8\"];\n",
+            un_buf_printf(out,
+                          "%.*s, color=\"#d62728\", penwidth=2.5, style=\"filled\", "
+                          "fillcolor=\"#ffd8a8\"];\n",
                           (int)(end - s), s);
         } else {
             un_buf_printf(out, "%.*s", (int)len, s);

@@ -13,13 +13,13 @@ struct un_matcher {
     const un_ruleset *set;
     const un_graph *g;
     int32_t n;
-    int32_t *cons_at;     /* consumers of node v: cons[cons_at[v] .. cons_at[v + 1]) */
-    un_ref *cons;         /* (consumer node, its input slot) */
-    int32_t *op_at;       /* nodes with op o: by_op[op_at[o] .. op_at[o + 1]) */
+    int32_t *cons_at; /* consumers of node v: cons[cons_at[v] .. cons_at[v + 1]) */
+    un_ref *cons;     /* (consumer node, its input slot) */
+    int32_t *op_at;   /* nodes with op o: by_op[op_at[o] .. op_at[o + 1]) */
     int32_t *by_op;
-    uint8_t *is_out;      /* per node: bit k set when output k is a graph output */
-    uint32_t *mark;       /* == epoch: in the current match */
-    uint32_t *seen;       /* == epoch: visited by the cycle search */
+    uint8_t *is_out; /* per node: bit k set when output k is a graph output */
+    uint32_t *mark;  /* == epoch: in the current match */
+    uint32_t *seen;  /* == epoch: visited by the cycle search */
     uint32_t epoch;
     int32_t *queue;
     un_match_stats stats;
@@ -27,8 +27,8 @@ struct un_matcher {
 
 /* The search state: images of pattern nodes, tensors bound to pattern inputs, variable values. */
 typedef struct mstate {
-    int32_t img[UN_MATCH_MAX_NODES];  /* graph node, -1 unplaced (operator nodes) */
-    un_ref bind[UN_MATCH_MAX_NODES];  /* pattern input node -> tensor ({-1,-1} unbound) */
+    int32_t img[UN_MATCH_MAX_NODES]; /* graph node, -1 unplaced (operator nodes) */
+    un_ref bind[UN_MATCH_MAX_NODES]; /* pattern input node -> tensor ({-1,-1} unbound) */
     int64_t val[UN_RULE_MAX_VARS];
     bool has_val[UN_RULE_MAX_VARS];
 } mstate;
@@ -279,7 +279,7 @@ static bool finish(un_matcher *m, int64_t rule, const un__pat *p, mstate *s, un_
     un_shape shapes[UN_MATCH_MAX_NODES];
     for (int i = 0; i < n_in; i++) {
         un_ref t = s->bind[p->input_node[i]];
-        UN_ASSERT(t.node >= 0); /* every rule input is used (un_rule_make) */
+        UN_ASSERT(t.node >= 0);            /* every rule input is used (un_rule_make) */
         if (m->mark[t.node] == m->epoch) { /* an input computed inside the match */
             m->stats.cyclic++;
             return false;
@@ -297,8 +297,8 @@ static bool finish(un_matcher *m, int64_t rule, const un__pat *p, mstate *s, un_
             bool outside = (m->is_out[x] >> o) & 1;
             for (int32_t e = m->cons_at[x]; e < m->cons_at[x + 1] && !outside; e++) {
                 un_ref c = m->cons[e];
-                outside = un_graph_node(m->g, c.node)->in[c.out].out == o &&
-                          m->mark[c.node] != m->epoch;
+                outside =
+                    un_graph_node(m->g, c.node)->in[c.out].out == o && m->mark[c.node] != m->epoch;
             }
             if (outside) {
                 m->stats.outside_use++;
@@ -368,8 +368,8 @@ static void step(search *q, const mstate *s, int k) {
     case UN__STEP_CONSUMER: {
         const un__pnode *pn = &q->p->nodes[st->node];
         un_ref pin = {pn->in_node[st->slot], pn->in_out[st->slot]};
-        un_ref t = q->p->input_of[pin.node] >= 0 ? s->bind[pin.node]
-                                                 : (un_ref){s->img[pin.node], pin.out};
+        un_ref t =
+            q->p->input_of[pin.node] >= 0 ? s->bind[pin.node] : (un_ref){s->img[pin.node], pin.out};
         UN_ASSERT(t.node >= 0);
         for (int32_t e = m->cons_at[t.node]; e < m->cons_at[t.node + 1]; e++) {
             un_ref c = m->cons[e];
@@ -470,6 +470,5 @@ void un_match_str(const un_matcher *m, const un_match *mt, un_buf *out) {
     }
     un_buf_printf(out, "]");
     for (int a = 0; a < r->n_vars; a++)
-        un_buf_printf(out, "%s%s=%lld", a ? ", " : ": ", r->vars[a].name,
-                      (long long)mt->values[a]);
+        un_buf_printf(out, "%s%s=%lld", a ? ", " : ": ", r->vars[a].name, (long long)mt->values[a]);
 }

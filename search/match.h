@@ -25,12 +25,12 @@
 /* One match. node[] is indexed by the source pattern's node ids (un_ruleset_rule(set,
  * rule)->src): the graph node each operator node maps to, -1 at the pattern's input nodes. */
 typedef struct un_match {
-    int32_t rule;                      /* entry in the ruleset */
-    int32_t n_nodes;                   /* pattern nodes (inputs included) */
-    int32_t node[UN_MATCH_MAX_NODES];  /* graph node per pattern node, -1 for pattern inputs */
-    int32_t n_inputs;                  /* rule inputs (un_rule_input_count) */
-    un_ref input[UN_MATCH_MAX_NODES];  /* tensor bound to each rule input, un_rule_input order */
-    int64_t values[UN_RULE_MAX_VARS];  /* each rule variable's matched value */
+    int32_t rule;                     /* entry in the ruleset */
+    int32_t n_nodes;                  /* pattern nodes (inputs included) */
+    int32_t node[UN_MATCH_MAX_NODES]; /* graph node per pattern node, -1 for pattern inputs */
+    int32_t n_inputs;                 /* rule inputs (un_rule_input_count) */
+    un_ref input[UN_MATCH_MAX_NODES]; /* tensor bound to each rule input, un_rule_input order */
+    int64_t values[UN_RULE_MAX_VARS]; /* each rule variable's matched value */
 } un_match;
 
 /* A growable list of matches (caller-owned storage; start from {0}). */
@@ -42,12 +42,12 @@ void un_match_list_deinit(un_match_list *l);
 
 /* Counters over a matcher's life (what was tried and why candidates failed). */
 typedef struct un_match_stats {
-    int64_t roots_tried;   /* (rule, root node) pairs tried */
-    int64_t structural;    /* complete node maps found by the structural search */
-    int64_t outside_use;   /* of those: an interior tensor used outside the match */
-    int64_t cyclic;        /* of those: a path leaves the match and comes back */
-    int64_t inst_failed;   /* of those: un_rule_instantiate refused (side condition, target) */
-    int64_t matches;       /* valid matches reported */
+    int64_t roots_tried; /* (rule, root node) pairs tried */
+    int64_t structural;  /* complete node maps found by the structural search */
+    int64_t outside_use; /* of those: an interior tensor used outside the match */
+    int64_t cyclic;      /* of those: a path leaves the match and comes back */
+    int64_t inst_failed; /* of those: un_rule_instantiate refused (side condition, target) */
+    int64_t matches;     /* valid matches reported */
 } un_match_stats;
 
 typedef struct un_matcher un_matcher;

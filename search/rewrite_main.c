@@ -80,7 +80,7 @@ static int parse_args(int argc, char **argv, opts *o) {
             continue;
         }
         if (!strcmp(a, "--load-only") || !strcmp(a, "--no-cache") || !strcmp(a, "--baseline")) {
-            bool *f = !strcmp(a, "--load-only") ? &o->load_only
+            bool *f = !strcmp(a, "--load-only")  ? &o->load_only
                       : !strcmp(a, "--no-cache") ? &o->no_cache
                                                  : &o->baseline;
             *f = true;
@@ -206,14 +206,16 @@ static int run(un_ctx *ctx, const opts *o) {
         g = dpg;
     }
     if (st == UN_OK)
-        printf("loaded %lld verified rules as %lld entries in %.3f s (%lld from the compiled cache, "
-               "%lld compiled%s), %.1f MB\n",
-               (long long)rs.verified, (long long)rs.loaded, rs.load_s, (long long)rs.cache_hits,
-               (long long)rs.cache_misses, rs.cache_written ? ", cache written" : "",
-               (double)rs.bytes / 1e6);
+        printf(
+            "loaded %lld verified rules as %lld entries in %.3f s (%lld from the compiled cache, "
+            "%lld compiled%s), %.1f MB\n",
+            (long long)rs.verified, (long long)rs.loaded, rs.load_s, (long long)rs.cache_hits,
+            (long long)rs.cache_misses, rs.cache_written ? ", cache written" : "",
+            (double)rs.bytes / 1e6);
     if (st == UN_OK && rs.stale)
-        fprintf(stderr, "unity-rewrite: %s: %lld verified rules were verified against another "
-                        "spec set and are not used (re-run unity-verify)\n",
+        fprintf(stderr,
+                "unity-rewrite: %s: %lld verified rules were verified against another "
+                "spec set and are not used (re-run unity-verify)\n",
                 o->pos[0], (long long)rs.stale);
     bool rule_found = !o->rule;
     for (int64_t i = 0; st == UN_OK && i < un_ruleset_count(set); i++)

@@ -14,13 +14,13 @@
 struct un_ruleset {
     const un_spec *spec;
     int64_t n, cap;
-    un_arena *arena;   /* patterns' parameters, shapes and variable occurrences; blobs */
-    uint8_t **blob;    /* the compact form of each rule (rules.c's encoding), in the arena */
+    un_arena *arena; /* patterns' parameters, shapes and variable occurrences; blobs */
+    uint8_t **blob;  /* the compact form of each rule (rules.c's encoding), in the arena */
     uint32_t *blob_len;
-    un_rule **rules;   /* decoded on first use (un_ruleset_rule), owned; NULL until then */
-    int32_t *ids;      /* rules.db ids */
+    un_rule **rules; /* decoded on first use (un_ruleset_rule), owned; NULL until then */
+    int32_t *ids;    /* rules.db ids */
     bool *reversed;
-    un__pat *pats;     /* compiled matchers */
+    un__pat *pats; /* compiled matchers */
     int32_t *by_root[UN_OP_COUNT];
     int64_t n_by_root[UN_OP_COUNT];
     un_ruleset_stats stats;
@@ -453,11 +453,11 @@ static bool set_add(un_ruleset *set, un_rule *r, int32_t id, bool reversed) {
 
 /* What became of one rule (the compiled cache keeps it). */
 enum {
-    RF_REV_TRIED = 1,    /* its reverse was tried */
-    RF_NOT_REV = 2,      /* un_rule_reverse refused it */
-    RF_FWD_BIG = 4,      /* the rule is over UN_MATCH_MAX_NODES */
-    RF_REV_BIG = 8,      /* its reverse is */
-    RF_OVER_SIZE = 16,   /* over params.max_size: skipped */
+    RF_REV_TRIED = 1,  /* its reverse was tried */
+    RF_NOT_REV = 2,    /* un_rule_reverse refused it */
+    RF_FWD_BIG = 4,    /* the rule is over UN_MATCH_MAX_NODES */
+    RF_REV_BIG = 8,    /* its reverse is */
+    RF_OVER_SIZE = 16, /* over params.max_size: skipped */
 };
 
 /* Adds rule r (taken over) and, when asked, its reverse; returns RF_* flags. */
@@ -504,10 +504,11 @@ static void set_index(un_ruleset *set) {
         set->by_root[o][set->n_by_root[o]++] = (int32_t)i;
     }
     set->stats.loaded = set->n;
-    set->stats.bytes = sizeof *set + un_arena_used(set->arena) +
-                       (size_t)set->cap * (sizeof(un_rule *) + sizeof(uint8_t *) + sizeof(uint32_t) +
-                                           sizeof(int32_t) + sizeof(bool) + sizeof(un__pat)) +
-                       (size_t)set->n * sizeof(int32_t);
+    set->stats.bytes =
+        sizeof *set + un_arena_used(set->arena) +
+        (size_t)set->cap * (sizeof(un_rule *) + sizeof(uint8_t *) + sizeof(uint32_t) +
+                            sizeof(int32_t) + sizeof(bool) + sizeof(un__pat)) +
+        (size_t)set->n * sizeof(int32_t);
 }
 
 static un_ruleset *set_new(const un_spec *spec) {
@@ -533,9 +534,10 @@ typedef struct cache_hdr {
     uint64_t n_rules;
 } cache_hdr;
 
-/* One rule's record: its length (uint32, of what follows), this header, then n_entries entries (uint8 reversed, uint32 blob length,
- * the blob, the un__pat with its pointers zeroed, uint16 n_params, the params, the input shapes,
- * the variable occurrences), then a checksum (uint64) over all of it. */
+/* One rule's record: its length (uint32, of what follows), this header, then n_entries entries
+ * (uint8 reversed, uint32 blob length, the blob, the un__pat with its pointers zeroed, uint16
+ * n_params, the params, the input shapes, the variable occurrences), then a checksum (uint64) over
+ * all of it. */
 typedef struct cache_rec {
     int32_t id;
     uint8_t flags, n_entries;
@@ -555,10 +557,10 @@ typedef struct rinfo {
 typedef struct load_state {
     un_ruleset *set;
     const un_ruleset_params *p;
-    FILE *cache;          /* the cache file, read record by record in id order; NULL: none */
-    uint64_t cache_left;  /* records not read yet */
-    uint8_t *buf;         /* owned: room for one record */
-    uint8_t *rec;         /* the current record (checked; in buf), or NULL */
+    FILE *cache;         /* the cache file, read record by record in id order; NULL: none */
+    uint64_t cache_left; /* records not read yet */
+    uint8_t *buf;        /* owned: room for one record */
+    uint8_t *rec;        /* the current record (checked; in buf), or NULL */
     size_t rec_len, rec_cap;
     int32_t rec_id;
     rinfo *info;
@@ -702,7 +704,7 @@ static bool cache_skip(void *user, int32_t id, uint64_t hash) {
         ((rec.flags & RF_FWD_BIG) != 0) + (ls->p->reversed && (rec.flags & RF_REV_BIG) != 0);
     set->stats.not_reversed += ls->p->reversed && (rec.flags & RF_NOT_REV) != 0;
     if (!ls->p->reversed) /* the record's reverse is not wanted: not cached as such */
-        ri.flags &= (uint8_t)~(RF_REV_TRIED | RF_NOT_REV | RF_REV_BIG);
+        ri.flags &= (uint8_t) ~(RF_REV_TRIED | RF_NOT_REV | RF_REV_BIG);
     info_push(ls, ri);
     ls->hits++;
     return true;
@@ -712,8 +714,9 @@ static bool cache_skip(void *user, int32_t id, uint64_t hash) {
 static un_status cache_take(void *user, int32_t id, uint64_t hash, un_rule *r) {
     load_state *ls = user;
     un_ruleset *set = ls->set;
-    rinfo ri = {id, 0, (uint16_t)(un_rule_size(r, UN_RULE_SRC) + un_rule_size(r, UN_RULE_DST)),
-                hash, set->n, 0};
+    rinfo ri = {
+        id,   0,      (uint16_t)(un_rule_size(r, UN_RULE_SRC) + un_rule_size(r, UN_RULE_DST)),
+        hash, set->n, 0};
     ri.flags = (uint8_t)set_add_rule(set, r, id, ls->p);
     ri.n = (int32_t)(set->n - ri.first);
     info_push(ls, ri);
@@ -729,10 +732,9 @@ static void cache_open(load_state *ls, const char *path, uint64_t spec) {
     cache_hdr h;
     if (!f)
         return;
-    if (fread(&h, sizeof h, 1, f) == 1 && h.magic == CACHE_MAGIC &&
-        h.version == CACHE_VERSION && h.spec == spec && h.pat_size == sizeof(un__pat) &&
-        h.param_size == sizeof(un_param) && h.shape_size == sizeof(un_shape) &&
-        h.bind_size == sizeof(un__bind)) {
+    if (fread(&h, sizeof h, 1, f) == 1 && h.magic == CACHE_MAGIC && h.version == CACHE_VERSION &&
+        h.spec == spec && h.pat_size == sizeof(un__pat) && h.param_size == sizeof(un_param) &&
+        h.shape_size == sizeof(un_shape) && h.bind_size == sizeof(un__bind)) {
         ls->cache = f;
         ls->cache_left = h.n_rules;
         return;
@@ -754,9 +756,9 @@ static void wb_bytes(wbuf *b, const void *p, size_t n) {
 static bool cache_write(const load_state *ls, const char *path, uint64_t spec) {
     const un_ruleset *set = ls->set;
     wbuf b = {0};
-    cache_hdr h = {CACHE_MAGIC,         CACHE_VERSION,    spec,
-                   sizeof(un__pat),     sizeof(un_param), sizeof(un_shape),
-                   sizeof(un__bind),    (uint64_t)ls->n_info};
+    cache_hdr h = {CACHE_MAGIC,      CACHE_VERSION,       spec,
+                   sizeof(un__pat),  sizeof(un_param),    sizeof(un_shape),
+                   sizeof(un__bind), (uint64_t)ls->n_info};
     wb_bytes(&b, &h, sizeof h);
     for (int64_t k = 0; k < ls->n_info; k++) {
         const rinfo *ri = &ls->info[k];

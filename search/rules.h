@@ -31,16 +31,16 @@ un_ruleset_params un_ruleset_params_default(void); /* forwards only, every size,
 
 /* What a load saw. */
 typedef struct un_ruleset_stats {
-    int64_t verified;      /* trusted verified rules read */
-    int64_t stale;         /* verified against another spec set: skipped (need re-verifying) */
-    int64_t too_big;       /* skipped: over max_size or UN_MATCH_MAX_NODES */
-    int64_t not_reversed;  /* params.reversed: rules un_rule_reverse refused (used forwards only) */
-    int64_t loaded;        /* entries in the set (forwards plus reversed) */
-    int64_t cache_hits;    /* rules taken from the compiled cache */
-    int64_t cache_misses;  /* rules parsed and compiled (then written to the cache) */
-    bool cache_written;    /* the cache file was (re)written */
-    double load_s;         /* wall time of the load */
-    size_t bytes;          /* memory the set holds (rules and matchers), estimated */
+    int64_t verified;     /* trusted verified rules read */
+    int64_t stale;        /* verified against another spec set: skipped (need re-verifying) */
+    int64_t too_big;      /* skipped: over max_size or UN_MATCH_MAX_NODES */
+    int64_t not_reversed; /* params.reversed: rules un_rule_reverse refused (used forwards only) */
+    int64_t loaded;       /* entries in the set (forwards plus reversed) */
+    int64_t cache_hits;   /* rules taken from the compiled cache */
+    int64_t cache_misses; /* rules parsed and compiled (then written to the cache) */
+    bool cache_written;   /* the cache file was (re)written */
+    double load_s;        /* wall time of the load */
+    size_t bytes;         /* memory the set holds (rules and matchers), estimated */
 } un_ruleset_stats;
 
 /* Loads every trusted verified rule of db (rulesdb_verified_each: each row checked against its

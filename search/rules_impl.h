@@ -20,8 +20,13 @@ typedef struct un__step {
 } un__step;
 
 /* Layout components of a source node a variable can sit in (un__bind.comp). */
-enum { UN__COMP_NONE = -1, UN__COMP_DIM = 0, UN__COMP_SHARD = 8, UN__COMP_SUM = 16,
-       UN__COMP_COPY = 17 };
+enum {
+    UN__COMP_NONE = -1,
+    UN__COMP_DIM = 0,
+    UN__COMP_SHARD = 8,
+    UN__COMP_SUM = 16,
+    UN__COMP_COPY = 17
+};
 
 /* A parameter occurrence of the source side that carries a variable; comp: for a source node,
  * the layout component it is (UN__COMP_DIM + i, UN__COMP_SHARD + i, SUM, COPY), else NONE. */
@@ -37,20 +42,21 @@ typedef struct un__pnode {
 } un__pnode;
 
 typedef struct un__pat {
-    int8_t n_nodes;                 /* source-side nodes, inputs included */
-    int8_t n_steps;                 /* one per operator node; steps[0] places the root */
+    int8_t n_nodes; /* source-side nodes, inputs included */
+    int8_t n_steps; /* one per operator node; steps[0] places the root */
     int8_t n_inputs, n_vars, n_binds;
     bool any_shape;
     un__step steps[UN_MATCH_MAX_NODES];
     un__pnode nodes[UN_MATCH_MAX_NODES];
     int8_t input_of[UN_MATCH_MAX_NODES];   /* pattern node -> rule input index, or -1 */
     int8_t input_node[UN_MATCH_MAX_NODES]; /* rule input -> pattern node */
-    uint8_t bound[UN_MATCH_MAX_NODES][UN_MAX_PARAMS]; /* items carrying a variable (bit 7: scalar) */
-    uint8_t is_mapped[UN_MATCH_MAX_NODES];            /* bit k: (node, output k) is mapped */
-    int64_t var_value[UN_RULE_MAX_VARS];              /* the witness values */
-    un__bind *binds;   /* n_binds, in the set's arena */
-    un_param *params;  /* the operator nodes' parameters, in the set's arena */
-    un_shape *in_shape; /* per rule input, in the set's arena */
+    uint8_t bound[UN_MATCH_MAX_NODES]
+                 [UN_MAX_PARAMS];          /* items carrying a variable (bit 7: scalar) */
+    uint8_t is_mapped[UN_MATCH_MAX_NODES]; /* bit k: (node, output k) is mapped */
+    int64_t var_value[UN_RULE_MAX_VARS];   /* the witness values */
+    un__bind *binds;                       /* n_binds, in the set's arena */
+    un_param *params;                      /* the operator nodes' parameters, in the set's arena */
+    un_shape *in_shape;                    /* per rule input, in the set's arena */
 } un__pat;
 
 /* The compiled matcher of entry i. Borrowed, valid until un_ruleset_free. */

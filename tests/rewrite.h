@@ -65,17 +65,15 @@ TEST__FN un_graph *rw_random_graph(const un_spec *spec, un_rng *rng, int n) {
     un_graph_add_input(NULL, g, "x1", UN_OP_INPUT, 3, (int64_t[]){2, 4, 4}, &id);
     un_graph_add_input(NULL, g, "w0", UN_OP_WEIGHT, 2, (int64_t[]){4, 4}, &id);
     un_graph_add_input(NULL, g, "w1", UN_OP_WEIGHT, 2, (int64_t[]){4, 4}, &id);
-    static const un_op ops[] = {UN_OP_LINEAR,    UN_OP_EW_ADD,  UN_OP_EW_MUL,
-                                UN_OP_RELU,      UN_OP_CONCAT,  UN_OP_PARTITION,
-                                UN_OP_COMBINE,   UN_OP_REPLICATE, UN_OP_RELU,
-                                UN_OP_EW_ADD,    UN_OP_LINEAR};
+    static const un_op ops[] = {UN_OP_LINEAR, UN_OP_EW_ADD,    UN_OP_EW_MUL,  UN_OP_RELU,
+                                UN_OP_CONCAT, UN_OP_PARTITION, UN_OP_COMBINE, UN_OP_REPLICATE,
+                                UN_OP_RELU,   UN_OP_EW_ADD,    UN_OP_LINEAR};
     int made = 0;
     for (int tries = 0; made < n && tries < 50 * n; tries++) {
         un_op op = ops[un_rng_below(rng, sizeof ops / sizeof ops[0])];
         int32_t nn = un_graph_node_count(g);
         /* prefer recent nodes, so the graph is deep rather than wide */
-        un_ref a = {(int32_t)(nn - 1 - (int32_t)un_rng_below(rng, (uint64_t)(nn < 4 ? nn : 4))),
-                    0};
+        un_ref a = {(int32_t)(nn - 1 - (int32_t)un_rng_below(rng, (uint64_t)(nn < 4 ? nn : 4))), 0};
         un_ref b = {(int32_t)un_rng_below(rng, (uint64_t)nn), 0};
         if (un_rng_below(rng, 4) == 0)
             b = a;

@@ -351,15 +351,14 @@ static void test_bad_input(void) {
         fclose(f);
     }
     un_ctx *ctx = un_ctx_new(NULL);
-    EXPECT_OK(ctx, rulesdb__test_exec(ctx, cli_path("stale.db"),
-                                      "UPDATE rules SET verify_spec = 12345"));
+    EXPECT_OK(
+        ctx, rulesdb__test_exec(ctx, cli_path("stale.db"), "UPDATE rules SET verify_spec = 12345"));
     EXPECT_OK(ctx, rulesdb__test_exec(ctx, cli_path("broken.db"),
                                       "UPDATE rules SET body = replace(body, 'relu', 'frob')"));
     un_ctx_free(ctx);
     char good[300];
     snprintf(good, sizeof good, "%s/r.db", rw_dir);
-    cli_expect_clean_error("unity-rewrite", cli_fmt("%s/junk.db --model mlp --tiny"),
-                           "junk.db");
+    cli_expect_clean_error("unity-rewrite", cli_fmt("%s/junk.db --model mlp --tiny"), "junk.db");
     cli_expect_clean_error("unity-rewrite", cli_fmt("%s/broken.db --model mlp --tiny"),
                            "does not match");
     char args[1024];
