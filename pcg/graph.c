@@ -1378,3 +1378,72 @@ un_status un_graph_to_dot(un_ctx *ctx, const un_graph *g, un_buf *out) {
     un_buf_printf(out, "}\n");
     return UN_OK;
 }
+
+/* ---- copies with a remap ----------------------------------------------------------------------
+ */
+
+un_status un_graph_copy_node(un_ctx *ctx, const un_graph *g, int32_t id, const un_param *params,
+                             un_graph *ng, un_ref *map, int32_t *nid) {
+    UN_ASSERT(id >= 0 && id < g->n_nodes);
+    const un_node *nd = &g->nodes[id];
+    un_ref ins[UN_MAX_INPUTS];
+    for (int t = 0; t < nd->n_in; t++) {
+        ins[t] = map[nd->in[t].node * UN_MAX_OUTPUTS + nd->in[t].out];
+        UN_ASSERT(ins[t].node >= 0);
+    }
+    int32_t k = -1;
+    un_status st =
+        un_graph_add(ctx, ng, nd->op, params ? params : nd->params, ins, nd->n_in, nd->name, &k);
+    if (nid)
+        *nid = k;
+    if (st != UN_OK)
+        return st;
+    un_graph_node_set_view(ng, k, nd->view);
+    for (int o = 0; o < ng->nodes[k].inf.n_out; o++)
+        map[id * UN_MAX_OUTPUTS + o] = (un_ref){k, o};
+    return UN_OK;
+}
+
+un_status un_graph_copy_remap(un_ctx *ctx, const un_graph *g, const int32_t *order, int32_t n_order,
+                              un_graph_copy_fn fn, void *user, un_graph **out, un_ref **map_out) {
+    *out = NULL;
+    if (map_out)
+        *map_out = NULL;
+    int32_t n = g->n_nodes;
+    un_graph *ng = un_graph_new(g->spec);
+    un_ref *map = un_xmalloc(((size_t)n * UN_MAX_OUTPUTS + 1) * sizeof *map);
+    for (size_t i = 0; i < (size_t)n * UN_MAX_OUTPUTS; i++)
+        map[i] = (un_ref){-1, -1};
+    un_status st = UN_OK;
+    int32_t steps = order ? n_order : n;
+    for (int32_t i = 0; i < steps && st == UN_OK; i++) {
+        int32_t id = order ? order[i] : i;
+        UN_ASSERT(id < n);
+        st = fn ? fn(ctx, user, g, id, ng, map)
+                : un_graph_copy_node(ctx, g, id, NULL, ng, map, NULL);
+    }
+    int32_t no = un_graph_output_count(g);
+    un_ref *outs = un_xcalloc((size_t)no + 1, sizeof *outs);
+    for (int32_t i = 0; i < no && st == UN_OK; i++) {
+        un_ref r = un_graph_output(g, i);
+        outs[i] = map[r.node * UN_MAX_OUTPUTS + r.out];
+        if (outs[i].node < 0)
+            st = un_ctx_error(ctx, UN_ERR_INVALID,
+                              "copy: graph output %d (output %d of node %d) was dropped", (int)i,
+                              (int)r.out, (int)r.node);
+    }
+    if (st == UN_OK)
+        st = un_graph_set_outputs(ctx, ng, outs, no);
+    free(outs);
+    if (st != UN_OK) {
+        free(map);
+        un_graph_free(ng);
+        return st;
+    }
+    *out = ng;
+    if (map_out)
+        *map_out = map;
+    else
+        free(map);
+    return UN_OK;
+}

@@ -99,6 +99,30 @@ void un_graph_node_set_view(un_graph *g, int32_t id, un_view v);
 /* Fixes the graph outputs explicitly (otherwise: every unconsumed output). */
 un_status un_graph_set_outputs(un_ctx *ctx, un_graph *g, const un_ref *outs, int n);
 
+/* ---- copies with a remap ---- */
+
+/* Where each output of g's nodes went in a copy: map[id * UN_MAX_OUTPUTS + k] is the new reference
+ * of output k of node id, {-1, -1} while unset. */
+typedef un_status (*un_graph_copy_fn)(un_ctx *ctx, void *user, const un_graph *g, int32_t id,
+                                      un_graph *ng, un_ref *map);
+
+/* Copies g into a new graph over the same spec, visiting the ids in order[n_order] (NULL: every id
+ * in id order). For each visited id, fn (NULL: un_graph_copy_node with the node's own
+ * parameters) adds what it wants to ng and fills map for the node's outputs, or leaves them unset
+ * to drop the node; an entry < 0 of order is passed to fn unchanged (a marker for a caller's own
+ * insertion point). Then ng's outputs are g's outputs through map: a graph output whose node was
+ * dropped is UN_ERR_INVALID. On success *out is owned (un_graph_free) and *map_out (may be NULL)
+ * receives the map (owned, free()); on failure both are NULL. This is the one copy loop that
+ * strategies (runtime/strategy.c) and rewrites (search/apply.c) share. */
+un_status un_graph_copy_remap(un_ctx *ctx, const un_graph *g, const int32_t *order,
+                              int32_t n_order, un_graph_copy_fn fn, void *user, un_graph **out,
+                              un_ref **map_out);
+/* The default step of un_graph_copy_remap: adds node id of g to ng with its inputs through map
+ * (each must be set), params (NULL: the node's own), its name and machine view, and sets map for
+ * its outputs. Writes the new id to *nid (may be NULL). */
+un_status un_graph_copy_node(un_ctx *ctx, const un_graph *g, int32_t id, const un_param *params,
+                             un_graph *ng, un_ref *map, int32_t *nid);
+
 /* ---- JSON and DOT ---- */
 
 /* {"nodes":[{"name":"x","op":"input","params":{"shape":[8,16]}},

@@ -29,6 +29,7 @@ static const char *USAGE =
     "  check DB                     integrity: SQLite's check plus every row against its hash\n"
     "  merge A.db B.db ... -o C.db  combine databases (dedup by canonical hash, best verdicts)\n"
     "  bench [--n N] [--ff FILE]    time a FlexFlow import, N inserts, verdicts, loading\n"
+    "  (matching and applying rules on a graph: unity-rewrite)\n"
     "options: --spec FILE|DIR       the spec set in use (alias --ops; default: the one stored in\n"
     "                               DB by unity-gen, else $UNITY_SPECS, ./specs, else the\n"
     "                               installed share/unity/specs)\n";
@@ -795,6 +796,11 @@ int main(int argc, char **argv) {
     for (int i = 0; i < (int)(sizeof cmds / sizeof cmds[0]); i++)
         if (strcmp(cmds[i].name, o.pos[0]) == 0)
             k = i;
+    if (k < 0 && strcmp(o.pos[0], "apply") == 0) { /* rulesdb may not depend on search/ */
+        fprintf(stderr, "unity-rules: apply is unity-rewrite DB GRAPH.json [--rule ID] [--list] "
+                        "[-o OUT.json] [--dot OUT.dot] (search/rewrite_main.c)\n");
+        return 2;
+    }
     if (k < 0)
         return usage_error("unknown command '%s'", o.pos[0]);
     un_ctx *ctx = un_ctx_new(NULL);

@@ -1223,13 +1223,60 @@ un_status rulesdb_claim_release(un_ctx *ctx, rulesdb *db, const char *owner) {
 
 un_status rulesdb_load_verified(un_ctx *ctx, rulesdb *db, un_rule ***rules, int64_t *n,
                                 int64_t *n_stale) {
+    return rulesdb_load_verified_ids(ctx, db, rules, NULL, n, n_stale);
+}
+
+typedef struct load_all {
+    un_rule **v;
+    int32_t *ids;
+    int64_t n, cap;
+} load_all;
+
+static un_status load_all_take(void *user, int32_t id, uint64_t hash, un_rule *r) {
+    (void)hash;
+    load_all *l = user;
+    if (l->n == l->cap) {
+        l->cap = l->cap ? l->cap * 2 : 64;
+        l->v = un_xrealloc(l->v, (size_t)l->cap * sizeof *l->v);
+        l->ids = un_xrealloc(l->ids, (size_t)l->cap * sizeof *l->ids);
+    }
+    l->ids[l->n] = id;
+    l->v[l->n++] = r;
+    return UN_OK;
+}
+
+un_status rulesdb_load_verified_ids(un_ctx *ctx, rulesdb *db, un_rule ***rules, int32_t **ids,
+                                    int64_t *n, int64_t *n_stale) {
     *rules = NULL;
+    if (ids)
+        *ids = NULL;
     *n = 0;
     if (n_stale)
         *n_stale = 0;
+    load_all l = {0};
+    un_status st = rulesdb_verified_each(ctx, db, NULL, load_all_take, &l, n_stale);
+    if (st != UN_OK) {
+        for (int64_t i = 0; i < l.n; i++)
+            un_rule_free(l.v[i]);
+        free(l.v);
+        free(l.ids);
+        return st;
+    }
+    *rules = l.v;
+    if (ids)
+        *ids = l.ids;
+    else
+        free(l.ids);
+    *n = l.n;
+    return UN_OK;
+}
+
+un_status rulesdb_verified_each(un_ctx *ctx, rulesdb *db, rulesdb_skip_fn skip,
+                                rulesdb_take_fn take, void *user, int64_t *n_stale) {
+    if (n_stale)
+        *n_stale = 0;
     sqlite3_stmt *s = stmt_get(db, STMT_RULE_VERIFIED);
-    un_rule **v = NULL;
-    int64_t cnt = 0, cap = 0, stale = 0;
+    int64_t stale = 0;
     un_status st = UN_OK;
     int rc;
     while (st == UN_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
@@ -1237,8 +1284,11 @@ un_status rulesdb_load_verified(un_ctx *ctx, rulesdb *db, un_rule ***rules, int6
             stale++;
             continue;
         }
-        const char *text = (const char *)sqlite3_column_text(s, COL_BODY);
         int32_t id = (int32_t)sqlite3_column_int64(s, COL_ID);
+        uint64_t hash = i2u(sqlite3_column_int64(s, COL_HASH));
+        if (skip && skip(user, id, hash))
+            continue;
+        const char *text = (const char *)sqlite3_column_text(s, COL_BODY);
         if (!text) {
             st = un_ctx_error(ctx, UN_ERR_DB, "%s: rule %d: verified without a body", db->path,
                               (int)id);
@@ -1246,36 +1296,16 @@ un_status rulesdb_load_verified(un_ctx *ctx, rulesdb *db, un_rule ***rules, int6
         }
         un_rule *r = NULL;
         st = body_parse(ctx, db, id, text, (size_t)sqlite3_column_bytes(s, COL_BODY),
-                        i2u(sqlite3_column_int64(s, COL_SUM)),
-                        i2u(sqlite3_column_int64(s, COL_HASH)), &r);
-        if (st != UN_OK)
-            break;
-        if (cnt == cap) {
-            cap = cap ? cap * 2 : 64;
-            un_rule **nv = realloc(v, (size_t)cap * sizeof *v);
-            if (!nv) {
-                un_rule_free(r);
-                st = un_ctx_error(ctx, UN_ERR_NOMEM, "%s: out of memory loading rules", db->path);
-                break;
-            }
-            v = nv;
-        }
-        v[cnt++] = r;
+                        i2u(sqlite3_column_int64(s, COL_SUM)), hash, &r);
+        if (st == UN_OK)
+            st = take(user, id, hash, r);
     }
     if (st == UN_OK && rc != SQLITE_DONE)
         st = db_fail(ctx, db, rc, "loading verified rules");
     sqlite3_reset(s);
-    if (st != UN_OK) {
-        for (int64_t i = 0; i < cnt; i++)
-            un_rule_free(v[i]);
-        free(v);
-        return st;
-    }
-    *rules = v;
-    *n = cnt;
-    if (n_stale)
+    if (st == UN_OK && n_stale)
         *n_stale = stale;
-    return UN_OK;
+    return st;
 }
 
 un_status rulesdb_count(un_ctx *ctx, rulesdb *db, int64_t *counts) {

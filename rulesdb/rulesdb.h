@@ -147,6 +147,20 @@ un_status rulesdb_claim_release(un_ctx *ctx, rulesdb *db, const char *owner);
 un_status rulesdb_load_verified(un_ctx *ctx, rulesdb *db, un_rule ***rules, int64_t *n,
                                 int64_t *n_stale);
 
+/* rulesdb_load_verified that also returns each rule's id (*ids owned, free(); may be NULL). */
+un_status rulesdb_load_verified_ids(un_ctx *ctx, rulesdb *db, un_rule ***rules, int32_t **ids,
+                                    int64_t *n, int64_t *n_stale);
+
+/* Streams the trusted verified rules, in id order, without holding them all: for each, skip
+ * (may be NULL) may decline it by id and canonical hash (e.g. a caller's cache has it; its body
+ * is then not parsed); otherwise the rule, parsed and checked against its hash, goes to take,
+ * which owns it (un_rule_free). A status other than UN_OK from take stops the walk and is
+ * returned. Stale rules are counted in *n_stale (may be NULL). */
+typedef bool (*rulesdb_skip_fn)(void *user, int32_t id, uint64_t hash);
+typedef un_status (*rulesdb_take_fn)(void *user, int32_t id, uint64_t hash, un_rule *r);
+un_status rulesdb_verified_each(un_ctx *ctx, rulesdb *db, rulesdb_skip_fn skip,
+                                rulesdb_take_fn take, void *user, int64_t *n_stale);
+
 /* Counts by status (counts[UN_RULE_STATUS_COUNT]). */
 un_status rulesdb_count(un_ctx *ctx, rulesdb *db, int64_t *counts);
 

@@ -337,28 +337,6 @@ un_status un_strategy_tensor(un_ctx *ctx, const un_graph *g, int devices, un_gra
     return UN_OK;
 }
 
-/* Ends a copy of g into ng: ng's outputs are g's through map (node * UN_MAX_OUTPUTS + out);
- * frees map, and ng on failure. */
-static un_status finish_copy(un_ctx *ctx, const un_graph *g, un_graph *ng, un_ref *map,
-                             un_status st, un_graph **out) {
-    int32_t no = un_graph_output_count(g);
-    un_ref *outs = un_xcalloc((size_t)no + 1, sizeof *outs);
-    for (int32_t i = 0; i < no; i++) {
-        un_ref r = un_graph_output(g, i);
-        outs[i] = map[r.node * UN_MAX_OUTPUTS + r.out];
-    }
-    if (st == UN_OK)
-        st = un_graph_set_outputs(ctx, ng, outs, no);
-    free(outs);
-    free(map);
-    if (st != UN_OK) {
-        un_graph_free(ng);
-        return st;
-    }
-    *out = ng;
-    return UN_OK;
-}
-
 /* Sets a source's layout parameters (shard, sum, copy) to those of shape l. */
 static void source_layout(const un_spec *spec, un_op op, un_param *p, const un_shape *l) {
     const un_op_spec *os = un_spec_op(spec, op);
@@ -376,41 +354,36 @@ static void source_layout(const un_spec *spec, un_op op, un_param *p, const un_s
         p[icp] = un_param_int(l->copy);
 }
 
-un_status un_strategy_strip(un_ctx *ctx, const un_graph *g, un_graph **out) {
-    *out = NULL;
-    int32_t n = un_graph_node_count(g);
-    un_graph *ng = un_graph_new(un_graph_spec(g));
-    un_ref *map = un_xcalloc((size_t)n * UN_MAX_OUTPUTS, sizeof *map);
-    un_status st = UN_OK;
-    for (int32_t i = 0; i < n && st == UN_OK; i++) {
-        int32_t id = i;
-        const un_node *nd = un_graph_node(g, id);
-        int32_t nid;
-        switch (un_op_kind_of(nd->op)) {
-        case UN_OPK_SOURCE: {
-            /* the same parameters (dtype, int range) without the layout */
-            un_param p[UN_MAX_PARAMS];
-            memcpy(p, nd->params, sizeof p);
-            un_shape logical = un_shape_logical(&nd->inf.out[0]);
-            source_layout(un_graph_spec(g), nd->op, p, &logical);
-            st = un_graph_add(ctx, ng, nd->op, p, NULL, 0, nd->name, &nid);
-            map[id * UN_MAX_OUTPUTS] = (un_ref){nid, 0};
-            break;
-        }
-        case UN_OPK_PARALLEL:
-            map[id * UN_MAX_OUTPUTS] = map[nd->in[0].node * UN_MAX_OUTPUTS + nd->in[0].out];
-            break;
-        default: {
-            un_ref ins[UN_MAX_INPUTS];
-            for (int t = 0; t < nd->n_in; t++)
-                ins[t] = map[nd->in[t].node * UN_MAX_OUTPUTS + nd->in[t].out];
-            st = un_graph_add(ctx, ng, nd->op, nd->params, ins, nd->n_in, nd->name, &nid);
-            for (int o = 0; o < nd->inf.n_out; o++)
-                map[id * UN_MAX_OUTPUTS + o] = (un_ref){nid, o};
-        }
-        }
+/* un_strategy_strip's step: sources lose their layout, parallel ops are read through. */
+static un_status strip_node(un_ctx *ctx, void *user, const un_graph *g, int32_t id, un_graph *ng,
+                            un_ref *map) {
+    (void)user;
+    const un_node *nd = un_graph_node(g, id);
+    int32_t nid;
+    un_status st;
+    switch (un_op_kind_of(nd->op)) {
+    case UN_OPK_SOURCE: {
+        /* the same parameters (dtype, int range) without the layout */
+        un_param p[UN_MAX_PARAMS];
+        memcpy(p, nd->params, sizeof p);
+        un_shape logical = un_shape_logical(&nd->inf.out[0]);
+        source_layout(un_graph_spec(g), nd->op, p, &logical);
+        st = un_graph_copy_node(ctx, g, id, p, ng, map, &nid);
+        break;
     }
-    return finish_copy(ctx, g, ng, map, st, out);
+    case UN_OPK_PARALLEL:
+        map[id * UN_MAX_OUTPUTS] = map[nd->in[0].node * UN_MAX_OUTPUTS + nd->in[0].out];
+        return UN_OK;
+    default:
+        st = un_graph_copy_node(ctx, g, id, NULL, ng, map, &nid);
+    }
+    if (st == UN_OK) /* placement goes with the layout */
+        un_graph_node_set_view(ng, nid, (un_view){0});
+    return st;
+}
+
+un_status un_strategy_strip(un_ctx *ctx, const un_graph *g, un_graph **out) {
+    return un_graph_copy_remap(ctx, g, NULL, 0, strip_node, NULL, out, NULL);
 }
 
 /* The parallel op that is weight id's only consumer and that a source's layout can express
@@ -433,12 +406,41 @@ static int32_t sole_layout_user(const un_graph *g, int32_t id) {
     return op == UN_OP_PARTITION || op == UN_OP_REPLICATE ? user : -1;
 }
 
+typedef struct fold_state {
+    const int32_t *folded_into; /* weight -> the last parallel op folded into it, or -1 */
+    const bool *gone;           /* folded parallel ops */
+} fold_state;
+
+/* un_strategy_fold_weights' step: a folded weight takes its chain's layout and view, and the chain
+ * reads it. */
+static un_status fold_node(un_ctx *ctx, void *user, const un_graph *g, int32_t id, un_graph *ng,
+                           un_ref *map) {
+    const fold_state *fs = user;
+    if (fs->gone[id])
+        return UN_OK;
+    const un_node *nd = un_graph_node(g, id);
+    un_param p[UN_MAX_PARAMS];
+    memcpy(p, nd->params, sizeof p);
+    int32_t last = fs->folded_into[id], nid;
+    if (last >= 0) /* the weight takes the last op's layout */
+        source_layout(un_graph_spec(g), UN_OP_WEIGHT, p, &un_graph_node(g, last)->inf.out[0]);
+    un_status st = un_graph_copy_node(ctx, g, id, p, ng, map, &nid);
+    if (st != UN_OK || last < 0)
+        return st;
+    un_graph_node_set_view(ng, nid, un_graph_node(g, last)->view);
+    for (int32_t u = last; u >= 0;) { /* the chain reads it */
+        map[u * UN_MAX_OUTPUTS] = (un_ref){nid, 0};
+        int32_t next = sole_layout_user(g, u);
+        u = next >= 0 && fs->gone[next] ? next : -1;
+    }
+    return UN_OK;
+}
+
 un_status un_strategy_fold_weights(un_ctx *ctx, const un_graph *g, un_graph **out) {
     *out = NULL;
-    const un_spec *spec = un_graph_spec(g);
     int32_t n = un_graph_node_count(g);
     int32_t *folded_into = un_xcalloc((size_t)n, sizeof *folded_into); /* weight -> last op */
-    bool *gone = un_xcalloc((size_t)n, sizeof *gone);                   /* folded parallel ops */
+    bool *gone = un_xcalloc((size_t)n, sizeof *gone);                  /* folded parallel ops */
     for (int32_t id = 0; id < n; id++) {
         folded_into[id] = -1;
         if (un_graph_node(g, id)->op != UN_OP_WEIGHT)
@@ -448,38 +450,11 @@ un_status un_strategy_fold_weights(un_ctx *ctx, const un_graph *g, un_graph **ou
             gone[u] = true;
         }
     }
-    un_graph *ng = un_graph_new(spec);
-    un_ref *map = un_xcalloc((size_t)n * UN_MAX_OUTPUTS, sizeof *map);
-    un_status st = UN_OK;
-    for (int32_t i = 0; i < n && st == UN_OK; i++) {
-        int32_t id = i, nid;
-        const un_node *nd = un_graph_node(g, id);
-        if (gone[id])
-            continue;
-        un_ref ins[UN_MAX_INPUTS];
-        for (int t = 0; t < nd->n_in; t++)
-            ins[t] = map[nd->in[t].node * UN_MAX_OUTPUTS + nd->in[t].out];
-        un_param p[UN_MAX_PARAMS];
-        memcpy(p, nd->params, sizeof p);
-        if (folded_into[id] >= 0) /* the weight takes the last op's layout */
-            source_layout(spec, UN_OP_WEIGHT, p, &un_graph_node(g, folded_into[id])->inf.out[0]);
-        st = un_graph_add(ctx, ng, nd->op, p, ins, nd->n_in, nd->name, &nid);
-        if (st != UN_OK)
-            break;
-        un_graph_node_set_view(ng, nid,
-                               folded_into[id] >= 0 ? un_graph_node(g, folded_into[id])->view
-                                                    : nd->view);
-        for (int o = 0; o < nd->inf.n_out; o++)
-            map[id * UN_MAX_OUTPUTS + o] = (un_ref){nid, o};
-        for (int32_t u = folded_into[id]; u >= 0 && st == UN_OK;) { /* the chain reads it */
-            map[u * UN_MAX_OUTPUTS] = (un_ref){nid, 0};
-            int32_t next = sole_layout_user(g, u);
-            u = next >= 0 && gone[next] ? next : -1;
-        }
-    }
+    fold_state fs = {folded_into, gone};
+    un_status st = un_graph_copy_remap(ctx, g, NULL, 0, fold_node, &fs, out, NULL);
     free(gone);
     free(folded_into);
-    return finish_copy(ctx, g, ng, map, st, out);
+    return st;
 }
 
 int64_t un_strategy_devices(const un_graph *g) {

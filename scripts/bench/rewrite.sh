@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Benchmark of rule loading, matching and rewriting (issue 12), all measured in this run:
+#   1. the N=3 rule set (default menu; generated and verified here unless N3_DB names one):
+#      load time and peak memory as whole rules (the form before, rulesdb_load_verified), compiled
+#      (no cache) and from the compiled cache, forwards and with every rule also reversed;
+#   2. matches found per second and rewrites applied per second on BERT-Large (zoo transformer,
+#      paper size) and Inception-v3 (paper size) with that set, forwards and with reverses, as
+#      built (serial) and data parallel on 2 devices (partition/replicate/combine in the graph);
+#   3. a large set of 230k rules, load time and peak memory compiled, then from the cache: by
+#      default the verified N=3 rules stored 44 times each in a scratch copy (unity-gen
+#      --max-ops 4 did not finish on the loaded 2-core machine this was written on); with
+#      N4_DB=FILE, that database's candidates with their statuses FORCED to verified, never
+#      proven (a load test only; these rules are never applied).
+#
+#   scripts/bench/rewrite.sh [BUILD_DIR]        (env: N3_DB, N4_DB, COPIES (44), OUT)
+#
+# Timings depend on the load of the machine: the script prints `uptime` and the CPU; say so.
+set -euo pipefail
+build=${1:-build/default}
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root"
+B=$build/bin
+for p in unity-gen unity-verify unity-rewrite; do
+    [[ -x $B/$p ]] || { echo "rewrite.sh: $B/$p not found (run make)" >&2; exit 1; }
+done
+command -v sqlite3 >/dev/null || { echo "rewrite.sh: the sqlite3 program is needed" >&2; exit 1; }
+out=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/unity-rewrite-bench.XXXXXX")}
+mkdir -p "$out"
+echo "== machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores; $(uptime)"
+
+timed() { # label, then a command: its output, then wall time and peak RSS
+    local label=$1
+    shift
+    echo "-- $label"
+    /usr/bin/time -f "   wall %e s, peak RSS %M KB" "$@" 2>"$out/time.txt" | sed 's/^/   /' || {
+        cat "$out/time.txt"
+        return 1
+    }
+    grep -v '^rule ' "$out/time.txt" | sed 's/^ *//; s/^/   /'
+}
+
+n3=${N3_DB:-}
+if [[ -z $n3 ]]; then
+    n3=$out/n3.db
+    echo "== generating and verifying the N=3 set into $n3"
+    "$B/unity-gen" --ops specs/ --max-ops 3 -o "$n3" | tail -1
+    "$B/unity-verify" "$n3" --jobs "$(nproc)" | tail -1
+fi
+rm -f "$n3.compiled"
+
+echo "== 1. loading the N=3 set ($n3)"
+timed "whole rules (rulesdb_load_verified, the form before)" "$B/unity-rewrite" "$n3" --load-only --baseline
+timed "compact, compiled (no cache)" "$B/unity-rewrite" "$n3" --load-only --no-cache
+timed "compact + reversed, compiled, cache written" "$B/unity-rewrite" "$n3" --load-only --reversed
+timed "compact + reversed, from the cache" "$B/unity-rewrite" "$n3" --load-only --reversed
+
+echo "== 2. matching and rewriting with the N=3 set"
+for model in transformer inception_v3; do
+    for dir in "" --reversed; do
+        timed "$model (paper size) ${dir:-forwards}" \
+            "$B/unity-rewrite" "$n3" --model "$model" $dir --apply-each 2000
+    done
+    timed "$model (paper size), data parallel x2, --reversed" \
+        "$B/unity-rewrite" "$n3" --model "$model" --data-parallel 2 --reversed --apply-each 2000
+done
+
+echo "== 3. a large set (230k rules)"
+large=$out/large.db
+if [[ -n ${N4_DB:-} ]]; then
+    # unity-gen --max-ops 4 candidates, statuses FORCED to verified (never proven; load test only)
+    cp "$N4_DB" "$large"
+    sqlite3 "$large" \
+        "UPDATE rules SET status = 'verified', verify_spec = gen_spec WHERE status <> 'rejected';"
+    echo "   $N4_DB: $(sqlite3 "$large" "SELECT count(*) FROM rules WHERE status = 'verified'") candidates forced to verified"
+else
+    # the verified N=3 rules, each stored ${COPIES:-44} times (the copy's hash column loses its
+    # UNIQUE constraint; every copy is a separate row that is read, checked against its hash,
+    # parsed and compiled like any other): N=3-sized rules, not N=4-sized ones
+    copies=${COPIES:-44}
+    cp "$n3" "$large"
+    sqlite3 "$large" <<SQL
+BEGIN;
+ALTER TABLE rules RENAME TO rules_old;
+CREATE TABLE rules AS SELECT * FROM rules_old WHERE 0;
+INSERT INTO rules SELECT * FROM rules_old WHERE status = 'verified';
+WITH RECURSIVE k(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM k WHERE i < $copies - 1)
+INSERT INTO rules SELECT o.id + k.i * 10000000, o.hash, o.body, o.body_sum, o.n_in, o.n_src,
+    o.n_dst, o.size, o.ops, o.status, o.detail, o.proof_ms, o.axioms, o.gen_spec, o.verify_spec,
+    o.origin_kind, o.origin_file, o.origin_name, o.run, o.created, o.verified_at, o.conds,
+    o.row_sum FROM rules_old o, k WHERE o.status = 'verified';
+DROP TABLE rules_old;
+CREATE INDEX rules_status ON rules(status);
+CREATE INDEX rules_id ON rules(id);
+COMMIT;
+SQL
+    echo "   $(sqlite3 "$large" "SELECT count(*) FROM rules") verified rows: $n3's verified rules x $copies"
+fi
+rm -f "$large.compiled"
+timed "compact, compiled, cache written" "$B/unity-rewrite" "$large" --load-only
+timed "compact, from the cache" "$B/unity-rewrite" "$large" --load-only
+echo "== done ($out)"

@@ -1,0 +1,265 @@
+/* apply.c - a match replaced by the rule's instantiated target, through un_graph_copy_remap:
+ * the old graph's kept nodes in an order where the target fits (the nodes that do not depend on
+ * the match and come before its last input, then the target, then the rest), dead nodes
+ * dropped, every kept node's layout checked against the old one. */
+#include "search/apply.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TARGET (-1) /* the marker in the copy order where the target goes */
+
+typedef struct apply_state {
+    const un_rule *inst; /* the rule instantiated at the match */
+    const un_match *mt;
+    const bool *removed;             /* the match's operator nodes */
+    bool out_used[UN_RULE_MAX_OUTS]; /* the mapped output is read by a kept node or is a graph
+                                      * output (the target nodes only it needs are not added) */
+    int32_t *origin;                 /* new id -> old id, -1 for the target's nodes */
+    int32_t origin_cap;
+    un_ref tmap[UN_MATCH_MAX_NODES * UN_MAX_OUTPUTS]; /* target node output -> new ref */
+} apply_state;
+
+static void origin_set(apply_state *a, int32_t nid, int32_t old) {
+    if (nid >= a->origin_cap) {
+        int32_t cap = a->origin_cap ? a->origin_cap * 2 : 64;
+        while (cap <= nid)
+            cap *= 2;
+        a->origin = un_xrealloc(a->origin, (size_t)cap * sizeof *a->origin);
+        a->origin_cap = cap;
+    }
+    a->origin[nid] = old;
+}
+
+/* Adds the target's nodes over the bound inputs and points the mapped outputs at them. */
+static un_status add_target(un_ctx *ctx, apply_state *a, const un_graph *g, un_graph *ng,
+                            un_ref *map) {
+    const un_rule *r = a->inst;
+    const un_graph *dst = r->dst;
+    bool need[UN_MATCH_MAX_NODES] = {0};
+    for (int i = 0; i < r->n_out; i++)
+        need[r->dst_out[i].node] |= a->out_used[i];
+    for (int32_t v = un_graph_node_count(dst) - 1; v >= 0; v--) {
+        const un_node *nd = un_graph_node(dst, v);
+        for (int k = 0; need[v] && k < nd->n_in; k++)
+            need[nd->in[k].node] = true;
+    }
+    for (int i = 0; i < un_rule_input_count(r); i++) {
+        un_ref t = a->mt->input[i];
+        un_ref nt = map[t.node * UN_MAX_OUTPUTS + t.out];
+        if (nt.node < 0)
+            return un_ctx_error(ctx, UN_ERR_INVALID, "apply: input %d of the match is not there",
+                                i);
+        a->tmap[un_rule_input_dst(r, i) * UN_MAX_OUTPUTS] = nt;
+    }
+    for (int32_t v = 0; v < un_graph_node_count(dst); v++) {
+        const un_node *nd = un_graph_node(dst, v);
+        if (un_op_kind_of(nd->op) == UN_OPK_SOURCE || !need[v])
+            continue;
+        un_ref ins[UN_MAX_INPUTS];
+        for (int k = 0; k < nd->n_in; k++)
+            ins[k] = a->tmap[nd->in[k].node * UN_MAX_OUTPUTS + nd->in[k].out];
+        int32_t nid;
+        un_status st = un_graph_add(ctx, ng, nd->op, nd->params, ins, nd->n_in, NULL, &nid);
+        if (st != UN_OK)
+            return st;
+        origin_set(a, nid, -1);
+        for (int o = 0; o < un_graph_node(ng, nid)->inf.n_out; o++)
+            a->tmap[v * UN_MAX_OUTPUTS + o] = (un_ref){nid, o};
+    }
+    const un_match *mt = a->mt;
+    for (int i = 0; i < r->n_out; i++) { /* the instantiated source keeps the pattern's ids */
+        un_ref so = r->src_out[i], to = r->dst_out[i];
+        int32_t x = mt->node[so.node];
+        UN_ASSERT(x >= 0);
+        map[x * UN_MAX_OUTPUTS + so.out] = a->tmap[to.node * UN_MAX_OUTPUTS + to.out];
+    }
+    (void)g;
+    return UN_OK;
+}
+
+static un_status apply_node(un_ctx *ctx, void *user, const un_graph *g, int32_t id, un_graph *ng,
+                            un_ref *map) {
+    apply_state *a = user;
+    if (id == TARGET)
+        return add_target(ctx, a, g, ng, map);
+    int32_t nid;
+    un_status st = un_graph_copy_node(ctx, g, id, NULL, ng, map, &nid);
+    if (st != UN_OK)
+        return st;
+    origin_set(a, nid, id);
+    const un_node *old = un_graph_node(g, id), *nw = un_graph_node(ng, nid);
+    for (int o = 0; o < old->inf.n_out; o++)
+        if (!un_shape_eq(&old->inf.out[o], &nw->inf.out[o])) {
+            char sa[128], sb[128];
+            un_shape_str(&old->inf.out[o], sa, sizeof sa);
+            un_shape_str(&nw->inf.out[o], sb, sizeof sb);
+            return un_ctx_error(ctx, UN_ERR_MISMATCH,
+                                "apply: node %d (%s) output %d was %s and is now %s", (int)id,
+                                old->name ? old->name : un_op_name(old->op), o, sa, sb);
+        }
+    return UN_OK;
+}
+
+un_status un_apply(un_ctx *ctx, const un_ruleset *set, const un_graph *g, const un_match *mt,
+                   un_graph **out, int32_t **origin) {
+    *out = NULL;
+    if (origin)
+        *origin = NULL;
+    int32_t n = un_graph_node_count(g);
+    if (mt->rule < 0 || mt->rule >= un_ruleset_count(set))
+        return un_ctx_error(ctx, UN_ERR_INVALID, "apply: no rule entry %d", (int)mt->rule);
+    const un_rule *r = un_ruleset_rule(set, mt->rule);
+    int n_in = un_rule_input_count(r);
+    if (mt->n_nodes != un_graph_node_count(r->src) || mt->n_inputs != n_in)
+        return un_ctx_error(ctx, UN_ERR_INVALID, "apply: the match does not fit rule entry %d",
+                            (int)mt->rule);
+    un_shape shapes[UN_MATCH_MAX_NODES];
+    for (int i = 0; i < n_in; i++) {
+        un_ref t = mt->input[i];
+        if (t.node < 0 || t.node >= n || t.out < 0 || t.out >= un_graph_node(g, t.node)->inf.n_out)
+            return un_ctx_error(ctx, UN_ERR_INVALID, "apply: match input %d is not in the graph",
+                                i);
+        shapes[i] = *un_graph_shape(g, t);
+    }
+    bool *removed = un_xcalloc((size_t)n + 1, sizeof *removed);
+    for (int v = 0; v < mt->n_nodes; v++) {
+        int32_t x = mt->node[v];
+        bool op_node = un_op_kind_of(un_graph_node(r->src, v)->op) != UN_OPK_SOURCE;
+        if (op_node != (x >= 0) || x >= n || (x >= 0 && removed[x])) {
+            free(removed);
+            return un_ctx_error(ctx, UN_ERR_INVALID, "apply: match node %d is not in the graph", v);
+        }
+        if (x >= 0)
+            removed[x] = true;
+    }
+    un_rule *inst = NULL;
+    un_status st = un_rule_instantiate(ctx, r, mt->values, shapes, &inst);
+    if (st != UN_OK) {
+        free(removed);
+        return st;
+    }
+    /* The order: nodes that do not depend on the match and come before its last input; the
+     * target; the rest. Then liveness over that order, backwards from the graph outputs. */
+    int32_t last_in = -1;
+    for (int i = 0; i < n_in; i++)
+        last_in = mt->input[i].node > last_in ? mt->input[i].node : last_in;
+    bool *dep = un_xcalloc((size_t)n + 1, sizeof *dep), *live = un_xcalloc((size_t)n + 1, 1);
+    int32_t *order = un_xmalloc(((size_t)n + 2) * sizeof *order);
+    int32_t n_order = 0;
+    for (int32_t x = 0; x < n; x++) {
+        const un_node *nd = un_graph_node(g, x);
+        for (int k = 0; k < nd->n_in && !dep[x]; k++)
+            dep[x] = removed[nd->in[k].node] || dep[nd->in[k].node];
+    }
+    bool live_target = false;
+    for (int32_t i = 0; i < un_graph_output_count(g); i++) {
+        int32_t x = un_graph_output(g, i).node;
+        live[x] = true;
+        live_target |= removed[x];
+    }
+    for (int32_t x = n - 1; x >= 0; x--) {
+        const un_node *nd = un_graph_node(g, x);
+        if (un_op_kind_of(nd->op) == UN_OPK_SOURCE)
+            live[x] = true;
+        if (!live[x] || removed[x])
+            continue;
+        for (int k = 0; k < nd->n_in; k++) {
+            live[nd->in[k].node] = true;
+            live_target |= removed[nd->in[k].node];
+        }
+    }
+    for (int i = 0; live_target && i < n_in; i++) /* the target reads the inputs */
+        live[mt->input[i].node] = true;
+    /* and so do the inputs' own producers: propagate again over the prefix */
+    for (int32_t x = last_in; x >= 0; x--) {
+        const un_node *nd = un_graph_node(g, x);
+        if (!live[x] || removed[x])
+            continue;
+        for (int k = 0; k < nd->n_in; k++)
+            live[nd->in[k].node] = true;
+    }
+    for (int32_t x = 0; x <= last_in; x++)
+        if (live[x] && !removed[x] && !dep[x])
+            order[n_order++] = x;
+    if (live_target)
+        order[n_order++] = TARGET;
+    for (int32_t x = 0; x < n; x++)
+        if (live[x] && !removed[x] && (dep[x] || x > last_in))
+            order[n_order++] = x;
+    apply_state a = {.inst = inst, .mt = mt, .removed = removed};
+    for (int i = 0; i < r->n_out; i++) {
+        un_ref so = r->src_out[i];
+        int32_t x = mt->node[so.node];
+        for (int32_t k = 0; k < un_graph_output_count(g) && !a.out_used[i]; k++) {
+            un_ref o = un_graph_output(g, k);
+            a.out_used[i] = o.node == x && o.out == so.out;
+        }
+        for (int32_t y = x + 1; y < n && !a.out_used[i]; y++) {
+            const un_node *nd = un_graph_node(g, y);
+            for (int k = 0; live[y] && !removed[y] && k < nd->n_in; k++)
+                a.out_used[i] |= nd->in[k].node == x && nd->in[k].out == so.out;
+        }
+    }
+    for (int i = 0; i < UN_MATCH_MAX_NODES * UN_MAX_OUTPUTS; i++)
+        a.tmap[i] = (un_ref){-1, -1};
+    for (int i = 0; st == UN_OK && i < n_in; i++)
+        if (dep[mt->input[i].node] || removed[mt->input[i].node])
+            st = un_ctx_error(ctx, UN_ERR_INVALID,
+                              "apply: input %d of the match depends on the match (a cycle)", i);
+    un_graph *ng = NULL;
+    if (st == UN_OK)
+        st = un_graph_copy_remap(ctx, g, order, n_order, apply_node, &a, &ng, NULL);
+    free(order);
+    free(dep);
+    free(live);
+    free(removed);
+    un_rule_free(inst);
+    if (st != UN_OK) {
+        free(a.origin);
+        return st;
+    }
+    *out = ng;
+    if (origin) {
+        int32_t nn = un_graph_node_count(ng);
+        if (nn > a.origin_cap) /* cannot happen: every new node set its origin */
+            origin_set(&a, nn - 1, -1);
+        *origin = a.origin;
+    } else {
+        free(a.origin);
+    }
+    return UN_OK;
+}
+
+un_status un_apply_dot(un_ctx *ctx, const un_graph *g, const bool *highlight, un_buf *out) {
+    un_buf b = {0};
+    un_status st = un_graph_to_dot(ctx, g, &b);
+    if (st != UN_OK) {
+        un_buf_free(&b);
+        return st;
+    }
+    /* Each node line starts with "  n<id> [label="; a highlighted one gets its fill replaced. */
+    const char *s = b.data;
+    while (*s) {
+        const char *e = strchr(s, '\n');
+        size_t len = e ? (size_t)(e - s) + 1 : strlen(s);
+        int id = -1, used = 0;
+        if (highlight && sscanf(s, "  n%d [label=%n", &id, &used) == 1 && used > 0 && id >= 0 &&
+            id < un_graph_node_count(g) && highlight[id]) {
+            /* write the line up to its final "];" and add the colour */
+            const char *end = s + len;
+            while (end > s && (end[-1] == '\n' || end[-1] == ';' || end[-1] == ']'))
+                end--;
+            un_buf_printf(out,
+                          "%.*s, color=\"#d62728\", penwidth=2.5, style=\"filled\", "
+                          "fillcolor=\"#ffd8a8\"];\n",
+                          (int)(end - s), s);
+        } else {
+            un_buf_printf(out, "%.*s", (int)len, s);
+        }
+        s += len;
+    }
+    un_buf_free(&b);
+    return UN_OK;
+}
