@@ -9,6 +9,7 @@
 #include <string.h>
 #include <tgmath.h>
 
+#include "runtime/blas.h"
 #include "runtime/pool.h"
 
 /* ---- parameter vectors (order of specs/ops.json; un_kern_param_names publishes it) ---------- */
@@ -611,6 +612,7 @@ un_status un_kern_forward(un_ctx *ctx, const un_kexec *ex, un_op op, const un_pa
     un_status st = check_call(&c, false);
     if (st != UN_OK)
         return st;
+    un_blas_init(); /* once per process: the kernel set runs before the first product */
     return ex->prec == UN_PREC_F32 ? forward_f32(&c) : forward_f64(&c);
 }
 
@@ -630,6 +632,7 @@ un_status un_kern_backward(un_ctx *ctx, const un_kexec *ex, un_op op, const un_p
     un_status st = check_call(&c, true);
     if (st != UN_OK)
         return st;
+    un_blas_init();
     bool any = false;
     for (int j = 0; j < n_out; j++)
         any |= dout[j].data != NULL;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "runtime/backend.h"
+#include "runtime/blas.h"
 #include "runtime/comm.h"
 #include "runtime/exec.h"
 #include "runtime/optim.h"
@@ -561,6 +562,8 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
             st = un_ctx_error(ctx, UN_ERR_NOMEM, "no memory for the labels");
     }
     st = un_comm_agree(ctx, comm, st);
+    if (st == UN_OK && rank == 0 && !o->quiet) /* once set-up succeeded: errors print nothing */
+        fprintf(o->out, "blas: %s\n", un_blas_describe());
     /* A loaded run continues where the checkpoint stopped: same data, same dropout masks. */
     int start = st == UN_OK ? (int)un_optim_steps(opt) : 0;
     const un_shape *os = st == UN_OK ? un_exec_output_shape(ex, 0) : NULL;

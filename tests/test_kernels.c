@@ -3,10 +3,14 @@
  * variants, float32 against float64, every differentiable input's backward against finite
  * differences (with a planted wrong gradient that must be caught), accumulation, absent inputs and
  * gradients, threads against no threads, dropout on shards, and one-line errors. */
+#include "runtime/blas.h"
 #include "runtime/kernels.h"
 #include "runtime/pool.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "pcg/eval.h"
 #include "tests/test.h"
@@ -1332,7 +1336,54 @@ static void test_pool_covers_each_index_once(void) {
     un_pool_free(NULL);
 }
 
-int main(void) {
+/* The BLAS kernel choice (runtime/blas.h): the running kernel passed its self-check; with
+ * OPENBLAS_CORETYPE unset on an AVX-512 CPU it is SkylakeX; a child process started with
+ * OPENBLAS_CORETYPE=Haswell keeps Haswell and says so (the environment is never overridden). */
+static void test_blas_choice(void) {
+    EXPECT_TRUE(un_blas_ok());
+    const char *k = un_blas_kernel(), *line = un_blas_describe();
+    printf("    blas: %s\n", line);
+    EXPECT_TRUE(k[0] != '\0' && strstr(line, k) != NULL);
+    EXPECT_TRUE(strstr(line, "self-check passed") != NULL);
+    const char *forced = getenv("OPENBLAS_CORETYPE");
+    if (forced && *forced) {
+        EXPECT_TRUE(strstr(line, "kept") != NULL);
+        return;
+    }
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512cd") && strstr(line, "not a DYNAMIC_ARCH") == NULL)
+        EXPECT_STR_EQ(k, "SkylakeX");
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+        return; /* the child's forced Haswell needs AVX2 */
+    char cmd[600];
+    char self[512];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    EXPECT_TRUE(n > 0);
+    if (n <= 0)
+        return;
+    self[n] = '\0';
+    snprintf(cmd, sizeof cmd, "OPENBLAS_CORETYPE=Haswell '%s' --blas-line", self);
+    FILE *f = popen(cmd, "r");
+    EXPECT_TRUE(f != NULL);
+    if (!f)
+        return;
+    char got[512] = "";
+    if (!fgets(got, sizeof got, f))
+        got[0] = '\0';
+    int rc = pclose(f);
+    printf("    child with OPENBLAS_CORETYPE=Haswell: %s", got);
+    EXPECT_EQ(rc, 0);
+    EXPECT_TRUE(strstr(got, "kernel Haswell (OPENBLAS_CORETYPE=Haswell set in the environment, "
+                            "kept; self-check passed") != NULL);
+}
+
+int main(int argc, char **argv) {
+    if (argc == 2 && strcmp(argv[1], "--blas-line") == 0) { /* test_blas_choice's child */
+        printf("%s\n", un_blas_describe());
+        return un_blas_ok() ? 0 : 1;
+    }
     static const test_case cases[] = {
         {"param_names_match_spec", test_param_names_match_spec},
         {"forward_vs_reference", test_forward_vs_reference},
@@ -1350,6 +1401,7 @@ int main(void) {
         {"alloc_failure", test_alloc_failure},
         {"alloc_failure_every_case", test_alloc_failure_every_case},
         {"pool_covers_each_index_once", test_pool_covers_each_index_once},
+        {"blas_choice", test_blas_choice},
     };
     return TEST_RUN_WITH_SPEC(cases, &S);
 }
