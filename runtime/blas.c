@@ -161,8 +161,10 @@ static void choose(void) {
         record(why, self_check());
         return;
     }
-    void (*init)(void) = (void (*)(void))dlsym(RTLD_DEFAULT, "gotoblas_dynamic_init");
-    void (*quit)(void) = (void (*)(void))dlsym(RTLD_DEFAULT, "gotoblas_dynamic_quit");
+    /* POSIX's way to take a function from dlsym (ISO C has no object-to-function cast) */
+    void (*init)(void) = NULL, (*quit)(void) = NULL;
+    *(void **)&init = dlsym(RTLD_DEFAULT, "gotoblas_dynamic_init");
+    *(void **)&quit = dlsym(RTLD_DEFAULT, "gotoblas_dynamic_quit");
     if (!init || !quit) {
         record("not a DYNAMIC_ARCH build: its only kernel", self_check());
         return;
