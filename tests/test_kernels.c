@@ -7,6 +7,7 @@
 #include "runtime/kernels.h"
 #include "runtime/pool.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -239,6 +240,8 @@ static const kcase extra_cases[] = {
     {"embedding", "aggr=mean", "3,7;4,2", false},
     {"multihead_attention", "heads=1", "2,3,4;2,5,4;2,5,4;4,4;4,4;4,4;4,4", false},
     {"multihead_attention", "heads=3", "1,4,6;1,2,6;1,2,6;6,6;6,6;6,6;6,6", false},
+    /* several batches through the batched projections, causal */
+    {"multihead_attention", "heads=2 causal=true", "3,5,4;3,5,4;3,5,4;4,4;4,4;4,4;4,4", false},
     {"reduce_sum", "dim=-1 keep=true", "3,4,5", false},
     {"reduce_sum", "dim=0", "3,4", false},
     {"reduce_sum", "dim=0", "5", false},
@@ -1336,6 +1339,46 @@ static void test_pool_covers_each_index_once(void) {
     un_pool_free(NULL);
 }
 
+/* linear's fused gelu in float32 (a vectorised erfc/exp, not libm's) against the float64
+ * formula, forward and derivative, over [-12, 12] and zero: W = identity, so y = gelu(x) and
+ * dx = dy gelu'(x) exactly up to the activation. The value within 3e-5 relative everywhere (the
+ * float32 exp's argument -x^2/2 carries 1e-5 at the far tail; libm's 1 + erff loses everything
+ * there), the derivative - a difference of two O(1) terms, 0 near x = -0.75 - within 1e-6
+ * absolute. */
+static void test_gelu_f32_accuracy(void) {
+    enum { K = 481 };
+    static float x[K], w[K * K], y[K], dy[K], dx[K], dw[K * K];
+    for (int i = 0; i < K; i++) {
+        x[i] = i == K / 2 ? 0.0f : -12.0f + 24.0f * (float)i / (K - 1);
+        dy[i] = 1.0f;
+        w[i * K + i] = 1.0f;
+    }
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_param p[UN_MAX_PARAMS] = {{0}};
+    un_spec_param_defaults(un_spec_op(S, UN_OP_LINEAR), p);
+    p[0].v[0] = 4; /* ACT_GELU */
+    un_kexec ex = {.prec = UN_PREC_F32, .training = true};
+    un_kt in[2] = {{UN_DT_FLOAT, 2, {1, K}, x}, {UN_DT_FLOAT, 2, {K, K}, w}};
+    un_kt out = {UN_DT_FLOAT, 2, {1, K}, y}, dout = {UN_DT_FLOAT, 2, {1, K}, dy};
+    un_kt din[2] = {{UN_DT_FLOAT, 2, {1, K}, dx}, {UN_DT_FLOAT, 2, {K, K}, dw}};
+    EXPECT_OK(ctx, un_kern_forward(ctx, &ex, UN_OP_LINEAR, p, in, 2, &out, 1));
+    EXPECT_OK(ctx, un_kern_backward(ctx, &ex, UN_OP_LINEAR, p, in, 2, &out, 1, &dout, din));
+    double worst_y = 0, worst_d = 0;
+    for (int i = 0; i < K; i++) {
+        double v = x[i], c = erfc(-v / sqrt(2.0)); /* 1 + erf, without cancellation */
+        double g = 0.5 * v * c, d = 0.5 * c + v * exp(-0.5 * v * v) / sqrt(2 * M_PI);
+        double ey = fabs(y[i] - g) / fmax(fabs(g), 1e-30);
+        double ed = fabs(dx[i] - d);
+        worst_y = fmax(worst_y, ey);
+        worst_d = fmax(worst_d, ed);
+    }
+    printf("    gelu f32: max relative error %.2g (value), max absolute error %.2g (derivative)\n",
+           worst_y, worst_d);
+    EXPECT_TRUE(worst_y <= 3e-5);
+    EXPECT_TRUE(worst_d <= 1e-6);
+    un_ctx_free(ctx);
+}
+
 /* The BLAS kernel choice (runtime/blas.h): the running kernel passed its self-check; with
  * OPENBLAS_CORETYPE unset on an AVX-512 CPU it is SkylakeX; a child process started with
  * OPENBLAS_CORETYPE=Haswell keeps Haswell and says so (the environment is never overridden). */
@@ -1401,6 +1444,7 @@ int main(int argc, char **argv) {
         {"alloc_failure", test_alloc_failure},
         {"alloc_failure_every_case", test_alloc_failure_every_case},
         {"pool_covers_each_index_once", test_pool_covers_each_index_once},
+        {"gelu_f32_accuracy", test_gelu_f32_accuracy},
         {"blas_choice", test_blas_choice},
     };
     return TEST_RUN_WITH_SPEC(cases, &S);

@@ -10,6 +10,9 @@
 # The mid graphs are written by scripts/bench/mid_graphs.py (pcg graph JSON).
 #
 #   scripts/bench/runtime.sh [BUILD_DIR]     (default build/default; builds it first)
+# When OPENBLAS_CORETYPE is unset a second table runs both sides with it set to the kernel the
+# runtime chose, so that the comparison is of everything but the kernel choice (SAME_KERNEL=0
+# skips it).
 # Env: ROUNDS (default 3), STEPS per run (default 6; step 1 untimed), THREADS (default "1 2").
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -28,6 +31,15 @@ echo "runtime $("$build/bin/unity-train" --model mlp --tiny --steps 1 | sed -n '
 graphs="$build/bench_graphs"
 mkdir -p "$graphs"
 /usr/bin/python3 scripts/bench/mid_graphs.py "$graphs"
+echo
+echo "== the environment as it is (PyTorch's OpenBLAS picks its own kernel)"
 # shellcheck disable=SC2086
 /usr/bin/python3 scripts/bench/runtime_cmp.py "$build" "$graphs" ${THREADS:-1 2}
+kernel=$("$build/bin/unity-train" --model mlp --tiny --steps 1 | sed -n 's/^blas: OpenBLAS [^ ]* kernel \([^ ]*\).*/\1/p')
+if [[ -z ${OPENBLAS_CORETYPE:-} && -n $kernel && ${SAME_KERNEL:-1} == 1 ]]; then
+    echo
+    echo "== both sides on the runtime's kernel: OPENBLAS_CORETYPE=$kernel (the kernels' own speed)"
+    # shellcheck disable=SC2086
+    OPENBLAS_CORETYPE=$kernel /usr/bin/python3 scripts/bench/runtime_cmp.py "$build" "$graphs" ${THREADS:-1 2}
+fi
 echo "load at end: $(uptime | sed 's/.*load/load/')"
