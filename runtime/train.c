@@ -793,6 +793,7 @@ un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res
     sh.losses = un_xcalloc((size_t)o->steps, sizeof *sh.losses);
     sh.devices = d;
     sh.dev = un_xcalloc((size_t)d, sizeof *sh.dev);
+    un_blas_init(); /* before the rank threads: the choice sets and unsets an environment variable */
     if (use_mpi)
         st = rank_run(ctx, mpi, &sh);
     else
