@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "runtime/backend_impl.h"
+#include "runtime/blas.h"
 #include "runtime/pool.h"
 
 /* OpenBLAS's own thread count (process-wide). Declared here rather than through cblas.h, which
@@ -295,6 +296,10 @@ un_status un__backend_cpu_new(un_ctx *ctx, un_prec prec, int nthreads, un_backen
         return un_ctx_error(ctx, UN_ERR_INVALID, "cpu backend: %d threads (1..1024)", nthreads);
     /* The kernels' gemm runs on the same threads budget: OpenBLAS threads idling in spin loops
      * while another rank's threads work cost 3-15x on small pieces. */
+    un_blas_init(); /* the kernel choice happens before any thread calls BLAS */
+    if (!un_blas_ok())
+        return un_ctx_error(ctx, UN_ERR_UNAVAILABLE, "cpu backend: BLAS self-check failed: %s",
+                            un_blas_describe());
     static pthread_mutex_t blas_mu = PTHREAD_MUTEX_INITIALIZER; /* ranks start concurrently */
     pthread_mutex_lock(&blas_mu);
     openblas_set_num_threads(nthreads);

@@ -12,6 +12,7 @@
 
 #include "runtime/backend.h"
 #include "runtime/backend_impl.h"
+#include "runtime/blas.h"
 #include "runtime/comm.h"
 #include "runtime/exec.h"
 #include "runtime/checkpoint.h"
@@ -564,6 +565,8 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
             st = un_ctx_error(ctx, UN_ERR_NOMEM, "no memory for the inputs and labels");
     }
     st = un_comm_agree(ctx, comm, st);
+    if (st == UN_OK && rank == 0 && !o->quiet) /* once set-up succeeded: errors print nothing */
+        fprintf(o->out, "blas: %s\n", un_blas_describe());
     /* A loaded run continues where the checkpoint stopped: same data, same dropout masks. */
     int start = st == UN_OK ? (int)un_optim_steps(opt) : 0;
     const un_shape *os = st == UN_OK ? un_exec_output_shape(ex, 0) : NULL;
@@ -863,6 +866,7 @@ un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res
     sh.losses = un_xcalloc((size_t)o->steps, sizeof *sh.losses);
     sh.devices = d;
     sh.dev = un_xcalloc((size_t)d, sizeof *sh.dev);
+    un_blas_init(); /* before the rank threads: the choice sets and unsets an environment variable */
     if ((st = memory_check(ctx, o, run_g, d, use_mpi ? mpi : NULL)) != UN_OK)
         goto done;
     in_run = true; /* from here a failure is agreed by the ranks or aborts the job */

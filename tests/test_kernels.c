@@ -3,10 +3,15 @@
  * variants, float32 against float64, every differentiable input's backward against finite
  * differences (with a planted wrong gradient that must be caught), accumulation, absent inputs and
  * gradients, threads against no threads, dropout on shards, and one-line errors. */
+#include "runtime/blas.h"
 #include "runtime/kernels.h"
 #include "runtime/pool.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "pcg/eval.h"
 #include "tests/test.h"
@@ -235,6 +240,8 @@ static const kcase extra_cases[] = {
     {"embedding", "aggr=mean", "3,7;4,2", false},
     {"multihead_attention", "heads=1", "2,3,4;2,5,4;2,5,4;4,4;4,4;4,4;4,4", false},
     {"multihead_attention", "heads=3", "1,4,6;1,2,6;1,2,6;6,6;6,6;6,6;6,6", false},
+    /* several batches through the batched projections, causal */
+    {"multihead_attention", "heads=2 causal=true", "3,5,4;3,5,4;3,5,4;4,4;4,4;4,4;4,4", false},
     {"reduce_sum", "dim=-1 keep=true", "3,4,5", false},
     {"reduce_sum", "dim=0", "3,4", false},
     {"reduce_sum", "dim=0", "5", false},
@@ -1332,7 +1339,94 @@ static void test_pool_covers_each_index_once(void) {
     un_pool_free(NULL);
 }
 
-int main(void) {
+/* linear's fused gelu in float32 (a vectorised erfc/exp, not libm's) against the float64
+ * formula, forward and derivative, over [-12, 12] and zero: W = identity, so y = gelu(x) and
+ * dx = dy gelu'(x) exactly up to the activation. The value within 3e-5 relative everywhere (the
+ * float32 exp's argument -x^2/2 carries 1e-5 at the far tail; libm's 1 + erff loses everything
+ * there), the derivative - a difference of two O(1) terms, 0 near x = -0.75 - within 1e-6
+ * absolute. */
+static void test_gelu_f32_accuracy(void) {
+    enum { K = 481 };
+    static float x[K], w[K * K], y[K], dy[K], dx[K], dw[K * K];
+    for (int i = 0; i < K; i++) {
+        x[i] = i == K / 2 ? 0.0f : -12.0f + 24.0f * (float)i / (K - 1);
+        dy[i] = 1.0f;
+        w[i * K + i] = 1.0f;
+    }
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_param p[UN_MAX_PARAMS] = {{0}};
+    un_spec_param_defaults(un_spec_op(S, UN_OP_LINEAR), p);
+    p[0].v[0] = 4; /* ACT_GELU */
+    un_kexec ex = {.prec = UN_PREC_F32, .training = true};
+    un_kt in[2] = {{UN_DT_FLOAT, 2, {1, K}, x}, {UN_DT_FLOAT, 2, {K, K}, w}};
+    un_kt out = {UN_DT_FLOAT, 2, {1, K}, y}, dout = {UN_DT_FLOAT, 2, {1, K}, dy};
+    un_kt din[2] = {{UN_DT_FLOAT, 2, {1, K}, dx}, {UN_DT_FLOAT, 2, {K, K}, dw}};
+    EXPECT_OK(ctx, un_kern_forward(ctx, &ex, UN_OP_LINEAR, p, in, 2, &out, 1));
+    EXPECT_OK(ctx, un_kern_backward(ctx, &ex, UN_OP_LINEAR, p, in, 2, &out, 1, &dout, din));
+    double worst_y = 0, worst_d = 0;
+    for (int i = 0; i < K; i++) {
+        double v = x[i], c = erfc(-v / sqrt(2.0)); /* 1 + erf, without cancellation */
+        double g = 0.5 * v * c, d = 0.5 * c + v * exp(-0.5 * v * v) / sqrt(2 * M_PI);
+        double ey = fabs(y[i] - g) / fmax(fabs(g), 1e-30);
+        double ed = fabs(dx[i] - d);
+        worst_y = fmax(worst_y, ey);
+        worst_d = fmax(worst_d, ed);
+    }
+    printf("    gelu f32: max relative error %.2g (value), max absolute error %.2g (derivative)\n",
+           worst_y, worst_d);
+    EXPECT_TRUE(worst_y <= 3e-5);
+    EXPECT_TRUE(worst_d <= 1e-6);
+    un_ctx_free(ctx);
+}
+
+/* The BLAS kernel choice (runtime/blas.h): the running kernel passed its self-check; with
+ * OPENBLAS_CORETYPE unset on an AVX-512 CPU it is SkylakeX; a child process started with
+ * OPENBLAS_CORETYPE=Haswell keeps Haswell and says so (the environment is never overridden). */
+static void test_blas_choice(void) {
+    EXPECT_TRUE(un_blas_ok());
+    const char *k = un_blas_kernel(), *line = un_blas_describe();
+    printf("    blas: %s\n", line);
+    EXPECT_TRUE(k[0] != '\0' && strstr(line, k) != NULL);
+    EXPECT_TRUE(strstr(line, "self-check passed") != NULL);
+    const char *forced = getenv("OPENBLAS_CORETYPE");
+    if (forced && *forced) {
+        EXPECT_TRUE(strstr(line, "kept") != NULL);
+        return;
+    }
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512cd") && strstr(line, "not a DYNAMIC_ARCH") == NULL)
+        EXPECT_STR_EQ(k, "SkylakeX");
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+        return; /* the child's forced Haswell needs AVX2 */
+    char cmd[600];
+    char self[512];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    EXPECT_TRUE(n > 0);
+    if (n <= 0)
+        return;
+    self[n] = '\0';
+    snprintf(cmd, sizeof cmd, "OPENBLAS_CORETYPE=Haswell '%s' --blas-line", self);
+    FILE *f = popen(cmd, "r");
+    EXPECT_TRUE(f != NULL);
+    if (!f)
+        return;
+    char got[512] = "";
+    if (!fgets(got, sizeof got, f))
+        got[0] = '\0';
+    int rc = pclose(f);
+    printf("    child with OPENBLAS_CORETYPE=Haswell: %s", got);
+    EXPECT_EQ(rc, 0);
+    EXPECT_TRUE(strstr(got, "kernel Haswell (OPENBLAS_CORETYPE=Haswell set in the environment, "
+                            "kept; self-check passed") != NULL);
+}
+
+int main(int argc, char **argv) {
+    if (argc == 2 && strcmp(argv[1], "--blas-line") == 0) { /* test_blas_choice's child */
+        printf("%s\n", un_blas_describe());
+        return un_blas_ok() ? 0 : 1;
+    }
     static const test_case cases[] = {
         {"param_names_match_spec", test_param_names_match_spec},
         {"forward_vs_reference", test_forward_vs_reference},
@@ -1350,6 +1444,8 @@ int main(void) {
         {"alloc_failure", test_alloc_failure},
         {"alloc_failure_every_case", test_alloc_failure_every_case},
         {"pool_covers_each_index_once", test_pool_covers_each_index_once},
+        {"gelu_f32_accuracy", test_gelu_f32_accuracy},
+        {"blas_choice", test_blas_choice},
     };
     return TEST_RUN_WITH_SPEC(cases, &S);
 }

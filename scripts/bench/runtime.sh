@@ -1,143 +1,49 @@
 #!/usr/bin/env bash
-# Runtime benchmarks (issue 6):
-#  1. sgemm efficiency: the runtime's linear kernel (un_kern_forward, which calls OpenBLAS sgemm
-#     on one piece) against OpenBLAS's own cblas_sgemm on the same sizes, same thread count, in
-#     the same process and under the same OPENBLAS_CORETYPE (this environment sets it, which picks
-#     a slower kernel: about 115 vs 218 GFLOP/s a core on this machine).
-#  2. training step time of the tiny MLP and the tiny transformer (forward, backward, Adam)
-#     against PyTorch on the CPU with the same model, batch and thread count.
+# Training step time and peak memory, the runtime against PyTorch (issue 16): for the mid MLP
+# (2 towers x 8 linear 1344, 29M parameters, batch 64, CE), the mid transformer (4 post-LN
+# layers, hidden 256, 4 heads, FFN 1024, seq 128, batch 8, MSE) and the zoo's full charlm (T 64,
+# D 128, 2 blocks, batch 32 sequences), unity-train and the same model in PyTorch
+# (scripts/bench/torch_models.py: same layers, no biases, Adam) run alternately, ROUNDS times
+# each, on 1 and 2 threads, under the environment as it is (OPENBLAS_CORETYPE untouched: both
+# sides load the same OpenBLAS; the runtime then picks its kernel set, runtime/blas.h).
+# Prints ms/step min/median of each side, ours/PyTorch, and each process's peak RSS.
+# The mid graphs are written by scripts/bench/mid_graphs.py (pcg graph JSON).
 #
 #   scripts/bench/runtime.sh [BUILD_DIR]     (default build/default; builds it first)
-# Env: THREADS (default 1), STEPS (default 300).
+# When OPENBLAS_CORETYPE is unset a second table runs both sides with it set to the kernel the
+# runtime chose, so that the comparison is of everything but the kernel choice (SAME_KERNEL=0
+# skips it).
+# Env: ROUNDS (default 3), STEPS per run (default 6; step 1 untimed), THREADS (default "1 2").
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
 build=${1:-build/default}
-threads=${THREADS:-1}
-steps=${STEPS:-300}
 make -s -j2 BUILD="$build" >/dev/null
+if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+    echo "runtime.sh: PyTorch is not installed for /usr/bin/python3 (Debian python3-torch)" >&2
+    exit 1
+fi
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
-echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-<unset>} (both sides of every comparison run under it)"
-echo "threads: $threads (OPENBLAS_NUM_THREADS, torch.set_num_threads and --threads)"
-export OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads
-
-# ---- 1. sgemm ----
-bench_c="$build/bench_runtime_gemm.c"
-cat >"$bench_c" <<'CEOF'
-/* Times the runtime's linear kernel against cblas_sgemm on [n,n] x [n,n]. */
-#include <cblas.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <time.h>
-#include "runtime/kernels.h"
-#include "runtime/pool.h"
-static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
-int main(int argc, char **argv) {
-    int threads = argc > 1 ? atoi(argv[1]) : 1;
-    un_ctx *ctx = un_ctx_new(NULL);
-    un_pool *pool = threads > 1 ? un_pool_new(threads) : NULL;
-    int sizes[] = {256, 512, 1024, 2048};
-    printf("%6s %16s %16s %8s\n", "n", "openblas GFLOP/s", "runtime GFLOP/s", "ratio");
-    for (int z = 0; z < 4; z++) {
-        int n = sizes[z];
-        float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n), *c = malloc(sizeof(float) * n * n);
-        for (long i = 0; i < (long)n * n; i++) { a[i] = (float)(i % 7) * 0.1f; b[i] = (float)(i % 5) * 0.1f; }
-        double flops = 2.0 * n * n * n;
-        int reps = (int)(1e9 / flops) + 1;
-        un_param p[UN_MAX_PARAMS] = {{0}};
-        p[0].len = -1; p[1].len = -1; /* activation none, no bias */
-        un_kexec ex = {.prec = UN_PREC_F32, .pool = pool, .training = true};
-        un_kt in[2] = {{UN_DT_FLOAT, 2, {n, n}, a}, {UN_DT_FLOAT, 2, {n, n}, b}};
-        un_kt out = {UN_DT_FLOAT, 2, {n, n}, c};
-        if (un_kern_forward(ctx, &ex, UN_OP_LINEAR, p, in, 2, &out, 1) != UN_OK) { printf("kernel: %s\n", un_ctx_errmsg(ctx)); return 1; }
-        /* Alternate the two, best of 7 rounds each: the machine is shared, load comes and goes. */
-        double blas = 0, ours = 0;
-        for (int round = 0; round < 7; round++) {
-            double t0 = now();
-            for (int r = 0; r < reps; r++)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
-            double g = flops * reps / (now() - t0) / 1e9;
-            blas = g > blas ? g : blas;
-            t0 = now();
-            for (int r = 0; r < reps; r++)
-                un_kern_forward(ctx, &ex, UN_OP_LINEAR, p, in, 2, &out, 1);
-            g = flops * reps / (now() - t0) / 1e9;
-            ours = g > ours ? g : ours;
-        }
-        printf("%6d %16.1f %16.1f %8.2f\n", n, blas, ours, ours / blas);
-        free(a); free(b); free(c);
-    }
-    un_pool_free(pool);
-    un_ctx_free(ctx);
-    return 0;
-}
-CEOF
-libs="$build/libruntime.a $build/libpcg.a -lopenblas -lcjson -lm $(pkg-config --libs ompi-c 2>/dev/null) -pthread"
-cc -std=c17 -O2 -D_GNU_SOURCE -I. "$bench_c" $libs -o "$build/bench_runtime_gemm"
+echo "load at start: $(uptime | sed 's/.*load/load/')"
+echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-<unset>} in the environment; PyTorch" \
+    "$(/usr/bin/python3 -c 'import torch; print(torch.__version__)')"
+echo "runtime $("$build/bin/unity-train" --model mlp --tiny --steps 1 | sed -n 's/^blas: //p')"
+graphs="$build/bench_graphs"
+mkdir -p "$graphs"
+/usr/bin/python3 scripts/bench/mid_graphs.py "$graphs"
 echo
-echo "== sgemm: the runtime's linear kernel vs OpenBLAS cblas_sgemm, [n,n]x[n,n], $threads thread(s), best of 7 alternating rounds"
-"$build/bench_runtime_gemm" "$threads"
-if [[ -n ${OPENBLAS_CORETYPE:-} ]]; then
-    echo "-- the same with OPENBLAS_CORETYPE unset (OpenBLAS picks its kernel for this CPU)"
-    env -u OPENBLAS_CORETYPE "$build/bench_runtime_gemm" "$threads"
+echo "== the environment as it is (PyTorch's OpenBLAS picks its own kernel)"
+# shellcheck disable=SC2086
+/usr/bin/python3 scripts/bench/runtime_cmp.py "$build" "$graphs" ${THREADS:-1 2}
+kernel=$("$build/bin/unity-train" --model mlp --tiny --steps 1 | sed -n 's/^blas: OpenBLAS [^ ]* kernel \([^ ]*\).*/\1/p')
+if [[ -z ${OPENBLAS_CORETYPE:-} && -n $kernel && ${SAME_KERNEL:-1} == 1 ]]; then
+    echo
+    echo "== both sides on the runtime's kernel: OPENBLAS_CORETYPE=$kernel (the kernels' own speed)"
+    # shellcheck disable=SC2086
+    OPENBLAS_CORETYPE=$kernel /usr/bin/python3 scripts/bench/runtime_cmp.py "$build" "$graphs" ${THREADS:-1 2}
 fi
 
-# ---- 2. training steps ----
-echo
-echo "== training step (forward + backward + Adam), tiny models, batch 16, $threads thread(s)"
-for m in mlp transformer; do
-    "$build/bin/unity-train" --model "$m" --tiny --steps "$steps" --threads "$threads" --quiet >/dev/null
-    line=$("$build/bin/unity-train" --model "$m" --tiny --steps "$steps" --threads "$threads" | tail -1)
-    ms=$(sed -n 's/.* \([0-9.]*\) ms\/step.*/\1/p' <<<"$line")
-    printf 'unity-train %-12s %8s ms/step\n' "$m" "$ms"
-done
-if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
-    /usr/bin/python3 - "$threads" "$steps" <<'PYEOF'
-import sys, time, torch
-th, n = int(sys.argv[1]), int(sys.argv[2])
-torch.manual_seed(0)
-torch.set_num_threads(th)
-B = 16
-def mlp():  # zoo tiny mlp: 2 towers of 2 linear 32 (relu, none), no bias, added; CE over 32
-    class M(torch.nn.Module):
-        def __init__(s):
-            super().__init__()
-            s.t = torch.nn.ModuleList([torch.nn.Sequential(torch.nn.Linear(32, 32, bias=False), torch.nn.ReLU(),
-                                                           torch.nn.Linear(32, 32, bias=False)) for _ in range(2)])
-        def forward(s, a, b):
-            return s.t[0](a) + s.t[1](b)
-    m = M(); x1 = torch.randn(B, 32); x2 = torch.randn(B, 32); y = torch.randint(0, 32, (B,))
-    return m, lambda: torch.nn.functional.cross_entropy(m(x1, x2), y)
-def transformer():  # zoo tiny transformer: [B,8,32], 2 post-LN layers, 4 heads, FFN 128, no biases, head 32->1, MSE
-    class L(torch.nn.Module):
-        def __init__(s):
-            super().__init__()
-            s.att = torch.nn.MultiheadAttention(32, 4, bias=False, batch_first=True)
-            s.ln1 = torch.nn.LayerNorm(32); s.ln2 = torch.nn.LayerNorm(32)
-            s.f1 = torch.nn.Linear(32, 128, bias=False); s.f2 = torch.nn.Linear(128, 32, bias=False)
-        def forward(s, x):
-            x = s.ln1(x + s.att(x, x, x, need_weights=False)[0])
-            return s.ln2(x + s.f2(torch.nn.functional.gelu(s.f1(x))))
-    m = torch.nn.Sequential(L(), L(), torch.nn.Linear(32, 1, bias=False))
-    x = torch.randn(B, 8, 32); y = torch.randn(B, 8, 1)
-    return m, lambda: torch.nn.functional.mse_loss(m(x), y)
-for name, f in (("mlp", mlp), ("transformer", transformer)):
-    m, loss = f()
-    opt = torch.optim.Adam(m.parameters(), lr=1e-3)
-    def step():
-        opt.zero_grad(); l = loss(); l.backward(); opt.step()
-    for _ in range(20):
-        step()
-    t = time.perf_counter()
-    for _ in range(n):
-        step()
-    print(f"pytorch {torch.__version__:<7} {name:<12} {1e3 * (time.perf_counter() - t) / n:8.3f} ms/step")
-PYEOF
-else
-    echo "pytorch: not installed for /usr/bin/python3 - comparison skipped"
-fi
-
-# ---- 3. strategies on mid-size models (h14's section; issue 14 item 6) ----
+# ---- strategies on mid-size models (h14's section; issue 14 item 6) ----
 # Serial on 1 device and data parallel on 2 devices of the same machine, both with the same
 # total threads (STRAT_THREADS, default 2), for a mid-size MLP and transformer sized by --config
 # (the same strings the cost bench and unity-train take): step time, time per sample and what
@@ -171,3 +77,4 @@ strategies() {
     done
 }
 strategies
+echo "load at end: $(uptime | sed 's/.*load/load/')"

@@ -58,7 +58,7 @@ class Kexec(C.Structure):
 
 def build_lib(cc, tmp):
     srcs = [s for s in sorted(glob.glob(os.path.join(ROOT, "pcg", "*.c"))) if not s.endswith("_main.c")]
-    srcs += [os.path.join(ROOT, "runtime", f) for f in ("kernels_cpu.c", "pool.c")]
+    srcs += [os.path.join(ROOT, "runtime", f) for f in ("kernels_cpu.c", "blas.c", "pool.c")]
     out = os.path.join(tmp, "libunkern.so")
     cmd = [cc, "-shared", "-fPIC", "-O2", "-std=c17", "-D_GNU_SOURCE", "-pthread", "-I", ROOT,
            *srcs, "-lopenblas", "-lcjson", "-lm", "-o", out]

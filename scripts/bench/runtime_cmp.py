@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""Driver of scripts/bench/runtime.sh: per model and thread count, ROUNDS alternating runs of
+unity-train and of torch_models.py (each STEPS steps, step 1 untimed on both sides); prints the
+ms/step of each side (min and median over the rounds), the ratio ours/PyTorch (of the mins and
+of the medians) and each process's peak resident memory (max over the rounds, from wait4).
+
+  runtime_cmp.py BUILD_DIR GRAPH_DIR THREADS... (env ROUNDS, STEPS)"""
+import os
+import re
+import statistics
+import sys
+import tempfile
+
+here = os.path.dirname(os.path.abspath(__file__))
+
+
+def run_rss(cmd, env):
+    """(stdout, peak resident memory in MiB) of one run of cmd; exits on failure."""
+    rfd, wfd = os.pipe()
+    err_file = tempfile.TemporaryFile(mode="w+")
+    pid = os.fork()
+    if pid == 0:
+        os.dup2(wfd, 1)
+        os.dup2(err_file.fileno(), 2)
+        os.close(rfd)
+        try:
+            os.execvpe(cmd[0], cmd, env)
+        finally:
+            os._exit(127)
+    os.close(wfd)
+    with os.fdopen(rfd) as f:
+        out = f.read()
+    _, status, ru = os.wait4(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    err_file.seek(0)
+    err = err_file.read()
+    if code != 0:
+        sys.exit(f"runtime_cmp.py: {' '.join(cmd)} failed ({code}): {err.strip()[-400:]}")
+    return out, ru.ru_maxrss / 1024.0
+
+
+def main():
+    build, graphs, threads = sys.argv[1], sys.argv[2], [int(t) for t in sys.argv[3:]]
+    rounds, steps = int(os.environ.get("ROUNDS", "3")), int(os.environ.get("STEPS", "6"))
+    train = os.path.join(build, "bin", "unity-train")
+    models = [  # (label, unity-train model args, torch_models.py name)
+        ("mlp mid (29M params, batch 64)",
+         ["--model", os.path.join(graphs, "mlp_mid.json"), "--loss", "ce"], "mlp_mid"),
+        ("transformer mid (4x256, seq 128, b 8)",
+         ["--model", os.path.join(graphs, "transformer_mid.json"), "--loss", "mse"],
+         "transformer_mid"),
+        ("charlm full (T 64, D 128, b 32)", ["--model", "charlm"], "charlm"),
+    ]
+    print(f"{'model':<38} {'thr':>3} {'ours ms min/med':>17} {'torch ms min/med':>17} "
+          f"{'ratio min/med':>14} {'RSS MiB ours/torch':>19}")
+    for th in threads:
+        env = dict(os.environ, OPENBLAS_NUM_THREADS=str(th), OMP_NUM_THREADS=str(th))
+        for label, args, tname in models:
+            ours, torch, rss_o, rss_t = [], [], 0.0, 0.0
+            for _ in range(rounds):
+                out, rss = run_rss([train] + args + ["--steps", str(steps), "--threads", str(th),
+                                                     "--optimizer", "adam"], env)
+                m = re.search(r"([0-9.]+) ms/step", out)
+                if not m:
+                    sys.exit(f"runtime_cmp.py: no ms/step in unity-train's output:\n{out}")
+                ours.append(float(m.group(1)))
+                rss_o = max(rss_o, rss)
+                out, rss = run_rss(["/usr/bin/python3", os.path.join(here, "torch_models.py"),
+                                    tname, str(th), str(steps)], env)
+                torch.append(float(out.split()[0]))
+                rss_t = max(rss_t, rss)
+            mo, mt = min(ours), min(torch)
+            do, dt = statistics.median(ours), statistics.median(torch)
+            print(f"{label:<38} {th:>3} {mo:8.1f}/{do:<8.1f} {mt:8.1f}/{dt:<8.1f} "
+                  f"{mo / mt:6.2f}/{do / dt:<6.2f}  {rss_o:8.0f}/{rss_t:<8.0f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
