@@ -82,6 +82,17 @@ typedef struct imp {
     int64_t params; /* initializer elements used as parameters */
 } imp;
 
+/* An optional string of the model: protobuf-c leaves an absent one NULL. */
+static const char *S(const char *s) { return s ? s : ""; }
+
+/* A constant's value as an integer, clamped (a cast of a huge double or NaN is undefined). */
+static int64_t toi(double x) {
+    return x >= -4e18 && x <= 4e18 ? (int64_t)x
+           : x > 0                 ? (int64_t)4e18
+           : x < 0                 ? -(int64_t)4e18
+                                   : 0;
+}
+
 /* ---- errors ---- */
 
 __attribute__((format(printf, 2, 3))) static un_status fail(imp *m, const char *fmt, ...) {
@@ -132,7 +143,7 @@ static int in_idx(imp *m, int i, un_status *st) {
 
 static const Onnx__AttributeProto *attr(const Onnx__NodeProto *nd, const char *name) {
     for (size_t i = 0; i < nd->n_attribute; i++)
-        if (strcmp(nd->attribute[i]->name, name) == 0)
+        if (strcmp(S(nd->attribute[i]->name), name) == 0)
             return nd->attribute[i];
     return NULL;
 }
@@ -186,7 +197,6 @@ static un_status tensor_load(imp *m, const Onnx__TensorProto *t, oval *o) {
                     dt);
     o->is_int =
         dt != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT && dt != ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE;
-    o->d = un_xmalloc((size_t)(o->n ? o->n : 1) * sizeof(double));
     size_t have = t->has_raw_data                               ? t->raw_data.len / es
                   : dt == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT  ? t->n_float_data
                   : dt == ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE ? t->n_double_data
@@ -194,6 +204,7 @@ static un_status tensor_load(imp *m, const Onnx__TensorProto *t, oval *o) {
                                                                 : t->n_int32_data;
     if (have != (size_t)o->n || (t->has_raw_data && t->raw_data.len != (size_t)o->n * es))
         return fail(m, "tensor '%s' holds %zu values for %lld elements", nm, have, (long long)o->n);
+    o->d = un_xmalloc((size_t)(o->n ? o->n : 1) * sizeof(double));
     for (int64_t i = 0; i < o->n; i++) {
         if (t->has_raw_data) {
             const uint8_t *p = t->raw_data.data + (size_t)i * es;
@@ -379,7 +390,7 @@ static int consumers(const imp *m, const char *name, int *cons, int max) {
             }
     }
     for (size_t i = 0; i < m->gp->n_output; i++)
-        if (strcmp(m->gp->output[i]->name, name) == 0)
+        if (strcmp(S(m->gp->output[i]->name), name) == 0)
             n++; /* a graph output is a consumer that no pattern may swallow */
     return n;
 }
@@ -502,7 +513,7 @@ static int new_dims(imp *m, int rank, const int64_t *in, int64_t *dim) {
     if (n > UN_MAX_DIMS || (n < 0 && nd->op_type[0] != 'S') || attr_i(nd, "allowzero", 0))
         return -1;
     for (int i = 0; s && i < n; i++)
-        v[i] = (int64_t)s->d[i];
+        v[i] = toi(s->d[i]);
     int r = 0;
     if (nd->op_type[0] == 'R') {
         int neg = -1;
@@ -629,7 +640,7 @@ static un_status fold(imp *m, bool *done) {
             return UN_OK; /* a table lookup: mapped below (embedding) */
         oval *o = out_const(m, 0, ix->rank, ix->dim, a->is_int);
         for (int64_t i = 0; i < ix->n; i++) {
-            int64_t j = (int64_t)ix->d[i];
+            int64_t j = toi(ix->d[i]);
             j = j < 0 ? j + a->n : j;
             if (j < 0 || j >= a->n)
                 return fail(m, "index %lld out of range [0, %lld)", (long long)j, (long long)a->n);
@@ -643,7 +654,7 @@ static un_status fold(imp *m, bool *done) {
         const oval *sp = nd->n_input > 4 && *nd->input[4] ? const_of(m, nd->input[4]) : NULL;
         if (s->n != 1 || e->n != 1 || (sp && (sp->n != 1 || sp->d[0] != 1)))
             return fail(m, "only one axis with step 1 is supported");
-        int64_t b0 = (int64_t)s->d[0], e0 = e->d[0] > 1e18 ? a->n : (int64_t)e->d[0];
+        int64_t b0 = toi(s->d[0]), e0 = toi(e->d[0]) > a->n ? a->n : toi(e->d[0]);
         b0 = b0 < 0 ? b0 + a->n : b0;
         e0 = e0 < 0 ? e0 + a->n : e0;
         b0 = b0 < 0 ? 0 : b0 > a->n ? a->n : b0;
@@ -724,7 +735,7 @@ static un_status reshape_to(imp *m, un_ref x, int rank, const int64_t *dim, cons
 }
 
 static const char *out_name(const imp *m) {
-    return m->cur->n_output && *m->cur->output[0] ? m->cur->output[0] : m->cur->name;
+    return m->cur->n_output && *m->cur->output[0] ? m->cur->output[0] : S(m->cur->name);
 }
 
 static un_status scale_by(imp *m, un_ref x, double s, const char *name, const char *suffix,
@@ -1204,11 +1215,11 @@ static un_status map_slice(imp *m) {
     if ((st = graph_of(m, kx, &x)) != UN_OK)
         return st;
     const un_shape *xs = shape_of(m, x);
-    int64_t a = ax ? (int64_t)ax->d[0] : 0;
+    int64_t a = ax ? toi(ax->d[0]) : 0;
     a = a < 0 ? a + xs->rank : a;
     if (a < 0 || a >= xs->rank)
         return fail(m, "axis out of range");
-    int64_t n = xs->dim[a], b0 = (int64_t)s->d[0], e0 = e->d[0] > 1e18 ? n : (int64_t)e->d[0];
+    int64_t n = xs->dim[a], b0 = toi(s->d[0]), e0 = toi(e->d[0]) > n ? n : toi(e->d[0]);
     b0 = b0 < 0 ? b0 + n : b0;
     e0 = e0 < 0 ? e0 + n : e0;
     b0 = b0 < 0 ? 0 : b0 > n ? n : b0;
@@ -1252,7 +1263,7 @@ static un_status map_split(imp *m) {
     int ns = sz ? (int)sz->n : attr_ints(nd, "split", sizes, UN_MAX_DIMS);
     if (sz)
         for (int i = 0; i < ns && i < UN_MAX_DIMS; i++)
-            sizes[i] = (int64_t)sz->d[i];
+            sizes[i] = toi(sz->d[i]);
     if (ns < 0) {
         if (xs->dim[a] % n)
             return fail(m, "%lld does not split into %d equal parts", (long long)xs->dim[a], n);
@@ -1412,7 +1423,7 @@ static un_status map_node(imp *m, int self) {
         oval *o = val_new(m, nd->output[0]);
         o->kind = OV_PAD;
         o->ref = x;
-        o->pad_h = (int64_t)pd->d[2], o->pad_w = (int64_t)pd->d[3];
+        o->pad_h = toi(pd->d[2]), o->pad_w = toi(pd->d[3]);
         return UN_OK;
     }
     if (strcmp(op, "Identity") == 0) {
@@ -1537,7 +1548,7 @@ static un_status map_node(imp *m, int self) {
         int na = attr_ints(nd, "axes", axes, 2);
         const oval *s = nd->n_input > 1 && *nd->input[1] ? const_of(m, nd->input[1]) : NULL;
         if (s && s->n == 1)
-            na = 1, axes[0] = (int64_t)s->d[0];
+            na = 1, axes[0] = toi(s->d[0]);
         if (na != 1)
             return fail(m, "only a reduction over one axis is supported");
         un_op rop = op[6] == 'M' ? UN_OP_REDUCE_MEAN : UN_OP_REDUCE_SUM;
@@ -1605,30 +1616,30 @@ static un_status import(imp *m, const Onnx__ModelProto *mp, const char *input_sh
     int n_in = 0;
     for (size_t i = 0; i < gp->n_input; i++) {
         const Onnx__ValueInfoProto *vi = gp->input[i];
-        if (val_find(m, vi->name) >= 0)
+        const char *vname = S(vi->name);
+        if (val_find(m, vname) >= 0)
             continue; /* an initializer listed as an input (IR < 4) */
         const Onnx__TypeProto *tp = vi->type;
         if (!tp || tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !tp->tensor_type ||
             !tp->tensor_type->shape)
-            return fail(m, "input '%s' is not a tensor of known rank", vi->name);
+            return fail(m, "input '%s' is not a tensor of known rank", vname);
         const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
         int et = tt->has_elem_type ? tt->elem_type : 0;
-        oval *o = val_new(m, vi->name);
+        oval *o = val_new(m, vname);
         o->kind = OV_GRAPH;
         o->input = n_in;
         o->is_int = et == ONNX__TENSOR_PROTO__DATA_TYPE__INT64 ||
                     et == ONNX__TENSOR_PROTO__DATA_TYPE__INT32;
         if (!o->is_int && et != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT)
-            return fail(m, "input '%s' has element type %d (float, int32, int64 only)", vi->name,
-                        et);
+            return fail(m, "input '%s' has element type %d (float, int32, int64 only)", vname, et);
         o->rank = (int)tt->shape->n_dim;
         if (o->rank < 1 || o->rank > UN_MAX_DIMS)
-            return fail(m, "input '%s' has rank %d (1 to %d)", vi->name, o->rank, UN_MAX_DIMS);
+            return fail(m, "input '%s' has rank %d (1 to %d)", vname, o->rank, UN_MAX_DIMS);
         int64_t given[UN_MAX_DIMS];
         int gr = input_shape ? shape_arg(input_shape, n_in, given) : -1;
         if (gr == -2 || (gr >= 0 && gr != o->rank))
             return fail(m, "--input-shape '%s' does not give input '%s' %d dims (like 2x3x8x8)",
-                        input_shape, vi->name, o->rank);
+                        input_shape, vname, o->rank);
         for (int d = 0; d < o->rank; d++) {
             const Onnx__TensorShapeProto__Dimension *dm = tt->shape->dim[d];
             bool fixed = dm->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE &&
@@ -1638,14 +1649,14 @@ static un_status import(imp *m, const Onnx__ModelProto *mp, const char *input_sh
             else if (fixed)
                 o->dim[d] = dm->dim_value;
             else
-                return fail(m, "input '%s' has a dynamic dim %d ('%s'); give --input-shape",
-                            vi->name, d,
+                return fail(m, "input '%s' has a dynamic dim %d ('%s'); give --input-shape", vname,
+                            d,
                             dm->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM
-                                ? dm->dim_param
+                                ? S(dm->dim_param)
                                 : "?");
             if (gr >= 0 && fixed && dm->dim_value != given[d])
-                return fail(m, "--input-shape gives input '%s' dim %d = %lld, the file %lld",
-                            vi->name, d, (long long)given[d], (long long)dm->dim_value);
+                return fail(m, "--input-shape gives input '%s' dim %d = %lld, the file %lld", vname,
+                            d, (long long)given[d], (long long)dm->dim_value);
         }
         n_in++;
     }
@@ -1666,9 +1677,9 @@ static un_status import(imp *m, const Onnx__ModelProto *mp, const char *input_sh
         return fail(m, "the graph has %zu outputs (1 to 8)", gp->n_output);
     un_ref outs[8];
     for (size_t i = 0; i < gp->n_output; i++) {
-        int k = val_find(m, gp->output[i]->name);
+        int k = val_find(m, S(gp->output[i]->name));
         if (k < 0 || m->v[k].kind != OV_GRAPH || m->v[k].input >= 0)
-            return fail(m, "output '%s' is not computed from the inputs", gp->output[i]->name);
+            return fail(m, "output '%s' is not computed from the inputs", S(gp->output[i]->name));
         outs[i] = m->v[k].ref;
     }
     if ((st = un_graph_set_outputs(m->ctx, m->g, outs, (int)gp->n_output)) != UN_OK)

@@ -268,6 +268,73 @@ static void test_bad_input(void) {
     un_ctx_free(ctx);
 }
 
+/* Damaged models (random bytes replaced, deleted, duplicated, the file cut) import or fail with
+ * a message; never a crash (the ASan build runs this too). */
+static void test_fuzz(void) {
+    if (!un_onnx_available())
+        return;
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_rng rng;
+    un_rng_seed(&rng, 1234);
+    static const char *const names[] = {DATA "cnn.onnx", DATA "tenc.onnx", DATA "emb.onnx"};
+    int failed = 0, imported = 0;
+    for (size_t f = 0; f < sizeof names / sizeof *names; f++) {
+        size_t len = 0;
+        char *orig = slurp(names[f], &len);
+        char *buf = malloc(len + 64);
+        EXPECT_TRUE(orig && buf);
+        for (int it = 0; orig && buf && it < 150; it++) {
+            memcpy(buf, orig, len);
+            size_t n = len;
+            int edits = 1 + (int)un_rng_below(&rng, 3);
+            for (int e = 0; e < edits && n > 1; e++) {
+                size_t at = un_rng_below(&rng, n);
+                switch (un_rng_below(&rng, 4)) {
+                case 0:
+                    buf[at] = (char)un_rng_below(&rng, 256);
+                    break;
+                case 1:
+                    memmove(buf + at, buf + at + 1, n - at - 1);
+                    n--;
+                    break;
+                case 2: {
+                    size_t k = 1 + un_rng_below(&rng, 16);
+                    k = at + k > n ? n - at : k;
+                    memmove(buf + at + k, buf + at, n - at);
+                    n += k;
+                    break;
+                }
+                default:
+                    n = at + 1;
+                }
+            }
+            const char *p = cli_path("fuzz.onnx");
+            FILE *fp = fopen(p, "wb");
+            if (fp) {
+                fwrite(buf, 1, n, fp);
+                fclose(fp);
+            }
+            un_onnx m;
+            un_ctx_clear(ctx);
+            un_status st = un_onnx_import(ctx, spec, p, NULL, &m);
+            if (st == UN_OK) {
+                imported++;
+                EXPECT_TRUE(m.graph != NULL);
+            } else {
+                failed++;
+                EXPECT_TRUE(m.graph == NULL && *un_ctx_errmsg(ctx));
+            }
+            un_onnx_deinit(&m);
+        }
+        free(orig);
+        free(buf);
+    }
+    EXPECT_TRUE(failed > 0);
+    printf("    450 damaged models: %d refused with a message, %d still import\n", failed,
+           imported);
+    un_ctx_free(ctx);
+}
+
 /* The programs: unity-pcg show/dot/run, unity-train serial and data parallel (the loss falls:
  * synthetic data cycles through 4 batches, so steps 1 and 29 see the same one), checkpoints, and
  * their bad-input lines. */
@@ -320,11 +387,9 @@ static void test_cli(void) {
 int main(void) {
     if (!cli_init("/tmp/unity-onnx-XXXXXX"))
         return 1;
-    static const test_case c[] = {{"unavailable", test_unavailable},
-                                  {"values", test_values},
-                                  {"mapping", test_mapping},
-                                  {"bad_input", test_bad_input},
-                                  {"cli", test_cli}};
+    static const test_case c[] = {
+        {"unavailable", test_unavailable}, {"values", test_values}, {"mapping", test_mapping},
+        {"bad_input", test_bad_input},     {"fuzz", test_fuzz},     {"cli", test_cli}};
     int rc = TEST_RUN_WITH_SPEC(c, &spec);
     return cli_cleanup() ? rc : 1;
 }
