@@ -8,7 +8,11 @@ relative to the output's largest magnitude); parameter counts must equal sum(p.n
 Models are exported in training mode (BatchNormalization with batch statistics, as unity-train
 trains them; every dropout rate 0 so that both sides are deterministic) at opset 17.
 
-usage: /usr/bin/python3 scripts/onnx/export.py [BUILD_DIR] [OUT_DIR] [--models a,b]
+With --train, each imported model then trains 9 steps with unity-train (Adam, synthetic data
+cycling through 4 batches, so steps 1 and 9 see the same batch), serial and data parallel on 2
+devices, and the loss must fall from step 1 to step 9 on both.
+
+usage: /usr/bin/python3 scripts/onnx/export.py [BUILD_DIR] [OUT_DIR] [--models a,b] [--train]
 Needs Debian's python3-torch and python3-torchvision; `make test` does not.
 """
 import os, re, subprocess, sys, time
@@ -32,20 +36,21 @@ class MLP(torch.nn.Module):
 
 def models():
     tv = torchvision.models
-    enc = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True)
+    enc = lambda: torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True)
     return {
         'mlp': (lambda: MLP(), (16, 32)),
         'resnet18': (lambda: tv.resnet18(num_classes=1000), (2, 3, 64, 64)),
         'resnext50_32x4d': (lambda: tv.resnext50_32x4d(num_classes=1000), (2, 3, 64, 64)),
         'inception_v3': (lambda: tv.inception_v3(aux_logits=False, init_weights=False,
                                                  dropout=0.0), (4, 3, 107, 107)),
-        'transformer': (lambda: torch.nn.TransformerEncoder(enc, 2, enable_nested_tensor=False),
+        'transformer': (lambda: torch.nn.TransformerEncoder(enc(), 2, enable_nested_tensor=False),
                         (4, 8, 64)),
     }
 
 
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith('--')]
+    train = '--train' in sys.argv
     build = args[0] if args else 'build/default'
     out = args[1] if len(args) > 1 else '/tmp/unity-onnx'
     only = None
@@ -99,6 +104,20 @@ def main():
               f'torch float64); '
               f'{os.path.getsize(path) >> 10} KiB onnx, import + f64 forward '
               f'{time.time() - t0:.1f} s')
+        if not train:
+            continue
+        for dev in (1, 2):
+            t0 = time.time()
+            cmd = [os.path.join(build, 'bin', 'unity-train'), '--model', path, '--steps', '9',
+                   '--devices', str(dev)] + (['--loss', 'ce'] if len(y.shape) == 2 else [])
+            tr = subprocess.run(cmd, capture_output=True, text=True)
+            m2 = re.search(r'trained .*loss ([0-9.]+) -> ([0-9.]+)', tr.stdout)
+            ok = tr.returncode == 0 and m2 and float(m2.group(2)) < float(m2.group(1))
+            failed += not ok
+            what = f'loss {m2.group(1)} -> {m2.group(2)}' if m2 else tr.stderr.strip()
+            mode = 'serial' if dev == 1 else 'data parallel, 2 devices'
+            print(f'  train {mode}: {what} in 9 steps ({"ok" if ok else "FAIL"}; '
+                  f'{time.time() - t0:.1f} s)')
     print(f'{failed} failed')
     return 1 if failed else 0
 
