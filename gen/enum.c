@@ -680,7 +680,7 @@ static un_status run_phase(un_ctx *ctx, gen_enum *e, const gen_params *p, int cl
     un_ctx **ctxs = un_xcalloc((size_t)nt, sizeof *ctxs);
     int started = 0;
     for (int i = 0; i < nt; i++) {
-        ctxs[i] = un_ctx_new(NULL);
+        ctxs[i] = un_ctx_new_child(ctx);
         ws_init(&wk[i].w, ctxs[i], e, p);
         wk[i].w.class_max = class_max;
         wk[i].w.no_recs = no_recs;
@@ -694,7 +694,7 @@ static un_status run_phase(un_ctx *ctx, gen_enum *e, const gen_params *p, int cl
     }
     if (started == 0)
         worker_main(&wk[0]); /* no threads available: run here */
-    bool tty = p->progress && isatty(2);
+    bool tty = un_ctx_has_progress(ctx);
     double last = t0;
     while (started > 0 && atomic_load(&sh.done) < sh.n_roots) {
         bool all_err = true;
@@ -718,8 +718,8 @@ static un_status run_phase(un_ctx *ctx, gen_enum *e, const gen_params *p, int cl
             char eta[32];
             double frac = (double)done / (double)(sh.n_roots ? sh.n_roots : 1);
             fmt_eta(frac > 0.02 ? (t - t0) * (1 - frac) / frac : -1, eta, sizeof eta);
-            fprintf(stderr,
-                    "\r\033[Kunity-gen: %s: %lld graphs, %.0f graphs/s, %lld candidates, "
+            un_ctx_progress(ctx,
+                    "unity-gen: %s: %lld graphs, %.0f graphs/s, %lld candidates, "
                     "%lld/%lld work items, ETA %s",
                     no_recs ? "value classes" : "enumerating", (long long)g, (double)g / (t - t0),
                     (long long)nrec, (long long)done, (long long)sh.n_roots, eta);
@@ -728,7 +728,7 @@ static un_status run_phase(un_ctx *ctx, gen_enum *e, const gen_params *p, int cl
     for (int i = 0; i < started; i++)
         pthread_join(wk[i].tid, NULL);
     if (tty)
-        fprintf(stderr, "\r\033[K");
+        un_ctx_progress_done(ctx);
     un_status st = UN_OK;
     vec recs = {.elem = sizeof(gen_rec)}, classes = {.elem = sizeof(gen_class)};
     for (int i = 0; i < nt; i++) {

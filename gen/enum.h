@@ -68,7 +68,6 @@ typedef struct gen_params {
     int threads;          /* worker threads (>= 1) */
     uint64_t seed;        /* input values */
     int shard_i, shard_n; /* keep graphs with fp % shard_n == shard_i (shard_n 1 = all) */
-    bool progress;        /* print progress on stderr */
     double time_limit;    /* seconds; 0 = none; a run past it stops early (result.stopped) */
 } gen_params;
 

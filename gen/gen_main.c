@@ -194,6 +194,8 @@ int main(int argc, char **argv) {
         off += (size_t)snprintf(args + off, sizeof args - off, "%s%s", i > 1 ? " " : "", argv[i]);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     un_ctx *ctx = un_ctx_new(NULL);
+    if (isatty(STDERR_FILENO))
+        un_ctx_set_progress(ctx, un_progress_stderr, NULL);
     un_spec *spec = NULL;
     gen_menu *menu = NULL;
     gen_enum *e = NULL;
@@ -207,7 +209,6 @@ int main(int argc, char **argv) {
         p.seed = o.seed;
         p.shard_i = o.shard_i;
         p.shard_n = o.shard_n;
-        p.progress = true;
         p.time_limit = o.time_limit;
         st = gen_enum_new(ctx, menu, o.seed, &e);
     }

@@ -643,6 +643,7 @@ typedef struct pair_info {
 } pair_info;
 
 typedef struct pinfo_job {
+    const un_ctx *parent; /* workers' contexts inherit from it */
     const gen_enum *e;
     const gen_enum_result *r;
     const gen_params *p;
@@ -728,7 +729,7 @@ static void pair_info_compute(un_ctx *ctx, const pinfo_job *job, int64_t i) {
 
 static void *pinfo_worker(void *arg) {
     pinfo_job *job = arg;
-    un_ctx *ctx = un_ctx_new(NULL);
+    un_ctx *ctx = un_ctx_new_child(job->parent);
     for (;;) {
         int64_t i = atomic_fetch_add(&job->next, 16);
         if (i >= job->end)
@@ -804,7 +805,7 @@ un_status gen_find_stream(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_emi
     stats->work_done = r.n_roots_done;
     stats->work_total = r.n_roots;
     double t0 = now_s(), last = t0;
-    bool tty = p->progress && isatty(2);
+    bool tty = un_ctx_has_progress(ctx);
     vecp pairs = {.elem = sizeof(pair)};
     int32_t bucket = 0;
     for (int64_t i = 0; i < r.n_recs && st == UN_OK;) {
@@ -830,7 +831,7 @@ un_status gen_find_stream(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_emi
         i = j;
         if (tty && now_s() - last > 0.5) {
             last = now_s();
-            fprintf(stderr, "\r\033[Kunity-gen: pairing: %lld/%lld graphs, %lld pairs",
+            un_ctx_progress(ctx, "unity-gen: pairing: %lld/%lld graphs, %lld pairs",
                     (long long)i, (long long)r.n_recs, (long long)pairs.n);
         }
     }
@@ -862,7 +863,8 @@ un_status gen_find_stream(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_emi
      * normal forms of the later waves) */
     enum { CHUNK = 1 << 14 };
     pair_info *info = un_xcalloc(CHUNK, sizeof *info);
-    pinfo_job job = {.e = e,
+    pinfo_job job = {.parent = ctx,
+                     .e = e,
                      .r = &r,
                      .p = p,
                      .comm = comm,
@@ -885,7 +887,7 @@ un_status gen_find_stream(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_emi
         if (tty && now_s() - last > 0.5) {
             last = now_s();
             double rate = (double)i / (last - t0 + 1e-9);
-            fprintf(stderr, "\r\033[Kunity-gen: pruning: %lld/%lld pairs, %lld rules, %.0f pairs/s",
+            un_ctx_progress(ctx, "unity-gen: pruning: %lld/%lld pairs, %lld rules, %.0f pairs/s",
                     (long long)i, (long long)pairs.n, (long long)n_kept, rate);
         }
         const pair_info *pi = &info[i - job.begin];
@@ -971,7 +973,7 @@ un_status gen_find_stream(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_emi
     free(by_bucket);
     free(bucket_start);
     if (tty)
-        fprintf(stderr, "\r\033[K");
+        un_ctx_progress_done(ctx);
     stats->after_naming = pairs.n - c_naming;
     stats->after_super = stats->after_naming - c_super;
     stats->after_compose = stats->after_super - c_compose;

@@ -1193,7 +1193,7 @@ un_status un_graph_from_jcur(un_ctx *ctx, const un_spec *spec, const un_jcur *c,
         goto done;
 
     g = un_graph_new(spec);
-    tmp = un_ctx_new(NULL);
+    tmp = un_ctx_new_child(ctx);
     for (int32_t i = 0; i < n; i++) {
         int32_t j = order[i];
         jnode *x = &jn[j];

@@ -51,7 +51,7 @@ static un_status parse_expr_at(un_ctx *ctx, un_spec *sp, const un_jcur *c, const
     un_status st = un_jcur_need_type(ctx, c, UN_JSON_STRING);
     if (st != UN_OK)
         return st;
-    un_ctx *tmp = un_ctx_new(NULL);
+    un_ctx *tmp = un_ctx_new_child(ctx);
     un_expr_scope scope = {.resolve = op_resolve, .user = sc};
     un_expr *e = NULL;
     st = un_expr_parse(tmp, un_jcur_str(c), &scope, sp->arena, &e);
@@ -397,7 +397,7 @@ static un_status load_output(un_ctx *ctx, un_spec *sp, const un_jcur *c, un_op_s
             for (int i = 0; i < n; i++) {
                 un_jcur m = un_jcur_item(&set, i);
                 un_expr *at = NULL;
-                un_ctx *tmp = un_ctx_new(NULL);
+                un_ctx *tmp = un_ctx_new_child(ctx);
                 un_expr_scope scope = {.resolve = op_resolve, .user = &sc};
                 st = un_expr_parse(tmp, m.key, &scope, sp->arena, &at);
                 if (st != UN_OK)
@@ -532,7 +532,7 @@ static un_status load_comp(un_ctx *ctx, un_spec *sp, const un_jcur *c, const op_
         return un_jcur_error(ctx, UN_ERR_SPEC, c, "dim expression too long");
     memcpy(inner, s + 6, n - 7);
     inner[n - 7] = '\0';
-    un_ctx *tmp = un_ctx_new(NULL);
+    un_ctx *tmp = un_ctx_new_child(ctx);
     un_expr_scope scope = {.resolve = op_resolve, .user = sc};
     un_expr *e = NULL;
     st = un_expr_parse(tmp, inner, &scope, sp->arena, &e);
@@ -814,7 +814,7 @@ static un_status load_axiom(un_ctx *ctx, un_spec *sp, const un_jcur *c, un_axiom
     if (un_jcur_present(&rq)) {
         if ((st = un_jcur_need_type(ctx, &rq, UN_JSON_STRING)) != UN_OK)
             return st;
-        un_ctx *tmp = un_ctx_new(NULL);
+        un_ctx *tmp = un_ctx_new_child(ctx);
         un_expr_scope scope = {.resolve = un__axiom_resolve, .user = ax};
         un_expr *e = NULL;
         st = un_expr_parse(tmp, un_jcur_str(&rq), &scope, sp->arena, &e);

@@ -12,6 +12,8 @@ struct un_ctx {
     int log_level;
     un_status status;
     char msg[1024];
+    un_progress_fn progress;
+    void *progress_user;
 };
 
 static const char *const un__status_names[UN_STATUS_COUNT] = {
@@ -75,7 +77,46 @@ un_ctx *un_ctx_new(const un_ctx_params *params) {
     return ctx;
 }
 
+un_ctx *un_ctx_new_child(const un_ctx *parent) {
+    if (!parent)
+        return un_ctx_new(NULL);
+    un_ctx_params p = {.alloc = parent->alloc, .seed = parent->seed, .log_level = parent->log_level};
+    un_ctx *ctx = un_ctx_new(&p);
+    ctx->progress = parent->progress;
+    ctx->progress_user = parent->progress_user;
+    return ctx;
+}
+
 void un_ctx_free(un_ctx *ctx) { free(ctx); }
+
+void un_ctx_set_progress(un_ctx *ctx, un_progress_fn fn, void *user) {
+    ctx->progress = fn;
+    ctx->progress_user = user;
+}
+
+bool un_ctx_has_progress(const un_ctx *ctx) { return ctx && ctx->progress; }
+
+void un_ctx_progress(un_ctx *ctx, const char *fmt, ...) {
+    if (!un_ctx_has_progress(ctx))
+        return;
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    ctx->progress(ctx->progress_user, line);
+}
+
+void un_ctx_progress_done(un_ctx *ctx) {
+    if (un_ctx_has_progress(ctx))
+        ctx->progress(ctx->progress_user, NULL);
+}
+
+void un_progress_stderr(void *user, const char *line) {
+    (void)user;
+    fprintf(stderr, "\r\033[K%s", line ? line : "");
+    fflush(stderr);
+}
 
 un_status un_ctx_verror(un_ctx *ctx, un_status st, const char *fmt, va_list ap) {
     if (ctx && ctx->status == UN_OK && st != UN_OK) {

@@ -78,6 +78,10 @@ un_ctx_params un_ctx_params_default(void);
 
 /* New context; params may be NULL for defaults. Owned: free with un_ctx_free. */
 un_ctx *un_ctx_new(const un_ctx_params *params);
+/* A context for a worker thread or a scratch attempt: it keeps the parent's allocator, seed, log
+ * level and progress callback, with an error state of its own. parent may be NULL (= defaults).
+ * Owned: free with un_ctx_free; the parent must outlive it. */
+un_ctx *un_ctx_new_child(const un_ctx *parent);
 void un_ctx_free(un_ctx *ctx);
 
 /* Records the first error (later ones do not overwrite it) and returns st. */
@@ -89,6 +93,18 @@ const char *un_ctx_errmsg(const un_ctx *ctx);
 un_status un_ctx_status(const un_ctx *ctx);
 void un_ctx_clear(un_ctx *ctx);
 int un_ctx_log_level(const un_ctx *ctx);
+
+/* Progress of long-running library work. Library code never writes to the terminal: it reports a
+ * one-line status through the context's callback, and a program's main decides where it goes
+ * (un_progress_stderr redraws one line on a terminal). line is NULL when the work is done and the
+ * line should be cleared. Without a callback (the default) reports cost nothing. */
+typedef void (*un_progress_fn)(void *user, const char *line);
+void un_ctx_set_progress(un_ctx *ctx, un_progress_fn fn, void *user);
+bool un_ctx_has_progress(const un_ctx *ctx);
+void un_ctx_progress(un_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void un_ctx_progress_done(un_ctx *ctx);
+/* A callback for mains: redraws the line in place on stderr, clears it when done. */
+void un_progress_stderr(void *user, const char *line);
 
 /* Allocation through the context's hooks; these may return NULL (tests inject failures). */
 void *un_ctx_malloc(un_ctx *ctx, size_t n);

@@ -1081,7 +1081,7 @@ un_status flexflow_export(un_ctx *ctx, const un_rule *const *rules, const char *
             name = fallback;
         }
         un_buf one = {0};
-        un_ctx *tmp = un_ctx_new(NULL);
+        un_ctx *tmp = un_ctx_new_child(ctx);
         un_status st = flexflow_rule_to_json(tmp, rules[i], name, &one);
         if (st == UN_OK) {
             un_buf_printf(out, "%s\n%s", written ? "," : "", one.data);

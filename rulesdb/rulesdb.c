@@ -862,7 +862,7 @@ static un_status body_parse(un_ctx *ctx, rulesdb *db, int32_t id, const char *bo
     char name[64];
     snprintf(name, sizeof name, "rule %d", (int)id);
     un_rule *r = NULL;
-    un_ctx *tmp = un_ctx_new(NULL);
+    un_ctx *tmp = un_ctx_new_child(ctx);
     un_status st = un_rule_from_json(tmp, db->spec, name, body, len, &r);
     if (st != UN_OK) {
         st = un_ctx_error(ctx, UN_ERR_DB, "%s: rule %d: stored rule does not parse (%s)", db->path,
@@ -1400,7 +1400,7 @@ un_status rulesdb_check(un_ctx *ctx, rulesdb *db, int64_t *n_bad, un_buf *report
         return db_fail(ctx, db, rc, "integrity check");
     s = stmt_get(db, STMT_RULE_ALL);
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        un_ctx *tmp = un_ctx_new(NULL);
+        un_ctx *tmp = un_ctx_new_child(ctx);
         rulesdb_row *row = NULL;
         un_status st = row_read(tmp, db, s, true, &row, NULL);
         const char *problem = NULL;

@@ -27,8 +27,7 @@ un_train_opts un_train_opts_default(void) {
                            .seed = 1,
                            .threads = nc > 0 ? (int)nc : 1,
                            .spec = "specs/ops.json",
-                           .prec = UN_PREC_F32,
-                           .progress = isatty(2) != 0};
+                           .prec = UN_PREC_F32};
 }
 
 void un_train_result_free(un_train_result *r) {
@@ -385,6 +384,7 @@ un_status un_train_graph(un_ctx *ctx, const un_spec *spec, const un_train_opts *
 /* ---- the run shared by every rank ---- */
 
 typedef struct shared {
+    const un_ctx *parent; /* ranks' contexts inherit from it */
     const un_train_opts *o;
     const un_graph *g; /* the graph executed */
     const tmodel *m;
@@ -453,15 +453,17 @@ static void make_batch(const shared *sh, un_exec *ex, int step, un_prec prec, vo
     }
 }
 
-static void progress(const shared *sh, int step, double loss, double sps) {
+static void progress(un_ctx *ctx, const shared *sh, int step, double loss, double sps) {
+    if (step == sh->o->steps) {
+        un_ctx_progress_done(ctx);
+        return;
+    }
+    char bar[31];
     int width = 30, done = (int)((int64_t)width * step / sh->o->steps);
-    fprintf(stderr, "\r\033[K[");
     for (int i = 0; i < width; i++)
-        fputc(i < done ? '#' : '.', stderr);
-    fprintf(stderr, "] %d/%d loss %.4f %.0f samples/s", step, sh->o->steps, loss, sps);
-    if (step == sh->o->steps)
-        fprintf(stderr, "\r\033[K");
-    fflush(stderr);
+        bar[i] = i < done ? '#' : '.';
+    bar[width] = '\0';
+    un_ctx_progress(ctx, "[%s] %d/%d loss %.4f %.0f samples/s", bar, step, sh->o->steps, loss, sps);
 }
 
 /* The optimizer for o's flags over n parameters. */
@@ -641,15 +643,14 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
                 sh->timed_steps++;
             }
             double sps = (double)m->batch / dt;
-            if (o->progress)
-                fprintf(stderr, "\r\033[K");
+            if (!o->quiet)
+                un_ctx_progress(ctx, "%s", "");
             if (!o->quiet)
                 fprintf(o->out, "step %d/%d  loss %.6f  %.0f samples/s\n", step + 1, o->steps, loss,
                         sps);
             if (!o->quiet)
                 fflush(o->out);
-            if (o->progress)
-                progress(sh, step + 1, loss, sps);
+            progress(ctx, sh, step + 1, loss, sps);
         }
     }
     if (st == UN_OK && o->save)
@@ -673,7 +674,7 @@ typedef struct local_job {
 
 static void *local_main(void *p) {
     local_job *j = p;
-    un_ctx *ctx = un_ctx_new(NULL);
+    un_ctx *ctx = un_ctx_new_child(j->sh->parent);
     un_comm *c = un_comm_local_get(j->grp, j->rank);
     j->st = rank_run(ctx, c, j->sh);
     if (j->st != UN_OK)
@@ -752,6 +753,7 @@ un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res
     un_comm *mpi = NULL;
     shared sh;
     memset(&sh, 0, sizeof sh);
+    sh.parent = ctx;
     bool use_mpi = strcmp(o->comm, "mpi") == 0;
     un_status st = UN_OK;
     if (use_mpi) { /* first, so that only rank 0 reports any error below */

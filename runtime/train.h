@@ -37,7 +37,6 @@ typedef struct un_train_opts {
     const char *spec;        /* operator spec file */
     const char *loss;        /* JSON models: "ce" or "mse" */
     un_prec prec;            /* float32 (default) or float64 */
-    bool progress;           /* progress bar on stderr (default: when stderr is a terminal) */
     bool quiet;              /* no per-step lines */
     bool stats;              /* print the per-device accounting at the end */
     FILE *out;               /* per-step lines and the summary (default stdout) */

@@ -5,6 +5,7 @@
  * --rules DB, --sim runtime|plan (what the estimate models: the runtime today or DESIGN.md §9). */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runtime/train.h"
 #include "search/profile.h"
@@ -136,6 +137,8 @@ int main(int argc, char **argv) {
             return 0;
         }
     un_ctx *ctx = un_ctx_new(NULL);
+    if (isatty(STDERR_FILENO))
+        un_ctx_set_progress(ctx, un_progress_stderr, NULL);
     un_train_opts o = un_train_opts_default();
     o.out = stdout;
     un_train_result r;

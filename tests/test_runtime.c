@@ -465,7 +465,6 @@ static un_train_opts test_opts(const char *model, int devices, int steps, const 
     o.steps = steps;
     o.threads = 1;
     o.quiet = true;
-    o.progress = false;
     o.out = stdout;
     o.save = save;
     o.load = load;

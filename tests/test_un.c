@@ -102,8 +102,72 @@ static void test_json(void) {
     un_ctx_free(ctx);
 }
 
+typedef struct counting {
+    int mallocs, lines, dones;
+    char last[128];
+} counting;
+
+static void *count_malloc(size_t n, void *user) {
+    ((counting *)user)->mallocs++;
+    return malloc(n);
+}
+static void *count_realloc(void *p, size_t n, void *user) {
+    (void)user;
+    return realloc(p, n);
+}
+static void count_free(void *p, void *user) {
+    (void)user;
+    free(p);
+}
+static void count_progress(void *user, const char *line) {
+    counting *c = user;
+    if (line) {
+        c->lines++;
+        snprintf(c->last, sizeof c->last, "%s", line);
+    } else {
+        c->dones++;
+    }
+}
+
+/* A worker's context keeps its parent's allocator, seed, log level and progress callback, and has
+ * an error state of its own. */
+static void test_ctx_child(void) {
+    counting c = {0};
+    un_ctx_params p = un_ctx_params_default();
+    p.alloc = (un_alloc){.malloc = count_malloc, .realloc = count_realloc, .free = count_free,
+                         .user = &c};
+    p.seed = 77;
+    p.log_level = 2;
+    un_ctx *parent = un_ctx_new(&p);
+    EXPECT_TRUE(!un_ctx_has_progress(parent));
+    un_ctx_progress(parent, "ignored %d", 1); /* no callback: nothing happens */
+    un_ctx_set_progress(parent, count_progress, &c);
+    un_ctx *child = un_ctx_new_child(parent);
+    EXPECT_EQ(un_ctx_seed(child), 77);
+    EXPECT_EQ(un_ctx_log_level(child), 2);
+    EXPECT_TRUE(un_ctx_has_progress(child));
+    void *mem = un_ctx_malloc(child, 16);
+    EXPECT_EQ(c.mallocs, 1);
+    un_ctx_free_mem(child, mem);
+    un_ctx_progress(child, "step %d of %s", 3, "ten");
+    EXPECT_EQ(c.lines, 1);
+    EXPECT_STR_EQ(c.last, "step 3 of ten");
+    un_ctx_progress_done(child);
+    EXPECT_EQ(c.dones, 1);
+    un_ctx_error(child, UN_ERR_INVALID, "only the child");
+    EXPECT_EQ(un_ctx_status(parent), UN_OK);
+    EXPECT_STR_EQ(un_ctx_errmsg(parent), "");
+    un_ctx_free(child);
+    un_ctx *orphan = un_ctx_new_child(NULL);
+    EXPECT_EQ(un_ctx_seed(orphan), un_ctx_params_default().seed);
+    EXPECT_TRUE(!un_ctx_has_progress(orphan));
+    un_ctx_free(orphan);
+    un_ctx_free(parent);
+}
+
 int main(void) {
-    static const test_case cases[] = {
-        {"ctx", test_ctx}, {"arena", test_arena}, {"rng", test_rng}, {"json", test_json}};
+    static const test_case cases[] = {{"ctx", test_ctx},     {"ctx_child", test_ctx_child},
+                                      {"arena", test_arena}, {"rng", test_rng},
+                                      {"json", test_json}};
     return TEST_RUN_ALL(cases);
 }

@@ -368,6 +368,7 @@ typedef struct pending {
 } pending;
 
 typedef struct shared {
+    const un_ctx *parent; /* workers' contexts inherit from it */
     const un_spec *spec;
     const un_axlift *lifts;
     int n_lifts;
@@ -465,7 +466,7 @@ static un_status next_rule(un_ctx *ctx, shared *sh, rulesdb *db, const char *own
 
 static void *worker(void *arg) {
     shared *sh = arg;
-    un_ctx *ctx = un_ctx_new(NULL);
+    un_ctx *ctx = un_ctx_new_child(sh->parent);
     rulesdb *db = NULL;
     un_verifier *v = NULL;
     int batch = sh->o->batch > 0 ? sh->o->batch : 16;
@@ -550,17 +551,18 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static void progress_line(shared *sh, double t0, bool final) {
+static void progress_line(un_ctx *ctx, shared *sh, double t0) {
+    if (!un_ctx_has_progress(ctx))
+        return;
     pthread_mutex_lock(&sh->mu);
     un_runner_stats s = sh->stats;
     int64_t done = sh->finished;
     pthread_mutex_unlock(&sh->mu);
     double secs = (now_ms() - t0) / 1e3;
-    fprintf(stderr,
-            "\r\033[Kverify: %lld/%lld rules  %lld verified  %lld refuted  %lld unknown  %.1f "
-            "rules/s%s",
-            (long long)done, (long long)sh->n, (long long)s.verified, (long long)s.refuted,
-            (long long)s.unknown, secs > 0 ? (double)done / secs : 0.0, final ? "\n" : "");
+    un_ctx_progress(ctx,
+                    "verify: %lld/%lld rules  %lld verified  %lld refuted  %lld unknown  %.1f rules/s",
+                    (long long)done, (long long)sh->n, (long long)s.verified, (long long)s.refuted,
+                    (long long)s.unknown, secs > 0 ? (double)done / secs : 0.0);
 }
 
 un_status un_runner_run(un_ctx *ctx, const un_spec *spec, const char *db_path,
@@ -584,7 +586,7 @@ un_status un_runner_run(un_ctx *ctx, const un_spec *spec, const char *db_path,
     int32_t *ids = NULL;
     int64_t n = 0, run = 0;
     shared sh = {
-        .spec = spec, .lifts = lifts, .n_lifts = n_lifts, .path = db_path, .o = o, .st = UN_OK};
+        .parent = ctx, .spec = spec, .lifts = lifts, .n_lifts = n_lifts, .path = db_path, .o = o, .st = UN_OK};
     pthread_mutex_init(&sh.mu, NULL);
     if ((st = rulesdb_open(ctx, db_path, spec, 0, &db)) != UN_OK)
         goto done;
@@ -643,15 +645,13 @@ un_status un_runner_run(un_ctx *ctx, const un_spec *spec, const char *db_path,
             pthread_mutex_unlock(&sh.mu);
             if (running == 0)
                 break;
-            if (o->progress)
-                progress_line(&sh, t0, false);
+            progress_line(ctx, &sh, t0);
             struct timespec ts = {0, 200 * 1000 * 1000};
             nanosleep(&ts, NULL);
         }
         for (int i = 0; i < started; i++)
             pthread_join(th[i], NULL);
-        if (o->progress)
-            progress_line(&sh, t0, true);
+        un_ctx_progress_done(ctx);
     }
     if (sh.st != UN_OK) {
         st = un_ctx_error(ctx, sh.st, "%s", sh.err);

@@ -20,7 +20,6 @@ typedef struct un_runner_opts {
     int shard_i, shard_n; /* only rule ids with id % shard_n == shard_i (shard_n 0 = all) */
     int32_t rule_id;      /* only this rule (0 = every rule that needs it) */
     bool recheck;         /* re-verify every rule, verified ones included */
-    bool progress;        /* a progress line on stderr */
     uint64_t seed;        /* random tests */
     int batch;            /* verdicts per transaction, and rules claimed at once (default 16) */
     double lease_s;       /* a claim's lease, seconds (default 60): a killed verifier's claims

@@ -102,7 +102,6 @@ int main(int argc, char **argv) {
     }
     if (!db_path)
         return fail_usage("%s", "no rule database given");
-    o.progress = isatty(STDERR_FILENO);
 
     char spec_path[4096];
     struct stat sb;
@@ -117,6 +116,8 @@ int main(int argc, char **argv) {
 
     int rc = 1;
     un_ctx *ctx = un_ctx_new(NULL);
+    if (isatty(STDERR_FILENO))
+        un_ctx_set_progress(ctx, un_progress_stderr, NULL);
     un_spec *spec = NULL;
     un_runner_stats s;
     un_status st = un_spec_load(ctx, spec_path, &spec);
