@@ -189,6 +189,14 @@ static void test_mapping(void) {
         EXPECT_EQ(count_op(m.graph, UN_OP_CONV2D), 3);
     }
     un_onnx_deinit(&m);
+    EXPECT_OK(ctx, un_onnx_import(ctx, spec, DATA "dropout.onnx", NULL, &m));
+    if (m.graph) { /* training-mode Dropout with ratio 0.2 */
+        EXPECT_EQ(count_op(m.graph, UN_OP_DROPOUT), 1);
+        const un_node *y = un_graph_node(m.graph, un_graph_output(m.graph, 0).node);
+        int rp = un_spec_param_index(un_spec_op(spec, UN_OP_DROPOUT), "rate_pct");
+        EXPECT_TRUE(y->op == UN_OP_DROPOUT && rp >= 0 && y->params[rp].v[0] == 20);
+    }
+    un_onnx_deinit(&m);
     EXPECT_OK(ctx, un_onnx_import(ctx, spec, DATA "emb.onnx", NULL, &m));
     if (m.graph) {
         EXPECT_EQ(count_op(m.graph, UN_OP_EMBEDDING), 1);
@@ -239,6 +247,7 @@ static void test_bad_input(void) {
         const char *path, *shape, *want;
     } cases[] = {
         {DATA "cumsum.onnx", NULL, "node '/CumSum' (CumSum): unsupported operator"},
+        {DATA "bcast.onnx", NULL, "node '/Add' (Add): operands float[2,3] and float[3] differ"},
         {DATA "opset11.onnx", NULL, "opset 11 is not supported (13 to 17 are)"},
         {DATA "dynamic.onnx", NULL, "input 'x' has a dynamic dim 0 ('batch'); give --input-shape"},
         {DATA "dynamic.onnx", "5", "does not give input 'x' 2 dims"},

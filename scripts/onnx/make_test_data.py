@@ -67,6 +67,15 @@ class Emb(torch.nn.Module):
         return self.ln(x)
 
 
+class Bcast(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.p = torch.nn.Parameter(torch.ones(3))
+
+    def forward(self, x):
+        return torch.relu(x) + self.p
+
+
 class Cum(torch.nn.Module):
     def forward(self, x):
         return torch.cumsum(x, dim=1)
@@ -121,6 +130,11 @@ def main():
     export('dynamic', Mlp(), torch.randn(5, 6), dynamic={'x': {0: 'batch'}, 'y': {0: 'batch'}},
            keep=False)
     export('cumsum', Cum(), torch.randn(2, 3), keep=False)
+    export('bcast', Bcast(), torch.randn(2, 3), keep=False)
+    # dropout in training mode (mapped, but random: no values to compare)
+    torch.manual_seed(0)
+    export('dropout', torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.2)),
+           torch.randn(2, 4), keep=False)
     torch.manual_seed(0)
     export('opset11', Mlp(), torch.randn(5, 6), opset=11, keep=False)
 
