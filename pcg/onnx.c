@@ -481,6 +481,15 @@ static bool rational(double x, int64_t *num, int64_t *den) {
 
 /* ---- constant folding (shape arithmetic) ---- */
 
+/* Slice bounds [*b, *e) over n items as ONNX reads them: negative counts from the end, then
+ * clamped to [0, n] with *e >= *b. */
+static void clamp_range(int64_t n, int64_t *b, int64_t *e) {
+    *b = *b < 0 ? *b + n : *b;
+    *e = *e < 0 ? *e + n : *e;
+    *b = *b < 0 ? 0 : *b > n ? n : *b;
+    *e = *e < *b ? *b : *e > n ? n : *e;
+}
+
 /* The current Transpose's perm for a tensor of this rank (default: reversed dims). */
 static un_status perm_of(imp *m, int rank, int64_t *perm) {
     int np = attr_ints(m->cur, "perm", perm, UN_MAX_DIMS);
@@ -655,10 +664,7 @@ static un_status fold(imp *m, bool *done) {
         if (s->n != 1 || e->n != 1 || (sp && (sp->n != 1 || sp->d[0] != 1)))
             return fail(m, "only one axis with step 1 is supported");
         int64_t b0 = toi(s->d[0]), e0 = toi(e->d[0]) > a->n ? a->n : toi(e->d[0]);
-        b0 = b0 < 0 ? b0 + a->n : b0;
-        e0 = e0 < 0 ? e0 + a->n : e0;
-        b0 = b0 < 0 ? 0 : b0 > a->n ? a->n : b0;
-        e0 = e0 < b0 ? b0 : e0 > a->n ? a->n : e0;
+        clamp_range(a->n, &b0, &e0);
         oval *o = out_const(m, 0, 1, (int64_t[]){e0 - b0}, a->is_int);
         memcpy(o->d, a->d + b0, (size_t)(e0 - b0) * sizeof(double));
         *done = true;
@@ -1220,10 +1226,7 @@ static un_status map_slice(imp *m) {
     if (a < 0 || a >= xs->rank)
         return fail(m, "axis out of range");
     int64_t n = xs->dim[a], b0 = toi(s->d[0]), e0 = toi(e->d[0]) > n ? n : toi(e->d[0]);
-    b0 = b0 < 0 ? b0 + n : b0;
-    e0 = e0 < 0 ? e0 + n : e0;
-    b0 = b0 < 0 ? 0 : b0 > n ? n : b0;
-    e0 = e0 < b0 ? b0 : e0 > n ? n : e0;
+    clamp_range(n, &b0, &e0);
     if (e0 == b0)
         return fail(m, "an empty slice");
     if (b0 == 0 && e0 == n)
@@ -1371,9 +1374,11 @@ static un_status map_node(imp *m, int self) {
             rank = s->rank;
             memcpy(dim, s->dim, sizeof dim);
         }
-        oval *o = out_const(m, 0, 1, (int64_t[]){rank}, true);
-        for (int i = 0; i < rank; i++)
-            o->d[i] = (double)dim[i];
+        int64_t b0 = attr_i(nd, "start", 0), e0 = attr_i(nd, "end", rank); /* opset 15 */
+        clamp_range(rank, &b0, &e0);
+        oval *o = out_const(m, 0, 1, (int64_t[]){e0 - b0}, true);
+        for (int64_t i = b0; i < e0; i++)
+            o->d[i - b0] = (double)dim[i];
         return UN_OK;
     }
     bool done;
