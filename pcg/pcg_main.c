@@ -7,6 +7,7 @@
 
 #include "pcg/cli.h"
 #include "pcg/eval.h"
+#include "pcg/onnx.h"
 #include "pcg/report.h"
 #include "pcg/sample.h"
 #include "pcg/specpath.h"
@@ -24,6 +25,10 @@ static const char *USAGE =
     "[--out M]\n"
     "                               write a sample graph as JSON on stdout\n"
     "  bench [--iters N]            time graph building, hashing and evaluation (sample MLPs)\n"
+    "  run MODEL.onnx --input X --output Y   forward pass (float64 reference evaluator) with the\n"
+    "                               model's initializers: X, Y raw float32 of input 0 / output 0\n"
+    "show, dot, eval and run read ONNX models (*.onnx) too; --input-shape 2x3x64x64[,...] fixes\n"
+    "their dynamic input dims\n"
     "options: --spec FILE|DIR  operator specs (alias --ops; default: $UNITY_SPECS, ./specs, else\n"
     "                          the installed share/unity/specs)\n"
     "         --domain field|f64 (default both)  --seed S\n";
@@ -35,6 +40,7 @@ typedef struct {
     const char *strategy;
     int64_t degree, batch, in, hidden, out, iters;
     bool dump;
+    const char *input_shape, *input, *output; /* ONNX models */
     const char *pos[4];
     int npos;
 } opts;
@@ -68,7 +74,7 @@ static int parse_args(int argc, char **argv, opts *o) {
         }
         static const char *const with_value[] = {"--spec",   "--ops",    "--domain", "--strategy",
                                                  "--seed",   "--degree", "--batch",  "--in",
-                                                 "--hidden", "--out",    "--iters"};
+                                                 "--hidden", "--out",    "--iters",  "--input-shape", "--input", "--output"};
         bool known = false;
         for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
             known |= strcmp(a, with_value[k]) == 0;
@@ -84,6 +90,12 @@ static int parse_args(int argc, char **argv, opts *o) {
         bool ok = true;
         if (strcmp(a, "--spec") == 0 || strcmp(a, "--ops") == 0) {
             o->spec = v;
+        } else if (strcmp(a, "--input-shape") == 0) {
+            o->input_shape = v;
+        } else if (strcmp(a, "--input") == 0) {
+            o->input = v;
+        } else if (strcmp(a, "--output") == 0) {
+            o->output = v;
         } else if (strcmp(a, "--domain") == 0) {
             ok = strcmp(v, "field") == 0 || strcmp(v, "f64") == 0;
             if (ok)
@@ -129,6 +141,94 @@ static int cmd_eval(un_ctx *ctx, const un_graph *g, const opts *o) {
         }
         print_buf(&b);
     }
+    return 0;
+}
+
+/* A graph from JSON or ONNX (then m holds the initial weights; m->graph is g). */
+static un_status load(un_ctx *ctx, const un_spec *spec, const char *path, const opts *o,
+                      un_graph **g, un_onnx *m) {
+    memset(m, 0, sizeof *m);
+    if (!un_onnx_is_path(path))
+        return un_graph_load(ctx, spec, path, g);
+    un_status st = un_onnx_import(ctx, spec, path, o->input_shape, m);
+    *g = m->graph;
+    return st;
+}
+
+/* Forward pass of an ONNX model with its initializers on input 0 read from o->input. */
+static int cmd_run(un_ctx *ctx, const un_onnx *m, const opts *o) {
+    const un_graph *g = m->graph;
+    un_eval *ev = NULL;
+    un_val *v = NULL;
+    float *f = NULL;
+    char *text = NULL;
+    size_t len = 0;
+    int32_t in0 = -1;
+    for (int32_t id = 0; id < un_graph_node_count(g) && in0 < 0; id++)
+        if (un_graph_node(g, id)->op == UN_OP_INPUT)
+            in0 = id;
+    un_status st = un_eval_new(ctx, g, UN_DOM_F64, &ev);
+    int64_t at = 0;
+    for (int32_t id = 0; st == UN_OK && id < un_graph_node_count(g); id++) {
+        if (un_graph_node(g, id)->op != UN_OP_WEIGHT)
+            continue;
+        int64_t n = un_shape_numel(un_graph_shape(g, (un_ref){id, 0}));
+        v = un_xrealloc(v, (size_t)n * sizeof *v);
+        for (int64_t i = 0; i < n; i++)
+            v[i].f = m->values[at + i];
+        at += n;
+        st = un_eval_set(ev, id, v);
+    }
+    int64_t n = in0 >= 0 ? un_shape_numel(un_graph_shape(g, (un_ref){in0, 0})) : 0;
+    bool is_int = in0 >= 0 && un_graph_shape(g, (un_ref){in0, 0})->dtype == UN_DT_INT;
+    if (st == UN_OK)
+        st = un_read_file(ctx, o->input, &text, &len);
+    if (st == UN_OK && (in0 < 0 || len != (size_t)n * (is_int ? 8 : 4)))
+        st = un_ctx_error(ctx, UN_ERR_INVALID, "%s: %zu bytes; input 0 takes %lld %s", o->input,
+                          len, (long long)n, is_int ? "int64" : "float32");
+    if (st == UN_OK) {
+        v = un_xrealloc(v, (size_t)(n ? n : 1) * sizeof *v);
+        for (int64_t i = 0; i < n; i++) {
+            if (is_int) {
+                int64_t x;
+                memcpy(&x, text + 8 * i, 8);
+                v[i].f = (double)x;
+            } else {
+                float x;
+                memcpy(&x, text + 4 * i, 4);
+                v[i].f = x;
+            }
+        }
+        st = un_eval_set(ev, in0, v);
+    }
+    if (st == UN_OK)
+        st = un_eval_fill_random(ev, o->seed);
+    if (st == UN_OK)
+        st = un_eval_run(ev);
+    const un_shape *os = un_graph_shape(g, un_graph_output(g, 0));
+    int64_t no = un_shape_numel(os);
+    if (st == UN_OK) {
+        v = un_xrealloc(v, (size_t)(no ? no : 1) * sizeof *v);
+        st = un_ptensor_gather(ctx, un_eval_value(ev, un_graph_output(g, 0)), UN_DOM_F64, v);
+    }
+    FILE *fp = NULL;
+    if (st == UN_OK) {
+        f = un_xmalloc((size_t)(no ? no : 1) * sizeof *f);
+        for (int64_t i = 0; i < no; i++)
+            f[i] = (float)v[i].f;
+        fp = fopen(o->output, "wb");
+        if (!fp || fwrite(f, sizeof *f, (size_t)no, fp) != (size_t)no)
+            st = un_ctx_error(ctx, UN_ERR_IO, "%s: cannot write", o->output);
+    }
+    if (fp && fclose(fp) != 0 && st == UN_OK)
+        st = un_ctx_error(ctx, UN_ERR_IO, "%s: cannot write", o->output);
+    free(text);
+    free(v);
+    free(f);
+    un_eval_free(ev);
+    if (st != UN_OK)
+        return fail(ctx, st);
+    printf("%s: output 0 [%lld values] written to %s\n", o->pos[1], (long long)no, o->output);
     return 0;
 }
 
@@ -184,8 +284,8 @@ int main(int argc, char **argv) {
     static const struct {
         const char *name;
         int npos;
-    } cmds[] = {{"ops", 1},     {"show", 2},   {"dot", 2},  {"eval", 2},
-                {"compare", 3}, {"sample", 2}, {"bench", 1}};
+    } cmds[] = {{"ops", 1},     {"show", 2},   {"dot", 2},   {"eval", 2},
+                {"compare", 3}, {"sample", 2}, {"bench", 1}, {"run", 2}};
     bool known = false;
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (strcmp(cmd, cmds[i].name) == 0) {
@@ -203,6 +303,7 @@ int main(int argc, char **argv) {
     un_ctx *ctx = un_ctx_new(NULL);
     un_spec *spec = NULL;
     un_graph *g = NULL;
+    un_onnx om = {0};
     un_buf b = {0};
     char spec_path[4096];
     un_status st = un_specpath_find(ctx, o.spec, spec_path, sizeof spec_path);
@@ -247,22 +348,41 @@ int main(int argc, char **argv) {
     } else if (strcmp(cmd, "compare") == 0) {
         rc = cmd_compare(ctx, spec, &o);
     } else {
-        st = un_graph_load(ctx, spec, o.pos[1], &g);
+        if (strcmp(cmd, "run") == 0 && (!un_onnx_is_path(o.pos[1]) || !o.input || !o.output)) {
+            fprintf(stderr, "unity-pcg: run takes MODEL.onnx --input X --output Y\n");
+            rc = 2;
+            goto done;
+        }
+        st = load(ctx, spec, o.pos[1], &o, &g, &om);
+        if (om.graph)
+            g = NULL; /* om owns it */
+        const un_graph *gg = om.graph ? om.graph : g;
+        if (st == UN_OK && strcmp(cmd, "run") == 0) {
+            rc = cmd_run(ctx, &om, &o);
+            goto done;
+        }
         if (st == UN_OK && strcmp(cmd, "show") == 0)
-            st = un_report_graph(ctx, g, &b);
+            st = un_report_graph(ctx, gg, &b);
+        if (st == UN_OK && strcmp(cmd, "show") == 0 && om.graph) {
+            un_buf_printf(&b,
+                          "onnx: opset %d, %lld parameters from the initializers (%lld weight "
+                          "values)\n",
+                          om.opset, (long long)om.onnx_params, (long long)om.n_values);
+        }
         if (st == UN_OK && strcmp(cmd, "dot") == 0)
-            st = un_graph_to_dot(ctx, g, &b);
+            st = un_graph_to_dot(ctx, gg, &b);
         if (st != UN_OK) {
             rc = fail(ctx, st);
             goto done;
         }
         print_buf(&b);
         if (strcmp(cmd, "eval") == 0)
-            rc = cmd_eval(ctx, g, &o);
+            rc = cmd_eval(ctx, gg, &o);
     }
 done:
     un_buf_free(&b);
     un_graph_free(g);
+    un_onnx_deinit(&om);
     un_spec_free(spec);
     un_ctx_free(ctx);
     return rc;

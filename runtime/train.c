@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "pcg/onnx.h"
 #include "runtime/backend.h"
 #include "runtime/backend_impl.h"
 #include "runtime/blas.h"
@@ -41,9 +42,12 @@ void un_train_result_free(un_train_result *r) {
 }
 
 const char *un_train_usage(void) {
-    return "usage: unity-train --model NAME|GRAPH.json [options]\n"
+    return "usage: unity-train --model NAME|GRAPH.json|MODEL.onnx [options]\n"
            "  --model M          zoo model (mlp transformer dlrm xdl candle_uno resnext50\n"
-           "                     inception_v3 charlm) or a pcg graph JSON file\n"
+           "                     inception_v3 charlm), a pcg graph JSON file or an ONNX model\n"
+           "                     (*.onnx: its initializers are the initial weights)\n"
+           "  --input-shape S    ONNX: dims of dynamic inputs, e.g. 8x3x64x64 (',' between "
+           "inputs)\n"
            "  --tiny             the zoo model's tiny configuration\n"
            "  --devices D        devices (default 1; with --comm mpi the number of processes)\n"
            "  --strategy S       serial | data | tensor | PLAN.json (default: serial on 1\n"
@@ -62,7 +66,7 @@ const char *un_train_usage(void) {
            "cores)\n"
            "  --save CKPT        write a checkpoint at the end\n"
            "  --load CKPT        start from a checkpoint\n"
-           "  --loss ce|mse      loss of a JSON model (default mse)\n"
+           "  --loss ce|mse      loss of a JSON or ONNX model (default mse)\n"
            "  --precision f32|f64  float type (default f32)\n"
            "  --spec FILE|DIR    operator specs (alias --ops; default: $UNITY_SPECS, ./specs,\n"
            "                     else the installed share/unity/specs)\n"
@@ -100,9 +104,10 @@ un_status un_train_parse_args(un_ctx *ctx, int argc, char **argv, un_train_opts 
             continue;
         }
         static const char *const with_value[] = {
-            "--model",     "--devices", "--strategy", "--steps",    "--batch",   "--lr",
-            "--optimizer", "--data",    "--comm",     "--seed",     "--threads", "--save",
-            "--load",      "--spec",    "--loss",     "--precision", "--config"};
+            "--model",     "--devices",   "--strategy", "--steps",     "--batch",
+            "--lr",        "--optimizer", "--data",     "--comm",      "--seed",
+            "--threads",   "--save",      "--load",     "--spec",      "--loss",
+            "--precision", "--config",    "--input-shape"};
         bool known = false;
         for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
             known |= strcmp(a, with_value[k]) == 0;
@@ -153,6 +158,8 @@ un_status un_train_parse_args(un_ctx *ctx, int argc, char **argv, un_train_opts 
         } else if (strcmp(a, "--threads") == 0) {
             if ((st = parse_int(ctx, a, v, 1, 1024, &x)) == UN_OK)
                 o->threads = (int)x;
+        } else if (strcmp(a, "--input-shape") == 0) {
+            o->input_shape = v;
         } else if (strcmp(a, "--save") == 0) {
             o->save = v;
         } else if (strcmp(a, "--load") == 0) {
@@ -194,7 +201,8 @@ double un_train_ce(un_prec prec, const void *logits, int64_t rows, int64_t c, in
 
 typedef struct tmodel {
     un_model zoo;   /* when a zoo model (zoo.graph owned) */
-    un_graph *json; /* when a JSON model (owned) */
+    un_graph *json; /* when a JSON or ONNX model (owned) */
+    un_onnx onnx;   /* ONNX: the initializers as the initial weights (its graph moved to json) */
     const un_graph *g;
     int n_inputs;
     const char *in_name[UN_ZOO_MAX_INPUTS];
@@ -207,8 +215,11 @@ typedef struct tmodel {
 static un_status model_load(un_ctx *ctx, const un_spec *spec, const un_train_opts *o, tmodel *m) {
     memset(m, 0, sizeof *m);
     size_t len = strlen(o->model);
-    bool is_file = len > 5 && strcmp(o->model + len - 5, ".json") == 0;
+    bool is_onnx = un_onnx_is_path(o->model);
+    bool is_file = is_onnx || (len > 5 && strcmp(o->model + len - 5, ".json") == 0);
     un_status st;
+    if (o->input_shape && !is_onnx)
+        return un_ctx_error(ctx, UN_ERR_INVALID, "--input-shape applies to ONNX models only");
     if (!is_file) {
         if (o->loss)
             return un_ctx_error(ctx, UN_ERR_INVALID, "--loss applies to JSON models only");
@@ -240,8 +251,14 @@ static un_status model_load(un_ctx *ctx, const un_spec *spec, const un_train_opt
             return un_ctx_error(ctx, UN_ERR_INVALID,
                                 "%s: --tiny, --batch and --config apply to zoo models only",
                                 o->model);
-        if ((st = un_graph_load(ctx, spec, o->model, &m->json)) != UN_OK)
+        if (is_onnx) {
+            if ((st = un_onnx_import(ctx, spec, o->model, o->input_shape, &m->onnx)) != UN_OK)
+                return st;
+            m->json = m->onnx.graph;
+            m->onnx.graph = NULL;
+        } else if ((st = un_graph_load(ctx, spec, o->model, &m->json)) != UN_OK) {
             return st;
+        }
         m->g = m->json;
         if (un_graph_output_count(m->g) != 1) {
             st = un_ctx_error(ctx, UN_ERR_INVALID, "%s: a model needs exactly one output (has %d)",
@@ -299,12 +316,14 @@ static un_status model_load(un_ctx *ctx, const un_spec *spec, const un_train_opt
 fail:
     un_graph_free(m->json);
     m->json = NULL;
+    un_onnx_deinit(&m->onnx);
     return st;
 }
 
 static void model_free(tmodel *m) {
     un_model_free(&m->zoo);
     un_graph_free(m->json);
+    un_onnx_deinit(&m->onnx);
 }
 
 static un_status strategy_apply(un_ctx *ctx, const un_spec *spec, const un_graph *g,
@@ -334,7 +353,10 @@ un_status un_train_graph(un_ctx *ctx, const un_spec *spec, const un_train_opts *
     int d = o->devices ? o->devices : 1;
     *devices = d;
     if (st == UN_OK)
-        st = strategy_apply(ctx, spec, m.g, o->strategy ? o->strategy : d == 1 ? "serial" : "data",
+        st = strategy_apply(ctx, spec, m.g,
+                            o->strategy ? o->strategy
+                            : d == 1    ? "serial"
+                                        : "data",
                             d, out);
     model_free(&m);
     return st;
@@ -444,6 +466,30 @@ static un_status optim_make(un_ctx *ctx, const un_train_opts *o, int64_t n, un_b
     return be ? un_optim_new_on(ctx, op, n, be, out) : un_optim_new(ctx, op, n, o->prec, out);
 }
 
+/* An ONNX model's initializers over the seeded weights: each weight of the executed graph takes
+ * the values of the model's weight of the same name. */
+static void onnx_weights(const shared *sh, un_exec *ex, un_prec prec, void *lw) {
+    const un_graph *mg = sh->m->g;
+    int64_t at = 0;
+    for (int32_t id = 0; id < un_graph_node_count(mg); id++) {
+        const un_node *nd = un_graph_node(mg, id);
+        if (nd->op != UN_OP_WEIGHT)
+            continue;
+        int64_t n = un_shape_numel(&nd->inf.out[0]);
+        int32_t gid = nd->name ? un_graph_find(sh->g, nd->name) : -1;
+        if (gid >= 0 && un_shape_numel(un_graph_shape(sh->g, (un_ref){gid, 0})) == n) {
+            int64_t off = un_exec_lparam_offset(ex, gid);
+            for (int64_t i = 0; off >= 0 && i < n; i++) {
+                if (prec == UN_PREC_F32)
+                    ((float *)lw)[off + i] = sh->m->onnx.values[at + i];
+                else
+                    ((double *)lw)[off + i] = sh->m->onnx.values[at + i];
+            }
+        }
+        at += n;
+    }
+}
+
 /* Initial (or loaded) weights and optimizer state, logical on every rank, then cut into this
  * rank's pieces: a checkpoint loads into any plan and device count. */
 static un_status setup_weights(un_ctx *ctx, shared *sh, un_exec *ex, un_backend *be,
@@ -456,6 +502,8 @@ static un_status setup_weights(un_ctx *ctx, shared *sh, un_exec *ex, un_backend 
     if (!lw)
         return un_ctx_error(ctx, UN_ERR_NOMEM, "no memory for the weights (%lld)", (long long)nl);
     un_optim_init_weights(sh->g, o->seed, o->prec, lw, nl);
+    if (sh->m->onnx.values)
+        onnx_weights(sh, ex, o->prec, lw);
     un_status st = optim_make(ctx, o, un_exec_param_count(ex), be, opt);
     if (st == UN_OK && o->load) {
         if ((st = optim_make(ctx, o, nl, NULL, &lo)) == UN_OK)
@@ -474,8 +522,7 @@ static un_status setup_weights(un_ctx *ctx, shared *sh, un_exec *ex, un_backend 
 }
 
 /* Gathers the weights and optimizer state on rank 0, which writes one checkpoint. */
-static un_status save_weights(un_ctx *ctx, shared *sh, un_comm *comm, un_exec *ex,
-                              un_optim *opt) {
+static un_status save_weights(un_ctx *ctx, shared *sh, un_comm *comm, un_exec *ex, un_optim *opt) {
     const un_train_opts *o = sh->o;
     int64_t nl = un_exec_lparam_count(ex);
     size_t fes = o->prec == UN_PREC_F32 ? 4 : 8;
@@ -505,8 +552,7 @@ static un_status save_weights(un_ctx *ctx, shared *sh, un_comm *comm, un_exec *e
 }
 
 /* Every rank's accounting, collected on rank 0 (collective). */
-static un_status report_stats(un_ctx *ctx, shared *sh, un_comm *comm, un_exec *ex,
-                              un_optim *opt) {
+static un_status report_stats(un_ctx *ctx, shared *sh, un_comm *comm, un_exec *ex, un_optim *opt) {
     enum { K = 6 };
     int d = un_comm_size(comm), r = un_comm_rank(comm);
     double *all = un_xcalloc((size_t)d * K, sizeof *all);
@@ -898,9 +944,9 @@ un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res
         for (int i = 0; i < d; i++) {
             const un_train_dev_stats *x = &res->dev[i];
             fprintf(o->out, "%6d  %10lld  %12lld  %7lld  %12lld  %12lld  %14lld  %s\n", i,
-                    (long long)x->weight_bytes, (long long)x->optim_bytes,
-                    (long long)x->peak_bytes, (long long)x->sent, (long long)x->recv,
-                    (long long)x->copied, use_mpi ? "mpi" : "local");
+                    (long long)x->weight_bytes, (long long)x->optim_bytes, (long long)x->peak_bytes,
+                    (long long)x->sent, (long long)x->recv, (long long)x->copied,
+                    use_mpi ? "mpi" : "local");
         }
     }
 done:

@@ -19,7 +19,8 @@
 #include "runtime/kernels.h"
 
 typedef struct un_train_opts {
-    const char *model;     /* zoo name, or a pcg graph JSON file */
+    const char *model;     /* zoo name, a pcg graph JSON file or an ONNX model (*.onnx) */
+    const char *input_shape; /* ONNX: dims of dynamic inputs, "2x3x64x64[,...]" */
     bool tiny;             /* zoo: the tiny configuration */
     int devices;           /* devices (ranks); 0 = 1 for local, the world size for mpi */
     const char *strategy;  /* "serial", "data", "tensor" or a plan file; NULL = serial on 1 device,

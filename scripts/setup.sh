@@ -9,7 +9,7 @@
 set -euo pipefail
 
 packages=(build-essential pkg-config libz3-dev libsqlite3-dev libcjson-dev libopenblas-dev
-          libopenmpi-dev openmpi-bin)
+          libopenmpi-dev openmpi-bin libprotobuf-c-dev protobuf-c-compiler libonnx-dev)
 
 if ! command -v dpkg-query >/dev/null; then
     echo "setup: not a Debian system (no dpkg-query); install by hand: ${packages[*]}" >&2
