@@ -113,7 +113,8 @@ MPI_LIBS   := $(shell pkg-config --libs ompi-c 2>/dev/null)
 FINAL_CFLAGS   = $(strip -std=c17 -D_GNU_SOURCE $(WARN) $(OPT) $(SAN_FLAGS) -pthread -I. $(CUDA_DEFS) $(MPI_CFLAGS) \
                  -MMD -MP $(CPPFLAGS) $(CFLAGS))
 FINAL_NVFLAGS  = $(strip $(NVCCFLAGS) $(if $(CUDA_ARCH),-arch=$(CUDA_ARCH)) -I. $(CUDA_DEFS) -MMD -MP \
-                 -Xcompiler -Wall $(CPPFLAGS))
+                 -Xcompiler -Wall,-Wextra $(if $(filter true,$(CI)),-Werror all-warnings -Xcompiler -Werror) \
+                 $(CPPFLAGS))
 FINAL_LDFLAGS  = $(strip $(OPT) $(SAN_FLAGS) -pthread $(CFLAGS) $(LDFLAGS))
 
 # Each part's third-party libraries: a part adds its own line here, and every program or test

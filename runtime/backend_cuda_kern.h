@@ -1,0 +1,576 @@
+/* backend_cuda_kern.h - the CUDA kernels' launch geometry, index mapping and per-thread work,
+ * written once in plain C for both sides: backend_cuda.cu compiles these functions as
+ * __host__ __device__ and its kernels are thin loops around them; tests/test_cuda_index.c runs
+ * the same functions on the CPU by walking every (block, thread) of each launch in order and
+ * compares the results with the CPU kernels (kernels.h), so the logic is tested without a GPU.
+ * float32 data (the CUDA backend's precision); reductions of a row run in one block: a strided
+ * per-thread partial, then a shared-memory tree (un_cu_tree_level). No CUDA type appears here.
+ *
+ *   un_cu_geom g = un_cu_geom_1d(n);                 // <<<g.grid, g.block>>>
+ *   for (int64_t i = un_cu_first(g, blockIdx.x, threadIdx.x); i < n; i += un_cu_stride(g))
+ *       un_cu_ew_fwd(&a, i);
+ */
+#ifndef UN_BACKEND_CUDA_KERN_H
+#define UN_BACKEND_CUDA_KERN_H
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#define UN_CU_FN static __host__ __device__ __forceinline__
+#else
+#define UN_CU_FN static inline
+#endif
+
+#define UN_CU_MAX_DIMS  6    /* = UN_MAX_DIMS (pcg/shape.h; the host test checks it) */
+#define UN_CU_BLOCK     256  /* threads of an element-wise block */
+#define UN_CU_MAX_GRID  4096 /* blocks of a grid-stride launch */
+#define UN_CU_ROW_BLOCK 256  /* the most threads of a row (one block per row) launch */
+
+/* ---- launch geometry ------------------------------------------------------------------------- */
+
+typedef struct un_cu_geom {
+    int grid, block; /* blocks, threads per block */
+} un_cu_geom;
+
+/* A grid-stride launch over n items (n >= 0; n == 0 gives grid 0: launch nothing). */
+UN_CU_FN un_cu_geom un_cu_geom_1d(int64_t n) {
+    un_cu_geom g = {0, UN_CU_BLOCK};
+    int64_t blocks = (n + UN_CU_BLOCK - 1) / UN_CU_BLOCK;
+    g.grid = (int)(blocks < UN_CU_MAX_GRID ? blocks : UN_CU_MAX_GRID);
+    return g;
+}
+
+/* One block per row (grid-stride over rows), threads a power of two in [32, UN_CU_ROW_BLOCK],
+ * the smallest that covers len when it can. */
+UN_CU_FN un_cu_geom un_cu_geom_rows(int64_t rows, int64_t len) {
+    un_cu_geom g = {(int)(rows < UN_CU_MAX_GRID ? rows : UN_CU_MAX_GRID), 32};
+    while (g.block < UN_CU_ROW_BLOCK && g.block < len)
+        g.block *= 2;
+    return g;
+}
+
+/* The first item of thread tid of block bid, and the stride between a thread's items. */
+UN_CU_FN int64_t un_cu_first(un_cu_geom g, int bid, int tid) {
+    return (int64_t)bid * g.block + tid;
+}
+UN_CU_FN int64_t un_cu_stride(un_cu_geom g) { return (int64_t)g.grid * g.block; }
+
+/* ---- block reductions ------------------------------------------------------------------------ */
+
+typedef enum { UN_CU_RED_SUM, UN_CU_RED_MAX } un_cu_red;
+
+/* One level of the tree over sh[0, 2 s): thread tid < s folds sh[tid + s] into sh[tid]. The
+ * levels run s = nthreads / 2, ..., 1 with a barrier after each; sh[0] holds the result. */
+UN_CU_FN void un_cu_tree_level(float *sh, int tid, int s, un_cu_red r) {
+    if (tid < s)
+        sh[tid] = r == UN_CU_RED_MAX ? fmaxf(sh[tid], sh[tid + s]) : sh[tid] + sh[tid + s];
+}
+
+/* A row of len values stride apart starting at base: row r of a tensor reduced along a dim of
+ * length len with inner elements after it. */
+UN_CU_FN int64_t un_cu_row_base(int64_t r, int64_t len, int64_t inner) {
+    return (r / inner) * len * inner + r % inner;
+}
+
+/* ---- hashing (dropout masks; = un_mix64 and un_hash_combine of pcg/un.h) ---------------------- */
+
+UN_CU_FN uint64_t un_cu_mix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+UN_CU_FN uint64_t un_cu_hash_combine(uint64_t h, uint64_t v) {
+    return un_cu_mix64(h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2)));
+}
+
+/* ---- activations (the order of linear's activation parameter) -------------------------------- */
+
+enum { UN_CU_ACT_NONE, UN_CU_ACT_RELU, UN_CU_ACT_SIGMOID, UN_CU_ACT_TANH, UN_CU_ACT_GELU };
+
+UN_CU_FN float un_cu_act(int act, float x) {
+    switch (act) {
+    case UN_CU_ACT_RELU:
+        return x > 0 || isnan(x) ? x : 0.0f;
+    case UN_CU_ACT_SIGMOID:
+        return 1.0f / (1.0f + expf(-x));
+    case UN_CU_ACT_TANH:
+        return tanhf(x);
+    case UN_CU_ACT_GELU:
+        return 0.5f * x * (1.0f + erff(x / sqrtf(2.0f)));
+    default:
+        return x;
+    }
+}
+
+/* d act / d pre at pre-activation x with output y (gelu reads x, the others y). */
+UN_CU_FN float un_cu_act_grad(int act, float x, float y) {
+    switch (act) {
+    case UN_CU_ACT_RELU:
+        return y > 0 ? 1.0f : 0.0f;
+    case UN_CU_ACT_SIGMOID:
+        return y * (1.0f - y);
+    case UN_CU_ACT_TANH:
+        return 1.0f - y * y;
+    case UN_CU_ACT_GELU:
+        return 0.5f * (1.0f + erff(x / sqrtf(2.0f))) +
+               x * expf(-0.5f * x * x) * 0.39894228040143267794f;
+    default:
+        return 1.0f;
+    }
+}
+
+/* ---- element-wise ops ------------------------------------------------------------------------ */
+
+typedef enum {
+    UN_CU_EW_COPY, /* identity, reshape, flat, dropout outside training */
+    UN_CU_EW_ADD,
+    UN_CU_EW_SUB,
+    UN_CU_EW_MUL,
+    UN_CU_EW_SCALE, /* scalar_mul */
+    UN_CU_EW_RELU,
+    UN_CU_EW_SIGMOID,
+    UN_CU_EW_TANH,
+    UN_CU_EW_GELU,
+    UN_CU_EW_DROPOUT
+} un_cu_ew;
+
+/* Dropout's mask (kernels.h): element e of a piece is dropped when
+ * mix64(hash_combine(seed, g)) % 100 < rate, g its row-major index in the whole tensor. */
+typedef struct un_cu_drop {
+    uint64_t seed;
+    int64_t rate;
+    float scale; /* 100 / (100 - rate) */
+    int rank;
+    bool global; /* off/full given: g is the index in the whole tensor */
+    int64_t dim[UN_CU_MAX_DIMS], off[UN_CU_MAX_DIMS], full[UN_CU_MAX_DIMS];
+} un_cu_drop;
+
+UN_CU_FN bool un_cu_drop_keep(const un_cu_drop *d, int64_t e) {
+    uint64_t g = (uint64_t)e;
+    if (d->global) {
+        g = 0;
+        uint64_t s = 1;
+        for (int i = d->rank - 1; i >= 0; i--) {
+            int64_t idx = e % d->dim[i];
+            e /= d->dim[i];
+            g += (uint64_t)(d->off[i] + idx) * s;
+            s *= (uint64_t)d->full[i];
+        }
+    }
+    return (int64_t)(un_cu_mix64(un_cu_hash_combine(d->seed, g)) % 100) >= d->rate;
+}
+
+typedef struct un_cu_ew_args {
+    un_cu_ew kind;
+    int64_t n;
+    const float *x, *y; /* inputs (y: second input of add/sub/mul) */
+    const float *out;   /* backward: the forward output (sigmoid, tanh) */
+    const float *dz;    /* backward: output gradient */
+    float *z;           /* forward: output */
+    float *dx, *dy;     /* backward: accumulated input gradients (NULL = not wanted) */
+    float f;            /* scalar_mul's factor */
+    un_cu_drop drop;
+} un_cu_ew_args;
+
+/* z[i] of an element-wise forward. */
+UN_CU_FN void un_cu_ew_fwd(const un_cu_ew_args *a, int64_t i) {
+    float x = a->x[i];
+    switch (a->kind) {
+    case UN_CU_EW_ADD:
+        a->z[i] = x + a->y[i];
+        break;
+    case UN_CU_EW_SUB:
+        a->z[i] = x - a->y[i];
+        break;
+    case UN_CU_EW_MUL:
+        a->z[i] = x * a->y[i];
+        break;
+    case UN_CU_EW_SCALE:
+        a->z[i] = x * a->f;
+        break;
+    case UN_CU_EW_RELU:
+        a->z[i] = un_cu_act(UN_CU_ACT_RELU, x);
+        break;
+    case UN_CU_EW_SIGMOID:
+        a->z[i] = un_cu_act(UN_CU_ACT_SIGMOID, x);
+        break;
+    case UN_CU_EW_TANH:
+        a->z[i] = un_cu_act(UN_CU_ACT_TANH, x);
+        break;
+    case UN_CU_EW_GELU:
+        a->z[i] = un_cu_act(UN_CU_ACT_GELU, x);
+        break;
+    case UN_CU_EW_DROPOUT:
+        a->z[i] = x * (un_cu_drop_keep(&a->drop, i) ? a->drop.scale : 0.0f);
+        break;
+    default:
+        a->z[i] = x;
+        break;
+    }
+}
+
+/* dx[i] (and dy[i]) += of an element-wise backward. */
+UN_CU_FN void un_cu_ew_bwd(const un_cu_ew_args *a, int64_t i) {
+    float g = a->dz[i];
+    switch (a->kind) {
+    case UN_CU_EW_ADD:
+    case UN_CU_EW_SUB:
+        if (a->dx)
+            a->dx[i] += g;
+        if (a->dy)
+            a->dy[i] += a->kind == UN_CU_EW_ADD ? g : -g;
+        break;
+    case UN_CU_EW_MUL:
+        if (a->dx)
+            a->dx[i] += g * a->y[i];
+        if (a->dy)
+            a->dy[i] += g * a->x[i];
+        break;
+    case UN_CU_EW_SCALE:
+        a->dx[i] += g * a->f;
+        break;
+    case UN_CU_EW_RELU:
+        a->dx[i] += a->x[i] > 0 ? g : 0.0f;
+        break;
+    case UN_CU_EW_GELU:
+        a->dx[i] += g * un_cu_act_grad(UN_CU_ACT_GELU, a->x[i], 0);
+        break;
+    case UN_CU_EW_SIGMOID:
+        a->dx[i] += g * a->out[i] * (1.0f - a->out[i]);
+        break;
+    case UN_CU_EW_TANH:
+        a->dx[i] += g * (1.0f - a->out[i] * a->out[i]);
+        break;
+    case UN_CU_EW_DROPOUT:
+        if (un_cu_drop_keep(&a->drop, i))
+            a->dx[i] += g * a->drop.scale;
+        break;
+    default:
+        a->dx[i] += g;
+        break;
+    }
+}
+
+/* ---- linear's epilogues (after the cuBLAS product) -------------------------------------------- */
+
+/* y[i] = act(y[i] + bias[i % cols]) over rows x cols (bias may be NULL). */
+UN_CU_FN void un_cu_bias_act(float *y, const float *bias, int64_t cols, int act, int64_t i) {
+    float v = y[i] + (bias ? bias[i % cols] : 0.0f);
+    y[i] = un_cu_act(act, v);
+}
+
+/* dpre[i] = dy[i] * act'(pre[i], out[i]) (pre: gelu only, may be NULL otherwise). */
+UN_CU_FN void un_cu_act_back(float *dpre, const float *dy, const float *pre, const float *out,
+                             int act, int64_t i) {
+    dpre[i] = dy[i] * un_cu_act_grad(act, pre ? pre[i] : 0.0f, out ? out[i] : 0.0f);
+}
+
+/* Column c of a rows x cols matrix summed into db[c] (+=), one thread per column, rows in
+ * order (deterministic; the bias gradient). */
+UN_CU_FN void un_cu_col_sum(float *db, const float *d, int64_t rows, int64_t cols, int64_t c) {
+    float s = 0;
+    for (int64_t r = 0; r < rows; r++)
+        s += d[r * cols + c];
+    db[c] += s;
+}
+
+/* ---- block copies (parallel ops, concat, split, transpose) ------------------------------------ */
+
+/* Element e of a box of len[] (row-major) maps to src and dst offsets given the strides (in
+ * elements) of both pieces and the box's corner in each. */
+typedef struct un_cu_box {
+    int rank;
+    int64_t n; /* elements in the box */
+    int64_t len[UN_CU_MAX_DIMS];
+    int64_t src_stride[UN_CU_MAX_DIMS], dst_stride[UN_CU_MAX_DIMS];
+    int64_t src_base, dst_base; /* offset of the corner */
+} un_cu_box;
+
+UN_CU_FN void un_cu_box_map(const un_cu_box *b, int64_t e, int64_t *src, int64_t *dst) {
+    int64_t s = b->src_base, d = b->dst_base;
+    for (int i = b->rank - 1; i >= 0; i--) {
+        int64_t k = e % b->len[i];
+        e /= b->len[i];
+        s += k * b->src_stride[i];
+        d += k * b->dst_stride[i];
+    }
+    *src = s;
+    *dst = d;
+}
+
+/* The box of a region copy (backend.h un_region's fields: dims and offsets of both pieces and
+ * the lengths), for dense row-major pieces. */
+UN_CU_FN un_cu_box un_cu_box_region(int rank, const int64_t *src_dim, const int64_t *src_off,
+                                    const int64_t *dst_dim, const int64_t *dst_off,
+                                    const int64_t *len) {
+    un_cu_box b;
+    b.rank = rank;
+    b.n = 1;
+    b.src_base = b.dst_base = 0;
+    int64_t ss = 1, ds = 1;
+    for (int i = rank - 1; i >= 0; i--) {
+        b.len[i] = len[i];
+        b.n *= len[i];
+        b.src_stride[i] = ss;
+        b.dst_stride[i] = ds;
+        b.src_base += src_off[i] * ss;
+        b.dst_base += dst_off[i] * ds;
+        ss *= src_dim[i];
+        ds *= dst_dim[i];
+    }
+    return b;
+}
+
+/* Transpose of dims d0 and d1 of x (dims dim[rank]) as a box over x: source x contiguous,
+ * destination strides of y at the swapped dims. */
+UN_CU_FN un_cu_box un_cu_box_transpose(int rank, const int64_t *dim, int d0, int d1) {
+    int64_t ydim[UN_CU_MAX_DIMS], ystride[UN_CU_MAX_DIMS], zero[UN_CU_MAX_DIMS];
+    for (int i = 0; i < rank; i++) {
+        ydim[i] = dim[i == d0 ? d1 : i == d1 ? d0 : i];
+        zero[i] = 0;
+    }
+    int64_t s = 1;
+    for (int i = rank - 1; i >= 0; i--) {
+        ystride[i] = s;
+        s *= ydim[i];
+    }
+    un_cu_box b = un_cu_box_region(rank, dim, zero, dim, zero, dim);
+    for (int i = 0; i < rank; i++)
+        b.dst_stride[i] = ystride[i == d0 ? d1 : i == d1 ? d0 : i];
+    return b;
+}
+
+/* ---- softmax (rows along a dim) --------------------------------------------------------------- */
+
+typedef struct un_cu_rows {
+    int64_t rows, len, inner; /* rows = outer * inner */
+} un_cu_rows;
+
+/* Thread tid's partial over row r: the max of x (phase 0), then sum of y = exp(x - mx) written
+ * to y (phase 1); finally y *= inv (un_cu_softmax_scale). */
+UN_CU_FN float un_cu_softmax_pmax(const un_cu_rows *g, const float *x, int64_t r, int tid,
+                                  int nt) {
+    int64_t base = un_cu_row_base(r, g->len, g->inner);
+    float m = -INFINITY;
+    for (int64_t j = tid; j < g->len; j += nt)
+        m = fmaxf(m, x[base + j * g->inner]);
+    return m;
+}
+UN_CU_FN float un_cu_softmax_pexp(const un_cu_rows *g, const float *x, float *y, float mx,
+                                  int64_t r, int tid, int nt) {
+    int64_t base = un_cu_row_base(r, g->len, g->inner);
+    float s = 0;
+    for (int64_t j = tid; j < g->len; j += nt) {
+        float ev = expf(x[base + j * g->inner] - mx);
+        y[base + j * g->inner] = ev;
+        s += ev;
+    }
+    return s;
+}
+UN_CU_FN void un_cu_softmax_scale(const un_cu_rows *g, float *y, float inv, int64_t r, int tid,
+                                  int nt) {
+    int64_t base = un_cu_row_base(r, g->len, g->inner);
+    for (int64_t j = tid; j < g->len; j += nt)
+        y[base + j * g->inner] *= inv;
+}
+/* Backward: partial of sum dy y, then dx += y (dy - s). */
+UN_CU_FN float un_cu_softmax_pdot(const un_cu_rows *g, const float *y, const float *dy, int64_t r,
+                                  int tid, int nt) {
+    int64_t base = un_cu_row_base(r, g->len, g->inner);
+    float s = 0;
+    for (int64_t j = tid; j < g->len; j += nt)
+        s += dy[base + j * g->inner] * y[base + j * g->inner];
+    return s;
+}
+UN_CU_FN void un_cu_softmax_dx(const un_cu_rows *g, const float *y, const float *dy, float *dx,
+                               float s, int64_t r, int tid, int nt) {
+    int64_t base = un_cu_row_base(r, g->len, g->inner);
+    for (int64_t j = tid; j < g->len; j += nt) {
+        int64_t at = base + j * g->inner;
+        dx[at] += y[at] * (dy[at] - s);
+    }
+}
+
+/* ---- reduce_sum / reduce_mean along a dim ----------------------------------------------------- */
+
+/* Output element u = (o, i): y[u] = f * sum_l x[(o len + l) inner + i]. */
+UN_CU_FN void un_cu_reduce_fwd(const un_cu_rows *g, const float *x, float *y, float f, int64_t u) {
+    int64_t o = u / g->inner, i = u % g->inner;
+    float s = 0;
+    for (int64_t l = 0; l < g->len; l++)
+        s += x[(o * g->len + l) * g->inner + i];
+    y[u] = s * f;
+}
+/* Input element e: dx[e] += f dy[(o, i)]. */
+UN_CU_FN void un_cu_reduce_bwd(const un_cu_rows *g, const float *dy, float *dx, float f,
+                               int64_t e) {
+    int64_t o = e / (g->len * g->inner), i = e % g->inner;
+    dx[e] += f * dy[o * g->inner + i];
+}
+
+/* ---- layer_norm over the last dim (rows of n) ------------------------------------------------- */
+
+/* Partial sums of row r for the mean (phase 0), then of squared deviations (phase 1). */
+UN_CU_FN float un_cu_ln_psum(const float *x, int64_t n, int64_t r, int tid, int nt) {
+    float s = 0;
+    for (int64_t j = tid; j < n; j += nt)
+        s += x[r * n + j];
+    return s;
+}
+UN_CU_FN float un_cu_ln_pvar(const float *x, int64_t n, float mean, int64_t r, int tid, int nt) {
+    float s = 0;
+    for (int64_t j = tid; j < n; j += nt) {
+        float t = x[r * n + j] - mean;
+        s += t * t;
+    }
+    return s;
+}
+/* 1 / sqrt(var + 1e-5) from the summed squared deviations. */
+UN_CU_FN float un_cu_ln_rs(float sumsq, int64_t n) { return 1.0f / sqrtf(sumsq / (float)n + 1e-5f); }
+UN_CU_FN void un_cu_ln_out(const float *x, const float *gamma, const float *beta, float *y,
+                           int64_t n, float mean, float rs, int64_t r, int tid, int nt) {
+    for (int64_t j = tid; j < n; j += nt)
+        y[r * n + j] = (x[r * n + j] - mean) * rs * gamma[j] + beta[j];
+}
+/* Backward of row r: partials of sum dxh and sum dxh xh (dxh = dy gamma, xh normalised)... */
+UN_CU_FN void un_cu_ln_pback(const float *x, const float *dy, const float *gamma, int64_t n,
+                             float mean, float rs, int64_t r, int tid, int nt, float *s1,
+                             float *s2) {
+    float a = 0, b = 0;
+    for (int64_t j = tid; j < n; j += nt) {
+        float dxh = dy[r * n + j] * gamma[j];
+        a += dxh;
+        b += dxh * (x[r * n + j] - mean) * rs;
+    }
+    *s1 = a;
+    *s2 = b;
+}
+/* ...then dx += rs (dxh - s1 / n - xh s2 / n). */
+UN_CU_FN void un_cu_ln_dx(const float *x, const float *dy, const float *gamma, float *dx, int64_t n,
+                          float mean, float rs, float s1, float s2, int64_t r, int tid, int nt) {
+    float m1 = s1 / (float)n, m2 = s2 / (float)n;
+    for (int64_t j = tid; j < n; j += nt) {
+        int64_t at = r * n + j;
+        dx[at] += rs * (dy[at] * gamma[j] - m1 - (x[at] - mean) * rs * m2);
+    }
+}
+/* Column k of dgamma/dbeta (either may be NULL) over every row, from the rows' stats
+ * (stats[2 r] = mean, stats[2 r + 1] = rs). */
+UN_CU_FN void un_cu_ln_dw(const float *x, const float *dy, const float *stats, float *dg, float *db,
+                          int64_t rows, int64_t n, int64_t k) {
+    float a = 0, b = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        float g = dy[r * n + k];
+        a += g * (x[r * n + k] - stats[2 * r]) * stats[2 * r + 1];
+        b += g;
+    }
+    if (dg)
+        dg[k] += a;
+    if (db)
+        db[k] += b;
+}
+
+/* ---- embedding (bags of indices) -------------------------------------------------------------- */
+
+/* Output element u = (bag b, column k): y[u] = sum_j table[id[b, j], k] (times f = 1/bag for
+ * mean). */
+UN_CU_FN void un_cu_emb_fwd(const int64_t *id, const float *tab, float *y, int64_t bag,
+                            int64_t cols, float f, int64_t u) {
+    int64_t b = u / cols, k = u % cols;
+    float s = 0;
+    for (int64_t j = 0; j < bag; j++)
+        s += tab[id[b * bag + j] * cols + k];
+    y[u] = s * f;
+}
+/* Backward item u = ((b, j), k): dtable[id[b, j], k] += f dy[b, k]; returns the target offset
+ * (the kernel adds atomically: two bags may hit one row). */
+UN_CU_FN int64_t un_cu_emb_bwd_at(const int64_t *id, int64_t cols, int64_t u) {
+    return id[u / cols] * cols + u % cols;
+}
+UN_CU_FN int64_t un_cu_emb_bwd_src(int64_t bag, int64_t cols, int64_t u) {
+    return (u / cols / bag) * cols + u % cols;
+}
+
+/* ---- cross-entropy (rows of logits, int64 labels) -------------------------------------------- */
+
+/* Thread partial of sum exp(x - mx) over row r of c logits. */
+UN_CU_FN float un_cu_ce_psum(const float *x, int64_t c, float mx, int64_t r, int tid, int nt) {
+    float s = 0;
+    for (int64_t j = tid; j < c; j += nt)
+        s += expf(x[r * c + j] - mx);
+    return s;
+}
+UN_CU_FN float un_cu_ce_pmax(const float *x, int64_t c, int64_t r, int tid, int nt) {
+    float m = -INFINITY;
+    for (int64_t j = tid; j < c; j += nt)
+        m = fmaxf(m, x[r * c + j]);
+    return m;
+}
+/* Gradient of row r: dx[r, j] (+= when accumulate, else =) g (exp(x - lse) - [j == label]). */
+UN_CU_FN void un_cu_ce_grad(const float *x, float *dx, int64_t c, float lse, int64_t label,
+                            float g, bool accumulate, int64_t r, int tid, int nt) {
+    for (int64_t j = tid; j < c; j += nt) {
+        float v = g * (expf(x[r * c + j] - lse) - (j == label ? 1.0f : 0.0f));
+        dx[r * c + j] = accumulate ? dx[r * c + j] + v : v;
+    }
+}
+
+/* ---- MSE loss (train.h: sum of squared errors, gradient 2 (y - t) / numel) -------------------- */
+
+/* Element e of a piece against the whole label: the label's index of e, given the piece's dims
+ * and offset in the whole tensor's dims. */
+UN_CU_FN int64_t un_cu_piece_global(int rank, const int64_t *pdim, const int64_t *off,
+                                    const int64_t *full, int64_t e) {
+    int64_t g = 0, s = 1;
+    for (int i = rank - 1; i >= 0; i--) {
+        g += (off[i] + e % pdim[i]) * s;
+        e /= pdim[i];
+        s *= full[i];
+    }
+    return g;
+}
+/* grad[e] = 2 d / numel; returns d^2 (the kernel sums it in a block tree). */
+UN_CU_FN float un_cu_mse_elem(const float *y, const float *t, float *grad, int64_t g, float numel,
+                              int64_t e) {
+    float d = y[e] - t[g];
+    grad[e] = 2.0f * d / numel;
+    return d * d;
+}
+
+/* ---- optimizer steps (optim.h; computed in double, stored in float, as the CPU does) --------- */
+
+typedef struct un_cu_opt {
+    bool adam;
+    double lr, momentum, beta1, beta2;
+    double step, eps_hat; /* Adam: lr sqrt(1 - b2^t) / (1 - b1^t), eps sqrt(1 - b2^t) */
+} un_cu_opt;
+
+UN_CU_FN un_cu_opt un_cu_opt_sgd(double lr, double momentum) {
+    un_cu_opt o = {false, lr, momentum, 0, 0, 0, 0};
+    return o;
+}
+/* Adam at update t (1-based). */
+UN_CU_FN un_cu_opt un_cu_opt_adam(double lr, double beta1, double beta2, double eps, int64_t t) {
+    double c1 = 1.0 - pow(beta1, (double)t), c2 = 1.0 - pow(beta2, (double)t);
+    un_cu_opt o = {true, lr, 0, beta1, beta2, lr * sqrt(c2) / c1, eps * sqrt(c2)};
+    return o;
+}
+
+/* Parameter i: SGD v = mu v + g, w -= lr v; Adam m, v moments and the bias-corrected step. */
+UN_CU_FN void un_cu_opt_elem(const un_cu_opt *o, float *w, const float *g, float *m, float *v,
+                             int64_t i) {
+    double gi = g[i];
+    if (!o->adam) {
+        m[i] = (float)(o->momentum * m[i] + gi);
+        w[i] = (float)(w[i] - o->lr * m[i]);
+        return;
+    }
+    m[i] = (float)(o->beta1 * m[i] + (1 - o->beta1) * gi);
+    v[i] = (float)(o->beta2 * v[i] + (1 - o->beta2) * gi * gi);
+    w[i] = (float)(w[i] - o->step * m[i] / (sqrt((double)v[i]) + o->eps_hat));
+}
+
+#endif
