@@ -98,9 +98,14 @@ endif
 CUDA_HOME  := $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_ARCH  ?=
 NVCCFLAGS  ?= -O2 -g
-CU_SRCS    := $(if $(filter 1,$(CUDA)),$(wildcard runtime/*.cu))
+# NCCL (the device data plane of the communicator) when CUDA is on and nccl.h is there.
+NCCL       := $(if $(filter 1,$(CUDA)),$(if $(wildcard $(CUDA_HOME)/include/nccl.h),1,0),0)
+ifeq ($(CUDA)$(MAKELEVEL)$(MAKE_RESTARTS),10)
+$(info $(if $(filter 1,$(NCCL)),NCCL: enabled ($(CUDA_HOME)/include/nccl.h),NCCL: nccl.h not found under $(CUDA_HOME)/include - NCCL communicator skipped))
+endif
+CU_SRCS    := $(if $(filter 1,$(CUDA)),$(filter-out $(if $(filter 0,$(NCCL)),runtime/comm_nccl.cu),$(wildcard runtime/*.cu)))
 CU_OBJS    := $(CU_SRCS:%.cu=$(BUILD)/%.cu.o)
-CUDA_DEFS  := $(if $(CU_SRCS),-DUN_USE_CUDA=1)
+CUDA_DEFS  := $(if $(CU_SRCS),-DUN_USE_CUDA=1) $(if $(filter 1,$(NCCL)),-DUN_USE_NCCL=1)
 
 # ---- MPI: the communication layer's `mpi` backend (OpenMPI from Debian) ------------------------
 
@@ -124,7 +129,7 @@ rulesdb_LDLIBS := -lsqlite3
 gen_LDLIBS     :=
 verify_LDLIBS  := -lz3
 search_LDLIBS  :=
-runtime_LDLIBS := -lopenblas $(MPI_LIBS) $(if $(CU_SRCS),-L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++)
+runtime_LDLIBS := -lopenblas $(MPI_LIBS) $(if $(CU_SRCS),-L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib64 -lcublas -lcudart $(if $(filter 1,$(NCCL)),-lnccl) -lstdc++)
 
 # Which libraries a part's programs link besides its own (DESIGN.md section 2), dependents first.
 pcg_DEPS     :=

@@ -3,6 +3,7 @@
 #include "runtime/backend.h"
 
 #include "runtime/backend_impl.h"
+#include "runtime/comm_nccl_rt.h"
 
 un_status un_backend_cpu_new(un_ctx *ctx, un_prec prec, int nthreads, un_backend **out) {
     return un__backend_cpu_new(ctx, prec, nthreads, out);
@@ -74,3 +75,24 @@ un_status un_backend_op_backward(un_ctx *ctx, un_backend *be, un_op op, const un
 un_status un_backend_synchronize(un_ctx *ctx, un_backend *be) {
     return be->iface->synchronize ? be->iface->synchronize(ctx, be) : UN_OK;
 }
+
+/* ---- the NCCL seam (comm_nccl.c reaches NCCL only through this table) ---- */
+
+#ifdef UN_USE_NCCL
+static const un__nccl_fns nccl_fns = {
+    .get_id = un__nccl_get_id,
+    .init = un__nccl_init,
+    .free = un__nccl_free,
+    .abort = un__nccl_abort,
+    .allreduce = un__nccl_allreduce,
+    .allgather = un__nccl_allgather,
+    .reduce_scatter = un__nccl_reduce_scatter,
+    .bcast = un__nccl_bcast,
+    .sendrecv = un__nccl_sendrecv,
+    .sync = un__nccl_sync,
+    .device_count = un__nccl_device_count,
+};
+const un__nccl_fns *un__nccl_seam(void) { return &nccl_fns; }
+#else
+const un__nccl_fns *un__nccl_seam(void) { return NULL; }
+#endif
