@@ -105,6 +105,8 @@ $(info $(if $(filter 1,$(NCCL)),NCCL: enabled ($(CUDA_HOME)/include/nccl.h),NCCL
 endif
 CU_SRCS    := $(if $(filter 1,$(CUDA)),$(filter-out $(if $(filter 0,$(NCCL)),runtime/comm_nccl.cu),$(wildcard runtime/*.cu)))
 CU_OBJS    := $(CU_SRCS:%.cu=$(BUILD)/%.cu.o)
+# C files that call the CUDA seam directly: built only with CUDA (backend.c answers otherwise).
+CUDA_ONLY_C := $(if $(CU_SRCS),,runtime/backend_cuda.c)
 CUDA_DEFS  := $(if $(CU_SRCS),-DUN_USE_CUDA=1) $(if $(filter 1,$(NCCL)),-DUN_USE_NCCL=1)
 
 # ---- MPI: the communication layer's `mpi` backend (OpenMPI from Debian) ------------------------
@@ -168,7 +170,7 @@ endif
 # ---- Parts: libraries and programs -------------------------------------------------------------
 
 define part_vars
-$(1)_SRCS  := $$(filter-out %_main.c,$$(wildcard $(1)/*.c))
+$(1)_SRCS  := $$(filter-out %_main.c $$(CUDA_ONLY_C),$$(wildcard $(1)/*.c))
 $(1)_MAINS := $$(wildcard $(1)/*_main.c)
 $(1)_OBJS  := $$(strip $$($(1)_SRCS:%.c=$$(BUILD)/%.o) $$(filter $$(BUILD)/$(1)/%,$$(CU_OBJS)))
 $(1)_LIB   := $$(if $$($(1)_OBJS),$$(BUILD)/lib$(1).a)

@@ -2,6 +2,8 @@
  * (its own issue) adds its constructor here behind UN_USE_CUDA (STYLE rule 4). */
 #include "runtime/backend.h"
 
+#include "runtime/backend_cuda.h"
+#include "runtime/backend_cuda_rt.h"
 #include "runtime/backend_impl.h"
 #include "runtime/comm_nccl_rt.h"
 
@@ -75,6 +77,29 @@ un_status un_backend_op_backward(un_ctx *ctx, un_backend *be, un_op op, const un
 un_status un_backend_synchronize(un_ctx *ctx, un_backend *be) {
     return be->iface->synchronize ? be->iface->synchronize(ctx, be) : UN_OK;
 }
+
+/* ---- CUDA ---- */
+
+#ifdef UN_USE_CUDA
+int un_backend_cuda_devices(const char **why) { return un__cu_device_count(why); }
+
+un_status un_backend_cuda_new(un_ctx *ctx, un_prec prec, int device, bool tf32, un_backend **out) {
+    return un__backend_cuda_new(ctx, prec, device, tf32, out);
+}
+#else
+int un_backend_cuda_devices(const char **why) {
+    if (why)
+        *why = "this build has no CUDA (nvcc was not found or CUDA=0)";
+    return 0;
+}
+
+un_status un_backend_cuda_new(un_ctx *ctx, un_prec prec, int device, bool tf32, un_backend **out) {
+    (void)prec, (void)device, (void)tf32;
+    *out = NULL;
+    return un_ctx_error(ctx, UN_ERR_UNAVAILABLE,
+                        "cuda backend: this build has no CUDA (nvcc was not found or CUDA=0)");
+}
+#endif
 
 /* ---- the NCCL seam (comm_nccl.c reaches NCCL only through this table) ---- */
 

@@ -74,7 +74,8 @@ UN_CU_FN int64_t un_cu_row_base(int64_t r, int64_t len, int64_t inner) {
     return (r / inner) * len * inner + r % inner;
 }
 
-/* ---- hashing (dropout masks; = un_mix64 and un_hash_combine of pcg/un.h) ---------------------- */
+/* ---- hashing (dropout masks; = un_mix64 and un_hash_combine of pcg/un.h) ----------------------
+ */
 
 UN_CU_FN uint64_t un_cu_mix64(uint64_t x) {
     x += 0x9e3779b97f4a7c15ull;
@@ -254,7 +255,8 @@ UN_CU_FN void un_cu_ew_bwd(const un_cu_ew_args *a, int64_t i) {
     }
 }
 
-/* ---- linear's epilogues (after the cuBLAS product) -------------------------------------------- */
+/* ---- linear's epilogues (after the cuBLAS product) --------------------------------------------
+ */
 
 /* y[i] = act(y[i] + bias[i % cols]) over rows x cols (bias may be NULL). */
 UN_CU_FN void un_cu_bias_act(float *y, const float *bias, int64_t cols, int act, int64_t i) {
@@ -277,7 +279,8 @@ UN_CU_FN void un_cu_col_sum(float *db, const float *d, int64_t rows, int64_t col
     db[c] += s;
 }
 
-/* ---- block copies (parallel ops, concat, split, transpose) ------------------------------------ */
+/* ---- block copies (parallel ops, concat, split, transpose) ------------------------------------
+ */
 
 /* Element e of a box of len[] (row-major) maps to src and dst offsets given the strides (in
  * elements) of both pieces and the box's corner in each. */
@@ -343,7 +346,8 @@ UN_CU_FN un_cu_box un_cu_box_transpose(int rank, const int64_t *dim, int d0, int
     return b;
 }
 
-/* ---- softmax (rows along a dim) --------------------------------------------------------------- */
+/* ---- softmax (rows along a dim) ---------------------------------------------------------------
+ */
 
 typedef struct un_cu_rows {
     int64_t rows, len, inner; /* rows = outer * inner */
@@ -351,8 +355,7 @@ typedef struct un_cu_rows {
 
 /* Thread tid's partial over row r: the max of x (phase 0), then sum of y = exp(x - mx) written
  * to y (phase 1); finally y *= inv (un_cu_softmax_scale). */
-UN_CU_FN float un_cu_softmax_pmax(const un_cu_rows *g, const float *x, int64_t r, int tid,
-                                  int nt) {
+UN_CU_FN float un_cu_softmax_pmax(const un_cu_rows *g, const float *x, int64_t r, int tid, int nt) {
     int64_t base = un_cu_row_base(r, g->len, g->inner);
     float m = -INFINITY;
     for (int64_t j = tid; j < g->len; j += nt)
@@ -394,7 +397,8 @@ UN_CU_FN void un_cu_softmax_dx(const un_cu_rows *g, const float *y, const float 
     }
 }
 
-/* ---- reduce_sum / reduce_mean along a dim ----------------------------------------------------- */
+/* ---- reduce_sum / reduce_mean along a dim -----------------------------------------------------
+ */
 
 /* Output element u = (o, i): y[u] = f * sum_l x[(o len + l) inner + i]. */
 UN_CU_FN void un_cu_reduce_fwd(const un_cu_rows *g, const float *x, float *y, float f, int64_t u) {
@@ -411,7 +415,8 @@ UN_CU_FN void un_cu_reduce_bwd(const un_cu_rows *g, const float *dy, float *dx, 
     dx[e] += f * dy[o * g->inner + i];
 }
 
-/* ---- layer_norm over the last dim (rows of n) ------------------------------------------------- */
+/* ---- layer_norm over the last dim (rows of n) -------------------------------------------------
+ */
 
 /* Partial sums of row r for the mean (phase 0), then of squared deviations (phase 1). */
 UN_CU_FN float un_cu_ln_psum(const float *x, int64_t n, int64_t r, int tid, int nt) {
@@ -429,7 +434,9 @@ UN_CU_FN float un_cu_ln_pvar(const float *x, int64_t n, float mean, int64_t r, i
     return s;
 }
 /* 1 / sqrt(var + 1e-5) from the summed squared deviations. */
-UN_CU_FN float un_cu_ln_rs(float sumsq, int64_t n) { return 1.0f / sqrtf(sumsq / (float)n + 1e-5f); }
+UN_CU_FN float un_cu_ln_rs(float sumsq, int64_t n) {
+    return 1.0f / sqrtf(sumsq / (float)n + 1e-5f);
+}
 UN_CU_FN void un_cu_ln_out(const float *x, const float *gamma, const float *beta, float *y,
                            int64_t n, float mean, float rs, int64_t r, int tid, int nt) {
     for (int64_t j = tid; j < n; j += nt)
@@ -473,7 +480,8 @@ UN_CU_FN void un_cu_ln_dw(const float *x, const float *dy, const float *stats, f
         db[k] += b;
 }
 
-/* ---- embedding (bags of indices) -------------------------------------------------------------- */
+/* ---- embedding (bags of indices) --------------------------------------------------------------
+ */
 
 /* Output element u = (bag b, column k): y[u] = sum_j table[id[b, j], k] (times f = 1/bag for
  * mean). */
@@ -510,15 +518,16 @@ UN_CU_FN float un_cu_ce_pmax(const float *x, int64_t c, int64_t r, int tid, int 
     return m;
 }
 /* Gradient of row r: dx[r, j] (+= when accumulate, else =) g (exp(x - lse) - [j == label]). */
-UN_CU_FN void un_cu_ce_grad(const float *x, float *dx, int64_t c, float lse, int64_t label,
-                            float g, bool accumulate, int64_t r, int tid, int nt) {
+UN_CU_FN void un_cu_ce_grad(const float *x, float *dx, int64_t c, float lse, int64_t label, float g,
+                            bool accumulate, int64_t r, int tid, int nt) {
     for (int64_t j = tid; j < c; j += nt) {
         float v = g * (expf(x[r * c + j] - lse) - (j == label ? 1.0f : 0.0f));
         dx[r * c + j] = accumulate ? dx[r * c + j] + v : v;
     }
 }
 
-/* ---- MSE loss (train.h: sum of squared errors, gradient 2 (y - t) / numel) -------------------- */
+/* ---- MSE loss (train.h: sum of squared errors, gradient 2 (y - t) / numel) --------------------
+ */
 
 /* Element e of a piece against the whole label: the label's index of e, given the piece's dims
  * and offset in the whole tensor's dims. */

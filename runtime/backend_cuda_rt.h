@@ -91,9 +91,9 @@ const char *un__cu_reduce_bwd(void *stream, const un_cu_rows *g, const float *dy
 const char *un__cu_layer_norm_fwd(void *stream, const float *x, const float *gamma,
                                   const float *beta, float *y, float *stats, int64_t rows,
                                   int64_t n);
-const char *un__cu_layer_norm_bwd(void *stream, const float *x, const float *gamma,
-                                  const float *dy, const float *stats, float *dx, float *dgamma,
-                                  float *dbeta, int64_t rows, int64_t n);
+const char *un__cu_layer_norm_bwd(void *stream, const float *x, const float *gamma, const float *dy,
+                                  const float *stats, float *dx, float *dgamma, float *dbeta,
+                                  int64_t rows, int64_t n);
 const char *un__cu_embedding_fwd(void *stream, const int64_t *id, const float *tab, float *y,
                                  int64_t nbags, int64_t bag, int64_t cols, float f);
 const char *un__cu_embedding_bwd(void *stream, const int64_t *id, const float *dy, float *dtab,

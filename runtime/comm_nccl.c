@@ -116,9 +116,9 @@ un_status un_comm_dev_exchange(un_ctx *ctx, un_comm_dev *d, const un_comm_msg *s
         UN_ASSERT(m->peer >= 0 && m->peer < size && m->peer != me);
         peer[i] = m->peer, buf[i] = m->data, bytes[i] = m->bytes;
     }
-    un_status st = nccl_st(ctx, d->fn->sendrecv(d->comm, d->stream, n_sends, peer, buf, bytes,
-                                                n_recvs, peer + n_sends, buf + n_sends,
-                                                bytes + n_sends));
+    un_status st =
+        nccl_st(ctx, d->fn->sendrecv(d->comm, d->stream, n_sends, peer, buf, bytes, n_recvs,
+                                     peer + n_sends, buf + n_sends, bytes + n_sends));
     free(peer);
     free(buf);
     free(bytes);

@@ -47,13 +47,12 @@ typedef struct un__nccl_fns {
     const char *(*allreduce)(void *comm, void *stream, int type, void *buf, size_t n);
     const char *(*allgather)(void *comm, void *stream, int type, const void *send, void *recv,
                              size_t n);
-    const char *(*reduce_scatter)(void *comm, void *stream, int type, const void *send,
-                                  void *recv, size_t n);
+    const char *(*reduce_scatter)(void *comm, void *stream, int type, const void *send, void *recv,
+                                  size_t n);
     const char *(*bcast)(void *comm, void *stream, int root, void *buf, size_t bytes);
     const char *(*sendrecv)(void *comm, void *stream, int n_sends, const int *send_peer,
                             void *const *send_buf, const size_t *send_bytes, int n_recvs,
-                            const int *recv_peer, void *const *recv_buf,
-                            const size_t *recv_bytes);
+                            const int *recv_peer, void *const *recv_buf, const size_t *recv_bytes);
     const char *(*sync)(void *stream);
     int (*device_count)(const char **why);
 } un__nccl_fns;

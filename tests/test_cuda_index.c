@@ -117,7 +117,14 @@ static void sim_rows(int64_t rows, int64_t len, void (*row)(void *, int64_t, int
 static void test_geometry(void) {
     EXPECT_EQ(UN_CU_MAX_DIMS, UN_MAX_DIMS);
     EXPECT_EQ(UN_CU_BLOCK, UN_CU_ROW_BLOCK); /* k_mse reduces a UN_CU_BLOCK block in row memory */
-    const int64_t ns[] = {0, 1, 31, 255, 256, 257, 1000, (int64_t)UN_CU_MAX_GRID * UN_CU_BLOCK,
+    const int64_t ns[] = {0,
+                          1,
+                          31,
+                          255,
+                          256,
+                          257,
+                          1000,
+                          (int64_t)UN_CU_MAX_GRID * UN_CU_BLOCK,
                           (int64_t)UN_CU_MAX_GRID * UN_CU_BLOCK * 2 + 3};
     for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
         int64_t n = ns[k];
@@ -202,7 +209,8 @@ static void test_elementwise(void) {
             ex.seed = 99;
             if (shard)
                 ex.off = off, ex.full = full;
-            un_kt in[2] = {kt(3, dim, x), kt(3, dim, y)}, out = kt(3, dim, zc), dout = kt(3, dim, dz);
+            un_kt in[2] = {kt(3, dim, x), kt(3, dim, y)}, out = kt(3, dim, zc),
+                  dout = kt(3, dim, dz);
             un_kt din[2] = {kt(3, dim, dxc), kt(3, dim, dyc)};
             EXPECT_OK(NULL, un_kern_forward(NULL, &ex, ops[k].op, p, in, ops[k].n_in, &out, 1));
             EXPECT_OK(NULL, un_kern_backward(NULL, &ex, ops[k].op, p, in, ops[k].n_in, &out, 1,
@@ -228,7 +236,8 @@ static void test_elementwise(void) {
     }
 }
 
-/* ---- linear: a host product plus the kernels' epilogues --------------------------------------- */
+/* ---- linear: a host product plus the kernels' epilogues ---------------------------------------
+ */
 
 typedef struct lin_job {
     float *y, *dpre;
@@ -258,7 +267,8 @@ static void host_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const f
         for (int64_t j = 0; j < n; j++) {
             double s = 0;
             for (int64_t l = 0; l < k; l++)
-                s += (double)(ta ? a[l * m + i] : a[i * k + l]) * (tb ? b[j * k + l] : b[l * n + j]);
+                s +=
+                    (double)(ta ? a[l * m + i] : a[i * k + l]) * (tb ? b[j * k + l] : b[l * n + j]);
             c[i * n + j] = (float)(acc ? c[i * n + j] + s : s);
         }
 }
@@ -399,7 +409,8 @@ static void test_softmax(void) {
         float *dxc = fcopy(dx, n);
         un_param p[UN_MAX_PARAMS] = {0};
         set_par(p, 0, d - 3); /* counted from the end */
-        un_kt in = kt(3, dim, x), out = kt(3, dim, yc), dout = kt(3, dim, dy), din = kt(3, dim, dxc);
+        un_kt in = kt(3, dim, x), out = kt(3, dim, yc), dout = kt(3, dim, dy),
+              din = kt(3, dim, dxc);
         EXPECT_OK(NULL, un_kern_forward(NULL, &EX, UN_OP_SOFTMAX, p, &in, 1, &out, 1));
         EXPECT_OK(NULL,
                   un_kern_backward(NULL, &EX, UN_OP_SOFTMAX, p, &in, 1, &out, 1, &dout, &din));
@@ -415,7 +426,8 @@ static void test_softmax(void) {
     }
 }
 
-/* ---- reduce_sum / reduce_mean ----------------------------------------------------------------- */
+/* ---- reduce_sum / reduce_mean -----------------------------------------------------------------
+ */
 
 typedef struct red_job {
     un_cu_rows g;
@@ -511,8 +523,17 @@ static void test_layer_norm(void) {
         EXPECT_OK(NULL, un_kern_forward(NULL, &EX, UN_OP_LAYER_NORM, p, in, 3, &out, 1));
         EXPECT_OK(NULL,
                   un_kern_backward(NULL, &EX, UN_OP_LAYER_NORM, p, in, 3, &out, 1, &dout, din));
-        ln_job j = {.x = x, .g = g, .b = b, .dy = dy, .y = y, .stats = stats, .dx = dx, .dg = dg,
-                    .db = db, .rows = rows, .n = n};
+        ln_job j = {.x = x,
+                    .g = g,
+                    .b = b,
+                    .dy = dy,
+                    .y = y,
+                    .stats = stats,
+                    .dx = dx,
+                    .dg = dg,
+                    .db = db,
+                    .rows = rows,
+                    .n = n};
         sim_rows(rows, n, ln_fwd_row, &j, NULL);
         sim_rows(rows, n, ln_dx_row, &j, NULL);
         sim_1d(n, ln_dw_body, &j, NULL);
@@ -540,7 +561,8 @@ static void emb_fwd_body(void *a, int64_t u) {
 }
 static void emb_bwd_body(void *a, int64_t u) { /* the kernel's atomicAdd */
     emb_job *j = a;
-    j->dt[un_cu_emb_bwd_at(j->id, j->cols, u)] += j->f * j->dy[un_cu_emb_bwd_src(j->bag, j->cols, u)];
+    j->dt[un_cu_emb_bwd_at(j->id, j->cols, u)] +=
+        j->f * j->dy[un_cu_emb_bwd_src(j->bag, j->cols, u)];
 }
 
 static void test_embedding(void) {
@@ -590,8 +612,8 @@ static void ce_row(void *a, int64_t r, int nt, float *part) {
     float lse = mx + logf(sim_tree(part, nt, UN_CU_RED_SUM));
     j->loss[r] = lse - j->x[r * j->c + j->lab[r]];
     for (int t = 0; t < nt; t++)
-        un_cu_ce_grad(j->x, j->grad, j->c, lse, j->lab[r], j->g ? j->g[r] : j->gscale, j->acc, r,
-                      t, nt);
+        un_cu_ce_grad(j->x, j->grad, j->c, lse, j->lab[r], j->g ? j->g[r] : j->gscale, j->acc, r, t,
+                      nt);
 }
 
 static void test_cross_entropy(void) {

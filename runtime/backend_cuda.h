@@ -1,0 +1,28 @@
+/* backend_cuda.h - the CUDA backend's constructor and device query (the backend itself is used
+ * through backend.h like any other). Defined by the registry (backend.c): a build without CUDA
+ * keeps these names and answers UN_ERR_UNAVAILABLE / 0 devices. float32 only; matmuls run on
+ * cuBLAS (TF32 tensor cores when asked), the other ops on the kernels of backend_cuda.cu.
+ *
+ *   un_backend *be;
+ *   if (un_backend_cuda_devices(NULL) > 0)
+ *       st = un_backend_cuda_new(ctx, UN_PREC_F32, 0, false, &be);   // device 0, exact fp32
+ */
+#ifndef UN_BACKEND_CUDA_H
+#define UN_BACKEND_CUDA_H
+
+#include "runtime/backend.h"
+
+/* CUDA devices usable by this process; 0 in a build without CUDA or with no GPU or driver, with
+ * the reason in *why when why is not NULL (static). */
+int un_backend_cuda_devices(const char **why);
+
+/* The CUDA backend on device `device` (0-based): one stream and one cuBLAS handle; tf32 lets
+ * cuBLAS use TF32 tensor cores for float32 products. UN_ERR_UNAVAILABLE (one line saying why): a
+ * build without CUDA, no such device, or prec other than UN_PREC_F32; UN_ERR_DEVICE: CUDA
+ * failed. Owned: free with un_backend_free. */
+un_status un_backend_cuda_new(un_ctx *ctx, un_prec prec, int device, bool tf32, un_backend **out);
+
+/* The constructor in backend_cuda.c, called by the registry (not API). */
+un_status un__backend_cuda_new(un_ctx *ctx, un_prec prec, int device, bool tf32, un_backend **out);
+
+#endif
