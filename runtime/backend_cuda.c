@@ -91,8 +91,9 @@ static bool cuda_supports_op(const un_backend *be, un_op op) {
     case UN_OP_REDUCE_SUM:
     case UN_OP_REDUCE_MEAN:
     case UN_OP_CROSS_ENTROPY:
+    case UN_OP_MULTIHEAD_ATTENTION:
         return true;
-    default: /* conv2d, pool2d, batch_norm, multihead_attention: no CUDA kernels yet */
+    default: /* conv2d, pool2d, batch_norm: no CUDA kernels yet */
         return un_op_kind_of(op) != UN_OPK_REGULAR;
     }
 }
@@ -256,7 +257,7 @@ static un_cu_ew_args ew_args(un_op op, const un_param *p, const un_kt *in, int n
 
 /* The rows of softmax / reduce along dim d of x. */
 static un_cu_rows rows_of(const un_kt *x, int d) {
-    un_cu_rows g = {span(x, 0, d) * span(x, d + 1, x->rank), x->dim[d], span(x, d + 1, x->rank)};
+    un_cu_rows g = {span(x, 0, d) * span(x, d + 1, x->rank), x->dim[d], span(x, d + 1, x->rank), 0};
     return g;
 }
 
@@ -279,6 +280,79 @@ static const char *linear_into(cuda_state *s, const un_kt *in, int n_in, float *
     if (!err && (n_in > 2 || act != UN_CU_ACT_NONE))
         err = un__cu_bias_act(s->stream, y, n_in > 2 ? FC(in[2]) : NULL, m, n, act);
     return err;
+}
+
+/* ---- multihead attention: the plans of backend_cuda_kern.h on cuBLAS and the softmax kernels --
+ */
+
+static const char *run_plan(cuda_state *s, const un_cu_step *st, int n, float *const *buf) {
+    const char *err = NULL;
+    for (int i = 0; i < n && !err; i++) {
+        const un_cu_step *g = &st[i];
+        switch (g->kind) {
+        case UN_CU_STEP_GEMM:
+            err = un__cu_sgemm(s->blas, g->ta, g->tb, g->m, g->n, g->k, g->alpha,
+                               buf[g->a] + g->off_a, g->lda, g->sa, buf[g->b] + g->off_b, g->ldb,
+                               g->sb, g->beta, buf[g->c] + g->off_c, g->ldc, g->sc, g->batch);
+            break;
+        case UN_CU_STEP_SOFTMAX_FWD:
+            err = un__cu_softmax_fwd(s->stream, &g->rows, buf[g->a], buf[g->c]);
+            break;
+        case UN_CU_STEP_SOFTMAX_BWD:
+            err = un__cu_softmax_bwd(s->stream, &g->rows, buf[g->a], buf[g->b], buf[g->c]);
+            break;
+        case UN_CU_STEP_ZERO:
+            err = un__cu_memset0(s->stream, buf[g->c], (size_t)g->m * sizeof(float));
+            break;
+        }
+    }
+    return err;
+}
+
+/* Forward (bwd false: out written) or backward (the forward recomputed without its output, then
+ * the gradients accumulated) of multihead attention. */
+static un_status mha_run(un_ctx *ctx, un_backend *be, const un_param *p, const un_kt *in,
+                         const un_kt *out, const un_kt *dout, const un_kt *din, bool bwd) {
+    int64_t heads = par(p, 0);
+    if (heads > UN_CU_MHA_MAX_HEADS)
+        return un_ctx_error(ctx, UN_ERR_LIMIT,
+                            "multihead_attention: %lld heads on cuda (at most %d)",
+                            (long long)heads, UN_CU_MHA_MAX_HEADS);
+    un_cu_mha m = un_cu_mha_of(in[0].dim[0], in[0].dim[1], in[1].dim[1], in[0].dim[2], in[3].dim[1],
+                               in[6].dim[1], heads, par(p, 1) != 0);
+    float *buf[UN_CU_MHA_NBUF] = {0};
+    for (int i = 0; i < 7; i++) {
+        buf[UN_CU_MHA_Q_IN + i] = F(in[i]);
+        if (bwd)
+            buf[UN_CU_MHA_DQ_IN + i] = F(din[i]);
+    }
+    buf[UN_CU_MHA_OUT] = F(out[0]);
+    if (bwd)
+        buf[UN_CU_MHA_DOUT] = F(dout[0]);
+    int64_t total = 0;
+    int last = bwd ? UN_CU_MHA_NBUF : UN_CU_MHA_DO;
+    for (int b = UN_CU_MHA_Q; b < last; b++)
+        total += un_cu_mha_scratch(&m, b);
+    float *sc;
+    un_status st = scratch(ctx, be, total, &sc);
+    if (st != UN_OK)
+        return st;
+    for (int b = UN_CU_MHA_Q; b < last; b++) {
+        buf[b] = sc;
+        sc += un_cu_mha_scratch(&m, b);
+    }
+    un_cu_step steps[UN_CU_MHA_MAX_STEPS];
+    int n = un_cu_mha_fwd_plan(&m, steps);
+    /* the backward recomputes everything but the output projection (its last step) */
+    const char *err = run_plan(S(be), steps, bwd ? n - 1 : n, buf);
+    if (!err && bwd) {
+        bool want[7];
+        for (int i = 0; i < 7; i++)
+            want[i] = din[i].data != NULL;
+        n = un_cu_mha_bwd_plan(&m, want, steps);
+        err = run_plan(S(be), steps, n, buf);
+    }
+    return cu_st(ctx, err);
 }
 
 static un_status cuda_forward(un_ctx *ctx, un_backend *be, un_op op, const un_param *p,
@@ -358,6 +432,8 @@ static un_status cuda_forward(un_ctx *ctx, un_backend *be, un_op op, const un_pa
                                 op == UN_OP_REDUCE_MEAN ? 1.0f / (float)x->dim[d] : 1.0f);
         break;
     }
+    case UN_OP_MULTIHEAD_ATTENTION:
+        return mha_run(ctx, be, p, in, out, NULL, NULL, false);
     case UN_OP_CROSS_ENTROPY:
         if ((st = check_index(ctx, be, op, &in[1], x->dim[1], "label")) != UN_OK)
             return st;
@@ -509,6 +585,8 @@ static un_status cuda_backward(un_ctx *ctx, un_backend *be, un_op op, const un_p
                                     op == UN_OP_REDUCE_MEAN ? 1.0f / (float)x->dim[d] : 1.0f);
         break;
     }
+    case UN_OP_MULTIHEAD_ATTENTION:
+        return mha_run(ctx, be, p, in, out, dout, din, true);
     case UN_OP_CROSS_ENTROPY:
         if (din[0].data)
             err = un__cu_cross_entropy(s->stream, FC(*x), I(in[1]), x->dim[0], x->dim[1], NULL,

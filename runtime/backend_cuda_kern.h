@@ -351,14 +351,22 @@ UN_CU_FN un_cu_box un_cu_box_transpose(int rank, const int64_t *dim, int d0, int
 
 typedef struct un_cu_rows {
     int64_t rows, len, inner; /* rows = outer * inner */
+    int64_t causal;           /* softmax, > 0: row r sees its first r % causal + 1 values only
+                                 (attention's causal mask over [.., S, T] scores with S = causal);
+                                 the others get probability 0 */
 } un_cu_rows;
 
+/* The values row r of a softmax sees. */
+UN_CU_FN int64_t un_cu_row_seen(const un_cu_rows *g, int64_t r) {
+    return g->causal > 0 ? r % g->causal + 1 : g->len;
+}
+
 /* Thread tid's partial over row r: the max of x (phase 0), then sum of y = exp(x - mx) written
- * to y (phase 1); finally y *= inv (un_cu_softmax_scale). */
+ * to y (phase 1); finally y *= inv, 0 past what the row sees (un_cu_softmax_scale). */
 UN_CU_FN float un_cu_softmax_pmax(const un_cu_rows *g, const float *x, int64_t r, int tid, int nt) {
     int64_t base = un_cu_row_base(r, g->len, g->inner);
     float m = -INFINITY;
-    for (int64_t j = tid; j < g->len; j += nt)
+    for (int64_t j = tid; j < un_cu_row_seen(g, r); j += nt)
         m = fmaxf(m, x[base + j * g->inner]);
     return m;
 }
@@ -366,7 +374,7 @@ UN_CU_FN float un_cu_softmax_pexp(const un_cu_rows *g, const float *x, float *y,
                                   int64_t r, int tid, int nt) {
     int64_t base = un_cu_row_base(r, g->len, g->inner);
     float s = 0;
-    for (int64_t j = tid; j < g->len; j += nt) {
+    for (int64_t j = tid; j < un_cu_row_seen(g, r); j += nt) {
         float ev = expf(x[base + j * g->inner] - mx);
         y[base + j * g->inner] = ev;
         s += ev;
@@ -376,22 +384,23 @@ UN_CU_FN float un_cu_softmax_pexp(const un_cu_rows *g, const float *x, float *y,
 UN_CU_FN void un_cu_softmax_scale(const un_cu_rows *g, float *y, float inv, int64_t r, int tid,
                                   int nt) {
     int64_t base = un_cu_row_base(r, g->len, g->inner);
+    int64_t seen = un_cu_row_seen(g, r);
     for (int64_t j = tid; j < g->len; j += nt)
-        y[base + j * g->inner] *= inv;
+        y[base + j * g->inner] = j < seen ? y[base + j * g->inner] * inv : 0.0f;
 }
 /* Backward: partial of sum dy y, then dx += y (dy - s). */
 UN_CU_FN float un_cu_softmax_pdot(const un_cu_rows *g, const float *y, const float *dy, int64_t r,
                                   int tid, int nt) {
     int64_t base = un_cu_row_base(r, g->len, g->inner);
     float s = 0;
-    for (int64_t j = tid; j < g->len; j += nt)
+    for (int64_t j = tid; j < un_cu_row_seen(g, r); j += nt)
         s += dy[base + j * g->inner] * y[base + j * g->inner];
     return s;
 }
 UN_CU_FN void un_cu_softmax_dx(const un_cu_rows *g, const float *y, const float *dy, float *dx,
                                float s, int64_t r, int tid, int nt) {
     int64_t base = un_cu_row_base(r, g->len, g->inner);
-    for (int64_t j = tid; j < g->len; j += nt) {
+    for (int64_t j = tid; j < un_cu_row_seen(g, r); j += nt) {
         int64_t at = base + j * g->inner;
         dx[at] += y[at] * (dy[at] - s);
     }
@@ -580,6 +589,213 @@ UN_CU_FN void un_cu_opt_elem(const un_cu_opt *o, float *w, const float *g, float
     m[i] = (float)(o->beta1 * m[i] + (1 - o->beta1) * gi);
     v[i] = (float)(o->beta2 * v[i] + (1 - o->beta2) * gi * gi);
     w[i] = (float)(w[i] - o->step * m[i] / (sqrt((double)v[i]) + o->eps_hat));
+}
+
+/* ---- multihead attention as a plan of strided-batched GEMMs and softmaxes -------------------- */
+
+/* The buffers a plan names: the op's inputs, output and gradients (the caller's), and scratch
+ * (Q, K, V, O projections [B, S|T, HL], scores P [B, heads, S, T] and their gradients). */
+typedef enum {
+    UN_CU_MHA_Q_IN, /* q [B, S, E] */
+    UN_CU_MHA_K_IN, /* k [B, T, E] */
+    UN_CU_MHA_V_IN, /* v [B, T, E] */
+    UN_CU_MHA_WQ,   /* [E, HL] */
+    UN_CU_MHA_WK,
+    UN_CU_MHA_WV,
+    UN_CU_MHA_WO,  /* [HL, EO] */
+    UN_CU_MHA_OUT, /* [B, S, EO] */
+    UN_CU_MHA_DOUT,
+    UN_CU_MHA_DQ_IN, /* input gradients (accumulated), in the order of the inputs */
+    UN_CU_MHA_DK_IN,
+    UN_CU_MHA_DV_IN,
+    UN_CU_MHA_DWQ,
+    UN_CU_MHA_DWK,
+    UN_CU_MHA_DWV,
+    UN_CU_MHA_DWO,
+    UN_CU_MHA_Q, /* scratch from here on */
+    UN_CU_MHA_K,
+    UN_CU_MHA_V,
+    UN_CU_MHA_O,
+    UN_CU_MHA_P,
+    UN_CU_MHA_DO,
+    UN_CU_MHA_DQ,
+    UN_CU_MHA_DK,
+    UN_CU_MHA_DV,
+    UN_CU_MHA_DP,
+    UN_CU_MHA_DS,
+    UN_CU_MHA_NBUF
+} un_cu_mha_buf;
+
+typedef struct un_cu_mha {
+    int64_t B, S, T, E, HL, EO, heads, dh;
+    bool causal;
+    float scale; /* 1 / sqrt(dh) */
+} un_cu_mha;
+
+typedef enum {
+    UN_CU_STEP_GEMM,
+    UN_CU_STEP_SOFTMAX_FWD,
+    UN_CU_STEP_SOFTMAX_BWD,
+    UN_CU_STEP_ZERO
+} un_cu_step_kind;
+
+/* One step: a row-major GEMM C = alpha op(A) op(B) + beta C over `batch` matrices strided apart
+ * (the un__cu_sgemm contract), buffers a/b/c at element offsets; or a softmax over the rows of
+ * P (forward: a -> c; backward: c += of y = a, dy = b); or c zeroed (m elements). */
+typedef struct un_cu_step {
+    un_cu_step_kind kind;
+    bool ta, tb;
+    int64_t m, n, k, batch;
+    float alpha, beta;
+    int a, b, c; /* un_cu_mha_buf */
+    int64_t off_a, lda, sa, off_b, ldb, sb, off_c, ldc, sc;
+    un_cu_rows rows; /* softmax */
+} un_cu_step;
+
+/* Plans are written into arrays of UN_CU_MHA_MAX_STEPS; heads beyond UN_CU_MHA_MAX_HEADS are
+ * refused by the backend (the backward takes 4 heads + 10 steps). */
+enum { UN_CU_MHA_MAX_HEADS = 64, UN_CU_MHA_MAX_STEPS = 4 * UN_CU_MHA_MAX_HEADS + 16 };
+
+UN_CU_FN un_cu_mha un_cu_mha_of(int64_t B, int64_t S, int64_t T, int64_t E, int64_t HL, int64_t EO,
+                                int64_t heads, bool causal) {
+    un_cu_mha m = {B, S, T, E, HL, EO, heads, HL / heads, causal, 1.0f};
+    m.scale = (float)(1.0 / sqrt((double)m.dh));
+    return m;
+}
+
+/* Elements of scratch buffer b (0 for the caller's buffers). */
+UN_CU_FN int64_t un_cu_mha_scratch(const un_cu_mha *m, int b) {
+    int64_t s = m->B * m->S * m->HL, t = m->B * m->T * m->HL, p = m->B * m->heads * m->S * m->T;
+    switch (b) {
+    case UN_CU_MHA_Q:
+    case UN_CU_MHA_O:
+    case UN_CU_MHA_DO:
+    case UN_CU_MHA_DQ:
+        return s;
+    case UN_CU_MHA_K:
+    case UN_CU_MHA_V:
+    case UN_CU_MHA_DK:
+    case UN_CU_MHA_DV:
+        return t;
+    case UN_CU_MHA_P:
+    case UN_CU_MHA_DP:
+    case UN_CU_MHA_DS:
+        return p;
+    default:
+        return 0;
+    }
+}
+
+UN_CU_FN un_cu_step un_cu_gemm_step(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                                    int a, int64_t off_a, int64_t lda, int64_t sa, int b,
+                                    int64_t off_b, int64_t ldb, int64_t sb, float beta, int c,
+                                    int64_t off_c, int64_t ldc, int64_t sc, int64_t batch) {
+    un_cu_step st = {
+        UN_CU_STEP_GEMM, ta,  tb, m,     n,   k,  batch, alpha, beta, a,           b, c,
+        off_a,           lda, sa, off_b, ldb, sb, off_c, ldc,   sc,   {0, 0, 0, 0}};
+    return st;
+}
+
+/* The softmax rows of P. */
+UN_CU_FN un_cu_rows un_cu_mha_rows(const un_cu_mha *m) {
+    un_cu_rows r = {m->B * m->heads * m->S, m->T, 1, m->causal ? m->S : 0};
+    return r;
+}
+
+/* Projections Q, K, V; per head (batched over B) the scores, softmax, and O; then out = O Wo.
+ * Returns the number of steps written to st. */
+UN_CU_FN int un_cu_mha_fwd_plan(const un_cu_mha *m, un_cu_step *st) {
+    int n = 0;
+    int64_t S = m->S, T = m->T, HL = m->HL, dh = m->dh, PS = m->heads * S * T;
+    st[n++] = un_cu_gemm_step(false, false, m->B * S, HL, m->E, 1, UN_CU_MHA_Q_IN, 0, m->E, 0,
+                              UN_CU_MHA_WQ, 0, HL, 0, 0, UN_CU_MHA_Q, 0, HL, 0, 1);
+    st[n++] = un_cu_gemm_step(false, false, m->B * T, HL, m->E, 1, UN_CU_MHA_K_IN, 0, m->E, 0,
+                              UN_CU_MHA_WK, 0, HL, 0, 0, UN_CU_MHA_K, 0, HL, 0, 1);
+    st[n++] = un_cu_gemm_step(false, false, m->B * T, HL, m->E, 1, UN_CU_MHA_V_IN, 0, m->E, 0,
+                              UN_CU_MHA_WV, 0, HL, 0, 0, UN_CU_MHA_V, 0, HL, 0, 1);
+    for (int64_t h = 0; h < m->heads; h++)
+        st[n++] = un_cu_gemm_step(false, true, S, T, dh, m->scale, UN_CU_MHA_Q, h * dh, HL, S * HL,
+                                  UN_CU_MHA_K, h * dh, HL, T * HL, 0, UN_CU_MHA_P, h * S * T, T, PS,
+                                  m->B);
+    un_cu_step sm = {UN_CU_STEP_SOFTMAX_FWD,
+                     false,
+                     false,
+                     0,
+                     0,
+                     0,
+                     0,
+                     0,
+                     0,
+                     UN_CU_MHA_P,
+                     0,
+                     UN_CU_MHA_P,
+                     0,
+                     0,
+                     0,
+                     0,
+                     0,
+                     0,
+                     0,
+                     0,
+                     0,
+                     un_cu_mha_rows(m)};
+    st[n++] = sm;
+    for (int64_t h = 0; h < m->heads; h++)
+        st[n++] =
+            un_cu_gemm_step(false, false, S, dh, T, 1, UN_CU_MHA_P, h * S * T, T, PS, UN_CU_MHA_V,
+                            h * dh, HL, T * HL, 0, UN_CU_MHA_O, h * dh, HL, S * HL, m->B);
+    st[n++] = un_cu_gemm_step(false, false, m->B * S, m->EO, HL, 1, UN_CU_MHA_O, 0, HL, 0,
+                              UN_CU_MHA_WO, 0, m->EO, 0, 0, UN_CU_MHA_OUT, 0, m->EO, 0, 1);
+    return n;
+}
+
+/* The backward after the forward plan ran (Q, K, V, O, P hold its values): gradients of the
+ * inputs whose want[i] is set (i in input order q, k, v, Wq, Wk, Wv, Wo) are accumulated. */
+UN_CU_FN int un_cu_mha_bwd_plan(const un_cu_mha *m, const bool *want, un_cu_step *st) {
+    int n = 0;
+    int64_t S = m->S, T = m->T, HL = m->HL, dh = m->dh, B = m->B, PS = m->heads * S * T;
+    if (want[6])
+        st[n++] = un_cu_gemm_step(true, false, HL, m->EO, B * S, 1, UN_CU_MHA_O, 0, HL, 0,
+                                  UN_CU_MHA_DOUT, 0, m->EO, 0, 1, UN_CU_MHA_DWO, 0, m->EO, 0, 1);
+    st[n++] = un_cu_gemm_step(false, true, B * S, HL, m->EO, 1, UN_CU_MHA_DOUT, 0, m->EO, 0,
+                              UN_CU_MHA_WO, 0, m->EO, 0, 0, UN_CU_MHA_DO, 0, HL, 0, 1);
+    for (int64_t h = 0; h < m->heads; h++) {
+        st[n++] =
+            un_cu_gemm_step(false, true, S, T, dh, 1, UN_CU_MHA_DO, h * dh, HL, S * HL, UN_CU_MHA_V,
+                            h * dh, HL, T * HL, 0, UN_CU_MHA_DP, h * S * T, T, PS, B);
+        st[n++] =
+            un_cu_gemm_step(true, false, T, dh, S, 1, UN_CU_MHA_P, h * S * T, T, PS, UN_CU_MHA_DO,
+                            h * dh, HL, S * HL, 0, UN_CU_MHA_DV, h * dh, HL, T * HL, B);
+    }
+    un_cu_step z = {UN_CU_STEP_ZERO, false, false, B * PS, 0, 0, 0, 0, 0, 0, 0,
+                    UN_CU_MHA_DS,    0,     0,     0,      0, 0, 0, 0, 0, 0, {0, 0, 0, 0}};
+    st[n++] = z;
+    un_cu_step sm = {
+        UN_CU_STEP_SOFTMAX_BWD, false, false, 0, 0, 0, 0, 0, 0, UN_CU_MHA_P, UN_CU_MHA_DP,
+        UN_CU_MHA_DS,           0,     0,     0, 0, 0, 0, 0, 0, 0,           un_cu_mha_rows(m)};
+    st[n++] = sm;
+    for (int64_t h = 0; h < m->heads; h++) {
+        st[n++] = un_cu_gemm_step(false, false, S, dh, T, m->scale, UN_CU_MHA_DS, h * S * T, T, PS,
+                                  UN_CU_MHA_K, h * dh, HL, T * HL, 0, UN_CU_MHA_DQ, h * dh, HL,
+                                  S * HL, B);
+        st[n++] = un_cu_gemm_step(true, false, T, dh, S, m->scale, UN_CU_MHA_DS, h * S * T, T, PS,
+                                  UN_CU_MHA_Q, h * dh, HL, S * HL, 0, UN_CU_MHA_DK, h * dh, HL,
+                                  T * HL, B);
+    }
+    /* through the projections: dW += x^T dX, dx += dX W^T */
+    const int xin[3] = {UN_CU_MHA_Q_IN, UN_CU_MHA_K_IN, UN_CU_MHA_V_IN};
+    const int dX[3] = {UN_CU_MHA_DQ, UN_CU_MHA_DK, UN_CU_MHA_DV};
+    const int w[3] = {UN_CU_MHA_WQ, UN_CU_MHA_WK, UN_CU_MHA_WV};
+    const int64_t rows[3] = {B * S, B * T, B * T};
+    for (int i = 0; i < 3; i++) {
+        if (want[3 + i])
+            st[n++] = un_cu_gemm_step(true, false, m->E, HL, rows[i], 1, xin[i], 0, m->E, 0, dX[i],
+                                      0, HL, 0, 1, UN_CU_MHA_DWQ + i, 0, HL, 0, 1);
+        if (want[i])
+            st[n++] = un_cu_gemm_step(false, true, rows[i], m->E, HL, 1, dX[i], 0, HL, 0, w[i], 0,
+                                      HL, 0, 1, UN_CU_MHA_DQ_IN + i, 0, m->E, 0, 1);
+    }
+    return n;
 }
 
 #endif

@@ -82,7 +82,7 @@ static void test_nccl(void) {
 
 /* ---- every op on the CUDA backend against the CPU kernels ------------------------------------ */
 
-enum { MAXT = 4 };
+enum { MAXT = 7 };
 
 typedef struct shp {
     int rank;
@@ -135,6 +135,22 @@ static const opcase CASES[] = {
     {"embedding mean", UN_OP_EMBEDDING, 1, {1}, 2, 1, {I2(8, 3, 20), S2(20, 16)}, {S2(8, 16)}},
     {"reduce_sum", UN_OP_REDUCE_SUM, 2, {1, 1}, 1, 1, {S3(4, 7, 5)}, {S3(4, 1, 5)}},
     {"reduce_mean", UN_OP_REDUCE_MEAN, 2, {2, 1}, 1, 1, {S3(4, 7, 5)}, {S3(4, 7, 1)}},
+    {"attention",
+     UN_OP_MULTIHEAD_ATTENTION,
+     2,
+     {2, 0},
+     7,
+     1,
+     {S3(2, 5, 6), S3(2, 7, 6), S3(2, 7, 6), S2(6, 8), S2(6, 8), S2(6, 8), S2(8, 3)},
+     {S3(2, 5, 3)}},
+    {"attention causal",
+     UN_OP_MULTIHEAD_ATTENTION,
+     2,
+     {2, 1},
+     7,
+     1,
+     {S3(2, 5, 6), S3(2, 5, 6), S3(2, 5, 6), S2(6, 8), S2(6, 8), S2(6, 8), S2(8, 3)},
+     {S3(2, 5, 3)}},
     {"cross_entropy", UN_OP_CROSS_ENTROPY, 0, {0}, 2, 1, {S2(10, 300), I1(10, 300)}, {S1(10)}},
 };
 

@@ -417,7 +417,7 @@ static void test_softmax(void) {
         int64_t inner = 1;
         for (int i = d + 1; i < 3; i++)
             inner *= dim[i];
-        sm_job j = {.g = {n / dim[d], dim[d], inner}, .x = x, .y = y, .dy = dy, .dx = dx};
+        sm_job j = {.g = {n / dim[d], dim[d], inner, 0}, .x = x, .y = y, .dy = dy, .dx = dx};
         sim_rows(j.g.rows, j.g.len, sm_fwd_row, &j, NULL);
         sim_rows(j.g.rows, j.g.len, sm_bwd_row, &j, NULL);
         EXPECT_TRUE(close_to(y, yc, n, 1e-6, "softmax y"));
@@ -462,7 +462,7 @@ static void test_reduce(void) {
                   din = kt(3, dim, dxc);
             EXPECT_OK(NULL, un_kern_forward(NULL, &EX, op, p, &in, 1, &out, 1));
             EXPECT_OK(NULL, un_kern_backward(NULL, &EX, op, p, &in, 1, &out, 1, &dout, &din));
-            red_job j = {.g = {ny, dim[d], inner}, .x = x, .dy = dy, .y = y, .dx = dx};
+            red_job j = {.g = {ny, dim[d], inner, 0}, .x = x, .dy = dy, .y = y, .dx = dx};
             j.f = mean ? 1.0f / (float)dim[d] : 1.0f;
             sim_1d(ny, red_fwd_body, &j, NULL);
             sim_1d(n, red_bwd_body, &j, NULL);
@@ -732,6 +732,108 @@ static void test_optimizer(void) {
     }
 }
 
+/* ---- multihead attention: the GEMM/softmax plan run on the host ------------------------------ */
+
+/* un__cu_sgemm's contract on the host: row-major, leading dims, batch strides, alpha, beta. */
+static void host_gemm_step(const un_cu_step *g, float *const *buf) {
+    for (int64_t bt = 0; bt < g->batch; bt++) {
+        const float *A = buf[g->a] + g->off_a + bt * g->sa, *B = buf[g->b] + g->off_b + bt * g->sb;
+        float *C = buf[g->c] + g->off_c + bt * g->sc;
+        for (int64_t i = 0; i < g->m; i++)
+            for (int64_t j = 0; j < g->n; j++) {
+                double s = 0;
+                for (int64_t l = 0; l < g->k; l++)
+                    s += (double)(g->ta ? A[l * g->lda + i] : A[i * g->lda + l]) *
+                         (g->tb ? B[j * g->ldb + l] : B[l * g->ldb + j]);
+                C[i * g->ldc + j] =
+                    (float)(g->alpha * s + (g->beta != 0 ? g->beta * C[i * g->ldc + j] : 0));
+            }
+    }
+}
+
+static void run_plan(const un_cu_step *st, int n, float *const *buf) {
+    for (int i = 0; i < n; i++) {
+        const un_cu_step *g = &st[i];
+        sm_job j = {.g = g->rows};
+        switch (g->kind) {
+        case UN_CU_STEP_GEMM:
+            host_gemm_step(g, buf);
+            break;
+        case UN_CU_STEP_SOFTMAX_FWD:
+            j.x = buf[g->a], j.y = buf[g->c];
+            sim_rows(g->rows.rows, g->rows.len, sm_fwd_row, &j, NULL);
+            break;
+        case UN_CU_STEP_SOFTMAX_BWD:
+            j.y = buf[g->a], j.dy = buf[g->b], j.dx = buf[g->c];
+            sim_rows(g->rows.rows, g->rows.len, sm_bwd_row, &j, NULL);
+            break;
+        case UN_CU_STEP_ZERO:
+            memset(buf[g->c], 0, (size_t)g->m * sizeof(float));
+            break;
+        }
+    }
+}
+
+static void test_attention(void) {
+    for (int causal = 0; causal < 2; causal++) {
+        int64_t B = 2, S = 5, T = causal ? 5 : 7, E = 6, HL = 8, EO = 3, heads = 2;
+        un_cu_mha m = un_cu_mha_of(B, S, T, E, HL, EO, heads, causal);
+        int64_t sz[UN_CU_MHA_NBUF] = {[UN_CU_MHA_Q_IN] = B * S * E, [UN_CU_MHA_K_IN] = B * T * E,
+                                      [UN_CU_MHA_V_IN] = B * T * E, [UN_CU_MHA_WQ] = E * HL,
+                                      [UN_CU_MHA_WK] = E * HL,      [UN_CU_MHA_WV] = E * HL,
+                                      [UN_CU_MHA_WO] = HL * EO,     [UN_CU_MHA_OUT] = B * S * EO,
+                                      [UN_CU_MHA_DOUT] = B * S * EO};
+        for (int i = 0; i < 7; i++)
+            sz[UN_CU_MHA_DQ_IN + i] = sz[UN_CU_MHA_Q_IN + i];
+        float *buf[UN_CU_MHA_NBUF], *ref[UN_CU_MHA_NBUF] = {0};
+        for (int b = 0; b < UN_CU_MHA_NBUF; b++) {
+            int64_t n = b >= UN_CU_MHA_Q ? un_cu_mha_scratch(&m, b) : sz[b];
+            buf[b] = fvec(n); /* garbage in scratch and outputs: the plan must overwrite it */
+            if (b >= UN_CU_MHA_DQ_IN && b <= UN_CU_MHA_DWO)
+                ref[b] = fcopy(buf[b], n);
+        }
+        ref[UN_CU_MHA_OUT] = fzero(sz[UN_CU_MHA_OUT]);
+        int64_t qd[3] = {B, S, E}, kd[3] = {B, T, E}, wd[2] = {E, HL}, od[2] = {HL, EO},
+                yd[3] = {B, S, EO};
+        un_kt in[7] = {kt(3, qd, buf[UN_CU_MHA_Q_IN]), kt(3, kd, buf[UN_CU_MHA_K_IN]),
+                       kt(3, kd, buf[UN_CU_MHA_V_IN]), kt(2, wd, buf[UN_CU_MHA_WQ]),
+                       kt(2, wd, buf[UN_CU_MHA_WK]),   kt(2, wd, buf[UN_CU_MHA_WV]),
+                       kt(2, od, buf[UN_CU_MHA_WO])};
+        un_kt din[7];
+        for (int i = 0; i < 7; i++) {
+            din[i] = in[i];
+            din[i].data = ref[UN_CU_MHA_DQ_IN + i];
+        }
+        un_kt out = kt(3, yd, ref[UN_CU_MHA_OUT]), dout = kt(3, yd, buf[UN_CU_MHA_DOUT]);
+        un_param p[UN_MAX_PARAMS] = {0};
+        set_par(p, 0, heads), set_par(p, 1, causal);
+        EXPECT_OK(NULL, un_kern_forward(NULL, &EX, UN_OP_MULTIHEAD_ATTENTION, p, in, 7, &out, 1));
+        EXPECT_OK(NULL, un_kern_backward(NULL, &EX, UN_OP_MULTIHEAD_ATTENTION, p, in, 7, &out, 1,
+                                         &dout, din));
+        un_cu_step st[UN_CU_MHA_MAX_STEPS];
+        int n = un_cu_mha_fwd_plan(&m, st);
+        EXPECT_TRUE(n <= UN_CU_MHA_MAX_STEPS);
+        run_plan(st, n, buf);
+        bool want[7] = {true, true, true, true, true, true, true};
+        n = un_cu_mha_bwd_plan(&m, want, st);
+        EXPECT_TRUE(n <= UN_CU_MHA_MAX_STEPS);
+        run_plan(st, n, buf);
+        EXPECT_TRUE(close_to(buf[UN_CU_MHA_OUT], ref[UN_CU_MHA_OUT], sz[UN_CU_MHA_OUT], 1e-5,
+                             "attention out"));
+        for (int i = 0; i < 7; i++)
+            EXPECT_TRUE(close_to(buf[UN_CU_MHA_DQ_IN + i], ref[UN_CU_MHA_DQ_IN + i],
+                                 sz[UN_CU_MHA_DQ_IN + i], 1e-5, "attention gradient"));
+        for (int b = 0; b < UN_CU_MHA_NBUF; b++)
+            free(buf[b]), free(ref[b]);
+    }
+    /* the biggest plan fits */
+    un_cu_mha big = un_cu_mha_of(1, 2, 2, 4, UN_CU_MHA_MAX_HEADS, 4, UN_CU_MHA_MAX_HEADS, false);
+    un_cu_step st[UN_CU_MHA_MAX_STEPS];
+    bool want[7] = {true, true, true, true, true, true, true};
+    EXPECT_TRUE(un_cu_mha_bwd_plan(&big, want, st) <= UN_CU_MHA_MAX_STEPS);
+    EXPECT_TRUE(un_cu_mha_fwd_plan(&big, st) <= UN_CU_MHA_MAX_STEPS);
+}
+
 int main(void) {
     static const test_case cases[] = {
         {"geometry", test_geometry},
@@ -746,6 +848,7 @@ int main(void) {
         {"cross_entropy", test_cross_entropy},
         {"mse", test_mse},
         {"optimizer", test_optimizer},
+        {"attention", test_attention},
     };
     return TEST_RUN_ALL(cases);
 }
