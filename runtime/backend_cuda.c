@@ -17,6 +17,8 @@
 enum { P_LIN_ACT, P_LIN_BIAS };
 enum { P_SMUL_NUM, P_SMUL_DEN };
 enum { P_DROP_RATE, P_DROP_SEED };
+enum { P_CONV_SH, P_CONV_SW, P_CONV_PH, P_CONV_PW, P_CONV_GROUPS, P_CONV_ACT, P_CONV_BIAS };
+enum { P_POOL_KH, P_POOL_KW, P_POOL_SH, P_POOL_SW, P_POOL_PH, P_POOL_PW, P_POOL_TYPE };
 
 typedef struct cuda_state {
     int device;
@@ -92,8 +94,11 @@ static bool cuda_supports_op(const un_backend *be, un_op op) {
     case UN_OP_REDUCE_MEAN:
     case UN_OP_CROSS_ENTROPY:
     case UN_OP_MULTIHEAD_ATTENTION:
+    case UN_OP_CONV2D:
+    case UN_OP_POOL2D:
+    case UN_OP_BATCH_NORM:
         return true;
-    default: /* conv2d, pool2d, batch_norm: no CUDA kernels yet */
+    default:
         return un_op_kind_of(op) != UN_OPK_REGULAR;
     }
 }
@@ -355,6 +360,105 @@ static un_status mha_run(un_ctx *ctx, un_backend *be, const un_param *p, const u
     return cu_st(ctx, err);
 }
 
+/* ---- conv2d (im2col + cuBLAS per image and group), pool2d, batch_norm --------------------------
+ */
+
+static un_cu_conv conv_of(const un_param *p, const un_kt *in) {
+    return un_cu_conv_of(in[0].dim, in[1].dim, par(p, P_CONV_SH), par(p, P_CONV_SW),
+                         par(p, P_CONV_PH), par(p, P_CONV_PW), par(p, P_CONV_GROUPS));
+}
+
+/* y = act(conv(x, w) + b) using col [K, OHW] as scratch. */
+static const char *conv_into(cuda_state *s, const un_cu_conv *g, const un_kt *in, int n_in,
+                             float *y, int act, float *col) {
+    const char *err = NULL;
+    for (int64_t n = 0; n < g->N && !err; n++)
+        for (int64_t gr = 0; gr < g->groups && !err; gr++) {
+            err = un__cu_im2col(s->stream, g, FC(in[0]) + (n * g->C + gr * g->cpg) * g->H * g->W,
+                                col);
+            if (!err)
+                err = un__cu_sgemm(s->blas, false, false, g->opg, g->OHW, g->K, 1,
+                                   FC(in[1]) + gr * g->opg * g->K, g->K, 0, col, g->OHW, 0, 0,
+                                   y + (n * g->O + gr * g->opg) * g->OHW, g->OHW, 0, 1);
+        }
+    if (!err && (n_in > 2 || act != UN_CU_ACT_NONE))
+        err = un__cu_chan_bias_act(s->stream, y, n_in > 2 ? FC(in[2]) : NULL, g->N, g->O, g->OHW,
+                                   act);
+    return err;
+}
+
+static un_status conv_fwd(un_ctx *ctx, un_backend *be, const un_param *p, const un_kt *in, int n_in,
+                          const un_kt *out) {
+    un_cu_conv g = conv_of(p, in);
+    float *col;
+    un_status st = scratch(ctx, be, g.K * g.OHW, &col);
+    if (st != UN_OK)
+        return st;
+    return cu_st(ctx, conv_into(S(be), &g, in, n_in, F(out[0]), (int)par(p, P_CONV_ACT), col));
+}
+
+static un_status conv_bwd(un_ctx *ctx, un_backend *be, const un_param *p, const un_kt *in, int n_in,
+                          const un_kt *out, const un_kt *dout, const un_kt *din) {
+    cuda_state *s = S(be);
+    un_cu_conv g = conv_of(p, in);
+    int act = (int)par(p, P_CONV_ACT);
+    int64_t ny = g.N * g.O * g.OHW, ncol = g.K * g.OHW;
+    float *col;
+    un_status st = scratch(ctx, be, 2 * ncol + 2 * ny, &col);
+    if (st != UN_OK)
+        return st;
+    float *dcol = col + ncol, *dpre = dcol + ncol, *pre = dpre + ny;
+    const char *err = NULL;
+    const float *dp = FC(dout[0]);
+    if (act != UN_CU_ACT_NONE) {
+        if (act == UN_CU_ACT_GELU) /* gelu's derivative reads the pre-activation */
+            err = conv_into(s, &g, in, n_in, pre, UN_CU_ACT_NONE, col);
+        if (!err)
+            err = un__cu_act_back(s->stream, dpre, dp, act == UN_CU_ACT_GELU ? pre : NULL,
+                                  act == UN_CU_ACT_GELU ? NULL : FC(out[0]), ny, act);
+        dp = dpre;
+    }
+    for (int64_t n = 0; n < g.N && !err; n++)
+        for (int64_t gr = 0; gr < g.groups && !err; gr++) {
+            const float *dpg = dp + (n * g.O + gr * g.opg) * g.OHW,
+                        *wg = FC(in[1]) + gr * g.opg * g.K;
+            int64_t xo = (n * g.C + gr * g.cpg) * g.H * g.W;
+            if (din[1].data) {
+                err = un__cu_im2col(s->stream, &g, FC(in[0]) + xo, col);
+                if (!err)
+                    err = un__cu_sgemm(s->blas, false, true, g.opg, g.K, g.OHW, 1, dpg, g.OHW, 0,
+                                       col, g.OHW, 0, 1, F(din[1]) + gr * g.opg * g.K, g.K, 0, 1);
+            }
+            if (!err && din[0].data) {
+                err = un__cu_sgemm(s->blas, true, false, g.K, g.OHW, g.opg, 1, wg, g.K, 0, dpg,
+                                   g.OHW, 0, 0, dcol, g.OHW, 0, 1);
+                if (!err)
+                    err = un__cu_col2im(s->stream, &g, dcol, F(din[0]) + xo);
+            }
+        }
+    if (!err && n_in > 2 && din[2].data)
+        err = un__cu_chan_sum(s->stream, F(din[2]), dp, g.N, g.O, g.OHW);
+    return cu_st(ctx, err);
+}
+
+static un_cu_pool pool_of(const un_param *p, const un_kt *x) {
+    un_cu_pool g = {x->dim[0] * x->dim[1],
+                    x->dim[2],
+                    x->dim[3],
+                    par(p, P_POOL_KH),
+                    par(p, P_POOL_KW),
+                    par(p, P_POOL_SH),
+                    par(p, P_POOL_SW),
+                    par(p, P_POOL_PH),
+                    par(p, P_POOL_PW),
+                    0,
+                    0,
+                    par(p, P_POOL_TYPE) == 1};
+    g.OH = (g.H + 2 * g.ph - g.kh) / g.sh + 1;
+    g.OW = (g.W + 2 * g.pw - g.kw) / g.sw + 1;
+    return g;
+}
+
 static un_status cuda_forward(un_ctx *ctx, un_backend *be, un_op op, const un_param *p,
                               const un_kt *in, int n_in, un_kt *out, int n_out, uint64_t seed,
                               const int64_t *off, const int64_t *full) {
@@ -434,6 +538,17 @@ static un_status cuda_forward(un_ctx *ctx, un_backend *be, un_op op, const un_pa
     }
     case UN_OP_MULTIHEAD_ATTENTION:
         return mha_run(ctx, be, p, in, out, NULL, NULL, false);
+    case UN_OP_CONV2D:
+        return conv_fwd(ctx, be, p, in, n_in, out);
+    case UN_OP_POOL2D: {
+        un_cu_pool g = pool_of(p, x);
+        err = un__cu_pool_fwd(s->stream, &g, FC(*x), F(out[0]));
+        break;
+    }
+    case UN_OP_BATCH_NORM:
+        err = un__cu_batch_norm(s->stream, FC(*x), FC(in[1]), FC(in[2]), F(out[0]), NULL, NULL,
+                                NULL, NULL, x->dim[0], x->dim[1], span(x, 2, x->rank), false);
+        break;
     case UN_OP_CROSS_ENTROPY:
         if ((st = check_index(ctx, be, op, &in[1], x->dim[1], "label")) != UN_OK)
             return st;
@@ -587,6 +702,19 @@ static un_status cuda_backward(un_ctx *ctx, un_backend *be, un_op op, const un_p
     }
     case UN_OP_MULTIHEAD_ATTENTION:
         return mha_run(ctx, be, p, in, out, dout, din, true);
+    case UN_OP_CONV2D:
+        return conv_bwd(ctx, be, p, in, n_in, out, dout, din);
+    case UN_OP_POOL2D: {
+        un_cu_pool g = pool_of(p, x);
+        if (din[0].data)
+            err = un__cu_pool_bwd(s->stream, &g, FC(*x), FC(dout[0]), F(din[0]));
+        break;
+    }
+    case UN_OP_BATCH_NORM:
+        err = un__cu_batch_norm(s->stream, FC(*x), FC(in[1]), FC(in[2]), NULL, FC(dout[0]),
+                                F(din[0]), F(din[1]), F(din[2]), x->dim[0], x->dim[1],
+                                span(x, 2, x->rank), true);
+        break;
     case UN_OP_CROSS_ENTROPY:
         if (din[0].data)
             err = un__cu_cross_entropy(s->stream, FC(*x), I(in[1]), x->dim[0], x->dim[1], NULL,

@@ -32,7 +32,8 @@ static const char *launched(const char *what) { return ck(cudaGetLastError(), wh
 
 #define ST(s) ((cudaStream_t)(s))
 
-/* ---- devices, memory, streams, events ---------------------------------------------------------- */
+/* ---- devices, memory, streams, events ----------------------------------------------------------
+ */
 
 extern "C" int un__cu_device_count(const char **why) {
     int n = 0;
@@ -56,7 +57,9 @@ extern "C" const char *un__cu_device_name(int dev, char *buf, size_t cap) {
     return err;
 }
 
-extern "C" const char *un__cu_set_device(int dev) { return ck(cudaSetDevice(dev), "cudaSetDevice"); }
+extern "C" const char *un__cu_set_device(int dev) {
+    return ck(cudaSetDevice(dev), "cudaSetDevice");
+}
 
 extern "C" const char *un__cu_malloc(void **p, size_t n, bool *oom) {
     cudaError_t e = cudaMalloc(p, n);
@@ -126,7 +129,8 @@ extern "C" const char *un__cu_event_ms(void *start, void *stop, float *ms) {
                     "cudaEventElapsedTime");
 }
 
-/* ---- cuBLAS ------------------------------------------------------------------------------------ */
+/* ---- cuBLAS ------------------------------------------------------------------------------------
+ */
 
 extern "C" const char *un__cu_blas_new(void **h, void *stream, bool tf32) {
     cublasHandle_t b = NULL;
@@ -175,12 +179,13 @@ extern "C" const char *un__cu_gemm_bf16(void *h, bool ta, bool tb, int64_t m, in
                "cublasGemmEx(bf16)");
 }
 
-/* ---- kernels ----------------------------------------------------------------------------------- */
+/* ---- kernels -----------------------------------------------------------------------------------
+ */
 
 /* Grid-stride loop of the thread over n items. */
 #define FOR_ITEMS(i, n)                                                                            \
-    for (int64_t i = un_cu_first(un_cu_geom{(int)gridDim.x, (int)blockDim.x}, blockIdx.x,          \
-                                 threadIdx.x);                                                     \
+    for (int64_t i =                                                                               \
+             un_cu_first(un_cu_geom{(int)gridDim.x, (int)blockDim.x}, blockIdx.x, threadIdx.x);    \
          i < (n); i += (int64_t)gridDim.x * blockDim.x)
 
 /* One block per row, grid-stride over rows. */
@@ -237,7 +242,8 @@ template <typename T> __global__ void k_box(un_cu_box b, T *dst, const T *src, b
 
 __global__ void k_softmax_fwd(un_cu_rows g, const float *x, float *y) {
     FOR_ROWS(r, g.rows) {
-        float mx = block_reduce(un_cu_softmax_pmax(&g, x, r, threadIdx.x, blockDim.x), UN_CU_RED_MAX);
+        float mx =
+            block_reduce(un_cu_softmax_pmax(&g, x, r, threadIdx.x, blockDim.x), UN_CU_RED_MAX);
         float s = block_reduce(un_cu_softmax_pexp(&g, x, y, mx, r, threadIdx.x, blockDim.x),
                                UN_CU_RED_SUM);
         un_cu_softmax_scale(&g, y, 1.0f / s, r, threadIdx.x, blockDim.x);
@@ -246,8 +252,8 @@ __global__ void k_softmax_fwd(un_cu_rows g, const float *x, float *y) {
 
 __global__ void k_softmax_bwd(un_cu_rows g, const float *y, const float *dy, float *dx) {
     FOR_ROWS(r, g.rows) {
-        float s = block_reduce(un_cu_softmax_pdot(&g, y, dy, r, threadIdx.x, blockDim.x),
-                               UN_CU_RED_SUM);
+        float s =
+            block_reduce(un_cu_softmax_pdot(&g, y, dy, r, threadIdx.x, blockDim.x), UN_CU_RED_SUM);
         un_cu_softmax_dx(&g, y, dy, dx, s, r, threadIdx.x, blockDim.x);
     }
 }
@@ -351,6 +357,66 @@ __global__ void k_opt(un_cu_opt o, float *w, const float *g, float *m, float *v,
     un_cu_opt_elem(&o, w, g, m, v, i);
 }
 
+__global__ void k_im2col(un_cu_conv g, const float *xc, float *col) {
+    FOR_ITEMS(e, g.K * g.OHW)
+    un_cu_im2col(&g, xc, col, e);
+}
+
+__global__ void k_col2im(un_cu_conv g, const float *col, float *dxc) {
+    FOR_ITEMS(e, g.cpg * g.H * g.W)
+    un_cu_col2im(&g, col, dxc, e);
+}
+
+__global__ void k_chan_bias_act(float *y, const float *bias, int64_t n, int64_t O, int64_t hw,
+                                int act) {
+    FOR_ITEMS(i, n)
+    un_cu_chan_bias_act(y, bias, O, hw, act, i);
+}
+
+__global__ void k_chan_sum(float *db, const float *d, int64_t N, int64_t O, int64_t hw) {
+    FOR_ITEMS(o, O)
+    un_cu_chan_sum(db, d, N, O, hw, o);
+}
+
+__global__ void k_pool_fwd(un_cu_pool g, const float *x, float *y, int64_t n) {
+    FOR_ITEMS(e, n)
+    un_cu_pool_fwd(&g, x, y, e);
+}
+
+__global__ void k_pool_bwd(un_cu_pool g, const float *x, const float *dy, float *dx, int64_t n) {
+    FOR_ITEMS(e, n)
+    un_cu_pool_bwd(&g, x, dy, dx, e);
+}
+
+/* One block per channel: y (forward) or dx, dgamma, dbeta (backward; either may be NULL). */
+__global__ void k_bn(const float *x, const float *gamma, const float *beta, float *y,
+                     const float *dy, float *dx, float *dg, float *db, int64_t C, int64_t hw,
+                     int64_t cnt, bool bwd) {
+    int tid = threadIdx.x, nt = blockDim.x;
+    FOR_ROWS(ch, C) {
+        float mean =
+            block_reduce(un_cu_bn_psum(x, C, hw, cnt, ch, 0, false, tid, nt), UN_CU_RED_SUM) /
+            (float)cnt;
+        float rs = un_cu_ln_rs(
+            block_reduce(un_cu_bn_psum(x, C, hw, cnt, ch, mean, true, tid, nt), UN_CU_RED_SUM),
+            cnt);
+        if (!bwd) {
+            un_cu_bn_out(x, gamma, beta, y, C, hw, cnt, ch, mean, rs, tid, nt);
+            continue;
+        }
+        float s1, s2;
+        un_cu_bn_pback(x, dy, C, hw, cnt, ch, mean, rs, tid, nt, &s1, &s2);
+        s1 = block_reduce(s1, UN_CU_RED_SUM);
+        s2 = block_reduce(s2, UN_CU_RED_SUM);
+        if (tid == 0 && dg)
+            dg[ch] += s2;
+        if (tid == 0 && db)
+            db[ch] += s1;
+        if (dx)
+            un_cu_bn_dx(x, dy, gamma, dx, C, hw, cnt, ch, mean, rs, s1, s2, tid, nt);
+    }
+}
+
 __global__ void k_to_bf16(uint16_t *dst, const float *src, int64_t n) {
     FOR_ITEMS(i, n) {
         __nv_bfloat16 b = __float2bfloat16_rn(src[i]);
@@ -358,7 +424,8 @@ __global__ void k_to_bf16(uint16_t *dst, const float *src, int64_t n) {
     }
 }
 
-/* ---- launchers --------------------------------------------------------------------------------- */
+/* ---- launchers ---------------------------------------------------------------------------------
+ */
 
 #define LAUNCH_1D(n, kernel, ...)                                                                  \
     do {                                                                                           \
@@ -465,8 +532,8 @@ extern "C" const char *un__cu_embedding_bwd(void *stream, const int64_t *id, con
     LAUNCH_1D(nbags * bag * cols, k_emb_bwd, id, dy, dtab, nbags * bag * cols, bag, cols, f);
 }
 
-extern "C" const char *un__cu_index_check(void *stream, const int64_t *id, int64_t n,
-                                          int64_t limit, int64_t *bad) {
+extern "C" const char *un__cu_index_check(void *stream, const int64_t *id, int64_t n, int64_t limit,
+                                          int64_t *bad) {
     LAUNCH_1D(n, k_index_check, id, n, limit, bad);
 }
 
@@ -492,6 +559,43 @@ extern "C" const char *un__cu_mse(void *stream, int rank, const int64_t *pdim, c
 extern "C" const char *un__cu_opt_step(void *stream, const un_cu_opt *o, float *w, const float *g,
                                        float *m, float *v, int64_t n) {
     LAUNCH_1D(n, k_opt, *o, w, g, m, v, n);
+}
+
+extern "C" const char *un__cu_im2col(void *stream, const un_cu_conv *g, const float *xc,
+                                     float *col) {
+    LAUNCH_1D(g->K * g->OHW, k_im2col, *g, xc, col);
+}
+
+extern "C" const char *un__cu_col2im(void *stream, const un_cu_conv *g, const float *col,
+                                     float *dxc) {
+    LAUNCH_1D(g->cpg * g->H * g->W, k_col2im, *g, col, dxc);
+}
+
+extern "C" const char *un__cu_chan_bias_act(void *stream, float *y, const float *bias, int64_t N,
+                                            int64_t O, int64_t hw, int act) {
+    LAUNCH_1D(N * O * hw, k_chan_bias_act, y, bias, N * O * hw, O, hw, act);
+}
+
+extern "C" const char *un__cu_chan_sum(void *stream, float *db, const float *d, int64_t N,
+                                       int64_t O, int64_t hw) {
+    LAUNCH_1D(O, k_chan_sum, db, d, N, O, hw);
+}
+
+extern "C" const char *un__cu_pool_fwd(void *stream, const un_cu_pool *g, const float *x,
+                                       float *y) {
+    LAUNCH_1D(g->planes * g->OH * g->OW, k_pool_fwd, *g, x, y, g->planes * g->OH * g->OW);
+}
+
+extern "C" const char *un__cu_pool_bwd(void *stream, const un_cu_pool *g, const float *x,
+                                       const float *dy, float *dx) {
+    LAUNCH_1D(g->planes * g->OH * g->OW, k_pool_bwd, *g, x, dy, dx, g->planes * g->OH * g->OW);
+}
+
+extern "C" const char *un__cu_batch_norm(void *stream, const float *x, const float *gamma,
+                                         const float *beta, float *y, const float *dy, float *dx,
+                                         float *dgamma, float *dbeta, int64_t N, int64_t C,
+                                         int64_t hw, bool bwd) {
+    LAUNCH_ROWS(C, N * hw, k_bn, x, gamma, beta, y, dy, dx, dgamma, dbeta, C, hw, N * hw, bwd);
 }
 
 extern "C" const char *un__cu_to_bf16(void *stream, uint16_t *dst, const float *src, int64_t n) {

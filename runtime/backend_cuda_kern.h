@@ -591,6 +591,180 @@ UN_CU_FN void un_cu_opt_elem(const un_cu_opt *o, float *w, const float *g, float
     w[i] = (float)(w[i] - o->step * m[i] / (sqrt((double)v[i]) + o->eps_hat));
 }
 
+/* ---- conv2d (im2col + GEMM per image and group), pool2d, batch_norm -------------------------- */
+
+/* p += v: atomically on the device (several threads may add into one element), plainly on the
+ * host (the simulation runs one thread at a time). */
+UN_CU_FN void un_cu_add(float *p, float v) {
+#ifdef __CUDA_ARCH__
+    atomicAdd(p, v);
+#else
+    *p += v;
+#endif
+}
+
+typedef struct un_cu_conv {
+    int64_t N, C, H, W, O, cpg, KH, KW, OH, OW, sh, sw, ph, pw, groups, opg, K, OHW;
+} un_cu_conv;
+
+/* x [N, C, H, W], w [O, C / groups, KH, KW]. */
+UN_CU_FN un_cu_conv un_cu_conv_of(const int64_t *xd, const int64_t *wd, int64_t sh, int64_t sw,
+                                  int64_t ph, int64_t pw, int64_t groups) {
+    un_cu_conv g;
+    g.N = xd[0], g.C = xd[1], g.H = xd[2], g.W = xd[3];
+    g.O = wd[0], g.cpg = wd[1], g.KH = wd[2], g.KW = wd[3];
+    g.sh = sh, g.sw = sw, g.ph = ph, g.pw = pw, g.groups = groups;
+    g.OH = (g.H + 2 * ph - g.KH) / sh + 1;
+    g.OW = (g.W + 2 * pw - g.KW) / sw + 1;
+    g.opg = g.O / groups;
+    g.K = g.cpg * g.KH * g.KW;
+    g.OHW = g.OH * g.OW;
+    return g;
+}
+
+/* Element e of col [K, OHW] from the cpg channels at xc: col[(c KH + p) KW + q][i OW + j] =
+ * x[c, i sh - ph + p, j sw - pw + q] (0 outside). */
+UN_CU_FN void un_cu_im2col(const un_cu_conv *g, const float *xc, float *col, int64_t e) {
+    int64_t rw = e / g->OHW, sp = e % g->OHW;
+    int64_t ch = rw / (g->KH * g->KW), p = rw / g->KW % g->KH, q = rw % g->KW;
+    int64_t ih = sp / g->OW * g->sh - g->ph + p, iw = sp % g->OW * g->sw - g->pw + q;
+    col[e] = ih < 0 || ih >= g->H || iw < 0 || iw >= g->W ? 0.0f : xc[(ch * g->H + ih) * g->W + iw];
+}
+
+/* The adjoint, gathered: element e = (c, h, w) of the group's dx += every col entry im2col read
+ * it from (deterministic: one thread per dx element). */
+UN_CU_FN void un_cu_col2im(const un_cu_conv *g, const float *col, float *dxc, int64_t e) {
+    int64_t ch = e / (g->H * g->W), h = e / g->W % g->H, w = e % g->W;
+    float s = 0;
+    for (int64_t p = 0; p < g->KH; p++) {
+        int64_t t = h + g->ph - p;
+        if (t < 0 || t % g->sh || t / g->sh >= g->OH)
+            continue;
+        for (int64_t q = 0; q < g->KW; q++) {
+            int64_t u = w + g->pw - q;
+            if (u < 0 || u % g->sw || u / g->sw >= g->OW)
+                continue;
+            s += col[((ch * g->KH + p) * g->KW + q) * g->OHW + t / g->sh * g->OW + u / g->sw];
+        }
+    }
+    dxc[e] += s;
+}
+
+/* y[i] = act(y[i] + bias[channel]) over [N, O, hw] (bias may be NULL). */
+UN_CU_FN void un_cu_chan_bias_act(float *y, const float *bias, int64_t O, int64_t hw, int act,
+                                  int64_t i) {
+    y[i] = un_cu_act(act, y[i] + (bias ? bias[i / hw % O] : 0.0f));
+}
+
+/* db[o] += the sum of d [N, O, hw] over images and positions of channel o. */
+UN_CU_FN void un_cu_chan_sum(float *db, const float *d, int64_t N, int64_t O, int64_t hw,
+                             int64_t o) {
+    float s = 0;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < hw; k++)
+            s += d[(n * O + o) * hw + k];
+    db[o] += s;
+}
+
+typedef struct un_cu_pool {
+    int64_t planes, H, W, kh, kw, sh, sw, ph, pw, OH, OW;
+    bool avg;
+} un_cu_pool;
+
+/* Output element e = (plane, i, j): the window's clipped bounds and, for max, the first largest
+ * value (a NaN wins); returns the value (avg: the window sum / kh kw) and its argmax in *arg. */
+UN_CU_FN float un_cu_pool_win(const un_cu_pool *g, const float *x, int64_t e, int64_t *arg) {
+    int64_t pl = e / (g->OH * g->OW), i = e / g->OW % g->OH, j = e % g->OW;
+    int64_t h0 = i * g->sh - g->ph, w0 = j * g->sw - g->pw;
+    int64_t h1 = h0 + g->kh < g->H ? h0 + g->kh : g->H, w1 = w0 + g->kw < g->W ? w0 + g->kw : g->W;
+    h0 = h0 < 0 ? 0 : h0;
+    w0 = w0 < 0 ? 0 : w0;
+    const float *xp = x + pl * g->H * g->W;
+    float v = g->avg ? 0.0f : -INFINITY;
+    *arg = pl * g->H * g->W + h0 * g->W + w0;
+    for (int64_t p = h0; p < h1; p++)
+        for (int64_t q = w0; q < w1; q++) {
+            float t = xp[p * g->W + q];
+            if (g->avg) {
+                v += t;
+            } else if (t > v || isnan(t)) {
+                v = t;
+                *arg = pl * g->H * g->W + p * g->W + q;
+            }
+        }
+    return g->avg ? v * (float)(1.0 / (double)(g->kh * g->kw)) : v;
+}
+
+UN_CU_FN void un_cu_pool_fwd(const un_cu_pool *g, const float *x, float *y, int64_t e) {
+    int64_t arg;
+    y[e] = un_cu_pool_win(g, x, e, &arg);
+}
+
+/* Output element e's gradient into dx: to the argmax (max) or over the window (avg). */
+UN_CU_FN void un_cu_pool_bwd(const un_cu_pool *g, const float *x, const float *dy, float *dx,
+                             int64_t e) {
+    int64_t arg;
+    if (!g->avg) {
+        un_cu_pool_win(g, x, e, &arg);
+        un_cu_add(&dx[arg], dy[e]);
+        return;
+    }
+    int64_t pl = e / (g->OH * g->OW), i = e / g->OW % g->OH, j = e % g->OW;
+    int64_t h0 = i * g->sh - g->ph, w0 = j * g->sw - g->pw;
+    int64_t h1 = h0 + g->kh < g->H ? h0 + g->kh : g->H, w1 = w0 + g->kw < g->W ? w0 + g->kw : g->W;
+    float v = dy[e] * (float)(1.0 / (double)(g->kh * g->kw));
+    for (int64_t p = h0 < 0 ? 0 : h0; p < h1; p++)
+        for (int64_t q = w0 < 0 ? 0 : w0; q < w1; q++)
+            un_cu_add(&dx[pl * g->H * g->W + p * g->W + q], v);
+}
+
+/* batch_norm over x [N, C, hw...]: one block per channel, its N hw values; item k of channel ch
+ * is at (k / hw N C + ch) hw + k % hw. */
+UN_CU_FN int64_t un_cu_bn_at(int64_t C, int64_t hw, int64_t ch, int64_t k) {
+    return (k / hw * C + ch) * hw + k % hw;
+}
+/* Partials of channel ch: sum x (phase 0), sum (x - mean)^2 (phase 1). */
+UN_CU_FN float un_cu_bn_psum(const float *x, int64_t C, int64_t hw, int64_t cnt, int64_t ch,
+                             float mean, bool var, int tid, int nt) {
+    float s = 0;
+    for (int64_t k = tid; k < cnt; k += nt) {
+        float t = x[un_cu_bn_at(C, hw, ch, k)] - (var ? mean : 0.0f);
+        s += var ? t * t : t;
+    }
+    return s;
+}
+UN_CU_FN void un_cu_bn_out(const float *x, const float *gamma, const float *beta, float *y,
+                           int64_t C, int64_t hw, int64_t cnt, int64_t ch, float mean, float rs,
+                           int tid, int nt) {
+    for (int64_t k = tid; k < cnt; k += nt) {
+        int64_t at = un_cu_bn_at(C, hw, ch, k);
+        y[at] = (x[at] - mean) * rs * gamma[ch] + beta[ch];
+    }
+}
+/* Backward partials: sum dy (*s1) and sum dy xh (*s2). */
+UN_CU_FN void un_cu_bn_pback(const float *x, const float *dy, int64_t C, int64_t hw, int64_t cnt,
+                             int64_t ch, float mean, float rs, int tid, int nt, float *s1,
+                             float *s2) {
+    float a = 0, b = 0;
+    for (int64_t k = tid; k < cnt; k += nt) {
+        int64_t at = un_cu_bn_at(C, hw, ch, k);
+        a += dy[at];
+        b += dy[at] * (x[at] - mean) * rs;
+    }
+    *s1 = a;
+    *s2 = b;
+}
+/* dx += gamma rs (dy - s1 / cnt - xh s2 / cnt). */
+UN_CU_FN void un_cu_bn_dx(const float *x, const float *dy, const float *gamma, float *dx, int64_t C,
+                          int64_t hw, int64_t cnt, int64_t ch, float mean, float rs, float s1,
+                          float s2, int tid, int nt) {
+    float gr = gamma[ch] * rs, m1 = s1 / (float)cnt, m2 = s2 / (float)cnt;
+    for (int64_t k = tid; k < cnt; k += nt) {
+        int64_t at = un_cu_bn_at(C, hw, ch, k);
+        dx[at] += gr * (dy[at] - m1 - (x[at] - mean) * rs * m2);
+    }
+}
+
 /* ---- multihead attention as a plan of strided-batched GEMMs and softmaxes -------------------- */
 
 /* The buffers a plan names: the op's inputs, output and gradients (the caller's), and scratch

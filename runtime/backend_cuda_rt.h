@@ -116,6 +116,23 @@ const char *un__cu_mse(void *stream, int rank, const int64_t *pdim, const int64_
 const char *un__cu_opt_step(void *stream, const un_cu_opt *o, float *w, const float *g, float *m,
                             float *v, int64_t n);
 
+/* conv2d pieces: im2col of one image's group channels xc into col [K, OHW]; its adjoint added
+ * into dxc; y = act(y + bias[channel]) over [N, O, hw]; db += per-channel sums of d. */
+const char *un__cu_im2col(void *stream, const un_cu_conv *g, const float *xc, float *col);
+const char *un__cu_col2im(void *stream, const un_cu_conv *g, const float *col, float *dxc);
+const char *un__cu_chan_bias_act(void *stream, float *y, const float *bias, int64_t N, int64_t O,
+                                 int64_t hw, int act);
+const char *un__cu_chan_sum(void *stream, float *db, const float *d, int64_t N, int64_t O,
+                            int64_t hw);
+const char *un__cu_pool_fwd(void *stream, const un_cu_pool *g, const float *x, float *y);
+const char *un__cu_pool_bwd(void *stream, const un_cu_pool *g, const float *x, const float *dy,
+                            float *dx);
+/* batch_norm over x [N, C, hw]: forward y, or (bwd) dx, dgamma, dbeta accumulated (each may be
+ * NULL), the batch statistics recomputed. */
+const char *un__cu_batch_norm(void *stream, const float *x, const float *gamma, const float *beta,
+                              float *y, const float *dy, float *dx, float *dgamma, float *dbeta,
+                              int64_t N, int64_t C, int64_t hw, bool bwd);
+
 #ifdef __cplusplus
 }
 #endif

@@ -834,6 +834,202 @@ static void test_attention(void) {
     EXPECT_TRUE(un_cu_mha_fwd_plan(&big, st) <= UN_CU_MHA_MAX_STEPS);
 }
 
+/* ---- conv2d, pool2d, batch_norm ---------------------------------------------------------------
+ */
+
+typedef struct conv_job {
+    const un_cu_conv *g;
+    const float *src, *bias, *dy, *pre, *out;
+    float *dst, *db, *dpre;
+    int act;
+} conv_job;
+
+static void im2col_body(void *a, int64_t e) {
+    conv_job *j = a;
+    un_cu_im2col(j->g, j->src, j->dst, e);
+}
+static void col2im_body(void *a, int64_t e) {
+    conv_job *j = a;
+    un_cu_col2im(j->g, j->src, j->dst, e);
+}
+static void chan_bias_body(void *a, int64_t i) {
+    conv_job *j = a;
+    un_cu_chan_bias_act(j->dst, j->bias, j->g->O, j->g->OHW, j->act, i);
+}
+static void chan_sum_body(void *a, int64_t o) {
+    conv_job *j = a;
+    un_cu_chan_sum(j->db, j->dpre, j->g->N, j->g->O, j->g->OHW, o);
+}
+static void conv_act_back_body(void *a, int64_t i) {
+    conv_job *j = a;
+    un_cu_act_back(j->dpre, j->dy, j->pre, j->out, j->act, i);
+}
+
+/* What the backend does for conv2d's forward (without the activation when act is NONE). */
+static void conv_fwd_host(const un_cu_conv *g, const float *x, const float *w, const float *b,
+                          float *y, int act, float *col) {
+    conv_job j = {.g = g, .dst = col};
+    for (int64_t n = 0; n < g->N; n++)
+        for (int64_t gr = 0; gr < g->groups; gr++) {
+            j.src = x + (n * g->C + gr * g->cpg) * g->H * g->W;
+            sim_1d(g->K * g->OHW, im2col_body, &j, NULL);
+            host_gemm(false, false, g->opg, g->OHW, g->K, w + gr * g->opg * g->K, col,
+                      y + (n * g->O + gr * g->opg) * g->OHW, false);
+        }
+    conv_job jb = {.g = g, .dst = y, .bias = b, .act = act};
+    sim_1d(g->N * g->O * g->OHW, chan_bias_body, &jb, NULL);
+}
+
+static void test_conv(void) {
+    static const struct {
+        int64_t x[4], w[4], sh, sw, ph, pw, groups;
+        int act;
+    } cs[] = {{{2, 4, 7, 6}, {6, 2, 3, 3}, 2, 1, 1, 0, 2, UN_CU_ACT_RELU},
+              {{1, 3, 5, 5}, {4, 3, 3, 2}, 1, 2, 0, 1, 1, UN_CU_ACT_GELU},
+              {{2, 2, 4, 4}, {2, 1, 1, 1}, 1, 1, 0, 0, 2, UN_CU_ACT_NONE}};
+    for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+        un_cu_conv g =
+            un_cu_conv_of(cs[k].x, cs[k].w, cs[k].sh, cs[k].sw, cs[k].ph, cs[k].pw, cs[k].groups);
+        int64_t nx = g.N * g.C * g.H * g.W, nw = g.O * g.K, ny = g.N * g.O * g.OHW;
+        int64_t yd[4] = {g.N, g.O, g.OH, g.OW}, bd[1] = {g.O};
+        float *x = fvec(nx), *w = fvec(nw), *b = fvec(g.O), *y = fzero(ny), *yc = fzero(ny);
+        float *dy = fvec(ny), *dx = fvec(nx), *dw = fvec(nw), *db = fvec(g.O);
+        float *dxc = fcopy(dx, nx), *dwc = fcopy(dw, nw), *dbc = fcopy(db, g.O);
+        float *col = fzero(g.K * g.OHW), *dcol = fzero(g.K * g.OHW), *dpre = fzero(ny),
+              *pre = fzero(ny);
+        un_param p[UN_MAX_PARAMS] = {0};
+        int64_t pv[7] = {cs[k].sh, cs[k].sw, cs[k].ph, cs[k].pw, cs[k].groups, cs[k].act, 1};
+        for (int i = 0; i < 7; i++)
+            set_par(p, i, pv[i]);
+        un_kt in[3] = {kt(4, cs[k].x, x), kt(4, cs[k].w, w), kt(1, bd, b)}, out = kt(4, yd, yc),
+              dout = kt(4, yd, dy);
+        un_kt din[3] = {kt(4, cs[k].x, dxc), kt(4, cs[k].w, dwc), kt(1, bd, dbc)};
+        EXPECT_OK(NULL, un_kern_forward(NULL, &EX, UN_OP_CONV2D, p, in, 3, &out, 1));
+        EXPECT_OK(NULL, un_kern_backward(NULL, &EX, UN_OP_CONV2D, p, in, 3, &out, 1, &dout, din));
+        conv_fwd_host(&g, x, w, b, y, cs[k].act, col);
+        conv_job j = {.g = &g, .dy = dy, .out = y, .dpre = dpre, .db = db, .act = cs[k].act};
+        if (cs[k].act == UN_CU_ACT_GELU) {
+            conv_fwd_host(&g, x, w, b, pre, UN_CU_ACT_NONE, col);
+            j.pre = pre, j.out = NULL;
+        }
+        sim_1d(ny, conv_act_back_body, &j, NULL);
+        for (int64_t n = 0; n < g.N; n++)
+            for (int64_t gr = 0; gr < g.groups; gr++) {
+                const float *dp = dpre + (n * g.O + gr * g.opg) * g.OHW;
+                int64_t xo = (n * g.C + gr * g.cpg) * g.H * g.W;
+                conv_job ji = {.g = &g, .src = x + xo, .dst = col};
+                sim_1d(g.K * g.OHW, im2col_body, &ji, NULL);
+                /* dw += dp col^T */
+                float *t = fzero(g.opg * g.K);
+                host_gemm(false, true, g.opg, g.K, g.OHW, dp, col, t, false);
+                for (int64_t i = 0; i < g.opg * g.K; i++)
+                    dw[gr * g.opg * g.K + i] += t[i];
+                free(t);
+                host_gemm(true, false, g.K, g.OHW, g.opg, w + gr * g.opg * g.K, dp, dcol, false);
+                conv_job jc = {.g = &g, .src = dcol, .dst = dx + xo};
+                sim_1d(g.cpg * g.H * g.W, col2im_body, &jc, NULL);
+            }
+        sim_1d(g.O, chan_sum_body, &j, NULL);
+        EXPECT_TRUE(close_to(y, yc, ny, 1e-5, "conv2d y"));
+        EXPECT_TRUE(close_to(dx, dxc, nx, 1e-5, "conv2d dx"));
+        EXPECT_TRUE(close_to(dw, dwc, nw, 1e-5, "conv2d dw"));
+        EXPECT_TRUE(close_to(db, dbc, g.O, 1e-5, "conv2d db"));
+        free(x), free(w), free(b), free(y), free(yc), free(dy), free(dx), free(dw), free(db);
+        free(dxc), free(dwc), free(dbc), free(col), free(dcol), free(dpre), free(pre);
+    }
+}
+
+typedef struct pool_job {
+    const un_cu_pool *g;
+    const float *x, *dy;
+    float *y, *dx;
+} pool_job;
+
+static void pool_fwd_body(void *a, int64_t e) {
+    pool_job *j = a;
+    un_cu_pool_fwd(j->g, j->x, j->y, e);
+}
+static void pool_bwd_body(void *a, int64_t e) {
+    pool_job *j = a;
+    un_cu_pool_bwd(j->g, j->x, j->dy, j->dx, e);
+}
+
+static void test_pool(void) {
+    for (int avg = 0; avg < 2; avg++) {
+        int64_t xd[4] = {2, 3, 7, 6}, nx = 2 * 3 * 7 * 6;
+        un_cu_pool g = {6, 7, 6, 3, 2, 2, 2, 1, 1, 0, 0, avg == 1};
+        g.OH = (g.H + 2 * g.ph - g.kh) / g.sh + 1, g.OW = (g.W + 2 * g.pw - g.kw) / g.sw + 1;
+        int64_t yd[4] = {2, 3, g.OH, g.OW}, ny = 6 * g.OH * g.OW;
+        float *x = fvec(nx), *y = fzero(ny), *yc = fzero(ny), *dy = fvec(ny), *dx = fvec(nx);
+        float *dxc = fcopy(dx, nx);
+        un_param p[UN_MAX_PARAMS] = {0};
+        int64_t pv[7] = {g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, avg};
+        for (int i = 0; i < 7; i++)
+            set_par(p, i, pv[i]);
+        un_kt in = kt(4, xd, x), out = kt(4, yd, yc), dout = kt(4, yd, dy), din = kt(4, xd, dxc);
+        EXPECT_OK(NULL, un_kern_forward(NULL, &EX, UN_OP_POOL2D, p, &in, 1, &out, 1));
+        EXPECT_OK(NULL, un_kern_backward(NULL, &EX, UN_OP_POOL2D, p, &in, 1, &out, 1, &dout, &din));
+        pool_job j = {&g, x, dy, y, dx};
+        sim_1d(ny, pool_fwd_body, &j, NULL);
+        sim_1d(ny, pool_bwd_body, &j, NULL);
+        EXPECT_TRUE(close_to(y, yc, ny, 1e-6, "pool2d y"));
+        EXPECT_TRUE(close_to(dx, dxc, nx, 1e-6, "pool2d dx"));
+        free(x), free(y), free(yc), free(dy), free(dx), free(dxc);
+    }
+}
+
+typedef struct bn_job {
+    const float *x, *g, *b, *dy;
+    float *y, *dx, *dg, *db;
+    int64_t C, hw, cnt;
+} bn_job;
+
+/* One block per channel: forward (y), or backward (dx, dgamma, dbeta) recomputing the stats. */
+static void bn_row(bn_job *j, int64_t ch, int nt, float *part, bool bwd) {
+    for (int t = 0; t < nt; t++)
+        part[t] = un_cu_bn_psum(j->x, j->C, j->hw, j->cnt, ch, 0, false, t, nt);
+    float mean = sim_tree(part, nt, UN_CU_RED_SUM) / (float)j->cnt;
+    for (int t = 0; t < nt; t++)
+        part[t] = un_cu_bn_psum(j->x, j->C, j->hw, j->cnt, ch, mean, true, t, nt);
+    float rs = un_cu_ln_rs(sim_tree(part, nt, UN_CU_RED_SUM), j->cnt);
+    if (!bwd) {
+        for (int t = 0; t < nt; t++)
+            un_cu_bn_out(j->x, j->g, j->b, j->y, j->C, j->hw, j->cnt, ch, mean, rs, t, nt);
+        return;
+    }
+    float p1[UN_CU_ROW_BLOCK];
+    for (int t = 0; t < nt; t++)
+        un_cu_bn_pback(j->x, j->dy, j->C, j->hw, j->cnt, ch, mean, rs, t, nt, &p1[t], &part[t]);
+    float s1 = sim_tree(p1, nt, UN_CU_RED_SUM), s2 = sim_tree(part, nt, UN_CU_RED_SUM);
+    j->dg[ch] += s2, j->db[ch] += s1; /* thread 0 of the kernel */
+    for (int t = 0; t < nt; t++)
+        un_cu_bn_dx(j->x, j->dy, j->g, j->dx, j->C, j->hw, j->cnt, ch, mean, rs, s1, s2, t, nt);
+}
+static void bn_fwd_row(void *a, int64_t ch, int nt, float *part) { bn_row(a, ch, nt, part, false); }
+static void bn_bwd_row(void *a, int64_t ch, int nt, float *part) { bn_row(a, ch, nt, part, true); }
+
+static void test_batch_norm(void) {
+    int64_t xd[4] = {5, 3, 6, 7}, nx = 5 * 3 * 42, cd[1] = {3};
+    float *x = fvec(nx), *g = fvec(3), *b = fvec(3), *y = fzero(nx), *yc = fzero(nx);
+    float *dy = fvec(nx), *dx = fvec(nx), *dg = fvec(3), *db = fvec(3);
+    float *dxc = fcopy(dx, nx), *dgc = fcopy(dg, 3), *dbc = fcopy(db, 3);
+    un_param p[UN_MAX_PARAMS] = {0};
+    un_kt in[3] = {kt(4, xd, x), kt(1, cd, g), kt(1, cd, b)}, out = kt(4, xd, yc),
+          dout = kt(4, xd, dy);
+    un_kt din[3] = {kt(4, xd, dxc), kt(1, cd, dgc), kt(1, cd, dbc)};
+    EXPECT_OK(NULL, un_kern_forward(NULL, &EX, UN_OP_BATCH_NORM, p, in, 3, &out, 1));
+    EXPECT_OK(NULL, un_kern_backward(NULL, &EX, UN_OP_BATCH_NORM, p, in, 3, &out, 1, &dout, din));
+    bn_job j = {x, g, b, dy, y, dx, dg, db, 3, 42, 5 * 42};
+    sim_rows(3, 5 * 42, bn_fwd_row, &j, NULL);
+    sim_rows(3, 5 * 42, bn_bwd_row, &j, NULL);
+    EXPECT_TRUE(close_to(y, yc, nx, 1e-5, "batch_norm y"));
+    EXPECT_TRUE(close_to(dx, dxc, nx, 1e-4, "batch_norm dx"));
+    EXPECT_TRUE(close_to(dg, dgc, 3, 1e-5, "batch_norm dgamma"));
+    EXPECT_TRUE(close_to(db, dbc, 3, 1e-5, "batch_norm dbeta"));
+    free(x), free(g), free(b), free(y), free(yc), free(dy), free(dx), free(dg), free(db);
+    free(dxc), free(dgc), free(dbc);
+}
+
 int main(void) {
     static const test_case cases[] = {
         {"geometry", test_geometry},
@@ -849,6 +1045,9 @@ int main(void) {
         {"mse", test_mse},
         {"optimizer", test_optimizer},
         {"attention", test_attention},
+        {"conv2d", test_conv},
+        {"pool2d", test_pool},
+        {"batch_norm", test_batch_norm},
     };
     return TEST_RUN_ALL(cases);
 }
