@@ -9,6 +9,8 @@
 #include <pthread.h>
 
 #include "runtime/backend_cuda.h"
+#include "runtime/zoo.h"
+#include "search/profile.h"
 
 #include "tests/test.h"
 
@@ -355,10 +357,54 @@ static void test_cuda_ops(void) {
     un_ctx_free(ctx);
 }
 
+/* The profiler on CUDA: measured costs of every op of the tiny transformer stored under the GPU's
+ * device kind; with no GPU, one error line and nothing stored. */
+static void test_profile_cuda(void) {
+    un_spec *spec = NULL;
+    if (!test_spec_load(&spec))
+        return;
+    char dir[64];
+    if (!test_tmpdir_make(dir, sizeof dir, "/tmp/un_cuda_XXXXXX")) {
+        un_spec_free(spec);
+        return;
+    }
+    char path[128];
+    snprintf(path, sizeof path, "%s/costs.db", dir);
+    un_ctx *ctx = un_ctx_new(NULL);
+    rulesdb *db = NULL;
+    un_model m;
+    memset(&m, 0, sizeof m);
+    EXPECT_OK(ctx, rulesdb_open(ctx, path, spec, RULESDB_CREATE, &db));
+    EXPECT_OK(ctx, un_zoo_build(ctx, spec, "transformer", true, 4, &m));
+    if (db && m.graph) {
+        un_profile_params pp = un_profile_params_default();
+        pp.device = "gpu-test";
+        pp.cuda_device = 0;
+        pp.min_reps = 2;
+        pp.min_seconds = 0;
+        int64_t n = 0;
+        un_status st = un_profile_graph(ctx, db, m.graph, &pp, NULL, &n);
+        if (un_backend_cuda_devices(NULL) == 0) {
+            printf("  cuda profile: skipped (%s)\n", un_ctx_errmsg(ctx));
+            EXPECT_EQ(st, UN_ERR_UNAVAILABLE);
+            EXPECT_EQ(n, 0);
+        } else {
+            EXPECT_OK(ctx, st);
+            EXPECT_TRUE(n > 0);
+        }
+    }
+    un_model_free(&m);
+    rulesdb_free(db);
+    un_ctx_free(ctx);
+    EXPECT_TRUE(test_tmpdir_remove(dir));
+    un_spec_free(spec);
+}
+
 int main(void) {
     static const test_case cases[] = {
         {"cuda_ops", test_cuda_ops},
         {"nccl", test_nccl},
+        {"profile_cuda", test_profile_cuda},
     };
     return TEST_RUN_ALL(cases);
 }
