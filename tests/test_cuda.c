@@ -101,6 +101,13 @@ typedef struct opcase {
     shp in[MAXT], out[MAXT];
 } opcase;
 
+/* The list parameters of some cases (split's sizes, reshape's shape), by case name. */
+static const struct {
+    const char *name;
+    int at, len;
+    int64_t v[UN_MAX_DIMS];
+} LISTS[] = {{"split", 1, 2, {2, 4}}, {"reshape", 0, 2, {18, 5}}};
+
 #define S1(a)                                                                                      \
     { 1, {a}, 0 }
 #define S2(a, b)                                                                                   \
@@ -127,6 +134,9 @@ static const opcase CASES[] = {
     {"sigmoid", UN_OP_SIGMOID, 0, {0}, 1, 1, {S2(13, 70)}, {S2(13, 70)}},
     {"tanh", UN_OP_TANH, 0, {0}, 1, 1, {S2(13, 70)}, {S2(13, 70)}},
     {"dropout", UN_OP_DROPOUT, 2, {30, 5}, 1, 1, {S2(13, 70)}, {S2(13, 70)}},
+    {"split", UN_OP_SPLIT, 1, {1}, 1, 2, {S3(3, 6, 5)}, {S3(3, 2, 5), S3(3, 4, 5)}},
+    {"reshape", UN_OP_RESHAPE, 0, {0}, 1, 1, {S3(3, 6, 5)}, {S2(18, 5)}},
+    {"flat", UN_OP_FLAT, 0, {0}, 1, 1, {S3(3, 6, 5)}, {S2(3, 30)}},
     {"identity", UN_OP_IDENTITY, 0, {0}, 1, 1, {S2(13, 70)}, {S2(13, 70)}},
     {"softmax last", UN_OP_SOFTMAX, 1, {-1}, 1, 1, {S3(4, 6, 300)}, {S3(4, 6, 300)}},
     {"softmax mid", UN_OP_SOFTMAX, 1, {1}, 1, 1, {S3(4, 6, 30)}, {S3(4, 6, 30)}},
@@ -240,6 +250,11 @@ static void run_case(un_ctx *ctx, un_backend *be, const opcase *c) {
     un_param p[UN_MAX_PARAMS] = {0};
     for (int i = 0; i < c->np; i++)
         p[i].len = -1, p[i].v[0] = c->par[i];
+    for (size_t k = 0; k < sizeof LISTS / sizeof LISTS[0]; k++)
+        if (strcmp(LISTS[k].name, c->name) == 0) {
+            p[LISTS[k].at].len = LISTS[k].len;
+            memcpy(p[LISTS[k].at].v, LISTS[k].v, sizeof LISTS[k].v);
+        }
     void *hin[MAXT] = {0}, *hout[MAXT] = {0}, *hdout[MAXT] = {0}, *hdin[MAXT] = {0};
     void *din_dev[MAXT] = {0}, *in_dev[MAXT] = {0}, *out_dev[MAXT] = {0}, *dout_dev[MAXT] = {0};
     un_kt ki[MAXT], ko[MAXT], kdo[MAXT], kdi[MAXT], gi[MAXT], go[MAXT], gdo[MAXT], gdi[MAXT];
