@@ -83,8 +83,13 @@ un_status un_backend_synchronize(un_ctx *ctx, un_backend *be) {
 #ifdef UN_USE_CUDA
 int un_backend_cuda_devices(const char **why) { return un__cu_device_count(why); }
 
-un_status un_backend_cuda_new(un_ctx *ctx, un_prec prec, int device, bool tf32, un_backend **out) {
-    return un__backend_cuda_new(ctx, prec, device, tf32, out);
+un_status un_backend_cuda_new(un_ctx *ctx, un_prec prec, int device, un_backend **out) {
+    return un__backend_cuda_new(ctx, prec, device, out);
+}
+
+un_status un_backend_cuda_new_opts(un_ctx *ctx, un_prec prec, int device, bool tf32,
+                                   un_backend **out) {
+    return un__backend_cuda_new_opts(ctx, prec, device, tf32, out);
 }
 #else
 int un_backend_cuda_devices(const char **why) {
@@ -93,7 +98,12 @@ int un_backend_cuda_devices(const char **why) {
     return 0;
 }
 
-un_status un_backend_cuda_new(un_ctx *ctx, un_prec prec, int device, bool tf32, un_backend **out) {
+un_status un_backend_cuda_new(un_ctx *ctx, un_prec prec, int device, un_backend **out) {
+    return un_backend_cuda_new_opts(ctx, prec, device, false, out);
+}
+
+un_status un_backend_cuda_new_opts(un_ctx *ctx, un_prec prec, int device, bool tf32,
+                                   un_backend **out) {
     (void)prec, (void)device, (void)tf32;
     *out = NULL;
     return un_ctx_error(ctx, UN_ERR_UNAVAILABLE,

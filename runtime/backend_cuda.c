@@ -754,7 +754,12 @@ static const struct un_backend_i cuda_iface = {
     .synchronize = cuda_sync,
 };
 
-un_status un__backend_cuda_new(un_ctx *ctx, un_prec prec, int device, bool tf32, un_backend **out) {
+un_status un__backend_cuda_new(un_ctx *ctx, un_prec prec, int device, un_backend **out) {
+    return un__backend_cuda_new_opts(ctx, prec, device, false, out);
+}
+
+un_status un__backend_cuda_new_opts(un_ctx *ctx, un_prec prec, int device, bool tf32,
+                                    un_backend **out) {
     *out = NULL;
     if (prec != UN_PREC_F32)
         return un_ctx_error(ctx, UN_ERR_UNAVAILABLE,

@@ -5,7 +5,8 @@
  *
  *   un_backend *be;
  *   if (un_backend_cuda_devices(NULL) > 0)
- *       st = un_backend_cuda_new(ctx, UN_PREC_F32, 0, false, &be);   // device 0, exact fp32
+ *       st = un_backend_cuda_new(ctx, UN_PREC_F32, 0, &be);              // device 0, exact fp32
+ *   st = un_backend_cuda_new_opts(ctx, UN_PREC_F32, 0, true, &be);       // TF32 products
  */
 #ifndef UN_BACKEND_CUDA_H
 #define UN_BACKEND_CUDA_H
@@ -16,13 +17,17 @@
  * the reason in *why when why is not NULL (static). */
 int un_backend_cuda_devices(const char **why);
 
-/* The CUDA backend on device `device` (0-based): one stream and one cuBLAS handle; tf32 lets
- * cuBLAS use TF32 tensor cores for float32 products. UN_ERR_UNAVAILABLE (one line saying why): a
- * build without CUDA, no such device, or prec other than UN_PREC_F32; UN_ERR_DEVICE: CUDA
- * failed. Owned: free with un_backend_free. */
-un_status un_backend_cuda_new(un_ctx *ctx, un_prec prec, int device, bool tf32, un_backend **out);
+/* The CUDA backend on device `device` (0-based): one stream and one cuBLAS handle, exact float32
+ * products. UN_ERR_UNAVAILABLE (one line saying why): a build without CUDA, no such device, or
+ * prec other than UN_PREC_F32; UN_ERR_DEVICE: CUDA failed. Owned: free with un_backend_free. */
+un_status un_backend_cuda_new(un_ctx *ctx, un_prec prec, int device, un_backend **out);
+/* The same, with tf32 letting cuBLAS use TF32 tensor cores for float32 products. */
+un_status un_backend_cuda_new_opts(un_ctx *ctx, un_prec prec, int device, bool tf32,
+                                   un_backend **out);
 
-/* The constructor in backend_cuda.c, called by the registry (not API). */
-un_status un__backend_cuda_new(un_ctx *ctx, un_prec prec, int device, bool tf32, un_backend **out);
+/* The constructors in backend_cuda.c, called by the registry (not API). */
+un_status un__backend_cuda_new(un_ctx *ctx, un_prec prec, int device, un_backend **out);
+un_status un__backend_cuda_new_opts(un_ctx *ctx, un_prec prec, int device, bool tf32,
+                                    un_backend **out);
 
 #endif

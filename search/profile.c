@@ -275,8 +275,7 @@ un_status un_profile_graph(un_ctx *ctx, rulesdb *db, const un_graph *g, const un
     snprintf(device, sizeof device, "%s%s", p->device, p->f64 ? "-f64" : "");
     un_status st =
         p->cuda_device >= 0
-            ? un_backend_cuda_new(ctx, p->f64 ? UN_PREC_F64 : UN_PREC_F32, p->cuda_device, false,
-                                  &be)
+            ? un_backend_cuda_new(ctx, p->f64 ? UN_PREC_F64 : UN_PREC_F32, p->cuda_device, &be)
             : un_backend_cpu_new(ctx, p->f64 ? UN_PREC_F64 : UN_PREC_F32, p->threads, &be);
     int32_t n = un_graph_node_count(g);
     char(*seen)[256] = un_xcalloc((size_t)n, sizeof *seen);

@@ -329,7 +329,7 @@ static void test_cuda_ops(void) {
     if (un_backend_cuda_devices(&why) == 0) {
         un_backend *be = NULL;
         /* the constructor still answers, with one line, and makes nothing */
-        EXPECT_EQ(un_backend_cuda_new(ctx, UN_PREC_F32, 0, false, &be), UN_ERR_UNAVAILABLE);
+        EXPECT_EQ(un_backend_cuda_new(ctx, UN_PREC_F32, 0, &be), UN_ERR_UNAVAILABLE);
         EXPECT_TRUE(be == NULL && strncmp(un_ctx_errmsg(ctx), "cuda backend: ", 14) == 0);
         for (size_t k = 0; k < n; k++)
             printf("  cuda %s: skipped (%s)\n", CASES[k].name, why);
@@ -337,8 +337,8 @@ static void test_cuda_ops(void) {
         return;
     }
     un_backend *be = NULL;
-    EXPECT_EQ(un_backend_cuda_new(ctx, UN_PREC_F64, 0, false, &be), UN_ERR_UNAVAILABLE);
-    EXPECT_OK(ctx, un_backend_cuda_new(ctx, UN_PREC_F32, 0, false, &be));
+    EXPECT_EQ(un_backend_cuda_new(ctx, UN_PREC_F64, 0, &be), UN_ERR_UNAVAILABLE);
+    EXPECT_OK(ctx, un_backend_cuda_new(ctx, UN_PREC_F32, 0, &be));
     if (be) {
         EXPECT_EQ(un_backend_kind(be), UN_DEV_CUDA);
         EXPECT_TRUE(!un_backend_host_visible(be));

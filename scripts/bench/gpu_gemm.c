@@ -39,8 +39,8 @@ int main(void) {
     printf("%6s %12s %12s %12s %12s %12s\n", "n", "unity f32", "cublas f32", "unity tf32",
            "cublas tf32", "cublas bf16");
     un_backend *be = NULL, *be_tf = NULL;
-    if (un_backend_cuda_new(ctx, UN_PREC_F32, 0, false, &be) != UN_OK ||
-        un_backend_cuda_new(ctx, UN_PREC_F32, 0, true, &be_tf) != UN_OK) {
+    if (un_backend_cuda_new(ctx, UN_PREC_F32, 0, &be) != UN_OK ||
+        un_backend_cuda_new_opts(ctx, UN_PREC_F32, 0, true, &be_tf) != UN_OK) {
         fprintf(stderr, "gpu_gemm: %s\n", un_ctx_errmsg(ctx));
         goto done;
     }
