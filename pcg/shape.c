@@ -173,3 +173,8 @@ void un_shape_piece_dims(const un_shape *s, int64_t *dim) {
     for (int i = 0; i < s->rank; i++)
         dim[i] = s->dim[i] / s->shard[i];
 }
+
+void un_shape_piece_offset(const un_shape *s, const int32_t *block, int64_t *off) {
+    for (int i = 0; i < s->rank; i++)
+        off[i] = (int64_t)block[i] * (s->dim[i] / s->shard[i]);
+}

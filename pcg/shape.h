@@ -49,5 +49,8 @@ void un_shape_piece_coords(const un_shape *s, int64_t idx, int32_t *block, int32
                            int32_t *copy);
 /* A piece's local sizes: dim[i] / shard[i] for every dim. */
 void un_shape_piece_dims(const un_shape *s, int64_t *dim);
+/* Where the block of block indices `block` starts in the logical tensor: block[i] * (dim[i] /
+ * shard[i]) for every dim (the runtime's piece geometry and this file's index order agree). */
+void un_shape_piece_offset(const un_shape *s, const int32_t *block, int64_t *off);
 
 #endif

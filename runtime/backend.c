@@ -1,11 +1,21 @@
-/* backend.c - the backend constructors and the public wrappers over the vtable. A CUDA backend
- * (its own issue) adds its constructor here behind UN_USE_CUDA (STYLE rule 4). */
+/* backend.c - the backend registry (constructors), the public wrappers over the vtable, and
+ * sized buffers. A CUDA backend (its own issue) adds its constructor here behind UN_USE_CUDA
+ * (STYLE rule 4). */
 #include "runtime/backend.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 #include "runtime/backend_cuda.h"
 #include "runtime/backend_cuda_rt.h"
 #include "runtime/backend_impl.h"
 #include "runtime/comm_nccl_rt.h"
+
+struct un_buffer {
+    un_backend *be;
+    size_t size; /* bytes */
+    void *data;  /* device address */
+};
 
 un_status un_backend_cpu_new(un_ctx *ctx, un_prec prec, int nthreads, un_backend **out) {
     return un__backend_cpu_new(ctx, prec, nthreads, out);
@@ -40,14 +50,12 @@ void un_backend_zero(un_backend *be, void *p, size_t nbytes) {
         be->iface->zero(be, p, nbytes);
 }
 
-void un_backend_write(un_backend *be, void *dst, const void *host_src, size_t n) {
-    if (n)
-        be->iface->write(be, dst, host_src, n);
+un_status un_backend_write(un_ctx *ctx, un_backend *be, void *dst, const void *host_src, size_t n) {
+    return n ? be->iface->write(ctx, be, dst, host_src, n) : UN_OK;
 }
 
-void un_backend_read(un_backend *be, void *host_dst, const void *src, size_t n) {
-    if (n)
-        be->iface->read(be, host_dst, src, n);
+un_status un_backend_read(un_ctx *ctx, un_backend *be, void *host_dst, const void *src, size_t n) {
+    return n ? be->iface->read(ctx, be, host_dst, src, n) : UN_OK;
 }
 
 void un_backend_copy_region(un_backend *be, void *dst, const void *src, size_t es,
@@ -72,6 +80,20 @@ un_status un_backend_op_backward(un_ctx *ctx, un_backend *be, un_op op, const un
                                  const int64_t *off, const int64_t *full) {
     return be->iface->op_backward(ctx, be, op, params, in, n_in, out, n_out, dout, din,
                                   dropout_seed, off, full);
+}
+
+un_status un_backend_loss(un_ctx *ctx, un_backend *be, un_loss_kind kind, const un_kt *y,
+                          const int64_t *off, const int64_t *full, const un_kt *target, un_kt *grad,
+                          double *loss) {
+    UN_ASSERT((unsigned)kind < UN_LOSS_COUNT && y->dtype == UN_DT_FLOAT);
+    *loss = 0;
+    return be->iface->loss(ctx, be, kind, y, off, full, target, grad, loss);
+}
+
+un_status un_backend_optim_step(un_ctx *ctx, un_backend *be, const un_optim_params *p, int64_t t,
+                                int64_t n, void *w, const void *g, void *m, void *v) {
+    UN_ASSERT(n >= 0 && t >= 1);
+    return n ? be->iface->optim_step(ctx, be, p, t, n, w, g, m, v) : UN_OK;
 }
 
 un_status un_backend_synchronize(un_ctx *ctx, un_backend *be) {
@@ -131,3 +153,82 @@ const un__nccl_fns *un__nccl_seam(void) { return &nccl_fns; }
 #else
 const un__nccl_fns *un__nccl_seam(void) { return NULL; }
 #endif
+/* ---- buffers ---- */
+
+un_status un_buffer_new(un_ctx *ctx, un_backend *be, size_t nbytes, un_buffer **out) {
+    *out = NULL;
+    void *data;
+    un_status st = un_backend_alloc(ctx, be, nbytes, &data);
+    if (st != UN_OK)
+        return st;
+    un_buffer *b = un_xcalloc(1, sizeof *b);
+    *b = (un_buffer){.be = be, .size = nbytes, .data = data};
+    *out = b;
+    return UN_OK;
+}
+
+void un_buffer_free(un_buffer *b) {
+    if (!b)
+        return;
+    un_backend_release(b->be, b->data);
+    free(b);
+}
+
+size_t un_buffer_size(const un_buffer *b) { return b->size; }
+un_backend *un_buffer_backend(const un_buffer *b) { return b->be; }
+
+void *un_buffer_at(const un_buffer *b, size_t off) {
+    UN_ASSERT(off <= b->size);
+    return (char *)b->data + off;
+}
+
+/* Whether [off, off + n) lies inside b. */
+static bool in_range(const un_buffer *b, size_t off, size_t n) {
+    return off <= b->size && n <= b->size - off;
+}
+
+un_status un_buffer_write(un_ctx *ctx, un_buffer *b, size_t off, const void *host_src, size_t n) {
+    UN_ASSERT(in_range(b, off, n));
+    return un_backend_write(ctx, b->be, (char *)b->data + off, host_src, n);
+}
+
+un_status un_buffer_read(un_ctx *ctx, const un_buffer *b, size_t off, void *host_dst, size_t n) {
+    UN_ASSERT(in_range(b, off, n));
+    return un_backend_read(ctx, b->be, host_dst, (const char *)b->data + off, n);
+}
+
+un_status un_buffer_zero(un_ctx *ctx, un_buffer *b, size_t off, size_t n) {
+    (void)ctx;
+    UN_ASSERT(in_range(b, off, n));
+    un_backend_zero(b->be, (char *)b->data + off, n);
+    return UN_OK;
+}
+
+un_status un_buffer_copy(un_ctx *ctx, un_buffer *dst, size_t doff, const un_buffer *src,
+                         size_t soff, size_t n) {
+    UN_ASSERT(in_range(dst, doff, n) && in_range(src, soff, n));
+    if (n == 0)
+        return UN_OK;
+    char *d = (char *)dst->data + doff;
+    const char *s = (const char *)src->data + soff;
+    if (dst->be == src->be)
+        return dst->be->iface->copy(ctx, dst->be, d, s, n);
+    if (src->be->host_visible) /* host memory on one side: one write or read */
+        return un_backend_write(ctx, dst->be, d, s, n);
+    if (dst->be->host_visible)
+        return un_backend_read(ctx, src->be, d, s, n);
+    /* Two devices: stage through host memory in chunks (no peer-to-peer copy yet). */
+    enum { CHUNK = 1 << 20 };
+    char *stage = malloc(n < CHUNK ? n : CHUNK);
+    if (!stage)
+        return un_ctx_error(ctx, UN_ERR_NOMEM, "buffer copy: no host memory to stage %zu bytes", n);
+    un_status st = UN_OK;
+    for (size_t at = 0; at < n && st == UN_OK; at += CHUNK) {
+        size_t k = n - at < CHUNK ? n - at : CHUNK;
+        st = un_backend_read(ctx, src->be, stage, s + at, k);
+        if (st == UN_OK)
+            st = un_backend_write(ctx, dst->be, d + at, stage, k);
+    }
+    free(stage);
+    return st;
+}

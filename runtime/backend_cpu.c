@@ -1,5 +1,6 @@
 /* backend_cpu.c - the CPU backend: host memory, block copies, and the float32/float64 kernels of
  * kernels.h (OpenBLAS sgemm/dgemm inside them) run on a fixed thread pool. */
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,9 +50,10 @@ static void cpu_zero(un_backend *be, void *p, size_t n) {
     memset(p, 0, n);
 }
 
-static void cpu_copy(un_backend *be, void *dst, const void *src, size_t n) {
-    (void)be;
+static un_status cpu_copy(un_ctx *ctx, un_backend *be, void *dst, const void *src, size_t n) {
+    (void)ctx, (void)be;
     memmove(dst, src, n);
+    return UN_OK;
 }
 
 static void cpu_copy_region(un_backend *be, void *dst, const void *src, size_t es,
@@ -118,6 +120,155 @@ static un_status cpu_backward(un_ctx *ctx, un_backend *be, un_op op, const un_pa
     return un_kern_backward(ctx, &ex, op, params, in, n_in, out, n_out, dout, din);
 }
 
+/* ---- loss and optimizer on host memory (also the host-side paths of train.c and optim.c) ---- */
+
+static inline double ld(const void *a, un_prec p, int64_t i) {
+    return p == UN_PREC_F32 ? (double)((const float *)a)[i] : ((const double *)a)[i];
+}
+static inline void st_(void *a, un_prec p, int64_t i, double x) {
+    if (p == UN_PREC_F32)
+        ((float *)a)[i] = (float)x;
+    else
+        ((double *)a)[i] = x;
+}
+
+double un__loss_ce_host(un_prec prec, const void *logits, int64_t rows, int64_t c, int64_t r0,
+                        int64_t n_total, const int64_t *labels, void *grad) {
+    double total = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < c; j++)
+            mx = fmax(mx, ld(logits, prec, r * c + j));
+        double s = 0;
+        for (int64_t j = 0; j < c; j++)
+            s += exp(ld(logits, prec, r * c + j) - mx);
+        double lse = mx + log(s);
+        int64_t y = labels[r0 + r];
+        total += lse - ld(logits, prec, r * c + y);
+        for (int64_t j = 0; j < c; j++) {
+            double p = exp(ld(logits, prec, r * c + j) - lse);
+            st_(grad, prec, r * c + j, (p - (j == y ? 1.0 : 0.0)) / (double)n_total);
+        }
+    }
+    return total;
+}
+
+/* MSE over one piece: the sum of squared errors of its elements against the whole target,
+ * gradient 2 (y - t) / numel. */
+static double mse_host(un_prec prec, const un_kt *y, const int64_t *off, const int64_t *full,
+                       const void *target, void *grad) {
+    int64_t numel = 1, pn = 1;
+    for (int i = 0; i < y->rank; i++) {
+        numel *= full[i];
+        pn *= y->dim[i];
+    }
+    double total = 0;
+    for (int64_t x = 0; x < pn; x++) {
+        int64_t rest = x, g = 0, coord[UN_MAX_DIMS];
+        for (int i = y->rank - 1; i >= 0; i--) {
+            coord[i] = off[i] + rest % y->dim[i];
+            rest /= y->dim[i];
+        }
+        for (int i = 0; i < y->rank; i++)
+            g = g * full[i] + coord[i];
+        double d = ld(y->data, prec, x) - ld(target, prec, g);
+        total += d * d;
+        st_(grad, prec, x, 2 * d / (double)numel);
+    }
+    return total;
+}
+
+static un_status cpu_loss(un_ctx *ctx, un_backend *be, un_loss_kind kind, const un_kt *y,
+                          const int64_t *off, const int64_t *full, const un_kt *target, un_kt *grad,
+                          double *loss) {
+    int64_t zero[UN_MAX_DIMS] = {0};
+    const int64_t *o = off ? off : zero, *f = full ? full : y->dim;
+    if (kind == UN_LOSS_CE) {
+        if (y->rank != 2 || target->dtype != UN_DT_INT || y->dim[1] != f[1])
+            return un_ctx_error(ctx, UN_ERR_INVALID,
+                                "cross-entropy loss: needs int labels and logits of rank 2 whose "
+                                "pieces hold whole rows (rank %d)",
+                                y->rank);
+        *loss = un__loss_ce_host(be->prec, y->data, y->dim[0], y->dim[1], o[0], f[0],
+                                 target->data, grad->data);
+    } else {
+        *loss = mse_host(be->prec, y, o, f, target->data, grad->data);
+    }
+    return UN_OK;
+}
+
+/* One update of n elements of type T (float or double) in double arithmetic. */
+#define OPTIM_UPDATE(T)                                                                            \
+    do {                                                                                           \
+        T *w_ = w, *m_ = m, *v_ = v;                                                               \
+        const T *g_ = g;                                                                           \
+        if (p->kind == UN_OPT_SGD) {                                                               \
+            double mu = p->momentum, lr = p->lr;                                                   \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                m_[i] = (T)(mu * (double)m_[i] + (double)g_[i]);                                   \
+                w_[i] = (T)((double)w_[i] - lr * (double)m_[i]);                                   \
+            }                                                                                      \
+            break;                                                                                 \
+        }                                                                                          \
+        double b1 = p->beta1, b2 = p->beta2;                                                       \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            double gi = (double)g_[i];                                                             \
+            m_[i] = (T)(b1 * (double)m_[i] + (1 - b1) * gi);                                       \
+            v_[i] = (T)(b2 * (double)v_[i] + (1 - b2) * gi * gi);                                  \
+            w_[i] = (T)((double)w_[i] - step * (double)m_[i] / (sqrt((double)v_[i]) + eps_hat));   \
+        }                                                                                          \
+    } while (0)
+
+void un__optim_update_host(un_prec prec, const un_optim_params *p, int64_t t, int64_t n, void *w,
+                           const void *g, void *m, void *v) {
+    double step = 0, eps_hat = 0;
+    if (p->kind == UN_OPT_ADAM) {
+        double c1 = 1.0 - pow(p->beta1, (double)t), c2 = 1.0 - pow(p->beta2, (double)t);
+        step = p->lr * sqrt(c2) / c1;
+        eps_hat = p->eps * sqrt(c2); /* torch: eps added to sqrt(v_hat) */
+    }
+    if (prec == UN_PREC_F32)
+        OPTIM_UPDATE(float);
+    else
+        OPTIM_UPDATE(double);
+}
+
+typedef struct optim_job {
+    un_prec prec;
+    const un_optim_params *p;
+    int64_t t;
+    char *w, *m, *v;
+    const char *g;
+    size_t es;
+} optim_job;
+
+static void optim_body(void *arg, int64_t begin, int64_t end) {
+    optim_job *j = arg;
+    size_t at = (size_t)begin * j->es;
+    un__optim_update_host(j->prec, j->p, j->t, end - begin, j->w + at, j->g + at, j->m + at,
+                          j->v ? j->v + at : NULL);
+}
+
+/* Elements are independent: the pool's threads update disjoint blocks (the same bits as one). */
+static un_status cpu_optim_step(un_ctx *ctx, un_backend *be, const un_optim_params *p, int64_t t,
+                                int64_t n, void *w, const void *g, void *m, void *v) {
+    (void)ctx;
+    cpu_state *s = be->context;
+    optim_job j = {.prec = be->prec,
+                   .p = p,
+                   .t = t,
+                   .w = w,
+                   .m = m,
+                   .v = v,
+                   .g = g,
+                   .es = be->prec == UN_PREC_F32 ? sizeof(float) : sizeof(double)};
+    if (n < 65536)
+        optim_body(&j, 0, n);
+    else
+        un_pool_for(s->pool, n, optim_body, &j);
+    return UN_OK;
+}
+
 static const struct un_backend_i cpu_iface = {
     .name = cpu_name,
     .free = cpu_free,
@@ -127,9 +278,12 @@ static const struct un_backend_i cpu_iface = {
     .zero = cpu_zero,
     .write = cpu_copy,
     .read = cpu_copy,
+    .copy = cpu_copy,
     .copy_region = cpu_copy_region,
     .op_forward = cpu_forward,
     .op_backward = cpu_backward,
+    .loss = cpu_loss,
+    .optim_step = cpu_optim_step,
     .synchronize = NULL,
 };
 

@@ -1,9 +1,10 @@
 /* backend_cuda.c - the CUDA backend behind un_backend_i: device memory, one stream and one cuBLAS
  * handle per backend, block copies, and forward/backward of the regular ops it has kernels for
  * (backend_cuda.cu through the seam of backend_cuda_rt.h; cuBLAS for linear and batch_matmul).
- * float32 only. Host code never touches device memory: data moves through write/read. The
- * vtable's void slots (zero, write, read, copy_region) cannot return a status, so their first
- * failure is kept and returned by the next op or by synchronize (UN_ERR_DEVICE). Compiled only
+ * the loss and the optimizer update on the device. float32 only. Host code never touches device
+ * memory: data moves through write/read. The vtable's void slots (release, zero, copy_region)
+ * cannot return a status, so their first failure is kept and returned by the next op or by
+ * synchronize (UN_ERR_DEVICE). Compiled only
  * in builds with CUDA; backend.c (the registry) answers UN_ERR_UNAVAILABLE otherwise. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -130,14 +131,18 @@ static void cuda_zero(un_backend *be, void *p, size_t n) {
     keep(be, un__cu_memset0(S(be)->stream, p, n));
 }
 
-static void cuda_write(un_backend *be, void *dst, const void *src, size_t n) {
+static un_status cuda_write(un_ctx *ctx, un_backend *be, void *dst, const void *src, size_t n) {
     const char *err = un__cu_h2d(S(be)->stream, dst, src, n);
     /* the caller may reuse src on return */
-    keep(be, err ? err : un__cu_stream_sync(S(be)->stream));
+    return cu_st(ctx, err ? err : un__cu_stream_sync(S(be)->stream));
 }
 
-static void cuda_read(un_backend *be, void *dst, const void *src, size_t n) {
-    keep(be, un__cu_d2h(S(be)->stream, dst, src, n));
+static un_status cuda_read(un_ctx *ctx, un_backend *be, void *dst, const void *src, size_t n) {
+    return cu_st(ctx, un__cu_d2h(S(be)->stream, dst, src, n));
+}
+
+static un_status cuda_copy(un_ctx *ctx, un_backend *be, void *dst, const void *src, size_t n) {
+    return cu_st(ctx, un__cu_d2d(S(be)->stream, dst, src, n));
 }
 
 static void cuda_copy_region(un_backend *be, void *dst, const void *src, size_t es,
@@ -734,6 +739,62 @@ static un_status cuda_backward(un_ctx *ctx, un_backend *be, un_op op, const un_p
     return cu_st(ctx, err);
 }
 
+/* ---- loss and optimizer (backend v2 slots) ---- */
+
+static un_status cuda_loss(un_ctx *ctx, un_backend *be, un_loss_kind kind, const un_kt *y,
+                           const int64_t *off, const int64_t *full, const un_kt *target,
+                           un_kt *grad, double *loss) {
+    cuda_state *s = S(be);
+    un_status st = sticky_st(ctx, be);
+    if (st != UN_OK)
+        return st;
+    int64_t n = numel(y), zero[UN_MAX_DIMS] = {0};
+    const int64_t *o = off ? off : zero, *f = off ? full : y->dim;
+    const char *err = NULL;
+    float *part;
+    *loss = 0;
+    if (kind == UN_LOSS_CE) {
+        int64_t rows = y->dim[0], c = y->dim[1];
+        if ((st = scratch(ctx, be, rows, &part)) != UN_OK)
+            return st;
+        un_kt lab = *target;
+        lab.rank = 1, lab.dim[0] = rows;
+        lab.data = (int64_t *)target->data + o[0];
+        if ((st = check_index(ctx, be, UN_OP_CROSS_ENTROPY, &lab, c, "label")) != UN_OK)
+            return st;
+        err = un__cu_cross_entropy(s->stream, FC(*y), I(lab), rows, c, part, F(*grad), NULL,
+                                   1.0f / (float)f[0], false);
+        n = rows;
+    } else {
+        un_cu_geom g = un_cu_geom_1d(n);
+        int64_t total = 1;
+        for (int i = 0; i < y->rank; i++)
+            total *= f[i];
+        if ((st = scratch(ctx, be, g.grid, &part)) != UN_OK)
+            return st;
+        err = un__cu_mse(s->stream, y->rank, y->dim, o, f, FC(*y), FC(*target), F(*grad), part, n,
+                         (float)total);
+        n = g.grid;
+    }
+    float *host = un_xmalloc((size_t)(n < 1 ? 1 : n) * sizeof *host);
+    if (!err)
+        err = un__cu_d2h(s->stream, host, part, (size_t)n * sizeof *host);
+    for (int64_t i = 0; i < n && !err; i++)
+        *loss += host[i];
+    free(host);
+    return cu_st(ctx, err);
+}
+
+static un_status cuda_optim_step(un_ctx *ctx, un_backend *be, const un_optim_params *p, int64_t t,
+                                 int64_t n, void *w, const void *g, void *m, void *v) {
+    un_status st = sticky_st(ctx, be);
+    if (st != UN_OK)
+        return st;
+    un_cu_opt o = p->kind == UN_OPT_ADAM ? un_cu_opt_adam(p->lr, p->beta1, p->beta2, p->eps, t)
+                                         : un_cu_opt_sgd(p->lr, p->momentum);
+    return cu_st(ctx, un__cu_opt_step(S(be)->stream, &o, w, g, m, v, n));
+}
+
 static un_status cuda_sync(un_ctx *ctx, un_backend *be) {
     un_status st = cu_st(ctx, un__cu_stream_sync(S(be)->stream));
     return st != UN_OK ? st : sticky_st(ctx, be);
@@ -748,9 +809,12 @@ static const struct un_backend_i cuda_iface = {
     .zero = cuda_zero,
     .write = cuda_write,
     .read = cuda_read,
+    .copy = cuda_copy,
     .copy_region = cuda_copy_region,
     .op_forward = cuda_forward,
     .op_backward = cuda_backward,
+    .loss = cuda_loss,
+    .optim_step = cuda_optim_step,
     .synchronize = cuda_sync,
 };
 

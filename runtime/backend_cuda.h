@@ -17,11 +17,10 @@
  * the reason in *why when why is not NULL (static). */
 int un_backend_cuda_devices(const char **why);
 
-/* The CUDA backend on device `device` (0-based): one stream and one cuBLAS handle, exact float32
- * products. UN_ERR_UNAVAILABLE (one line saying why): a build without CUDA, no such device, or
- * prec other than UN_PREC_F32; UN_ERR_DEVICE: CUDA failed. Owned: free with un_backend_free. */
-un_status un_backend_cuda_new(un_ctx *ctx, un_prec prec, int device, un_backend **out);
-/* The same, with tf32 letting cuBLAS use TF32 tensor cores for float32 products. */
+/* un_backend_cuda_new (backend.h: one stream and one cuBLAS handle on GPU `device`, exact
+ * float32 products; UN_ERR_UNAVAILABLE with one line for a build without CUDA, no such device or
+ * a precision other than UN_PREC_F32), with tf32 letting cuBLAS use TF32 tensor cores for float32
+ * products. */
 un_status un_backend_cuda_new_opts(un_ctx *ctx, un_prec prec, int device, bool tf32,
                                    un_backend **out);
 

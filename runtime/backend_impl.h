@@ -3,8 +3,9 @@
 #define UN_BACKEND_IMPL_H
 
 #include "runtime/backend.h"
+#include "runtime/optim.h"
 
-#define UN_BACKEND_API_VERSION 1
+#define UN_BACKEND_API_VERSION 2
 
 struct un_backend_i {
     const char *(*name)(const un_backend *be);
@@ -13,8 +14,10 @@ struct un_backend_i {
     un_status (*alloc)(un_ctx *ctx, un_backend *be, size_t nbytes, void **out);
     void (*release)(un_backend *be, void *p);
     void (*zero)(un_backend *be, void *p, size_t nbytes);
-    void (*write)(un_backend *be, void *dst, const void *src, size_t n);
-    void (*read)(un_backend *be, void *dst, const void *src, size_t n);
+    un_status (*write)(un_ctx *ctx, un_backend *be, void *dst, const void *host_src, size_t n);
+    un_status (*read)(un_ctx *ctx, un_backend *be, void *host_dst, const void *src, size_t n);
+    /* device -> device within this backend (memmove semantics) */
+    un_status (*copy)(un_ctx *ctx, un_backend *be, void *dst, const void *src, size_t n);
     void (*copy_region)(un_backend *be, void *dst, const void *src, size_t es, const un_region *r,
                         bool accumulate);
     un_status (*op_forward)(un_ctx *ctx, un_backend *be, un_op op, const un_param *params,
@@ -24,6 +27,11 @@ struct un_backend_i {
                              const un_kt *in, int n_in, const un_kt *out, int n_out,
                              const un_kt *dout, un_kt *din, uint64_t seed, const int64_t *off,
                              const int64_t *full);
+    un_status (*loss)(un_ctx *ctx, un_backend *be, un_loss_kind kind, const un_kt *y,
+                      const int64_t *off, const int64_t *full, const un_kt *target, un_kt *grad,
+                      double *loss);
+    un_status (*optim_step)(un_ctx *ctx, un_backend *be, const un_optim_params *p, int64_t t,
+                            int64_t n, void *w, const void *g, void *m, void *v);
     un_status (*synchronize)(un_ctx *ctx, un_backend *be); /* optional: NULL = synchronous */
 };
 
@@ -38,5 +46,12 @@ struct un_backend {
 
 /* The CPU backend's constructor (backend_cpu.c); the registry in backend.c calls it. */
 un_status un__backend_cpu_new(un_ctx *ctx, un_prec prec, int nthreads, un_backend **out);
+
+/* Host-memory loss and optimizer math of the CPU backend, shared with the host-side entry points
+ * un_train_ce (train.c) and un_optim_step (optim.c). */
+double un__loss_ce_host(un_prec prec, const void *logits, int64_t rows, int64_t c, int64_t r0,
+                        int64_t n_total, const int64_t *labels, void *grad);
+void un__optim_update_host(un_prec prec, const un_optim_params *p, int64_t t, int64_t n, void *w,
+                           const void *g, void *m, void *v);
 
 #endif

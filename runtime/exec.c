@@ -75,6 +75,7 @@ struct un_exec {
     int *n_opieces;
     uint64_t seed;
     un_exec_stats stats;
+    bool dry; /* planning only (un_exec_estimate_bytes): no backend, no communicator */
 };
 
 /* ---- piece geometry (pcg/shape.h) ---- */
@@ -102,8 +103,21 @@ static int32_t xn_id(const un_exec *ex, const xnode *xn) { return (int32_t)(xn -
 
 /* ---- allocation ---- */
 
+/* A dry run (un_exec_estimate_bytes) plans without a backend: its "buffers" are distinct fake
+ * addresses, never dereferenced, never released. */
+static void xrelease(un_exec *ex, void *p) {
+    if (!ex->dry)
+        un_backend_release(ex->be, p);
+}
+
 static un_status xalloc(un_ctx *ctx, un_exec *ex, size_t bytes, void **out) {
-    un_status st = un_backend_alloc(ctx, ex->be, bytes ? bytes : 1, out);
+    un_status st = UN_OK;
+    if (ex->dry) {
+        static const char fake[1];
+        *out = (void *)(uintptr_t)fake;
+    } else {
+        st = un_backend_alloc(ctx, ex->be, bytes ? bytes : 1, out);
+    }
     if (st == UN_OK) { /* every buffer is taken once, while planning: the peak is the total */
         ex->stats.alloc_bytes += (int64_t)bytes;
         if (ex->stats.alloc_bytes > ex->stats.peak_bytes)
@@ -134,9 +148,9 @@ static un_status tensor_init(un_ctx *ctx, un_exec *ex, xt *t, const un_shape *s)
 static void tensor_deinit(un_exec *ex, xt *t) {
     for (int64_t p = 0; p < t->np; p++) {
         if (!t->borrowed[p])
-            un_backend_release(ex->be, t->val[p]);
+            xrelease(ex, t->val[p]);
         if (!t->gborrowed[p])
-            un_backend_release(ex->be, t->grad[p]);
+            xrelease(ex, t->grad[p]);
     }
     free(t->owner);
     free(t->val);
@@ -144,7 +158,7 @@ static void tensor_deinit(un_exec *ex, xt *t) {
     free(t->borrowed);
     free(t->gborrowed);
     free(t->loff);
-    un_backend_release(ex->be, t->sync);
+    xrelease(ex, t->sync);
 }
 
 /* Buffers of a piece this rank owns. */
@@ -270,12 +284,9 @@ static un_status plan_regular(un_ctx *ctx, un_exec *ex, const un_node *nd, xnode
                 tk->in[t] = make_kt(src, v);
                 tk->din[t] = make_kt(src, gr);
                 if (t == 0) {
-                    int64_t ld[UN_MAX_DIMS];
-                    local_dims(&src->shape, ld);
-                    for (int i = 0; i < src->shape.rank; i++) {
-                        tk->off[i] = blk[i] * ld[i];
+                    un_shape_piece_offset(&src->shape, blk, tk->off);
+                    for (int i = 0; i < src->shape.rank; i++)
                         tk->full[i] = src->shape.dim[i];
-                    }
                 }
             }
         }
@@ -505,9 +516,9 @@ static void source_region(const xt *t, int64_t p, un_region *r, int32_t *sum) {
     memset(r, 0, sizeof *r);
     r->rank = t->shape.rank;
     local_dims(&t->shape, r->len);
+    un_shape_piece_offset(&t->shape, blk, r->src_off);
     for (int i = 0; i < r->rank; i++) {
         r->src_dim[i] = t->shape.dim[i];
-        r->src_off[i] = blk[i] * r->len[i];
         r->dst_dim[i] = r->len[i];
     }
 }
@@ -559,11 +570,9 @@ static void *gpiece(const xt *t, int64_t b, int32_t g, int64_t at) {
     return (char *)t->grad[group_piece(t, b, g)] + (size_t)at * t->es;
 }
 
-/* Replicate's backward for a weight held in copies (DESIGN.md section 3): each copy's gradient
- * becomes the sum over the copy group, so the copies stay identical after the optimizer step.
- * The zero summands of a weight with partial sums are constants: their gradients are dropped. */
-static un_status weight_sync(un_ctx *ctx, un_exec *ex, xt *t) {
-    int32_t c = t->shape.copy, blk[UN_MAX_DIMS], sum, copy;
+/* The zero summands of a weight with partial sums are constants: their gradients are dropped. */
+static void weight_drop_summands(un_exec *ex, xt *t) {
+    int32_t blk[UN_MAX_DIMS], sum, copy;
     for (int64_t p = 0; p < t->np; p++) {
         if (t->owner[p] != ex->rank)
             continue;
@@ -571,52 +580,70 @@ static un_status weight_sync(un_ctx *ctx, un_exec *ex, xt *t) {
         if (sum != 0)
             un_backend_zero(ex->be, t->grad[p], (size_t)t->pn * t->es);
     }
-    if (c == 1)
-        return UN_OK;
+}
+
+/* Messages of one weight's copy-group sum in the shared lists (tags from `base`). */
+typedef struct sync_msgs {
+    un_comm_msg *sm, *rm;
+    int ns, nr;
+    int64_t *roff, *aoff; /* per tag: where a received chunk / a chunk's sum lies in scratch */
+} sync_msgs;
+
+/* Phase 1 of replicate's backward for weight t (copy degree c > 1): every copy's chunk g goes to
+ * copy g's owner (the reduce-scatter). */
+static void sync_scatter(un_exec *ex, xt *t, int base, sync_msgs *q) {
+    int32_t c = t->shape.copy;
     int64_t nb = t->np / ((int64_t)t->shape.sum * c), lo, hi, off = 0;
-    size_t es = t->es, nmsg = (size_t)(nb * c * c);
+    size_t es = t->es;
     int me = ex->rank;
     char *scratch = t->sync;
-    un_comm_msg *sm = un_xcalloc(nmsg, sizeof *sm), *rm = un_xcalloc(nmsg, sizeof *rm);
-    int64_t *roff = un_xcalloc(nmsg, sizeof *roff), *aoff = un_xcalloc(nmsg, sizeof *aoff);
-    int ns = 0, nr = 0;
-    for (int64_t b = 0; b < nb; b++) /* the reduce-scatter's messages */
+    for (int64_t b = 0; b < nb; b++)
         for (int32_t g = 0; g < c; g++) {
             int red = t->owner[group_piece(t, b, g)];
             sync_chunk(t, g, &lo, &hi);
             size_t bytes = (size_t)(hi - lo) * es;
             for (int32_t m = 0; m < c && hi > lo; m++) {
-                int mem = t->owner[group_piece(t, b, m)], tag = (int)((b * c + g) * c + m);
+                int mem = t->owner[group_piece(t, b, m)];
+                int tag = base + (int)((b * c + g) * c + m);
                 if (red == me && mem != me) {
-                    roff[tag] = off;
-                    rm[nr++] = (un_comm_msg){mem, tag, scratch + (size_t)off * es, bytes};
+                    q->roff[tag] = off;
+                    q->rm[q->nr++] = (un_comm_msg){mem, tag, scratch + (size_t)off * es, bytes};
                     off += hi - lo;
                     ex->stats.recv += (int64_t)bytes;
                 } else if (mem == me && red != me) {
-                    sm[ns++] = (un_comm_msg){red, tag, gpiece(t, b, m, lo), bytes};
+                    q->sm[q->ns++] = (un_comm_msg){red, tag, gpiece(t, b, m, lo), bytes};
                     ex->stats.sent += (int64_t)bytes;
                 }
             }
             if (red == me && hi > lo) {
-                aoff[b * c + g] = off;
+                q->aoff[base + b * c + g] = off;
                 off += hi - lo;
             }
         }
-    un_status st = un_comm_exchange(ctx, ex->comm, sm, ns, rm, nr);
-    ns = nr = 0;
-    for (int64_t b = 0; b < nb && st == UN_OK; b++) /* the sums, then the all-gather */
+}
+
+/* Phase 2: each chunk's owner sums it in copy order (so every copy gets the same bits), writes
+ * the sum into its own copies and sends it to the other copies' owners (the all-gather). */
+static void sync_gather(un_exec *ex, xt *t, int base, sync_msgs *q) {
+    int32_t c = t->shape.copy;
+    int64_t nb = t->np / ((int64_t)t->shape.sum * c), lo, hi;
+    size_t es = t->es;
+    int me = ex->rank;
+    char *scratch = t->sync;
+    for (int64_t b = 0; b < nb; b++)
         for (int32_t g = 0; g < c; g++) {
             int red = t->owner[group_piece(t, b, g)];
             sync_chunk(t, g, &lo, &hi);
             size_t bytes = (size_t)(hi - lo) * es;
             if (hi == lo)
                 continue;
-            char *acc = scratch + (size_t)aoff[b * c + g] * es;
+            char *acc = scratch + (size_t)q->aoff[base + b * c + g] * es;
             if (red == me) {
                 for (int32_t m = 0; m < c; m++) {
-                    int tag = (int)((b * c + g) * c + m);
+                    int tag = base + (int)((b * c + g) * c + m);
                     bool local = t->owner[group_piece(t, b, m)] == me;
-                    copy_bytes(ex, acc, local ? gpiece(t, b, m, lo) : scratch + (size_t)roff[tag] * es,
+                    copy_bytes(ex, acc,
+                               local ? gpiece(t, b, m, lo) : scratch + (size_t)q->roff[tag] * es,
                                es, hi - lo, m > 0);
                 }
                 for (int32_t m = 0; m < c; m++)
@@ -624,41 +651,80 @@ static un_status weight_sync(un_ctx *ctx, un_exec *ex, xt *t) {
                         copy_bytes(ex, gpiece(t, b, m, lo), acc, es, hi - lo, false);
             }
             for (int32_t m = 0; m < c; m++) {
-                int mem = t->owner[group_piece(t, b, m)], tag = (int)((b * c + g) * c + m);
+                int mem = t->owner[group_piece(t, b, m)];
+                int tag = base + (int)((b * c + g) * c + m);
                 if (red == me && mem != me) {
-                    sm[ns++] = (un_comm_msg){mem, tag, acc, bytes};
+                    q->sm[q->ns++] = (un_comm_msg){mem, tag, acc, bytes};
                     ex->stats.sent += (int64_t)bytes;
                 } else if (mem == me && red != me) {
-                    rm[nr++] = (un_comm_msg){red, tag, gpiece(t, b, m, lo), bytes};
+                    q->rm[q->nr++] = (un_comm_msg){red, tag, gpiece(t, b, m, lo), bytes};
                     ex->stats.recv += (int64_t)bytes;
                 }
             }
         }
-    if (st == UN_OK)
-        st = un_comm_exchange(ctx, ex->comm, sm, ns, rm, nr);
-    free(sm);
-    free(rm);
-    free(roff);
-    free(aoff);
+}
+
+/* Replicate's backward for every weight held in copies (DESIGN.md section 3): each copy's
+ * gradient becomes the sum over its copy group, so the copies stay identical after the optimizer
+ * step. All weights share one reduce-scatter exchange and one all-gather exchange (two
+ * rendezvous per step instead of two per weight: with many small weights the rendezvous, not the
+ * bytes, cost the time). */
+static un_status weights_sync(un_ctx *ctx, un_exec *ex) {
+    int64_t total = 0;
+    for (int32_t id = 0; id < ex->n; id++) {
+        xt *t = ex->lparam_off[id] >= 0 ? &ex->nodes[id].outs[0] : NULL;
+        if (t && t->shape.copy > 1)
+            total += (t->np / ((int64_t)t->shape.sum * t->shape.copy)) * t->shape.copy *
+                     t->shape.copy;
+    }
+    if (total == 0)
+        return UN_OK;
+    if (total > INT32_MAX)
+        return un_ctx_error(ctx, UN_ERR_LIMIT, "weight sync: %lld messages", (long long)total);
+    sync_msgs q = {.sm = un_xcalloc((size_t)total, sizeof *q.sm),
+                   .rm = un_xcalloc((size_t)total, sizeof *q.rm),
+                   .roff = un_xcalloc((size_t)total, sizeof *q.roff),
+                   .aoff = un_xcalloc((size_t)total, sizeof *q.aoff)};
+    un_status st = UN_OK;
+    for (int pass = 0; pass < 2 && st == UN_OK; pass++) {
+        int base = 0;
+        q.ns = q.nr = 0;
+        for (int32_t id = 0; id < ex->n; id++) {
+            xt *t = ex->lparam_off[id] >= 0 ? &ex->nodes[id].outs[0] : NULL;
+            if (!t || t->shape.copy == 1)
+                continue;
+            (pass == 0 ? sync_scatter : sync_gather)(ex, t, base, &q);
+            base += (int)((t->np / ((int64_t)t->shape.sum * t->shape.copy)) * t->shape.copy *
+                          t->shape.copy);
+        }
+        st = un_comm_exchange(ctx, ex->comm, q.sm, q.ns, q.rm, q.nr);
+    }
+    free(q.sm);
+    free(q.rm);
+    free(q.roff);
+    free(q.aoff);
     return st;
 }
 
-un_status un_exec_new(un_ctx *ctx, const un_graph *g, un_comm *comm, un_backend *be,
-                      un_exec **out) {
+/* Plans g for `rank` of `size`; be NULL = a dry run (prec gives the element size). */
+static un_status exec_plan(un_ctx *ctx, const un_graph *g, un_comm *comm, int rank, int size,
+                           un_backend *be, un_prec prec, un_exec **out) {
     *out = NULL;
-    if (!un_backend_host_visible(be))
+    if (be && !un_backend_host_visible(be))
         return un_ctx_error(ctx, UN_ERR_UNAVAILABLE,
-                            "executor: backend %s keeps memory off the host; the executor's loss "
-                            "and optimizer need host-visible memory",
+                            "executor: backend %s keeps memory off the host; the executor's "
+                            "parameter scatter/gather and output gather still need host-visible "
+                            "memory",
                             un_backend_name(be));
     un_exec *ex = un_xcalloc(1, sizeof *ex);
     ex->g = g;
     ex->spec = un_graph_spec(g);
     ex->comm = comm;
     ex->be = be;
-    ex->rank = un_comm_rank(comm);
-    ex->size = un_comm_size(comm);
-    ex->fes = un_backend_prec(be) == UN_PREC_F32 ? sizeof(float) : sizeof(double);
+    ex->dry = be == NULL;
+    ex->rank = rank;
+    ex->size = size;
+    ex->fes = prec == UN_PREC_F32 ? sizeof(float) : sizeof(double);
     ex->n = un_graph_node_count(g);
     ex->nodes = un_xcalloc((size_t)ex->n, sizeof *ex->nodes);
     ex->lparam_off = un_xcalloc((size_t)ex->n, sizeof *ex->lparam_off);
@@ -720,7 +786,7 @@ un_status un_exec_new(un_ctx *ctx, const un_graph *g, un_comm *comm, un_backend 
             st = plan_parallel(ctx, ex, nd, xn);
             break;
         default:
-            if (!un_backend_supports_op(be, nd->op))
+            if (be && !un_backend_supports_op(be, nd->op))
                 st = un_ctx_error(ctx, UN_ERR_UNAVAILABLE, "backend %s has no kernel for %s",
                                   un_backend_name(be), un_op_name(nd->op));
             else
@@ -745,8 +811,7 @@ un_status un_exec_new(un_ctx *ctx, const un_graph *g, un_comm *comm, un_backend 
             piece_coords(&t->shape, p, blk, &ep->sum, &ep->copy);
             ep->index = p;
             local_dims(&t->shape, ep->dim);
-            for (int d = 0; d < t->shape.rank; d++)
-                ep->off[d] = blk[d] * ep->dim[d];
+            un_shape_piece_offset(&t->shape, blk, ep->off);
             ep->val = t->val[p];
             ep->grad = t->needs_grad ? t->grad[p] : NULL;
             if (t->is_float && !ep->grad) { /* the loss still writes a gradient */
@@ -763,6 +828,12 @@ fail:
     return st;
 }
 
+un_status un_exec_new(un_ctx *ctx, const un_graph *g, un_comm *comm, un_backend *be,
+                      un_exec **out) {
+    return exec_plan(ctx, g, comm, un_comm_rank(comm), un_comm_size(comm), be,
+                     un_backend_prec(be), out);
+}
+
 void un_exec_free(un_exec *ex) {
     if (!ex)
         return;
@@ -771,13 +842,13 @@ void un_exec_free(un_exec *ex) {
         const un_node *nd = un_graph_node(ex->g, id);
         for (int o = 0; o < xn->n_out && xn->outs; o++) {
             if (nd->op == UN_OP_INPUT)
-                un_backend_release(ex->be, xn->outs[o].full);
+                xrelease(ex, xn->outs[o].full);
             tensor_deinit(ex, &xn->outs[o]);
         }
         for (int i = 0; i < xn->n_xfer; i++) {
-            un_backend_release(ex->be, xn->xfers[i].buf);
-            un_backend_release(ex->be, xn->xfers[i].gbuf);
-            un_backend_release(ex->be, xn->xfers[i].gret);
+            xrelease(ex, xn->xfers[i].buf);
+            xrelease(ex, xn->xfers[i].gbuf);
+            xrelease(ex, xn->xfers[i].gret);
         }
         free(xn->outs);
         free(xn->xfers);
@@ -790,9 +861,19 @@ void un_exec_free(un_exec *ex) {
     free(ex->n_opieces);
     free(ex->nodes);
     free(ex->lparam_off);
-    un_backend_release(ex->be, ex->params);
-    un_backend_release(ex->be, ex->param_grads);
+    xrelease(ex, ex->params);
+    xrelease(ex, ex->param_grads);
     free(ex);
+}
+
+int64_t un_exec_estimate_bytes(const un_graph *g, int rank, int size, un_prec prec,
+                               int opt_arrays) {
+    un_exec *ex = NULL;
+    if (exec_plan(NULL, g, NULL, rank, size, NULL, prec, &ex) != UN_OK)
+        return -1;
+    int64_t bytes = ex->stats.alloc_bytes + (int64_t)opt_arrays * ex->n_params * (int64_t)ex->fes;
+    un_exec_free(ex);
+    return bytes;
 }
 
 /* ---- queries ---- */
@@ -944,7 +1025,9 @@ static un_status backward_node(un_ctx *ctx, un_exec *ex, int32_t id) {
         return UN_OK;
     switch (un_op_kind_of(nd->op)) {
     case UN_OPK_SOURCE:
-        return nd->op == UN_OP_WEIGHT ? weight_sync(ctx, ex, &xn->outs[0]) : UN_OK;
+        if (nd->op == UN_OP_WEIGHT)
+            weight_drop_summands(ex, &xn->outs[0]);
+        return UN_OK;
     case UN_OPK_PARALLEL: {
         xt *so = &xn->outs[0];
         for (int i = 0; i < xn->n_move; i++) {
@@ -981,6 +1064,8 @@ un_status un_exec_backward(un_ctx *ctx, un_exec *ex) {
     un_status st = UN_OK;
     for (int32_t i = ex->n - 1; i >= 0 && st == UN_OK; i--)
         st = backward_node(ctx, ex, i);
+    if (st == UN_OK)
+        st = weights_sync(ctx, ex);
     if (st != UN_OK) {
         un_comm_abort(ex->comm);
         return st;

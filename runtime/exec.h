@@ -55,6 +55,13 @@ typedef struct un_exec_stats {
 un_status un_exec_new(un_ctx *ctx, const un_graph *g, un_comm *comm, un_backend *be, un_exec **out);
 void un_exec_free(un_exec *ex);
 
+/* What un_exec_new would allocate on `rank` of `size` ranks for g in precision prec (bytes), plus
+ * opt_arrays arrays of optimizer state per weight element (SGD 1, Adam 2): the executor's own
+ * planning run dry (no backend, no communicator, nothing allocated). -1 when g cannot be planned
+ * (e.g. a machine view beyond the devices). */
+int64_t un_exec_estimate_bytes(const un_graph *g, int rank, int size, un_prec prec,
+                               int opt_arrays);
+
 /* ---- sources ---- */
 
 /* The logical value of an input node, given whole on every rank: numel elements (float in the

@@ -1,13 +1,11 @@
-/* optim.h - training state around the executor's flat weight buffer: seeded initialisation,
- * the optimizers (SGD with momentum, Adam), and checkpoints (weights by name plus optimizer
- * state, so a loaded run continues exactly). Host memory, float32 or float64; the optimizer
- * state is kept in the weights' precision.
+/* optim.h - training state around the executor's flat weight buffer: seeded initialisation and
+ * the optimizers (SGD with momentum, Adam); checkpoints are checkpoint.h. Host memory, float32
+ * or float64; the optimizer state is kept in the weights' precision.
  *
  *   un_optim *opt;
  *   un_optim_init_weights(g, seed, UN_PREC_F32, un_exec_params(ex), un_exec_param_count(ex));
  *   st = un_optim_new(ctx, un_optim_params_default(UN_OPT_ADAM), n, UN_PREC_F32, &opt);
  *   un_optim_step(opt, un_exec_params(ex), un_exec_param_grads(ex));   // every step
- *   st = un_checkpoint_save(ctx, "run.ckpt", g, UN_PREC_F32, params, opt);
  *   un_optim_free(opt);
  */
 #ifndef UN_OPTIM_H
@@ -17,6 +15,8 @@
 #include "runtime/kernels.h"
 
 typedef enum { UN_OPT_SGD, UN_OPT_ADAM, UN_OPT_COUNT } un_opt_kind;
+
+typedef struct un_backend un_backend; /* runtime/backend.h */
 
 typedef struct un_optim_params {
     un_opt_kind kind;
@@ -34,39 +34,36 @@ bool un_opt_from_name(const char *name, un_opt_kind *out);
 
 /* ---- lifecycle ---- */
 
-/* An optimizer over n parameters. Owned: free with un_optim_free. */
+/* An optimizer over n parameters, its state in host memory. Owned: free with un_optim_free. */
 un_status un_optim_new(un_ctx *ctx, un_optim_params p, int64_t n, un_prec prec, un_optim **out);
+/* The same with its state (zeroed) in backend be's memory, in be's precision; be must outlive it.
+ * UN_ERR_NOMEM when the backend has no room. */
+un_status un_optim_new_on(un_ctx *ctx, un_optim_params p, int64_t n, un_backend *be,
+                          un_optim **out);
 void un_optim_free(un_optim *o);
 
 /* ---- use ---- */
 
 /* One update w -= f(g) of all n parameters (SGD: v = mu v + g, w -= lr v; Adam with bias
- * correction). */
+ * correction), w and g in host memory (the state too, or on a host-visible backend). */
 void un_optim_step(un_optim *o, void *w, const void *g);
+/* The same update run by backend be on its memory (w, g and the state there). */
+un_status un_optim_step_on(un_ctx *ctx, un_optim *o, un_backend *be, void *w, const void *g);
 int64_t un_optim_steps(const un_optim *o); /* updates done (restored by a checkpoint) */
 void un_optim_set_steps(un_optim *o, int64_t t);
 int64_t un_optim_count(const un_optim *o); /* parameters it updates */
 un_opt_kind un_optim_kind(const un_optim *o);
 /* Its state arrays, n elements in its precision, aligned with the parameters: i = 0 the SGD
- * velocity or Adam's first moment, i = 1 Adam's second moment (NULL for SGD). Borrowed. */
-void *un_optim_state(un_optim *o, int i);
+ * velocity or Adam's first moment, i = 1 Adam's second moment (NULL for SGD). Borrowed; backend
+ * memory for an optimizer made by un_optim_new_on (host code may read it only when that backend
+ * is host-visible). */
+void *un_optim_state(const un_optim *o, int i);
+un_prec un_optim_prec(const un_optim *o); /* the precision of its state */
 
 /* Seeded initialisation of every weight of g into the flat buffer w (weights in node order, as
  * un_exec_params): layer_norm/batch_norm gamma 1, biases and beta 0, embedding tables uniform in
  * [-1, 1), other weights uniform in +-1/sqrt(fan_in) (torch's linear default). A weight's values
  * depend only on the seed, its name and its shape. */
 void un_optim_init_weights(const un_graph *g, uint64_t seed, un_prec prec, void *w, int64_t n);
-
-/* ---- checkpoints ---- */
-
-/* Writes the weights of g (by name and shape) and the optimizer state (may be NULL) to path,
- * through a temporary file renamed at the end (never a half-written checkpoint). */
-un_status un_checkpoint_save(un_ctx *ctx, const char *path, const un_graph *g, un_prec prec,
-                             const void *w, const un_optim *o);
-/* Reads a checkpoint into w (and the optimizer state into o when the file has one and o is not
- * NULL). Every weight of g must be in the file with the same shape; errors name the path and the
- * weight. */
-un_status un_checkpoint_load(un_ctx *ctx, const char *path, const un_graph *g, un_prec prec,
-                             void *w, un_optim *o);
 
 #endif

@@ -11,8 +11,10 @@
 #include <unistd.h>
 
 #include "runtime/backend.h"
+#include "runtime/backend_impl.h"
 #include "runtime/comm.h"
 #include "runtime/exec.h"
+#include "runtime/checkpoint.h"
 #include "runtime/optim.h"
 #include "runtime/strategy.h"
 #include "runtime/zoo.h"
@@ -48,6 +50,9 @@ const char *un_train_usage(void) {
            "data)\n"
            "  --steps N          training steps (default 100)\n"
            "  --batch B          batch size (default: the model's)\n"
+           "  --config K=V,...   zoo model size over the base (tiny or paper) configuration:\n"
+           "                     layers, hidden, heads, ffn, seq, batch (which a model takes:\n"
+           "                     runtime/zoo.h); e.g. layers=8,hidden=2048,batch=64\n"
            "  --lr X             learning rate (default: sgd 0.05, adam 0.001)\n"
            "  --optimizer O      sgd | adam (default adam)\n"
            "  --data FILE        text to train a token model (charlm) on\n"
@@ -96,7 +101,7 @@ un_status un_train_parse_args(un_ctx *ctx, int argc, char **argv, un_train_opts 
         static const char *const with_value[] = {
             "--model",     "--devices", "--strategy", "--steps",    "--batch",   "--lr",
             "--optimizer", "--data",    "--comm",     "--seed",     "--threads", "--save",
-            "--load",      "--spec",    "--loss",     "--precision"};
+            "--load",      "--spec",    "--loss",     "--precision", "--config"};
         bool known = false;
         for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
             known |= strcmp(a, with_value[k]) == 0;
@@ -114,6 +119,10 @@ un_status un_train_parse_args(un_ctx *ctx, int argc, char **argv, un_train_opts 
                 o->devices = (int)x;
         } else if (strcmp(a, "--strategy") == 0) {
             o->strategy = v;
+        } else if (strcmp(a, "--config") == 0) {
+            un_zoo_config c;
+            if ((st = un_zoo_config_parse(ctx, v, &c)) == UN_OK)
+                o->config = v;
         } else if (strcmp(a, "--steps") == 0) {
             if ((st = parse_int(ctx, a, v, 1, 100000000, &x)) == UN_OK)
                 o->steps = (int)x;
@@ -168,9 +177,6 @@ un_status un_train_parse_args(un_ctx *ctx, int argc, char **argv, un_train_opts 
 
 /* ---- losses ---- */
 
-static inline double ld(const void *a, un_prec p, int64_t i) {
-    return p == UN_PREC_F32 ? (double)((const float *)a)[i] : ((const double *)a)[i];
-}
 static inline void st_(void *a, un_prec p, int64_t i, double x) {
     if (p == UN_PREC_F32)
         ((float *)a)[i] = (float)x;
@@ -180,46 +186,7 @@ static inline void st_(void *a, un_prec p, int64_t i, double x) {
 
 double un_train_ce(un_prec prec, const void *logits, int64_t rows, int64_t c, int64_t r0,
                    int64_t n_total, const int64_t *labels, void *grad) {
-    double total = 0;
-    for (int64_t r = 0; r < rows; r++) {
-        double mx = -INFINITY;
-        for (int64_t j = 0; j < c; j++)
-            mx = fmax(mx, ld(logits, prec, r * c + j));
-        double s = 0;
-        for (int64_t j = 0; j < c; j++)
-            s += exp(ld(logits, prec, r * c + j) - mx);
-        double lse = mx + log(s);
-        int64_t y = labels[r0 + r];
-        total += lse - ld(logits, prec, r * c + y);
-        for (int64_t j = 0; j < c; j++) {
-            double p = exp(ld(logits, prec, r * c + j) - lse);
-            st_(grad, prec, r * c + j, (p - (j == y ? 1.0 : 0.0)) / (double)n_total);
-        }
-    }
-    return total;
-}
-
-/* MSE over one piece: sum of squared errors of its elements against the full label, gradient
- * 2 (y - t) / numel. */
-static double mse_piece(un_prec prec, const un_shape *s, const un_exec_piece *ep, const void *label,
-                        void *grad) {
-    int64_t numel = un_shape_numel(s), pn = 1;
-    for (int i = 0; i < s->rank; i++)
-        pn *= ep->dim[i];
-    double total = 0;
-    for (int64_t x = 0; x < pn; x++) {
-        int64_t rest = x, g = 0, coord[UN_MAX_DIMS];
-        for (int i = s->rank - 1; i >= 0; i--) {
-            coord[i] = ep->off[i] + rest % ep->dim[i];
-            rest /= ep->dim[i];
-        }
-        for (int i = 0; i < s->rank; i++)
-            g = g * s->dim[i] + coord[i];
-        double d = ld(ep->val, prec, x) - ld(label, prec, g);
-        total += d * d;
-        st_(grad, prec, x, 2 * d / (double)numel);
-    }
-    return total;
+    return un__loss_ce_host(prec, logits, rows, c, r0, n_total, labels, grad);
 }
 
 /* ---- the model as the trainer sees it ---- */
@@ -244,7 +211,15 @@ static un_status model_load(un_ctx *ctx, const un_spec *spec, const un_train_opt
     if (!is_file) {
         if (o->loss)
             return un_ctx_error(ctx, UN_ERR_INVALID, "--loss applies to JSON models only");
-        if ((st = un_zoo_build(ctx, spec, o->model, o->tiny, o->batch, &m->zoo)) != UN_OK)
+        un_zoo_config c;
+        memset(&c, 0, sizeof c);
+        if (o->config && (st = un_zoo_config_parse(ctx, o->config, &c)) != UN_OK)
+            return st;
+        if (o->batch && c.batch)
+            return un_ctx_error(ctx, UN_ERR_INVALID, "--batch and --config batch=: give one");
+        if (o->batch)
+            c.batch = o->batch;
+        if ((st = un_zoo_build_config(ctx, spec, o->model, o->tiny, &c, &m->zoo)) != UN_OK)
             return st;
         m->g = m->zoo.graph;
         m->n_inputs = m->zoo.n_inputs;
@@ -260,9 +235,10 @@ static un_status model_load(un_ctx *ctx, const un_spec *spec, const un_train_opt
             m->label_numel *= m->zoo.label_dim[i];
         m->seqs = m->zoo.batch;
     } else {
-        if (o->tiny || o->batch)
+        if (o->tiny || o->batch || o->config)
             return un_ctx_error(ctx, UN_ERR_INVALID,
-                                "%s: --tiny and --batch apply to zoo models only", o->model);
+                                "%s: --tiny, --batch and --config apply to zoo models only",
+                                o->model);
         if ((st = un_graph_load(ctx, spec, o->model, &m->json)) != UN_OK)
             return st;
         m->g = m->json;
@@ -386,13 +362,16 @@ static double now_s(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* Inputs and labels of one step, identical on every rank. */
-static void make_batch(const shared *sh, un_exec *ex, int step, un_prec prec, void *labels) {
+/* Inputs and labels of one step, identical on every rank, made in host memory (host[i]: input
+ * i's values, sized for it) and written into the executor's inputs through the backend. */
+static un_status make_batch(un_ctx *ctx, const shared *sh, un_exec *ex, un_backend *be, int step,
+                            un_prec prec, void **host, void *labels) {
     const tmodel *m = sh->m;
     uint64_t seed = sh->o->seed;
+    size_t fes = prec == UN_PREC_F32 ? sizeof(float) : sizeof(double);
     if (sh->text) { /* windows of the text: tokens and the next tokens */
         int32_t node = sh->in_node[0];
-        int64_t *tok = un_exec_source(ex, node);
+        int64_t *tok = host[0];
         int64_t numel = un_shape_numel(un_graph_shape(sh->g, (un_ref){node, 0}));
         int64_t t = numel / m->seqs, range = m->in_range[0];
         un_rng rng;
@@ -405,13 +384,15 @@ static void make_batch(const shared *sh, un_exec *ex, int step, un_prec prec, vo
                 lab[s * t + j] = sh->text[o0 + (uint64_t)j + 1] % range;
             }
         }
-        return;
+        return un_backend_write(ctx, be, un_exec_source(ex, node), tok,
+                                (size_t)numel * sizeof(int64_t));
     }
     /* Synthetic: a fixed pool of 4 batches, so the loss falls as the model fits them. */
     uint64_t b = (uint64_t)step % 4;
-    for (int i = 0; i < m->n_inputs; i++) {
+    un_status st = UN_OK;
+    for (int i = 0; i < m->n_inputs && st == UN_OK; i++) {
         int32_t node = sh->in_node[i];
-        void *dst = un_exec_source(ex, node);
+        void *dst = host[i];
         int64_t numel = un_shape_numel(un_graph_shape(sh->g, (un_ref){node, 0}));
         un_rng rng;
         un_rng_seed(&rng, un_hash_combine(un_hash_combine(seed, b), 1000 + (uint64_t)i));
@@ -421,6 +402,8 @@ static void make_batch(const shared *sh, un_exec *ex, int step, un_prec prec, vo
             else
                 st_(dst, prec, x, 2 * un_rng_double(&rng) - 1);
         }
+        st = un_backend_write(ctx, be, un_exec_source(ex, node), dst,
+                              (size_t)numel * (m->in_int[i] ? sizeof(int64_t) : fes));
     }
     un_rng rng;
     un_rng_seed(&rng, un_hash_combine(un_hash_combine(seed, b), 999));
@@ -430,6 +413,7 @@ static void make_batch(const shared *sh, un_exec *ex, int step, un_prec prec, vo
         else
             st_(labels, prec, x, 2 * un_rng_double(&rng) - 1);
     }
+    return st;
 }
 
 static void progress(const shared *sh, int step, double loss, double sps) {
@@ -443,19 +427,21 @@ static void progress(const shared *sh, int step, double loss, double sps) {
     fflush(stderr);
 }
 
-/* The optimizer for o's flags over n parameters. */
-static un_status optim_make(un_ctx *ctx, const un_train_opts *o, int64_t n, un_optim **out) {
+/* The optimizer for o's flags over n parameters, its state on be (NULL: host memory). */
+static un_status optim_make(un_ctx *ctx, const un_train_opts *o, int64_t n, un_backend *be,
+                            un_optim **out) {
     un_opt_kind k = UN_OPT_ADAM;
     un_opt_from_name(o->optimizer, &k);
     un_optim_params op = un_optim_params_default(k);
     if (o->lr > 0)
         op.lr = o->lr;
-    return un_optim_new(ctx, op, n, o->prec, out);
+    return be ? un_optim_new_on(ctx, op, n, be, out) : un_optim_new(ctx, op, n, o->prec, out);
 }
 
 /* Initial (or loaded) weights and optimizer state, logical on every rank, then cut into this
  * rank's pieces: a checkpoint loads into any plan and device count. */
-static un_status setup_weights(un_ctx *ctx, shared *sh, un_exec *ex, un_optim **opt) {
+static un_status setup_weights(un_ctx *ctx, shared *sh, un_exec *ex, un_backend *be,
+                               un_optim **opt) {
     const un_train_opts *o = sh->o;
     int64_t nl = un_exec_lparam_count(ex);
     size_t fes = o->prec == UN_PREC_F32 ? 4 : 8;
@@ -464,9 +450,9 @@ static un_status setup_weights(un_ctx *ctx, shared *sh, un_exec *ex, un_optim **
     if (!lw)
         return un_ctx_error(ctx, UN_ERR_NOMEM, "no memory for the weights (%lld)", (long long)nl);
     un_optim_init_weights(sh->g, o->seed, o->prec, lw, nl);
-    un_status st = optim_make(ctx, o, un_exec_param_count(ex), opt);
+    un_status st = optim_make(ctx, o, un_exec_param_count(ex), be, opt);
     if (st == UN_OK && o->load) {
-        if ((st = optim_make(ctx, o, nl, &lo)) == UN_OK)
+        if ((st = optim_make(ctx, o, nl, NULL, &lo)) == UN_OK)
             st = un_checkpoint_load(ctx, o->load, sh->g, o->prec, lw, lo);
         for (int i = 0; st == UN_OK && i < 2; i++)
             if (un_optim_state(*opt, i))
@@ -493,7 +479,7 @@ static un_status save_weights(un_ctx *ctx, shared *sh, un_comm *comm, un_exec *e
     un_status st = UN_OK;
     if (root) {
         lw = calloc((size_t)(nl ? nl : 1), fes);
-        st = lw ? optim_make(ctx, o, nl, &lo)
+        st = lw ? optim_make(ctx, o, nl, NULL, &lo)
                 : un_ctx_error(ctx, UN_ERR_NOMEM, "no memory to gather the weights");
     }
     st = un_comm_agree(ctx, comm, st);
@@ -548,17 +534,29 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
     un_backend *be = NULL;
     un_exec *ex = NULL;
     un_optim *opt = NULL;
-    void *labels = NULL;
+    void *labels = NULL, *host[UN_ZOO_MAX_INPUTS] = {0};
+    un_buffer *dlabels = NULL; /* the labels on the backend, where the loss reads them */
     int rank = un_comm_rank(comm);
+    size_t lbytes = (size_t)m->label_numel * (m->loss == UN_LOSS_CE ? sizeof(int64_t) : fes);
     un_status st = un_backend_cpu_new(ctx, prec, sh->threads, &be);
     if (st == UN_OK)
         st = un_exec_new(ctx, sh->g, comm, be, &ex);
     if (st == UN_OK)
-        st = setup_weights(ctx, sh, ex, &opt);
+        st = setup_weights(ctx, sh, ex, be, &opt);
+    if (st == UN_OK)
+        st = un_buffer_new(ctx, be, lbytes, &dlabels);
     if (st == UN_OK) {
-        labels = calloc((size_t)m->label_numel, m->loss == UN_LOSS_CE ? sizeof(int64_t) : fes);
+        labels = calloc(1, lbytes);
+        for (int i = 0; i < m->n_inputs && labels; i++) {
+            int64_t numel = un_shape_numel(un_graph_shape(sh->g, (un_ref){sh->in_node[i], 0}));
+            host[i] = calloc((size_t)numel, m->in_int[i] ? sizeof(int64_t) : fes);
+            if (!host[i]) {
+                free(labels);
+                labels = NULL;
+            }
+        }
         if (!labels)
-            st = un_ctx_error(ctx, UN_ERR_NOMEM, "no memory for the labels");
+            st = un_ctx_error(ctx, UN_ERR_NOMEM, "no memory for the inputs and labels");
     }
     st = un_comm_agree(ctx, comm, st);
     /* A loaded run continues where the checkpoint stopped: same data, same dropout masks. */
@@ -566,28 +564,46 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
     const un_shape *os = st == UN_OK ? un_exec_output_shape(ex, 0) : NULL;
     for (int step = 0; st == UN_OK && step < o->steps; step++) {
         double t0 = now_s();
-        make_batch(sh, ex, start + step, prec, labels);
+        if ((st = make_batch(ctx, sh, ex, be, start + step, prec, host, labels)) != UN_OK ||
+            (st = un_buffer_write(ctx, dlabels, 0, labels, lbytes)) != UN_OK) {
+            un_comm_abort(comm); /* the other ranks may be waiting in a collective */
+            break;
+        }
         uint64_t dseed = un_mix64(un_hash_combine(o->seed, (uint64_t)(start + step))) | 1;
         if ((st = un_exec_forward(ctx, ex, dseed)) != UN_OK)
             break;
         int np;
         const un_exec_piece *pc = un_exec_output_pieces(ex, 0, &np);
         double loss = 0;
-        for (int i = 0; i < np; i++) {
+        un_kt target = {.dtype = m->loss == UN_LOSS_CE ? UN_DT_INT : UN_DT_FLOAT,
+                        .rank = m->loss == UN_LOSS_CE ? 1 : os->rank,
+                        .data = un_buffer_at(dlabels, 0)};
+        memcpy(target.dim, os->dim, sizeof target.dim);
+        for (int i = 0; i < np && st == UN_OK; i++) {
             if (pc[i].copy != 0)
                 continue;
-            if (m->loss == UN_LOSS_CE)
-                loss += un_train_ce(prec, pc[i].val, pc[i].dim[0], os->dim[1], pc[i].off[0],
-                                    os->dim[0], labels, pc[i].grad);
-            else
-                loss += mse_piece(prec, os, &pc[i], labels, pc[i].grad);
+            un_kt y = {.dtype = UN_DT_FLOAT, .rank = os->rank, .data = pc[i].val};
+            un_kt gy = {.dtype = UN_DT_FLOAT, .rank = os->rank, .data = pc[i].grad};
+            memcpy(y.dim, pc[i].dim, sizeof y.dim);
+            memcpy(gy.dim, pc[i].dim, sizeof gy.dim);
+            double part;
+            st = un_backend_loss(ctx, be, m->loss, &y, pc[i].off, os->dim, &target, &gy, &part);
+            loss += part;
+        }
+        if (st != UN_OK) {
+            un_comm_abort(comm);
+            break;
         }
         if ((st = un_exec_backward(ctx, ex)) != UN_OK)
             break;
         if ((st = un_comm_allreduce(ctx, comm, UN_RED_F64, &loss, 1)) != UN_OK)
             break;
         loss /= (double)(m->loss == UN_LOSS_CE ? os->dim[0] : un_shape_numel(os));
-        un_optim_step(opt, un_exec_params(ex), un_exec_param_grads(ex));
+        if ((st = un_optim_step_on(ctx, opt, be, un_exec_params(ex), un_exec_param_grads(ex))) !=
+            UN_OK) {
+            un_comm_abort(comm);
+            break;
+        }
         double dt = now_s() - t0;
         if (rank == 0) {
             sh->losses[step] = loss;
@@ -612,6 +628,9 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
     if (st == UN_OK)
         st = report_stats(ctx, sh, comm, ex, opt);
     free(labels);
+    for (int i = 0; i < m->n_inputs; i++)
+        free(host[i]);
+    un_buffer_free(dlabels);
     un_optim_free(opt);
     un_exec_free(ex);
     un_backend_free(be);
@@ -698,6 +717,55 @@ static un_status load_text(un_ctx *ctx, const char *path, int64_t need, unsigned
     return UN_OK;
 }
 
+/* Memory this machine has free for the run (bytes; MemAvailable, else free pages), 0 unknown. */
+static int64_t mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    long long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    if (kb >= 0)
+        return (int64_t)kb * 1024;
+    long pages = sysconf(_SC_AVPHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    return pages > 0 && size > 0 ? (int64_t)pages * size : 0;
+}
+
+/* Refuses, before anything is allocated, a run whose devices on this machine would need more
+ * memory than it has free (the executor's own estimate of what it allocates, exec.h). Under mpi
+ * every rank decides on rank 0's figures, so the ranks agree. */
+static un_status memory_check(un_ctx *ctx, const un_train_opts *o, const un_graph *g, int d,
+                              un_comm *mpi) {
+    un_opt_kind k = UN_OPT_ADAM;
+    un_opt_from_name(o->optimizer, &k);
+    int arrays = k == UN_OPT_ADAM ? 2 : 1, here = mpi ? un_comm_node_size(mpi) : d;
+    int64_t need = 0, weights = 0;
+    for (int r = 0; r < (mpi ? 1 : d); r++) /* mpi: this rank's share, times the node's ranks */
+        need += un_exec_estimate_bytes(g, mpi ? un_comm_rank(mpi) : r, d, o->prec, arrays);
+    if (mpi)
+        need *= here;
+    for (int32_t id = 0; id < un_graph_node_count(g); id++)
+        if (un_graph_node(g, id)->op == UN_OP_WEIGHT)
+            weights += un_shape_numel(&un_graph_node(g, id)->inf.out[0]);
+    int64_t fig[2] = {need, mem_available()};
+    if (mpi) {
+        un_status st = un_comm_bcast(ctx, mpi, 0, fig, sizeof fig);
+        if (st != UN_OK)
+            return st;
+    }
+    if (fig[1] > 0 && fig[0] > fig[1])
+        return un_ctx_error(ctx, UN_ERR_NOMEM,
+                            "model %s needs about %.2f GiB on this machine's %d device%s "
+                            "(%lld weights: values, gradients and %s state, plus activations), "
+                            "but %.2f GiB are available; choose a smaller --config or more "
+                            "machines",
+                            o->model, (double)fig[0] / (1 << 30), here, here == 1 ? "" : "s",
+                            (long long)weights, un_opt_name(k), (double)fig[1] / (1 << 30));
+    return UN_OK;
+}
+
 un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res) {
     memset(res, 0, sizeof *res);
     un_spec *spec = NULL;
@@ -707,7 +775,7 @@ un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res
     un_comm *mpi = NULL;
     shared sh;
     memset(&sh, 0, sizeof sh);
-    bool use_mpi = strcmp(o->comm, "mpi") == 0;
+    bool use_mpi = strcmp(o->comm, "mpi") == 0, in_run = false;
     un_status st = UN_OK;
     if (use_mpi) { /* first, so that only rank 0 reports any error below */
         if ((st = un_comm_mpi_new(ctx, &mpi)) != UN_OK)
@@ -790,6 +858,9 @@ un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res
     sh.losses = un_xcalloc((size_t)o->steps, sizeof *sh.losses);
     sh.devices = d;
     sh.dev = un_xcalloc((size_t)d, sizeof *sh.dev);
+    if ((st = memory_check(ctx, o, run_g, d, use_mpi ? mpi : NULL)) != UN_OK)
+        goto done;
+    in_run = true; /* from here a failure is agreed by the ranks or aborts the job */
     if (use_mpi)
         st = rank_run(ctx, mpi, &sh);
     else
@@ -824,6 +895,18 @@ un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res
         }
     }
 done:
+    if (mpi && st != UN_OK && !in_run) {
+        /* Every rank found the same failure (the same flags and files): rank 0 reports it while
+         * the others wait, so that no process exits before the report is out. */
+        if (res->rank == 0 && o->err) {
+            fprintf(o->err, "unity-train: %s\n", un_ctx_errmsg(ctx));
+            fflush(o->err);
+            res->reported = true;
+        }
+        un_ctx *c2 = un_ctx_new(NULL);
+        un_comm_barrier(c2, mpi);
+        un_ctx_free(c2);
+    }
     free(sh.dev);
     free(sh.losses);
     free(sh.text);

@@ -26,6 +26,7 @@ typedef struct un_train_opts {
         *strategy; /* "serial", "data" or a plan file; NULL = serial on 1 device, else data */
     int steps;     /* training steps */
     int64_t batch; /* 0 = the model's default */
+    const char *config; /* zoo size "layers=8,hidden=2048,batch=64" (zoo.h), or NULL */
     double lr;     /* 0 = the optimizer's default */
     const char *optimizer; /* "sgd" or "adam" */
     const char *data;      /* text file for a token model (charlm), or NULL for synthetic data */
@@ -40,6 +41,10 @@ typedef struct un_train_opts {
     bool quiet;              /* no per-step lines */
     bool stats;              /* print the per-device accounting at the end */
     FILE *out;               /* per-step lines and the summary (default stdout) */
+    FILE *err; /* mpi: rank 0 writes a failure found before training ("unity-train: <message>")
+                  here before any rank returns, since mpirun ends the job as soon as one process
+                  exits with an error, which can cut rank 0 off before its caller reports it;
+                  NULL (default): the caller reports every failure */
 } un_train_opts;
 
 /* One device's accounting, in bytes (the runtime's own counts, exec.h). Traffic is that of one
@@ -59,6 +64,7 @@ typedef struct un_train_result {
     double samples_per_s; /* mean over the steps after the first */
     double step_ms;       /* mean step time after the first, milliseconds */
     int rank;             /* this process's rank (mpi), 0 otherwise: only rank 0 reports */
+    bool reported;        /* the failure was already written to opts.err */
     int devices;
     int64_t batch;
     un_train_dev_stats *dev; /* per device (devices entries); owned */

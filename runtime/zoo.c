@@ -6,6 +6,7 @@
 #include "runtime/zoo.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- the builder ------------------------------------------------------------------------------
@@ -18,7 +19,14 @@ typedef struct zb {
     un_model *m;
     un_status st;  /* first error; once set, every helper does nothing and returns -1 */
     int n_dropout; /* seeds distinct dropout masks */
+    un_zoo_config cfg; /* sizes over the base configuration (0 = the base's) */
 } zb;
+
+/* A configured size, or the base value v. */
+static int64_t zb_cfg(const zb *b, int64_t set, int64_t v) {
+    (void)b;
+    return set > 0 ? set : v;
+}
 
 #define ZB_NAME 96
 
@@ -306,8 +314,8 @@ static void zb_mse(zb *b, int32_t y) {
 
 /* FlexFlow MLP_Unify: two towers of linear layers, added. */
 static int32_t build_mlp(zb *b, bool tiny, int64_t B) {
-    int64_t in = tiny ? 32 : 1024, width = tiny ? 32 : 8192;
-    int layers = tiny ? 2 : 8;
+    int64_t in = tiny ? 32 : 1024, width = zb_cfg(b, b->cfg.hidden, tiny ? 32 : 8192);
+    int layers = (int)zb_cfg(b, b->cfg.layers, tiny ? 2 : 8);
     int32_t t[2];
     static const char *const inputs[2] = {"x1", "x2"};
     for (int k = 0; k < 2; k++) {
@@ -325,8 +333,9 @@ static int32_t build_mlp(zb *b, bool tiny, int64_t B) {
 
 /* BERT-style post-LN encoder over an embedded input, per-token regression head. */
 static int32_t build_transformer(zb *b, bool tiny, int64_t B) {
-    int64_t S = tiny ? 8 : 512, H = tiny ? 32 : 1024, heads = tiny ? 4 : 16, F = tiny ? 128 : 4096;
-    int layers = tiny ? 2 : 24;
+    int64_t S = zb_cfg(b, b->cfg.seq, tiny ? 8 : 512), H = zb_cfg(b, b->cfg.hidden, tiny ? 32 : 1024);
+    int64_t heads = zb_cfg(b, b->cfg.heads, tiny ? 4 : 16), F = zb_cfg(b, b->cfg.ffn, tiny ? 128 : 4096);
+    int layers = (int)zb_cfg(b, b->cfg.layers, tiny ? 2 : 24);
     int32_t x = zb_input(b, "x", 3, (int64_t[]){B, S, H}, false, 0);
     for (int i = 0; i < layers; i++) {
         char n[ZB_NAME];
@@ -361,7 +370,8 @@ static const char *const emb_names[4] = {"emb1", "emb2", "emb3", "emb4"};
 /* DLRM: bottom MLP over dense features, embedding bags, concat interaction, top MLP. */
 static int32_t build_dlrm(zb *b, bool tiny, int64_t B) {
     int64_t rows = tiny ? 100 : 1000000, dim = tiny ? 8 : 64, bag = tiny ? 2 : 1;
-    int64_t bot[2] = {dim, dim}, top[2] = {dim, 2};
+    int64_t h = zb_cfg(b, b->cfg.hidden, dim); /* the MLPs' width */
+    int64_t bot[2] = {h, h}, top[2] = {h, 2};
     int32_t feats[5];
     int32_t dense = zb_input(b, "dense", 2, (int64_t[]){B, 4}, false, 0);
     feats[0] = zb_mlp_stack(b, dense, bot, 2, "relu", true, "bot");
@@ -377,7 +387,8 @@ static int32_t build_dlrm(zb *b, bool tiny, int64_t B) {
 
 /* XDL: embeddings concatenated, then a wide MLP with a sigmoid output. */
 static int32_t build_xdl(zb *b, bool tiny, int64_t B) {
-    int64_t rows = tiny ? 100 : 1000000, dim = tiny ? 8 : 64, w = tiny ? 16 : 256;
+    int64_t rows = tiny ? 100 : 1000000, dim = tiny ? 8 : 64;
+    int64_t w = zb_cfg(b, b->cfg.hidden, tiny ? 16 : 256);
     int64_t top[3] = {w, w, 2};
     int32_t feats[4];
     for (int i = 0; i < 4; i++) {
@@ -401,8 +412,8 @@ static int32_t build_candle_uno(zb *b, bool tiny, int64_t B) {
                                          "drug2.descriptors",
                                          "drug2.fingerprints"};
     static const char kind[7] = {'c', 'd', 'd', 'e', 'f', 'e', 'f'};
-    int64_t w = tiny ? 32 : 4192;
-    int tower = tiny ? 2 : 8, head = tiny ? 2 : 4;
+    int64_t w = zb_cfg(b, b->cfg.hidden, tiny ? 32 : 4192);
+    int tower = (int)zb_cfg(b, b->cfg.layers, tiny ? 2 : 8), head = tiny ? 2 : 4;
     int32_t enc[7];
     for (int i = 0; i < 7; i++) {
         int64_t f = kind[i] == 'd'   ? 1
@@ -603,8 +614,9 @@ static int32_t build_inception_v3(zb *b, bool tiny, int64_t B) {
 /* Byte-level pre-LN transformer LM. Its attention is causal: the label of position t is token
  * t + 1, so position t must not see it (without the mask the next byte leaks into the context). */
 static int32_t build_charlm(zb *b, bool tiny, int64_t B) {
-    int64_t T = tiny ? 32 : 64, D = tiny ? 32 : 128, heads = 4, F = tiny ? 128 : 512, V = 256;
-    int blocks = tiny ? 1 : 2;
+    int64_t T = zb_cfg(b, b->cfg.seq, tiny ? 32 : 64), D = zb_cfg(b, b->cfg.hidden, tiny ? 32 : 128);
+    int64_t heads = zb_cfg(b, b->cfg.heads, 4), F = zb_cfg(b, b->cfg.ffn, tiny ? 128 : 512), V = 256;
+    int blocks = (int)zb_cfg(b, b->cfg.layers, tiny ? 1 : 2);
     int32_t tok = zb_input(b, "tokens", 2, (int64_t[]){B * T, 1}, true, V);
     int32_t x = zb_embedding(b, tok, V, D, "embed");
     x = zb_reshape(b, x, 3, (int64_t[]){B, T, D}, "embed.seq");
@@ -658,8 +670,72 @@ const char *const *un_zoo_names(int *n) {
     return zoo_names;
 }
 
+/* The config fields each model takes (bit i: field i of config_keys). */
+static const char *const config_keys[6] = {"batch", "layers", "hidden", "heads", "ffn", "seq"};
+
+static int64_t *config_field(un_zoo_config *c, int i) {
+    int64_t *f[6] = {&c->batch, &c->layers, &c->hidden, &c->heads, &c->ffn, &c->seq};
+    return f[i];
+}
+
+static unsigned config_takes(const char *model) {
+    if (strcmp(model, "mlp") == 0 || strcmp(model, "candle_uno") == 0)
+        return 1u | 2u | 4u;
+    if (strcmp(model, "transformer") == 0 || strcmp(model, "charlm") == 0)
+        return 63u;
+    if (strcmp(model, "xdl") == 0 || strcmp(model, "dlrm") == 0)
+        return 1u | 4u;
+    return 1u;
+}
+
+un_status un_zoo_config_parse(un_ctx *ctx, const char *text, un_zoo_config *out) {
+    memset(out, 0, sizeof *out);
+    const char *p = text ? text : "";
+    if (!*p)
+        return un_ctx_error(ctx, UN_ERR_INVALID, "--config: empty (expected key=value,...)");
+    for (;;) {
+        const char *eq = strchr(p, '='), *comma = strchr(p, ',');
+        const char *end = comma ? comma : p + strlen(p);
+        if (!eq || eq > end || eq == p)
+            return un_ctx_error(ctx, UN_ERR_INVALID, "--config: '%.*s' is not key=value",
+                                (int)(end - p), p);
+        int k = -1;
+        for (int i = 0; i < 6; i++)
+            if ((size_t)(eq - p) == strlen(config_keys[i]) &&
+                strncmp(p, config_keys[i], (size_t)(eq - p)) == 0)
+                k = i;
+        if (k < 0)
+            return un_ctx_error(ctx, UN_ERR_INVALID,
+                                "--config: unknown key '%.*s' (known: batch, layers, hidden, "
+                                "heads, ffn, seq)",
+                                (int)(eq - p), p);
+        char *stop;
+        long long v = strtoll(eq + 1, &stop, 10);
+        if (stop != end || eq + 1 == end || v < 1 || v > (1LL << 30))
+            return un_ctx_error(ctx, UN_ERR_INVALID,
+                                "--config: %s=%.*s is not a positive integer up to 2^30",
+                                config_keys[k], (int)(end - eq - 1), eq + 1);
+        *config_field(out, k) = v;
+        if (!comma)
+            return UN_OK;
+        p = comma + 1;
+    }
+}
+
 un_status un_zoo_build(un_ctx *ctx, const un_spec *spec, const char *name, bool tiny, int64_t batch,
                        un_model *out) {
+    un_zoo_config c = {.batch = batch > 0 ? batch : 0};
+    if (batch > ((int64_t)1 << 30)) {
+        if (out)
+            memset(out, 0, sizeof *out);
+        return un_ctx_error(ctx, UN_ERR_INVALID, "model %s: batch %lld too large",
+                            name ? name : "?", (long long)batch);
+    }
+    return un_zoo_build_config(ctx, spec, name, tiny, &c, out);
+}
+
+un_status un_zoo_build_config(un_ctx *ctx, const un_spec *spec, const char *name, bool tiny,
+                              const un_zoo_config *cfg, un_model *out) {
     if (!out)
         return un_ctx_error(ctx, UN_ERR_INVALID, "zoo: no output model");
     memset(out, 0, sizeof *out);
@@ -677,12 +753,19 @@ un_status un_zoo_build(un_ctx *ctx, const un_spec *spec, const char *name, bool 
         }
         return un_ctx_error(ctx, UN_ERR_INVALID, "unknown model '%s' (known: %s)", name, known);
     }
-    if (batch <= 0)
-        batch = tiny ? e->batch_tiny : e->batch_paper;
+    un_zoo_config c;
+    memset(&c, 0, sizeof c);
+    if (cfg)
+        c = *cfg;
+    for (int i = 0; i < 6; i++)
+        if (*config_field(&c, i) > 0 && !(config_takes(e->name) >> i & 1u))
+            return un_ctx_error(ctx, UN_ERR_INVALID, "--config: model %s does not take '%s'",
+                                e->name, config_keys[i]);
+    int64_t batch = c.batch > 0 ? c.batch : tiny ? e->batch_tiny : e->batch_paper;
     if (batch > ((int64_t)1 << 30))
         return un_ctx_error(ctx, UN_ERR_INVALID, "model %s: batch %lld too large", name,
                             (long long)batch);
-    zb b = {.ctx = ctx, .spec = spec, .g = un_graph_new(spec), .m = out, .st = UN_OK};
+    zb b = {.ctx = ctx, .spec = spec, .g = un_graph_new(spec), .m = out, .st = UN_OK, .cfg = c};
     snprintf(out->name, sizeof out->name, "%s", e->name);
     out->batch = batch;
     out->tiny = tiny;

@@ -59,8 +59,7 @@
 #define UN_ZOO_H
 
 #include "pcg/graph.h"
-
-typedef enum { UN_LOSS_CE, UN_LOSS_MSE } un_loss_kind;
+#include "runtime/backend.h" /* un_loss_kind */
 
 #define UN_ZOO_MAX_INPUTS 16
 
@@ -88,6 +87,26 @@ typedef struct un_model {
     bool batch_rs; /* holds a reshape whose dim 0 differs from its input's (charlm merges the
                       batch with the sequence), which ops.json's reshape rule refuses sharded */
 } un_model;
+
+/* A size between tiny and paper: each field 0 keeps the base configuration's value (the tiny one
+ * with tiny, else the paper one). Parsed from "layers=8,hidden=2048,batch=64" (unity-train
+ * --config; scripts/bench use the same strings). Which fields a model takes: mlp layers (per
+ * tower), hidden; transformer and charlm layers, hidden, heads, ffn, seq; candle_uno layers (per
+ * tower), hidden; xdl and dlrm hidden; every model batch. */
+typedef struct un_zoo_config {
+    int64_t batch, layers, hidden, heads, ffn, seq;
+} un_zoo_config;
+
+/* Parses "key=value,..." into *out (zeroed first). An unknown key, a value that is not a
+ * positive integer (at most 2^30) or an empty item is UN_ERR_INVALID naming it. */
+un_status un_zoo_config_parse(un_ctx *ctx, const char *text, un_zoo_config *out);
+
+/* Builds model `name` at a configured size: un_zoo_build with cfg's fields over the base (tiny or
+ * paper) configuration. A field the model does not take is UN_ERR_INVALID naming the model and
+ * the key; sizes must keep the model's shapes legal (e.g. heads dividing hidden), which shape
+ * inference checks while building. cfg may be NULL (the base configuration). */
+un_status un_zoo_build_config(un_ctx *ctx, const un_spec *spec, const char *name, bool tiny,
+                              const un_zoo_config *cfg, un_model *out);
 
 /* Builds model `name` (one of un_zoo_names) over spec, tiny or paper-sized, for `batch` samples
  * (<= 0: the model's default). Every op is checked by shape inference while building. On failure

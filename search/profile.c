@@ -55,9 +55,9 @@ static un_status kt_new(un_ctx *ctx, un_backend *be, const un_shape *s, size_t f
         else
             ((double *)host)[i] = v;
     }
-    un_backend_write(be, out->data, host, (size_t)n * fes);
+    st = un_backend_write(ctx, be, out->data, host, (size_t)n * fes);
     free(host);
-    return UN_OK;
+    return st;
 }
 
 typedef struct bufs {

@@ -138,6 +138,7 @@ int main(int argc, char **argv) {
     un_ctx *ctx = un_ctx_new(NULL);
     un_train_opts o = un_train_opts_default();
     o.out = stdout;
+    o.err = stderr;
     un_train_result r;
     memset(&r, 0, sizeof r);
     search_opts s;
@@ -150,7 +151,7 @@ int main(int argc, char **argv) {
         st = estimate_or_profile(ctx, &o, &s);
     else if (st == UN_OK)
         st = un_train_run(ctx, &o, &r);
-    if (st != UN_OK && r.rank == 0)
+    if (st != UN_OK && r.rank == 0 && !r.reported)
         fprintf(stderr, "unity-train: %s\n", un_ctx_errmsg(ctx));
     un_train_result_free(&r);
     un_ctx_free(ctx);

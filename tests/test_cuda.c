@@ -283,12 +283,13 @@ static void run_case(un_ctx *ctx, un_backend *be, const opcase *c) {
     EXPECT_TRUE(ok);
     if (ok) {
         for (int i = 0; i < c->n_in; i++) {
-            un_backend_write(be, in_dev[i], hin[i], shp_bytes(&c->in[i]));
+            EXPECT_OK(ctx, un_backend_write(ctx, be, in_dev[i], hin[i], shp_bytes(&c->in[i])));
             if (din_dev[i])
-                un_backend_write(be, din_dev[i], hdin[i], shp_bytes(&c->in[i]));
+                EXPECT_OK(ctx,
+                          un_backend_write(ctx, be, din_dev[i], hdin[i], shp_bytes(&c->in[i])));
         }
         for (int j = 0; j < c->n_out; j++)
-            un_backend_write(be, dout_dev[j], hdout[j], shp_bytes(&c->out[j]));
+            EXPECT_OK(ctx, un_backend_write(ctx, be, dout_dev[j], hdout[j], shp_bytes(&c->out[j])));
         un_kexec ex = {.prec = UN_PREC_F32, .seed = 7, .training = true};
         EXPECT_OK(ctx, un_kern_forward(ctx, &ex, c->op, p, ki, c->n_in, ko, c->n_out));
         EXPECT_OK(ctx, un_kern_backward(ctx, &ex, c->op, p, ki, c->n_in, ko, c->n_out, kdo, kdi));
@@ -300,7 +301,7 @@ static void run_case(un_ctx *ctx, un_backend *be, const opcase *c) {
         for (int j = 0; j < c->n_out; j++) {
             int64_t n = shp_numel(&c->out[j]);
             float *got = malloc((size_t)n * sizeof *got);
-            un_backend_read(be, got, out_dev[j], (size_t)n * sizeof *got);
+            EXPECT_OK(ctx, un_backend_read(ctx, be, got, out_dev[j], (size_t)n * sizeof *got));
             EXPECT_TRUE(same(got, hout[j], n, "forward", c->name));
             free(got);
         }
@@ -309,7 +310,7 @@ static void run_case(un_ctx *ctx, un_backend *be, const opcase *c) {
                 continue;
             int64_t n = shp_numel(&c->in[i]);
             float *got = malloc((size_t)n * sizeof *got);
-            un_backend_read(be, got, din_dev[i], (size_t)n * sizeof *got);
+            EXPECT_OK(ctx, un_backend_read(ctx, be, got, din_dev[i], (size_t)n * sizeof *got));
             EXPECT_TRUE(same(got, hdin[i], n, "backward", c->name));
             free(got);
         }
@@ -355,7 +356,7 @@ static void test_cuda_ops(void) {
         EXPECT_OK(ctx, un_backend_alloc(ctx, be, 20 * 4 * sizeof(float), &tab_dev));
         EXPECT_OK(ctx, un_backend_alloc(ctx, be, 2 * 4 * sizeof(float), &y_dev));
         if (id_dev && tab_dev && y_dev) {
-            un_backend_write(be, id_dev, ids, sizeof ids);
+            EXPECT_OK(ctx, un_backend_write(ctx, be, id_dev, ids, sizeof ids));
             un_param p[UN_MAX_PARAMS] = {{-1, {0}}};
             un_kt in[2] = {{UN_DT_INT, 2, {2, 1}, id_dev}, {UN_DT_FLOAT, 2, {20, 4}, tab_dev}};
             un_kt y = {UN_DT_FLOAT, 2, {2, 4}, y_dev};

@@ -10,6 +10,7 @@
 #include "pcg/eval.h"
 #include "pcg/sample.h"
 #include "runtime/exec.h"
+#include "runtime/checkpoint.h"
 #include "runtime/optim.h"
 #include "runtime/strategy.h"
 #include "runtime/train.h"
@@ -816,6 +817,118 @@ static void test_plan_validation(void) {
     un_ctx_free(ctx);
 }
 
+/* ---- mixed plans ---- */
+
+/* tests/data/plans: the sample MLP (x [16, 32] -> linear relu 64 -> linear 8) and two plans that
+ * mix data and tensor parallelism: mlp_mixed2.json on 2 devices splits the first layer by columns
+ * (x in copies), combines its output and splits it by rows for a data-parallel second layer;
+ * mlp_mixed4.json on 4 devices is a 2 x 2 grid, the batch split 2 ways and both layers
+ * tensor-parallel (columns, then rows and a reduce) within each half. */
+/* Mixed plans train to the serial losses (1e-9, float64), every device holds only its weight
+ * pieces and their optimizer state (half of all on 4 devices), and a checkpoint saved under the 4-device plan loads under the
+ * 2-device one and continues the serial run. */
+static void test_mixed_plans(void) {
+    const char *ms = "tests/data/plans/mlp_sample.json", *m2 = "tests/data/plans/mlp_mixed2.json",
+               *m4 = "tests/data/plans/mlp_mixed4.json";
+    char ck[64];
+    tmp_path(ck, sizeof ck, "mixed.ckpt");
+    un_status st, st2, st4;
+    un_train_result r1 = train_json(ms, "serial", 1, 10, NULL, NULL, &st);
+    un_train_result r2 = train_json(ms, m2, 2, 10, NULL, NULL, &st2);
+    un_train_result r4 = train_json(ms, m4, 4, 10, NULL, NULL, &st4);
+    EXPECT_OK(NULL, st);
+    EXPECT_OK(NULL, st2);
+    EXPECT_OK(NULL, st4);
+    if (st == UN_OK && st2 == UN_OK && st4 == UN_OK) {
+        double w2 = loss_diff(&r2, &r1, 10, 0), w4 = loss_diff(&r4, &r1, 10, 0);
+        test__check(w2 <= 1e-9 && w4 <= 1e-9, TEST__AT,
+                    "mixed plans vs serial: loss difference %g (2 devices), %g (4 devices)", w2,
+                    w4);
+        for (int d = 0; d < 4; d++) {
+            const un_train_dev_stats *x = d < 2 ? &r2.dev[d] : NULL, *y = &r4.dev[d];
+            if (x) { /* half of w1, all of w2 (the data-parallel layer's weight in copies) */
+                EXPECT_EQ(x->weight_bytes, (32 * 64 / 2 + 64 * 8) * (int64_t)sizeof(double));
+                EXPECT_EQ(x->optim_bytes, 2 * x->weight_bytes);
+            }
+            EXPECT_EQ(2 * y->weight_bytes, r1.dev[0].weight_bytes);
+            EXPECT_EQ(2 * y->optim_bytes, r1.dev[0].optim_bytes);
+        }
+        un_train_result a = train_json(ms, m4, 4, 6, ck, NULL, &st);
+        EXPECT_OK(NULL, st);
+        un_train_result b = train_json(ms, m2, 2, 4, NULL, ck, &st);
+        EXPECT_OK(NULL, st);
+        double w = st == UN_OK ? loss_diff(&b, &r1, 4, 6) : 1;
+        test__check(st == UN_OK && w <= 1e-9, TEST__AT,
+                    "saved under mixed/4, loaded under mixed/2: loss difference %g", w);
+        un_train_result_free(&a);
+        un_train_result_free(&b);
+    }
+    un_train_result_free(&r1);
+    un_train_result_free(&r2);
+    un_train_result_free(&r4);
+    remove(ck);
+}
+
+/* ---- the memory estimate ---- */
+
+typedef struct est_arg {
+    const un_graph *g;
+    int64_t alloc[4];
+} est_arg;
+
+static void est_job(rank_job *j, un_ctx *ctx, un_comm *c) {
+    est_arg *a = j->arg;
+    un_backend *be = NULL;
+    un_exec *ex = NULL;
+    j->st = un_backend_cpu_new(ctx, UN_PREC_F32, 1, &be);
+    if (j->st == UN_OK)
+        j->st = un_exec_new(ctx, a->g, c, be, &ex);
+    if (j->st == UN_OK)
+        a->alloc[j->rank] = un_exec_stats_get(ex)->alloc_bytes;
+    un_exec_free(ex);
+    un_backend_free(be);
+}
+
+/* un_exec_estimate_bytes is the executor's planning run dry: for every tiny model, serial and
+ * data parallel on 2 and 4 ranks, each rank's estimate (without optimizer state) is what its
+ * executor really allocates; the optimizer arrays add exactly their bytes. */
+static void test_memory_estimate(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    int nn;
+    const char *const *names = un_zoo_names(&nn);
+    for (int i = 0; i < nn; i++) {
+        un_model m;
+        EXPECT_OK(ctx, un_zoo_build(ctx, spec, names[i], true, 8, &m));
+        for (int d = 1; d <= 4; d *= 2) {
+            un_graph *dp = NULL, *g = NULL;
+            EXPECT_OK(ctx, un_strategy_data(ctx, m.graph, d, &dp));
+            EXPECT_OK(ctx, un_strategy_fold_weights(ctx, dp, &g));
+            est_arg a = {.g = g};
+            rank_job jobs[4];
+            run_ranks(d, est_job, &a, jobs);
+            for (int r = 0; r < d; r++) {
+                EXPECT_OK(NULL, jobs[r].st);
+                int64_t e0 = un_exec_estimate_bytes(g, r, d, UN_PREC_F32, 0);
+                int64_t e2 = un_exec_estimate_bytes(g, r, d, UN_PREC_F32, 2);
+                test__check(e0 == a.alloc[r], TEST__AT,
+                            "%s on %d ranks, rank %d: estimate %lld, allocated %lld", names[i], d,
+                            r, (long long)e0, (long long)a.alloc[r]);
+                int64_t w = 0;
+                for (int32_t id = 0; id < un_graph_node_count(g); id++) {
+                    const un_node *nd = un_graph_node(g, id);
+                    for (int64_t p = 0; nd->op == UN_OP_WEIGHT && p < un_shape_npieces(&nd->inf.out[0]); p++)
+                        w += (p % d == r) * un_shape_piece_numel(&nd->inf.out[0]);
+                }
+                EXPECT_EQ(e2 - e0, 2 * w * (int64_t)sizeof(float));
+            }
+            un_graph_free(g);
+            un_graph_free(dp);
+        }
+        un_model_free(&m);
+    }
+    un_ctx_free(ctx);
+}
+
 int main(void) {
     static const test_case cases[] = {
         {"comm_local", test_comm_local},
@@ -831,6 +944,8 @@ int main(void) {
         {"plan_validation", test_plan_validation},
         {"tensor_parallel_plan", test_tensor_parallel_plan},
         {"machine_views", test_machine_views},
+        {"memory_estimate", test_memory_estimate},
+        {"mixed_plans", test_mixed_plans},
     };
     return TEST_RUN_WITH_SPEC(cases, &spec);
 }

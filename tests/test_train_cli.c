@@ -179,6 +179,45 @@ static void test_bad_input(void) {
     expect_clean_error("--model mlp --tiny --save /nonexistent-dir/x.ckpt", "cannot write");
     /* a checkpoint of another model */
     expect_clean_error(cli_fmt("--model mlp --tiny --load %s/ck"), "in the checkpoint");
+    /* --config: bad keys and values, keys a model does not take, JSON models, a model too big
+     * for this machine (refused before anything is allocated, naming need and availability) */
+    expect_clean_error("--model mlp --tiny --config width=3", "unknown key 'width'");
+    expect_clean_error("--model mlp --tiny --config hidden=0", "hidden=0 is not a positive");
+    expect_clean_error("--model mlp --tiny --config hidden", "'hidden' is not key=value");
+    expect_clean_error("--model mlp --tiny --config heads=2", "model mlp does not take 'heads'");
+    expect_clean_error("--model mlp --tiny --config batch=8 --batch 8", "give one");
+    expect_clean_error(cli_fmt("--model %s/mlp.json --config layers=2"),
+                       "apply to zoo models only");
+    expect_clean_error("--model transformer --tiny --config heads=3", "% heads == 0");
+    expect_clean_error("--model mlp --config hidden=1000000", "GiB are available");
+}
+
+/* --config scales a zoo model: the graph has the sizes asked for, and it trains the same on 1 and
+ * 2 devices. */
+static void test_config_sizes(void) {
+    const char *cfg = "--model transformer --tiny --config layers=1,hidden=48,heads=3,ffn=64,"
+                      "seq=4,batch=8 --steps 5 --threads 1 --precision f64";
+    const cli_result *r = run(cfg);
+    double l1[5], l2[5];
+    EXPECT_EQ(r->code, 0);
+    int n1 = losses(r->out, l1, 5);
+    char args[512];
+    snprintf(args, sizeof args, "%s --devices 2", cfg);
+    r = run(args);
+    EXPECT_EQ(r->code, 0);
+    int n2 = losses(r->out, l2, 5);
+    EXPECT_TRUE(n1 == 5 && n2 == 5);
+    for (int s = 0; s < n1 && s < n2; s++)
+        EXPECT_NEAR(l1[s], l2[s], 1e-9 * fabs(l1[s]));
+    /* the sizes: 1 layer of 4 attention weights [48,48] + ffn [48,64] [64,48] + 2 layer norms
+     * (gamma, beta of 48) + head [48,1] */
+    r = run("--model transformer --tiny --config layers=1,hidden=48,heads=3,ffn=64,seq=4,batch=8 "
+            "--steps 1 --threads 1 --stats");
+    EXPECT_EQ(r->code, 0);
+    long long w = 0;
+    const char *p = strstr(r->out, "\n     0 ");
+    EXPECT_TRUE(p && sscanf(p, "%*d %lld", &w) == 1);
+    EXPECT_EQ(w, (4 * 48 * 48 + 48 * 64 + 64 * 48 + 4 * 48 + 48) * 4);
 }
 
 /* OpenMPI's libraries leak at exit (their own allocations, not ours): LeakSanitizer is off inside
@@ -219,6 +258,32 @@ static void test_mpi_equal_losses(void) {
                         names[i], np, r->code, n, worst);
         }
     }
+    /* mixed plans (data and tensor parallelism in one plan, tests/data/plans) under mpirun: the
+     * serial losses */
+    const cli_result *rs =
+        run("--model tests/data/plans/mlp_sample.json --steps 10 --threads 1 --precision f64");
+    double ls[10], lm[10];
+    EXPECT_EQ(rs->code, 0);
+    if (losses(rs->out, ls, 10) == 10)
+        for (int np = 2; np <= 4; np *= 2) {
+            snprintf(prefix, sizeof prefix,
+                     "mpirun --oversubscribe %s --mca mpi_yield_when_idle 1 %s -np %d",
+                     geteuid() == 0 ? "--allow-run-as-root" : "", MPI_ENV, np);
+            char a[512];
+            snprintf(a, sizeof a,
+                     "--model tests/data/plans/mlp_sample.json --strategy "
+                     "tests/data/plans/mlp_mixed%d.json --steps 10 --threads 1 --precision f64 "
+                     "--comm mpi",
+                     np);
+            const cli_result *rm = run_with(prefix, a);
+            int n = losses(rm->out, lm, 10);
+            double worst = 0;
+            for (int s = 0; s < n; s++)
+                worst = fmax(worst, fabs(lm[s] - ls[s]) / fabs(ls[s]));
+            test__check(rm->code == 0 && n == 10 && worst <= 1e-9, TEST__AT,
+                        "mpi mixed plan on %d processes: exit %d, %d steps, difference %g", np,
+                        rm->code, n, worst);
+        }
     /* --devices must match the processes */
     snprintf(prefix, sizeof prefix, "mpirun --oversubscribe %s %s -np 2",
              geteuid() == 0 ? "--allow-run-as-root" : "", MPI_ENV);
@@ -238,6 +303,7 @@ int main(void) {
         {"plan_and_checkpoint", test_plan_and_checkpoint},
         {"pcg_plans", test_pcg_plans},
         {"bad_input", test_bad_input},
+        {"config_sizes", test_config_sizes},
         {"mpi_equal_losses", test_mpi_equal_losses},
     };
     int rc = TEST_RUN_ALL(cases);

@@ -64,8 +64,11 @@ int main(void) {
         float *h = malloc(bytes);
         for (int64_t i = 0; i < n * n; i++)
             h[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
-        un_backend_write(be, a, h, bytes);
-        un_backend_write(be, b, h, bytes);
+        if (un_backend_write(ctx, be, a, h, bytes) || un_backend_write(ctx, be, b, h, bytes)) {
+            fprintf(stderr, "gpu_gemm: %s\n", un_ctx_errmsg(ctx));
+            free(h);
+            break;
+        }
         free(h);
         un__cu_to_bf16(stream, a16, a, n * n);
         un__cu_to_bf16(stream, b16, b, n * n);

@@ -136,3 +136,38 @@ PYEOF
 else
     echo "pytorch: not installed for /usr/bin/python3 - comparison skipped"
 fi
+
+# ---- 3. strategies on mid-size models (h14's section; issue 14 item 6) ----
+# Serial on 1 device and data parallel on 2 devices of the same machine, both with the same
+# total threads (STRAT_THREADS, default 2), for a mid-size MLP and transformer sized by --config
+# (the same strings the cost bench and unity-train take): step time, time per sample and what
+# each device holds (the runtime's own accounting, --stats). Both sides alternate, best of
+# STRAT_ROUNDS (default 3) rounds, since the machine is shared. A tensor-parallel column needs a
+# plan for the zoo model (unity-train has no `--strategy tensor` yet), so there is none.
+strategies() {
+    local th=${STRAT_THREADS:-2} rounds=${STRAT_ROUNDS:-3} steps=${STRAT_STEPS:-10}
+    local -a models=("mlp --config layers=4,hidden=1024,batch=64"
+                     "transformer --tiny --config layers=2,hidden=256,heads=4,ffn=1024,seq=32,batch=32")
+    echo
+    echo "== strategies: serial (1 device) vs data parallel (2 devices), $th threads in all, best of $rounds, load: $(cut -d' ' -f1-3 /proc/loadavg)"
+    printf '%-82s %-8s %10s %12s %14s %14s\n' model strategy ms/step us/sample weights+opt/dev peak/dev
+    local m s best line ms stats
+    for m in "${models[@]}"; do
+        for s in "--devices 1" "--devices 2"; do
+            best=
+            for ((r = 0; r < rounds; r++)); do
+                line=$("$build/bin/unity-train" --model $m $s --threads "$th" --steps "$steps" --stats | grep -E '^trained|^ +0 ')
+                ms=$(sed -n 's/.* \([0-9.]*\) ms\/step.*/\1/p' <<<"$line")
+                if [[ -z $best ]] || awk -v a="$ms" -v b="$best" 'BEGIN{exit !(a<b)}'; then
+                    best=$ms
+                    stats=$(awk '/^ +0 /{printf "%.1f MiB %.1f MiB", ($2+$3)/1048576, $4/1048576}' <<<"$line")
+                fi
+            done
+            local batch=${m##*batch=}
+            batch=${batch%% *}
+            printf '%-82s %-8s %10s %12.1f %29s\n' "$m" "${s#--devices }dev" "$best" \
+                "$(awk -v t="$best" -v b="$batch" 'BEGIN{print 1000*t/b}')" "$stats"
+        done
+    done
+}
+strategies

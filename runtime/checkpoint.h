@@ -1,0 +1,26 @@
+/* checkpoint.h - checkpoints of a training run: every weight of the graph, whole (logical, by
+ * name and shape, in node order), plus the optimizer state, in one file. Logical state loads into
+ * any plan and device count: the trainer gathers the pieces on rank 0 before saving and cuts them
+ * again after loading (train.c with un_exec_params_gather / un_exec_params_scatter).
+ *
+ *   st = un_checkpoint_save(ctx, "run.ckpt", g, UN_PREC_F32, logical_w, logical_opt);
+ *   st = un_checkpoint_load(ctx, "run.ckpt", g, UN_PREC_F32, logical_w, logical_opt);
+ */
+#ifndef UN_CHECKPOINT_H
+#define UN_CHECKPOINT_H
+
+#include "pcg/graph.h"
+#include "runtime/optim.h"
+
+/* Writes the weights of g (w: un_exec_lparam_count elements in prec, node order) and the
+ * optimizer state (may be NULL) to path, through a temporary file renamed at the end (never a
+ * half-written checkpoint). */
+un_status un_checkpoint_save(un_ctx *ctx, const char *path, const un_graph *g, un_prec prec,
+                             const void *w, const un_optim *o);
+/* Reads a checkpoint into w (and the optimizer state into o when the file has one and o is not
+ * NULL). Every weight of g must be in the file with the same shape; errors name the path and the
+ * weight; a truncated or damaged file (checksum) is UN_ERR_PARSE and loads nothing usable. */
+un_status un_checkpoint_load(un_ctx *ctx, const char *path, const un_graph *g, un_prec prec,
+                             void *w, un_optim *o);
+
+#endif
