@@ -98,9 +98,16 @@ endif
 CUDA_HOME  := $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_ARCH  ?=
 NVCCFLAGS  ?= -O2 -g
-CU_SRCS    := $(if $(filter 1,$(CUDA)),$(wildcard runtime/*.cu))
+# NCCL (the device data plane of the communicator) when CUDA is on and nccl.h is there.
+NCCL       := $(if $(filter 1,$(CUDA)),$(if $(wildcard $(CUDA_HOME)/include/nccl.h),1,0),0)
+ifeq ($(CUDA)$(MAKELEVEL)$(MAKE_RESTARTS),10)
+$(info $(if $(filter 1,$(NCCL)),NCCL: enabled ($(CUDA_HOME)/include/nccl.h),NCCL: nccl.h not found under $(CUDA_HOME)/include - NCCL communicator skipped))
+endif
+CU_SRCS    := $(if $(filter 1,$(CUDA)),$(filter-out $(if $(filter 0,$(NCCL)),runtime/comm_nccl.cu),$(wildcard runtime/*.cu)))
 CU_OBJS    := $(CU_SRCS:%.cu=$(BUILD)/%.cu.o)
-CUDA_DEFS  := $(if $(CU_SRCS),-DUN_USE_CUDA=1)
+# C files that call the CUDA seam directly: built only with CUDA (backend.c answers otherwise).
+CUDA_ONLY_C := $(if $(CU_SRCS),,runtime/backend_cuda.c)
+CUDA_DEFS  := $(if $(CU_SRCS),-DUN_USE_CUDA=1) $(if $(filter 1,$(NCCL)),-DUN_USE_NCCL=1)
 
 # ---- MPI: the communication layer's `mpi` backend (OpenMPI from Debian) ------------------------
 
@@ -122,7 +129,8 @@ endif
 FINAL_CFLAGS   = $(strip -std=c17 -D_GNU_SOURCE $(WARN) $(OPT) $(SAN_FLAGS) -pthread -I. $(CUDA_DEFS) $(MPI_CFLAGS) \
                  -MMD -MP $(CPPFLAGS) $(CFLAGS))
 FINAL_NVFLAGS  = $(strip $(NVCCFLAGS) $(if $(CUDA_ARCH),-arch=$(CUDA_ARCH)) -I. $(CUDA_DEFS) -MMD -MP \
-                 -Xcompiler -Wall $(CPPFLAGS))
+                 -Xcompiler -Wall,-Wextra $(if $(filter true,$(CI)),-Werror all-warnings -Xcompiler -Werror) \
+                 $(CPPFLAGS))
 FINAL_LDFLAGS  = $(strip $(OPT) $(SAN_FLAGS) -pthread $(CFLAGS) $(LDFLAGS))
 
 # Each part's third-party libraries: a part adds its own line here, and every program or test
@@ -132,7 +140,7 @@ rulesdb_LDLIBS := -lsqlite3
 gen_LDLIBS     :=
 verify_LDLIBS  := -lz3
 search_LDLIBS  :=
-runtime_LDLIBS := -lopenblas $(MPI_LIBS) $(if $(CU_SRCS),-L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++)
+runtime_LDLIBS := -lopenblas $(MPI_LIBS) $(if $(CU_SRCS),-L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib64 -lcublas -lcudart $(if $(filter 1,$(NCCL)),-lnccl) -lstdc++)
 
 # Which libraries a part's programs link besides its own (DESIGN.md section 2), dependents first.
 pcg_DEPS     :=
@@ -171,7 +179,7 @@ endif
 # ---- Parts: libraries and programs -------------------------------------------------------------
 
 define part_vars
-$(1)_SRCS  := $$(filter-out %_main.c,$$(wildcard $(1)/*.c))
+$(1)_SRCS  := $$(filter-out %_main.c $$(CUDA_ONLY_C),$$(wildcard $(1)/*.c))
 $(1)_MAINS := $$(wildcard $(1)/*_main.c)
 $(1)_OBJS  := $$(strip $$($(1)_SRCS:%.c=$$(BUILD)/%.o) $$(filter $$(BUILD)/$(1)/%,$$(CU_OBJS) $$(ONNX_OBJS)))
 $(1)_LIB   := $$(if $$($(1)_OBJS),$$(BUILD)/lib$(1).a)

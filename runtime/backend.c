@@ -6,11 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/backend_cuda.h"
+#include "runtime/backend_cuda_rt.h"
 #include "runtime/backend_impl.h"
-
-#ifdef UN_USE_CUDA
-un_status un__backend_cuda_new(un_ctx *ctx, un_prec prec, int device, un_backend **out);
-#endif
+#include "runtime/comm_nccl_rt.h"
 
 struct un_buffer {
     un_backend *be;
@@ -20,18 +19,6 @@ struct un_buffer {
 
 un_status un_backend_cpu_new(un_ctx *ctx, un_prec prec, int nthreads, un_backend **out) {
     return un__backend_cpu_new(ctx, prec, nthreads, out);
-}
-
-un_status un_backend_cuda_new(un_ctx *ctx, un_prec prec, int device, un_backend **out) {
-    *out = NULL;
-#ifdef UN_USE_CUDA
-    return un__backend_cuda_new(ctx, prec, device, out);
-#else
-    (void)prec;
-    return un_ctx_error(ctx, UN_ERR_UNAVAILABLE,
-                        "cuda backend (device %d): this build has no CUDA (nvcc not found)",
-                        device);
-#endif
 }
 
 void un_backend_free(un_backend *be) {
@@ -113,6 +100,59 @@ un_status un_backend_synchronize(un_ctx *ctx, un_backend *be) {
     return be->iface->synchronize ? be->iface->synchronize(ctx, be) : UN_OK;
 }
 
+/* ---- CUDA ---- */
+
+#ifdef UN_USE_CUDA
+int un_backend_cuda_devices(const char **why) { return un__cu_device_count(why); }
+
+un_status un_backend_cuda_new(un_ctx *ctx, un_prec prec, int device, un_backend **out) {
+    return un__backend_cuda_new(ctx, prec, device, out);
+}
+
+un_status un_backend_cuda_new_opts(un_ctx *ctx, un_prec prec, int device, bool tf32,
+                                   un_backend **out) {
+    return un__backend_cuda_new_opts(ctx, prec, device, tf32, out);
+}
+#else
+int un_backend_cuda_devices(const char **why) {
+    if (why)
+        *why = "this build has no CUDA (nvcc was not found or CUDA=0)";
+    return 0;
+}
+
+un_status un_backend_cuda_new(un_ctx *ctx, un_prec prec, int device, un_backend **out) {
+    return un_backend_cuda_new_opts(ctx, prec, device, false, out);
+}
+
+un_status un_backend_cuda_new_opts(un_ctx *ctx, un_prec prec, int device, bool tf32,
+                                   un_backend **out) {
+    (void)prec, (void)device, (void)tf32;
+    *out = NULL;
+    return un_ctx_error(ctx, UN_ERR_UNAVAILABLE,
+                        "cuda backend: this build has no CUDA (nvcc was not found or CUDA=0)");
+}
+#endif
+
+/* ---- the NCCL seam (comm_nccl.c reaches NCCL only through this table) ---- */
+
+#ifdef UN_USE_NCCL
+static const un__nccl_fns nccl_fns = {
+    .get_id = un__nccl_get_id,
+    .init = un__nccl_init,
+    .free = un__nccl_free,
+    .abort = un__nccl_abort,
+    .allreduce = un__nccl_allreduce,
+    .allgather = un__nccl_allgather,
+    .reduce_scatter = un__nccl_reduce_scatter,
+    .bcast = un__nccl_bcast,
+    .sendrecv = un__nccl_sendrecv,
+    .sync = un__nccl_sync,
+    .device_count = un__nccl_device_count,
+};
+const un__nccl_fns *un__nccl_seam(void) { return &nccl_fns; }
+#else
+const un__nccl_fns *un__nccl_seam(void) { return NULL; }
+#endif
 /* ---- buffers ---- */
 
 un_status un_buffer_new(un_ctx *ctx, un_backend *be, size_t nbytes, un_buffer **out) {

@@ -1,4 +1,5 @@
-/* profile.c - timing operators on their piece shapes with the CPU backend, into the op-cost cache. */
+/* profile.c - timing operators on their piece shapes with the CPU or CUDA backend, into the op-cost
+ * cache. */
 #include "search/profile.h"
 
 #include <pthread.h>
@@ -8,6 +9,7 @@
 #include <unistd.h>
 
 #include "runtime/backend.h"
+#include "runtime/backend_cuda.h"
 #include "runtime/comm.h"
 #include "runtime/optim.h"
 #include "runtime/train.h"
@@ -20,7 +22,8 @@ un_profile_params un_profile_params_default(void) {
                                .warmup = 2,
                                .min_seconds = 0.02,
                                .min_reps = 5,
-                               .optimizer = "adam"};
+                               .optimizer = "adam",
+                               .cuda_device = -1};
 }
 
 static double now_s(void) {
@@ -44,14 +47,17 @@ static un_status kt_new(un_ctx *ctx, un_backend *be, const un_shape *s, size_t f
         return st;
     un_rng r;
     un_rng_seed(&r, seed);
+    void *host = un_xmalloc((size_t)n * fes); /* device memory is written, never dereferenced */
     for (int64_t i = 0; i < n; i++) {
         double v = 2 * un_rng_double(&r) - 1;
         if (fes == 4)
-            ((float *)out->data)[i] = (float)v;
+            ((float *)host)[i] = (float)v;
         else
-            ((double *)out->data)[i] = v;
+            ((double *)host)[i] = v;
     }
-    return UN_OK;
+    st = un_backend_write(ctx, be, out->data, host, (size_t)n * fes);
+    free(host);
+    return st;
 }
 
 typedef struct bufs {
@@ -214,7 +220,8 @@ static un_status profile_step_parts(un_ctx *ctx, rulesdb *db, const un_graph *g,
     long long rows = 0, cls = 0;
     sscanf(shape, "float[%lld,%lld]", &rows, &cls);
     int64_t m = rows * cls;
-    void *buf = un_xcalloc((size_t)(n > m ? n : m) + 1, fes), *grad = un_xcalloc((size_t)m + 1, fes);
+    void *buf = un_xcalloc((size_t)(n > m ? n : m) + 1, fes),
+         *grad = un_xcalloc((size_t)m + 1, fes);
     int64_t *labels = un_xcalloc((size_t)rows + 1, sizeof *labels);
     for (int part = 0; part < 2; part++) {
         double *ts = un_xmalloc(sizeof *ts * 64);
@@ -267,7 +274,9 @@ un_status un_profile_graph(un_ctx *ctx, rulesdb *db, const un_graph *g, const un
     char device[48];
     snprintf(device, sizeof device, "%s%s", p->device, p->f64 ? "-f64" : "");
     un_status st =
-        un_backend_cpu_new(ctx, p->f64 ? UN_PREC_F64 : UN_PREC_F32, p->threads, &be);
+        p->cuda_device >= 0
+            ? un_backend_cuda_new(ctx, p->f64 ? UN_PREC_F64 : UN_PREC_F32, p->cuda_device, &be)
+            : un_backend_cpu_new(ctx, p->f64 ? UN_PREC_F64 : UN_PREC_F32, p->threads, &be);
     int32_t n = un_graph_node_count(g);
     char(*seen)[256] = un_xcalloc((size_t)n, sizeof *seen);
     int n_seen = 0;
@@ -300,9 +309,10 @@ un_status un_profile_graph(un_ctx *ctx, rulesdb *db, const un_graph *g, const un
         if (log)
             fprintf(log, "  %-44s %-40s %10.4f %10.4f ms\n", sig, shape, fwd * 1e3, bwd * 1e3);
     }
-    if (st == UN_OK && p->optimizer)
+    /* the optimizer, data and loss run on the host today: timed for CPU devices only */
+    if (st == UN_OK && p->optimizer && p->cuda_device < 0)
         st = profile_optimizer(ctx, db, g, p, device, log, n_stored);
-    if (st == UN_OK)
+    if (st == UN_OK && p->cuda_device < 0)
         st = profile_step_parts(ctx, db, g, p, device, log, n_stored);
     if (st == UN_OK)
         st = rulesdb_commit(ctx, db);
@@ -349,8 +359,8 @@ static un_status xchg_time(un_ctx *ctx, size_t bytes, int reps, double *sec) {
     void *b0 = un_xcalloc(bytes + 1, 1), *b1 = un_xcalloc(bytes + 1, 1);
     pthread_t th[2];
     for (int r = 0; r < 2; r++) {
-        j[r] = (xjob){.c = un_comm_local_get(grp, r), .buf = {b0, b1}, .bytes = bytes,
-                      .reps = reps};
+        j[r] =
+            (xjob){.c = un_comm_local_get(grp, r), .buf = {b0, b1}, .bytes = bytes, .reps = reps};
         pthread_create(&th[r], NULL, xchg_main, &j[r]);
     }
     for (int r = 0; r < 2; r++)

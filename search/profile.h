@@ -1,8 +1,8 @@
 /* profile.h - measured operator costs: times every regular operator of a graph on its piece
- * shapes on the local CPU backend (warm-up, then timed repetitions), and the optimizer step over
- * the graph's weights, and stores the times in rules.db's op-cost cache under the keys the cost
- * model looks up (search/cost.h: un_cost_key) for a device kind. The cost model then uses them in
- * place of its roofline for that device kind.
+ * shapes on the local CPU or CUDA backend (warm-up, then timed repetitions), and the optimizer step
+ * over the graph's weights, and stores the times in rules.db's op-cost cache under the keys the
+ * cost model looks up (search/cost.h: un_cost_key) for a device kind. The cost model then uses them
+ * in place of its roofline for that device kind.
  *
  *   un_profile_params pp = un_profile_params_default();
  *   pp.device = "cpu"; pp.threads = 1;
@@ -18,13 +18,16 @@
 #include "search/machine.h"
 
 typedef struct un_profile_params {
-    const char *device;  /* device kind key (the machine file's device.kind), e.g. "cpu" */
-    int threads;         /* CPU threads of the backend (as one device of the run) */
-    bool f64;            /* float64 (device key gets "-f64", as the cost model's) */
-    int warmup;          /* untimed runs first */
-    double min_seconds;  /* time each op for at least this long ... */
-    int min_reps;        /* ... and at least this many repetitions */
+    const char *device;    /* device kind key (the machine file's device.kind), e.g. "cpu" */
+    int threads;           /* CPU threads of the backend (as one device of the run) */
+    bool f64;              /* float64 (device key gets "-f64", as the cost model's) */
+    int warmup;            /* untimed runs first */
+    double min_seconds;    /* time each op for at least this long ... */
+    int min_reps;          /* ... and at least this many repetitions */
     const char *optimizer; /* also time this optimizer over the graph's weights (NULL: none) */
+    int cuda_device;       /* >= 0: time the ops on this CUDA device (device should then be the
+                              GPU's kind, e.g. "h100"); each run is synchronised, so a time is
+                              launch + kernel; optimizer and data/loss stay unmeasured there */
 } un_profile_params;
 
 un_profile_params un_profile_params_default(void);

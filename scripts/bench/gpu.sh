@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# GPU benchmarks (issue 19 item 6), for a machine with an NVIDIA GPU:
+#  1. matmul throughput: the CUDA backend's linear op (float32; TF32 allowed) against cuBLAS's
+#     own sgemm on the same sizes in the same process, and cuBLAS bf16 GEMM for reference
+#     (scripts/bench/gpu_gemm.c).
+#  2. training step time and samples/s of the tiny models with `unity-train --backend cuda`
+#     against the same model in PyTorch eager on the same GPU (torch with CUDA must be
+#     importable by python3; install it on that machine if it lacks it).
+# It refuses, with one line and exit status 2, on a machine without a usable GPU or a build
+# without CUDA.
+#
+#   scripts/bench/gpu.sh [BUILD_DIR]     (default build/default; builds it first)
+# Env: STEPS (default 200), BATCH (default 64).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root"
+build=${1:-build/default}
+steps=${STEPS:-200}
+batch=${BATCH:-64}
+
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+    echo "gpu.sh: no NVIDIA GPU on this machine (nvidia-smi missing or finds none) - nothing measured" >&2
+    exit 2
+fi
+make -s -j2 BUILD="$build" CUDA=1 >/dev/null
+grep -q UN_USE_CUDA "$build/.flags" || { echo "gpu.sh: $build is not a CUDA build" >&2; exit 2; }
+echo "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)"
+echo "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); $(uptime)"
+
+# ---- 1. matmul ----
+cuda_home=$(dirname "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")
+libs="$build/libruntime.a $build/libpcg.a -lopenblas -lcjson -lm $(pkg-config --libs ompi-c 2>/dev/null)"
+libs="$libs -L$cuda_home/lib64 -Wl,-rpath,$cuda_home/lib64 -lcublas -lcudart -lnccl -lstdc++ -pthread"
+cc -std=gnu17 -O2 -D_GNU_SOURCE -I. scripts/bench/gpu_gemm.c $libs -o "$build/bench_gpu_gemm"
+echo
+echo "== matmul [n,n]x[n,n], TFLOP/s: unity's linear op vs cuBLAS called directly (same process)"
+set +e
+"$build/bench_gpu_gemm"
+rc=$?
+set -e
+[[ $rc -eq 0 ]] || { echo "gpu.sh: the matmul benchmark failed (status $rc)" >&2; exit "$rc"; }
+
+# ---- 2. training steps ----
+echo
+echo "== training step (forward + backward + Adam), batch $batch, $steps steps, ms/step"
+for m in mlp transformer; do
+    if line=$("$build/bin/unity-train" --model "$m" --tiny --backend cuda --batch "$batch" \
+                  --optimizer adam --steps "$steps" 2>&1 | tail -1); then
+        printf 'unity-train cuda %-12s %s\n' "$m" "$line"
+    else
+        printf 'unity-train cuda %-12s failed: %s\n' "$m" "$line"
+    fi
+done
+if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    python3 - "$steps" "$batch" <<'PYEOF'
+import sys, time, torch
+n, B = int(sys.argv[1]), int(sys.argv[2])
+torch.manual_seed(0)
+dev = torch.device("cuda")
+def mlp():
+    class M(torch.nn.Module):
+        def __init__(s):
+            super().__init__()
+            s.t = torch.nn.ModuleList([torch.nn.Sequential(torch.nn.Linear(32, 32, bias=False), torch.nn.ReLU(),
+                                                           torch.nn.Linear(32, 32, bias=False)) for _ in range(2)])
+        def forward(s, a, b):
+            return s.t[0](a) + s.t[1](b)
+    m = M().to(dev); x1 = torch.randn(B, 32, device=dev); x2 = torch.randn(B, 32, device=dev)
+    y = torch.randint(0, 32, (B,), device=dev)
+    return m, lambda: torch.nn.functional.cross_entropy(m(x1, x2), y)
+def transformer():
+    class L(torch.nn.Module):
+        def __init__(s):
+            super().__init__()
+            s.att = torch.nn.MultiheadAttention(32, 4, bias=False, batch_first=True)
+            s.ln1 = torch.nn.LayerNorm(32); s.ln2 = torch.nn.LayerNorm(32)
+            s.f1 = torch.nn.Linear(32, 128, bias=False); s.f2 = torch.nn.Linear(128, 32, bias=False)
+        def forward(s, x):
+            x = s.ln1(x + s.att(x, x, x, need_weights=False)[0])
+            return s.ln2(x + s.f2(torch.nn.functional.gelu(s.f1(x))))
+    m = torch.nn.Sequential(L(), L(), torch.nn.Linear(32, 1, bias=False)).to(dev)
+    x = torch.randn(B, 8, 32, device=dev); y = torch.randn(B, 8, 1, device=dev)
+    return m, lambda: torch.nn.functional.mse_loss(m(x), y)
+for name, f in (("mlp", mlp), ("transformer", transformer)):
+    m, loss = f()
+    opt = torch.optim.Adam(m.parameters(), lr=1e-3)
+    def step():
+        opt.zero_grad(); l = loss(); l.backward(); opt.step()
+    for _ in range(20):
+        step()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(n):
+        step()
+    torch.cuda.synchronize()
+    ms = 1e3 * (time.perf_counter() - t) / n
+    print(f"pytorch {torch.__version__:<7} cuda {name:<12} {ms:8.3f} ms/step {B / ms * 1e3:10.0f} samples/s")
+PYEOF
+else
+    echo "pytorch with CUDA: not importable by python3 - comparison skipped (pip install torch)"
+fi
