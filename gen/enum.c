@@ -12,11 +12,11 @@
 #include <time.h>
 #include <unistd.h>
 
-gen_params gen_params_default(void) {
-    return (gen_params){.max_ops = 3, .threads = 1, .seed = 1234, .shard_i = 0, .shard_n = 1};
+un_gen_params un_gen_params_default(void) {
+    return (un_gen_params){.max_ops = 3, .threads = 1, .seed = 1234, .shard_i = 0, .shard_n = 1};
 }
 
-void gen_enum_result_deinit(gen_enum_result *r) {
+void un_gen_enum_result_deinit(un_gen_enum_result *r) {
     if (!r)
         return;
     free(r->recs);
@@ -24,18 +24,18 @@ void gen_enum_result_deinit(gen_enum_result *r) {
     memset(r, 0, sizeof *r);
 }
 
-struct gen_enum {
-    const gen_class *classes; /* during a run: value classes of cones below the size bound */
+struct un_gen_enum {
+    const un_gen_class *classes; /* during a run: value classes of cones below the size bound */
     int64_t n_classes;
-    const gen_menu *m;
+    const un_gen_menu *m;
     const un_spec *spec;
     uint64_t seed;
-    un_ptensor in_val[GEN_MAX_INPUTS];
-    uint64_t in_vh[GEN_MAX_INPUTS];
-    uint64_t in_key[GEN_MAX_INPUTS];
+    un_ptensor in_val[UN_GEN_MAX_INPUTS];
+    uint64_t in_vh[UN_GEN_MAX_INPUTS];
+    uint64_t in_key[UN_GEN_MAX_INPUTS];
 };
 
-const gen_menu *gen_enum_menu(const gen_enum *e) { return e->m; }
+const un_gen_menu *un_gen_enum_menu(const un_gen_enum *e) { return e->m; }
 
 static double now_s(void) {
     struct timespec ts;
@@ -51,23 +51,23 @@ static uint64_t value_hash(const un_shape *s, const un_val *dense, int64_t n) {
     return un_mix64(h);
 }
 
-void gen_enum_free(gen_enum *e) {
+void un_gen_enum_free(un_gen_enum *e) {
     if (!e)
         return;
-    for (int i = 0; i < GEN_MAX_INPUTS; i++)
+    for (int i = 0; i < UN_GEN_MAX_INPUTS; i++)
         un_ptensor_deinit(&e->in_val[i]);
     free(e);
 }
 
-un_status gen_enum_new(un_ctx *ctx, const gen_menu *menu, uint64_t seed, gen_enum **out) {
+un_status un_gen_enum_new(un_ctx *ctx, const un_gen_menu *menu, uint64_t seed, un_gen_enum **out) {
     *out = NULL;
-    gen_enum *e = un_xcalloc(1, sizeof *e);
+    un_gen_enum *e = un_xcalloc(1, sizeof *e);
     e->m = menu;
     e->spec = menu->spec;
     e->seed = seed;
     un_status st = UN_OK;
     for (int i = 0; i < menu->n_inputs; i++) {
-        const gen_input *in = &menu->inputs[i];
+        const un_gen_input *in = &menu->inputs[i];
         int64_t n = un_shape_numel(&in->shape);
         un_val *dense = un_xmalloc(sizeof(un_val) * (size_t)n);
         un_rng rng;
@@ -80,7 +80,7 @@ un_status gen_enum_new(un_ctx *ctx, const gen_menu *menu, uint64_t seed, gen_enu
         e->in_key[i] = un_mix64(0x696e707574ull + (uint64_t)i);
         free(dense);
         if (st != UN_OK) {
-            gen_enum_free(e);
+            un_gen_enum_free(e);
             return st;
         }
     }
@@ -114,20 +114,20 @@ static bool vec_push(vec *v, const void *x) {
 
 typedef struct wstate {
     un_ctx *ctx; /* private to the worker */
-    const gen_enum *e;
-    const gen_params *p;
+    const un_gen_enum *e;
+    const un_gen_params *p;
     int n_ops, n_t;
-    gen_op ops[GEN_MAX_OPS];
-    uint64_t opkey[GEN_MAX_OPS];
-    un_ptensor val[GEN_MAX_T]; /* menu inputs: shallow copies of e->in_val */
-    uint64_t vh[GEN_MAX_T], key[GEN_MAX_T];
-    uint32_t mask[GEN_MAX_T], anc[GEN_MAX_T];
-    int16_t prod[GEN_MAX_T], uses[GEN_MAX_T];
-    int8_t prod_out[GEN_MAX_T];
+    un_gen_op ops[UN_GEN_MAX_OPS];
+    uint64_t opkey[UN_GEN_MAX_OPS];
+    un_ptensor val[UN_GEN_MAX_T]; /* menu inputs: shallow copies of e->in_val */
+    uint64_t vh[UN_GEN_MAX_T], key[UN_GEN_MAX_T];
+    uint32_t mask[UN_GEN_MAX_T], anc[UN_GEN_MAX_T];
+    int16_t prod[UN_GEN_MAX_T], uses[UN_GEN_MAX_T];
+    int8_t prod_out[UN_GEN_MAX_T];
     un_val *dense;
     int64_t dense_cap;
     vec recs, classes;
-    int64_t n_graphs, n_by_size[GEN_MAX_OPS + 1], n_dup, n_ill, n_disconnected, n_cut;
+    int64_t n_graphs, n_by_size[UN_GEN_MAX_OPS + 1], n_dup, n_ill, n_disconnected, n_cut;
     int max_in; /* most inputs of a menu operator */
     _Atomic int64_t progress_graphs;
     _Atomic int64_t progress_recs; /* records kept so far (candidate graphs for pairing) */
@@ -137,17 +137,17 @@ typedef struct wstate {
     int64_t n_naming, n_same_nf;
     int64_t *map; /* (fp, nf) -> index in recs + 1; open addressing */
     int64_t map_cap;
-    bool record; /* false while replaying one graph (gen_enum_eval) */
+    bool record; /* false while replaying one graph (un_gen_enum_eval) */
     const atomic_bool *stop;
 } wstate;
 
-static void ws_init(wstate *w, un_ctx *ctx, const gen_enum *e, const gen_params *p) {
+static void ws_init(wstate *w, un_ctx *ctx, const un_gen_enum *e, const un_gen_params *p) {
     memset(w, 0, sizeof *w);
     w->ctx = ctx;
     w->e = e;
     w->p = p;
-    w->recs.elem = sizeof(gen_rec);
-    w->classes.elem = sizeof(gen_class);
+    w->recs.elem = sizeof(un_gen_rec);
+    w->classes.elem = sizeof(un_gen_class);
     w->n_t = e->m->n_inputs;
     w->max_in = 1;
     for (int i = 0; i < e->m->n_insts; i++)
@@ -188,8 +188,8 @@ static int graph_outputs(const wstate *w, uint8_t *outs, uint32_t *mask_all) {
     for (int t = w->e->m->n_inputs; t < w->n_t; t++) {
         *mask_all |= w->mask[t];
         if (w->uses[t] == 0) {
-            if (n == GEN_MAX_GOUTS)
-                return GEN_MAX_GOUTS + 1;
+            if (n == UN_GEN_MAX_GOUTS)
+                return UN_GEN_MAX_GOUTS + 1;
             outs[n++] = (uint8_t)t;
         }
     }
@@ -212,7 +212,7 @@ static uint64_t graph_fp(const uint64_t *vh, const uint8_t *outs, int n) {
 
 /* Number of components of the operators linked by operator-to-operator edges. */
 static int components(const wstate *w) {
-    int comp[GEN_MAX_OPS], n = w->n_ops, nc = n;
+    int comp[UN_GEN_MAX_OPS], n = w->n_ops, nc = n;
     for (int j = 0; j < n; j++)
         comp[j] = j;
     for (int j = 0; j < n; j++)
@@ -232,11 +232,11 @@ static int components(const wstate *w) {
 }
 
 /* The class of a tensor value (vh, mask) among the cones below the size bound, or NULL. */
-static const gen_class *class_of(const gen_enum *e, uint64_t vh, uint32_t mask) {
+static const un_gen_class *class_of(const un_gen_enum *e, uint64_t vh, uint32_t mask) {
     int64_t lo = 0, hi = e->n_classes;
     while (lo < hi) {
         int64_t mid = (lo + hi) / 2;
-        const gen_class *c = &e->classes[mid];
+        const un_gen_class *c = &e->classes[mid];
         if (c->vh < vh || (c->vh == vh && c->mask < mask))
             lo = mid + 1;
         else
@@ -248,7 +248,7 @@ static const gen_class *class_of(const gen_enum *e, uint64_t vh, uint32_t mask) 
 }
 
 static uint64_t normal_form(const wstate *w, const uint8_t *outs, int n) {
-    uint64_t nf[GEN_MAX_T];
+    uint64_t nf[UN_GEN_MAX_T];
     int ni = w->e->m->n_inputs, t = ni;
     for (int i = 0; i < ni; i++)
         nf[i] = w->key[i];
@@ -258,7 +258,7 @@ static uint64_t normal_form(const wstate *w, const uint8_t *outs, int n) {
             key = un_mix64(key ^ nf[w->ops[j].in[k]]) + (uint64_t)k;
         for (; t < w->n_t && w->prod[t] == j; t++) {
             nf[t] = un_mix64(key + 0x6f7574ull * (uint64_t)(w->prod_out[t] + 1));
-            const gen_class *c = w->uses[t] > 0 ? class_of(w->e, w->vh[t], w->mask[t]) : NULL;
+            const un_gen_class *c = w->uses[t] > 0 ? class_of(w->e, w->vh[t], w->mask[t]) : NULL;
             if (c)
                 nf[t] = un_mix64(c->key ^ 0x636c617373ull);
         }
@@ -269,7 +269,7 @@ static uint64_t normal_form(const wstate *w, const uint8_t *outs, int n) {
     return h;
 }
 
-static int cmp_graph(const gen_graph *a, const gen_graph *b) {
+static int cmp_graph(const un_gen_graph *a, const un_gen_graph *b) {
     if (a->n_ops != b->n_ops)
         return a->n_ops < b->n_ops ? -1 : 1;
     return memcmp(a, b, sizeof *a);
@@ -277,7 +277,7 @@ static int cmp_graph(const gen_graph *a, const gen_graph *b) {
 
 /* Keeps r unless a smaller graph of the same value and normal form is kept (then it replaces
  * nothing); one record per (fp, nf) whatever the visiting order. */
-static void keep_rec(wstate *w, const gen_rec *r) {
+static void keep_rec(wstate *w, const un_gen_rec *r) {
     if (2 * (w->recs.n + 1) > w->map_cap) {
         int64_t cap = w->map_cap ? 2 * w->map_cap : 4096;
         int64_t *map = calloc((size_t)cap, sizeof *map);
@@ -285,7 +285,7 @@ static void keep_rec(wstate *w, const gen_rec *r) {
             w->err = UN_ERR_NOMEM;
             return;
         }
-        const gen_rec *rv = w->recs.data;
+        const un_gen_rec *rv = w->recs.data;
         for (int64_t i = 0; i < w->recs.n; i++) {
             uint64_t h = un_mix64(rv[i].fp ^ un_mix64(rv[i].nf));
             int64_t s = (int64_t)(h & (uint64_t)(cap - 1));
@@ -299,9 +299,9 @@ static void keep_rec(wstate *w, const gen_rec *r) {
     }
     uint64_t h = un_mix64(r->fp ^ un_mix64(r->nf));
     int64_t s = (int64_t)(h & (uint64_t)(w->map_cap - 1));
-    gen_rec *rv = w->recs.data;
+    un_gen_rec *rv = w->recs.data;
     while (w->map[s]) {
-        gen_rec *o = &rv[w->map[s] - 1];
+        un_gen_rec *o = &rv[w->map[s] - 1];
         if (o->fp == r->fp && o->nf == r->nf) {
             w->n_same_nf++;
             if (cmp_graph(&r->g, &o->g) < 0)
@@ -324,21 +324,21 @@ static void record(wstate *w) {
         atomic_store_explicit(&w->progress_graphs, w->n_graphs, memory_order_relaxed);
         atomic_store_explicit(&w->progress_recs, w->recs.n, memory_order_relaxed);
     }
-    uint8_t outs[GEN_MAX_GOUTS + 1];
+    uint8_t outs[UN_GEN_MAX_GOUTS + 1];
     uint32_t mask_all;
     int n = graph_outputs(w, outs, &mask_all);
     bool connected = components(w) == 1;
     w->n_disconnected += !connected;
-    bool prefix = connected && gen_menu_prefix_ok(w->e->m, mask_all);
+    bool prefix = connected && un_gen_menu_prefix_ok(w->e->m, mask_all);
     w->n_naming += connected && !prefix;
-    if (prefix && n >= 1 && n <= GEN_MAX_GOUTS && !w->no_recs) {
-        gen_rec r;
+    if (prefix && n >= 1 && n <= UN_GEN_MAX_GOUTS && !w->no_recs) {
+        un_gen_rec r;
         memset(&r, 0, sizeof r);
         r.fp = graph_fp(w->vh, outs, n);
         if (w->p->shard_n <= 1 || r.fp % (uint64_t)w->p->shard_n == (uint64_t)w->p->shard_i) {
             r.nf = normal_form(w, outs, n);
             r.g.n_ops = (uint8_t)w->n_ops;
-            memcpy(r.g.ops, w->ops, sizeof(gen_op) * (size_t)w->n_ops);
+            memcpy(r.g.ops, w->ops, sizeof(un_gen_op) * (size_t)w->n_ops);
             keep_rec(w, &r);
         }
     }
@@ -350,14 +350,14 @@ static void record(wstate *w) {
         for (int t = w->n_t - 1; t >= 0 && w->prod[t] == last; t--) {
             if (w->anc[t] != all)
                 break;
-            gen_class c;
+            un_gen_class c;
             memset(&c, 0, sizeof c);
             c.vh = w->vh[t];
             c.mask = w->mask[t];
             c.n_ops = (uint32_t)w->n_ops;
             c.key = w->key[t];
             c.g.n_ops = (uint8_t)w->n_ops;
-            memcpy(c.g.ops, w->ops, sizeof(gen_op) * (size_t)w->n_ops);
+            memcpy(c.g.ops, w->ops, sizeof(un_gen_op) * (size_t)w->n_ops);
             c.out = (uint8_t)w->prod_out[t];
             if (!vec_push(&w->classes, &c))
                 w->err = UN_ERR_NOMEM;
@@ -370,7 +370,7 @@ enum { TRY_OK, TRY_ORDER, TRY_ILL, TRY_DUP, TRY_ERR };
 
 static void pop_op(wstate *w) {
     int d = --w->n_ops;
-    const gen_op *op = &w->ops[d];
+    const un_gen_op *op = &w->ops[d];
     while (w->n_t > w->e->m->n_inputs && w->prod[w->n_t - 1] == d) {
         w->n_t--;
         un_ptensor_deinit(&w->val[w->n_t]);
@@ -382,10 +382,10 @@ static void pop_op(wstate *w) {
 /* Appends operator (inst, in[]) to the path: order check, inference, evaluation, duplicate check.
  * On TRY_OK the operator is pushed (pop with pop_op). */
 static int push_op(wstate *w, int inst, const uint8_t *in, bool check_order) {
-    const gen_menu *m = w->e->m;
-    const gen_inst *gi = &m->insts[inst];
+    const un_gen_menu *m = w->e->m;
+    const un_gen_inst *gi = &m->insts[inst];
     int d = w->n_ops;
-    if (d >= GEN_MAX_OPS)
+    if (d >= UN_GEN_MAX_OPS)
         return TRY_ILL;
     uint64_t key = un_mix64(0x6f70ull + (uint64_t)inst);
     int ready = 0;
@@ -400,8 +400,8 @@ static int push_op(wstate *w, int inst, const uint8_t *in, bool check_order) {
                 return TRY_ORDER;
     if (gi->min_rank && gi->n_in > 0 && w->val[in[0]].shape.rank < gi->min_rank)
         return TRY_ILL;
-    un_shape shapes[GEN_MAX_OP_IN];
-    un_ptensor vals[GEN_MAX_OP_IN];
+    un_shape shapes[UN_GEN_MAX_OP_IN];
+    un_ptensor vals[UN_GEN_MAX_OP_IN];
     for (int j = 0; j < gi->n_in; j++) {
         shapes[j] = w->val[in[j]].shape;
         vals[j] = w->val[in[j]];
@@ -409,7 +409,7 @@ static int push_op(wstate *w, int inst, const uint8_t *in, bool check_order) {
     un_infer inf;
     if (un_spec_infer(NULL, w->e->spec, gi->op, gi->params, shapes, gi->n_in, NULL, &inf) != UN_OK)
         return TRY_ILL;
-    if (w->n_t + inf.n_out > GEN_MAX_T)
+    if (w->n_t + inf.n_out > UN_GEN_MAX_T)
         return TRY_ILL;
     for (int o = 0; o < inf.n_out; o++)
         if (un_shape_piece_numel(&inf.out[o]) * un_shape_npieces(&inf.out[o]) > (1 << 16))
@@ -443,7 +443,7 @@ static int push_op(wstate *w, int inst, const uint8_t *in, bool check_order) {
             un_ptensor_deinit(&outv[o]);
         return res;
     }
-    gen_op *op = &w->ops[d];
+    un_gen_op *op = &w->ops[d];
     memset(op, 0, sizeof *op);
     op->inst = (uint16_t)inst;
     op->n_in = (uint8_t)gi->n_in;
@@ -496,11 +496,11 @@ static void try_and_recurse(wstate *w, int inst, const uint8_t *in) {
 
 /* Every operator instance over every tuple of the current tensors. */
 static void extend(wstate *w) {
-    const gen_menu *m = w->e->m;
+    const un_gen_menu *m = w->e->m;
     int nt = w->n_t;
     for (int i = 0; i < m->n_insts && w->err == UN_OK; i++) {
         int k = m->insts[i].n_in;
-        uint8_t in[GEN_MAX_OP_IN] = {0};
+        uint8_t in[UN_GEN_MAX_OP_IN] = {0};
         for (;;) {
             try_and_recurse(w, i, in);
             int j = k - 1;
@@ -516,7 +516,7 @@ static void extend(wstate *w) {
 
 typedef struct root {
     uint16_t inst;
-    uint8_t in[GEN_MAX_OP_IN];
+    uint8_t in[UN_GEN_MAX_OP_IN];
 } root;
 
 typedef struct shared {
@@ -552,7 +552,7 @@ static void *worker_main(void *arg) {
 }
 
 static int cmp_rec(const void *a, const void *b) {
-    const gen_rec *x = a, *y = b;
+    const un_gen_rec *x = a, *y = b;
     if (x->fp != y->fp)
         return x->fp < y->fp ? -1 : 1;
     if (x->nf != y->nf)
@@ -561,7 +561,7 @@ static int cmp_rec(const void *a, const void *b) {
 }
 
 static int cmp_class(const void *a, const void *b) {
-    const gen_class *x = a, *y = b;
+    const un_gen_class *x = a, *y = b;
     if (x->vh != y->vh)
         return x->vh < y->vh ? -1 : 1;
     if (x->mask != y->mask)
@@ -582,14 +582,14 @@ static void fmt_eta(double s, char *buf, size_t n) {
         snprintf(buf, n, "%.0fm", s / 60);
 }
 
-static un_status run_phase(un_ctx *ctx, gen_enum *e, const gen_params *p, int class_max,
-                           bool no_recs, gen_enum_result *out);
+static un_status run_phase(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p, int class_max,
+                           bool no_recs, un_gen_enum_result *out);
 
-un_status gen_enum_run(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_enum_result *out) {
+un_status un_gen_enum_run(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p, un_gen_enum_result *out) {
     memset(out, 0, sizeof *out);
-    if (p->max_ops < 1 || p->max_ops > GEN_MAX_OPS)
+    if (p->max_ops < 1 || p->max_ops > UN_GEN_MAX_OPS)
         return un_ctx_error(ctx, UN_ERR_INVALID, "--max-ops must lie in [1, %d], not %d",
-                            GEN_MAX_OPS, p->max_ops);
+                            UN_GEN_MAX_OPS, p->max_ops);
     if (p->threads < 1 || p->threads > 256)
         return un_ctx_error(ctx, UN_ERR_INVALID, "--threads must lie in [1, 256], not %d",
                             p->threads);
@@ -599,11 +599,11 @@ un_status gen_enum_run(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_enum_r
     /* phase 1: the value classes of every cone below the size bound (cheap: one size less);
      * phase 2: every graph, recorded once per (value, normal form) */
     double t0 = now_s();
-    gen_enum_result a;
+    un_gen_enum_result a;
     memset(&a, 0, sizeof a);
     un_status st = UN_OK;
     if (p->max_ops >= 2) {
-        gen_params pa = *p;
+        un_gen_params pa = *p;
         pa.max_ops = p->max_ops - 1;
         if ((st = run_phase(ctx, e, &pa, pa.max_ops, true, &a)) != UN_OK)
             return st;
@@ -614,7 +614,7 @@ un_status gen_enum_run(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_enum_r
     e->classes = NULL;
     e->n_classes = 0;
     if (st != UN_OK) {
-        gen_enum_result_deinit(&a);
+        un_gen_enum_result_deinit(&a);
         return st;
     }
     free(out->classes);
@@ -637,11 +637,11 @@ un_status gen_enum_run(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_enum_r
     return UN_OK;
 }
 
-static un_status run_phase(un_ctx *ctx, gen_enum *e, const gen_params *p, int class_max,
-                           bool no_recs, gen_enum_result *out) {
+static un_status run_phase(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p, int class_max,
+                           bool no_recs, un_gen_enum_result *out) {
     memset(out, 0, sizeof *out);
     double t0 = now_s();
-    const gen_menu *m = e->m;
+    const un_gen_menu *m = e->m;
     /* the top-level operators: every well-formed single operator over the menu inputs */
     vec roots = {.elem = sizeof(root)};
     {
@@ -651,7 +651,7 @@ static un_status run_phase(un_ctx *ctx, gen_enum *e, const gen_params *p, int cl
         w.stop = &no_stop;
         for (int i = 0; i < m->n_insts; i++) {
             int k = m->insts[i].n_in;
-            uint8_t in[GEN_MAX_OP_IN] = {0};
+            uint8_t in[UN_GEN_MAX_OP_IN] = {0};
             for (;;) {
                 if (push_op(&w, i, in, true) == TRY_OK) {
                     pop_op(&w);
@@ -732,7 +732,7 @@ static un_status run_phase(un_ctx *ctx, gen_enum *e, const gen_params *p, int cl
     if (tty)
         un_ctx_progress_done(ctx);
     un_status st = UN_OK;
-    vec recs = {.elem = sizeof(gen_rec)}, classes = {.elem = sizeof(gen_class)};
+    vec recs = {.elem = sizeof(un_gen_rec)}, classes = {.elem = sizeof(un_gen_class)};
     for (int i = 0; i < nt; i++) {
         wstate *w = &wk[i].w;
         if (w->err != UN_OK && st == UN_OK)
@@ -745,7 +745,7 @@ static un_status run_phase(un_ctx *ctx, gen_enum *e, const gen_params *p, int cl
         out->n_cut += w->n_cut;
         out->n_naming += w->n_naming;
         out->n_same_nf += w->n_same_nf;
-        for (int s = 0; s <= GEN_MAX_OPS; s++)
+        for (int s = 0; s <= UN_GEN_MAX_OPS; s++)
             out->n_by_size[s] += w->n_by_size[s];
         recs.n += w->recs.n;
         classes.n += w->classes.n;
@@ -758,9 +758,9 @@ static un_status run_phase(un_ctx *ctx, gen_enum *e, const gen_params *p, int cl
             big = i;
     if (st == UN_OK) {
         wstate *w = &wk[big].w;
-        recs.data = realloc(w->recs.data, (size_t)(recs.n ? recs.n : 1) * sizeof(gen_rec));
+        recs.data = realloc(w->recs.data, (size_t)(recs.n ? recs.n : 1) * sizeof(un_gen_rec));
         classes.data =
-            realloc(w->classes.data, (size_t)(classes.n ? classes.n : 1) * sizeof(gen_class));
+            realloc(w->classes.data, (size_t)(classes.n ? classes.n : 1) * sizeof(un_gen_class));
         if (recs.data)
             w->recs.data = NULL;
         if (classes.data)
@@ -774,11 +774,11 @@ static un_status run_phase(un_ctx *ctx, gen_enum *e, const gen_params *p, int cl
         wstate *w = &wk[i].w;
         if (st == UN_OK && i != big) {
             if (w->recs.n)
-                memcpy((gen_rec *)recs.data + ro, w->recs.data,
-                       sizeof(gen_rec) * (size_t)w->recs.n);
+                memcpy((un_gen_rec *)recs.data + ro, w->recs.data,
+                       sizeof(un_gen_rec) * (size_t)w->recs.n);
             if (w->classes.n)
-                memcpy((gen_class *)classes.data + co, w->classes.data,
-                       sizeof(gen_class) * (size_t)w->classes.n);
+                memcpy((un_gen_class *)classes.data + co, w->classes.data,
+                       sizeof(un_gen_class) * (size_t)w->classes.n);
             ro += w->recs.n;
             co += w->classes.n;
         }
@@ -797,10 +797,10 @@ static un_status run_phase(un_ctx *ctx, gen_enum *e, const gen_params *p, int cl
         memset(out, 0, sizeof *out);
         return st;
     }
-    qsort(recs.data, (size_t)recs.n, sizeof(gen_rec), cmp_rec);
-    qsort(classes.data, (size_t)classes.n, sizeof(gen_class), cmp_class);
+    qsort(recs.data, (size_t)recs.n, sizeof(un_gen_rec), cmp_rec);
+    qsort(classes.data, (size_t)classes.n, sizeof(un_gen_class), cmp_class);
     /* one class per (vh, mask): the first after sorting is the smallest representative */
-    gen_class *c = classes.data;
+    un_gen_class *c = classes.data;
     int64_t k = 0;
     for (int64_t i = 0; i < classes.n; i++)
         if (k == 0 || c[i].vh != c[k - 1].vh || c[i].mask != c[k - 1].mask)
@@ -815,18 +815,18 @@ static un_status run_phase(un_ctx *ctx, gen_enum *e, const gen_params *p, int cl
 
 /* ---- one graph at a time ---- */
 
-void gen_geval_deinit(gen_geval *ev) {
+void un_gen_geval_deinit(un_gen_geval *ev) {
     if (!ev)
         return;
-    for (int i = 0; i < GEN_MAX_GOUTS; i++)
+    for (int i = 0; i < UN_GEN_MAX_GOUTS; i++)
         free(ev->dense[i]);
     memset(ev, 0, sizeof *ev);
 }
 
-un_status gen_enum_eval(un_ctx *ctx, const gen_enum *e, const gen_graph *g, gen_geval *out) {
+un_status un_gen_enum_eval(un_ctx *ctx, const un_gen_enum *e, const un_gen_graph *g, un_gen_geval *out) {
     memset(out, 0, sizeof *out);
-    gen_params p = gen_params_default();
-    p.max_ops = GEN_MAX_OPS;
+    un_gen_params p = un_gen_params_default();
+    p.max_ops = UN_GEN_MAX_OPS;
     atomic_bool no_stop = false;
     wstate w;
     ws_init(&w, ctx, e, &p);
@@ -852,7 +852,7 @@ un_status gen_enum_eval(un_ctx *ctx, const gen_enum *e, const gen_graph *g, gen_
             out->shape[t] = w.val[t].shape;
         }
         int n = graph_outputs(&w, out->out, &out->mask_all);
-        if (n < 1 || n > GEN_MAX_GOUTS)
+        if (n < 1 || n > UN_GEN_MAX_GOUTS)
             st = un_ctx_error(ctx, UN_ERR_INVALID, "graph has %d outputs", n);
         else {
             out->n_out = n;
@@ -871,16 +871,16 @@ un_status gen_enum_eval(un_ctx *ctx, const gen_enum *e, const gen_graph *g, gen_
         pop_op(&w);
     ws_deinit(&w);
     if (st != UN_OK)
-        gen_geval_deinit(out);
+        un_gen_geval_deinit(out);
     return st;
 }
 
-un_status gen_enum_to_graph(un_ctx *ctx, const gen_enum *e, const gen_graph *g, const gen_geval *ev,
+un_status un_gen_enum_to_graph(un_ctx *ctx, const un_gen_enum *e, const un_gen_graph *g, const un_gen_geval *ev,
                             const uint8_t *abstract, int n_abs, const uint8_t *outs, int n_out,
                             un_graph **out, un_ref *refs) {
     *out = NULL;
-    const gen_menu *m = e->m;
-    bool is_abs[GEN_MAX_T] = {false}, need_t[GEN_MAX_T] = {false}, need_op[GEN_MAX_OPS] = {false};
+    const un_gen_menu *m = e->m;
+    bool is_abs[UN_GEN_MAX_T] = {false}, need_t[UN_GEN_MAX_T] = {false}, need_op[UN_GEN_MAX_OPS] = {false};
     for (int i = 0; i < n_abs; i++)
         is_abs[abstract[i]] = true;
     /* walk back from the outputs, stopping at abstracted tensors */
@@ -889,13 +889,13 @@ un_status gen_enum_to_graph(un_ctx *ctx, const gen_enum *e, const gen_graph *g, 
     for (int t = ev->n_t - 1; t >= 0; t--) {
         if (!need_t[t] || is_abs[t] || ev->prod[t] < 0)
             continue;
-        const gen_op *op = &g->ops[ev->prod[t]];
+        const un_gen_op *op = &g->ops[ev->prod[t]];
         need_op[ev->prod[t]] = true;
         for (int j = 0; j < op->n_in; j++)
             need_t[op->in[j]] = true;
     }
     un_graph *gr = un_graph_new(e->spec);
-    un_ref tref[GEN_MAX_T];
+    un_ref tref[UN_GEN_MAX_T];
     un_status st = UN_OK;
     for (int i = 0; i < m->n_inputs && st == UN_OK; i++) {
         if (!need_t[i])
@@ -914,9 +914,9 @@ un_status gen_enum_to_graph(un_ctx *ctx, const gen_enum *e, const gen_graph *g, 
     for (int j = 0; j < g->n_ops && st == UN_OK; j++) {
         if (!need_op[j])
             continue;
-        const gen_op *op = &g->ops[j];
-        const gen_inst *gi = &m->insts[op->inst];
-        un_ref in[GEN_MAX_OP_IN];
+        const un_gen_op *op = &g->ops[j];
+        const un_gen_inst *gi = &m->insts[op->inst];
+        un_ref in[UN_GEN_MAX_OP_IN];
         for (int k = 0; k < op->n_in; k++)
             in[k] = tref[op->in[k]];
         int32_t id;
@@ -937,14 +937,14 @@ un_status gen_enum_to_graph(un_ctx *ctx, const gen_enum *e, const gen_graph *g, 
     return UN_OK;
 }
 
-static void tensor_str(const gen_enum *e, const gen_graph *g, const gen_geval *ev, int t,
+static void tensor_str(const un_gen_enum *e, const un_gen_graph *g, const un_gen_geval *ev, int t,
                        un_buf *b) {
-    const gen_menu *m = e->m;
+    const un_gen_menu *m = e->m;
     if (t < m->n_inputs) {
         un_buf_printf(b, "%s", m->inputs[t].name);
         return;
     }
-    const gen_op *op = &g->ops[ev->prod[t]];
+    const un_gen_op *op = &g->ops[ev->prod[t]];
     un_buf_printf(b, "%s(", m->insts[op->inst].label);
     for (int j = 0; j < op->n_in; j++) {
         if (j)
@@ -956,17 +956,17 @@ static void tensor_str(const gen_enum *e, const gen_graph *g, const gen_geval *e
         un_buf_printf(b, ".%d", ev->prod_out[t]);
 }
 
-void gen_graph_str(const gen_enum *e, const gen_graph *g, un_buf *b) {
+void un_gen_graph_str(const un_gen_enum *e, const un_gen_graph *g, un_buf *b) {
     /* the producer table without evaluating: recompute tensor ids from the menu's output counts */
-    gen_geval ev;
+    un_gen_geval ev;
     memset(&ev, 0, sizeof ev);
     int nt = e->m->n_inputs;
     for (int t = 0; t < nt; t++)
         ev.prod[t] = -1;
-    int16_t uses[GEN_MAX_T] = {0};
+    int16_t uses[UN_GEN_MAX_T] = {0};
     for (int j = 0; j < g->n_ops; j++) {
-        const gen_inst *gi = &e->m->insts[g->ops[j].inst];
-        un_shape shapes[GEN_MAX_OP_IN];
+        const un_gen_inst *gi = &e->m->insts[g->ops[j].inst];
+        un_shape shapes[UN_GEN_MAX_OP_IN];
         for (int k = 0; k < g->ops[j].n_in; k++) {
             shapes[k] = g->ops[j].in[k] < e->m->n_inputs ? e->m->inputs[g->ops[j].in[k]].shape
                                                          : ev.shape[g->ops[j].in[k]];
@@ -978,7 +978,7 @@ void gen_graph_str(const gen_enum *e, const gen_graph *g, un_buf *b) {
         if (un_spec_infer(NULL, e->spec, gi->op, gi->params, shapes, g->ops[j].n_in, NULL, &inf) ==
             UN_OK)
             n_out = inf.n_out;
-        for (int o = 0; o < n_out && nt < GEN_MAX_T; o++, nt++) {
+        for (int o = 0; o < n_out && nt < UN_GEN_MAX_T; o++, nt++) {
             ev.prod[nt] = (int16_t)j;
             ev.prod_out[nt] = (int8_t)o;
             ev.shape[nt] = o < inf.n_out ? inf.out[o] : ev.shape[nt];

@@ -103,7 +103,7 @@ static int parse_args(int argc, char **argv, opts *o) {
         else if (strcmp(a, "--recall") == 0)
             o->recall = v;
         else if (strcmp(a, "--max-ops") == 0) {
-            if (!parse_long(v, 1, GEN_MAX_OPS, &n))
+            if (!parse_long(v, 1, UN_GEN_MAX_OPS, &n))
                 return bad(a, v, "expected an integer from 1 to 5");
             o->max_ops = (int)n;
         } else if (strcmp(a, "--seed") == 0) {
@@ -137,7 +137,7 @@ static int parse_args(int argc, char **argv, opts *o) {
     return 0;
 }
 
-static void print_summary(const gen_stats *s, const gen_summary *sum, double secs) {
+static void print_summary(const un_gen_stats *s, const un_gen_summary *sum, double secs) {
     printf("graphs enumerated   %lld (%.0f graphs/s)%s\n", (long long)s->graphs,
            (double)s->graphs / (s->enum_seconds > 0 ? s->enum_seconds : 1),
            s->stopped ? " - stopped by the time limit" : "");
@@ -172,7 +172,7 @@ static un_status print_rule(void *user, un_ctx *ctx, const un_rule *r) {
     un_buf b = {0};
     un_rule_str(r, &b);
     printf("%s\n", b.data ? b.data : "");
-    un_buf_free(&b);
+    un_buf_deinit(&b);
     return UN_OK;
 }
 
@@ -194,13 +194,13 @@ static un_status store_spec_text(un_ctx *ctx, const un_spec *spec, const char *s
                                  const char *db_path) {
     char *text = NULL;
     size_t len = 0;
-    rulesdb *db = NULL;
+    un_rulesdb *db = NULL;
     un_status st = un_read_file(ctx, spec_path, &text, &len);
     if (st == UN_OK)
-        st = rulesdb_open(ctx, db_path, spec, 0, &db);
+        st = un_rulesdb_open(ctx, db_path, spec, 0, &db);
     if (st == UN_OK)
-        st = rulesdb_spec_text_put(ctx, db, text, len);
-    rulesdb_free(db);
+        st = un_rulesdb_spec_text_put(ctx, db, text, len);
+    un_rulesdb_free(db);
     free(text);
     return st;
 }
@@ -209,10 +209,10 @@ static un_status store_spec_text(un_ctx *ctx, const un_spec *spec, const char *s
 static un_status run_menu(un_ctx *ctx, const un_spec *spec, const opts *o, const char *menu_path,
                           const char *spec_path, const char *args) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    gen_menu *menu = NULL;
-    gen_enum *e = NULL;
-    un_status st = gen_menu_load(ctx, spec, menu_path, &menu);
-    gen_params p = gen_params_default();
+    un_gen_menu *menu = NULL;
+    un_gen_enum *e = NULL;
+    un_status st = un_gen_menu_load(ctx, spec, menu_path, &menu);
+    un_gen_params p = un_gen_params_default();
     if (st == UN_OK) {
         p.max_ops = o->max_ops ? o->max_ops : menu->max_ops;
         p.threads = o->threads ? o->threads : (int)(cores > 0 ? (cores > 256 ? 256 : cores) : 1);
@@ -220,17 +220,17 @@ static un_status run_menu(un_ctx *ctx, const un_spec *spec, const opts *o, const
         p.shard_i = o->shard_i;
         p.shard_n = o->shard_n;
         p.time_limit = o->time_limit;
-        st = gen_enum_new(ctx, menu, o->seed, &e);
+        st = un_gen_enum_new(ctx, menu, o->seed, &e);
     }
     double t0 = now();
-    gen_summary sum;
+    un_gen_summary sum;
     memset(&sum, 0, sizeof sum);
-    gen_rules rs = {0};
+    un_gen_rules rs = {0};
     if (st == UN_OK) {
         if (o->dry_run)
-            st = gen_find_stream(ctx, e, &p, o->list ? print_rule : count_rule, NULL, &rs);
+            st = un_gen_find_stream(ctx, e, &p, o->list ? print_rule : count_rule, NULL, &rs);
         else
-            st = gen_run(ctx, e, &p, o->db, args, &sum, &rs);
+            st = un_gen_run(ctx, e, &p, o->db, args, &sum, &rs);
     }
     if (st == UN_OK && !o->dry_run)
         st = store_spec_text(ctx, spec, spec_path, o->db);
@@ -240,25 +240,25 @@ static un_status run_menu(un_ctx *ctx, const un_spec *spec, const opts *o, const
             printf("menu                %s (N=%d)\n", menu_path, p.max_ops);
         print_summary(o->dry_run ? &rs.stats : &sum.stats, o->dry_run ? NULL : &sum, secs);
         if (o->recall) {
-            gen_recall rec;
+            un_gen_recall rec;
             un_buf rep = {0};
-            st = gen_recall_run(ctx, e, p.max_ops, &rs, o->recall, &rec, &rep);
+            st = un_gen_recall_run(ctx, e, p.max_ops, &rs, o->recall, &rec, &rep);
             if (st == UN_OK) {
                 printf("recall against %s: %lld of %lld rules found (%.1f%%)\n", o->recall,
-                       (long long)rec.by_kind[GEN_RECALL_FOUND], (long long)rec.total,
-                       100.0 * (double)rec.by_kind[GEN_RECALL_FOUND] /
+                       (long long)rec.by_kind[UN_GEN_RECALL_FOUND], (long long)rec.total,
+                       100.0 * (double)rec.by_kind[UN_GEN_RECALL_FOUND] /
                            (double)(rec.total ? rec.total : 1));
-                for (int k = 1; k < GEN_RECALL_COUNT; k++)
-                    printf("  %-9s %lld\n", gen_recall_kind_name((gen_recall_kind)k),
+                for (int k = 1; k < UN_GEN_RECALL_COUNT; k++)
+                    printf("  %-9s %lld\n", un_gen_recall_kind_name((un_gen_recall_kind)k),
                            (long long)rec.by_kind[k]);
                 printf("%s", rep.data ? rep.data : "");
             }
-            un_buf_free(&rep);
+            un_buf_deinit(&rep);
         }
     }
-    gen_rules_deinit(&rs);
-    gen_enum_free(e);
-    gen_menu_free(menu);
+    un_gen_rules_deinit(&rs);
+    un_gen_enum_free(e);
+    un_gen_menu_free(menu);
     return st;
 }
 
@@ -294,9 +294,9 @@ int main(int argc, char **argv) {
     un_spec *spec = NULL;
     un_status st = un_spec_load(ctx, spec_path, &spec);
     for (int i = 0; i < o.n_menus && st == UN_OK; i++) { /* every menu's errors before any work */
-        gen_menu *m = NULL;
-        st = gen_menu_load(ctx, spec, o.menus[i], &m);
-        gen_menu_free(m);
+        un_gen_menu *m = NULL;
+        st = un_gen_menu_load(ctx, spec, o.menus[i], &m);
+        un_gen_menu_free(m);
     }
     for (int i = 0; i < o.n_menus && st == UN_OK; i++) {
         st = run_menu(ctx, spec, &o, o.menus[i], spec_path, args);

@@ -7,14 +7,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-void gen_menu_free(gen_menu *m) {
+void un_gen_menu_free(un_gen_menu *m) {
     if (!m)
         return;
     free(m->insts);
     free(m);
 }
 
-int gen_menu_input_group(const gen_menu *m, int i) {
+int un_gen_menu_input_group(const un_gen_menu *m, int i) {
     for (int j = 0; j < i; j++)
         if (m->inputs[j].op == m->inputs[i].op &&
             un_shape_eq(&m->inputs[j].shape, &m->inputs[i].shape))
@@ -22,13 +22,13 @@ int gen_menu_input_group(const gen_menu *m, int i) {
     return i;
 }
 
-bool gen_menu_prefix_ok(const gen_menu *m, uint32_t mask) {
+bool un_gen_menu_prefix_ok(const un_gen_menu *m, uint32_t mask) {
     for (int i = 0; i < m->n_inputs; i++) {
         if (!(mask & (1u << i)))
             continue;
-        int grp = gen_menu_input_group(m, i);
+        int grp = un_gen_menu_input_group(m, i);
         for (int j = grp; j < i; j++)
-            if (gen_menu_input_group(m, j) == grp && !(mask & (1u << j)))
+            if (un_gen_menu_input_group(m, j) == grp && !(mask & (1u << j)))
                 return false;
     }
     return true;
@@ -53,15 +53,15 @@ static un_status get_list(un_ctx *ctx, const un_jcur *obj, const char *key, int6
     return UN_OK;
 }
 
-static un_status load_input(un_ctx *ctx, gen_menu *m, const un_jcur *c) {
+static un_status load_input(un_ctx *ctx, un_gen_menu *m, const un_jcur *c) {
     static const char *const keys[] = {"name", "op", "shape", "shard", "sum", "copy", NULL};
     un_status st;
     if ((st = un_jcur_need_type(ctx, c, UN_JSON_OBJECT)) != UN_OK ||
         (st = un_jcur_check_keys(ctx, c, keys)) != UN_OK)
         return st;
-    if (m->n_inputs == GEN_MAX_INPUTS)
-        return un_jcur_error(ctx, UN_ERR_SPEC, c, "at most %d inputs", GEN_MAX_INPUTS);
-    gen_input *in = &m->inputs[m->n_inputs];
+    if (m->n_inputs == UN_GEN_MAX_INPUTS)
+        return un_jcur_error(ctx, UN_ERR_SPEC, c, "at most %d inputs", UN_GEN_MAX_INPUTS);
+    un_gen_input *in = &m->inputs[m->n_inputs];
     const char *name = NULL, *op = "input";
     if ((st = un_jcur_get_str(ctx, c, "name", true, &name)) != UN_OK ||
         (st = un_jcur_get_str(ctx, c, "op", false, &op)) != UN_OK)
@@ -158,7 +158,7 @@ static un_status param_values(un_ctx *ctx, const un_op_spec *os, int p, const un
     return UN_OK;
 }
 
-static un_status load_op(un_ctx *ctx, gen_menu *m, const un_jcur *c) {
+static un_status load_op(un_ctx *ctx, un_gen_menu *m, const un_jcur *c) {
     static const char *const keys[] = {"op", "params", "min_rank", NULL};
     un_status st;
     if ((st = un_jcur_need_type(ctx, c, UN_JSON_OBJECT)) != UN_OK ||
@@ -202,14 +202,14 @@ static un_status load_op(un_ctx *ctx, gen_menu *m, const un_jcur *c) {
             goto done;
         total *= nv[p];
     }
-    if (m->n_insts + total > GEN_MAX_INSTS) {
+    if (m->n_insts + total > UN_GEN_MAX_INSTS) {
         st = un_jcur_error(ctx, UN_ERR_SPEC, c, "more than %d operator instances in the menu",
-                           GEN_MAX_INSTS);
+                           UN_GEN_MAX_INSTS);
         goto done;
     }
     int idx[UN_MAX_PARAMS] = {0};
     for (int64_t t = 0; t < total; t++) {
-        gen_inst *in = &m->insts[m->n_insts];
+        un_gen_inst *in = &m->insts[m->n_insts];
         memset(in, 0, sizeof *in);
         in->op = op;
         in->min_rank = (int)min_rank;
@@ -225,7 +225,7 @@ static un_status load_op(un_ctx *ctx, gen_menu *m, const un_jcur *c) {
         if (os->n_params)
             un_buf_printf(&lb, "]");
         snprintf(in->label, sizeof in->label, "%s", lb.data);
-        un_buf_free(&lb);
+        un_buf_deinit(&lb);
         in->n_in = un_spec_n_present_inputs(os, in->params);
         for (int j = 0; j < m->n_insts; j++)
             if (m->insts[j].op == op &&
@@ -245,18 +245,18 @@ done:
     return st;
 }
 
-un_status gen_menu_parse(un_ctx *ctx, const un_spec *spec, const char *name, const char *text,
-                         size_t len, gen_menu **out) {
+un_status un_gen_menu_parse(un_ctx *ctx, const un_spec *spec, const char *name, const char *text,
+                         size_t len, un_gen_menu **out) {
     *out = NULL;
     un_jdoc *doc = NULL;
-    gen_menu *m = NULL;
+    un_gen_menu *m = NULL;
     un_status st = un_jdoc_parse(ctx, name, text, len, &doc);
     if (st != UN_OK)
         return st;
     m = un_xcalloc(1, sizeof *m);
     m->spec = spec;
     snprintf(m->path, sizeof m->path, "%s", name);
-    m->insts = un_xcalloc(GEN_MAX_INSTS, sizeof *m->insts);
+    m->insts = un_xcalloc(UN_GEN_MAX_INSTS, sizeof *m->insts);
     m->hash = un_hash_bytes(text, len, 0x6e6d);
     un_jcur root = un_jdoc_root(doc);
     static const char *const keys[] = {"version", "max_ops", "inputs", "ops", "doc", NULL};
@@ -307,21 +307,21 @@ un_status gen_menu_parse(un_ctx *ctx, const un_spec *spec, const char *name, con
 done:
     un_jdoc_free(doc);
     if (st != UN_OK) {
-        gen_menu_free(m);
+        un_gen_menu_free(m);
         return st;
     }
     *out = m;
     return UN_OK;
 }
 
-un_status gen_menu_load(un_ctx *ctx, const un_spec *spec, const char *path, gen_menu **out) {
+un_status un_gen_menu_load(un_ctx *ctx, const un_spec *spec, const char *path, un_gen_menu **out) {
     *out = NULL;
     char *text;
     size_t len;
     un_status st = un_read_file(ctx, path, &text, &len);
     if (st != UN_OK)
         return st;
-    st = gen_menu_parse(ctx, spec, path, text, len, out);
+    st = un_gen_menu_parse(ctx, spec, path, text, len, out);
     free(text);
     return st;
 }

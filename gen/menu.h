@@ -16,59 +16,59 @@
  * optional "min_rank" applies it only to a first input of at least that rank (layer_norm over
  * [b, s, h] activations, not over its own rank-1 gamma and beta).
  *
- *   gen_menu *m;
- *   st = gen_menu_load(ctx, spec, "specs/menu.json", &m);   // m->n_ops instances, m->n_inputs
- *   gen_menu_free(m);
+ *   un_gen_menu *m;
+ *   st = un_gen_menu_load(ctx, spec, "specs/menu.json", &m);   // m->n_ops instances, m->n_inputs
+ *   un_gen_menu_free(m);
  */
 #ifndef UN_GEN_MENU_H
 #define UN_GEN_MENU_H
 
 #include "pcg/spec.h"
 
-#define GEN_MAX_INPUTS 16  /* menu input tensors */
-#define GEN_MAX_INSTS  512 /* operator instances (an op with one choice of parameters) */
+#define UN_GEN_MAX_INPUTS 16  /* menu input tensors */
+#define UN_GEN_MAX_INSTS  512 /* operator instances (an op with one choice of parameters) */
 
-typedef struct gen_input {
+typedef struct un_gen_input {
     char name[32];  /* unique within the menu */
     un_op op;       /* UN_OP_INPUT or UN_OP_WEIGHT */
     un_shape shape; /* dims, dtype float, and layout */
-} gen_input;
+} un_gen_input;
 
 /* One operator with one choice of parameter values. */
-typedef struct gen_inst {
+typedef struct un_gen_inst {
     un_op op;
     un_param params[UN_MAX_PARAMS]; /* every parameter of the op spec, defaults filled in */
     int n_in;                       /* inputs present under these parameters */
     int min_rank;                   /* the first input's rank must be at least this (0: any) */
     char label[64];                 /* "partition[dim=1,degree=2]" for messages and reports */
-} gen_inst;
+} un_gen_inst;
 
-typedef struct gen_menu {
+typedef struct un_gen_menu {
     const un_spec *spec; /* borrowed */
     char path[256];      /* the file (or name) it was read from */
     int max_ops;         /* default graph size bound (a command line flag may override it) */
     int n_inputs;
-    gen_input inputs[GEN_MAX_INPUTS];
+    un_gen_input inputs[UN_GEN_MAX_INPUTS];
     int n_insts;
-    gen_inst *insts; /* owned */
+    un_gen_inst *insts; /* owned */
     uint64_t hash;   /* content hash of the menu text, for provenance */
-} gen_menu;
+} un_gen_menu;
 
 /* Reads and validates a menu against spec (borrowed, must outlive the menu). Errors: UN_ERR_IO
  * (unreadable file), UN_ERR_PARSE (bad JSON), UN_ERR_SPEC (unknown key, op or parameter, bad value,
  * a parameter without values, duplicate input names, a layout that does not divide the shape...),
- * each "<file>: <JSON path>: <reason>". Owned: free with gen_menu_free. */
-un_status gen_menu_load(un_ctx *ctx, const un_spec *spec, const char *path, gen_menu **out);
-un_status gen_menu_parse(un_ctx *ctx, const un_spec *spec, const char *name, const char *text,
-                         size_t len, gen_menu **out);
-void gen_menu_free(gen_menu *m);
+ * each "<file>: <JSON path>: <reason>". Owned: free with un_gen_menu_free. */
+un_status un_gen_menu_load(un_ctx *ctx, const un_spec *spec, const char *path, un_gen_menu **out);
+un_status un_gen_menu_parse(un_ctx *ctx, const un_spec *spec, const char *name, const char *text,
+                         size_t len, un_gen_menu **out);
+void un_gen_menu_free(un_gen_menu *m);
 
 /* Indices of the inputs interchangeable with input i (same op kind, shape and layout) form one
  * group; returns the group id (the smallest index in it). */
-int gen_menu_input_group(const gen_menu *m, int i);
+int un_gen_menu_input_group(const un_gen_menu *m, int i);
 
 /* True when the inputs in mask (bit i = input i) are, in each group of interchangeable inputs, a
  * prefix of the group (x1, or x1 and x2, ...): every set of inputs has a renaming that is. */
-bool gen_menu_prefix_ok(const gen_menu *m, uint32_t mask);
+bool un_gen_menu_prefix_ok(const un_gen_menu *m, uint32_t mask);
 
 #endif

@@ -16,7 +16,7 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-void gen_rules_deinit(gen_rules *rs) {
+void un_gen_rules_deinit(un_gen_rules *rs) {
     if (!rs)
         return;
     for (int64_t i = 0; rs->rules && i < rs->n; i++)
@@ -29,7 +29,7 @@ void gen_rules_deinit(gen_rules *rs) {
     memset(rs, 0, sizeof *rs);
 }
 
-void gen_stats_json(const gen_stats *s, un_buf *b) {
+void un_gen_stats_json(const un_gen_stats *s, un_buf *b) {
     un_buf_printf(b,
                   "{\"graphs\": %lld, \"graphs_naming\": %lld, \"graphs_same_nf\": %lld, "
                   "\"records\": %lld, \"unions\": %lld, \"buckets\": %lld, "
@@ -101,7 +101,7 @@ static int cmp_u64(const void *a, const void *b) {
 
 /* ---- rules: orientation and the degree variable ---- */
 
-un_status gen_rule_orient(un_ctx *ctx, const un_rule *r, un_rule **out) {
+un_status un_gen_rule_orient(un_ctx *ctx, const un_rule *r, un_rule **out) {
     *out = NULL;
     un_rule *rev = NULL, *c = NULL;
     un_ref so[UN_RULE_MAX_OUTS], dout[UN_RULE_MAX_OUTS];
@@ -111,7 +111,7 @@ un_status gen_rule_orient(un_ctx *ctx, const un_rule *r, un_rule **out) {
     }
     un_status st = un_rule_make(ctx, r->dst, r->src, dout, so, r->n_out, &rev);
     if (st == UN_OK && r->n_vars > 0)
-        st = gen_rule_add_degree_var(ctx, rev); /* the reversed rule keeps the variable */
+        st = un_gen_rule_add_degree_var(ctx, rev); /* the reversed rule keeps the variable */
     if (st != UN_OK) {
         un_rule_free(rev);
         return st;
@@ -169,7 +169,7 @@ static int degree_binds(const un_graph *g, int side, un_rule_bind *b, int nb, in
     return nb;
 }
 
-un_status gen_rule_add_degree_var(un_ctx *ctx, un_rule *r) {
+un_status un_gen_rule_add_degree_var(un_ctx *ctx, un_rule *r) {
     un_rule_bind b[UN_RULE_MAX_BINDS];
     int64_t val = 0;
     bool mixed = false;
@@ -184,18 +184,18 @@ un_status gen_rule_add_degree_var(un_ctx *ctx, un_rule *r) {
 /* ---- pairing ---- */
 
 typedef struct member {
-    gen_graph g;
+    un_gen_graph g;
     int32_t bucket;
 } member;
 
 typedef struct pair {
-    gen_graph a, b; /* a = the group's smallest graph */
+    un_gen_graph a, b; /* a = the group's smallest graph */
     int32_t bucket;
     uint8_t max_ops, sum_ops, n_inputs;
 } pair;
 
 static int cmp_graph_size(const void *x, const void *y) {
-    const gen_graph *a = x, *b = y;
+    const un_gen_graph *a = x, *b = y;
     if (a->n_ops != b->n_ops)
         return a->n_ops < b->n_ops ? -1 : 1;
     return memcmp(a, b, sizeof *a);
@@ -216,11 +216,11 @@ static int cmp_pair(const void *x, const void *y) {
 }
 
 /* The class of (vh, mask), or NULL. */
-static const gen_class *class_find(const gen_enum_result *r, uint64_t vh, uint32_t mask) {
+static const un_gen_class *class_find(const un_gen_enum_result *r, uint64_t vh, uint32_t mask) {
     int64_t lo = 0, hi = r->n_classes;
     while (lo < hi) {
         int64_t mid = (lo + hi) / 2;
-        const gen_class *c = &r->classes[mid];
+        const un_gen_class *c = &r->classes[mid];
         if (c->vh < vh || (c->vh == vh && c->mask < mask))
             lo = mid + 1;
         else
@@ -233,7 +233,7 @@ static const gen_class *class_find(const gen_enum_result *r, uint64_t vh, uint32
 
 /* The smallest class of value vh whatever the inputs it names (a split output may name more
  * inputs than its value depends on), or NULL. */
-static const gen_class *class_find_value(const gen_enum_result *r, uint64_t vh) {
+static const un_gen_class *class_find_value(const un_gen_enum_result *r, uint64_t vh) {
     int64_t lo = 0, hi = r->n_classes;
     while (lo < hi) {
         int64_t mid = (lo + hi) / 2;
@@ -242,7 +242,7 @@ static const gen_class *class_find_value(const gen_enum_result *r, uint64_t vh) 
         else
             hi = mid;
     }
-    const gen_class *best = NULL;
+    const un_gen_class *best = NULL;
     for (int64_t i = lo; i < r->n_classes && r->classes[i].vh == vh; i++)
         if (!best || r->classes[i].n_ops < best->n_ops)
             best = &r->classes[i];
@@ -251,15 +251,15 @@ static const gen_class *class_find_value(const gen_enum_result *r, uint64_t vh) 
 
 /* Number of tensors each operator of g adds, from a replay (the menu fixes output counts only
  * through inference, so the caller passes an evaluated graph). */
-static int append_graph(gen_graph *dst, int *n_t, const gen_graph *src, const gen_geval *ev,
+static int append_graph(un_gen_graph *dst, int *n_t, const un_gen_graph *src, const un_gen_geval *ev,
                         int n_inputs, int keep_out_t) {
     (void)keep_out_t;
     /* src's tensors >= n_inputs shift to start at *n_t */
     int shift = *n_t - n_inputs;
     for (int j = 0; j < src->n_ops; j++) {
-        if (dst->n_ops >= GEN_MAX_OPS)
+        if (dst->n_ops >= UN_GEN_MAX_OPS)
             return -1;
-        gen_op op = src->ops[j];
+        un_gen_op op = src->ops[j];
         for (int k = 0; k < op.n_in; k++)
             if (op.in[k] >= n_inputs)
                 op.in[k] = (uint8_t)(op.in[k] + shift);
@@ -271,35 +271,35 @@ static int append_graph(gen_graph *dst, int *n_t, const gen_graph *src, const ge
 
 /* A disconnected partner for a multi-output group: one smallest single-output graph per output,
  * side by side. Returns false when some output has no class or the sizes exceed max_ops. */
-static bool make_union(un_ctx *ctx, const gen_enum *e, const gen_enum_result *r,
-                       const gen_geval *ev, int max_ops, gen_graph *u) {
-    const gen_menu *m = gen_enum_menu(e);
+static bool make_union(un_ctx *ctx, const un_gen_enum *e, const un_gen_enum_result *r,
+                       const un_gen_geval *ev, int max_ops, un_gen_graph *u) {
+    const un_gen_menu *m = un_gen_enum_menu(e);
     memset(u, 0, sizeof *u);
     int n_t = m->n_inputs, total = 0;
     for (int i = 0; i < ev->n_out; i++) {
-        const gen_class *c = class_find_value(r, ev->vh[ev->out[i]]);
+        const un_gen_class *c = class_find_value(r, ev->vh[ev->out[i]]);
         if (!c)
             return false;
         total += (int)c->n_ops;
         if (total > max_ops)
             return false;
-        gen_geval cev;
-        if (gen_enum_eval(ctx, e, &c->g, &cev) != UN_OK) {
+        un_gen_geval cev;
+        if (un_gen_enum_eval(ctx, e, &c->g, &cev) != UN_OK) {
             un_ctx_clear(ctx);
             return false;
         }
         int rc = append_graph(u, &n_t, &c->g, &cev, m->n_inputs, 0);
-        gen_geval_deinit(&cev);
-        if (rc != 0 || n_t > GEN_MAX_T)
+        un_gen_geval_deinit(&cev);
+        if (rc != 0 || n_t > UN_GEN_MAX_T)
             return false;
     }
     return true;
 }
 
 /* NF key of a graph: structural keys with every inner tensor replaced by its class. */
-static uint64_t nf_key(const gen_enum_result *r, const gen_graph *g, const gen_geval *ev,
+static uint64_t nf_key(const un_gen_enum_result *r, const un_gen_graph *g, const un_gen_geval *ev,
                        int n_inputs, const bool *comm) {
-    uint64_t nf[GEN_MAX_T];
+    uint64_t nf[UN_GEN_MAX_T];
     for (int t = 0; t < n_inputs; t++)
         nf[t] = ev->key[t];
     int t = n_inputs;
@@ -316,7 +316,7 @@ static uint64_t nf_key(const gen_enum_result *r, const gen_graph *g, const gen_g
         for (; t < ev->n_t && ev->prod[t] == j; t++) {
             nf[t] = un_mix64(key + 0x6f7574ull * (uint64_t)(ev->prod_out[t] + 1));
             if (ev->uses[t] > 0) {
-                const gen_class *c = class_find(r, ev->vh[t], ev->mask[t]);
+                const un_gen_class *c = class_find(r, ev->vh[t], ev->mask[t]);
                 if (c)
                     nf[t] = un_mix64(c->key ^ 0x636c617373ull);
             }
@@ -328,7 +328,7 @@ static uint64_t nf_key(const gen_enum_result *r, const gen_graph *g, const gen_g
     return h;
 }
 
-static bool outputs_equal(const gen_geval *a, const gen_geval *b) {
+static bool outputs_equal(const un_gen_geval *a, const un_gen_geval *b) {
     if (a->n_out != b->n_out || a->mask_all != b->mask_all)
         return false;
     for (int i = 0; i < a->n_out; i++) {
@@ -342,12 +342,12 @@ static bool outputs_equal(const gen_geval *a, const gen_geval *b) {
 
 /* Builds the rule A => B (outputs matched in value-hash order), optionally with tensors abstracted
  * into fresh inputs and output pairs left out (skip_out bit i). */
-static un_status build_rule(un_ctx *ctx, const gen_enum *e, const gen_graph *ga,
-                            const gen_geval *ea, const gen_graph *gb, const gen_geval *eb,
+static un_status build_rule(un_ctx *ctx, const un_gen_enum *e, const un_gen_graph *ga,
+                            const un_gen_geval *ea, const un_gen_graph *gb, const un_gen_geval *eb,
                             const uint8_t *abs_a, const uint8_t *abs_b, int n_abs,
                             unsigned skip_out, un_rule **out) {
     *out = NULL;
-    uint8_t oa[GEN_MAX_GOUTS], ob[GEN_MAX_GOUTS];
+    uint8_t oa[UN_GEN_MAX_GOUTS], ob[UN_GEN_MAX_GOUTS];
     int n = 0;
     for (int i = 0; i < ea->n_out; i++)
         if (!(skip_out & (1u << i))) {
@@ -357,10 +357,10 @@ static un_status build_rule(un_ctx *ctx, const gen_enum *e, const gen_graph *ga,
     if (n == 0)
         return un_ctx_error(ctx, UN_ERR_INVALID, "no outputs left");
     un_graph *sa = NULL, *sb = NULL;
-    un_ref ra[GEN_MAX_GOUTS], rb[GEN_MAX_GOUTS];
-    un_status st = gen_enum_to_graph(ctx, e, ga, ea, abs_a, n_abs, oa, n, &sa, ra);
+    un_ref ra[UN_GEN_MAX_GOUTS], rb[UN_GEN_MAX_GOUTS];
+    un_status st = un_gen_enum_to_graph(ctx, e, ga, ea, abs_a, n_abs, oa, n, &sa, ra);
     if (st == UN_OK)
-        st = gen_enum_to_graph(ctx, e, gb, eb, abs_b, n_abs, ob, n, &sb, rb);
+        st = un_gen_enum_to_graph(ctx, e, gb, eb, abs_b, n_abs, ob, n, &sb, rb);
     if (st == UN_OK)
         st = un_rule_make(ctx, sa, sb, ra, rb, n, out);
     un_graph_free(sa);
@@ -389,10 +389,10 @@ static uint64_t pair_hash(un_ctx *ctx, const un_rule *r) {
 
 /* Where candidate hashes go: looked up in a known set (true on a hit), or collected for a later
  * lookup (never a hit; overflow is remembered). */
-#define GEN_SINK_CAP 12
+#define UN_GEN_SINK_CAP 12
 typedef struct hsink {
     const hset *known;
-    uint64_t h[GEN_SINK_CAP];
+    uint64_t h[UN_GEN_SINK_CAP];
     int n;
     bool overflow;
 } hsink;
@@ -400,7 +400,7 @@ typedef struct hsink {
 static bool sink_hit(hsink *s, uint64_t h) {
     if (s->known)
         return hset_has(s->known, h);
-    if (s->n < GEN_SINK_CAP)
+    if (s->n < UN_GEN_SINK_CAP)
         s->h[s->n++] = h;
     else
         s->overflow = true;
@@ -414,8 +414,8 @@ static bool sink_any(const hsink *s, const hset *known) {
     return false;
 }
 
-static bool try_abstract(un_ctx *ctx, const gen_enum *e, hsink *known, const gen_graph *ga,
-                         const gen_geval *ea, const gen_graph *gb, const gen_geval *eb,
+static bool try_abstract(un_ctx *ctx, const un_gen_enum *e, hsink *known, const un_gen_graph *ga,
+                         const un_gen_geval *ea, const un_gen_graph *gb, const un_gen_geval *eb,
                          const uint8_t *xa, const uint8_t *xb, int n) {
     un_rule *r = NULL;
     bool hit = false;
@@ -429,8 +429,8 @@ static bool try_abstract(un_ctx *ctx, const gen_enum *e, hsink *known, const gen
 
 /* Common subgraph: a tensor both sides compute identically (same structural key) abstracted into
  * a fresh input, or an output pair computed identically left out, gives a known rule. */
-static bool implied_by_subgraph(un_ctx *ctx, const gen_enum *e, hsink *known, const gen_graph *ga,
-                                const gen_geval *ea, const gen_graph *gb, const gen_geval *eb,
+static bool implied_by_subgraph(un_ctx *ctx, const un_gen_enum *e, hsink *known, const un_gen_graph *ga,
+                                const un_gen_geval *ea, const un_gen_graph *gb, const un_gen_geval *eb,
                                 int n_inputs) {
     for (int i = 0; i < ea->n_out; i++)
         if (ea->key[ea->out[i]] == eb->key[eb->out[i]]) {
@@ -445,7 +445,7 @@ static bool implied_by_subgraph(un_ctx *ctx, const gen_enum *e, hsink *known, co
                 return true;
         }
     /* every tensor both compute identically, one at a time, then the whole frontier at once */
-    uint8_t fa[GEN_MAX_T], fb[GEN_MAX_T];
+    uint8_t fa[UN_GEN_MAX_T], fb[UN_GEN_MAX_T];
     int nf = 0;
     for (int ta = n_inputs; ta < ea->n_t; ta++) {
         if (ea->uses[ta] == 0)
@@ -482,21 +482,21 @@ static bool implied_by_subgraph(un_ctx *ctx, const gen_enum *e, hsink *known, co
 
 /* An instance of a kept rule with two inputs identified: some uses of input i, renamed to an
  * unused interchangeable input j, give an equal pair whose rule is known. */
-static bool implied_by_diagonal(un_ctx *ctx, const gen_enum *e, hsink *known, const gen_graph *ga,
-                                const gen_geval *ea, const gen_graph *gb, const gen_geval *eb) {
-    const gen_menu *m = gen_enum_menu(e);
+static bool implied_by_diagonal(un_ctx *ctx, const un_gen_enum *e, hsink *known, const un_gen_graph *ga,
+                                const un_gen_geval *ea, const un_gen_graph *gb, const un_gen_geval *eb) {
+    const un_gen_menu *m = un_gen_enum_menu(e);
     uint32_t used = ea->mask_all | eb->mask_all;
     for (int i = 0; i < m->n_inputs; i++) {
         if (!(used & (1u << i)))
             continue;
-        int j = -1, grp = gen_menu_input_group(m, i);
+        int j = -1, grp = un_gen_menu_input_group(m, i);
         for (int q = 0; q < m->n_inputs && j < 0; q++)
-            if (!(used & (1u << q)) && gen_menu_input_group(m, q) == grp)
+            if (!(used & (1u << q)) && un_gen_menu_input_group(m, q) == grp)
                 j = q;
         if (j < 0)
             continue;
         int pos[16][3], np = 0; /* (side, op, slot) of every use of i */
-        const gen_graph *gs[2] = {ga, gb};
+        const un_gen_graph *gs[2] = {ga, gb};
         for (int s2 = 0; s2 < 2; s2++)
             for (int o = 0; o < gs[s2]->n_ops; o++)
                 for (int k = 0; k < gs[s2]->ops[o].n_in; k++)
@@ -508,18 +508,18 @@ static bool implied_by_diagonal(un_ctx *ctx, const gen_enum *e, hsink *known, co
         if (np < 2 || np > 8)
             continue;
         for (unsigned sub = 1; sub + 1 < (1u << np); sub++) {
-            gen_graph g2[2] = {*ga, *gb};
+            un_gen_graph g2[2] = {*ga, *gb};
             for (int q = 0; q < np; q++)
                 if (sub & (1u << q))
                     g2[pos[q][0]].ops[pos[q][1]].in[pos[q][2]] = (uint8_t)j;
-            gen_geval e2[2];
-            if (gen_enum_eval(ctx, e, &g2[0], &e2[0]) != UN_OK) {
+            un_gen_geval e2[2];
+            if (un_gen_enum_eval(ctx, e, &g2[0], &e2[0]) != UN_OK) {
                 un_ctx_clear(ctx);
                 continue;
             }
-            if (gen_enum_eval(ctx, e, &g2[1], &e2[1]) != UN_OK) {
+            if (un_gen_enum_eval(ctx, e, &g2[1], &e2[1]) != UN_OK) {
                 un_ctx_clear(ctx);
-                gen_geval_deinit(&e2[0]);
+                un_gen_geval_deinit(&e2[0]);
                 continue;
             }
             bool hit = false;
@@ -532,8 +532,8 @@ static bool implied_by_diagonal(un_ctx *ctx, const gen_enum *e, hsink *known, co
                     un_ctx_clear(ctx);
                 un_rule_free(r);
             }
-            gen_geval_deinit(&e2[0]);
-            gen_geval_deinit(&e2[1]);
+            un_gen_geval_deinit(&e2[0]);
+            un_gen_geval_deinit(&e2[1]);
             if (hit)
                 return true;
         }
@@ -559,32 +559,32 @@ static void vecp_push(vecp *v, const void *x) {
 /* One group of equal graphs: evaluated members, split by full values, paired with the smallest. */
 static int cmp_graph_size_q(const void *x, const void *y) { return cmp_graph_size(x, y); }
 
-static un_status pair_bucket(un_ctx *ctx, const gen_enum *e, const gen_enum_result *r,
-                             const gen_params *p, const gen_rec *recs, int64_t n, int32_t bucket,
-                             vecp *pairs, gen_stats *stats) {
+static un_status pair_bucket(un_ctx *ctx, const un_gen_enum *e, const un_gen_enum_result *r,
+                             const un_gen_params *p, const un_gen_rec *recs, int64_t n, int32_t bucket,
+                             vecp *pairs, un_gen_stats *stats) {
     /* memory stays O(members) graphs plus one evaluation per group of equal values */
-    gen_graph *g = un_xmalloc(sizeof(gen_graph) * (size_t)(n + 1));
+    un_gen_graph *g = un_xmalloc(sizeof(un_gen_graph) * (size_t)(n + 1));
     int64_t k = 0;
     for (int64_t i = 0; i < n; i++)
         g[k++] = recs[i].g;
-    gen_geval first;
-    if (gen_enum_eval(ctx, e, &g[0], &first) == UN_OK) {
-        gen_graph u;
+    un_gen_geval first;
+    if (un_gen_enum_eval(ctx, e, &g[0], &first) == UN_OK) {
+        un_gen_graph u;
         if (first.n_out >= 2 && make_union(ctx, e, r, &first, p->max_ops, &u)) {
             g[k++] = u;
             stats->unions++;
         }
-        gen_geval_deinit(&first);
+        un_gen_geval_deinit(&first);
     }
     un_ctx_clear(ctx);
     qsort(g, (size_t)k, sizeof *g, cmp_graph_size_q);
     int cap = 4, nrep = 0;
-    gen_geval *rep = un_xmalloc(sizeof(gen_geval) * (size_t)cap);
+    un_gen_geval *rep = un_xmalloc(sizeof(un_gen_geval) * (size_t)cap);
     int64_t *rep_at = un_xmalloc(sizeof(int64_t) * (size_t)cap), *members = NULL;
     members = un_xcalloc((size_t)cap, sizeof *members);
     for (int64_t i = 0; i < k; i++) {
-        gen_geval ev;
-        if (gen_enum_eval(ctx, e, &g[i], &ev) != UN_OK) {
+        un_gen_geval ev;
+        if (un_gen_enum_eval(ctx, e, &g[i], &ev) != UN_OK) {
             un_ctx_clear(ctx); /* a union partner that does not replay: skip it */
             continue;
         }
@@ -594,7 +594,7 @@ static un_status pair_bucket(un_ctx *ctx, const gen_enum *e, const gen_enum_resu
         if (j == nrep) {
             if (nrep == cap) {
                 cap *= 2;
-                rep = un_xrealloc(rep, sizeof(gen_geval) * (size_t)cap);
+                rep = un_xrealloc(rep, sizeof(un_gen_geval) * (size_t)cap);
                 rep_at = un_xrealloc(rep_at, sizeof(int64_t) * (size_t)cap);
                 members = un_xrealloc(members, sizeof(int64_t) * (size_t)cap);
             }
@@ -603,7 +603,7 @@ static un_status pair_bucket(un_ctx *ctx, const gen_enum *e, const gen_enum_resu
             members[nrep++] = 1;
             continue;
         }
-        const gen_graph *ra = &g[rep_at[j]];
+        const un_gen_graph *ra = &g[rep_at[j]];
         pair pr;
         memset(&pr, 0, sizeof pr);
         pr.a = *ra;
@@ -614,11 +614,11 @@ static un_status pair_bucket(un_ctx *ctx, const gen_enum *e, const gen_enum_resu
         pr.n_inputs = (uint8_t)__builtin_popcount(rep[j].mask_all);
         vecp_push(pairs, &pr);
         members[j]++;
-        gen_geval_deinit(&ev);
+        un_gen_geval_deinit(&ev);
     }
     for (int j = 0; j < nrep; j++) {
         stats->buckets += members[j] >= 2;
-        gen_geval_deinit(&rep[j]);
+        un_gen_geval_deinit(&rep[j]);
     }
     free(rep);
     free(rep_at);
@@ -644,9 +644,9 @@ typedef struct pair_info {
 
 typedef struct pinfo_job {
     const un_ctx *parent; /* workers' contexts inherit from it */
-    const gen_enum *e;
-    const gen_enum_result *r;
-    const gen_params *p;
+    const un_gen_enum *e;
+    const un_gen_enum_result *r;
+    const un_gen_params *p;
     const bool *comm;
     const pair *pairs;
     pair_info *info;
@@ -657,7 +657,7 @@ typedef struct pinfo_job {
 } pinfo_job;
 
 /* True when some operator output of ga has the structural key of one of gb's. */
-static bool share_key(const gen_geval *ea, const gen_geval *eb, int n_inputs) {
+static bool share_key(const un_gen_geval *ea, const un_gen_geval *eb, int n_inputs) {
     for (int ta = n_inputs; ta < ea->n_t; ta++)
         for (int tb = n_inputs; tb < eb->n_t; tb++)
             if (ea->key[ta] == eb->key[tb])
@@ -668,21 +668,21 @@ static bool share_key(const gen_geval *ea, const gen_geval *eb, int n_inputs) {
 static void pair_info_compute(un_ctx *ctx, const pinfo_job *job, int64_t i) {
     const pair *pr = &job->pairs[i];
     pair_info *pi = &job->info[i - job->begin];
-    const gen_menu *m = gen_enum_menu(job->e);
+    const un_gen_menu *m = un_gen_enum_menu(job->e);
     memset(pi, 0, sizeof *pi);
-    gen_geval ea, eb;
-    if (gen_enum_eval(ctx, job->e, &pr->a, &ea) != UN_OK) {
+    un_gen_geval ea, eb;
+    if (un_gen_enum_eval(ctx, job->e, &pr->a, &ea) != UN_OK) {
         un_ctx_clear(ctx);
         return;
     }
-    if (gen_enum_eval(ctx, job->e, &pr->b, &eb) != UN_OK) {
+    if (un_gen_enum_eval(ctx, job->e, &pr->b, &eb) != UN_OK) {
         un_ctx_clear(ctx);
-        gen_geval_deinit(&ea);
+        un_gen_geval_deinit(&ea);
         return;
     }
     pi->evaluated = true;
     pi->mask = ea.mask_all;
-    pi->prefix = gen_menu_prefix_ok(m, ea.mask_all);
+    pi->prefix = un_gen_menu_prefix_ok(m, ea.mask_all);
     pi->nfa = nf_key(job->r, &pr->a, &ea, m->n_inputs, job->comm);
     pi->nfb = nf_key(job->r, &pr->b, &eb, m->n_inputs, job->comm);
     un_rule *rule = NULL;
@@ -703,8 +703,8 @@ static void pair_info_compute(un_ctx *ctx, const pinfo_job *job, int64_t i) {
                 continue;
             scanned++;
             const pair *pm = &job->pairs[bb[q]];
-            gen_geval em;
-            if (gen_enum_eval(ctx, job->e, &pm->b, &em) != UN_OK) {
+            un_gen_geval em;
+            if (un_gen_enum_eval(ctx, job->e, &pm->b, &em) != UN_OK) {
                 un_ctx_clear(ctx);
                 continue;
             }
@@ -718,13 +718,13 @@ static void pair_info_compute(un_ctx *ctx, const pinfo_job *job, int64_t i) {
                     pi->mj[pi->nm++] = bb[q];
                 }
             }
-            gen_geval_deinit(&em);
+            un_gen_geval_deinit(&em);
         }
     }
     un_ctx_clear(ctx);
     un_rule_free(rule);
-    gen_geval_deinit(&ea);
-    gen_geval_deinit(&eb);
+    un_gen_geval_deinit(&ea);
+    un_gen_geval_deinit(&eb);
 }
 
 static void *pinfo_worker(void *arg) {
@@ -756,23 +756,23 @@ static void pair_info_run(pinfo_job *job, int threads) {
 
 /* The diagonal (which 0) or subgraph (1) test with lookups, for a pair whose candidate list
  * overflowed. */
-static bool slow_check(un_ctx *ctx, const gen_enum *e, const hset *known, const pair *pr,
+static bool slow_check(un_ctx *ctx, const un_gen_enum *e, const hset *known, const pair *pr,
                        int which) {
-    gen_geval ea, eb;
+    un_gen_geval ea, eb;
     bool hit = false;
-    if (gen_enum_eval(ctx, e, &pr->a, &ea) != UN_OK) {
+    if (un_gen_enum_eval(ctx, e, &pr->a, &ea) != UN_OK) {
         un_ctx_clear(ctx);
         return false;
     }
-    if (gen_enum_eval(ctx, e, &pr->b, &eb) == UN_OK) {
+    if (un_gen_enum_eval(ctx, e, &pr->b, &eb) == UN_OK) {
         hsink sink = {.known = known};
         hit = which == 0 ? implied_by_diagonal(ctx, e, &sink, &pr->a, &ea, &pr->b, &eb)
                          : implied_by_subgraph(ctx, e, &sink, &pr->a, &ea, &pr->b, &eb,
-                                               gen_enum_menu(e)->n_inputs);
-        gen_geval_deinit(&eb);
+                                               un_gen_enum_menu(e)->n_inputs);
+        un_gen_geval_deinit(&eb);
     }
     un_ctx_clear(ctx);
-    gen_geval_deinit(&ea);
+    un_gen_geval_deinit(&ea);
     return hit;
 }
 
@@ -781,21 +781,21 @@ static uint64_t compose_key(int32_t bucket, uint64_t nf) {
     return un_mix64(nf ^ un_mix64((uint64_t)bucket + 0x636f6dull));
 }
 
-un_status gen_find(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_rules *out) {
-    return gen_find_stream(ctx, e, p, NULL, NULL, out);
+un_status un_gen_find(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p, un_gen_rules *out) {
+    return un_gen_find_stream(ctx, e, p, NULL, NULL, out);
 }
 
-un_status gen_find_stream(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_emit_fn emit,
-                          void *user, gen_rules *out) {
+un_status un_gen_find_stream(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p, un_gen_emit_fn emit,
+                          void *user, un_gen_rules *out) {
     memset(out, 0, sizeof *out);
     vecp kept_h = {.elem = sizeof(uint64_t)};
     int64_t n_kept = 0;
-    gen_stats *stats = &out->stats;
-    gen_enum_result r;
-    un_status st = gen_enum_run(ctx, e, p, &r);
+    un_gen_stats *stats = &out->stats;
+    un_gen_enum_result r;
+    un_status st = un_gen_enum_run(ctx, e, p, &r);
     if (st != UN_OK)
         return st;
-    const gen_menu *m = gen_enum_menu(e);
+    const un_gen_menu *m = un_gen_enum_menu(e);
     stats->graphs = r.n_graphs;
     stats->records = r.n_recs;
     stats->graphs_naming = r.n_naming;
@@ -815,7 +815,7 @@ un_status gen_find_stream(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_emi
         /* singletons matter only when a disconnected partner may exist (>= 2 outputs) */
         bool multi = false;
         if (j - i == 1) {
-            const gen_graph *g = &r.recs[i].g;
+            const un_gen_graph *g = &r.recs[i].g;
             uint64_t consumed = 0;
             for (int q = 0; q < g->n_ops && !multi; q++) {
                 multi = m->insts[g->ops[q].inst].op == UN_OP_SPLIT; /* several outputs */
@@ -932,15 +932,15 @@ un_status gen_find_stream(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_emi
             c_check++;
         } else {
             /* kept: rebuild the rule (cheap next to the tests above) */
-            gen_geval ea, eb;
+            un_gen_geval ea, eb;
             un_rule *rule = NULL, *canon = NULL;
-            if ((st = gen_enum_eval(ctx, e, &pr->a, &ea)) != UN_OK)
+            if ((st = un_gen_enum_eval(ctx, e, &pr->a, &ea)) != UN_OK)
                 break;
-            if ((st = gen_enum_eval(ctx, e, &pr->b, &eb)) == UN_OK) {
+            if ((st = un_gen_enum_eval(ctx, e, &pr->b, &eb)) == UN_OK) {
                 if ((st = build_rule(ctx, e, &pr->a, &ea, &pr->b, &eb, NULL, NULL, 0, 0, &rule)) ==
                         UN_OK &&
-                    (st = gen_rule_add_degree_var(ctx, rule)) == UN_OK &&
-                    (st = gen_rule_orient(ctx, rule, &canon)) == UN_OK) {
+                    (st = un_gen_rule_add_degree_var(ctx, rule)) == UN_OK &&
+                    (st = un_gen_rule_orient(ctx, rule, &canon)) == UN_OK) {
                     hset_add(&known, pi->h);
                     hset_add(&decided, ck);
                     pair_done[i] = true;
@@ -961,9 +961,9 @@ un_status gen_find_stream(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_emi
                         canon = NULL;
                     }
                 }
-                gen_geval_deinit(&eb);
+                un_gen_geval_deinit(&eb);
             }
-            gen_geval_deinit(&ea);
+            un_gen_geval_deinit(&ea);
             un_rule_free(rule);
             un_rule_free(canon);
         }
@@ -998,21 +998,21 @@ un_status gen_find_stream(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_emi
     hset_deinit(&known);
     hset_deinit(&decided);
     free(pairs.data);
-    gen_enum_result_deinit(&r);
+    un_gen_enum_result_deinit(&r);
     out->rules = kept.data;
     out->n = n_kept;
     out->kept_hash = kept_h.data;
     if (st != UN_OK) {
-        gen_rules_deinit(out);
+        un_gen_rules_deinit(out);
         return st;
     }
     return UN_OK;
 }
 
-bool gen_pair_explain(un_ctx *ctx, const gen_enum *e, const gen_rules *rs, const gen_graph *a,
-                      const gen_graph *b, char *why, size_t n) {
-    const gen_menu *m = gen_enum_menu(e);
-    gen_enum_result r;
+bool un_gen_pair_explain(un_ctx *ctx, const un_gen_enum *e, const un_gen_rules *rs, const un_gen_graph *a,
+                      const un_gen_graph *b, char *why, size_t n) {
+    const un_gen_menu *m = un_gen_enum_menu(e);
+    un_gen_enum_result r;
     memset(&r, 0, sizeof r);
     r.classes = rs->classes;
     r.n_classes = rs->n_classes;
@@ -1021,11 +1021,11 @@ bool gen_pair_explain(un_ctx *ctx, const gen_enum *e, const gen_rules *rs, const
     hset known = {0};
     for (int64_t i = 0; i < rs->n_known; i++)
         hset_add(&known, rs->known[i]);
-    gen_geval ea, eb;
+    un_gen_geval ea, eb;
     bool res = false, have_a = false, have_b = false;
-    if (gen_enum_eval(ctx, e, a, &ea) == UN_OK)
+    if (un_gen_enum_eval(ctx, e, a, &ea) == UN_OK)
         have_a = true;
-    if (have_a && gen_enum_eval(ctx, e, b, &eb) == UN_OK)
+    if (have_a && un_gen_enum_eval(ctx, e, b, &eb) == UN_OK)
         have_b = true;
     un_ctx_clear(ctx);
     if (have_a && have_b && ea.n_out == eb.n_out) {
@@ -1051,9 +1051,9 @@ bool gen_pair_explain(un_ctx *ctx, const gen_enum *e, const gen_rules *rs, const
         un_rule_free(rule);
     }
     if (have_a)
-        gen_geval_deinit(&ea);
+        un_gen_geval_deinit(&ea);
     if (have_b)
-        gen_geval_deinit(&eb);
+        un_gen_geval_deinit(&eb);
     hset_deinit(&known);
     free(no_comm);
     return res;

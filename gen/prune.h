@@ -19,9 +19,9 @@
  *   check      - the rule fails un_rule_check_random (a fingerprint collision).
  * Pairs are processed smallest first (largest side, then total size), so "kept" means smaller.
  *
- *   gen_rules rs;
- *   st = gen_find(ctx, e, &params, &rs);     // rs.rules[i] canonical, rs.stats counts per stage
- *   gen_rules_deinit(&rs);
+ *   un_gen_rules rs;
+ *   st = un_gen_find(ctx, e, &params, &rs);     // rs.rules[i] canonical, rs.stats counts per stage
+ *   un_gen_rules_deinit(&rs);
  */
 #ifndef UN_GEN_PRUNE_H
 #define UN_GEN_PRUNE_H
@@ -29,7 +29,7 @@
 #include "gen/enum.h"
 #include "pcg/rule.h"
 
-typedef struct gen_stats {
+typedef struct un_gen_stats {
     int64_t graphs;         /* distinct graphs enumerated */
     int64_t records;        /* connected graphs with 1..4 outputs kept for pairing (this shard) */
     int64_t graphs_naming;  /* graphs dropped before pairing: inputs not a group prefix */
@@ -47,48 +47,48 @@ typedef struct gen_stats {
     double enum_seconds, pair_seconds;
     bool stopped;                  /* enumeration cut short by the time limit */
     int64_t work_done, work_total; /* top-level work items of the enumeration */
-} gen_stats;
+} un_gen_stats;
 
-typedef struct gen_rules {
+typedef struct un_gen_rules {
     un_rule **rules;     /* owned, canonical form, in processing order (NULL when streamed) */
     int64_t n;           /* rules kept */
     uint64_t *kept_hash; /* un_rule_hash of each kept rule, in order (owned) */
-    gen_stats stats;
-    /* what the pruning knew at the end, for gen_pair_explain (owned) */
-    gen_class *classes; /* value classes of the cones below the size bound */
+    un_gen_stats stats;
+    /* what the pruning knew at the end, for un_gen_pair_explain (owned) */
+    un_gen_class *classes; /* value classes of the cones below the size bound */
     int64_t n_classes;
     bool *comm;      /* per menu instance: a kept rule made its argument order moot */
     uint64_t *known; /* sorted pair hashes of every rule kept or implied */
     int64_t n_known;
-} gen_rules;
+} un_gen_rules;
 
 /* Enumerates, pairs and prunes. Deterministic for the same specs, menu, seed and shard, whatever
  * the thread count. */
-un_status gen_find(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_rules *out);
+un_status un_gen_find(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p, un_gen_rules *out);
 
 /* The same, handing each kept rule (canonical form, borrowed for the call) to emit instead of
  * keeping it: memory then holds no rules (at N=4 they would not fit). An error from emit stops
  * the run and is returned. */
-typedef un_status (*gen_emit_fn)(void *user, un_ctx *ctx, const un_rule *r);
-un_status gen_find_stream(un_ctx *ctx, gen_enum *e, const gen_params *p, gen_emit_fn emit,
-                          void *user, gen_rules *out);
-void gen_rules_deinit(gen_rules *rs);
+typedef un_status (*un_gen_emit_fn)(void *user, un_ctx *ctx, const un_rule *r);
+un_status un_gen_find_stream(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p, un_gen_emit_fn emit,
+                          void *user, un_gen_rules *out);
+void un_gen_rules_deinit(un_gen_rules *rs);
 
 /* The direction stored for a pair: of A => B and B => A, the one with the smaller canonical hash.
  * Returns it (owned, canonical form) or NULL with the error in ctx. */
-un_status gen_rule_orient(un_ctx *ctx, const un_rule *r, un_rule **out);
+un_status un_gen_rule_orient(un_ctx *ctx, const un_rule *r, un_rule **out);
 
 /* Adds variable "k" to r when every parallel operator degree and every input layout degree > 1 on
  * both sides has the same value (and there is at least one on each side). */
-un_status gen_rule_add_degree_var(un_ctx *ctx, un_rule *r);
+un_status un_gen_rule_add_degree_var(un_ctx *ctx, un_rule *r);
 
 /* Why the equality a <=> b (compact graphs over e's menu, equal values) follows from the rules
  * found: writes the reason (one of the pruning stages) into why and returns true; false when it
  * does not follow in one of those ways. */
-bool gen_pair_explain(un_ctx *ctx, const gen_enum *e, const gen_rules *rs, const gen_graph *a,
-                      const gen_graph *b, char *why, size_t n);
+bool un_gen_pair_explain(un_ctx *ctx, const un_gen_enum *e, const un_gen_rules *rs, const un_gen_graph *a,
+                      const un_gen_graph *b, char *why, size_t n);
 
 /* Writes the stats as a JSON object (for the run row and --json). */
-void gen_stats_json(const gen_stats *s, un_buf *b);
+void un_gen_stats_json(const un_gen_stats *s, un_buf *b);
 
 #endif

@@ -7,10 +7,10 @@
 
 #include "rulesdb/flexflow.h"
 
-const char *gen_recall_kind_name(gen_recall_kind k) {
-    static const char *const names[GEN_RECALL_COUNT] = {"found",   "rejected", "wrong", "off-menu",
+const char *un_gen_recall_kind_name(un_gen_recall_kind k) {
+    static const char *const names[UN_GEN_RECALL_COUNT] = {"found",   "rejected", "wrong", "off-menu",
                                                         "too-big", "implied",  "missed"};
-    return (unsigned)k < GEN_RECALL_COUNT ? names[k] : "?";
+    return (unsigned)k < UN_GEN_RECALL_COUNT ? names[k] : "?";
 }
 
 static int cmp_u64(const void *a, const void *b) {
@@ -37,7 +37,7 @@ static uint64_t min_hash(un_ctx *ctx, const un_rule *r) {
 }
 
 /* Why a side of r is outside the menu, or false. */
-static bool off_menu(const gen_menu *m, const un_graph *g, char *why, size_t n) {
+static bool off_menu(const un_gen_menu *m, const un_graph *g, char *why, size_t n) {
     const un_spec *spec = un_graph_spec(g);
     for (int32_t v = 0; v < un_graph_node_count(g); v++) {
         const un_node *nd = un_graph_node(g, v);
@@ -77,7 +77,7 @@ static bool off_menu(const gen_menu *m, const un_graph *g, char *why, size_t n) 
             }
             snprintf(why, n, "%s%s is not in the menu", b.data ? b.data : "?",
                      os->n_params ? "]" : "");
-            un_buf_free(&b);
+            un_buf_deinit(&b);
             return true;
         }
     }
@@ -86,11 +86,11 @@ static bool off_menu(const gen_menu *m, const un_graph *g, char *why, size_t n) 
 
 /* The two sides of r as compact graphs over the menu: rule inputs become distinct menu inputs of
  * the same kind, rank and layout (lowest first), nodes become menu instances. */
-static bool to_compact(const gen_menu *m, const un_rule *r, gen_graph *ga, gen_graph *gb,
+static bool to_compact(const un_gen_menu *m, const un_rule *r, un_gen_graph *ga, un_gen_graph *gb,
                        bool *conn, char *why, size_t n) {
     int ni = un_rule_input_count(r);
     int map_in[64];
-    bool taken[GEN_MAX_INPUTS] = {false};
+    bool taken[UN_GEN_MAX_INPUTS] = {false};
     for (int i = 0; i < ni && i < 64; i++) {
         const un_node *nd = un_graph_node(r->src, un_rule_input_src(r, i));
         const un_shape *s = &nd->inf.out[0];
@@ -112,10 +112,10 @@ static bool to_compact(const gen_menu *m, const un_rule *r, gen_graph *ga, gen_g
         }
     }
     const un_graph *gs[2] = {r->src, r->dst};
-    gen_graph *out[2] = {ga, gb};
+    un_gen_graph *out[2] = {ga, gb};
     for (int side = 0; side < 2; side++) {
         const un_graph *g = gs[side];
-        gen_graph *c = out[side];
+        un_gen_graph *c = out[side];
         memset(c, 0, sizeof *c);
         int32_t nn = un_graph_node_count(g);
         int *base = un_xcalloc((size_t)(nn + 1), sizeof *base);
@@ -141,12 +141,12 @@ static bool to_compact(const gen_menu *m, const un_rule *r, gen_graph *ga, gen_g
                 if (same)
                     inst = i;
             }
-            if (inst < 0 || c->n_ops >= GEN_MAX_OPS || nd->n_in > GEN_MAX_OP_IN) {
+            if (inst < 0 || c->n_ops >= UN_GEN_MAX_OPS || nd->n_in > UN_GEN_MAX_OP_IN) {
                 snprintf(why, n, "%s is not a menu instance", os->name);
                 ok = false;
                 break;
             }
-            gen_op *op = &c->ops[c->n_ops++];
+            un_gen_op *op = &c->ops[c->n_ops++];
             op->inst = (uint16_t)inst;
             op->n_in = (uint8_t)nd->n_in;
             for (int k = 0; k < nd->n_in; k++) {
@@ -190,14 +190,14 @@ static bool to_compact(const gen_menu *m, const un_rule *r, gen_graph *ga, gen_g
     return true;
 }
 
-un_status gen_recall_run(un_ctx *ctx, const gen_enum *e, int max_ops, const gen_rules *rs,
-                         const char *path, gen_recall *out, un_buf *report) {
+un_status un_gen_recall_run(un_ctx *ctx, const un_gen_enum *e, int max_ops, const un_gen_rules *rs,
+                         const char *path, un_gen_recall *out, un_buf *report) {
     memset(out, 0, sizeof *out);
-    const gen_menu *menu = gen_enum_menu(e);
+    const un_gen_menu *menu = un_gen_enum_menu(e);
     int64_t n = rs->n;
-    flexflow_rule *ff = NULL;
+    un_flexflow_rule *ff = NULL;
     int nff = 0;
-    un_status st = flexflow_load(ctx, menu->spec, path, &ff, &nff);
+    un_status st = un_flexflow_load(ctx, menu->spec, path, &ff, &nff);
     if (st != UN_OK)
         return st;
     /* kept rules are stored in their smaller-hash direction: their hash is the min of both */
@@ -207,38 +207,38 @@ un_status gen_recall_run(un_ctx *ctx, const gen_enum *e, int max_ops, const gen_
     qsort(hs, (size_t)n, sizeof *hs, cmp_u64);
     out->total = nff;
     for (int i = 0; i < nff; i++) {
-        gen_recall_kind k;
+        un_gen_recall_kind k;
         char why[300] = "";
         const un_rule *r = ff[i].rule;
         if (!r) {
-            k = GEN_RECALL_REJECTED;
+            k = UN_GEN_RECALL_REJECTED;
             snprintf(why, sizeof why, "%s", ff[i].reason);
         } else {
             uint64_t h = min_hash(ctx, r);
             if (bsearch(&h, hs, (size_t)n, sizeof *hs, cmp_u64))
-                k = GEN_RECALL_FOUND;
+                k = UN_GEN_RECALL_FOUND;
             else if (un_rule_check_random(ctx, r, UN_DOM_FIELD, 99, NULL) != UN_OK) {
-                k = GEN_RECALL_WRONG;
+                k = UN_GEN_RECALL_WRONG;
                 snprintf(why, sizeof why, "%s", un_ctx_errmsg(ctx));
                 un_ctx_clear(ctx);
             } else if (un_rule_size(r, UN_RULE_SRC) > max_ops ||
                        un_rule_size(r, UN_RULE_DST) > max_ops) {
-                k = GEN_RECALL_TOO_BIG;
+                k = UN_GEN_RECALL_TOO_BIG;
                 snprintf(why, sizeof why, "sides of %d and %d operators", un_rule_size(r, 0),
                          un_rule_size(r, 1));
             } else if (off_menu(menu, r->src, why, sizeof why) ||
                        off_menu(menu, r->dst, why, sizeof why))
-                k = GEN_RECALL_OFF_MENU;
+                k = UN_GEN_RECALL_OFF_MENU;
             else {
-                gen_graph ga, gb;
-                gen_geval ea, eb;
+                un_gen_graph ga, gb;
+                un_gen_geval ea, eb;
                 bool conn[2] = {false, false}, ok_a = false, ok_b = false;
                 if (to_compact(menu, r, &ga, &gb, conn, why, sizeof why)) {
-                    ok_a = gen_enum_eval(ctx, e, &ga, &ea) == UN_OK;
+                    ok_a = un_gen_enum_eval(ctx, e, &ga, &ea) == UN_OK;
                     if (!ok_a)
                         snprintf(why, sizeof why, "source side at the menu's shapes: %s",
                                  un_ctx_errmsg(ctx));
-                    ok_b = ok_a && gen_enum_eval(ctx, e, &gb, &eb) == UN_OK;
+                    ok_b = ok_a && un_gen_enum_eval(ctx, e, &gb, &eb) == UN_OK;
                     if (ok_a && !ok_b)
                         snprintf(why, sizeof why, "target side at the menu's shapes: %s",
                                  un_ctx_errmsg(ctx));
@@ -246,33 +246,33 @@ un_status gen_recall_run(un_ctx *ctx, const gen_enum *e, int max_ops, const gen_
                 }
                 bool dup = strstr(why, "duplicate tensor") != NULL;
                 if (ok_a)
-                    gen_geval_deinit(&ea);
+                    un_gen_geval_deinit(&ea);
                 if (ok_b)
-                    gen_geval_deinit(&eb);
+                    un_gen_geval_deinit(&eb);
                 if (!ok_b && dup) {
-                    k = GEN_RECALL_IMPLIED;
+                    k = UN_GEN_RECALL_IMPLIED;
                     snprintf(why, sizeof why,
                              "implied: a side computes one tensor twice (e.g. combine of "
                              "partition), which smaller rules remove");
                 } else if (!ok_b)
-                    k = GEN_RECALL_OFF_MENU;
-                else if (gen_pair_explain(ctx, e, rs, &ga, &gb, why, sizeof why))
-                    k = GEN_RECALL_IMPLIED;
+                    k = UN_GEN_RECALL_OFF_MENU;
+                else if (un_gen_pair_explain(ctx, e, rs, &ga, &gb, why, sizeof why))
+                    k = UN_GEN_RECALL_IMPLIED;
                 else if (conn[0] && conn[1]) {
-                    k = GEN_RECALL_IMPLIED;
+                    k = UN_GEN_RECALL_IMPLIED;
                     snprintf(why, sizeof why,
                              "implied: both sides are graphs of one group of equals, each kept "
                              "or implied equal to its smallest graph");
                 } else {
-                    k = GEN_RECALL_MISSED;
+                    k = UN_GEN_RECALL_MISSED;
                     snprintf(why, sizeof why, "a side is disconnected (no partner was built)");
                 }
             }
         }
         out->by_kind[k]++;
-        if (k != GEN_RECALL_FOUND && report) {
-            un_buf_printf(report, "%s: %s: %s", ff[i].name, gen_recall_kind_name(k), why);
-            if (r && (k == GEN_RECALL_MISSED || k == GEN_RECALL_IMPLIED)) {
+        if (k != UN_GEN_RECALL_FOUND && report) {
+            un_buf_printf(report, "%s: %s: %s", ff[i].name, un_gen_recall_kind_name(k), why);
+            if (r && (k == UN_GEN_RECALL_MISSED || k == UN_GEN_RECALL_IMPLIED)) {
                 un_buf_printf(report, ": ");
                 un_rule_str(r, report);
             }
@@ -280,6 +280,6 @@ un_status gen_recall_run(un_ctx *ctx, const gen_enum *e, int max_ops, const gen_
         }
     }
     free(hs);
-    flexflow_rules_free(ff, nff);
+    un_flexflow_rules_free(ff, nff);
     return UN_OK;
 }

@@ -8,13 +8,13 @@
  *   off-menu   - it uses an operator instance, or an input kind/rank/layout, not in the menu;
  *   too-big    - a side has more operators than the run's bound;
  *   implied    - in reach, and it follows from the rules found: a congruence of smaller rules, a
- *                renaming or instance of a kept rule (gen_pair_explain), or a composition
+ *                renaming or instance of a kept rule (un_gen_pair_explain), or a composition
  *                through the smallest graph of its group of equals (both sides are graphs the
  *                run enumerated and paired with that graph);
  *   missed     - everything else, with the reason.
  *
- *   gen_recall rc;
- *   st = gen_recall_run(ctx, e, max_ops, &rules, "flexflow.json", &rc, &report);
+ *   un_gen_recall rc;
+ *   st = un_gen_recall_run(ctx, e, max_ops, &rules, "flexflow.json", &rc, &report);
  */
 #ifndef UN_GEN_RECALL_H
 #define UN_GEN_RECALL_H
@@ -22,26 +22,26 @@
 #include "gen/prune.h"
 
 typedef enum {
-    GEN_RECALL_FOUND,
-    GEN_RECALL_REJECTED,
-    GEN_RECALL_WRONG,
-    GEN_RECALL_OFF_MENU,
-    GEN_RECALL_TOO_BIG,
-    GEN_RECALL_IMPLIED,
-    GEN_RECALL_MISSED,
-    GEN_RECALL_COUNT
-} gen_recall_kind;
+    UN_GEN_RECALL_FOUND,
+    UN_GEN_RECALL_REJECTED,
+    UN_GEN_RECALL_WRONG,
+    UN_GEN_RECALL_OFF_MENU,
+    UN_GEN_RECALL_TOO_BIG,
+    UN_GEN_RECALL_IMPLIED,
+    UN_GEN_RECALL_MISSED,
+    UN_GEN_RECALL_COUNT
+} un_gen_recall_kind;
 
-typedef struct gen_recall {
+typedef struct un_gen_recall {
     int64_t total; /* rules in the published file */
-    int64_t by_kind[GEN_RECALL_COUNT];
-} gen_recall;
+    int64_t by_kind[UN_GEN_RECALL_COUNT];
+} un_gen_recall;
 
 /* Compares the published file at path with the rules rs found over e's menu with max_ops. report
  * receives one line per rule not found: "name: category: reason". */
-un_status gen_recall_run(un_ctx *ctx, const gen_enum *e, int max_ops, const gen_rules *rs,
-                         const char *path, gen_recall *out, un_buf *report);
+un_status un_gen_recall_run(un_ctx *ctx, const un_gen_enum *e, int max_ops, const un_gen_rules *rs,
+                         const char *path, un_gen_recall *out, un_buf *report);
 
-const char *gen_recall_kind_name(gen_recall_kind k); /* static */
+const char *un_gen_recall_kind_name(un_gen_recall_kind k); /* static */
 
 #endif

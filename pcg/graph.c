@@ -848,7 +848,7 @@ static void json_ref(un_buf *b, char *const *nm, un_ref r) {
     un_buf t = {0};
     un_buf_printf(&t, "%s:%d", nm[r.node], (int)r.out);
     un_buf_json_str(b, t.data);
-    un_buf_free(&t);
+    un_buf_deinit(&t);
 }
 
 static void json_param(un_buf *b, const un_param_spec *ps, const un_param *v) {
@@ -1089,7 +1089,7 @@ static un_status jnode_body(un_ctx *ctx, const un_spec *spec, const un_jcur *nc,
                 st = un_jcur_error(ctx, UN_ERR_INVALID, &m,
                                    "unknown parameter '%s' of op '%s' (parameters: %s)", m.key,
                                    os->name, b.data ? b.data : "none");
-                un_buf_free(&b);
+                un_buf_deinit(&b);
                 return st;
             }
             if (given[k])
@@ -1146,7 +1146,7 @@ static un_status jtopo(un_ctx *ctx, const un_jcur *nodes, const jnode *jn, int32
                 un_jcur in = un_jcur_member(&item, "in");
                 st = un_jcur_error(ctx, UN_ERR_INVALID, &in, "cycle: %s (each uses the next)",
                                    b.data);
-                un_buf_free(&b);
+                un_buf_deinit(&b);
                 break;
             }
             state[w] = 1;
@@ -1336,7 +1336,7 @@ un_status un_graph_to_dot(un_ctx *ctx, const un_graph *g, un_buf *out) {
         }
         un_buf_printf(out, "  n%d [label=\"", (int)i);
         dot_str(out, t.data);
-        un_buf_free(&t);
+        un_buf_deinit(&t);
         switch (un_op_kind_of(nd->op)) {
         case UN_OPK_SOURCE:
             un_buf_printf(out,

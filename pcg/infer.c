@@ -226,7 +226,7 @@ done:
     }
     un_buf_printf(&b, "]");
     un_status st = un_ctx_error(s->ctx, UN_ERR_SHAPE, "%s", b.data);
-    un_buf_free(&b);
+    un_buf_deinit(&b);
     return st;
 }
 
@@ -489,7 +489,7 @@ static un_status check_requirements(solver *s, const un_shape *lin, const char *
         un_status st = un_ctx_error(
             ctx, UN_ERR_SHAPE, "%s (%s): requirement \"%s\" %s [inputs:%s]", label, os->name,
             os->require_text[r], est != UN_OK ? un_ctx_errmsg(tmp) : "fails", b.data ? b.data : "");
-        un_buf_free(&b);
+        un_buf_deinit(&b);
         un_ctx_free(tmp);
         return st;
     }

@@ -244,7 +244,7 @@ void un_jcur_path(const un_jcur *c, char *buf, size_t n) {
     un_buf b = {0};
     un__path_rec(c, &b);
     snprintf(buf, n, "%s", b.data ? b.data : "$");
-    un_buf_free(&b);
+    un_buf_deinit(&b);
 }
 
 un_status un_jcur_error(un_ctx *ctx, un_status st, const un_jcur *c, const char *fmt, ...) {
@@ -322,7 +322,7 @@ un_status un_jcur_check_keys(un_ctx *ctx, const un_jcur *obj, const char *const 
                 un_buf_printf(&b, "%s%s", a == allowed ? "" : ", ", *a);
             st = un_jcur_error(ctx, UN_ERR_PARSE, &m, "unknown field (allowed: %s)",
                                b.data ? b.data : "none");
-            un_buf_free(&b);
+            un_buf_deinit(&b);
             return st;
         }
         for (int j = 0; j < i; j++) {

@@ -125,7 +125,7 @@ static int parse_args(int argc, char **argv, opts *o) {
 static void print_buf(un_buf *b) {
     if (b->data)
         fputs(b->data, stdout);
-    un_buf_free(b);
+    un_buf_deinit(b);
 }
 
 static int cmd_eval(un_ctx *ctx, const un_graph *g, const opts *o) {
@@ -136,7 +136,7 @@ static int cmd_eval(un_ctx *ctx, const un_graph *g, const opts *o) {
         un_buf b = {0};
         un_status st = un_report_eval(ctx, g, dom, o->seed, o->dump, &b);
         if (st != UN_OK) {
-            un_buf_free(&b);
+            un_buf_deinit(&b);
             return fail(ctx, st);
         }
         print_buf(&b);
@@ -380,7 +380,7 @@ int main(int argc, char **argv) {
             rc = cmd_eval(ctx, gg, &o);
     }
 done:
-    un_buf_free(&b);
+    un_buf_deinit(&b);
     un_graph_free(g);
     un_onnx_deinit(&om);
     un_spec_free(spec);

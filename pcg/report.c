@@ -33,8 +33,8 @@ void un_report_ops(const un_spec *spec, un_buf *b) {
         un_buf_printf(b, "%-20s %-8s %-34s %5d %6d  %s\n", os->name, kind_name(os->kind),
                       in.data ? in.data : "-", os->kind == UN_OPK_REGULAR ? os->n_rules + 1 : 0,
                       os->n_axioms, pr.data ? pr.data : "");
-        un_buf_free(&in);
-        un_buf_free(&pr);
+        un_buf_deinit(&in);
+        un_buf_deinit(&pr);
     }
     un_buf_printf(b,
                   "%d operators, %d sharding rules (+ the implicit copy rule of each regular op), "

@@ -1,7 +1,7 @@
 /* report.h - human-readable text for the operator registry and for graphs (the tools print it).
  *
  *   un_buf b = {0};
- *   un_report_ops(spec, &b);   fputs(b.data, stdout);   un_buf_free(&b);
+ *   un_report_ops(spec, &b);   fputs(b.data, stdout);   un_buf_deinit(&b);
  */
 #ifndef UN_REPORT_H
 #define UN_REPORT_H

@@ -889,7 +889,7 @@ static un_status cond_check_node(un_ctx *ctx, const un_rule *r, int side, int32_
         un_status st =
             un_ctx_error(ctx, UN_ERR_SHAPE, "side condition %s%s: the dim is %lld",
                          b.data ? b.data : "", r->n_vars ? "" : " the witness", (long long)d);
-        un_buf_free(&b);
+        un_buf_deinit(&b);
         return st;
     }
     return UN_OK;

@@ -136,7 +136,7 @@ void un_shape_str(const un_shape *s, char *buf, size_t n) {
     if (s->copy != 1)
         un_buf_printf(&b, "*c%d", s->copy);
     snprintf(buf, n, "%s", b.data);
-    un_buf_free(&b);
+    un_buf_deinit(&b);
 }
 
 uint64_t un_shape_hash(const un_shape *s, uint64_t h) {

@@ -143,7 +143,7 @@ un_status un_spec_param_parse(un_ctx *ctx, const un_param_spec *ps, const un_jcu
             un_status st = un_jcur_error(ctx, UN_ERR_INVALID, c,
                                          "'%s' is not a value of parameter '%s' (one of: %s)", s,
                                          ps->name, b.data);
-            un_buf_free(&b);
+            un_buf_deinit(&b);
             return st;
         }
         v.v[0] = found;

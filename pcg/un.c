@@ -340,7 +340,7 @@ void un_buf_printf(un_buf *b, const char *fmt, ...) {
     b->len += (size_t)n;
 }
 
-void un_buf_free(un_buf *b) {
+void un_buf_deinit(un_buf *b) {
     free(b->data);
     b->data = NULL;
     b->len = b->cap = 0;

@@ -160,6 +160,6 @@ typedef struct un_buf {
 } un_buf;
 
 void un_buf_printf(un_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void un_buf_free(un_buf *b);
+void un_buf_deinit(un_buf *b);
 
 #endif

@@ -17,14 +17,14 @@
 #define FF_MAX_ROWS  256
 #define FF_MAX_TRIES 5000 /* layout assignments tried per rule */
 
-static const char *const ff_reject_names[FLEXFLOW_REJECT_COUNT] = {
+static const char *const ff_reject_names[UN_FLEXFLOW_REJECT_COUNT] = {
 #define X(n, s) s,
-    FLEXFLOW_REJECT_LIST(X)
+    UN_FLEXFLOW_REJECT_LIST(X)
 #undef X
 };
 
-const char *flexflow_reject_name(flexflow_reject r) {
-    return (unsigned)r < FLEXFLOW_REJECT_COUNT ? ff_reject_names[r] : "?";
+const char *un_flexflow_reject_name(un_flexflow_reject r) {
+    return (unsigned)r < UN_FLEXFLOW_REJECT_COUNT ? ff_reject_names[r] : "?";
 }
 
 /* FlexFlow operator names we map (as FlexFlow's JSON spells them: its OP_REPARTITION is
@@ -79,7 +79,7 @@ typedef struct ff_ir {
 
 /* ---- rejection ---------------------------------------------------------------------------- */
 
-__attribute__((format(printf, 3, 4))) static bool reject(flexflow_rule *fr, flexflow_reject k,
+__attribute__((format(printf, 3, 4))) static bool reject(un_flexflow_rule *fr, un_flexflow_reject k,
                                                          const char *fmt, ...) {
     fr->kind = k;
     va_list ap;
@@ -103,33 +103,33 @@ static int input_index(const ff_ir *ir, int id) {
     return -1;
 }
 
-static bool parse_op(flexflow_rule *fr, ff_ir *ir, int side, int idx, const un_jcur *o,
+static bool parse_op(un_flexflow_rule *fr, ff_ir *ir, int side, int idx, const un_jcur *o,
                      bool *seen_in) {
     const char *sname = side ? "dstOp" : "srcOp";
     ff_op *op = &ir->ops[side][idx];
     memset(op, 0, sizeof *op);
     un_jcur t = un_jcur_member(o, "type");
     if (un_jcur_type(&t) != UN_JSON_STRING)
-        return reject(fr, FLEXFLOW_REJECT_MALFORMED, "%s[%d]: no \"type\" string", sname, idx);
+        return reject(fr, UN_FLEXFLOW_REJECT_MALFORMED, "%s[%d]: no \"type\" string", sname, idx);
     op->type = un_jcur_str(&t);
     int k = -1;
     for (int i = 0; i < (int)(sizeof ff_ops / sizeof ff_ops[0]); i++)
         if (strcmp(ff_ops[i].name, op->type) == 0)
             k = i;
     if (k < 0)
-        return reject(fr, FLEXFLOW_REJECT_UNKNOWN_OP, "%s[%d]: unknown operator %s", sname, idx,
+        return reject(fr, UN_FLEXFLOW_REJECT_UNKNOWN_OP, "%s[%d]: unknown operator %s", sname, idx,
                       op->type);
     op->op = ff_ops[k].op;
     op->n_out = 1;
     un_jcur para = un_jcur_member(o, "para");
     if (un_jcur_present(&para) && un_jcur_type(&para) != UN_JSON_ARRAY)
-        return reject(fr, FLEXFLOW_REJECT_MALFORMED, "%s[%d]: \"para\" is not an array", sname,
+        return reject(fr, UN_FLEXFLOW_REJECT_MALFORMED, "%s[%d]: \"para\" is not an array", sname,
                       idx);
     for (int i = 0; i < un_jcur_len(&para); i++) {
         un_jcur p = un_jcur_item(&para, i), key = un_jcur_member(&p, "key");
         int64_t v;
         if (un_jcur_type(&key) != UN_JSON_STRING || !get_int(&p, "value", &v))
-            return reject(fr, FLEXFLOW_REJECT_MALFORMED,
+            return reject(fr, UN_FLEXFLOW_REJECT_MALFORMED,
                           "%s[%d] (%s): parameter %d needs a \"key\" and an integer \"value\"",
                           sname, idx, op->type, i);
         int pm = -1;
@@ -157,10 +157,10 @@ static bool parse_op(flexflow_rule *fr, ff_ir *ir, int side, int idx, const un_j
             ok = false;
         }
         if (!ok)
-            return reject(fr, FLEXFLOW_REJECT_UNKNOWN_PARAM, "%s[%d]: %s takes no parameter %s",
+            return reject(fr, UN_FLEXFLOW_REJECT_UNKNOWN_PARAM, "%s[%d]: %s takes no parameter %s",
                           sname, idx, op->type, un_jcur_str(&key));
         if (op->has[pm])
-            return reject(fr, FLEXFLOW_REJECT_MALFORMED, "%s[%d] (%s): %s given twice", sname, idx,
+            return reject(fr, UN_FLEXFLOW_REJECT_MALFORMED, "%s[%d] (%s): %s given twice", sname, idx,
                           op->type, pm_names[pm]);
         op->has[pm] = true;
         op->pm[pm] = v;
@@ -179,19 +179,19 @@ static bool parse_op(flexflow_rule *fr, ff_ir *ir, int side, int idx, const un_j
     }
     for (int j = 0; j < 2; j++)
         if (need[j] >= 0 && !op->has[need[j]])
-            return reject(fr, FLEXFLOW_REJECT_UNKNOWN_PARAM, "%s[%d]: %s needs %s", sname, idx,
+            return reject(fr, UN_FLEXFLOW_REJECT_UNKNOWN_PARAM, "%s[%d]: %s needs %s", sname, idx,
                           op->type, pm_names[need[j]]);
     if (op->has[PM_DEGREE] && (op->pm[PM_DEGREE] < 1 || op->pm[PM_DEGREE] > UN_MAX_DEGREE))
-        return reject(fr, FLEXFLOW_REJECT_UNKNOWN_PARAM, "%s[%d]: %s: degree %lld out of range",
+        return reject(fr, UN_FLEXFLOW_REJECT_UNKNOWN_PARAM, "%s[%d]: %s: degree %lld out of range",
                       sname, idx, op->type, (long long)op->pm[PM_DEGREE]);
     if (op->has[PM_ACTI] && (op->pm[PM_ACTI] < 0 || op->pm[PM_ACTI] > 3))
-        return reject(fr, FLEXFLOW_REJECT_UNKNOWN_PARAM,
+        return reject(fr, UN_FLEXFLOW_REJECT_UNKNOWN_PARAM,
                       "%s[%d]: %s: PM_ACTI %lld is not none (0), sigmoid (1), relu (2) or tanh "
                       "(3)",
                       sname, idx, op->type, (long long)op->pm[PM_ACTI]);
     if (op->op == UN_OP_SPLIT) {
         if (op->pm[PM_NUM_OUTPUTS] != 2)
-            return reject(fr, FLEXFLOW_REJECT_ARITY,
+            return reject(fr, UN_FLEXFLOW_REJECT_ARITY,
                           "%s[%d]: OP_SPLIT with %lld outputs (only 2, equal halves)", sname, idx,
                           (long long)op->pm[PM_NUM_OUTPUTS]);
         op->n_out = 2;
@@ -199,38 +199,38 @@ static bool parse_op(flexflow_rule *fr, ff_ir *ir, int side, int idx, const un_j
     /* Inputs. */
     un_jcur in = un_jcur_member(o, "input");
     if (un_jcur_type(&in) != UN_JSON_ARRAY)
-        return reject(fr, FLEXFLOW_REJECT_MALFORMED, "%s[%d]: no \"input\" array", sname, idx);
+        return reject(fr, UN_FLEXFLOW_REJECT_MALFORMED, "%s[%d]: no \"input\" array", sname, idx);
     op->n_in = un_jcur_len(&in);
     int want = ff_ops[k].n_in;
     if (op->op == UN_OP_CONCAT && op->has[PM_NUM_INPUTS] && op->pm[PM_NUM_INPUTS] != op->n_in)
-        return reject(fr, FLEXFLOW_REJECT_ARITY,
+        return reject(fr, UN_FLEXFLOW_REJECT_ARITY,
                       "%s[%d]: OP_CONCAT has PM_NUM_INPUTS %lld but %d "
                       "inputs",
                       sname, idx, (long long)op->pm[PM_NUM_INPUTS], op->n_in);
     if (op->n_in != want)
-        return reject(fr, FLEXFLOW_REJECT_ARITY, "%s[%d]: %s takes %d input%s, not %d", sname, idx,
+        return reject(fr, UN_FLEXFLOW_REJECT_ARITY, "%s[%d]: %s takes %d input%s, not %d", sname, idx,
                       op->type, want, want == 1 ? "" : "s", op->n_in);
     for (int i = 0; i < op->n_in; i++) {
         un_jcur tc = un_jcur_item(&in, i);
         int64_t oid, ts;
         if (!get_int(&tc, "opId", &oid) || !get_int(&tc, "tsId", &ts))
-            return reject(fr, FLEXFLOW_REJECT_MALFORMED,
+            return reject(fr, UN_FLEXFLOW_REJECT_MALFORMED,
                           "%s[%d]: input %d needs integer \"opId\" and \"tsId\"", sname, idx, i);
         if (oid < 0) {
             if (ts != 0 || oid < -1000)
-                return reject(fr, FLEXFLOW_REJECT_BAD_REF, "%s[%d]: input %d: rule input %lld:%lld",
+                return reject(fr, UN_FLEXFLOW_REJECT_BAD_REF, "%s[%d]: input %d: rule input %lld:%lld",
                               sname, idx, i, (long long)oid, (long long)ts);
             int ii = input_index(ir, (int)oid);
             if (ii < 0) {
                 if (ir->n_inputs == FF_MAX_INS)
-                    return reject(fr, FLEXFLOW_REJECT_MALFORMED, "more than %d rule inputs",
+                    return reject(fr, UN_FLEXFLOW_REJECT_MALFORMED, "more than %d rule inputs",
                                   FF_MAX_INS);
                 ii = ir->n_inputs++;
                 ir->input_id[ii] = (int)oid;
             }
             seen_in[side * FF_MAX_INS + ii] = true;
         } else if (oid >= idx || ts < 0 || ts >= ir->ops[side][oid].n_out) {
-            return reject(fr, FLEXFLOW_REJECT_BAD_REF,
+            return reject(fr, UN_FLEXFLOW_REJECT_BAD_REF,
                           "%s[%d]: input %d refers to op %lld output %lld, which %s", sname, idx, i,
                           (long long)oid, (long long)ts,
                           oid >= idx ? "does not come earlier" : "does not exist");
@@ -240,17 +240,17 @@ static bool parse_op(flexflow_rule *fr, ff_ir *ir, int side, int idx, const un_j
     return true;
 }
 
-static bool parse_rule(flexflow_rule *fr, ff_ir *ir, const un_jcur *rc) {
+static bool parse_rule(un_flexflow_rule *fr, ff_ir *ir, const un_jcur *rc) {
     memset(ir, 0, sizeof *ir);
     if (un_jcur_type(rc) != UN_JSON_OBJECT)
-        return reject(fr, FLEXFLOW_REJECT_MALFORMED, "not an object");
+        return reject(fr, UN_FLEXFLOW_REJECT_MALFORMED, "not an object");
     bool seen_in[2 * FF_MAX_INS] = {false};
     for (int side = 0; side < 2; side++) {
         un_jcur ops = un_jcur_member(rc, side ? "dstOp" : "srcOp");
         if (un_jcur_type(&ops) != UN_JSON_ARRAY || un_jcur_len(&ops) == 0)
-            return reject(fr, FLEXFLOW_REJECT_MALFORMED, "no \"%s\" ops", side ? "dstOp" : "srcOp");
+            return reject(fr, UN_FLEXFLOW_REJECT_MALFORMED, "no \"%s\" ops", side ? "dstOp" : "srcOp");
         if (un_jcur_len(&ops) > FF_MAX_OPS)
-            return reject(fr, FLEXFLOW_REJECT_MALFORMED, "more than %d ops on a side", FF_MAX_OPS);
+            return reject(fr, UN_FLEXFLOW_REJECT_MALFORMED, "more than %d ops on a side", FF_MAX_OPS);
         ir->n_ops[side] = un_jcur_len(&ops);
         for (int i = 0; i < ir->n_ops[side]; i++) {
             un_jcur o = un_jcur_item(&ops, i);
@@ -260,13 +260,13 @@ static bool parse_rule(flexflow_rule *fr, ff_ir *ir, const un_jcur *rc) {
     }
     for (int i = 0; i < ir->n_inputs; i++)
         if (seen_in[i] != seen_in[FF_MAX_INS + i])
-            return reject(fr, FLEXFLOW_REJECT_ONE_SIDE, "input %d is used by %s only",
+            return reject(fr, UN_FLEXFLOW_REJECT_ONE_SIDE, "input %d is used by %s only",
                           ir->input_id[i], seen_in[i] ? "srcOp" : "dstOp");
     un_jcur map = un_jcur_member(rc, "mappedOutput");
     if (un_jcur_type(&map) != UN_JSON_ARRAY || un_jcur_len(&map) < 1)
-        return reject(fr, FLEXFLOW_REJECT_MALFORMED, "no \"mappedOutput\"");
+        return reject(fr, UN_FLEXFLOW_REJECT_MALFORMED, "no \"mappedOutput\"");
     if (un_jcur_len(&map) > UN_RULE_MAX_OUTS)
-        return reject(fr, FLEXFLOW_REJECT_MALFORMED, "more than %d mapped outputs",
+        return reject(fr, UN_FLEXFLOW_REJECT_MALFORMED, "more than %d mapped outputs",
                       UN_RULE_MAX_OUTS);
     ir->n_map = un_jcur_len(&map);
     for (int i = 0; i < ir->n_map; i++) {
@@ -275,12 +275,12 @@ static bool parse_rule(flexflow_rule *fr, ff_ir *ir, const un_jcur *rc) {
         static const char *const keys[4] = {"srcOpId", "srcTsId", "dstOpId", "dstTsId"};
         for (int j = 0; j < 4; j++)
             if (!get_int(&m, keys[j], &v[j]))
-                return reject(fr, FLEXFLOW_REJECT_MALFORMED, "mappedOutput[%d]: no integer %s", i,
+                return reject(fr, UN_FLEXFLOW_REJECT_MALFORMED, "mappedOutput[%d]: no integer %s", i,
                               keys[j]);
         for (int side = 0; side < 2; side++) {
             int64_t op = v[2 * side], ts = v[2 * side + 1];
             if (op < 0 || op >= ir->n_ops[side] || ts < 0 || ts >= ir->ops[side][op].n_out)
-                return reject(fr, FLEXFLOW_REJECT_BAD_REF,
+                return reject(fr, UN_FLEXFLOW_REJECT_BAD_REF,
                               "mappedOutput[%d]: %s op %lld output %lld does not exist", i,
                               side ? "dst" : "src", (long long)op, (long long)ts);
             ir->map[i][side] = (ff_ref){(int)op, (int)ts};
@@ -297,7 +297,7 @@ static bool parse_rule(flexflow_rule *fr, ff_ir *ir, const un_jcur *rc) {
             if (op->has[PM_NUMDIM]) {
                 int r = (int)op->pm[PM_NUMDIM] - 1;
                 if (r < 1 || r > UN_MAX_DIMS || (ir->rank && ir->rank != r))
-                    return reject(fr, FLEXFLOW_REJECT_UNKNOWN_PARAM,
+                    return reject(fr, UN_FLEXFLOW_REJECT_UNKNOWN_PARAM,
                                   "%s[%d]: PM_NUMDIM %lld (other tensors have %d dims)",
                                   side ? "dstOp" : "srcOp", i, (long long)op->pm[PM_NUMDIM],
                                   ir->rank + 1);
@@ -320,18 +320,18 @@ static bool parse_rule(flexflow_rule *fr, ff_ir *ir, const un_jcur *rc) {
                 continue;
             int64_t d = op->pm[pm];
             if (d < 0 || d > ir->rank)
-                return reject(fr, FLEXFLOW_REJECT_UNKNOWN_PARAM,
+                return reject(fr, UN_FLEXFLOW_REJECT_UNKNOWN_PARAM,
                               "%s[%d]: %s: %s %lld is not a dim of a %d-dim tensor", sname, i,
                               op->type, pm_names[pm], (long long)d, ir->rank + 1);
             bool parallel_sum_copy = op->op == UN_OP_REPLICATE || op->op == UN_OP_REDUCE;
             if (d == ir->rank && !parallel_sum_copy)
-                return reject(fr, FLEXFLOW_REJECT_REPLICA_DIM,
+                return reject(fr, UN_FLEXFLOW_REJECT_REPLICA_DIM,
                               "%s[%d]: %s along dim %lld, the replica dim: it holds copies or "
                               "partial sums, not data to split (DESIGN section 3)",
                               sname, i, op->type, (long long)d);
             if (op->op == UN_OP_REDUCE && op->in[0].op >= 0 &&
                 ir->ops[side][op->in[0].op].op == UN_OP_REPLICATE)
-                return reject(fr, FLEXFLOW_REJECT_REDUCE_COPIES,
+                return reject(fr, UN_FLEXFLOW_REJECT_REDUCE_COPIES,
                               "%s[%d]: reduce(replicate(x)) sums copies (k*x in FlexFlow's "
                               "replica dim); here reduce sums partial sums and replicate makes "
                               "copies, so the term is ill-formed",
@@ -738,7 +738,7 @@ static void add_degree_vars(un_rule *r) {
 
 static uint64_t name_seed(const char *s) { return un_hash_bytes(s, strlen(s), 0x5eed); }
 
-static void convert(const un_spec *spec, const un_jcur *rc, flexflow_rule *fr) {
+static void convert(const un_spec *spec, const un_jcur *rc, un_flexflow_rule *fr) {
     ff_ir *ir = un_xcalloc(1, sizeof *ir);
     ff_solver *sv = NULL;
     ff_search *se = NULL;
@@ -752,7 +752,7 @@ static void convert(const un_spec *spec, const un_jcur *rc, flexflow_rule *fr) {
             for (int i = 0; i < ir->n_ops[side]; i++)
                 sum_copy |=
                     ir->ops[side][i].op == UN_OP_REPLICATE || ir->ops[side][i].op == UN_OP_REDUCE;
-        reject(fr, FLEXFLOW_REJECT_NO_SHAPES,
+        reject(fr, UN_FLEXFLOW_REJECT_NO_SHAPES,
                "no positive dims satisfy the shape equations of both sides (%d equations over "
                "%d input dims)%s",
                sv->n_rows, sv->nv,
@@ -773,7 +773,7 @@ static void convert(const un_spec *spec, const un_jcur *rc, flexflow_rule *fr) {
         ok = search_weight(se, 0, w);
     if (!ok) {
         const char *why = se->why[0][0] ? se->why[0] : se->why[1][0] ? se->why[1] : se->why[2];
-        reject(fr, FLEXFLOW_REJECT_ILL_FORMED,
+        reject(fr, UN_FLEXFLOW_REJECT_ILL_FORMED,
                "no input layouts make both sides well formed "
                "with equal outputs: %s",
                why);
@@ -788,8 +788,8 @@ done:
     free(ir);
 }
 
-un_status flexflow_parse(un_ctx *ctx, const un_spec *spec, const char *name, const char *text,
-                         size_t len, flexflow_rule **out, int *n) {
+un_status un_flexflow_parse(un_ctx *ctx, const un_spec *spec, const char *name, const char *text,
+                         size_t len, un_flexflow_rule **out, int *n) {
     *out = NULL;
     *n = 0;
     un_jdoc *doc = NULL;
@@ -805,7 +805,7 @@ un_status flexflow_parse(un_ctx *ctx, const un_spec *spec, const char *name, con
         return st;
     }
     int cnt = un_jcur_len(&rules);
-    flexflow_rule *rs = un_xcalloc((size_t)(cnt ? cnt : 1), sizeof *rs);
+    un_flexflow_rule *rs = un_xcalloc((size_t)(cnt ? cnt : 1), sizeof *rs);
     for (int i = 0; i < cnt; i++) {
         un_jcur rc = un_jcur_item(&rules, i);
         un_jcur nm = un_jcur_member(&rc, "name");
@@ -821,7 +821,7 @@ un_status flexflow_parse(un_ctx *ctx, const un_spec *spec, const char *name, con
     return UN_OK;
 }
 
-un_status flexflow_load(un_ctx *ctx, const un_spec *spec, const char *path, flexflow_rule **out,
+un_status un_flexflow_load(un_ctx *ctx, const un_spec *spec, const char *path, un_flexflow_rule **out,
                         int *n) {
     *out = NULL;
     *n = 0;
@@ -829,12 +829,12 @@ un_status flexflow_load(un_ctx *ctx, const un_spec *spec, const char *path, flex
     size_t len = 0;
     un_status st = un_read_file(ctx, path, &text, &len);
     if (st == UN_OK)
-        st = flexflow_parse(ctx, spec, path, text, len, out, n);
+        st = un_flexflow_parse(ctx, spec, path, text, len, out, n);
     free(text);
     return st;
 }
 
-void flexflow_rules_free(flexflow_rule *rules, int n) {
+void un_flexflow_rules_free(un_flexflow_rule *rules, int n) {
     if (!rules)
         return;
     for (int i = 0; i < n; i++)
@@ -842,29 +842,29 @@ void flexflow_rules_free(flexflow_rule *rules, int n) {
     free(rules);
 }
 
-un_status flexflow_import(un_ctx *ctx, rulesdb *db, const char *path, flexflow_import_stats *stats,
+un_status un_flexflow_import(un_ctx *ctx, un_rulesdb *db, const char *path, un_flexflow_import_stats *stats,
                           un_buf *report) {
     memset(stats, 0, sizeof *stats);
-    flexflow_rule *rs = NULL;
+    un_flexflow_rule *rs = NULL;
     int n = 0;
-    flexflow_import_stats s = {0};
-    un_status st = flexflow_load(ctx, rulesdb_spec(db), path, &rs, &n);
+    un_flexflow_import_stats s = {0};
+    un_status st = un_flexflow_load(ctx, un_rulesdb_spec(db), path, &rs, &n);
     if (st != UN_OK)
         return st;
-    st = rulesdb_begin(ctx, db);
+    st = un_rulesdb_begin(ctx, db);
     for (int i = 0; i < n && st == UN_OK; i++) {
-        rulesdb_origin o = {.kind = "imported", .file = path, .name = rs[i].name};
+        un_rulesdb_origin o = {.kind = "imported", .file = path, .name = rs[i].name};
         bool ins = false;
         s.parsed++;
         if (rs[i].rule) {
-            st = rulesdb_rule_insert(ctx, db, rs[i].rule, UN_RULE_CANDIDATE, NULL, &o, NULL, &ins);
+            st = un_rulesdb_rule_insert(ctx, db, rs[i].rule, UN_RULE_CANDIDATE, NULL, &o, NULL, &ins);
             s.imported += ins;
             s.duplicates += !ins;
         } else {
             char detail[320];
-            snprintf(detail, sizeof detail, "%s: %s", flexflow_reject_name(rs[i].kind),
+            snprintf(detail, sizeof detail, "%s: %s", un_flexflow_reject_name(rs[i].kind),
                      rs[i].reason);
-            st = rulesdb_rule_insert(ctx, db, NULL, UN_RULE_REJECTED, detail, &o, NULL, &ins);
+            st = un_rulesdb_rule_insert(ctx, db, NULL, UN_RULE_REJECTED, detail, &o, NULL, &ins);
             s.rejected++;
             s.by_reason[rs[i].kind]++;
             if (report)
@@ -872,10 +872,10 @@ un_status flexflow_import(un_ctx *ctx, rulesdb *db, const char *path, flexflow_i
         }
     }
     if (st == UN_OK)
-        st = rulesdb_commit(ctx, db);
+        st = un_rulesdb_commit(ctx, db);
     else
-        rulesdb_rollback(db);
-    flexflow_rules_free(rs, n);
+        un_rulesdb_rollback(db);
+    un_flexflow_rules_free(rs, n);
     if (st == UN_OK)
         *stats = s;
     return st;
@@ -1010,7 +1010,7 @@ static un_status emit_side(un_ctx *ctx, const un_rule *r, int side, int rank, in
     return UN_OK;
 }
 
-un_status flexflow_rule_to_json(un_ctx *ctx, const un_rule *r, const char *name, un_buf *out) {
+un_status un_flexflow_rule_to_json(un_ctx *ctx, const un_rule *r, const char *name, un_buf *out) {
     int rank = -1;
     bool concat = false;
     for (int side = 0; side < 2; side++) {
@@ -1061,15 +1061,15 @@ un_status flexflow_rule_to_json(un_ctx *ctx, const un_rule *r, const char *name,
         un_buf_printf(&b, ",\n      \"srcOp\": %s\n    }", src.data);
         un_buf_printf(out, "%s", b.data);
     }
-    un_buf_free(&b);
-    un_buf_free(&src);
-    un_buf_free(&dst);
+    un_buf_deinit(&b);
+    un_buf_deinit(&src);
+    un_buf_deinit(&dst);
     free(ids[0]);
     free(ids[1]);
     return st;
 }
 
-un_status flexflow_export(un_ctx *ctx, const un_rule *const *rules, const char *const *names,
+un_status un_flexflow_export(un_ctx *ctx, const un_rule *const *rules, const char *const *names,
                           int64_t n, un_buf *out, int64_t *n_skipped, un_buf *report) {
     int64_t skipped = 0, written = 0;
     un_buf_printf(out, "{\n  \"_t\": \"RuleCollection\",\n  \"rule\": [");
@@ -1082,7 +1082,7 @@ un_status flexflow_export(un_ctx *ctx, const un_rule *const *rules, const char *
         }
         un_buf one = {0};
         un_ctx *tmp = un_ctx_new_child(ctx);
-        un_status st = flexflow_rule_to_json(tmp, rules[i], name, &one);
+        un_status st = un_flexflow_rule_to_json(tmp, rules[i], name, &one);
         if (st == UN_OK) {
             un_buf_printf(out, "%s\n%s", written ? "," : "", one.data);
             written++;
@@ -1091,7 +1091,7 @@ un_status flexflow_export(un_ctx *ctx, const un_rule *const *rules, const char *
             if (report)
                 un_buf_printf(report, "%s: not exported: %s\n", name, un_ctx_errmsg(tmp));
         }
-        un_buf_free(&one);
+        un_buf_deinit(&one);
         un_ctx_free(tmp);
     }
     un_buf_printf(out, "\n  ]\n}\n");

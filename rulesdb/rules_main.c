@@ -109,12 +109,12 @@ static int parse_args(int argc, char **argv, opts *o) {
 }
 
 static un_status open_db(un_ctx *ctx, const char *path, const un_spec *spec, int flags,
-                         rulesdb **db) {
+                         un_rulesdb **db) {
     struct stat sb;
     *db = NULL;
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
         return un_ctx_error(ctx, UN_ERR_IO, "%s: is a directory, not a rule database", path);
-    return rulesdb_open(ctx, path, spec, flags, db);
+    return un_rulesdb_open(ctx, path, spec, flags, db);
 }
 
 /* "relu(x0) => x0" on one line (outputs separated by "; "). */
@@ -125,11 +125,11 @@ static void rule_line(const un_rule *r, un_buf *b) {
         if (t.data[i] == '\n')
             t.data[i] = i + 1 < t.len ? ';' : '\0';
     un_buf_printf(b, "%s", t.data ? t.data : "");
-    un_buf_free(&t);
+    un_buf_deinit(&t);
 }
 
-static bool parse_filter(un_ctx *ctx, const opts *o, rulesdb_filter *f) {
-    *f = rulesdb_filter_default();
+static bool parse_filter(un_ctx *ctx, const opts *o, un_rulesdb_filter *f) {
+    *f = un_rulesdb_filter_default();
     if (o->status) {
         un_rule_status s;
         if (!un_rule_status_from_name(o->status, &s)) {
@@ -171,18 +171,18 @@ static bool parse_filter(un_ctx *ctx, const opts *o, rulesdb_filter *f) {
 static int cmd_list(un_ctx *ctx, const un_spec *spec, const opts *o) {
     if (o->npos != 2)
         return usage_error("list wants one database%s", "");
-    rulesdb_filter f;
+    un_rulesdb_filter f;
     if (!parse_filter(ctx, o, &f))
         return fail(ctx, UN_ERR_INVALID);
-    rulesdb *db = NULL;
+    un_rulesdb *db = NULL;
     int32_t *ids = NULL;
     int64_t n = 0;
-    un_status st = open_db(ctx, o->pos[1], spec, RULESDB_READONLY, &db);
+    un_status st = open_db(ctx, o->pos[1], spec, UN_RULESDB_READONLY, &db);
     if (st == UN_OK)
-        st = rulesdb_rule_ids(ctx, db, &f, &ids, &n);
+        st = un_rulesdb_rule_ids(ctx, db, &f, &ids, &n);
     for (int64_t i = 0; st == UN_OK && i < n; i++) {
-        rulesdb_row *row = NULL;
-        st = rulesdb_rule_get(ctx, db, ids[i], &row);
+        un_rulesdb_row *row = NULL;
+        st = un_rulesdb_rule_get(ctx, db, ids[i], &row);
         if (st != UN_OK)
             break;
         un_buf b = {0};
@@ -195,11 +195,11 @@ static int cmd_list(un_ctx *ctx, const un_spec *spec, const opts *o) {
             un_buf_printf(&b, "%s: %s", row->origin_name ? row->origin_name : "?",
                           row->detail ? row->detail : "");
         printf("%s\n", b.data);
-        un_buf_free(&b);
-        rulesdb_row_free(row);
+        un_buf_deinit(&b);
+        un_rulesdb_row_free(row);
     }
     free(ids);
-    rulesdb_free(db);
+    un_rulesdb_free(db);
     return st == UN_OK ? 0 : fail(ctx, st);
 }
 
@@ -210,11 +210,11 @@ static int cmd_show(un_ctx *ctx, const un_spec *spec, const opts *o) {
     long id = strtol(o->pos[2], &end, 10);
     if (!*o->pos[2] || *end || id < 1 || id > INT32_MAX)
         return usage_error("show: '%s' is not a rule id", o->pos[2]);
-    rulesdb *db = NULL;
-    rulesdb_row *row = NULL;
-    un_status st = open_db(ctx, o->pos[1], spec, RULESDB_READONLY, &db);
+    un_rulesdb *db = NULL;
+    un_rulesdb_row *row = NULL;
+    un_status st = open_db(ctx, o->pos[1], spec, UN_RULESDB_READONLY, &db);
     if (st == UN_OK)
-        st = rulesdb_rule_get(ctx, db, (int32_t)id, &row);
+        st = un_rulesdb_rule_get(ctx, db, (int32_t)id, &row);
     un_buf b = {0};
     if (st == UN_OK && o->dot) {
         if (!row->rule) {
@@ -229,7 +229,7 @@ static int cmd_show(un_ctx *ctx, const un_spec *spec, const opts *o) {
             }
         }
     } else if (st == UN_OK) {
-        uint64_t cur = rulesdb_spec_hash(db);
+        uint64_t cur = un_rulesdb_spec_hash(db);
         un_buf_printf(&b, "rule %d  hash %016llx\n", (int)row->id, (unsigned long long)row->hash);
         un_buf_printf(&b, "status    %s%s\n", un_rule_status_name(row->status),
                       row->status == UN_RULE_VERIFIED
@@ -276,9 +276,9 @@ static int cmd_show(un_ctx *ctx, const un_spec *spec, const opts *o) {
     }
     if (st == UN_OK)
         fputs(b.data ? b.data : "", stdout);
-    un_buf_free(&b);
-    rulesdb_row_free(row);
-    rulesdb_free(db);
+    un_buf_deinit(&b);
+    un_rulesdb_row_free(row);
+    un_rulesdb_free(db);
     return st == UN_OK ? 0 : fail(ctx, st);
 }
 
@@ -290,21 +290,21 @@ static int cmp_double(const void *a, const void *b) {
 static int cmd_stats(un_ctx *ctx, const un_spec *spec, const opts *o) {
     if (o->npos != 2)
         return usage_error("stats wants one database%s", "");
-    rulesdb *db = NULL;
+    un_rulesdb *db = NULL;
     int32_t *ids = NULL;
     int64_t n = 0, counts[UN_RULE_STATUS_COUNT] = {0}, by_op[UN_OP_COUNT] = {0}, sizes[64] = {0};
     int64_t stale = 0, nproof = 0;
     double *proof = NULL;
-    un_status st = open_db(ctx, o->pos[1], spec, RULESDB_READONLY, &db);
+    un_status st = open_db(ctx, o->pos[1], spec, UN_RULESDB_READONLY, &db);
     if (st == UN_OK)
-        st = rulesdb_count(ctx, db, counts);
+        st = un_rulesdb_count(ctx, db, counts);
     if (st == UN_OK)
-        st = rulesdb_rule_ids(ctx, db, NULL, &ids, &n);
+        st = un_rulesdb_rule_ids(ctx, db, NULL, &ids, &n);
     if (st == UN_OK)
         proof = un_xcalloc((size_t)n + 1, sizeof *proof);
     for (int64_t i = 0; st == UN_OK && i < n; i++) {
-        rulesdb_row *row = NULL;
-        st = rulesdb_rule_meta(ctx, db, ids[i], &row);
+        un_rulesdb_row *row = NULL;
+        st = un_rulesdb_rule_meta(ctx, db, ids[i], &row);
         if (st != UN_OK)
             break;
         if (row->status != UN_RULE_REJECTED) {
@@ -322,7 +322,7 @@ static int cmd_stats(un_ctx *ctx, const un_spec *spec, const opts *o) {
             stale++;
         if (row->status == UN_RULE_VERIFIED || row->status == UN_RULE_REFUTED)
             proof[nproof++] = row->proof_ms;
-        rulesdb_row_free(row);
+        un_rulesdb_row_free(row);
     }
     if (st == UN_OK) {
         printf("%s: %lld rules\n", o->pos[1], (long long)n);
@@ -363,7 +363,7 @@ static int cmd_stats(un_ctx *ctx, const un_spec *spec, const opts *o) {
     }
     free(proof);
     free(ids);
-    rulesdb_free(db);
+    un_rulesdb_free(db);
     return st == UN_OK ? 0 : fail(ctx, st);
 }
 
@@ -381,13 +381,13 @@ static void remove_db_files(const char *path) {
 static int cmd_import(un_ctx *ctx, const un_spec *spec, const opts *o) {
     if (o->npos != 3)
         return usage_error("import wants a database and a FlexFlow JSON file%s", "");
-    rulesdb *db = NULL;
-    flexflow_import_stats s;
+    un_rulesdb *db = NULL;
+    un_flexflow_import_stats s;
     un_buf rep = {0};
     bool existed = access(o->pos[1], F_OK) == 0;
-    un_status st = open_db(ctx, o->pos[1], spec, RULESDB_CREATE, &db);
+    un_status st = open_db(ctx, o->pos[1], spec, UN_RULESDB_CREATE, &db);
     if (st == UN_OK)
-        st = flexflow_import(ctx, db, o->pos[2], &s, o->quiet ? NULL : &rep);
+        st = un_flexflow_import(ctx, db, o->pos[2], &s, o->quiet ? NULL : &rep);
     if (st == UN_OK) {
         if (rep.data)
             fputs(rep.data, stdout);
@@ -395,16 +395,16 @@ static int cmd_import(un_ctx *ctx, const un_spec *spec, const opts *o) {
                (long long)s.parsed, (long long)s.imported, (long long)s.duplicates,
                (long long)s.rejected);
         const char *sep = " (";
-        for (int k = 0; k < FLEXFLOW_REJECT_COUNT; k++)
+        for (int k = 0; k < UN_FLEXFLOW_REJECT_COUNT; k++)
             if (s.by_reason[k]) {
-                printf("%s%s %lld", sep, flexflow_reject_name((flexflow_reject)k),
+                printf("%s%s %lld", sep, un_flexflow_reject_name((un_flexflow_reject)k),
                        (long long)s.by_reason[k]);
                 sep = ", ";
             }
         printf("%s\n", s.rejected ? ")" : "");
     }
-    un_buf_free(&rep);
-    rulesdb_free(db);
+    un_buf_deinit(&rep);
+    un_rulesdb_free(db);
     if (st != UN_OK && !existed)
         remove_db_files(o->pos[1]); /* a failed import creates nothing */
     return st == UN_OK ? 0 : fail(ctx, st);
@@ -434,29 +434,29 @@ static int cmd_export(un_ctx *ctx, const un_spec *spec, const opts *o) {
         return usage_error("export wants one database%s", "");
     if (!o->format || (strcmp(o->format, "flexflow") && strcmp(o->format, "json")))
         return usage_error("export needs --format flexflow or --format json%s", "");
-    rulesdb_filter f;
+    un_rulesdb_filter f;
     if (!parse_filter(ctx, o, &f))
         return fail(ctx, UN_ERR_INVALID);
     bool flexflow = strcmp(o->format, "flexflow") == 0;
-    rulesdb *db = NULL;
+    un_rulesdb *db = NULL;
     int32_t *ids = NULL;
     int64_t n = 0, m = 0, skipped = 0;
     un_rule **rules = NULL;
     char **names = NULL;
     un_buf out = {0}, rep = {0};
-    un_status st = open_db(ctx, o->pos[1], spec, RULESDB_READONLY, &db);
+    un_status st = open_db(ctx, o->pos[1], spec, UN_RULESDB_READONLY, &db);
     if (st == UN_OK)
-        st = rulesdb_rule_ids(ctx, db, &f, &ids, &n);
+        st = un_rulesdb_rule_ids(ctx, db, &f, &ids, &n);
     if (st == UN_OK) {
         rules = un_xcalloc((size_t)n + 1, sizeof *rules);
         names = un_xcalloc((size_t)n + 1, sizeof *names);
     }
     if (st == UN_OK && !flexflow)
         un_buf_printf(&out, "{\"spec\": \"%016llx\", \"rules\": [",
-                      (unsigned long long)rulesdb_spec_hash(db));
+                      (unsigned long long)un_rulesdb_spec_hash(db));
     for (int64_t i = 0; st == UN_OK && i < n; i++) {
-        rulesdb_row *row = NULL;
-        st = rulesdb_rule_get(ctx, db, ids[i], &row);
+        un_rulesdb_row *row = NULL;
+        st = un_rulesdb_rule_get(ctx, db, ids[i], &row);
         if (st != UN_OK)
             break;
         if (row->rule && (o->status || row->status != UN_RULE_REJECTED)) {
@@ -487,10 +487,10 @@ static int cmd_export(un_ctx *ctx, const un_spec *spec, const opts *o) {
                 m++;
             }
         }
-        rulesdb_row_free(row);
+        un_rulesdb_row_free(row);
     }
     if (st == UN_OK && flexflow)
-        st = flexflow_export(ctx, (const un_rule *const *)rules, (const char *const *)names, m,
+        st = un_flexflow_export(ctx, (const un_rule *const *)rules, (const char *const *)names, m,
                              &out, &skipped, &rep);
     else if (st == UN_OK)
         un_buf_printf(&out, "\n]}\n");
@@ -515,24 +515,24 @@ static int cmd_export(un_ctx *ctx, const un_spec *spec, const opts *o) {
     }
     free(rules);
     free(names);
-    un_buf_free(&out);
-    un_buf_free(&rep);
+    un_buf_deinit(&out);
+    un_buf_deinit(&rep);
     free(ids);
-    rulesdb_free(db);
+    un_rulesdb_free(db);
     return st == UN_OK ? 0 : fail(ctx, st);
 }
 
 static int cmd_check(un_ctx *ctx, const un_spec *spec, const opts *o) {
     if (o->npos != 2)
         return usage_error("check wants one database%s", "");
-    rulesdb *db = NULL;
+    un_rulesdb *db = NULL;
     int64_t bad = 0, counts[UN_RULE_STATUS_COUNT] = {0};
     un_buf rep = {0};
-    un_status st = open_db(ctx, o->pos[1], spec, RULESDB_READONLY, &db);
+    un_status st = open_db(ctx, o->pos[1], spec, UN_RULESDB_READONLY, &db);
     if (st == UN_OK)
-        st = rulesdb_check(ctx, db, &bad, &rep);
+        st = un_rulesdb_check(ctx, db, &bad, &rep);
     if (st == UN_OK)
-        st = rulesdb_count(ctx, db, counts);
+        st = un_rulesdb_count(ctx, db, counts);
     int rc = 0;
     if (st == UN_OK) {
         int64_t total = 0;
@@ -545,11 +545,11 @@ static int cmd_check(un_ctx *ctx, const un_spec *spec, const opts *o) {
             rc = 1;
         } else {
             printf("%s: ok (%lld rules, schema version %d)\n", o->pos[1], (long long)total,
-                   rulesdb_schema_version());
+                   un_rulesdb_schema_version());
         }
     }
-    un_buf_free(&rep);
-    rulesdb_free(db);
+    un_buf_deinit(&rep);
+    un_rulesdb_free(db);
     return st == UN_OK ? rc : fail(ctx, st);
 }
 
@@ -568,16 +568,16 @@ static int cmd_merge(un_ctx *ctx, const un_spec *spec, const opts *o) {
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp-%ld", o->out, (long)getpid());
     remove_db_files(tmp);
-    rulesdb *out = NULL;
-    un_status st = open_db(ctx, tmp, spec, RULESDB_CREATE, &out);
-    rulesdb_merge_stats total = {0};
+    un_rulesdb *out = NULL;
+    un_status st = open_db(ctx, tmp, spec, UN_RULESDB_CREATE, &out);
+    un_rulesdb_merge_stats total = {0};
     for (int i = 1; st == UN_OK && i < o->npos; i++) {
-        rulesdb *src = NULL;
-        rulesdb_merge_stats ms;
-        st = open_db(ctx, o->pos[i], spec, RULESDB_READONLY, &src);
+        un_rulesdb *src = NULL;
+        un_rulesdb_merge_stats ms;
+        st = open_db(ctx, o->pos[i], spec, UN_RULESDB_READONLY, &src);
         if (st == UN_OK)
-            st = rulesdb_merge_ex(ctx, out, src, &ms);
-        rulesdb_free(src);
+            st = un_rulesdb_merge_ex(ctx, out, src, &ms);
+        un_rulesdb_free(src);
         if (st == UN_OK) {
             printf("%s: %lld added, %lld already present (%lld with a better verdict taken, %lld "
                    "conflicting verdicts)\n",
@@ -586,7 +586,7 @@ static int cmd_merge(un_ctx *ctx, const un_spec *spec, const opts *o) {
             total.added += ms.added;
         }
     }
-    rulesdb_free(out);
+    un_rulesdb_free(out);
     if (st == UN_OK && rename(tmp, o->out) != 0)
         st = un_ctx_error(ctx, UN_ERR_IO, "%s: cannot write: %s", o->out, strerror(errno));
     if (st != UN_OK) {
@@ -685,13 +685,13 @@ static int cmd_bench(un_ctx *ctx, const un_spec *spec, const opts *o) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     remove_db_files(path);
-    rulesdb *db = NULL;
-    un_status st = rulesdb_open(ctx, path, spec, RULESDB_CREATE, &db);
+    un_rulesdb *db = NULL;
+    un_status st = un_rulesdb_open(ctx, path, spec, UN_RULESDB_CREATE, &db);
     double t0, t_build = 0, t_ins = 0;
     if (st == UN_OK && access(ff, R_OK) == 0) {
-        flexflow_import_stats s;
+        un_flexflow_import_stats s;
         t0 = now_s();
-        st = flexflow_import(ctx, db, ff, &s, NULL);
+        st = un_flexflow_import(ctx, db, ff, &s, NULL);
         double t = now_s() - t0;
         if (st == UN_OK)
             printf("flexflow import: %lld rules in %.1f ms (%.0f rules/s): %lld imported, %lld "
@@ -714,15 +714,15 @@ static int cmd_bench(un_ctx *ctx, const un_spec *spec, const opts *o) {
         t_build += now_s() - tb;
         t0 = now_s();
         if (st == UN_OK)
-            st = rulesdb_begin(ctx, db);
+            st = un_rulesdb_begin(ctx, db);
         for (int64_t j = 0; st == UN_OK && j < m; j++) {
             bool ins = false;
-            st = rulesdb_rule_insert(ctx, db, rs[j], UN_RULE_CANDIDATE, NULL,
-                                     &(rulesdb_origin){.kind = "generated"}, NULL, &ins);
+            st = un_rulesdb_rule_insert(ctx, db, rs[j], UN_RULE_CANDIDATE, NULL,
+                                     &(un_rulesdb_origin){.kind = "generated"}, NULL, &ins);
             inserted += ins;
         }
         if (st == UN_OK)
-            st = rulesdb_commit(ctx, db);
+            st = un_rulesdb_commit(ctx, db);
         t_ins += now_s() - t0;
         for (int64_t j = 0; j < m; j++)
             un_rule_free(rs[j]);
@@ -734,23 +734,23 @@ static int cmd_bench(un_ctx *ctx, const un_spec *spec, const opts *o) {
                t_build);
     int32_t *ids = NULL;
     int64_t nid = 0;
-    rulesdb_filter f = rulesdb_filter_default();
+    un_rulesdb_filter f = un_rulesdb_filter_default();
     f.status = UN_RULE_CANDIDATE;
     if (st == UN_OK) {
         t0 = now_s();
-        st = rulesdb_rule_ids(ctx, db, &f, &ids, &nid);
+        st = un_rulesdb_rule_ids(ctx, db, &f, &ids, &nid);
         if (st == UN_OK)
             printf("list candidates: %lld ids in %.1f ms\n", (long long)nid, (now_s() - t0) * 1e3);
     }
     if (st == UN_OK) {
         t0 = now_s();
-        st = rulesdb_begin(ctx, db);
+        st = un_rulesdb_begin(ctx, db);
         for (int64_t i = 0; st == UN_OK && i < nid; i++)
-            st = rulesdb_rule_set_verdict(
+            st = un_rulesdb_rule_set_verdict(
                 ctx, db, ids[i],
-                &(rulesdb_verdict){.status = UN_RULE_VERIFIED, .proof_ms = 1, .axioms = "a,b"});
+                &(un_rulesdb_verdict){.status = UN_RULE_VERIFIED, .proof_ms = 1, .axioms = "a,b"});
         if (st == UN_OK)
-            st = rulesdb_commit(ctx, db);
+            st = un_rulesdb_commit(ctx, db);
         double t = now_s() - t0;
         if (st == UN_OK)
             printf("verdicts: %lld in one batch: %.2f s, %.0f/s\n", (long long)nid, t,
@@ -761,7 +761,7 @@ static int cmd_bench(un_ctx *ctx, const un_spec *spec, const opts *o) {
         un_rule **rules = NULL;
         int64_t nr = 0, stale = 0;
         t0 = now_s();
-        st = rulesdb_load_verified(ctx, db, &rules, &nr, &stale);
+        st = un_rulesdb_load_verified(ctx, db, &rules, &nr, &stale);
         double t = now_s() - t0;
         if (st == UN_OK)
             printf("load verified: %lld rules in %.2f s (%.0f rules/s, each checked against its "
@@ -774,7 +774,7 @@ static int cmd_bench(un_ctx *ctx, const un_spec *spec, const opts *o) {
     struct stat sb;
     if (st == UN_OK && stat(path, &sb) == 0)
         printf("database: %.1f MB\n", (double)sb.st_size / 1e6);
-    rulesdb_free(db);
+    un_rulesdb_free(db);
     remove_db_files(path);
     return st == UN_OK ? 0 : fail(ctx, st);
 }
@@ -812,7 +812,7 @@ int main(int argc, char **argv) {
     size_t len = 0;
     un_status st = UN_OK;
     if (!o.ops && !(env && *env) && o.npos >= 2 && strcmp(o.pos[0], "bench") != 0)
-        st = rulesdb_spec_text_get(ctx, o.pos[1], &stored, &len);
+        st = un_rulesdb_spec_text_get(ctx, o.pos[1], &stored, &len);
     if (st != UN_OK && strcmp(o.pos[0], "check") == 0) {
         un_ctx_clear(ctx); /* check reports a damaged spec text itself */
         st = UN_OK;

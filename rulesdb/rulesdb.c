@@ -15,9 +15,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define RULESDB_APP_ID   0x554e5231 /* "UNR1" in the header's application_id field */
-#define RULESDB_BUSY_MS  60000      /* a writer's batch may take a while; readers never block */
-#define RULESDB_SUM_SEED 0x52554c4553444231ULL
+#define UN_RULESDB_APP_ID   0x554e5231 /* "UNR1" in the header's application_id field */
+#define UN_RULESDB_BUSY_MS  60000      /* a writer's batch may take a while; readers never block */
+#define UN_RULESDB_SUM_SEED 0x52554c4553444231ULL
 
 /* The row checksum: the SQL function un_rowsum over a row's body checksum and the columns derived
  * from it or recording its provenance, so an edit of any of them shows in `check`. */
@@ -27,7 +27,7 @@
 
 /* Migrations: migration[v] takes a database from schema version v to v + 1. A new file starts at
  * version 0 (no tables), so creating a database is running them all. */
-static const char *const rulesdb_migrations[] = {
+static const char *const un_rulesdb_migrations[] = {
     /* 0 -> 1: rules, runs and spec sets. */
     "PRAGMA application_id = 1431196209;"
     "CREATE TABLE spec_sets ("
@@ -94,14 +94,14 @@ static const char *const rulesdb_migrations[] = {
                  "  expires REAL NOT NULL);"   /* unix time; an expired claim is free again */
                  "PRAGMA user_version = 3;",
 };
-#define RULESDB_SCHEMA_VERSION ((int)(sizeof rulesdb_migrations / sizeof rulesdb_migrations[0]))
+#define UN_RULESDB_SCHEMA_VERSION ((int)(sizeof un_rulesdb_migrations / sizeof un_rulesdb_migrations[0]))
 
 #define ROW_COLS                                                                                   \
     "id, hash, body, body_sum, status, detail, proof_ms, axioms, gen_spec, verify_spec, "          \
     "origin_kind, origin_file, origin_name, n_src, n_dst, ops, run"
 
 /* Every statement a handle uses, prepared once at open. */
-#define RULESDB_STMTS(X)                                                                           \
+#define UN_RULESDB_STMTS(X)                                                                           \
     X(BEGIN, "BEGIN IMMEDIATE")                                                                    \
     X(COMMIT, "COMMIT")                                                                            \
     X(ROLLBACK, "ROLLBACK")                                                                        \
@@ -159,14 +159,14 @@ static const char *const rulesdb_migrations[] = {
 
 enum {
 #define X(n, s) STMT_##n,
-    RULESDB_STMTS(X)
+    UN_RULESDB_STMTS(X)
 #undef X
         STMT_COUNT
 };
 
-static const char *const rulesdb_sql[STMT_COUNT] = {
+static const char *const un_rulesdb_sql[STMT_COUNT] = {
 #define X(n, s) s,
-    RULESDB_STMTS(X)
+    UN_RULESDB_STMTS(X)
 #undef X
 };
 
@@ -191,7 +191,7 @@ enum {
     COL_RUN,
 };
 
-struct rulesdb {
+struct un_rulesdb {
     un_ctx *ctx; /* the context it was opened with (for freeing the handle); borrowed */
     sqlite3 *h;
     char *path;
@@ -225,12 +225,12 @@ static uint64_t i2u(int64_t v) {
 }
 
 static uint64_t body_sum(const char *text, size_t len) {
-    return un_hash_bytes(text, len, RULESDB_SUM_SEED);
+    return un_hash_bytes(text, len, UN_RULESDB_SUM_SEED);
 }
 
 /* un_rowsum(...): a 64-bit checksum of its arguments (type and text of each, NULL distinct). */
 static void sql_rowsum(sqlite3_context *c, int argc, sqlite3_value **argv) {
-    uint64_t h = RULESDB_SUM_SEED ^ 0x726f7773756dULL;
+    uint64_t h = UN_RULESDB_SUM_SEED ^ 0x726f7773756dULL;
     for (int i = 0; i < argc; i++) {
         int t = sqlite3_value_type(argv[i]);
         h = un_hash_bytes(&t, sizeof t, h);
@@ -265,7 +265,7 @@ static int rowsum_register(sqlite3 *h) {
 }
 
 /* Converts a SQLite result code into a status with the connection's message (STYLE rule 12). */
-static un_status db_fail(un_ctx *ctx, const rulesdb *db, int rc, const char *what) {
+static un_status db_fail(un_ctx *ctx, const un_rulesdb *db, int rc, const char *what) {
     const char *msg = db->h ? sqlite3_errmsg(db->h) : sqlite3_errstr(rc);
     switch (rc & 0xff) {
     case SQLITE_NOMEM:
@@ -289,7 +289,7 @@ static un_status db_fail(un_ctx *ctx, const rulesdb *db, int rc, const char *wha
     }
 }
 
-static sqlite3_stmt *stmt_get(rulesdb *db, int which) {
+static sqlite3_stmt *stmt_get(un_rulesdb *db, int which) {
     sqlite3_stmt *s = db->stmt[which];
     sqlite3_reset(s);
     sqlite3_clear_bindings(s);
@@ -297,7 +297,7 @@ static sqlite3_stmt *stmt_get(rulesdb *db, int which) {
 }
 
 /* Steps a statement that returns no rows; resets it. */
-static un_status stmt_done(un_ctx *ctx, rulesdb *db, sqlite3_stmt *s, const char *what) {
+static un_status stmt_done(un_ctx *ctx, un_rulesdb *db, sqlite3_stmt *s, const char *what) {
     int rc = sqlite3_step(s);
     sqlite3_reset(s);
     if (rc != SQLITE_DONE && rc != SQLITE_ROW)
@@ -318,7 +318,7 @@ static char *col_strdup(sqlite3_stmt *s, int col) {
 }
 
 /* Runs constant SQL text holding several statements, each prepared and stepped in turn. */
-static un_status exec_script(un_ctx *ctx, rulesdb *db, const char *sql, const char *what) {
+static un_status exec_script(un_ctx *ctx, un_rulesdb *db, const char *sql, const char *what) {
     const char *tail = sql;
     while (tail && *tail) {
         sqlite3_stmt *s = NULL;
@@ -337,7 +337,7 @@ static un_status exec_script(un_ctx *ctx, rulesdb *db, const char *sql, const ch
 }
 
 /* One integer from a one-row query (a PRAGMA or a count). */
-static un_status query_int(un_ctx *ctx, rulesdb *db, const char *sql, int64_t *out) {
+static un_status query_int(un_ctx *ctx, un_rulesdb *db, const char *sql, int64_t *out) {
     sqlite3_stmt *s = NULL;
     *out = 0;
     int rc = sqlite3_prepare_v2(db->h, sql, -1, &s, NULL);
@@ -361,7 +361,7 @@ typedef struct db_ident {
     int64_t app_id, version, n_objects, n_tables;
 } db_ident;
 
-static un_status identify(un_ctx *ctx, rulesdb *db, db_ident *id) {
+static un_status identify(un_ctx *ctx, un_rulesdb *db, db_ident *id) {
     un_status st = query_int(ctx, db, "PRAGMA application_id", &id->app_id);
     if (st == UN_OK)
         st = query_int(ctx, db, "PRAGMA user_version", &id->version);
@@ -377,7 +377,7 @@ static un_status identify(un_ctx *ctx, rulesdb *db, db_ident *id) {
 
 /* Creates or upgrades the schema inside one write transaction (another process may be doing the
  * same: the state is read again once the write lock is held). */
-static un_status migrate(un_ctx *ctx, rulesdb *db) {
+static un_status migrate(un_ctx *ctx, un_rulesdb *db) {
     un_status st = exec_script(ctx, db, "BEGIN IMMEDIATE", "starting the schema upgrade");
     if (st != UN_OK)
         return st;
@@ -386,8 +386,8 @@ static un_status migrate(un_ctx *ctx, rulesdb *db) {
     if (st == UN_OK && id.app_id == 0 && id.n_objects != 0)
         st = un_ctx_error(ctx, UN_ERR_DB, "%s: not a rule database (it holds other tables)",
                           db->path);
-    for (int64_t v = id.version; st == UN_OK && v < RULESDB_SCHEMA_VERSION; v++)
-        st = exec_script(ctx, db, rulesdb_migrations[v], "upgrading the schema");
+    for (int64_t v = id.version; st == UN_OK && v < UN_RULESDB_SCHEMA_VERSION; v++)
+        st = exec_script(ctx, db, un_rulesdb_migrations[v], "upgrading the schema");
     if (st == UN_OK)
         st = exec_script(ctx, db, "COMMIT", "committing the schema upgrade");
     if (st != UN_OK)
@@ -395,37 +395,37 @@ static un_status migrate(un_ctx *ctx, rulesdb *db) {
     return st;
 }
 
-static un_status check_ident(un_ctx *ctx, rulesdb *db, int flags, bool *needs_migrate) {
+static un_status check_ident(un_ctx *ctx, un_rulesdb *db, int flags, bool *needs_migrate) {
     db_ident id;
     un_status st = identify(ctx, db, &id);
     *needs_migrate = false;
     if (st != UN_OK)
         return st;
     if (id.app_id == 0 && id.version == 0 && id.n_objects == 0) {
-        if (!(flags & RULESDB_CREATE) || db->readonly)
+        if (!(flags & UN_RULESDB_CREATE) || db->readonly)
             return un_ctx_error(ctx, UN_ERR_DB, "%s: not a rule database (empty file)", db->path);
         *needs_migrate = true;
         return UN_OK;
     }
-    if (id.app_id != RULESDB_APP_ID)
+    if (id.app_id != UN_RULESDB_APP_ID)
         return un_ctx_error(ctx, UN_ERR_DB,
                             "%s: not a rule database (an SQLite file with application id %lld)",
                             db->path, (long long)id.app_id);
-    if (id.version > RULESDB_SCHEMA_VERSION)
+    if (id.version > UN_RULESDB_SCHEMA_VERSION)
         return un_ctx_error(ctx, UN_ERR_DB,
                             "%s: schema version %lld is newer than this program's %d (update the "
                             "program)",
-                            db->path, (long long)id.version, RULESDB_SCHEMA_VERSION);
+                            db->path, (long long)id.version, UN_RULESDB_SCHEMA_VERSION);
     if (id.version < 1 || id.n_tables != 3)
         return un_ctx_error(ctx, UN_ERR_DB,
                             "%s: damaged rule database (schema version %lld, %lld of 3 tables)",
                             db->path, (long long)id.version, (long long)id.n_tables);
-    if (id.version < RULESDB_SCHEMA_VERSION) {
+    if (id.version < UN_RULESDB_SCHEMA_VERSION) {
         if (db->readonly)
             return un_ctx_error(ctx, UN_ERR_DB,
                                 "%s: schema version %lld needs upgrading to %d; open it once "
                                 "read-write",
-                                db->path, (long long)id.version, RULESDB_SCHEMA_VERSION);
+                                db->path, (long long)id.version, UN_RULESDB_SCHEMA_VERSION);
         *needs_migrate = true;
     }
     return UN_OK;
@@ -440,7 +440,7 @@ static int spec_op_count(const un_spec *spec) {
 
 /* Records the spec set in use in spec_sets (once per handle). busy_ok: a locked database is
  * not an error (it is tried again at the next write). */
-static un_status spec_register(un_ctx *ctx, rulesdb *db, bool busy_ok) {
+static un_status spec_register(un_ctx *ctx, un_rulesdb *db, bool busy_ok) {
     if (db->spec_known)
         return UN_OK;
     sqlite3_stmt *s = stmt_get(db, STMT_SPEC_ADD);
@@ -458,20 +458,20 @@ static un_status spec_register(un_ctx *ctx, rulesdb *db, bool busy_ok) {
     return db_fail(ctx, db, rc, "registering the spec set");
 }
 
-un_status rulesdb_open(un_ctx *ctx, const char *path, const un_spec *spec, int flags,
-                       rulesdb **out) {
+un_status un_rulesdb_open(un_ctx *ctx, const char *path, const un_spec *spec, int flags,
+                       un_rulesdb **out) {
     *out = NULL;
     if (!path || !*path)
         return un_ctx_error(ctx, UN_ERR_INVALID, "rule database: empty path");
     if (!spec)
         return un_ctx_error(ctx, UN_ERR_INVALID, "%s: no spec set given", path);
-    rulesdb *db = un_ctx_calloc(ctx, 1, sizeof *db);
+    un_rulesdb *db = un_ctx_calloc(ctx, 1, sizeof *db);
     if (!db)
         return un_ctx_error(ctx, UN_ERR_NOMEM, "%s: out of memory", path);
     db->ctx = ctx;
     db->spec = spec;
     db->spec_hash = spec ? un_spec_hash(spec) : 0;
-    db->readonly = (flags & RULESDB_READONLY) != 0;
+    db->readonly = (flags & UN_RULESDB_READONLY) != 0;
     size_t plen = strlen(path) + 1;
     db->path = un_ctx_malloc(ctx, plen);
     un_status st = UN_OK;
@@ -480,7 +480,7 @@ un_status rulesdb_open(un_ctx *ctx, const char *path, const un_spec *spec, int f
         goto done;
     }
     memcpy(db->path, path, plen);
-    if (!(flags & RULESDB_CREATE) || db->readonly) {
+    if (!(flags & UN_RULESDB_CREATE) || db->readonly) {
         if (access(path, F_OK) != 0) {
             st = un_ctx_error(ctx, UN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
             goto done;
@@ -488,14 +488,14 @@ un_status rulesdb_open(un_ctx *ctx, const char *path, const un_spec *spec, int f
     }
     int oflags = db->readonly
                      ? SQLITE_OPEN_READONLY
-                     : SQLITE_OPEN_READWRITE | ((flags & RULESDB_CREATE) ? SQLITE_OPEN_CREATE : 0);
+                     : SQLITE_OPEN_READWRITE | ((flags & UN_RULESDB_CREATE) ? SQLITE_OPEN_CREATE : 0);
     int rc = sqlite3_open_v2(path, &db->h, oflags, NULL);
     if (rc != SQLITE_OK) {
         st = db_fail(ctx, db, rc == SQLITE_NOMEM ? rc : SQLITE_CANTOPEN, "opening");
         goto done;
     }
     sqlite3_extended_result_codes(db->h, 1);
-    sqlite3_busy_timeout(db->h, RULESDB_BUSY_MS);
+    sqlite3_busy_timeout(db->h, UN_RULESDB_BUSY_MS);
     if ((rc = rowsum_register(db->h)) != SQLITE_OK) {
         st = db_fail(ctx, db, rc, "registering un_rowsum");
         goto done;
@@ -516,7 +516,7 @@ un_status rulesdb_open(un_ctx *ctx, const char *path, const un_spec *spec, int f
     }
     st = exec_script(ctx, db, "PRAGMA foreign_keys = ON", "enabling foreign keys");
     for (int i = 0; st == UN_OK && i < STMT_COUNT; i++) {
-        rc = sqlite3_prepare_v3(db->h, rulesdb_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &db->stmt[i],
+        rc = sqlite3_prepare_v3(db->h, un_rulesdb_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &db->stmt[i],
                                 NULL);
         if (rc != SQLITE_OK)
             st = db_fail(ctx, db, rc, "preparing statements");
@@ -537,22 +537,22 @@ un_status rulesdb_open(un_ctx *ctx, const char *path, const un_spec *spec, int f
         /* Without waiting: while another writer holds a batch, the next write registers it. */
         sqlite3_busy_timeout(db->h, 0);
         st = spec_register(ctx, db, true);
-        sqlite3_busy_timeout(db->h, RULESDB_BUSY_MS);
+        sqlite3_busy_timeout(db->h, UN_RULESDB_BUSY_MS);
     }
 done:
     if (st != UN_OK) {
-        rulesdb_free(db);
+        un_rulesdb_free(db);
         return st;
     }
     *out = db;
     return UN_OK;
 }
 
-void rulesdb_free(rulesdb *db) {
+void un_rulesdb_free(un_rulesdb *db) {
     if (!db)
         return;
     if (db->in_batch)
-        rulesdb_rollback(db);
+        un_rulesdb_rollback(db);
     for (int i = 0; i < STMT_COUNT; i++)
         sqlite3_finalize(db->stmt[i]);
     sqlite3_close_v2(db->h);
@@ -560,16 +560,16 @@ void rulesdb_free(rulesdb *db) {
     un_ctx_free_mem(db->ctx, db);
 }
 
-const char *rulesdb_path(const rulesdb *db) { return db->path; }
+const char *un_rulesdb_path(const un_rulesdb *db) { return db->path; }
 
-uint64_t rulesdb_spec_hash(const rulesdb *db) { return db->spec_hash; }
+uint64_t un_rulesdb_spec_hash(const un_rulesdb *db) { return db->spec_hash; }
 
-const un_spec *rulesdb_spec(const rulesdb *db) { return db->spec; }
+const un_spec *un_rulesdb_spec(const un_rulesdb *db) { return db->spec; }
 
 /* ---- batches ----------------------------------------------------------------------------------
  */
 
-un_status rulesdb_begin(un_ctx *ctx, rulesdb *db) {
+un_status un_rulesdb_begin(un_ctx *ctx, un_rulesdb *db) {
     if (db->in_batch)
         return un_ctx_error(ctx, UN_ERR_INVALID, "%s: a batch is already open", db->path);
     un_status st = stmt_done(ctx, db, stmt_get(db, STMT_BEGIN), "starting a batch");
@@ -578,16 +578,16 @@ un_status rulesdb_begin(un_ctx *ctx, rulesdb *db) {
     if (st == UN_OK)
         st = spec_register(ctx, db, false);
     if (st != UN_OK)
-        rulesdb_rollback(db);
+        un_rulesdb_rollback(db);
     return st;
 }
 
-un_status rulesdb_commit(un_ctx *ctx, rulesdb *db) {
+un_status un_rulesdb_commit(un_ctx *ctx, un_rulesdb *db) {
     if (!db->in_batch)
         return un_ctx_error(ctx, UN_ERR_INVALID, "%s: commit without a batch", db->path);
     un_status st = stmt_done(ctx, db, stmt_get(db, STMT_COMMIT), "committing a batch");
     if (st != UN_OK) {
-        rulesdb_rollback(db);
+        un_rulesdb_rollback(db);
         return st;
     }
     db->in_batch = false;
@@ -595,14 +595,14 @@ un_status rulesdb_commit(un_ctx *ctx, rulesdb *db) {
 }
 
 /* Ends a batch the caller opened: commits when st is UN_OK, else rolls back. Returns the status. */
-static un_status batch_end(un_ctx *ctx, rulesdb *db, un_status st) {
+static un_status batch_end(un_ctx *ctx, un_rulesdb *db, un_status st) {
     if (st == UN_OK)
-        return rulesdb_commit(ctx, db);
-    rulesdb_rollback(db);
+        return un_rulesdb_commit(ctx, db);
+    un_rulesdb_rollback(db);
     return st;
 }
 
-void rulesdb_rollback(rulesdb *db) {
+void un_rulesdb_rollback(un_rulesdb *db) {
     if (!db || !db->in_batch)
         return;
     db->in_batch = false;
@@ -616,7 +616,7 @@ void rulesdb_rollback(rulesdb *db) {
 /* ---- runs -------------------------------------------------------------------------------------
  */
 
-un_status rulesdb_run_begin(un_ctx *ctx, rulesdb *db, const char *tool, const char *args,
+un_status un_rulesdb_run_begin(un_ctx *ctx, un_rulesdb *db, const char *tool, const char *args,
                             int64_t *run_id) {
     *run_id = 0;
     un_status st0 = spec_register(ctx, db, false);
@@ -633,7 +633,7 @@ un_status rulesdb_run_begin(un_ctx *ctx, rulesdb *db, const char *tool, const ch
     return st;
 }
 
-un_status rulesdb_run_end(un_ctx *ctx, rulesdb *db, int64_t run_id, const char *counts_json) {
+un_status un_rulesdb_run_end(un_ctx *ctx, un_rulesdb *db, int64_t run_id, const char *counts_json) {
     sqlite3_stmt *s = stmt_get(db, STMT_RUN_END);
     sqlite3_bind_int64(s, 1, run_id);
     sqlite3_bind_double(s, 2, now_s());
@@ -680,9 +680,9 @@ typedef struct rule_cols {
 } rule_cols;
 
 static void rule_cols_free(rule_cols *c) {
-    un_buf_free(&c->body);
-    un_buf_free(&c->ops);
-    un_buf_free(&c->conds);
+    un_buf_deinit(&c->body);
+    un_buf_deinit(&c->ops);
+    un_buf_deinit(&c->conds);
 }
 
 /* "k | dim 1 of x0; k^2 | dim 2 of x1", or nothing. */
@@ -724,13 +724,13 @@ typedef struct raw_rule {
     double proof_ms;
     uint64_t gen_spec, verify_spec;
     double verified_at; /* 0 = never */
-    const rulesdb_origin *origin;
+    const un_rulesdb_origin *origin;
 } raw_rule;
 
-static un_status insert_raw(un_ctx *ctx, rulesdb *db, const raw_rule *rr, int32_t *id,
+static un_status insert_raw(un_ctx *ctx, un_rulesdb *db, const raw_rule *rr, int32_t *id,
                             bool *inserted) {
-    const rulesdb_origin none = {.kind = "generated"};
-    const rulesdb_origin *o = rr->origin ? rr->origin : &none;
+    const un_rulesdb_origin none = {.kind = "generated"};
+    const un_rulesdb_origin *o = rr->origin ? rr->origin : &none;
     sqlite3_stmt *s = stmt_get(db, STMT_RULE_INSERT);
     if (rr->cols) {
         sqlite3_bind_int64(s, 1, u2i(rr->cols->hash));
@@ -791,8 +791,8 @@ static un_status insert_raw(un_ctx *ctx, rulesdb *db, const raw_rule *rr, int32_
     return db_fail(ctx, db, rc, "looking up a rule");
 }
 
-un_status rulesdb_rule_insert(un_ctx *ctx, rulesdb *db, const un_rule *r, un_rule_status status,
-                              const char *detail, const rulesdb_origin *origin, int32_t *id,
+un_status un_rulesdb_rule_insert(un_ctx *ctx, un_rulesdb *db, const un_rule *r, un_rule_status status,
+                              const char *detail, const un_rulesdb_origin *origin, int32_t *id,
                               bool *inserted) {
     int32_t id_ = 0;
     bool ins_ = false;
@@ -803,7 +803,7 @@ un_status rulesdb_rule_insert(un_ctx *ctx, rulesdb *db, const un_rule *r, un_rul
     if (status != UN_RULE_CANDIDATE && status != UN_RULE_REJECTED)
         return un_ctx_error(ctx, UN_ERR_INVALID,
                             "%s: a new rule is a candidate or rejected, not %s (record verdicts "
-                            "with rulesdb_rule_set_verdict)",
+                            "with un_rulesdb_rule_set_verdict)",
                             db->path, un_rule_status_name(status));
     if (!r && status != UN_RULE_REJECTED)
         return un_ctx_error(ctx, UN_ERR_INVALID, "%s: inserting a candidate without a rule",
@@ -838,7 +838,7 @@ un_status rulesdb_rule_insert(un_ctx *ctx, rulesdb *db, const un_rule *r, un_rul
 /* ---- rules: read ------------------------------------------------------------------------------
  */
 
-void rulesdb_row_free(rulesdb_row *row) {
+void un_rulesdb_row_free(un_rulesdb_row *row) {
     if (!row)
         return;
     free(row->detail);
@@ -853,7 +853,7 @@ void rulesdb_row_free(rulesdb_row *row) {
 
 /* Parses a stored body and checks it against its checksum and canonical hash. A rule stored in its
  * general form (variables proven for every value) is compared at its witness values. */
-static un_status body_parse(un_ctx *ctx, rulesdb *db, int32_t id, const char *body, size_t len,
+static un_status body_parse(un_ctx *ctx, un_rulesdb *db, int32_t id, const char *body, size_t len,
                             uint64_t sum, uint64_t hash, un_rule **out) {
     *out = NULL;
     if (body_sum(body, len) != sum)
@@ -897,12 +897,12 @@ static bool status_parse(sqlite3_stmt *s, un_rule_status *out) {
 
 /* Fills a row from the current result of a ROW_COLS statement. parse: also parse and check the
  * body. body (may be NULL) receives a copy of the stored text. */
-static un_status row_read(un_ctx *ctx, rulesdb *db, sqlite3_stmt *s, bool parse, rulesdb_row **out,
+static un_status row_read(un_ctx *ctx, un_rulesdb *db, sqlite3_stmt *s, bool parse, un_rulesdb_row **out,
                           char **body) {
     *out = NULL;
     if (body)
         *body = NULL;
-    rulesdb_row *row = un_xcalloc(1, sizeof *row);
+    un_rulesdb_row *row = un_xcalloc(1, sizeof *row);
     row->id = (int32_t)sqlite3_column_int64(s, COL_ID);
     row->hash = i2u(sqlite3_column_int64(s, COL_HASH));
     un_status st = UN_OK;
@@ -943,14 +943,14 @@ static un_status row_read(un_ctx *ctx, rulesdb *db, sqlite3_stmt *s, bool parse,
         }
     }
     if (st != UN_OK) {
-        rulesdb_row_free(row);
+        un_rulesdb_row_free(row);
         return st;
     }
     *out = row;
     return UN_OK;
 }
 
-static un_status rule_read(un_ctx *ctx, rulesdb *db, int32_t id, bool parse, rulesdb_row **out) {
+static un_status rule_read(un_ctx *ctx, un_rulesdb *db, int32_t id, bool parse, un_rulesdb_row **out) {
     *out = NULL;
     sqlite3_stmt *s = stmt_get(db, STMT_RULE_GET);
     sqlite3_bind_int64(s, 1, id);
@@ -966,21 +966,21 @@ static un_status rule_read(un_ctx *ctx, rulesdb *db, int32_t id, bool parse, rul
     return st;
 }
 
-un_status rulesdb_rule_get(un_ctx *ctx, rulesdb *db, int32_t id, rulesdb_row **out) {
+un_status un_rulesdb_rule_get(un_ctx *ctx, un_rulesdb *db, int32_t id, un_rulesdb_row **out) {
     return rule_read(ctx, db, id, true, out);
 }
 
-un_status rulesdb_rule_meta(un_ctx *ctx, rulesdb *db, int32_t id, rulesdb_row **out) {
+un_status un_rulesdb_rule_meta(un_ctx *ctx, un_rulesdb *db, int32_t id, un_rulesdb_row **out) {
     return rule_read(ctx, db, id, false, out);
 }
 
-rulesdb_filter rulesdb_filter_default(void) { return (rulesdb_filter){.status = -1, .op = -1}; }
+un_rulesdb_filter un_rulesdb_filter_default(void) { return (un_rulesdb_filter){.status = -1, .op = -1}; }
 
-un_status rulesdb_rule_ids(un_ctx *ctx, rulesdb *db, const rulesdb_filter *f, int32_t **ids,
+un_status un_rulesdb_rule_ids(un_ctx *ctx, un_rulesdb *db, const un_rulesdb_filter *f, int32_t **ids,
                            int64_t *n) {
     *ids = NULL;
     *n = 0;
-    rulesdb_filter d = rulesdb_filter_default();
+    un_rulesdb_filter d = un_rulesdb_filter_default();
     if (!f)
         f = &d;
     if (f->shard_n < 0 || (f->shard_n > 0 && (f->shard_i < 0 || f->shard_i >= f->shard_n)))
@@ -1034,7 +1034,7 @@ un_status rulesdb_rule_ids(un_ctx *ctx, rulesdb *db, const rulesdb_filter *f, in
 /* ---- verdicts ---------------------------------------------------------------------------------
  */
 
-static un_status verdict_write(un_ctx *ctx, rulesdb *db, int32_t id, un_rule_status status,
+static un_status verdict_write(un_ctx *ctx, un_rulesdb *db, int32_t id, un_rule_status status,
                                const char *detail, double proof_ms, const char *axioms,
                                uint64_t spec, double when) {
     sqlite3_stmt *s = stmt_get(db, STMT_RULE_VERDICT);
@@ -1054,7 +1054,7 @@ static un_status verdict_write(un_ctx *ctx, rulesdb *db, int32_t id, un_rule_sta
     return st;
 }
 
-static un_status body_write(un_ctx *ctx, rulesdb *db, int32_t id, const rule_cols *c) {
+static un_status body_write(un_ctx *ctx, un_rulesdb *db, int32_t id, const rule_cols *c) {
     sqlite3_stmt *s = stmt_get(db, STMT_RULE_BODY);
     sqlite3_bind_int64(s, 1, id);
     sqlite3_bind_text(s, 2, c->body.data, (int)c->body.len, SQLITE_STATIC);
@@ -1065,7 +1065,7 @@ static un_status body_write(un_ctx *ctx, rulesdb *db, int32_t id, const rule_col
 }
 
 /* Reads the stored hash of rule id. */
-static un_status stored_hash(un_ctx *ctx, rulesdb *db, int32_t id, uint64_t *hash) {
+static un_status stored_hash(un_ctx *ctx, un_rulesdb *db, int32_t id, uint64_t *hash) {
     sqlite3_stmt *s = stmt_get(db, STMT_RULE_GET);
     sqlite3_bind_int64(s, 1, id);
     int rc = sqlite3_step(s);
@@ -1080,7 +1080,7 @@ static un_status stored_hash(un_ctx *ctx, rulesdb *db, int32_t id, uint64_t *has
     return st;
 }
 
-un_status rulesdb_rule_set_verdict(un_ctx *ctx, rulesdb *db, int32_t id, const rulesdb_verdict *v) {
+un_status un_rulesdb_rule_set_verdict(un_ctx *ctx, un_rulesdb *db, int32_t id, const un_rulesdb_verdict *v) {
     if (v->status != UN_RULE_VERIFIED && v->status != UN_RULE_REFUTED &&
         v->status != UN_RULE_UNKNOWN)
         return un_ctx_error(ctx, UN_ERR_INVALID,
@@ -1118,7 +1118,7 @@ un_status rulesdb_rule_set_verdict(un_ctx *ctx, rulesdb *db, int32_t id, const r
         have_cols = true;
     }
     if (own)
-        st = rulesdb_begin(ctx, db);
+        st = un_rulesdb_begin(ctx, db);
     if (st == UN_OK)
         st = verdict_write(ctx, db, id, v->status, v->detail, v->proof_ms, v->axioms, db->spec_hash,
                            now_s());
@@ -1131,7 +1131,7 @@ un_status rulesdb_rule_set_verdict(un_ctx *ctx, rulesdb *db, int32_t id, const r
     return st;
 }
 
-un_status rulesdb_check_sums(un_ctx *ctx, rulesdb *db) {
+un_status un_rulesdb_check_sums(un_ctx *ctx, un_rulesdb *db) {
     sqlite3_stmt *s = stmt_get(db, STMT_RULE_SUMS_BAD);
     int rc = sqlite3_step(s);
     un_status st = UN_OK;
@@ -1150,7 +1150,7 @@ un_status rulesdb_check_sums(un_ctx *ctx, rulesdb *db) {
 /* ---- work claims ------------------------------------------------------------------------------
  */
 
-un_status rulesdb_claim(un_ctx *ctx, rulesdb *db, const rulesdb_filter *f, const char *owner,
+un_status un_rulesdb_claim(un_ctx *ctx, un_rulesdb *db, const un_rulesdb_filter *f, const char *owner,
                         double lease_s, int max, int32_t *ids, int *n, int64_t *others) {
     *n = 0;
     if (others)
@@ -1159,11 +1159,11 @@ un_status rulesdb_claim(un_ctx *ctx, rulesdb *db, const rulesdb_filter *f, const
         return un_ctx_error(ctx, UN_ERR_DB, "%s: opened read-only", db->path);
     if (db->in_batch)
         return un_ctx_error(ctx, UN_ERR_INVALID, "%s: claiming inside a batch", db->path);
-    rulesdb_filter d = rulesdb_filter_default();
+    un_rulesdb_filter d = un_rulesdb_filter_default();
     if (!f)
         f = &d;
     double now = now_s();
-    un_status st = rulesdb_begin(ctx, db);
+    un_status st = un_rulesdb_begin(ctx, db);
     if (st != UN_OK)
         return st;
     sqlite3_stmt *s = stmt_get(db, STMT_CLAIM_EXPIRE);
@@ -1208,22 +1208,22 @@ un_status rulesdb_claim(un_ctx *ctx, rulesdb *db, const rulesdb_filter *f, const
     return st;
 }
 
-un_status rulesdb_claim_renew(un_ctx *ctx, rulesdb *db, const char *owner, double lease_s) {
+un_status un_rulesdb_claim_renew(un_ctx *ctx, un_rulesdb *db, const char *owner, double lease_s) {
     sqlite3_stmt *s = stmt_get(db, STMT_CLAIM_RENEW);
     bind_text(s, 1, owner);
     sqlite3_bind_double(s, 2, now_s() + lease_s);
     return stmt_done(ctx, db, s, "renewing claims");
 }
 
-un_status rulesdb_claim_release(un_ctx *ctx, rulesdb *db, const char *owner) {
+un_status un_rulesdb_claim_release(un_ctx *ctx, un_rulesdb *db, const char *owner) {
     sqlite3_stmt *s = stmt_get(db, STMT_CLAIM_RELEASE);
     bind_text(s, 1, owner);
     return stmt_done(ctx, db, s, "releasing claims");
 }
 
-un_status rulesdb_load_verified(un_ctx *ctx, rulesdb *db, un_rule ***rules, int64_t *n,
+un_status un_rulesdb_load_verified(un_ctx *ctx, un_rulesdb *db, un_rule ***rules, int64_t *n,
                                 int64_t *n_stale) {
-    return rulesdb_load_verified_ids(ctx, db, rules, NULL, n, n_stale);
+    return un_rulesdb_load_verified_ids(ctx, db, rules, NULL, n, n_stale);
 }
 
 typedef struct load_all {
@@ -1245,7 +1245,7 @@ static un_status load_all_take(void *user, int32_t id, uint64_t hash, un_rule *r
     return UN_OK;
 }
 
-un_status rulesdb_load_verified_ids(un_ctx *ctx, rulesdb *db, un_rule ***rules, int32_t **ids,
+un_status un_rulesdb_load_verified_ids(un_ctx *ctx, un_rulesdb *db, un_rule ***rules, int32_t **ids,
                                     int64_t *n, int64_t *n_stale) {
     *rules = NULL;
     if (ids)
@@ -1254,7 +1254,7 @@ un_status rulesdb_load_verified_ids(un_ctx *ctx, rulesdb *db, un_rule ***rules, 
     if (n_stale)
         *n_stale = 0;
     load_all l = {0};
-    un_status st = rulesdb_verified_each(ctx, db, NULL, load_all_take, &l, n_stale);
+    un_status st = un_rulesdb_verified_each(ctx, db, NULL, load_all_take, &l, n_stale);
     if (st != UN_OK) {
         for (int64_t i = 0; i < l.n; i++)
             un_rule_free(l.v[i]);
@@ -1271,8 +1271,8 @@ un_status rulesdb_load_verified_ids(un_ctx *ctx, rulesdb *db, un_rule ***rules, 
     return UN_OK;
 }
 
-un_status rulesdb_verified_each(un_ctx *ctx, rulesdb *db, rulesdb_skip_fn skip,
-                                rulesdb_take_fn take, void *user, int64_t *n_stale) {
+un_status un_rulesdb_verified_each(un_ctx *ctx, un_rulesdb *db, un_rulesdb_skip_fn skip,
+                                un_rulesdb_take_fn take, void *user, int64_t *n_stale) {
     if (n_stale)
         *n_stale = 0;
     sqlite3_stmt *s = stmt_get(db, STMT_RULE_VERIFIED);
@@ -1308,7 +1308,7 @@ un_status rulesdb_verified_each(un_ctx *ctx, rulesdb *db, rulesdb_skip_fn skip,
     return st;
 }
 
-un_status rulesdb_count(un_ctx *ctx, rulesdb *db, int64_t *counts) {
+un_status un_rulesdb_count(un_ctx *ctx, un_rulesdb *db, int64_t *counts) {
     for (int i = 0; i < UN_RULE_STATUS_COUNT; i++)
         counts[i] = 0;
     sqlite3_stmt *s = stmt_get(db, STMT_RULE_COUNT);
@@ -1336,7 +1336,7 @@ un_status rulesdb_count(un_ctx *ctx, rulesdb *db, int64_t *counts) {
 /* ---- op-cost cache ----------------------------------------------------------------------------
  */
 
-un_status rulesdb_cost_put(un_ctx *ctx, rulesdb *db, const rulesdb_cost *c) {
+un_status un_rulesdb_cost_put(un_ctx *ctx, un_rulesdb *db, const un_rulesdb_cost *c) {
     sqlite3_stmt *s = stmt_get(db, STMT_COST_PUT);
     bind_text(s, 1, c->op_sig);
     bind_text(s, 2, c->shape);
@@ -1352,8 +1352,8 @@ static void copy_str(char *dst, size_t n, const unsigned char *src) {
     snprintf(dst, n, "%s", src ? (const char *)src : "");
 }
 
-un_status rulesdb_cost_get(un_ctx *ctx, rulesdb *db, const char *op_sig, const char *shape,
-                           const char *device, rulesdb_cost *out, bool *found) {
+un_status un_rulesdb_cost_get(un_ctx *ctx, un_rulesdb *db, const char *op_sig, const char *shape,
+                           const char *device, un_rulesdb_cost *out, bool *found) {
     memset(out, 0, sizeof *out);
     *found = false;
     sqlite3_stmt *s = stmt_get(db, STMT_COST_GET);
@@ -1383,7 +1383,7 @@ un_status rulesdb_cost_get(un_ctx *ctx, rulesdb *db, const char *op_sig, const c
 
 /* The columns derived from a row's body, recomputed, and its row checksum: NULL when they agree,
  * else the problem (in tmp's error slot). */
-static const char *derived_check(un_ctx *tmp, rulesdb *db, const rulesdb_row *row) {
+static const char *derived_check(un_ctx *tmp, un_rulesdb *db, const un_rulesdb_row *row) {
     sqlite3_stmt *s = stmt_get(db, STMT_RULE_ROWSUM_OK);
     sqlite3_bind_int64(s, 1, row->id);
     int rc = sqlite3_step(s);
@@ -1433,7 +1433,7 @@ static bool spec_texts_exist(sqlite3 *h) {
     return yes;
 }
 
-un_status rulesdb_spec_text_put(un_ctx *ctx, rulesdb *db, const char *text, size_t len) {
+un_status un_rulesdb_spec_text_put(un_ctx *ctx, un_rulesdb *db, const char *text, size_t len) {
     if (db->readonly)
         return un_ctx_error(ctx, UN_ERR_DB, "%s: opened read-only", db->path);
     un_spec *parsed = NULL;
@@ -1470,7 +1470,7 @@ un_status rulesdb_spec_text_put(un_ctx *ctx, rulesdb *db, const char *text, size
     return st;
 }
 
-un_status rulesdb_spec_text_get(un_ctx *ctx, const char *path, char **text, size_t *len) {
+un_status un_rulesdb_spec_text_get(un_ctx *ctx, const char *path, char **text, size_t *len) {
     *text = NULL;
     *len = 0;
     struct stat sb;
@@ -1480,7 +1480,7 @@ un_status rulesdb_spec_text_get(un_ctx *ctx, const char *path, char **text, size
     sqlite3_stmt *s = NULL;
     un_status st = UN_OK;
     if (sqlite3_open_v2(path, &h, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
-        sqlite3_busy_timeout(h, RULESDB_BUSY_MS) == SQLITE_OK && spec_texts_exist(h) &&
+        sqlite3_busy_timeout(h, UN_RULESDB_BUSY_MS) == SQLITE_OK && spec_texts_exist(h) &&
         sqlite3_prepare_v2(h, "SELECT text, text_sum FROM spec_texts ORDER BY stored DESC LIMIT 1",
                            -1, &s, NULL) == SQLITE_OK &&
         sqlite3_step(s) == SQLITE_ROW) {
@@ -1504,7 +1504,7 @@ un_status rulesdb_spec_text_get(un_ctx *ctx, const char *path, char **text, size
 }
 
 /* Each stored spec text matches its checksum and parses to the spec set of its hash. */
-static un_status spec_texts_check(un_ctx *ctx, rulesdb *db, int64_t *bad, un_buf *report) {
+static un_status spec_texts_check(un_ctx *ctx, un_rulesdb *db, int64_t *bad, un_buf *report) {
     if (!spec_texts_exist(db->h))
         return UN_OK;
     sqlite3_stmt *s = NULL;
@@ -1536,7 +1536,7 @@ static un_status spec_texts_check(un_ctx *ctx, rulesdb *db, int64_t *bad, un_buf
     return UN_OK;
 }
 
-un_status rulesdb_check(un_ctx *ctx, rulesdb *db, int64_t *n_bad, un_buf *report) {
+un_status un_rulesdb_check(un_ctx *ctx, un_rulesdb *db, int64_t *n_bad, un_buf *report) {
     *n_bad = 0;
     int64_t bad = 0;
     sqlite3_stmt *s = stmt_get(db, STMT_INTEGRITY);
@@ -1555,7 +1555,7 @@ un_status rulesdb_check(un_ctx *ctx, rulesdb *db, int64_t *n_bad, un_buf *report
     s = stmt_get(db, STMT_RULE_ALL);
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         un_ctx *tmp = un_ctx_new_child(ctx);
-        rulesdb_row *row = NULL;
+        un_rulesdb_row *row = NULL;
         un_status st = row_read(tmp, db, s, true, &row, NULL);
         const char *problem = NULL;
         if (st != UN_OK)
@@ -1574,7 +1574,7 @@ un_status rulesdb_check(un_ctx *ctx, rulesdb *db, int64_t *n_bad, un_buf *report
                 un_buf_printf(report, "rule %lld: %s\n", (long long)sqlite3_column_int64(s, 0),
                               problem);
         }
-        rulesdb_row_free(row);
+        un_rulesdb_row_free(row);
         un_ctx_free(tmp);
     }
     sqlite3_reset(s);
@@ -1602,15 +1602,15 @@ static int verdict_rank(un_rule_status s, uint64_t spec, uint64_t cur) {
     }
 }
 
-static un_status merge_rows(un_ctx *ctx, rulesdb *db, rulesdb *src, rulesdb_merge_stats *ms) {
+static un_status merge_rows(un_ctx *ctx, un_rulesdb *db, un_rulesdb *src, un_rulesdb_merge_stats *ms) {
     int32_t *ids = NULL;
     int64_t n = 0;
-    un_status st = rulesdb_rule_ids(ctx, src, NULL, &ids, &n);
+    un_status st = un_rulesdb_rule_ids(ctx, src, NULL, &ids, &n);
     for (int64_t i = 0; st == UN_OK && i < n; i++) {
         sqlite3_stmt *s = stmt_get(src, STMT_RULE_GET);
         sqlite3_bind_int64(s, 1, ids[i]);
         int rc = sqlite3_step(s);
-        rulesdb_row *row = NULL;
+        un_rulesdb_row *row = NULL;
         char *body = NULL;
         double verified_at = 0;
         if (rc == SQLITE_ROW) {
@@ -1627,11 +1627,11 @@ static un_status merge_rows(un_ctx *ctx, rulesdb *db, rulesdb *src, rulesdb_merg
             /* Keep the stored text (it may be a general form) and its identity hash. */
             st = rule_cols_make(ctx, row->rule, row->hash, &cols);
             if (st == UN_OK) {
-                un_buf_free(&cols.body);
+                un_buf_deinit(&cols.body);
                 un_buf_printf(&cols.body, "%s", body);
             }
         }
-        rulesdb_origin o = {
+        un_rulesdb_origin o = {
             .kind = row->origin_kind, .file = row->origin_file, .name = row->origin_name};
         raw_rule rr = {.cols = have ? &cols : NULL,
                        .status = row->status,
@@ -1681,20 +1681,20 @@ static un_status merge_rows(un_ctx *ctx, rulesdb *db, rulesdb *src, rulesdb_merg
         if (have)
             rule_cols_free(&cols);
         free(body);
-        rulesdb_row_free(row);
+        un_rulesdb_row_free(row);
     }
     free(ids);
     return st;
 }
 
-un_status rulesdb_merge_ex(un_ctx *ctx, rulesdb *db, rulesdb *src, rulesdb_merge_stats *stats) {
-    rulesdb_merge_stats ms = {0};
+un_status un_rulesdb_merge_ex(un_ctx *ctx, un_rulesdb *db, un_rulesdb *src, un_rulesdb_merge_stats *stats) {
+    un_rulesdb_merge_stats ms = {0};
     *stats = ms;
     if (db == src)
         return un_ctx_error(ctx, UN_ERR_INVALID, "%s: cannot merge a database into itself",
                             db->path);
     bool own = !db->in_batch;
-    un_status st = own ? rulesdb_begin(ctx, db) : UN_OK;
+    un_status st = own ? un_rulesdb_begin(ctx, db) : UN_OK;
     if (st == UN_OK)
         st = merge_rows(ctx, db, src, &ms);
     if (own)
@@ -1704,10 +1704,10 @@ un_status rulesdb_merge_ex(un_ctx *ctx, rulesdb *db, rulesdb *src, rulesdb_merge
     return st;
 }
 
-un_status rulesdb_merge(un_ctx *ctx, rulesdb *db, rulesdb *src, int64_t *n_added,
+un_status un_rulesdb_merge(un_ctx *ctx, un_rulesdb *db, un_rulesdb *src, int64_t *n_added,
                         int64_t *n_updated) {
-    rulesdb_merge_stats ms;
-    un_status st = rulesdb_merge_ex(ctx, db, src, &ms);
+    un_rulesdb_merge_stats ms;
+    un_status st = un_rulesdb_merge_ex(ctx, db, src, &ms);
     if (n_added)
         *n_added = ms.added;
     if (n_updated)
@@ -1718,8 +1718,8 @@ un_status rulesdb_merge(un_ctx *ctx, rulesdb *db, rulesdb *src, int64_t *n_added
 /* ---- testing ----------------------------------------------------------------------------------
  */
 
-un_status rulesdb__test_exec(un_ctx *ctx, const char *path, const char *sql) {
-    rulesdb tmp = {.path = (char *)(uintptr_t)path};
+un_status un_rulesdb__test_exec(un_ctx *ctx, const char *path, const char *sql) {
+    un_rulesdb tmp = {.path = (char *)(uintptr_t)path};
     int rc = sqlite3_open_v2(path, &tmp.h, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
     un_status st = UN_OK;
     if (rc != SQLITE_OK)
@@ -1730,18 +1730,18 @@ un_status rulesdb__test_exec(un_ctx *ctx, const char *path, const char *sql) {
     return st;
 }
 
-un_status rulesdb__test_create_at(un_ctx *ctx, const char *path, int version) {
-    rulesdb tmp = {.path = (char *)(uintptr_t)path};
+un_status un_rulesdb__test_create_at(un_ctx *ctx, const char *path, int version) {
+    un_rulesdb tmp = {.path = (char *)(uintptr_t)path};
     int rc = sqlite3_open_v2(path, &tmp.h, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
     un_status st = UN_OK;
     if (rc != SQLITE_OK)
         st = db_fail(ctx, &tmp, rc, "opening");
     if (st == UN_OK && (rc = rowsum_register(tmp.h)) != SQLITE_OK)
         st = db_fail(ctx, &tmp, rc, "registering un_rowsum");
-    for (int v = 0; st == UN_OK && v < version && v < RULESDB_SCHEMA_VERSION; v++)
-        st = exec_script(ctx, &tmp, rulesdb_migrations[v], "creating");
+    for (int v = 0; st == UN_OK && v < version && v < UN_RULESDB_SCHEMA_VERSION; v++)
+        st = exec_script(ctx, &tmp, un_rulesdb_migrations[v], "creating");
     sqlite3_close_v2(tmp.h);
     return st;
 }
 
-int rulesdb_schema_version(void) { return RULESDB_SCHEMA_VERSION; }
+int un_rulesdb_schema_version(void) { return UN_RULESDB_SCHEMA_VERSION; }

@@ -203,7 +203,7 @@ static un_status cpu_loss(un_ctx *ctx, un_backend *be, un_loss_kind kind, const 
     do {                                                                                           \
         T *w_ = w, *m_ = m, *v_ = v;                                                               \
         const T *g_ = g;                                                                           \
-        if (p->kind == UN_OPT_SGD) {                                                               \
+        if (p->kind == UN_OPTIM_SGD) {                                                               \
             double mu = p->momentum, lr = p->lr;                                                   \
             for (int64_t i = 0; i < n; i++) {                                                      \
                 m_[i] = (T)(mu * (double)m_[i] + (double)g_[i]);                                   \
@@ -223,7 +223,7 @@ static un_status cpu_loss(un_ctx *ctx, un_backend *be, un_loss_kind kind, const 
 void un__optim_update_host(un_prec prec, const un_optim_params *p, int64_t t, int64_t n, void *w,
                            const void *g, void *m, void *v) {
     double step = 0, eps_hat = 0;
-    if (p->kind == UN_OPT_ADAM) {
+    if (p->kind == UN_OPTIM_ADAM) {
         double c1 = 1.0 - pow(p->beta1, (double)t), c2 = 1.0 - pow(p->beta2, (double)t);
         step = p->lr * sqrt(c2) / c1;
         eps_hat = p->eps * sqrt(c2); /* torch: eps added to sqrt(v_hat) */

@@ -790,7 +790,7 @@ static un_status cuda_optim_step(un_ctx *ctx, un_backend *be, const un_optim_par
     un_status st = sticky_st(ctx, be);
     if (st != UN_OK)
         return st;
-    un_cu_opt o = p->kind == UN_OPT_ADAM ? un_cu_opt_adam(p->lr, p->beta1, p->beta2, p->eps, t)
+    un_cu_opt o = p->kind == UN_OPTIM_ADAM ? un_cu_opt_adam(p->lr, p->beta1, p->beta2, p->eps, t)
                                          : un_cu_opt_sgd(p->lr, p->momentum);
     return cu_st(ctx, un__cu_opt_step(S(be)->stream, &o, w, g, m, v, n));
 }

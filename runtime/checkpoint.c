@@ -225,8 +225,8 @@ un_status un_checkpoint_load(un_ctx *ctx, const char *path, const un_graph *g, u
             st = un_ctx_error(ctx, UN_ERR_MISMATCH,
                               "%s: optimizer state is for %s over %lld parameters, not %s over "
                               "%lld",
-                              path, un_opt_name((un_opt_kind)kind), (long long)n,
-                              un_opt_name(un_optim_kind(o)), (long long)un_optim_count(o));
+                              path, un_optim_algo_name((un_optim_algo)kind), (long long)n,
+                              un_optim_algo_name(un_optim_kind(o)), (long long)un_optim_count(o));
             goto done;
         }
         size_t arrays = un_optim_state(o, 1) ? 2 : 1;

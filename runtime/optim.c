@@ -16,21 +16,21 @@ struct un_optim {
     un_backend *be; /* where m and v live (NULL: host memory) */
 };
 
-un_optim_params un_optim_params_default(un_opt_kind kind) {
-    if (kind == UN_OPT_ADAM)
+un_optim_params un_optim_params_default(un_optim_algo kind) {
+    if (kind == UN_OPTIM_ADAM)
         return (un_optim_params){
-            .kind = UN_OPT_ADAM, .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
-    return (un_optim_params){.kind = UN_OPT_SGD, .lr = 0.05, .momentum = 0.9};
+            .kind = UN_OPTIM_ADAM, .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
+    return (un_optim_params){.kind = UN_OPTIM_SGD, .lr = 0.05, .momentum = 0.9};
 }
 
-const char *un_opt_name(un_opt_kind kind) {
-    return kind == UN_OPT_ADAM ? "adam" : kind == UN_OPT_SGD ? "sgd" : "?";
+const char *un_optim_algo_name(un_optim_algo kind) {
+    return kind == UN_OPTIM_ADAM ? "adam" : kind == UN_OPTIM_SGD ? "sgd" : "?";
 }
 
-bool un_opt_from_name(const char *name, un_opt_kind *out) {
-    for (int k = 0; k < UN_OPT_COUNT; k++)
-        if (strcmp(name, un_opt_name((un_opt_kind)k)) == 0) {
-            *out = (un_opt_kind)k;
+bool un_optim_algo_from_name(const char *name, un_optim_algo *out) {
+    for (int k = 0; k < UN_OPTIM_COUNT; k++)
+        if (strcmp(name, un_optim_algo_name((un_optim_algo)k)) == 0) {
+            *out = (un_optim_algo)k;
             return true;
         }
     return false;
@@ -38,7 +38,7 @@ bool un_opt_from_name(const char *name, un_opt_kind *out) {
 
 un_status un_optim_new(un_ctx *ctx, un_optim_params p, int64_t n, un_prec prec, un_optim **out) {
     *out = NULL;
-    if ((unsigned)p.kind >= UN_OPT_COUNT || !(p.lr > 0) || !isfinite(p.lr) || p.momentum < 0 ||
+    if ((unsigned)p.kind >= UN_OPTIM_COUNT || !(p.lr > 0) || !isfinite(p.lr) || p.momentum < 0 ||
         p.momentum >= 1 || p.beta1 < 0 || p.beta1 >= 1 || p.beta2 < 0 || p.beta2 >= 1 || n < 0)
         return un_ctx_error(ctx, UN_ERR_INVALID,
                             "optimizer: bad parameters (lr %g must be > 0, momentum and betas in "
@@ -50,8 +50,8 @@ un_status un_optim_new(un_ctx *ctx, un_optim_params p, int64_t n, un_prec prec, 
     o->n = n;
     size_t es = prec == UN_PREC_F32 ? sizeof(float) : sizeof(double);
     o->m = calloc((size_t)(n ? n : 1), es);
-    o->v = p.kind == UN_OPT_ADAM ? calloc((size_t)(n ? n : 1), es) : NULL;
-    if (!o->m || (p.kind == UN_OPT_ADAM && !o->v)) {
+    o->v = p.kind == UN_OPTIM_ADAM ? calloc((size_t)(n ? n : 1), es) : NULL;
+    if (!o->m || (p.kind == UN_OPTIM_ADAM && !o->v)) {
         un_optim_free(o);
         return un_ctx_error(ctx, UN_ERR_NOMEM, "optimizer: no memory for %lld parameters",
                             (long long)n);
@@ -74,7 +74,7 @@ un_status un_optim_new_on(un_ctx *ctx, un_optim_params p, int64_t n, un_backend 
     o->n = n;
     size_t bytes = (size_t)(n ? n : 1) * (o->prec == UN_PREC_F32 ? sizeof(float) : sizeof(double));
     st = un_backend_alloc(ctx, be, bytes, &o->m);
-    if (st == UN_OK && p.kind == UN_OPT_ADAM)
+    if (st == UN_OK && p.kind == UN_OPTIM_ADAM)
         st = un_backend_alloc(ctx, be, bytes, &o->v);
     if (st != UN_OK) {
         un_optim_free(o);
@@ -100,7 +100,7 @@ void un_optim_free(un_optim *o) {
 int64_t un_optim_steps(const un_optim *o) { return o->t; }
 void un_optim_set_steps(un_optim *o, int64_t t) { o->t = t; }
 int64_t un_optim_count(const un_optim *o) { return o->n; }
-un_opt_kind un_optim_kind(const un_optim *o) { return o->p.kind; }
+un_optim_algo un_optim_kind(const un_optim *o) { return o->p.kind; }
 void *un_optim_state(const un_optim *o, int i) { return i == 0 ? o->m : i == 1 ? o->v : NULL; }
 un_prec un_optim_prec(const un_optim *o) { return o->prec; }
 

@@ -4,7 +4,7 @@
  *
  *   un_optim *opt;
  *   un_optim_init_weights(g, seed, UN_PREC_F32, un_exec_params(ex), un_exec_param_count(ex));
- *   st = un_optim_new(ctx, un_optim_params_default(UN_OPT_ADAM), n, UN_PREC_F32, &opt);
+ *   st = un_optim_new(ctx, un_optim_params_default(UN_OPTIM_ADAM), n, UN_PREC_F32, &opt);
  *   un_optim_step(opt, un_exec_params(ex), un_exec_param_grads(ex));   // every step
  *   un_optim_free(opt);
  */
@@ -14,12 +14,12 @@
 #include "pcg/graph.h"
 #include "runtime/kernels.h"
 
-typedef enum { UN_OPT_SGD, UN_OPT_ADAM, UN_OPT_COUNT } un_opt_kind;
+typedef enum { UN_OPTIM_SGD, UN_OPTIM_ADAM, UN_OPTIM_COUNT } un_optim_algo;
 
 typedef struct un_backend un_backend; /* runtime/backend.h */
 
 typedef struct un_optim_params {
-    un_opt_kind kind;
+    un_optim_algo kind;
     double lr;                /* learning rate */
     double momentum;          /* SGD: heavy-ball momentum (0 = plain SGD) */
     double beta1, beta2, eps; /* Adam */
@@ -28,9 +28,9 @@ typedef struct un_optim_params {
 typedef struct un_optim un_optim;
 
 /* sgd: lr 0.05, momentum 0.9; adam: lr 0.001, betas 0.9/0.999, eps 1e-8. */
-un_optim_params un_optim_params_default(un_opt_kind kind);
-const char *un_opt_name(un_opt_kind kind); /* "sgd", "adam"; static */
-bool un_opt_from_name(const char *name, un_opt_kind *out);
+un_optim_params un_optim_params_default(un_optim_algo kind);
+const char *un_optim_algo_name(un_optim_algo kind); /* "sgd", "adam"; static */
+bool un_optim_algo_from_name(const char *name, un_optim_algo *out);
 
 /* ---- lifecycle ---- */
 
@@ -52,7 +52,7 @@ un_status un_optim_step_on(un_ctx *ctx, un_optim *o, un_backend *be, void *w, co
 int64_t un_optim_steps(const un_optim *o); /* updates done (restored by a checkpoint) */
 void un_optim_set_steps(un_optim *o, int64_t t);
 int64_t un_optim_count(const un_optim *o); /* parameters it updates */
-un_opt_kind un_optim_kind(const un_optim *o);
+un_optim_algo un_optim_kind(const un_optim *o);
 /* Its state arrays, n elements in its precision, aligned with the parameters: i = 0 the SGD
  * velocity or Adam's first moment, i = 1 Adam's second moment (NULL for SGD). Borrowed; backend
  * memory for an optimizer made by un_optim_new_on (host code may read it only when that backend

@@ -33,7 +33,7 @@ un_train_opts un_train_opts_default(void) {
                            .prec = UN_PREC_F32};
 }
 
-void un_train_result_free(un_train_result *r) {
+void un_train_result_deinit(un_train_result *r) {
     if (!r)
         return;
     free(r->losses);
@@ -142,8 +142,8 @@ un_status un_train_parse_args(un_ctx *ctx, int argc, char **argv, un_train_opts 
                 return un_ctx_error(ctx, UN_ERR_INVALID, "--lr: '%s' is not a positive number", v);
             o->lr = d;
         } else if (strcmp(a, "--optimizer") == 0) {
-            un_opt_kind k;
-            if (!un_opt_from_name(v, &k))
+            un_optim_algo k;
+            if (!un_optim_algo_from_name(v, &k))
                 return un_ctx_error(ctx, UN_ERR_INVALID, "--optimizer: '%s' is not sgd or adam", v);
             o->optimizer = v;
         } else if (strcmp(a, "--data") == 0) {
@@ -321,7 +321,7 @@ fail:
 }
 
 static void model_free(tmodel *m) {
-    un_model_free(&m->zoo);
+    un_model_deinit(&m->zoo);
     un_graph_free(m->json);
     un_onnx_deinit(&m->onnx);
 }
@@ -458,8 +458,8 @@ static void progress(un_ctx *ctx, const shared *sh, int step, double loss, doubl
 /* The optimizer for o's flags over n parameters, its state on be (NULL: host memory). */
 static un_status optim_make(un_ctx *ctx, const un_train_opts *o, int64_t n, un_backend *be,
                             un_optim **out) {
-    un_opt_kind k = UN_OPT_ADAM;
-    un_opt_from_name(o->optimizer, &k);
+    un_optim_algo k = UN_OPTIM_ADAM;
+    un_optim_algo_from_name(o->optimizer, &k);
     un_optim_params op = un_optim_params_default(k);
     if (o->lr > 0)
         op.lr = o->lr;
@@ -791,9 +791,9 @@ static int64_t mem_available(void) {
  * every rank decides on rank 0's figures, so the ranks agree. */
 static un_status memory_check(un_ctx *ctx, const un_train_opts *o, const un_graph *g, int d,
                               un_comm *mpi) {
-    un_opt_kind k = UN_OPT_ADAM;
-    un_opt_from_name(o->optimizer, &k);
-    int arrays = k == UN_OPT_ADAM ? 2 : 1, here = mpi ? un_comm_node_size(mpi) : d;
+    un_optim_algo k = UN_OPTIM_ADAM;
+    un_optim_algo_from_name(o->optimizer, &k);
+    int arrays = k == UN_OPTIM_ADAM ? 2 : 1, here = mpi ? un_comm_node_size(mpi) : d;
     int64_t need = 0, weights = 0;
     for (int r = 0; r < (mpi ? 1 : d); r++) /* mpi: this rank's share, times the node's ranks */
         need += un_exec_estimate_bytes(g, mpi ? un_comm_rank(mpi) : r, d, o->prec, arrays);
@@ -815,7 +815,7 @@ static un_status memory_check(un_ctx *ctx, const un_train_opts *o, const un_grap
                             "but %.2f GiB are available; choose a smaller --config or more "
                             "machines",
                             o->model, (double)fig[0] / (1 << 30), here, here == 1 ? "" : "s",
-                            (long long)weights, un_opt_name(k), (double)fig[1] / (1 << 30));
+                            (long long)weights, un_optim_algo_name(k), (double)fig[1] / (1 << 30));
     return UN_OK;
 }
 

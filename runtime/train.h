@@ -8,7 +8,7 @@
  *   st = un_train_parse_args(ctx, argc - 1, argv + 1, &o);
  *   un_train_result r;
  *   st = un_train_run(ctx, &o, &r);          // prints per-step losses to o.out
- *   un_train_result_free(&r);
+ *   un_train_result_deinit(&r);
  */
 #ifndef UN_TRAIN_H
 #define UN_TRAIN_H
@@ -60,7 +60,7 @@ typedef struct un_train_dev_stats {
 
 typedef struct un_train_result {
     int steps;
-    double *losses;       /* per step; owned (un_train_result_free) */
+    double *losses;       /* per step; owned (un_train_result_deinit) */
     double samples_per_s; /* mean over the steps after the first */
     double step_ms;       /* mean step time after the first, milliseconds */
     int rank;             /* this process's rank (mpi), 0 otherwise: only rank 0 reports */
@@ -73,7 +73,7 @@ typedef struct un_train_result {
 /* ---- lifecycle ---- */
 
 un_train_opts un_train_opts_default(void);
-void un_train_result_free(un_train_result *r);
+void un_train_result_deinit(un_train_result *r);
 
 /* ---- use ---- */
 

@@ -787,7 +787,7 @@ un_status un_zoo_build_config(un_ctx *ctx, const un_spec *spec, const char *name
     return UN_OK;
 }
 
-void un_model_free(un_model *m) {
+void un_model_deinit(un_model *m) {
     if (!m)
         return;
     un_graph_free(m->graph);

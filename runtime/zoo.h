@@ -6,7 +6,7 @@
  *   un_model m;
  *   st = un_zoo_build(ctx, spec, "transformer", true, 0, &m);   // tiny, default batch
  *   ... m.graph, m.inputs[i], m.loss, m.label_dim ...
- *   un_model_free(&m);
+ *   un_model_deinit(&m);
  *
  * Conventions. Weights are UN_OP_WEIGHT nodes (linear W is [in, out]); data inputs are
  * UN_OP_INPUT nodes listed in inputs[] with the batch as dim 0; the graph has exactly one output,
@@ -111,13 +111,13 @@ un_status un_zoo_build_config(un_ctx *ctx, const un_spec *spec, const char *name
 /* Builds model `name` (one of un_zoo_names) over spec, tiny or paper-sized, for `batch` samples
  * (<= 0: the model's default). Every op is checked by shape inference while building. On failure
  * *out is zeroed and the context holds the reason; an unknown name is UN_ERR_INVALID listing the
- * known names. *out owns its graph: free with un_model_free. spec is borrowed and must outlive it.
+ * known names. *out owns its graph: free with un_model_deinit. spec is borrowed and must outlive it.
  */
 un_status un_zoo_build(un_ctx *ctx, const un_spec *spec, const char *name, bool tiny, int64_t batch,
                        un_model *out);
 
 /* Frees the graph and zeroes *m; NULL-safe. */
-void un_model_free(un_model *m);
+void un_model_deinit(un_model *m);
 
 /* The model names, *n of them. Static. */
 const char *const *un_zoo_names(int *n);

@@ -236,7 +236,7 @@ un_status un_apply_dot(un_ctx *ctx, const un_graph *g, const bool *highlight, un
     un_buf b = {0};
     un_status st = un_graph_to_dot(ctx, g, &b);
     if (st != UN_OK) {
-        un_buf_free(&b);
+        un_buf_deinit(&b);
         return st;
     }
     /* Each node line starts with "  n<id> [label="; a highlighted one gets its fill replaced. */
@@ -260,6 +260,6 @@ un_status un_apply_dot(un_ctx *ctx, const un_graph *g, const bool *highlight, un
         }
         s += len;
     }
-    un_buf_free(&b);
+    un_buf_deinit(&b);
     return UN_OK;
 }

@@ -25,7 +25,7 @@ struct un_cost_model {
     un_machine m;
     un_mprec prec;
     int es; /* float element bytes */
-    rulesdb *db;
+    un_rulesdb *db;
     char device[48]; /* the op-cost cache's device key */
     centry *tab;
     size_t cap, used;
@@ -35,7 +35,7 @@ struct un_cost_model {
 };
 
 un_status un_cost_model_new(un_ctx *ctx, const un_spec *spec, const un_machine *m, un_mprec prec,
-                            rulesdb *db, un_cost_model **out) {
+                            un_rulesdb *db, un_cost_model **out) {
     *out = NULL;
     if (prec != UN_MPREC_F32 && prec != UN_MPREC_F64)
         return un_ctx_error(ctx, UN_ERR_INVALID, "cost model: precision must be f32 or f64");
@@ -57,7 +57,7 @@ void un_cost_model_free(un_cost_model *cm) {
     if (!cm)
         return;
     free(cm->tab);
-    un_buf_free(&cm->warnings);
+    un_buf_deinit(&cm->warnings);
     free(cm);
 }
 
@@ -96,7 +96,7 @@ bool un_cost_key(const un_spec *spec, un_op op, const un_param *params, const un
     }
     ok = ok && b.len < n_shape;
     snprintf(shape, n_shape, "%s", b.data ? b.data : "");
-    un_buf_free(&b);
+    un_buf_deinit(&b);
     return ok;
 }
 
@@ -228,10 +228,10 @@ un_status un_cost_piece(un_ctx *ctx, un_cost_model *cm, un_op op, const un_param
         return st;
     if (cm->db) {
         char sig[128], shape[128];
-        rulesdb_cost mc;
+        un_rulesdb_cost mc;
         bool found = false;
         if (un_cost_key(cm->spec, op, params, in, n_in, sig, sizeof sig, shape, sizeof shape) &&
-            (st = rulesdb_cost_get(ctx, cm->db, sig, shape, cm->device, &mc, &found)) != UN_OK)
+            (st = un_rulesdb_cost_get(ctx, cm->db, sig, shape, cm->device, &mc, &found)) != UN_OK)
             return st;
         if (found) {
             c.fwd = mc.fwd_ms * 1e-3;
@@ -309,9 +309,9 @@ double un_cost_copy(const un_cost_model *cm, double bytes) {
 
 double un_cost_measured(un_ctx *ctx, un_cost_model *cm, const char *op_sig, const char *shape,
                         double fallback) {
-    rulesdb_cost mc;
+    un_rulesdb_cost mc;
     bool found = false;
-    if (cm->db && rulesdb_cost_get(ctx, cm->db, op_sig, shape, cm->device, &mc, &found) == UN_OK &&
+    if (cm->db && un_rulesdb_cost_get(ctx, cm->db, op_sig, shape, cm->device, &mc, &found) == UN_OK &&
         found)
         return mc.fwd_ms * 1e-3;
     return fallback;

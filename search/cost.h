@@ -37,7 +37,7 @@ typedef struct un_op_cost {
  * spec is borrowed, and db (NULL: analytic only) too; both must outlive the model.
  * Owned: free with un_cost_model_free. */
 un_status un_cost_model_new(un_ctx *ctx, const un_spec *spec, const un_machine *m, un_mprec prec,
-                            rulesdb *db, un_cost_model **out);
+                            un_rulesdb *db, un_cost_model **out);
 void un_cost_model_free(un_cost_model *cm);
 
 /* ---- queries ---- */
@@ -78,7 +78,7 @@ const char *un_cost_warnings(const un_cost_model *cm);
 /* Queries answered, and of those answered from the cache or measured. */
 void un_cost_stats(const un_cost_model *cm, int64_t *queries, int64_t *cached, int64_t *measured);
 
-/* ---- the op-cost cache's key (rulesdb_cost.op_sig / .shape) ---- */
+/* ---- the op-cost cache's key (un_rulesdb_cost.op_sig / .shape) ---- */
 
 /* op_sig "linear[activation=relu,use_bias=0]", shape "float[16,32];float[32,32]" (piece shapes).
  * Returns false when a key does not fit its buffer. */

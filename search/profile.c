@@ -143,9 +143,9 @@ static un_status profile_node(un_ctx *ctx, un_backend *be, const un_graph *g, in
     return st;
 }
 
-static un_status store(un_ctx *ctx, rulesdb *db, const char *sig, const char *shape,
+static un_status store(un_ctx *ctx, un_rulesdb *db, const char *sig, const char *shape,
                        const char *device, double fwd, double bwd, double bytes) {
-    rulesdb_cost c;
+    un_rulesdb_cost c;
     memset(&c, 0, sizeof c);
     snprintf(c.op_sig, sizeof c.op_sig, "%s", sig);
     snprintf(c.shape, sizeof c.shape, "%s", shape);
@@ -154,18 +154,18 @@ static un_status store(un_ctx *ctx, rulesdb *db, const char *sig, const char *sh
     c.bwd_ms = bwd * 1e3;
     c.bytes = bytes;
     c.measured_at = (int64_t)time(NULL);
-    return rulesdb_cost_put(ctx, db, &c);
+    return un_rulesdb_cost_put(ctx, db, &c);
 }
 
-static un_status profile_optimizer(un_ctx *ctx, rulesdb *db, const un_graph *g,
+static un_status profile_optimizer(un_ctx *ctx, un_rulesdb *db, const un_graph *g,
                                    const un_profile_params *p, const char *device, FILE *log,
                                    int64_t *n_stored) {
     int64_t n = 0;
     for (int32_t id = 0; id < un_graph_node_count(g); id++)
         if (un_graph_node(g, id)->op == UN_OP_WEIGHT)
             n += un_shape_numel(&un_graph_node(g, id)->inf.out[0]);
-    un_opt_kind k;
-    if (n == 0 || !un_opt_from_name(p->optimizer, &k))
+    un_optim_algo k;
+    if (n == 0 || !un_optim_algo_from_name(p->optimizer, &k))
         return UN_OK;
     un_prec prec = p->f64 ? UN_PREC_F64 : UN_PREC_F32;
     size_t fes = p->f64 ? 8 : 4;
@@ -184,7 +184,7 @@ static un_status profile_optimizer(un_ctx *ctx, rulesdb *db, const un_graph *g,
     }
     if (st == UN_OK) {
         char sig[48], shape[48];
-        snprintf(sig, sizeof sig, "optimizer:%s", un_opt_name(k));
+        snprintf(sig, sizeof sig, "optimizer:%s", un_optim_algo_name(k));
         snprintf(shape, sizeof shape, "float[%lld]", (long long)n);
         st = store(ctx, db, sig, shape, device, el / reps, 0, (double)n * (double)fes);
         if (st == UN_OK) {
@@ -202,7 +202,7 @@ static un_status profile_optimizer(un_ctx *ctx, rulesdb *db, const un_graph *g,
 /* The runtime's own per-step work besides operators: making the batch (one random number per
  * element, as runtime/train.c's synthetic data) and the cross-entropy loss with its gradient on
  * one output piece. Median of repetitions, like the ops. */
-static un_status profile_step_parts(un_ctx *ctx, rulesdb *db, const un_graph *g,
+static un_status profile_step_parts(un_ctx *ctx, un_rulesdb *db, const un_graph *g,
                                     const un_profile_params *p, const char *device, FILE *log,
                                     int64_t *n_stored) {
     size_t fes = p->f64 ? 8 : 4;
@@ -266,7 +266,7 @@ static un_status profile_step_parts(un_ctx *ctx, rulesdb *db, const un_graph *g,
     return st;
 }
 
-un_status un_profile_graph(un_ctx *ctx, rulesdb *db, const un_graph *g, const un_profile_params *p,
+un_status un_profile_graph(un_ctx *ctx, un_rulesdb *db, const un_graph *g, const un_profile_params *p,
                            FILE *log, int64_t *n_stored) {
     *n_stored = 0;
     un_backend *be = NULL;
@@ -281,7 +281,7 @@ un_status un_profile_graph(un_ctx *ctx, rulesdb *db, const un_graph *g, const un
     char(*seen)[256] = un_xcalloc((size_t)n, sizeof *seen);
     int n_seen = 0;
     if (st == UN_OK)
-        st = rulesdb_begin(ctx, db);
+        st = un_rulesdb_begin(ctx, db);
     for (int32_t id = 0; id < n && st == UN_OK; id++) {
         const un_node *nd = un_graph_node(g, id);
         if (un_op_kind_of(nd->op) != UN_OPK_REGULAR)
@@ -315,9 +315,9 @@ un_status un_profile_graph(un_ctx *ctx, rulesdb *db, const un_graph *g, const un
     if (st == UN_OK && p->cuda_device < 0)
         st = profile_step_parts(ctx, db, g, p, device, log, n_stored);
     if (st == UN_OK)
-        st = rulesdb_commit(ctx, db);
+        st = un_rulesdb_commit(ctx, db);
     else
-        rulesdb_rollback(db);
+        un_rulesdb_rollback(db);
     free(seen);
     un_backend_free(be);
     return st;

@@ -34,7 +34,7 @@ un_profile_params un_profile_params_default(void);
 
 /* Profiles every distinct (op, per-piece params, piece shapes) of g and stores it (replacing an
  * older entry). A line per op goes to log (NULL: quiet). *n_stored counts the entries written. */
-un_status un_profile_graph(un_ctx *ctx, rulesdb *db, const un_graph *g, const un_profile_params *p,
+un_status un_profile_graph(un_ctx *ctx, un_rulesdb *db, const un_graph *g, const un_profile_params *p,
                            FILE *log, int64_t *n_stored);
 
 /* Measures this CPU box as a machine description: one device per core (devices_per_node =

@@ -41,7 +41,7 @@ int main(int argc, char **argv) {
     }
     if (st != UN_OK)
         fprintf(stderr, "unity-profile: %s\n", un_ctx_errmsg(ctx));
-    un_buf_free(&b);
+    un_buf_deinit(&b);
     un_ctx_free(ctx);
     return st == UN_OK ? UN_EXIT_OK : UN_EXIT_INPUT;
 }

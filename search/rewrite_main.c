@@ -24,7 +24,7 @@ static const char *USAGE =
     "  --reversed  also use every rule backwards\n"
     "  --load-only load the rules, print the load's statistics and stop (no graph)\n"
     "  --no-cache  do not use or write the compiled cache DB.compiled\n"
-    "  --baseline  with --load-only: load every rule as a whole un_rule (rulesdb_load_verified),\n"
+    "  --baseline  with --load-only: load every rule as a whole un_rule (un_rulesdb_load_verified),\n"
     "              the form before the compact one, for comparison\n"
     "  --ops FILE  the spec set in use (default specs/ops.json)\n";
 
@@ -149,7 +149,7 @@ static un_status write_file(un_ctx *ctx, const char *path, const un_buf *b) {
 
 static int run(un_ctx *ctx, const opts *o) {
     un_spec *spec = NULL;
-    rulesdb *db = NULL;
+    un_rulesdb *db = NULL;
     un_ruleset *set = NULL;
     un_graph *g = NULL, *ng = NULL;
     un_matcher *m = NULL;
@@ -159,7 +159,7 @@ static int run(un_ctx *ctx, const opts *o) {
     un_buf b = {0};
     un_status st = un_spec_load(ctx, o->ops, &spec);
     if (st == UN_OK)
-        st = rulesdb_open(ctx, o->pos[0], spec, RULESDB_READONLY, &db);
+        st = un_rulesdb_open(ctx, o->pos[0], spec, UN_RULESDB_READONLY, &db);
     un_ruleset_params p = un_ruleset_params_default();
     p.reversed = o->reversed;
     p.cache = !o->no_cache;
@@ -168,7 +168,7 @@ static int run(un_ctx *ctx, const opts *o) {
         un_rule **all = NULL;
         int64_t n = 0, stale = 0;
         double t0 = now_s();
-        st = rulesdb_load_verified(ctx, db, &all, &n, &stale);
+        st = un_rulesdb_load_verified(ctx, db, &all, &n, &stale);
         if (st == UN_OK)
             printf("baseline: loaded %lld verified rules as whole rules in %.3f s\n", (long long)n,
                    now_s() - t0);
@@ -198,7 +198,7 @@ static int run(un_ctx *ctx, const opts *o) {
     } else if (st == UN_OK) {
         st = un_graph_load(ctx, spec, o->pos[1], &g);
     }
-    un_model_free(&zm);
+    un_model_deinit(&zm);
     if (st == UN_OK && o->dp) {
         un_graph *dpg = NULL;
         st = un_strategy_data(ctx, g, (int)o->dp, &dpg);
@@ -248,7 +248,7 @@ static int run(un_ctx *ctx, const opts *o) {
             if (t.data[k] == '\n')
                 t.data[k] = k + 1 < t.len ? ';' : '\0';
         un_buf_printf(&b, "%s", t.data ? t.data : "");
-        un_buf_free(&t);
+        un_buf_deinit(&t);
         printf("%s\n", b.data);
         for (int64_t k = before; o->list && k < ms.n; k++) {
             b.len = 0;
@@ -321,13 +321,13 @@ done:
         fprintf(stderr, "unity-rewrite: %s: %s\n", un_status_str(st), un_ctx_errmsg(ctx));
     free(hl);
     free(origin);
-    un_buf_free(&b);
+    un_buf_deinit(&b);
     un_match_list_deinit(&ms);
     un_matcher_free(m);
     un_graph_free(ng);
     un_graph_free(g);
     un_ruleset_free(set);
-    rulesdb_free(db);
+    un_rulesdb_free(db);
     un_spec_free(spec);
     return st == UN_OK ? 0 : 1;
 }

@@ -671,7 +671,7 @@ static bool cache_next(load_state *ls) {
     return true;
 }
 
-/* rulesdb_skip_fn: takes the rule from the cache when it holds it (same id and hash, and its
+/* un_rulesdb_skip_fn: takes the rule from the cache when it holds it (same id and hash, and its
  * reverse when reverses are wanted). Rules come in id order, and so does the cache. */
 static bool cache_skip(void *user, int32_t id, uint64_t hash) {
     load_state *ls = user;
@@ -710,7 +710,7 @@ static bool cache_skip(void *user, int32_t id, uint64_t hash) {
     return true;
 }
 
-/* rulesdb_take_fn: a rule the cache does not hold, compiled now. */
+/* un_rulesdb_take_fn: a rule the cache does not hold, compiled now. */
 static un_status cache_take(void *user, int32_t id, uint64_t hash, un_rule *r) {
     load_state *ls = user;
     un_ruleset *set = ls->set;
@@ -809,21 +809,21 @@ static bool cache_write(const load_state *ls, const char *path, uint64_t spec) {
     return ok;
 }
 
-un_status un_ruleset_load(un_ctx *ctx, rulesdb *db, const un_ruleset_params *params,
+un_status un_ruleset_load(un_ctx *ctx, un_rulesdb *db, const un_ruleset_params *params,
                           un_ruleset **out, un_ruleset_stats *stats) {
     *out = NULL;
     if (stats)
         memset(stats, 0, sizeof *stats);
     un_ruleset_params p = params ? *params : un_ruleset_params_default();
     double t0 = now_s();
-    un_ruleset *set = set_new(rulesdb_spec(db));
+    un_ruleset *set = set_new(un_rulesdb_spec(db));
     load_state ls = {.set = set, .p = &p};
     char cpath[4200];
-    snprintf(cpath, sizeof cpath, "%s.compiled", rulesdb_path(db));
+    snprintf(cpath, sizeof cpath, "%s.compiled", un_rulesdb_path(db));
     if (p.cache)
-        cache_open(&ls, cpath, rulesdb_spec_hash(db));
+        cache_open(&ls, cpath, un_rulesdb_spec_hash(db));
     int64_t stale = 0;
-    un_status st = rulesdb_verified_each(ctx, db, cache_skip, cache_take, &ls, &stale);
+    un_status st = un_rulesdb_verified_each(ctx, db, cache_skip, cache_take, &ls, &stale);
     if (st == UN_OK) {
         set->stats.verified = ls.n_info;
         set->stats.stale = stale;
@@ -831,7 +831,7 @@ un_status un_ruleset_load(un_ctx *ctx, rulesdb *db, const un_ruleset_params *par
         set->stats.cache_misses = ls.misses;
         set_index(set);
         if (p.cache && ls.misses > 0 && p.max_size == 0)
-            set->stats.cache_written = cache_write(&ls, cpath, rulesdb_spec_hash(db));
+            set->stats.cache_written = cache_write(&ls, cpath, un_rulesdb_spec_hash(db));
     }
     if (ls.cache)
         fclose(ls.cache);

@@ -7,7 +7,7 @@
  *   un_ruleset *set;
  *   un_ruleset_params p = un_ruleset_params_default();
  *   p.reversed = true;
- *   st = un_ruleset_load(ctx, db, &p, &set);          // db from rulesdb_open
+ *   st = un_ruleset_load(ctx, db, &p, &set);          // db from un_rulesdb_open
  *   for (int64_t i = 0; i < un_ruleset_count(set); i++) ... un_ruleset_rule(set, i) ...
  *   un_ruleset_free(set);
  */
@@ -43,7 +43,7 @@ typedef struct un_ruleset_stats {
     size_t bytes;         /* memory the set holds (rules and matchers), estimated */
 } un_ruleset_stats;
 
-/* Loads every trusted verified rule of db (rulesdb_verified_each: each row checked against its
+/* Loads every trusted verified rule of db (un_rulesdb_verified_each: each row checked against its
  * hash; a row that no longer parses under the current specs is an error naming the row) and
  * compiles its matcher. Stale rules are counted, never used. With params.cache, compiled rules are
  * taken from DB.compiled (a file beside the database, keyed by spec set, rule id and canonical
@@ -51,7 +51,7 @@ typedef struct un_ruleset_stats {
  * when rules had to be compiled (silently skipped where the folder is not writable). params may
  * be NULL for defaults; stats may be NULL. Owned: free with un_ruleset_free; db may be closed
  * afterwards. */
-un_status un_ruleset_load(un_ctx *ctx, rulesdb *db, const un_ruleset_params *params,
+un_status un_ruleset_load(un_ctx *ctx, un_rulesdb *db, const un_ruleset_params *params,
                           un_ruleset **out, un_ruleset_stats *stats);
 
 /* A set from rules in memory (cloned; the caller keeps its own): ids[i] is reported as rule i's

@@ -42,7 +42,7 @@ typedef struct cand {
 static void cand_free(cand *c) {
     free(c->a);
     un_graph_free(c->plan);
-    un_sim_result_free(&c->sim);
+    un_sim_result_deinit(&c->sim);
     memset(c, 0, sizeof *c);
 }
 
@@ -307,7 +307,7 @@ void un_search_result_deinit(un_search_result *r) {
     if (!r)
         return;
     un_graph_free(r->plan);
-    un_sim_result_free(&r->sim);
+    un_sim_result_deinit(&r->sim);
     free(r->choice);
     free(r->degree);
     memset(r, 0, sizeof *r);

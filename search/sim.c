@@ -539,7 +539,7 @@ un_sim_params un_sim_params_default(void) {
     return (un_sim_params){.mirror_sources = false, .optimizer = "adam", .devices = 0};
 }
 
-void un_sim_result_free(un_sim_result *r) {
+void un_sim_result_deinit(un_sim_result *r) {
     if (!r)
         return;
     free(r->mem);
@@ -749,7 +749,7 @@ un_status un_sim_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un
     free(s.xmem);
     free(s.gbytes);
     if (st != UN_OK)
-        un_sim_result_free(out);
+        un_sim_result_deinit(out);
     return st;
 }
 

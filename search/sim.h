@@ -9,7 +9,7 @@
  *   un_sim_result r;
  *   st = un_sim_run(ctx, cm, plan_graph, &p, &r);
  *   un_sim_report(g, &r, cm, &text);             // step, split, critical path, memory
- *   un_sim_result_free(&r);
+ *   un_sim_result_deinit(&r);
  */
 #ifndef UN_SIM_H
 #define UN_SIM_H
@@ -53,10 +53,10 @@ typedef struct un_sim_result {
 un_sim_params un_sim_params_default(void);
 
 /* Simulates one training step of g. The machine needs at least the plan's devices
- * (UN_ERR_INVALID otherwise). *out is zeroed on failure. Free with un_sim_result_free. */
+ * (UN_ERR_INVALID otherwise). *out is zeroed on failure. Free with un_sim_result_deinit. */
 un_status un_sim_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un_sim_params *p,
                      un_sim_result *out);
-void un_sim_result_free(un_sim_result *r);
+void un_sim_result_deinit(un_sim_result *r);
 
 /* The elements the runtime generates per step (every data input, and the labels), and the
  * op-cost cache shape "float[rows,classes]" of one output piece's loss: the profiler and the

@@ -121,7 +121,7 @@ static un_status estimate_or_profile(un_ctx *ctx, const un_train_opts *o, const 
     un_machine m;
     un_spec *spec = NULL;
     un_graph *g = NULL;
-    rulesdb *db = NULL;
+    un_rulesdb *db = NULL;
     un_cost_model *cm = NULL;
     un_sim_result r;
     memset(&r, 0, sizeof r);
@@ -133,7 +133,7 @@ static un_status estimate_or_profile(un_ctx *ctx, const un_train_opts *o, const 
     if (st == UN_OK)
         st = un_train_graph(ctx, spec, o, &g, &devices);
     if (st == UN_OK && s->rules)
-        st = rulesdb_open(ctx, s->rules, spec, s->profile ? RULESDB_CREATE : RULESDB_READONLY, &db);
+        st = un_rulesdb_open(ctx, s->rules, spec, s->profile ? UN_RULESDB_CREATE : UN_RULESDB_READONLY, &db);
     if (st != UN_OK)
         goto done;
     if (s->profile) {
@@ -172,10 +172,10 @@ static un_status estimate_or_profile(un_ctx *ctx, const un_train_opts *o, const 
     printf("op costs: %lld queries, %lld cached, %lld measured (%s)\n", (long long)q, (long long)c,
            (long long)meas, db ? "rules.db op-cost cache" : "analytic only");
 done:
-    un_buf_free(&text);
-    un_sim_result_free(&r);
+    un_buf_deinit(&text);
+    un_sim_result_deinit(&r);
     un_cost_model_free(cm);
-    rulesdb_free(db);
+    un_rulesdb_free(db);
     un_graph_free(g);
     un_spec_free(spec);
     return st;
@@ -226,7 +226,7 @@ static un_status search_and_train(un_ctx *ctx, un_train_opts *o, const search_op
     un_machine m;
     un_spec *spec = NULL;
     un_graph *g = NULL;
-    rulesdb *db = NULL;
+    un_rulesdb *db = NULL;
     un_cost_model *cm = NULL;
     un_search_result r;
     memset(&r, 0, sizeof r);
@@ -249,7 +249,7 @@ static un_status search_and_train(un_ctx *ctx, un_train_opts *o, const search_op
         st = un_train_graph(ctx, spec, &so, &g, &one);
     }
     if (st == UN_OK && s->rules)
-        st = rulesdb_open(ctx, s->rules, spec, RULESDB_READONLY, &db);
+        st = un_rulesdb_open(ctx, s->rules, spec, UN_RULESDB_READONLY, &db);
     if (st == UN_OK)
         st = un_cost_model_new(ctx, spec, &m, o->prec == UN_PREC_F64 ? UN_MPREC_F64 : UN_MPREC_F32,
                                db, &cm);
@@ -273,7 +273,7 @@ static un_status search_and_train(un_ctx *ctx, un_train_opts *o, const search_op
         st = un_graph_to_dot(ctx, r.plan, &dot);
         if (st == UN_OK && (st = write_file(ctx, s->dot, &dot)) == UN_OK)
             printf("plan DOT written to %s\n", s->dot);
-        un_buf_free(&dot);
+        un_buf_deinit(&dot);
     }
     if (st != UN_OK || s->plan_only)
         goto done;
@@ -300,11 +300,11 @@ static un_status search_and_train(un_ctx *ctx, un_train_opts *o, const search_op
 done:
     if (tmp[0])
         remove(tmp);
-    un_buf_free(&text);
-    un_buf_free(&js);
+    un_buf_deinit(&text);
+    un_buf_deinit(&js);
     un_search_result_deinit(&r);
     un_cost_model_free(cm);
-    rulesdb_free(db);
+    un_rulesdb_free(db);
     un_graph_free(g);
     un_spec_free(spec);
     return st;
@@ -431,7 +431,7 @@ int main(int argc, char **argv) {
         explain_save_failure(ctx, o.save);
     if (st != UN_OK && r.rank == 0 && !r.reported)
         fprintf(stderr, "unity-train: %s\n", un_ctx_errmsg(ctx));
-    un_train_result_free(&r);
+    un_train_result_deinit(&r);
     un_ctx_free(ctx);
     return st == UN_OK ? UN_EXIT_OK : rc;
 }

@@ -42,15 +42,15 @@ TEST__FN un_ruleset *rw_ruleset(const un_spec *spec, bool reversed) {
     un_ctx *ctx = un_ctx_new(NULL);
     char path[128];
     snprintf(path, sizeof path, "%s/r.db", rw_dir);
-    rulesdb *db = NULL;
+    un_rulesdb *db = NULL;
     un_ruleset *set = NULL;
     un_ruleset_params p = un_ruleset_params_default();
     p.reversed = reversed;
-    un_status st = rulesdb_open(ctx, path, spec, RULESDB_READONLY, &db);
+    un_status st = un_rulesdb_open(ctx, path, spec, UN_RULESDB_READONLY, &db);
     if (st == UN_OK)
         st = un_ruleset_load(ctx, db, &p, &set, NULL);
     EXPECT_OK(ctx, st);
-    rulesdb_free(db);
+    un_rulesdb_free(db);
     un_ctx_free(ctx);
     return set;
 }

@@ -89,7 +89,7 @@ static void test_random_chains(void) {
             continue;
         }
         zoo += chains(ctx, set, m.graph, &rng, 3, &wrong, NULL);
-        un_model_free(&m);
+        un_model_deinit(&m);
     }
     applied += zoo;
     printf("    %lld rewrites in chains of 1-20 (%lld on tiny zoo models), %lld wrong\n",
@@ -119,17 +119,17 @@ static void test_planted_wrong_rule(void) {
     un_graph_add(ctx, s, UN_OP_EW_ADD, NULL, (un_ref[]){{0, 0}, {1, 0}}, 2, NULL, &a);
     un_graph_add(ctx, d, UN_OP_EW_MUL, NULL, (un_ref[]){{0, 0}, {1, 0}}, 2, NULL, &b);
     un_rule *r = NULL;
-    rulesdb *db = NULL;
+    un_rulesdb *db = NULL;
     un_ruleset *set = NULL;
     int32_t id = 0;
     EXPECT_OK(ctx, un_rule_make(ctx, s, d, (un_ref[]){{a, 0}}, (un_ref[]){{b, 0}}, 1, &r));
-    EXPECT_OK(ctx, rulesdb_open(ctx, path, spec, RULESDB_CREATE, &db));
+    EXPECT_OK(ctx, un_rulesdb_open(ctx, path, spec, UN_RULESDB_CREATE, &db));
     if (r && db) {
         r->any_shape = true;
-        EXPECT_OK(ctx, rulesdb_rule_insert(ctx, db, r, UN_RULE_CANDIDATE, NULL,
-                                           &(rulesdb_origin){.kind = "generated"}, &id, NULL));
-        rulesdb_verdict v = {.status = UN_RULE_VERIFIED, .proof_ms = 1};
-        EXPECT_OK(ctx, rulesdb_rule_set_verdict(ctx, db, id, &v));
+        EXPECT_OK(ctx, un_rulesdb_rule_insert(ctx, db, r, UN_RULE_CANDIDATE, NULL,
+                                           &(un_rulesdb_origin){.kind = "generated"}, &id, NULL));
+        un_rulesdb_verdict v = {.status = UN_RULE_VERIFIED, .proof_ms = 1};
+        EXPECT_OK(ctx, un_rulesdb_rule_set_verdict(ctx, db, id, &v));
         EXPECT_OK(ctx, un_ruleset_load(ctx, db, NULL, &set, NULL));
     }
     int64_t wrong = 0, applied = 0;
@@ -148,7 +148,7 @@ static void test_planted_wrong_rule(void) {
     EXPECT_EQ(wrong, applied); /* every application of it changes the value */
     EXPECT_EQ(culprit, id);
     un_ruleset_free(set);
-    rulesdb_free(db);
+    un_rulesdb_free(db);
     un_rule_free(r);
     un_graph_free(s);
     un_graph_free(d);
@@ -175,7 +175,7 @@ static void test_copy_remap(void) {
     EXPECT_TRUE(un_graph_copy_remap(NULL, m.graph, order, 1, NULL, NULL, &c, NULL) ==
                 UN_ERR_INVALID);
     EXPECT_TRUE(c == NULL);
-    un_model_free(&m);
+    un_model_deinit(&m);
     un_ctx_free(ctx);
 }
 

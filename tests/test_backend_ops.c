@@ -677,7 +677,7 @@ static void test_loss_and_optim(void) {
     EXPECT_NEAR(gm[1], 2 * -1.0 / 6, 1e-15);
     /* Adam: three steps on the backend equal three host steps. */
     un_optim *oh = NULL, *ob = NULL;
-    un_optim_params p = un_optim_params_default(UN_OPT_ADAM);
+    un_optim_params p = un_optim_params_default(UN_OPTIM_ADAM);
     EXPECT_OK(ctx, un_optim_new(ctx, p, 3, UN_PREC_F64, &oh));
     EXPECT_OK(ctx, un_optim_new_on(ctx, p, 3, be, &ob));
     double wh[3] = {1, -2, 0.5}, wb[3] = {1, -2, 0.5}, gg[3] = {0.3, -0.1, 2};

@@ -50,7 +50,7 @@ static void test_machine_files(void) {
     EXPECT_OK(ctx, un_machine_parse(ctx, "back.json", b.data, b.len, &m2));
     EXPECT_NEAR(m2.inter.bw, m.inter.bw, 1);
     un_ctx_free(ctx);
-    un_buf_free(&b);
+    un_buf_deinit(&b);
 }
 
 static void expect_bad(const char *text, const char *want) {
@@ -94,7 +94,7 @@ static void test_machine_bad(void) {
     expect_bad("[1,", "bad.json");
 }
 
-static un_cost_model *model_on(const un_machine *m, rulesdb *db) {
+static un_cost_model *model_on(const un_machine *m, un_rulesdb *db) {
     un_ctx *ctx = un_ctx_new(NULL);
     un_cost_model *cm = NULL;
     EXPECT_OK(ctx, un_cost_model_new(ctx, spec, m, UN_MPREC_F32, db, &cm));
@@ -231,12 +231,12 @@ static void test_roundtrip_one_device(void) {
         EXPECT_OK(ctx, un_sim_run(ctx, cm, g, &sp, &r));
         EXPECT_TRUE(r.comm_bytes == 0 && r.comm_total == 0 && r.crit_comm == 0);
         EXPECT_TRUE(r.step > 0);
-        un_sim_result_free(&r);
+        un_sim_result_deinit(&r);
         /* on two devices the pieces move */
         sp.devices = 2;
         EXPECT_OK(ctx, un_sim_run(ctx, cm, g, &sp, &r));
         EXPECT_TRUE(r.comm_bytes > 0);
-        un_sim_result_free(&r);
+        un_sim_result_deinit(&r);
     }
     un_cost_model_free(cm);
     un_graph_free(g);
@@ -269,8 +269,8 @@ static void test_sim_mlp(void) {
         un_sim_report(g, &r, cm, &b);
         EXPECT_EQ(strstr(b.data, "DOES NOT FIT") != NULL, !big);
         EXPECT_TRUE(strstr(b.data, "critical path's top operators") != NULL);
-        un_buf_free(&b);
-        un_sim_result_free(&r);
+        un_buf_deinit(&b);
+        un_sim_result_deinit(&r);
         /* more devices than the machine has */
         sp.devices = 5;
         EXPECT_TRUE(un_sim_run(ctx, cm, g, &sp, &r) == UN_ERR_INVALID);
@@ -285,18 +285,18 @@ static void test_measured(void) {
     char path[128];
     snprintf(path, sizeof path, "%s/costs.db", cli_tmp);
     un_ctx *ctx = un_ctx_new(NULL);
-    rulesdb *db = NULL;
-    EXPECT_OK(ctx, rulesdb_open(ctx, path, spec, RULESDB_CREATE, &db));
+    un_rulesdb *db = NULL;
+    EXPECT_OK(ctx, un_rulesdb_open(ctx, path, spec, UN_RULESDB_CREATE, &db));
     const un_op_spec *os = un_spec_op(spec, UN_OP_RELU);
     const un_example *ex = &os->examples[0];
-    rulesdb_cost c;
+    un_rulesdb_cost c;
     memset(&c, 0, sizeof c);
     EXPECT_TRUE(un_cost_key(spec, UN_OP_RELU, ex->params, ex->in, ex->n_in, c.op_sig,
                             sizeof c.op_sig, c.shape, sizeof c.shape));
     snprintf(c.device, sizeof c.device, "x");
     c.fwd_ms = 3;
     c.bwd_ms = 5;
-    EXPECT_OK(ctx, rulesdb_cost_put(ctx, db, &c));
+    EXPECT_OK(ctx, un_rulesdb_cost_put(ctx, db, &c));
     un_machine m = machine_mem("1e9");
     for (int other = 0; other < 2; other++) {
         if (other)
@@ -309,7 +309,7 @@ static void test_measured(void) {
             EXPECT_TRUE(oc.fwd == 3e-3 && oc.bwd == 5e-3);
         un_cost_model_free(cm);
     }
-    rulesdb_free(db);
+    un_rulesdb_free(db);
     un_ctx_free(ctx);
 }
 

@@ -387,10 +387,10 @@ static void test_profile_cuda(void) {
     char path[128];
     snprintf(path, sizeof path, "%s/costs.db", dir);
     un_ctx *ctx = un_ctx_new(NULL);
-    rulesdb *db = NULL;
+    un_rulesdb *db = NULL;
     un_model m;
     memset(&m, 0, sizeof m);
-    EXPECT_OK(ctx, rulesdb_open(ctx, path, spec, RULESDB_CREATE, &db));
+    EXPECT_OK(ctx, un_rulesdb_open(ctx, path, spec, UN_RULESDB_CREATE, &db));
     EXPECT_OK(ctx, un_zoo_build(ctx, spec, "transformer", true, 4, &m));
     if (db && m.graph) {
         un_profile_params pp = un_profile_params_default();
@@ -409,8 +409,8 @@ static void test_profile_cuda(void) {
             EXPECT_TRUE(n > 0);
         }
     }
-    un_model_free(&m);
-    rulesdb_free(db);
+    un_model_deinit(&m);
+    un_rulesdb_free(db);
     un_ctx_free(ctx);
     EXPECT_TRUE(test_tmpdir_remove(dir));
     un_spec_free(spec);

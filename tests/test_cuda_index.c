@@ -707,7 +707,7 @@ static void opt_body(void *a, int64_t i) {
 static void test_optimizer(void) {
     int64_t n = 1000;
     for (int kind = 0; kind < 2; kind++) {
-        un_optim_params pr = un_optim_params_default(kind ? UN_OPT_ADAM : UN_OPT_SGD);
+        un_optim_params pr = un_optim_params_default(kind ? UN_OPTIM_ADAM : UN_OPTIM_SGD);
         un_optim *opt = NULL;
         EXPECT_OK(NULL, un_optim_new(NULL, pr, n, UN_PREC_F32, &opt));
         if (!opt)
@@ -723,7 +723,7 @@ static void test_optimizer(void) {
             free(g);
         }
         /* the same double arithmetic: bitwise equal */
-        EXPECT_TRUE(close_to(w, wc, n, 0, un_opt_name(pr.kind)));
+        EXPECT_TRUE(close_to(w, wc, n, 0, un_optim_algo_name(pr.kind)));
         EXPECT_TRUE(close_to(m, un_optim_state(opt, 0), n, 0, "optimizer state 0"));
         if (kind)
             EXPECT_TRUE(close_to(v, un_optim_state(opt, 1), n, 0, "optimizer state 1"));

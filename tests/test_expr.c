@@ -111,7 +111,7 @@ static void test_print(void) {
     un_expr_str(e, &b);
     EXPECT_STR_EQ(b.data, "((in0[-1] * v0) + 1)");
     EXPECT_TRUE(un_expr_uses_var(e, 0));
-    un_buf_free(&b);
+    un_buf_deinit(&b);
     un_ctx_free(ctx);
     un_arena_free(a);
 }

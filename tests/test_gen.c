@@ -13,31 +13,31 @@
 
 static un_spec *spec;
 
-static gen_menu *menu_at(un_ctx *ctx, const char *path) {
-    gen_menu *m = NULL;
-    EXPECT_OK(ctx, gen_menu_load(ctx, spec, path, &m));
+static un_gen_menu *menu_at(un_ctx *ctx, const char *path) {
+    un_gen_menu *m = NULL;
+    EXPECT_OK(ctx, un_gen_menu_load(ctx, spec, path, &m));
     return m;
 }
 
 /* Runs the generator on a menu file; rs must be deinit by the caller. */
-static bool find(const char *path, int max_ops, int threads, int si, int sn, gen_rules *rs) {
+static bool find(const char *path, int max_ops, int threads, int si, int sn, un_gen_rules *rs) {
     un_ctx *ctx = un_ctx_new(NULL);
-    gen_menu *m = menu_at(ctx, path);
-    gen_enum *e = NULL;
+    un_gen_menu *m = menu_at(ctx, path);
+    un_gen_enum *e = NULL;
     bool ok = false;
     memset(rs, 0, sizeof *rs);
-    if (m && gen_enum_new(ctx, m, 1234, &e) == UN_OK) {
-        gen_params p = gen_params_default();
+    if (m && un_gen_enum_new(ctx, m, 1234, &e) == UN_OK) {
+        un_gen_params p = un_gen_params_default();
         p.max_ops = max_ops ? max_ops : m->max_ops;
         p.threads = threads;
         p.shard_i = si;
         p.shard_n = sn;
-        un_status st = gen_find(ctx, e, &p, rs);
+        un_status st = un_gen_find(ctx, e, &p, rs);
         EXPECT_OK(ctx, st);
         ok = st == UN_OK;
     }
-    gen_enum_free(e);
-    gen_menu_free(m);
+    un_gen_enum_free(e);
+    un_gen_menu_free(m);
     un_ctx_free(ctx);
     return ok;
 }
@@ -47,7 +47,7 @@ static int cmp_u64(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-static uint64_t *hashes(const gen_rules *rs) {
+static uint64_t *hashes(const un_gen_rules *rs) {
     uint64_t *h = un_xmalloc(sizeof(uint64_t) * (size_t)(rs->n + 1));
     for (int64_t i = 0; i < rs->n; i++)
         h[i] = un_rule_hash(rs->rules[i]);
@@ -72,8 +72,8 @@ static uint64_t hand_rule(const char *src, const char *dst) {
         }
         EXPECT_OK(ctx, un_rule_make(ctx, a, b, oa, ob, n, &r));
         if (r) {
-            EXPECT_OK(ctx, gen_rule_add_degree_var(ctx, r));
-            EXPECT_OK(ctx, gen_rule_orient(ctx, r, &c));
+            EXPECT_OK(ctx, un_gen_rule_add_degree_var(ctx, r));
+            EXPECT_OK(ctx, un_gen_rule_orient(ctx, r, &c));
         }
         if (c)
             h = un_rule_hash(c);
@@ -86,7 +86,7 @@ static uint64_t hand_rule(const char *src, const char *dst) {
     return h;
 }
 
-static bool has_rule(const gen_rules *rs, uint64_t h) {
+static bool has_rule(const un_gen_rules *rs, uint64_t h) {
     for (int64_t i = 0; i < rs->n; i++)
         if (un_rule_hash(rs->rules[i]) == h)
             return true;
@@ -97,24 +97,24 @@ static bool has_rule(const gen_rules *rs, uint64_t h) {
 
 static void test_menu_default(void) {
     un_ctx *ctx = un_ctx_new(NULL);
-    gen_menu *m = menu_at(ctx, "specs/menu.json");
+    un_gen_menu *m = menu_at(ctx, "specs/menu.json");
     if (m) {
         EXPECT_EQ(m->max_ops, 3);
         EXPECT_EQ(m->n_inputs, 7);
         EXPECT_EQ(m->n_insts, 25); /* 2 linear, relu, ew_add, ew_mul, 3 concat, 9 split, 3+3+1+1 */
         EXPECT_EQ(m->inputs[5].shape.shard[2], 2);
-        EXPECT_EQ(gen_menu_input_group(m, 2), 0); /* x3 is interchangeable with x1 */
-        EXPECT_EQ(gen_menu_input_group(m, 4), 3);
-        EXPECT_EQ(gen_menu_input_group(m, 5), 5);
+        EXPECT_EQ(un_gen_menu_input_group(m, 2), 0); /* x3 is interchangeable with x1 */
+        EXPECT_EQ(un_gen_menu_input_group(m, 4), 3);
+        EXPECT_EQ(un_gen_menu_input_group(m, 5), 5);
     }
-    gen_menu_free(m);
+    un_gen_menu_free(m);
     un_ctx_free(ctx);
 }
 
 static void expect_menu_error(const char *text, const char *want) {
     un_ctx *ctx = un_ctx_new(NULL);
-    gen_menu *m = (gen_menu *)1;
-    un_status st = gen_menu_parse(ctx, spec, "bad.json", text, strlen(text), &m);
+    un_gen_menu *m = (un_gen_menu *)1;
+    un_status st = un_gen_menu_parse(ctx, spec, "bad.json", text, strlen(text), &m);
     EXPECT_TRUE(st != UN_OK);
     EXPECT_TRUE(m == NULL);
     const char *msg = un_ctx_errmsg(ctx);
@@ -168,8 +168,8 @@ static void test_menu_errors(void) {
     expect_menu_error(buf, "$.ops[0].min_rank");
     /* a missing file names the path */
     un_ctx *ctx = un_ctx_new(NULL);
-    gen_menu *m = NULL;
-    EXPECT_TRUE(gen_menu_load(ctx, spec, "no/such/menu.json", &m) == UN_ERR_IO);
+    un_gen_menu *m = NULL;
+    EXPECT_TRUE(un_gen_menu_load(ctx, spec, "no/such/menu.json", &m) == UN_ERR_IO);
     EXPECT_TRUE(strstr(un_ctx_errmsg(ctx), "no/such/menu.json") != NULL);
     un_ctx_free(ctx);
 }
@@ -189,21 +189,21 @@ static void test_menu_min_rank(void) {
     int64_t graphs[2] = {0, 0};
     for (int v = 0; v < 2; v++) {
         un_ctx *ctx = un_ctx_new(NULL);
-        gen_menu *m = NULL;
-        gen_enum *e = NULL;
-        EXPECT_OK(ctx, gen_menu_parse(ctx, spec, "mr.json", text[v], strlen(text[v]), &m));
-        if (m && gen_enum_new(ctx, m, 1234, &e) == UN_OK) {
+        un_gen_menu *m = NULL;
+        un_gen_enum *e = NULL;
+        EXPECT_OK(ctx, un_gen_menu_parse(ctx, spec, "mr.json", text[v], strlen(text[v]), &m));
+        if (m && un_gen_enum_new(ctx, m, 1234, &e) == UN_OK) {
             EXPECT_EQ(m->insts[0].min_rank, 2 * v);
-            gen_params p = gen_params_default();
+            un_gen_params p = un_gen_params_default();
             p.max_ops = 1;
             p.threads = 1;
-            gen_rules rs;
-            EXPECT_OK(ctx, gen_find(ctx, e, &p, &rs));
+            un_gen_rules rs;
+            EXPECT_OK(ctx, un_gen_find(ctx, e, &p, &rs));
             graphs[v] = rs.stats.graphs;
-            gen_rules_deinit(&rs);
+            un_gen_rules_deinit(&rs);
         }
-        gen_enum_free(e);
-        gen_menu_free(m);
+        un_gen_enum_free(e);
+        un_gen_menu_free(m);
         un_ctx_free(ctx);
     }
     /* one operator: layer_norm(x, g|b, g|b) always; layer_norm(g|b, ., .) only without min_rank */
@@ -213,7 +213,7 @@ static void test_menu_min_rank(void) {
 
 /* {ew_add} over three interchangeable inputs at N=2: commutativity and associativity only. */
 static void test_ew_add_classes(void) {
-    gen_rules rs;
+    un_gen_rules rs;
     if (!find("specs/menus/ew_add.json", 2, 1, 0, 1, &rs))
         return;
     EXPECT_EQ(rs.n, 3);
@@ -234,7 +234,7 @@ static void test_ew_add_classes(void) {
     snprintf(b, sizeof b, g2, "y", "x");
     EXPECT_TRUE(has_rule(&rs, hand_rule(a, b)));
     /* the stages each removed something, and the counts are consistent */
-    const gen_stats *s = &rs.stats;
+    const un_gen_stats *s = &rs.stats;
     EXPECT_EQ(s->graphs, 72); /* 9 single ops, 63 of two (3 + (3 inputs + 1)^2 ... deduped) */
     EXPECT_TRUE(s->graphs_naming > 0);  /* e.g. ew_add(x2, x3): a renaming of ew_add(x1, x2) */
     EXPECT_TRUE(s->graphs_same_nf > 0); /* e.g. ew_add(ew_add(x2, x1), x3) next to (x1 + x2) + x3 */
@@ -243,7 +243,7 @@ static void test_ew_add_classes(void) {
     EXPECT_TRUE(s->after_super > s->after_compose);
     EXPECT_TRUE(s->after_compose > s->after_rename);
     EXPECT_EQ(s->after_check, rs.n);
-    gen_rules_deinit(&rs);
+    un_gen_rules_deinit(&rs);
 }
 
 static const char *MM =
@@ -259,7 +259,7 @@ static uint64_t hand_mm(const char *src_nodes, const char *dst_nodes) {
 }
 
 static void test_classics_matmul(void) {
-    gen_rules rs;
+    un_gen_rules rs;
     if (!find("specs/menus/matmul.json", 3, 2, 0, 1, &rs))
         return;
     /* associativity: (x w1) w2 = x (w1 w2) */
@@ -284,11 +284,11 @@ static void test_classics_matmul(void) {
         dist = has_rule(&rs, hand_mm(src, dst));
     }
     EXPECT_TRUE(dist);
-    gen_rules_deinit(&rs);
+    un_gen_rules_deinit(&rs);
 }
 
 static void test_classics_merge_linears(void) {
-    gen_rules rs;
+    un_gen_rules rs;
     if (!find("specs/menus/merge.json", 3, 2, 0, 1, &rs))
         return;
     /* two linears sharing x = one linear over concatenated weights, split (2 outputs) */
@@ -300,7 +300,7 @@ static void test_classics_merge_linears(void) {
                      "{\"name\": \"l\", \"op\": \"linear\", \"in\": [\"x\", \"c\"]}, "
                      "{\"name\": \"s\", \"op\": \"split\", \"in\": [\"l\"], \"params\": {\"axis\": "
                      "1, \"sizes\": [4, 4]}}")));
-    gen_rules_deinit(&rs);
+    un_gen_rules_deinit(&rs);
 }
 
 static const char *PX =
@@ -315,7 +315,7 @@ static uint64_t hand_px(const char *src_nodes, const char *dst_nodes) {
 }
 
 static void test_classics_parallel(void) {
-    gen_rules rs;
+    un_gen_rules rs;
     if (!find("specs/menus/parallel.json", 3, 2, 0, 1, &rs))
         return;
     /* partition -> relu -> combine */
@@ -348,11 +348,11 @@ static void test_classics_parallel(void) {
         with_k += rs.rules[i]->n_vars == 1 && strcmp(rs.rules[i]->vars[0].name, "k") == 0;
     EXPECT_TRUE(with_k > 0);
     EXPECT_EQ(with_k, rs.stats.with_var);
-    gen_rules_deinit(&rs);
+    un_gen_rules_deinit(&rs);
 }
 
 static void test_classics_tensor_parallel(void) {
-    gen_rules rs;
+    un_gen_rules rs;
     if (!find("specs/menus/tensor.json", 4, 2, 0, 1, &rs))
         return;
     const char *g = "{\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": "
@@ -366,7 +366,7 @@ static void test_classics_tensor_parallel(void) {
              "{\"name\": \"l\", \"op\": \"linear\", \"in\": [\"p\", \"q\"]}, "
              "{\"name\": \"r\", \"op\": \"reduce\", \"in\": [\"l\"]}");
     EXPECT_TRUE(has_rule(&rs, hand_rule(a, b)));
-    gen_rules_deinit(&rs);
+    un_gen_rules_deinit(&rs);
 }
 
 /* Node lists over fixed inputs, as JSON graphs. */
@@ -385,7 +385,7 @@ static const char *CV1 = "{\"name\": \"x\", \"op\": \"input\", \"params\": {\"sh
                          "{\"name\": \"w1\", \"op\": \"weight\", \"params\": {\"shape\": [2, 2, 1, 1]}}";
 
 static void test_classics_conv(void) {
-    gen_rules rs;
+    un_gen_rules rs;
     if (!find("specs/menus/conv.json", 3, 2, 0, 1, &rs))
         return;
     /* two convs over one input = one conv over concatenated kernels, split (2 outputs) */
@@ -420,7 +420,7 @@ static void test_classics_conv(void) {
         dist = has_rule(&rs, hand_nodes(CV, src, dst));
     }
     EXPECT_TRUE(dist);
-    gen_rules_deinit(&rs);
+    un_gen_rules_deinit(&rs);
 }
 
 static const char *QKV = "{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [2, 4]}}, "
@@ -429,7 +429,7 @@ static const char *QKV = "{\"name\": \"x\", \"op\": \"input\", \"params\": {\"sh
                          "{\"name\": \"wv\", \"op\": \"weight\", \"params\": {\"shape\": [4, 2]}}";
 
 static void test_classics_qkv(void) {
-    gen_rules rs;
+    un_gen_rules rs;
     if (!find("specs/menus/qkv.json", 4, 2, 0, 1, &rs))
         return;
     /* Q, K and V projections of one input = one linear over the concatenated weights, split in
@@ -451,7 +451,7 @@ static void test_classics_qkv(void) {
                                          dst));
     }
     EXPECT_TRUE(found);
-    gen_rules_deinit(&rs);
+    un_gen_rules_deinit(&rs);
 }
 
 static const char *HD = "{\"name\": \"q\", \"op\": \"input\", \"params\": {\"shape\": [4, 2, 2]}}, "
@@ -460,7 +460,7 @@ static const char *HD = "{\"name\": \"q\", \"op\": \"input\", \"params\": {\"sha
 static const char *HD1 = "{\"name\": \"q\", \"op\": \"input\", \"params\": {\"shape\": [4, 2, 2]}}";
 
 static void test_classics_heads(void) {
-    gen_rules rs;
+    un_gen_rules rs;
     if (!find("specs/menus/heads.json", 3, 2, 0, 1, &rs))
         return;
     /* head parallelism: batch_matmul per partition of the head dim (the degree is the variable k;
@@ -478,13 +478,13 @@ static void test_classics_heads(void) {
                         "{\"name\": \"p\", \"op\": \"partition\", \"in\": [\"q\"]}, "
                         "{\"name\": \"s\", \"op\": \"softmax\", \"in\": [\"p\"]}, "
                         "{\"name\": \"c\", \"op\": \"combine\", \"in\": [\"s\"]}")));
-    gen_rules_deinit(&rs);
+    un_gen_rules_deinit(&rs);
 }
 
 /* ---- behaviour ---- */
 
 static void test_deterministic_and_threads(void) {
-    gen_rules a, b;
+    un_gen_rules a, b;
     if (!find("specs/menus/parallel.json", 3, 1, 0, 1, &a))
         return;
     if (find("specs/menus/parallel.json", 3, 2, 0, 1, &b)) {
@@ -497,24 +497,24 @@ static void test_deterministic_and_threads(void) {
             un_rule_to_json(NULL, a.rules[i], &x);
             un_rule_to_json(NULL, b.rules[i], &y);
             same = x.data && y.data && strcmp(x.data, y.data) == 0;
-            un_buf_free(&x);
-            un_buf_free(&y);
+            un_buf_deinit(&x);
+            un_buf_deinit(&y);
         }
         EXPECT_TRUE(same);
-        gen_rules_deinit(&b);
+        un_gen_rules_deinit(&b);
     }
-    gen_rules_deinit(&a);
+    un_gen_rules_deinit(&a);
 }
 
 static void test_shards_union(void) {
-    gen_rules full, s0, s1;
+    un_gen_rules full, s0, s1;
     if (!find("specs/menus/parallel.json", 2, 1, 0, 1, &full))
         return;
     find("specs/menus/parallel.json", 2, 1, 0, 2, &s0);
     find("specs/menus/parallel.json", 2, 1, 1, 2, &s1);
     EXPECT_TRUE(s0.n > 0 && s1.n > 0);
     /* the union of the shards' rules, deduplicated, is the full run's set */
-    gen_rules u = {0};
+    un_gen_rules u = {0};
     u.n = s0.n + s1.n;
     u.rules = un_xmalloc(sizeof(un_rule *) * (size_t)(u.n + 1));
     if (s0.n)
@@ -536,9 +536,9 @@ static void test_shards_union(void) {
     free(hu);
     free(hf);
     free(u.rules);
-    gen_rules_deinit(&s0);
-    gen_rules_deinit(&s1);
-    gen_rules_deinit(&full);
+    un_gen_rules_deinit(&s0);
+    un_gen_rules_deinit(&s1);
+    un_gen_rules_deinit(&full);
 }
 
 static void test_db_rerun_idempotent(void) {
@@ -548,40 +548,40 @@ static void test_db_rerun_idempotent(void) {
         close(fd);
     unlink(path);
     un_ctx *ctx = un_ctx_new(NULL);
-    gen_menu *m = menu_at(ctx, "specs/menus/ew_add.json");
-    gen_enum *e = NULL;
-    if (m && gen_enum_new(ctx, m, 1234, &e) == UN_OK) {
-        gen_params p = gen_params_default();
+    un_gen_menu *m = menu_at(ctx, "specs/menus/ew_add.json");
+    un_gen_enum *e = NULL;
+    if (m && un_gen_enum_new(ctx, m, 1234, &e) == UN_OK) {
+        un_gen_params p = un_gen_params_default();
         p.max_ops = 2;
-        gen_summary s1, s2;
-        EXPECT_OK(ctx, gen_run(ctx, e, &p, path, "--test", &s1, NULL));
+        un_gen_summary s1, s2;
+        EXPECT_OK(ctx, un_gen_run(ctx, e, &p, path, "--test", &s1, NULL));
         EXPECT_EQ(s1.inserted, 3);
         EXPECT_EQ(s1.present, 0);
-        EXPECT_OK(ctx, gen_run(ctx, e, &p, path, "--test", &s2, NULL));
+        EXPECT_OK(ctx, un_gen_run(ctx, e, &p, path, "--test", &s2, NULL));
         EXPECT_EQ(s2.inserted, 0);
         EXPECT_EQ(s2.present, 3);
         EXPECT_TRUE(s2.run_id > s1.run_id);
-        rulesdb *db = NULL;
-        EXPECT_OK(ctx, rulesdb_open(ctx, path, spec, RULESDB_READONLY, &db));
+        un_rulesdb *db = NULL;
+        EXPECT_OK(ctx, un_rulesdb_open(ctx, path, spec, UN_RULESDB_READONLY, &db));
         if (db) {
             int64_t counts[UN_RULE_STATUS_COUNT] = {0};
-            EXPECT_OK(ctx, rulesdb_count(ctx, db, counts));
+            EXPECT_OK(ctx, un_rulesdb_count(ctx, db, counts));
             EXPECT_EQ(counts[UN_RULE_CANDIDATE], 3);
-            rulesdb_row *row = NULL;
-            EXPECT_OK(ctx, rulesdb_rule_get(ctx, db, 1, &row));
+            un_rulesdb_row *row = NULL;
+            EXPECT_OK(ctx, un_rulesdb_rule_get(ctx, db, 1, &row));
             if (row)
                 EXPECT_STR_EQ(row->origin_kind, "generated");
-            rulesdb_row_free(row);
+            un_rulesdb_row_free(row);
         }
-        rulesdb_free(db);
+        un_rulesdb_free(db);
         /* a database that is not one: an error naming it, nothing generated */
-        gen_summary s3;
+        un_gen_summary s3;
         un_ctx_clear(ctx);
-        EXPECT_TRUE(gen_run(ctx, e, &p, "/nonexistent/dir/rules.db", "", &s3, NULL) != UN_OK);
+        EXPECT_TRUE(un_gen_run(ctx, e, &p, "/nonexistent/dir/rules.db", "", &s3, NULL) != UN_OK);
         EXPECT_TRUE(strstr(un_ctx_errmsg(ctx), "/nonexistent/dir/rules.db") != NULL);
     }
-    gen_enum_free(e);
-    gen_menu_free(m);
+    un_gen_enum_free(e);
+    un_gen_menu_free(m);
     un_ctx_free(ctx);
     unlink(path);
     char side[300];
@@ -593,23 +593,23 @@ static void test_db_rerun_idempotent(void) {
 
 static void test_bad_params(void) {
     un_ctx *ctx = un_ctx_new(NULL);
-    gen_menu *m = menu_at(ctx, "specs/menus/ew_add.json");
-    gen_enum *e = NULL;
-    if (m && gen_enum_new(ctx, m, 1, &e) == UN_OK) {
-        gen_params p = gen_params_default();
-        gen_rules rs;
+    un_gen_menu *m = menu_at(ctx, "specs/menus/ew_add.json");
+    un_gen_enum *e = NULL;
+    if (m && un_gen_enum_new(ctx, m, 1, &e) == UN_OK) {
+        un_gen_params p = un_gen_params_default();
+        un_gen_rules rs;
         p.max_ops = 9;
-        EXPECT_TRUE(gen_find(ctx, e, &p, &rs) == UN_ERR_INVALID);
+        EXPECT_TRUE(un_gen_find(ctx, e, &p, &rs) == UN_ERR_INVALID);
         EXPECT_TRUE(strstr(un_ctx_errmsg(ctx), "--max-ops") != NULL);
         un_ctx_clear(ctx);
-        p = gen_params_default();
+        p = un_gen_params_default();
         p.shard_i = 2;
         p.shard_n = 2;
-        EXPECT_TRUE(gen_find(ctx, e, &p, &rs) == UN_ERR_INVALID);
+        EXPECT_TRUE(un_gen_find(ctx, e, &p, &rs) == UN_ERR_INVALID);
         EXPECT_TRUE(rs.n == 0 && rs.rules == NULL);
     }
-    gen_enum_free(e);
-    gen_menu_free(m);
+    un_gen_enum_free(e);
+    un_gen_menu_free(m);
     un_ctx_free(ctx);
 }
 

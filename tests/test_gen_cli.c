@@ -129,7 +129,7 @@ static void test_damaged_db(void) {
     const cli_result *r = run("--ops specs/ --menu specs/menus/ew_add.json -o %s/dmg.db");
     EXPECT_EQ(r->code, 0);
     un_ctx *ctx = un_ctx_new(NULL);
-    EXPECT_OK(ctx, rulesdb__test_exec(ctx, cli_path("dmg.db"),
+    EXPECT_OK(ctx, un_rulesdb__test_exec(ctx, cli_path("dmg.db"),
                                       "UPDATE rules SET body = replace(body, 'x1', 'x9') "
                                       "WHERE id = 2"));
     un_ctx_free(ctx);
@@ -138,7 +138,7 @@ static void test_damaged_db(void) {
     r = run("--ops specs/ --menu specs/menus/ew_add.json --max-ops 1 -o %s/dmg2.db");
     EXPECT_EQ(r->code, 0);
     ctx = un_ctx_new(NULL);
-    EXPECT_OK(ctx, rulesdb__test_exec(ctx, cli_path("dmg2.db"),
+    EXPECT_OK(ctx, un_rulesdb__test_exec(ctx, cli_path("dmg2.db"),
                                       "UPDATE rules SET ops = 'relu' WHERE id = 1"));
     un_ctx_free(ctx);
     expect_clean_error("--ops specs/ --menu specs/menus/ew_add.json -o %s/dmg2.db",

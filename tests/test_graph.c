@@ -401,7 +401,7 @@ static void test_hash_ties(void) {
             same += un_graph_hash(g) == first;
         }
         un_graph_free(g);
-        un_buf_free(&b);
+        un_buf_deinit(&b);
     }
     EXPECT_EQ(same, 100);
     un_ctx_free(ctx);
@@ -472,8 +472,8 @@ static bool json_roundtrip_ok(un_ctx *ctx, const un_graph *g) {
               un_graph_hash(h) == un_graph_hash(g) && un_graph_to_json(ctx, h, &b) == UN_OK &&
               strcmp(a.data, b.data) == 0;
     un_graph_free(h);
-    un_buf_free(&a);
-    un_buf_free(&b);
+    un_buf_deinit(&a);
+    un_buf_deinit(&b);
     return ok;
 }
 
@@ -667,8 +667,8 @@ static void test_json_roundtrip(void) {
     EXPECT_TRUE(strstr(a.data, "\"sizes\": [2, 4]") != NULL);
     EXPECT_TRUE(strstr(a.data, "\"s:1\"") != NULL);
     EXPECT_TRUE(strstr(a.data, "\\\"quoted\\\"") != NULL);
-    un_buf_free(&a);
-    un_buf_free(&b);
+    un_buf_deinit(&a);
+    un_buf_deinit(&b);
     un_graph_free(h);
     un_graph_free(g);
 
@@ -680,7 +680,7 @@ static void test_json_roundtrip(void) {
     EXPECT_OK(ctx, un_graph_from_json(ctx, S, "mlp.json", a.data, a.len, &h));
     if (h)
         EXPECT_EQ(un_graph_hash(h), un_graph_hash(g));
-    un_buf_free(&a);
+    un_buf_deinit(&a);
     un_graph_free(h);
     un_graph_free(g);
     un_ctx_free(ctx);
@@ -828,7 +828,7 @@ static void test_dot(void) {
     EXPECT_TRUE(strstr(b.data, "n0 -> n2 [label=\"float[8,10]\"]") != NULL);
     EXPECT_TRUE(strstr(b.data, "float[8/2,10]") != NULL);
     EXPECT_TRUE(strstr(b.data, "out1") != NULL);
-    un_buf_free(&b);
+    un_buf_deinit(&b);
     un_graph_free(g);
     un_ctx_free(ctx);
 }
@@ -865,7 +865,7 @@ static void test_json_fuzz(void) {
         free(m);
     }
     printf("    2000 mutants: %d rejected with a message, %d still valid\n", rejected, loaded);
-    un_buf_free(&b);
+    un_buf_deinit(&b);
     un_ctx_free(ctx);
 }
 

@@ -119,12 +119,12 @@ static void test_compact_and_cache(void) {
     snprintf(path, sizeof path, "%s/r.db", rw_dir);
     snprintf(cpath, sizeof cpath, "%s/r.db.compiled", rw_dir);
     remove(cpath);
-    rulesdb *db = NULL;
+    un_rulesdb *db = NULL;
     un_rule **rules = NULL;
     int32_t *ids = NULL;
     int64_t n = 0;
-    EXPECT_OK(ctx, rulesdb_open(ctx, path, spec, RULESDB_READONLY, &db));
-    EXPECT_OK(ctx, rulesdb_load_verified_ids(ctx, db, &rules, &ids, &n, NULL));
+    EXPECT_OK(ctx, un_rulesdb_open(ctx, path, spec, UN_RULESDB_READONLY, &db));
+    EXPECT_OK(ctx, un_rulesdb_load_verified_ids(ctx, db, &rules, &ids, &n, NULL));
     un_ruleset_params p = un_ruleset_params_default();
     p.reversed = true;
     un_ruleset *set[4] = {0};
@@ -176,8 +176,8 @@ static void test_compact_and_cache(void) {
             EXPECT_OK(ctx, un_rule_to_json(ctx, rules[j], &a));
             EXPECT_OK(ctx, un_rule_to_json(ctx, un_ruleset_rule(set[1], i), &b));
             same += a.data && b.data && strcmp(a.data, b.data) == 0;
-            un_buf_free(&a);
-            un_buf_free(&b);
+            un_buf_deinit(&a);
+            un_buf_deinit(&b);
         }
         fw++;
     }
@@ -208,7 +208,7 @@ static void test_compact_and_cache(void) {
         un_rule_free(rules[j]);
     free(rules);
     free(ids);
-    rulesdb_free(db);
+    un_rulesdb_free(db);
     un_ctx_free(ctx);
 }
 
@@ -354,8 +354,8 @@ static void test_bad_input(void) {
     }
     un_ctx *ctx = un_ctx_new(NULL);
     EXPECT_OK(
-        ctx, rulesdb__test_exec(ctx, cli_path("stale.db"), "UPDATE rules SET verify_spec = 12345"));
-    EXPECT_OK(ctx, rulesdb__test_exec(ctx, cli_path("broken.db"),
+        ctx, un_rulesdb__test_exec(ctx, cli_path("stale.db"), "UPDATE rules SET verify_spec = 12345"));
+    EXPECT_OK(ctx, un_rulesdb__test_exec(ctx, cli_path("broken.db"),
                                       "UPDATE rules SET body = replace(body, 'relu', 'frob')"));
     un_ctx_free(ctx);
     char good[300];

@@ -59,7 +59,7 @@ static void test_sound_rule(void) {
     un_buf b = {0};
     un_rule_str(r, &b);
     EXPECT_STR_EQ(b.data, "relu(combine[dim=0,degree=k](x)) => combine[dim=0,degree=k](relu(x))\n");
-    un_buf_free(&b);
+    un_buf_deinit(&b);
 done:
     un_rule_free(r);
     un_ctx_free(ctx);
@@ -118,9 +118,9 @@ static void test_hash_canonical(void) {
             EXPECT_STR_EQ(ja.data, jc.data);
             EXPECT_EQ(un_rule_hash(back), un_rule_hash(a));
         }
-        un_buf_free(&ja);
-        un_buf_free(&jb);
-        un_buf_free(&jc);
+        un_buf_deinit(&ja);
+        un_buf_deinit(&jb);
+        un_buf_deinit(&jc);
     }
     un_rule_free(ca);
     un_rule_free(cb);

@@ -15,13 +15,13 @@ static un_spec *spec;
 static int64_t recheck_db(const char *db_path, bool recompute, int64_t *n_rules, int64_t *n_conds,
                           int64_t *n_held, bool verbose) {
     un_ctx *ctx = un_ctx_new(NULL);
-    rulesdb *db = NULL;
+    un_rulesdb *db = NULL;
     un_rule **rules = NULL;
     int64_t n = 0, bad = 0;
     *n_rules = *n_conds = *n_held = 0;
-    un_status st = rulesdb_open(ctx, db_path, spec, RULESDB_READONLY, &db);
+    un_status st = un_rulesdb_open(ctx, db_path, spec, UN_RULESDB_READONLY, &db);
     if (st == UN_OK)
-        st = rulesdb_load_verified(ctx, db, &rules, &n, NULL);
+        st = un_rulesdb_load_verified(ctx, db, &rules, &n, NULL);
     EXPECT_OK(ctx, st);
     for (int64_t i = 0; i < n; i++) {
         un_rule *r = rules[i];
@@ -39,7 +39,7 @@ static int64_t recheck_db(const char *db_path, bool recompute, int64_t *n_rules,
                 un_buf_printf(&b, "\n");
             }
             printf("%s", b.data);
-            un_buf_free(&b);
+            un_buf_deinit(&b);
         }
         un_rule_claim_stats cs;
         if (un_rule_check_claim(ctx, r, 8, &cs) != UN_OK) {
@@ -47,7 +47,7 @@ static int64_t recheck_db(const char *db_path, bool recompute, int64_t *n_rules,
                 un_buf b = {0};
                 un_rule_str(r, &b);
                 printf("  claim fails: %s    %s\n", b.data, un_ctx_errmsg(ctx));
-                un_buf_free(&b);
+                un_buf_deinit(&b);
             }
             bad++;
         }
@@ -57,7 +57,7 @@ static int64_t recheck_db(const char *db_path, bool recompute, int64_t *n_rules,
     }
     free(rules);
     *n_rules = n;
-    rulesdb_free(db);
+    un_rulesdb_free(db);
     un_ctx_free(ctx);
     return bad;
 }
@@ -95,7 +95,7 @@ static void expect_conds(const un_rule *r, const char *want) {
         un_rule_cond_str(r, &r->conds[i], &b);
     }
     EXPECT_STR_EQ(b.data ? b.data : "", want);
-    un_buf_free(&b);
+    un_buf_deinit(&b);
 }
 
 /* The example: the target needs k | dim 1, the source nothing. */
@@ -132,7 +132,7 @@ static void test_target_only_degree(void) {
     if (again)
         expect_conds(again, "k | dim 1 of x0");
     un_rule_free(again);
-    un_buf_free(&j);
+    un_buf_deinit(&j);
     EXPECT_OK(ctx, un_rule_canonical(ctx, r, &canon));
     if (canon)
         expect_conds(canon, "k | dim 1 of x0");
@@ -159,8 +159,8 @@ static void test_target_only_degree(void) {
         EXPECT_EQ(un_rule_from_json(ctx, spec, "bad", u.data, u.len, &x), UN_ERR_PARSE);
         EXPECT_TRUE(x == NULL);
         un_ctx_clear(ctx);
-        un_buf_free(&u);
-        un_buf_free(&t);
+        un_buf_deinit(&u);
+        un_buf_deinit(&t);
     }
 done:
     un_rule_free(canon);
@@ -326,12 +326,12 @@ static void test_verified_n2(void) {
  * well formed but the outputs differ (must be none). */
 static int reverse_db(const char *path) {
     un_ctx *ctx = un_ctx_new(NULL);
-    rulesdb *db = NULL;
+    un_rulesdb *db = NULL;
     un_rule **rules = NULL;
     int64_t n = 0, any = 0, needs = 0, fail = 0, no_rev = 0;
-    un_status st = rulesdb_open(ctx, path, spec, RULESDB_READONLY, &db);
+    un_status st = un_rulesdb_open(ctx, path, spec, UN_RULESDB_READONLY, &db);
     if (st == UN_OK)
-        st = rulesdb_load_verified(ctx, db, &rules, &n, NULL);
+        st = un_rulesdb_load_verified(ctx, db, &rules, &n, NULL);
     EXPECT_OK(ctx, st);
     for (int64_t i = 0; i < n; i++) {
         un_rule *b = NULL;
@@ -353,7 +353,7 @@ static int reverse_db(const char *path) {
                     un_rule_str(b, &t);
                     printf("  reversed, both sides well formed, outputs differ: %s    %s\n", t.data,
                            un_ctx_errmsg(ctx));
-                    un_buf_free(&t);
+                    un_buf_deinit(&t);
                 }
                 fail++;
             }
@@ -363,7 +363,7 @@ static int reverse_db(const char *path) {
         un_rule_free(rules[i]);
     }
     free(rules);
-    rulesdb_free(db);
+    un_rulesdb_free(db);
     un_ctx_free(ctx);
     printf("%s: %lld verified rules reversed: %lld have instances where the new source is well "
            "formed and the new target is not, %lld of them also where the reversed rule's side "

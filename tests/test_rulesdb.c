@@ -70,24 +70,24 @@ static un_rule *make_rule(int i) {
     return r;
 }
 
-static rulesdb *open_db(un_ctx *ctx, const char *path, const un_spec *sp, int flags) {
-    rulesdb *db = NULL;
-    EXPECT_OK(ctx, rulesdb_open(ctx, path, sp, flags, &db));
+static un_rulesdb *open_db(un_ctx *ctx, const char *path, const un_spec *sp, int flags) {
+    un_rulesdb *db = NULL;
+    EXPECT_OK(ctx, un_rulesdb_open(ctx, path, sp, flags, &db));
     return db;
 }
 
-static int64_t insert_n(un_ctx *ctx, rulesdb *db, int from, int n) {
+static int64_t insert_n(un_ctx *ctx, un_rulesdb *db, int from, int n) {
     int64_t added = 0;
-    EXPECT_OK(ctx, rulesdb_begin(ctx, db));
+    EXPECT_OK(ctx, un_rulesdb_begin(ctx, db));
     for (int i = from; i < from + n; i++) {
         un_rule *r = make_rule(i);
         bool ins = false;
-        EXPECT_OK(ctx, rulesdb_rule_insert(ctx, db, r, UN_RULE_CANDIDATE, NULL,
-                                           &(rulesdb_origin){.kind = "generated"}, NULL, &ins));
+        EXPECT_OK(ctx, un_rulesdb_rule_insert(ctx, db, r, UN_RULE_CANDIDATE, NULL,
+                                           &(un_rulesdb_origin){.kind = "generated"}, NULL, &ins));
         added += ins;
         un_rule_free(r);
     }
-    EXPECT_OK(ctx, rulesdb_commit(ctx, db));
+    EXPECT_OK(ctx, un_rulesdb_commit(ctx, db));
     return added;
 }
 
@@ -95,30 +95,30 @@ static void test_create_insert_get(void) {
     un_ctx *ctx = un_ctx_new(NULL);
     const char *path = tmp_path("a.db");
     rm_db(path);
-    rulesdb *db = open_db(ctx, path, spec, RULESDB_CREATE);
+    un_rulesdb *db = open_db(ctx, path, spec, UN_RULESDB_CREATE);
     if (!db)
         goto done;
-    EXPECT_STR_EQ(rulesdb_path(db), path);
+    EXPECT_STR_EQ(un_rulesdb_path(db), path);
     int64_t run = 0;
-    EXPECT_OK(ctx, rulesdb_run_begin(ctx, db, "test", "--x 1", &run));
+    EXPECT_OK(ctx, un_rulesdb_run_begin(ctx, db, "test", "--x 1", &run));
     EXPECT_TRUE(run > 0);
     un_rule *r = make_rule(5);
     int32_t id = 0, id2 = 0;
     bool ins = false;
-    EXPECT_OK(ctx, rulesdb_begin(ctx, db));
-    EXPECT_EQ(rulesdb_begin(ctx, db), UN_ERR_INVALID); /* nesting */
+    EXPECT_OK(ctx, un_rulesdb_begin(ctx, db));
+    EXPECT_EQ(un_rulesdb_begin(ctx, db), UN_ERR_INVALID); /* nesting */
     un_ctx_clear(ctx);
     EXPECT_OK(ctx,
-              rulesdb_rule_insert(ctx, db, r, UN_RULE_CANDIDATE, NULL,
-                                  &(rulesdb_origin){.kind = "generated", .run = run}, &id, &ins));
+              un_rulesdb_rule_insert(ctx, db, r, UN_RULE_CANDIDATE, NULL,
+                                  &(un_rulesdb_origin){.kind = "generated", .run = run}, &id, &ins));
     EXPECT_TRUE(ins);
-    EXPECT_OK(ctx, rulesdb_rule_insert(ctx, db, r, UN_RULE_CANDIDATE, NULL, NULL, &id2, &ins));
+    EXPECT_OK(ctx, un_rulesdb_rule_insert(ctx, db, r, UN_RULE_CANDIDATE, NULL, NULL, &id2, &ins));
     EXPECT_TRUE(!ins);
     EXPECT_EQ(id, id2);
-    EXPECT_OK(ctx, rulesdb_commit(ctx, db));
-    EXPECT_OK(ctx, rulesdb_run_end(ctx, db, run, "{\"candidates\": 1}"));
-    rulesdb_row *row = NULL;
-    EXPECT_OK(ctx, rulesdb_rule_get(ctx, db, id, &row));
+    EXPECT_OK(ctx, un_rulesdb_commit(ctx, db));
+    EXPECT_OK(ctx, un_rulesdb_run_end(ctx, db, run, "{\"candidates\": 1}"));
+    un_rulesdb_row *row = NULL;
+    EXPECT_OK(ctx, un_rulesdb_rule_get(ctx, db, id, &row));
     if (row) {
         EXPECT_EQ(row->id, id);
         EXPECT_EQ(row->status, UN_RULE_CANDIDATE);
@@ -132,21 +132,21 @@ static void test_create_insert_get(void) {
         EXPECT_TRUE(row->gen_spec == un_spec_hash(spec));
         EXPECT_TRUE(row->verify_spec == 0);
     }
-    rulesdb_row_free(row);
-    EXPECT_EQ(rulesdb_rule_get(ctx, db, 999, &row), UN_ERR_INVALID);
+    un_rulesdb_row_free(row);
+    EXPECT_EQ(un_rulesdb_rule_get(ctx, db, 999, &row), UN_ERR_INVALID);
     EXPECT_TRUE(row == NULL);
     un_ctx_clear(ctx);
     un_rule_free(r);
-    rulesdb_free(db);
+    un_rulesdb_free(db);
     /* Reopened: the rule is still there. */
     db = open_db(ctx, path, spec, 0);
     int64_t counts[UN_RULE_STATUS_COUNT];
     if (db) {
-        EXPECT_OK(ctx, rulesdb_count(ctx, db, counts));
+        EXPECT_OK(ctx, un_rulesdb_count(ctx, db, counts));
         EXPECT_EQ(counts[UN_RULE_CANDIDATE], 1);
         EXPECT_EQ(counts[UN_RULE_VERIFIED], 0);
     }
-    rulesdb_free(db);
+    un_rulesdb_free(db);
 done:
     un_ctx_free(ctx);
 }
@@ -155,33 +155,33 @@ static void test_verdicts_and_trust(void) {
     un_ctx *ctx = un_ctx_new(NULL);
     const char *path = tmp_path("v.db");
     rm_db(path);
-    rulesdb *db = open_db(ctx, path, spec, RULESDB_CREATE);
+    un_rulesdb *db = open_db(ctx, path, spec, UN_RULESDB_CREATE);
     if (!db)
         goto done;
     EXPECT_EQ(insert_n(ctx, db, 0, 10), 10);
     int32_t *ids = NULL;
     int64_t n = 0;
-    EXPECT_OK(ctx, rulesdb_rule_ids(ctx, db, NULL, &ids, &n));
+    EXPECT_OK(ctx, un_rulesdb_rule_ids(ctx, db, NULL, &ids, &n));
     EXPECT_EQ(n, 10);
     if (n == 10) {
         for (int i = 0; i < 4; i++)
-            EXPECT_OK(ctx, rulesdb_rule_set_verdict(
+            EXPECT_OK(ctx, un_rulesdb_rule_set_verdict(
                                ctx, db, ids[i],
-                               &(rulesdb_verdict){.status = UN_RULE_VERIFIED,
+                               &(un_rulesdb_verdict){.status = UN_RULE_VERIFIED,
                                                   .proof_ms = 1.5 + i,
                                                   .axioms = "relu_partition,partition_id"}));
-        EXPECT_OK(ctx, rulesdb_rule_set_verdict(
+        EXPECT_OK(ctx, un_rulesdb_rule_set_verdict(
                            ctx, db, ids[4],
-                           &(rulesdb_verdict){.status = UN_RULE_REFUTED, .detail = "x = [1, 2]"}));
-        EXPECT_OK(ctx, rulesdb_rule_set_verdict(
+                           &(un_rulesdb_verdict){.status = UN_RULE_REFUTED, .detail = "x = [1, 2]"}));
+        EXPECT_OK(ctx, un_rulesdb_rule_set_verdict(
                            ctx, db, ids[5],
-                           &(rulesdb_verdict){.status = UN_RULE_UNKNOWN, .detail = "timeout"}));
-        EXPECT_EQ(rulesdb_rule_set_verdict(ctx, db, ids[6],
-                                           &(rulesdb_verdict){.status = UN_RULE_CANDIDATE}),
+                           &(un_rulesdb_verdict){.status = UN_RULE_UNKNOWN, .detail = "timeout"}));
+        EXPECT_EQ(un_rulesdb_rule_set_verdict(ctx, db, ids[6],
+                                           &(un_rulesdb_verdict){.status = UN_RULE_CANDIDATE}),
                   UN_ERR_INVALID);
         un_ctx_clear(ctx);
-        rulesdb_row *row = NULL;
-        EXPECT_OK(ctx, rulesdb_rule_get(ctx, db, ids[1], &row));
+        un_rulesdb_row *row = NULL;
+        EXPECT_OK(ctx, un_rulesdb_rule_get(ctx, db, ids[1], &row));
         if (row) {
             EXPECT_EQ(row->status, UN_RULE_VERIFIED);
             EXPECT_TRUE(row->trusted);
@@ -189,52 +189,52 @@ static void test_verdicts_and_trust(void) {
             EXPECT_STR_EQ(row->axioms, "relu_partition,partition_id");
             EXPECT_TRUE(row->verify_spec == un_spec_hash(spec));
         }
-        rulesdb_row_free(row);
-        EXPECT_OK(ctx, rulesdb_rule_get(ctx, db, ids[4], &row));
+        un_rulesdb_row_free(row);
+        EXPECT_OK(ctx, un_rulesdb_rule_get(ctx, db, ids[4], &row));
         if (row) {
             EXPECT_EQ(row->status, UN_RULE_REFUTED);
             EXPECT_STR_EQ(row->detail, "x = [1, 2]");
         }
-        rulesdb_row_free(row);
+        un_rulesdb_row_free(row);
     }
     free(ids);
     un_rule **rules = NULL;
     int64_t stale = -1;
-    EXPECT_OK(ctx, rulesdb_load_verified(ctx, db, &rules, &n, &stale));
+    EXPECT_OK(ctx, un_rulesdb_load_verified(ctx, db, &rules, &n, &stale));
     EXPECT_EQ(n, 4);
     EXPECT_EQ(stale, 0);
     for (int64_t i = 0; i < n; i++)
         un_rule_free(rules[i]);
     free(rules);
     /* needs_verify: 4 candidates + 1 unknown. */
-    rulesdb_filter f = rulesdb_filter_default();
+    un_rulesdb_filter f = un_rulesdb_filter_default();
     f.needs_verify = true;
-    EXPECT_OK(ctx, rulesdb_rule_ids(ctx, db, &f, &ids, &n));
+    EXPECT_OK(ctx, un_rulesdb_rule_ids(ctx, db, &f, &ids, &n));
     EXPECT_EQ(n, 5);
     free(ids);
-    rulesdb_free(db);
+    un_rulesdb_free(db);
 
     /* Under another spec set the verified rules are stale: not loaded, not trusted, re-verified. */
     db = open_db(ctx, path, spec2, 0);
     if (!db)
         goto done;
-    EXPECT_OK(ctx, rulesdb_load_verified(ctx, db, &rules, &n, &stale));
+    EXPECT_OK(ctx, un_rulesdb_load_verified(ctx, db, &rules, &n, &stale));
     EXPECT_EQ(n, 0);
     EXPECT_EQ(stale, 4);
     free(rules);
-    EXPECT_OK(ctx, rulesdb_rule_ids(ctx, db, &f, &ids, &n));
+    EXPECT_OK(ctx, un_rulesdb_rule_ids(ctx, db, &f, &ids, &n));
     EXPECT_EQ(n, 9);
     if (n > 0) {
-        rulesdb_row *row = NULL;
-        EXPECT_OK(ctx, rulesdb_rule_get(ctx, db, ids[0], &row));
+        un_rulesdb_row *row = NULL;
+        EXPECT_OK(ctx, un_rulesdb_rule_get(ctx, db, ids[0], &row));
         if (row) {
             EXPECT_EQ(row->status, UN_RULE_VERIFIED);
             EXPECT_TRUE(!row->trusted);
         }
-        rulesdb_row_free(row);
+        un_rulesdb_row_free(row);
     }
     free(ids);
-    rulesdb_free(db);
+    un_rulesdb_free(db);
 done:
     un_ctx_free(ctx);
 }
@@ -243,33 +243,33 @@ static void test_filters(void) {
     un_ctx *ctx = un_ctx_new(NULL);
     const char *path = tmp_path("f.db");
     rm_db(path);
-    rulesdb *db = open_db(ctx, path, spec, RULESDB_CREATE);
+    un_rulesdb *db = open_db(ctx, path, spec, UN_RULESDB_CREATE);
     if (!db)
         goto done;
     EXPECT_EQ(insert_n(ctx, db, 0, 40), 40);
     EXPECT_EQ(insert_n(ctx, db, 30, 20), 10); /* 10 duplicates */
     int32_t *ids = NULL;
     int64_t n = 0;
-    rulesdb_filter f = rulesdb_filter_default();
+    un_rulesdb_filter f = un_rulesdb_filter_default();
     f.op = UN_OP_RELU;
-    EXPECT_OK(ctx, rulesdb_rule_ids(ctx, db, &f, &ids, &n));
+    EXPECT_OK(ctx, un_rulesdb_rule_ids(ctx, db, &f, &ids, &n));
     EXPECT_EQ(n, 13); /* i % 4 == 0 for i < 50 */
     free(ids);
-    f = rulesdb_filter_default();
+    f = un_rulesdb_filter_default();
     f.op = UN_OP_LINEAR;
-    EXPECT_OK(ctx, rulesdb_rule_ids(ctx, db, &f, &ids, &n));
+    EXPECT_OK(ctx, un_rulesdb_rule_ids(ctx, db, &f, &ids, &n));
     EXPECT_EQ(n, 0);
     free(ids);
-    f = rulesdb_filter_default();
+    f = un_rulesdb_filter_default();
     f.min_size = 5;
-    EXPECT_OK(ctx, rulesdb_rule_ids(ctx, db, &f, &ids, &n));
+    EXPECT_OK(ctx, un_rulesdb_rule_ids(ctx, db, &f, &ids, &n));
     EXPECT_EQ(n, 0);
     free(ids);
     f.min_size = 4;
     f.max_size = 4;
     f.limit = 7;
     f.after_id = 3;
-    EXPECT_OK(ctx, rulesdb_rule_ids(ctx, db, &f, &ids, &n));
+    EXPECT_OK(ctx, un_rulesdb_rule_ids(ctx, db, &f, &ids, &n));
     EXPECT_EQ(n, 7);
     if (n == 7) {
         EXPECT_EQ(ids[0], 4);
@@ -278,27 +278,27 @@ static void test_filters(void) {
     free(ids);
     int64_t total = 0;
     for (int s = 0; s < 3; s++) {
-        f = rulesdb_filter_default();
+        f = un_rulesdb_filter_default();
         f.shard_i = s;
         f.shard_n = 3;
-        EXPECT_OK(ctx, rulesdb_rule_ids(ctx, db, &f, &ids, &n));
+        EXPECT_OK(ctx, un_rulesdb_rule_ids(ctx, db, &f, &ids, &n));
         for (int64_t i = 0; i < n; i++)
             EXPECT_EQ(ids[i] % 3, s);
         total += n;
         free(ids);
     }
     EXPECT_EQ(total, 50);
-    f = rulesdb_filter_default();
+    f = un_rulesdb_filter_default();
     f.shard_i = 3;
     f.shard_n = 3;
-    EXPECT_EQ(rulesdb_rule_ids(ctx, db, &f, &ids, &n), UN_ERR_INVALID);
+    EXPECT_EQ(un_rulesdb_rule_ids(ctx, db, &f, &ids, &n), UN_ERR_INVALID);
     un_ctx_clear(ctx);
-    f = rulesdb_filter_default();
+    f = un_rulesdb_filter_default();
     f.status = UN_RULE_VERIFIED;
-    EXPECT_OK(ctx, rulesdb_rule_ids(ctx, db, &f, &ids, &n));
+    EXPECT_OK(ctx, un_rulesdb_rule_ids(ctx, db, &f, &ids, &n));
     EXPECT_EQ(n, 0);
     free(ids);
-    rulesdb_free(db);
+    un_rulesdb_free(db);
 done:
     un_ctx_free(ctx);
 }
@@ -307,24 +307,24 @@ static void test_rejected_and_costs(void) {
     un_ctx *ctx = un_ctx_new(NULL);
     const char *path = tmp_path("r.db");
     rm_db(path);
-    rulesdb *db = open_db(ctx, path, spec, RULESDB_CREATE);
+    un_rulesdb *db = open_db(ctx, path, spec, UN_RULESDB_CREATE);
     if (!db)
         goto done;
-    rulesdb_origin o = {.kind = "imported", .file = "ff.json", .name = "taso_rule_300"};
+    un_rulesdb_origin o = {.kind = "imported", .file = "ff.json", .name = "taso_rule_300"};
     int32_t id = 0, id2 = 0;
     bool ins = false;
-    EXPECT_OK(ctx, rulesdb_rule_insert(ctx, db, NULL, UN_RULE_REJECTED, "reduce of a copy", &o, &id,
+    EXPECT_OK(ctx, un_rulesdb_rule_insert(ctx, db, NULL, UN_RULE_REJECTED, "reduce of a copy", &o, &id,
                                        &ins));
     EXPECT_TRUE(ins);
-    EXPECT_OK(ctx, rulesdb_rule_insert(ctx, db, NULL, UN_RULE_REJECTED, "reduce of a copy", &o,
+    EXPECT_OK(ctx, un_rulesdb_rule_insert(ctx, db, NULL, UN_RULE_REJECTED, "reduce of a copy", &o,
                                        &id2, &ins));
     EXPECT_TRUE(!ins);
     EXPECT_EQ(id, id2);
-    EXPECT_EQ(rulesdb_rule_insert(ctx, db, NULL, UN_RULE_CANDIDATE, NULL, &o, &id2, &ins),
+    EXPECT_EQ(un_rulesdb_rule_insert(ctx, db, NULL, UN_RULE_CANDIDATE, NULL, &o, &id2, &ins),
               UN_ERR_INVALID);
     un_ctx_clear(ctx);
-    rulesdb_row *row = NULL;
-    EXPECT_OK(ctx, rulesdb_rule_get(ctx, db, id, &row));
+    un_rulesdb_row *row = NULL;
+    EXPECT_OK(ctx, un_rulesdb_rule_get(ctx, db, id, &row));
     if (row) {
         EXPECT_EQ(row->status, UN_RULE_REJECTED);
         EXPECT_TRUE(row->rule == NULL);
@@ -332,30 +332,30 @@ static void test_rejected_and_costs(void) {
         EXPECT_STR_EQ(row->origin_name, "taso_rule_300");
         EXPECT_TRUE(row->gen_spec == 0);
     }
-    rulesdb_row_free(row);
+    un_rulesdb_row_free(row);
     /* A rejected import is never given a verdict. */
-    EXPECT_EQ(rulesdb_rule_set_verdict(ctx, db, id, &(rulesdb_verdict){.status = UN_RULE_VERIFIED}),
+    EXPECT_EQ(un_rulesdb_rule_set_verdict(ctx, db, id, &(un_rulesdb_verdict){.status = UN_RULE_VERIFIED}),
               UN_ERR_INVALID);
     un_ctx_clear(ctx);
 
-    rulesdb_cost c = {.fwd_ms = 1.25, .bwd_ms = 2.5, .bytes = 4096, .measured_at = 1700000000};
+    un_rulesdb_cost c = {.fwd_ms = 1.25, .bwd_ms = 2.5, .bytes = 4096, .measured_at = 1700000000};
     snprintf(c.op_sig, sizeof c.op_sig, "linear[activation=relu,use_bias=0]");
     snprintf(c.shape, sizeof c.shape, "float[8,16];float[16,4]");
     snprintf(c.device, sizeof c.device, "cpu");
-    EXPECT_OK(ctx, rulesdb_cost_put(ctx, db, &c));
+    EXPECT_OK(ctx, un_rulesdb_cost_put(ctx, db, &c));
     c.fwd_ms = 1.0;
-    EXPECT_OK(ctx, rulesdb_cost_put(ctx, db, &c)); /* replaces */
-    rulesdb_cost got;
+    EXPECT_OK(ctx, un_rulesdb_cost_put(ctx, db, &c)); /* replaces */
+    un_rulesdb_cost got;
     bool found = false;
-    EXPECT_OK(ctx, rulesdb_cost_get(ctx, db, c.op_sig, c.shape, "cpu", &got, &found));
+    EXPECT_OK(ctx, un_rulesdb_cost_get(ctx, db, c.op_sig, c.shape, "cpu", &got, &found));
     EXPECT_TRUE(found);
     EXPECT_NEAR(got.fwd_ms, 1.0, 0);
     EXPECT_NEAR(got.bwd_ms, 2.5, 0);
     EXPECT_EQ(got.measured_at, 1700000000);
     EXPECT_STR_EQ(got.device, "cpu");
-    EXPECT_OK(ctx, rulesdb_cost_get(ctx, db, c.op_sig, c.shape, "h100", &got, &found));
+    EXPECT_OK(ctx, un_rulesdb_cost_get(ctx, db, c.op_sig, c.shape, "h100", &got, &found));
     EXPECT_TRUE(!found);
-    rulesdb_free(db);
+    un_rulesdb_free(db);
 done:
     un_ctx_free(ctx);
 }
@@ -364,12 +364,12 @@ static void test_general_form(void) {
     un_ctx *ctx = un_ctx_new(NULL);
     const char *path = tmp_path("g.db");
     rm_db(path);
-    rulesdb *db = open_db(ctx, path, spec, RULESDB_CREATE);
+    un_rulesdb *db = open_db(ctx, path, spec, UN_RULESDB_CREATE);
     un_rule *r = make_rule(3), *other = make_rule(4);
     if (!db || !r || !other)
         goto done;
     int32_t id = 0;
-    EXPECT_OK(ctx, rulesdb_rule_insert(ctx, db, r, UN_RULE_CANDIDATE, NULL, NULL, &id, NULL));
+    EXPECT_OK(ctx, un_rulesdb_rule_insert(ctx, db, r, UN_RULE_CANDIDATE, NULL, NULL, &id, NULL));
     /* The degree as a variable k: the same rule at its witness value. */
     un_rule *g = un_rule_clone(r);
     int32_t ps = -1, pd = -1;
@@ -384,15 +384,15 @@ static void test_general_form(void) {
               un_rule_var_add(
                   ctx, g, "k",
                   (un_rule_bind[]){{UN_RULE_SRC, ps, deg, -1}, {UN_RULE_DST, pd, deg, -1}}, 2));
-    EXPECT_EQ(rulesdb_rule_set_verdict(
-                  ctx, db, id, &(rulesdb_verdict){.status = UN_RULE_VERIFIED, .general = other}),
+    EXPECT_EQ(un_rulesdb_rule_set_verdict(
+                  ctx, db, id, &(un_rulesdb_verdict){.status = UN_RULE_VERIFIED, .general = other}),
               UN_ERR_INVALID);
     un_ctx_clear(ctx);
-    EXPECT_OK(ctx, rulesdb_rule_set_verdict(
-                       ctx, db, id, &(rulesdb_verdict){.status = UN_RULE_VERIFIED, .general = g}));
+    EXPECT_OK(ctx, un_rulesdb_rule_set_verdict(
+                       ctx, db, id, &(un_rulesdb_verdict){.status = UN_RULE_VERIFIED, .general = g}));
     un_rule **rules = NULL;
     int64_t n = 0;
-    EXPECT_OK(ctx, rulesdb_load_verified(ctx, db, &rules, &n, NULL));
+    EXPECT_OK(ctx, un_rulesdb_load_verified(ctx, db, &rules, &n, NULL));
     EXPECT_EQ(n, 1);
     if (n == 1)
         EXPECT_EQ(rules[0]->n_vars, 1);
@@ -403,7 +403,7 @@ static void test_general_form(void) {
 done:
     un_rule_free(r);
     un_rule_free(other);
-    rulesdb_free(db);
+    un_rulesdb_free(db);
     un_ctx_free(ctx);
 }
 
@@ -418,14 +418,14 @@ static void write_file(const char *path, const void *data, size_t n) {
 /* Opening fails with `want` and a message containing `needle`. */
 static void expect_open_fails(const char *path, int flags, un_status want, const char *needle) {
     un_ctx *ctx = un_ctx_new(NULL);
-    rulesdb *db = NULL;
-    un_status st = rulesdb_open(ctx, path, spec, flags, &db);
+    un_rulesdb *db = NULL;
+    un_status st = un_rulesdb_open(ctx, path, spec, flags, &db);
     EXPECT_EQ(st, want);
     EXPECT_TRUE(db == NULL);
     const char *msg = un_ctx_errmsg(ctx);
     test__check(strstr(msg, needle) != NULL && strstr(msg, path) != NULL, __FILE__, __LINE__,
                 "message '%s' should name the path and say '%s'", msg, needle);
-    rulesdb_free(db);
+    un_rulesdb_free(db);
     un_ctx_free(ctx);
 }
 
@@ -435,22 +435,22 @@ static void test_bad_files(void) {
     expect_open_fails(path, 0, UN_ERR_IO, "cannot open");
     write_file(path, "this is not a database at all, just some text that is long enough......", 72);
     expect_open_fails(path, 0, UN_ERR_DB, "not a rule database");
-    expect_open_fails(path, RULESDB_CREATE, UN_ERR_DB, "not a rule database");
+    expect_open_fails(path, UN_RULESDB_CREATE, UN_ERR_DB, "not a rule database");
     rm_db(path);
     write_file(path, "", 0);
     expect_open_fails(path, 0, UN_ERR_DB, "not a rule database");
     rm_db(path);
     /* A foreign SQLite file. */
     un_ctx *ctx = un_ctx_new(NULL);
-    EXPECT_OK(ctx, rulesdb__test_exec(ctx, path,
+    EXPECT_OK(ctx, un_rulesdb__test_exec(ctx, path,
                                       "CREATE TABLE t(a INTEGER); INSERT INTO t "
                                       "VALUES (1);"));
-    expect_open_fails(path, RULESDB_CREATE, UN_ERR_DB, "not a rule database");
+    expect_open_fails(path, UN_RULESDB_CREATE, UN_ERR_DB, "not a rule database");
     rm_db(path);
     /* A newer schema. */
-    rulesdb *db = open_db(ctx, path, spec, RULESDB_CREATE);
-    rulesdb_free(db);
-    EXPECT_OK(ctx, rulesdb__test_exec(ctx, path, "PRAGMA user_version = 99"));
+    un_rulesdb *db = open_db(ctx, path, spec, UN_RULESDB_CREATE);
+    un_rulesdb_free(db);
+    EXPECT_OK(ctx, un_rulesdb__test_exec(ctx, path, "PRAGMA user_version = 99"));
     expect_open_fails(path, 0, UN_ERR_DB, "schema version 99 is newer");
     rm_db(path);
     /* A directory. */
@@ -462,11 +462,11 @@ static void test_corrupt_files(void) {
     un_ctx *ctx = un_ctx_new(NULL);
     const char *path = tmp_path("c.db");
     rm_db(path);
-    rulesdb *db = open_db(ctx, path, spec, RULESDB_CREATE);
+    un_rulesdb *db = open_db(ctx, path, spec, UN_RULESDB_CREATE);
     if (!db)
         goto done;
     EXPECT_EQ(insert_n(ctx, db, 0, 300), 300);
-    rulesdb_free(db);
+    un_rulesdb_free(db);
     struct stat sb;
     EXPECT_EQ(stat(path, &sb), 0);
     char *data = NULL;
@@ -481,15 +481,15 @@ static void test_corrupt_files(void) {
         rm_db(path);
         write_file(path, data, keep);
         un_ctx *c2 = un_ctx_new(NULL);
-        rulesdb *d2 = NULL;
-        un_status st = rulesdb_open(c2, path, spec, 0, &d2);
+        un_rulesdb *d2 = NULL;
+        un_status st = un_rulesdb_open(c2, path, spec, 0, &d2);
         if (st == UN_OK) {
             int64_t bad = 0;
-            st = rulesdb_check(c2, d2, &bad, NULL);
+            st = un_rulesdb_check(c2, d2, &bad, NULL);
             if (st == UN_OK && bad == 0) {
                 int32_t *ids = NULL;
                 int64_t n = 0;
-                st = rulesdb_rule_ids(c2, d2, NULL, &ids, &n);
+                st = un_rulesdb_rule_ids(c2, d2, NULL, &ids, &n);
                 free(ids);
                 test__check(st != UN_OK, __FILE__, __LINE__,
                             "truncated to %zu bytes: no error (%lld rules)", keep, (long long)n);
@@ -497,7 +497,7 @@ static void test_corrupt_files(void) {
         }
         if (st != UN_OK)
             EXPECT_EQ(st, UN_ERR_DB);
-        rulesdb_free(d2);
+        un_rulesdb_free(d2);
         un_ctx_free(c2);
     }
     /* Garbage bytes over the middle of the file. */
@@ -506,13 +506,13 @@ static void test_corrupt_files(void) {
     write_file(path, data, len);
     {
         un_ctx *c2 = un_ctx_new(NULL);
-        rulesdb *d2 = NULL;
-        un_status st = rulesdb_open(c2, path, spec, 0, &d2);
+        un_rulesdb *d2 = NULL;
+        un_status st = un_rulesdb_open(c2, path, spec, 0, &d2);
         int64_t bad = 0;
         if (st == UN_OK)
-            st = rulesdb_check(c2, d2, &bad, NULL);
+            st = un_rulesdb_check(c2, d2, &bad, NULL);
         EXPECT_TRUE(st == UN_ERR_DB || bad > 0);
-        rulesdb_free(d2);
+        un_rulesdb_free(d2);
         un_ctx_free(c2);
     }
     free(data);
@@ -524,47 +524,47 @@ static void test_tampered_row(void) {
     un_ctx *ctx = un_ctx_new(NULL);
     const char *path = tmp_path("t.db");
     rm_db(path);
-    rulesdb *db = open_db(ctx, path, spec, RULESDB_CREATE);
+    un_rulesdb *db = open_db(ctx, path, spec, UN_RULESDB_CREATE);
     if (!db)
         goto done;
     EXPECT_EQ(insert_n(ctx, db, 0, 3), 3);
     EXPECT_OK(ctx,
-              rulesdb_rule_set_verdict(ctx, db, 2, &(rulesdb_verdict){.status = UN_RULE_VERIFIED}));
-    rulesdb_free(db);
+              un_rulesdb_rule_set_verdict(ctx, db, 2, &(un_rulesdb_verdict){.status = UN_RULE_VERIFIED}));
+    un_rulesdb_free(db);
     /* Change the body of rule 2 (relu -> tanh would be a different rule). */
-    EXPECT_OK(ctx, rulesdb__test_exec(ctx, path,
+    EXPECT_OK(ctx, un_rulesdb__test_exec(ctx, path,
                                       "UPDATE rules SET body = replace(body, 'gelu', 'tanh') "
                                       "WHERE id = 2"));
     db = open_db(ctx, path, spec, 0);
     if (!db)
         goto done;
-    rulesdb_row *row = NULL;
-    EXPECT_EQ(rulesdb_rule_get(ctx, db, 2, &row), UN_ERR_DB);
+    un_rulesdb_row *row = NULL;
+    EXPECT_EQ(un_rulesdb_rule_get(ctx, db, 2, &row), UN_ERR_DB);
     test__check(strstr(un_ctx_errmsg(ctx), "rule 2: content does not match its hash") != NULL,
                 __FILE__, __LINE__, "message: %s", un_ctx_errmsg(ctx));
     un_ctx_clear(ctx);
     un_rule **rules = NULL;
     int64_t n = 0;
-    EXPECT_EQ(rulesdb_load_verified(ctx, db, &rules, &n, NULL), UN_ERR_DB);
+    EXPECT_EQ(un_rulesdb_load_verified(ctx, db, &rules, &n, NULL), UN_ERR_DB);
     EXPECT_TRUE(rules == NULL && n == 0);
     un_ctx_clear(ctx);
     int64_t bad = 0;
     un_buf rep = {0};
-    EXPECT_OK(ctx, rulesdb_check(ctx, db, &bad, &rep));
+    EXPECT_OK(ctx, un_rulesdb_check(ctx, db, &bad, &rep));
     EXPECT_EQ(bad, 1);
     EXPECT_TRUE(rep.data && strstr(rep.data, "rule 2:") != NULL);
-    un_buf_free(&rep);
-    rulesdb_free(db);
+    un_buf_deinit(&rep);
+    un_rulesdb_free(db);
     /* Checksum kept consistent by a forger: the canonical hash still catches it. */
-    EXPECT_OK(ctx, rulesdb__test_exec(ctx, path, "UPDATE rules SET body_sum = 0 WHERE id = 1"));
+    EXPECT_OK(ctx, un_rulesdb__test_exec(ctx, path, "UPDATE rules SET body_sum = 0 WHERE id = 1"));
     db = open_db(ctx, path, spec, 0);
     if (db) {
-        EXPECT_EQ(rulesdb_rule_get(ctx, db, 1, &row), UN_ERR_DB);
+        EXPECT_EQ(un_rulesdb_rule_get(ctx, db, 1, &row), UN_ERR_DB);
         un_ctx_clear(ctx);
-        EXPECT_OK(ctx, rulesdb_rule_get(ctx, db, 3, &row));
-        rulesdb_row_free(row);
+        EXPECT_OK(ctx, un_rulesdb_rule_get(ctx, db, 3, &row));
+        un_rulesdb_row_free(row);
     }
-    rulesdb_free(db);
+    un_rulesdb_free(db);
 done:
     un_ctx_free(ctx);
 }
@@ -575,43 +575,43 @@ static void test_derived_columns(void) {
     un_ctx *ctx = un_ctx_new(NULL);
     const char *path = tmp_path("d.db");
     rm_db(path);
-    rulesdb *db = open_db(ctx, path, spec, RULESDB_CREATE);
+    un_rulesdb *db = open_db(ctx, path, spec, UN_RULESDB_CREATE);
     if (!db)
         goto done;
     int64_t run = 0;
-    EXPECT_OK(ctx, rulesdb_run_begin(ctx, db, "test", "", &run));
-    EXPECT_OK(ctx, rulesdb_begin(ctx, db));
+    EXPECT_OK(ctx, un_rulesdb_run_begin(ctx, db, "test", "", &run));
+    EXPECT_OK(ctx, un_rulesdb_begin(ctx, db));
     for (int i = 0; i < 5; i++) {
         un_rule *r = make_rule(i);
-        EXPECT_OK(ctx, rulesdb_rule_insert(ctx, db, r, UN_RULE_CANDIDATE, NULL,
-                                           &(rulesdb_origin){.kind = "generated", .run = run}, NULL,
+        EXPECT_OK(ctx, un_rulesdb_rule_insert(ctx, db, r, UN_RULE_CANDIDATE, NULL,
+                                           &(un_rulesdb_origin){.kind = "generated", .run = run}, NULL,
                                            NULL));
         un_rule_free(r);
     }
-    EXPECT_OK(ctx, rulesdb_commit(ctx, db));
+    EXPECT_OK(ctx, un_rulesdb_commit(ctx, db));
     int64_t bad = -1;
-    EXPECT_OK(ctx, rulesdb_check(ctx, db, &bad, NULL));
+    EXPECT_OK(ctx, un_rulesdb_check(ctx, db, &bad, NULL));
     EXPECT_EQ(bad, 0);
-    rulesdb_free(db);
+    un_rulesdb_free(db);
     static const char *const edits[] = {
         "UPDATE rules SET ops = 'relu' WHERE id = 1",
         "UPDATE rules SET size = size + 1 WHERE id = 2", "UPDATE rules SET n_in = 7 WHERE id = 3",
         "UPDATE rules SET run = NULL WHERE id = 4",
         "UPDATE rules SET n_src = n_src + 1, size = size + 1 WHERE id = 5"};
     for (int e = 0; e < 5; e++) {
-        EXPECT_OK(ctx, rulesdb__test_exec(ctx, path, edits[e]));
+        EXPECT_OK(ctx, un_rulesdb__test_exec(ctx, path, edits[e]));
         db = open_db(ctx, path, spec, 0);
         if (!db)
             goto done;
         un_buf rep = {0};
-        EXPECT_OK(ctx, rulesdb_check(ctx, db, &bad, &rep));
+        EXPECT_OK(ctx, un_rulesdb_check(ctx, db, &bad, &rep));
         EXPECT_EQ(bad, e + 1);
         char want[32];
         snprintf(want, sizeof want, "rule %d:", e + 1);
         test__check(rep.data && strstr(rep.data, want) != NULL, __FILE__, __LINE__,
                     "edit %d not reported: %s", e, rep.data ? rep.data : "");
-        un_buf_free(&rep);
-        rulesdb_free(db);
+        un_buf_deinit(&rep);
+        un_rulesdb_free(db);
     }
 done:
     un_ctx_free(ctx);
@@ -623,12 +623,12 @@ static void test_upgrade_rows(void) {
     un_ctx *ctx = un_ctx_new(NULL);
     const char *path = tmp_path("u2.db");
     rm_db(path);
-    rulesdb *db = open_db(ctx, path, spec, RULESDB_CREATE);
+    un_rulesdb *db = open_db(ctx, path, spec, UN_RULESDB_CREATE);
     if (!db)
         goto done;
     EXPECT_EQ(insert_n(ctx, db, 0, 4), 4);
-    rulesdb_free(db);
-    EXPECT_OK(ctx, rulesdb__test_exec(ctx, path,
+    un_rulesdb_free(db);
+    EXPECT_OK(ctx, un_rulesdb__test_exec(ctx, path,
                                       "DROP TABLE claims; ALTER TABLE rules DROP COLUMN row_sum; "
                                       "ALTER TABLE rules DROP COLUMN conds; "
                                       "PRAGMA user_version = 2"));
@@ -636,13 +636,13 @@ static void test_upgrade_rows(void) {
     if (!db)
         goto done;
     int64_t bad = -1;
-    EXPECT_OK(ctx, rulesdb_check(ctx, db, &bad, NULL));
+    EXPECT_OK(ctx, un_rulesdb_check(ctx, db, &bad, NULL));
     EXPECT_EQ(bad, 0);
     int32_t ids[8];
     int n = 0;
-    EXPECT_OK(ctx, rulesdb_claim(ctx, db, NULL, "me", 10, 8, ids, &n, NULL));
+    EXPECT_OK(ctx, un_rulesdb_claim(ctx, db, NULL, "me", 10, 8, ids, &n, NULL));
     EXPECT_EQ(n, 4);
-    rulesdb_free(db);
+    un_rulesdb_free(db);
 done:
     un_ctx_free(ctx);
 }
@@ -652,22 +652,22 @@ static void test_claims(void) {
     un_ctx *ctx = un_ctx_new(NULL);
     const char *path = tmp_path("c.db");
     rm_db(path);
-    rulesdb *db = open_db(ctx, path, spec, RULESDB_CREATE), *db2 = NULL;
+    un_rulesdb *db = open_db(ctx, path, spec, UN_RULESDB_CREATE), *db2 = NULL;
     if (!db)
         goto done;
     db2 = open_db(ctx, path, spec, 0);
     if (!db2)
         goto done;
     EXPECT_EQ(insert_n(ctx, db, 0, 6), 6);
-    rulesdb_filter f = rulesdb_filter_default();
+    un_rulesdb_filter f = un_rulesdb_filter_default();
     f.needs_verify = true;
     int32_t a[8], b[8];
     int na = 0, nb = 0;
     int64_t others = -1;
-    EXPECT_OK(ctx, rulesdb_claim(ctx, db, &f, "a", 60, 4, a, &na, &others));
+    EXPECT_OK(ctx, un_rulesdb_claim(ctx, db, &f, "a", 60, 4, a, &na, &others));
     EXPECT_EQ(na, 4);
     EXPECT_EQ(others, 0);
-    EXPECT_OK(ctx, rulesdb_claim(ctx, db2, &f, "b", 60, 8, b, &nb, &others));
+    EXPECT_OK(ctx, un_rulesdb_claim(ctx, db2, &f, "b", 60, 8, b, &nb, &others));
     EXPECT_EQ(nb, 2); /* only the unclaimed ones */
     EXPECT_EQ(others, 4);
     for (int i = 0; i < na; i++)
@@ -675,20 +675,20 @@ static void test_claims(void) {
             EXPECT_TRUE(a[i] != b[j]);
     /* a decides its rules and drops its claims; b's expire (lease 0): everything is free again
      * except a's decided rules, which no longer need verifying */
-    EXPECT_OK(ctx, rulesdb_begin(ctx, db));
+    EXPECT_OK(ctx, un_rulesdb_begin(ctx, db));
     for (int i = 0; i < na; i++)
-        EXPECT_OK(ctx, rulesdb_rule_set_verdict(ctx, db, a[i],
-                                                &(rulesdb_verdict){.status = UN_RULE_VERIFIED}));
-    EXPECT_OK(ctx, rulesdb_claim_release(ctx, db, "a"));
-    EXPECT_OK(ctx, rulesdb_commit(ctx, db));
-    EXPECT_OK(ctx, rulesdb_claim_renew(ctx, db2, "b", -1));
-    EXPECT_OK(ctx, rulesdb_claim(ctx, db, &f, "c", 60, 8, a, &na, &others));
+        EXPECT_OK(ctx, un_rulesdb_rule_set_verdict(ctx, db, a[i],
+                                                &(un_rulesdb_verdict){.status = UN_RULE_VERIFIED}));
+    EXPECT_OK(ctx, un_rulesdb_claim_release(ctx, db, "a"));
+    EXPECT_OK(ctx, un_rulesdb_commit(ctx, db));
+    EXPECT_OK(ctx, un_rulesdb_claim_renew(ctx, db2, "b", -1));
+    EXPECT_OK(ctx, un_rulesdb_claim(ctx, db, &f, "c", 60, 8, a, &na, &others));
     EXPECT_EQ(na, 2);
     EXPECT_EQ(others, 0);
     EXPECT_TRUE(na == 2 && a[0] == b[0] && a[1] == b[1]);
 done:
-    rulesdb_free(db2);
-    rulesdb_free(db);
+    un_rulesdb_free(db2);
+    un_rulesdb_free(db);
     un_ctx_free(ctx);
 }
 
@@ -696,28 +696,28 @@ static void test_upgrade(void) {
     un_ctx *ctx = un_ctx_new(NULL);
     const char *path = tmp_path("u.db");
     rm_db(path);
-    EXPECT_OK(ctx, rulesdb__test_create_at(ctx, path, 1));
+    EXPECT_OK(ctx, un_rulesdb__test_create_at(ctx, path, 1));
     /* Read-only cannot upgrade. */
-    expect_open_fails(path, RULESDB_READONLY, UN_ERR_DB, "needs upgrading");
-    rulesdb *db = open_db(ctx, path, spec, 0);
+    expect_open_fails(path, UN_RULESDB_READONLY, UN_ERR_DB, "needs upgrading");
+    un_rulesdb *db = open_db(ctx, path, spec, 0);
     if (db) {
         EXPECT_EQ(insert_n(ctx, db, 0, 2), 2);
-        rulesdb_cost c = {.fwd_ms = 1, .measured_at = 1};
+        un_rulesdb_cost c = {.fwd_ms = 1, .measured_at = 1};
         snprintf(c.op_sig, sizeof c.op_sig, "relu");
-        EXPECT_OK(ctx, rulesdb_cost_put(ctx, db, &c));
+        EXPECT_OK(ctx, un_rulesdb_cost_put(ctx, db, &c));
     }
-    rulesdb_free(db);
-    db = open_db(ctx, path, spec, RULESDB_READONLY);
+    un_rulesdb_free(db);
+    db = open_db(ctx, path, spec, UN_RULESDB_READONLY);
     if (db) {
         int64_t counts[UN_RULE_STATUS_COUNT];
-        EXPECT_OK(ctx, rulesdb_count(ctx, db, counts));
+        EXPECT_OK(ctx, un_rulesdb_count(ctx, db, counts));
         EXPECT_EQ(counts[UN_RULE_CANDIDATE], 2);
-        EXPECT_TRUE(rulesdb_rule_insert(ctx, db, NULL, UN_RULE_REJECTED, "x",
-                                        &(rulesdb_origin){.kind = "imported", .name = "n"}, NULL,
+        EXPECT_TRUE(un_rulesdb_rule_insert(ctx, db, NULL, UN_RULE_REJECTED, "x",
+                                        &(un_rulesdb_origin){.kind = "imported", .name = "n"}, NULL,
                                         NULL) == UN_ERR_DB);
         un_ctx_clear(ctx);
     }
-    rulesdb_free(db);
+    un_rulesdb_free(db);
     un_ctx_free(ctx);
 }
 
@@ -726,40 +726,40 @@ static void test_merge(void) {
     const char *pa = tmp_path("ma.db"), *pb = tmp_path("mb.db");
     rm_db(pa);
     rm_db(pb);
-    rulesdb *a = open_db(ctx, pa, spec, RULESDB_CREATE),
-            *b = open_db(ctx, pb, spec, RULESDB_CREATE);
+    un_rulesdb *a = open_db(ctx, pa, spec, UN_RULESDB_CREATE),
+            *b = open_db(ctx, pb, spec, UN_RULESDB_CREATE);
     if (!a || !b)
         goto done;
     EXPECT_EQ(insert_n(ctx, a, 0, 10), 10);
     EXPECT_EQ(insert_n(ctx, b, 5, 10), 10); /* 5..14: 5 shared */
     /* b verified rule 5 (its id 1) and refuted rule 6 (id 2); a refuted rule 7 (id 8). */
     EXPECT_OK(ctx,
-              rulesdb_rule_set_verdict(ctx, b, 1, &(rulesdb_verdict){.status = UN_RULE_VERIFIED}));
+              un_rulesdb_rule_set_verdict(ctx, b, 1, &(un_rulesdb_verdict){.status = UN_RULE_VERIFIED}));
     EXPECT_OK(ctx,
-              rulesdb_rule_set_verdict(ctx, b, 3, &(rulesdb_verdict){.status = UN_RULE_VERIFIED}));
+              un_rulesdb_rule_set_verdict(ctx, b, 3, &(un_rulesdb_verdict){.status = UN_RULE_VERIFIED}));
     EXPECT_OK(ctx,
-              rulesdb_rule_set_verdict(ctx, a, 8, &(rulesdb_verdict){.status = UN_RULE_REFUTED}));
-    rulesdb_merge_stats ms;
-    EXPECT_OK(ctx, rulesdb_merge_ex(ctx, a, b, &ms));
+              un_rulesdb_rule_set_verdict(ctx, a, 8, &(un_rulesdb_verdict){.status = UN_RULE_REFUTED}));
+    un_rulesdb_merge_stats ms;
+    EXPECT_OK(ctx, un_rulesdb_merge_ex(ctx, a, b, &ms));
     EXPECT_EQ(ms.added, 5);
     EXPECT_EQ(ms.duplicates, 5);
     EXPECT_EQ(ms.updated, 1);
     EXPECT_EQ(ms.conflicts, 1);
     int64_t counts[UN_RULE_STATUS_COUNT];
-    EXPECT_OK(ctx, rulesdb_count(ctx, a, counts));
+    EXPECT_OK(ctx, un_rulesdb_count(ctx, a, counts));
     EXPECT_EQ(counts[UN_RULE_CANDIDATE], 13);
     EXPECT_EQ(counts[UN_RULE_VERIFIED], 1);
     EXPECT_EQ(counts[UN_RULE_REFUTED], 1);
     /* Merging again changes nothing. */
     int64_t added = -1, updated = -1;
-    EXPECT_OK(ctx, rulesdb_merge(ctx, a, b, &added, &updated));
+    EXPECT_OK(ctx, un_rulesdb_merge(ctx, a, b, &added, &updated));
     EXPECT_EQ(added, 0);
     EXPECT_EQ(updated, 0);
-    EXPECT_EQ(rulesdb_merge(ctx, a, a, &added, &updated), UN_ERR_INVALID);
+    EXPECT_EQ(un_rulesdb_merge(ctx, a, a, &added, &updated), UN_ERR_INVALID);
     un_ctx_clear(ctx);
 done:
-    rulesdb_free(a);
-    rulesdb_free(b);
+    un_rulesdb_free(a);
+    un_rulesdb_free(b);
     un_ctx_free(ctx);
 }
 
@@ -772,13 +772,13 @@ static void test_alloc_failure(void) {
         un_ctx_params p = un_ctx_params_default();
         p.alloc = test_failing_alloc(&f);
         un_ctx *ctx = un_ctx_new(&p);
-        rulesdb *db = NULL;
-        un_status st = rulesdb_open(ctx, path, spec, RULESDB_CREATE, &db);
+        un_rulesdb *db = NULL;
+        un_status st = un_rulesdb_open(ctx, path, spec, UN_RULESDB_CREATE, &db);
         EXPECT_TRUE(st == UN_OK || st == UN_ERR_NOMEM);
         EXPECT_TRUE((st == UN_OK) == (db != NULL));
         fails += st == UN_ERR_NOMEM;
         oks += st == UN_OK;
-        rulesdb_free(db);
+        un_rulesdb_free(db);
         un_ctx_free(ctx);
         if (st == UN_OK)
             break;
@@ -794,28 +794,28 @@ static void test_open_during_batch(void) {
     un_ctx *ctx = un_ctx_new(NULL);
     const char *path = tmp_path("ob.db");
     rm_db(path);
-    rulesdb *a = open_db(ctx, path, spec, RULESDB_CREATE), *b = NULL;
+    un_rulesdb *a = open_db(ctx, path, spec, UN_RULESDB_CREATE), *b = NULL;
     if (!a)
         goto done;
     EXPECT_EQ(insert_n(ctx, a, 0, 5), 5);
-    EXPECT_OK(ctx, rulesdb_begin(ctx, a));
+    EXPECT_OK(ctx, un_rulesdb_begin(ctx, a));
     un_rule *r = make_rule(99);
-    EXPECT_OK(ctx, rulesdb_rule_insert(ctx, a, r, UN_RULE_CANDIDATE, NULL, NULL, NULL, NULL));
+    EXPECT_OK(ctx, un_rulesdb_rule_insert(ctx, a, r, UN_RULE_CANDIDATE, NULL, NULL, NULL, NULL));
     un_rule_free(r);
     b = open_db(ctx, path, spec2, 0);
     int64_t counts[UN_RULE_STATUS_COUNT];
     if (b) {
-        EXPECT_OK(ctx, rulesdb_count(ctx, b, counts));
+        EXPECT_OK(ctx, un_rulesdb_count(ctx, b, counts));
         EXPECT_EQ(counts[UN_RULE_CANDIDATE], 5);
     }
-    EXPECT_OK(ctx, rulesdb_commit(ctx, a));
+    EXPECT_OK(ctx, un_rulesdb_commit(ctx, a));
     if (b) {
-        EXPECT_OK(ctx, rulesdb_count(ctx, b, counts));
+        EXPECT_OK(ctx, un_rulesdb_count(ctx, b, counts));
         EXPECT_EQ(counts[UN_RULE_CANDIDATE], 6);
     }
 done:
-    rulesdb_free(b);
-    rulesdb_free(a);
+    un_rulesdb_free(b);
+    un_rulesdb_free(a);
     un_ctx_free(ctx);
 }
 
@@ -823,16 +823,16 @@ done:
  * Returns the number of violations (-1 if it cannot read). */
 static int read_while_writing(const char *path, int batch, int ms, int64_t *last) {
     un_ctx *ctx = un_ctx_new(NULL);
-    rulesdb *r = NULL;
+    un_rulesdb *r = NULL;
     int bad = 0;
     *last = 0;
-    if (rulesdb_open(ctx, path, spec, RULESDB_READONLY, &r) != UN_OK) {
+    if (un_rulesdb_open(ctx, path, spec, UN_RULESDB_READONLY, &r) != UN_OK) {
         un_ctx_free(ctx);
         return -1;
     }
     int64_t counts[UN_RULE_STATUS_COUNT];
     for (int k = 0; k < ms; k++) {
-        if (rulesdb_count(ctx, r, counts) != UN_OK) {
+        if (un_rulesdb_count(ctx, r, counts) != UN_OK) {
             bad = -1;
             break;
         }
@@ -840,7 +840,7 @@ static int read_while_writing(const char *path, int batch, int ms, int64_t *last
         *last = counts[UN_RULE_CANDIDATE];
         usleep(1000);
     }
-    rulesdb_free(r);
+    un_rulesdb_free(r);
     un_ctx_free(ctx);
     return bad;
 }
@@ -853,8 +853,8 @@ static void test_kill_writer(void) {
     rm_db(path);
     enum { BATCH = 25, STOP_BATCH = 4 };
     un_ctx *ctx = un_ctx_new(NULL);
-    rulesdb *db = open_db(ctx, path, spec, RULESDB_CREATE);
-    rulesdb_free(db);
+    un_rulesdb *db = open_db(ctx, path, spec, UN_RULESDB_CREATE);
+    un_rulesdb_free(db);
     int64_t before = 0;
     for (int round = 0; round < 4; round++) {
         int fd[2];
@@ -865,14 +865,14 @@ static void test_kill_writer(void) {
         if (pid == 0) {
             close(fd[0]);
             un_ctx *c = un_ctx_new(NULL);
-            rulesdb *w = NULL;
-            if (rulesdb_open(c, path, spec, 0, &w) != UN_OK)
+            un_rulesdb *w = NULL;
+            if (un_rulesdb_open(c, path, spec, 0, &w) != UN_OK)
                 _exit(2);
             for (int b = 0;; b++) {
-                rulesdb_begin(c, w);
+                un_rulesdb_begin(c, w);
                 for (int i = 0; i < BATCH; i++) {
                     un_rule *r = make_rule(round * 100000 + b * BATCH + i);
-                    rulesdb_rule_insert(c, w, r, UN_RULE_CANDIDATE, NULL, NULL, NULL, NULL);
+                    un_rulesdb_rule_insert(c, w, r, UN_RULE_CANDIDATE, NULL, NULL, NULL, NULL);
                     un_rule_free(r);
                     if (round == 0 && b == STOP_BATCH && i == BATCH / 2) {
                         if (write(fd[1], "x", 1) != 1)
@@ -881,7 +881,7 @@ static void test_kill_writer(void) {
                             pause(); /* killed here, inside the batch */
                     }
                 }
-                if (rulesdb_commit(c, w) != UN_OK)
+                if (un_rulesdb_commit(c, w) != UN_OK)
                     _exit(3);
             }
         }
@@ -918,9 +918,9 @@ static void test_kill_writer(void) {
         if (!db)
             break;
         int64_t bad = -1, counts[UN_RULE_STATUS_COUNT];
-        EXPECT_OK(ctx, rulesdb_check(ctx, db, &bad, NULL));
+        EXPECT_OK(ctx, un_rulesdb_check(ctx, db, &bad, NULL));
         EXPECT_EQ(bad, 0);
-        EXPECT_OK(ctx, rulesdb_count(ctx, db, counts));
+        EXPECT_OK(ctx, un_rulesdb_count(ctx, db, counts));
         EXPECT_EQ(counts[UN_RULE_CANDIDATE] % BATCH, 0);
         EXPECT_TRUE(counts[UN_RULE_CANDIDATE] >= last);
         if (round == 0)
@@ -928,7 +928,7 @@ static void test_kill_writer(void) {
         printf("    round %d: %lld rules after the kill (readers saw %lld)\n", round,
                (long long)counts[UN_RULE_CANDIDATE], (long long)last);
         before = counts[UN_RULE_CANDIDATE];
-        rulesdb_free(db);
+        un_rulesdb_free(db);
     }
     un_ctx_free(ctx);
 }

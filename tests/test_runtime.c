@@ -258,7 +258,7 @@ static void test_forward_zoo_data(void) {
         if (dp)
             check_forward(dp, 2, 1e-9);
         un_graph_free(dp);
-        un_model_free(&m);
+        un_model_deinit(&m);
     }
     un_ctx_free(ctx);
 }
@@ -560,14 +560,14 @@ static void equal_losses(un_prec prec) {
                 worst = fmax(worst, fabs(rd.losses[s] - r1.losses[s]) / fabs(r1.losses[s]));
             test__check(sd == UN_OK && worst <= tol, TEST__AT,
                         "%s: %d devices vs 1: relative loss difference %g", names[i], d, worst);
-            un_train_result_free(&rd);
+            un_train_result_deinit(&rd);
         }
         bool learns = strcmp(names[i], "mlp") == 0 || strcmp(names[i], "transformer") == 0 ||
                       strcmp(names[i], "charlm") == 0 || strcmp(names[i], "resnext50") == 0;
         if (learns && st == UN_OK)
             test__check(r1.losses[19] < r1.losses[0], TEST__AT, "%s: loss %g -> %g", names[i],
                         r1.losses[0], r1.losses[19]);
-        un_train_result_free(&r1);
+        un_train_result_deinit(&r1);
     }
     train_prec = UN_PREC_F32;
 }
@@ -589,9 +589,9 @@ static void test_checkpoint_resume(void) {
         EXPECT_OK(NULL, st);
         for (int s = 0; st == UN_OK && s < 4; s++)
             EXPECT_NEAR(b.losses[s], full.losses[6 + s], 0);
-        un_train_result_free(&full);
-        un_train_result_free(&a);
-        un_train_result_free(&b);
+        un_train_result_deinit(&full);
+        un_train_result_deinit(&a);
+        un_train_result_deinit(&b);
     }
     remove(path);
 }
@@ -654,9 +654,9 @@ static void test_checkpoint_errors(void) {
 static void test_optimizers(void) {
     un_ctx *ctx = un_ctx_new(NULL);
     /* minimise sum (w - 3)^2 */
-    for (int k = 0; k < UN_OPT_COUNT; k++) {
-        un_optim_params p = un_optim_params_default((un_opt_kind)k);
-        p.lr = k == UN_OPT_SGD ? 0.05 : 0.1;
+    for (int k = 0; k < UN_OPTIM_COUNT; k++) {
+        un_optim_params p = un_optim_params_default((un_optim_algo)k);
+        p.lr = k == UN_OPTIM_SGD ? 0.05 : 0.1;
         un_optim *o = NULL;
         EXPECT_OK(ctx, un_optim_new(ctx, p, 3, UN_PREC_F64, &o));
         double w[3] = {0, 1, -2}, g[3];
@@ -671,13 +671,13 @@ static void test_optimizers(void) {
     }
     /* Adam's first step is lr * sign(g) */
     un_optim *o = NULL;
-    EXPECT_OK(ctx, un_optim_new(ctx, un_optim_params_default(UN_OPT_ADAM), 2, UN_PREC_F32, &o));
+    EXPECT_OK(ctx, un_optim_new(ctx, un_optim_params_default(UN_OPTIM_ADAM), 2, UN_PREC_F32, &o));
     float w[2] = {1, 1}, g[2] = {0.5f, -4};
     un_optim_step(o, w, g);
     EXPECT_NEAR(w[0], 1 - 1e-3, 1e-6);
     EXPECT_NEAR(w[1], 1 + 1e-3, 1e-6);
     un_optim_free(o);
-    un_optim_params bad = un_optim_params_default(UN_OPT_SGD);
+    un_optim_params bad = un_optim_params_default(UN_OPTIM_SGD);
     bad.lr = -1;
     EXPECT_EQ(un_optim_new(ctx, bad, 2, UN_PREC_F32, &o), UN_ERR_INVALID);
     EXPECT_TRUE(o == NULL);
@@ -691,7 +691,7 @@ static void write_graph(const un_graph *g, const char *path) {
     FILE *f = fopen(path, "w");
     fputs(b.data ? b.data : "", f);
     fclose(f);
-    un_buf_free(&b);
+    un_buf_deinit(&b);
 }
 
 /* The largest relative difference of steps [0, n) of a against steps [off, off + n) of b. */
@@ -763,11 +763,11 @@ static void test_tensor_parallel_plan(void) {
         double worst = st == UN_OK ? loss_diff(&b, &r1, 4, 6) : 1;
         test__check(st == UN_OK && worst <= 1e-9, TEST__AT,
                     "saved under tensor/4, loaded under %s: loss difference %g", plans[k], worst);
-        un_train_result_free(&b);
+        un_train_result_deinit(&b);
     }
-    un_train_result_free(&a);
-    un_train_result_free(&r1);
-    un_train_result_free(&r4);
+    un_train_result_deinit(&a);
+    un_train_result_deinit(&r1);
+    un_train_result_deinit(&r4);
     remove(ms);
     remove(mt);
     remove(ck);
@@ -823,8 +823,8 @@ static void test_machine_views(void) {
     EXPECT_TRUE(strstr(un_ctx_errmsg(ctx), "runs on 4 devices") != NULL);
     un_graph_free(mg);
     un_ctx_free(ctx);
-    un_train_result_free(&r1);
-    un_train_result_free(&r2);
+    un_train_result_deinit(&r1);
+    un_train_result_deinit(&r2);
     for (int i = 0; i < 3; i++)
         remove(paths[i]);
 }
@@ -845,7 +845,7 @@ static void test_plan_validation(void) {
     FILE *f = fopen(path, "w");
     fputs(b.data, f);
     fclose(f);
-    un_buf_free(&b);
+    un_buf_deinit(&b);
     EXPECT_OK(ctx, un_strategy_plan_load(ctx, spec, path, m.graph, 2, &plan));
     un_graph_free(plan);
     EXPECT_EQ(un_strategy_plan_load(ctx, spec, path, m.graph, 4, &plan), UN_ERR_MISMATCH);
@@ -856,8 +856,8 @@ static void test_plan_validation(void) {
     EXPECT_TRUE(plan == NULL);
     remove(path);
     un_graph_free(dp);
-    un_model_free(&m);
-    un_model_free(&m2);
+    un_model_deinit(&m);
+    un_model_deinit(&m2);
     un_ctx_free(ctx);
 }
 
@@ -904,12 +904,12 @@ static void test_mixed_plans(void) {
         double w = st == UN_OK ? loss_diff(&b, &r1, 4, 6) : 1;
         test__check(st == UN_OK && w <= 1e-9, TEST__AT,
                     "saved under mixed/4, loaded under mixed/2: loss difference %g", w);
-        un_train_result_free(&a);
-        un_train_result_free(&b);
+        un_train_result_deinit(&a);
+        un_train_result_deinit(&b);
     }
-    un_train_result_free(&r1);
-    un_train_result_free(&r2);
-    un_train_result_free(&r4);
+    un_train_result_deinit(&r1);
+    un_train_result_deinit(&r2);
+    un_train_result_deinit(&r4);
     remove(ck);
 }
 
@@ -946,9 +946,9 @@ static void test_tensor_strategy(void) {
                     for (int k = 0; k < 4; k++)
                         EXPECT_EQ(4 * rd.dev[k].weight_bytes, r1.dev[0].weight_bytes);
             }
-            un_train_result_free(&rd);
+            un_train_result_deinit(&rd);
         }
-        un_train_result_free(&r1);
+        un_train_result_deinit(&r1);
     }
 }
 
@@ -1007,7 +1007,7 @@ static void test_memory_estimate(void) {
             un_graph_free(g);
             un_graph_free(dp);
         }
-        un_model_free(&m);
+        un_model_deinit(&m);
     }
     un_ctx_free(ctx);
 }

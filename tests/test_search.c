@@ -224,12 +224,12 @@ static void test_zoo(void) {
                         un_graph_free(back);
                         remove(path);
                     }
-                    un_buf_free(&b);
+                    un_buf_deinit(&b);
                 }
                 un_graph_free(plan);
                 free(a);
                 un_map_free(m);
-                un_model_free(&md);
+                un_model_deinit(&md);
                 un_cost_model_free(cm);
                 un_ctx_free(ctx);
             }
@@ -261,7 +261,7 @@ static const char *plan_file(un_ctx *ctx, const un_graph *plan, char *path, size
     FILE *f = fdopen(fd, "w");
     fwrite(b.data, 1, b.len, f);
     fclose(f);
-    un_buf_free(&b);
+    un_buf_deinit(&b);
     return path;
 }
 
@@ -323,7 +323,7 @@ static void test_plans_train(void) {
                             worst);
                 runs += st == UN_OK;
                 if (st == UN_OK)
-                    un_train_result_free(&rp);
+                    un_train_result_deinit(&rp);
                 un_ctx_free(c2);
                 remove(path);
                 un_graph_free(plan);
@@ -333,7 +333,7 @@ static void test_plans_train(void) {
             un_cost_model_free(cm);
         }
         un_graph_free(g);
-        un_train_result_free(&r1);
+        un_train_result_deinit(&r1);
         un_ctx_free(ctx);
     }
     EXPECT_TRUE(runs >= 40);
@@ -381,7 +381,7 @@ static void test_modes(void) {
                             TEST__AT, "%s%s: joint %g s, %s %g s", names[i], tiny ? " tiny" : "",
                             step[UN_SEARCH_JOINT], un_search_mode_name((un_search_mode)mode),
                             step[mode]);
-            un_model_free(&md);
+            un_model_deinit(&md);
             un_cost_model_free(cm);
             un_ctx_free(ctx);
         }

@@ -264,12 +264,12 @@ static void check_mutant(un_verifier *v, const char *text, tally *t) {
     }
     un_runner_opts o = un_runner_opts_default();
     o.timeout_ms = 1000;
-    un_rule_verdict rv;
+    un_verify_verdict rv;
     EXPECT_OK(ctx, un_runner_rule(ctx, v, r, &o, &rv));
     t->pipeline_verified_wrong += rv.status == UN_RULE_VERIFIED;
     t->refuted += rv.status == UN_RULE_REFUTED;
     t->unknown_wrong += rv.status == UN_RULE_UNKNOWN;
-    un_rule_verdict_deinit(&rv);
+    un_verify_verdict_deinit(&rv);
 done:
     un_rule_free(r);
     un_ctx_free(ctx);
@@ -289,12 +289,12 @@ static void test_mutants(void) {
         un_rule *r = NULL;
         EXPECT_OK(ctx, un_rule_from_json(ctx, spec, "base", base[i], strlen(base[i]), &r));
         if (r) {
-            un_rule_verdict rv;
+            un_verify_verdict rv;
             EXPECT_OK(ctx, un_runner_rule(ctx, v, r, NULL, &rv));
             if (rv.status != UN_RULE_VERIFIED)
                 printf("    base rule %d not verified: %s\n", i, rv.detail);
             base_ok += rv.status == UN_RULE_VERIFIED;
-            un_rule_verdict_deinit(&rv);
+            un_verify_verdict_deinit(&rv);
         }
         un_rule_free(r);
         mutate(base[i], &m);

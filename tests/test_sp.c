@@ -323,7 +323,7 @@ static void test_zoo(void) {
                 strcmp(names[i], "resnext50") == 0)
                 test__check(forced == 0, TEST__AT, "%s: %d forced series", what, (int)forced);
             free(mask);
-            un_model_free(&m);
+            un_model_deinit(&m);
             un_ctx_free(ctx);
         }
 }

@@ -98,7 +98,7 @@ static void test_json(void) {
     un_buf s = {0};
     un_buf_json_str(&s, "a\"b\\c\n");
     EXPECT_STR_EQ(s.data, "\"a\\\"b\\\\c\\n\"");
-    un_buf_free(&s);
+    un_buf_deinit(&s);
     un_ctx_free(ctx);
 }
 

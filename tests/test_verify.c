@@ -284,11 +284,11 @@ static void test_known_false(void) {
         EXPECT_TRUE(prove(v, r, true, 2000, &p) != UN_VERDICT_VALID);
         EXPECT_TRUE(prove(v, r, false, 2000, &p) != UN_VERDICT_VALID);
         un_ctx *ctx = un_ctx_new(NULL);
-        un_rule_verdict rv;
+        un_verify_verdict rv;
         EXPECT_OK(ctx, un_runner_rule(ctx, v, r, NULL, &rv));
         EXPECT_EQ(rv.status, UN_RULE_REFUTED);
         EXPECT_TRUE(rv.detail && strstr(rv.detail, "random test") != NULL);
-        un_rule_verdict_deinit(&rv);
+        un_verify_verdict_deinit(&rv);
         un_ctx_free(ctx);
     }
     un_rule_free(r);
@@ -362,11 +362,11 @@ static void test_lifted_proof(void) {
         EXPECT_TRUE(prove(plain, r, true, 2000, &p) != UN_VERDICT_VALID);
         EXPECT_EQ(prove(lifted, r, true, 2000, &p), UN_VERDICT_VALID);
         EXPECT_TRUE(strstr(p.axioms, "ew_add_comm+1") != NULL);
-        un_rule_verdict rv;
+        un_verify_verdict rv;
         EXPECT_OK(ctx, un_runner_rule(ctx, lifted, r, NULL, &rv));
         EXPECT_EQ(rv.status, UN_RULE_VERIFIED);
         EXPECT_TRUE(rv.any_shape);
-        un_rule_verdict_deinit(&rv);
+        un_verify_verdict_deinit(&rv);
     }
     un_rule_free(r);
     un_verifier_free(plain);
@@ -381,12 +381,12 @@ static void test_pipeline(void) {
     un_ctx *ctx = un_ctx_new(NULL);
     un_rule *bad = rule_json(ew_sub_comm), *lin = rule_json(linear_batch);
     if (v && bad && lin) {
-        un_rule_verdict rv;
+        un_verify_verdict rv;
         EXPECT_OK(ctx, un_runner_rule(ctx, v, bad, NULL, &rv));
         EXPECT_EQ(rv.status, UN_RULE_REFUTED);
         EXPECT_TRUE(strstr(rv.detail, "random test at the witness") != NULL);
         printf("    refuted: %.160s\n", rv.detail);
-        un_rule_verdict_deinit(&rv);
+        un_verify_verdict_deinit(&rv);
         EXPECT_OK(ctx, un_runner_rule(ctx, v, lin, NULL, &rv));
         EXPECT_EQ(rv.status, UN_RULE_VERIFIED);
         EXPECT_EQ(rv.n_new_vars, 1);
@@ -396,9 +396,9 @@ static void test_pipeline(void) {
             un_rule_str(rv.general, &b);
             printf("    generalized: %s", b.data);
             EXPECT_TRUE(strstr(b.data, "degree=k") != NULL);
-            un_buf_free(&b);
+            un_buf_deinit(&b);
         }
-        un_rule_verdict_deinit(&rv);
+        un_verify_verdict_deinit(&rv);
     }
     un_rule_free(bad);
     un_rule_free(lin);
@@ -428,10 +428,10 @@ static void test_param_variable(void) {
         EXPECT_EQ(prove(v, r, true, 2000, &p), UN_VERDICT_VALID);
         EXPECT_TRUE(strstr(p.axioms, "scalar_mul_ew_add") != NULL);
         un_ctx *ctx = un_ctx_new(NULL);
-        un_rule_verdict rv;
+        un_verify_verdict rv;
         EXPECT_OK(ctx, un_runner_rule(ctx, v, r, NULL, &rv));
         EXPECT_EQ(rv.status, UN_RULE_VERIFIED);
-        un_rule_verdict_deinit(&rv);
+        un_verify_verdict_deinit(&rv);
         /* Bound on the source side only, the variable breaks the rule for every value but 3: the
          * proof must fail (it would pass if the witness value stood in for the variable). */
         un_rule *one = un_rule_clone(r);

@@ -42,29 +42,29 @@ static const char *rules[] = {
 
 static bool make_db(const char *path) {
     un_ctx *ctx = un_ctx_new(NULL);
-    rulesdb *db = NULL;
-    un_status st = rulesdb_open(ctx, path, spec, RULESDB_CREATE, &db);
+    un_rulesdb *db = NULL;
+    un_status st = un_rulesdb_open(ctx, path, spec, UN_RULESDB_CREATE, &db);
     for (int i = 0; i < N_RULES && st == UN_OK; i++) {
         un_rule *r = NULL;
         st = un_rule_from_json(ctx, spec, "rule", rules[i], strlen(rules[i]), &r);
         if (st == UN_OK)
-            st = rulesdb_rule_insert(ctx, db, r, UN_RULE_CANDIDATE, NULL,
-                                     &(rulesdb_origin){.kind = "generated"}, NULL, NULL);
+            st = un_rulesdb_rule_insert(ctx, db, r, UN_RULE_CANDIDATE, NULL,
+                                     &(un_rulesdb_origin){.kind = "generated"}, NULL, NULL);
         un_rule_free(r);
     }
     EXPECT_OK(ctx, st);
-    rulesdb_free(db);
+    un_rulesdb_free(db);
     un_ctx_free(ctx);
     return st == UN_OK;
 }
 
 static void counts(const char *path, int64_t *c) {
     un_ctx *ctx = un_ctx_new(NULL);
-    rulesdb *db = NULL;
+    un_rulesdb *db = NULL;
     memset(c, 0, sizeof(int64_t) * UN_RULE_STATUS_COUNT);
-    if (rulesdb_open(ctx, path, spec, RULESDB_READONLY, &db) == UN_OK)
-        EXPECT_OK(ctx, rulesdb_count(ctx, db, c));
-    rulesdb_free(db);
+    if (un_rulesdb_open(ctx, path, spec, UN_RULESDB_READONLY, &db) == UN_OK)
+        EXPECT_OK(ctx, un_rulesdb_count(ctx, db, c));
+    un_rulesdb_free(db);
     un_ctx_free(ctx);
 }
 
@@ -87,16 +87,16 @@ static void test_verify_db(void) {
     EXPECT_EQ(c[UN_RULE_REFUTED], 1);
     /* The refuted rule carries its counterexample; the generalized one a variable. */
     un_ctx *ctx = un_ctx_new(NULL);
-    rulesdb *db = NULL;
-    if (rulesdb_open(ctx, p, spec, RULESDB_READONLY, &db) == UN_OK) {
-        rulesdb_filter f = rulesdb_filter_default();
+    un_rulesdb *db = NULL;
+    if (un_rulesdb_open(ctx, p, spec, UN_RULESDB_READONLY, &db) == UN_OK) {
+        un_rulesdb_filter f = un_rulesdb_filter_default();
         int32_t *ids = NULL;
         int64_t n = 0;
-        EXPECT_OK(ctx, rulesdb_rule_ids(ctx, db, &f, &ids, &n));
+        EXPECT_OK(ctx, un_rulesdb_rule_ids(ctx, db, &f, &ids, &n));
         int with_var = 0;
         for (int64_t i = 0; i < n; i++) {
-            rulesdb_row *row = NULL;
-            if (rulesdb_rule_get(ctx, db, ids[i], &row) != UN_OK)
+            un_rulesdb_row *row = NULL;
+            if (un_rulesdb_rule_get(ctx, db, ids[i], &row) != UN_OK)
                 continue;
             if (row->status == UN_RULE_REFUTED)
                 EXPECT_TRUE(row->detail && strstr(row->detail, "differ"));
@@ -105,12 +105,12 @@ static void test_verify_db(void) {
                 with_var += row->rule && row->rule->n_vars > 0;
                 EXPECT_TRUE(row->rule && row->rule->any_shape);
             }
-            rulesdb_row_free(row);
+            un_rulesdb_row_free(row);
         }
         EXPECT_EQ(with_var, 1);
         free(ids);
     }
-    rulesdb_free(db);
+    un_rulesdb_free(db);
     un_ctx_free(ctx);
     /* A rerun has nothing left to do; --recheck does it all again; --rule does one. */
     r = run(args);
@@ -143,18 +143,18 @@ static void test_side_condition_shown(void) {
         "\"degree\"]]}]}";
     const char *p = cli_path("cond.db");
     un_ctx *ctx = un_ctx_new(NULL);
-    rulesdb *db = NULL;
+    un_rulesdb *db = NULL;
     un_rule *r = NULL;
     int32_t id = 0;
-    un_status st = rulesdb_open(ctx, p, spec, RULESDB_CREATE, &db);
+    un_status st = un_rulesdb_open(ctx, p, spec, UN_RULESDB_CREATE, &db);
     if (st == UN_OK)
         st = un_rule_from_json(ctx, spec, "rule", text, strlen(text), &r);
     if (st == UN_OK)
-        st = rulesdb_rule_insert(ctx, db, r, UN_RULE_CANDIDATE, NULL,
-                                 &(rulesdb_origin){.kind = "generated"}, &id, NULL);
+        st = un_rulesdb_rule_insert(ctx, db, r, UN_RULE_CANDIDATE, NULL,
+                                 &(un_rulesdb_origin){.kind = "generated"}, &id, NULL);
     EXPECT_OK(ctx, st);
     un_rule_free(r);
-    rulesdb_free(db);
+    un_rulesdb_free(db);
     un_ctx_free(ctx);
     const cli_result *res = run(p);
     EXPECT_EQ(res->code, 0);
@@ -309,7 +309,7 @@ static void test_bad_input(void) {
     expect_clean_error(g, "garbage.db");
     /* A tampered row: its content no longer matches its hash. */
     un_ctx *ctx = un_ctx_new(NULL);
-    EXPECT_OK(ctx, rulesdb__test_exec(ctx, p,
+    EXPECT_OK(ctx, un_rulesdb__test_exec(ctx, p,
                                       "UPDATE rules SET body = replace(body, 'ew_add', 'ew_mul') "
                                       "WHERE id = 1"));
     un_ctx_free(ctx);

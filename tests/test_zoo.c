@@ -38,8 +38,8 @@ static void test_unknown(void) {
     un_ctx_clear(ctx);
     EXPECT_EQ(un_zoo_build(ctx, S, "mlp", true, (int64_t)1 << 40, &m), UN_ERR_INVALID);
     EXPECT_TRUE(m.graph == NULL);
-    un_model_free(&m);
-    un_model_free(NULL);
+    un_model_deinit(&m);
+    un_model_deinit(NULL);
     un_ctx_free(ctx);
 }
 
@@ -52,7 +52,7 @@ static void test_batch_one(void) {
     for (int i = 0; i < n; i++) {
         EXPECT_OK(ctx, un_zoo_build(ctx, S, names[i], true, 1, &m));
         EXPECT_EQ(m.batch, 1);
-        un_model_free(&m);
+        un_model_deinit(&m);
         EXPECT_TRUE(m.graph == NULL);
     }
     un_ctx_free(ctx);
@@ -171,7 +171,7 @@ static void test_build_all(void) {
                    m.loss == UN_LOSS_CE ? "CE" : "MSE");
             if (want >= 0)
                 EXPECT_EQ(params, want);
-            un_model_free(&m);
+            un_model_deinit(&m);
         }
     un_ctx_free(ctx);
 }
@@ -183,14 +183,14 @@ static void test_paper_counts(void) {
     EXPECT_OK(ctx, un_zoo_build(ctx, S, "mlp", false, 0, &m));
     EXPECT_EQ(un_zoo_param_count(&m), 956301312LL); /* 2 x (1024*8192 + 7*8192^2) */
     EXPECT_EQ(un_zoo_weight_count(&m), 16);
-    un_model_free(&m);
+    un_model_deinit(&m);
     EXPECT_OK(ctx, un_zoo_build(ctx, S, "transformer", false, 0, &m));
     EXPECT_EQ(un_zoo_param_count(&m), 302089216LL); /* 24 x 12587008 + 1024 */
     EXPECT_EQ(un_zoo_weight_count(&m), 24 * 10 + 1);
     const un_shape *x = un_graph_shape(m.graph, (un_ref){m.inputs[0].node, 0});
     EXPECT_EQ(x->dim[1], 512);
     EXPECT_EQ(x->dim[2], 1024);
-    un_model_free(&m);
+    un_model_deinit(&m);
     un_ctx_free(ctx);
 }
 
@@ -216,8 +216,8 @@ static void test_json_roundtrip(void) {
                 EXPECT_EQ(un_graph_output_count(back), 1);
             }
             un_graph_free(back);
-            un_buf_free(&buf);
-            un_model_free(&m);
+            un_buf_deinit(&buf);
+            un_model_deinit(&m);
         }
     un_ctx_free(ctx);
 }
@@ -253,7 +253,7 @@ static void test_eval_tiny(void) {
             }
         }
         un_eval_free(ev);
-        un_model_free(&m);
+        un_model_deinit(&m);
         un_ctx_clear(ctx);
     }
     un_ctx_free(ctx);
@@ -360,7 +360,7 @@ static void test_data_parallel(void) {
                 EXPECT_TRUE(err >= 0 && err <= 1e-9);
             }
             un_graph_free(d);
-            un_model_free(&m);
+            un_model_deinit(&m);
             un_ctx_clear(ctx);
         }
     un_ctx_free(ctx);

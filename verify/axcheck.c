@@ -186,7 +186,7 @@ static int check_once(un_ctx *ctx, const un_spec *spec, const un_axlift *lift, i
         *err = un_ctx_error(ctx, UN_ERR_MISMATCH,
                             "axiom %s%s is wrong: at %s the sides have shapes %s and %s", ax->name,
                             lift->k ? " (lifted)" : "", inst.data ? inst.data : "", sa, sb);
-        un_buf_free(&inst);
+        un_buf_deinit(&inst);
         ok = -1;
         goto done;
     }
@@ -229,7 +229,7 @@ static int check_once(un_ctx *ctx, const un_spec *spec, const un_axlift *lift, i
         un_eval_free(ev);
         ev = NULL;
     }
-    un_buf_free(&inst);
+    un_buf_deinit(&inst);
 done:
     free(a);
     free(b);

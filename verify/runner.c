@@ -28,7 +28,7 @@ un_runner_opts un_runner_opts_default(void) {
                             .lease_s = 60};
 }
 
-void un_rule_verdict_deinit(un_rule_verdict *v) {
+void un_verify_verdict_deinit(un_verify_verdict *v) {
     if (!v)
         return;
     un_rule_free(v->general);
@@ -97,7 +97,7 @@ static void values_str(const un_rule *r, const int64_t *values, char *buf, size_
 
 /* Random tests: at the witness (both domains), at other values of each variable, at doubled input
  * sizes. 1 passed; -1 refuted (out->detail set); 0 the witness cannot be evaluated. */
-static int random_tests(un_ctx *ctx, const un_rule *r, uint64_t seed, un_rule_verdict *out) {
+static int random_tests(un_ctx *ctx, const un_rule *r, uint64_t seed, un_verify_verdict *out) {
     int res = check_doms(ctx, r, seed, true);
     if (res <= 0) {
         snprintf(out->detail, sizeof out->detail, "%s%s",
@@ -262,7 +262,7 @@ static un_rule *generalize(un_ctx *ctx, const un_rule *r, uint64_t seed, int *n_
 /* ---- one rule ------------------------------------------------------------------------------- */
 
 un_status un_runner_rule(un_ctx *ctx, un_verifier *v, const un_rule *r, const un_runner_opts *o,
-                         un_rule_verdict *out) {
+                         un_verify_verdict *out) {
     memset(out, 0, sizeof *out);
     un_runner_opts def = un_runner_opts_default();
     if (!o)
@@ -364,7 +364,7 @@ un_status un_runner_verifier(un_ctx *ctx, const un_spec *spec, uint64_t seed, un
 
 typedef struct pending {
     int32_t id;
-    un_rule_verdict v;
+    un_verify_verdict v;
 } pending;
 
 typedef struct shared {
@@ -399,25 +399,25 @@ static void record_error(shared *sh, un_status st, const char *msg) {
 }
 
 /* Writes the pending verdicts and drops owner's claims (NULL: none) in one transaction. */
-static un_status flush(un_ctx *ctx, rulesdb *db, pending *pd, int *n, const char *owner) {
-    un_status st = rulesdb_begin(ctx, db);
+static un_status flush(un_ctx *ctx, un_rulesdb *db, pending *pd, int *n, const char *owner) {
+    un_status st = un_rulesdb_begin(ctx, db);
     if (st == UN_OK && owner)
-        st = rulesdb_claim_release(ctx, db, owner);
+        st = un_rulesdb_claim_release(ctx, db, owner);
     for (int i = 0; i < *n && st == UN_OK; i++) {
-        un_rule_verdict *v = &pd[i].v;
-        rulesdb_verdict rv = {.status = v->status,
+        un_verify_verdict *v = &pd[i].v;
+        un_rulesdb_verdict rv = {.status = v->status,
                               .detail = v->detail[0] ? v->detail : NULL,
                               .proof_ms = v->proof_ms,
                               .axioms = v->status == UN_RULE_VERIFIED ? v->axioms : NULL,
                               .general = v->general};
-        st = rulesdb_rule_set_verdict(ctx, db, pd[i].id, &rv);
+        st = un_rulesdb_rule_set_verdict(ctx, db, pd[i].id, &rv);
     }
     if (st == UN_OK)
-        st = rulesdb_commit(ctx, db);
+        st = un_rulesdb_commit(ctx, db);
     else
-        rulesdb_rollback(db);
+        un_rulesdb_rollback(db);
     for (int i = 0; i < *n; i++)
-        un_rule_verdict_deinit(&pd[i].v);
+        un_verify_verdict_deinit(&pd[i].v);
     *n = 0;
     return st;
 }
@@ -425,7 +425,7 @@ static un_status flush(un_ctx *ctx, rulesdb *db, pending *pd, int *n, const char
 /* The next rule id for a worker: from the fixed list (--rule), or from the claims it holds,
  * claiming a new batch when they are used up. Claims of other verifiers that are still live are
  * waited for (their work comes back when they die and the lease expires). 0 when done. */
-static un_status next_rule(un_ctx *ctx, shared *sh, rulesdb *db, const char *owner,
+static un_status next_rule(un_ctx *ctx, shared *sh, un_rulesdb *db, const char *owner,
                            int32_t *claimed, int *n_claimed, int *at, int32_t *id) {
     *id = 0;
     if (!sh->claims) {
@@ -441,7 +441,7 @@ static un_status next_rule(un_ctx *ctx, shared *sh, rulesdb *db, const char *own
         pthread_mutex_unlock(&sh->mu);
         if (stop)
             return UN_OK;
-        rulesdb_filter f = rulesdb_filter_default();
+        un_rulesdb_filter f = un_rulesdb_filter_default();
         f.needs_verify = !sh->o->recheck;
         f.shard_i = sh->o->shard_i;
         f.shard_n = sh->o->shard_n;
@@ -449,7 +449,7 @@ static un_status next_rule(un_ctx *ctx, shared *sh, rulesdb *db, const char *own
         int64_t others = 0;
         int batch = sh->o->batch > 0 ? sh->o->batch : 16;
         un_status st =
-            rulesdb_claim(ctx, db, &f, owner, sh->o->lease_s, batch, claimed, n_claimed, &others);
+            un_rulesdb_claim(ctx, db, &f, owner, sh->o->lease_s, batch, claimed, n_claimed, &others);
         *at = 0;
         if (st != UN_OK)
             return st;
@@ -467,7 +467,7 @@ static un_status next_rule(un_ctx *ctx, shared *sh, rulesdb *db, const char *own
 static void *worker(void *arg) {
     shared *sh = arg;
     un_ctx *ctx = un_ctx_new_child(sh->parent);
-    rulesdb *db = NULL;
+    un_rulesdb *db = NULL;
     un_verifier *v = NULL;
     int batch = sh->o->batch > 0 ? sh->o->batch : 16;
     pending *pd = un_xcalloc((size_t)batch, sizeof *pd);
@@ -481,18 +481,18 @@ static void *worker(void *arg) {
     snprintf(owner, sizeof owner, "%s:%ld:%d", host, (long)getpid(), wi);
     const char *own = sh->claims ? owner : NULL;
     double renewed = now_ms();
-    un_status st = rulesdb_open(ctx, sh->path, sh->spec, 0, &db);
+    un_status st = un_rulesdb_open(ctx, sh->path, sh->spec, 0, &db);
     if (st == UN_OK)
         st = un_verifier_new_ex(ctx, sh->spec, sh->lifts, sh->n_lifts, &v);
     while (st == UN_OK) {
         int32_t id;
         if ((st = next_rule(ctx, sh, db, owner, claimed, &n_claimed, &at, &id)) != UN_OK || !id)
             break;
-        rulesdb_row *row = NULL;
-        if ((st = rulesdb_rule_get(ctx, db, id, &row)) != UN_OK)
+        un_rulesdb_row *row = NULL;
+        if ((st = un_rulesdb_rule_get(ctx, db, id, &row)) != UN_OK)
             break;
         if (!row->rule) {
-            rulesdb_row_free(row);
+            un_rulesdb_row_free(row);
             pthread_mutex_lock(&sh->mu);
             sh->stats.skipped++;
             sh->finished++;
@@ -505,7 +505,7 @@ static void *worker(void *arg) {
         p->id = id;
         st = un_runner_rule(ctx, v, row->rule, sh->o, &p->v);
         int had_vars = row->rule->n_vars;
-        rulesdb_row_free(row);
+        un_rulesdb_row_free(row);
         if (st != UN_OK)
             break;
         pthread_mutex_lock(&sh->mu);
@@ -524,7 +524,7 @@ static void *worker(void *arg) {
         if (++np == batch || (own && at == n_claimed)) {
             st = flush(ctx, db, pd, &np, own);
         } else if (own && now_ms() - renewed > sh->o->lease_s * 1e3 / 4) {
-            st = rulesdb_claim_renew(ctx, db, owner, sh->o->lease_s);
+            st = un_rulesdb_claim_renew(ctx, db, owner, sh->o->lease_s);
             renewed = now_ms();
         }
     }
@@ -538,7 +538,7 @@ static void *worker(void *arg) {
         record_error(sh, st, un_ctx_errmsg(ctx));
     free(pd);
     un_verifier_free(v);
-    rulesdb_free(db);
+    un_rulesdb_free(db);
     un_ctx_free(ctx);
     pthread_mutex_lock(&sh->mu);
     sh->running--;
@@ -582,34 +582,34 @@ un_status un_runner_run(un_ctx *ctx, const un_spec *spec, const char *db_path,
     if ((st = un_axcheck_lifts(ctx, spec, o->seed, &lifts, &n_lifts)) != UN_OK)
         return st;
     double ac_ms = now_ms() - t0;
-    rulesdb *db = NULL;
+    un_rulesdb *db = NULL;
     int32_t *ids = NULL;
     int64_t n = 0, run = 0;
     shared sh = {
         .parent = ctx, .spec = spec, .lifts = lifts, .n_lifts = n_lifts, .path = db_path, .o = o, .st = UN_OK};
     pthread_mutex_init(&sh.mu, NULL);
-    if ((st = rulesdb_open(ctx, db_path, spec, 0, &db)) != UN_OK)
+    if ((st = un_rulesdb_open(ctx, db_path, spec, 0, &db)) != UN_OK)
         goto done;
     if (o->rule_id > 0) {
-        rulesdb_row *row = NULL;
-        if ((st = rulesdb_rule_get(ctx, db, o->rule_id, &row)) != UN_OK)
+        un_rulesdb_row *row = NULL;
+        if ((st = un_rulesdb_rule_get(ctx, db, o->rule_id, &row)) != UN_OK)
             goto done;
-        rulesdb_row_free(row);
+        un_rulesdb_row_free(row);
         ids = un_xmalloc(sizeof *ids);
         ids[0] = o->rule_id;
         n = 1;
     } else {
-        rulesdb_filter f = rulesdb_filter_default();
+        un_rulesdb_filter f = un_rulesdb_filter_default();
         f.needs_verify = !o->recheck;
         f.shard_i = o->shard_i;
         f.shard_n = o->shard_n;
-        if ((st = rulesdb_rule_ids(ctx, db, &f, &ids, &n)) != UN_OK)
+        if ((st = un_rulesdb_rule_ids(ctx, db, &f, &ids, &n)) != UN_OK)
             goto done;
     }
     char args[160];
     snprintf(args, sizeof args, "--timeout-ms %u --jobs %d%s", o->timeout_ms, o->jobs,
              o->recheck ? " --recheck" : "");
-    if ((st = rulesdb_run_begin(ctx, db, "unity-verify", args, &run)) != UN_OK)
+    if ((st = un_rulesdb_run_begin(ctx, db, "unity-verify", args, &run)) != UN_OK)
         goto done;
     sh.ids = ids;
     sh.n = n;
@@ -674,7 +674,7 @@ un_status un_runner_run(un_ctx *ctx, const un_spec *spec, const char *db_path,
              (long long)sh.stats.total, (long long)sh.stats.verified, (long long)sh.stats.refuted,
              (long long)sh.stats.unknown, (long long)sh.stats.any_shape,
              (long long)sh.stats.generalized);
-    st = rulesdb_run_end(ctx, db, run, counts);
+    st = un_rulesdb_run_end(ctx, db, run, counts);
     if (stats)
         *stats = sh.stats;
 done:
@@ -682,6 +682,6 @@ done:
     free(sh.ms);
     free(lifts);
     free(ids);
-    rulesdb_free(db);
+    un_rulesdb_free(db);
     return st;
 }

@@ -29,7 +29,7 @@ typedef struct un_runner_opts {
 un_runner_opts un_runner_opts_default(void);
 
 /* The outcome for one rule. */
-typedef struct un_rule_verdict {
+typedef struct un_verify_verdict {
     un_rule_status status; /* VERIFIED, REFUTED or UNKNOWN */
     char detail[1024];     /* counterexample (refuted) or reason (unknown) */
     char axioms[2048];     /* axioms the proof used (verified) */
@@ -38,11 +38,11 @@ typedef struct un_rule_verdict {
     bool any_shape;        /* proven with symbolic input sizes */
     int n_new_vars;        /* degrees turned into variables by generalization */
     int dropped_vars;      /* variables dropped because the claim failed its re-check */
-    un_rule *general;      /* owned (free with un_rule_verdict_deinit): the most general form
+    un_rule *general;      /* owned (free with un_verify_verdict_deinit): the most general form
                             * proven when it differs from the rule, else NULL */
-} un_rule_verdict;
+} un_verify_verdict;
 
-void un_rule_verdict_deinit(un_rule_verdict *v);
+void un_verify_verdict_deinit(un_verify_verdict *v);
 
 /* Verifies one rule with verifier v: random tests in the field and in float64 at the witness, at
  * the values 0, 1, 2, 3, 4, 6, 8 of each variable (where well formed) and at doubled input sizes (a
@@ -52,7 +52,7 @@ void un_rule_verdict_deinit(un_rule_verdict *v);
  * 4, 6, 8 where both sides are well formed. UN_OK with the verdict in *out; other statuses are Z3
  * failures. */
 un_status un_runner_rule(un_ctx *ctx, un_verifier *v, const un_rule *r, const un_runner_opts *o,
-                         un_rule_verdict *out);
+                         un_verify_verdict *out);
 
 /* A verifier whose axioms were checked first: every declared axiom on concrete tensors (a wrong one
  * is UN_ERR_MISMATCH naming it and the counterexample), plus the lifted forms that pass the same

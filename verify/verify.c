@@ -850,7 +850,7 @@ static void teardown(un_verifier *v) {
     v->bg = v->ax = v->track = NULL;
     v->ax_name = NULL;
     v->n_bg = v->n_ax = v->n_trivial = 0;
-    un_buf_free(&v->skipped);
+    un_buf_deinit(&v->skipped);
     for (int i = 0; i < v->n_names; i++)
         free(v->names[i]);
     free(v->names);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Benchmark of rule loading, matching and rewriting (issue 12), all measured in this run:
 #   1. the N=3 rule set (default menu; generated and verified here unless N3_DB names one):
-#      load time and peak memory as whole rules (the form before, rulesdb_load_verified), compiled
+#      load time and peak memory as whole rules (the form before, un_rulesdb_load_verified), compiled
 #      (no cache) and from the compiled cache, forwards and with every rule also reversed;
 #   2. matches found per second and rewrites applied per second on BERT-Large (zoo transformer,
 #      paper size) and Inception-v3 (paper size) with that set, forwards and with reverses, as
@@ -49,7 +49,7 @@ fi
 rm -f "$n3.compiled"
 
 echo "== 1. loading the N=3 set ($n3)"
-timed "whole rules (rulesdb_load_verified, the form before)" "$B/unity-rewrite" "$n3" --load-only --baseline
+timed "whole rules (un_rulesdb_load_verified, the form before)" "$B/unity-rewrite" "$n3" --load-only --baseline
 timed "compact, compiled (no cache)" "$B/unity-rewrite" "$n3" --load-only --no-cache
 timed "compact + reversed, compiled, cache written" "$B/unity-rewrite" "$n3" --load-only --reversed
 timed "compact + reversed, from the cache" "$B/unity-rewrite" "$n3" --load-only --reversed
