@@ -71,15 +71,23 @@ endif
 ifeq ($(origin NVCC),undefined)
 NVCC := $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
 endif
+CUDA_HOME  := $(patsubst %/bin/nvcc,%,$(NVCC))
+# Where cuBLAS and the runtime library are: nvcc alone is not enough (a machine can have the
+# compiler without the libraries), so the probe links a two-line program against them.
+CUDA_LIBDIR := $(firstword $(foreach d,lib64 lib targets/x86_64-linux/lib,$(if $(and $(wildcard $(CUDA_HOME)/$(d)/libcublas.so),$(wildcard $(CUDA_HOME)/$(d)/libcudart.so)),$(CUDA_HOME)/$(d))))
 ifeq ($(origin CUDA),undefined)
 # CUDA and ASan interfere (STYLE rule 27): sanitizer builds are CPU-only unless CUDA=1 is given.
-CUDA := $(if $(SANITIZE),0,$(if $(NVCC),1,0))
+CUDA_LINKS := $(if $(and $(NVCC),$(CUDA_LIBDIR),$(if $(SANITIZE),,1)),$(shell printf 'int main(void){return 0;}\n' | $(CC) -x c - -o /dev/null -L$(CUDA_LIBDIR) -lcublas -lcudart 2>/dev/null && echo 1))
+CUDA := $(if $(SANITIZE),0,$(if $(CUDA_LINKS),1,0))
 endif
 ifneq ($(filter-out 0 1,$(CUDA))$(words $(CUDA)),1)
 $(error CUDA must be 0 or 1, not '$(CUDA)')
 endif
 ifeq ($(CUDA)$(NVCC),1)
 $(error CUDA=1 but nvcc was not found (set NVCC=/path/to/nvcc or CUDA=0))
+endif
+ifeq ($(CUDA)$(if $(NVCC),$(CUDA_LIBDIR),x),1)
+$(error CUDA=1 but libcublas.so and libcudart.so were not found under $(CUDA_HOME)/lib64, lib or targets/x86_64-linux/lib (or CUDA=0))
 endif
 ifeq ($(CUDA),1)
 NVCC_VERSION := $(shell $(NVCC) --version 2>/dev/null | sed -n 's/.*release \([0-9][0-9.]*\).*/\1/p')
@@ -88,6 +96,8 @@ else ifeq ($(NVCC),)
 CUDA_MSG     := CUDA: not found (nvcc missing) - CUDA parts skipped
 else ifneq ($(SANITIZE),)
 CUDA_MSG     := CUDA: disabled (sanitizer build) - CUDA parts skipped
+else ifeq ($(origin CUDA),file)
+CUDA_MSG     := CUDA: nvcc found but libcublas/libcudart do not link from $(or $(CUDA_LIBDIR),$(CUDA_HOME)/lib64) - CUDA parts skipped
 else
 CUDA_MSG     := CUDA: disabled (CUDA=0) - CUDA parts skipped
 endif
@@ -95,7 +105,6 @@ ifeq ($(MAKELEVEL)$(MAKE_RESTARTS),0)
 $(info $(CUDA_MSG))
 endif
 
-CUDA_HOME  := $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_ARCH  ?=
 NVCCFLAGS  ?= -O2 -g
 # NCCL (the device data plane of the communicator) when CUDA is on and nccl.h is there.
@@ -140,7 +149,7 @@ rulesdb_LDLIBS := -lsqlite3
 gen_LDLIBS     :=
 verify_LDLIBS  := -lz3
 search_LDLIBS  :=
-runtime_LDLIBS := -lopenblas $(MPI_LIBS) $(if $(CU_SRCS),-L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib64 -lcublas -lcudart $(if $(filter 1,$(NCCL)),-lnccl) -lstdc++)
+runtime_LDLIBS := -lopenblas $(MPI_LIBS) $(if $(CU_SRCS),-L$(CUDA_LIBDIR) -Wl$(comma)-rpath$(comma)$(CUDA_LIBDIR) -lcublas -lcudart $(if $(filter 1,$(NCCL)),-lnccl) -lstdc++)
 
 # Which libraries a part's programs link besides its own (DESIGN.md section 2), dependents first.
 pcg_DEPS     :=
