@@ -12,6 +12,7 @@
 #include "runtime/backend_cuda.h"
 #include "runtime/comm.h"
 #include "runtime/optim.h"
+#include "runtime/strategy.h"
 #include "runtime/train.h"
 #include "search/sim.h"
 
@@ -26,10 +27,19 @@ un_profile_params un_profile_params_default(void) {
                                .cuda_device = -1};
 }
 
-static double now_s(void) {
+static double clock_s(clockid_t c) {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(c, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static double now_s(void) { return clock_s(CLOCK_MONOTONIC); }
+
+/* The clock an op is timed by: a one-thread CPU device's work is its thread's CPU time (what it
+ * computes, without the time other jobs of a shared machine take the core away: that is measured
+ * apart, profile_slice), anything else wall time. */
+static double work_s(const un_profile_params *p) {
+    return p->threads == 1 && p->cuda_device < 0 ? clock_s(CLOCK_THREAD_CPUTIME_ID) : now_s();
 }
 
 /* A tensor of shape s in backend memory: floats in [-1, 1), ints 0 (a valid index for every op). */
@@ -81,28 +91,45 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* The median seconds of one run after the warm-up: repetitions go on until min_reps and
- * min_seconds are both reached (the median resists the other jobs of a shared machine). */
-static un_status time_op(un_ctx *ctx, un_backend *be, const un_node *nd, bufs *b, bool bwd,
-                         const un_profile_params *p, double *sec) {
+typedef un_status (*timed_fn)(un_ctx *ctx, void *arg);
+
+/* Repetitions that D threads run at the same time: each starts after a barrier of all D; t holds
+ * thread k's rep i at [k * reps + i]. */
+typedef struct lockstep {
+    pthread_barrier_t bar;
+    int reps;
+    double *t;
+} lockstep;
+
+/* The median seconds of one call of fn(arg) after the warm-up: repetitions go on until min_reps
+ * and min_seconds are both reached (the median resists the other jobs of a shared machine).
+ * With ls: thread k's part of a lockstep timing (warm-up, then ls->reps repetitions into ls->t);
+ * fn NULL (this thread failed before) still passes every barrier, so no thread is left waiting. */
+static un_status time_median(un_ctx *ctx, timed_fn fn, void *arg, const un_profile_params *p,
+                             lockstep *ls, int k, double *sec) {
+    if (ls) {
+        un_status st = UN_OK;
+        for (int i = 0; i < p->warmup + ls->reps; i++) {
+            pthread_barrier_wait(&ls->bar);
+            double t0 = work_s(p);
+            if (fn && st == UN_OK)
+                st = fn(ctx, arg);
+            if (i >= p->warmup)
+                ls->t[(size_t)k * (size_t)ls->reps + (size_t)(i - p->warmup)] = work_s(p) - t0;
+        }
+        return st;
+    }
     un_status st = UN_OK;
     int reps = 0, cap = 64;
     double *t = un_xmalloc(sizeof *t * (size_t)cap), total = 0;
     for (int i = 0; st == UN_OK; i++) {
-        double t0 = now_s();
-        if (bwd)
-            st = un_backend_op_backward(ctx, be, nd->op, nd->inf.local, b->in, b->n_in, b->out,
-                                        b->n_out, b->dout, b->din, 1, NULL, NULL);
-        else
-            st = un_backend_op_forward(ctx, be, nd->op, nd->inf.local, b->in, b->n_in, b->out,
-                                       b->n_out, 1, NULL, NULL);
-        if (st == UN_OK)
-            st = un_backend_synchronize(ctx, be);
+        double t0 = work_s(p);
+        st = fn(ctx, arg);
         if (i < p->warmup)
             continue;
         if (reps == cap)
             t = un_xrealloc(t, sizeof *t * (size_t)(cap *= 2));
-        t[reps++] = now_s() - t0;
+        t[reps++] = work_s(p) - t0;
         total += t[reps - 1];
         if ((reps >= p->min_reps && total >= p->min_seconds) || reps >= 100000)
             break;
@@ -113,8 +140,36 @@ static un_status time_op(un_ctx *ctx, un_backend *be, const un_node *nd, bufs *b
     return st;
 }
 
+typedef struct op_run {
+    un_backend *be;
+    const un_node *nd;
+    bufs *b;
+    bool bwd;
+} op_run;
+
+static un_status op_once(un_ctx *ctx, void *arg) {
+    op_run *r = arg;
+    const un_node *nd = r->nd;
+    bufs *b = r->b;
+    un_status st =
+        r->bwd ? un_backend_op_backward(ctx, r->be, nd->op, nd->inf.local, b->in, b->n_in, b->out,
+                                        b->n_out, b->dout, b->din, 1, NULL, NULL)
+               : un_backend_op_forward(ctx, r->be, nd->op, nd->inf.local, b->in, b->n_in, b->out,
+                                       b->n_out, 1, NULL, NULL);
+    return st == UN_OK ? un_backend_synchronize(ctx, r->be) : st;
+}
+
+static un_status time_op(un_ctx *ctx, un_backend *be, const un_node *nd, bufs *b, bool bwd,
+                         const un_profile_params *p, lockstep *ls, int k, bool run, double *sec) {
+    op_run r = {be, nd, b, bwd};
+    return time_median(ctx, run ? op_once : NULL, &r, p, ls, k, sec);
+}
+
+/* Times node id's piece on be (NULL: this lockstep thread has no backend; it only keeps step),
+ * alone (lf, lb NULL) or as thread k of a lockstep timing of the forward (lf) and backward (lb). */
 static un_status profile_node(un_ctx *ctx, un_backend *be, const un_graph *g, int32_t id,
-                              const un_profile_params *p, size_t fes, double *fwd, double *bwd) {
+                              const un_profile_params *p, size_t fes, lockstep *lf, lockstep *lb,
+                              int k, double *fwd, double *bwd) {
     const un_node *nd = un_graph_node(g, id);
     const un_spec *spec = un_graph_spec(g);
     bufs b;
@@ -122,7 +177,8 @@ static un_status profile_node(un_ctx *ctx, un_backend *be, const un_graph *g, in
     un_shape in[UN_MAX_INPUTS];
     un_cost_piece_shapes(g, id, in);
     un_infer inf;
-    un_status st = un_spec_infer(ctx, spec, nd->op, nd->inf.local, in, nd->n_in, NULL, &inf);
+    un_status st = be ? un_spec_infer(ctx, spec, nd->op, nd->inf.local, in, nd->n_in, NULL, &inf)
+                      : UN_ERR_DEVICE;
     b.n_in = nd->n_in;
     b.n_out = inf.n_out;
     for (int t = 0; t < nd->n_in && st == UN_OK; t++) {
@@ -135,11 +191,93 @@ static un_status profile_node(un_ctx *ctx, un_backend *be, const un_graph *g, in
         if (st == UN_OK && inf.out[o].dtype == UN_DT_FLOAT)
             st = kt_new(ctx, be, &inf.out[o], fes, (uint64_t)o + 99, true, &b.dout[o]);
     }
-    if (st == UN_OK)
-        st = time_op(ctx, be, nd, &b, false, p, fwd);
-    if (st == UN_OK)
-        st = time_op(ctx, be, nd, &b, true, p, bwd);
-    bufs_free(be, &b);
+    if (st == UN_OK || lf)
+        st = time_op(ctx, be, nd, &b, false, p, lf, k, st == UN_OK, fwd) != UN_OK ? UN_ERR_DEVICE : st;
+    if (st == UN_OK || lb)
+        st = time_op(ctx, be, nd, &b, true, p, lb, k, st == UN_OK, bwd) != UN_OK ? UN_ERR_DEVICE : st;
+    if (be)
+        bufs_free(be, &b);
+    return st;
+}
+
+typedef struct together_job {
+    const un_graph *g;
+    int32_t id;
+    const un_profile_params *p;
+    lockstep *lf, *lb;
+    int k;
+    un_status st;
+    char err[256];
+} together_job;
+
+static void *together_main(void *arg) {
+    together_job *j = arg;
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_backend *be = NULL;
+    size_t fes = j->p->f64 ? 8 : 4;
+    un_status st =
+        un_backend_cpu_new(ctx, j->p->f64 ? UN_PREC_F64 : UN_PREC_F32, j->p->threads, &be);
+    double f, b;
+    un_status st2 = profile_node(ctx, st == UN_OK ? be : NULL, j->g, j->id, j->p, fes, j->lf,
+                                 j->lb, j->k, &f, &b);
+    j->st = st != UN_OK ? st : st2;
+    snprintf(j->err, sizeof j->err, "%s", un_ctx_errmsg(ctx));
+    un_backend_free(be);
+    un_ctx_free(ctx);
+    return NULL;
+}
+
+/* The median over repetitions of the slowest of n sorted-by-rep thread times. */
+static double lockstep_median(const lockstep *ls, int n) {
+    double *m = un_xcalloc((size_t)ls->reps + 1, sizeof *m);
+    for (int i = 0; i < ls->reps; i++)
+        for (int k = 0; k < n; k++) {
+            double t = ls->t[(size_t)k * (size_t)ls->reps + (size_t)i];
+            m[i] = t > m[i] ? t : m[i];
+        }
+    qsort(m, (size_t)ls->reps, sizeof *m, cmp_double);
+    double r = ls->reps ? m[ls->reps / 2] : 0;
+    free(m);
+    return r;
+}
+
+/* Node id's piece as a step runs it on D devices: every device computes its piece at the same
+ * time (D threads, each with its own backend of p->threads threads and its own buffers, the
+ * repetitions in lockstep), so the devices' contention for the cores, the shared cache and memory
+ * and with the machine's other jobs is in the time. Per repetition the slowest device's time (the
+ * next rendezvous waits for it), and the median of those. `alone` (seconds, one device by
+ * itself) sizes the repetitions. */
+static un_status profile_together(un_ctx *ctx, const un_graph *g, int32_t id,
+                                  const un_profile_params *p, int D, double alone, double *fwd,
+                                  double *bwd) {
+    int reps = alone > 0 ? (int)(p->min_seconds / alone) : 2000;
+    reps = reps < p->min_reps ? p->min_reps : reps > 2000 ? 2000 : reps;
+    lockstep ls[2];
+    together_job *j = un_xcalloc((size_t)D, sizeof *j);
+    pthread_t *th = un_xcalloc((size_t)D, sizeof *th);
+    for (int i = 0; i < 2; i++) {
+        pthread_barrier_init(&ls[i].bar, NULL, (unsigned)D);
+        ls[i].reps = reps;
+        ls[i].t = un_xcalloc((size_t)D * (size_t)reps, sizeof *ls[i].t);
+    }
+    for (int k = 0; k < D; k++) {
+        j[k] = (together_job){.g = g, .id = id, .p = p, .lf = &ls[0], .lb = &ls[1], .k = k};
+        pthread_create(&th[k], NULL, together_main, &j[k]);
+    }
+    un_status st = UN_OK;
+    for (int k = 0; k < D; k++) {
+        pthread_join(th[k], NULL);
+        if (st == UN_OK && j[k].st != UN_OK)
+            st = un_ctx_error(ctx, j[k].st, "profile: device %d of %d: %s", k, D, j[k].err);
+    }
+    *fwd = lockstep_median(&ls[0], D);
+    *bwd = lockstep_median(&ls[1], D);
+    for (int i = 0; i < 2; i++) {
+        pthread_barrier_destroy(&ls[i].bar);
+        free(ls[i].t);
+    }
+    free(j);
+    free(th);
     return st;
 }
 
@@ -157,112 +295,256 @@ static un_status store(un_ctx *ctx, un_rulesdb *db, const char *sig, const char 
     return un_rulesdb_cost_put(ctx, db, &c);
 }
 
+typedef struct optim_run {
+    un_optim *o;
+    un_backend *be;
+    void *w, *g;
+} optim_run;
+
+static un_status optim_once(un_ctx *ctx, void *arg) {
+    optim_run *r = arg;
+    return un_optim_step_on(ctx, r->o, r->be, r->w, r->g);
+}
+
+/* The optimizer step as the runtime runs it (un_optim_step_on on a CPU backend of the device's
+ * threads) over each distinct count of parameters a rank of g's run holds (weights folded, as the
+ * runtime stores them). */
 static un_status profile_optimizer(un_ctx *ctx, un_rulesdb *db, const un_graph *g,
                                    const un_profile_params *p, const char *device, FILE *log,
                                    int64_t *n_stored) {
-    int64_t n = 0;
-    for (int32_t id = 0; id < un_graph_node_count(g); id++)
-        if (un_graph_node(g, id)->op == UN_OP_WEIGHT)
-            n += un_shape_numel(&un_graph_node(g, id)->inf.out[0]);
     un_optim_algo k;
-    if (n == 0 || !un_optim_algo_from_name(p->optimizer, &k))
+    if (!un_optim_algo_from_name(p->optimizer, &k))
         return UN_OK;
+    int64_t counts[UN_SIM_MAX_RANK_COUNTS];
+    int nc = 0;
+    un_status st = un_sim_rank_param_counts(ctx, g, counts, &nc);
     un_prec prec = p->f64 ? UN_PREC_F64 : UN_PREC_F32;
     size_t fes = p->f64 ? 8 : 4;
-    un_optim *o = NULL;
-    void *w = un_xcalloc((size_t)n, fes), *gr = un_xcalloc((size_t)n, fes);
-    un_status st = un_optim_new(ctx, un_optim_params_default(k), n, prec, &o);
-    int reps = 0;
-    double t0 = 0, el = 0;
-    for (int i = 0; st == UN_OK; i++) {
-        if (i == p->warmup)
-            t0 = now_s();
-        un_optim_step(o, w, gr);
-        if (i >= p->warmup && (++reps, el = now_s() - t0, reps >= p->min_reps) &&
-            el >= p->min_seconds)
-            break;
-    }
-    if (st == UN_OK) {
+    un_backend *be = NULL;
+    if (st == UN_OK && nc > 0)
+        st = un_backend_cpu_new(ctx, prec, p->threads, &be);
+    for (int i = 0; i < nc && st == UN_OK; i++) {
+        int64_t n = counts[i];
+        optim_run r = {.be = be};
+        double sec = 0;
+        if ((st = un_optim_new_on(ctx, un_optim_params_default(k), n, be, &r.o)) == UN_OK &&
+            (st = un_backend_alloc(ctx, be, (size_t)n * fes, &r.w)) == UN_OK &&
+            (st = un_backend_alloc(ctx, be, (size_t)n * fes, &r.g)) == UN_OK) {
+            un_backend_zero(be, r.w, (size_t)n * fes);
+            un_backend_zero(be, r.g, (size_t)n * fes);
+            st = time_median(ctx, optim_once, &r, p, NULL, 0, &sec);
+        }
         char sig[48], shape[48];
         snprintf(sig, sizeof sig, "optimizer:%s", un_optim_algo_name(k));
         snprintf(shape, sizeof shape, "float[%lld]", (long long)n);
-        st = store(ctx, db, sig, shape, device, el / reps, 0, (double)n * (double)fes);
-        if (st == UN_OK) {
+        if (st == UN_OK && (st = store(ctx, db, sig, shape, device, sec, 0,
+                                       (double)n * (double)fes)) == UN_OK) {
             ++*n_stored;
             if (log)
-                fprintf(log, "  %-44s %-40s %10.4f ms\n", sig, shape, 1e3 * el / reps);
+                fprintf(log, "  %-44s %-40s %10.4f ms\n", sig, shape, 1e3 * sec);
         }
+        un_optim_free(r.o);
+        un_backend_release(be, r.w);
+        un_backend_release(be, r.g);
     }
-    un_optim_free(o);
-    free(w);
-    free(gr);
+    un_backend_free(be);
     return st;
+}
+
+typedef struct part_run {
+    int part; /* 0: data, 1: loss */
+    size_t fes;
+    un_prec prec;
+    int64_t n, rows, cls;
+    void *buf, *grad;
+    int64_t *labels;
+    uint64_t seed;
+} part_run;
+
+static un_status part_once(un_ctx *ctx, void *arg) {
+    (void)ctx;
+    part_run *r = arg;
+    if (r->part == 0) {
+        un_rng rng;
+        un_rng_seed(&rng, r->seed++);
+        for (int64_t x = 0; x < r->n; x++) {
+            double v = 2 * un_rng_double(&rng) - 1;
+            if (r->fes == 4)
+                ((float *)r->buf)[x] = (float)v;
+            else
+                ((double *)r->buf)[x] = v;
+        }
+    } else if (r->rows * r->cls > 0) {
+        un_train_ce(r->prec, r->buf, r->rows, r->cls, 0, r->rows, r->labels, r->grad);
+    }
+    return UN_OK;
 }
 
 /* The runtime's own per-step work besides operators: making the batch (one random number per
  * element, as runtime/train.c's synthetic data) and the cross-entropy loss with its gradient on
- * one output piece. Median of repetitions, like the ops. */
+ * one output piece. Medians of repetitions, like the ops. */
 static un_status profile_step_parts(un_ctx *ctx, un_rulesdb *db, const un_graph *g,
                                     const un_profile_params *p, const char *device, FILE *log,
                                     int64_t *n_stored) {
-    size_t fes = p->f64 ? 8 : 4;
-    un_prec prec = p->f64 ? UN_PREC_F64 : UN_PREC_F32;
-    int64_t n = un_sim_data_elements(g);
-    char shape[64];
-    un_status st = UN_OK;
-    double t[2] = {0, 0};
+    part_run r = {.fes = p->f64 ? 8 : 4, .prec = p->f64 ? UN_PREC_F64 : UN_PREC_F32};
+    r.n = un_sim_data_elements(g);
     const char *sig[2] = {"data:synthetic", "loss:ce"};
     char shapes[2][64];
-    snprintf(shapes[0], sizeof shapes[0], "float[%lld]", (long long)n);
+    snprintf(shapes[0], sizeof shapes[0], "float[%lld]", (long long)r.n);
     const un_shape *o = un_graph_output_count(g) ? un_graph_shape(g, un_graph_output(g, 0)) : NULL;
-    un_sim_loss_shape(o ? o : &(un_shape){0}, shape, sizeof shape);
-    snprintf(shapes[1], sizeof shapes[1], "%s", shape);
+    un_sim_loss_shape(o ? o : &(un_shape){0}, shapes[1], sizeof shapes[1]);
     long long rows = 0, cls = 0;
-    sscanf(shape, "float[%lld,%lld]", &rows, &cls);
+    sscanf(shapes[1], "float[%lld,%lld]", &rows, &cls);
+    r.rows = rows;
+    r.cls = cls;
     int64_t m = rows * cls;
-    void *buf = un_xcalloc((size_t)(n > m ? n : m) + 1, fes),
-         *grad = un_xcalloc((size_t)m + 1, fes);
-    int64_t *labels = un_xcalloc((size_t)rows + 1, sizeof *labels);
-    for (int part = 0; part < 2; part++) {
-        double *ts = un_xmalloc(sizeof *ts * 64);
-        int reps = 0;
-        double total = 0;
-        for (int i = 0; i < p->warmup + 63 && !(reps >= p->min_reps && total >= p->min_seconds);
-             i++) {
-            double t0 = now_s();
-            if (part == 0) {
-                un_rng rng;
-                un_rng_seed(&rng, (uint64_t)i);
-                for (int64_t x = 0; x < n; x++) {
-                    double v = 2 * un_rng_double(&rng) - 1;
-                    if (fes == 4)
-                        ((float *)buf)[x] = (float)v;
-                    else
-                        ((double *)buf)[x] = v;
-                }
-            } else if (m > 0) {
-                un_train_ce(prec, buf, rows, cls, 0, rows, labels, grad);
-            }
-            double dt = now_s() - t0;
-            if (i >= p->warmup) {
-                ts[reps++] = dt;
-                total += dt;
-            }
-        }
-        qsort(ts, (size_t)reps, sizeof *ts, cmp_double);
-        t[part] = reps ? ts[reps / 2] : 0;
-        free(ts);
-    }
-    for (int part = 0; part < 2 && st == UN_OK; part++) {
-        if ((st = store(ctx, db, sig[part], shapes[part], device, t[part], 0, 0)) != UN_OK)
+    r.buf = un_xcalloc((size_t)(r.n > m ? r.n : m) + 1, r.fes);
+    r.grad = un_xcalloc((size_t)m + 1, r.fes);
+    r.labels = un_xcalloc((size_t)rows + 1, sizeof *r.labels);
+    un_status st = UN_OK;
+    for (r.part = 0; r.part < 2 && st == UN_OK; r.part++) {
+        double sec = 0;
+        if ((st = time_median(ctx, part_once, &r, p, NULL, 0, &sec)) != UN_OK ||
+            (st = store(ctx, db, sig[r.part], shapes[r.part], device, sec, 0, 0)) != UN_OK)
             break;
         ++*n_stored;
         if (log)
-            fprintf(log, "  %-44s %-40s %10.4f ms\n", sig[part], shapes[part], t[part] * 1e3);
+            fprintf(log, "  %-44s %-40s %10.4f ms\n", sig[r.part], shapes[r.part], sec * 1e3);
     }
-    free(buf);
-    free(grad);
-    free(labels);
+    free(r.buf);
+    free(r.grad);
+    free(r.labels);
+    return st;
+}
+
+/* ---- the local communicator between threads ---- */
+
+typedef struct xjob {
+    un_comm *c;
+    void *buf[2];
+    size_t bytes;
+    int reps;
+    double sec;
+    un_status st;
+} xjob;
+
+/* Rank 0 sends its buffer to rank 1 (and 1 nothing back), reps times; bytes 0 = barriers of every
+ * rank only. */
+static void *xchg_main(void *arg) {
+    xjob *j = arg;
+    un_ctx *ctx = un_ctx_new(NULL);
+    int r = un_comm_rank(j->c);
+    un_comm_msg m = {.peer = 1 - r, .tag = 0, .data = j->buf[r & 1], .bytes = j->bytes};
+    double t0 = now_s();
+    for (int i = 0; i < j->reps && j->st == UN_OK; i++)
+        j->st = j->bytes ? un_comm_exchange(ctx, j->c, r == 0 ? &m : NULL, r == 0,
+                                            r == 1 ? &m : NULL, r == 1)
+                         : un_comm_barrier(ctx, j->c);
+    j->sec = (now_s() - t0) / j->reps;
+    un_ctx_free(ctx);
+    return NULL;
+}
+
+/* The mean seconds of one barrier of n threads (bytes 0) or of one exchange of `bytes` from
+ * thread 0 to thread 1 (n = 2). A mean, not a median: a rendezvous waits for the slowest thread,
+ * and that wait (a thread off its core on a loaded machine) is what a step pays. */
+static un_status xchg_time(un_ctx *ctx, int n, size_t bytes, int reps, double *sec) {
+    un_comm_group *grp = NULL;
+    un_status st = un_comm_local_group_new(ctx, n, &grp);
+    if (st != UN_OK)
+        return st;
+    xjob *j = un_xcalloc((size_t)n, sizeof *j);
+    void *b0 = un_xcalloc(bytes + 1, 1), *b1 = un_xcalloc(bytes + 1, 1);
+    pthread_t *th = un_xcalloc((size_t)n, sizeof *th);
+    for (int r = 0; r < n; r++) {
+        j[r] =
+            (xjob){.c = un_comm_local_get(grp, r), .buf = {b0, b1}, .bytes = bytes, .reps = reps};
+        pthread_create(&th[r], NULL, xchg_main, &j[r]);
+    }
+    for (int r = 0; r < n; r++) {
+        pthread_join(th[r], NULL);
+        st = st != UN_OK ? st : j[r].st;
+    }
+    *sec = j[1].sec;
+    free(b0);
+    free(b1);
+    free(th);
+    free(j);
+    un_comm_local_group_free(grp);
+    return st == UN_OK ? UN_OK : un_ctx_error(ctx, st, "profile: the thread exchange failed");
+}
+
+typedef struct spin_job {
+    double wall, on, off; /* in: seconds to spin; out: mean seconds on and off the core */
+} spin_job;
+
+/* Spins for j->wall seconds, checking the clock every microsecond or so: a jump of over 30 us
+ * between two checks is a time the thread was off its core. */
+static void *spin_main(void *arg) {
+    spin_job *j = arg;
+    double w0 = now_s(), last = w0, off = 0, t = w0;
+    int gaps = 0;
+    volatile double x = 1;
+    while ((t = now_s()) - w0 < j->wall) {
+        if (t - last > 30e-6)
+            off += t - last, gaps++;
+        last = t;
+        for (int i = 0; i < 300; i++)
+            x = x * 1.0000001 + 1e-9;
+    }
+    j->on = gaps ? (t - w0 - off) / gaps : t - w0;
+    j->off = gaps ? off / gaps : 0;
+    return NULL;
+}
+
+/* How the cores are shared now ("cpu:slice" devices[D]): D threads spin for 0.3 s; fwd = the mean
+ * time a device thread runs before another job takes its core, bwd = the mean time it then waits
+ * (0: a machine of its own). The simulator adds the waits a step of its length meets. */
+static un_status profile_slice(un_ctx *ctx, un_rulesdb *db, const un_graph *g, const char *device,
+                               FILE *log, int64_t *n_stored) {
+    int64_t d = un_strategy_devices(g);
+    spin_job *j = un_xcalloc((size_t)d, sizeof *j);
+    pthread_t *th = un_xcalloc((size_t)d, sizeof *th);
+    for (int64_t k = 0; k < d; k++) {
+        j[k].wall = 0.3;
+        pthread_create(&th[k], NULL, spin_main, &j[k]);
+    }
+    double on = 0, off = 0;
+    for (int64_t k = 0; k < d; k++) {
+        pthread_join(th[k], NULL);
+        on += j[k].on / (double)d;
+        off += j[k].off / (double)d;
+    }
+    free(j);
+    free(th);
+    char shape[48];
+    snprintf(shape, sizeof shape, "devices[%lld]", (long long)d);
+    un_status st = store(ctx, db, "cpu:slice", shape, device, on, off, 0);
+    if (st == UN_OK) {
+        ++*n_stored;
+        if (log)
+            fprintf(log, "  %-44s %-40s %10.4f %10.4f ms (on, off the core)\n", "cpu:slice", shape,
+                    on * 1e3, off * 1e3);
+    }
+    return st;
+}
+
+/* The barrier of the run's D ranks ("comm:barrier" devices[D]), measured beside the operators so
+ * that the rendezvous the runtime makes cost what they cost at this time on this machine. */
+static un_status profile_barrier(un_ctx *ctx, un_rulesdb *db, const un_graph *g, const char *device,
+                                 FILE *log, int64_t *n_stored) {
+    int64_t d = un_strategy_devices(g);
+    if (d < 2)
+        return UN_OK;
+    double sec = 0;
+    char shape[48];
+    snprintf(shape, sizeof shape, "devices[%lld]", (long long)d);
+    un_status st = xchg_time(ctx, (int)d, 0, 1000, &sec);
+    if (st == UN_OK && (st = store(ctx, db, "comm:barrier", shape, device, sec, 0, 0)) == UN_OK) {
+        ++*n_stored;
+        if (log)
+            fprintf(log, "  %-44s %-40s %10.4f ms\n", "comm:barrier", shape, sec * 1e3);
+    }
     return st;
 }
 
@@ -278,6 +560,8 @@ un_status un_profile_graph(un_ctx *ctx, un_rulesdb *db, const un_graph *g, const
             ? un_backend_cuda_new(ctx, p->f64 ? UN_PREC_F64 : UN_PREC_F32, p->cuda_device, &be)
             : un_backend_cpu_new(ctx, p->f64 ? UN_PREC_F64 : UN_PREC_F32, p->threads, &be);
     int32_t n = un_graph_node_count(g);
+    /* CPU devices of a run on several: time each op with all of them computing at once */
+    int together = p->cuda_device < 0 ? (int)un_strategy_devices(g) : 1;
     char(*seen)[256] = un_xcalloc((size_t)n, sizeof *seen);
     int n_seen = 0;
     if (st == UN_OK)
@@ -301,7 +585,10 @@ un_status un_profile_graph(un_ctx *ctx, un_rulesdb *db, const un_graph *g, const
             continue;
         memcpy(seen[n_seen++], both, sizeof both);
         double fwd = 0, bwd = 0;
-        if ((st = profile_node(ctx, be, g, id, p, fes, &fwd, &bwd)) != UN_OK)
+        if ((st = profile_node(ctx, be, g, id, p, fes, NULL, NULL, 0, &fwd, &bwd)) != UN_OK)
+            break;
+        if (together > 1 && (st = profile_together(ctx, g, id, p, together,
+                                                   fwd > bwd ? fwd : bwd, &fwd, &bwd)) != UN_OK)
             break;
         if ((st = store(ctx, db, sig, shape, device, fwd, bwd, 0)) != UN_OK)
             break;
@@ -314,6 +601,10 @@ un_status un_profile_graph(un_ctx *ctx, un_rulesdb *db, const un_graph *g, const
         st = profile_optimizer(ctx, db, g, p, device, log, n_stored);
     if (st == UN_OK && p->cuda_device < 0)
         st = profile_step_parts(ctx, db, g, p, device, log, n_stored);
+    if (st == UN_OK && p->cuda_device < 0)
+        st = profile_barrier(ctx, db, g, device, log, n_stored);
+    if (st == UN_OK && p->cuda_device < 0 && p->threads == 1)
+        st = profile_slice(ctx, db, g, device, log, n_stored);
     if (st == UN_OK)
         st = un_rulesdb_commit(ctx, db);
     else
@@ -324,54 +615,6 @@ un_status un_profile_graph(un_ctx *ctx, un_rulesdb *db, const un_graph *g, const
 }
 
 /* ---- the machine ---- */
-
-typedef struct xjob {
-    un_comm *c;
-    void *buf[2];
-    size_t bytes;
-    int reps;
-    double sec;
-    un_status st;
-} xjob;
-
-/* Rank 0 sends its buffer to rank 1 (and 1 nothing back), reps times; bytes 0 = barriers only. */
-static void *xchg_main(void *arg) {
-    xjob *j = arg;
-    un_ctx *ctx = un_ctx_new(NULL);
-    int r = un_comm_rank(j->c);
-    un_comm_msg m = {.peer = 1 - r, .tag = 0, .data = j->buf[r], .bytes = j->bytes};
-    double t0 = now_s();
-    for (int i = 0; i < j->reps && j->st == UN_OK; i++)
-        j->st = j->bytes ? un_comm_exchange(ctx, j->c, r == 0 ? &m : NULL, r == 0,
-                                            r == 1 ? &m : NULL, r == 1)
-                         : un_comm_barrier(ctx, j->c);
-    j->sec = (now_s() - t0) / j->reps;
-    un_ctx_free(ctx);
-    return NULL;
-}
-
-static un_status xchg_time(un_ctx *ctx, size_t bytes, int reps, double *sec) {
-    un_comm_group *grp = NULL;
-    un_status st = un_comm_local_group_new(ctx, 2, &grp);
-    if (st != UN_OK)
-        return st;
-    xjob j[2];
-    void *b0 = un_xcalloc(bytes + 1, 1), *b1 = un_xcalloc(bytes + 1, 1);
-    pthread_t th[2];
-    for (int r = 0; r < 2; r++) {
-        j[r] =
-            (xjob){.c = un_comm_local_get(grp, r), .buf = {b0, b1}, .bytes = bytes, .reps = reps};
-        pthread_create(&th[r], NULL, xchg_main, &j[r]);
-    }
-    for (int r = 0; r < 2; r++)
-        pthread_join(th[r], NULL);
-    st = j[0].st != UN_OK ? j[0].st : j[1].st;
-    *sec = j[1].sec;
-    free(b0);
-    free(b1);
-    un_comm_local_group_free(grp);
-    return st == UN_OK ? UN_OK : un_ctx_error(ctx, st, "machine: the thread exchange failed");
-}
 
 un_status un_profile_machine(un_ctx *ctx, un_machine *m) {
     memset(m, 0, sizeof *m);
@@ -408,7 +651,7 @@ un_status un_profile_machine(un_ctx *ctx, un_machine *m) {
     nd.op = UN_OP_LINEAR;
     memcpy(nd.inf.local, lp, sizeof lp);
     double sec = 0;
-    if (st == UN_OK && (st = time_op(ctx, be, &nd, &b, false, &p, &sec)) == UN_OK)
+    if (st == UN_OK && (st = time_op(ctx, be, &nd, &b, false, &p, NULL, 0, true, &sec)) == UN_OK)
         m->dev.flops[UN_MPREC_F32] = 2.0 * (double)(n * n * n) / sec;
     bufs_free(be, &b);
     /* one operator's fixed cost: relu on one element */
@@ -419,7 +662,7 @@ un_status un_profile_machine(un_ctx *ctx, un_machine *m) {
     p.min_seconds = 0.05;
     if (st == UN_OK && (st = kt_new(ctx, be, &s, 4, 1, true, &b.in[0])) == UN_OK &&
         (st = kt_new(ctx, be, &s, 4, 0, false, &b.out[0])) == UN_OK &&
-        (st = time_op(ctx, be, &nd, &b, false, &p, &sec)) == UN_OK)
+        (st = time_op(ctx, be, &nd, &b, false, &p, NULL, 0, true, &sec)) == UN_OK)
         m->dev.op_overhead = sec;
     bufs_free(be, &b);
     un_backend_free(be);
@@ -441,8 +684,8 @@ un_status un_profile_machine(un_ctx *ctx, un_machine *m) {
     free(y);
     /* the local communicator between two threads: latency of a barrier, bandwidth of 16 MiB */
     double lat = 0, big = 0;
-    if ((st = xchg_time(ctx, 0, 2000, &lat)) != UN_OK ||
-        (st = xchg_time(ctx, (size_t)16 << 20, 20, &big)) != UN_OK)
+    if ((st = xchg_time(ctx, 2, 0, 2000, &lat)) != UN_OK ||
+        (st = xchg_time(ctx, 2, (size_t)16 << 20, 20, &big)) != UN_OK)
         return st;
     m->intra.latency = lat;
     m->intra.bw = (double)((size_t)16 << 20) / (big > 2 * lat ? big - 2 * lat : big);

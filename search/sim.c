@@ -3,9 +3,12 @@
  * that the critical path can be walked back from the last task to finish. */
 #include "search/sim.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "runtime/strategy.h"
 
 enum { K_COMPUTE, K_COMM, K_OTHER };
 
@@ -59,6 +62,7 @@ typedef struct sim {
     double *xmem;   /* per device: transfer buffers (forward: received piece and its gradient) */
     double *gbytes; /* per device: gradient bytes the runtime zeroes every step */
     bool backward;
+    double lat; /* seconds of one barrier of the D ranks (runtime semantics) */
 } sim;
 
 static stamp later(stamp a, stamp b) { return a.t >= b.t ? a : b; }
@@ -129,7 +133,7 @@ static void run_xfers(sim *s, int32_t node, const stamp *ready) {
             if (in[d] >= worst)
                 worst = in[d], wd = d;
         const un_link *l = &un_cost_machine(s->cm)->intra;
-        double dur = 2 * l->latency + worst / l->bw; /* two barriers, then the largest receive */
+        double dur = 2 * s->lat + worst / l->bw; /* two barriers, then the largest receive */
         stamp end = run_task(s, wd, node, K_COMM, st, dur);
         for (int d = 0; d < s->D; d++)
             s->clock[d] = end;
@@ -249,10 +253,10 @@ static un_status forward_node(sim *s, int32_t id) {
     if (kind == UN_OPK_SOURCE) {
         stensor *t = &outs[0];
         for (int64_t p = 0; p < t->np; p++) {
-            t->owner[p] = s->p->mirror_sources ? -1 : (int32_t)(p % s->D);
+            t->owner[p] = !t->is_static ? -1 : (int32_t)un_sim_device(s->g, id, p, s->D);
             t->ready[p] = (stamp){0, -1};
         }
-        if (s->p->mirror_sources && t->np > 1) /* every device slices the source locally */
+        if (!t->is_static && t->np > 1) /* every device cuts every piece of the input */
             for (int d = 0; d < s->D; d++)
                 run_task(s, d, id, K_OTHER, (stamp){0, -1},
                          un_cost_copy(s->cm, t->pbytes * (double)t->np));
@@ -344,7 +348,7 @@ static un_status backward_node(sim *s, int32_t id) {
     s->n_xf = 0;
     if (kind == UN_OPK_SOURCE) {
         stensor *t = &outs[0];
-        if (s->p->mirror_sources && t->np > 1) /* fold the pieces' gradients into the whole */
+        if (!t->is_static && t->np > 1) /* fold the pieces' gradients into the whole */
             for (int d = 0; d < s->D; d++) {
                 stamp r = {0, -1};
                 for (int64_t p = 0; p < t->np; p++)
@@ -468,7 +472,7 @@ static void memory(sim *s) {
         for (int o = 0; o < nd->inf.n_out; o++) {
             stensor *t = &s->ts[id][o];
             double per = t->pbytes * (t->needs_grad ? 2 : 1);
-            if (kind == UN_OPK_SOURCE && s->p->mirror_sources) {
+            if (kind == UN_OPK_SOURCE && !t->is_static) { /* an input, whole on every device */
                 double logical = (double)un_shape_numel(&t->shape) *
                                  (t->shape.dtype == UN_DT_FLOAT ? s->es : 8);
                 for (int d = 0; d < s->D; d++) {
@@ -486,7 +490,7 @@ static void memory(sim *s) {
                 if (d < 0)
                     continue;
                 if (t->is_static) {
-                    if (t->leaf && t->weight)
+                    if ((t->leaf || (s->p->mirror_sources && nd->op == UN_OP_WEIGHT)) && t->weight)
                         w[d] += t->pbytes;
                     else if (t->leaf)
                         a[d] += t->pbytes;
@@ -587,8 +591,79 @@ static void critical_path(sim *s, stamp last) {
     free(per);
 }
 
-un_status un_sim_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un_sim_params *p,
-                     un_sim_result *out) {
+/* Runtime semantics: replicate's backward for every weight held in copies, as runtime/exec.c's
+ * weights_sync does it: one reduce-scatter exchange and one all-gather exchange for all weights
+ * together (two barriers each). Per phase a device receives (c - 1) / c of each piece it holds of
+ * a weight with c copies, and adds what it receives; every device waits for the slowest. */
+static void weights_sync(sim *s, stamp all) {
+    double *recv = un_xcalloc((size_t)s->D, sizeof *recv), worst = 0, total = 0;
+    int wd = 0;
+    bool any = false;
+    for (int32_t id = 0; id < un_graph_node_count(s->g); id++) {
+        const stensor *t = &s->ts[id][0];
+        int32_t c = t->shape.copy;
+        if (un_graph_node(s->g, id)->op != UN_OP_WEIGHT || c <= 1)
+            continue;
+        any = true;
+        for (int64_t q = 0; q < t->np; q++)
+            if (t->owner[q] >= 0)
+                recv[t->owner[q]] += t->pbytes * (c - 1) / c;
+    }
+    for (int d = 0; d < s->D; d++) {
+        total += recv[d];
+        if (recv[d] > worst)
+            worst = recv[d], wd = d;
+    }
+    free(recv);
+    if (!any)
+        return;
+    const un_link *l = &un_cost_machine(s->cm)->intra;
+    double dur = 4 * s->lat + 2 * worst / l->bw + un_cost_copy(s->cm, worst);
+    s->r->comm_bytes += 2 * total;
+    stamp end = run_task(s, wd, -1, K_COMM, all, dur);
+    for (int d = 0; d < s->D; d++)
+        s->clock[d] = end;
+}
+
+int un_sim_device(const un_graph *g, int32_t id, int64_t piece, int devices) {
+    const un_view *v = &un_graph_node(g, id)->view;
+    if (v->count > 0)
+        return v->start + (int)(piece % v->count) * v->stride;
+    return (int)(piece % (devices > 0 ? devices : 1));
+}
+
+un_status un_sim_rank_param_counts(un_ctx *ctx, const un_graph *g, int64_t *counts, int *n) {
+    *n = 0;
+    un_graph *f = NULL;
+    un_status st = un_strategy_fold_weights(ctx, g, &f);
+    if (st != UN_OK)
+        return st;
+    int D = (int)un_strategy_devices(f);
+    int64_t *per = un_xcalloc((size_t)D, sizeof *per);
+    for (int32_t id = 0; id < un_graph_node_count(f); id++) {
+        const un_node *nd = un_graph_node(f, id);
+        if (nd->op != UN_OP_WEIGHT)
+            continue;
+        for (int64_t q = 0; q < un_shape_npieces(&nd->inf.out[0]); q++) {
+            int d = un_sim_device(f, id, q, D);
+            if (d >= 0 && d < D)
+                per[d] += un_shape_piece_numel(&nd->inf.out[0]);
+        }
+    }
+    for (int d = 0; d < D; d++) {
+        bool seen = per[d] == 0;
+        for (int i = 0; i < *n && !seen; i++)
+            seen = counts[i] == per[d];
+        if (!seen && *n < UN_SIM_MAX_RANK_COUNTS)
+            counts[(*n)++] = per[d];
+    }
+    free(per);
+    un_graph_free(f);
+    return UN_OK;
+}
+
+static un_status sim_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
+                           const un_sim_params *p, un_sim_result *out) {
     memset(out, 0, sizeof *out);
     const un_machine *m = un_cost_machine(cm);
     int64_t need_dev = 1;
@@ -606,6 +681,12 @@ un_status un_sim_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un
                             "the plan runs on %d devices, but machine '%s' has %d", D, m->name,
                             un_machine_devices(m));
     sim s = {.ctx = ctx, .cm = cm, .g = g, .p = p, .D = D, .es = un_cost_elem_bytes(cm), .r = out};
+    char dshape[32];
+    snprintf(dshape, sizeof dshape, "devices[%d]", D);
+    s.lat = D > 1 ? un_cost_measured(ctx, cm, "comm:barrier", dshape, m->intra.latency) : 0;
+    if (!un_cost_lookup(ctx, cm, "cpu:slice", dshape, &out->slice_on, &out->slice_off) ||
+        out->slice_on <= 0 || out->slice_off < 0)
+        out->slice_on = out->slice_off = 0;
     out->devices = D;
     out->mem = un_xcalloc((size_t)D, sizeof *out->mem);
     s.clock = un_xcalloc((size_t)D, sizeof *s.clock);
@@ -626,7 +707,8 @@ un_status un_sim_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un
             if (un_op_kind_of(nd->op) == UN_OPK_REGULAR)
                 in_tensor(&s, nd, t)->leaf = true;
         }
-        bool stat = !p->mirror_sources && static_tensor(g, nd, &s);
+        /* runtime: weights live as their (folded) pieces; plan: every source and its layouts */
+        bool stat = p->mirror_sources ? nd->op == UN_OP_WEIGHT : static_tensor(g, nd, &s);
         if (nd->op == UN_OP_WEIGHT)
             n_params += un_shape_numel(&nd->inf.out[0]);
         for (int o = 0; o < nd->inf.n_out; o++) {
@@ -679,29 +761,16 @@ un_status un_sim_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un
         stamp all = {0, -1};
         for (int d = 0; d < D; d++)
             all = later(all, s.clock[d]);
-        if (p->mirror_sources && D > 1) { /* every weight gradient, over every device */
-            int *devs = un_xmalloc(sizeof *devs * (size_t)D);
-            for (int d = 0; d < D; d++)
-                devs[d] = d;
-            double bytes = (double)n_params * s.es;
-            double dur = un_cost_allreduce(cm, devs, D, bytes) + 3 * m->intra.latency;
-            out->comm_bytes += 2.0 * (D - 1) / D * bytes * D;
-            stamp end = run_task(&s, 0, -1, K_COMM, all, dur);
-            for (int d = 0; d < D; d++)
-                s.clock[d] = end;
-            free(devs);
-        }
-        /* the optimizer: every weight on every device (mirror), else the pieces each holds */
+        if (p->mirror_sources && D > 1)
+            weights_sync(&s, all);
+        /* the optimizer: the weight pieces each device holds */
         for (int d = 0; d < D; d++) {
             int64_t mine = 0;
             for (int32_t id = 0; id < n; id++) {
                 const un_node *nd = un_graph_node(g, id);
                 const stensor *t = &s.ts[id][0];
-                if (p->mirror_sources) {
-                    mine += nd->op == UN_OP_WEIGHT ? un_shape_numel(&t->shape) : 0;
-                    continue;
-                }
-                if (!t->is_static || !t->leaf || !t->weight)
+                if (!t->is_static || !t->weight ||
+                    !(p->mirror_sources ? nd->op == UN_OP_WEIGHT : t->leaf))
                     continue;
                 for (int64_t q = 0; q < t->np; q++)
                     mine += t->owner[q] == d ? un_shape_piece_numel(&t->shape) : 0;
@@ -721,7 +790,7 @@ un_status un_sim_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un
                 stamp sync = {0, -1};
                 for (int d = 0; d < D; d++)
                     sync = later(sync, s.clock[d]);
-                stamp end = run_task(&s, 0, -1, K_COMM, sync, 3 * m->intra.latency);
+                stamp end = run_task(&s, 0, -1, K_COMM, sync, 3 * s.lat);
                 for (int d = 0; d < D; d++)
                     s.clock[d] = end;
             }
@@ -731,6 +800,16 @@ un_status un_sim_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un
             last = later(last, s.clock[d]);
         out->step = last.t;
         critical_path(&s, last);
+        /* other jobs of the machine: a device running a step of this much work is taken off
+         * its core k = floor(step / on) or k + 1 times (the latter with the fraction's
+         * probability), each time for `off`; the step waits for the slowest of its D devices,
+         * so it meets k + 1 when any device does: the median is k + 1 when that is likelier */
+        if (out->slice_on > 0) {
+            double x = out->step / out->slice_on, k = floor(x);
+            bool more = 1 - pow(1 - (x - k), D) >= 0.5;
+            out->wait = out->slice_off * (k + (more ? 1 : 0));
+        }
+        out->step += out->wait;
     }
     for (int32_t id = 0; id < n; id++) {
         const un_node *nd = un_graph_node(g, id);
@@ -753,6 +832,31 @@ un_status un_sim_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un
     return st;
 }
 
+un_status un_sim_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un_sim_params *p,
+                     un_sim_result *out) {
+    if (!p->mirror_sources)
+        return sim_graph(ctx, cm, g, p, out);
+    /* the runtime stores each weight as the pieces its chain of parallel ops makes */
+    un_graph *f = NULL;
+    un_status st = un_strategy_fold_weights(ctx, g, &f);
+    if (st == UN_OK)
+        st = sim_graph(ctx, cm, f, p, out);
+    if (st == UN_OK) { /* the top operators by g's ids (folding dropped only parallel ops) */
+        int k = 0;
+        for (int i = 0; i < out->n_top; i++) {
+            const char *name = un_graph_node(f, out->top[i].node)->name;
+            int32_t id = name ? un_graph_find(g, name) : -1;
+            if (id >= 0) {
+                out->top[k].node = id;
+                out->top[k++].time = out->top[i].time;
+            }
+        }
+        out->n_top = k;
+    }
+    un_graph_free(f);
+    return st;
+}
+
 static void fmt_bytes(un_buf *b, double v) {
     const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     int i = 0;
@@ -766,6 +870,11 @@ void un_sim_report(const un_graph *g, const un_sim_result *r, const un_cost_mode
     double crit = r->crit_compute + r->crit_comm + r->crit_other;
     un_buf_printf(b, "estimated step time: %.3f ms on %d device%s of %s\n", r->step * 1e3,
                   r->devices, r->devices == 1 ? "" : "s", m->name);
+    if (r->wait > 0)
+        un_buf_printf(b,
+                      "of which %.3f ms waiting for a core: other jobs share the machine (a "
+                      "device runs %.3f ms, then waits %.3f ms; measured with the op costs)\n",
+                      r->wait * 1e3, r->slice_on * 1e3, r->slice_off * 1e3);
     un_buf_printf(b,
                   "critical path: compute %.3f ms (%.0f%%), communication %.3f ms (%.0f%%), "
                   "copies/optimizer %.3f ms (%.0f%%)\n",
