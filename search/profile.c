@@ -435,19 +435,24 @@ static void *xchg_main(void *arg) {
     un_ctx *ctx = un_ctx_new(NULL);
     int r = un_comm_rank(j->c);
     un_comm_msg m = {.peer = 1 - r, .tag = 0, .data = j->buf[r & 1], .bytes = j->bytes};
-    double t0 = now_s();
-    for (int i = 0; i < j->reps && j->st == UN_OK; i++)
+    double *t = un_xcalloc((size_t)j->reps, sizeof *t);
+    for (int i = 0; i < j->reps && j->st == UN_OK; i++) {
+        double t0 = now_s();
         j->st = j->bytes ? un_comm_exchange(ctx, j->c, r == 0 ? &m : NULL, r == 0,
                                             r == 1 ? &m : NULL, r == 1)
                          : un_comm_barrier(ctx, j->c);
-    j->sec = (now_s() - t0) / j->reps;
+        t[i] = now_s() - t0;
+    }
+    qsort(t, (size_t)j->reps, sizeof *t, cmp_double);
+    j->sec = t[j->reps / 2];
+    free(t);
     un_ctx_free(ctx);
     return NULL;
 }
 
-/* The mean seconds of one barrier of n threads (bytes 0) or of one exchange of `bytes` from
- * thread 0 to thread 1 (n = 2). A mean, not a median: a rendezvous waits for the slowest thread,
- * and that wait (a thread off its core on a loaded machine) is what a step pays. */
+/* The median seconds of one barrier of n threads (bytes 0) or of one exchange of `bytes` from
+ * thread 0 to thread 1 (n = 2): the synchronisation itself; the waits for a thread that another
+ * job took off its core are measured apart (profile_slice). */
 static un_status xchg_time(un_ctx *ctx, int n, size_t bytes, int reps, double *sec) {
     un_comm_group *grp = NULL;
     un_status st = un_comm_local_group_new(ctx, n, &grp);
@@ -497,7 +502,7 @@ static void *spin_main(void *arg) {
     return NULL;
 }
 
-/* How the cores are shared now ("cpu:slice" devices[D]): D threads spin for 0.3 s; fwd = the mean
+/* How the cores are shared now ("cpu:slice" devices[D]): D threads spin for 1 s; fwd = the mean
  * time a device thread runs before another job takes its core, bwd = the mean time it then waits
  * (0: a machine of its own). The simulator adds the waits a step of its length meets. */
 static un_status profile_slice(un_ctx *ctx, un_rulesdb *db, const un_graph *g, const char *device,
@@ -506,7 +511,7 @@ static un_status profile_slice(un_ctx *ctx, un_rulesdb *db, const un_graph *g, c
     spin_job *j = un_xcalloc((size_t)d, sizeof *j);
     pthread_t *th = un_xcalloc((size_t)d, sizeof *th);
     for (int64_t k = 0; k < d; k++) {
-        j[k].wall = 0.3;
+        j[k].wall = 1.0;
         pthread_create(&th[k], NULL, spin_main, &j[k]);
     }
     double on = 0, off = 0;
@@ -539,7 +544,7 @@ static un_status profile_barrier(un_ctx *ctx, un_rulesdb *db, const un_graph *g,
     double sec = 0;
     char shape[48];
     snprintf(shape, sizeof shape, "devices[%lld]", (long long)d);
-    un_status st = xchg_time(ctx, (int)d, 0, 1000, &sec);
+    un_status st = xchg_time(ctx, (int)d, 0, 2000, &sec);
     if (st == UN_OK && (st = store(ctx, db, "comm:barrier", shape, device, sec, 0, 0)) == UN_OK) {
         ++*n_stored;
         if (log)
