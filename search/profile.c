@@ -10,6 +10,7 @@
 
 #include "runtime/backend.h"
 #include "runtime/backend_cuda.h"
+#include "runtime/blas.h"
 #include "runtime/comm.h"
 #include "runtime/optim.h"
 #include "runtime/strategy.h"
@@ -534,6 +535,77 @@ static un_status profile_slice(un_ctx *ctx, un_rulesdb *db, const un_graph *g, c
     return st;
 }
 
+typedef struct meet_job {
+    un_comm *c;
+    double work; /* CPU seconds to compute before each barrier */
+    int reps;
+    double *t; /* per rep: wall seconds of work + barrier */
+    un_status st;
+} meet_job;
+
+static void *meet_main(void *arg) {
+    meet_job *j = arg;
+    un_ctx *ctx = un_ctx_new(NULL);
+    volatile double x = 1;
+    for (int i = 0; i < j->reps && j->st == UN_OK; i++) {
+        double t0 = now_s(), c0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
+        while (clock_s(CLOCK_THREAD_CPUTIME_ID) - c0 < j->work)
+            for (int k = 0; k < 100; k++)
+                x = x * 1.0000001 + 1e-9;
+        j->st = un_comm_barrier(ctx, j->c);
+        j->t[i] = now_s() - t0;
+    }
+    un_ctx_free(ctx);
+    return NULL;
+}
+
+/* How long D device threads take to compute W seconds of work each and meet at a barrier, as a
+ * step's stretches between two rendezvous do ("comm:meet" devices[D],work[W in us]: the median
+ * over repetitions), for W from 10 us to 3 ms. On a machine of its own that is W plus a barrier;
+ * where other jobs share the cores, a thread that waited at a barrier waits for a core again, and
+ * the stretch takes several times W. */
+static un_status profile_meet(un_ctx *ctx, un_rulesdb *db, const un_graph *g, const char *device,
+                              FILE *log, int64_t *n_stored) {
+    int d = (int)un_strategy_devices(g);
+    if (d < 2)
+        return UN_OK;
+    un_status st = UN_OK;
+    for (int w = 0; w < UN_SIM_MEET_POINTS && st == UN_OK; w++) {
+        double work = un_sim_meet_work[w];
+        int reps = (int)(0.1 / (3 * work));
+        reps = reps < 7 ? 7 : reps;
+        un_comm_group *grp = NULL;
+        if ((st = un_comm_local_group_new(ctx, d, &grp)) != UN_OK)
+            break;
+        meet_job *j = un_xcalloc((size_t)d, sizeof *j);
+        pthread_t *th = un_xcalloc((size_t)d, sizeof *th);
+        for (int r = 0; r < d; r++) {
+            j[r] = (meet_job){.c = un_comm_local_get(grp, r), .work = work, .reps = reps,
+                              .t = un_xcalloc((size_t)reps, sizeof(double))};
+            pthread_create(&th[r], NULL, meet_main, &j[r]);
+        }
+        for (int r = 0; r < d; r++) {
+            pthread_join(th[r], NULL);
+            st = st != UN_OK ? st : j[r].st;
+        }
+        qsort(j[0].t, (size_t)reps, sizeof(double), cmp_double);
+        double sec = j[0].t[reps / 2];
+        for (int r = 0; r < d; r++)
+            free(j[r].t);
+        free(j);
+        free(th);
+        un_comm_local_group_free(grp);
+        char shape[64];
+        un_sim_meet_shape(d, w, shape, sizeof shape);
+        if (st == UN_OK && (st = store(ctx, db, "comm:meet", shape, device, sec, 0, 0)) == UN_OK) {
+            ++*n_stored;
+            if (log)
+                fprintf(log, "  %-44s %-40s %10.4f ms\n", "comm:meet", shape, sec * 1e3);
+        }
+    }
+    return st;
+}
+
 /* The barrier of the run's D ranks ("comm:barrier" devices[D]), measured beside the operators so
  * that the rendezvous the runtime makes cost what they cost at this time on this machine. */
 static un_status profile_barrier(un_ctx *ctx, un_rulesdb *db, const un_graph *g, const char *device,
@@ -610,6 +682,8 @@ un_status un_profile_graph(un_ctx *ctx, un_rulesdb *db, const un_graph *g, const
         st = profile_barrier(ctx, db, g, device, log, n_stored);
     if (st == UN_OK && p->cuda_device < 0 && p->threads == 1)
         st = profile_slice(ctx, db, g, device, log, n_stored);
+    if (st == UN_OK && p->cuda_device < 0 && p->threads == 1)
+        st = profile_meet(ctx, db, g, device, log, n_stored);
     if (st == UN_OK)
         st = un_rulesdb_commit(ctx, db);
     else
@@ -627,6 +701,26 @@ un_status un_profile_machine(un_ctx *ctx, un_machine *m) {
          psz = sysconf(_SC_PAGE_SIZE);
     snprintf(m->name, sizeof m->name, "this CPU box: %ld cores as devices (measured)", nc);
     snprintf(m->dev.kind, sizeof m->dev.kind, "cpu");
+    /* what was measured: the CPU's model name, the OpenBLAS kernel, when, and how loaded */
+    char cpu[128] = "unknown CPU", line[256];
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "model name", 10) == 0 && strchr(line, ':')) {
+            snprintf(cpu, sizeof cpu, "%s", strchr(line, ':') + 2);
+            cpu[strcspn(cpu, "\n")] = 0;
+            break;
+        }
+    if (f)
+        fclose(f);
+    double load[1] = {0};
+    getloadavg(load, 1);
+    time_t now = time(NULL);
+    char when[32];
+    strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", gmtime(&now));
+    snprintf(m->source, sizeof m->source,
+             "measured by unity-profile machine on %.80s, OpenBLAS kernel %.32s, %s, load "
+             "average %.1f over %ld cores",
+             cpu, un_blas_kernel(), when, load[0], nc);
     m->nodes = 1;
     m->devices_per_node = nc > 0 ? (int)nc : 1;
     m->dev.memory = (double)pages * (double)psz / m->devices_per_node;
@@ -678,11 +772,11 @@ un_status un_profile_machine(un_ctx *ctx, un_machine *m) {
     char *x = un_xcalloc(mb, 1), *y = un_xcalloc(mb, 1);
     memcpy(y, x, mb);
     int reps = 0;
-    double t0 = now_s(), el = 0;
+    double t0 = clock_s(CLOCK_THREAD_CPUTIME_ID), el = 0; /* work, as the ops' times */
     while (reps < 3 || el < 0.3) {
         memcpy(reps % 2 ? x : y, reps % 2 ? y : x, mb);
         reps++;
-        el = now_s() - t0;
+        el = clock_s(CLOCK_THREAD_CPUTIME_ID) - t0;
     }
     m->dev.mem_bw = 2.0 * (double)mb * reps / el;
     free(x);

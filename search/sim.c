@@ -63,6 +63,7 @@ typedef struct sim {
     double *gbytes; /* per device: gradient bytes the runtime zeroes every step */
     bool backward;
     double lat; /* seconds of one barrier of the D ranks (runtime semantics) */
+    int meets;  /* rendezvous of all D ranks in the step (runtime semantics) */
 } sim;
 
 static stamp later(stamp a, stamp b) { return a.t >= b.t ? a : b; }
@@ -134,6 +135,7 @@ static void run_xfers(sim *s, int32_t node, const stamp *ready) {
                 worst = in[d], wd = d;
         const un_link *l = &un_cost_machine(s->cm)->intra;
         double dur = 2 * s->lat + worst / l->bw; /* two barriers, then the largest receive */
+        s->meets++;
         stamp end = run_task(s, wd, node, K_COMM, st, dur);
         for (int d = 0; d < s->D; d++)
             s->clock[d] = end;
@@ -561,6 +563,36 @@ static bool static_tensor(const un_graph *g, const un_node *nd, sim *s) {
     return in_tensor(s, nd, 0)->is_static;
 }
 
+const double un_sim_meet_work[UN_SIM_MEET_POINTS] = {10e-6, 30e-6, 100e-6, 300e-6, 1e-3, 3e-3};
+
+void un_sim_meet_shape(int devices, int w, char *buf, size_t n) {
+    snprintf(buf, n, "devices[%d],work[%.0f us]", devices, un_sim_meet_work[w] * 1e6);
+}
+
+/* Seconds for the D devices to compute `work` each and meet, interpolated (log-log) between
+ * the measured points ("comm:meet"), the time per work of the nearest end beyond them; 0 when
+ * they are not all measured. */
+static double meet_time(sim *s, double work) {
+    double t[UN_SIM_MEET_POINTS];
+    for (int w = 0; w < UN_SIM_MEET_POINTS; w++) {
+        char shape[64];
+        un_sim_meet_shape(s->D, w, shape, sizeof shape);
+        if ((t[w] = un_cost_measured(s->ctx, s->cm, "comm:meet", shape, 0)) <= 0)
+            return 0;
+    }
+    const double *x = un_sim_meet_work;
+    int n = UN_SIM_MEET_POINTS;
+    if (work <= x[0])
+        return t[0] * work / x[0];
+    if (work >= x[n - 1])
+        return t[n - 1] * work / x[n - 1];
+    int i = 0;
+    while (work > x[i + 1])
+        i++;
+    double f = log(work / x[i]) / log(x[i + 1] / x[i]);
+    return exp(log(t[i]) + f * (log(t[i + 1]) - log(t[i])));
+}
+
 static void critical_path(sim *s, stamp last) {
     int32_t n = un_graph_node_count(s->g);
     double *per = un_xcalloc((size_t)n, sizeof *per);
@@ -619,6 +651,7 @@ static void weights_sync(sim *s, stamp all) {
         return;
     const un_link *l = &un_cost_machine(s->cm)->intra;
     double dur = 4 * s->lat + 2 * worst / l->bw + un_cost_copy(s->cm, worst);
+    s->meets += 2;
     s->r->comm_bytes += 2 * total;
     stamp end = run_task(s, wd, -1, K_COMM, all, dur);
     for (int d = 0; d < s->D; d++)
@@ -791,6 +824,7 @@ static un_status sim_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
                 for (int d = 0; d < D; d++)
                     sync = later(sync, s.clock[d]);
                 stamp end = run_task(&s, 0, -1, K_COMM, sync, 3 * s.lat);
+                s.meets++;
                 for (int d = 0; d < D; d++)
                     s.clock[d] = end;
             }
@@ -800,11 +834,20 @@ static un_status sim_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
             last = later(last, s.clock[d]);
         out->step = last.t;
         critical_path(&s, last);
-        /* other jobs of the machine: a device running a step of this much work is taken off
-         * its core k = floor(step / on) or k + 1 times (the latter with the fraction's
-         * probability), each time for `off`; the step waits for the slowest of its D devices,
-         * so it meets k + 1 when any device does: the median is k + 1 when that is likelier */
-        if (out->slice_on > 0) {
+        out->meets = s.meets;
+        out->meet_work = out->step / (s.meets + 1);
+        out->meet_time = p->mirror_sources && D > 1 ? meet_time(&s, out->meet_work) : 0;
+        if (out->meet_time > 0) {
+            /* the step is meets + 1 stretches of work, each ending at a rendezvous of the D
+             * devices: what such stretches take here, now, measured (other jobs included) */
+            double t = (s.meets + 1) * out->meet_time;
+            out->wait = t > out->step ? t - out->step : 0;
+        } else if (out->slice_on > 0) {
+            /* other jobs of the machine: a device running a step of this much work is taken
+             * off its core k = floor(step / on) or k + 1 times (the latter with the fraction's
+             * probability), each time for `off`; the step waits for the slowest of its D
+             * devices, so it meets k + 1 when any device does: the median is k + 1 when that
+             * is likelier */
             double x = out->step / out->slice_on, k = floor(x);
             bool more = 1 - pow(1 - (x - k), D) >= 0.5;
             out->wait = out->slice_off * (k + (more ? 1 : 0));
@@ -870,7 +913,13 @@ void un_sim_report(const un_graph *g, const un_sim_result *r, const un_cost_mode
     double crit = r->crit_compute + r->crit_comm + r->crit_other;
     un_buf_printf(b, "estimated step time: %.3f ms on %d device%s of %s\n", r->step * 1e3,
                   r->devices, r->devices == 1 ? "" : "s", m->name);
-    if (r->wait > 0)
+    if (r->wait > 0 && r->meet_time > 0)
+        un_buf_printf(b,
+                      "of which %.3f ms waiting for cores: other jobs share the machine (%d "
+                      "rendezvous; %d devices computing %.3f ms each and meeting take %.3f ms "
+                      "here, measured with the op costs)\n",
+                      r->wait * 1e3, r->meets, r->devices, r->meet_work * 1e3, r->meet_time * 1e3);
+    else if (r->wait > 0)
         un_buf_printf(b,
                       "of which %.3f ms waiting for a core: other jobs share the machine (a "
                       "device runs %.3f ms, then waits %.3f ms; measured with the op costs)\n",

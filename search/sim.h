@@ -41,6 +41,9 @@ typedef struct un_sim_result {
     int devices;
     double wait;          /* seconds of the step spent off the cores (in step; 0 unmeasured) */
     double slice_on, slice_off; /* op-cost cache "cpu:slice": seconds a device runs, then waits */
+    int meets;            /* rendezvous of all devices in the step (runtime semantics) */
+    double meet_work;     /* seconds of work between two of them (the step before waits / meets+1) */
+    double meet_time;     /* measured seconds such a stretch takes ("comm:meet"; 0 unmeasured) */
     double *mem;          /* bytes per device; owned */
     double mem_weights, mem_grads, mem_optim, mem_acts; /* of the largest device */
     int worst;            /* the device needing the most memory */
@@ -75,6 +78,12 @@ int un_sim_device(const un_graph *g, int32_t id, int64_t piece, int devices);
  * UN_SIM_MAX_RANK_COUNTS: the optimizer's sizes the profiler times and the simulator looks up. */
 #define UN_SIM_MAX_RANK_COUNTS 64
 un_status un_sim_rank_param_counts(un_ctx *ctx, const un_graph *g, int64_t *counts, int *n);
+
+/* The work between two rendezvous at which the profiler times D device threads computing and
+ * then meeting ("comm:meet"), and that entry's shape "devices[D],work[W us]" for point w. */
+#define UN_SIM_MEET_POINTS 6
+extern const double un_sim_meet_work[UN_SIM_MEET_POINTS];
+void un_sim_meet_shape(int devices, int w, char *buf, size_t n);
 
 /* The estimate as text: step time, compute/communication split, the critical path's top
  * operators, memory per device (and whether it fits). */

@@ -395,7 +395,8 @@ static void put_cost(un_rulesdb *db, const char *sig, const char *shape, double 
 /* The measured parts of a step besides the ops: a slower barrier makes a data-parallel step
  * longer; the time off the cores (cpu:slice) is added as whole waits: none while a step is
  * shorter than half a time slice, floor(step / on + 1/2) of them for one device, and more for
- * two devices (the step waits for either). */
+ * two devices (the step waits for either); measured stretches between rendezvous (comm:meet)
+ * replace that for several devices. */
 static void test_sim_measured_parts(void) {
     char path[128];
     snprintf(path, sizeof path, "%s/parts.db", cli_tmp);
@@ -426,6 +427,20 @@ static void test_sim_measured_parts(void) {
     d1 = sim_runtime(cm, dp, 2);
     EXPECT_NEAR(d1.wait, 2 * 0.5e-3, 1e-9);
     EXPECT_NEAR(d1.step, work + d1.wait, 1e-9);
+    un_sim_result_deinit(&d1);
+    un_cost_model_free(cm);
+    /* measured stretches of work between rendezvous take the place of the slices: where each
+     * takes three times its work, the step does */
+    for (int w = 0; w < UN_SIM_MEET_POINTS; w++) {
+        char shape[64];
+        un_sim_meet_shape(2, w, shape, sizeof shape);
+        put_cost(db, "comm:meet", shape, 3 * un_sim_meet_work[w] * 1e3, 0);
+    }
+    cm = model_on(&m, db);
+    d1 = sim_runtime(cm, dp, 2);
+    EXPECT_TRUE(d1.meets >= 3); /* the gradients' scatter and gather, the loss */
+    EXPECT_NEAR(d1.step, 3 * work, 1e-9);
+    EXPECT_NEAR(d1.meet_time, 3 * d1.meet_work, 1e-9);
     un_sim_result_deinit(&d1);
     un_cost_model_free(cm);
     un_rulesdb_free(db);
