@@ -36,13 +36,6 @@ static double clock_s(clockid_t c) {
 
 static double now_s(void) { return clock_s(CLOCK_MONOTONIC); }
 
-/* The clock an op is timed by: a one-thread CPU device's work is its thread's CPU time (what it
- * computes, without the time other jobs of a shared machine take the core away: that is measured
- * apart, profile_slice), anything else wall time. */
-static double work_s(const un_profile_params *p) {
-    return p->threads == 1 && p->cuda_device < 0 ? clock_s(CLOCK_THREAD_CPUTIME_ID) : now_s();
-}
-
 /* A tensor of shape s in backend memory: floats in [-1, 1), ints 0 (a valid index for every op). */
 static un_status kt_new(un_ctx *ctx, un_backend *be, const un_shape *s, size_t fes, uint64_t seed,
                         bool fill, un_kt *out) {
@@ -92,14 +85,52 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* One repetition's wall and CPU seconds (the CPU clock read outside the wall clock's window). */
+typedef struct rep_time {
+    double wall, cpu;
+} rep_time;
+
+/* What one run of an op costs from its repetitions' times (n of them; sorted here): a one-thread
+ * CPU device's work is its thread's CPU time (what it computes, without the time other jobs of a
+ * shared machine take the core away: that is measured apart, profile_meet), unless the op is so
+ * short (median under 50 us) that reading that clock (a system call) would weigh in: then, and on
+ * any other device, the wall time; the median either way. */
+static double rep_median(rep_time *t, int n, const un_profile_params *p) {
+    if (n == 0)
+        return 0;
+    double *v = un_xcalloc((size_t)n, sizeof *v), r;
+    for (int i = 0; i < n; i++)
+        v[i] = t[i].wall;
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    r = v[n / 2];
+    if (p->threads == 1 && p->cuda_device < 0 && r >= 50e-6) {
+        for (int i = 0; i < n; i++)
+            v[i] = t[i].cpu;
+        qsort(v, (size_t)n, sizeof *v, cmp_double);
+        r = v[n / 2];
+    }
+    free(v);
+    return r;
+}
+
 typedef un_status (*timed_fn)(un_ctx *ctx, void *arg);
+
+static rep_time rep_run(un_ctx *ctx, timed_fn fn, void *arg,
+                        un_status *st) {
+    double c0 = clock_s(CLOCK_THREAD_CPUTIME_ID), w0 = now_s();
+    if (fn && *st == UN_OK)
+        *st = fn(ctx, arg);
+    double w1 = now_s();
+    return (rep_time){w1 - w0, clock_s(CLOCK_THREAD_CPUTIME_ID) - c0};
+}
+
 
 /* Repetitions that D threads run at the same time: each starts after a barrier of all D; t holds
  * thread k's rep i at [k * reps + i]. */
 typedef struct lockstep {
     pthread_barrier_t bar;
     int reps;
-    double *t;
+    rep_time *t;
 } lockstep;
 
 /* The median seconds of one call of fn(arg) after the warm-up: repetitions go on until min_reps
@@ -112,31 +143,28 @@ static un_status time_median(un_ctx *ctx, timed_fn fn, void *arg, const un_profi
         un_status st = UN_OK;
         for (int i = 0; i < p->warmup + ls->reps; i++) {
             pthread_barrier_wait(&ls->bar);
-            double t0 = work_s(p);
-            if (fn && st == UN_OK)
-                st = fn(ctx, arg);
+            rep_time t = rep_run(ctx, fn, arg, &st);
             if (i >= p->warmup)
-                ls->t[(size_t)k * (size_t)ls->reps + (size_t)(i - p->warmup)] = work_s(p) - t0;
+                ls->t[(size_t)k * (size_t)ls->reps + (size_t)(i - p->warmup)] = t;
         }
         return st;
     }
     un_status st = UN_OK;
     int reps = 0, cap = 64;
-    double *t = un_xmalloc(sizeof *t * (size_t)cap), total = 0;
+    rep_time *t = un_xmalloc(sizeof *t * (size_t)cap);
+    double total = 0;
     for (int i = 0; st == UN_OK; i++) {
-        double t0 = work_s(p);
-        st = fn(ctx, arg);
+        rep_time r = rep_run(ctx, fn, arg, &st);
         if (i < p->warmup)
             continue;
         if (reps == cap)
             t = un_xrealloc(t, sizeof *t * (size_t)(cap *= 2));
-        t[reps++] = work_s(p) - t0;
-        total += t[reps - 1];
+        t[reps++] = r;
+        total += r.wall;
         if ((reps >= p->min_reps && total >= p->min_seconds) || reps >= 100000)
             break;
     }
-    qsort(t, (size_t)reps, sizeof *t, cmp_double);
-    *sec = reps ? t[reps / 2] : 0;
+    *sec = rep_median(t, reps, p);
     free(t);
     return st;
 }
@@ -228,16 +256,16 @@ static void *together_main(void *arg) {
     return NULL;
 }
 
-/* The median over repetitions of the slowest of n sorted-by-rep thread times. */
-static double lockstep_median(const lockstep *ls, int n) {
-    double *m = un_xcalloc((size_t)ls->reps + 1, sizeof *m);
+/* Per repetition the slowest of the n threads, then rep_median. */
+static double lockstep_median(const lockstep *ls, int n, const un_profile_params *p) {
+    rep_time *m = un_xcalloc((size_t)ls->reps + 1, sizeof *m);
     for (int i = 0; i < ls->reps; i++)
         for (int k = 0; k < n; k++) {
-            double t = ls->t[(size_t)k * (size_t)ls->reps + (size_t)i];
-            m[i] = t > m[i] ? t : m[i];
+            rep_time t = ls->t[(size_t)k * (size_t)ls->reps + (size_t)i];
+            m[i].wall = t.wall > m[i].wall ? t.wall : m[i].wall;
+            m[i].cpu = t.cpu > m[i].cpu ? t.cpu : m[i].cpu;
         }
-    qsort(m, (size_t)ls->reps, sizeof *m, cmp_double);
-    double r = ls->reps ? m[ls->reps / 2] : 0;
+    double r = rep_median(m, ls->reps, p);
     free(m);
     return r;
 }
@@ -271,8 +299,8 @@ static un_status profile_together(un_ctx *ctx, const un_graph *g, int32_t id,
         if (st == UN_OK && j[k].st != UN_OK)
             st = un_ctx_error(ctx, j[k].st, "profile: device %d of %d: %s", k, D, j[k].err);
     }
-    *fwd = lockstep_median(&ls[0], D);
-    *bwd = lockstep_median(&ls[1], D);
+    *fwd = lockstep_median(&ls[0], D, p);
+    *bwd = lockstep_median(&ls[1], D, p);
     for (int i = 0; i < 2; i++) {
         pthread_barrier_destroy(&ls[i].bar);
         free(ls[i].t);
@@ -453,7 +481,7 @@ static void *xchg_main(void *arg) {
 
 /* The median seconds of one barrier of n threads (bytes 0) or of one exchange of `bytes` from
  * thread 0 to thread 1 (n = 2): the synchronisation itself; the waits for a thread that another
- * job took off its core are measured apart (profile_slice). */
+ * job took off its core are measured apart (profile_meet). */
 static un_status xchg_time(un_ctx *ctx, int n, size_t bytes, int reps, double *sec) {
     un_comm_group *grp = NULL;
     un_status st = un_comm_local_group_new(ctx, n, &grp);
@@ -478,61 +506,6 @@ static un_status xchg_time(un_ctx *ctx, int n, size_t bytes, int reps, double *s
     free(j);
     un_comm_local_group_free(grp);
     return st == UN_OK ? UN_OK : un_ctx_error(ctx, st, "profile: the thread exchange failed");
-}
-
-typedef struct spin_job {
-    double wall, on, off; /* in: seconds to spin; out: mean seconds on and off the core */
-} spin_job;
-
-/* Spins for j->wall seconds, checking the clock every microsecond or so: a jump of over 30 us
- * between two checks is a time the thread was off its core. */
-static void *spin_main(void *arg) {
-    spin_job *j = arg;
-    double w0 = now_s(), last = w0, off = 0, t = w0;
-    int gaps = 0;
-    volatile double x = 1;
-    while ((t = now_s()) - w0 < j->wall) {
-        if (t - last > 30e-6)
-            off += t - last, gaps++;
-        last = t;
-        for (int i = 0; i < 300; i++)
-            x = x * 1.0000001 + 1e-9;
-    }
-    j->on = gaps ? (t - w0 - off) / gaps : t - w0;
-    j->off = gaps ? off / gaps : 0;
-    return NULL;
-}
-
-/* How the cores are shared now ("cpu:slice" devices[D]): D threads spin for 1 s; fwd = the mean
- * time a device thread runs before another job takes its core, bwd = the mean time it then waits
- * (0: a machine of its own). The simulator adds the waits a step of its length meets. */
-static un_status profile_slice(un_ctx *ctx, un_rulesdb *db, const un_graph *g, const char *device,
-                               FILE *log, int64_t *n_stored) {
-    int64_t d = un_strategy_devices(g);
-    spin_job *j = un_xcalloc((size_t)d, sizeof *j);
-    pthread_t *th = un_xcalloc((size_t)d, sizeof *th);
-    for (int64_t k = 0; k < d; k++) {
-        j[k].wall = 1.0;
-        pthread_create(&th[k], NULL, spin_main, &j[k]);
-    }
-    double on = 0, off = 0;
-    for (int64_t k = 0; k < d; k++) {
-        pthread_join(th[k], NULL);
-        on += j[k].on / (double)d;
-        off += j[k].off / (double)d;
-    }
-    free(j);
-    free(th);
-    char shape[48];
-    snprintf(shape, sizeof shape, "devices[%lld]", (long long)d);
-    un_status st = store(ctx, db, "cpu:slice", shape, device, on, off, 0);
-    if (st == UN_OK) {
-        ++*n_stored;
-        if (log)
-            fprintf(log, "  %-44s %-40s %10.4f %10.4f ms (on, off the core)\n", "cpu:slice", shape,
-                    on * 1e3, off * 1e3);
-    }
-    return st;
 }
 
 typedef struct meet_job {
@@ -561,18 +534,17 @@ static void *meet_main(void *arg) {
 
 /* How long D device threads take to compute W seconds of work each and meet at a barrier, as a
  * step's stretches between two rendezvous do ("comm:meet" devices[D],work[W in us]: the median
- * over repetitions), for W from 10 us to 3 ms. On a machine of its own that is W plus a barrier;
- * where other jobs share the cores, a thread that waited at a barrier waits for a core again, and
- * the stretch takes several times W. */
+ * over repetitions), for W from 10 us to 30 ms (D = 1: a one-device step is one such stretch).
+ * On a machine of its own that is W plus a barrier; where other jobs share the cores, a thread
+ * is taken off its core now and then, and a thread that waited at a barrier waits for a core
+ * again: the stretch takes up to several times W. */
 static un_status profile_meet(un_ctx *ctx, un_rulesdb *db, const un_graph *g, const char *device,
                               FILE *log, int64_t *n_stored) {
     int d = (int)un_strategy_devices(g);
-    if (d < 2)
-        return UN_OK;
     un_status st = UN_OK;
     for (int w = 0; w < UN_SIM_MEET_POINTS && st == UN_OK; w++) {
         double work = un_sim_meet_work[w];
-        int reps = (int)(0.1 / (3 * work));
+        int reps = (int)(0.05 / work);
         reps = reps < 7 ? 7 : reps;
         un_comm_group *grp = NULL;
         if ((st = un_comm_local_group_new(ctx, d, &grp)) != UN_OK)
@@ -680,8 +652,6 @@ un_status un_profile_graph(un_ctx *ctx, un_rulesdb *db, const un_graph *g, const
         st = profile_step_parts(ctx, db, g, p, device, log, n_stored);
     if (st == UN_OK && p->cuda_device < 0)
         st = profile_barrier(ctx, db, g, device, log, n_stored);
-    if (st == UN_OK && p->cuda_device < 0 && p->threads == 1)
-        st = profile_slice(ctx, db, g, device, log, n_stored);
     if (st == UN_OK && p->cuda_device < 0 && p->threads == 1)
         st = profile_meet(ctx, db, g, device, log, n_stored);
     if (st == UN_OK)

@@ -563,7 +563,8 @@ static bool static_tensor(const un_graph *g, const un_node *nd, sim *s) {
     return in_tensor(s, nd, 0)->is_static;
 }
 
-const double un_sim_meet_work[UN_SIM_MEET_POINTS] = {10e-6, 30e-6, 100e-6, 300e-6, 1e-3, 3e-3};
+const double un_sim_meet_work[UN_SIM_MEET_POINTS] = {10e-6, 30e-6, 100e-6, 300e-6,
+                                                      1e-3,  3e-3,  10e-3,  30e-3};
 
 void un_sim_meet_shape(int devices, int w, char *buf, size_t n) {
     snprintf(buf, n, "devices[%d],work[%.0f us]", devices, un_sim_meet_work[w] * 1e6);
@@ -717,9 +718,7 @@ static un_status sim_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     char dshape[32];
     snprintf(dshape, sizeof dshape, "devices[%d]", D);
     s.lat = D > 1 ? un_cost_measured(ctx, cm, "comm:barrier", dshape, m->intra.latency) : 0;
-    if (!un_cost_lookup(ctx, cm, "cpu:slice", dshape, &out->slice_on, &out->slice_off) ||
-        out->slice_on <= 0 || out->slice_off < 0)
-        out->slice_on = out->slice_off = 0;
+
     out->devices = D;
     out->mem = un_xcalloc((size_t)D, sizeof *out->mem);
     s.clock = un_xcalloc((size_t)D, sizeof *s.clock);
@@ -836,21 +835,13 @@ static un_status sim_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
         critical_path(&s, last);
         out->meets = s.meets;
         out->meet_work = out->step / (s.meets + 1);
-        out->meet_time = p->mirror_sources && D > 1 ? meet_time(&s, out->meet_work) : 0;
+        out->meet_time = p->mirror_sources ? meet_time(&s, out->meet_work) : 0;
         if (out->meet_time > 0) {
             /* the step is meets + 1 stretches of work, each ending at a rendezvous of the D
-             * devices: what such stretches take here, now, measured (other jobs included) */
+             * devices (D = 1: the step is one): what such stretches take here, now, measured
+             * with the op costs (other jobs of the machine included) */
             double t = (s.meets + 1) * out->meet_time;
             out->wait = t > out->step ? t - out->step : 0;
-        } else if (out->slice_on > 0) {
-            /* other jobs of the machine: a device running a step of this much work is taken
-             * off its core k = floor(step / on) or k + 1 times (the latter with the fraction's
-             * probability), each time for `off`; the step waits for the slowest of its D
-             * devices, so it meets k + 1 when any device does: the median is k + 1 when that
-             * is likelier */
-            double x = out->step / out->slice_on, k = floor(x);
-            bool more = 1 - pow(1 - (x - k), D) >= 0.5;
-            out->wait = out->slice_off * (k + (more ? 1 : 0));
         }
         out->step += out->wait;
     }
@@ -913,17 +904,13 @@ void un_sim_report(const un_graph *g, const un_sim_result *r, const un_cost_mode
     double crit = r->crit_compute + r->crit_comm + r->crit_other;
     un_buf_printf(b, "estimated step time: %.3f ms on %d device%s of %s\n", r->step * 1e3,
                   r->devices, r->devices == 1 ? "" : "s", m->name);
-    if (r->wait > 0 && r->meet_time > 0)
+    if (r->wait > 0)
         un_buf_printf(b,
                       "of which %.3f ms waiting for cores: other jobs share the machine (%d "
-                      "rendezvous; %d devices computing %.3f ms each and meeting take %.3f ms "
+                      "rendezvous; %d device%s computing %.3f ms each and meeting take%s %.3f ms "
                       "here, measured with the op costs)\n",
-                      r->wait * 1e3, r->meets, r->devices, r->meet_work * 1e3, r->meet_time * 1e3);
-    else if (r->wait > 0)
-        un_buf_printf(b,
-                      "of which %.3f ms waiting for a core: other jobs share the machine (a "
-                      "device runs %.3f ms, then waits %.3f ms; measured with the op costs)\n",
-                      r->wait * 1e3, r->slice_on * 1e3, r->slice_off * 1e3);
+                      r->wait * 1e3, r->meets, r->devices, r->devices == 1 ? "" : "s",
+                      r->meet_work * 1e3, r->devices == 1 ? "s" : "", r->meet_time * 1e3);
     un_buf_printf(b,
                   "critical path: compute %.3f ms (%.0f%%), communication %.3f ms (%.0f%%), "
                   "copies/optimizer %.3f ms (%.0f%%)\n",

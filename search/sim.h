@@ -40,7 +40,6 @@ typedef struct un_sim_result {
     double comm_bytes;    /* bytes sent between devices */
     int devices;
     double wait;          /* seconds of the step spent off the cores (in step; 0 unmeasured) */
-    double slice_on, slice_off; /* op-cost cache "cpu:slice": seconds a device runs, then waits */
     int meets;            /* rendezvous of all devices in the step (runtime semantics) */
     double meet_work;     /* seconds of work between two of them (the step before waits / meets+1) */
     double meet_time;     /* measured seconds such a stretch takes ("comm:meet"; 0 unmeasured) */
@@ -81,7 +80,7 @@ un_status un_sim_rank_param_counts(un_ctx *ctx, const un_graph *g, int64_t *coun
 
 /* The work between two rendezvous at which the profiler times D device threads computing and
  * then meeting ("comm:meet"), and that entry's shape "devices[D],work[W us]" for point w. */
-#define UN_SIM_MEET_POINTS 6
+#define UN_SIM_MEET_POINTS 8
 extern const double un_sim_meet_work[UN_SIM_MEET_POINTS];
 void un_sim_meet_shape(int devices, int w, char *buf, size_t n);
 

@@ -392,11 +392,18 @@ static void put_cost(un_rulesdb *db, const char *sig, const char *shape, double 
     un_ctx_free(ctx);
 }
 
+static void put_meets(un_rulesdb *db, int devices, double factor) {
+    for (int w = 0; w < UN_SIM_MEET_POINTS; w++) {
+        char shape[64];
+        un_sim_meet_shape(devices, w, shape, sizeof shape);
+        put_cost(db, "comm:meet", shape, factor * un_sim_meet_work[w] * 1e3, 0);
+    }
+}
+
 /* The measured parts of a step besides the ops: a slower barrier makes a data-parallel step
- * longer; the time off the cores (cpu:slice) is added as whole waits: none while a step is
- * shorter than half a time slice, floor(step / on + 1/2) of them for one device, and more for
- * two devices (the step waits for either); measured stretches between rendezvous (comm:meet)
- * replace that for several devices. */
+ * longer; measured stretches of work between rendezvous (comm:meet) stretch the step: one
+ * device's step is one stretch, two devices' are meets + 1; a stretch measured as fast as its
+ * work adds nothing, an unmeasured one nothing either. */
 static void test_sim_measured_parts(void) {
     char path[128];
     snprintf(path, sizeof path, "%s/parts.db", cli_tmp);
@@ -407,41 +414,28 @@ static void test_sim_measured_parts(void) {
     un_graph *ser = mlp_graph("serial", 1), *dp = mlp_graph("data", 2);
     un_cost_model *cm = model_on(&m, db);
     un_sim_result s0 = sim_runtime(cm, ser, 1), d0 = sim_runtime(cm, dp, 2);
+    EXPECT_TRUE(s0.wait == 0 && d0.wait == 0 && s0.meet_time == 0);
     un_cost_model_free(cm);
     put_cost(db, "comm:barrier", "devices[2]", 1.0, 0); /* 1 ms a barrier */
-    double on = s0.step / 2.6;                           /* 2.6 slices: 3 waits */
-    put_cost(db, "cpu:slice", "devices[1]", on * 1e3, 0.5);
-    put_cost(db, "cpu:slice", "devices[2]", 1e3, 0.5); /* 1 s slices: no wait */
+    put_meets(db, 1, 1.0);                              /* as fast as the work: no wait */
+    put_meets(db, 2, 3.0);                              /* three times the work */
     cm = model_on(&m, db);
     un_sim_result s1 = sim_runtime(cm, ser, 1), d1 = sim_runtime(cm, dp, 2);
-    EXPECT_NEAR(s1.wait, 3 * 0.5e-3, 1e-9);
-    EXPECT_NEAR(s1.step, s0.step + s1.wait, 1e-9);
-    EXPECT_TRUE(d1.wait == 0 && d1.step > d0.step + 4e-3); /* at least the sync's 4 barriers */
-    double work = d1.step;
-    un_sim_result_deinit(&d1);
-    un_cost_model_free(cm);
-    /* 1.3 slices of work: one device would wait once (0.3 < 1/2), but the step waits for
-     * either of two: 1 - 0.7^2 > 1/2, twice */
-    put_cost(db, "cpu:slice", "devices[2]", work / 1.3 * 1e3, 0.5);
-    cm = model_on(&m, db);
-    d1 = sim_runtime(cm, dp, 2);
-    EXPECT_NEAR(d1.wait, 2 * 0.5e-3, 1e-9);
-    EXPECT_NEAR(d1.step, work + d1.wait, 1e-9);
-    un_sim_result_deinit(&d1);
-    un_cost_model_free(cm);
-    /* measured stretches of work between rendezvous take the place of the slices: where each
-     * takes three times its work, the step does */
-    for (int w = 0; w < UN_SIM_MEET_POINTS; w++) {
-        char shape[64];
-        un_sim_meet_shape(2, w, shape, sizeof shape);
-        put_cost(db, "comm:meet", shape, 3 * un_sim_meet_work[w] * 1e3, 0);
-    }
-    cm = model_on(&m, db);
-    d1 = sim_runtime(cm, dp, 2);
+    EXPECT_NEAR(s1.step, s0.step, 1e-12);
+    EXPECT_TRUE(s1.wait == 0 && s1.meets == 0 && s1.meet_time > 0);
     EXPECT_TRUE(d1.meets >= 3); /* the gradients' scatter and gather, the loss */
-    EXPECT_NEAR(d1.step, 3 * work, 1e-9);
+    /* the raw step has the 1 ms barriers: at least the sync's 4 and the loss's 3 */
+    double raw = d1.step - d1.wait;
+    EXPECT_TRUE(raw > d0.step + 6.9e-3);
+    EXPECT_NEAR(d1.step, 3 * raw, 1e-9);
     EXPECT_NEAR(d1.meet_time, 3 * d1.meet_work, 1e-9);
     un_sim_result_deinit(&d1);
+    un_cost_model_free(cm);
+    put_meets(db, 1, 2.0); /* one device: the whole step is one stretch */
+    cm = model_on(&m, db);
+    un_sim_result s2 = sim_runtime(cm, ser, 1);
+    EXPECT_NEAR(s2.step, 2 * s0.step, 1e-12);
+    un_sim_result_deinit(&s2);
     un_cost_model_free(cm);
     un_rulesdb_free(db);
     un_sim_result_deinit(&s0);
@@ -453,7 +447,7 @@ static void test_sim_measured_parts(void) {
 }
 
 /* unity-train --profile on two devices stores, beside the ops, the optimizer over a rank's
- * parameters, the barrier of the two device threads and how the cores are shared. */
+ * parameters, the barrier of the two device threads and their stretches of work and meeting. */
 static void test_profile_parts(void) {
     char path[128];
     snprintf(path, sizeof path, "%s/prof2.db", cli_tmp);
@@ -461,7 +455,7 @@ static void test_profile_parts(void) {
                                                          "--profile --machine specs/machines/cpu.json "
                                                          "--rules %s/prof2.db"));
     EXPECT_EQ(r->code, 0);
-    EXPECT_TRUE(strstr(r->out, "comm:barrier") && strstr(r->out, "cpu:slice") &&
+    EXPECT_TRUE(strstr(r->out, "comm:barrier") && strstr(r->out, "comm:meet") &&
                 strstr(r->out, "optimizer:adam"));
     un_ctx *ctx = un_ctx_new(NULL);
     un_rulesdb *db = NULL;
@@ -470,8 +464,10 @@ static void test_profile_parts(void) {
     bool found = false;
     EXPECT_OK(ctx, un_rulesdb_cost_get(ctx, db, "comm:barrier", "devices[2]", "cpu", &c, &found));
     EXPECT_TRUE(found && c.fwd_ms > 0);
-    EXPECT_OK(ctx, un_rulesdb_cost_get(ctx, db, "cpu:slice", "devices[2]", "cpu", &c, &found));
-    EXPECT_TRUE(found && c.fwd_ms > 0 && c.bwd_ms >= 0);
+    char shape[64];
+    un_sim_meet_shape(2, 0, shape, sizeof shape);
+    EXPECT_OK(ctx, un_rulesdb_cost_get(ctx, db, "comm:meet", shape, "cpu", &c, &found));
+    EXPECT_TRUE(found && c.fwd_ms >= 1e3 * un_sim_meet_work[0]);
     un_rulesdb_free(db);
     un_ctx_free(ctx);
 }
