@@ -41,8 +41,8 @@ typedef struct un_sim_result {
     int devices;
     double wait;          /* seconds of the step spent off the cores (in step; 0 unmeasured) */
     int meets;            /* rendezvous of all devices in the step (runtime semantics) */
-    double meet_work;     /* seconds of work between two of them (the step before waits / meets+1) */
-    double meet_time;     /* measured seconds such a stretch takes ("comm:meet"; 0 unmeasured) */
+    double meet_work;     /* mean seconds of work between two of them (or to the step's end) */
+    double meet_time;     /* the measured seconds of all those stretches ("comm:meet"; 0: none) */
     double *mem;          /* bytes per device; owned */
     double mem_weights, mem_grads, mem_optim, mem_acts; /* of the largest device */
     int worst;            /* the device needing the most memory */

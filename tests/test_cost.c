@@ -340,8 +340,9 @@ static un_sim_result sim_runtime(un_cost_model *cm, const un_graph *g, int devic
 
 /* Runtime semantics (the weights folded as the runtime stores them): a rank holds its weight
  * pieces (tensor parallelism halves them), data parallelism sums the gradients over the copies
- * (bytes moved, communication on the clock), serial moves nothing; the optimizer's sizes the
- * profiler times are the ranks' parameter counts. */
+ * (bytes moved, communication on the clock) and each copy's holder updates its shard (half the
+ * optimizer state), serial moves nothing; the optimizer's sizes the profiler times are the
+ * ranks' shards. */
 static void test_sim_runtime(void) {
     un_ctx *ctx = un_ctx_new(NULL);
     un_graph *ser = mlp_graph("serial", 1), *dp = mlp_graph("data", 2), *tp = mlp_graph("tensor", 2);
@@ -353,7 +354,7 @@ static void test_sim_runtime(void) {
     EXPECT_OK(ctx, un_sim_rank_param_counts(ctx, ser, c, &n));
     EXPECT_TRUE(n == 1 && c[0] == total);
     EXPECT_OK(ctx, un_sim_rank_param_counts(ctx, dp, c, &n));
-    EXPECT_TRUE(n == 1 && c[0] == total);
+    EXPECT_TRUE(n == 1 && c[0] == total / 2); /* each copy's holder updates its half */
     EXPECT_OK(ctx, un_sim_rank_param_counts(ctx, tp, c, &n));
     EXPECT_TRUE(n >= 1 && c[0] < total);
     un_machine m = machine_mem("1e12");
@@ -368,6 +369,8 @@ static void test_sim_runtime(void) {
     /* the copy-group sum: each device receives half of its copy twice (scatter, gather) */
     EXPECT_TRUE(rd.comm_bytes >= 2 * wbytes && rd.comm_total > 0);
     EXPECT_TRUE(rd.wait == 0 && rs.wait == 0);
+    EXPECT_NEAR(rs.mem_optim, 2 * wbytes, 1); /* Adam: two moments */
+    EXPECT_NEAR(rd.mem_optim, wbytes, 1);     /* of half the weights */
     un_sim_result_deinit(&rs);
     un_sim_result_deinit(&rd);
     un_sim_result_deinit(&rt);
@@ -401,43 +404,53 @@ static void put_meets(un_rulesdb *db, int devices, double factor) {
 }
 
 /* The measured parts of a step besides the ops: a slower barrier makes a data-parallel step
- * longer; measured stretches of work between rendezvous (comm:meet) stretch the step: one
- * device's step is one stretch, two devices' are meets + 1; a stretch measured as fast as its
+ * longer; measured stretches of work between rendezvous (comm:meet) stretch the step: a
+ * one-device step is one stretch, a two-device one a stretch per rendezvous and one to the end,
+ * each waiting what it takes beyond its work and a barrier; a stretch measured as fast as its
  * work adds nothing, an unmeasured one nothing either. */
 static void test_sim_measured_parts(void) {
-    char path[128];
-    snprintf(path, sizeof path, "%s/parts.db", cli_tmp);
+    char path[2][128];
     un_ctx *ctx = un_ctx_new(NULL);
-    un_rulesdb *db = NULL;
-    EXPECT_OK(ctx, un_rulesdb_open(ctx, path, spec, UN_RULESDB_CREATE, &db));
+    un_rulesdb *db[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path[i], sizeof path[i], "%s/parts%d.db", cli_tmp, i);
+        EXPECT_OK(ctx, un_rulesdb_open(ctx, path[i], spec, UN_RULESDB_CREATE, &db[i]));
+    }
     un_machine m = machine_mem("1e12");
     un_graph *ser = mlp_graph("serial", 1), *dp = mlp_graph("data", 2);
-    un_cost_model *cm = model_on(&m, db);
+    un_cost_model *cm = model_on(&m, db[0]);
     un_sim_result s0 = sim_runtime(cm, ser, 1), d0 = sim_runtime(cm, dp, 2);
     EXPECT_TRUE(s0.wait == 0 && d0.wait == 0 && s0.meet_time == 0);
+    EXPECT_TRUE(s0.meets == 0 && d0.meets >= 3); /* the gradients' scatter, gather, the loss */
     un_cost_model_free(cm);
-    put_cost(db, "comm:barrier", "devices[2]", 1.0, 0); /* 1 ms a barrier */
-    put_meets(db, 1, 1.0);                              /* as fast as the work: no wait */
-    put_meets(db, 2, 3.0);                              /* three times the work */
-    cm = model_on(&m, db);
-    un_sim_result s1 = sim_runtime(cm, ser, 1), d1 = sim_runtime(cm, dp, 2);
-    EXPECT_NEAR(s1.step, s0.step, 1e-12);
-    EXPECT_TRUE(s1.wait == 0 && s1.meets == 0 && s1.meet_time > 0);
-    EXPECT_TRUE(d1.meets >= 3); /* the gradients' scatter and gather, the loss */
-    /* the raw step has the 1 ms barriers: at least the sync's 4 and the loss's 3 */
-    double raw = d1.step - d1.wait;
-    EXPECT_TRUE(raw > d0.step + 6.9e-3);
-    EXPECT_NEAR(d1.step, 3 * raw, 1e-9);
-    EXPECT_NEAR(d1.meet_time, 3 * d1.meet_work, 1e-9);
+    put_cost(db[0], "comm:barrier", "devices[2]", 1.0, 0); /* 1 ms a barrier */
+    cm = model_on(&m, db[0]);
+    un_sim_result d1 = sim_runtime(cm, dp, 2);
+    EXPECT_TRUE(d1.step > d0.step + 6.9e-3); /* the sync's 4 barriers and the loss's 3 */
     un_sim_result_deinit(&d1);
     un_cost_model_free(cm);
-    put_meets(db, 1, 2.0); /* one device: the whole step is one stretch */
-    cm = model_on(&m, db);
+    put_meets(db[1], 1, 1.0); /* as fast as the work: no wait */
+    put_meets(db[1], 2, 3.0); /* three times the work */
+    cm = model_on(&m, db[1]);
+    un_sim_result s1 = sim_runtime(cm, ser, 1);
+    d1 = sim_runtime(cm, dp, 2);
+    EXPECT_NEAR(s1.step, s0.step, 1e-12);
+    EXPECT_TRUE(s1.wait == 0 && s1.meet_time > 0);
+    double work = d1.meet_work * (d1.meets + 1), lat = m.intra.latency;
+    EXPECT_NEAR(work, d0.step - (d0.meets * 2 + 1) * lat, 0.2 * d0.step); /* the work, about */
+    EXPECT_NEAR(d1.meet_time, 3 * work, 1e-12);
+    EXPECT_TRUE(d1.wait <= 2 * work && d1.wait >= 2 * work - (d1.meets + 1) * lat - 1e-12);
+    EXPECT_NEAR(d1.step, d0.step + d1.wait, 1e-12);
+    un_sim_result_deinit(&d1);
+    un_cost_model_free(cm);
+    put_meets(db[1], 1, 2.0); /* one device: the whole step is one stretch */
+    cm = model_on(&m, db[1]);
     un_sim_result s2 = sim_runtime(cm, ser, 1);
     EXPECT_NEAR(s2.step, 2 * s0.step, 1e-12);
     un_sim_result_deinit(&s2);
     un_cost_model_free(cm);
-    un_rulesdb_free(db);
+    for (int i = 0; i < 2; i++)
+        un_rulesdb_free(db[i]);
     un_sim_result_deinit(&s0);
     un_sim_result_deinit(&d0);
     un_sim_result_deinit(&s1);
