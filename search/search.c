@@ -320,10 +320,14 @@ un_status un_search_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     if (pj.mode == UN_SEARCH_TASO)
         pj.mode = UN_SEARCH_JOINT;
     bool layer2 = p->mode == UN_SEARCH_JOINT || p->mode == UN_SEARCH_TASO;
+    bool *use = NULL;
     int64_t used = 0;
-    for (int64_t i = 0; layer2 && p->rules && i < un_ruleset_count(p->rules); i++)
-        used += un_subst_rule_algebraic(un_ruleset_rule(p->rules, i));
+    if (layer2 && p->rules) {
+        use = un_xcalloc((size_t)un_ruleset_count(p->rules) + 1, sizeof *use);
+        used = un_subst_rules_pick(p->rules, use);
+    }
     if (!layer2 || used == 0) {
+        free(use);
         un_status st = plan_graph(ctx, cm, g, &pj, deadline, limit, out);
         out->rewrites_off = !layer2      ? "not in this mode"
                             : !p->rules ? "no rules (--rules DB)"
@@ -338,6 +342,7 @@ un_status un_search_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     sp.budget = p->subst_budget;
     sp.map.optimizer = p->optimizer;
     sp.map.max_states = p->max_states;
+    sp.use = use;
     /* joint: the model graph's own plan first (the comparison, and the memory price) */
     un_search_result r0, r1;
     memset(&r0, 0, sizeof r0);
@@ -360,6 +365,7 @@ un_status un_search_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     sp.time_limit = left > 1e-3 ? left : 1e-3;
     un_subst_result sr;
     un_status st = un_subst_search(ctx, p->rules, cm, g, &sp, &sr);
+    free(use);
     if (st != UN_OK) {
         un_search_result_deinit(&r0);
         return st;

@@ -19,6 +19,19 @@ bool un_subst_rule_algebraic(const un_rule *r) {
     return true;
 }
 
+int64_t un_subst_rules_pick(const un_ruleset *set, bool *use) {
+    int64_t n = 0;
+    for (int64_t i = 0; set && i < un_ruleset_count(set); i++) {
+        un_rule *r = un_ruleset_rule_decode(set, i);
+        bool ok = un_subst_rule_algebraic(r);
+        un_rule_free(r);
+        n += ok;
+        if (use)
+            use[i] = ok;
+    }
+    return n;
+}
+
 double un_search_clock(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -201,8 +214,13 @@ un_status un_subst_search(un_ctx *ctx, const un_ruleset *set, un_cost_model *cm,
     int64_t n_entries = set ? un_ruleset_count(set) : 0;
     bool *use = un_xcalloc((size_t)n_entries + 1, sizeof *use);
     out->rules_loaded = n_entries;
-    for (int64_t i = 0; i < n_entries; i++)
-        out->rules_used += use[i] = un_subst_rule_algebraic(un_ruleset_rule(set, i));
+    if (p->use) {
+        memcpy(use, p->use, (size_t)n_entries * sizeof *use);
+        for (int64_t i = 0; i < n_entries; i++)
+            out->rules_used += use[i];
+    } else {
+        out->rules_used = un_subst_rules_pick(set, use);
+    }
     out->ended = "exhausted";
 
     memo seen = {0};

@@ -38,6 +38,7 @@ typedef struct un_subst_params {
     double time_limit;   /* seconds of wall time (0: none; the budget still bounds it) */
     int32_t max_nodes;   /* children with more nodes are dropped (0: no bound) */
     int64_t max_queue;   /* graphs queued at most; beyond, the costliest is dropped (0: 256) */
+    const bool *use;     /* the entries to use, from un_subst_rules_pick (NULL: picked here) */
 } un_subst_params;
 
 /* One rewrite on the path to the best graph. */
@@ -75,6 +76,9 @@ un_subst_params un_subst_params_default(int devices);
 
 /* Whether layer 2 uses rule r: no parallel operator on either side. */
 bool un_subst_rule_algebraic(const un_rule *r);
+/* Marks in use[i] (room for un_ruleset_count(set); may be NULL) whether layer 2 uses entry i;
+ * returns how many it uses. Decodes each rule once without keeping it. */
+int64_t un_subst_rules_pick(const un_ruleset *set, bool *use);
 
 /* Searches from g (serial, borrowed) with the rules of set (borrowed; set may be NULL: no
  * rewrites, best is a copy of g) costed by cm. UN_ERR_INVALID for alpha < 1 or NaN, or when
