@@ -138,6 +138,26 @@ static void test_rewrites(void) {
     EXPECT_OK(NULL, un_read_file(NULL, cli_path("opt.dot"), &dot, &len));
     EXPECT_TRUE(dot && strstr(dot, "relu") != NULL);
     free(dot);
+    /* a tiny zoo model (CANDLE-Uno, hidden 1024) on 2 of the 4 V100s: layer 2 unfuses one
+     * linear[relu] (1.02x by the estimate); the rewritten graph trains as a JSON model with the
+     * zoo model's loss, weights and data: serial's losses (f32) */
+    const char *zoo = "--model candle_uno --tiny --config hidden=1024 --steps 5";
+    snprintf(args, sizeof args, "%s", zoo);
+    r = cli_run("unity-train", args);
+    EXPECT_EQ(r->code, 0);
+    for (int s = 0; s < 5; s++)
+        serial[s] = loss_at(r->out, s + 1);
+    snprintf(args, sizeof args,
+             "%s --machine specs/machines/v100x4.json --devices 2 --rules %s/r.db --budget 200", zoo,
+             rw_dir);
+    r = cli_run("unity-train", args);
+    EXPECT_EQ(r->code, 0);
+    EXPECT_TRUE(strstr(r->out, "rewrites applied: 1") != NULL);
+    EXPECT_TRUE(strstr(r->out, "training with the plan on 2 devices") != NULL);
+    for (int s = 0; s < 5; s++)
+        test__check(fabs(loss_at(r->out, s + 1) - serial[s]) <= 1e-5 * fabs(serial[s]), TEST__AT,
+                    "candle_uno rewritten plan: step %d loss %.9g vs serial %.9g", s + 1,
+                    loss_at(r->out, s + 1), serial[s]);
     /* the search ends and says why: budget, time; taso and --no-rewrites */
     const char *runs[][2] = {
         {"--budget 1", "ended: budget"},
