@@ -497,7 +497,9 @@ void un_search_report(const un_search_result *r, const un_graph *g, const un_sea
         if (r->degree[v] <= 0)
             continue;
         const un_node *nd = un_graph_node(g, v);
-        un_buf_printf(out, "  %-28s %-20s %s\n", nd->name ? nd->name : "?", un_op_name(nd->op),
+        char anon[32]; /* a rewrite's new nodes have no names */
+        snprintf(anon, sizeof anon, "(new node %d)", (int)v);
+        un_buf_printf(out, "  %-28s %-20s %s\n", nd->name ? nd->name : anon, un_op_name(nd->op),
                       r->choice[v]);
     }
 }
