@@ -70,6 +70,9 @@ struct un_exec {
     void *params, *param_grads;  /* this rank's weight pieces and their gradients, flat */
     int64_t n_lparams;           /* elements of all weights (logical) */
     int64_t *lparam_off;         /* per node: first element in the logical flat order, or -1 */
+    un_optim_seg *segs;          /* this rank's shard: the runs of the flat buffers it updates */
+    int n_segs, cap_segs;
+    int64_t n_shard;             /* their elements (the optimizer's count) */
     int n_outputs;
     un_exec_piece **opieces;
     int *n_opieces;
@@ -492,7 +495,25 @@ static int64_t sync_need(const un_exec *ex, const xt *t) {
     return need;
 }
 
-/* Weights: only the pieces placed on this rank, in the rank's flat buffers (the optimizer's). */
+/* Adds elements [off, off + n) of the flat buffers to this rank's shard (runs merged). */
+static void shard_add(un_exec *ex, int64_t off, int64_t n) {
+    if (n == 0)
+        return;
+    ex->n_shard += n;
+    un_optim_seg *last = ex->n_segs ? &ex->segs[ex->n_segs - 1] : NULL;
+    if (last && last->off + last->n == off) {
+        last->n += n;
+        return;
+    }
+    if (ex->n_segs == ex->cap_segs) {
+        ex->cap_segs = ex->cap_segs ? 2 * ex->cap_segs : 16;
+        ex->segs = un_xrealloc(ex->segs, sizeof *ex->segs * (size_t)ex->cap_segs);
+    }
+    ex->segs[ex->n_segs++] = (un_optim_seg){off, n};
+}
+
+/* Weights: only the pieces placed on this rank, in the rank's flat buffers (the optimizer's),
+ * and this rank's shard of them: whole pieces, or of a weight in copies chunk g of copy g. */
 static un_status plan_weight(un_ctx *ctx, un_exec *ex, int32_t id, xnode *xn, int64_t *next) {
     xt *t = &xn->outs[0];
     for (int64_t p = 0; p < t->np; p++) {
@@ -504,6 +525,14 @@ static un_status plan_weight(un_ctx *ctx, un_exec *ex, int32_t id, xnode *xn, in
         t->val[p] = (char *)ex->params + (size_t)t->loff[p] * t->es;
         t->grad[p] = (char *)ex->param_grads + (size_t)t->loff[p] * t->es;
         t->borrowed[p] = t->gborrowed[p] = true;
+        int32_t blk[UN_MAX_DIMS], sum, copy;
+        int64_t lo = 0, hi = t->pn;
+        piece_coords(&t->shape, p, blk, &sum, &copy);
+        if (sum != 0) /* a zero summand is a constant (its gradient is dropped): no update */
+            continue;
+        if (t->shape.copy > 1) /* copy g's holder updates chunk g of the block */
+            sync_chunk(t, copy, &lo, &hi);
+        shard_add(ex, t->loff[p] + lo, hi - lo);
     }
     int64_t need = t->shape.copy > 1 ? sync_need(ex, t) : 0;
     return need ? xalloc(ctx, ex, (size_t)need * t->es, &t->sync) : UN_OK;
@@ -566,8 +595,9 @@ static void source_scatter(un_exec *ex, xt *t) {
     }
 }
 
-static void *gpiece(const xt *t, int64_t b, int32_t g, int64_t at) {
-    return (char *)t->grad[group_piece(t, b, g)] + (size_t)at * t->es;
+/* Element `at` of copy g of block b in a flat per-rank array (the weights, their gradients). */
+static void *fpiece(const xt *t, void *flat, int64_t b, int32_t g, int64_t at) {
+    return (char *)flat + (size_t)(t->loff[group_piece(t, b, g)] + at) * t->es;
 }
 
 /* The zero summands of a weight with partial sums are constants: their gradients are dropped. */
@@ -589,11 +619,18 @@ typedef struct sync_msgs {
     int64_t *roff; /* per tag: where a received chunk lies in scratch */
 } sync_msgs;
 
-/* Phase 1 of replicate's backward for weight t (copy degree c > 1): every copy's chunk g goes to
- * copy g's owner (the reduce-scatter). */
-static void sync_scatter(un_exec *ex, xt *t, int base, sync_msgs *q) {
+/* One pass of the copy-group collectives for weight t over the flat array `flat`. */
+typedef void (*sync_fn)(un_exec *ex, xt *t, int base, sync_msgs *q, void *flat);
+
+/* Blocks of a weight in copies, and the tags its passes use. */
+static int64_t sync_blocks(const xt *t) { return t->np / ((int64_t)t->shape.sum * t->shape.copy); }
+static int64_t sync_tags(const xt *t) { return sync_blocks(t) * t->shape.copy * t->shape.copy; }
+
+/* Reduce-scatter, phase 1 (replicate's backward for weight t, copy degree c > 1): every copy's
+ * gradient chunk g goes to copy g's owner. */
+static void sync_scatter(un_exec *ex, xt *t, int base, sync_msgs *q, void *flat) {
     int32_t c = t->shape.copy;
-    int64_t nb = t->np / ((int64_t)t->shape.sum * c), lo, hi, off = 0;
+    int64_t nb = sync_blocks(t), lo, hi, off = 0;
     size_t es = t->es;
     int me = ex->rank;
     char *scratch = t->sync;
@@ -611,70 +648,80 @@ static void sync_scatter(un_exec *ex, xt *t, int base, sync_msgs *q) {
                     off += hi - lo;
                     ex->stats.recv += (int64_t)bytes;
                 } else if (mem == me && red != me) {
-                    q->sm[q->ns++] = (un_comm_msg){red, tag, gpiece(t, b, m, lo), bytes};
+                    q->sm[q->ns++] = (un_comm_msg){red, tag, fpiece(t, flat, b, m, lo), bytes};
                     ex->stats.sent += (int64_t)bytes;
                 }
             }
         }
 }
 
-/* Phase 2: each chunk's owner (the owner of copy g) adds the other copies' chunks into its own
- * copy's chunk in copy order, copies the sum into any other copies it holds and sends it to the
- * other copies' owners (the all-gather), so every copy gets the same bits. */
-static void sync_gather(un_exec *ex, xt *t, int base, sync_msgs *q) {
+/* Reduce-scatter, phase 2 (local): each chunk's owner (the owner of copy g) adds the other
+ * copies' chunks into its own copy's chunk in copy order, so the sum has the same bits whoever
+ * makes it. The other chunks of its copies keep partial sums until the all-gather. */
+static void sync_reduce(un_exec *ex, xt *t, int base, sync_msgs *q, void *flat) {
     int32_t c = t->shape.copy;
-    int64_t nb = t->np / ((int64_t)t->shape.sum * c), lo, hi;
+    int64_t nb = sync_blocks(t), lo, hi;
+    int me = ex->rank;
+    for (int64_t b = 0; b < nb; b++)
+        for (int32_t g = 0; g < c; g++) {
+            sync_chunk(t, g, &lo, &hi);
+            if (hi == lo || t->owner[group_piece(t, b, g)] != me)
+                continue;
+            char *acc = fpiece(t, flat, b, g, lo);
+            for (int32_t m = 0; m < c; m++) {
+                if (m == g)
+                    continue;
+                int tag = base + (int)((b * c + g) * c + m);
+                bool local = t->owner[group_piece(t, b, m)] == me;
+                copy_bytes(ex, acc,
+                           local ? fpiece(t, flat, b, m, lo)
+                                 : (char *)t->sync + (size_t)q->roff[tag] * t->es,
+                           t->es, hi - lo, true);
+            }
+        }
+}
+
+/* All-gather: chunk g of copy g (its owner's) is copied into chunk g of every other copy, locally
+ * or by a message, so every copy ends with the same bits. */
+static void sync_allgather(un_exec *ex, xt *t, int base, sync_msgs *q, void *flat) {
+    int32_t c = t->shape.copy;
+    int64_t nb = sync_blocks(t), lo, hi;
     size_t es = t->es;
     int me = ex->rank;
-    char *scratch = t->sync;
     for (int64_t b = 0; b < nb; b++)
         for (int32_t g = 0; g < c; g++) {
             int red = t->owner[group_piece(t, b, g)];
             sync_chunk(t, g, &lo, &hi);
             size_t bytes = (size_t)(hi - lo) * es;
-            if (hi == lo)
-                continue;
-            char *acc = red == me ? gpiece(t, b, g, lo) : NULL; /* the reducer holds copy g */
-            if (red == me) {
-                for (int32_t m = 0; m < c; m++) {
-                    if (m == g)
-                        continue;
-                    int tag = base + (int)((b * c + g) * c + m);
-                    bool local = t->owner[group_piece(t, b, m)] == me;
-                    copy_bytes(ex, acc,
-                               local ? gpiece(t, b, m, lo) : scratch + (size_t)q->roff[tag] * es,
-                               es, hi - lo, true);
-                }
-                for (int32_t m = 0; m < c; m++)
-                    if (m != g && t->owner[group_piece(t, b, m)] == me)
-                        copy_bytes(ex, gpiece(t, b, m, lo), acc, es, hi - lo, false);
-            }
-            for (int32_t m = 0; m < c; m++) {
+            for (int32_t m = 0; m < c && hi > lo; m++) {
                 int mem = t->owner[group_piece(t, b, m)];
                 int tag = base + (int)((b * c + g) * c + m);
-                if (red == me && mem != me) {
-                    q->sm[q->ns++] = (un_comm_msg){mem, tag, acc, bytes};
+                if (m == g || (red != me && mem != me))
+                    continue;
+                if (red == me && mem == me) {
+                    copy_bytes(ex, fpiece(t, flat, b, m, lo), fpiece(t, flat, b, g, lo), es,
+                               hi - lo, false);
+                } else if (red == me) {
+                    q->sm[q->ns++] = (un_comm_msg){mem, tag, fpiece(t, flat, b, g, lo), bytes};
                     ex->stats.sent += (int64_t)bytes;
-                } else if (mem == me && red != me) {
-                    q->rm[q->nr++] = (un_comm_msg){red, tag, gpiece(t, b, m, lo), bytes};
+                } else {
+                    q->rm[q->nr++] = (un_comm_msg){red, tag, fpiece(t, flat, b, m, lo), bytes};
                     ex->stats.recv += (int64_t)bytes;
                 }
             }
         }
 }
 
-/* Replicate's backward for every weight held in copies (DESIGN.md section 3): each copy's
- * gradient becomes the sum over its copy group, so the copies stay identical after the optimizer
- * step. All weights share one reduce-scatter exchange and one all-gather exchange (two
- * rendezvous per step instead of two per weight: with many small weights the rendezvous, not the
- * bytes, cost the time). */
-static un_status weights_sync(un_ctx *ctx, un_exec *ex) {
+/* Runs the passes fns[0..n) over every weight held in copies, each pass one exchange when
+ * exchange[i] (all weights together: two rendezvous per step instead of two per weight; with
+ * many small weights the rendezvous, not the bytes, cost the time). Collective. */
+static un_status sync_run(un_ctx *ctx, un_exec *ex, void *flat, const sync_fn *fns,
+                          const bool *exchange, int n) {
     int64_t total = 0;
     for (int32_t id = 0; id < ex->n; id++) {
         xt *t = ex->lparam_off[id] >= 0 ? &ex->nodes[id].outs[0] : NULL;
         if (t && t->shape.copy > 1)
-            total += (t->np / ((int64_t)t->shape.sum * t->shape.copy)) * t->shape.copy *
-                     t->shape.copy;
+            total += sync_tags(t);
     }
     if (total == 0)
         return UN_OK;
@@ -684,23 +731,38 @@ static un_status weights_sync(un_ctx *ctx, un_exec *ex) {
                    .rm = un_xcalloc((size_t)total, sizeof *q.rm),
                    .roff = un_xcalloc((size_t)total, sizeof *q.roff)};
     un_status st = UN_OK;
-    for (int pass = 0; pass < 2 && st == UN_OK; pass++) {
+    for (int pass = 0; pass < n && st == UN_OK; pass++) {
         int base = 0;
         q.ns = q.nr = 0;
         for (int32_t id = 0; id < ex->n; id++) {
             xt *t = ex->lparam_off[id] >= 0 ? &ex->nodes[id].outs[0] : NULL;
             if (!t || t->shape.copy == 1)
                 continue;
-            (pass == 0 ? sync_scatter : sync_gather)(ex, t, base, &q);
-            base += (int)((t->np / ((int64_t)t->shape.sum * t->shape.copy)) * t->shape.copy *
-                          t->shape.copy);
+            fns[pass](ex, t, base, &q, flat);
+            base += (int)sync_tags(t);
         }
-        st = un_comm_exchange(ctx, ex->comm, q.sm, q.ns, q.rm, q.nr);
+        if (exchange[pass])
+            st = un_comm_exchange(ctx, ex->comm, q.sm, q.ns, q.rm, q.nr);
     }
     free(q.sm);
     free(q.rm);
     free(q.roff);
     return st;
+}
+
+/* Replicate's backward for every weight held in copies (DESIGN.md section 3), the reduce-scatter
+ * half: each chunk's owner ends with the gradient summed over the copy group, which is all its
+ * sharded update needs (un_exec_update all-gathers the updated weights instead). */
+static un_status grads_reduce_scatter(un_ctx *ctx, un_exec *ex) {
+    static const sync_fn fns[2] = {sync_scatter, sync_reduce};
+    static const bool exchange[2] = {true, false};
+    return sync_run(ctx, ex, ex->param_grads, fns, exchange, 2);
+}
+
+un_status un_exec_allgather(un_ctx *ctx, un_exec *ex, void *flat) {
+    static const sync_fn fns[1] = {sync_allgather};
+    static const bool exchange[1] = {true};
+    return sync_run(ctx, ex, flat, fns, exchange, 1);
 }
 
 /* Plans g for `rank` of `size`; be NULL = a dry run (prec gives the element size). */
@@ -858,6 +920,7 @@ void un_exec_free(un_exec *ex) {
     free(ex->n_opieces);
     free(ex->nodes);
     free(ex->lparam_off);
+    free(ex->segs);
     xrelease(ex, ex->params);
     xrelease(ex, ex->param_grads);
     free(ex);
@@ -868,7 +931,7 @@ int64_t un_exec_estimate_bytes(const un_graph *g, int rank, int size, un_prec pr
     un_exec *ex = NULL;
     if (exec_plan(NULL, g, NULL, rank, size, NULL, prec, &ex) != UN_OK)
         return -1;
-    int64_t bytes = ex->stats.alloc_bytes + (int64_t)opt_arrays * ex->n_params * (int64_t)ex->fes;
+    int64_t bytes = ex->stats.alloc_bytes + (int64_t)opt_arrays * ex->n_shard * (int64_t)ex->fes;
     un_exec_free(ex);
     return bytes;
 }
@@ -1062,7 +1125,7 @@ un_status un_exec_backward(un_ctx *ctx, un_exec *ex) {
     for (int32_t i = ex->n - 1; i >= 0 && st == UN_OK; i--)
         st = backward_node(ctx, ex, i);
     if (st == UN_OK)
-        st = weights_sync(ctx, ex);
+        st = grads_reduce_scatter(ctx, ex);
     if (st != UN_OK) {
         un_comm_abort(ex->comm);
         return st;
@@ -1167,6 +1230,68 @@ un_status un_exec_params_gather(un_ctx *ctx, un_exec *ex, const void *local, voi
         return st;
     }
     return UN_OK;
+}
+
+/* ---- the sharded update ---- */
+
+int64_t un_exec_shard_count(const un_exec *ex) { return ex->n_shard; }
+
+un_status un_exec_update(un_ctx *ctx, un_exec *ex, un_optim *opt) {
+    UN_ASSERT(un_optim_count(opt) == ex->n_shard);
+    un_status st = un_optim_step_segs(ctx, opt, ex->be, ex->params, ex->param_grads, ex->segs,
+                                      ex->n_segs);
+    if (st == UN_OK)
+        st = un_exec_allgather(ctx, ex, ex->params);
+    if (st != UN_OK)
+        un_comm_abort(ex->comm);
+    return st;
+}
+
+/* A flat per-rank array (un_exec_param_count elements) on the backend, for moving a shard. */
+static un_status flat_new(un_ctx *ctx, un_exec *ex, void **out) {
+    return un_backend_alloc(ctx, ex->be, (size_t)(ex->n_params ? ex->n_params : 1) * ex->fes, out);
+}
+
+/* Copies between a shard (compact) and a flat array: to_flat, or back. */
+static void shard_move(un_exec *ex, void *flat, void *shard, bool to_flat) {
+    int64_t at = 0;
+    for (int k = 0; k < ex->n_segs; k++) {
+        const un_optim_seg *s = &ex->segs[k];
+        un_region r = to_flat ? region_1d(s->n, at, s->off) : region_1d(s->n, s->off, at);
+        un_backend_copy_region(ex->be, to_flat ? flat : shard, to_flat ? shard : flat, ex->fes,
+                               &r, false);
+        at += s->n;
+    }
+}
+
+un_status un_exec_shard_scatter(un_ctx *ctx, un_exec *ex, const void *logical, void *shard) {
+    void *flat = NULL;
+    un_status st = flat_new(ctx, ex, &flat);
+    if (st != UN_OK)
+        return st;
+    un_exec_params_scatter(ex, logical, flat);
+    shard_move(ex, flat, shard, false);
+    un_backend_release(ex->be, flat);
+    return UN_OK;
+}
+
+un_status un_exec_shard_gather(un_ctx *ctx, un_exec *ex, const void *shard, void *logical) {
+    void *flat = NULL;
+    un_status st = un_comm_agree(ctx, ex->comm, flat_new(ctx, ex, &flat));
+    if (st != UN_OK) {
+        if (flat)
+            un_backend_release(ex->be, flat);
+        return st;
+    }
+    un_exec_stats keep = ex->stats; /* not a step's traffic */
+    un_backend_zero(ex->be, flat, (size_t)ex->n_params * ex->fes);
+    shard_move(ex, flat, (void *)(uintptr_t)shard, true);
+    st = un_exec_allgather(ctx, ex, flat);
+    if (st == UN_OK)
+        st = un_exec_params_gather(ctx, ex, flat, logical);
+    ex->stats = keep;
+    un_backend_release(ex->be, flat);
+    return st;
 }
 
 un_status un_exec_output_gather(un_ctx *ctx, un_exec *ex, int32_t i, void *dense) {

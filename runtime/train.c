@@ -504,13 +504,13 @@ static un_status setup_weights(un_ctx *ctx, shared *sh, un_exec *ex, un_backend 
     un_optim_init_weights(sh->g, o->seed, o->prec, lw, nl);
     if (sh->m->onnx.values)
         onnx_weights(sh, ex, o->prec, lw);
-    un_status st = optim_make(ctx, o, un_exec_param_count(ex), be, opt);
+    un_status st = optim_make(ctx, o, un_exec_shard_count(ex), be, opt);
     if (st == UN_OK && o->load) {
         if ((st = optim_make(ctx, o, nl, NULL, &lo)) == UN_OK)
             st = un_checkpoint_load(ctx, o->load, sh->g, o->prec, lw, lo);
         for (int i = 0; st == UN_OK && i < 2; i++)
             if (un_optim_state(*opt, i))
-                un_exec_params_scatter(ex, un_optim_state(lo, i), un_optim_state(*opt, i));
+                st = un_exec_shard_scatter(ctx, ex, un_optim_state(lo, i), un_optim_state(*opt, i));
         if (st == UN_OK)
             un_optim_set_steps(*opt, un_optim_steps(lo));
     }
@@ -540,8 +540,8 @@ static un_status save_weights(un_ctx *ctx, shared *sh, un_comm *comm, un_exec *e
         st = un_exec_params_gather(ctx, ex, un_exec_params(ex), lw);
     for (int i = 0; st == UN_OK && i < 2; i++)
         if (un_optim_state(opt, i))
-            st = un_exec_params_gather(ctx, ex, un_optim_state(opt, i),
-                                       root ? un_optim_state(lo, i) : NULL);
+            st = un_exec_shard_gather(ctx, ex, un_optim_state(opt, i),
+                                      root ? un_optim_state(lo, i) : NULL);
     if (st == UN_OK && root) {
         un_optim_set_steps(lo, un_optim_steps(opt));
         st = un_checkpoint_save(ctx, o->save, sh->g, o->prec, lw, lo);
@@ -653,11 +653,8 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
         if ((st = un_comm_allreduce(ctx, comm, UN_RED_F64, &loss, 1)) != UN_OK)
             break;
         loss /= (double)(m->loss == UN_LOSS_CE ? os->dim[0] : un_shape_numel(os));
-        if ((st = un_optim_step_on(ctx, opt, be, un_exec_params(ex), un_exec_param_grads(ex))) !=
-            UN_OK) {
-            un_comm_abort(comm);
+        if ((st = un_exec_update(ctx, ex, opt)) != UN_OK)
             break;
-        }
         double dt = now_s() - t0;
         if (rank == 0) {
             sh->losses[step] = loss;
