@@ -11,6 +11,7 @@
 /* ---- the plan's data ---- */
 
 typedef struct xt { /* one node output on this rank */
+    int32_t id;     /* its node */
     un_shape shape;
     int64_t np, pn; /* pieces, elements per piece */
     size_t es;      /* bytes per element */
@@ -57,6 +58,11 @@ typedef struct xnode {
     bool needs_grad;
 } xnode;
 
+typedef struct greq { /* a gradient buffer in the arena, live over backward of nodes hi..lo */
+    int64_t bytes, off;
+    int32_t lo, hi;
+} greq;
+
 struct un_exec {
     const un_graph *g;
     const un_spec *spec;
@@ -70,6 +76,16 @@ struct un_exec {
     void *params, *param_grads;  /* this rank's weight pieces and their gradients, flat */
     int64_t n_lparams;           /* elements of all weights (logical) */
     int64_t *lparam_off;         /* per node: first element in the logical flat order, or -1 */
+    /* Activation gradients share one arena by lifetime: the gradient of node i's output is live
+     * from the backward of its last consumer gfirst[i] (ex->n: a graph output, written by the
+     * loss) to i's own backward; transfer gradients only during their consumer's backward. */
+    int32_t *gfirst;
+    int32_t *zstart, *zlist; /* per node j: zlist[zstart[j]..zstart[j+1]) start at j's backward */
+    greq *greqs;             /* the arena's requests in planning order, with their offsets */
+    int n_greq, cap_greq, greq_at;
+    bool collect; /* the first planning pass: records the requests, allocates nothing */
+    void *garena;
+    int64_t garena_bytes;
     un_optim_seg *segs;          /* this rank's shard: the runs of the flat buffers it updates */
     int n_segs, cap_segs;
     int64_t n_shard;             /* their elements (the optimizer's count) */
@@ -129,6 +145,70 @@ static un_status xalloc(un_ctx *ctx, un_exec *ex, size_t bytes, void **out) {
     return st;
 }
 
+/* A gradient buffer live over the backward of nodes hi down to lo, in the arena: the first
+ * planning pass records it, the second gets its place (the same requests in the same order). */
+static un_status galloc(un_ctx *ctx, un_exec *ex, size_t bytes, int32_t lo, int32_t hi,
+                        void **out) {
+    (void)ctx;
+    static const char fake[1];
+    if (ex->collect) {
+        if (ex->n_greq == ex->cap_greq) {
+            ex->cap_greq = ex->cap_greq ? 2 * ex->cap_greq : 64;
+            ex->greqs = un_xrealloc(ex->greqs, sizeof *ex->greqs * (size_t)ex->cap_greq);
+        }
+        ex->greqs[ex->n_greq++] = (greq){(int64_t)bytes, 0, lo, hi};
+        *out = (void *)(uintptr_t)fake;
+        return UN_OK;
+    }
+    UN_ASSERT(ex->greq_at < ex->n_greq && ex->greqs[ex->greq_at].bytes == (int64_t)bytes);
+    int64_t off = ex->greqs[ex->greq_at++].off;
+    *out = ex->dry ? (void *)(uintptr_t)fake : (char *)ex->garena + off;
+    return UN_OK;
+}
+
+/* Places the recorded requests in the arena: largest first, each at the lowest offset free of
+ * every placed request whose lifetime overlaps its own (64-byte aligned). Returns the size. */
+static int greq_cmp(const void *a, const void *b) {
+    const greq *x = *(const greq *const *)a, *y = *(const greq *const *)b;
+    if (x->bytes != y->bytes)
+        return x->bytes > y->bytes ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+static int range_cmp(const void *a, const void *b) {
+    const int64_t *x = a, *y = b;
+    return (x[0] > y[0]) - (x[0] < y[0]);
+}
+
+static int64_t greq_layout(greq *r, int n) {
+    greq **by = un_xcalloc((size_t)n + 1, sizeof *by);
+    int64_t(*busy)[2] = un_xcalloc((size_t)n + 1, sizeof *busy);
+    int64_t top = 0;
+    for (int i = 0; i < n; i++)
+        by[i] = &r[i];
+    qsort(by, (size_t)n, sizeof *by, greq_cmp);
+    for (int i = 0; i < n; i++) {
+        greq *q = by[i];
+        int64_t len = (q->bytes + 63) / 64 * 64, at = 0;
+        int nb = 0;
+        for (int k = 0; k < i; k++) /* placed and live at the same time */
+            if (by[k]->lo <= q->hi && q->lo <= by[k]->hi) {
+                busy[nb][0] = by[k]->off;
+                busy[nb++][1] = by[k]->off + (by[k]->bytes + 63) / 64 * 64;
+            }
+        qsort(busy, (size_t)nb, sizeof *busy, range_cmp);
+        for (int k = 0; k < nb && busy[k][0] < at + len; k++)
+            if (busy[k][1] > at)
+                at = busy[k][1];
+        q->off = at;
+        if (at + len > top)
+            top = at + len;
+    }
+    free(busy);
+    free(by);
+    return top;
+}
+
 static un_status tensor_init(un_ctx *ctx, un_exec *ex, xt *t, const un_shape *s) {
     t->shape = *s;
     t->np = un_shape_npieces(s);
@@ -169,8 +249,10 @@ static un_status piece_alloc(un_ctx *ctx, un_exec *ex, xt *t, int64_t p) {
     un_status st = UN_OK;
     if (!t->val[p] && (st = xalloc(ctx, ex, (size_t)t->pn * t->es, &t->val[p])) != UN_OK)
         return st;
-    if (t->needs_grad && !t->grad[p])
-        st = xalloc(ctx, ex, (size_t)t->pn * t->es, &t->grad[p]);
+    if (t->needs_grad && !t->grad[p]) {
+        st = galloc(ctx, ex, (size_t)t->pn * t->es, t->id, ex->gfirst[t->id], &t->grad[p]);
+        t->gborrowed[p] = true; /* in the arena */
+    }
     return st;
 }
 
@@ -218,12 +300,13 @@ static un_status plan_xfer_buffers(un_ctx *ctx, un_exec *ex, xnode *xn, const un
         xfer *x = &xn->xfers[i];
         xt *src = input_tensor(ex, nd, x->t);
         size_t bytes = (size_t)src->pn * src->es;
+        int32_t id = xn_id(ex, xn); /* their gradients live during this node's backward */
         if (x->to == ex->rank) {
             st = xalloc(ctx, ex, bytes, &x->buf);
             if (st == UN_OK && src->needs_grad)
-                st = xalloc(ctx, ex, bytes, &x->gbuf);
+                st = galloc(ctx, ex, bytes, id, id, &x->gbuf);
         } else if (x->from == ex->rank && src->needs_grad) {
-            st = xalloc(ctx, ex, bytes, &x->gret);
+            st = galloc(ctx, ex, bytes, id, id, &x->gret);
         }
     }
     return st;
@@ -765,9 +848,65 @@ un_status un_exec_allgather(un_ctx *ctx, un_exec *ex, void *flat) {
     return sync_run(ctx, ex, flat, fns, exchange, 1);
 }
 
-/* Plans g for `rank` of `size`; be NULL = a dry run (prec gives the element size). */
+/* Gradient lifetimes from the graph: gfirst (see struct un_exec) and, per node j, the nodes
+ * whose gradients start at j's backward. */
+static void plan_lifetimes(un_exec *ex) {
+    int32_t n = ex->n;
+    ex->gfirst = un_xcalloc((size_t)n + 1, sizeof *ex->gfirst);
+    ex->zstart = un_xcalloc((size_t)n + 2, sizeof *ex->zstart);
+    ex->zlist = un_xcalloc((size_t)n + 1, sizeof *ex->zlist);
+    for (int32_t id = 0; id < n; id++) {
+        const un_node *nd = un_graph_node(ex->g, id);
+        ex->gfirst[id] = id;
+        for (int t = 0; t < nd->n_in; t++)
+            if (ex->gfirst[nd->in[t].node] < id)
+                ex->gfirst[nd->in[t].node] = id;
+    }
+    for (int32_t i = 0; i < un_graph_output_count(ex->g); i++)
+        ex->gfirst[un_graph_output(ex->g, i).node] = n;
+    for (int32_t id = 0; id < n; id++)
+        if (ex->gfirst[id] < n)
+            ex->zstart[ex->gfirst[id] + 1]++;
+    for (int32_t j = 0; j < n; j++)
+        ex->zstart[j + 1] += ex->zstart[j];
+    int32_t *fill = un_xcalloc((size_t)n + 1, sizeof *fill);
+    for (int32_t id = 0; id < n; id++)
+        if (ex->gfirst[id] < n) {
+            int32_t j = ex->gfirst[id];
+            ex->zlist[ex->zstart[j] + fill[j]++] = id;
+        }
+    free(fill);
+}
+
+static un_status plan_pass(un_ctx *ctx, const un_graph *g, un_comm *comm, int rank, int size,
+                           un_backend *be, un_prec prec, greq *reqs, int n_reqs,
+                           int64_t arena, un_exec **out);
+
+/* Plans g for `rank` of `size`; be NULL = a dry run (prec gives the element size). Two passes:
+ * the first (dry) records the activation gradients' sizes and lifetimes, which are then laid out
+ * in one arena; the second plans for real with them in place. */
 static un_status exec_plan(un_ctx *ctx, const un_graph *g, un_comm *comm, int rank, int size,
                            un_backend *be, un_prec prec, un_exec **out) {
+    un_exec *first = NULL;
+    *out = NULL;
+    un_status st = plan_pass(ctx, g, comm, rank, size, be, prec, NULL, 0, 0, &first);
+    if (st != UN_OK)
+        return st;
+    greq *reqs = first->greqs;
+    int n_reqs = first->n_greq;
+    first->greqs = NULL;
+    un_exec_free(first);
+    if (!reqs) /* none: still the second pass */
+        reqs = un_xcalloc(1, sizeof *reqs);
+    int64_t arena = greq_layout(reqs, n_reqs);
+    return plan_pass(ctx, g, comm, rank, size, be, prec, reqs, n_reqs, arena, out);
+}
+
+/* One planning pass: reqs NULL = the recording pass (dry whatever be is); otherwise reqs (taken
+ * over) with their offsets in an arena of `arena` bytes. */
+static un_status plan_pass(un_ctx *ctx, const un_graph *g, un_comm *comm, int rank, int size,
+                           un_backend *be, un_prec prec, greq *reqs, int n_reqs,
+                           int64_t arena, un_exec **out) {
     *out = NULL;
     if (be && !un_backend_host_visible(be))
         return un_ctx_error(ctx, UN_ERR_UNAVAILABLE,
@@ -780,13 +919,18 @@ static un_status exec_plan(un_ctx *ctx, const un_graph *g, un_comm *comm, int ra
     ex->spec = un_graph_spec(g);
     ex->comm = comm;
     ex->be = be;
-    ex->dry = be == NULL;
+    ex->collect = reqs == NULL;
+    ex->dry = be == NULL || ex->collect;
+    ex->greqs = reqs;
+    ex->n_greq = ex->cap_greq = n_reqs;
+    ex->garena_bytes = ex->stats.grad_bytes = arena;
     ex->rank = rank;
     ex->size = size;
     ex->fes = prec == UN_PREC_F32 ? sizeof(float) : sizeof(double);
     ex->n = un_graph_node_count(g);
     ex->nodes = un_xcalloc((size_t)ex->n, sizeof *ex->nodes);
     ex->lparam_off = un_xcalloc((size_t)ex->n, sizeof *ex->lparam_off);
+    plan_lifetimes(ex);
     un_status st = UN_OK;
     /* Weights: their logical order (node order) and this rank's pieces of them, flat. */
     for (int32_t id = 0; id < ex->n; id++) {
@@ -816,7 +960,8 @@ static un_status exec_plan(un_ctx *ctx, const un_graph *g, un_comm *comm, int ra
         }
     }
     if ((st = xalloc(ctx, ex, (size_t)ex->n_params * ex->fes, &ex->params)) != UN_OK ||
-        (st = xalloc(ctx, ex, (size_t)ex->n_params * ex->fes, &ex->param_grads)) != UN_OK)
+        (st = xalloc(ctx, ex, (size_t)ex->n_params * ex->fes, &ex->param_grads)) != UN_OK ||
+        (!ex->collect && (st = xalloc(ctx, ex, (size_t)arena, &ex->garena)) != UN_OK))
         goto fail;
     ex->stats.weight_bytes = ex->n_params * (int64_t)ex->fes;
     int64_t next = 0;
@@ -831,6 +976,7 @@ static un_status exec_plan(un_ctx *ctx, const un_graph *g, un_comm *comm, int ra
             ng |= input_tensor(ex, nd, t)->needs_grad;
         xn->needs_grad = ng;
         for (int o = 0; o < xn->n_out && st == UN_OK; o++) {
+            xn->outs[o].id = id;
             st = tensor_init(ctx, ex, &xn->outs[o], &nd->inf.out[o]);
             xn->outs[o].needs_grad = ng && xn->outs[o].is_float;
         }
@@ -904,11 +1050,8 @@ void un_exec_free(un_exec *ex) {
                 xrelease(ex, xn->outs[o].full);
             tensor_deinit(ex, &xn->outs[o]);
         }
-        for (int i = 0; i < xn->n_xfer; i++) {
+        for (int i = 0; i < xn->n_xfer; i++) /* gbuf and gret are in the arena */
             xrelease(ex, xn->xfers[i].buf);
-            xrelease(ex, xn->xfers[i].gbuf);
-            xrelease(ex, xn->xfers[i].gret);
-        }
         free(xn->outs);
         free(xn->xfers);
         free(xn->tasks);
@@ -921,6 +1064,12 @@ void un_exec_free(un_exec *ex) {
     free(ex->nodes);
     free(ex->lparam_off);
     free(ex->segs);
+    free(ex->gfirst);
+    free(ex->zstart);
+    free(ex->zlist);
+    free(ex->greqs);
+    if (ex->garena)
+        xrelease(ex, ex->garena);
     xrelease(ex, ex->params);
     xrelease(ex, ex->param_grads);
     free(ex);
@@ -1014,22 +1163,40 @@ static un_status run_xfers(un_ctx *ctx, un_exec *ex, int32_t id, bool backward) 
     return st;
 }
 
+/* Zeroes the gradients of node id's outputs held here (not a weight's: those are flat). */
+static void zero_node_grads(un_exec *ex, int32_t id) {
+    xnode *xn = &ex->nodes[id];
+    if (ex->lparam_off[id] >= 0)
+        return;
+    for (int o = 0; o < xn->n_out; o++) {
+        xt *t = &xn->outs[o];
+        for (int64_t p = 0; p < t->np; p++)
+            if (t->grad[p])
+                un_backend_zero(ex->be, t->grad[p], (size_t)t->pn * t->es);
+    }
+}
+
+/* Before the forward: the weights' gradients and the graph outputs' (the loss writes them);
+ * every other gradient is zeroed when its lifetime starts (zero_starting). */
 static void zero_grads(un_exec *ex) {
     un_backend_zero(ex->be, ex->param_grads, (size_t)ex->n_params * ex->fes);
-    for (int32_t id = 0; id < ex->n; id++) {
-        xnode *xn = &ex->nodes[id];
-        for (int o = 0; o < xn->n_out; o++) {
-            xt *t = &xn->outs[o];
-            for (int64_t p = 0; p < t->np; p++)
-                if (t->grad[p] && !t->gborrowed[p])
-                    un_backend_zero(ex->be, t->grad[p], (size_t)t->pn * t->es);
+    for (int32_t id = 0; id < ex->n; id++)
+        if (ex->gfirst[id] == ex->n)
+            zero_node_grads(ex, id);
+}
+
+/* Before node id's backward: the gradients that start there (its inputs' whose last consumer it
+ * is, its own when nothing consumes it, its transfers'), which may share memory with gradients
+ * that died before. */
+static void zero_starting(un_exec *ex, int32_t id) {
+    xnode *xn = &ex->nodes[id];
+    for (int32_t k = ex->zstart[id]; k < ex->zstart[id + 1]; k++)
+        zero_node_grads(ex, ex->zlist[k]);
+    for (int i = 0; i < xn->n_xfer; i++)
+        if (xn->xfers[i].gbuf) {
+            xt *src = input_tensor(ex, un_graph_node(ex->g, id), xn->xfers[i].t);
+            un_backend_zero(ex->be, xn->xfers[i].gbuf, (size_t)src->pn * src->es);
         }
-        for (int i = 0; i < xn->n_xfer; i++)
-            if (xn->xfers[i].gbuf) {
-                xt *src = input_tensor(ex, un_graph_node(ex->g, id), xn->xfers[i].t);
-                un_backend_zero(ex->be, xn->xfers[i].gbuf, (size_t)src->pn * src->es);
-            }
-    }
 }
 
 static un_status forward_node(un_ctx *ctx, un_exec *ex, int32_t id) {
@@ -1083,6 +1250,7 @@ static un_status backward_node(un_ctx *ctx, un_exec *ex, int32_t id) {
     un_status st = UN_OK;
     if (!xn->needs_grad)
         return UN_OK;
+    zero_starting(ex, id);
     switch (un_op_kind_of(nd->op)) {
     case UN_OPK_SOURCE:
         if (nd->op == UN_OP_WEIGHT)

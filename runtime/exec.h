@@ -46,6 +46,7 @@ typedef struct un_exec_stats {
     int64_t copied;       /* block copies and sums between buffers of this rank */
     int64_t weight_bytes; /* this rank's weight pieces (their gradients take as much again) */
     int64_t alloc_bytes;  /* every buffer the executor holds (taken once, while planning) */
+    int64_t grad_bytes;   /* of which the arena the activation gradients share by lifetime */
     int64_t peak_bytes;   /* the most it held at once */
 } un_exec_stats;
 

@@ -1106,6 +1106,50 @@ static void test_sharded_update(void) {
     }
 }
 
+/* Activation gradients share an arena by lifetime: on one rank, every tiny model's arena is at
+ * least its largest gradient and at most 3/4 of the sum of all of them (each gradient dies at its
+ * node's backward), and the estimate still equals the allocation (test_memory_estimate). */
+static void test_grad_arena(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    int nn;
+    const char *const *names = un_zoo_names(&nn);
+    for (int i = 0; i < nn; i++) {
+        un_model m;
+        un_backend *be = NULL;
+        un_exec *ex = NULL;
+        EXPECT_OK(ctx, un_zoo_build(ctx, spec, names[i], true, 8, &m));
+        EXPECT_OK(ctx, un_backend_cpu_new(ctx, UN_PREC_F32, 1, &be));
+        un_comm_group *grp = NULL;
+        EXPECT_OK(ctx, un_comm_local_group_new(ctx, 1, &grp));
+        EXPECT_OK(ctx, un_exec_new(ctx, m.graph, un_comm_local_get(grp, 0), be, &ex));
+        /* the gradients: every float output of a node that reads (through anything) a weight */
+        int32_t n = un_graph_node_count(m.graph);
+        bool *ng = calloc((size_t)n, sizeof *ng);
+        int64_t sum = 0, big = 0;
+        for (int32_t id = 0; id < n; id++) {
+            const un_node *nd = un_graph_node(m.graph, id);
+            for (int t = 0; t < nd->n_in; t++)
+                ng[id] |= ng[nd->in[t].node] || un_graph_node(m.graph, nd->in[t].node)->op == UN_OP_WEIGHT;
+            for (int o = 0; ng[id] && o < nd->inf.n_out; o++)
+                if (nd->inf.out[o].dtype == UN_DT_FLOAT) {
+                    int64_t b = un_shape_numel(&nd->inf.out[o]) * (int64_t)sizeof(float);
+                    sum += b;
+                    big = b > big ? b : big;
+                }
+        }
+        int64_t arena = ex ? un_exec_stats_get(ex)->grad_bytes : -1;
+        test__check(arena >= big && 4 * arena <= 3 * sum, TEST__AT,
+                    "%s: gradient arena %lld bytes, largest gradient %lld, all gradients %lld",
+                    names[i], (long long)arena, (long long)big, (long long)sum);
+        free(ng);
+        un_exec_free(ex);
+        un_comm_local_group_free(grp);
+        un_backend_free(be);
+        un_model_deinit(&m);
+    }
+    un_ctx_free(ctx);
+}
+
 /* ---- the memory estimate ---- */
 
 typedef struct est_arg {
@@ -1193,6 +1237,7 @@ int main(void) {
         {"mixed_plans", test_mixed_plans},
         {"tensor_strategy", test_tensor_strategy},
         {"sharded_update", test_sharded_update},
+        {"grad_arena", test_grad_arena},
     };
     return TEST_RUN_WITH_SPEC(cases, &spec);
 }
