@@ -23,6 +23,7 @@ typedef struct xt { /* one node output on this rank */
     bool *gborrowed;
     void *full;     /* inputs: the logical value */
     int64_t *loff;  /* weights: per piece, its first element in this rank's flat buffers, or -1 */
+    int64_t *soff;  /* weights: per piece, where its chunk starts in this rank's shard */
     void *sync;     /* weights in copies: scratch of the gradient sum over the copies */
 } xt;
 
@@ -86,9 +87,9 @@ struct un_exec {
     bool collect; /* the first planning pass: records the requests, allocates nothing */
     void *garena;
     int64_t garena_bytes;
-    un_optim_seg *segs;          /* this rank's shard: the runs of the flat buffers it updates */
+    un_optim_seg *segs; /* this rank's shard: the runs of the flat buffers it updates */
     int n_segs, cap_segs;
-    int64_t n_shard;             /* their elements (the optimizer's count) */
+    int64_t n_shard; /* their elements (the optimizer's count) */
     int n_outputs;
     un_exec_piece **opieces;
     int *n_opieces;
@@ -241,6 +242,7 @@ static void tensor_deinit(un_exec *ex, xt *t) {
     free(t->borrowed);
     free(t->gborrowed);
     free(t->loff);
+    free(t->soff);
     xrelease(ex, t->sync);
 }
 
@@ -599,6 +601,7 @@ static void shard_add(un_exec *ex, int64_t off, int64_t n) {
  * and this rank's shard of them: whole pieces, or of a weight in copies chunk g of copy g. */
 static un_status plan_weight(un_ctx *ctx, un_exec *ex, int32_t id, xnode *xn, int64_t *next) {
     xt *t = &xn->outs[0];
+    t->soff = un_xcalloc((size_t)t->np, sizeof *t->soff);
     for (int64_t p = 0; p < t->np; p++) {
         t->owner[p] = place(ex, id, p);
         if (t->owner[p] != ex->rank)
@@ -615,6 +618,7 @@ static un_status plan_weight(un_ctx *ctx, un_exec *ex, int32_t id, xnode *xn, in
             continue;
         if (t->shape.copy > 1) /* copy g's holder updates chunk g of the block */
             sync_chunk(t, copy, &lo, &hi);
+        t->soff[p] = ex->n_shard;
         shard_add(ex, t->loff[p] + lo, hi - lo);
     }
     int64_t need = t->shape.copy > 1 ? sync_need(ex, t) : 0;
@@ -879,8 +883,8 @@ static void plan_lifetimes(un_exec *ex) {
 }
 
 static un_status plan_pass(un_ctx *ctx, const un_graph *g, un_comm *comm, int rank, int size,
-                           un_backend *be, un_prec prec, greq *reqs, int n_reqs,
-                           int64_t arena, un_exec **out);
+                           un_backend *be, un_prec prec, greq *reqs, int n_reqs, int64_t arena,
+                           un_exec **out);
 
 /* Plans g for `rank` of `size`; be NULL = a dry run (prec gives the element size). Two passes:
  * the first (dry) records the activation gradients' sizes and lifetimes, which are then laid out
@@ -905,8 +909,8 @@ static un_status exec_plan(un_ctx *ctx, const un_graph *g, un_comm *comm, int ra
 /* One planning pass: reqs NULL = the recording pass (dry whatever be is); otherwise reqs (taken
  * over) with their offsets in an arena of `arena` bytes. */
 static un_status plan_pass(un_ctx *ctx, const un_graph *g, un_comm *comm, int rank, int size,
-                           un_backend *be, un_prec prec, greq *reqs, int n_reqs,
-                           int64_t arena, un_exec **out) {
+                           un_backend *be, un_prec prec, greq *reqs, int n_reqs, int64_t arena,
+                           un_exec **out) {
     *out = NULL;
     if (be && !un_backend_host_visible(be))
         return un_ctx_error(ctx, UN_ERR_UNAVAILABLE,
@@ -1406,13 +1410,45 @@ int64_t un_exec_shard_count(const un_exec *ex) { return ex->n_shard; }
 
 un_status un_exec_update(un_ctx *ctx, un_exec *ex, un_optim *opt) {
     UN_ASSERT(un_optim_count(opt) == ex->n_shard);
-    un_status st = un_optim_step_segs(ctx, opt, ex->be, ex->params, ex->param_grads, ex->segs,
-                                      ex->n_segs);
+    un_status st =
+        un_optim_step_segs(ctx, opt, ex->be, ex->params, ex->param_grads, ex->segs, ex->n_segs);
     if (st == UN_OK)
         st = un_exec_allgather(ctx, ex, ex->params);
     if (st != UN_OK)
         un_comm_abort(ex->comm);
     return st;
+}
+
+un_exec_block *un_exec_blocks(const un_exec *ex, int *n) {
+    int cap = 16;
+    un_exec_block *out = un_xcalloc((size_t)cap, sizeof *out);
+    *n = 0;
+    for (int32_t id = 0; id < ex->n; id++) {
+        if (ex->lparam_off[id] < 0)
+            continue;
+        const xt *t = &ex->nodes[id].outs[0];
+        for (int64_t p = 0; p < t->np; p++) {
+            int32_t blk[UN_MAX_DIMS], sum, copy;
+            piece_coords(&t->shape, p, blk, &sum, &copy);
+            if (t->loff[p] < 0 || sum != 0)
+                continue;
+            if (*n == cap)
+                out = un_xrealloc(out, sizeof *out * (size_t)(cap *= 2));
+            un_exec_block *b = &out[(*n)++];
+            memset(b, 0, sizeof *b);
+            b->node = id;
+            b->copy = copy;
+            un_shape_piece_offset(&t->shape, blk, b->off);
+            local_dims(&t->shape, b->len);
+            b->at = t->loff[p];
+            b->lo = 0;
+            b->hi = t->pn;
+            if (t->shape.copy > 1)
+                sync_chunk(t, copy, &b->lo, &b->hi);
+            b->shard_at = t->soff[p];
+        }
+    }
+    return out;
 }
 
 /* A flat per-rank array (un_exec_param_count elements) on the backend, for moving a shard. */
@@ -1426,8 +1462,8 @@ static void shard_move(un_exec *ex, void *flat, void *shard, bool to_flat) {
     for (int k = 0; k < ex->n_segs; k++) {
         const un_optim_seg *s = &ex->segs[k];
         un_region r = to_flat ? region_1d(s->n, at, s->off) : region_1d(s->n, s->off, at);
-        un_backend_copy_region(ex->be, to_flat ? flat : shard, to_flat ? shard : flat, ex->fes,
-                               &r, false);
+        un_backend_copy_region(ex->be, to_flat ? flat : shard, to_flat ? shard : flat, ex->fes, &r,
+                               false);
         at += s->n;
     }
 }

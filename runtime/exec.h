@@ -59,9 +59,9 @@ un_status un_exec_new(un_ctx *ctx, const un_graph *g, un_comm *comm, un_backend 
 void un_exec_free(un_exec *ex);
 
 /* What un_exec_new would allocate on `rank` of `size` ranks for g in precision prec (bytes), plus
- * opt_arrays arrays of optimizer state per element of the rank's shard (SGD 1, Adam 2): the executor's own
- * planning run dry (no backend, no communicator, nothing allocated). -1 when g cannot be planned
- * (e.g. a machine view beyond the devices). */
+ * opt_arrays arrays of optimizer state per element of the rank's shard (SGD 1, Adam 2): the
+ * executor's own planning run dry (no backend, no communicator, nothing allocated). -1 when g
+ * cannot be planned (e.g. a machine view beyond the devices). */
 int64_t un_exec_estimate_bytes(const un_graph *g, int rank, int size, un_prec prec, int opt_arrays);
 
 /* ---- sources ---- */
@@ -124,6 +124,19 @@ un_status un_exec_shard_scatter(un_ctx *ctx, un_exec *ex, const void *logical, v
 /* The inverse: assembles the logical array on rank 0 from every rank's shard (other ranks may
  * pass logical = NULL). Collective. */
 un_status un_exec_shard_gather(un_ctx *ctx, un_exec *ex, const void *shard, void *logical);
+
+/* One weight piece this rank holds (summand 0; zero summands hold nothing to keep): its block of
+ * the logical weight, where its values start in the rank's flat weight buffers, and the chunk of
+ * it (piece-local elements lo..hi, row-major) that the rank's shard holds, at shard_at there. The
+ * copy-0 blocks partition every weight and the chunks partition every block's copy group, so a
+ * per-rank checkpoint of them is complete. */
+typedef struct un_exec_block {
+    int32_t node, copy;
+    int64_t off[UN_MAX_DIMS], len[UN_MAX_DIMS];
+    int64_t at, lo, hi, shard_at;
+} un_exec_block;
+/* This rank's weight blocks in node and piece order (n of them). Owned: free(). */
+un_exec_block *un_exec_blocks(const un_exec *ex, int *n);
 
 /* ---- statistics ---- */
 

@@ -962,10 +962,10 @@ static void test_tensor_strategy(void) {
 typedef struct shard_arg {
     const un_graph *g;
     un_optim_algo algo;
-    int64_t shard[8];  /* per rank: its shard's elements */
-    int64_t nparam;    /* each rank's weight-piece elements */
-    double *flat[8];   /* per rank: its weight pieces after the steps */
-    double *logical;   /* rank 0: the logical weights after the steps */
+    int64_t shard[8]; /* per rank: its shard's elements */
+    int64_t nparam;   /* each rank's weight-piece elements */
+    double *flat[8];  /* per rank: its weight pieces after the steps */
+    double *logical;  /* rank 0: the logical weights after the steps */
 } shard_arg;
 
 /* Three steps of loss sum(y^2)/200 through the executor and un_exec_update (float64, 1 thread). */
@@ -983,8 +983,8 @@ static void shard_job(rank_job *j, un_ctx *ctx, un_comm *c) {
     lw = calloc((size_t)nl + 1, sizeof *lw);
     un_optim_init_weights(a->g, 7, UN_PREC_F64, lw, nl);
     un_exec_params_scatter(ex, lw, un_exec_params(ex));
-    if ((j->st = un_optim_new_on(ctx, un_optim_params_default(a->algo), un_exec_shard_count(ex),
-                                 be, &opt)) != UN_OK)
+    if ((j->st = un_optim_new_on(ctx, un_optim_params_default(a->algo), un_exec_shard_count(ex), be,
+                                 &opt)) != UN_OK)
         goto done;
     for (int step = 0; step < 3; step++) {
         for (int32_t id = 0; id < un_graph_node_count(a->g); id++) {
@@ -1051,8 +1051,8 @@ static void test_sharded_update(void) {
             run_ranks(d, shard_job, &a, jobs);
             bool ok = true;
             for (int r = 0; r < d; r++) {
-                test__check(jobs[r].st == UN_OK, TEST__AT, "k %d on %d ranks, rank %d: %s", k, d,
-                            r, jobs[r].err);
+                test__check(jobs[r].st == UN_OK, TEST__AT, "k %d on %d ranks, rank %d: %s", k, d, r,
+                            jobs[r].err);
                 ok &= jobs[r].st == UN_OK && a.flat[r] != NULL;
             }
             if (ok) {
@@ -1129,7 +1129,8 @@ static void test_grad_arena(void) {
         for (int32_t id = 0; id < n; id++) {
             const un_node *nd = un_graph_node(m.graph, id);
             for (int t = 0; t < nd->n_in; t++)
-                ng[id] |= ng[nd->in[t].node] || un_graph_node(m.graph, nd->in[t].node)->op == UN_OP_WEIGHT;
+                ng[id] |= ng[nd->in[t].node] ||
+                          un_graph_node(m.graph, nd->in[t].node)->op == UN_OP_WEIGHT;
             for (int o = 0; ng[id] && o < nd->inf.n_out; o++)
                 if (nd->inf.out[o].dtype == UN_DT_FLOAT) {
                     int64_t b = un_shape_numel(&nd->inf.out[o]) * (int64_t)sizeof(float);

@@ -333,10 +333,11 @@ static void test_mpi_equal_losses(void) {
                 strstr(r->err, "mpirun started 2 processes") != NULL);
 }
 
-/* A checkpoint saved under data parallelism on 2 MPI processes (Adam's moments sharded over the
- * two copies, gathered into one file by rank 0) loads under serial on 1 device and under tensor
- * parallelism on 4 local devices (re-sharded), and the 4 more steps are the uninterrupted 10-step
- * run's (float64, 1e-9). */
+/* A checkpoint saved under data parallelism on 2 MPI processes is one file per rank (each its
+ * weight blocks and its shard of Adam's moments, nothing gathered); it loads under serial on 1
+ * device, under tensor parallelism on 4 local devices and data parallel on 2 (re-sharded), and
+ * the 4 more steps are the uninterrupted 10-step run's (float64, 1e-9). A damaged or missing rank
+ * file is one clear error. */
 static void test_mpi_checkpoint(void) {
     if (system("command -v mpirun >/dev/null 2>&1") != 0)
         TEST_SKIP("mpirun not found");
@@ -353,6 +354,11 @@ static void test_mpi_checkpoint(void) {
     snprintf(a, sizeof a, "%s --steps 6 --comm mpi --save %s/mpi.ckpt", base, cli_tmp);
     r = run_with(prefix, a);
     test__check(r->code == 0, TEST__AT, "save under mpirun -np 2: exit %d: %s", r->code, r->err);
+    char f0[600], f1[600], one[600];
+    snprintf(f0, sizeof f0, "%s/mpi.ckpt.rank0", cli_tmp);
+    snprintf(f1, sizeof f1, "%s/mpi.ckpt.rank1", cli_tmp);
+    snprintf(one, sizeof one, "%s/mpi.ckpt", cli_tmp);
+    EXPECT_TRUE(access(f0, R_OK) == 0 && access(f1, R_OK) == 0 && access(one, F_OK) != 0);
     const char *after[] = {"--devices 1", "--devices 4 --strategy tensor", "--devices 2"};
     for (int i = 0; r->code == 0 && i < 3; i++) {
         snprintf(a, sizeof a, "%s --steps 4 %s --load %s/mpi.ckpt", base, after[i], cli_tmp);
@@ -365,6 +371,19 @@ static void test_mpi_checkpoint(void) {
                     "saved on 2 mpi processes, loaded with %s: exit %d, %d steps, difference %g",
                     after[i], rl->code, n, worst);
     }
+    /* damaged, then missing: rank 1's file */
+    FILE *f = fopen(f1, "r+b");
+    if (f) {
+        fseek(f, 40, SEEK_SET);
+        int c = fgetc(f);
+        fseek(f, 40, SEEK_SET);
+        fputc(c ^ 0xff, f);
+        fclose(f);
+    }
+    snprintf(a, sizeof a, "%s --steps 1 --load %s/mpi.ckpt", base, cli_tmp);
+    expect_clean_error(a, "mpi.ckpt.rank1: damaged checkpoint");
+    remove(f1);
+    expect_clean_error(a, "mpi.ckpt.rank1");
 }
 
 int main(void) {
