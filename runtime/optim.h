@@ -49,6 +49,16 @@ void un_optim_free(un_optim *o);
 void un_optim_step(un_optim *o, void *w, const void *g);
 /* The same update run by backend be on its memory (w, g and the state there). */
 un_status un_optim_step_on(un_ctx *ctx, un_optim *o, un_backend *be, void *w, const void *g);
+/* A run of elements [off, off + n) of a weight buffer. */
+typedef struct un_optim_seg {
+    int64_t off, n;
+} un_optim_seg;
+/* One update (one step) of only the segments' elements of w and g (backend memory of be), the
+ * state compact: segment k's state follows segment k-1's, and the segments' lengths add up to
+ * un_optim_count(o). This is the sharded update: a rank updates only its shard of the weights
+ * held in copies (exec.h, un_exec_update). */
+un_status un_optim_step_segs(un_ctx *ctx, un_optim *o, un_backend *be, void *w, const void *g,
+                             const un_optim_seg *segs, int n_segs);
 int64_t un_optim_steps(const un_optim *o); /* updates done (restored by a checkpoint) */
 void un_optim_set_steps(un_optim *o, int64_t t);
 int64_t un_optim_count(const un_optim *o); /* parameters it updates */

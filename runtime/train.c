@@ -64,7 +64,8 @@ const char *un_train_usage(void) {
            "  --seed S           seed of initialisation and data (default 1)\n"
            "  --threads T        CPU threads per machine, split over its devices (default: all "
            "cores)\n"
-           "  --save CKPT        write a checkpoint at the end\n"
+           "  --save CKPT        write a checkpoint at the end (--comm mpi: CKPT.rankR per "
+           "process)\n"
            "  --load CKPT        start from a checkpoint\n"
            "  --loss ce|mse      loss of a JSON or ONNX model (default mse)\n"
            "  --precision f32|f64  float type (default f32)\n"
@@ -504,13 +505,15 @@ static un_status setup_weights(un_ctx *ctx, shared *sh, un_exec *ex, un_backend 
     un_optim_init_weights(sh->g, o->seed, o->prec, lw, nl);
     if (sh->m->onnx.values)
         onnx_weights(sh, ex, o->prec, lw);
-    un_status st = optim_make(ctx, o, un_exec_param_count(ex), be, opt);
+    un_status st = optim_make(ctx, o, un_exec_shard_count(ex), be, opt);
     if (st == UN_OK && o->load) {
         if ((st = optim_make(ctx, o, nl, NULL, &lo)) == UN_OK)
-            st = un_checkpoint_load(ctx, o->load, sh->g, o->prec, lw, lo);
+            st = un_checkpoint_is_ranks(o->load)
+                     ? un_checkpoint_load_ranks(ctx, o->load, sh->g, o->prec, lw, lo)
+                     : un_checkpoint_load(ctx, o->load, sh->g, o->prec, lw, lo);
         for (int i = 0; st == UN_OK && i < 2; i++)
             if (un_optim_state(*opt, i))
-                un_exec_params_scatter(ex, un_optim_state(lo, i), un_optim_state(*opt, i));
+                st = un_exec_shard_scatter(ctx, ex, un_optim_state(lo, i), un_optim_state(*opt, i));
         if (st == UN_OK)
             un_optim_set_steps(*opt, un_optim_steps(lo));
     }
@@ -521,9 +524,19 @@ static un_status setup_weights(un_ctx *ctx, shared *sh, un_exec *ex, un_backend 
     return st;
 }
 
-/* Gathers the weights and optimizer state on rank 0, which writes one checkpoint. */
-static un_status save_weights(un_ctx *ctx, shared *sh, un_comm *comm, un_exec *ex, un_optim *opt) {
+/* Under MPI on several processes every rank writes its own file (its weight blocks and optimizer
+ * shard, PATH.rankR; rank 0 removes a stale single file PATH, which a load would prefer);
+ * otherwise the weights and optimizer state are gathered on rank 0, which writes one file. */
+static un_status save_weights(un_ctx *ctx, shared *sh, un_comm *comm, un_exec *ex, un_backend *be,
+                              un_optim *opt) {
     const un_train_opts *o = sh->o;
+    if (strcmp(un_comm_name(comm), "mpi") == 0 && un_comm_size(comm) > 1) {
+        un_status st = un_checkpoint_save_rank(ctx, o->save, sh->g, ex, be, opt, un_comm_rank(comm),
+                                               un_comm_size(comm));
+        if (st == UN_OK && un_comm_rank(comm) == 0)
+            remove(o->save);
+        return un_comm_agree(ctx, comm, st);
+    }
     int64_t nl = un_exec_lparam_count(ex);
     size_t fes = o->prec == UN_PREC_F32 ? 4 : 8;
     bool root = un_comm_rank(comm) == 0;
@@ -540,8 +553,8 @@ static un_status save_weights(un_ctx *ctx, shared *sh, un_comm *comm, un_exec *e
         st = un_exec_params_gather(ctx, ex, un_exec_params(ex), lw);
     for (int i = 0; st == UN_OK && i < 2; i++)
         if (un_optim_state(opt, i))
-            st = un_exec_params_gather(ctx, ex, un_optim_state(opt, i),
-                                       root ? un_optim_state(lo, i) : NULL);
+            st = un_exec_shard_gather(ctx, ex, un_optim_state(opt, i),
+                                      root ? un_optim_state(lo, i) : NULL);
     if (st == UN_OK && root) {
         un_optim_set_steps(lo, un_optim_steps(opt));
         st = un_checkpoint_save(ctx, o->save, sh->g, o->prec, lw, lo);
@@ -653,11 +666,8 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
         if ((st = un_comm_allreduce(ctx, comm, UN_RED_F64, &loss, 1)) != UN_OK)
             break;
         loss /= (double)(m->loss == UN_LOSS_CE ? os->dim[0] : un_shape_numel(os));
-        if ((st = un_optim_step_on(ctx, opt, be, un_exec_params(ex), un_exec_param_grads(ex))) !=
-            UN_OK) {
-            un_comm_abort(comm);
+        if ((st = un_exec_update(ctx, ex, opt)) != UN_OK)
             break;
-        }
         double dt = now_s() - t0;
         if (rank == 0) {
             sh->losses[step] = loss;
@@ -677,7 +687,7 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
         }
     }
     if (st == UN_OK && o->save)
-        st = save_weights(ctx, sh, comm, ex, opt);
+        st = save_weights(ctx, sh, comm, ex, be, opt);
     if (st == UN_OK)
         st = report_stats(ctx, sh, comm, ex, opt);
     free(labels);

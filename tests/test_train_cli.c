@@ -333,6 +333,59 @@ static void test_mpi_equal_losses(void) {
                 strstr(r->err, "mpirun started 2 processes") != NULL);
 }
 
+/* A checkpoint saved under data parallelism on 2 MPI processes is one file per rank (each its
+ * weight blocks and its shard of Adam's moments, nothing gathered); it loads under serial on 1
+ * device, under tensor parallelism on 4 local devices and data parallel on 2 (re-sharded), and
+ * the 4 more steps are the uninterrupted 10-step run's (float64, 1e-9). A damaged or missing rank
+ * file is one clear error. */
+static void test_mpi_checkpoint(void) {
+    if (system("command -v mpirun >/dev/null 2>&1") != 0)
+        TEST_SKIP("mpirun not found");
+    const char *base = "--model mlp --tiny --threads 1 --precision f64 --optimizer adam";
+    char prefix[256], a[1024];
+    double l10[10], l4[4];
+    snprintf(a, sizeof a, "%s --steps 10", base);
+    const cli_result *r = run(a);
+    EXPECT_EQ(r->code, 0);
+    if (losses(r->out, l10, 10) != 10)
+        return;
+    snprintf(prefix, sizeof prefix, "scripts/mpirun.sh --mca mpi_yield_when_idle 1 %s -np 2",
+             MPI_ENV);
+    snprintf(a, sizeof a, "%s --steps 6 --comm mpi --save %s/mpi.ckpt", base, cli_tmp);
+    r = run_with(prefix, a);
+    test__check(r->code == 0, TEST__AT, "save under mpirun -np 2: exit %d: %s", r->code, r->err);
+    char f0[600], f1[600], one[600];
+    snprintf(f0, sizeof f0, "%s/mpi.ckpt.rank0", cli_tmp);
+    snprintf(f1, sizeof f1, "%s/mpi.ckpt.rank1", cli_tmp);
+    snprintf(one, sizeof one, "%s/mpi.ckpt", cli_tmp);
+    EXPECT_TRUE(access(f0, R_OK) == 0 && access(f1, R_OK) == 0 && access(one, F_OK) != 0);
+    const char *after[] = {"--devices 1", "--devices 4 --strategy tensor", "--devices 2"};
+    for (int i = 0; r->code == 0 && i < 3; i++) {
+        snprintf(a, sizeof a, "%s --steps 4 %s --load %s/mpi.ckpt", base, after[i], cli_tmp);
+        const cli_result *rl = run(a);
+        int n = losses(rl->out, l4, 4);
+        double worst = 0;
+        for (int s = 0; s < n; s++)
+            worst = fmax(worst, fabs(l4[s] - l10[6 + s]) / fabs(l10[6 + s]));
+        test__check(rl->code == 0 && n == 4 && worst <= 1e-9, TEST__AT,
+                    "saved on 2 mpi processes, loaded with %s: exit %d, %d steps, difference %g",
+                    after[i], rl->code, n, worst);
+    }
+    /* damaged, then missing: rank 1's file */
+    FILE *f = fopen(f1, "r+b");
+    if (f) {
+        fseek(f, 40, SEEK_SET);
+        int c = fgetc(f);
+        fseek(f, 40, SEEK_SET);
+        fputc(c ^ 0xff, f);
+        fclose(f);
+    }
+    snprintf(a, sizeof a, "%s --steps 1 --load %s/mpi.ckpt", base, cli_tmp);
+    expect_clean_error(a, "mpi.ckpt.rank1: damaged checkpoint");
+    remove(f1);
+    expect_clean_error(a, "mpi.ckpt.rank1");
+}
+
 int main(void) {
     if (!cli_init("/tmp/unity_train_cli.XXXXXX"))
         return 1;
@@ -343,6 +396,7 @@ int main(void) {
         {"bad_input", test_bad_input},
         {"config_sizes", test_config_sizes},
         {"mpi_equal_losses", test_mpi_equal_losses},
+        {"mpi_checkpoint", test_mpi_checkpoint},
     };
     int rc = TEST_RUN_ALL(cases);
     if (!cli_cleanup())
