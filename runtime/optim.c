@@ -105,14 +105,13 @@ void *un_optim_state(const un_optim *o, int i) { return i == 0 ? o->m : i == 1 ?
 un_prec un_optim_prec(const un_optim *o) { return o->prec; }
 
 void un_optim_step(un_optim *o, void *w, const void *g) {
-    UN_ASSERT(o->be == NULL || un_backend_host_visible(o->be));
+    UN_ASSERT(o->be == NULL); /* state made by un_optim_new_on is updated by un_optim_step_on */
     o->t++;
     un__optim_update_host(o->prec, &o->p, o->t, o->n, w, g, o->m, o->v);
 }
 
 un_status un_optim_step_on(un_ctx *ctx, un_optim *o, un_backend *be, void *w, const void *g) {
-    UN_ASSERT(o->be == be || (o->be == NULL && un_backend_host_visible(be)));
-    UN_ASSERT(un_backend_prec(be) == o->prec);
+    UN_ASSERT(o->be == be); /* its state lives on the backend that updates it */
     o->t++;
     return un_backend_optim_step(ctx, be, &o->p, o->t, o->n, w, g, o->m, o->v);
 }

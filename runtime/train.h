@@ -38,6 +38,9 @@ typedef struct un_train_opts {
     const char *spec;        /* operator spec file */
     const char *loss;        /* JSON models: "ce" or "mse" */
     un_prec prec;            /* float32 (default) or float64 */
+    const char *backend;     /* "cpu", "cuda" or "opaque" (the CPU kernels behind memory the
+                                host cannot reach, backend.h); NULL = cuda when this build has
+                                CUDA and a GPU is there (and the precision is f32), else cpu */
     bool quiet;              /* no per-step lines */
     bool stats;              /* print the per-device accounting at the end */
     FILE *out;               /* per-step lines and the summary (default stdout) */

@@ -168,7 +168,7 @@ static void copy_sources(un_exec *ex, const un_graph *g, const un_eval *ev, bool
         }
         free(d);
     }
-    un_exec_params_scatter(ex, lw, un_exec_params(ex));
+    EXPECT_OK(NULL, un_exec_params_scatter(NULL, ex, lw, un_exec_params(ex)));
     free(lw);
 }
 
