@@ -590,17 +590,15 @@ static un_status report_stats(un_ctx *ctx, shared *sh, un_comm *comm, un_exec *e
     return st;
 }
 
-/* The backend of the run: the one asked for, else cuda where it can run (a CUDA build, a GPU,
- * float32), else cpu. */
-static un_status backend_choose(un_ctx *ctx, const un_train_opts *o, shared *sh) {
+un_status un_train_backend(un_ctx *ctx, const un_train_opts *o, const char **name, int *gpus) {
     const char *why = NULL;
-    sh->gpus = un_backend_cuda_devices(&why);
-    sh->backend = o->backend                                    ? o->backend
-                  : sh->gpus > 0 && o->prec == UN_PREC_F32 ? "cuda"
-                                                                : "cpu";
-    if (strcmp(sh->backend, "cuda") != 0)
+    *gpus = un_backend_cuda_devices(&why);
+    *name = o->backend                                 ? o->backend
+            : *gpus > 0 && o->prec == UN_PREC_F32 ? "cuda"
+                                                       : "cpu";
+    if (strcmp(*name, "cuda") != 0)
         return UN_OK;
-    if (sh->gpus == 0)
+    if (*gpus == 0)
         return un_ctx_error(ctx, UN_ERR_UNAVAILABLE, "--backend cuda: no GPU to run on (%s)",
                             why ? why : "no CUDA device");
     if (o->prec != UN_PREC_F32)
@@ -893,7 +891,7 @@ un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res
             goto done;
         }
     }
-    if ((st = backend_choose(ctx, o, &sh)) != UN_OK)
+    if ((st = un_train_backend(ctx, o, &sh.backend, &sh.gpus)) != UN_OK)
         goto done;
     if (o->save && res->rank == 0) { /* a checkpoint that cannot be written fails before training */
         char probe[4096];
