@@ -41,7 +41,7 @@ static void *real_of(const opq_state *s, const void *p, size_t n) {
 }
 
 static size_t kt_bytes(const un_backend *be, const un_kt *k) {
-    size_t n = k->dtype == UN_DT_INT ? sizeof(int64_t)
+    size_t n = k->dtype == UN_DT_INT     ? sizeof(int64_t)
                : be->prec == UN_PREC_F32 ? sizeof(float)
                                          : sizeof(double);
     for (int i = 0; i < k->rank; i++)
@@ -167,8 +167,8 @@ static un_status opq_backward(un_ctx *ctx, un_backend *be, un_op op, const un_pa
     kts_real(be, out, n_out, ro);
     kts_real(be, dout, n_out, rdo);
     kts_real(be, din, n_in, rdi);
-    return un_backend_op_backward(ctx, s->cpu, op, params, ri, n_in, ro, n_out, rdo, rdi, seed,
-                                  off, full);
+    return un_backend_op_backward(ctx, s->cpu, op, params, ri, n_in, ro, n_out, rdo, rdi, seed, off,
+                                  full);
 }
 
 static un_status opq_loss(un_ctx *ctx, un_backend *be, un_loss_kind kind, const un_kt *y,
@@ -214,8 +214,8 @@ un_status un__backend_opaque_new(un_ctx *ctx, un_prec prec, int nthreads, un_bac
     un_status st = un__backend_cpu_new(ctx, prec, nthreads, &cpu);
     if (st != UN_OK)
         return st;
-    void *fake = mmap(NULL, OPQ_RESERVE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                      -1, 0);
+    void *fake =
+        mmap(NULL, OPQ_RESERVE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     void *real = mmap(NULL, OPQ_RESERVE, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (fake == MAP_FAILED || real == MAP_FAILED) {
@@ -224,8 +224,8 @@ un_status un__backend_opaque_new(un_ctx *ctx, un_prec prec, int nthreads, un_bac
         if (real != MAP_FAILED)
             munmap(real, OPQ_RESERVE);
         un_backend_free(cpu);
-        return un_ctx_error(ctx, UN_ERR_NOMEM, "opaque backend: cannot reserve %zu GiB of address "
-                                               "space",
+        return un_ctx_error(ctx, UN_ERR_NOMEM,
+                            "opaque backend: cannot reserve %zu GiB of address space",
                             OPQ_RESERVE >> 30);
     }
     opq_state *s = un_xcalloc(1, sizeof *s);

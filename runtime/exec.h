@@ -71,9 +71,10 @@ int64_t un_exec_estimate_bytes(const un_graph *g, int rank, int size, un_prec pr
  * valid until un_exec_free. */
 void *un_exec_source(un_exec *ex, int32_t node);
 /* This rank's weight pieces are one flat buffer: values and gradients, un_exec_param_count
- * elements each in backend memory (borrowed until un_exec_free). The logical weights (UN_OP_WEIGHT nodes in node
- * order, each whole, un_exec_lparam_count elements) are what initialisation and checkpoints see;
- * un_exec_lparam_offset gives a weight's first element there (-1 for a non-weight). */
+ * elements each in backend memory (borrowed until un_exec_free). The logical weights (UN_OP_WEIGHT
+ * nodes in node order, each whole, un_exec_lparam_count elements) are what initialisation and
+ * checkpoints see; un_exec_lparam_offset gives a weight's first element there (-1 for a
+ * non-weight). */
 int64_t un_exec_param_count(const un_exec *ex);
 void *un_exec_params(un_exec *ex);
 void *un_exec_param_grads(un_exec *ex);

@@ -181,8 +181,8 @@ un_status un_train_parse_args(un_ctx *ctx, int argc, char **argv, un_train_opts 
             o->prec = strcmp(v, "f32") == 0 ? UN_PREC_F32 : UN_PREC_F64;
         } else if (strcmp(a, "--backend") == 0) {
             if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0 && strcmp(v, "opaque") != 0)
-                return un_ctx_error(ctx, UN_ERR_INVALID, "--backend: '%s' is not cpu, cuda or opaque",
-                                    v);
+                return un_ctx_error(ctx, UN_ERR_INVALID,
+                                    "--backend: '%s' is not cpu, cuda or opaque", v);
             o->backend = v;
         }
         if (st != UN_OK)
@@ -522,7 +522,8 @@ static un_status setup_weights(un_ctx *ctx, shared *sh, un_exec *ex, un_backend 
             st = un_checkpoint_load(ctx, o->load, sh->g, o->prec, lw, lo);
         for (int i = 0; st == UN_OK && i < 2; i++)
             if (un_optim_state(*opt, i))
-                st = un_exec_params_scatter(ctx, ex, un_optim_state(lo, i), un_optim_state(*opt, i));
+                st =
+                    un_exec_params_scatter(ctx, ex, un_optim_state(lo, i), un_optim_state(*opt, i));
         if (st == UN_OK)
             un_optim_set_steps(*opt, un_optim_steps(lo));
     }
@@ -593,9 +594,7 @@ static un_status report_stats(un_ctx *ctx, shared *sh, un_comm *comm, un_exec *e
 un_status un_train_backend(un_ctx *ctx, const un_train_opts *o, const char **name, int *gpus) {
     const char *why = NULL;
     *gpus = un_backend_cuda_devices(&why);
-    *name = o->backend                                 ? o->backend
-            : *gpus > 0 && o->prec == UN_PREC_F32 ? "cuda"
-                                                       : "cpu";
+    *name = o->backend ? o->backend : *gpus > 0 && o->prec == UN_PREC_F32 ? "cuda" : "cpu";
     if (strcmp(*name, "cuda") != 0)
         return UN_OK;
     if (*gpus == 0)
@@ -654,8 +653,9 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
         if (strcmp(sh->backend, "cuda") == 0) {
             char name[128] = "?";
             un_backend_cuda_device_name(0, name, sizeof name);
-            fprintf(o->out, "backend: %s, one GPU per rank (its rank on the machine mod %d GPUs; "
-                            "GPU 0: %s)\n",
+            fprintf(o->out,
+                    "backend: %s, one GPU per rank (its rank on the machine mod %d GPUs; "
+                    "GPU 0: %s)\n",
                     un_backend_name(be), sh->gpus, name);
         } else {
             fprintf(o->out, "backend: %s\n", un_backend_name(be));

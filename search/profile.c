@@ -120,7 +120,8 @@ static un_status time_op(un_ctx *ctx, un_backend *be, const un_node *nd, bufs *b
         t[reps++] = dt;
         total += dt;
         /* a device clock can read far below the wall time: stop on either */
-        if ((reps >= p->min_reps && (total >= p->min_seconds || now_s() - wall0 >= 10 * p->min_seconds)) ||
+        if ((reps >= p->min_reps &&
+             (total >= p->min_seconds || now_s() - wall0 >= 10 * p->min_seconds)) ||
             reps >= 100000)
             break;
     }
@@ -256,8 +257,8 @@ static un_status profile_step_parts(un_ctx *ctx, un_rulesdb *db, un_backend *be,
     if (st == UN_OK)
         st = un_buffer_new(ctx, be, ((size_t)rows + 1) * sizeof(int64_t), &labels);
     un_kt y = {.dtype = UN_DT_FLOAT, .rank = 2, .dim = {rows, cls}},
-           gy = {.dtype = UN_DT_FLOAT, .rank = 2, .dim = {rows, cls}},
-           lab = {.dtype = UN_DT_INT, .rank = 1, .dim = {rows}};
+          gy = {.dtype = UN_DT_FLOAT, .rank = 2, .dim = {rows, cls}},
+          lab = {.dtype = UN_DT_INT, .rank = 1, .dim = {rows}};
     if (st == UN_OK) {
         y.data = un_buffer_at(logits, 0);
         gy.data = un_buffer_at(grad, 0);
@@ -267,8 +268,8 @@ static un_status profile_step_parts(un_ctx *ctx, un_rulesdb *db, un_backend *be,
         double *ts = un_xmalloc(sizeof *ts * 64);
         int reps = 0;
         double total = 0;
-        for (int i = 0; st == UN_OK && i < p->warmup + 63 &&
-                        !(reps >= p->min_reps && total >= p->min_seconds);
+        for (int i = 0;
+             st == UN_OK && i < p->warmup + 63 && !(reps >= p->min_reps && total >= p->min_seconds);
              i++) {
             double dt = 0;
             if (part == 0) { /* host clock: the generation is host work */

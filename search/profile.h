@@ -1,9 +1,9 @@
 /* profile.h - measured operator costs: times every regular operator of a graph on its piece
  * shapes on the local CPU or CUDA backend (warm-up, then timed repetitions by the backend's timer:
  * CUDA events on a GPU), the optimizer step over the graph's weights, the batch and the loss as
- * the runtime runs them on that backend, and stores the times in rules.db's op-cost cache under the keys the
- * cost model looks up (search/cost.h: un_cost_key) for a device kind. The cost model then uses them
- * in place of its roofline for that device kind.
+ * the runtime runs them on that backend, and stores the times in rules.db's op-cost cache under the
+ * keys the cost model looks up (search/cost.h: un_cost_key) for a device kind. The cost model then
+ * uses them in place of its roofline for that device kind.
  *
  *   un_profile_params pp = un_profile_params_default();
  *   pp.device = "cpu"; pp.threads = 1;

@@ -723,7 +723,8 @@ static void test_loss_and_optim(void) {
     un_ctx_free(ctx);
 }
 
-/* ---- the opaque backend ------------------------------------------------------------------------ */
+/* ---- the opaque backend ------------------------------------------------------------------------
+ */
 
 /* Runs fn in a child process; returns its wait status. */
 static int in_child(void (*fn)(void)) {
@@ -881,9 +882,9 @@ static void test_timer(void) {
 }
 
 /* One training run of a tiny zoo model (or a pcg JSON model for a plan file) on a backend. */
-static un_status train_on(const char *backend, const char *model, const char *strategy,
-                          int devices, int steps, const char *save, const char *load,
-                          un_train_result *r, char *err, size_t cap) {
+static un_status train_on(const char *backend, const char *model, const char *strategy, int devices,
+                          int steps, const char *save, const char *load, un_train_result *r,
+                          char *err, size_t cap) {
     un_train_opts o = un_train_opts_default();
     o.model = model;
     o.tiny = strstr(model, ".json") == NULL;
@@ -966,8 +967,8 @@ static void test_opaque_training(void) {
             EXPECT_NEAR(rb.losses[s], r4.losses[2 + s], 1e-5);
     }
     /* ... and the other way: saved on cpu, loaded on the opaque backend */
+    un_train_result_deinit(&ra);
     un_train_result_deinit(&rb);
-    memset(&rb, 0, sizeof rb);
     EXPECT_OK(NULL, train_on("cpu", "transformer", "data", 2, 2, ck, NULL, &ra, e, sizeof e));
     EXPECT_OK(NULL, train_on("opaque", "transformer", "data", 2, 2, NULL, ck, &rb, e, sizeof e));
     if (r4.losses && rb.losses)
@@ -986,7 +987,8 @@ static void test_cuda_training(void) {
         printf("  skip cuda training: %s\n", reason ? reason : "no GPU");
         return;
     }
-    printf("    %d runs on cuda within 1e-3 of the cpu backend's losses\n", train_all("cuda", 1e-3));
+    printf("    %d runs on cuda within 1e-3 of the cpu backend's losses\n",
+           train_all("cuda", 1e-3));
 }
 
 int main(void) {

@@ -364,9 +364,10 @@ static void test_profile_backends(void) {
                 strstr(r->out, "optimizer:adam") != NULL);
     EXPECT_TRUE(n_cpu > 3 && n_cpu == n_opq);
     if (un_backend_cuda_devices(NULL) == 0)
-        cli_expect_clean_error("unity-train", cli_fmt("--model mlp --tiny --profile --machine "
-                                                      "specs/machines/h100x8.json --rules "
-                                                      "%s/g.db --backend cuda"),
+        cli_expect_clean_error("unity-train",
+                               cli_fmt("--model mlp --tiny --profile --machine "
+                                       "specs/machines/h100x8.json --rules "
+                                       "%s/g.db --backend cuda"),
                                "--backend cuda: no GPU");
     EXPECT_TRUE(un_profile_kind_matches("h100", "NVIDIA H100 80GB HBM3"));
     EXPECT_TRUE(un_profile_kind_matches("A100", "NVIDIA A100-SXM4-40GB"));
