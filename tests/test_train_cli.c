@@ -372,6 +372,25 @@ static void test_backend_flag(void) {
     /* the default is cpu without a GPU */
     const cli_result *r = run("--model mlp --tiny --steps 1");
     EXPECT_TRUE(r->code == 0 && strstr(r->out, gpus ? "backend: cuda-f32" : "backend: cpu-f32"));
+    /* under mpirun (exchanges staged through host memory between processes): the same losses */
+    if (system("command -v mpirun >/dev/null 2>&1") != 0) {
+        printf("    skip --backend opaque under mpirun: mpirun not found\n");
+        return;
+    }
+    char prefix[256];
+    snprintf(prefix, sizeof prefix, "scripts/mpirun.sh --mca mpi_yield_when_idle 1 %s -np 2",
+             MPI_ENV);
+    double lm[4];
+    r = run_with(prefix, "--model transformer --tiny --steps 4 --threads 2 --comm mpi --strategy "
+                         "tensor --backend opaque");
+    test__check(r->code == 0 && losses(r->out, lm, 4) == 4, TEST__AT,
+                "mpirun -np 2 --backend opaque: exit %d, stderr %s", r->code, r->err);
+    r = run_with(prefix, "--model transformer --tiny --steps 4 --threads 2 --comm mpi --strategy "
+                         "tensor --backend cpu");
+    test__check(r->code == 0 && losses(r->out, l[0], 4) == 4, TEST__AT,
+                "mpirun -np 2 --backend cpu: exit %d, stderr %s", r->code, r->err);
+    for (int s = 0; s < 4; s++)
+        EXPECT_TRUE(lm[s] == l[0][s]);
 }
 
 int main(void) {
