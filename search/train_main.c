@@ -146,7 +146,10 @@ static un_status estimate_or_profile(un_ctx *ctx, const un_train_opts *o, const 
         const char *backend;
         int gpus;
         char where[192];
-        if ((st = un_train_backend(ctx, o, &backend, &gpus)) != UN_OK)
+        un_train_opts ob = *o; /* by default a cpu machine file is profiled on the cpu */
+        if (!ob.backend && strcmp(m.dev.kind, "cpu") == 0)
+            ob.backend = "cpu";
+        if ((st = un_train_backend(ctx, &ob, &backend, &gpus)) != UN_OK)
             goto done;
         snprintf(where, sizeof where, "%d thread%s", pp.threads, pp.threads == 1 ? "" : "s");
         pp.opaque = strcmp(backend, "opaque") == 0;
