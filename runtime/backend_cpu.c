@@ -15,6 +15,7 @@ void openblas_set_num_threads(int n);
 
 typedef struct cpu_state {
     un_pool *pool;
+    un_kstash *stash; /* what the forwards keep for their backwards (kernels.h) */
 } cpu_state;
 
 static const char *cpu_name(const un_backend *be) {
@@ -24,6 +25,7 @@ static const char *cpu_name(const un_backend *be) {
 static void cpu_free(un_backend *be) {
     cpu_state *s = be->context;
     un_pool_free(s->pool);
+    un_kstash_free(s->stash);
     free(s);
     free(be);
 }
@@ -103,7 +105,8 @@ static un_kexec cpu_kexec(un_backend *be, uint64_t seed, const int64_t *off, con
                       .seed = seed,
                       .training = true,
                       .off = off,
-                      .full = full};
+                      .full = full,
+                      .stash = s->stash};
 }
 
 static un_status cpu_forward(un_ctx *ctx, un_backend *be, un_op op, const un_param *params,
@@ -306,6 +309,7 @@ un_status un__backend_cpu_new(un_ctx *ctx, un_prec prec, int nthreads, un_backen
     pthread_mutex_unlock(&blas_mu);
     cpu_state *s = un_xcalloc(1, sizeof *s);
     s->pool = nthreads > 1 ? un_pool_new(nthreads) : NULL;
+    s->stash = un_kstash_new();
     un_backend *be = un_xcalloc(1, sizeof *be);
     *be = (un_backend){.api_version = UN_BACKEND_API_VERSION,
                        .iface = &cpu_iface,
