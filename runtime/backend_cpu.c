@@ -138,23 +138,7 @@ static inline void st_(void *a, un_prec p, int64_t i, double x) {
 
 double un__loss_ce_host(un_prec prec, const void *logits, int64_t rows, int64_t c, int64_t r0,
                         int64_t n_total, const int64_t *labels, void *grad) {
-    double total = 0;
-    for (int64_t r = 0; r < rows; r++) {
-        double mx = -INFINITY;
-        for (int64_t j = 0; j < c; j++)
-            mx = fmax(mx, ld(logits, prec, r * c + j));
-        double s = 0;
-        for (int64_t j = 0; j < c; j++)
-            s += exp(ld(logits, prec, r * c + j) - mx);
-        double lse = mx + log(s);
-        int64_t y = labels[r0 + r];
-        total += lse - ld(logits, prec, r * c + y);
-        for (int64_t j = 0; j < c; j++) {
-            double p = exp(ld(logits, prec, r * c + j) - lse);
-            st_(grad, prec, r * c + j, (p - (j == y ? 1.0 : 0.0)) / (double)n_total);
-        }
-    }
-    return total;
+    return un_kern_ce_loss(prec, logits, rows, c, labels + r0, 1.0 / (double)n_total, grad);
 }
 
 /* MSE over one piece: the sum of squared errors of its elements against the whole target,

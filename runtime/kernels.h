@@ -81,6 +81,12 @@ un_status un_kern_backward(un_ctx *ctx, const un_kexec *ex, un_op op, const un_p
                            const un_kt *in, int n_in, const un_kt *out, int n_out,
                            const un_kt *dout, un_kt *din);
 
+/* The training loss on logits [rows, c] (float or double per prec) with labels[rows] in [0, c)
+ * (checked by the caller): returns the sum over rows of logsumexp(row) - row[label] (in double)
+ * and writes (not adds) grad = (softmax(row) - onehot(label)) * gscale. */
+double un_kern_ce_loss(un_prec prec, const void *logits, int64_t rows, int64_t c,
+                       const int64_t *labels, double gscale, void *grad);
+
 /* ---- queries ---- */
 
 /* The parameter names the kernels read for op, in parameter-vector order (as in specs/ops.json);

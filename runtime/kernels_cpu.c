@@ -270,6 +270,118 @@ VEC_CLONES static void softmax_row_f32(float *p, int64_t n, int64_t len) {
         p[i] = 0.0f;
 }
 
+/* ---- float32 layer_norm rows, vectorised -------------------------------------------------------
+ * Sums in double over 8 partial sums (one AVX-512 register of doubles); the element-wise parts in
+ * float. float64 keeps the plain loops of kernels_cpu.inc. */
+
+/* sum of x[i] (k = 1) or of (x[i] - c)^2 (k = 2) over [0, n), in double. */
+VEC_CLONES static double row_sum_f32(const float *x, int64_t n, int k, double c) {
+    double part[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) {
+            double t = (double)x[i + l] - c;
+            part[l] += k == 1 ? (double)x[i + l] : t * t;
+        }
+    for (; i < n; i++) {
+        double t = (double)x[i] - c;
+        part[0] += k == 1 ? (double)x[i] : t * t;
+    }
+    return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+}
+
+/* Mean and 1 / sqrt(biased variance + 1e-5) of x[0, n). */
+static void row_moments_f32(const float *x, int64_t n, double *mean, double *rs) {
+    *mean = row_sum_f32(x, n, 1, 0) / (double)n;
+    *rs = 1.0 / sqrt(row_sum_f32(x, n, 2, *mean) / (double)n + 1e-5);
+}
+
+/* y = (x - mean) rs g + b over one row. */
+VEC_CLONES static void ln_row_f32(float *y, const float *x, const float *g, const float *b,
+                                  int64_t n, float mean, float rs) {
+    for (int64_t i = 0; i < n; i++)
+        y[i] = (x[i] - mean) * rs * g[i] + b[i];
+}
+
+/* dx += rs (dxh - mean(dxh) - xh mean(dxh xh)), dxh = dy g, xh = (x - mean) rs, over one row. */
+VEC_CLONES static void ln_dx_row_f32(float *dx, const float *x, const float *dy, const float *g,
+                                     int64_t n, float mean, float rs) {
+    double p1[8] = {0}, p2[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) {
+            float dxh = dy[i + l] * g[i + l], xh = (x[i + l] - mean) * rs;
+            p1[l] += dxh;
+            p2[l] += (double)dxh * xh;
+        }
+    for (; i < n; i++) {
+        float dxh = dy[i] * g[i], xh = (x[i] - mean) * rs;
+        p1[0] += dxh;
+        p2[0] += (double)dxh * xh;
+    }
+    float s1 = (float)((((p1[0] + p1[1]) + (p1[2] + p1[3])) + ((p1[4] + p1[5]) + (p1[6] + p1[7]))) /
+                       (double)n);
+    float s2 = (float)((((p2[0] + p2[1]) + (p2[2] + p2[3])) + ((p2[4] + p2[5]) + (p2[6] + p2[7]))) /
+                       (double)n);
+    for (i = 0; i < n; i++)
+        dx[i] += rs * (dy[i] * g[i] - s1 - (x[i] - mean) * rs * s2);
+}
+
+/* ---- the training loss: cross-entropy rows ------------------------------------------------------ */
+
+/* g[i] = exp(x[i] - mx) (NaN stays NaN), returns their sum in double. */
+VEC_CLONES static double exp_row_f32(float *g, const float *x, int64_t n, float mx) {
+    double part[8] = {0};
+    int64_t i = 0;
+    for (; i < n; i++) {
+        float d = x[i] - mx;
+        float e = vexpf(d == d ? d : 0.0f);
+        g[i] = d == d ? e : d;
+    }
+    for (i = 0; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++)
+            part[l] += g[i + l];
+    for (; i < n; i++)
+        part[0] += g[i];
+    return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+}
+
+/* g[i] = (g[i] inv - [i == y]) f. */
+VEC_CLONES static void ce_grad_row_f32(float *g, int64_t n, int64_t y, float inv, float f) {
+    for (int64_t i = 0; i < n; i++)
+        g[i] = (g[i] * inv - (i == y ? 1.0f : 0.0f)) * f;
+}
+
+double un_kern_ce_loss(un_prec prec, const void *logits, int64_t rows, int64_t c,
+                       const int64_t *labels, double gscale, void *grad) {
+    double total = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t y = labels[r];
+        if (prec == UN_PREC_F32) {
+            const float *x = (const float *)logits + r * c;
+            float *g = (float *)grad + r * c, mx = x[0];
+            for (int64_t j = 1; j < c; j++)
+                mx = x[j] > mx || x[j] != x[j] ? x[j] : mx; /* a NaN makes the row NaN */
+            double s = exp_row_f32(g, x, c, mx);
+            total += (double)mx + log(s) - (double)x[y];
+            ce_grad_row_f32(g, c, y, (float)(1.0 / s), (float)gscale);
+            continue;
+        }
+        const double *x = (const double *)logits + r * c;
+        double *g = (double *)grad + r * c, mx = x[0], s = 0;
+        for (int64_t j = 1; j < c; j++)
+            mx = x[j] > mx || x[j] != x[j] ? x[j] : mx;
+        for (int64_t j = 0; j < c; j++) {
+            g[j] = exp(x[j] - mx);
+            s += g[j];
+        }
+        total += mx + log(s) - x[y];
+        for (int64_t j = 0; j < c; j++)
+            g[j] = (g[j] / s - (j == y ? 1.0 : 0.0)) * gscale;
+    }
+    return total;
+}
+
 /* ---- the forward's saved values ---------------------------------------------------------------- */
 
 typedef struct kstash_entry {
