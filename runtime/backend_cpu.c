@@ -15,6 +15,7 @@ void openblas_set_num_threads(int n);
 
 typedef struct cpu_state {
     un_pool *pool;
+    un_kstash *stash; /* what the forwards keep for their backwards (kernels.h) */
 } cpu_state;
 
 static const char *cpu_name(const un_backend *be) {
@@ -24,6 +25,7 @@ static const char *cpu_name(const un_backend *be) {
 static void cpu_free(un_backend *be) {
     cpu_state *s = be->context;
     un_pool_free(s->pool);
+    un_kstash_free(s->stash);
     free(s);
     free(be);
 }
@@ -69,7 +71,8 @@ static un_kexec cpu_kexec(un_backend *be, uint64_t seed, const int64_t *off, con
                       .seed = seed,
                       .training = true,
                       .off = off,
-                      .full = full};
+                      .full = full,
+                      .stash = s->stash};
 }
 
 static un_status cpu_forward(un_ctx *ctx, un_backend *be, un_op op, const un_param *params,
@@ -101,23 +104,7 @@ static inline void st_(void *a, un_prec p, int64_t i, double x) {
 
 double un__loss_ce_host(un_prec prec, const void *logits, int64_t rows, int64_t c, int64_t r0,
                         int64_t n_total, const int64_t *labels, void *grad) {
-    double total = 0;
-    for (int64_t r = 0; r < rows; r++) {
-        double mx = -INFINITY;
-        for (int64_t j = 0; j < c; j++)
-            mx = fmax(mx, ld(logits, prec, r * c + j));
-        double s = 0;
-        for (int64_t j = 0; j < c; j++)
-            s += exp(ld(logits, prec, r * c + j) - mx);
-        double lse = mx + log(s);
-        int64_t y = labels[r0 + r];
-        total += lse - ld(logits, prec, r * c + y);
-        for (int64_t j = 0; j < c; j++) {
-            double p = exp(ld(logits, prec, r * c + j) - lse);
-            st_(grad, prec, r * c + j, (p - (j == y ? 1.0 : 0.0)) / (double)n_total);
-        }
-    }
-    return total;
+    return un_kern_ce_loss(prec, logits, rows, c, labels + r0, 1.0 / (double)n_total, grad);
 }
 
 /* MSE over one piece: the sum of squared errors of its elements against the whole target,
@@ -272,6 +259,7 @@ un_status un__backend_cpu_new(un_ctx *ctx, un_prec prec, int nthreads, un_backen
     pthread_mutex_unlock(&blas_mu);
     cpu_state *s = un_xcalloc(1, sizeof *s);
     s->pool = nthreads > 1 ? un_pool_new(nthreads) : NULL;
+    s->stash = un_kstash_new();
     un_backend *be = un_xcalloc(1, sizeof *be);
     *be = (un_backend){.api_version = UN_BACKEND_API_VERSION,
                        .iface = &cpu_iface,
