@@ -240,7 +240,6 @@ typedef struct prune_job {
     un_rule *const *rules;
     const un_closure_params *p;
     const bool *kept;  /* rules kept in earlier chunks (read only during a chunk) */
-    const bool *big;   /* not in the set */
     int8_t *level;     /* per rule: rewrites of the derivation found, 0 = none */
     bool *capped;
     int64_t begin, end;
@@ -301,8 +300,6 @@ static void *prune_worker(void *arg) {
         int64_t i = atomic_fetch_add(&job->next, 1);
         if (i >= job->end || atomic_load(&job->failed))
             break;
-        if (job->big[i])
-            continue;
         if (decide(ctx, job, i) != UN_OK) {
             un_ctx_clear(ctx);
             atomic_store(&job->failed, 1);
@@ -310,6 +307,16 @@ static void *prune_worker(void *arg) {
     }
     un_ctx_free(ctx);
     return NULL;
+}
+
+/* Operators of a rule's larger side. */
+static int rule_ops(const un_rule *r) {
+    int n[2] = {0, 0};
+    const un_graph *g[2] = {r->src, r->dst};
+    for (int s = 0; s < 2; s++)
+        for (int32_t v = 0; v < un_graph_node_count(g[s]); v++)
+            n[s] += un_op_kind_of(un_graph_node(g[s], v)->op) != UN_OPK_SOURCE;
+    return n[0] > n[1] ? n[0] : n[1];
 }
 
 un_status un_closure_prune(un_ctx *ctx, const un_spec *spec, un_rule *const *rules, int64_t n,
@@ -321,17 +328,19 @@ un_status un_closure_prune(un_ctx *ctx, const un_spec *spec, un_rule *const *rul
         return un_ctx_error(ctx, UN_ERR_INVALID, "closure: depth %d is not in 1..4", p->depth);
     double t0 = now_s();
     un_closure_stats s = {.rules = n};
-    bool *big = un_xcalloc((size_t)n + 1, 1), *kept = un_xcalloc((size_t)n + 1, 1);
+    bool *kept = un_xcalloc((size_t)n + 1, 1);
     bool *capped = un_xcalloc((size_t)n + 1, 1);
     int8_t *level = un_xcalloc((size_t)n + 1, 1);
     un_rule **in = un_xmalloc(sizeof(un_rule *) * ((size_t)n + 1));
     int32_t *ids = un_xmalloc(sizeof(int32_t) * ((size_t)n + 1));
     int64_t n_in = 0;
     for (int64_t i = 0; i < n; i++) {
-        big[i] = un_graph_node_count(rules[i]->src) > UN_MATCH_MAX_NODES ||
-                 un_graph_node_count(rules[i]->dst) > UN_MATCH_MAX_NODES;
-        s.too_big += big[i];
-        if (!big[i]) {
+        bool big = un_graph_node_count(rules[i]->src) > UN_MATCH_MAX_NODES ||
+                   un_graph_node_count(rules[i]->dst) > UN_MATCH_MAX_NODES;
+        int ops = rule_ops(rules[i]);
+        s.too_big += big;
+        s.not_basis += !big && p->basis_ops > 0 && ops > p->basis_ops;
+        if (!big && (p->basis_ops == 0 || ops <= p->basis_ops)) {
             in[n_in] = rules[i];
             ids[n_in++] = (int32_t)(i + 1);
         }
@@ -350,7 +359,6 @@ un_status un_closure_prune(un_ctx *ctx, const un_spec *spec, un_rule *const *rul
                      .rules = rules,
                      .p = p,
                      .kept = kept,
-                     .big = big,
                      .level = level,
                      .capped = capped};
     double last = t0;
@@ -394,7 +402,6 @@ un_status un_closure_prune(un_ctx *ctx, const un_spec *spec, un_rule *const *rul
     if (stats)
         *stats = s;
     un_ruleset_free(set);
-    free(big);
     free(kept);
     free(capped);
     free(level);

@@ -27,6 +27,9 @@ typedef struct un_closure_params {
     int depth;       /* rewrites of a derivation, 1..4 (default 2) */
     int max_graphs;  /* per side, graphs explored at most (default 4096) */
     int threads;     /* worker threads (default 1) */
+    int basis_ops;   /* only rules of at most this many operators per side derive others (0 =
+                      * every rule; a bound keeps large sets affordable: each rule's sides are
+                      * matched against every basis rule) */
     bool progress;   /* progress lines through un_ctx_progress */
 } un_closure_params;
 
@@ -34,7 +37,8 @@ un_closure_params un_closure_params_default(void);
 
 typedef struct un_closure_stats {
     int64_t rules;    /* rules given */
-    int64_t too_big;  /* kept without a check: a side over UN_MATCH_MAX_NODES */
+    int64_t too_big;   /* never used to derive others: a side over UN_MATCH_MAX_NODES */
+    int64_t not_basis; /* never used to derive others: over params.basis_ops */
     int64_t dropped;  /* derivable, dropped */
     int64_t kept;     /* rules - dropped */
     int64_t by_depth[5]; /* dropped, by the rewrites their derivation needed */

@@ -12,7 +12,8 @@
 #include "search/closure.h"
 
 static const char *USAGE =
-    "usage: unity-closure IN.db -o OUT.db [--depth D] [--threads T] [--max-graphs M] [--spec S]\n"
+    "usage: unity-closure IN.db -o OUT.db [--depth D] [--threads T] [--basis-ops K] [--max-graphs M]\n"
+    "                     [--spec S]\n"
     "       unity-closure --reach FULL.db PRUNED.db [--depth D] [--step S] [--model NAME]...\n"
     "  Closure pruning: reads the rules of IN.db in id order (unity-gen's, smallest first) and\n"
     "  drops each candidate or verified rule whose target is reachable from its source within D\n"
@@ -24,6 +25,9 @@ static const char *USAGE =
     "  a rewrite by a rule PRUNED.db lacks must be within S rewrites (default 2) of it. Prints the\n"
     "  counts per model; exit status 3 when a graph is missing.\n"
     "  --threads T     worker threads (default 1)\n"
+    "  --basis-ops K   only rules of at most K operators per side derive others (default: all;\n"
+    "                  each rule is matched against every basis rule, so a bound keeps an N=4\n"
+    "                  set affordable)\n"
     "  --max-graphs M  graphs explored per side of a derivation, or per model with --reach\n"
     "                  (default 4096 and 20000)\n"
     "  --spec S        operator specs, a directory holding ops.json or the file (alias --ops;\n"
@@ -34,7 +38,7 @@ static const char *USAGE =
 typedef struct {
     const char *spec, *out, *pos[2], *models[16];
     int npos, n_models;
-    int64_t depth, step, threads, max_graphs;
+    int64_t depth, step, threads, max_graphs, basis_ops;
     bool reach;
 } opts;
 
@@ -62,7 +66,7 @@ static int parse_args(int argc, char **argv, opts *o) {
             continue;
         }
         bool known = !strcmp(a, "-o") || !strcmp(a, "--depth") || !strcmp(a, "--step") ||
-                     !strcmp(a, "--threads") || !strcmp(a, "--max-graphs") ||
+                     !strcmp(a, "--threads") || !strcmp(a, "--max-graphs") || !strcmp(a, "--basis-ops") ||
                      !strcmp(a, "--spec") || !strcmp(a, "--ops") || !strcmp(a, "--model");
         if (!known)
             return usage_error("unknown option ", a);
@@ -78,6 +82,8 @@ static int parse_args(int argc, char **argv, opts *o) {
             ok = un_cli_int(PROG, a, v, 1, 4, &o->step);
         else if (!strcmp(a, "--threads"))
             ok = un_cli_int(PROG, a, v, 1, 64, &o->threads);
+        else if (!strcmp(a, "--basis-ops"))
+            ok = un_cli_int(PROG, a, v, 1, 16, &o->basis_ops);
         else if (!strcmp(a, "--max-graphs"))
             ok = un_cli_int(PROG, a, v, 1, 100000000, &o->max_graphs);
         else if (!strcmp(a, "--model")) {
@@ -104,6 +110,8 @@ static int parse_args(int argc, char **argv, opts *o) {
         if (o->n_models || o->step)
             return usage_error("--model and --step go with --reach", "");
     }
+    if (o->reach && o->basis_ops)
+        return usage_error("--basis-ops does not go with --reach", "");
     return 0;
 }
 
@@ -163,6 +171,7 @@ static int prune(un_ctx *ctx, const un_spec *spec, const opts *o) {
     p.depth = o->depth ? (int)o->depth : 2;
     p.threads = o->threads ? (int)o->threads : 1;
     p.max_graphs = o->max_graphs ? (int)o->max_graphs : p.max_graphs;
+    p.basis_ops = (int)o->basis_ops;
     p.progress = un_ctx_has_progress(ctx);
     if (st == UN_OK) {
         drop = un_xcalloc((size_t)n_use + 1, 1);
@@ -171,7 +180,7 @@ static int prune(un_ctx *ctx, const un_spec *spec, const opts *o) {
     if (st == UN_OK)
         st = un_rulesdb_open(ctx, o->out, spec, UN_RULESDB_CREATE, &out);
     char args[256];
-    snprintf(args, sizeof args, "%s --depth %d", o->pos[0], p.depth);
+    snprintf(args, sizeof args, "%s --depth %d --basis-ops %d", o->pos[0], p.depth, p.basis_ops);
     if (st == UN_OK)
         st = un_rulesdb_run_begin(ctx, out, PROG, args, &run);
     bool *skip = un_xcalloc((size_t)n + 1, 1);
@@ -199,10 +208,11 @@ static int prune(un_ctx *ctx, const un_spec *spec, const opts *o) {
     snprintf(counts, sizeof counts,
              "{\"rules\": %lld, \"considered\": %lld, \"dropped\": %lld, \"dropped_1\": %lld, "
              "\"dropped_2\": %lld, \"dropped_3\": %lld, \"dropped_4\": %lld, \"capped\": %lld, "
-             "\"too_big\": %lld, \"written\": %lld, \"seconds\": %.3f}",
+             "\"too_big\": %lld, \"not_basis\": %lld, \"written\": %lld, \"seconds\": %.3f}",
              (long long)n, (long long)n_use, (long long)cs.dropped, (long long)cs.by_depth[1],
              (long long)cs.by_depth[2], (long long)cs.by_depth[3], (long long)cs.by_depth[4],
-             (long long)cs.capped, (long long)cs.too_big, (long long)written, cs.seconds);
+             (long long)cs.capped, (long long)cs.too_big, (long long)cs.not_basis, (long long)written,
+             cs.seconds);
     if (st == UN_OK)
         st = un_rulesdb_run_end(ctx, out, run, counts);
     if (st == UN_OK) {
@@ -213,9 +223,10 @@ static int prune(un_ctx *ctx, const un_spec *spec, const opts *o) {
                p.depth, (long long)cs.dropped, (long long)cs.by_depth[1],
                (long long)cs.by_depth[2], (long long)cs.by_depth[3], (long long)cs.by_depth[4],
                (long long)cs.kept);
-        if (cs.capped || cs.too_big)
-            printf("  not fully explored %lld (the --max-graphs bound), too big to match %lld\n",
-                   (long long)cs.capped, (long long)cs.too_big);
+        if (cs.capped || cs.too_big || cs.not_basis)
+            printf("  not fully explored %lld (the --max-graphs bound); not used to derive others: "
+                   "%lld too big to match, %lld over --basis-ops\n",
+                   (long long)cs.capped, (long long)cs.too_big, (long long)cs.not_basis);
         printf("database            %s: %lld rules written\n", o->out, (long long)written);
         printf("time                %.1f s (%d threads)\n", cs.seconds, p.threads);
     }

@@ -73,6 +73,12 @@ static void test_copies_dropped(void) {
     p.threads = 2;
     EXPECT_OK(ctx, un_closure_prune(ctx, spec, r, 5, &p, drop2, NULL));
     EXPECT_TRUE(memcmp(drop, drop2, sizeof drop) == 0);
+    /* with only one-operator rules (commutativity) as the basis the associativity copies stay */
+    p.basis_ops = 1;
+    EXPECT_OK(ctx, un_closure_prune(ctx, spec, r, 5, &p, drop2, &s));
+    EXPECT_EQ(s.dropped, 0);
+    EXPECT_EQ(s.not_basis, 4);
+    p.basis_ops = 0;
     /* a depth out of range is an error, not a crash */
     p.depth = 7;
     EXPECT_EQ(un_closure_prune(ctx, spec, r, 5, &p, drop, NULL), UN_ERR_INVALID);
@@ -199,6 +205,10 @@ static void test_cli(void) {
                           "--depth");
     cli_expect_error_code("unity-closure", cli_fmt("%s/par.db -o %s/x.db --frob"), 2, "--frob");
     cli_expect_error_code("unity-closure", cli_fmt("--reach %s/par.db"), 2, "two rule databases");
+    cli_expect_error_code("unity-closure", cli_fmt("--reach %s/par.db %s/par.db --basis-ops 2"), 2,
+                          "--basis-ops");
+    cli_expect_error_code("unity-closure", cli_fmt("%s/par.db -o %s/x.db --basis-ops 0"), 2,
+                          "--basis-ops");
     cli_expect_error_code("unity-closure", cli_fmt("--reach %s/par.db %s/par.db --model nope"), 1,
                           "nope");
     r = cli_run("unity-gen",
