@@ -237,9 +237,10 @@ un_status un_closure_reach(un_ctx *ctx, const un_ruleset *set, const un_graph *g
 typedef struct prune_job {
     const un_ctx *parent;
     const un_ruleset *set;
-    un_rule *const *rules;
+    un_rule *const *rules; /* the rules decided */
     const un_closure_params *p;
-    const bool *kept;  /* rules kept in earlier chunks (read only during a chunk) */
+    const bool *kept; /* per basis rule (set's rule id - 1): kept in an earlier chunk (read only
+                       * during a chunk) */
     int8_t *level;     /* per rule: rewrites of the derivation found, 0 = none */
     bool *capped;
     int64_t begin, end;
@@ -319,8 +320,44 @@ static int rule_ops(const un_rule *r) {
     return n[0] > n[1] ? n[0] : n[1];
 }
 
-un_status un_closure_prune(un_ctx *ctx, const un_spec *spec, un_rule *const *rules, int64_t n,
-                           const un_closure_params *p, bool *drop, un_closure_stats *stats) {
+struct un_closure {
+    un_closure_params p;
+    un_ruleset *set; /* the basis rules given to un_closure_new, forwards and reversed */
+    bool *kept;      /* per rule given to un_closure_new: kept */
+};
+
+/* Decides job's rules [begin, end) on p->threads threads. */
+static un_status run_chunk(un_ctx *ctx, prune_job *job, int threads) {
+    atomic_store(&job->next, job->begin);
+    atomic_store(&job->failed, 0);
+    pthread_t tid[64];
+    int started = 0;
+    for (int t = 1; t < threads && t < 64; t++)
+        if (pthread_create(&tid[started], NULL, prune_worker, job) == 0)
+            started++;
+    prune_worker(job);
+    for (int t = 0; t < started; t++)
+        pthread_join(tid[t], NULL);
+    if (atomic_load(&job->failed))
+        return un_ctx_error(ctx, UN_ERR_INVALID, "closure: rewriting failed in rules %lld..%lld",
+                            (long long)job->begin + 1, (long long)job->end);
+    return UN_OK;
+}
+
+/* Counts job's decisions [begin, end) into drop and s. */
+static void tally(const prune_job *job, bool *drop, un_closure_stats *s) {
+    for (int64_t i = job->begin; i < job->end; i++) {
+        drop[i] = job->level[i] > 0;
+        s->dropped += drop[i];
+        s->by_depth[job->level[i] < 5 ? job->level[i] : 4] += drop[i];
+        s->capped += job->capped[i];
+    }
+}
+
+un_status un_closure_new(un_ctx *ctx, const un_spec *spec, un_rule *const *rules, int64_t n,
+                         const un_closure_params *p, bool *drop, un_closure_stats *stats,
+                         un_closure **out) {
+    *out = NULL;
     un_closure_params def = un_closure_params_default();
     if (!p)
         p = &def;
@@ -367,27 +404,11 @@ un_status un_closure_prune(un_ctx *ctx, const un_spec *spec, un_rule *const *rul
         size = size < 1 ? 1 : size > 256 ? 256 : size;
         job.begin = done;
         job.end = done + size < n ? done + size : n;
-        atomic_store(&job.next, job.begin);
-        pthread_t tid[64];
-        int started = 0;
-        for (int t = 1; t < p->threads && t < 64; t++)
-            if (pthread_create(&tid[started], NULL, prune_worker, &job) == 0)
-                started++;
-        prune_worker(&job);
-        for (int t = 0; t < started; t++)
-            pthread_join(tid[t], NULL);
-        if (atomic_load(&job.failed)) {
-            st = un_ctx_error(ctx, UN_ERR_INVALID, "closure: rewriting failed in rules %lld..%lld",
-                              (long long)job.begin + 1, (long long)job.end);
+        if ((st = run_chunk(ctx, &job, p->threads)) != UN_OK)
             break;
-        }
-        for (int64_t i = job.begin; i < job.end; i++) {
-            drop[i] = level[i] > 0;
+        tally(&job, drop, &s);
+        for (int64_t i = job.begin; i < job.end; i++)
             kept[i] = !drop[i];
-            s.dropped += drop[i];
-            s.by_depth[level[i] < 5 ? level[i] : 4] += drop[i];
-            s.capped += capped[i];
-        }
         done = job.end;
         if (p->progress && now_s() - last > 0.5) {
             last = now_s();
@@ -401,10 +422,59 @@ un_status un_closure_prune(un_ctx *ctx, const un_spec *spec, un_rule *const *rul
     s.seconds = now_s() - t0;
     if (stats)
         *stats = s;
-    un_ruleset_free(set);
-    free(kept);
     free(capped);
     free(level);
+    if (st != UN_OK) {
+        un_ruleset_free(set);
+        free(kept);
+        return st;
+    }
+    un_closure *c = un_xcalloc(1, sizeof *c);
+    c->p = *p;
+    c->set = set;
+    c->kept = kept;
+    *out = c;
+    return UN_OK;
+}
+
+un_status un_closure_check(un_ctx *ctx, un_closure *c, un_rule *const *rules, int64_t n,
+                           bool *drop, un_closure_stats *stats) {
+    double t0 = now_s();
+    un_closure_stats s = {.rules = n};
+    prune_job job = {.parent = ctx,
+                     .set = c->set,
+                     .rules = rules,
+                     .p = &c->p,
+                     .kept = c->kept,
+                     .level = un_xcalloc((size_t)n + 1, 1),
+                     .capped = un_xcalloc((size_t)n + 1, 1),
+                     .begin = 0,
+                     .end = n};
+    un_status st = run_chunk(ctx, &job, c->p.threads);
+    if (st == UN_OK)
+        tally(&job, drop, &s);
+    s.kept = n - s.dropped;
+    s.seconds = now_s() - t0;
+    if (stats)
+        *stats = s;
+    free(job.level);
+    free(job.capped);
+    return st;
+}
+
+void un_closure_free(un_closure *c) {
+    if (!c)
+        return;
+    un_ruleset_free(c->set);
+    free(c->kept);
+    free(c);
+}
+
+un_status un_closure_prune(un_ctx *ctx, const un_spec *spec, un_rule *const *rules, int64_t n,
+                           const un_closure_params *p, bool *drop, un_closure_stats *stats) {
+    un_closure *c = NULL;
+    un_status st = un_closure_new(ctx, spec, rules, n, p, drop, stats, &c);
+    un_closure_free(c);
     return st;
 }
 

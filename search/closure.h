@@ -52,6 +52,19 @@ typedef struct un_closure_stats {
 un_status un_closure_prune(un_ctx *ctx, const un_spec *spec, un_rule *const *rules, int64_t n,
                            const un_closure_params *p, bool *drop, un_closure_stats *stats);
 
+/* The same in two steps, for sets too large to hold (an N=4 set): un_closure_new decides rules
+ * (usually those of at most params.basis_ops operators) as un_closure_prune does and keeps the
+ * kept ones as a basis; un_closure_check then decides more rules against that basis, all in
+ * parallel, in batches the caller streams (they do not join the basis). The rules passed to
+ * un_closure_new are borrowed only during the call. Owned: un_closure_free. */
+typedef struct un_closure un_closure;
+un_status un_closure_new(un_ctx *ctx, const un_spec *spec, un_rule *const *rules, int64_t n,
+                         const un_closure_params *p, bool *drop, un_closure_stats *stats,
+                         un_closure **out);
+un_status un_closure_check(un_ctx *ctx, un_closure *c, un_rule *const *rules, int64_t n,
+                           bool *drop, un_closure_stats *stats);
+void un_closure_free(un_closure *c);
+
 /* A graph's identity for the closure: operators, parameters, source nodes by name and shape, and
  * the outputs in order; independent of node order. */
 uint64_t un_closure_graph_key(const un_graph *g);

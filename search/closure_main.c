@@ -138,106 +138,151 @@ static un_status copy_row(un_ctx *ctx, un_rulesdb *out, const un_rulesdb_row *ro
     return un_rulesdb_rule_set_verdict(ctx, out, id, &v);
 }
 
+/* Adds b's counts to a. */
+static void stats_add(un_closure_stats *a, const un_closure_stats *b) {
+    a->rules += b->rules;
+    a->too_big += b->too_big;
+    a->not_basis += b->not_basis;
+    a->dropped += b->dropped;
+    a->kept += b->kept;
+    for (int i = 0; i < 5; i++)
+        a->by_depth[i] += b->by_depth[i];
+    a->capped += b->capped;
+    a->seconds += b->seconds;
+}
+
+enum { BATCH = 4096 }; /* rules over --basis-ops decided and written at a time */
+
+/* Rows are read twice (decisions, then copying), so memory holds the basis rules and one batch.
+ * kind[i]: 0 copied as it is, 1 a basis rule (decided in order), 2 decided against the basis. */
 static int prune(un_ctx *ctx, const un_spec *spec, const opts *o) {
     un_rulesdb *in = NULL, *out = NULL;
     int32_t *ids = NULL;
-    int64_t n = 0, n_use = 0, run = 0;
-    un_rulesdb_row **rows = NULL;
-    un_rule **use = NULL;
-    int64_t *use_row = NULL;
-    bool *drop = NULL;
-    un_closure_stats cs = {0};
+    int64_t n = 0, n_basis = 0, run = 0, written = 0;
+    int8_t *kind = NULL;
+    un_rule **basis = NULL, **batch = NULL;
+    bool *drop = NULL, *bdrop = NULL;
+    un_closure *c = NULL;
+    un_closure_stats cs = {0}, part = {0};
     un_rulesdb_filter f = un_rulesdb_filter_default();
-    un_status st = un_rulesdb_open(ctx, o->pos[0], spec, UN_RULESDB_READONLY, &in);
-    if (st == UN_OK)
-        st = un_rulesdb_rule_ids(ctx, in, &f, &ids, &n);
-    if (st == UN_OK) {
-        rows = un_xcalloc((size_t)n + 1, sizeof *rows);
-        use = un_xmalloc(sizeof *use * ((size_t)n + 1));
-        use_row = un_xmalloc(sizeof *use_row * ((size_t)n + 1));
-    }
-    for (int64_t i = 0; st == UN_OK && i < n; i++) {
-        st = un_rulesdb_rule_get(ctx, in, ids[i], &rows[i]);
-        if (st != UN_OK)
-            break;
-        const un_rulesdb_row *r = rows[i];
-        if (r->rule && (r->status == UN_RULE_CANDIDATE ||
-                        (r->status == UN_RULE_VERIFIED && r->trusted))) {
-            use_row[n_use] = i;
-            use[n_use++] = r->rule;
-        }
-    }
     un_closure_params p = un_closure_params_default();
     p.depth = o->depth ? (int)o->depth : 2;
     p.threads = o->threads ? (int)o->threads : 1;
     p.max_graphs = o->max_graphs ? (int)o->max_graphs : p.max_graphs;
     p.basis_ops = (int)o->basis_ops;
     p.progress = un_ctx_has_progress(ctx);
+    un_status st = un_rulesdb_open(ctx, o->pos[0], spec, UN_RULESDB_READONLY, &in);
+    if (st == UN_OK)
+        st = un_rulesdb_rule_ids(ctx, in, &f, &ids, &n);
     if (st == UN_OK) {
-        drop = un_xcalloc((size_t)n_use + 1, 1);
-        st = un_closure_prune(ctx, spec, use, n_use, &p, drop, &cs);
+        kind = un_xcalloc((size_t)n + 1, 1);
+        basis = un_xcalloc((size_t)n + 1, sizeof *basis);
+        drop = un_xcalloc((size_t)n + 1, 1);
     }
+    for (int64_t i = 0; st == UN_OK && i < n; i++) {
+        un_rulesdb_row *r = NULL;
+        if ((st = un_rulesdb_rule_meta(ctx, in, ids[i], &r)) != UN_OK)
+            break;
+        bool use = r->status == UN_RULE_CANDIDATE || (r->status == UN_RULE_VERIFIED && r->trusted);
+        int ops = r->n_src > r->n_dst ? r->n_src : r->n_dst;
+        kind[i] = !use ? 0 : p.basis_ops == 0 || ops <= p.basis_ops ? 1 : 2;
+        un_rulesdb_row_free(r);
+        if (kind[i] == 1) {
+            if ((st = un_rulesdb_rule_get(ctx, in, ids[i], &r)) != UN_OK)
+                break;
+            if (!r->rule)
+                kind[i] = 0;
+            else
+                basis[n_basis++] = r->rule;
+            r->rule = NULL;
+            un_rulesdb_row_free(r);
+        }
+    }
+    if (st == UN_OK)
+        st = un_closure_new(ctx, spec, basis, n_basis, &p, drop, &cs, &c);
+    for (int64_t i = 0; i < n_basis; i++)
+        un_rule_free(basis[i]);
     if (st == UN_OK)
         st = un_rulesdb_open(ctx, o->out, spec, UN_RULESDB_CREATE, &out);
     char args[256];
     snprintf(args, sizeof args, "%s --depth %d --basis-ops %d", o->pos[0], p.depth, p.basis_ops);
     if (st == UN_OK)
         st = un_rulesdb_run_begin(ctx, out, PROG, args, &run);
-    bool *skip = un_xcalloc((size_t)n + 1, 1);
-    for (int64_t u = 0; drop && u < n_use; u++)
-        skip[use_row[u]] = drop[u];
-    int64_t written = 0;
-    if (st == UN_OK)
-        st = un_rulesdb_begin(ctx, out);
-    for (int64_t i = 0; st == UN_OK && i < n; i++) {
-        if (skip[i])
-            continue;
-        st = copy_row(ctx, out, rows[i], run);
-        written++;
-        if (st == UN_OK && written % 256 == 0) {
-            st = un_rulesdb_commit(ctx, out);
-            if (st == UN_OK)
-                st = un_rulesdb_begin(ctx, out);
+    batch = un_xcalloc(BATCH, sizeof *batch);
+    bdrop = un_xcalloc(BATCH, 1);
+    int64_t next_basis = 0; /* basis rules' decisions, in id order */
+    for (int64_t lo = 0; st == UN_OK && lo < n; lo += BATCH) {
+        int64_t hi = lo + BATCH < n ? lo + BATCH : n, nb = 0;
+        for (int64_t i = lo; st == UN_OK && i < hi; i++) {
+            un_rulesdb_row *r = NULL;
+            if (kind[i] != 2 || (st = un_rulesdb_rule_get(ctx, in, ids[i], &r)) != UN_OK)
+                continue;
+            batch[nb++] = r->rule;
+            r->rule = NULL;
+            un_rulesdb_row_free(r);
         }
+        memset(bdrop, 0, BATCH);
+        if (st == UN_OK && nb > 0 && (st = un_closure_check(ctx, c, batch, nb, bdrop, &part)) == UN_OK)
+            stats_add(&cs, &part);
+        for (int64_t k = 0; k < nb; k++)
+            un_rule_free(batch[k]);
+        if (st == UN_OK)
+            st = un_rulesdb_begin(ctx, out);
+        for (int64_t i = lo, k = 0; st == UN_OK && i < hi; i++) {
+            bool skip = kind[i] == 1 ? drop[next_basis++] : kind[i] == 2 ? bdrop[k++] : false;
+            un_rulesdb_row *r = NULL;
+            if (skip || (st = un_rulesdb_rule_get(ctx, in, ids[i], &r)) != UN_OK)
+                continue;
+            st = copy_row(ctx, out, r, run);
+            written += st == UN_OK;
+            un_rulesdb_row_free(r);
+        }
+        if (st == UN_OK)
+            st = un_rulesdb_commit(ctx, out);
+        else if (out)
+            un_rulesdb_rollback(out);
+        if (st == UN_OK && p.progress)
+            un_ctx_progress(ctx, "closure: %lld/%lld rules written or dropped", (long long)hi,
+                            (long long)n);
     }
-    if (st == UN_OK)
-        st = un_rulesdb_commit(ctx, out);
-    else if (out)
-        un_rulesdb_rollback(out);
+    if (p.progress)
+        un_ctx_progress_done(ctx);
     char counts[512];
     snprintf(counts, sizeof counts,
              "{\"rules\": %lld, \"considered\": %lld, \"dropped\": %lld, \"dropped_1\": %lld, "
              "\"dropped_2\": %lld, \"dropped_3\": %lld, \"dropped_4\": %lld, \"capped\": %lld, "
              "\"too_big\": %lld, \"not_basis\": %lld, \"written\": %lld, \"seconds\": %.3f}",
-             (long long)n, (long long)n_use, (long long)cs.dropped, (long long)cs.by_depth[1],
+             (long long)n, (long long)cs.rules, (long long)cs.dropped, (long long)cs.by_depth[1],
              (long long)cs.by_depth[2], (long long)cs.by_depth[3], (long long)cs.by_depth[4],
-             (long long)cs.capped, (long long)cs.too_big, (long long)cs.not_basis, (long long)written,
-             cs.seconds);
+             (long long)cs.capped, (long long)cs.too_big, (long long)cs.not_basis,
+             (long long)written, cs.seconds);
     if (st == UN_OK)
         st = un_rulesdb_run_end(ctx, out, run, counts);
     if (st == UN_OK) {
         printf("rules read          %lld (%lld candidate or verified, the rest copied as they are)\n",
-               (long long)n, (long long)n_use);
+               (long long)n, (long long)cs.rules);
         printf("closure (depth %d)   %lld dropped (by 1 / 2 / 3 / 4 rewrites: %lld / %lld / %lld / "
                "%lld), %lld kept\n",
                p.depth, (long long)cs.dropped, (long long)cs.by_depth[1],
                (long long)cs.by_depth[2], (long long)cs.by_depth[3], (long long)cs.by_depth[4],
-               (long long)cs.kept);
-        if (cs.capped || cs.too_big || cs.not_basis)
-            printf("  not fully explored %lld (the --max-graphs bound); not used to derive others: "
-                   "%lld too big to match, %lld over --basis-ops\n",
-                   (long long)cs.capped, (long long)cs.too_big, (long long)cs.not_basis);
+               (long long)(cs.rules - cs.dropped));
+        if (p.basis_ops)
+            printf("  basis             %lld rules of <= %d operators decided in order, %lld more "
+                   "checked against those kept\n",
+                   (long long)n_basis, p.basis_ops, (long long)(cs.rules - n_basis));
+        if (cs.capped || cs.too_big)
+            printf("  not fully explored %lld (the --max-graphs bound); too big to match %lld\n",
+                   (long long)cs.capped, (long long)cs.too_big);
         printf("database            %s: %lld rules written\n", o->out, (long long)written);
         printf("time                %.1f s (%d threads)\n", cs.seconds, p.threads);
     }
-    for (int64_t i = 0; rows && i < n; i++)
-        un_rulesdb_row_free(rows[i]);
-    free(rows);
-    free(use);
-    free(use_row);
+    free(batch);
+    free(bdrop);
+    free(basis);
     free(drop);
-    free(skip);
+    free(kind);
     free(ids);
+    un_closure_free(c);
     un_rulesdb_free(in);
     un_rulesdb_free(out);
     return st == UN_OK ? 0 : -1;
