@@ -354,6 +354,39 @@ static void tally(const prune_job *job, bool *drop, un_closure_stats *s) {
     }
 }
 
+/* The set (forwards and reversed, rule id = index + 1) of the rules that may derive others: at most
+ * UN_MATCH_MAX_NODES nodes a side, at most p->basis_ops operators, and kept[i] when kept is given;
+ * s (may be NULL) counts the others. */
+static un_status basis_set(un_ctx *ctx, const un_spec *spec, un_rule *const *rules, int64_t n,
+                           const un_closure_params *p, const bool *kept, un_ruleset **set,
+                           un_closure_stats *s) {
+    un_rule **in = un_xmalloc(sizeof(un_rule *) * ((size_t)n + 1));
+    int32_t *ids = un_xmalloc(sizeof(int32_t) * ((size_t)n + 1));
+    int64_t n_in = 0;
+    for (int64_t i = 0; i < n; i++) {
+        bool big = un_graph_node_count(rules[i]->src) > UN_MATCH_MAX_NODES ||
+                   un_graph_node_count(rules[i]->dst) > UN_MATCH_MAX_NODES;
+        bool over = !big && p->basis_ops > 0 && rule_ops(rules[i]) > p->basis_ops;
+        if (s) {
+            s->too_big += big;
+            s->not_basis += over;
+        }
+        if (!big && !over && (!kept || kept[i])) {
+            in[n_in] = rules[i];
+            ids[n_in++] = (int32_t)(i + 1);
+        }
+    }
+    un_ruleset_params rp = un_ruleset_params_default();
+    rp.reversed = true;
+    rp.cache = false;
+    un_status st = un_ruleset_from_rules(ctx, spec, in, ids, n_in, &rp, set);
+    free(in);
+    free(ids);
+    for (int64_t e = 0; st == UN_OK && e < un_ruleset_count(*set); e++)
+        (void)un_ruleset_rule(*set, e); /* built once before threads share the set */
+    return st;
+}
+
 un_status un_closure_new(un_ctx *ctx, const un_spec *spec, un_rule *const *rules, int64_t n,
                          const un_closure_params *p, bool *drop, un_closure_stats *stats,
                          un_closure **out) {
@@ -368,29 +401,8 @@ un_status un_closure_new(un_ctx *ctx, const un_spec *spec, un_rule *const *rules
     bool *kept = un_xcalloc((size_t)n + 1, 1);
     bool *capped = un_xcalloc((size_t)n + 1, 1);
     int8_t *level = un_xcalloc((size_t)n + 1, 1);
-    un_rule **in = un_xmalloc(sizeof(un_rule *) * ((size_t)n + 1));
-    int32_t *ids = un_xmalloc(sizeof(int32_t) * ((size_t)n + 1));
-    int64_t n_in = 0;
-    for (int64_t i = 0; i < n; i++) {
-        bool big = un_graph_node_count(rules[i]->src) > UN_MATCH_MAX_NODES ||
-                   un_graph_node_count(rules[i]->dst) > UN_MATCH_MAX_NODES;
-        int ops = rule_ops(rules[i]);
-        s.too_big += big;
-        s.not_basis += !big && p->basis_ops > 0 && ops > p->basis_ops;
-        if (!big && (p->basis_ops == 0 || ops <= p->basis_ops)) {
-            in[n_in] = rules[i];
-            ids[n_in++] = (int32_t)(i + 1);
-        }
-    }
-    un_ruleset_params rp = un_ruleset_params_default();
-    rp.reversed = true;
-    rp.cache = false;
     un_ruleset *set = NULL;
-    un_status st = un_ruleset_from_rules(ctx, spec, in, ids, n_in, &rp, &set);
-    free(in);
-    free(ids);
-    for (int64_t e = 0; st == UN_OK && e < un_ruleset_count(set); e++)
-        (void)un_ruleset_rule(set, e); /* built once before threads share the set */
+    un_status st = basis_set(ctx, spec, rules, n, p, NULL, &set, &s);
     prune_job job = {.parent = ctx,
                      .set = set,
                      .rules = rules,
@@ -424,6 +436,12 @@ un_status un_closure_new(un_ctx *ctx, const un_spec *spec, un_rule *const *rules
         *stats = s;
     free(capped);
     free(level);
+    if (st == UN_OK && s.dropped > 0) {
+        /* later checks match the kept rules only: rebuilt without the dropped ones */
+        un_ruleset_free(set);
+        set = NULL;
+        st = basis_set(ctx, spec, rules, n, p, kept, &set, NULL);
+    }
     if (st != UN_OK) {
         un_ruleset_free(set);
         free(kept);
