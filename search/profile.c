@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -26,6 +27,16 @@ un_profile_params un_profile_params_default(void) {
                                .min_reps = 5,
                                .optimizer = "adam",
                                .cuda_device = -1};
+}
+
+bool un_profile_kind_matches(const char *kind, const char *gpu_name) {
+    size_t k = strlen(kind), n = strlen(gpu_name);
+    if (k == 0 || strcasecmp(kind, "cpu") == 0)
+        return false;
+    for (size_t i = 0; i + k <= n; i++)
+        if (strncasecmp(gpu_name + i, kind, k) == 0)
+            return true;
+    return false;
 }
 
 static double clock_s(clockid_t c) {
@@ -85,25 +96,28 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* One repetition's wall and CPU seconds (the CPU clock read outside the wall clock's window). */
+/* One repetition's wall and CPU seconds (the CPU clock read outside the wall clock's window), and
+ * the backend timer's (un_backend_timer: CUDA events on a GPU; < 0 where the run has none). */
 typedef struct rep_time {
-    double wall, cpu;
+    double wall, cpu, dev;
 } rep_time;
 
 /* What one run of an op costs from its repetitions' times (n of them; sorted here): a one-thread
  * CPU device's work is its thread's CPU time (what it computes, without the time other jobs of a
  * shared machine take the core away: that is measured apart, profile_meet), unless the op is so
  * short (median under 50 us) that reading that clock (a system call) would weigh in: then, and on
- * any other device, the wall time; the median either way. */
+ * any other CPU device, the wall time; on a GPU the backend timer's (kernel time); the median
+ * either way. */
 static double rep_median(rep_time *t, int n, const un_profile_params *p) {
     if (n == 0)
         return 0;
+    bool dev = p->cuda_device >= 0 && t[0].dev >= 0;
     double *v = un_xcalloc((size_t)n, sizeof *v), r;
     for (int i = 0; i < n; i++)
-        v[i] = t[i].wall;
+        v[i] = dev ? t[i].dev : t[i].wall;
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     r = v[n / 2];
-    if (p->threads == 1 && p->cuda_device < 0 && r >= 50e-6) {
+    if (!dev && p->threads == 1 && p->cuda_device < 0 && r >= 50e-6) {
         for (int i = 0; i < n; i++)
             v[i] = t[i].cpu;
         qsort(v, (size_t)n, sizeof *v, cmp_double);
@@ -113,15 +127,15 @@ static double rep_median(rep_time *t, int n, const un_profile_params *p) {
     return r;
 }
 
-typedef un_status (*timed_fn)(un_ctx *ctx, void *arg);
+/* One run of what is timed; *dev: the backend timer's seconds, or left < 0 (no timer). */
+typedef un_status (*timed_fn)(un_ctx *ctx, void *arg, double *dev);
 
-static rep_time rep_run(un_ctx *ctx, timed_fn fn, void *arg,
-                        un_status *st) {
-    double c0 = clock_s(CLOCK_THREAD_CPUTIME_ID), w0 = now_s();
+static rep_time rep_run(un_ctx *ctx, timed_fn fn, void *arg, un_status *st) {
+    double dev = -1, c0 = clock_s(CLOCK_THREAD_CPUTIME_ID), w0 = now_s();
     if (fn && *st == UN_OK)
-        *st = fn(ctx, arg);
+        *st = fn(ctx, arg, &dev);
     double w1 = now_s();
-    return (rep_time){w1 - w0, clock_s(CLOCK_THREAD_CPUTIME_ID) - c0};
+    return (rep_time){w1 - w0, clock_s(CLOCK_THREAD_CPUTIME_ID) - c0, dev};
 }
 
 
@@ -152,7 +166,7 @@ static un_status time_median(un_ctx *ctx, timed_fn fn, void *arg, const un_profi
     un_status st = UN_OK;
     int reps = 0, cap = 64;
     rep_time *t = un_xmalloc(sizeof *t * (size_t)cap);
-    double total = 0;
+    double total = 0, wall0 = now_s();
     for (int i = 0; st == UN_OK; i++) {
         rep_time r = rep_run(ctx, fn, arg, &st);
         if (i < p->warmup)
@@ -160,8 +174,10 @@ static un_status time_median(un_ctx *ctx, timed_fn fn, void *arg, const un_profi
         if (reps == cap)
             t = un_xrealloc(t, sizeof *t * (size_t)(cap *= 2));
         t[reps++] = r;
-        total += r.wall;
-        if ((reps >= p->min_reps && total >= p->min_seconds) || reps >= 100000)
+        total += r.dev >= 0 ? r.dev : r.wall;
+        /* a device clock can read far below the wall time: stop on either */
+        if ((reps >= p->min_reps && (total >= p->min_seconds || now_s() - wall0 >= 10 * p->min_seconds)) ||
+            reps >= 100000)
             break;
     }
     *sec = rep_median(t, reps, p);
@@ -176,16 +192,18 @@ typedef struct op_run {
     bool bwd;
 } op_run;
 
-static un_status op_once(un_ctx *ctx, void *arg) {
+static un_status op_once(un_ctx *ctx, void *arg, double *dev) {
     op_run *r = arg;
     const un_node *nd = r->nd;
     bufs *b = r->b;
-    un_status st =
-        r->bwd ? un_backend_op_backward(ctx, r->be, nd->op, nd->inf.local, b->in, b->n_in, b->out,
-                                        b->n_out, b->dout, b->din, 1, NULL, NULL)
-               : un_backend_op_forward(ctx, r->be, nd->op, nd->inf.local, b->in, b->n_in, b->out,
-                                       b->n_out, 1, NULL, NULL);
-    return st == UN_OK ? un_backend_synchronize(ctx, r->be) : st;
+    un_backend_timer tm;
+    un_status st = un_backend_timer_start(ctx, r->be, &tm);
+    if (st == UN_OK)
+        st = r->bwd ? un_backend_op_backward(ctx, r->be, nd->op, nd->inf.local, b->in, b->n_in,
+                                             b->out, b->n_out, b->dout, b->din, 1, NULL, NULL)
+                    : un_backend_op_forward(ctx, r->be, nd->op, nd->inf.local, b->in, b->n_in,
+                                            b->out, b->n_out, 1, NULL, NULL);
+    return st == UN_OK ? un_backend_timer_stop(ctx, r->be, &tm, dev) : st;
 }
 
 static un_status time_op(un_ctx *ctx, un_backend *be, const un_node *nd, bufs *b, bool bwd,
@@ -244,8 +262,9 @@ static void *together_main(void *arg) {
     un_ctx *ctx = un_ctx_new(NULL);
     un_backend *be = NULL;
     size_t fes = j->p->f64 ? 8 : 4;
-    un_status st =
-        un_backend_cpu_new(ctx, j->p->f64 ? UN_PREC_F64 : UN_PREC_F32, j->p->threads, &be);
+    un_prec prec = j->p->f64 ? UN_PREC_F64 : UN_PREC_F32;
+    un_status st = j->p->opaque ? un_backend_opaque_new(ctx, prec, j->p->threads, &be)
+                                : un_backend_cpu_new(ctx, prec, j->p->threads, &be);
     double f, b;
     un_status st2 = profile_node(ctx, st == UN_OK ? be : NULL, j->g, j->id, j->p, fes, j->lf,
                                  j->lb, j->k, &f, &b);
@@ -327,18 +346,22 @@ static un_status store(un_ctx *ctx, un_rulesdb *db, const char *sig, const char 
 typedef struct optim_run {
     un_optim *o;
     un_backend *be;
-    void *w, *g;
+    un_buffer *w, *g;
 } optim_run;
 
-static un_status optim_once(un_ctx *ctx, void *arg) {
+static un_status optim_once(un_ctx *ctx, void *arg, double *dev) {
     optim_run *r = arg;
-    return un_optim_step_on(ctx, r->o, r->be, r->w, r->g);
+    un_backend_timer tm;
+    un_status st = un_backend_timer_start(ctx, r->be, &tm);
+    if (st == UN_OK)
+        st = un_optim_step_on(ctx, r->o, r->be, un_buffer_at(r->w, 0), un_buffer_at(r->g, 0));
+    return st == UN_OK ? un_backend_timer_stop(ctx, r->be, &tm, dev) : st;
 }
 
-/* The optimizer step as the runtime runs it (un_optim_step_on on a CPU backend of the device's
- * threads) over each distinct count of parameters a rank of g's run holds (weights folded, as the
- * runtime stores them). */
-static un_status profile_optimizer(un_ctx *ctx, un_rulesdb *db, const un_graph *g,
+/* The optimizer step as the runtime runs it (un_optim_step_on on the run's backend, its state in
+ * backend memory) over each distinct count of parameters a rank of g's run updates (weights
+ * folded as the runtime stores them, each rank its shard: un_sim_rank_param_counts). */
+static un_status profile_optimizer(un_ctx *ctx, un_rulesdb *db, un_backend *be, const un_graph *g,
                                    const un_profile_params *p, const char *device, FILE *log,
                                    int64_t *n_stored) {
     un_optim_algo k;
@@ -347,22 +370,15 @@ static un_status profile_optimizer(un_ctx *ctx, un_rulesdb *db, const un_graph *
     int64_t counts[UN_SIM_MAX_RANK_COUNTS];
     int nc = 0;
     un_status st = un_sim_rank_param_counts(ctx, g, counts, &nc);
-    un_prec prec = p->f64 ? UN_PREC_F64 : UN_PREC_F32;
     size_t fes = p->f64 ? 8 : 4;
-    un_backend *be = NULL;
-    if (st == UN_OK && nc > 0)
-        st = un_backend_cpu_new(ctx, prec, p->threads, &be);
     for (int i = 0; i < nc && st == UN_OK; i++) {
         int64_t n = counts[i];
         optim_run r = {.be = be};
         double sec = 0;
         if ((st = un_optim_new_on(ctx, un_optim_params_default(k), n, be, &r.o)) == UN_OK &&
-            (st = un_backend_alloc(ctx, be, (size_t)n * fes, &r.w)) == UN_OK &&
-            (st = un_backend_alloc(ctx, be, (size_t)n * fes, &r.g)) == UN_OK) {
-            un_backend_zero(be, r.w, (size_t)n * fes);
-            un_backend_zero(be, r.g, (size_t)n * fes);
+            (st = un_buffer_new(ctx, be, (size_t)n * fes, &r.w)) == UN_OK &&
+            (st = un_buffer_new(ctx, be, (size_t)n * fes, &r.g)) == UN_OK)
             st = time_median(ctx, optim_once, &r, p, NULL, 0, &sec);
-        }
         char sig[48], shape[48];
         snprintf(sig, sizeof sig, "optimizer:%s", un_optim_algo_name(k));
         snprintf(shape, sizeof shape, "float[%lld]", (long long)n);
@@ -373,49 +389,56 @@ static un_status profile_optimizer(un_ctx *ctx, un_rulesdb *db, const un_graph *
                 fprintf(log, "  %-44s %-40s %10.4f ms\n", sig, shape, 1e3 * sec);
         }
         un_optim_free(r.o);
-        un_backend_release(be, r.w);
-        un_backend_release(be, r.g);
+        un_buffer_free(r.w);
+        un_buffer_free(r.g);
     }
-    un_backend_free(be);
     return st;
 }
 
 typedef struct part_run {
     int part; /* 0: data, 1: loss */
     size_t fes;
-    un_prec prec;
-    int64_t n, rows, cls;
-    void *buf, *grad;
-    int64_t *labels;
+    un_backend *be;
+    int64_t n;
+    void *host;
+    un_buffer *data;
+    un_kt y, gy, lab;
     uint64_t seed;
 } part_run;
 
-static un_status part_once(un_ctx *ctx, void *arg) {
-    (void)ctx;
+static un_status part_once(un_ctx *ctx, void *arg, double *dev) {
     part_run *r = arg;
-    if (r->part == 0) {
+    if (r->part == 0) { /* host work: the host clocks time it */
         un_rng rng;
         un_rng_seed(&rng, r->seed++);
         for (int64_t x = 0; x < r->n; x++) {
             double v = 2 * un_rng_double(&rng) - 1;
             if (r->fes == 4)
-                ((float *)r->buf)[x] = (float)v;
+                ((float *)r->host)[x] = (float)v;
             else
-                ((double *)r->buf)[x] = v;
+                ((double *)r->host)[x] = v;
         }
-    } else if (r->rows * r->cls > 0) {
-        un_train_ce(r->prec, r->buf, r->rows, r->cls, 0, r->rows, r->labels, r->grad);
+        un_status st = un_buffer_write(ctx, r->data, 0, r->host, (size_t)r->n * r->fes);
+        return st == UN_OK ? un_backend_synchronize(ctx, r->be) : st;
     }
-    return UN_OK;
+    if (r->y.dim[0] * r->y.dim[1] == 0)
+        return UN_OK;
+    un_backend_timer tm;
+    double loss;
+    un_status st = un_backend_timer_start(ctx, r->be, &tm);
+    if (st == UN_OK)
+        st = un_backend_loss(ctx, r->be, UN_LOSS_CE, &r->y, NULL, NULL, &r->lab, &r->gy, &loss);
+    return st == UN_OK ? un_backend_timer_stop(ctx, r->be, &tm, dev) : st;
 }
 
-/* The runtime's own per-step work besides operators: making the batch (one random number per
- * element, as runtime/train.c's synthetic data) and the cross-entropy loss with its gradient on
- * one output piece. Medians of repetitions, like the ops. */
-static un_status profile_step_parts(un_ctx *ctx, un_rulesdb *db, const un_graph *g,
+/* The runtime's own per-step work besides operators, as runtime/train.c runs it: making the batch
+ * (one random number per element on the host, written to the backend) and the cross-entropy
+ * loss with its gradient on one output piece, on the backend. Medians of repetitions, like the
+ * ops. */
+static un_status profile_step_parts(un_ctx *ctx, un_rulesdb *db, un_backend *be, const un_graph *g,
                                     const un_profile_params *p, const char *device, FILE *log,
                                     int64_t *n_stored) {
-    part_run r = {.fes = p->f64 ? 8 : 4, .prec = p->f64 ? UN_PREC_F64 : UN_PREC_F32};
+    part_run r = {.fes = p->f64 ? 8 : 4, .be = be};
     r.n = un_sim_data_elements(g);
     const char *sig[2] = {"data:synthetic", "loss:ce"};
     char shapes[2][64];
@@ -424,13 +447,24 @@ static un_status profile_step_parts(un_ctx *ctx, un_rulesdb *db, const un_graph 
     un_sim_loss_shape(o ? o : &(un_shape){0}, shapes[1], sizeof shapes[1]);
     long long rows = 0, cls = 0;
     sscanf(shapes[1], "float[%lld,%lld]", &rows, &cls);
-    r.rows = rows;
-    r.cls = cls;
     int64_t m = rows * cls;
-    r.buf = un_xcalloc((size_t)(r.n > m ? r.n : m) + 1, r.fes);
-    r.grad = un_xcalloc((size_t)m + 1, r.fes);
-    r.labels = un_xcalloc((size_t)rows + 1, sizeof *r.labels);
-    un_status st = UN_OK;
+    r.host = un_xcalloc((size_t)r.n + 1, r.fes);
+    un_buffer *logits = NULL, *grad = NULL, *labels = NULL;
+    un_status st = un_buffer_new(ctx, be, ((size_t)r.n + 1) * r.fes, &r.data);
+    if (st == UN_OK)
+        st = un_buffer_new(ctx, be, ((size_t)m + 1) * r.fes, &logits);
+    if (st == UN_OK)
+        st = un_buffer_new(ctx, be, ((size_t)m + 1) * r.fes, &grad);
+    if (st == UN_OK)
+        st = un_buffer_new(ctx, be, ((size_t)rows + 1) * sizeof(int64_t), &labels);
+    r.y = (un_kt){.dtype = UN_DT_FLOAT, .rank = 2, .dim = {rows, cls}};
+    r.gy = r.y;
+    r.lab = (un_kt){.dtype = UN_DT_INT, .rank = 1, .dim = {rows}};
+    if (st == UN_OK) {
+        r.y.data = un_buffer_at(logits, 0);
+        r.gy.data = un_buffer_at(grad, 0);
+        r.lab.data = un_buffer_at(labels, 0);
+    }
     for (r.part = 0; r.part < 2 && st == UN_OK; r.part++) {
         double sec = 0;
         if ((st = time_median(ctx, part_once, &r, p, NULL, 0, &sec)) != UN_OK ||
@@ -440,9 +474,11 @@ static un_status profile_step_parts(un_ctx *ctx, un_rulesdb *db, const un_graph 
         if (log)
             fprintf(log, "  %-44s %-40s %10.4f ms\n", sig[r.part], shapes[r.part], sec * 1e3);
     }
-    free(r.buf);
-    free(r.grad);
-    free(r.labels);
+    free(r.host);
+    un_buffer_free(r.data);
+    un_buffer_free(logits);
+    un_buffer_free(grad);
+    un_buffer_free(labels);
     return st;
 }
 
@@ -604,10 +640,10 @@ un_status un_profile_graph(un_ctx *ctx, un_rulesdb *db, const un_graph *g, const
     size_t fes = p->f64 ? 8 : 4;
     char device[48];
     snprintf(device, sizeof device, "%s%s", p->device, p->f64 ? "-f64" : "");
-    un_status st =
-        p->cuda_device >= 0
-            ? un_backend_cuda_new(ctx, p->f64 ? UN_PREC_F64 : UN_PREC_F32, p->cuda_device, &be)
-            : un_backend_cpu_new(ctx, p->f64 ? UN_PREC_F64 : UN_PREC_F32, p->threads, &be);
+    un_prec prec = p->f64 ? UN_PREC_F64 : UN_PREC_F32;
+    un_status st = p->cuda_device >= 0 ? un_backend_cuda_new(ctx, prec, p->cuda_device, &be)
+                   : p->opaque         ? un_backend_opaque_new(ctx, prec, p->threads, &be)
+                                       : un_backend_cpu_new(ctx, prec, p->threads, &be);
     int32_t n = un_graph_node_count(g);
     /* CPU devices of a run on several: time each op with all of them computing at once */
     int together = p->cuda_device < 0 ? (int)un_strategy_devices(g) : 1;
@@ -645,11 +681,11 @@ un_status un_profile_graph(un_ctx *ctx, un_rulesdb *db, const un_graph *g, const
         if (log)
             fprintf(log, "  %-44s %-40s %10.4f %10.4f ms\n", sig, shape, fwd * 1e3, bwd * 1e3);
     }
-    /* the optimizer, data and loss run on the host today: timed for CPU devices only */
-    if (st == UN_OK && p->optimizer && p->cuda_device < 0)
-        st = profile_optimizer(ctx, db, g, p, device, log, n_stored);
-    if (st == UN_OK && p->cuda_device < 0)
-        st = profile_step_parts(ctx, db, g, p, device, log, n_stored);
+    /* the optimizer, data and loss as the runtime runs them on this backend */
+    if (st == UN_OK && p->optimizer)
+        st = profile_optimizer(ctx, db, be, g, p, device, log, n_stored);
+    if (st == UN_OK)
+        st = profile_step_parts(ctx, db, be, g, p, device, log, n_stored);
     if (st == UN_OK && p->cuda_device < 0)
         st = profile_barrier(ctx, db, g, device, log, n_stored);
     if (st == UN_OK && p->cuda_device < 0 && p->threads == 1)
