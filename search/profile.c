@@ -546,24 +546,33 @@ static un_status xchg_time(un_ctx *ctx, int n, size_t bytes, int reps, double *s
 
 typedef struct meet_job {
     un_comm *c;
-    double work; /* CPU seconds to compute before each barrier */
-    int reps;
-    double *t; /* per rep: wall seconds of work + barrier */
+    int reps[UN_SIM_MEET_POINTS];
+    double *t[UN_SIM_MEET_POINTS]; /* per point, per rep: wall seconds of work + barrier */
     un_status st;
 } meet_job;
 
+static void spin_cpu(double sec) {
+    volatile double x = 1;
+    double c0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
+    while (clock_s(CLOCK_THREAD_CPUTIME_ID) - c0 < sec)
+        for (int k = 0; k < 100; k++)
+            x = x * 1.0000001 + 1e-9;
+}
+
+/* First 0.3 s of computing (a new thread is favoured by the scheduler for a while; a training
+ * run's threads are long past that), then every point's repetitions in turn. */
 static void *meet_main(void *arg) {
     meet_job *j = arg;
     un_ctx *ctx = un_ctx_new(NULL);
-    volatile double x = 1;
-    for (int i = 0; i < j->reps && j->st == UN_OK; i++) {
-        double t0 = now_s(), c0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
-        while (clock_s(CLOCK_THREAD_CPUTIME_ID) - c0 < j->work)
-            for (int k = 0; k < 100; k++)
-                x = x * 1.0000001 + 1e-9;
-        j->st = un_comm_barrier(ctx, j->c);
-        j->t[i] = now_s() - t0;
-    }
+    for (double w0 = now_s(); now_s() - w0 < 0.3;)
+        spin_cpu(1e-3);
+    for (int w = 0; w < UN_SIM_MEET_POINTS; w++)
+        for (int i = 0; i < j->reps[w] && j->st == UN_OK; i++) {
+            double t0 = now_s();
+            spin_cpu(un_sim_meet_work[w]);
+            j->st = un_comm_barrier(ctx, j->c);
+            j->t[w][i] = now_s() - t0;
+        }
     un_ctx_free(ctx);
     return NULL;
 }
@@ -577,40 +586,42 @@ static void *meet_main(void *arg) {
 static un_status profile_meet(un_ctx *ctx, un_rulesdb *db, const un_graph *g, const char *device,
                               FILE *log, int64_t *n_stored) {
     int d = (int)un_strategy_devices(g);
-    un_status st = UN_OK;
+    un_comm_group *grp = NULL;
+    un_status st = un_comm_local_group_new(ctx, d, &grp);
+    if (st != UN_OK)
+        return st;
+    meet_job *j = un_xcalloc((size_t)d, sizeof *j);
+    pthread_t *th = un_xcalloc((size_t)d, sizeof *th);
+    for (int r = 0; r < d; r++) {
+        j[r].c = un_comm_local_get(grp, r);
+        for (int w = 0; w < UN_SIM_MEET_POINTS; w++) {
+            int reps = (int)(0.05 / un_sim_meet_work[w]);
+            j[r].reps[w] = reps < 7 ? 7 : reps;
+            j[r].t[w] = un_xcalloc((size_t)j[r].reps[w], sizeof(double));
+        }
+        pthread_create(&th[r], NULL, meet_main, &j[r]);
+    }
+    for (int r = 0; r < d; r++) {
+        pthread_join(th[r], NULL);
+        st = st != UN_OK ? st : j[r].st;
+    }
     for (int w = 0; w < UN_SIM_MEET_POINTS && st == UN_OK; w++) {
-        double work = un_sim_meet_work[w];
-        int reps = (int)(0.05 / work);
-        reps = reps < 7 ? 7 : reps;
-        un_comm_group *grp = NULL;
-        if ((st = un_comm_local_group_new(ctx, d, &grp)) != UN_OK)
-            break;
-        meet_job *j = un_xcalloc((size_t)d, sizeof *j);
-        pthread_t *th = un_xcalloc((size_t)d, sizeof *th);
-        for (int r = 0; r < d; r++) {
-            j[r] = (meet_job){.c = un_comm_local_get(grp, r), .work = work, .reps = reps,
-                              .t = un_xcalloc((size_t)reps, sizeof(double))};
-            pthread_create(&th[r], NULL, meet_main, &j[r]);
-        }
-        for (int r = 0; r < d; r++) {
-            pthread_join(th[r], NULL);
-            st = st != UN_OK ? st : j[r].st;
-        }
-        qsort(j[0].t, (size_t)reps, sizeof(double), cmp_double);
-        double sec = j[0].t[reps / 2];
-        for (int r = 0; r < d; r++)
-            free(j[r].t);
-        free(j);
-        free(th);
-        un_comm_local_group_free(grp);
+        qsort(j[0].t[w], (size_t)j[0].reps[w], sizeof(double), cmp_double);
+        double sec = j[0].t[w][j[0].reps[w] / 2];
         char shape[64];
         un_sim_meet_shape(d, w, shape, sizeof shape);
-        if (st == UN_OK && (st = store(ctx, db, "comm:meet", shape, device, sec, 0, 0)) == UN_OK) {
+        if ((st = store(ctx, db, "comm:meet", shape, device, sec, 0, 0)) == UN_OK) {
             ++*n_stored;
             if (log)
                 fprintf(log, "  %-44s %-40s %10.4f ms\n", "comm:meet", shape, sec * 1e3);
         }
     }
+    for (int r = 0; r < d; r++)
+        for (int w = 0; w < UN_SIM_MEET_POINTS; w++)
+            free(j[r].t[w]);
+    free(j);
+    free(th);
+    un_comm_local_group_free(grp);
     return st;
 }
 
