@@ -23,7 +23,8 @@ steps=${STEPS:-40}
 make -s -j2 BUILD="$build" >/dev/null
 B=$build/bin
 M=specs/machines/cpu.json
-echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-<unset>}, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-<unset>}, load $(cut -d' ' -f1-3 /proc/loadavg), $(date -u '+%Y-%m-%d %H:%M UTC')"
+"$B/unity-train" --model mlp --tiny --steps 1 | sed -n 's/^blas: /BLAS: /p'
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 db=$tmp/costs.db
@@ -173,3 +174,4 @@ mklibs=$(printf 'un-print-libs:\n\t@echo $(runtime_LDLIBS) $(rulesdb_LDLIBS) $(p
 libs="$build/libsearch.a $build/libruntime.a $build/librulesdb.a $build/libpcg.a $mklibs -ldl -pthread"
 cc -std=c17 -O2 -D_GNU_SOURCE -I. "$bench_c" $libs -o "$build/bench_cost"
 "$build/bench_cost"
+echo "load at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
