@@ -96,6 +96,9 @@ struct un_exec {
     uint64_t seed;
     un_exec_stats stats;
     bool dry; /* planning only (un_exec_estimate_bytes): no backend, no communicator */
+    bool hv;  /* the host may address the backend's memory (the communicator then moves it) */
+    char *stage;      /* host staging of pieces moved between the host and the backend */
+    size_t stage_cap; /* its bytes */
 };
 
 /* ---- piece geometry (pcg/shape.h) ---- */
@@ -208,6 +211,61 @@ static int64_t greq_layout(greq *r, int n) {
     free(busy);
     free(by);
     return top;
+}
+
+/* Host scratch of at least n bytes for one transfer between the host and the backend (grown,
+ * kept until un_exec_free; each use ends before the next begins). */
+static char *stage_get(un_exec *ex, size_t n) {
+    if (n > ex->stage_cap) {
+        free(ex->stage);
+        ex->stage_cap = n > 2 * ex->stage_cap ? n : 2 * ex->stage_cap;
+        ex->stage = un_xmalloc(ex->stage_cap);
+    }
+    return ex->stage;
+}
+
+/* un_comm_exchange of messages whose data are backend memory (dev_send, dev_recv: the sends', the
+ * receives'). The communicators move host memory: when the host cannot address the backend's,
+ * the sends are read into host staging first and the receives written from it afterwards. */
+static un_status dev_exchange(un_ctx *ctx, un_exec *ex, const un_comm_msg *sm, int ns, bool dev_send,
+                          const un_comm_msg *rm, int nr, bool dev_recv) {
+    if (ex->hv || (!dev_send && !dev_recv))
+        return un_comm_exchange(ctx, ex->comm, sm, ns, rm, nr);
+    size_t total = 0;
+    for (int i = 0; dev_send && i < ns; i++)
+        total += sm[i].bytes;
+    for (int i = 0; dev_recv && i < nr; i++)
+        total += rm[i].bytes;
+    char *host = stage_get(ex, total + 1);
+    un_comm_msg *hs = un_xcalloc((size_t)ns + 1, sizeof *hs);
+    un_comm_msg *hr = un_xcalloc((size_t)nr + 1, sizeof *hr);
+    un_status st = UN_OK;
+    size_t at = 0;
+    for (int i = 0; i < ns; i++) {
+        hs[i] = sm[i];
+        if (!dev_send)
+            continue;
+        hs[i].data = host + at;
+        at += sm[i].bytes;
+        if (st == UN_OK)
+            st = un_backend_read(ctx, ex->be, hs[i].data, sm[i].data, sm[i].bytes);
+    }
+    for (int i = 0; i < nr; i++) {
+        hr[i] = rm[i];
+        if (dev_recv) {
+            hr[i].data = host + at;
+            at += rm[i].bytes;
+        }
+    }
+    /* a failed read still takes part in the exchange's rendezvous (the peers are in it) */
+    un_status xs = un_comm_exchange(ctx, ex->comm, hs, ns, hr, nr);
+    if (st == UN_OK)
+        st = xs;
+    for (int i = 0; dev_recv && i < nr && st == UN_OK; i++)
+        st = un_backend_write(ctx, ex->be, rm[i].data, hr[i].data, rm[i].bytes);
+    free(hs);
+    free(hr);
+    return st;
 }
 
 static un_status tensor_init(un_ctx *ctx, un_exec *ex, xt *t, const un_shape *s) {
@@ -829,7 +887,7 @@ static un_status sync_run(un_ctx *ctx, un_exec *ex, void *flat, const sync_fn *f
             base += (int)sync_tags(t);
         }
         if (exchange[pass])
-            st = un_comm_exchange(ctx, ex->comm, q.sm, q.ns, q.rm, q.nr);
+            st = dev_exchange(ctx, ex, q.sm, q.ns, true, q.rm, q.nr, true);
     }
     free(q.sm);
     free(q.rm);
@@ -912,12 +970,6 @@ static un_status plan_pass(un_ctx *ctx, const un_graph *g, un_comm *comm, int ra
                            un_backend *be, un_prec prec, greq *reqs, int n_reqs, int64_t arena,
                            un_exec **out) {
     *out = NULL;
-    if (be && !un_backend_host_visible(be))
-        return un_ctx_error(ctx, UN_ERR_UNAVAILABLE,
-                            "executor: backend %s keeps memory off the host; the executor's "
-                            "parameter scatter/gather and output gather still need host-visible "
-                            "memory",
-                            un_backend_name(be));
     un_exec *ex = un_xcalloc(1, sizeof *ex);
     ex->g = g;
     ex->spec = un_graph_spec(g);
@@ -928,6 +980,7 @@ static un_status plan_pass(un_ctx *ctx, const un_graph *g, un_comm *comm, int ra
     ex->greqs = reqs;
     ex->n_greq = ex->cap_greq = n_reqs;
     ex->garena_bytes = ex->stats.grad_bytes = arena;
+    ex->hv = be == NULL || un_backend_host_visible(be);
     ex->rank = rank;
     ex->size = size;
     ex->fes = prec == UN_PREC_F32 ? sizeof(float) : sizeof(double);
@@ -1076,6 +1129,7 @@ void un_exec_free(un_exec *ex) {
         xrelease(ex, ex->garena);
     xrelease(ex, ex->params);
     xrelease(ex, ex->param_grads);
+    free(ex->stage);
     free(ex);
 }
 
@@ -1148,7 +1202,7 @@ static un_status run_xfers(un_ctx *ctx, un_exec *ex, int32_t id, bool backward) 
                 .peer = sender, .tag = i, .data = backward ? x->gret : x->buf, .bytes = bytes};
         }
     }
-    un_status st = un_comm_exchange(ctx, ex->comm, s, ns, r, nr);
+    un_status st = dev_exchange(ctx, ex, s, ns, true, r, nr, true);
     if (st == UN_OK && backward) {
         for (int i = 0; i < xn->n_xfer; i++) {
             xfer *x = &xn->xfers[i];
@@ -1307,25 +1361,31 @@ un_status un_exec_backward(un_ctx *ctx, un_exec *ex) {
 
 /* ---- weights between their logical order and this rank's pieces ---- */
 
-void un_exec_params_scatter(un_exec *ex, const void *logical, void *local) {
-    for (int32_t id = 0; id < ex->n; id++) {
+un_status un_exec_params_scatter(un_ctx *ctx, un_exec *ex, const void *logical, void *local) {
+    un_status st = UN_OK;
+    for (int32_t id = 0; id < ex->n && st == UN_OK; id++) {
         if (ex->lparam_off[id] < 0)
             continue;
         xt *t = &ex->nodes[id].outs[0];
         const char *full = (const char *)logical + (size_t)ex->lparam_off[id] * t->es;
-        for (int64_t p = 0; p < t->np; p++) {
+        size_t bytes = (size_t)t->pn * t->es;
+        for (int64_t p = 0; p < t->np && st == UN_OK; p++) {
             if (t->loff[p] < 0)
                 continue;
             char *dst = (char *)local + (size_t)t->loff[p] * t->es;
             un_region r;
             int32_t sum;
             source_region(t, p, &r, &sum);
-            if (sum == 0) /* partial sums: summand 0 holds the value, the others zero */
-                un_backend_copy_region(ex->be, dst, full, t->es, &r, false);
-            else
-                un_backend_zero(ex->be, dst, (size_t)t->pn * t->es);
+            if (sum != 0) { /* partial sums: summand 0 holds the value, the others zero */
+                un_backend_zero(ex->be, dst, bytes);
+                continue;
+            }
+            char *host = stage_get(ex, bytes);
+            un_region_copy_host(un_backend_prec(ex->be), host, full, t->es, &r, false);
+            st = un_backend_write(ctx, ex->be, dst, host, bytes);
         }
     }
+    return st;
 }
 
 un_status un_exec_params_gather(un_ctx *ctx, un_exec *ex, const void *local, void *logical) {
@@ -1337,6 +1397,7 @@ un_status un_exec_params_gather(un_ctx *ctx, un_exec *ex, const void *local, voi
     un_comm_msg *sm = un_xcalloc((size_t)nmsg + 1, sizeof *sm);
     un_comm_msg *rm = un_xcalloc((size_t)nmsg + 1, sizeof *rm);
     int ns = 0, nr = 0, tag = 0;
+    un_status st = UN_OK;
     for (int pass = 0; pass < 2; pass++) {
         char *buf = NULL;
         if (pass == 1 && ex->rank == 0)
@@ -1360,8 +1421,11 @@ un_status un_exec_params_gather(un_ctx *ctx, un_exec *ex, const void *local, voi
                                        ? (const char *)local + (size_t)t->loff[p] * t->es
                                        : NULL;
                 if (ex->rank == 0 && mine) {
-                    if (pass == 1)
-                        un_backend_copy_region(ex->be, full, mine, t->es, &b, false);
+                    size_t bytes = (size_t)t->pn * t->es;
+                    char *host = pass == 1 ? stage_get(ex, bytes) : NULL;
+                    if (host && st == UN_OK &&
+                        (st = un_backend_read(ctx, ex->be, host, mine, bytes)) == UN_OK)
+                        un_region_copy_host(un_backend_prec(ex->be), full, host, t->es, &b, false);
                 } else if (ex->rank == 0) {
                     if (pass == 0)
                         recv += t->pn;
@@ -1376,7 +1440,10 @@ un_status un_exec_params_gather(un_ctx *ctx, un_exec *ex, const void *local, voi
         }
         if (pass == 0)
             continue;
-        un_status st = un_comm_exchange(ctx, ex->comm, sm, ns, rm, nr);
+        /* a failed read on rank 0 still takes part in the exchange (the peers are in it) */
+        un_status xs = dev_exchange(ctx, ex, sm, ns, true, rm, nr, false);
+        if (st == UN_OK)
+            st = xs;
         /* Place the received pieces. */
         off = 0;
         for (int32_t id = 0; st == UN_OK && ex->rank == 0 && id < ex->n; id++) {
@@ -1391,8 +1458,9 @@ un_status un_exec_params_gather(un_ctx *ctx, un_exec *ex, const void *local, voi
                     continue;
                 source_region(t, p, &r, &sum);
                 un_region b = region_reverse(&r);
-                un_backend_copy_region(ex->be, (char *)logical + (size_t)ex->lparam_off[id] * t->es,
-                                       buf + (size_t)off * t->es, t->es, &b, false);
+                un_region_copy_host(un_backend_prec(ex->be),
+                                    (char *)logical + (size_t)ex->lparam_off[id] * t->es,
+                                    buf + (size_t)off * t->es, t->es, &b, false);
                 off += t->pn;
             }
         }
@@ -1472,10 +1540,11 @@ un_status un_exec_shard_scatter(un_ctx *ctx, un_exec *ex, const void *logical, v
     un_status st = flat_new(ctx, ex, &flat);
     if (st != UN_OK)
         return st;
-    un_exec_params_scatter(ex, logical, flat);
-    shard_move(ex, flat, shard, false);
+    st = un_exec_params_scatter(ctx, ex, logical, flat);
+    if (st == UN_OK)
+        shard_move(ex, flat, shard, false);
     un_backend_release(ex->be, flat);
-    return UN_OK;
+    return st;
 }
 
 un_status un_exec_shard_gather(un_ctx *ctx, un_exec *ex, const void *shard, void *logical) {
@@ -1504,11 +1573,16 @@ un_status un_exec_output_gather(un_ctx *ctx, un_exec *ex, int32_t i, void *dense
     if (!t->is_float)
         return un_ctx_error(ctx, UN_ERR_INVALID, "gather: output %d is not a float tensor", i);
     int64_t numel = un_shape_numel(&t->shape);
-    un_backend_zero(ex->be, dense, (size_t)numel * t->es);
-    for (int k = 0; k < ex->n_opieces[i]; k++) {
+    memset(dense, 0, (size_t)numel * t->es);
+    un_status st = UN_OK;
+    for (int k = 0; k < ex->n_opieces[i] && st == UN_OK; k++) {
         const un_exec_piece *ep = &ex->opieces[i][k];
         if (ep->copy != 0)
             continue;
+        size_t bytes = (size_t)t->pn * t->es;
+        char *host = stage_get(ex, bytes);
+        if ((st = un_backend_read(ctx, ex->be, host, ep->val, bytes)) != UN_OK)
+            break;
         un_region r;
         memset(&r, 0, sizeof r);
         r.rank = t->shape.rank;
@@ -1517,8 +1591,10 @@ un_status un_exec_output_gather(un_ctx *ctx, un_exec *ex, int32_t i, void *dense
             r.dst_dim[d] = t->shape.dim[d];
             r.dst_off[d] = ep->off[d];
         }
-        un_backend_copy_region(ex->be, dense, ep->val, t->es, &r, true);
+        un_region_copy_host(un_backend_prec(ex->be), dense, host, t->es, &r, true);
     }
-    return un_comm_allreduce(ctx, ex->comm, ex->fes == sizeof(float) ? UN_RED_F32 : UN_RED_F64,
-                             dense, numel);
+    /* a failed read still takes part in the all-reduce (the other ranks are in it) */
+    un_status rs = un_comm_allreduce(
+        ctx, ex->comm, ex->fes == sizeof(float) ? UN_RED_F32 : UN_RED_F64, dense, numel);
+    return st != UN_OK ? st : rs;
 }

@@ -8,12 +8,15 @@
  * A weight lives only as its pieces, each on the rank that holds it, with its gradient; a weight
  * in copies (copy degree c) is the output of an implicit replicate, so its gradient is summed over
  * the copy group (replicate's backward) and nothing else is synchronised. Inputs (the step's
- * data) are given whole on every rank.
+ * data) are given whole on every rank. Host code reaches backend memory only through the
+ * backend (un_backend_write/read, buffers), so any backend runs it, host-visible or not; the
+ * communicator moves host memory, so pieces of a backend the host cannot address are staged
+ * through host memory around each exchange.
  *
  *   un_exec *ex;
  *   st = un_exec_new(ctx, g, comm, be, &ex);
- *   un_exec_params_scatter(ex, logical_weights, un_exec_params(ex));  // this rank's pieces
- *   memcpy(un_exec_source(ex, x_node), batch, bytes);        // every rank, same values
+ *   st = un_exec_params_scatter(ctx, ex, logical_weights, un_exec_params(ex)); // its pieces
+ *   st = un_backend_write(ctx, be, un_exec_source(ex, x_node), batch, bytes); // every rank
  *   st = un_exec_forward(ctx, ex, step_seed);
  *   ... loss from un_exec_output_pieces(), writing each piece's grad ...
  *   st = un_exec_backward(ctx, ex);            // this rank's shard's gradients
@@ -30,7 +33,7 @@
 
 typedef struct un_exec un_exec;
 
-/* One piece of a graph output held by this rank. */
+/* One piece of a graph output held by this rank (val and grad in backend memory). */
 typedef struct un_exec_piece {
     int64_t index;            /* piece index in the tensor's piece order (pcg/eval.h) */
     int32_t sum, copy;        /* its partial-sum and copy index */
@@ -67,22 +70,25 @@ int64_t un_exec_estimate_bytes(const un_graph *g, int rank, int size, un_prec pr
 /* ---- sources ---- */
 
 /* The logical value of an input node, given whole on every rank: numel elements (float in the
- * backend's precision, or int64_t). Borrowed, valid until un_exec_free. */
+ * backend's precision, or int64_t) in backend memory, written with un_backend_write. Borrowed,
+ * valid until un_exec_free. */
 void *un_exec_source(un_exec *ex, int32_t node);
 /* This rank's weight pieces are one flat buffer: values and gradients, un_exec_param_count
- * elements each (borrowed until un_exec_free). The logical weights (UN_OP_WEIGHT nodes in node
- * order, each whole, un_exec_lparam_count elements) are what initialisation and checkpoints see;
- * un_exec_lparam_offset gives a weight's first element there (-1 for a non-weight). */
+ * elements each in backend memory (borrowed until un_exec_free). The logical weights (UN_OP_WEIGHT
+ * nodes in node order, each whole, un_exec_lparam_count elements) are what initialisation and
+ * checkpoints see; un_exec_lparam_offset gives a weight's first element there (-1 for a
+ * non-weight). */
 int64_t un_exec_param_count(const un_exec *ex);
 void *un_exec_params(un_exec *ex);
 void *un_exec_param_grads(un_exec *ex);
 int64_t un_exec_lparam_count(const un_exec *ex);
 int64_t un_exec_lparam_offset(const un_exec *ex, int32_t node);
 /* Cuts this rank's pieces out of logical weights (any per-weight array in that order, e.g.
- * optimizer moments) into local (un_exec_param_count elements). Not collective. */
-void un_exec_params_scatter(un_exec *ex, const void *logical, void *local);
-/* The inverse: assembles the logical array on rank 0 from every rank's local array (other ranks
- * may pass logical = NULL). Collective. */
+ * optimizer moments; host memory) into local (un_exec_param_count elements in backend memory,
+ * e.g. un_exec_params or an optimizer's state), writing through the backend. Not collective. */
+un_status un_exec_params_scatter(un_ctx *ctx, un_exec *ex, const void *logical, void *local);
+/* The inverse: assembles the logical array (host memory) on rank 0 from every rank's local array
+ * (backend memory), read through the backend (other ranks may pass logical = NULL). Collective. */
 un_status un_exec_params_gather(un_ctx *ctx, un_exec *ex, const void *local, void *logical);
 
 /* ---- running ---- */
@@ -99,8 +105,8 @@ const un_shape *un_exec_output_shape(const un_exec *ex, int32_t i);
  * sum and the other chunks partial sums (un_exec_allgather(ctx, ex, un_exec_param_grads(ex))
  * completes them). Collective. */
 un_status un_exec_backward(un_ctx *ctx, un_exec *ex);
-/* Gathers graph output i's logical value on every rank into dense (numel elements; partial sums
- * added, copy 0 read). Collective. */
+/* Gathers graph output i's logical value on every rank into dense (host memory, numel elements;
+ * partial sums added, copy 0 read through the backend). Collective. */
 un_status un_exec_output_gather(un_ctx *ctx, un_exec *ex, int32_t i, void *dense);
 
 /* ---- the sharded update (ZeRO stage 1/2 over each copy group) ---- */

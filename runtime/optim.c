@@ -105,7 +105,7 @@ void *un_optim_state(const un_optim *o, int i) { return i == 0 ? o->m : i == 1 ?
 un_prec un_optim_prec(const un_optim *o) { return o->prec; }
 
 void un_optim_step(un_optim *o, void *w, const void *g) {
-    UN_ASSERT(o->be == NULL || un_backend_host_visible(o->be));
+    UN_ASSERT(o->be == NULL); /* state made by un_optim_new_on is updated by un_optim_step_on */
     o->t++;
     un__optim_update_host(o->prec, &o->p, o->t, o->n, w, g, o->m, o->v);
 }
@@ -117,7 +117,7 @@ un_status un_optim_step_on(un_ctx *ctx, un_optim *o, un_backend *be, void *w, co
 
 un_status un_optim_step_segs(un_ctx *ctx, un_optim *o, un_backend *be, void *w, const void *g,
                              const un_optim_seg *segs, int n_segs) {
-    UN_ASSERT(o->be == be || (o->be == NULL && un_backend_host_visible(be)));
+    UN_ASSERT(o->be == be); /* its state lives on the backend that updates it */
     UN_ASSERT(un_backend_prec(be) == o->prec);
     size_t es = o->prec == UN_PREC_F32 ? sizeof(float) : sizeof(double);
     int64_t at = 0; /* where the segment's state starts */

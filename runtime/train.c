@@ -12,6 +12,7 @@
 
 #include "pcg/onnx.h"
 #include "runtime/backend.h"
+#include "runtime/backend_cuda.h"
 #include "runtime/backend_impl.h"
 #include "runtime/blas.h"
 #include "runtime/comm.h"
@@ -69,6 +70,10 @@ const char *un_train_usage(void) {
            "  --load CKPT        start from a checkpoint\n"
            "  --loss ce|mse      loss of a JSON or ONNX model (default mse)\n"
            "  --precision f32|f64  float type (default f32)\n"
+           "  --backend B        cpu | cuda (one GPU per rank: its rank on the machine mod the\n"
+           "                     GPUs) | opaque (the CPU kernels behind memory the host cannot\n"
+           "                     reach: checks the runtime); default cuda when built with CUDA\n"
+           "                     and a GPU is there (f32), else cpu\n"
            "  --spec FILE|DIR    operator specs (alias --ops; default: $UNITY_SPECS, ./specs,\n"
            "                     else the installed share/unity/specs)\n"
            "  --quiet            no per-step lines\n"
@@ -108,7 +113,7 @@ un_status un_train_parse_args(un_ctx *ctx, int argc, char **argv, un_train_opts 
             "--model",     "--devices",   "--strategy", "--steps",     "--batch",
             "--lr",        "--optimizer", "--data",     "--comm",      "--seed",
             "--threads",   "--save",      "--load",     "--spec",      "--loss",
-            "--precision", "--config",    "--input-shape"};
+            "--precision", "--config",    "--input-shape", "--backend"};
         bool known = false;
         for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
             known |= strcmp(a, with_value[k]) == 0;
@@ -175,6 +180,11 @@ un_status un_train_parse_args(un_ctx *ctx, int argc, char **argv, un_train_opts 
             if (strcmp(v, "f32") != 0 && strcmp(v, "f64") != 0)
                 return un_ctx_error(ctx, UN_ERR_INVALID, "--precision: '%s' is not f32 or f64", v);
             o->prec = strcmp(v, "f32") == 0 ? UN_PREC_F32 : UN_PREC_F64;
+        } else if (strcmp(a, "--backend") == 0) {
+            if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0 && strcmp(v, "opaque") != 0)
+                return un_ctx_error(ctx, UN_ERR_INVALID,
+                                    "--backend: '%s' is not cpu, cuda or opaque", v);
+            o->backend = v;
         }
         if (st != UN_OK)
             return st;
@@ -374,6 +384,8 @@ typedef struct shared {
     unsigned char *text;
     size_t text_len;
     int threads; /* per rank */
+    const char *backend; /* resolved: "cpu", "cuda" or "opaque" */
+    int gpus;            /* cuda: the GPUs of this machine */
     double *losses;
     un_train_dev_stats *dev; /* per device, filled by rank 0 */
     double step_time_sum;
@@ -518,7 +530,7 @@ static un_status setup_weights(un_ctx *ctx, shared *sh, un_exec *ex, un_backend 
             un_optim_set_steps(*opt, un_optim_steps(lo));
     }
     if (st == UN_OK)
-        un_exec_params_scatter(ex, lw, un_exec_params(ex));
+        st = un_exec_params_scatter(ctx, ex, lw, un_exec_params(ex));
     un_optim_free(lo);
     free(lw);
     return st;
@@ -591,6 +603,30 @@ static un_status report_stats(un_ctx *ctx, shared *sh, un_comm *comm, un_exec *e
     return st;
 }
 
+un_status un_train_backend(un_ctx *ctx, const un_train_opts *o, const char **name, int *gpus) {
+    const char *why = NULL;
+    *gpus = un_backend_cuda_devices(&why);
+    *name = o->backend ? o->backend : *gpus > 0 && o->prec == UN_PREC_F32 ? "cuda" : "cpu";
+    if (strcmp(*name, "cuda") != 0)
+        return UN_OK;
+    if (*gpus == 0)
+        return un_ctx_error(ctx, UN_ERR_UNAVAILABLE, "--backend cuda: no GPU to run on (%s)",
+                            why ? why : "no CUDA device");
+    if (o->prec != UN_PREC_F32)
+        return un_ctx_error(ctx, UN_ERR_UNAVAILABLE,
+                            "--backend cuda: float32 only (--precision f64 runs on --backend cpu)");
+    return UN_OK;
+}
+
+/* This rank's backend: under cuda the GPU of its rank on the machine modulo the GPUs there. */
+static un_status backend_make(un_ctx *ctx, const shared *sh, un_comm *comm, un_backend **out) {
+    if (strcmp(sh->backend, "cuda") == 0)
+        return un_backend_cuda_new(ctx, sh->o->prec, un_comm_node_rank(comm) % sh->gpus, out);
+    if (strcmp(sh->backend, "opaque") == 0)
+        return un_backend_opaque_new(ctx, sh->o->prec, sh->threads, out);
+    return un_backend_cpu_new(ctx, sh->o->prec, sh->threads, out);
+}
+
 static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
     const un_train_opts *o = sh->o;
     const tmodel *m = sh->m;
@@ -603,7 +639,7 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
     un_buffer *dlabels = NULL; /* the labels on the backend, where the loss reads them */
     int rank = un_comm_rank(comm);
     size_t lbytes = (size_t)m->label_numel * (m->loss == UN_LOSS_CE ? sizeof(int64_t) : fes);
-    un_status st = un_backend_cpu_new(ctx, prec, sh->threads, &be);
+    un_status st = backend_make(ctx, sh, comm, &be);
     if (st == UN_OK)
         st = un_exec_new(ctx, sh->g, comm, be, &ex);
     if (st == UN_OK)
@@ -624,8 +660,19 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
             st = un_ctx_error(ctx, UN_ERR_NOMEM, "no memory for the inputs and labels");
     }
     st = un_comm_agree(ctx, comm, st);
-    if (st == UN_OK && rank == 0 && !o->quiet) /* once set-up succeeded: errors print nothing */
+    if (st == UN_OK && rank == 0 && !o->quiet) { /* once set-up succeeded: errors print nothing */
         fprintf(o->out, "blas: %s\n", un_blas_describe());
+        if (strcmp(sh->backend, "cuda") == 0) {
+            char name[128] = "?";
+            un_backend_cuda_device_name(0, name, sizeof name);
+            fprintf(o->out,
+                    "backend: %s, one GPU per rank (its rank on the machine mod %d GPUs; "
+                    "GPU 0: %s)\n",
+                    un_backend_name(be), sh->gpus, name);
+        } else {
+            fprintf(o->out, "backend: %s\n", un_backend_name(be));
+        }
+    }
     /* A loaded run continues where the checkpoint stopped: same data, same dropout masks. */
     int start = st == UN_OK ? (int)un_optim_steps(opt) : 0;
     const un_shape *os = st == UN_OK ? un_exec_output_shape(ex, 0) : NULL;
@@ -853,6 +900,8 @@ un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res
             goto done;
         }
     }
+    if ((st = un_train_backend(ctx, o, &sh.backend, &sh.gpus)) != UN_OK)
+        goto done;
     if (o->save && res->rank == 0) { /* a checkpoint that cannot be written fails before training */
         char probe[4096];
         snprintf(probe, sizeof probe, "%s.tmp", o->save);

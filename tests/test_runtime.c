@@ -168,7 +168,7 @@ static void copy_sources(un_exec *ex, const un_graph *g, const un_eval *ev, bool
         }
         free(d);
     }
-    un_exec_params_scatter(ex, lw, un_exec_params(ex));
+    EXPECT_OK(NULL, un_exec_params_scatter(NULL, ex, lw, un_exec_params(ex)));
     free(lw);
 }
 
@@ -982,7 +982,8 @@ static void shard_job(rank_job *j, un_ctx *ctx, un_comm *c) {
     int64_t nl = un_exec_lparam_count(ex);
     lw = calloc((size_t)nl + 1, sizeof *lw);
     un_optim_init_weights(a->g, 7, UN_PREC_F64, lw, nl);
-    un_exec_params_scatter(ex, lw, un_exec_params(ex));
+    if ((j->st = un_exec_params_scatter(ctx, ex, lw, un_exec_params(ex))) != UN_OK)
+        goto done;
     if ((j->st = un_optim_new_on(ctx, un_optim_params_default(a->algo), un_exec_shard_count(ex), be,
                                  &opt)) != UN_OK)
         goto done;

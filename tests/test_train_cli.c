@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "runtime/backend_cuda.h"
+
 /* Runs "PREFIX unity-train ARGS" through the shell with stdout and stderr captured. */
 static const cli_result *run_with(const char *prefix, const char *args) {
     return cli_run_with(prefix, "unity-train", args);
@@ -386,6 +388,64 @@ static void test_mpi_checkpoint(void) {
     expect_clean_error(a, "mpi.ckpt.rank1");
 }
 
+/* --backend: a bad name, and cuda where it cannot run (no GPU, or a build without CUDA, or
+ * float64), are one error line each; opaque (the CPU kernels behind memory the host cannot
+ * reach) prints the CPU backend's losses; every run names its backend. */
+static void test_backend_flag(void) {
+    expect_clean_error("--model mlp --tiny --backend tpu", "--backend: 'tpu' is not cpu, cuda");
+    expect_clean_error("--model mlp --tiny --backend", "--backend needs a value");
+    const char *why = NULL;
+    int gpus = un_backend_cuda_devices(&why);
+    if (gpus == 0) {
+        expect_clean_error("--model mlp --tiny --steps 2 --backend cuda",
+                           "--backend cuda: no GPU to run on");
+        printf("    no GPU (%s): --backend cuda refused\n", why ? why : "?");
+    } else {
+        expect_clean_error("--model mlp --tiny --steps 2 --backend cuda --precision f64",
+                           "--backend cuda: float32 only");
+    }
+    double l[3][4];
+    const char *names[3] = {"cpu", "opaque", gpus ? "cuda" : NULL};
+    for (int b = 0; b < 3 && names[b]; b++) {
+        char args[128], want[64];
+        snprintf(args, sizeof args,
+                 "--model transformer --tiny --devices 2 --steps 4 --threads 2 --backend %s",
+                 names[b]);
+        const cli_result *r = run(args);
+        snprintf(want, sizeof want, "backend: %s-f32", names[b]);
+        test__check(r->code == 0 && strstr(r->out, want) && losses(r->out, l[b], 4) == 4, TEST__AT,
+                    "--backend %s: exit %d, stdout %s, stderr %s", names[b], r->code, r->out,
+                    r->err);
+    }
+    for (int s = 0; s < 4; s++) {
+        EXPECT_TRUE(l[1][s] == l[0][s]); /* printed with 6 decimals: the same numbers */
+        if (gpus)
+            EXPECT_NEAR(l[2][s], l[0][s], 1e-3);
+    }
+    /* the default is cpu without a GPU */
+    const cli_result *r = run("--model mlp --tiny --steps 1");
+    EXPECT_TRUE(r->code == 0 && strstr(r->out, gpus ? "backend: cuda-f32" : "backend: cpu-f32"));
+    /* under mpirun (exchanges staged through host memory between processes): the same losses */
+    if (system("command -v mpirun >/dev/null 2>&1") != 0) {
+        printf("    skip --backend opaque under mpirun: mpirun not found\n");
+        return;
+    }
+    char prefix[256];
+    snprintf(prefix, sizeof prefix, "scripts/mpirun.sh --mca mpi_yield_when_idle 1 %s -np 2",
+             MPI_ENV);
+    double lm[4];
+    r = run_with(prefix, "--model transformer --tiny --steps 4 --threads 2 --comm mpi --strategy "
+                         "tensor --backend opaque");
+    test__check(r->code == 0 && losses(r->out, lm, 4) == 4, TEST__AT,
+                "mpirun -np 2 --backend opaque: exit %d, stderr %s", r->code, r->err);
+    r = run_with(prefix, "--model transformer --tiny --steps 4 --threads 2 --comm mpi --strategy "
+                         "tensor --backend cpu");
+    test__check(r->code == 0 && losses(r->out, l[0], 4) == 4, TEST__AT,
+                "mpirun -np 2 --backend cpu: exit %d, stderr %s", r->code, r->err);
+    for (int s = 0; s < 4; s++)
+        EXPECT_TRUE(lm[s] == l[0][s]);
+}
+
 int main(void) {
     if (!cli_init("/tmp/unity_train_cli.XXXXXX"))
         return 1;
@@ -397,6 +457,7 @@ int main(void) {
         {"config_sizes", test_config_sizes},
         {"mpi_equal_losses", test_mpi_equal_losses},
         {"mpi_checkpoint", test_mpi_checkpoint},
+        {"backend_flag", test_backend_flag},
     };
     int rc = TEST_RUN_ALL(cases);
     if (!cli_cleanup())
