@@ -444,6 +444,22 @@ static void test_backend_flag(void) {
                 "mpirun -np 2 --backend cpu: exit %d, stderr %s", r->code, r->err);
     for (int s = 0; s < 4; s++)
         EXPECT_TRUE(lm[s] == l[0][s]);
+    /* one checkpoint file per process, saved from the opaque backend, continues on the cpu one */
+    char args[512];
+    snprintf(args, sizeof args,
+             "--model transformer --tiny --steps 2 --threads 2 --comm mpi --strategy tensor "
+             "--backend opaque --save %s/opq.ck",
+             cli_tmp);
+    r = run_with(prefix, args);
+    EXPECT_EQ(r->code, 0);
+    snprintf(args, sizeof args,
+             "--model transformer --tiny --devices 2 --steps 2 --threads 2 --strategy tensor "
+             "--backend cpu --load %s/opq.ck",
+             cli_tmp);
+    r = run(args);
+    test__check(r->code == 0 && losses(r->out, lm, 2) == 2 && lm[0] == l[0][2] && lm[1] == l[0][3],
+                TEST__AT, "mpi opaque checkpoint loaded on cpu: exit %d, stdout %s, stderr %s",
+                r->code, r->out, r->err);
 }
 
 int main(void) {
