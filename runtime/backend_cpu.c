@@ -61,41 +61,7 @@ static un_status cpu_copy(un_ctx *ctx, un_backend *be, void *dst, const void *sr
 
 static void cpu_copy_region(un_backend *be, void *dst, const void *src, size_t es,
                             const un_region *r, bool accumulate) {
-    int rank = r->rank;
-    int64_t rows = 1, row = rank ? r->len[rank - 1] : 1;
-    for (int i = 0; i + 1 < rank; i++)
-        rows *= r->len[i];
-    if (row == 0 || rows == 0)
-        return;
-    int64_t idx[UN_MAX_DIMS] = {0};
-    for (int64_t q = 0; q < rows; q++) {
-        int64_t so = 0, d = 0;
-        for (int i = 0; i < rank; i++) {
-            int64_t c = i + 1 < rank ? idx[i] : 0;
-            so = so * r->src_dim[i] + r->src_off[i] + c;
-            d = d * r->dst_dim[i] + r->dst_off[i] + c;
-        }
-        const char *s = (const char *)src + (size_t)so * es;
-        char *t = (char *)dst + (size_t)d * es;
-        if (!accumulate) {
-            memcpy(t, s, (size_t)row * es);
-        } else if (be->prec == UN_PREC_F32) {
-            float *tf = (float *)t;
-            const float *sf = (const float *)s;
-            for (int64_t x = 0; x < row; x++)
-                tf[x] += sf[x];
-        } else {
-            double *tf = (double *)t;
-            const double *sf = (const double *)s;
-            for (int64_t x = 0; x < row; x++)
-                tf[x] += sf[x];
-        }
-        for (int i = rank - 2; i >= 0; i--) {
-            if (++idx[i] < r->len[i])
-                break;
-            idx[i] = 0;
-        }
-    }
+    un_region_copy_host(be->prec, dst, src, es, r, accumulate);
 }
 
 static un_kexec cpu_kexec(un_backend *be, uint64_t seed, const int64_t *off, const int64_t *full) {
