@@ -1065,9 +1065,11 @@ static void test_stash(void) {
         {"linear", "activation=gelu", "3,40,30;30,50", false},
         {"linear", "activation=gelu use_bias=true", "40,30;30,50;50", false},
         {"multihead_attention", "heads=2", "2,300,32;2,200,32;2,200,32;32,32;32,32;32,32;32,32",
-         false}, /* several query blocks per head (mha_rows), the last one short */
+         false}, /* several query blocks per head (mha_rows), the last one short; P kept (3.75x
+                    the projections) */
         {"multihead_attention", "heads=4 causal=true",
-         "2,300,32;2,300,32;2,300,32;32,32;32,32;32,32;32,32", false},
+         "2,300,32;2,300,32;2,300,32;32,32;32,32;32,32;32,32",
+         false}, /* P not kept (9.4x the projections): the backward recomputes it per block */
     };
     un_rng rng;
     un_rng_seed(&rng, 11);
@@ -1093,7 +1095,11 @@ static void test_stash(void) {
                 /* 0: without a stash; 1: with one; both forward then backward */
                 stash_run(ctx, &t, &plain, true, false, y[0], g[0]);
                 stash_run(ctx, &t, &st, true, false, y[1], g[1]);
-                EXPECT_TRUE(un_kstash_bytes(st.stash) > 0);
+                size_t held = un_kstash_bytes(st.stash), want = (size_t)t.nout[0] * esz;
+                if (t.op == UN_OP_MULTIHEAD_ATTENTION) /* Q, K, V, O [+ P]; E == HL here */
+                    want = (size_t)(2 * t.n[0] + 2 * t.n[1] +
+                                    (k == 2 ? 2 * 2 * 300 * 200 : 0)) * esz;
+                EXPECT_EQ((long long)held, (long long)want);
                 EXPECT_TRUE(memcmp(y[0], y[1], ny) == 0);
                 for (int i = 0; i < n_in; i++)
                     EXPECT_TRUE(memcmp(g[0][i], g[1][i], (size_t)t.n[i] * esz) == 0);

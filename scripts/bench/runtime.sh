@@ -13,7 +13,8 @@
 # When OPENBLAS_CORETYPE is unset a second table runs both sides with it set to the kernel the
 # runtime chose, so that the comparison is of everything but the kernel choice (SAME_KERNEL=0
 # skips it).
-# Env: ROUNDS (default 3), STEPS per run (default 6; step 1 untimed), THREADS (default "1 2").
+# Env: ROUNDS (default 3), STEPS per run (default 6; step 1 untimed), THREADS (default "1 2");
+# ONLY=pytorch runs just this comparison, ONLY=strategies just the section below.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
@@ -88,5 +89,5 @@ strategies() {
     done
 }
 [[ ${ONLY:-} == strategies ]] || torch_cmp
-strategies
+[[ ${ONLY:-} == pytorch ]] || strategies
 echo "load at end: $(uptime | sed 's/.*load/load/')"
