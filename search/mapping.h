@@ -48,12 +48,15 @@ typedef struct un_map_params {
     int64_t max_states;    /* frontier states kept per step (0: 4096) */
     bool only_data;        /* configurations: serial or the batch (dim 0) split only */
     bool no_parallel;      /* configurations: serial only (every node on device 0) */
+    bool shared_branches;  /* parallel branches always share their devices (no disjoint sets) */
     const char *optimizer; /* "adam" (2 state copies) or "sgd" (1) */
 } un_map_params;
 
 /* One configuration of one node. */
 typedef struct un_map_config {
-    int32_t degree;             /* devices 0 .. degree - 1 */
+    int32_t degree;             /* devices start .. start + degree - 1 */
+    int32_t start;              /* first device (machine view start, stride 1) */
+    int32_t layout;             /* index of the same layouts at start 0 (edge costs) */
     un_shape in[UN_MAX_INPUTS]; /* the layout each input must have */
     int32_t n_out;
     un_shape out[UN_MAX_OUTPUTS]; /* the output layouts */
@@ -67,6 +70,8 @@ typedef struct un_map_stats {
     int64_t states;       /* frontier states expanded */
     int64_t max_frontier; /* most states alive at once */
     int32_t pieces;       /* pieces between cut nodes (layer 1) */
+    int32_t parallels;    /* parallel compositions of the SP tree the DP went through */
+    int64_t splits;       /* device-set splits of parallel branches tried */
     bool beam;            /* states were dropped: the result may not be optimal */
     double cost;          /* the additive estimate of the result (seconds + lambda * bytes) */
     double time, mem;     /* its seconds and bytes on device 0 */

@@ -153,6 +153,14 @@ static void run_xfers(sim *s, int32_t node, const stamp *ready) {
 
 /* ---- forward ---- */
 
+/* The device of piece p of a node's output: its machine view when it has one (the runtime's
+ * placement, runtime/exec.c), else p mod D. */
+static int32_t sim_place(const sim *s, const un_node *nd, int64_t p) {
+    if (nd->view.count > 0)
+        return nd->view.start + (int32_t)(p % nd->view.count) * nd->view.stride;
+    return (int32_t)(p % s->D);
+}
+
 typedef struct tuple {
     int dev;
     int64_t in_piece[UN_MAX_INPUTS];
@@ -169,7 +177,7 @@ static tuple *regular_tuples(sim *s, const un_node *nd, stensor *outs, int64_t *
     memset(u, 0, sizeof u);
     for (int64_t q = 0; q < nt; q++) {
         un_infer_piece(inf, u, true, 0, blk, &sum, &copy);
-        int d = (int)(piece_index(&outs[0].shape, blk, sum, copy) % s->D);
+        int d = sim_place(s, nd, piece_index(&outs[0].shape, blk, sum, copy));
         tp[q].dev = d;
         for (int o = 0; o < inf->n_out; o++) {
             un_infer_piece(inf, u, true, o, blk, &sum, &copy);
@@ -249,7 +257,7 @@ static un_status forward_node(sim *s, int32_t id) {
     if (kind == UN_OPK_SOURCE) {
         stensor *t = &outs[0];
         for (int64_t p = 0; p < t->np; p++) {
-            t->owner[p] = s->p->mirror_sources ? -1 : (int32_t)(p % s->D);
+            t->owner[p] = s->p->mirror_sources ? -1 : sim_place(s, nd, p);
             t->ready[p] = (stamp){0, -1};
         }
         if (s->p->mirror_sources && t->np > 1) /* every device slices the source locally */
@@ -266,7 +274,7 @@ static un_status forward_node(sim *s, int32_t id) {
         int *nsrc = un_xcalloc((size_t)so->np, sizeof *nsrc);
         bool *view = un_xcalloc((size_t)so->np, sizeof *view);
         for (int64_t p = 0; p < so->np; p++) {
-            so->owner[p] = (int32_t)(p % s->D);
+            so->owner[p] = sim_place(s, nd, p);
             if (so->is_static)
                 continue;
             nsrc[p] = parallel_sources(nd, si, so, k, p, src, MAX_SRC, &view[p]);

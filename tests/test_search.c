@@ -142,6 +142,110 @@ static void test_exhaustive(void) {
     un_ctx_free(ctx);
 }
 
+/* Graphs with parallel branches (h26): two branches of two ops, three single-op branches, and a
+ * branch with its own inner fork; <= 6 regular ops. */
+static un_graph *branch_graph(un_ctx *ctx, int which, int64_t batch, int64_t width) {
+    un_graph *g = un_graph_new(S);
+    int32_t x = input(ctx, g, "x", UN_OP_INPUT, batch, width);
+    if (which == 0) {
+        int32_t a = op1(ctx, g, UN_OP_RELU, linear(ctx, g, x, width, width, "left"), "ra");
+        int32_t b = op1(ctx, g, UN_OP_TANH, linear(ctx, g, x, width, width, "right"), "tb");
+        op2(ctx, g, UN_OP_EW_ADD, a, b, "join");
+    } else if (which == 1) {
+        int32_t a = linear(ctx, g, x, width, width, "b0");
+        int32_t b = linear(ctx, g, x, width, width, "b1");
+        int32_t c = linear(ctx, g, x, width, width, "b2");
+        op2(ctx, g, UN_OP_EW_ADD, op2(ctx, g, UN_OP_EW_ADD, a, b, "j1"), c, "j2");
+    } else {
+        int32_t a = linear(ctx, g, x, width, width, "left");
+        int32_t l = op1(ctx, g, UN_OP_RELU, a, "l1");
+        int32_t r = op1(ctx, g, UN_OP_TANH, a, "l2");
+        int32_t j = op2(ctx, g, UN_OP_EW_MUL, l, r, "lj");
+        int32_t b = linear(ctx, g, x, width, width, "right");
+        op2(ctx, g, UN_OP_EW_ADD, j, b, "join");
+    }
+    return g;
+}
+
+/* Layer 3 over the SP tree with parallel branches on disjoint device sets: the DP equals the
+ * exhaustive minimum over every mapping (configurations and device starts) on 2 and 4
+ * devices; where the DP puts branches on disjoint devices, the simulator (which honours the
+ * views) estimates the plan below the best plan whose branches share the devices. */
+static void test_branches(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_machine mach;
+    un_cost_model *cm = model_for(ctx, "specs/machines/v100x4.json", &mach);
+    int64_t sizes[][2] = {{64, 32}, {16, 1024}, {2048, 512}};
+    int checked = 0, disjoint = 0;
+    for (int which = 0; which < 3; which++)
+        for (int si = 0; si < 3; si++)
+            for (int devices = 2; devices <= 4; devices *= 2) {
+                un_graph *g = branch_graph(ctx, which, sizes[si][0], sizes[si][1]);
+                un_map_params p = un_map_params_default(devices);
+                un_map *m = NULL;
+                EXPECT_OK(ctx, un_map_new(ctx, cm, g, &p, &m));
+                int32_t n = un_graph_node_count(g);
+                int32_t *a = calloc((size_t)n, sizeof *a), *b = calloc((size_t)n, sizeof *b);
+                bool placed = false; /* some configuration starts past device 0 */
+                for (int32_t v = 0; m && v < n; v++)
+                    for (int32_t c = 0; c < un_map_config_count(m, v); c++)
+                        placed |= un_map_config_get(m, v, c)->start > 0;
+                EXPECT_TRUE(placed);
+                double lambdas[] = {0, 1e-9};
+                for (int li = 0; m && li < 2; li++) {
+                    un_map_stats st;
+                    double best = 0;
+                    EXPECT_OK(ctx, un_map_solve(ctx, m, lambdas[li], a, &st));
+                    EXPECT_OK(ctx, un_map_exhaustive(ctx, m, lambdas[li], b, &best));
+                    double got = un_map_cost(m, a, lambdas[li], NULL, NULL);
+                    test__check(fabs(got - best) <= 1e-9 * best && fabs(st.cost - got) <= 1e-9 * got,
+                                TEST__AT,
+                                "branch graph %d size %d devices %d lambda %g: solve %.9g (%.9g) "
+                                "vs exhaustive %.9g",
+                                which, si, devices, lambdas[li], got, st.cost, best);
+                    EXPECT_TRUE(!st.beam && st.parallels > 0 && st.splits > 0);
+                    checked++;
+                }
+                if (m && si == 2) { /* heavy branches: disjoint device sets win */
+                    un_map_stats st;
+                    EXPECT_OK(ctx, un_map_solve(ctx, m, 0, a, &st));
+                    bool hi = false;
+                    for (int32_t v = 0; v < n; v++)
+                        hi |= a[v] >= 0 && un_map_config_get(m, v, a[v])->start > 0;
+                    disjoint += hi;
+                    un_map_params ps = p;
+                    ps.shared_branches = true;
+                    un_map *ms = NULL;
+                    EXPECT_OK(ctx, un_map_new(ctx, cm, g, &ps, &ms));
+                    EXPECT_OK(ctx, un_map_solve(ctx, ms, 0, b, &st));
+                    un_graph *plan = NULL, *plan_s = NULL;
+                    EXPECT_OK(ctx, un_map_plan(ctx, m, a, &plan));
+                    EXPECT_OK(ctx, un_map_plan(ctx, ms, b, &plan_s));
+                    un_sim_params sp = un_sim_params_default();
+                    sp.devices = devices;
+                    un_sim_result r1, r2;
+                    EXPECT_OK(ctx, un_sim_run(ctx, cm, plan, &sp, &r1));
+                    EXPECT_OK(ctx, un_sim_run(ctx, cm, plan_s, &sp, &r2));
+                    test__check(!hi || r1.step < r2.step, TEST__AT,
+                                "branch graph %d devices %d: disjoint plan %g s, shared %g s", which,
+                                devices, r1.step, r2.step);
+                    un_sim_result_deinit(&r1);
+                    un_sim_result_deinit(&r2);
+                    un_graph_free(plan);
+                    un_graph_free(plan_s);
+                    un_map_free(ms);
+                }
+                free(a);
+                free(b);
+                un_map_free(m);
+                un_graph_free(g);
+            }
+    EXPECT_TRUE(checked == 36);
+    EXPECT_TRUE(disjoint >= 1); /* v100x4: two-op branches of 2048 x 512 on halves */
+    un_cost_model_free(cm);
+    un_ctx_free(ctx);
+}
+
 /* A wide layer pays for splitting its weight; a tiny one stays data parallel or serial. */
 static void test_choices(void) {
     un_ctx *ctx = un_ctx_new(NULL);
@@ -290,17 +394,27 @@ static void test_plans_train(void) {
             int32_t *a = calloc((size_t)n, sizeof *a);
             un_rng rng;
             un_rng_seed(&rng, 99 + (uint64_t)i);
-            for (int kind = 0; kind < 4 && m; kind++) {
+            /* kinds 4 and 5 (h26): the searched plan (layer 3, branches on disjoint devices
+             * allowed) for v100x4 and for this box's cpu.json */
+            un_machine mcpu;
+            un_cost_model *ccpu = model_for(ctx, "specs/machines/cpu.json", &mcpu);
+            un_map *mc = NULL;
+            if (devices <= un_machine_devices(&mcpu)) /* cpu.json: this box's 2 cores */
+                EXPECT_OK(ctx, un_map_new(ctx, ccpu, g, &p, &mc));
+            for (int kind = 0; kind < (mc ? 6 : 5) && m; kind++) {
+                un_map_stats mst;
                 if (kind == 0)
                     un_map_data_parallel(m, a);
-                for (int32_t v = 0; v < n && kind > 0; v++) {
+                if (kind >= 4)
+                    EXPECT_OK(ctx, un_map_solve(ctx, kind == 4 ? m : mc, 0, a, &mst));
+                for (int32_t v = 0; v < n && kind > 0 && kind < 4; v++) {
                     int32_t nc = un_map_config_count(m, v);
                     a[v] = nc == 0     ? -1
                            : kind == 1 ? nc - 1
                                        : (int32_t)un_rng_below(&rng, (uint64_t)nc);
                 }
                 un_graph *plan = NULL;
-                EXPECT_OK(ctx, un_map_plan(ctx, m, a, &plan));
+                EXPECT_OK(ctx, un_map_plan(ctx, kind == 5 ? mc : m, a, &plan));
                 char path[64];
                 test__check(!plan || un_strategy_devices(plan) <= devices, TEST__AT,
                             "%s: plan for %d devices uses %lld", names[i], devices,
@@ -330,13 +444,15 @@ static void test_plans_train(void) {
             }
             free(a);
             un_map_free(m);
+            un_map_free(mc);
             un_cost_model_free(cm);
+            un_cost_model_free(ccpu);
         }
         un_graph_free(g);
         un_train_result_deinit(&r1);
         un_ctx_free(ctx);
     }
-    EXPECT_TRUE(runs >= 40);
+    EXPECT_TRUE(runs >= 60);
 }
 
 /* Joint is never estimated worse than data parallelism or serial, nor than mcmc beyond 1% (every
@@ -390,6 +506,7 @@ static void test_modes(void) {
 int main(void) {
     static const test_case cases[] = {
         {"exhaustive", test_exhaustive},
+        {"branches", test_branches},
         {"choices", test_choices},
         {"bad", test_bad},
         {"zoo", test_zoo},
