@@ -38,7 +38,7 @@ struct un_map {
     int32_t n_cuts;
     double base_mem; /* data inputs, whole on device 0 */
     int32_t *n_lay;  /* [n] layouts of node v: its configurations 0 .. n_lay[v] - 1 (start 0) */
-    int q;           /* device quantum of branch placements (0: branches share devices) */
+    int q;           /* D / 2: where a branch's range may start (0: branches share devices) */
     bool have_tree;
     un_sp_info sa;   /* over the regular nodes */
     un_sp_tree tree; /* the series-parallel decomposition the DP runs over */
@@ -411,15 +411,16 @@ static uint64_t node_sig(const un_graph *g, int32_t v) {
 
 /* ---- the series-parallel tree and branch placements ---- */
 
-/* Whether a range of rc devices may be split in two halves for parallel branches: halves of at
- * least the quantum (D/4 when 4 divides D, else D/2): ranges are the whole, halves, quarters. */
+/* Whether a range of rc devices may be split in two halves for parallel branches: only the
+ * whole machine, into its halves (one level: nested splits into quarters multiplied the
+ * search time of Inception-v3 on 192 devices by 6 without a better plan). */
 static bool split_ok(const un_map *m, int rc) {
     return m->q > 0 && rc % 2 == 0 && rc / 2 >= m->q;
 }
 
 /* The SP tree over the regular nodes, positions in its leaf order (a topological order), and
- * the configurations of nodes inside parallel compositions copied to every start a branch
- * range can have (multiples of the quantum that the degree divides). */
+ * the configurations of nodes inside parallel compositions copied to the start of the high
+ * half (D / 2) when their degree fits in it. */
 static un_status map_tree(un_map *m) {
     int32_t n = m->n;
     m->n_lay = un_xcalloc((size_t)n + 1, sizeof *m->n_lay);
@@ -462,7 +463,7 @@ static un_status map_tree(un_map *m) {
     int D = m->p.devices;
     m->q = 0;
     if (!m->p.shared_branches && !m->p.only_data && !m->p.no_parallel)
-        m->q = D % 4 == 0 ? D / 4 : D % 2 == 0 ? D / 2 : 0;
+        m->q = D % 2 == 0 ? D / 2 : 0;
     if (m->q == 0)
         return UN_OK;
     bool *in_par = un_xcalloc((size_t)n + 1, sizeof *in_par);
@@ -747,13 +748,17 @@ static int branch_side(const un_map *m, const int32_t *a, int32_t x, int rs, int
 }
 
 /* The cost of tree node x under the device range [rs, rs + rc): leaves their node's time +
- * lambda * bytes; series the sum; parallel branches that each run inside one half of the range
+ * lambda * bytes (infinite unless the node starts at rs: a node of degree d in a range runs on
+ * its first d devices, as every node did before branches got ranges); series the sum; parallel branches that each run inside one half of the range
  * (a split the range allows) the larger of the halves' sums (they run concurrently), else the
  * sum (they share devices). */
 static double tree_cost(const un_map *m, const int32_t *a, int32_t x, int rs, int rc,
                         double lambda, double *mem) {
     const un_sp_node *t = &m->tree.nodes[x];
     if (t->kind == UN_SP_LEAF) {
+        const un_map_config *c = &m->cfg[m->cfg_at[t->node] + a[t->node]];
+        if (c->start != rs || c->degree > rc)
+            return INFINITY; /* a node runs from its range's first device */
         double tt, bb;
         node_cost(m, t->node, a[t->node], a, &tt, &bb);
         *mem += bb;
@@ -1059,7 +1064,7 @@ static void dp_leaf(dp *d, frontier *in, int32_t v, int rs, int rc, frontier *ou
             d->assign[in->live[i]] = in->key[(size_t)s * (size_t)in->n_live + (size_t)i];
         for (int32_t c = 0; c < nc; c++) {
             const un_map_config *kc = un_map_config_get(m, v, c);
-            if (kc->start < rs || kc->start + kc->degree > rs + rc)
+            if (kc->start != rs || kc->degree > rc)
                 continue;
             double t, bb;
             node_cost(m, v, c, d->assign, &t, &bb);
@@ -1145,11 +1150,33 @@ static void dp_split(dp *d, int32_t x, frontier *in, int rs, int h, uint32_t mas
             idx[side][fill[f->origin[i]]++] = i;
         free(fill);
     }
+    /* the joins: every pair of an input state's low and high states; beyond 16 x max_states
+     * pairs, each input state's cheapest r of each half (a beam) */
+    int64_t total = 0, limit = 16 * d->m->p.max_states;
+    for (int32_t s = 0; s < in->n; s++)
+        total += (int64_t)(at[0][s + 1] - at[0][s]) * (at[1][s + 1] - at[1][s]);
+    int32_t r = INT32_MAX;
+    if (total > limit) {
+        for (int side = 0; side < 2; side++)
+            for (int32_t s = 0; s < in->n; s++)
+                qsort_r(idx[side] + at[side][s], (size_t)(at[side][s + 1] - at[side][s]),
+                        sizeof(int32_t), cmp_cost_idx, half[side].cost);
+        for (r = 64; r > 1; r /= 2) {
+            total = 0;
+            for (int32_t s = 0; s < in->n; s++) {
+                int64_t a0 = at[0][s + 1] - at[0][s], a1 = at[1][s + 1] - at[1][s];
+                total += (a0 < r ? a0 : r) * (a1 < r ? a1 : r);
+            }
+            if (total <= limit)
+                break;
+        }
+        d->st->beam = true;
+    }
     int32_t L = out->n_live;
     int32_t *k = un_xmalloc(((size_t)L + 1) * sizeof *k);
     for (int32_t s = 0; s < in->n; s++)
-        for (int32_t p = at[0][s]; p < at[0][s + 1]; p++)
-            for (int32_t q = at[1][s]; q < at[1][s + 1]; q++) {
+        for (int32_t p = at[0][s]; p < at[0][s + 1] && p - at[0][s] < r; p++)
+            for (int32_t q = at[1][s]; q < at[1][s + 1] && q - at[1][s] < r; q++) {
                 int32_t i0 = idx[0][p], i1 = idx[1][q];
                 for (int32_t j = 0; j < L; j++) {
                     int32_t u = out->live[j];
@@ -1243,15 +1270,44 @@ static void dp_run(dp *d, int32_t x, frontier *in, int rs, int rc, frontier *out
     }
     free(k);
     fr_deinit(&shared);
-    /* splits: every assignment of the branches to the halves (up to 4 branches), else the
-     * branches in order cut once */
+    /* splits: every assignment of the branches to the halves for up to 3 branches; for 4,
+     * those with the first branch low (the mirror images differ only in where the moves
+     * between device sets land); beyond, the branches in order cut once */
     int32_t nb = t->n_child;
-    uint32_t n_opt = nb <= 4 ? 1u << nb : (uint32_t)nb + 1;
-    for (uint32_t o = 0; o < n_opt; o++) {
-        uint32_t mask = nb <= 4 ? o : ((1u << nb) - 1u) & ~((1u << o) - 1u);
-        d->st->splits++;
-        dp_split(d, x, in, rs, rc / 2, mask, &b);
+    uint32_t n_opt = nb <= 3 ? 1u << nb : nb == 4 ? 8u : (uint32_t)nb + 1;
+    /* from the cheapest max_states / 8 input states (all of them on small graphs) */
+    frontier sub, *from = in;
+    int32_t cap_in = (int32_t)(m->p.max_states / 8 > 64 ? m->p.max_states / 8 : 64);
+    if (in->n > cap_in) {
+        int32_t *ord = un_xmalloc((size_t)in->n * sizeof *ord);
+        for (int32_t i = 0; i < in->n; i++)
+            ord[i] = i;
+        qsort_r(ord, (size_t)in->n, sizeof *ord, cmp_cost_idx, in->cost);
+        fr_init(&sub, in->live, in->n_live);
+        sub.n = sub.cap = cap_in;
+        sub.cost = un_xmalloc((size_t)cap_in * sizeof *sub.cost);
+        sub.key = un_xmalloc(((size_t)cap_in * (size_t)in->n_live + 1) * sizeof *sub.key);
+        sub.origin = un_xmalloc((size_t)cap_in * sizeof *sub.origin);
+        sub.rec = un_xmalloc((size_t)cap_in * sizeof *sub.rec);
+        for (int32_t i = 0; i < cap_in; i++) {
+            int32_t j = ord[i];
+            sub.cost[i] = in->cost[j];
+            sub.origin[i] = in->origin[j];
+            sub.rec[i] = in->rec[j];
+            memcpy(sub.key + (size_t)i * (size_t)in->n_live, in->key + (size_t)j * (size_t)in->n_live,
+                   (size_t)in->n_live * sizeof *sub.key);
+        }
+        free(ord);
+        from = &sub;
+        d->st->beam = true;
     }
+    for (uint32_t o = 0; o < n_opt; o++) {
+        uint32_t mask = nb <= 3 ? o : nb == 4 ? o << 1 : ((1u << nb) - 1u) & ~((1u << o) - 1u);
+        d->st->splits++;
+        dp_split(d, x, from, rs, rc / 2, mask, &b);
+    }
+    if (from == &sub)
+        fr_deinit(&sub);
     fb_end(d, &b);
     for (int32_t i = 0; i < out->n; i++)
         out->rec[i] = b.aux[i] == -3 ? b.from[i]
