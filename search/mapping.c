@@ -1500,6 +1500,15 @@ un_status un_map_plan(un_ctx *ctx, const un_map *m, const int32_t *a, un_graph *
         if (st != UN_OK)
             break;
         un_graph_node_set_view(ng, nid, (un_view){c->start, 1, c->degree});
+        /* a weight read whole by a node placed past device 0 lives on that node's device (a
+         * weight with a conversion chain takes the chain's view when it is folded) */
+        for (int t = 0; t < nd->n_in && c->start > 0; t++) {
+            const un_node *src = un_graph_node(g, nd->in[t].node);
+            un_ref wr = map[nd->in[t].node * UN_MAX_OUTPUTS];
+            if (src->op == UN_OP_WEIGHT && ins[t].node == wr.node &&
+                un_graph_node(ng, wr.node)->view.count == 0)
+                un_graph_node_set_view(ng, wr.node, (un_view){c->start, 1, 1});
+        }
         for (int o = 0; o < nd->inf.n_out; o++)
             map[v * UN_MAX_OUTPUTS + o] = (un_ref){nid, o};
     }
