@@ -696,6 +696,18 @@ void un_map_free(un_map *m) {
     free(m);
 }
 
+int32_t un_map_node_count(const un_map *m) {
+    return m->n;
+}
+
+const un_graph *un_map_graph(const un_map *m) {
+    return m->g;
+}
+
+int64_t un_map_max_states(const un_map *m) {
+    return m->p.max_states;
+}
+
 int32_t un_map_config_count(const un_map *m, int32_t node) {
     return m->cfg_at[node + 1] - m->cfg_at[node];
 }
@@ -859,6 +871,7 @@ typedef struct dp {
     int32_t *assign; /* [n] scratch */
     int32_t *slot;   /* [3 * n] scratch: slot of a node in a live list */
     un_map_stats *st;
+    int64_t max_states; /* the beam */
 } dp;
 
 static int32_t trail_push(dp *d, trail r) {
@@ -980,12 +993,12 @@ static void fb_end(dp *d, fr_build *b) {
     frontier *f = b->f;
     free(b->table);
     b->table = NULL;
-    if (f->n > d->m->p.max_states) {
+    if (f->n > d->max_states) {
         int32_t *ord = un_xmalloc((size_t)f->n * sizeof *ord);
         for (int32_t i = 0; i < f->n; i++)
             ord[i] = i;
         qsort_r(ord, (size_t)f->n, sizeof *ord, cmp_cost_idx, f->cost);
-        int32_t keep = (int32_t)d->m->p.max_states;
+        int32_t keep = (int32_t)d->max_states;
         int32_t L = f->n_live;
         double *c = un_xmalloc((size_t)keep * sizeof *c);
         int32_t *k = un_xmalloc(((size_t)keep * (size_t)L + 1) * sizeof *k);
@@ -1152,7 +1165,7 @@ static void dp_split(dp *d, int32_t x, frontier *in, int rs, int h, uint32_t mas
     }
     /* the joins: every pair of an input state's low and high states; beyond 16 x max_states
      * pairs, each input state's cheapest r of each half (a beam) */
-    int64_t total = 0, limit = 16 * d->m->p.max_states;
+    int64_t total = 0, limit = 16 * d->max_states;
     for (int32_t s = 0; s < in->n; s++)
         total += (int64_t)(at[0][s + 1] - at[0][s]) * (at[1][s + 1] - at[1][s]);
     int32_t r = INT32_MAX;
@@ -1277,7 +1290,7 @@ static void dp_run(dp *d, int32_t x, frontier *in, int rs, int rc, frontier *out
     uint32_t n_opt = nb <= 3 ? 1u << nb : nb == 4 ? 8u : (uint32_t)nb + 1;
     /* from the cheapest max_states / 8 input states (all of them on small graphs) */
     frontier sub, *from = in;
-    int32_t cap_in = (int32_t)(m->p.max_states / 8 > 64 ? m->p.max_states / 8 : 64);
+    int32_t cap_in = (int32_t)(d->max_states / 8 > 64 ? d->max_states / 8 : 64);
     if (in->n > cap_in) {
         int32_t *ord = un_xmalloc((size_t)in->n * sizeof *ord);
         for (int32_t i = 0; i < in->n; i++)
@@ -1316,6 +1329,8 @@ static void dp_run(dp *d, int32_t x, frontier *in, int rs, int rc, frontier *out
     fr_deinit(in);
 }
 
+static void trail_walk(const dp *d, int32_t rec, int32_t *a);
+
 un_status un_map_solve(un_ctx *ctx, un_map *m, double lambda, int32_t *a, un_map_stats *stats) {
     memset(stats, 0, sizeof *stats);
     int32_t n = m->n;
@@ -1329,7 +1344,7 @@ un_status un_map_solve(un_ctx *ctx, un_map *m, double lambda, int32_t *a, un_map
         stats->cost = lambda * m->base_mem;
         return UN_OK;
     }
-    dp d = {.m = m, .lambda = lambda, .st = stats};
+    dp d = {.m = m, .lambda = lambda, .st = stats, .max_states = m->p.max_states};
     d.assign = un_xmalloc(((size_t)n + 1) * sizeof *d.assign);
     d.slot = un_xmalloc((3 * (size_t)n + 1) * sizeof *d.slot);
     frontier f;
@@ -1350,23 +1365,7 @@ un_status un_map_solve(un_ctx *ctx, un_map *m, double lambda, int32_t *a, un_map
         for (int32_t i = 1; i < res.n; i++)
             if (res.cost[i] < res.cost[best])
                 best = i;
-        /* the trail: a depth-first walk of the records */
-        int32_t *stack = un_xmalloc(((size_t)d.nt + 1) * sizeof *stack);
-        int32_t sp = 0;
-        if (res.rec[best] >= 0)
-            stack[sp++] = res.rec[best];
-        while (sp > 0) {
-            trail r = d.t[stack[--sp]];
-            if (r.v >= 0)
-                a[r.v] = r.c;
-            if (r.prev >= 0)
-                stack[sp++] = r.prev;
-            if (r.v < 0 && r.x >= 0)
-                stack[sp++] = r.x;
-            if (r.v < 0 && r.y >= 0)
-                stack[sp++] = r.y;
-        }
-        free(stack);
+        trail_walk(&d, res.rec[best], a);
         stats->cost = un_map_cost(m, a, lambda, &stats->time, &stats->mem);
     }
     fr_deinit(&res);
@@ -1374,6 +1373,95 @@ un_status un_map_solve(un_ctx *ctx, un_map *m, double lambda, int32_t *a, un_map
     free(d.assign);
     free(d.slot);
     return st;
+}
+
+const un_sp_tree *un_map_tree(const un_map *m) {
+    return m->have_tree ? &m->tree : NULL;
+}
+
+const un_sp_info *un_map_sp(const un_map *m) {
+    return m->have_tree ? &m->sa : NULL;
+}
+
+/* The assignment a trail record leads to (the nodes it names). */
+static void trail_walk(const dp *d, int32_t rec, int32_t *a) {
+    int32_t *stack = un_xmalloc(((size_t)d->nt + 1) * sizeof *stack);
+    int32_t sp = 0;
+    if (rec >= 0)
+        stack[sp++] = rec;
+    while (sp > 0) {
+        trail r = d->t[stack[--sp]];
+        if (r.v >= 0)
+            a[r.v] = r.c;
+        if (r.prev >= 0)
+            stack[sp++] = r.prev;
+        if (r.v < 0 && r.x >= 0)
+            stack[sp++] = r.x;
+        if (r.v < 0 && r.y >= 0)
+            stack[sp++] = r.y;
+    }
+    free(stack);
+}
+
+un_status un_map_solve_piece(un_ctx *ctx, un_map *m, double lambda, int32_t child_begin,
+                             int32_t child_end, int32_t entry, int32_t entry_cfg, int32_t exit,
+                             int64_t max_states, double *cost, int32_t *assign,
+                             un_map_stats *st) {
+    if (!m->have_tree)
+        return un_ctx_error(ctx, UN_ERR_INVALID, "mapping: no regular node to split");
+    const un_sp_node *root = &m->tree.nodes[m->tree.root];
+    int32_t n_child = root->kind == UN_SP_SERIES ? root->n_child : 1;
+    if (child_begin < 0 || child_end > n_child || child_begin >= child_end)
+        return un_ctx_error(ctx, UN_ERR_INVALID, "mapping: piece [%d, %d) of %d parts",
+                            (int)child_begin, (int)child_end, (int)n_child);
+    int32_t nx = exit >= 0 ? un_map_config_count(m, exit) : 1;
+    for (int32_t x = 0; x < nx; x++)
+        cost[x] = INFINITY;
+    dp d = {.m = m,
+            .lambda = lambda,
+            .st = st,
+            .max_states = max_states > 0 ? max_states : m->p.max_states};
+    d.assign = un_xmalloc(((size_t)m->n + 1) * sizeof *d.assign);
+    d.slot = un_xmalloc((3 * (size_t)m->n + 1) * sizeof *d.slot);
+    frontier f;
+    bool live = entry >= 0 && m->lastpos[entry] > m->pos[entry];
+    fr_init(&f, &entry, live ? 1 : 0);
+    f.n = f.cap = 1;
+    f.cost = un_xcalloc(1, sizeof *f.cost);
+    f.key = un_xmalloc(sizeof *f.key);
+    f.key[0] = entry_cfg;
+    f.origin = un_xcalloc(1, sizeof *f.origin);
+    f.rec = un_xmalloc(sizeof *f.rec);
+    f.rec[0] = -1;
+    for (int32_t i = child_begin; i < child_end; i++) {
+        int32_t x = root->kind == UN_SP_SERIES ? m->tree.child[root->child_at + i] : m->tree.root;
+        frontier nf;
+        dp_run(&d, x, &f, 0, m->p.devices, &nf);
+        f = nf;
+    }
+    int32_t slot = -1;
+    for (int32_t i = 0; i < f.n_live; i++)
+        if (f.live[i] == exit)
+            slot = i;
+    int32_t *best = un_xmalloc(((size_t)nx + 1) * sizeof *best);
+    for (int32_t x = 0; x < nx; x++)
+        best[x] = -1;
+    for (int32_t i = 0; i < f.n; i++) {
+        int32_t x = slot >= 0 ? f.key[(size_t)i * (size_t)f.n_live + (size_t)slot] : 0;
+        if (x < nx && (best[x] < 0 || f.cost[i] < f.cost[best[x]]))
+            best[x] = i;
+    }
+    for (int32_t x = 0; x < nx; x++)
+        if (best[x] >= 0) {
+            cost[x] = f.cost[best[x]];
+            trail_walk(&d, f.rec[best[x]], assign + (size_t)x * (size_t)m->n);
+        }
+    free(best);
+    fr_deinit(&f);
+    free(d.t);
+    free(d.assign);
+    free(d.slot);
+    return UN_OK;
 }
 
 un_status un_map_exhaustive(un_ctx *ctx, const un_map *m, double lambda, int32_t *a, double *best) {

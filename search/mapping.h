@@ -40,6 +40,7 @@
 #define UN_MAPPING_H
 
 #include "search/sim.h"
+#include "search/sp.h"
 
 typedef struct un_map un_map;
 
@@ -89,6 +90,9 @@ void un_map_free(un_map *m);
 
 /* ---- queries ---- */
 
+int32_t un_map_node_count(const un_map *m); /* the graph's nodes */
+const un_graph *un_map_graph(const un_map *m);
+int64_t un_map_max_states(const un_map *m); /* the beam: frontier states kept */
 int32_t un_map_config_count(const un_map *m, int32_t node);
 const un_map_config *un_map_config_get(const un_map *m, int32_t node, int32_t i);
 /* The additive cost of an assignment (a[v] for every regular node): seconds + lambda * bytes of
@@ -104,6 +108,24 @@ void un_map_data_parallel(const un_map *m, int32_t *a);
 un_status un_map_solve(un_ctx *ctx, un_map *m, double lambda, int32_t *a, un_map_stats *st);
 /* The cheapest by enumerating every assignment (tests; UN_ERR_INVALID beyond 1e7 of them). */
 un_status un_map_exhaustive(un_ctx *ctx, const un_map *m, double lambda, int32_t *a, double *best);
+
+/* ---- layer 1's primitive (search/split.h) ---- */
+
+/* The series-parallel tree the DP runs over (NULL when g has no regular node), and its
+ * analysis (cut nodes: un_sp_cut_nodes). */
+const un_sp_tree *un_map_tree(const un_map *m);
+const un_sp_info *un_map_sp(const un_map *m);
+/* One piece: the root's children [child_begin, child_end) (the root itself as child 0 when it is
+ * not a series), entered with cut node `entry` at configuration entry_cfg (entry -1: the start
+ * of the graph), solved by the DP for every configuration x of the cut node `exit` that ends it
+ * (exit -1: the end; one result). cost[x]: the piece's cost (seconds + lambda * bytes of its
+ * nodes, the entry's own cost excluded), INFINITY when none; assign[x * n + v] for the piece's
+ * nodes (n = nodes of the graph). max_states: this run's beam (0: the map's). Adds to *st's
+ * counters. */
+un_status un_map_solve_piece(un_ctx *ctx, un_map *m, double lambda, int32_t child_begin,
+                             int32_t child_end, int32_t entry, int32_t entry_cfg, int32_t exit,
+                             int64_t max_states, double *cost, int32_t *assign,
+                             un_map_stats *st);
 
 /* The plan graph of an assignment: g's nodes, with the parallel ops that convert each tensor
  * to the layout its consumer needs, and each node's machine view. Owned: un_graph_free. */

@@ -42,11 +42,12 @@ static const char usage_extra[] =
     "                     --strategy FILE\n"
     "  --dot FILE         write the plan as Graphviz DOT\n"
     "  --search-time S    wall-clock limit of the search in seconds (default 60)\n"
-    "  --budget N         mcmc proposals (default 20000)\n";
+    "  --budget N         mcmc proposals (default 20000)\n"
+    "  --split-size K     layer 1: pieces of at most K nodes between cut nodes (default 10)\n";
 
 typedef struct search_opts {
     bool estimate, profile, plan_only;
-    const char *machine, *rules, *sim, *mode, *export, *dot, *time, *budget;
+    const char *machine, *rules, *sim, *mode, *export, *dot, *time, *budget, *split;
     const char *alias; /* --only-data-parallel or --no-parallel */
 } search_opts;
 
@@ -64,6 +65,7 @@ static int take_flags(un_ctx *ctx, int argc, char **argv, search_opts *s, un_sta
                            : strcmp(a, "--dot") == 0         ? &s->dot
                            : strcmp(a, "--search-time") == 0 ? &s->time
                            : strcmp(a, "--budget") == 0      ? &s->budget
+                           : strcmp(a, "--split-size") == 0  ? &s->split
                                                              : NULL;
         if (val) {
             if (i + 1 >= argc) {
@@ -108,10 +110,11 @@ static int take_flags(un_ctx *ctx, int argc, char **argv, search_opts *s, un_sta
         *st = un_ctx_error(ctx, UN_ERR_INVALID,
                            "--rules and --sim go with --machine (search), --estimate or --profile");
     else if ((s->estimate || s->profile || !s->machine) &&
-             (s->mode || s->export || s->dot || s->time || s->budget || s->plan_only))
+             (s->mode || s->export || s->dot || s->time || s->budget || s->split ||
+              s->plan_only))
         *st = un_ctx_error(ctx, UN_ERR_INVALID,
-                           "--search, --export, --dot, --plan-only, --search-time and --budget go "
-                           "with --machine and without --estimate or --profile");
+                           "--search, --export, --dot, --plan-only, --search-time, --budget and "
+                           "--split-size go with --machine and without --estimate or --profile");
     else if (s->machine && !s->estimate && !s->profile && s->sim)
         *st = un_ctx_error(ctx, UN_ERR_INVALID, "--sim goes with --estimate");
     return n;
@@ -218,6 +221,15 @@ static un_status search_and_train(un_ctx *ctx, un_train_opts *o, const search_op
             return un_ctx_error(ctx, UN_ERR_INVALID,
                                 "--budget: '%s' is not a whole number in 1..1e9", s->budget);
         p.budget = b;
+    }
+    if (s->split) {
+        char *end;
+        long k = strtol(s->split, &end, 10);
+        if (*end || k < 1 || k > 1000000)
+            return un_ctx_error(ctx, UN_ERR_INVALID,
+                                "--split-size: '%s' is not a whole number of nodes in 1..1e6",
+                                s->split);
+        p.split_size = (int)k;
     }
     if (o->strategy)
         return un_ctx_error(ctx, UN_ERR_INVALID,

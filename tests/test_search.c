@@ -10,6 +10,7 @@
 #include "runtime/zoo.h"
 #include "search/mapping.h"
 #include "search/search.h"
+#include "search/split.h"
 #include "tests/test.h"
 
 static un_spec *S;
@@ -242,6 +243,92 @@ static void test_branches(void) {
             }
     EXPECT_TRUE(checked == 36);
     EXPECT_TRUE(disjoint >= 1); /* v100x4: two-op branches of 2048 x 512 on halves */
+    un_cost_model_free(cm);
+    un_ctx_free(ctx);
+}
+
+/* Layer 1 (h26): split at cut nodes into pieces of at most k nodes, each solved per entry
+ * configuration, joined along the chain: the same cost as the unsplit DP (and so, on the small
+ * graphs, as exhaustive enumeration) for every k, on the small graphs and the tiny zoo models;
+ * pieces respect k where cut nodes allow; k < 1 is refused. */
+static void test_split(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_machine mach;
+    un_cost_model *cm = model_for(ctx, "specs/machines/v100x4.json", &mach);
+    int nm;
+    const char *const *names = un_zoo_names(&nm);
+    int checked = 0, multi = 0;
+    for (int gi = 0; gi < 7 + nm; gi++) {
+        un_graph *g = NULL;
+        un_model md = {0};
+        if (gi < 4)
+            g = small_graph(ctx, gi, 64, 256);
+        else if (gi < 7)
+            g = branch_graph(ctx, gi - 4, 64, 256);
+        else if (un_zoo_build(ctx, S, names[gi - 7], true, 0, &md) == UN_OK)
+            g = md.graph;
+        if (!g)
+            continue;
+        for (int devices = 2; devices <= 4; devices *= 2) {
+            un_map_params p = un_map_params_default(devices);
+            un_map *m = NULL;
+            EXPECT_OK(ctx, un_map_new(ctx, cm, g, &p, &m));
+            if (!m)
+                continue;
+            int32_t n = un_graph_node_count(g);
+            int32_t *a = calloc((size_t)n, sizeof *a), *b = calloc((size_t)n, sizeof *b);
+            un_map_stats ms;
+            EXPECT_OK(ctx, un_map_solve(ctx, m, 1e-9, a, &ms));
+            int ks[] = {1, 2, 3, 10};
+            for (int ki = 0; ki < 4; ki++) {
+                un_split sp;
+                EXPECT_OK(ctx, un_split_make(ctx, m, ks[ki], &sp));
+                un_split_stats ss;
+                EXPECT_OK(ctx, un_split_solve(ctx, m, &sp, 1e-9, b, &ss));
+                double got = un_map_cost(m, b, 1e-9, NULL, NULL);
+                bool beam = ms.beam || ss.map.beam;
+                test__check(beam || fabs(got - ms.cost) <= 1e-9 * ms.cost, TEST__AT,
+                            "graph %d devices %d k %d: split %.9g (%d pieces) vs unsplit %.9g",
+                            gi, devices, ks[ki], got, sp.n, ms.cost);
+                /* pieces cover every regular node once; each within k unless no cut allows */
+                int32_t total = 0;
+                bool *cut = calloc((size_t)n + 1, sizeof *cut);
+                int32_t *cn = calloc((size_t)n + 1, sizeof *cn), *pn = calloc((size_t)n + 1, sizeof *pn);
+                for (int32_t i = 0, nc = un_sp_cut_nodes(un_map_sp(m), cn); i < nc; i++)
+                    cut[cn[i]] = true;
+                for (int32_t i = 0; i < sp.n; i++) {
+                    total += sp.size[i];
+                    un_split_piece_nodes(&sp, i, pn);
+                    int32_t inner = 0; /* cut nodes before its last node: where it could end */
+                    for (int32_t j = 0; j + 1 < sp.size[i]; j++)
+                        inner += cut[pn[j]];
+                    test__check(sp.size[i] <= ks[ki] || inner == 0, TEST__AT,
+                                "graph %d k %d: piece %d has %d nodes and %d inner cuts", gi,
+                                ks[ki], i, sp.size[i], inner);
+                }
+                free(cut);
+                free(cn);
+                free(pn);
+                int32_t regular = 0;
+                for (int32_t v = 0; v < n; v++)
+                    regular += un_op_kind_of(un_graph_node(g, v)->op) == UN_OPK_REGULAR;
+                EXPECT_EQ(total, regular);
+                multi += sp.n > 1;
+                checked++;
+                un_split_deinit(&sp);
+            }
+            un_split bad;
+            EXPECT_TRUE(un_split_make(ctx, m, 0, &bad) == UN_ERR_INVALID);
+            free(a);
+            free(b);
+            un_map_free(m);
+        }
+        if (gi < 7)
+            un_graph_free(g);
+        else
+            un_model_deinit(&md);
+    }
+    EXPECT_TRUE(checked >= 100 && multi >= 40);
     un_cost_model_free(cm);
     un_ctx_free(ctx);
 }
@@ -507,6 +594,7 @@ int main(void) {
     static const test_case cases[] = {
         {"exhaustive", test_exhaustive},
         {"branches", test_branches},
+        {"split", test_split},
         {"choices", test_choices},
         {"bad", test_bad},
         {"zoo", test_zoo},

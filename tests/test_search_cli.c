@@ -101,6 +101,8 @@ static void test_bad_input(void) {
     BAD("--machine specs/machines/v100x4.json --search greedy", "--search");
     BAD("--machine specs/machines/v100x4.json --search-time 0", "--search-time");
     BAD("--machine specs/machines/v100x4.json --budget x", "--budget");
+    BAD("--machine specs/machines/v100x4.json --split-size 0", "--split-size");
+    BAD("--split-size 4", "--split-size go with --machine");
     BAD("--machine specs/machines/v100x4.json --strategy data --devices 2", "pick one");
     BAD("--machine specs/machines/v100x4.json --only-data-parallel --search mcmc", "contradicts");
     BAD("--plan-only", "--machine");
