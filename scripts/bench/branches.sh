@@ -6,8 +6,9 @@
 #   serial: 1 device, 1 thread (both towers one after the other: the serial sum)
 #   plan:   the searched plan on 2 devices, 1 thread each (the towers concurrently)
 #   data:   data parallelism on 2 devices, 1 thread each
-# Prints the plan's placement, each run's ms/step (unity-train's own average over the steps),
-# the median per side, serial/plan, and checks that the three give the same final loss.
+# Prints the plan's placement, each run's ms/step (unity-train's own average over the steps) and
+# process CPU time (the same work on both sides: the plan gains wall time only when its two rank
+# threads get a core each), the median per side, serial/plan, and the final losses (equal).
 #   scripts/bench/branches.sh [BUILD_DIR]        Env: CONFIG, ROUNDS (default 3), STEPS (20).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -38,11 +39,12 @@ for r in $(seq 1 "$rounds"); do
         data) args="--devices 2 --threads 2 --strategy data" ;;
         esac
         # shellcheck disable=SC2086
-        "$B/unity-train" $model --steps "$steps" $args >"$tmp/out" 2>&1
+        /usr/bin/time -f '%U %S' -o "$tmp/time" "$B/unity-train" $model --steps "$steps" $args >"$tmp/out" 2>&1
         ms=$(sed -n 's/^trained .*, \([0-9.]*\) ms\/step.*/\1/p' "$tmp/out")
+        cpu=$(awk '{printf "%.0f", ($1 + $2) * 1000}' "$tmp/time")
         all[$side]="${all[$side]:-} $ms"
         loss+=("$side $(sed -n 's/^trained .*loss [0-9.]* -> \([0-9.]*\),.*/\1/p' "$tmp/out")")
-        echo "round $r $side: $ms ms/step"
+        echo "round $r $side: $ms ms/step (process CPU $cpu ms for $steps steps and set-up; load $(cut -d' ' -f1 /proc/loadavg))"
     done
 done
 median() { tr ' ' '\n' | sed '/^$/d' | sort -g | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
