@@ -338,9 +338,11 @@ void un_search_report(const un_search_result *r, const un_graph *g, const un_sea
     if (p->mode == UN_SEARCH_JOINT)
         un_buf_printf(out,
                       "layer 1: %d pieces of at most %d nodes where cut nodes allow (largest %d, "
-                      "%d cut nodes), %lld layer-3 runs (one per piece and entry layout)\n",
+                      "%d cut nodes), %lld layer-3 runs (one per piece and entry layout), %d "
+                      "pieces equal to an earlier one (memoized)\n",
                       (int)r->split.pieces, p->split_size > 0 ? p->split_size : 10,
-                      (int)r->split.largest, (int)r->split.cuts, (long long)r->split.piece_solves);
+                      (int)r->split.largest, (int)r->split.cuts, (long long)r->split.piece_solves,
+                      (int)r->split.memo_hits);
     if (p->mode == UN_SEARCH_JOINT)
         un_buf_printf(out,
                       "layer 3: %lld configurations, %lld states expanded, at most %lld alive, "

@@ -4,7 +4,10 @@
  * two consecutive cut nodes longer than k stays one piece); each piece is solved by layer 3
  * (search/mapping.h) once per configuration of the cut node it starts from, for every
  * configuration of the cut node it ends at (the layouts of the cut tensors); the pieces'
- * results are joined by a dynamic programme along the chain.
+ * results are joined by a dynamic programme along the chain. Pieces that are the same
+ * subproblem (a transformer's layers: the same ops, parameters, shapes and wiring, entered from
+ * equal cut nodes) are solved once: the results are memoized per (piece class, entry
+ * configuration) for one memory price.
  *
  *   un_split s;
  *   st = un_split_make(ctx, m, 10, &s);              // m: un_map_new over the graph
@@ -33,7 +36,9 @@ typedef struct un_split {
 
 typedef struct un_split_stats {
     int32_t pieces, largest, cuts;
-    int64_t piece_solves; /* layer 3 runs: one per piece and entry configuration */
+    int64_t piece_solves; /* layer 3 runs: one per piece class and entry configuration */
+    int32_t memo_hits;    /* pieces equal to an earlier one (same nodes, shapes, wiring): its
+                           * results reused, configuration by configuration */
     un_map_stats map;     /* layer 3's counters over every run */
 } un_split_stats;
 
