@@ -7,24 +7,31 @@
  * d ways along one dim, that the op's sharding rules accept (un_spec_infer) with an output that
  * holds no copies: data parallelism (batch), Megatron's column and row splits of a linear
  * (out_features; contract, whose output holds partial sums), channel or head splits, as the
- * spec allows. A node of degree d runs on devices 0 .. d-1 (machine view start 0, stride 1,
- * count d), so device 0 holds a piece of every tensor and needs the most memory.
+ * spec allows. A node of degree d runs on devices start .. start + d - 1 (machine view start,
+ * stride 1, count d): start 0, or D/2 for the nodes of a parallel branch (below) when d <= D/2;
+ * each configuration is one (layouts, start) pair, `layout` naming the start-0 twin.
  *
- * Costs (additive, from search/cost.h, every query cached there): a node's forward and backward
- * time on its piece; gradient all-reduce of its replicated weights over their copies; and for
- * each edge the conversion from the producer's output layout to the layout the consumer needs
- * (reduce, combine, partition, replicate: forward and backward transfers). Memory of device 0:
- * weight pieces with gradients and optimizer state, activation pieces and their gradients,
- * conversion buffers. The runtime runs one node after another, each on its devices, so a
- * step is about the sum of the nodes' times; the simulator (search/sim.h) then checks the plan.
+ * Costs (from search/cost.h, every query cached there): a node's forward and backward time on
+ * its piece; gradient all-reduce of its replicated weights over their copies; for each edge the
+ * conversion from the producer's output layout to the layout the consumer needs (reduce,
+ * combine, partition, replicate: forward and backward transfers), plus a point-to-point move
+ * when producer and consumer start on different devices. Memory: weight pieces with gradients
+ * and optimizer state, activation pieces and their gradients, conversion buffers, added over the
+ * nodes (an upper bound on the fullest device). The simulator (search/sim.h) then checks the
+ * plan.
  *
- * Search. Variable elimination in topological order: the state is the configuration of every
- * node whose output is still needed (the frontier); at a cut node (search/sp.h) the frontier is
- * that one node, so the graph is split there and the pieces joined through the cut's layouts
- * (layer 1). Exact when the frontier's states stay under max_states (tests: equal to exhaustive
- * enumeration on small graphs); else the cheapest max_states states are kept (a beam), which
- * the stats report. Memory: minimises time + lambda * memory(device 0); un_map_best raises
- * lambda until the plan fits.
+ * Search. A dynamic programme over the series-parallel tree (search/sp.h), whose state is the
+ * configuration of every node whose output is still needed (the frontier). A series runs its
+ * parts one after another (their costs add); a parallel composition either shares the range of
+ * devices (one branch after another, costs add) or, on the whole machine, gives each half a
+ * subset of the branches: each half runs its branches from every input state on its own
+ * devices, and the halves are joined per input state with the larger half's cost (they run
+ * concurrently). Every node runs from the first device of its range. un_map_cost evaluates the
+ * same cost on any assignment (a parallel composition whose branches each lie in one half costs
+ * the larger half), so the DP equals exhaustive enumeration on small graphs (tests). Beyond
+ * max_states states the cheapest are kept (a beam), which the stats report. Memory: minimises
+ * time + lambda * memory; search.c raises lambda until the simulator says the plan fits. Layer 1
+ * (search/split.h) cuts the graph at cut nodes into pieces solved by un_map_solve_piece.
  *
  *   un_map_params p = un_map_params_default(4);
  *   un_map *m;
