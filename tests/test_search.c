@@ -222,6 +222,12 @@ static void test_branches(void) {
                     un_graph *plan = NULL, *plan_s = NULL;
                     EXPECT_OK(ctx, un_map_plan(ctx, m, a, &plan));
                     EXPECT_OK(ctx, un_map_plan(ctx, ms, b, &plan_s));
+                    /* the plan carries the high half in its machine views */
+                    bool viewed = false;
+                    for (int32_t v = 0; plan && v < un_graph_node_count(plan); v++)
+                        viewed |= un_graph_node(plan, v)->view.start == devices / 2 &&
+                                  un_graph_node(plan, v)->view.count > 0;
+                    EXPECT_TRUE(!hi || viewed);
                     un_sim_params sp = un_sim_params_default();
                     sp.devices = devices;
                     un_sim_result r1, r2;
