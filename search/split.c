@@ -299,6 +299,7 @@ un_status un_split_solve(un_ctx *ctx, un_map *m, const un_split *s, double lambd
         free(from[p]);
         free(rows[p]);
     }
+    free(nodes);
     free(from);
     free(rows);
     free(best);
