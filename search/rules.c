@@ -902,6 +902,16 @@ const un_rule *un_ruleset_rule(const un_ruleset *set, int64_t i) {
     return set->rules[i];
 }
 
+un_rule *un_ruleset_rule_decode(const un_ruleset *set, int64_t i) {
+    UN_ASSERT(i >= 0 && i < set->n);
+    if (set->rules[i])
+        return un_rule_clone(set->rules[i]);
+    un_rule *r = NULL;
+    un_status st = rule_decode(NULL, set->spec, set->blob[i], set->blob_len[i], &r);
+    UN_ASSERT(st == UN_OK); /* as in un_ruleset_rule */
+    return r;
+}
+
 int32_t un_ruleset_rule_id(const un_ruleset *set, int64_t i) {
     UN_ASSERT(i >= 0 && i < set->n);
     return set->ids[i];

@@ -69,6 +69,9 @@ const un_spec *un_ruleset_spec(const un_ruleset *set); /* borrowed */
  * first call for it (so the first call is not safe from two threads at once; call it once per
  * entry before sharing a set between threads). Borrowed, valid until un_ruleset_free. */
 const un_rule *un_ruleset_rule(const un_ruleset *set, int64_t i);
+/* Entry i's rule decoded afresh and not kept by the set (owned: un_rule_free): for one pass over
+ * every entry without keeping every rule built (tens of KB each). */
+un_rule *un_ruleset_rule_decode(const un_ruleset *set, int64_t i);
 int32_t un_ruleset_rule_id(const un_ruleset *set, int64_t i); /* its rules.db id */
 bool un_ruleset_rule_reversed(const un_ruleset *set, int64_t i);
 /* The entries whose pattern root has operator op: *n of them, borrowed (valid until free). */

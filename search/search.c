@@ -5,11 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "runtime/strategy.h"
 
-static const char *const mode_names[UN_SEARCH_COUNT] = {"joint", "data", "serial", "mcmc"};
+static const char *const mode_names[UN_SEARCH_COUNT] = {"joint", "data", "serial", "mcmc", "taso"};
 
 const char *un_search_mode_name(un_search_mode m) {
     return m >= 0 && m < UN_SEARCH_COUNT ? mode_names[m] : "?";
@@ -23,12 +22,6 @@ un_search_params un_search_params_default(int devices) {
                               .budget = 20000,
                               .max_states = 4096,
                               .seed = 1234};
-}
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
 /* A candidate: an assignment's plan and its simulated step. */
@@ -107,7 +100,7 @@ static void mcmc(const un_map *m, const un_graph *g, const un_search_params *p, 
     double beta = 20.0 / (e > 0 ? e : 1);
     r->ended = "budget";
     for (int64_t i = 0; i < p->budget && nn > 0; i++) {
-        if ((i & 255) == 0 && now_s() > deadline) {
+        if ((i & 255) == 0 && un_search_clock() > deadline) {
             r->ended = "time";
             break;
         }
@@ -131,12 +124,36 @@ static void mcmc(const un_map *m, const un_graph *g, const un_search_params *p, 
     free(cur);
 }
 
-un_status un_search_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
-                        const un_search_params *p, un_search_result *out) {
-    memset(out, 0, sizeof *out);
-    double t0 = now_s();
-    double limit = p->time_limit > 0 ? p->time_limit : 60;
-    double deadline = t0 + limit;
+/* Data parallelism's estimate of g, for the report (out->dp_*). */
+static void data_parallel_estimate(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
+                                   const un_map_params *mp, const un_search_params *p,
+                                   un_search_result *out) {
+    un_map *dm = NULL;
+    un_map_params dpp = *mp;
+    dpp.only_data = true;
+    dpp.no_parallel = false;
+    int32_t n = un_graph_node_count(g);
+    int32_t *a = un_xcalloc((size_t)n + 1, sizeof *a);
+    cand c = {0};
+    out->dp_step = 0;
+    if (un_map_new(ctx, cm, g, &dpp, &dm) == UN_OK) {
+        un_map_data_parallel(dm, a);
+        if (cand_eval(ctx, cm, dm, p, a, n, &c) == UN_OK) {
+            out->dp_step = c.sim.step;
+            out->dp_fits = c.sim.fits;
+            out->dp_mem = c.sim.mem[c.sim.worst];
+        }
+        cand_free(&c);
+    }
+    un_ctx_clear(ctx);
+    un_map_free(dm);
+    free(a);
+}
+
+/* Layer 3 (and the data, serial and mcmc modes) on one serial graph, until `deadline`. */
+static un_status plan_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
+                            const un_search_params *p, double deadline, double limit,
+                            un_search_result *out) {
     un_search_params q = *p;
     if (q.budget <= 0)
         q.budget = 20000;
@@ -154,23 +171,7 @@ un_status un_search_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     cand best = {0}, c = {0};
     double cap = un_cost_machine(cm)->dev.memory;
     out->ended = "exhausted";
-    /* data parallelism, for the report and as a candidate */
-    {
-        un_map *dm = NULL;
-        un_map_params dpp = mp;
-        dpp.only_data = true;
-        dpp.no_parallel = false;
-        if (un_map_new(ctx, cm, g, &dpp, &dm) == UN_OK) {
-            un_map_data_parallel(dm, a);
-            if (cand_eval(ctx, cm, dm, p, a, n, &c) == UN_OK) {
-                out->dp_step = c.sim.step;
-                out->dp_fits = c.sim.fits;
-                out->dp_mem = c.sim.mem[c.sim.worst];
-            }
-            cand_free(&c);
-        }
-        un_map_free(dm);
-    }
+    data_parallel_estimate(ctx, cm, g, &mp, p, out);
     if (p->mode == UN_SEARCH_DATA) {
         un_map_data_parallel(m, a);
         st = cand_eval(ctx, cm, m, p, a, n, &best);
@@ -185,7 +186,7 @@ un_status un_search_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
         un_split split; /* layer 1: the pieces between cut nodes, joined along the chain */
         st = un_split_make(ctx, m, p->split_size > 0 ? p->split_size : 10, &split);
         for (int round = 0; round < 40 && st == UN_OK; round++) {
-            if (now_s() > deadline) {
+            if (un_search_clock() > deadline) {
                 out->ended = "time";
                 break;
             }
@@ -302,10 +303,120 @@ un_status un_search_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     cand_free(&c);
     free(a);
     un_map_free(m);
-    out->wall = now_s() - t0;
     if (st != UN_OK)
         un_search_result_deinit(out);
     return st;
+}
+
+/* Whether plan result x is better than y: fitting first, then the step. */
+static bool better_result(const un_search_result *x, const un_search_result *y) {
+    if (x->sim.fits != y->sim.fits)
+        return x->sim.fits;
+    return x->sim.step < y->sim.step;
+}
+
+un_status un_search_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
+                        const un_search_params *p, un_search_result *out) {
+    memset(out, 0, sizeof *out);
+    double t0 = un_search_clock();
+    double limit = p->time_limit > 0 ? p->time_limit : 60;
+    double deadline = t0 + limit;
+    un_search_params pj = *p; /* taso's last step is joint's layer 3 */
+    if (pj.mode == UN_SEARCH_TASO)
+        pj.mode = UN_SEARCH_JOINT;
+    bool layer2 = p->mode == UN_SEARCH_JOINT || p->mode == UN_SEARCH_TASO;
+    bool *use = NULL;
+    int64_t used = 0;
+    if (layer2 && p->rules) {
+        use = un_xcalloc((size_t)un_ruleset_count(p->rules) + 1, sizeof *use);
+        used = un_subst_rules_pick(p->rules, use);
+    }
+    if (!layer2 || used == 0) {
+        free(use);
+        un_status st = plan_graph(ctx, cm, g, &pj, deadline, limit, out);
+        out->rewrites_off = !layer2      ? "not in this mode"
+                            : !p->rules ? "no rules (--rules DB)"
+                            : un_ruleset_count(p->rules) == 0
+                                ? "the rules DB has no verified rules"
+                                : "no algebraic rules among those loaded";
+        out->wall = un_search_clock() - t0;
+        return st;
+    }
+    un_subst_params sp = un_subst_params_default(p->devices);
+    sp.alpha = p->alpha > 0 ? p->alpha : 1.05;
+    sp.budget = p->subst_budget;
+    sp.map.optimizer = p->optimizer;
+    sp.map.max_states = p->max_states;
+    sp.use = use;
+    /* joint: the model graph's own plan first (the comparison, and the memory price) */
+    un_search_result r0, r1;
+    memset(&r0, 0, sizeof r0);
+    memset(&r1, 0, sizeof r1);
+    un_status st0 = UN_ERR_INVALID, st1 = UN_ERR_INVALID;
+    char err0[512] = "";
+    if (p->mode == UN_SEARCH_JOINT) {
+        st0 = plan_graph(ctx, cm, g, &pj, deadline, limit, &r0);
+        if (st0 == UN_OK) {
+            sp.lambda = r0.lambda;
+        } else {
+            snprintf(err0, sizeof err0, "%s", un_ctx_errmsg(ctx));
+            un_ctx_clear(ctx);
+        }
+    } else { /* taso: the serial cost on one device */
+        sp.map.devices = 1;
+        sp.map.no_parallel = true;
+    }
+    double left = t0 + 0.5 * limit - un_search_clock();
+    sp.time_limit = left > 1e-3 ? left : 1e-3;
+    un_subst_result sr;
+    un_status st = un_subst_search(ctx, p->rules, cm, g, &sp, &sr);
+    free(use);
+    if (st != UN_OK) {
+        un_search_result_deinit(&r0);
+        return st;
+    }
+    if (sr.n_steps > 0 || p->mode == UN_SEARCH_TASO) {
+        st1 = plan_graph(ctx, cm, sr.best, &pj, deadline, limit, &r1);
+        if (st1 != UN_OK && st0 != UN_OK && !err0[0])
+            snprintf(err0, sizeof err0, "%s", un_ctx_errmsg(ctx));
+        if (st1 != UN_OK)
+            un_ctx_clear(ctx);
+    }
+    if (st0 == UN_OK) {
+        out->unrewritten_step = r0.sim.step;
+        out->unrewritten_fits = r0.sim.fits;
+    }
+    bool take1 = st1 == UN_OK && (st0 != UN_OK || better_result(&r1, &r0));
+    double u_step = out->unrewritten_step;
+    bool u_fits = out->unrewritten_fits;
+    if (take1) {
+        *out = r1;
+        un_search_result_deinit(&r0);
+        if (sr.n_steps > 0) {
+            out->graph = sr.best;
+            sr.best = NULL;
+        }
+    } else if (st0 == UN_OK) { /* the rewrites did not pay off in the simulator */
+        *out = r0;
+        un_search_result_deinit(&r1);
+    } else {
+        un_subst_result_deinit(&sr);
+        un_search_result_deinit(&r1);
+        return un_ctx_error(ctx, UN_ERR_INVALID, "%s", err0);
+    }
+    out->unrewritten_step = u_step;
+    out->unrewritten_fits = u_fits;
+    un_graph_free(sr.best);
+    sr.best = NULL;
+    out->subst = sr;
+    out->rewrites = true;
+    /* data parallelism of the model graph, for the report */
+    un_map_params mp = un_map_params_default(p->devices);
+    mp.optimizer = p->optimizer;
+    mp.max_states = p->max_states;
+    data_parallel_estimate(ctx, cm, g, &mp, p, out);
+    out->wall = un_search_clock() - t0;
+    return UN_OK;
 }
 
 void un_search_result_deinit(un_search_result *r) {
@@ -315,6 +426,8 @@ void un_search_result_deinit(un_search_result *r) {
     un_sim_result_deinit(&r->sim);
     free(r->choice);
     free(r->degree);
+    un_graph_free(r->graph);
+    un_subst_result_deinit(&r->subst);
     memset(r, 0, sizeof *r);
 }
 
@@ -335,7 +448,42 @@ void un_search_report(const un_search_result *r, const un_graph *g, const un_sea
                       r->dp_step / (r->sim.step > 0 ? r->sim.step : 1));
     else
         un_buf_printf(out, "data parallel: cannot run this model on %d devices\n", p->devices);
-    if (p->mode == UN_SEARCH_JOINT)
+    if (p->mode == UN_SEARCH_JOINT || p->mode == UN_SEARCH_TASO) {
+        const un_subst_result *s = &r->subst;
+        if (!r->rewrites)
+            un_buf_printf(out, "layer 2: rewrites off: %s\n", r->rewrites_off);
+        else
+            un_buf_printf(
+                out,
+                "layer 2 (%s): %lld of %lld rules used (algebraic), alpha %g: %lld graphs popped, "
+                "%lld matches, %lld generated, %lld costed by layer 3, %lld pruned by alpha, "
+                "%lld duplicates, %lld failed to apply, %lld dropped at the queue cap; %.3f s (%.3f s matching and applying, "
+                "%.3f s in layer 3); ended: %s\n",
+                p->mode == UN_SEARCH_TASO ? "serial cost on 1 device" : "layer-3 cost",
+                (long long)s->rules_used, (long long)s->rules_loaded,
+                p->alpha > 0 ? p->alpha : 1.05, (long long)s->popped, (long long)s->matches,
+                (long long)s->generated, (long long)s->costed, (long long)s->pruned_alpha,
+                (long long)s->duplicates, (long long)s->apply_failed, (long long)s->queue_dropped, s->wall, s->match_s,
+                s->map_s, s->ended ? s->ended : "?");
+        if (r->rewrites && r->graph) {
+            un_buf_printf(out, "rewrites applied: %d (cost %.6g -> %.6g)\n", (int)s->n_steps,
+                          s->start_cost, s->best_cost);
+            un_subst_report_steps(s, p->rules, out);
+        } else if (r->rewrites && s->n_steps > 0) {
+            un_buf_printf(out,
+                          "rewrites applied: none (layer 2's best graph, %d rewrites, was not "
+                          "better once planned and simulated)\n",
+                          (int)s->n_steps);
+        } else if (r->rewrites) {
+            un_buf_printf(out, "rewrites applied: none (no rewrite lowered the cost)\n");
+        }
+        if (r->rewrites && r->unrewritten_step > 0)
+            un_buf_printf(out,
+                          "without rewrites: estimated step %.6g s (%s); with: %.6g s (%.3gx)\n",
+                          r->unrewritten_step, r->unrewritten_fits ? "fits" : "does not fit",
+                          r->sim.step, r->unrewritten_step / (r->sim.step > 0 ? r->sim.step : 1));
+    }
+    if (p->mode == UN_SEARCH_JOINT || p->mode == UN_SEARCH_TASO)
         un_buf_printf(out,
                       "layer 1: %d pieces of at most %d nodes where cut nodes allow (largest %d, "
                       "%d cut nodes), %lld layer-3 runs (one per piece and entry layout), %d "
@@ -355,12 +503,17 @@ void un_search_report(const un_search_result *r, const un_graph *g, const un_sea
     if (p->mode == UN_SEARCH_MCMC)
         un_buf_printf(out, "mcmc: %lld proposals, %lld accepted\n", (long long)r->proposals,
                       (long long)r->accepted);
-    un_buf_printf(out, "parallelization per operator:\n");
+    un_buf_printf(out, "parallelization per operator%s:\n",
+                  r->graph ? " (of the rewritten graph)" : "");
+    if (r->graph)
+        g = r->graph;
     for (int32_t v = 0; v < r->n_nodes; v++) {
         if (r->degree[v] <= 0)
             continue;
         const un_node *nd = un_graph_node(g, v);
-        un_buf_printf(out, "  %-28s %-20s %s\n", nd->name ? nd->name : "?", un_op_name(nd->op),
+        char anon[32]; /* a rewrite's new nodes have no names */
+        snprintf(anon, sizeof anon, "(new node %d)", (int)v);
+        un_buf_printf(out, "  %-28s %-20s %s\n", nd->name ? nd->name : anon, un_op_name(nd->op),
                       r->choice[v]);
     }
 }

@@ -9,7 +9,13 @@
  * time, with the same additive cost (and memory over the device's as a penalty). Every estimate
  * reported is the simulator's (search/sim.h, plan semantics). Every run ends, and says why:
  * "exhausted" (the dynamic programme ran to the end), "budget" (mcmc's proposals), "time"
- * (time_limit).
+ * (time_limit). taso: TASO, then a parallelizer: layer 2 minimising the serial cost on one device,
+ * then joint (layer 3) on its result.
+ *
+ * Layer 2 (search/subst.h) runs in joint and taso when rules are given: joint costs every
+ * candidate graph by layer 3 on the D devices at the memory price layer 3 needed for the model
+ * graph, then layer 3 plans the best candidate and the better of that plan and the model graph's
+ * own plan (by the simulator) wins. Layer 2 gets half of time_limit; the rest is layer 3's.
  *
  *   un_search_params p = un_search_params_default(4);
  *   un_search_result r;
@@ -22,12 +28,14 @@
 #define UN_SEARCH_H
 
 #include "search/split.h"
+#include "search/subst.h"
 
 typedef enum {
     UN_SEARCH_JOINT,
     UN_SEARCH_DATA,
     UN_SEARCH_SERIAL,
     UN_SEARCH_MCMC,
+    UN_SEARCH_TASO,
     UN_SEARCH_COUNT
 } un_search_mode;
 
@@ -40,6 +48,9 @@ typedef struct un_search_params {
     int64_t max_states;    /* layer 3's frontier states (0: 4096) */
     int split_size;        /* layer 1: nodes per piece between cut nodes (0: 10) */
     uint64_t seed;         /* mcmc */
+    const un_ruleset *rules; /* layer 2's rules (borrowed; NULL: no rewrites) */
+    double alpha;            /* layer 2's pruning factor (0: 1.05) */
+    int64_t subst_budget;    /* layer 2's graphs costed (0: 1000) */
 } un_search_params;
 
 typedef struct un_search_result {
@@ -60,6 +71,14 @@ typedef struct un_search_result {
     int32_t n_nodes;
     char (*choice)[48]; /* per model node: its configuration's name ("" for sources) */
     int32_t *degree;    /* per model node: devices it runs on (0 for sources) */
+    /* layer 2 (joint and taso with rules) */
+    bool rewrites;          /* layer 2 ran */
+    const char *rewrites_off; /* why not (static), when it did not */
+    un_subst_result subst;  /* its statistics and the rewrites on the path to its best graph */
+    un_graph *graph;        /* owned: the rewritten serial graph the plan runs, NULL when the plan
+                               runs the model graph itself (no rewrite chosen) */
+    double unrewritten_step; /* layer 3's plan of the model graph itself: its estimate (0: none) */
+    bool unrewritten_fits;
 } un_search_result;
 
 un_search_params un_search_params_default(int devices);

@@ -5,7 +5,7 @@
  * training), --profile (time every operator's pieces into --rules' op-cost cache), --machine FILE,
  * --rules DB, --sim runtime|plan (what the estimate models: the runtime today or DESIGN.md §9),
  * and the search's: --search, --only-data-parallel, --no-parallel, --plan-only, --export, --dot,
- * --search-time, --budget. */
+ * --search-time, --budget, and layer 2's: --rules (the rewrites), --alpha, --no-rewrites. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,8 +15,11 @@
 #include <unistd.h>
 
 #include "pcg/cli.h"
+#include "pcg/onnx.h"
 #include "pcg/specpath.h"
+#include "runtime/backend_cuda.h"
 #include "runtime/train.h"
+#include "runtime/zoo.h"
 #include "search/profile.h"
 #include "search/search.h"
 #include "search/sim.h"
@@ -32,22 +35,30 @@ static const char usage_extra[] =
     "  --sim runtime|plan what --estimate models: the runtime today (whole weights on every\n"
     "                     device, one gradient all-reduce; default) or a plan's own semantics\n"
     "\nsearching (search/): --machine without --estimate or --profile searches, then trains\n"
-    "  --search MODE      joint (default: every operator's parallelization by dynamic\n"
-    "                     programming, memory a constraint), data, serial, or mcmc (FlexFlow's\n"
-    "                     SysML'19 random walk over per-operator configurations)\n"
+    "  --search MODE      joint (default: with --rules, best-first rewriting by the verified\n"
+    "                     algebraic rules, each graph costed by the parallelization layer;\n"
+    "                     every operator's parallelization by dynamic programming, memory a\n"
+    "                     constraint), data, serial, mcmc (FlexFlow's SysML'19 random walk\n"
+    "                     over per-operator configurations), or taso (rewrites by the serial\n"
+    "                     cost on one device first, then the parallelization)\n"
+    "  --rules DB         searching: rewrite with DB's verified rules (forwards and backwards)\n"
+    "  --alpha X          rewriting: drop graphs costlier than X times the best (>= 1; 1.05)\n"
+    "  --no-rewrites      joint without rewriting (parallelization only; DB still gives op costs)\n"
     "  --only-data-parallel, --no-parallel   the same as --search data, --search serial\n"
     "  --devices D        devices to plan for (default: all of the machine's)\n"
     "  --plan-only        search and report; do not train\n"
     "  --export FILE      write the plan (pcg JSON with parallel ops and machine views) for\n"
     "                     --strategy FILE\n"
     "  --dot FILE         write the plan as Graphviz DOT\n"
-    "  --search-time S    wall-clock limit of the search in seconds (default 60)\n"
-    "  --budget N         mcmc proposals (default 20000)\n"
+    "  --search-time S    wall-clock limit of the whole search in seconds (default 60; the\n"
+    "                     rewriting gets half)\n"
+    "  --budget N         mcmc proposals (default 20000) and graphs the rewriting costs\n"
+    "                     (default 1000)\n"
     "  --split-size K     layer 1: pieces of at most K nodes between cut nodes (default 10)\n";
 
 typedef struct search_opts {
-    bool estimate, profile, plan_only;
-    const char *machine, *rules, *sim, *mode, *export, *dot, *time, *budget, *split;
+    bool estimate, profile, plan_only, no_rewrites;
+    const char *machine, *rules, *sim, *mode, *export, *dot, *time, *budget, *alpha, *split;
     const char *alias; /* --only-data-parallel or --no-parallel */
 } search_opts;
 
@@ -65,6 +76,7 @@ static int take_flags(un_ctx *ctx, int argc, char **argv, search_opts *s, un_sta
                            : strcmp(a, "--dot") == 0         ? &s->dot
                            : strcmp(a, "--search-time") == 0 ? &s->time
                            : strcmp(a, "--budget") == 0      ? &s->budget
+                           : strcmp(a, "--alpha") == 0       ? &s->alpha
                            : strcmp(a, "--split-size") == 0  ? &s->split
                                                              : NULL;
         if (val) {
@@ -79,6 +91,8 @@ static int take_flags(un_ctx *ctx, int argc, char **argv, search_opts *s, un_sta
             s->profile = true;
         } else if (strcmp(a, "--plan-only") == 0) {
             s->plan_only = true;
+        } else if (strcmp(a, "--no-rewrites") == 0) {
+            s->no_rewrites = true;
         } else if (strcmp(a, "--only-data-parallel") == 0 || strcmp(a, "--no-parallel") == 0) {
             s->alias = a;
         } else if (strcmp(a, "--ops") == 0) {
@@ -110,11 +124,12 @@ static int take_flags(un_ctx *ctx, int argc, char **argv, search_opts *s, un_sta
         *st = un_ctx_error(ctx, UN_ERR_INVALID,
                            "--rules and --sim go with --machine (search), --estimate or --profile");
     else if ((s->estimate || s->profile || !s->machine) &&
-             (s->mode || s->export || s->dot || s->time || s->budget || s->split ||
-              s->plan_only))
+             (s->mode || s->export || s->dot || s->time || s->budget || s->plan_only ||
+              s->alpha || s->no_rewrites || s->split))
         *st = un_ctx_error(ctx, UN_ERR_INVALID,
-                           "--search, --export, --dot, --plan-only, --search-time, --budget and "
-                           "--split-size go with --machine and without --estimate or --profile");
+                           "--search, --export, --dot, --plan-only, --search-time, --budget, "
+                           "--alpha, --no-rewrites and --split-size go with --machine and without "
+                           "--estimate or --profile");
     else if (s->machine && !s->estimate && !s->profile && s->sim)
         *st = un_ctx_error(ctx, UN_ERR_INVALID, "--sim goes with --estimate");
     return n;
@@ -145,10 +160,35 @@ static un_status estimate_or_profile(un_ctx *ctx, const un_train_opts *o, const 
         pp.threads = o->threads / devices > 1 ? o->threads / devices : 1;
         pp.f64 = o->prec == UN_PREC_F64;
         pp.optimizer = o->optimizer;
+        const char *backend;
+        int gpus;
+        char where[192];
+        un_train_opts ob = *o; /* by default a cpu machine file is profiled on the cpu */
+        if (!ob.backend && strcmp(m.dev.kind, "cpu") == 0)
+            ob.backend = "cpu";
+        if ((st = un_train_backend(ctx, &ob, &backend, &gpus)) != UN_OK)
+            goto done;
+        snprintf(where, sizeof where, "%d thread%s", pp.threads, pp.threads == 1 ? "" : "s");
+        pp.opaque = strcmp(backend, "opaque") == 0;
+        if (strcmp(backend, "cuda") == 0) {
+            /* GPU 0's costs go under the machine file's device kind, which must name that GPU */
+            char gpu[128];
+            un_backend_cuda_device_name(0, gpu, sizeof gpu);
+            if (!un_profile_kind_matches(m.dev.kind, gpu)) {
+                st = un_ctx_error(ctx, UN_ERR_INVALID,
+                                  "--profile on GPU 0 (%s): the device kind of --machine %s is "
+                                  "'%s', which does not name this GPU (costs would be stored for "
+                                  "another device)",
+                                  gpu, s->machine, m.dev.kind);
+                goto done;
+            }
+            pp.cuda_device = 0;
+            snprintf(where, sizeof where, "GPU 0 (%s)", gpu);
+        }
         int64_t n = 0;
         if (!o->quiet)
-            printf("profiling %s on %d thread%s as device kind '%s':\n", o->model, pp.threads,
-                   pp.threads == 1 ? "" : "s", m.dev.kind);
+            printf("profiling %s on %s (backend %s) as device kind '%s':\n", o->model, where,
+                   backend, m.dev.kind);
         st = un_profile_graph(ctx, db, g, &pp, o->quiet ? NULL : stdout, &n);
         if (st == UN_OK)
             printf("stored %lld op costs in %s\n", (long long)n, s->rules);
@@ -194,6 +234,48 @@ static un_status write_file(un_ctx *ctx, const char *path, const un_buf *b) {
     return ok ? UN_OK : un_ctx_error(ctx, UN_ERR_IO, "%s: write failed", path);
 }
 
+/* The plan runs a rewritten graph: writes it to a temporary JSON file (name in path) and points
+ * o at it as the model, with the zoo model's loss (a JSON model's default is MSE); the weights
+ * (initialised by name and shape) and the synthetic data are the zoo model's. */
+static un_status rewritten_model(un_ctx *ctx, const un_spec *spec, un_train_opts *o,
+                                 const un_graph *g, char *path, size_t cap) {
+    size_t len = strlen(o->model);
+    bool is_json = len > 5 && strcmp(o->model + len - 5, ".json") == 0;
+    if (!is_json) {
+        un_zoo_config c;
+        memset(&c, 0, sizeof c);
+        un_model zm;
+        memset(&zm, 0, sizeof zm);
+        un_status st = o->config ? un_zoo_config_parse(ctx, o->config, &c) : UN_OK;
+        if (st == UN_OK && o->batch)
+            c.batch = o->batch;
+        if (st == UN_OK)
+            st = un_zoo_build_config(ctx, spec, o->model, o->tiny, &c, &zm);
+        if (st != UN_OK)
+            return st;
+        o->loss = zm.loss == UN_LOSS_CE ? "ce" : "mse";
+        un_model_deinit(&zm);
+        o->tiny = false;
+        o->batch = 0;
+        o->config = NULL;
+    }
+    un_buf js = {0};
+    snprintf(path, cap, "/tmp/unity-rewritten-XXXXXX.json");
+    int fd = mkstemps(path, 5);
+    if (fd < 0) {
+        path[0] = '\0';
+        return un_ctx_error(ctx, UN_ERR_IO, "cannot create a temporary graph file: %s",
+                            strerror(errno));
+    }
+    close(fd);
+    un_status st = un_graph_to_json(ctx, g, &js);
+    if (st == UN_OK)
+        st = write_file(ctx, path, &js);
+    un_buf_deinit(&js);
+    o->model = path;
+    return st;
+}
+
 /* --machine without --estimate/--profile: search, report, export, then train with the plan. */
 static un_status search_and_train(un_ctx *ctx, un_train_opts *o, const search_opts *s,
                                   un_train_result *res) {
@@ -204,9 +286,22 @@ static un_status search_and_train(un_ctx *ctx, un_train_opts *o, const search_op
             k++;
         if (k == UN_SEARCH_COUNT)
             return un_ctx_error(ctx, UN_ERR_INVALID,
-                                "--search: '%s' is not joint, data, serial or mcmc", s->mode);
+                                "--search: '%s' is not joint, data, serial, mcmc or taso", s->mode);
         p.mode = (un_search_mode)k;
     }
+    if (s->alpha) {
+        char *end;
+        p.alpha = strtod(s->alpha, &end);
+        if (!*s->alpha || *end || !(p.alpha >= 1) || p.alpha > 1e6)
+            return un_ctx_error(ctx, UN_ERR_INVALID,
+                                "--alpha: '%s' is not a number in 1..1e6 (graphs costlier than "
+                                "alpha x the best are dropped)",
+                                s->alpha);
+    }
+    if (s->no_rewrites && p.mode == UN_SEARCH_TASO)
+        return un_ctx_error(ctx, UN_ERR_INVALID, "--no-rewrites contradicts --search taso");
+    if (p.mode == UN_SEARCH_TASO && !s->rules)
+        return un_ctx_error(ctx, UN_ERR_INVALID, "--search taso needs --rules DB (the rewrites)");
     if (s->time) {
         char *end;
         p.time_limit = strtod(s->time, &end);
@@ -221,6 +316,7 @@ static un_status search_and_train(un_ctx *ctx, un_train_opts *o, const search_op
             return un_ctx_error(ctx, UN_ERR_INVALID,
                                 "--budget: '%s' is not a whole number in 1..1e9", s->budget);
         p.budget = b;
+        p.subst_budget = b;
     }
     if (s->split) {
         char *end;
@@ -239,11 +335,12 @@ static un_status search_and_train(un_ctx *ctx, un_train_opts *o, const search_op
     un_spec *spec = NULL;
     un_graph *g = NULL;
     un_rulesdb *db = NULL;
+    un_ruleset *rules = NULL;
     un_cost_model *cm = NULL;
     un_search_result r;
     memset(&r, 0, sizeof r);
     un_buf text = {0}, js = {0};
-    char tmp[64] = "";
+    char tmp[64] = "", gtmp[64] = "";
     un_status st = un_machine_load(ctx, s->machine, &m);
     int devices = o->devices > 0 ? o->devices : st == UN_OK ? un_machine_devices(&m) : 1;
     p.devices = devices;
@@ -262,6 +359,19 @@ static un_status search_and_train(un_ctx *ctx, un_train_opts *o, const search_op
     }
     if (st == UN_OK && s->rules)
         st = un_rulesdb_open(ctx, s->rules, spec, UN_RULESDB_READONLY, &db);
+    bool layer2 = p.mode == UN_SEARCH_JOINT || p.mode == UN_SEARCH_TASO;
+    if (st == UN_OK && s->rules && layer2 && !s->no_rewrites) {
+        un_ruleset_params rp = un_ruleset_params_default();
+        rp.reversed = true;
+        un_ruleset_stats rs;
+        st = un_ruleset_load(ctx, db, &rp, &rules, &rs);
+        if (st == UN_OK && !o->quiet)
+            printf("rules: %lld verified rules loaded from %s (%lld entries with the reversed "
+                   "ones, %lld stale skipped) in %.3f s\n",
+                   (long long)rs.verified, s->rules, (long long)rs.loaded, (long long)rs.stale,
+                   rs.load_s);
+        p.rules = rules;
+    }
     if (st == UN_OK)
         st = un_cost_model_new(ctx, spec, &m, o->prec == UN_PREC_F64 ? UN_MPREC_F64 : UN_MPREC_F32,
                                db, &cm);
@@ -281,7 +391,7 @@ static un_status search_and_train(un_ctx *ctx, un_train_opts *o, const search_op
         printf("plan written to %s (train it: --strategy %s --devices %d)\n", s->export, s->export,
                r.devices_used);
     if (st == UN_OK && s->dot) {
-        un_buf dot = {0};
+        un_buf dot = {0}; /* the optimized PCG: the plan of the rewritten graph when rewritten */
         st = un_graph_to_dot(ctx, r.plan, &dot);
         if (st == UN_OK && (st = write_file(ctx, s->dot, &dot)) == UN_OK)
             printf("plan DOT written to %s\n", s->dot);
@@ -304,6 +414,18 @@ static un_status search_and_train(un_ctx *ctx, un_train_opts *o, const search_op
             goto done;
         path = tmp;
     }
+    if (r.graph) { /* the plan runs the rewritten graph: train that as a JSON model */
+        if (un_onnx_is_path(o->model)) {
+            st = un_ctx_error(ctx, UN_ERR_INVALID,
+                              "%s: training an ONNX model with a rewritten graph is not supported "
+                              "(its initializers belong to the original graph); use --plan-only or "
+                              "--no-rewrites",
+                              o->model);
+            goto done;
+        }
+        if ((st = rewritten_model(ctx, spec, o, r.graph, gtmp, sizeof gtmp)) != UN_OK)
+            goto done;
+    }
     printf("training with the plan on %d devices\n", r.devices_used);
     fflush(stdout);
     o->strategy = path;
@@ -312,9 +434,12 @@ static un_status search_and_train(un_ctx *ctx, un_train_opts *o, const search_op
 done:
     if (tmp[0])
         remove(tmp);
+    if (gtmp[0])
+        remove(gtmp);
     un_buf_deinit(&text);
     un_buf_deinit(&js);
     un_search_result_deinit(&r);
+    un_ruleset_free(rules);
     un_cost_model_free(cm);
     un_rulesdb_free(db);
     un_graph_free(g);

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Search ablation (issue 15): for the seven paper models at paper size on 4 (specs/machines/
 # v100x4.json), 16, 64 and 192 devices (specs/machines/v100x192.json), unity-train --plan-only
-# in each mode: data parallel, mcmc (FlexFlow SysML'19, default budget) and joint (layer 3 over
-# every operator's configurations; with no rule application layer on main yet, joint is the
-# "parallelization only" column too). Prints a markdown table: search wall time, the
-# simulator's estimated step time, speedup over data parallel, the fullest device's memory
-# (or "no fit"), and the search's peak RSS. Every estimate is the simulator's (plan semantics).
-#   scripts/bench/search.sh [BUILD_DIR]       Env: MODELS, DEVICES, MODES to narrow it.
+# in each mode: (a) data parallel, (d) mcmc (FlexFlow SysML'19, default budget), (b) par-only:
+# joint --no-rewrites (layer 3 alone), (c) taso: rewrites by the serial 1-device cost, then
+# layer 3, (e) joint: layers 2+3 with the rules. Every mode gets the same --rules DB (the
+# verified N=3 set: generated and verified into BUILD_DIR/bench-rules-n3.db once, ~6 minutes,
+# unless RULES=path names one). Prints a markdown table: search wall time, the simulator's
+# estimated step time, speedup over data parallel, the fullest device's memory (or "no fit"),
+# the rewrites applied, the search's peak RSS and why it ended (layer 3; layer 2 after the /).
+# Every estimate is the simulator's (plan semantics).
+#   scripts/bench/search.sh [BUILD_DIR]       Env: MODELS, DEVICES, MODES, RULES.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
@@ -15,13 +18,22 @@ make -s -j2 BUILD="$build" >/dev/null
 B=$build/bin
 models=${MODELS:-"mlp transformer dlrm xdl candle_uno resnext50 inception_v3"}
 devices=${DEVICES:-"4 16 64 192"}
-modes=${MODES:-"data mcmc joint"}
+modes=${MODES:-"data mcmc par-only taso joint"}
+rules=${RULES:-$build/bench-rules-n3.db}
+if [ ! -s "$rules" ]; then
+    echo "generating and verifying the N=3 rule set into $rules (once)"
+    rm -f "$rules" "$rules.compiled"
+    "$B/unity-gen" --ops specs/ --max-ops 3 -o "$rules" | tail -1
+    "$B/unity-verify" "$rules" --jobs "$(nproc)" | tail -1
+fi
 echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-<unset>}, load $(cut -d' ' -f1-3 /proc/loadavg)"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 echo
-echo "| model | devices | mode | wall s | est. step s | speedup vs data | fullest device GB | peak RSS MB | ended |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "rules: $rules"
+echo
+echo "| model | devices | mode | wall s | est. step s | speedup vs data | fullest device GB | rewrites | peak RSS MB | ended |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 for m in $models; do
     for d in $devices; do
         mach=specs/machines/v100x192.json
@@ -29,8 +41,12 @@ for m in $models; do
         dp=""
         for mode in $modes; do
             set +e
+            case $mode in
+            par-only) flags=(--search joint --no-rewrites) ;;
+            *) flags=(--search "$mode") ;;
+            esac
             /usr/bin/time -f '%e %M' -o "$tmp/time" "$B/unity-train" --model "$m" --machine "$mach" \
-                --devices "$d" --plan-only --search "$mode" >"$tmp/out" 2>"$tmp/err"
+                --devices "$d" --plan-only --rules "$rules" "${flags[@]}" >"$tmp/out" 2>"$tmp/err"
             rc=$?
             set -e
             read -r wall rss < <(tail -1 "$tmp/time") || true
@@ -38,7 +54,7 @@ for m in $models; do
             ended=$(sed -n 's/^search: .*ended: \(.*\)$/\1/p' "$tmp/out")
             if [ "$rc" != 0 ]; then
                 why=$(grep -o 'needs [0-9.e+]* GB' "$tmp/err" | head -1 || true)
-                echo "| $m | $d | $mode | - | - | - | no fit (${why:-$(tail -1 "$tmp/err")}) | $((rss / 1024)) | - |"
+                echo "| $m | $d | $mode | - | - | - | no fit (${why:-$(tail -1 "$tmp/err")}) | - | $((rss / 1024)) | - |"
                 continue
             fi
             step=$(sed -n 's/^plan: .*estimated step \([0-9.e+-]*\) s.*/\1/p' "$tmp/out")
@@ -49,7 +65,10 @@ for m in $models; do
             sp="-"
             [ -n "$dstep" ] && sp=$(awk -v a="$dstep" -v b="$step" 'BEGIN{printf "%.2f", a/b}')
             [ "$dfit" = "does not fit" ] && sp="$sp (data: no fit)"
-            echo "| $m | $d | $mode | $wall | $step | $sp | $gb | $((rss / 1024)) | $ended |"
+            rw=$(sed -n 's/^rewrites applied: \([0-9][0-9]*\).*/\1/p; s/^rewrites applied: none.*/0/p' "$tmp/out")
+            e2=$(sed -n 's/^layer 2 (.*ended: \(.*\)$/\1/p' "$tmp/out")
+            [ -n "$e2" ] && ended="$ended / $e2"
+            echo "| $m | $d | $mode | $wall | $step | $sp | $gb | ${rw:--} | $((rss / 1024)) | $ended |"
         done
     done
 done

@@ -1,0 +1,341 @@
+/* test_subst.c - layer 2 of the search (search/subst.h): with an unlimited budget and a large
+ * alpha, the best-first search equals the exhaustive closure of rule applications (a BFS over
+ * every rewrite to the fixpoint, every graph mapped by un_map_exhaustive, the minimum) on graphs
+ * of up to 6 operators and 1, 2 and 4 devices, at two memory prices; every graph of the closure
+ * is costed exactly once (the memo); a rewrite the cost model prefers (fusing relu into the
+ * linear before it) is chosen, by layer 2 and by the joint search; the search always ends and
+ * says why (budget 1, a tiny time limit, no rules); bad alpha is refused. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "search/search.h"
+#include "search/subst.h"
+#include "tests/test.h"
+
+static un_spec *S;
+
+static un_cost_model *model_for(un_ctx *ctx, const char *machine) {
+    un_machine m;
+    un_cost_model *cm = NULL;
+    EXPECT_OK(ctx, un_machine_load(ctx, machine, &m));
+    EXPECT_OK(ctx, un_cost_model_new(ctx, S, &m, UN_MPREC_F32, NULL, &cm));
+    return cm;
+}
+
+static int32_t add_in(un_graph *g, const char *name, un_op op, int64_t a, int64_t b) {
+    int32_t id = -1;
+    EXPECT_OK(NULL, un_graph_add_input(NULL, g, name, op, 2, (int64_t[]){a, b}, &id));
+    return id;
+}
+
+static int32_t add_op(un_graph *g, un_op op, bool relu, int32_t a, int32_t b, const char *name) {
+    un_param p[UN_MAX_PARAMS];
+    const un_op_spec *os = un_spec_op(S, op);
+    un_spec_param_defaults(os, p);
+    if (relu)
+        p[un_spec_param_index(os, "activation")].v[0] = 1;
+    int32_t id = -1;
+    un_ref in[2] = {{a, 0}, {b, 0}};
+    EXPECT_OK(NULL, un_graph_add(NULL, g, op, p, in, b < 0 ? 1 : 2, name, &id));
+    return id;
+}
+
+/* The rules: linear[relu](x0, x1) => relu(linear(x0, x1)) (and, loaded reversed, the fusion),
+ * ew_add and ew_mul commute. Rank-2 inputs, proven for every shape. */
+static un_ruleset *hand_rules(un_ctx *ctx) {
+    un_rule *r[3] = {0};
+    un_op ops[3] = {UN_OP_LINEAR, UN_OP_EW_ADD, UN_OP_EW_MUL};
+    for (int k = 0; k < 3; k++) {
+        un_graph *s = un_graph_new(S), *d = un_graph_new(S);
+        int32_t a = add_in(s, "x0", UN_OP_INPUT, 4, 4), b = add_in(s, "x1", UN_OP_INPUT, 4, 4);
+        int32_t c = add_in(d, "x0", UN_OP_INPUT, 4, 4), e = add_in(d, "x1", UN_OP_INPUT, 4, 4);
+        int32_t so, to;
+        if (k == 0) {
+            so = add_op(s, UN_OP_LINEAR, true, a, b, NULL);
+            to = add_op(d, UN_OP_RELU, false, add_op(d, UN_OP_LINEAR, false, c, e, NULL), -1, NULL);
+        } else {
+            so = add_op(s, ops[k], false, a, b, NULL);
+            to = add_op(d, ops[k], false, e, c, NULL);
+        }
+        EXPECT_OK(ctx, un_rule_make(ctx, s, d, (un_ref[]){{so, 0}}, (un_ref[]){{to, 0}}, 1, &r[k]));
+        if (r[k])
+            r[k]->any_shape = true;
+        un_graph_free(s);
+        un_graph_free(d);
+    }
+    un_ruleset *set = NULL;
+    un_ruleset_params p = un_ruleset_params_default();
+    p.reversed = true;
+    p.cache = false;
+    if (r[0] && r[1] && r[2])
+        EXPECT_OK(ctx, un_ruleset_from_rules(ctx, S, r, (int32_t[]){11, 12, 13}, 3, &p, &set));
+    for (int k = 0; k < 3; k++)
+        un_rule_free(r[k]);
+    return set;
+}
+
+/* Small graphs, at most 6 operators in any rewritten form. */
+static un_graph *small_graph(int which, int64_t batch, int64_t width) {
+    un_graph *g = un_graph_new(S);
+    int32_t x = add_in(g, "x", UN_OP_INPUT, batch, width);
+    int32_t w1 = add_in(g, "w1", UN_OP_WEIGHT, width, width);
+    int32_t w2 = add_in(g, "w2", UN_OP_WEIGHT, width, width);
+    if (which == 0) { /* 3 operators, 4 unfused */
+        int32_t h = add_op(g, UN_OP_LINEAR, true, x, w1, "h");
+        int32_t y = add_op(g, UN_OP_LINEAR, false, h, w2, "y");
+        add_op(g, UN_OP_EW_ADD, false, y, x, "out");
+    } else if (which == 1) { /* 5 operators, 6 unfused, 4 fused */
+        int32_t w3 = add_in(g, "w3", UN_OP_WEIGHT, width, 8);
+        int32_t a = add_op(g, UN_OP_RELU, false, add_op(g, UN_OP_LINEAR, false, x, w1, "a"), -1,
+                           "ra");
+        int32_t b = add_op(g, UN_OP_LINEAR, true, x, w2, "b");
+        int32_t m = add_op(g, UN_OP_EW_MUL, false, a, b, "m");
+        add_op(g, UN_OP_LINEAR, false, m, w3, "head");
+    } else { /* 4 operators, 3 fused */
+        int32_t a = add_op(g, UN_OP_LINEAR, false, x, w1, "a");
+        int32_t r = add_op(g, UN_OP_RELU, false, a, -1, "r");
+        int32_t s = add_op(g, UN_OP_EW_ADD, false, r, x, "s");
+        add_op(g, UN_OP_LINEAR, true, s, w2, "out");
+    }
+    return g;
+}
+
+/* The exhaustive closure: every graph reachable by rewrites (BFS to the fixpoint, duplicates by
+ * canonical hash); returns how many, with the least un_map_exhaustive cost over them. */
+static int64_t closure(un_ctx *ctx, const un_ruleset *set, un_cost_model *cm, const un_graph *g,
+                       int devices, double lambda, double *best) {
+    int64_t n = 1, cap = 4096;
+    un_graph **all = calloc((size_t)cap, sizeof *all);
+    uint64_t *hash = calloc((size_t)cap, sizeof *hash);
+    all[0] = un_graph_clone(g);
+    hash[0] = un_graph_hash(g);
+    *best = INFINITY;
+    for (int64_t i = 0; i < n; i++) {
+        un_map_params mp = un_map_params_default(devices);
+        un_map *m = NULL;
+        EXPECT_OK(ctx, un_map_new(ctx, cm, all[i], &mp, &m));
+        int32_t *a = calloc((size_t)un_graph_node_count(all[i]) + 1, sizeof *a);
+        double c = INFINITY;
+        if (m)
+            EXPECT_OK(ctx, un_map_exhaustive(ctx, m, lambda, a, &c));
+        if (c < *best)
+            *best = c;
+        free(a);
+        un_map_free(m);
+        un_matcher *mt = NULL;
+        un_match_list ms = {0};
+        EXPECT_OK(ctx, un_matcher_new(ctx, set, all[i], &mt));
+        EXPECT_OK(ctx, un_match_all(ctx, mt, &ms));
+        for (int64_t k = 0; k < ms.n; k++) {
+            un_graph *child = NULL;
+            EXPECT_OK(ctx, un_apply(ctx, set, all[i], &ms.v[k], &child, NULL));
+            if (!child)
+                continue;
+            uint64_t h = un_graph_hash(child);
+            bool seen = false;
+            for (int64_t j = 0; j < n && !seen; j++)
+                seen = hash[j] == h;
+            if (seen || n == cap) {
+                EXPECT_TRUE(seen); /* the closure must stay small */
+                un_graph_free(child);
+                continue;
+            }
+            all[n] = child;
+            hash[n++] = h;
+        }
+        un_match_list_deinit(&ms);
+        un_matcher_free(mt);
+    }
+    for (int64_t i = 0; i < n; i++)
+        un_graph_free(all[i]);
+    free(all);
+    free(hash);
+    return n;
+}
+
+static void test_optimal(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_cost_model *cm = model_for(ctx, "specs/machines/v100x4.json");
+    un_ruleset *set = hand_rules(ctx);
+    if (!set || !cm) {
+        un_ruleset_free(set);
+        un_cost_model_free(cm);
+        un_ctx_free(ctx);
+        return;
+    }
+    int64_t sizes[][2] = {{64, 32}, {8, 1024}, {4096, 256}};
+    int checked = 0, improved = 0;
+    for (int which = 0; which < 3; which++)
+        for (int si = 0; si < 3; si++)
+            for (int devices = 1; devices <= 4; devices *= 2)
+                for (int li = 0; li < 2; li++) {
+                    double lambda = li ? 1e-9 : 0;
+                    un_graph *g = small_graph(which, sizes[si][0], sizes[si][1]);
+                    double want;
+                    int64_t n = closure(ctx, set, cm, g, devices, lambda, &want);
+                    un_subst_params p = un_subst_params_default(devices);
+                    p.lambda = lambda;
+                    p.alpha = 1e9;
+                    p.budget = INT64_MAX;
+                    p.max_queue = INT64_MAX;
+                    un_subst_result r;
+                    EXPECT_OK(ctx, un_subst_search(ctx, set, cm, g, &p, &r));
+                    test__check(fabs(r.best_cost - want) <= 1e-9 * want, TEST__AT,
+                                "graph %d size %d devices %d lambda %g: layer 2 %.9g vs "
+                                "closure %.9g (%lld graphs)",
+                                which, si, devices, lambda, r.best_cost, want, (long long)n);
+                    EXPECT_EQ(r.costed, n); /* every graph once: the memo */
+                    EXPECT_TRUE(r.ended && strcmp(r.ended, "exhausted") == 0);
+                    EXPECT_TRUE(n >= 4);
+                    improved += r.best_cost < r.start_cost;
+                    /* the path replays to the best graph's cost: its length is what it says */
+                    EXPECT_TRUE((r.n_steps > 0) == (r.best_cost < r.start_cost));
+                    checked++;
+                    if (getenv("SUBST_DEBUG"))
+                        printf("graph %d size %d dev %d lambda %g: closure %lld, best %.6g start "
+                               "%.6g steps %d\n",
+                               which, si, devices, lambda, (long long)n, r.best_cost, r.start_cost,
+                               (int)r.n_steps);
+                    un_subst_result_deinit(&r);
+                    un_graph_free(g);
+                }
+    EXPECT_EQ(checked, 54);
+    EXPECT_TRUE(improved > 0);
+    un_ruleset_free(set);
+    un_cost_model_free(cm);
+    un_ctx_free(ctx);
+}
+
+/* relu(linear(x, w)) costs one more operator than linear[relu](x, w): the fusion (the first
+ * rule read backwards) is chosen, by layer 2 and by the joint search, with the report saying so. */
+static void test_fusion_chosen(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_cost_model *cm = model_for(ctx, "specs/machines/v100x4.json");
+    un_ruleset *set = hand_rules(ctx);
+    un_graph *g = un_graph_new(S);
+    int32_t x = add_in(g, "x", UN_OP_INPUT, 256, 512);
+    int32_t w1 = add_in(g, "w1", UN_OP_WEIGHT, 512, 512), w2 = add_in(g, "w2", UN_OP_WEIGHT, 512, 8);
+    int32_t r = add_op(g, UN_OP_RELU, false, add_op(g, UN_OP_LINEAR, false, x, w1, "h"), -1, "r");
+    add_op(g, UN_OP_LINEAR, false, r, w2, "y");
+    un_subst_params p = un_subst_params_default(1);
+    un_subst_result sr;
+    EXPECT_OK(ctx, un_subst_search(ctx, set, cm, g, &p, &sr));
+    EXPECT_EQ(sr.n_steps, 1);
+    if (sr.n_steps == 1) {
+        EXPECT_EQ(sr.steps[0].rule_id, 11);
+        EXPECT_TRUE(sr.steps[0].reversed);
+        EXPECT_EQ(un_graph_node_count(sr.best), 5); /* the relu went into the linear */
+    }
+    EXPECT_TRUE(sr.best_cost < sr.start_cost);
+    un_subst_result_deinit(&sr);
+
+    for (int mode = 0; mode < 2; mode++) {
+        un_search_params sp = un_search_params_default(2);
+        sp.mode = mode ? UN_SEARCH_TASO : UN_SEARCH_JOINT;
+        sp.rules = set;
+        un_search_result res;
+        EXPECT_OK(ctx, un_search_run(ctx, cm, g, &sp, &res));
+        EXPECT_TRUE(res.rewrites && res.graph != NULL);
+        EXPECT_TRUE(res.subst.n_steps == 1);
+        if (mode == 0)
+            test__check(res.sim.step < res.unrewritten_step, TEST__AT,
+                        "joint: %g s with the fusion, %g s without", res.sim.step,
+                        res.unrewritten_step);
+        un_buf text = {0};
+        un_search_report(&res, g, &sp, cm, &text);
+        EXPECT_TRUE(text.data && strstr(text.data, "rewrites applied: 1") != NULL);
+        EXPECT_TRUE(text.data && strstr(text.data, "rule 11 (reversed): relu(linear(") != NULL);
+        EXPECT_TRUE(text.data && strstr(text.data, "of the rewritten graph") != NULL);
+        un_buf_deinit(&text);
+        un_search_result_deinit(&res);
+    }
+    /* without rules: rewrites off, and it says why */
+    un_search_params sp = un_search_params_default(2);
+    un_search_result res;
+    EXPECT_OK(ctx, un_search_run(ctx, cm, g, &sp, &res));
+    EXPECT_TRUE(!res.rewrites && res.graph == NULL);
+    un_buf text = {0};
+    un_search_report(&res, g, &sp, cm, &text);
+    EXPECT_TRUE(text.data && strstr(text.data, "rewrites off: no rules") != NULL);
+    un_buf_deinit(&text);
+    un_search_result_deinit(&res);
+    un_graph_free(g);
+    un_ruleset_free(set);
+    un_cost_model_free(cm);
+    un_ctx_free(ctx);
+}
+
+/* Every run ends and says why; bad alpha is refused. */
+static void test_ends(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_cost_model *cm = model_for(ctx, "specs/machines/v100x4.json");
+    un_ruleset *set = hand_rules(ctx);
+    un_graph *g = small_graph(1, 64, 32);
+    un_subst_params p = un_subst_params_default(4);
+    un_subst_result r;
+    p.budget = 1;
+    EXPECT_OK(ctx, un_subst_search(ctx, set, cm, g, &p, &r));
+    EXPECT_TRUE(r.ended && strcmp(r.ended, "budget") == 0);
+    EXPECT_EQ(r.costed, 1);
+    EXPECT_EQ(r.n_steps, 0);
+    un_subst_result_deinit(&r);
+    p.budget = 0;
+    p.time_limit = 1e-9;
+    EXPECT_OK(ctx, un_subst_search(ctx, set, cm, g, &p, &r));
+    EXPECT_TRUE(r.ended && strcmp(r.ended, "time") == 0);
+    un_subst_result_deinit(&r);
+    p.time_limit = 0;
+    EXPECT_OK(ctx, un_subst_search(ctx, NULL, cm, g, &p, &r));
+    EXPECT_TRUE(r.ended && strcmp(r.ended, "exhausted") == 0 && r.best && r.n_steps == 0);
+    EXPECT_EQ(un_graph_hash(r.best), un_graph_hash(g));
+    un_subst_result_deinit(&r);
+    double bad[] = {0.5, NAN, INFINITY};
+    for (int i = 0; i < 3; i++) {
+        p.alpha = bad[i];
+        EXPECT_EQ(un_subst_search(ctx, set, cm, g, &p, &r), UN_ERR_INVALID);
+        EXPECT_TRUE(strstr(un_ctx_errmsg(ctx), "alpha") != NULL);
+        EXPECT_TRUE(r.best == NULL);
+        un_ctx_clear(ctx);
+    }
+    /* the whole search under a tiny time limit ends too, and says so */
+    un_search_params sp = un_search_params_default(4);
+    sp.rules = set;
+    sp.time_limit = 1e-6;
+    un_search_result res;
+    un_status st = un_search_run(ctx, cm, g, &sp, &res);
+    EXPECT_TRUE(st == UN_OK || strstr(un_ctx_errmsg(ctx), "time") != NULL);
+    if (st == UN_OK) {
+        EXPECT_TRUE(strcmp(res.ended, "time") == 0 || strcmp(res.subst.ended, "time") == 0);
+        un_search_result_deinit(&res);
+    }
+    un_ctx_clear(ctx);
+    /* parallel-op rules are not layer 2's */
+    un_graph *s = un_graph_new(S), *d = un_graph_new(S);
+    int32_t a = add_in(s, "x0", UN_OP_INPUT, 4, 4), b = add_in(d, "x0", UN_OP_INPUT, 4, 4), c;
+    int32_t so = add_op(s, UN_OP_RELU, false, a, -1, NULL);
+    EXPECT_OK(ctx, un_graph_add_parallel(ctx, d, UN_OP_PARTITION, (un_ref){b, 0}, 0, 2, NULL, &c));
+    int32_t to = add_op(d, UN_OP_RELU, false, c, -1, NULL);
+    EXPECT_OK(ctx, un_graph_add_parallel(ctx, d, UN_OP_COMBINE, (un_ref){to, 0}, 0, 2, NULL, &to));
+    un_rule *pr = NULL;
+    EXPECT_OK(ctx, un_rule_make(ctx, s, d, (un_ref[]){{so, 0}}, (un_ref[]){{to, 0}}, 1, &pr));
+    if (pr) {
+        EXPECT_TRUE(!un_subst_rule_algebraic(pr));
+        EXPECT_TRUE(un_subst_rule_algebraic(un_ruleset_rule(set, 0)));
+    }
+    un_rule_free(pr);
+    un_graph_free(s);
+    un_graph_free(d);
+    un_graph_free(g);
+    un_ruleset_free(set);
+    un_cost_model_free(cm);
+    un_ctx_free(ctx);
+}
+
+int main(void) {
+    static const test_case cases[] = {
+        {"optimal", test_optimal},
+        {"fusion_chosen", test_fusion_chosen},
+        {"ends", test_ends},
+    };
+    return TEST_RUN_WITH_SPEC(cases, &S);
+}
