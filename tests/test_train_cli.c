@@ -336,7 +336,7 @@ static void test_mpi_equal_losses(void) {
 }
 
 /* A checkpoint saved under data parallelism on 2 MPI processes is one file per rank (each its
- * weight blocks and its shard of Adam's moments, nothing gathered); it loads under serial on 1
+ * half of every weight and of Adam's moments, nothing gathered); it loads under serial on 1
  * device, under tensor parallelism on 4 local devices and data parallel on 2 (re-sharded), and
  * the 4 more steps are the uninterrupted 10-step run's (float64, 1e-9). A damaged or missing rank
  * file is one clear error. */
