@@ -1,6 +1,7 @@
 /* comm_local.c - the `local` communicator: n threads of one process are the ranks. Collectives
  * are shared-memory copies between barriers; sums run in rank order, so every rank gets the same
- * bits. A rank that fails calls un_comm_abort, and every later barrier fails instead of hanging. */
+ * bits. Exchanges are point to point (a mailbox under the group's lock): only ranks with
+ * messages meet. A rank that fails calls un_comm_abort, and every later barrier fails instead of hanging. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,10 +9,19 @@
 #include "runtime/comm_impl.h"
 
 typedef struct post {
-    const un_comm_msg *msgs; /* exchange: this rank's sends */
-    int n;
     void *buf; /* allreduce / bcast: this rank's buffer */
 } post;
+
+/* A message of an exchange waiting for its receiver: exchanges are point to point (only the
+ * ranks with messages meet, so ops on disjoint device sets do not wait for each other). The
+ * k-th exchange with messages between two ranks pairs with the k-th on the other side. */
+typedef struct mail {
+    int from, to, tag;
+    uint64_t epoch;
+    const void *data;
+    size_t bytes;
+    bool taken;
+} mail;
 
 struct un_comm_group {
     int n;
@@ -22,6 +32,9 @@ struct un_comm_group {
     bool aborted;
     post *posts;
     un_comm *comms;
+    mail *mail; /* posted messages not yet copied */
+    int n_mail, cap_mail;
+    uint64_t *sent, *recvd; /* [n * n]: exchanges with messages from rank a to rank b so far */
 };
 
 static const char *local_name(const un_comm *c) {
@@ -115,26 +128,89 @@ static un_status local_bcast(un_ctx *ctx, un_comm *c, int root, void *buf, size_
 static un_status local_exchange(un_ctx *ctx, un_comm *c, const un_comm_msg *sends, int n_sends,
                                 const un_comm_msg *recvs, int n_recvs) {
     un_comm_group *g = c->context;
-    g->posts[c->rank].msgs = sends;
-    g->posts[c->rank].n = n_sends;
-    un_status st = local_barrier(ctx, c);
-    if (st != UN_OK)
-        return st;
-    for (int i = 0; i < n_recvs && st == UN_OK; i++) {
-        const post *p = &g->posts[recvs[i].peer];
-        int j = 0;
-        while (j < p->n && !(p->msgs[j].peer == c->rank && p->msgs[j].tag == recvs[i].tag))
-            j++;
-        if (j == p->n || p->msgs[j].bytes != recvs[i].bytes) {
-            st = un_ctx_error(ctx, UN_ERR_DEVICE,
-                              "local rank %d: no matching message from rank %d (tag %d)", c->rank,
-                              recvs[i].peer, recvs[i].tag);
-            local_abort(c);
-            return st;
+    int me = c->rank, n = g->n;
+    un_status st = UN_OK;
+    pthread_mutex_lock(&g->mu);
+    /* post the sends, numbered by this call's epoch with each receiver */
+    for (int i = 0; i < n_sends; i++) {
+        if (g->n_mail == g->cap_mail) {
+            g->cap_mail = g->cap_mail ? 2 * g->cap_mail : 64;
+            g->mail = un_xrealloc(g->mail, (size_t)g->cap_mail * sizeof *g->mail);
         }
-        memcpy(recvs[i].data, p->msgs[j].data, recvs[i].bytes);
+        g->mail[g->n_mail++] = (mail){me,
+                                      sends[i].peer,
+                                      sends[i].tag,
+                                      g->sent[(size_t)me * (size_t)n + (size_t)sends[i].peer],
+                                      sends[i].data,
+                                      sends[i].bytes,
+                                      false};
     }
-    return local_barrier(ctx, c); /* senders may reuse their buffers after this */
+    for (int i = 0; i < n_sends; i++) { /* one epoch per peer and call */
+        bool first = true;
+        for (int j = 0; j < i && first; j++)
+            first = sends[j].peer != sends[i].peer;
+        if (first)
+            g->sent[(size_t)me * (size_t)n + (size_t)sends[i].peer]++;
+    }
+    pthread_cond_broadcast(&g->cv);
+    /* take the receives */
+    for (int i = 0; i < n_recvs && st == UN_OK; i++) {
+        uint64_t epoch = g->recvd[(size_t)recvs[i].peer * (size_t)n + (size_t)me];
+        for (;;) {
+            int j = 0;
+            while (j < g->n_mail &&
+                   !(g->mail[j].from == recvs[i].peer && g->mail[j].to == me &&
+                     g->mail[j].tag == recvs[i].tag && g->mail[j].epoch == epoch && !g->mail[j].taken))
+                j++;
+            if (j < g->n_mail) {
+                if (g->mail[j].bytes != recvs[i].bytes) {
+                    g->aborted = true;
+                    st = un_ctx_error(ctx, UN_ERR_DEVICE,
+                                      "local rank %d: message from rank %d (tag %d) has %zu bytes, "
+                                      "%zu expected",
+                                      me, recvs[i].peer, recvs[i].tag, g->mail[j].bytes,
+                                      recvs[i].bytes);
+                    break;
+                }
+                memcpy(recvs[i].data, g->mail[j].data, recvs[i].bytes);
+                g->mail[j].taken = true;
+                pthread_cond_broadcast(&g->cv);
+                break;
+            }
+            if (g->aborted) {
+                st = un_ctx_error(ctx, UN_ERR_DEVICE, "local rank %d: another rank failed", me);
+                break;
+            }
+            pthread_cond_wait(&g->cv, &g->mu);
+        }
+    }
+    for (int i = 0; i < n_recvs; i++) {
+        bool first = true;
+        for (int j = 0; j < i && first; j++)
+            first = recvs[j].peer != recvs[i].peer;
+        if (first)
+            g->recvd[(size_t)recvs[i].peer * (size_t)n + (size_t)me]++;
+    }
+    /* wait until this rank's sends are copied (its buffers may then be reused), drop them */
+    for (;;) {
+        bool pending = false;
+        for (int j = 0; j < g->n_mail && !pending; j++)
+            pending = g->mail[j].from == me && !g->mail[j].taken;
+        if (!pending || g->aborted)
+            break;
+        pthread_cond_wait(&g->cv, &g->mu);
+    }
+    int k = 0;
+    for (int j = 0; j < g->n_mail; j++)
+        if (!(g->mail[j].from == me && g->mail[j].taken))
+            g->mail[k++] = g->mail[j];
+    g->n_mail = k;
+    if (st == UN_OK && g->aborted)
+        st = un_ctx_error(ctx, UN_ERR_DEVICE, "local rank %d: another rank failed", me);
+    if (st != UN_OK)
+        pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    return st;
 }
 
 static const struct un_comm_i local_iface = {
@@ -157,6 +233,8 @@ un_status un_comm_local_group_new(un_ctx *ctx, int n, un_comm_group **out) {
     pthread_cond_init(&g->cv, NULL);
     g->posts = un_xcalloc((size_t)n, sizeof *g->posts);
     g->comms = un_xcalloc((size_t)n, sizeof *g->comms);
+    g->sent = un_xcalloc((size_t)n * (size_t)n, sizeof *g->sent);
+    g->recvd = un_xcalloc((size_t)n * (size_t)n, sizeof *g->recvd);
     for (int r = 0; r < n; r++)
         g->comms[r] = (un_comm){.api_version = UN_COMM_API_VERSION,
                                 .iface = &local_iface,
@@ -176,6 +254,9 @@ void un_comm_local_group_free(un_comm_group *g) {
     pthread_cond_destroy(&g->cv);
     free(g->posts);
     free(g->comms);
+    free(g->mail);
+    free(g->sent);
+    free(g->recvd);
     free(g);
 }
 

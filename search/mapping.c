@@ -37,6 +37,13 @@ struct un_map {
     int32_t *last_use; /* [n] the last regular consumer of a regular node (itself if none) */
     int32_t n_cuts;
     double base_mem; /* data inputs, whole on device 0 */
+    int32_t *n_lay;  /* [n] layouts of node v: its configurations 0 .. n_lay[v] - 1 (start 0) */
+    int q;           /* D / 2: where a branch's range may start (0: branches share devices) */
+    bool have_tree;
+    un_sp_info sa;   /* over the regular nodes */
+    un_sp_tree tree; /* the series-parallel decomposition the DP runs over */
+    int32_t *pos;     /* [n] position of a regular node in the tree's leaf order */
+    int32_t *lastpos; /* [n] the last position that reads it (its own when none) */
 };
 
 un_map_params un_map_params_default(int devices) {
@@ -402,6 +409,120 @@ static uint64_t node_sig(const un_graph *g, int32_t v) {
     return h;
 }
 
+/* ---- the series-parallel tree and branch placements ---- */
+
+/* Whether a range of rc devices may be split in two halves for parallel branches: only the
+ * whole machine, into its halves (one level: nested splits into quarters multiplied the
+ * search time of Inception-v3 on 192 devices by 6 without a better plan). */
+static bool split_ok(const un_map *m, int rc) {
+    return m->q > 0 && rc % 2 == 0 && rc / 2 >= m->q;
+}
+
+/* The SP tree over the regular nodes, positions in its leaf order (a topological order), and
+ * the configurations of nodes inside parallel compositions copied to the start of the high
+ * half (D / 2) when their degree fits in it. */
+static un_status map_tree(un_map *m) {
+    int32_t n = m->n;
+    m->n_lay = un_xcalloc((size_t)n + 1, sizeof *m->n_lay);
+    m->pos = un_xmalloc(((size_t)n + 1) * sizeof *m->pos);
+    m->lastpos = un_xmalloc(((size_t)n + 1) * sizeof *m->lastpos);
+    bool *mask = un_xcalloc((size_t)n + 1, sizeof *mask);
+    int32_t n_reg = 0;
+    for (int32_t v = 0; v < n; v++) {
+        m->n_lay[v] = m->cfg_at[v + 1] - m->cfg_at[v];
+        for (int32_t l = 0; l < m->n_lay[v]; l++)
+            m->cfg[m->cfg_at[v] + l].layout = l;
+        m->pos[v] = m->lastpos[v] = -1;
+        mask[v] = is_regular(m->g, v);
+        n_reg += mask[v];
+    }
+    un_status st = UN_OK;
+    if (n_reg > 0) {
+        st = un_sp_analyse(m->ctx, m->g, mask, &m->sa);
+        if (st == UN_OK) {
+            st = un_sp_decompose(m->ctx, &m->sa, &m->tree);
+            if (st != UN_OK)
+                un_sp_info_deinit(&m->sa);
+        }
+        m->have_tree = st == UN_OK;
+    }
+    free(mask);
+    if (st != UN_OK || !m->have_tree)
+        return st;
+    for (int32_t i = 0; i < m->tree.n_order; i++)
+        m->pos[m->tree.order[i]] = m->lastpos[m->tree.order[i]] = i;
+    for (int32_t i = 0; i < m->n_edges; i++) {
+        const map_edge *e = &m->edges[i];
+        if (m->pos[e->from] >= m->pos[e->to])
+            return un_ctx_error(m->ctx, UN_ERR_INVALID,
+                                "mapping: the SP order is not topological at edge %d -> %d",
+                                (int)e->from, (int)e->to);
+        if (m->pos[e->to] > m->lastpos[e->from])
+            m->lastpos[e->from] = m->pos[e->to];
+    }
+    int D = m->p.devices;
+    m->q = 0;
+    if (!m->p.shared_branches && !m->p.only_data && !m->p.no_parallel)
+        m->q = D % 2 == 0 ? D / 2 : 0;
+    if (m->q == 0)
+        return UN_OK;
+    bool *in_par = un_xcalloc((size_t)n + 1, sizeof *in_par);
+    bool any = false;
+    for (int32_t x = 0; x < m->tree.n_nodes; x++)
+        if (m->tree.nodes[x].kind == UN_SP_PARALLEL)
+            for (int32_t i = m->tree.nodes[x].begin; i < m->tree.nodes[x].end; i++)
+                any = in_par[m->tree.order[i]] = true;
+    if (!any) {
+        free(in_par);
+        return UN_OK;
+    }
+    cfg_list all = {0};
+    int32_t *at = un_xcalloc((size_t)n + 1, sizeof *at);
+    int32_t *src = NULL; /* placed configuration -> its layout's old index */
+    int32_t cap = 0;
+    for (int32_t v = 0; v < n; v++) {
+        at[v] = all.n;
+        for (int s = 0; s < D; s += m->q) {
+            if (s > 0 && !in_par[v])
+                break;
+            for (int32_t l = 0; l < m->n_lay[v]; l++) {
+                un_map_config c = m->cfg[m->cfg_at[v] + l];
+                if (s % c.degree != 0 || s + c.degree > D)
+                    continue;
+                c.start = s;
+                c.layout = l;
+                size_t len = strlen(c.name);
+                if (s > 0 && len + 2 < sizeof c.name)
+                    snprintf(c.name + len, sizeof c.name - len, "@%d", s);
+                cfg_push(&all, &c);
+                if (all.n > cap) {
+                    cap = all.cap;
+                    src = un_xrealloc(src, (size_t)cap * sizeof *src);
+                }
+                src[all.n - 1] = m->cfg_at[v] + l;
+            }
+        }
+    }
+    at[n] = all.n;
+    double *ut = un_xcalloc((size_t)all.n + 1, sizeof *ut);
+    double *um = un_xcalloc((size_t)all.n + 1, sizeof *um);
+    for (int32_t i = 0; i < all.n; i++) {
+        ut[i] = m->unary_time[src[i]];
+        um[i] = m->unary_mem[src[i]];
+    }
+    free(m->unary_time);
+    free(m->unary_mem);
+    free(m->cfg);
+    free(m->cfg_at);
+    m->unary_time = ut;
+    m->unary_mem = um;
+    m->cfg = all.v;
+    m->cfg_at = at;
+    free(src);
+    free(in_par);
+    return UN_OK;
+}
+
 un_status un_map_new(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un_map_params *p,
                      un_map **out) {
     *out = NULL;
@@ -543,6 +664,10 @@ un_status un_map_new(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un
     for (int32_t v = 0; v < n; v++)
         if (un_graph_node(g, v)->op == UN_OP_INPUT)
             m->base_mem += piece_bytes(m, &un_graph_node(g, v)->inf.out[0]);
+    if ((st = map_tree(m)) != UN_OK) {
+        un_map_free(m);
+        return st;
+    }
     *out = m;
     return UN_OK;
 }
@@ -561,7 +686,26 @@ void un_map_free(un_map *m) {
     free(m->cfg);
     free(m->unary_time);
     free(m->unary_mem);
+    free(m->n_lay);
+    free(m->pos);
+    free(m->lastpos);
+    if (m->have_tree) {
+        un_sp_tree_deinit(&m->tree);
+        un_sp_info_deinit(&m->sa);
+    }
     free(m);
+}
+
+int32_t un_map_node_count(const un_map *m) {
+    return m->n;
+}
+
+const un_graph *un_map_graph(const un_map *m) {
+    return m->g;
+}
+
+int64_t un_map_max_states(const un_map *m) {
+    return m->p.max_states;
 }
 
 int32_t un_map_config_count(const un_map *m, int32_t node) {
@@ -572,37 +716,99 @@ const un_map_config *un_map_config_get(const un_map *m, int32_t node, int32_t i)
     return &m->cfg[m->cfg_at[node] + i];
 }
 
-/* The cost of node v at configuration c given its producers' configurations in a[]. */
+/* The cost of node v at configuration c given its producers' configurations in a[]: its own,
+ * the conversions of its inputs (by layout), and a move of the input between device sets when
+ * the producer starts elsewhere (forward and backward, point to point). */
 static void node_cost(const un_map *m, int32_t v, int32_t c, const int32_t *a, double *time,
                       double *mem) {
     int32_t k = m->cfg_at[v] + c;
-    double t = m->cfg[k].time + m->unary_time[k], b = m->cfg[k].mem + m->unary_mem[k];
-    int32_t nv = un_map_config_count(m, v);
+    const un_map_config *kc = &m->cfg[k];
+    double t = kc->time + m->unary_time[k], b = kc->mem + m->unary_mem[k];
+    int32_t nv = m->n_lay[v];
     for (int32_t i = m->edge_at[v]; i < m->edge_at[v + 1]; i++) {
         const map_edge *e = &m->edges[i];
-        size_t at = (size_t)a[e->from] * (size_t)nv + (size_t)c;
+        const un_map_config *pc = &m->cfg[m->cfg_at[e->from] + a[e->from]];
+        size_t at = (size_t)pc->layout * (size_t)nv + (size_t)kc->layout;
         t += e->time[at];
         b += e->mem[at];
+        if (pc->start != kc->start) {
+            double bytes = piece_bytes(m, &kc->in[e->in]) * kc->degree;
+            t += 2 * un_cost_p2p(m->cm, pc->start, kc->start, bytes);
+            b += 2 * piece_bytes(m, &kc->in[e->in]);
+        }
     }
     *time = t;
     *mem = b;
 }
 
-double un_map_cost(const un_map *m, const int32_t *a, double lambda, double *time, double *mem) {
-    double t = 0, b = m->base_mem;
-    for (int32_t v = 0; v < m->n; v++) {
-        if (!is_regular(m->g, v))
-            continue;
+/* Which half of the range [rs, rs + 2h) every node of tree node x runs in: 0 (low), 1 (high),
+ * -1 (it spans both or differs between nodes). */
+static int branch_side(const un_map *m, const int32_t *a, int32_t x, int rs, int h) {
+    const un_sp_node *t = &m->tree.nodes[x];
+    int side = -2;
+    for (int32_t i = t->begin; i < t->end; i++) {
+        int32_t v = m->tree.order[i];
+        const un_map_config *c = &m->cfg[m->cfg_at[v] + a[v]];
+        int here = c->start >= rs && c->start + c->degree <= rs + h           ? 0
+                   : c->start >= rs + h && c->start + c->degree <= rs + 2 * h ? 1
+                                                                               : -1;
+        if (here < 0 || (side != -2 && side != here))
+            return -1;
+        side = here;
+    }
+    return side < 0 ? -1 : side;
+}
+
+/* The cost of tree node x under the device range [rs, rs + rc): leaves their node's time +
+ * lambda * bytes (infinite unless the node starts at rs: a node of degree d in a range runs on
+ * its first d devices, as every node did before branches got ranges); series the sum; parallel branches that each run inside one half of the range
+ * (a split the range allows) the larger of the halves' sums (they run concurrently), else the
+ * sum (they share devices). */
+static double tree_cost(const un_map *m, const int32_t *a, int32_t x, int rs, int rc,
+                        double lambda, double *mem) {
+    const un_sp_node *t = &m->tree.nodes[x];
+    if (t->kind == UN_SP_LEAF) {
+        const un_map_config *c = &m->cfg[m->cfg_at[t->node] + a[t->node]];
+        if (c->start != rs || c->degree > rc)
+            return INFINITY; /* a node runs from its range's first device */
         double tt, bb;
-        node_cost(m, v, a[v], a, &tt, &bb);
-        t += tt;
-        b += bb;
+        node_cost(m, t->node, a[t->node], a, &tt, &bb);
+        *mem += bb;
+        return tt + lambda * bb;
+    }
+    const int32_t *ch = m->tree.child + t->child_at;
+    double sum = 0;
+    if (t->kind == UN_SP_PARALLEL && split_ok(m, rc)) {
+        int h = rc / 2;
+        bool split = true;
+        for (int32_t i = 0; i < t->n_child && split; i++)
+            split = branch_side(m, a, ch[i], rs, h) >= 0;
+        if (split) {
+            double half[2] = {0, 0};
+            for (int32_t i = 0; i < t->n_child; i++) {
+                int side = branch_side(m, a, ch[i], rs, h);
+                half[side] += tree_cost(m, a, ch[i], rs + side * h, h, lambda, mem);
+            }
+            return half[0] > half[1] ? half[0] : half[1];
+        }
+    }
+    for (int32_t i = 0; i < t->n_child; i++)
+        sum += tree_cost(m, a, ch[i], rs, rc, lambda, mem);
+    return sum;
+}
+
+double un_map_cost(const un_map *m, const int32_t *a, double lambda, double *time, double *mem) {
+    double b = m->base_mem, t = 0, cost = lambda * m->base_mem;
+    if (m->have_tree) {
+        double scratch = 0;
+        t = tree_cost(m, a, m->tree.root, 0, m->p.devices, 0, &b);
+        cost += tree_cost(m, a, m->tree.root, 0, m->p.devices, lambda, &scratch);
     }
     if (time)
         *time = t;
     if (mem)
         *mem = b;
-    return t + lambda * b;
+    return cost;
 }
 
 void un_map_data_parallel(const un_map *m, int32_t *a) {
@@ -629,23 +835,11 @@ void un_map_data_parallel(const un_map *m, int32_t *a) {
     }
 }
 
-/* ---- variable elimination over the frontier ---- */
+/* ---- the dynamic programme over the series-parallel tree ---- */
 
-typedef struct ve_state {
-    double cost, time, mem;
-    int32_t parent; /* state index in the previous step */
-    int32_t choice; /* configuration of this step's node */
-} ve_state;
-
-typedef struct ve_step {
-    int32_t node;
-    int32_t n_live; /* frontier after this step */
-    int32_t *live;  /* its nodes */
-    int32_t n;      /* states */
-    ve_state *s;
-    int32_t *key; /* [n * n_live] configurations of the live nodes */
-} ve_step;
-
+/* A frontier: states, each the configurations of the live nodes (those a later node reads),
+ * its cost so far, the state it grew from (`origin`: the input state of the branch run it
+ * belongs to, so states of different inputs are never merged) and its trail of choices. */
 static uint64_t key_hash(const int32_t *k, int32_t n) {
     uint64_t h = 1469598103934665603ull;
     for (int32_t i = 0; i < n; i++)
@@ -653,150 +847,621 @@ static uint64_t key_hash(const int32_t *k, int32_t n) {
     return h;
 }
 
-static int cmp_state_cost(const void *x, const void *y, void *u) {
-    const ve_state *s = u;
-    double a = s[*(const int32_t *)x].cost, b = s[*(const int32_t *)y].cost;
+typedef struct frontier {
+    int32_t n_live;
+    int32_t *live; /* node ids, ascending */
+    int32_t n, cap;
+    double *cost;
+    int32_t *key; /* [n * n_live] */
+    int32_t *origin;
+    int32_t *rec; /* trail record, -1: none */
+} frontier;
+
+/* A trail record: v >= 0: a[v] = c, then prev; v < 0: a join of prev and the two halves' trails
+ * x and y. States share their common records. */
+typedef struct trail {
+    int32_t v, c, prev, x, y;
+} trail;
+
+typedef struct dp {
+    un_map *m;
+    double lambda;
+    trail *t;
+    int32_t nt, capt;
+    int32_t *assign; /* [n] scratch */
+    int32_t *slot;   /* [3 * n] scratch: slot of a node in a live list */
+    un_map_stats *st;
+    int64_t max_states; /* the beam */
+} dp;
+
+static int32_t trail_push(dp *d, trail r) {
+    if (d->nt == d->capt) {
+        d->capt = d->capt ? 2 * d->capt : 1024;
+        d->t = un_xrealloc(d->t, (size_t)d->capt * sizeof *d->t);
+    }
+    d->t[d->nt] = r;
+    return d->nt++;
+}
+
+static void fr_deinit(frontier *f) {
+    free(f->live);
+    free(f->cost);
+    free(f->key);
+    free(f->origin);
+    free(f->rec);
+    memset(f, 0, sizeof *f);
+}
+
+static void fr_init(frontier *f, const int32_t *live, int32_t n_live) {
+    memset(f, 0, sizeof *f);
+    f->n_live = n_live;
+    f->live = un_xmalloc(((size_t)n_live + 1) * sizeof *f->live);
+    if (n_live)
+        memcpy(f->live, live, (size_t)n_live * sizeof *live);
+}
+
+/* The hashed set of states being built: dedupe on (origin, key), keep the cheapest. `from` and
+ * `aux` remember where each new state came from until its trail record is made. */
+typedef struct fr_build {
+    frontier *f;
+    int32_t *table, hcap;
+    int32_t *from, *aux, *aux2;
+} fr_build;
+
+static void fb_begin(fr_build *b, frontier *f, int64_t expect) {
+    memset(b, 0, sizeof *b);
+    b->f = f;
+    b->hcap = 16;
+    while (b->hcap < 2 * expect + 2 && b->hcap < (1 << 30))
+        b->hcap *= 2;
+    b->table = un_xmalloc((size_t)b->hcap * sizeof *b->table);
+    for (int32_t i = 0; i < b->hcap; i++)
+        b->table[i] = -1;
+}
+
+static void fb_grow(fr_build *b) {
+    frontier *f = b->f;
+    if (f->n < f->cap)
+        return;
+    f->cap = f->cap ? 2 * f->cap : 64;
+    f->cost = un_xrealloc(f->cost, (size_t)f->cap * sizeof *f->cost);
+    f->key = un_xrealloc(f->key, ((size_t)f->cap * (size_t)f->n_live + 1) * sizeof *f->key);
+    f->origin = un_xrealloc(f->origin, (size_t)f->cap * sizeof *f->origin);
+    f->rec = un_xrealloc(f->rec, (size_t)f->cap * sizeof *f->rec);
+    b->from = un_xrealloc(b->from, (size_t)f->cap * sizeof *b->from);
+    b->aux = un_xrealloc(b->aux, (size_t)f->cap * sizeof *b->aux);
+    b->aux2 = un_xrealloc(b->aux2, (size_t)f->cap * sizeof *b->aux2);
+}
+
+static void fb_rehash(fr_build *b) {
+    frontier *f = b->f;
+    free(b->table);
+    b->hcap *= 2;
+    b->table = un_xmalloc((size_t)b->hcap * sizeof *b->table);
+    for (int32_t i = 0; i < b->hcap; i++)
+        b->table[i] = -1;
+    for (int32_t i = 0; i < f->n; i++) {
+        const int32_t *k = f->key + (size_t)i * (size_t)f->n_live;
+        uint64_t h = key_hash(k, f->n_live) ^ ((uint64_t)(uint32_t)f->origin[i] * 0x9e3779b97f4a7c15ull);
+        int32_t sl = (int32_t)(h & (uint64_t)(b->hcap - 1));
+        while (b->table[sl] >= 0)
+            sl = (sl + 1) & (b->hcap - 1);
+        b->table[sl] = i;
+    }
+}
+
+/* Offers a state; returns true when it was added or replaced a costlier one. */
+static bool fb_offer(fr_build *b, const int32_t *k, int32_t origin, double cost, int32_t from,
+                     int32_t aux, int32_t aux2) {
+    frontier *f = b->f;
+    if (2 * (int64_t)f->n + 2 > b->hcap)
+        fb_rehash(b);
+    uint64_t h = key_hash(k, f->n_live) ^ ((uint64_t)(uint32_t)origin * 0x9e3779b97f4a7c15ull);
+    int32_t sl = (int32_t)(h & (uint64_t)(b->hcap - 1));
+    while (b->table[sl] >= 0) {
+        int32_t i = b->table[sl];
+        if (f->origin[i] == origin &&
+            memcmp(f->key + (size_t)i * (size_t)f->n_live, k, (size_t)f->n_live * sizeof *k) == 0)
+            break;
+        sl = (sl + 1) & (b->hcap - 1);
+    }
+    int32_t i = b->table[sl];
+    if (i >= 0 && cost >= f->cost[i])
+        return false;
+    if (i < 0) {
+        fb_grow(b);
+        i = f->n++;
+        b->table[sl] = i;
+        memcpy(f->key + (size_t)i * (size_t)f->n_live, k, (size_t)f->n_live * sizeof *k);
+        f->origin[i] = origin;
+    }
+    f->cost[i] = cost;
+    b->from[i] = from;
+    b->aux[i] = aux;
+    b->aux2[i] = aux2;
+    return true;
+}
+
+static int cmp_cost_idx(const void *x, const void *y, void *u) {
+    const double *c = u;
+    double a = c[*(const int32_t *)x], b = c[*(const int32_t *)y];
     return a < b ? -1 : a > b;
 }
 
+/* Ends a build: the beam (the cheapest max_states states) when there are more. */
+static void fb_end(dp *d, fr_build *b) {
+    frontier *f = b->f;
+    free(b->table);
+    b->table = NULL;
+    if (f->n > d->max_states) {
+        int32_t *ord = un_xmalloc((size_t)f->n * sizeof *ord);
+        for (int32_t i = 0; i < f->n; i++)
+            ord[i] = i;
+        qsort_r(ord, (size_t)f->n, sizeof *ord, cmp_cost_idx, f->cost);
+        int32_t keep = (int32_t)d->max_states;
+        int32_t L = f->n_live;
+        double *c = un_xmalloc((size_t)keep * sizeof *c);
+        int32_t *k = un_xmalloc(((size_t)keep * (size_t)L + 1) * sizeof *k);
+        int32_t *o = un_xmalloc((size_t)keep * sizeof *o), *fr = un_xmalloc((size_t)keep * sizeof *fr);
+        int32_t *x = un_xmalloc((size_t)keep * sizeof *x), *y = un_xmalloc((size_t)keep * sizeof *y);
+        for (int32_t i = 0; i < keep; i++) {
+            int32_t j = ord[i];
+            c[i] = f->cost[j];
+            memcpy(k + (size_t)i * (size_t)L, f->key + (size_t)j * (size_t)L, (size_t)L * sizeof *k);
+            o[i] = f->origin[j];
+            fr[i] = b->from[j];
+            x[i] = b->aux[j];
+            y[i] = b->aux2[j];
+        }
+        free(ord);
+        free(f->cost);
+        free(f->key);
+        free(f->origin);
+        free(b->from);
+        free(b->aux);
+        free(b->aux2);
+        f->cost = c;
+        f->key = k;
+        f->origin = o;
+        b->from = fr;
+        b->aux = x;
+        b->aux2 = y;
+        f->n = f->cap = keep;
+        f->rec = un_xrealloc(f->rec, (size_t)keep * sizeof *f->rec);
+        d->st->beam = true;
+    }
+    if (f->n > d->st->max_frontier)
+        d->st->max_frontier = f->n;
+}
+
+static void fb_free(fr_build *b) {
+    free(b->table);
+    free(b->from);
+    free(b->aux);
+    free(b->aux2);
+}
+
+/* The live nodes after position `at` among `cand` (ascending, may repeat): lastpos > at. */
+static int32_t live_after(const un_map *m, const int32_t *cand, int32_t nc, int32_t at,
+                          int32_t *out) {
+    int32_t k = 0;
+    for (int32_t i = 0; i < nc; i++)
+        if (m->lastpos[cand[i]] > at && (k == 0 || out[k - 1] != cand[i]))
+            out[k++] = cand[i];
+    return k;
+}
+
+static int cmp_i32(const void *x, const void *y) {
+    int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
+    return a < b ? -1 : a > b;
+}
+
+/* One node: every state times every configuration of v inside [rs, rs + rc). */
+static void dp_leaf(dp *d, frontier *in, int32_t v, int rs, int rc, frontier *out) {
+    un_map *m = d->m;
+    int32_t *cand = un_xmalloc(((size_t)in->n_live + 2) * sizeof *cand);
+    memcpy(cand, in->live, (size_t)in->n_live * sizeof *cand);
+    cand[in->n_live] = v;
+    qsort(cand, (size_t)in->n_live + 1, sizeof *cand, cmp_i32);
+    int32_t *live = un_xmalloc(((size_t)in->n_live + 2) * sizeof *live);
+    int32_t nl = live_after(m, cand, in->n_live + 1, m->pos[v], live);
+    fr_init(out, live, nl);
+    if (nl == 1 && live[0] == v)
+        d->st->pieces++;
+    int32_t nc = un_map_config_count(m, v);
+    fr_build b;
+    fb_begin(&b, out, (int64_t)in->n * 4);
+    int32_t *k = un_xmalloc(((size_t)nl + 1) * sizeof *k);
+    for (int32_t s = 0; s < in->n; s++) {
+        for (int32_t i = 0; i < in->n_live; i++)
+            d->assign[in->live[i]] = in->key[(size_t)s * (size_t)in->n_live + (size_t)i];
+        for (int32_t c = 0; c < nc; c++) {
+            const un_map_config *kc = un_map_config_get(m, v, c);
+            if (kc->start != rs || kc->degree > rc)
+                continue;
+            double t, bb;
+            node_cost(m, v, c, d->assign, &t, &bb);
+            double cost = in->cost[s] + t + d->lambda * bb;
+            if (!isfinite(cost))
+                continue;
+            d->assign[v] = c;
+            for (int32_t i = 0; i < nl; i++)
+                k[i] = d->assign[live[i]];
+            fb_offer(&b, k, in->origin[s], cost, s, c, 0);
+            d->st->states++;
+        }
+    }
+    fb_end(d, &b);
+    for (int32_t i = 0; i < out->n; i++)
+        out->rec[i] = trail_push(d, (trail){v, b.aux[i], in->rec[b.from[i]], -1, -1});
+    fb_free(&b);
+    free(k);
+    free(cand);
+    free(live);
+}
+
+static void dp_run(dp *d, int32_t x, frontier *in, int rs, int rc, frontier *out);
+
+/* A frontier of in's states with themselves as origins, cost 0 and no trail: the start of a
+ * branch run whose results are joined per input state. */
+static void fr_start(const frontier *in, frontier *f) {
+    fr_init(f, in->live, in->n_live);
+    f->n = f->cap = in->n;
+    size_t kn = (size_t)in->n * (size_t)in->n_live;
+    f->cost = un_xcalloc((size_t)in->n + 1, sizeof *f->cost);
+    f->key = un_xmalloc((kn + 1) * sizeof *f->key);
+    memcpy(f->key, in->key, kn * sizeof *f->key);
+    f->origin = un_xmalloc(((size_t)in->n + 1) * sizeof *f->origin);
+    f->rec = un_xmalloc(((size_t)in->n + 1) * sizeof *f->rec);
+    for (int32_t i = 0; i < in->n; i++) {
+        f->origin[i] = i;
+        f->rec[i] = -1;
+    }
+}
+
+/* The branches of parallel node x with bit i of mask set to the high half: each half's
+ * branches one after another on their half, from every input state; joined per input state
+ * with the larger half's cost. Offered into b. */
+static void dp_split(dp *d, int32_t x, frontier *in, int rs, int h, uint32_t mask, fr_build *b) {
+    const un_sp_node *t = &d->m->tree.nodes[x];
+    const int32_t *ch = d->m->tree.child + t->child_at;
+    frontier half[2];
+    for (int side = 0; side < 2; side++) {
+        fr_start(in, &half[side]);
+        for (int32_t i = 0; i < t->n_child; i++) {
+            if ((int)((mask >> i) & 1u) != side)
+                continue;
+            frontier nx;
+            dp_run(d, ch[i], &half[side], rs + side * h, h, &nx);
+            fr_deinit(&half[side]);
+            half[side] = nx;
+        }
+    }
+    frontier *out = b->f;
+    int32_t n = d->m->n, *slot = d->slot;
+    for (int32_t i = 0; i < out->n_live; i++)
+        slot[out->live[i]] = slot[n + out->live[i]] = slot[2 * n + out->live[i]] = -1;
+    for (int32_t i = 0; i < in->n_live; i++)
+        slot[in->live[i]] = i;
+    for (int32_t i = 0; i < half[0].n_live; i++)
+        slot[n + half[0].live[i]] = i;
+    for (int32_t i = 0; i < half[1].n_live; i++)
+        slot[2 * n + half[1].live[i]] = i;
+    /* states of each half grouped by origin */
+    int32_t *at[2], *idx[2];
+    for (int side = 0; side < 2; side++) {
+        frontier *f = &half[side];
+        at[side] = un_xcalloc((size_t)in->n + 2, sizeof *at[side]);
+        idx[side] = un_xmalloc(((size_t)f->n + 1) * sizeof *idx[side]);
+        for (int32_t i = 0; i < f->n; i++)
+            at[side][f->origin[i] + 1]++;
+        for (int32_t s = 0; s < in->n; s++)
+            at[side][s + 1] += at[side][s];
+        int32_t *fill = un_xmalloc(((size_t)in->n + 1) * sizeof *fill);
+        memcpy(fill, at[side], (size_t)in->n * sizeof *fill);
+        for (int32_t i = 0; i < f->n; i++)
+            idx[side][fill[f->origin[i]]++] = i;
+        free(fill);
+    }
+    /* the joins: every pair of an input state's low and high states; beyond 16 x max_states
+     * pairs, each input state's cheapest r of each half (a beam) */
+    int64_t total = 0, limit = 16 * d->max_states;
+    for (int32_t s = 0; s < in->n; s++)
+        total += (int64_t)(at[0][s + 1] - at[0][s]) * (at[1][s + 1] - at[1][s]);
+    int32_t r = INT32_MAX;
+    if (total > limit) {
+        for (int side = 0; side < 2; side++)
+            for (int32_t s = 0; s < in->n; s++)
+                qsort_r(idx[side] + at[side][s], (size_t)(at[side][s + 1] - at[side][s]),
+                        sizeof(int32_t), cmp_cost_idx, half[side].cost);
+        for (r = 64; r > 1; r /= 2) {
+            total = 0;
+            for (int32_t s = 0; s < in->n; s++) {
+                int64_t a0 = at[0][s + 1] - at[0][s], a1 = at[1][s + 1] - at[1][s];
+                total += (a0 < r ? a0 : r) * (a1 < r ? a1 : r);
+            }
+            if (total <= limit)
+                break;
+        }
+        d->st->beam = true;
+    }
+    int32_t L = out->n_live;
+    int32_t *k = un_xmalloc(((size_t)L + 1) * sizeof *k);
+    for (int32_t s = 0; s < in->n; s++)
+        for (int32_t p = at[0][s]; p < at[0][s + 1] && p - at[0][s] < r; p++)
+            for (int32_t q = at[1][s]; q < at[1][s + 1] && q - at[1][s] < r; q++) {
+                int32_t i0 = idx[0][p], i1 = idx[1][q];
+                for (int32_t j = 0; j < L; j++) {
+                    int32_t u = out->live[j];
+                    k[j] = slot[n + u] >= 0
+                               ? half[0].key[(size_t)i0 * (size_t)half[0].n_live + (size_t)slot[n + u]]
+                           : slot[2 * n + u] >= 0
+                               ? half[1].key[(size_t)i1 * (size_t)half[1].n_live +
+                                             (size_t)slot[2 * n + u]]
+                               : in->key[(size_t)s * (size_t)in->n_live + (size_t)slot[u]];
+                }
+                double c0 = half[0].cost[i0], c1 = half[1].cost[i1];
+                double cost = in->cost[s] + (c0 > c1 ? c0 : c1);
+                /* from: the input state's trail; aux, aux2: the halves' trails */
+                fb_offer(b, k, in->origin[s], cost, in->rec[s], half[0].rec[i0], half[1].rec[i1]);
+                d->st->states++;
+            }
+    free(k);
+    for (int side = 0; side < 2; side++) {
+        free(at[side]);
+        free(idx[side]);
+        fr_deinit(&half[side]);
+    }
+}
+
+/* Runs tree node x on the states of in (consumed) inside the device range [rs, rs + rc). */
+static void dp_run(dp *d, int32_t x, frontier *in, int rs, int rc, frontier *out) {
+    un_map *m = d->m;
+    const un_sp_node *t = &m->tree.nodes[x];
+    if (t->kind == UN_SP_LEAF) {
+        dp_leaf(d, in, t->node, rs, rc, out);
+        fr_deinit(in);
+        return;
+    }
+    const int32_t *ch = m->tree.child + t->child_at;
+    if (t->kind == UN_SP_SERIES || !split_ok(m, rc)) {
+        if (t->kind == UN_SP_PARALLEL)
+            d->st->parallels++;
+        frontier cur = *in;
+        memset(in, 0, sizeof *in);
+        for (int32_t i = 0; i < t->n_child; i++) {
+            frontier nx;
+            dp_run(d, ch[i], &cur, rs, rc, &nx);
+            cur = nx;
+        }
+        *out = cur;
+        return;
+    }
+    d->st->parallels++;
+    /* the live nodes after x, the same for every option */
+    int32_t nc = in->n_live + (t->end - t->begin);
+    int32_t *cand = un_xmalloc(((size_t)nc + 1) * sizeof *cand);
+    memcpy(cand, in->live, (size_t)in->n_live * sizeof *cand);
+    memcpy(cand + in->n_live, m->tree.order + t->begin, (size_t)(t->end - t->begin) * sizeof *cand);
+    qsort(cand, (size_t)nc, sizeof *cand, cmp_i32);
+    int32_t *live = un_xmalloc(((size_t)nc + 1) * sizeof *live);
+    int32_t nl = live_after(m, cand, nc, t->end - 1, live);
+    free(cand);
+    frontier shared;
+    { /* the branches share the range: one after another */
+        frontier cur;
+        fr_init(&cur, in->live, in->n_live);
+        cur.n = cur.cap = in->n;
+        size_t kn = (size_t)in->n * (size_t)in->n_live;
+        cur.cost = un_xmalloc(((size_t)in->n + 1) * sizeof *cur.cost);
+        cur.key = un_xmalloc((kn + 1) * sizeof *cur.key);
+        cur.origin = un_xmalloc(((size_t)in->n + 1) * sizeof *cur.origin);
+        cur.rec = un_xmalloc(((size_t)in->n + 1) * sizeof *cur.rec);
+        memcpy(cur.cost, in->cost, (size_t)in->n * sizeof *cur.cost);
+        memcpy(cur.key, in->key, kn * sizeof *cur.key);
+        memcpy(cur.origin, in->origin, (size_t)in->n * sizeof *cur.origin);
+        memcpy(cur.rec, in->rec, (size_t)in->n * sizeof *cur.rec);
+        for (int32_t i = 0; i < t->n_child; i++) {
+            frontier nx;
+            dp_run(d, ch[i], &cur, rs, rc, &nx);
+            cur = nx;
+        }
+        shared = cur;
+    }
+    fr_init(out, live, nl);
+    free(live);
+    fr_build b;
+    fb_begin(&b, out, shared.n * 2);
+    /* the shared option's states, reordered to the common live list */
+    int32_t *k = un_xmalloc(((size_t)nl + 1) * sizeof *k);
+    for (int32_t i = 0; i < shared.n_live; i++)
+        d->slot[shared.live[i]] = i;
+    for (int32_t s = 0; s < shared.n; s++) {
+        for (int32_t j = 0; j < nl; j++)
+            k[j] = shared.key[(size_t)s * (size_t)shared.n_live + (size_t)d->slot[out->live[j]]];
+        fb_offer(&b, k, shared.origin[s], shared.cost[s], shared.rec[s], -3, -3);
+    }
+    free(k);
+    fr_deinit(&shared);
+    /* splits: every assignment of the branches to the halves for up to 3 branches; for 4,
+     * those with the first branch low (the mirror images differ only in where the moves
+     * between device sets land); beyond, the branches in order cut once */
+    int32_t nb = t->n_child;
+    uint32_t n_opt = nb <= 3 ? 1u << nb : nb == 4 ? 8u : (uint32_t)nb + 1;
+    /* from the cheapest max_states / 8 input states (all of them on small graphs) */
+    frontier sub, *from = in;
+    int32_t cap_in = (int32_t)(d->max_states / 8 > 64 ? d->max_states / 8 : 64);
+    if (in->n > cap_in) {
+        int32_t *ord = un_xmalloc((size_t)in->n * sizeof *ord);
+        for (int32_t i = 0; i < in->n; i++)
+            ord[i] = i;
+        qsort_r(ord, (size_t)in->n, sizeof *ord, cmp_cost_idx, in->cost);
+        fr_init(&sub, in->live, in->n_live);
+        sub.n = sub.cap = cap_in;
+        sub.cost = un_xmalloc((size_t)cap_in * sizeof *sub.cost);
+        sub.key = un_xmalloc(((size_t)cap_in * (size_t)in->n_live + 1) * sizeof *sub.key);
+        sub.origin = un_xmalloc((size_t)cap_in * sizeof *sub.origin);
+        sub.rec = un_xmalloc((size_t)cap_in * sizeof *sub.rec);
+        for (int32_t i = 0; i < cap_in; i++) {
+            int32_t j = ord[i];
+            sub.cost[i] = in->cost[j];
+            sub.origin[i] = in->origin[j];
+            sub.rec[i] = in->rec[j];
+            memcpy(sub.key + (size_t)i * (size_t)in->n_live, in->key + (size_t)j * (size_t)in->n_live,
+                   (size_t)in->n_live * sizeof *sub.key);
+        }
+        free(ord);
+        from = &sub;
+        d->st->beam = true;
+    }
+    for (uint32_t o = 0; o < n_opt; o++) {
+        uint32_t mask = nb <= 3 ? o : nb == 4 ? o << 1 : ((1u << nb) - 1u) & ~((1u << o) - 1u);
+        d->st->splits++;
+        dp_split(d, x, from, rs, rc / 2, mask, &b);
+    }
+    if (from == &sub)
+        fr_deinit(&sub);
+    fb_end(d, &b);
+    for (int32_t i = 0; i < out->n; i++)
+        out->rec[i] = b.aux[i] == -3 ? b.from[i]
+                                     : trail_push(d, (trail){-1, 0, b.from[i], b.aux[i], b.aux2[i]});
+    fb_free(&b);
+    fr_deinit(in);
+}
+
+static void trail_walk(const dp *d, int32_t rec, int32_t *a);
+
 un_status un_map_solve(un_ctx *ctx, un_map *m, double lambda, int32_t *a, un_map_stats *stats) {
-    (void)ctx;
     memset(stats, 0, sizeof *stats);
     int32_t n = m->n;
-    for (int32_t v = 0; v < n; v++)
-        a[v] = -1;
-    int32_t n_steps = 0;
-    for (int32_t v = 0; v < n; v++)
-        n_steps += is_regular(m->g, v);
-    ve_step *steps = un_xcalloc((size_t)n_steps + 1, sizeof *steps);
-    /* step -1: one empty state */
-    int32_t prev_live_n = 0, *prev_live = NULL;
-    int32_t prev_n = 1;
-    ve_state *prev_s = un_xcalloc(1, sizeof *prev_s);
-    int32_t *prev_key = NULL;
-    ve_state *root = prev_s;
-    int32_t *pos = un_xmalloc(((size_t)n + 1) * sizeof *pos); /* node -> slot in prev_live */
-    int32_t *assign = un_xmalloc(((size_t)n + 1) * sizeof *assign);
-    for (int32_t v = 0; v < n; v++)
-        pos[v] = -1;
-    int32_t si = 0;
     for (int32_t v = 0; v < n; v++) {
-        if (!is_regular(m->g, v))
-            continue;
-        ve_step *S = &steps[si++];
-        S->node = v;
-        stats->configs += un_map_config_count(m, v);
-        /* the new frontier: the old one and v, less the nodes whose last use is v */
-        S->live = un_xmalloc(((size_t)prev_live_n + 1) * sizeof *S->live);
-        for (int32_t i = 0; i < prev_live_n; i++)
-            if (m->last_use[prev_live[i]] > v)
-                S->live[S->n_live++] = prev_live[i];
-        if (m->last_use[v] > v)
-            S->live[S->n_live++] = v;
-        if (S->n_live == 1 && S->live[0] == v)
-            stats->pieces++;
-        int32_t nc = un_map_config_count(m, v);
-        int64_t cap = (int64_t)prev_n * nc;
-        int32_t hcap = 1;
-        while (hcap < 2 * cap + 2)
-            hcap *= 2;
-        int32_t *table = un_xmalloc((size_t)hcap * sizeof *table);
-        for (int32_t i = 0; i < hcap; i++)
-            table[i] = -1;
-        S->s = un_xmalloc((size_t)cap * sizeof *S->s);
-        S->key = un_xmalloc(((size_t)cap * (size_t)S->n_live + 1) * sizeof *S->key);
-        int32_t *k = un_xmalloc(((size_t)S->n_live + 1) * sizeof *k);
-        for (int32_t ps = 0; ps < prev_n; ps++) {
-            for (int32_t i = 0; i < prev_live_n; i++)
-                assign[prev_live[i]] = prev_key[(size_t)ps * (size_t)prev_live_n + (size_t)i];
-            for (int32_t c = 0; c < nc; c++) {
-                double t, b;
-                node_cost(m, v, c, assign, &t, &b);
-                double cost = prev_s[ps].cost + t + lambda * b;
-                if (!isfinite(cost))
-                    continue;
-                assign[v] = c;
-                for (int32_t i = 0; i < S->n_live; i++)
-                    k[i] = assign[S->live[i]];
-                uint64_t h = key_hash(k, S->n_live);
-                int32_t slot = (int32_t)(h & (uint64_t)(hcap - 1));
-                while (table[slot] >= 0 && memcmp(S->key + (size_t)table[slot] * (size_t)S->n_live,
-                                                  k, (size_t)S->n_live * sizeof *k) != 0)
-                    slot = (slot + 1) & (hcap - 1);
-                ve_state ns = {cost, prev_s[ps].time + t, prev_s[ps].mem + b, ps, c};
-                if (table[slot] < 0) {
-                    table[slot] = S->n;
-                    memcpy(S->key + (size_t)S->n * (size_t)S->n_live, k,
-                           (size_t)S->n_live * sizeof *k);
-                    S->s[S->n++] = ns;
-                } else if (cost < S->s[table[slot]].cost) {
-                    S->s[table[slot]] = ns;
-                }
-                stats->states++;
-            }
-        }
-        free(k);
-        free(table);
-        if (S->n > m->p.max_states) { /* the beam: keep the cheapest */
-            int32_t *ord = un_xmalloc((size_t)S->n * sizeof *ord);
-            for (int32_t i = 0; i < S->n; i++)
-                ord[i] = i;
-            qsort_r(ord, (size_t)S->n, sizeof *ord, cmp_state_cost, S->s);
-            int32_t keep = (int32_t)m->p.max_states;
-            ve_state *ns = un_xmalloc((size_t)keep * sizeof *ns);
-            int32_t *nk = un_xmalloc(((size_t)keep * (size_t)S->n_live + 1) * sizeof *nk);
-            for (int32_t i = 0; i < keep; i++) {
-                ns[i] = S->s[ord[i]];
-                memcpy(nk + (size_t)i * (size_t)S->n_live,
-                       S->key + (size_t)ord[i] * (size_t)S->n_live, (size_t)S->n_live * sizeof *nk);
-            }
-            free(ord);
-            free(S->s);
-            free(S->key);
-            S->s = ns;
-            S->key = nk;
-            S->n = keep;
-            stats->beam = true;
-        }
-        if (S->n > stats->max_frontier)
-            stats->max_frontier = S->n;
-        prev_live_n = S->n_live;
-        prev_live = S->live;
-        prev_n = S->n;
-        prev_s = S->s;
-        prev_key = S->key;
-        if (prev_n == 0)
-            break;
+        a[v] = -1;
+        if (is_regular(m->g, v))
+            stats->configs += un_map_config_count(m, v);
     }
-    un_status st = UN_OK;
-    if (prev_n == 0 || si < n_steps) {
-        st = un_ctx_error(ctx, UN_ERR_INVALID, "mapping: no configuration of every node fits");
-    } else if (n_steps > 0) {
-        int32_t best = 0;
-        for (int32_t i = 1; i < prev_n; i++)
-            if (prev_s[i].cost < prev_s[best].cost)
-                best = i;
-        stats->cost = prev_s[best].cost;
-        stats->time = prev_s[best].time;
-        stats->mem = prev_s[best].mem + m->base_mem;
-        stats->cost += lambda * m->base_mem;
-        for (int32_t i = n_steps - 1; i >= 0; i--) {
-            a[steps[i].node] = steps[i].s[best].choice;
-            best = steps[i].s[best].parent;
-        }
-    } else {
+    if (!m->have_tree) {
         stats->mem = m->base_mem;
+        stats->cost = lambda * m->base_mem;
+        return UN_OK;
     }
-    for (int32_t i = 0; i < n_steps; i++) {
-        free(steps[i].live);
-        free(steps[i].s);
-        free(steps[i].key);
+    dp d = {.m = m, .lambda = lambda, .st = stats, .max_states = m->p.max_states};
+    d.assign = un_xmalloc(((size_t)n + 1) * sizeof *d.assign);
+    d.slot = un_xmalloc((3 * (size_t)n + 1) * sizeof *d.slot);
+    frontier f;
+    fr_init(&f, NULL, 0);
+    f.n = f.cap = 1;
+    f.cost = un_xcalloc(1, sizeof *f.cost);
+    f.key = un_xmalloc(sizeof *f.key);
+    f.origin = un_xcalloc(1, sizeof *f.origin);
+    f.rec = un_xmalloc(sizeof *f.rec);
+    f.rec[0] = -1;
+    frontier res;
+    dp_run(&d, m->tree.root, &f, 0, m->p.devices, &res);
+    un_status st = UN_OK;
+    if (res.n == 0) {
+        st = un_ctx_error(ctx, UN_ERR_INVALID, "mapping: no configuration of every node fits");
+    } else {
+        int32_t best = 0;
+        for (int32_t i = 1; i < res.n; i++)
+            if (res.cost[i] < res.cost[best])
+                best = i;
+        trail_walk(&d, res.rec[best], a);
+        stats->cost = un_map_cost(m, a, lambda, &stats->time, &stats->mem);
     }
-    free(steps);
-    free(root);
-    free(pos);
-    free(assign);
+    fr_deinit(&res);
+    free(d.t);
+    free(d.assign);
+    free(d.slot);
     return st;
+}
+
+const un_sp_tree *un_map_tree(const un_map *m) {
+    return m->have_tree ? &m->tree : NULL;
+}
+
+const un_sp_info *un_map_sp(const un_map *m) {
+    return m->have_tree ? &m->sa : NULL;
+}
+
+/* The assignment a trail record leads to (the nodes it names). */
+static void trail_walk(const dp *d, int32_t rec, int32_t *a) {
+    int32_t *stack = un_xmalloc(((size_t)d->nt + 1) * sizeof *stack);
+    int32_t sp = 0;
+    if (rec >= 0)
+        stack[sp++] = rec;
+    while (sp > 0) {
+        trail r = d->t[stack[--sp]];
+        if (r.v >= 0)
+            a[r.v] = r.c;
+        if (r.prev >= 0)
+            stack[sp++] = r.prev;
+        if (r.v < 0 && r.x >= 0)
+            stack[sp++] = r.x;
+        if (r.v < 0 && r.y >= 0)
+            stack[sp++] = r.y;
+    }
+    free(stack);
+}
+
+un_status un_map_solve_piece(un_ctx *ctx, un_map *m, double lambda, int32_t child_begin,
+                             int32_t child_end, int32_t entry, int32_t entry_cfg, int32_t exit,
+                             int64_t max_states, double *cost, int32_t *assign,
+                             un_map_stats *st) {
+    if (!m->have_tree)
+        return un_ctx_error(ctx, UN_ERR_INVALID, "mapping: no regular node to split");
+    const un_sp_node *root = &m->tree.nodes[m->tree.root];
+    int32_t n_child = root->kind == UN_SP_SERIES ? root->n_child : 1;
+    if (child_begin < 0 || child_end > n_child || child_begin >= child_end)
+        return un_ctx_error(ctx, UN_ERR_INVALID, "mapping: piece [%d, %d) of %d parts",
+                            (int)child_begin, (int)child_end, (int)n_child);
+    int32_t nx = exit >= 0 ? un_map_config_count(m, exit) : 1;
+    for (int32_t x = 0; x < nx; x++)
+        cost[x] = INFINITY;
+    dp d = {.m = m,
+            .lambda = lambda,
+            .st = st,
+            .max_states = max_states > 0 ? max_states : m->p.max_states};
+    d.assign = un_xmalloc(((size_t)m->n + 1) * sizeof *d.assign);
+    d.slot = un_xmalloc((3 * (size_t)m->n + 1) * sizeof *d.slot);
+    frontier f;
+    bool live = entry >= 0 && m->lastpos[entry] > m->pos[entry];
+    fr_init(&f, &entry, live ? 1 : 0);
+    f.n = f.cap = 1;
+    f.cost = un_xcalloc(1, sizeof *f.cost);
+    f.key = un_xmalloc(sizeof *f.key);
+    f.key[0] = entry_cfg;
+    f.origin = un_xcalloc(1, sizeof *f.origin);
+    f.rec = un_xmalloc(sizeof *f.rec);
+    f.rec[0] = -1;
+    for (int32_t i = child_begin; i < child_end; i++) {
+        int32_t x = root->kind == UN_SP_SERIES ? m->tree.child[root->child_at + i] : m->tree.root;
+        frontier nf;
+        dp_run(&d, x, &f, 0, m->p.devices, &nf);
+        f = nf;
+    }
+    int32_t slot = -1;
+    for (int32_t i = 0; i < f.n_live; i++)
+        if (f.live[i] == exit)
+            slot = i;
+    int32_t *best = un_xmalloc(((size_t)nx + 1) * sizeof *best);
+    for (int32_t x = 0; x < nx; x++)
+        best[x] = -1;
+    for (int32_t i = 0; i < f.n; i++) {
+        int32_t x = slot >= 0 ? f.key[(size_t)i * (size_t)f.n_live + (size_t)slot] : 0;
+        if (x < nx && (best[x] < 0 || f.cost[i] < f.cost[best[x]]))
+            best[x] = i;
+    }
+    for (int32_t x = 0; x < nx; x++)
+        if (best[x] >= 0) {
+            cost[x] = f.cost[best[x]];
+            trail_walk(&d, f.rec[best[x]], assign + (size_t)x * (size_t)m->n);
+        }
+    free(best);
+    fr_deinit(&f);
+    free(d.t);
+    free(d.assign);
+    free(d.slot);
+    return UN_OK;
 }
 
 un_status un_map_exhaustive(un_ctx *ctx, const un_map *m, double lambda, int32_t *a, double *best) {
@@ -843,6 +1508,7 @@ typedef struct plan_builder {
     un_ref cur;
     un_status st;
     int32_t devices;
+    int32_t start; /* first device of the consumer the conversion feeds */
 } plan_builder;
 
 static void plan_step(void *u, un_op op, int dim, int k, const un_shape *after) {
@@ -854,7 +1520,8 @@ static void plan_step(void *u, un_op op, int dim, int k, const un_shape *after) 
     if (b->st != UN_OK)
         return;
     int64_t pieces = un_shape_npieces(after);
-    un_graph_node_set_view(b->ng, id, (un_view){0, 1, (int32_t)pieces});
+    int32_t start = b->start + pieces <= b->devices ? b->start : 0;
+    un_graph_node_set_view(b->ng, id, (un_view){start, 1, (int32_t)pieces});
     b->cur = (un_ref){id, 0};
 }
 
@@ -862,6 +1529,7 @@ static void plan_step(void *u, un_op op, int dim, int k, const un_shape *after) 
 typedef struct conv_memo {
     un_ref src;
     un_shape to;
+    int32_t start;
     un_ref got;
 } conv_memo;
 
@@ -869,7 +1537,7 @@ static un_status convert(plan_builder *b, conv_memo **memo, int32_t *n_memo, un_
                          const un_shape *to, un_ref *out) {
     for (int32_t i = 0; i < *n_memo; i++)
         if ((*memo)[i].src.node == src.node && (*memo)[i].src.out == src.out &&
-            un_shape_eq(&(*memo)[i].to, to)) {
+            (*memo)[i].start == b->start && un_shape_eq(&(*memo)[i].to, to)) {
             *out = (*memo)[i].got;
             return UN_OK;
         }
@@ -881,7 +1549,7 @@ static un_status convert(plan_builder *b, conv_memo **memo, int32_t *n_memo, un_
     if (b->st != UN_OK)
         return b->st;
     *memo = un_xrealloc(*memo, ((size_t)*n_memo + 1) * sizeof **memo);
-    (*memo)[(*n_memo)++] = (conv_memo){src, *to, b->cur};
+    (*memo)[(*n_memo)++] = (conv_memo){src, *to, b->start, b->cur};
     *out = b->cur;
     return UN_OK;
 }
@@ -911,6 +1579,7 @@ un_status un_map_plan(un_ctx *ctx, const un_map *m, const int32_t *a, un_graph *
         }
         const un_map_config *c = un_map_config_get(m, v, a[v]);
         un_ref ins[UN_MAX_INPUTS];
+        b.start = c->start;
         for (int t = 0; t < nd->n_in && st == UN_OK; t++)
             st = convert(&b, &memo, &n_memo, map[nd->in[t].node * UN_MAX_OUTPUTS + nd->in[t].out],
                          &c->in[t], &ins[t]);
@@ -918,7 +1587,16 @@ un_status un_map_plan(un_ctx *ctx, const un_map *m, const int32_t *a, un_graph *
             st = un_graph_add(ctx, ng, nd->op, nd->params, ins, nd->n_in, nd->name, &nid);
         if (st != UN_OK)
             break;
-        un_graph_node_set_view(ng, nid, (un_view){0, 1, c->degree});
+        un_graph_node_set_view(ng, nid, (un_view){c->start, 1, c->degree});
+        /* a weight read whole by a node placed past device 0 lives on that node's device (a
+         * weight with a conversion chain takes the chain's view when it is folded) */
+        for (int t = 0; t < nd->n_in && c->start > 0; t++) {
+            const un_node *src = un_graph_node(g, nd->in[t].node);
+            un_ref wr = map[nd->in[t].node * UN_MAX_OUTPUTS];
+            if (src->op == UN_OP_WEIGHT && ins[t].node == wr.node &&
+                un_graph_node(ng, wr.node)->view.count == 0)
+                un_graph_node_set_view(ng, wr.node, (un_view){c->start, 1, 1});
+        }
         for (int o = 0; o < nd->inf.n_out; o++)
             map[v * UN_MAX_OUTPUTS + o] = (un_ref){nid, o};
     }
@@ -930,6 +1608,7 @@ un_status un_map_plan(un_ctx *ctx, const un_map *m, const int32_t *a, un_graph *
         const un_shape *s = un_graph_shape(ng, got);
         if (is_regular(g, r.node) && !loss_readable(s)) {
             un_shape to = loss_layout(s);
+            b.start = 0;
             st = convert(&b, &memo, &n_memo, got, &to, &got);
         }
         outs[i] = got;

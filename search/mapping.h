@@ -7,24 +7,31 @@
  * d ways along one dim, that the op's sharding rules accept (un_spec_infer) with an output that
  * holds no copies: data parallelism (batch), Megatron's column and row splits of a linear
  * (out_features; contract, whose output holds partial sums), channel or head splits, as the
- * spec allows. A node of degree d runs on devices 0 .. d-1 (machine view start 0, stride 1,
- * count d), so device 0 holds a piece of every tensor and needs the most memory.
+ * spec allows. A node of degree d runs on devices start .. start + d - 1 (machine view start,
+ * stride 1, count d): start 0, or D/2 for the nodes of a parallel branch (below) when d <= D/2;
+ * each configuration is one (layouts, start) pair, `layout` naming the start-0 twin.
  *
- * Costs (additive, from search/cost.h, every query cached there): a node's forward and backward
- * time on its piece; gradient all-reduce of its replicated weights over their copies; and for
- * each edge the conversion from the producer's output layout to the layout the consumer needs
- * (reduce, combine, partition, replicate: forward and backward transfers). Memory of device 0:
- * weight pieces with gradients and optimizer state, activation pieces and their gradients,
- * conversion buffers. The runtime runs one node after another, each on its devices, so a
- * step is about the sum of the nodes' times; the simulator (search/sim.h) then checks the plan.
+ * Costs (from search/cost.h, every query cached there): a node's forward and backward time on
+ * its piece; gradient all-reduce of its replicated weights over their copies; for each edge the
+ * conversion from the producer's output layout to the layout the consumer needs (reduce,
+ * combine, partition, replicate: forward and backward transfers), plus a point-to-point move
+ * when producer and consumer start on different devices. Memory: weight pieces with gradients
+ * and optimizer state, activation pieces and their gradients, conversion buffers, added over the
+ * nodes (an upper bound on the fullest device). The simulator (search/sim.h) then checks the
+ * plan.
  *
- * Search. Variable elimination in topological order: the state is the configuration of every
- * node whose output is still needed (the frontier); at a cut node (search/sp.h) the frontier is
- * that one node, so the graph is split there and the pieces joined through the cut's layouts
- * (layer 1). Exact when the frontier's states stay under max_states (tests: equal to exhaustive
- * enumeration on small graphs); else the cheapest max_states states are kept (a beam), which
- * the stats report. Memory: minimises time + lambda * memory(device 0); un_map_best raises
- * lambda until the plan fits.
+ * Search. A dynamic programme over the series-parallel tree (search/sp.h), whose state is the
+ * configuration of every node whose output is still needed (the frontier). A series runs its
+ * parts one after another (their costs add); a parallel composition either shares the range of
+ * devices (one branch after another, costs add) or, on the whole machine, gives each half a
+ * subset of the branches: each half runs its branches from every input state on its own
+ * devices, and the halves are joined per input state with the larger half's cost (they run
+ * concurrently). Every node runs from the first device of its range. un_map_cost evaluates the
+ * same cost on any assignment (a parallel composition whose branches each lie in one half costs
+ * the larger half), so the DP equals exhaustive enumeration on small graphs (tests). Beyond
+ * max_states states the cheapest are kept (a beam), which the stats report. Memory: minimises
+ * time + lambda * memory; search.c raises lambda until the simulator says the plan fits. Layer 1
+ * (search/split.h) cuts the graph at cut nodes into pieces solved by un_map_solve_piece.
  *
  *   un_map_params p = un_map_params_default(4);
  *   un_map *m;
@@ -40,6 +47,7 @@
 #define UN_MAPPING_H
 
 #include "search/sim.h"
+#include "search/sp.h"
 
 typedef struct un_map un_map;
 
@@ -48,12 +56,15 @@ typedef struct un_map_params {
     int64_t max_states;    /* frontier states kept per step (0: 4096) */
     bool only_data;        /* configurations: serial or the batch (dim 0) split only */
     bool no_parallel;      /* configurations: serial only (every node on device 0) */
+    bool shared_branches;  /* parallel branches always share their devices (no disjoint sets) */
     const char *optimizer; /* "adam" (2 state copies) or "sgd" (1) */
 } un_map_params;
 
 /* One configuration of one node. */
 typedef struct un_map_config {
-    int32_t degree;             /* devices 0 .. degree - 1 */
+    int32_t degree;             /* devices start .. start + degree - 1 */
+    int32_t start;              /* first device (machine view start, stride 1) */
+    int32_t layout;             /* index of the same layouts at start 0 (edge costs) */
     un_shape in[UN_MAX_INPUTS]; /* the layout each input must have */
     int32_t n_out;
     un_shape out[UN_MAX_OUTPUTS]; /* the output layouts */
@@ -67,6 +78,8 @@ typedef struct un_map_stats {
     int64_t states;       /* frontier states expanded */
     int64_t max_frontier; /* most states alive at once */
     int32_t pieces;       /* pieces between cut nodes (layer 1) */
+    int32_t parallels;    /* parallel compositions of the SP tree the DP went through */
+    int64_t splits;       /* device-set splits of parallel branches tried */
     bool beam;            /* states were dropped: the result may not be optimal */
     double cost;          /* the additive estimate of the result (seconds + lambda * bytes) */
     double time, mem;     /* its seconds and bytes on device 0 */
@@ -84,6 +97,9 @@ void un_map_free(un_map *m);
 
 /* ---- queries ---- */
 
+int32_t un_map_node_count(const un_map *m); /* the graph's nodes */
+const un_graph *un_map_graph(const un_map *m);
+int64_t un_map_max_states(const un_map *m); /* the beam: frontier states kept */
 int32_t un_map_config_count(const un_map *m, int32_t node);
 const un_map_config *un_map_config_get(const un_map *m, int32_t node, int32_t i);
 /* The additive cost of an assignment (a[v] for every regular node): seconds + lambda * bytes of
@@ -99,6 +115,24 @@ void un_map_data_parallel(const un_map *m, int32_t *a);
 un_status un_map_solve(un_ctx *ctx, un_map *m, double lambda, int32_t *a, un_map_stats *st);
 /* The cheapest by enumerating every assignment (tests; UN_ERR_INVALID beyond 1e7 of them). */
 un_status un_map_exhaustive(un_ctx *ctx, const un_map *m, double lambda, int32_t *a, double *best);
+
+/* ---- layer 1's primitive (search/split.h) ---- */
+
+/* The series-parallel tree the DP runs over (NULL when g has no regular node), and its
+ * analysis (cut nodes: un_sp_cut_nodes). */
+const un_sp_tree *un_map_tree(const un_map *m);
+const un_sp_info *un_map_sp(const un_map *m);
+/* One piece: the root's children [child_begin, child_end) (the root itself as child 0 when it is
+ * not a series), entered with cut node `entry` at configuration entry_cfg (entry -1: the start
+ * of the graph), solved by the DP for every configuration x of the cut node `exit` that ends it
+ * (exit -1: the end; one result). cost[x]: the piece's cost (seconds + lambda * bytes of its
+ * nodes, the entry's own cost excluded), INFINITY when none; assign[x * n + v] for the piece's
+ * nodes (n = nodes of the graph). max_states: this run's beam (0: the map's). Adds to *st's
+ * counters. */
+un_status un_map_solve_piece(un_ctx *ctx, un_map *m, double lambda, int32_t child_begin,
+                             int32_t child_end, int32_t entry, int32_t entry_cfg, int32_t exit,
+                             int64_t max_states, double *cost, int32_t *assign,
+                             un_map_stats *st);
 
 /* The plan graph of an assignment: g's nodes, with the parallel ops that convert each tensor
  * to the layout its consumer needs, and each node's machine view. Owned: un_graph_free. */

@@ -183,15 +183,18 @@ static un_status plan_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
         /* memory priced in until the plan fits: lambda doubles (x8) from 0, then bisection
          * between the last that did not fit and the first that did */
         double lambda = 0, lo = 0, hi = -1;
+        un_split split; /* layer 1: the pieces between cut nodes, joined along the chain */
+        st = un_split_make(ctx, m, p->split_size > 0 ? p->split_size : 10, &split);
         for (int round = 0; round < 40 && st == UN_OK; round++) {
             if (un_search_clock() > deadline) {
                 out->ended = "time";
                 break;
             }
-            un_map_stats ms;
-            st = un_map_solve(ctx, m, lambda, a, &ms);
+            un_split_stats ss;
+            st = un_split_solve(ctx, m, &split, lambda, a, &ss);
             if (st != UN_OK)
                 break;
+            un_map_stats ms = ss.map;
             out->lambda_rounds++;
             st = cand_eval(ctx, cm, m, p, a, n, &c);
             if (st != UN_OK)
@@ -206,6 +209,7 @@ static un_status plan_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
                         c.sim.mem_optim / 1e9, c.sim.mem_acts / 1e9);
             if (better(&c, &best)) {
                 out->stats = ms;
+                out->split = ss;
                 out->lambda = lambda;
             }
             keep_better(&best, &c);
@@ -224,6 +228,7 @@ static un_status plan_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
             if (lambda > 1e6 / cap)
                 break;
         }
+        un_split_deinit(&split);
         /* data parallel and serial are candidates too */
         const char *names[2] = {"data parallel", "serial"};
         for (int k = 0; k < 2 && st == UN_OK && p->mode == UN_SEARCH_JOINT; k++) {
@@ -480,10 +485,19 @@ void un_search_report(const un_search_result *r, const un_graph *g, const un_sea
     }
     if (p->mode == UN_SEARCH_JOINT || p->mode == UN_SEARCH_TASO)
         un_buf_printf(out,
+                      "layer 1: %d pieces of at most %d nodes where cut nodes allow (largest %d, "
+                      "%d cut nodes), %lld layer-3 runs (one per piece and entry layout), %d "
+                      "pieces equal to an earlier one (memoized)\n",
+                      (int)r->split.pieces, p->split_size > 0 ? p->split_size : 10,
+                      (int)r->split.largest, (int)r->split.cuts, (long long)r->split.piece_solves,
+                      (int)r->split.memo_hits);
+    if (p->mode == UN_SEARCH_JOINT)
+        un_buf_printf(out,
                       "layer 3: %lld configurations, %lld states expanded, at most %lld alive, "
-                      "%d cut pieces%s; %d memory prices tried (chosen %.3g s/GB); winner: %s\n",
+                      "%d parallel compositions, %lld device splits tried%s; %d memory prices tried (chosen %.3g s/GB); winner: %s\n",
                       (long long)r->stats.configs, (long long)r->stats.states,
-                      (long long)r->stats.max_frontier, (int)r->stats.pieces,
+                      (long long)r->stats.max_frontier, (int)r->stats.parallels,
+                      (long long)r->stats.splits,
                       r->stats.beam ? ", beam (states dropped)" : ", exact", r->lambda_rounds,
                       r->lambda * 1e9, r->picked ? r->picked : "?");
     if (p->mode == UN_SEARCH_MCMC)

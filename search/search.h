@@ -27,6 +27,7 @@
 #ifndef UN_SEARCH_H
 #define UN_SEARCH_H
 
+#include "search/split.h"
 #include "search/subst.h"
 
 typedef enum {
@@ -45,6 +46,7 @@ typedef struct un_search_params {
     double time_limit;     /* seconds of wall time (0: 60) */
     int64_t budget;        /* mcmc proposals (0: 20000) */
     int64_t max_states;    /* layer 3's frontier states (0: 4096) */
+    int split_size;        /* layer 1: nodes per piece between cut nodes (0: 10) */
     uint64_t seed;         /* mcmc */
     const un_ruleset *rules; /* layer 2's rules (borrowed; NULL: no rewrites) */
     double alpha;            /* layer 2's pruning factor (0: 1.05) */
@@ -58,6 +60,7 @@ typedef struct un_search_result {
     double wall;                 /* seconds the search took */
     const char *ended;           /* "exhausted", "budget" or "time" (static) */
     un_map_stats stats;          /* layer 3 of the chosen plan (joint) */
+    un_split_stats split;        /* layer 1 of the chosen plan (joint) */
     int lambda_rounds;           /* memory prices tried (joint) */
     double lambda;               /* the memory price of the chosen plan (seconds per byte) */
     int64_t proposals, accepted; /* mcmc */

@@ -210,6 +210,18 @@ static void run_xfers(sim *s, int32_t node, const stamp *ready) {
 
 /* ---- forward ---- */
 
+/* The device of piece p of a node's output: its machine view when it has one (the runtime's
+ * placement, runtime/exec.c), else p mod D. */
+static int32_t view_place(const un_view *v, int64_t p, int D) {
+    if (v->count > 0)
+        return v->start + (int32_t)(p % v->count) * v->stride;
+    return (int32_t)(p % (D > 0 ? D : 1));
+}
+
+static int32_t sim_place(const sim *s, const un_node *nd, int64_t p) {
+    return view_place(&nd->view, p, s->D);
+}
+
 typedef struct tuple {
     int dev;
     int64_t in_piece[UN_MAX_INPUTS];
@@ -226,7 +238,7 @@ static tuple *regular_tuples(sim *s, const un_node *nd, stensor *outs, int64_t *
     memset(u, 0, sizeof u);
     for (int64_t q = 0; q < nt; q++) {
         un_infer_piece(inf, u, true, 0, blk, &sum, &copy);
-        int d = (int)(piece_index(&outs[0].shape, blk, sum, copy) % s->D);
+        int d = sim_place(s, nd, piece_index(&outs[0].shape, blk, sum, copy));
         tp[q].dev = d;
         for (int o = 0; o < inf->n_out; o++) {
             un_infer_piece(inf, u, true, o, blk, &sum, &copy);
@@ -323,7 +335,7 @@ static un_status forward_node(sim *s, int32_t id) {
         int *nsrc = un_xcalloc((size_t)so->np, sizeof *nsrc);
         bool *view = un_xcalloc((size_t)so->np, sizeof *view);
         for (int64_t p = 0; p < so->np; p++) {
-            so->owner[p] = (int32_t)(p % s->D);
+            so->owner[p] = sim_place(s, nd, p);
             if (so->is_static)
                 continue;
             nsrc[p] = parallel_sources(nd, si, so, k, p, src, MAX_SRC, &view[p]);
@@ -770,10 +782,7 @@ static void weights_sync(sim *s, int phase) {
 }
 
 int un_sim_device(const un_graph *g, int32_t id, int64_t piece, int devices) {
-    const un_view *v = &un_graph_node(g, id)->view;
-    if (v->count > 0)
-        return v->start + (int)(piece % v->count) * v->stride;
-    return (int)(piece % (devices > 0 ? devices : 1));
+    return view_place(&un_graph_node(g, id)->view, piece, devices);
 }
 
 un_status un_sim_rank_param_counts(un_ctx *ctx, const un_graph *g, int64_t *counts, int *n) {

@@ -3,7 +3,8 @@
  * optimizer step), with the per-device memory the plan needs. Each device runs its tasks in the
  * graph's topological order (backward in reverse), as the runtime does; a task starts when its
  * device is free and its inputs have arrived. Placement is the runtime's: piece p of a tensor on
- * device p mod D; a regular op's device tuple on the device of its output piece.
+ * the device its node's machine view names, else p mod D; a regular op's device tuple on the
+ * device of its output piece.
  *
  *   un_sim_params p = un_sim_params_default();
  *   un_sim_result r;

@@ -53,11 +53,12 @@ static const char usage_extra[] =
     "  --search-time S    wall-clock limit of the whole search in seconds (default 60; the\n"
     "                     rewriting gets half)\n"
     "  --budget N         mcmc proposals (default 20000) and graphs the rewriting costs\n"
-    "                     (default 1000)\n";
+    "                     (default 1000)\n"
+    "  --split-size K     layer 1: pieces of at most K nodes between cut nodes (default 10)\n";
 
 typedef struct search_opts {
     bool estimate, profile, plan_only, no_rewrites;
-    const char *machine, *rules, *sim, *mode, *export, *dot, *time, *budget, *alpha;
+    const char *machine, *rules, *sim, *mode, *export, *dot, *time, *budget, *alpha, *split;
     const char *alias; /* --only-data-parallel or --no-parallel */
 } search_opts;
 
@@ -76,6 +77,7 @@ static int take_flags(un_ctx *ctx, int argc, char **argv, search_opts *s, un_sta
                            : strcmp(a, "--search-time") == 0 ? &s->time
                            : strcmp(a, "--budget") == 0      ? &s->budget
                            : strcmp(a, "--alpha") == 0       ? &s->alpha
+                           : strcmp(a, "--split-size") == 0  ? &s->split
                                                              : NULL;
         if (val) {
             if (i + 1 >= argc) {
@@ -123,11 +125,11 @@ static int take_flags(un_ctx *ctx, int argc, char **argv, search_opts *s, un_sta
                            "--rules and --sim go with --machine (search), --estimate or --profile");
     else if ((s->estimate || s->profile || !s->machine) &&
              (s->mode || s->export || s->dot || s->time || s->budget || s->plan_only ||
-              s->alpha || s->no_rewrites))
+              s->alpha || s->no_rewrites || s->split))
         *st = un_ctx_error(ctx, UN_ERR_INVALID,
                            "--search, --export, --dot, --plan-only, --search-time, --budget, "
-                           "--alpha and --no-rewrites go with --machine and without --estimate "
-                           "or --profile");
+                           "--alpha, --no-rewrites and --split-size go with --machine and without "
+                           "--estimate or --profile");
     else if (s->machine && !s->estimate && !s->profile && s->sim)
         *st = un_ctx_error(ctx, UN_ERR_INVALID, "--sim goes with --estimate");
     return n;
@@ -315,6 +317,15 @@ static un_status search_and_train(un_ctx *ctx, un_train_opts *o, const search_op
                                 "--budget: '%s' is not a whole number in 1..1e9", s->budget);
         p.budget = b;
         p.subst_budget = b;
+    }
+    if (s->split) {
+        char *end;
+        long k = strtol(s->split, &end, 10);
+        if (*end || k < 1 || k > 1000000)
+            return un_ctx_error(ctx, UN_ERR_INVALID,
+                                "--split-size: '%s' is not a whole number of nodes in 1..1e6",
+                                s->split);
+        p.split_size = (int)k;
     }
     if (o->strategy)
         return un_ctx_error(ctx, UN_ERR_INVALID,

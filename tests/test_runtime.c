@@ -121,6 +121,32 @@ static void test_comm_local(void) {
     }
 }
 
+/* Exchanges are point to point (h26): ranks 0 and 1 swap values 200 times (tags reused, each
+ * call pairs with the other side's call of the same number) while ranks 2 and 3 swap among
+ * themselves a different number of times; no rank waits for the other pair (with the old
+ * barrier-based exchange this deadlocked); a self-send still works. */
+static void pairs_job(rank_job *j, un_ctx *ctx, un_comm *c) {
+    int me = j->rank, peer = me ^ 1, rounds = me < 2 ? 200 : 3;
+    j->st = UN_OK;
+    for (int k = 0; k < rounds && j->st == UN_OK; k++) {
+        int64_t out[2] = {me * 1000 + k, -k}, in[2] = {-1, -1}, self = -1;
+        un_comm_msg s[2] = {{.peer = peer, .tag = 1, .data = out, .bytes = sizeof out},
+                            {.peer = me, .tag = 2, .data = &out[1], .bytes = sizeof out[1]}};
+        un_comm_msg r[2] = {{.peer = peer, .tag = 1, .data = in, .bytes = sizeof in},
+                            {.peer = me, .tag = 2, .data = &self, .bytes = sizeof self}};
+        j->st = un_comm_exchange(ctx, c, s, 2, r, 2);
+        if (j->st == UN_OK && (in[0] != peer * 1000 + k || in[1] != -k || self != -k))
+            j->st = UN_ERR_MISMATCH;
+    }
+}
+
+static void test_comm_pairs(void) {
+    rank_job jobs[4];
+    run_ranks(4, pairs_job, NULL, jobs);
+    for (int r = 0; r < 4; r++)
+        EXPECT_EQ(jobs[r].st, UN_OK);
+}
+
 /* run_ranks fills every status even when the ranks cannot run: more ranks than it has threads
  * for (no rank runs, none waits for ever in a collective) and a group it cannot make. */
 static void test_run_ranks_statuses(void) {
@@ -1222,6 +1248,7 @@ static void test_memory_estimate(void) {
 int main(void) {
     static const test_case cases[] = {
         {"comm_local", test_comm_local},
+        {"comm_pairs", test_comm_pairs},
         {"run_ranks_statuses", test_run_ranks_statuses},
         {"forward_sample_mlp", test_forward_sample_mlp},
         {"forward_zoo_data", test_forward_zoo_data},

@@ -10,6 +10,7 @@
 #include "runtime/zoo.h"
 #include "search/mapping.h"
 #include "search/search.h"
+#include "search/split.h"
 #include "tests/test.h"
 
 static un_spec *S;
@@ -138,6 +139,204 @@ static void test_exhaustive(void) {
                 un_graph_free(g);
             }
     EXPECT_TRUE(checked >= 100);
+    un_cost_model_free(cm);
+    un_ctx_free(ctx);
+}
+
+/* Graphs with parallel branches (h26): two branches of two ops, three single-op branches, and a
+ * branch with its own inner fork; <= 6 regular ops. */
+static un_graph *branch_graph(un_ctx *ctx, int which, int64_t batch, int64_t width) {
+    un_graph *g = un_graph_new(S);
+    int32_t x = input(ctx, g, "x", UN_OP_INPUT, batch, width);
+    if (which == 0) {
+        int32_t a = op1(ctx, g, UN_OP_RELU, linear(ctx, g, x, width, width, "left"), "ra");
+        int32_t b = op1(ctx, g, UN_OP_TANH, linear(ctx, g, x, width, width, "right"), "tb");
+        op2(ctx, g, UN_OP_EW_ADD, a, b, "join");
+    } else if (which == 1) {
+        int32_t a = linear(ctx, g, x, width, width, "b0");
+        int32_t b = linear(ctx, g, x, width, width, "b1");
+        int32_t c = linear(ctx, g, x, width, width, "b2");
+        op2(ctx, g, UN_OP_EW_ADD, op2(ctx, g, UN_OP_EW_ADD, a, b, "j1"), c, "j2");
+    } else {
+        int32_t a = linear(ctx, g, x, width, width, "left");
+        int32_t l = op1(ctx, g, UN_OP_RELU, a, "l1");
+        int32_t r = op1(ctx, g, UN_OP_TANH, a, "l2");
+        int32_t j = op2(ctx, g, UN_OP_EW_MUL, l, r, "lj");
+        int32_t b = linear(ctx, g, x, width, width, "right");
+        op2(ctx, g, UN_OP_EW_ADD, j, b, "join");
+    }
+    return g;
+}
+
+/* Layer 3 over the SP tree with parallel branches on disjoint device sets: the DP equals the
+ * exhaustive minimum over every mapping (configurations and device starts) on 2 and 4
+ * devices; where the DP puts branches on disjoint devices, the simulator (which honours the
+ * views) estimates the plan below the best plan whose branches share the devices. */
+static void test_branches(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_machine mach;
+    un_cost_model *cm = model_for(ctx, "specs/machines/v100x4.json", &mach);
+    int64_t sizes[][2] = {{64, 32}, {16, 1024}, {2048, 512}};
+    int checked = 0, disjoint = 0;
+    for (int which = 0; which < 3; which++)
+        for (int si = 0; si < 3; si++)
+            for (int devices = 2; devices <= 4; devices *= 2) {
+                un_graph *g = branch_graph(ctx, which, sizes[si][0], sizes[si][1]);
+                un_map_params p = un_map_params_default(devices);
+                un_map *m = NULL;
+                EXPECT_OK(ctx, un_map_new(ctx, cm, g, &p, &m));
+                int32_t n = un_graph_node_count(g);
+                int32_t *a = calloc((size_t)n, sizeof *a), *b = calloc((size_t)n, sizeof *b);
+                bool placed = false; /* some configuration starts past device 0 */
+                for (int32_t v = 0; m && v < n; v++)
+                    for (int32_t c = 0; c < un_map_config_count(m, v); c++)
+                        placed |= un_map_config_get(m, v, c)->start > 0;
+                EXPECT_TRUE(placed);
+                double lambdas[] = {0, 1e-9};
+                for (int li = 0; m && li < 2; li++) {
+                    un_map_stats st;
+                    double best = 0;
+                    EXPECT_OK(ctx, un_map_solve(ctx, m, lambdas[li], a, &st));
+                    EXPECT_OK(ctx, un_map_exhaustive(ctx, m, lambdas[li], b, &best));
+                    double got = un_map_cost(m, a, lambdas[li], NULL, NULL);
+                    test__check(fabs(got - best) <= 1e-9 * best && fabs(st.cost - got) <= 1e-9 * got,
+                                TEST__AT,
+                                "branch graph %d size %d devices %d lambda %g: solve %.9g (%.9g) "
+                                "vs exhaustive %.9g",
+                                which, si, devices, lambdas[li], got, st.cost, best);
+                    EXPECT_TRUE(!st.beam && st.parallels > 0 && st.splits > 0);
+                    checked++;
+                }
+                if (m && si == 2) { /* heavy branches: disjoint device sets win */
+                    un_map_stats st;
+                    EXPECT_OK(ctx, un_map_solve(ctx, m, 0, a, &st));
+                    bool hi = false;
+                    for (int32_t v = 0; v < n; v++)
+                        hi |= a[v] >= 0 && un_map_config_get(m, v, a[v])->start > 0;
+                    disjoint += hi;
+                    un_map_params ps = p;
+                    ps.shared_branches = true;
+                    un_map *ms = NULL;
+                    EXPECT_OK(ctx, un_map_new(ctx, cm, g, &ps, &ms));
+                    EXPECT_OK(ctx, un_map_solve(ctx, ms, 0, b, &st));
+                    un_graph *plan = NULL, *plan_s = NULL;
+                    EXPECT_OK(ctx, un_map_plan(ctx, m, a, &plan));
+                    EXPECT_OK(ctx, un_map_plan(ctx, ms, b, &plan_s));
+                    /* the plan carries the high half in its machine views */
+                    bool viewed = false;
+                    for (int32_t v = 0; plan && v < un_graph_node_count(plan); v++)
+                        viewed |= un_graph_node(plan, v)->view.start == devices / 2 &&
+                                  un_graph_node(plan, v)->view.count > 0;
+                    EXPECT_TRUE(!hi || viewed);
+                    un_sim_params sp = un_sim_params_default();
+                    sp.devices = devices;
+                    un_sim_result r1, r2;
+                    EXPECT_OK(ctx, un_sim_run(ctx, cm, plan, &sp, &r1));
+                    EXPECT_OK(ctx, un_sim_run(ctx, cm, plan_s, &sp, &r2));
+                    test__check(!hi || r1.step < r2.step, TEST__AT,
+                                "branch graph %d devices %d: disjoint plan %g s, shared %g s", which,
+                                devices, r1.step, r2.step);
+                    un_sim_result_deinit(&r1);
+                    un_sim_result_deinit(&r2);
+                    un_graph_free(plan);
+                    un_graph_free(plan_s);
+                    un_map_free(ms);
+                }
+                free(a);
+                free(b);
+                un_map_free(m);
+                un_graph_free(g);
+            }
+    EXPECT_TRUE(checked == 36);
+    EXPECT_TRUE(disjoint >= 1); /* v100x4: two-op branches of 2048 x 512 on halves */
+    un_cost_model_free(cm);
+    un_ctx_free(ctx);
+}
+
+/* Layer 1 (h26): split at cut nodes into pieces of at most k nodes, each solved per entry
+ * configuration (equal pieces once), joined along the chain: the same cost as the unsplit DP
+ * (and so, on the small graphs, as exhaustive enumeration) for every k, on the small graphs and
+ * the tiny zoo models; pieces respect k where cut nodes allow; k < 1 is refused. */
+static void test_split(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_machine mach;
+    un_cost_model *cm = model_for(ctx, "specs/machines/v100x4.json", &mach);
+    int nm;
+    const char *const *names = un_zoo_names(&nm);
+    int checked = 0, multi = 0, hits = 0;
+    for (int gi = 0; gi < 7 + nm; gi++) {
+        un_graph *g = NULL;
+        un_model md = {0};
+        if (gi < 4)
+            g = small_graph(ctx, gi, 64, 256);
+        else if (gi < 7)
+            g = branch_graph(ctx, gi - 4, 64, 256);
+        else if (un_zoo_build(ctx, S, names[gi - 7], true, 0, &md) == UN_OK)
+            g = md.graph;
+        if (!g)
+            continue;
+        for (int devices = 2; devices <= 4; devices *= 2) {
+            un_map_params p = un_map_params_default(devices);
+            un_map *m = NULL;
+            EXPECT_OK(ctx, un_map_new(ctx, cm, g, &p, &m));
+            if (!m)
+                continue;
+            int32_t n = un_graph_node_count(g);
+            int32_t *a = calloc((size_t)n, sizeof *a), *b = calloc((size_t)n, sizeof *b);
+            un_map_stats ms;
+            EXPECT_OK(ctx, un_map_solve(ctx, m, 1e-9, a, &ms));
+            int ks[] = {1, 2, 3, 10};
+            for (int ki = 0; ki < 4; ki++) {
+                un_split sp;
+                EXPECT_OK(ctx, un_split_make(ctx, m, ks[ki], &sp));
+                un_split_stats ss;
+                EXPECT_OK(ctx, un_split_solve(ctx, m, &sp, 1e-9, b, &ss));
+                double got = un_map_cost(m, b, 1e-9, NULL, NULL);
+                bool beam = ms.beam || ss.map.beam;
+                test__check(beam || fabs(got - ms.cost) <= 1e-9 * ms.cost, TEST__AT,
+                            "graph %d devices %d k %d: split %.9g (%d pieces) vs unsplit %.9g",
+                            gi, devices, ks[ki], got, sp.n, ms.cost);
+                /* pieces cover every regular node once; each within k unless no cut allows */
+                int32_t total = 0;
+                bool *cut = calloc((size_t)n + 1, sizeof *cut);
+                int32_t *cn = calloc((size_t)n + 1, sizeof *cn), *pn = calloc((size_t)n + 1, sizeof *pn);
+                for (int32_t i = 0, nc = un_sp_cut_nodes(un_map_sp(m), cn); i < nc; i++)
+                    cut[cn[i]] = true;
+                for (int32_t i = 0; i < sp.n; i++) {
+                    total += sp.size[i];
+                    un_split_piece_nodes(&sp, i, pn);
+                    int32_t inner = 0; /* cut nodes before its last node: where it could end */
+                    for (int32_t j = 0; j + 1 < sp.size[i]; j++)
+                        inner += cut[pn[j]];
+                    test__check(sp.size[i] <= ks[ki] || inner == 0, TEST__AT,
+                                "graph %d k %d: piece %d has %d nodes and %d inner cuts", gi,
+                                ks[ki], i, sp.size[i], inner);
+                }
+                free(cut);
+                free(cn);
+                free(pn);
+                int32_t regular = 0;
+                for (int32_t v = 0; v < n; v++)
+                    regular += un_op_kind_of(un_graph_node(g, v)->op) == UN_OPK_REGULAR;
+                EXPECT_EQ(total, regular);
+                multi += sp.n > 1;
+                hits += ss.memo_hits;
+                checked++;
+                un_split_deinit(&sp);
+            }
+            un_split bad;
+            EXPECT_TRUE(un_split_make(ctx, m, 0, &bad) == UN_ERR_INVALID);
+            free(a);
+            free(b);
+            un_map_free(m);
+        }
+        if (gi < 7)
+            un_graph_free(g);
+        else
+            un_model_deinit(&md);
+    }
+    EXPECT_TRUE(checked >= 100 && multi >= 40);
+    EXPECT_TRUE(hits > 0); /* repeated layers reuse their pieces' results (checked equal above) */
     un_cost_model_free(cm);
     un_ctx_free(ctx);
 }
@@ -290,17 +489,27 @@ static void test_plans_train(void) {
             int32_t *a = calloc((size_t)n, sizeof *a);
             un_rng rng;
             un_rng_seed(&rng, 99 + (uint64_t)i);
-            for (int kind = 0; kind < 4 && m; kind++) {
+            /* kinds 4 and 5 (h26): the searched plan (layer 3, branches on disjoint devices
+             * allowed) for v100x4 and for this box's cpu.json */
+            un_machine mcpu;
+            un_cost_model *ccpu = model_for(ctx, "specs/machines/cpu.json", &mcpu);
+            un_map *mc = NULL;
+            if (devices <= un_machine_devices(&mcpu)) /* cpu.json: this box's 2 cores */
+                EXPECT_OK(ctx, un_map_new(ctx, ccpu, g, &p, &mc));
+            for (int kind = 0; kind < (mc ? 6 : 5) && m; kind++) {
+                un_map_stats mst;
                 if (kind == 0)
                     un_map_data_parallel(m, a);
-                for (int32_t v = 0; v < n && kind > 0; v++) {
+                if (kind >= 4)
+                    EXPECT_OK(ctx, un_map_solve(ctx, kind == 4 ? m : mc, 0, a, &mst));
+                for (int32_t v = 0; v < n && kind > 0 && kind < 4; v++) {
                     int32_t nc = un_map_config_count(m, v);
                     a[v] = nc == 0     ? -1
                            : kind == 1 ? nc - 1
                                        : (int32_t)un_rng_below(&rng, (uint64_t)nc);
                 }
                 un_graph *plan = NULL;
-                EXPECT_OK(ctx, un_map_plan(ctx, m, a, &plan));
+                EXPECT_OK(ctx, un_map_plan(ctx, kind == 5 ? mc : m, a, &plan));
                 char path[64];
                 test__check(!plan || un_strategy_devices(plan) <= devices, TEST__AT,
                             "%s: plan for %d devices uses %lld", names[i], devices,
@@ -330,13 +539,15 @@ static void test_plans_train(void) {
             }
             free(a);
             un_map_free(m);
+            un_map_free(mc);
             un_cost_model_free(cm);
+            un_cost_model_free(ccpu);
         }
         un_graph_free(g);
         un_train_result_deinit(&r1);
         un_ctx_free(ctx);
     }
-    EXPECT_TRUE(runs >= 40);
+    EXPECT_TRUE(runs >= 60);
 }
 
 /* Joint is never estimated worse than data parallelism or serial, nor than mcmc beyond 1% (every
@@ -390,6 +601,8 @@ static void test_modes(void) {
 int main(void) {
     static const test_case cases[] = {
         {"exhaustive", test_exhaustive},
+        {"branches", test_branches},
+        {"split", test_split},
         {"choices", test_choices},
         {"bad", test_bad},
         {"zoo", test_zoo},
