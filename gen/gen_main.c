@@ -161,8 +161,10 @@ static void print_summary(const un_gen_stats *s, const un_gen_summary *sum, doub
     if (sum)
         printf("database            %lld new, %lld already present (run %lld)\n",
                (long long)sum->inserted, (long long)sum->present, (long long)sum->run_id);
-    printf("time                %.1f s (enumeration %.1f s, pairing and pruning %.1f s)\n", secs,
-           s->enum_seconds, s->pair_seconds);
+    printf("time                %.1f s (enumeration %.1f s, pairing and pruning %.1f s: grouping "
+           "%.1f s, per-pair facts %.1f s, decisions in order %.1f s)\n",
+           secs, s->enum_seconds, s->pair_seconds, s->group_seconds, s->info_seconds,
+           s->pair_seconds - s->group_seconds - s->info_seconds);
 }
 
 /* Dry runs print (--list) or just count the rules as they are found. */

@@ -36,13 +36,14 @@ void un_gen_stats_json(const un_gen_stats *s, un_buf *b) {
                   "\"pairs\": %lld, \"after_naming\": %lld, \"after_supergraph\": %lld, "
                   "\"after_compose\": %lld, \"after_rename\": %lld, \"after_subgraph\": %lld, "
                   "\"kept\": %lld, \"with_var\": %lld, \"enum_seconds\": %.3f, "
-                  "\"pair_seconds\": %.3f, \"stopped\": %s}",
+                  "\"pair_seconds\": %.3f, \"group_seconds\": %.3f, \"info_seconds\": %.3f, "
+                  "\"stopped\": %s}",
                   (long long)s->graphs, (long long)s->graphs_naming, (long long)s->graphs_same_nf,
                   (long long)s->records, (long long)s->unions, (long long)s->buckets,
                   (long long)s->pairs, (long long)s->after_naming, (long long)s->after_super,
                   (long long)s->after_compose, (long long)s->after_rename, (long long)s->after_sub,
                   (long long)s->after_check, (long long)s->with_var, s->enum_seconds,
-                  s->pair_seconds, s->stopped ? "true" : "false");
+                  s->pair_seconds, s->group_seconds, s->info_seconds, s->stopped ? "true" : "false");
 }
 
 /* ---- a set of 64-bit hashes (open addressing; 0 is stored as a flag) ---- */
@@ -776,6 +777,77 @@ static bool slow_check(un_ctx *ctx, const un_gen_enum *e, const hset *known, con
     return hit;
 }
 
+/* Pairing of the groups of equal fingerprints (pair_bucket each), on p->threads threads. */
+typedef struct group_job {
+    const un_ctx *parent;
+    const un_gen_enum *e;
+    const un_gen_enum_result *r;
+    const un_gen_params *p;
+    const int64_t (*groups)[2]; /* first record, count */
+    int64_t n_groups;
+    _Atomic int64_t next;
+    un_ctx *tty; /* the calling thread shows progress there, or NULL */
+} group_job;
+
+typedef struct group_worker {
+    group_job *job;
+    vecp pairs;
+    un_gen_stats stats; /* unions and buckets */
+    bool main;
+} group_worker;
+
+static void *group_work(void *arg) {
+    group_worker *w = arg;
+    group_job *job = w->job;
+    un_ctx *ctx = un_ctx_new_child(job->parent);
+    double last = now_s();
+    for (;;) {
+        int64_t g = atomic_fetch_add(&job->next, 1);
+        if (g >= job->n_groups)
+            break;
+        (void)pair_bucket(ctx, job->e, job->r, job->p, &job->r->recs[job->groups[g][0]],
+                    job->groups[g][1], (int32_t)g, &w->pairs, &w->stats);
+        un_ctx_clear(ctx);
+        if (w->main && job->tty && now_s() - last > 0.5) {
+            last = now_s();
+            un_ctx_progress(job->tty, "unity-gen: pairing: %lld/%lld groups", (long long)g,
+                            (long long)job->n_groups);
+        }
+    }
+    un_ctx_free(ctx);
+    return NULL;
+}
+
+static void group_pairing(un_ctx *ctx, const un_gen_enum *e, const un_gen_enum_result *r,
+                          const un_gen_params *p, const int64_t (*groups)[2], int64_t n_groups,
+                          bool tty, vecp *pairs, un_gen_stats *stats) {
+    group_job job = {.parent = ctx, .e = e, .r = r, .p = p, .groups = groups,
+                     .n_groups = n_groups, .tty = tty ? ctx : NULL};
+    atomic_store(&job.next, 0);
+    int nt = p->threads < 1 ? 1 : p->threads > 256 ? 256 : p->threads;
+    group_worker *w = un_xcalloc((size_t)nt, sizeof *w);
+    pthread_t tid[256];
+    bool started[256] = {0};
+    for (int t = 0; t < nt; t++) {
+        w[t] = (group_worker){.job = &job, .pairs = {.elem = sizeof(pair)}, .main = t == 0};
+        if (t > 0)
+            started[t] = pthread_create(&tid[t], NULL, group_work, &w[t]) == 0;
+    }
+    group_work(&w[0]);
+    for (int t = 0; t < nt; t++) {
+        if (t > 0 && started[t])
+            pthread_join(tid[t], NULL);
+        for (int64_t i = 0; i < w[t].pairs.n; i++)
+            vecp_push(pairs, (char *)w[t].pairs.data + (size_t)i * sizeof(pair));
+        free(w[t].pairs.data);
+        stats->unions += w[t].stats.unions;
+        stats->buckets += w[t].stats.buckets;
+    }
+    free(w);
+    if (tty)
+        un_ctx_progress_done(ctx);
+}
+
 /* Bucket-local record of NF keys already decided (kept or implied). */
 static uint64_t compose_key(int32_t bucket, uint64_t nf) {
     return un_mix64(nf ^ un_mix64((uint64_t)bucket + 0x636f6dull));
@@ -806,9 +878,10 @@ un_status un_gen_find_stream(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p
     stats->work_total = r.n_roots;
     double t0 = now_s(), last = t0;
     bool tty = un_ctx_has_progress(ctx);
-    vecp pairs = {.elem = sizeof(pair)};
-    int32_t bucket = 0;
-    for (int64_t i = 0; i < r.n_recs && st == UN_OK;) {
+    /* the groups to pair (in fingerprint order, which numbers them), then paired by the workers:
+     * the pairs are sorted below by a total order, so which worker made which does not matter */
+    vecp groups = {.elem = sizeof(int64_t[2])};
+    for (int64_t i = 0; i < r.n_recs;) {
         int64_t j = i;
         while (j < r.n_recs && r.recs[j].fp == r.recs[i].fp)
             j++;
@@ -827,15 +900,15 @@ un_status un_gen_find_stream(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p
             multi = multi || g->n_ops - __builtin_popcountll(consumed) >= 2;
         }
         if (j - i >= 2 || multi)
-            st = pair_bucket(ctx, e, &r, p, &r.recs[i], j - i, bucket++, &pairs, stats);
+            vecp_push(&groups, (int64_t[2]){i, j - i});
         i = j;
-        if (tty && now_s() - last > 0.5) {
-            last = now_s();
-            un_ctx_progress(ctx, "unity-gen: pairing: %lld/%lld graphs, %lld pairs",
-                    (long long)i, (long long)r.n_recs, (long long)pairs.n);
-        }
     }
+    int32_t bucket = (int32_t)groups.n;
+    vecp pairs = {.elem = sizeof(pair)};
+    group_pairing(ctx, e, &r, p, groups.data, groups.n, tty, &pairs, stats);
+    free(groups.data);
     stats->pairs = pairs.n;
+    stats->group_seconds = now_s() - t0;
     pair *pv = pairs.data;
     if (pairs.n > 1)
         qsort(pv, (size_t)pairs.n, sizeof(pair), cmp_pair);
@@ -882,7 +955,9 @@ un_status un_gen_find_stream(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p
                 wave_end++;
             job.begin = i;
             job.end = wave_end;
+            double ti = now_s();
             pair_info_run(&job, p->threads);
+            stats->info_seconds += now_s() - ti;
         }
         if (tty && now_s() - last > 0.5) {
             last = now_s();

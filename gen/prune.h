@@ -45,6 +45,8 @@ typedef struct un_gen_stats {
     int64_t after_check; /* = rules kept */
     int64_t with_var;    /* kept rules with a degree variable k */
     double enum_seconds, pair_seconds;
+    double group_seconds, info_seconds; /* of pair_seconds: pairing the groups; the workers'
+                                         * per-pair facts (the rest: the in-order decisions) */
     bool stopped;                  /* enumeration cut short by the time limit */
     int64_t work_done, work_total; /* top-level work items of the enumeration */
 } un_gen_stats;

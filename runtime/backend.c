@@ -5,6 +5,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "runtime/backend_cuda.h"
 #include "runtime/backend_cuda_rt.h"
@@ -19,6 +20,10 @@ struct un_buffer {
 
 un_status un_backend_cpu_new(un_ctx *ctx, un_prec prec, int nthreads, un_backend **out) {
     return un__backend_cpu_new(ctx, prec, nthreads, out);
+}
+
+un_status un_backend_opaque_new(un_ctx *ctx, un_prec prec, int nthreads, un_backend **out) {
+    return un__backend_opaque_new(ctx, prec, nthreads, out);
 }
 
 void un_backend_free(un_backend *be) {
@@ -67,6 +72,45 @@ void un_backend_copy_region(un_backend *be, void *dst, const void *src, size_t e
     be->iface->copy_region(be, dst, src, es, r, accumulate);
 }
 
+void un_region_copy_host(un_prec prec, void *dst, const void *src, size_t es, const un_region *r,
+                         bool accumulate) {
+    int rank = r->rank;
+    int64_t rows = 1, row = rank ? r->len[rank - 1] : 1;
+    for (int i = 0; i + 1 < rank; i++)
+        rows *= r->len[i];
+    if (row == 0 || rows == 0)
+        return;
+    int64_t idx[UN_MAX_DIMS] = {0};
+    for (int64_t q = 0; q < rows; q++) {
+        int64_t so = 0, d = 0;
+        for (int i = 0; i < rank; i++) {
+            int64_t c = i + 1 < rank ? idx[i] : 0;
+            so = so * r->src_dim[i] + r->src_off[i] + c;
+            d = d * r->dst_dim[i] + r->dst_off[i] + c;
+        }
+        const char *s = (const char *)src + (size_t)so * es;
+        char *t = (char *)dst + (size_t)d * es;
+        if (!accumulate) {
+            memcpy(t, s, (size_t)row * es);
+        } else if (prec == UN_PREC_F32) {
+            float *tf = (float *)t;
+            const float *sf = (const float *)s;
+            for (int64_t x = 0; x < row; x++)
+                tf[x] += sf[x];
+        } else {
+            double *tf = (double *)t;
+            const double *sf = (const double *)s;
+            for (int64_t x = 0; x < row; x++)
+                tf[x] += sf[x];
+        }
+        for (int i = rank - 2; i >= 0; i--) {
+            if (++idx[i] < r->len[i])
+                break;
+            idx[i] = 0;
+        }
+    }
+}
+
 un_status un_backend_op_forward(un_ctx *ctx, un_backend *be, un_op op, const un_param *params,
                                 const un_kt *in, int n_in, un_kt *out, int n_out,
                                 uint64_t dropout_seed, const int64_t *off, const int64_t *full) {
@@ -100,10 +144,41 @@ un_status un_backend_synchronize(un_ctx *ctx, un_backend *be) {
     return be->iface->synchronize ? be->iface->synchronize(ctx, be) : UN_OK;
 }
 
+static double host_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+un_status un_backend_timer_start(un_ctx *ctx, un_backend *be, un_backend_timer *t) {
+    if (be->iface->time_begin)
+        return be->iface->time_begin(ctx, be);
+    un_status st = un_backend_synchronize(ctx, be);
+    t->host_start = host_now();
+    return st;
+}
+
+un_status un_backend_timer_stop(un_ctx *ctx, un_backend *be, un_backend_timer *t, double *sec) {
+    *sec = 0;
+    if (be->iface->time_end)
+        return be->iface->time_end(ctx, be, sec);
+    un_status st = un_backend_synchronize(ctx, be);
+    *sec = host_now() - t->host_start;
+    return st;
+}
+
 /* ---- CUDA ---- */
 
 #ifdef UN_USE_CUDA
 int un_backend_cuda_devices(const char **why) { return un__cu_device_count(why); }
+
+bool un_backend_cuda_device_name(int device, char *buf, size_t cap) {
+    if (cap)
+        buf[0] = '\0';
+    if (device < 0 || device >= un__cu_device_count(NULL))
+        return false;
+    return un__cu_device_name(device, buf, cap) == NULL;
+}
 
 un_status un_backend_cuda_new(un_ctx *ctx, un_prec prec, int device, un_backend **out) {
     return un__backend_cuda_new(ctx, prec, device, out);
@@ -118,6 +193,13 @@ int un_backend_cuda_devices(const char **why) {
     if (why)
         *why = "this build has no CUDA (nvcc was not found or CUDA=0)";
     return 0;
+}
+
+bool un_backend_cuda_device_name(int device, char *buf, size_t cap) {
+    (void)device;
+    if (cap)
+        buf[0] = '\0';
+    return false;
 }
 
 un_status un_backend_cuda_new(un_ctx *ctx, un_prec prec, int device, un_backend **out) {

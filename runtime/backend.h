@@ -49,6 +49,12 @@ typedef struct un_region {
 /* The CPU backend: kernels in precision prec on a pool of nthreads threads (the caller counts).
  * Owned: free with un_backend_free. */
 un_status un_backend_cpu_new(un_ctx *ctx, un_prec prec, int nthreads, un_backend **out);
+/* The opaque backend: the CPU backend's kernels behind memory the host cannot reach (device
+ * addresses in a range reserved with no access, so any host dereference faults, and each slot
+ * asserts that the addresses it is given are its own). Not host-visible, like a GPU: runs on it
+ * prove that host code reaches backend memory only through this interface, and give the CPU
+ * backend's results bit for bit. Owned: free with un_backend_free. */
+un_status un_backend_opaque_new(un_ctx *ctx, un_prec prec, int nthreads, un_backend **out);
 /* The CUDA backend on GPU `device`: UN_ERR_UNAVAILABLE (one line naming the reason) in a build
  * without CUDA or on a machine without that device. Owned: free with un_backend_free. */
 un_status un_backend_cuda_new(un_ctx *ctx, un_prec prec, int device, un_backend **out);
@@ -101,6 +107,12 @@ un_status un_backend_read(un_ctx *ctx, un_backend *be, void *host_dst, const voi
 void un_backend_copy_region(un_backend *be, void *dst, const void *src, size_t es,
                             const un_region *r, bool accumulate);
 
+/* The same block copy or accumulation between two host arrays (FLOAT data in precision prec
+ * when accumulating): the CPU backend's copy_region, and the executor's packing of pieces in
+ * host memory before they are written to (or after they are read from) a backend. */
+void un_region_copy_host(un_prec prec, void *dst, const void *src, size_t es, const un_region *r,
+                         bool accumulate);
+
 /* ---- compute ---- */
 
 /* Forward and backward of a regular op on local pieces (kernels.h contracts). dropout_seed is
@@ -128,5 +140,15 @@ un_status un_backend_optim_step(un_ctx *ctx, un_backend *be, const un_optim_para
                                 int64_t n, void *w, const void *g, void *m, void *v);
 /* Waits for queued work (no-op for synchronous backends). */
 un_status un_backend_synchronize(un_ctx *ctx, un_backend *be);
+
+/* Timing of the work queued on be between un_backend_timer_start and un_backend_timer_stop
+ * (seconds into *sec): the device's own clock where the backend has one (CUDA events: kernel
+ * time, not the host's launch time), else the host clock from a synchronised start to a
+ * synchronised end. One timing at a time per backend. */
+typedef struct un_backend_timer {
+    double host_start; /* the host clock's start (backends without their own clock) */
+} un_backend_timer;
+un_status un_backend_timer_start(un_ctx *ctx, un_backend *be, un_backend_timer *t);
+un_status un_backend_timer_stop(un_ctx *ctx, un_backend *be, un_backend_timer *t, double *sec);
 
 #endif

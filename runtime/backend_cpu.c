@@ -15,6 +15,7 @@ void openblas_set_num_threads(int n);
 
 typedef struct cpu_state {
     un_pool *pool;
+    un_kstash *stash; /* what the forwards keep for their backwards (kernels.h) */
 } cpu_state;
 
 static const char *cpu_name(const un_backend *be) {
@@ -24,6 +25,7 @@ static const char *cpu_name(const un_backend *be) {
 static void cpu_free(un_backend *be) {
     cpu_state *s = be->context;
     un_pool_free(s->pool);
+    un_kstash_free(s->stash);
     free(s);
     free(be);
 }
@@ -59,41 +61,7 @@ static un_status cpu_copy(un_ctx *ctx, un_backend *be, void *dst, const void *sr
 
 static void cpu_copy_region(un_backend *be, void *dst, const void *src, size_t es,
                             const un_region *r, bool accumulate) {
-    int rank = r->rank;
-    int64_t rows = 1, row = rank ? r->len[rank - 1] : 1;
-    for (int i = 0; i + 1 < rank; i++)
-        rows *= r->len[i];
-    if (row == 0 || rows == 0)
-        return;
-    int64_t idx[UN_MAX_DIMS] = {0};
-    for (int64_t q = 0; q < rows; q++) {
-        int64_t so = 0, d = 0;
-        for (int i = 0; i < rank; i++) {
-            int64_t c = i + 1 < rank ? idx[i] : 0;
-            so = so * r->src_dim[i] + r->src_off[i] + c;
-            d = d * r->dst_dim[i] + r->dst_off[i] + c;
-        }
-        const char *s = (const char *)src + (size_t)so * es;
-        char *t = (char *)dst + (size_t)d * es;
-        if (!accumulate) {
-            memcpy(t, s, (size_t)row * es);
-        } else if (be->prec == UN_PREC_F32) {
-            float *tf = (float *)t;
-            const float *sf = (const float *)s;
-            for (int64_t x = 0; x < row; x++)
-                tf[x] += sf[x];
-        } else {
-            double *tf = (double *)t;
-            const double *sf = (const double *)s;
-            for (int64_t x = 0; x < row; x++)
-                tf[x] += sf[x];
-        }
-        for (int i = rank - 2; i >= 0; i--) {
-            if (++idx[i] < r->len[i])
-                break;
-            idx[i] = 0;
-        }
-    }
+    un_region_copy_host(be->prec, dst, src, es, r, accumulate);
 }
 
 static un_kexec cpu_kexec(un_backend *be, uint64_t seed, const int64_t *off, const int64_t *full) {
@@ -103,7 +71,8 @@ static un_kexec cpu_kexec(un_backend *be, uint64_t seed, const int64_t *off, con
                       .seed = seed,
                       .training = true,
                       .off = off,
-                      .full = full};
+                      .full = full,
+                      .stash = s->stash};
 }
 
 static un_status cpu_forward(un_ctx *ctx, un_backend *be, un_op op, const un_param *params,
@@ -135,23 +104,7 @@ static inline void st_(void *a, un_prec p, int64_t i, double x) {
 
 double un__loss_ce_host(un_prec prec, const void *logits, int64_t rows, int64_t c, int64_t r0,
                         int64_t n_total, const int64_t *labels, void *grad) {
-    double total = 0;
-    for (int64_t r = 0; r < rows; r++) {
-        double mx = -INFINITY;
-        for (int64_t j = 0; j < c; j++)
-            mx = fmax(mx, ld(logits, prec, r * c + j));
-        double s = 0;
-        for (int64_t j = 0; j < c; j++)
-            s += exp(ld(logits, prec, r * c + j) - mx);
-        double lse = mx + log(s);
-        int64_t y = labels[r0 + r];
-        total += lse - ld(logits, prec, r * c + y);
-        for (int64_t j = 0; j < c; j++) {
-            double p = exp(ld(logits, prec, r * c + j) - lse);
-            st_(grad, prec, r * c + j, (p - (j == y ? 1.0 : 0.0)) / (double)n_total);
-        }
-    }
-    return total;
+    return un_kern_ce_loss(prec, logits, rows, c, labels + r0, 1.0 / (double)n_total, grad);
 }
 
 /* MSE over one piece: the sum of squared errors of its elements against the whole target,
@@ -306,6 +259,7 @@ un_status un__backend_cpu_new(un_ctx *ctx, un_prec prec, int nthreads, un_backen
     pthread_mutex_unlock(&blas_mu);
     cpu_state *s = un_xcalloc(1, sizeof *s);
     s->pool = nthreads > 1 ? un_pool_new(nthreads) : NULL;
+    s->stash = un_kstash_new();
     un_backend *be = un_xcalloc(1, sizeof *be);
     *be = (un_backend){.api_version = UN_BACKEND_API_VERSION,
                        .iface = &cpu_iface,

@@ -29,6 +29,7 @@ typedef struct cuda_state {
     size_t scratch_bytes;
     int64_t *flag;    /* one device int64 for index checks */
     char sticky[512]; /* the first failure of a void slot, "" when none */
+    void *ev[2];      /* timing events (made on first use) */
 } cuda_state;
 
 static cuda_state *S(const un_backend *be) { return be->context; }
@@ -64,6 +65,9 @@ static void cuda_free(un_backend *be) {
         un__cu_blas_free(s->blas);
     if (s->stream)
         un__cu_stream_free(s->stream);
+    for (int i = 0; i < 2; i++)
+        if (s->ev[i])
+            un__cu_event_free(s->ev[i]);
     free(s);
     free(be);
 }
@@ -795,6 +799,29 @@ static un_status cuda_optim_step(un_ctx *ctx, un_backend *be, const un_optim_par
     return cu_st(ctx, un__cu_opt_step(S(be)->stream, &o, w, g, m, v, n));
 }
 
+/* Kernel time on the stream between two events (the host's launch time left out). */
+static un_status cuda_time_begin(un_ctx *ctx, un_backend *be) {
+    cuda_state *s = S(be);
+    const char *err = NULL;
+    for (int i = 0; i < 2 && !err; i++)
+        if (!s->ev[i])
+            err = un__cu_event_new(&s->ev[i]);
+    if (!err)
+        err = un__cu_event_record(s->ev[0], s->stream);
+    return cu_st(ctx, err);
+}
+
+static un_status cuda_time_end(un_ctx *ctx, un_backend *be, double *sec) {
+    cuda_state *s = S(be);
+    float ms = 0;
+    const char *err = un__cu_event_record(s->ev[1], s->stream);
+    if (!err)
+        err = un__cu_event_ms(s->ev[0], s->ev[1], &ms);
+    *sec = 1e-3 * (double)ms;
+    un_status st = cu_st(ctx, err);
+    return st != UN_OK ? st : sticky_st(ctx, be);
+}
+
 static un_status cuda_sync(un_ctx *ctx, un_backend *be) {
     un_status st = cu_st(ctx, un__cu_stream_sync(S(be)->stream));
     return st != UN_OK ? st : sticky_st(ctx, be);
@@ -816,6 +843,8 @@ static const struct un_backend_i cuda_iface = {
     .loss = cuda_loss,
     .optim_step = cuda_optim_step,
     .synchronize = cuda_sync,
+    .time_begin = cuda_time_begin,
+    .time_end = cuda_time_end,
 };
 
 un_status un__backend_cuda_new(un_ctx *ctx, un_prec prec, int device, un_backend **out) {

@@ -16,6 +16,9 @@
 /* CUDA devices usable by this process; 0 in a build without CUDA or with no GPU or driver, with
  * the reason in *why when why is not NULL (static). */
 int un_backend_cuda_devices(const char **why);
+/* The name of GPU `device` into buf (e.g. "NVIDIA H100 80GB HBM3"); false (buf "") in a build
+ * without CUDA or for a device that is not there. */
+bool un_backend_cuda_device_name(int device, char *buf, size_t cap);
 
 /* un_backend_cuda_new (backend.h: one stream and one cuBLAS handle on GPU `device`, exact
  * float32 products; UN_ERR_UNAVAILABLE with one line for a build without CUDA, no such device or

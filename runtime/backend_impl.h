@@ -5,7 +5,7 @@
 #include "runtime/backend.h"
 #include "runtime/optim.h"
 
-#define UN_BACKEND_API_VERSION 2
+#define UN_BACKEND_API_VERSION 3
 
 struct un_backend_i {
     const char *(*name)(const un_backend *be);
@@ -33,6 +33,10 @@ struct un_backend_i {
     un_status (*optim_step)(un_ctx *ctx, un_backend *be, const un_optim_params *p, int64_t t,
                             int64_t n, void *w, const void *g, void *m, void *v);
     un_status (*synchronize)(un_ctx *ctx, un_backend *be); /* optional: NULL = synchronous */
+    /* optional (NULL: the host clock around synchronised work): the device's own clock over the
+     * work queued between time_begin and time_end (one timing at a time per backend) */
+    un_status (*time_begin)(un_ctx *ctx, un_backend *be);
+    un_status (*time_end)(un_ctx *ctx, un_backend *be, double *sec);
 };
 
 struct un_backend {
@@ -46,6 +50,8 @@ struct un_backend {
 
 /* The CPU backend's constructor (backend_cpu.c); the registry in backend.c calls it. */
 un_status un__backend_cpu_new(un_ctx *ctx, un_prec prec, int nthreads, un_backend **out);
+/* The opaque backend's (backend_opaque.c). */
+un_status un__backend_opaque_new(un_ctx *ctx, un_prec prec, int nthreads, un_backend **out);
 
 /* Host-memory loss and optimizer math of the CPU backend, shared with the host-side entry points
  * un_train_ce (train.c) and un_optim_step (optim.c). */

@@ -10,6 +10,7 @@
 #define UN_CHECKPOINT_H
 
 #include "pcg/graph.h"
+#include "runtime/exec.h"
 #include "runtime/optim.h"
 
 /* Writes the weights of g (w: un_exec_lparam_count elements in prec, node order) and the
@@ -22,5 +23,20 @@ un_status un_checkpoint_save(un_ctx *ctx, const char *path, const un_graph *g, u
  * weight; a truncated or damaged file (checksum) is UN_ERR_PARSE and loads nothing usable. */
 un_status un_checkpoint_load(un_ctx *ctx, const char *path, const un_graph *g, un_prec prec,
                              void *w, un_optim *o);
+
+/* ---- one file per rank (MPI) ----
+ * Each rank writes PATH.rankR with its own weight blocks (copy 0's values) and its optimizer
+ * shard (un_exec_blocks), nothing gathered; loading reads every rank's file into the logical
+ * arrays, so it loads into any plan and device count (re-sharded by un_exec_shard_scatter). */
+
+/* Writes this rank's file (be: the executor's backend, read through un_backend_read). */
+un_status un_checkpoint_save_rank(un_ctx *ctx, const char *path, const un_graph *g, un_exec *ex,
+                                  un_backend *be, const un_optim *o, int rank, int ranks);
+/* Whether path names a per-rank checkpoint: no file path, but a file path.rank0. */
+bool un_checkpoint_is_ranks(const char *path);
+/* Reads every rank's file (the count from rank 0's) into the logical w and o, as
+ * un_checkpoint_load; every weight of g must be whole over the files. */
+un_status un_checkpoint_load_ranks(un_ctx *ctx, const char *path, const un_graph *g, un_prec prec,
+                                   void *w, un_optim *o);
 
 #endif

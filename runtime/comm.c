@@ -9,6 +9,7 @@ const char *un_comm_name(const un_comm *c) { return c->iface->name(c); }
 int un_comm_rank(const un_comm *c) { return c->rank; }
 int un_comm_size(const un_comm *c) { return c->size; }
 int un_comm_node_size(const un_comm *c) { return c->node_size; }
+int un_comm_node_rank(const un_comm *c) { return c->node_rank; }
 
 void un_comm_free(un_comm *c) {
     if (c && c->iface->free)

@@ -52,6 +52,8 @@ int un_comm_rank(const un_comm *c);
 int un_comm_size(const un_comm *c);
 /* Ranks running on this machine, this one included (they share its cores). */
 int un_comm_node_size(const un_comm *c);
+/* This rank's index among them (0 .. node_size - 1): which of the machine's GPUs it takes. */
+int un_comm_node_rank(const un_comm *c);
 
 /* ---- collectives ---- */
 

@@ -22,6 +22,7 @@ struct un_comm {
     const struct un_comm_i *iface;
     int rank, size;
     int node_size; /* ranks on this machine (sharing its cores) */
+    int node_rank; /* this rank's index among them */
     void *context;
 };
 

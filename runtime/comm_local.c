@@ -163,6 +163,7 @@ un_status un_comm_local_group_new(un_ctx *ctx, int n, un_comm_group **out) {
                                 .rank = r,
                                 .size = n,
                                 .node_size = n,
+                                .node_rank = r,
                                 .context = g};
     *out = g;
     return UN_OK;

@@ -132,11 +132,12 @@ un_status un_comm_mpi_new(un_ctx *ctx, un_comm **out) {
     int rank = 0, size = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    int node_size = 1; /* the ranks that share this machine's memory (MPI-3) */
+    int node_size = 1, node_rank = 0; /* the ranks that share this machine's memory (MPI-3) */
     MPI_Comm node;
     if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node) ==
         MPI_SUCCESS) {
         MPI_Comm_size(node, &node_size);
+        MPI_Comm_rank(node, &node_rank);
         MPI_Comm_free(&node);
     }
     mpi_state *s = un_xcalloc(1, sizeof *s);
@@ -147,6 +148,7 @@ un_status un_comm_mpi_new(un_ctx *ctx, un_comm **out) {
                    .rank = rank,
                    .size = size,
                    .node_size = node_size,
+                   .node_rank = node_rank,
                    .context = s};
     *out = c;
     return UN_OK;

@@ -11,6 +11,7 @@
 /* ---- the plan's data ---- */
 
 typedef struct xt { /* one node output on this rank */
+    int32_t id;     /* its node */
     un_shape shape;
     int64_t np, pn; /* pieces, elements per piece */
     size_t es;      /* bytes per element */
@@ -22,6 +23,7 @@ typedef struct xt { /* one node output on this rank */
     bool *gborrowed;
     void *full;     /* inputs: the logical value */
     int64_t *loff;  /* weights: per piece, its first element in this rank's flat buffers, or -1 */
+    int64_t *soff;  /* weights: per piece, where its chunk starts in this rank's shard */
     void *sync;     /* weights in copies: scratch of the gradient sum over the copies */
 } xt;
 
@@ -57,6 +59,11 @@ typedef struct xnode {
     bool needs_grad;
 } xnode;
 
+typedef struct greq { /* a gradient buffer in the arena, live over backward of nodes hi..lo */
+    int64_t bytes, off;
+    int32_t lo, hi;
+} greq;
+
 struct un_exec {
     const un_graph *g;
     const un_spec *spec;
@@ -70,12 +77,28 @@ struct un_exec {
     void *params, *param_grads;  /* this rank's weight pieces and their gradients, flat */
     int64_t n_lparams;           /* elements of all weights (logical) */
     int64_t *lparam_off;         /* per node: first element in the logical flat order, or -1 */
+    /* Activation gradients share one arena by lifetime: the gradient of node i's output is live
+     * from the backward of its last consumer gfirst[i] (ex->n: a graph output, written by the
+     * loss) to i's own backward; transfer gradients only during their consumer's backward. */
+    int32_t *gfirst;
+    int32_t *zstart, *zlist; /* per node j: zlist[zstart[j]..zstart[j+1]) start at j's backward */
+    greq *greqs;             /* the arena's requests in planning order, with their offsets */
+    int n_greq, cap_greq, greq_at;
+    bool collect; /* the first planning pass: records the requests, allocates nothing */
+    void *garena;
+    int64_t garena_bytes;
+    un_optim_seg *segs; /* this rank's shard: the runs of the flat buffers it updates */
+    int n_segs, cap_segs;
+    int64_t n_shard; /* their elements (the optimizer's count) */
     int n_outputs;
     un_exec_piece **opieces;
     int *n_opieces;
     uint64_t seed;
     un_exec_stats stats;
     bool dry; /* planning only (un_exec_estimate_bytes): no backend, no communicator */
+    bool hv;  /* the host may address the backend's memory (the communicator then moves it) */
+    char *stage;      /* host staging of pieces moved between the host and the backend */
+    size_t stage_cap; /* its bytes */
 };
 
 /* ---- piece geometry (pcg/shape.h) ---- */
@@ -126,6 +149,125 @@ static un_status xalloc(un_ctx *ctx, un_exec *ex, size_t bytes, void **out) {
     return st;
 }
 
+/* A gradient buffer live over the backward of nodes hi down to lo, in the arena: the first
+ * planning pass records it, the second gets its place (the same requests in the same order). */
+static un_status galloc(un_ctx *ctx, un_exec *ex, size_t bytes, int32_t lo, int32_t hi,
+                        void **out) {
+    (void)ctx;
+    static const char fake[1];
+    if (ex->collect) {
+        if (ex->n_greq == ex->cap_greq) {
+            ex->cap_greq = ex->cap_greq ? 2 * ex->cap_greq : 64;
+            ex->greqs = un_xrealloc(ex->greqs, sizeof *ex->greqs * (size_t)ex->cap_greq);
+        }
+        ex->greqs[ex->n_greq++] = (greq){(int64_t)bytes, 0, lo, hi};
+        *out = (void *)(uintptr_t)fake;
+        return UN_OK;
+    }
+    UN_ASSERT(ex->greq_at < ex->n_greq && ex->greqs[ex->greq_at].bytes == (int64_t)bytes);
+    int64_t off = ex->greqs[ex->greq_at++].off;
+    *out = ex->dry ? (void *)(uintptr_t)fake : (char *)ex->garena + off;
+    return UN_OK;
+}
+
+/* Places the recorded requests in the arena: largest first, each at the lowest offset free of
+ * every placed request whose lifetime overlaps its own (64-byte aligned). Returns the size. */
+static int greq_cmp(const void *a, const void *b) {
+    const greq *x = *(const greq *const *)a, *y = *(const greq *const *)b;
+    if (x->bytes != y->bytes)
+        return x->bytes > y->bytes ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+static int range_cmp(const void *a, const void *b) {
+    const int64_t *x = a, *y = b;
+    return (x[0] > y[0]) - (x[0] < y[0]);
+}
+
+static int64_t greq_layout(greq *r, int n) {
+    greq **by = un_xcalloc((size_t)n + 1, sizeof *by);
+    int64_t(*busy)[2] = un_xcalloc((size_t)n + 1, sizeof *busy);
+    int64_t top = 0;
+    for (int i = 0; i < n; i++)
+        by[i] = &r[i];
+    qsort(by, (size_t)n, sizeof *by, greq_cmp);
+    for (int i = 0; i < n; i++) {
+        greq *q = by[i];
+        int64_t len = (q->bytes + 63) / 64 * 64, at = 0;
+        int nb = 0;
+        for (int k = 0; k < i; k++) /* placed and live at the same time */
+            if (by[k]->lo <= q->hi && q->lo <= by[k]->hi) {
+                busy[nb][0] = by[k]->off;
+                busy[nb++][1] = by[k]->off + (by[k]->bytes + 63) / 64 * 64;
+            }
+        qsort(busy, (size_t)nb, sizeof *busy, range_cmp);
+        for (int k = 0; k < nb && busy[k][0] < at + len; k++)
+            if (busy[k][1] > at)
+                at = busy[k][1];
+        q->off = at;
+        if (at + len > top)
+            top = at + len;
+    }
+    free(busy);
+    free(by);
+    return top;
+}
+
+/* Host scratch of at least n bytes for one transfer between the host and the backend (grown,
+ * kept until un_exec_free; each use ends before the next begins). */
+static char *stage_get(un_exec *ex, size_t n) {
+    if (n > ex->stage_cap) {
+        free(ex->stage);
+        ex->stage_cap = n > 2 * ex->stage_cap ? n : 2 * ex->stage_cap;
+        ex->stage = un_xmalloc(ex->stage_cap);
+    }
+    return ex->stage;
+}
+
+/* un_comm_exchange of messages whose data are backend memory (dev_send, dev_recv: the sends', the
+ * receives'). The communicators move host memory: when the host cannot address the backend's,
+ * the sends are read into host staging first and the receives written from it afterwards. */
+static un_status dev_exchange(un_ctx *ctx, un_exec *ex, const un_comm_msg *sm, int ns, bool dev_send,
+                          const un_comm_msg *rm, int nr, bool dev_recv) {
+    if (ex->hv || (!dev_send && !dev_recv))
+        return un_comm_exchange(ctx, ex->comm, sm, ns, rm, nr);
+    size_t total = 0;
+    for (int i = 0; dev_send && i < ns; i++)
+        total += sm[i].bytes;
+    for (int i = 0; dev_recv && i < nr; i++)
+        total += rm[i].bytes;
+    char *host = stage_get(ex, total + 1);
+    un_comm_msg *hs = un_xcalloc((size_t)ns + 1, sizeof *hs);
+    un_comm_msg *hr = un_xcalloc((size_t)nr + 1, sizeof *hr);
+    un_status st = UN_OK;
+    size_t at = 0;
+    for (int i = 0; i < ns; i++) {
+        hs[i] = sm[i];
+        if (!dev_send)
+            continue;
+        hs[i].data = host + at;
+        at += sm[i].bytes;
+        if (st == UN_OK)
+            st = un_backend_read(ctx, ex->be, hs[i].data, sm[i].data, sm[i].bytes);
+    }
+    for (int i = 0; i < nr; i++) {
+        hr[i] = rm[i];
+        if (dev_recv) {
+            hr[i].data = host + at;
+            at += rm[i].bytes;
+        }
+    }
+    /* a failed read still takes part in the exchange's rendezvous (the peers are in it) */
+    un_status xs = un_comm_exchange(ctx, ex->comm, hs, ns, hr, nr);
+    if (st == UN_OK)
+        st = xs;
+    for (int i = 0; dev_recv && i < nr && st == UN_OK; i++)
+        st = un_backend_write(ctx, ex->be, rm[i].data, hr[i].data, rm[i].bytes);
+    free(hs);
+    free(hr);
+    return st;
+}
+
 static un_status tensor_init(un_ctx *ctx, un_exec *ex, xt *t, const un_shape *s) {
     t->shape = *s;
     t->np = un_shape_npieces(s);
@@ -158,6 +300,7 @@ static void tensor_deinit(un_exec *ex, xt *t) {
     free(t->borrowed);
     free(t->gborrowed);
     free(t->loff);
+    free(t->soff);
     xrelease(ex, t->sync);
 }
 
@@ -166,8 +309,10 @@ static un_status piece_alloc(un_ctx *ctx, un_exec *ex, xt *t, int64_t p) {
     un_status st = UN_OK;
     if (!t->val[p] && (st = xalloc(ctx, ex, (size_t)t->pn * t->es, &t->val[p])) != UN_OK)
         return st;
-    if (t->needs_grad && !t->grad[p])
-        st = xalloc(ctx, ex, (size_t)t->pn * t->es, &t->grad[p]);
+    if (t->needs_grad && !t->grad[p]) {
+        st = galloc(ctx, ex, (size_t)t->pn * t->es, t->id, ex->gfirst[t->id], &t->grad[p]);
+        t->gborrowed[p] = true; /* in the arena */
+    }
     return st;
 }
 
@@ -215,12 +360,13 @@ static un_status plan_xfer_buffers(un_ctx *ctx, un_exec *ex, xnode *xn, const un
         xfer *x = &xn->xfers[i];
         xt *src = input_tensor(ex, nd, x->t);
         size_t bytes = (size_t)src->pn * src->es;
+        int32_t id = xn_id(ex, xn); /* their gradients live during this node's backward */
         if (x->to == ex->rank) {
             st = xalloc(ctx, ex, bytes, &x->buf);
             if (st == UN_OK && src->needs_grad)
-                st = xalloc(ctx, ex, bytes, &x->gbuf);
+                st = galloc(ctx, ex, bytes, id, id, &x->gbuf);
         } else if (x->from == ex->rank && src->needs_grad) {
-            st = xalloc(ctx, ex, bytes, &x->gret);
+            st = galloc(ctx, ex, bytes, id, id, &x->gret);
         }
     }
     return st;
@@ -492,9 +638,28 @@ static int64_t sync_need(const un_exec *ex, const xt *t) {
     return need;
 }
 
-/* Weights: only the pieces placed on this rank, in the rank's flat buffers (the optimizer's). */
+/* Adds elements [off, off + n) of the flat buffers to this rank's shard (runs merged). */
+static void shard_add(un_exec *ex, int64_t off, int64_t n) {
+    if (n == 0)
+        return;
+    ex->n_shard += n;
+    un_optim_seg *last = ex->n_segs ? &ex->segs[ex->n_segs - 1] : NULL;
+    if (last && last->off + last->n == off) {
+        last->n += n;
+        return;
+    }
+    if (ex->n_segs == ex->cap_segs) {
+        ex->cap_segs = ex->cap_segs ? 2 * ex->cap_segs : 16;
+        ex->segs = un_xrealloc(ex->segs, sizeof *ex->segs * (size_t)ex->cap_segs);
+    }
+    ex->segs[ex->n_segs++] = (un_optim_seg){off, n};
+}
+
+/* Weights: only the pieces placed on this rank, in the rank's flat buffers (the optimizer's),
+ * and this rank's shard of them: whole pieces, or of a weight in copies chunk g of copy g. */
 static un_status plan_weight(un_ctx *ctx, un_exec *ex, int32_t id, xnode *xn, int64_t *next) {
     xt *t = &xn->outs[0];
+    t->soff = un_xcalloc((size_t)t->np, sizeof *t->soff);
     for (int64_t p = 0; p < t->np; p++) {
         t->owner[p] = place(ex, id, p);
         if (t->owner[p] != ex->rank)
@@ -504,6 +669,15 @@ static un_status plan_weight(un_ctx *ctx, un_exec *ex, int32_t id, xnode *xn, in
         t->val[p] = (char *)ex->params + (size_t)t->loff[p] * t->es;
         t->grad[p] = (char *)ex->param_grads + (size_t)t->loff[p] * t->es;
         t->borrowed[p] = t->gborrowed[p] = true;
+        int32_t blk[UN_MAX_DIMS], sum, copy;
+        int64_t lo = 0, hi = t->pn;
+        piece_coords(&t->shape, p, blk, &sum, &copy);
+        if (sum != 0) /* a zero summand is a constant (its gradient is dropped): no update */
+            continue;
+        if (t->shape.copy > 1) /* copy g's holder updates chunk g of the block */
+            sync_chunk(t, copy, &lo, &hi);
+        t->soff[p] = ex->n_shard;
+        shard_add(ex, t->loff[p] + lo, hi - lo);
     }
     int64_t need = t->shape.copy > 1 ? sync_need(ex, t) : 0;
     return need ? xalloc(ctx, ex, (size_t)need * t->es, &t->sync) : UN_OK;
@@ -566,8 +740,9 @@ static void source_scatter(un_exec *ex, xt *t) {
     }
 }
 
-static void *gpiece(const xt *t, int64_t b, int32_t g, int64_t at) {
-    return (char *)t->grad[group_piece(t, b, g)] + (size_t)at * t->es;
+/* Element `at` of copy g of block b in a flat per-rank array (the weights, their gradients). */
+static void *fpiece(const xt *t, void *flat, int64_t b, int32_t g, int64_t at) {
+    return (char *)flat + (size_t)(t->loff[group_piece(t, b, g)] + at) * t->es;
 }
 
 /* The zero summands of a weight with partial sums are constants: their gradients are dropped. */
@@ -589,11 +764,18 @@ typedef struct sync_msgs {
     int64_t *roff; /* per tag: where a received chunk lies in scratch */
 } sync_msgs;
 
-/* Phase 1 of replicate's backward for weight t (copy degree c > 1): every copy's chunk g goes to
- * copy g's owner (the reduce-scatter). */
-static void sync_scatter(un_exec *ex, xt *t, int base, sync_msgs *q) {
+/* One pass of the copy-group collectives for weight t over the flat array `flat`. */
+typedef void (*sync_fn)(un_exec *ex, xt *t, int base, sync_msgs *q, void *flat);
+
+/* Blocks of a weight in copies, and the tags its passes use. */
+static int64_t sync_blocks(const xt *t) { return t->np / ((int64_t)t->shape.sum * t->shape.copy); }
+static int64_t sync_tags(const xt *t) { return sync_blocks(t) * t->shape.copy * t->shape.copy; }
+
+/* Reduce-scatter, phase 1 (replicate's backward for weight t, copy degree c > 1): every copy's
+ * gradient chunk g goes to copy g's owner. */
+static void sync_scatter(un_exec *ex, xt *t, int base, sync_msgs *q, void *flat) {
     int32_t c = t->shape.copy;
-    int64_t nb = t->np / ((int64_t)t->shape.sum * c), lo, hi, off = 0;
+    int64_t nb = sync_blocks(t), lo, hi, off = 0;
     size_t es = t->es;
     int me = ex->rank;
     char *scratch = t->sync;
@@ -611,70 +793,80 @@ static void sync_scatter(un_exec *ex, xt *t, int base, sync_msgs *q) {
                     off += hi - lo;
                     ex->stats.recv += (int64_t)bytes;
                 } else if (mem == me && red != me) {
-                    q->sm[q->ns++] = (un_comm_msg){red, tag, gpiece(t, b, m, lo), bytes};
+                    q->sm[q->ns++] = (un_comm_msg){red, tag, fpiece(t, flat, b, m, lo), bytes};
                     ex->stats.sent += (int64_t)bytes;
                 }
             }
         }
 }
 
-/* Phase 2: each chunk's owner (the owner of copy g) adds the other copies' chunks into its own
- * copy's chunk in copy order, copies the sum into any other copies it holds and sends it to the
- * other copies' owners (the all-gather), so every copy gets the same bits. */
-static void sync_gather(un_exec *ex, xt *t, int base, sync_msgs *q) {
+/* Reduce-scatter, phase 2 (local): each chunk's owner (the owner of copy g) adds the other
+ * copies' chunks into its own copy's chunk in copy order, so the sum has the same bits whoever
+ * makes it. The other chunks of its copies keep partial sums until the all-gather. */
+static void sync_reduce(un_exec *ex, xt *t, int base, sync_msgs *q, void *flat) {
     int32_t c = t->shape.copy;
-    int64_t nb = t->np / ((int64_t)t->shape.sum * c), lo, hi;
+    int64_t nb = sync_blocks(t), lo, hi;
+    int me = ex->rank;
+    for (int64_t b = 0; b < nb; b++)
+        for (int32_t g = 0; g < c; g++) {
+            sync_chunk(t, g, &lo, &hi);
+            if (hi == lo || t->owner[group_piece(t, b, g)] != me)
+                continue;
+            char *acc = fpiece(t, flat, b, g, lo);
+            for (int32_t m = 0; m < c; m++) {
+                if (m == g)
+                    continue;
+                int tag = base + (int)((b * c + g) * c + m);
+                bool local = t->owner[group_piece(t, b, m)] == me;
+                copy_bytes(ex, acc,
+                           local ? fpiece(t, flat, b, m, lo)
+                                 : (char *)t->sync + (size_t)q->roff[tag] * t->es,
+                           t->es, hi - lo, true);
+            }
+        }
+}
+
+/* All-gather: chunk g of copy g (its owner's) is copied into chunk g of every other copy, locally
+ * or by a message, so every copy ends with the same bits. */
+static void sync_allgather(un_exec *ex, xt *t, int base, sync_msgs *q, void *flat) {
+    int32_t c = t->shape.copy;
+    int64_t nb = sync_blocks(t), lo, hi;
     size_t es = t->es;
     int me = ex->rank;
-    char *scratch = t->sync;
     for (int64_t b = 0; b < nb; b++)
         for (int32_t g = 0; g < c; g++) {
             int red = t->owner[group_piece(t, b, g)];
             sync_chunk(t, g, &lo, &hi);
             size_t bytes = (size_t)(hi - lo) * es;
-            if (hi == lo)
-                continue;
-            char *acc = red == me ? gpiece(t, b, g, lo) : NULL; /* the reducer holds copy g */
-            if (red == me) {
-                for (int32_t m = 0; m < c; m++) {
-                    if (m == g)
-                        continue;
-                    int tag = base + (int)((b * c + g) * c + m);
-                    bool local = t->owner[group_piece(t, b, m)] == me;
-                    copy_bytes(ex, acc,
-                               local ? gpiece(t, b, m, lo) : scratch + (size_t)q->roff[tag] * es,
-                               es, hi - lo, true);
-                }
-                for (int32_t m = 0; m < c; m++)
-                    if (m != g && t->owner[group_piece(t, b, m)] == me)
-                        copy_bytes(ex, gpiece(t, b, m, lo), acc, es, hi - lo, false);
-            }
-            for (int32_t m = 0; m < c; m++) {
+            for (int32_t m = 0; m < c && hi > lo; m++) {
                 int mem = t->owner[group_piece(t, b, m)];
                 int tag = base + (int)((b * c + g) * c + m);
-                if (red == me && mem != me) {
-                    q->sm[q->ns++] = (un_comm_msg){mem, tag, acc, bytes};
+                if (m == g || (red != me && mem != me))
+                    continue;
+                if (red == me && mem == me) {
+                    copy_bytes(ex, fpiece(t, flat, b, m, lo), fpiece(t, flat, b, g, lo), es,
+                               hi - lo, false);
+                } else if (red == me) {
+                    q->sm[q->ns++] = (un_comm_msg){mem, tag, fpiece(t, flat, b, g, lo), bytes};
                     ex->stats.sent += (int64_t)bytes;
-                } else if (mem == me && red != me) {
-                    q->rm[q->nr++] = (un_comm_msg){red, tag, gpiece(t, b, m, lo), bytes};
+                } else {
+                    q->rm[q->nr++] = (un_comm_msg){red, tag, fpiece(t, flat, b, m, lo), bytes};
                     ex->stats.recv += (int64_t)bytes;
                 }
             }
         }
 }
 
-/* Replicate's backward for every weight held in copies (DESIGN.md section 3): each copy's
- * gradient becomes the sum over its copy group, so the copies stay identical after the optimizer
- * step. All weights share one reduce-scatter exchange and one all-gather exchange (two
- * rendezvous per step instead of two per weight: with many small weights the rendezvous, not the
- * bytes, cost the time). */
-static un_status weights_sync(un_ctx *ctx, un_exec *ex) {
+/* Runs the passes fns[0..n) over every weight held in copies, each pass one exchange when
+ * exchange[i] (all weights together: two rendezvous per step instead of two per weight; with
+ * many small weights the rendezvous, not the bytes, cost the time). Collective. */
+static un_status sync_run(un_ctx *ctx, un_exec *ex, void *flat, const sync_fn *fns,
+                          const bool *exchange, int n) {
     int64_t total = 0;
     for (int32_t id = 0; id < ex->n; id++) {
         xt *t = ex->lparam_off[id] >= 0 ? &ex->nodes[id].outs[0] : NULL;
         if (t && t->shape.copy > 1)
-            total += (t->np / ((int64_t)t->shape.sum * t->shape.copy)) * t->shape.copy *
-                     t->shape.copy;
+            total += sync_tags(t);
     }
     if (total == 0)
         return UN_OK;
@@ -684,18 +876,18 @@ static un_status weights_sync(un_ctx *ctx, un_exec *ex) {
                    .rm = un_xcalloc((size_t)total, sizeof *q.rm),
                    .roff = un_xcalloc((size_t)total, sizeof *q.roff)};
     un_status st = UN_OK;
-    for (int pass = 0; pass < 2 && st == UN_OK; pass++) {
+    for (int pass = 0; pass < n && st == UN_OK; pass++) {
         int base = 0;
         q.ns = q.nr = 0;
         for (int32_t id = 0; id < ex->n; id++) {
             xt *t = ex->lparam_off[id] >= 0 ? &ex->nodes[id].outs[0] : NULL;
             if (!t || t->shape.copy == 1)
                 continue;
-            (pass == 0 ? sync_scatter : sync_gather)(ex, t, base, &q);
-            base += (int)((t->np / ((int64_t)t->shape.sum * t->shape.copy)) * t->shape.copy *
-                          t->shape.copy);
+            fns[pass](ex, t, base, &q, flat);
+            base += (int)sync_tags(t);
         }
-        st = un_comm_exchange(ctx, ex->comm, q.sm, q.ns, q.rm, q.nr);
+        if (exchange[pass])
+            st = dev_exchange(ctx, ex, q.sm, q.ns, true, q.rm, q.nr, true);
     }
     free(q.sm);
     free(q.rm);
@@ -703,28 +895,99 @@ static un_status weights_sync(un_ctx *ctx, un_exec *ex) {
     return st;
 }
 
-/* Plans g for `rank` of `size`; be NULL = a dry run (prec gives the element size). */
+/* Replicate's backward for every weight held in copies (DESIGN.md section 3), the reduce-scatter
+ * half: each chunk's owner ends with the gradient summed over the copy group, which is all its
+ * sharded update needs (un_exec_update all-gathers the updated weights instead). */
+static un_status grads_reduce_scatter(un_ctx *ctx, un_exec *ex) {
+    static const sync_fn fns[2] = {sync_scatter, sync_reduce};
+    static const bool exchange[2] = {true, false};
+    return sync_run(ctx, ex, ex->param_grads, fns, exchange, 2);
+}
+
+un_status un_exec_allgather(un_ctx *ctx, un_exec *ex, void *flat) {
+    static const sync_fn fns[1] = {sync_allgather};
+    static const bool exchange[1] = {true};
+    return sync_run(ctx, ex, flat, fns, exchange, 1);
+}
+
+/* Gradient lifetimes from the graph: gfirst (see struct un_exec) and, per node j, the nodes
+ * whose gradients start at j's backward. */
+static void plan_lifetimes(un_exec *ex) {
+    int32_t n = ex->n;
+    ex->gfirst = un_xcalloc((size_t)n + 1, sizeof *ex->gfirst);
+    ex->zstart = un_xcalloc((size_t)n + 2, sizeof *ex->zstart);
+    ex->zlist = un_xcalloc((size_t)n + 1, sizeof *ex->zlist);
+    for (int32_t id = 0; id < n; id++) {
+        const un_node *nd = un_graph_node(ex->g, id);
+        ex->gfirst[id] = id;
+        for (int t = 0; t < nd->n_in; t++)
+            if (ex->gfirst[nd->in[t].node] < id)
+                ex->gfirst[nd->in[t].node] = id;
+    }
+    for (int32_t i = 0; i < un_graph_output_count(ex->g); i++)
+        ex->gfirst[un_graph_output(ex->g, i).node] = n;
+    for (int32_t id = 0; id < n; id++)
+        if (ex->gfirst[id] < n)
+            ex->zstart[ex->gfirst[id] + 1]++;
+    for (int32_t j = 0; j < n; j++)
+        ex->zstart[j + 1] += ex->zstart[j];
+    int32_t *fill = un_xcalloc((size_t)n + 1, sizeof *fill);
+    for (int32_t id = 0; id < n; id++)
+        if (ex->gfirst[id] < n) {
+            int32_t j = ex->gfirst[id];
+            ex->zlist[ex->zstart[j] + fill[j]++] = id;
+        }
+    free(fill);
+}
+
+static un_status plan_pass(un_ctx *ctx, const un_graph *g, un_comm *comm, int rank, int size,
+                           un_backend *be, un_prec prec, greq *reqs, int n_reqs, int64_t arena,
+                           un_exec **out);
+
+/* Plans g for `rank` of `size`; be NULL = a dry run (prec gives the element size). Two passes:
+ * the first (dry) records the activation gradients' sizes and lifetimes, which are then laid out
+ * in one arena; the second plans for real with them in place. */
 static un_status exec_plan(un_ctx *ctx, const un_graph *g, un_comm *comm, int rank, int size,
                            un_backend *be, un_prec prec, un_exec **out) {
+    un_exec *first = NULL;
     *out = NULL;
-    if (be && !un_backend_host_visible(be))
-        return un_ctx_error(ctx, UN_ERR_UNAVAILABLE,
-                            "executor: backend %s keeps memory off the host; the executor's "
-                            "parameter scatter/gather and output gather still need host-visible "
-                            "memory",
-                            un_backend_name(be));
+    un_status st = plan_pass(ctx, g, comm, rank, size, be, prec, NULL, 0, 0, &first);
+    if (st != UN_OK)
+        return st;
+    greq *reqs = first->greqs;
+    int n_reqs = first->n_greq;
+    first->greqs = NULL;
+    un_exec_free(first);
+    if (!reqs) /* none: still the second pass */
+        reqs = un_xcalloc(1, sizeof *reqs);
+    int64_t arena = greq_layout(reqs, n_reqs);
+    return plan_pass(ctx, g, comm, rank, size, be, prec, reqs, n_reqs, arena, out);
+}
+
+/* One planning pass: reqs NULL = the recording pass (dry whatever be is); otherwise reqs (taken
+ * over) with their offsets in an arena of `arena` bytes. */
+static un_status plan_pass(un_ctx *ctx, const un_graph *g, un_comm *comm, int rank, int size,
+                           un_backend *be, un_prec prec, greq *reqs, int n_reqs, int64_t arena,
+                           un_exec **out) {
+    *out = NULL;
     un_exec *ex = un_xcalloc(1, sizeof *ex);
     ex->g = g;
     ex->spec = un_graph_spec(g);
     ex->comm = comm;
     ex->be = be;
-    ex->dry = be == NULL;
+    ex->collect = reqs == NULL;
+    ex->dry = be == NULL || ex->collect;
+    ex->greqs = reqs;
+    ex->n_greq = ex->cap_greq = n_reqs;
+    ex->garena_bytes = ex->stats.grad_bytes = arena;
+    ex->hv = be == NULL || un_backend_host_visible(be);
     ex->rank = rank;
     ex->size = size;
     ex->fes = prec == UN_PREC_F32 ? sizeof(float) : sizeof(double);
     ex->n = un_graph_node_count(g);
     ex->nodes = un_xcalloc((size_t)ex->n, sizeof *ex->nodes);
     ex->lparam_off = un_xcalloc((size_t)ex->n, sizeof *ex->lparam_off);
+    plan_lifetimes(ex);
     un_status st = UN_OK;
     /* Weights: their logical order (node order) and this rank's pieces of them, flat. */
     for (int32_t id = 0; id < ex->n; id++) {
@@ -754,7 +1017,8 @@ static un_status exec_plan(un_ctx *ctx, const un_graph *g, un_comm *comm, int ra
         }
     }
     if ((st = xalloc(ctx, ex, (size_t)ex->n_params * ex->fes, &ex->params)) != UN_OK ||
-        (st = xalloc(ctx, ex, (size_t)ex->n_params * ex->fes, &ex->param_grads)) != UN_OK)
+        (st = xalloc(ctx, ex, (size_t)ex->n_params * ex->fes, &ex->param_grads)) != UN_OK ||
+        (!ex->collect && (st = xalloc(ctx, ex, (size_t)arena, &ex->garena)) != UN_OK))
         goto fail;
     ex->stats.weight_bytes = ex->n_params * (int64_t)ex->fes;
     int64_t next = 0;
@@ -769,6 +1033,7 @@ static un_status exec_plan(un_ctx *ctx, const un_graph *g, un_comm *comm, int ra
             ng |= input_tensor(ex, nd, t)->needs_grad;
         xn->needs_grad = ng;
         for (int o = 0; o < xn->n_out && st == UN_OK; o++) {
+            xn->outs[o].id = id;
             st = tensor_init(ctx, ex, &xn->outs[o], &nd->inf.out[o]);
             xn->outs[o].needs_grad = ng && xn->outs[o].is_float;
         }
@@ -842,11 +1107,8 @@ void un_exec_free(un_exec *ex) {
                 xrelease(ex, xn->outs[o].full);
             tensor_deinit(ex, &xn->outs[o]);
         }
-        for (int i = 0; i < xn->n_xfer; i++) {
+        for (int i = 0; i < xn->n_xfer; i++) /* gbuf and gret are in the arena */
             xrelease(ex, xn->xfers[i].buf);
-            xrelease(ex, xn->xfers[i].gbuf);
-            xrelease(ex, xn->xfers[i].gret);
-        }
         free(xn->outs);
         free(xn->xfers);
         free(xn->tasks);
@@ -858,8 +1120,16 @@ void un_exec_free(un_exec *ex) {
     free(ex->n_opieces);
     free(ex->nodes);
     free(ex->lparam_off);
+    free(ex->segs);
+    free(ex->gfirst);
+    free(ex->zstart);
+    free(ex->zlist);
+    free(ex->greqs);
+    if (ex->garena)
+        xrelease(ex, ex->garena);
     xrelease(ex, ex->params);
     xrelease(ex, ex->param_grads);
+    free(ex->stage);
     free(ex);
 }
 
@@ -868,7 +1138,7 @@ int64_t un_exec_estimate_bytes(const un_graph *g, int rank, int size, un_prec pr
     un_exec *ex = NULL;
     if (exec_plan(NULL, g, NULL, rank, size, NULL, prec, &ex) != UN_OK)
         return -1;
-    int64_t bytes = ex->stats.alloc_bytes + (int64_t)opt_arrays * ex->n_params * (int64_t)ex->fes;
+    int64_t bytes = ex->stats.alloc_bytes + (int64_t)opt_arrays * ex->n_shard * (int64_t)ex->fes;
     un_exec_free(ex);
     return bytes;
 }
@@ -932,7 +1202,7 @@ static un_status run_xfers(un_ctx *ctx, un_exec *ex, int32_t id, bool backward) 
                 .peer = sender, .tag = i, .data = backward ? x->gret : x->buf, .bytes = bytes};
         }
     }
-    un_status st = un_comm_exchange(ctx, ex->comm, s, ns, r, nr);
+    un_status st = dev_exchange(ctx, ex, s, ns, true, r, nr, true);
     if (st == UN_OK && backward) {
         for (int i = 0; i < xn->n_xfer; i++) {
             xfer *x = &xn->xfers[i];
@@ -951,22 +1221,40 @@ static un_status run_xfers(un_ctx *ctx, un_exec *ex, int32_t id, bool backward) 
     return st;
 }
 
+/* Zeroes the gradients of node id's outputs held here (not a weight's: those are flat). */
+static void zero_node_grads(un_exec *ex, int32_t id) {
+    xnode *xn = &ex->nodes[id];
+    if (ex->lparam_off[id] >= 0)
+        return;
+    for (int o = 0; o < xn->n_out; o++) {
+        xt *t = &xn->outs[o];
+        for (int64_t p = 0; p < t->np; p++)
+            if (t->grad[p])
+                un_backend_zero(ex->be, t->grad[p], (size_t)t->pn * t->es);
+    }
+}
+
+/* Before the forward: the weights' gradients and the graph outputs' (the loss writes them);
+ * every other gradient is zeroed when its lifetime starts (zero_starting). */
 static void zero_grads(un_exec *ex) {
     un_backend_zero(ex->be, ex->param_grads, (size_t)ex->n_params * ex->fes);
-    for (int32_t id = 0; id < ex->n; id++) {
-        xnode *xn = &ex->nodes[id];
-        for (int o = 0; o < xn->n_out; o++) {
-            xt *t = &xn->outs[o];
-            for (int64_t p = 0; p < t->np; p++)
-                if (t->grad[p] && !t->gborrowed[p])
-                    un_backend_zero(ex->be, t->grad[p], (size_t)t->pn * t->es);
+    for (int32_t id = 0; id < ex->n; id++)
+        if (ex->gfirst[id] == ex->n)
+            zero_node_grads(ex, id);
+}
+
+/* Before node id's backward: the gradients that start there (its inputs' whose last consumer it
+ * is, its own when nothing consumes it, its transfers'), which may share memory with gradients
+ * that died before. */
+static void zero_starting(un_exec *ex, int32_t id) {
+    xnode *xn = &ex->nodes[id];
+    for (int32_t k = ex->zstart[id]; k < ex->zstart[id + 1]; k++)
+        zero_node_grads(ex, ex->zlist[k]);
+    for (int i = 0; i < xn->n_xfer; i++)
+        if (xn->xfers[i].gbuf) {
+            xt *src = input_tensor(ex, un_graph_node(ex->g, id), xn->xfers[i].t);
+            un_backend_zero(ex->be, xn->xfers[i].gbuf, (size_t)src->pn * src->es);
         }
-        for (int i = 0; i < xn->n_xfer; i++)
-            if (xn->xfers[i].gbuf) {
-                xt *src = input_tensor(ex, un_graph_node(ex->g, id), xn->xfers[i].t);
-                un_backend_zero(ex->be, xn->xfers[i].gbuf, (size_t)src->pn * src->es);
-            }
-    }
 }
 
 static un_status forward_node(un_ctx *ctx, un_exec *ex, int32_t id) {
@@ -1020,6 +1308,7 @@ static un_status backward_node(un_ctx *ctx, un_exec *ex, int32_t id) {
     un_status st = UN_OK;
     if (!xn->needs_grad)
         return UN_OK;
+    zero_starting(ex, id);
     switch (un_op_kind_of(nd->op)) {
     case UN_OPK_SOURCE:
         if (nd->op == UN_OP_WEIGHT)
@@ -1062,7 +1351,7 @@ un_status un_exec_backward(un_ctx *ctx, un_exec *ex) {
     for (int32_t i = ex->n - 1; i >= 0 && st == UN_OK; i--)
         st = backward_node(ctx, ex, i);
     if (st == UN_OK)
-        st = weights_sync(ctx, ex);
+        st = grads_reduce_scatter(ctx, ex);
     if (st != UN_OK) {
         un_comm_abort(ex->comm);
         return st;
@@ -1072,25 +1361,31 @@ un_status un_exec_backward(un_ctx *ctx, un_exec *ex) {
 
 /* ---- weights between their logical order and this rank's pieces ---- */
 
-void un_exec_params_scatter(un_exec *ex, const void *logical, void *local) {
-    for (int32_t id = 0; id < ex->n; id++) {
+un_status un_exec_params_scatter(un_ctx *ctx, un_exec *ex, const void *logical, void *local) {
+    un_status st = UN_OK;
+    for (int32_t id = 0; id < ex->n && st == UN_OK; id++) {
         if (ex->lparam_off[id] < 0)
             continue;
         xt *t = &ex->nodes[id].outs[0];
         const char *full = (const char *)logical + (size_t)ex->lparam_off[id] * t->es;
-        for (int64_t p = 0; p < t->np; p++) {
+        size_t bytes = (size_t)t->pn * t->es;
+        for (int64_t p = 0; p < t->np && st == UN_OK; p++) {
             if (t->loff[p] < 0)
                 continue;
             char *dst = (char *)local + (size_t)t->loff[p] * t->es;
             un_region r;
             int32_t sum;
             source_region(t, p, &r, &sum);
-            if (sum == 0) /* partial sums: summand 0 holds the value, the others zero */
-                un_backend_copy_region(ex->be, dst, full, t->es, &r, false);
-            else
-                un_backend_zero(ex->be, dst, (size_t)t->pn * t->es);
+            if (sum != 0) { /* partial sums: summand 0 holds the value, the others zero */
+                un_backend_zero(ex->be, dst, bytes);
+                continue;
+            }
+            char *host = stage_get(ex, bytes);
+            un_region_copy_host(un_backend_prec(ex->be), host, full, t->es, &r, false);
+            st = un_backend_write(ctx, ex->be, dst, host, bytes);
         }
     }
+    return st;
 }
 
 un_status un_exec_params_gather(un_ctx *ctx, un_exec *ex, const void *local, void *logical) {
@@ -1102,6 +1397,7 @@ un_status un_exec_params_gather(un_ctx *ctx, un_exec *ex, const void *local, voi
     un_comm_msg *sm = un_xcalloc((size_t)nmsg + 1, sizeof *sm);
     un_comm_msg *rm = un_xcalloc((size_t)nmsg + 1, sizeof *rm);
     int ns = 0, nr = 0, tag = 0;
+    un_status st = UN_OK;
     for (int pass = 0; pass < 2; pass++) {
         char *buf = NULL;
         if (pass == 1 && ex->rank == 0)
@@ -1125,8 +1421,11 @@ un_status un_exec_params_gather(un_ctx *ctx, un_exec *ex, const void *local, voi
                                        ? (const char *)local + (size_t)t->loff[p] * t->es
                                        : NULL;
                 if (ex->rank == 0 && mine) {
-                    if (pass == 1)
-                        un_backend_copy_region(ex->be, full, mine, t->es, &b, false);
+                    size_t bytes = (size_t)t->pn * t->es;
+                    char *host = pass == 1 ? stage_get(ex, bytes) : NULL;
+                    if (host && st == UN_OK &&
+                        (st = un_backend_read(ctx, ex->be, host, mine, bytes)) == UN_OK)
+                        un_region_copy_host(un_backend_prec(ex->be), full, host, t->es, &b, false);
                 } else if (ex->rank == 0) {
                     if (pass == 0)
                         recv += t->pn;
@@ -1141,7 +1440,10 @@ un_status un_exec_params_gather(un_ctx *ctx, un_exec *ex, const void *local, voi
         }
         if (pass == 0)
             continue;
-        un_status st = un_comm_exchange(ctx, ex->comm, sm, ns, rm, nr);
+        /* a failed read on rank 0 still takes part in the exchange (the peers are in it) */
+        un_status xs = dev_exchange(ctx, ex, sm, ns, true, rm, nr, false);
+        if (st == UN_OK)
+            st = xs;
         /* Place the received pieces. */
         off = 0;
         for (int32_t id = 0; st == UN_OK && ex->rank == 0 && id < ex->n; id++) {
@@ -1156,8 +1458,9 @@ un_status un_exec_params_gather(un_ctx *ctx, un_exec *ex, const void *local, voi
                     continue;
                 source_region(t, p, &r, &sum);
                 un_region b = region_reverse(&r);
-                un_backend_copy_region(ex->be, (char *)logical + (size_t)ex->lparam_off[id] * t->es,
-                                       buf + (size_t)off * t->es, t->es, &b, false);
+                un_region_copy_host(un_backend_prec(ex->be),
+                                    (char *)logical + (size_t)ex->lparam_off[id] * t->es,
+                                    buf + (size_t)off * t->es, t->es, &b, false);
                 off += t->pn;
             }
         }
@@ -1169,6 +1472,100 @@ un_status un_exec_params_gather(un_ctx *ctx, un_exec *ex, const void *local, voi
     return UN_OK;
 }
 
+/* ---- the sharded update ---- */
+
+int64_t un_exec_shard_count(const un_exec *ex) { return ex->n_shard; }
+
+un_status un_exec_update(un_ctx *ctx, un_exec *ex, un_optim *opt) {
+    UN_ASSERT(un_optim_count(opt) == ex->n_shard);
+    un_status st =
+        un_optim_step_segs(ctx, opt, ex->be, ex->params, ex->param_grads, ex->segs, ex->n_segs);
+    if (st == UN_OK)
+        st = un_exec_allgather(ctx, ex, ex->params);
+    if (st != UN_OK)
+        un_comm_abort(ex->comm);
+    return st;
+}
+
+un_exec_block *un_exec_blocks(const un_exec *ex, int *n) {
+    int cap = 16;
+    un_exec_block *out = un_xcalloc((size_t)cap, sizeof *out);
+    *n = 0;
+    for (int32_t id = 0; id < ex->n; id++) {
+        if (ex->lparam_off[id] < 0)
+            continue;
+        const xt *t = &ex->nodes[id].outs[0];
+        for (int64_t p = 0; p < t->np; p++) {
+            int32_t blk[UN_MAX_DIMS], sum, copy;
+            piece_coords(&t->shape, p, blk, &sum, &copy);
+            if (t->loff[p] < 0 || sum != 0)
+                continue;
+            if (*n == cap)
+                out = un_xrealloc(out, sizeof *out * (size_t)(cap *= 2));
+            un_exec_block *b = &out[(*n)++];
+            memset(b, 0, sizeof *b);
+            b->node = id;
+            un_shape_piece_offset(&t->shape, blk, b->off);
+            local_dims(&t->shape, b->len);
+            b->at = t->loff[p];
+            b->lo = 0;
+            b->hi = t->pn;
+            if (t->shape.copy > 1)
+                sync_chunk(t, copy, &b->lo, &b->hi);
+            b->shard_at = t->soff[p];
+        }
+    }
+    return out;
+}
+
+/* A flat per-rank array (un_exec_param_count elements) on the backend, for moving a shard. */
+static un_status flat_new(un_ctx *ctx, un_exec *ex, void **out) {
+    return un_backend_alloc(ctx, ex->be, (size_t)(ex->n_params ? ex->n_params : 1) * ex->fes, out);
+}
+
+/* Copies between a shard (compact) and a flat array: to_flat, or back. */
+static void shard_move(un_exec *ex, void *flat, void *shard, bool to_flat) {
+    int64_t at = 0;
+    for (int k = 0; k < ex->n_segs; k++) {
+        const un_optim_seg *s = &ex->segs[k];
+        un_region r = to_flat ? region_1d(s->n, at, s->off) : region_1d(s->n, s->off, at);
+        un_backend_copy_region(ex->be, to_flat ? flat : shard, to_flat ? shard : flat, ex->fes, &r,
+                               false);
+        at += s->n;
+    }
+}
+
+un_status un_exec_shard_scatter(un_ctx *ctx, un_exec *ex, const void *logical, void *shard) {
+    void *flat = NULL;
+    un_status st = flat_new(ctx, ex, &flat);
+    if (st != UN_OK)
+        return st;
+    st = un_exec_params_scatter(ctx, ex, logical, flat);
+    if (st == UN_OK)
+        shard_move(ex, flat, shard, false);
+    un_backend_release(ex->be, flat);
+    return st;
+}
+
+un_status un_exec_shard_gather(un_ctx *ctx, un_exec *ex, const void *shard, void *logical) {
+    void *flat = NULL;
+    un_status st = un_comm_agree(ctx, ex->comm, flat_new(ctx, ex, &flat));
+    if (st != UN_OK) {
+        if (flat)
+            un_backend_release(ex->be, flat);
+        return st;
+    }
+    un_exec_stats keep = ex->stats; /* not a step's traffic */
+    un_backend_zero(ex->be, flat, (size_t)ex->n_params * ex->fes);
+    shard_move(ex, flat, (void *)(uintptr_t)shard, true);
+    st = un_exec_allgather(ctx, ex, flat);
+    if (st == UN_OK)
+        st = un_exec_params_gather(ctx, ex, flat, logical);
+    ex->stats = keep;
+    un_backend_release(ex->be, flat);
+    return st;
+}
+
 un_status un_exec_output_gather(un_ctx *ctx, un_exec *ex, int32_t i, void *dense) {
     UN_ASSERT(i >= 0 && i < ex->n_outputs);
     un_ref ref = un_graph_output(ex->g, i);
@@ -1176,11 +1573,16 @@ un_status un_exec_output_gather(un_ctx *ctx, un_exec *ex, int32_t i, void *dense
     if (!t->is_float)
         return un_ctx_error(ctx, UN_ERR_INVALID, "gather: output %d is not a float tensor", i);
     int64_t numel = un_shape_numel(&t->shape);
-    un_backend_zero(ex->be, dense, (size_t)numel * t->es);
-    for (int k = 0; k < ex->n_opieces[i]; k++) {
+    memset(dense, 0, (size_t)numel * t->es);
+    un_status st = UN_OK;
+    for (int k = 0; k < ex->n_opieces[i] && st == UN_OK; k++) {
         const un_exec_piece *ep = &ex->opieces[i][k];
         if (ep->copy != 0)
             continue;
+        size_t bytes = (size_t)t->pn * t->es;
+        char *host = stage_get(ex, bytes);
+        if ((st = un_backend_read(ctx, ex->be, host, ep->val, bytes)) != UN_OK)
+            break;
         un_region r;
         memset(&r, 0, sizeof r);
         r.rank = t->shape.rank;
@@ -1189,8 +1591,10 @@ un_status un_exec_output_gather(un_ctx *ctx, un_exec *ex, int32_t i, void *dense
             r.dst_dim[d] = t->shape.dim[d];
             r.dst_off[d] = ep->off[d];
         }
-        un_backend_copy_region(ex->be, dense, ep->val, t->es, &r, true);
+        un_region_copy_host(un_backend_prec(ex->be), dense, host, t->es, &r, true);
     }
-    return un_comm_allreduce(ctx, ex->comm, ex->fes == sizeof(float) ? UN_RED_F32 : UN_RED_F64,
-                             dense, numel);
+    /* a failed read still takes part in the all-reduce (the other ranks are in it) */
+    un_status rs = un_comm_allreduce(
+        ctx, ex->comm, ex->fes == sizeof(float) ? UN_RED_F32 : UN_RED_F64, dense, numel);
+    return st != UN_OK ? st : rs;
 }

@@ -8,15 +8,19 @@
  * A weight lives only as its pieces, each on the rank that holds it, with its gradient; a weight
  * in copies (copy degree c) is the output of an implicit replicate, so its gradient is summed over
  * the copy group (replicate's backward) and nothing else is synchronised. Inputs (the step's
- * data) are given whole on every rank.
+ * data) are given whole on every rank. Host code reaches backend memory only through the
+ * backend (un_backend_write/read, buffers), so any backend runs it, host-visible or not; the
+ * communicator moves host memory, so pieces of a backend the host cannot address are staged
+ * through host memory around each exchange.
  *
  *   un_exec *ex;
  *   st = un_exec_new(ctx, g, comm, be, &ex);
- *   un_exec_params_scatter(ex, logical_weights, un_exec_params(ex));  // this rank's pieces
- *   memcpy(un_exec_source(ex, x_node), batch, bytes);        // every rank, same values
+ *   st = un_exec_params_scatter(ctx, ex, logical_weights, un_exec_params(ex)); // its pieces
+ *   st = un_backend_write(ctx, be, un_exec_source(ex, x_node), batch, bytes); // every rank
  *   st = un_exec_forward(ctx, ex, step_seed);
  *   ... loss from un_exec_output_pieces(), writing each piece's grad ...
- *   st = un_exec_backward(ctx, ex);            // this rank's weight pieces' gradients
+ *   st = un_exec_backward(ctx, ex);            // this rank's shard's gradients
+ *   st = un_exec_update(ctx, ex, opt);         // opt over un_exec_shard_count(ex) elements
  *   un_exec_free(ex);
  */
 #ifndef UN_EXEC_H
@@ -25,10 +29,11 @@
 #include "pcg/graph.h"
 #include "runtime/backend.h"
 #include "runtime/comm.h"
+#include "runtime/optim.h"
 
 typedef struct un_exec un_exec;
 
-/* One piece of a graph output held by this rank. */
+/* One piece of a graph output held by this rank (val and grad in backend memory). */
 typedef struct un_exec_piece {
     int64_t index;            /* piece index in the tensor's piece order (pcg/eval.h) */
     int32_t sum, copy;        /* its partial-sum and copy index */
@@ -44,6 +49,7 @@ typedef struct un_exec_stats {
     int64_t copied;       /* block copies and sums between buffers of this rank */
     int64_t weight_bytes; /* this rank's weight pieces (their gradients take as much again) */
     int64_t alloc_bytes;  /* every buffer the executor holds (taken once, while planning) */
+    int64_t grad_bytes;   /* of which the arena the activation gradients share by lifetime */
     int64_t peak_bytes;   /* the most it held at once */
 } un_exec_stats;
 
@@ -56,30 +62,33 @@ un_status un_exec_new(un_ctx *ctx, const un_graph *g, un_comm *comm, un_backend 
 void un_exec_free(un_exec *ex);
 
 /* What un_exec_new would allocate on `rank` of `size` ranks for g in precision prec (bytes), plus
- * opt_arrays arrays of optimizer state per weight element (SGD 1, Adam 2): the executor's own
- * planning run dry (no backend, no communicator, nothing allocated). -1 when g cannot be planned
- * (e.g. a machine view beyond the devices). */
+ * opt_arrays arrays of optimizer state per element of the rank's shard (SGD 1, Adam 2): the
+ * executor's own planning run dry (no backend, no communicator, nothing allocated). -1 when g
+ * cannot be planned (e.g. a machine view beyond the devices). */
 int64_t un_exec_estimate_bytes(const un_graph *g, int rank, int size, un_prec prec, int opt_arrays);
 
 /* ---- sources ---- */
 
 /* The logical value of an input node, given whole on every rank: numel elements (float in the
- * backend's precision, or int64_t). Borrowed, valid until un_exec_free. */
+ * backend's precision, or int64_t) in backend memory, written with un_backend_write. Borrowed,
+ * valid until un_exec_free. */
 void *un_exec_source(un_exec *ex, int32_t node);
 /* This rank's weight pieces are one flat buffer: values and gradients, un_exec_param_count
- * elements each (borrowed until un_exec_free). The logical weights (UN_OP_WEIGHT nodes in node
- * order, each whole, un_exec_lparam_count elements) are what initialisation and checkpoints see;
- * un_exec_lparam_offset gives a weight's first element there (-1 for a non-weight). */
+ * elements each in backend memory (borrowed until un_exec_free). The logical weights (UN_OP_WEIGHT
+ * nodes in node order, each whole, un_exec_lparam_count elements) are what initialisation and
+ * checkpoints see; un_exec_lparam_offset gives a weight's first element there (-1 for a
+ * non-weight). */
 int64_t un_exec_param_count(const un_exec *ex);
 void *un_exec_params(un_exec *ex);
 void *un_exec_param_grads(un_exec *ex);
 int64_t un_exec_lparam_count(const un_exec *ex);
 int64_t un_exec_lparam_offset(const un_exec *ex, int32_t node);
 /* Cuts this rank's pieces out of logical weights (any per-weight array in that order, e.g.
- * optimizer moments) into local (un_exec_param_count elements). Not collective. */
-void un_exec_params_scatter(un_exec *ex, const void *logical, void *local);
-/* The inverse: assembles the logical array on rank 0 from every rank's local array (other ranks
- * may pass logical = NULL). Collective. */
+ * optimizer moments; host memory) into local (un_exec_param_count elements in backend memory,
+ * e.g. un_exec_params or an optimizer's state), writing through the backend. Not collective. */
+un_status un_exec_params_scatter(un_ctx *ctx, un_exec *ex, const void *logical, void *local);
+/* The inverse: assembles the logical array (host memory) on rank 0 from every rank's local array
+ * (backend memory), read through the backend (other ranks may pass logical = NULL). Collective. */
 un_status un_exec_params_gather(un_ctx *ctx, un_exec *ex, const void *local, void *logical);
 
 /* ---- running ---- */
@@ -90,12 +99,50 @@ un_status un_exec_forward(un_ctx *ctx, un_exec *ex, uint64_t dropout_seed);
 /* The pieces of graph output i held by this rank (borrowed until un_exec_free). */
 const un_exec_piece *un_exec_output_pieces(const un_exec *ex, int32_t i, int *n);
 const un_shape *un_exec_output_shape(const un_exec *ex, int32_t i);
-/* Backward from the output pieces' gradients; ends with each of this rank's weight pieces
- * holding its gradient (copies of one block identical). Collective. */
+/* Backward from the output pieces' gradients; ends with this rank's shard (below) of its weight
+ * pieces holding the gradient: the gradients of a weight in copies (copy degree c) are summed
+ * over the copy group by a reduce-scatter (replicate's backward), so chunk g of copy g holds the
+ * sum and the other chunks partial sums (un_exec_allgather(ctx, ex, un_exec_param_grads(ex))
+ * completes them). Collective. */
 un_status un_exec_backward(un_ctx *ctx, un_exec *ex);
-/* Gathers graph output i's logical value on every rank into dense (numel elements; partial sums
- * added, copy 0 read). Collective. */
+/* Gathers graph output i's logical value on every rank into dense (host memory, numel elements;
+ * partial sums added, copy 0 read through the backend). Collective. */
 un_status un_exec_output_gather(un_ctx *ctx, un_exec *ex, int32_t i, void *dense);
+
+/* ---- the sharded update (ZeRO stage 1/2 over each copy group) ---- */
+
+/* This rank's shard: the elements of its weight pieces it updates: whole pieces of weights not
+ * in copies, and of a weight in c copies chunk g (1/c of the piece) of copy g. Copies are
+ * updated by their chunks' owners and all-gathered, so the optimizer state of a weight in copies
+ * is held once over its copy group. An optimizer for this rank has un_exec_shard_count elements
+ * (its state compact, in the shard's order). */
+int64_t un_exec_shard_count(const un_exec *ex);
+/* One optimizer step of this rank's shard after un_exec_backward, then the all-gather of the
+ * updated chunks into every copy (copies end bitwise identical). Collective. */
+un_status un_exec_update(un_ctx *ctx, un_exec *ex, un_optim *opt);
+/* Completes the copies of a flat per-rank array (un_exec_param_count elements in this rank's
+ * weight-piece order, backend memory): chunk g of copy g is copied into chunk g of the other
+ * copies. Collective. */
+un_status un_exec_allgather(un_ctx *ctx, un_exec *ex, void *flat);
+/* Cuts this rank's shard out of a logical per-weight array (e.g. loaded optimizer moments) into
+ * shard (un_exec_shard_count elements, backend memory). Not collective. */
+un_status un_exec_shard_scatter(un_ctx *ctx, un_exec *ex, const void *logical, void *shard);
+/* The inverse: assembles the logical array on rank 0 from every rank's shard (other ranks may
+ * pass logical = NULL). Collective. */
+un_status un_exec_shard_gather(un_ctx *ctx, un_exec *ex, const void *shard, void *logical);
+
+/* One weight piece this rank holds (summand 0; zero summands hold nothing to keep): its block of
+ * the logical weight, where its values start in the rank's flat weight buffers, and the chunk of
+ * it (piece-local elements lo..hi, row-major) that the rank's shard holds, at shard_at there. The
+ * chunks of a block's copies partition it, so the ranks' chunks hold every weight element (and
+ * its optimizer state) exactly once: a per-rank checkpoint of them is complete. */
+typedef struct un_exec_block {
+    int32_t node;
+    int64_t off[UN_MAX_DIMS], len[UN_MAX_DIMS];
+    int64_t at, lo, hi, shard_at;
+} un_exec_block;
+/* This rank's weight blocks in node and piece order (n of them). Owned: free(). */
+un_exec_block *un_exec_blocks(const un_exec *ex, int *n);
 
 /* ---- statistics ---- */
 

@@ -28,6 +28,19 @@ typedef struct un_kt {
 
 typedef struct un_pool un_pool; /* runtime/pool.h: fixed thread pool, parallel-for */
 
+/* What a forward keeps for its backward: a linear layer's gelu pre-activations, attention's
+ * projections and probabilities (PyTorch keeps the same). Entries are keyed by the op and its
+ * output's address and carry a fingerprint of the op's parameters, shapes and input values: the
+ * backward uses an entry only when its call has the same fingerprint (so inputs changed since the
+ * forward, or a backward without a forward, recompute as without a stash) and the results are
+ * the same bits either way. An entry's memory is reused by the next forward of that op and held
+ * until un_kstash_free. Calls sharing a stash must not run concurrently. */
+typedef struct un_kstash un_kstash;
+un_kstash *un_kstash_new(void); /* owned: free with un_kstash_free; aborts without memory */
+void un_kstash_free(un_kstash *s); /* NULL is a no-op */
+/* Bytes the stash holds (for memory reports and tests). */
+size_t un_kstash_bytes(const un_kstash *s);
+
 typedef struct un_kexec {
     un_prec prec;
     un_pool *pool; /* may be NULL: run on the calling thread */
@@ -39,6 +52,7 @@ typedef struct un_kexec {
      * the reference evaluator. NULL = the piece is the whole tensor. */
     const int64_t *off;
     const int64_t *full;
+    un_kstash *stash; /* may be NULL: every backward recomputes what it needs */
 } un_kexec;
 
 /* Forward of a regular op on one local piece: params are the per-piece params (un_infer.local),
@@ -66,6 +80,12 @@ un_status un_kern_forward(un_ctx *ctx, const un_kexec *ex, un_op op, const un_pa
 un_status un_kern_backward(un_ctx *ctx, const un_kexec *ex, un_op op, const un_param *params,
                            const un_kt *in, int n_in, const un_kt *out, int n_out,
                            const un_kt *dout, un_kt *din);
+
+/* The training loss on logits [rows, c] (float or double per prec) with labels[rows] in [0, c)
+ * (checked by the caller): returns the sum over rows of logsumexp(row) - row[label] (in double)
+ * and writes (not adds) grad = (softmax(row) - onehot(label)) * gscale. */
+double un_kern_ce_loss(un_prec prec, const void *logits, int64_t rows, int64_t c,
+                       const int64_t *labels, double gscale, void *grad);
 
 /* ---- queries ---- */
 

@@ -6,6 +6,7 @@
 
 #include <cblas.h>
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 #include <tgmath.h>
 
@@ -226,10 +227,10 @@ static inline float gelu_erfc(float x) {
     return x >= 0 ? 2.0f - e : e;
 }
 
-/* y[i] = gelu(y[i]); a NaN stays NaN. */
-VEC_CLONES static void gelu_f32(float *y, int64_t n) {
+/* y[i] = gelu(x[i]); y may alias x; a NaN stays NaN. */
+VEC_CLONES static void gelu_f32(float *y, const float *xv, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
-        float x = y[i], xs = x == x ? x : 0.0f;
+        float x = xv[i], xs = x == x ? x : 0.0f;
         float g = 0.5f * xs * gelu_erfc(xs);
         y[i] = x == x ? g : x;
     }
@@ -242,6 +243,270 @@ VEC_CLONES static void gelu_grad_f32(float *y, const float *dy, const float *pre
         float g = 0.5f * gelu_erfc(xs) + xs * 0.39894228040143268f * vexpf(-0.5f * xs * xs);
         y[i] = dy[i] * (x == x ? g : x);
     }
+}
+
+/* p[i] = exp(p[i] - mx) / sum for i < n, 0 for n <= i < len (the sum in double). */
+VEC_CLONES static void softmax_row_f32(float *p, int64_t n, int64_t len) {
+    float mx = p[0];
+    for (int64_t i = 1; i < n; i++)
+        mx = p[i] > mx ? p[i] : mx; /* a NaN anywhere makes the row NaN below, as fmax did */
+    for (int64_t i = 0; i < n; i++) {
+        float d = p[i] - mx; /* NaN stays NaN; vexpf clamps the infinities */
+        float e = vexpf(d == d ? d : 0.0f);
+        p[i] = d == d ? e : d;
+    }
+    double part[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++)
+            part[k] += p[i + k];
+    for (; i < n; i++)
+        part[0] += p[i];
+    float inv = (float)(1.0 / (((part[0] + part[1]) + (part[2] + part[3])) +
+                               ((part[4] + part[5]) + (part[6] + part[7]))));
+    for (i = 0; i < n; i++)
+        p[i] *= inv;
+    for (i = n; i < len; i++)
+        p[i] = 0.0f;
+}
+
+/* ---- float32 layer_norm rows, vectorised -------------------------------------------------------
+ * Sums in double over 8 partial sums (one AVX-512 register of doubles); the element-wise parts in
+ * float. float64 keeps the plain loops of kernels_cpu.inc. */
+
+/* sum of x[i] (k = 1) or of (x[i] - c)^2 (k = 2) over [0, n), in double. */
+VEC_CLONES static double row_sum_f32(const float *x, int64_t n, int k, double c) {
+    double part[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) {
+            double t = (double)x[i + l] - c;
+            part[l] += k == 1 ? (double)x[i + l] : t * t;
+        }
+    for (; i < n; i++) {
+        double t = (double)x[i] - c;
+        part[0] += k == 1 ? (double)x[i] : t * t;
+    }
+    return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+}
+
+/* Mean and 1 / sqrt(biased variance + 1e-5) of x[0, n). */
+static void row_moments_f32(const float *x, int64_t n, double *mean, double *rs) {
+    *mean = row_sum_f32(x, n, 1, 0) / (double)n;
+    *rs = 1.0 / sqrt(row_sum_f32(x, n, 2, *mean) / (double)n + 1e-5);
+}
+
+/* y = (x - mean) rs g + b over one row. */
+VEC_CLONES static void ln_row_f32(float *y, const float *x, const float *g, const float *b,
+                                  int64_t n, float mean, float rs) {
+    for (int64_t i = 0; i < n; i++)
+        y[i] = (x[i] - mean) * rs * g[i] + b[i];
+}
+
+/* dx += rs (dxh - mean(dxh) - xh mean(dxh xh)), dxh = dy g, xh = (x - mean) rs, over one row. */
+VEC_CLONES static void ln_dx_row_f32(float *dx, const float *x, const float *dy, const float *g,
+                                     int64_t n, float mean, float rs) {
+    double p1[8] = {0}, p2[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) {
+            float dxh = dy[i + l] * g[i + l], xh = (x[i + l] - mean) * rs;
+            p1[l] += dxh;
+            p2[l] += (double)dxh * xh;
+        }
+    for (; i < n; i++) {
+        float dxh = dy[i] * g[i], xh = (x[i] - mean) * rs;
+        p1[0] += dxh;
+        p2[0] += (double)dxh * xh;
+    }
+    float s1 = (float)((((p1[0] + p1[1]) + (p1[2] + p1[3])) + ((p1[4] + p1[5]) + (p1[6] + p1[7]))) /
+                       (double)n);
+    float s2 = (float)((((p2[0] + p2[1]) + (p2[2] + p2[3])) + ((p2[4] + p2[5]) + (p2[6] + p2[7]))) /
+                       (double)n);
+    for (i = 0; i < n; i++)
+        dx[i] += rs * (dy[i] * g[i] - s1 - (x[i] - mean) * rs * s2);
+}
+
+/* ---- the training loss: cross-entropy rows ------------------------------------------------------ */
+
+/* g[i] = exp(x[i] - mx) (NaN stays NaN), returns their sum in double. */
+VEC_CLONES static double exp_row_f32(float *g, const float *x, int64_t n, float mx) {
+    double part[8] = {0};
+    int64_t i = 0;
+    for (; i < n; i++) {
+        float d = x[i] - mx;
+        float e = vexpf(d == d ? d : 0.0f);
+        g[i] = d == d ? e : d;
+    }
+    for (i = 0; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++)
+            part[l] += g[i + l];
+    for (; i < n; i++)
+        part[0] += g[i];
+    return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+}
+
+/* g[i] = (g[i] inv - [i == y]) f. */
+VEC_CLONES static void ce_grad_row_f32(float *g, int64_t n, int64_t y, float inv, float f) {
+    for (int64_t i = 0; i < n; i++)
+        g[i] = (g[i] * inv - (i == y ? 1.0f : 0.0f)) * f;
+}
+
+double un_kern_ce_loss(un_prec prec, const void *logits, int64_t rows, int64_t c,
+                       const int64_t *labels, double gscale, void *grad) {
+    double total = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t y = labels[r];
+        if (prec == UN_PREC_F32) {
+            const float *x = (const float *)logits + r * c;
+            float *g = (float *)grad + r * c, mx = x[0];
+            for (int64_t j = 1; j < c; j++)
+                mx = x[j] > mx || x[j] != x[j] ? x[j] : mx; /* a NaN makes the row NaN */
+            double s = exp_row_f32(g, x, c, mx);
+            total += (double)mx + log(s) - (double)x[y];
+            ce_grad_row_f32(g, c, y, (float)(1.0 / s), (float)gscale);
+            continue;
+        }
+        const double *x = (const double *)logits + r * c;
+        double *g = (double *)grad + r * c, mx = x[0], s = 0;
+        for (int64_t j = 1; j < c; j++)
+            mx = x[j] > mx || x[j] != x[j] ? x[j] : mx;
+        for (int64_t j = 0; j < c; j++) {
+            g[j] = exp(x[j] - mx);
+            s += g[j];
+        }
+        total += mx + log(s) - x[y];
+        for (int64_t j = 0; j < c; j++)
+            g[j] = (g[j] / s - (j == y ? 1.0 : 0.0)) * gscale;
+    }
+    return total;
+}
+
+/* ---- the forward's saved values ---------------------------------------------------------------- */
+
+typedef struct kstash_entry {
+    const void *key; /* the output's address */
+    un_op op;
+    bool valid;   /* data holds the forward of the call with this fingerprint */
+    uint64_t sig; /* call_sig of that call */
+    void *data;
+    size_t bytes;
+} kstash_entry;
+
+struct un_kstash {
+    kstash_entry *e;
+    int n, cap;
+};
+
+un_kstash *un_kstash_new(void) { return un_xcalloc(1, sizeof(un_kstash)); }
+
+void un_kstash_free(un_kstash *s) {
+    if (!s)
+        return;
+    for (int i = 0; i < s->n; i++)
+        free(s->e[i].data);
+    free(s->e);
+    free(s);
+}
+
+size_t un_kstash_bytes(const un_kstash *s) {
+    size_t n = 0;
+    for (int i = 0; s && i < s->n; i++)
+        n += s->e[i].bytes;
+    return n;
+}
+
+/* A fingerprint of n bytes, ~10 GB/s: 8 independent lanes of a multiply-xorshift step (each a
+ * bijection of the lane, so one changed word always changes the result) over 64-byte blocks,
+ * the tail and the lanes folded with un_hash_bytes (byte-wise FNV-1a, too slow for MiBs). */
+VEC_CLONES static uint64_t fingerprint(const void *p, size_t n, uint64_t h) {
+    const unsigned char *b = p;
+    uint64_t lane[8];
+    for (int k = 0; k < 8; k++)
+        lane[k] = h + 0x9e3779b97f4a7c15ull * (uint64_t)(k + 1);
+    size_t blocks = n / 64;
+    for (size_t i = 0; i < blocks; i++) {
+        uint64_t w[8];
+        memcpy(w, b + 64 * i, 64);
+        for (int k = 0; k < 8; k++) {
+            uint64_t x = (lane[k] ^ w[k]) * 0xff51afd7ed558ccdull;
+            lane[k] = x ^ (x >> 29);
+        }
+    }
+    h = un_hash_bytes(lane, sizeof lane, h ^ n);
+    return un_hash_bytes(b + 64 * blocks, n - 64 * blocks, h);
+}
+
+static bool same_dims(const un_kt *a, const un_kt *b);
+
+/* The call's op, parameters, input shapes and values (an input passed twice is read once). */
+static uint64_t call_sig(const kcall *c) {
+    uint64_t h = un_hash_combine((uint64_t)c->op, (uint64_t)c->ex->prec);
+    for (int i = 0; un_kern_param_names(c->op)[i]; i++)
+        for (int k = 0; k < c->p[i].len && k < UN_MAX_DIMS; k++)
+            h = un_hash_combine(h, (uint64_t)c->p[i].v[k]);
+    for (int i = 0; i < c->n_in; i++) {
+        const un_kt *t = &c->in[i];
+        h = un_hash_bytes(t->dim, (size_t)t->rank * sizeof t->dim[0], un_hash_combine(h, t->rank));
+        int same = -1;
+        for (int j = 0; j < i && same < 0; j++)
+            if (c->in[j].data == t->data && same_dims(&c->in[j], t))
+                same = j;
+        size_t es = t->dtype == UN_DT_INT || c->ex->prec == UN_PREC_F64 ? 8 : 4;
+        h = same >= 0 ? un_hash_combine(h, (uint64_t)same)
+                      : fingerprint(t->data, (size_t)un_kt_numel(t) * es, h);
+    }
+    return h;
+}
+
+static kstash_entry *stash_find(un_kstash *s, const void *key, un_op op) {
+    for (int i = 0; i < s->n; i++)
+        if (s->e[i].key == key && s->e[i].op == op)
+            return &s->e[i];
+    return NULL;
+}
+
+/* The forward's slot of `bytes` for this call (its memory reused when the size is the same),
+ * invalid until stash_seal; NULL without a stash or memory (the backward then recomputes). */
+static kstash_entry *stash_slot(const kcall *c, size_t bytes) {
+    un_kstash *s = c->ex->stash;
+    if (!s)
+        return NULL;
+    kstash_entry *e = stash_find(s, c->out[0].data, c->op);
+    if (!e) {
+        if (s->n == s->cap) {
+            s->cap = s->cap ? 2 * s->cap : 16;
+            s->e = un_xrealloc(s->e, (size_t)s->cap * sizeof *s->e);
+        }
+        e = &s->e[s->n++];
+        *e = (kstash_entry){.key = c->out[0].data, .op = c->op};
+    }
+    e->valid = false;
+    if (e->bytes != bytes) {
+        free(e->data);
+        e->bytes = 0;
+        if (!(e->data = malloc(bytes)))
+            return NULL;
+        e->bytes = bytes;
+    }
+    return e;
+}
+
+/* The forward filled e (may be NULL). */
+static void stash_seal(const kcall *c, kstash_entry *e) {
+    if (e) {
+        e->sig = call_sig(c);
+        e->valid = true;
+    }
+}
+
+/* The saved values of this call's forward (bytes long), or NULL. */
+static const void *stash_get(const kcall *c, size_t bytes) {
+    un_kstash *s = c->ex->stash;
+    kstash_entry *e = s ? stash_find(s, c->out[0].data, c->op) : NULL;
+    if (!e || !e->valid || e->bytes != bytes || e->sig != call_sig(c))
+        return NULL;
+    return e->data;
 }
 
 /* ---- the kernels, once per precision --------------------------------------------------------- */

@@ -45,18 +45,29 @@ void un_optim_free(un_optim *o);
 /* ---- use ---- */
 
 /* One update w -= f(g) of all n parameters (SGD: v = mu v + g, w -= lr v; Adam with bias
- * correction), w and g in host memory (the state too, or on a host-visible backend). */
+ * correction), w, g and the state in host memory (an optimizer made by un_optim_new). */
 void un_optim_step(un_optim *o, void *w, const void *g);
-/* The same update run by backend be on its memory (w, g and the state there). */
+/* The same update run by backend be on its memory: w, g and the state there (an optimizer made by
+ * un_optim_new_on(..., be, ...)). */
 un_status un_optim_step_on(un_ctx *ctx, un_optim *o, un_backend *be, void *w, const void *g);
+/* A run of elements [off, off + n) of a weight buffer. */
+typedef struct un_optim_seg {
+    int64_t off, n;
+} un_optim_seg;
+/* One update (one step) of only the segments' elements of w and g (backend memory of be), the
+ * state compact: segment k's state follows segment k-1's, and the segments' lengths add up to
+ * un_optim_count(o). This is the sharded update: a rank updates only its shard of the weights
+ * held in copies (exec.h, un_exec_update). */
+un_status un_optim_step_segs(un_ctx *ctx, un_optim *o, un_backend *be, void *w, const void *g,
+                             const un_optim_seg *segs, int n_segs);
 int64_t un_optim_steps(const un_optim *o); /* updates done (restored by a checkpoint) */
 void un_optim_set_steps(un_optim *o, int64_t t);
 int64_t un_optim_count(const un_optim *o); /* parameters it updates */
 un_optim_algo un_optim_kind(const un_optim *o);
 /* Its state arrays, n elements in its precision, aligned with the parameters: i = 0 the SGD
  * velocity or Adam's first moment, i = 1 Adam's second moment (NULL for SGD). Borrowed; backend
- * memory for an optimizer made by un_optim_new_on (host code may read it only when that backend
- * is host-visible). */
+ * memory for an optimizer made by un_optim_new_on (reach it through the backend, e.g.
+ * un_exec_params_scatter / un_exec_params_gather). */
 void *un_optim_state(const un_optim *o, int i);
 un_prec un_optim_prec(const un_optim *o); /* the precision of its state */
 

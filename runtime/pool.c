@@ -128,3 +128,12 @@ void un_pool_for(un_pool *p, int64_t n, void (*fn)(void *arg, int64_t begin, int
         pthread_cond_wait(&p->done, &p->mu);
     pthread_mutex_unlock(&p->mu);
 }
+
+int un_pool_part(const un_pool *p, int64_t n, int64_t begin) {
+    int parts = !p || n < 1 ? 1 : n < p->n ? (int)n : p->n;
+    int64_t q = n / parts, r = n % parts;
+    /* block i starts at i q + min(i, r): the first r blocks have q + 1 indices */
+    if (begin < r * (q + 1))
+        return (int)(begin / (q + 1));
+    return q ? (int)(r + (begin - r * (q + 1)) / q) : 0;
+}

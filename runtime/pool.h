@@ -30,4 +30,8 @@ int un_pool_size(const un_pool *p);
 void un_pool_for(un_pool *p, int64_t n, void (*fn)(void *arg, int64_t begin, int64_t end),
                  void *arg);
 
+/* Which block of un_pool_for(p, n, ...) starts at begin: 0 .. un_pool_size(p) - 1 (0 for a loop
+ * run whole on the caller, begin 0), so that a loop body can use per-thread scratch slots. */
+int un_pool_part(const un_pool *p, int64_t n, int64_t begin);
+
 #endif

@@ -12,6 +12,7 @@
 
 #include "pcg/onnx.h"
 #include "runtime/backend.h"
+#include "runtime/backend_cuda.h"
 #include "runtime/backend_impl.h"
 #include "runtime/blas.h"
 #include "runtime/comm.h"
@@ -64,10 +65,15 @@ const char *un_train_usage(void) {
            "  --seed S           seed of initialisation and data (default 1)\n"
            "  --threads T        CPU threads per machine, split over its devices (default: all "
            "cores)\n"
-           "  --save CKPT        write a checkpoint at the end\n"
+           "  --save CKPT        write a checkpoint at the end (--comm mpi: CKPT.rankR per "
+           "process)\n"
            "  --load CKPT        start from a checkpoint\n"
            "  --loss ce|mse      loss of a JSON or ONNX model (default mse)\n"
            "  --precision f32|f64  float type (default f32)\n"
+           "  --backend B        cpu | cuda (one GPU per rank: its rank on the machine mod the\n"
+           "                     GPUs) | opaque (the CPU kernels behind memory the host cannot\n"
+           "                     reach: checks the runtime); default cuda when built with CUDA\n"
+           "                     and a GPU is there (f32), else cpu\n"
            "  --spec FILE|DIR    operator specs (alias --ops; default: $UNITY_SPECS, ./specs,\n"
            "                     else the installed share/unity/specs)\n"
            "  --quiet            no per-step lines\n"
@@ -107,7 +113,7 @@ un_status un_train_parse_args(un_ctx *ctx, int argc, char **argv, un_train_opts 
             "--model",     "--devices",   "--strategy", "--steps",     "--batch",
             "--lr",        "--optimizer", "--data",     "--comm",      "--seed",
             "--threads",   "--save",      "--load",     "--spec",      "--loss",
-            "--precision", "--config",    "--input-shape"};
+            "--precision", "--config",    "--input-shape", "--backend"};
         bool known = false;
         for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
             known |= strcmp(a, with_value[k]) == 0;
@@ -174,6 +180,11 @@ un_status un_train_parse_args(un_ctx *ctx, int argc, char **argv, un_train_opts 
             if (strcmp(v, "f32") != 0 && strcmp(v, "f64") != 0)
                 return un_ctx_error(ctx, UN_ERR_INVALID, "--precision: '%s' is not f32 or f64", v);
             o->prec = strcmp(v, "f32") == 0 ? UN_PREC_F32 : UN_PREC_F64;
+        } else if (strcmp(a, "--backend") == 0) {
+            if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0 && strcmp(v, "opaque") != 0)
+                return un_ctx_error(ctx, UN_ERR_INVALID,
+                                    "--backend: '%s' is not cpu, cuda or opaque", v);
+            o->backend = v;
         }
         if (st != UN_OK)
             return st;
@@ -373,6 +384,8 @@ typedef struct shared {
     unsigned char *text;
     size_t text_len;
     int threads; /* per rank */
+    const char *backend; /* resolved: "cpu", "cuda" or "opaque" */
+    int gpus;            /* cuda: the GPUs of this machine */
     double *losses;
     un_train_dev_stats *dev; /* per device, filled by rank 0 */
     double step_time_sum;
@@ -504,26 +517,38 @@ static un_status setup_weights(un_ctx *ctx, shared *sh, un_exec *ex, un_backend 
     un_optim_init_weights(sh->g, o->seed, o->prec, lw, nl);
     if (sh->m->onnx.values)
         onnx_weights(sh, ex, o->prec, lw);
-    un_status st = optim_make(ctx, o, un_exec_param_count(ex), be, opt);
+    un_status st = optim_make(ctx, o, un_exec_shard_count(ex), be, opt);
     if (st == UN_OK && o->load) {
         if ((st = optim_make(ctx, o, nl, NULL, &lo)) == UN_OK)
-            st = un_checkpoint_load(ctx, o->load, sh->g, o->prec, lw, lo);
+            st = un_checkpoint_is_ranks(o->load)
+                     ? un_checkpoint_load_ranks(ctx, o->load, sh->g, o->prec, lw, lo)
+                     : un_checkpoint_load(ctx, o->load, sh->g, o->prec, lw, lo);
         for (int i = 0; st == UN_OK && i < 2; i++)
             if (un_optim_state(*opt, i))
-                un_exec_params_scatter(ex, un_optim_state(lo, i), un_optim_state(*opt, i));
+                st = un_exec_shard_scatter(ctx, ex, un_optim_state(lo, i), un_optim_state(*opt, i));
         if (st == UN_OK)
             un_optim_set_steps(*opt, un_optim_steps(lo));
     }
     if (st == UN_OK)
-        un_exec_params_scatter(ex, lw, un_exec_params(ex));
+        st = un_exec_params_scatter(ctx, ex, lw, un_exec_params(ex));
     un_optim_free(lo);
     free(lw);
     return st;
 }
 
-/* Gathers the weights and optimizer state on rank 0, which writes one checkpoint. */
-static un_status save_weights(un_ctx *ctx, shared *sh, un_comm *comm, un_exec *ex, un_optim *opt) {
+/* Under MPI on several processes every rank writes its own file (its weight blocks and optimizer
+ * shard, PATH.rankR; rank 0 removes a stale single file PATH, which a load would prefer);
+ * otherwise the weights and optimizer state are gathered on rank 0, which writes one file. */
+static un_status save_weights(un_ctx *ctx, shared *sh, un_comm *comm, un_exec *ex, un_backend *be,
+                              un_optim *opt) {
     const un_train_opts *o = sh->o;
+    if (strcmp(un_comm_name(comm), "mpi") == 0 && un_comm_size(comm) > 1) {
+        un_status st = un_checkpoint_save_rank(ctx, o->save, sh->g, ex, be, opt, un_comm_rank(comm),
+                                               un_comm_size(comm));
+        if (st == UN_OK && un_comm_rank(comm) == 0)
+            remove(o->save);
+        return un_comm_agree(ctx, comm, st);
+    }
     int64_t nl = un_exec_lparam_count(ex);
     size_t fes = o->prec == UN_PREC_F32 ? 4 : 8;
     bool root = un_comm_rank(comm) == 0;
@@ -540,8 +565,8 @@ static un_status save_weights(un_ctx *ctx, shared *sh, un_comm *comm, un_exec *e
         st = un_exec_params_gather(ctx, ex, un_exec_params(ex), lw);
     for (int i = 0; st == UN_OK && i < 2; i++)
         if (un_optim_state(opt, i))
-            st = un_exec_params_gather(ctx, ex, un_optim_state(opt, i),
-                                       root ? un_optim_state(lo, i) : NULL);
+            st = un_exec_shard_gather(ctx, ex, un_optim_state(opt, i),
+                                      root ? un_optim_state(lo, i) : NULL);
     if (st == UN_OK && root) {
         un_optim_set_steps(lo, un_optim_steps(opt));
         st = un_checkpoint_save(ctx, o->save, sh->g, o->prec, lw, lo);
@@ -578,6 +603,30 @@ static un_status report_stats(un_ctx *ctx, shared *sh, un_comm *comm, un_exec *e
     return st;
 }
 
+un_status un_train_backend(un_ctx *ctx, const un_train_opts *o, const char **name, int *gpus) {
+    const char *why = NULL;
+    *gpus = un_backend_cuda_devices(&why);
+    *name = o->backend ? o->backend : *gpus > 0 && o->prec == UN_PREC_F32 ? "cuda" : "cpu";
+    if (strcmp(*name, "cuda") != 0)
+        return UN_OK;
+    if (*gpus == 0)
+        return un_ctx_error(ctx, UN_ERR_UNAVAILABLE, "--backend cuda: no GPU to run on (%s)",
+                            why ? why : "no CUDA device");
+    if (o->prec != UN_PREC_F32)
+        return un_ctx_error(ctx, UN_ERR_UNAVAILABLE,
+                            "--backend cuda: float32 only (--precision f64 runs on --backend cpu)");
+    return UN_OK;
+}
+
+/* This rank's backend: under cuda the GPU of its rank on the machine modulo the GPUs there. */
+static un_status backend_make(un_ctx *ctx, const shared *sh, un_comm *comm, un_backend **out) {
+    if (strcmp(sh->backend, "cuda") == 0)
+        return un_backend_cuda_new(ctx, sh->o->prec, un_comm_node_rank(comm) % sh->gpus, out);
+    if (strcmp(sh->backend, "opaque") == 0)
+        return un_backend_opaque_new(ctx, sh->o->prec, sh->threads, out);
+    return un_backend_cpu_new(ctx, sh->o->prec, sh->threads, out);
+}
+
 static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
     const un_train_opts *o = sh->o;
     const tmodel *m = sh->m;
@@ -590,7 +639,7 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
     un_buffer *dlabels = NULL; /* the labels on the backend, where the loss reads them */
     int rank = un_comm_rank(comm);
     size_t lbytes = (size_t)m->label_numel * (m->loss == UN_LOSS_CE ? sizeof(int64_t) : fes);
-    un_status st = un_backend_cpu_new(ctx, prec, sh->threads, &be);
+    un_status st = backend_make(ctx, sh, comm, &be);
     if (st == UN_OK)
         st = un_exec_new(ctx, sh->g, comm, be, &ex);
     if (st == UN_OK)
@@ -611,8 +660,19 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
             st = un_ctx_error(ctx, UN_ERR_NOMEM, "no memory for the inputs and labels");
     }
     st = un_comm_agree(ctx, comm, st);
-    if (st == UN_OK && rank == 0 && !o->quiet) /* once set-up succeeded: errors print nothing */
+    if (st == UN_OK && rank == 0 && !o->quiet) { /* once set-up succeeded: errors print nothing */
         fprintf(o->out, "blas: %s\n", un_blas_describe());
+        if (strcmp(sh->backend, "cuda") == 0) {
+            char name[128] = "?";
+            un_backend_cuda_device_name(0, name, sizeof name);
+            fprintf(o->out,
+                    "backend: %s, one GPU per rank (its rank on the machine mod %d GPUs; "
+                    "GPU 0: %s)\n",
+                    un_backend_name(be), sh->gpus, name);
+        } else {
+            fprintf(o->out, "backend: %s\n", un_backend_name(be));
+        }
+    }
     /* A loaded run continues where the checkpoint stopped: same data, same dropout masks. */
     int start = st == UN_OK ? (int)un_optim_steps(opt) : 0;
     const un_shape *os = st == UN_OK ? un_exec_output_shape(ex, 0) : NULL;
@@ -653,11 +713,8 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
         if ((st = un_comm_allreduce(ctx, comm, UN_RED_F64, &loss, 1)) != UN_OK)
             break;
         loss /= (double)(m->loss == UN_LOSS_CE ? os->dim[0] : un_shape_numel(os));
-        if ((st = un_optim_step_on(ctx, opt, be, un_exec_params(ex), un_exec_param_grads(ex))) !=
-            UN_OK) {
-            un_comm_abort(comm);
+        if ((st = un_exec_update(ctx, ex, opt)) != UN_OK)
             break;
-        }
         double dt = now_s() - t0;
         if (rank == 0) {
             sh->losses[step] = loss;
@@ -677,7 +734,7 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
         }
     }
     if (st == UN_OK && o->save)
-        st = save_weights(ctx, sh, comm, ex, opt);
+        st = save_weights(ctx, sh, comm, ex, be, opt);
     if (st == UN_OK)
         st = report_stats(ctx, sh, comm, ex, opt);
     free(labels);
@@ -843,6 +900,8 @@ un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res
             goto done;
         }
     }
+    if ((st = un_train_backend(ctx, o, &sh.backend, &sh.gpus)) != UN_OK)
+        goto done;
     if (o->save && res->rank == 0) { /* a checkpoint that cannot be written fails before training */
         char probe[4096];
         snprintf(probe, sizeof probe, "%s.tmp", o->save);

@@ -38,6 +38,9 @@ typedef struct un_train_opts {
     const char *spec;        /* operator spec file */
     const char *loss;        /* JSON models: "ce" or "mse" */
     un_prec prec;            /* float32 (default) or float64 */
+    const char *backend;     /* "cpu", "cuda" or "opaque" (the CPU kernels behind memory the
+                                host cannot reach, backend.h); NULL = cuda when this build has
+                                CUDA and a GPU is there (and the precision is f32), else cpu */
     bool quiet;              /* no per-step lines */
     bool stats;              /* print the per-device accounting at the end */
     FILE *out;               /* per-step lines and the summary (default stdout) */
@@ -93,6 +96,11 @@ un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res
  * un_train_run's. Owned: free with un_graph_free. */
 un_status un_train_graph(un_ctx *ctx, const un_spec *spec, const un_train_opts *o, un_graph **out,
                          int *devices);
+
+/* The backend a run of o uses: o->backend, else cuda when this build has CUDA, a GPU is there and
+ * the precision is float32, else cpu (*name: static). cuda where it cannot run (no GPU, a build
+ * without CUDA, float64) is UN_ERR_UNAVAILABLE with one line. *gpus: the GPUs of this machine. */
+un_status un_train_backend(un_ctx *ctx, const un_train_opts *o, const char **name, int *gpus);
 
 /* Mean cross-entropy over N rows of logits [N, C] (rows [r0, r0 + rows) of it given, labels
  * indexed by global row) and its gradient (softmax - onehot) / N into grad; returns the sum of

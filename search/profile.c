@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -24,6 +25,16 @@ un_profile_params un_profile_params_default(void) {
                                .min_reps = 5,
                                .optimizer = "adam",
                                .cuda_device = -1};
+}
+
+bool un_profile_kind_matches(const char *kind, const char *gpu_name) {
+    size_t k = strlen(kind), n = strlen(gpu_name);
+    if (k == 0 || strcasecmp(kind, "cpu") == 0)
+        return false;
+    for (size_t i = 0; i + k <= n; i++)
+        if (strncasecmp(gpu_name + i, kind, k) == 0)
+            return true;
+    return false;
 }
 
 static double now_s(void) {
@@ -82,29 +93,36 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 /* The median seconds of one run after the warm-up: repetitions go on until min_reps and
- * min_seconds are both reached (the median resists the other jobs of a shared machine). */
+ * min_seconds are both reached (the median resists the other jobs of a shared machine). Each run
+ * is timed by the backend's timer: CUDA events on a GPU (kernel time), the host clock around a
+ * synchronised run otherwise. */
 static un_status time_op(un_ctx *ctx, un_backend *be, const un_node *nd, bufs *b, bool bwd,
                          const un_profile_params *p, double *sec) {
     un_status st = UN_OK;
     int reps = 0, cap = 64;
-    double *t = un_xmalloc(sizeof *t * (size_t)cap), total = 0;
+    double *t = un_xmalloc(sizeof *t * (size_t)cap), total = 0, wall0 = now_s();
     for (int i = 0; st == UN_OK; i++) {
-        double t0 = now_s();
-        if (bwd)
+        un_backend_timer tm;
+        double dt = 0;
+        st = un_backend_timer_start(ctx, be, &tm);
+        if (st == UN_OK && bwd)
             st = un_backend_op_backward(ctx, be, nd->op, nd->inf.local, b->in, b->n_in, b->out,
                                         b->n_out, b->dout, b->din, 1, NULL, NULL);
-        else
+        else if (st == UN_OK)
             st = un_backend_op_forward(ctx, be, nd->op, nd->inf.local, b->in, b->n_in, b->out,
                                        b->n_out, 1, NULL, NULL);
         if (st == UN_OK)
-            st = un_backend_synchronize(ctx, be);
+            st = un_backend_timer_stop(ctx, be, &tm, &dt);
         if (i < p->warmup)
             continue;
         if (reps == cap)
             t = un_xrealloc(t, sizeof *t * (size_t)(cap *= 2));
-        t[reps++] = now_s() - t0;
-        total += t[reps - 1];
-        if ((reps >= p->min_reps && total >= p->min_seconds) || reps >= 100000)
+        t[reps++] = dt;
+        total += dt;
+        /* a device clock can read far below the wall time: stop on either */
+        if ((reps >= p->min_reps &&
+             (total >= p->min_seconds || now_s() - wall0 >= 10 * p->min_seconds)) ||
+            reps >= 100000)
             break;
     }
     qsort(t, (size_t)reps, sizeof *t, cmp_double);
@@ -157,7 +175,9 @@ static un_status store(un_ctx *ctx, un_rulesdb *db, const char *sig, const char 
     return un_rulesdb_cost_put(ctx, db, &c);
 }
 
-static un_status profile_optimizer(un_ctx *ctx, un_rulesdb *db, const un_graph *g,
+/* The optimizer step over all the graph's weights on the backend, as the runtime runs it
+ * (un_optim_step_on on backend memory). */
+static un_status profile_optimizer(un_ctx *ctx, un_rulesdb *db, un_backend *be, const un_graph *g,
                                    const un_profile_params *p, const char *device, FILE *log,
                                    int64_t *n_stored) {
     int64_t n = 0;
@@ -167,19 +187,27 @@ static un_status profile_optimizer(un_ctx *ctx, un_rulesdb *db, const un_graph *
     un_optim_algo k;
     if (n == 0 || !un_optim_algo_from_name(p->optimizer, &k))
         return UN_OK;
-    un_prec prec = p->f64 ? UN_PREC_F64 : UN_PREC_F32;
     size_t fes = p->f64 ? 8 : 4;
     un_optim *o = NULL;
-    void *w = un_xcalloc((size_t)n, fes), *gr = un_xcalloc((size_t)n, fes);
-    un_status st = un_optim_new(ctx, un_optim_params_default(k), n, prec, &o);
+    un_buffer *w = NULL, *gr = NULL;
+    un_status st = un_optim_new_on(ctx, un_optim_params_default(k), n, be, &o);
+    if (st == UN_OK)
+        st = un_buffer_new(ctx, be, (size_t)n * fes, &w);
+    if (st == UN_OK)
+        st = un_buffer_new(ctx, be, (size_t)n * fes, &gr);
     int reps = 0;
-    double t0 = 0, el = 0;
+    double el = 0, wall0 = now_s();
     for (int i = 0; st == UN_OK; i++) {
-        if (i == p->warmup)
-            t0 = now_s();
-        un_optim_step(o, w, gr);
-        if (i >= p->warmup && (++reps, el = now_s() - t0, reps >= p->min_reps) &&
-            el >= p->min_seconds)
+        un_backend_timer tm;
+        double dt = 0;
+        if ((st = un_backend_timer_start(ctx, be, &tm)) == UN_OK &&
+            (st = un_optim_step_on(ctx, o, be, un_buffer_at(w, 0), un_buffer_at(gr, 0))) == UN_OK)
+            st = un_backend_timer_stop(ctx, be, &tm, &dt);
+        if (i < p->warmup)
+            continue;
+        reps++;
+        el += dt;
+        if (reps >= p->min_reps && (el >= p->min_seconds || now_s() - wall0 >= 10 * p->min_seconds))
             break;
     }
     if (st == UN_OK) {
@@ -194,22 +222,21 @@ static un_status profile_optimizer(un_ctx *ctx, un_rulesdb *db, const un_graph *
         }
     }
     un_optim_free(o);
-    free(w);
-    free(gr);
+    un_buffer_free(w);
+    un_buffer_free(gr);
     return st;
 }
 
-/* The runtime's own per-step work besides operators: making the batch (one random number per
- * element, as runtime/train.c's synthetic data) and the cross-entropy loss with its gradient on
- * one output piece. Median of repetitions, like the ops. */
-static un_status profile_step_parts(un_ctx *ctx, un_rulesdb *db, const un_graph *g,
+/* The runtime's own per-step work besides operators, as runtime/train.c runs it: making the batch
+ * (one random number per element on the host, written to the backend) and the cross-entropy
+ * loss with its gradient on one output piece, on the backend. Median of repetitions, like the
+ * ops. */
+static un_status profile_step_parts(un_ctx *ctx, un_rulesdb *db, un_backend *be, const un_graph *g,
                                     const un_profile_params *p, const char *device, FILE *log,
                                     int64_t *n_stored) {
     size_t fes = p->f64 ? 8 : 4;
-    un_prec prec = p->f64 ? UN_PREC_F64 : UN_PREC_F32;
     int64_t n = un_sim_data_elements(g);
     char shape[64];
-    un_status st = UN_OK;
     double t[2] = {0, 0};
     const char *sig[2] = {"data:synthetic", "loss:ce"};
     char shapes[2][64];
@@ -220,30 +247,54 @@ static un_status profile_step_parts(un_ctx *ctx, un_rulesdb *db, const un_graph 
     long long rows = 0, cls = 0;
     sscanf(shape, "float[%lld,%lld]", &rows, &cls);
     int64_t m = rows * cls;
-    void *buf = un_xcalloc((size_t)(n > m ? n : m) + 1, fes),
-         *grad = un_xcalloc((size_t)m + 1, fes);
-    int64_t *labels = un_xcalloc((size_t)rows + 1, sizeof *labels);
-    for (int part = 0; part < 2; part++) {
+    void *host = un_xcalloc((size_t)n + 1, fes);
+    un_buffer *data = NULL, *logits = NULL, *grad = NULL, *labels = NULL;
+    un_status st = un_buffer_new(ctx, be, ((size_t)(n > m ? n : m) + 1) * fes, &data);
+    if (st == UN_OK)
+        st = un_buffer_new(ctx, be, ((size_t)m + 1) * fes, &logits);
+    if (st == UN_OK)
+        st = un_buffer_new(ctx, be, ((size_t)m + 1) * fes, &grad);
+    if (st == UN_OK)
+        st = un_buffer_new(ctx, be, ((size_t)rows + 1) * sizeof(int64_t), &labels);
+    un_kt y = {.dtype = UN_DT_FLOAT, .rank = 2, .dim = {rows, cls}},
+          gy = {.dtype = UN_DT_FLOAT, .rank = 2, .dim = {rows, cls}},
+          lab = {.dtype = UN_DT_INT, .rank = 1, .dim = {rows}};
+    if (st == UN_OK) {
+        y.data = un_buffer_at(logits, 0);
+        gy.data = un_buffer_at(grad, 0);
+        lab.data = un_buffer_at(labels, 0);
+    }
+    for (int part = 0; part < 2 && st == UN_OK; part++) {
         double *ts = un_xmalloc(sizeof *ts * 64);
         int reps = 0;
         double total = 0;
-        for (int i = 0; i < p->warmup + 63 && !(reps >= p->min_reps && total >= p->min_seconds);
+        for (int i = 0;
+             st == UN_OK && i < p->warmup + 63 && !(reps >= p->min_reps && total >= p->min_seconds);
              i++) {
-            double t0 = now_s();
-            if (part == 0) {
+            double dt = 0;
+            if (part == 0) { /* host clock: the generation is host work */
+                double t0 = now_s();
                 un_rng rng;
                 un_rng_seed(&rng, (uint64_t)i);
                 for (int64_t x = 0; x < n; x++) {
                     double v = 2 * un_rng_double(&rng) - 1;
                     if (fes == 4)
-                        ((float *)buf)[x] = (float)v;
+                        ((float *)host)[x] = (float)v;
                     else
-                        ((double *)buf)[x] = v;
+                        ((double *)host)[x] = v;
                 }
+                st = un_buffer_write(ctx, data, 0, host, (size_t)n * fes);
+                if (st == UN_OK)
+                    st = un_backend_synchronize(ctx, be);
+                dt = now_s() - t0;
             } else if (m > 0) {
-                un_train_ce(prec, buf, rows, cls, 0, rows, labels, grad);
+                un_backend_timer tm;
+                double loss;
+                if ((st = un_backend_timer_start(ctx, be, &tm)) == UN_OK &&
+                    (st = un_backend_loss(ctx, be, UN_LOSS_CE, &y, NULL, NULL, &lab, &gy, &loss)) ==
+                        UN_OK)
+                    st = un_backend_timer_stop(ctx, be, &tm, &dt);
             }
-            double dt = now_s() - t0;
             if (i >= p->warmup) {
                 ts[reps++] = dt;
                 total += dt;
@@ -260,9 +311,11 @@ static un_status profile_step_parts(un_ctx *ctx, un_rulesdb *db, const un_graph 
         if (log)
             fprintf(log, "  %-44s %-40s %10.4f ms\n", sig[part], shapes[part], t[part] * 1e3);
     }
-    free(buf);
-    free(grad);
-    free(labels);
+    free(host);
+    un_buffer_free(data);
+    un_buffer_free(logits);
+    un_buffer_free(grad);
+    un_buffer_free(labels);
     return st;
 }
 
@@ -273,10 +326,10 @@ un_status un_profile_graph(un_ctx *ctx, un_rulesdb *db, const un_graph *g, const
     size_t fes = p->f64 ? 8 : 4;
     char device[48];
     snprintf(device, sizeof device, "%s%s", p->device, p->f64 ? "-f64" : "");
-    un_status st =
-        p->cuda_device >= 0
-            ? un_backend_cuda_new(ctx, p->f64 ? UN_PREC_F64 : UN_PREC_F32, p->cuda_device, &be)
-            : un_backend_cpu_new(ctx, p->f64 ? UN_PREC_F64 : UN_PREC_F32, p->threads, &be);
+    un_prec prec = p->f64 ? UN_PREC_F64 : UN_PREC_F32;
+    un_status st = p->cuda_device >= 0 ? un_backend_cuda_new(ctx, prec, p->cuda_device, &be)
+                   : p->opaque         ? un_backend_opaque_new(ctx, prec, p->threads, &be)
+                                       : un_backend_cpu_new(ctx, prec, p->threads, &be);
     int32_t n = un_graph_node_count(g);
     char(*seen)[256] = un_xcalloc((size_t)n, sizeof *seen);
     int n_seen = 0;
@@ -309,11 +362,11 @@ un_status un_profile_graph(un_ctx *ctx, un_rulesdb *db, const un_graph *g, const
         if (log)
             fprintf(log, "  %-44s %-40s %10.4f %10.4f ms\n", sig, shape, fwd * 1e3, bwd * 1e3);
     }
-    /* the optimizer, data and loss run on the host today: timed for CPU devices only */
-    if (st == UN_OK && p->optimizer && p->cuda_device < 0)
-        st = profile_optimizer(ctx, db, g, p, device, log, n_stored);
-    if (st == UN_OK && p->cuda_device < 0)
-        st = profile_step_parts(ctx, db, g, p, device, log, n_stored);
+    /* the optimizer, data and loss as the runtime runs them on this backend */
+    if (st == UN_OK && p->optimizer)
+        st = profile_optimizer(ctx, db, be, g, p, device, log, n_stored);
+    if (st == UN_OK)
+        st = profile_step_parts(ctx, db, be, g, p, device, log, n_stored);
     if (st == UN_OK)
         st = un_rulesdb_commit(ctx, db);
     else

@@ -1,8 +1,9 @@
 /* profile.h - measured operator costs: times every regular operator of a graph on its piece
- * shapes on the local CPU or CUDA backend (warm-up, then timed repetitions), and the optimizer step
- * over the graph's weights, and stores the times in rules.db's op-cost cache under the keys the
- * cost model looks up (search/cost.h: un_cost_key) for a device kind. The cost model then uses them
- * in place of its roofline for that device kind.
+ * shapes on the local CPU or CUDA backend (warm-up, then timed repetitions by the backend's timer:
+ * CUDA events on a GPU), the optimizer step over the graph's weights, the batch and the loss as
+ * the runtime runs them on that backend, and stores the times in rules.db's op-cost cache under the
+ * keys the cost model looks up (search/cost.h: un_cost_key) for a device kind. The cost model then
+ * uses them in place of its roofline for that device kind.
  *
  *   un_profile_params pp = un_profile_params_default();
  *   pp.device = "cpu"; pp.threads = 1;
@@ -25,12 +26,20 @@ typedef struct un_profile_params {
     double min_seconds;    /* time each op for at least this long ... */
     int min_reps;          /* ... and at least this many repetitions */
     const char *optimizer; /* also time this optimizer over the graph's weights (NULL: none) */
-    int cuda_device;       /* >= 0: time the ops on this CUDA device (device should then be the
-                              GPU's kind, e.g. "h100"); each run is synchronised, so a time is
-                              launch + kernel; optimizer and data/loss stay unmeasured there */
+    int cuda_device;       /* >= 0: time on this CUDA device (device should then be the GPU's
+                              kind, e.g. "h100"): ops, optimizer step and loss by CUDA events
+                              (kernel time), the batch by the host clock (made on the host, then
+                              written to the GPU) */
+    bool opaque;           /* time on the opaque backend (backend.h) instead of the CPU one: the
+                              profiler reaches backend memory only through the backend (tests) */
 } un_profile_params;
 
 un_profile_params un_profile_params_default(void);
+
+/* Whether a machine file's device kind names the GPU gpu_name (the kind, e.g. "h100", appears in
+ * the name, e.g. "NVIDIA H100 80GB HBM3", ignoring case; "cpu" and "" name no GPU): costs
+ * measured on that GPU may then be stored under the kind. */
+bool un_profile_kind_matches(const char *kind, const char *gpu_name);
 
 /* Profiles every distinct (op, per-piece params, piece shapes) of g and stores it (replacing an
  * older entry). A line per op goes to log (NULL: quiet). *n_stored counts the entries written. */

@@ -17,6 +17,7 @@
 #include "pcg/cli.h"
 #include "pcg/onnx.h"
 #include "pcg/specpath.h"
+#include "runtime/backend_cuda.h"
 #include "runtime/train.h"
 #include "runtime/zoo.h"
 #include "search/profile.h"
@@ -157,10 +158,35 @@ static un_status estimate_or_profile(un_ctx *ctx, const un_train_opts *o, const 
         pp.threads = o->threads / devices > 1 ? o->threads / devices : 1;
         pp.f64 = o->prec == UN_PREC_F64;
         pp.optimizer = o->optimizer;
+        const char *backend;
+        int gpus;
+        char where[192];
+        un_train_opts ob = *o; /* by default a cpu machine file is profiled on the cpu */
+        if (!ob.backend && strcmp(m.dev.kind, "cpu") == 0)
+            ob.backend = "cpu";
+        if ((st = un_train_backend(ctx, &ob, &backend, &gpus)) != UN_OK)
+            goto done;
+        snprintf(where, sizeof where, "%d thread%s", pp.threads, pp.threads == 1 ? "" : "s");
+        pp.opaque = strcmp(backend, "opaque") == 0;
+        if (strcmp(backend, "cuda") == 0) {
+            /* GPU 0's costs go under the machine file's device kind, which must name that GPU */
+            char gpu[128];
+            un_backend_cuda_device_name(0, gpu, sizeof gpu);
+            if (!un_profile_kind_matches(m.dev.kind, gpu)) {
+                st = un_ctx_error(ctx, UN_ERR_INVALID,
+                                  "--profile on GPU 0 (%s): the device kind of --machine %s is "
+                                  "'%s', which does not name this GPU (costs would be stored for "
+                                  "another device)",
+                                  gpu, s->machine, m.dev.kind);
+                goto done;
+            }
+            pp.cuda_device = 0;
+            snprintf(where, sizeof where, "GPU 0 (%s)", gpu);
+        }
         int64_t n = 0;
         if (!o->quiet)
-            printf("profiling %s on %d thread%s as device kind '%s':\n", o->model, pp.threads,
-                   pp.threads == 1 ? "" : "s", m.dev.kind);
+            printf("profiling %s on %s (backend %s) as device kind '%s':\n", o->model, where,
+                   backend, m.dev.kind);
         st = un_profile_graph(ctx, db, g, &pp, o->quiet ? NULL : stdout, &n);
         if (st == UN_OK)
             printf("stored %lld op costs in %s\n", (long long)n, s->rules);

@@ -8,14 +8,27 @@
  * 1 + |ref|). Backward: the float64 CPU backend's input gradients equal central differences of
  * the reference evaluator on the piece (1e-6), and every backend's equal the float64 CPU
  * backend's (1e-9 / 1e-4). A backend that cannot be made here (CUDA in a build without it)
- * prints one `skip` line per case; adding a backend is one entry in `backends`. */
+ * prints one `skip` line per case; adding a backend is one entry in `backends`.
+ *
+ * The opaque backend (backend.h: the CPU kernels behind memory the host cannot reach) stands in
+ * for a GPU on machines without one: it must catch a host dereference of its memory and a host
+ * pointer passed as a device address (checked in child processes), and the whole runtime on it
+ * (executor, loss, optimizer, checkpoints; serial, data and tensor parallel, local threads) must
+ * give the CPU backend's losses bit for bit. This is the test the CUDA backend inherits. */
 #include "runtime/backend.h"
 
+#include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "pcg/eval.h"
 #include "pcg/infer.h"
+#include "runtime/backend_cuda.h"
 #include "runtime/optim.h"
+#include "runtime/train.h"
+#include "runtime/zoo.h"
 #include "tests/test.h"
 
 static un_spec *S;
@@ -35,6 +48,9 @@ static un_status cpu1(un_ctx *ctx, un_prec prec, un_backend **out) {
 static un_status cpu2(un_ctx *ctx, un_prec prec, un_backend **out) {
     return un_backend_cpu_new(ctx, prec, 2, out);
 }
+static un_status opaque1(un_ctx *ctx, un_prec prec, un_backend **out) {
+    return un_backend_opaque_new(ctx, prec, 1, out);
+}
 static un_status cuda0(un_ctx *ctx, un_prec prec, un_backend **out) {
     return un_backend_cuda_new(ctx, prec, 0, out);
 }
@@ -42,7 +58,8 @@ static un_status cuda0(un_ctx *ctx, un_prec prec, un_backend **out) {
 /* The first entry is the float64 CPU backend: the backward reference of the others. */
 static const bentry backends[] = {
     {"cpu-f64", UN_PREC_F64, cpu1, 1e-9},          {"cpu-f32", UN_PREC_F32, cpu1, 1e-4},
-    {"cpu-f32-2threads", UN_PREC_F32, cpu2, 1e-4}, {"cuda-f64", UN_PREC_F64, cuda0, 1e-9},
+    {"cpu-f32-2threads", UN_PREC_F32, cpu2, 1e-4}, {"opaque-f64", UN_PREC_F64, opaque1, 1e-9},
+    {"opaque-f32", UN_PREC_F32, opaque1, 1e-4},    {"cuda-f64", UN_PREC_F64, cuda0, 1e-9},
     {"cuda-f32", UN_PREC_F32, cuda0, 1e-4},
 };
 enum { NB = sizeof backends / sizeof backends[0] };
@@ -706,9 +723,281 @@ static void test_loss_and_optim(void) {
     un_ctx_free(ctx);
 }
 
+/* ---- the opaque backend ------------------------------------------------------------------------
+ */
+
+/* Runs fn in a child process; returns its wait status. */
+static int in_child(void (*fn)(void)) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int devnull = open("/dev/null", O_WRONLY); /* the assertion's message is expected */
+        if (devnull >= 0)
+            dup2(devnull, 2);
+        fn();
+        _exit(0);
+    }
+    int ws = 0;
+    waitpid(pid, &ws, 0);
+    return ws;
+}
+
+static un_buffer *child_buf(un_backend **be) {
+    un_buffer *b = NULL;
+    if (un_backend_opaque_new(NULL, UN_PREC_F32, 1, be) != UN_OK ||
+        un_buffer_new(NULL, *be, 64, &b) != UN_OK)
+        _exit(3);
+    return b;
+}
+
+static void deref_device_address(void) { /* host code reading backend memory directly */
+    un_backend *be;
+    un_buffer *b = child_buf(&be);
+    volatile float *p = un_buffer_at(b, 0);
+    float x = p[1];
+    (void)x;
+}
+
+static void host_pointer_as_device(void) { /* a host array given where a device address belongs */
+    un_backend *be;
+    un_buffer *b = child_buf(&be);
+    float host[16] = {0};
+    un_region r;
+    memset(&r, 0, sizeof r);
+    r.rank = 1;
+    r.len[0] = r.src_dim[0] = r.dst_dim[0] = 16;
+    un_backend_copy_region(be, un_buffer_at(b, 0), host, sizeof(float), &r, false);
+}
+
+static void read_past_buffer(void) { /* a range beyond what was allocated */
+    un_backend *be;
+    un_buffer *b = child_buf(&be);
+    float host[64];
+    un_backend_read(NULL, be, host, un_buffer_at(b, 0), 64 * sizeof(float));
+}
+
+static void through_the_interface(void) { /* the same memory through the buffer API: fine */
+    un_backend *be;
+    un_buffer *b = child_buf(&be);
+    float w[4] = {1, 2, 3, 4}, r[4] = {0};
+    if (un_buffer_write(NULL, b, 0, w, sizeof w) != UN_OK ||
+        un_buffer_read(NULL, b, 0, r, sizeof r) != UN_OK || memcmp(w, r, sizeof w) != 0)
+        _exit(4);
+    un_buffer_free(b);
+    un_backend_free(be);
+}
+
+/* Whether a child was stopped by signal sig (a sanitizer build reports it and exits non-zero
+ * instead; exit status 3 is a failed set-up, not a detection). */
+static bool stopped(int ws, int sig) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_UNDEFINED__)
+    if (WIFEXITED(ws) && WEXITSTATUS(ws) != 0 && WEXITSTATUS(ws) != 3)
+        return true;
+#endif
+    return WIFSIGNALED(ws) && WTERMSIG(ws) == sig;
+}
+
+/* Host access to the opaque backend's memory is caught: a dereference faults, a host pointer or
+ * a range beyond the buffers given to a slot fails its assertion; the buffer API works. */
+static void test_opaque_guards(void) {
+    int ws = in_child(deref_device_address);
+    test__check(stopped(ws, SIGSEGV), TEST__AT,
+                "reading an opaque device address on the host: wait status %#x, not SIGSEGV", ws);
+    ws = in_child(host_pointer_as_device);
+    test__check(stopped(ws, SIGABRT), TEST__AT,
+                "a host pointer as a device address: wait status %#x, not SIGABRT", ws);
+    ws = in_child(read_past_buffer);
+    test__check(stopped(ws, SIGABRT), TEST__AT,
+                "a read past every buffer: wait status %#x, not SIGABRT", ws);
+    ws = in_child(through_the_interface);
+    test__check(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, TEST__AT,
+                "the buffer API on the opaque backend: wait status %#x", ws);
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_backend *be = NULL;
+    EXPECT_OK(ctx, un_backend_opaque_new(ctx, UN_PREC_F64, 1, &be));
+    EXPECT_TRUE(!un_backend_host_visible(be));
+    EXPECT_STR_EQ(un_backend_name(be), "opaque-f64");
+    /* across backends: opaque -> cpu -> opaque through un_buffer_copy */
+    un_backend *cpu = NULL;
+    EXPECT_OK(ctx, un_backend_cpu_new(ctx, UN_PREC_F64, 1, &cpu));
+    un_buffer *a = NULL, *c = NULL, *d = NULL;
+    double v[3] = {1.5, -2, 3}, r[3] = {0};
+    EXPECT_OK(ctx, un_buffer_new(ctx, be, sizeof v, &a));
+    EXPECT_OK(ctx, un_buffer_new(ctx, cpu, sizeof v, &c));
+    EXPECT_OK(ctx, un_buffer_new(ctx, be, sizeof v, &d));
+    EXPECT_OK(ctx, un_buffer_write(ctx, a, 0, v, sizeof v));
+    EXPECT_OK(ctx, un_buffer_copy(ctx, c, 0, a, 0, sizeof v));
+    EXPECT_OK(ctx, un_buffer_copy(ctx, d, 0, c, 0, sizeof v));
+    EXPECT_OK(ctx, un_buffer_read(ctx, d, 0, r, sizeof r));
+    EXPECT_TRUE(memcmp(v, r, sizeof v) == 0);
+    un_buffer_free(a);
+    un_buffer_free(c);
+    un_buffer_free(d);
+    un_backend_free(cpu);
+    un_backend_free(be);
+    un_ctx_free(ctx);
+}
+
+/* The backend timer: the time of the work between start and stop, on every backend there is
+ * (host clock on cpu and opaque, CUDA events on a GPU): a 256^3 product takes more than nothing
+ * and less than a few seconds, and twice the work takes longer than none. */
+static void test_timer(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    for (int b = 0; b < NB; b++) {
+        un_backend *be = NULL;
+        if (backends[b].make(ctx, UN_PREC_F32, &be) != UN_OK) {
+            printf("  skip timer on %s: %s\n", backends[b].name, un_ctx_errmsg(ctx));
+            un_ctx_clear(ctx);
+            continue;
+        }
+        un_param lp[UN_MAX_PARAMS];
+        un_spec_param_defaults(un_spec_op(S, UN_OP_LINEAR), lp);
+        un_shape sh = un_shape_make(2, (int64_t[]){256, 256}, UN_DT_FLOAT);
+        double *x = un_xcalloc(256 * 256, sizeof *x);
+        for (int i = 0; i < 256 * 256; i++)
+            x[i] = (double)(i % 7) - 3;
+        un_buffer *a = upload(ctx, be, UN_DT_FLOAT, x, 256 * 256);
+        un_buffer *w = upload(ctx, be, UN_DT_FLOAT, x, 256 * 256);
+        un_buffer *y = upload(ctx, be, UN_DT_FLOAT, NULL, 256 * 256);
+        un_kt in[2] = {kt_of(&sh, a), kt_of(&sh, w)}, out = kt_of(&sh, y);
+        un_backend_timer tm;
+        double empty = -1, work = -1;
+        EXPECT_OK(ctx, un_backend_timer_start(ctx, be, &tm));
+        EXPECT_OK(ctx, un_backend_timer_stop(ctx, be, &tm, &empty));
+        EXPECT_OK(ctx, un_backend_timer_start(ctx, be, &tm));
+        for (int r = 0; r < 4; r++)
+            EXPECT_OK(ctx, un_backend_op_forward(ctx, be, UN_OP_LINEAR, lp, in, 2, &out, 1, 0, NULL,
+                                                 NULL));
+        EXPECT_OK(ctx, un_backend_timer_stop(ctx, be, &tm, &work));
+        test__check(empty >= 0 && work > 0 && work < 5 && work > empty, TEST__AT,
+                    "timer on %s: nothing %.3g s, four 256^3 products %.3g s", backends[b].name,
+                    empty, work);
+        un_buffer_free(a);
+        un_buffer_free(w);
+        un_buffer_free(y);
+        free(x);
+        un_backend_free(be);
+    }
+    un_ctx_free(ctx);
+}
+
+/* One training run of a tiny zoo model (or a pcg JSON model for a plan file) on a backend. */
+static un_status train_on(const char *backend, const char *model, const char *strategy, int devices,
+                          int steps, const char *save, const char *load, un_train_result *r,
+                          char *err, size_t cap) {
+    un_train_opts o = un_train_opts_default();
+    o.model = model;
+    o.tiny = strstr(model, ".json") == NULL;
+    o.loss = o.tiny ? NULL : "mse";
+    o.strategy = strategy;
+    o.devices = devices;
+    o.steps = steps;
+    o.threads = 2;
+    o.quiet = true;
+    o.out = stdout;
+    o.backend = backend;
+    o.save = save;
+    o.load = load;
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_status st = un_train_run(ctx, &o, r);
+    snprintf(err, cap, "%s", un_ctx_errmsg(ctx));
+    un_ctx_free(ctx);
+    return st;
+}
+
+/* The same losses from backend `other` and the CPU backend (tol 0: bit for bit, else relative to
+ * 1 + |cpu|): returns false (reported) when they differ or one run failed where the other did
+ * not. */
+static bool same_run(const char *other, double tol, const char *model, const char *strategy,
+                     int devices, int steps) {
+    un_train_result rc, ro;
+    char ec[512], eo[512];
+    memset(&rc, 0, sizeof rc);
+    memset(&ro, 0, sizeof ro);
+    un_status sc = train_on("cpu", model, strategy, devices, steps, NULL, NULL, &rc, ec, sizeof ec);
+    un_status so = train_on(other, model, strategy, devices, steps, NULL, NULL, &ro, eo, sizeof eo);
+    bool ok = sc == so;
+    for (int i = 0; ok && sc == UN_OK && i < steps; i++)
+        ok = tol == 0 ? memcmp(&rc.losses[i], &ro.losses[i], sizeof(double)) == 0
+                      : close_to(ro.losses[i], rc.losses[i], tol);
+    test__check(ok, TEST__AT, "%s %s on %d: cpu %s (%s) %.9g, %s %s (%s) %.9g", model, strategy,
+                devices, un_status_str(sc), ec, sc == UN_OK ? rc.losses[steps - 1] : 0, other,
+                un_status_str(so), eo, so == UN_OK ? ro.losses[steps - 1] : 0);
+    un_train_result_deinit(&rc);
+    un_train_result_deinit(&ro);
+    return ok && sc == UN_OK;
+}
+
+/* Every tiny zoo model trains on the opaque backend to exactly the CPU backend's losses: serial,
+ * data parallel on 2 devices and the tensor plan on 2 (where the model allows one), the mixed
+ * data x tensor plans of tests/data/plans, and a checkpoint saved on the opaque backend and loaded
+ * on the CPU one continues the uninterrupted run exactly. */
+static int train_all(const char *other, double tol) {
+    int n, ran = 0;
+    const char *const *names = un_zoo_names(&n);
+    for (int i = 0; i < n; i++) {
+        ran += same_run(other, tol, names[i], "serial", 1, 3);
+        ran += same_run(other, tol, names[i], "data", 2, 3);
+        ran += same_run(other, tol, names[i], "tensor", 2, 3);
+    }
+    const char *ms = "tests/data/plans/mlp_sample.json";
+    ran += same_run(other, tol, ms, "tests/data/plans/mlp_mixed2.json", 2, 3);
+    ran += same_run(other, tol, ms, "tests/data/plans/mlp_mixed4.json", 4, 3);
+    EXPECT_TRUE(ran >= 2 * n + 2);
+    return ran;
+}
+
+static void test_opaque_training(void) {
+    printf("    %d runs on the opaque backend equal the cpu backend's bit for bit\n",
+           train_all("opaque", 0));
+    /* checkpoints: 2 steps saved on the opaque backend, 2 more loaded on cpu = 4 steps on cpu */
+    char ck[256];
+    snprintf(ck, sizeof ck, "/tmp/un_opaque_%d.ckpt", (int)getpid());
+    un_train_result r4, ra, rb;
+    char e[512];
+    memset(&r4, 0, sizeof r4);
+    memset(&ra, 0, sizeof ra);
+    memset(&rb, 0, sizeof rb);
+    EXPECT_OK(NULL, train_on("cpu", "transformer", "data", 2, 4, NULL, NULL, &r4, e, sizeof e));
+    EXPECT_OK(NULL, train_on("opaque", "transformer", "data", 2, 2, ck, NULL, &ra, e, sizeof e));
+    EXPECT_OK(NULL, train_on("cpu", "transformer", "tensor", 2, 2, NULL, ck, &rb, e, sizeof e));
+    if (r4.losses && ra.losses && rb.losses) {
+        EXPECT_TRUE(memcmp(r4.losses, ra.losses, 2 * sizeof(double)) == 0);
+        for (int s = 0; s < 2; s++)
+            EXPECT_NEAR(rb.losses[s], r4.losses[2 + s], 1e-5);
+    }
+    /* ... and the other way: saved on cpu, loaded on the opaque backend */
+    un_train_result_deinit(&ra);
+    un_train_result_deinit(&rb);
+    EXPECT_OK(NULL, train_on("cpu", "transformer", "data", 2, 2, ck, NULL, &ra, e, sizeof e));
+    EXPECT_OK(NULL, train_on("opaque", "transformer", "data", 2, 2, NULL, ck, &rb, e, sizeof e));
+    if (r4.losses && rb.losses)
+        EXPECT_TRUE(memcmp(rb.losses, r4.losses + 2, 2 * sizeof(double)) == 0);
+    remove(ck);
+    un_train_result_deinit(&r4);
+    un_train_result_deinit(&ra);
+    un_train_result_deinit(&rb);
+}
+
+/* The same runs on CUDA (one GPU shared by the ranks when there is one): the CPU's losses within
+ * 1e-3 (float32, other summation orders). One skip line without a GPU. */
+static void test_cuda_training(void) {
+    const char *reason = NULL;
+    if (un_backend_cuda_devices(&reason) == 0) {
+        printf("  skip cuda training: %s\n", reason ? reason : "no GPU");
+        return;
+    }
+    printf("    %d runs on cuda within 1e-3 of the cpu backend's losses\n",
+           train_all("cuda", 1e-3));
+}
+
 int main(void) {
     static const test_case cases[] = {
         {"buffers", test_buffers},
+        {"opaque_guards", test_opaque_guards},
+        {"opaque_training", test_opaque_training},
+        {"cuda_training", test_cuda_training},
+        {"timer", test_timer},
         {"loss_and_optim", test_loss_and_optim},
         {"planted_error", test_planted_error},
         {"every_op", test_every_op},

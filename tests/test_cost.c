@@ -1,6 +1,8 @@
 /* test_cost.c - machine descriptions, the cost model and the simulator (search/machine.h,
  * search/cost.h, search/sim.h), and unity-train --estimate / --profile on bad input. */
+#include "runtime/backend_cuda.h"
 #include "runtime/train.h"
+#include "search/profile.h"
 #include "search/sim.h"
 #include "tests/cli.h"
 
@@ -338,6 +340,42 @@ static void test_cli(void) {
     EXPECT_TRUE(strstr(r->out, " 0 measured") == NULL && strstr(r->out, "measured (rules.db") != NULL);
 }
 
+/* The profiler runs on the run's backend: on the opaque one (backend memory reached only through
+ * the backend, as on a GPU) it stores the same entries as on the CPU one; --backend cuda without a
+ * GPU, and a machine file whose device kind does not name the GPU, are one error line. */
+static void test_profile_backends(void) {
+    const char *args = "--model transformer --tiny --profile --machine specs/machines/cpu.json "
+                       "--rules %s/%s.db";
+    char a[256], b[256];
+    snprintf(a, sizeof a, args, "%s", "cpu");
+    snprintf(b, sizeof b, args, "%s", "opq");
+    const cli_result *r = cli_run("unity-train", cli_fmt(a));
+    EXPECT_EQ(r->code, 0);
+    const char *at = strstr(r->out, "stored ");
+    long long n_cpu = at ? atoll(at + 7) : -1;
+    EXPECT_TRUE(strstr(r->out, "(backend cpu)") != NULL);
+    char opq[2200];
+    snprintf(opq, sizeof opq, "%s --backend opaque", cli_fmt(b));
+    r = cli_run("unity-train", opq);
+    EXPECT_EQ(r->code, 0);
+    at = strstr(r->out, "stored ");
+    long long n_opq = at ? atoll(at + 7) : -2;
+    EXPECT_TRUE(strstr(r->out, "(backend opaque)") != NULL && strstr(r->out, "loss:ce") != NULL &&
+                strstr(r->out, "optimizer:adam") != NULL);
+    EXPECT_TRUE(n_cpu > 3 && n_cpu == n_opq);
+    if (un_backend_cuda_devices(NULL) == 0)
+        cli_expect_clean_error("unity-train",
+                               cli_fmt("--model mlp --tiny --profile --machine "
+                                       "specs/machines/h100x8.json --rules "
+                                       "%s/g.db --backend cuda"),
+                               "--backend cuda: no GPU");
+    EXPECT_TRUE(un_profile_kind_matches("h100", "NVIDIA H100 80GB HBM3"));
+    EXPECT_TRUE(un_profile_kind_matches("A100", "NVIDIA A100-SXM4-40GB"));
+    EXPECT_TRUE(!un_profile_kind_matches("h100", "NVIDIA A100-SXM4-40GB"));
+    EXPECT_TRUE(!un_profile_kind_matches("cpu", "NVIDIA H100"));
+    EXPECT_TRUE(!un_profile_kind_matches("", "NVIDIA H100"));
+}
+
 int main(void) {
     if (!cli_init("/tmp/unity-cost-XXXXXX"))
         return 1;
@@ -349,7 +387,8 @@ int main(void) {
                                   {"roundtrip_one_device", test_roundtrip_one_device},
                                   {"sim_mlp", test_sim_mlp},
                                   {"measured", test_measured},
-                                  {"cli", test_cli}};
+                                  {"cli", test_cli},
+                                  {"profile_backends", test_profile_backends}};
     int rc = TEST_RUN_WITH_SPEC(c, &spec);
     return cli_cleanup() ? rc : 1;
 }

@@ -282,6 +282,20 @@ static bool case_shapes(const kcase *k, const un_op_spec *os, const un_param *p,
 /* Calls fn on every spec example and every extra case. */
 typedef void (*case_fn)(un_ctx *ctx, inst *t, const un_kexec *ex, const char *label);
 
+/* An instance of case k (random inputs from rng); false after a failed expectation. */
+static bool inst_of_case(un_ctx *ctx, const kcase *k, un_rng *rng, inst *t) {
+    un_op op;
+    EXPECT_TRUE(un_op_from_name(k->op, &op));
+    const un_op_spec *os = un_spec_op(S, op);
+    un_param p[UN_MAX_PARAMS];
+    un_shape sh[UN_MAX_INPUTS];
+    int64_t range[UN_MAX_INPUTS];
+    int n_in;
+    EXPECT_TRUE(parse_params(os, k->params, p));
+    case_shapes(k, os, p, &n_in, sh, range);
+    return inst_make(ctx, op, p, n_in, sh, range, rng, t);
+}
+
 static int for_each_case(un_ctx *ctx, case_fn fn) {
     un_rng rng;
     un_rng_seed(&rng, 1234);
@@ -305,17 +319,8 @@ static int for_each_case(un_ctx *ctx, case_fn fn) {
     }
     for (size_t c = 0; c < sizeof extra_cases / sizeof extra_cases[0]; c++) {
         const kcase *k = &extra_cases[c];
-        un_op op;
-        EXPECT_TRUE(un_op_from_name(k->op, &op));
-        const un_op_spec *os = un_spec_op(S, op);
-        un_param p[UN_MAX_PARAMS];
-        un_shape sh[UN_MAX_INPUTS];
-        int64_t range[UN_MAX_INPUTS];
-        int n_in;
-        EXPECT_TRUE(parse_params(os, k->params, p));
-        case_shapes(k, os, p, &n_in, sh, range);
         inst t;
-        if (!inst_make(ctx, op, p, n_in, sh, range, &rng, &t))
+        if (!inst_of_case(ctx, k, &rng, &t))
             continue;
         un_kexec kx = exec_default(UN_PREC_F64);
         kx.training = !k->eval_mode;
@@ -776,17 +781,8 @@ static void test_larger_shapes(void) {
     un_rng rng;
     un_rng_seed(&rng, 77);
     for (size_t c = 0; c < sizeof big / sizeof big[0]; c++) {
-        un_op op;
-        EXPECT_TRUE(un_op_from_name(big[c].op, &op));
-        const un_op_spec *os = un_spec_op(S, op);
-        un_param p[UN_MAX_PARAMS];
-        un_shape sh[UN_MAX_INPUTS];
-        int64_t range[UN_MAX_INPUTS];
-        int n_in;
-        EXPECT_TRUE(parse_params(os, big[c].params, p));
-        case_shapes(&big[c], os, p, &n_in, sh, range);
         inst t;
-        if (!inst_make(ctx, op, p, n_in, sh, range, &rng, &t))
+        if (!inst_of_case(ctx, &big[c], &rng, &t))
             continue;
         un_kexec ex = exec_default(UN_PREC_F64);
         fwd_case(ctx, &t, &ex, big[c].op);
@@ -959,22 +955,19 @@ static void test_threads_match(void) {
         {"transpose", "dim0=0 dim1=2", "40,30,50", false},
         {"conv2d", "pad_h=1 pad_w=1", "2,16,20,20;16,16,3,3", false},
         {"reduce_sum", "dim=-1", "300,200", false},
+        {"multihead_attention", "heads=2", "2,70,32;2,70,32;2,70,32;32,32;32,32;32,32;32,32",
+         false},
+        {"multihead_attention", "heads=4 causal=true",
+         "3,90,32;3,90,32;3,90,32;32,32;32,32;32,32;32,32", false},
     };
     un_rng rng;
     un_rng_seed(&rng, 8);
     for (size_t c = 0; c < sizeof big / sizeof big[0]; c++) {
-        un_op op;
-        EXPECT_TRUE(un_op_from_name(big[c].op, &op));
-        const un_op_spec *os = un_spec_op(S, op);
-        un_param p[UN_MAX_PARAMS];
-        un_shape sh[UN_MAX_INPUTS];
-        int64_t range[UN_MAX_INPUTS];
-        int n_in;
-        EXPECT_TRUE(parse_params(os, big[c].params, p));
-        case_shapes(&big[c], os, p, &n_in, sh, range);
         inst t;
-        if (!inst_make(ctx, op, p, n_in, sh, range, &rng, &t))
+        if (!inst_of_case(ctx, &big[c], &rng, &t))
             continue;
+        un_op op = t.op;
+        int n_in = t.n_in;
         for (int prec = 0; prec < 2; prec++) {
             un_kexec e1 = exec_default((un_prec)prec), e4 = e1;
             e4.pool = pool;
@@ -1024,6 +1017,152 @@ static void test_threads_match(void) {
     }
     un_pool_free(pool);
     un_ctx_free(ctx);
+}
+
+/* Forward then backward of t with ex: the output into y, every float input's gradient into g[i]
+ * (from a varying positive gradient); `change` adds 0.25 to input 0's last value between the
+ * two (a causal attention's last query sees every key). */
+static void stash_run(un_ctx *ctx, const inst *t, const un_kexec *ex, bool fwd, bool change,
+                      void *y, void **g) {
+    size_t esz = ex->prec == UN_PREC_F32 ? sizeof(float) : sizeof(double);
+    float *f32[UN_MAX_INPUTS] = {0};
+    un_kt in[UN_MAX_INPUTS], din[UN_MAX_INPUTS], out = kt_of(&t->inf.out[0], y), d = out;
+    inst_inputs(t, ex->prec, f32, in);
+    d.data = un_xmalloc((size_t)t->nout[0] * esz);
+    for (int64_t e = 0; e < t->nout[0]; e++)
+        if (ex->prec == UN_PREC_F32)
+            ((float *)d.data)[e] = 1.0f + (float)(e % 7) / 8;
+        else
+            ((double *)d.data)[e] = 1.0 + (double)(e % 7) / 8;
+    int64_t last = t->n[0] - 1;
+    double x0 = t->x[0][last];
+    if (fwd)
+        EXPECT_OK(ctx, un_kern_forward(ctx, ex, t->op, t->inf.local, in, t->n_in, &out, 1));
+    if (change) {
+        if (ex->prec == UN_PREC_F32)
+            f32[0][last] += 0.25f;
+        else
+            t->x[0][last] += 0.25;
+    }
+    for (int i = 0; i < t->n_in; i++) {
+        memset(g[i], 0, (size_t)t->n[i] * esz);
+        din[i] = kt_of(&t->in_shape[i], g[i]);
+    }
+    EXPECT_OK(ctx, un_kern_backward(ctx, ex, t->op, t->inf.local, in, t->n_in, &out, 1, &d, din));
+    t->x[0][last] = x0;
+    free(d.data);
+    for (int i = 0; i < t->n_in; i++)
+        free(f32[i]);
+}
+
+/* The stash (kernels.h): a forward keeps gelu pre-activations and attention's projections and
+ * probabilities; the backward from them gives the same bits as recomputing, on 1 and 2 threads;
+ * inputs changed after the forward, or a backward without a forward, recompute. */
+static void test_stash(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_pool *pool = un_pool_new(2);
+    static const kcase cases[] = {
+        {"linear", "activation=gelu", "3,40,30;30,50", false},
+        {"linear", "activation=gelu use_bias=true", "40,30;30,50;50", false},
+        {"multihead_attention", "heads=2", "2,300,32;2,200,32;2,200,32;32,32;32,32;32,32;32,32",
+         false}, /* several query blocks per head (mha_rows), the last one short */
+        {"multihead_attention", "heads=4 causal=true",
+         "2,300,32;2,300,32;2,300,32;32,32;32,32;32,32;32,32", false},
+    };
+    un_rng rng;
+    un_rng_seed(&rng, 11);
+    int n_checked = 0;
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        inst t;
+        if (!inst_of_case(ctx, &cases[k], &rng, &t))
+            continue;
+        int n_in = t.n_in;
+        for (int prec = 0; prec < 2; prec++)
+            for (int th = 0; th < 2; th++) {
+                size_t esz = prec == UN_PREC_F32 ? sizeof(float) : sizeof(double);
+                un_kexec plain = exec_default((un_prec)prec), st = plain;
+                plain.pool = st.pool = th ? pool : NULL;
+                st.stash = un_kstash_new();
+                void *y[4], *g[4][UN_MAX_INPUTS];
+                for (int r = 0; r < 4; r++) {
+                    y[r] = un_xcalloc((size_t)t.nout[0], esz);
+                    for (int i = 0; i < n_in; i++)
+                        g[r][i] = un_xcalloc((size_t)t.n[i], esz);
+                }
+                size_t ny = (size_t)t.nout[0] * esz;
+                /* 0: without a stash; 1: with one; both forward then backward */
+                stash_run(ctx, &t, &plain, true, false, y[0], g[0]);
+                stash_run(ctx, &t, &st, true, false, y[1], g[1]);
+                EXPECT_TRUE(un_kstash_bytes(st.stash) > 0);
+                EXPECT_TRUE(memcmp(y[0], y[1], ny) == 0);
+                for (int i = 0; i < n_in; i++)
+                    EXPECT_TRUE(memcmp(g[0][i], g[1][i], (size_t)t.n[i] * esz) == 0);
+                /* 2: input 0 changed between forward and backward, with the stash; 3: the
+                 * backward of the changed input without one (its forward output unused) */
+                stash_run(ctx, &t, &st, true, true, y[2], g[2]);
+                stash_run(ctx, &t, &plain, false, true, y[2], g[3]);
+                for (int i = 0; i < n_in; i++)
+                    EXPECT_TRUE(memcmp(g[2][i], g[3][i], (size_t)t.n[i] * esz) == 0);
+                EXPECT_TRUE(memcmp(g[2][1], g[1][1], (size_t)t.n[1] * esz) != 0);
+                /* a backward without any forward on a fresh stash recomputes */
+                un_kstash_free(st.stash);
+                st.stash = un_kstash_new();
+                stash_run(ctx, &t, &st, false, false, y[3], g[3]);
+                for (int i = 0; i < n_in; i++)
+                    EXPECT_TRUE(memcmp(g[0][i], g[3][i], (size_t)t.n[i] * esz) == 0);
+                n_checked++;
+                un_kstash_free(st.stash);
+                for (int r = 0; r < 4; r++) {
+                    free(y[r]);
+                    for (int i = 0; i < n_in; i++)
+                        free(g[r][i]);
+                }
+            }
+        inst_free(&t);
+    }
+    printf("    stash: %d op/precision/thread cases, the same bits as recomputing\n", n_checked);
+    EXPECT_EQ(n_checked, 16);
+    un_pool_free(pool);
+    un_ctx_free(ctx);
+}
+
+/* The training loss's cross-entropy rows (un_kern_ce_loss) against a float64 loop: float64 to
+ * 1e-12, float32 (vectorised exp) to 1e-6; a NaN logit makes its row's loss and gradient NaN. */
+static void test_ce_loss(void) {
+    enum { R = 37, C = 301 };
+    static double x[R * C], g[R * C];
+    static float xf[R * C], gf[R * C];
+    int64_t lab[R];
+    un_rng rng;
+    un_rng_seed(&rng, 5);
+    for (int i = 0; i < R * C; i++)
+        xf[i] = (float)(x[i] = (float)(20 * un_rng_double(&rng) - 10));
+    for (int r = 0; r < R; r++)
+        lab[r] = (int64_t)un_rng_below(&rng, C);
+    double f = 1.0 / 100, ref = 0, err64 = 0, err32 = 0;
+    double l64 = un_kern_ce_loss(UN_PREC_F64, x, R, C, lab, f, g);
+    double l32 = un_kern_ce_loss(UN_PREC_F32, xf, R, C, lab, f, gf);
+    for (int r = 0; r < R; r++) {
+        double mx = x[r * C], s = 0;
+        for (int j = 0; j < C; j++)
+            mx = fmax(mx, x[r * C + j]);
+        for (int j = 0; j < C; j++)
+            s += exp(x[r * C + j] - mx);
+        double lse = mx + log(s);
+        ref += lse - x[r * C + lab[r]];
+        for (int j = 0; j < C; j++) {
+            double want = (exp(x[r * C + j] - lse) - (j == lab[r])) * f;
+            err64 = fmax(err64, fabs(g[r * C + j] - want));
+            err32 = fmax(err32, fabs(gf[r * C + j] - want));
+        }
+    }
+    printf("    ce loss: float64 loss error %.1e, gradient %.1e; float32 %.1e, %.1e\n",
+           fabs(l64 - ref) / ref, err64, fabs(l32 - ref) / ref, err32);
+    EXPECT_TRUE(fabs(l64 - ref) <= 1e-12 * ref && err64 <= 1e-15);
+    EXPECT_TRUE(fabs(l32 - ref) <= 1e-6 * ref && err32 <= 1e-8);
+    xf[3 * C + 7] = NAN;
+    l32 = un_kern_ce_loss(UN_PREC_F32, xf, R, C, lab, f, gf);
+    EXPECT_TRUE(isnan(l32) && isnan(gf[3 * C]) && !isnan(gf[2 * C]) && !isnan(gf[4 * C]));
 }
 
 /* Dropout on a row block of a tensor, given its offset, equals that block of the whole tensor's
@@ -1438,6 +1577,8 @@ int main(int argc, char **argv) {
         {"aliased_inputs", test_aliased_inputs},
         {"conv2d_all_activations", test_conv2d_all_activations},
         {"threads_match", test_threads_match},
+        {"stash", test_stash},
+        {"ce_loss", test_ce_loss},
         {"dropout_shard", test_dropout_shard},
         {"nonfinite", test_nonfinite},
         {"errors", test_errors},

@@ -156,7 +156,7 @@ static double runtime_error(un_ctx *ctx, const un_onnx *m, const char *name) {
                 input_done = true;
             }
         }
-        un_exec_params_scatter(ex, lw, un_exec_params(ex));
+        EXPECT_OK(ctx, un_exec_params_scatter(ctx, ex, lw, un_exec_params(ex)));
         free(lw);
         st = un_exec_forward(ctx, ex, 0);
         EXPECT_OK(ctx, st);

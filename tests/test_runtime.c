@@ -168,7 +168,7 @@ static void copy_sources(un_exec *ex, const un_graph *g, const un_eval *ev, bool
         }
         free(d);
     }
-    un_exec_params_scatter(ex, lw, un_exec_params(ex));
+    EXPECT_OK(NULL, un_exec_params_scatter(NULL, ex, lw, un_exec_params(ex)));
     free(lw);
 }
 
@@ -311,6 +311,9 @@ static void grad_job(rank_job *j, un_ctx *ctx, un_comm *c) {
     if ((j->st = un_comm_allreduce(ctx, c, UN_RED_F64, &loss, 1)) != UN_OK)
         goto done;
     j->sent = un_exec_stats_get(ex)->sent;
+    /* backward leaves each chunk's sum with its owner: complete every copy's gradient */
+    if ((j->st = un_exec_allgather(ctx, ex, un_exec_param_grads(ex))) != UN_OK)
+        goto done;
     double *grads = j->rank == 0 ? calloc((size_t)un_exec_lparam_count(ex) + 1, sizeof *grads)
                                  : NULL;
     if ((j->st = un_exec_params_gather(ctx, ex, un_exec_param_grads(ex), grads)) != UN_OK) {
@@ -890,12 +893,14 @@ static void test_mixed_plans(void) {
                     w4);
         for (int d = 0; d < 4; d++) {
             const un_train_dev_stats *x = d < 2 ? &r2.dev[d] : NULL, *y = &r4.dev[d];
-            if (x) { /* half of w1, all of w2 (the data-parallel layer's weight in copies) */
+            if (x) { /* half of w1, all of w2 (the data-parallel layer's weight in copies), and
+                      * Adam's two moments of half of each (w2's sharded over its two copies) */
                 EXPECT_EQ(x->weight_bytes, (32 * 64 / 2 + 64 * 8) * (int64_t)sizeof(double));
-                EXPECT_EQ(x->optim_bytes, 2 * x->weight_bytes);
+                EXPECT_EQ(x->optim_bytes, 2 * (32 * 64 / 2 + 64 * 8 / 2) * (int64_t)sizeof(double));
             }
+            /* on the 2 x 2 grid: half the weights, a quarter of the optimizer state */
             EXPECT_EQ(2 * y->weight_bytes, r1.dev[0].weight_bytes);
-            EXPECT_EQ(2 * y->optim_bytes, r1.dev[0].optim_bytes);
+            EXPECT_EQ(4 * y->optim_bytes, r1.dev[0].optim_bytes);
         }
         un_train_result a = train_json(ms, m4, 4, 6, ck, NULL, &st);
         EXPECT_OK(NULL, st);
@@ -952,6 +957,201 @@ static void test_tensor_strategy(void) {
     }
 }
 
+/* ---- the sharded update ---- */
+
+typedef struct shard_arg {
+    const un_graph *g;
+    un_optim_algo algo;
+    int64_t shard[8]; /* per rank: its shard's elements */
+    int64_t nparam;   /* each rank's weight-piece elements */
+    double *flat[8];  /* per rank: its weight pieces after the steps */
+    double *logical;  /* rank 0: the logical weights after the steps */
+} shard_arg;
+
+/* Three steps of loss sum(y^2)/200 through the executor and un_exec_update (float64, 1 thread). */
+static void shard_job(rank_job *j, un_ctx *ctx, un_comm *c) {
+    shard_arg *a = j->arg;
+    un_backend *be = NULL;
+    un_exec *ex = NULL;
+    un_optim *opt = NULL;
+    double *lw = NULL;
+    if ((j->st = un_backend_cpu_new(ctx, UN_PREC_F64, 1, &be)) != UN_OK)
+        return;
+    if ((j->st = un_exec_new(ctx, a->g, c, be, &ex)) != UN_OK)
+        goto done;
+    int64_t nl = un_exec_lparam_count(ex);
+    lw = calloc((size_t)nl + 1, sizeof *lw);
+    un_optim_init_weights(a->g, 7, UN_PREC_F64, lw, nl);
+    if ((j->st = un_exec_params_scatter(ctx, ex, lw, un_exec_params(ex))) != UN_OK)
+        goto done;
+    if ((j->st = un_optim_new_on(ctx, un_optim_params_default(a->algo), un_exec_shard_count(ex), be,
+                                 &opt)) != UN_OK)
+        goto done;
+    for (int step = 0; step < 3; step++) {
+        for (int32_t id = 0; id < un_graph_node_count(a->g); id++) {
+            const un_node *nd = un_graph_node(a->g, id);
+            if (nd->op != UN_OP_INPUT)
+                continue;
+            int64_t n = un_shape_numel(&nd->inf.out[0]);
+            for (int64_t i = 0; i < n; i++)
+                if (nd->inf.out[0].dtype == UN_DT_FLOAT)
+                    ((double *)un_exec_source(ex, id))[i] = sin(0.37 * (double)(i + 13 * step));
+                else
+                    ((int64_t *)un_exec_source(ex, id))[i] = 0;
+        }
+        if ((j->st = un_exec_forward(ctx, ex, 0)) != UN_OK)
+            goto done;
+        int np;
+        const un_exec_piece *pc = un_exec_output_pieces(ex, 0, &np);
+        for (int k = 0; k < np; k++) {
+            int64_t pn = 1;
+            for (int d = 0; d < un_exec_output_shape(ex, 0)->rank; d++)
+                pn *= pc[k].dim[d];
+            for (int64_t x = 0; pc[k].copy == 0 && x < pn; x++)
+                ((double *)pc[k].grad)[x] = 0.01 * ((double *)pc[k].val)[x];
+        }
+        if ((j->st = un_exec_backward(ctx, ex)) != UN_OK ||
+            (j->st = un_exec_update(ctx, ex, opt)) != UN_OK)
+            goto done;
+    }
+    a->shard[j->rank] = un_exec_shard_count(ex);
+    a->nparam = un_exec_param_count(ex);
+    a->flat[j->rank] = malloc(sizeof(double) * (size_t)(a->nparam + 1));
+    memcpy(a->flat[j->rank], un_exec_params(ex), sizeof(double) * (size_t)a->nparam);
+    if ((j->st = un_exec_params_gather(ctx, ex, un_exec_params(ex), lw)) == UN_OK && j->rank == 0) {
+        a->logical = lw;
+        lw = NULL;
+    }
+done:
+    free(lw);
+    un_optim_free(opt);
+    un_exec_free(ex);
+    un_backend_free(be);
+}
+
+/* Data parallelism with k copies of every weight on d ranks (k = d, and k = 4 on 2 ranks, two
+ * copies on each): every weight element is updated by exactly one rank of its copy group (the
+ * shards add up to the weights, each rank holding 1/k of the optimizer state per copy it holds),
+ * the copies end bitwise identical, and the weights after three SGD or Adam steps are the serial
+ * run's (1e-12). unity-train --stats reports optimizer state per device = serial's / d. */
+static void test_sharded_update(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_model m;
+    EXPECT_OK(ctx, un_zoo_build(ctx, spec, "mlp", true, 8, &m));
+    static const int kd[4][2] = {{1, 1}, {2, 2}, {4, 4}, {4, 2}};
+    for (int algo = 0; algo < UN_OPTIM_COUNT; algo++) {
+        double *serial = NULL;
+        int64_t nl = 0;
+        for (int v = 0; v < 4; v++) {
+            int k = kd[v][0], d = kd[v][1];
+            un_graph *dp = NULL, *g = NULL;
+            EXPECT_OK(ctx, un_strategy_data(ctx, m.graph, k, &dp));
+            EXPECT_OK(ctx, un_strategy_fold_weights(ctx, dp, &g));
+            shard_arg a = {.g = g, .algo = (un_optim_algo)algo};
+            rank_job jobs[4];
+            run_ranks(d, shard_job, &a, jobs);
+            bool ok = true;
+            for (int r = 0; r < d; r++) {
+                test__check(jobs[r].st == UN_OK, TEST__AT, "k %d on %d ranks, rank %d: %s", k, d, r,
+                            jobs[r].err);
+                ok &= jobs[r].st == UN_OK && a.flat[r] != NULL;
+            }
+            if (ok) {
+                int64_t total = 0, lp = 0;
+                for (int32_t id = 0; id < un_graph_node_count(g); id++)
+                    if (un_graph_node(g, id)->op == UN_OP_WEIGHT)
+                        lp += un_shape_numel(&un_graph_node(g, id)->inf.out[0]);
+                for (int r = 0; r < d; r++) {
+                    total += a.shard[r];
+                    EXPECT_TRUE(a.shard[r] <= a.nparam / k + 64); /* 1/k per weight, rounded */
+                    EXPECT_TRUE(memcmp(a.flat[r], a.flat[0], sizeof(double) * (size_t)a.nparam) ==
+                                0);
+                }
+                EXPECT_EQ(total, lp); /* the chunks of the k copies partition each weight */
+                if (v == 0) {
+                    serial = a.logical;
+                    a.logical = NULL;
+                    nl = lp;
+                } else if (serial && a.logical) {
+                    double worst = 0;
+                    for (int64_t i = 0; i < nl; i++)
+                        worst = fmax(worst, fabs(a.logical[i] - serial[i]) / (1 + fabs(serial[i])));
+                    test__check(worst <= 1e-12, TEST__AT,
+                                "%s, %d copies on %d ranks: weights differ from serial by %g",
+                                un_optim_algo_name((un_optim_algo)algo), k, d, worst);
+                }
+            }
+            for (int r = 0; r < d; r++)
+                free(a.flat[r]);
+            free(a.logical);
+            un_graph_free(g);
+            un_graph_free(dp);
+        }
+        free(serial);
+    }
+    un_model_deinit(&m);
+    un_ctx_free(ctx);
+    /* the trainer's accounting: optimizer state per device is the serial one's / d */
+    for (int d = 2; d <= 4; d *= 2) {
+        un_status s1, sd;
+        un_train_result r1 = train("mlp", 1, 2, "adam", NULL, NULL, &s1);
+        un_train_result rd = train("mlp", d, 2, "adam", NULL, NULL, &sd);
+        EXPECT_OK(NULL, s1);
+        EXPECT_OK(NULL, sd);
+        for (int r = 0; s1 == UN_OK && sd == UN_OK && r < d; r++) {
+            EXPECT_EQ(rd.dev[r].weight_bytes, r1.dev[0].weight_bytes);
+            EXPECT_TRUE(llabs(d * rd.dev[r].optim_bytes - r1.dev[0].optim_bytes) <= 64 * d * 8);
+        }
+        un_train_result_deinit(&r1);
+        un_train_result_deinit(&rd);
+    }
+}
+
+/* Activation gradients share an arena by lifetime: on one rank, every tiny model's arena is at
+ * least its largest gradient and at most 3/4 of the sum of all of them (each gradient dies at its
+ * node's backward), and the estimate still equals the allocation (test_memory_estimate). */
+static void test_grad_arena(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    int nn;
+    const char *const *names = un_zoo_names(&nn);
+    for (int i = 0; i < nn; i++) {
+        un_model m;
+        un_backend *be = NULL;
+        un_exec *ex = NULL;
+        EXPECT_OK(ctx, un_zoo_build(ctx, spec, names[i], true, 8, &m));
+        EXPECT_OK(ctx, un_backend_cpu_new(ctx, UN_PREC_F32, 1, &be));
+        un_comm_group *grp = NULL;
+        EXPECT_OK(ctx, un_comm_local_group_new(ctx, 1, &grp));
+        EXPECT_OK(ctx, un_exec_new(ctx, m.graph, un_comm_local_get(grp, 0), be, &ex));
+        /* the gradients: every float output of a node that reads (through anything) a weight */
+        int32_t n = un_graph_node_count(m.graph);
+        bool *ng = calloc((size_t)n, sizeof *ng);
+        int64_t sum = 0, big = 0;
+        for (int32_t id = 0; id < n; id++) {
+            const un_node *nd = un_graph_node(m.graph, id);
+            for (int t = 0; t < nd->n_in; t++)
+                ng[id] |= ng[nd->in[t].node] ||
+                          un_graph_node(m.graph, nd->in[t].node)->op == UN_OP_WEIGHT;
+            for (int o = 0; ng[id] && o < nd->inf.n_out; o++)
+                if (nd->inf.out[o].dtype == UN_DT_FLOAT) {
+                    int64_t b = un_shape_numel(&nd->inf.out[o]) * (int64_t)sizeof(float);
+                    sum += b;
+                    big = b > big ? b : big;
+                }
+        }
+        int64_t arena = ex ? un_exec_stats_get(ex)->grad_bytes : -1;
+        test__check(arena >= big && 4 * arena <= 3 * sum, TEST__AT,
+                    "%s: gradient arena %lld bytes, largest gradient %lld, all gradients %lld",
+                    names[i], (long long)arena, (long long)big, (long long)sum);
+        free(ng);
+        un_exec_free(ex);
+        un_comm_local_group_free(grp);
+        un_backend_free(be);
+        un_model_deinit(&m);
+    }
+    un_ctx_free(ctx);
+}
+
 /* ---- the memory estimate ---- */
 
 typedef struct est_arg {
@@ -996,11 +1196,18 @@ static void test_memory_estimate(void) {
                 test__check(e0 == a.alloc[r], TEST__AT,
                             "%s on %d ranks, rank %d: estimate %lld, allocated %lld", names[i], d,
                             r, (long long)e0, (long long)a.alloc[r]);
+                /* optimizer state for the rank's shard: of a piece in c copies, chunk `copy` */
                 int64_t w = 0;
                 for (int32_t id = 0; id < un_graph_node_count(g); id++) {
                     const un_node *nd = un_graph_node(g, id);
-                    for (int64_t p = 0; nd->op == UN_OP_WEIGHT && p < un_shape_npieces(&nd->inf.out[0]); p++)
-                        w += (p % d == r) * un_shape_piece_numel(&nd->inf.out[0]);
+                    const un_shape *s = &nd->inf.out[0];
+                    int64_t pn = un_shape_piece_numel(s);
+                    for (int64_t p = 0; nd->op == UN_OP_WEIGHT && p < un_shape_npieces(s); p++) {
+                        int32_t blk[UN_MAX_DIMS], sum, copy;
+                        un_shape_piece_coords(s, p, blk, &sum, &copy);
+                        if (p % d == r && sum == 0)
+                            w += pn * (copy + 1) / s->copy - pn * copy / s->copy;
+                    }
                 }
                 EXPECT_EQ(e2 - e0, 2 * w * (int64_t)sizeof(float));
             }
@@ -1031,6 +1238,8 @@ int main(void) {
         {"memory_estimate", test_memory_estimate},
         {"mixed_plans", test_mixed_plans},
         {"tensor_strategy", test_tensor_strategy},
+        {"sharded_update", test_sharded_update},
+        {"grad_arena", test_grad_arena},
     };
     return TEST_RUN_WITH_SPEC(cases, &spec);
 }

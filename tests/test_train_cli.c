@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "runtime/backend_cuda.h"
+
 /* Runs "PREFIX unity-train ARGS" through the shell with stdout and stderr captured. */
 static const cli_result *run_with(const char *prefix, const char *args) {
     return cli_run_with(prefix, "unity-train", args);
@@ -333,6 +335,117 @@ static void test_mpi_equal_losses(void) {
                 strstr(r->err, "mpirun started 2 processes") != NULL);
 }
 
+/* A checkpoint saved under data parallelism on 2 MPI processes is one file per rank (each its
+ * half of every weight and of Adam's moments, nothing gathered); it loads under serial on 1
+ * device, under tensor parallelism on 4 local devices and data parallel on 2 (re-sharded), and
+ * the 4 more steps are the uninterrupted 10-step run's (float64, 1e-9). A damaged or missing rank
+ * file is one clear error. */
+static void test_mpi_checkpoint(void) {
+    if (system("command -v mpirun >/dev/null 2>&1") != 0)
+        TEST_SKIP("mpirun not found");
+    const char *base = "--model mlp --tiny --threads 1 --precision f64 --optimizer adam";
+    char prefix[256], a[1024];
+    double l10[10], l4[4];
+    snprintf(a, sizeof a, "%s --steps 10", base);
+    const cli_result *r = run(a);
+    EXPECT_EQ(r->code, 0);
+    if (losses(r->out, l10, 10) != 10)
+        return;
+    snprintf(prefix, sizeof prefix, "scripts/mpirun.sh --mca mpi_yield_when_idle 1 %s -np 2",
+             MPI_ENV);
+    snprintf(a, sizeof a, "%s --steps 6 --comm mpi --save %s/mpi.ckpt", base, cli_tmp);
+    r = run_with(prefix, a);
+    test__check(r->code == 0, TEST__AT, "save under mpirun -np 2: exit %d: %s", r->code, r->err);
+    char f0[600], f1[600], one[600];
+    snprintf(f0, sizeof f0, "%s/mpi.ckpt.rank0", cli_tmp);
+    snprintf(f1, sizeof f1, "%s/mpi.ckpt.rank1", cli_tmp);
+    snprintf(one, sizeof one, "%s/mpi.ckpt", cli_tmp);
+    EXPECT_TRUE(access(f0, R_OK) == 0 && access(f1, R_OK) == 0 && access(one, F_OK) != 0);
+    const char *after[] = {"--devices 1", "--devices 4 --strategy tensor", "--devices 2"};
+    for (int i = 0; r->code == 0 && i < 3; i++) {
+        snprintf(a, sizeof a, "%s --steps 4 %s --load %s/mpi.ckpt", base, after[i], cli_tmp);
+        const cli_result *rl = run(a);
+        int n = losses(rl->out, l4, 4);
+        double worst = 0;
+        for (int s = 0; s < n; s++)
+            worst = fmax(worst, fabs(l4[s] - l10[6 + s]) / fabs(l10[6 + s]));
+        test__check(rl->code == 0 && n == 4 && worst <= 1e-9, TEST__AT,
+                    "saved on 2 mpi processes, loaded with %s: exit %d, %d steps, difference %g",
+                    after[i], rl->code, n, worst);
+    }
+    /* damaged, then missing: rank 1's file */
+    FILE *f = fopen(f1, "r+b");
+    if (f) {
+        fseek(f, 40, SEEK_SET);
+        int c = fgetc(f);
+        fseek(f, 40, SEEK_SET);
+        fputc(c ^ 0xff, f);
+        fclose(f);
+    }
+    snprintf(a, sizeof a, "%s --steps 1 --load %s/mpi.ckpt", base, cli_tmp);
+    expect_clean_error(a, "mpi.ckpt.rank1: damaged checkpoint");
+    remove(f1);
+    expect_clean_error(a, "mpi.ckpt.rank1");
+}
+
+/* --backend: a bad name, and cuda where it cannot run (no GPU, or a build without CUDA, or
+ * float64), are one error line each; opaque (the CPU kernels behind memory the host cannot
+ * reach) prints the CPU backend's losses; every run names its backend. */
+static void test_backend_flag(void) {
+    expect_clean_error("--model mlp --tiny --backend tpu", "--backend: 'tpu' is not cpu, cuda");
+    expect_clean_error("--model mlp --tiny --backend", "--backend needs a value");
+    const char *why = NULL;
+    int gpus = un_backend_cuda_devices(&why);
+    if (gpus == 0) {
+        expect_clean_error("--model mlp --tiny --steps 2 --backend cuda",
+                           "--backend cuda: no GPU to run on");
+        printf("    no GPU (%s): --backend cuda refused\n", why ? why : "?");
+    } else {
+        expect_clean_error("--model mlp --tiny --steps 2 --backend cuda --precision f64",
+                           "--backend cuda: float32 only");
+    }
+    double l[3][4];
+    const char *names[3] = {"cpu", "opaque", gpus ? "cuda" : NULL};
+    for (int b = 0; b < 3 && names[b]; b++) {
+        char args[128], want[64];
+        snprintf(args, sizeof args,
+                 "--model transformer --tiny --devices 2 --steps 4 --threads 2 --backend %s",
+                 names[b]);
+        const cli_result *r = run(args);
+        snprintf(want, sizeof want, "backend: %s-f32", names[b]);
+        test__check(r->code == 0 && strstr(r->out, want) && losses(r->out, l[b], 4) == 4, TEST__AT,
+                    "--backend %s: exit %d, stdout %s, stderr %s", names[b], r->code, r->out,
+                    r->err);
+    }
+    for (int s = 0; s < 4; s++) {
+        EXPECT_TRUE(l[1][s] == l[0][s]); /* printed with 6 decimals: the same numbers */
+        if (gpus)
+            EXPECT_NEAR(l[2][s], l[0][s], 1e-3);
+    }
+    /* the default is cpu without a GPU */
+    const cli_result *r = run("--model mlp --tiny --steps 1");
+    EXPECT_TRUE(r->code == 0 && strstr(r->out, gpus ? "backend: cuda-f32" : "backend: cpu-f32"));
+    /* under mpirun (exchanges staged through host memory between processes): the same losses */
+    if (system("command -v mpirun >/dev/null 2>&1") != 0) {
+        printf("    skip --backend opaque under mpirun: mpirun not found\n");
+        return;
+    }
+    char prefix[256];
+    snprintf(prefix, sizeof prefix, "scripts/mpirun.sh --mca mpi_yield_when_idle 1 %s -np 2",
+             MPI_ENV);
+    double lm[4];
+    r = run_with(prefix, "--model transformer --tiny --steps 4 --threads 2 --comm mpi --strategy "
+                         "tensor --backend opaque");
+    test__check(r->code == 0 && losses(r->out, lm, 4) == 4, TEST__AT,
+                "mpirun -np 2 --backend opaque: exit %d, stderr %s", r->code, r->err);
+    r = run_with(prefix, "--model transformer --tiny --steps 4 --threads 2 --comm mpi --strategy "
+                         "tensor --backend cpu");
+    test__check(r->code == 0 && losses(r->out, l[0], 4) == 4, TEST__AT,
+                "mpirun -np 2 --backend cpu: exit %d, stderr %s", r->code, r->err);
+    for (int s = 0; s < 4; s++)
+        EXPECT_TRUE(lm[s] == l[0][s]);
+}
+
 int main(void) {
     if (!cli_init("/tmp/unity_train_cli.XXXXXX"))
         return 1;
@@ -343,6 +456,8 @@ int main(void) {
         {"bad_input", test_bad_input},
         {"config_sizes", test_config_sizes},
         {"mpi_equal_losses", test_mpi_equal_losses},
+        {"mpi_checkpoint", test_mpi_checkpoint},
+        {"backend_flag", test_backend_flag},
     };
     int rc = TEST_RUN_ALL(cases);
     if (!cli_cleanup())

@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
 # Benchmark of unity-gen (issue 4): for N = 2, 3, 4 with the default menu, wall time, graphs/s,
-# peak RSS and the candidates left after each pruning stage; then the recall against FlexFlow's
+# peak RSS and the candidates left after each pruning stage, then after the closure stage
+# (unity-closure, issue 17 item 2: rules derivable by 2 rewrites of rules kept before them are
+# dropped; at N=4 only rules of up to 3 operators derive others); then the recall against FlexFlow's
 # published rules (../shared/external/flexflow_graph_subst_3_v2.json) with the menu that speaks
 # FlexFlow's vocabulary in the shapes our import gives those rules (specs/menus/flexflow.json).
 #
 #   scripts/bench/gen.sh [BUILD_DIR] [N4_TIME_LIMIT_SECONDS]
 #
 # Then, for the CNN and attention menus (specs/menus/cnn.json, attention.json) at N = 2 and 3: the
-# same counts, unity-verify on each set (verified / refuted / unknown, % decided) and which classic
-# rewrites are among the rules (MENUS=0 skips this). With E2E=1: the issue-17 pipeline,
-# `unity-gen --max-ops 4` on the default menu with no time limit, then `unity-verify --jobs T` on
-# its database, with the wall time and peak RSS of each step and their sum (targets: under 15
-# minutes and 2 GB, >= 98% decided). `uptime` is printed first: the machine is shared.
+# same counts, the closure stage, unity-verify on the pruned set (verified / refuted / unknown, %
+# decided) and which classic rewrites are among the rules (MENUS=0 skips this). With E2E=1: the
+# issue-17 pipeline, `unity-gen --max-ops 4` on the default menu with no time limit, unity-closure
+# --basis-ops 3, then `unity-verify --jobs T` on the pruned database (VERIFY_LIMIT=S stops it
+# after S seconds and projects the rest from its rate), with the wall time and peak RSS of each
+# step and their sum (targets: under 15 minutes and 2 GB, >= 98% decided). With REACH=1: the full
+# reach check on the default menu at N=3 (both sets verified, then `unity-closure --reach`: every
+# graph reachable from each tiny zoo model within 3 rewrites of the full set must be reachable with
+# the pruned one). `uptime` is printed first: the machine is shared.
 #
 # Output: one block per run; the detailed recall report (every published rule not found, with its
 # category and reason) goes to $OUT/recall.txt (OUT defaults to a temporary directory).
@@ -27,6 +33,7 @@ out=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/unity-gen-bench.XXXXXX")}
 mkdir -p "$out"
 threads=$(nproc)
 verify=$build/bin/unity-verify
+closure=$build/bin/unity-closure
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); uptime:$(uptime)"
 
 run() { # label, then unity-gen arguments
@@ -42,9 +49,26 @@ run() { # label, then unity-gen arguments
                 /Elapsed \(wall clock\)/ {print "wall time           " $2}' "$out/time.txt"
 }
 
+# The closure stage on database $2 into $3 (label $1, more unity-closure flags after).
+crun() {
+    local label=$1 in=$2 outdb=$3
+    shift 3
+    rm -f "$outdb"*
+    echo "== closure: $label"
+    /usr/bin/time -v "$closure" "$in" -o "$outdb" --threads "$threads" "$@" >"$out/crun.txt" \
+        2>"$out/ctime.txt" || {
+        cat "$out/crun.txt" "$out/ctime.txt"
+        return 1
+    }
+    grep -E '^(closure|  not fully|database|time)' "$out/crun.txt"
+    awk -F': ' '/Maximum resident set size/ {printf "peak RSS            %.0f MiB\n", $2 / 1024}
+                /Elapsed \(wall clock\)/ {print "wall time           " $2}' "$out/ctime.txt"
+}
+
 for n in 2 3; do
     rm -f "$out/n$n.db"
     run "default menu, N=$n" --ops specs/ --max-ops "$n" --threads "$threads" -o "$out/n$n.db"
+    crun "default menu, N=$n" "$out/n$n.db" "$out/n${n}p.db"
 done
 # the classics, in the rules of the default menu at N=3 (canonical names: inputs x0, x1, ..., weights w0, w1, ...)
 "$gen" --ops specs/ --max-ops 3 --threads "$threads" --dry-run --list >"$out/list3.txt"
@@ -117,7 +141,8 @@ if [[ ${MENUS:-1} == 1 ]]; then
             rm -f "$out/$m$n.db"*
             run "$m menu, N=$n" --ops specs/ --menu "specs/menus/$m.json" --max-ops "$n" \
                 --threads "$threads" -o "$out/$m$n.db"
-            vrun "$m menu, N=$n" "$out/$m$n.db"
+            crun "$m menu, N=$n" "$out/$m$n.db" "$out/$m${n}p.db"
+            vrun "$m menu, N=$n, after the closure stage" "$out/$m${n}p.db"
         done
     done
     "$gen" --ops specs/ --menu specs/menus/cnn.json --threads "$threads" --dry-run --list >"$out/cnn3.txt"
@@ -140,24 +165,60 @@ CLASSICS
 fi
 
 if [[ ${E2E:-0} == 1 ]]; then
-    echo "== end to end: default menu, N=4, generate then verify (uptime:$(uptime))"
+    echo "== end to end: default menu, N=4, generate, closure, verify (uptime:$(uptime))"
     rm -f "$out/e2e4.db"*
     run "unity-gen --max-ops 4 (no time limit)" --ops specs/ --max-ops 4 --threads "$threads" -o "$out/e2e4.db"
     gw=$(awk -F': ' '/Elapsed \(wall clock\)/ {print $2}' "$out/time.txt")
     gm=$(awk -F': ' '/Maximum resident set size/ {print $2}' "$out/time.txt")
-    vrun "N=4 set" "$out/e2e4.db"
+    crun "N=4 set, rules of up to 3 operators derive" "$out/e2e4.db" "$out/e2e4p.db" --basis-ops 3
+    cw=$(awk -F': ' '/Elapsed \(wall clock\)/ {print $2}' "$out/ctime.txt")
+    cm=$(awk -F': ' '/Maximum resident set size/ {print $2}' "$out/ctime.txt")
+    limit=${VERIFY_LIMIT:-0}
+    echo "== unity-verify: the pruned N=4 set (VERIFY_LIMIT=$limit s, 0 = none)"
+    rc=0
+    if [[ $limit != 0 ]]; then
+        /usr/bin/time -v timeout "$limit" "$verify" "$out/e2e4p.db" --jobs "$threads" \
+            >"$out/vrun.txt" 2>"$out/vtime.txt" || rc=$?
+    else
+        /usr/bin/time -v "$verify" "$out/e2e4p.db" --jobs "$threads" >"$out/vrun.txt" \
+            2>"$out/vtime.txt" || rc=$?
+    fi
+    [[ $rc == 0 || $rc == 124 ]] || { cat "$out/vrun.txt" "$out/vtime.txt"; exit 1; }
     vw=$(awk -F': ' '/Elapsed \(wall clock\)/ {print $2}' "$out/vtime.txt")
     vm=$(awk -F': ' '/Maximum resident set size/ {print $2}' "$out/vtime.txt")
-    python3 - "$gw" "$vw" "$gm" "$vm" <<'EOF'
-import sys
+    "$build/bin/unity-rules" stats "$out/e2e4p.db" | sed -n 2p >"$out/vstat.txt"
+    python3 - "$gw" "$cw" "$vw" "$gm" "$cm" "$vm" "$(cat "$out/vstat.txt")" <<'EOF'
+import re, sys
 def secs(t):
     s = 0.0
     for part in t.split(":"):
         s = s * 60 + float(part)
     return s
-total = secs(sys.argv[1]) + secs(sys.argv[2])
-peak = max(int(sys.argv[3]), int(sys.argv[4])) / 1024
-print(f"end to end          {total / 60:.1f} min (target < 15), peak RSS {peak:.0f} MiB (target < 2048)")
+g, c, v = (secs(a) for a in sys.argv[1:4])
+peak = max(int(a) for a in sys.argv[4:7]) / 1024
+st = {k: int(n) for k, n in re.findall(r"(\w+) (\d+)", sys.argv[7])}
+done = st.get("verified", 0) + st.get("refuted", 0) + st.get("unknown", 0)
+left = st.get("candidate", 0)
+total = done + left
+dec = st.get("verified", 0) + st.get("refuted", 0)
+print(f"verified            {st.get('verified', 0)}, refuted {st.get('refuted', 0)}, unknown "
+      f"{st.get('unknown', 0)}, not reached {left} of {total}: "
+      f"{100.0 * dec / (done or 1):.1f}% of those tried decided")
+proj = v * total / done if left and done else v
+if left:
+    print(f"verify rate         {done / (v or 1):.1f} rules/s: all {total} would take {proj / 60:.0f} min")
+print(f"end to end          {(g + c + v) / 60:.1f} min (gen {g / 60:.1f}, closure {c / 60:.1f}, "
+      f"verify {v / 60:.1f}{' so far' if left else ''}); {(g + c + proj) / 60:.0f} min with the "
+      f"whole verify (target < 15); peak RSS {peak:.0f} MiB (target < 2048)")
 EOF
     echo "uptime:$(uptime)"
+fi
+
+if [[ ${REACH:-0} == 1 ]]; then
+    echo "== reach: default menu, N=3, full set against the pruned one (both verified)"
+    rm -f "$out/r3.db"* "$out/r3p.db"*
+    "$gen" --ops specs/ --max-ops 3 --threads "$threads" -o "$out/r3.db" >/dev/null
+    "$verify" "$out/r3.db" --jobs "$threads" >/dev/null
+    crun "default menu, N=3, verified" "$out/r3.db" "$out/r3p.db"
+    /usr/bin/time -f "wall time           %e s" "$closure" --reach "$out/r3.db" "$out/r3p.db" --depth 3
 fi

@@ -19,62 +19,74 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
 build=${1:-build/default}
 make -s -j2 BUILD="$build" >/dev/null
-if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+if [[ ${ONLY:-} != strategies ]] && ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
     echo "runtime.sh: PyTorch is not installed for /usr/bin/python3 (Debian python3-torch)" >&2
     exit 1
 fi
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "load at start: $(uptime | sed 's/.*load/load/')"
-echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-<unset>} in the environment; PyTorch" \
-    "$(/usr/bin/python3 -c 'import torch; print(torch.__version__)')"
+echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-<unset>} in the environment"
 echo "runtime $("$build/bin/unity-train" --model mlp --tiny --steps 1 | sed -n 's/^blas: //p')"
-graphs="$build/bench_graphs"
-mkdir -p "$graphs"
-/usr/bin/python3 scripts/bench/mid_graphs.py "$graphs"
-echo
-echo "== the environment as it is (PyTorch's OpenBLAS picks its own kernel)"
-# shellcheck disable=SC2086
-/usr/bin/python3 scripts/bench/runtime_cmp.py "$build" "$graphs" ${THREADS:-1 2}
-kernel=$("$build/bin/unity-train" --model mlp --tiny --steps 1 | sed -n 's/^blas: OpenBLAS [^ ]* kernel \([^ ]*\).*/\1/p')
-if [[ -z ${OPENBLAS_CORETYPE:-} && -n $kernel && ${SAME_KERNEL:-1} == 1 ]]; then
+torch_cmp() {
+    echo "PyTorch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)')"
+    graphs="$build/bench_graphs"
+    mkdir -p "$graphs"
+    /usr/bin/python3 scripts/bench/mid_graphs.py "$graphs"
     echo
-    echo "== both sides on the runtime's kernel: OPENBLAS_CORETYPE=$kernel (the kernels' own speed)"
+    echo "== the environment as it is (PyTorch's OpenBLAS picks its own kernel)"
     # shellcheck disable=SC2086
-    OPENBLAS_CORETYPE=$kernel /usr/bin/python3 scripts/bench/runtime_cmp.py "$build" "$graphs" ${THREADS:-1 2}
-fi
+    /usr/bin/python3 scripts/bench/runtime_cmp.py "$build" "$graphs" ${THREADS:-1 2}
+    kernel=$("$build/bin/unity-train" --model mlp --tiny --steps 1 | sed -n 's/^blas: OpenBLAS [^ ]* kernel \([^ ]*\).*/\1/p')
+    if [[ -z ${OPENBLAS_CORETYPE:-} && -n $kernel && ${SAME_KERNEL:-1} == 1 ]]; then
+        echo
+        echo "== both sides on the runtime's kernel: OPENBLAS_CORETYPE=$kernel (the kernels' own speed)"
+        # shellcheck disable=SC2086
+        OPENBLAS_CORETYPE=$kernel /usr/bin/python3 scripts/bench/runtime_cmp.py "$build" "$graphs" ${THREADS:-1 2}
+    fi
+}
 
-# ---- strategies on mid-size models (h14's section; issue 14 item 6) ----
+# ---- strategies on mid-size models (h14's section, h21's sharded update; issue 14 item 6) ----
 # Serial on 1 device and data parallel on 2 devices of the same machine, both with the same
-# total threads (STRAT_THREADS, default 2), for a mid-size MLP and transformer sized by --config
-# (the same strings the cost bench and unity-train take): step time, time per sample and what
-# each device holds (the runtime's own accounting, --stats). Both sides alternate, best of
-# STRAT_ROUNDS (default 3) rounds, since the machine is shared. A tensor-parallel column needs a
-# plan for the zoo model (unity-train has no `--strategy tensor` yet), so there is none.
+# total threads (STRAT_THREADS, default 2), for the mid MLP, the mid transformer of issue 16 and
+# a smaller transformer, sized by --config (the same strings the cost bench and unity-train
+# take): step time, time per sample and what each device holds (the runtime's own accounting,
+# --stats: weights, optimizer state, peak). Data parallelism updates each weight sharded over its
+# two copies (ZeRO 1/2: optimizer state halved, weights all-gathered). Both sides alternate,
+# best of STRAT_ROUNDS (default 3) rounds, since the machine is shared; the last column is data
+# parallel's time per sample over serial's (target <= 1). ONLY=strategies runs just this section.
 strategies() {
     local th=${STRAT_THREADS:-2} rounds=${STRAT_ROUNDS:-3} steps=${STRAT_STEPS:-10}
     local -a models=("mlp --config layers=4,hidden=1024,batch=64"
+                     "transformer --config layers=4,hidden=256,heads=4,ffn=1024,seq=128,batch=8"
                      "transformer --tiny --config layers=2,hidden=256,heads=4,ffn=1024,seq=32,batch=32")
     echo
     echo "== strategies: serial (1 device) vs data parallel (2 devices), $th threads in all, best of $rounds, load: $(cut -d' ' -f1-3 /proc/loadavg)"
-    printf '%-82s %-8s %10s %12s %14s %14s\n' model strategy ms/step us/sample weights+opt/dev peak/dev
-    local m s best line ms stats
+    printf '%-80s %-5s %9s %10s %12s %12s %12s %8s\n' model dev ms/step us/sample weights/dev optim/dev peak/dev dp/ser
+    local m s r line ms batch serial_us us
     for m in "${models[@]}"; do
-        for s in "--devices 1" "--devices 2"; do
-            best=
-            for ((r = 0; r < rounds; r++)); do
-                line=$("$build/bin/unity-train" --model $m $s --threads "$th" --steps "$steps" --stats | grep -E '^trained|^ +0 ')
+        local -A best=() st=()
+        for ((r = 0; r < rounds; r++)); do
+            for s in 1 2; do
+                # shellcheck disable=SC2086 # $m is the model and its flags
+                line=$("$build/bin/unity-train" --model $m --devices $s --threads "$th" --steps "$steps" --stats | grep -E '^trained|^ +0 ')
                 ms=$(sed -n 's/.* \([0-9.]*\) ms\/step.*/\1/p' <<<"$line")
-                if [[ -z $best ]] || awk -v a="$ms" -v b="$best" 'BEGIN{exit !(a<b)}'; then
-                    best=$ms
-                    stats=$(awk '/^ +0 /{printf "%.1f MiB %.1f MiB", ($2+$3)/1048576, $4/1048576}' <<<"$line")
+                if [[ -z ${best[$s]:-} ]] || awk -v a="$ms" -v b="${best[$s]}" 'BEGIN{exit !(a<b)}'; then
+                    best[$s]=$ms
+                    st[$s]=$(awk '/^ +0 /{printf "%9.1f MiB %8.1f MiB %8.1f MiB", $2/1048576, $3/1048576, $4/1048576}' <<<"$line")
                 fi
             done
-            local batch=${m##*batch=}
-            batch=${batch%% *}
-            printf '%-82s %-8s %10s %12.1f %29s\n' "$m" "${s#--devices }dev" "$best" \
-                "$(awk -v t="$best" -v b="$batch" 'BEGIN{print 1000*t/b}')" "$stats"
         done
+        batch=${m##*batch=}
+        batch=${batch%% *}
+        serial_us=$(awk -v t="${best[1]}" -v b="$batch" 'BEGIN{print 1000*t/b}')
+        for s in 1 2; do
+            us=$(awk -v t="${best[$s]}" -v b="$batch" 'BEGIN{print 1000*t/b}')
+            printf '%-80s %-5s %9s %10.1f %s %8.3f\n' "$m" "$s" "${best[$s]}" "$us" "${st[$s]}" \
+                "$(awk -v a="$us" -v b="$serial_us" 'BEGIN{print a/b}')"
+        done
+        unset best st
     done
 }
+[[ ${ONLY:-} == strategies ]] || torch_cmp
 strategies
 echo "load at end: $(uptime | sed 's/.*load/load/')"

@@ -2,7 +2,8 @@
 """Driver of scripts/bench/runtime.sh: per model and thread count, ROUNDS alternating runs of
 unity-train and of torch_models.py (each STEPS steps, step 1 untimed on both sides); prints the
 ms/step of each side (min and median over the rounds), the ratio ours/PyTorch (of the mins and
-of the medians) and each process's peak resident memory (max over the rounds, from wait4).
+of the medians), each process's peak resident memory (max over the rounds, from wait4) and the
+OpenBLAS kernel each side ran (ours: unity-train's `blas:` line; PyTorch: openblas_get_corename).
 
   runtime_cmp.py BUILD_DIR GRAPH_DIR THREADS... (env ROUNDS, STEPS)"""
 import os
@@ -52,11 +53,11 @@ def main():
         ("charlm full (T 64, D 128, b 32)", ["--model", "charlm"], "charlm"),
     ]
     print(f"{'model':<38} {'thr':>3} {'ours ms min/med':>17} {'torch ms min/med':>17} "
-          f"{'ratio min/med':>14} {'RSS MiB ours/torch':>19}")
+          f"{'ratio min/med':>14} {'RSS MiB ours/torch':>19}  kernel ours/torch")
     for th in threads:
         env = dict(os.environ, OPENBLAS_NUM_THREADS=str(th), OMP_NUM_THREADS=str(th))
         for label, args, tname in models:
-            ours, torch, rss_o, rss_t = [], [], 0.0, 0.0
+            ours, torch, rss_o, rss_t, k_o, k_t = [], [], 0.0, 0.0, set(), set()
             for _ in range(rounds):
                 out, rss = run_rss([train] + args + ["--steps", str(steps), "--threads", str(th),
                                                      "--optimizer", "adam"], env)
@@ -65,14 +66,18 @@ def main():
                     sys.exit(f"runtime_cmp.py: no ms/step in unity-train's output:\n{out}")
                 ours.append(float(m.group(1)))
                 rss_o = max(rss_o, rss)
+                k = re.search(r"^blas: OpenBLAS \S+ kernel (\S+)", out, re.M)
+                k_o.add(k.group(1) if k else "?")
                 out, rss = run_rss(["/usr/bin/python3", os.path.join(here, "torch_models.py"),
                                     tname, str(th), str(steps)], env)
                 torch.append(float(out.split()[0]))
+                k_t.add(out.split()[2] if len(out.split()) > 2 else "?")
                 rss_t = max(rss_t, rss)
             mo, mt = min(ours), min(torch)
             do, dt = statistics.median(ours), statistics.median(torch)
             print(f"{label:<38} {th:>3} {mo:8.1f}/{do:<8.1f} {mt:8.1f}/{dt:<8.1f} "
-                  f"{mo / mt:6.2f}/{do / dt:<6.2f}  {rss_o:8.0f}/{rss_t:<8.0f}", flush=True)
+                  f"{mo / mt:6.2f}/{do / dt:<6.2f}  {rss_o:8.0f}/{rss_t:<8.0f}  "
+                  f"{','.join(sorted(k_o))}/{','.join(sorted(k_t))}", flush=True)
 
 
 if __name__ == "__main__":

@@ -2,9 +2,12 @@
 """The models of scripts/bench/runtime.sh in PyTorch, as the zoo builds them (runtime/zoo.c) and
 as scripts/bench/mid_graphs.py writes the mid sizes: same layers, widths, biases (none), losses.
 
-  torch_models.py MODEL THREADS STEPS    -> one line "ms_per_step LOSS0"
+  torch_models.py MODEL THREADS STEPS    -> one line "ms_per_step LOSS0 KERNEL"
+KERNEL: the OpenBLAS core type PyTorch's matrix products ran (openblas_get_corename of the
+libopenblas.so.0 PyTorch loaded).
 MODEL: mlp_mid | transformer_mid | charlm. Adam (lr 1e-3), random data; step 1 is warm-up and
 not timed (unity-train leaves it out too)."""
+import ctypes
 import os
 import sys
 import time
@@ -117,7 +120,13 @@ def main():
         opt.step()
         if l0 is None:
             l0 = l.item()
-    print(f"{1e3 * (time.perf_counter() - t0) / max(steps - 1, 1):.3f} {l0:.6f}")
+    try:
+        blas = ctypes.CDLL("libopenblas.so.0")
+        blas.openblas_get_corename.restype = ctypes.c_char_p
+        kernel = blas.openblas_get_corename().decode()
+    except (OSError, AttributeError):
+        kernel = "not-OpenBLAS"
+    print(f"{1e3 * (time.perf_counter() - t0) / max(steps - 1, 1):.3f} {l0:.6f} {kernel}")
 
 
 if __name__ == "__main__":

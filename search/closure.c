@@ -1,0 +1,610 @@
+/* closure.c - closure pruning with the rewriting engine (closure.h). */
+#include "search/closure.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+un_closure_params un_closure_params_default(void) {
+    return (un_closure_params){.depth = 2, .max_graphs = 4096, .threads = 1};
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+uint64_t un_closure_graph_key(const un_graph *g) {
+    int32_t n = un_graph_node_count(g);
+    uint64_t *key = un_xmalloc(sizeof(uint64_t) * ((size_t)n + 1));
+    for (int32_t v = 0; v < n; v++) {
+        const un_node *nd = un_graph_node(g, v);
+        uint64_t h = un_mix64(0x636c6f73ull + (uint64_t)nd->op);
+        int np = un_spec_op(un_graph_spec(g), nd->op)->n_params;
+        for (int q = 0; q < np && q < UN_MAX_PARAMS; q++) {
+            int32_t len = nd->params[q].len; /* -1 for a scalar: v[0] holds it */
+            len = len < 0 ? 1 : len > UN_MAX_DIMS ? UN_MAX_DIMS : len;
+            h = un_hash_bytes(nd->params[q].v, sizeof(int64_t) * (size_t)len,
+                              un_mix64(h + (uint64_t)nd->params[q].len));
+        }
+        if (un_op_kind_of(nd->op) == UN_OPK_SOURCE) {
+            if (nd->name)
+                h = un_hash_bytes(nd->name, strlen(nd->name), h);
+            else
+                h = un_mix64(h ^ (0x6e6f6e616d65ull + (uint64_t)v));
+            const un_shape *s = un_graph_shape(g, (un_ref){v, 0});
+            h = un_hash_bytes(s, sizeof *s, h);
+        }
+        for (int k = 0; k < nd->n_in; k++)
+            h = un_mix64(h ^ un_mix64(key[nd->in[k].node] + (uint64_t)nd->in[k].out)) + (uint64_t)k;
+        key[v] = h;
+    }
+    uint64_t h = 0x6f757473ull;
+    for (int32_t i = 0; i < un_graph_output_count(g); i++) {
+        un_ref o = un_graph_output(g, i);
+        h = un_mix64(h ^ un_mix64(key[o.node] + (uint64_t)o.out));
+    }
+    free(key);
+    return h;
+}
+
+/* A list of graphs (owned): a level of a breadth-first search. */
+typedef struct glist {
+    un_graph **v;
+    int64_t n, cap;
+} glist;
+
+static void glist_push(glist *l, un_graph *g) {
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 16;
+        l->v = un_xrealloc(l->v, sizeof(un_graph *) * (size_t)l->cap);
+    }
+    l->v[l->n++] = g;
+}
+
+static void glist_clear(glist *l) {
+    for (int64_t i = 0; i < l->n; i++)
+        un_graph_free(l->v[i]);
+    free(l->v);
+    *l = (glist){0};
+}
+
+/* A key with the rewrites that reached it first. */
+typedef struct keyed {
+    uint64_t key;
+    int level;
+} keyed;
+
+static int cmp_keyed(const void *x, const void *y) {
+    const keyed *a = x, *b = y;
+    if (a->key != b->key)
+        return a->key < b->key ? -1 : 1;
+    return (a->level > b->level) - (a->level < b->level);
+}
+
+typedef struct explore_out {
+    keyed *v; /* sorted by key, one per key (its smallest level) */
+    int64_t n;
+    bool capped;
+} explore_out;
+
+static bool keyed_has(const keyed *v, int64_t n, uint64_t key) {
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+        int64_t mid = (lo + hi) / 2;
+        if (v[mid].key < key)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n && v[lo].key == key;
+}
+
+/* Called for each graph ng that a rewrite (match mt) makes of `from` at `level`: 1 keeps it (it is
+ * expanded at the next level while level < depth), 0 drops it, -1 drops it and ends the search.
+ * An error goes to *st (and ends it). */
+typedef int (*visit_fn)(void *user, un_ctx *ctx, const un_graph *from, const un_graph *ng,
+                        const un_match *mt, int level, un_status *st);
+
+/* Breadth first from g within depth rewrites with the entries of set whose rule
+ * (un_ruleset_rule_id - 1) is allowed (NULL: all); rewrites that do not apply are skipped. */
+static un_status bfs(un_ctx *ctx, const un_ruleset *set, const un_graph *g, int depth,
+                     const bool *allowed, visit_fn visit, void *user) {
+    glist cur = {0}, next = {0};
+    glist_push(&cur, un_graph_clone(g));
+    un_status st = UN_OK;
+    bool stop = false;
+    for (int level = 1; level <= depth && cur.n > 0 && st == UN_OK && !stop; level++) {
+        for (int64_t c = 0; c < cur.n && st == UN_OK && !stop; c++) {
+            un_matcher *m = NULL;
+            if ((st = un_matcher_new(ctx, set, cur.v[c], &m)) != UN_OK)
+                break;
+            un_match_list ms = {0};
+            st = un_match_all(ctx, m, &ms);
+            for (int64_t i = 0; i < ms.n && st == UN_OK && !stop; i++) {
+                if (allowed && !allowed[un_ruleset_rule_id(set, ms.v[i].rule) - 1])
+                    continue;
+                un_graph *ng = NULL;
+                if (un_apply(ctx, set, cur.v[c], &ms.v[i], &ng, NULL) != UN_OK) {
+                    un_ctx_clear(ctx);
+                    continue;
+                }
+                int keep = visit(user, ctx, cur.v[c], ng, &ms.v[i], level, &st);
+                stop = keep < 0;
+                if (keep > 0 && level < depth)
+                    glist_push(&next, ng);
+                else
+                    un_graph_free(ng);
+            }
+            un_match_list_deinit(&ms);
+            un_matcher_free(m);
+        }
+        glist_clear(&cur);
+        cur = next;
+        next = (glist){0};
+    }
+    glist_clear(&cur);
+    return st;
+}
+
+/* explore's state: every key seen with its level, a sorted copy of the earlier levels' keys. */
+typedef struct explore_state {
+    keyed *seen, *sorted;
+    int64_t n, cap, n_sorted, level_start;
+    int level;
+    int64_t max_graphs;
+    bool capped;
+} explore_state;
+
+static int explore_visit(void *user, un_ctx *ctx, const un_graph *from, const un_graph *ng,
+                         const un_match *mt, int level, un_status *st) {
+    (void)ctx, (void)from, (void)mt, (void)st;
+    explore_state *x = user;
+    if (level != x->level) { /* a new level: the earlier ones sorted for lookups */
+        free(x->sorted);
+        x->sorted = un_xmalloc(sizeof(keyed) * (size_t)x->n);
+        memcpy(x->sorted, x->seen, sizeof(keyed) * (size_t)x->n);
+        qsort(x->sorted, (size_t)x->n, sizeof(keyed), cmp_keyed);
+        x->n_sorted = x->level_start = x->n;
+        x->level = level;
+    }
+    uint64_t k = un_closure_graph_key(ng);
+    bool dup = keyed_has(x->sorted, x->n_sorted, k);
+    for (int64_t q = x->level_start; q < x->n && !dup; q++)
+        dup = x->seen[q].key == k;
+    if (dup)
+        return 0;
+    if (x->max_graphs > 0 && x->n >= x->max_graphs) {
+        x->capped = true;
+        return -1;
+    }
+    if (x->n == x->cap) {
+        x->cap *= 2;
+        x->seen = un_xrealloc(x->seen, sizeof(keyed) * (size_t)x->cap);
+    }
+    x->seen[x->n++] = (keyed){k, level};
+    return 1;
+}
+
+/* Every graph within depth rewrites of g (explore_out: sorted by key, each at its first level). */
+static un_status explore(un_ctx *ctx, const un_ruleset *set, const un_graph *g, int depth,
+                         const bool *allowed, int64_t max_graphs, explore_out *out) {
+    memset(out, 0, sizeof *out);
+    explore_state x = {.cap = 64, .max_graphs = max_graphs};
+    x.seen = un_xmalloc(sizeof(keyed) * (size_t)x.cap);
+    x.seen[x.n++] = (keyed){un_closure_graph_key(g), 0};
+    un_status st = bfs(ctx, set, g, depth, allowed, explore_visit, &x);
+    free(x.sorted);
+    if (st != UN_OK) {
+        free(x.seen);
+        return st;
+    }
+    qsort(x.seen, (size_t)x.n, sizeof(keyed), cmp_keyed);
+    int64_t u = 0;
+    for (int64_t i = 0; i < x.n; i++)
+        if (u == 0 || x.seen[u - 1].key != x.seen[i].key)
+            x.seen[u++] = x.seen[i];
+    out->v = x.seen;
+    out->n = u;
+    out->capped = x.capped;
+    return UN_OK;
+}
+
+un_status un_closure_reach(un_ctx *ctx, const un_ruleset *set, const un_graph *g, int depth,
+                           int64_t max_graphs, uint64_t **keys, int64_t *n, bool *capped) {
+    *keys = NULL;
+    *n = 0;
+    explore_out eo;
+    un_status st = explore(ctx, set, g, depth, NULL, max_graphs, &eo);
+    if (st != UN_OK)
+        return st;
+    uint64_t *k = un_xmalloc(sizeof(uint64_t) * ((size_t)eo.n + 1));
+    for (int64_t i = 0; i < eo.n; i++)
+        k[i] = eo.v[i].key;
+    free(eo.v);
+    *keys = k;
+    *n = eo.n;
+    if (capped)
+        *capped = eo.capped;
+    return UN_OK;
+}
+
+/* ---- pruning ---- */
+
+typedef struct prune_job {
+    const un_ctx *parent;
+    const un_ruleset *set;
+    un_rule *const *rules; /* the rules decided */
+    const un_closure_params *p;
+    const bool *kept; /* per basis rule (set's rule id - 1): kept in an earlier chunk (read only
+                       * during a chunk) */
+    int8_t *level;     /* per rule: rewrites of the derivation found, 0 = none */
+    bool *capped;
+    int64_t begin, end;
+    _Atomic int64_t next;
+    _Atomic int failed; /* an error (other than a rewrite that does not apply) */
+} prune_job;
+
+/* g with its outputs fixed to outs (a rule side as a graph whose outputs are the mapped ones). */
+static un_graph *side_graph(un_ctx *ctx, const un_graph *g, const un_ref *outs, int n) {
+    un_graph *c = un_graph_clone(g);
+    if (un_graph_set_outputs(ctx, c, outs, n) != UN_OK) {
+        un_graph_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+static un_status decide(un_ctx *ctx, const prune_job *job, int64_t i) {
+    const un_rule *r = job->rules[i];
+    int a = (job->p->depth + 1) / 2, b = job->p->depth / 2;
+    un_graph *gs = side_graph(ctx, r->src, r->src_out, r->n_out);
+    un_graph *gd = side_graph(ctx, r->dst, r->dst_out, r->n_out);
+    un_status st = gs && gd ? UN_OK : UN_ERR_INVALID;
+    explore_out ea = {0}, eb = {0};
+    if (st == UN_OK)
+        st = explore(ctx, job->set, gs, a, job->kept, job->p->max_graphs, &ea);
+    if (st == UN_OK)
+        st = explore(ctx, job->set, gd, b, job->kept, job->p->max_graphs, &eb);
+    if (st == UN_OK) {
+        int best = 0;
+        for (int64_t x = 0, y = 0; x < ea.n && y < eb.n;) {
+            if (ea.v[x].key < eb.v[y].key) {
+                x++;
+            } else if (ea.v[x].key > eb.v[y].key) {
+                y++;
+            } else {
+                int l = ea.v[x].level + eb.v[y].level;
+                if (l > 0 && (best == 0 || l < best))
+                    best = l;
+                x++;
+                y++;
+            }
+        }
+        job->level[i] = (int8_t)best;
+        job->capped[i] = ea.capped || eb.capped;
+    }
+    free(ea.v);
+    free(eb.v);
+    un_graph_free(gs);
+    un_graph_free(gd);
+    return st;
+}
+
+static void *prune_worker(void *arg) {
+    prune_job *job = arg;
+    un_ctx *ctx = un_ctx_new_child(job->parent);
+    for (;;) {
+        int64_t i = atomic_fetch_add(&job->next, 1);
+        if (i >= job->end || atomic_load(&job->failed))
+            break;
+        if (decide(ctx, job, i) != UN_OK) {
+            un_ctx_clear(ctx);
+            atomic_store(&job->failed, 1);
+        }
+    }
+    un_ctx_free(ctx);
+    return NULL;
+}
+
+/* Operators of a rule's larger side. */
+static int rule_ops(const un_rule *r) {
+    int n[2] = {0, 0};
+    const un_graph *g[2] = {r->src, r->dst};
+    for (int s = 0; s < 2; s++)
+        for (int32_t v = 0; v < un_graph_node_count(g[s]); v++)
+            n[s] += un_op_kind_of(un_graph_node(g[s], v)->op) != UN_OPK_SOURCE;
+    return n[0] > n[1] ? n[0] : n[1];
+}
+
+struct un_closure {
+    un_closure_params p;
+    un_ruleset *set; /* the basis rules given to un_closure_new, forwards and reversed */
+    bool *kept;      /* per rule given to un_closure_new: kept */
+};
+
+/* Decides job's rules [begin, end) on p->threads threads. */
+static un_status run_chunk(un_ctx *ctx, prune_job *job, int threads) {
+    atomic_store(&job->next, job->begin);
+    atomic_store(&job->failed, 0);
+    pthread_t tid[64];
+    int started = 0;
+    for (int t = 1; t < threads && t < 64; t++)
+        if (pthread_create(&tid[started], NULL, prune_worker, job) == 0)
+            started++;
+    prune_worker(job);
+    for (int t = 0; t < started; t++)
+        pthread_join(tid[t], NULL);
+    if (atomic_load(&job->failed))
+        return un_ctx_error(ctx, UN_ERR_INVALID, "closure: rewriting failed in rules %lld..%lld",
+                            (long long)job->begin + 1, (long long)job->end);
+    return UN_OK;
+}
+
+/* Counts job's decisions [begin, end) into drop and s. */
+static void tally(const prune_job *job, bool *drop, un_closure_stats *s) {
+    for (int64_t i = job->begin; i < job->end; i++) {
+        drop[i] = job->level[i] > 0;
+        s->dropped += drop[i];
+        s->by_depth[job->level[i] < 5 ? job->level[i] : 4] += drop[i];
+        s->capped += job->capped[i];
+    }
+}
+
+/* The set (forwards and reversed, rule id = index + 1) of the rules that may derive others: at most
+ * UN_MATCH_MAX_NODES nodes a side, at most p->basis_ops operators, and kept[i] when kept is given;
+ * s (may be NULL) counts the others. */
+static un_status basis_set(un_ctx *ctx, const un_spec *spec, un_rule *const *rules, int64_t n,
+                           const un_closure_params *p, const bool *kept, un_ruleset **set,
+                           un_closure_stats *s) {
+    un_rule **in = un_xmalloc(sizeof(un_rule *) * ((size_t)n + 1));
+    int32_t *ids = un_xmalloc(sizeof(int32_t) * ((size_t)n + 1));
+    int64_t n_in = 0;
+    for (int64_t i = 0; i < n; i++) {
+        bool big = un_graph_node_count(rules[i]->src) > UN_MATCH_MAX_NODES ||
+                   un_graph_node_count(rules[i]->dst) > UN_MATCH_MAX_NODES;
+        bool over = !big && p->basis_ops > 0 && rule_ops(rules[i]) > p->basis_ops;
+        if (s) {
+            s->too_big += big;
+            s->not_basis += over;
+        }
+        if (!big && !over && (!kept || kept[i])) {
+            in[n_in] = rules[i];
+            ids[n_in++] = (int32_t)(i + 1);
+        }
+    }
+    un_ruleset_params rp = un_ruleset_params_default();
+    rp.reversed = true;
+    rp.cache = false;
+    un_status st = un_ruleset_from_rules(ctx, spec, in, ids, n_in, &rp, set);
+    free(in);
+    free(ids);
+    for (int64_t e = 0; st == UN_OK && e < un_ruleset_count(*set); e++)
+        (void)un_ruleset_rule(*set, e); /* built once before threads share the set */
+    return st;
+}
+
+un_status un_closure_new(un_ctx *ctx, const un_spec *spec, un_rule *const *rules, int64_t n,
+                         const un_closure_params *p, bool *drop, un_closure_stats *stats,
+                         un_closure **out) {
+    *out = NULL;
+    un_closure_params def = un_closure_params_default();
+    if (!p)
+        p = &def;
+    if (p->depth < 1 || p->depth > 4)
+        return un_ctx_error(ctx, UN_ERR_INVALID, "closure: depth %d is not in 1..4", p->depth);
+    double t0 = now_s();
+    un_closure_stats s = {.rules = n};
+    bool *kept = un_xcalloc((size_t)n + 1, 1);
+    bool *capped = un_xcalloc((size_t)n + 1, 1);
+    int8_t *level = un_xcalloc((size_t)n + 1, 1);
+    un_ruleset *set = NULL;
+    un_status st = basis_set(ctx, spec, rules, n, p, NULL, &set, &s);
+    prune_job job = {.parent = ctx,
+                     .set = set,
+                     .rules = rules,
+                     .p = p,
+                     .kept = kept,
+                     .level = level,
+                     .capped = capped};
+    double last = t0;
+    for (int64_t done = 0; st == UN_OK && done < n;) {
+        int64_t size = done / 16;
+        size = size < 1 ? 1 : size > 256 ? 256 : size;
+        job.begin = done;
+        job.end = done + size < n ? done + size : n;
+        if ((st = run_chunk(ctx, &job, p->threads)) != UN_OK)
+            break;
+        tally(&job, drop, &s);
+        for (int64_t i = job.begin; i < job.end; i++)
+            kept[i] = !drop[i];
+        done = job.end;
+        if (p->progress && now_s() - last > 0.5) {
+            last = now_s();
+            un_ctx_progress(ctx, "closure: %lld/%lld rules, %lld dropped", (long long)done,
+                            (long long)n, (long long)s.dropped);
+        }
+    }
+    if (p->progress)
+        un_ctx_progress_done(ctx);
+    s.kept = n - s.dropped;
+    s.seconds = now_s() - t0;
+    if (stats)
+        *stats = s;
+    free(capped);
+    free(level);
+    if (st == UN_OK && s.dropped > 0) {
+        /* later checks match the kept rules only: rebuilt without the dropped ones */
+        un_ruleset_free(set);
+        set = NULL;
+        st = basis_set(ctx, spec, rules, n, p, kept, &set, NULL);
+    }
+    if (st != UN_OK) {
+        un_ruleset_free(set);
+        free(kept);
+        return st;
+    }
+    un_closure *c = un_xcalloc(1, sizeof *c);
+    c->p = *p;
+    c->set = set;
+    c->kept = kept;
+    *out = c;
+    return UN_OK;
+}
+
+un_status un_closure_check(un_ctx *ctx, un_closure *c, un_rule *const *rules, int64_t n,
+                           bool *drop, un_closure_stats *stats) {
+    double t0 = now_s();
+    un_closure_stats s = {.rules = n};
+    prune_job job = {.parent = ctx,
+                     .set = c->set,
+                     .rules = rules,
+                     .p = &c->p,
+                     .kept = c->kept,
+                     .level = un_xcalloc((size_t)n + 1, 1),
+                     .capped = un_xcalloc((size_t)n + 1, 1),
+                     .begin = 0,
+                     .end = n};
+    un_status st = run_chunk(ctx, &job, c->p.threads);
+    if (st == UN_OK)
+        tally(&job, drop, &s);
+    s.kept = n - s.dropped;
+    s.seconds = now_s() - t0;
+    if (stats)
+        *stats = s;
+    free(job.level);
+    free(job.capped);
+    return st;
+}
+
+void un_closure_free(un_closure *c) {
+    if (!c)
+        return;
+    un_ruleset_free(c->set);
+    free(c->kept);
+    free(c);
+}
+
+un_status un_closure_prune(un_ctx *ctx, const un_spec *spec, un_rule *const *rules, int64_t n,
+                           const un_closure_params *p, bool *drop, un_closure_stats *stats) {
+    un_closure *c = NULL;
+    un_status st = un_closure_new(ctx, spec, rules, n, p, drop, stats, &c);
+    un_closure_free(c);
+    return st;
+}
+
+/* ---- the reach test ---- */
+
+static int cmp_u64(const void *x, const void *y) {
+    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+    return (a > b) - (a < b);
+}
+
+static bool u64_has(const uint64_t *v, int64_t n, uint64_t x) {
+    return n > 0 && bsearch(&x, v, (size_t)n, sizeof x, cmp_u64) != NULL;
+}
+
+/* A growable list of keys (sorted on demand). */
+typedef struct keylist {
+    uint64_t *v;
+    int64_t n, cap;
+} keylist;
+
+static void keylist_add(keylist *l, uint64_t k) {
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 64;
+        l->v = un_xrealloc(l->v, sizeof(uint64_t) * (size_t)l->cap);
+    }
+    l->v[l->n++] = k;
+}
+
+static bool keylist_has(const keylist *l, uint64_t k) {
+    for (int64_t i = 0; i < l->n; i++)
+        if (l->v[i] == k)
+            return true;
+    return false;
+}
+
+/* Whether `to` is within step rewrites of pruned from `from` (meet in the middle). */
+static un_status derivable(un_ctx *ctx, const un_ruleset *pruned, const un_graph *from,
+                           const un_graph *to, int step, int64_t max_graphs, bool *yes) {
+    explore_out ea = {0}, eb = {0};
+    *yes = false;
+    un_status st = explore(ctx, pruned, from, (step + 1) / 2, NULL, max_graphs, &ea);
+    if (st == UN_OK)
+        st = explore(ctx, pruned, to, step / 2, NULL, max_graphs, &eb);
+    for (int64_t x = 0, y = 0; st == UN_OK && x < ea.n && y < eb.n && !*yes;) {
+        if (ea.v[x].key == eb.v[y].key)
+            *yes = true;
+        else if (ea.v[x].key < eb.v[y].key)
+            x++;
+        else
+            y++;
+    }
+    free(ea.v);
+    free(eb.v);
+    return st;
+}
+
+typedef struct reach_state {
+    const un_ruleset *full, *pruned;
+    const uint64_t *ph; /* sorted rule hashes of pruned's entries */
+    int64_t np, max_graphs;
+    int step;
+    keylist seen, failed;
+    un_closure_reach_stats *out;
+} reach_state;
+
+static int reach_visit(void *user, un_ctx *ctx, const un_graph *from, const un_graph *ng,
+                       const un_match *mt, int level, un_status *st) {
+    (void)level;
+    reach_state *x = user;
+    uint64_t k = un_closure_graph_key(ng);
+    if (keylist_has(&x->seen, k))
+        return 0;
+    if (x->max_graphs > 0 && x->seen.n >= x->max_graphs) {
+        x->out->capped = true;
+        return -1;
+    }
+    bool ok = u64_has(x->ph, x->np, un_rule_hash(un_ruleset_rule(x->full, mt->rule)));
+    if (ok) {
+        x->out->direct++;
+    } else {
+        *st = derivable(ctx, x->pruned, from, ng, x->step, x->max_graphs, &ok);
+        x->out->derived += ok;
+    }
+    if (*st != UN_OK || !ok) {
+        if (*st == UN_OK && !keylist_has(&x->failed, k))
+            keylist_add(&x->failed, k);
+        return 0;
+    }
+    keylist_add(&x->seen, k);
+    x->out->graphs++;
+    return 1;
+}
+
+un_status un_closure_reach_check(un_ctx *ctx, const un_ruleset *full, const un_ruleset *pruned,
+                                 const un_graph *g, int depth, int step, int64_t max_graphs,
+                                 un_closure_reach_stats *out) {
+    memset(out, 0, sizeof *out);
+    int64_t np = un_ruleset_count(pruned);
+    uint64_t *ph = un_xmalloc(sizeof(uint64_t) * ((size_t)np + 1));
+    for (int64_t e = 0; e < np; e++)
+        ph[e] = un_rule_hash(un_ruleset_rule(pruned, e));
+    qsort(ph, (size_t)np, sizeof(uint64_t), cmp_u64);
+    reach_state x = {.full = full, .pruned = pruned, .ph = ph, .np = np,
+                     .max_graphs = max_graphs, .step = step, .out = out};
+    keylist_add(&x.seen, un_closure_graph_key(g));
+    out->graphs = 1;
+    un_status st = bfs(ctx, full, g, depth, NULL, reach_visit, &x);
+    for (int64_t i = 0; i < x.failed.n; i++)
+        out->missing += !keylist_has(&x.seen, x.failed.v[i]);
+    out->graphs += out->missing;
+    free(x.seen.v);
+    free(x.failed.v);
+    free(ph);
+    return st;
+}

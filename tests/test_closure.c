@@ -1,0 +1,231 @@
+/* test_closure.c - closure pruning (search/closure.h, unity-closure): a copy of a kept rule and a
+ * reversed one are dropped at one rewrite while the rules they copy stay; on a verified set (the
+ * reach test menu at N=3) the pruning drops rules and the reach test holds: every graph
+ * reachable from a tiny zoo model within 3 rewrites of the full set is reachable with the pruned
+ * set, while an empty set fails it; the program's counts, run row and bad input. */
+#include "runtime/zoo.h"
+#include "search/closure.h"
+#include "tests/cli.h"
+
+static un_spec *spec;
+
+/* The rules of database TMP/name (every status) in id order: *n of them, owned. */
+static un_rule **load_rules(const char *name, int64_t *n) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_rulesdb *db = NULL;
+    int32_t *ids = NULL;
+    un_rule **rules = NULL;
+    *n = 0;
+    un_rulesdb_filter f = un_rulesdb_filter_default();
+    un_status st = un_rulesdb_open(ctx, cli_path(name), spec, UN_RULESDB_READONLY, &db);
+    if (st == UN_OK)
+        st = un_rulesdb_rule_ids(ctx, db, &f, &ids, n);
+    EXPECT_OK(ctx, st);
+    rules = calloc((size_t)*n + 2, sizeof *rules);
+    for (int64_t i = 0; st == UN_OK && i < *n; i++) {
+        un_rulesdb_row *row = NULL;
+        st = un_rulesdb_rule_get(ctx, db, ids[i], &row);
+        EXPECT_OK(ctx, st);
+        if (st == UN_OK) {
+            rules[i] = row->rule;
+            row->rule = NULL;
+        }
+        un_rulesdb_row_free(row);
+    }
+    free(ids);
+    un_rulesdb_free(db);
+    un_ctx_free(ctx);
+    return rules;
+}
+
+static void free_rules(un_rule **r, int64_t n) {
+    for (int64_t i = 0; r && i < n; i++)
+        un_rule_free(r[i]);
+    free(r);
+}
+
+static void test_copies_dropped(void) {
+    const cli_result *res = cli_run(
+        "unity-gen", cli_fmt("--ops specs/ --menu specs/menus/ew_add.json --threads 1 -o %s/add.db"));
+    EXPECT_EQ(res->code, 0);
+    int64_t n = 0;
+    un_rule **r = load_rules("add.db", &n);
+    EXPECT_EQ(n, 3); /* commutativity and associativity */
+    if (n != 3) {
+        free_rules(r, n);
+        return;
+    }
+    un_ctx *ctx = un_ctx_new(NULL);
+    r[3] = un_rule_clone(r[1]);
+    EXPECT_OK(ctx, un_rule_reverse(ctx, r[2], &r[4]));
+    bool drop[5] = {0};
+    un_closure_params p = un_closure_params_default();
+    p.depth = 1;
+    un_closure_stats s;
+    EXPECT_OK(ctx, un_closure_prune(ctx, spec, r, 5, &p, drop, &s));
+    EXPECT_TRUE(!drop[0] && !drop[1] && !drop[2]);
+    EXPECT_TRUE(drop[3] && drop[4]);
+    EXPECT_EQ(s.dropped, 2);
+    EXPECT_EQ(s.by_depth[1], 2);
+    EXPECT_EQ(s.kept, 3);
+    /* the same at two threads */
+    bool drop2[5] = {0};
+    p.threads = 2;
+    EXPECT_OK(ctx, un_closure_prune(ctx, spec, r, 5, &p, drop2, NULL));
+    EXPECT_TRUE(memcmp(drop, drop2, sizeof drop) == 0);
+    /* with only one-operator rules (commutativity) as the basis the associativity copies stay */
+    p.basis_ops = 1;
+    EXPECT_OK(ctx, un_closure_prune(ctx, spec, r, 5, &p, drop2, &s));
+    EXPECT_EQ(s.dropped, 0);
+    EXPECT_EQ(s.not_basis, 4);
+    p.basis_ops = 0;
+    /* a depth out of range is an error, not a crash */
+    p.depth = 7;
+    EXPECT_EQ(un_closure_prune(ctx, spec, r, 5, &p, drop, NULL), UN_ERR_INVALID);
+    un_ctx_free(ctx);
+    free_rules(r, 5);
+}
+
+/* The parallel test menu at N=3, verified: %s/par.db. */
+static bool par_db(void) {
+    static int made = -1;
+    if (made < 0) {
+        char cmd[1024];
+        snprintf(cmd, sizeof cmd,
+                 "%s/unity-gen --ops specs/ --menu specs/menus/reach.json --max-ops 3 "
+                 "--threads 2 -o %s/par.db && %s/unity-verify %s/par.db --jobs 2",
+                 cli_bin, cli_tmp, cli_bin, cli_tmp);
+        const cli_result *res = cli_run_shell(cmd);
+        made = res->code == 0;
+        EXPECT_EQ(res->code, 0);
+    }
+    return made == 1;
+}
+
+static void test_reach(void) {
+    if (!par_db())
+        return;
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_rulesdb *db = NULL;
+    un_rule **rules = NULL;
+    int32_t *ids = NULL;
+    int64_t n = 0, stale = 0;
+    un_status st = un_rulesdb_open(ctx, cli_path("par.db"), spec, UN_RULESDB_READONLY, &db);
+    if (st == UN_OK)
+        st = un_rulesdb_load_verified_ids(ctx, db, &rules, &ids, &n, &stale);
+    EXPECT_OK(ctx, st);
+    un_rulesdb_free(db);
+    EXPECT_TRUE(n > 100);
+    bool *drop = calloc((size_t)n + 1, 1);
+    un_closure_params p = un_closure_params_default();
+    p.threads = 2;
+    un_closure_stats s = {0};
+    EXPECT_OK(ctx, un_closure_prune(ctx, spec, rules, n, &p, drop, &s));
+    EXPECT_TRUE(s.dropped > n / 4); /* 380 of 683 when written */
+    EXPECT_EQ(s.dropped + s.kept, n);
+    EXPECT_EQ(s.by_depth[1] + s.by_depth[2], s.dropped);
+    un_rule **kept = calloc((size_t)n + 1, sizeof *kept);
+    int64_t nk = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (!drop[i])
+            kept[nk++] = rules[i];
+    un_ruleset_params rp = un_ruleset_params_default();
+    rp.reversed = true;
+    rp.cache = false;
+    un_ruleset *full = NULL, *pruned = NULL, *empty = NULL;
+    EXPECT_OK(ctx, un_ruleset_from_rules(ctx, spec, rules, NULL, n, &rp, &full));
+    EXPECT_OK(ctx, un_ruleset_from_rules(ctx, spec, kept, NULL, nk, &rp, &pruned));
+    EXPECT_OK(ctx, un_ruleset_from_rules(ctx, spec, kept, NULL, 0, &rp, &empty));
+    int64_t reached = 0, derived = 0;
+    const char *models[] = {"mlp", "xdl", "transformer", "candle_uno"};
+    for (int i = 0; full && pruned && empty && i < 4; i++) {
+        un_model m = {0};
+        EXPECT_OK(ctx, un_zoo_build(ctx, spec, models[i], true, 0, &m));
+        un_closure_reach_stats rs, re;
+        EXPECT_OK(ctx, un_closure_reach_check(ctx, full, pruned, m.graph, 3, 2, 20000, &rs));
+        EXPECT_EQ(rs.missing, 0);
+        EXPECT_TRUE(!rs.capped);
+        EXPECT_EQ(rs.direct + rs.derived + 1, rs.graphs);
+        reached += rs.graphs;
+        derived += rs.derived;
+        /* the control: with no rules nothing beyond the model is reachable */
+        EXPECT_OK(ctx, un_closure_reach_check(ctx, full, empty, m.graph, 2, 2, 20000, &re));
+        EXPECT_TRUE(re.graphs == 1 || re.missing > 0);
+        EXPECT_EQ(re.direct + re.derived, 0);
+        /* un_closure_reach agrees with the full set's count */
+        uint64_t *keys = NULL;
+        int64_t nkeys = 0;
+        bool capped = true;
+        EXPECT_OK(ctx, un_closure_reach(ctx, full, m.graph, 3, 0, &keys, &nkeys, &capped));
+        EXPECT_EQ(nkeys, rs.graphs);
+        EXPECT_TRUE(!capped);
+        free(keys);
+        un_model_deinit(&m);
+    }
+    EXPECT_TRUE(reached > 20); /* the rules rewrite these models */
+    EXPECT_TRUE(derived > 0);  /* and some rewrites need a derivation with the pruned set */
+    un_ruleset_free(full);
+    un_ruleset_free(pruned);
+    un_ruleset_free(empty);
+    free(kept);
+    free(drop);
+    free(ids);
+    free_rules(rules, n);
+    un_ctx_free(ctx);
+}
+
+static void test_cli(void) {
+    if (!par_db())
+        return;
+    const cli_result *r = cli_run("unity-closure", cli_fmt("%s/par.db -o %s/parp.db --threads 2"));
+    EXPECT_EQ(r->code, 0);
+    EXPECT_TRUE(strstr(r->out, "closure (depth 2)") != NULL);
+    long long dropped = -1, kept = -1;
+    const char *c = strstr(r->out, "closure (depth 2)");
+    if (c)
+        sscanf(c, "closure (depth 2) %lld dropped", &dropped);
+    const char *k = c ? strstr(c, "), ") : NULL;
+    if (k)
+        sscanf(k, "), %lld kept", &kept);
+    EXPECT_TRUE(dropped > 0);
+    EXPECT_TRUE(kept > 0);
+    /* the pruned database holds the kept rules, still verified, and the run's counts */
+    r = cli_run("unity-rules", cli_fmt("stats %s/parp.db"));
+    EXPECT_EQ(r->code, 0);
+    r = cli_run("unity-closure", cli_fmt("--reach %s/par.db %s/parp.db --model mlp --model xdl"));
+    EXPECT_EQ(r->code, 0);
+    EXPECT_TRUE(strstr(r->out, "reach kept: 0 graphs missing") != NULL);
+    /* bad input: one line, non-zero exit */
+    cli_expect_error_code("unity-closure", cli_fmt("%s/nope.db -o %s/x.db"), 1, "nope.db");
+    cli_write_file("junk.db", "not a database\n");
+    cli_expect_error_code("unity-closure", cli_fmt("%s/junk.db -o %s/x.db"), 1, "junk.db");
+    cli_expect_error_code("unity-closure", cli_fmt("%s/par.db -o %s/par.db"), 2, "another");
+    cli_expect_error_code("unity-closure", cli_fmt("%s/par.db"), 2, "-o OUT.db");
+    cli_expect_error_code("unity-closure", cli_fmt("%s/par.db -o %s/x.db --depth 9"), 2,
+                          "--depth");
+    cli_expect_error_code("unity-closure", cli_fmt("%s/par.db -o %s/x.db --frob"), 2, "--frob");
+    cli_expect_error_code("unity-closure", cli_fmt("--reach %s/par.db"), 2, "two rule databases");
+    cli_expect_error_code("unity-closure", cli_fmt("--reach %s/par.db %s/par.db --basis-ops 2"), 2,
+                          "--basis-ops");
+    cli_expect_error_code("unity-closure", cli_fmt("%s/par.db -o %s/x.db --basis-ops 0"), 2,
+                          "--basis-ops");
+    cli_expect_error_code("unity-closure", cli_fmt("--reach %s/par.db %s/par.db --model nope"), 1,
+                          "nope");
+    r = cli_run("unity-gen",
+                cli_fmt("--ops specs/ --menu specs/menus/ew_add.json --threads 1 -o %s/cand.db"));
+    EXPECT_EQ(r->code, 0);
+    cli_expect_error_code("unity-closure", cli_fmt("--reach %s/cand.db %s/par.db"), 1,
+                          "no verified rules");
+}
+
+int main(void) {
+    if (!cli_init("/tmp/unity-closure-XXXXXX"))
+        return 1;
+    static const test_case c[] = {
+        {"copies_dropped", test_copies_dropped},
+        {"reach", test_reach},
+        {"cli", test_cli},
+    };
+    int rc = TEST_RUN_WITH_SPEC(c, &spec);
+    return cli_cleanup() ? rc : 1;
+}
