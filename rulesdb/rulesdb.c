@@ -1271,8 +1271,8 @@ un_status un_rulesdb_load_verified_ids(un_ctx *ctx, un_rulesdb *db, un_rule ***r
     return UN_OK;
 }
 
-un_status un_rulesdb_verified_each(un_ctx *ctx, un_rulesdb *db, un_rulesdb_skip_fn skip,
-                                un_rulesdb_take_fn take, void *user, int64_t *n_stale) {
+un_status un_rulesdb_verified_each_raw(un_ctx *ctx, un_rulesdb *db, un_rulesdb_skip_fn skip,
+                                       un_rulesdb_raw_fn take_raw, void *user, int64_t *n_stale) {
     if (n_stale)
         *n_stale = 0;
     sqlite3_stmt *s = stmt_get(db, STMT_RULE_VERIFIED);
@@ -1294,11 +1294,8 @@ un_status un_rulesdb_verified_each(un_ctx *ctx, un_rulesdb *db, un_rulesdb_skip_
                               (int)id);
             break;
         }
-        un_rule *r = NULL;
-        st = body_parse(ctx, db, id, text, (size_t)sqlite3_column_bytes(s, COL_BODY),
-                        i2u(sqlite3_column_int64(s, COL_SUM)), hash, &r);
-        if (st == UN_OK)
-            st = take(user, id, hash, r);
+        st = take_raw(user, id, hash, text, (size_t)sqlite3_column_bytes(s, COL_BODY),
+                      i2u(sqlite3_column_int64(s, COL_SUM)));
     }
     if (st == UN_OK && rc != SQLITE_DONE)
         st = db_fail(ctx, db, rc, "loading verified rules");
@@ -1306,6 +1303,33 @@ un_status un_rulesdb_verified_each(un_ctx *ctx, un_rulesdb *db, un_rulesdb_skip_
     if (st == UN_OK && n_stale)
         *n_stale = stale;
     return st;
+}
+
+un_status un_rulesdb_body_parse(un_ctx *ctx, un_rulesdb *db, int32_t id, uint64_t hash,
+                                const char *body, size_t len, uint64_t sum, un_rule **out) {
+    return body_parse(ctx, db, id, body, len, sum, hash, out);
+}
+
+/* un_rulesdb_verified_each over the raw walk: each body parsed here, then given to take. */
+typedef struct each_parse {
+    un_ctx *ctx;
+    un_rulesdb *db;
+    un_rulesdb_take_fn take;
+    void *user;
+} each_parse;
+
+static un_status each_parse_take(void *user, int32_t id, uint64_t hash, const char *body,
+                                 size_t len, uint64_t sum) {
+    each_parse *e = user;
+    un_rule *r = NULL;
+    un_status st = body_parse(e->ctx, e->db, id, body, len, sum, hash, &r);
+    return st == UN_OK ? e->take(e->user, id, hash, r) : st;
+}
+
+un_status un_rulesdb_verified_each(un_ctx *ctx, un_rulesdb *db, un_rulesdb_skip_fn skip,
+                                un_rulesdb_take_fn take, void *user, int64_t *n_stale) {
+    each_parse e = {ctx, db, take, user};
+    return un_rulesdb_verified_each_raw(ctx, db, skip, each_parse_take, &e, n_stale);
 }
 
 un_status un_rulesdb_count(un_ctx *ctx, un_rulesdb *db, int64_t *counts) {

@@ -161,6 +161,18 @@ typedef un_status (*un_rulesdb_take_fn)(void *user, int32_t id, uint64_t hash, u
 un_status un_rulesdb_verified_each(un_ctx *ctx, un_rulesdb *db, un_rulesdb_skip_fn skip,
                                 un_rulesdb_take_fn take, void *user, int64_t *n_stale);
 
+/* The same walk for a caller that parses the rules itself (on worker threads): take_raw gets each
+ * row not skipped as stored, its body (borrowed until take_raw returns; NUL-terminated) and the
+ * body's checksum; un_rulesdb_body_parse then does what un_rulesdb_verified_each does with it.
+ * un_rulesdb_body_parse reads only db's spec and path, so calls on different threads (each with
+ * its own ctx, e.g. un_ctx_new_child) may run at once while the walk goes on. */
+typedef un_status (*un_rulesdb_raw_fn)(void *user, int32_t id, uint64_t hash, const char *body,
+                                       size_t len, uint64_t sum);
+un_status un_rulesdb_verified_each_raw(un_ctx *ctx, un_rulesdb *db, un_rulesdb_skip_fn skip,
+                                       un_rulesdb_raw_fn take_raw, void *user, int64_t *n_stale);
+un_status un_rulesdb_body_parse(un_ctx *ctx, un_rulesdb *db, int32_t id, uint64_t hash,
+                                const char *body, size_t len, uint64_t sum, un_rule **out);
+
 /* Counts by status (counts[UN_RULE_STATUS_COUNT]). */
 un_status un_rulesdb_count(un_ctx *ctx, un_rulesdb *db, int64_t *counts);
 

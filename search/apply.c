@@ -12,6 +12,8 @@
 
 typedef struct apply_state {
     const un_rule *inst; /* the rule instantiated at the match */
+    int32_t rule_id;     /* its rules.db id and direction, for the new nodes' names */
+    bool reversed;
     const un_match *mt;
     const bool *removed;             /* the match's operator nodes */
     bool out_used[UN_RULE_MAX_OUTS]; /* the mapped output is read by a kept node or is a graph
@@ -30,6 +32,35 @@ static void origin_set(apply_state *a, int32_t nid, int32_t old) {
         a->origin_cap = cap;
     }
     a->origin[nid] = old;
+}
+
+/* The name of target node v: "<anchor>~r<id>[R].<target node>", the anchor being the name of the
+ * graph node the rule's first output replaces, up to its first '~' (so a chain of rewrites at one
+ * place keeps names short), "n<id>" when unnamed; the target node's own name in the rule, "t<v>"
+ * when it has none. A name already taken by a kept node of g or a node of ng gets "#2", "#3", ... */
+static void target_name(const apply_state *a, const un_graph *g, const un_graph *ng, int32_t v,
+                        un_buf *out) {
+    int32_t x = a->mt->node[a->inst->src_out[0].node];
+    const char *anchor = un_graph_node(g, x)->name;
+    const char *tn = un_graph_node(a->inst->dst, v)->name;
+    un_buf base = {0};
+    if (anchor)
+        un_buf_printf(&base, "%.*s", (int)strcspn(anchor, "~"), anchor);
+    else
+        un_buf_printf(&base, "n%d", (int)x);
+    un_buf_printf(&base, "~r%d%s.", (int)a->rule_id, a->reversed ? "R" : "");
+    if (tn && *tn && !strchr(tn, ':'))
+        un_buf_printf(&base, "%s", tn);
+    else
+        un_buf_printf(&base, "t%d", (int)v);
+    for (int k = 1;; k++) {
+        out->len = 0;
+        un_buf_printf(out, k == 1 ? "%s" : "%s#%d", base.data, k);
+        int32_t old = un_graph_find(g, out->data);
+        if ((old < 0 || a->removed[old]) && un_graph_find(ng, out->data) < 0)
+            break;
+    }
+    un_buf_deinit(&base);
 }
 
 /* Adds the target's nodes over the bound inputs and points the mapped outputs at them. */
@@ -61,7 +92,10 @@ static un_status add_target(un_ctx *ctx, apply_state *a, const un_graph *g, un_g
         for (int k = 0; k < nd->n_in; k++)
             ins[k] = a->tmap[nd->in[k].node * UN_MAX_OUTPUTS + nd->in[k].out];
         int32_t nid;
-        un_status st = un_graph_add(ctx, ng, nd->op, nd->params, ins, nd->n_in, NULL, &nid);
+        un_buf name = {0};
+        target_name(a, g, ng, v, &name);
+        un_status st = un_graph_add(ctx, ng, nd->op, nd->params, ins, nd->n_in, name.data, &nid);
+        un_buf_deinit(&name);
         if (st != UN_OK)
             return st;
         origin_set(a, nid, -1);
@@ -75,7 +109,6 @@ static un_status add_target(un_ctx *ctx, apply_state *a, const un_graph *g, un_g
         UN_ASSERT(x >= 0);
         map[x * UN_MAX_OUTPUTS + so.out] = a->tmap[to.node * UN_MAX_OUTPUTS + to.out];
     }
-    (void)g;
     return UN_OK;
 }
 
@@ -188,7 +221,11 @@ un_status un_apply(un_ctx *ctx, const un_ruleset *set, const un_graph *g, const 
     for (int32_t x = 0; x < n; x++)
         if (live[x] && !removed[x] && (dep[x] || x > last_in))
             order[n_order++] = x;
-    apply_state a = {.inst = inst, .mt = mt, .removed = removed};
+    apply_state a = {.inst = inst,
+                     .rule_id = un_ruleset_rule_id(set, mt->rule),
+                     .reversed = un_ruleset_rule_reversed(set, mt->rule),
+                     .mt = mt,
+                     .removed = removed};
     for (int i = 0; i < r->n_out; i++) {
         un_ref so = r->src_out[i];
         int32_t x = mt->node[so.node];

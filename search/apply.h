@@ -4,7 +4,10 @@
  * target's output instead, nodes that no longer reach a graph output are dropped (sources stay),
  * and every kept node's layouts are re-inferred and must equal what they were. The rule is
  * instantiated again at the match (un_rule_instantiate), so a reversed rule is applied only once
- * its new side is checked well formed.
+ * its new side is checked well formed. The target's nodes are named after the rule and the place:
+ * "<anchor>~r<id>[R].<target node>" (anchor: the replaced node of the rule's first output, up to
+ * its first '~'; R: the rule used backwards; "#2", ... when the name is taken), e.g.
+ * "l1.ffn1~r12R.t0", so reports, DOT and checkpoints stay readable and names deterministic.
  *
  *   un_graph *g2; int32_t *origin;
  *   st = un_apply(ctx, set, g, &ms.v[0], &g2, &origin);   // origin[new id] = old id, -1 = new

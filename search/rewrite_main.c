@@ -24,6 +24,8 @@ static const char *USAGE =
     "  --reversed  also use every rule backwards\n"
     "  --load-only load the rules, print the load's statistics and stop (no graph)\n"
     "  --no-cache  do not use or write the compiled cache DB.compiled\n"
+    "  --threads N parse and compile the rules the cache lacks on N threads (default: the\n"
+    "              online CPUs; the set and the cache are the same for every N)\n"
     "  --baseline  with --load-only: load every rule as a whole un_rule (un_rulesdb_load_verified),\n"
     "              the form before the compact one, for comparison\n"
     "  --ops FILE  the spec set in use (default specs/ops.json)\n";
@@ -31,7 +33,7 @@ static const char *USAGE =
 typedef struct {
     const char *ops, *out, *dot, *model, *pos[2];
     int npos;
-    int64_t rule, match, apply_each, dp;
+    int64_t rule, match, apply_each, dp, threads;
     bool list, reversed, tiny, load_only, no_cache, baseline;
 } opts;
 
@@ -88,7 +90,8 @@ static int parse_args(int argc, char **argv, opts *o) {
         }
         bool known = !strcmp(a, "--rule") || !strcmp(a, "--match") || !strcmp(a, "-o") ||
                      !strcmp(a, "--dot") || !strcmp(a, "--ops") || !strcmp(a, "--model") ||
-                     !strcmp(a, "--apply-each") || !strcmp(a, "--data-parallel");
+                     !strcmp(a, "--apply-each") || !strcmp(a, "--data-parallel") ||
+                     !strcmp(a, "--threads");
         if (!known)
             return usage_error("unknown option %s", a);
         if (!v)
@@ -109,11 +112,15 @@ static int parse_args(int argc, char **argv, opts *o) {
             rc = parse_int(a, v, 1, &o->apply_each);
         else if (!strcmp(a, "--data-parallel"))
             rc = parse_int(a, v, 2, &o->dp);
+        else if (!strcmp(a, "--threads"))
+            rc = parse_int(a, v, 1, &o->threads);
         else
             o->ops = v;
         if (rc)
             return rc;
     }
+    if (o->threads > 256)
+        return usage_error("--threads %s: at most 256", "wants a smaller number");
     if (o->baseline && !o->load_only)
         return usage_error("--baseline goes with --load-only%s", "");
     if (o->load_only && (o->npos != 1 || o->model))
@@ -163,6 +170,7 @@ static int run(un_ctx *ctx, const opts *o) {
     un_ruleset_params p = un_ruleset_params_default();
     p.reversed = o->reversed;
     p.cache = !o->no_cache;
+    p.threads = (int)o->threads;
     un_ruleset_stats rs = {0};
     if (st == UN_OK && o->baseline) {
         un_rule **all = NULL;

@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "runtime/pool.h"
 #include "search/rules_impl.h"
 
 struct un_ruleset {
@@ -427,30 +428,6 @@ static void set_grow(un_ruleset *set) {
     }
 }
 
-/* Adds rule r (taken over and freed: the set keeps its compact form) as a new entry. false when
- * its pattern is too big. */
-static bool set_add(un_ruleset *set, un_rule *r, int32_t id, bool reversed) {
-    un__pat pat;
-    if (!pat_compile(r, &pat, set->arena)) {
-        un_rule_free(r);
-        return false;
-    }
-    set_grow(set);
-    uint32_t len;
-    uint8_t *blob = rule_encode(r, &len);
-    set->blob[set->n] = un_arena_alloc(set->arena, len, 1);
-    memcpy(set->blob[set->n], blob, len);
-    free(blob);
-    set->blob_len[set->n] = len;
-    set->rules[set->n] = NULL;
-    set->ids[set->n] = id;
-    set->reversed[set->n] = reversed;
-    set->pats[set->n] = pat;
-    set->n++;
-    un_rule_free(r);
-    return true;
-}
-
 /* What became of one rule (the compiled cache keeps it). */
 enum {
     RF_REV_TRIED = 1,  /* its reverse was tried */
@@ -459,35 +436,6 @@ enum {
     RF_REV_BIG = 8,    /* its reverse is */
     RF_OVER_SIZE = 16, /* over params.max_size: skipped */
 };
-
-/* Adds rule r (taken over) and, when asked, its reverse; returns RF_* flags. */
-static int set_add_rule(un_ruleset *set, un_rule *r, int32_t id, const un_ruleset_params *p) {
-    int fl = 0;
-    if (p->max_size > 0 &&
-        un_rule_size(r, UN_RULE_SRC) + un_rule_size(r, UN_RULE_DST) > p->max_size) {
-        set->stats.too_big++;
-        un_rule_free(r);
-        return RF_OVER_SIZE;
-    }
-    un_rule *back = NULL;
-    if (p->reversed) {
-        fl |= RF_REV_TRIED;
-        if (un_rule_reverse(NULL, r, &back) != UN_OK) {
-            set->stats.not_reversed++;
-            fl |= RF_NOT_REV;
-            back = NULL;
-        }
-    }
-    if (!set_add(set, r, id, false)) {
-        set->stats.too_big++;
-        fl |= RF_FWD_BIG;
-    }
-    if (back && !set_add(set, back, id, true)) {
-        set->stats.too_big++;
-        fl |= RF_REV_BIG;
-    }
-    return fl;
-}
 
 /* Builds the index by root operator once every entry is in. */
 static void set_index(un_ruleset *set) {
@@ -554,9 +502,27 @@ typedef struct rinfo {
     int32_t n;
 } rinfo;
 
+/* A row queued for compiling, and what came of it. */
+typedef struct pend {
+    int32_t id;
+    uint64_t hash, sum;
+    char *body; /* owned copy */
+    size_t len;
+    wbuf out; /* its entries in the cache's form */
+    int flags, n_entries;
+    uint16_t size;
+    un_status st;
+    char *err; /* owned: the parse error */
+} pend;
+
 typedef struct load_state {
     un_ruleset *set;
     const un_ruleset_params *p;
+    un_ctx *ctx;
+    un_rulesdb *db;
+    pend *pend; /* LOAD_BATCH rows queued for compiling */
+    int64_t n_pend;
+    un_pool *pool; /* created at the first batch */
     FILE *cache;         /* the cache file, read record by record in id order; NULL: none */
     uint64_t cache_left; /* records not read yet */
     uint8_t *buf;        /* owned: room for one record */
@@ -576,10 +542,9 @@ static void info_push(load_state *ls, rinfo ri) {
     ls->info[ls->n_info++] = ri;
 }
 
-/* Reads one entry at *q (bounds-checked against end) into the set. */
-static bool entry_read(load_state *ls, const uint8_t **q, const uint8_t *end, int32_t id,
+/* Reads one entry at *q (bounds-checked against end), into the set when add. */
+static bool entry_read(un_ruleset *set, const uint8_t **q, const uint8_t *end, int32_t id,
                        bool add) {
-    un_ruleset *set = ls->set;
     const uint8_t *c = *q;
     uint8_t rev;
     uint32_t len;
@@ -632,6 +597,90 @@ static bool entry_read(load_state *ls, const uint8_t **q, const uint8_t *end, in
     return true;
 }
 
+static void wb_bytes(wbuf *b, const void *p, size_t n) {
+    if (b->n + n > b->cap) {
+        while (b->n + n > b->cap)
+            b->cap = b->cap ? b->cap * 2 : 1 << 16;
+        b->p = un_xrealloc(b->p, b->cap);
+    }
+    memcpy(b->p + b->n, p, n);
+    b->n += n;
+}
+
+/* One entry in the cache's form (entry_read reads it back): reversed, the blob's length and
+ * bytes, the pattern without its pointers, its parameters' count, then its parameters, input
+ * shapes and variable occurrences. */
+static void entry_write(wbuf *b, bool reversed, const uint8_t *blob, uint32_t len,
+                        const un__pat *pat) {
+    const un__pnode *last = NULL;
+    for (int v = 0; v < pat->n_nodes; v++)
+        if (pat->nodes[v].n_params && (!last || pat->nodes[v].param_at >= last->param_at))
+            last = &pat->nodes[v];
+    uint16_t n_par = last ? (uint16_t)(last->param_at + last->n_params) : 0;
+    uint8_t rev = reversed;
+    wb_bytes(b, &rev, 1);
+    wb_bytes(b, &len, 4);
+    wb_bytes(b, blob, len);
+    un__pat z = *pat;
+    z.params = NULL;
+    z.in_shape = NULL;
+    z.binds = NULL;
+    wb_bytes(b, &z, sizeof z);
+    wb_bytes(b, &n_par, 2);
+    wb_bytes(b, pat->params, (size_t)n_par * sizeof(un_param));
+    wb_bytes(b, pat->in_shape, (size_t)pat->n_inputs * sizeof(un_shape));
+    wb_bytes(b, pat->binds, (size_t)pat->n_binds * sizeof(un__bind));
+}
+
+/* Compiles rule r (taken over and freed) and, when asked, its reverse into entries in the
+ * cache's form appended to b (the patterns' arrays go through scratch, which is reset);
+ * *n_entries counts them. Touches no set, so it runs on worker threads. Returns RF_* flags. */
+static int rule_compile(un_rule *r, const un_ruleset_params *p, un_arena *scratch, wbuf *b,
+                        int *n_entries) {
+    *n_entries = 0;
+    if (p->max_size > 0 &&
+        un_rule_size(r, UN_RULE_SRC) + un_rule_size(r, UN_RULE_DST) > p->max_size) {
+        un_rule_free(r);
+        return RF_OVER_SIZE;
+    }
+    int fl = 0;
+    un_rule *side[2] = {r, NULL};
+    if (p->reversed) {
+        fl |= RF_REV_TRIED;
+        if (un_rule_reverse(NULL, r, &side[1]) != UN_OK) {
+            fl |= RF_NOT_REV;
+            side[1] = NULL;
+        }
+    }
+    for (int k = 0; k < 2; k++) {
+        if (!side[k])
+            continue;
+        un__pat pat;
+        un_arena_reset(scratch);
+        if (pat_compile(side[k], &pat, scratch)) {
+            uint32_t len;
+            uint8_t *blob = rule_encode(side[k], &len);
+            entry_write(b, k == 1, blob, len, &pat);
+            free(blob);
+            (*n_entries)++;
+        } else {
+            fl |= k ? RF_REV_BIG : RF_FWD_BIG;
+        }
+        un_rule_free(side[k]);
+    }
+    return fl;
+}
+
+/* The load statistics a rule's RF_* flags stand for. */
+static void stats_add(un_ruleset *set, int flags, bool reversed) {
+    if (flags & RF_OVER_SIZE) {
+        set->stats.too_big++;
+        return;
+    }
+    set->stats.too_big += ((flags & RF_FWD_BIG) != 0) + (reversed && (flags & RF_REV_BIG) != 0);
+    set->stats.not_reversed += reversed && (flags & RF_NOT_REV) != 0;
+}
+
 /* Reads the next record of the cache into ls->rec and checks it (checksum, entries); on any
  * failure the rest of the cache is ignored. */
 static bool cache_next(load_state *ls) {
@@ -656,7 +705,7 @@ static bool cache_next(load_state *ls) {
         memcpy(&rec, ls->buf, sizeof rec);
         const uint8_t *q = ls->buf + sizeof rec, *end = ls->buf + len - 8;
         for (int e = 0; e < rec.n_entries && ok; e++)
-            ok = entry_read(ls, &q, end, rec.id, false);
+            ok = entry_read(ls->set, &q, end, rec.id, false);
         ok = ok && q == end && (ls->rec_id < 0 || rec.id > ls->rec_id);
     }
     if (!ok) {
@@ -692,7 +741,7 @@ static bool cache_skip(void *user, int32_t id, uint64_t hash) {
     const uint8_t *end = ls->rec + ls->rec_len;
     for (int e = 0; e < rec.n_entries; e++) {
         bool rev = q < end && q[0];
-        if (!entry_read(ls, &q, end, id, !over && (!rev || ls->p->reversed)))
+        if (!entry_read(set, &q, end, id, !over && (!rev || ls->p->reversed)))
             return false; /* cannot happen: cache_next checked it */
     }
     ri.n = (int32_t)(set->n - ri.first);
@@ -700,9 +749,7 @@ static bool cache_skip(void *user, int32_t id, uint64_t hash) {
         set->stats.too_big++;
         return true;
     }
-    set->stats.too_big +=
-        ((rec.flags & RF_FWD_BIG) != 0) + (ls->p->reversed && (rec.flags & RF_REV_BIG) != 0);
-    set->stats.not_reversed += ls->p->reversed && (rec.flags & RF_NOT_REV) != 0;
+    stats_add(set, rec.flags, ls->p->reversed);
     if (!ls->p->reversed) /* the record's reverse is not wanted: not cached as such */
         ri.flags &= (uint8_t) ~(RF_REV_TRIED | RF_NOT_REV | RF_REV_BIG);
     info_push(ls, ri);
@@ -710,18 +757,99 @@ static bool cache_skip(void *user, int32_t id, uint64_t hash) {
     return true;
 }
 
-/* un_rulesdb_take_fn: a rule the cache does not hold, compiled now. */
-static un_status cache_take(void *user, int32_t id, uint64_t hash, un_rule *r) {
-    load_state *ls = user;
+/* Adds the n entries of rule id that rule_compile wrote to b. */
+static void entries_add(un_ruleset *set, int32_t id, const wbuf *b, int n) {
+    const uint8_t *q = b->p, *end = b->p + b->n;
+    for (int e = 0; e < n; e++) {
+        bool ok = entry_read(set, &q, end, id, true);
+        UN_ASSERT(ok); /* written just now */
+    }
+}
+
+/* Compiles rule r (taken over) and, when asked, its reverse into the set; returns RF_* flags. */
+static int set_add_rule(un_ruleset *set, un_rule *r, int32_t id, const un_ruleset_params *p,
+                        un_arena *scratch) {
+    wbuf b = {0};
+    int n;
+    int fl = rule_compile(r, p, scratch, &b, &n);
+    entries_add(set, id, &b, n);
+    stats_add(set, fl, p->reversed);
+    free(b.p);
+    return fl;
+}
+
+/* ---- compiling the rules the cache does not hold, on worker threads ----
+ * The walk (un_rulesdb_verified_each_raw) queues each row's body; every LOAD_BATCH rows the
+ * batch is parsed and compiled over the pool (each thread its own context and scratch arena),
+ * then added to the set in id order, so the set and the cache are what one thread makes. */
+
+enum { LOAD_BATCH = 128 };
+
+static void compile_block(void *arg, int64_t begin, int64_t end) {
+    load_state *ls = arg;
+    un_ctx *c = un_ctx_new_child(ls->ctx);
+    un_arena *scratch = un_arena_new(1 << 14);
+    for (int64_t i = begin; i < end; i++) {
+        pend *pd = &ls->pend[i];
+        un_rule *r = NULL;
+        pd->st = un_rulesdb_body_parse(c, ls->db, pd->id, pd->hash, pd->body, pd->len, pd->sum, &r);
+        if (pd->st != UN_OK) {
+            pd->err = un_xstrdup(un_ctx_errmsg(c));
+            un_ctx_clear(c);
+            continue;
+        }
+        pd->size = (uint16_t)(un_rule_size(r, UN_RULE_SRC) + un_rule_size(r, UN_RULE_DST));
+        pd->flags = rule_compile(r, ls->p, scratch, &pd->out, &pd->n_entries);
+    }
+    un_arena_free(scratch);
+    un_ctx_free(c);
+}
+
+/* Compiles the queued rows and adds them in order; the first error (in id order) stops it. With
+ * compile false the queue is only dropped. */
+static un_status pend_flush(load_state *ls, bool compile) {
+    if (ls->n_pend == 0)
+        return UN_OK;
+    if (compile) {
+        if (!ls->pool && ls->p->threads != 1)
+            ls->pool = un_pool_new(ls->p->threads > 0 ? ls->p->threads
+                                                      : (int)sysconf(_SC_NPROCESSORS_ONLN));
+        un_pool_for(ls->pool, ls->n_pend, compile_block, ls);
+    }
+    un_status st = UN_OK;
     un_ruleset *set = ls->set;
-    rinfo ri = {
-        id,   0,      (uint16_t)(un_rule_size(r, UN_RULE_SRC) + un_rule_size(r, UN_RULE_DST)),
-        hash, set->n, 0};
-    ri.flags = (uint8_t)set_add_rule(set, r, id, ls->p);
-    ri.n = (int32_t)(set->n - ri.first);
-    info_push(ls, ri);
-    ls->misses++;
-    return UN_OK;
+    for (int64_t i = 0; i < ls->n_pend; i++) {
+        pend *pd = &ls->pend[i];
+        if (compile && st == UN_OK && pd->st != UN_OK)
+            st = un_ctx_error(ls->ctx, pd->st, "%s", pd->err);
+        if (compile && st == UN_OK) {
+            rinfo ri = {pd->id, (uint8_t)pd->flags, pd->size, pd->hash, set->n, 0};
+            entries_add(set, pd->id, &pd->out, pd->n_entries);
+            stats_add(set, pd->flags, ls->p->reversed);
+            ri.n = (int32_t)(set->n - ri.first);
+            info_push(ls, ri);
+            ls->misses++;
+        }
+        free(pd->body);
+        free(pd->out.p);
+        free(pd->err);
+    }
+    ls->n_pend = 0;
+    return st;
+}
+
+/* un_rulesdb_raw_fn: a rule the cache does not hold, queued for compiling. */
+static un_status cache_take_raw(void *user, int32_t id, uint64_t hash, const char *body,
+                                size_t len, uint64_t sum) {
+    load_state *ls = user;
+    if (!ls->pend)
+        ls->pend = un_xmalloc(LOAD_BATCH * sizeof *ls->pend);
+    pend *pd = &ls->pend[ls->n_pend++];
+    *pd = (pend){.id = id, .hash = hash, .sum = sum, .len = len, .st = UN_OK};
+    pd->body = un_xmalloc(len + 1);
+    memcpy(pd->body, body, len);
+    pd->body[len] = '\0';
+    return ls->n_pend == LOAD_BATCH ? pend_flush(ls, true) : UN_OK;
 }
 
 /* Opens the cache at path when it fits this spec set and build (records are checked as they
@@ -742,70 +870,39 @@ static void cache_open(load_state *ls, const char *path, uint64_t spec) {
     fclose(f);
 }
 
-static void wb_bytes(wbuf *b, const void *p, size_t n) {
-    if (b->n + n > b->cap) {
-        while (b->n + n > b->cap)
-            b->cap = b->cap ? b->cap * 2 : 1 << 16;
-        b->p = un_xrealloc(b->p, b->cap);
-    }
-    memcpy(b->p + b->n, p, n);
-    b->n += n;
-}
-
 /* Writes the cache for the set's rules (temporary file, then rename); false when it cannot. */
 static bool cache_write(const load_state *ls, const char *path, uint64_t spec) {
     const un_ruleset *set = ls->set;
-    wbuf b = {0};
-    cache_hdr h = {CACHE_MAGIC,      CACHE_VERSION,       spec,
-                   sizeof(un__pat),  sizeof(un_param),    sizeof(un_shape),
-                   sizeof(un__bind), (uint64_t)ls->n_info};
-    wb_bytes(&b, &h, sizeof h);
-    for (int64_t k = 0; k < ls->n_info; k++) {
-        const rinfo *ri = &ls->info[k];
-        uint32_t rec_len = 0;
-        size_t at = b.n;
-        wb_bytes(&b, &rec_len, sizeof rec_len);
-        size_t start = b.n;
-        cache_rec rec = {ri->id, ri->flags, (uint8_t)ri->n, ri->size, ri->hash};
-        wb_bytes(&b, &rec, sizeof rec);
-        for (int64_t i = ri->first; i < ri->first + ri->n; i++) {
-            uint8_t rev = set->reversed[i];
-            uint32_t len = set->blob_len[i];
-            un__pat pat = set->pats[i];
-            const un__pnode *last = NULL;
-            uint16_t n_par = 0;
-            for (int v = 0; v < pat.n_nodes; v++)
-                if (pat.nodes[v].n_params && (!last || pat.nodes[v].param_at >= last->param_at))
-                    last = &pat.nodes[v];
-            n_par = last ? (uint16_t)(last->param_at + last->n_params) : 0;
-            wb_bytes(&b, &rev, 1);
-            wb_bytes(&b, &len, 4);
-            wb_bytes(&b, set->blob[i], len);
-            un__pat z = pat;
-            z.params = NULL;
-            z.in_shape = NULL;
-            z.binds = NULL;
-            wb_bytes(&b, &z, sizeof z);
-            wb_bytes(&b, &n_par, 2);
-            wb_bytes(&b, pat.params, (size_t)n_par * sizeof(un_param));
-            wb_bytes(&b, pat.in_shape, (size_t)pat.n_inputs * sizeof(un_shape));
-            wb_bytes(&b, pat.binds, (size_t)pat.n_binds * sizeof(un__bind));
-        }
-        uint64_t sum = un_hash_bytes(b.p + start, b.n - start, 0x75726331u);
-        wb_bytes(&b, &sum, sizeof sum);
-        rec_len = (uint32_t)(b.n - start);
-        memcpy(b.p + at, &rec_len, sizeof rec_len);
-    }
     char tmp[4300];
     snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
     FILE *f = fopen(tmp, "wb");
-    bool ok = f && fwrite(b.p, 1, b.n, f) == b.n;
-    if (f)
-        ok &= fclose(f) == 0;
+    if (!f)
+        return false;
+    cache_hdr h = {CACHE_MAGIC,      CACHE_VERSION,       spec,
+                   sizeof(un__pat),  sizeof(un_param),    sizeof(un_shape),
+                   sizeof(un__bind), (uint64_t)ls->n_info};
+    bool ok = fwrite(&h, sizeof h, 1, f) == 1;
+    wbuf b = {0}; /* one record at a time (the whole file is hundreds of MB at 230k rules) */
+    for (int64_t k = 0; k < ls->n_info && ok; k++) {
+        const rinfo *ri = &ls->info[k];
+        uint32_t rec_len = 0;
+        b.n = 0;
+        wb_bytes(&b, &rec_len, sizeof rec_len);
+        cache_rec rec = {ri->id, ri->flags, (uint8_t)ri->n, ri->size, ri->hash};
+        wb_bytes(&b, &rec, sizeof rec);
+        for (int64_t i = ri->first; i < ri->first + ri->n; i++)
+            entry_write(&b, set->reversed[i], set->blob[i], set->blob_len[i], &set->pats[i]);
+        uint64_t sum = un_hash_bytes(b.p + sizeof rec_len, b.n - sizeof rec_len, 0x75726331u);
+        wb_bytes(&b, &sum, sizeof sum);
+        rec_len = (uint32_t)(b.n - sizeof rec_len);
+        memcpy(b.p, &rec_len, sizeof rec_len);
+        ok = fwrite(b.p, 1, b.n, f) == b.n;
+    }
+    free(b.p);
+    ok &= fclose(f) == 0;
     ok = ok && rename(tmp, path) == 0;
     if (!ok)
         remove(tmp);
-    free(b.p);
     return ok;
 }
 
@@ -817,13 +914,19 @@ un_status un_ruleset_load(un_ctx *ctx, un_rulesdb *db, const un_ruleset_params *
     un_ruleset_params p = params ? *params : un_ruleset_params_default();
     double t0 = now_s();
     un_ruleset *set = set_new(un_rulesdb_spec(db));
-    load_state ls = {.set = set, .p = &p};
+    load_state ls = {.set = set, .p = &p, .ctx = ctx, .db = db};
     char cpath[4200];
     snprintf(cpath, sizeof cpath, "%s.compiled", un_rulesdb_path(db));
     if (p.cache)
         cache_open(&ls, cpath, un_rulesdb_spec_hash(db));
     int64_t stale = 0;
-    un_status st = un_rulesdb_verified_each(ctx, db, cache_skip, cache_take, &ls, &stale);
+    un_status st =
+        un_rulesdb_verified_each_raw(ctx, db, cache_skip, cache_take_raw, &ls, &stale);
+    un_status fl = pend_flush(&ls, st == UN_OK);
+    if (st == UN_OK)
+        st = fl;
+    un_pool_free(ls.pool);
+    free(ls.pend);
     if (st == UN_OK) {
         set->stats.verified = ls.n_info;
         set->stats.stale = stale;
@@ -861,8 +964,10 @@ un_status un_ruleset_from_rules(un_ctx *ctx, const un_spec *spec, un_rule *const
     double t0 = now_s();
     un_ruleset *set = set_new(spec);
     set->stats.verified = n;
+    un_arena *scratch = un_arena_new(1 << 14);
     for (int64_t i = 0; i < n; i++)
-        set_add_rule(set, un_rule_clone(rules[i]), ids ? ids[i] : (int32_t)(i + 1), &p);
+        set_add_rule(set, un_rule_clone(rules[i]), ids ? ids[i] : (int32_t)(i + 1), &p, scratch);
+    un_arena_free(scratch);
     set_index(set);
     set->stats.load_s = now_s() - t0;
     *out = set;

@@ -25,9 +25,12 @@ typedef struct un_ruleset_params {
     bool reversed; /* also every rule backwards (those un_rule_reverse accepts) */
     int max_size;  /* skip rules with more nodes than this on both sides together (0 = no bound) */
     bool cache;    /* use and refresh the compiled cache DB.compiled beside the database */
+    int threads;   /* rules not in the cache are parsed and compiled on this many threads
+                    * (0: the online CPUs; 1: the caller only); the result is the same */
 } un_ruleset_params;
 
-un_ruleset_params un_ruleset_params_default(void); /* forwards only, every size, cache on */
+un_ruleset_params un_ruleset_params_default(void); /* forwards only, every size, cache on,
+                                                    * threads 0 */
 
 /* What a load saw. */
 typedef struct un_ruleset_stats {

@@ -45,8 +45,12 @@ static int64_t chains(un_ctx *ctx, const un_ruleset *set, const un_graph *g, un_
             if (st == UN_OK) {
                 applied++;
                 int32_t fresh = 0;
-                for (int32_t v = 0; v < un_graph_node_count(next); v++)
+                for (int32_t v = 0; v < un_graph_node_count(next); v++) {
                     fresh += origin[v] < 0;
+                    const char *nm = un_graph_node(next, v)->name;
+                    if (origin[v] < 0) /* a new node: named after the rule, unique */
+                        EXPECT_TRUE(nm && strstr(nm, "~r") && un_graph_find(next, nm) == v);
+                }
                 EXPECT_TRUE(fresh <= un_rule_size(un_ruleset_rule(set, mt->rule), UN_RULE_DST));
                 if (!same_model(NULL, g, next, 7 + (uint64_t)applied)) {
                     if (wrong_rule)
@@ -220,6 +224,16 @@ static void test_bad_match(void) {
     un_ruleset_free(set);
 }
 
+/* Frees what a test over one hand-made rule (sides sd) and graph g holds. */
+static void rule_case_free(un_ctx *ctx, un_graph *g, un_ruleset *set, un_rule *r, un_graph **sd) {
+    un_graph_free(g);
+    un_ruleset_free(set);
+    un_rule_free(r);
+    un_graph_free(sd[0]);
+    un_graph_free(sd[1]);
+    un_ctx_free(ctx);
+}
+
 /* A two-output rule relu(x0), relu(x1) => relu(x0), relu(x1) (a disconnected pattern) on a graph
  * whose only output is the second relu: the first one is dead, and after the rewrite neither it
  * nor the target's copy of it is there. */
@@ -267,12 +281,65 @@ static void test_dangling_removed(void) {
     }
     un_match_list_deinit(&ms);
     un_matcher_free(m);
-    un_graph_free(g);
-    un_ruleset_free(set);
-    un_rule_free(r);
-    un_graph_free(sd[0]);
-    un_graph_free(sd[1]);
-    un_ctx_free(ctx);
+    rule_case_free(ctx, g, set, r, sd);
+}
+
+/* The new nodes' names: "<anchor>~r<id>.<target node>", deterministic, not growing over a chain
+ * of rewrites at one place, and "#2" when the name is taken by a kept node. */
+static void test_new_node_names(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_graph *sd[2];
+    int32_t a[2];
+    for (int k = 0; k < 2; k++) { /* relu(x0) => relu(x0), target node named "t1" */
+        sd[k] = un_graph_new(spec);
+        un_graph_add_input(ctx, sd[k], "x0", UN_OP_INPUT, 2, (int64_t[]){4, 4}, NULL);
+        un_graph_add(ctx, sd[k], UN_OP_RELU, NULL, (un_ref[]){{0, 0}}, 1, k ? "t1" : "s1", &a[k]);
+    }
+    un_rule *r = NULL;
+    un_ruleset *set = NULL;
+    EXPECT_OK(ctx, un_rule_make(ctx, sd[0], sd[1], (un_ref[]){{a[0], 0}}, (un_ref[]){{a[1], 0}},
+                                1, &r));
+    if (r)
+        EXPECT_OK(ctx, un_ruleset_from_rules(ctx, spec, &r, NULL, 1, NULL, &set));
+    un_graph *g = un_graph_new(spec);
+    int32_t A, B;
+    un_graph_add_input(ctx, g, "x", UN_OP_INPUT, 2, (int64_t[]){4, 4}, NULL);
+    un_graph_add(ctx, g, UN_OP_RELU, NULL, (un_ref[]){{0, 0}}, 1, "act", &A);
+    char want[64], taken[80];
+    snprintf(want, sizeof want, "act~r%d.t1", set ? (int)un_ruleset_rule_id(set, 0) : 0);
+    snprintf(taken, sizeof taken, "%s#2", want);
+    un_graph_add(ctx, g, UN_OP_EW_ADD, NULL, (un_ref[]){{A, 0}, {0, 0}}, 2, want, &B);
+    EXPECT_OK(ctx, un_graph_set_outputs(ctx, g, (un_ref[]){{B, 0}}, 1));
+    un_graph *cur = un_graph_clone(g);
+    for (int step = 0; set && step < 3; step++) { /* rewrite the relu again and again */
+        un_matcher *m = NULL;
+        un_match_list ms = {0};
+        EXPECT_OK(ctx, un_matcher_new(ctx, set, cur, &m));
+        EXPECT_OK(ctx, un_match_all(ctx, m, &ms));
+        EXPECT_EQ(ms.n, 1);
+        un_graph *next = NULL, *again = NULL;
+        if (ms.n == 1) {
+            EXPECT_OK(ctx, un_apply(ctx, set, cur, &ms.v[0], &next, NULL));
+            EXPECT_OK(ctx, un_apply(ctx, set, cur, &ms.v[0], &again, NULL));
+        }
+        if (next && again) {
+            /* "act~rN.t1" is the ew_add's name, so the relu gets "#2"; the anchor was
+             * "act" then "act~rN.t1#2": the name stays the same */
+            int32_t v = un_graph_find(next, taken);
+            EXPECT_TRUE(v >= 0 && un_graph_node(next, v)->op == UN_OP_RELU);
+            EXPECT_TRUE(un_graph_find(again, taken) == v);
+            EXPECT_TRUE(un_graph_find(next, want) >= 0);
+            EXPECT_EQ(un_graph_hash(next), un_graph_hash(g)); /* names are not in the hash */
+            EXPECT_TRUE(same_model(ctx, g, next, 5));
+        }
+        un_graph_free(again);
+        un_graph_free(cur);
+        cur = next ? next : un_graph_clone(g);
+        un_match_list_deinit(&ms);
+        un_matcher_free(m);
+    }
+    un_graph_free(cur);
+    rule_case_free(ctx, g, set, r, sd);
 }
 
 int main(void) {
@@ -282,6 +349,7 @@ int main(void) {
         {"copy_remap", test_copy_remap},
         {"bad_match", test_bad_match},
         {"dangling_removed", test_dangling_removed},
+        {"new_node_names", test_new_node_names},
         {"random_chains", test_random_chains},
         {"planted_wrong_rule", test_planted_wrong_rule},
     };

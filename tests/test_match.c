@@ -335,6 +335,90 @@ static void test_cycle(void) {
 }
 
 /* Bad input through unity-rewrite: one error line each, nothing written. */
+/* Reads a whole file into *out (owned); its length, or -1. */
+static long slurp(const char *path, char **out) {
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -1;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    *out = malloc((size_t)len + 1);
+    if (fread(*out, 1, (size_t)len, f) != (size_t)len)
+        len = -1;
+    fclose(f);
+    return len;
+}
+
+/* Compiling on threads gives what one thread gives: the same entries in the same order, the same
+ * cache file byte for byte; and on a database with damaged rows, the same first error. */
+static void test_threads_same(void) {
+    if (!rw_db_make())
+        return;
+    un_ctx *ctx = un_ctx_new(NULL);
+    char path[160], cpath[180], bpath[180];
+    snprintf(path, sizeof path, "%s/r.db", rw_dir);
+    snprintf(cpath, sizeof cpath, "%s/r.db.compiled", rw_dir);
+    snprintf(bpath, sizeof bpath, "%s/threads-broken.db", rw_dir);
+    un_rulesdb *db = NULL;
+    EXPECT_OK(ctx, un_rulesdb_open(ctx, path, spec, UN_RULESDB_READONLY, &db));
+    static const int threads[] = {1, 2, 4, 7};
+    char *cache[4] = {0};
+    long clen[4];
+    un_ruleset *set[4] = {0};
+    for (int k = 0; k < 4 && db; k++) {
+        un_ruleset_params p = un_ruleset_params_default();
+        p.reversed = true;
+        p.threads = threads[k];
+        remove(cpath);
+        un_ruleset_stats st;
+        EXPECT_OK(ctx, un_ruleset_load(ctx, db, &p, &set[k], &st));
+        EXPECT_TRUE(st.cache_misses > 128); /* more than one batch (LOAD_BATCH) */
+        EXPECT_TRUE(st.cache_written);
+        clen[k] = slurp(cpath, &cache[k]);
+        EXPECT_TRUE(clen[k] > 0);
+    }
+    for (int k = 1; k < 4 && set[0] && set[k]; k++) {
+        EXPECT_TRUE(clen[k] == clen[0] && memcmp(cache[k], cache[0], (size_t)clen[0]) == 0);
+        EXPECT_EQ(un_ruleset_count(set[k]), un_ruleset_count(set[0]));
+        int64_t differ = 0;
+        for (int64_t i = 0; i < un_ruleset_count(set[0]) && i < un_ruleset_count(set[k]); i++)
+            differ += un_ruleset_rule_id(set[k], i) != un_ruleset_rule_id(set[0], i) ||
+                      un_ruleset_rule_reversed(set[k], i) != un_ruleset_rule_reversed(set[0], i);
+        EXPECT_EQ(differ, 0);
+    }
+    for (int k = 0; k < 4; k++) {
+        free(cache[k]);
+        un_ruleset_free(set[k]);
+    }
+    un_rulesdb_free(db);
+    /* rows from some id on damaged: the first one's error, whatever the threads */
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "cp %s %s && rm -f %s.compiled", path, bpath, bpath);
+    EXPECT_EQ(system(cmd), 0);
+    EXPECT_OK(ctx, un_rulesdb__test_exec(ctx, bpath,
+                                         "UPDATE rules SET body = replace(body, 'relu', 'frob') "
+                                         "WHERE id > (SELECT max(id) / 2 FROM rules)"));
+    char msg[2][512] = {{0}};
+    for (int k = 0; k < 2; k++) {
+        un_ctx *c = un_ctx_new(NULL);
+        un_rulesdb *b = NULL;
+        EXPECT_OK(c, un_rulesdb_open(c, bpath, spec, UN_RULESDB_READONLY, &b));
+        un_ruleset_params p = un_ruleset_params_default();
+        p.threads = k ? 4 : 1;
+        un_ruleset *s = NULL;
+        EXPECT_EQ(un_ruleset_load(c, b, &p, &s, NULL), UN_ERR_DB);
+        EXPECT_TRUE(s == NULL);
+        snprintf(msg[k], sizeof msg[k], "%s", un_ctx_errmsg(c));
+        un_rulesdb_free(b);
+        un_ctx_free(c);
+    }
+    EXPECT_TRUE(strstr(msg[0], "does not match") != NULL);
+    EXPECT_STR_EQ(msg[0], msg[1]);
+    un_ctx_free(ctx);
+}
+
 static void test_bad_input(void) {
     if (!rw_db_make() || !cli_init("/tmp/unity-rewrite-cli-XXXXXX"))
         return;
@@ -371,6 +455,8 @@ static void test_bad_input(void) {
     snprintf(args, sizeof args, "%s --model nosuchmodel", good);
     cli_expect_clean_error("unity-rewrite", args, "nosuchmodel");
     cli_expect_clean_error("unity-rewrite", "--frobnicate", "unknown option");
+    snprintf(args, sizeof args, "%s --load-only --threads 0", good);
+    cli_expect_clean_error("unity-rewrite", args, "--threads");
     /* stale rules are counted, said once, and never used: nothing to apply */
     snprintf(args, sizeof args, "%s/stale.db --model mlp --tiny -o %s/out.json", cli_tmp, cli_tmp);
     const cli_result *r = cli_run("unity-rewrite", args);
@@ -398,6 +484,7 @@ int main(void) {
         {"cycle", test_cycle},
         {"brute_force", test_brute_force},
         {"compact_and_cache", test_compact_and_cache},
+        {"threads_same", test_threads_same},
         {"bad_input", test_bad_input},
     };
     int rc = TEST_RUN_ALL(cases);

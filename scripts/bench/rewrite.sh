@@ -6,11 +6,15 @@
 #   2. matches found per second and rewrites applied per second on BERT-Large (zoo transformer,
 #      paper size) and Inception-v3 (paper size) with that set, forwards and with reverses, as
 #      built (serial) and data parallel on 2 devices (partition/replicate/combine in the graph);
-#   3. a large set of 230k rules, load time and peak memory compiled, then from the cache: by
+#   3. a large set of 230k rules, load time and peak memory compiled on one thread and on every
+#      CPU (the two caches compared byte for byte), then from the cache: by
 #      default the verified N=3 rules stored 44 times each in a scratch copy (unity-gen
 #      --max-ops 4 did not finish on the loaded 2-core machine this was written on); with
 #      N4_DB=FILE, that database's candidates with their statuses FORCED to verified, never
 #      proven (a load test only; these rules are never applied).
+#
+#   4. the merge of linears sharing an input (rule 301's shape) at BERT-Large size: layer 3's
+#      estimate of the separate, merged and merged-with-stored-weight graphs on 1 and 4 V100s.
 #
 #   scripts/bench/rewrite.sh [BUILD_DIR]        (env: N3_DB, N4_DB, COPIES (44), OUT)
 #
@@ -32,7 +36,7 @@ timed() { # label, then a command: its output, then wall time and peak RSS
     local label=$1
     shift
     echo "-- $label"
-    /usr/bin/time -f "   wall %e s, peak RSS %M KB" "$@" 2>"$out/time.txt" | sed 's/^/   /' || {
+    /usr/bin/time -f "   wall %e s (user %U s, sys %S s), peak RSS %M KB" "$@" 2>"$out/time.txt" | sed 's/^/   /' || {
         cat "$out/time.txt"
         return 1
     }
@@ -96,6 +100,42 @@ SQL
     echo "   $(sqlite3 "$large" "SELECT count(*) FROM rules") verified rows: $n3's verified rules x $copies"
 fi
 rm -f "$large.compiled"
-timed "compact, compiled, cache written" "$B/unity-rewrite" "$large" --load-only
+timed "compact, compiled on 1 thread, cache written" "$B/unity-rewrite" "$large" --load-only --threads 1
+mv "$large.compiled" "$out/large-1thread.compiled"
+timed "compact, compiled on $(nproc) threads, cache written" "$B/unity-rewrite" "$large" --load-only
+if cmp -s "$large.compiled" "$out/large-1thread.compiled"; then
+    echo "   the two caches are identical (same entries, same order)"
+else
+    echo "   the two caches DIFFER" && exit 1
+fi
 timed "compact, from the cache" "$B/unity-rewrite" "$large" --load-only
+echo "== 4. merging linears that share an input (rule 301's shape), estimated by layer 3"
+# x [8,512,1024] through three [1024,1024] linears summed (Q/K/V at BERT-Large size): separate;
+# merged with the weight concat in the graph (what the rule makes); merged with the weight stored
+# concatenated (what folding the weight-only concat would make)
+x='{"name": "x", "op": "input", "params": {"shape": [8, 512, 1024]}}'
+wqkv='{"name": "wq", "op": "weight", "params": {"shape": [1024, 1024]}},
+  {"name": "wk", "op": "weight", "params": {"shape": [1024, 1024]}},
+  {"name": "wv", "op": "weight", "params": {"shape": [1024, 1024]}}'
+split='{"name": "s", "op": "split", "in": ["qkv"], "params": {"axis": 2, "sizes": [1024, 1024, 1024]}},
+  {"name": "a", "op": "ew_add", "in": ["s:0", "s:1"]}, {"name": "y", "op": "ew_add", "in": ["a", "s:2"]}'
+echo "{\"nodes\": [$x, $wqkv,
+  {\"name\": \"q\", \"op\": \"linear\", \"in\": [\"x\", \"wq\"]},
+  {\"name\": \"k\", \"op\": \"linear\", \"in\": [\"x\", \"wk\"]},
+  {\"name\": \"v\", \"op\": \"linear\", \"in\": [\"x\", \"wv\"]},
+  {\"name\": \"a\", \"op\": \"ew_add\", \"in\": [\"q\", \"k\"]},
+  {\"name\": \"y\", \"op\": \"ew_add\", \"in\": [\"a\", \"v\"]}], \"outputs\": [\"y\"]}" >"$out/qkv-separate.json"
+echo "{\"nodes\": [$x, $wqkv,
+  {\"name\": \"c0\", \"op\": \"concat\", \"in\": [\"wq\", \"wk\"], \"params\": {\"axis\": 1}},
+  {\"name\": \"c\", \"op\": \"concat\", \"in\": [\"c0\", \"wv\"], \"params\": {\"axis\": 1}},
+  {\"name\": \"qkv\", \"op\": \"linear\", \"in\": [\"x\", \"c\"]}, $split], \"outputs\": [\"y\"]}" >"$out/qkv-merged.json"
+echo "{\"nodes\": [$x, {\"name\": \"c\", \"op\": \"weight\", \"params\": {\"shape\": [1024, 3072]}},
+  {\"name\": \"qkv\", \"op\": \"linear\", \"in\": [\"x\", \"c\"]}, $split], \"outputs\": [\"y\"]}" >"$out/qkv-stored.json"
+for d in 1 4; do
+    for g in separate merged stored; do
+        printf '   %-9s on %d V100(s): ' "$g" "$d"
+        "$B/unity-train" --model "$out/qkv-$g.json" --machine specs/machines/v100x4.json \
+            --devices "$d" --plan-only --no-rewrites | grep -m1 '^plan:'
+    done
+done
 echo "== done ($out)"
