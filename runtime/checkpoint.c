@@ -250,9 +250,11 @@ done:
 /* ---- per-rank checkpoints (one file per MPI process) ----
  * "PATH.rankR", binary like the above: "UNCKPR01", u32 element bytes, u32 rank, u32 ranks, u32
  * optimizer kind (~0 none), i64 steps, u32 blocks; per block (un_exec_blocks): u32 name length,
- * name, u32 rank, i64 dims[rank] (the logical shape), i64 off[rank], i64 len[rank], u32 whether
- * its values follow (copy 0 only), i64 lo, i64 hi; the values (prod len), then the optimizer
- * state of elements lo..hi of the block (m, then v for Adam); last the u64 checksum. */
+ * name, u32 rank, i64 dims[rank] (the logical shape), i64 off[rank], i64 len[rank], i64 lo, i64
+ * hi; then of the block's elements lo..hi (row-major: the rank's chunk of it) the values and the
+ * optimizer state (m, then v for Adam); last the u64 checksum. The chunks of a block's copies
+ * partition it, so every rank writes an equal share and the files together hold each element
+ * once. */
 
 static const char rank_magic[8] = {'U', 'N', 'C', 'K', 'P', 'R', '0', '1'};
 
@@ -307,18 +309,13 @@ un_status un_checkpoint_save_rank(un_ctx *ctx, const char *path, const un_graph 
             const char *name = nd->name ? nd->name : "";
             const un_shape *sh = &nd->inf.out[0];
             uint32_t len = (uint32_t)strlen(name), rk = (uint32_t)sh->rank;
-            uint32_t has = blk[b].copy == 0;
-            int64_t pn = 1, lohi[2] = {blk[b].lo, blk[b].hi};
-            for (int d = 0; d < sh->rank; d++)
-                pn *= blk[b].len[d];
+            int64_t lohi[2] = {blk[b].lo, blk[b].hi};
             size_t nst = (size_t)(blk[b].hi - blk[b].lo);
             ok = ckpt_write(&len, 4, 1, f, &h) == 1 && ckpt_write(name, 1, len, f, &h) == len &&
                  ckpt_write(&rk, 4, 1, f, &h) == 1 && ckpt_write(sh->dim, 8, rk, f, &h) == rk &&
                  ckpt_write(blk[b].off, 8, rk, f, &h) == rk &&
-                 ckpt_write(blk[b].len, 8, rk, f, &h) == rk && ckpt_write(&has, 4, 1, f, &h) == 1 &&
-                 ckpt_write(lohi, 8, 2, f, &h) == 2 &&
-                 (!has ||
-                  ckpt_write(w + (size_t)blk[b].at * es, es, (size_t)pn, f, &h) == (size_t)pn);
+                 ckpt_write(blk[b].len, 8, rk, f, &h) == rk && ckpt_write(lohi, 8, 2, f, &h) == 2 &&
+                 ckpt_write(w + (size_t)(blk[b].at + blk[b].lo) * es, es, nst, f, &h) == nst;
             for (int i = 0; ok && i < 2; i++)
                 if (st[i])
                     ok = ckpt_write(st[i] + (size_t)blk[b].shard_at * es, es, nst, f, &h) == nst;
@@ -382,8 +379,8 @@ static int64_t block_elem(int rank, const int64_t *dims, const int64_t *off, con
     return idx;
 }
 
-/* One rank's file into the logical arrays; cover[2 * id] / [2 * id + 1] count the values and
- * state elements of weight node id it gave. */
+/* One rank's file into the logical arrays; cover[id] counts the elements of weight node id it
+ * gave (values and optimizer state alike). */
 static un_status load_rank_file(un_ctx *ctx, const char *file, int r, uint32_t *hdr, int64_t *steps,
                                 const un_graph *g, const int64_t *loff, un_prec prec, void *w,
                                 un_optim *o, int64_t *cover) {
@@ -442,12 +439,11 @@ static un_status load_rank_file(un_ctx *ctx, const char *file, int r, uint32_t *
             pn *= good ? ln[d] : 1;
             numel *= good ? dims[d] : 1;
         }
-        uint32_t has = rd_u32(&in);
         int64_t lo = rd_i64(&in), hi = rd_i64(&in);
         in.ok = in.ok && lo >= 0 && lo <= hi && hi <= pn && numel <= UN_MAX_NUMEL;
-        const unsigned char *vals = in.ok && has ? rd_take(&in, (size_t)pn * es) : NULL;
-        const unsigned char *state =
-            in.ok ? rd_take(&in, (size_t)(hi - lo) * es * (size_t)arrays) : NULL;
+        /* values, then the optimizer's arrays, of elements lo..hi of the block */
+        const unsigned char *vals =
+            in.ok ? rd_take(&in, (size_t)(hi - lo) * es * (size_t)(1 + arrays)) : NULL;
         if (!in.ok)
             break;
         char key[256];
@@ -464,15 +460,12 @@ static un_status load_rank_file(un_ctx *ctx, const char *file, int r, uint32_t *
                               "%s: weight '%s' has another shape in the checkpoint", file, key);
             goto done;
         }
-        for (int64_t x = 0; vals && x < pn; x++)
-            setv(w, prec, loff[id] + block_elem(s->rank, s->dim, off, ln, x), rd_val(vals, es, x));
-        cover[2 * id] += vals ? pn : 0;
-        for (int a = 0; o && a < arrays; a++)
+        for (int a = 0; a < 1 + (o ? arrays : 0); a++)
             for (int64_t x = lo; x < hi; x++)
-                setv(un_optim_state(o, a), un_optim_prec(o),
+                setv(a ? un_optim_state(o, a - 1) : w, a ? un_optim_prec(o) : prec,
                      loff[id] + block_elem(s->rank, s->dim, off, ln, x),
-                     rd_val(state, es, (hi - lo) * a + x - lo));
-        cover[2 * id + 1] += hi - lo;
+                     rd_val(vals, es, (hi - lo) * a + x - lo));
+        cover[id] += hi - lo;
     }
     if (!in.ok)
         st = un_ctx_error(ctx, UN_ERR_PARSE, "%s: truncated or malformed checkpoint", file);
@@ -491,7 +484,7 @@ un_status un_checkpoint_load_ranks(un_ctx *ctx, const char *path, const un_graph
         loff[id] = nd->op == UN_OP_WEIGHT ? total : -1;
         total += nd->op == UN_OP_WEIGHT ? un_shape_numel(&nd->inf.out[0]) : 0;
     }
-    cover = un_xcalloc(2 * (size_t)n + 1, sizeof *cover);
+    cover = un_xcalloc((size_t)n + 1, sizeof *cover);
     uint32_t hdr[3] = {0, 1, 0};
     char file[4096];
     un_status st = UN_OK;
@@ -508,7 +501,7 @@ un_status un_checkpoint_load_ranks(un_ctx *ctx, const char *path, const un_graph
             continue;
         const un_node *nd = un_graph_node(g, id);
         int64_t numel = un_shape_numel(&nd->inf.out[0]);
-        if (cover[2 * id] != numel || (o && hdr[2] != ~0u && cover[2 * id + 1] != numel))
+        if (cover[id] != numel)
             st = un_ctx_error(ctx, UN_ERR_MISMATCH,
                               "%s: weight '%s' is not whole in the %u rank files", path,
                               nd->name ? nd->name : "", hdr[1]);

@@ -1505,7 +1505,6 @@ un_exec_block *un_exec_blocks(const un_exec *ex, int *n) {
             un_exec_block *b = &out[(*n)++];
             memset(b, 0, sizeof *b);
             b->node = id;
-            b->copy = copy;
             un_shape_piece_offset(&t->shape, blk, b->off);
             local_dims(&t->shape, b->len);
             b->at = t->loff[p];

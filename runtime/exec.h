@@ -134,10 +134,10 @@ un_status un_exec_shard_gather(un_ctx *ctx, un_exec *ex, const void *shard, void
 /* One weight piece this rank holds (summand 0; zero summands hold nothing to keep): its block of
  * the logical weight, where its values start in the rank's flat weight buffers, and the chunk of
  * it (piece-local elements lo..hi, row-major) that the rank's shard holds, at shard_at there. The
- * copy-0 blocks partition every weight and the chunks partition every block's copy group, so a
- * per-rank checkpoint of them is complete. */
+ * chunks of a block's copies partition it, so the ranks' chunks hold every weight element (and
+ * its optimizer state) exactly once: a per-rank checkpoint of them is complete. */
 typedef struct un_exec_block {
-    int32_t node, copy;
+    int32_t node;
     int64_t off[UN_MAX_DIMS], len[UN_MAX_DIMS];
     int64_t at, lo, hi, shard_at;
 } un_exec_block;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Measures this CPU box (sgemm flop/s on one core, memory bandwidth, thread-to-thread copy
-# bandwidth and synchronisation latency, per-operator overhead) and writes the machine file.
+# Measures this CPU box (sgemm flop/s on one core and memcpy bandwidth, both in thread CPU time;
+# thread-to-thread copy bandwidth and barrier latency, medians; per-operator overhead) and writes
+# the machine file, whose "source" names the CPU, the OpenBLAS kernel, the date and the load.
 #   scripts/machine.sh [OUT.json]        (default specs/machines/cpu.json; BUILD_DIR=build/default)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -13,7 +13,7 @@
 
 static const char *USAGE =
     "usage: unity-closure IN.db -o OUT.db [--depth D] [--threads T] [--basis-ops K] [--max-graphs M]\n"
-    "                     [--spec S]\n"
+    "                     [--verified-basis] [--spec S]\n"
     "       unity-closure --reach FULL.db PRUNED.db [--depth D] [--step S] [--model NAME]...\n"
     "  Closure pruning: reads the rules of IN.db in id order (unity-gen's, smallest first) and\n"
     "  drops each candidate or verified rule whose target is reachable from its source within D\n"
@@ -25,6 +25,9 @@ static const char *USAGE =
     "  a rewrite by a rule PRUNED.db lacks must be within S rewrites (default 2) of it. Prints the\n"
     "  counts per model; exit status 3 when a graph is missing.\n"
     "  --threads T     worker threads (default 1)\n"
+    "  --verified-basis only verified rules derive others (candidates are checked against them\n"
+    "                  but never used), so no rule is dropped on the strength of one the\n"
+    "                  verifier may still refute\n"
     "  --basis-ops K   only rules of at most K operators per side derive others (default: all;\n"
     "                  each rule is matched against every basis rule, so a bound keeps an N=4\n"
     "                  set affordable)\n"
@@ -39,7 +42,7 @@ typedef struct {
     const char *spec, *out, *pos[2], *models[16];
     int npos, n_models;
     int64_t depth, step, threads, max_graphs, basis_ops;
-    bool reach;
+    bool reach, verified_basis;
 } opts;
 
 static int usage_error(const char *what, const char *arg) {
@@ -63,6 +66,10 @@ static int parse_args(int argc, char **argv, opts *o) {
         }
         if (!strcmp(a, "--reach")) {
             o->reach = true;
+            continue;
+        }
+        if (!strcmp(a, "--verified-basis")) {
+            o->verified_basis = true;
             continue;
         }
         bool known = !strcmp(a, "-o") || !strcmp(a, "--depth") || !strcmp(a, "--step") ||
@@ -110,8 +117,8 @@ static int parse_args(int argc, char **argv, opts *o) {
         if (o->n_models || o->step)
             return usage_error("--model and --step go with --reach", "");
     }
-    if (o->reach && o->basis_ops)
-        return usage_error("--basis-ops does not go with --reach", "");
+    if (o->reach && (o->basis_ops || o->verified_basis))
+        return usage_error("--basis-ops and --verified-basis do not go with --reach", "");
     return 0;
 }
 
@@ -185,7 +192,9 @@ static int prune(un_ctx *ctx, const un_spec *spec, const opts *o) {
             break;
         bool use = r->status == UN_RULE_CANDIDATE || (r->status == UN_RULE_VERIFIED && r->trusted);
         int ops = r->n_src > r->n_dst ? r->n_src : r->n_dst;
-        kind[i] = !use ? 0 : p.basis_ops == 0 || ops <= p.basis_ops ? 1 : 2;
+        bool derives = (p.basis_ops == 0 || ops <= p.basis_ops) &&
+                       (!o->verified_basis || r->status == UN_RULE_VERIFIED);
+        kind[i] = !use ? 0 : derives ? 1 : 2;
         un_rulesdb_row_free(r);
         if (kind[i] == 1) {
             if ((st = un_rulesdb_rule_get(ctx, in, ids[i], &r)) != UN_OK)

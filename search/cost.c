@@ -307,14 +307,22 @@ double un_cost_copy(const un_cost_model *cm, double bytes) {
     return bytes > 0 ? 2 * bytes / cm->m.dev.mem_bw : 0; /* read + write */
 }
 
-double un_cost_measured(un_ctx *ctx, un_cost_model *cm, const char *op_sig, const char *shape,
-                        double fallback) {
+bool un_cost_lookup(un_ctx *ctx, un_cost_model *cm, const char *op_sig, const char *shape,
+                    double *fwd, double *bwd) {
     un_rulesdb_cost mc;
     bool found = false;
-    if (cm->db && un_rulesdb_cost_get(ctx, cm->db, op_sig, shape, cm->device, &mc, &found) == UN_OK &&
-        found)
-        return mc.fwd_ms * 1e-3;
-    return fallback;
+    if (!cm->db || un_rulesdb_cost_get(ctx, cm->db, op_sig, shape, cm->device, &mc, &found) != UN_OK ||
+        !found)
+        return false;
+    *fwd = mc.fwd_ms * 1e-3;
+    *bwd = mc.bwd_ms * 1e-3;
+    return true;
+}
+
+double un_cost_measured(un_ctx *ctx, un_cost_model *cm, const char *op_sig, const char *shape,
+                        double fallback) {
+    double f, b;
+    return un_cost_lookup(ctx, cm, op_sig, shape, &f, &b) ? f : fallback;
 }
 
 double un_cost_optimizer(un_ctx *ctx, un_cost_model *cm, const char *optimizer, int64_t n) {

@@ -63,10 +63,14 @@ double un_cost_copy(const un_cost_model *cm, double bytes);
 /* Seconds for one optimizer step over n parameters on one device ("sgd" or "adam"): measured
  * (op-cost cache, op_sig "optimizer:adam") when present, else memory-bound. */
 double un_cost_optimizer(un_ctx *ctx, un_cost_model *cm, const char *optimizer, int64_t n);
+/* The op-cost cache's entry (op_sig, shape) for this device kind: true and its two times in
+ * seconds, or false when there is none. */
+bool un_cost_lookup(un_ctx *ctx, un_cost_model *cm, const char *op_sig, const char *shape,
+                    double *fwd, double *bwd);
 /* The measured seconds of a step's part that is not an operator (op-cost cache entries the
  * profiler stores: "data:synthetic" float[n] = making n input and label elements, "loss:ce"
- * float[rows,classes] = the loss and its gradient on one output piece), or `fallback` when none is
- * cached for this device kind. */
+ * float[rows,classes] = the loss and its gradient on one output piece, "comm:barrier" devices[D] =
+ * one barrier of D device threads), or `fallback` when none is cached for this device kind. */
 double un_cost_measured(un_ctx *ctx, un_cost_model *cm, const char *op_sig, const char *shape,
                         double fallback);
 /* Element bytes of float tensors at the model's precision. */

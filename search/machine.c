@@ -124,6 +124,7 @@ static un_status parse_machine(un_ctx *ctx, const un_jdoc *doc, un_machine *m) {
         (st = get_count(ctx, &root, "devices_per_node", &m->devices_per_node)) != UN_OK)
         return st;
     snprintf(m->name, sizeof m->name, "%s", name);
+    snprintf(m->source, sizeof m->source, "%s", source ? source : "");
     if ((int64_t)m->nodes * m->devices_per_node > 65536) {
         un_jcur nc = un_jcur_member(&root, "nodes");
         return un_jcur_error(ctx, UN_ERR_PARSE, &nc, "more than 65536 devices in all");
@@ -191,6 +192,10 @@ static void link_json(un_buf *b, const char *key, const un_link *l) {
 void un_machine_to_json(const un_machine *m, un_buf *b) {
     un_buf_printf(b, "{\n  \"version\": 1,\n  \"name\": ");
     un_buf_json_str(b, m->name);
+    if (m->source[0]) {
+        un_buf_printf(b, ",\n  \"source\": ");
+        un_buf_json_str(b, m->source);
+    }
     un_buf_printf(b, ",\n  \"nodes\": %d,\n  \"devices_per_node\": %d,\n", m->nodes,
                   m->devices_per_node);
     un_buf_printf(b, "  \"device\": {\"kind\": ");

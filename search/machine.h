@@ -33,6 +33,7 @@ typedef struct un_device_kind {
 
 typedef struct un_machine {
     char name[96];
+    char source[256]; /* where the numbers come from (free text; "" when not given) */
     int nodes;
     int devices_per_node;
     un_device_kind dev;

@@ -11,8 +11,10 @@
 
 #include "runtime/backend.h"
 #include "runtime/backend_cuda.h"
+#include "runtime/blas.h"
 #include "runtime/comm.h"
 #include "runtime/optim.h"
+#include "runtime/strategy.h"
 #include "runtime/train.h"
 #include "search/sim.h"
 
@@ -37,11 +39,13 @@ bool un_profile_kind_matches(const char *kind, const char *gpu_name) {
     return false;
 }
 
-static double now_s(void) {
+static double clock_s(clockid_t c) {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(c, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
+
+static double now_s(void) { return clock_s(CLOCK_MONOTONIC); }
 
 /* A tensor of shape s in backend memory: floats in [-1, 1), ints 0 (a valid index for every op). */
 static un_status kt_new(un_ctx *ctx, un_backend *be, const un_shape *s, size_t fes, uint64_t seed,
@@ -92,47 +96,127 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* The median seconds of one run after the warm-up: repetitions go on until min_reps and
- * min_seconds are both reached (the median resists the other jobs of a shared machine). Each run
- * is timed by the backend's timer: CUDA events on a GPU (kernel time), the host clock around a
- * synchronised run otherwise. */
-static un_status time_op(un_ctx *ctx, un_backend *be, const un_node *nd, bufs *b, bool bwd,
-                         const un_profile_params *p, double *sec) {
+/* One repetition's wall and CPU seconds (the CPU clock read outside the wall clock's window), and
+ * the backend timer's (un_backend_timer: CUDA events on a GPU; < 0 where the run has none). */
+typedef struct rep_time {
+    double wall, cpu, dev;
+} rep_time;
+
+/* What one run of an op costs from its repetitions' times (n of them; sorted here): a one-thread
+ * CPU device's work is its thread's CPU time (what it computes, without the time other jobs of a
+ * shared machine take the core away: that is measured apart, profile_meet), unless the op is so
+ * short (median under 50 us) that reading that clock (a system call) would weigh in: then, and on
+ * any other CPU device, the wall time; on a GPU the backend timer's (kernel time); the median
+ * either way. */
+static double rep_median(rep_time *t, int n, const un_profile_params *p) {
+    if (n == 0)
+        return 0;
+    bool dev = p->cuda_device >= 0 && t[0].dev >= 0;
+    double *v = un_xcalloc((size_t)n, sizeof *v), r;
+    for (int i = 0; i < n; i++)
+        v[i] = dev ? t[i].dev : t[i].wall;
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    r = v[n / 2];
+    if (!dev && p->threads == 1 && p->cuda_device < 0 && r >= 50e-6) {
+        for (int i = 0; i < n; i++)
+            v[i] = t[i].cpu;
+        qsort(v, (size_t)n, sizeof *v, cmp_double);
+        r = v[n / 2];
+    }
+    free(v);
+    return r;
+}
+
+/* One run of what is timed; *dev: the backend timer's seconds, or left < 0 (no timer). */
+typedef un_status (*timed_fn)(un_ctx *ctx, void *arg, double *dev);
+
+static rep_time rep_run(un_ctx *ctx, timed_fn fn, void *arg, un_status *st) {
+    double dev = -1, c0 = clock_s(CLOCK_THREAD_CPUTIME_ID), w0 = now_s();
+    if (fn && *st == UN_OK)
+        *st = fn(ctx, arg, &dev);
+    double w1 = now_s();
+    return (rep_time){w1 - w0, clock_s(CLOCK_THREAD_CPUTIME_ID) - c0, dev};
+}
+
+
+/* Repetitions that D threads run at the same time: each starts after a barrier of all D; t holds
+ * thread k's rep i at [k * reps + i]. */
+typedef struct lockstep {
+    pthread_barrier_t bar;
+    int reps;
+    rep_time *t;
+} lockstep;
+
+/* The median seconds of one call of fn(arg) after the warm-up: repetitions go on until min_reps
+ * and min_seconds are both reached (the median resists the other jobs of a shared machine).
+ * With ls: thread k's part of a lockstep timing (warm-up, then ls->reps repetitions into ls->t);
+ * fn NULL (this thread failed before) still passes every barrier, so no thread is left waiting. */
+static un_status time_median(un_ctx *ctx, timed_fn fn, void *arg, const un_profile_params *p,
+                             lockstep *ls, int k, double *sec) {
+    if (ls) {
+        un_status st = UN_OK;
+        for (int i = 0; i < p->warmup + ls->reps; i++) {
+            pthread_barrier_wait(&ls->bar);
+            rep_time t = rep_run(ctx, fn, arg, &st);
+            if (i >= p->warmup)
+                ls->t[(size_t)k * (size_t)ls->reps + (size_t)(i - p->warmup)] = t;
+        }
+        return st;
+    }
     un_status st = UN_OK;
     int reps = 0, cap = 64;
-    double *t = un_xmalloc(sizeof *t * (size_t)cap), total = 0, wall0 = now_s();
+    rep_time *t = un_xmalloc(sizeof *t * (size_t)cap);
+    double total = 0, wall0 = now_s();
     for (int i = 0; st == UN_OK; i++) {
-        un_backend_timer tm;
-        double dt = 0;
-        st = un_backend_timer_start(ctx, be, &tm);
-        if (st == UN_OK && bwd)
-            st = un_backend_op_backward(ctx, be, nd->op, nd->inf.local, b->in, b->n_in, b->out,
-                                        b->n_out, b->dout, b->din, 1, NULL, NULL);
-        else if (st == UN_OK)
-            st = un_backend_op_forward(ctx, be, nd->op, nd->inf.local, b->in, b->n_in, b->out,
-                                       b->n_out, 1, NULL, NULL);
-        if (st == UN_OK)
-            st = un_backend_timer_stop(ctx, be, &tm, &dt);
+        rep_time r = rep_run(ctx, fn, arg, &st);
         if (i < p->warmup)
             continue;
         if (reps == cap)
             t = un_xrealloc(t, sizeof *t * (size_t)(cap *= 2));
-        t[reps++] = dt;
-        total += dt;
+        t[reps++] = r;
+        total += r.dev >= 0 ? r.dev : r.wall;
         /* a device clock can read far below the wall time: stop on either */
-        if ((reps >= p->min_reps &&
-             (total >= p->min_seconds || now_s() - wall0 >= 10 * p->min_seconds)) ||
+        if ((reps >= p->min_reps && (total >= p->min_seconds || now_s() - wall0 >= 10 * p->min_seconds)) ||
             reps >= 100000)
             break;
     }
-    qsort(t, (size_t)reps, sizeof *t, cmp_double);
-    *sec = reps ? t[reps / 2] : 0;
+    *sec = rep_median(t, reps, p);
     free(t);
     return st;
 }
 
+typedef struct op_run {
+    un_backend *be;
+    const un_node *nd;
+    bufs *b;
+    bool bwd;
+} op_run;
+
+static un_status op_once(un_ctx *ctx, void *arg, double *dev) {
+    op_run *r = arg;
+    const un_node *nd = r->nd;
+    bufs *b = r->b;
+    un_backend_timer tm;
+    un_status st = un_backend_timer_start(ctx, r->be, &tm);
+    if (st == UN_OK)
+        st = r->bwd ? un_backend_op_backward(ctx, r->be, nd->op, nd->inf.local, b->in, b->n_in,
+                                             b->out, b->n_out, b->dout, b->din, 1, NULL, NULL)
+                    : un_backend_op_forward(ctx, r->be, nd->op, nd->inf.local, b->in, b->n_in,
+                                            b->out, b->n_out, 1, NULL, NULL);
+    return st == UN_OK ? un_backend_timer_stop(ctx, r->be, &tm, dev) : st;
+}
+
+static un_status time_op(un_ctx *ctx, un_backend *be, const un_node *nd, bufs *b, bool bwd,
+                         const un_profile_params *p, lockstep *ls, int k, bool run, double *sec) {
+    op_run r = {be, nd, b, bwd};
+    return time_median(ctx, run ? op_once : NULL, &r, p, ls, k, sec);
+}
+
+/* Times node id's piece on be (NULL: this lockstep thread has no backend; it only keeps step),
+ * alone (lf, lb NULL) or as thread k of a lockstep timing of the forward (lf) and backward (lb). */
 static un_status profile_node(un_ctx *ctx, un_backend *be, const un_graph *g, int32_t id,
-                              const un_profile_params *p, size_t fes, double *fwd, double *bwd) {
+                              const un_profile_params *p, size_t fes, lockstep *lf, lockstep *lb,
+                              int k, double *fwd, double *bwd) {
     const un_node *nd = un_graph_node(g, id);
     const un_spec *spec = un_graph_spec(g);
     bufs b;
@@ -140,7 +224,8 @@ static un_status profile_node(un_ctx *ctx, un_backend *be, const un_graph *g, in
     un_shape in[UN_MAX_INPUTS];
     un_cost_piece_shapes(g, id, in);
     un_infer inf;
-    un_status st = un_spec_infer(ctx, spec, nd->op, nd->inf.local, in, nd->n_in, NULL, &inf);
+    un_status st = be ? un_spec_infer(ctx, spec, nd->op, nd->inf.local, in, nd->n_in, NULL, &inf)
+                      : UN_ERR_DEVICE;
     b.n_in = nd->n_in;
     b.n_out = inf.n_out;
     for (int t = 0; t < nd->n_in && st == UN_OK; t++) {
@@ -153,11 +238,94 @@ static un_status profile_node(un_ctx *ctx, un_backend *be, const un_graph *g, in
         if (st == UN_OK && inf.out[o].dtype == UN_DT_FLOAT)
             st = kt_new(ctx, be, &inf.out[o], fes, (uint64_t)o + 99, true, &b.dout[o]);
     }
-    if (st == UN_OK)
-        st = time_op(ctx, be, nd, &b, false, p, fwd);
-    if (st == UN_OK)
-        st = time_op(ctx, be, nd, &b, true, p, bwd);
-    bufs_free(be, &b);
+    if (st == UN_OK || lf)
+        st = time_op(ctx, be, nd, &b, false, p, lf, k, st == UN_OK, fwd) != UN_OK ? UN_ERR_DEVICE : st;
+    if (st == UN_OK || lb)
+        st = time_op(ctx, be, nd, &b, true, p, lb, k, st == UN_OK, bwd) != UN_OK ? UN_ERR_DEVICE : st;
+    if (be)
+        bufs_free(be, &b);
+    return st;
+}
+
+typedef struct together_job {
+    const un_graph *g;
+    int32_t id;
+    const un_profile_params *p;
+    lockstep *lf, *lb;
+    int k;
+    un_status st;
+    char err[256];
+} together_job;
+
+static void *together_main(void *arg) {
+    together_job *j = arg;
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_backend *be = NULL;
+    size_t fes = j->p->f64 ? 8 : 4;
+    un_prec prec = j->p->f64 ? UN_PREC_F64 : UN_PREC_F32;
+    un_status st = j->p->opaque ? un_backend_opaque_new(ctx, prec, j->p->threads, &be)
+                                : un_backend_cpu_new(ctx, prec, j->p->threads, &be);
+    double f, b;
+    un_status st2 = profile_node(ctx, st == UN_OK ? be : NULL, j->g, j->id, j->p, fes, j->lf,
+                                 j->lb, j->k, &f, &b);
+    j->st = st != UN_OK ? st : st2;
+    snprintf(j->err, sizeof j->err, "%s", un_ctx_errmsg(ctx));
+    un_backend_free(be);
+    un_ctx_free(ctx);
+    return NULL;
+}
+
+/* Per repetition the slowest of the n threads, then rep_median. */
+static double lockstep_median(const lockstep *ls, int n, const un_profile_params *p) {
+    rep_time *m = un_xcalloc((size_t)ls->reps + 1, sizeof *m);
+    for (int i = 0; i < ls->reps; i++)
+        for (int k = 0; k < n; k++) {
+            rep_time t = ls->t[(size_t)k * (size_t)ls->reps + (size_t)i];
+            m[i].wall = t.wall > m[i].wall ? t.wall : m[i].wall;
+            m[i].cpu = t.cpu > m[i].cpu ? t.cpu : m[i].cpu;
+        }
+    double r = rep_median(m, ls->reps, p);
+    free(m);
+    return r;
+}
+
+/* Node id's piece as a step runs it on D devices: every device computes its piece at the same
+ * time (D threads, each with its own backend of p->threads threads and its own buffers, the
+ * repetitions in lockstep), so the devices' contention for the cores, the shared cache and memory
+ * and with the machine's other jobs is in the time. Per repetition the slowest device's time (the
+ * next rendezvous waits for it), and the median of those. `alone` (seconds, one device by
+ * itself) sizes the repetitions. */
+static un_status profile_together(un_ctx *ctx, const un_graph *g, int32_t id,
+                                  const un_profile_params *p, int D, double alone, double *fwd,
+                                  double *bwd) {
+    int reps = alone > 0 ? (int)(p->min_seconds / alone) : 2000;
+    reps = reps < p->min_reps ? p->min_reps : reps > 2000 ? 2000 : reps;
+    lockstep ls[2];
+    together_job *j = un_xcalloc((size_t)D, sizeof *j);
+    pthread_t *th = un_xcalloc((size_t)D, sizeof *th);
+    for (int i = 0; i < 2; i++) {
+        pthread_barrier_init(&ls[i].bar, NULL, (unsigned)D);
+        ls[i].reps = reps;
+        ls[i].t = un_xcalloc((size_t)D * (size_t)reps, sizeof *ls[i].t);
+    }
+    for (int k = 0; k < D; k++) {
+        j[k] = (together_job){.g = g, .id = id, .p = p, .lf = &ls[0], .lb = &ls[1], .k = k};
+        pthread_create(&th[k], NULL, together_main, &j[k]);
+    }
+    un_status st = UN_OK;
+    for (int k = 0; k < D; k++) {
+        pthread_join(th[k], NULL);
+        if (st == UN_OK && j[k].st != UN_OK)
+            st = un_ctx_error(ctx, j[k].st, "profile: device %d of %d: %s", k, D, j[k].err);
+    }
+    *fwd = lockstep_median(&ls[0], D, p);
+    *bwd = lockstep_median(&ls[1], D, p);
+    for (int i = 0; i < 2; i++) {
+        pthread_barrier_destroy(&ls[i].bar);
+        free(ls[i].t);
+    }
+    free(j);
+    free(th);
     return st;
 }
 
@@ -175,147 +343,304 @@ static un_status store(un_ctx *ctx, un_rulesdb *db, const char *sig, const char 
     return un_rulesdb_cost_put(ctx, db, &c);
 }
 
-/* The optimizer step over all the graph's weights on the backend, as the runtime runs it
- * (un_optim_step_on on backend memory). */
+typedef struct optim_run {
+    un_optim *o;
+    un_backend *be;
+    un_buffer *w, *g;
+} optim_run;
+
+static un_status optim_once(un_ctx *ctx, void *arg, double *dev) {
+    optim_run *r = arg;
+    un_backend_timer tm;
+    un_status st = un_backend_timer_start(ctx, r->be, &tm);
+    if (st == UN_OK)
+        st = un_optim_step_on(ctx, r->o, r->be, un_buffer_at(r->w, 0), un_buffer_at(r->g, 0));
+    return st == UN_OK ? un_backend_timer_stop(ctx, r->be, &tm, dev) : st;
+}
+
+/* The optimizer step as the runtime runs it (un_optim_step_on on the run's backend, its state in
+ * backend memory) over each distinct count of parameters a rank of g's run updates (weights
+ * folded as the runtime stores them, each rank its shard: un_sim_rank_param_counts). */
 static un_status profile_optimizer(un_ctx *ctx, un_rulesdb *db, un_backend *be, const un_graph *g,
                                    const un_profile_params *p, const char *device, FILE *log,
                                    int64_t *n_stored) {
-    int64_t n = 0;
-    for (int32_t id = 0; id < un_graph_node_count(g); id++)
-        if (un_graph_node(g, id)->op == UN_OP_WEIGHT)
-            n += un_shape_numel(&un_graph_node(g, id)->inf.out[0]);
     un_optim_algo k;
-    if (n == 0 || !un_optim_algo_from_name(p->optimizer, &k))
+    if (!un_optim_algo_from_name(p->optimizer, &k))
         return UN_OK;
+    int64_t counts[UN_SIM_MAX_RANK_COUNTS];
+    int nc = 0;
+    un_status st = un_sim_rank_param_counts(ctx, g, counts, &nc);
     size_t fes = p->f64 ? 8 : 4;
-    un_optim *o = NULL;
-    un_buffer *w = NULL, *gr = NULL;
-    un_status st = un_optim_new_on(ctx, un_optim_params_default(k), n, be, &o);
-    if (st == UN_OK)
-        st = un_buffer_new(ctx, be, (size_t)n * fes, &w);
-    if (st == UN_OK)
-        st = un_buffer_new(ctx, be, (size_t)n * fes, &gr);
-    int reps = 0;
-    double el = 0, wall0 = now_s();
-    for (int i = 0; st == UN_OK; i++) {
-        un_backend_timer tm;
-        double dt = 0;
-        if ((st = un_backend_timer_start(ctx, be, &tm)) == UN_OK &&
-            (st = un_optim_step_on(ctx, o, be, un_buffer_at(w, 0), un_buffer_at(gr, 0))) == UN_OK)
-            st = un_backend_timer_stop(ctx, be, &tm, &dt);
-        if (i < p->warmup)
-            continue;
-        reps++;
-        el += dt;
-        if (reps >= p->min_reps && (el >= p->min_seconds || now_s() - wall0 >= 10 * p->min_seconds))
-            break;
-    }
-    if (st == UN_OK) {
+    for (int i = 0; i < nc && st == UN_OK; i++) {
+        int64_t n = counts[i];
+        optim_run r = {.be = be};
+        double sec = 0;
+        if ((st = un_optim_new_on(ctx, un_optim_params_default(k), n, be, &r.o)) == UN_OK &&
+            (st = un_buffer_new(ctx, be, (size_t)n * fes, &r.w)) == UN_OK &&
+            (st = un_buffer_new(ctx, be, (size_t)n * fes, &r.g)) == UN_OK)
+            st = time_median(ctx, optim_once, &r, p, NULL, 0, &sec);
         char sig[48], shape[48];
         snprintf(sig, sizeof sig, "optimizer:%s", un_optim_algo_name(k));
         snprintf(shape, sizeof shape, "float[%lld]", (long long)n);
-        st = store(ctx, db, sig, shape, device, el / reps, 0, (double)n * (double)fes);
-        if (st == UN_OK) {
+        if (st == UN_OK && (st = store(ctx, db, sig, shape, device, sec, 0,
+                                       (double)n * (double)fes)) == UN_OK) {
             ++*n_stored;
             if (log)
-                fprintf(log, "  %-44s %-40s %10.4f ms\n", sig, shape, 1e3 * el / reps);
+                fprintf(log, "  %-44s %-40s %10.4f ms\n", sig, shape, 1e3 * sec);
         }
+        un_optim_free(r.o);
+        un_buffer_free(r.w);
+        un_buffer_free(r.g);
     }
-    un_optim_free(o);
-    un_buffer_free(w);
-    un_buffer_free(gr);
     return st;
+}
+
+typedef struct part_run {
+    int part; /* 0: data, 1: loss */
+    size_t fes;
+    un_backend *be;
+    int64_t n;
+    void *host;
+    un_buffer *data;
+    un_kt y, gy, lab;
+    uint64_t seed;
+} part_run;
+
+static un_status part_once(un_ctx *ctx, void *arg, double *dev) {
+    part_run *r = arg;
+    if (r->part == 0) { /* host work: the host clocks time it */
+        un_rng rng;
+        un_rng_seed(&rng, r->seed++);
+        for (int64_t x = 0; x < r->n; x++) {
+            double v = 2 * un_rng_double(&rng) - 1;
+            if (r->fes == 4)
+                ((float *)r->host)[x] = (float)v;
+            else
+                ((double *)r->host)[x] = v;
+        }
+        un_status st = un_buffer_write(ctx, r->data, 0, r->host, (size_t)r->n * r->fes);
+        return st == UN_OK ? un_backend_synchronize(ctx, r->be) : st;
+    }
+    if (r->y.dim[0] * r->y.dim[1] == 0)
+        return UN_OK;
+    un_backend_timer tm;
+    double loss;
+    un_status st = un_backend_timer_start(ctx, r->be, &tm);
+    if (st == UN_OK)
+        st = un_backend_loss(ctx, r->be, UN_LOSS_CE, &r->y, NULL, NULL, &r->lab, &r->gy, &loss);
+    return st == UN_OK ? un_backend_timer_stop(ctx, r->be, &tm, dev) : st;
 }
 
 /* The runtime's own per-step work besides operators, as runtime/train.c runs it: making the batch
  * (one random number per element on the host, written to the backend) and the cross-entropy
- * loss with its gradient on one output piece, on the backend. Median of repetitions, like the
+ * loss with its gradient on one output piece, on the backend. Medians of repetitions, like the
  * ops. */
 static un_status profile_step_parts(un_ctx *ctx, un_rulesdb *db, un_backend *be, const un_graph *g,
                                     const un_profile_params *p, const char *device, FILE *log,
                                     int64_t *n_stored) {
-    size_t fes = p->f64 ? 8 : 4;
-    int64_t n = un_sim_data_elements(g);
-    char shape[64];
-    double t[2] = {0, 0};
+    part_run r = {.fes = p->f64 ? 8 : 4, .be = be};
+    r.n = un_sim_data_elements(g);
     const char *sig[2] = {"data:synthetic", "loss:ce"};
     char shapes[2][64];
-    snprintf(shapes[0], sizeof shapes[0], "float[%lld]", (long long)n);
+    snprintf(shapes[0], sizeof shapes[0], "float[%lld]", (long long)r.n);
     const un_shape *o = un_graph_output_count(g) ? un_graph_shape(g, un_graph_output(g, 0)) : NULL;
-    un_sim_loss_shape(o ? o : &(un_shape){0}, shape, sizeof shape);
-    snprintf(shapes[1], sizeof shapes[1], "%s", shape);
+    un_sim_loss_shape(o ? o : &(un_shape){0}, shapes[1], sizeof shapes[1]);
     long long rows = 0, cls = 0;
-    sscanf(shape, "float[%lld,%lld]", &rows, &cls);
+    sscanf(shapes[1], "float[%lld,%lld]", &rows, &cls);
     int64_t m = rows * cls;
-    void *host = un_xcalloc((size_t)n + 1, fes);
-    un_buffer *data = NULL, *logits = NULL, *grad = NULL, *labels = NULL;
-    un_status st = un_buffer_new(ctx, be, ((size_t)(n > m ? n : m) + 1) * fes, &data);
+    r.host = un_xcalloc((size_t)r.n + 1, r.fes);
+    un_buffer *logits = NULL, *grad = NULL, *labels = NULL;
+    un_status st = un_buffer_new(ctx, be, ((size_t)r.n + 1) * r.fes, &r.data);
     if (st == UN_OK)
-        st = un_buffer_new(ctx, be, ((size_t)m + 1) * fes, &logits);
+        st = un_buffer_new(ctx, be, ((size_t)m + 1) * r.fes, &logits);
     if (st == UN_OK)
-        st = un_buffer_new(ctx, be, ((size_t)m + 1) * fes, &grad);
+        st = un_buffer_new(ctx, be, ((size_t)m + 1) * r.fes, &grad);
     if (st == UN_OK)
         st = un_buffer_new(ctx, be, ((size_t)rows + 1) * sizeof(int64_t), &labels);
-    un_kt y = {.dtype = UN_DT_FLOAT, .rank = 2, .dim = {rows, cls}},
-          gy = {.dtype = UN_DT_FLOAT, .rank = 2, .dim = {rows, cls}},
-          lab = {.dtype = UN_DT_INT, .rank = 1, .dim = {rows}};
+    r.y = (un_kt){.dtype = UN_DT_FLOAT, .rank = 2, .dim = {rows, cls}};
+    r.gy = r.y;
+    r.lab = (un_kt){.dtype = UN_DT_INT, .rank = 1, .dim = {rows}};
     if (st == UN_OK) {
-        y.data = un_buffer_at(logits, 0);
-        gy.data = un_buffer_at(grad, 0);
-        lab.data = un_buffer_at(labels, 0);
+        r.y.data = un_buffer_at(logits, 0);
+        r.gy.data = un_buffer_at(grad, 0);
+        r.lab.data = un_buffer_at(labels, 0);
     }
-    for (int part = 0; part < 2 && st == UN_OK; part++) {
-        double *ts = un_xmalloc(sizeof *ts * 64);
-        int reps = 0;
-        double total = 0;
-        for (int i = 0;
-             st == UN_OK && i < p->warmup + 63 && !(reps >= p->min_reps && total >= p->min_seconds);
-             i++) {
-            double dt = 0;
-            if (part == 0) { /* host clock: the generation is host work */
-                double t0 = now_s();
-                un_rng rng;
-                un_rng_seed(&rng, (uint64_t)i);
-                for (int64_t x = 0; x < n; x++) {
-                    double v = 2 * un_rng_double(&rng) - 1;
-                    if (fes == 4)
-                        ((float *)host)[x] = (float)v;
-                    else
-                        ((double *)host)[x] = v;
-                }
-                st = un_buffer_write(ctx, data, 0, host, (size_t)n * fes);
-                if (st == UN_OK)
-                    st = un_backend_synchronize(ctx, be);
-                dt = now_s() - t0;
-            } else if (m > 0) {
-                un_backend_timer tm;
-                double loss;
-                if ((st = un_backend_timer_start(ctx, be, &tm)) == UN_OK &&
-                    (st = un_backend_loss(ctx, be, UN_LOSS_CE, &y, NULL, NULL, &lab, &gy, &loss)) ==
-                        UN_OK)
-                    st = un_backend_timer_stop(ctx, be, &tm, &dt);
-            }
-            if (i >= p->warmup) {
-                ts[reps++] = dt;
-                total += dt;
-            }
-        }
-        qsort(ts, (size_t)reps, sizeof *ts, cmp_double);
-        t[part] = reps ? ts[reps / 2] : 0;
-        free(ts);
-    }
-    for (int part = 0; part < 2 && st == UN_OK; part++) {
-        if ((st = store(ctx, db, sig[part], shapes[part], device, t[part], 0, 0)) != UN_OK)
+    for (r.part = 0; r.part < 2 && st == UN_OK; r.part++) {
+        double sec = 0;
+        if ((st = time_median(ctx, part_once, &r, p, NULL, 0, &sec)) != UN_OK ||
+            (st = store(ctx, db, sig[r.part], shapes[r.part], device, sec, 0, 0)) != UN_OK)
             break;
         ++*n_stored;
         if (log)
-            fprintf(log, "  %-44s %-40s %10.4f ms\n", sig[part], shapes[part], t[part] * 1e3);
+            fprintf(log, "  %-44s %-40s %10.4f ms\n", sig[r.part], shapes[r.part], sec * 1e3);
     }
-    free(host);
-    un_buffer_free(data);
+    free(r.host);
+    un_buffer_free(r.data);
     un_buffer_free(logits);
     un_buffer_free(grad);
     un_buffer_free(labels);
+    return st;
+}
+
+/* ---- the local communicator between threads ---- */
+
+typedef struct xjob {
+    un_comm *c;
+    void *buf[2];
+    size_t bytes;
+    int reps;
+    double sec;
+    un_status st;
+} xjob;
+
+/* Rank 0 sends its buffer to rank 1 (and 1 nothing back), reps times; bytes 0 = barriers of every
+ * rank only. */
+static void *xchg_main(void *arg) {
+    xjob *j = arg;
+    un_ctx *ctx = un_ctx_new(NULL);
+    int r = un_comm_rank(j->c);
+    un_comm_msg m = {.peer = 1 - r, .tag = 0, .data = j->buf[r & 1], .bytes = j->bytes};
+    double *t = un_xcalloc((size_t)j->reps, sizeof *t);
+    for (int i = 0; i < j->reps && j->st == UN_OK; i++) {
+        double t0 = now_s();
+        j->st = j->bytes ? un_comm_exchange(ctx, j->c, r == 0 ? &m : NULL, r == 0,
+                                            r == 1 ? &m : NULL, r == 1)
+                         : un_comm_barrier(ctx, j->c);
+        t[i] = now_s() - t0;
+    }
+    qsort(t, (size_t)j->reps, sizeof *t, cmp_double);
+    j->sec = t[j->reps / 2];
+    free(t);
+    un_ctx_free(ctx);
+    return NULL;
+}
+
+/* The median seconds of one barrier of n threads (bytes 0) or of one exchange of `bytes` from
+ * thread 0 to thread 1 (n = 2): the synchronisation itself; the waits for a thread that another
+ * job took off its core are measured apart (profile_meet). */
+static un_status xchg_time(un_ctx *ctx, int n, size_t bytes, int reps, double *sec) {
+    un_comm_group *grp = NULL;
+    un_status st = un_comm_local_group_new(ctx, n, &grp);
+    if (st != UN_OK)
+        return st;
+    xjob *j = un_xcalloc((size_t)n, sizeof *j);
+    void *b0 = un_xcalloc(bytes + 1, 1), *b1 = un_xcalloc(bytes + 1, 1);
+    pthread_t *th = un_xcalloc((size_t)n, sizeof *th);
+    for (int r = 0; r < n; r++) {
+        j[r] =
+            (xjob){.c = un_comm_local_get(grp, r), .buf = {b0, b1}, .bytes = bytes, .reps = reps};
+        pthread_create(&th[r], NULL, xchg_main, &j[r]);
+    }
+    for (int r = 0; r < n; r++) {
+        pthread_join(th[r], NULL);
+        st = st != UN_OK ? st : j[r].st;
+    }
+    *sec = j[1].sec;
+    free(b0);
+    free(b1);
+    free(th);
+    free(j);
+    un_comm_local_group_free(grp);
+    return st == UN_OK ? UN_OK : un_ctx_error(ctx, st, "profile: the thread exchange failed");
+}
+
+typedef struct meet_job {
+    un_comm *c;
+    int reps[UN_SIM_MEET_POINTS];
+    double *t[UN_SIM_MEET_POINTS]; /* per point, per rep: wall seconds of work + barrier */
+    un_status st;
+} meet_job;
+
+static void spin_cpu(double sec) {
+    volatile double x = 1;
+    double c0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
+    while (clock_s(CLOCK_THREAD_CPUTIME_ID) - c0 < sec)
+        for (int k = 0; k < 100; k++)
+            x = x * 1.0000001 + 1e-9;
+}
+
+/* First 0.3 s of computing (a new thread is favoured by the scheduler for a while; a training
+ * run's threads are long past that), then every point's repetitions in turn. */
+static void *meet_main(void *arg) {
+    meet_job *j = arg;
+    un_ctx *ctx = un_ctx_new(NULL);
+    for (double w0 = now_s(); now_s() - w0 < 0.3;)
+        spin_cpu(1e-3);
+    for (int w = 0; w < UN_SIM_MEET_POINTS; w++)
+        for (int i = 0; i < j->reps[w] && j->st == UN_OK; i++) {
+            double t0 = now_s();
+            spin_cpu(un_sim_meet_work[w]);
+            j->st = un_comm_barrier(ctx, j->c);
+            j->t[w][i] = now_s() - t0;
+        }
+    un_ctx_free(ctx);
+    return NULL;
+}
+
+/* How long D device threads take to compute W seconds of work each and meet at a barrier, as a
+ * step's stretches between two rendezvous do ("comm:meet" devices[D],work[W in us]: the median
+ * over repetitions), for W from 10 us to 30 ms (D = 1: a one-device step is one such stretch).
+ * On a machine of its own that is W plus a barrier; where other jobs share the cores, a thread
+ * is taken off its core now and then, and a thread that waited at a barrier waits for a core
+ * again: the stretch takes up to several times W. */
+static un_status profile_meet(un_ctx *ctx, un_rulesdb *db, const un_graph *g, const char *device,
+                              FILE *log, int64_t *n_stored) {
+    int d = (int)un_strategy_devices(g);
+    un_comm_group *grp = NULL;
+    un_status st = un_comm_local_group_new(ctx, d, &grp);
+    if (st != UN_OK)
+        return st;
+    meet_job *j = un_xcalloc((size_t)d, sizeof *j);
+    pthread_t *th = un_xcalloc((size_t)d, sizeof *th);
+    for (int r = 0; r < d; r++) {
+        j[r].c = un_comm_local_get(grp, r);
+        for (int w = 0; w < UN_SIM_MEET_POINTS; w++) {
+            int reps = (int)(0.05 / un_sim_meet_work[w]);
+            j[r].reps[w] = reps < 7 ? 7 : reps;
+            j[r].t[w] = un_xcalloc((size_t)j[r].reps[w], sizeof(double));
+        }
+        pthread_create(&th[r], NULL, meet_main, &j[r]);
+    }
+    for (int r = 0; r < d; r++) {
+        pthread_join(th[r], NULL);
+        st = st != UN_OK ? st : j[r].st;
+    }
+    for (int w = 0; w < UN_SIM_MEET_POINTS && st == UN_OK; w++) {
+        qsort(j[0].t[w], (size_t)j[0].reps[w], sizeof(double), cmp_double);
+        double sec = j[0].t[w][j[0].reps[w] / 2];
+        char shape[64];
+        un_sim_meet_shape(d, w, shape, sizeof shape);
+        if ((st = store(ctx, db, "comm:meet", shape, device, sec, 0, 0)) == UN_OK) {
+            ++*n_stored;
+            if (log)
+                fprintf(log, "  %-44s %-40s %10.4f ms\n", "comm:meet", shape, sec * 1e3);
+        }
+    }
+    for (int r = 0; r < d; r++)
+        for (int w = 0; w < UN_SIM_MEET_POINTS; w++)
+            free(j[r].t[w]);
+    free(j);
+    free(th);
+    un_comm_local_group_free(grp);
+    return st;
+}
+
+/* The barrier of the run's D ranks ("comm:barrier" devices[D]), measured beside the operators so
+ * that the rendezvous the runtime makes cost what they cost at this time on this machine. */
+static un_status profile_barrier(un_ctx *ctx, un_rulesdb *db, const un_graph *g, const char *device,
+                                 FILE *log, int64_t *n_stored) {
+    int64_t d = un_strategy_devices(g);
+    if (d < 2)
+        return UN_OK;
+    double sec = 0;
+    char shape[48];
+    snprintf(shape, sizeof shape, "devices[%lld]", (long long)d);
+    un_status st = xchg_time(ctx, (int)d, 0, 2000, &sec);
+    if (st == UN_OK && (st = store(ctx, db, "comm:barrier", shape, device, sec, 0, 0)) == UN_OK) {
+        ++*n_stored;
+        if (log)
+            fprintf(log, "  %-44s %-40s %10.4f ms\n", "comm:barrier", shape, sec * 1e3);
+    }
     return st;
 }
 
@@ -331,6 +656,8 @@ un_status un_profile_graph(un_ctx *ctx, un_rulesdb *db, const un_graph *g, const
                    : p->opaque         ? un_backend_opaque_new(ctx, prec, p->threads, &be)
                                        : un_backend_cpu_new(ctx, prec, p->threads, &be);
     int32_t n = un_graph_node_count(g);
+    /* CPU devices of a run on several: time each op with all of them computing at once */
+    int together = p->cuda_device < 0 ? (int)un_strategy_devices(g) : 1;
     char(*seen)[256] = un_xcalloc((size_t)n, sizeof *seen);
     int n_seen = 0;
     if (st == UN_OK)
@@ -354,7 +681,10 @@ un_status un_profile_graph(un_ctx *ctx, un_rulesdb *db, const un_graph *g, const
             continue;
         memcpy(seen[n_seen++], both, sizeof both);
         double fwd = 0, bwd = 0;
-        if ((st = profile_node(ctx, be, g, id, p, fes, &fwd, &bwd)) != UN_OK)
+        if ((st = profile_node(ctx, be, g, id, p, fes, NULL, NULL, 0, &fwd, &bwd)) != UN_OK)
+            break;
+        if (together > 1 && (st = profile_together(ctx, g, id, p, together,
+                                                   fwd > bwd ? fwd : bwd, &fwd, &bwd)) != UN_OK)
             break;
         if ((st = store(ctx, db, sig, shape, device, fwd, bwd, 0)) != UN_OK)
             break;
@@ -367,6 +697,10 @@ un_status un_profile_graph(un_ctx *ctx, un_rulesdb *db, const un_graph *g, const
         st = profile_optimizer(ctx, db, be, g, p, device, log, n_stored);
     if (st == UN_OK)
         st = profile_step_parts(ctx, db, be, g, p, device, log, n_stored);
+    if (st == UN_OK && p->cuda_device < 0)
+        st = profile_barrier(ctx, db, g, device, log, n_stored);
+    if (st == UN_OK && p->cuda_device < 0 && p->threads == 1)
+        st = profile_meet(ctx, db, g, device, log, n_stored);
     if (st == UN_OK)
         st = un_rulesdb_commit(ctx, db);
     else
@@ -378,60 +712,32 @@ un_status un_profile_graph(un_ctx *ctx, un_rulesdb *db, const un_graph *g, const
 
 /* ---- the machine ---- */
 
-typedef struct xjob {
-    un_comm *c;
-    void *buf[2];
-    size_t bytes;
-    int reps;
-    double sec;
-    un_status st;
-} xjob;
-
-/* Rank 0 sends its buffer to rank 1 (and 1 nothing back), reps times; bytes 0 = barriers only. */
-static void *xchg_main(void *arg) {
-    xjob *j = arg;
-    un_ctx *ctx = un_ctx_new(NULL);
-    int r = un_comm_rank(j->c);
-    un_comm_msg m = {.peer = 1 - r, .tag = 0, .data = j->buf[r], .bytes = j->bytes};
-    double t0 = now_s();
-    for (int i = 0; i < j->reps && j->st == UN_OK; i++)
-        j->st = j->bytes ? un_comm_exchange(ctx, j->c, r == 0 ? &m : NULL, r == 0,
-                                            r == 1 ? &m : NULL, r == 1)
-                         : un_comm_barrier(ctx, j->c);
-    j->sec = (now_s() - t0) / j->reps;
-    un_ctx_free(ctx);
-    return NULL;
-}
-
-static un_status xchg_time(un_ctx *ctx, size_t bytes, int reps, double *sec) {
-    un_comm_group *grp = NULL;
-    un_status st = un_comm_local_group_new(ctx, 2, &grp);
-    if (st != UN_OK)
-        return st;
-    xjob j[2];
-    void *b0 = un_xcalloc(bytes + 1, 1), *b1 = un_xcalloc(bytes + 1, 1);
-    pthread_t th[2];
-    for (int r = 0; r < 2; r++) {
-        j[r] =
-            (xjob){.c = un_comm_local_get(grp, r), .buf = {b0, b1}, .bytes = bytes, .reps = reps};
-        pthread_create(&th[r], NULL, xchg_main, &j[r]);
-    }
-    for (int r = 0; r < 2; r++)
-        pthread_join(th[r], NULL);
-    st = j[0].st != UN_OK ? j[0].st : j[1].st;
-    *sec = j[1].sec;
-    free(b0);
-    free(b1);
-    un_comm_local_group_free(grp);
-    return st == UN_OK ? UN_OK : un_ctx_error(ctx, st, "machine: the thread exchange failed");
-}
-
 un_status un_profile_machine(un_ctx *ctx, un_machine *m) {
     memset(m, 0, sizeof *m);
     long nc = sysconf(_SC_NPROCESSORS_ONLN), pages = sysconf(_SC_PHYS_PAGES),
          psz = sysconf(_SC_PAGE_SIZE);
     snprintf(m->name, sizeof m->name, "this CPU box: %ld cores as devices (measured)", nc);
     snprintf(m->dev.kind, sizeof m->dev.kind, "cpu");
+    /* what was measured: the CPU's model name, the OpenBLAS kernel, when, and how loaded */
+    char cpu[128] = "unknown CPU", line[256];
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "model name", 10) == 0 && strchr(line, ':')) {
+            snprintf(cpu, sizeof cpu, "%s", strchr(line, ':') + 2);
+            cpu[strcspn(cpu, "\n")] = 0;
+            break;
+        }
+    if (f)
+        fclose(f);
+    double load[1] = {0};
+    getloadavg(load, 1);
+    time_t now = time(NULL);
+    char when[32];
+    strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", gmtime(&now));
+    snprintf(m->source, sizeof m->source,
+             "measured by unity-profile machine on %.80s, OpenBLAS kernel %.32s, %s, load "
+             "average %.1f over %ld cores",
+             cpu, un_blas_kernel(), when, load[0], nc);
     m->nodes = 1;
     m->devices_per_node = nc > 0 ? (int)nc : 1;
     m->dev.memory = (double)pages * (double)psz / m->devices_per_node;
@@ -461,7 +767,7 @@ un_status un_profile_machine(un_ctx *ctx, un_machine *m) {
     nd.op = UN_OP_LINEAR;
     memcpy(nd.inf.local, lp, sizeof lp);
     double sec = 0;
-    if (st == UN_OK && (st = time_op(ctx, be, &nd, &b, false, &p, &sec)) == UN_OK)
+    if (st == UN_OK && (st = time_op(ctx, be, &nd, &b, false, &p, NULL, 0, true, &sec)) == UN_OK)
         m->dev.flops[UN_MPREC_F32] = 2.0 * (double)(n * n * n) / sec;
     bufs_free(be, &b);
     /* one operator's fixed cost: relu on one element */
@@ -472,7 +778,7 @@ un_status un_profile_machine(un_ctx *ctx, un_machine *m) {
     p.min_seconds = 0.05;
     if (st == UN_OK && (st = kt_new(ctx, be, &s, 4, 1, true, &b.in[0])) == UN_OK &&
         (st = kt_new(ctx, be, &s, 4, 0, false, &b.out[0])) == UN_OK &&
-        (st = time_op(ctx, be, &nd, &b, false, &p, &sec)) == UN_OK)
+        (st = time_op(ctx, be, &nd, &b, false, &p, NULL, 0, true, &sec)) == UN_OK)
         m->dev.op_overhead = sec;
     bufs_free(be, &b);
     un_backend_free(be);
@@ -483,19 +789,19 @@ un_status un_profile_machine(un_ctx *ctx, un_machine *m) {
     char *x = un_xcalloc(mb, 1), *y = un_xcalloc(mb, 1);
     memcpy(y, x, mb);
     int reps = 0;
-    double t0 = now_s(), el = 0;
+    double t0 = clock_s(CLOCK_THREAD_CPUTIME_ID), el = 0; /* work, as the ops' times */
     while (reps < 3 || el < 0.3) {
         memcpy(reps % 2 ? x : y, reps % 2 ? y : x, mb);
         reps++;
-        el = now_s() - t0;
+        el = clock_s(CLOCK_THREAD_CPUTIME_ID) - t0;
     }
     m->dev.mem_bw = 2.0 * (double)mb * reps / el;
     free(x);
     free(y);
     /* the local communicator between two threads: latency of a barrier, bandwidth of 16 MiB */
     double lat = 0, big = 0;
-    if ((st = xchg_time(ctx, 0, 2000, &lat)) != UN_OK ||
-        (st = xchg_time(ctx, (size_t)16 << 20, 20, &big)) != UN_OK)
+    if ((st = xchg_time(ctx, 2, 0, 2000, &lat)) != UN_OK ||
+        (st = xchg_time(ctx, 2, (size_t)16 << 20, 20, &big)) != UN_OK)
         return st;
     m->intra.latency = lat;
     m->intra.bw = (double)((size_t)16 << 20) / (big > 2 * lat ? big - 2 * lat : big);

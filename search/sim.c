@@ -3,9 +3,12 @@
  * that the critical path can be walked back from the last task to finish. */
 #include "search/sim.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "runtime/strategy.h"
 
 enum { K_COMPUTE, K_COMM, K_OTHER };
 
@@ -58,10 +61,49 @@ typedef struct sim {
     int n_xf, cap_xf;
     double *xmem;   /* per device: transfer buffers (forward: received piece and its gradient) */
     double *gbytes; /* per device: gradient bytes the runtime zeroes every step */
+    /* runtime semantics: gradient buffers that live only over part of backward (node ids lo..hi,
+     * runtime/exec.c's gradient arena), and the gradient sync's receive scratch per device */
+    struct arena_req {
+        int dev;
+        int32_t lo, hi;
+        double bytes;
+    } * areq;
+    int n_areq, cap_areq;
+    double *sync_recv;
+    double *shard; /* per device: bytes of the weights its optimizer updates */
     bool backward;
+    double lat; /* seconds of one barrier of the D ranks (runtime semantics) */
+    int meets;  /* rendezvous of all D ranks in the step (runtime semantics) */
+    double since; /* when the last rendezvous ended */
+    double extra; /* the waits for cores the stretches of work so far meet (measured) */
+    double work;  /* their work */
 } sim;
 
+static void stretch(sim *s, double work);
+
 static stamp later(stamp a, stamp b) { return a.t >= b.t ? a : b; }
+
+static void arena_add(sim *s, int dev, int32_t lo, int32_t hi, double bytes) {
+    if (s->n_areq == s->cap_areq) {
+        s->cap_areq = s->cap_areq ? 2 * s->cap_areq : 256;
+        s->areq = un_xrealloc(s->areq, sizeof *s->areq * (size_t)s->cap_areq);
+    }
+    s->areq[s->n_areq++] = (struct arena_req){dev, lo, hi, bytes};
+}
+
+/* The elements of weight piece q (shape s) its holder updates in the runtime's sharded step: a
+ * zero summand none, a piece in c copies its chunk (copy g: elements [pn g / c, pn (g+1) / c)),
+ * else all. */
+static int64_t piece_shard(const un_shape *s, int64_t q) {
+    int32_t blk[UN_MAX_DIMS], sum, copy;
+    un_shape_piece_coords(s, q, blk, &sum, &copy);
+    int64_t pn = un_shape_piece_numel(s);
+    if (sum != 0)
+        return 0;
+    if (s->copy <= 1)
+        return pn;
+    return pn * (copy + 1) / s->copy - pn * copy / s->copy;
+}
 
 static stamp run_task(sim *s, int dev, int32_t node, int kind, stamp ready, double dur) {
     if (s->n_tasks == s->cap_tasks) {
@@ -110,10 +152,23 @@ static int need(sim *s, int t, int64_t piece, int from, int to, double bytes) {
 static void run_xfers(sim *s, int32_t node, const stamp *ready) {
     if (s->n_xf == 0)
         return;
+    const un_node *nd = un_graph_node(s->g, node);
     for (int i = 0; i < s->n_xf; i++) {
-        s->r->comm_bytes += s->xf[i].bytes;
-        if (!s->backward) /* the receiver keeps the piece and its gradient, the sender a return */
-            s->xmem[s->xf[i].to] += 2 * s->xf[i].bytes, s->xmem[s->xf[i].from] += s->xf[i].bytes;
+        const xfer *x = &s->xf[i];
+        s->r->comm_bytes += x->bytes;
+        if (s->backward)
+            continue;
+        /* the receiver keeps the piece; its gradient there and the sender's return buffer live
+         * during this node's backward (runtime: in the gradient arena) */
+        s->xmem[x->to] += x->bytes;
+        if (!in_tensor(s, nd, x->t)->needs_grad)
+            continue;
+        if (s->p->mirror_sources) {
+            arena_add(s, x->to, node, node, x->bytes);
+            arena_add(s, x->from, node, node, x->bytes);
+        } else {
+            s->xmem[x->to] += x->bytes, s->xmem[x->from] += x->bytes;
+        }
     }
     if (s->p->mirror_sources) {
         stamp st = {0, -1};
@@ -129,8 +184,10 @@ static void run_xfers(sim *s, int32_t node, const stamp *ready) {
             if (in[d] >= worst)
                 worst = in[d], wd = d;
         const un_link *l = &un_cost_machine(s->cm)->intra;
-        double dur = 2 * l->latency + worst / l->bw; /* two barriers, then the largest receive */
+        double dur = 2 * s->lat + worst / l->bw; /* two barriers, then the largest receive */
+        stretch(s, st.t - s->since);
         stamp end = run_task(s, wd, node, K_COMM, st, dur);
+        s->since = end.t;
         for (int d = 0; d < s->D; d++)
             s->clock[d] = end;
         for (int i = 0; i < s->n_xf; i++)
@@ -249,10 +306,10 @@ static un_status forward_node(sim *s, int32_t id) {
     if (kind == UN_OPK_SOURCE) {
         stensor *t = &outs[0];
         for (int64_t p = 0; p < t->np; p++) {
-            t->owner[p] = s->p->mirror_sources ? -1 : (int32_t)(p % s->D);
+            t->owner[p] = !t->is_static ? -1 : (int32_t)un_sim_device(s->g, id, p, s->D);
             t->ready[p] = (stamp){0, -1};
         }
-        if (s->p->mirror_sources && t->np > 1) /* every device slices the source locally */
+        if (!t->is_static && t->np > 1) /* every device cuts every piece of the input */
             for (int d = 0; d < s->D; d++)
                 run_task(s, d, id, K_OTHER, (stamp){0, -1},
                          un_cost_copy(s->cm, t->pbytes * (double)t->np));
@@ -344,7 +401,7 @@ static un_status backward_node(sim *s, int32_t id) {
     s->n_xf = 0;
     if (kind == UN_OPK_SOURCE) {
         stensor *t = &outs[0];
-        if (s->p->mirror_sources && t->np > 1) /* fold the pieces' gradients into the whole */
+        if (!t->is_static && t->np > 1) /* fold the pieces' gradients into the whole */
             for (int d = 0; d < s->D; d++) {
                 stamp r = {0, -1};
                 for (int64_t p = 0; p < t->np; p++)
@@ -462,13 +519,25 @@ static void memory(sim *s) {
     int32_t n = un_graph_node_count(s->g);
     double opt_copies = s->p->optimizer && strcmp(s->p->optimizer, "sgd") == 0 ? 1 : 2;
     double *w = un_xcalloc((size_t)s->D, sizeof *w), *a = un_xcalloc((size_t)s->D, sizeof *a);
+    bool arena = s->p->mirror_sources;
+    /* runtime: an activation's gradient lives from the backward of its last consumer (a graph
+     * output's: from the loss) to its own node's backward */
+    int32_t *last = un_xcalloc((size_t)n + 1, sizeof *last);
+    for (int32_t id = 0; id < n; id++) {
+        const un_node *nd = un_graph_node(s->g, id);
+        last[id] = last[id] > id ? last[id] : id;
+        for (int t = 0; t < nd->n_in; t++)
+            last[nd->in[t].node] = last[nd->in[t].node] > id ? last[nd->in[t].node] : id;
+    }
+    for (int32_t i = 0; i < un_graph_output_count(s->g); i++)
+        last[un_graph_output(s->g, i).node] = n;
     for (int32_t id = 0; id < n; id++) {
         const un_node *nd = un_graph_node(s->g, id);
         un_op_kind kind = un_op_kind_of(nd->op);
         for (int o = 0; o < nd->inf.n_out; o++) {
             stensor *t = &s->ts[id][o];
             double per = t->pbytes * (t->needs_grad ? 2 : 1);
-            if (kind == UN_OPK_SOURCE && s->p->mirror_sources) {
+            if (kind == UN_OPK_SOURCE && !t->is_static) { /* an input, whole on every device */
                 double logical = (double)un_shape_numel(&t->shape) *
                                  (t->shape.dtype == UN_DT_FLOAT ? s->es : 8);
                 for (int d = 0; d < s->D; d++) {
@@ -486,20 +555,46 @@ static void memory(sim *s) {
                 if (d < 0)
                     continue;
                 if (t->is_static) {
-                    if (t->leaf && t->weight)
+                    if ((t->leaf || (s->p->mirror_sources && nd->op == UN_OP_WEIGHT)) && t->weight)
                         w[d] += t->pbytes;
                     else if (t->leaf)
                         a[d] += t->pbytes;
+                    continue;
+                }
+                if (arena && t->needs_grad) {
+                    a[d] += t->pbytes;
+                    arena_add(s, d, id, last[id], t->pbytes);
                     continue;
                 }
                 a[d] += per;
             }
         }
     }
+    /* the arena: per device the most gradient bytes live at once (a difference array over the
+     * node ids) */
+    double *peak = un_xcalloc((size_t)s->D, sizeof *peak);
+    if (arena && s->n_areq > 0) {
+        double *diff = un_xcalloc((size_t)(n + 2), sizeof *diff);
+        for (int d = 0; d < s->D; d++) {
+            memset(diff, 0, sizeof *diff * (size_t)(n + 2));
+            for (int i = 0; i < s->n_areq; i++)
+                if (s->areq[i].dev == d) {
+                    diff[s->areq[i].lo] += s->areq[i].bytes;
+                    diff[s->areq[i].hi + 1] -= s->areq[i].bytes;
+                }
+            double live = 0;
+            for (int32_t j = 0; j <= n; j++) {
+                live += diff[j];
+                peak[d] = live > peak[d] ? live : peak[d];
+            }
+        }
+        free(diff);
+    }
     for (int d = 0; d < s->D; d++) {
-        double opt = w[d] * opt_copies;
-        s->r->mem[d] = w[d] + w[d] + opt + a[d] + s->xmem[d];
-        s->gbytes[d] = w[d] + a[d] / 2;
+        double opt = (arena ? s->shard[d] : w[d]) * opt_copies;
+        s->r->mem[d] = w[d] + w[d] + opt + a[d] + s->xmem[d] + peak[d] +
+                       (arena && s->D > 1 ? s->sync_recv[d] : 0);
+        s->gbytes[d] = w[d] + (arena ? peak[d] : a[d] / 2);
     }
     int worst = 0;
     for (int d = 1; d < s->D; d++)
@@ -508,8 +603,10 @@ static void memory(sim *s) {
     s->r->worst = worst;
     s->r->mem_weights = w[worst];
     s->r->mem_grads = w[worst];
-    s->r->mem_optim = w[worst] * opt_copies;
-    s->r->mem_acts = a[worst];
+    s->r->mem_optim = (arena ? s->shard[worst] : w[worst]) * opt_copies;
+    s->r->mem_acts = a[worst] + peak[worst];
+    free(peak);
+    free(last);
     s->r->fits = s->r->mem[worst] <= un_cost_machine(s->cm)->dev.memory;
     free(w);
     free(a);
@@ -557,6 +654,51 @@ static bool static_tensor(const un_graph *g, const un_node *nd, sim *s) {
     return in_tensor(s, nd, 0)->is_static;
 }
 
+const double un_sim_meet_work[UN_SIM_MEET_POINTS] = {10e-6, 30e-6, 100e-6, 300e-6,
+                                                      1e-3,  3e-3,  10e-3,  30e-3};
+
+void un_sim_meet_shape(int devices, int w, char *buf, size_t n) {
+    snprintf(buf, n, "devices[%d],work[%.0f us]", devices, un_sim_meet_work[w] * 1e6);
+}
+
+/* Seconds for the D devices to compute `work` each and meet, interpolated (log-log) between
+ * the measured points ("comm:meet"), the time per work of the nearest end beyond them; 0 when
+ * they are not all measured. */
+static double meet_time(sim *s, double work) {
+    double t[UN_SIM_MEET_POINTS];
+    for (int w = 0; w < UN_SIM_MEET_POINTS; w++) {
+        char shape[64];
+        un_sim_meet_shape(s->D, w, shape, sizeof shape);
+        if ((t[w] = un_cost_measured(s->ctx, s->cm, "comm:meet", shape, 0)) <= 0)
+            return 0;
+    }
+    const double *x = un_sim_meet_work;
+    int n = UN_SIM_MEET_POINTS;
+    if (work <= x[0])
+        return t[0] * work / x[0];
+    if (work >= x[n - 1])
+        return t[n - 1] * work / x[n - 1];
+    int i = 0;
+    while (work > x[i + 1])
+        i++;
+    double f = log(work / x[i]) / log(x[i + 1] / x[i]);
+    return exp(log(t[i]) + f * (log(t[i + 1]) - log(t[i])));
+}
+
+/* Runtime semantics: a stretch of `work` seconds that ends at a rendezvous of the D devices (or
+ * at the step's end). Where it is measured (comm:meet), the stretch takes meet_time(work) on
+ * this machine now; what that has beyond the work and a barrier is time waiting for cores. */
+static void stretch(sim *s, double work) {
+    s->meets++;
+    work = work > 0 ? work : 0;
+    s->work += work;
+    double t = s->p->mirror_sources && work > 0 ? meet_time(s, work) : 0;
+    if (t > work + s->lat)
+        s->extra += t - work - s->lat;
+    if (t > 0)
+        s->r->meet_time += t;
+}
+
 static void critical_path(sim *s, stamp last) {
     int32_t n = un_graph_node_count(s->g);
     double *per = un_xcalloc((size_t)n, sizeof *per);
@@ -587,8 +729,85 @@ static void critical_path(sim *s, stamp last) {
     free(per);
 }
 
-un_status un_sim_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un_sim_params *p,
-                     un_sim_result *out) {
+/* Runtime semantics: replicate's backward for every weight held in copies, as runtime/exec.c
+ * does it: after backward one reduce-scatter exchange for all weights (each copy's chunk g to the
+ * holder of copy g, who adds them up; phase 0), then each device's sharded optimizer step, then one
+ * all-gather exchange of the updated chunks (phase 1); two barriers an exchange. Per phase a
+ * device receives (c - 1) / c of each piece it holds of a weight with c copies (its scratch);
+ * every device waits for the slowest. */
+static void weights_sync(sim *s, int phase) {
+    double worst = 0, total = 0;
+    int wd = 0;
+    bool any = false;
+    memset(s->sync_recv, 0, sizeof *s->sync_recv * (size_t)s->D);
+    for (int32_t id = 0; id < un_graph_node_count(s->g); id++) {
+        const stensor *t = &s->ts[id][0];
+        int32_t c = t->shape.copy;
+        if (un_graph_node(s->g, id)->op != UN_OP_WEIGHT || c <= 1)
+            continue;
+        any = true;
+        for (int64_t q = 0; q < t->np; q++)
+            if (t->owner[q] >= 0)
+                s->sync_recv[t->owner[q]] += t->pbytes * (c - 1) / c;
+    }
+    if (!any)
+        return;
+    stamp all = {0, -1};
+    for (int d = 0; d < s->D; d++) {
+        all = later(all, s->clock[d]);
+        total += s->sync_recv[d];
+        if (s->sync_recv[d] > worst)
+            worst = s->sync_recv[d], wd = d;
+    }
+    const un_link *l = &un_cost_machine(s->cm)->intra;
+    double dur = 2 * s->lat + worst / l->bw + (phase == 0 ? un_cost_copy(s->cm, worst) : 0);
+    stretch(s, all.t - s->since);
+    s->r->comm_bytes += total;
+    stamp end = run_task(s, wd, -1, K_COMM, all, dur);
+    s->since = end.t;
+    for (int d = 0; d < s->D; d++)
+        s->clock[d] = end;
+}
+
+int un_sim_device(const un_graph *g, int32_t id, int64_t piece, int devices) {
+    const un_view *v = &un_graph_node(g, id)->view;
+    if (v->count > 0)
+        return v->start + (int)(piece % v->count) * v->stride;
+    return (int)(piece % (devices > 0 ? devices : 1));
+}
+
+un_status un_sim_rank_param_counts(un_ctx *ctx, const un_graph *g, int64_t *counts, int *n) {
+    *n = 0;
+    un_graph *f = NULL;
+    un_status st = un_strategy_fold_weights(ctx, g, &f);
+    if (st != UN_OK)
+        return st;
+    int D = (int)un_strategy_devices(f);
+    int64_t *per = un_xcalloc((size_t)D, sizeof *per);
+    for (int32_t id = 0; id < un_graph_node_count(f); id++) {
+        const un_node *nd = un_graph_node(f, id);
+        if (nd->op != UN_OP_WEIGHT)
+            continue;
+        for (int64_t q = 0; q < un_shape_npieces(&nd->inf.out[0]); q++) {
+            int d = un_sim_device(f, id, q, D);
+            if (d >= 0 && d < D)
+                per[d] += piece_shard(&nd->inf.out[0], q);
+        }
+    }
+    for (int d = 0; d < D; d++) {
+        bool seen = per[d] == 0;
+        for (int i = 0; i < *n && !seen; i++)
+            seen = counts[i] == per[d];
+        if (!seen && *n < UN_SIM_MAX_RANK_COUNTS)
+            counts[(*n)++] = per[d];
+    }
+    free(per);
+    un_graph_free(f);
+    return UN_OK;
+}
+
+static un_status sim_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
+                           const un_sim_params *p, un_sim_result *out) {
     memset(out, 0, sizeof *out);
     const un_machine *m = un_cost_machine(cm);
     int64_t need_dev = 1;
@@ -606,6 +825,10 @@ un_status un_sim_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un
                             "the plan runs on %d devices, but machine '%s' has %d", D, m->name,
                             un_machine_devices(m));
     sim s = {.ctx = ctx, .cm = cm, .g = g, .p = p, .D = D, .es = un_cost_elem_bytes(cm), .r = out};
+    char dshape[32];
+    snprintf(dshape, sizeof dshape, "devices[%d]", D);
+    s.lat = D > 1 ? un_cost_measured(ctx, cm, "comm:barrier", dshape, m->intra.latency) : 0;
+
     out->devices = D;
     out->mem = un_xcalloc((size_t)D, sizeof *out->mem);
     s.clock = un_xcalloc((size_t)D, sizeof *s.clock);
@@ -615,6 +838,8 @@ un_status un_sim_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un
     s.ts = un_xcalloc((size_t)n, sizeof *s.ts);
     s.xmem = un_xcalloc((size_t)D, sizeof *s.xmem);
     s.gbytes = un_xcalloc((size_t)D, sizeof *s.gbytes);
+    s.sync_recv = un_xcalloc((size_t)D, sizeof *s.sync_recv);
+    s.shard = un_xcalloc((size_t)D, sizeof *s.shard);
     int64_t n_params = 0;
     for (int32_t i = 0; i < n; i++) {
         int32_t id = i;
@@ -626,7 +851,8 @@ un_status un_sim_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un
             if (un_op_kind_of(nd->op) == UN_OPK_REGULAR)
                 in_tensor(&s, nd, t)->leaf = true;
         }
-        bool stat = !p->mirror_sources && static_tensor(g, nd, &s);
+        /* runtime: weights live as their (folded) pieces; plan: every source and its layouts */
+        bool stat = p->mirror_sources ? nd->op == UN_OP_WEIGHT : static_tensor(g, nd, &s);
         if (nd->op == UN_OP_WEIGHT)
             n_params += un_shape_numel(&nd->inf.out[0]);
         for (int o = 0; o < nd->inf.n_out; o++) {
@@ -676,40 +902,29 @@ un_status un_sim_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un
     for (int32_t i = n - 1; i >= 0 && st == UN_OK; i--)
         st = backward_node(&s, i);
     if (st == UN_OK) {
-        stamp all = {0, -1};
-        for (int d = 0; d < D; d++)
-            all = later(all, s.clock[d]);
-        if (p->mirror_sources && D > 1) { /* every weight gradient, over every device */
-            int *devs = un_xmalloc(sizeof *devs * (size_t)D);
-            for (int d = 0; d < D; d++)
-                devs[d] = d;
-            double bytes = (double)n_params * s.es;
-            double dur = un_cost_allreduce(cm, devs, D, bytes) + 3 * m->intra.latency;
-            out->comm_bytes += 2.0 * (D - 1) / D * bytes * D;
-            stamp end = run_task(&s, 0, -1, K_COMM, all, dur);
-            for (int d = 0; d < D; d++)
-                s.clock[d] = end;
-            free(devs);
-        }
-        /* the optimizer: every weight on every device (mirror), else the pieces each holds */
+        if (p->mirror_sources && D > 1)
+            weights_sync(&s, 0);
+        /* the optimizer: the weight pieces each device holds (runtime: its shard of them) */
         for (int d = 0; d < D; d++) {
             int64_t mine = 0;
             for (int32_t id = 0; id < n; id++) {
                 const un_node *nd = un_graph_node(g, id);
                 const stensor *t = &s.ts[id][0];
-                if (p->mirror_sources) {
-                    mine += nd->op == UN_OP_WEIGHT ? un_shape_numel(&t->shape) : 0;
-                    continue;
-                }
-                if (!t->is_static || !t->leaf || !t->weight)
+                if (!t->is_static || !t->weight ||
+                    !(p->mirror_sources ? nd->op == UN_OP_WEIGHT : t->leaf))
                     continue;
                 for (int64_t q = 0; q < t->np; q++)
-                    mine += t->owner[q] == d ? un_shape_piece_numel(&t->shape) : 0;
+                    if (t->owner[q] == d)
+                        mine += p->mirror_sources ? piece_shard(&t->shape, q)
+                                                  : un_shape_piece_numel(&t->shape);
             }
+            s.shard[d] = (double)mine * s.es;
             if (mine > 0 && p->optimizer)
                 run_task(&s, d, -1, K_OTHER, s.clock[d],
                          un_cost_optimizer(ctx, cm, p->optimizer, mine));
         }
+        if (p->mirror_sources && D > 1)
+            weights_sync(&s, 1);
         memory(&s);
         if (p->mirror_sources) {
             /* the runtime zeroes every gradient buffer each step (a serial task of each device,
@@ -721,7 +936,9 @@ un_status un_sim_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un
                 stamp sync = {0, -1};
                 for (int d = 0; d < D; d++)
                     sync = later(sync, s.clock[d]);
-                stamp end = run_task(&s, 0, -1, K_COMM, sync, 3 * m->intra.latency);
+                stretch(&s, sync.t - s.since);
+                stamp end = run_task(&s, 0, -1, K_COMM, sync, 3 * s.lat);
+                s.since = end.t;
                 for (int d = 0; d < D; d++)
                     s.clock[d] = end;
             }
@@ -731,6 +948,14 @@ un_status un_sim_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un
             last = later(last, s.clock[d]);
         out->step = last.t;
         critical_path(&s, last);
+        if (p->mirror_sources) { /* the last stretch, from the last rendezvous to the end */
+            stretch(&s, last.t - s.since);
+            s.meets--;
+        }
+        out->meets = s.meets;
+        out->meet_work = s.work / (s.meets + 1);
+        out->wait = s.extra;
+        out->step += out->wait;
     }
     for (int32_t id = 0; id < n; id++) {
         const un_node *nd = un_graph_node(g, id);
@@ -748,8 +973,36 @@ un_status un_sim_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un
     free(s.xf);
     free(s.xmem);
     free(s.gbytes);
+    free(s.sync_recv);
+    free(s.shard);
+    free(s.areq);
     if (st != UN_OK)
         un_sim_result_deinit(out);
+    return st;
+}
+
+un_status un_sim_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un_sim_params *p,
+                     un_sim_result *out) {
+    if (!p->mirror_sources)
+        return sim_graph(ctx, cm, g, p, out);
+    /* the runtime stores each weight as the pieces its chain of parallel ops makes */
+    un_graph *f = NULL;
+    un_status st = un_strategy_fold_weights(ctx, g, &f);
+    if (st == UN_OK)
+        st = sim_graph(ctx, cm, f, p, out);
+    if (st == UN_OK) { /* the top operators by g's ids (folding dropped only parallel ops) */
+        int k = 0;
+        for (int i = 0; i < out->n_top; i++) {
+            const char *name = un_graph_node(f, out->top[i].node)->name;
+            int32_t id = name ? un_graph_find(g, name) : -1;
+            if (id >= 0) {
+                out->top[k].node = id;
+                out->top[k++].time = out->top[i].time;
+            }
+        }
+        out->n_top = k;
+    }
+    un_graph_free(f);
     return st;
 }
 
@@ -766,6 +1019,13 @@ void un_sim_report(const un_graph *g, const un_sim_result *r, const un_cost_mode
     double crit = r->crit_compute + r->crit_comm + r->crit_other;
     un_buf_printf(b, "estimated step time: %.3f ms on %d device%s of %s\n", r->step * 1e3,
                   r->devices, r->devices == 1 ? "" : "s", m->name);
+    if (r->wait > 0)
+        un_buf_printf(b,
+                      "of which %.3f ms waiting for cores: other jobs share the machine (the "
+                      "step's %d stretch%s of work between rendezvous, %.3f ms each on average, "
+                      "take %.3f ms in all here, measured with the op costs)\n",
+                      r->wait * 1e3, r->meets + 1, r->meets ? "es" : "", r->meet_work * 1e3,
+                      r->meet_time * 1e3);
     un_buf_printf(b,
                   "critical path: compute %.3f ms (%.0f%%), communication %.3f ms (%.0f%%), "
                   "copies/optimizer %.3f ms (%.0f%%)\n",

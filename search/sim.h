@@ -39,6 +39,10 @@ typedef struct un_sim_result {
     double comm_total;    /* communication summed over devices */
     double comm_bytes;    /* bytes sent between devices */
     int devices;
+    double wait;          /* seconds of the step spent off the cores (in step; 0 unmeasured) */
+    int meets;            /* rendezvous of all devices in the step (runtime semantics) */
+    double meet_work;     /* mean seconds of work between two of them (or to the step's end) */
+    double meet_time;     /* the measured seconds of all those stretches ("comm:meet"; 0: none) */
     double *mem;          /* bytes per device; owned */
     double mem_weights, mem_grads, mem_optim, mem_acts; /* of the largest device */
     int worst;            /* the device needing the most memory */
@@ -63,6 +67,22 @@ void un_sim_result_deinit(un_sim_result *r);
  * simulator key the measured data and loss times by them. */
 int64_t un_sim_data_elements(const un_graph *g);
 void un_sim_loss_shape(const un_shape *out, char *buf, size_t n);
+
+/* The device of piece `piece` of node id's output on `devices` devices: the node's machine view,
+ * else piece mod devices (the runtime's placement). */
+int un_sim_device(const un_graph *g, int32_t id, int64_t piece, int devices);
+
+/* The distinct non-zero counts of parameters the ranks of g's run hold (weights folded as the
+ * runtime stores them, un_strategy_fold_weights; un_strategy_devices ranks), at most
+ * UN_SIM_MAX_RANK_COUNTS: the optimizer's sizes the profiler times and the simulator looks up. */
+#define UN_SIM_MAX_RANK_COUNTS 64
+un_status un_sim_rank_param_counts(un_ctx *ctx, const un_graph *g, int64_t *counts, int *n);
+
+/* The work between two rendezvous at which the profiler times D device threads computing and
+ * then meeting ("comm:meet"), and that entry's shape "devices[D],work[W us]" for point w. */
+#define UN_SIM_MEET_POINTS 8
+extern const double un_sim_meet_work[UN_SIM_MEET_POINTS];
+void un_sim_meet_shape(int devices, int w, char *buf, size_t n);
 
 /* The estimate as text: step time, compute/communication split, the critical path's top
  * operators, memory per device (and whether it fits). */

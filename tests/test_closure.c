@@ -195,6 +195,15 @@ static void test_cli(void) {
     r = cli_run("unity-closure", cli_fmt("--reach %s/par.db %s/parp.db --model mlp --model xdl"));
     EXPECT_EQ(r->code, 0);
     EXPECT_TRUE(strstr(r->out, "reach kept: 0 graphs missing") != NULL);
+    /* --verified-basis: on candidates nothing derives, so nothing is dropped */
+    r = cli_run("unity-gen", cli_fmt("--ops specs/ --max-ops 2 --threads 1 -o %s/n2.db"));
+    EXPECT_EQ(r->code, 0);
+    r = cli_run("unity-closure", cli_fmt("%s/n2.db -o %s/n2p.db"));
+    EXPECT_EQ(r->code, 0);
+    EXPECT_TRUE(strstr(r->out, "closure (depth 2)   0 dropped") == NULL); /* 3 when written */
+    r = cli_run("unity-closure", cli_fmt("%s/n2.db -o %s/n2v.db --verified-basis"));
+    EXPECT_EQ(r->code, 0);
+    EXPECT_TRUE(strstr(r->out, "closure (depth 2)   0 dropped") != NULL);
     /* bad input: one line, non-zero exit */
     cli_expect_error_code("unity-closure", cli_fmt("%s/nope.db -o %s/x.db"), 1, "nope.db");
     cli_write_file("junk.db", "not a database\n");
@@ -207,6 +216,9 @@ static void test_cli(void) {
     cli_expect_error_code("unity-closure", cli_fmt("--reach %s/par.db"), 2, "two rule databases");
     cli_expect_error_code("unity-closure", cli_fmt("--reach %s/par.db %s/par.db --basis-ops 2"), 2,
                           "--basis-ops");
+    cli_expect_error_code("unity-closure",
+                          cli_fmt("--reach %s/par.db %s/par.db --verified-basis"), 2,
+                          "--verified-basis");
     cli_expect_error_code("unity-closure", cli_fmt("%s/par.db -o %s/x.db --basis-ops 0"), 2,
                           "--basis-ops");
     cli_expect_error_code("unity-closure", cli_fmt("--reach %s/par.db %s/par.db --model nope"), 1,

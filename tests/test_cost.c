@@ -315,6 +315,178 @@ static void test_measured(void) {
     un_ctx_free(ctx);
 }
 
+static un_graph *mlp_graph(const char *strategy, int devices) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_graph *g = NULL;
+    un_train_opts o = un_train_opts_default();
+    o.model = "mlp";
+    o.tiny = true;
+    o.devices = devices;
+    o.strategy = strategy;
+    int d = 0;
+    EXPECT_OK(ctx, un_train_graph(ctx, spec, &o, &g, &d));
+    un_ctx_free(ctx);
+    return g;
+}
+
+static un_sim_result sim_runtime(un_cost_model *cm, const un_graph *g, int devices) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_sim_params sp = un_sim_params_default();
+    sp.mirror_sources = true;
+    sp.devices = devices;
+    un_sim_result r;
+    EXPECT_OK(ctx, un_sim_run(ctx, cm, g, &sp, &r));
+    un_ctx_free(ctx);
+    return r;
+}
+
+/* Runtime semantics (the weights folded as the runtime stores them): a rank holds its weight
+ * pieces (tensor parallelism halves them), data parallelism sums the gradients over the copies
+ * (bytes moved, communication on the clock) and each copy's holder updates its shard (half the
+ * optimizer state), serial moves nothing; the optimizer's sizes the profiler times are the
+ * ranks' shards. */
+static void test_sim_runtime(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_graph *ser = mlp_graph("serial", 1), *dp = mlp_graph("data", 2), *tp = mlp_graph("tensor", 2);
+    int64_t total = 0, c[UN_SIM_MAX_RANK_COUNTS];
+    int n = 0;
+    for (int32_t id = 0; ser && id < un_graph_node_count(ser); id++)
+        if (un_graph_node(ser, id)->op == UN_OP_WEIGHT)
+            total += un_shape_numel(&un_graph_node(ser, id)->inf.out[0]);
+    EXPECT_OK(ctx, un_sim_rank_param_counts(ctx, ser, c, &n));
+    EXPECT_TRUE(n == 1 && c[0] == total);
+    EXPECT_OK(ctx, un_sim_rank_param_counts(ctx, dp, c, &n));
+    EXPECT_TRUE(n == 1 && c[0] == total / 2); /* each copy's holder updates its half */
+    EXPECT_OK(ctx, un_sim_rank_param_counts(ctx, tp, c, &n));
+    EXPECT_TRUE(n >= 1 && c[0] < total);
+    un_machine m = machine_mem("1e12");
+    un_cost_model *cm = model_on(&m, NULL);
+    un_sim_result rs = sim_runtime(cm, ser, 1), rd = sim_runtime(cm, dp, 2),
+                  rt = sim_runtime(cm, tp, 2);
+    double wbytes = 4.0 * (double)total;
+    EXPECT_NEAR(rs.mem_weights, wbytes, 1);
+    EXPECT_NEAR(rd.mem_weights, wbytes, 1); /* a whole copy on each device */
+    EXPECT_TRUE(rt.mem_weights < wbytes);
+    EXPECT_TRUE(rs.comm_bytes == 0 && rs.comm_total == 0);
+    /* the copy-group sum: each device receives half of its copy twice (scatter, gather) */
+    EXPECT_TRUE(rd.comm_bytes >= 2 * wbytes && rd.comm_total > 0);
+    EXPECT_TRUE(rd.wait == 0 && rs.wait == 0);
+    EXPECT_NEAR(rs.mem_optim, 2 * wbytes, 1); /* Adam: two moments */
+    EXPECT_NEAR(rd.mem_optim, wbytes, 1);     /* of half the weights */
+    un_sim_result_deinit(&rs);
+    un_sim_result_deinit(&rd);
+    un_sim_result_deinit(&rt);
+    un_cost_model_free(cm);
+    un_graph_free(ser);
+    un_graph_free(dp);
+    un_graph_free(tp);
+    un_ctx_free(ctx);
+}
+
+static void put_cost(un_rulesdb *db, const char *sig, const char *shape, double fwd_ms,
+                     double bwd_ms) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_rulesdb_cost c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.op_sig, sizeof c.op_sig, "%s", sig);
+    snprintf(c.shape, sizeof c.shape, "%s", shape);
+    snprintf(c.device, sizeof c.device, "x");
+    c.fwd_ms = fwd_ms;
+    c.bwd_ms = bwd_ms;
+    EXPECT_OK(ctx, un_rulesdb_cost_put(ctx, db, &c));
+    un_ctx_free(ctx);
+}
+
+static void put_meets(un_rulesdb *db, int devices, double factor) {
+    for (int w = 0; w < UN_SIM_MEET_POINTS; w++) {
+        char shape[64];
+        un_sim_meet_shape(devices, w, shape, sizeof shape);
+        put_cost(db, "comm:meet", shape, factor * un_sim_meet_work[w] * 1e3, 0);
+    }
+}
+
+/* The measured parts of a step besides the ops: a slower barrier makes a data-parallel step
+ * longer; measured stretches of work between rendezvous (comm:meet) stretch the step: a
+ * one-device step is one stretch, a two-device one a stretch per rendezvous and one to the end,
+ * each waiting what it takes beyond its work and a barrier; a stretch measured as fast as its
+ * work adds nothing, an unmeasured one nothing either. */
+static void test_sim_measured_parts(void) {
+    char path[2][128];
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_rulesdb *db[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path[i], sizeof path[i], "%s/parts%d.db", cli_tmp, i);
+        EXPECT_OK(ctx, un_rulesdb_open(ctx, path[i], spec, UN_RULESDB_CREATE, &db[i]));
+    }
+    un_machine m = machine_mem("1e12");
+    un_graph *ser = mlp_graph("serial", 1), *dp = mlp_graph("data", 2);
+    un_cost_model *cm = model_on(&m, db[0]);
+    un_sim_result s0 = sim_runtime(cm, ser, 1), d0 = sim_runtime(cm, dp, 2);
+    EXPECT_TRUE(s0.wait == 0 && d0.wait == 0 && s0.meet_time == 0);
+    EXPECT_TRUE(s0.meets == 0 && d0.meets >= 3); /* the gradients' scatter, gather, the loss */
+    un_cost_model_free(cm);
+    put_cost(db[0], "comm:barrier", "devices[2]", 1.0, 0); /* 1 ms a barrier */
+    cm = model_on(&m, db[0]);
+    un_sim_result d1 = sim_runtime(cm, dp, 2);
+    EXPECT_TRUE(d1.step > d0.step + 6.9e-3); /* the sync's 4 barriers and the loss's 3 */
+    un_sim_result_deinit(&d1);
+    un_cost_model_free(cm);
+    put_meets(db[1], 1, 1.0); /* as fast as the work: no wait */
+    put_meets(db[1], 2, 3.0); /* three times the work */
+    cm = model_on(&m, db[1]);
+    un_sim_result s1 = sim_runtime(cm, ser, 1);
+    d1 = sim_runtime(cm, dp, 2);
+    EXPECT_NEAR(s1.step, s0.step, 1e-12);
+    EXPECT_TRUE(s1.wait == 0 && s1.meet_time > 0);
+    double work = d1.meet_work * (d1.meets + 1), lat = m.intra.latency;
+    EXPECT_NEAR(work, d0.step - (d0.meets * 2 + 1) * lat, 0.2 * d0.step); /* the work, about */
+    EXPECT_NEAR(d1.meet_time, 3 * work, 1e-12);
+    EXPECT_TRUE(d1.wait <= 2 * work && d1.wait >= 2 * work - (d1.meets + 1) * lat - 1e-12);
+    EXPECT_NEAR(d1.step, d0.step + d1.wait, 1e-12);
+    un_sim_result_deinit(&d1);
+    un_cost_model_free(cm);
+    put_meets(db[1], 1, 2.0); /* one device: the whole step is one stretch */
+    cm = model_on(&m, db[1]);
+    un_sim_result s2 = sim_runtime(cm, ser, 1);
+    EXPECT_NEAR(s2.step, 2 * s0.step, 1e-12);
+    un_sim_result_deinit(&s2);
+    un_cost_model_free(cm);
+    for (int i = 0; i < 2; i++)
+        un_rulesdb_free(db[i]);
+    un_sim_result_deinit(&s0);
+    un_sim_result_deinit(&d0);
+    un_sim_result_deinit(&s1);
+    un_graph_free(ser);
+    un_graph_free(dp);
+    un_ctx_free(ctx);
+}
+
+/* unity-train --profile on two devices stores, beside the ops, the optimizer over a rank's
+ * parameters, the barrier of the two device threads and their stretches of work and meeting. */
+static void test_profile_parts(void) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/prof2.db", cli_tmp);
+    const cli_result *r = cli_run("unity-train", cli_fmt("--model mlp --tiny --devices 2 --threads 2 "
+                                                         "--profile --machine specs/machines/cpu.json "
+                                                         "--rules %s/prof2.db"));
+    EXPECT_EQ(r->code, 0);
+    EXPECT_TRUE(strstr(r->out, "comm:barrier") && strstr(r->out, "comm:meet") &&
+                strstr(r->out, "optimizer:adam"));
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_rulesdb *db = NULL;
+    EXPECT_OK(ctx, un_rulesdb_open(ctx, path, spec, UN_RULESDB_READONLY, &db));
+    un_rulesdb_cost c;
+    bool found = false;
+    EXPECT_OK(ctx, un_rulesdb_cost_get(ctx, db, "comm:barrier", "devices[2]", "cpu", &c, &found));
+    EXPECT_TRUE(found && c.fwd_ms > 0);
+    char shape[64];
+    un_sim_meet_shape(2, 0, shape, sizeof shape);
+    EXPECT_OK(ctx, un_rulesdb_cost_get(ctx, db, "comm:meet", shape, "cpu", &c, &found));
+    EXPECT_TRUE(found && c.fwd_ms >= 1e3 * un_sim_meet_work[0]);
+    un_rulesdb_free(db);
+    un_ctx_free(ctx);
+}
+
 static void test_cli(void) {
     const cli_result *r =
         cli_run("unity-train", "--model mlp --tiny --devices 2 --estimate "
@@ -387,6 +559,9 @@ int main(void) {
                                   {"roundtrip_one_device", test_roundtrip_one_device},
                                   {"sim_mlp", test_sim_mlp},
                                   {"measured", test_measured},
+                                  {"sim_runtime", test_sim_runtime},
+                                  {"sim_measured_parts", test_sim_measured_parts},
+                                  {"profile_parts", test_profile_parts},
                                   {"cli", test_cli},
                                   {"profile_backends", test_profile_backends}};
     int rc = TEST_RUN_WITH_SPEC(c, &spec);

@@ -336,7 +336,7 @@ static void test_mpi_equal_losses(void) {
 }
 
 /* A checkpoint saved under data parallelism on 2 MPI processes is one file per rank (each its
- * weight blocks and its shard of Adam's moments, nothing gathered); it loads under serial on 1
+ * half of every weight and of Adam's moments, nothing gathered); it loads under serial on 1
  * device, under tensor parallelism on 4 local devices and data parallel on 2 (re-sharded), and
  * the 4 more steps are the uninterrupted 10-step run's (float64, 1e-9). A damaged or missing rank
  * file is one clear error. */
@@ -444,6 +444,22 @@ static void test_backend_flag(void) {
                 "mpirun -np 2 --backend cpu: exit %d, stderr %s", r->code, r->err);
     for (int s = 0; s < 4; s++)
         EXPECT_TRUE(lm[s] == l[0][s]);
+    /* one checkpoint file per process, saved from the opaque backend, continues on the cpu one */
+    char args[512];
+    snprintf(args, sizeof args,
+             "--model transformer --tiny --steps 2 --threads 2 --comm mpi --strategy tensor "
+             "--backend opaque --save %s/opq.ck",
+             cli_tmp);
+    r = run_with(prefix, args);
+    EXPECT_EQ(r->code, 0);
+    snprintf(args, sizeof args,
+             "--model transformer --tiny --devices 2 --steps 2 --threads 2 --strategy tensor "
+             "--backend cpu --load %s/opq.ck",
+             cli_tmp);
+    r = run(args);
+    test__check(r->code == 0 && losses(r->out, lm, 2) == 2 && lm[0] == l[0][2] && lm[1] == l[0][3],
+                TEST__AT, "mpi opaque checkpoint loaded on cpu: exit %d, stdout %s, stderr %s",
+                r->code, r->out, r->err);
 }
 
 int main(void) {

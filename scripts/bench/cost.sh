@@ -6,11 +6,15 @@
 #     --strategy tensor): the estimated step time (specs/machines/cpu.json + costs profiled into a
 #     rules.db by unity-train --profile, each op's median time) against the median step time of
 #     a unity-train run (each device one thread: --threads = --devices), and the estimated
-#     memory (all devices) against the peak RSS (/usr/bin/time) minus a baseline run's RSS.
+#     memory (all devices) against the runtime's own accounting of what it allocated (--stats:
+#     every device's peak, weights, gradients, optimizer state, activations, transfer buffers),
+#     with the peak RSS (/usr/bin/time) minus a baseline run's RSS beside it for reference (kernel
+#     scratch and the host batch are in the RSS only; tiny models are within the RSS noise).
 #  2. estimates per second for BERT-Large (the zoo transformer, batch 192) data parallel on 192
 #     V100s (specs/machines/v100x192.json): cached cost queries per second (the DP inner loop) and
 #     whole-plan simulations per second.
-#   scripts/bench/cost.sh [BUILD_DIR]      Env: STEPS (default 40).
+#   scripts/bench/cost.sh [BUILD_DIR]      Env: STEPS (default 40), ONLY (a regex: only the cases
+#                                          whose label matches, e.g. ONLY='tiny\)').
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
@@ -19,7 +23,8 @@ steps=${STEPS:-40}
 make -s -j2 BUILD="$build" >/dev/null
 B=$build/bin
 M=specs/machines/cpu.json
-echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-<unset>}, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-<unset>}, load $(cut -d' ' -f1-3 /proc/loadavg), $(date -u '+%Y-%m-%d %H:%M UTC')"
+"$B/unity-train" --model mlp --tiny --steps 1 | sed -n 's/^blas: /BLAS: /p'
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 db=$tmp/costs.db
@@ -33,9 +38,10 @@ rss() { # peak RSS in bytes of a command
 base1=$(rss "$B/unity-train" --model mlp --tiny --steps 2 --threads 1 --quiet)
 base2=$(rss "$B/unity-train" --model mlp --tiny --steps 2 --devices 2 --threads 2 --quiet)
 echo "baseline peak RSS (tiny mlp, 2 steps): $((base1 / 1024)) KiB on 1 device, $((base2 / 1024)) KiB on 2, subtracted from the runs' on as many devices"
-printf '%-26s %-8s %3s %10s %10s %7s %12s %12s %7s\n' model strategy dev est_ms meas_ms err est_mem meas_mem err
+printf '%-26s %-8s %3s %10s %10s %7s %5s %12s %12s %7s %5s %12s\n' model strategy dev est_ms meas_ms err ok est_mem meas_mem err ok rss_delta
 case_() { # label model-args strategy devices
     local label=$1 margs=$2 strat=$3 d=$4
+    [[ -z "${ONLY:-}" || "$label" =~ $ONLY ]] || return 0
     local sargs="--strategy $strat"
     "$B/unity-train" $margs $sargs --devices "$d" --threads "$d" --profile --machine $M --rules "$db" --quiet >/dev/null
     "$B/unity-train" $margs $sargs --devices "$d" --threads "$d" --estimate --machine $M --rules "$db" >"$tmp/est" 2>/dev/null
@@ -43,7 +49,9 @@ case_() { # label model-args strategy devices
     est=$(sed -n 's/^estimated step time: \([0-9.]*\) ms.*/\1/p' "$tmp/est")
     mem=$(sed -n 's/^memory, all devices: \([0-9]*\) bytes/\1/p' "$tmp/est")
     local peak
-    peak=$(rss "$B/unity-train" $margs $sargs --devices "$d" --threads "$d" --steps "$steps")
+    peak=$(rss "$B/unity-train" $margs $sargs --devices "$d" --threads "$d" --steps "$steps" --stats)
+    local acct
+    acct=$(awk '/^device +weights/ { on = 1; next } on && $1 ~ /^[0-9]+$/ { s += $4 } END { printf "%.0f", s }' "$tmp/out")
     local meas
     # the median of the steps after the first (a step's time is batch / its samples/s; the
     # batch is the summary's samples/s x ms/step): steady under other jobs' bursts
@@ -54,9 +62,11 @@ case_() { # label model-args strategy devices
     local base=$base1
     [ "$d" = 1 ] || base=$base2
     local mmem=$((peak - base))
-    awk -v l="$label" -v s="$(basename "$strat" .json)" -v d="$d" -v e="$est" -v m="$meas" -v em="$mem" -v mm="$mmem" 'BEGIN {
-        printf "%-26s %-8s %3d %10.3f %10.3f %+6.0f%% %10.0fK %10.0fK %+6.0f%%\n", l, s, d, e, m, 100 * (e - m) / m,
-               em / 1024, mm / 1024, (mm > 0 ? 100 * (em - mm) / mm : 0) }'
+    awk -v l="$label" -v s="$(basename "$strat" .json)" -v d="$d" -v e="$est" -v m="$meas" -v em="$mem" -v mm="$acct" -v rd="$mmem" 'BEGIN {
+        te = 100 * (e - m) / m; me = (mm > 0 ? 100 * (em - mm) / mm : 0)
+        printf "%-26s %-8s %3d %10.3f %10.3f %+6.0f%% %5s %10.0fK %10.0fK %+6.0f%% %5s %10.0fK\n", l, s, d, e, m, te,
+               (te <= 25 && te >= -25 ? "yes" : "NO"), em / 1024, mm / 1024, me, (me <= 20 && me >= -20 ? "yes" : "NO"), rd / 1024
+        printf "%s|%s|%s|%s|%d|%d\n", l, s, e, m, (te <= 25 && te >= -25), (me <= 20 && me >= -20) >> "'"$tmp/rows"'" }'
 }
 for m in mlp transformer dlrm xdl candle_uno resnext50 inception_v3 charlm; do
     case_ "$m (tiny)" "--model $m --tiny" serial 1
@@ -73,6 +83,14 @@ case_ "charlm (default)" "--model charlm" data 2
 case_ "sample mlp" "--model $tmp/mlp.json" serial 1
 case_ "sample mlp" "--model $tmp/mlp.json" data 2
 case_ "sample mlp" "--model $tmp/mlp.json" "$tmp/tp.json" 2
+# the summary, and whether each model's strategies keep their order (estimated vs measured)
+awk -F'|' '{ n++; t += $5; m += $6; k = $1; c[k]++; e[k, c[k]] = $3; x[k, c[k]] = $4 }
+     END { for (k in c) { if (c[k] < 2) continue; models++; ok = 1
+               for (i = 1; i <= c[k]; i++) for (j = 1; j <= c[k]; j++)
+                   if ((e[k, i] < e[k, j]) != (x[k, i] < x[k, j])) ok = 0
+               kept += ok; if (!ok) bad = bad " [" k "]" }
+           printf "summary: step time within 25%% in %d/%d cases, memory within 20%% in %d/%d, strategy ranking kept for %d/%d models%s\n",
+                  t, n, m, n, kept, models, bad ? "; not for" bad : "" }' "$tmp/rows"
 
 # ---- 2. estimates per second at 192 devices ----
 bench_c="$build/bench_cost.c"
@@ -129,7 +147,7 @@ int main(void) {
     memset(&r, 0, sizeof r);
     t0 = now();
     while (now() - t0 < 2.0 || sims < 2) {
-        un_sim_result_free(&r);
+        un_sim_result_deinit(&r);
         if (un_sim_run(ctx, cm, g, &sp, &r) != UN_OK) {
             fprintf(stderr, "bench_cost: %s\n", un_ctx_errmsg(ctx));
             return 1;
@@ -142,7 +160,7 @@ int main(void) {
     printf("cost queries (cached, the DP inner loop): %.0f per second (target > 10000: %s)\n", qs,
            qs > 10000 ? "met" : "NOT met");
     printf("whole-plan simulations (every piece of every op on 192 devices): %.2f per second\n", ss);
-    un_sim_result_free(&r);
+    un_sim_result_deinit(&r);
     un_cost_model_free(cm);
     un_graph_free(g);
     un_spec_free(spec);
@@ -150,6 +168,10 @@ int main(void) {
     return sink < 0;
 }
 CEOF
-libs="$build/libsearch.a $build/libruntime.a $build/librulesdb.a $build/libpcg.a -lopenblas -lsqlite3 -lcjson -lm $(pkg-config --libs ompi-c 2>/dev/null) -pthread"
+# the libraries the Makefile links (MPI, CUDA, protobuf-c where this build has them)
+mklibs=$(printf 'un-print-libs:\n\t@echo $(runtime_LDLIBS) $(rulesdb_LDLIBS) $(pcg_LDLIBS)\n' |
+         make -s --no-print-directory BUILD="$build" -f Makefile -f - un-print-libs | tail -1)
+libs="$build/libsearch.a $build/libruntime.a $build/librulesdb.a $build/libpcg.a $mklibs -ldl -pthread"
 cc -std=c17 -O2 -D_GNU_SOURCE -I. "$bench_c" $libs -o "$build/bench_cost"
 "$build/bench_cost"
+echo "load at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
