@@ -49,13 +49,24 @@ for d in 1 4; do
     "$B/unity-train" --model mlp --tiny --devices "$d" --steps 20 --seed 3 | grep '^step 20/'
 done
 
+step "8. The joint search (rewrites with the verified rules x parallelization x device mapping):
+   the paper-size MLP planned for Unity's 4 x V100 box (estimated by the cost model, not run)"
+"$B/unity-train" --model mlp --rules "$db" --machine specs/machines/v100x4.json --plan-only |
+    grep -E '^(rules|search|plan|data parallel|rewrites applied|without rewrites|layer [123]):'
+
+step "9. Search, then train with the plan found, on this CPU (specs/machines/cpu.json)"
+"$B/unity-train" --model transformer --tiny --rules "$db" --machine specs/machines/cpu.json \
+    --steps 20 --seed 3 | grep -E '^(search|plan|data parallel|training|step (1|10|20)/|trained)'
+
 step "What ran"
 cat <<TXT
 Ran: spec validation; generation of candidate substitutions from the specs (including the
 parallelization operators partition/combine/replicate/reduce); their proof by Z3 under the specs'
 axioms, with verdicts, timings and axioms used stored in an SQLite rules.db;
 $ff_ran;
-and training on CPU threads as devices with reverse-mode autodiff through the parallel graph.
-Not built yet: the search inside unity-train (it does not yet read rules.db: strategies are
-serial, data parallel or a plan file) and the CUDA/NCCL backend - see the open issues.
+training on CPU threads as devices with reverse-mode autodiff through the parallel graph;
+and Unity's three-layer search inside unity-train (verified algebraic rewrites from rules.db,
+splitting at cut nodes, device mapping by dynamic programming, costed by the machine file).
+Not yet run anywhere: the CUDA/NCCL backend (it compiles; no GPU was available) - see the open
+issues.
 TXT
