@@ -52,11 +52,11 @@ done
 step "8. The joint search (rewrites with the verified rules x parallelization x device mapping):
    the paper-size MLP planned for Unity's 4 x V100 box (estimated by the cost model, not run)"
 "$B/unity-train" --model mlp --rules "$db" --machine specs/machines/v100x4.json --plan-only |
-    grep -E '^(rules|search|plan|data parallel|rewrites applied|without rewrites|layer [123]):'
+    awk '/^(rules|search|plan|data parallel|rewrites applied|without rewrites|layer [123]):/'
 
 step "9. Search, then train with the plan found, on this CPU (specs/machines/cpu.json)"
 "$B/unity-train" --model transformer --tiny --rules "$db" --machine specs/machines/cpu.json \
-    --steps 20 --seed 3 | grep -E '^(search|plan|data parallel|training|step (1|10|20)/|trained)'
+    --steps 20 --seed 3 | awk '/^(search|plan|data parallel|training|step (1|10|20)\/|trained)/'
 
 step "What ran"
 cat <<TXT
