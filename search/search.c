@@ -437,8 +437,8 @@ void un_search_report(const un_search_result *r, const un_graph *g, const un_sea
                   un_search_mode_name(p->mode), p->devices, un_cost_machine(cm)->name, r->wall,
                   r->ended ? r->ended : "?");
     un_buf_printf(out,
-                  "plan: runs on %d devices; estimated step %.6g s; fullest device %.4g GB (%s)\n",
-                  r->devices_used, r->sim.step, r->sim.mem ? r->sim.mem[r->sim.worst] / 1e9 : 0,
+                  "plan: runs on %d device%s; estimated step %.6g s; fullest device %.4g GB (%s)\n",
+                  r->devices_used, r->devices_used == 1 ? "" : "s", r->sim.step, r->sim.mem ? r->sim.mem[r->sim.worst] / 1e9 : 0,
                   r->sim.fits ? "fits" : "does not fit");
     if (r->dp_step > 0)
         un_buf_printf(out,

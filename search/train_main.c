@@ -234,6 +234,12 @@ static un_status write_file(un_ctx *ctx, const char *path, const un_buf *b) {
     return ok ? UN_OK : un_ctx_error(ctx, UN_ERR_IO, "%s: write failed", path);
 }
 
+/* Where temporary plan and graph files go: $TMPDIR when set and short enough, else /tmp. */
+static const char *tmp_dir(void) {
+    const char *d = getenv("TMPDIR");
+    return d && d[0] && strlen(d) < 4000 ? d : "/tmp";
+}
+
 /* The plan runs a rewritten graph: writes it to a temporary JSON file (name in path) and points
  * o at it as the model, with the zoo model's loss (a JSON model's default is MSE); the weights
  * (initialised by name and shape) and the synthetic data are the zoo model's. */
@@ -260,7 +266,7 @@ static un_status rewritten_model(un_ctx *ctx, const un_spec *spec, un_train_opts
         o->config = NULL;
     }
     un_buf js = {0};
-    snprintf(path, cap, "/tmp/unity-rewritten-XXXXXX.json");
+    snprintf(path, cap, "%s/unity-rewritten-XXXXXX.json", tmp_dir());
     int fd = mkstemps(path, 5);
     if (fd < 0) {
         path[0] = '\0';
@@ -340,7 +346,7 @@ static un_status search_and_train(un_ctx *ctx, un_train_opts *o, const search_op
     un_search_result r;
     memset(&r, 0, sizeof r);
     un_buf text = {0}, js = {0};
-    char tmp[64] = "", gtmp[64] = "";
+    char tmp[4200] = "", gtmp[4200] = "";
     un_status st = un_machine_load(ctx, s->machine, &m);
     int devices = o->devices > 0 ? o->devices : st == UN_OK ? un_machine_devices(&m) : 1;
     p.devices = devices;
@@ -401,7 +407,7 @@ static un_status search_and_train(un_ctx *ctx, un_train_opts *o, const search_op
         goto done;
     const char *path = s->export;
     if (!path) {
-        snprintf(tmp, sizeof tmp, "/tmp/unity-plan-XXXXXX.json");
+        snprintf(tmp, sizeof tmp, "%s/unity-plan-XXXXXX.json", tmp_dir());
         int fd = mkstemps(tmp, 5);
         if (fd < 0) {
             st = un_ctx_error(ctx, UN_ERR_IO, "cannot create a temporary plan file: %s",
@@ -426,7 +432,7 @@ static un_status search_and_train(un_ctx *ctx, un_train_opts *o, const search_op
         if ((st = rewritten_model(ctx, spec, o, r.graph, gtmp, sizeof gtmp)) != UN_OK)
             goto done;
     }
-    printf("training with the plan on %d devices\n", r.devices_used);
+    printf("training with the plan on %d device%s\n", r.devices_used, r.devices_used == 1 ? "" : "s");
     fflush(stdout);
     o->strategy = path;
     o->devices = r.devices_used;
