@@ -348,6 +348,11 @@ void un_buf_deinit(un_buf *b) {
 
 /* ---- files ---- */
 
+const char *un_tmp_dir(size_t max_len) {
+    const char *d = getenv("TMPDIR");
+    return d && d[0] && strlen(d) < max_len ? d : "/tmp";
+}
+
 un_status un_read_file(un_ctx *ctx, const char *path, char **out, size_t *len) {
     *out = NULL;
     *len = 0;

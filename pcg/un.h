@@ -151,6 +151,9 @@ size_t un_arena_used(const un_arena *a);
  * is an error naming the path (UN_ERR_IO / UN_ERR_PARSE). */
 un_status un_read_file(un_ctx *ctx, const char *path, char **out, size_t *len);
 
+/* Where temporary files go: $TMPDIR when set and shorter than max_len, else "/tmp". Static. */
+const char *un_tmp_dir(size_t max_len);
+
 /* ---- small string buffer used for messages and serialisation --------------------------------- */
 
 typedef struct un_buf {

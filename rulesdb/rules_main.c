@@ -675,7 +675,7 @@ static int cmd_bench(un_ctx *ctx, const un_spec *spec, const opts *o) {
     }
     char path[64];
     snprintf(path, sizeof path, "%s/unity-rules-bench-%ld.db",
-             getenv("TMPDIR") && strlen(getenv("TMPDIR")) < 40 ? getenv("TMPDIR") : "/tmp",
+             un_tmp_dir(40),
              (long)getpid());
     static const char *const suffix[4] = {"", "-wal", "-shm", "-journal"};
     for (int i = 0; i < 4; i++)

@@ -234,12 +234,6 @@ static un_status write_file(un_ctx *ctx, const char *path, const un_buf *b) {
     return ok ? UN_OK : un_ctx_error(ctx, UN_ERR_IO, "%s: write failed", path);
 }
 
-/* Where temporary plan and graph files go: $TMPDIR when set and short enough, else /tmp. */
-static const char *tmp_dir(void) {
-    const char *d = getenv("TMPDIR");
-    return d && d[0] && strlen(d) < 4000 ? d : "/tmp";
-}
-
 /* The plan runs a rewritten graph: writes it to a temporary JSON file (name in path) and points
  * o at it as the model, with the zoo model's loss (a JSON model's default is MSE); the weights
  * (initialised by name and shape) and the synthetic data are the zoo model's. */
@@ -266,7 +260,7 @@ static un_status rewritten_model(un_ctx *ctx, const un_spec *spec, un_train_opts
         o->config = NULL;
     }
     un_buf js = {0};
-    snprintf(path, cap, "%s/unity-rewritten-XXXXXX.json", tmp_dir());
+    snprintf(path, cap, "%s/unity-rewritten-XXXXXX.json", un_tmp_dir(4000));
     int fd = mkstemps(path, 5);
     if (fd < 0) {
         path[0] = '\0';
@@ -407,7 +401,7 @@ static un_status search_and_train(un_ctx *ctx, un_train_opts *o, const search_op
         goto done;
     const char *path = s->export;
     if (!path) {
-        snprintf(tmp, sizeof tmp, "%s/unity-plan-XXXXXX.json", tmp_dir());
+        snprintf(tmp, sizeof tmp, "%s/unity-plan-XXXXXX.json", un_tmp_dir(4000));
         int fd = mkstemps(tmp, 5);
         if (fd < 0) {
             st = un_ctx_error(ctx, UN_ERR_IO, "cannot create a temporary plan file: %s",
