@@ -238,6 +238,33 @@ static void steps_append(un_subst_result *out, const un_ruleset *set, const path
     out->n_steps += k;
 }
 
+/* Whether match m covers one of the nodes fz[0 .. n) (a piece's entry or exit). */
+static bool touches_frozen(const un_match *m, const int32_t *fz, int n) {
+    for (int32_t i = 0; i < m->n_nodes; i++)
+        for (int f = 0; f < n; f++)
+            if (m->node[i] >= 0 && m->node[i] == fz[f])
+                return true;
+    return false;
+}
+
+/* Whether g has a match of a rule in use that touches no node named in frozen[]. */
+static bool has_match(un_ctx *ctx, const un_ruleset *set, const un_graph *g, const bool *use,
+                      const char *const *frozen, int n_frozen) {
+    int32_t fz[2] = {-1, -1};
+    for (int i = 0; i < n_frozen && i < 2; i++)
+        fz[i] = un_graph_find(g, frozen[i]);
+    un_matcher *mt = NULL;
+    un_match_list ms = {0};
+    bool any = false;
+    if (un_matcher_new(ctx, set, g, &mt) == UN_OK && un_match_all(ctx, mt, &ms) == UN_OK)
+        for (int64_t k = 0; k < ms.n && !any; k++)
+            any = use[ms.v[k].rule] && !touches_frozen(&ms.v[k], fz, n_frozen);
+    un_ctx_clear(ctx);
+    un_match_list_deinit(&ms);
+    un_matcher_free(mt);
+    return any;
+}
+
 /* The best-first search from g: costs by fn, adds its counters to *out, keeps the path of every
  * costed graph in *ps (index 0: g) and returns the best one's index in *best_at; out->best and
  * out->best_cost get the cheapest graph. Matches that touch a node named in frozen[] are
@@ -274,7 +301,7 @@ static un_status search_core(un_ctx *ctx, const un_ruleset *set, const un_graph 
     if (any_use)
         qpush(&q, (qitem){start_cost, seq++, un_graph_clone(g), best_path});
     bool stop = false;
-    int32_t fz[8];
+    int32_t fz[2] = {-1, -1};
     while (q.n > 0 && !stop) {
         if (un_search_clock() > deadline) {
             out->ended = "time";
@@ -287,7 +314,7 @@ static un_status search_core(un_ctx *ctx, const un_ruleset *set, const un_graph 
             un_graph_free(it.g);
             continue;
         }
-        for (int i = 0; i < n_frozen && i < 8; i++)
+        for (int i = 0; i < n_frozen && i < 2; i++)
             fz[i] = un_graph_find(it.g, frozen[i]);
         t = un_search_clock();
         un_matcher *mt = NULL;
@@ -300,11 +327,7 @@ static un_status search_core(un_ctx *ctx, const un_ruleset *set, const un_graph 
             const un_match *m = &ms.v[k];
             if (!use[m->rule])
                 continue;
-            bool touches = false;
-            for (int32_t i = 0; i < m->n_nodes && !touches; i++)
-                for (int f = 0; f < n_frozen && f < 8 && !touches; f++)
-                    touches = m->node[i] >= 0 && m->node[i] == fz[f];
-            if (touches) {
+            if (touches_frozen(m, fz, n_frozen)) {
                 out->boundary++;
                 continue;
             }
@@ -981,11 +1004,22 @@ un_status un_subst_search_pieces(un_ctx *ctx, const un_ruleset *set, un_cost_mod
         }
         by_size[k] = c;
     }
-    for (int32_t i = 0; i < n_cls && !whole; i++) {
+    /* a piece no rule matches keeps its form: it is costed only when another piece changes */
+    bool *fixed = un_xcalloc((size_t)n_cls + 1, sizeof *fixed);
+    int32_t active = 0;
+    for (int32_t c = 0; c < n_cls && !whole; c++) {
+        const char *frozen[2] = {pcs[c].entry_name, pcs[c].exit_name};
+        fixed[c] = !has_match(ctx, set, pcs[c].pg->s, use, frozen[0] ? frozen : frozen + 1,
+                              (frozen[0] != NULL) + (frozen[1] != NULL));
+        active += !fixed[c];
+    }
+    for (int32_t i = 0, done = 0; i < n_cls && !whole; i++) {
         int32_t c = by_size[i];
         piece_cost *pc = &pcs[c];
+        if (fixed[c])
+            continue;
         double now = un_search_clock();
-        double share = isinf(deadline) ? INFINITY : now + (deadline - now) / (double)(n_cls - i);
+        double share = isinf(deadline) ? INFINITY : now + (deadline - now) / (double)(active - done++);
         const char *frozen[2];
         int nf = 0;
         if (pc->entry_name)
@@ -1014,10 +1048,38 @@ un_status un_subst_search_pieces(un_ctx *ctx, const un_ruleset *set, un_cost_mod
         }
     }
     free(by_size);
+    bool late = false; /* out of time before every piece was costed: g as it is */
+    for (int32_t c = 0; c < n_cls && !whole && active > 0 && !late; c++) {
+        if (!fixed[c])
+            continue;
+        if (un_search_clock() > deadline) {
+            out->ended = "time";
+            late = true;
+            break;
+        }
+        double cost, t = un_search_clock();
+        path_add(&pps[c], -1, -1);
+        st = piece_cost_fn(ctx, &pcs[c], pcs[c].pg->s, 0, &cost);
+        out->map_s += un_search_clock() - t;
+        out->costed++;
+        if (st != UN_OK || pcs[c].n_cand == 0) {
+            un_ctx_clear(ctx);
+            st = UN_OK;
+            whole = true;
+        }
+    }
+    free(fixed);
+    /* no piece has a match (g as it is, nothing costed), or no time to join the pieces */
+    bool untouched = !whole && (active == 0 || late);
+    if (untouched) {
+        out->best = un_graph_clone(g);
+        out->pieces = np;
+        out->piece_classes = n_cls;
+    }
     /* the chain: best[x] over the pieces so far, from[q][x] the entry configuration */
     double *best = NULL;
     int32_t n_best = 1;
-    if (!whole) {
+    if (!whole && !untouched) {
         best = un_xcalloc(1, sizeof *best);
         for (int32_t q = 0; q < np && !whole; q++) {
             const piece_cost *pc = &pcs[cls[q]];
@@ -1045,7 +1107,7 @@ un_status un_subst_search_pieces(un_ctx *ctx, const un_ruleset *set, un_cost_mod
             whole = true;
     }
     un_graph *stitched = NULL;
-    if (!whole) {
+    if (!whole && !untouched) {
         int32_t x = 0;
         for (int32_t q = np - 1; q >= 0; q--) {
             const piece_cost *pc = &pcs[cls[q]];
@@ -1058,7 +1120,7 @@ un_status un_subst_search_pieces(un_ctx *ctx, const un_ruleset *set, un_cost_mod
             whole = true;
         }
     }
-    if (!whole) {
+    if (!whole && !untouched) {
         whole_cost w = {cm, p};
         double t = un_search_clock();
         st = whole_cost_fn(ctx, &w, g, 0, &out->start_cost);

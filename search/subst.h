@@ -105,8 +105,9 @@ void un_subst_result_deinit(un_subst_result *r);
  * and the result translated. A candidate is pruned by alpha on its cheapest configuration pair;
  * the budget holds per distinct piece (Unity's --budget is per base subgraph), the time limit for
  * the whole, shared among the pieces left. start_cost and best_cost are layer 3's cost
- * (un_map_solve) of g and of out->best; when the stitched graph is not cheaper, out->best is g
- * and no step is reported. When g does not split (one piece) or a piece cannot be taken out, this
+ * (un_map_solve) of g and of out->best (both 0 when no piece has a match: nothing is costed);
+ * when the stitched graph is not cheaper, out->best is g and no step is reported. A piece no
+ * rule matches is costed (its table) only when another piece has a match. When g does not split (one piece) or a piece cannot be taken out, this
  * is un_subst_search on the whole graph (out->pieces 0). */
 un_status un_subst_search_pieces(un_ctx *ctx, const un_ruleset *set, un_cost_model *cm,
                                  const un_graph *g, const un_subst_params *p, int split_size,
