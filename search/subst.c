@@ -631,6 +631,8 @@ typedef struct piece_cost {
     const char *entry_name, *exit_name;
     int32_t ne, nx;
     double *best;       /* [ne * nx] */
+    double *orig;       /* [ne * nx] the piece as it is (NULL until costed) */
+    double *pre, *suf;  /* [ne], [nx] the chain's other pieces as they are (NULL: none yet) */
     int32_t *arg;       /* [ne * nx] candidate, -1: none */
     un_graph **cand;    /* owned; cand[0] is the piece as it is */
     int32_t *cand_at;   /* their path indices */
@@ -643,14 +645,16 @@ static void piece_cost_deinit(piece_cost *pc) {
     free(pc->cand);
     free(pc->cand_at);
     free(pc->best);
+    free(pc->orig);
+    free(pc->pre);
+    free(pc->suf);
     free(pc->arg);
     memset(pc, 0, sizeof *pc);
 }
 
-/* Layer 3 on the piece alone, once per entry configuration, for every exit configuration. */
-static un_status piece_cost_fn(un_ctx *ctx, void *user, const un_graph *g, int32_t at,
-                               double *cost) {
-    piece_cost *pc = user;
+/* Layer 3 on the piece alone, once per entry configuration, for every exit configuration:
+ * tab[e * nx + x]. */
+static un_status piece_table(un_ctx *ctx, const piece_cost *pc, const un_graph *g, double *tab) {
     un_map_params mp = pc->p->map;
     mp.free_outputs = pc->pg->n_exit_out;
     un_map *m = NULL;
@@ -678,8 +682,6 @@ static un_status piece_cost_fn(un_ctx *ctx, void *user, const un_graph *g, int32
                             "layer 2: a piece's boundary does not map back to the graph's");
     }
     int32_t nn = un_graph_node_count(g);
-    size_t cells = (size_t)pc->ne * (size_t)pc->nx;
-    double *tab = un_xmalloc((cells + 1) * sizeof *tab);
     int32_t *assign = un_xmalloc(((size_t)pc->nx * (size_t)nn + 1) * sizeof *assign);
     un_map_stats ms;
     memset(&ms, 0, sizeof ms);
@@ -688,6 +690,40 @@ static un_status piece_cost_fn(un_ctx *ctx, void *user, const un_graph *g, int32
                                 tab + (size_t)i * (size_t)pc->nx, assign, &ms);
     free(assign);
     un_map_free(m);
+    return st;
+}
+
+/* Keeps candidate g (its table tab, path index at) where it is the cheapest so far. */
+static void piece_record(piece_cost *pc, const un_graph *g, const double *tab, int32_t at) {
+    size_t cells = (size_t)pc->ne * (size_t)pc->nx;
+    if (pc->n_cand == pc->cap_cand) {
+        pc->cap_cand = pc->cap_cand ? 2 * pc->cap_cand : 8;
+        pc->cand = un_xrealloc(pc->cand, (size_t)pc->cap_cand * sizeof *pc->cand);
+        pc->cand_at = un_xrealloc(pc->cand_at, (size_t)pc->cap_cand * sizeof *pc->cand_at);
+    }
+    int32_t c = pc->n_cand++;
+    pc->cand[c] = un_graph_clone(g);
+    pc->cand_at[c] = at;
+    for (size_t i = 0; i < cells; i++)
+        if (tab[i] < pc->best[i]) {
+            pc->best[i] = tab[i];
+            pc->arg[i] = c;
+        }
+}
+
+/* The core's cost of a piece candidate: its table, the cheapest per cell kept; the priority is
+ * the whole graph's chain cost with this piece changed (pre[e] + tab[e][x] + suf[x], the other
+ * pieces as they are, at the class's first piece), so alpha prunes on the whole graph's scale. */
+static un_status piece_cost_fn(un_ctx *ctx, void *user, const un_graph *g, int32_t at,
+                               double *cost) {
+    piece_cost *pc = user;
+    size_t cells = (size_t)pc->ne * (size_t)pc->nx;
+    double *tab = un_xmalloc((cells + 1) * sizeof *tab);
+    un_status st = UN_OK;
+    if (at == 0 && pc->orig) /* the start: the piece as it is, costed already */
+        memcpy(tab, pc->orig, cells * sizeof *tab);
+    else
+        st = piece_table(ctx, pc, g, tab);
     if (st != UN_OK) {
         free(tab);
         return st;
@@ -696,24 +732,14 @@ static un_status piece_cost_fn(un_ctx *ctx, void *user, const un_graph *g, int32
     bool keep = false;
     for (size_t i = 0; i < cells; i++) {
         keep |= tab[i] < pc->best[i];
-        if (tab[i] < least)
-            least = tab[i];
+        double c = tab[i];
+        if (pc->pre && pc->suf)
+            c += pc->pre[i / (size_t)pc->nx] + pc->suf[i % (size_t)pc->nx];
+        if (c < least)
+            least = c;
     }
-    if (keep) {
-        if (pc->n_cand == pc->cap_cand) {
-            pc->cap_cand = pc->cap_cand ? 2 * pc->cap_cand : 8;
-            pc->cand = un_xrealloc(pc->cand, (size_t)pc->cap_cand * sizeof *pc->cand);
-            pc->cand_at = un_xrealloc(pc->cand_at, (size_t)pc->cap_cand * sizeof *pc->cand_at);
-        }
-        int32_t c = pc->n_cand++;
-        pc->cand[c] = un_graph_clone(g);
-        pc->cand_at[c] = at;
-        for (size_t i = 0; i < cells; i++)
-            if (tab[i] < pc->best[i]) {
-                pc->best[i] = tab[i];
-                pc->arg[i] = c;
-            }
-    }
+    if (keep)
+        piece_record(pc, g, tab, at);
     free(tab);
     *cost = least;
     return UN_OK;
@@ -1013,7 +1039,82 @@ un_status un_subst_search_pieces(un_ctx *ctx, const un_ruleset *set, un_cost_mod
                               (frozen[0] != NULL) + (frozen[1] != NULL));
         active += !fixed[c];
     }
-    for (int32_t i = 0, done = 0; i < n_cls && !whole; i++) {
+    /* when some piece has a match: every piece as it is (its table; the only candidate of a piece
+     * without matches), and along the chain the other pieces' cost before and after each class's
+     * first piece (the priority of its candidates) */
+    bool late = false; /* out of time before every piece was costed: g as it is */
+    for (int32_t c = 0; c < n_cls && !whole && active > 0; c++) {
+        if (un_search_clock() > deadline) {
+            out->ended = "time";
+            late = true;
+            break;
+        }
+        piece_cost *pc = &pcs[c];
+        size_t cells = (size_t)pc->ne * (size_t)pc->nx;
+        pc->orig = un_xmalloc((cells + 1) * sizeof *pc->orig);
+        double t = un_search_clock();
+        st = piece_table(ctx, pc, pc->pg->s, pc->orig);
+        out->map_s += un_search_clock() - t;
+        out->costed++;
+        if (st != UN_OK) { /* this piece cannot be costed alone */
+            un_ctx_clear(ctx);
+            st = UN_OK;
+            whole = true;
+        } else if (fixed[c]) {
+            piece_record(pc, pc->pg->s, pc->orig, path_add(&pps[c], -1, -1));
+        }
+    }
+    if (!whole && !late && active > 0) {
+        /* pre[q]: the cheapest chain before piece q per entry configuration; suf likewise after */
+        double **pre = un_xcalloc((size_t)np + 1, sizeof *pre);
+        double **suf = un_xcalloc((size_t)np + 1, sizeof *suf);
+        pre[0] = un_xcalloc(1, sizeof **pre);
+        for (int32_t q = 0; q < np && !whole; q++) {
+            const piece_cost *pc = &pcs[cls[q]];
+            whole = q > 0 && pcs[cls[q - 1]].nx != pc->ne;
+            pre[q + 1] = un_xmalloc(((size_t)pc->nx + 1) * sizeof **pre);
+            for (int32_t x = 0; x < pc->nx; x++) {
+                pre[q + 1][x] = INFINITY;
+                for (int32_t e = 0; e < pc->ne && !whole; e++) {
+                    double c = pre[q][e] + pc->orig[(size_t)e * (size_t)pc->nx + (size_t)x];
+                    if (c < pre[q + 1][x])
+                        pre[q + 1][x] = c;
+                }
+            }
+        }
+        for (int32_t q = np - 1; q >= 0 && !whole; q--) {
+            const piece_cost *pc = &pcs[cls[q]];
+            suf[q] = un_xmalloc(((size_t)pc->nx + 1) * sizeof **suf);
+            for (int32_t x = 0; x < pc->nx; x++) {
+                suf[q][x] = 0;
+                if (q + 1 < np) {
+                    const piece_cost *pn = &pcs[cls[q + 1]];
+                    suf[q][x] = INFINITY;
+                    for (int32_t y = 0; y < pn->nx; y++) {
+                        double c = pn->orig[(size_t)x * (size_t)pn->nx + (size_t)y] + suf[q + 1][y];
+                        if (c < suf[q][x])
+                            suf[q][x] = c;
+                    }
+                }
+            }
+        }
+        for (int32_t q = 0; q < np && !whole; q++) {
+            piece_cost *pc = &pcs[cls[q]];
+            if (owner[q] != q)
+                continue;
+            pc->pre = un_xmalloc(((size_t)pc->ne + 1) * sizeof *pc->pre);
+            pc->suf = un_xmalloc(((size_t)pc->nx + 1) * sizeof *pc->suf);
+            memcpy(pc->pre, pre[q], (size_t)pc->ne * sizeof *pc->pre);
+            memcpy(pc->suf, suf[q], (size_t)pc->nx * sizeof *pc->suf);
+        }
+        for (int32_t q = 0; q <= np; q++) {
+            free(pre[q]);
+            free(suf[q]);
+        }
+        free(pre);
+        free(suf);
+    }
+    for (int32_t i = 0, done = 0; i < n_cls && !whole && !late; i++) {
         int32_t c = by_size[i];
         piece_cost *pc = &pcs[c];
         if (fixed[c])
@@ -1048,26 +1149,6 @@ un_status un_subst_search_pieces(un_ctx *ctx, const un_ruleset *set, un_cost_mod
         }
     }
     free(by_size);
-    bool late = false; /* out of time before every piece was costed: g as it is */
-    for (int32_t c = 0; c < n_cls && !whole && active > 0 && !late; c++) {
-        if (!fixed[c])
-            continue;
-        if (un_search_clock() > deadline) {
-            out->ended = "time";
-            late = true;
-            break;
-        }
-        double cost, t = un_search_clock();
-        path_add(&pps[c], -1, -1);
-        st = piece_cost_fn(ctx, &pcs[c], pcs[c].pg->s, 0, &cost);
-        out->map_s += un_search_clock() - t;
-        out->costed++;
-        if (st != UN_OK || pcs[c].n_cand == 0) {
-            un_ctx_clear(ctx);
-            st = UN_OK;
-            whole = true;
-        }
-    }
     free(fixed);
     /* no piece has a match (g as it is, nothing costed), or no time to join the pieces */
     bool untouched = !whole && (active == 0 || late);
