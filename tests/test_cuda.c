@@ -7,14 +7,76 @@
 #include "runtime/comm_nccl.h"
 
 #include <pthread.h>
+#include <unistd.h>
 
 #include "runtime/backend_cuda.h"
+#include "runtime/backend_cuda_rt.h"
+#include "runtime/backend_impl.h"
+#include "runtime/comm_nccl_rt.h"
+#include "runtime/train.h"
 #include "runtime/zoo.h"
 #include "search/profile.h"
 
 #include "tests/test.h"
 
 enum { MAX_RANKS = 4 };
+
+/* Whether a library whose path contains `lib` is mapped into this process. */
+static bool mapped(const char *lib) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[1024];
+    bool found = false;
+    while (f && !found && fgets(line, sizeof line, f))
+        found = strstr(line, lib) != NULL;
+    if (f)
+        fclose(f);
+    return found;
+}
+
+/* The CUDA libraries are plugins loaded on first GPU use, never linked: CPU and opaque training
+ * in this process maps none of them; the loader's failures are one line naming the library; in a
+ * build with CUDA the plugins load when asked and bring their libraries (cuBLAS, NCCL) with them. */
+static void test_lazy_libraries(void) {
+    static const char *const backends[2] = {"cpu", "opaque"};
+    for (int b = 0; b < 2; b++) {
+        un_train_opts o = un_train_opts_default();
+        o.model = "mlp";
+        o.tiny = true;
+        o.devices = 2;
+        o.steps = 1;
+        o.quiet = true;
+        o.backend = backends[b];
+        un_train_result r;
+        EXPECT_OK(NULL, un_train_run(NULL, &o, &r));
+        un_train_result_deinit(&r);
+    }
+    un_backend_cuda_devices(NULL); /* asks for GPUs: loads the plugin only where a driver is */
+    bool driver = access("/dev/nvidiactl", F_OK) == 0;
+    static const char *const libs[4] = {"libcublas", "libcudart", "libnccl", "libunity_cuda"};
+    for (int i = 0; i < 4 && !driver; i++)
+        test__check(!mapped(libs[i]), TEST__AT, "%s mapped by a CPU-only run", libs[i]);
+    char why[512];
+    EXPECT_TRUE(un__plugin_open("libunity_absent.so", "un__cu_fns_get", why, sizeof why) == NULL);
+    EXPECT_TRUE(strstr(why, "cannot load libunity_absent.so: ") && !strchr(why, '\n'));
+    EXPECT_TRUE(un__plugin_open("libm.so.6", "un__cu_fns_get", why, sizeof why) == NULL);
+    EXPECT_STR_EQ(why, "libm.so.6 has no un__cu_fns_get");
+    const char *w = NULL;
+    const un__cu_fns *cu = un__cu_seam(&w);
+    if (!cu) {
+        printf("  cuda plugin: not built (%s)\n", w);
+        EXPECT_TRUE(w && strstr(w, "no CUDA"));
+        return;
+    }
+    EXPECT_TRUE(mapped("libunity_cuda.so") && mapped("libcublas") && mapped("libcudart"));
+    int n = cu->device_count(&w);
+    printf("  cuda plugin loaded: %d device%s%s%s\n", n, n == 1 ? "" : "s", n ? "" : ": ",
+           n ? "" : w);
+    const un__nccl_fns *nc = un__plugin_open("libunity_nccl.so", "un__nccl_fns_get", why, sizeof why);
+    if (nc)
+        EXPECT_TRUE(mapped("libnccl"));
+    else /* a build without nccl.h: only the plugin itself is missing */
+        test__check(strstr(why, "libunity_nccl.so: cannot open") != NULL, TEST__AT, "%s", why);
+}
 
 typedef struct rank_job {
     un_comm *c;
@@ -418,6 +480,7 @@ static void test_profile_cuda(void) {
 
 int main(void) {
     static const test_case cases[] = {
+        {"lazy_libraries", test_lazy_libraries}, /* first: before anything loads a plugin */
         {"cuda_ops", test_cuda_ops},
         {"nccl", test_nccl},
         {"profile_cuda", test_profile_cuda},
