@@ -394,6 +394,11 @@ static void test_mpi_checkpoint(void) {
 static void test_backend_flag(void) {
     expect_clean_error("--model mlp --tiny --backend tpu", "--backend: 'tpu' is not cpu, cuda");
     expect_clean_error("--model mlp --tiny --backend", "--backend needs a value");
+    /* the opaque backend's options: a bad one, and a memory limit the model does not fit */
+    expect_clean_error("--model mlp --tiny --backend opaque:fast",
+                       "--backend: 'fast' in 'opaque:fast' is not 'staged' or 'mem=SIZE'");
+    expect_clean_error("--model mlp --tiny --steps 1 --backend opaque:mem=16K",
+                       "GiB are available");
     const char *why = NULL;
     int gpus = un_backend_cuda_devices(&why);
     if (gpus == 0) {
