@@ -263,11 +263,14 @@ static plugin nccl_plugin = {PTHREAD_ONCE_INIT, "libunity_nccl.so", "un__nccl_fn
 /* Whether this machine has an NVIDIA driver (its device nodes): without one no GPU can be used,
  * and the plugin is not loaded just to learn that. */
 static bool nvidia_driver(void) {
-    return access("/dev/nvidiactl", F_OK) == 0 || access("/proc/driver/nvidia/version", F_OK) == 0 ||
+    return access("/dev/nvidiactl", F_OK) == 0 ||
+           access("/proc/driver/nvidia/version", F_OK) == 0 ||
            access("/dev/dxg", F_OK) == 0; /* WSL */
 }
 
-static void plugin_load(plugin *p) { p->fns = un__plugin_open(p->file, p->sym, p->why, sizeof p->why); }
+static void plugin_load(plugin *p) {
+    p->fns = un__plugin_open(p->file, p->sym, p->why, sizeof p->why);
+}
 
 static void cu_once(void) { plugin_load(&cu_plugin); }
 

@@ -309,9 +309,9 @@ static const char *run_plan(cuda_state *s, const un_cu_step *st, int n, float *c
         const un_cu_step *g = &st[i];
         switch (g->kind) {
         case UN_CU_STEP_GEMM:
-            err = CU->sgemm(s->blas, g->ta, g->tb, g->m, g->n, g->k, g->alpha,
-                               buf[g->a] + g->off_a, g->lda, g->sa, buf[g->b] + g->off_b, g->ldb,
-                               g->sb, g->beta, buf[g->c] + g->off_c, g->ldc, g->sc, g->batch);
+            err = CU->sgemm(s->blas, g->ta, g->tb, g->m, g->n, g->k, g->alpha, buf[g->a] + g->off_a,
+                            g->lda, g->sa, buf[g->b] + g->off_b, g->ldb, g->sb, g->beta,
+                            buf[g->c] + g->off_c, g->ldc, g->sc, g->batch);
             break;
         case UN_CU_STEP_SOFTMAX_FWD:
             err = CU->softmax_fwd(s->stream, &g->rows, buf[g->a], buf[g->c]);
@@ -387,16 +387,14 @@ static const char *conv_into(cuda_state *s, const un_cu_conv *g, const un_kt *in
     const char *err = NULL;
     for (int64_t n = 0; n < g->N && !err; n++)
         for (int64_t gr = 0; gr < g->groups && !err; gr++) {
-            err = CU->im2col(s->stream, g, FC(in[0]) + (n * g->C + gr * g->cpg) * g->H * g->W,
-                                col);
+            err = CU->im2col(s->stream, g, FC(in[0]) + (n * g->C + gr * g->cpg) * g->H * g->W, col);
             if (!err)
                 err = CU->sgemm(s->blas, false, false, g->opg, g->OHW, g->K, 1,
-                                   FC(in[1]) + gr * g->opg * g->K, g->K, 0, col, g->OHW, 0, 0,
-                                   y + (n * g->O + gr * g->opg) * g->OHW, g->OHW, 0, 1);
+                                FC(in[1]) + gr * g->opg * g->K, g->K, 0, col, g->OHW, 0, 0,
+                                y + (n * g->O + gr * g->opg) * g->OHW, g->OHW, 0, 1);
         }
     if (!err && (n_in > 2 || act != UN_CU_ACT_NONE))
-        err = CU->chan_bias_act(s->stream, y, n_in > 2 ? FC(in[2]) : NULL, g->N, g->O, g->OHW,
-                                   act);
+        err = CU->chan_bias_act(s->stream, y, n_in > 2 ? FC(in[2]) : NULL, g->N, g->O, g->OHW, act);
     return err;
 }
 
@@ -428,7 +426,7 @@ static un_status conv_bwd(un_ctx *ctx, un_backend *be, const un_param *p, const 
             err = conv_into(s, &g, in, n_in, pre, UN_CU_ACT_NONE, col);
         if (!err)
             err = CU->act_back(s->stream, dpre, dp, act == UN_CU_ACT_GELU ? pre : NULL,
-                                  act == UN_CU_ACT_GELU ? NULL : FC(out[0]), ny, act);
+                               act == UN_CU_ACT_GELU ? NULL : FC(out[0]), ny, act);
         dp = dpre;
     }
     for (int64_t n = 0; n < g.N && !err; n++)
@@ -439,12 +437,12 @@ static un_status conv_bwd(un_ctx *ctx, un_backend *be, const un_param *p, const 
             if (din[1].data) {
                 err = CU->im2col(s->stream, &g, FC(in[0]) + xo, col);
                 if (!err)
-                    err = CU->sgemm(s->blas, false, true, g.opg, g.K, g.OHW, 1, dpg, g.OHW, 0,
-                                       col, g.OHW, 0, 1, F(din[1]) + gr * g.opg * g.K, g.K, 0, 1);
+                    err = CU->sgemm(s->blas, false, true, g.opg, g.K, g.OHW, 1, dpg, g.OHW, 0, col,
+                                    g.OHW, 0, 1, F(din[1]) + gr * g.opg * g.K, g.K, 0, 1);
             }
             if (!err && din[0].data) {
-                err = CU->sgemm(s->blas, true, false, g.K, g.OHW, g.opg, 1, wg, g.K, 0, dpg,
-                                   g.OHW, 0, 0, dcol, g.OHW, 0, 1);
+                err = CU->sgemm(s->blas, true, false, g.K, g.OHW, g.opg, 1, wg, g.K, 0, dpg, g.OHW,
+                                0, 0, dcol, g.OHW, 0, 1);
                 if (!err)
                     err = CU->col2im(s->stream, &g, dcol, F(din[0]) + xo);
             }
@@ -490,8 +488,8 @@ static un_status cuda_forward(un_ctx *ctx, un_backend *be, un_op op, const un_pa
     case UN_OP_BATCH_MATMUL: {
         int r = x->rank;
         int64_t nb = span(x, 0, r - 2), m = x->dim[r - 2], k = x->dim[r - 1], n = in[1].dim[r - 1];
-        err = CU->sgemm(s->blas, false, false, m, n, k, 1, FC(in[0]), k, m * k, FC(in[1]), n,
-                           k * n, 0, F(out[0]), n, m * n, nb);
+        err = CU->sgemm(s->blas, false, false, m, n, k, 1, FC(in[0]), k, m * k, FC(in[1]), n, k * n,
+                        0, F(out[0]), n, m * n, nb);
         break;
     }
     case UN_OP_SOFTMAX: {
@@ -504,8 +502,8 @@ static un_status cuda_forward(un_ctx *ctx, un_backend *be, un_op op, const un_pa
         float *stats;
         if ((st = scratch(ctx, be, 2 * rows, &stats)) != UN_OK)
             return st;
-        err = CU->layer_norm_fwd(s->stream, FC(*x), FC(in[1]), FC(in[2]), F(out[0]), stats, rows,
-                                    n);
+        err =
+            CU->layer_norm_fwd(s->stream, FC(*x), FC(in[1]), FC(in[2]), F(out[0]), stats, rows, n);
         break;
     }
     case UN_OP_CONCAT: {
@@ -538,7 +536,7 @@ static un_status cuda_forward(un_ctx *ctx, un_backend *be, un_op op, const un_pa
             return st;
         int64_t bag = x->dim[1];
         err = CU->embedding_fwd(s->stream, I(*x), FC(in[1]), F(out[0]), x->dim[0], bag,
-                                   in[1].dim[1], par(p, 0) == 1 ? 1.0f / (float)bag : 1.0f);
+                                in[1].dim[1], par(p, 0) == 1 ? 1.0f / (float)bag : 1.0f);
         break;
     }
     case UN_OP_REDUCE_SUM:
@@ -546,7 +544,7 @@ static un_status cuda_forward(un_ctx *ctx, un_backend *be, un_op op, const un_pa
         int d = norm_dim(par(p, 0), x->rank);
         un_cu_rows g = rows_of(x, d);
         err = CU->reduce_fwd(s->stream, &g, FC(*x), F(out[0]),
-                                op == UN_OP_REDUCE_MEAN ? 1.0f / (float)x->dim[d] : 1.0f);
+                             op == UN_OP_REDUCE_MEAN ? 1.0f / (float)x->dim[d] : 1.0f);
         break;
     }
     case UN_OP_MULTIHEAD_ATTENTION:
@@ -559,14 +557,14 @@ static un_status cuda_forward(un_ctx *ctx, un_backend *be, un_op op, const un_pa
         break;
     }
     case UN_OP_BATCH_NORM:
-        err = CU->batch_norm(s->stream, FC(*x), FC(in[1]), FC(in[2]), F(out[0]), NULL, NULL,
-                                NULL, NULL, x->dim[0], x->dim[1], span(x, 2, x->rank), false);
+        err = CU->batch_norm(s->stream, FC(*x), FC(in[1]), FC(in[2]), F(out[0]), NULL, NULL, NULL,
+                             NULL, x->dim[0], x->dim[1], span(x, 2, x->rank), false);
         break;
     case UN_OP_CROSS_ENTROPY:
         if ((st = check_index(ctx, be, op, &in[1], x->dim[1], "label")) != UN_OK)
             return st;
-        err = CU->cross_entropy(s->stream, FC(*x), I(in[1]), x->dim[0], x->dim[1], F(out[0]),
-                                   NULL, NULL, 0, false);
+        err = CU->cross_entropy(s->stream, FC(*x), I(in[1]), x->dim[0], x->dim[1], F(out[0]), NULL,
+                                NULL, 0, false);
         break;
     default: { /* element-wise, dropout, reshape, flat, identity */
         un_cu_ew_args a = ew_args(op, p, in, n_in, seed, off, full);
@@ -597,7 +595,7 @@ static const char *linear_dpre(un_ctx *ctx, un_backend *be, const un_kt *in, int
     }
     if (!err)
         err = CU->act_back(s->stream, buf, dy, pre, act == UN_CU_ACT_GELU ? NULL : FC(out[0]),
-                              m * n, act);
+                           m * n, act);
     *dpre = buf;
     return err;
 }
@@ -627,10 +625,10 @@ static un_status cuda_backward(un_ctx *ctx, un_backend *be, un_op op, const un_p
             return st;
         if (!err && din[0].data)
             err = CU->sgemm(s->blas, false, true, m, k, n, 1, dpre, n, 0, FC(*w), n, 0, 1,
-                               F(din[0]), k, 0, 1);
+                            F(din[0]), k, 0, 1);
         if (!err && din[1].data)
             err = CU->sgemm(s->blas, true, false, k, n, m, 1, FC(*x), k, 0, dpre, n, 0, 1,
-                               F(din[1]), n, 0, 1);
+                            F(din[1]), n, 0, 1);
         if (!err && n_in > 2 && din[2].data)
             err = CU->col_sum(s->stream, F(din[2]), dpre, m, n);
         break;
@@ -639,11 +637,11 @@ static un_status cuda_backward(un_ctx *ctx, un_backend *be, un_op op, const un_p
         int r = x->rank;
         int64_t nb = span(x, 0, r - 2), m = x->dim[r - 2], k = x->dim[r - 1], n = in[1].dim[r - 1];
         if (din[0].data)
-            err = CU->sgemm(s->blas, false, true, m, k, n, 1, FC(dout[0]), n, m * n, FC(in[1]),
-                               n, k * n, 1, F(din[0]), k, m * k, nb);
+            err = CU->sgemm(s->blas, false, true, m, k, n, 1, FC(dout[0]), n, m * n, FC(in[1]), n,
+                            k * n, 1, F(din[0]), k, m * k, nb);
         if (!err && din[1].data)
-            err = CU->sgemm(s->blas, true, false, k, n, m, 1, FC(in[0]), k, m * k, FC(dout[0]),
-                               n, m * n, 1, F(din[1]), n, k * n, nb);
+            err = CU->sgemm(s->blas, true, false, k, n, m, 1, FC(in[0]), k, m * k, FC(dout[0]), n,
+                            m * n, 1, F(din[1]), n, k * n, nb);
         break;
     }
     case UN_OP_SOFTMAX: {
@@ -660,7 +658,7 @@ static un_status cuda_backward(un_ctx *ctx, un_backend *be, un_op op, const un_p
         err = CU->layer_norm_fwd(s->stream, FC(*x), FC(in[1]), FC(in[2]), NULL, stats, rows, n);
         if (!err)
             err = CU->layer_norm_bwd(s->stream, FC(*x), FC(in[1]), FC(dout[0]), stats, F(din[0]),
-                                        F(din[1]), F(din[2]), rows, n);
+                                     F(din[1]), F(din[2]), rows, n);
         break;
     }
     case UN_OP_CONCAT: {
@@ -701,7 +699,7 @@ static un_status cuda_backward(un_ctx *ctx, un_backend *be, un_op op, const un_p
         int64_t bag = x->dim[1];
         if (din[1].data)
             err = CU->embedding_bwd(s->stream, I(*x), FC(dout[0]), F(din[1]), x->dim[0], bag,
-                                       in[1].dim[1], par(p, 0) == 1 ? 1.0f / (float)bag : 1.0f);
+                                    in[1].dim[1], par(p, 0) == 1 ? 1.0f / (float)bag : 1.0f);
         break;
     }
     case UN_OP_REDUCE_SUM:
@@ -710,7 +708,7 @@ static un_status cuda_backward(un_ctx *ctx, un_backend *be, un_op op, const un_p
         un_cu_rows g = rows_of(x, d);
         if (din[0].data)
             err = CU->reduce_bwd(s->stream, &g, FC(dout[0]), F(din[0]),
-                                    op == UN_OP_REDUCE_MEAN ? 1.0f / (float)x->dim[d] : 1.0f);
+                                 op == UN_OP_REDUCE_MEAN ? 1.0f / (float)x->dim[d] : 1.0f);
         break;
     }
     case UN_OP_MULTIHEAD_ATTENTION:
@@ -724,14 +722,13 @@ static un_status cuda_backward(un_ctx *ctx, un_backend *be, un_op op, const un_p
         break;
     }
     case UN_OP_BATCH_NORM:
-        err = CU->batch_norm(s->stream, FC(*x), FC(in[1]), FC(in[2]), NULL, FC(dout[0]),
-                                F(din[0]), F(din[1]), F(din[2]), x->dim[0], x->dim[1],
-                                span(x, 2, x->rank), true);
+        err = CU->batch_norm(s->stream, FC(*x), FC(in[1]), FC(in[2]), NULL, FC(dout[0]), F(din[0]),
+                             F(din[1]), F(din[2]), x->dim[0], x->dim[1], span(x, 2, x->rank), true);
         break;
     case UN_OP_CROSS_ENTROPY:
         if (din[0].data)
             err = CU->cross_entropy(s->stream, FC(*x), I(in[1]), x->dim[0], x->dim[1], NULL,
-                                       F(din[0]), FC(dout[0]), 0, true);
+                                    F(din[0]), FC(dout[0]), 0, true);
         break;
     default: {
         un_cu_ew_args a = ew_args(op, p, in, n_in, seed, off, full);
@@ -771,7 +768,7 @@ static un_status cuda_loss(un_ctx *ctx, un_backend *be, un_loss_kind kind, const
         if ((st = check_index(ctx, be, UN_OP_CROSS_ENTROPY, &lab, c, "label")) != UN_OK)
             return st;
         err = CU->cross_entropy(s->stream, FC(*y), I(lab), rows, c, part, F(*grad), NULL,
-                                   1.0f / (float)f[0], false);
+                                1.0f / (float)f[0], false);
         n = rows;
     } else {
         un_cu_geom g = un_cu_geom_1d(n);
@@ -781,7 +778,7 @@ static un_status cuda_loss(un_ctx *ctx, un_backend *be, un_loss_kind kind, const
         if ((st = scratch(ctx, be, g.grid, &part)) != UN_OK)
             return st;
         err = CU->mse(s->stream, y->rank, y->dim, o, f, FC(*y), FC(*target), F(*grad), part, n,
-                         (float)total);
+                      (float)total);
         n = g.grid;
     }
     float *host = un_xmalloc((size_t)(n < 1 ? 1 : n) * sizeof *host);
@@ -799,7 +796,7 @@ static un_status cuda_optim_step(un_ctx *ctx, un_backend *be, const un_optim_par
     if (st != UN_OK)
         return st;
     un_cu_opt o = p->kind == UN_OPTIM_ADAM ? un_cu_opt_adam(p->lr, p->beta1, p->beta2, p->eps, t)
-                                         : un_cu_opt_sgd(p->lr, p->momentum);
+                                           : un_cu_opt_sgd(p->lr, p->momentum);
     return cu_st(ctx, CU->opt_step(S(be)->stream, &o, w, g, m, v, n));
 }
 

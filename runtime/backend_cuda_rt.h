@@ -92,7 +92,7 @@ extern "C" {
     X(const char *, reduce_bwd,                                                                    \
       (void *stream, const un_cu_rows *g, const float *dy, float *dx, float f))                    \
     /* layer_norm over rows of n: y and stats[2 rows] (mean, rs); backward dx (may be NULL),       \
-     * dgamma, dbeta (either may be NULL) from the stats of the forward's recomputation. */                      \
+     * dgamma, dbeta (either may be NULL) from the stats of the forward's recomputation. */        \
     X(const char *, layer_norm_fwd,                                                                \
       (void *stream, const float *x, const float *gamma, const float *beta, float *y,              \
        float *stats, int64_t rows, int64_t n))                                                     \
@@ -115,7 +115,7 @@ extern "C" {
       (void *stream, const float *x, const int64_t *labels, int64_t rows, int64_t c, float *loss,  \
        float *grad, const float *g, float gscale, bool accumulate))                                \
     /* MSE of a piece (dims pdim at offset off in full) against the whole label t: grad = 2 d /    \
-     * numel, per-block partial sums of d^2 into partial[grid] (grid = un_cu_geom_1d(n).grid). */               \
+     * numel, per-block partial sums of d^2 into partial[grid] (grid = un_cu_geom_1d(n).grid). */  \
     X(const char *, mse,                                                                           \
       (void *stream, int rank, const int64_t *pdim, const int64_t *off, const int64_t *full,       \
        const float *y, const float *t, float *grad, float *partial, int64_t n, float numel))       \
@@ -134,7 +134,7 @@ extern "C" {
     X(const char *, pool_bwd,                                                                      \
       (void *stream, const un_cu_pool *g, const float *x, const float *dy, float *dx))             \
     /* batch_norm over x [N, C, hw]: forward y, or (bwd) dx, dgamma, dbeta accumulated (each may   \
-     * be NULL), the batch statistics recomputed. */                                                        \
+     * be NULL), the batch statistics recomputed. */                                               \
     X(const char *, batch_norm,                                                                    \
       (void *stream, const float *x, const float *gamma, const float *beta, float *y,              \
        const float *dy, float *dx, float *dgamma, float *dbeta, int64_t N, int64_t C, int64_t hw,  \

@@ -54,8 +54,8 @@ struct un_comm_dev_i {
     const char *(*name)(const un_comm_dev *d);
     void (*free)(un_comm_dev *d); /* the plane's own resources and d itself (not ctrl, not be) */
     un_status (*allreduce)(un_ctx *ctx, un_comm_dev *d, un_red_type t, void *buf, int64_t n);
-    un_status (*allgather)(un_ctx *ctx, un_comm_dev *d, un_red_type t, const void *send,
-                           void *recv, int64_t n);
+    un_status (*allgather)(un_ctx *ctx, un_comm_dev *d, un_red_type t, const void *send, void *recv,
+                           int64_t n);
     un_status (*reduce_scatter)(un_ctx *ctx, un_comm_dev *d, un_red_type t, const void *send,
                                 void *recv, int64_t n);
     un_status (*bcast)(un_ctx *ctx, un_comm_dev *d, int root, void *buf, size_t bytes);

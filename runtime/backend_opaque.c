@@ -235,8 +235,7 @@ static const char *plane_name(const un_comm_dev *d) {
 
 static void plane_free(un_comm_dev *d) { free(d); }
 
-static un_status plane_allreduce(un_ctx *ctx, un_comm_dev *d, un_red_type t, void *buf,
-                                 int64_t n) {
+static un_status plane_allreduce(un_ctx *ctx, un_comm_dev *d, un_red_type t, void *buf, int64_t n) {
     void *r = real_of(d->be->context, buf, (size_t)n * red_bytes(t));
     return un_comm_allreduce(ctx, d->ctrl, t, r, n);
 }
@@ -263,7 +262,8 @@ static un_status plane_allgather(un_ctx *ctx, un_comm_dev *d, un_red_type t, con
                                  void *recv, int64_t n) {
     int size = un_comm_size(d->ctrl), me = un_comm_rank(d->ctrl);
     size_t bytes = (size_t)n * red_bytes(t);
-    un_comm_msg *sm = un_xcalloc((size_t)size, sizeof *sm), *rm = un_xcalloc((size_t)size, sizeof *rm);
+    un_comm_msg *sm = un_xcalloc((size_t)size, sizeof *sm),
+                *rm = un_xcalloc((size_t)size, sizeof *rm);
     int k = 0;
     for (int r = 0; r < size; r++)
         if (r != me) {
@@ -288,7 +288,8 @@ static un_status plane_reduce_scatter(un_ctx *ctx, un_comm_dev *d, un_red_type t
     un_status st = opq_alloc(ctx, d->be, bytes * (size_t)size, &parts);
     if (st != UN_OK)
         return st;
-    un_comm_msg *sm = un_xcalloc((size_t)size, sizeof *sm), *rm = un_xcalloc((size_t)size, sizeof *rm);
+    un_comm_msg *sm = un_xcalloc((size_t)size, sizeof *sm),
+                *rm = un_xcalloc((size_t)size, sizeof *rm);
     int k = 0;
     for (int r = 0; r < size; r++)
         if (r != me) {

@@ -160,10 +160,8 @@ un_status un_comm_nccl_new(un_ctx *ctx, un_comm *ctrl, int device, void *stream,
         return st;
     }
     un_comm_dev *d = un_xcalloc(1, sizeof *d);
-    *d = (un_comm_dev){.api_version = UN_BACKEND_API_VERSION,
-                       .iface = &nccl_iface,
-                       .ctrl = ctrl,
-                       .context = p};
+    *d = (un_comm_dev){
+        .api_version = UN_BACKEND_API_VERSION, .iface = &nccl_iface, .ctrl = ctrl, .context = p};
     *out = d;
     return UN_OK;
 }

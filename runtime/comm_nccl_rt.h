@@ -20,7 +20,8 @@ extern "C" {
  * plugin (un__nccl_fns_get) and backend.c loads on first use (un__nccl_seam). */
 #define UN__NCCL_SEAM(X)                                                                           \
     X(const char *, get_id, (void *id /* UN_NCCL_ID_BYTES */))                                     \
-    /* Sets the device, makes a stream when *stream is NULL (*own_stream tells), joins the group. */ \
+    /* Sets the device, makes a stream when *stream is NULL (*own_stream tells), joins the group.  \
+     */                                                                                            \
     X(const char *, init,                                                                          \
       (void **comm, int nranks, const void *id, int rank, int device, void **stream,               \
        bool *own_stream))                                                                          \

@@ -47,12 +47,12 @@ typedef struct un_exec_piece {
 
 /* What one rank held and moved (bytes). Traffic counts the last forward + backward. */
 typedef struct un_exec_stats {
-    int64_t sent, recv;   /* to / from other ranks (the communicator's links) */
-    int64_t copied;       /* block copies and sums between buffers of this rank */
-    int64_t weight_bytes; /* this rank's weight pieces (their gradients take as much again) */
-    int64_t alloc_bytes;  /* every buffer the executor holds (taken once, while planning) */
-    int64_t grad_bytes;   /* of which the arena the activation gradients share by lifetime */
-    int64_t peak_bytes;   /* the most it held at once */
+    int64_t sent, recv;       /* to / from other ranks (the communicator's links) */
+    int64_t copied;           /* block copies and sums between buffers of this rank */
+    int64_t weight_bytes;     /* this rank's weight pieces (their gradients take as much again) */
+    int64_t alloc_bytes;      /* every buffer the executor holds (taken once, while planning) */
+    int64_t grad_bytes;       /* of which the arena the activation gradients share by lifetime */
+    int64_t peak_bytes;       /* the most it held at once */
     int64_t plane_exchanges;  /* exchanges with messages of backend memory carried by the
                                  device data plane ... */
     int64_t staged_exchanges; /* ... and staged through host memory (last forward + backward +

@@ -222,9 +222,9 @@ static void test_plane_offered(void) {
         bool plane;
     } cases[] = {
         {{"opaque", "opaque", "opaque"}, true},
-        {{"cpu", "cpu", "cpu"}, false},                   /* host-visible: the comm moves it */
+        {{"cpu", "cpu", "cpu"}, false},                        /* host-visible: the comm moves it */
         {{"opaque:staged", "opaque:staged", "opaque"}, false}, /* asked not to */
-        {{"opaque", "opaque:staged", "opaque"}, false},   /* one rank without: none */
+        {{"opaque", "opaque:staged", "opaque"}, false},        /* one rank without: none */
         {{"opaque", "cpu", "opaque"}, false},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
@@ -289,9 +289,9 @@ static int plane_vs_staged(const char *model, const char *strategy, int devices)
     test__check(ok, TEST__AT,
                 "%s %s on %d: plane %s (%s) loss %.9g, %lld plane / %lld staged exchanges; "
                 "staged %s (%s) loss %.9g, %lld / %lld",
-                model, strategy, devices, un_status_str(sp), ep,
-                sp == UN_OK ? rp.losses[2] : 0.0, (long long)pp, (long long)ps, un_status_str(ss),
-                es, ss == UN_OK ? rs.losses[2] : 0.0, (long long)sp_, (long long)ss_);
+                model, strategy, devices, un_status_str(sp), ep, sp == UN_OK ? rp.losses[2] : 0.0,
+                (long long)pp, (long long)ps, un_status_str(ss), es,
+                ss == UN_OK ? rs.losses[2] : 0.0, (long long)sp_, (long long)ss_);
     un_train_result_deinit(&rp);
     un_train_result_deinit(&rs);
     return ok && sp == UN_OK;
@@ -354,9 +354,9 @@ static void test_memory(void) {
     un_backend_free(be);
     un_ctx_free(ctx);
     /* options: each bad one is one error naming it */
-    static const char *const bad[] = {"opaque:mem=0", "opaque:mem=", "opaque:mem=12X",
-                                      "opaque:fast",  "opaque:staged,", "opaquex",
-                                      "opaque:mem=-1", "opaque:mem=99999999999G"};
+    static const char *const bad[] = {
+        "opaque:mem=0",   "opaque:mem=", "opaque:mem=12X", "opaque:fast",
+        "opaque:staged,", "opaquex",     "opaque:mem=-1",  "opaque:mem=99999999999G"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         un_ctx *c = un_ctx_new(NULL);
         un_status st = un_backend_opaque_opts_parse(c, bad[i], &o);

@@ -35,7 +35,8 @@ static bool mapped(const char *lib) {
 
 /* The CUDA libraries are plugins loaded on first GPU use, never linked: CPU and opaque training
  * in this process maps none of them; the loader's failures are one line naming the library; in a
- * build with CUDA the plugins load when asked and bring their libraries (cuBLAS, NCCL) with them. */
+ * build with CUDA the plugins load when asked and bring their libraries (cuBLAS, NCCL) with them.
+ */
 static void test_lazy_libraries(void) {
     static const char *const backends[2] = {"cpu", "opaque"};
     for (int b = 0; b < 2; b++) {
@@ -71,7 +72,8 @@ static void test_lazy_libraries(void) {
     int n = cu->device_count(&w);
     printf("  cuda plugin loaded: %d device%s%s%s\n", n, n == 1 ? "" : "s", n ? "" : ": ",
            n ? "" : w);
-    const un__nccl_fns *nc = un__plugin_open("libunity_nccl.so", "un__nccl_fns_get", why, sizeof why);
+    const un__nccl_fns *nc =
+        un__plugin_open("libunity_nccl.so", "un__nccl_fns_get", why, sizeof why);
     if (nc)
         EXPECT_TRUE(mapped("libnccl"));
     else /* a build without nccl.h: only the plugin itself is missing */
@@ -435,6 +437,40 @@ static void test_cuda_ops(void) {
     un_ctx_free(ctx);
 }
 
+/* The executor's exchanges on NCCL: with a GPU per rank, data parallel training on 2 GPUs carries
+ * every exchange on the NCCL plane and gives the CPU backend's losses (1e-3); skipped (one line)
+ * without 2 GPUs and NCCL. */
+static void test_nccl_training(void) {
+    const char *why = NULL;
+    int gpus = un_backend_cuda_devices(&why);
+    if (gpus < 2 || !un_comm_nccl_ready(1, &why)) {
+        printf("  cuda nccl training: skipped (%s)\n",
+               gpus < 2 && gpus > 0 ? "fewer than 2 GPUs" : why);
+        return;
+    }
+    un_train_result r[2];
+    static const char *const backends[2] = {"cpu", "cuda"};
+    for (int b = 0; b < 2; b++) {
+        un_train_opts o = un_train_opts_default();
+        o.model = "mlp";
+        o.tiny = true;
+        o.devices = 2;
+        o.strategy = "data";
+        o.steps = 5;
+        o.quiet = true;
+        o.backend = backends[b];
+        EXPECT_OK(NULL, un_train_run(NULL, &o, &r[b]));
+    }
+    if (r[0].losses && r[1].losses) {
+        for (int s = 0; s < 5; s++)
+            EXPECT_NEAR(r[1].losses[s], r[0].losses[s], 1e-3 * (1 + fabs(r[0].losses[s])));
+        for (int d = 0; d < 2; d++)
+            EXPECT_TRUE(r[1].dev[d].plane_exchanges > 0 && r[1].dev[d].staged_exchanges == 0);
+    }
+    un_train_result_deinit(&r[0]);
+    un_train_result_deinit(&r[1]);
+}
+
 /* The profiler on CUDA: measured costs of every op of the tiny transformer stored under the GPU's
  * device kind; with no GPU, one error line and nothing stored. */
 static void test_profile_cuda(void) {
@@ -483,6 +519,7 @@ int main(void) {
         {"lazy_libraries", test_lazy_libraries}, /* first: before anything loads a plugin */
         {"cuda_ops", test_cuda_ops},
         {"nccl", test_nccl},
+        {"nccl_training", test_nccl_training},
         {"profile_cuda", test_profile_cuda},
     };
     return TEST_RUN_ALL(cases);

@@ -430,7 +430,8 @@ static void test_backend_flag(void) {
     /* the default is cpu without a GPU */
     const cli_result *r = run("--model mlp --tiny --steps 1");
     EXPECT_TRUE(r->code == 0 && strstr(r->out, gpus ? "backend: cuda-f32" : "backend: cpu-f32"));
-    /* under mpirun (exchanges staged through host memory between processes): the same losses */
+    /* under mpirun (exchanges on the opaque plane: MPI moves the memory behind its addresses):
+     * the same losses */
     if (system("command -v mpirun >/dev/null 2>&1") != 0) {
         printf("    skip --backend opaque under mpirun: mpirun not found\n");
         return;
