@@ -1146,6 +1146,15 @@ void un_exec_free(un_exec *ex) {
     free(ex);
 }
 
+/* After a local failure: the other ranks' pending and later exchanges fail instead of waiting
+ * (the device plane's pending transfers end too). */
+static void exec_abort(un_exec *ex) {
+    if (ex->plane)
+        un_comm_dev_abort(ex->plane);
+    else
+        un_comm_abort(ex->comm);
+}
+
 un_status un_exec_plane_open(un_ctx *ctx, un_exec *ex) {
     UN_ASSERT(!ex->dry && !ex->plane);
     return un_comm_dev_new(ctx, ex->comm, ex->be, &ex->plane);
@@ -1321,7 +1330,7 @@ un_status un_exec_forward(un_ctx *ctx, un_exec *ex, uint64_t dropout_seed) {
     for (int32_t i = 0; i < ex->n && st == UN_OK; i++)
         st = forward_node(ctx, ex, i);
     if (st != UN_OK)
-        un_comm_abort(ex->comm);
+        exec_abort(ex);
     return st;
 }
 
@@ -1376,7 +1385,7 @@ un_status un_exec_backward(un_ctx *ctx, un_exec *ex) {
     if (st == UN_OK)
         st = grads_reduce_scatter(ctx, ex);
     if (st != UN_OK) {
-        un_comm_abort(ex->comm);
+        exec_abort(ex);
         return st;
     }
     return UN_OK;
@@ -1506,7 +1515,7 @@ un_status un_exec_update(un_ctx *ctx, un_exec *ex, un_optim *opt) {
     if (st == UN_OK)
         st = un_exec_allgather(ctx, ex, ex->params);
     if (st != UN_OK)
-        un_comm_abort(ex->comm);
+        exec_abort(ex);
     return st;
 }
 
