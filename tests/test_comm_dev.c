@@ -14,6 +14,7 @@
 #include "runtime/zoo.h"
 
 #include "tests/test.h"
+#include "tests/train_run.h"
 
 enum { MAX_RANKS = 4, N = 37 };
 
@@ -241,27 +242,6 @@ static void test_plane_offered(void) {
 
 /* ---- the executor on the plane = staged, bit for bit ----------------------------------------- */
 
-static un_status train_on(const char *backend, const char *model, const char *strategy, int devices,
-                          un_train_result *r, char *err, size_t cap) {
-    un_train_opts o = un_train_opts_default();
-    o.model = model;
-    o.tiny = strstr(model, ".json") == NULL;
-    o.loss = o.tiny ? NULL : "mse";
-    o.strategy = strategy;
-    o.devices = devices;
-    o.steps = 3;
-    o.threads = 2;
-    o.quiet = true;
-    o.out = stdout;
-    o.backend = backend;
-    un_ctx *ctx = un_ctx_new(NULL);
-    memset(r, 0, sizeof *r);
-    un_status st = un_train_run(ctx, &o, r);
-    snprintf(err, cap, "%s", un_ctx_errmsg(ctx));
-    un_ctx_free(ctx);
-    return st;
-}
-
 /* Sums of the per-device exchange counts of a run. */
 static void exchanges(const un_train_result *r, int64_t *plane, int64_t *staged) {
     *plane = *staged = 0;
@@ -276,8 +256,10 @@ static void exchanges(const un_train_result *r, int64_t *plane, int64_t *staged)
 static int plane_vs_staged(const char *model, const char *strategy, int devices) {
     un_train_result rp, rs;
     char ep[512], es[512];
-    un_status sp = train_on("opaque", model, strategy, devices, &rp, ep, sizeof ep);
-    un_status ss = train_on("opaque:staged", model, strategy, devices, &rs, es, sizeof es);
+    un_status sp =
+        test_train_on("opaque", model, strategy, devices, 3, NULL, NULL, &rp, ep, sizeof ep);
+    un_status ss =
+        test_train_on("opaque:staged", model, strategy, devices, 3, NULL, NULL, &rs, es, sizeof es);
     bool ok = sp == ss;
     int64_t pp = 0, ps = 0, sp_ = 0, ss_ = 0;
     if (ok && sp == UN_OK) {
@@ -377,13 +359,15 @@ static void test_memory(void) {
 static void test_memory_check(void) {
     un_train_result r, big;
     char e[512];
-    un_status st = train_on("opaque:mem=16K", "mlp", "data", 2, &r, e, sizeof e);
+    un_status st =
+        test_train_on("opaque:mem=16K", "mlp", "data", 2, 3, NULL, NULL, &r, e, sizeof e);
     test__check(st == UN_ERR_NOMEM && strstr(e, "needs about") && strstr(e, "GiB are available") &&
                     strstr(e, "opaque-f32 memory of device"),
                 TEST__AT, "16K: %s (%s)", un_status_str(st), e);
     un_train_result_deinit(&r);
-    EXPECT_OK(NULL, train_on("opaque:mem=64M", "mlp", "data", 2, &r, e, sizeof e));
-    EXPECT_OK(NULL, train_on("opaque", "mlp", "data", 2, &big, e, sizeof e));
+    EXPECT_OK(NULL,
+              test_train_on("opaque:mem=64M", "mlp", "data", 2, 3, NULL, NULL, &r, e, sizeof e));
+    EXPECT_OK(NULL, test_train_on("opaque", "mlp", "data", 2, 3, NULL, NULL, &big, e, sizeof e));
     EXPECT_TRUE(r.losses && big.losses && memcmp(r.losses, big.losses, 3 * sizeof(double)) == 0);
     un_train_result_deinit(&r);
     un_train_result_deinit(&big);

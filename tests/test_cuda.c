@@ -13,11 +13,11 @@
 #include "runtime/backend_cuda_rt.h"
 #include "runtime/backend_impl.h"
 #include "runtime/comm_nccl_rt.h"
-#include "runtime/train.h"
 #include "runtime/zoo.h"
 #include "search/profile.h"
 
 #include "tests/test.h"
+#include "tests/train_run.h"
 
 enum { MAX_RANKS = 4 };
 
@@ -39,16 +39,11 @@ static bool mapped(const char *lib) {
  */
 static void test_lazy_libraries(void) {
     static const char *const backends[2] = {"cpu", "opaque"};
+    char why[512];
     for (int b = 0; b < 2; b++) {
-        un_train_opts o = un_train_opts_default();
-        o.model = "mlp";
-        o.tiny = true;
-        o.devices = 2;
-        o.steps = 1;
-        o.quiet = true;
-        o.backend = backends[b];
         un_train_result r;
-        EXPECT_OK(NULL, un_train_run(NULL, &o, &r));
+        EXPECT_OK(NULL,
+                  test_train_on(backends[b], "mlp", "data", 2, 1, NULL, NULL, &r, why, sizeof why));
         un_train_result_deinit(&r);
     }
     un_backend_cuda_devices(NULL); /* asks for GPUs: loads the plugin only where a driver is */
@@ -56,7 +51,6 @@ static void test_lazy_libraries(void) {
     static const char *const libs[4] = {"libcublas", "libcudart", "libnccl", "libunity_cuda"};
     for (int i = 0; i < 4 && !driver; i++)
         test__check(!mapped(libs[i]), TEST__AT, "%s mapped by a CPU-only run", libs[i]);
-    char why[512];
     EXPECT_TRUE(un__plugin_open("libunity_absent.so", "un__cu_fns_get", why, sizeof why) == NULL);
     EXPECT_TRUE(strstr(why, "cannot load libunity_absent.so: ") && !strchr(why, '\n'));
     EXPECT_TRUE(un__plugin_open("libm.so.6", "un__cu_fns_get", why, sizeof why) == NULL);
@@ -450,17 +444,10 @@ static void test_nccl_training(void) {
     }
     un_train_result r[2];
     static const char *const backends[2] = {"cpu", "cuda"};
-    for (int b = 0; b < 2; b++) {
-        un_train_opts o = un_train_opts_default();
-        o.model = "mlp";
-        o.tiny = true;
-        o.devices = 2;
-        o.strategy = "data";
-        o.steps = 5;
-        o.quiet = true;
-        o.backend = backends[b];
-        EXPECT_OK(NULL, un_train_run(NULL, &o, &r[b]));
-    }
+    char err[512];
+    for (int b = 0; b < 2; b++)
+        EXPECT_OK(NULL, test_train_on(backends[b], "mlp", "data", 2, 5, NULL, NULL, &r[b], err,
+                                      sizeof err));
     if (r[0].losses && r[1].losses) {
         for (int s = 0; s < 5; s++)
             EXPECT_NEAR(r[1].losses[s], r[0].losses[s], 1e-3 * (1 + fabs(r[0].losses[s])));
