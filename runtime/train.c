@@ -731,15 +731,21 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
         sh->plane = un_exec_plane_name(ex);
     if (st == UN_OK && rank == 0 && !o->quiet) { /* once set-up succeeded: errors print nothing */
         fprintf(o->out, "blas: %s\n", un_blas_describe());
+        /* how pieces move between devices when there are several and the host cannot reach them */
+        char moves[96] = "";
+        if (un_comm_size(comm) > 1 && !un_backend_host_visible(be))
+            snprintf(moves, sizeof moves, "; exchanges %s%s",
+                     sh->plane ? "on the device plane " : "staged through host memory",
+                     sh->plane ? sh->plane : "");
         if (strcmp(sh->backend, "cuda") == 0) {
             char name[128] = "?";
             un_backend_cuda_device_name(0, name, sizeof name);
             fprintf(o->out,
                     "backend: %s, one GPU per rank (its rank on the machine mod %d GPUs; "
-                    "GPU 0: %s)\n",
-                    un_backend_name(be), sh->gpus, name);
+                    "GPU 0: %s)%s\n",
+                    un_backend_name(be), sh->gpus, name, moves);
         } else {
-            fprintf(o->out, "backend: %s\n", un_backend_name(be));
+            fprintf(o->out, "backend: %s%s\n", un_backend_name(be), moves);
         }
     }
     /* A loaded run continues where the checkpoint stopped: same data, same dropout masks. */

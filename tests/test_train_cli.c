@@ -427,6 +427,11 @@ static void test_backend_flag(void) {
         if (gpus)
             EXPECT_NEAR(l[2][s], l[0][s], 1e-3);
     }
+    /* the run says how pieces move between devices the host cannot reach */
+    const cli_result *rp = run("--model mlp --tiny --devices 2 --steps 1 --backend opaque");
+    EXPECT_TRUE(rp->code == 0 && strstr(rp->out, "exchanges on the device plane opaque"));
+    rp = run("--model mlp --tiny --devices 2 --steps 1 --backend opaque:staged");
+    EXPECT_TRUE(rp->code == 0 && strstr(rp->out, "exchanges staged through host memory"));
     /* the default is cpu without a GPU */
     const cli_result *r = run("--model mlp --tiny --steps 1");
     EXPECT_TRUE(r->code == 0 && strstr(r->out, gpus ? "backend: cuda-f32" : "backend: cpu-f32"));
