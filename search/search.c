@@ -390,6 +390,9 @@ un_status un_search_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
         out->unrewritten_fits = r0.sim.fits;
     }
     bool take1 = st1 == UN_OK && (st0 != UN_OK || better_result(&r1, &r0));
+    /* data parallelism of the model graph, for the report: r0 has it (joint) */
+    double dp_step = r0.dp_step, dp_mem = r0.dp_mem;
+    bool dp_fits = r0.dp_fits, dp_known = st0 == UN_OK;
     double u_step = out->unrewritten_step;
     bool u_fits = out->unrewritten_fits;
     if (take1) {
@@ -413,11 +416,16 @@ un_status un_search_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     sr.best = NULL;
     out->subst = sr;
     out->rewrites = true;
-    /* data parallelism of the model graph, for the report */
-    un_map_params mp = un_map_params_default(p->devices);
-    mp.optimizer = p->optimizer;
-    mp.max_states = p->max_states;
-    data_parallel_estimate(ctx, cm, g, &mp, p, out);
+    if (dp_known) {
+        out->dp_step = dp_step;
+        out->dp_fits = dp_fits;
+        out->dp_mem = dp_mem;
+    } else { /* taso: r1 has the rewritten graph's */
+        un_map_params mp = un_map_params_default(p->devices);
+        mp.optimizer = p->optimizer;
+        mp.max_states = p->max_states;
+        data_parallel_estimate(ctx, cm, g, &mp, p, out);
+    }
     out->wall = un_search_clock() - t0;
     return UN_OK;
 }
