@@ -1052,10 +1052,16 @@ static void test_mixed_strategy(void) {
                         "%s: %lld weight bytes tensor-partitioned, %lld not, serial %lld",
                         names[i], (long long)split, (long long)whole,
                         (long long)r1.dev[0].weight_bytes);
-            for (int k = 0; k < 4; k++)
+            for (int k = 0; k < 4; k++) {
                 test__check(rm.dev[k].weight_bytes == want[k], TEST__AT,
                             "%s: device %d holds %lld weight bytes, the plan says %lld", names[i],
                             k, (long long)rm.dev[k].weight_bytes, (long long)want[k]);
+                /* and the memory check's estimate is what the device held */
+                int64_t e = un_exec_estimate_bytes(f, k, 4, UN_PREC_F64, 2);
+                test__check(e == rm.dev[k].peak_bytes, TEST__AT,
+                            "%s: device %d estimate %lld, peak %lld", names[i], k, (long long)e,
+                            (long long)rm.dev[k].peak_bytes);
+            }
             printf("    %-12s mixed 2x2: %5.1f%% of the weights tensor-partitioned; per device "
                    "%lld..%lld B of serial's %lld\n",
                    names[i], 100.0 * (double)split / (double)(split + whole),
