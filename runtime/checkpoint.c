@@ -293,10 +293,22 @@ typedef struct ck_target {
     un_prec prec, oprec;
     void *w, *st[2];
     int64_t *cover_v, *cover_s; /* per block: values and optimizer elements loaded */
+    unsigned char *seen[2];     /* bit per element of w and of st[0]: loaded already */
+    int32_t twice;              /* a weight node with an element given twice, or -1 */
     unsigned char *buf;         /* CK_CHUNK elements of 8 bytes */
 } ck_target;
 
-static void ck_target_init(ck_target *t, const un_graph *g, const un_exec_block *blk, int nb) {
+/* Marks element i of seen; false when it was marked already. */
+static bool ck_mark(unsigned char *seen, int64_t i) {
+    unsigned char bit = (unsigned char)(1u << (i & 7));
+    bool fresh = !(seen[i >> 3] & bit);
+    seen[i >> 3] |= bit;
+    return fresh;
+}
+
+/* nv, ns: the elements of w and of each st[] array. */
+static void ck_target_init(ck_target *t, const un_graph *g, const un_exec_block *blk, int nb,
+                           int64_t nv, int64_t ns) {
     int32_t n = un_graph_node_count(g);
     t->g = g;
     t->blk = blk;
@@ -309,9 +321,14 @@ static void ck_target_init(ck_target *t, const un_graph *g, const un_exec_block 
     t->cover_v = un_xcalloc((size_t)nb + 1, sizeof *t->cover_v);
     t->cover_s = un_xcalloc((size_t)nb + 1, sizeof *t->cover_s);
     t->buf = un_xmalloc((size_t)CK_CHUNK * 8);
+    t->seen[0] = un_xcalloc((size_t)nv / 8 + 1, 1);
+    t->seen[1] = un_xcalloc((size_t)ns / 8 + 1, 1);
+    t->twice = -1;
 }
 
 static void ck_target_deinit(ck_target *t) {
+    free(t->seen[0]);
+    free(t->seen[1]);
     free(t->first);
     free(t->cover_v);
     free(t->cover_s);
@@ -349,17 +366,26 @@ static void ck_runs(ck_target *t, int32_t id, const int64_t *off, const int64_t 
             li = li * k->len[last] + (lo - k->off[last]);
             int64_t src = x - x0 + (lo - c[last]), n = hi - lo;
             if (a == 0) {
-                for (int64_t e = 0; e < n; e++)
+                for (int64_t e = 0; e < n; e++) {
                     setv(t->w, t->prec, k->at + li + e, rd_val(t->buf, es, src + e));
-                t->cover_v[b] += n;
+                    if (ck_mark(t->seen[0], k->at + li + e))
+                        t->cover_v[b]++;
+                    else
+                        t->twice = id;
+                }
                 continue;
             }
             int64_t p = li > k->lo ? li : k->lo, q = li + n < k->hi ? li + n : k->hi;
-            for (int64_t e = p; e < q; e++)
+            for (int64_t e = p; e < q; e++) {
                 setv(t->st[a - 1], t->oprec, k->shard_at + e - k->lo,
                      rd_val(t->buf, es, src + e - li));
-            if (a == 1 && q > p)
-                t->cover_s[b] += q - p;
+                if (a > 1)
+                    continue;
+                if (ck_mark(t->seen[1], k->shard_at + e - k->lo))
+                    t->cover_s[b]++;
+                else
+                    t->twice = id;
+            }
         }
         x += run;
     }
@@ -621,6 +647,11 @@ static un_status ck_load(un_ctx *ctx, const char *path, bool ranks, ck_target *t
         }
     }
     bool opt = st == UN_OK && o && hdr[2] != ~0u;
+    if (st == UN_OK && t->twice >= 0) {
+        const char *name = un_graph_node(t->g, t->twice)->name;
+        st = un_ctx_error(ctx, UN_ERR_PARSE, "%s: weight '%s' has elements more than once in it",
+                          path, name ? name : "");
+    }
     for (int b = 0; st == UN_OK && b < t->nb; b++) {
         const un_exec_block *k = &t->blk[b];
         int64_t n = 1;
@@ -668,7 +699,8 @@ static un_status ck_load_logical(un_ctx *ctx, const char *path, bool ranks, cons
     int nb;
     un_exec_block *blk = ck_whole_blocks(g, &nb);
     ck_target t = {0};
-    ck_target_init(&t, g, blk, nb);
+    int64_t nl = ck_lparams(g);
+    ck_target_init(&t, g, blk, nb, nl, nl);
     t.prec = prec;
     t.w = w;
     t.oprec = o ? un_optim_prec(o) : prec;
@@ -697,10 +729,10 @@ un_status un_checkpoint_load_exec(un_ctx *ctx, const char *path, const un_graph 
     int nb;
     un_exec_block *blk = un_exec_blocks(ex, &nb);
     ck_target t = {0};
-    ck_target_init(&t, g, blk, nb);
+    ck_target_init(&t, g, blk, nb, np, ns);
     t.prec = t.oprec = un_backend_prec(be);
     t.w = un_xcalloc((size_t)np + 1, es);
-    int64_t held = (np + 1) * (int64_t)es + CK_CHUNK * 8;
+    int64_t held = (np + 1) * (int64_t)es + CK_CHUNK * 8 + np / 8 + ns / 8 + 2;
     for (int i = 0; o && i < 2; i++)
         if (un_optim_state(o, i)) {
             t.st[i] = un_xcalloc((size_t)ns + 1, es);

@@ -1125,6 +1125,100 @@ static void test_mixed_strategy(void) {
     }
 }
 
+/* A block of a hand-made rank file: rows off0..off0+len0 of a [4, 4] weight, elements lo..hi. */
+typedef struct ckb {
+    const char *name;
+    int64_t off0, len0, lo, hi;
+} ckb;
+
+static void put(unsigned char *buf, size_t *n, const void *p, size_t len) {
+    memcpy(buf + *n, p, len);
+    *n += len;
+}
+
+/* Writes PATH.rank0 of a 1-rank checkpoint (format of runtime/checkpoint.c: header, blocks with
+ * values sin(element), FNV-1a checksum) saying it has `claimed` blocks. */
+static void write_rank_file(const char *path, uint32_t claimed, const ckb *b, int n) {
+    unsigned char *buf = calloc(4096, 1);
+    size_t len = 0;
+    uint32_t hdr[5] = {8, 0, 1, ~0u, 0};
+    int64_t steps = 0;
+    put(buf, &len, "UNCKPR01", 8);
+    put(buf, &len, hdr, 16);
+    put(buf, &len, &steps, 8);
+    put(buf, &len, &claimed, 4);
+    for (int i = 0; i < n; i++) {
+        uint32_t nl = (uint32_t)strlen(b[i].name), rk = 2;
+        int64_t dims[2] = {4, 4}, off[2] = {b[i].off0, 0}, ln[2] = {b[i].len0, 4};
+        put(buf, &len, &nl, 4);
+        put(buf, &len, b[i].name, nl);
+        put(buf, &len, &rk, 4);
+        put(buf, &len, dims, 16);
+        put(buf, &len, off, 16);
+        put(buf, &len, ln, 16);
+        put(buf, &len, &b[i].lo, 8);
+        put(buf, &len, &b[i].hi, 8);
+        for (int64_t x = b[i].lo; x < b[i].hi; x++) {
+            double v = sin((double)(b[i].off0 * 4 + x));
+            put(buf, &len, &v, 8);
+        }
+    }
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ buf[i]) * 0x100000001b3ull;
+    put(buf, &len, &h, 8);
+    char file[96];
+    snprintf(file, sizeof file, "%s.rank0", path);
+    FILE *f = fopen(file, "wb");
+    fwrite(buf, 1, len, f);
+    fclose(f);
+    free(buf);
+}
+
+/* Rank files whose checksum is right but whose blocks are not: a weight missing, elements twice,
+ * a block beyond its weight, a chunk beyond its block, more blocks claimed than there are: one
+ * clear error each, never a crash; the well-formed file loads its values. */
+static void test_checkpoint_rank_blocks(void) {
+    un_graph *g = NULL;
+    EXPECT_OK(NULL,
+              un_sample_mlp(NULL, spec, (un_sample_mlp_cfg){4, 4, 4, 4}, UN_SAMPLE_SERIAL, 1, &g));
+    char path[64];
+    tmp_path(path, sizeof path, "blocks.ckpt");
+    const ckb whole1 = {"w1", 0, 4, 0, 16}, whole2 = {"w2", 0, 4, 0, 16};
+    struct {
+        ckb b[3];
+        int n;
+        uint32_t claimed;
+        un_status want;
+        const char *msg;
+    } cases[] = {
+        {{whole1, whole2}, 2, 2, UN_OK, ""},
+        {{{"w1", 0, 2, 0, 8}, {"w1", 2, 2, 0, 8}, whole2}, 3, 3, UN_OK, ""},
+        {{whole1}, 1, 1, UN_ERR_MISMATCH, "weight 'w2' is not whole in the 1 rank files"},
+        {{{"w1", 0, 2, 0, 8}, {"w1", 0, 2, 0, 8}, whole2}, 3, 3, UN_ERR_PARSE,
+         "weight 'w1' has elements more than once"},
+        {{{"w1", 0, 5, 0, 16}, whole2}, 2, 2, UN_ERR_PARSE, "truncated or malformed"},
+        {{{"w1", 0, 4, 0, 17}, whole2}, 2, 2, UN_ERR_PARSE, "truncated or malformed"},
+        {{whole1, whole2}, 2, 3, UN_ERR_PARSE, "truncated or malformed"},
+    };
+    for (size_t k = 0; g && k < sizeof cases / sizeof *cases; k++) {
+        write_rank_file(path, cases[k].claimed, cases[k].b, cases[k].n);
+        un_ctx *ctx = un_ctx_new(NULL);
+        double w[32] = {0};
+        un_status st = un_checkpoint_load_ranks(ctx, path, g, UN_PREC_F64, w, NULL);
+        test__check(st == cases[k].want && strstr(un_ctx_errmsg(ctx), cases[k].msg), TEST__AT,
+                    "case %zu: status %d, message '%s'", k, st, un_ctx_errmsg(ctx));
+        for (int i = 0; st == UN_OK && i < 32; i++) /* w1 then w2, each sin(element) */
+            test__check(w[i] == sin((double)(i % 16)), TEST__AT, "case %zu: w[%d] = %g", k, i,
+                        w[i]);
+        un_ctx_free(ctx);
+    }
+    char file[96];
+    snprintf(file, sizeof file, "%s.rank0", path);
+    remove(file);
+    un_graph_free(g);
+}
+
 /* ---- checkpoints loaded straight into a rank's pieces ---- */
 
 typedef struct ckx_arg {
@@ -1593,6 +1687,7 @@ int main(void) {
         {"tensor_strategy", test_tensor_strategy},
         {"mixed_strategy", test_mixed_strategy},
         {"checkpoint_load_exec", test_checkpoint_load_exec},
+        {"checkpoint_rank_blocks", test_checkpoint_rank_blocks},
         {"sharded_update", test_sharded_update},
         {"grad_arena", test_grad_arena},
     };
