@@ -18,7 +18,9 @@
 #
 #   scripts/bench/rewrite.sh [BUILD_DIR]        (env: N3_DB, N4_DB, COPIES (44), OUT,
 #                                                SECTIONS: which of "1 2 3 4" to run, all by default;
-#                                                SECTIONS=3 N3_DB=... is the 230k-rule load alone)
+#                                                SECTIONS=3 N3_DB=... is the 230k-rule load alone;
+#                                                BASELINE_BIN: an older unity-rewrite, timed on the
+#                                                230k set beside this build, alternating)
 #
 # Timings depend on the load of the machine: the script prints `uptime` and the CPU; say so.
 set -euo pipefail
@@ -119,6 +121,16 @@ SQL
     echo "   $(sqlite3 "$large" "SELECT count(*) FROM rules") verified rows: $n3's verified rules x $copies"
 fi
 rm -f "$large.compiled"
+if [[ -n ${BASELINE_BIN:-} ]]; then
+    # the other side of the comparison: an older build's unity-rewrite on the same database, just
+    # before this build's runs (no cache read or written)
+    for t in 1 "$(nproc)"; do
+        timed "BASELINE $BASELINE_BIN, compiled on $t thread(s), no cache" \
+            "$BASELINE_BIN" "$large" --load-only --no-cache --threads "$t"
+        timed "this build, compiled on $t thread(s), no cache" \
+            "$B/unity-rewrite" "$large" --load-only --no-cache --threads "$t"
+    done
+fi
 timed "compact, compiled on 1 thread, cache written" "$B/unity-rewrite" "$large" --load-only --threads 1
 mv "$large.compiled" "$out/large-1thread.compiled"
 timed "compact, compiled on $(nproc) threads, cache written" "$B/unity-rewrite" "$large" --load-only
