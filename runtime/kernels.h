@@ -28,7 +28,7 @@ typedef struct un_kt {
 
 typedef struct un_pool un_pool; /* runtime/pool.h: fixed thread pool, parallel-for */
 
-/* What a forward keeps for its backward: a linear layer's gelu pre-activations, attention's
+/* What a forward keeps for its backward: a linear layer's gelu derivatives gelu'(pre), attention's
  * projections and probabilities (PyTorch keeps the same). Entries are keyed by the op and its
  * output's address and carry a fingerprint of the op's parameters, shapes and input values: the
  * backward uses an entry only when its call has the same fingerprint (so inputs changed since the

@@ -245,6 +245,23 @@ VEC_CLONES static void gelu_grad_f32(float *y, const float *dy, const float *pre
     }
 }
 
+/* y[i] = gelu(x[i]) and d[i] = gelu'(x[i]) in one pass (one erfc for both), the same bits as
+ * gelu_f32 and as the factor gelu_grad_f32 multiplies dy by; y may alias x. */
+VEC_CLONES static void gelu_dgelu_f32(float *y, float *d, const float *xv, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        float x = xv[i], xs = x == x ? x : 0.0f, e = gelu_erfc(xs);
+        float g = 0.5f * e + xs * 0.39894228040143268f * vexpf(-0.5f * xs * xs);
+        y[i] = x == x ? 0.5f * xs * e : x;
+        d[i] = x == x ? g : x;
+    }
+}
+
+/* y[i] = a[i] b[i]. */
+VEC_CLONES static void mul_f32(float *y, const float *a, const float *b, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        y[i] = a[i] * b[i];
+}
+
 /* p[i] = exp(p[i] - mx) / sum for i < n, 0 for n <= i < len (the sum in double). */
 VEC_CLONES static void softmax_row_f32(float *p, int64_t n, int64_t len) {
     float mx = p[0];
@@ -325,6 +342,17 @@ VEC_CLONES static void ln_dx_row_f32(float *dx, const float *x, const float *dy,
                        (double)n);
     for (i = 0; i < n; i++)
         dx[i] += rs * (dy[i] * g[i] - s1 - (x[i] - mean) * rs * s2);
+}
+
+/* dg[k] += dy[k] (x[k] - mean) rs and db[k] += dy[k] for k in [b, e) (either may be NULL). */
+VEC_CLONES static void ln_dw_row_f32(float *dg, float *db, const float *x, const float *dy,
+                                     int64_t b, int64_t e, float mean, float rs) {
+    if (dg)
+        for (int64_t k = b; k < e; k++)
+            dg[k] += dy[k] * ((x[k] - mean) * rs);
+    if (db)
+        for (int64_t k = b; k < e; k++)
+            db[k] += dy[k];
 }
 
 /* ---- the training loss: cross-entropy rows ------------------------------------------------------ */
