@@ -293,6 +293,26 @@ VEC_CLONES static void softmax_row_f32(float *p, int64_t n, int64_t len) {
         p[i] = 0.0f;
 }
 
+/* The backward of a softmax row in place: dp[t] = p[t] (dp[t] - sum_t dp[t] p[t]) for t < n, 0
+ * for n <= t < len. The dot in double over 8 partial sums (each product exact in double), so
+ * float32 results differ from a sequential sum only where the double sums round to different
+ * floats. */
+VEC_CLONES static void softmax_bwd_row_f32(float *dp, const float *p, int64_t n, int64_t len) {
+    double part[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++)
+            part[k] += (double)dp[i + k] * p[i + k];
+    for (; i < n; i++)
+        part[0] += (double)dp[i] * p[i];
+    float dot = (float)(((part[0] + part[1]) + (part[2] + part[3])) +
+                        ((part[4] + part[5]) + (part[6] + part[7])));
+    for (i = 0; i < n; i++)
+        dp[i] = p[i] * (dp[i] - dot);
+    for (i = n; i < len; i++)
+        dp[i] = 0.0f;
+}
+
 /* ---- float32 layer_norm rows, vectorised -------------------------------------------------------
  * Sums in double over 8 partial sums (one AVX-512 register of doubles); the element-wise parts in
  * float. float64 keeps the plain loops of kernels_cpu.inc. */
