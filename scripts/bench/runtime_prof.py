@@ -4,9 +4,11 @@ where the time of a step goes, by kind of work, so that a gap can be attributed.
 
 Ours: `perf record` (1000 Hz, CPU time) of unity-train for N1 and for N2 steps; the difference
 of each symbol's samples over N2 - N1 steps is its ms per step (start-up cancels out).
-PyTorch: torch.autograd.profiler over N2 - N1 steps after 2 warm-up steps; each aten op's self
-CPU time per step, the optimizer as the whole Optimizer.step (profiler overhead included, so
-PyTorch's column is an upper bound; 'framework' is its step time not inside any op).
+PyTorch: torch.autograd.profiler over N2 - N1 steps after N1 warm-up steps; each aten op's self
+time per step, the optimizer as the whole Optimizer.step, 'framework' its step time not inside
+any op; the profiler's wall-clock times scaled by the process's CPU time / wall time over those
+steps (1 on an idle machine; under load a fair share). Profiler overhead is included, so
+PyTorch's column is an upper bound.
 Both sides are grouped into the same kinds (GEMM incl. OpenBLAS packing and beta passes, gelu,
 layer_norm, softmax/attention glue, element-wise, loss, optimizer, zeroing/memset, copies, ...).
 
@@ -39,9 +41,9 @@ TORCH = [
     ("gemm", r"^aten::(mm|bmm|addmm|baddbmm|matmul|linear)$"),
     ("gelu", r"gelu"),
     ("layer_norm", r"layer_norm"),
+    ("loss", r"cross_entropy|nll_loss|log_softmax|mse_loss"),
     ("softmax/attention", r"softmax|attention|_mha|masked_fill"),
     ("element-wise", r"^aten::(add|add_|mul|mul_|sub|div|div_|where)$"),
-    ("loss", r"cross_entropy|nll_loss|log_softmax|mse_loss"),
     ("zeroing/memset", r"zero_|fill_|zeros"),
     ("copies", r"copy_|contiguous|clone|cat|transpose|permute|t$|view|reshape|expand|as_strided"),
     ("embedding", r"embedding"),
@@ -106,9 +108,9 @@ def step():
 for _ in range({n1}): step()
 import time
 with torch.autograd.profiler.profile() as prof:
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for _ in range({n2 - n1}): step()
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
 def under_opt(e):
     while e is not None:
         if e.name.startswith("Optimizer.step"): return True
@@ -120,12 +122,13 @@ for e in prof.function_events:
     elif not under_opt(e):
         print("OP", e.self_cpu_time_total, e.name)
 print("WALL", wall * 1e6)
+print("CPU", cpu * 1e6)
 """
     r = subprocess.run(["/usr/bin/python3", "-c", code], env=env, capture_output=True, text=True)
     if r.returncode != 0:
         sys.stderr.write(f"runtime_prof.py: PyTorch profile failed: {r.stderr.strip()[-300:]}\n")
         return None
-    per, n, inside = defaultdict(float), n2 - n1, 0.0
+    per, n, inside, wall, cpu = defaultdict(float), n2 - n1, 0.0, 0.0, 0.0
     for line in r.stdout.splitlines():
         f = line.split(None, 2)
         if f[0] == "OPT":
@@ -135,8 +138,14 @@ print("WALL", wall * 1e6)
             per[kind_of(TORCH, f[2])] += float(f[1]) / 1e3 / n
             inside += float(f[1])
         elif f[0] == "WALL":
-            per["framework"] += max(float(f[1]) - inside, 0) / 1e3 / n
-    return per
+            wall = float(f[1])
+            per["framework"] += max(wall - inside, 0) / 1e3 / n
+        elif f[0] == "CPU":
+            cpu = float(f[1])
+    # the profiler's times are wall clock: on a loaded machine they include the time the process
+    # waited for a core, so scale them to the process's CPU time (x1 when it had a core)
+    f = min(cpu / wall, 1.0) if wall > 0 else 1.0
+    return {k: v * f for k, v in per.items()}
 
 
 def main():
@@ -155,7 +164,7 @@ def main():
         o = ours_profile(train, args[model], n1, n2, env)
         t = torch_profile(model, n1, n2, env)
         print(f"\n{model}: ms per step on 1 thread (ours: perf samples, steps {n1 + 1}-{n2}; "
-              f"PyTorch: autograd profiler, self CPU time)")
+              f"PyTorch: autograd profiler, self time scaled to its CPU time)")
         print(f"{'kind':<20} {'ours':>9} {'PyTorch':>9}")
         for k in KINDS:
             a = f"{o.get(k, 0):9.1f}" if o is not None else f"{'-':>9}"
