@@ -4,6 +4,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h> /* the float32 Adam update's AVX-512 path */
+#endif
 
 #include "runtime/backend_impl.h"
 #include "runtime/blas.h"
@@ -180,7 +183,6 @@ OPTIM_UPDATE_FN(optim_update_f32, float)
 OPTIM_UPDATE_FN(optim_update_f64, double)
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
 #define OPTIM_AVX512 1
 /* float32 Adam on 8 elements at a time in AVX-512 double lanes: the scalar loop's operations in
  * its order (no FMA: each product and sum rounded as there), so the same bits; the compiler
