@@ -556,12 +556,28 @@ static void stash_seal(const kcall *c, kstash_entry *e) {
     }
 }
 
-/* The saved values of this call's forward (bytes long), or NULL. */
-static const void *stash_get(const kcall *c, size_t bytes) {
+/* The entry holding the saved values of this call's forward (bytes long), or NULL. */
+static kstash_entry *stash_lookup(const kcall *c, size_t bytes) {
     un_kstash *s = c->ex->stash;
     kstash_entry *e = s ? stash_find(s, c->out[0].data, c->op) : NULL;
     if (!e || !e->valid || e->bytes != bytes || e->sig != call_sig(c))
         return NULL;
+    return e;
+}
+
+/* The saved values of this call's forward (bytes long), or NULL. */
+static const void *stash_get(const kcall *c, size_t bytes) {
+    kstash_entry *e = stash_lookup(c, bytes);
+    return e ? e->data : NULL;
+}
+
+/* As stash_get, for a backward that overwrites them: the entry is invalid from then on (another
+ * backward without a forward recomputes, as without a stash); the memory stays the stash's. */
+static void *stash_take(const kcall *c, size_t bytes) {
+    kstash_entry *e = stash_lookup(c, bytes);
+    if (!e)
+        return NULL;
+    e->valid = false;
     return e->data;
 }
 

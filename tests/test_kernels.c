@@ -1106,6 +1106,12 @@ static void test_stash(void) {
                 EXPECT_TRUE(memcmp(y[0], y[1], ny) == 0);
                 for (int i = 0; i < n_in; i++)
                     EXPECT_TRUE(memcmp(g[0][i], g[1][i], (size_t)t.n[i] * esz) == 0);
+                /* a second backward of the same forward (linear's gelu' was overwritten by the
+                 * first one, which took the entry) recomputes: the same bits */
+                stash_run(ctx, &t, &st, false, false, y[1], g[3]);
+                for (int i = 0; i < n_in; i++)
+                    EXPECT_TRUE(memcmp(g[0][i], g[3][i], (size_t)t.n[i] * esz) == 0);
+                EXPECT_EQ((long long)un_kstash_bytes(st.stash), (long long)held);
                 /* 2: input 0 changed between forward and backward, with the stash; 3: the
                  * backward of the changed input without one (its forward output unused) */
                 stash_run(ctx, &t, &st, true, true, y[2], g[2]);
