@@ -262,6 +262,12 @@ VEC_CLONES static void mul_f32(float *y, const float *a, const float *b, int64_t
         y[i] = a[i] * b[i];
 }
 
+/* z[i] = x[i] + y[i]; z may alias x or y. */
+VEC_CLONES static void add_f32(float *z, const float *x, const float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        z[i] = x[i] + y[i];
+}
+
 /* y[i] += s a[i]. */
 VEC_CLONES static void add_scaled_f32(float *y, const float *a, float s, int64_t n) {
     for (int64_t i = 0; i < n; i++)
