@@ -14,7 +14,10 @@
 # runtime chose, so that the comparison is of everything but the kernel choice (SAME_KERNEL=0
 # skips it).
 # Env: ROUNDS (default 3), STEPS per run (default 6; step 1 untimed), THREADS (default "1 2");
-# ONLY=pytorch runs just this comparison, ONLY=strategies just the section below.
+# ONLY=pytorch runs just this comparison, ONLY=strategies just the section below, ONLY=profile
+# just the per-op profile (scripts/bench/runtime_prof.py: where one step's time goes by kind of
+# work, ours by perf samples, PyTorch by its autograd profiler; PROFILE_MODELS, default
+# "transformer_mid charlm"; needs perf).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
@@ -28,11 +31,22 @@ echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -
 echo "load at start: $(uptime | sed 's/.*load/load/')"
 echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-<unset>} in the environment"
 echo "runtime $("$build/bin/unity-train" --model mlp --tiny --steps 1 | sed -n 's/^blas: //p')"
-torch_cmp() {
-    echo "PyTorch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)')"
-    graphs="$build/bench_graphs"
+graphs="$build/bench_graphs"
+mid_graphs() {
     mkdir -p "$graphs"
     /usr/bin/python3 scripts/bench/mid_graphs.py "$graphs"
+}
+if [[ ${ONLY:-} == profile ]]; then
+    mid_graphs
+    echo "PyTorch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)'), per-op profile, 1 thread"
+    # shellcheck disable=SC2086
+    /usr/bin/python3 scripts/bench/runtime_prof.py "$build" "$graphs" ${PROFILE_MODELS:-transformer_mid charlm}
+    echo "load at end: $(uptime | sed 's/.*load/load/')"
+    exit 0
+fi
+torch_cmp() {
+    echo "PyTorch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)')"
+    mid_graphs
     echo
     echo "== the environment as it is (PyTorch's OpenBLAS picks its own kernel)"
     # shellcheck disable=SC2086
