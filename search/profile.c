@@ -543,24 +543,29 @@ typedef struct xjob {
     un_comm *c;
     void *buf[2];
     size_t bytes;
+    bool ring;
     int reps;
     double sec;
     un_status st;
 } xjob;
 
-/* Rank 0 sends its buffer to rank 1 (and 1 nothing back), reps times; bytes 0 = barriers of every
- * rank only. */
+/* reps times: bytes 0: a barrier of every rank; else with ring every rank sends `bytes` to the
+ * next rank and receives as many from the one before (one un_comm_exchange each, as a step's
+ * exchanges), without ring rank 0 sends to rank 1 only. */
 static void *xchg_main(void *arg) {
     xjob *j = arg;
     un_ctx *ctx = un_ctx_new(NULL);
-    int r = un_comm_rank(j->c);
+    int r = un_comm_rank(j->c), n = un_comm_size(j->c);
     un_comm_msg m = {.peer = 1 - r, .tag = 0, .data = j->buf[r & 1], .bytes = j->bytes};
+    un_comm_msg rs = {.peer = (r + 1) % n, .tag = 0, .data = j->buf[0], .bytes = j->bytes};
+    un_comm_msg rr = {.peer = (r + n - 1) % n, .tag = 0, .data = j->buf[1], .bytes = j->bytes};
     double *t = un_xcalloc((size_t)j->reps, sizeof *t);
     for (int i = 0; i < j->reps && j->st == UN_OK; i++) {
         double t0 = now_s();
-        j->st = j->bytes ? un_comm_exchange(ctx, j->c, r == 0 ? &m : NULL, r == 0,
-                                            r == 1 ? &m : NULL, r == 1)
-                         : un_comm_barrier(ctx, j->c);
+        j->st = !j->bytes ? un_comm_barrier(ctx, j->c)
+                : j->ring ? un_comm_exchange(ctx, j->c, &rs, 1, &rr, 1)
+                          : un_comm_exchange(ctx, j->c, r == 0 ? &m : NULL, r == 0,
+                                             r == 1 ? &m : NULL, r == 1);
         t[i] = now_s() - t0;
     }
     qsort(t, (size_t)j->reps, sizeof *t, cmp_double);
@@ -570,20 +575,25 @@ static void *xchg_main(void *arg) {
     return NULL;
 }
 
-/* The median seconds of one barrier of n threads (bytes 0) or of one exchange of `bytes` from
- * thread 0 to thread 1 (n = 2): the synchronisation itself; the waits for a thread that another
- * job took off its core are measured apart (profile_meet). */
-static un_status xchg_time(un_ctx *ctx, int n, size_t bytes, int reps, double *sec) {
+/* The median seconds of one barrier of n threads (bytes 0), of one exchange of `bytes` around
+ * the ring of n threads (ring) or from thread 0 to thread 1 (n = 2): the synchronisation itself;
+ * the waits for a thread that another job took off its core are measured apart (profile_meet). */
+static un_status xchg_time(un_ctx *ctx, int n, size_t bytes, bool ring, int reps, double *sec) {
     un_comm_group *grp = NULL;
     un_status st = un_comm_local_group_new(ctx, n, &grp);
     if (st != UN_OK)
         return st;
     xjob *j = un_xcalloc((size_t)n, sizeof *j);
+    /* a ring rank's send and receive buffers are its own */
     void *b0 = un_xcalloc(bytes + 1, 1), *b1 = un_xcalloc(bytes + 1, 1);
+    void **own = un_xcalloc((size_t)n * 2, sizeof *own);
     pthread_t *th = un_xcalloc((size_t)n, sizeof *th);
     for (int r = 0; r < n; r++) {
-        j[r] =
-            (xjob){.c = un_comm_local_get(grp, r), .buf = {b0, b1}, .bytes = bytes, .reps = reps};
+        j[r] = (xjob){.c = un_comm_local_get(grp, r), .buf = {b0, b1}, .bytes = bytes,
+                      .ring = ring, .reps = reps};
+        if (ring)
+            for (int k = 0; k < 2; k++)
+                j[r].buf[k] = own[2 * r + k] = un_xcalloc(bytes + 1, 1);
         pthread_create(&th[r], NULL, xchg_main, &j[r]);
     }
     for (int r = 0; r < n; r++) {
@@ -591,6 +601,9 @@ static un_status xchg_time(un_ctx *ctx, int n, size_t bytes, int reps, double *s
         st = st != UN_OK ? st : j[r].st;
     }
     *sec = j[1].sec;
+    for (int k = 0; k < 2 * n; k++)
+        free(own[k]);
+    free(own);
     free(b0);
     free(b1);
     free(th);
@@ -680,21 +693,28 @@ static un_status profile_meet(un_ctx *ctx, un_rulesdb *db, const un_graph *g, co
     return st;
 }
 
-/* The barrier of the run's D ranks ("comm:barrier" devices[D]), measured beside the operators so
- * that the rendezvous the runtime makes cost what they cost at this time on this machine. */
-static un_status profile_barrier(un_ctx *ctx, un_rulesdb *db, const un_graph *g, const char *device,
-                                 FILE *log, int64_t *n_stored) {
+/* The rendezvous of the run's D ranks, measured beside the operators so that those the runtime
+ * makes cost what they cost at this time on this machine: "comm:barrier" devices[D] (one barrier)
+ * and "comm:exchange" devices[D] (one un_comm_exchange in which every rank sends a small message
+ * to the next and receives one: a step's piece transfers, gradient sync and weight gather are
+ * such exchanges; their bytes are costed apart, by the link's bandwidth). */
+static un_status profile_rendezvous(un_ctx *ctx, un_rulesdb *db, const un_graph *g,
+                                    const char *device, FILE *log, int64_t *n_stored) {
     int64_t d = un_strategy_devices(g);
     if (d < 2)
         return UN_OK;
-    double sec = 0;
     char shape[48];
     snprintf(shape, sizeof shape, "devices[%lld]", (long long)d);
-    un_status st = xchg_time(ctx, (int)d, 0, 2000, &sec);
-    if (st == UN_OK && (st = store(ctx, db, "comm:barrier", shape, device, sec, 0, 0)) == UN_OK) {
-        ++*n_stored;
-        if (log)
-            fprintf(log, "  %-44s %-40s %10.4f ms\n", "comm:barrier", shape, sec * 1e3);
+    static const char *sig[2] = {"comm:barrier", "comm:exchange"};
+    un_status st = UN_OK;
+    for (int k = 0; k < 2 && st == UN_OK; k++) {
+        double sec = 0;
+        st = xchg_time(ctx, (int)d, k ? 64 : 0, k == 1, 2000, &sec);
+        if (st == UN_OK && (st = store(ctx, db, sig[k], shape, device, sec, 0, 0)) == UN_OK) {
+            ++*n_stored;
+            if (log)
+                fprintf(log, "  %-44s %-40s %10.4f ms\n", sig[k], shape, sec * 1e3);
+        }
     }
     return st;
 }
@@ -753,7 +773,7 @@ un_status un_profile_graph(un_ctx *ctx, un_rulesdb *db, const un_graph *g, const
     if (st == UN_OK)
         st = profile_step_parts(ctx, db, be, g, p, device, log, n_stored);
     if (st == UN_OK && p->cuda_device < 0)
-        st = profile_barrier(ctx, db, g, device, log, n_stored);
+        st = profile_rendezvous(ctx, db, g, device, log, n_stored);
     if (st == UN_OK && p->cuda_device < 0 && p->threads == 1)
         st = profile_meet(ctx, db, g, device, log, n_stored);
     if (st == UN_OK)
@@ -856,8 +876,8 @@ un_status un_profile_machine(un_ctx *ctx, un_machine *m) {
     free(y);
     /* the local communicator between two threads: latency of a barrier, bandwidth of 16 MiB */
     double lat = 0, big = 0;
-    if ((st = xchg_time(ctx, 2, 0, 2000, &lat)) != UN_OK ||
-        (st = xchg_time(ctx, 2, (size_t)16 << 20, 20, &big)) != UN_OK)
+    if ((st = xchg_time(ctx, 2, 0, false, 2000, &lat)) != UN_OK ||
+        (st = xchg_time(ctx, 2, (size_t)16 << 20, false, 20, &big)) != UN_OK)
         return st;
     m->intra.latency = lat;
     m->intra.bw = (double)((size_t)16 << 20) / (big > 2 * lat ? big - 2 * lat : big);
