@@ -615,7 +615,7 @@ static un_status xchg_time(un_ctx *ctx, int n, size_t bytes, bool ring, int reps
 typedef struct meet_job {
     un_comm *c;
     int reps[UN_SIM_MEET_POINTS];
-    double *t[UN_SIM_MEET_POINTS]; /* per point, per rep: wall seconds of work + barrier */
+    double *t[UN_SIM_MEET_POINTS]; /* per point, per rep: wall seconds of work + rendezvous */
     un_status st;
 } meet_job;
 
@@ -628,28 +628,36 @@ static void spin_cpu(double sec) {
 }
 
 /* First 0.3 s of computing (a new thread is favoured by the scheduler for a while; a training
- * run's threads are long past that), then every point's repetitions in turn. */
+ * run's threads are long past that), then every point's repetitions in turn, each ending in the
+ * runtime's rendezvous: an exchange of a small message with the next and the previous thread
+ * (one thread: a barrier of itself). An exchange can block twice (for the peer's message, then
+ * until its own is taken), a barrier once; where other jobs share the cores each block may cost
+ * a wait for a core. */
 static void *meet_main(void *arg) {
     meet_job *j = arg;
     un_ctx *ctx = un_ctx_new(NULL);
+    int r = un_comm_rank(j->c), n = un_comm_size(j->c);
+    char sb[64] = {0}, rb[64];
+    un_comm_msg sm = {.peer = (r + 1) % n, .tag = 0, .data = sb, .bytes = sizeof sb};
+    un_comm_msg rm = {.peer = (r + n - 1) % n, .tag = 0, .data = rb, .bytes = sizeof rb};
     for (double w0 = now_s(); now_s() - w0 < 0.3;)
         spin_cpu(1e-3);
     for (int w = 0; w < UN_SIM_MEET_POINTS; w++)
         for (int i = 0; i < j->reps[w] && j->st == UN_OK; i++) {
             double t0 = now_s();
             spin_cpu(un_sim_meet_work[w]);
-            j->st = un_comm_barrier(ctx, j->c);
+            j->st = n > 1 ? un_comm_exchange(ctx, j->c, &sm, 1, &rm, 1) : un_comm_barrier(ctx, j->c);
             j->t[w][i] = now_s() - t0;
         }
     un_ctx_free(ctx);
     return NULL;
 }
 
-/* How long D device threads take to compute W seconds of work each and meet at a barrier, as a
+/* How long D device threads take to compute W seconds of work each and meet in an exchange, as a
  * step's stretches between two rendezvous do ("comm:meet" devices[D],work[W in us]: the median
  * over repetitions), for W from 10 us to 30 ms (D = 1: a one-device step is one such stretch).
- * On a machine of its own that is W plus a barrier; where other jobs share the cores, a thread
- * is taken off its core now and then, and a thread that waited at a barrier waits for a core
+ * On a machine of its own that is W plus an exchange; where other jobs share the cores, a thread
+ * is taken off its core now and then, and a thread that waited in the exchange waits for a core
  * again: the stretch takes up to several times W. */
 static un_status profile_meet(un_ctx *ctx, un_rulesdb *db, const un_graph *g, const char *device,
                               FILE *log, int64_t *n_stored) {

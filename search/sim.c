@@ -700,14 +700,14 @@ static double meet_time(sim *s, double work) {
 
 /* Runtime semantics: a stretch of `work` seconds that ends at a rendezvous of the D devices (or
  * at the step's end). Where it is measured (comm:meet), the stretch takes meet_time(work) on
- * this machine now; what that has beyond the work and a barrier is time waiting for cores. */
+ * this machine now; what that has beyond the work and an exchange is time waiting for cores. */
 static void stretch(sim *s, double work) {
     s->meets++;
     work = work > 0 ? work : 0;
     s->work += work;
     double t = s->p->mirror_sources && work > 0 ? meet_time(s, work) : 0;
-    if (t > work + s->lat)
-        s->extra += t - work - s->lat;
+    if (t > work + s->xlat) /* the stretches were measured ending in an exchange */
+        s->extra += t - work - s->xlat;
     if (t > 0)
         s->r->meet_time += t;
 }
