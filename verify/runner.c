@@ -313,10 +313,47 @@ un_status un_runner_rule(un_ctx *ctx, un_verifier *v, const un_rule *r, const un
     }
     out->status = UN_RULE_VERIFIED;
     snprintf(out->axioms, sizeof out->axioms, "%s", p.axioms);
+    /* Generalization over dims: sizes the rule fixes (split sizes, reshape targets) become
+     * variables tied to the input dims they equal, kept when that form passes the random tests
+     * at other sizes and Z3 proves it for every size. */
+    un_rule *dr = NULL;
+    bool has_dims = false;
+    for (int a = 0; a < r->n_vars; a++)
+        has_dims = has_dims || un_rule_var_is_dim(r, a);
+    if (!has_dims && (st = un_rule_dims_generalize(ctx, r, &dr)) == UN_OK && dr) {
+        un_verify_verdict scratch;
+        memset(&scratch, 0, sizeof scratch);
+        un_proof pd;
+        po.symbolic = true;
+        if (random_tests(ctx, dr, o->seed, &scratch) > 0 &&
+            (st = un_verifier_prove(ctx, v, dr, &po, &pd)) == UN_OK) {
+            out->proof_ms += pd.ms;
+            if (pd.verdict == UN_VERDICT_VALID) {
+                out->any_shape = true;
+                snprintf(out->axioms, sizeof out->axioms, "%s", pd.axioms);
+                for (int a = 0; a < dr->n_vars; a++)
+                    out->n_dim_vars += un_rule_var_is_dim(dr, a);
+                un_rule_free(rc);
+                r = rc = dr;
+                dr = NULL;
+            }
+        }
+        un_rule_free(dr);
+    }
+    if (st != UN_OK) {
+        out->ms = now_ms() - t0;
+        un_rule_free(rc);
+        return st;
+    }
+    un_ctx_clear(ctx);
     un_rule *g = generalize(ctx, r, o->seed, &out->n_new_vars);
     if (!g)
         g = un_rule_clone(r);
     g->any_shape = out->any_shape;
+    /* A dim variable claims every size: without a proof for any input size it goes (the rule is
+     * then claimed at its witness sizes). */
+    if (!g->any_shape)
+        out->dropped_vars += un_rule_dims_drop(g);
     /* The stored claim must hold on the re-check grid; a variable it fails for (a degree bound
      * by the generator where no side condition can be followed) is dropped: the rule is then
      * claimed at its witness degrees only. */
@@ -515,6 +552,7 @@ static void *worker(void *arg) {
         sh->stats.unknown += p->v.status == UN_RULE_UNKNOWN;
         sh->stats.any_shape += p->v.status == UN_RULE_VERIFIED && p->v.any_shape;
         sh->stats.generalized += p->v.status == UN_RULE_VERIFIED && p->v.n_new_vars > 0;
+        sh->stats.dim_generic += p->v.status == UN_RULE_VERIFIED && p->v.n_dim_vars > 0;
         sh->stats.with_vars +=
             p->v.status == UN_RULE_VERIFIED && (p->v.general ? p->v.general->n_vars : had_vars) > 0;
         sh->ms[sh->n_ms++] = p->v.ms;
