@@ -1319,9 +1319,16 @@ un_status un_rule_check_claim(un_ctx *ctx, const un_rule *r, int max_value,
     int64_t vals[UN_RULE_MAX_VARS];
     for (int a = 0; a < r->n_vars; a++)
         vals[a] = 1;
+    bool is_dim[UN_RULE_MAX_VARS];
+    for (int a = 0; a < r->n_vars; a++)
+        is_dim[a] = un_rule_var_is_dim(r, a);
     un_status st = UN_OK;
     for (bool more = true; more;) {
-        for (int z = 0; z < n_sz; z++) {
+        /* at the other input sizes a dim variable takes the sizes' value: one value of it there */
+        bool dims_first = true;
+        for (int a = 0; a < r->n_vars; a++)
+            dims_first = dims_first && (!is_dim[a] || vals[a] == 1);
+        for (int z = 0; z < (dims_first ? n_sz : 1); z++) {
             un_shape *sz = vars_sz + (size_t)z * (size_t)n_in;
             layouts_follow(r, vals, sz, n_in);
             un_rule *inst = NULL;

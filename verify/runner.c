@@ -288,15 +288,45 @@ un_status un_runner_rule(un_ctx *ctx, un_verifier *v, const un_rule *r, const un
     }
     r = rc;
     un_proof p;
+    memset(&p, 0, sizeof p);
     un_prove_opts po = {.timeout_ms = o->timeout_ms, .symbolic = true};
-    un_status st = un_verifier_prove(ctx, v, r, &po, &p);
-    out->proof_ms = p.ms;
-    if (st == UN_OK && p.verdict == UN_VERDICT_VALID) {
-        out->any_shape = true;
-    } else if (st == UN_OK) {
-        po.symbolic = false;
+    un_status st = UN_OK;
+    /* Generalization over dims, first: sizes the rule fixes (split sizes, reshape targets) become
+     * variables tied to the input dims they equal; that form is the rule's proof when it passes
+     * the random tests at other sizes and Z3 proves it for every size (one proof, not two, for the
+     * rules it serves). Otherwise the rule as it is goes on. */
+    bool has_dims = false, proven = false;
+    for (int a = 0; a < r->n_vars; a++)
+        has_dims = has_dims || un_rule_var_is_dim(r, a);
+    un_rule *dr = NULL;
+    if (!has_dims && (st = un_rule_dims_generalize(ctx, r, &dr)) == UN_OK && dr) {
+        un_verify_verdict scratch;
+        memset(&scratch, 0, sizeof scratch);
+        if (random_tests(ctx, dr, o->seed, &scratch) > 0 &&
+            (st = un_verifier_prove(ctx, v, dr, &po, &p)) == UN_OK) {
+            out->proof_ms += p.ms;
+            if (p.verdict == UN_VERDICT_VALID) {
+                proven = out->any_shape = true;
+                for (int a = 0; a < dr->n_vars; a++)
+                    out->n_dim_vars += un_rule_var_is_dim(dr, a);
+                un_rule_free(rc);
+                r = rc = dr;
+                dr = NULL;
+            }
+        }
+        un_rule_free(dr);
+    }
+    if (st == UN_OK && !proven) {
+        un_ctx_clear(ctx);
         st = un_verifier_prove(ctx, v, r, &po, &p);
         out->proof_ms += p.ms;
+        if (st == UN_OK && p.verdict == UN_VERDICT_VALID) {
+            out->any_shape = true;
+        } else if (st == UN_OK) {
+            po.symbolic = false;
+            st = un_verifier_prove(ctx, v, r, &po, &p);
+            out->proof_ms += p.ms;
+        }
     }
     if (st != UN_OK) {
         out->ms = now_ms() - t0;
@@ -313,39 +343,6 @@ un_status un_runner_rule(un_ctx *ctx, un_verifier *v, const un_rule *r, const un
     }
     out->status = UN_RULE_VERIFIED;
     snprintf(out->axioms, sizeof out->axioms, "%s", p.axioms);
-    /* Generalization over dims: sizes the rule fixes (split sizes, reshape targets) become
-     * variables tied to the input dims they equal, kept when that form passes the random tests
-     * at other sizes and Z3 proves it for every size. */
-    un_rule *dr = NULL;
-    bool has_dims = false;
-    for (int a = 0; a < r->n_vars; a++)
-        has_dims = has_dims || un_rule_var_is_dim(r, a);
-    if (!has_dims && (st = un_rule_dims_generalize(ctx, r, &dr)) == UN_OK && dr) {
-        un_verify_verdict scratch;
-        memset(&scratch, 0, sizeof scratch);
-        un_proof pd;
-        po.symbolic = true;
-        if (random_tests(ctx, dr, o->seed, &scratch) > 0 &&
-            (st = un_verifier_prove(ctx, v, dr, &po, &pd)) == UN_OK) {
-            out->proof_ms += pd.ms;
-            if (pd.verdict == UN_VERDICT_VALID) {
-                out->any_shape = true;
-                snprintf(out->axioms, sizeof out->axioms, "%s", pd.axioms);
-                for (int a = 0; a < dr->n_vars; a++)
-                    out->n_dim_vars += un_rule_var_is_dim(dr, a);
-                un_rule_free(rc);
-                r = rc = dr;
-                dr = NULL;
-            }
-        }
-        un_rule_free(dr);
-    }
-    if (st != UN_OK) {
-        out->ms = now_ms() - t0;
-        un_rule_free(rc);
-        return st;
-    }
-    un_ctx_clear(ctx);
     un_rule *g = generalize(ctx, r, o->seed, &out->n_new_vars);
     if (!g)
         g = un_rule_clone(r);
