@@ -339,6 +339,25 @@ un_status un_rule_var_add(un_ctx *ctx, un_rule *r, const char *name, const un_ru
                                         "rule: a parameter of %s is bound to '%s' and '%s'",
                                         nd->name, r->vars[a].name, name);
     }
+    /* A dim of an input is one size on both sides: a variable binding it binds it on both. */
+    for (int b = 0; b < n_binds; b++) {
+        const un_graph *g = binds[b].side == UN_RULE_SRC ? r->src : r->dst,
+                       *o = binds[b].side == UN_RULE_SRC ? r->dst : r->src;
+        const un_node *nd = un_graph_node(g, binds[b].node);
+        const un_op_spec *os = un_spec_op(un_graph_spec(g), nd->op);
+        if (un_op_kind_of(nd->op) != UN_OPK_SOURCE ||
+            strcmp(os->params[binds[b].param].name, "shape") != 0)
+            continue;
+        int32_t twin = un_graph_find(o, nd->name);
+        bool found = false;
+        for (int c = 0; c < n_binds && !found; c++)
+            found = binds[c].side != binds[b].side && binds[c].node == twin &&
+                    binds[c].param == binds[b].param && binds[c].item == binds[b].item;
+        if (!found)
+            return un_ctx_error(ctx, UN_ERR_INVALID,
+                                "rule: variable '%s' binds dim %d of input '%s' on one side only",
+                                name, binds[b].item, nd->name);
+    }
     un_rule_var *var = &r->vars[r->n_vars++];
     memset(var, 0, sizeof *var);
     snprintf(var->name, sizeof var->name, "%s", name);

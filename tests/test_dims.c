@@ -291,6 +291,42 @@ static un_rule *split_concat(bool swapped, int rank) {
     return r;
 }
 
+/* A rule body whose dim variable is malformed is refused when read, with the reason. */
+static void test_bad_input(void) {
+    static const char *const cases[][2] = {
+        /* an input's dim bound on one side only: the sides would read different tensors */
+        {"[{\"name\": \"a\", \"at\": [[\"src\", \"s\", \"sizes\", 0], [\"src\", \"x0\", \"shape\", 2]]}]",
+         "on one side only"},
+        /* a symbol over sizes of different values (split sizes 4, dim 0 of x0 is 2) */
+        {"[{\"name\": \"a\", \"at\": [[\"src\", \"s\", \"sizes\", 0], [\"src\", \"x0\", \"shape\", 0], "
+         "[\"dst\", \"x0\", \"shape\", 0]]}]",
+         "different values"},
+        /* an item the list does not have */
+        {"[{\"name\": \"a\", \"at\": [[\"src\", \"s\", \"sizes\", 3]]}]", "bad item"},
+    };
+    const char *in = "{\"name\": \"x0\", \"op\": \"input\", \"params\": {\"shape\": [2, 4, 4]}}, "
+                     "{\"name\": \"x1\", \"op\": \"input\", \"params\": {\"shape\": [2, 4, 4]}}";
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[4096];
+        snprintf(text, sizeof text,
+                 "{\"src\": {\"nodes\": [%s, {\"name\": \"c\", \"op\": \"concat\", \"in\": [\"x0\", "
+                 "\"x1\"], \"params\": {\"axis\": 2}}, {\"name\": \"s\", \"op\": \"split\", \"in\": "
+                 "[\"c\"], \"params\": {\"axis\": 2, \"sizes\": [4, 4]}}], \"outputs\": [\"s:0\", "
+                 "\"s:1\"]}, \"dst\": {\"nodes\": [%s], \"outputs\": [\"x0\", \"x1\"]}, \"vars\": %s}",
+                 in, in, cases[i][0]);
+        un_ctx *ctx = un_ctx_new(NULL);
+        un_rule *r = NULL;
+        EXPECT_TRUE(un_rule_from_json(ctx, spec, "bad", text, strlen(text), &r) != UN_OK);
+        EXPECT_TRUE(r == NULL);
+        const char *msg = un_ctx_errmsg(ctx);
+        EXPECT_TRUE(msg && strstr(msg, cases[i][1]));
+        if (!msg || !strstr(msg, cases[i][1]))
+            printf("    case %zu: %s\n", i, msg ? msg : "(no message)");
+        un_rule_free(r);
+        un_ctx_free(ctx);
+    }
+}
+
 static void test_planted_refuted(void) {
     un_ctx *ctx = un_ctx_new(NULL);
     un_rule *good = split_concat(false, 3), *bad = split_concat(true, 3);
@@ -456,6 +492,7 @@ static void t_free(void) {
 int main(void) {
     static const test_case cases[] = {
         {"propose_instantiate", test_propose_instantiate},
+        {"bad_input", test_bad_input},
         {"verify_match_two_sizes", t_verify_match},
         {"planted_refuted", t_planted},
         {"unproven_dropped", t_unproven},
