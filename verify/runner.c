@@ -288,15 +288,45 @@ un_status un_runner_rule(un_ctx *ctx, un_verifier *v, const un_rule *r, const un
     }
     r = rc;
     un_proof p;
+    memset(&p, 0, sizeof p);
     un_prove_opts po = {.timeout_ms = o->timeout_ms, .symbolic = true};
-    un_status st = un_verifier_prove(ctx, v, r, &po, &p);
-    out->proof_ms = p.ms;
-    if (st == UN_OK && p.verdict == UN_VERDICT_VALID) {
-        out->any_shape = true;
-    } else if (st == UN_OK) {
-        po.symbolic = false;
+    un_status st = UN_OK;
+    /* Generalization over dims, first: sizes the rule fixes (split sizes, reshape targets) become
+     * variables tied to the input dims they equal; that form is the rule's proof when it passes
+     * the random tests at other sizes and Z3 proves it for every size (one proof, not two, for the
+     * rules it serves). Otherwise the rule as it is goes on. */
+    bool has_dims = false, proven = false;
+    for (int a = 0; a < r->n_vars; a++)
+        has_dims = has_dims || un_rule_var_is_dim(r, a);
+    un_rule *dr = NULL;
+    if (!has_dims && (st = un_rule_dims_generalize(ctx, r, &dr)) == UN_OK && dr) {
+        un_verify_verdict scratch;
+        memset(&scratch, 0, sizeof scratch);
+        if (random_tests(ctx, dr, o->seed, &scratch) > 0 &&
+            (st = un_verifier_prove(ctx, v, dr, &po, &p)) == UN_OK) {
+            out->proof_ms += p.ms;
+            if (p.verdict == UN_VERDICT_VALID) {
+                proven = out->any_shape = true;
+                for (int a = 0; a < dr->n_vars; a++)
+                    out->n_dim_vars += un_rule_var_is_dim(dr, a);
+                un_rule_free(rc);
+                r = rc = dr;
+                dr = NULL;
+            }
+        }
+        un_rule_free(dr);
+    }
+    if (st == UN_OK && !proven) {
+        un_ctx_clear(ctx);
         st = un_verifier_prove(ctx, v, r, &po, &p);
         out->proof_ms += p.ms;
+        if (st == UN_OK && p.verdict == UN_VERDICT_VALID) {
+            out->any_shape = true;
+        } else if (st == UN_OK) {
+            po.symbolic = false;
+            st = un_verifier_prove(ctx, v, r, &po, &p);
+            out->proof_ms += p.ms;
+        }
     }
     if (st != UN_OK) {
         out->ms = now_ms() - t0;
@@ -317,6 +347,10 @@ un_status un_runner_rule(un_ctx *ctx, un_verifier *v, const un_rule *r, const un
     if (!g)
         g = un_rule_clone(r);
     g->any_shape = out->any_shape;
+    /* A dim variable claims every size: without a proof for any input size it goes (the rule is
+     * then claimed at its witness sizes). */
+    if (!g->any_shape)
+        out->dropped_vars += un_rule_dims_drop(g);
     /* The stored claim must hold on the re-check grid; a variable it fails for (a degree bound
      * by the generator where no side condition can be followed) is dropped: the rule is then
      * claimed at its witness degrees only. */
@@ -515,6 +549,7 @@ static void *worker(void *arg) {
         sh->stats.unknown += p->v.status == UN_RULE_UNKNOWN;
         sh->stats.any_shape += p->v.status == UN_RULE_VERIFIED && p->v.any_shape;
         sh->stats.generalized += p->v.status == UN_RULE_VERIFIED && p->v.n_new_vars > 0;
+        sh->stats.dim_generic += p->v.status == UN_RULE_VERIFIED && p->v.n_dim_vars > 0;
         sh->stats.with_vars +=
             p->v.status == UN_RULE_VERIFIED && (p->v.general ? p->v.general->n_vars : had_vars) > 0;
         sh->ms[sh->n_ms++] = p->v.ms;

@@ -37,6 +37,7 @@ typedef struct un_verify_verdict {
     double proof_ms;       /* of which in Z3 */
     bool any_shape;        /* proven with symbolic input sizes */
     int n_new_vars;        /* degrees turned into variables by generalization */
+    int n_dim_vars;        /* sizes turned into dim variables (un_rule_dims_generalize) */
     int dropped_vars;      /* variables dropped because the claim failed its re-check */
     un_rule *general;      /* owned (free with un_verify_verdict_deinit): the most general form
                             * proven when it differs from the rule, else NULL */
@@ -65,6 +66,7 @@ typedef struct un_runner_stats {
     int64_t verified, refuted, unknown;
     int64_t any_shape;   /* verified for every input size */
     int64_t generalized; /* verified with degrees turned into variables */
+    int64_t dim_generic; /* verified with sizes turned into dim variables here */
     int64_t with_vars;   /* verified with a variable (e.g. a degree k): proven for every value */
     int64_t skipped;     /* rows without a rule (rejected imports) */
     double wall_ms;

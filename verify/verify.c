@@ -1175,11 +1175,21 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
     for (int i = 0; i < r->n_vars; i++)
         e.K[i] = mk_fresh(v, r->vars[i].name, v->I);
     for (int i = 0; i < n_in; i++) {
-        const un_shape *sh = un_graph_shape(r->src, (un_ref){un_rule_input_src(r, i), 0});
+        int32_t in = un_rule_input_src(r, i);
+        const un_shape *sh = un_graph_shape(r->src, (un_ref){in, 0});
+        int ip = un_spec_param_index(un_spec_op(v->spec, un_graph_node(r->src, in)->op), "shape");
         e.X[i] = mk_fresh(v, "x", v->T);
         conds_add(e.hyp, mk_eq(v, mk_rank(v, e.X[i]), mk_int(v, sh->rank)));
         for (int j = 0; j < sh->rank; j++) {
             Z3_ast d = mk_dim(v, e.X[i], mk_int(v, j));
+            /* a dim variable is this dim's size wherever else it occurs (split sizes, ...) */
+            int a = ip >= 0 ? un_rule_var_at(r, UN_RULE_SRC, in, ip, j) : -1;
+            if (a >= 0) { /* ... and within the input's shape domain, as every size is */
+                const un_param_spec *ps =
+                    &un_spec_op(v->spec, un_graph_node(r->src, in)->op)->params[ip];
+                conds_add(e.hyp, mk_eq(v, d, e.K[a]));
+                conds_add(e.hyp, mk_le(v, d, mk_int(v, ps->max)));
+            }
             if (symbolic) {
                 conds_add(e.hyp, mk_le(v, mk_int(v, 1), d));
                 conds_add(e.hyp, mk_le(v, d, mk_int(v, (int64_t)1 << 40)));

@@ -145,6 +145,9 @@ int main(int argc, char **argv) {
            (long long)s.unknown);
     if (s.skipped)
         printf(", %lld skipped (no rule)", (long long)s.skipped);
+    if (s.dim_generic)
+        printf("; %lld made dimension-generic (sizes as dim variables)",
+               (long long)s.dim_generic);
     printf("; %.1f s, %.1f rules/s, median %.1f ms, p99 %.1f ms per rule\n", secs,
            secs > 0 ? (double)s.total / secs : 0.0, s.median_ms, s.p99_ms);
     rc = 0;
