@@ -394,6 +394,11 @@ static void test_mpi_checkpoint(void) {
 static void test_backend_flag(void) {
     expect_clean_error("--model mlp --tiny --backend tpu", "--backend: 'tpu' is not cpu, cuda");
     expect_clean_error("--model mlp --tiny --backend", "--backend needs a value");
+    /* the opaque backend's options: a bad one, and a memory limit the model does not fit */
+    expect_clean_error("--model mlp --tiny --backend opaque:fast",
+                       "--backend: 'fast' in 'opaque:fast' is not 'staged' or 'mem=SIZE'");
+    expect_clean_error("--model mlp --tiny --steps 1 --backend opaque:mem=16K",
+                       "GiB are available");
     const char *why = NULL;
     int gpus = un_backend_cuda_devices(&why);
     if (gpus == 0) {
@@ -422,10 +427,16 @@ static void test_backend_flag(void) {
         if (gpus)
             EXPECT_NEAR(l[2][s], l[0][s], 1e-3);
     }
+    /* the run says how pieces move between devices the host cannot reach */
+    const cli_result *rp = run("--model mlp --tiny --devices 2 --steps 1 --backend opaque");
+    EXPECT_TRUE(rp->code == 0 && strstr(rp->out, "exchanges on the device plane opaque"));
+    rp = run("--model mlp --tiny --devices 2 --steps 1 --backend opaque:staged");
+    EXPECT_TRUE(rp->code == 0 && strstr(rp->out, "exchanges staged through host memory"));
     /* the default is cpu without a GPU */
     const cli_result *r = run("--model mlp --tiny --steps 1");
     EXPECT_TRUE(r->code == 0 && strstr(r->out, gpus ? "backend: cuda-f32" : "backend: cpu-f32"));
-    /* under mpirun (exchanges staged through host memory between processes): the same losses */
+    /* under mpirun (exchanges on the opaque plane: MPI moves the memory behind its addresses):
+     * the same losses */
     if (system("command -v mpirun >/dev/null 2>&1") != 0) {
         printf("    skip --backend opaque under mpirun: mpirun not found\n");
         return;
