@@ -51,8 +51,8 @@ const char *un_train_usage(void) {
            "inputs)\n"
            "  --tiny             the zoo model's tiny configuration\n"
            "  --devices D        devices (default 1; with --comm mpi the number of processes)\n"
-           "  --strategy S       serial | data | tensor | PLAN.json (default: serial on 1\n"
-           "                     device, else data)\n"
+           "  --strategy S       serial | data | tensor | mixed:DxT (data x tensor degrees) |\n"
+           "                     PLAN.json (default: serial on 1 device, else data)\n"
            "  --steps N          training steps (default 100)\n"
            "  --batch B          batch size (default: the model's)\n"
            "  --config K=V,...   zoo model size over the base (tiny or paper) configuration:\n"
@@ -344,25 +344,6 @@ static void model_free(tmodel *m) {
     un_onnx_deinit(&m->onnx);
 }
 
-static un_status strategy_apply(un_ctx *ctx, const un_spec *spec, const un_graph *g,
-                                const char *strategy, int d, un_graph **out) {
-    *out = NULL;
-    if (strcmp(strategy, "serial") == 0) {
-        *out = un_graph_clone(g);
-        return UN_OK;
-    }
-    if (strcmp(strategy, "data") == 0)
-        return un_strategy_data(ctx, g, d, out);
-    if (strcmp(strategy, "tensor") == 0)
-        return un_strategy_tensor(ctx, g, d, out);
-    size_t sl = strlen(strategy);
-    if (sl < 5 || strcmp(strategy + sl - 5, ".json") != 0)
-        return un_ctx_error(ctx, UN_ERR_INVALID,
-                            "--strategy: '%s' is not serial, data, tensor or a plan file (.json)",
-                            strategy);
-    return un_strategy_plan_load(ctx, spec, strategy, g, d, out);
-}
-
 un_status un_train_graph(un_ctx *ctx, const un_spec *spec, const un_train_opts *o, un_graph **out,
                          int *devices) {
     *out = NULL;
@@ -371,7 +352,7 @@ un_status un_train_graph(un_ctx *ctx, const un_spec *spec, const un_train_opts *
     int d = o->devices ? o->devices : 1;
     *devices = d;
     if (st == UN_OK)
-        st = strategy_apply(ctx, spec, m.g,
+        st = un_strategy_named(ctx, spec, m.g,
                             o->strategy ? o->strategy
                             : d == 1    ? "serial"
                                         : "data",
@@ -513,35 +494,24 @@ static void onnx_weights(const shared *sh, un_exec *ex, un_prec prec, void *lw) 
     }
 }
 
-/* Initial (or loaded) weights and optimizer state, logical on every rank, then cut into this
- * rank's pieces: a checkpoint loads into any plan and device count. */
+/* Initial weights, logical on every rank, then cut into this rank's pieces; or a checkpoint's
+ * weights and optimizer state read straight into this rank's pieces and shard (only what the rank
+ * holds: a checkpoint loads into any plan and device count without the whole model in memory). */
 static un_status setup_weights(un_ctx *ctx, shared *sh, un_exec *ex, un_backend *be,
                                un_optim **opt) {
     const un_train_opts *o = sh->o;
+    un_status st = optim_make(ctx, o, un_exec_shard_count(ex), be, opt);
+    if (st != UN_OK || o->load)
+        return st == UN_OK ? un_checkpoint_load_exec(ctx, o->load, sh->g, ex, be, *opt, NULL) : st;
     int64_t nl = un_exec_lparam_count(ex);
     size_t fes = o->prec == UN_PREC_F32 ? 4 : 8;
-    un_optim *lo = NULL;
     void *lw = calloc((size_t)(nl ? nl : 1), fes);
     if (!lw)
         return un_ctx_error(ctx, UN_ERR_NOMEM, "no memory for the weights (%lld)", (long long)nl);
     un_optim_init_weights(sh->g, o->seed, o->prec, lw, nl);
     if (sh->m->onnx.values)
         onnx_weights(sh, ex, o->prec, lw);
-    un_status st = optim_make(ctx, o, un_exec_shard_count(ex), be, opt);
-    if (st == UN_OK && o->load) {
-        if ((st = optim_make(ctx, o, nl, NULL, &lo)) == UN_OK)
-            st = un_checkpoint_is_ranks(o->load)
-                     ? un_checkpoint_load_ranks(ctx, o->load, sh->g, o->prec, lw, lo)
-                     : un_checkpoint_load(ctx, o->load, sh->g, o->prec, lw, lo);
-        for (int i = 0; st == UN_OK && i < 2; i++)
-            if (un_optim_state(*opt, i))
-                st = un_exec_shard_scatter(ctx, ex, un_optim_state(lo, i), un_optim_state(*opt, i));
-        if (st == UN_OK)
-            un_optim_set_steps(*opt, un_optim_steps(lo));
-    }
-    if (st == UN_OK)
-        st = un_exec_params_scatter(ctx, ex, lw, un_exec_params(ex));
-    un_optim_free(lo);
+    st = un_exec_params_scatter(ctx, ex, lw, un_exec_params(ex));
     free(lw);
     return st;
 }
@@ -958,7 +928,7 @@ un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res
         goto done;
     int d = use_mpi ? un_comm_size(mpi) : o->devices ? o->devices : 1;
     const char *strategy = o->strategy ? o->strategy : d == 1 ? "serial" : "data";
-    if ((st = strategy_apply(ctx, spec, m.g, strategy, d, &run_g)) != UN_OK)
+    if ((st = un_strategy_named(ctx, spec, m.g, strategy, d, &run_g)) != UN_OK)
         goto done;
     { /* weights stored as the pieces the plan uses (the estimate sees the plan as written) */
         un_graph *folded = NULL;

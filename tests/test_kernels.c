@@ -1055,8 +1055,8 @@ static void stash_run(un_ctx *ctx, const inst *t, const un_kexec *ex, bool fwd, 
         free(f32[i]);
 }
 
-/* The stash (kernels.h): a forward keeps gelu pre-activations and attention's projections and
- * probabilities; the backward from them gives the same bits as recomputing, on 1 and 2 threads;
+/* The stash (kernels.h): a forward keeps gelu derivatives, attention's projections and
+ * probabilities and layer_norm's row statistics; the backward from them gives the same bits as recomputing, on 1 and 2 threads;
  * inputs changed after the forward, or a backward without a forward, recompute. */
 static void test_stash(void) {
     un_ctx *ctx = un_ctx_new(NULL);
@@ -1070,6 +1070,7 @@ static void test_stash(void) {
         {"multihead_attention", "heads=4 causal=true",
          "2,300,32;2,300,32;2,300,32;32,32;32,32;32,32;32,32",
          false}, /* P not kept (9.4x the projections): the backward recomputes it per block */
+        {"layer_norm", "", "2,70,30;30;30", false}, /* each row's mean and rs (doubles) */
     };
     un_rng rng;
     un_rng_seed(&rng, 11);
@@ -1099,10 +1100,18 @@ static void test_stash(void) {
                 if (t.op == UN_OP_MULTIHEAD_ATTENTION) /* Q, K, V, O [+ P]; E == HL here */
                     want = (size_t)(2 * t.n[0] + 2 * t.n[1] +
                                     (k == 2 ? 2 * 2 * 300 * 200 : 0)) * esz;
+                if (t.op == UN_OP_LAYER_NORM) /* mean and rs of each row */
+                    want = (size_t)(2 * (t.n[0] / t.n[1])) * sizeof(double);
                 EXPECT_EQ((long long)held, (long long)want);
                 EXPECT_TRUE(memcmp(y[0], y[1], ny) == 0);
                 for (int i = 0; i < n_in; i++)
                     EXPECT_TRUE(memcmp(g[0][i], g[1][i], (size_t)t.n[i] * esz) == 0);
+                /* a second backward of the same forward (linear's gelu' was overwritten by the
+                 * first one, which took the entry) recomputes: the same bits */
+                stash_run(ctx, &t, &st, false, false, y[1], g[3]);
+                for (int i = 0; i < n_in; i++)
+                    EXPECT_TRUE(memcmp(g[0][i], g[3][i], (size_t)t.n[i] * esz) == 0);
+                EXPECT_EQ((long long)un_kstash_bytes(st.stash), (long long)held);
                 /* 2: input 0 changed between forward and backward, with the stash; 3: the
                  * backward of the changed input without one (its forward output unused) */
                 stash_run(ctx, &t, &st, true, true, y[2], g[2]);
@@ -1127,7 +1136,7 @@ static void test_stash(void) {
         inst_free(&t);
     }
     printf("    stash: %d op/precision/thread cases, the same bits as recomputing\n", n_checked);
-    EXPECT_EQ(n_checked, 16);
+    EXPECT_EQ(n_checked, 20);
     un_pool_free(pool);
     un_ctx_free(ctx);
 }

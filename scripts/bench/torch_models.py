@@ -2,9 +2,10 @@
 """The models of scripts/bench/runtime.sh in PyTorch, as the zoo builds them (runtime/zoo.c) and
 as scripts/bench/mid_graphs.py writes the mid sizes: same layers, widths, biases (none), losses.
 
-  torch_models.py MODEL THREADS STEPS    -> one line "ms_per_step LOSS0 KERNEL"
+  torch_models.py MODEL THREADS STEPS    -> one line "ms_per_step LOSS0 KERNEL cpu_ms_per_step"
 KERNEL: the OpenBLAS core type PyTorch's matrix products ran (openblas_get_corename of the
-libopenblas.so.0 PyTorch loaded).
+libopenblas.so.0 PyTorch loaded); cpu_ms_per_step: the process's CPU time (user + system, all
+threads) over the timed steps.
 MODEL: mlp_mid | transformer_mid | charlm. Adam (lr 1e-3), random data; step 1 is warm-up and
 not timed (unity-train leaves it out too)."""
 import ctypes
@@ -110,10 +111,10 @@ def main():
     torch.set_num_threads(threads)
     m, loss = build(name)
     opt = torch.optim.Adam(m.parameters(), lr=1e-3)
-    t0, l0 = 0.0, None
+    t0, c0, l0 = 0.0, 0.0, None
     for i in range(steps):
         if i == 1:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
         opt.zero_grad()
         l = loss()
         l.backward()
@@ -126,7 +127,9 @@ def main():
         kernel = blas.openblas_get_corename().decode()
     except (OSError, AttributeError):
         kernel = "not-OpenBLAS"
-    print(f"{1e3 * (time.perf_counter() - t0) / max(steps - 1, 1):.3f} {l0:.6f} {kernel}")
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    n = max(steps - 1, 1)
+    print(f"{1e3 * wall / n:.3f} {l0:.6f} {kernel} {1e3 * cpu / n:.3f}")
 
 
 if __name__ == "__main__":
