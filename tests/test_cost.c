@@ -531,6 +531,24 @@ static void test_cli(void) {
 /* The profiler runs on the run's backend: on the opaque one (backend memory reached only through
  * the backend, as on a GPU) it stores the same entries as on the CPU one; --backend cuda without a
  * GPU, and a machine file whose device kind does not name the GPU, are one error line. */
+/* Ops are profiled as a step runs them (new values every repetition, a new dropout seed, input 0's
+ * place): dropout on its half-batch pieces of a 2-device run, timed in lockstep, has a positive
+ * forward and backward, and the run's exchange is stored beside the barrier. */
+static void test_profile_dropout(void) {
+    const cli_result *r = cli_run("unity-train", cli_fmt("--model candle_uno --tiny --devices 2 "
+                                                         "--threads 2 --profile --machine "
+                                                         "specs/machines/cpu.json --rules "
+                                                         "%s/drop.db"));
+    EXPECT_EQ(r->code, 0);
+    const char *at = strstr(r->out, "  dropout[");
+    EXPECT_TRUE(at != NULL && strstr(r->out, "comm:exchange") != NULL);
+    if (!at)
+        return;
+    double fwd = 0, bwd = 0; /* "  <op> <piece shapes> <fwd> <bwd> ms" */
+    EXPECT_EQ(sscanf(at, "%*s %*s %lf %lf ms", &fwd, &bwd), 2);
+    EXPECT_TRUE(fwd > 0 && bwd > 0);
+}
+
 static void test_profile_backends(void) {
     const char *args = "--model transformer --tiny --profile --machine specs/machines/cpu.json "
                        "--rules %s/%s.db";
@@ -577,6 +595,7 @@ int main(void) {
                                   {"measured", test_measured},
                                   {"sim_runtime", test_sim_runtime},
                                   {"sim_measured_parts", test_sim_measured_parts},
+                                  {"profile_dropout", test_profile_dropout},
                                   {"profile_parts", test_profile_parts},
                                   {"cli", test_cli},
                                   {"profile_backends", test_profile_backends}};
