@@ -10,7 +10,8 @@
 #   <part>/*.c             -> $(BUILD)/lib<part>.a          (part = pcg rulesdb gen verify search runtime)
 #   <part>/<name>_main.c   -> $(BUILD)/bin/unity-<name>     (kept out of the library)
 #   tests/test_<m>.c       -> $(BUILD)/tests/test_<m>       (linked with every library)
-#   runtime/*.cu           -> compiled by nvcc into libruntime.a when CUDA=1
+#   runtime/*.cu           -> compiled by nvcc into the CUDA plugins lib/libunity_{cuda,nccl}.so
+#                             when CUDA=1 (loaded with dlopen on first GPU use, never linked)
 
 CC      ?= cc
 AR      ?= ar
@@ -114,6 +115,10 @@ $(info $(if $(filter 1,$(NCCL)),NCCL: enabled ($(CUDA_HOME)/include/nccl.h),NCCL
 endif
 CU_SRCS    := $(if $(filter 1,$(CUDA)),$(filter-out $(if $(filter 0,$(NCCL)),runtime/comm_nccl.cu),$(wildcard runtime/*.cu)))
 CU_OBJS    := $(CU_SRCS:%.cu=$(BUILD)/%.cu.o)
+# The plugins: shared libraries over cudart + cuBLAS (backend_cuda.cu) and NCCL (comm_nccl.cu) that
+# backend.c loads on first GPU use, so that no program links (and maps) the CUDA libraries.
+CUDA_PLUGINS := $(if $(CU_SRCS),$(BUILD)/lib/libunity_cuda.so) $(if $(filter 1,$(NCCL)),$(BUILD)/lib/libunity_nccl.so)
+CUDA_RPATH   := -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR)
 # C files that call the CUDA seam directly: built only with CUDA (backend.c answers otherwise).
 CUDA_ONLY_C := $(if $(CU_SRCS),,runtime/backend_cuda.c)
 CUDA_DEFS  := $(if $(CU_SRCS),-DUN_USE_CUDA=1) $(if $(filter 1,$(NCCL)),-DUN_USE_NCCL=1)
@@ -138,7 +143,7 @@ endif
 FINAL_CFLAGS   = $(strip -std=c17 -D_GNU_SOURCE $(WARN) $(OPT) $(SAN_FLAGS) -pthread -I. $(CUDA_DEFS) $(MPI_CFLAGS) \
                  -MMD -MP $(CPPFLAGS) $(CFLAGS))
 FINAL_NVFLAGS  = $(strip $(NVCCFLAGS) $(if $(CUDA_ARCH),-arch=$(CUDA_ARCH)) -I. $(CUDA_DEFS) -MMD -MP \
-                 -Xcompiler -Wall,-Wextra $(if $(filter true,$(CI)),-Werror all-warnings -Xcompiler -Werror) \
+                 -Xcompiler -fPIC,-Wall,-Wextra $(if $(filter true,$(CI)),-Werror all-warnings -Xcompiler -Werror) \
                  $(CPPFLAGS))
 FINAL_LDFLAGS  = $(strip $(OPT) $(SAN_FLAGS) -pthread $(CFLAGS) $(LDFLAGS))
 
@@ -149,7 +154,7 @@ rulesdb_LDLIBS := -lsqlite3
 gen_LDLIBS     :=
 verify_LDLIBS  := -lz3
 search_LDLIBS  :=
-runtime_LDLIBS := -lopenblas $(MPI_LIBS) $(if $(CU_SRCS),-L$(CUDA_LIBDIR) -Wl$(comma)-rpath$(comma)$(CUDA_LIBDIR) -lcublas -lcudart $(if $(filter 1,$(NCCL)),-lnccl) -lstdc++)
+runtime_LDLIBS := -lopenblas $(MPI_LIBS) -ldl
 
 # Which libraries a part's programs link besides its own (DESIGN.md section 2), dependents first.
 pcg_DEPS     :=
@@ -190,7 +195,7 @@ endif
 define part_vars
 $(1)_SRCS  := $$(filter-out %_main.c $$(CUDA_ONLY_C),$$(wildcard $(1)/*.c))
 $(1)_MAINS := $$(wildcard $(1)/*_main.c)
-$(1)_OBJS  := $$(strip $$($(1)_SRCS:%.c=$$(BUILD)/%.o) $$(filter $$(BUILD)/$(1)/%,$$(CU_OBJS) $$(ONNX_OBJS)))
+$(1)_OBJS  := $$(strip $$($(1)_SRCS:%.c=$$(BUILD)/%.o) $$(filter $$(BUILD)/$(1)/%,$$(ONNX_OBJS)))
 $(1)_LIB   := $$(if $$($(1)_OBJS),$$(BUILD)/lib$(1).a)
 $(1)_PROGS := $$(patsubst $(1)/%_main.c,$$(BUILD)/bin/unity-%,$$($(1)_MAINS))
 endef
@@ -224,7 +229,7 @@ $(TEST_BINS): $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIBS) $(FLAGS_STAMP)
 
 # ---- Compiling ---------------------------------------------------------------------------------
 
-OBJS := $(foreach p,$(PARTS),$($(p)_OBJS) $($(p)_MAINS:%.c=$(BUILD)/%.o)) $(TEST_SRCS:%.c=$(BUILD)/%.o)
+OBJS := $(foreach p,$(PARTS),$($(p)_OBJS) $($(p)_MAINS:%.c=$(BUILD)/%.o)) $(TEST_SRCS:%.c=$(BUILD)/%.o) $(CU_OBJS)
 
 $(BUILD)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)
@@ -233,6 +238,14 @@ $(BUILD)/%.o: %.c $(FLAGS_STAMP)
 $(BUILD)/%.cu.o: %.cu $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(call quiet,NVCC,$<)$(NVCC) $(FINAL_NVFLAGS) -c $< -o $@
+
+$(BUILD)/lib/libunity_cuda.so: $(BUILD)/runtime/backend_cuda.cu.o $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(call quiet,LD,$@)$(CC) -shared $(FINAL_LDFLAGS) -o $@ $(filter %.o,$^) $(CUDA_RPATH) -lcublas -lcudart -lstdc++
+
+$(BUILD)/lib/libunity_nccl.so: $(BUILD)/runtime/comm_nccl.cu.o $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(call quiet,LD,$@)$(CC) -shared $(FINAL_LDFLAGS) -o $@ $(filter %.o,$^) $(CUDA_RPATH) -lnccl -lcudart -lstdc++
 
 # Generated into $(BUILD)/onnx (never committed), compiled without our warnings (not our code).
 ifeq ($(ONNX),1)
@@ -253,7 +266,7 @@ endif
 .DEFAULT_GOAL := all
 .PHONY: all test check asan ubsan tsan valgrind format-check format tidy demo setup install clean
 
-all: $(LIBS) $(PROGS) $(TEST_BINS)
+all: $(LIBS) $(PROGS) $(TEST_BINS) $(CUDA_PLUGINS)
 
 test check asan ubsan tsan: all
 	@bash scripts/run_tests.sh $(BUILD) $(TEST_BINS)

@@ -361,9 +361,10 @@ un_status un_expr_eval(un_ctx *ctx, const un_expr *e, const un_expr_env *env, in
     case UN_EX_RANK:
     case UN_EX_NUMEL: {
         const un_shape *s = tensor_of(env, e->ref);
-        tensor_name(e->ref, tn, sizeof tn);
-        if (!s)
+        if (!s) { /* the name is formatted for errors only: this is shape inference's hot path */
+            tensor_name(e->ref, tn, sizeof tn);
             return un_ctx_error(ctx, UN_ERR_SHAPE, "tensor %s is not present", tn);
+        }
         if (e->kind == UN_EX_RANK) {
             *out = s->rank;
             return UN_OK;
@@ -376,9 +377,11 @@ un_status un_expr_eval(un_ctx *ctx, const un_expr *e, const un_expr_env *env, in
             return st;
         if (a < 0)
             a += s->rank;
-        if (a < 0 || a >= s->rank)
+        if (a < 0 || a >= s->rank) {
+            tensor_name(e->ref, tn, sizeof tn);
             return un_ctx_error(ctx, UN_ERR_SHAPE, "%s has rank %d: no dim %lld", tn, s->rank,
                                 (long long)a);
+        }
         *out = s->dim[a];
         return UN_OK;
     }

@@ -625,8 +625,11 @@ un_status un_graph_add(un_ctx *ctx, un_graph *g, un_op op, const un_param *param
     if (out)
         *out = -1;
     char label[48];
-    snprintf(label, sizeof label, "node %d", (int)g->n_nodes);
-    const char *lbl = name ? name : label;
+    const char *lbl = name;
+    if (!lbl) { /* formatted only when there is no name: this is every graph's hot path */
+        snprintf(label, sizeof label, "node %d", (int)g->n_nodes);
+        lbl = label;
+    }
     if ((unsigned)op >= UN_OP_COUNT)
         return un_ctx_error(ctx, UN_ERR_INVALID, "%s: unknown op %d", lbl, (int)op);
     const un_op_spec *os = un_spec_op(g->spec, op);

@@ -66,6 +66,10 @@ un_status un_jdoc_parse(un_ctx *ctx, const char *name, const char *text, size_t 
             i += i + 1 < len ? 2 : 1; /* the escaped character, which may be a backslash */
             continue;
         }
+        if ((unsigned char)text[i] < 0x80) { /* ASCII, the usual case */
+            i++;
+            continue;
+        }
         size_t n = utf8_seq((const unsigned char *)text + i, len - i);
         if (n == 0) {
             un__pos(text, i, &line, &col);

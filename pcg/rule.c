@@ -339,6 +339,25 @@ un_status un_rule_var_add(un_ctx *ctx, un_rule *r, const char *name, const un_ru
                                         "rule: a parameter of %s is bound to '%s' and '%s'",
                                         nd->name, r->vars[a].name, name);
     }
+    /* A dim of an input is one size on both sides: a variable binding it binds it on both. */
+    for (int b = 0; b < n_binds; b++) {
+        const un_graph *g = binds[b].side == UN_RULE_SRC ? r->src : r->dst,
+                       *o = binds[b].side == UN_RULE_SRC ? r->dst : r->src;
+        const un_node *nd = un_graph_node(g, binds[b].node);
+        const un_op_spec *os = un_spec_op(un_graph_spec(g), nd->op);
+        if (un_op_kind_of(nd->op) != UN_OPK_SOURCE ||
+            strcmp(os->params[binds[b].param].name, "shape") != 0)
+            continue;
+        int32_t twin = un_graph_find(o, nd->name);
+        bool found = false;
+        for (int c = 0; c < n_binds && !found; c++)
+            found = binds[c].side != binds[b].side && binds[c].node == twin &&
+                    binds[c].param == binds[b].param && binds[c].item == binds[b].item;
+        if (!found)
+            return un_ctx_error(ctx, UN_ERR_INVALID,
+                                "rule: variable '%s' binds dim %d of input '%s' on one side only",
+                                name, binds[b].item, nd->name);
+    }
     un_rule_var *var = &r->vars[r->n_vars++];
     memset(var, 0, sizeof *var);
     snprintf(var->name, sizeof var->name, "%s", name);
@@ -670,8 +689,11 @@ typedef struct dreq {
 
 #define DI(n, o, j) (((size_t)(n)*UN_MAX_OUTPUTS + (size_t)(o)) * UN_MAX_DIMS + (size_t)(j))
 
-/* Which input dim an output dim of a regular op is a copy of: input *t, dim *j; false if none. */
-static bool out_dim_source(const un_graph *g, const un_node *nd, int o, int e, int *t, int *j) {
+/* Where an output dim of a regular op takes its size from: a copy of input *t's dim *j (returns
+ * 1), item *item of list parameter *param (returns 2: split's sizes[i], reshape's shape[e]), or
+ * something else (0: a sum, a product, a constant). */
+static int out_dim_from(const un_graph *g, const un_node *nd, int o, int e, int *t, int *j,
+                        int *param, int *item) {
     const un_op_spec *os = un_spec_op(un_graph_spec(g), nd->op);
     const un_output_spec *sp = &os->outputs[os->n_outputs ? o : 0];
     const un_shape *ins[UN_MAX_INPUTS];
@@ -690,7 +712,7 @@ static bool out_dim_source(const un_graph *g, const un_node *nd, int o, int e, i
         if (sp->drop && un_when_holds(&sp->drop_when, nd->params)) {
             int64_t at;
             if (un_expr_eval(NULL, sp->drop, &env, &at) != UN_OK)
-                return false;
+                return 0;
             if (at < 0)
                 at += rank;
             src = e >= at ? e + 1 : e;
@@ -698,7 +720,7 @@ static bool out_dim_source(const un_graph *g, const un_node *nd, int o, int e, i
         for (int k = 0; k < sp->n_set; k++) {
             int64_t at;
             if (un_expr_eval(NULL, sp->set_at[k], &env, &at) != UN_OK)
-                return false;
+                return 0;
             if (at < 0)
                 at += rank;
             if (at == src)
@@ -709,18 +731,42 @@ static bool out_dim_source(const un_graph *g, const un_node *nd, int o, int e, i
             *j = src;
             return src < rank;
         }
-    } else if (sp->dims_param < 0 && e < sp->n_dims) {
+    } else if (sp->dims_param >= 0) {
+        *param = sp->dims_param;
+        *item = e;
+        return e < nd->params[sp->dims_param].len ? 2 : 0;
+    } else if (e < sp->n_dims) {
         val = sp->dims[e];
     }
+    if (val && val->kind == UN_EX_PARAM_AT && val->ref < os->n_params) {
+        int64_t at;
+        int len = nd->params[val->ref].len;
+        if (un_expr_eval(NULL, val->a, &env, &at) != UN_OK)
+            return 0;
+        if (at < 0)
+            at += len;
+        *param = val->ref;
+        *item = (int)at;
+        return at >= 0 && at < len ? 2 : 0;
+    }
     if (!val || val->kind != UN_EX_DIM || val->ref >= nd->n_in)
-        return false;
+        return 0;
     int rank = ins[val->ref]->rank;
-    int jj = (int)(val->value < 0 ? val->value + rank : val->value);
+    int64_t at;
+    if (!val->a || un_expr_eval(NULL, val->a, &env, &at) != UN_OK)
+        return 0;
+    int jj = (int)(at < 0 ? at + rank : at);
     if (jj < 0 || jj >= rank)
-        return false;
+        return 0;
     *t = val->ref;
     *j = jj;
-    return true;
+    return 1;
+}
+
+/* Which input dim an output dim of a regular op is a copy of: input *t, dim *j; false if none. */
+static bool out_dim_source(const un_graph *g, const un_node *nd, int o, int e, int *t, int *j) {
+    int p, it;
+    return out_dim_from(g, nd, o, e, t, j, &p, &it) == 1;
 }
 
 /* Follows dims and shard degrees through one side; appends its divisibility needs to reqs. */
@@ -895,6 +941,199 @@ static un_status cond_check_node(un_ctx *ctx, const un_rule *r, int side, int32_
     return UN_OK;
 }
 
+/* ---- dimension variables -------------------------------------------------------------------- */
+
+/* Whether parameter `param` of a node of op `os` (kind `kind`) holds sizes: an input's "shape",
+ * or a regular op's list parameter that sizes its outputs (split's sizes, reshape's shape). */
+static bool param_is_size(const un_op_spec *os, un_op_kind kind, int param) {
+    if (param < 0 || param >= os->n_params || os->params[param].type != UN_PT_LIST)
+        return false;
+    return kind == UN_OPK_REGULAR ||
+           (kind == UN_OPK_SOURCE && !strcmp(os->params[param].name, "shape"));
+}
+
+bool un_rule_var_is_dim(const un_rule *r, int a) {
+    for (int b = 0; a >= 0 && a < r->n_vars && b < r->vars[a].n_binds; b++) {
+        const un_rule_bind *bd = &r->vars[a].binds[b];
+        const un_graph *g = bd->side == UN_RULE_SRC ? r->src : r->dst;
+        const un_node *nd = un_graph_node(g, bd->node);
+        if (param_is_size(un_spec_op(un_graph_spec(g), nd->op), un_op_kind_of(nd->op), bd->param))
+            return true;
+    }
+    return false;
+}
+
+int un_rule_dims_drop(un_rule *r) {
+    int keep = 0, dropped = 0;
+    int8_t map[UN_RULE_MAX_VARS];
+    for (int a = 0; a < r->n_vars; a++) {
+        if (un_rule_var_is_dim(r, a)) {
+            map[a] = -1;
+            dropped++;
+            continue;
+        }
+        map[a] = (int8_t)keep;
+        r->vars[keep++] = r->vars[a];
+    }
+    for (int i = 0; dropped && i < r->n_conds; i++) {
+        int8_t e[UN_RULE_MAX_VARS] = {0};
+        for (int a = 0; a < r->n_vars; a++)
+            if (map[a] >= 0)
+                e[map[a]] = r->conds[i].exp[a];
+        memcpy(r->conds[i].exp, e, sizeof e);
+    }
+    r->n_vars = keep;
+    return dropped;
+}
+
+/* A size-holding parameter item (side, node, param, item): one atom of the dim classes. */
+typedef struct patom {
+    int8_t side, param, item;
+    int32_t node;
+} patom;
+
+static int uf_find(int *uf, int x) {
+    while (uf[x] != x)
+        x = uf[x] = uf[uf[x]];
+    return x;
+}
+
+/* The dim classes of r: per tensor dim of each side, the atom its size is: a rule input's dim
+ * (input node id on the source side * UN_MAX_DIMS + dim) or a size parameter item (n_in_atoms
+ * + its index in pa), followed through the ops that copy a dim; the two dims of each mapped
+ * output pair are one class. Returns the number of parameter atoms (at most max). */
+static int dim_classes(const un_rule *r, int *uf, int n_in_atoms, patom *pa, int max) {
+    int n_pa = 0;
+    int32_t nmax = un_graph_node_count(r->src);
+    if (un_graph_node_count(r->dst) > nmax)
+        nmax = un_graph_node_count(r->dst);
+    int *at[2];
+    for (int side = 0; side < 2; side++) {
+        const un_graph *g = side ? r->dst : r->src;
+        size_t sz = (size_t)nmax * UN_MAX_OUTPUTS * UN_MAX_DIMS + 1;
+        at[side] = un_xmalloc(sz * sizeof(int));
+        for (size_t i = 0; i < sz; i++)
+            at[side][i] = -1;
+        for (int32_t id = 0; id < un_graph_node_count(g); id++) {
+            const un_node *nd = un_graph_node(g, id);
+            un_op_kind kind = un_op_kind_of(nd->op);
+            for (int o = 0; o < nd->inf.n_out && o < UN_MAX_OUTPUTS; o++)
+                for (int e = 0; e < nd->inf.out[o].rank; e++) {
+                    int *a = &at[side][DI(id, o, e)], t, j, param, item;
+                    if (kind == UN_OPK_SOURCE) {
+                        int32_t v = side ? un_graph_find(r->src, nd->name) : id;
+                        *a = v * UN_MAX_DIMS + e;
+                    } else if (kind == UN_OPK_PARALLEL) {
+                        *a = at[side][DI(nd->in[0].node, nd->in[0].out, e)];
+                    } else {
+                        int k = out_dim_from(g, nd, o, e, &t, &j, &param, &item);
+                        if (k == 1)
+                            *a = at[side][DI(nd->in[t].node, nd->in[t].out, j)];
+                        if (k != 2)
+                            continue;
+                        int p = 0;
+                        while (p < n_pa && !(pa[p].side == side && pa[p].node == id &&
+                                             pa[p].param == param && pa[p].item == item))
+                            p++;
+                        if (p == n_pa && n_pa == max)
+                            continue;
+                        if (p == n_pa)
+                            pa[n_pa++] = (patom){(int8_t)side, (int8_t)param, (int8_t)item, id};
+                        *a = n_in_atoms + p;
+                    }
+                }
+        }
+    }
+    for (int i = 0; i < r->n_out; i++)
+        for (int e = 0; e < un_graph_shape(r->src, r->src_out[i])->rank; e++) {
+            int a = at[0][DI(r->src_out[i].node, r->src_out[i].out, e)],
+                b = at[1][DI(r->dst_out[i].node, r->dst_out[i].out, e)];
+            if (a >= 0 && b >= 0)
+                uf[uf_find(uf, a)] = uf_find(uf, b);
+        }
+    free(at[0]);
+    free(at[1]);
+    return n_pa;
+}
+
+un_status un_rule_dims_generalize(un_ctx *ctx, const un_rule *r, un_rule **out) {
+    *out = NULL;
+    enum { MAX_PA = 64 };
+    int32_t ns = un_graph_node_count(r->src);
+    int n_in_atoms = ns * UN_MAX_DIMS, total = n_in_atoms + MAX_PA;
+    int *uf = un_xmalloc((size_t)total * sizeof *uf);
+    for (int i = 0; i < total; i++)
+        uf[i] = i;
+    patom pa[MAX_PA];
+    int n_pa = dim_classes(r, uf, n_in_atoms, pa, MAX_PA);
+    un_rule *c = un_rule_clone(r);
+    bool *done = un_xcalloc((size_t)total, sizeof *done);
+    int added = 0;
+    for (int p = 0; p < n_pa && c->n_vars < UN_RULE_MAX_VARS; p++) {
+        int root = uf_find(uf, n_in_atoms + p);
+        if (done[root])
+            continue;
+        done[root] = true;
+        if (un_rule_var_at(c, pa[p].side, pa[p].node, pa[p].param, pa[p].item) >= 0)
+            continue;
+        un_rule_bind bd[UN_RULE_MAX_BINDS];
+        int nb = 0;
+        bool on_src = false, fits = true;
+        for (int32_t v = 0; v < ns && fits; v++) {
+            if (!is_source(r->src, v))
+                continue;
+            const un_node *nd = un_graph_node(r->src, v);
+            int ip = un_spec_param_index(un_spec_op(un_graph_spec(r->src), nd->op), "shape");
+            for (int e = 0; e < nd->inf.out[0].rank && ip >= 0; e++) {
+                if (uf_find(uf, v * UN_MAX_DIMS + e) != root)
+                    continue;
+                fits = nb + 2 <= UN_RULE_MAX_BINDS;
+                if (!fits)
+                    break;
+                bd[nb++] = (un_rule_bind){UN_RULE_SRC, v, (int8_t)ip, (int8_t)e};
+                bd[nb++] = (un_rule_bind){UN_RULE_DST, un_graph_find(r->dst, nd->name), (int8_t)ip,
+                                          (int8_t)e};
+                on_src = true;
+            }
+        }
+        for (int q = 0; q < n_pa && fits; q++) {
+            if (uf_find(uf, n_in_atoms + q) != root)
+                continue;
+            fits = nb < UN_RULE_MAX_BINDS;
+            if (fits)
+                bd[nb++] = (un_rule_bind){pa[q].side, pa[q].node, pa[q].param, pa[q].item};
+            on_src = on_src || pa[q].side == UN_RULE_SRC;
+        }
+        /* a class the source never fixes (a target's split size alone) stays concrete: the
+         * matcher could not bind it */
+        if (!fits || !on_src)
+            continue;
+        char name[16];
+        for (int i = 1;; i++) {
+            snprintf(name, sizeof name, "n%d", i);
+            bool used = false;
+            for (int a = 0; a < c->n_vars; a++)
+                used = used || !strcmp(c->vars[a].name, name);
+            if (!used)
+                break;
+        }
+        if (un_rule_var_add(ctx, c, name, bd, nb) != UN_OK) {
+            if (ctx)
+                un_ctx_clear(ctx);
+            continue;
+        }
+        added++;
+    }
+    free(done);
+    free(uf);
+    if (!added) {
+        un_rule_free(c);
+        return UN_OK;
+    }
+    *out = c;
+    return UN_OK;
+}
+
 /* ---- instantiation and random checks --------------------------------------------------------- */
 
 /* un_rule_instantiate; *stage (may be NULL) tells where it stopped: 0 the source, 1 a side
@@ -913,13 +1152,11 @@ static un_status instantiate(un_ctx *ctx, const un_rule *r, const int64_t *value
     c->any_shape = r->any_shape;
     c->n_vars = r->n_vars;
     memcpy(c->vars, r->vars, sizeof c->vars);
-    for (int a = 0; values && a < r->n_vars; a++)
-        c->vars[a].value = values[a];
     c->n_conds = r->n_conds;
     memcpy(c->conds, r->conds, sizeof c->conds);
     int n_in = un_rule_input_count(r);
-    /* The values the conditions are checked at: a variable bound in an input's layout takes the
-     * value in_shapes gives it. */
+    /* The values the rule is built and its conditions checked at: a variable bound in an input's
+     * dims or layout takes the value in_shapes gives it. */
     int64_t eff[UN_RULE_MAX_VARS];
     for (int a = 0; a < r->n_vars; a++) {
         eff[a] = values ? values[a] : r->vars[a].value;
@@ -935,7 +1172,9 @@ static un_status instantiate(un_ctx *ctx, const un_rule *r, const int64_t *value
                 if (v != bd->node)
                     continue;
                 const un_shape *sh = &in_shapes[i];
-                if (!strcmp(pn, "shard"))
+                if (!strcmp(pn, "shape"))
+                    eff[a] = bd->item < sh->rank ? sh->dim[bd->item] : eff[a];
+                else if (!strcmp(pn, "shard"))
                     eff[a] = bd->item < sh->rank ? sh->shard[bd->item] : eff[a];
                 else if (!strcmp(pn, "sum"))
                     eff[a] = sh->sum;
@@ -944,6 +1183,8 @@ static un_status instantiate(un_ctx *ctx, const un_rule *r, const int64_t *value
             }
         }
     }
+    for (int a = 0; a < r->n_vars; a++)
+        c->vars[a].value = eff[a];
     const un_graph *gs[2] = {r->src, r->dst};
     const un_ref *os[2] = {r->src_out, r->dst_out};
     un_graph **ng[2] = {&c->src, &c->dst};
@@ -961,7 +1202,7 @@ static un_status instantiate(un_ctx *ctx, const un_rule *r, const int64_t *value
         }
         side_copy sc = {.r = r,
                         .side = s,
-                        .values = values,
+                        .values = eff,
                         .in_shape = shp,
                         .order = order,
                         .n = n,
@@ -1097,9 +1338,16 @@ un_status un_rule_check_claim(un_ctx *ctx, const un_rule *r, int max_value,
     int64_t vals[UN_RULE_MAX_VARS];
     for (int a = 0; a < r->n_vars; a++)
         vals[a] = 1;
+    bool is_dim[UN_RULE_MAX_VARS];
+    for (int a = 0; a < r->n_vars; a++)
+        is_dim[a] = un_rule_var_is_dim(r, a);
     un_status st = UN_OK;
     for (bool more = true; more;) {
-        for (int z = 0; z < n_sz; z++) {
+        /* at the other input sizes a dim variable takes the sizes' value: one value of it there */
+        bool dims_first = true;
+        for (int a = 0; a < r->n_vars; a++)
+            dims_first = dims_first && (!is_dim[a] || vals[a] == 1);
+        for (int z = 0; z < (dims_first ? n_sz : 1); z++) {
             un_shape *sz = vars_sz + (size_t)z * (size_t)n_in;
             layouts_follow(r, vals, sz, n_in);
             un_rule *inst = NULL;
@@ -1484,10 +1732,22 @@ static void expr_str(const un_rule *r, int side, un_ref ref, un_buf *b) {
             continue;
         un_buf_printf(b, "%s%s=", any ? "," : "[", os->params[i].name);
         any = true;
-        if (v)
+        if (v && os->params[i].type == UN_PT_LIST) { /* [n1,n2]: a variable per item */
+            const un_param *p = &nd->params[i];
+            for (int it = 0; it < (p->len < 0 ? 1 : p->len); it++) {
+                int a = un_rule_var_at(r, side, ref.node, i, it);
+                un_buf_printf(b, "%s", it ? "," : "[");
+                if (a >= 0)
+                    un_buf_printf(b, "%s", r->vars[a].name);
+                else
+                    un_buf_printf(b, "%lld", (long long)p->v[it]);
+            }
+            un_buf_printf(b, "]");
+        } else if (v) {
             un_buf_printf(b, "%s", v->name);
-        else
+        } else {
             un_spec_param_str(&os->params[i], &nd->params[i], b);
+        }
     }
     un_buf_printf(b, "%s(", any ? "]" : "");
     for (int j = 0; j < nd->n_in; j++) {

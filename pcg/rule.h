@@ -133,6 +133,29 @@ un_status un_rule_canonical(un_ctx *ctx, const un_rule *r, un_rule **out);
 un_status un_rule_instantiate(un_ctx *ctx, const un_rule *r, const int64_t *values,
                               const un_shape *in_shapes, un_rule **out);
 
+/* ---- dimension variables ---- */
+
+/* A variable is a dim variable when it binds a size: an item of an input's "shape" or of a
+ * regular op's list parameter (split's sizes, reshape's shape), e.g. n1 and n2 in
+ *   linear(x0, w0), linear(x0, w1) => split[axis=2,sizes=[n1,n2]](linear(x0, concat[axis=1](w0, w1)))
+ * with n1 bound to dim 1 of w0 (on both sides) and sizes[0], n2 to dim 1 of w1 and sizes[1]. The
+ * matcher binds it from the matched tensors' dims and parameters (one value per symbol), and
+ * un_rule_instantiate builds both sides at its value (from in_shapes when given). It stays in a
+ * rule only when the rule is proven for any input size (any_shape) with it. */
+bool un_rule_var_is_dim(const un_rule *r, int a);
+
+/* Proposes r's dim variables: per mapped output pair, each dim of the source output and of the
+ * target output is followed back through the ops that copy a dim to where its size comes from (a
+ * rule input's dim, or a size parameter item such as split's sizes[i]); sizes so found equal are
+ * one class, and each class holding a size parameter and something the source fixes (an input
+ * dim or a source-side parameter) becomes one variable n1, n2, ... binding all of them. *out:
+ * the rule with the new variables (owned), or NULL when there is none. Nothing is proven here:
+ * the verifier decides (random tests at other sizes, then Z3 over symbolic sizes). */
+un_status un_rule_dims_generalize(un_ctx *ctx, const un_rule *r, un_rule **out);
+
+/* Removes r's dim variables (their parameters keep the witness values); returns how many. */
+int un_rule_dims_drop(un_rule *r);
+
 /* ---- side conditions and direction ---- */
 
 /* Computes r's side conditions: the divisibilities the target's layouts need (each partition's
@@ -160,8 +183,9 @@ typedef struct un_rule_claim_stats {
 /* Re-checks r's claim on a grid: each variable at 1..max_value (all combinations, the range cut
  * so there are at most 4096), at the witness input sizes and, when r->any_shape, at sizes scaled
  * per class of equal witness dims (x2, x3, x5), scaled as a whole (x2, x6) and at random per-dim
- * multiples (x1..x4). Wherever the source is well formed and the side conditions hold, the
- * target must be well formed with mapped outputs of equal shape and layout; otherwise
+ * multiples (x1..x4) (where a dim variable takes the sizes' value). Wherever the source is well
+ * formed and the side conditions hold, the target must be well formed with mapped outputs of
+ * equal shape and layout; otherwise
  * UN_ERR_MISMATCH naming the first such instance (values, sizes, reason), after the whole grid
  * has been counted in stats (may be NULL). */
 un_status un_rule_check_claim(un_ctx *ctx, const un_rule *r, int max_value,

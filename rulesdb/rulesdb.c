@@ -1271,37 +1271,65 @@ un_status un_rulesdb_load_verified_ids(un_ctx *ctx, un_rulesdb *db, un_rule ***r
     return UN_OK;
 }
 
-un_status un_rulesdb_verified_each_raw(un_ctx *ctx, un_rulesdb *db, un_rulesdb_skip_fn skip,
-                                       un_rulesdb_raw_fn take_raw, void *user, int64_t *n_stale) {
-    if (n_stale)
-        *n_stale = 0;
-    sqlite3_stmt *s = stmt_get(db, STMT_RULE_VERIFIED);
-    int64_t stale = 0;
+struct un_rulesdb_walk {
+    un_rulesdb *db;
+    int64_t stale;
+    bool done;
+};
+
+un_rulesdb_walk *un_rulesdb_walk_new(un_rulesdb *db) {
+    un_rulesdb_walk *w = un_xcalloc(1, sizeof *w);
+    w->db = db;
+    stmt_get(db, STMT_RULE_VERIFIED);
+    return w;
+}
+
+void un_rulesdb_walk_free(un_rulesdb_walk *w) {
+    if (!w)
+        return;
+    sqlite3_reset(w->db->stmt[STMT_RULE_VERIFIED]);
+    free(w);
+}
+
+bool un_rulesdb_walk_done(const un_rulesdb_walk *w) { return w->done; }
+
+int64_t un_rulesdb_walk_stale(const un_rulesdb_walk *w) { return w->stale; }
+
+un_status un_rulesdb_walk_next(un_ctx *ctx, un_rulesdb_walk *w, int64_t max,
+                               un_rulesdb_skip_fn skip, un_rulesdb_raw_fn take_raw, void *user) {
+    un_rulesdb *db = w->db;
+    sqlite3_stmt *s = db->stmt[STMT_RULE_VERIFIED];
     un_status st = UN_OK;
-    int rc;
-    while (st == UN_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+    int64_t seen = 0;
+    while (!w->done && seen < max) {
+        int rc = sqlite3_step(s);
+        if (rc != SQLITE_ROW) {
+            w->done = true;
+            if (rc != SQLITE_DONE)
+                st = db_fail(ctx, db, rc, "loading verified rules");
+            break;
+        }
         if (i2u(sqlite3_column_int64(s, COL_VERIFY_SPEC)) != db->spec_hash || !db->spec_hash) {
-            stale++;
+            w->stale++;
             continue;
         }
+        seen++;
         int32_t id = (int32_t)sqlite3_column_int64(s, COL_ID);
         uint64_t hash = i2u(sqlite3_column_int64(s, COL_HASH));
         if (skip && skip(user, id, hash))
             continue;
         const char *text = (const char *)sqlite3_column_text(s, COL_BODY);
-        if (!text) {
+        if (!text)
             st = un_ctx_error(ctx, UN_ERR_DB, "%s: rule %d: verified without a body", db->path,
                               (int)id);
+        else
+            st = take_raw(user, id, hash, text, (size_t)sqlite3_column_bytes(s, COL_BODY),
+                          i2u(sqlite3_column_int64(s, COL_SUM)));
+        if (st != UN_OK) {
+            w->done = true;
             break;
         }
-        st = take_raw(user, id, hash, text, (size_t)sqlite3_column_bytes(s, COL_BODY),
-                      i2u(sqlite3_column_int64(s, COL_SUM)));
     }
-    if (st == UN_OK && rc != SQLITE_DONE)
-        st = db_fail(ctx, db, rc, "loading verified rules");
-    sqlite3_reset(s);
-    if (st == UN_OK && n_stale)
-        *n_stale = stale;
     return st;
 }
 
@@ -1310,13 +1338,19 @@ un_status un_rulesdb_body_parse(un_ctx *ctx, un_rulesdb *db, int32_t id, uint64_
     return body_parse(ctx, db, id, body, len, sum, hash, out);
 }
 
-/* un_rulesdb_verified_each over the raw walk: each body parsed here, then given to take. */
+/* un_rulesdb_verified_each over the walk: each body parsed here, then given to take. */
 typedef struct each_parse {
     un_ctx *ctx;
     un_rulesdb *db;
+    un_rulesdb_skip_fn skip;
     un_rulesdb_take_fn take;
     void *user;
 } each_parse;
+
+static bool each_skip(void *user, int32_t id, uint64_t hash) {
+    each_parse *e = user;
+    return e->skip(e->user, id, hash);
+}
 
 static un_status each_parse_take(void *user, int32_t id, uint64_t hash, const char *body,
                                  size_t len, uint64_t sum) {
@@ -1328,8 +1362,16 @@ static un_status each_parse_take(void *user, int32_t id, uint64_t hash, const ch
 
 un_status un_rulesdb_verified_each(un_ctx *ctx, un_rulesdb *db, un_rulesdb_skip_fn skip,
                                 un_rulesdb_take_fn take, void *user, int64_t *n_stale) {
-    each_parse e = {ctx, db, take, user};
-    return un_rulesdb_verified_each_raw(ctx, db, skip, each_parse_take, &e, n_stale);
+    each_parse e = {ctx, db, skip, take, user};
+    if (n_stale)
+        *n_stale = 0;
+    un_rulesdb_walk *w = un_rulesdb_walk_new(db);
+    un_status st =
+        un_rulesdb_walk_next(ctx, w, INT64_MAX, skip ? each_skip : NULL, each_parse_take, &e);
+    if (st == UN_OK && n_stale)
+        *n_stale = un_rulesdb_walk_stale(w);
+    un_rulesdb_walk_free(w);
+    return st;
 }
 
 un_status un_rulesdb_count(un_ctx *ctx, un_rulesdb *db, int64_t *counts) {

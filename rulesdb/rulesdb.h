@@ -161,15 +161,25 @@ typedef un_status (*un_rulesdb_take_fn)(void *user, int32_t id, uint64_t hash, u
 un_status un_rulesdb_verified_each(un_ctx *ctx, un_rulesdb *db, un_rulesdb_skip_fn skip,
                                 un_rulesdb_take_fn take, void *user, int64_t *n_stale);
 
-/* The same walk for a caller that parses the rules itself (on worker threads): take_raw gets each
- * row not skipped as stored, its body (borrowed until take_raw returns; NUL-terminated) and the
- * body's checksum; un_rulesdb_body_parse then does what un_rulesdb_verified_each does with it.
+/* The same walk, pulled in steps, for a caller that parses the rules itself (on worker threads,
+ * while it reads the next rows): un_rulesdb_walk_next visits up to max more trusted verified rows
+ * (declined ones included; stale ones are counted, not visited) and gives each row skip does not
+ * decline to take_raw as stored: its body (borrowed until take_raw returns; NUL-terminated) and
+ * the body's checksum; un_rulesdb_body_parse then does what un_rulesdb_verified_each does with
+ * it. A status other than UN_OK (from take_raw, a row without a body, SQLite) ends the walk and is
+ * returned. un_rulesdb_walk_done tells when the walk has reached its end. One walk per handle at a
+ * time, and no un_rulesdb_verified_each / un_rulesdb_load_verified on it meanwhile.
  * un_rulesdb_body_parse reads only db's spec and path, so calls on different threads (each with
  * its own ctx, e.g. un_ctx_new_child) may run at once while the walk goes on. */
+typedef struct un_rulesdb_walk un_rulesdb_walk;
 typedef un_status (*un_rulesdb_raw_fn)(void *user, int32_t id, uint64_t hash, const char *body,
                                        size_t len, uint64_t sum);
-un_status un_rulesdb_verified_each_raw(un_ctx *ctx, un_rulesdb *db, un_rulesdb_skip_fn skip,
-                                       un_rulesdb_raw_fn take_raw, void *user, int64_t *n_stale);
+un_rulesdb_walk *un_rulesdb_walk_new(un_rulesdb *db); /* owned: un_rulesdb_walk_free */
+void un_rulesdb_walk_free(un_rulesdb_walk *w);
+bool un_rulesdb_walk_done(const un_rulesdb_walk *w);
+int64_t un_rulesdb_walk_stale(const un_rulesdb_walk *w); /* stale rows passed so far */
+un_status un_rulesdb_walk_next(un_ctx *ctx, un_rulesdb_walk *w, int64_t max,
+                               un_rulesdb_skip_fn skip, un_rulesdb_raw_fn take_raw, void *user);
 un_status un_rulesdb_body_parse(un_ctx *ctx, un_rulesdb *db, int32_t id, uint64_t hash,
                                 const char *body, size_t len, uint64_t sum, un_rule **out);
 

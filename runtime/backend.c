@@ -3,9 +3,13 @@
  * (STYLE rule 4). */
 #include "runtime/backend.h"
 
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "runtime/backend_cuda.h"
 #include "runtime/backend_cuda_rt.h"
@@ -23,7 +27,42 @@ un_status un_backend_cpu_new(un_ctx *ctx, un_prec prec, int nthreads, un_backend
 }
 
 un_status un_backend_opaque_new(un_ctx *ctx, un_prec prec, int nthreads, un_backend **out) {
-    return un__backend_opaque_new(ctx, prec, nthreads, out);
+    return un__backend_opaque_new(ctx, prec, nthreads, &(un_backend_opaque_opts){0}, out);
+}
+
+un_status un_backend_opaque_new_opts(un_ctx *ctx, un_prec prec, int nthreads,
+                                     const un_backend_opaque_opts *o, un_backend **out) {
+    return un__backend_opaque_new(ctx, prec, nthreads, o, out);
+}
+
+un_status un_backend_opaque_opts_parse(un_ctx *ctx, const char *spec, un_backend_opaque_opts *o) {
+    *o = (un_backend_opaque_opts){0};
+    if (strncmp(spec, "opaque", 6) != 0 || (spec[6] != '\0' && spec[6] != ':'))
+        return un_ctx_error(ctx, UN_ERR_INVALID, "--backend: '%s' is not opaque[:OPTIONS]", spec);
+    for (const char *p = spec + 7; spec[6];) { /* each option up to a comma; none may be empty */
+        size_t n = strcspn(p, ",");
+        bool ok = false;
+        if (n == 6 && strncmp(p, "staged", 6) == 0) {
+            o->staged = ok = true;
+        } else if (n > 4 && strncmp(p, "mem=", 4) == 0 && p[4] >= '0' && p[4] <= '9') {
+            char *end = NULL;
+            unsigned long long v = strtoull(p + 4, &end, 10);
+            int shift = *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : 0;
+            end += shift != 0;
+            ok = end == p + n && v > 0 && v <= (unsigned long long)(INT64_MAX >> shift);
+            if (ok)
+                o->mem_limit = (int64_t)(v << shift);
+        }
+        if (!ok)
+            return un_ctx_error(ctx, UN_ERR_INVALID,
+                                "--backend: '%.*s' in '%s' is not 'staged' or 'mem=SIZE' (bytes > "
+                                "0, optional K, M or G)",
+                                (int)n, p, spec);
+        if (p[n] != ',')
+            break;
+        p += n + 1;
+    }
+    return UN_OK;
 }
 
 void un_backend_free(un_backend *be) {
@@ -35,6 +74,12 @@ const char *un_backend_name(const un_backend *be) { return be->iface->name(be); 
 un_dev_kind un_backend_kind(const un_backend *be) { return be->kind; }
 un_prec un_backend_prec(const un_backend *be) { return be->prec; }
 bool un_backend_host_visible(const un_backend *be) { return be->host_visible; }
+
+un_status un_backend_memory(un_ctx *ctx, un_backend *be, int64_t *avail, bool *host) {
+    *avail = 0;
+    *host = false;
+    return be->iface->memory(ctx, be, avail, host);
+}
 
 bool un_backend_supports_op(const un_backend *be, un_op op) {
     return (unsigned)op < UN_OP_COUNT && be->iface->supports_op(be, op);
@@ -167,25 +212,103 @@ un_status un_backend_timer_stop(un_ctx *ctx, un_backend *be, un_backend_timer *t
     return st;
 }
 
-/* ---- CUDA ---- */
+/* ---- CUDA and NCCL: plugins loaded on first GPU use ---- */
+
+const void *un__plugin_open(const char *file, const char *sym, char *why, size_t cap) {
+    char exe[4096], path[4200];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    void *h = NULL;
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash)
+            *slash = '\0';
+        snprintf(path, sizeof path, "%s/../lib/%s", exe, file);
+        if (access(path, F_OK) == 0 && !(h = dlopen(path, RTLD_NOW | RTLD_LOCAL))) {
+            snprintf(why, cap, "cannot load %s: %s", path, dlerror());
+            return NULL;
+        }
+    }
+    if (!h && !(h = dlopen(file, RTLD_NOW | RTLD_LOCAL))) {
+        snprintf(why, cap, "cannot load %s: %s", file, dlerror());
+        return NULL;
+    }
+    const void *(*get)(void) = NULL;
+    *(void **)&get = dlsym(h, sym);
+    if (!get) {
+        snprintf(why, cap, "%s has no %s", file, sym);
+        dlclose(h);
+        return NULL;
+    }
+    return get(); /* h stays loaded until exit */
+}
 
 #ifdef UN_USE_CUDA
-int un_backend_cuda_devices(const char **why) { return un__cu_device_count(why); }
+/* The CUDA code (backend_cuda.cu over cudart and cuBLAS/cuBLASLt; comm_nccl.cu over NCCL) is
+ * built into two shared libraries beside the programs (BUILD/lib, PREFIX/lib) that no program
+ * links: a run that never touches a GPU never maps the CUDA libraries (about 210 MB of RSS for
+ * cuBLASLt alone). The first GPU call loads the plugin with dlopen and takes its table. */
+typedef struct plugin {
+    pthread_once_t once;
+    const char *file, *sym;
+    const void *fns;
+    char why[512];
+} plugin;
+
+static plugin cu_plugin = {PTHREAD_ONCE_INIT, "libunity_cuda.so", "un__cu_fns_get", NULL, ""};
+#ifdef UN_USE_NCCL
+static plugin nccl_plugin = {PTHREAD_ONCE_INIT, "libunity_nccl.so", "un__nccl_fns_get", NULL, ""};
+#endif
+
+/* Whether this machine has an NVIDIA driver (its device nodes): without one no GPU can be used,
+ * and the plugin is not loaded just to learn that. */
+static bool nvidia_driver(void) {
+    return access("/dev/nvidiactl", F_OK) == 0 ||
+           access("/proc/driver/nvidia/version", F_OK) == 0 ||
+           access("/dev/dxg", F_OK) == 0; /* WSL */
+}
+
+static void plugin_load(plugin *p) {
+    p->fns = un__plugin_open(p->file, p->sym, p->why, sizeof p->why);
+}
+
+static void cu_once(void) { plugin_load(&cu_plugin); }
+
+const un__cu_fns *un__cu_seam(const char **why) {
+    pthread_once(&cu_plugin.once, cu_once);
+    if (!cu_plugin.fns && why)
+        *why = cu_plugin.why;
+    return cu_plugin.fns;
+}
+
+int un_backend_cuda_devices(const char **why) {
+    if (!nvidia_driver()) {
+        if (why)
+            *why = "no NVIDIA driver on this machine: no /dev/nvidiactl";
+        return 0;
+    }
+    const un__cu_fns *cu = un__cu_seam(why);
+    return cu ? cu->device_count(why) : 0;
+}
 
 bool un_backend_cuda_device_name(int device, char *buf, size_t cap) {
     if (cap)
         buf[0] = '\0';
-    if (device < 0 || device >= un__cu_device_count(NULL))
+    if (device < 0 || device >= un_backend_cuda_devices(NULL))
         return false;
-    return un__cu_device_name(device, buf, cap) == NULL;
+    return un__cu_seam(NULL)->device_name(device, buf, cap) == NULL;
 }
 
 un_status un_backend_cuda_new(un_ctx *ctx, un_prec prec, int device, un_backend **out) {
-    return un__backend_cuda_new(ctx, prec, device, out);
+    return un_backend_cuda_new_opts(ctx, prec, device, false, out);
 }
 
 un_status un_backend_cuda_new_opts(un_ctx *ctx, un_prec prec, int device, bool tf32,
                                    un_backend **out) {
+    const char *why = NULL;
+    *out = NULL;
+    if (un_backend_cuda_devices(&why) == 0)
+        return un_ctx_error(ctx, UN_ERR_UNAVAILABLE, "cuda backend: %s", why ? why : "no GPU");
     return un__backend_cuda_new_opts(ctx, prec, device, tf32, out);
 }
 #else
@@ -213,28 +336,36 @@ un_status un_backend_cuda_new_opts(un_ctx *ctx, un_prec prec, int device, bool t
     return un_ctx_error(ctx, UN_ERR_UNAVAILABLE,
                         "cuda backend: this build has no CUDA (nvcc was not found or CUDA=0)");
 }
-#endif
 
-/* ---- the NCCL seam (comm_nccl.c reaches NCCL only through this table) ---- */
+const un__cu_fns *un__cu_seam(const char **why) {
+    if (why)
+        *why = "this build has no CUDA (nvcc was not found or CUDA=0)";
+    return NULL;
+}
+#endif
 
 #ifdef UN_USE_NCCL
-static const un__nccl_fns nccl_fns = {
-    .get_id = un__nccl_get_id,
-    .init = un__nccl_init,
-    .free = un__nccl_free,
-    .abort = un__nccl_abort,
-    .allreduce = un__nccl_allreduce,
-    .allgather = un__nccl_allgather,
-    .reduce_scatter = un__nccl_reduce_scatter,
-    .bcast = un__nccl_bcast,
-    .sendrecv = un__nccl_sendrecv,
-    .sync = un__nccl_sync,
-    .device_count = un__nccl_device_count,
-};
-const un__nccl_fns *un__nccl_seam(void) { return &nccl_fns; }
+static void nccl_once(void) { plugin_load(&nccl_plugin); }
+
+const un__nccl_fns *un__nccl_seam(const char **why) {
+    if (!nvidia_driver()) {
+        if (why)
+            *why = "no NVIDIA driver on this machine: no /dev/nvidiactl";
+        return NULL;
+    }
+    pthread_once(&nccl_plugin.once, nccl_once);
+    if (!nccl_plugin.fns && why)
+        *why = nccl_plugin.why;
+    return nccl_plugin.fns;
+}
 #else
-const un__nccl_fns *un__nccl_seam(void) { return NULL; }
+const un__nccl_fns *un__nccl_seam(const char **why) {
+    if (why)
+        *why = "this build has no NCCL (needs nvcc and nccl.h; see make's CUDA line)";
+    return NULL;
+}
 #endif
+
 /* ---- buffers ---- */
 
 un_status un_buffer_new(un_ctx *ctx, un_backend *be, size_t nbytes, un_buffer **out) {

@@ -55,6 +55,20 @@ un_status un_backend_cpu_new(un_ctx *ctx, un_prec prec, int nthreads, un_backend
  * prove that host code reaches backend memory only through this interface, and give the CPU
  * backend's results bit for bit. Owned: free with un_backend_free. */
 un_status un_backend_opaque_new(un_ctx *ctx, un_prec prec, int nthreads, un_backend **out);
+/* The opaque backend's options: by default it offers a device data plane (comm_dev.h: the
+ * communicator moves its memory without host staging, as NCCL moves a GPU's) and takes memory
+ * until its address range (16 GiB) is used up. */
+typedef struct un_backend_opaque_opts {
+    bool staged;       /* offer no device data plane: exchanges are staged through host memory */
+    int64_t mem_limit; /* bytes it may hold at once (0: no limit); more is UN_ERR_NOMEM, and
+                          un_backend_memory answers the limit minus what it holds */
+} un_backend_opaque_opts;
+un_status un_backend_opaque_new_opts(un_ctx *ctx, un_prec prec, int nthreads,
+                                     const un_backend_opaque_opts *o, un_backend **out);
+/* Parses a --backend value "opaque[:OPT[,OPT]]" with OPT "staged" or "mem=SIZE" (SIZE bytes with
+ * an optional K, M or G suffix, powers of 1024) into *o; anything else is UN_ERR_INVALID naming
+ * the value. */
+un_status un_backend_opaque_opts_parse(un_ctx *ctx, const char *spec, un_backend_opaque_opts *o);
 /* The CUDA backend on GPU `device`: UN_ERR_UNAVAILABLE (one line naming the reason) in a build
  * without CUDA or on a machine without that device. Owned: free with un_backend_free. */
 un_status un_backend_cuda_new(un_ctx *ctx, un_prec prec, int device, un_backend **out);
@@ -68,6 +82,11 @@ un_prec un_backend_prec(const un_backend *be);
 bool un_backend_supports_op(const un_backend *be, un_op op);
 /* Whether host code may read and write this backend's memory directly (CPU: yes). */
 bool un_backend_host_visible(const un_backend *be);
+/* The memory this backend can still allocate (*avail, bytes) and whether it is the machine's host
+ * memory, shared by every backend of the processes on it (*host): CPU: MemAvailable, host; CUDA:
+ * the device's free memory (cudaMemGetInfo), not host; opaque: its limit minus what it holds
+ * (not host), or host memory without a limit. UN_ERR_DEVICE when it cannot be asked. */
+un_status un_backend_memory(un_ctx *ctx, un_backend *be, int64_t *avail, bool *host);
 
 /* ---- buffers: sized backend memory, the only way host code reaches it ---- */
 

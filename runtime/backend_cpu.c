@@ -2,8 +2,10 @@
  * kernels.h (OpenBLAS sgemm/dgemm inside them) run on a fixed thread pool. */
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h> /* the float32 Adam update's AVX-512 path */
 #endif
@@ -276,6 +278,28 @@ static un_status cpu_optim_step(un_ctx *ctx, un_backend *be, const un_optim_para
     return UN_OK;
 }
 
+int64_t un__host_mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    long long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    if (kb >= 0)
+        return (int64_t)kb * 1024;
+    long pages = sysconf(_SC_AVPHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    return pages > 0 && size > 0 ? (int64_t)pages * size : 0;
+}
+
+static un_status cpu_memory(un_ctx *ctx, un_backend *be, int64_t *avail, bool *host) {
+    (void)ctx, (void)be;
+    *avail = un__host_mem_available();
+    *host = true;
+    return UN_OK;
+}
+
 static const struct un_backend_i cpu_iface = {
     .name = cpu_name,
     .free = cpu_free,
@@ -292,6 +316,7 @@ static const struct un_backend_i cpu_iface = {
     .loss = cpu_loss,
     .optim_step = cpu_optim_step,
     .synchronize = NULL,
+    .memory = cpu_memory,
 };
 
 un_status un__backend_cpu_new(un_ctx *ctx, un_prec prec, int nthreads, un_backend **out) {

@@ -13,6 +13,10 @@
 #include "runtime/backend_cuda.h"
 #include "runtime/backend_cuda_rt.h"
 #include "runtime/backend_impl.h"
+#include "runtime/comm_nccl.h"
+
+/* The CUDA plugin's table: loaded by the registry before any backend is made (un__cu_seam). */
+#define CU (un__cu_seam(NULL))
 
 /* Parameter slots (the order of specs/ops.json, as kernels_cpu.c). */
 enum { P_LIN_ACT, P_LIN_BIAS };
@@ -58,16 +62,16 @@ static const char *cuda_name(const un_backend *be) {
 
 static void cuda_free(un_backend *be) {
     cuda_state *s = S(be);
-    un__cu_set_device(s->device);
-    un__cu_free(s->scratch);
-    un__cu_free(s->flag);
+    CU->set_device(s->device);
+    CU->free(s->scratch);
+    CU->free(s->flag);
     if (s->blas)
-        un__cu_blas_free(s->blas);
+        CU->blas_free(s->blas);
     if (s->stream)
-        un__cu_stream_free(s->stream);
+        CU->stream_free(s->stream);
     for (int i = 0; i < 2; i++)
         if (s->ev[i])
-            un__cu_event_free(s->ev[i]);
+            CU->event_free(s->ev[i]);
     free(s);
     free(be);
 }
@@ -113,14 +117,14 @@ static bool cuda_supports_op(const un_backend *be, un_op op) {
 static un_status cuda_alloc(un_ctx *ctx, un_backend *be, size_t nbytes, void **out) {
     bool oom = false;
     *out = NULL;
-    const char *err = un__cu_malloc(out, nbytes, &oom);
+    const char *err = CU->malloc(out, nbytes, &oom);
     if (oom)
         return un_ctx_error(ctx, UN_ERR_NOMEM, "cuda backend: cannot allocate %zu bytes on %s",
                             nbytes, S(be)->dev_name);
     if (!err)
-        err = un__cu_memset0(S(be)->stream, *out, nbytes);
+        err = CU->memset0(S(be)->stream, *out, nbytes);
     if (err) {
-        un__cu_free(*out);
+        CU->free(*out);
         *out = NULL;
     }
     return cu_st(ctx, err);
@@ -128,25 +132,25 @@ static un_status cuda_alloc(un_ctx *ctx, un_backend *be, size_t nbytes, void **o
 
 static void cuda_release(un_backend *be, void *p) {
     /* cudaFree waits for the device: pending kernels that read p finish first */
-    keep(be, un__cu_free(p));
+    keep(be, CU->free(p));
 }
 
 static void cuda_zero(un_backend *be, void *p, size_t n) {
-    keep(be, un__cu_memset0(S(be)->stream, p, n));
+    keep(be, CU->memset0(S(be)->stream, p, n));
 }
 
 static un_status cuda_write(un_ctx *ctx, un_backend *be, void *dst, const void *src, size_t n) {
-    const char *err = un__cu_h2d(S(be)->stream, dst, src, n);
+    const char *err = CU->h2d(S(be)->stream, dst, src, n);
     /* the caller may reuse src on return */
-    return cu_st(ctx, err ? err : un__cu_stream_sync(S(be)->stream));
+    return cu_st(ctx, err ? err : CU->stream_sync(S(be)->stream));
 }
 
 static un_status cuda_read(un_ctx *ctx, un_backend *be, void *dst, const void *src, size_t n) {
-    return cu_st(ctx, un__cu_d2h(S(be)->stream, dst, src, n));
+    return cu_st(ctx, CU->d2h(S(be)->stream, dst, src, n));
 }
 
 static un_status cuda_copy(un_ctx *ctx, un_backend *be, void *dst, const void *src, size_t n) {
-    return cu_st(ctx, un__cu_d2d(S(be)->stream, dst, src, n));
+    return cu_st(ctx, CU->d2d(S(be)->stream, dst, src, n));
 }
 
 static void cuda_copy_region(un_backend *be, void *dst, const void *src, size_t es,
@@ -154,7 +158,7 @@ static void cuda_copy_region(un_backend *be, void *dst, const void *src, size_t 
     un_cu_box b = un_cu_box_region(r->rank, r->src_dim, r->src_off, r->dst_dim, r->dst_off, r->len);
     if (b.n == 0)
         return;
-    keep(be, un__cu_box(S(be)->stream, &b, dst, src, es, accumulate));
+    keep(be, CU->box(S(be)->stream, &b, dst, src, es, accumulate));
 }
 
 /* Device scratch of at least n floats (valid until the next call). */
@@ -162,7 +166,7 @@ static un_status scratch(un_ctx *ctx, un_backend *be, int64_t n, float **out) {
     cuda_state *s = S(be);
     size_t bytes = (size_t)(n < 1 ? 1 : n) * sizeof(float);
     if (bytes > s->scratch_bytes) {
-        un__cu_free(s->scratch);
+        CU->free(s->scratch);
         s->scratch = NULL;
         s->scratch_bytes = 0;
         void *p = NULL;
@@ -203,16 +207,16 @@ static un_status check_index(un_ctx *ctx, un_backend *be, un_op op, const un_kt 
                              const char *what) {
     cuda_state *s = S(be);
     int64_t n = numel(ix), bad = n;
-    const char *err = un__cu_h2d(s->stream, s->flag, &bad, sizeof bad);
+    const char *err = CU->h2d(s->stream, s->flag, &bad, sizeof bad);
     if (!err)
-        err = un__cu_index_check(s->stream, I(*ix), n, limit, s->flag);
+        err = CU->index_check(s->stream, I(*ix), n, limit, s->flag);
     if (!err)
-        err = un__cu_d2h(s->stream, &bad, s->flag, sizeof bad);
+        err = CU->d2h(s->stream, &bad, s->flag, sizeof bad);
     if (err)
         return cu_st(ctx, err);
     if (bad < n) {
         int64_t v = 0;
-        if ((err = un__cu_d2h(s->stream, &v, I(*ix) + bad, sizeof v)))
+        if ((err = CU->d2h(s->stream, &v, I(*ix) + bad, sizeof v)))
             return cu_st(ctx, err);
         return un_ctx_error(ctx, UN_ERR_INVALID,
                             "%s: %s %lld at position %lld is outside [0, %lld)", un_op_name(op),
@@ -290,9 +294,9 @@ static const char *linear_into(cuda_state *s, const un_kt *in, int n_in, float *
     const un_kt *x = &in[0], *w = &in[1];
     int64_t k = w->dim[0], n = w->dim[1], m = span(x, 0, x->rank - 1);
     const char *err =
-        un__cu_sgemm(s->blas, false, false, m, n, k, 1, FC(*x), k, 0, FC(*w), n, 0, 0, y, n, 0, 1);
+        CU->sgemm(s->blas, false, false, m, n, k, 1, FC(*x), k, 0, FC(*w), n, 0, 0, y, n, 0, 1);
     if (!err && (n_in > 2 || act != UN_CU_ACT_NONE))
-        err = un__cu_bias_act(s->stream, y, n_in > 2 ? FC(in[2]) : NULL, m, n, act);
+        err = CU->bias_act(s->stream, y, n_in > 2 ? FC(in[2]) : NULL, m, n, act);
     return err;
 }
 
@@ -305,18 +309,18 @@ static const char *run_plan(cuda_state *s, const un_cu_step *st, int n, float *c
         const un_cu_step *g = &st[i];
         switch (g->kind) {
         case UN_CU_STEP_GEMM:
-            err = un__cu_sgemm(s->blas, g->ta, g->tb, g->m, g->n, g->k, g->alpha,
-                               buf[g->a] + g->off_a, g->lda, g->sa, buf[g->b] + g->off_b, g->ldb,
-                               g->sb, g->beta, buf[g->c] + g->off_c, g->ldc, g->sc, g->batch);
+            err = CU->sgemm(s->blas, g->ta, g->tb, g->m, g->n, g->k, g->alpha, buf[g->a] + g->off_a,
+                            g->lda, g->sa, buf[g->b] + g->off_b, g->ldb, g->sb, g->beta,
+                            buf[g->c] + g->off_c, g->ldc, g->sc, g->batch);
             break;
         case UN_CU_STEP_SOFTMAX_FWD:
-            err = un__cu_softmax_fwd(s->stream, &g->rows, buf[g->a], buf[g->c]);
+            err = CU->softmax_fwd(s->stream, &g->rows, buf[g->a], buf[g->c]);
             break;
         case UN_CU_STEP_SOFTMAX_BWD:
-            err = un__cu_softmax_bwd(s->stream, &g->rows, buf[g->a], buf[g->b], buf[g->c]);
+            err = CU->softmax_bwd(s->stream, &g->rows, buf[g->a], buf[g->b], buf[g->c]);
             break;
         case UN_CU_STEP_ZERO:
-            err = un__cu_memset0(s->stream, buf[g->c], (size_t)g->m * sizeof(float));
+            err = CU->memset0(s->stream, buf[g->c], (size_t)g->m * sizeof(float));
             break;
         }
     }
@@ -383,16 +387,14 @@ static const char *conv_into(cuda_state *s, const un_cu_conv *g, const un_kt *in
     const char *err = NULL;
     for (int64_t n = 0; n < g->N && !err; n++)
         for (int64_t gr = 0; gr < g->groups && !err; gr++) {
-            err = un__cu_im2col(s->stream, g, FC(in[0]) + (n * g->C + gr * g->cpg) * g->H * g->W,
-                                col);
+            err = CU->im2col(s->stream, g, FC(in[0]) + (n * g->C + gr * g->cpg) * g->H * g->W, col);
             if (!err)
-                err = un__cu_sgemm(s->blas, false, false, g->opg, g->OHW, g->K, 1,
-                                   FC(in[1]) + gr * g->opg * g->K, g->K, 0, col, g->OHW, 0, 0,
-                                   y + (n * g->O + gr * g->opg) * g->OHW, g->OHW, 0, 1);
+                err = CU->sgemm(s->blas, false, false, g->opg, g->OHW, g->K, 1,
+                                FC(in[1]) + gr * g->opg * g->K, g->K, 0, col, g->OHW, 0, 0,
+                                y + (n * g->O + gr * g->opg) * g->OHW, g->OHW, 0, 1);
         }
     if (!err && (n_in > 2 || act != UN_CU_ACT_NONE))
-        err = un__cu_chan_bias_act(s->stream, y, n_in > 2 ? FC(in[2]) : NULL, g->N, g->O, g->OHW,
-                                   act);
+        err = CU->chan_bias_act(s->stream, y, n_in > 2 ? FC(in[2]) : NULL, g->N, g->O, g->OHW, act);
     return err;
 }
 
@@ -423,8 +425,8 @@ static un_status conv_bwd(un_ctx *ctx, un_backend *be, const un_param *p, const 
         if (act == UN_CU_ACT_GELU) /* gelu's derivative reads the pre-activation */
             err = conv_into(s, &g, in, n_in, pre, UN_CU_ACT_NONE, col);
         if (!err)
-            err = un__cu_act_back(s->stream, dpre, dp, act == UN_CU_ACT_GELU ? pre : NULL,
-                                  act == UN_CU_ACT_GELU ? NULL : FC(out[0]), ny, act);
+            err = CU->act_back(s->stream, dpre, dp, act == UN_CU_ACT_GELU ? pre : NULL,
+                               act == UN_CU_ACT_GELU ? NULL : FC(out[0]), ny, act);
         dp = dpre;
     }
     for (int64_t n = 0; n < g.N && !err; n++)
@@ -433,20 +435,20 @@ static un_status conv_bwd(un_ctx *ctx, un_backend *be, const un_param *p, const 
                         *wg = FC(in[1]) + gr * g.opg * g.K;
             int64_t xo = (n * g.C + gr * g.cpg) * g.H * g.W;
             if (din[1].data) {
-                err = un__cu_im2col(s->stream, &g, FC(in[0]) + xo, col);
+                err = CU->im2col(s->stream, &g, FC(in[0]) + xo, col);
                 if (!err)
-                    err = un__cu_sgemm(s->blas, false, true, g.opg, g.K, g.OHW, 1, dpg, g.OHW, 0,
-                                       col, g.OHW, 0, 1, F(din[1]) + gr * g.opg * g.K, g.K, 0, 1);
+                    err = CU->sgemm(s->blas, false, true, g.opg, g.K, g.OHW, 1, dpg, g.OHW, 0, col,
+                                    g.OHW, 0, 1, F(din[1]) + gr * g.opg * g.K, g.K, 0, 1);
             }
             if (!err && din[0].data) {
-                err = un__cu_sgemm(s->blas, true, false, g.K, g.OHW, g.opg, 1, wg, g.K, 0, dpg,
-                                   g.OHW, 0, 0, dcol, g.OHW, 0, 1);
+                err = CU->sgemm(s->blas, true, false, g.K, g.OHW, g.opg, 1, wg, g.K, 0, dpg, g.OHW,
+                                0, 0, dcol, g.OHW, 0, 1);
                 if (!err)
-                    err = un__cu_col2im(s->stream, &g, dcol, F(din[0]) + xo);
+                    err = CU->col2im(s->stream, &g, dcol, F(din[0]) + xo);
             }
         }
     if (!err && n_in > 2 && din[2].data)
-        err = un__cu_chan_sum(s->stream, F(din[2]), dp, g.N, g.O, g.OHW);
+        err = CU->chan_sum(s->stream, F(din[2]), dp, g.N, g.O, g.OHW);
     return cu_st(ctx, err);
 }
 
@@ -486,13 +488,13 @@ static un_status cuda_forward(un_ctx *ctx, un_backend *be, un_op op, const un_pa
     case UN_OP_BATCH_MATMUL: {
         int r = x->rank;
         int64_t nb = span(x, 0, r - 2), m = x->dim[r - 2], k = x->dim[r - 1], n = in[1].dim[r - 1];
-        err = un__cu_sgemm(s->blas, false, false, m, n, k, 1, FC(in[0]), k, m * k, FC(in[1]), n,
-                           k * n, 0, F(out[0]), n, m * n, nb);
+        err = CU->sgemm(s->blas, false, false, m, n, k, 1, FC(in[0]), k, m * k, FC(in[1]), n, k * n,
+                        0, F(out[0]), n, m * n, nb);
         break;
     }
     case UN_OP_SOFTMAX: {
         un_cu_rows g = rows_of(x, norm_dim(par(p, 0), x->rank));
-        err = un__cu_softmax_fwd(s->stream, &g, FC(*x), F(out[0]));
+        err = CU->softmax_fwd(s->stream, &g, FC(*x), F(out[0]));
         break;
     }
     case UN_OP_LAYER_NORM: {
@@ -500,17 +502,17 @@ static un_status cuda_forward(un_ctx *ctx, un_backend *be, un_op op, const un_pa
         float *stats;
         if ((st = scratch(ctx, be, 2 * rows, &stats)) != UN_OK)
             return st;
-        err = un__cu_layer_norm_fwd(s->stream, FC(*x), FC(in[1]), FC(in[2]), F(out[0]), stats, rows,
-                                    n);
+        err =
+            CU->layer_norm_fwd(s->stream, FC(*x), FC(in[1]), FC(in[2]), F(out[0]), stats, rows, n);
         break;
     }
     case UN_OP_CONCAT: {
         int ax = norm_dim(par(p, 0), x->rank);
         un_cu_box a = piece_box(&in[0], &out[0], ax, 0, true);
         un_cu_box b = piece_box(&in[1], &out[0], ax, in[0].dim[ax], true);
-        err = un__cu_box(s->stream, &a, out[0].data, in[0].data, sizeof(float), false);
+        err = CU->box(s->stream, &a, out[0].data, in[0].data, sizeof(float), false);
         if (!err)
-            err = un__cu_box(s->stream, &b, out[0].data, in[1].data, sizeof(float), false);
+            err = CU->box(s->stream, &b, out[0].data, in[1].data, sizeof(float), false);
         break;
     }
     case UN_OP_SPLIT: {
@@ -518,7 +520,7 @@ static un_status cuda_forward(un_ctx *ctx, un_backend *be, un_op op, const un_pa
         int64_t at = 0;
         for (int j = 0; j < n_out && !err; j++) {
             un_cu_box b = piece_box(&out[j], x, ax, at, false);
-            err = un__cu_box(s->stream, &b, out[j].data, x->data, sizeof(float), false);
+            err = CU->box(s->stream, &b, out[j].data, x->data, sizeof(float), false);
             at += out[j].dim[ax];
         }
         break;
@@ -526,23 +528,23 @@ static un_status cuda_forward(un_ctx *ctx, un_backend *be, un_op op, const un_pa
     case UN_OP_TRANSPOSE: {
         un_cu_box b = un_cu_box_transpose(x->rank, x->dim, norm_dim(par(p, 0), x->rank),
                                           norm_dim(par(p, 1), x->rank));
-        err = un__cu_box(s->stream, &b, out[0].data, x->data, sizeof(float), false);
+        err = CU->box(s->stream, &b, out[0].data, x->data, sizeof(float), false);
         break;
     }
     case UN_OP_EMBEDDING: {
         if ((st = check_index(ctx, be, op, x, in[1].dim[0], "index")) != UN_OK)
             return st;
         int64_t bag = x->dim[1];
-        err = un__cu_embedding_fwd(s->stream, I(*x), FC(in[1]), F(out[0]), x->dim[0], bag,
-                                   in[1].dim[1], par(p, 0) == 1 ? 1.0f / (float)bag : 1.0f);
+        err = CU->embedding_fwd(s->stream, I(*x), FC(in[1]), F(out[0]), x->dim[0], bag,
+                                in[1].dim[1], par(p, 0) == 1 ? 1.0f / (float)bag : 1.0f);
         break;
     }
     case UN_OP_REDUCE_SUM:
     case UN_OP_REDUCE_MEAN: {
         int d = norm_dim(par(p, 0), x->rank);
         un_cu_rows g = rows_of(x, d);
-        err = un__cu_reduce_fwd(s->stream, &g, FC(*x), F(out[0]),
-                                op == UN_OP_REDUCE_MEAN ? 1.0f / (float)x->dim[d] : 1.0f);
+        err = CU->reduce_fwd(s->stream, &g, FC(*x), F(out[0]),
+                             op == UN_OP_REDUCE_MEAN ? 1.0f / (float)x->dim[d] : 1.0f);
         break;
     }
     case UN_OP_MULTIHEAD_ATTENTION:
@@ -551,23 +553,23 @@ static un_status cuda_forward(un_ctx *ctx, un_backend *be, un_op op, const un_pa
         return conv_fwd(ctx, be, p, in, n_in, out);
     case UN_OP_POOL2D: {
         un_cu_pool g = pool_of(p, x);
-        err = un__cu_pool_fwd(s->stream, &g, FC(*x), F(out[0]));
+        err = CU->pool_fwd(s->stream, &g, FC(*x), F(out[0]));
         break;
     }
     case UN_OP_BATCH_NORM:
-        err = un__cu_batch_norm(s->stream, FC(*x), FC(in[1]), FC(in[2]), F(out[0]), NULL, NULL,
-                                NULL, NULL, x->dim[0], x->dim[1], span(x, 2, x->rank), false);
+        err = CU->batch_norm(s->stream, FC(*x), FC(in[1]), FC(in[2]), F(out[0]), NULL, NULL, NULL,
+                             NULL, x->dim[0], x->dim[1], span(x, 2, x->rank), false);
         break;
     case UN_OP_CROSS_ENTROPY:
         if ((st = check_index(ctx, be, op, &in[1], x->dim[1], "label")) != UN_OK)
             return st;
-        err = un__cu_cross_entropy(s->stream, FC(*x), I(in[1]), x->dim[0], x->dim[1], F(out[0]),
-                                   NULL, NULL, 0, false);
+        err = CU->cross_entropy(s->stream, FC(*x), I(in[1]), x->dim[0], x->dim[1], F(out[0]), NULL,
+                                NULL, 0, false);
         break;
     default: { /* element-wise, dropout, reshape, flat, identity */
         un_cu_ew_args a = ew_args(op, p, in, n_in, seed, off, full);
         a.z = F(out[0]);
-        err = un__cu_ew_fwd(s->stream, &a);
+        err = CU->ew_fwd(s->stream, &a);
         break;
     }
     }
@@ -592,8 +594,8 @@ static const char *linear_dpre(un_ctx *ctx, un_backend *be, const un_kt *in, int
         pre = buf + m * n;
     }
     if (!err)
-        err = un__cu_act_back(s->stream, buf, dy, pre, act == UN_CU_ACT_GELU ? NULL : FC(out[0]),
-                              m * n, act);
+        err = CU->act_back(s->stream, buf, dy, pre, act == UN_CU_ACT_GELU ? NULL : FC(out[0]),
+                           m * n, act);
     *dpre = buf;
     return err;
 }
@@ -622,30 +624,30 @@ static un_status cuda_backward(un_ctx *ctx, un_backend *be, un_op op, const un_p
         if (st != UN_OK)
             return st;
         if (!err && din[0].data)
-            err = un__cu_sgemm(s->blas, false, true, m, k, n, 1, dpre, n, 0, FC(*w), n, 0, 1,
-                               F(din[0]), k, 0, 1);
+            err = CU->sgemm(s->blas, false, true, m, k, n, 1, dpre, n, 0, FC(*w), n, 0, 1,
+                            F(din[0]), k, 0, 1);
         if (!err && din[1].data)
-            err = un__cu_sgemm(s->blas, true, false, k, n, m, 1, FC(*x), k, 0, dpre, n, 0, 1,
-                               F(din[1]), n, 0, 1);
+            err = CU->sgemm(s->blas, true, false, k, n, m, 1, FC(*x), k, 0, dpre, n, 0, 1,
+                            F(din[1]), n, 0, 1);
         if (!err && n_in > 2 && din[2].data)
-            err = un__cu_col_sum(s->stream, F(din[2]), dpre, m, n);
+            err = CU->col_sum(s->stream, F(din[2]), dpre, m, n);
         break;
     }
     case UN_OP_BATCH_MATMUL: {
         int r = x->rank;
         int64_t nb = span(x, 0, r - 2), m = x->dim[r - 2], k = x->dim[r - 1], n = in[1].dim[r - 1];
         if (din[0].data)
-            err = un__cu_sgemm(s->blas, false, true, m, k, n, 1, FC(dout[0]), n, m * n, FC(in[1]),
-                               n, k * n, 1, F(din[0]), k, m * k, nb);
+            err = CU->sgemm(s->blas, false, true, m, k, n, 1, FC(dout[0]), n, m * n, FC(in[1]), n,
+                            k * n, 1, F(din[0]), k, m * k, nb);
         if (!err && din[1].data)
-            err = un__cu_sgemm(s->blas, true, false, k, n, m, 1, FC(in[0]), k, m * k, FC(dout[0]),
-                               n, m * n, 1, F(din[1]), n, k * n, nb);
+            err = CU->sgemm(s->blas, true, false, k, n, m, 1, FC(in[0]), k, m * k, FC(dout[0]), n,
+                            m * n, 1, F(din[1]), n, k * n, nb);
         break;
     }
     case UN_OP_SOFTMAX: {
         un_cu_rows g = rows_of(x, norm_dim(par(p, 0), x->rank));
         if (din[0].data)
-            err = un__cu_softmax_bwd(s->stream, &g, FC(out[0]), FC(dout[0]), F(din[0]));
+            err = CU->softmax_bwd(s->stream, &g, FC(out[0]), FC(dout[0]), F(din[0]));
         break;
     }
     case UN_OP_LAYER_NORM: {
@@ -653,10 +655,10 @@ static un_status cuda_backward(un_ctx *ctx, un_backend *be, un_op op, const un_p
         float *stats;
         if ((st = scratch(ctx, be, 2 * rows, &stats)) != UN_OK)
             return st;
-        err = un__cu_layer_norm_fwd(s->stream, FC(*x), FC(in[1]), FC(in[2]), NULL, stats, rows, n);
+        err = CU->layer_norm_fwd(s->stream, FC(*x), FC(in[1]), FC(in[2]), NULL, stats, rows, n);
         if (!err)
-            err = un__cu_layer_norm_bwd(s->stream, FC(*x), FC(in[1]), FC(dout[0]), stats, F(din[0]),
-                                        F(din[1]), F(din[2]), rows, n);
+            err = CU->layer_norm_bwd(s->stream, FC(*x), FC(in[1]), FC(dout[0]), stats, F(din[0]),
+                                     F(din[1]), F(din[2]), rows, n);
         break;
     }
     case UN_OP_CONCAT: {
@@ -664,7 +666,7 @@ static un_status cuda_backward(un_ctx *ctx, un_backend *be, un_op op, const un_p
         for (int i = 0; i < 2 && !err; i++)
             if (din[i].data) {
                 un_cu_box b = piece_box(&in[i], &out[0], ax, i ? in[0].dim[ax] : 0, false);
-                err = un__cu_box(s->stream, &b, din[i].data, dout[0].data, sizeof(float), true);
+                err = CU->box(s->stream, &b, din[i].data, dout[0].data, sizeof(float), true);
             }
         break;
     }
@@ -674,7 +676,7 @@ static un_status cuda_backward(un_ctx *ctx, un_backend *be, un_op op, const un_p
         for (int j = 0; j < n_out && !err; j++) {
             if (dout[j].data && din[0].data) {
                 un_cu_box b = piece_box(&out[j], x, ax, at, true);
-                err = un__cu_box(s->stream, &b, din[0].data, dout[j].data, sizeof(float), true);
+                err = CU->box(s->stream, &b, din[0].data, dout[j].data, sizeof(float), true);
             }
             at += out[j].dim[ax];
         }
@@ -690,14 +692,14 @@ static un_status cuda_backward(un_ctx *ctx, un_backend *be, un_op op, const un_p
             b.dst_stride[i] = t;
         }
         if (din[0].data)
-            err = un__cu_box(s->stream, &b, din[0].data, dout[0].data, sizeof(float), true);
+            err = CU->box(s->stream, &b, din[0].data, dout[0].data, sizeof(float), true);
         break;
     }
     case UN_OP_EMBEDDING: {
         int64_t bag = x->dim[1];
         if (din[1].data)
-            err = un__cu_embedding_bwd(s->stream, I(*x), FC(dout[0]), F(din[1]), x->dim[0], bag,
-                                       in[1].dim[1], par(p, 0) == 1 ? 1.0f / (float)bag : 1.0f);
+            err = CU->embedding_bwd(s->stream, I(*x), FC(dout[0]), F(din[1]), x->dim[0], bag,
+                                    in[1].dim[1], par(p, 0) == 1 ? 1.0f / (float)bag : 1.0f);
         break;
     }
     case UN_OP_REDUCE_SUM:
@@ -705,8 +707,8 @@ static un_status cuda_backward(un_ctx *ctx, un_backend *be, un_op op, const un_p
         int d = norm_dim(par(p, 0), x->rank);
         un_cu_rows g = rows_of(x, d);
         if (din[0].data)
-            err = un__cu_reduce_bwd(s->stream, &g, FC(dout[0]), F(din[0]),
-                                    op == UN_OP_REDUCE_MEAN ? 1.0f / (float)x->dim[d] : 1.0f);
+            err = CU->reduce_bwd(s->stream, &g, FC(dout[0]), F(din[0]),
+                                 op == UN_OP_REDUCE_MEAN ? 1.0f / (float)x->dim[d] : 1.0f);
         break;
     }
     case UN_OP_MULTIHEAD_ATTENTION:
@@ -716,18 +718,17 @@ static un_status cuda_backward(un_ctx *ctx, un_backend *be, un_op op, const un_p
     case UN_OP_POOL2D: {
         un_cu_pool g = pool_of(p, x);
         if (din[0].data)
-            err = un__cu_pool_bwd(s->stream, &g, FC(*x), FC(dout[0]), F(din[0]));
+            err = CU->pool_bwd(s->stream, &g, FC(*x), FC(dout[0]), F(din[0]));
         break;
     }
     case UN_OP_BATCH_NORM:
-        err = un__cu_batch_norm(s->stream, FC(*x), FC(in[1]), FC(in[2]), NULL, FC(dout[0]),
-                                F(din[0]), F(din[1]), F(din[2]), x->dim[0], x->dim[1],
-                                span(x, 2, x->rank), true);
+        err = CU->batch_norm(s->stream, FC(*x), FC(in[1]), FC(in[2]), NULL, FC(dout[0]), F(din[0]),
+                             F(din[1]), F(din[2]), x->dim[0], x->dim[1], span(x, 2, x->rank), true);
         break;
     case UN_OP_CROSS_ENTROPY:
         if (din[0].data)
-            err = un__cu_cross_entropy(s->stream, FC(*x), I(in[1]), x->dim[0], x->dim[1], NULL,
-                                       F(din[0]), FC(dout[0]), 0, true);
+            err = CU->cross_entropy(s->stream, FC(*x), I(in[1]), x->dim[0], x->dim[1], NULL,
+                                    F(din[0]), FC(dout[0]), 0, true);
         break;
     default: {
         un_cu_ew_args a = ew_args(op, p, in, n_in, seed, off, full);
@@ -736,7 +737,7 @@ static un_status cuda_backward(un_ctx *ctx, un_backend *be, un_op op, const un_p
         a.dx = F(din[0]);
         a.dy = n_in > 1 ? F(din[1]) : NULL;
         if (a.dx || a.dy)
-            err = un__cu_ew_bwd(s->stream, &a);
+            err = CU->ew_bwd(s->stream, &a);
         break;
     }
     }
@@ -766,8 +767,8 @@ static un_status cuda_loss(un_ctx *ctx, un_backend *be, un_loss_kind kind, const
         lab.data = (int64_t *)target->data + o[0];
         if ((st = check_index(ctx, be, UN_OP_CROSS_ENTROPY, &lab, c, "label")) != UN_OK)
             return st;
-        err = un__cu_cross_entropy(s->stream, FC(*y), I(lab), rows, c, part, F(*grad), NULL,
-                                   1.0f / (float)f[0], false);
+        err = CU->cross_entropy(s->stream, FC(*y), I(lab), rows, c, part, F(*grad), NULL,
+                                1.0f / (float)f[0], false);
         n = rows;
     } else {
         un_cu_geom g = un_cu_geom_1d(n);
@@ -776,13 +777,13 @@ static un_status cuda_loss(un_ctx *ctx, un_backend *be, un_loss_kind kind, const
             total *= f[i];
         if ((st = scratch(ctx, be, g.grid, &part)) != UN_OK)
             return st;
-        err = un__cu_mse(s->stream, y->rank, y->dim, o, f, FC(*y), FC(*target), F(*grad), part, n,
-                         (float)total);
+        err = CU->mse(s->stream, y->rank, y->dim, o, f, FC(*y), FC(*target), F(*grad), part, n,
+                      (float)total);
         n = g.grid;
     }
     float *host = un_xmalloc((size_t)(n < 1 ? 1 : n) * sizeof *host);
     if (!err)
-        err = un__cu_d2h(s->stream, host, part, (size_t)n * sizeof *host);
+        err = CU->d2h(s->stream, host, part, (size_t)n * sizeof *host);
     for (int64_t i = 0; i < n && !err; i++)
         *loss += host[i];
     free(host);
@@ -795,8 +796,8 @@ static un_status cuda_optim_step(un_ctx *ctx, un_backend *be, const un_optim_par
     if (st != UN_OK)
         return st;
     un_cu_opt o = p->kind == UN_OPTIM_ADAM ? un_cu_opt_adam(p->lr, p->beta1, p->beta2, p->eps, t)
-                                         : un_cu_opt_sgd(p->lr, p->momentum);
-    return cu_st(ctx, un__cu_opt_step(S(be)->stream, &o, w, g, m, v, n));
+                                           : un_cu_opt_sgd(p->lr, p->momentum);
+    return cu_st(ctx, CU->opt_step(S(be)->stream, &o, w, g, m, v, n));
 }
 
 /* Kernel time on the stream between two events (the host's launch time left out). */
@@ -805,26 +806,50 @@ static un_status cuda_time_begin(un_ctx *ctx, un_backend *be) {
     const char *err = NULL;
     for (int i = 0; i < 2 && !err; i++)
         if (!s->ev[i])
-            err = un__cu_event_new(&s->ev[i]);
+            err = CU->event_new(&s->ev[i]);
     if (!err)
-        err = un__cu_event_record(s->ev[0], s->stream);
+        err = CU->event_record(s->ev[0], s->stream);
     return cu_st(ctx, err);
 }
 
 static un_status cuda_time_end(un_ctx *ctx, un_backend *be, double *sec) {
     cuda_state *s = S(be);
     float ms = 0;
-    const char *err = un__cu_event_record(s->ev[1], s->stream);
+    const char *err = CU->event_record(s->ev[1], s->stream);
     if (!err)
-        err = un__cu_event_ms(s->ev[0], s->ev[1], &ms);
+        err = CU->event_ms(s->ev[0], s->ev[1], &ms);
     *sec = 1e-3 * (double)ms;
     un_status st = cu_st(ctx, err);
     return st != UN_OK ? st : sticky_st(ctx, be);
 }
 
 static un_status cuda_sync(un_ctx *ctx, un_backend *be) {
-    un_status st = cu_st(ctx, un__cu_stream_sync(S(be)->stream));
+    un_status st = cu_st(ctx, CU->stream_sync(S(be)->stream));
     return st != UN_OK ? st : sticky_st(ctx, be);
+}
+
+static un_status cuda_memory(un_ctx *ctx, un_backend *be, int64_t *avail, bool *host) {
+    size_t free_b = 0, total_b = 0;
+    const char *err = CU->set_device(S(be)->device);
+    if (!err)
+        err = CU->mem_info(&free_b, &total_b);
+    *avail = (int64_t)free_b;
+    *host = false;
+    return cu_st(ctx, err);
+}
+
+/* The device data plane: NCCL on this backend's device and stream (comm_nccl.h), when every rank
+ * on this machine has a GPU of its own (NCCL refuses two ranks on one GPU; they stage instead). */
+static bool cuda_plane_ready(const un_backend *be, const un_comm *ctrl) {
+    return un_comm_node_size(ctrl) <= CU->device_count(NULL) &&
+           un_comm_nccl_ready(S(be)->device, NULL);
+}
+
+static un_status cuda_plane_new(un_ctx *ctx, un_backend *be, un_comm *ctrl, un_comm_dev **out) {
+    un_status st = un_comm_nccl_new(ctx, ctrl, S(be)->device, S(be)->stream, out);
+    if (st == UN_OK)
+        (*out)->be = be;
+    return st;
 }
 
 static const struct un_backend_i cuda_iface = {
@@ -845,11 +870,10 @@ static const struct un_backend_i cuda_iface = {
     .synchronize = cuda_sync,
     .time_begin = cuda_time_begin,
     .time_end = cuda_time_end,
+    .memory = cuda_memory,
+    .plane_ready = cuda_plane_ready,
+    .plane_new = cuda_plane_new,
 };
-
-un_status un__backend_cuda_new(un_ctx *ctx, un_prec prec, int device, un_backend **out) {
-    return un__backend_cuda_new_opts(ctx, prec, device, false, out);
-}
 
 un_status un__backend_cuda_new_opts(un_ctx *ctx, un_prec prec, int device, bool tf32,
                                     un_backend **out) {
@@ -858,7 +882,7 @@ un_status un__backend_cuda_new_opts(un_ctx *ctx, un_prec prec, int device, bool 
         return un_ctx_error(ctx, UN_ERR_UNAVAILABLE,
                             "cuda backend: float32 only (float64 runs on the cpu backend)");
     const char *why = NULL;
-    int n = un__cu_device_count(&why);
+    int n = CU->device_count(&why);
     if (device < 0 || device >= n)
         return un_ctx_error(ctx, UN_ERR_UNAVAILABLE,
                             "cuda backend: device %d is not available (%s)", device,
@@ -872,17 +896,17 @@ un_status un__backend_cuda_new_opts(un_ctx *ctx, un_prec prec, int device, bool 
                        .host_visible = false,
                        .context = s};
     s->device = device;
-    const char *err = un__cu_set_device(device);
+    const char *err = CU->set_device(device);
     if (!err)
-        err = un__cu_device_name(device, s->dev_name, sizeof s->dev_name);
+        err = CU->device_name(device, s->dev_name, sizeof s->dev_name);
     if (!err)
-        err = un__cu_stream_new(&s->stream);
+        err = CU->stream_new(&s->stream);
     if (!err)
-        err = un__cu_blas_new(&s->blas, s->stream, tf32);
+        err = CU->blas_new(&s->blas, s->stream, tf32);
     void *flag = NULL;
     bool oom = false;
     if (!err)
-        err = un__cu_malloc(&flag, sizeof(int64_t), &oom);
+        err = CU->malloc(&flag, sizeof(int64_t), &oom);
     s->flag = flag;
     if (err) {
         cuda_free(be);

@@ -61,6 +61,10 @@ extern "C" const char *un__cu_set_device(int dev) {
     return ck(cudaSetDevice(dev), "cudaSetDevice");
 }
 
+extern "C" const char *un__cu_mem_info(size_t *free_bytes, size_t *total_bytes) {
+    return ck(cudaMemGetInfo(free_bytes, total_bytes), "cudaMemGetInfo");
+}
+
 extern "C" const char *un__cu_malloc(void **p, size_t n, bool *oom) {
     cudaError_t e = cudaMalloc(p, n);
     *oom = e == cudaErrorMemoryAllocation;
@@ -600,4 +604,14 @@ extern "C" const char *un__cu_batch_norm(void *stream, const float *x, const flo
 
 extern "C" const char *un__cu_to_bf16(void *stream, uint16_t *dst, const float *src, int64_t n) {
     LAUNCH_1D(n, k_to_bf16, dst, src, n);
+}
+
+/* ---- the plugin's table (backend.c finds it with dlsym after loading this library) ---------- */
+
+#define UN__CU_ENTRY(ret, name, params) un__cu_##name,
+static const un__cu_fns cu_fns = {UN__CU_SEAM(UN__CU_ENTRY)};
+#undef UN__CU_ENTRY
+
+extern "C" __attribute__((visibility("default"))) const un__cu_fns *un__cu_fns_get(void) {
+    return &cu_fns;
 }

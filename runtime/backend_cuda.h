@@ -27,8 +27,8 @@ bool un_backend_cuda_device_name(int device, char *buf, size_t cap);
 un_status un_backend_cuda_new_opts(un_ctx *ctx, un_prec prec, int device, bool tf32,
                                    un_backend **out);
 
-/* The constructors in backend_cuda.c, called by the registry (not API). */
-un_status un__backend_cuda_new(un_ctx *ctx, un_prec prec, int device, un_backend **out);
+/* The constructor in backend_cuda.c, called by the registry once the CUDA plugin is loaded (not
+ * API). */
 un_status un__backend_cuda_new_opts(un_ctx *ctx, un_prec prec, int device, bool tf32,
                                     un_backend **out);
 

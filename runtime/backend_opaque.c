@@ -9,7 +9,13 @@
  *
  * Allocation is a bump pointer that never reuses an address (a stale device address faults or
  * reads zeros rather than another buffer's data); release returns the whole pages of a buffer
- * to the kernel. */
+ * to the kernel. A limit on the bytes held at once (un_backend_opaque_opts) stands in for a
+ * device's memory in tests of the memory check.
+ *
+ * Its device data plane (comm_dev.h) moves the memory behind the device addresses with the
+ * control plane's own calls (un_comm_exchange, allreduce, bcast on the translated addresses), the
+ * way NCCL moves a GPU's memory without the host staging it: the executor's device-plane path
+ * runs, bit for bit against the staged one, without a GPU. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +34,8 @@ typedef struct opq_state {
     char *fake;      /* the device addresses handed out: no access */
     char *real;      /* the memory behind them, at the same offsets */
     size_t next;     /* first unused offset (bump allocation) */
+    un_backend_opaque_opts opts;
+    int64_t held; /* bytes of the buffers not yet released (against opts.mem_limit) */
     pthread_mutex_t mu;
 } opq_state;
 
@@ -83,11 +91,19 @@ static un_status opq_alloc(un_ctx *ctx, un_backend *be, size_t nbytes, void **ou
     pthread_mutex_lock(&s->mu);
     size_t at = s->next + OPQ_HDR;
     bool ok = at + OPQ_ALIGN <= OPQ_RESERVE && nbytes <= OPQ_RESERVE - at - OPQ_ALIGN;
-    if (ok) {
+    int64_t held = s->held;
+    bool fits = s->opts.mem_limit == 0 || (int64_t)nbytes <= s->opts.mem_limit - held;
+    if (ok && fits) {
         memcpy(s->real + s->next, &nbytes, sizeof nbytes);
         s->next = (at + nbytes + OPQ_ALIGN - 1) / OPQ_ALIGN * OPQ_ALIGN;
+        s->held += (int64_t)nbytes;
     }
     pthread_mutex_unlock(&s->mu);
+    if (!fits)
+        return un_ctx_error(ctx, UN_ERR_NOMEM,
+                            "opaque backend: cannot allocate %zu bytes (%lld of its limit of %lld "
+                            "bytes are held)",
+                            nbytes, (long long)held, (long long)s->opts.mem_limit);
     if (!ok)
         return un_ctx_error(ctx, UN_ERR_NOMEM,
                             "opaque backend: cannot allocate %zu bytes (its %zu GiB of address "
@@ -102,6 +118,9 @@ static void opq_release(un_backend *be, void *p) {
     char *r = real_of(s, p, 0);
     size_t n;
     memcpy(&n, r - OPQ_HDR, sizeof n);
+    pthread_mutex_lock(&s->mu);
+    s->held -= (int64_t)n;
+    pthread_mutex_unlock(&s->mu);
     /* the whole pages inside the buffer go back to the kernel (the others hold neighbours) */
     const uintptr_t pg = 4096;
     uintptr_t lo = ((uintptr_t)r + pg - 1) / pg * pg, hi = ((uintptr_t)r + n) / pg * pg;
@@ -190,6 +209,137 @@ static un_status opq_optim_step(un_ctx *ctx, un_backend *be, const un_optim_para
                                  real_of(s, m, bytes), real_of(s, v, v ? bytes : 0));
 }
 
+static un_status opq_memory(un_ctx *ctx, un_backend *be, int64_t *avail, bool *host) {
+    opq_state *s = be->context;
+    if (s->opts.mem_limit == 0) { /* host memory behind it, like the CPU backend's */
+        *avail = un__host_mem_available();
+        *host = true;
+        return UN_OK;
+    }
+    (void)ctx;
+    pthread_mutex_lock(&s->mu);
+    *avail = s->opts.mem_limit - s->held;
+    pthread_mutex_unlock(&s->mu);
+    *host = false;
+    return UN_OK;
+}
+
+/* ---- the device data plane: the control plane's calls on the memory behind the addresses ---- */
+
+static size_t red_bytes(un_red_type t) { return t == UN_RED_F32 ? sizeof(float) : sizeof(double); }
+
+static const char *plane_name(const un_comm_dev *d) {
+    (void)d;
+    return "opaque";
+}
+
+static void plane_free(un_comm_dev *d) { free(d); }
+
+static un_status plane_allreduce(un_ctx *ctx, un_comm_dev *d, un_red_type t, void *buf, int64_t n) {
+    void *r = real_of(d->be->context, buf, (size_t)n * red_bytes(t));
+    return un_comm_allreduce(ctx, d->ctrl, t, r, n);
+}
+
+static un_status plane_bcast(un_ctx *ctx, un_comm_dev *d, int root, void *buf, size_t bytes) {
+    return un_comm_bcast(ctx, d->ctrl, root, real_of(d->be->context, buf, bytes), bytes);
+}
+
+static un_status plane_exchange(un_ctx *ctx, un_comm_dev *d, const un_comm_msg *sends, int n_sends,
+                                const un_comm_msg *recvs, int n_recvs) {
+    const opq_state *s = d->be->context;
+    un_comm_msg *m = un_xcalloc((size_t)(n_sends + n_recvs) + 1, sizeof *m);
+    for (int i = 0; i < n_sends + n_recvs; i++) {
+        m[i] = i < n_sends ? sends[i] : recvs[i - n_sends];
+        m[i].data = real_of(s, m[i].data, m[i].bytes);
+    }
+    un_status st = un_comm_exchange(ctx, d->ctrl, m, n_sends, m + n_sends, n_recvs);
+    free(m);
+    return st;
+}
+
+/* recv[size * n] = every rank's send[n]: one message to and from every other rank, tag = sender. */
+static un_status plane_allgather(un_ctx *ctx, un_comm_dev *d, un_red_type t, const void *send,
+                                 void *recv, int64_t n) {
+    int size = un_comm_size(d->ctrl), me = un_comm_rank(d->ctrl);
+    size_t bytes = (size_t)n * red_bytes(t);
+    un_comm_msg *sm = un_xcalloc((size_t)size, sizeof *sm),
+                *rm = un_xcalloc((size_t)size, sizeof *rm);
+    int k = 0;
+    for (int r = 0; r < size; r++)
+        if (r != me) {
+            sm[k] = (un_comm_msg){r, me, (void *)(uintptr_t)send, bytes};
+            rm[k++] = (un_comm_msg){r, r, (char *)recv + (size_t)r * bytes, bytes};
+        }
+    un_status st = plane_exchange(ctx, d, sm, k, rm, k);
+    if (st == UN_OK)
+        st = opq_copy(ctx, d->be, (char *)recv + (size_t)me * bytes, send, bytes);
+    free(sm);
+    free(rm);
+    return st;
+}
+
+/* recv[n] = block `me` of the sum over ranks of send[size * n]: every rank's block `me` comes here,
+ * summed in rank order (the same bits whichever rank sums). */
+static un_status plane_reduce_scatter(un_ctx *ctx, un_comm_dev *d, un_red_type t, const void *send,
+                                      void *recv, int64_t n) {
+    int size = un_comm_size(d->ctrl), me = un_comm_rank(d->ctrl);
+    size_t es = red_bytes(t), bytes = (size_t)n * es;
+    void *parts = NULL; /* every rank's block `me`, in rank order, on this backend */
+    un_status st = opq_alloc(ctx, d->be, bytes * (size_t)size, &parts);
+    if (st != UN_OK)
+        return st;
+    un_comm_msg *sm = un_xcalloc((size_t)size, sizeof *sm),
+                *rm = un_xcalloc((size_t)size, sizeof *rm);
+    int k = 0;
+    for (int r = 0; r < size; r++)
+        if (r != me) {
+            sm[k] = (un_comm_msg){r, me, (char *)(uintptr_t)send + (size_t)r * bytes, bytes};
+            rm[k++] = (un_comm_msg){r, r, (char *)parts + (size_t)r * bytes, bytes};
+        }
+    st = plane_exchange(ctx, d, sm, k, rm, k);
+    if (st == UN_OK)
+        st = opq_copy(ctx, d->be, (char *)parts + (size_t)me * bytes,
+                      (const char *)send + (size_t)me * bytes, bytes);
+    if (st == UN_OK) {
+        const opq_state *s = d->be->context;
+        un_region r = {.rank = 1, .src_dim = {n}, .dst_dim = {n}, .len = {n}};
+        char *out = real_of(s, recv, bytes), *in = real_of(s, parts, bytes * (size_t)size);
+        memcpy(out, in, bytes);
+        for (int q = 1; q < size; q++)
+            un_region_copy_host(t == UN_RED_F32 ? UN_PREC_F32 : UN_PREC_F64, out,
+                                in + (size_t)q * bytes, es, &r, true);
+    }
+    opq_release(d->be, parts);
+    free(sm);
+    free(rm);
+    return st;
+}
+
+static const struct un_comm_dev_i plane_iface = {
+    .name = plane_name,
+    .free = plane_free,
+    .allreduce = plane_allreduce,
+    .allgather = plane_allgather,
+    .reduce_scatter = plane_reduce_scatter,
+    .bcast = plane_bcast,
+    .exchange = plane_exchange,
+};
+
+static bool opq_plane_ready(const un_backend *be, const un_comm *ctrl) {
+    (void)ctrl;
+    const opq_state *s = be->context;
+    return !s->opts.staged;
+}
+
+static un_status opq_plane_new(un_ctx *ctx, un_backend *be, un_comm *ctrl, un_comm_dev **out) {
+    (void)ctx;
+    un_comm_dev *d = un_xcalloc(1, sizeof *d);
+    *d = (un_comm_dev){
+        .api_version = UN_BACKEND_API_VERSION, .iface = &plane_iface, .ctrl = ctrl, .be = be};
+    *out = d;
+    return UN_OK;
+}
+
 static const struct un_backend_i opq_iface = {
     .name = opq_name,
     .free = opq_free,
@@ -206,10 +356,17 @@ static const struct un_backend_i opq_iface = {
     .loss = opq_loss,
     .optim_step = opq_optim_step,
     .synchronize = NULL,
+    .memory = opq_memory,
+    .plane_ready = opq_plane_ready,
+    .plane_new = opq_plane_new,
 };
 
-un_status un__backend_opaque_new(un_ctx *ctx, un_prec prec, int nthreads, un_backend **out) {
+un_status un__backend_opaque_new(un_ctx *ctx, un_prec prec, int nthreads,
+                                 const un_backend_opaque_opts *o, un_backend **out) {
     *out = NULL;
+    if (o->mem_limit < 0)
+        return un_ctx_error(ctx, UN_ERR_INVALID, "opaque backend: memory limit %lld < 0",
+                            (long long)o->mem_limit);
     un_backend *cpu = NULL;
     un_status st = un__backend_cpu_new(ctx, prec, nthreads, &cpu);
     if (st != UN_OK)
@@ -232,6 +389,7 @@ un_status un__backend_opaque_new(un_ctx *ctx, un_prec prec, int nthreads, un_bac
     s->cpu = cpu;
     s->fake = fake;
     s->real = real;
+    s->opts = *o;
     pthread_mutex_init(&s->mu, NULL);
     un_backend *be = un_xcalloc(1, sizeof *be);
     *be = (un_backend){.api_version = UN_BACKEND_API_VERSION,

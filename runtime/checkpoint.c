@@ -2,9 +2,11 @@
  * optimizer state, one file, written through a temporary file and checksummed. */
 #include "runtime/checkpoint.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 
 static inline void setv(void *a, un_prec prec, int64_t i, double x) {
     if (prec == UN_PREC_F32)
@@ -101,152 +103,6 @@ un_status un_checkpoint_save(un_ctx *ctx, const char *path, const un_graph *g, u
     return UN_OK;
 }
 
-un_status un_checkpoint_load(un_ctx *ctx, const char *path, const un_graph *g, un_prec prec,
-                             void *w, un_optim *o) {
-    char *text = NULL;
-    size_t len = 0;
-    un_status st = un_read_file(ctx, path, &text, &len);
-    if (st != UN_OK)
-        return st;
-    const unsigned char *p = (const unsigned char *)text, *end = p + len;
-    const unsigned char **at = NULL;
-    uint64_t sum = 0; /* the trailing checksum, checked once the layout has been read */
-    if (len >= 16 + 8) {
-        end -= 8;
-        memcpy(&sum, end, 8);
-    }
-#define NEED(n)                                                                                    \
-    do {                                                                                           \
-        if ((size_t)(end - p) < (size_t)(n)) {                                                     \
-            st = un_ctx_error(ctx, UN_ERR_PARSE, "%s: truncated checkpoint", path);                \
-            goto done;                                                                             \
-        }                                                                                          \
-    } while (0)
-    uint32_t es, nw;
-    NEED(16);
-    if (memcmp(p, ckpt_magic, 8) != 0) {
-        st = un_ctx_error(ctx, UN_ERR_PARSE, "%s: not a unity checkpoint (bad magic)", path);
-        goto done;
-    }
-    memcpy(&es, p + 8, 4);
-    memcpy(&nw, p + 12, 4);
-    p += 16;
-    if (es != 4 && es != 8) {
-        st = un_ctx_error(ctx, UN_ERR_PARSE, "%s: element size %u", path, es);
-        goto done;
-    }
-    /* Index the file's weights, then copy each weight of g by name. */
-    at = un_xcalloc(nw ? nw : 1, sizeof *at);
-    for (uint32_t i = 0; i < nw; i++) {
-        at[i] = p;
-        uint32_t nl, rank;
-        NEED(4);
-        memcpy(&nl, p, 4);
-        NEED(4 + (size_t)nl + 4);
-        memcpy(&rank, p + 4 + nl, 4);
-        if (rank > UN_MAX_DIMS) {
-            st = un_ctx_error(ctx, UN_ERR_PARSE, "%s: weight %u has rank %u", path, i, rank);
-            goto done;
-        }
-        p += 8 + nl;
-        NEED(8 * (size_t)rank);
-        int64_t numel = 1;
-        for (uint32_t d = 0; d < rank; d++) {
-            int64_t v;
-            memcpy(&v, p + 8 * d, 8);
-            if (v < 1 || v > UN_MAX_NUMEL || numel > UN_MAX_NUMEL / v) {
-                st = un_ctx_error(ctx, UN_ERR_PARSE, "%s: weight %u has a bad size", path, i);
-                goto done;
-            }
-            numel *= v;
-        }
-        p += 8 * rank;
-        if ((size_t)(end - p) / es < (size_t)numel) {
-            st = un_ctx_error(ctx, UN_ERR_PARSE, "%s: truncated checkpoint", path);
-            goto done;
-        }
-        p += (size_t)numel * es;
-    }
-    if (ckpt_sum(CKPT_SUM_INIT, text, (size_t)(end - (const unsigned char *)text)) != sum) {
-        st = un_ctx_error(ctx, UN_ERR_PARSE, "%s: damaged checkpoint (its checksum does not match)",
-                          path);
-        goto done;
-    }
-    int64_t off = 0;
-    for (int32_t id = 0; id < un_graph_node_count(g) && st == UN_OK; id++) {
-        const un_node *nd = un_graph_node(g, id);
-        if (nd->op != UN_OP_WEIGHT)
-            continue;
-        const char *name = nd->name ? nd->name : "";
-        const un_shape *s = &nd->inf.out[0];
-        int64_t numel = un_shape_numel(s);
-        uint32_t i = 0;
-        for (; i < nw; i++) {
-            uint32_t nl;
-            memcpy(&nl, at[i], 4);
-            if (nl == strlen(name) && memcmp(at[i] + 4, name, nl) == 0)
-                break;
-        }
-        if (i == nw) {
-            st = un_ctx_error(ctx, UN_ERR_MISMATCH, "%s: no weight '%s' in the checkpoint", path,
-                              name);
-            break;
-        }
-        uint32_t nl, rank;
-        memcpy(&nl, at[i], 4);
-        memcpy(&rank, at[i] + 4 + nl, 4);
-        const unsigned char *q = at[i] + 8 + nl;
-        bool same = (int)rank == s->rank;
-        for (uint32_t d = 0; same && d < rank; d++) {
-            int64_t v;
-            memcpy(&v, q + 8 * d, 8);
-            same = v == s->dim[d];
-        }
-        if (!same) {
-            st = un_ctx_error(ctx, UN_ERR_MISMATCH,
-                              "%s: weight '%s' has another shape in the checkpoint", path, name);
-            break;
-        }
-        q += 8 * rank;
-        for (int64_t x = 0; x < numel; x++)
-            setv(w, prec, off + x, rd_val(q, es, x));
-        off += numel;
-    }
-    if (st != UN_OK)
-        goto done;
-    uint32_t kind;
-    NEED(4);
-    memcpy(&kind, p, 4);
-    p += 4;
-    if (kind != ~0u && o) {
-        int64_t t, n;
-        NEED(16);
-        memcpy(&t, p, 8);
-        memcpy(&n, p + 8, 8);
-        p += 16;
-        if (kind != (uint32_t)un_optim_kind(o) || n != un_optim_count(o)) {
-            st = un_ctx_error(ctx, UN_ERR_MISMATCH,
-                              "%s: optimizer state is for %s over %lld parameters, not %s over "
-                              "%lld",
-                              path, un_optim_algo_name((un_optim_algo)kind), (long long)n,
-                              un_optim_algo_name(un_optim_kind(o)), (long long)un_optim_count(o));
-            goto done;
-        }
-        size_t arrays = un_optim_state(o, 1) ? 2 : 1;
-        NEED(es * (size_t)n * arrays);
-        for (size_t a = 0; a < arrays; a++)
-            for (int64_t x = 0; x < n; x++)
-                setv(un_optim_state(o, (int)a), un_optim_prec(o), x,
-                     rd_val(p, es, (int64_t)((size_t)n * a) + x));
-        un_optim_set_steps(o, t);
-    }
-#undef NEED
-done:
-    free(at);
-    free(text);
-    return st;
-}
-
 /* ---- per-rank checkpoints (one file per MPI process) ----
  * "PATH.rankR", binary like the above: "UNCKPR01", u32 element bytes, u32 rank, u32 ranks, u32
  * optimizer kind (~0 none), i64 steps, u32 blocks; per block (un_exec_blocks): u32 name length,
@@ -334,181 +190,566 @@ un_status un_checkpoint_save_rank(un_ctx *ctx, const char *path, const un_graph 
     return s;
 }
 
-/* A bounds-checked reader over one file's bytes. */
-typedef struct rd {
-    const unsigned char *p, *end;
+/* ---- loading: only what the target blocks hold ----
+ * Both formats are read the same way: the file's checksum is checked streaming (a bounded
+ * buffer), its headers are indexed by seeking past the data, and each saved segment (a block of a
+ * weight, its elements lo..hi row-major, then the optimizer arrays of the same elements) is read
+ * in bounded chunks, run by run along the last dim, into the target blocks it overlaps. A target
+ * is a list of blocks (un_exec_block): one rank's pieces and optimizer shard (load into an
+ * executor), or every weight whole (the logical loads). */
+
+#define CK_CHUNK ((int64_t)1 << 16) /* elements per read */
+
+/* A sequential, bounds-checked reader of one file. */
+typedef struct ckf {
+    FILE *f;
+    int64_t pos, end; /* end: the checksum's offset */
     bool ok;
-} rd;
+} ckf;
 
-static const void *rd_take(rd *r, size_t n) {
-    if (!r->ok || (size_t)(r->end - r->p) < n) {
+static bool ckf_at(ckf *r, int64_t pos, void *buf, size_t n) {
+    if (!r->ok || pos < 0 || pos > r->end || (int64_t)n > r->end - pos ||
+        fseeko(r->f, (off_t)pos, SEEK_SET) != 0 || fread(buf, 1, n, r->f) != n)
         r->ok = false;
-        return NULL;
-    }
-    const void *at = r->p;
-    r->p += n;
-    return at;
+    return r->ok;
 }
 
-static uint32_t rd_u32(rd *r) {
+static void ckf_take(ckf *r, void *buf, size_t n) {
+    if (ckf_at(r, r->pos, buf, n))
+        r->pos += (int64_t)n;
+}
+
+static uint32_t ckf_u32(ckf *r) {
     uint32_t v = 0;
-    const void *p = rd_take(r, 4);
-    if (p)
-        memcpy(&v, p, 4);
+    ckf_take(r, &v, 4);
     return v;
 }
 
-static int64_t rd_i64(rd *r) {
+static int64_t ckf_i64(ckf *r) {
     int64_t v = 0;
-    const void *p = rd_take(r, 8);
-    if (p)
-        memcpy(&v, p, 8);
+    ckf_take(r, &v, 8);
     return v;
 }
 
-/* Element x (row-major) of a block [off, off + len) of a tensor of dims, in the tensor. */
-static int64_t block_elem(int rank, const int64_t *dims, const int64_t *off, const int64_t *len,
-                          int64_t x) {
-    int64_t idx = 0, c[UN_MAX_DIMS];
-    for (int d = rank - 1; d >= 0; d--) {
-        c[d] = off[d] + x % len[d];
-        x /= len[d];
-    }
-    for (int d = 0; d < rank; d++)
-        idx = idx * dims[d] + c[d];
-    return idx;
+static void ckf_skip(ckf *r, int64_t n) {
+    if (n < 0 || n > r->end - r->pos)
+        r->ok = false;
+    else
+        r->pos += n;
 }
 
-/* One rank's file into the logical arrays; cover[id] counts the elements of weight node id it
- * gave (values and optimizer state alike). */
-static un_status load_rank_file(un_ctx *ctx, const char *file, int r, uint32_t *hdr, int64_t *steps,
-                                const un_graph *g, const int64_t *loff, un_prec prec, void *w,
-                                un_optim *o, int64_t *cover) {
-    char *text = NULL;
-    size_t len = 0;
-    un_status st = un_read_file(ctx, file, &text, &len);
+/* Opens path: its magic, and a length of at least min_len bytes before the checksum. */
+static un_status ckf_open(un_ctx *ctx, const char *path, int64_t min_len, const char *magic,
+                          const char *what, ckf *r) {
+    *r = (ckf){.f = fopen(path, "rb"), .ok = true};
+    if (!r->f)
+        return un_ctx_error(ctx, UN_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
+    int64_t len = fseeko(r->f, 0, SEEK_END) == 0 ? (int64_t)ftello(r->f) : -1;
+    char head[8] = {0};
+    if (len < 8 || fseeko(r->f, 0, SEEK_SET) != 0 || fread(head, 1, 8, r->f) != 8 ||
+        memcmp(head, magic, 8) != 0)
+        return un_ctx_error(ctx, UN_ERR_PARSE, "%s: not a unity %s (bad magic)", path, what);
+    if (len < min_len + 8)
+        return un_ctx_error(ctx, UN_ERR_PARSE, "%s: truncated checkpoint", path);
+    r->end = len - 8;
+    r->pos = 8;
+    return UN_OK;
+}
+
+/* Checks the trailing checksum over every byte before it, streaming (bounded memory). */
+static un_status ckf_verify(un_ctx *ctx, const char *path, ckf *r) {
+    uint64_t h = CKPT_SUM_INIT, sum = 0;
+    unsigned char *buf = un_xmalloc(1 << 20);
+    bool ok = fseeko(r->f, 0, SEEK_SET) == 0;
+    for (int64_t at = 0; ok && at < r->end;) {
+        size_t n = (size_t)(r->end - at < (1 << 20) ? r->end - at : (1 << 20));
+        ok = fread(buf, 1, n, r->f) == n;
+        h = ckpt_sum(h, buf, n);
+        at += (int64_t)n;
+    }
+    free(buf);
+    ok = ok && fread(&sum, 8, 1, r->f) == 1;
+    if (!ok)
+        return un_ctx_error(ctx, UN_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
+    if (h != sum)
+        return un_ctx_error(ctx, UN_ERR_PARSE,
+                            "%s: damaged checkpoint (its checksum does not match)", path);
+    return UN_OK;
+}
+
+static void ckf_close(ckf *r) {
+    if (r->f)
+        fclose(r->f);
+    r->f = NULL;
+}
+
+/* Where loaded elements go: blocks[nb] in node order (first[id] .. first[id + 1] those of node
+ * id), values into w (prec), the optimizer arrays into st[] (oprec; NULL = not loaded). */
+typedef struct ck_target {
+    const un_graph *g;
+    const un_exec_block *blk;
+    int nb;
+    int *first; /* per node + 1 */
+    un_prec prec, oprec;
+    void *w, *st[2];
+    int64_t *cover_v, *cover_s; /* per block: values and optimizer elements loaded */
+    unsigned char *seen[2];     /* bit per element of w and of st[0]: loaded already */
+    int32_t twice;              /* a weight node with an element given twice, or -1 */
+    unsigned char *buf;         /* CK_CHUNK elements of 8 bytes */
+} ck_target;
+
+/* Marks element i of seen; false when it was marked already. */
+static bool ck_mark(unsigned char *seen, int64_t i) {
+    unsigned char bit = (unsigned char)(1u << (i & 7));
+    bool fresh = !(seen[i >> 3] & bit);
+    seen[i >> 3] |= bit;
+    return fresh;
+}
+
+/* nv, ns: the elements of w and of each st[] array. */
+static void ck_target_init(ck_target *t, const un_graph *g, const un_exec_block *blk, int nb,
+                           int64_t nv, int64_t ns) {
+    int32_t n = un_graph_node_count(g);
+    t->g = g;
+    t->blk = blk;
+    t->nb = nb;
+    t->first = un_xcalloc((size_t)n + 2, sizeof *t->first);
+    for (int b = 0; b < nb; b++)
+        t->first[blk[b].node + 1]++;
+    for (int32_t id = 0; id < n; id++)
+        t->first[id + 1] += t->first[id];
+    t->cover_v = un_xcalloc((size_t)nb + 1, sizeof *t->cover_v);
+    t->cover_s = un_xcalloc((size_t)nb + 1, sizeof *t->cover_s);
+    t->buf = un_xmalloc((size_t)CK_CHUNK * 8);
+    t->seen[0] = un_xcalloc((size_t)nv / 8 + 1, 1);
+    t->seen[1] = un_xcalloc((size_t)ns / 8 + 1, 1);
+    t->twice = -1;
+}
+
+static void ck_target_deinit(ck_target *t) {
+    free(t->seen[0]);
+    free(t->seen[1]);
+    free(t->first);
+    free(t->cover_v);
+    free(t->cover_s);
+    free(t->buf);
+}
+
+/* Copies elements [x0, x1) of array a (0 values, 1.. optimizer) of a saved segment of weight
+ * node id (the block off/len of it, buf holding elements x0.. in es-byte floats) into the target
+ * blocks they fall in, run by run along the last dim. */
+static void ck_runs(ck_target *t, int32_t id, const int64_t *off, const int64_t *len, int a,
+                    int64_t x0, int64_t x1, uint32_t es) {
+    const un_shape *s = &un_graph_node(t->g, id)->inf.out[0];
+    int last = s->rank - 1;
+    for (int64_t x = x0; x < x1;) {
+        int64_t c[UN_MAX_DIMS], rest = x; /* global coordinates of element x */
+        for (int d = last; d >= 0; d--) {
+            c[d] = off[d] + rest % len[d];
+            rest /= len[d];
+        }
+        int64_t run = len[last] - (c[last] - off[last]);
+        run = run < x1 - x ? run : x1 - x;
+        for (int b = t->first[id]; b < t->first[id + 1]; b++) {
+            const un_exec_block *k = &t->blk[b];
+            bool in = true;
+            for (int d = 0; in && d < last; d++)
+                in = c[d] >= k->off[d] && c[d] < k->off[d] + k->len[d];
+            int64_t lo = c[last] > k->off[last] ? c[last] : k->off[last];
+            int64_t hi = c[last] + run < k->off[last] + k->len[last] ? c[last] + run
+                                                                     : k->off[last] + k->len[last];
+            if (!in || lo >= hi)
+                continue;
+            int64_t li = 0; /* the block-local index of global (c[0..last-1], lo) */
+            for (int d = 0; d < last; d++)
+                li = li * k->len[d] + (c[d] - k->off[d]);
+            li = li * k->len[last] + (lo - k->off[last]);
+            int64_t src = x - x0 + (lo - c[last]), n = hi - lo;
+            if (a == 0) {
+                for (int64_t e = 0; e < n; e++) {
+                    setv(t->w, t->prec, k->at + li + e, rd_val(t->buf, es, src + e));
+                    if (ck_mark(t->seen[0], k->at + li + e))
+                        t->cover_v[b]++;
+                    else
+                        t->twice = id;
+                }
+                continue;
+            }
+            int64_t p = li > k->lo ? li : k->lo, q = li + n < k->hi ? li + n : k->hi;
+            for (int64_t e = p; e < q; e++) {
+                setv(t->st[a - 1], t->oprec, k->shard_at + e - k->lo,
+                     rd_val(t->buf, es, src + e - li));
+                if (a > 1)
+                    continue;
+                if (ck_mark(t->seen[1], k->shard_at + e - k->lo))
+                    t->cover_s[b]++;
+                else
+                    t->twice = id;
+            }
+        }
+        x += run;
+    }
+}
+
+/* One saved segment of weight node id: the block off/len of it, its elements lo..hi, values at
+ * pos[0] and optimizer array i at pos[1 + i] (arrays of them). */
+static bool ck_segment(ck_target *t, ckf *r, int32_t id, const int64_t *off, const int64_t *len,
+                       int64_t lo, int64_t hi, const int64_t *pos, int arrays, uint32_t es) {
+    if (t->first[id] == t->first[id + 1])
+        return true; /* nothing of it is wanted */
+    for (int a = 0; a < 1 + arrays; a++) {
+        if (a > 0 && !t->st[a - 1])
+            continue;
+        for (int64_t x0 = lo; x0 < hi; x0 += CK_CHUNK) {
+            int64_t x1 = hi - x0 < CK_CHUNK ? hi : x0 + CK_CHUNK;
+            if (!ckf_at(r, pos[a] + (x0 - lo) * (int64_t)es, t->buf, (size_t)(x1 - x0) * es))
+                return false;
+            ck_runs(t, id, off, len, a, x0, x1, es);
+        }
+    }
+    return true;
+}
+
+/* Whether dims[rank] are the shape of weight id of g (else one error naming file and weight). */
+static un_status ck_same_shape(un_ctx *ctx, const char *file, const un_graph *g, int32_t id,
+                               uint32_t rank, const int64_t *dims) {
+    const un_shape *s = &un_graph_node(g, id)->inf.out[0];
+    bool same = (int)rank == s->rank;
+    for (int d = 0; same && d < s->rank; d++)
+        same = dims[d] == s->dim[d];
+    if (same)
+        return UN_OK;
+    const char *name = un_graph_node(g, id)->name;
+    return un_ctx_error(ctx, UN_ERR_MISMATCH, "%s: weight '%s' has another shape in the checkpoint",
+                        file, name ? name : "");
+}
+
+/* The logical element count of g's weights. */
+static int64_t ck_lparams(const un_graph *g) {
+    int64_t n = 0;
+    for (int32_t id = 0; id < un_graph_node_count(g); id++)
+        if (un_graph_node(g, id)->op == UN_OP_WEIGHT)
+            n += un_shape_numel(&un_graph_node(g, id)->inf.out[0]);
+    return n;
+}
+
+static un_status ck_optim_kind(un_ctx *ctx, const char *path, uint32_t kind, int64_t n,
+                               const un_graph *g, const un_optim *o) {
+    if (!o || kind == ~0u || (kind == (uint32_t)un_optim_kind(o) && n == ck_lparams(g)))
+        return UN_OK;
+    return un_ctx_error(ctx, UN_ERR_MISMATCH,
+                        "%s: optimizer state is for %s over %lld parameters, not %s over %lld",
+                        path, un_optim_algo_name((un_optim_algo)kind), (long long)n,
+                        un_optim_algo_name(un_optim_kind(o)), (long long)ck_lparams(g));
+}
+
+/* The single-file format into t. */
+static un_status ck_load_file(un_ctx *ctx, const char *path, ck_target *t, uint32_t *kind,
+                              int64_t *steps, const un_optim *o) {
+    ckf r;
+    un_status st = ckf_open(ctx, path, 16, ckpt_magic, "checkpoint", &r);
+    uint32_t es = 0, nw = 0;
+    typedef struct {
+        char name[256];
+        uint32_t rank;
+        int64_t dims[UN_MAX_DIMS], pos, foff;
+    } entry;
+    entry *ix = NULL;
+    uint32_t *which = NULL; /* per node of g: its entry */
     if (st != UN_OK)
+        goto done;
+    es = ckf_u32(&r);
+    nw = ckf_u32(&r);
+    if (es != 4 && es != 8) {
+        st = un_ctx_error(ctx, UN_ERR_PARSE, "%s: element size %u", path, es);
+        goto done;
+    }
+    if (nw > (uint64_t)(r.end - r.pos) / 8) { /* each weight takes at least 8 bytes */
+        st = un_ctx_error(ctx, UN_ERR_PARSE, "%s: truncated checkpoint", path);
+        goto done;
+    }
+    ix = un_xcalloc((size_t)nw + 1, sizeof *ix);
+    int64_t foff = 0;
+    for (uint32_t i = 0; i < nw && r.ok; i++) {
+        uint32_t nl = ckf_u32(&r);
+        if (nl < sizeof ix[i].name)
+            ckf_take(&r, ix[i].name, nl);
+        else
+            r.ok = false;
+        ix[i].rank = ckf_u32(&r);
+        if (r.ok && ix[i].rank > UN_MAX_DIMS) {
+            st = un_ctx_error(ctx, UN_ERR_PARSE, "%s: weight %u has rank %u", path, i, ix[i].rank);
+            goto done;
+        }
+        int64_t numel = 1;
+        for (uint32_t d = 0; d < ix[i].rank && r.ok; d++) {
+            int64_t v = ckf_i64(&r);
+            if (r.ok && (v < 1 || v > UN_MAX_NUMEL || numel > UN_MAX_NUMEL / v)) {
+                st = un_ctx_error(ctx, UN_ERR_PARSE, "%s: weight %u has a bad size", path, i);
+                goto done;
+            }
+            ix[i].dims[d] = v;
+            numel *= v;
+        }
+        ix[i].pos = r.pos;
+        ix[i].foff = foff;
+        foff += numel;
+        ckf_skip(&r, numel * (int64_t)es);
+    }
+    *kind = ckf_u32(&r);
+    int64_t n = 0, apos[2] = {0, 0};
+    int arrays = 0;
+    if (r.ok && *kind != ~0u) {
+        *steps = ckf_i64(&r);
+        n = ckf_i64(&r);
+        arrays = *kind == (uint32_t)UN_OPTIM_ADAM ? 2 : 1;
+        if (r.ok && n != foff) {
+            st = un_ctx_error(ctx, UN_ERR_PARSE,
+                              "%s: optimizer state over %lld of its %lld parameters", path,
+                              (long long)n, (long long)foff);
+            goto done;
+        }
+        for (int a = 0; a < arrays; a++) {
+            apos[a] = r.pos;
+            ckf_skip(&r, n * (int64_t)es);
+        }
+    }
+    if (!r.ok) {
+        st = un_ctx_error(ctx, UN_ERR_PARSE, "%s: truncated checkpoint", path);
+        goto done;
+    }
+    if ((st = ckf_verify(ctx, path, &r)) != UN_OK)
+        goto done;
+    /* every weight of g by name and shape, then the optimizer, then the reads */
+    which = un_xcalloc((size_t)un_graph_node_count(t->g) + 1, sizeof *which);
+    for (int32_t id = 0; id < un_graph_node_count(t->g) && st == UN_OK; id++) {
+        const un_node *nd = un_graph_node(t->g, id);
+        if (nd->op != UN_OP_WEIGHT)
+            continue;
+        const char *name = nd->name ? nd->name : "";
+        uint32_t i = 0;
+        while (i < nw && strcmp(ix[i].name, name) != 0)
+            i++;
+        if (i == nw)
+            st = un_ctx_error(ctx, UN_ERR_MISMATCH, "%s: no weight '%s' in the checkpoint", path,
+                              name);
+        else
+            st = ck_same_shape(ctx, path, t->g, id, ix[i].rank, ix[i].dims);
+        which[id] = i;
+    }
+    if (st == UN_OK && *kind != ~0u)
+        st = ck_optim_kind(ctx, path, *kind, n, t->g, o);
+    for (int32_t id = 0; id < un_graph_node_count(t->g) && st == UN_OK; id++) {
+        const un_node *nd = un_graph_node(t->g, id);
+        if (nd->op != UN_OP_WEIGHT)
+            continue;
+        const entry *e = &ix[which[id]];
+        int64_t zero[UN_MAX_DIMS] = {0}, numel = un_shape_numel(&nd->inf.out[0]);
+        int64_t pos[3] = {e->pos, apos[0] + e->foff * (int64_t)es, apos[1] + e->foff * (int64_t)es};
+        if (!ck_segment(t, &r, id, zero, e->dims, 0, numel, pos, o ? arrays : 0, es))
+            st = un_ctx_error(ctx, UN_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
+    }
+done:
+    free(which);
+    free(ix);
+    ckf_close(&r);
+    return st;
+}
+
+/* Rank r's file of a per-rank checkpoint into t; hdr (es, ranks, kind) and steps from rank 0's. */
+static un_status ck_load_rank(un_ctx *ctx, const char *file, int r, uint32_t *hdr, int64_t *steps,
+                              ck_target *t, const un_optim *o) {
+    ckf in;
+    un_status st = ckf_open(ctx, file, 8 + 28, rank_magic, "rank checkpoint", &in);
+    if (st == UN_OK)
+        st = ckf_verify(ctx, file, &in);
+    in.pos = 8;
+    if (st != UN_OK) {
+        ckf_close(&in);
         return st;
-    uint64_t sum = 0;
-    rd in = {(const unsigned char *)text, (const unsigned char *)text + len, len >= 8 + 28 + 8};
-    if (in.ok) {
-        in.end -= 8;
-        memcpy(&sum, in.end, 8);
     }
-    const void *magic = rd_take(&in, 8);
-    if (!magic || memcmp(magic, rank_magic, 8) != 0) {
-        st = un_ctx_error(ctx, UN_ERR_PARSE, "%s: not a unity rank checkpoint (bad magic)", file);
-        goto done;
-    }
-    if (ckpt_sum(CKPT_SUM_INIT, text, (size_t)(in.end - (const unsigned char *)text)) != sum) {
-        st = un_ctx_error(ctx, UN_ERR_PARSE, "%s: damaged checkpoint (its checksum does not match)",
-                          file);
-        goto done;
-    }
-    uint32_t es = rd_u32(&in), rank = rd_u32(&in), ranks = rd_u32(&in), kind = rd_u32(&in);
-    int64_t t = rd_i64(&in);
-    uint32_t nb = rd_u32(&in);
+    uint32_t es = ckf_u32(&in), rank = ckf_u32(&in), ranks = ckf_u32(&in), kind = ckf_u32(&in);
+    int64_t ts = ckf_i64(&in);
+    uint32_t nb = ckf_u32(&in);
     if (r == 0) {
         hdr[0] = es, hdr[1] = ranks, hdr[2] = kind;
-        *steps = t;
+        *steps = ts;
     }
     if (!in.ok || (es != 4 && es != 8) || rank != (uint32_t)r || ranks != hdr[1] || es != hdr[0] ||
-        kind != hdr[2] || t != *steps) {
-        st = un_ctx_error(ctx, UN_ERR_PARSE,
-                          "%s: not rank %d of the %u-rank checkpoint its rank 0 file starts", file,
-                          r, hdr[1]);
-        goto done;
+        kind != hdr[2] || ts != *steps || ranks < 1) {
+        ckf_close(&in);
+        return un_ctx_error(ctx, UN_ERR_PARSE,
+                            "%s: not rank %d of the %u-rank checkpoint its rank 0 file starts",
+                            file, r, hdr[1]);
     }
     int arrays = kind == (uint32_t)UN_OPTIM_ADAM ? 2 : kind == ~0u ? 0 : 1;
-    for (uint32_t b = 0; b < nb && in.ok; b++) {
-        uint32_t nl = rd_u32(&in);
-        const char *name = rd_take(&in, nl);
-        uint32_t rk = rd_u32(&in);
+    if (r == 0 && o && kind != ~0u && kind != (uint32_t)un_optim_kind(o))
+        st = un_ctx_error(ctx, UN_ERR_MISMATCH, "%s: optimizer state is for %s, not %s", file,
+                          un_optim_algo_name((un_optim_algo)kind),
+                          un_optim_algo_name(un_optim_kind(o)));
+    for (uint32_t b = 0; b < nb && in.ok && st == UN_OK; b++) {
+        char name[256] = {0};
+        uint32_t nl = ckf_u32(&in);
+        if (nl < sizeof name)
+            ckf_take(&in, name, nl);
+        else
+            in.ok = false;
+        uint32_t rk = ckf_u32(&in);
         if (!in.ok || rk > UN_MAX_DIMS)
             break;
         int64_t dims[UN_MAX_DIMS], off[UN_MAX_DIMS], ln[UN_MAX_DIMS], pn = 1, numel = 1;
         for (uint32_t d = 0; d < rk; d++)
-            dims[d] = rd_i64(&in);
+            dims[d] = ckf_i64(&in);
         for (uint32_t d = 0; d < rk; d++)
-            off[d] = rd_i64(&in);
+            off[d] = ckf_i64(&in);
         for (uint32_t d = 0; d < rk; d++) {
-            ln[d] = rd_i64(&in);
+            ln[d] = ckf_i64(&in);
             bool good = dims[d] >= 1 && dims[d] <= UN_MAX_NUMEL && ln[d] >= 1 && off[d] >= 0 &&
-                        off[d] + ln[d] <= dims[d];
+                        off[d] + ln[d] <= dims[d] && numel <= UN_MAX_NUMEL / dims[d];
             in.ok = in.ok && good;
             pn *= good ? ln[d] : 1;
             numel *= good ? dims[d] : 1;
         }
-        int64_t lo = rd_i64(&in), hi = rd_i64(&in);
-        in.ok = in.ok && lo >= 0 && lo <= hi && hi <= pn && numel <= UN_MAX_NUMEL;
-        /* values, then the optimizer's arrays, of elements lo..hi of the block */
-        const unsigned char *vals =
-            in.ok ? rd_take(&in, (size_t)(hi - lo) * es * (size_t)(1 + arrays)) : NULL;
+        int64_t lo = ckf_i64(&in), hi = ckf_i64(&in);
+        in.ok = in.ok && lo >= 0 && lo <= hi && hi <= pn;
+        int64_t pos[3] = {in.pos, in.pos + (hi - lo) * (int64_t)es,
+                          in.pos + 2 * (hi - lo) * (int64_t)es};
+        ckf_skip(&in, in.ok ? (hi - lo) * (int64_t)es * (1 + arrays) : 0);
         if (!in.ok)
             break;
-        char key[256];
-        snprintf(key, sizeof key, "%.*s", (int)(nl < 255 ? nl : 255), name);
-        int32_t id = nl < 255 ? un_graph_find(g, key) : -1;
-        if (id < 0 || loff[id] < 0) /* a weight the graph does not have */
-            continue;
-        const un_shape *s = &un_graph_node(g, id)->inf.out[0];
-        bool same = (int)rk == s->rank;
-        for (int d = 0; same && d < s->rank; d++)
-            same = dims[d] == s->dim[d];
-        if (!same) {
-            st = un_ctx_error(ctx, UN_ERR_MISMATCH,
-                              "%s: weight '%s' has another shape in the checkpoint", file, key);
-            goto done;
-        }
-        for (int a = 0; a < 1 + (o ? arrays : 0); a++)
-            for (int64_t x = lo; x < hi; x++)
-                setv(a ? un_optim_state(o, a - 1) : w, a ? un_optim_prec(o) : prec,
-                     loff[id] + block_elem(s->rank, s->dim, off, ln, x),
-                     rd_val(vals, es, (hi - lo) * a + x - lo));
-        cover[id] += hi - lo;
+        int32_t id = un_graph_find(t->g, name);
+        if (id < 0 || un_graph_node(t->g, id)->op != UN_OP_WEIGHT)
+            continue; /* a weight the graph does not have */
+        if ((st = ck_same_shape(ctx, file, t->g, id, rk, dims)) != UN_OK)
+            break;
+        if (!ck_segment(t, &in, id, off, ln, lo, hi, pos, o ? arrays : 0, es))
+            st = un_ctx_error(ctx, UN_ERR_IO, "%s: cannot read: %s", file, strerror(errno));
     }
-    if (!in.ok)
+    if (st == UN_OK && !in.ok)
         st = un_ctx_error(ctx, UN_ERR_PARSE, "%s: truncated or malformed checkpoint", file);
-done:
-    free(text);
+    ckf_close(&in);
     return st;
+}
+
+/* Loads path (one file, or PATH.rankR files) into t, then checks that every target block got
+ * all its values (and its optimizer chunk when loaded) exactly once. */
+static un_status ck_load(un_ctx *ctx, const char *path, bool ranks, ck_target *t, un_optim *o) {
+    uint32_t hdr[3] = {0, 1, ~0u};
+    int64_t steps = 0;
+    un_status st = UN_OK;
+    if (!ranks) {
+        st = ck_load_file(ctx, path, t, &hdr[2], &steps, o);
+    } else {
+        char file[4096];
+        for (int r = 0; st == UN_OK && r < (int)hdr[1]; r++) {
+            rank_path(file, sizeof file, path, r);
+            st = ck_load_rank(ctx, file, r, hdr, &steps, t, o);
+        }
+    }
+    bool opt = st == UN_OK && o && hdr[2] != ~0u;
+    if (st == UN_OK && t->twice >= 0) {
+        const char *name = un_graph_node(t->g, t->twice)->name;
+        st = un_ctx_error(ctx, UN_ERR_PARSE, "%s: weight '%s' has elements more than once in it",
+                          path, name ? name : "");
+    }
+    for (int b = 0; st == UN_OK && b < t->nb; b++) {
+        const un_exec_block *k = &t->blk[b];
+        int64_t n = 1;
+        for (int d = 0; d < un_graph_node(t->g, k->node)->inf.out[0].rank; d++)
+            n *= k->len[d];
+        if (t->cover_v[b] != n || (opt && t->cover_s[b] != k->hi - k->lo)) {
+            const char *name = un_graph_node(t->g, k->node)->name;
+            if (ranks)
+                st = un_ctx_error(ctx, UN_ERR_MISMATCH,
+                                  "%s: weight '%s' is not whole in the %u rank files", path,
+                                  name ? name : "", hdr[1]);
+            else
+                st = un_ctx_error(ctx, UN_ERR_MISMATCH, "%s: weight '%s' is not whole in it", path,
+                                  name ? name : "");
+        }
+    }
+    if (opt)
+        un_optim_set_steps(o, steps);
+    return st;
+}
+
+/* Every weight of g whole: the logical loads' target. Owned: free(). */
+static un_exec_block *ck_whole_blocks(const un_graph *g, int *nb) {
+    un_exec_block *b = un_xcalloc((size_t)un_graph_node_count(g) + 1, sizeof *b);
+    int64_t at = 0;
+    *nb = 0;
+    for (int32_t id = 0; id < un_graph_node_count(g); id++) {
+        const un_node *nd = un_graph_node(g, id);
+        if (nd->op != UN_OP_WEIGHT)
+            continue;
+        un_exec_block *k = &b[(*nb)++];
+        k->node = id;
+        for (int d = 0; d < nd->inf.out[0].rank; d++)
+            k->len[d] = nd->inf.out[0].dim[d];
+        k->at = k->shard_at = at;
+        k->hi = un_shape_numel(&nd->inf.out[0]);
+        at += k->hi;
+    }
+    return b;
+}
+
+/* The logical loads: every weight whole into w, the optimizer state into o (host). */
+static un_status ck_load_logical(un_ctx *ctx, const char *path, bool ranks, const un_graph *g,
+                                 un_prec prec, void *w, un_optim *o) {
+    int nb;
+    un_exec_block *blk = ck_whole_blocks(g, &nb);
+    ck_target t = {0};
+    int64_t nl = ck_lparams(g);
+    ck_target_init(&t, g, blk, nb, nl, nl);
+    t.prec = prec;
+    t.w = w;
+    t.oprec = o ? un_optim_prec(o) : prec;
+    for (int i = 0; o && i < 2; i++)
+        t.st[i] = un_optim_state(o, i);
+    un_status st = ck_load(ctx, path, ranks, &t, o);
+    ck_target_deinit(&t);
+    free(blk);
+    return st;
+}
+
+un_status un_checkpoint_load(un_ctx *ctx, const char *path, const un_graph *g, un_prec prec,
+                             void *w, un_optim *o) {
+    return ck_load_logical(ctx, path, false, g, prec, w, o);
 }
 
 un_status un_checkpoint_load_ranks(un_ctx *ctx, const char *path, const un_graph *g, un_prec prec,
                                    void *w, un_optim *o) {
-    int32_t n = un_graph_node_count(g);
-    int64_t *loff = un_xcalloc((size_t)n + 1, sizeof *loff), *cover;
-    int64_t total = 0, steps = 0;
-    for (int32_t id = 0; id < n; id++) {
-        const un_node *nd = un_graph_node(g, id);
-        loff[id] = nd->op == UN_OP_WEIGHT ? total : -1;
-        total += nd->op == UN_OP_WEIGHT ? un_shape_numel(&nd->inf.out[0]) : 0;
-    }
-    cover = un_xcalloc((size_t)n + 1, sizeof *cover);
-    uint32_t hdr[3] = {0, 1, 0};
-    char file[4096];
-    un_status st = UN_OK;
-    for (int r = 0; st == UN_OK && r < (int)hdr[1]; r++) {
-        rank_path(file, sizeof file, path, r);
-        st = load_rank_file(ctx, file, r, hdr, &steps, g, loff, prec, w, o, cover);
-    }
-    if (st == UN_OK && o && hdr[2] != ~0u && hdr[2] != (uint32_t)un_optim_kind(o))
-        st = un_ctx_error(ctx, UN_ERR_MISMATCH, "%s: optimizer state is for %s, not %s", path,
-                          un_optim_algo_name((un_optim_algo)hdr[2]),
-                          un_optim_algo_name(un_optim_kind(o)));
-    for (int32_t id = 0; st == UN_OK && id < n; id++) {
-        if (loff[id] < 0)
-            continue;
-        const un_node *nd = un_graph_node(g, id);
-        int64_t numel = un_shape_numel(&nd->inf.out[0]);
-        if (cover[id] != numel)
-            st = un_ctx_error(ctx, UN_ERR_MISMATCH,
-                              "%s: weight '%s' is not whole in the %u rank files", path,
-                              nd->name ? nd->name : "", hdr[1]);
-    }
-    if (st == UN_OK && o && hdr[2] != ~0u)
-        un_optim_set_steps(o, steps);
-    free(loff);
-    free(cover);
+    return ck_load_logical(ctx, path, true, g, prec, w, o);
+}
+
+un_status un_checkpoint_load_exec(un_ctx *ctx, const char *path, const un_graph *g, un_exec *ex,
+                                  un_backend *be, un_optim *o, int64_t *host_bytes) {
+    size_t es = un_backend_prec(be) == UN_PREC_F32 ? 4 : 8;
+    int64_t np = un_exec_param_count(ex), ns = o ? un_optim_count(o) : 0;
+    int nb;
+    un_exec_block *blk = un_exec_blocks(ex, &nb);
+    ck_target t = {0};
+    ck_target_init(&t, g, blk, nb, np, ns);
+    t.prec = t.oprec = un_backend_prec(be);
+    t.w = un_xcalloc((size_t)np + 1, es);
+    int64_t held = (np + 1) * (int64_t)es + CK_CHUNK * 8 + np / 8 + ns / 8 + 2;
+    for (int i = 0; o && i < 2; i++)
+        if (un_optim_state(o, i)) {
+            t.st[i] = un_xcalloc((size_t)ns + 1, es);
+            held += (ns + 1) * (int64_t)es;
+        }
+    un_status st = ck_load(ctx, path, un_checkpoint_is_ranks(path), &t, o);
+    if (st == UN_OK)
+        st = un_backend_write(ctx, be, un_exec_params(ex), t.w, (size_t)np * es);
+    for (int i = 0; st == UN_OK && i < 2; i++)
+        if (t.st[i])
+            st = un_backend_write(ctx, be, un_optim_state(o, i), t.st[i], (size_t)ns * es);
+    if (host_bytes)
+        *host_bytes = held;
+    free(t.w);
+    free(t.st[0]);
+    free(t.st[1]);
+    ck_target_deinit(&t);
+    free(blk);
     return st;
 }

@@ -26,8 +26,9 @@ un_status un_checkpoint_load(un_ctx *ctx, const char *path, const un_graph *g, u
 
 /* ---- one file per rank (MPI) ----
  * Each rank writes PATH.rankR with its own weight blocks (copy 0's values) and its optimizer
- * shard (un_exec_blocks), nothing gathered; loading reads every rank's file into the logical
- * arrays, so it loads into any plan and device count (re-sharded by un_exec_shard_scatter). */
+ * shard (un_exec_blocks), nothing gathered. Either kind loads into the logical arrays
+ * (un_checkpoint_load, un_checkpoint_load_ranks) or straight into one rank's pieces of any plan
+ * and device count (un_checkpoint_load_exec). */
 
 /* Writes this rank's file (be: the executor's backend, read through un_backend_read). */
 un_status un_checkpoint_save_rank(un_ctx *ctx, const char *path, const un_graph *g, un_exec *ex,
@@ -38,5 +39,16 @@ bool un_checkpoint_is_ranks(const char *path);
  * un_checkpoint_load; every weight of g must be whole over the files. */
 un_status un_checkpoint_load_ranks(un_ctx *ctx, const char *path, const un_graph *g, un_prec prec,
                                    void *w, un_optim *o);
+
+/* Loads a checkpoint (one file, or PATH.rankR files: un_checkpoint_is_ranks) straight into this
+ * rank's pieces of executor ex over graph g (the weights, written through backend be) and its
+ * optimizer shard into o (un_exec_shard_count elements, backend memory; NULL: weights only). Only
+ * the saved elements that fall in the rank's blocks (un_exec_blocks) are read, seeking into the
+ * files in bounded chunks, so any saved plan or device count re-shards on the fly and the host
+ * holds the rank's pieces and shard plus a bounded buffer, never the whole model; *host_bytes
+ * (may be NULL) says how much. Errors as un_checkpoint_load; on error nothing is written to the
+ * backend. Not collective. */
+un_status un_checkpoint_load_exec(un_ctx *ctx, const char *path, const un_graph *g, un_exec *ex,
+                                  un_backend *be, un_optim *o, int64_t *host_bytes);
 
 #endif

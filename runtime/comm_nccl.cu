@@ -136,3 +136,13 @@ extern "C" int un__nccl_device_count(const char **why) {
         *why = "no CUDA device";
     return n;
 }
+
+/* ---- the plugin's table (backend.c finds it with dlsym after loading this library) ---------- */
+
+#define UN__NCCL_ENTRY(ret, name, params) un__nccl_##name,
+static const un__nccl_fns nccl_fns = {UN__NCCL_SEAM(UN__NCCL_ENTRY)};
+#undef UN__NCCL_ENTRY
+
+extern "C" __attribute__((visibility("default"))) const un__nccl_fns *un__nccl_fns_get(void) {
+    return &nccl_fns;
+}

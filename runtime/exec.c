@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "runtime/comm_dev.h"
+
 /* ---- the plan's data ---- */
 
 typedef struct xt { /* one node output on this rank */
@@ -97,6 +99,7 @@ struct un_exec {
     un_exec_stats stats;
     bool dry; /* planning only (un_exec_estimate_bytes): no backend, no communicator */
     bool hv;  /* the host may address the backend's memory (the communicator then moves it) */
+    un_comm_dev *plane; /* the backend's device data plane (un_exec_plane_open), or NULL */
     char *stage;      /* host staging of pieces moved between the host and the backend */
     size_t stage_cap; /* its bytes */
 };
@@ -224,13 +227,22 @@ static char *stage_get(un_exec *ex, size_t n) {
     return ex->stage;
 }
 
-/* un_comm_exchange of messages whose data are backend memory (dev_send, dev_recv: the sends', the
- * receives'). The communicators move host memory: when the host cannot address the backend's,
- * the sends are read into host staging first and the receives written from it afterwards. */
+/* The one exchange of the executor: un_comm_exchange of messages whose data are backend memory
+ * (dev_send, dev_recv: the sends', the receives'), carried by the plane that fits. Both sides on
+ * the backend and a device data plane open (un_exec_plane_open): the plane moves them; the host
+ * can address the backend's memory, or none is backend memory: the communicator moves them;
+ * otherwise the sends are read into host staging first and the receives written from it
+ * afterwards. Every rank of a message's pair picks the same plane (the plane is open on all or
+ * none, dev_send and dev_recv are the same on every rank). */
 static un_status dev_exchange(un_ctx *ctx, un_exec *ex, const un_comm_msg *sm, int ns, bool dev_send,
                           const un_comm_msg *rm, int nr, bool dev_recv) {
+    if (ex->plane && dev_send && dev_recv) {
+        ex->stats.plane_exchanges++;
+        return un_comm_dev_exchange(ctx, ex->plane, sm, ns, rm, nr);
+    }
     if (ex->hv || (!dev_send && !dev_recv))
         return un_comm_exchange(ctx, ex->comm, sm, ns, rm, nr);
+    ex->stats.staged_exchanges++;
     size_t total = 0;
     for (int i = 0; dev_send && i < ns; i++)
         total += sm[i].bytes;
@@ -1130,7 +1142,26 @@ void un_exec_free(un_exec *ex) {
     xrelease(ex, ex->params);
     xrelease(ex, ex->param_grads);
     free(ex->stage);
+    un_comm_dev_free(ex->plane);
     free(ex);
+}
+
+/* After a local failure: the other ranks' pending and later exchanges fail instead of waiting
+ * (the device plane's pending transfers end too). */
+static void exec_abort(un_exec *ex) {
+    if (ex->plane)
+        un_comm_dev_abort(ex->plane);
+    else
+        un_comm_abort(ex->comm);
+}
+
+un_status un_exec_plane_open(un_ctx *ctx, un_exec *ex) {
+    UN_ASSERT(!ex->dry && !ex->plane);
+    return un_comm_dev_new(ctx, ex->comm, ex->be, &ex->plane);
+}
+
+const char *un_exec_plane_name(const un_exec *ex) {
+    return ex->plane ? un_comm_dev_name(ex->plane) : NULL;
 }
 
 int64_t un_exec_estimate_bytes(const un_graph *g, int rank, int size, un_prec prec,
@@ -1293,12 +1324,13 @@ static un_status forward_node(un_ctx *ctx, un_exec *ex, int32_t id) {
 un_status un_exec_forward(un_ctx *ctx, un_exec *ex, uint64_t dropout_seed) {
     ex->seed = dropout_seed;
     ex->stats.sent = ex->stats.recv = ex->stats.copied = 0;
+    ex->stats.plane_exchanges = ex->stats.staged_exchanges = 0;
     zero_grads(ex);
     un_status st = UN_OK;
     for (int32_t i = 0; i < ex->n && st == UN_OK; i++)
         st = forward_node(ctx, ex, i);
     if (st != UN_OK)
-        un_comm_abort(ex->comm);
+        exec_abort(ex);
     return st;
 }
 
@@ -1353,7 +1385,7 @@ un_status un_exec_backward(un_ctx *ctx, un_exec *ex) {
     if (st == UN_OK)
         st = grads_reduce_scatter(ctx, ex);
     if (st != UN_OK) {
-        un_comm_abort(ex->comm);
+        exec_abort(ex);
         return st;
     }
     return UN_OK;
@@ -1483,7 +1515,7 @@ un_status un_exec_update(un_ctx *ctx, un_exec *ex, un_optim *opt) {
     if (st == UN_OK)
         st = un_exec_allgather(ctx, ex, ex->params);
     if (st != UN_OK)
-        un_comm_abort(ex->comm);
+        exec_abort(ex);
     return st;
 }
 

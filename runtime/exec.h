@@ -9,12 +9,14 @@
  * in copies (copy degree c) is the output of an implicit replicate, so its gradient is summed over
  * the copy group (replicate's backward) and nothing else is synchronised. Inputs (the step's
  * data) are given whole on every rank. Host code reaches backend memory only through the
- * backend (un_backend_write/read, buffers), so any backend runs it, host-visible or not; the
- * communicator moves host memory, so pieces of a backend the host cannot address are staged
- * through host memory around each exchange.
+ * backend (un_backend_write/read, buffers), so any backend runs it, host-visible or not. An
+ * exchange of pieces between ranks goes over the backend's device data plane when every rank's
+ * backend offers one (un_exec_plane_open: NCCL on cuda, comm_dev.h), else the communicator moves
+ * them, staged through host memory when the host cannot address the backend's.
  *
  *   un_exec *ex;
  *   st = un_exec_new(ctx, g, comm, be, &ex);
+ *   st = un_exec_plane_open(ctx, ex);          // collective: the device data plane, if offered
  *   st = un_exec_params_scatter(ctx, ex, logical_weights, un_exec_params(ex)); // its pieces
  *   st = un_backend_write(ctx, be, un_exec_source(ex, x_node), batch, bytes); // every rank
  *   st = un_exec_forward(ctx, ex, step_seed);
@@ -45,12 +47,16 @@ typedef struct un_exec_piece {
 
 /* What one rank held and moved (bytes). Traffic counts the last forward + backward. */
 typedef struct un_exec_stats {
-    int64_t sent, recv;   /* to / from other ranks (the communicator's links) */
-    int64_t copied;       /* block copies and sums between buffers of this rank */
-    int64_t weight_bytes; /* this rank's weight pieces (their gradients take as much again) */
-    int64_t alloc_bytes;  /* every buffer the executor holds (taken once, while planning) */
-    int64_t grad_bytes;   /* of which the arena the activation gradients share by lifetime */
-    int64_t peak_bytes;   /* the most it held at once */
+    int64_t sent, recv;       /* to / from other ranks (the communicator's links) */
+    int64_t copied;           /* block copies and sums between buffers of this rank */
+    int64_t weight_bytes;     /* this rank's weight pieces (their gradients take as much again) */
+    int64_t alloc_bytes;      /* every buffer the executor holds (taken once, while planning) */
+    int64_t grad_bytes;       /* of which the arena the activation gradients share by lifetime */
+    int64_t peak_bytes;       /* the most it held at once */
+    int64_t plane_exchanges;  /* exchanges with messages of backend memory carried by the
+                                 device data plane ... */
+    int64_t staged_exchanges; /* ... and staged through host memory (last forward + backward +
+                                 update; exchanges of host-visible memory count in neither) */
 } un_exec_stats;
 
 /* ---- lifecycle ---- */
@@ -60,6 +66,13 @@ typedef struct un_exec_stats {
  * (un_exec_param). Owned: free with un_exec_free. */
 un_status un_exec_new(un_ctx *ctx, const un_graph *g, un_comm *comm, un_backend *be, un_exec **out);
 void un_exec_free(un_exec *ex);
+/* Opens the device data plane of ex's backend for its exchanges (comm_dev.h): collective over
+ * ex's communicator, once, after every rank's un_exec_new succeeded. Leaves the host path in
+ * place (UN_OK) when not every rank's backend offers one; a plane that fails to come up is an
+ * error on every rank. */
+un_status un_exec_plane_open(un_ctx *ctx, un_exec *ex);
+/* The open plane's name ("nccl", "opaque"), NULL without one (static). */
+const char *un_exec_plane_name(const un_exec *ex);
 
 /* What un_exec_new would allocate on `rank` of `size` ranks for g in precision prec (bytes), plus
  * opt_arrays arrays of optimizer state per element of the rank's shard (SGD 1, Adam 2): the

@@ -241,11 +241,9 @@ static bool tp_linear(tp_state *s, const un_node *nd, bool *rows) {
             return true;
         *rows = false;
     }
-    if (!tp_shape(s, UN_OP_REPLICATE, x, 0, &in[0]) ||
-        !tp_shape(s, UN_OP_PARTITION, w, 1, &in[1]))
+    if (!tp_shape(s, UN_OP_REPLICATE, x, 0, &in[0]) || !tp_shape(s, UN_OP_PARTITION, w, 1, &in[1]))
         return false;
-    if (nd->n_in == 3 &&
-        !tp_shape(s, UN_OP_PARTITION, un_graph_shape(s->g, nd->in[2]), 0, &in[2]))
+    if (nd->n_in == 3 && !tp_shape(s, UN_OP_PARTITION, un_graph_shape(s->g, nd->in[2]), 0, &in[2]))
         return false;
     return un_spec_infer(NULL, spec, nd->op, nd->params, in, nd->n_in, NULL, &inf) == UN_OK &&
            inf.out[0].shard[inf.out[0].rank - 1] == s->t && inf.out[0].sum == 1;
@@ -289,16 +287,17 @@ un_status un_strategy_tensor(un_ctx *ctx, const un_graph *g, int devices, un_gra
                     st = tp_add_par(&s, UN_OP_PARTITION, w, 1, nm, "_w_cols", &ins[1]);
                 if (st == UN_OK && nd->n_in == 3)
                     st = tp_add_par(&s, UN_OP_PARTITION,
-                                    s.whole[nd->in[2].node * UN_MAX_OUTPUTS + nd->in[2].out], 0,
-                                    nm, "_b_cols", &ins[2]);
+                                    s.whole[nd->in[2].node * UN_MAX_OUTPUTS + nd->in[2].out], 0, nm,
+                                    "_b_cols", &ins[2]);
             }
             char pn[300];
             sub_name(pn, sizeof pn, nm, rows ? "_partial" : "");
             if (st == UN_OK)
-                st = un_graph_add(ctx, s.ng, nd->op, nd->params, ins, nd->n_in,
-                                  rows ? pn : nm, &nid);
+                st = un_graph_add(ctx, s.ng, nd->op, nd->params, ins, nd->n_in, rows ? pn : nm,
+                                  &nid);
             if (st == UN_OK && rows)
-                st = tp_add_par(&s, UN_OP_REDUCE, (un_ref){nid, 0}, 0, nm, "", &s.whole[id * UN_MAX_OUTPUTS]);
+                st = tp_add_par(&s, UN_OP_REDUCE, (un_ref){nid, 0}, 0, nm, "",
+                                &s.whole[id * UN_MAX_OUTPUTS]);
             else if (st == UN_OK)
                 s.cols[id * UN_MAX_OUTPUTS] = (un_ref){nid, 0};
             split++;
@@ -335,6 +334,360 @@ un_status un_strategy_tensor(un_ctx *ctx, const un_graph *g, int devices, un_gra
     }
     *out = s.ng;
     return UN_OK;
+}
+
+/* ---- mixed data x tensor parallelism (any op's sharding rules) ---- */
+
+/* The versions of one tensor in the new graph: [0] the base (copy 1, sum 1; node -1 until made),
+ * then any other layout it has been converted to or produced in (a partial-sum output). */
+typedef struct mx_vers {
+    int n, cap;
+    un_shape *lay;
+    un_ref *ref;
+} mx_vers;
+
+typedef struct mx_state {
+    un_ctx *ctx;
+    const un_graph *g;
+    un_graph *ng;
+    int32_t d, t;
+    mx_vers *v;    /* per (node, output) of g */
+    int64_t names; /* counter for the names of inserted parallel ops */
+} mx_state;
+
+static void mx_add(mx_vers *v, const un_shape *lay, un_ref r) {
+    if (v->n == v->cap) {
+        v->cap = v->cap ? 2 * v->cap : 4;
+        v->lay = un_xrealloc(v->lay, (size_t)v->cap * sizeof *v->lay);
+        v->ref = un_xrealloc(v->ref, (size_t)v->cap * sizeof *v->ref);
+    }
+    v->lay[v->n] = *lay;
+    v->ref[v->n++] = r;
+}
+
+static int mx_find(const mx_vers *v, const un_shape *lay) {
+    for (int i = 0; i < v->n; i++)
+        if (v->ref[i].node >= 0 && un_shape_eq(&v->lay[i], lay))
+            return i;
+    return -1;
+}
+
+/* One conversion step of tensor r from version `from` to layout `to` by parallel op `op`: the
+ * version if it exists, else made (counted in *ops when dry, nothing added). */
+static un_status mx_step(mx_state *s, un_ref r, un_ref *cur, un_shape *cur_lay, un_op op,
+                         int64_t dim, int32_t k, bool dry, int *ops) {
+    un_shape to;
+    if (!par_ok(un_graph_spec(s->g), op, cur_lay, dim, k, &to))
+        return UN_ERR_SHAPE;
+    mx_vers *v = &s->v[r.node * UN_MAX_OUTPUTS + r.out];
+    int i = mx_find(v, &to);
+    if (i >= 0) {
+        *cur = v->ref[i];
+    } else if (dry || cur->node < 0) {
+        (*ops)++;
+        cur->node = -1;
+    } else {
+        static const char *const what[] = {[UN_OP_PARTITION] = "_part",
+                                           [UN_OP_COMBINE] = "_comb",
+                                           [UN_OP_REPLICATE] = "_repl",
+                                           [UN_OP_REDUCE] = "_red"};
+        const char *base = un_graph_node(s->g, r.node)->name;
+        char nm[300];
+        snprintf(nm, sizeof nm, "%s%s%lld", base ? base : "t", what[op], (long long)s->names++);
+        int32_t id;
+        un_status st = un_graph_add_parallel(s->ctx, s->ng, op, *cur, dim, k, nm, &id);
+        if (st != UN_OK)
+            return st;
+        *cur = (un_ref){id, 0};
+        mx_add(v, &to, *cur);
+        (*ops)++;
+    }
+    *cur_lay = to;
+    return UN_OK;
+}
+
+/* Tensor r of g in layout `want`: an existing version, else the base (a partial-sum output
+ * reduced) combined, partitioned and replicated into it. With dry, only counts the parallel ops
+ * it would add into *ops. UN_ERR_SHAPE when no conversion reaches it (a partial sum that no op
+ * produced). */
+static un_status mx_get(mx_state *s, un_ref r, const un_shape *want, bool dry, un_ref *out,
+                        int *ops) {
+    mx_vers *v = &s->v[r.node * UN_MAX_OUTPUTS + r.out];
+    int i = mx_find(v, want);
+    if (i >= 0) {
+        *out = v->ref[i];
+        return UN_OK;
+    }
+    if (want->sum != 1 || want->copy < 1)
+        return UN_ERR_SHAPE;
+    un_ref cur = v->ref[0];
+    un_shape lay = v->lay[0];
+    un_status st = UN_OK;
+    if (cur.node < 0) { /* the base of a partial-sum output: its sums reduced */
+        int ps = -1;
+        for (int j = 1; j < v->n && ps < 0; j++)
+            if (v->lay[j].sum > 1 && v->lay[j].copy == 1)
+                ps = j;
+        if (ps < 0)
+            return UN_ERR_SHAPE;
+        cur = v->ref[ps];
+        lay = v->lay[ps];
+        if ((st = mx_step(s, r, &cur, &lay, UN_OP_REDUCE, 0, lay.sum, dry, ops)) != UN_OK)
+            return st;
+        if (!dry) {
+            v->ref[0] = cur;
+            v->lay[0] = lay;
+        }
+    }
+    for (int d = 0; d < lay.rank && st == UN_OK; d++) /* coarser first, then finer */
+        if (lay.shard[d] > want->shard[d] || want->shard[d] % lay.shard[d] != 0)
+            st = mx_step(s, r, &cur, &lay, UN_OP_COMBINE, d,
+                         lay.shard[d] % want->shard[d] == 0 ? lay.shard[d] / want->shard[d]
+                                                            : lay.shard[d],
+                         dry, ops);
+    for (int d = 0; d < lay.rank && st == UN_OK; d++)
+        if (want->shard[d] > lay.shard[d])
+            st = mx_step(s, r, &cur, &lay, UN_OP_PARTITION, d, want->shard[d] / lay.shard[d], dry,
+                         ops);
+    if (st == UN_OK && want->copy > 1)
+        st = mx_step(s, r, &cur, &lay, UN_OP_REPLICATE, 0, want->copy, dry, ops);
+    *out = cur;
+    return st;
+}
+
+/* A candidate layout of one op: its inputs' layouts and how good it is (lower is better). */
+typedef struct mx_cand {
+    un_shape in[UN_MAX_INPUTS];
+    int64_t weight_elems; /* weight elements per device */
+    int unbatched;        /* 1 when the batch is not split */
+    int ops;              /* parallel ops it adds */
+    int64_t pieces;       /* of its output (more is better) */
+} mx_cand;
+
+static bool mx_better(const mx_cand *a, const mx_cand *b) {
+    if (a->weight_elems != b->weight_elems)
+        return a->weight_elems < b->weight_elems;
+    if (a->unbatched != b->unbatched)
+        return a->unbatched < b->unbatched;
+    if (a->ops != b->ops)
+        return a->ops < b->ops;
+    return a->pieces > b->pieces;
+}
+
+/* Evaluates the candidate of op nd under rule instances (rd: data, degree d; rt: tensor, degree
+ * t; rule -2 = none): false when a rule does not apply, the layouts do not infer, an output is
+ * in copies or an input cannot be converted. */
+static bool mx_eval(mx_state *s, const un_node *nd, int rd, int fd, int rt, int ft, mx_cand *c) {
+    const un_spec *spec = un_graph_spec(s->g);
+    for (int i = 0; i < nd->n_in; i++)
+        c->in[i] = un_shape_logical(un_graph_shape(s->g, nd->in[i]));
+    if (rd > -2 &&
+        un_spec_rule_apply(NULL, spec, nd->op, nd->params, rd, fd, s->d, c->in, nd->n_in) != UN_OK)
+        return false;
+    if (rt > -2 &&
+        un_spec_rule_apply(NULL, spec, nd->op, nd->params, rt, ft, s->t, c->in, nd->n_in) != UN_OK)
+        return false;
+    un_infer inf;
+    if (un_spec_infer(NULL, spec, nd->op, nd->params, c->in, nd->n_in, NULL, &inf) != UN_OK)
+        return false;
+    if (rd > -2 && !batch_split(&inf, s->d) && rt == -2)
+        return false;
+    c->pieces = 1;
+    for (int o = 0; o < inf.n_out; o++) {
+        if (inf.out[o].copy != 1)
+            return false;
+        int64_t p = un_shape_npieces(&inf.out[o]);
+        c->pieces = p > c->pieces ? p : c->pieces;
+    }
+    c->weight_elems = 0;
+    c->unbatched = rd == -2;
+    c->ops = 0;
+    for (int i = 0; i < nd->n_in; i++) {
+        un_ref dummy;
+        if (mx_get(s, nd->in[i], &c->in[i], true, &dummy, &c->ops) != UN_OK)
+            return false;
+        if (un_graph_node(s->g, nd->in[i].node)->op == UN_OP_WEIGHT)
+            c->weight_elems += un_shape_numel(&c->in[i]) /
+                               (un_shape_npieces(&c->in[i]) / c->in[i].copy / c->in[i].sum);
+    }
+    return true;
+}
+
+/* The data rule instance of op nd: the first whose degree-d layouts split every output along the
+ * batch only (rule -2 when none). */
+static void mx_data_rule(mx_state *s, const un_node *nd, int *rule, int *fe) {
+    const un_op_spec *os = un_spec_op(un_graph_spec(s->g), nd->op);
+    int rank0 = nd->n_in ? un_graph_shape(s->g, nd->in[0])->rank : 0;
+    *rule = -2;
+    *fe = -1;
+    for (int r = 0; r < os->n_rules && s->d > 1; r++)
+        for (int f = os->rules[r].foreach >= 0 ? 0 : -1;
+             f < (os->rules[r].foreach >= 0 ? rank0 : 0); f++) {
+            mx_cand c;
+            if (mx_eval(s, nd, r, f, -2, -1, &c)) {
+                *rule = r;
+                *fe = f;
+                return;
+            }
+        }
+}
+
+un_status un_strategy_mixed(un_ctx *ctx, const un_graph *g, int data, int tensor, un_graph **out) {
+    *out = NULL;
+    if (data < 1 || tensor < 1 || (int64_t)data * tensor > UN_MAX_DEGREE)
+        return un_ctx_error(ctx, UN_ERR_INVALID, "mixed parallelism: %d x %d devices", data,
+                            tensor);
+    const un_spec *spec = un_graph_spec(g);
+    int32_t n = un_graph_node_count(g);
+    mx_state s = {.ctx = ctx, .g = g, .ng = un_graph_new(spec), .d = data, .t = tensor};
+    s.v = un_xcalloc((size_t)n * UN_MAX_OUTPUTS, sizeof *s.v);
+    un_status st = UN_OK;
+    for (int32_t id = 0; id < n && st == UN_OK; id++) {
+        const un_node *nd = un_graph_node(g, id);
+        int32_t nid;
+        if (un_op_kind_of(nd->op) == UN_OPK_SOURCE) {
+            const un_shape *sh = &nd->inf.out[0];
+            if (!un_shape_is_trivial(sh)) {
+                st = un_ctx_error(ctx, UN_ERR_INVALID,
+                                  "mixed parallelism: '%s' already has a layout; it transforms "
+                                  "a serial graph",
+                                  nd->name ? nd->name : "?");
+                break;
+            }
+            if (nd->op == UN_OP_INPUT && sh->rank > 0 && sh->dim[0] % data != 0) {
+                st = un_ctx_error(ctx, UN_ERR_INVALID,
+                                  "mixed parallelism over %d x %d devices: input '%s' has batch "
+                                  "%lld, not a multiple of %d (choose --batch accordingly)",
+                                  data, tensor, nd->name ? nd->name : "?", (long long)sh->dim[0],
+                                  data);
+                break;
+            }
+            st = un_graph_add(ctx, s.ng, nd->op, nd->params, NULL, 0, nd->name, &nid);
+            mx_add(&s.v[id * UN_MAX_OUTPUTS], sh, (un_ref){nid, 0});
+            continue;
+        }
+        if (un_op_kind_of(nd->op) != UN_OPK_REGULAR) {
+            st = un_ctx_error(ctx, UN_ERR_INVALID,
+                              "mixed parallelism: the graph has parallel op '%s'; it transforms "
+                              "a serial graph",
+                              nd->name ? nd->name : "?");
+            break;
+        }
+        /* The best layout: the data rule (when one applies) and at most one tensor rule. */
+        const un_op_spec *os = un_spec_op(spec, nd->op);
+        int rd, fd, rank0 = nd->n_in ? un_graph_shape(g, nd->in[0])->rank : 0;
+        mx_data_rule(&s, nd, &rd, &fd);
+        mx_cand best, c;
+        bool have = false;
+        for (int withd = rd > -2 ? 1 : 0; withd >= 0; withd--)
+            for (int rt = -2; rt < (tensor > 1 ? os->n_rules : -1); rt++)
+                for (int ft = rt >= 0 && os->rules[rt].foreach >= 0 ? 0 : -1;
+                     ft < (rt >= 0 && os->rules[rt].foreach >= 0 ? rank0 : 0); ft++)
+                    if (mx_eval(&s, nd, withd ? rd : -2, fd, rt, ft, &c) &&
+                        (!have || mx_better(&c, &best))) {
+                        best = c;
+                        have = true;
+                    }
+        if (!have) /* serial always infers */
+            mx_eval(&s, nd, -2, -1, -2, -1, &best);
+        un_ref ins[UN_MAX_INPUTS];
+        int ops = 0;
+        for (int i = 0; i < nd->n_in && st == UN_OK; i++)
+            if ((st = mx_get(&s, nd->in[i], &best.in[i], false, &ins[i], &ops)) == UN_ERR_SHAPE)
+                st = un_ctx_error(ctx, st, "mixed parallelism: no conversion for input %d of '%s'",
+                                  i, nd->name ? nd->name : "?");
+        if (st == UN_OK)
+            st = un_graph_add(ctx, s.ng, nd->op, nd->params, ins, nd->n_in, nd->name, &nid);
+        for (int o = 0; st == UN_OK && o < un_graph_node(s.ng, nid)->inf.n_out; o++) {
+            const un_shape *os_ = &un_graph_node(s.ng, nid)->inf.out[o];
+            mx_vers *v = &s.v[id * UN_MAX_OUTPUTS + o];
+            if (os_->sum > 1) /* the base: its sums reduced, made when first needed */
+                mx_add(v, os_, (un_ref){-1, 0});
+            mx_add(v, os_, (un_ref){nid, o});
+            if (os_->sum > 1)
+                v->lay[0].sum = 1;
+        }
+    }
+    int32_t no = un_graph_output_count(g);
+    un_ref *outs = un_xcalloc((size_t)no + 1, sizeof *outs);
+    for (int32_t i = 0; i < no && st == UN_OK; i++) { /* split along the batch at most */
+        un_ref r = un_graph_output(g, i);
+        mx_vers *v = &s.v[r.node * UN_MAX_OUTPUTS + r.out];
+        un_shape want = un_shape_logical(&v->lay[0]);
+        want.shard[0] = v->lay[0].shard[0] % data == 0 ? data : 1;
+        int ops = 0;
+        st = mx_get(&s, r, &want, false, &outs[i], &ops);
+    }
+    if (st == UN_OK && un_strategy_devices(s.ng) != (int64_t)data * tensor)
+        st = un_ctx_error(ctx, UN_ERR_INVALID,
+                          "mixed parallelism over %d x %d devices: no operator of the model can "
+                          "be split %d x %d ways (the plan would use %lld devices)",
+                          data, tensor, data, tensor, (long long)un_strategy_devices(s.ng));
+    if (st == UN_OK)
+        st = un_graph_set_outputs(ctx, s.ng, outs, no);
+    free(outs);
+    for (int64_t i = 0; i < (int64_t)n * UN_MAX_OUTPUTS; i++) {
+        free(s.v[i].lay);
+        free(s.v[i].ref);
+    }
+    free(s.v);
+    if (st != UN_OK) {
+        un_graph_free(s.ng);
+        return st;
+    }
+    *out = s.ng;
+    return UN_OK;
+}
+
+/* "mixed:DxT" into d and t (both >= 1); false when name is not of that form. */
+static bool mixed_name(const char *name, int *d, int *t) {
+    if (strncmp(name, "mixed:", 6) != 0)
+        return false;
+    char *end;
+    long a = strtol(name + 6, &end, 10);
+    if (end == name + 6 || *end != 'x' || a < 1 || a > UN_MAX_DEGREE)
+        return false;
+    const char *p = end + 1;
+    long b = strtol(p, &end, 10);
+    if (end == p || *end != '\0' || b < 1 || b > UN_MAX_DEGREE || p[0] == '+' || p[0] == '-' ||
+        name[6] == '+' || name[6] == '-')
+        return false;
+    *d = (int)a;
+    *t = (int)b;
+    return true;
+}
+
+un_status un_strategy_named(un_ctx *ctx, const un_spec *spec, const un_graph *g, const char *name,
+                            int devices, un_graph **out) {
+    *out = NULL;
+    if (strcmp(name, "serial") == 0) {
+        *out = un_graph_clone(g);
+        return UN_OK;
+    }
+    if (strcmp(name, "data") == 0)
+        return un_strategy_data(ctx, g, devices, out);
+    if (strcmp(name, "tensor") == 0)
+        return un_strategy_tensor(ctx, g, devices, out);
+    int d, t;
+    if (mixed_name(name, &d, &t)) {
+        if ((int64_t)d * t != devices)
+            return un_ctx_error(ctx, UN_ERR_MISMATCH,
+                                "--strategy %s runs on %lld devices, but --devices is %d", name,
+                                (long long)d * t, devices);
+        return un_strategy_mixed(ctx, g, d, t, out);
+    }
+    if (strncmp(name, "mixed", 5) == 0)
+        return un_ctx_error(ctx, UN_ERR_INVALID,
+                            "--strategy: '%s' is not mixed:DxT (data x tensor degrees, e.g. "
+                            "mixed:2x2)",
+                            name);
+    size_t sl = strlen(name);
+    if (sl < 5 || strcmp(name + sl - 5, ".json") != 0)
+        return un_ctx_error(ctx, UN_ERR_INVALID,
+                            "--strategy: '%s' is not serial, data, tensor, mixed:DxT or a plan "
+                            "file (.json)",
+                            name);
+    return un_strategy_plan_load(ctx, spec, name, g, devices, out);
 }
 
 /* Sets a source's layout parameters (shard, sum, copy) to those of shape l. */

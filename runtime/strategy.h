@@ -1,7 +1,8 @@
 /* strategy.h - how a model graph becomes the graph the executor runs on D devices: serial (as is),
  * data parallel (a transform: partition every batch-carrying tensor, replicate every weight, and
- * fall back to a serial operator where the batch cannot be split, e.g. batch norm), or a plan file:
- * a pcg graph JSON with parallel ops, checked against the model and the device count.
+ * fall back to a serial operator where the batch cannot be split, e.g. batch norm), tensor
+ * parallel (Megatron-style linear pairs), mixed data x tensor (any op's sharding rules), or a plan
+ * file: a pcg graph JSON with parallel ops, checked against the model and the device count.
  *
  *   un_graph *dp;
  *   st = un_strategy_data(ctx, model_graph, 4, &dp);
@@ -26,6 +27,26 @@ un_status un_strategy_data(un_ctx *ctx, const un_graph *g, int devices, un_graph
  * those layouts; every other op runs whole on its inputs combined. UN_ERR_INVALID when no linear
  * layer can be split. devices == 1 gives a copy. Owned: free with un_graph_free. */
 un_status un_strategy_tensor(un_ctx *ctx, const un_graph *g, int devices, un_graph **out);
+
+/* The mixed data x tensor version of g for data * tensor devices: every regular op takes, among
+ * its sharding rules (specs/ops.json), the batch rule of degree `data` where one splits its
+ * outputs along the batch only, and at most one more rule of degree `tensor`, choosing the
+ * layout that holds the fewest weight elements per device, then one that splits the batch, then
+ * the fewest parallel ops inserted to convert its inputs, then the most output pieces. So linear
+ * layers split by output features (or by rows after a column split, partial sums reduced),
+ * attention by heads, convolutions by output channels (batch norm by channels) and embeddings by
+ * columns, each also split along the batch; the rest is data parallel. Tensors are converted
+ * between layouts by partition / combine / replicate / reduce (each conversion made once and
+ * reused); outputs end split along the batch only. UN_ERR_INVALID when an input's batch is not a
+ * multiple of `data`, g already has parallel ops or layouts, or the plan would not use all
+ * data * tensor devices (no op splits `tensor` ways). Owned: free with un_graph_free. */
+un_status un_strategy_mixed(un_ctx *ctx, const un_graph *g, int data, int tensor, un_graph **out);
+
+/* The graph of strategy `name` for model g on `devices` devices: "serial", "data", "tensor",
+ * "mixed:DxT" (D * T must be `devices`) or a plan file ending in .json (un_strategy_plan_load).
+ * A name that is none of these is one error naming it. Owned: free with un_graph_free. */
+un_status un_strategy_named(un_ctx *ctx, const un_spec *spec, const un_graph *g, const char *name,
+                            int devices, un_graph **out);
 
 /* g without its parallel operators: each one's consumers read its input instead, and sources
  * lose their layouts. Owned: free with un_graph_free. */

@@ -51,8 +51,8 @@ const char *un_train_usage(void) {
            "inputs)\n"
            "  --tiny             the zoo model's tiny configuration\n"
            "  --devices D        devices (default 1; with --comm mpi the number of processes)\n"
-           "  --strategy S       serial | data | tensor | PLAN.json (default: serial on 1\n"
-           "                     device, else data)\n"
+           "  --strategy S       serial | data | tensor | mixed:DxT (data x tensor degrees) |\n"
+           "                     PLAN.json (default: serial on 1 device, else data)\n"
            "  --steps N          training steps (default 100)\n"
            "  --batch B          batch size (default: the model's)\n"
            "  --config K=V,...   zoo model size over the base (tiny or paper) configuration:\n"
@@ -72,8 +72,10 @@ const char *un_train_usage(void) {
            "  --precision f32|f64  float type (default f32)\n"
            "  --backend B        cpu | cuda (one GPU per rank: its rank on the machine mod the\n"
            "                     GPUs) | opaque (the CPU kernels behind memory the host cannot\n"
-           "                     reach: checks the runtime); default cuda when built with CUDA\n"
-           "                     and a GPU is there (f32), else cpu\n"
+           "                     reach: checks the runtime; opaque:staged without its device\n"
+           "                     data plane, opaque:mem=SIZE with that much memory);\n"
+           "                     default cuda when built with CUDA and a GPU is there (f32),\n"
+           "                     else cpu\n"
            "  --spec FILE|DIR    operator specs (alias --ops; default: $UNITY_SPECS, ./specs,\n"
            "                     else the installed share/unity/specs)\n"
            "  --quiet            no per-step lines\n"
@@ -181,9 +183,14 @@ un_status un_train_parse_args(un_ctx *ctx, int argc, char **argv, un_train_opts 
                 return un_ctx_error(ctx, UN_ERR_INVALID, "--precision: '%s' is not f32 or f64", v);
             o->prec = strcmp(v, "f32") == 0 ? UN_PREC_F32 : UN_PREC_F64;
         } else if (strcmp(a, "--backend") == 0) {
-            if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0 && strcmp(v, "opaque") != 0)
+            un_backend_opaque_opts oo;
+            if (strncmp(v, "opaque", 6) == 0 && (v[6] == '\0' || v[6] == ':')) {
+                if ((st = un_backend_opaque_opts_parse(ctx, v, &oo)) != UN_OK)
+                    return st;
+            } else if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0) {
                 return un_ctx_error(ctx, UN_ERR_INVALID,
-                                    "--backend: '%s' is not cpu, cuda or opaque", v);
+                                    "--backend: '%s' is not cpu, cuda or opaque[:OPTIONS]", v);
+            }
             o->backend = v;
         }
         if (st != UN_OK)
@@ -337,25 +344,6 @@ static void model_free(tmodel *m) {
     un_onnx_deinit(&m->onnx);
 }
 
-static un_status strategy_apply(un_ctx *ctx, const un_spec *spec, const un_graph *g,
-                                const char *strategy, int d, un_graph **out) {
-    *out = NULL;
-    if (strcmp(strategy, "serial") == 0) {
-        *out = un_graph_clone(g);
-        return UN_OK;
-    }
-    if (strcmp(strategy, "data") == 0)
-        return un_strategy_data(ctx, g, d, out);
-    if (strcmp(strategy, "tensor") == 0)
-        return un_strategy_tensor(ctx, g, d, out);
-    size_t sl = strlen(strategy);
-    if (sl < 5 || strcmp(strategy + sl - 5, ".json") != 0)
-        return un_ctx_error(ctx, UN_ERR_INVALID,
-                            "--strategy: '%s' is not serial, data, tensor or a plan file (.json)",
-                            strategy);
-    return un_strategy_plan_load(ctx, spec, strategy, g, d, out);
-}
-
 un_status un_train_graph(un_ctx *ctx, const un_spec *spec, const un_train_opts *o, un_graph **out,
                          int *devices) {
     *out = NULL;
@@ -364,7 +352,7 @@ un_status un_train_graph(un_ctx *ctx, const un_spec *spec, const un_train_opts *
     int d = o->devices ? o->devices : 1;
     *devices = d;
     if (st == UN_OK)
-        st = strategy_apply(ctx, spec, m.g,
+        st = un_strategy_named(ctx, spec, m.g,
                             o->strategy ? o->strategy
                             : d == 1    ? "serial"
                                         : "data",
@@ -384,7 +372,10 @@ typedef struct shared {
     unsigned char *text;
     size_t text_len;
     int threads; /* per rank */
-    const char *backend; /* resolved: "cpu", "cuda" or "opaque" */
+    const char *backend; /* resolved: "cpu", "cuda" or "opaque[:OPTIONS]" */
+    const char *plane;   /* the device data plane the exchanges used (rank 0's), or NULL */
+    int64_t *need;       /* per rank: what its executor and optimizer allocate (local: all d
+                            ranks; mpi: this process's rank only) */
     int gpus;            /* cuda: the GPUs of this machine */
     double *losses;
     un_train_dev_stats *dev; /* per device, filled by rank 0 */
@@ -503,35 +494,24 @@ static void onnx_weights(const shared *sh, un_exec *ex, un_prec prec, void *lw) 
     }
 }
 
-/* Initial (or loaded) weights and optimizer state, logical on every rank, then cut into this
- * rank's pieces: a checkpoint loads into any plan and device count. */
+/* Initial weights, logical on every rank, then cut into this rank's pieces; or a checkpoint's
+ * weights and optimizer state read straight into this rank's pieces and shard (only what the rank
+ * holds: a checkpoint loads into any plan and device count without the whole model in memory). */
 static un_status setup_weights(un_ctx *ctx, shared *sh, un_exec *ex, un_backend *be,
                                un_optim **opt) {
     const un_train_opts *o = sh->o;
+    un_status st = optim_make(ctx, o, un_exec_shard_count(ex), be, opt);
+    if (st != UN_OK || o->load)
+        return st == UN_OK ? un_checkpoint_load_exec(ctx, o->load, sh->g, ex, be, *opt, NULL) : st;
     int64_t nl = un_exec_lparam_count(ex);
     size_t fes = o->prec == UN_PREC_F32 ? 4 : 8;
-    un_optim *lo = NULL;
     void *lw = calloc((size_t)(nl ? nl : 1), fes);
     if (!lw)
         return un_ctx_error(ctx, UN_ERR_NOMEM, "no memory for the weights (%lld)", (long long)nl);
     un_optim_init_weights(sh->g, o->seed, o->prec, lw, nl);
     if (sh->m->onnx.values)
         onnx_weights(sh, ex, o->prec, lw);
-    un_status st = optim_make(ctx, o, un_exec_shard_count(ex), be, opt);
-    if (st == UN_OK && o->load) {
-        if ((st = optim_make(ctx, o, nl, NULL, &lo)) == UN_OK)
-            st = un_checkpoint_is_ranks(o->load)
-                     ? un_checkpoint_load_ranks(ctx, o->load, sh->g, o->prec, lw, lo)
-                     : un_checkpoint_load(ctx, o->load, sh->g, o->prec, lw, lo);
-        for (int i = 0; st == UN_OK && i < 2; i++)
-            if (un_optim_state(*opt, i))
-                st = un_exec_shard_scatter(ctx, ex, un_optim_state(lo, i), un_optim_state(*opt, i));
-        if (st == UN_OK)
-            un_optim_set_steps(*opt, un_optim_steps(lo));
-    }
-    if (st == UN_OK)
-        st = un_exec_params_scatter(ctx, ex, lw, un_exec_params(ex));
-    un_optim_free(lo);
+    st = un_exec_params_scatter(ctx, ex, lw, un_exec_params(ex));
     free(lw);
     return st;
 }
@@ -578,7 +558,7 @@ static un_status save_weights(un_ctx *ctx, shared *sh, un_comm *comm, un_exec *e
 
 /* Every rank's accounting, collected on rank 0 (collective). */
 static un_status report_stats(un_ctx *ctx, shared *sh, un_comm *comm, un_exec *ex, un_optim *opt) {
-    enum { K = 6 };
+    enum { K = 8 };
     int d = un_comm_size(comm), r = un_comm_rank(comm);
     double *all = un_xcalloc((size_t)d * K, sizeof *all);
     const un_exec_stats *es = un_exec_stats_get(ex);
@@ -591,12 +571,15 @@ static un_status report_stats(un_ctx *ctx, shared *sh, un_comm *comm, un_exec *e
     row[3] = (double)es->sent;
     row[4] = (double)es->recv;
     row[5] = (double)es->copied;
+    row[6] = (double)es->plane_exchanges;
+    row[7] = (double)es->staged_exchanges;
     un_status st = un_comm_allreduce(ctx, comm, UN_RED_F64, all, (int64_t)d * K);
     if (st == UN_OK && r == 0) {
         for (int i = 0; i < d; i++) {
             const double *x = all + (size_t)i * K;
-            sh->dev[i] = (un_train_dev_stats){(int64_t)x[0], (int64_t)x[1], (int64_t)x[2],
-                                              (int64_t)x[3], (int64_t)x[4], (int64_t)x[5]};
+            sh->dev[i] =
+                (un_train_dev_stats){(int64_t)x[0], (int64_t)x[1], (int64_t)x[2], (int64_t)x[3],
+                                     (int64_t)x[4], (int64_t)x[5], (int64_t)x[6], (int64_t)x[7]};
         }
     }
     free(all);
@@ -622,9 +605,59 @@ un_status un_train_backend(un_ctx *ctx, const un_train_opts *o, const char **nam
 static un_status backend_make(un_ctx *ctx, const shared *sh, un_comm *comm, un_backend **out) {
     if (strcmp(sh->backend, "cuda") == 0)
         return un_backend_cuda_new(ctx, sh->o->prec, un_comm_node_rank(comm) % sh->gpus, out);
-    if (strcmp(sh->backend, "opaque") == 0)
-        return un_backend_opaque_new(ctx, sh->o->prec, sh->threads, out);
+    if (strncmp(sh->backend, "opaque", 6) == 0) {
+        un_backend_opaque_opts oo;
+        un_status st = un_backend_opaque_opts_parse(ctx, sh->backend, &oo);
+        return st == UN_OK ? un_backend_opaque_new_opts(ctx, sh->o->prec, sh->threads, &oo, out)
+                           : st;
+    }
     return un_backend_cpu_new(ctx, sh->o->prec, sh->threads, out);
+}
+
+/* Refuses, before the executor allocates anything, a run whose ranks sharing this rank's memory
+ * would need more than its backend has free (un_backend_memory: the machine's host memory for cpu,
+ * shared by every rank on it; the GPU's for cuda, shared by the ranks on that GPU; an opaque
+ * backend's limit, its own). Every rank checks; the caller's un_comm_agree keeps them in step. */
+static un_status memory_check(un_ctx *ctx, const shared *sh, un_comm *comm, un_backend *be) {
+    int64_t avail = 0;
+    bool host = false;
+    un_status st = un_backend_memory(ctx, be, &avail, &host);
+    if (st != UN_OK || avail <= 0)
+        return st; /* unknown: nothing to compare with */
+    bool mpi = strcmp(un_comm_name(comm), "mpi") == 0, cuda = strcmp(sh->backend, "cuda") == 0;
+    int me = un_comm_rank(comm), node = un_comm_node_size(comm), nr = un_comm_node_rank(comm);
+    int64_t need = 0;
+    int sharing = 0;
+    for (int q = 0; q < node; q++) { /* the ranks on this machine, by their rank on it */
+        bool shares = host || q == nr || (cuda && q % sh->gpus == nr % sh->gpus);
+        if (!shares)
+            continue;
+        /* local: machine rank = rank; mpi: only this rank's need is known, the others' alike */
+        need += sh->need[mpi ? me : q];
+        sharing++;
+    }
+    if (need <= avail)
+        return UN_OK;
+    int64_t weights = 0;
+    for (int32_t id = 0; id < un_graph_node_count(sh->g); id++)
+        if (un_graph_node(sh->g, id)->op == UN_OP_WEIGHT)
+            weights += un_shape_numel(&un_graph_node(sh->g, id)->inf.out[0]);
+    char where[128];
+    if (host)
+        snprintf(where, sizeof where, "this machine's %d device%s", sharing,
+                 sharing == 1 ? "" : "s");
+    else
+        snprintf(where, sizeof where, "%s memory of device %d (%d rank%s on it)",
+                 un_backend_name(be), cuda ? nr % sh->gpus : me, sharing, sharing == 1 ? "" : "s");
+    un_optim_algo k = UN_OPTIM_ADAM;
+    un_optim_algo_from_name(sh->o->optimizer, &k);
+    return un_ctx_error(ctx, UN_ERR_NOMEM,
+                        "model %s needs about %.2f GiB on %s (%lld weights: values, gradients and "
+                        "%s state, plus activations), but %.2f GiB are available; choose a "
+                        "smaller --config or more %s",
+                        sh->o->model, (double)need / (1 << 30), where, (long long)weights,
+                        un_optim_algo_name(k), (double)avail / (1 << 30),
+                        host ? "machines" : "devices");
 }
 
 static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
@@ -640,6 +673,8 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
     int rank = un_comm_rank(comm);
     size_t lbytes = (size_t)m->label_numel * (m->loss == UN_LOSS_CE ? sizeof(int64_t) : fes);
     un_status st = backend_make(ctx, sh, comm, &be);
+    if (st == UN_OK)
+        st = memory_check(ctx, sh, comm, be);
     if (st == UN_OK)
         st = un_exec_new(ctx, sh->g, comm, be, &ex);
     if (st == UN_OK)
@@ -660,17 +695,27 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
             st = un_ctx_error(ctx, UN_ERR_NOMEM, "no memory for the inputs and labels");
     }
     st = un_comm_agree(ctx, comm, st);
+    if (st == UN_OK)
+        st = un_exec_plane_open(ctx, ex);
+    if (st == UN_OK && rank == 0)
+        sh->plane = un_exec_plane_name(ex);
     if (st == UN_OK && rank == 0 && !o->quiet) { /* once set-up succeeded: errors print nothing */
         fprintf(o->out, "blas: %s\n", un_blas_describe());
+        /* how pieces move between devices when there are several and the host cannot reach them */
+        char moves[96] = "";
+        if (un_comm_size(comm) > 1 && !un_backend_host_visible(be))
+            snprintf(moves, sizeof moves, "; exchanges %s%s",
+                     sh->plane ? "on the device plane " : "staged through host memory",
+                     sh->plane ? sh->plane : "");
         if (strcmp(sh->backend, "cuda") == 0) {
             char name[128] = "?";
             un_backend_cuda_device_name(0, name, sizeof name);
             fprintf(o->out,
                     "backend: %s, one GPU per rank (its rank on the machine mod %d GPUs; "
-                    "GPU 0: %s)\n",
-                    un_backend_name(be), sh->gpus, name);
+                    "GPU 0: %s)%s\n",
+                    un_backend_name(be), sh->gpus, name, moves);
         } else {
-            fprintf(o->out, "backend: %s\n", un_backend_name(be));
+            fprintf(o->out, "backend: %s%s\n", un_backend_name(be), moves);
         }
     }
     /* A loaded run continues where the checkpoint stopped: same data, same dropout masks. */
@@ -827,53 +872,16 @@ static un_status load_text(un_ctx *ctx, const char *path, int64_t need, unsigned
     return UN_OK;
 }
 
-/* Memory this machine has free for the run (bytes; MemAvailable, else free pages), 0 unknown. */
-static int64_t mem_available(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[256];
-    long long kb = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1)
-            break;
-    if (f)
-        fclose(f);
-    if (kb >= 0)
-        return (int64_t)kb * 1024;
-    long pages = sysconf(_SC_AVPHYS_PAGES), size = sysconf(_SC_PAGESIZE);
-    return pages > 0 && size > 0 ? (int64_t)pages * size : 0;
-}
-
-/* Refuses, before anything is allocated, a run whose devices on this machine would need more
- * memory than it has free (the executor's own estimate of what it allocates, exec.h). Under mpi
- * every rank decides on rank 0's figures, so the ranks agree. */
-static un_status memory_check(un_ctx *ctx, const un_train_opts *o, const un_graph *g, int d,
-                              un_comm *mpi) {
+/* What each rank's executor and optimizer state will allocate (sh->need: the executor's own
+ * estimate, exec.h), before anything is: every rank of a local run, this process's under mpi. */
+static void need_fill(shared *sh, const un_graph *g, int d, un_comm *mpi) {
     un_optim_algo k = UN_OPTIM_ADAM;
-    un_optim_algo_from_name(o->optimizer, &k);
-    int arrays = k == UN_OPTIM_ADAM ? 2 : 1, here = mpi ? un_comm_node_size(mpi) : d;
-    int64_t need = 0, weights = 0;
-    for (int r = 0; r < (mpi ? 1 : d); r++) /* mpi: this rank's share, times the node's ranks */
-        need += un_exec_estimate_bytes(g, mpi ? un_comm_rank(mpi) : r, d, o->prec, arrays);
-    if (mpi)
-        need *= here;
-    for (int32_t id = 0; id < un_graph_node_count(g); id++)
-        if (un_graph_node(g, id)->op == UN_OP_WEIGHT)
-            weights += un_shape_numel(&un_graph_node(g, id)->inf.out[0]);
-    int64_t fig[2] = {need, mem_available()};
-    if (mpi) {
-        un_status st = un_comm_bcast(ctx, mpi, 0, fig, sizeof fig);
-        if (st != UN_OK)
-            return st;
-    }
-    if (fig[1] > 0 && fig[0] > fig[1])
-        return un_ctx_error(ctx, UN_ERR_NOMEM,
-                            "model %s needs about %.2f GiB on this machine's %d device%s "
-                            "(%lld weights: values, gradients and %s state, plus activations), "
-                            "but %.2f GiB are available; choose a smaller --config or more "
-                            "machines",
-                            o->model, (double)fig[0] / (1 << 30), here, here == 1 ? "" : "s",
-                            (long long)weights, un_optim_algo_name(k), (double)fig[1] / (1 << 30));
-    return UN_OK;
+    un_optim_algo_from_name(sh->o->optimizer, &k);
+    int arrays = k == UN_OPTIM_ADAM ? 2 : 1;
+    sh->need = un_xcalloc((size_t)d, sizeof *sh->need);
+    for (int r = 0; r < d; r++)
+        if (!mpi || r == un_comm_rank(mpi))
+            sh->need[r] = un_exec_estimate_bytes(g, r, d, sh->o->prec, arrays);
 }
 
 un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res) {
@@ -920,7 +928,7 @@ un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res
         goto done;
     int d = use_mpi ? un_comm_size(mpi) : o->devices ? o->devices : 1;
     const char *strategy = o->strategy ? o->strategy : d == 1 ? "serial" : "data";
-    if ((st = strategy_apply(ctx, spec, m.g, strategy, d, &run_g)) != UN_OK)
+    if ((st = un_strategy_named(ctx, spec, m.g, strategy, d, &run_g)) != UN_OK)
         goto done;
     { /* weights stored as the pieces the plan uses (the estimate sees the plan as written) */
         un_graph *folded = NULL;
@@ -972,8 +980,7 @@ un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res
     sh.devices = d;
     sh.dev = un_xcalloc((size_t)d, sizeof *sh.dev);
     un_blas_init(); /* before the rank threads: the choice sets and unsets an environment variable */
-    if ((st = memory_check(ctx, o, run_g, d, use_mpi ? mpi : NULL)) != UN_OK)
-        goto done;
+    need_fill(&sh, run_g, d, use_mpi ? mpi : NULL);
     in_run = true; /* from here a failure is agreed by the ranks or aborts the job */
     if (use_mpi)
         st = rank_run(ctx, mpi, &sh);
@@ -1002,10 +1009,10 @@ un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res
                         "copied/step(B)  link\n");
         for (int i = 0; i < d; i++) {
             const un_train_dev_stats *x = &res->dev[i];
-            fprintf(o->out, "%6d  %10lld  %12lld  %7lld  %12lld  %12lld  %14lld  %s\n", i,
+            fprintf(o->out, "%6d  %10lld  %12lld  %7lld  %12lld  %12lld  %14lld  %s%s%s\n", i,
                     (long long)x->weight_bytes, (long long)x->optim_bytes, (long long)x->peak_bytes,
                     (long long)x->sent, (long long)x->recv, (long long)x->copied,
-                    use_mpi ? "mpi" : "local");
+                    use_mpi ? "mpi" : "local", sh.plane ? " + " : "", sh.plane ? sh.plane : "");
         }
     }
 done:
@@ -1022,6 +1029,7 @@ done:
         un_ctx_free(c2);
     }
     free(sh.dev);
+    free(sh.need);
     free(sh.losses);
     free(sh.text);
     un_graph_free(run_g);

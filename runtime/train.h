@@ -38,9 +38,10 @@ typedef struct un_train_opts {
     const char *spec;        /* operator spec file */
     const char *loss;        /* JSON models: "ce" or "mse" */
     un_prec prec;            /* float32 (default) or float64 */
-    const char *backend;     /* "cpu", "cuda" or "opaque" (the CPU kernels behind memory the
-                                host cannot reach, backend.h); NULL = cuda when this build has
-                                CUDA and a GPU is there (and the precision is f32), else cpu */
+    const char *backend;     /* "cpu", "cuda" or "opaque[:OPTIONS]" (the CPU kernels behind memory
+                                the host cannot reach, backend.h; un_backend_opaque_opts_parse);
+                                NULL = cuda when this build has CUDA and a GPU is there (and the
+                                precision is f32), else cpu */
     bool quiet;              /* no per-step lines */
     bool stats;              /* print the per-device accounting at the end */
     FILE *out;               /* per-step lines and the summary (default stdout) */
@@ -59,6 +60,8 @@ typedef struct un_train_dev_stats {
                              buffers, optimizer state */
     int64_t sent, recv;   /* to / from other devices per step (the communicator's links) */
     int64_t copied;       /* copied between buffers of the device per step */
+    int64_t plane_exchanges;  /* exchanges per step over the backend's device data plane */
+    int64_t staged_exchanges; /* ... staged through host memory (exec.h's un_exec_stats) */
 } un_train_dev_stats;
 
 typedef struct un_train_result {

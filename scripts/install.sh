@@ -4,6 +4,8 @@
 #   scripts/install.sh BUILD_DIR PREFIX [DESTDIR]
 #
 #   DESTDIR PREFIX/bin/unity-*                    the programs of BUILD_DIR/bin
+#   DESTDIR PREFIX/lib/libunity_{cuda,nccl}.so     the CUDA plugins of a CUDA build (BUILD_DIR/lib),
+#                                                  loaded from <program dir>/../lib on first GPU use
 #   DESTDIR PREFIX/share/unity/specs/             ops.json, menu.json, FORMAT.md, menus/, machines/
 #   DESTDIR PREFIX/share/unity/scripts/mpirun.sh  mpirun with --oversubscribe (and root allowed)
 #
@@ -32,6 +34,11 @@ bin=$destdir$prefix/bin
 share=$destdir$prefix/share/unity
 install -d "$bin" "$share/specs/menus" "$share/specs/machines" "$share/scripts"
 install -m 755 "${progs[@]}" "$bin/"
+plugins=("$build"/lib/libunity_*.so)
+if [[ -e ${plugins[0]} ]]; then
+    install -d "$destdir$prefix/lib"
+    install -m 755 "${plugins[@]}" "$destdir$prefix/lib/"
+fi
 install -m 644 "$root"/specs/ops.json "$root"/specs/menu.json "$root"/specs/FORMAT.md "$share/specs/"
 install -m 644 "$root"/specs/menus/*.json "$share/specs/menus/"
 install -m 644 "$root"/specs/machines/*.json "$share/specs/machines/"

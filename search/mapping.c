@@ -645,7 +645,8 @@ un_status un_map_new(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un
         }
     }
     m->edge_at[n] = m->n_edges;
-    for (int32_t i = 0; i < un_graph_output_count(g); i++) {
+    for (int32_t i = p->free_outputs > 0 ? p->free_outputs : 0; i < un_graph_output_count(g);
+         i++) {
         un_ref r = un_graph_output(g, i);
         if (!is_regular(g, r.node))
             continue;
@@ -1423,6 +1424,10 @@ un_status un_map_solve_piece(un_ctx *ctx, un_map *m, double lambda, int32_t chil
             .max_states = max_states > 0 ? max_states : m->p.max_states};
     d.assign = un_xmalloc(((size_t)m->n + 1) * sizeof *d.assign);
     d.slot = un_xmalloc((3 * (size_t)m->n + 1) * sizeof *d.slot);
+    /* an exit nothing reads (a piece out of its graph) stays live: results per its configuration */
+    int32_t exit_last = exit >= 0 ? m->lastpos[exit] : 0;
+    if (exit >= 0 && m->lastpos[exit] == m->pos[exit])
+        m->lastpos[exit] = INT32_MAX;
     frontier f;
     bool live = entry >= 0 && m->lastpos[entry] > m->pos[entry];
     fr_init(&f, &entry, live ? 1 : 0);
@@ -1461,6 +1466,8 @@ un_status un_map_solve_piece(un_ctx *ctx, un_map *m, double lambda, int32_t chil
     free(d.t);
     free(d.assign);
     free(d.slot);
+    if (exit >= 0)
+        m->lastpos[exit] = exit_last;
     return UN_OK;
 }
 

@@ -58,6 +58,9 @@ typedef struct un_map_params {
     bool no_parallel;      /* configurations: serial only (every node on device 0) */
     bool shared_branches;  /* parallel branches always share their devices (no disjoint sets) */
     const char *optimizer; /* "adam" (2 state copies) or "sgd" (1) */
+    int32_t free_outputs;  /* the first k graph outputs are not the loss's (a layer-1 piece's exit
+                            * taken out of its graph, search/subst.h): no conversion to the
+                            * layout the loss reads is charged for them */
 } un_map_params;
 
 /* One configuration of one node. */
@@ -128,7 +131,8 @@ const un_sp_info *un_map_sp(const un_map *m);
  * (exit -1: the end; one result). cost[x]: the piece's cost (seconds + lambda * bytes of its
  * nodes, the entry's own cost excluded), INFINITY when none; assign[x * n + v] for the piece's
  * nodes (n = nodes of the graph). max_states: this run's beam (0: the map's). Adds to *st's
- * counters. */
+ * counters. An exit that nothing reads (a piece taken out of its graph) is kept live to the end,
+ * so the results are still per exit configuration. */
 un_status un_map_solve_piece(un_ctx *ctx, un_map *m, double lambda, int32_t child_begin,
                              int32_t child_end, int32_t entry, int32_t entry_cfg, int32_t exit,
                              int64_t max_states, double *cost, int32_t *assign,

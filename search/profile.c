@@ -47,6 +47,26 @@ static double clock_s(clockid_t c) {
 
 static double now_s(void) { return clock_s(CLOCK_MONOTONIC); }
 
+/* Writes fresh values into float tensor t (backend memory): uniform in [-1, 1) from seed. */
+static un_status kt_fill(un_ctx *ctx, un_backend *be, const un_kt *t, size_t fes, uint64_t seed) {
+    int64_t n = 1;
+    for (int i = 0; i < t->rank; i++)
+        n *= t->dim[i];
+    un_rng r;
+    un_rng_seed(&r, seed);
+    void *host = un_xmalloc((size_t)n * fes + 1); /* device memory is written, never dereferenced */
+    for (int64_t i = 0; i < n; i++) {
+        double v = 2 * un_rng_double(&r) - 1;
+        if (fes == 4)
+            ((float *)host)[i] = (float)v;
+        else
+            ((double *)host)[i] = v;
+    }
+    un_status st = un_backend_write(ctx, be, t->data, host, (size_t)n * fes);
+    free(host);
+    return st;
+}
+
 /* A tensor of shape s in backend memory: floats in [-1, 1), ints 0 (a valid index for every op). */
 static un_status kt_new(un_ctx *ctx, un_backend *be, const un_shape *s, size_t fes, uint64_t seed,
                         bool fill, un_kt *out) {
@@ -60,19 +80,7 @@ static un_status kt_new(un_ctx *ctx, un_backend *be, const un_shape *s, size_t f
     un_status st = un_backend_alloc(ctx, be, (size_t)n * es + 1, &out->data);
     if (st != UN_OK || !fill || s->dtype != UN_DT_FLOAT)
         return st;
-    un_rng r;
-    un_rng_seed(&r, seed);
-    void *host = un_xmalloc((size_t)n * fes); /* device memory is written, never dereferenced */
-    for (int64_t i = 0; i < n; i++) {
-        double v = 2 * un_rng_double(&r) - 1;
-        if (fes == 4)
-            ((float *)host)[i] = (float)v;
-        else
-            ((double *)host)[i] = v;
-    }
-    st = un_backend_write(ctx, be, out->data, host, (size_t)n * fes);
-    free(host);
-    return st;
+    return kt_fill(ctx, be, out, fes, seed);
 }
 
 typedef struct bufs {
@@ -130,7 +138,13 @@ static double rep_median(rep_time *t, int n, const un_profile_params *p) {
 /* One run of what is timed; *dev: the backend timer's seconds, or left < 0 (no timer). */
 typedef un_status (*timed_fn)(un_ctx *ctx, void *arg, double *dev);
 
-static rep_time rep_run(un_ctx *ctx, timed_fn fn, void *arg, un_status *st) {
+/* What the next repetition needs and is not timed (fresh inputs, an op's forward before its
+ * backward); NULL: nothing. */
+typedef un_status (*prep_fn)(un_ctx *ctx, void *arg);
+
+static rep_time rep_run(un_ctx *ctx, prep_fn prep, timed_fn fn, void *arg, un_status *st) {
+    if (fn && prep && *st == UN_OK)
+        *st = prep(ctx, arg);
     double dev = -1, c0 = clock_s(CLOCK_THREAD_CPUTIME_ID), w0 = now_s();
     if (fn && *st == UN_OK)
         *st = fn(ctx, arg, &dev);
@@ -151,13 +165,15 @@ typedef struct lockstep {
  * and min_seconds are both reached (the median resists the other jobs of a shared machine).
  * With ls: thread k's part of a lockstep timing (warm-up, then ls->reps repetitions into ls->t);
  * fn NULL (this thread failed before) still passes every barrier, so no thread is left waiting. */
-static un_status time_median(un_ctx *ctx, timed_fn fn, void *arg, const un_profile_params *p,
-                             lockstep *ls, int k, double *sec) {
+static un_status time_median(un_ctx *ctx, prep_fn prep, timed_fn fn, void *arg,
+                             const un_profile_params *p, lockstep *ls, int k, double *sec) {
     if (ls) {
         un_status st = UN_OK;
         for (int i = 0; i < p->warmup + ls->reps; i++) {
+            if (fn && prep && st == UN_OK)
+                st = prep(ctx, arg); /* before the barrier: the timed parts start together */
             pthread_barrier_wait(&ls->bar);
-            rep_time t = rep_run(ctx, fn, arg, &st);
+            rep_time t = rep_run(ctx, NULL, fn, arg, &st);
             if (i >= p->warmup)
                 ls->t[(size_t)k * (size_t)ls->reps + (size_t)(i - p->warmup)] = t;
         }
@@ -168,7 +184,7 @@ static un_status time_median(un_ctx *ctx, timed_fn fn, void *arg, const un_profi
     rep_time *t = un_xmalloc(sizeof *t * (size_t)cap);
     double total = 0, wall0 = now_s();
     for (int i = 0; st == UN_OK; i++) {
-        rep_time r = rep_run(ctx, fn, arg, &st);
+        rep_time r = rep_run(ctx, prep, fn, arg, &st);
         if (i < p->warmup)
             continue;
         if (reps == cap)
@@ -185,31 +201,61 @@ static un_status time_median(un_ctx *ctx, timed_fn fn, void *arg, const un_profi
     return st;
 }
 
+/* One op's piece as the runtime runs it (runtime/exec.c): a dropout seed that is new every step
+ * and input 0's place in its whole tensor (off, full: dropout's masks are indexed by it). With
+ * `fresh`, every repetition sees new values (prep): new inputs, and before a backward new output
+ * gradients and the forward on those inputs (untimed). A step never runs an op twice on the same
+ * values; repeating the same ones lets the branch predictor learn their branches (relu, dropout's
+ * mask) and makes the op look faster than it is inside a step. */
 typedef struct op_run {
     un_backend *be;
     const un_node *nd;
     bufs *b;
-    bool bwd;
+    bool bwd, fresh;
+    size_t fes;
+    uint64_t seed; /* the repetition's dropout seed (as a step's: never 0) */
+    const int64_t *off, *full;
 } op_run;
+
+static un_status op_call(un_ctx *ctx, op_run *r, bool bwd) {
+    const un_node *nd = r->nd;
+    bufs *b = r->b;
+    return bwd ? un_backend_op_backward(ctx, r->be, nd->op, nd->inf.local, b->in, b->n_in, b->out,
+                                        b->n_out, b->dout, b->din, r->seed, r->off, r->full)
+               : un_backend_op_forward(ctx, r->be, nd->op, nd->inf.local, b->in, b->n_in, b->out,
+                                       b->n_out, r->seed, r->off, r->full);
+}
+
+static un_status op_prep(un_ctx *ctx, void *arg) {
+    op_run *r = arg;
+    r->seed++;
+    if (!r->fresh)
+        return UN_OK;
+    bufs *b = r->b;
+    un_status st = UN_OK;
+    for (int t = 0; t < b->n_in && st == UN_OK; t++)
+        if (b->in[t].dtype == UN_DT_FLOAT)
+            st = kt_fill(ctx, r->be, &b->in[t], r->fes, r->seed * 64 + (uint64_t)t);
+    for (int o = 0; o < b->n_out && st == UN_OK && r->bwd; o++)
+        if (b->dout[o].dtype == UN_DT_FLOAT)
+            st = kt_fill(ctx, r->be, &b->dout[o], r->fes, r->seed * 64 + 32 + (uint64_t)o);
+    if (st == UN_OK && r->bwd)
+        st = op_call(ctx, r, false);
+    return st == UN_OK ? un_backend_synchronize(ctx, r->be) : st;
+}
 
 static un_status op_once(un_ctx *ctx, void *arg, double *dev) {
     op_run *r = arg;
-    const un_node *nd = r->nd;
-    bufs *b = r->b;
     un_backend_timer tm;
     un_status st = un_backend_timer_start(ctx, r->be, &tm);
     if (st == UN_OK)
-        st = r->bwd ? un_backend_op_backward(ctx, r->be, nd->op, nd->inf.local, b->in, b->n_in,
-                                             b->out, b->n_out, b->dout, b->din, 1, NULL, NULL)
-                    : un_backend_op_forward(ctx, r->be, nd->op, nd->inf.local, b->in, b->n_in,
-                                            b->out, b->n_out, 1, NULL, NULL);
+        st = op_call(ctx, r, r->bwd);
     return st == UN_OK ? un_backend_timer_stop(ctx, r->be, &tm, dev) : st;
 }
 
-static un_status time_op(un_ctx *ctx, un_backend *be, const un_node *nd, bufs *b, bool bwd,
-                         const un_profile_params *p, lockstep *ls, int k, bool run, double *sec) {
-    op_run r = {be, nd, b, bwd};
-    return time_median(ctx, run ? op_once : NULL, &r, p, ls, k, sec);
+static un_status time_op(un_ctx *ctx, op_run *r, const un_profile_params *p, lockstep *ls, int k,
+                         bool run, double *sec) {
+    return time_median(ctx, op_prep, run ? op_once : NULL, r, p, ls, k, sec);
 }
 
 /* Times node id's piece on be (NULL: this lockstep thread has no backend; it only keeps step),
@@ -238,10 +284,19 @@ static un_status profile_node(un_ctx *ctx, un_backend *be, const un_graph *g, in
         if (st == UN_OK && inf.out[o].dtype == UN_DT_FLOAT)
             st = kt_new(ctx, be, &inf.out[o], fes, (uint64_t)o + 99, true, &b.dout[o]);
     }
+    /* input 0's place as the runtime passes it: the first piece of its whole tensor */
+    int64_t off[UN_MAX_DIMS] = {0}, full[UN_MAX_DIMS] = {0};
+    if (nd->n_in > 0) {
+        const un_shape *s0 = un_graph_shape(g, nd->in[0]);
+        for (int i = 0; i < s0->rank; i++)
+            full[i] = s0->dim[i];
+    }
+    op_run r = {.be = be, .nd = nd, .b = &b, .fresh = true, .fes = fes, .off = off, .full = full};
     if (st == UN_OK || lf)
-        st = time_op(ctx, be, nd, &b, false, p, lf, k, st == UN_OK, fwd) != UN_OK ? UN_ERR_DEVICE : st;
+        st = time_op(ctx, &r, p, lf, k, st == UN_OK, fwd) != UN_OK ? UN_ERR_DEVICE : st;
+    r.bwd = true;
     if (st == UN_OK || lb)
-        st = time_op(ctx, be, nd, &b, true, p, lb, k, st == UN_OK, bwd) != UN_OK ? UN_ERR_DEVICE : st;
+        st = time_op(ctx, &r, p, lb, k, st == UN_OK, bwd) != UN_OK ? UN_ERR_DEVICE : st;
     if (be)
         bufs_free(be, &b);
     return st;
@@ -378,7 +433,7 @@ static un_status profile_optimizer(un_ctx *ctx, un_rulesdb *db, un_backend *be, 
         if ((st = un_optim_new_on(ctx, un_optim_params_default(k), n, be, &r.o)) == UN_OK &&
             (st = un_buffer_new(ctx, be, (size_t)n * fes, &r.w)) == UN_OK &&
             (st = un_buffer_new(ctx, be, (size_t)n * fes, &r.g)) == UN_OK)
-            st = time_median(ctx, optim_once, &r, p, NULL, 0, &sec);
+            st = time_median(ctx, NULL, optim_once, &r, p, NULL, 0, &sec);
         char sig[48], shape[48];
         snprintf(sig, sizeof sig, "optimizer:%s", un_optim_algo_name(k));
         snprintf(shape, sizeof shape, "float[%lld]", (long long)n);
@@ -467,7 +522,7 @@ static un_status profile_step_parts(un_ctx *ctx, un_rulesdb *db, un_backend *be,
     }
     for (r.part = 0; r.part < 2 && st == UN_OK; r.part++) {
         double sec = 0;
-        if ((st = time_median(ctx, part_once, &r, p, NULL, 0, &sec)) != UN_OK ||
+        if ((st = time_median(ctx, NULL, part_once, &r, p, NULL, 0, &sec)) != UN_OK ||
             (st = store(ctx, db, sig[r.part], shapes[r.part], device, sec, 0, 0)) != UN_OK)
             break;
         ++*n_stored;
@@ -488,24 +543,29 @@ typedef struct xjob {
     un_comm *c;
     void *buf[2];
     size_t bytes;
+    bool ring;
     int reps;
     double sec;
     un_status st;
 } xjob;
 
-/* Rank 0 sends its buffer to rank 1 (and 1 nothing back), reps times; bytes 0 = barriers of every
- * rank only. */
+/* reps times: bytes 0: a barrier of every rank; else with ring every rank sends `bytes` to the
+ * next rank and receives as many from the one before (one un_comm_exchange each, as a step's
+ * exchanges), without ring rank 0 sends to rank 1 only. */
 static void *xchg_main(void *arg) {
     xjob *j = arg;
     un_ctx *ctx = un_ctx_new(NULL);
-    int r = un_comm_rank(j->c);
+    int r = un_comm_rank(j->c), n = un_comm_size(j->c);
     un_comm_msg m = {.peer = 1 - r, .tag = 0, .data = j->buf[r & 1], .bytes = j->bytes};
+    un_comm_msg rs = {.peer = (r + 1) % n, .tag = 0, .data = j->buf[0], .bytes = j->bytes};
+    un_comm_msg rr = {.peer = (r + n - 1) % n, .tag = 0, .data = j->buf[1], .bytes = j->bytes};
     double *t = un_xcalloc((size_t)j->reps, sizeof *t);
     for (int i = 0; i < j->reps && j->st == UN_OK; i++) {
         double t0 = now_s();
-        j->st = j->bytes ? un_comm_exchange(ctx, j->c, r == 0 ? &m : NULL, r == 0,
-                                            r == 1 ? &m : NULL, r == 1)
-                         : un_comm_barrier(ctx, j->c);
+        j->st = !j->bytes ? un_comm_barrier(ctx, j->c)
+                : j->ring ? un_comm_exchange(ctx, j->c, &rs, 1, &rr, 1)
+                          : un_comm_exchange(ctx, j->c, r == 0 ? &m : NULL, r == 0,
+                                             r == 1 ? &m : NULL, r == 1);
         t[i] = now_s() - t0;
     }
     qsort(t, (size_t)j->reps, sizeof *t, cmp_double);
@@ -515,20 +575,25 @@ static void *xchg_main(void *arg) {
     return NULL;
 }
 
-/* The median seconds of one barrier of n threads (bytes 0) or of one exchange of `bytes` from
- * thread 0 to thread 1 (n = 2): the synchronisation itself; the waits for a thread that another
- * job took off its core are measured apart (profile_meet). */
-static un_status xchg_time(un_ctx *ctx, int n, size_t bytes, int reps, double *sec) {
+/* The median seconds of one barrier of n threads (bytes 0), of one exchange of `bytes` around
+ * the ring of n threads (ring) or from thread 0 to thread 1 (n = 2): the synchronisation itself;
+ * the waits for a thread that another job took off its core are measured apart (profile_meet). */
+static un_status xchg_time(un_ctx *ctx, int n, size_t bytes, bool ring, int reps, double *sec) {
     un_comm_group *grp = NULL;
     un_status st = un_comm_local_group_new(ctx, n, &grp);
     if (st != UN_OK)
         return st;
     xjob *j = un_xcalloc((size_t)n, sizeof *j);
+    /* a ring rank's send and receive buffers are its own */
     void *b0 = un_xcalloc(bytes + 1, 1), *b1 = un_xcalloc(bytes + 1, 1);
+    void **own = un_xcalloc((size_t)n * 2, sizeof *own);
     pthread_t *th = un_xcalloc((size_t)n, sizeof *th);
     for (int r = 0; r < n; r++) {
-        j[r] =
-            (xjob){.c = un_comm_local_get(grp, r), .buf = {b0, b1}, .bytes = bytes, .reps = reps};
+        j[r] = (xjob){.c = un_comm_local_get(grp, r), .buf = {b0, b1}, .bytes = bytes,
+                      .ring = ring, .reps = reps};
+        if (ring)
+            for (int k = 0; k < 2; k++)
+                j[r].buf[k] = own[2 * r + k] = un_xcalloc(bytes + 1, 1);
         pthread_create(&th[r], NULL, xchg_main, &j[r]);
     }
     for (int r = 0; r < n; r++) {
@@ -536,6 +601,9 @@ static un_status xchg_time(un_ctx *ctx, int n, size_t bytes, int reps, double *s
         st = st != UN_OK ? st : j[r].st;
     }
     *sec = j[1].sec;
+    for (int k = 0; k < 2 * n; k++)
+        free(own[k]);
+    free(own);
     free(b0);
     free(b1);
     free(th);
@@ -547,7 +615,7 @@ static un_status xchg_time(un_ctx *ctx, int n, size_t bytes, int reps, double *s
 typedef struct meet_job {
     un_comm *c;
     int reps[UN_SIM_MEET_POINTS];
-    double *t[UN_SIM_MEET_POINTS]; /* per point, per rep: wall seconds of work + barrier */
+    double *t[UN_SIM_MEET_POINTS]; /* per point, per rep: wall seconds of work + rendezvous */
     un_status st;
 } meet_job;
 
@@ -560,28 +628,36 @@ static void spin_cpu(double sec) {
 }
 
 /* First 0.3 s of computing (a new thread is favoured by the scheduler for a while; a training
- * run's threads are long past that), then every point's repetitions in turn. */
+ * run's threads are long past that), then every point's repetitions in turn, each ending in the
+ * runtime's rendezvous: an exchange of a small message with the next and the previous thread
+ * (one thread: a barrier of itself). An exchange can block twice (for the peer's message, then
+ * until its own is taken), a barrier once; where other jobs share the cores each block may cost
+ * a wait for a core. */
 static void *meet_main(void *arg) {
     meet_job *j = arg;
     un_ctx *ctx = un_ctx_new(NULL);
+    int r = un_comm_rank(j->c), n = un_comm_size(j->c);
+    char sb[64] = {0}, rb[64];
+    un_comm_msg sm = {.peer = (r + 1) % n, .tag = 0, .data = sb, .bytes = sizeof sb};
+    un_comm_msg rm = {.peer = (r + n - 1) % n, .tag = 0, .data = rb, .bytes = sizeof rb};
     for (double w0 = now_s(); now_s() - w0 < 0.3;)
         spin_cpu(1e-3);
     for (int w = 0; w < UN_SIM_MEET_POINTS; w++)
         for (int i = 0; i < j->reps[w] && j->st == UN_OK; i++) {
             double t0 = now_s();
             spin_cpu(un_sim_meet_work[w]);
-            j->st = un_comm_barrier(ctx, j->c);
+            j->st = n > 1 ? un_comm_exchange(ctx, j->c, &sm, 1, &rm, 1) : un_comm_barrier(ctx, j->c);
             j->t[w][i] = now_s() - t0;
         }
     un_ctx_free(ctx);
     return NULL;
 }
 
-/* How long D device threads take to compute W seconds of work each and meet at a barrier, as a
+/* How long D device threads take to compute W seconds of work each and meet in an exchange, as a
  * step's stretches between two rendezvous do ("comm:meet" devices[D],work[W in us]: the median
  * over repetitions), for W from 10 us to 30 ms (D = 1: a one-device step is one such stretch).
- * On a machine of its own that is W plus a barrier; where other jobs share the cores, a thread
- * is taken off its core now and then, and a thread that waited at a barrier waits for a core
+ * On a machine of its own that is W plus an exchange; where other jobs share the cores, a thread
+ * is taken off its core now and then, and a thread that waited in the exchange waits for a core
  * again: the stretch takes up to several times W. */
 static un_status profile_meet(un_ctx *ctx, un_rulesdb *db, const un_graph *g, const char *device,
                               FILE *log, int64_t *n_stored) {
@@ -625,21 +701,28 @@ static un_status profile_meet(un_ctx *ctx, un_rulesdb *db, const un_graph *g, co
     return st;
 }
 
-/* The barrier of the run's D ranks ("comm:barrier" devices[D]), measured beside the operators so
- * that the rendezvous the runtime makes cost what they cost at this time on this machine. */
-static un_status profile_barrier(un_ctx *ctx, un_rulesdb *db, const un_graph *g, const char *device,
-                                 FILE *log, int64_t *n_stored) {
+/* The rendezvous of the run's D ranks, measured beside the operators so that those the runtime
+ * makes cost what they cost at this time on this machine: "comm:barrier" devices[D] (one barrier)
+ * and "comm:exchange" devices[D] (one un_comm_exchange in which every rank sends a small message
+ * to the next and receives one: a step's piece transfers, gradient sync and weight gather are
+ * such exchanges; their bytes are costed apart, by the link's bandwidth). */
+static un_status profile_rendezvous(un_ctx *ctx, un_rulesdb *db, const un_graph *g,
+                                    const char *device, FILE *log, int64_t *n_stored) {
     int64_t d = un_strategy_devices(g);
     if (d < 2)
         return UN_OK;
-    double sec = 0;
     char shape[48];
     snprintf(shape, sizeof shape, "devices[%lld]", (long long)d);
-    un_status st = xchg_time(ctx, (int)d, 0, 2000, &sec);
-    if (st == UN_OK && (st = store(ctx, db, "comm:barrier", shape, device, sec, 0, 0)) == UN_OK) {
-        ++*n_stored;
-        if (log)
-            fprintf(log, "  %-44s %-40s %10.4f ms\n", "comm:barrier", shape, sec * 1e3);
+    static const char *sig[2] = {"comm:barrier", "comm:exchange"};
+    un_status st = UN_OK;
+    for (int k = 0; k < 2 && st == UN_OK; k++) {
+        double sec = 0;
+        st = xchg_time(ctx, (int)d, k ? 64 : 0, k == 1, 2000, &sec);
+        if (st == UN_OK && (st = store(ctx, db, sig[k], shape, device, sec, 0, 0)) == UN_OK) {
+            ++*n_stored;
+            if (log)
+                fprintf(log, "  %-44s %-40s %10.4f ms\n", sig[k], shape, sec * 1e3);
+        }
     }
     return st;
 }
@@ -698,7 +781,7 @@ un_status un_profile_graph(un_ctx *ctx, un_rulesdb *db, const un_graph *g, const
     if (st == UN_OK)
         st = profile_step_parts(ctx, db, be, g, p, device, log, n_stored);
     if (st == UN_OK && p->cuda_device < 0)
-        st = profile_barrier(ctx, db, g, device, log, n_stored);
+        st = profile_rendezvous(ctx, db, g, device, log, n_stored);
     if (st == UN_OK && p->cuda_device < 0 && p->threads == 1)
         st = profile_meet(ctx, db, g, device, log, n_stored);
     if (st == UN_OK)
@@ -767,7 +850,8 @@ un_status un_profile_machine(un_ctx *ctx, un_machine *m) {
     nd.op = UN_OP_LINEAR;
     memcpy(nd.inf.local, lp, sizeof lp);
     double sec = 0;
-    if (st == UN_OK && (st = time_op(ctx, be, &nd, &b, false, &p, NULL, 0, true, &sec)) == UN_OK)
+    op_run r = {.be = be, .nd = &nd, .b = &b, .fes = 4};
+    if (st == UN_OK && (st = time_op(ctx, &r, &p, NULL, 0, true, &sec)) == UN_OK)
         m->dev.flops[UN_MPREC_F32] = 2.0 * (double)(n * n * n) / sec;
     bufs_free(be, &b);
     /* one operator's fixed cost: relu on one element */
@@ -778,7 +862,7 @@ un_status un_profile_machine(un_ctx *ctx, un_machine *m) {
     p.min_seconds = 0.05;
     if (st == UN_OK && (st = kt_new(ctx, be, &s, 4, 1, true, &b.in[0])) == UN_OK &&
         (st = kt_new(ctx, be, &s, 4, 0, false, &b.out[0])) == UN_OK &&
-        (st = time_op(ctx, be, &nd, &b, false, &p, NULL, 0, true, &sec)) == UN_OK)
+        (st = time_op(ctx, &r, &p, NULL, 0, true, &sec)) == UN_OK)
         m->dev.op_overhead = sec;
     bufs_free(be, &b);
     un_backend_free(be);
@@ -800,8 +884,8 @@ un_status un_profile_machine(un_ctx *ctx, un_machine *m) {
     free(y);
     /* the local communicator between two threads: latency of a barrier, bandwidth of 16 MiB */
     double lat = 0, big = 0;
-    if ((st = xchg_time(ctx, 2, 0, 2000, &lat)) != UN_OK ||
-        (st = xchg_time(ctx, 2, (size_t)16 << 20, 20, &big)) != UN_OK)
+    if ((st = xchg_time(ctx, 2, 0, false, 2000, &lat)) != UN_OK ||
+        (st = xchg_time(ctx, 2, (size_t)16 << 20, false, 20, &big)) != UN_OK)
         return st;
     m->intra.latency = lat;
     m->intra.bw = (double)((size_t)16 << 20) / (big > 2 * lat ? big - 2 * lat : big);

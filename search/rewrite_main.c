@@ -194,6 +194,9 @@ static int run(un_ctx *ctx, const opts *o) {
                (long long)rs.cache_misses, rs.cache_written ? ", cache written" : "",
                (double)rs.bytes / 1e6, (long long)rs.stale, (long long)rs.too_big,
                (long long)rs.not_reversed);
+        printf("CPU by phase: read %.2f s, parse+check %.2f s, compile %.2f s, add %.2f s, "
+               "cache write %.2f s (parse and compile on %d threads)\n",
+               rs.read_s, rs.parse_s, rs.compile_s, rs.add_s, rs.write_s, rs.threads);
         goto done;
     }
     un_model zm = {0};

@@ -3,6 +3,7 @@
  * every row against its hash); compiling is a pass over the source pattern. */
 #include "search/rules.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -502,27 +503,43 @@ typedef struct rinfo {
     int32_t n;
 } rinfo;
 
-/* A row queued for compiling, and what came of it. */
-typedef struct pend {
+/* One row of a batch being loaded, and what came of it. */
+typedef struct lrow {
     int32_t id;
     uint64_t hash, sum;
-    char *body; /* owned copy */
-    size_t len;
-    wbuf out; /* its entries in the cache's form */
+    size_t body_at, len; /* its body in the batch's text (not cached) */
+    bool cached;         /* its entries came from the cache */
+    bool over;           /* cached, and over params.max_size: skipped */
+    wbuf out;            /* its entries in the cache's form (capacity kept across batches) */
     int flags, n_entries;
     uint16_t size;
     un_status st;
     char *err; /* owned: the parse error */
-} pend;
+} lrow;
+
+/* LOAD_BATCH rows read from the database, in id order. */
+typedef struct lbatch {
+    lrow *rows;
+    int64_t n;
+    wbuf text;            /* the rows' bodies, each NUL-terminated */
+    _Atomic int64_t next; /* the next row a thread takes to compile */
+} lbatch;
 
 typedef struct load_state {
     un_ruleset *set;
     const un_ruleset_params *p;
     un_ctx *ctx;
     un_rulesdb *db;
-    pend *pend; /* LOAD_BATCH rows queued for compiling */
-    int64_t n_pend;
-    un_pool *pool; /* created at the first batch */
+    un_rulesdb_walk *walk;
+    un_status read_st; /* how the walk ended (after the rows read) */
+    lbatch batch[2];   /* the one being compiled, the one being read */
+    lbatch *reading;
+    un_pool *pool;               /* NULL: the caller alone */
+    int n_parts;                 /* threads (un_pool_size) */
+    un_ctx **wctx;               /* per thread: a child context */
+    un_arena **scratch;          /* per thread: the patterns' scratch arena */
+    double *t_parse, *t_compile; /* per thread: CPU seconds */
+    double t_read, t_add;
     FILE *cache;         /* the cache file, read record by record in id order; NULL: none */
     uint64_t cache_left; /* records not read yet */
     uint8_t *buf;        /* owned: room for one record */
@@ -600,7 +617,7 @@ static bool entry_read(un_ruleset *set, const uint8_t **q, const uint8_t *end, i
 static void wb_bytes(wbuf *b, const void *p, size_t n) {
     if (b->n + n > b->cap) {
         while (b->n + n > b->cap)
-            b->cap = b->cap ? b->cap * 2 : 1 << 16;
+            b->cap = b->cap ? b->cap * 2 : 512;
         b->p = un_xrealloc(b->p, b->cap);
     }
     memcpy(b->p + b->n, p, n);
@@ -720,8 +737,18 @@ static bool cache_next(load_state *ls) {
     return true;
 }
 
+/* Room for one more row in the batch being read; returns it, emptied. */
+static lrow *row_next(lbatch *b) {
+    lrow *row = &b->rows[b->n++];
+    wbuf out = row->out;
+    out.n = 0;
+    *row = (lrow){.out = out, .st = UN_OK};
+    return row;
+}
+
 /* un_rulesdb_skip_fn: takes the rule from the cache when it holds it (same id and hash, and its
- * reverse when reverses are wanted). Rules come in id order, and so does the cache. */
+ * reverse when reverses are wanted): its entries (those wanted) go into the batch being read as
+ * they are. Rules come in id order, and so does the cache. */
 static bool cache_skip(void *user, int32_t id, uint64_t hash) {
     load_state *ls = user;
     while ((!ls->rec || ls->rec_id < id) && cache_next(ls))
@@ -734,25 +761,25 @@ static bool cache_skip(void *user, int32_t id, uint64_t hash) {
     if (rec.hash != hash || (ls->p->reversed && !(rec.flags & RF_REV_TRIED)) ||
         (rec.flags & RF_OVER_SIZE))
         return false;
-    un_ruleset *set = ls->set;
-    bool over = ls->p->max_size > 0 && rec.size > ls->p->max_size;
-    rinfo ri = {id, rec.flags, rec.size, hash, set->n, 0};
+    lrow *row = row_next(ls->reading);
+    row->id = id;
+    row->hash = hash;
+    row->cached = true;
+    row->flags = rec.flags;
+    row->size = rec.size;
+    row->over = ls->p->max_size > 0 && rec.size > ls->p->max_size;
     q += sizeof rec;
     const uint8_t *end = ls->rec + ls->rec_len;
     for (int e = 0; e < rec.n_entries; e++) {
+        const uint8_t *at = q;
         bool rev = q < end && q[0];
-        if (!entry_read(set, &q, end, id, !over && (!rev || ls->p->reversed)))
-            return false; /* cannot happen: cache_next checked it */
+        bool ok = entry_read(ls->set, &q, end, id, false);
+        UN_ASSERT(ok); /* cache_next checked it */
+        if (!row->over && (!rev || ls->p->reversed)) {
+            wb_bytes(&row->out, at, (size_t)(q - at));
+            row->n_entries++;
+        }
     }
-    ri.n = (int32_t)(set->n - ri.first);
-    if (over) {
-        set->stats.too_big++;
-        return true;
-    }
-    stats_add(set, rec.flags, ls->p->reversed);
-    if (!ls->p->reversed) /* the record's reverse is not wanted: not cached as such */
-        ri.flags &= (uint8_t) ~(RF_REV_TRIED | RF_NOT_REV | RF_REV_BIG);
-    info_push(ls, ri);
     ls->hits++;
     return true;
 }
@@ -778,78 +805,172 @@ static int set_add_rule(un_ruleset *set, un_rule *r, int32_t id, const un_rulese
     return fl;
 }
 
-/* ---- compiling the rules the cache does not hold, on worker threads ----
- * The walk (un_rulesdb_verified_each_raw) queues each row's body; every LOAD_BATCH rows the
- * batch is parsed and compiled over the pool (each thread its own context and scratch arena),
- * then added to the set in id order, so the set and the cache are what one thread makes. */
+/* ---- loading in batches: the caller reads, every thread compiles ----
+ * The caller walks the database (un_rulesdb_walk_next) LOAD_BATCH rows at a time: a row the cache
+ * holds becomes its cached entries (cache_skip), any other row its body. While the caller reads
+ * batch i + 1, the other threads parse (un_rulesdb_body_parse) and compile (rule_compile) batch
+ * i's bodies, taking rows from a shared counter, each with its own context and scratch arena; the
+ * caller joins them once it has read. Then batch i is added to the set in id order, so the set and
+ * the cache are what one thread makes, and the first bad row in id order is the error reported. */
 
-enum { LOAD_BATCH = 128 };
+enum { LOAD_BATCH = 64 };
 
-static void compile_block(void *arg, int64_t begin, int64_t end) {
-    load_state *ls = arg;
-    un_ctx *c = un_ctx_new_child(ls->ctx);
-    un_arena *scratch = un_arena_new(1 << 14);
-    for (int64_t i = begin; i < end; i++) {
-        pend *pd = &ls->pend[i];
+static double cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* un_rulesdb_raw_fn: a row the cache does not hold, its body kept for compiling. */
+static un_status take_raw(void *user, int32_t id, uint64_t hash, const char *body, size_t len,
+                          uint64_t sum) {
+    load_state *ls = user;
+    lbatch *b = ls->reading;
+    lrow *row = row_next(b);
+    row->id = id;
+    row->hash = hash;
+    row->sum = sum;
+    row->body_at = b->text.n;
+    row->len = len;
+    wb_bytes(&b->text, body, len);
+    wb_bytes(&b->text, "", 1);
+    return UN_OK;
+}
+
+/* Reads the next batch into ls->reading (on the caller). */
+static void batch_read(load_state *ls) {
+    double t0 = cpu_s();
+    lbatch *b = ls->reading;
+    b->n = 0;
+    b->text.n = 0;
+    atomic_store(&b->next, 0);
+    if (ls->read_st == UN_OK && !un_rulesdb_walk_done(ls->walk))
+        ls->read_st = un_rulesdb_walk_next(ls->ctx, ls->walk, LOAD_BATCH,
+                                           ls->cache ? cache_skip : NULL, take_raw, ls);
+    ls->t_read += cpu_s() - t0;
+}
+
+/* Parses and compiles the batch's rows that thread `part` takes. Its CPU time is split between
+ * the two phases by their wall time (a CPU clock per row would cost a system call each). */
+static void batch_compile(load_state *ls, lbatch *b, int part) {
+    un_ctx *c = ls->wctx[part];
+    double cpu0 = cpu_s(), wp = 0, wc = 0;
+    for (int64_t i; (i = atomic_fetch_add(&b->next, 1)) < b->n;) {
+        lrow *row = &b->rows[i];
+        if (row->cached)
+            continue;
+        double t0 = now_s();
         un_rule *r = NULL;
-        pd->st = un_rulesdb_body_parse(c, ls->db, pd->id, pd->hash, pd->body, pd->len, pd->sum, &r);
-        if (pd->st != UN_OK) {
-            pd->err = un_xstrdup(un_ctx_errmsg(c));
+        row->st =
+            un_rulesdb_body_parse(c, ls->db, row->id, row->hash,
+                                  (const char *)b->text.p + row->body_at, row->len, row->sum, &r);
+        double t1 = now_s();
+        wp += t1 - t0;
+        if (row->st != UN_OK) {
+            row->err = un_xstrdup(un_ctx_errmsg(c));
             un_ctx_clear(c);
             continue;
         }
-        pd->size = (uint16_t)(un_rule_size(r, UN_RULE_SRC) + un_rule_size(r, UN_RULE_DST));
-        pd->flags = rule_compile(r, ls->p, scratch, &pd->out, &pd->n_entries);
+        row->size = (uint16_t)(un_rule_size(r, UN_RULE_SRC) + un_rule_size(r, UN_RULE_DST));
+        row->flags = rule_compile(r, ls->p, ls->scratch[part], &row->out, &row->n_entries);
+        wc += now_s() - t1;
     }
-    un_arena_free(scratch);
-    un_ctx_free(c);
+    double cpu = cpu_s() - cpu0, share = wp + wc > 0 ? wp / (wp + wc) : 1;
+    ls->t_parse[part] += cpu * share;
+    ls->t_compile[part] += cpu * (1 - share);
 }
 
-/* Compiles the queued rows and adds them in order; the first error (in id order) stops it. With
- * compile false the queue is only dropped. */
-static un_status pend_flush(load_state *ls, bool compile) {
-    if (ls->n_pend == 0)
-        return UN_OK;
-    if (compile) {
-        if (!ls->pool && ls->p->threads != 1)
-            ls->pool = un_pool_new(ls->p->threads > 0 ? ls->p->threads
-                                                      : (int)sysconf(_SC_NPROCESSORS_ONLN));
-        un_pool_for(ls->pool, ls->n_pend, compile_block, ls);
-    }
-    un_status st = UN_OK;
+/* un_pool_for body, one call per thread: the caller (part 0) reads the next batch first. */
+static void load_step(void *arg, int64_t part, int64_t end) {
+    (void)end;
+    load_state *ls = arg;
+    lbatch *b = ls->reading == &ls->batch[0] ? &ls->batch[1] : &ls->batch[0];
+    if (part == 0)
+        batch_read(ls);
+    batch_compile(ls, b, (int)part);
+}
+
+/* Adds the batch's rows to the set in order; the first row that failed is the error. */
+static un_status batch_add(load_state *ls, lbatch *b) {
+    double t0 = cpu_s();
     un_ruleset *set = ls->set;
-    for (int64_t i = 0; i < ls->n_pend; i++) {
-        pend *pd = &ls->pend[i];
-        if (compile && st == UN_OK && pd->st != UN_OK)
-            st = un_ctx_error(ls->ctx, pd->st, "%s", pd->err);
-        if (compile && st == UN_OK) {
-            rinfo ri = {pd->id, (uint8_t)pd->flags, pd->size, pd->hash, set->n, 0};
-            entries_add(set, pd->id, &pd->out, pd->n_entries);
-            stats_add(set, pd->flags, ls->p->reversed);
-            ri.n = (int32_t)(set->n - ri.first);
-            info_push(ls, ri);
-            ls->misses++;
+    un_status st = UN_OK;
+    for (int64_t i = 0; i < b->n && st == UN_OK; i++) {
+        lrow *row = &b->rows[i];
+        if (row->st != UN_OK) {
+            st = un_ctx_error(ls->ctx, row->st, "%s", row->err);
+            break;
         }
-        free(pd->body);
-        free(pd->out.p);
-        free(pd->err);
+        rinfo ri = {row->id, (uint8_t)row->flags, row->size, row->hash, set->n, 0};
+        entries_add(set, row->id, &row->out, row->n_entries);
+        if (row->over)
+            set->stats.too_big++;
+        else
+            stats_add(set, row->flags, ls->p->reversed);
+        if (row->cached && !ls->p->reversed) /* the record's reverse is not wanted: not kept */
+            ri.flags &= (uint8_t) ~(RF_REV_TRIED | RF_NOT_REV | RF_REV_BIG);
+        ri.n = (int32_t)(set->n - ri.first);
+        info_push(ls, ri);
+        ls->misses += !row->cached;
     }
-    ls->n_pend = 0;
+    for (int64_t i = 0; i < b->n; i++) {
+        free(b->rows[i].err);
+        b->rows[i].err = NULL;
+    }
+    ls->t_add += cpu_s() - t0;
     return st;
 }
 
-/* un_rulesdb_raw_fn: a rule the cache does not hold, queued for compiling. */
-static un_status cache_take_raw(void *user, int32_t id, uint64_t hash, const char *body,
-                                size_t len, uint64_t sum) {
-    load_state *ls = user;
-    if (!ls->pend)
-        ls->pend = un_xmalloc(LOAD_BATCH * sizeof *ls->pend);
-    pend *pd = &ls->pend[ls->n_pend++];
-    *pd = (pend){.id = id, .hash = hash, .sum = sum, .len = len, .st = UN_OK};
-    pd->body = un_xmalloc(len + 1);
-    memcpy(pd->body, body, len);
-    pd->body[len] = '\0';
-    return ls->n_pend == LOAD_BATCH ? pend_flush(ls, true) : UN_OK;
+/* The walk: read, compile and add batch after batch until the end or the first error. */
+static un_status load_rows(load_state *ls) {
+    int threads = ls->p->threads > 0 ? ls->p->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    ls->pool = threads > 1 ? un_pool_new(threads) : NULL;
+    ls->n_parts = un_pool_size(ls->pool);
+    ls->wctx = un_xcalloc((size_t)ls->n_parts, sizeof *ls->wctx);
+    ls->scratch = un_xcalloc((size_t)ls->n_parts, sizeof *ls->scratch);
+    ls->t_parse = un_xcalloc((size_t)ls->n_parts, sizeof *ls->t_parse);
+    ls->t_compile = un_xcalloc((size_t)ls->n_parts, sizeof *ls->t_compile);
+    for (int k = 0; k < ls->n_parts; k++) {
+        ls->wctx[k] = un_ctx_new_child(ls->ctx);
+        ls->scratch[k] = un_arena_new(1 << 14);
+    }
+    for (int k = 0; k < 2; k++)
+        ls->batch[k].rows = un_xcalloc(LOAD_BATCH, sizeof(lrow));
+    ls->walk = un_rulesdb_walk_new(ls->db);
+    ls->reading = &ls->batch[0];
+    batch_read(ls);
+    un_status st = UN_OK;
+    while (st == UN_OK && ls->reading->n > 0) {
+        lbatch *b = ls->reading;
+        ls->reading = b == &ls->batch[0] ? &ls->batch[1] : &ls->batch[0];
+        un_pool_for(ls->pool, ls->n_parts, load_step, ls);
+        st = batch_add(ls, b);
+    }
+    if (st == UN_OK)
+        st = ls->read_st;
+    for (int k = 0; k < ls->n_parts; k++) {
+        ls->set->stats.parse_s += ls->t_parse[k];
+        ls->set->stats.compile_s += ls->t_compile[k];
+        un_ctx_free(ls->wctx[k]);
+        un_arena_free(ls->scratch[k]);
+    }
+    ls->set->stats.read_s = ls->t_read;
+    ls->set->stats.add_s = ls->t_add;
+    ls->set->stats.threads = ls->n_parts;
+    ls->set->stats.stale = un_rulesdb_walk_stale(ls->walk);
+    un_rulesdb_walk_free(ls->walk);
+    for (int k = 0; k < 2; k++) {
+        for (int64_t i = 0; i < LOAD_BATCH; i++)
+            free(ls->batch[k].rows[i].out.p);
+        free(ls->batch[k].rows);
+        free(ls->batch[k].text.p);
+    }
+    free(ls->wctx);
+    free(ls->scratch);
+    free(ls->t_parse);
+    free(ls->t_compile);
+    un_pool_free(ls->pool);
+    return st;
 }
 
 /* Opens the cache at path when it fits this spec set and build (records are checked as they
@@ -919,22 +1040,17 @@ un_status un_ruleset_load(un_ctx *ctx, un_rulesdb *db, const un_ruleset_params *
     snprintf(cpath, sizeof cpath, "%s.compiled", un_rulesdb_path(db));
     if (p.cache)
         cache_open(&ls, cpath, un_rulesdb_spec_hash(db));
-    int64_t stale = 0;
-    un_status st =
-        un_rulesdb_verified_each_raw(ctx, db, cache_skip, cache_take_raw, &ls, &stale);
-    un_status fl = pend_flush(&ls, st == UN_OK);
-    if (st == UN_OK)
-        st = fl;
-    un_pool_free(ls.pool);
-    free(ls.pend);
+    un_status st = load_rows(&ls);
     if (st == UN_OK) {
         set->stats.verified = ls.n_info;
-        set->stats.stale = stale;
         set->stats.cache_hits = ls.hits;
         set->stats.cache_misses = ls.misses;
         set_index(set);
-        if (p.cache && ls.misses > 0 && p.max_size == 0)
+        if (p.cache && ls.misses > 0 && p.max_size == 0) {
+            double tw = cpu_s();
             set->stats.cache_written = cache_write(&ls, cpath, un_rulesdb_spec_hash(db));
+            set->stats.write_s = cpu_s() - tw;
+        }
     }
     if (ls.cache)
         fclose(ls.cache);

@@ -43,7 +43,12 @@ typedef struct un_ruleset_stats {
     int64_t cache_misses; /* rules parsed and compiled (then written to the cache) */
     bool cache_written;   /* the cache file was (re)written */
     double load_s;        /* wall time of the load */
-    size_t bytes;         /* memory the set holds (rules and matchers), estimated */
+    /* CPU seconds by phase (parse and compile summed over the threads): reading the database and
+     * the cache, parsing and checking bodies (un_rulesdb_body_parse), compiling them (matcher and
+     * compact form), adding the entries to the set, writing the cache */
+    double read_s, parse_s, compile_s, add_s, write_s;
+    int threads;  /* threads that parsed and compiled */
+    size_t bytes; /* memory the set holds (rules and matchers), estimated */
 } un_ruleset_stats;
 
 /* Loads every trusted verified rule of db (un_rulesdb_verified_each: each row checked against its

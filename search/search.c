@@ -369,7 +369,10 @@ un_status un_search_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     double left = t0 + 0.5 * limit - un_search_clock();
     sp.time_limit = left > 1e-3 ? left : 1e-3;
     un_subst_result sr;
-    un_status st = un_subst_search(ctx, p->rules, cm, g, &sp, &sr);
+    /* joint: layer 2 per layer-1 piece (Unity's order); taso rewrites the whole graph */
+    un_status st = p->mode == UN_SEARCH_JOINT
+                       ? un_subst_search_pieces(ctx, p->rules, cm, g, &sp, p->split_size, &sr)
+                       : un_subst_search(ctx, p->rules, cm, g, &sp, &sr);
     free(use);
     if (st != UN_OK) {
         un_search_result_deinit(&r0);
@@ -387,6 +390,9 @@ un_status un_search_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
         out->unrewritten_fits = r0.sim.fits;
     }
     bool take1 = st1 == UN_OK && (st0 != UN_OK || better_result(&r1, &r0));
+    /* data parallelism of the model graph, for the report: r0 has it (joint) */
+    double dp_step = r0.dp_step, dp_mem = r0.dp_mem;
+    bool dp_fits = r0.dp_fits, dp_known = st0 == UN_OK;
     double u_step = out->unrewritten_step;
     bool u_fits = out->unrewritten_fits;
     if (take1) {
@@ -410,11 +416,16 @@ un_status un_search_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     sr.best = NULL;
     out->subst = sr;
     out->rewrites = true;
-    /* data parallelism of the model graph, for the report */
-    un_map_params mp = un_map_params_default(p->devices);
-    mp.optimizer = p->optimizer;
-    mp.max_states = p->max_states;
-    data_parallel_estimate(ctx, cm, g, &mp, p, out);
+    if (dp_known) {
+        out->dp_step = dp_step;
+        out->dp_fits = dp_fits;
+        out->dp_mem = dp_mem;
+    } else { /* taso: r1 has the rewritten graph's */
+        un_map_params mp = un_map_params_default(p->devices);
+        mp.optimizer = p->optimizer;
+        mp.max_states = p->max_states;
+        data_parallel_estimate(ctx, cm, g, &mp, p, out);
+    }
     out->wall = un_search_clock() - t0;
     return UN_OK;
 }
@@ -465,6 +476,15 @@ void un_search_report(const un_search_result *r, const un_graph *g, const un_sea
                 (long long)s->generated, (long long)s->costed, (long long)s->pruned_alpha,
                 (long long)s->duplicates, (long long)s->apply_failed, (long long)s->queue_dropped, s->wall, s->match_s,
                 s->map_s, s->ended ? s->ended : "?");
+        if (r->rewrites && s->pieces > 0)
+            un_buf_printf(out,
+                          "layer 2 per piece: %d layer-1 pieces, %d distinct (searched once "
+                          "each, budget per distinct piece), %d rewritten; %lld matches skipped "
+                          "at piece boundaries; each candidate costed on its piece alone\n",
+                          (int)s->pieces, (int)s->piece_classes, (int)s->pieces_rewritten,
+                          (long long)s->boundary);
+        else if (r->rewrites && p->mode == UN_SEARCH_JOINT)
+            un_buf_printf(out, "layer 2 on the whole graph (it does not split into pieces)\n");
         if (r->rewrites && r->graph) {
             un_buf_printf(out, "rewrites applied: %d (cost %.6g -> %.6g)\n", (int)s->n_steps,
                           s->start_cost, s->best_cost);

@@ -72,7 +72,8 @@ typedef struct sim {
     double *sync_recv;
     double *shard; /* per device: bytes of the weights its optimizer updates */
     bool backward;
-    double lat; /* seconds of one barrier of the D ranks (runtime semantics) */
+    double lat;  /* seconds of one barrier of the D ranks (runtime semantics) */
+    double xlat; /* seconds of one exchange's rendezvous of the D ranks, without its bytes */
     int meets;  /* rendezvous of all D ranks in the step (runtime semantics) */
     double since; /* when the last rendezvous ended */
     double extra; /* the waits for cores the stretches of work so far meet (measured) */
@@ -184,7 +185,7 @@ static void run_xfers(sim *s, int32_t node, const stamp *ready) {
             if (in[d] >= worst)
                 worst = in[d], wd = d;
         const un_link *l = &un_cost_machine(s->cm)->intra;
-        double dur = 2 * s->lat + worst / l->bw; /* two barriers, then the largest receive */
+        double dur = s->xlat + worst / l->bw; /* the rendezvous, then the largest receive */
         stretch(s, st.t - s->since);
         stamp end = run_task(s, wd, node, K_COMM, st, dur);
         s->since = end.t;
@@ -699,14 +700,14 @@ static double meet_time(sim *s, double work) {
 
 /* Runtime semantics: a stretch of `work` seconds that ends at a rendezvous of the D devices (or
  * at the step's end). Where it is measured (comm:meet), the stretch takes meet_time(work) on
- * this machine now; what that has beyond the work and a barrier is time waiting for cores. */
+ * this machine now; what that has beyond the work and an exchange is time waiting for cores. */
 static void stretch(sim *s, double work) {
     s->meets++;
     work = work > 0 ? work : 0;
     s->work += work;
     double t = s->p->mirror_sources && work > 0 ? meet_time(s, work) : 0;
-    if (t > work + s->lat)
-        s->extra += t - work - s->lat;
+    if (t > work + s->xlat) /* the stretches were measured ending in an exchange */
+        s->extra += t - work - s->xlat;
     if (t > 0)
         s->r->meet_time += t;
 }
@@ -744,7 +745,8 @@ static void critical_path(sim *s, stamp last) {
 /* Runtime semantics: replicate's backward for every weight held in copies, as runtime/exec.c
  * does it: after backward one reduce-scatter exchange for all weights (each copy's chunk g to the
  * holder of copy g, who adds them up; phase 0), then each device's sharded optimizer step, then one
- * all-gather exchange of the updated chunks (phase 1); two barriers an exchange. Per phase a
+ * all-gather exchange of the updated chunks (phase 1); an exchange's rendezvous is measured
+ * ("comm:exchange", else two barriers). Per phase a
  * device receives (c - 1) / c of each piece it holds of a weight with c copies (its scratch);
  * every device waits for the slowest. */
 static void weights_sync(sim *s, int phase) {
@@ -772,7 +774,7 @@ static void weights_sync(sim *s, int phase) {
             worst = s->sync_recv[d], wd = d;
     }
     const un_link *l = &un_cost_machine(s->cm)->intra;
-    double dur = 2 * s->lat + worst / l->bw + (phase == 0 ? un_cost_copy(s->cm, worst) : 0);
+    double dur = s->xlat + worst / l->bw + (phase == 0 ? un_cost_copy(s->cm, worst) : 0);
     stretch(s, all.t - s->since);
     s->r->comm_bytes += total;
     stamp end = run_task(s, wd, -1, K_COMM, all, dur);
@@ -837,6 +839,8 @@ static un_status sim_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     char dshape[32];
     snprintf(dshape, sizeof dshape, "devices[%d]", D);
     s.lat = D > 1 ? un_cost_measured(ctx, cm, "comm:barrier", dshape, m->intra.latency) : 0;
+    /* an exchange: measured, else two barriers (its posts meet, then its copies are done) */
+    s.xlat = D > 1 ? un_cost_measured(ctx, cm, "comm:exchange", dshape, 2 * s.lat) : 0;
 
     out->devices = D;
     out->mem = un_xcalloc((size_t)D, sizeof *out->mem);

@@ -28,7 +28,7 @@
 #define UN_SUBST_H
 
 #include "search/apply.h"
-#include "search/mapping.h"
+#include "search/split.h"
 
 typedef struct un_subst_params {
     un_map_params map;   /* how layer 3 costs each candidate (devices, max_states, ...) */
@@ -68,6 +68,10 @@ typedef struct un_subst_result {
     int64_t pruned_alpha;  /* children costlier than alpha x best */
     int64_t max_queue;     /* most graphs queued at once */
     int64_t queue_dropped; /* the costliest queued graphs dropped at max_queue */
+    int64_t boundary;      /* matches skipped: they touch a piece's entry or exit (pieces) */
+    int32_t pieces;        /* layer-1 pieces searched one by one (0: the whole graph) */
+    int32_t piece_classes; /* of those, distinct subproblems (equal pieces searched once) */
+    int32_t pieces_rewritten; /* pieces whose chosen form is not the original */
     double match_s, map_s; /* seconds spent matching + applying, and in layer 3 */
     double wall;           /* seconds the search took */
 } un_subst_result;
@@ -86,6 +90,28 @@ int64_t un_subst_rules_pick(const un_ruleset *set, bool *use);
 un_status un_subst_search(un_ctx *ctx, const un_ruleset *set, un_cost_model *cm, const un_graph *g,
                           const un_subst_params *p, un_subst_result *out);
 void un_subst_result_deinit(un_subst_result *r);
+
+/* Layer 2 per layer-1 piece, as Unity does it: g is cut into the pieces of un_split_make (at
+ * most split_size regular nodes between cut nodes); each piece is taken out as its own graph (its
+ * entry cut node over fresh inputs, its nodes, the sources it reads; the exit's outputs first)
+ * and searched best-first like un_subst_search, except that a match touching the entry or exit
+ * node is skipped (the cut stays where it is) and each candidate is costed by layer 3 on the
+ * piece alone, once per configuration of the entry cut node, for every configuration of the
+ * exit (un_map_solve_piece): the incremental costing, the rest of the graph is not re-costed.
+ * Per (entry, exit) configuration pair the cheapest candidate is kept; the pieces are joined by
+ * the dynamic programme along the chain (split.c's), and the chosen candidates stitched into one
+ * graph (out->best; sources, their order and the graph outputs are g's). Pieces that are the same
+ * subproblem (canonical hash, checked node by node: a transformer's layers) are searched once
+ * and the result translated. A candidate is pruned by alpha on its cheapest configuration pair;
+ * the budget holds per distinct piece (Unity's --budget is per base subgraph), the time limit for
+ * the whole, shared among the pieces left. start_cost and best_cost are layer 3's cost
+ * (un_map_solve) of g and of out->best (both 0 when no piece has a match: nothing is costed);
+ * when the stitched graph is not cheaper, out->best is g and no step is reported. A piece no
+ * rule matches is costed (its table) only when another piece has a match. When g does not split (one piece) or a piece cannot be taken out, this
+ * is un_subst_search on the whole graph (out->pieces 0). */
+un_status un_subst_search_pieces(un_ctx *ctx, const un_ruleset *set, un_cost_model *cm,
+                                 const un_graph *g, const un_subst_params *p, int split_size,
+                                 un_subst_result *out);
 
 /* Monotonic wall-clock seconds (the search's deadlines). */
 double un_search_clock(void);

@@ -53,8 +53,9 @@ static const char usage_extra[] =
     "  --search-time S    wall-clock limit of the whole search in seconds (default 60; the\n"
     "                     rewriting gets half)\n"
     "  --budget N         mcmc proposals (default 20000) and graphs the rewriting costs\n"
-    "                     (default 1000)\n"
-    "  --split-size K     layer 1: pieces of at most K nodes between cut nodes (default 10)\n";
+    "                     (default 1000; in joint per distinct piece)\n"
+    "  --split-size K     layer 1: pieces of at most K nodes between cut nodes, which the\n"
+    "                     rewriting searches one by one (default 10)\n";
 
 typedef struct search_opts {
     bool estimate, profile, plan_only, no_rewrites;

@@ -3,6 +3,7 @@
  * over the operators those rules use, at the shapes they were found at.
  *   un_ruleset *set = rw_ruleset(spec, true);   // forwards and reversed; NULL on failure
  *   un_graph *g = rw_random_graph(spec, &rng, 10);
+ *   int64_t n = rw_chains(ctx, set, g, &rng, 4, &wrong, NULL, NULL);  // random rewrite chains
  */
 #ifndef UN_TEST_REWRITE_H
 #define UN_TEST_REWRITE_H
@@ -107,6 +108,78 @@ TEST__FN un_graph *rw_random_graph(const un_spec *spec, un_rng *rng, int n) {
         made += st == UN_OK;
     }
     return g;
+}
+
+/* Whether g2 computes what g does: the same outputs (count, shapes, layouts) and values. */
+TEST__FN bool rw_same_model(un_ctx *ctx, const un_graph *g, const un_graph *g2, uint64_t seed) {
+    if (un_graph_output_count(g) != un_graph_output_count(g2))
+        return false;
+    for (int32_t i = 0; i < un_graph_output_count(g); i++)
+        if (!un_shape_eq(un_graph_shape(g, un_graph_output(g, i)),
+                         un_graph_shape(g2, un_graph_output(g2, i))))
+            return false;
+    double err;
+    return un_eval_compare(ctx, g, g2, UN_DOM_FIELD, seed, 0, &err) == UN_OK &&
+           un_eval_compare(ctx, g, g2, UN_DOM_F64, seed, 1e-9, &err) == UN_OK;
+}
+
+/* Runs chains of random rewrites from g; returns rewrites applied, counts wrong ones (and in
+ * *other_dims, may be NULL, those by a rule with a dim variable matched at another value than its
+ * witness). */
+TEST__FN int64_t rw_chains(un_ctx *ctx, const un_ruleset *set, const un_graph *g, un_rng *rng,
+                            int n_chains, int64_t *wrong, int32_t *wrong_rule,
+                            int64_t *other_dims) {
+    int64_t applied = 0;
+    for (int c = 0; c < n_chains; c++) {
+        int len = 1 + (int)un_rng_below(rng, 20);
+        un_graph *cur = un_graph_clone(g);
+        for (int k = 0; k < len; k++) {
+            un_matcher *m = NULL;
+            un_match_list ms = {0};
+            EXPECT_OK(ctx, un_matcher_new(ctx, set, cur, &m));
+            EXPECT_OK(ctx, un_match_all(ctx, m, &ms));
+            if (ms.n == 0) {
+                un_matcher_free(m);
+                break;
+            }
+            const un_match *mt = &ms.v[un_rng_below(rng, (uint64_t)ms.n)];
+            un_graph *next = NULL;
+            int32_t *origin = NULL;
+            un_status st = un_apply(ctx, set, cur, mt, &next, &origin);
+            EXPECT_OK(ctx, st);
+            if (st == UN_OK) {
+                applied++;
+                const un_rule *ar = un_ruleset_rule(set, mt->rule);
+                bool other = false;
+                for (int a = 0; a < ar->n_vars; a++)
+                    other = other || (un_rule_var_is_dim(ar, a) && mt->values[a] != ar->vars[a].value);
+                if (other_dims)
+                    *other_dims += other;
+                int32_t fresh = 0;
+                for (int32_t v = 0; v < un_graph_node_count(next); v++) {
+                    fresh += origin[v] < 0;
+                    const char *nm = un_graph_node(next, v)->name;
+                    if (origin[v] < 0) /* a new node: named after the rule, unique */
+                        EXPECT_TRUE(nm && strstr(nm, "~r") && un_graph_find(next, nm) == v);
+                }
+                EXPECT_TRUE(fresh <= un_rule_size(un_ruleset_rule(set, mt->rule), UN_RULE_DST));
+                if (!rw_same_model(NULL, g, next, 7 + (uint64_t)applied)) {
+                    if (wrong_rule)
+                        *wrong_rule = un_ruleset_rule_id(set, mt->rule);
+                    (*wrong)++;
+                }
+                un_graph_free(cur);
+                cur = next;
+            }
+            free(origin);
+            un_match_list_deinit(&ms);
+            un_matcher_free(m);
+            if (st != UN_OK)
+                break;
+        }
+        un_graph_free(cur);
+    }
+    return applied;
 }
 
 #endif

@@ -8,69 +8,6 @@
 
 static un_spec *spec;
 
-/* Whether g2 computes what g does: the same outputs (count, shapes, layouts) and values. */
-static bool same_model(un_ctx *ctx, const un_graph *g, const un_graph *g2, uint64_t seed) {
-    if (un_graph_output_count(g) != un_graph_output_count(g2))
-        return false;
-    for (int32_t i = 0; i < un_graph_output_count(g); i++)
-        if (!un_shape_eq(un_graph_shape(g, un_graph_output(g, i)),
-                         un_graph_shape(g2, un_graph_output(g2, i))))
-            return false;
-    double err;
-    return un_eval_compare(ctx, g, g2, UN_DOM_FIELD, seed, 0, &err) == UN_OK &&
-           un_eval_compare(ctx, g, g2, UN_DOM_F64, seed, 1e-9, &err) == UN_OK;
-}
-
-/* Runs chains of random rewrites from g; returns rewrites applied, counts wrong ones. */
-static int64_t chains(un_ctx *ctx, const un_ruleset *set, const un_graph *g, un_rng *rng,
-                      int n_chains, int64_t *wrong, int32_t *wrong_rule) {
-    int64_t applied = 0;
-    for (int c = 0; c < n_chains; c++) {
-        int len = 1 + (int)un_rng_below(rng, 20);
-        un_graph *cur = un_graph_clone(g);
-        for (int k = 0; k < len; k++) {
-            un_matcher *m = NULL;
-            un_match_list ms = {0};
-            EXPECT_OK(ctx, un_matcher_new(ctx, set, cur, &m));
-            EXPECT_OK(ctx, un_match_all(ctx, m, &ms));
-            if (ms.n == 0) {
-                un_matcher_free(m);
-                break;
-            }
-            const un_match *mt = &ms.v[un_rng_below(rng, (uint64_t)ms.n)];
-            un_graph *next = NULL;
-            int32_t *origin = NULL;
-            un_status st = un_apply(ctx, set, cur, mt, &next, &origin);
-            EXPECT_OK(ctx, st);
-            if (st == UN_OK) {
-                applied++;
-                int32_t fresh = 0;
-                for (int32_t v = 0; v < un_graph_node_count(next); v++) {
-                    fresh += origin[v] < 0;
-                    const char *nm = un_graph_node(next, v)->name;
-                    if (origin[v] < 0) /* a new node: named after the rule, unique */
-                        EXPECT_TRUE(nm && strstr(nm, "~r") && un_graph_find(next, nm) == v);
-                }
-                EXPECT_TRUE(fresh <= un_rule_size(un_ruleset_rule(set, mt->rule), UN_RULE_DST));
-                if (!same_model(NULL, g, next, 7 + (uint64_t)applied)) {
-                    if (wrong_rule)
-                        *wrong_rule = un_ruleset_rule_id(set, mt->rule);
-                    (*wrong)++;
-                }
-                un_graph_free(cur);
-                cur = next;
-            }
-            free(origin);
-            un_match_list_deinit(&ms);
-            un_matcher_free(m);
-            if (st != UN_OK)
-                break;
-        }
-        un_graph_free(cur);
-    }
-    return applied;
-}
-
 static void test_random_chains(void) {
     un_ruleset *set = rw_ruleset(spec, true);
     if (!set)
@@ -81,7 +18,7 @@ static void test_random_chains(void) {
     int64_t applied = 0, wrong = 0;
     for (int gi = 0; gi < 60; gi++) {
         un_graph *g = rw_random_graph(spec, &rng, 6 + gi % 6);
-        applied += chains(ctx, set, g, &rng, 4, &wrong, NULL);
+        applied += rw_chains(ctx, set, g, &rng, 4, &wrong, NULL, NULL);
         un_graph_free(g);
     }
     static const char *models[] = {"mlp", "transformer", "dlrm", "xdl", "candle_uno", "charlm"};
@@ -92,7 +29,7 @@ static void test_random_chains(void) {
             EXPECT_OK(ctx, un_ctx_status(ctx));
             continue;
         }
-        zoo += chains(ctx, set, m.graph, &rng, 3, &wrong, NULL);
+        zoo += rw_chains(ctx, set, m.graph, &rng, 3, &wrong, NULL, NULL);
         un_model_deinit(&m);
     }
     applied += zoo;
@@ -144,7 +81,7 @@ static void test_planted_wrong_rule(void) {
         un_rng_seed(&rng, 5);
         for (int gi = 0; gi < 10; gi++) {
             un_graph *g = rw_random_graph(spec, &rng, 8);
-            applied += chains(ctx, set, g, &rng, 2, &wrong, &culprit);
+            applied += rw_chains(ctx, set, g, &rng, 2, &wrong, &culprit, NULL);
             un_graph_free(g);
         }
     }
@@ -274,7 +211,7 @@ static void test_dangling_removed(void) {
         EXPECT_OK(ctx, un_apply(ctx, set, g, &ms.v[i], &g2, &origin));
         if (g2) {
             EXPECT_EQ(un_graph_node_count(g2), 3); /* x, y and the new relu of y */
-            EXPECT_TRUE(same_model(ctx, g, g2, 3));
+            EXPECT_TRUE(rw_same_model(ctx, g, g2, 3));
         }
         free(origin);
         un_graph_free(g2);
@@ -330,7 +267,7 @@ static void test_new_node_names(void) {
             EXPECT_TRUE(un_graph_find(again, taken) == v);
             EXPECT_TRUE(un_graph_find(next, want) >= 0);
             EXPECT_EQ(un_graph_hash(next), un_graph_hash(g)); /* names are not in the hash */
-            EXPECT_TRUE(same_model(ctx, g, next, 5));
+            EXPECT_TRUE(rw_same_model(ctx, g, next, 5));
         }
         un_graph_free(again);
         un_graph_free(cur);

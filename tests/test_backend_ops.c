@@ -30,6 +30,7 @@
 #include "runtime/train.h"
 #include "runtime/zoo.h"
 #include "tests/test.h"
+#include "tests/train_run.h"
 
 static un_spec *S;
 
@@ -881,30 +882,6 @@ static void test_timer(void) {
     un_ctx_free(ctx);
 }
 
-/* One training run of a tiny zoo model (or a pcg JSON model for a plan file) on a backend. */
-static un_status train_on(const char *backend, const char *model, const char *strategy, int devices,
-                          int steps, const char *save, const char *load, un_train_result *r,
-                          char *err, size_t cap) {
-    un_train_opts o = un_train_opts_default();
-    o.model = model;
-    o.tiny = strstr(model, ".json") == NULL;
-    o.loss = o.tiny ? NULL : "mse";
-    o.strategy = strategy;
-    o.devices = devices;
-    o.steps = steps;
-    o.threads = 2;
-    o.quiet = true;
-    o.out = stdout;
-    o.backend = backend;
-    o.save = save;
-    o.load = load;
-    un_ctx *ctx = un_ctx_new(NULL);
-    un_status st = un_train_run(ctx, &o, r);
-    snprintf(err, cap, "%s", un_ctx_errmsg(ctx));
-    un_ctx_free(ctx);
-    return st;
-}
-
 /* The same losses from backend `other` and the CPU backend (tol 0: bit for bit, else relative to
  * 1 + |cpu|): returns false (reported) when they differ or one run failed where the other did
  * not. */
@@ -914,8 +891,10 @@ static bool same_run(const char *other, double tol, const char *model, const cha
     char ec[512], eo[512];
     memset(&rc, 0, sizeof rc);
     memset(&ro, 0, sizeof ro);
-    un_status sc = train_on("cpu", model, strategy, devices, steps, NULL, NULL, &rc, ec, sizeof ec);
-    un_status so = train_on(other, model, strategy, devices, steps, NULL, NULL, &ro, eo, sizeof eo);
+    un_status sc =
+        test_train_on("cpu", model, strategy, devices, steps, NULL, NULL, &rc, ec, sizeof ec);
+    un_status so =
+        test_train_on(other, model, strategy, devices, steps, NULL, NULL, &ro, eo, sizeof eo);
     bool ok = sc == so;
     for (int i = 0; ok && sc == UN_OK && i < steps; i++)
         ok = tol == 0 ? memcmp(&rc.losses[i], &ro.losses[i], sizeof(double)) == 0
@@ -958,9 +937,12 @@ static void test_opaque_training(void) {
     memset(&r4, 0, sizeof r4);
     memset(&ra, 0, sizeof ra);
     memset(&rb, 0, sizeof rb);
-    EXPECT_OK(NULL, train_on("cpu", "transformer", "data", 2, 4, NULL, NULL, &r4, e, sizeof e));
-    EXPECT_OK(NULL, train_on("opaque", "transformer", "data", 2, 2, ck, NULL, &ra, e, sizeof e));
-    EXPECT_OK(NULL, train_on("cpu", "transformer", "tensor", 2, 2, NULL, ck, &rb, e, sizeof e));
+    EXPECT_OK(NULL,
+              test_train_on("cpu", "transformer", "data", 2, 4, NULL, NULL, &r4, e, sizeof e));
+    EXPECT_OK(NULL,
+              test_train_on("opaque", "transformer", "data", 2, 2, ck, NULL, &ra, e, sizeof e));
+    EXPECT_OK(NULL,
+              test_train_on("cpu", "transformer", "tensor", 2, 2, NULL, ck, &rb, e, sizeof e));
     if (r4.losses && ra.losses && rb.losses) {
         EXPECT_TRUE(memcmp(r4.losses, ra.losses, 2 * sizeof(double)) == 0);
         for (int s = 0; s < 2; s++)
@@ -969,8 +951,9 @@ static void test_opaque_training(void) {
     /* ... and the other way: saved on cpu, loaded on the opaque backend */
     un_train_result_deinit(&ra);
     un_train_result_deinit(&rb);
-    EXPECT_OK(NULL, train_on("cpu", "transformer", "data", 2, 2, ck, NULL, &ra, e, sizeof e));
-    EXPECT_OK(NULL, train_on("opaque", "transformer", "data", 2, 2, NULL, ck, &rb, e, sizeof e));
+    EXPECT_OK(NULL, test_train_on("cpu", "transformer", "data", 2, 2, ck, NULL, &ra, e, sizeof e));
+    EXPECT_OK(NULL,
+              test_train_on("opaque", "transformer", "data", 2, 2, NULL, ck, &rb, e, sizeof e));
     if (r4.losses && rb.losses)
         EXPECT_TRUE(memcmp(rb.losses, r4.losses + 2, 2 * sizeof(double)) == 0);
     remove(ck);

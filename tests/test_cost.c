@@ -408,7 +408,7 @@ static void put_meets(un_rulesdb *db, int devices, double factor) {
 /* The measured parts of a step besides the ops: a slower barrier makes a data-parallel step
  * longer; measured stretches of work between rendezvous (comm:meet) stretch the step: a
  * one-device step is one stretch, a two-device one a stretch per rendezvous and one to the end,
- * each waiting what it takes beyond its work and a barrier; a stretch measured as fast as its
+ * each waiting what it takes beyond its work and an exchange; a stretch measured as fast as its
  * work adds nothing, an unmeasured one nothing either. */
 static void test_sim_measured_parts(void) {
     char path[2][128];
@@ -431,6 +431,18 @@ static void test_sim_measured_parts(void) {
     EXPECT_TRUE(d1.step > d0.step + 6.9e-3); /* the sync's 4 barriers and the loss's 3 */
     un_sim_result_deinit(&d1);
     un_cost_model_free(cm);
+    /* an exchange measured apart: the sync's two exchanges cost it instead of two barriers each,
+     * the loss's all-reduce still three barriers; one device has no rendezvous at all */
+    put_cost(db[0], "comm:exchange", "devices[2]", 0.5, 0);
+    put_cost(db[0], "comm:exchange", "devices[1]", 100.0, 0);
+    cm = model_on(&m, db[0]);
+    d1 = sim_runtime(cm, dp, 2);
+    un_sim_result s3 = sim_runtime(cm, ser, 1);
+    EXPECT_NEAR(d1.step, d0.step + 3e-3 + 2 * 0.5e-3 - (3 + 2 * 2) * m.intra.latency, 1e-9);
+    EXPECT_NEAR(s3.step, s0.step, 1e-12);
+    un_sim_result_deinit(&d1);
+    un_sim_result_deinit(&s3);
+    un_cost_model_free(cm);
     put_meets(db[1], 1, 1.0); /* as fast as the work: no wait */
     put_meets(db[1], 2, 3.0); /* three times the work */
     cm = model_on(&m, db[1]);
@@ -441,7 +453,8 @@ static void test_sim_measured_parts(void) {
     double work = d1.meet_work * (d1.meets + 1), lat = m.intra.latency;
     EXPECT_NEAR(work, d0.step - (d0.meets * 2 + 1) * lat, 0.2 * d0.step); /* the work, about */
     EXPECT_NEAR(d1.meet_time, 3 * work, 1e-12);
-    EXPECT_TRUE(d1.wait <= 2 * work && d1.wait >= 2 * work - (d1.meets + 1) * lat - 1e-12);
+    /* each stretch waits beyond its work and an exchange (unmeasured here: two barriers) */
+    EXPECT_TRUE(d1.wait <= 2 * work && d1.wait >= 2 * work - (d1.meets + 1) * 2 * lat - 1e-12);
     EXPECT_NEAR(d1.step, d0.step + d1.wait, 1e-12);
     un_sim_result_deinit(&d1);
     un_cost_model_free(cm);
@@ -462,7 +475,8 @@ static void test_sim_measured_parts(void) {
 }
 
 /* unity-train --profile on two devices stores, beside the ops, the optimizer over a rank's
- * parameters, the barrier of the two device threads and their stretches of work and meeting. */
+ * parameters, the barrier and the exchange of the two device threads and their stretches of work
+ * and meeting. */
 static void test_profile_parts(void) {
     char path[128];
     snprintf(path, sizeof path, "%s/prof2.db", cli_tmp);
@@ -478,6 +492,8 @@ static void test_profile_parts(void) {
     un_rulesdb_cost c;
     bool found = false;
     EXPECT_OK(ctx, un_rulesdb_cost_get(ctx, db, "comm:barrier", "devices[2]", "cpu", &c, &found));
+    EXPECT_TRUE(found && c.fwd_ms > 0);
+    EXPECT_OK(ctx, un_rulesdb_cost_get(ctx, db, "comm:exchange", "devices[2]", "cpu", &c, &found));
     EXPECT_TRUE(found && c.fwd_ms > 0);
     char shape[64];
     un_sim_meet_shape(2, 0, shape, sizeof shape);

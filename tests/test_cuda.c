@@ -7,14 +7,72 @@
 #include "runtime/comm_nccl.h"
 
 #include <pthread.h>
+#include <unistd.h>
 
 #include "runtime/backend_cuda.h"
+#include "runtime/backend_cuda_rt.h"
+#include "runtime/backend_impl.h"
+#include "runtime/comm_nccl_rt.h"
 #include "runtime/zoo.h"
 #include "search/profile.h"
 
 #include "tests/test.h"
+#include "tests/train_run.h"
 
 enum { MAX_RANKS = 4 };
+
+/* Whether a library whose path contains `lib` is mapped into this process. */
+static bool mapped(const char *lib) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[1024];
+    bool found = false;
+    while (f && !found && fgets(line, sizeof line, f))
+        found = strstr(line, lib) != NULL;
+    if (f)
+        fclose(f);
+    return found;
+}
+
+/* The CUDA libraries are plugins loaded on first GPU use, never linked: CPU and opaque training
+ * in this process maps none of them; the loader's failures are one line naming the library; in a
+ * build with CUDA the plugins load when asked and bring their libraries (cuBLAS, NCCL) with them.
+ */
+static void test_lazy_libraries(void) {
+    static const char *const backends[2] = {"cpu", "opaque"};
+    char why[512];
+    for (int b = 0; b < 2; b++) {
+        un_train_result r;
+        EXPECT_OK(NULL,
+                  test_train_on(backends[b], "mlp", "data", 2, 1, NULL, NULL, &r, why, sizeof why));
+        un_train_result_deinit(&r);
+    }
+    un_backend_cuda_devices(NULL); /* asks for GPUs: loads the plugin only where a driver is */
+    bool driver = access("/dev/nvidiactl", F_OK) == 0;
+    static const char *const libs[4] = {"libcublas", "libcudart", "libnccl", "libunity_cuda"};
+    for (int i = 0; i < 4 && !driver; i++)
+        test__check(!mapped(libs[i]), TEST__AT, "%s mapped by a CPU-only run", libs[i]);
+    EXPECT_TRUE(un__plugin_open("libunity_absent.so", "un__cu_fns_get", why, sizeof why) == NULL);
+    EXPECT_TRUE(strstr(why, "cannot load libunity_absent.so: ") && !strchr(why, '\n'));
+    EXPECT_TRUE(un__plugin_open("libm.so.6", "un__cu_fns_get", why, sizeof why) == NULL);
+    EXPECT_STR_EQ(why, "libm.so.6 has no un__cu_fns_get");
+    const char *w = NULL;
+    const un__cu_fns *cu = un__cu_seam(&w);
+    if (!cu) {
+        printf("  cuda plugin: not built (%s)\n", w);
+        EXPECT_TRUE(w && strstr(w, "no CUDA"));
+        return;
+    }
+    EXPECT_TRUE(mapped("libunity_cuda.so") && mapped("libcublas") && mapped("libcudart"));
+    int n = cu->device_count(&w);
+    printf("  cuda plugin loaded: %d device%s%s%s\n", n, n == 1 ? "" : "s", n ? "" : ": ",
+           n ? "" : w);
+    const un__nccl_fns *nc =
+        un__plugin_open("libunity_nccl.so", "un__nccl_fns_get", why, sizeof why);
+    if (nc)
+        EXPECT_TRUE(mapped("libnccl"));
+    else /* a build without nccl.h: only the plugin itself is missing */
+        test__check(strstr(why, "libunity_nccl.so: cannot open") != NULL, TEST__AT, "%s", why);
+}
 
 typedef struct rank_job {
     un_comm *c;
@@ -373,6 +431,33 @@ static void test_cuda_ops(void) {
     un_ctx_free(ctx);
 }
 
+/* The executor's exchanges on NCCL: with a GPU per rank, data parallel training on 2 GPUs carries
+ * every exchange on the NCCL plane and gives the CPU backend's losses (1e-3); skipped (one line)
+ * without 2 GPUs and NCCL. */
+static void test_nccl_training(void) {
+    const char *why = NULL;
+    int gpus = un_backend_cuda_devices(&why);
+    if (gpus < 2 || !un_comm_nccl_ready(1, &why)) {
+        printf("  cuda nccl training: skipped (%s)\n",
+               gpus < 2 && gpus > 0 ? "fewer than 2 GPUs" : why);
+        return;
+    }
+    un_train_result r[2];
+    static const char *const backends[2] = {"cpu", "cuda"};
+    char err[512];
+    for (int b = 0; b < 2; b++)
+        EXPECT_OK(NULL, test_train_on(backends[b], "mlp", "data", 2, 5, NULL, NULL, &r[b], err,
+                                      sizeof err));
+    if (r[0].losses && r[1].losses) {
+        for (int s = 0; s < 5; s++)
+            EXPECT_NEAR(r[1].losses[s], r[0].losses[s], 1e-3 * (1 + fabs(r[0].losses[s])));
+        for (int d = 0; d < 2; d++)
+            EXPECT_TRUE(r[1].dev[d].plane_exchanges > 0 && r[1].dev[d].staged_exchanges == 0);
+    }
+    un_train_result_deinit(&r[0]);
+    un_train_result_deinit(&r[1]);
+}
+
 /* The profiler on CUDA: measured costs of every op of the tiny transformer stored under the GPU's
  * device kind; with no GPU, one error line and nothing stored. */
 static void test_profile_cuda(void) {
@@ -418,8 +503,10 @@ static void test_profile_cuda(void) {
 
 int main(void) {
     static const test_case cases[] = {
+        {"lazy_libraries", test_lazy_libraries}, /* first: before anything loads a plugin */
         {"cuda_ops", test_cuda_ops},
         {"nccl", test_nccl},
+        {"nccl_training", test_nccl_training},
         {"profile_cuda", test_profile_cuda},
     };
     return TEST_RUN_ALL(cases);

@@ -625,6 +625,19 @@ static void test_checkpoint_resume(void) {
     remove(path);
 }
 
+/* Flips bits of byte `at` of file path (a damaged file). */
+static void flip_byte(const char *path, long at) {
+    FILE *f = fopen(path, "r+b");
+    EXPECT_TRUE(f != NULL);
+    if (!f)
+        return;
+    fseek(f, at, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, at, SEEK_SET);
+    fputc(c ^ 0x10, f);
+    fclose(f);
+}
+
 static void test_checkpoint_errors(void) {
     un_ctx *ctx = un_ctx_new(NULL);
     un_graph *g = NULL;
@@ -656,11 +669,8 @@ static void test_checkpoint_errors(void) {
     f = fopen(path, "r+b");
     fseek(f, 0, SEEK_END);
     len = ftell(f);
-    fseek(f, len / 2, SEEK_SET);
-    int c = fgetc(f);
-    fseek(f, len / 2, SEEK_SET);
-    fputc(c ^ 0x10, f);
     fclose(f);
+    flip_byte(path, len / 2);
     float w3[32] = {0};
     EXPECT_EQ(un_checkpoint_load(ctx, path, g, UN_PREC_F32, w3, NULL), UN_ERR_PARSE);
     EXPECT_TRUE(strstr(un_ctx_errmsg(ctx), "damaged checkpoint") != NULL);
@@ -944,6 +954,14 @@ static void test_mixed_plans(void) {
     remove(ck);
 }
 
+/* Options of a 10-step float64 run of a tiny model on 1 device. */
+static un_train_opts tiny_f64(const char *model) {
+    un_train_opts o = test_opts(model, 1, 10, NULL, NULL);
+    o.tiny = true;
+    o.prec = UN_PREC_F64;
+    return o;
+}
+
 /* --strategy tensor: every tiny model trains to the serial losses (float64, 1e-9, 10 steps) on 2
  * and 4 devices, except where no linear layer splits 4 ways (resnext50 and inception_v3 have 10
  * classes), which is one clear error; the tensor-parallel MLP holds a quarter of the weights per
@@ -953,9 +971,7 @@ static void test_tensor_strategy(void) {
     const char *const *names = un_zoo_names(&n);
     for (int i = 0; i < n; i++) {
         un_status st;
-        un_train_opts o = test_opts(names[i], 1, 10, NULL, NULL);
-        o.tiny = true;
-        o.prec = UN_PREC_F64;
+        un_train_opts o = tiny_f64(names[i]);
         un_train_result r1 = train_with(&o, &st);
         EXPECT_OK(NULL, st);
         for (int d = 2; d <= 4 && st == UN_OK; d *= 2) {
@@ -981,6 +997,410 @@ static void test_tensor_strategy(void) {
         }
         un_train_result_deinit(&r1);
     }
+}
+
+/* --strategy mixed:2x2 (un_strategy_mixed): every tiny model on 4 devices (batch split 2 ways,
+ * tensor-partitionable ops split 2 ways within each half) trains to the serial losses (float64,
+ * 1e-9, 10 steps), and each device holds exactly half of every tensor-partitioned weight (the
+ * runtime's accounting = a quarter-of-the-pieces count from the plan: pieces p on device p mod 4,
+ * split weights' pieces each 1/2 of the weight), so the tensor-partitioned weights take 1/T of
+ * serial's memory per device. Bad names and device counts are one clear error. */
+static void test_mixed_strategy(void) {
+    int n;
+    const char *const *names = un_zoo_names(&n);
+    for (int i = 0; i < n; i++) {
+        un_status st;
+        un_train_opts o = tiny_f64(names[i]);
+        un_train_result r1 = train_with(&o, &st);
+        EXPECT_OK(NULL, st);
+        un_train_opts om = o;
+        om.devices = 4;
+        om.strategy = "mixed:2x2";
+        un_status sm;
+        un_train_result rm = train_with(&om, &sm);
+        EXPECT_OK(NULL, sm);
+        double worst = st == UN_OK && sm == UN_OK ? loss_diff(&rm, &r1, 10, 0) : 1;
+        test__check(worst <= 1e-9, TEST__AT, "%s: mixed 2x2 vs serial: loss difference %g",
+                    names[i], worst);
+        /* the plan as run (weights folded into their layouts): what each device must hold */
+        un_ctx *ctx = un_ctx_new(NULL);
+        un_graph *g = NULL, *f = NULL;
+        int d;
+        EXPECT_OK(ctx, un_train_graph(ctx, spec, &om, &g, &d));
+        if (g)
+            EXPECT_OK(ctx, un_strategy_fold_weights(ctx, g, &f));
+        int64_t split = 0, whole = 0, want[4] = {0};
+        for (int32_t id = 0; f && id < un_graph_node_count(f); id++) {
+            const un_node *nd = un_graph_node(f, id);
+            if (nd->op != UN_OP_WEIGHT)
+                continue;
+            const un_shape *s = &nd->inf.out[0];
+            int64_t bytes = un_shape_numel(s) * (int64_t)sizeof(double);
+            int64_t blocks = un_shape_npieces(s) / s->copy / s->sum;
+            if (blocks == 2 && un_shape_npieces(s) == 4) { /* split 2 ways, 2 copies: half each */
+                split += bytes;
+                for (int k = 0; k < 4; k++)
+                    want[k] += bytes / 2;
+                continue;
+            }
+            whole += bytes; /* not tensor-partitioned: its pieces where they fall */
+            for (int64_t p = 0; p < un_shape_npieces(s); p++)
+                want[p % 4] += un_shape_piece_numel(s) * (int64_t)sizeof(double);
+        }
+        if (sm == UN_OK && st == UN_OK && f) {
+            test__check(split > 0 && split + whole == r1.dev[0].weight_bytes, TEST__AT,
+                        "%s: %lld weight bytes tensor-partitioned, %lld not, serial %lld",
+                        names[i], (long long)split, (long long)whole,
+                        (long long)r1.dev[0].weight_bytes);
+            for (int k = 0; k < 4; k++) {
+                test__check(rm.dev[k].weight_bytes == want[k], TEST__AT,
+                            "%s: device %d holds %lld weight bytes, the plan says %lld", names[i],
+                            k, (long long)rm.dev[k].weight_bytes, (long long)want[k]);
+                /* and the memory check's estimate is what the device held */
+                int64_t e = un_exec_estimate_bytes(f, k, 4, UN_PREC_F64, 2);
+                test__check(e == rm.dev[k].peak_bytes, TEST__AT,
+                            "%s: device %d estimate %lld, peak %lld", names[i], k, (long long)e,
+                            (long long)rm.dev[k].peak_bytes);
+            }
+            printf("    %-12s mixed 2x2: %5.1f%% of the weights tensor-partitioned; per device "
+                   "%lld..%lld B of serial's %lld\n",
+                   names[i], 100.0 * (double)split / (double)(split + whole),
+                   (long long)rm.dev[3].weight_bytes, (long long)rm.dev[0].weight_bytes,
+                   (long long)r1.dev[0].weight_bytes);
+            if (strcmp(names[i], "mlp") == 0) /* every layer split: half of everything */
+                for (int k = 0; k < 4; k++)
+                    EXPECT_EQ(2 * rm.dev[k].weight_bytes, r1.dev[0].weight_bytes);
+        }
+        un_graph_free(f);
+        un_graph_free(g);
+        un_ctx_free(ctx);
+        un_train_result_deinit(&rm);
+        un_train_result_deinit(&r1);
+    }
+    /* 1 x 2 and 2 x 1 on 2 devices: the serial losses too (the MLP) */
+    un_status st;
+    un_train_opts o = tiny_f64("mlp");
+    un_train_result r1 = train_with(&o, &st);
+    const char *two[] = {"mixed:1x2", "mixed:2x1"};
+    for (int k = 0; k < 2 && st == UN_OK; k++) {
+        un_status s2;
+        un_train_opts o2 = o;
+        o2.devices = 2;
+        o2.strategy = two[k];
+        un_train_result r2 = train_with(&o2, &s2);
+        EXPECT_OK(NULL, s2);
+        double w = s2 == UN_OK ? loss_diff(&r2, &r1, 10, 0) : 1;
+        test__check(w <= 1e-9, TEST__AT, "mlp %s vs serial: loss difference %g", two[k], w);
+        un_train_result_deinit(&r2);
+    }
+    un_train_result_deinit(&r1);
+    /* errors: devices that are not D x T, a name that is not mixed:DxT, a batch D does not divide */
+    struct {
+        const char *strategy;
+        int devices, batch;
+        un_status want;
+        const char *msg;
+    } bad[] = {
+        {"mixed:2x2", 2, 0, UN_ERR_MISMATCH, "runs on 4 devices, but --devices is 2"},
+        {"mixed:2x", 2, 0, UN_ERR_INVALID, "is not mixed:DxT"},
+        {"mixed:0x2", 2, 0, UN_ERR_INVALID, "is not mixed:DxT"},
+        {"mixed:2x2x1", 4, 0, UN_ERR_INVALID, "is not mixed:DxT"},
+        {"mixed:3x1", 3, 16, UN_ERR_INVALID, "not a multiple of 3"},
+        {"mixed:1x3", 3, 0, UN_ERR_INVALID, "no operator of the model can be split 1 x 3"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        un_ctx *ctx = un_ctx_new(NULL);
+        un_train_opts ob = o;
+        ob.devices = bad[k].devices;
+        ob.strategy = bad[k].strategy;
+        ob.batch = bad[k].batch;
+        un_graph *g = NULL;
+        int d;
+        un_status sb = un_train_graph(ctx, spec, &ob, &g, &d);
+        test__check(sb == bad[k].want && strstr(un_ctx_errmsg(ctx), bad[k].msg) != NULL,
+                    TEST__AT, "%s on %d devices: status %d, message '%s'", bad[k].strategy,
+                    bad[k].devices, sb, un_ctx_errmsg(ctx));
+        un_graph_free(g);
+        un_ctx_free(ctx);
+    }
+}
+
+/* A block of a hand-made rank file: rows off0..off0+len0 of a [4, 4] weight, elements lo..hi. */
+typedef struct ckb {
+    const char *name;
+    int64_t off0, len0, lo, hi;
+} ckb;
+
+static void put(unsigned char *buf, size_t *n, const void *p, size_t len) {
+    memcpy(buf + *n, p, len);
+    *n += len;
+}
+
+/* Writes PATH.rank0 of a 1-rank checkpoint (format of runtime/checkpoint.c: header, blocks with
+ * values sin(element), FNV-1a checksum) saying it has `claimed` blocks. */
+static void write_rank_file(const char *path, uint32_t claimed, const ckb *b, int n) {
+    unsigned char *buf = calloc(4096, 1);
+    size_t len = 0;
+    uint32_t hdr[5] = {8, 0, 1, ~0u, 0};
+    int64_t steps = 0;
+    put(buf, &len, "UNCKPR01", 8);
+    put(buf, &len, hdr, 16);
+    put(buf, &len, &steps, 8);
+    put(buf, &len, &claimed, 4);
+    for (int i = 0; i < n; i++) {
+        uint32_t nl = (uint32_t)strlen(b[i].name), rk = 2;
+        int64_t dims[2] = {4, 4}, off[2] = {b[i].off0, 0}, ln[2] = {b[i].len0, 4};
+        put(buf, &len, &nl, 4);
+        put(buf, &len, b[i].name, nl);
+        put(buf, &len, &rk, 4);
+        put(buf, &len, dims, 16);
+        put(buf, &len, off, 16);
+        put(buf, &len, ln, 16);
+        put(buf, &len, &b[i].lo, 8);
+        put(buf, &len, &b[i].hi, 8);
+        for (int64_t x = b[i].lo; x < b[i].hi; x++) {
+            double v = sin((double)(b[i].off0 * 4 + x));
+            put(buf, &len, &v, 8);
+        }
+    }
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ buf[i]) * 0x100000001b3ull;
+    put(buf, &len, &h, 8);
+    char file[96];
+    snprintf(file, sizeof file, "%s.rank0", path);
+    FILE *f = fopen(file, "wb");
+    fwrite(buf, 1, len, f);
+    fclose(f);
+    free(buf);
+}
+
+/* Rank files whose checksum is right but whose blocks are not: a weight missing, elements twice,
+ * a block beyond its weight, a chunk beyond its block, more blocks claimed than there are: one
+ * clear error each, never a crash; the well-formed file loads its values. */
+static void test_checkpoint_rank_blocks(void) {
+    un_graph *g = NULL;
+    EXPECT_OK(NULL,
+              un_sample_mlp(NULL, spec, (un_sample_mlp_cfg){4, 4, 4, 4}, UN_SAMPLE_SERIAL, 1, &g));
+    char path[64];
+    tmp_path(path, sizeof path, "blocks.ckpt");
+    const ckb whole1 = {"w1", 0, 4, 0, 16}, whole2 = {"w2", 0, 4, 0, 16};
+    struct {
+        ckb b[3];
+        int n;
+        uint32_t claimed;
+        un_status want;
+        const char *msg;
+    } cases[] = {
+        {{whole1, whole2}, 2, 2, UN_OK, ""},
+        {{{"w1", 0, 2, 0, 8}, {"w1", 2, 2, 0, 8}, whole2}, 3, 3, UN_OK, ""},
+        {{whole1}, 1, 1, UN_ERR_MISMATCH, "weight 'w2' is not whole in the 1 rank files"},
+        {{{"w1", 0, 2, 0, 8}, {"w1", 0, 2, 0, 8}, whole2}, 3, 3, UN_ERR_PARSE,
+         "weight 'w1' has elements more than once"},
+        {{{"w1", 0, 5, 0, 16}, whole2}, 2, 2, UN_ERR_PARSE, "truncated or malformed"},
+        {{{"w1", 0, 4, 0, 17}, whole2}, 2, 2, UN_ERR_PARSE, "truncated or malformed"},
+        {{whole1, whole2}, 2, 3, UN_ERR_PARSE, "truncated or malformed"},
+    };
+    for (size_t k = 0; g && k < sizeof cases / sizeof *cases; k++) {
+        write_rank_file(path, cases[k].claimed, cases[k].b, cases[k].n);
+        un_ctx *ctx = un_ctx_new(NULL);
+        double w[32] = {0};
+        un_status st = un_checkpoint_load_ranks(ctx, path, g, UN_PREC_F64, w, NULL);
+        test__check(st == cases[k].want && strstr(un_ctx_errmsg(ctx), cases[k].msg), TEST__AT,
+                    "case %zu: status %d, message '%s'", k, st, un_ctx_errmsg(ctx));
+        for (int i = 0; st == UN_OK && i < 32; i++) /* w1 then w2, each sin(element) */
+            test__check(w[i] == sin((double)(i % 16)), TEST__AT, "case %zu: w[%d] = %g", k, i,
+                        w[i]);
+        un_ctx_free(ctx);
+    }
+    char file[96];
+    snprintf(file, sizeof file, "%s.rank0", path);
+    remove(file);
+    un_graph_free(g);
+}
+
+/* ---- checkpoints loaded straight into a rank's pieces ---- */
+
+typedef struct ckx_arg {
+    const un_graph *g;
+    const char *path;    /* save: per-rank files here; load: from here */
+    bool save;           /* else load */
+    const double *lw;    /* the logical weights and Adam moments (host) */
+    const double *lm[2];
+    int64_t nl;             /* logical elements */
+    int64_t held[8];        /* load: host bytes each rank held */
+    int64_t np[8], ns[8];   /* its weight-piece and shard elements */
+    bool same[8];           /* load: its pieces and shard = the logical state cut */
+    bool untouched[8];      /* load that failed: its weights still zero */
+} ckx_arg;
+
+/* Save: the logical state cut into this rank's pieces and shard, written as its rank file. Load:
+ * un_checkpoint_load_exec into fresh pieces and shard, compared bit for bit with the logical
+ * state cut by un_exec_params_scatter / un_exec_shard_scatter. */
+static void ckx_job(rank_job *j, un_ctx *ctx, un_comm *c) {
+    ckx_arg *a = j->arg;
+    un_backend *be = NULL;
+    un_exec *ex = NULL;
+    un_optim *opt = NULL;
+    double *want = NULL, *got = NULL;
+    if ((j->st = un_backend_cpu_new(ctx, UN_PREC_F64, 1, &be)) != UN_OK)
+        return;
+    if ((j->st = un_exec_new(ctx, a->g, c, be, &ex)) != UN_OK ||
+        (j->st = un_optim_new_on(ctx, un_optim_params_default(UN_OPTIM_ADAM),
+                                 un_exec_shard_count(ex), be, &opt)) != UN_OK)
+        goto done;
+    int64_t np = un_exec_param_count(ex), ns = un_exec_shard_count(ex);
+    a->np[j->rank] = np;
+    a->ns[j->rank] = ns;
+    if (a->save) {
+        j->st = un_exec_params_scatter(ctx, ex, a->lw, un_exec_params(ex));
+        for (int i = 0; i < 2 && j->st == UN_OK; i++)
+            j->st = un_exec_shard_scatter(ctx, ex, a->lm[i], un_optim_state(opt, i));
+        un_optim_set_steps(opt, 5);
+        if (j->st == UN_OK)
+            j->st = un_checkpoint_save_rank(ctx, a->path, a->g, ex, be, opt, j->rank,
+                                            un_comm_size(c));
+        goto done;
+    }
+    un_status st = un_checkpoint_load_exec(ctx, a->path, a->g, ex, be, opt, &a->held[j->rank]);
+    if (st != UN_OK) {
+        bool zero = true;
+        for (int64_t i = 0; i < np; i++)
+            zero = zero && ((double *)un_exec_params(ex))[i] == 0;
+        a->untouched[j->rank] = zero;
+        j->st = st;
+        goto done;
+    }
+    want = calloc((size_t)np + (size_t)2 * ns + 1, sizeof *want);
+    got = calloc((size_t)np + (size_t)2 * ns + 1, sizeof *got);
+    memcpy(got, un_exec_params(ex), sizeof(double) * (size_t)np);
+    for (int i = 0; i < 2; i++)
+        memcpy(got + np + i * ns, un_optim_state(opt, i), sizeof(double) * (size_t)ns);
+    if ((j->st = un_exec_params_scatter(ctx, ex, a->lw, un_exec_params(ex))) != UN_OK)
+        goto done;
+    memcpy(want, un_exec_params(ex), sizeof(double) * (size_t)np);
+    for (int i = 0; i < 2 && j->st == UN_OK; i++) {
+        j->st = un_exec_shard_scatter(ctx, ex, a->lm[i], un_optim_state(opt, i));
+        memcpy(want + np + i * ns, un_optim_state(opt, i), sizeof(double) * (size_t)ns);
+    }
+    a->same[j->rank] = memcmp(want, got, sizeof(double) * (size_t)(np + 2 * ns)) == 0 &&
+                       un_optim_steps(opt) == 5;
+done:
+    free(want);
+    free(got);
+    un_optim_free(opt);
+    un_exec_free(ex);
+    un_backend_free(be);
+}
+
+/* The run graph (weights folded) of the tiny MLP under a strategy on d devices. */
+static un_graph *ckx_graph(const char *strategy, int d) {
+    un_train_opts o = tiny_f64("mlp");
+    o.devices = d;
+    o.strategy = strategy;
+    un_graph *g = NULL, *f = NULL;
+    int dd;
+    EXPECT_OK(NULL, un_train_graph(NULL, spec, &o, &g, &dd));
+    if (g)
+        EXPECT_OK(NULL, un_strategy_fold_weights(NULL, g, &f));
+    un_graph_free(g);
+    return f;
+}
+
+/* un_checkpoint_load_exec: the MLP's state saved under data parallelism on 2 ranks (one file per
+ * rank) and as one file loads under tensor parallelism on 4 ranks, mixed 2 x 2 and serial, each
+ * rank getting exactly the logical state's cut into its pieces and shard, and holding on the host
+ * only those plus a bounded read buffer: under tensor x 4 a quarter of the logical weights and
+ * Adam moments that a logical load holds on every rank. A damaged rank file writes nothing. */
+static void test_checkpoint_load_exec(void) {
+    un_graph *dp = ckx_graph("data", 2), *tp = ckx_graph("tensor", 4), *mx = ckx_graph("mixed:2x2", 4),
+             *se = ckx_graph("serial", 1);
+    if (!dp || !tp || !mx || !se)
+        goto out;
+    char ranks[64], one[64];
+    tmp_path(ranks, sizeof ranks, "ckx");
+    tmp_path(one, sizeof one, "ckx1");
+    ckx_arg a = {.g = dp, .path = ranks, .save = true};
+    int64_t nl = 0;
+    for (int32_t id = 0; id < un_graph_node_count(se); id++)
+        if (un_graph_node(se, id)->op == UN_OP_WEIGHT)
+            nl += un_shape_numel(&un_graph_node(se, id)->inf.out[0]);
+    double *lw = malloc(sizeof(double) * (size_t)nl), *lm = malloc(sizeof(double) * 2 * (size_t)nl);
+    for (int64_t i = 0; i < nl; i++) {
+        lw[i] = sin(0.1 * (double)i);
+        lm[i] = cos(0.3 * (double)i);
+        lm[nl + i] = 1 + 0.01 * (double)i;
+    }
+    a.lw = lw;
+    a.lm[0] = lm;
+    a.lm[1] = lm + nl;
+    rank_job jobs[8];
+    run_ranks(2, ckx_job, &a, jobs);
+    for (int r = 0; r < 2; r++)
+        test__check(jobs[r].st == UN_OK, TEST__AT, "save rank %d: %s", r, jobs[r].err);
+    un_optim *lo = NULL;
+    EXPECT_OK(NULL, un_optim_new(NULL, un_optim_params_default(UN_OPTIM_ADAM), nl, UN_PREC_F64, &lo));
+    for (int i = 0; lo && i < 2; i++)
+        memcpy(un_optim_state(lo, i), lm + i * nl, sizeof(double) * (size_t)nl);
+    un_optim_set_steps(lo, 5);
+    EXPECT_OK(NULL, un_checkpoint_save(NULL, one, se, UN_PREC_F64, lw, lo));
+    un_optim_free(lo);
+    struct {
+        const un_graph *g;
+        int d;
+        const char *what;
+    } into[] = {{tp, 4, "tensor x4"}, {mx, 4, "mixed 2x2"}, {se, 1, "serial"}, {dp, 2, "data x2"}};
+    for (int f = 0; f < 2; f++)
+        for (size_t k = 0; k < sizeof into / sizeof *into; k++) {
+            ckx_arg b = a;
+            b.save = false;
+            b.g = into[k].g;
+            b.path = f ? one : ranks;
+            run_ranks(into[k].d, ckx_job, &b, jobs);
+            for (int r = 0; r < into[k].d; r++) {
+                /* the rank's pieces, 2 moment arrays over its shard, and a bounded buffer */
+                int64_t staged = (b.np[r] + 1 + 2 * (b.ns[r] + 1)) * (int64_t)sizeof(double);
+                test__check(jobs[r].st == UN_OK && b.same[r] && b.held[r] >= staged &&
+                                b.held[r] <= staged + (1 << 20),
+                            TEST__AT, "%s into %s, rank %d: %s, same %d, held %lld of %lld",
+                            f ? "one file" : "rank files", into[k].what, r, jobs[r].err,
+                            b.same[r], (long long)b.held[r], (long long)staged);
+                if (into[k].g == tp) /* a quarter of the weights, a quarter of their moments */
+                    test__check(4 * b.np[r] == nl && 4 * b.ns[r] == nl, TEST__AT,
+                                "tensor x4 rank %d: %lld pieces, %lld shard of %lld", r,
+                                (long long)b.np[r], (long long)b.ns[r], (long long)nl);
+            }
+            if (f == 0 && k == 0)
+                printf("    rank files (data x2) into tensor x4: host %lld B per rank for the "
+                       "state (+ %d B read buffer); a logical load holds %lld B\n",
+                       (long long)((b.np[0] + 2 * b.ns[0]) * (int64_t)sizeof(double)), 1 << 19,
+                       (long long)(3 * nl * (int64_t)sizeof(double)));
+        }
+    /* a damaged rank file: an error naming it, nothing written */
+    char r1[80];
+    snprintf(r1, sizeof r1, "%s.rank1", ranks);
+    flip_byte(r1, 60);
+    ckx_arg b = a;
+    b.save = false;
+    b.g = tp;
+    run_ranks(4, ckx_job, &b, jobs);
+    for (int r = 0; r < 4; r++)
+        test__check(jobs[r].st == UN_ERR_PARSE && strstr(jobs[r].err, "rank1: damaged") &&
+                        b.untouched[r],
+                    TEST__AT, "damaged rank file, rank %d: status %d, %s", r, jobs[r].st,
+                    jobs[r].err);
+    char r0[80];
+    snprintf(r0, sizeof r0, "%s.rank0", ranks);
+    remove(r0);
+    remove(r1);
+    remove(one);
+    free(lw);
+    free(lm);
+out:
+    un_graph_free(dp);
+    un_graph_free(tp);
+    un_graph_free(mx);
+    un_graph_free(se);
 }
 
 /* ---- the sharded update ---- */
@@ -1265,6 +1685,9 @@ int main(void) {
         {"memory_estimate", test_memory_estimate},
         {"mixed_plans", test_mixed_plans},
         {"tensor_strategy", test_tensor_strategy},
+        {"mixed_strategy", test_mixed_strategy},
+        {"checkpoint_load_exec", test_checkpoint_load_exec},
+        {"checkpoint_rank_blocks", test_checkpoint_rank_blocks},
         {"sharded_update", test_sharded_update},
         {"grad_arena", test_grad_arena},
     };

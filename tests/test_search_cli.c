@@ -104,6 +104,22 @@ static const char cpu2_machine[] =
     " \"memory\": 1.26383e+10, \"op_overhead\": 5.23515e-08},"
     " \"intra_node\": {\"bw\": 1.55616e+10, \"latency\": 6.71751e-06, \"collective\": \"ring\"}}";
 
+/* Three units [linear, relu, ew_add(., x)]: every ew_add is a cut node. */
+static const char chain_model[] =
+    "{\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [64, 256]}},"
+    " {\"name\": \"w0\", \"op\": \"weight\", \"params\": {\"shape\": [256, 256]}},"
+    " {\"name\": \"w1\", \"op\": \"weight\", \"params\": {\"shape\": [256, 256]}},"
+    " {\"name\": \"w2\", \"op\": \"weight\", \"params\": {\"shape\": [256, 256]}},"
+    " {\"name\": \"l0\", \"op\": \"linear\", \"in\": [\"x\", \"w0\"]},"
+    " {\"name\": \"r0\", \"op\": \"relu\", \"in\": [\"l0\"]},"
+    " {\"name\": \"s0\", \"op\": \"ew_add\", \"in\": [\"r0\", \"x\"]},"
+    " {\"name\": \"l1\", \"op\": \"linear\", \"in\": [\"s0\", \"w1\"]},"
+    " {\"name\": \"r1\", \"op\": \"relu\", \"in\": [\"l1\"]},"
+    " {\"name\": \"s1\", \"op\": \"ew_add\", \"in\": [\"r1\", \"x\"]},"
+    " {\"name\": \"l2\", \"op\": \"linear\", \"in\": [\"s1\", \"w2\"]},"
+    " {\"name\": \"r2\", \"op\": \"relu\", \"in\": [\"l2\"]},"
+    " {\"name\": \"s2\", \"op\": \"ew_add\", \"in\": [\"r2\", \"x\"]}]}";
+
 static void test_rewrites(void) {
     if (!rw_db_make())
         return;
@@ -157,6 +173,29 @@ static void test_rewrites(void) {
     for (int s = 0; s < 5; s++)
         test__check(fabs(loss_at(r->out, s + 1) - serial[s]) <= 1e-5 * fabs(serial[s]), TEST__AT,
                     "candle_uno rewritten plan: step %d loss %.9g vs serial %.9g", s + 1,
+                    loss_at(r->out, s + 1), serial[s]);
+    /* layer 2 per layer-1 piece: a chain of 3 units [linear, relu, ew_add(., x)] cut at the
+     * ew_adds (--split-size 3); each piece's relu is fused into its linear, the stitched graph
+     * is planned on 2 devices and trains with serial's losses (f64) */
+    write_text(cli_path("chain.json"), chain_model);
+    r = cli_run("unity-train", cli_fmt("--model %s/chain.json --steps 5 --optimizer sgd "
+                                       "--precision f64"));
+    EXPECT_EQ(r->code, 0);
+    for (int s = 0; s < 5; s++)
+        serial[s] = loss_at(r->out, s + 1);
+    snprintf(args, sizeof args,
+             "--model %%s/chain.json --machine %%s/cpu2.json --rules %s/r.db --steps 5 "
+             "--optimizer sgd --precision f64 --split-size 3",
+             rw_dir);
+    r = cli_run("unity-train", cli_fmt(args));
+    EXPECT_EQ(r->code, 0);
+    test__check(strstr(r->out, "layer 2 per piece: 3 layer-1 pieces") != NULL, TEST__AT,
+                "no per-piece line in %s", r->out);
+    EXPECT_TRUE(strstr(r->out, "rewrites applied: 3") != NULL);
+    EXPECT_TRUE(strstr(r->out, "training with the plan on 2 devices") != NULL);
+    for (int s = 0; s < 5; s++)
+        test__check(fabs(loss_at(r->out, s + 1) - serial[s]) <= 1e-9 * fabs(serial[s]), TEST__AT,
+                    "per-piece plan: step %d loss %.12g vs serial %.12g", s + 1,
                     loss_at(r->out, s + 1), serial[s]);
     /* the search ends and says why: budget, time; taso and --no-rewrites */
     const char *runs[][2] = {

@@ -6,8 +6,10 @@
  * linear before it) is chosen, by layer 2 and by the joint search; the search always ends and
  * says why (budget 1, a tiny time limit, no rules); bad alpha is refused. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
+#include "pcg/eval.h"
 #include "search/search.h"
 #include "search/subst.h"
 #include "tests/test.h"
@@ -331,11 +333,116 @@ static void test_ends(void) {
     un_ctx_free(ctx);
 }
 
+/* A chain of `units` units [linear(., w_i), relu, ew_add(., x)]: every ew_add is a cut node, so
+ * layer 1 with K = 3 ends its pieces exactly there. */
+static un_graph *chain_graph(int units, int64_t batch, int64_t width) {
+    un_graph *g = un_graph_new(S);
+    int32_t x = add_in(g, "x", UN_OP_INPUT, batch, width), h = x;
+    char name[32];
+    for (int u = 0; u < units; u++) {
+        snprintf(name, sizeof name, "w%d", u);
+        int32_t w = add_in(g, name, UN_OP_WEIGHT, width, width);
+        snprintf(name, sizeof name, "l%d", u);
+        int32_t a = add_op(g, UN_OP_LINEAR, false, h, w, name);
+        snprintf(name, sizeof name, "r%d", u);
+        int32_t r = add_op(g, UN_OP_RELU, false, a, -1, name);
+        snprintf(name, sizeof name, "s%d", u);
+        h = add_op(g, UN_OP_EW_ADD, false, r, x, name);
+    }
+    return g;
+}
+
+/* Layer 2 per layer-1 piece against layer 2 on the whole graph, both exhaustive (unlimited
+ * budget, alpha 1e9): never cheaper than the whole graph's (it searches a subset: rewrites
+ * touching a piece's entry or exit are not tried), equal when the pieces end at nodes no rewrite
+ * that pays touches (K = 3 and 6 on a chain of 12 operators: every boundary is an ew_add), with equal pieces
+ * searched once; the stitched graph computes what the model does (reference evaluator, f64
+ * 1e-9) and layer 3 costs it at what the search says. */
+static void test_pieces(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_cost_model *cm = model_for(ctx, "specs/machines/v100x4.json");
+    un_ruleset *set = hand_rules(ctx);
+    int64_t sizes[][2] = {{128, 128}};
+    int ks[] = {1, 3, 6, 12};
+    int equal = 0, rewritten = 0, memo = 0, cases = 0;
+    for (int si = 0; si < 1 && set && cm; si++)
+        for (int devices = 1; devices <= 4; devices *= 2)
+            for (int li = 0; li < 2; li++) {
+                un_graph *g = chain_graph(4, sizes[si][0], sizes[si][1]);
+                un_subst_params p = un_subst_params_default(devices);
+                p.lambda = li ? 1e-9 : 0;
+                p.alpha = 1e9;
+                p.budget = INT64_MAX;
+                p.max_queue = INT64_MAX;
+                un_subst_result w;
+                EXPECT_OK(ctx, un_subst_search(ctx, set, cm, g, &p, &w));
+                for (int ki = 0; ki < 4; ki++) {
+                    un_subst_result r;
+                    double tt = un_search_clock();
+                    EXPECT_OK(ctx, un_subst_search_pieces(ctx, set, cm, g, &p, ks[ki], &r));
+                    if (getenv("SUBST_DEBUG"))
+                        printf("K %d: %.3f s, costed %lld (whole %.3f s, %lld)\n", ks[ki],
+                               un_search_clock() - tt, (long long)r.costed, w.wall,
+                               (long long)w.costed);
+                    if (!r.best)
+                        continue;
+                    cases++;
+                    EXPECT_TRUE(r.ended && strcmp(r.ended, "exhausted") == 0);
+                    EXPECT_TRUE(fabs(r.start_cost - w.start_cost) <= 1e-9 * w.start_cost);
+                    test__check(r.best_cost >= w.best_cost * (1 - 1e-9), TEST__AT,
+                                "K %d: pieces %.9g below the whole graph's %.9g", ks[ki],
+                                r.best_cost, w.best_cost);
+                    if (ks[ki] == 3 || ks[ki] == 6) {
+                        EXPECT_TRUE(r.pieces == (ks[ki] == 3 ? 4 : 2));
+                        test__check(fabs(r.best_cost - w.best_cost) <= 1e-9 * w.best_cost,
+                                    TEST__AT, "K %d size %d devices %d lambda %g: pieces %.9g, "
+                                    "whole %.9g", ks[ki], si, devices, p.lambda, r.best_cost,
+                                    w.best_cost);
+                        equal++;
+                    }
+                    if (ks[ki] == 3) {
+                        EXPECT_EQ(r.piece_classes, 3); /* first, 2 middle ones alike, last */
+                        memo += r.piece_classes < r.pieces;
+                    }
+                    if (ks[ki] == 12)
+                        EXPECT_EQ(r.pieces, 0); /* one piece: the whole graph's search */
+                    if (r.n_steps > 0) {
+                        rewritten++;
+                        EXPECT_TRUE(r.best_cost < r.start_cost);
+                        double err;
+                        EXPECT_OK(ctx, un_eval_compare(ctx, g, r.best, UN_DOM_F64, 7, 1e-9, &err));
+                        un_map *m = NULL;
+                        EXPECT_OK(ctx, un_map_new(ctx, cm, r.best, &p.map, &m));
+                        int32_t *a = calloc((size_t)un_graph_node_count(r.best) + 1, sizeof *a);
+                        un_map_stats ms;
+                        if (m)
+                            EXPECT_OK(ctx, un_map_solve(ctx, m, p.lambda, a, &ms));
+                        EXPECT_TRUE(m && fabs(ms.cost - r.best_cost) <= 1e-12 * r.best_cost);
+                        free(a);
+                        un_map_free(m);
+                    } else {
+                        EXPECT_EQ(un_graph_hash(r.best), un_graph_hash(g));
+                    }
+                    un_subst_result_deinit(&r);
+                }
+                un_subst_result_deinit(&w);
+                un_graph_free(g);
+            }
+    EXPECT_EQ(cases, 3 * 2 * 4);
+    EXPECT_EQ(equal, 3 * 2 * 2);
+    EXPECT_TRUE(rewritten > 0);
+    EXPECT_TRUE(memo > 0);
+    un_ruleset_free(set);
+    un_cost_model_free(cm);
+    un_ctx_free(ctx);
+}
+
 int main(void) {
     static const test_case cases[] = {
         {"optimal", test_optimal},
         {"fusion_chosen", test_fusion_chosen},
         {"ends", test_ends},
+        {"pieces", test_pieces},
     };
     return TEST_RUN_WITH_SPEC(cases, &S);
 }

@@ -29,6 +29,14 @@ static int losses(const char *out, double *l, int max) {
     return n;
 }
 
+/* The largest relative difference of a[i] against b[i], i < n. */
+static double worst_rel(const double *a, const double *b, int n) {
+    double worst = 0;
+    for (int i = 0; i < n; i++)
+        worst = fmax(worst, fabs(a[i] - b[i]) / fabs(b[i]));
+    return worst;
+}
+
 /* A bad input: non-zero exit below 128 (no crash), exactly one stderr line, containing want. */
 static void expect_clean_error(const char *args, const char *want) {
     const cli_result *r = run(args);
@@ -122,9 +130,7 @@ static void test_pcg_plans(void) {
         r = run(args);
         EXPECT_EQ(r->code, 0);
         int n = losses(r->out, l, 20);
-        double worst = 0;
-        for (int s = 0; s < n; s++)
-            worst = fmax(worst, fabs(l[s] - ref[s]) / fabs(ref[s]));
+        double worst = worst_rel(l, ref, n);
         test__check(n == 20 && worst <= 1e-5, TEST__AT, "plan %s: %d steps, difference %g",
                     files[i], n, worst);
     }
@@ -157,6 +163,9 @@ static void test_bad_input(void) {
     expect_clean_error("--model mlp --tiny --optimizer rmsprop", "not sgd or adam");
     expect_clean_error("--model mlp --tiny --comm carrier-pigeon", "not local or mpi");
     expect_clean_error("--model mlp --tiny --strategy zigzag", "'zigzag' is not serial, data");
+    expect_clean_error("--model mlp --tiny --devices 2 --strategy mixed:2", "is not mixed:DxT");
+    expect_clean_error("--model mlp --tiny --devices 2 --strategy mixed:2x2",
+                       "runs on 4 devices, but --devices is 2");
     expect_clean_error(cli_fmt("--model charlm --tiny --data %s/missing.txt"), "missing.txt");
     cli_write_file("empty.txt", "");
     expect_clean_error(cli_fmt("--model charlm --tiny --data %s/empty.txt"), "empty.txt");
@@ -240,6 +249,28 @@ static void test_config_sizes(void) {
  * the MPI processes of a sanitizer build; the local-mode runs keep it. */
 #define MPI_ENV "-x ASAN_OPTIONS=detect_leaks=0"
 
+/* `model` (its flags) under --strategy `strategy` on mpirun -np np gives the 1-device losses
+ * (float64, 1e-9, as printed) for `steps` steps. */
+static void mpi_like_serial(const char *model, int np, const char *strategy, int steps) {
+    char prefix[256], a[512];
+    double ls[16], lm[16];
+    snprintf(a, sizeof a, "%s --steps %d --threads 1 --precision f64", model, steps);
+    const cli_result *rs = run(a);
+    EXPECT_EQ(rs->code, 0);
+    if (losses(rs->out, ls, steps) != steps)
+        return;
+    snprintf(prefix, sizeof prefix, "scripts/mpirun.sh --mca mpi_yield_when_idle 1 %s -np %d",
+             MPI_ENV, np);
+    snprintf(a, sizeof a, "%s --steps %d --threads 1 --precision f64 --comm mpi --strategy %s",
+             model, steps, strategy);
+    const cli_result *rm = run_with(prefix, a);
+    int n = losses(rm->out, lm, steps);
+    double worst = worst_rel(lm, ls, n);
+    test__check(rm->code == 0 && n == steps && worst <= 1e-9, TEST__AT,
+                "mpi %s %s on %d processes: exit %d, %d steps, difference %g: %s", strategy, model,
+                np, rm->code, n, worst, rm->err);
+}
+
 /* Every tiny model, data parallel under mpirun on 2 and 4 processes, gives the 1-device losses. */
 static void test_mpi_equal_losses(void) {
     if (system("command -v mpirun >/dev/null 2>&1") != 0)
@@ -264,9 +295,7 @@ static void test_mpi_equal_losses(void) {
                      names[i]);
             r = run_with(prefix, args);
             int n = losses(r->out, ld, 20);
-            double worst = 0;
-            for (int s = 0; s < n; s++)
-                worst = fmax(worst, fabs(ld[s] - l1[s]) / fabs(l1[s]));
+            double worst = worst_rel(ld, l1, n);
             test__check(r->code == 0 && n == 20 && worst <= tol, TEST__AT,
                         "mpi %s on %d processes: exit %d, %d steps, relative difference %g",
                         names[i], np, r->code, n, worst);
@@ -274,56 +303,20 @@ static void test_mpi_equal_losses(void) {
     }
     /* mixed plans (data and tensor parallelism in one plan, tests/data/plans) under mpirun: the
      * serial losses */
-    const cli_result *rs =
-        run("--model tests/data/plans/mlp_sample.json --steps 10 --threads 1 --precision f64");
-    double ls[10], lm[10];
-    EXPECT_EQ(rs->code, 0);
-    if (losses(rs->out, ls, 10) == 10)
-        for (int np = 2; np <= 4; np *= 2) {
-            snprintf(prefix, sizeof prefix,
-                     "mpirun --oversubscribe %s --mca mpi_yield_when_idle 1 %s -np %d",
-                     geteuid() == 0 ? "--allow-run-as-root" : "", MPI_ENV, np);
-            char a[512];
-            snprintf(a, sizeof a,
-                     "--model tests/data/plans/mlp_sample.json --strategy "
-                     "tests/data/plans/mlp_mixed%d.json --steps 10 --threads 1 --precision f64 "
-                     "--comm mpi",
-                     np);
-            const cli_result *rm = run_with(prefix, a);
-            int n = losses(rm->out, lm, 10);
-            double worst = 0;
-            for (int s = 0; s < n; s++)
-                worst = fmax(worst, fabs(lm[s] - ls[s]) / fabs(ls[s]));
-            test__check(rm->code == 0 && n == 10 && worst <= 1e-9, TEST__AT,
-                        "mpi mixed plan on %d processes: exit %d, %d steps, difference %g", np,
-                        rm->code, n, worst);
-        }
-    /* --strategy tensor under mpirun: the serial losses */
-    const char *tp[] = {"mlp", "transformer"};
-    for (int i = 0; i < 2; i++) {
-        char a[512];
-        snprintf(a, sizeof a, "--model %s --tiny --steps 10 --threads 1 --precision f64", tp[i]);
-        rs = run(a);
-        EXPECT_EQ(rs->code, 0);
-        if (losses(rs->out, ls, 10) != 10)
-            continue;
-        for (int np = 2; np <= 4; np *= 2) {
-            snprintf(prefix, sizeof prefix,
-                     "mpirun --oversubscribe %s --mca mpi_yield_when_idle 1 %s -np %d",
-                     geteuid() == 0 ? "--allow-run-as-root" : "", MPI_ENV, np);
-            snprintf(a, sizeof a,
-                     "--model %s --tiny --steps 10 --threads 1 --precision f64 --comm mpi "
-                     "--strategy tensor",
-                     tp[i]);
-            const cli_result *rm = run_with(prefix, a);
-            int n = losses(rm->out, lm, 10);
-            double worst = 0;
-            for (int s = 0; s < n; s++)
-                worst = fmax(worst, fabs(lm[s] - ls[s]) / fabs(ls[s]));
-            test__check(rm->code == 0 && n == 10 && worst <= 1e-9, TEST__AT,
-                        "mpi tensor %s on %d processes: exit %d, %d steps, difference %g", tp[i],
-                        np, rm->code, n, worst);
-        }
+    for (int np = 2; np <= 4; np *= 2) {
+        char plan[64];
+        snprintf(plan, sizeof plan, "tests/data/plans/mlp_mixed%d.json", np);
+        mpi_like_serial("--model tests/data/plans/mlp_sample.json", np, plan, 10);
+    }
+    /* --strategy tensor under mpirun on 2 and 4 processes, and mixed:2x2 on 4 for every tiny
+     * model: the serial losses */
+    for (int np = 2; np <= 4; np *= 2) {
+        mpi_like_serial("--model mlp --tiny", np, "tensor", 10);
+        mpi_like_serial("--model transformer --tiny", np, "tensor", 10);
+    }
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        snprintf(args, sizeof args, "--model %s --tiny", names[i]);
+        mpi_like_serial(args, 4, "mixed:2x2", 6);
     }
     /* --devices must match the processes */
     snprintf(prefix, sizeof prefix, "scripts/mpirun.sh %s -np 2", MPI_ENV);
@@ -366,9 +359,7 @@ static void test_mpi_checkpoint(void) {
         snprintf(a, sizeof a, "%s --steps 4 %s --load %s/mpi.ckpt", base, after[i], cli_tmp);
         const cli_result *rl = run(a);
         int n = losses(rl->out, l4, 4);
-        double worst = 0;
-        for (int s = 0; s < n; s++)
-            worst = fmax(worst, fabs(l4[s] - l10[6 + s]) / fabs(l10[6 + s]));
+        double worst = worst_rel(l4, l10 + 6, n);
         test__check(rl->code == 0 && n == 4 && worst <= 1e-9, TEST__AT,
                     "saved on 2 mpi processes, loaded with %s: exit %d, %d steps, difference %g",
                     after[i], rl->code, n, worst);
@@ -394,6 +385,11 @@ static void test_mpi_checkpoint(void) {
 static void test_backend_flag(void) {
     expect_clean_error("--model mlp --tiny --backend tpu", "--backend: 'tpu' is not cpu, cuda");
     expect_clean_error("--model mlp --tiny --backend", "--backend needs a value");
+    /* the opaque backend's options: a bad one, and a memory limit the model does not fit */
+    expect_clean_error("--model mlp --tiny --backend opaque:fast",
+                       "--backend: 'fast' in 'opaque:fast' is not 'staged' or 'mem=SIZE'");
+    expect_clean_error("--model mlp --tiny --steps 1 --backend opaque:mem=16K",
+                       "GiB are available");
     const char *why = NULL;
     int gpus = un_backend_cuda_devices(&why);
     if (gpus == 0) {
@@ -422,10 +418,16 @@ static void test_backend_flag(void) {
         if (gpus)
             EXPECT_NEAR(l[2][s], l[0][s], 1e-3);
     }
+    /* the run says how pieces move between devices the host cannot reach */
+    const cli_result *rp = run("--model mlp --tiny --devices 2 --steps 1 --backend opaque");
+    EXPECT_TRUE(rp->code == 0 && strstr(rp->out, "exchanges on the device plane opaque"));
+    rp = run("--model mlp --tiny --devices 2 --steps 1 --backend opaque:staged");
+    EXPECT_TRUE(rp->code == 0 && strstr(rp->out, "exchanges staged through host memory"));
     /* the default is cpu without a GPU */
     const cli_result *r = run("--model mlp --tiny --steps 1");
     EXPECT_TRUE(r->code == 0 && strstr(r->out, gpus ? "backend: cuda-f32" : "backend: cpu-f32"));
-    /* under mpirun (exchanges staged through host memory between processes): the same losses */
+    /* under mpirun (exchanges on the opaque plane: MPI moves the memory behind its addresses):
+     * the same losses */
     if (system("command -v mpirun >/dev/null 2>&1") != 0) {
         printf("    skip --backend opaque under mpirun: mpirun not found\n");
         return;

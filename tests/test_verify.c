@@ -462,8 +462,47 @@ static void test_unknown_operator(void) {
     un_ctx_free(ctx);
 }
 
+/* Each output is tried with the narrow axiom set (axioms over the rule's own operators) before
+ * every relevant one: ew_add commutativity is proven by the first; linear[relu](w1, w0 + w0) =
+ * linear[relu](w1 + w1, w0) (rule 37 of the N=3 set) needs scalar_mul (x + x = 2x), an operator
+ * the rule does not apply, so only the second proves it, and the fallback must still find that
+ * proof. */
+static const char *linear_double =
+    "{\"src\": {\"nodes\": [" W2("a", 4, 4) ", " W2("b", 4, 4) ","
+    " {\"name\": \"s\", \"op\": \"ew_add\", \"in\": [\"a\", \"a\"]},"
+    " {\"name\": \"l\", \"op\": \"linear\", \"in\": [\"b\", \"s\"],"
+    " \"params\": {\"activation\": \"relu\"}}]},"
+    " \"dst\": {\"nodes\": [" W2("a", 4, 4) ", " W2("b", 4, 4) ","
+    " {\"name\": \"s\", \"op\": \"ew_add\", \"in\": [\"b\", \"b\"]},"
+    " {\"name\": \"l\", \"op\": \"linear\", \"in\": [\"s\", \"a\"],"
+    " \"params\": {\"activation\": \"relu\"}}]}}";
+
+static void test_narrow_first(void) {
+    un_verifier *v = verifier();
+    if (!v)
+        return;
+    un_rule *r = rule_json(ew_add_comm);
+    un_proof p;
+    if (r) {
+        EXPECT_EQ(prove(v, r, true, 5000, &p), UN_VERDICT_VALID);
+        EXPECT_EQ(p.narrow, 1);
+        un_rule_free(r);
+    }
+    r = rule_json(linear_double);
+    if (r) {
+        EXPECT_EQ(prove(v, r, true, 5000, &p), UN_VERDICT_VALID);
+        printf("    linear[relu](b, a + a) => linear[relu](b + b, a): %s, narrow %d, [%s]\n",
+               un_verdict_name(p.verdict), p.narrow, p.axioms);
+        EXPECT_EQ(p.narrow, 0);
+        EXPECT_TRUE(strstr(p.axioms, "scalar_mul") != NULL);
+        un_rule_free(r);
+    }
+    un_verifier_free(v);
+}
+
 int main(void) {
     static const test_case cases[] = {
+        {"narrow_first", test_narrow_first},
         {"axioms_encoded", test_axioms_encoded},
         {"known_true", test_known_true},
         {"attention_axioms", test_attention_axioms},

@@ -41,6 +41,13 @@ static double now_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
+/* CPU time of the calling thread, ms. */
+static double cpu_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
 /* ---- random tests --------------------------------------------------------------------------- */
 
 /* Checks r (already instantiated) in the given domains: 1 holds, -1 differs (message in ctx),
@@ -268,8 +275,11 @@ un_status un_runner_rule(un_ctx *ctx, un_verifier *v, const un_rule *r, const un
     if (!o)
         o = &def;
     double t0 = now_ms();
+    double c0 = cpu_ms();
     out->status = UN_RULE_UNKNOWN;
     int res = random_tests(ctx, r, o->seed, out);
+    double c1 = cpu_ms();
+    out->cpu_ms[UN_VERIFY_PHASE_TESTS] = c1 - c0;
     if (res < 0) {
         out->status = UN_RULE_REFUTED;
         out->ms = now_ms() - t0;
@@ -288,16 +298,48 @@ un_status un_runner_rule(un_ctx *ctx, un_verifier *v, const un_rule *r, const un
     }
     r = rc;
     un_proof p;
+    memset(&p, 0, sizeof p);
     un_prove_opts po = {.timeout_ms = o->timeout_ms, .symbolic = true};
-    un_status st = un_verifier_prove(ctx, v, r, &po, &p);
-    out->proof_ms = p.ms;
-    if (st == UN_OK && p.verdict == UN_VERDICT_VALID) {
-        out->any_shape = true;
-    } else if (st == UN_OK) {
-        po.symbolic = false;
+    un_status st = UN_OK;
+    /* Generalization over dims, first: sizes the rule fixes (split sizes, reshape targets) become
+     * variables tied to the input dims they equal; that form is the rule's proof when it passes
+     * the random tests at other sizes and Z3 proves it for every size (one proof, not two, for the
+     * rules it serves). Otherwise the rule as it is goes on. */
+    bool has_dims = false, proven = false;
+    for (int a = 0; a < r->n_vars; a++)
+        has_dims = has_dims || un_rule_var_is_dim(r, a);
+    un_rule *dr = NULL;
+    if (!has_dims && (st = un_rule_dims_generalize(ctx, r, &dr)) == UN_OK && dr) {
+        un_verify_verdict scratch;
+        memset(&scratch, 0, sizeof scratch);
+        if (random_tests(ctx, dr, o->seed, &scratch) > 0 &&
+            (st = un_verifier_prove(ctx, v, dr, &po, &p)) == UN_OK) {
+            out->proof_ms += p.ms;
+            if (p.verdict == UN_VERDICT_VALID) {
+                proven = out->any_shape = true;
+                for (int a = 0; a < dr->n_vars; a++)
+                    out->n_dim_vars += un_rule_var_is_dim(dr, a);
+                un_rule_free(rc);
+                r = rc = dr;
+                dr = NULL;
+            }
+        }
+        un_rule_free(dr);
+    }
+    if (st == UN_OK && !proven) {
+        un_ctx_clear(ctx);
         st = un_verifier_prove(ctx, v, r, &po, &p);
         out->proof_ms += p.ms;
+        if (st == UN_OK && p.verdict == UN_VERDICT_VALID) {
+            out->any_shape = true;
+        } else if (st == UN_OK) {
+            po.symbolic = false;
+            st = un_verifier_prove(ctx, v, r, &po, &p);
+            out->proof_ms += p.ms;
+        }
     }
+    c0 = cpu_ms();
+    out->cpu_ms[UN_VERIFY_PHASE_Z3] = c0 - c1;
     if (st != UN_OK) {
         out->ms = now_ms() - t0;
         un_rule_free(rc);
@@ -312,11 +354,17 @@ un_status un_runner_rule(un_ctx *ctx, un_verifier *v, const un_rule *r, const un
         return UN_OK;
     }
     out->status = UN_RULE_VERIFIED;
+    out->outputs = r->n_out;
+    out->narrow = p.narrow;
     snprintf(out->axioms, sizeof out->axioms, "%s", p.axioms);
     un_rule *g = generalize(ctx, r, o->seed, &out->n_new_vars);
     if (!g)
         g = un_rule_clone(r);
     g->any_shape = out->any_shape;
+    /* A dim variable claims every size: without a proof for any input size it goes (the rule is
+     * then claimed at its witness sizes). */
+    if (!g->any_shape)
+        out->dropped_vars += un_rule_dims_drop(g);
     /* The stored claim must hold on the re-check grid; a variable it fails for (a degree bound
      * by the generator where no side condition can be followed) is dropped: the rule is then
      * claimed at its witness degrees only. */
@@ -338,6 +386,7 @@ un_status un_runner_rule(un_ctx *ctx, un_verifier *v, const un_rule *r, const un
     }
     out->general = g;
     out->ms = now_ms() - t0;
+    out->cpu_ms[UN_VERIFY_PHASE_GENERAL] = cpu_ms() - c0;
     un_rule_free(rc);
     return UN_OK;
 }
@@ -484,12 +533,19 @@ static void *worker(void *arg) {
     un_status st = un_rulesdb_open(ctx, sh->path, sh->spec, 0, &db);
     if (st == UN_OK)
         st = un_verifier_new_ex(ctx, sh->spec, sh->lifts, sh->n_lifts, &v);
+    double db_ms = 0;
     while (st == UN_OK) {
         int32_t id;
-        if ((st = next_rule(ctx, sh, db, owner, claimed, &n_claimed, &at, &id)) != UN_OK || !id)
+        double cn = cpu_ms();
+        st = next_rule(ctx, sh, db, owner, claimed, &n_claimed, &at, &id);
+        db_ms += cpu_ms() - cn;
+        if (st != UN_OK || !id)
             break;
         un_rulesdb_row *row = NULL;
-        if ((st = un_rulesdb_rule_get(ctx, db, id, &row)) != UN_OK)
+        double c0 = cpu_ms();
+        st = un_rulesdb_rule_get(ctx, db, id, &row);
+        db_ms += cpu_ms() - c0;
+        if (st != UN_OK)
             break;
         if (!row->rule) {
             un_rulesdb_row_free(row);
@@ -515,18 +571,25 @@ static void *worker(void *arg) {
         sh->stats.unknown += p->v.status == UN_RULE_UNKNOWN;
         sh->stats.any_shape += p->v.status == UN_RULE_VERIFIED && p->v.any_shape;
         sh->stats.generalized += p->v.status == UN_RULE_VERIFIED && p->v.n_new_vars > 0;
+        sh->stats.dim_generic += p->v.status == UN_RULE_VERIFIED && p->v.n_dim_vars > 0;
         sh->stats.with_vars +=
             p->v.status == UN_RULE_VERIFIED && (p->v.general ? p->v.general->n_vars : had_vars) > 0;
+        for (int k = 0; k < UN_VERIFY_PHASE_COUNT; k++)
+            sh->stats.cpu_ms[k] += p->v.cpu_ms[k];
+        sh->stats.outputs += p->v.outputs;
+        sh->stats.narrow += p->v.narrow;
         sh->ms[sh->n_ms++] = p->v.ms;
         sh->finished++;
         pthread_mutex_unlock(&sh->mu);
         /* a batch ends where the claims end, so verdicts and releases commit together */
+        c0 = cpu_ms();
         if (++np == batch || (own && at == n_claimed)) {
             st = flush(ctx, db, pd, &np, own);
         } else if (own && now_ms() - renewed > sh->o->lease_s * 1e3 / 4) {
             st = un_rulesdb_claim_renew(ctx, db, owner, sh->o->lease_s);
             renewed = now_ms();
         }
+        db_ms += cpu_ms() - c0;
     }
     if (np || own) {
         un_status fs = db ? flush(ctx, db, pd, &np, own) : UN_OK;
@@ -536,6 +599,9 @@ static void *worker(void *arg) {
     free(claimed);
     if (st != UN_OK)
         record_error(sh, st, un_ctx_errmsg(ctx));
+    pthread_mutex_lock(&sh->mu);
+    sh->stats.cpu_ms[UN_VERIFY_PHASE_DB] += db_ms;
+    pthread_mutex_unlock(&sh->mu);
     free(pd);
     un_verifier_free(v);
     un_rulesdb_free(db);

@@ -36,6 +36,7 @@ typedef struct un_proof {
     double ms;         /* wall time of the solver calls */
     char detail[512];  /* INVALID: the model; UNKNOWN: Z3's reason and which output */
     char axioms[2048]; /* VALID: spec axioms in the unsat cores, comma-separated, sorted */
+    int narrow;        /* outputs proven with the narrow axiom set (un_verifier_prove) */
 } un_proof;
 
 /* A verifier over spec (borrowed, outlives it): a Z3 context with the shape axioms and every spec
@@ -56,7 +57,9 @@ const char *un_verifier_skipped(const un_verifier *v);
 
 /* Proves, for every mapped output pair of r: whenever the source side is well formed (and its
  * layouts divide its dims), the target side is well formed, its output has the same rank and dims,
- * and the same value. Parameters bound to rule variables on regular operators are integer
+ * and the same value. Each output is tried first with the narrow axiom set (the axioms that apply
+ * only the rule's own operators) and then, unless that proved it, with every axiom that can
+ * matter. Parameters bound to rule variables on regular operators are integer
  * variables; everything else takes the witness values. With opts->symbolic the input sizes are
  * integer variables too. VALID also requires a consistency check (the same formulas without the
  * goal must not be unsat), so a proof never rests on contradictory axiom instances.

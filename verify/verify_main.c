@@ -145,8 +145,16 @@ int main(int argc, char **argv) {
            (long long)s.unknown);
     if (s.skipped)
         printf(", %lld skipped (no rule)", (long long)s.skipped);
+    if (s.dim_generic)
+        printf("; %lld made dimension-generic (sizes as dim variables)",
+               (long long)s.dim_generic);
     printf("; %.1f s, %.1f rules/s, median %.1f ms, p99 %.1f ms per rule\n", secs,
            secs > 0 ? (double)s.total / secs : 0.0, s.median_ms, s.p99_ms);
+    printf("cpu time per phase: random tests %.1f s, z3 %.1f s (%lld of %lld outputs proven by "
+           "the narrow axiom set), generalization %.1f s, database %.1f s\n",
+           s.cpu_ms[UN_VERIFY_PHASE_TESTS] / 1e3, s.cpu_ms[UN_VERIFY_PHASE_Z3] / 1e3,
+           (long long)s.narrow, (long long)s.outputs, s.cpu_ms[UN_VERIFY_PHASE_GENERAL] / 1e3,
+           s.cpu_ms[UN_VERIFY_PHASE_DB] / 1e3);
     rc = 0;
 done:
     un_spec_free(spec);

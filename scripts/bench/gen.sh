@@ -18,7 +18,9 @@
 # step and their sum (targets: under 15 minutes and 2 GB, >= 98% decided). With REACH=1: the full
 # reach check on the default menu at N=3 (both sets verified, then `unity-closure --reach`: every
 # graph reachable from each tiny zoo model within 3 rewrites of the full set must be reachable with
-# the pruned one). `uptime` is printed first: the machine is shared.
+# the pruned one). `uptime` is printed first: the machine is shared. E2E_N=n runs that pipeline at
+# n operators instead of 4 (E2E_N=3: the same steps in a minute), and E2E_ONLY=1 skips every other
+# block:  E2E=1 E2E_ONLY=1 E2E_N=3 scripts/bench/gen.sh
 #
 # Output: one block per run; the detailed recall report (every published rule not found, with its
 # category and reason) goes to $OUT/recall.txt (OUT defaults to a temporary directory).
@@ -66,11 +68,15 @@ crun() {
                 /Elapsed \(wall clock\)/ {print "wall time           " $2}' "$out/ctime.txt"
 }
 
+only_e2e=${E2E_ONLY:-0}
+[[ $only_e2e == 1 ]] && MENUS=0
 for n in 2 3; do
+    [[ $only_e2e == 1 ]] && break
     rm -f "$out/n$n.db"
     run "default menu, N=$n" --ops specs/ --max-ops "$n" --threads "$threads" -o "$out/n$n.db"
     crun "default menu, N=$n" "$out/n$n.db" "$out/n${n}p.db"
 done
+if [[ $only_e2e != 1 ]]; then
 # the classics, in the rules of the default menu at N=3 (canonical names: inputs x0, x1, ..., weights w0, w1, ...)
 "$gen" --ops specs/ --max-ops 3 --threads "$threads" --dry-run --list >"$out/list3.txt"
 echo "== classics in the default menu's rules at N=3"
@@ -103,6 +109,7 @@ if [[ -f $ff ]]; then
 else
     echo "== recall: $ff not found, skipped"
 fi
+fi # E2E_ONLY
 
 # Verified / refuted / unknown of a database just verified (its unity-verify stdout in $1).
 vsummary() {
@@ -166,18 +173,20 @@ CLASSICS
 fi
 
 if [[ ${E2E:-0} == 1 ]]; then
-    echo "== end to end: default menu, N=4, generate, closure, verify (uptime:$(uptime))"
-    rm -f "$out/e2e4.db"*
-    run "unity-gen --max-ops 4 (no time limit)" --ops specs/ --max-ops 4 --threads "$threads" -o "$out/e2e4.db"
+    en=${E2E_N:-4}
+    echo "== end to end: default menu, N=$en, generate, closure, verify (uptime:$(uptime))"
+    rm -f "$out/e2e4.db"* "$out/e2e4p.db"*
+    run "unity-gen --max-ops $en (no time limit)" --ops specs/ --max-ops "$en" --threads "$threads" \
+        -o "$out/e2e4.db"
     gw=$(awk -F': ' '/Elapsed \(wall clock\)/ {print $2}' "$out/time.txt")
     gm=$(awk -F': ' '/Maximum resident set size/ {print $2}' "$out/time.txt")
     basis=${CLOSURE_BASIS:-2}
-    crun "N=4 set, rules of up to $basis operators derive" "$out/e2e4.db" "$out/e2e4p.db" \
+    crun "N=$en set, rules of up to $basis operators derive" "$out/e2e4.db" "$out/e2e4p.db" \
         --basis-ops "$basis"
     cw=$(awk -F': ' '/Elapsed \(wall clock\)/ {print $2}' "$out/ctime.txt")
     cm=$(awk -F': ' '/Maximum resident set size/ {print $2}' "$out/ctime.txt")
     limit=${VERIFY_LIMIT:-0}
-    echo "== unity-verify: the pruned N=4 set (VERIFY_LIMIT=$limit s, 0 = none)"
+    echo "== unity-verify: the pruned N=$en set (VERIFY_LIMIT=$limit s, 0 = none)"
     rc=0
     if [[ $limit != 0 ]]; then
         /usr/bin/time -v timeout "$limit" "$verify" "$out/e2e4p.db" --jobs "$threads" \
@@ -187,6 +196,7 @@ if [[ ${E2E:-0} == 1 ]]; then
             2>"$out/vtime.txt" || rc=$?
     fi
     [[ $rc == 0 || $rc == 124 ]] || { cat "$out/vrun.txt" "$out/vtime.txt"; exit 1; }
+    grep -E '^(cpu time per phase)' "$out/vrun.txt" || true
     vw=$(awk -F': ' '/Elapsed \(wall clock\)/ {print $2}' "$out/vtime.txt")
     vm=$(awk -F': ' '/Maximum resident set size/ {print $2}' "$out/vtime.txt")
     "$build/bin/unity-rules" stats "$out/e2e4p.db" | sed -n 2p >"$out/vstat.txt"

@@ -31,15 +31,14 @@ echo "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=cs
 echo "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); $(uptime)"
 
 # ---- 1. matmul ----
-cuda_home=$(dirname "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")
-libs="$build/libruntime.a $build/libpcg.a -lopenblas -lcjson -lm $(pkg-config --libs ompi-c 2>/dev/null)"
-nccl=$(grep -q UN_USE_NCCL "$build/.flags" && echo -lnccl || true)
-libs="$libs -L$cuda_home/lib64 -Wl,-rpath,$cuda_home/lib64 -lcublas -lcudart $nccl -lstdc++ -pthread"
-cc -std=gnu17 -O2 -D_GNU_SOURCE -I. scripts/bench/gpu_gemm.c $libs -o "$build/bench_gpu_gemm"
+# No CUDA library is linked: the CUDA code is the plugin $build/lib/libunity_cuda.so, which the
+# runtime loads on first GPU use from ../lib beside the program (hence the program in bin/).
+libs="$build/libruntime.a $build/libpcg.a -lopenblas -lcjson -lm -ldl $(pkg-config --libs ompi-c 2>/dev/null) -pthread"
+cc -std=gnu17 -O2 -D_GNU_SOURCE -I. scripts/bench/gpu_gemm.c $libs -o "$build/bin/bench_gpu_gemm"
 echo
 echo "== matmul [n,n]x[n,n], TFLOP/s: unity's linear op vs cuBLAS called directly (same process)"
 set +e
-"$build/bench_gpu_gemm"
+"$build/bin/bench_gpu_gemm"
 rc=$?
 set -e
 [[ $rc -eq 0 ]] || { echo "gpu.sh: the matmul benchmark failed (status $rc)" >&2; exit "$rc"; }

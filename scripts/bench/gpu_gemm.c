@@ -34,6 +34,11 @@ int main(void) {
         fprintf(stderr, "gpu_gemm: no usable GPU (%s)\n", why);
         return 2;
     }
+    const un__cu_fns *cu = un__cu_seam(&why); /* the CUDA plugin, loaded by the call above */
+    if (!cu) {
+        fprintf(stderr, "gpu_gemm: %s\n", why);
+        return 2;
+    }
     un_ctx *ctx = un_ctx_new(NULL);
     int rc = 1;
     printf("%6s %12s %12s %12s %12s %12s\n", "n", "unity f32", "cublas f32", "unity tf32",
@@ -45,8 +50,8 @@ int main(void) {
         goto done;
     }
     void *stream = NULL, *blas = NULL, *blas_tf = NULL;
-    if (un__cu_stream_new(&stream) || un__cu_blas_new(&blas, stream, false) ||
-        un__cu_blas_new(&blas_tf, stream, true)) {
+    if (cu->stream_new(&stream) || cu->blas_new(&blas, stream, false) ||
+        cu->blas_new(&blas_tf, stream, true)) {
         fprintf(stderr, "gpu_gemm: cannot make a stream or cuBLAS handle\n");
         goto done;
     }
@@ -70,8 +75,8 @@ int main(void) {
             break;
         }
         free(h);
-        un__cu_to_bf16(stream, a16, a, n * n);
-        un__cu_to_bf16(stream, b16, b, n * n);
+        cu->to_bf16(stream, a16, a, n * n);
+        cu->to_bf16(stream, b16, b, n * n);
         un_param p[UN_MAX_PARAMS] = {{-1, {0}}, {-1, {0}}}; /* no activation, no bias */
         un_kt in[2] = {{UN_DT_FLOAT, 2, {n, n}, a}, {UN_DT_FLOAT, 2, {n, n}, b}};
         un_kt out = {UN_DT_FLOAT, 2, {n, n}, c};
@@ -79,14 +84,14 @@ int main(void) {
         double flops = 2.0 * (double)n * (double)n * (double)n;
         double t_u = TIME(reps, un_backend_op_forward(ctx, be, UN_OP_LINEAR, p, in, 2, &out, 1, 0, NULL, NULL),
                           un_backend_synchronize(ctx, be));
-        double t_c = TIME(reps, un__cu_sgemm(blas, false, false, n, n, n, 1, a, n, 0, b, n, 0, 0, c, n, 0, 1),
-                          un__cu_stream_sync(stream));
+        double t_c = TIME(reps, cu->sgemm(blas, false, false, n, n, n, 1, a, n, 0, b, n, 0, 0, c, n, 0, 1),
+                          cu->stream_sync(stream));
         double t_ut = TIME(reps, un_backend_op_forward(ctx, be_tf, UN_OP_LINEAR, p, in, 2, &out, 1, 0, NULL, NULL),
                            un_backend_synchronize(ctx, be_tf));
-        double t_ct = TIME(reps, un__cu_sgemm(blas_tf, false, false, n, n, n, 1, a, n, 0, b, n, 0, 0, c, n, 0, 1),
-                           un__cu_stream_sync(stream));
-        double t_b = TIME(reps, un__cu_gemm_bf16(blas, false, false, n, n, n, 1, a16, n, b16, n, 0, c, n),
-                          un__cu_stream_sync(stream));
+        double t_ct = TIME(reps, cu->sgemm(blas_tf, false, false, n, n, n, 1, a, n, 0, b, n, 0, 0, c, n, 0, 1),
+                           cu->stream_sync(stream));
+        double t_b = TIME(reps, cu->gemm_bf16(blas, false, false, n, n, n, 1, a16, n, b16, n, 0, c, n),
+                          cu->stream_sync(stream));
         printf("%6lld %9.1f TF %9.1f TF %9.1f TF %9.1f TF %9.1f TF\n", (long long)n, flops / t_u / 1e12,
                flops / t_c / 1e12, flops / t_ut / 1e12, flops / t_ct / 1e12, flops / t_b / 1e12);
         un_backend_release(be, a), un_backend_release(be, b), un_backend_release(be, c);
@@ -96,7 +101,7 @@ int main(void) {
         rc = 0;
     else
         fprintf(stderr, "gpu_gemm: %s\n", un_ctx_errmsg(ctx));
-    un__cu_blas_free(blas), un__cu_blas_free(blas_tf), un__cu_stream_free(stream);
+    cu->blas_free(blas), cu->blas_free(blas_tf), cu->stream_free(stream);
 done:
     un_backend_free(be);
     un_backend_free(be_tf);

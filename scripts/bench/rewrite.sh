@@ -16,7 +16,11 @@
 #   4. the merge of linears sharing an input (rule 301's shape) at BERT-Large size: layer 3's
 #      estimate of the separate, merged and merged-with-stored-weight graphs on 1 and 4 V100s.
 #
-#   scripts/bench/rewrite.sh [BUILD_DIR]        (env: N3_DB, N4_DB, COPIES (44), OUT)
+#   scripts/bench/rewrite.sh [BUILD_DIR]        (env: N3_DB, N4_DB, COPIES (44), OUT,
+#                                                SECTIONS: which of "1 2 3 4" to run, all by default;
+#                                                SECTIONS=3 N3_DB=... is the 230k-rule load alone;
+#                                                BASELINE_BIN: an older unity-rewrite, timed on the
+#                                                230k set beside this build, alternating)
 #
 # Timings depend on the load of the machine: the script prints `uptime` and the CPU; say so.
 set -euo pipefail
@@ -31,6 +35,8 @@ command -v sqlite3 >/dev/null || { echo "rewrite.sh: the sqlite3 program is need
 out=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/unity-rewrite-bench.XXXXXX")}
 mkdir -p "$out"
 echo "== machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores; $(uptime)"
+
+want() { [[ " ${SECTIONS:-1 2 3 4} " == *" $1 "* ]]; }
 
 timed() { # label, then a command: its output, then wall time and peak RSS
     local label=$1
@@ -52,12 +58,15 @@ if [[ -z $n3 ]]; then
 fi
 rm -f "$n3.compiled"
 
+if want 1; then
 echo "== 1. loading the N=3 set ($n3)"
 timed "whole rules (un_rulesdb_load_verified, the form before)" "$B/unity-rewrite" "$n3" --load-only --baseline
 timed "compact, compiled (no cache)" "$B/unity-rewrite" "$n3" --load-only --no-cache
 timed "compact + reversed, compiled, cache written" "$B/unity-rewrite" "$n3" --load-only --reversed
 timed "compact + reversed, from the cache" "$B/unity-rewrite" "$n3" --load-only --reversed
+fi
 
+if want 2; then
 echo "== 2. matching and rewriting with the N=3 set"
 for model in transformer inception_v3; do
     for dir in "" --reversed; do
@@ -67,7 +76,9 @@ for model in transformer inception_v3; do
     timed "$model (paper size), data parallel x2, --reversed" \
         "$B/unity-rewrite" "$n3" --model "$model" --data-parallel 2 --reversed --apply-each 2000
 done
+fi
 
+if want 3; then
 echo "== 3. a large set (230k rules)"
 large=$out/large.db
 if [[ -n ${N4_DB:-} ]]; then
@@ -79,27 +90,47 @@ if [[ -n ${N4_DB:-} ]]; then
 else
     # the verified N=3 rules, each stored ${COPIES:-44} times (the copy's hash column loses its
     # UNIQUE constraint; every copy is a separate row that is read, checked against its hash,
-    # parsed and compiled like any other): N=3-sized rules, not N=4-sized ones
+    # parsed and compiled like any other): N=3-sized rules, not N=4-sized ones. The table keeps
+    # the schema's other columns as they are, `id INTEGER PRIMARY KEY` included, so rows are read
+    # in id order as from a database unity-gen wrote (a copy made with CREATE TABLE AS loses it,
+    # and SQLite then sorts every body in a temporary B-tree before the first row comes)
     copies=${COPIES:-44}
     cp "$n3" "$large"
+    schema=$(sqlite3 "$large" "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'rules'")
+    copy=${schema/hash INTEGER UNIQUE/hash INTEGER}
+    copy=${copy/CREATE TABLE rules/CREATE TABLE rules_copy}
+    [[ $copy == *"CREATE TABLE rules_copy"* && $copy == *"id INTEGER PRIMARY KEY"* &&
+        $copy != *"hash INTEGER UNIQUE"* ]] || {
+        echo "rewrite.sh: $n3: unexpected rules schema: $schema" >&2
+        exit 1
+    }
     sqlite3 "$large" <<SQL
 BEGIN;
-ALTER TABLE rules RENAME TO rules_old;
-CREATE TABLE rules AS SELECT * FROM rules_old WHERE 0;
-INSERT INTO rules SELECT * FROM rules_old WHERE status = 'verified';
+$copy;
+INSERT INTO rules_copy SELECT * FROM rules WHERE status = 'verified';
 WITH RECURSIVE k(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM k WHERE i < $copies - 1)
-INSERT INTO rules SELECT o.id + k.i * 10000000, o.hash, o.body, o.body_sum, o.n_in, o.n_src,
+INSERT INTO rules_copy SELECT o.id + k.i * 10000000, o.hash, o.body, o.body_sum, o.n_in, o.n_src,
     o.n_dst, o.size, o.ops, o.status, o.detail, o.proof_ms, o.axioms, o.gen_spec, o.verify_spec,
     o.origin_kind, o.origin_file, o.origin_name, o.run, o.created, o.verified_at, o.conds,
-    o.row_sum FROM rules_old o, k WHERE o.status = 'verified';
-DROP TABLE rules_old;
+    o.row_sum FROM rules o, k WHERE o.status = 'verified';
+DROP TABLE rules;
+ALTER TABLE rules_copy RENAME TO rules;
 CREATE INDEX rules_status ON rules(status);
-CREATE INDEX rules_id ON rules(id);
 COMMIT;
 SQL
     echo "   $(sqlite3 "$large" "SELECT count(*) FROM rules") verified rows: $n3's verified rules x $copies"
 fi
 rm -f "$large.compiled"
+if [[ -n ${BASELINE_BIN:-} ]]; then
+    # the other side of the comparison: an older build's unity-rewrite on the same database, just
+    # before this build's runs (no cache read or written)
+    for t in 1 "$(nproc)"; do
+        timed "BASELINE $BASELINE_BIN, compiled on $t thread(s), no cache" \
+            "$BASELINE_BIN" "$large" --load-only --no-cache --threads "$t"
+        timed "this build, compiled on $t thread(s), no cache" \
+            "$B/unity-rewrite" "$large" --load-only --no-cache --threads "$t"
+    done
+fi
 timed "compact, compiled on 1 thread, cache written" "$B/unity-rewrite" "$large" --load-only --threads 1
 mv "$large.compiled" "$out/large-1thread.compiled"
 timed "compact, compiled on $(nproc) threads, cache written" "$B/unity-rewrite" "$large" --load-only
@@ -109,6 +140,8 @@ else
     echo "   the two caches DIFFER" && exit 1
 fi
 timed "compact, from the cache" "$B/unity-rewrite" "$large" --load-only
+fi
+if want 4; then
 echo "== 4. merging linears that share an input (rule 301's shape), estimated by layer 3"
 # x [8,512,1024] through three [1024,1024] linears summed (Q/K/V at BERT-Large size): separate;
 # merged with the weight concat in the graph (what the rule makes); merged with the weight stored
@@ -138,4 +171,5 @@ for d in 1 4; do
             --devices "$d" --plan-only --no-rewrites | grep -m1 '^plan:'
     done
 done
+fi
 echo "== done ($out)"

@@ -61,42 +61,47 @@ torch_cmp() {
 }
 
 # ---- strategies on mid-size models (h14's section, h21's sharded update; issue 14 item 6) ----
-# Serial on 1 device and data parallel on 2 devices of the same machine, both with the same
+# Serial on 1 device, data parallel on 2 devices and the mixed data x tensor plans 1x2 (tensor
+# parallel by the ops' sharding rules) and 2x1 on 2 devices of the same machine, all with the same
 # total threads (STRAT_THREADS, default 2), for the mid MLP, the mid transformer of issue 16 and
 # a smaller transformer, sized by --config (the same strings the cost bench and unity-train
-# take): step time, time per sample and what each device holds (the runtime's own accounting,
+# take): step time, time per sample and what device 0 holds (the runtime's own accounting,
 # --stats: weights, optimizer state, peak). Data parallelism updates each weight sharded over its
-# two copies (ZeRO 1/2: optimizer state halved, weights all-gathered). Both sides alternate,
-# best of STRAT_ROUNDS (default 3) rounds, since the machine is shared; the last column is data
-# parallel's time per sample over serial's (target <= 1). ONLY=strategies runs just this section.
+# two copies (ZeRO 1/2: optimizer state halved, weights all-gathered). All plans alternate,
+# best of STRAT_ROUNDS (default 3) rounds, since the machine is shared; the last column is the
+# plan's time per sample over serial's (target for data parallel <= 1). STRAT_PLANS picks plans
+# ("DEVICES:STRATEGY" words, default "1:serial 2:data 2:mixed:1x2 2:mixed:2x1").
+# ONLY=strategies runs just this section.
 strategies() {
     local th=${STRAT_THREADS:-2} rounds=${STRAT_ROUNDS:-3} steps=${STRAT_STEPS:-10}
     local -a models=("mlp --config layers=4,hidden=1024,batch=64"
                      "transformer --config layers=4,hidden=256,heads=4,ffn=1024,seq=128,batch=8"
                      "transformer --tiny --config layers=2,hidden=256,heads=4,ffn=1024,seq=32,batch=32")
+    local -a plans
+    read -r -a plans <<<"${STRAT_PLANS:-1:serial 2:data 2:mixed:1x2 2:mixed:2x1}"
     echo
-    echo "== strategies: serial (1 device) vs data parallel (2 devices), $th threads in all, best of $rounds, load: $(cut -d' ' -f1-3 /proc/loadavg)"
-    printf '%-80s %-5s %9s %10s %12s %12s %12s %8s\n' model dev ms/step us/sample weights/dev optim/dev peak/dev dp/ser
-    local m s r line ms batch serial_us us
+    echo "== strategies: ${plans[*]} (devices:plan), $th threads in all, best of $rounds, load: $(cut -d' ' -f1-3 /proc/loadavg)"
+    printf '%-80s %-11s %9s %10s %12s %12s %12s %8s\n' model dev:plan ms/step us/sample weights/dev0 optim/dev0 peak/dev0 /serial
+    local m p r line ms batch serial_us us
     for m in "${models[@]}"; do
         local -A best=() st=()
         for ((r = 0; r < rounds; r++)); do
-            for s in 1 2; do
+            for p in "${plans[@]}"; do
                 # shellcheck disable=SC2086 # $m is the model and its flags
-                line=$("$build/bin/unity-train" --model $m --devices $s --threads "$th" --steps "$steps" --stats | grep -E '^trained|^ +0 ')
+                line=$("$build/bin/unity-train" --model $m --devices "${p%%:*}" --strategy "${p#*:}" --threads "$th" --steps "$steps" --stats | grep -E '^trained|^ +0 ')
                 ms=$(sed -n 's/.* \([0-9.]*\) ms\/step.*/\1/p' <<<"$line")
-                if [[ -z ${best[$s]:-} ]] || awk -v a="$ms" -v b="${best[$s]}" 'BEGIN{exit !(a<b)}'; then
-                    best[$s]=$ms
-                    st[$s]=$(awk '/^ +0 /{printf "%9.1f MiB %8.1f MiB %8.1f MiB", $2/1048576, $3/1048576, $4/1048576}' <<<"$line")
+                if [[ -z ${best[$p]:-} ]] || awk -v a="$ms" -v b="${best[$p]}" 'BEGIN{exit !(a<b)}'; then
+                    best[$p]=$ms
+                    st[$p]=$(awk '/^ +0 /{printf "%9.1f MiB %8.1f MiB %8.1f MiB", $2/1048576, $3/1048576, $4/1048576}' <<<"$line")
                 fi
             done
         done
         batch=${m##*batch=}
         batch=${batch%% *}
-        serial_us=$(awk -v t="${best[1]}" -v b="$batch" 'BEGIN{print 1000*t/b}')
-        for s in 1 2; do
-            us=$(awk -v t="${best[$s]}" -v b="$batch" 'BEGIN{print 1000*t/b}')
-            printf '%-80s %-5s %9s %10.1f %s %8.3f\n' "$m" "$s" "${best[$s]}" "$us" "${st[$s]}" \
+        serial_us=$(awk -v t="${best[${plans[0]}]}" -v b="$batch" 'BEGIN{print 1000*t/b}')
+        for p in "${plans[@]}"; do
+            us=$(awk -v t="${best[$p]}" -v b="$batch" 'BEGIN{print 1000*t/b}')
+            printf '%-80s %-11s %9s %10.1f %s %8.3f\n' "$m" "$p" "${best[$p]}" "$us" "${st[$p]}" \
                 "$(awk -v a="$us" -v b="$serial_us" 'BEGIN{print a/b}')"
         done
         unset best st

@@ -9,16 +9,35 @@
 # estimated step time, speedup over data parallel, the fullest device's memory (or "no fit"),
 # the rewrites applied, the search's peak RSS and why it ended (layer 3; layer 2 after the /).
 # Every estimate is the simulator's (plan semantics).
-#   scripts/bench/search.sh [BUILD_DIR]       Env: MODELS, DEVICES, MODES, RULES.
+#   scripts/bench/search.sh [BUILD_DIR]  Env: MODELS, DEVICES, MODES, RULES, QUICK, BEFORE, UNITY_TRAIN.
+# QUICK=1: a subset for iterating (mlp, transformer, candle_uno, inception_v3 on 16 and 192
+# devices; par-only and joint). BEFORE=path/to/unity-train adds the mode joint-before: joint run
+# by that binary (e.g. main's build) in the same run, for a before/after comparison.
+# UNITY_TRAIN=path: run that binary (a copy) instead of BUILD_DIR's, without building.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
 build=${1:-build/default}
-make -s -j2 BUILD="$build" >/dev/null
 B=$build/bin
-models=${MODELS:-"mlp transformer dlrm xdl candle_uno resnext50 inception_v3"}
-devices=${DEVICES:-"4 16 64 192"}
-modes=${MODES:-"data mcmc par-only taso joint"}
+if [ -n "${UNITY_TRAIN:-}" ]; then # a copied binary: the build may change while this runs
+    [ -x "$UNITY_TRAIN" ] || { echo "search.sh: UNITY_TRAIN=$UNITY_TRAIN: not an executable" >&2; exit 2; }
+else
+    make -s -j2 BUILD="$build" >/dev/null
+fi
+train=${UNITY_TRAIN:-$B/unity-train}
+if [ "${QUICK:-0}" = 1 ]; then
+    models=${MODELS:-"mlp transformer candle_uno inception_v3"}
+    devices=${DEVICES:-"16 192"}
+    modes=${MODES:-"par-only joint"}
+else
+    models=${MODELS:-"mlp transformer dlrm xdl candle_uno resnext50 inception_v3"}
+    devices=${DEVICES:-"4 16 64 192"}
+    modes=${MODES:-"data mcmc par-only taso joint"}
+fi
+if [ -n "${BEFORE:-}" ]; then
+    [ -x "$BEFORE" ] || { echo "search.sh: BEFORE=$BEFORE: not an executable" >&2; exit 2; }
+    case " $modes " in *" joint-before "*) ;; *) modes="joint-before $modes" ;; esac
+fi
 rules=${RULES:-$build/bench-rules-n3.db}
 if [ ! -s "$rules" ]; then
     echo "generating and verifying the N=3 rule set into $rules (once)"
@@ -41,11 +60,16 @@ for m in $models; do
         dp=""
         for mode in $modes; do
             set +e
+            bin=$train
             case $mode in
             par-only) flags=(--search joint --no-rewrites) ;;
+            joint-before)
+                flags=(--search joint)
+                bin=${BEFORE:?joint-before needs BEFORE=path/to/unity-train}
+                ;;
             *) flags=(--search "$mode") ;;
             esac
-            /usr/bin/time -f '%e %M' -o "$tmp/time" "$B/unity-train" --model "$m" --machine "$mach" \
+            /usr/bin/time -f '%e %M' -o "$tmp/time" "$bin" --model "$m" --machine "$mach" \
                 --devices "$d" --plan-only --rules "$rules" "${flags[@]}" >"$tmp/out" 2>"$tmp/err"
             rc=$?
             set -e

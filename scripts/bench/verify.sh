@@ -9,6 +9,10 @@
 #
 #   scripts/bench/verify.sh [BUILD_DIR] [JOBS] [TIMEOUT_MS]
 #
+# With BASE_BUILD=DIR (another build, e.g. a worktree of main): the same N=3 set is verified by
+# that build's unity-verify too, with both times, and the status of every rule is compared (by
+# canonical hash): the step fails, listing them, if any verdict differs. ONLY_N3=1 skips FlexFlow.
+#
 # The databases stay in $OUT (default: a temporary directory). Timings depend on the load of the
 # machine (other jobs share its cores); say so when you quote them.
 set -euo pipefail
@@ -62,10 +66,28 @@ echo "== generated N=3 set (default menu)"
 rm -f "$out/gen3.db"*
 secs=$(timed "$out/gen.txt" "$build/bin/unity-gen" --ops specs -o "$out/gen3.db" --max-ops 3)
 echo "  unity-gen: $(grep -m1 'after random test' "$out/gen.txt" | sed 's/^ *//') in $secs s"
+[[ -n ${BASE_BUILD:-} ]] && cp "$out/gen3.db" "$out/gen3_base.db"
 secs=$(timed "$out/verify3.txt" "$build/bin/unity-verify" "$out/gen3.db" --jobs "$jobs" --timeout-ms "$timeout_ms")
-echo "  unity-verify --jobs $jobs --timeout-ms $timeout_ms:"
+echo "  unity-verify --jobs $jobs --timeout-ms $timeout_ms (load $(cut -d' ' -f1-3 /proc/loadavg)):"
 head -1 "$out/verify3.txt" | sed 's/^/  /'
 summary "$out/verify3.txt" "$secs"
+grep '^cpu time per phase' "$out/verify3.txt" | sed 's/^/  /' || true
+if [[ -n ${BASE_BUILD:-} ]]; then
+    secs=$(timed "$out/verify3_base.txt" "$BASE_BUILD/bin/unity-verify" "$out/gen3_base.db" --jobs "$jobs" \
+        --timeout-ms "$timeout_ms" --spec specs)
+    echo "  the same set with $BASE_BUILD/bin/unity-verify (load $(cut -d' ' -f1-3 /proc/loadavg)):"
+    summary "$out/verify3_base.txt" "$secs"
+    python3 - "$out/gen3_base.db" "$out/gen3.db" <<'EOF'
+import sqlite3, sys
+base, new = (dict(sqlite3.connect(p).execute("select hash, status from rules")) for p in sys.argv[1:3])
+diff = sorted((h, base[h], new.get(h)) for h in base if base[h] != new.get(h))
+print(f"  statuses compared: {len(base)} rules, {len(diff)} differ")
+for h, b, n in diff[:20]:
+    print(f"    hash {h}: {b} with the base build, {n} with this one")
+sys.exit(1 if diff or len(base) != len(new) else 0)
+EOF
+fi
+[[ ${ONLY_N3:-0} == 1 ]] && { echo "databases and logs: $out"; exit 0; }
 echo "  unknown rules by operators used (top 10):"
 "$build/bin/unity-rules" list "$out/gen3.db" --status unknown >"$out/unknown3.txt" || true
 "$build/bin/unity-rules" stats "$out/gen3.db" >"$out/stats3.txt" 2>&1 || true
