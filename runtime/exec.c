@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "runtime/comm_dev.h"
+#include "runtime/kernels.h"
 
 /* ---- the plan's data ---- */
 
@@ -1165,11 +1166,18 @@ const char *un_exec_plane_name(const un_exec *ex) {
 }
 
 int64_t un_exec_estimate_bytes(const un_graph *g, int rank, int size, un_prec prec,
-                               int opt_arrays) {
+                               int opt_arrays, bool kernel_stash) {
     un_exec *ex = NULL;
     if (exec_plan(NULL, g, NULL, rank, size, NULL, prec, &ex) != UN_OK)
         return -1;
     int64_t bytes = ex->stats.alloc_bytes + (int64_t)opt_arrays * ex->n_shard * (int64_t)ex->fes;
+    for (int32_t id = 0; kernel_stash && id < ex->n; id++) {
+        const un_node *nd = un_graph_node(g, id);
+        const xnode *xn = &ex->nodes[id];
+        for (int i = 0; i < xn->n_task; i++)
+            bytes += (int64_t)un_kern_stash_bytes(prec, nd->op, nd->inf.local, xn->tasks[i].in,
+                                                  nd->n_in, xn->tasks[i].out);
+    }
     un_exec_free(ex);
     return bytes;
 }

@@ -75,10 +75,13 @@ un_status un_exec_plane_open(un_ctx *ctx, un_exec *ex);
 const char *un_exec_plane_name(const un_exec *ex);
 
 /* What un_exec_new would allocate on `rank` of `size` ranks for g in precision prec (bytes), plus
- * opt_arrays arrays of optimizer state per element of the rank's shard (SGD 1, Adam 2): the
+ * opt_arrays arrays of optimizer state per element of the rank's shard (SGD 1, Adam 2), plus,
+ * with kernel_stash, what the CPU kernels keep from each forward of the rank's pieces for their
+ * backward (un_kern_stash_bytes: the cpu and opaque backends hold it; cuda keeps none): the
  * executor's own planning run dry (no backend, no communicator, nothing allocated). -1 when g
  * cannot be planned (e.g. a machine view beyond the devices). */
-int64_t un_exec_estimate_bytes(const un_graph *g, int rank, int size, un_prec prec, int opt_arrays);
+int64_t un_exec_estimate_bytes(const un_graph *g, int rank, int size, un_prec prec, int opt_arrays,
+                               bool kernel_stash);
 
 /* ---- sources ---- */
 

@@ -98,6 +98,12 @@ const char *const *un_kern_param_names(un_op op);
 /* Whether op has CPU kernels (every regular op does). */
 bool un_kern_supports(un_op op);
 
+/* Bytes the forward of op on these local pieces keeps in a stash for its backward (shapes and
+ * params only; data may be NULL): the memory a stash holds after one forward of each op is the
+ * sum over the calls. 0 for ops that keep nothing. */
+size_t un_kern_stash_bytes(un_prec prec, un_op op, const un_param *params, const un_kt *in,
+                           int n_in, const un_kt *out);
+
 /* Elements in a piece (product of dims); -1 if it exceeds UN_MAX_NUMEL or a dim is < 1. */
 int64_t un_kt_numel(const un_kt *t);
 

@@ -587,6 +587,15 @@ static void *stash_take(const kcall *c, size_t bytes) {
     return e->data;
 }
 
+/* Values multihead_attention keeps for its backward (the call's dims checked against 2^48 by the
+ * caller): Q, K, V and O (proj = (2 S + 2 T) B HL), and the probabilities (B heads S T) when
+ * they are at most 4x the projections (longer sequences recompute them block by block). */
+static int64_t mha_saved_values(int64_t B, int64_t S, int64_t Tn, int64_t HL, int64_t heads) {
+    int64_t proj = (2 * S + 2 * Tn) * B * HL, pall;
+    bool keep_p = !__builtin_mul_overflow(B * heads, S * Tn, &pall) && pall <= 4 * proj;
+    return proj + (keep_p ? pall : 0);
+}
+
 /* ---- the kernels, once per precision --------------------------------------------------------- */
 
 #define CAT_(a, b) a##b
@@ -1053,4 +1062,28 @@ un_status un_kern_backward(un_ctx *ctx, const un_kexec *ex, un_op op, const un_p
                             "%s: the backward needs the forward output, output 0 has no data",
                             un_op_name(op));
     return ex->prec == UN_PREC_F32 ? backward_f32(&c) : backward_f64(&c);
+}
+
+size_t un_kern_stash_bytes(un_prec prec, un_op op, const un_param *params, const un_kt *in,
+                           int n_in, const un_kt *out) {
+    size_t es = prec == UN_PREC_F32 ? sizeof(float) : sizeof(double);
+    kcall c = {.op = op, .p = params, .in = in, .n_in = n_in, .out = out, .n_out = 1};
+    int64_t n;
+    switch (op) {
+    case UN_OP_LINEAR: /* gelu'(pre) */
+        n = par(&c, P_LIN_ACT) == ACT_GELU ? un_kt_numel(&out[0]) : 0;
+        return n > 0 ? (size_t)n * es : 0;
+    case UN_OP_LAYER_NORM: /* each row's mean and 1/std, in double */
+        n = un_kt_numel(&in[0]);
+        return n > 0 ? (size_t)(2 * (n / in[0].dim[in[0].rank - 1])) * sizeof(double) : 0;
+    case UN_OP_MULTIHEAD_ATTENTION:
+        if (n_in < 7 || un_kt_numel(&in[0]) < 0 || un_kt_numel(&in[1]) < 0 ||
+            un_kt_numel(&in[3]) < 0 || un_kt_numel(&in[6]) < 0)
+            return 0;
+        return (size_t)mha_saved_values(in[0].dim[0], in[0].dim[1], in[1].dim[1], in[3].dim[1],
+                                        par(&c, P_HEADS)) *
+               es;
+    default:
+        return 0;
+    }
 }

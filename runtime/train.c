@@ -653,8 +653,8 @@ static un_status memory_check(un_ctx *ctx, const shared *sh, un_comm *comm, un_b
     un_optim_algo_from_name(sh->o->optimizer, &k);
     return un_ctx_error(ctx, UN_ERR_NOMEM,
                         "model %s needs about %.2f GiB on %s (%lld weights: values, gradients and "
-                        "%s state, plus activations), but %.2f GiB are available; choose a "
-                        "smaller --config or more %s",
+                        "%s state, activations and the forward values kept for backward), but "
+                        "%.2f GiB are available; choose a smaller --config or more %s",
                         sh->o->model, (double)need / (1 << 30), where, (long long)weights,
                         un_optim_algo_name(k), (double)avail / (1 << 30),
                         host ? "machines" : "devices");
@@ -872,16 +872,30 @@ static un_status load_text(un_ctx *ctx, const char *path, int64_t need, unsigned
     return UN_OK;
 }
 
-/* What each rank's executor and optimizer state will allocate (sh->need: the executor's own
- * estimate, exec.h), before anything is: every rank of a local run, this process's under mpi. */
+/* What each rank will allocate (sh->need), before anything is: every rank of a local run, this
+ * process's under mpi. The executor's own estimate with the optimizer state (exec.h) and, on
+ * backends running the CPU kernels, their forward stash; on cpu, whose device memory is the
+ * host's, also the host arrays held beside them: the whole logical weights every rank
+ * initialises before cutting its pieces (setup_weights), and on the rank gathering a
+ * one-file checkpoint, the logical optimizer state too (save_weights). */
 static void need_fill(shared *sh, const un_graph *g, int d, un_comm *mpi) {
     un_optim_algo k = UN_OPTIM_ADAM;
     un_optim_algo_from_name(sh->o->optimizer, &k);
     int arrays = k == UN_OPTIM_ADAM ? 2 : 1;
+    bool stash = strncmp(sh->backend, "cuda", 4) != 0, host = strcmp(sh->backend, "cpu") == 0;
+    int64_t logical = 0, fes = sh->o->prec == UN_PREC_F32 ? 4 : 8;
+    for (int32_t id = 0; id < un_graph_node_count(g); id++)
+        if (un_graph_node(g, id)->op == UN_OP_WEIGHT)
+            logical += un_shape_numel(&un_graph_node(g, id)->inf.out[0]) * fes;
+    bool gather = sh->o->save && (!mpi || un_comm_size(mpi) == 1);
     sh->need = un_xcalloc((size_t)d, sizeof *sh->need);
-    for (int r = 0; r < d; r++)
-        if (!mpi || r == un_comm_rank(mpi))
-            sh->need[r] = un_exec_estimate_bytes(g, r, d, sh->o->prec, arrays);
+    for (int r = 0; r < d; r++) {
+        if (mpi && r != un_comm_rank(mpi))
+            continue;
+        int64_t e = un_exec_estimate_bytes(g, r, d, sh->o->prec, arrays, stash);
+        int64_t held = !host || e < 0 ? 0 : logical * (r == 0 && gather ? 1 + arrays : 1);
+        sh->need[r] = e < 0 ? e : e + held;
+    }
 }
 
 un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res) {

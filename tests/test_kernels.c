@@ -1103,6 +1103,13 @@ static void test_stash(void) {
                 if (t.op == UN_OP_LAYER_NORM) /* mean and rs of each row */
                     want = (size_t)(2 * (t.n[0] / t.n[1])) * sizeof(double);
                 EXPECT_EQ((long long)held, (long long)want);
+                /* the executor's memory estimate counts the same bytes from shapes alone */
+                un_kt sin[UN_MAX_INPUTS], sout = kt_of(&t.inf.out[0], NULL);
+                for (int i = 0; i < n_in; i++)
+                    sin[i] = kt_of(&t.in_shape[i], NULL);
+                EXPECT_EQ((long long)un_kern_stash_bytes((un_prec)prec, t.op, t.inf.local, sin,
+                                                         n_in, &sout),
+                          (long long)held);
                 EXPECT_TRUE(memcmp(y[0], y[1], ny) == 0);
                 for (int i = 0; i < n_in; i++)
                     EXPECT_TRUE(memcmp(g[0][i], g[1][i], (size_t)t.n[i] * esz) == 0);
