@@ -585,7 +585,8 @@ static void fmt_eta(double s, char *buf, size_t n) {
 static un_status run_phase(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p, int class_max,
                            bool no_recs, un_gen_enum_result *out);
 
-un_status un_gen_enum_run(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p, un_gen_enum_result *out) {
+un_status un_gen_enum_run(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p,
+                          un_gen_enum_result *out) {
     memset(out, 0, sizeof *out);
     if (p->max_ops < 1 || p->max_ops > UN_GEN_MAX_OPS)
         return un_ctx_error(ctx, UN_ERR_INVALID, "--max-ops must lie in [1, %d], not %d",
@@ -721,10 +722,11 @@ static un_status run_phase(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p, 
             double frac = (double)done / (double)(sh.n_roots ? sh.n_roots : 1);
             fmt_eta(frac > 0.02 ? (t - t0) * (1 - frac) / frac : -1, eta, sizeof eta);
             un_ctx_progress(ctx,
-                    "unity-gen: %s: %lld graphs, %.0f graphs/s, %lld candidates, "
-                    "%lld/%lld work items, ETA %s",
-                    no_recs ? "value classes" : "enumerating", (long long)g, (double)g / (t - t0),
-                    (long long)nrec, (long long)done, (long long)sh.n_roots, eta);
+                            "unity-gen: %s: %lld graphs, %.0f graphs/s, %lld candidates, "
+                            "%lld/%lld work items, ETA %s",
+                            no_recs ? "value classes" : "enumerating", (long long)g,
+                            (double)g / (t - t0), (long long)nrec, (long long)done,
+                            (long long)sh.n_roots, eta);
         }
     }
     for (int i = 0; i < started; i++)
@@ -823,7 +825,8 @@ void un_gen_geval_deinit(un_gen_geval *ev) {
     memset(ev, 0, sizeof *ev);
 }
 
-un_status un_gen_enum_eval(un_ctx *ctx, const un_gen_enum *e, const un_gen_graph *g, un_gen_geval *out) {
+un_status un_gen_enum_eval(un_ctx *ctx, const un_gen_enum *e, const un_gen_graph *g,
+                           un_gen_geval *out) {
     memset(out, 0, sizeof *out);
     un_gen_params p = un_gen_params_default();
     p.max_ops = UN_GEN_MAX_OPS;
@@ -875,12 +878,13 @@ un_status un_gen_enum_eval(un_ctx *ctx, const un_gen_enum *e, const un_gen_graph
     return st;
 }
 
-un_status un_gen_enum_to_graph(un_ctx *ctx, const un_gen_enum *e, const un_gen_graph *g, const un_gen_geval *ev,
-                            const uint8_t *abstract, int n_abs, const uint8_t *outs, int n_out,
-                            un_graph **out, un_ref *refs) {
+un_status un_gen_enum_to_graph(un_ctx *ctx, const un_gen_enum *e, const un_gen_graph *g,
+                               const un_gen_geval *ev, const uint8_t *abstract, int n_abs,
+                               const uint8_t *outs, int n_out, un_graph **out, un_ref *refs) {
     *out = NULL;
     const un_gen_menu *m = e->m;
-    bool is_abs[UN_GEN_MAX_T] = {false}, need_t[UN_GEN_MAX_T] = {false}, need_op[UN_GEN_MAX_OPS] = {false};
+    bool is_abs[UN_GEN_MAX_T] = {false}, need_t[UN_GEN_MAX_T] = {false},
+         need_op[UN_GEN_MAX_OPS] = {false};
     for (int i = 0; i < n_abs; i++)
         is_abs[abstract[i]] = true;
     /* walk back from the outputs, stopping at abstracted tensors */

@@ -58,9 +58,9 @@ typedef struct un_gen_class {
     uint64_t vh;   /* value hash: shape, layout and value */
     uint32_t mask; /* menu inputs it depends on */
     uint32_t n_ops;
-    uint64_t key; /* structural key of the representative's tensor */
-    un_gen_graph g;  /* the representative (its last operator produces the tensor) */
-    uint8_t out;  /* which output of that operator */
+    uint64_t key;   /* structural key of the representative's tensor */
+    un_gen_graph g; /* the representative (its last operator produces the tensor) */
+    uint8_t out;    /* which output of that operator */
 } un_gen_class;
 
 typedef struct un_gen_params {
@@ -75,16 +75,16 @@ un_gen_params un_gen_params_default(void);
 
 typedef struct un_gen_enum_result {
     un_gen_rec *recs; /* owned; sorted by (fp, nf, graph); connected graphs with 1..UN_GEN_MAX_GOUTS
-                    * outputs, one per (fp, nf): the smallest */
+                       * outputs, one per (fp, nf): the smallest */
     int64_t n_recs;
     un_gen_class *classes; /* owned; sorted by (vh, mask), one per pair */
     int64_t n_classes;
-    int64_t n_graphs;                   /* distinct graphs enumerated */
+    int64_t n_graphs;                      /* distinct graphs enumerated */
     int64_t n_by_size[UN_GEN_MAX_OPS + 1]; /* ... by operator count */
-    int64_t n_dup;                      /* extensions cut: duplicate tensor */
-    int64_t n_ill;                      /* extensions rejected by shape/layout inference */
-    int64_t n_disconnected;             /* graphs not recorded: operators in >1 component */
-    int64_t n_cut;                      /* extensions cut: too many components to join */
+    int64_t n_dup;                         /* extensions cut: duplicate tensor */
+    int64_t n_ill;                         /* extensions rejected by shape/layout inference */
+    int64_t n_disconnected;                /* graphs not recorded: operators in >1 component */
+    int64_t n_cut;                         /* extensions cut: too many components to join */
     int64_t n_naming;  /* graphs not recorded: inputs not a prefix of their groups */
     int64_t n_same_nf; /* graphs not recorded: same value and normal form as a smaller one */
     int64_t n_roots, n_roots_done; /* top-level work items */
@@ -96,14 +96,16 @@ void un_gen_enum_result_deinit(un_gen_enum_result *r);
 
 typedef struct un_gen_enum un_gen_enum;
 
-/* Prepares the input values of every menu input. Owned: free with un_gen_enum_free. menu borrowed. */
+/* Prepares the input values of every menu input. Owned: free with un_gen_enum_free. menu borrowed.
+ */
 un_status un_gen_enum_new(un_ctx *ctx, const un_gen_menu *menu, uint64_t seed, un_gen_enum **out);
 void un_gen_enum_free(un_gen_enum *e);
 const un_gen_menu *un_gen_enum_menu(const un_gen_enum *e);
 
 /* Runs the enumeration (threads share the top-level work; the result does not depend on their
  * number). UN_ERR_NOMEM when a record array cannot grow. */
-un_status un_gen_enum_run(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p, un_gen_enum_result *out);
+un_status un_gen_enum_run(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p,
+                          un_gen_enum_result *out);
 
 /* ---- one graph at a time (for pairing and pruning) ---- */
 
@@ -128,16 +130,17 @@ typedef struct un_gen_geval {
 } un_gen_geval;
 
 /* Evaluates g (which must be well formed over e's menu). Free with un_gen_geval_deinit. */
-un_status un_gen_enum_eval(un_ctx *ctx, const un_gen_enum *e, const un_gen_graph *g, un_gen_geval *out);
+un_status un_gen_enum_eval(un_ctx *ctx, const un_gen_enum *e, const un_gen_graph *g,
+                           un_gen_geval *out);
 void un_gen_geval_deinit(un_gen_geval *ev);
 
 /* Builds g as a PCG over the spec. Inputs are named as in the menu; tensors listed in abstract[]
  * (n_abs of them) become fresh inputs named "_a<i>" of their shape, and operators that then reach
  * no output are left out. The graph outputs are set to outs[] (tensor indices, n_out), written
  * as node references to refs[]. Owned: free with un_graph_free. */
-un_status un_gen_enum_to_graph(un_ctx *ctx, const un_gen_enum *e, const un_gen_graph *g, const un_gen_geval *ev,
-                            const uint8_t *abstract, int n_abs, const uint8_t *outs, int n_out,
-                            un_graph **out, un_ref *refs);
+un_status un_gen_enum_to_graph(un_ctx *ctx, const un_gen_enum *e, const un_gen_graph *g,
+                               const un_gen_geval *ev, const uint8_t *abstract, int n_abs,
+                               const uint8_t *outs, int n_out, un_graph **out, un_ref *refs);
 
 /* One line: "relu(partition[dim=0,degree=2](x1))", outputs separated by "; ". */
 void un_gen_graph_str(const un_gen_enum *e, const un_gen_graph *g, un_buf *b);

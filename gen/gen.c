@@ -34,7 +34,8 @@ static un_status db_emit(void *user, un_ctx *ctx, const un_rule *r) {
         s->in_this_batch = 0;
     }
     bool inserted = false;
-    st = un_rulesdb_rule_insert(ctx, s->db, r, UN_RULE_CANDIDATE, NULL, &s->origin, NULL, &inserted);
+    st =
+        un_rulesdb_rule_insert(ctx, s->db, r, UN_RULE_CANDIDATE, NULL, &s->origin, NULL, &inserted);
     if (st != UN_OK)
         return st;
     s->sum->inserted += inserted;
@@ -48,7 +49,7 @@ static un_status db_emit(void *user, un_ctx *ctx, const un_rule *r) {
 }
 
 un_status un_gen_run(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p, const char *db_path,
-                  const char *args, un_gen_summary *out, un_gen_rules *rules_out) {
+                     const char *args, un_gen_summary *out, un_gen_rules *rules_out) {
     memset(out, 0, sizeof *out);
     if (rules_out)
         memset(rules_out, 0, sizeof *rules_out);

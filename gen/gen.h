@@ -29,6 +29,6 @@ typedef struct un_gen_summary {
  * database or the stage that failed. When rules_out is not NULL it receives the stats and the
  * kept rules' hashes (rules_out->rules stays NULL; un_gen_rules_deinit it). */
 un_status un_gen_run(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p, const char *db_path,
-                  const char *args, un_gen_summary *out, un_gen_rules *rules_out);
+                     const char *args, un_gen_summary *out, un_gen_rules *rules_out);
 
 #endif

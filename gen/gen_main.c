@@ -21,7 +21,8 @@ static const char *USAGE =
     "  --spec SPECS     the operator specs: a directory (SPECS/ops.json) or a file (alias --ops;\n"
     "                   default: $UNITY_SPECS, ./specs, else the installed share/unity/specs)\n"
     "  -o DB            the rule database to add candidates to (default rules.db; created)\n"
-    "  --menu FILE      a generation menu (default: menu.json beside the spec file); repeat it to run several\n"
+    "  --menu FILE      a generation menu (default: menu.json beside the spec file); repeat it to "
+    "run several\n"
     "                   menus one after the other into the same database\n"
     "  --max-ops N      operators per graph (default: the menu's max_ops, 3)\n"
     "  --seed S         random input values (default 1234); same seed, same rules\n"
@@ -77,10 +78,11 @@ static int parse_args(int argc, char **argv, opts *o) {
             continue;
         }
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        bool known = strcmp(a, "--spec") == 0 || strcmp(a, "--ops") == 0 || strcmp(a, "-o") == 0 || strcmp(a, "--menu") == 0 ||
-                     strcmp(a, "--max-ops") == 0 || strcmp(a, "--seed") == 0 ||
-                     strcmp(a, "--threads") == 0 || strcmp(a, "--shard") == 0 ||
-                     strcmp(a, "--time-limit") == 0 || strcmp(a, "--recall") == 0;
+        bool known = strcmp(a, "--spec") == 0 || strcmp(a, "--ops") == 0 || strcmp(a, "-o") == 0 ||
+                     strcmp(a, "--menu") == 0 || strcmp(a, "--max-ops") == 0 ||
+                     strcmp(a, "--seed") == 0 || strcmp(a, "--threads") == 0 ||
+                     strcmp(a, "--shard") == 0 || strcmp(a, "--time-limit") == 0 ||
+                     strcmp(a, "--recall") == 0;
         if (!known) {
             fprintf(stderr, "unity-gen: unknown argument '%s' (see --help)\n", a);
             return 2;
@@ -99,8 +101,7 @@ static int parse_args(int argc, char **argv, opts *o) {
             if (o->n_menus == MAX_MENUS)
                 return bad(a, v, "at most 16 menus in one run");
             o->menus[o->n_menus++] = v;
-        }
-        else if (strcmp(a, "--recall") == 0)
+        } else if (strcmp(a, "--recall") == 0)
             o->recall = v;
         else if (strcmp(a, "--max-ops") == 0) {
             if (!parse_long(v, 1, UN_GEN_MAX_OPS, &n))

@@ -246,7 +246,7 @@ done:
 }
 
 un_status un_gen_menu_parse(un_ctx *ctx, const un_spec *spec, const char *name, const char *text,
-                         size_t len, un_gen_menu **out) {
+                            size_t len, un_gen_menu **out) {
     *out = NULL;
     un_jdoc *doc = NULL;
     un_gen_menu *m = NULL;

@@ -51,7 +51,7 @@ typedef struct un_gen_menu {
     un_gen_input inputs[UN_GEN_MAX_INPUTS];
     int n_insts;
     un_gen_inst *insts; /* owned */
-    uint64_t hash;   /* content hash of the menu text, for provenance */
+    uint64_t hash;      /* content hash of the menu text, for provenance */
 } un_gen_menu;
 
 /* Reads and validates a menu against spec (borrowed, must outlive the menu). Errors: UN_ERR_IO
@@ -60,7 +60,7 @@ typedef struct un_gen_menu {
  * each "<file>: <JSON path>: <reason>". Owned: free with un_gen_menu_free. */
 un_status un_gen_menu_load(un_ctx *ctx, const un_spec *spec, const char *path, un_gen_menu **out);
 un_status un_gen_menu_parse(un_ctx *ctx, const un_spec *spec, const char *name, const char *text,
-                         size_t len, un_gen_menu **out);
+                            size_t len, un_gen_menu **out);
 void un_gen_menu_free(un_gen_menu *m);
 
 /* Indices of the inputs interchangeable with input i (same op kind, shape and layout) form one

@@ -43,7 +43,8 @@ void un_gen_stats_json(const un_gen_stats *s, un_buf *b) {
                   (long long)s->pairs, (long long)s->after_naming, (long long)s->after_super,
                   (long long)s->after_compose, (long long)s->after_rename, (long long)s->after_sub,
                   (long long)s->after_check, (long long)s->with_var, s->enum_seconds,
-                  s->pair_seconds, s->group_seconds, s->info_seconds, s->stopped ? "true" : "false");
+                  s->pair_seconds, s->group_seconds, s->info_seconds,
+                  s->stopped ? "true" : "false");
 }
 
 /* ---- a set of 64-bit hashes (open addressing; 0 is stored as a flag) ---- */
@@ -252,8 +253,8 @@ static const un_gen_class *class_find_value(const un_gen_enum_result *r, uint64_
 
 /* Number of tensors each operator of g adds, from a replay (the menu fixes output counts only
  * through inference, so the caller passes an evaluated graph). */
-static int append_graph(un_gen_graph *dst, int *n_t, const un_gen_graph *src, const un_gen_geval *ev,
-                        int n_inputs, int keep_out_t) {
+static int append_graph(un_gen_graph *dst, int *n_t, const un_gen_graph *src,
+                        const un_gen_geval *ev, int n_inputs, int keep_out_t) {
     (void)keep_out_t;
     /* src's tensors >= n_inputs shift to start at *n_t */
     int shift = *n_t - n_inputs;
@@ -430,9 +431,9 @@ static bool try_abstract(un_ctx *ctx, const un_gen_enum *e, hsink *known, const 
 
 /* Common subgraph: a tensor both sides compute identically (same structural key) abstracted into
  * a fresh input, or an output pair computed identically left out, gives a known rule. */
-static bool implied_by_subgraph(un_ctx *ctx, const un_gen_enum *e, hsink *known, const un_gen_graph *ga,
-                                const un_gen_geval *ea, const un_gen_graph *gb, const un_gen_geval *eb,
-                                int n_inputs) {
+static bool implied_by_subgraph(un_ctx *ctx, const un_gen_enum *e, hsink *known,
+                                const un_gen_graph *ga, const un_gen_geval *ea,
+                                const un_gen_graph *gb, const un_gen_geval *eb, int n_inputs) {
     for (int i = 0; i < ea->n_out; i++)
         if (ea->key[ea->out[i]] == eb->key[eb->out[i]]) {
             un_rule *r = NULL;
@@ -483,8 +484,9 @@ static bool implied_by_subgraph(un_ctx *ctx, const un_gen_enum *e, hsink *known,
 
 /* An instance of a kept rule with two inputs identified: some uses of input i, renamed to an
  * unused interchangeable input j, give an equal pair whose rule is known. */
-static bool implied_by_diagonal(un_ctx *ctx, const un_gen_enum *e, hsink *known, const un_gen_graph *ga,
-                                const un_gen_geval *ea, const un_gen_graph *gb, const un_gen_geval *eb) {
+static bool implied_by_diagonal(un_ctx *ctx, const un_gen_enum *e, hsink *known,
+                                const un_gen_graph *ga, const un_gen_geval *ea,
+                                const un_gen_graph *gb, const un_gen_geval *eb) {
     const un_gen_menu *m = un_gen_enum_menu(e);
     uint32_t used = ea->mask_all | eb->mask_all;
     for (int i = 0; i < m->n_inputs; i++) {
@@ -561,8 +563,8 @@ static void vecp_push(vecp *v, const void *x) {
 static int cmp_graph_size_q(const void *x, const void *y) { return cmp_graph_size(x, y); }
 
 static un_status pair_bucket(un_ctx *ctx, const un_gen_enum *e, const un_gen_enum_result *r,
-                             const un_gen_params *p, const un_gen_rec *recs, int64_t n, int32_t bucket,
-                             vecp *pairs, un_gen_stats *stats) {
+                             const un_gen_params *p, const un_gen_rec *recs, int64_t n,
+                             int32_t bucket, vecp *pairs, un_gen_stats *stats) {
     /* memory stays O(members) graphs plus one evaluation per group of equal values */
     un_gen_graph *g = un_xmalloc(sizeof(un_gen_graph) * (size_t)(n + 1));
     int64_t k = 0;
@@ -806,7 +808,7 @@ static void *group_work(void *arg) {
         if (g >= job->n_groups)
             break;
         (void)pair_bucket(ctx, job->e, job->r, job->p, &job->r->recs[job->groups[g][0]],
-                    job->groups[g][1], (int32_t)g, &w->pairs, &w->stats);
+                          job->groups[g][1], (int32_t)g, &w->pairs, &w->stats);
         un_ctx_clear(ctx);
         if (w->main && job->tty && now_s() - last > 0.5) {
             last = now_s();
@@ -821,8 +823,13 @@ static void *group_work(void *arg) {
 static void group_pairing(un_ctx *ctx, const un_gen_enum *e, const un_gen_enum_result *r,
                           const un_gen_params *p, const int64_t (*groups)[2], int64_t n_groups,
                           bool tty, vecp *pairs, un_gen_stats *stats) {
-    group_job job = {.parent = ctx, .e = e, .r = r, .p = p, .groups = groups,
-                     .n_groups = n_groups, .tty = tty ? ctx : NULL};
+    group_job job = {.parent = ctx,
+                     .e = e,
+                     .r = r,
+                     .p = p,
+                     .groups = groups,
+                     .n_groups = n_groups,
+                     .tty = tty ? ctx : NULL};
     atomic_store(&job.next, 0);
     int nt = p->threads < 1 ? 1 : p->threads > 256 ? 256 : p->threads;
     group_worker *w = un_xcalloc((size_t)nt, sizeof *w);
@@ -857,8 +864,8 @@ un_status un_gen_find(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p, un_ge
     return un_gen_find_stream(ctx, e, p, NULL, NULL, out);
 }
 
-un_status un_gen_find_stream(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p, un_gen_emit_fn emit,
-                          void *user, un_gen_rules *out) {
+un_status un_gen_find_stream(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p,
+                             un_gen_emit_fn emit, void *user, un_gen_rules *out) {
     memset(out, 0, sizeof *out);
     vecp kept_h = {.elem = sizeof(uint64_t)};
     int64_t n_kept = 0;
@@ -963,7 +970,7 @@ un_status un_gen_find_stream(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p
             last = now_s();
             double rate = (double)i / (last - t0 + 1e-9);
             un_ctx_progress(ctx, "unity-gen: pruning: %lld/%lld pairs, %lld rules, %.0f pairs/s",
-                    (long long)i, (long long)pairs.n, (long long)n_kept, rate);
+                            (long long)i, (long long)pairs.n, (long long)n_kept, rate);
         }
         const pair_info *pi = &info[i - job.begin];
         if (!pi->evaluated) {
@@ -1084,8 +1091,8 @@ un_status un_gen_find_stream(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p
     return UN_OK;
 }
 
-bool un_gen_pair_explain(un_ctx *ctx, const un_gen_enum *e, const un_gen_rules *rs, const un_gen_graph *a,
-                      const un_gen_graph *b, char *why, size_t n) {
+bool un_gen_pair_explain(un_ctx *ctx, const un_gen_enum *e, const un_gen_rules *rs,
+                         const un_gen_graph *a, const un_gen_graph *b, char *why, size_t n) {
     const un_gen_menu *m = un_gen_enum_menu(e);
     un_gen_enum_result r;
     memset(&r, 0, sizeof r);

@@ -47,8 +47,8 @@ typedef struct un_gen_stats {
     double enum_seconds, pair_seconds;
     double group_seconds, info_seconds; /* of pair_seconds: pairing the groups; the workers'
                                          * per-pair facts (the rest: the in-order decisions) */
-    bool stopped;                  /* enumeration cut short by the time limit */
-    int64_t work_done, work_total; /* top-level work items of the enumeration */
+    bool stopped;                       /* enumeration cut short by the time limit */
+    int64_t work_done, work_total;      /* top-level work items of the enumeration */
 } un_gen_stats;
 
 typedef struct un_gen_rules {
@@ -72,8 +72,8 @@ un_status un_gen_find(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p, un_ge
  * keeping it: memory then holds no rules (at N=4 they would not fit). An error from emit stops
  * the run and is returned. */
 typedef un_status (*un_gen_emit_fn)(void *user, un_ctx *ctx, const un_rule *r);
-un_status un_gen_find_stream(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p, un_gen_emit_fn emit,
-                          void *user, un_gen_rules *out);
+un_status un_gen_find_stream(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p,
+                             un_gen_emit_fn emit, void *user, un_gen_rules *out);
 void un_gen_rules_deinit(un_gen_rules *rs);
 
 /* The direction stored for a pair: of A => B and B => A, the one with the smaller canonical hash.
@@ -87,8 +87,8 @@ un_status un_gen_rule_add_degree_var(un_ctx *ctx, un_rule *r);
 /* Why the equality a <=> b (compact graphs over e's menu, equal values) follows from the rules
  * found: writes the reason (one of the pruning stages) into why and returns true; false when it
  * does not follow in one of those ways. */
-bool un_gen_pair_explain(un_ctx *ctx, const un_gen_enum *e, const un_gen_rules *rs, const un_gen_graph *a,
-                      const un_gen_graph *b, char *why, size_t n);
+bool un_gen_pair_explain(un_ctx *ctx, const un_gen_enum *e, const un_gen_rules *rs,
+                         const un_gen_graph *a, const un_gen_graph *b, char *why, size_t n);
 
 /* Writes the stats as a JSON object (for the run row and --json). */
 void un_gen_stats_json(const un_gen_stats *s, un_buf *b);

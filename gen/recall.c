@@ -8,8 +8,8 @@
 #include "rulesdb/flexflow.h"
 
 const char *un_gen_recall_kind_name(un_gen_recall_kind k) {
-    static const char *const names[UN_GEN_RECALL_COUNT] = {"found",   "rejected", "wrong", "off-menu",
-                                                        "too-big", "implied",  "missed"};
+    static const char *const names[UN_GEN_RECALL_COUNT] = {
+        "found", "rejected", "wrong", "off-menu", "too-big", "implied", "missed"};
     return (unsigned)k < UN_GEN_RECALL_COUNT ? names[k] : "?";
 }
 
@@ -191,7 +191,7 @@ static bool to_compact(const un_gen_menu *m, const un_rule *r, un_gen_graph *ga,
 }
 
 un_status un_gen_recall_run(un_ctx *ctx, const un_gen_enum *e, int max_ops, const un_gen_rules *rs,
-                         const char *path, un_gen_recall *out, un_buf *report) {
+                            const char *path, un_gen_recall *out, un_buf *report) {
     memset(out, 0, sizeof *out);
     const un_gen_menu *menu = un_gen_enum_menu(e);
     int64_t n = rs->n;

@@ -40,7 +40,7 @@ typedef struct un_gen_recall {
 /* Compares the published file at path with the rules rs found over e's menu with max_ops. report
  * receives one line per rule not found: "name: category: reason". */
 un_status un_gen_recall_run(un_ctx *ctx, const un_gen_enum *e, int max_ops, const un_gen_rules *rs,
-                         const char *path, un_gen_recall *out, un_buf *report);
+                            const char *path, un_gen_recall *out, un_buf *report);
 
 const char *un_gen_recall_kind_name(un_gen_recall_kind k); /* static */
 

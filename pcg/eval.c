@@ -39,7 +39,8 @@ void un_ptensor_deinit(un_ptensor *t) {
 }
 
 un_val *un_ptensor_piece(const un_ptensor *t, const int32_t *block, int32_t sum, int32_t copy) {
-    return t->data + un_shape_piece_index(&t->shape, block, sum, copy) * un_shape_piece_numel(&t->shape);
+    return t->data +
+           un_shape_piece_index(&t->shape, block, sum, copy) * un_shape_piece_numel(&t->shape);
 }
 
 /* Visits every piece: block indices, sum and copy index. */

@@ -114,9 +114,8 @@ typedef un_status (*un_graph_copy_fn)(un_ctx *ctx, void *user, const un_graph *g
  * dropped is UN_ERR_INVALID. On success *out is owned (un_graph_free) and *map_out (may be NULL)
  * receives the map (owned, free()); on failure both are NULL. This is the one copy loop that
  * strategies (runtime/strategy.c) and rewrites (search/apply.c) share. */
-un_status un_graph_copy_remap(un_ctx *ctx, const un_graph *g, const int32_t *order,
-                              int32_t n_order, un_graph_copy_fn fn, void *user, un_graph **out,
-                              un_ref **map_out);
+un_status un_graph_copy_remap(un_ctx *ctx, const un_graph *g, const int32_t *order, int32_t n_order,
+                              un_graph_copy_fn fn, void *user, un_graph **out, un_ref **map_out);
 /* The default step of un_graph_copy_remap: adds node id of g to ng with its inputs through map
  * (each must be set), params (NULL: the node's own), its name and machine view, and sets map for
  * its outputs. Writes the new id to *nid (may be NULL). */

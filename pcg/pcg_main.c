@@ -72,9 +72,10 @@ static int parse_args(int argc, char **argv, opts *o) {
             fputs(un_cli_help_footer(), stdout);
             return -1;
         }
-        static const char *const with_value[] = {"--spec",   "--ops",    "--domain", "--strategy",
-                                                 "--seed",   "--degree", "--batch",  "--in",
-                                                 "--hidden", "--out",    "--iters",  "--input-shape", "--input", "--output"};
+        static const char *const with_value[] = {
+            "--spec",   "--ops",         "--domain", "--strategy", "--seed",
+            "--degree", "--batch",       "--in",     "--hidden",   "--out",
+            "--iters",  "--input-shape", "--input",  "--output"};
         bool known = false;
         for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
             known |= strcmp(a, with_value[k]) == 0;

@@ -137,9 +137,9 @@ un_status un_rule_instantiate(un_ctx *ctx, const un_rule *r, const int64_t *valu
 
 /* A variable is a dim variable when it binds a size: an item of an input's "shape" or of a
  * regular op's list parameter (split's sizes, reshape's shape), e.g. n1 and n2 in
- *   linear(x0, w0), linear(x0, w1) => split[axis=2,sizes=[n1,n2]](linear(x0, concat[axis=1](w0, w1)))
- * with n1 bound to dim 1 of w0 (on both sides) and sizes[0], n2 to dim 1 of w1 and sizes[1]. The
- * matcher binds it from the matched tensors' dims and parameters (one value per symbol), and
+ *   linear(x0, w0), linear(x0, w1) => split[axis=2,sizes=[n1,n2]](linear(x0, concat[axis=1](w0,
+ * w1))) with n1 bound to dim 1 of w0 (on both sides) and sizes[0], n2 to dim 1 of w1 and sizes[1].
+ * The matcher binds it from the matched tensors' dims and parameters (one value per symbol), and
  * un_rule_instantiate builds both sides at its value (from in_shapes when given). It stays in a
  * rule only when the rule is proven for any input size (any_shape) with it. */
 bool un_rule_var_is_dim(const un_rule *r, int a);

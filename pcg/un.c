@@ -80,7 +80,8 @@ un_ctx *un_ctx_new(const un_ctx_params *params) {
 un_ctx *un_ctx_new_child(const un_ctx *parent) {
     if (!parent)
         return un_ctx_new(NULL);
-    un_ctx_params p = {.alloc = parent->alloc, .seed = parent->seed, .log_level = parent->log_level};
+    un_ctx_params p = {
+        .alloc = parent->alloc, .seed = parent->seed, .log_level = parent->log_level};
     un_ctx *ctx = un_ctx_new(&p);
     ctx->progress = parent->progress;
     ctx->progress_user = parent->progress_user;

@@ -160,8 +160,8 @@ static bool parse_op(un_flexflow_rule *fr, ff_ir *ir, int side, int idx, const u
             return reject(fr, UN_FLEXFLOW_REJECT_UNKNOWN_PARAM, "%s[%d]: %s takes no parameter %s",
                           sname, idx, op->type, un_jcur_str(&key));
         if (op->has[pm])
-            return reject(fr, UN_FLEXFLOW_REJECT_MALFORMED, "%s[%d] (%s): %s given twice", sname, idx,
-                          op->type, pm_names[pm]);
+            return reject(fr, UN_FLEXFLOW_REJECT_MALFORMED, "%s[%d] (%s): %s given twice", sname,
+                          idx, op->type, pm_names[pm]);
         op->has[pm] = true;
         op->pm[pm] = v;
     }
@@ -208,8 +208,8 @@ static bool parse_op(un_flexflow_rule *fr, ff_ir *ir, int side, int idx, const u
                       "inputs",
                       sname, idx, (long long)op->pm[PM_NUM_INPUTS], op->n_in);
     if (op->n_in != want)
-        return reject(fr, UN_FLEXFLOW_REJECT_ARITY, "%s[%d]: %s takes %d input%s, not %d", sname, idx,
-                      op->type, want, want == 1 ? "" : "s", op->n_in);
+        return reject(fr, UN_FLEXFLOW_REJECT_ARITY, "%s[%d]: %s takes %d input%s, not %d", sname,
+                      idx, op->type, want, want == 1 ? "" : "s", op->n_in);
     for (int i = 0; i < op->n_in; i++) {
         un_jcur tc = un_jcur_item(&in, i);
         int64_t oid, ts;
@@ -218,8 +218,9 @@ static bool parse_op(un_flexflow_rule *fr, ff_ir *ir, int side, int idx, const u
                           "%s[%d]: input %d needs integer \"opId\" and \"tsId\"", sname, idx, i);
         if (oid < 0) {
             if (ts != 0 || oid < -1000)
-                return reject(fr, UN_FLEXFLOW_REJECT_BAD_REF, "%s[%d]: input %d: rule input %lld:%lld",
-                              sname, idx, i, (long long)oid, (long long)ts);
+                return reject(fr, UN_FLEXFLOW_REJECT_BAD_REF,
+                              "%s[%d]: input %d: rule input %lld:%lld", sname, idx, i,
+                              (long long)oid, (long long)ts);
             int ii = input_index(ir, (int)oid);
             if (ii < 0) {
                 if (ir->n_inputs == FF_MAX_INS)
@@ -248,9 +249,11 @@ static bool parse_rule(un_flexflow_rule *fr, ff_ir *ir, const un_jcur *rc) {
     for (int side = 0; side < 2; side++) {
         un_jcur ops = un_jcur_member(rc, side ? "dstOp" : "srcOp");
         if (un_jcur_type(&ops) != UN_JSON_ARRAY || un_jcur_len(&ops) == 0)
-            return reject(fr, UN_FLEXFLOW_REJECT_MALFORMED, "no \"%s\" ops", side ? "dstOp" : "srcOp");
+            return reject(fr, UN_FLEXFLOW_REJECT_MALFORMED, "no \"%s\" ops",
+                          side ? "dstOp" : "srcOp");
         if (un_jcur_len(&ops) > FF_MAX_OPS)
-            return reject(fr, UN_FLEXFLOW_REJECT_MALFORMED, "more than %d ops on a side", FF_MAX_OPS);
+            return reject(fr, UN_FLEXFLOW_REJECT_MALFORMED, "more than %d ops on a side",
+                          FF_MAX_OPS);
         ir->n_ops[side] = un_jcur_len(&ops);
         for (int i = 0; i < ir->n_ops[side]; i++) {
             un_jcur o = un_jcur_item(&ops, i);
@@ -275,8 +278,8 @@ static bool parse_rule(un_flexflow_rule *fr, ff_ir *ir, const un_jcur *rc) {
         static const char *const keys[4] = {"srcOpId", "srcTsId", "dstOpId", "dstTsId"};
         for (int j = 0; j < 4; j++)
             if (!get_int(&m, keys[j], &v[j]))
-                return reject(fr, UN_FLEXFLOW_REJECT_MALFORMED, "mappedOutput[%d]: no integer %s", i,
-                              keys[j]);
+                return reject(fr, UN_FLEXFLOW_REJECT_MALFORMED, "mappedOutput[%d]: no integer %s",
+                              i, keys[j]);
         for (int side = 0; side < 2; side++) {
             int64_t op = v[2 * side], ts = v[2 * side + 1];
             if (op < 0 || op >= ir->n_ops[side] || ts < 0 || ts >= ir->ops[side][op].n_out)
@@ -789,7 +792,7 @@ done:
 }
 
 un_status un_flexflow_parse(un_ctx *ctx, const un_spec *spec, const char *name, const char *text,
-                         size_t len, un_flexflow_rule **out, int *n) {
+                            size_t len, un_flexflow_rule **out, int *n) {
     *out = NULL;
     *n = 0;
     un_jdoc *doc = NULL;
@@ -821,8 +824,8 @@ un_status un_flexflow_parse(un_ctx *ctx, const un_spec *spec, const char *name, 
     return UN_OK;
 }
 
-un_status un_flexflow_load(un_ctx *ctx, const un_spec *spec, const char *path, un_flexflow_rule **out,
-                        int *n) {
+un_status un_flexflow_load(un_ctx *ctx, const un_spec *spec, const char *path,
+                           un_flexflow_rule **out, int *n) {
     *out = NULL;
     *n = 0;
     char *text = NULL;
@@ -842,8 +845,8 @@ void un_flexflow_rules_free(un_flexflow_rule *rules, int n) {
     free(rules);
 }
 
-un_status un_flexflow_import(un_ctx *ctx, un_rulesdb *db, const char *path, un_flexflow_import_stats *stats,
-                          un_buf *report) {
+un_status un_flexflow_import(un_ctx *ctx, un_rulesdb *db, const char *path,
+                             un_flexflow_import_stats *stats, un_buf *report) {
     memset(stats, 0, sizeof *stats);
     un_flexflow_rule *rs = NULL;
     int n = 0;
@@ -857,7 +860,8 @@ un_status un_flexflow_import(un_ctx *ctx, un_rulesdb *db, const char *path, un_f
         bool ins = false;
         s.parsed++;
         if (rs[i].rule) {
-            st = un_rulesdb_rule_insert(ctx, db, rs[i].rule, UN_RULE_CANDIDATE, NULL, &o, NULL, &ins);
+            st = un_rulesdb_rule_insert(ctx, db, rs[i].rule, UN_RULE_CANDIDATE, NULL, &o, NULL,
+                                        &ins);
             s.imported += ins;
             s.duplicates += !ins;
         } else {
@@ -1070,7 +1074,7 @@ un_status un_flexflow_rule_to_json(un_ctx *ctx, const un_rule *r, const char *na
 }
 
 un_status un_flexflow_export(un_ctx *ctx, const un_rule *const *rules, const char *const *names,
-                          int64_t n, un_buf *out, int64_t *n_skipped, un_buf *report) {
+                             int64_t n, un_buf *out, int64_t *n_skipped, un_buf *report) {
     int64_t skipped = 0, written = 0;
     un_buf_printf(out, "{\n  \"_t\": \"RuleCollection\",\n  \"rule\": [");
     for (int64_t i = 0; i < n; i++) {

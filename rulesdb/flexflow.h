@@ -7,10 +7,11 @@
  * sigmoid, 2 relu, 3 tanh); replicate and reduce become copy and sum degrees.
  *
  *   un_flexflow_rule *rs; int n;
- *   st = un_flexflow_load(ctx, spec, "graph_subst_3_v2.json", &rs, &n);   // one per rule in the file
- *   for (int i = 0; i < n; i++) rs[i].rule ? use(rs[i].rule) : report(rs[i].name, rs[i].reason);
+ *   st = un_flexflow_load(ctx, spec, "graph_subst_3_v2.json", &rs, &n);   // one per rule in the
+ * file for (int i = 0; i < n; i++) rs[i].rule ? use(rs[i].rule) : report(rs[i].name, rs[i].reason);
  *   un_flexflow_rules_free(rs, n);
- *   st = un_flexflow_import(ctx, db, path, &stats);                       // the same, into a rulesdb
+ *   st = un_flexflow_import(ctx, db, path, &stats);                       // the same, into a
+ * rulesdb
  */
 #ifndef UN_FLEXFLOW_H
 #define UN_FLEXFLOW_H
@@ -18,7 +19,7 @@
 #include "rulesdb/rulesdb.h"
 
 /* Why a rule was rejected (a closed set, counted by import). */
-#define UN_FLEXFLOW_REJECT_LIST(X)                                                                    \
+#define UN_FLEXFLOW_REJECT_LIST(X)                                                                 \
     X(MALFORMED, "malformed rule")                                                                 \
     X(UNKNOWN_OP, "unknown operator")                                                              \
     X(UNKNOWN_PARAM, "unknown or missing parameter")                                               \
@@ -41,34 +42,34 @@ const char *un_flexflow_reject_name(un_flexflow_reject r); /* static */
 
 /* One rule of a FlexFlow file, converted. */
 typedef struct un_flexflow_rule {
-    char name[64];        /* the rule's "name" (or "rule[i]" when it has none) */
-    un_rule *rule;        /* owned; NULL when rejected */
+    char name[64];           /* the rule's "name" (or "rule[i]" when it has none) */
+    un_rule *rule;           /* owned; NULL when rejected */
     un_flexflow_reject kind; /* when rejected */
-    char reason[256];     /* when rejected: the specific reason */
+    char reason[256];        /* when rejected: the specific reason */
 } un_flexflow_rule;
 
 /* Reads a RuleCollection and converts every rule. A file that is not JSON, or has no "rule"
  * array, is an error naming the file (nothing is returned); a malformed rule is returned
  * rejected with its reason. Owned: un_flexflow_rules_free. */
-un_status un_flexflow_load(un_ctx *ctx, const un_spec *spec, const char *path, un_flexflow_rule **out,
-                        int *n);
+un_status un_flexflow_load(un_ctx *ctx, const un_spec *spec, const char *path,
+                           un_flexflow_rule **out, int *n);
 un_status un_flexflow_parse(un_ctx *ctx, const un_spec *spec, const char *name, const char *text,
-                         size_t len, un_flexflow_rule **out, int *n);
+                            size_t len, un_flexflow_rule **out, int *n);
 void un_flexflow_rules_free(un_flexflow_rule *rules, int n);
 
 typedef struct un_flexflow_import_stats {
-    int64_t parsed;                           /* rules in the file */
-    int64_t imported;                         /* new candidates */
-    int64_t duplicates;                       /* already in the database (or twice in the file) */
-    int64_t rejected;                         /* stored as REJECTED */
+    int64_t parsed;     /* rules in the file */
+    int64_t imported;   /* new candidates */
+    int64_t duplicates; /* already in the database (or twice in the file) */
+    int64_t rejected;   /* stored as REJECTED */
     int64_t by_reason[UN_FLEXFLOW_REJECT_COUNT]; /* rejected, per reason */
 } un_flexflow_import_stats;
 
 /* Loads path and stores every rule in db in one batch (all or nothing): candidates with origin
  * ("imported", path, name), rejected ones with their reason. report (may be NULL) receives one
  * line per rejected rule: "name: reason". */
-un_status un_flexflow_import(un_ctx *ctx, un_rulesdb *db, const char *path, un_flexflow_import_stats *stats,
-                          un_buf *report);
+un_status un_flexflow_import(un_ctx *ctx, un_rulesdb *db, const char *path,
+                             un_flexflow_import_stats *stats, un_buf *report);
 
 /* Appends one rule in FlexFlow's format (a "Rule" object) to out. A rule the format cannot express
  * (another operator, a linear with a bias or a gelu, an uneven split, ranks other than 2 without a
@@ -79,6 +80,6 @@ un_status un_flexflow_rule_to_json(un_ctx *ctx, const un_rule *r, const char *na
  * "rule_<i>"). Rules the format cannot express are skipped and counted in *n_skipped, with one
  * line each in report (may be NULL). */
 un_status un_flexflow_export(un_ctx *ctx, const un_rule *const *rules, const char *const *names,
-                          int64_t n, un_buf *out, int64_t *n_skipped, un_buf *report);
+                             int64_t n, un_buf *out, int64_t *n_skipped, un_buf *report);
 
 #endif

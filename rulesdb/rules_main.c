@@ -491,7 +491,7 @@ static int cmd_export(un_ctx *ctx, const un_spec *spec, const opts *o) {
     }
     if (st == UN_OK && flexflow)
         st = un_flexflow_export(ctx, (const un_rule *const *)rules, (const char *const *)names, m,
-                             &out, &skipped, &rep);
+                                &out, &skipped, &rep);
     else if (st == UN_OK)
         un_buf_printf(&out, "\n]}\n");
     if (st == UN_OK) {
@@ -674,9 +674,7 @@ static int cmd_bench(un_ctx *ctx, const un_spec *spec, const opts *o) {
         return UN_EXIT_INPUT;
     }
     char path[64];
-    snprintf(path, sizeof path, "%s/unity-rules-bench-%ld.db",
-             un_tmp_dir(40),
-             (long)getpid());
+    snprintf(path, sizeof path, "%s/unity-rules-bench-%ld.db", un_tmp_dir(40), (long)getpid());
     static const char *const suffix[4] = {"", "-wal", "-shm", "-journal"};
     for (int i = 0; i < 4; i++)
         snprintf(bench_files[i], sizeof bench_files[i], "%s%s", path, suffix[i]);
@@ -718,7 +716,7 @@ static int cmd_bench(un_ctx *ctx, const un_spec *spec, const opts *o) {
         for (int64_t j = 0; st == UN_OK && j < m; j++) {
             bool ins = false;
             st = un_rulesdb_rule_insert(ctx, db, rs[j], UN_RULE_CANDIDATE, NULL,
-                                     &(un_rulesdb_origin){.kind = "generated"}, NULL, &ins);
+                                        &(un_rulesdb_origin){.kind = "generated"}, NULL, &ins);
             inserted += ins;
         }
         if (st == UN_OK)

@@ -94,14 +94,15 @@ static const char *const un_rulesdb_migrations[] = {
                  "  expires REAL NOT NULL);"   /* unix time; an expired claim is free again */
                  "PRAGMA user_version = 3;",
 };
-#define UN_RULESDB_SCHEMA_VERSION ((int)(sizeof un_rulesdb_migrations / sizeof un_rulesdb_migrations[0]))
+#define UN_RULESDB_SCHEMA_VERSION                                                                  \
+    ((int)(sizeof un_rulesdb_migrations / sizeof un_rulesdb_migrations[0]))
 
 #define ROW_COLS                                                                                   \
     "id, hash, body, body_sum, status, detail, proof_ms, axioms, gen_spec, verify_spec, "          \
     "origin_kind, origin_file, origin_name, n_src, n_dst, ops, run"
 
 /* Every statement a handle uses, prepared once at open. */
-#define UN_RULESDB_STMTS(X)                                                                           \
+#define UN_RULESDB_STMTS(X)                                                                        \
     X(BEGIN, "BEGIN IMMEDIATE")                                                                    \
     X(COMMIT, "COMMIT")                                                                            \
     X(ROLLBACK, "ROLLBACK")                                                                        \
@@ -459,7 +460,7 @@ static un_status spec_register(un_ctx *ctx, un_rulesdb *db, bool busy_ok) {
 }
 
 un_status un_rulesdb_open(un_ctx *ctx, const char *path, const un_spec *spec, int flags,
-                       un_rulesdb **out) {
+                          un_rulesdb **out) {
     *out = NULL;
     if (!path || !*path)
         return un_ctx_error(ctx, UN_ERR_INVALID, "rule database: empty path");
@@ -486,9 +487,9 @@ un_status un_rulesdb_open(un_ctx *ctx, const char *path, const un_spec *spec, in
             goto done;
         }
     }
-    int oflags = db->readonly
-                     ? SQLITE_OPEN_READONLY
-                     : SQLITE_OPEN_READWRITE | ((flags & UN_RULESDB_CREATE) ? SQLITE_OPEN_CREATE : 0);
+    int oflags = db->readonly ? SQLITE_OPEN_READONLY
+                              : SQLITE_OPEN_READWRITE |
+                                    ((flags & UN_RULESDB_CREATE) ? SQLITE_OPEN_CREATE : 0);
     int rc = sqlite3_open_v2(path, &db->h, oflags, NULL);
     if (rc != SQLITE_OK) {
         st = db_fail(ctx, db, rc == SQLITE_NOMEM ? rc : SQLITE_CANTOPEN, "opening");
@@ -516,8 +517,8 @@ un_status un_rulesdb_open(un_ctx *ctx, const char *path, const un_spec *spec, in
     }
     st = exec_script(ctx, db, "PRAGMA foreign_keys = ON", "enabling foreign keys");
     for (int i = 0; st == UN_OK && i < STMT_COUNT; i++) {
-        rc = sqlite3_prepare_v3(db->h, un_rulesdb_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &db->stmt[i],
-                                NULL);
+        rc = sqlite3_prepare_v3(db->h, un_rulesdb_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
+                                &db->stmt[i], NULL);
         if (rc != SQLITE_OK)
             st = db_fail(ctx, db, rc, "preparing statements");
     }
@@ -617,7 +618,7 @@ void un_rulesdb_rollback(un_rulesdb *db) {
  */
 
 un_status un_rulesdb_run_begin(un_ctx *ctx, un_rulesdb *db, const char *tool, const char *args,
-                            int64_t *run_id) {
+                               int64_t *run_id) {
     *run_id = 0;
     un_status st0 = spec_register(ctx, db, false);
     if (st0 != UN_OK)
@@ -791,9 +792,9 @@ static un_status insert_raw(un_ctx *ctx, un_rulesdb *db, const raw_rule *rr, int
     return db_fail(ctx, db, rc, "looking up a rule");
 }
 
-un_status un_rulesdb_rule_insert(un_ctx *ctx, un_rulesdb *db, const un_rule *r, un_rule_status status,
-                              const char *detail, const un_rulesdb_origin *origin, int32_t *id,
-                              bool *inserted) {
+un_status un_rulesdb_rule_insert(un_ctx *ctx, un_rulesdb *db, const un_rule *r,
+                                 un_rule_status status, const char *detail,
+                                 const un_rulesdb_origin *origin, int32_t *id, bool *inserted) {
     int32_t id_ = 0;
     bool ins_ = false;
     if (id)
@@ -897,8 +898,8 @@ static bool status_parse(sqlite3_stmt *s, un_rule_status *out) {
 
 /* Fills a row from the current result of a ROW_COLS statement. parse: also parse and check the
  * body. body (may be NULL) receives a copy of the stored text. */
-static un_status row_read(un_ctx *ctx, un_rulesdb *db, sqlite3_stmt *s, bool parse, un_rulesdb_row **out,
-                          char **body) {
+static un_status row_read(un_ctx *ctx, un_rulesdb *db, sqlite3_stmt *s, bool parse,
+                          un_rulesdb_row **out, char **body) {
     *out = NULL;
     if (body)
         *body = NULL;
@@ -950,7 +951,8 @@ static un_status row_read(un_ctx *ctx, un_rulesdb *db, sqlite3_stmt *s, bool par
     return UN_OK;
 }
 
-static un_status rule_read(un_ctx *ctx, un_rulesdb *db, int32_t id, bool parse, un_rulesdb_row **out) {
+static un_status rule_read(un_ctx *ctx, un_rulesdb *db, int32_t id, bool parse,
+                           un_rulesdb_row **out) {
     *out = NULL;
     sqlite3_stmt *s = stmt_get(db, STMT_RULE_GET);
     sqlite3_bind_int64(s, 1, id);
@@ -974,10 +976,12 @@ un_status un_rulesdb_rule_meta(un_ctx *ctx, un_rulesdb *db, int32_t id, un_rules
     return rule_read(ctx, db, id, false, out);
 }
 
-un_rulesdb_filter un_rulesdb_filter_default(void) { return (un_rulesdb_filter){.status = -1, .op = -1}; }
+un_rulesdb_filter un_rulesdb_filter_default(void) {
+    return (un_rulesdb_filter){.status = -1, .op = -1};
+}
 
-un_status un_rulesdb_rule_ids(un_ctx *ctx, un_rulesdb *db, const un_rulesdb_filter *f, int32_t **ids,
-                           int64_t *n) {
+un_status un_rulesdb_rule_ids(un_ctx *ctx, un_rulesdb *db, const un_rulesdb_filter *f,
+                              int32_t **ids, int64_t *n) {
     *ids = NULL;
     *n = 0;
     un_rulesdb_filter d = un_rulesdb_filter_default();
@@ -1080,7 +1084,8 @@ static un_status stored_hash(un_ctx *ctx, un_rulesdb *db, int32_t id, uint64_t *
     return st;
 }
 
-un_status un_rulesdb_rule_set_verdict(un_ctx *ctx, un_rulesdb *db, int32_t id, const un_rulesdb_verdict *v) {
+un_status un_rulesdb_rule_set_verdict(un_ctx *ctx, un_rulesdb *db, int32_t id,
+                                      const un_rulesdb_verdict *v) {
     if (v->status != UN_RULE_VERIFIED && v->status != UN_RULE_REFUTED &&
         v->status != UN_RULE_UNKNOWN)
         return un_ctx_error(ctx, UN_ERR_INVALID,
@@ -1150,8 +1155,9 @@ un_status un_rulesdb_check_sums(un_ctx *ctx, un_rulesdb *db) {
 /* ---- work claims ------------------------------------------------------------------------------
  */
 
-un_status un_rulesdb_claim(un_ctx *ctx, un_rulesdb *db, const un_rulesdb_filter *f, const char *owner,
-                        double lease_s, int max, int32_t *ids, int *n, int64_t *others) {
+un_status un_rulesdb_claim(un_ctx *ctx, un_rulesdb *db, const un_rulesdb_filter *f,
+                           const char *owner, double lease_s, int max, int32_t *ids, int *n,
+                           int64_t *others) {
     *n = 0;
     if (others)
         *others = 0;
@@ -1222,7 +1228,7 @@ un_status un_rulesdb_claim_release(un_ctx *ctx, un_rulesdb *db, const char *owne
 }
 
 un_status un_rulesdb_load_verified(un_ctx *ctx, un_rulesdb *db, un_rule ***rules, int64_t *n,
-                                int64_t *n_stale) {
+                                   int64_t *n_stale) {
     return un_rulesdb_load_verified_ids(ctx, db, rules, NULL, n, n_stale);
 }
 
@@ -1246,7 +1252,7 @@ static un_status load_all_take(void *user, int32_t id, uint64_t hash, un_rule *r
 }
 
 un_status un_rulesdb_load_verified_ids(un_ctx *ctx, un_rulesdb *db, un_rule ***rules, int32_t **ids,
-                                    int64_t *n, int64_t *n_stale) {
+                                       int64_t *n, int64_t *n_stale) {
     *rules = NULL;
     if (ids)
         *ids = NULL;
@@ -1361,7 +1367,7 @@ static un_status each_parse_take(void *user, int32_t id, uint64_t hash, const ch
 }
 
 un_status un_rulesdb_verified_each(un_ctx *ctx, un_rulesdb *db, un_rulesdb_skip_fn skip,
-                                un_rulesdb_take_fn take, void *user, int64_t *n_stale) {
+                                   un_rulesdb_take_fn take, void *user, int64_t *n_stale) {
     each_parse e = {ctx, db, skip, take, user};
     if (n_stale)
         *n_stale = 0;
@@ -1419,7 +1425,7 @@ static void copy_str(char *dst, size_t n, const unsigned char *src) {
 }
 
 un_status un_rulesdb_cost_get(un_ctx *ctx, un_rulesdb *db, const char *op_sig, const char *shape,
-                           const char *device, un_rulesdb_cost *out, bool *found) {
+                              const char *device, un_rulesdb_cost *out, bool *found) {
     memset(out, 0, sizeof *out);
     *found = false;
     sqlite3_stmt *s = stmt_get(db, STMT_COST_GET);
@@ -1668,7 +1674,8 @@ static int verdict_rank(un_rule_status s, uint64_t spec, uint64_t cur) {
     }
 }
 
-static un_status merge_rows(un_ctx *ctx, un_rulesdb *db, un_rulesdb *src, un_rulesdb_merge_stats *ms) {
+static un_status merge_rows(un_ctx *ctx, un_rulesdb *db, un_rulesdb *src,
+                            un_rulesdb_merge_stats *ms) {
     int32_t *ids = NULL;
     int64_t n = 0;
     un_status st = un_rulesdb_rule_ids(ctx, src, NULL, &ids, &n);
@@ -1753,7 +1760,8 @@ static un_status merge_rows(un_ctx *ctx, un_rulesdb *db, un_rulesdb *src, un_rul
     return st;
 }
 
-un_status un_rulesdb_merge_ex(un_ctx *ctx, un_rulesdb *db, un_rulesdb *src, un_rulesdb_merge_stats *stats) {
+un_status un_rulesdb_merge_ex(un_ctx *ctx, un_rulesdb *db, un_rulesdb *src,
+                              un_rulesdb_merge_stats *stats) {
     un_rulesdb_merge_stats ms = {0};
     *stats = ms;
     if (db == src)
@@ -1771,7 +1779,7 @@ un_status un_rulesdb_merge_ex(un_ctx *ctx, un_rulesdb *db, un_rulesdb *src, un_r
 }
 
 un_status un_rulesdb_merge(un_ctx *ctx, un_rulesdb *db, un_rulesdb *src, int64_t *n_added,
-                        int64_t *n_updated) {
+                           int64_t *n_updated) {
     un_rulesdb_merge_stats ms;
     un_status st = un_rulesdb_merge_ex(ctx, db, src, &ms);
     if (n_added)

@@ -9,11 +9,9 @@
  *   st = un_rulesdb_open(ctx, "rules.db", spec, UN_RULESDB_CREATE, &db);
  *   st = un_rulesdb_run_begin(ctx, db, "unity-gen", "--max-ops 3", &run);
  *   st = un_rulesdb_begin(ctx, db);
- *   st = un_rulesdb_rule_insert(ctx, db, rule, &(un_rulesdb_origin){.kind = "generated", .run = run},
- *                            &id, &inserted);
- *   st = un_rulesdb_commit(ctx, db);
- *   st = un_rulesdb_run_end(ctx, db, run, "{\"candidates\": 12}");
- *   un_rulesdb_free(db);
+ *   st = un_rulesdb_rule_insert(ctx, db, rule, &(un_rulesdb_origin){.kind = "generated", .run =
+ * run}, &id, &inserted); st = un_rulesdb_commit(ctx, db); st = un_rulesdb_run_end(ctx, db, run,
+ * "{\"candidates\": 12}"); un_rulesdb_free(db);
  */
 #ifndef UN_RULESDB_H
 #define UN_RULESDB_H
@@ -35,12 +33,12 @@ enum {
  * outlive it; other calls may pass any context. One handle serves one thread at a time.
  * Owned: un_rulesdb_free. */
 un_status un_rulesdb_open(un_ctx *ctx, const char *path, const un_spec *spec, int flags,
-                       un_rulesdb **out);
+                          un_rulesdb **out);
 void un_rulesdb_free(un_rulesdb *db);
 const char *un_rulesdb_path(const un_rulesdb *db);    /* borrowed */
 const un_spec *un_rulesdb_spec(const un_rulesdb *db); /* the spec set in use (borrowed) */
 uint64_t un_rulesdb_spec_hash(const un_rulesdb *db);  /* its content hash */
-int un_rulesdb_schema_version(void);               /* the schema version this program writes */
+int un_rulesdb_schema_version(void);                  /* the schema version this program writes */
 
 /* ---- batches (one transaction each; nesting is an error) ---- */
 un_status un_rulesdb_begin(un_ctx *ctx, un_rulesdb *db);
@@ -49,7 +47,7 @@ void un_rulesdb_rollback(un_rulesdb *db); /* no-op outside a batch */
 
 /* ---- runs: one row per tool invocation ---- */
 un_status un_rulesdb_run_begin(un_ctx *ctx, un_rulesdb *db, const char *tool, const char *args,
-                            int64_t *run_id);
+                               int64_t *run_id);
 /* counts_json: a JSON object of counts (the tool's summary), stored as text. */
 un_status un_rulesdb_run_end(un_ctx *ctx, un_rulesdb *db, int64_t run_id, const char *counts_json);
 
@@ -66,9 +64,9 @@ typedef struct un_rulesdb_origin {
  * status == UN_RULE_REJECTED; r may then be NULL and the rule is stored by origin name only).
  * A rule whose canonical hash is already present is not inserted again: *inserted = false and
  * *id is the existing row. id and inserted may be NULL. */
-un_status un_rulesdb_rule_insert(un_ctx *ctx, un_rulesdb *db, const un_rule *r, un_rule_status status,
-                              const char *detail, const un_rulesdb_origin *origin, int32_t *id,
-                              bool *inserted);
+un_status un_rulesdb_rule_insert(un_ctx *ctx, un_rulesdb *db, const un_rule *r,
+                                 un_rule_status status, const char *detail,
+                                 const un_rulesdb_origin *origin, int32_t *id, bool *inserted);
 
 /* Row of a rule. */
 typedef struct un_rulesdb_row {
@@ -111,8 +109,8 @@ typedef struct un_rulesdb_filter {
 un_rulesdb_filter un_rulesdb_filter_default(void); /* any status, everything */
 
 /* Ids matching f, ascending. Owned: free(*ids). */
-un_status un_rulesdb_rule_ids(un_ctx *ctx, un_rulesdb *db, const un_rulesdb_filter *f, int32_t **ids,
-                           int64_t *n);
+un_status un_rulesdb_rule_ids(un_ctx *ctx, un_rulesdb *db, const un_rulesdb_filter *f,
+                              int32_t **ids, int64_t *n);
 
 typedef struct un_rulesdb_verdict {
     un_rule_status status; /* VERIFIED, REFUTED or UNKNOWN */
@@ -124,7 +122,8 @@ typedef struct un_rulesdb_verdict {
                              * its variables are fixed to their witness values */
 } un_rulesdb_verdict;
 /* Records a verdict against the spec set in use (may run inside or outside a batch). */
-un_status un_rulesdb_rule_set_verdict(un_ctx *ctx, un_rulesdb *db, int32_t id, const un_rulesdb_verdict *v);
+un_status un_rulesdb_rule_set_verdict(un_ctx *ctx, un_rulesdb *db, int32_t id,
+                                      const un_rulesdb_verdict *v);
 
 /* ---- work claims: concurrent verifiers split the work (schema 3) ---- */
 
@@ -133,8 +132,9 @@ un_status un_rulesdb_rule_set_verdict(un_ctx *ctx, un_rulesdb *db, int32_t id, c
  * expired claims are dropped first. Writes their ids to ids[max] and the count to *n; *others (may
  * be NULL) receives the number of live claims held by other owners (work that may still come back
  * if they die). Must be called outside a batch. */
-un_status un_rulesdb_claim(un_ctx *ctx, un_rulesdb *db, const un_rulesdb_filter *f, const char *owner,
-                        double lease_s, int max, int32_t *ids, int *n, int64_t *others);
+un_status un_rulesdb_claim(un_ctx *ctx, un_rulesdb *db, const un_rulesdb_filter *f,
+                           const char *owner, double lease_s, int max, int32_t *ids, int *n,
+                           int64_t *others);
 /* Extends owner's claims to now + lease_s. */
 un_status un_rulesdb_claim_renew(un_ctx *ctx, un_rulesdb *db, const char *owner, double lease_s);
 /* Drops owner's claims (inside the caller's batch when one is open, so a batch of verdicts and
@@ -145,11 +145,11 @@ un_status un_rulesdb_claim_release(un_ctx *ctx, un_rulesdb *db, const char *owne
  * skipped and counted in *n_stale (may be NULL) so the caller can say "N rules need re-verifying".
  * Owned: free each with un_rule_free, then free(*rules). */
 un_status un_rulesdb_load_verified(un_ctx *ctx, un_rulesdb *db, un_rule ***rules, int64_t *n,
-                                int64_t *n_stale);
+                                   int64_t *n_stale);
 
 /* un_rulesdb_load_verified that also returns each rule's id (*ids owned, free(); may be NULL). */
 un_status un_rulesdb_load_verified_ids(un_ctx *ctx, un_rulesdb *db, un_rule ***rules, int32_t **ids,
-                                    int64_t *n, int64_t *n_stale);
+                                       int64_t *n, int64_t *n_stale);
 
 /* Streams the trusted verified rules, in id order, without holding them all: for each, skip
  * (may be NULL) may decline it by id and canonical hash (e.g. a caller's cache has it; its body
@@ -159,7 +159,7 @@ un_status un_rulesdb_load_verified_ids(un_ctx *ctx, un_rulesdb *db, un_rule ***r
 typedef bool (*un_rulesdb_skip_fn)(void *user, int32_t id, uint64_t hash);
 typedef un_status (*un_rulesdb_take_fn)(void *user, int32_t id, uint64_t hash, un_rule *r);
 un_status un_rulesdb_verified_each(un_ctx *ctx, un_rulesdb *db, un_rulesdb_skip_fn skip,
-                                un_rulesdb_take_fn take, void *user, int64_t *n_stale);
+                                   un_rulesdb_take_fn take, void *user, int64_t *n_stale);
 
 /* The same walk, pulled in steps, for a caller that parses the rules itself (on worker threads,
  * while it reads the next rows): un_rulesdb_walk_next visits up to max more trusted verified rows
@@ -199,12 +199,12 @@ typedef struct un_rulesdb_cost {
 un_status un_rulesdb_cost_put(un_ctx *ctx, un_rulesdb *db, const un_rulesdb_cost *c);
 /* *found = false when no entry matches (op_sig, shape, device). */
 un_status un_rulesdb_cost_get(un_ctx *ctx, un_rulesdb *db, const char *op_sig, const char *shape,
-                           const char *device, un_rulesdb_cost *out, bool *found);
+                              const char *device, un_rulesdb_cost *out, bool *found);
 
 /* PRAGMA integrity_check plus per-row checks (hash matches content, status valid, verified rows
  * carry a spec hash, the derived columns recomputed from the body agree, the row checksum over
- * the derived and provenance columns holds). Problems are counted in *n_bad and described, one per line, in report
- * (may be NULL). */
+ * the derived and provenance columns holds). Problems are counted in *n_bad and described, one per
+ * line, in report (may be NULL). */
 un_status un_rulesdb_check(un_ctx *ctx, un_rulesdb *db, int64_t *n_bad, un_buf *report);
 
 /* The spec set's source text, stored in the database (table spec_texts, with a checksum; checked
@@ -226,7 +226,7 @@ un_status un_rulesdb_check_sums(un_ctx *ctx, un_rulesdb *db);
  * One transaction (unless a batch is open): on failure db is unchanged. Every src row is checked
  * against its hash first. n_added / n_updated may be NULL. */
 un_status un_rulesdb_merge(un_ctx *ctx, un_rulesdb *db, un_rulesdb *src, int64_t *n_added,
-                        int64_t *n_updated);
+                           int64_t *n_updated);
 
 typedef struct un_rulesdb_merge_stats {
     int64_t added;      /* rows new to db */
@@ -235,7 +235,8 @@ typedef struct un_rulesdb_merge_stats {
     int64_t conflicts;  /* duplicates with a different definitive verdict (verified vs refuted) */
 } un_rulesdb_merge_stats;
 /* un_rulesdb_merge with every count. */
-un_status un_rulesdb_merge_ex(un_ctx *ctx, un_rulesdb *db, un_rulesdb *src, un_rulesdb_merge_stats *stats);
+un_status un_rulesdb_merge_ex(un_ctx *ctx, un_rulesdb *db, un_rulesdb *src,
+                              un_rulesdb_merge_stats *stats);
 
 /* ---- for tests only: raw access that bypasses every check ---- */
 

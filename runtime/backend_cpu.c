@@ -160,7 +160,7 @@ static un_status cpu_loss(un_ctx *ctx, un_backend *be, un_loss_kind kind, const 
  * and the state. Adam's moments are rounded to T before the weight update reads them, as they
  * are stored. */
 #define OPTIM_UPDATE_FN(NAME, T)                                                                   \
-    static void NAME(const un_optim_params *p, double step, double eps_hat, int64_t n,            \
+    static void NAME(const un_optim_params *p, double step, double eps_hat, int64_t n,             \
                      T *restrict w, const T *restrict g, T *restrict m, T *restrict v) {           \
         if (p->kind == UN_OPTIM_SGD) {                                                             \
             double mu = p->momentum, lr = p->lr;                                                   \
@@ -189,12 +189,9 @@ OPTIM_UPDATE_FN(optim_update_f64, double)
 /* float32 Adam on 8 elements at a time in AVX-512 double lanes: the scalar loop's operations in
  * its order (no FMA: each product and sum rounded as there), so the same bits; the compiler
  * cannot vectorise the scalar loop itself while sqrt may set errno. Returns the elements done. */
-__attribute__((target("avx512f"))) static int64_t adam_f32_avx512(const un_optim_params *p,
-                                                                  double step, double eps_hat,
-                                                                  int64_t n, float *restrict w,
-                                                                  const float *restrict g,
-                                                                  float *restrict m,
-                                                                  float *restrict v) {
+__attribute__((target("avx512f"))) static int64_t
+adam_f32_avx512(const un_optim_params *p, double step, double eps_hat, int64_t n, float *restrict w,
+                const float *restrict g, float *restrict m, float *restrict v) {
     const __m512d b1 = _mm512_set1_pd(p->beta1), c1 = _mm512_set1_pd(1 - p->beta1),
                   b2 = _mm512_set1_pd(p->beta2), c2 = _mm512_set1_pd(1 - p->beta2),
                   st = _mm512_set1_pd(step), eps = _mm512_set1_pd(eps_hat);
@@ -210,8 +207,8 @@ __attribute__((target("avx512f"))) static int64_t adam_f32_avx512(const un_optim
         _mm256_storeu_ps(v + i, vf);
         __m512d upd = _mm512_div_pd(_mm512_mul_pd(st, _mm512_cvtps_pd(mf)),
                                     _mm512_add_pd(_mm512_sqrt_pd(_mm512_cvtps_pd(vf)), eps));
-        _mm256_storeu_ps(w + i,
-                         _mm512_cvtpd_ps(_mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(w + i)), upd)));
+        _mm256_storeu_ps(
+            w + i, _mm512_cvtpd_ps(_mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(w + i)), upd)));
     }
     return i;
 }
@@ -237,8 +234,7 @@ void un__optim_update_host(un_prec prec, const un_optim_params *p, int64_t t, in
 #endif
         optim_update_f32(p, step, eps_hat, n - done, wf + done, gf + done, mf + done,
                          vf ? vf + done : NULL);
-    }
-    else
+    } else
         optim_update_f64(p, step, eps_hat, n, w, g, m, v);
 }
 

@@ -1,7 +1,8 @@
 /* comm_local.c - the `local` communicator: n threads of one process are the ranks. Collectives
  * are shared-memory copies between barriers; sums run in rank order, so every rank gets the same
  * bits. Exchanges are point to point (a mailbox under the group's lock): only ranks with
- * messages meet. A rank that fails calls un_comm_abort, and every later barrier fails instead of hanging. */
+ * messages meet. A rank that fails calls un_comm_abort, and every later barrier fails instead of
+ * hanging. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,9 +159,9 @@ static un_status local_exchange(un_ctx *ctx, un_comm *c, const un_comm_msg *send
         uint64_t epoch = g->recvd[(size_t)recvs[i].peer * (size_t)n + (size_t)me];
         for (;;) {
             int j = 0;
-            while (j < g->n_mail &&
-                   !(g->mail[j].from == recvs[i].peer && g->mail[j].to == me &&
-                     g->mail[j].tag == recvs[i].tag && g->mail[j].epoch == epoch && !g->mail[j].taken))
+            while (j < g->n_mail && !(g->mail[j].from == recvs[i].peer && g->mail[j].to == me &&
+                                      g->mail[j].tag == recvs[i].tag && g->mail[j].epoch == epoch &&
+                                      !g->mail[j].taken))
                 j++;
             if (j < g->n_mail) {
                 if (g->mail[j].bytes != recvs[i].bytes) {

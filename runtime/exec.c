@@ -4,8 +4,8 @@
  * graph alone, so ranks agree on every collective call without talking. */
 #include "runtime/exec.h"
 
-#include <stdlib.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/comm_dev.h"
@@ -24,10 +24,10 @@ typedef struct xt { /* one node output on this rank */
     void **grad;    /* per piece: its gradient when held here and needs_grad */
     bool *borrowed; /* val[p] points into another buffer (not freed here) */
     bool *gborrowed;
-    void *full;     /* inputs: the logical value */
-    int64_t *loff;  /* weights: per piece, its first element in this rank's flat buffers, or -1 */
-    int64_t *soff;  /* weights: per piece, where its chunk starts in this rank's shard */
-    void *sync;     /* weights in copies: scratch of the gradient sum over the copies */
+    void *full;    /* inputs: the logical value */
+    int64_t *loff; /* weights: per piece, its first element in this rank's flat buffers, or -1 */
+    int64_t *soff; /* weights: per piece, where its chunk starts in this rank's shard */
+    void *sync;    /* weights in copies: scratch of the gradient sum over the copies */
 } xt;
 
 typedef struct xfer { /* an input piece sent from its owner to the rank that runs a consumer */
@@ -76,10 +76,10 @@ struct un_exec {
     size_t fes; /* float element bytes */
     int32_t n;
     xnode *nodes;
-    int64_t n_params;            /* elements of this rank's weight pieces */
-    void *params, *param_grads;  /* this rank's weight pieces and their gradients, flat */
-    int64_t n_lparams;           /* elements of all weights (logical) */
-    int64_t *lparam_off;         /* per node: first element in the logical flat order, or -1 */
+    int64_t n_params;           /* elements of this rank's weight pieces */
+    void *params, *param_grads; /* this rank's weight pieces and their gradients, flat */
+    int64_t n_lparams;          /* elements of all weights (logical) */
+    int64_t *lparam_off;        /* per node: first element in the logical flat order, or -1 */
     /* Activation gradients share one arena by lifetime: the gradient of node i's output is live
      * from the backward of its last consumer gfirst[i] (ex->n: a graph output, written by the
      * loss) to i's own backward; transfer gradients only during their consumer's backward. */
@@ -101,8 +101,8 @@ struct un_exec {
     bool dry; /* planning only (un_exec_estimate_bytes): no backend, no communicator */
     bool hv;  /* the host may address the backend's memory (the communicator then moves it) */
     un_comm_dev *plane; /* the backend's device data plane (un_exec_plane_open), or NULL */
-    char *stage;      /* host staging of pieces moved between the host and the backend */
-    size_t stage_cap; /* its bytes */
+    char *stage;        /* host staging of pieces moved between the host and the backend */
+    size_t stage_cap;   /* its bytes */
 };
 
 /* ---- piece geometry (pcg/shape.h) ---- */
@@ -235,8 +235,8 @@ static char *stage_get(un_exec *ex, size_t n) {
  * otherwise the sends are read into host staging first and the receives written from it
  * afterwards. Every rank of a message's pair picks the same plane (the plane is open on all or
  * none, dev_send and dev_recv are the same on every rank). */
-static un_status dev_exchange(un_ctx *ctx, un_exec *ex, const un_comm_msg *sm, int ns, bool dev_send,
-                          const un_comm_msg *rm, int nr, bool dev_recv) {
+static un_status dev_exchange(un_ctx *ctx, un_exec *ex, const un_comm_msg *sm, int ns,
+                              bool dev_send, const un_comm_msg *rm, int nr, bool dev_recv) {
     if (ex->plane && dev_send && dev_recv) {
         ex->stats.plane_exchanges++;
         return un_comm_dev_exchange(ctx, ex->plane, sm, ns, rm, nr);
@@ -1105,8 +1105,8 @@ fail:
 
 un_status un_exec_new(un_ctx *ctx, const un_graph *g, un_comm *comm, un_backend *be,
                       un_exec **out) {
-    return exec_plan(ctx, g, comm, un_comm_rank(comm), un_comm_size(comm), be,
-                     un_backend_prec(be), out);
+    return exec_plan(ctx, g, comm, un_comm_rank(comm), un_comm_size(comm), be, un_backend_prec(be),
+                     out);
 }
 
 void un_exec_free(un_exec *ex) {
@@ -1165,8 +1165,8 @@ const char *un_exec_plane_name(const un_exec *ex) {
     return ex->plane ? un_comm_dev_name(ex->plane) : NULL;
 }
 
-int64_t un_exec_estimate_bytes(const un_graph *g, int rank, int size, un_prec prec,
-                               int opt_arrays, bool kernel_stash) {
+int64_t un_exec_estimate_bytes(const un_graph *g, int rank, int size, un_prec prec, int opt_arrays,
+                               bool kernel_stash) {
     un_exec *ex = NULL;
     if (exec_plan(NULL, g, NULL, rank, size, NULL, prec, &ex) != UN_OK)
         return -1;
@@ -1457,9 +1457,8 @@ un_status un_exec_params_gather(un_ctx *ctx, un_exec *ex, const void *local, voi
                 source_region(t, p, &r, &sum);
                 un_region b = region_reverse(&r);
                 char *full = (char *)logical + (size_t)ex->lparam_off[id] * t->es;
-                const char *mine = t->loff[p] >= 0
-                                       ? (const char *)local + (size_t)t->loff[p] * t->es
-                                       : NULL;
+                const char *mine =
+                    t->loff[p] >= 0 ? (const char *)local + (size_t)t->loff[p] * t->es : NULL;
                 if (ex->rank == 0 && mine) {
                     size_t bytes = (size_t)t->pn * t->es;
                     char *host = pass == 1 ? stage_get(ex, bytes) : NULL;
@@ -1474,7 +1473,8 @@ un_status un_exec_params_gather(un_ctx *ctx, un_exec *ex, const void *local, voi
                                                  (size_t)t->pn * t->es};
                     off += t->pn;
                 } else if (mine && pass == 1) {
-                    sm[ns++] = (un_comm_msg){0, tag, (void *)(uintptr_t)mine, (size_t)t->pn * t->es};
+                    sm[ns++] =
+                        (un_comm_msg){0, tag, (void *)(uintptr_t)mine, (size_t)t->pn * t->es};
                 }
             }
         }

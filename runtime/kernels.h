@@ -38,7 +38,7 @@ typedef struct un_pool un_pool; /* runtime/pool.h: fixed thread pool, parallel-f
  * entry's memory is reused by the next forward of that op and held until un_kstash_free. Calls
  * sharing a stash must not run concurrently. */
 typedef struct un_kstash un_kstash;
-un_kstash *un_kstash_new(void); /* owned: free with un_kstash_free; aborts without memory */
+un_kstash *un_kstash_new(void);    /* owned: free with un_kstash_free; aborts without memory */
 void un_kstash_free(un_kstash *s); /* NULL is a no-op */
 /* Bytes the stash holds (for memory reports and tests). */
 size_t un_kstash_bytes(const un_kstash *s);

@@ -336,7 +336,8 @@ VEC_CLONES static double row_sum_f32(const float *x, int64_t n, int k, double c)
         double t = (double)x[i] - c;
         part[0] += k == 1 ? (double)x[i] : t * t;
     }
-    return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+    return ((part[0] + part[1]) + (part[2] + part[3])) +
+           ((part[4] + part[5]) + (part[6] + part[7]));
 }
 
 /* Mean and 1 / sqrt(biased variance + 1e-5) of x[0, n). */
@@ -387,7 +388,8 @@ VEC_CLONES static void ln_dw_row_f32(float *dg, float *db, const float *x, const
             db[k] += dy[k];
 }
 
-/* ---- the training loss: cross-entropy rows ------------------------------------------------------ */
+/* ---- the training loss: cross-entropy rows ------------------------------------------------------
+ */
 
 /* g[i] = exp(x[i] - mx) (NaN stays NaN), returns their sum in double. */
 VEC_CLONES static double exp_row_f32(float *g, const float *x, int64_t n, float mx) {
@@ -403,7 +405,8 @@ VEC_CLONES static double exp_row_f32(float *g, const float *x, int64_t n, float 
             part[l] += g[i + l];
     for (; i < n; i++)
         part[0] += g[i];
-    return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+    return ((part[0] + part[1]) + (part[2] + part[3])) +
+           ((part[4] + part[5]) + (part[6] + part[7]));
 }
 
 /* g[i] = (g[i] inv - [i == y]) f. */
@@ -442,7 +445,8 @@ double un_kern_ce_loss(un_prec prec, const void *logits, int64_t rows, int64_t c
     return total;
 }
 
-/* ---- the forward's saved values ---------------------------------------------------------------- */
+/* ---- the forward's saved values ----------------------------------------------------------------
+ */
 
 typedef struct kstash_entry {
     const void *key; /* the output's address */

@@ -15,9 +15,9 @@
 #include "runtime/backend_cuda.h"
 #include "runtime/backend_impl.h"
 #include "runtime/blas.h"
+#include "runtime/checkpoint.h"
 #include "runtime/comm.h"
 #include "runtime/exec.h"
-#include "runtime/checkpoint.h"
 #include "runtime/optim.h"
 #include "runtime/strategy.h"
 #include "runtime/zoo.h"
@@ -112,9 +112,9 @@ un_status un_train_parse_args(un_ctx *ctx, int argc, char **argv, un_train_opts 
             continue;
         }
         static const char *const with_value[] = {
-            "--model",     "--devices",   "--strategy", "--steps",     "--batch",
-            "--lr",        "--optimizer", "--data",     "--comm",      "--seed",
-            "--threads",   "--save",      "--load",     "--spec",      "--loss",
+            "--model",     "--devices",   "--strategy",    "--steps",  "--batch",
+            "--lr",        "--optimizer", "--data",        "--comm",   "--seed",
+            "--threads",   "--save",      "--load",        "--spec",   "--loss",
             "--precision", "--config",    "--input-shape", "--backend"};
         bool known = false;
         for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
@@ -353,10 +353,10 @@ un_status un_train_graph(un_ctx *ctx, const un_spec *spec, const un_train_opts *
     *devices = d;
     if (st == UN_OK)
         st = un_strategy_named(ctx, spec, m.g,
-                            o->strategy ? o->strategy
-                            : d == 1    ? "serial"
-                                        : "data",
-                            d, out);
+                               o->strategy ? o->strategy
+                               : d == 1    ? "serial"
+                                           : "data",
+                               d, out);
     model_free(&m);
     return st;
 }
@@ -371,7 +371,7 @@ typedef struct shared {
     int32_t in_node[UN_ZOO_MAX_INPUTS]; /* in g */
     unsigned char *text;
     size_t text_len;
-    int threads; /* per rank */
+    int threads;         /* per rank */
     const char *backend; /* resolved: "cpu", "cuda" or "opaque[:OPTIONS]" */
     const char *plane;   /* the device data plane the exchanges used (rank 0's), or NULL */
     int64_t *need;       /* per rank: what its executor and optimizer allocate (local: all d
@@ -993,7 +993,8 @@ un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res
     sh.losses = un_xcalloc((size_t)o->steps, sizeof *sh.losses);
     sh.devices = d;
     sh.dev = un_xcalloc((size_t)d, sizeof *sh.dev);
-    un_blas_init(); /* before the rank threads: the choice sets and unsets an environment variable */
+    un_blas_init(); /* before the rank threads: the choice sets and unsets an environment variable
+                     */
     need_fill(&sh, run_g, d, use_mpi ? mpi : NULL);
     in_run = true; /* from here a failure is agreed by the ranks or aborts the job */
     if (use_mpi)

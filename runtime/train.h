@@ -19,10 +19,10 @@
 #include "runtime/kernels.h"
 
 typedef struct un_train_opts {
-    const char *model;     /* zoo name, a pcg graph JSON file or an ONNX model (*.onnx) */
+    const char *model;       /* zoo name, a pcg graph JSON file or an ONNX model (*.onnx) */
     const char *input_shape; /* ONNX: dims of dynamic inputs, "2x3x64x64[,...]" */
-    bool tiny;             /* zoo: the tiny configuration */
-    int devices;           /* devices (ranks); 0 = 1 for local, the world size for mpi */
+    bool tiny;               /* zoo: the tiny configuration */
+    int devices;             /* devices (ranks); 0 = 1 for local, the world size for mpi */
     const char *strategy;  /* "serial", "data", "tensor" or a plan file; NULL = serial on 1 device,
                               else data */
     int steps;             /* training steps */
@@ -54,12 +54,12 @@ typedef struct un_train_opts {
 /* One device's accounting, in bytes (the runtime's own counts, exec.h). Traffic is that of one
  * training step (the last one); memory is what the device holds. */
 typedef struct un_train_dev_stats {
-    int64_t weight_bytes; /* its weight pieces (their gradients take as much again) */
-    int64_t optim_bytes;  /* its optimizer state */
-    int64_t peak_bytes;   /* everything it allocated: weights, gradients, activations, transfer
-                             buffers, optimizer state */
-    int64_t sent, recv;   /* to / from other devices per step (the communicator's links) */
-    int64_t copied;       /* copied between buffers of the device per step */
+    int64_t weight_bytes;     /* its weight pieces (their gradients take as much again) */
+    int64_t optim_bytes;      /* its optimizer state */
+    int64_t peak_bytes;       /* everything it allocated: weights, gradients, activations, transfer
+                                 buffers, optimizer state */
+    int64_t sent, recv;       /* to / from other devices per step (the communicator's links) */
+    int64_t copied;           /* copied between buffers of the device per step */
     int64_t plane_exchanges;  /* exchanges per step over the backend's device data plane */
     int64_t staged_exchanges; /* ... staged through host memory (exec.h's un_exec_stats) */
 } un_train_dev_stats;

@@ -111,7 +111,8 @@ un_status un_zoo_build_config(un_ctx *ctx, const un_spec *spec, const char *name
 /* Builds model `name` (one of un_zoo_names) over spec, tiny or paper-sized, for `batch` samples
  * (<= 0: the model's default). Every op is checked by shape inference while building. On failure
  * *out is zeroed and the context holds the reason; an unknown name is UN_ERR_INVALID listing the
- * known names. *out owns its graph: free with un_model_deinit. spec is borrowed and must outlive it.
+ * known names. *out owns its graph: free with un_model_deinit. spec is borrowed and must outlive
+ * it.
  */
 un_status un_zoo_build(un_ctx *ctx, const un_spec *spec, const char *name, bool tiny, int64_t batch,
                        un_model *out);

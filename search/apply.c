@@ -37,7 +37,8 @@ static void origin_set(apply_state *a, int32_t nid, int32_t old) {
 /* The name of target node v: "<anchor>~r<id>[R].<target node>", the anchor being the name of the
  * graph node the rule's first output replaces, up to its first '~' (so a chain of rewrites at one
  * place keeps names short), "n<id>" when unnamed; the target node's own name in the rule, "t<v>"
- * when it has none. A name already taken by a kept node of g or a node of ng gets "#2", "#3", ... */
+ * when it has none. A name already taken by a kept node of g or a node of ng gets "#2", "#3", ...
+ */
 static void target_name(const apply_state *a, const un_graph *g, const un_graph *ng, int32_t v,
                         un_buf *out) {
     int32_t x = a->mt->node[a->inst->src_out[0].node];

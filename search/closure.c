@@ -241,7 +241,7 @@ typedef struct prune_job {
     const un_closure_params *p;
     const bool *kept; /* per basis rule (set's rule id - 1): kept in an earlier chunk (read only
                        * during a chunk) */
-    int8_t *level;     /* per rule: rewrites of the derivation found, 0 = none */
+    int8_t *level;    /* per rule: rewrites of the derivation found, 0 = none */
     bool *capped;
     int64_t begin, end;
     _Atomic int64_t next;
@@ -455,8 +455,8 @@ un_status un_closure_new(un_ctx *ctx, const un_spec *spec, un_rule *const *rules
     return UN_OK;
 }
 
-un_status un_closure_check(un_ctx *ctx, un_closure *c, un_rule *const *rules, int64_t n,
-                           bool *drop, un_closure_stats *stats) {
+un_status un_closure_check(un_ctx *ctx, un_closure *c, un_rule *const *rules, int64_t n, bool *drop,
+                           un_closure_stats *stats) {
     double t0 = now_s();
     un_closure_stats s = {.rules = n};
     prune_job job = {.parent = ctx,
@@ -595,8 +595,13 @@ un_status un_closure_reach_check(un_ctx *ctx, const un_ruleset *full, const un_r
     for (int64_t e = 0; e < np; e++)
         ph[e] = un_rule_hash(un_ruleset_rule(pruned, e));
     qsort(ph, (size_t)np, sizeof(uint64_t), cmp_u64);
-    reach_state x = {.full = full, .pruned = pruned, .ph = ph, .np = np,
-                     .max_graphs = max_graphs, .step = step, .out = out};
+    reach_state x = {.full = full,
+                     .pruned = pruned,
+                     .ph = ph,
+                     .np = np,
+                     .max_graphs = max_graphs,
+                     .step = step,
+                     .out = out};
     keylist_add(&x.seen, un_closure_graph_key(g));
     out->graphs = 1;
     un_status st = bfs(ctx, full, g, depth, NULL, reach_visit, &x);

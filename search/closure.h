@@ -13,8 +13,8 @@
  * parameters, named inputs and ordered outputs) one reachable from its target within
  * floor(depth/2), using rules kept before i in either direction. So that the decisions can run on
  * several threads and still not depend on their number, rules are decided in chunks of a size
- * fixed by how many were decided before (1 .. 256, a sixteenth of them): a rule may use the rules kept in earlier
- * chunks only.
+ * fixed by how many were decided before (1 .. 256, a sixteenth of them): a rule may use the rules
+ * kept in earlier chunks only.
  *
  * un_closure_reach: the graphs reachable from a graph within d rewrites of a rule set (the reach
  * test: what the full set reaches, the pruned one must too). */
@@ -24,25 +24,25 @@
 #include "search/apply.h"
 
 typedef struct un_closure_params {
-    int depth;       /* rewrites of a derivation, 1..4 (default 2) */
-    int max_graphs;  /* per side, graphs explored at most (default 4096) */
-    int threads;     /* worker threads (default 1) */
-    int basis_ops;   /* only rules of at most this many operators per side derive others (0 =
-                      * every rule; a bound keeps large sets affordable: each rule's sides are
-                      * matched against every basis rule) */
-    bool progress;   /* progress lines through un_ctx_progress */
+    int depth;      /* rewrites of a derivation, 1..4 (default 2) */
+    int max_graphs; /* per side, graphs explored at most (default 4096) */
+    int threads;    /* worker threads (default 1) */
+    int basis_ops;  /* only rules of at most this many operators per side derive others (0 =
+                     * every rule; a bound keeps large sets affordable: each rule's sides are
+                     * matched against every basis rule) */
+    bool progress;  /* progress lines through un_ctx_progress */
 } un_closure_params;
 
 un_closure_params un_closure_params_default(void);
 
 typedef struct un_closure_stats {
-    int64_t rules;    /* rules given */
-    int64_t too_big;   /* never used to derive others: a side over UN_MATCH_MAX_NODES */
-    int64_t not_basis; /* never used to derive others: over params.basis_ops */
-    int64_t dropped;  /* derivable, dropped */
-    int64_t kept;     /* rules - dropped */
+    int64_t rules;       /* rules given */
+    int64_t too_big;     /* never used to derive others: a side over UN_MATCH_MAX_NODES */
+    int64_t not_basis;   /* never used to derive others: over params.basis_ops */
+    int64_t dropped;     /* derivable, dropped */
+    int64_t kept;        /* rules - dropped */
     int64_t by_depth[5]; /* dropped, by the rewrites their derivation needed */
-    int64_t capped;   /* rules whose exploration hit max_graphs (may be derivable after all) */
+    int64_t capped;      /* rules whose exploration hit max_graphs (may be derivable after all) */
     double seconds;
 } un_closure_stats;
 
@@ -61,8 +61,8 @@ typedef struct un_closure un_closure;
 un_status un_closure_new(un_ctx *ctx, const un_spec *spec, un_rule *const *rules, int64_t n,
                          const un_closure_params *p, bool *drop, un_closure_stats *stats,
                          un_closure **out);
-un_status un_closure_check(un_ctx *ctx, un_closure *c, un_rule *const *rules, int64_t n,
-                           bool *drop, un_closure_stats *stats);
+un_status un_closure_check(un_ctx *ctx, un_closure *c, un_rule *const *rules, int64_t n, bool *drop,
+                           un_closure_stats *stats);
 void un_closure_free(un_closure *c);
 
 /* A graph's identity for the closure: operators, parameters, source nodes by name and shape, and

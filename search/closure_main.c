@@ -12,7 +12,8 @@
 #include "search/closure.h"
 
 static const char *USAGE =
-    "usage: unity-closure IN.db -o OUT.db [--depth D] [--threads T] [--basis-ops K] [--max-graphs M]\n"
+    "usage: unity-closure IN.db -o OUT.db [--depth D] [--threads T] [--basis-ops K] [--max-graphs "
+    "M]\n"
     "                     [--verified-basis] [--spec S]\n"
     "       unity-closure --reach FULL.db PRUNED.db [--depth D] [--step S] [--model NAME]...\n"
     "  Closure pruning: reads the rules of IN.db in id order (unity-gen's, smallest first) and\n"
@@ -20,9 +21,12 @@ static const char *USAGE =
     "  rewrites (default 2) with the rules kept before it, used in either direction; writes the\n"
     "  kept rules, with their status and verdict, and the others (refuted, unknown, rejected) to\n"
     "  OUT.db, and prints the counts.\n"
-    "  --reach: every graph reachable from each tiny zoo model (or each --model) within D rewrites\n"
-    "  (default 3) of FULL.db's verified rules, used both ways, must be reachable with PRUNED.db's;\n"
-    "  a rewrite by a rule PRUNED.db lacks must be within S rewrites (default 2) of it. Prints the\n"
+    "  --reach: every graph reachable from each tiny zoo model (or each --model) within D "
+    "rewrites\n"
+    "  (default 3) of FULL.db's verified rules, used both ways, must be reachable with "
+    "PRUNED.db's;\n"
+    "  a rewrite by a rule PRUNED.db lacks must be within S rewrites (default 2) of it. Prints "
+    "the\n"
     "  counts per model; exit status 3 when a graph is missing.\n"
     "  --threads T     worker threads (default 1)\n"
     "  --verified-basis only verified rules derive others (candidates are checked against them\n"
@@ -73,8 +77,9 @@ static int parse_args(int argc, char **argv, opts *o) {
             continue;
         }
         bool known = !strcmp(a, "-o") || !strcmp(a, "--depth") || !strcmp(a, "--step") ||
-                     !strcmp(a, "--threads") || !strcmp(a, "--max-graphs") || !strcmp(a, "--basis-ops") ||
-                     !strcmp(a, "--spec") || !strcmp(a, "--ops") || !strcmp(a, "--model");
+                     !strcmp(a, "--threads") || !strcmp(a, "--max-graphs") ||
+                     !strcmp(a, "--basis-ops") || !strcmp(a, "--spec") || !strcmp(a, "--ops") ||
+                     !strcmp(a, "--model");
         if (!known)
             return usage_error("unknown option ", a);
         if (!v)
@@ -131,9 +136,9 @@ static un_status copy_row(un_ctx *ctx, un_rulesdb *out, const un_rulesdb_row *ro
     int32_t id = 0;
     bool inserted = false;
     bool rejected = row->status == UN_RULE_REJECTED;
-    un_status st = un_rulesdb_rule_insert(ctx, out, row->rule,
-                                          rejected ? UN_RULE_REJECTED : UN_RULE_CANDIDATE,
-                                          rejected ? row->detail : NULL, &origin, &id, &inserted);
+    un_status st =
+        un_rulesdb_rule_insert(ctx, out, row->rule, rejected ? UN_RULE_REJECTED : UN_RULE_CANDIDATE,
+                               rejected ? row->detail : NULL, &origin, &id, &inserted);
     if (st != UN_OK || !inserted || rejected || row->status == UN_RULE_CANDIDATE)
         return st;
     if (row->status == UN_RULE_VERIFIED && !row->trusted)
@@ -231,7 +236,8 @@ static int prune(un_ctx *ctx, const un_spec *spec, const opts *o) {
             un_rulesdb_row_free(r);
         }
         memset(bdrop, 0, BATCH);
-        if (st == UN_OK && nb > 0 && (st = un_closure_check(ctx, c, batch, nb, bdrop, &part)) == UN_OK)
+        if (st == UN_OK && nb > 0 &&
+            (st = un_closure_check(ctx, c, batch, nb, bdrop, &part)) == UN_OK)
             stats_add(&cs, &part);
         for (int64_t k = 0; k < nb; k++)
             un_rule_free(batch[k]);
@@ -268,12 +274,13 @@ static int prune(un_ctx *ctx, const un_spec *spec, const opts *o) {
     if (st == UN_OK)
         st = un_rulesdb_run_end(ctx, out, run, counts);
     if (st == UN_OK) {
-        printf("rules read          %lld (%lld candidate or verified, the rest copied as they are)\n",
-               (long long)n, (long long)cs.rules);
+        printf(
+            "rules read          %lld (%lld candidate or verified, the rest copied as they are)\n",
+            (long long)n, (long long)cs.rules);
         printf("closure (depth %d)   %lld dropped (by 1 / 2 / 3 / 4 rewrites: %lld / %lld / %lld / "
                "%lld), %lld kept\n",
-               p.depth, (long long)cs.dropped, (long long)cs.by_depth[1],
-               (long long)cs.by_depth[2], (long long)cs.by_depth[3], (long long)cs.by_depth[4],
+               p.depth, (long long)cs.dropped, (long long)cs.by_depth[1], (long long)cs.by_depth[2],
+               (long long)cs.by_depth[3], (long long)cs.by_depth[4],
                (long long)(cs.rules - cs.dropped));
         if (p.basis_ops)
             printf("  basis             %lld rules of <= %d operators decided in order, %lld more "
@@ -333,8 +340,8 @@ static int reach(un_ctx *ctx, const un_spec *spec, const opts *o) {
         if (st == UN_OK)
             st = un_closure_reach_check(ctx, full, pruned, m.graph, depth, step, max_graphs, &rs);
         if (st == UN_OK)
-            printf("  %-14s %lld graphs: %lld by a kept rule, %lld derived, %lld missing%s\n",
-                   name, (long long)rs.graphs, (long long)rs.direct, (long long)rs.derived,
+            printf("  %-14s %lld graphs: %lld by a kept rule, %lld derived, %lld missing%s\n", name,
+                   (long long)rs.graphs, (long long)rs.direct, (long long)rs.derived,
                    (long long)rs.missing, rs.capped ? " (capped by --max-graphs)" : "");
         missing += rs.missing;
         un_model_deinit(&m);

@@ -311,8 +311,8 @@ bool un_cost_lookup(un_ctx *ctx, un_cost_model *cm, const char *op_sig, const ch
                     double *fwd, double *bwd) {
     un_rulesdb_cost mc;
     bool found = false;
-    if (!cm->db || un_rulesdb_cost_get(ctx, cm->db, op_sig, shape, cm->device, &mc, &found) != UN_OK ||
-        !found)
+    if (!cm->db ||
+        un_rulesdb_cost_get(ctx, cm->db, op_sig, shape, cm->device, &mc, &found) != UN_OK || !found)
         return false;
     *fwd = mc.fwd_ms * 1e-3;
     *bwd = mc.bwd_ms * 1e-3;

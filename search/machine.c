@@ -1,4 +1,5 @@
-/* machine.c - loading machine descriptions (through pcg/json.h) and the link between two devices. */
+/* machine.c - loading machine descriptions (through pcg/json.h) and the link between two devices.
+ */
 #include "search/machine.h"
 
 #include <math.h>
@@ -41,8 +42,7 @@ static un_status get_count(un_ctx *ctx, const un_jcur *obj, const char *key, int
         return st;
     if (v < 1 || v > 65536) {
         un_jcur c = un_jcur_member(obj, key);
-        return un_jcur_error(ctx, UN_ERR_PARSE, &c, "must be in 1..65536 (got %lld)",
-                             (long long)v);
+        return un_jcur_error(ctx, UN_ERR_PARSE, &c, "must be in 1..65536 (got %lld)", (long long)v);
     }
     *out = (int)v;
     return UN_OK;
@@ -77,7 +77,8 @@ static un_status parse_device(un_ctx *ctx, const un_jcur *c, un_device_kind *d) 
         (st = un_jcur_get_str(ctx, c, "kind", true, &kind)) != UN_OK)
         return st;
     size_t n = strlen(kind);
-    if (n == 0 || n >= sizeof d->kind || strspn(kind, "abcdefghijklmnopqrstuvwxyz0123456789_-") != n) {
+    if (n == 0 || n >= sizeof d->kind ||
+        strspn(kind, "abcdefghijklmnopqrstuvwxyz0123456789_-") != n) {
         un_jcur kc = un_jcur_member(c, "kind");
         return un_jcur_error(ctx, UN_ERR_PARSE, &kc,
                              "'%s' is not a device kind (1-31 of a-z 0-9 _ -)", kind);
@@ -102,9 +103,9 @@ static un_status parse_device(un_ctx *ctx, const un_jcur *c, un_device_kind *d) 
 }
 
 static un_status parse_machine(un_ctx *ctx, const un_jdoc *doc, un_machine *m) {
-    static const char *const keys[] = {"version",    "name",       "source",     "nodes",
-                                       "devices_per_node", "device", "intra_node", "inter_node",
-                                       NULL};
+    static const char *const keys[] = {
+        "version", "name",       "source",     "nodes", "devices_per_node",
+        "device",  "intra_node", "inter_node", NULL};
     un_jcur root = un_jdoc_root(doc);
     un_status st;
     int64_t version = 0;
@@ -134,7 +135,8 @@ static un_status parse_machine(un_ctx *ctx, const un_jdoc *doc, un_machine *m) {
         return un_jcur_error(ctx, UN_ERR_PARSE, &root, "missing member 'device'");
     if ((st = parse_device(ctx, &dev, &m->dev)) != UN_OK)
         return st;
-    un_jcur intra = un_jcur_member(&root, "intra_node"), inter = un_jcur_member(&root, "inter_node");
+    un_jcur intra = un_jcur_member(&root, "intra_node"),
+            inter = un_jcur_member(&root, "inter_node");
     if (!un_jcur_present(&intra))
         return un_jcur_error(ctx, UN_ERR_PARSE, &root, "missing member 'intra_node'");
     if ((st = parse_link(ctx, &intra, &m->intra)) != UN_OK)
@@ -207,7 +209,8 @@ void un_machine_to_json(const un_machine *m, un_buf *b) {
             un_buf_printf(b, "%s\"%s\": %.6g", sep, prec_names[p], m->dev.flops[p]);
             sep = ", ";
         }
-    un_buf_printf(b, "},\n             \"mem_bw\": %.6g, \"memory\": %.6g, \"op_overhead\": %.6g},\n",
+    un_buf_printf(b,
+                  "},\n             \"mem_bw\": %.6g, \"memory\": %.6g, \"op_overhead\": %.6g},\n",
                   m->dev.mem_bw, m->dev.memory, m->dev.op_overhead);
     link_json(b, "intra_node", &m->intra);
     if (m->nodes > 1) {

@@ -1,8 +1,8 @@
-/* machine.h - machine descriptions (specs/machines/NAME.json, format: specs/FORMAT.md): nodes, devices
- * per node, the device kind (peak flop/s per precision, memory bandwidth and size, the fixed cost
- * of running one operator) and the two links (within a node, between nodes: bandwidth, latency
- * and the collective algorithm). Machines are homogeneous: one device kind for every device.
- * Device d lives on node d / devices_per_node.
+/* machine.h - machine descriptions (specs/machines/NAME.json, format: specs/FORMAT.md): nodes,
+ * devices per node, the device kind (peak flop/s per precision, memory bandwidth and size, the
+ * fixed cost of running one operator) and the two links (within a node, between nodes: bandwidth,
+ * latency and the collective algorithm). Machines are homogeneous: one device kind for every
+ * device. Device d lives on node d / devices_per_node.
  *
  *   un_machine m;
  *   if (un_machine_load(ctx, "specs/machines/v100x4.json", &m) != UN_OK) ...;  // one error line
@@ -24,11 +24,11 @@ typedef struct un_link {
 } un_link;
 
 typedef struct un_device_kind {
-    char kind[32];                 /* "cpu", "v100", "a100", "h100": the measured-cost key */
-    double flops[UN_MPREC_COUNT];  /* peak flop/s per precision; 0 = not given (f32 is required) */
-    double mem_bw;                 /* bytes/s of device memory */
-    double memory;                 /* bytes of device memory */
-    double op_overhead;            /* seconds to start one operator (a kernel launch, a call) */
+    char kind[32];                /* "cpu", "v100", "a100", "h100": the measured-cost key */
+    double flops[UN_MPREC_COUNT]; /* peak flop/s per precision; 0 = not given (f32 is required) */
+    double mem_bw;                /* bytes/s of device memory */
+    double memory;                /* bytes of device memory */
+    double op_overhead;           /* seconds to start one operator (a kernel launch, a call) */
 } un_device_kind;
 
 typedef struct un_machine {

@@ -40,8 +40,8 @@ struct un_map {
     int32_t *n_lay;  /* [n] layouts of node v: its configurations 0 .. n_lay[v] - 1 (start 0) */
     int q;           /* D / 2: where a branch's range may start (0: branches share devices) */
     bool have_tree;
-    un_sp_info sa;   /* over the regular nodes */
-    un_sp_tree tree; /* the series-parallel decomposition the DP runs over */
+    un_sp_info sa;    /* over the regular nodes */
+    un_sp_tree tree;  /* the series-parallel decomposition the DP runs over */
     int32_t *pos;     /* [n] position of a regular node in the tree's leaf order */
     int32_t *lastpos; /* [n] the last position that reads it (its own when none) */
 };
@@ -414,9 +414,7 @@ static uint64_t node_sig(const un_graph *g, int32_t v) {
 /* Whether a range of rc devices may be split in two halves for parallel branches: only the
  * whole machine, into its halves (one level: nested splits into quarters multiplied the
  * search time of Inception-v3 on 192 devices by 6 without a better plan). */
-static bool split_ok(const un_map *m, int rc) {
-    return m->q > 0 && rc % 2 == 0 && rc / 2 >= m->q;
-}
+static bool split_ok(const un_map *m, int rc) { return m->q > 0 && rc % 2 == 0 && rc / 2 >= m->q; }
 
 /* The SP tree over the regular nodes, positions in its leaf order (a topological order), and
  * the configurations of nodes inside parallel compositions copied to the start of the high
@@ -645,8 +643,7 @@ un_status un_map_new(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un
         }
     }
     m->edge_at[n] = m->n_edges;
-    for (int32_t i = p->free_outputs > 0 ? p->free_outputs : 0; i < un_graph_output_count(g);
-         i++) {
+    for (int32_t i = p->free_outputs > 0 ? p->free_outputs : 0; i < un_graph_output_count(g); i++) {
         un_ref r = un_graph_output(g, i);
         if (!is_regular(g, r.node))
             continue;
@@ -697,17 +694,11 @@ void un_map_free(un_map *m) {
     free(m);
 }
 
-int32_t un_map_node_count(const un_map *m) {
-    return m->n;
-}
+int32_t un_map_node_count(const un_map *m) { return m->n; }
 
-const un_graph *un_map_graph(const un_map *m) {
-    return m->g;
-}
+const un_graph *un_map_graph(const un_map *m) { return m->g; }
 
-int64_t un_map_max_states(const un_map *m) {
-    return m->p.max_states;
-}
+int64_t un_map_max_states(const un_map *m) { return m->p.max_states; }
 
 int32_t un_map_config_count(const un_map *m, int32_t node) {
     return m->cfg_at[node + 1] - m->cfg_at[node];
@@ -752,7 +743,7 @@ static int branch_side(const un_map *m, const int32_t *a, int32_t x, int rs, int
         const un_map_config *c = &m->cfg[m->cfg_at[v] + a[v]];
         int here = c->start >= rs && c->start + c->degree <= rs + h           ? 0
                    : c->start >= rs + h && c->start + c->degree <= rs + 2 * h ? 1
-                                                                               : -1;
+                                                                              : -1;
         if (here < 0 || (side != -2 && side != here))
             return -1;
         side = here;
@@ -762,11 +753,11 @@ static int branch_side(const un_map *m, const int32_t *a, int32_t x, int rs, int
 
 /* The cost of tree node x under the device range [rs, rs + rc): leaves their node's time +
  * lambda * bytes (infinite unless the node starts at rs: a node of degree d in a range runs on
- * its first d devices, as every node did before branches got ranges); series the sum; parallel branches that each run inside one half of the range
- * (a split the range allows) the larger of the halves' sums (they run concurrently), else the
- * sum (they share devices). */
-static double tree_cost(const un_map *m, const int32_t *a, int32_t x, int rs, int rc,
-                        double lambda, double *mem) {
+ * its first d devices, as every node did before branches got ranges); series the sum; parallel
+ * branches that each run inside one half of the range (a split the range allows) the larger of the
+ * halves' sums (they run concurrently), else the sum (they share devices). */
+static double tree_cost(const un_map *m, const int32_t *a, int32_t x, int rs, int rc, double lambda,
+                        double *mem) {
     const un_sp_node *t = &m->tree.nodes[x];
     if (t->kind == UN_SP_LEAF) {
         const un_map_config *c = &m->cfg[m->cfg_at[t->node] + a[t->node]];
@@ -943,7 +934,8 @@ static void fb_rehash(fr_build *b) {
         b->table[i] = -1;
     for (int32_t i = 0; i < f->n; i++) {
         const int32_t *k = f->key + (size_t)i * (size_t)f->n_live;
-        uint64_t h = key_hash(k, f->n_live) ^ ((uint64_t)(uint32_t)f->origin[i] * 0x9e3779b97f4a7c15ull);
+        uint64_t h =
+            key_hash(k, f->n_live) ^ ((uint64_t)(uint32_t)f->origin[i] * 0x9e3779b97f4a7c15ull);
         int32_t sl = (int32_t)(h & (uint64_t)(b->hcap - 1));
         while (b->table[sl] >= 0)
             sl = (sl + 1) & (b->hcap - 1);
@@ -1003,12 +995,15 @@ static void fb_end(dp *d, fr_build *b) {
         int32_t L = f->n_live;
         double *c = un_xmalloc((size_t)keep * sizeof *c);
         int32_t *k = un_xmalloc(((size_t)keep * (size_t)L + 1) * sizeof *k);
-        int32_t *o = un_xmalloc((size_t)keep * sizeof *o), *fr = un_xmalloc((size_t)keep * sizeof *fr);
-        int32_t *x = un_xmalloc((size_t)keep * sizeof *x), *y = un_xmalloc((size_t)keep * sizeof *y);
+        int32_t *o = un_xmalloc((size_t)keep * sizeof *o),
+                *fr = un_xmalloc((size_t)keep * sizeof *fr);
+        int32_t *x = un_xmalloc((size_t)keep * sizeof *x),
+                *y = un_xmalloc((size_t)keep * sizeof *y);
         for (int32_t i = 0; i < keep; i++) {
             int32_t j = ord[i];
             c[i] = f->cost[j];
-            memcpy(k + (size_t)i * (size_t)L, f->key + (size_t)j * (size_t)L, (size_t)L * sizeof *k);
+            memcpy(k + (size_t)i * (size_t)L, f->key + (size_t)j * (size_t)L,
+                   (size_t)L * sizeof *k);
             o[i] = f->origin[j];
             fr[i] = b->from[j];
             x[i] = b->aux[j];
@@ -1194,12 +1189,13 @@ static void dp_split(dp *d, int32_t x, frontier *in, int rs, int h, uint32_t mas
                 int32_t i0 = idx[0][p], i1 = idx[1][q];
                 for (int32_t j = 0; j < L; j++) {
                     int32_t u = out->live[j];
-                    k[j] = slot[n + u] >= 0
-                               ? half[0].key[(size_t)i0 * (size_t)half[0].n_live + (size_t)slot[n + u]]
-                           : slot[2 * n + u] >= 0
-                               ? half[1].key[(size_t)i1 * (size_t)half[1].n_live +
-                                             (size_t)slot[2 * n + u]]
-                               : in->key[(size_t)s * (size_t)in->n_live + (size_t)slot[u]];
+                    k[j] =
+                        slot[n + u] >= 0
+                            ? half[0].key[(size_t)i0 * (size_t)half[0].n_live + (size_t)slot[n + u]]
+                        : slot[2 * n + u] >= 0
+                            ? half[1].key[(size_t)i1 * (size_t)half[1].n_live +
+                                          (size_t)slot[2 * n + u]]
+                            : in->key[(size_t)s * (size_t)in->n_live + (size_t)slot[u]];
                 }
                 double c0 = half[0].cost[i0], c1 = half[1].cost[i1];
                 double cost = in->cost[s] + (c0 > c1 ? c0 : c1);
@@ -1308,8 +1304,8 @@ static void dp_run(dp *d, int32_t x, frontier *in, int rs, int rc, frontier *out
             sub.cost[i] = in->cost[j];
             sub.origin[i] = in->origin[j];
             sub.rec[i] = in->rec[j];
-            memcpy(sub.key + (size_t)i * (size_t)in->n_live, in->key + (size_t)j * (size_t)in->n_live,
-                   (size_t)in->n_live * sizeof *sub.key);
+            memcpy(sub.key + (size_t)i * (size_t)in->n_live,
+                   in->key + (size_t)j * (size_t)in->n_live, (size_t)in->n_live * sizeof *sub.key);
         }
         free(ord);
         from = &sub;
@@ -1324,8 +1320,9 @@ static void dp_run(dp *d, int32_t x, frontier *in, int rs, int rc, frontier *out
         fr_deinit(&sub);
     fb_end(d, &b);
     for (int32_t i = 0; i < out->n; i++)
-        out->rec[i] = b.aux[i] == -3 ? b.from[i]
-                                     : trail_push(d, (trail){-1, 0, b.from[i], b.aux[i], b.aux2[i]});
+        out->rec[i] = b.aux[i] == -3
+                          ? b.from[i]
+                          : trail_push(d, (trail){-1, 0, b.from[i], b.aux[i], b.aux2[i]});
     fb_free(&b);
     fr_deinit(in);
 }
@@ -1376,13 +1373,9 @@ un_status un_map_solve(un_ctx *ctx, un_map *m, double lambda, int32_t *a, un_map
     return st;
 }
 
-const un_sp_tree *un_map_tree(const un_map *m) {
-    return m->have_tree ? &m->tree : NULL;
-}
+const un_sp_tree *un_map_tree(const un_map *m) { return m->have_tree ? &m->tree : NULL; }
 
-const un_sp_info *un_map_sp(const un_map *m) {
-    return m->have_tree ? &m->sa : NULL;
-}
+const un_sp_info *un_map_sp(const un_map *m) { return m->have_tree ? &m->sa : NULL; }
 
 /* The assignment a trail record leads to (the nodes it names). */
 static void trail_walk(const dp *d, int32_t rec, int32_t *a) {
@@ -1406,8 +1399,7 @@ static void trail_walk(const dp *d, int32_t rec, int32_t *a) {
 
 un_status un_map_solve_piece(un_ctx *ctx, un_map *m, double lambda, int32_t child_begin,
                              int32_t child_end, int32_t entry, int32_t entry_cfg, int32_t exit,
-                             int64_t max_states, double *cost, int32_t *assign,
-                             un_map_stats *st) {
+                             int64_t max_states, double *cost, int32_t *assign, un_map_stats *st) {
     if (!m->have_tree)
         return un_ctx_error(ctx, UN_ERR_INVALID, "mapping: no regular node to split");
     const un_sp_node *root = &m->tree.nodes[m->tree.root];

@@ -135,8 +135,7 @@ const un_sp_info *un_map_sp(const un_map *m);
  * so the results are still per exit configuration. */
 un_status un_map_solve_piece(un_ctx *ctx, un_map *m, double lambda, int32_t child_begin,
                              int32_t child_end, int32_t entry, int32_t entry_cfg, int32_t exit,
-                             int64_t max_states, double *cost, int32_t *assign,
-                             un_map_stats *st);
+                             int64_t max_states, double *cost, int32_t *assign, un_map_stats *st);
 
 /* The plan graph of an assignment: g's nodes, with the parallel ops that convert each tensor
  * to the layout its consumer needs, and each node's machine view. Owned: un_graph_free. */

@@ -152,7 +152,6 @@ static rep_time rep_run(un_ctx *ctx, prep_fn prep, timed_fn fn, void *arg, un_st
     return (rep_time){w1 - w0, clock_s(CLOCK_THREAD_CPUTIME_ID) - c0, dev};
 }
 
-
 /* Repetitions that D threads run at the same time: each starts after a barrier of all D; t holds
  * thread k's rep i at [k * reps + i]. */
 typedef struct lockstep {
@@ -192,7 +191,8 @@ static un_status time_median(un_ctx *ctx, prep_fn prep, timed_fn fn, void *arg,
         t[reps++] = r;
         total += r.dev >= 0 ? r.dev : r.wall;
         /* a device clock can read far below the wall time: stop on either */
-        if ((reps >= p->min_reps && (total >= p->min_seconds || now_s() - wall0 >= 10 * p->min_seconds)) ||
+        if ((reps >= p->min_reps &&
+             (total >= p->min_seconds || now_s() - wall0 >= 10 * p->min_seconds)) ||
             reps >= 100000)
             break;
     }
@@ -321,8 +321,8 @@ static void *together_main(void *arg) {
     un_status st = j->p->opaque ? un_backend_opaque_new(ctx, prec, j->p->threads, &be)
                                 : un_backend_cpu_new(ctx, prec, j->p->threads, &be);
     double f, b;
-    un_status st2 = profile_node(ctx, st == UN_OK ? be : NULL, j->g, j->id, j->p, fes, j->lf,
-                                 j->lb, j->k, &f, &b);
+    un_status st2 = profile_node(ctx, st == UN_OK ? be : NULL, j->g, j->id, j->p, fes, j->lf, j->lb,
+                                 j->k, &f, &b);
     j->st = st != UN_OK ? st : st2;
     snprintf(j->err, sizeof j->err, "%s", un_ctx_errmsg(ctx));
     un_backend_free(be);
@@ -437,8 +437,8 @@ static un_status profile_optimizer(un_ctx *ctx, un_rulesdb *db, un_backend *be, 
         char sig[48], shape[48];
         snprintf(sig, sizeof sig, "optimizer:%s", un_optim_algo_name(k));
         snprintf(shape, sizeof shape, "float[%lld]", (long long)n);
-        if (st == UN_OK && (st = store(ctx, db, sig, shape, device, sec, 0,
-                                       (double)n * (double)fes)) == UN_OK) {
+        if (st == UN_OK &&
+            (st = store(ctx, db, sig, shape, device, sec, 0, (double)n * (double)fes)) == UN_OK) {
             ++*n_stored;
             if (log)
                 fprintf(log, "  %-44s %-40s %10.4f ms\n", sig, shape, 1e3 * sec);
@@ -589,8 +589,11 @@ static un_status xchg_time(un_ctx *ctx, int n, size_t bytes, bool ring, int reps
     void **own = un_xcalloc((size_t)n * 2, sizeof *own);
     pthread_t *th = un_xcalloc((size_t)n, sizeof *th);
     for (int r = 0; r < n; r++) {
-        j[r] = (xjob){.c = un_comm_local_get(grp, r), .buf = {b0, b1}, .bytes = bytes,
-                      .ring = ring, .reps = reps};
+        j[r] = (xjob){.c = un_comm_local_get(grp, r),
+                      .buf = {b0, b1},
+                      .bytes = bytes,
+                      .ring = ring,
+                      .reps = reps};
         if (ring)
             for (int k = 0; k < 2; k++)
                 j[r].buf[k] = own[2 * r + k] = un_xcalloc(bytes + 1, 1);
@@ -646,7 +649,8 @@ static void *meet_main(void *arg) {
         for (int i = 0; i < j->reps[w] && j->st == UN_OK; i++) {
             double t0 = now_s();
             spin_cpu(un_sim_meet_work[w]);
-            j->st = n > 1 ? un_comm_exchange(ctx, j->c, &sm, 1, &rm, 1) : un_comm_barrier(ctx, j->c);
+            j->st =
+                n > 1 ? un_comm_exchange(ctx, j->c, &sm, 1, &rm, 1) : un_comm_barrier(ctx, j->c);
             j->t[w][i] = now_s() - t0;
         }
     un_ctx_free(ctx);
@@ -727,8 +731,8 @@ static un_status profile_rendezvous(un_ctx *ctx, un_rulesdb *db, const un_graph 
     return st;
 }
 
-un_status un_profile_graph(un_ctx *ctx, un_rulesdb *db, const un_graph *g, const un_profile_params *p,
-                           FILE *log, int64_t *n_stored) {
+un_status un_profile_graph(un_ctx *ctx, un_rulesdb *db, const un_graph *g,
+                           const un_profile_params *p, FILE *log, int64_t *n_stored) {
     *n_stored = 0;
     un_backend *be = NULL;
     size_t fes = p->f64 ? 8 : 4;
@@ -766,8 +770,8 @@ un_status un_profile_graph(un_ctx *ctx, un_rulesdb *db, const un_graph *g, const
         double fwd = 0, bwd = 0;
         if ((st = profile_node(ctx, be, g, id, p, fes, NULL, NULL, 0, &fwd, &bwd)) != UN_OK)
             break;
-        if (together > 1 && (st = profile_together(ctx, g, id, p, together,
-                                                   fwd > bwd ? fwd : bwd, &fwd, &bwd)) != UN_OK)
+        if (together > 1 && (st = profile_together(ctx, g, id, p, together, fwd > bwd ? fwd : bwd,
+                                                   &fwd, &bwd)) != UN_OK)
             break;
         if ((st = store(ctx, db, sig, shape, device, fwd, bwd, 0)) != UN_OK)
             break;

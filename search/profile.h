@@ -43,8 +43,8 @@ bool un_profile_kind_matches(const char *kind, const char *gpu_name);
 
 /* Profiles every distinct (op, per-piece params, piece shapes) of g and stores it (replacing an
  * older entry). A line per op goes to log (NULL: quiet). *n_stored counts the entries written. */
-un_status un_profile_graph(un_ctx *ctx, un_rulesdb *db, const un_graph *g, const un_profile_params *p,
-                           FILE *log, int64_t *n_stored);
+un_status un_profile_graph(un_ctx *ctx, un_rulesdb *db, const un_graph *g,
+                           const un_profile_params *p, FILE *log, int64_t *n_stored);
 
 /* Measures this CPU box as a machine description: one device per core (devices_per_node =
  * online CPUs), sgemm flop/s on one thread (the backend's linear kernel, 512^3), memory bandwidth

@@ -26,7 +26,8 @@ static const char *USAGE =
     "  --no-cache  do not use or write the compiled cache DB.compiled\n"
     "  --threads N parse and compile the rules the cache lacks on N threads (default: the\n"
     "              online CPUs; the set and the cache are the same for every N)\n"
-    "  --baseline  with --load-only: load every rule as a whole un_rule (un_rulesdb_load_verified),\n"
+    "  --baseline  with --load-only: load every rule as a whole un_rule "
+    "(un_rulesdb_load_verified),\n"
     "              the form before the compact one, for comparison\n"
     "  --ops FILE  the spec set in use (default specs/ops.json)\n";
 

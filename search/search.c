@@ -334,7 +334,7 @@ un_status un_search_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     if (!layer2 || used == 0) {
         free(use);
         un_status st = plan_graph(ctx, cm, g, &pj, deadline, limit, out);
-        out->rewrites_off = !layer2      ? "not in this mode"
+        out->rewrites_off = !layer2     ? "not in this mode"
                             : !p->rules ? "no rules (--rules DB)"
                             : un_ruleset_count(p->rules) == 0
                                 ? "the rules DB has no verified rules"
@@ -447,10 +447,10 @@ void un_search_report(const un_search_result *r, const un_graph *g, const un_sea
     un_buf_printf(out, "search: %s on %d devices of %s: %.3f s wall, ended: %s\n",
                   un_search_mode_name(p->mode), p->devices, un_cost_machine(cm)->name, r->wall,
                   r->ended ? r->ended : "?");
-    un_buf_printf(out,
-                  "plan: runs on %d device%s; estimated step %.6g s; fullest device %.4g GB (%s)\n",
-                  r->devices_used, r->devices_used == 1 ? "" : "s", r->sim.step, r->sim.mem ? r->sim.mem[r->sim.worst] / 1e9 : 0,
-                  r->sim.fits ? "fits" : "does not fit");
+    un_buf_printf(
+        out, "plan: runs on %d device%s; estimated step %.6g s; fullest device %.4g GB (%s)\n",
+        r->devices_used, r->devices_used == 1 ? "" : "s", r->sim.step,
+        r->sim.mem ? r->sim.mem[r->sim.worst] / 1e9 : 0, r->sim.fits ? "fits" : "does not fit");
     if (r->dp_step > 0)
         un_buf_printf(out,
                       "data parallel: estimated step %.6g s; fullest device %.4g GB (%s); "
@@ -468,14 +468,15 @@ void un_search_report(const un_search_result *r, const un_graph *g, const un_sea
                 out,
                 "layer 2 (%s): %lld of %lld rules used (algebraic), alpha %g: %lld graphs popped, "
                 "%lld matches, %lld generated, %lld costed by layer 3, %lld pruned by alpha, "
-                "%lld duplicates, %lld failed to apply, %lld dropped at the queue cap; %.3f s (%.3f s matching and applying, "
+                "%lld duplicates, %lld failed to apply, %lld dropped at the queue cap; %.3f s "
+                "(%.3f s matching and applying, "
                 "%.3f s in layer 3); ended: %s\n",
                 p->mode == UN_SEARCH_TASO ? "serial cost on 1 device" : "layer-3 cost",
                 (long long)s->rules_used, (long long)s->rules_loaded,
                 p->alpha > 0 ? p->alpha : 1.05, (long long)s->popped, (long long)s->matches,
                 (long long)s->generated, (long long)s->costed, (long long)s->pruned_alpha,
-                (long long)s->duplicates, (long long)s->apply_failed, (long long)s->queue_dropped, s->wall, s->match_s,
-                s->map_s, s->ended ? s->ended : "?");
+                (long long)s->duplicates, (long long)s->apply_failed, (long long)s->queue_dropped,
+                s->wall, s->match_s, s->map_s, s->ended ? s->ended : "?");
         if (r->rewrites && s->pieces > 0)
             un_buf_printf(out,
                           "layer 2 per piece: %d layer-1 pieces, %d distinct (searched once "
@@ -514,7 +515,8 @@ void un_search_report(const un_search_result *r, const un_graph *g, const un_sea
     if (p->mode == UN_SEARCH_JOINT)
         un_buf_printf(out,
                       "layer 3: %lld configurations, %lld states expanded, at most %lld alive, "
-                      "%d parallel compositions, %lld device splits tried%s; %d memory prices tried (chosen %.3g s/GB); winner: %s\n",
+                      "%d parallel compositions, %lld device splits tried%s; %d memory prices "
+                      "tried (chosen %.3g s/GB); winner: %s\n",
                       (long long)r->stats.configs, (long long)r->stats.states,
                       (long long)r->stats.max_frontier, (int)r->stats.parallels,
                       (long long)r->stats.splits,

@@ -42,12 +42,12 @@ typedef enum {
 typedef struct un_search_params {
     int devices;
     un_search_mode mode;
-    const char *optimizer; /* "adam" or "sgd" */
-    double time_limit;     /* seconds of wall time (0: 60) */
-    int64_t budget;        /* mcmc proposals (0: 20000) */
-    int64_t max_states;    /* layer 3's frontier states (0: 4096) */
-    int split_size;        /* layer 1: nodes per piece between cut nodes (0: 10) */
-    uint64_t seed;         /* mcmc */
+    const char *optimizer;   /* "adam" or "sgd" */
+    double time_limit;       /* seconds of wall time (0: 60) */
+    int64_t budget;          /* mcmc proposals (0: 20000) */
+    int64_t max_states;      /* layer 3's frontier states (0: 4096) */
+    int split_size;          /* layer 1: nodes per piece between cut nodes (0: 10) */
+    uint64_t seed;           /* mcmc */
     const un_ruleset *rules; /* layer 2's rules (borrowed; NULL: no rewrites) */
     double alpha;            /* layer 2's pruning factor (0: 1.05) */
     int64_t subst_budget;    /* layer 2's graphs costed (0: 1000) */
@@ -72,12 +72,12 @@ typedef struct un_search_result {
     char (*choice)[48]; /* per model node: its configuration's name ("" for sources) */
     int32_t *degree;    /* per model node: devices it runs on (0 for sources) */
     /* layer 2 (joint and taso with rules) */
-    bool rewrites;          /* layer 2 ran */
+    bool rewrites;            /* layer 2 ran */
     const char *rewrites_off; /* why not (static), when it did not */
-    un_subst_result subst;  /* its statistics and the rewrites on the path to its best graph */
-    un_graph *graph;        /* owned: the rewritten serial graph the plan runs, NULL when the plan
-                               runs the model graph itself (no rewrite chosen) */
-    double unrewritten_step; /* layer 3's plan of the model graph itself: its estimate (0: none) */
+    un_subst_result subst;    /* its statistics and the rewrites on the path to its best graph */
+    un_graph *graph;          /* owned: the rewritten serial graph the plan runs, NULL when the plan
+                                 runs the model graph itself (no rewrite chosen) */
+    double unrewritten_step;  /* layer 3's plan of the model graph itself: its estimate (0: none) */
     bool unrewritten_fits;
 } un_search_result;
 

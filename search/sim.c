@@ -27,14 +27,14 @@ typedef struct task {
 typedef struct stensor {
     un_shape shape;
     int64_t np;
-    double pbytes;      /* bytes of one piece */
+    double pbytes; /* bytes of one piece */
     bool needs_grad;
-    bool is_static;     /* plan semantics: a weight or a layout of one (resident, no movement) */
-    bool leaf;          /* a regular op reads it (a static leaf is what devices hold and update) */
-    bool weight;        /* a weight or a parallel op over one */
-    int32_t *owner;     /* per piece: device, -1 = every device (mirrored) */
-    stamp *ready;       /* per piece: forward value available at its owner */
-    stamp *gready;      /* per piece: gradient complete at its owner */
+    bool is_static; /* plan semantics: a weight or a layout of one (resident, no movement) */
+    bool leaf;      /* a regular op reads it (a static leaf is what devices hold and update) */
+    bool weight;    /* a weight or a parallel op over one */
+    int32_t *owner; /* per piece: device, -1 = every device (mirrored) */
+    stamp *ready;   /* per piece: forward value available at its owner */
+    stamp *gready;  /* per piece: gradient complete at its owner */
 } stensor;
 
 typedef struct xfer {
@@ -72,9 +72,9 @@ typedef struct sim {
     double *sync_recv;
     double *shard; /* per device: bytes of the weights its optimizer updates */
     bool backward;
-    double lat;  /* seconds of one barrier of the D ranks (runtime semantics) */
-    double xlat; /* seconds of one exchange's rendezvous of the D ranks, without its bytes */
-    int meets;  /* rendezvous of all D ranks in the step (runtime semantics) */
+    double lat;   /* seconds of one barrier of the D ranks (runtime semantics) */
+    double xlat;  /* seconds of one exchange's rendezvous of the D ranks, without its bytes */
+    int meets;    /* rendezvous of all D ranks in the step (runtime semantics) */
     double since; /* when the last rendezvous ended */
     double extra; /* the waits for cores the stretches of work so far meet (measured) */
     double work;  /* their work */
@@ -366,8 +366,8 @@ static un_status forward_node(sim *s, int32_t id) {
             double bytes = view[p] ? 0 : so->pbytes * (nd->op == UN_OP_REDUCE ? (double)k : 1.0);
             if (view[p]) /* a view of its source: no buffer of its own (its gradient has one) */
                 s->xmem[d] -= so->pbytes;
-            so->ready[p] = bytes > 0 ? run_task(s, d, id, K_OTHER, r, un_cost_copy(s->cm, bytes))
-                                     : r;
+            so->ready[p] =
+                bytes > 0 ? run_task(s, d, id, K_OTHER, r, un_cost_copy(s->cm, bytes)) : r;
         }
         free(src);
         free(nsrc);
@@ -551,8 +551,8 @@ static void memory(sim *s) {
             stensor *t = &s->ts[id][o];
             double per = t->pbytes * (t->needs_grad ? 2 : 1);
             if (kind == UN_OPK_SOURCE && !t->is_static) { /* an input, whole on every device */
-                double logical = (double)un_shape_numel(&t->shape) *
-                                 (t->shape.dtype == UN_DT_FLOAT ? s->es : 8);
+                double logical =
+                    (double)un_shape_numel(&t->shape) * (t->shape.dtype == UN_DT_FLOAT ? s->es : 8);
                 for (int d = 0; d < s->D; d++) {
                     if (nd->op == UN_OP_WEIGHT)
                         w[d] += logical;
@@ -668,7 +668,7 @@ static bool static_tensor(const un_graph *g, const un_node *nd, sim *s) {
 }
 
 const double un_sim_meet_work[UN_SIM_MEET_POINTS] = {10e-6, 30e-6, 100e-6, 300e-6,
-                                                      1e-3,  3e-3,  10e-3,  30e-3};
+                                                     1e-3,  3e-3,  10e-3,  30e-3};
 
 void un_sim_meet_shape(int devices, int w, char *buf, size_t n) {
     snprintf(buf, n, "devices[%d],work[%.0f us]", devices, un_sim_meet_work[w] * 1e6);
@@ -1043,10 +1043,10 @@ void un_sim_report(const un_graph *g, const un_sim_result *r, const un_cost_mode
                   "critical path: compute %.3f ms (%.0f%%), communication %.3f ms (%.0f%%), "
                   "copies/optimizer %.3f ms (%.0f%%)\n",
                   r->crit_compute * 1e3, crit > 0 ? 100 * r->crit_compute / crit : 0,
-                  r->crit_comm * 1e3, crit > 0 ? 100 * r->crit_comm / crit : 0,
-                  r->crit_other * 1e3, crit > 0 ? 100 * r->crit_other / crit : 0);
-    un_buf_printf(b, "all devices: compute %.3f ms, communication %.3f ms, ", r->compute_total * 1e3,
-                  r->comm_total * 1e3);
+                  r->crit_comm * 1e3, crit > 0 ? 100 * r->crit_comm / crit : 0, r->crit_other * 1e3,
+                  crit > 0 ? 100 * r->crit_other / crit : 0);
+    un_buf_printf(b, "all devices: compute %.3f ms, communication %.3f ms, ",
+                  r->compute_total * 1e3, r->comm_total * 1e3);
     fmt_bytes(b, r->comm_bytes);
     un_buf_printf(b, " moved\ncritical path's top operators:\n");
     for (int i = 0; i < r->n_top; i++) {
@@ -1075,6 +1075,7 @@ void un_sim_report(const un_graph *g, const un_sim_result *r, const un_cost_mode
     fmt_bytes(b, r->mem_optim);
     un_buf_printf(b, ", activations and their gradients ");
     fmt_bytes(b, r->mem_acts);
-    un_buf_printf(b, "\n%s\n", r->fits ? "fits in device memory"
-                                       : "DOES NOT FIT: a device needs more memory than it has");
+    un_buf_printf(b, "\n%s\n",
+                  r->fits ? "fits in device memory"
+                          : "DOES NOT FIT: a device needs more memory than it has");
 }

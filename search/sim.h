@@ -40,14 +40,14 @@ typedef struct un_sim_result {
     double comm_total;    /* communication summed over devices */
     double comm_bytes;    /* bytes sent between devices */
     int devices;
-    double wait;          /* seconds of the step spent off the cores (in step; 0 unmeasured) */
-    int meets;            /* rendezvous of all devices in the step (runtime semantics) */
-    double meet_work;     /* mean seconds of work between two of them (or to the step's end) */
-    double meet_time;     /* the measured seconds of all those stretches ("comm:meet"; 0: none) */
-    double *mem;          /* bytes per device; owned */
+    double wait;      /* seconds of the step spent off the cores (in step; 0 unmeasured) */
+    int meets;        /* rendezvous of all devices in the step (runtime semantics) */
+    double meet_work; /* mean seconds of work between two of them (or to the step's end) */
+    double meet_time; /* the measured seconds of all those stretches ("comm:meet"; 0: none) */
+    double *mem;      /* bytes per device; owned */
     double mem_weights, mem_grads, mem_optim, mem_acts; /* of the largest device */
-    int worst;            /* the device needing the most memory */
-    bool fits;            /* every device's memory within the machine's */
+    int worst;                                          /* the device needing the most memory */
+    bool fits; /* every device's memory within the machine's */
     int n_top;
     struct {
         int32_t node;

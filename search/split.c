@@ -28,8 +28,8 @@ un_status un_split_make(un_ctx *ctx, const un_map *m, int k, un_split *out) {
     int32_t *size = un_xmalloc(((size_t)nc + 1) * sizeof *size);
     int32_t *cut_node = un_xmalloc(((size_t)nc + 1) * sizeof *cut_node);
     for (int32_t i = 0; i < nc; i++) {
-        const un_sp_node *c = root->kind == UN_SP_SERIES ? &t->nodes[t->child[root->child_at + i]]
-                                                         : root;
+        const un_sp_node *c =
+            root->kind == UN_SP_SERIES ? &t->nodes[t->child[root->child_at + i]] : root;
         size[i] = c->end - c->begin;
         cut_node[i] = c->kind == UN_SP_LEAF && is_cut[c->node] ? c->node : -1;
     }
@@ -85,8 +85,8 @@ void un_split_piece_nodes(const un_split *s, int32_t i, int32_t *out) {
     const un_sp_node *root = &t->nodes[t->root];
     int32_t k = 0;
     for (int32_t c = s->child[i]; c < s->child[i + 1]; c++) {
-        const un_sp_node *x = root->kind == UN_SP_SERIES ? &t->nodes[t->child[root->child_at + c]]
-                                                         : root;
+        const un_sp_node *x =
+            root->kind == UN_SP_SERIES ? &t->nodes[t->child[root->child_at + c]] : root;
         for (int32_t j = x->begin; j < x->end; j++)
             out[k++] = t->order[j];
     }
@@ -238,9 +238,9 @@ un_status un_split_solve(un_ctx *ctx, un_map *m, const un_split *s, double lambd
             if (!pm->done[e]) { /* solve on this piece, keep by position for the class */
                 for (size_t i = 0; i < (size_t)nx * (size_t)n; i++)
                     assign[i] = -1;
-                status = un_map_solve_piece(ctx, m, lambda, s->child[p], s->child[p + 1],
-                                            s->entry[p], e, s->exit[p], beam, cost, assign,
-                                            &st->map);
+                status =
+                    un_map_solve_piece(ctx, m, lambda, s->child[p], s->child[p + 1], s->entry[p], e,
+                                       s->exit[p], beam, cost, assign, &st->map);
                 st->piece_solves++;
                 for (int32_t x = 0; x < nx; x++) {
                     pm->cost[base + (size_t)x] = cost[x];

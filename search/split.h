@@ -23,15 +23,15 @@
 #include "search/mapping.h"
 
 typedef struct un_split {
-    int32_t n;        /* pieces */
-    int32_t *child;   /* [n + 1] piece i: the SP root's children [child[i], child[i + 1]) */
-    int32_t *entry;   /* [n] the cut node before the piece (-1: none, the first) */
-    int32_t *exit;    /* [n] the cut node that ends it (-1: the last) */
-    int32_t *size;    /* [n] its regular nodes */
-    int32_t cuts;     /* cut nodes of the graph */
-    int32_t largest;  /* the largest piece's nodes */
-    int32_t k;        /* the bound asked for */
-    const un_map *m;  /* borrowed */
+    int32_t n;       /* pieces */
+    int32_t *child;  /* [n + 1] piece i: the SP root's children [child[i], child[i + 1]) */
+    int32_t *entry;  /* [n] the cut node before the piece (-1: none, the first) */
+    int32_t *exit;   /* [n] the cut node that ends it (-1: the last) */
+    int32_t *size;   /* [n] its regular nodes */
+    int32_t cuts;    /* cut nodes of the graph */
+    int32_t largest; /* the largest piece's nodes */
+    int32_t k;       /* the bound asked for */
+    const un_map *m; /* borrowed */
 } un_split;
 
 typedef struct un_split_stats {

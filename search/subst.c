@@ -172,8 +172,7 @@ static void queue_deinit(queue *q) {
 
 /* How the core costs a graph: the whole graph by layer 3 (un_subst_search) or one layer-1 piece
  * per cut configuration (un_subst_search_pieces). `at` is the path index the graph gets. */
-typedef un_status (*cost_fn)(un_ctx *ctx, void *user, const un_graph *g, int32_t at,
-                             double *cost);
+typedef un_status (*cost_fn)(un_ctx *ctx, void *user, const un_graph *g, int32_t at, double *cost);
 
 typedef struct whole_cost {
     un_cost_model *cm;
@@ -222,12 +221,12 @@ static void paths_deinit(paths *ps) {
 }
 
 /* Appends the rewrites on the path to `at` (in order) to out->steps. */
-static void steps_append(un_subst_result *out, const un_ruleset *set, const paths *ps,
-                         int32_t at) {
+static void steps_append(un_subst_result *out, const un_ruleset *set, const paths *ps, int32_t at) {
     int32_t k = 0;
     for (int32_t v = at; v > 0; v = ps->parent[v])
         k++;
-    out->steps = un_xrealloc(out->steps, ((size_t)out->n_steps + (size_t)k + 1) * sizeof *out->steps);
+    out->steps =
+        un_xrealloc(out->steps, ((size_t)out->n_steps + (size_t)k + 1) * sizeof *out->steps);
     int32_t i = out->n_steps + k;
     for (int32_t v = at; v > 0; v = ps->parent[v]) {
         un_subst_step *s = &out->steps[--i];
@@ -270,8 +269,8 @@ static bool has_match(un_ctx *ctx, const un_ruleset *set, const un_graph *g, con
  * out->best_cost get the cheapest graph. Matches that touch a node named in frozen[] are
  * skipped (a piece's boundary). The start graph's cost failing is the error returned. */
 static un_status search_core(un_ctx *ctx, const un_ruleset *set, const un_graph *g,
-                             const un_subst_params *p, const bool *use, double deadline,
-                             cost_fn fn, void *user, const char *const *frozen, int n_frozen,
+                             const un_subst_params *p, const bool *use, double deadline, cost_fn fn,
+                             void *user, const char *const *frozen, int n_frozen,
                              un_subst_result *out, paths *ps, int32_t *best_at) {
     int64_t budget = p->budget > 0 ? p->budget : 1000;
     int64_t max_queue = p->max_queue > 0 ? p->max_queue : 256;
@@ -437,8 +436,8 @@ un_status un_subst_search(un_ctx *ctx, const un_ruleset *set, un_cost_model *cm,
     paths ps = {0};
     int32_t best_at = 0;
     whole_cost w = {cm, p};
-    un_status st = search_core(ctx, set, g, p, use, deadline, whole_cost_fn, &w, NULL, 0, out, &ps,
-                               &best_at);
+    un_status st =
+        search_core(ctx, set, g, p, use, deadline, whole_cost_fn, &w, NULL, 0, out, &ps, &best_at);
     if (st == UN_OK)
         steps_append(out, set, &ps, best_at);
     free(use);
@@ -562,8 +561,8 @@ static un_status piece_take(un_ctx *ctx, const un_graph *g, const un_split *sp, 
                     gs[u] = id;
                 }
             } else if (gs[u] < 0) {
-                st = un_ctx_error(ctx, UN_ERR_INVALID, "piece %d reads node %d outside it",
-                                  (int)q, (int)u);
+                st = un_ctx_error(ctx, UN_ERR_INVALID, "piece %d reads node %d outside it", (int)q,
+                                  (int)u);
             }
             in[t] = (un_ref){gs[u], nd->in[t].out};
         }
@@ -627,15 +626,15 @@ typedef struct piece_cost {
     un_cost_model *cm;
     const un_subst_params *p;
     const piece_graph *pg;
-    const un_map *gm;   /* g's map: the boundary configurations are its */
+    const un_map *gm; /* g's map: the boundary configurations are its */
     const char *entry_name, *exit_name;
     int32_t ne, nx;
-    double *best;       /* [ne * nx] */
-    double *orig;       /* [ne * nx] the piece as it is (NULL until costed) */
-    double *pre, *suf;  /* [ne], [nx] the chain's other pieces as they are (NULL: none yet) */
-    int32_t *arg;       /* [ne * nx] candidate, -1: none */
-    un_graph **cand;    /* owned; cand[0] is the piece as it is */
-    int32_t *cand_at;   /* their path indices */
+    double *best;      /* [ne * nx] */
+    double *orig;      /* [ne * nx] the piece as it is (NULL until costed) */
+    double *pre, *suf; /* [ne], [nx] the chain's other pieces as they are (NULL: none yet) */
+    int32_t *arg;      /* [ne * nx] candidate, -1: none */
+    un_graph **cand;   /* owned; cand[0] is the piece as it is */
+    int32_t *cand_at;  /* their path indices */
     int32_t n_cand, cap_cand;
 } piece_cost;
 
@@ -752,7 +751,8 @@ static bool same_canonical(const un_graph *a, const un_graph *b, const int32_t *
     int32_t n = un_graph_node_count(a);
     if (n != un_graph_node_count(b) || un_graph_output_count(a) != un_graph_output_count(b))
         return false;
-    int32_t *pa = un_xmalloc(((size_t)n + 1) * sizeof *pa), *pb = un_xmalloc(((size_t)n + 1) * sizeof *pb);
+    int32_t *pa = un_xmalloc(((size_t)n + 1) * sizeof *pa),
+            *pb = un_xmalloc(((size_t)n + 1) * sizeof *pb);
     for (int32_t i = 0; i < n; i++) {
         pa[ca[i]] = i;
         pb[cb[i]] = i;
@@ -857,8 +857,10 @@ static un_status stitch(un_ctx *ctx, const un_graph *g, const piece_graph *pgs,
             for (int t = 0; t < nd->n_in && st == UN_OK; t++) {
                 in[t] = cmap[(size_t)nd->in[t].node * UN_MAX_OUTPUTS + (size_t)nd->in[t].out];
                 if (in[t].node < 0)
-                    st = un_ctx_error(ctx, UN_ERR_INVALID, "layer 2: piece %d: node %d reads "
-                                      "a tensor from outside the piece", (int)q, (int)v);
+                    st = un_ctx_error(ctx, UN_ERR_INVALID,
+                                      "layer 2: piece %d: node %d reads "
+                                      "a tensor from outside the piece",
+                                      (int)q, (int)v);
             }
             const char *name = NULL;
             if (gid >= 0)
@@ -1023,8 +1025,8 @@ un_status un_subst_search_pieces(un_ctx *ctx, const un_ruleset *set, un_cost_mod
     int32_t *by_size = un_xmalloc(((size_t)n_cls + 1) * sizeof *by_size);
     for (int32_t c = 0; c < n_cls; c++) {
         int32_t k = c;
-        while (k > 0 && un_graph_node_count(pcs[by_size[k - 1]].pg->s) >
-                            un_graph_node_count(pcs[c].pg->s)) {
+        while (k > 0 &&
+               un_graph_node_count(pcs[by_size[k - 1]].pg->s) > un_graph_node_count(pcs[c].pg->s)) {
             by_size[k] = by_size[k - 1];
             k--;
         }
@@ -1120,7 +1122,8 @@ un_status un_subst_search_pieces(un_ctx *ctx, const un_ruleset *set, un_cost_mod
         if (fixed[c])
             continue;
         double now = un_search_clock();
-        double share = isinf(deadline) ? INFINITY : now + (deadline - now) / (double)(active - done++);
+        double share =
+            isinf(deadline) ? INFINITY : now + (deadline - now) / (double)(active - done++);
         const char *frozen[2];
         int nf = 0;
         if (pc->entry_name)
@@ -1137,9 +1140,9 @@ un_status un_subst_search_pieces(un_ctx *ctx, const un_ruleset *set, un_cost_mod
             fprintf(stderr,
                     "layer 2 piece class %d (piece %d, %d nodes, %dx%d boundary configs): %lld "
                     "costed in %.3f s (%.3f s layer 3), %d kept, ended %s\n",
-                    (int)c, (int)(pc->pg - pgs), (int)un_graph_node_count(pc->pg->s),
-                    (int)pc->ne, (int)pc->nx, (long long)r.costed, un_search_clock() - now,
-                    r.map_s, (int)pc->n_cand, r.ended);
+                    (int)c, (int)(pc->pg - pgs), (int)un_graph_node_count(pc->pg->s), (int)pc->ne,
+                    (int)pc->nx, (long long)r.costed, un_search_clock() - now, r.map_s,
+                    (int)pc->n_cand, r.ended);
         counters_add(out, &r);
         un_subst_result_deinit(&r);
         if (st != UN_OK || pc->n_cand == 0) { /* this piece cannot be costed alone */

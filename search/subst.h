@@ -31,14 +31,14 @@
 #include "search/split.h"
 
 typedef struct un_subst_params {
-    un_map_params map;   /* how layer 3 costs each candidate (devices, max_states, ...) */
-    double lambda;       /* memory price (seconds per byte of device 0) */
-    double alpha;        /* children costlier than alpha x best are dropped (>= 1; 1.05) */
-    int64_t budget;      /* graphs costed by layer 3 at most, the start included (0: 1000) */
-    double time_limit;   /* seconds of wall time (0: none; the budget still bounds it) */
-    int32_t max_nodes;   /* children with more nodes are dropped (0: no bound) */
-    int64_t max_queue;   /* graphs queued at most; beyond, the costliest is dropped (0: 256) */
-    const bool *use;     /* the entries to use, from un_subst_rules_pick (NULL: picked here) */
+    un_map_params map; /* how layer 3 costs each candidate (devices, max_states, ...) */
+    double lambda;     /* memory price (seconds per byte of device 0) */
+    double alpha;      /* children costlier than alpha x best are dropped (>= 1; 1.05) */
+    int64_t budget;    /* graphs costed by layer 3 at most, the start included (0: 1000) */
+    double time_limit; /* seconds of wall time (0: none; the budget still bounds it) */
+    int32_t max_nodes; /* children with more nodes are dropped (0: no bound) */
+    int64_t max_queue; /* graphs queued at most; beyond, the costliest is dropped (0: 256) */
+    const bool *use;   /* the entries to use, from un_subst_rules_pick (NULL: picked here) */
 } un_subst_params;
 
 /* One rewrite on the path to the best graph. */
@@ -49,31 +49,31 @@ typedef struct un_subst_step {
 } un_subst_step;
 
 typedef struct un_subst_result {
-    un_graph *best;        /* owned: the cheapest graph found (a copy of the start if none) */
-    double start_cost;     /* layer 3's cost of the start graph */
-    double best_cost;      /* of best */
-    int32_t n_steps;       /* rewrites from the start to best */
-    un_subst_step *steps;  /* owned, n_steps of them, in order */
-    const char *ended;     /* "exhausted", "budget" or "time" (static) */
-    int64_t rules_loaded;  /* entries of the ruleset */
-    int64_t rules_used;    /* of those: algebraic (the ones layer 2 uses) */
-    int64_t popped;        /* graphs taken from the queue and expanded */
-    int64_t matches;       /* matches found on popped graphs (of the rules used) */
-    int64_t generated;     /* children made by applying a match */
-    int64_t apply_failed;  /* matches un_apply refused (shape or layout checks) */
-    int64_t duplicates;    /* children already seen (canonical hash) */
-    int64_t too_big;       /* children over max_nodes */
-    int64_t costed;        /* graphs costed by layer 3 (the start included) */
-    int64_t map_failed;    /* graphs layer 3 could not cost (dropped) */
-    int64_t pruned_alpha;  /* children costlier than alpha x best */
-    int64_t max_queue;     /* most graphs queued at once */
-    int64_t queue_dropped; /* the costliest queued graphs dropped at max_queue */
-    int64_t boundary;      /* matches skipped: they touch a piece's entry or exit (pieces) */
-    int32_t pieces;        /* layer-1 pieces searched one by one (0: the whole graph) */
-    int32_t piece_classes; /* of those, distinct subproblems (equal pieces searched once) */
+    un_graph *best;           /* owned: the cheapest graph found (a copy of the start if none) */
+    double start_cost;        /* layer 3's cost of the start graph */
+    double best_cost;         /* of best */
+    int32_t n_steps;          /* rewrites from the start to best */
+    un_subst_step *steps;     /* owned, n_steps of them, in order */
+    const char *ended;        /* "exhausted", "budget" or "time" (static) */
+    int64_t rules_loaded;     /* entries of the ruleset */
+    int64_t rules_used;       /* of those: algebraic (the ones layer 2 uses) */
+    int64_t popped;           /* graphs taken from the queue and expanded */
+    int64_t matches;          /* matches found on popped graphs (of the rules used) */
+    int64_t generated;        /* children made by applying a match */
+    int64_t apply_failed;     /* matches un_apply refused (shape or layout checks) */
+    int64_t duplicates;       /* children already seen (canonical hash) */
+    int64_t too_big;          /* children over max_nodes */
+    int64_t costed;           /* graphs costed by layer 3 (the start included) */
+    int64_t map_failed;       /* graphs layer 3 could not cost (dropped) */
+    int64_t pruned_alpha;     /* children costlier than alpha x best */
+    int64_t max_queue;        /* most graphs queued at once */
+    int64_t queue_dropped;    /* the costliest queued graphs dropped at max_queue */
+    int64_t boundary;         /* matches skipped: they touch a piece's entry or exit (pieces) */
+    int32_t pieces;           /* layer-1 pieces searched one by one (0: the whole graph) */
+    int32_t piece_classes;    /* of those, distinct subproblems (equal pieces searched once) */
     int32_t pieces_rewritten; /* pieces whose chosen form is not the original */
-    double match_s, map_s; /* seconds spent matching + applying, and in layer 3 */
-    double wall;           /* seconds the search took */
+    double match_s, map_s;    /* seconds spent matching + applying, and in layer 3 */
+    double wall;              /* seconds the search took */
 } un_subst_result;
 
 un_subst_params un_subst_params_default(int devices);
@@ -107,8 +107,9 @@ void un_subst_result_deinit(un_subst_result *r);
  * the whole, shared among the pieces left. start_cost and best_cost are layer 3's cost
  * (un_map_solve) of g and of out->best (both 0 when no piece has a match: nothing is costed);
  * when the stitched graph is not cheaper, out->best is g and no step is reported. A piece no
- * rule matches is costed (its table) only when another piece has a match. When g does not split (one piece) or a piece cannot be taken out, this
- * is un_subst_search on the whole graph (out->pieces 0). */
+ * rule matches is costed (its table) only when another piece has a match. When g does not split
+ * (one piece) or a piece cannot be taken out, this is un_subst_search on the whole graph
+ * (out->pieces 0). */
 un_status un_subst_search_pieces(un_ctx *ctx, const un_ruleset *set, un_cost_model *cm,
                                  const un_graph *g, const un_subst_params *p, int split_size,
                                  un_subst_result *out);

@@ -125,8 +125,8 @@ static int take_flags(un_ctx *ctx, int argc, char **argv, search_opts *s, un_sta
         *st = un_ctx_error(ctx, UN_ERR_INVALID,
                            "--rules and --sim go with --machine (search), --estimate or --profile");
     else if ((s->estimate || s->profile || !s->machine) &&
-             (s->mode || s->export || s->dot || s->time || s->budget || s->plan_only ||
-              s->alpha || s->no_rewrites || s->split))
+             (s->mode || s->export || s->dot || s->time || s->budget || s->plan_only || s->alpha ||
+              s->no_rewrites || s->split))
         *st = un_ctx_error(ctx, UN_ERR_INVALID,
                            "--search, --export, --dot, --plan-only, --search-time, --budget, "
                            "--alpha, --no-rewrites and --split-size go with --machine and without "
@@ -152,7 +152,8 @@ static un_status estimate_or_profile(un_ctx *ctx, const un_train_opts *o, const 
     if (st == UN_OK)
         st = un_train_graph(ctx, spec, o, &g, &devices);
     if (st == UN_OK && s->rules)
-        st = un_rulesdb_open(ctx, s->rules, spec, s->profile ? UN_RULESDB_CREATE : UN_RULESDB_READONLY, &db);
+        st = un_rulesdb_open(ctx, s->rules, spec,
+                             s->profile ? UN_RULESDB_CREATE : UN_RULESDB_READONLY, &db);
     if (st != UN_OK)
         goto done;
     if (s->profile) {
@@ -427,7 +428,8 @@ static un_status search_and_train(un_ctx *ctx, un_train_opts *o, const search_op
         if ((st = rewritten_model(ctx, spec, o, r.graph, gtmp, sizeof gtmp)) != UN_OK)
             goto done;
     }
-    printf("training with the plan on %d device%s\n", r.devices_used, r.devices_used == 1 ? "" : "s");
+    printf("training with the plan on %d device%s\n", r.devices_used,
+           r.devices_used == 1 ? "" : "s");
     fflush(stdout);
     o->strategy = path;
     o->devices = r.devices_used;

@@ -127,8 +127,7 @@ TEST__FN bool rw_same_model(un_ctx *ctx, const un_graph *g, const un_graph *g2, 
  * *other_dims, may be NULL, those by a rule with a dim variable matched at another value than its
  * witness). */
 TEST__FN int64_t rw_chains(un_ctx *ctx, const un_ruleset *set, const un_graph *g, un_rng *rng,
-                            int n_chains, int64_t *wrong, int32_t *wrong_rule,
-                            int64_t *other_dims) {
+                           int n_chains, int64_t *wrong, int32_t *wrong_rule, int64_t *other_dims) {
     int64_t applied = 0;
     for (int c = 0; c < n_chains; c++) {
         int len = 1 + (int)un_rng_below(rng, 20);
@@ -152,7 +151,8 @@ TEST__FN int64_t rw_chains(un_ctx *ctx, const un_ruleset *set, const un_graph *g
                 const un_rule *ar = un_ruleset_rule(set, mt->rule);
                 bool other = false;
                 for (int a = 0; a < ar->n_vars; a++)
-                    other = other || (un_rule_var_is_dim(ar, a) && mt->values[a] != ar->vars[a].value);
+                    other =
+                        other || (un_rule_var_is_dim(ar, a) && mt->values[a] != ar->vars[a].value);
                 if (other_dims)
                     *other_dims += other;
                 int32_t fresh = 0;

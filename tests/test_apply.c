@@ -67,8 +67,9 @@ static void test_planted_wrong_rule(void) {
     EXPECT_OK(ctx, un_rulesdb_open(ctx, path, spec, UN_RULESDB_CREATE, &db));
     if (r && db) {
         r->any_shape = true;
-        EXPECT_OK(ctx, un_rulesdb_rule_insert(ctx, db, r, UN_RULE_CANDIDATE, NULL,
-                                           &(un_rulesdb_origin){.kind = "generated"}, &id, NULL));
+        EXPECT_OK(ctx,
+                  un_rulesdb_rule_insert(ctx, db, r, UN_RULE_CANDIDATE, NULL,
+                                         &(un_rulesdb_origin){.kind = "generated"}, &id, NULL));
         un_rulesdb_verdict v = {.status = UN_RULE_VERIFIED, .proof_ms = 1};
         EXPECT_OK(ctx, un_rulesdb_rule_set_verdict(ctx, db, id, &v));
         EXPECT_OK(ctx, un_ruleset_load(ctx, db, NULL, &set, NULL));
@@ -234,8 +235,8 @@ static void test_new_node_names(void) {
     }
     un_rule *r = NULL;
     un_ruleset *set = NULL;
-    EXPECT_OK(ctx, un_rule_make(ctx, sd[0], sd[1], (un_ref[]){{a[0], 0}}, (un_ref[]){{a[1], 0}},
-                                1, &r));
+    EXPECT_OK(ctx,
+              un_rule_make(ctx, sd[0], sd[1], (un_ref[]){{a[0], 0}}, (un_ref[]){{a[1], 0}}, 1, &r));
     if (r)
         EXPECT_OK(ctx, un_ruleset_from_rules(ctx, spec, &r, NULL, 1, NULL, &set));
     un_graph *g = un_graph_new(spec);

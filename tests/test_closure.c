@@ -45,8 +45,9 @@ static void free_rules(un_rule **r, int64_t n) {
 }
 
 static void test_copies_dropped(void) {
-    const cli_result *res = cli_run(
-        "unity-gen", cli_fmt("--ops specs/ --menu specs/menus/ew_add.json --threads 1 -o %s/add.db"));
+    const cli_result *res =
+        cli_run("unity-gen",
+                cli_fmt("--ops specs/ --menu specs/menus/ew_add.json --threads 1 -o %s/add.db"));
     EXPECT_EQ(res->code, 0);
     int64_t n = 0;
     un_rule **r = load_rules("add.db", &n);
@@ -210,15 +211,13 @@ static void test_cli(void) {
     cli_expect_error_code("unity-closure", cli_fmt("%s/junk.db -o %s/x.db"), 1, "junk.db");
     cli_expect_error_code("unity-closure", cli_fmt("%s/par.db -o %s/par.db"), 2, "another");
     cli_expect_error_code("unity-closure", cli_fmt("%s/par.db"), 2, "-o OUT.db");
-    cli_expect_error_code("unity-closure", cli_fmt("%s/par.db -o %s/x.db --depth 9"), 2,
-                          "--depth");
+    cli_expect_error_code("unity-closure", cli_fmt("%s/par.db -o %s/x.db --depth 9"), 2, "--depth");
     cli_expect_error_code("unity-closure", cli_fmt("%s/par.db -o %s/x.db --frob"), 2, "--frob");
     cli_expect_error_code("unity-closure", cli_fmt("--reach %s/par.db"), 2, "two rule databases");
     cli_expect_error_code("unity-closure", cli_fmt("--reach %s/par.db %s/par.db --basis-ops 2"), 2,
                           "--basis-ops");
-    cli_expect_error_code("unity-closure",
-                          cli_fmt("--reach %s/par.db %s/par.db --verified-basis"), 2,
-                          "--verified-basis");
+    cli_expect_error_code("unity-closure", cli_fmt("--reach %s/par.db %s/par.db --verified-basis"),
+                          2, "--verified-basis");
     cli_expect_error_code("unity-closure", cli_fmt("%s/par.db -o %s/x.db --basis-ops 0"), 2,
                           "--basis-ops");
     cli_expect_error_code("unity-closure", cli_fmt("--reach %s/par.db %s/par.db --model nope"), 1,

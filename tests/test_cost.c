@@ -8,10 +8,9 @@
 
 static un_spec *spec;
 
-static const char *const machine_files[] = {"specs/machines/cpu.json", "specs/machines/v100x4.json",
-                                            "specs/machines/a100x8.json",
-                                            "specs/machines/h100x8.json",
-                                            "specs/machines/v100x192.json"};
+static const char *const machine_files[] = {
+    "specs/machines/cpu.json", "specs/machines/v100x4.json", "specs/machines/a100x8.json",
+    "specs/machines/h100x8.json", "specs/machines/v100x192.json"};
 
 static const char good[] =
     "{\"version\": 1, \"name\": \"t\", \"nodes\": 2, \"devices_per_node\": 2,"
@@ -148,8 +147,8 @@ static void test_op_costs_grow(void) {
     const un_op_spec *os = un_spec_op(spec, UN_OP_LINEAR);
     un_ctx *ctx = un_ctx_new(NULL);
     un_op_cost x;
-    EXPECT_OK(ctx, un_cost_piece(ctx, cm, UN_OP_LINEAR, os->examples[0].params,
-                                 os->examples[0].in, os->examples[0].n_in, &x));
+    EXPECT_OK(ctx, un_cost_piece(ctx, cm, UN_OP_LINEAR, os->examples[0].params, os->examples[0].in,
+                                 os->examples[0].n_in, &x));
     int64_t q2, c2, m2;
     un_cost_stats(cm, &q2, &c2, &m2);
     EXPECT_EQ(q2, q + 1);
@@ -347,7 +346,8 @@ static un_sim_result sim_runtime(un_cost_model *cm, const un_graph *g, int devic
  * ranks' shards. */
 static void test_sim_runtime(void) {
     un_ctx *ctx = un_ctx_new(NULL);
-    un_graph *ser = mlp_graph("serial", 1), *dp = mlp_graph("data", 2), *tp = mlp_graph("tensor", 2);
+    un_graph *ser = mlp_graph("serial", 1), *dp = mlp_graph("data", 2),
+             *tp = mlp_graph("tensor", 2);
     int64_t total = 0, c[UN_SIM_MAX_RANK_COUNTS];
     int n = 0;
     for (int32_t id = 0; ser && id < un_graph_node_count(ser); id++)
@@ -480,9 +480,10 @@ static void test_sim_measured_parts(void) {
 static void test_profile_parts(void) {
     char path[128];
     snprintf(path, sizeof path, "%s/prof2.db", cli_tmp);
-    const cli_result *r = cli_run("unity-train", cli_fmt("--model mlp --tiny --devices 2 --threads 2 "
-                                                         "--profile --machine specs/machines/cpu.json "
-                                                         "--rules %s/prof2.db"));
+    const cli_result *r =
+        cli_run("unity-train", cli_fmt("--model mlp --tiny --devices 2 --threads 2 "
+                                       "--profile --machine specs/machines/cpu.json "
+                                       "--rules %s/prof2.db"));
     EXPECT_EQ(r->code, 0);
     EXPECT_TRUE(strstr(r->out, "comm:barrier") && strstr(r->out, "comm:meet") &&
                 strstr(r->out, "optimizer:adam"));
@@ -504,20 +505,25 @@ static void test_profile_parts(void) {
 }
 
 static void test_cli(void) {
-    const cli_result *r =
-        cli_run("unity-train", "--model mlp --tiny --devices 2 --estimate "
-                               "--machine specs/machines/cpu.json");
+    const cli_result *r = cli_run("unity-train", "--model mlp --tiny --devices 2 --estimate "
+                                                 "--machine specs/machines/cpu.json");
     EXPECT_EQ(r->code, 0);
     EXPECT_TRUE(strstr(r->out, "estimated step time") != NULL);
     cli_expect_clean_error("unity-train", "--model mlp --tiny --estimate", "needs --machine");
     cli_expect_clean_error("unity-train", "--model mlp --tiny --estimate --machine nope.json",
                            "nope.json");
-    cli_expect_clean_error("unity-train", "--model mlp --tiny --profile --machine "
-                           "specs/machines/cpu.json", "--profile needs --rules");
-    cli_expect_clean_error("unity-train", "--model mlp --tiny --sim fast --estimate --machine "
-                           "specs/machines/cpu.json", "--sim");
-    cli_expect_clean_error("unity-train", "--model mlp --tiny --devices 4 --estimate --machine "
-                           "specs/machines/cpu.json", "machine");
+    cli_expect_clean_error("unity-train",
+                           "--model mlp --tiny --profile --machine "
+                           "specs/machines/cpu.json",
+                           "--profile needs --rules");
+    cli_expect_clean_error("unity-train",
+                           "--model mlp --tiny --sim fast --estimate --machine "
+                           "specs/machines/cpu.json",
+                           "--sim");
+    cli_expect_clean_error("unity-train",
+                           "--model mlp --tiny --devices 4 --estimate --machine "
+                           "specs/machines/cpu.json",
+                           "machine");
     /* profile into a database, then the estimate uses the measured costs */
     r = cli_run("unity-train", cli_fmt("--model mlp --tiny --profile --machine "
                                        "specs/machines/cpu.json --rules %s/p.db --quiet"));
@@ -525,7 +531,8 @@ static void test_cli(void) {
     r = cli_run("unity-train", cli_fmt("--model mlp --tiny --estimate --machine "
                                        "specs/machines/cpu.json --rules %s/p.db"));
     EXPECT_EQ(r->code, 0);
-    EXPECT_TRUE(strstr(r->out, " 0 measured") == NULL && strstr(r->out, "measured (rules.db") != NULL);
+    EXPECT_TRUE(strstr(r->out, " 0 measured") == NULL &&
+                strstr(r->out, "measured (rules.db") != NULL);
 }
 
 /* The profiler runs on the run's backend: on the opaque one (backend memory reached only through

@@ -19,7 +19,9 @@ static un_param *params(un_op op, un_param *p) {
     return p;
 }
 
-static int pidx(un_op op, const char *name) { return un_spec_param_index(un_spec_op(spec, op), name); }
+static int pidx(un_op op, const char *name) {
+    return un_spec_param_index(un_spec_op(spec, op), name);
+}
 
 /* The N=3 rule 301: two linears (activation act) sharing x0 [2,4,4] over w0, w1 [4,4] => one
  * linear over concat[axis=1](w0, w1), split[axis=2, sizes=[4,4]]. */
@@ -48,8 +50,8 @@ static un_rule *merge_rule(int act) {
         params(UN_OP_CONCAT, pc)[pidx(UN_OP_CONCAT, "axis")].v[0] = 1;
         EXPECT_OK(ctx, un_graph_add(ctx, g[s], UN_OP_CONCAT, pc, (un_ref[]){{w0, 0}, {w1, 0}}, 2,
                                     NULL, &a));
-        EXPECT_OK(ctx,
-                  un_graph_add(ctx, g[s], UN_OP_LINEAR, p, (un_ref[]){{x, 0}, {a, 0}}, 2, NULL, &b));
+        EXPECT_OK(
+            ctx, un_graph_add(ctx, g[s], UN_OP_LINEAR, p, (un_ref[]){{x, 0}, {a, 0}}, 2, NULL, &b));
         params(UN_OP_SPLIT, ps);
         ps[pidx(UN_OP_SPLIT, "axis")].v[0] = 2;
         un_param *sz = &ps[pidx(UN_OP_SPLIT, "sizes")];
@@ -75,7 +77,8 @@ static int dim_vars(const un_rule *r) {
 }
 
 /* The proposal ties sizes[0] to dim 1 of w0 and sizes[1] to dim 1 of w1; instantiation follows the
- * symbols (from values, or from the matched input shapes); JSON keeps them; dropping removes them. */
+ * symbols (from values, or from the matched input shapes); JSON keeps them; dropping removes them.
+ */
 static void test_propose_instantiate(void) {
     un_ctx *ctx = un_ctx_new(NULL);
     un_rule *r = merge_rule(0), *d = NULL;
@@ -242,10 +245,11 @@ static void test_verify_match_two_sizes(void) {
         if (ms.n) {
             un_buf b = {0};
             un_match_str(m, &ms.v[0], &b);
-            printf("    x [%lld,%lld,%lld], wq [.,%lld], wk [.,%lld]: %lld matches (fixed-shape rule "
-                   "0), %s\n",
-                   (long long)S[0], (long long)S[1], (long long)S[2], (long long)S[3],
-                   (long long)S[4], (long long)ms.n, b.data ? b.data : "");
+            printf(
+                "    x [%lld,%lld,%lld], wq [.,%lld], wk [.,%lld]: %lld matches (fixed-shape rule "
+                "0), %s\n",
+                (long long)S[0], (long long)S[1], (long long)S[2], (long long)S[3], (long long)S[4],
+                (long long)ms.n, b.data ? b.data : "");
             un_buf_deinit(&b);
         }
         un_match_list_deinit(&ms);
@@ -295,10 +299,12 @@ static un_rule *split_concat(bool swapped, int rank) {
 static void test_bad_input(void) {
     static const char *const cases[][2] = {
         /* an input's dim bound on one side only: the sides would read different tensors */
-        {"[{\"name\": \"a\", \"at\": [[\"src\", \"s\", \"sizes\", 0], [\"src\", \"x0\", \"shape\", 2]]}]",
+        {"[{\"name\": \"a\", \"at\": [[\"src\", \"s\", \"sizes\", 0], [\"src\", \"x0\", \"shape\", "
+         "2]]}]",
          "on one side only"},
         /* a symbol over sizes of different values (split sizes 4, dim 0 of x0 is 2) */
-        {"[{\"name\": \"a\", \"at\": [[\"src\", \"s\", \"sizes\", 0], [\"src\", \"x0\", \"shape\", 0], "
+        {"[{\"name\": \"a\", \"at\": [[\"src\", \"s\", \"sizes\", 0], [\"src\", \"x0\", \"shape\", "
+         "0], "
          "[\"dst\", \"x0\", \"shape\", 0]]}]",
          "different values"},
         /* an item the list does not have */
@@ -308,12 +314,13 @@ static void test_bad_input(void) {
                      "{\"name\": \"x1\", \"op\": \"input\", \"params\": {\"shape\": [2, 4, 4]}}";
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char text[4096];
-        snprintf(text, sizeof text,
-                 "{\"src\": {\"nodes\": [%s, {\"name\": \"c\", \"op\": \"concat\", \"in\": [\"x0\", "
-                 "\"x1\"], \"params\": {\"axis\": 2}}, {\"name\": \"s\", \"op\": \"split\", \"in\": "
-                 "[\"c\"], \"params\": {\"axis\": 2, \"sizes\": [4, 4]}}], \"outputs\": [\"s:0\", "
-                 "\"s:1\"]}, \"dst\": {\"nodes\": [%s], \"outputs\": [\"x0\", \"x1\"]}, \"vars\": %s}",
-                 in, in, cases[i][0]);
+        snprintf(
+            text, sizeof text,
+            "{\"src\": {\"nodes\": [%s, {\"name\": \"c\", \"op\": \"concat\", \"in\": [\"x0\", "
+            "\"x1\"], \"params\": {\"axis\": 2}}, {\"name\": \"s\", \"op\": \"split\", \"in\": "
+            "[\"c\"], \"params\": {\"axis\": 2, \"sizes\": [4, 4]}}], \"outputs\": [\"s:0\", "
+            "\"s:1\"]}, \"dst\": {\"nodes\": [%s], \"outputs\": [\"x0\", \"x1\"]}, \"vars\": %s}",
+            in, in, cases[i][0]);
         un_ctx *ctx = un_ctx_new(NULL);
         un_rule *r = NULL;
         EXPECT_TRUE(un_rule_from_json(ctx, spec, "bad", text, strlen(text), &r) != UN_OK);
@@ -339,8 +346,9 @@ static void test_planted_refuted(void) {
         un_verify_verdict_deinit(&vv);
         /* Z3 alone does not prove it either, for every size */
         un_proof p;
-        EXPECT_OK(ctx, un_verifier_prove(ctx, ver, bad,
-                                         &(un_prove_opts){.timeout_ms = 2000, .symbolic = true}, &p));
+        EXPECT_OK(ctx,
+                  un_verifier_prove(ctx, ver, bad,
+                                    &(un_prove_opts){.timeout_ms = 2000, .symbolic = true}, &p));
         EXPECT_TRUE(p.verdict != UN_VERDICT_VALID);
         un_rule *g = verified_general(ctx, good, 2, 0);
         un_rule_free(g);

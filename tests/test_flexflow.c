@@ -210,12 +210,14 @@ static void test_bad_files(void) {
     un_flexflow_rule *rs = NULL;
     int n = -1;
     const char *trunc = "{\"_t\": \"RuleCollection\", \"rule\": [{\"name\": \"a\", \"srcOp\": [";
-    EXPECT_EQ(un_flexflow_parse(ctx, spec, "trunc.json", trunc, strlen(trunc), &rs, &n), UN_ERR_PARSE);
+    EXPECT_EQ(un_flexflow_parse(ctx, spec, "trunc.json", trunc, strlen(trunc), &rs, &n),
+              UN_ERR_PARSE);
     EXPECT_TRUE(rs == NULL && n == 0);
     EXPECT_TRUE(strstr(un_ctx_errmsg(ctx), "trunc.json") != NULL);
     un_ctx_clear(ctx);
     const char *norule = "{\"_t\": \"RuleCollection\", \"rules\": []}";
-    EXPECT_EQ(un_flexflow_parse(ctx, spec, "x.json", norule, strlen(norule), &rs, &n), UN_ERR_PARSE);
+    EXPECT_EQ(un_flexflow_parse(ctx, spec, "x.json", norule, strlen(norule), &rs, &n),
+              UN_ERR_PARSE);
     EXPECT_TRUE(strstr(un_ctx_errmsg(ctx), "no \"rule\" array") != NULL);
     un_ctx_clear(ctx);
     EXPECT_EQ(un_flexflow_load(ctx, spec, "/nonexistent/ff.json", &rs, &n), UN_ERR_IO);

@@ -160,8 +160,8 @@ static void test_menu_errors(void) {
     snprintf(buf, sizeof buf, "{\"version\": 1, \"max_ops\": 9, %s, \"ops\": [{\"op\": \"relu\"}]}",
              in);
     expect_menu_error(buf, "$.max_ops: max_ops lies in [1, 5]");
-    snprintf(buf, sizeof buf, "{\"version\": 1, %s, \"ops\": [{\"op\": \"relu\", \"min_rank\": 9}]}",
-             in);
+    snprintf(buf, sizeof buf,
+             "{\"version\": 1, %s, \"ops\": [{\"op\": \"relu\", \"min_rank\": 9}]}", in);
     expect_menu_error(buf, "$.ops[0].min_rank: min_rank 9 is not in 0..6");
     snprintf(buf, sizeof buf,
              "{\"version\": 1, %s, \"ops\": [{\"op\": \"relu\", \"min_rank\": \"2\"}]}", in);
@@ -377,12 +377,14 @@ static uint64_t hand_nodes(const char *inputs, const char *src_nodes, const char
     return hand_rule(a, b);
 }
 
-static const char *CV = "{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [1, 2, 3, 3]}}, "
-                        "{\"name\": \"w1\", \"op\": \"weight\", \"params\": {\"shape\": [2, 2, 1, 1]}}, "
-                        "{\"name\": \"w2\", \"op\": \"weight\", \"params\": {\"shape\": [2, 2, 1, 1]}}";
+static const char *CV =
+    "{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [1, 2, 3, 3]}}, "
+    "{\"name\": \"w1\", \"op\": \"weight\", \"params\": {\"shape\": [2, 2, 1, 1]}}, "
+    "{\"name\": \"w2\", \"op\": \"weight\", \"params\": {\"shape\": [2, 2, 1, 1]}}";
 
-static const char *CV1 = "{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [1, 2, 3, 3]}}, "
-                         "{\"name\": \"w1\", \"op\": \"weight\", \"params\": {\"shape\": [2, 2, 1, 1]}}";
+static const char *CV1 =
+    "{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [1, 2, 3, 3]}}, "
+    "{\"name\": \"w1\", \"op\": \"weight\", \"params\": {\"shape\": [2, 2, 1, 1]}}";
 
 static void test_classics_conv(void) {
     un_gen_rules rs;
@@ -390,20 +392,22 @@ static void test_classics_conv(void) {
         return;
     /* two convs over one input = one conv over concatenated kernels, split (2 outputs) */
     EXPECT_TRUE(has_rule(
-        &rs, hand_nodes(CV,
-                        "{\"name\": \"a\", \"op\": \"conv2d\", \"in\": [\"x\", \"w1\"]}, "
-                        "{\"name\": \"b\", \"op\": \"conv2d\", \"in\": [\"x\", \"w2\"]}",
-                        "{\"name\": \"c\", \"op\": \"concat\", \"in\": [\"w1\", \"w2\"], \"params\": "
-                        "{\"axis\": 0}}, {\"name\": \"l\", \"op\": \"conv2d\", \"in\": [\"x\", \"c\"]}, "
-                        "{\"name\": \"s\", \"op\": \"split\", \"in\": [\"l\"], \"params\": {\"axis\": "
-                        "1, \"sizes\": [2, 2]}}")));
+        &rs,
+        hand_nodes(CV,
+                   "{\"name\": \"a\", \"op\": \"conv2d\", \"in\": [\"x\", \"w1\"]}, "
+                   "{\"name\": \"b\", \"op\": \"conv2d\", \"in\": [\"x\", \"w2\"]}",
+                   "{\"name\": \"c\", \"op\": \"concat\", \"in\": [\"w1\", \"w2\"], \"params\": "
+                   "{\"axis\": 0}}, {\"name\": \"l\", \"op\": \"conv2d\", \"in\": [\"x\", \"c\"]}, "
+                   "{\"name\": \"s\", \"op\": \"split\", \"in\": [\"l\"], \"params\": {\"axis\": "
+                   "1, \"sizes\": [2, 2]}}")));
     /* conv + relu = conv with a fused relu */
     EXPECT_TRUE(has_rule(
-        &rs, hand_nodes(CV1,
-                        "{\"name\": \"a\", \"op\": \"conv2d\", \"in\": [\"x\", \"w1\"]}, "
-                        "{\"name\": \"r\", \"op\": \"relu\", \"in\": [\"a\"]}",
-                        "{\"name\": \"a\", \"op\": \"conv2d\", \"in\": [\"x\", \"w1\"], \"params\": "
-                        "{\"activation\": \"relu\"}}")));
+        &rs,
+        hand_nodes(CV1,
+                   "{\"name\": \"a\", \"op\": \"conv2d\", \"in\": [\"x\", \"w1\"]}, "
+                   "{\"name\": \"r\", \"op\": \"relu\", \"in\": [\"a\"]}",
+                   "{\"name\": \"a\", \"op\": \"conv2d\", \"in\": [\"x\", \"w1\"], \"params\": "
+                   "{\"activation\": \"relu\"}}")));
     /* conv distributes over ew_add of kernels (in one of its commuted forms) */
     bool dist = false;
     for (int v = 0; v < 4 && !dist; v++) {
@@ -444,11 +448,12 @@ static void test_classics_qkv(void) {
                  "{\"name\": \"s\", \"op\": \"split\", \"in\": [\"l\"], \"params\": {\"axis\": 1, "
                  "\"sizes\": [2, 2, 2]}}",
                  v ? "\"wk\", \"wv\"" : "\"wq\", \"wk\"", v ? "\"wq\", \"c\"" : "\"c\", \"wv\"");
-        found = has_rule(&rs, hand_nodes(QKV,
-                                         "{\"name\": \"q\", \"op\": \"linear\", \"in\": [\"x\", \"wq\"]}, "
-                                         "{\"name\": \"k\", \"op\": \"linear\", \"in\": [\"x\", \"wk\"]}, "
-                                         "{\"name\": \"v\", \"op\": \"linear\", \"in\": [\"x\", \"wv\"]}",
-                                         dst));
+        found = has_rule(
+            &rs, hand_nodes(QKV,
+                            "{\"name\": \"q\", \"op\": \"linear\", \"in\": [\"x\", \"wq\"]}, "
+                            "{\"name\": \"k\", \"op\": \"linear\", \"in\": [\"x\", \"wk\"]}, "
+                            "{\"name\": \"v\", \"op\": \"linear\", \"in\": [\"x\", \"wv\"]}",
+                            dst));
     }
     EXPECT_TRUE(found);
     un_gen_rules_deinit(&rs);
@@ -473,11 +478,11 @@ static void test_classics_heads(void) {
                         "{\"name\": \"r\", \"op\": \"partition\", \"in\": [\"k\"]}, "
                         "{\"name\": \"s\", \"op\": \"batch_matmul\", \"in\": [\"p\", \"r\"]}")));
     /* and softmax over the last dim, partitioned on the head dim and combined */
-    EXPECT_TRUE(has_rule(
-        &rs, hand_nodes(HD1, "{\"name\": \"s\", \"op\": \"softmax\", \"in\": [\"q\"]}",
-                        "{\"name\": \"p\", \"op\": \"partition\", \"in\": [\"q\"]}, "
-                        "{\"name\": \"s\", \"op\": \"softmax\", \"in\": [\"p\"]}, "
-                        "{\"name\": \"c\", \"op\": \"combine\", \"in\": [\"s\"]}")));
+    EXPECT_TRUE(
+        has_rule(&rs, hand_nodes(HD1, "{\"name\": \"s\", \"op\": \"softmax\", \"in\": [\"q\"]}",
+                                 "{\"name\": \"p\", \"op\": \"partition\", \"in\": [\"q\"]}, "
+                                 "{\"name\": \"s\", \"op\": \"softmax\", \"in\": [\"p\"]}, "
+                                 "{\"name\": \"c\", \"op\": \"combine\", \"in\": [\"s\"]}")));
     un_gen_rules_deinit(&rs);
 }
 

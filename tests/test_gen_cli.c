@@ -130,8 +130,8 @@ static void test_damaged_db(void) {
     EXPECT_EQ(r->code, 0);
     un_ctx *ctx = un_ctx_new(NULL);
     EXPECT_OK(ctx, un_rulesdb__test_exec(ctx, cli_path("dmg.db"),
-                                      "UPDATE rules SET body = replace(body, 'x1', 'x9') "
-                                      "WHERE id = 2"));
+                                         "UPDATE rules SET body = replace(body, 'x1', 'x9') "
+                                         "WHERE id = 2"));
     un_ctx_free(ctx);
     expect_clean_error("--ops specs/ --menu specs/menus/ew_add.json -o %s/dmg.db",
                        "rule 2 does not match its checksum");
@@ -139,7 +139,7 @@ static void test_damaged_db(void) {
     EXPECT_EQ(r->code, 0);
     ctx = un_ctx_new(NULL);
     EXPECT_OK(ctx, un_rulesdb__test_exec(ctx, cli_path("dmg2.db"),
-                                      "UPDATE rules SET ops = 'relu' WHERE id = 1"));
+                                         "UPDATE rules SET ops = 'relu' WHERE id = 1"));
     un_ctx_free(ctx);
     expect_clean_error("--ops specs/ --menu specs/menus/ew_add.json -o %s/dmg2.db",
                        "rule 1 does not match its checksum");

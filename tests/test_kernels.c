@@ -1056,8 +1056,9 @@ static void stash_run(un_ctx *ctx, const inst *t, const un_kexec *ex, bool fwd, 
 }
 
 /* The stash (kernels.h): a forward keeps gelu derivatives, attention's projections and
- * probabilities and layer_norm's row statistics; the backward from them gives the same bits as recomputing, on 1 and 2 threads;
- * inputs changed after the forward, or a backward without a forward, recompute. */
+ * probabilities and layer_norm's row statistics; the backward from them gives the same bits as
+ * recomputing, on 1 and 2 threads; inputs changed after the forward, or a backward without a
+ * forward, recompute. */
 static void test_stash(void) {
     un_ctx *ctx = un_ctx_new(NULL);
     un_pool *pool = un_pool_new(2);
@@ -1098,8 +1099,8 @@ static void test_stash(void) {
                 stash_run(ctx, &t, &st, true, false, y[1], g[1]);
                 size_t held = un_kstash_bytes(st.stash), want = (size_t)t.nout[0] * esz;
                 if (t.op == UN_OP_MULTIHEAD_ATTENTION) /* Q, K, V, O [+ P]; E == HL here */
-                    want = (size_t)(2 * t.n[0] + 2 * t.n[1] +
-                                    (k == 2 ? 2 * 2 * 300 * 200 : 0)) * esz;
+                    want =
+                        (size_t)(2 * t.n[0] + 2 * t.n[1] + (k == 2 ? 2 * 2 * 300 * 200 : 0)) * esz;
                 if (t.op == UN_OP_LAYER_NORM) /* mean and rs of each row */
                     want = (size_t)(2 * (t.n[0] / t.n[1])) * sizeof(double);
                 EXPECT_EQ((long long)held, (long long)want);

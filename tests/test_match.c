@@ -437,10 +437,10 @@ static void test_bad_input(void) {
         fclose(f);
     }
     un_ctx *ctx = un_ctx_new(NULL);
-    EXPECT_OK(
-        ctx, un_rulesdb__test_exec(ctx, cli_path("stale.db"), "UPDATE rules SET verify_spec = 12345"));
+    EXPECT_OK(ctx, un_rulesdb__test_exec(ctx, cli_path("stale.db"),
+                                         "UPDATE rules SET verify_spec = 12345"));
     EXPECT_OK(ctx, un_rulesdb__test_exec(ctx, cli_path("broken.db"),
-                                      "UPDATE rules SET body = replace(body, 'relu', 'frob')"));
+                                         "UPDATE rules SET body = replace(body, 'relu', 'frob')"));
     un_ctx_free(ctx);
     char good[300];
     snprintf(good, sizeof good, "%s/r.db", rw_dir);

@@ -82,8 +82,9 @@ static int64_t insert_n(un_ctx *ctx, un_rulesdb *db, int from, int n) {
     for (int i = from; i < from + n; i++) {
         un_rule *r = make_rule(i);
         bool ins = false;
-        EXPECT_OK(ctx, un_rulesdb_rule_insert(ctx, db, r, UN_RULE_CANDIDATE, NULL,
-                                           &(un_rulesdb_origin){.kind = "generated"}, NULL, &ins));
+        EXPECT_OK(ctx,
+                  un_rulesdb_rule_insert(ctx, db, r, UN_RULE_CANDIDATE, NULL,
+                                         &(un_rulesdb_origin){.kind = "generated"}, NULL, &ins));
         added += ins;
         un_rule_free(r);
     }
@@ -108,9 +109,9 @@ static void test_create_insert_get(void) {
     EXPECT_OK(ctx, un_rulesdb_begin(ctx, db));
     EXPECT_EQ(un_rulesdb_begin(ctx, db), UN_ERR_INVALID); /* nesting */
     un_ctx_clear(ctx);
-    EXPECT_OK(ctx,
-              un_rulesdb_rule_insert(ctx, db, r, UN_RULE_CANDIDATE, NULL,
-                                  &(un_rulesdb_origin){.kind = "generated", .run = run}, &id, &ins));
+    EXPECT_OK(ctx, un_rulesdb_rule_insert(ctx, db, r, UN_RULE_CANDIDATE, NULL,
+                                          &(un_rulesdb_origin){.kind = "generated", .run = run},
+                                          &id, &ins));
     EXPECT_TRUE(ins);
     EXPECT_OK(ctx, un_rulesdb_rule_insert(ctx, db, r, UN_RULE_CANDIDATE, NULL, NULL, &id2, &ins));
     EXPECT_TRUE(!ins);
@@ -168,16 +169,16 @@ static void test_verdicts_and_trust(void) {
             EXPECT_OK(ctx, un_rulesdb_rule_set_verdict(
                                ctx, db, ids[i],
                                &(un_rulesdb_verdict){.status = UN_RULE_VERIFIED,
-                                                  .proof_ms = 1.5 + i,
-                                                  .axioms = "relu_partition,partition_id"}));
-        EXPECT_OK(ctx, un_rulesdb_rule_set_verdict(
-                           ctx, db, ids[4],
-                           &(un_rulesdb_verdict){.status = UN_RULE_REFUTED, .detail = "x = [1, 2]"}));
+                                                     .proof_ms = 1.5 + i,
+                                                     .axioms = "relu_partition,partition_id"}));
+        EXPECT_OK(ctx, un_rulesdb_rule_set_verdict(ctx, db, ids[4],
+                                                   &(un_rulesdb_verdict){.status = UN_RULE_REFUTED,
+                                                                         .detail = "x = [1, 2]"}));
         EXPECT_OK(ctx, un_rulesdb_rule_set_verdict(
                            ctx, db, ids[5],
                            &(un_rulesdb_verdict){.status = UN_RULE_UNKNOWN, .detail = "timeout"}));
         EXPECT_EQ(un_rulesdb_rule_set_verdict(ctx, db, ids[6],
-                                           &(un_rulesdb_verdict){.status = UN_RULE_CANDIDATE}),
+                                              &(un_rulesdb_verdict){.status = UN_RULE_CANDIDATE}),
                   UN_ERR_INVALID);
         un_ctx_clear(ctx);
         un_rulesdb_row *row = NULL;
@@ -313,11 +314,11 @@ static void test_rejected_and_costs(void) {
     un_rulesdb_origin o = {.kind = "imported", .file = "ff.json", .name = "taso_rule_300"};
     int32_t id = 0, id2 = 0;
     bool ins = false;
-    EXPECT_OK(ctx, un_rulesdb_rule_insert(ctx, db, NULL, UN_RULE_REJECTED, "reduce of a copy", &o, &id,
-                                       &ins));
+    EXPECT_OK(ctx, un_rulesdb_rule_insert(ctx, db, NULL, UN_RULE_REJECTED, "reduce of a copy", &o,
+                                          &id, &ins));
     EXPECT_TRUE(ins);
     EXPECT_OK(ctx, un_rulesdb_rule_insert(ctx, db, NULL, UN_RULE_REJECTED, "reduce of a copy", &o,
-                                       &id2, &ins));
+                                          &id2, &ins));
     EXPECT_TRUE(!ins);
     EXPECT_EQ(id, id2);
     EXPECT_EQ(un_rulesdb_rule_insert(ctx, db, NULL, UN_RULE_CANDIDATE, NULL, &o, &id2, &ins),
@@ -334,8 +335,9 @@ static void test_rejected_and_costs(void) {
     }
     un_rulesdb_row_free(row);
     /* A rejected import is never given a verdict. */
-    EXPECT_EQ(un_rulesdb_rule_set_verdict(ctx, db, id, &(un_rulesdb_verdict){.status = UN_RULE_VERIFIED}),
-              UN_ERR_INVALID);
+    EXPECT_EQ(
+        un_rulesdb_rule_set_verdict(ctx, db, id, &(un_rulesdb_verdict){.status = UN_RULE_VERIFIED}),
+        UN_ERR_INVALID);
     un_ctx_clear(ctx);
 
     un_rulesdb_cost c = {.fwd_ms = 1.25, .bwd_ms = 2.5, .bytes = 4096, .measured_at = 1700000000};
@@ -388,8 +390,9 @@ static void test_general_form(void) {
                   ctx, db, id, &(un_rulesdb_verdict){.status = UN_RULE_VERIFIED, .general = other}),
               UN_ERR_INVALID);
     un_ctx_clear(ctx);
-    EXPECT_OK(ctx, un_rulesdb_rule_set_verdict(
-                       ctx, db, id, &(un_rulesdb_verdict){.status = UN_RULE_VERIFIED, .general = g}));
+    EXPECT_OK(ctx,
+              un_rulesdb_rule_set_verdict(
+                  ctx, db, id, &(un_rulesdb_verdict){.status = UN_RULE_VERIFIED, .general = g}));
     un_rule **rules = NULL;
     int64_t n = 0;
     EXPECT_OK(ctx, un_rulesdb_load_verified(ctx, db, &rules, &n, NULL));
@@ -443,8 +446,8 @@ static void test_bad_files(void) {
     /* A foreign SQLite file. */
     un_ctx *ctx = un_ctx_new(NULL);
     EXPECT_OK(ctx, un_rulesdb__test_exec(ctx, path,
-                                      "CREATE TABLE t(a INTEGER); INSERT INTO t "
-                                      "VALUES (1);"));
+                                         "CREATE TABLE t(a INTEGER); INSERT INTO t "
+                                         "VALUES (1);"));
     expect_open_fails(path, UN_RULESDB_CREATE, UN_ERR_DB, "not a rule database");
     rm_db(path);
     /* A newer schema. */
@@ -528,13 +531,13 @@ static void test_tampered_row(void) {
     if (!db)
         goto done;
     EXPECT_EQ(insert_n(ctx, db, 0, 3), 3);
-    EXPECT_OK(ctx,
-              un_rulesdb_rule_set_verdict(ctx, db, 2, &(un_rulesdb_verdict){.status = UN_RULE_VERIFIED}));
+    EXPECT_OK(ctx, un_rulesdb_rule_set_verdict(ctx, db, 2,
+                                               &(un_rulesdb_verdict){.status = UN_RULE_VERIFIED}));
     un_rulesdb_free(db);
     /* Change the body of rule 2 (relu -> tanh would be a different rule). */
     EXPECT_OK(ctx, un_rulesdb__test_exec(ctx, path,
-                                      "UPDATE rules SET body = replace(body, 'gelu', 'tanh') "
-                                      "WHERE id = 2"));
+                                         "UPDATE rules SET body = replace(body, 'gelu', 'tanh') "
+                                         "WHERE id = 2"));
     db = open_db(ctx, path, spec, 0);
     if (!db)
         goto done;
@@ -584,8 +587,8 @@ static void test_derived_columns(void) {
     for (int i = 0; i < 5; i++) {
         un_rule *r = make_rule(i);
         EXPECT_OK(ctx, un_rulesdb_rule_insert(ctx, db, r, UN_RULE_CANDIDATE, NULL,
-                                           &(un_rulesdb_origin){.kind = "generated", .run = run}, NULL,
-                                           NULL));
+                                              &(un_rulesdb_origin){.kind = "generated", .run = run},
+                                              NULL, NULL));
         un_rule_free(r);
     }
     EXPECT_OK(ctx, un_rulesdb_commit(ctx, db));
@@ -628,10 +631,11 @@ static void test_upgrade_rows(void) {
         goto done;
     EXPECT_EQ(insert_n(ctx, db, 0, 4), 4);
     un_rulesdb_free(db);
-    EXPECT_OK(ctx, un_rulesdb__test_exec(ctx, path,
-                                      "DROP TABLE claims; ALTER TABLE rules DROP COLUMN row_sum; "
-                                      "ALTER TABLE rules DROP COLUMN conds; "
-                                      "PRAGMA user_version = 2"));
+    EXPECT_OK(ctx,
+              un_rulesdb__test_exec(ctx, path,
+                                    "DROP TABLE claims; ALTER TABLE rules DROP COLUMN row_sum; "
+                                    "ALTER TABLE rules DROP COLUMN conds; "
+                                    "PRAGMA user_version = 2"));
     db = open_db(ctx, path, spec, 0);
     if (!db)
         goto done;
@@ -677,8 +681,8 @@ static void test_claims(void) {
      * except a's decided rules, which no longer need verifying */
     EXPECT_OK(ctx, un_rulesdb_begin(ctx, db));
     for (int i = 0; i < na; i++)
-        EXPECT_OK(ctx, un_rulesdb_rule_set_verdict(ctx, db, a[i],
-                                                &(un_rulesdb_verdict){.status = UN_RULE_VERIFIED}));
+        EXPECT_OK(ctx, un_rulesdb_rule_set_verdict(
+                           ctx, db, a[i], &(un_rulesdb_verdict){.status = UN_RULE_VERIFIED}));
     EXPECT_OK(ctx, un_rulesdb_claim_release(ctx, db, "a"));
     EXPECT_OK(ctx, un_rulesdb_commit(ctx, db));
     EXPECT_OK(ctx, un_rulesdb_claim_renew(ctx, db2, "b", -1));
@@ -713,8 +717,8 @@ static void test_upgrade(void) {
         EXPECT_OK(ctx, un_rulesdb_count(ctx, db, counts));
         EXPECT_EQ(counts[UN_RULE_CANDIDATE], 2);
         EXPECT_TRUE(un_rulesdb_rule_insert(ctx, db, NULL, UN_RULE_REJECTED, "x",
-                                        &(un_rulesdb_origin){.kind = "imported", .name = "n"}, NULL,
-                                        NULL) == UN_ERR_DB);
+                                           &(un_rulesdb_origin){.kind = "imported", .name = "n"},
+                                           NULL, NULL) == UN_ERR_DB);
         un_ctx_clear(ctx);
     }
     un_rulesdb_free(db);
@@ -727,18 +731,18 @@ static void test_merge(void) {
     rm_db(pa);
     rm_db(pb);
     un_rulesdb *a = open_db(ctx, pa, spec, UN_RULESDB_CREATE),
-            *b = open_db(ctx, pb, spec, UN_RULESDB_CREATE);
+               *b = open_db(ctx, pb, spec, UN_RULESDB_CREATE);
     if (!a || !b)
         goto done;
     EXPECT_EQ(insert_n(ctx, a, 0, 10), 10);
     EXPECT_EQ(insert_n(ctx, b, 5, 10), 10); /* 5..14: 5 shared */
     /* b verified rule 5 (its id 1) and refuted rule 6 (id 2); a refuted rule 7 (id 8). */
-    EXPECT_OK(ctx,
-              un_rulesdb_rule_set_verdict(ctx, b, 1, &(un_rulesdb_verdict){.status = UN_RULE_VERIFIED}));
-    EXPECT_OK(ctx,
-              un_rulesdb_rule_set_verdict(ctx, b, 3, &(un_rulesdb_verdict){.status = UN_RULE_VERIFIED}));
-    EXPECT_OK(ctx,
-              un_rulesdb_rule_set_verdict(ctx, a, 8, &(un_rulesdb_verdict){.status = UN_RULE_REFUTED}));
+    EXPECT_OK(ctx, un_rulesdb_rule_set_verdict(ctx, b, 1,
+                                               &(un_rulesdb_verdict){.status = UN_RULE_VERIFIED}));
+    EXPECT_OK(ctx, un_rulesdb_rule_set_verdict(ctx, b, 3,
+                                               &(un_rulesdb_verdict){.status = UN_RULE_VERIFIED}));
+    EXPECT_OK(ctx, un_rulesdb_rule_set_verdict(ctx, a, 8,
+                                               &(un_rulesdb_verdict){.status = UN_RULE_REFUTED}));
     un_rulesdb_merge_stats ms;
     EXPECT_OK(ctx, un_rulesdb_merge_ex(ctx, a, b, &ms));
     EXPECT_EQ(ms.added, 5);

@@ -9,8 +9,8 @@
 
 #include "pcg/eval.h"
 #include "pcg/sample.h"
-#include "runtime/exec.h"
 #include "runtime/checkpoint.h"
+#include "runtime/exec.h"
 #include "runtime/optim.h"
 #include "runtime/strategy.h"
 #include "runtime/train.h"
@@ -340,8 +340,8 @@ static void grad_job(rank_job *j, un_ctx *ctx, un_comm *c) {
     /* backward leaves each chunk's sum with its owner: complete every copy's gradient */
     if ((j->st = un_exec_allgather(ctx, ex, un_exec_param_grads(ex))) != UN_OK)
         goto done;
-    double *grads = j->rank == 0 ? calloc((size_t)un_exec_lparam_count(ex) + 1, sizeof *grads)
-                                 : NULL;
+    double *grads =
+        j->rank == 0 ? calloc((size_t)un_exec_lparam_count(ex) + 1, sizeof *grads) : NULL;
     if ((j->st = un_exec_params_gather(ctx, ex, un_exec_param_grads(ex), grads)) != UN_OK) {
         free(grads);
         goto done;
@@ -741,8 +741,8 @@ static double loss_diff(const un_train_result *a, const un_train_result *b, int 
     return worst;
 }
 
-static un_train_result train_json(const char *model, const char *strategy, int devices,
-                                  int steps, const char *save, const char *load, un_status *st) {
+static un_train_result train_json(const char *model, const char *strategy, int devices, int steps,
+                                  const char *save, const char *load, un_status *st) {
     un_train_opts o = test_opts(model, devices, steps, save, load);
     o.strategy = strategy;
     o.loss = "mse";
@@ -789,8 +789,10 @@ static void test_tensor_parallel_plan(void) {
                (long long)r4.dev[0].weight_bytes, (long long)r4.dev[0].optim_bytes,
                (long long)r1.dev[0].weight_bytes, (long long)r1.dev[0].optim_bytes,
                (long long)sent);
-        test__check(sent == want, TEST__AT, "tensor plan: %lld bytes sent per step, the reduce "
-                    "moves %lld", (long long)sent, (long long)want);
+        test__check(sent == want, TEST__AT,
+                    "tensor plan: %lld bytes sent per step, the reduce "
+                    "moves %lld",
+                    (long long)sent, (long long)want);
     }
     /* saved under the tensor plan, loaded under others */
     un_train_result a = train_json(ms, mt, 4, 6, ck, NULL, &st);
@@ -820,13 +822,13 @@ static void test_tensor_parallel_plan(void) {
  * gradient crossing per step; a view beyond the devices is refused with one error. */
 static void test_machine_views(void) {
 #define BR(b, dev)                                                                                 \
-    " {\"name\": \"w" b "1\", \"op\": \"weight\", \"params\": {\"shape\": [32, 64]}" dev "},"        \
-    " {\"name\": \"w" b "2\", \"op\": \"weight\", \"params\": {\"shape\": [64, 8]}" dev "},"         \
-    " {\"name\": \"" b "1\", \"op\": \"linear\", \"in\": [\"x\", \"w" b "1\"]" dev "},"               \
+    " {\"name\": \"w" b "1\", \"op\": \"weight\", \"params\": {\"shape\": [32, 64]}" dev "},"      \
+    " {\"name\": \"w" b "2\", \"op\": \"weight\", \"params\": {\"shape\": [64, 8]}" dev "},"       \
+    " {\"name\": \"" b "1\", \"op\": \"linear\", \"in\": [\"x\", \"w" b "1\"]" dev "},"            \
     " {\"name\": \"" b "2\", \"op\": \"linear\", \"in\": [\"" b "1\", \"w" b "2\"]" dev "},"
 #define TWO(dev)                                                                                   \
-    "{\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [16, 32]}},"         \
-    BR("a", "") BR("b", dev) " {\"name\": \"y\", \"op\": \"ew_add\", \"in\": [\"a2\", \"b2\"]}]}"
+    "{\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [16, 32]}}," BR(    \
+        "a", "") BR("b", dev) " {\"name\": \"y\", \"op\": \"ew_add\", \"in\": [\"a2\", \"b2\"]}]}"
     static const char *serial = TWO(""), *placed = TWO(", \"devices\": [1]"),
                       *beyond = TWO(", \"devices\": {\"start\": 3, \"count\": 1}");
 #undef TWO
@@ -908,8 +910,8 @@ static void test_plan_validation(void) {
  * mlp_mixed4.json on 4 devices is a 2 x 2 grid, the batch split 2 ways and both layers
  * tensor-parallel (columns, then rows and a reduce) within each half. */
 /* Mixed plans train to the serial losses (1e-9, float64), every device holds only its weight
- * pieces and their optimizer state (half of all on 4 devices), and a checkpoint saved under the 4-device plan loads under the
- * 2-device one and continues the serial run. */
+ * pieces and their optimizer state (half of all on 4 devices), and a checkpoint saved under the
+ * 4-device plan loads under the 2-device one and continues the serial run. */
 static void test_mixed_plans(void) {
     const char *ms = "tests/data/plans/mlp_sample.json", *m2 = "tests/data/plans/mlp_mixed2.json",
                *m4 = "tests/data/plans/mlp_mixed4.json";
@@ -1049,9 +1051,8 @@ static void test_mixed_strategy(void) {
         }
         if (sm == UN_OK && st == UN_OK && f) {
             test__check(split > 0 && split + whole == r1.dev[0].weight_bytes, TEST__AT,
-                        "%s: %lld weight bytes tensor-partitioned, %lld not, serial %lld",
-                        names[i], (long long)split, (long long)whole,
-                        (long long)r1.dev[0].weight_bytes);
+                        "%s: %lld weight bytes tensor-partitioned, %lld not, serial %lld", names[i],
+                        (long long)split, (long long)whole, (long long)r1.dev[0].weight_bytes);
             for (int k = 0; k < 4; k++) {
                 test__check(rm.dev[k].weight_bytes == want[k], TEST__AT,
                             "%s: device %d holds %lld weight bytes, the plan says %lld", names[i],
@@ -1094,7 +1095,8 @@ static void test_mixed_strategy(void) {
         un_train_result_deinit(&r2);
     }
     un_train_result_deinit(&r1);
-    /* errors: devices that are not D x T, a name that is not mixed:DxT, a batch D does not divide */
+    /* errors: devices that are not D x T, a name that is not mixed:DxT, a batch D does not divide
+     */
     struct {
         const char *strategy;
         int devices, batch;
@@ -1117,9 +1119,9 @@ static void test_mixed_strategy(void) {
         un_graph *g = NULL;
         int d;
         un_status sb = un_train_graph(ctx, spec, &ob, &g, &d);
-        test__check(sb == bad[k].want && strstr(un_ctx_errmsg(ctx), bad[k].msg) != NULL,
-                    TEST__AT, "%s on %d devices: status %d, message '%s'", bad[k].strategy,
-                    bad[k].devices, sb, un_ctx_errmsg(ctx));
+        test__check(sb == bad[k].want && strstr(un_ctx_errmsg(ctx), bad[k].msg) != NULL, TEST__AT,
+                    "%s on %d devices: status %d, message '%s'", bad[k].strategy, bad[k].devices,
+                    sb, un_ctx_errmsg(ctx));
         un_graph_free(g);
         un_ctx_free(ctx);
     }
@@ -1195,7 +1197,10 @@ static void test_checkpoint_rank_blocks(void) {
         {{whole1, whole2}, 2, 2, UN_OK, ""},
         {{{"w1", 0, 2, 0, 8}, {"w1", 2, 2, 0, 8}, whole2}, 3, 3, UN_OK, ""},
         {{whole1}, 1, 1, UN_ERR_MISMATCH, "weight 'w2' is not whole in the 1 rank files"},
-        {{{"w1", 0, 2, 0, 8}, {"w1", 0, 2, 0, 8}, whole2}, 3, 3, UN_ERR_PARSE,
+        {{{"w1", 0, 2, 0, 8}, {"w1", 0, 2, 0, 8}, whole2},
+         3,
+         3,
+         UN_ERR_PARSE,
          "weight 'w1' has elements more than once"},
         {{{"w1", 0, 5, 0, 16}, whole2}, 2, 2, UN_ERR_PARSE, "truncated or malformed"},
         {{{"w1", 0, 4, 0, 17}, whole2}, 2, 2, UN_ERR_PARSE, "truncated or malformed"},
@@ -1223,15 +1228,15 @@ static void test_checkpoint_rank_blocks(void) {
 
 typedef struct ckx_arg {
     const un_graph *g;
-    const char *path;    /* save: per-rank files here; load: from here */
-    bool save;           /* else load */
-    const double *lw;    /* the logical weights and Adam moments (host) */
+    const char *path; /* save: per-rank files here; load: from here */
+    bool save;        /* else load */
+    const double *lw; /* the logical weights and Adam moments (host) */
     const double *lm[2];
-    int64_t nl;             /* logical elements */
-    int64_t held[8];        /* load: host bytes each rank held */
-    int64_t np[8], ns[8];   /* its weight-piece and shard elements */
-    bool same[8];           /* load: its pieces and shard = the logical state cut */
-    bool untouched[8];      /* load that failed: its weights still zero */
+    int64_t nl;           /* logical elements */
+    int64_t held[8];      /* load: host bytes each rank held */
+    int64_t np[8], ns[8]; /* its weight-piece and shard elements */
+    bool same[8];         /* load: its pieces and shard = the logical state cut */
+    bool untouched[8];    /* load that failed: its weights still zero */
 } ckx_arg;
 
 /* Save: the logical state cut into this rank's pieces and shard, written as its rank file. Load:
@@ -1258,8 +1263,8 @@ static void ckx_job(rank_job *j, un_ctx *ctx, un_comm *c) {
             j->st = un_exec_shard_scatter(ctx, ex, a->lm[i], un_optim_state(opt, i));
         un_optim_set_steps(opt, 5);
         if (j->st == UN_OK)
-            j->st = un_checkpoint_save_rank(ctx, a->path, a->g, ex, be, opt, j->rank,
-                                            un_comm_size(c));
+            j->st =
+                un_checkpoint_save_rank(ctx, a->path, a->g, ex, be, opt, j->rank, un_comm_size(c));
         goto done;
     }
     un_status st = un_checkpoint_load_exec(ctx, a->path, a->g, ex, be, opt, &a->held[j->rank]);
@@ -1283,8 +1288,8 @@ static void ckx_job(rank_job *j, un_ctx *ctx, un_comm *c) {
         j->st = un_exec_shard_scatter(ctx, ex, a->lm[i], un_optim_state(opt, i));
         memcpy(want + np + i * ns, un_optim_state(opt, i), sizeof(double) * (size_t)ns);
     }
-    a->same[j->rank] = memcmp(want, got, sizeof(double) * (size_t)(np + 2 * ns)) == 0 &&
-                       un_optim_steps(opt) == 5;
+    a->same[j->rank] =
+        memcmp(want, got, sizeof(double) * (size_t)(np + 2 * ns)) == 0 && un_optim_steps(opt) == 5;
 done:
     free(want);
     free(got);
@@ -1313,8 +1318,8 @@ static un_graph *ckx_graph(const char *strategy, int d) {
  * only those plus a bounded read buffer: under tensor x 4 a quarter of the logical weights and
  * Adam moments that a logical load holds on every rank. A damaged rank file writes nothing. */
 static void test_checkpoint_load_exec(void) {
-    un_graph *dp = ckx_graph("data", 2), *tp = ckx_graph("tensor", 4), *mx = ckx_graph("mixed:2x2", 4),
-             *se = ckx_graph("serial", 1);
+    un_graph *dp = ckx_graph("data", 2), *tp = ckx_graph("tensor", 4),
+             *mx = ckx_graph("mixed:2x2", 4), *se = ckx_graph("serial", 1);
     if (!dp || !tp || !mx || !se)
         goto out;
     char ranks[64], one[64];
@@ -1339,7 +1344,8 @@ static void test_checkpoint_load_exec(void) {
     for (int r = 0; r < 2; r++)
         test__check(jobs[r].st == UN_OK, TEST__AT, "save rank %d: %s", r, jobs[r].err);
     un_optim *lo = NULL;
-    EXPECT_OK(NULL, un_optim_new(NULL, un_optim_params_default(UN_OPTIM_ADAM), nl, UN_PREC_F64, &lo));
+    EXPECT_OK(NULL,
+              un_optim_new(NULL, un_optim_params_default(UN_OPTIM_ADAM), nl, UN_PREC_F64, &lo));
     for (int i = 0; lo && i < 2; i++)
         memcpy(un_optim_state(lo, i), lm + i * nl, sizeof(double) * (size_t)nl);
     un_optim_set_steps(lo, 5);
@@ -1363,8 +1369,8 @@ static void test_checkpoint_load_exec(void) {
                 test__check(jobs[r].st == UN_OK && b.same[r] && b.held[r] >= staged &&
                                 b.held[r] <= staged + (1 << 20),
                             TEST__AT, "%s into %s, rank %d: %s, same %d, held %lld of %lld",
-                            f ? "one file" : "rank files", into[k].what, r, jobs[r].err,
-                            b.same[r], (long long)b.held[r], (long long)staged);
+                            f ? "one file" : "rank files", into[k].what, r, jobs[r].err, b.same[r],
+                            (long long)b.held[r], (long long)staged);
                 if (into[k].g == tp) /* a quarter of the weights, a quarter of their moments */
                     test__check(4 * b.np[r] == nl && 4 * b.ns[r] == nl, TEST__AT,
                                 "tensor x4 rank %d: %lld pieces, %lld shard of %lld", r,
@@ -1385,10 +1391,9 @@ static void test_checkpoint_load_exec(void) {
     b.g = tp;
     run_ranks(4, ckx_job, &b, jobs);
     for (int r = 0; r < 4; r++)
-        test__check(jobs[r].st == UN_ERR_PARSE && strstr(jobs[r].err, "rank1: damaged") &&
-                        b.untouched[r],
-                    TEST__AT, "damaged rank file, rank %d: status %d, %s", r, jobs[r].st,
-                    jobs[r].err);
+        test__check(
+            jobs[r].st == UN_ERR_PARSE && strstr(jobs[r].err, "rank1: damaged") && b.untouched[r],
+            TEST__AT, "damaged rank file, rank %d: status %d, %s", r, jobs[r].st, jobs[r].err);
     char r0[80];
     snprintf(r0, sizeof r0, "%s.rank0", ranks);
     remove(r0);

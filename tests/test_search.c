@@ -199,7 +199,8 @@ static void test_branches(void) {
                     EXPECT_OK(ctx, un_map_solve(ctx, m, lambdas[li], a, &st));
                     EXPECT_OK(ctx, un_map_exhaustive(ctx, m, lambdas[li], b, &best));
                     double got = un_map_cost(m, a, lambdas[li], NULL, NULL);
-                    test__check(fabs(got - best) <= 1e-9 * best && fabs(st.cost - got) <= 1e-9 * got,
+                    test__check(fabs(got - best) <= 1e-9 * best &&
+                                    fabs(st.cost - got) <= 1e-9 * got,
                                 TEST__AT,
                                 "branch graph %d size %d devices %d lambda %g: solve %.9g (%.9g) "
                                 "vs exhaustive %.9g",
@@ -234,8 +235,8 @@ static void test_branches(void) {
                     EXPECT_OK(ctx, un_sim_run(ctx, cm, plan, &sp, &r1));
                     EXPECT_OK(ctx, un_sim_run(ctx, cm, plan_s, &sp, &r2));
                     test__check(!hi || r1.step < r2.step, TEST__AT,
-                                "branch graph %d devices %d: disjoint plan %g s, shared %g s", which,
-                                devices, r1.step, r2.step);
+                                "branch graph %d devices %d: disjoint plan %g s, shared %g s",
+                                which, devices, r1.step, r2.step);
                     un_sim_result_deinit(&r1);
                     un_sim_result_deinit(&r2);
                     un_graph_free(plan);
@@ -294,12 +295,13 @@ static void test_split(void) {
                 double got = un_map_cost(m, b, 1e-9, NULL, NULL);
                 bool beam = ms.beam || ss.map.beam;
                 test__check(beam || fabs(got - ms.cost) <= 1e-9 * ms.cost, TEST__AT,
-                            "graph %d devices %d k %d: split %.9g (%d pieces) vs unsplit %.9g",
-                            gi, devices, ks[ki], got, sp.n, ms.cost);
+                            "graph %d devices %d k %d: split %.9g (%d pieces) vs unsplit %.9g", gi,
+                            devices, ks[ki], got, sp.n, ms.cost);
                 /* pieces cover every regular node once; each within k unless no cut allows */
                 int32_t total = 0;
                 bool *cut = calloc((size_t)n + 1, sizeof *cut);
-                int32_t *cn = calloc((size_t)n + 1, sizeof *cn), *pn = calloc((size_t)n + 1, sizeof *pn);
+                int32_t *cn = calloc((size_t)n + 1, sizeof *cn),
+                        *pn = calloc((size_t)n + 1, sizeof *pn);
                 for (int32_t i = 0, nc = un_sp_cut_nodes(un_map_sp(m), cn); i < nc; i++)
                     cut[cn[i]] = true;
                 for (int32_t i = 0; i < sp.n; i++) {
@@ -600,14 +602,9 @@ static void test_modes(void) {
 
 int main(void) {
     static const test_case cases[] = {
-        {"exhaustive", test_exhaustive},
-        {"branches", test_branches},
-        {"split", test_split},
-        {"choices", test_choices},
-        {"bad", test_bad},
-        {"zoo", test_zoo},
-        {"plans_train", test_plans_train},
-        {"modes", test_modes},
+        {"exhaustive", test_exhaustive},   {"branches", test_branches}, {"split", test_split},
+        {"choices", test_choices},         {"bad", test_bad},           {"zoo", test_zoo},
+        {"plans_train", test_plans_train}, {"modes", test_modes},
     };
     return TEST_RUN_WITH_SPEC(cases, &S);
 }

@@ -164,8 +164,8 @@ static void test_rewrites(void) {
     for (int s = 0; s < 5; s++)
         serial[s] = loss_at(r->out, s + 1);
     snprintf(args, sizeof args,
-             "%s --machine specs/machines/v100x4.json --devices 2 --rules %s/r.db --budget 200", zoo,
-             rw_dir);
+             "%s --machine specs/machines/v100x4.json --devices 2 --rules %s/r.db --budget 200",
+             zoo, rw_dir);
     r = cli_run("unity-train", args);
     EXPECT_EQ(r->code, 0);
     EXPECT_TRUE(strstr(r->out, "rewrites applied: 1") != NULL);
@@ -205,15 +205,19 @@ static void test_rewrites(void) {
         {"--alpha 1", "alpha 1:"},
     };
     for (int i = 0; i < 4; i++) {
-        snprintf(args, sizeof args, "--model %%s/m.json --machine %%s/cpu2.json --rules %s/r.db "
-                 "--plan-only %s", rw_dir, runs[i][0]);
+        snprintf(args, sizeof args,
+                 "--model %%s/m.json --machine %%s/cpu2.json --rules %s/r.db "
+                 "--plan-only %s",
+                 rw_dir, runs[i][0]);
         r = cli_run("unity-train", cli_fmt(args));
         EXPECT_EQ(r->code, 0);
         test__check(strstr(r->out, runs[i][1]) != NULL, TEST__AT, "%s: no '%s' in %s", runs[i][0],
                     runs[i][1], r->out);
     }
-    snprintf(args, sizeof args, "--model %%s/m.json --machine %%s/cpu2.json --rules %s/r.db "
-             "--plan-only --search-time 0.000001", rw_dir);
+    snprintf(args, sizeof args,
+             "--model %%s/m.json --machine %%s/cpu2.json --rules %s/r.db "
+             "--plan-only --search-time 0.000001",
+             rw_dir);
     r = cli_run("unity-train", cli_fmt(args));
     EXPECT_TRUE((r->code == 0 && strstr(r->out, "ended: time") != NULL) ||
                 (r->code == 1 && strstr(r->err, "search time") != NULL));

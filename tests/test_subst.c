@@ -88,8 +88,8 @@ static un_graph *small_graph(int which, int64_t batch, int64_t width) {
         add_op(g, UN_OP_EW_ADD, false, y, x, "out");
     } else if (which == 1) { /* 5 operators, 6 unfused, 4 fused */
         int32_t w3 = add_in(g, "w3", UN_OP_WEIGHT, width, 8);
-        int32_t a = add_op(g, UN_OP_RELU, false, add_op(g, UN_OP_LINEAR, false, x, w1, "a"), -1,
-                           "ra");
+        int32_t a =
+            add_op(g, UN_OP_RELU, false, add_op(g, UN_OP_LINEAR, false, x, w1, "a"), -1, "ra");
         int32_t b = add_op(g, UN_OP_LINEAR, true, x, w2, "b");
         int32_t m = add_op(g, UN_OP_EW_MUL, false, a, b, "m");
         add_op(g, UN_OP_LINEAR, false, m, w3, "head");
@@ -216,7 +216,8 @@ static void test_fusion_chosen(void) {
     un_ruleset *set = hand_rules(ctx);
     un_graph *g = un_graph_new(S);
     int32_t x = add_in(g, "x", UN_OP_INPUT, 256, 512);
-    int32_t w1 = add_in(g, "w1", UN_OP_WEIGHT, 512, 512), w2 = add_in(g, "w2", UN_OP_WEIGHT, 512, 8);
+    int32_t w1 = add_in(g, "w1", UN_OP_WEIGHT, 512, 512),
+            w2 = add_in(g, "w2", UN_OP_WEIGHT, 512, 8);
     int32_t r = add_op(g, UN_OP_RELU, false, add_op(g, UN_OP_LINEAR, false, x, w1, "h"), -1, "r");
     add_op(g, UN_OP_LINEAR, false, r, w2, "y");
     un_subst_params p = un_subst_params_default(1);
@@ -355,9 +356,9 @@ static un_graph *chain_graph(int units, int64_t batch, int64_t width) {
 /* Layer 2 per layer-1 piece against layer 2 on the whole graph, both exhaustive (unlimited
  * budget, alpha 1e9): never cheaper than the whole graph's (it searches a subset: rewrites
  * touching a piece's entry or exit are not tried), equal when the pieces end at nodes no rewrite
- * that pays touches (K = 3 and 6 on a chain of 12 operators: every boundary is an ew_add), with equal pieces
- * searched once; the stitched graph computes what the model does (reference evaluator, f64
- * 1e-9) and layer 3 costs it at what the search says. */
+ * that pays touches (K = 3 and 6 on a chain of 12 operators: every boundary is an ew_add), with
+ * equal pieces searched once; the stitched graph computes what the model does (reference evaluator,
+ * f64 1e-9) and layer 3 costs it at what the search says. */
 static void test_pieces(void) {
     un_ctx *ctx = un_ctx_new(NULL);
     un_cost_model *cm = model_for(ctx, "specs/machines/v100x4.json");
@@ -394,10 +395,10 @@ static void test_pieces(void) {
                                 r.best_cost, w.best_cost);
                     if (ks[ki] == 3 || ks[ki] == 6) {
                         EXPECT_TRUE(r.pieces == (ks[ki] == 3 ? 4 : 2));
-                        test__check(fabs(r.best_cost - w.best_cost) <= 1e-9 * w.best_cost,
-                                    TEST__AT, "K %d size %d devices %d lambda %g: pieces %.9g, "
-                                    "whole %.9g", ks[ki], si, devices, p.lambda, r.best_cost,
-                                    w.best_cost);
+                        test__check(fabs(r.best_cost - w.best_cost) <= 1e-9 * w.best_cost, TEST__AT,
+                                    "K %d size %d devices %d lambda %g: pieces %.9g, "
+                                    "whole %.9g",
+                                    ks[ki], si, devices, p.lambda, r.best_cost, w.best_cost);
                         equal++;
                     }
                     if (ks[ki] == 3) {

@@ -134,8 +134,8 @@ static void count_progress(void *user, const char *line) {
 static void test_ctx_child(void) {
     counting c = {0};
     un_ctx_params p = un_ctx_params_default();
-    p.alloc = (un_alloc){.malloc = count_malloc, .realloc = count_realloc, .free = count_free,
-                         .user = &c};
+    p.alloc = (un_alloc){
+        .malloc = count_malloc, .realloc = count_realloc, .free = count_free, .user = &c};
     p.seed = 77;
     p.log_level = 2;
     un_ctx *parent = un_ctx_new(&p);
@@ -166,8 +166,10 @@ static void test_ctx_child(void) {
 }
 
 int main(void) {
-    static const test_case cases[] = {{"ctx", test_ctx},     {"ctx_child", test_ctx_child},
-                                      {"arena", test_arena}, {"rng", test_rng},
+    static const test_case cases[] = {{"ctx", test_ctx},
+                                      {"ctx_child", test_ctx_child},
+                                      {"arena", test_arena},
+                                      {"rng", test_rng},
                                       {"json", test_json}};
     return TEST_RUN_ALL(cases);
 }

@@ -165,49 +165,70 @@ static void test_known_true(void) {
  * batch_matmul_concat_a, transpose_concat_12 and softmax_reshape_rows / linear_reshape_rows
  * decide; each was unknown without them. */
 static const char *bmm_linear =
-    "{\"src\": {\"nodes\": [" IN3("x", 2, 2, 4) ", " IN3("y", 2, 4, 2) ", " W2("w", 2, 4) ","
-    " {\"name\": \"b\", \"op\": \"batch_matmul\", \"in\": [\"x\", \"y\"]},"
-    " {\"name\": \"l\", \"op\": \"linear\", \"in\": [\"b\", \"w\"]}]},"
-    " \"dst\": {\"nodes\": [" IN3("x", 2, 2, 4) ", " IN3("y", 2, 4, 2) ", " W2("w", 2, 4) ","
-    " {\"name\": \"l\", \"op\": \"linear\", \"in\": [\"y\", \"w\"]},"
-    " {\"name\": \"b\", \"op\": \"batch_matmul\", \"in\": [\"x\", \"l\"]}]}}";
+    "{\"src\": {\"nodes\": [" IN3("x", 2, 2, 4) ", " IN3("y", 2, 4, 2) ", " W2(
+        "w", 2, 4) ","
+                   " {\"name\": \"b\", \"op\": \"batch_matmul\", \"in\": [\"x\", \"y\"]},"
+                   " {\"name\": \"l\", \"op\": \"linear\", \"in\": [\"b\", \"w\"]}]},"
+                   " \"dst\": {\"nodes\": [" IN3("x", 2, 2, 4) ", " IN3("y", 2, 4, 2) ", " W2(
+                       "w", 2,
+                       4) ","
+                          " {\"name\": \"l\", \"op\": \"linear\", \"in\": [\"y\", \"w\"]},"
+                          " {\"name\": \"b\", \"op\": \"batch_matmul\", \"in\": [\"x\", \"l\"]}]}}";
 
 static const char *bmm_concat_rows =
-    "{\"src\": {\"nodes\": [" IN3("x", 2, 2, 4) ", " IN3("z", 2, 2, 4) ", " IN3("y", 2, 4, 2) ","
-    " {\"name\": \"a\", \"op\": \"batch_matmul\", \"in\": [\"x\", \"y\"]},"
-    " {\"name\": \"b\", \"op\": \"batch_matmul\", \"in\": [\"z\", \"y\"]},"
-    " {\"name\": \"c\", \"op\": \"concat\", \"in\": [\"a\", \"b\"], \"params\": {\"axis\": 1}}]},"
-    " \"dst\": {\"nodes\": [" IN3("x", 2, 2, 4) ", " IN3("z", 2, 2, 4) ", " IN3("y", 2, 4, 2) ","
-    " {\"name\": \"c\", \"op\": \"concat\", \"in\": [\"x\", \"z\"], \"params\": {\"axis\": 1}},"
-    " {\"name\": \"a\", \"op\": \"batch_matmul\", \"in\": [\"c\", \"y\"]}]}}";
+    "{\"src\": {\"nodes\": [" IN3("x", 2, 2, 4) ", " IN3("z", 2, 2, 4) ", " IN3(
+        "y", 2, 4,
+        2) ","
+           " {\"name\": \"a\", \"op\": \"batch_matmul\", \"in\": [\"x\", \"y\"]},"
+           " {\"name\": \"b\", \"op\": \"batch_matmul\", \"in\": [\"z\", \"y\"]},"
+           " {\"name\": \"c\", \"op\": \"concat\", \"in\": [\"a\", \"b\"], \"params\": {\"axis\": "
+           "1}}]},"
+           " \"dst\": {\"nodes\": [" IN3("x", 2, 2, 4) ", " IN3("z", 2, 2, 4) ", " IN3(
+               "y", 2, 4,
+               2) ","
+                  " {\"name\": \"c\", \"op\": \"concat\", \"in\": [\"x\", \"z\"], \"params\": "
+                  "{\"axis\": 1}},"
+                  " {\"name\": \"a\", \"op\": \"batch_matmul\", \"in\": [\"c\", \"y\"]}]}}";
 
-static const char *transpose_concat3 =
-    "{\"src\": {\"nodes\": [" IN3("x", 2, 2, 4) ", " IN3("y", 2, 2, 4) ","
-    " {\"name\": \"c\", \"op\": \"concat\", \"in\": [\"x\", \"y\"], \"params\": {\"axis\": 1}},"
-    " {\"name\": \"t\", \"op\": \"transpose\", \"in\": [\"c\"], \"params\": {\"dim0\": 1, \"dim1\": "
-    "2}}]},"
-    " \"dst\": {\"nodes\": [" IN3("x", 2, 2, 4) ", " IN3("y", 2, 2, 4) ","
-    " {\"name\": \"a\", \"op\": \"transpose\", \"in\": [\"x\"], \"params\": {\"dim0\": 1, \"dim1\": "
-    "2}},"
-    " {\"name\": \"b\", \"op\": \"transpose\", \"in\": [\"y\"], \"params\": {\"dim0\": 1, \"dim1\": "
-    "2}},"
-    " {\"name\": \"c\", \"op\": \"concat\", \"in\": [\"a\", \"b\"], \"params\": {\"axis\": 2}}]}}";
+static const char *transpose_concat3 = "{\"src\": {\"nodes\": [" IN3("x", 2, 2, 4) ", " IN3(
+    "y", 2, 2,
+    4) ","
+       " {\"name\": \"c\", \"op\": \"concat\", \"in\": [\"x\", \"y\"], \"params\": {\"axis\": 1}},"
+       " {\"name\": \"t\", \"op\": \"transpose\", \"in\": [\"c\"], \"params\": {\"dim0\": 1, "
+       "\"dim1\": "
+       "2}}]},"
+       " \"dst\": {\"nodes\": [" IN3("x", 2, 2, 4) ", " IN3(
+           "y", 2, 2, 4) ","
+                         " {\"name\": \"a\", \"op\": \"transpose\", \"in\": [\"x\"], \"params\": "
+                         "{\"dim0\": 1, \"dim1\": "
+                         "2}},"
+                         " {\"name\": \"b\", \"op\": \"transpose\", \"in\": [\"y\"], \"params\": "
+                         "{\"dim0\": 1, \"dim1\": "
+                         "2}},"
+                         " {\"name\": \"c\", \"op\": \"concat\", \"in\": [\"a\", \"b\"], "
+                         "\"params\": {\"axis\": 2}}]}}";
 
-static const char *softmax_reshape =
-    "{\"src\": {\"nodes\": [" IN3("x", 2, 2, 4) ","
-    " {\"name\": \"s\", \"op\": \"softmax\", \"in\": [\"x\"]},"
-    " {\"name\": \"r\", \"op\": \"reshape\", \"in\": [\"s\"], \"params\": {\"shape\": [4, 4]}}]},"
-    " \"dst\": {\"nodes\": [" IN3("x", 2, 2, 4) ","
-    " {\"name\": \"r\", \"op\": \"reshape\", \"in\": [\"x\"], \"params\": {\"shape\": [4, 4]}},"
-    " {\"name\": \"s\", \"op\": \"softmax\", \"in\": [\"r\"]}]}}";
+static const char *softmax_reshape = "{\"src\": {\"nodes\": [" IN3(
+    "x", 2, 2, 4) ","
+                  " {\"name\": \"s\", \"op\": \"softmax\", \"in\": [\"x\"]},"
+                  " {\"name\": \"r\", \"op\": \"reshape\", \"in\": [\"s\"], \"params\": "
+                  "{\"shape\": [4, 4]}}]},"
+                  " \"dst\": {\"nodes\": [" IN3(
+                      "x", 2, 2, 4) ","
+                                    " {\"name\": \"r\", \"op\": \"reshape\", \"in\": [\"x\"], "
+                                    "\"params\": {\"shape\": [4, 4]}},"
+                                    " {\"name\": \"s\", \"op\": \"softmax\", \"in\": [\"r\"]}]}}";
 
-static const char *linear_reshape =
-    "{\"src\": {\"nodes\": [" IN3("x", 2, 2, 4) ", " W2("w", 4, 4) ","
-    " {\"name\": \"l\", \"op\": \"linear\", \"in\": [\"x\", \"w\"]},"
-    " {\"name\": \"r\", \"op\": \"reshape\", \"in\": [\"l\"], \"params\": {\"shape\": [4, 4]}}]},"
-    " \"dst\": {\"nodes\": [" IN3("x", 2, 2, 4) ", " W2("w", 4, 4) ","
-    " {\"name\": \"r\", \"op\": \"reshape\", \"in\": [\"x\"], \"params\": {\"shape\": [4, 4]}},"
-    " {\"name\": \"l\", \"op\": \"linear\", \"in\": [\"r\", \"w\"]}]}}";
+static const char *linear_reshape = "{\"src\": {\"nodes\": [" IN3("x", 2, 2, 4) ", " W2(
+    "w", 4, 4) ","
+               " {\"name\": \"l\", \"op\": \"linear\", \"in\": [\"x\", \"w\"]},"
+               " {\"name\": \"r\", \"op\": \"reshape\", \"in\": [\"l\"], \"params\": {\"shape\": "
+               "[4, 4]}}]},"
+               " \"dst\": {\"nodes\": [" IN3("x", 2, 2, 4) ", " W2(
+                   "w", 4, 4) ","
+                              " {\"name\": \"r\", \"op\": \"reshape\", \"in\": [\"x\"], "
+                              "\"params\": {\"shape\": [4, 4]}},"
+                              " {\"name\": \"l\", \"op\": \"linear\", \"in\": [\"r\", \"w\"]}]}}";
 
 static void test_attention_axioms(void) {
     un_verifier *v = verifier();
@@ -225,39 +246,54 @@ static void test_attention_axioms(void) {
 }
 
 #define IN4(n, op, a, b, c, d)                                                                     \
-    "{\"name\": \"" n "\", \"op\": \"" op "\", \"params\": {\"shape\": [" #a ", " #b ", " #c ", " #d \
-    "]}}"
+    "{\"name\": \"" n "\", \"op\": \"" op "\", \"params\": {\"shape\": [" #a ", " #b ", " #c       \
+    ", " #d "]}}"
 
 /* Rules of the CNN menu (1x1 kernels on 3x3 images) that the conv2d axioms stated for any spatial
  * and kernel size decide (conv2d_relu_fuse_any, conv2d_concat_weights_any; the older axioms fix
  * 5x5 images and 3x3 kernels), and relu over a channel concat (relu_concat4: NCHW). */
-static const char *conv_relu =
-    "{\"src\": {\"nodes\": [" IN4("x", "input", 2, 2, 3, 3) ", " IN4("w", "weight", 2, 2, 1, 1) ","
-    " {\"name\": \"c\", \"op\": \"conv2d\", \"in\": [\"x\", \"w\"]},"
-    " {\"name\": \"r\", \"op\": \"relu\", \"in\": [\"c\"]}]},"
-    " \"dst\": {\"nodes\": [" IN4("x", "input", 2, 2, 3, 3) ", " IN4("w", "weight", 2, 2, 1, 1) ","
-    " {\"name\": \"c\", \"op\": \"conv2d\", \"in\": [\"x\", \"w\"], \"params\": {\"activation\": "
-    "\"relu\"}}]}}";
+static const char *conv_relu = "{\"src\": {\"nodes\": [" IN4("x", "input", 2, 2, 3, 3) ", " IN4(
+    "w", "weight", 2, 2, 1, 1) ","
+                               " {\"name\": \"c\", \"op\": \"conv2d\", \"in\": [\"x\", \"w\"]},"
+                               " {\"name\": \"r\", \"op\": \"relu\", \"in\": [\"c\"]}]},"
+                               " \"dst\": {\"nodes\": [" IN4("x", "input", 2, 2, 3, 3) ", " IN4(
+                                   "w", "weight", 2, 2, 1,
+                                   1) ","
+                                      " {\"name\": \"c\", \"op\": \"conv2d\", \"in\": [\"x\", "
+                                      "\"w\"], \"params\": {\"activation\": "
+                                      "\"relu\"}}]}}";
 
-static const char *conv_merge =
-    "{\"src\": {\"nodes\": [" IN4("x", "input", 2, 2, 3, 3) ", " IN4("w", "weight", 2, 2, 1, 1) ", " IN4(
-        "u", "weight", 2, 2, 1, 1) ","
-    " {\"name\": \"c\", \"op\": \"concat\", \"in\": [\"w\", \"u\"], \"params\": {\"axis\": 0}},"
-    " {\"name\": \"v\", \"op\": \"conv2d\", \"in\": [\"x\", \"c\"]}]},"
-    " \"dst\": {\"nodes\": [" IN4("x", "input", 2, 2, 3, 3) ", " IN4("w", "weight", 2, 2, 1, 1) ", " IN4(
-        "u", "weight", 2, 2, 1, 1) ","
-    " {\"name\": \"a\", \"op\": \"conv2d\", \"in\": [\"x\", \"w\"]},"
-    " {\"name\": \"b\", \"op\": \"conv2d\", \"in\": [\"x\", \"u\"]},"
-    " {\"name\": \"c\", \"op\": \"concat\", \"in\": [\"a\", \"b\"], \"params\": {\"axis\": 1}}]}}";
+static const char *conv_merge = "{\"src\": {\"nodes\": [" IN4("x", "input", 2, 2, 3, 3) ", " IN4(
+    "w", "weight", 2, 2, 1,
+    1) ", " IN4("u", "weight", 2, 2, 1,
+                1) ","
+                   " {\"name\": \"c\", \"op\": \"concat\", \"in\": [\"w\", \"u\"], \"params\": "
+                   "{\"axis\": 0}},"
+                   " {\"name\": \"v\", \"op\": \"conv2d\", \"in\": [\"x\", \"c\"]}]},"
+                   " \"dst\": {\"nodes\": [" IN4("x", "input", 2, 2, 3, 3) ", " IN4(
+                       "w", "weight", 2, 2, 1,
+                       1) ", " IN4("u", "weight", 2, 2, 1,
+                                   1) ","
+                                      " {\"name\": \"a\", \"op\": \"conv2d\", \"in\": [\"x\", "
+                                      "\"w\"]},"
+                                      " {\"name\": \"b\", \"op\": \"conv2d\", \"in\": [\"x\", "
+                                      "\"u\"]},"
+                                      " {\"name\": \"c\", \"op\": \"concat\", \"in\": [\"a\", "
+                                      "\"b\"], \"params\": {\"axis\": 1}}]}}";
 
 static const char *relu_concat_nchw =
-    "{\"src\": {\"nodes\": [" IN4("x", "input", 2, 2, 3, 3) ", " IN4("y", "input", 2, 1, 3, 3) ","
-    " {\"name\": \"c\", \"op\": \"concat\", \"in\": [\"x\", \"y\"], \"params\": {\"axis\": 1}},"
-    " {\"name\": \"r\", \"op\": \"relu\", \"in\": [\"c\"]}]},"
-    " \"dst\": {\"nodes\": [" IN4("x", "input", 2, 2, 3, 3) ", " IN4("y", "input", 2, 1, 3, 3) ","
-    " {\"name\": \"a\", \"op\": \"relu\", \"in\": [\"x\"]},"
-    " {\"name\": \"b\", \"op\": \"relu\", \"in\": [\"y\"]},"
-    " {\"name\": \"c\", \"op\": \"concat\", \"in\": [\"a\", \"b\"], \"params\": {\"axis\": 1}}]}}";
+    "{\"src\": {\"nodes\": [" IN4("x", "input", 2, 2, 3, 3) ", " IN4(
+        "y", "input", 2, 1, 3, 3) ","
+                                  " {\"name\": \"c\", \"op\": \"concat\", \"in\": [\"x\", \"y\"], "
+                                  "\"params\": {\"axis\": 1}},"
+                                  " {\"name\": \"r\", \"op\": \"relu\", \"in\": [\"c\"]}]},"
+                                  " \"dst\": {\"nodes\": [" IN4("x", "input", 2, 2, 3, 3) ", " IN4(
+                                      "y", "input", 2, 1, 3,
+                                      3) ","
+                                         " {\"name\": \"a\", \"op\": \"relu\", \"in\": [\"x\"]},"
+                                         " {\"name\": \"b\", \"op\": \"relu\", \"in\": [\"y\"]},"
+                                         " {\"name\": \"c\", \"op\": \"concat\", \"in\": [\"a\", "
+                                         "\"b\"], \"params\": {\"axis\": 1}}]}}";
 
 static void test_conv_axioms(void) {
     un_verifier *v = verifier();
@@ -467,15 +503,16 @@ static void test_unknown_operator(void) {
  * linear[relu](w1 + w1, w0) (rule 37 of the N=3 set) needs scalar_mul (x + x = 2x), an operator
  * the rule does not apply, so only the second proves it, and the fallback must still find that
  * proof. */
-static const char *linear_double =
-    "{\"src\": {\"nodes\": [" W2("a", 4, 4) ", " W2("b", 4, 4) ","
-    " {\"name\": \"s\", \"op\": \"ew_add\", \"in\": [\"a\", \"a\"]},"
-    " {\"name\": \"l\", \"op\": \"linear\", \"in\": [\"b\", \"s\"],"
-    " \"params\": {\"activation\": \"relu\"}}]},"
-    " \"dst\": {\"nodes\": [" W2("a", 4, 4) ", " W2("b", 4, 4) ","
-    " {\"name\": \"s\", \"op\": \"ew_add\", \"in\": [\"b\", \"b\"]},"
-    " {\"name\": \"l\", \"op\": \"linear\", \"in\": [\"s\", \"a\"],"
-    " \"params\": {\"activation\": \"relu\"}}]}}";
+static const char *linear_double = "{\"src\": {\"nodes\": [" W2("a", 4, 4) ", " W2(
+    "b", 4, 4) ","
+               " {\"name\": \"s\", \"op\": \"ew_add\", \"in\": [\"a\", \"a\"]},"
+               " {\"name\": \"l\", \"op\": \"linear\", \"in\": [\"b\", \"s\"],"
+               " \"params\": {\"activation\": \"relu\"}}]},"
+               " \"dst\": {\"nodes\": [" W2("a", 4, 4) ", " W2(
+                   "b", 4, 4) ","
+                              " {\"name\": \"s\", \"op\": \"ew_add\", \"in\": [\"b\", \"b\"]},"
+                              " {\"name\": \"l\", \"op\": \"linear\", \"in\": [\"s\", \"a\"],"
+                              " \"params\": {\"activation\": \"relu\"}}]}}";
 
 static void test_narrow_first(void) {
     un_verifier *v = verifier();
@@ -502,18 +539,12 @@ static void test_narrow_first(void) {
 
 int main(void) {
     static const test_case cases[] = {
-        {"narrow_first", test_narrow_first},
-        {"axioms_encoded", test_axioms_encoded},
-        {"known_true", test_known_true},
-        {"attention_axioms", test_attention_axioms},
-        {"conv_axioms", test_conv_axioms},
-        {"known_false", test_known_false},
-        {"timeout_unknown", test_timeout_unknown},
-        {"axcheck", test_axcheck},
-        {"lifted_proof", test_lifted_proof},
-        {"pipeline", test_pipeline},
-        {"param_variable", test_param_variable},
-        {"unknown_operator", test_unknown_operator},
+        {"narrow_first", test_narrow_first},       {"axioms_encoded", test_axioms_encoded},
+        {"known_true", test_known_true},           {"attention_axioms", test_attention_axioms},
+        {"conv_axioms", test_conv_axioms},         {"known_false", test_known_false},
+        {"timeout_unknown", test_timeout_unknown}, {"axcheck", test_axcheck},
+        {"lifted_proof", test_lifted_proof},       {"pipeline", test_pipeline},
+        {"param_variable", test_param_variable},   {"unknown_operator", test_unknown_operator},
     };
     return TEST_RUN_WITH_SPEC(cases, &spec);
 }

@@ -49,7 +49,7 @@ static bool make_db(const char *path) {
         st = un_rule_from_json(ctx, spec, "rule", rules[i], strlen(rules[i]), &r);
         if (st == UN_OK)
             st = un_rulesdb_rule_insert(ctx, db, r, UN_RULE_CANDIDATE, NULL,
-                                     &(un_rulesdb_origin){.kind = "generated"}, NULL, NULL);
+                                        &(un_rulesdb_origin){.kind = "generated"}, NULL, NULL);
         un_rule_free(r);
     }
     EXPECT_OK(ctx, st);
@@ -151,7 +151,7 @@ static void test_side_condition_shown(void) {
         st = un_rule_from_json(ctx, spec, "rule", text, strlen(text), &r);
     if (st == UN_OK)
         st = un_rulesdb_rule_insert(ctx, db, r, UN_RULE_CANDIDATE, NULL,
-                                 &(un_rulesdb_origin){.kind = "generated"}, &id, NULL);
+                                    &(un_rulesdb_origin){.kind = "generated"}, &id, NULL);
     EXPECT_OK(ctx, st);
     un_rule_free(r);
     un_rulesdb_free(db);
@@ -309,9 +309,10 @@ static void test_bad_input(void) {
     expect_clean_error(g, "garbage.db");
     /* A tampered row: its content no longer matches its hash. */
     un_ctx *ctx = un_ctx_new(NULL);
-    EXPECT_OK(ctx, un_rulesdb__test_exec(ctx, p,
-                                      "UPDATE rules SET body = replace(body, 'ew_add', 'ew_mul') "
-                                      "WHERE id = 1"));
+    EXPECT_OK(ctx,
+              un_rulesdb__test_exec(ctx, p,
+                                    "UPDATE rules SET body = replace(body, 'ew_add', 'ew_mul') "
+                                    "WHERE id = 1"));
     un_ctx_free(ctx);
     expect_clean_error(p, "rule 1");
 }

@@ -455,10 +455,10 @@ static un_status flush(un_ctx *ctx, un_rulesdb *db, pending *pd, int *n, const c
     for (int i = 0; i < *n && st == UN_OK; i++) {
         un_verify_verdict *v = &pd[i].v;
         un_rulesdb_verdict rv = {.status = v->status,
-                              .detail = v->detail[0] ? v->detail : NULL,
-                              .proof_ms = v->proof_ms,
-                              .axioms = v->status == UN_RULE_VERIFIED ? v->axioms : NULL,
-                              .general = v->general};
+                                 .detail = v->detail[0] ? v->detail : NULL,
+                                 .proof_ms = v->proof_ms,
+                                 .axioms = v->status == UN_RULE_VERIFIED ? v->axioms : NULL,
+                                 .general = v->general};
         st = un_rulesdb_rule_set_verdict(ctx, db, pd[i].id, &rv);
     }
     if (st == UN_OK)
@@ -497,8 +497,8 @@ static un_status next_rule(un_ctx *ctx, shared *sh, un_rulesdb *db, const char *
         f.undecided_since = sh->since;
         int64_t others = 0;
         int batch = sh->o->batch > 0 ? sh->o->batch : 16;
-        un_status st =
-            un_rulesdb_claim(ctx, db, &f, owner, sh->o->lease_s, batch, claimed, n_claimed, &others);
+        un_status st = un_rulesdb_claim(ctx, db, &f, owner, sh->o->lease_s, batch, claimed,
+                                        n_claimed, &others);
         *at = 0;
         if (st != UN_OK)
             return st;
@@ -625,10 +625,10 @@ static void progress_line(un_ctx *ctx, shared *sh, double t0) {
     int64_t done = sh->finished;
     pthread_mutex_unlock(&sh->mu);
     double secs = (now_ms() - t0) / 1e3;
-    un_ctx_progress(ctx,
-                    "verify: %lld/%lld rules  %lld verified  %lld refuted  %lld unknown  %.1f rules/s",
-                    (long long)done, (long long)sh->n, (long long)s.verified, (long long)s.refuted,
-                    (long long)s.unknown, secs > 0 ? (double)done / secs : 0.0);
+    un_ctx_progress(
+        ctx, "verify: %lld/%lld rules  %lld verified  %lld refuted  %lld unknown  %.1f rules/s",
+        (long long)done, (long long)sh->n, (long long)s.verified, (long long)s.refuted,
+        (long long)s.unknown, secs > 0 ? (double)done / secs : 0.0);
 }
 
 un_status un_runner_run(un_ctx *ctx, const un_spec *spec, const char *db_path,
@@ -651,8 +651,13 @@ un_status un_runner_run(un_ctx *ctx, const un_spec *spec, const char *db_path,
     un_rulesdb *db = NULL;
     int32_t *ids = NULL;
     int64_t n = 0, run = 0;
-    shared sh = {
-        .parent = ctx, .spec = spec, .lifts = lifts, .n_lifts = n_lifts, .path = db_path, .o = o, .st = UN_OK};
+    shared sh = {.parent = ctx,
+                 .spec = spec,
+                 .lifts = lifts,
+                 .n_lifts = n_lifts,
+                 .path = db_path,
+                 .o = o,
+                 .st = UN_OK};
     pthread_mutex_init(&sh.mu, NULL);
     if ((st = un_rulesdb_open(ctx, db_path, spec, 0, &db)) != UN_OK)
         goto done;

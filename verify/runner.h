@@ -47,13 +47,13 @@ typedef struct un_verify_verdict {
     double ms;             /* time for this rule: random tests, proof and generalization */
     double proof_ms;       /* of which in Z3 */
     double cpu_ms[UN_VERIFY_PHASE_COUNT]; /* this thread's CPU time per phase (un_verify_phase) */
-    int outputs, narrow;   /* outputs proven (last proof), of them by the narrow axiom set */
-    bool any_shape;        /* proven with symbolic input sizes */
-    int n_new_vars;        /* degrees turned into variables by generalization */
-    int n_dim_vars;        /* sizes turned into dim variables (un_rule_dims_generalize) */
-    int dropped_vars;      /* variables dropped because the claim failed its re-check */
-    un_rule *general;      /* owned (free with un_verify_verdict_deinit): the most general form
-                            * proven when it differs from the rule, else NULL */
+    int outputs, narrow; /* outputs proven (last proof), of them by the narrow axiom set */
+    bool any_shape;      /* proven with symbolic input sizes */
+    int n_new_vars;      /* degrees turned into variables by generalization */
+    int n_dim_vars;      /* sizes turned into dim variables (un_rule_dims_generalize) */
+    int dropped_vars;    /* variables dropped because the claim failed its re-check */
+    un_rule *general;    /* owned (free with un_verify_verdict_deinit): the most general form
+                          * proven when it differs from the rule, else NULL */
 } un_verify_verdict;
 
 void un_verify_verdict_deinit(un_verify_verdict *v);
@@ -83,11 +83,11 @@ typedef struct un_runner_stats {
     int64_t with_vars;   /* verified with a variable (e.g. a degree k): proven for every value */
     int64_t skipped;     /* rows without a rule (rejected imports) */
     double wall_ms;
-    double median_ms, p99_ms; /* per-rule verification time */
-    int n_axioms, n_lifted;   /* declared axioms checked, lifted forms that passed */
-    double axcheck_ms;        /* time of those checks */
+    double median_ms, p99_ms;             /* per-rule verification time */
+    int n_axioms, n_lifted;               /* declared axioms checked, lifted forms that passed */
+    double axcheck_ms;                    /* time of those checks */
     double cpu_ms[UN_VERIFY_PHASE_COUNT]; /* summed over the workers' threads */
-    int64_t outputs, narrow; /* outputs proven, and of them by the narrow axiom set */
+    int64_t outputs, narrow;              /* outputs proven, and of them by the narrow axiom set */
 } un_runner_stats;
 
 /* Checks every spec axiom on concrete tensors (axcheck.h), then verifies the rules of the database

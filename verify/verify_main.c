@@ -146,8 +146,7 @@ int main(int argc, char **argv) {
     if (s.skipped)
         printf(", %lld skipped (no rule)", (long long)s.skipped);
     if (s.dim_generic)
-        printf("; %lld made dimension-generic (sizes as dim variables)",
-               (long long)s.dim_generic);
+        printf("; %lld made dimension-generic (sizes as dim variables)", (long long)s.dim_generic);
     printf("; %.1f s, %.1f rules/s, median %.1f ms, p99 %.1f ms per rule\n", secs,
            secs > 0 ? (double)s.total / secs : 0.0, s.median_ms, s.p99_ms);
     printf("cpu time per phase: random tests %.1f s, z3 %.1f s (%lld of %lld outputs proven by "
