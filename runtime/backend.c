@@ -35,9 +35,13 @@ un_status un_backend_opaque_new_opts(un_ctx *ctx, un_prec prec, int nthreads,
     return un__backend_opaque_new(ctx, prec, nthreads, o, out);
 }
 
+bool un_backend_is_opaque(const char *spec) {
+    return strncmp(spec, "opaque", 6) == 0 && (spec[6] == '\0' || spec[6] == ':');
+}
+
 un_status un_backend_opaque_opts_parse(un_ctx *ctx, const char *spec, un_backend_opaque_opts *o) {
     *o = (un_backend_opaque_opts){0};
-    if (strncmp(spec, "opaque", 6) != 0 || (spec[6] != '\0' && spec[6] != ':'))
+    if (!un_backend_is_opaque(spec))
         return un_ctx_error(ctx, UN_ERR_INVALID, "--backend: '%s' is not opaque[:OPTIONS]", spec);
     for (const char *p = spec + 7; spec[6];) { /* each option up to a comma; none may be empty */
         size_t n = strcspn(p, ",");

@@ -69,6 +69,8 @@ un_status un_backend_opaque_new_opts(un_ctx *ctx, un_prec prec, int nthreads,
  * an optional K, M or G suffix, powers of 1024) into *o; anything else is UN_ERR_INVALID naming
  * the value. */
 un_status un_backend_opaque_opts_parse(un_ctx *ctx, const char *spec, un_backend_opaque_opts *o);
+/* Whether a --backend value names the opaque backend ("opaque" or "opaque:..."). */
+bool un_backend_is_opaque(const char *spec);
 /* The CUDA backend on GPU `device`: UN_ERR_UNAVAILABLE (one line naming the reason) in a build
  * without CUDA or on a machine without that device. Owned: free with un_backend_free. */
 un_status un_backend_cuda_new(un_ctx *ctx, un_prec prec, int device, un_backend **out);

@@ -184,7 +184,7 @@ un_status un_train_parse_args(un_ctx *ctx, int argc, char **argv, un_train_opts 
             o->prec = strcmp(v, "f32") == 0 ? UN_PREC_F32 : UN_PREC_F64;
         } else if (strcmp(a, "--backend") == 0) {
             un_backend_opaque_opts oo;
-            if (strncmp(v, "opaque", 6) == 0 && (v[6] == '\0' || v[6] == ':')) {
+            if (un_backend_is_opaque(v)) {
                 if ((st = un_backend_opaque_opts_parse(ctx, v, &oo)) != UN_OK)
                     return st;
             } else if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0) {
@@ -593,7 +593,7 @@ un_status un_train_backend(un_ctx *ctx, const un_train_opts *o, const char **nam
     if (strcmp(*name, "cuda") != 0)
         return UN_OK;
     if (*gpus == 0)
-        return un_ctx_error(ctx, UN_ERR_UNAVAILABLE, "--backend cuda: no GPU to run on (%s)",
+        return un_ctx_error(ctx, UN_ERR_UNAVAILABLE, "--backend cuda: no usable GPU (%s)",
                             why ? why : "no CUDA device");
     if (o->prec != UN_PREC_F32)
         return un_ctx_error(ctx, UN_ERR_UNAVAILABLE,
@@ -605,7 +605,7 @@ un_status un_train_backend(un_ctx *ctx, const un_train_opts *o, const char **nam
 static un_status backend_make(un_ctx *ctx, const shared *sh, un_comm *comm, un_backend **out) {
     if (strcmp(sh->backend, "cuda") == 0)
         return un_backend_cuda_new(ctx, sh->o->prec, un_comm_node_rank(comm) % sh->gpus, out);
-    if (strncmp(sh->backend, "opaque", 6) == 0) {
+    if (un_backend_is_opaque(sh->backend)) {
         un_backend_opaque_opts oo;
         un_status st = un_backend_opaque_opts_parse(ctx, sh->backend, &oo);
         return st == UN_OK ? un_backend_opaque_new_opts(ctx, sh->o->prec, sh->threads, &oo, out)

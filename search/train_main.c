@@ -171,7 +171,7 @@ static un_status estimate_or_profile(un_ctx *ctx, const un_train_opts *o, const 
         if ((st = un_train_backend(ctx, &ob, &backend, &gpus)) != UN_OK)
             goto done;
         snprintf(where, sizeof where, "%d thread%s", pp.threads, pp.threads == 1 ? "" : "s");
-        pp.opaque = strcmp(backend, "opaque") == 0;
+        pp.opaque = un_backend_is_opaque(backend);
         if (strcmp(backend, "cuda") == 0) {
             /* GPU 0's costs go under the machine file's device kind, which must name that GPU */
             char gpu[128];

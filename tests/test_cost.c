@@ -568,20 +568,20 @@ static void test_profile_backends(void) {
     long long n_cpu = at ? atoll(at + 7) : -1;
     EXPECT_TRUE(strstr(r->out, "(backend cpu)") != NULL);
     char opq[2200];
-    snprintf(opq, sizeof opq, "%s --backend opaque", cli_fmt(b));
+    snprintf(opq, sizeof opq, "%s --backend opaque:staged", cli_fmt(b)); /* options too */
     r = cli_run("unity-train", opq);
     EXPECT_EQ(r->code, 0);
     at = strstr(r->out, "stored ");
     long long n_opq = at ? atoll(at + 7) : -2;
-    EXPECT_TRUE(strstr(r->out, "(backend opaque)") != NULL && strstr(r->out, "loss:ce") != NULL &&
-                strstr(r->out, "optimizer:adam") != NULL);
+    EXPECT_TRUE(strstr(r->out, "(backend opaque:staged)") != NULL &&
+                strstr(r->out, "loss:ce") != NULL && strstr(r->out, "optimizer:adam") != NULL);
     EXPECT_TRUE(n_cpu > 3 && n_cpu == n_opq);
     if (un_backend_cuda_devices(NULL) == 0)
         cli_expect_clean_error("unity-train",
                                cli_fmt("--model mlp --tiny --profile --machine "
                                        "specs/machines/h100x8.json --rules "
                                        "%s/g.db --backend cuda"),
-                               "--backend cuda: no GPU");
+                               "--backend cuda: no usable GPU");
     EXPECT_TRUE(un_profile_kind_matches("h100", "NVIDIA H100 80GB HBM3"));
     EXPECT_TRUE(un_profile_kind_matches("A100", "NVIDIA A100-SXM4-40GB"));
     EXPECT_TRUE(!un_profile_kind_matches("h100", "NVIDIA A100-SXM4-40GB"));

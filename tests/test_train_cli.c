@@ -394,7 +394,7 @@ static void test_backend_flag(void) {
     int gpus = un_backend_cuda_devices(&why);
     if (gpus == 0) {
         expect_clean_error("--model mlp --tiny --steps 2 --backend cuda",
-                           "--backend cuda: no GPU to run on");
+                           "--backend cuda: no usable GPU");
         printf("    no GPU (%s): --backend cuda refused\n", why ? why : "?");
     } else {
         expect_clean_error("--model mlp --tiny --steps 2 --backend cuda --precision f64",
