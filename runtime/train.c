@@ -614,6 +614,15 @@ static un_status backend_make(un_ctx *ctx, const shared *sh, un_comm *comm, un_b
     return un_backend_cpu_new(ctx, sh->o->prec, sh->threads, out);
 }
 
+/* Elements of g's logical weights. */
+static int64_t weight_elements(const un_graph *g) {
+    int64_t n = 0;
+    for (int32_t id = 0; id < un_graph_node_count(g); id++)
+        if (un_graph_node(g, id)->op == UN_OP_WEIGHT)
+            n += un_shape_numel(&un_graph_node(g, id)->inf.out[0]);
+    return n;
+}
+
 /* Refuses, before the executor allocates anything, a run whose ranks sharing this rank's memory
  * would need more than its backend has free (un_backend_memory: the machine's host memory for cpu,
  * shared by every rank on it; the GPU's for cuda, shared by the ranks on that GPU; an opaque
@@ -638,10 +647,7 @@ static un_status memory_check(un_ctx *ctx, const shared *sh, un_comm *comm, un_b
     }
     if (need <= avail)
         return UN_OK;
-    int64_t weights = 0;
-    for (int32_t id = 0; id < un_graph_node_count(sh->g); id++)
-        if (un_graph_node(sh->g, id)->op == UN_OP_WEIGHT)
-            weights += un_shape_numel(&un_graph_node(sh->g, id)->inf.out[0]);
+    int64_t weights = weight_elements(sh->g);
     char where[128];
     if (host)
         snprintf(where, sizeof where, "this machine's %d device%s", sharing,
@@ -883,10 +889,7 @@ static void need_fill(shared *sh, const un_graph *g, int d, un_comm *mpi) {
     un_optim_algo_from_name(sh->o->optimizer, &k);
     int arrays = k == UN_OPTIM_ADAM ? 2 : 1;
     bool stash = strncmp(sh->backend, "cuda", 4) != 0, host = strcmp(sh->backend, "cpu") == 0;
-    int64_t logical = 0, fes = sh->o->prec == UN_PREC_F32 ? 4 : 8;
-    for (int32_t id = 0; id < un_graph_node_count(g); id++)
-        if (un_graph_node(g, id)->op == UN_OP_WEIGHT)
-            logical += un_shape_numel(&un_graph_node(g, id)->inf.out[0]) * fes;
+    int64_t logical = weight_elements(g) * (sh->o->prec == UN_PREC_F32 ? 4 : 8);
     bool gather = sh->o->save && (!mpi || un_comm_size(mpi) == 1);
     sh->need = un_xcalloc((size_t)d, sizeof *sh->need);
     for (int r = 0; r < d; r++) {
