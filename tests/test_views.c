@@ -4,7 +4,7 @@
  * hand-written plan placed on devices [3, 1, 2, 0] trains to the serial losses; and mixed:2x2
  * stores each weight piece where its op runs, so the runtime's per-device bytes per step
  * (--stats) are exactly those the plan's parallel ops imply, computed here from the plan's shapes
- * and views, locally and under mpirun -np 4. */
+ * and views: every tiny zoo model locally, the MLP and the transformer under mpirun -np 4. */
 #include "tests/cli.h"
 #include "tests/test.h"
 #include "tests/train_run.h"
@@ -12,6 +12,7 @@
 #include "pcg/graph.h"
 #include "runtime/strategy.h"
 #include "runtime/train.h"
+#include "runtime/zoo.h"
 
 static un_spec *spec;
 
@@ -373,11 +374,14 @@ static void test_views_permuted_plan(void) {
     un_train_result_deinit(&ra);
 }
 
-/* mixed:2x2 on 4 devices (tiny MLP and transformer): the serial losses, and each device's bytes
- * per step equal to what the plan's parallel ops imply (plan_bytes), locally and under mpirun. */
+/* mixed:2x2 on 4 devices, every tiny zoo model: the serial losses, no op reading a piece from
+ * another device, and each device's bytes per step equal to what the plan's parallel ops imply
+ * (plan_bytes); the MLP and the transformer also under mpirun -np 4. */
 static void test_mixed_bytes(void) {
-    static const char *models[] = {"mlp", "transformer"};
-    for (size_t i = 0; i < sizeof models / sizeof *models; i++) {
+    int n;
+    const char *const *models = un_zoo_names(&n);
+    for (int i = 0; i < n; i++) {
+        bool mpi = strcmp(models[i], "mlp") == 0 || strcmp(models[i], "transformer") == 0;
         un_train_opts o1 = opts(models[i], "serial", 1, 4), o4 = opts(models[i], "mixed:2x2", 4, 4);
         un_train_result r1, r4;
         un_status st1 = train(&o1, &r1), st4 = train(&o4, &r4);
@@ -398,7 +402,7 @@ static void test_mixed_bytes(void) {
             printf("\n");
         }
         un_train_result_deinit(&r4);
-        if (st1 != UN_OK || !have || system("command -v mpirun >/dev/null 2>&1") != 0) {
+        if (!mpi || st1 != UN_OK || !have || system("command -v mpirun >/dev/null 2>&1") != 0) {
             un_train_result_deinit(&r1);
             continue;
         }
