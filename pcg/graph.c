@@ -835,8 +835,8 @@ static bool view_invalid(const un_node *nd, int32_t devices, char *why, size_t n
             return true;
         }
         if (devices > 0 && v->dev[k] >= devices) {
-            snprintf(why, n, "device %d in its machine view, but there are %d devices (0..%d)",
-                     v->dev[k], devices, devices - 1);
+            snprintf(why, n, "device %d in its machine view is not one of the %d device%s (0..%d)",
+                     v->dev[k], devices, devices == 1 ? "" : "s", devices - 1);
             return true;
         }
     }
@@ -853,9 +853,9 @@ static bool view_invalid(const un_node *nd, int32_t devices, char *why, size_t n
     free(sorted);
     if (v->count > pieces || (v->count > 0 && pieces % v->count != 0)) {
         snprintf(why, n,
-                 "its machine view has %d devices for %lld pieces (it needs as many devices as "
-                 "pieces, or a divisor of them)",
-                 v->count, (long long)pieces);
+                 "its machine view lists %d device%s for %lld piece%s (it needs as many devices "
+                 "as pieces, or a divisor of them)",
+                 v->count, v->count == 1 ? "" : "s", (long long)pieces, pieces == 1 ? "" : "s");
         return true;
     }
     return false;
