@@ -6,7 +6,6 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,13 +32,16 @@ void un_gen_enum_result_deinit(un_gen_enum_result *r) {
 #define MEMO_SLOTS (1 << 20) /* power of 2; the default menu asks 21,807 questions at N=3 */
 #define MEMO_PROBE 32
 
+typedef struct infer_answer {
+    uint64_t out_sh[UN_MAX_OUTPUTS]; /* shape_key of each output */
+    un_infer inf;
+} infer_answer;
+
 typedef struct infer_memo {
     uint16_t inst;
     uint8_t n_in;
-    bool ok;
-    un_shape in[UN_GEN_MAX_OP_IN];
-    uint64_t out_sh[UN_MAX_OUTPUTS]; /* when ok: shape_key of each output */
-    un_infer inf;                    /* when ok */
+    infer_answer *ok; /* owned; NULL: ill-formed (most answers, so they stay small) */
+    un_shape in[];    /* n_in input shapes */
 } infer_memo;
 
 /* Key of a shape for the memo (equal bytes give equal keys). */
@@ -76,8 +78,12 @@ static uint64_t value_hash(const un_shape *s, const un_val *dense, int64_t n) {
 void un_gen_enum_free(un_gen_enum *e) {
     if (!e)
         return;
-    for (int i = 0; i < MEMO_SLOTS; i++)
-        free(atomic_load_explicit(&e->memo[i], memory_order_relaxed));
+    for (int i = 0; i < MEMO_SLOTS; i++) {
+        infer_memo *m = atomic_load_explicit(&e->memo[i], memory_order_relaxed);
+        if (m)
+            free(m->ok);
+        free(m);
+    }
     free(e->memo);
     for (int i = 0; i < UN_GEN_MAX_INPUTS; i++)
         un_ptensor_deinit(&e->in_val[i]);
@@ -427,8 +433,8 @@ static const un_infer *infer_memo_get(const un_gen_enum *e, int inst, const un_s
         if (m->inst == inst && m->n_in == n_in && memcmp(m->in, in, bytes) == 0) {
             if (!m->ok)
                 return NULL;
-            memcpy(out_sh, m->out_sh, sizeof(uint64_t) * (size_t)m->inf.n_out);
-            return &m->inf;
+            memcpy(out_sh, m->ok->out_sh, sizeof(uint64_t) * (size_t)m->ok->inf.n_out);
+            return &m->ok->inf;
         }
     }
     const un_gen_inst *gi = &e->m->insts[inst];
@@ -438,20 +444,22 @@ static const un_infer *infer_memo_get(const un_gen_enum *e, int inst, const un_s
             out_sh[o] = shape_key(&scratch->out[o]);
     if (free_slot == MEMO_SLOTS)
         return ok ? scratch : NULL;
-    /* an ill-formed answer needs no inference result: most answers are */
-    infer_memo *m = un_xcalloc(1, ok ? sizeof *m : offsetof(infer_memo, out_sh));
+    infer_memo *m = un_xmalloc(sizeof *m + bytes);
     m->inst = (uint16_t)inst;
     m->n_in = (uint8_t)n_in;
-    m->ok = ok;
+    m->ok = NULL;
     memcpy(m->in, in, bytes);
     if (ok) {
-        memcpy(m->out_sh, out_sh, sizeof(uint64_t) * (size_t)scratch->n_out);
-        m->inf = *scratch;
+        m->ok = un_xmalloc(sizeof *m->ok);
+        memcpy(m->ok->out_sh, out_sh, sizeof(uint64_t) * (size_t)scratch->n_out);
+        m->ok->inf = *scratch;
     }
     infer_memo *expected = NULL;
     if (!atomic_compare_exchange_strong_explicit(&e->memo[free_slot], &expected, m,
-                                                 memory_order_acq_rel, memory_order_acquire))
-        free(m); /* another thread took the slot first: its entry serves the next ask */
+                                                 memory_order_acq_rel, memory_order_acquire)) {
+        free(m->ok); /* another thread took the slot first: its entry serves the next ask */
+        free(m);
+    }
     return ok ? scratch : NULL;
 }
 

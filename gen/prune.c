@@ -973,7 +973,7 @@ un_status un_gen_find_stream(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p
     /* waves of equal largest side: the workers compute what each pair needs, then the
      * decisions run in order (commutativity rules, learnt from one-operator pairs, shape the
      * normal forms of the later waves) */
-    enum { CHUNK = 1 << 11 };
+    enum { CHUNK = 1 << 10 }; /* a chunk holds its likely keepers' rules: ~25 MB */
     pair_info *info = un_xcalloc(CHUNK, sizeof *info);
     pinfo_job job = {.parent = ctx,
                      .e = e,
