@@ -973,8 +973,14 @@ un_status un_gen_find_stream(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p
     /* waves of equal largest side: the workers compute what each pair needs, then the
      * decisions run in order (commutativity rules, learnt from one-operator pairs, shape the
      * normal forms of the later waves) */
-    enum { CHUNK = 1 << 10 }; /* a chunk holds its likely keepers' rules: ~25 MB */
-    pair_info *info = un_xcalloc(CHUNK, sizeof *info);
+    enum { CHUNK = 1 << 10 }; /* a chunk holds its likely keepers' rules: ~35 MiB */
+    /* the one-operator pairs (sorted first) are one chunk however many: the commutativity their
+     * decisions learn must not reach some of their own normal forms, so that the chunk size
+     * changes no decision (later waves see every one-operator decision either way) */
+    int64_t n_one = 0;
+    while (n_one < pairs.n && pv[n_one].max_ops == 1)
+        n_one++;
+    pair_info *info = un_xcalloc((size_t)(n_one > CHUNK ? n_one : CHUNK), sizeof *info);
     pinfo_job job = {.parent = ctx,
                      .e = e,
                      .r = &r,
@@ -991,7 +997,7 @@ un_status un_gen_find_stream(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p
         const pair *pr = &pv[i];
         if (i == wave_end) { /* a chunk of pairs of one largest-side size */
             wave_end = i;
-            while (wave_end < pairs.n && wave_end - i < CHUNK &&
+            while (wave_end < pairs.n && (wave_end - i < CHUNK || pr->max_ops == 1) &&
                    pv[wave_end].max_ops == pr->max_ops)
                 wave_end++;
             job.begin = i;
