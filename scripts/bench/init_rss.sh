@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Memory of a fresh run now that each rank initialises only its own weight pieces (issue 14, h41):
 #  1. peak RSS per process (/usr/bin/time -v) of the mid MLP (--config layers=4,hidden=1024,
-#     batch=64 by default, Adam, float32) under --strategy tensor and mixed:2x2 on mpirun -np 4,
+#     batch=64 by default, Adam, float32) and a larger one under --strategy tensor and mixed:2x2 on mpirun -np 4,
 #     STEPS steps, for this build and, when given, BASE_BIN (a build from before, whose ranks each
 #     initialised the whole logical weights and cut their pieces out of them);
 #  2. the same model on 4 local devices saving one checkpoint file (--save: streamed to rank 0 one
@@ -9,14 +9,16 @@
 #  3. the memory check's need (the sum of --stats' need column over the devices of the one
 #     process) against the process's peak RSS, mid MLP and mid transformer, serial and tensor x2;
 #  4. the paper-size transformer (BERT-Large) under mixed:2x2 and tensor on 4 devices: the check's
-#     answer (under `ulimit -v` of ULIMIT_GB, so that nothing on this shared machine can grow past
-#     it even if the check let the run start), and the same model with LAYERS encoder layers, small
-#     enough to run (need < 8 GB), where need and RSS are compared.
+#     answer, under `ulimit -v` of ULIMIT_GB (default 4) so that a run the check lets start stops
+#     at its first large allocation instead of growing on this shared machine; and the same model
+#     with LAYERS encoder layers, small enough to run (need < 8 GB), where need and RSS are
+#     compared.
 #
 #   scripts/bench/init_rss.sh [BUILD_DIR]          (default build/default; builds it first)
 #   BASE_BIN=/path/to/old/unity-train scripts/bench/init_rss.sh
-# Env: MLP (mlp --config string), TR (mid transformer --config), STEPS (default 3), LAYERS
-# (default 2), BERT_BATCH (default 2), ULIMIT_GB (default 18), ONLY (a section number).
+# Env: MLP and MLP_BIG (mlp --config strings; section 1 runs both, the second 8 x 2048: 256 MiB of
+# float32 weights, where the logical copy BASE_BIN held shows in the peak), TR (mid transformer --config), STEPS (default 3), LAYERS
+# (default 4), BERT_BATCH (default 2), ULIMIT_GB (default 4), ONLY (a section number).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
@@ -24,6 +26,7 @@ build=${1:-build/default}
 make -s -j2 BUILD="$build" >/dev/null
 bin="$root/$build/bin/unity-train"
 mlp=${MLP:-layers=4,hidden=1024,batch=64}
+mlp_big=${MLP_BIG:-layers=8,hidden=2048,batch=64}
 tr=${TR:-layers=4,hidden=512,heads=8,ffn=2048,seq=256,batch=16}
 steps=${STEPS:-3}
 only=${ONLY:-}
@@ -38,6 +41,7 @@ rss4() {
     local b=$1
     shift
     rm -f "$tmp"/rss.*
+    # shellcheck disable=SC2016 # $0 and $@ expand in the inner shell
     scripts/mpirun.sh -np 4 sh -c '/usr/bin/time -v -o "$0/rss.$OMPI_COMM_WORLD_RANK" "$@" >/dev/null' \
         "$tmp" "$b" "$@" --comm mpi --quiet
     awk -F: '/Maximum resident/{v=$2/1024; if (n==0||v<lo) lo=v; if (v>hi) hi=v; n++} END{printf "%8.1f %8.1f", lo, hi}' "$tmp"/rss.*
@@ -50,19 +54,21 @@ rss1() {
 
 if [[ -z $only || $only == 1 ]]; then
     echo
-    echo "1. fresh run, mid MLP ($mlp), $steps steps, mpirun -np 4: peak RSS per process"
-    printf '%-12s %-12s %8s %8s\n' strategy binary "min MiB" "max MiB"
-    for s in tensor mixed:2x2; do
-        printf '%-12s %-12s %s\n' "$s" "this build" "$(rss4 "$bin" --model mlp --config "$mlp" --steps "$steps" --threads 1 --strategy "$s")"
-        if [[ -n ${BASE_BIN:-} ]]; then
-            printf '%-12s %-12s %s\n' "$s" "BASE_BIN" "$(rss4 "$BASE_BIN" --model mlp --config "$mlp" --steps "$steps" --threads 1 --strategy "$s")"
-        fi
+    echo "1. fresh run, $steps steps, mpirun -np 4: peak RSS per process"
+    printf '%-34s %-12s %-12s %8s %8s\n' "mlp --config" strategy binary "min MiB" "max MiB"
+    for c in "$mlp" "$mlp_big"; do
+        for s in tensor mixed:2x2; do
+            for b in "$bin" ${BASE_BIN:+"$BASE_BIN"}; do
+                printf '%-34s %-12s %-12s %s\n' "$c" "$s" "$([[ $b == "$bin" ]] && echo "this build" || echo BASE_BIN)" \
+                    "$(rss4 "$b" --model mlp --config "$c" --steps "$steps" --threads 1 --strategy "$s")"
+            done
+        done
     done
 fi
 
 if [[ -z $only || $only == 2 ]]; then
     echo
-    echo "2. one-file checkpoint, mid MLP, 4 local devices (--strategy tensor, 1 step, --save): peak RSS of the process"
+    echo "2. one-file checkpoint, mlp --config $mlp, 4 local devices (--strategy tensor, 1 step, --save): peak RSS of the process"
     for b in "$bin" ${BASE_BIN:+"$BASE_BIN"}; do
         r=$(rss1 "$b" --model mlp --config "$mlp" --steps 1 --devices 4 --threads 4 --strategy tensor --quiet --save "$tmp/one.ckpt")
         r0=$(rss1 "$b" --model mlp --config "$mlp" --steps 1 --devices 4 --threads 4 --strategy tensor --quiet)
@@ -92,13 +98,20 @@ fi
 
 if [[ -z $only || $only == 4 ]]; then
     echo
-    ulimit_gb=${ULIMIT_GB:-18}
+    ulimit_gb=${ULIMIT_GB:-4}
     echo "4. BERT-Large (transformer, paper size) on 4 local devices, under ulimit -v ${ulimit_gb} GiB; MemAvailable $(awk '/MemAvailable/{printf "%.2f GiB", $2/1048576}' /proc/meminfo)"
     for s in mixed:2x2 tensor; do
-        out=$( (ulimit -v $((ulimit_gb * 1048576)) && "$bin" --model transformer --devices 4 --strategy "$s" --steps 1 --quiet 2>&1) || true)
-        echo "  $s: $(tail -1 <<<"$out")"
+        for b in "$bin" ${BASE_BIN:+"$BASE_BIN"}; do
+            out=$( (ulimit -v $((ulimit_gb * 1048576)) && "$b" --model transformer --devices 4 --strategy "$s" --steps 1 --quiet 2>&1) || true)
+            who=$([[ $b == "$bin" ]] && echo "this build" || echo BASE_BIN)
+            if grep -q 'needs about' <<<"$out"; then
+                echo "  $s, $who: refused: $(tail -1 <<<"$out")"
+            else
+                echo "  $s, $who: passed the memory check (then stopped by ulimit: $(tail -1 <<<"$out"))"
+            fi
+        done
     done
-    layers=${LAYERS:-2}
+    layers=${LAYERS:-4}
     bb=${BERT_BATCH:-2}
     echo "   the same with layers=$layers,batch=$bb, mixed:2x2, 2 steps: need vs peak RSS"
     printf '%-60s %s\n' "transformer --config layers=$layers,batch=$bb mixed:2x2 x4" "$(need_vs_rss --model transformer --config "layers=$layers,batch=$bb" --devices 4 --strategy mixed:2x2 --steps 2 --threads 2)"
