@@ -3,9 +3,10 @@
  * or float64; the optimizer state is kept in the weights' precision.
  *
  *   un_optim *opt;
- *   un_optim_init_weights(g, seed, UN_PREC_F32, un_exec_params(ex), un_exec_param_count(ex));
- *   st = un_optim_new(ctx, un_optim_params_default(UN_OPTIM_ADAM), n, UN_PREC_F32, &opt);
- *   un_optim_step(opt, un_exec_params(ex), un_exec_param_grads(ex));   // every step
+ *   st = un_optim_init_exec(ctx, g, seed, NULL, ex, be);      // this rank's weight pieces
+ *   st = un_optim_new_on(ctx, un_optim_params_default(UN_OPTIM_ADAM), un_exec_shard_count(ex),
+ *                        be, &opt);
+ *   st = un_exec_update(ctx, ex, opt);                         // every step, after backward
  *   un_optim_free(opt);
  */
 #ifndef UN_OPTIM_H
