@@ -290,6 +290,21 @@ bool un_checkpoint_is_ranks(const char *path) {
     return f != NULL;
 }
 
+enum { SV_CHUNK = 1 << 16 }; /* elements of backend memory staged on the host at a time */
+
+/* Writes n es-byte elements of backend memory src to f, read through be into buf (SV_CHUNK
+ * elements) chunk by chunk; false on a failed read (its status in *rd) or write. */
+static bool ckpt_write_dev(un_ctx *ctx, un_backend *be, const char *src, size_t n, uint32_t es,
+                           char *buf, FILE *f, uint64_t *h, un_status *rd) {
+    for (size_t at = 0; at < n; at += SV_CHUNK) {
+        size_t k = n - at < SV_CHUNK ? n - at : SV_CHUNK;
+        if ((*rd = un_backend_read(ctx, be, buf, src + at * es, k * es)) != UN_OK ||
+            ckpt_write(buf, es, k, f, h) != k)
+            return false;
+    }
+    return true;
+}
+
 un_status un_checkpoint_save_rank(un_ctx *ctx, const char *path, const un_graph *g, un_exec *ex,
                                   un_backend *be, const un_optim *o, int rank, int ranks) {
     char file[4096], tmp[4200];
@@ -299,14 +314,8 @@ un_status un_checkpoint_save_rank(un_ctx *ctx, const char *path, const un_graph 
     uint32_t es = un_backend_prec(be) == UN_PREC_F32 ? 4 : 8;
     int nb = 0;
     un_exec_block *blk = un_exec_blocks(ex, &nb);
-    int64_t np = un_exec_param_count(ex), ns = o ? un_optim_count(o) : 0;
-    char *w = un_xmalloc((size_t)(np + 1) * es), *st[2] = {NULL, NULL};
-    un_status s = un_backend_read(ctx, be, w, un_exec_params(ex), (size_t)np * es);
-    for (int i = 0; o && i < 2 && s == UN_OK; i++)
-        if (un_optim_state(o, i)) {
-            st[i] = un_xmalloc((size_t)(ns + 1) * es);
-            s = un_backend_read(ctx, be, st[i], un_optim_state(o, i), (size_t)ns * es);
-        }
+    char *buf = un_xmalloc((size_t)SV_CHUNK * es); /* backend memory read in bounded chunks */
+    un_status s = UN_OK;
     FILE *f = s == UN_OK ? fopen(tmp, "wb") : NULL;
     if (s == UN_OK && !f)
         s = un_ctx_error(ctx, UN_ERR_IO, "%s: cannot write", file);
@@ -329,22 +338,26 @@ un_status un_checkpoint_save_rank(un_ctx *ctx, const char *path, const un_graph 
                  ckpt_write(&rk, 4, 1, f, &h) == 1 && ckpt_write(sh->dim, 8, rk, f, &h) == rk &&
                  ckpt_write(blk[b].off, 8, rk, f, &h) == rk &&
                  ckpt_write(blk[b].len, 8, rk, f, &h) == rk && ckpt_write(lohi, 8, 2, f, &h) == 2 &&
-                 ckpt_write(w + (size_t)(blk[b].at + blk[b].lo) * es, es, nst, f, &h) == nst;
-            for (int i = 0; ok && i < 2; i++)
-                if (st[i])
-                    ok = ckpt_write(st[i] + (size_t)blk[b].shard_at * es, es, nst, f, &h) == nst;
+                 ckpt_write_dev(ctx, be,
+                                (const char *)un_exec_params(ex) +
+                                    (size_t)(blk[b].at + blk[b].lo) * es,
+                                nst, es, buf, f, &h, &s);
+            for (int i = 0; ok && o && i < 2; i++)
+                if (un_optim_state(o, i))
+                    ok = ckpt_write_dev(
+                        ctx, be, (const char *)un_optim_state(o, i) + (size_t)blk[b].shard_at * es,
+                        nst, es, buf, f, &h, &s);
         }
         ok = ok && fwrite(&h, 8, 1, f) == 1;
         ok = fclose(f) == 0 && ok;
         if (!ok || rename(tmp, file) != 0) {
             remove(tmp);
-            s = un_ctx_error(ctx, UN_ERR_IO, "%s: cannot write the checkpoint", file);
+            if (s == UN_OK) /* else a failed read, said already */
+                s = un_ctx_error(ctx, UN_ERR_IO, "%s: cannot write the checkpoint", file);
         }
     }
     free(blk);
-    free(w);
-    free(st[0]);
-    free(st[1]);
+    free(buf);
     return s;
 }
 
