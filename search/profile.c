@@ -574,8 +574,8 @@ static void *xchg_main(void *arg) {
         double t0 = now_s(), one = 1;
         j->st = j->allreduce ? un_comm_allreduce(ctx, j->c, UN_RED_F64, &one, 1)
                 : !j->bytes  ? un_comm_barrier(ctx, j->c)
-                : j->ring ? un_comm_exchange(ctx, j->c, &rs, 1, &rr, 1)
-                          : un_comm_exchange(ctx, j->c, r == 0 ? &m : NULL, r == 0,
+                : j->ring    ? un_comm_exchange(ctx, j->c, &rs, 1, &rr, 1)
+                             : un_comm_exchange(ctx, j->c, r == 0 ? &m : NULL, r == 0,
                                              r == 1 ? &m : NULL, r == 1);
         t[i] = now_s() - t0;
     }

@@ -50,8 +50,8 @@ typedef struct un_sim_result {
                        * the backwards (un_kern_stash_bytes, as the runtime's memory check
                        * counts it; machines of kind "cpu" only: GPUs keep none) */
     double stash_all; /* the stash summed over the devices (bytes) */
-    int worst;                                          /* the device needing the most memory */
-    bool fits; /* every device's memory within the machine's */
+    int worst;        /* the device needing the most memory */
+    bool fits;        /* every device's memory within the machine's */
     int n_top;
     struct {
         int32_t node;

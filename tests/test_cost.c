@@ -399,8 +399,10 @@ static void test_sim_stash(void) {
     static const struct {
         const char *model, *strategy;
         int devices;
-    } cases[] = {{"transformer", "serial", 1}, {"transformer", "data", 2},
-                 {"charlm", "data", 2},        {"mlp", "data", 2}};
+    } cases[] = {{"transformer", "serial", 1},
+                 {"transformer", "data", 2},
+                 {"charlm", "data", 2},
+                 {"mlp", "data", 2}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         un_graph *g = NULL, *f = NULL;
         un_train_opts o = un_train_opts_default();
@@ -534,8 +536,8 @@ static void test_sim_measured_parts(void) {
 }
 
 /* unity-train --profile on two devices stores, beside the ops, the optimizer over a rank's
- * parameters, the barrier, the exchange and the loss's all-reduce of the two device threads and their stretches of work
- * and meeting. */
+ * parameters, the barrier, the exchange and the loss's all-reduce of the two device threads and
+ * their stretches of work and meeting. */
 static void test_profile_parts(void) {
     char path[128];
     snprintf(path, sizeof path, "%s/prof2.db", cli_tmp);
@@ -555,8 +557,7 @@ static void test_profile_parts(void) {
     EXPECT_TRUE(found && c.fwd_ms > 0);
     EXPECT_OK(ctx, un_rulesdb_cost_get(ctx, db, "comm:exchange", "devices[2]", "cpu", &c, &found));
     EXPECT_TRUE(found && c.fwd_ms > 0);
-    EXPECT_OK(ctx,
-              un_rulesdb_cost_get(ctx, db, "comm:allreduce", "devices[2]", "cpu", &c, &found));
+    EXPECT_OK(ctx, un_rulesdb_cost_get(ctx, db, "comm:allreduce", "devices[2]", "cpu", &c, &found));
     EXPECT_TRUE(found && c.fwd_ms > 0);
     char shape[64];
     un_sim_meet_shape(2, 0, shape, sizeof shape);
