@@ -4,9 +4,9 @@
 #     structure at a 16x batch (8x, 4x for the CNNs), and charlm's larger default), serial on 1 device and
 #     data parallel on 2, plus the sample MLP serial and tensor parallel (unity-pcg sample mlp
 #     --strategy tensor): the estimated step time (specs/machines/cpu.json + costs profiled into a
-#     rules.db by unity-train --profile, each op's median time) against the measured step time:
-#     the least over REPS rounds of a unity-train run's median step, the rounds alternating
-#     between the model's strategies (each device one thread: --threads = --devices); and the
+#     rules.db by unity-train --profile, each op's median time) against the measured step time
+#     (a unity-train run's median step; each device one thread: --threads = --devices), each the
+#     least over REPS rounds that profile, estimate and run the model's strategies in turn; and the
 #     estimated memory (all devices) against the runtime's own accounting of what it allocated
 #     (--stats: every device's peak, weights, gradients, optimizer state, activations, transfer
 #     buffers) plus the CPU kernels' forward stash (model_cases below), with the peak RSS (/usr/bin/time) minus a baseline run's RSS beside it for reference (kernel
@@ -50,46 +50,46 @@ median_step() {
          END { m = n - 1; for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (sps[j] < sps[i]) { t = sps[i]; sps[i] = sps[j]; sps[j] = t }
                b = s * ms / 1000; printf "%.4f", 1000 * b / sps[int((m + 1) / 2)] }' "$1"
 }
-# model_cases LABEL MODEL-ARGS STRATEGY:DEVICES...: each case profiled into the op-cost cache and
-# estimated right before its first run; then REPS rounds that run every case of the model once,
-# alternating (a burst of other jobs hits one round, not one strategy); the measured step is the
-# least of the rounds' medians. Memory: the estimate (all devices) against the runtime's own
-# accounting (--stats: every device's peak, weights, gradients, optimizer state, activations,
-# transfer buffers) plus the CPU kernels' forward stash, which --stats does not report: its size
-# is un_kern_stash_bytes of each forward's shapes, what the runtime's memory check counts and what
-# a forward holds (tests/test_kernels.c stash; tests/test_cost.c sim_stash checks the simulator
-# counts the same per device), taken from the estimate's "kernel stash" line.
+# model_cases LABEL MODEL-ARGS STRATEGY:DEVICES...: REPS rounds; in each, every case of the model
+# in turn is profiled into the op-cost cache (the ops, and the rendezvous and stretches of work of
+# that moment), estimated, and run (alternating: a burst of other jobs hits one round, not one
+# strategy). Both sides are the least over the rounds: the estimate of the quietest profile, the
+# measured step the least of the runs' medians. Memory: the estimate (all devices) against the
+# runtime's own accounting (--stats: every device's peak, weights, gradients, optimizer state,
+# activations, transfer buffers) plus the CPU kernels' forward stash, which --stats does not
+# report: its size is un_kern_stash_bytes of each forward's shapes, what the runtime's memory
+# check counts and what a forward holds (tests/test_kernels.c stash; tests/test_cost.c sim_stash
+# checks the simulator counts the same per device), taken from the estimate's "kernel stash" line.
 model_cases() {
     local label=$1 margs=$2
     shift 2
     [[ -z "${ONLY:-}" || "$label" =~ $ONLY ]] || return 0
     local -a cases=("$@") strat dev est mem stash meas acct rssd
     local n=${#cases[@]} i r
-    for ((i = 0; i < n; i++)); do
-        local c=${cases[i]}
-        strat[i]=${c%:*}
-        dev[i]=${c##*:}
-        local sargs="--strategy ${strat[i]} --devices ${dev[i]} --threads ${dev[i]}"
-        "$B/unity-train" $margs $sargs --profile --machine $M --rules "$db" --quiet >/dev/null
-        "$B/unity-train" $margs $sargs --estimate --machine $M --rules "$db" >"$tmp/est" 2>/dev/null
-        est[i]=$(sed -n 's/^estimated step time: \([0-9.]*\) ms.*/\1/p' "$tmp/est")
-        mem[i]=$(sed -n 's/^memory, all devices: \([0-9]*\) bytes/\1/p' "$tmp/est")
-        stash[i]=$(sed -n 's/^kernel stash, all devices: \([0-9]*\) bytes/\1/p' "$tmp/est")
-        stash[i]=${stash[i]:-0}
-    done
     for ((r = 0; r < REPS; r++)); do
         for ((i = 0; i < n; i++)); do
+            local c=${cases[i]}
+            strat[i]=${c%:*}
+            dev[i]=${c##*:}
             local sargs="--strategy ${strat[i]} --devices ${dev[i]} --threads ${dev[i]}"
-            local peak m
+            local peak m e
+            "$B/unity-train" $margs $sargs --profile --machine $M --rules "$db" --quiet >/dev/null
+            "$B/unity-train" $margs $sargs --estimate --machine $M --rules "$db" >"$tmp/est" 2>/dev/null
+            e=$(sed -n 's/^estimated step time: \([0-9.]*\) ms.*/\1/p' "$tmp/est")
             peak=$(rss "$B/unity-train" $margs $sargs --steps "$steps" --stats)
             m=$(median_step "$tmp/out")
             if ((r == 0)); then
+                est[i]=$e
                 meas[i]=$m
+                mem[i]=$(sed -n 's/^memory, all devices: \([0-9]*\) bytes/\1/p' "$tmp/est")
+                stash[i]=$(sed -n 's/^kernel stash, all devices: \([0-9]*\) bytes/\1/p' "$tmp/est")
+                stash[i]=${stash[i]:-0}
                 acct[i]=$(awk '/^device +weights/ { on = 1; next } on && $1 ~ /^[0-9]+$/ { s += $4 } END { printf "%.0f", s }' "$tmp/out")
                 local base=$base1
                 [ "${dev[i]}" = 1 ] || base=$base2
                 rssd[i]=$((peak - base))
             else
+                est[i]=$(awk -v a="${est[i]}" -v b="$e" 'BEGIN { print (b < a ? b : a) }')
                 meas[i]=$(awk -v a="${meas[i]}" -v b="$m" 'BEGIN { print (b < a ? b : a) }')
             fi
         done
