@@ -417,8 +417,8 @@ static un_status make_batch(un_ctx *ctx, const shared *sh, un_exec *ex, un_backe
         return un_backend_write(ctx, be, un_exec_source(ex, node), tok,
                                 (size_t)numel * sizeof(int64_t));
     }
-    /* Synthetic: a fixed pool of 4 batches, so the loss falls as the model fits them. */
-    uint64_t b = (uint64_t)step % 4;
+    /* Synthetic: a fixed pool of batches, so the loss falls as the model fits them. */
+    uint64_t b = (uint64_t)step % UN_TRAIN_SYNTHETIC_BATCHES;
     un_status st = UN_OK;
     for (int i = 0; i < m->n_inputs && st == UN_OK; i++) {
         int32_t node = sh->in_node[i];
