@@ -64,9 +64,9 @@ typedef struct xnode {
 
 /* The step's clock, for lifetimes in the arena: the forward of node j runs at time j, the loss at
  * n, the backward of node j at 2n - j (so the loss is the "backward" of node n). */
-#define T_FWD(j)   ((int32_t)(j))
+#define T_FWD(j)    ((int32_t)(j))
 #define T_BWD(n, j) ((int32_t)(2 * (n) - (j)))
-#define T_NEVER    INT32_MAX /* a value read after the step: it lives to its end */
+#define T_NEVER     INT32_MAX /* a value read after the step: it lives to its end */
 
 typedef struct greq { /* a buffer in the arena, live over times t0..t1 (inclusive) */
     int64_t bytes, off;

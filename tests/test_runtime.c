@@ -1576,8 +1576,7 @@ static void test_arena(void) {
                           w ? "w" : "x");
         for (int k = 1; k <= 8; k++)
             at += snprintf(txt + at, sizeof txt - (size_t)at,
-                           ", {\"name\": \"r%d\", \"op\": \"relu\", \"in\": [\"r%d\"]}", k,
-                           k - 1);
+                           ", {\"name\": \"r%d\", \"op\": \"relu\", \"in\": [\"r%d\"]}", k, k - 1);
         snprintf(txt + at, sizeof txt - (size_t)at, "], \"outputs\": [\"r8\"]}");
         un_graph *g = NULL;
         un_backend *be = NULL;
@@ -1593,8 +1592,8 @@ static void test_arena(void) {
          * at a time besides the output's: 8 values + 3 gradients at the most */
         int64_t want = w ? 11 * one : 2 * one;
         test__check(w ? arena <= want && arena >= 8 * one : arena == want, TEST__AT,
-                    "chain of 8 relus %s a weight: arena %lld bytes, want %s %lld", w ? "after" : "without",
-                    (long long)arena, w ? "at most" : "", (long long)want);
+                    "chain of 8 relus %s a weight: arena %lld bytes, want %s %lld",
+                    w ? "after" : "without", (long long)arena, w ? "at most" : "", (long long)want);
         un_exec_free(ex);
         un_comm_local_group_free(grp);
         un_backend_free(be);
