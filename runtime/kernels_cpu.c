@@ -185,7 +185,9 @@ static void *scratch(const kcall *c, int64_t n, size_t elt) {
  * vectorise (the AVX-512 clone, picked at load where the CPU has it; GCC 12 leaves the AVX2 and
  * baseline clones scalar, still without libm calls). float64 keeps libm's erf. */
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+/* Not under ThreadSanitizer: a clone's ifunc resolver runs while the dynamic loader relocates the
+ * program, before the TSan runtime is up, and its instrumented entry crashes at start-up. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 /* -O3 for these loops only: -O2's cost model does not vectorise a loop with a remainder. */
 #define VEC_CLONES __attribute__((target_clones("avx512f", "avx2", "default"), optimize("O3")))
 #else

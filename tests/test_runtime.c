@@ -1466,9 +1466,11 @@ static void shard_job(rank_job *j, un_ctx *ctx, un_comm *c) {
             goto done;
     }
     a->shard[j->rank] = un_exec_shard_count(ex);
-    a->nparam = un_exec_param_count(ex);
-    a->flat[j->rank] = malloc(sizeof(double) * (size_t)(a->nparam + 1));
-    memcpy(a->flat[j->rank], un_exec_params(ex), sizeof(double) * (size_t)a->nparam);
+    int64_t nparam = un_exec_param_count(ex); /* every rank's; rank 0 reports it */
+    if (j->rank == 0)
+        a->nparam = nparam;
+    a->flat[j->rank] = malloc(sizeof(double) * (size_t)(nparam + 1));
+    memcpy(a->flat[j->rank], un_exec_params(ex), sizeof(double) * (size_t)nparam);
     if ((j->st = un_exec_params_gather(ctx, ex, un_exec_params(ex), lw)) == UN_OK && j->rank == 0) {
         a->logical = lw;
         lw = NULL;
