@@ -1,7 +1,7 @@
 /* runtime_gemm.c - the GEMM-side choices of the mid transformer's step (issue 16), each against
- * what the CPU kernels do, in the same process: (1) Q, K, V of self-attention as three
- * [B S, E] x [E, HL] products (runtime/kernels_cpu.inc, mha_project) against one product with
- * the three weights side by side; (2) the step's large products in each of the four transpose
+ * the alternative, in the same process: (1) Q, K, V of self-attention as three [B S, E] x
+ * [E, HL] products (runtime/kernels_cpu.inc's mha_project for cross-attention) against one
+ * product with the three weights side by side (what it does for self-attention); (2) the step's large products in each of the four transpose
  * combinations (what OpenBLAS packs differs); (3) attention's per-(batch, head) score and
  * output products in blocks of 32 query rows (mha_rows at seq 128, head dim 64) against 64 and
  * 128. Thread CPU time, best of ROUNDS repetitions (alternating), 1 OpenBLAS thread, the kernel
