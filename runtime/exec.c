@@ -656,10 +656,7 @@ static un_status plan_parallel(un_ctx *ctx, un_exec *ex, const un_node *nd, xnod
 
 /* The device of piece p of node id's output (the plan's machine view; default p mod D). */
 static int place(const un_exec *ex, int32_t id, int64_t p) {
-    const un_view *v = &un_graph_node(ex->g, id)->view;
-    if (v->count > 0)
-        return v->start + (int)(p % v->count) * v->stride;
-    return (int)(p % ex->size);
+    return un_view_device(&un_graph_node(ex->g, id)->view, p, ex->size);
 }
 
 /* Inputs: the logical value on every rank (the data of a step), and its pieces (views when the
@@ -1097,18 +1094,14 @@ static un_status plan_pass(un_ctx *ctx, const un_graph *g, un_comm *comm, int ra
     ex->lparam_off = un_xcalloc((size_t)ex->n, sizeof *ex->lparam_off);
     plan_lifetimes(ex);
     un_status st = UN_OK;
+    char why[300];
+    if (!un_graph_views_valid(g, size, why, sizeof why)) {
+        st = un_ctx_error(ctx, UN_ERR_INVALID, "%s", why);
+        goto fail;
+    }
     /* Weights: their logical order (node order) and this rank's pieces of them, flat. */
     for (int32_t id = 0; id < ex->n; id++) {
         const un_node *nd = un_graph_node(g, id);
-        int64_t last = nd->view.start + (int64_t)(nd->view.count - 1) * nd->view.stride;
-        if (nd->view.count > 0 && last >= ex->size) {
-            st = un_ctx_error(ctx, UN_ERR_INVALID,
-                              "node '%s' is placed on devices %d..%lld (stride %d), but there "
-                              "are %d devices",
-                              nd->name ? nd->name : "?", nd->view.start, (long long)last,
-                              nd->view.stride, ex->size);
-            goto fail;
-        }
         ex->lparam_off[id] = -1;
         if (nd->op == UN_OP_WEIGHT) {
             const un_shape *s = &nd->inf.out[0];
