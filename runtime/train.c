@@ -692,12 +692,15 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
     int start = st == UN_OK ? (int)un_optim_steps(opt) : 0;
     const un_shape *os = st == UN_OK ? un_exec_output_shape(ex, 0) : NULL;
     for (int step = 0; st == UN_OK && step < o->steps; step++) {
-        double t0 = now_s();
+        /* The step's time excludes making the batch and writing it to the backend (as a
+         * framework's loop that gets its batch from a loader does): forward, loss, backward,
+         * update. */
         if ((st = make_batch(ctx, sh, ex, be, start + step, prec, host, labels)) != UN_OK ||
             (st = un_buffer_write(ctx, dlabels, 0, labels, lbytes)) != UN_OK) {
             un_comm_abort(comm); /* the other ranks may be waiting in a collective */
             break;
         }
+        double t0 = now_s();
         uint64_t dseed = un_mix64(un_hash_combine(o->seed, (uint64_t)(start + step))) | 1;
         if ((st = un_exec_forward(ctx, ex, dseed)) != UN_OK)
             break;

@@ -1563,11 +1563,47 @@ static void test_sharded_update(void) {
     }
 }
 
-/* Activation gradients share an arena by lifetime: on one rank, every tiny model's arena is at
- * least its largest gradient and at most 3/4 of the sum of all of them (each gradient dies at its
- * node's backward), and the estimate still equals the allocation (test_memory_estimate). */
-static void test_grad_arena(void) {
+/* Activations and their gradients share an arena by lifetime. A forward-only chain of relus (no
+ * weight: nothing reads a value after its consumer's forward) needs two of its values at a time,
+ * however long it is. On one rank, every tiny model's arena is at least its largest value and
+ * its largest gradient, and below the sum of its activations and its gradients: gradients take
+ * the memory of activations that their backward no longer needs; the estimate still equals the
+ * allocation (test_memory_estimate). */
+static void test_arena(void) {
     un_ctx *ctx = un_ctx_new(NULL);
+    for (int w = 0; w < 2; w++) { /* without, with a weight at the chain's start */
+        char txt[2048];
+        int at = snprintf(txt, sizeof txt,
+                          "{\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": "
+                          "{\"shape\": [64, 16]}}, {\"name\": \"w\", \"op\": \"weight\", "
+                          "\"params\": {\"shape\": [64, 16]}}, {\"name\": \"r0\", \"op\": "
+                          "\"ew_mul\", \"in\": [\"x\", \"%s\"]}",
+                          w ? "w" : "x");
+        for (int k = 1; k <= 8; k++)
+            at += snprintf(txt + at, sizeof txt - (size_t)at,
+                           ", {\"name\": \"r%d\", \"op\": \"relu\", \"in\": [\"r%d\"]}", k, k - 1);
+        snprintf(txt + at, sizeof txt - (size_t)at, "], \"outputs\": [\"r8\"]}");
+        un_graph *g = NULL;
+        un_backend *be = NULL;
+        un_exec *ex = NULL;
+        un_comm_group *grp = NULL;
+        EXPECT_OK(ctx, un_graph_from_json(ctx, spec, "chain", txt, strlen(txt), &g));
+        EXPECT_OK(ctx, un_backend_cpu_new(ctx, UN_PREC_F32, 1, &be));
+        EXPECT_OK(ctx, un_comm_local_group_new(ctx, 1, &grp));
+        if (g)
+            EXPECT_OK(ctx, un_exec_new(ctx, g, un_comm_local_get(grp, 0), be, &ex));
+        int64_t arena = ex ? un_exec_stats_get(ex)->arena_bytes : -1, one = 64 * 16 * 4;
+        /* with the weight: r0..r7 live to their consumers' backward, and at most two gradients
+         * at a time besides the output's: 8 values + 3 gradients at the most */
+        int64_t want = w ? 11 * one : 2 * one;
+        test__check(w ? arena <= want && arena >= 8 * one : arena == want, TEST__AT,
+                    "chain of 8 relus %s a weight: arena %lld bytes, want %s %lld",
+                    w ? "after" : "without", (long long)arena, w ? "at most" : "", (long long)want);
+        un_exec_free(ex);
+        un_comm_local_group_free(grp);
+        un_backend_free(be);
+        un_graph_free(g);
+    }
     int nn;
     const char *const *names = un_zoo_names(&nn);
     for (int i = 0; i < nn; i++) {
@@ -1579,27 +1615,42 @@ static void test_grad_arena(void) {
         un_comm_group *grp = NULL;
         EXPECT_OK(ctx, un_comm_local_group_new(ctx, 1, &grp));
         EXPECT_OK(ctx, un_exec_new(ctx, m.graph, un_comm_local_get(grp, 0), be, &ex));
-        /* the gradients: every float output of a node that reads (through anything) a weight */
+        /* the gradients: every float output of a node that reads (through anything) a weight;
+         * the activations in the arena: every regular op's output but the graph's outputs */
         int32_t n = un_graph_node_count(m.graph);
-        bool *ng = calloc((size_t)n, sizeof *ng);
-        int64_t sum = 0, big = 0;
+        bool *ng = calloc((size_t)n, sizeof *ng), *isout = calloc((size_t)n, sizeof *isout);
+        for (int32_t k = 0; k < un_graph_output_count(m.graph); k++)
+            isout[un_graph_output(m.graph, k).node] = true;
+        int64_t gsum = 0, gbig = 0, asum = 0, abig = 0;
         for (int32_t id = 0; id < n; id++) {
             const un_node *nd = un_graph_node(m.graph, id);
             for (int t = 0; t < nd->n_in; t++)
                 ng[id] |= ng[nd->in[t].node] ||
                           un_graph_node(m.graph, nd->in[t].node)->op == UN_OP_WEIGHT;
-            for (int o = 0; ng[id] && o < nd->inf.n_out; o++)
-                if (nd->inf.out[o].dtype == UN_DT_FLOAT) {
-                    int64_t b = un_shape_numel(&nd->inf.out[o]) * (int64_t)sizeof(float);
-                    sum += b;
-                    big = b > big ? b : big;
+            for (int o = 0; o < nd->inf.n_out; o++) {
+                bool fl = nd->inf.out[o].dtype == UN_DT_FLOAT;
+                int64_t b = un_shape_numel(&nd->inf.out[o]) * (fl ? 4 : 8);
+                if (ng[id] && fl) {
+                    gsum += b;
+                    gbig = b > gbig ? b : gbig;
                 }
+                if (un_op_kind_of(nd->op) == UN_OPK_REGULAR && !isout[id]) {
+                    asum += b;
+                    abig = b > abig ? b : abig;
+                }
+            }
         }
-        int64_t arena = ex ? un_exec_stats_get(ex)->grad_bytes : -1;
-        test__check(arena >= big && 4 * arena <= 3 * sum, TEST__AT,
-                    "%s: gradient arena %lld bytes, largest gradient %lld, all gradients %lld",
-                    names[i], (long long)arena, (long long)big, (long long)sum);
+        int64_t arena = ex ? un_exec_stats_get(ex)->arena_bytes : -1;
+        test__check(arena >= gbig && arena >= abig && arena < asum + gsum, TEST__AT,
+                    "%s: arena %lld bytes, largest gradient %lld, largest activation %lld, all "
+                    "gradients %lld, all activations %lld",
+                    names[i], (long long)arena, (long long)gbig, (long long)abig, (long long)gsum,
+                    (long long)asum);
+        printf("    %s: arena %lld bytes = %.2f of all activations %lld + all gradients %lld\n",
+               names[i], (long long)arena, (double)arena / (double)(asum + gsum), (long long)asum,
+               (long long)gsum);
         free(ng);
+        free(isout);
         un_exec_free(ex);
         un_comm_local_group_free(grp);
         un_backend_free(be);
@@ -1981,7 +2032,7 @@ int main(void) {
         {"checkpoint_load_exec", test_checkpoint_load_exec},
         {"checkpoint_rank_blocks", test_checkpoint_rank_blocks},
         {"sharded_update", test_sharded_update},
-        {"grad_arena", test_grad_arena},
+        {"arena", test_arena},
         {"init_exec", test_init_exec},
         {"checkpoint_save_exec", test_checkpoint_save_exec},
     };
