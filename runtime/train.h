@@ -67,6 +67,8 @@ typedef struct un_train_dev_stats {
     int64_t copied;           /* copied between buffers of the device per step */
     int64_t plane_exchanges;  /* exchanges per step over the backend's device data plane */
     int64_t staged_exchanges; /* ... staged through host memory (exec.h's un_exec_stats) */
+    int64_t need_bytes;       /* what the memory check counted for it before allocating (the
+                                 executor's estimate, the kernels' stash, host arrays on cpu) */
 } un_train_dev_stats;
 
 typedef struct un_train_result {

@@ -215,16 +215,9 @@ static void run_xfers(sim *s, int32_t node, const stamp *ready) {
 
 /* ---- forward ---- */
 
-/* The device of piece p of a node's output: its machine view when it has one (the runtime's
- * placement, runtime/exec.c), else p mod D. */
-static int32_t view_place(const un_view *v, int64_t p, int D) {
-    if (v->count > 0)
-        return v->start + (int32_t)(p % v->count) * v->stride;
-    return (int32_t)(p % (D > 0 ? D : 1));
-}
-
+/* The device of piece p of a node's output: the runtime's placement (un_view_device). */
 static int32_t sim_place(const sim *s, const un_node *nd, int64_t p) {
-    return view_place(&nd->view, p, s->D);
+    return un_view_device(&nd->view, p, s->D);
 }
 
 typedef struct tuple {
@@ -821,7 +814,7 @@ static void weights_sync(sim *s, int phase) {
 }
 
 int un_sim_device(const un_graph *g, int32_t id, int64_t piece, int devices) {
-    return view_place(&un_graph_node(g, id)->view, piece, devices);
+    return un_view_device(&un_graph_node(g, id)->view, piece, devices);
 }
 
 un_status un_sim_rank_param_counts(un_ctx *ctx, const un_graph *g, int64_t *counts, int *n) {
