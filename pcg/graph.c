@@ -106,8 +106,10 @@ un_graph *un_graph_new(const un_spec *spec) {
 void un_graph_free(un_graph *g) {
     if (!g)
         return;
-    for (int32_t i = 0; i < g->n_nodes; i++)
+    for (int32_t i = 0; i < g->n_nodes; i++) {
         free(g->nodes[i].name);
+        free(g->nodes[i].view.dev);
+    }
     free(g->nodes);
     free(g->names.slot);
     free(g->outs);
@@ -130,9 +132,12 @@ un_graph *un_graph_clone(const un_graph *g) {
     c->iouts = un_xmalloc((size_t)g->n_iouts * sizeof *c->iouts + 1);
     if (g->n_iouts)
         memcpy(c->iouts, g->iouts, (size_t)g->n_iouts * sizeof *c->iouts);
-    for (int32_t i = 0; i < g->n_nodes; i++)
+    for (int32_t i = 0; i < g->n_nodes; i++) {
         if (g->nodes[i].name)
             c->nodes[i].name = un_xstrdup(g->nodes[i].name);
+        c->nodes[i].view = (un_view){0};
+        un_graph_node_set_view(c, i, g->nodes[i].view);
+    }
     c->names = g->names;
     if (g->names.cap) {
         c->names.slot = un_xmalloc(g->names.cap * sizeof *c->names.slot);
@@ -784,9 +789,86 @@ un_status un_graph_add_parallel(un_ctx *ctx, un_graph *g, un_op op, un_ref in, i
     return un_graph_add(ctx, g, op, p, &in, 1, name, out);
 }
 
+int32_t un_view_device(const un_view *v, int64_t p, int32_t devices) {
+    if (v->count > 0)
+        return v->dev[p % v->count];
+    return (int32_t)(p % (devices > 0 ? devices : 1));
+}
+
 void un_graph_node_set_view(un_graph *g, int32_t id, un_view v) {
-    UN_ASSERT(id >= 0 && id < g->n_nodes);
-    g->nodes[id].view = v;
+    UN_ASSERT(id >= 0 && id < g->n_nodes && v.count >= 0 && (v.count == 0 || v.dev));
+    un_view *w = &g->nodes[id].view;
+    if (w->dev == v.dev && w->count == v.count)
+        return;
+    int32_t *dev = v.count ? un_xmalloc((size_t)v.count * sizeof *dev) : NULL;
+    if (v.count)
+        memcpy(dev, v.dev, (size_t)v.count * sizeof *dev);
+    free(w->dev);
+    *w = (un_view){v.count, dev};
+}
+
+void un_graph_node_set_view_range(un_graph *g, int32_t id, int32_t start, int32_t stride,
+                                  int32_t count) {
+    int32_t *dev = un_xmalloc(((size_t)count + 1) * sizeof *dev);
+    for (int32_t k = 0; k < count; k++)
+        dev[k] = start + k * stride;
+    un_graph_node_set_view(g, id, (un_view){count, dev});
+    free(dev);
+}
+
+static int cmp_i32(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Why node nd's view is illegal on `devices` devices (see un_graph_views_valid), or false. */
+static bool view_invalid(const un_node *nd, int32_t devices, char *why, size_t n) {
+    const un_view *v = &nd->view;
+    int64_t pieces = 1;
+    for (int o = 0; o < nd->inf.n_out; o++) {
+        int64_t p = un_shape_npieces(&nd->inf.out[o]);
+        pieces = p > pieces ? p : pieces;
+    }
+    for (int32_t k = 0; k < v->count; k++) {
+        if (v->dev[k] < 0) {
+            snprintf(why, n, "device %d in its machine view is negative", v->dev[k]);
+            return true;
+        }
+        if (devices > 0 && v->dev[k] >= devices) {
+            snprintf(why, n, "device %d in its machine view is not one of the %d device%s (0..%d)",
+                     v->dev[k], devices, devices == 1 ? "" : "s", devices - 1);
+            return true;
+        }
+    }
+    int32_t *sorted = un_xmalloc(((size_t)v->count + 1) * sizeof *sorted);
+    if (v->count)
+        memcpy(sorted, v->dev, (size_t)v->count * sizeof *sorted);
+    qsort(sorted, (size_t)v->count, sizeof *sorted, cmp_i32);
+    for (int32_t k = 1; k < v->count; k++)
+        if (sorted[k] == sorted[k - 1]) {
+            snprintf(why, n, "device %d appears twice in its machine view", sorted[k]);
+            free(sorted);
+            return true;
+        }
+    free(sorted);
+    if (v->count > pieces || (v->count > 0 && pieces % v->count != 0)) {
+        snprintf(why, n,
+                 "its machine view lists %d device%s for %lld piece%s (it needs as many devices "
+                 "as pieces, or a divisor of them)",
+                 v->count, v->count == 1 ? "" : "s", (long long)pieces, pieces == 1 ? "" : "s");
+        return true;
+    }
+    return false;
+}
+
+bool un_graph_views_valid(const un_graph *g, int32_t devices, char *why, size_t n) {
+    char reason[200];
+    for (int32_t id = 0; id < g->n_nodes; id++)
+        if (view_invalid(&g->nodes[id], devices, reason, sizeof reason)) {
+            snprintf(why, n, "node '%s': %s", g->nodes[id].name ? g->nodes[id].name : "?", reason);
+            return false;
+        }
+    return true;
 }
 
 un_status un_graph_set_outputs(un_ctx *ctx, un_graph *g, const un_ref *outs, int n) {
@@ -910,8 +992,7 @@ un_status un_graph_to_json(un_ctx *ctx, const un_graph *g, un_buf *out) {
         }
         un_buf_printf(out, "%s", any ? "}" : "");
         for (int32_t k = 0; k < nd->view.count; k++)
-            un_buf_printf(out, "%s%d", k ? ", " : ", \"devices\": [",
-                          nd->view.start + k * nd->view.stride);
+            un_buf_printf(out, "%s%d", k ? ", " : ", \"devices\": [", nd->view.dev[k]);
         un_buf_printf(out, "%s}", nd->view.count ? "]" : "");
     }
     un_buf_printf(out, "%s]", g->n_nodes ? "\n" : "");
@@ -976,46 +1057,53 @@ static un_status jref(un_ctx *ctx, const un_jcur *c, const jnode *jn, const name
     return UN_OK;
 }
 
-/* A node's "devices": a list of device ids in arithmetic progression ([4, 5, 6, 7]) or an object
- * {"start": s, "stride": t, "count": n} (stride default 1). */
+/* A node's "devices": a list of device ids ([3, 1, 2, 0]) or an object {"start": s, "stride": t,
+ * "count": n} (stride default 1) that stands for the list s, s + t, ..., n of them. The list is
+ * allocated into v->dev (the caller frees it); the devices are checked once the node's pieces are
+ * known (view_invalid). */
 static un_status jview(un_ctx *ctx, const un_jcur *nc, un_view *v) {
     un_jcur dc = un_jcur_member(nc, "devices");
-    memset(v, 0, sizeof *v);
+    *v = (un_view){0};
     if (!un_jcur_present(&dc))
         return UN_OK;
-    int64_t x[3] = {0, 1, 0};
     un_status st = UN_OK;
     if (un_jcur_type(&dc) == UN_JSON_OBJECT) {
         static const char *const keys[] = {"start", "stride", "count", NULL};
+        int64_t x[3] = {0, 1, 0};
         if ((st = un_jcur_check_keys(ctx, &dc, keys)) != UN_OK ||
             (st = un_jcur_get_int(ctx, &dc, "start", true, &x[0])) != UN_OK ||
             (st = un_jcur_get_int(ctx, &dc, "stride", false, &x[1])) != UN_OK ||
             (st = un_jcur_get_int(ctx, &dc, "count", true, &x[2])) != UN_OK)
             return st;
-    } else if ((st = un_jcur_need_type(ctx, &dc, UN_JSON_ARRAY)) != UN_OK) {
-        return st;
-    } else {
-        x[2] = un_jcur_len(&dc);
-        for (int i = 0; i < x[2]; i++) {
-            un_jcur it = un_jcur_item(&dc, i);
-            int64_t d;
-            if (!un_jcur_is_int(&it, &d))
-                return un_jcur_error(ctx, UN_ERR_INVALID, &it, "a device id must be an integer");
-            if (i == 0)
-                x[0] = d;
-            else if (i == 1)
-                x[1] = d - x[0];
-            else if (d != x[0] + i * x[1])
-                return un_jcur_error(ctx, UN_ERR_INVALID, &dc,
-                                     "devices must be evenly spaced (start, start + stride, ...)");
-        }
+        if (x[0] < 0 || x[0] > UN_MAX_DEGREE || x[1] < 1 || x[1] > UN_MAX_DEGREE || x[2] < 1 ||
+            x[2] > UN_MAX_DEGREE || x[0] + (x[2] - 1) * x[1] > INT32_MAX)
+            return un_jcur_error(ctx, UN_ERR_INVALID, &dc,
+                                 "a machine view needs 0 <= start, 1 <= stride and 1 <= count, "
+                                 "each at most %d, the last device below 2^31",
+                                 UN_MAX_DEGREE);
+        int32_t *dev = un_xmalloc((size_t)x[2] * sizeof *dev);
+        for (int64_t k = 0; k < x[2]; k++)
+            dev[k] = (int32_t)(x[0] + k * x[1]);
+        *v = (un_view){(int32_t)x[2], dev};
+        return UN_OK;
     }
-    if (x[0] < 0 || x[0] > UN_MAX_DEGREE || x[1] < 1 || x[1] > UN_MAX_DEGREE || x[2] < 1 ||
-        x[2] > UN_MAX_DEGREE)
+    if ((st = un_jcur_need_type(ctx, &dc, UN_JSON_ARRAY)) != UN_OK)
+        return st;
+    int n = un_jcur_len(&dc);
+    if (n < 1 || n > UN_MAX_DEGREE)
         return un_jcur_error(ctx, UN_ERR_INVALID, &dc,
-                             "a machine view needs start >= 0, stride >= 1 and at least one "
-                             "device (distinct ids)");
-    *v = (un_view){(int32_t)x[0], (int32_t)x[1], (int32_t)x[2]};
+                             "a machine view lists 1 to %d devices, not %d", UN_MAX_DEGREE, n);
+    int32_t *dev = un_xmalloc((size_t)n * sizeof *dev);
+    for (int i = 0; i < n; i++) {
+        un_jcur it = un_jcur_item(&dc, i);
+        int64_t d;
+        if (!un_jcur_is_int(&it, &d) || d < INT32_MIN || d > INT32_MAX) {
+            free(dev);
+            return un_jcur_error(ctx, UN_ERR_INVALID, &it, "a device id must be an integer");
+        }
+        dev[i] = (int32_t)d;
+    }
+    *v = (un_view){n, dev};
     return UN_OK;
 }
 
@@ -1221,6 +1309,12 @@ un_status un_graph_from_jcur(un_ctx *ctx, const un_spec *spec, const un_jcur *c,
             goto done;
         }
         un_graph_node_set_view(g, x->id, x->view);
+        char why[256];
+        if (view_invalid(&g->nodes[x->id], 0, why, sizeof why)) {
+            un_jcur dc = un_jcur_member(&nc, "devices");
+            st = un_jcur_error(ctx, UN_ERR_INVALID, &dc, "node '%s': %s", x->name, why);
+            goto done;
+        }
     }
 
     un_jcur oc = un_jcur_member(c, "outputs");
@@ -1261,6 +1355,8 @@ done:
     un_graph_free(g);
     free(t.slot);
     free(order);
+    for (int32_t j = 0; j < n; j++)
+        free(jn[j].view.dev);
     free(jn);
     return st;
 }

@@ -25,13 +25,19 @@ typedef struct un_ref {
     int32_t out;  /* which of its outputs */
 } un_ref;
 
-/* A machine view (FlexFlow's MachineView, one dim): the devices start, start + stride, ...,
- * start + (count - 1) * stride hold a node's pieces, piece p the (p mod count)-th of them.
+/* A machine view: the devices that hold a node's pieces, piece p on dev[p mod count]. Any distinct
+ * devices in any order ([3, 1, 2, 0]); FlexFlow's start/stride MachineView is the list start,
+ * start + stride, ..., start + (count - 1) * stride (graph JSON reads both and writes the list).
  * count 0 = the default (piece p on device p mod D). Placement only: it changes no value, shape,
- * hash or rule; graph JSON writes it as the node's "devices" list. */
+ * hash or rule. A node's dev is owned by its graph (un_graph_node_set_view copies). */
 typedef struct un_view {
-    int32_t start, stride, count;
+    int32_t count;
+    int32_t *dev; /* count device ids */
 } un_view;
+
+/* The device of piece p under view v on `devices` devices (the default p mod devices when v has
+ * none). The runtime's placement (runtime/exec.c) and the simulator's (search/sim.c). */
+int32_t un_view_device(const un_view *v, int64_t p, int32_t devices);
 
 typedef struct un_node {
     un_op op;
@@ -40,7 +46,7 @@ typedef struct un_node {
     un_ref in[UN_MAX_INPUTS];
     un_infer inf; /* inferred outputs (inf.out, inf.n_out) and rule uses */
     char *name;   /* optional label (owned by the graph), NULL when none */
-    un_view view; /* where its pieces run (count 0: the default) */
+    un_view view; /* where its pieces run (count 0: the default); dev owned */
 } un_node;
 
 typedef struct un_graph un_graph;
@@ -94,8 +100,16 @@ un_status un_graph_add(un_ctx *ctx, un_graph *g, un_op op, const un_param *param
 /* Adds parallel op `op` over `in` with its dim (ignored by replicate and reduce) and degree. */
 un_status un_graph_add_parallel(un_ctx *ctx, un_graph *g, un_op op, un_ref in, int64_t dim,
                                 int64_t degree, const char *name, int32_t *out);
-/* Sets node id's machine view (placement only; not checked against any device count here). */
+/* Sets node id's machine view to a copy of v (count 0: the default); placement only, checked by
+ * un_graph_views_valid, not here. */
 void un_graph_node_set_view(un_graph *g, int32_t id, un_view v);
+/* The same with the view start, start + stride, ..., count devices (FlexFlow's MachineView). */
+void un_graph_node_set_view_range(un_graph *g, int32_t id, int32_t start, int32_t stride,
+                                  int32_t count);
+/* Whether every node's machine view is legal: distinct devices in [0, devices) (devices <= 0: any
+ * device >= 0), no more than the node's pieces and dividing them (piece p on dev[p mod count]).
+ * On false, why holds "node 'NAME': REASON". */
+bool un_graph_views_valid(const un_graph *g, int32_t devices, char *why, size_t n);
 /* Fixes the graph outputs explicitly (otherwise: every unconsumed output). */
 un_status un_graph_set_outputs(un_ctx *ctx, un_graph *g, const un_ref *outs, int n);
 

@@ -62,9 +62,15 @@ typedef struct xnode {
     bool needs_grad;
 } xnode;
 
-typedef struct greq { /* a gradient buffer in the arena, live over backward of nodes hi..lo */
+/* The step's clock, for lifetimes in the arena: the forward of node j runs at time j, the loss at
+ * n, the backward of node j at 2n - j (so the loss is the "backward" of node n). */
+#define T_FWD(j)    ((int32_t)(j))
+#define T_BWD(n, j) ((int32_t)(2 * (n) - (j)))
+#define T_NEVER     INT32_MAX /* a value read after the step: it lives to its end */
+
+typedef struct greq { /* a buffer in the arena, live over times t0..t1 (inclusive) */
     int64_t bytes, off;
-    int32_t lo, hi;
+    int32_t t0, t1;
 } greq;
 
 struct un_exec {
@@ -80,10 +86,16 @@ struct un_exec {
     void *params, *param_grads; /* this rank's weight pieces and their gradients, flat */
     int64_t n_lparams;          /* elements of all weights (logical) */
     int64_t *lparam_off;        /* per node: first element in the logical flat order, or -1 */
-    /* Activation gradients share one arena by lifetime: the gradient of node i's output is live
-     * from the backward of its last consumer gfirst[i] (ex->n: a graph output, written by the
-     * loss) to i's own backward; transfer gradients only during their consumer's backward. */
+    /* Activations and their gradients share one arena by lifetime (times: T_FWD, T_BWD). The
+     * gradient of node i's output is live from the backward of its last consumer gfirst[i]
+     * (ex->n: a graph output, written by the loss) to i's own backward; transfer gradients only
+     * during their consumer's backward. The values of node i's output (not a weight's, not a
+     * graph output's: those are held for good) are live from its forward to vlast[i], the last
+     * time anything reads them: a consumer's forward, the backward of a regular consumer that
+     * needs gradients and reads its inputs, i's own backward when it reads its outputs
+     * (bwd_reads), and whatever reads a view of them (a parallel consumer's aliasing output). */
     int32_t *gfirst;
+    int32_t *vlast;
     int32_t *zstart, *zlist; /* per node j: zlist[zstart[j]..zstart[j+1]) start at j's backward */
     greq *greqs;             /* the arena's requests in planning order, with their offsets */
     int n_greq, cap_greq, greq_at;
@@ -153,9 +165,9 @@ static un_status xalloc(un_ctx *ctx, un_exec *ex, size_t bytes, void **out) {
     return st;
 }
 
-/* A gradient buffer live over the backward of nodes hi down to lo, in the arena: the first
- * planning pass records it, the second gets its place (the same requests in the same order). */
-static un_status galloc(un_ctx *ctx, un_exec *ex, size_t bytes, int32_t lo, int32_t hi,
+/* A buffer in the arena live over times t0..t1: the first planning pass records it, the second
+ * gets its place (the same requests in the same order). */
+static un_status galloc(un_ctx *ctx, un_exec *ex, size_t bytes, int32_t t0, int32_t t1,
                         void **out) {
     (void)ctx;
     static const char fake[1];
@@ -164,7 +176,7 @@ static un_status galloc(un_ctx *ctx, un_exec *ex, size_t bytes, int32_t lo, int3
             ex->cap_greq = ex->cap_greq ? 2 * ex->cap_greq : 64;
             ex->greqs = un_xrealloc(ex->greqs, sizeof *ex->greqs * (size_t)ex->cap_greq);
         }
-        ex->greqs[ex->n_greq++] = (greq){(int64_t)bytes, 0, lo, hi};
+        ex->greqs[ex->n_greq++] = (greq){(int64_t)bytes, 0, t0, t1};
         *out = (void *)(uintptr_t)fake;
         return UN_OK;
     }
@@ -200,7 +212,7 @@ static int64_t greq_layout(greq *r, int n) {
         int64_t len = (q->bytes + 63) / 64 * 64, at = 0;
         int nb = 0;
         for (int k = 0; k < i; k++) /* placed and live at the same time */
-            if (by[k]->lo <= q->hi && q->lo <= by[k]->hi) {
+            if (by[k]->t0 <= q->t1 && q->t0 <= by[k]->t1) {
                 busy[nb][0] = by[k]->off;
                 busy[nb++][1] = by[k]->off + (by[k]->bytes + 63) / 64 * 64;
             }
@@ -317,13 +329,51 @@ static void tensor_deinit(un_exec *ex, xt *t) {
     xrelease(ex, t->sync);
 }
 
-/* Buffers of a piece this rank owns. */
+/* Whether the backward of node nd (a regular op) reads its inputs' values and its outputs'. The
+ * ops listed are the ones whose backward reads less on every backend (kernels_cpu.inc,
+ * backend_cuda.c; the opaque backend runs the CPU's): an addition or subtraction reads only its
+ * output gradient, a linear layer without activation and attention read their inputs (the
+ * gradient of an activation reads its output; attention's backward recomputes or finds in the
+ * CPU kernels' stash what it needs besides its inputs). Every other op reads both. */
+static void bwd_reads(const un_exec *ex, const un_node *nd, bool *ins, bool *outs) {
+    *ins = *outs = true;
+    switch (nd->op) {
+    case UN_OP_EW_ADD:
+    case UN_OP_EW_SUB:
+        *ins = *outs = false;
+        break;
+    case UN_OP_LINEAR: {
+        int a = un_spec_param_index(un_spec_op(ex->spec, nd->op), "activation");
+        *outs = a >= 0 && nd->params[a].v[0] != 0; /* enum index 0: none */
+        break;
+    }
+    case UN_OP_MULTIHEAD_ATTENTION:
+        *outs = false;
+        break;
+    default:
+        break;
+    }
+}
+
+/* Buffers of a piece this rank owns: values in the arena unless they are read after the step,
+ * the gradient in the arena. */
 static un_status piece_alloc(un_ctx *ctx, un_exec *ex, xt *t, int64_t p) {
     un_status st = UN_OK;
-    if (!t->val[p] && (st = xalloc(ctx, ex, (size_t)t->pn * t->es, &t->val[p])) != UN_OK)
-        return st;
+    size_t bytes = (size_t)t->pn * t->es;
+    int32_t last = ex->vlast[t->id];
+    if (!t->val[p]) {
+        if (last == T_NEVER) {
+            st = xalloc(ctx, ex, bytes, &t->val[p]);
+        } else {
+            st = galloc(ctx, ex, bytes, T_FWD(t->id), last, &t->val[p]);
+            t->borrowed[p] = true;
+        }
+        if (st != UN_OK)
+            return st;
+    }
     if (t->needs_grad && !t->grad[p]) {
-        st = galloc(ctx, ex, (size_t)t->pn * t->es, t->id, ex->gfirst[t->id], &t->grad[p]);
+        st = galloc(ctx, ex, bytes, T_BWD(ex->n, ex->gfirst[t->id]), T_BWD(ex->n, t->id),
+                    &t->grad[p]);
         t->gborrowed[p] = true; /* in the arena */
     }
     return st;
@@ -366,20 +416,29 @@ static void input_buffers(un_exec *ex, xnode *xn, const un_node *nd, int t, int6
     }
 }
 
-/* Allocates the receive side of transfers to this rank and the return side of those from it. */
+/* Allocates the receive side of transfers to this rank and the return side of those from it,
+ * in the arena: a received piece lives from this node's forward to its backward when it needs
+ * gradients (a regular op is handed its inputs) or, for a parallel op, as long as its output
+ * (a view may alias it); the gradients only during this node's backward. */
 static un_status plan_xfer_buffers(un_ctx *ctx, un_exec *ex, xnode *xn, const un_node *nd) {
     un_status st = UN_OK;
+    int32_t id = xn_id(ex, xn), n = ex->n, last = T_FWD(id);
+    bool ins, outs;
+    bwd_reads(ex, nd, &ins, &outs);
+    if (un_op_kind_of(nd->op) == UN_OPK_PARALLEL)
+        last = ex->vlast[id];
+    else if (xn->needs_grad && ins)
+        last = T_BWD(n, id);
     for (int i = 0; i < xn->n_xfer && st == UN_OK; i++) {
         xfer *x = &xn->xfers[i];
         xt *src = input_tensor(ex, nd, x->t);
         size_t bytes = (size_t)src->pn * src->es;
-        int32_t id = xn_id(ex, xn); /* their gradients live during this node's backward */
         if (x->to == ex->rank) {
-            st = xalloc(ctx, ex, bytes, &x->buf);
+            st = galloc(ctx, ex, bytes, T_FWD(id), last, &x->buf);
             if (st == UN_OK && src->needs_grad)
-                st = galloc(ctx, ex, bytes, id, id, &x->gbuf);
+                st = galloc(ctx, ex, bytes, T_BWD(n, id), T_BWD(n, id), &x->gbuf);
         } else if (x->from == ex->rank && src->needs_grad) {
-            st = galloc(ctx, ex, bytes, id, id, &x->gret);
+            st = galloc(ctx, ex, bytes, T_BWD(n, id), T_BWD(n, id), &x->gret);
         }
     }
     return st;
@@ -597,10 +656,7 @@ static un_status plan_parallel(un_ctx *ctx, un_exec *ex, const un_node *nd, xnod
 
 /* The device of piece p of node id's output (the plan's machine view; default p mod D). */
 static int place(const un_exec *ex, int32_t id, int64_t p) {
-    const un_view *v = &un_graph_node(ex->g, id)->view;
-    if (v->count > 0)
-        return v->start + (int)(p % v->count) * v->stride;
-    return (int)(p % ex->size);
+    return un_view_device(&un_graph_node(ex->g, id)->view, p, ex->size);
 }
 
 /* Inputs: the logical value on every rank (the data of a step), and its pieces (views when the
@@ -923,9 +979,45 @@ un_status un_exec_allgather(un_ctx *ctx, un_exec *ex, void *flat) {
     return sync_run(ctx, ex, flat, fns, exchange, 1);
 }
 
+static int32_t max32(int32_t a, int32_t b) { return a > b ? a : b; }
+
+/* The values' lifetimes from the graph: vlast (see struct un_exec). */
+static void plan_value_lifetimes(un_exec *ex) {
+    int32_t n = ex->n;
+    ex->vlast = un_xcalloc((size_t)n + 1, sizeof *ex->vlast);
+    bool *ng = un_xcalloc((size_t)n + 1, sizeof *ng); /* as xnode.needs_grad */
+    for (int32_t id = 0; id < n; id++) {
+        const un_node *nd = un_graph_node(ex->g, id);
+        ng[id] = nd->op == UN_OP_WEIGHT;
+        for (int t = 0; t < nd->n_in; t++)
+            ng[id] |= ng[nd->in[t].node];
+        bool regular = un_op_kind_of(nd->op) == UN_OPK_REGULAR, ins = false, outs = false;
+        if (regular)
+            bwd_reads(ex, nd, &ins, &outs);
+        ex->vlast[id] = outs && ng[id] ? T_BWD(n, id) : T_FWD(id);
+    }
+    for (int32_t i = 0; i < un_graph_output_count(ex->g); i++)
+        ex->vlast[un_graph_output(ex->g, i).node] = T_NEVER;
+    for (int32_t c = n - 1; c >= 0; c--) { /* consumers come after their inputs */
+        const un_node *nd = un_graph_node(ex->g, c);
+        int32_t use = T_FWD(c);
+        bool ins = false, outs;
+        if (un_op_kind_of(nd->op) == UN_OPK_PARALLEL)
+            use = ex->vlast[c]; /* its output may be a view of its input */
+        else if (un_op_kind_of(nd->op) == UN_OPK_REGULAR)
+            bwd_reads(ex, nd, &ins, &outs);
+        if (ins && ng[c])
+            use = T_BWD(n, c);
+        for (int t = 0; t < nd->n_in; t++)
+            ex->vlast[nd->in[t].node] = max32(ex->vlast[nd->in[t].node], use);
+    }
+    free(ng);
+}
+
 /* Gradient lifetimes from the graph: gfirst (see struct un_exec) and, per node j, the nodes
- * whose gradients start at j's backward. */
+ * whose gradients start at j's backward; then the values' (plan_value_lifetimes). */
 static void plan_lifetimes(un_exec *ex) {
+    plan_value_lifetimes(ex);
     int32_t n = ex->n;
     ex->gfirst = un_xcalloc((size_t)n + 1, sizeof *ex->gfirst);
     ex->zstart = un_xcalloc((size_t)n + 2, sizeof *ex->zstart);
@@ -992,7 +1084,7 @@ static un_status plan_pass(un_ctx *ctx, const un_graph *g, un_comm *comm, int ra
     ex->dry = be == NULL || ex->collect;
     ex->greqs = reqs;
     ex->n_greq = ex->cap_greq = n_reqs;
-    ex->garena_bytes = ex->stats.grad_bytes = arena;
+    ex->garena_bytes = ex->stats.arena_bytes = arena;
     ex->hv = be == NULL || un_backend_host_visible(be);
     ex->rank = rank;
     ex->size = size;
@@ -1002,18 +1094,14 @@ static un_status plan_pass(un_ctx *ctx, const un_graph *g, un_comm *comm, int ra
     ex->lparam_off = un_xcalloc((size_t)ex->n, sizeof *ex->lparam_off);
     plan_lifetimes(ex);
     un_status st = UN_OK;
+    char why[300];
+    if (!un_graph_views_valid(g, size, why, sizeof why)) {
+        st = un_ctx_error(ctx, UN_ERR_INVALID, "%s", why);
+        goto fail;
+    }
     /* Weights: their logical order (node order) and this rank's pieces of them, flat. */
     for (int32_t id = 0; id < ex->n; id++) {
         const un_node *nd = un_graph_node(g, id);
-        int64_t last = nd->view.start + (int64_t)(nd->view.count - 1) * nd->view.stride;
-        if (nd->view.count > 0 && last >= ex->size) {
-            st = un_ctx_error(ctx, UN_ERR_INVALID,
-                              "node '%s' is placed on devices %d..%lld (stride %d), but there "
-                              "are %d devices",
-                              nd->name ? nd->name : "?", nd->view.start, (long long)last,
-                              nd->view.stride, ex->size);
-            goto fail;
-        }
         ex->lparam_off[id] = -1;
         if (nd->op == UN_OP_WEIGHT) {
             const un_shape *s = &nd->inf.out[0];
@@ -1120,8 +1208,6 @@ void un_exec_free(un_exec *ex) {
                 xrelease(ex, xn->outs[o].full);
             tensor_deinit(ex, &xn->outs[o]);
         }
-        for (int i = 0; i < xn->n_xfer; i++) /* gbuf and gret are in the arena */
-            xrelease(ex, xn->xfers[i].buf);
         free(xn->outs);
         free(xn->xfers);
         free(xn->tasks);
@@ -1135,6 +1221,7 @@ void un_exec_free(un_exec *ex) {
     free(ex->lparam_off);
     free(ex->segs);
     free(ex->gfirst);
+    free(ex->vlast);
     free(ex->zstart);
     free(ex->zlist);
     free(ex->greqs);
@@ -1273,10 +1360,9 @@ static void zero_node_grads(un_exec *ex, int32_t id) {
     }
 }
 
-/* Before the forward: the weights' gradients and the graph outputs' (the loss writes them);
- * every other gradient is zeroed when its lifetime starts (zero_starting). */
-static void zero_grads(un_exec *ex) {
-    un_backend_zero(ex->be, ex->param_grads, (size_t)ex->n_params * ex->fes);
+/* After the forward, when their lifetime starts: the graph outputs' gradients (the loss writes
+ * them); every other gradient is zeroed when its lifetime starts (zero_starting). */
+static void zero_output_grads(un_exec *ex) {
     for (int32_t id = 0; id < ex->n; id++)
         if (ex->gfirst[id] == ex->n)
             zero_node_grads(ex, id);
@@ -1333,12 +1419,14 @@ un_status un_exec_forward(un_ctx *ctx, un_exec *ex, uint64_t dropout_seed) {
     ex->seed = dropout_seed;
     ex->stats.sent = ex->stats.recv = ex->stats.copied = 0;
     ex->stats.plane_exchanges = ex->stats.staged_exchanges = 0;
-    zero_grads(ex);
+    un_backend_zero(ex->be, ex->param_grads, (size_t)ex->n_params * ex->fes);
     un_status st = UN_OK;
     for (int32_t i = 0; i < ex->n && st == UN_OK; i++)
         st = forward_node(ctx, ex, i);
     if (st != UN_OK)
         exec_abort(ex);
+    else
+        zero_output_grads(ex);
     return st;
 }
 

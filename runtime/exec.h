@@ -51,7 +51,8 @@ typedef struct un_exec_stats {
     int64_t copied;           /* block copies and sums between buffers of this rank */
     int64_t weight_bytes;     /* this rank's weight pieces (their gradients take as much again) */
     int64_t alloc_bytes;      /* every buffer the executor holds (taken once, while planning) */
-    int64_t grad_bytes;       /* of which the arena the activation gradients share by lifetime */
+    int64_t arena_bytes;      /* of which the arena activations and their gradients share by
+                                 lifetime (exec.c: all but weights, inputs and graph outputs) */
     int64_t peak_bytes;       /* the most it held at once */
     int64_t plane_exchanges;  /* exchanges with messages of backend memory carried by the
                                  device data plane ... */

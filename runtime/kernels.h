@@ -30,12 +30,15 @@ typedef struct un_pool un_pool; /* runtime/pool.h: fixed thread pool, parallel-f
 
 /* What a forward keeps for its backward: a linear layer's gelu derivatives gelu'(pre), attention's
  * projections and probabilities, layer_norm's row mean and 1/std (PyTorch keeps the same or
- * more). Entries are keyed by the op and its output's address and carry a fingerprint of the
+ * more). Entries are keyed by the op and the addresses of its inputs and output (an executor that
+ * reuses an output's memory for a later op's output, as exec.c's arena does, still gets one entry
+ * per op; each op runs on the same buffers every step) and carry a fingerprint of the
  * op's parameters, shapes and input values: the backward uses an entry only when its call has
  * the same fingerprint (so inputs changed since the forward, or a backward without a forward,
  * recompute as without a stash) and the results are the same bits either way. linear's backward
  * writes dy gelu' over its entry, which is then invalid (a second backward recomputes). An
- * entry's memory is reused by the next forward of that op and held until un_kstash_free. Calls
+ * entry's memory is reused by the next forward of that op on the same buffers and held until
+ * un_kstash_free. Calls
  * sharing a stash must not run concurrently. */
 typedef struct un_kstash un_kstash;
 un_kstash *un_kstash_new(void);    /* owned: free with un_kstash_free; aborts without memory */

@@ -185,7 +185,9 @@ static void *scratch(const kcall *c, int64_t n, size_t elt) {
  * vectorise (the AVX-512 clone, picked at load where the CPU has it; GCC 12 leaves the AVX2 and
  * baseline clones scalar, still without libm calls). float64 keeps libm's erf. */
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+/* Not under ThreadSanitizer: a clone's ifunc resolver runs while the dynamic loader relocates the
+ * program, before the TSan runtime is up, and its instrumented entry crashes at start-up. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 /* -O3 for these loops only: -O2's cost model does not vectorise a loop with a remainder. */
 #define VEC_CLONES __attribute__((target_clones("avx512f", "avx2", "default"), optimize("O3")))
 #else
@@ -449,7 +451,7 @@ double un_kern_ce_loss(un_prec prec, const void *logits, int64_t rows, int64_t c
  */
 
 typedef struct kstash_entry {
-    const void *key; /* the output's address */
+    uint64_t key; /* call_key: the addresses of the call's inputs and outputs */
     un_op op;
     bool valid;   /* data holds the forward of the call with this fingerprint */
     uint64_t sig; /* call_sig of that call */
@@ -525,7 +527,18 @@ static uint64_t call_sig(const kcall *c) {
     return h;
 }
 
-static kstash_entry *stash_find(un_kstash *s, const void *key, un_op op) {
+/* The stash's key of a call: its op and the addresses of its inputs and outputs. An executor may
+ * reuse an output's memory for another op's output once nothing reads it (exec.c's arena), so
+ * the output's address alone does not tell two ops' forwards apart; with their inputs it does
+ * (a collision would only cost a recomputation: an entry is used only for its fingerprint). */
+static uint64_t call_key(const kcall *c) {
+    uint64_t h = un_hash_combine((uint64_t)c->op, (uint64_t)(uintptr_t)c->out[0].data);
+    for (int i = 0; i < c->n_in; i++)
+        h = un_hash_combine(h, (uint64_t)(uintptr_t)c->in[i].data);
+    return h;
+}
+
+static kstash_entry *stash_find(un_kstash *s, uint64_t key, un_op op) {
     for (int i = 0; i < s->n; i++)
         if (s->e[i].key == key && s->e[i].op == op)
             return &s->e[i];
@@ -538,14 +551,14 @@ static kstash_entry *stash_slot(const kcall *c, size_t bytes) {
     un_kstash *s = c->ex->stash;
     if (!s)
         return NULL;
-    kstash_entry *e = stash_find(s, c->out[0].data, c->op);
+    kstash_entry *e = stash_find(s, call_key(c), c->op);
     if (!e) {
         if (s->n == s->cap) {
             s->cap = s->cap ? 2 * s->cap : 16;
             s->e = un_xrealloc(s->e, (size_t)s->cap * sizeof *s->e);
         }
         e = &s->e[s->n++];
-        *e = (kstash_entry){.key = c->out[0].data, .op = c->op};
+        *e = (kstash_entry){.key = call_key(c), .op = c->op};
     }
     e->valid = false;
     if (e->bytes != bytes) {
@@ -569,7 +582,7 @@ static void stash_seal(const kcall *c, kstash_entry *e) {
 /* The entry holding the saved values of this call's forward (bytes long), or NULL. */
 static kstash_entry *stash_lookup(const kcall *c, size_t bytes) {
     un_kstash *s = c->ex->stash;
-    kstash_entry *e = s ? stash_find(s, c->out[0].data, c->op) : NULL;
+    kstash_entry *e = s ? stash_find(s, call_key(c), c->op) : NULL;
     if (!e || !e->valid || e->bytes != bytes || e->sig != call_sig(c))
         return NULL;
     return e;

@@ -532,6 +532,131 @@ static void mx_data_rule(mx_state *s, const un_node *nd, int *rule, int *fe) {
         }
 }
 
+/* ---- mixed placement: an op's pieces and the pieces it consumes on the same devices ---- */
+
+/* The device of piece p of a tensor of layout s in a d x t plan: device i * t + j for data block
+ * i (dim 0 split d ways, the most significant digit of the piece order) and tensor piece j within
+ * it; p mod (d * t) when dim 0 is not split by the data degree. */
+static int32_t mx_coord_device(const un_shape *s, int64_t p, int32_t d, int32_t t) {
+    int64_t np = un_shape_npieces(s);
+    if (d < 2 || s->rank < 1 || s->shard[0] % d != 0)
+        return (int32_t)(p % ((int64_t)d * t));
+    int64_t per = np / d;
+    return (int32_t)((p / per) * t + (p % per) % t);
+}
+
+/* The first source piece of output piece p of parallel op nd (input layout si, output so): the
+ * block that starts it, of the same sum and copy (replicate: the copied piece; reduce: the first
+ * partial sum). The order of runtime/exec.c's transfers. */
+static int64_t mx_first_source(const un_node *nd, const un_shape *si, const un_shape *so,
+                               int64_t p) {
+    int32_t blk[UN_MAX_DIMS], sum, copy;
+    un_shape_piece_coords(so, p, blk, &sum, &copy);
+    if (nd->op == UN_OP_REPLICATE)
+        return un_shape_piece_index(si, blk, sum, copy / (so->copy / si->copy));
+    if (nd->op == UN_OP_REDUCE)
+        return un_shape_piece_index(si, blk, sum * (si->sum / so->sum), copy);
+    for (int i = 0; i < so->rank; i++)
+        blk[i] = (int32_t)(blk[i] * (so->dim[i] / so->shard[i]) / (si->dim[i] / si->shard[i]));
+    return un_shape_piece_index(si, blk, sum, copy);
+}
+
+/* Sets node id's view to dev[np] when that is a view (the list repeats with a period of
+ * distinct devices); false otherwise. */
+static bool mx_set_view(un_graph *ng, int32_t id, int32_t *dev, int64_t np) {
+    for (int64_t c = 1; c <= np; c++) {
+        if (np % c != 0)
+            continue;
+        bool ok = true;
+        for (int64_t p = c; p < np && ok; p++)
+            ok = dev[p] == dev[p % c];
+        for (int64_t a = 0; a < c && ok; a++)
+            for (int64_t b = 0; b < a && ok; b++)
+                ok = dev[a] != dev[b];
+        if (ok) {
+            un_graph_node_set_view(ng, id, (un_view){(int32_t)c, dev});
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Places a d x t plan. Each regular op by its output's coordinates (mx_coord_device). Each other
+ * piece (weights, parallel ops) either where the op tuple that first consumes it runs, or where
+ * its first source piece is (what no regular op consumes: there): reduces and combines prefer
+ * their sources (k - 1 of k pieces move), the rest their consumers (a weight piece is stored
+ * where its op runs; a copy or a block is made where it is used). A list that is no view (two
+ * pieces on one device) falls back to the other, then to the default. */
+static void mx_place(un_graph *ng, int32_t d, int32_t t) {
+    int32_t n = un_graph_node_count(ng);
+    int32_t **use = un_xcalloc((size_t)n, sizeof *use); /* per node: device per piece of out 0 */
+    for (int32_t id = 0; id < n; id++) {
+        const un_node *nd = un_graph_node(ng, id);
+        int64_t np = un_shape_npieces(&nd->inf.out[0]);
+        use[id] = un_xmalloc((size_t)np * sizeof **use);
+        for (int64_t p = 0; p < np; p++)
+            use[id][p] = un_op_kind_of(nd->op) == UN_OPK_REGULAR
+                             ? mx_coord_device(&nd->inf.out[0], p, d, t)
+                             : -1;
+    }
+    for (int32_t id = 0; id < n; id++) { /* consumers: where each input piece is used */
+        const un_node *nd = un_graph_node(ng, id);
+        if (un_op_kind_of(nd->op) != UN_OPK_REGULAR)
+            continue;
+        const un_infer *inf = &nd->inf;
+        int64_t ntup = 1;
+        for (int j = 0; j < inf->n_uses; j++)
+            ntup *= inf->uses[j].degree;
+        int32_t u[UN_MAX_USES] = {0}, blk[UN_MAX_DIMS], sum, copy;
+        for (int64_t q = 0; q < ntup; q++) {
+            un_infer_piece(inf, u, true, 0, blk, &sum, &copy);
+            int32_t at = use[id][un_shape_piece_index(&inf->out[0], blk, sum, copy)];
+            for (int k = 0; k < nd->n_in; k++) {
+                un_ref r = nd->in[k];
+                un_op sop = un_graph_node(ng, r.node)->op;
+                if (r.out != 0 || sop == UN_OP_INPUT || un_op_kind_of(sop) == UN_OPK_REGULAR)
+                    continue;
+                un_infer_piece(inf, u, false, k, blk, &sum, &copy);
+                int64_t p = un_shape_piece_index(un_graph_shape(ng, r), blk, sum, copy);
+                if (use[r.node][p] < 0)
+                    use[r.node][p] = at;
+            }
+            for (int j = inf->n_uses - 1; j >= 0 && ++u[j] == inf->uses[j].degree; j--)
+                u[j] = 0;
+        }
+    }
+    for (int32_t id = 0; id < n; id++) { /* the views, in order: a source's is set first */
+        const un_node *nd = un_graph_node(ng, id);
+        const un_shape *so = &nd->inf.out[0];
+        int64_t np = un_shape_npieces(so);
+        if (nd->op == UN_OP_INPUT)
+            continue;
+        if (un_op_kind_of(nd->op) == UN_OPK_REGULAR) {
+            mx_set_view(ng, id, use[id], np);
+            continue;
+        }
+        int32_t *from = un_xmalloc((size_t)np * sizeof *from);
+        int32_t src = un_op_kind_of(nd->op) == UN_OPK_PARALLEL ? nd->in[0].node : -1;
+        for (int64_t p = 0; p < np; p++) {
+            if (src >= 0 && un_graph_node(ng, src)->op != UN_OP_INPUT)
+                from[p] = un_view_device(&un_graph_node(ng, src)->view,
+                                         mx_first_source(nd, un_graph_shape(ng, nd->in[0]), so, p),
+                                         d * t);
+            else
+                from[p] = mx_coord_device(so, p, d, t);
+            if (use[id][p] < 0)
+                use[id][p] = from[p];
+        }
+        bool sources_first = nd->op == UN_OP_REDUCE || nd->op == UN_OP_COMBINE;
+        if (!mx_set_view(ng, id, sources_first ? from : use[id], np))
+            mx_set_view(ng, id, sources_first ? use[id] : from, np);
+        free(from);
+    }
+    for (int32_t id = 0; id < n; id++)
+        free(use[id]);
+    free(use);
+}
+
 un_status un_strategy_mixed(un_ctx *ctx, const un_graph *g, int data, int tensor, un_graph **out) {
     *out = NULL;
     if (data < 1 || tensor < 1 || (int64_t)data * tensor > UN_MAX_DEGREE)
@@ -625,6 +750,8 @@ un_status un_strategy_mixed(un_ctx *ctx, const un_graph *g, int data, int tensor
                           data, tensor, data, tensor, (long long)un_strategy_devices(s.ng));
     if (st == UN_OK)
         st = un_graph_set_outputs(ctx, s.ng, outs, no);
+    if (st == UN_OK)
+        mx_place(s.ng, data, tensor);
     free(outs);
     for (int64_t i = 0; i < (int64_t)n * UN_MAX_OUTPUTS; i++) {
         free(s.v[i].lay);
@@ -815,8 +942,8 @@ int64_t un_strategy_devices(const un_graph *g) {
     for (int32_t id = 0; id < un_graph_node_count(g); id++) {
         const un_node *nd = un_graph_node(g, id);
         if (nd->view.count > 0) { /* a machine view names its devices */
-            int64_t last = nd->view.start + (int64_t)(nd->view.count - 1) * nd->view.stride;
-            most = last + 1 > most ? last + 1 : most;
+            for (int32_t k = 0; k < nd->view.count; k++)
+                most = nd->view.dev[k] + 1 > most ? nd->view.dev[k] + 1 : most;
             continue;
         }
         for (int o = 0; o < nd->inf.n_out; o++) {
@@ -834,6 +961,11 @@ un_status un_strategy_plan_load(un_ctx *ctx, const un_spec *spec, const char *pa
     un_status st = un_graph_load(ctx, spec, path, &plan);
     if (st != UN_OK)
         return st;
+    char why[300];
+    if (!un_graph_views_valid(plan, devices, why, sizeof why)) {
+        st = un_ctx_error(ctx, UN_ERR_INVALID, "%s: %s", path, why);
+        goto done;
+    }
     int64_t used = un_strategy_devices(plan);
     if (used != devices) {
         st = un_ctx_error(ctx, UN_ERR_MISMATCH,

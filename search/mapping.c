@@ -1560,7 +1560,7 @@ static void plan_step(void *u, un_op op, int dim, int k, const un_shape *after) 
         return;
     int64_t pieces = un_shape_npieces(after);
     int32_t start = b->start + pieces <= b->devices ? b->start : 0;
-    un_graph_node_set_view(b->ng, id, (un_view){start, 1, (int32_t)pieces});
+    un_graph_node_set_view_range(b->ng, id, start, 1, (int32_t)pieces);
     b->cur = (un_ref){id, 0};
 }
 
@@ -1626,7 +1626,7 @@ un_status un_map_plan(un_ctx *ctx, const un_map *m, const int32_t *a, un_graph *
             st = un_graph_add(ctx, ng, nd->op, nd->params, ins, nd->n_in, nd->name, &nid);
         if (st != UN_OK)
             break;
-        un_graph_node_set_view(ng, nid, (un_view){c->start, 1, c->degree});
+        un_graph_node_set_view_range(ng, nid, c->start, 1, c->degree);
         /* a weight read whole by a node placed past device 0 lives on that node's device (a
          * weight with a conversion chain takes the chain's view when it is folded) */
         for (int t = 0; t < nd->n_in && c->start > 0; t++) {
@@ -1634,7 +1634,7 @@ un_status un_map_plan(un_ctx *ctx, const un_map *m, const int32_t *a, un_graph *
             un_ref wr = map[nd->in[t].node * UN_MAX_OUTPUTS];
             if (src->op == UN_OP_WEIGHT && ins[t].node == wr.node &&
                 un_graph_node(ng, wr.node)->view.count == 0)
-                un_graph_node_set_view(ng, wr.node, (un_view){c->start, 1, 1});
+                un_graph_node_set_view_range(ng, wr.node, c->start, 1, 1);
         }
         for (int o = 0; o < nd->inf.n_out; o++)
             map[v * UN_MAX_OUTPUTS + o] = (un_ref){nid, o};

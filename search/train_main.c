@@ -163,6 +163,7 @@ static un_status estimate_or_profile(un_ctx *ctx, const un_train_opts *o, const 
         pp.threads = o->threads / devices > 1 ? o->threads / devices : 1;
         pp.f64 = o->prec == UN_PREC_F64;
         pp.optimizer = o->optimizer;
+        pp.value_sets = o->data ? 0 : UN_TRAIN_SYNTHETIC_BATCHES; /* as the run's batches */
         const char *backend;
         int gpus;
         char where[192];

@@ -19,8 +19,9 @@
 
 #define TEST__FN __attribute__((unused)) static
 
-/* Expectations that held and that failed so far, over the whole binary. */
-TEST__FN int test__passed, test__failed;
+/* Expectations that held and that failed so far, over the whole binary (atomic: some tests check
+ * from several rank threads at once). */
+TEST__FN _Atomic int test__passed, test__failed;
 /* Why the running case skipped itself (TEST_SKIP), or NULL. */
 TEST__FN const char *test__skip_why;
 

@@ -12,12 +12,10 @@
 #include "runtime/train.h"
 #include "tests/test.h"
 
-/* Trains `model` under `strategy` on `devices` devices of `backend` for `steps` steps on 2
- * threads, saving to / loading from the checkpoints save / load (NULL: none); the error message
- * (or "") into err. *r is always set (un_train_result_deinit it). */
-TEST__FN un_status test_train_on(const char *backend, const char *model, const char *strategy,
-                                 int devices, int steps, const char *save, const char *load,
-                                 un_train_result *r, char *err, size_t cap) {
+/* The options of a quiet run of `model` (a tiny zoo model, or a pcg JSON model with MSE loss)
+ * under `strategy` on `devices` devices for `steps` steps on 2 threads. */
+TEST__FN un_train_opts test_train_opts(const char *model, const char *strategy, int devices,
+                                       int steps) {
     un_train_opts o = un_train_opts_default();
     o.model = model;
     o.tiny = strstr(model, ".json") == NULL;
@@ -28,6 +26,16 @@ TEST__FN un_status test_train_on(const char *backend, const char *model, const c
     o.threads = 2;
     o.quiet = true;
     o.out = stdout;
+    return o;
+}
+
+/* Trains `model` under `strategy` on `devices` devices of `backend` for `steps` steps on 2
+ * threads, saving to / loading from the checkpoints save / load (NULL: none); the error message
+ * (or "") into err. *r is always set (un_train_result_deinit it). */
+TEST__FN un_status test_train_on(const char *backend, const char *model, const char *strategy,
+                                 int devices, int steps, const char *save, const char *load,
+                                 un_train_result *r, char *err, size_t cap) {
+    un_train_opts o = test_train_opts(model, strategy, devices, steps);
     o.backend = backend;
     o.save = save;
     o.load = load;

@@ -17,13 +17,15 @@
 # ONLY=pytorch runs just this comparison, ONLY=strategies just the section below, ONLY=profile
 # just the per-op profile (scripts/bench/runtime_prof.py: where one step's time goes by kind of
 # work, ours by perf samples, PyTorch by its autograd profiler; PROFILE_MODELS, default
-# "transformer_mid charlm"; needs perf).
+# "transformer_mid charlm"; needs perf), ONLY=gemm just the GEMM-side choices of the mid
+# transformer (scripts/bench/runtime_gemm.c: Q/K/V merged into one product or not, the four
+# transpose combinations of its products, attention's query-row blocks; GEMM_ROUNDS, default 20).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
 build=${1:-build/default}
 make -s -j2 BUILD="$build" >/dev/null
-if [[ ${ONLY:-} != strategies ]] && ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+if [[ ${ONLY:-} != strategies && ${ONLY:-} != gemm ]] && ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
     echo "runtime.sh: PyTorch is not installed for /usr/bin/python3 (Debian python3-torch)" >&2
     exit 1
 fi
@@ -36,6 +38,14 @@ mid_graphs() {
     mkdir -p "$graphs"
     /usr/bin/python3 scripts/bench/mid_graphs.py "$graphs"
 }
+if [[ ${ONLY:-} == gemm ]]; then
+    libs="$build/libruntime.a $build/libpcg.a -lopenblas -lcjson -lm -ldl -pthread"
+    # shellcheck disable=SC2086 # $libs is a list of words
+    cc -std=gnu17 -O2 -D_GNU_SOURCE -I. scripts/bench/runtime_gemm.c $libs -o "$build/bench_runtime_gemm"
+    "$build/bench_runtime_gemm" "${GEMM_ROUNDS:-20}"
+    echo "load at end: $(uptime | sed 's/.*load/load/')"
+    exit 0
+fi
 if [[ ${ONLY:-} == profile ]]; then
     mid_graphs
     echo "PyTorch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)'), per-op profile, 1 thread"

@@ -7,7 +7,10 @@ OpenBLAS kernel each side ran (ours: unity-train's `blas:` line; PyTorch: openbl
 and the CPU time per step (user + system, all threads; median over the rounds) of steps 2..STEPS
 with its ratio: ours from wait4 of a STEPS-step run minus a 1-step run, PyTorch's from
 time.process_time() around its timed steps. On a loaded machine the CPU time is the steadier
-measure (wall time includes the time a process waited for a core).
+measure (wall time includes the time a process waited for a core). The data are outside the
+timed step on both sides: torch_models.py makes its batch once before its loop, unity-train
+makes each step's batch (and writes it to the backend) before it starts the step's clock; the
+CPU time of ours still includes making the batches (about 1.5 ms a step for the mid transformer).
 
   runtime_cmp.py BUILD_DIR GRAPH_DIR THREADS... (env ROUNDS, STEPS)"""
 import os
