@@ -38,7 +38,8 @@ struct un_map {
     int32_t n_cuts;
     double base_mem; /* data inputs, whole on device 0 */
     int32_t *n_lay;  /* [n] layouts of node v: its configurations 0 .. n_lay[v] - 1 (start 0) */
-    int q;           /* D / 2: where a branch's range may start (0: branches share devices) */
+    int n_cut;       /* split points of the machine for parallel branches (0: they share) */
+    int cut[UN_MAP_MAX_CUTS]; /* ascending: the low range is [0, s), the high one [s, D) */
     bool have_tree;
     un_sp_info sa;    /* over the regular nodes */
     un_sp_tree tree;  /* the series-parallel decomposition the DP runs over */
@@ -311,6 +312,17 @@ static un_status try_config(un_map *m, const un_node *nd, const un_shape *try, c
     return UN_OK;
 }
 
+/* Whether degree d, which does not divide D, divides a part of one of the machine's splits (on up
+ * to 8 devices: 3 of 4 devices next to 1). */
+static bool part_degree(const un_map *m, int d) {
+    if (m->p.devices > 8)
+        return false;
+    for (int i = 0; i < m->n_cut; i++)
+        if (m->cut[i] % d == 0 || (m->p.devices - m->cut[i]) % d == 0)
+            return true;
+    return false;
+}
+
 /* One node's configurations: tries every input-layout assignment of each degree. */
 static un_status node_configs(un_map *m, int32_t v, cfg_list *out) {
     const un_node *nd = un_graph_node(m->g, v);
@@ -328,7 +340,7 @@ static un_status node_configs(un_map *m, int32_t v, cfg_list *out) {
     }
     int D = m->p.devices;
     for (int d = 1; d <= D; d++) {
-        if (D % d != 0 || (d > 1 && m->p.no_parallel))
+        if ((D % d != 0 && !part_degree(m, d)) || (d > 1 && m->p.no_parallel))
             continue;
         /* options per input: 0 = whole (d == 1) or copy, 1 + k = split dim k */
         int n_opt[UN_MAX_INPUTS], idx[UN_MAX_INPUTS];
@@ -366,9 +378,12 @@ static un_status node_configs(un_map *m, int32_t v, cfg_list *out) {
             }
             if (!ok)
                 continue;
+            int32_t before = out->n;
             un_status st = try_config(m, nd, try, weight, d, out);
             if (st != UN_OK)
                 return st;
+            if (out->n > before)
+                out->v[before].part_only = D % d != 0;
         }
     }
     if (out->n == 0)
@@ -411,10 +426,25 @@ static uint64_t node_sig(const un_graph *g, int32_t v) {
 
 /* ---- the series-parallel tree and branch placements ---- */
 
-/* Whether a range of rc devices may be split in two halves for parallel branches: only the
- * whole machine, into its halves (one level: nested splits into quarters multiplied the
- * search time of Inception-v3 on 192 devices by 6 without a better plan). */
-static bool split_ok(const un_map *m, int rc) { return m->q > 0 && rc % 2 == 0 && rc / 2 >= m->q; }
+/* Whether a range of rc devices may be split in two for parallel branches: only the whole
+ * machine, at its split points (one level: nested splits into quarters multiplied the search
+ * time of Inception-v3 on 192 devices by 6 without a better plan). */
+static bool split_ok(const un_map *m, int rc) { return m->n_cut > 0 && rc == m->p.devices; }
+
+/* The machine's split points for parallel branches: on up to 8 devices every s in 1 .. D - 1
+ * (1 + 3, 2 + 2, 3 + 1 on 4; 2 + 4 on 6); beyond, the halves when D is even. (Node-aligned
+ * quarters too, 48 / 96 / 144 of 192, took Inception-v3 on 192 devices from about 31 to 90 s wall
+ * at load 15-16 for a plan the beam made 6 % worse.) */
+static void map_cuts(un_map *m) {
+    int D = m->p.devices;
+    m->n_cut = 0;
+    if (D <= 8) {
+        for (int s = 1; s < D; s++)
+            m->cut[m->n_cut++] = s;
+    } else if (D % 2 == 0) {
+        m->cut[m->n_cut++] = D / 2;
+    }
+}
 
 /* The SP tree over the regular nodes, positions in its leaf order (a topological order), and
  * the configurations of nodes inside parallel compositions copied to the start of the high
@@ -459,10 +489,7 @@ static un_status map_tree(un_map *m) {
             m->lastpos[e->from] = m->pos[e->to];
     }
     int D = m->p.devices;
-    m->q = 0;
-    if (!m->p.shared_branches && !m->p.only_data && !m->p.no_parallel)
-        m->q = D % 2 == 0 ? D / 2 : 0;
-    if (m->q == 0)
+    if (m->n_cut == 0)
         return UN_OK;
     bool *in_par = un_xcalloc((size_t)n + 1, sizeof *in_par);
     bool any = false;
@@ -470,22 +497,21 @@ static un_status map_tree(un_map *m) {
         if (m->tree.nodes[x].kind == UN_SP_PARALLEL)
             for (int32_t i = m->tree.nodes[x].begin; i < m->tree.nodes[x].end; i++)
                 any = in_par[m->tree.order[i]] = true;
-    if (!any) {
-        free(in_par);
-        return UN_OK;
-    }
+    if (!any)
+        m->n_cut = 0; /* no branches: no splits, and no part-only degrees (dropped below) */
     cfg_list all = {0};
     int32_t *at = un_xcalloc((size_t)n + 1, sizeof *at);
     int32_t *src = NULL; /* placed configuration -> its layout's old index */
     int32_t cap = 0;
     for (int32_t v = 0; v < n; v++) {
         at[v] = all.n;
-        for (int s = 0; s < D; s += m->q) {
+        for (int ci = -1; ci < m->n_cut; ci++) {
+            int s = ci < 0 ? 0 : m->cut[ci];
             if (s > 0 && !in_par[v])
                 break;
             for (int32_t l = 0; l < m->n_lay[v]; l++) {
                 un_map_config c = m->cfg[m->cfg_at[v] + l];
-                if (s % c.degree != 0 || s + c.degree > D)
+                if (s + c.degree > D || (c.part_only && !in_par[v]))
                     continue;
                 c.start = s;
                 c.layout = l;
@@ -542,6 +568,8 @@ un_status un_map_new(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un
     m->state_copies = p->optimizer && strcmp(p->optimizer, "sgd") == 0 ? 1 : 2;
     int32_t n = m->n;
     un_status st = UN_OK;
+    if (!m->p.shared_branches && !m->p.only_data && !m->p.no_parallel)
+        map_cuts(m);
     /* configurations, shared between nodes of equal signature */
     cfg_list all = {0};
     m->cfg_at = un_xcalloc((size_t)n + 1, sizeof *m->cfg_at);
@@ -733,17 +761,17 @@ static void node_cost(const un_map *m, int32_t v, int32_t c, const int32_t *a, d
     *mem = b;
 }
 
-/* Which half of the range [rs, rs + 2h) every node of tree node x runs in: 0 (low), 1 (high),
- * -1 (it spans both or differs between nodes). */
-static int branch_side(const un_map *m, const int32_t *a, int32_t x, int rs, int h) {
+/* Which part of the range [rs, rs + lo + hi) cut after lo devices every node of tree node x runs
+ * in: 0 (the low lo devices), 1 (the high hi), -1 (it spans both or differs between nodes). */
+static int branch_side(const un_map *m, const int32_t *a, int32_t x, int rs, int lo, int hi) {
     const un_sp_node *t = &m->tree.nodes[x];
     int side = -2;
     for (int32_t i = t->begin; i < t->end; i++) {
         int32_t v = m->tree.order[i];
         const un_map_config *c = &m->cfg[m->cfg_at[v] + a[v]];
-        int here = c->start >= rs && c->start + c->degree <= rs + h           ? 0
-                   : c->start >= rs + h && c->start + c->degree <= rs + 2 * h ? 1
-                                                                              : -1;
+        int here = c->start >= rs && c->start + c->degree <= rs + lo             ? 0
+                   : c->start >= rs + lo && c->start + c->degree <= rs + lo + hi ? 1
+                                                                                 : -1;
         if (here < 0 || (side != -2 && side != here))
             return -1;
         side = here;
@@ -769,24 +797,33 @@ static double tree_cost(const un_map *m, const int32_t *a, int32_t x, int rs, in
         return tt + lambda * bb;
     }
     const int32_t *ch = m->tree.child + t->child_at;
-    double sum = 0;
-    if (t->kind == UN_SP_PARALLEL && split_ok(m, rc)) {
-        int h = rc / 2;
+    /* the branches one after another on the range, or (a parallel composition on the whole
+     * machine) at a split point where every branch lies in one part, the larger part's sum: the
+     * cheapest of these readings of the assignment, as the DP takes the cheapest option (the
+     * memory is the nodes' whichever reading) */
+    double best = 0, best_mem = 0;
+    for (int32_t i = 0; i < t->n_child; i++)
+        best += tree_cost(m, a, ch[i], rs, rc, lambda, &best_mem);
+    for (int ci = 0; t->kind == UN_SP_PARALLEL && split_ok(m, rc) && ci < m->n_cut; ci++) {
+        int lo = m->cut[ci], hi = rc - lo;
         bool split = true;
         for (int32_t i = 0; i < t->n_child && split; i++)
-            split = branch_side(m, a, ch[i], rs, h) >= 0;
-        if (split) {
-            double half[2] = {0, 0};
-            for (int32_t i = 0; i < t->n_child; i++) {
-                int side = branch_side(m, a, ch[i], rs, h);
-                half[side] += tree_cost(m, a, ch[i], rs + side * h, h, lambda, mem);
-            }
-            return half[0] > half[1] ? half[0] : half[1];
+            split = branch_side(m, a, ch[i], rs, lo, hi) >= 0;
+        if (!split)
+            continue;
+        double part[2] = {0, 0}, pm = 0;
+        for (int32_t i = 0; i < t->n_child; i++) {
+            int side = branch_side(m, a, ch[i], rs, lo, hi);
+            part[side] += tree_cost(m, a, ch[i], rs + side * lo, side ? hi : lo, lambda, &pm);
+        }
+        double c = part[0] > part[1] ? part[0] : part[1];
+        if (c < best) {
+            best = c;
+            best_mem = pm;
         }
     }
-    for (int32_t i = 0; i < t->n_child; i++)
-        sum += tree_cost(m, a, ch[i], rs, rc, lambda, mem);
-    return sum;
+    *mem += best_mem;
+    return best;
 }
 
 double un_map_cost(const un_map *m, const int32_t *a, double lambda, double *time, double *mem) {
@@ -1115,10 +1152,12 @@ static void fr_start(const frontier *in, frontier *f) {
     }
 }
 
-/* The branches of parallel node x with bit i of mask set to the high half: each half's
- * branches one after another on their half, from every input state; joined per input state
- * with the larger half's cost. Offered into b. */
-static void dp_split(dp *d, int32_t x, frontier *in, int rs, int h, uint32_t mask, fr_build *b) {
+/* The branches of parallel node x with bit i of mask set to the high part of the range cut after
+ * lo devices (the low part [rs, rs + lo), the high one [rs + lo, rs + lo + hi)): each part's
+ * branches one after another on its devices, from every input state; joined per input state with
+ * the larger part's cost. Offered into b. */
+static void dp_split(dp *d, int32_t x, frontier *in, int rs, int lo, int hi, uint32_t mask,
+                     fr_build *b) {
     const un_sp_node *t = &d->m->tree.nodes[x];
     const int32_t *ch = d->m->tree.child + t->child_at;
     frontier half[2];
@@ -1128,7 +1167,7 @@ static void dp_split(dp *d, int32_t x, frontier *in, int rs, int h, uint32_t mas
             if ((int)((mask >> i) & 1u) != side)
                 continue;
             frontier nx;
-            dp_run(d, ch[i], &half[side], rs + side * h, h, &nx);
+            dp_run(d, ch[i], &half[side], rs + side * lo, side ? hi : lo, &nx);
             fr_deinit(&half[side]);
             half[side] = nx;
         }
@@ -1311,11 +1350,12 @@ static void dp_run(dp *d, int32_t x, frontier *in, int rs, int rc, frontier *out
         from = &sub;
         d->st->beam = true;
     }
-    for (uint32_t o = 0; o < n_opt; o++) {
-        uint32_t mask = nb <= 3 ? o : nb == 4 ? o << 1 : ((1u << nb) - 1u) & ~((1u << o) - 1u);
-        d->st->splits++;
-        dp_split(d, x, from, rs, rc / 2, mask, &b);
-    }
+    for (int ci = 0; ci < m->n_cut; ci++)
+        for (uint32_t o = 0; o < n_opt; o++) {
+            uint32_t mask = nb <= 3 ? o : nb == 4 ? o << 1 : ((1u << nb) - 1u) & ~((1u << o) - 1u);
+            d->st->splits++;
+            dp_split(d, x, from, rs, m->cut[ci], rc - m->cut[ci], mask, &b);
+        }
     if (from == &sub)
         fr_deinit(&sub);
     fb_end(d, &b);

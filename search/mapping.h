@@ -8,8 +8,12 @@
  * holds no copies: data parallelism (batch), Megatron's column and row splits of a linear
  * (out_features; contract, whose output holds partial sums), channel or head splits, as the
  * spec allows. A node of degree d runs on devices start .. start + d - 1 (machine view start,
- * stride 1, count d): start 0, or D/2 for the nodes of a parallel branch (below) when d <= D/2;
- * each configuration is one (layouts, start) pair, `layout` naming the start-0 twin.
+ * stride 1, count d): start 0, or, for the nodes of a parallel branch (below), a split point s of
+ * the machine with s + d <= D; each configuration is one (layouts, start) pair,
+ * `layout` naming the start-0 twin. Split points: on up to 8 devices every s in 1 .. D - 1 (1 + 3,
+ * 2 + 2, 3 + 1 on 4; 2 + 4 on 6), beyond the halves (D even). On up to 8 devices a branch's node
+ * may also take a degree that divides a part of a split but not D (3 of 4 devices next to 1:
+ * `part_only`).
  *
  * Costs (from search/cost.h, every query cached there): a node's forward and backward time on
  * its piece; gradient all-reduce of its replicated weights over their copies; for each edge the
@@ -23,12 +27,13 @@
  * Search. A dynamic programme over the series-parallel tree (search/sp.h), whose state is the
  * configuration of every node whose output is still needed (the frontier). A series runs its
  * parts one after another (their costs add); a parallel composition either shares the range of
- * devices (one branch after another, costs add) or, on the whole machine, gives each half a
- * subset of the branches: each half runs its branches from every input state on its own
- * devices, and the halves are joined per input state with the larger half's cost (they run
- * concurrently). Every node runs from the first device of its range. un_map_cost evaluates the
- * same cost on any assignment (a parallel composition whose branches each lie in one half costs
- * the larger half), so the DP equals exhaustive enumeration on small graphs (tests). Beyond
+ * devices (one branch after another, costs add) or, on the whole machine cut at one of its
+ * split points s, gives the low part [0, s) and the high part [s, D) each a subset of the
+ * branches: each part runs its branches from every input state on its own devices, and the parts
+ * are joined per input state with the larger part's cost (they run concurrently). Every node runs
+ * from the first device of its range. un_map_cost evaluates the same cost on any assignment (a
+ * parallel composition whose branches each lie in one part of a split costs the larger part, the
+ * cheapest such split), so the DP equals exhaustive enumeration on small graphs (tests). Beyond
  * max_states states the cheapest are kept (a beam), which the stats report. Memory: minimises
  * time + lambda * memory; search.c raises lambda until the simulator says the plan fits. Layer 1
  * (search/split.h) cuts the graph at cut nodes into pieces solved by un_map_solve_piece.
@@ -50,6 +55,9 @@
 #include "search/sp.h"
 
 typedef struct un_map un_map;
+
+/* Split points of the machine for parallel branches, at most (search/mapping.c map_cuts). */
+#define UN_MAP_MAX_CUTS 8
 
 typedef struct un_map_params {
     int devices;           /* D */
@@ -74,6 +82,7 @@ typedef struct un_map_config {
     double time;                  /* forward + backward of a piece, + weight gradient sync */
     double mem;                   /* bytes on device 0: weights, grads, state, activations */
     char name[48];                /* "serial", "batch/4", "out_features/2", ... */
+    bool part_only; /* its degree does not divide D but a part of a split: only in a branch */
 } un_map_config;
 
 typedef struct un_map_stats {
@@ -82,7 +91,7 @@ typedef struct un_map_stats {
     int64_t max_frontier; /* most states alive at once */
     int32_t pieces;       /* pieces between cut nodes (layer 1) */
     int32_t parallels;    /* parallel compositions of the SP tree the DP went through */
-    int64_t splits;       /* device-set splits of parallel branches tried */
+    int64_t splits;       /* device-set splits of parallel branches tried (split point, subset) */
     bool beam;            /* states were dropped: the result may not be optimal */
     double cost;          /* the additive estimate of the result (seconds + lambda * bytes) */
     double time, mem;     /* its seconds and bytes on device 0 */

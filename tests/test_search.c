@@ -143,8 +143,8 @@ static void test_exhaustive(void) {
     un_ctx_free(ctx);
 }
 
-/* Graphs with parallel branches (h26): two branches of two ops, three single-op branches, and a
- * branch with its own inner fork; <= 6 regular ops. */
+/* Graphs with parallel branches (h26): two branches of two ops, three single-op branches, a
+ * branch with its own inner fork, and a heavy branch next to a light one; <= 6 regular ops. */
 static un_graph *branch_graph(un_ctx *ctx, int which, int64_t batch, int64_t width) {
     un_graph *g = un_graph_new(S);
     int32_t x = input(ctx, g, "x", UN_OP_INPUT, batch, width);
@@ -157,6 +157,10 @@ static un_graph *branch_graph(un_ctx *ctx, int which, int64_t batch, int64_t wid
         int32_t b = linear(ctx, g, x, width, width, "b1");
         int32_t c = linear(ctx, g, x, width, width, "b2");
         op2(ctx, g, UN_OP_EW_ADD, op2(ctx, g, UN_OP_EW_ADD, a, b, "j1"), c, "j2");
+    } else if (which == 3) {
+        int32_t a = linear(ctx, g, x, width, width, "heavy1");
+        int32_t b = linear(ctx, g, op1(ctx, g, UN_OP_RELU, a, "hr"), width, width, "heavy2");
+        op2(ctx, g, UN_OP_EW_ADD, b, op1(ctx, g, UN_OP_TANH, x, "light"), "join");
     } else {
         int32_t a = linear(ctx, g, x, width, width, "left");
         int32_t l = op1(ctx, g, UN_OP_RELU, a, "l1");
@@ -169,18 +173,20 @@ static un_graph *branch_graph(un_ctx *ctx, int which, int64_t batch, int64_t wid
 }
 
 /* Layer 3 over the SP tree with parallel branches on disjoint device sets: the DP equals the
- * exhaustive minimum over every mapping (configurations and device starts) on 2 and 4
- * devices; where the DP puts branches on disjoint devices, the simulator (which honours the
- * views) estimates the plan below the best plan whose branches share the devices. */
+ * exhaustive minimum over every mapping (configurations and device starts, at every split point:
+ * 1 + 1 on 2 devices, 1 + 2 and 2 + 1 on 3, 1 + 3, 2 + 2 and 3 + 1 on 4, with degrees that divide
+ * a part but not D, 3 of 4) on 2, 3 and 4 devices; where the DP puts branches on disjoint
+ * devices, the simulator (which honours the views) estimates the plan below the best plan whose
+ * branches share the devices. */
 static void test_branches(void) {
     un_ctx *ctx = un_ctx_new(NULL);
     un_machine mach;
     un_cost_model *cm = model_for(ctx, "specs/machines/v100x4.json", &mach);
-    int64_t sizes[][2] = {{64, 32}, {16, 1024}, {2048, 512}};
-    int checked = 0, disjoint = 0;
-    for (int which = 0; which < 3; which++)
+    int64_t sizes[][2] = {{48, 24}, {12, 1536}, {2048, 512}};
+    int checked = 0, disjoint = 0, uneven = 0;
+    for (int which = 0; which < 5; which++)
         for (int si = 0; si < 3; si++)
-            for (int devices = 2; devices <= 4; devices *= 2) {
+            for (int devices = 2; devices <= 4; devices++) {
                 un_graph *g = branch_graph(ctx, which, sizes[si][0], sizes[si][1]);
                 un_map_params p = un_map_params_default(devices);
                 un_map *m = NULL;
@@ -189,8 +195,12 @@ static void test_branches(void) {
                 int32_t *a = calloc((size_t)n, sizeof *a), *b = calloc((size_t)n, sizeof *b);
                 bool placed = false; /* some configuration starts past device 0 */
                 for (int32_t v = 0; m && v < n; v++)
-                    for (int32_t c = 0; c < un_map_config_count(m, v); c++)
-                        placed |= un_map_config_get(m, v, c)->start > 0;
+                    for (int32_t c = 0; c < un_map_config_count(m, v); c++) {
+                        const un_map_config *k = un_map_config_get(m, v, c);
+                        placed |= k->start > 0;
+                        /* a split other than halves: a start off D / 2, or 3 of 4 devices */
+                        uneven += k->start > 0 && (2 * k->start != devices || k->part_only);
+                    }
                 EXPECT_TRUE(placed);
                 double lambdas[] = {0, 1e-9};
                 for (int li = 0; m && li < 2; li++) {
@@ -227,7 +237,7 @@ static void test_branches(void) {
                     bool viewed = false;
                     for (int32_t v = 0; plan && v < un_graph_node_count(plan); v++)
                         viewed |= un_graph_node(plan, v)->view.count > 0 &&
-                                  un_graph_node(plan, v)->view.dev[0] == devices / 2;
+                                  un_graph_node(plan, v)->view.dev[0] > 0;
                     EXPECT_TRUE(!hi || viewed);
                     un_sim_params sp = un_sim_params_default();
                     sp.devices = devices;
@@ -248,8 +258,9 @@ static void test_branches(void) {
                 un_map_free(m);
                 un_graph_free(g);
             }
-    EXPECT_TRUE(checked == 36);
+    EXPECT_TRUE(checked == 90);
     EXPECT_TRUE(disjoint >= 1); /* v100x4: two-op branches of 2048 x 512 on halves */
+    EXPECT_TRUE(uneven > 0);
     un_cost_model_free(cm);
     un_ctx_free(ctx);
 }
