@@ -6,6 +6,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +25,28 @@ void un_gen_enum_result_deinit(un_gen_enum_result *r) {
     memset(r, 0, sizeof *r);
 }
 
+/* Shape inference memoised per (menu instance, input shapes): the enumeration and every replay
+ * (un_gen_enum_eval) ask the same few thousand questions millions of times. Entries are immutable
+ * once published in a fixed open-addressing table of atomic pointers, so the threads share it
+ * without locks; a full probe window just computes without memoising. un_spec_infer with ctx
+ * NULL is a pure function of these inputs, so results cannot depend on the table. */
+#define MEMO_SLOTS (1 << 20) /* power of 2; the default menu asks 21,807 questions at N=3 */
+#define MEMO_PROBE 32
+
+typedef struct infer_memo {
+    uint16_t inst;
+    uint8_t n_in;
+    bool ok;
+    un_shape in[UN_GEN_MAX_OP_IN];
+    uint64_t out_sh[UN_MAX_OUTPUTS]; /* when ok: shape_key of each output */
+    un_infer inf;                    /* when ok */
+} infer_memo;
+
+/* Key of a shape for the memo (equal bytes give equal keys). */
+static uint64_t shape_key(const un_shape *s) { return un_shape_hash(s, 0x73686170ull); }
+
 struct un_gen_enum {
+    _Atomic(infer_memo *) *memo; /* MEMO_SLOTS; written through const un_gen_enum (memoisation) */
     const un_gen_class *classes; /* during a run: value classes of cones below the size bound */
     int64_t n_classes;
     const un_gen_menu *m;
@@ -54,6 +76,9 @@ static uint64_t value_hash(const un_shape *s, const un_val *dense, int64_t n) {
 void un_gen_enum_free(un_gen_enum *e) {
     if (!e)
         return;
+    for (int i = 0; i < MEMO_SLOTS; i++)
+        free(atomic_load_explicit(&e->memo[i], memory_order_relaxed));
+    free(e->memo);
     for (int i = 0; i < UN_GEN_MAX_INPUTS; i++)
         un_ptensor_deinit(&e->in_val[i]);
     free(e);
@@ -62,6 +87,7 @@ void un_gen_enum_free(un_gen_enum *e) {
 un_status un_gen_enum_new(un_ctx *ctx, const un_gen_menu *menu, uint64_t seed, un_gen_enum **out) {
     *out = NULL;
     un_gen_enum *e = un_xcalloc(1, sizeof *e);
+    e->memo = un_xcalloc(MEMO_SLOTS, sizeof *e->memo); /* all-zero bytes: NULL pointers */
     e->m = menu;
     e->spec = menu->spec;
     e->seed = seed;
@@ -121,6 +147,7 @@ typedef struct wstate {
     uint64_t opkey[UN_GEN_MAX_OPS];
     un_ptensor val[UN_GEN_MAX_T]; /* menu inputs: shallow copies of e->in_val */
     uint64_t vh[UN_GEN_MAX_T], key[UN_GEN_MAX_T];
+    uint64_t sh[UN_GEN_MAX_T]; /* shape_key of each tensor's shape (the inference memo's key) */
     uint32_t mask[UN_GEN_MAX_T], anc[UN_GEN_MAX_T];
     int16_t prod[UN_GEN_MAX_T], uses[UN_GEN_MAX_T];
     int8_t prod_out[UN_GEN_MAX_T];
@@ -157,6 +184,7 @@ static void ws_init(wstate *w, un_ctx *ctx, const un_gen_enum *e, const un_gen_p
         w->val[i] = e->in_val[i];
         w->vh[i] = e->in_vh[i];
         w->key[i] = e->in_key[i];
+        w->sh[i] = shape_key(&e->in_val[i].shape);
         w->mask[i] = 1u << i;
         w->prod[i] = -1;
         w->prod_out[i] = 0;
@@ -379,6 +407,54 @@ static void pop_op(wstate *w) {
         w->uses[op->in[j]]--;
 }
 
+/* Shape inference of menu instance inst over shapes in[] (sh[j] = shape_key(&in[j])) through the
+ * memo: returns the result (borrowed from the memo, or written to *scratch when it is full) and
+ * the output shapes' keys in out_sh[], or NULL when ill-formed. */
+static const un_infer *infer_memo_get(const un_gen_enum *e, int inst, const un_shape *in,
+                                      const uint64_t *sh, int n_in, un_infer *scratch,
+                                      uint64_t *out_sh) {
+    size_t bytes = sizeof(un_shape) * (size_t)n_in;
+    uint64_t h = un_mix64(0x696e66ull + (uint64_t)inst);
+    for (int j = 0; j < n_in; j++)
+        h = un_mix64(h ^ sh[j]) + (uint64_t)j;
+    size_t slot = (size_t)h & (MEMO_SLOTS - 1), free_slot = MEMO_SLOTS;
+    for (int k = 0; k < MEMO_PROBE; k++, slot = (slot + 1) & (MEMO_SLOTS - 1)) {
+        const infer_memo *m = atomic_load_explicit(&e->memo[slot], memory_order_acquire);
+        if (!m) {
+            free_slot = slot;
+            break;
+        }
+        if (m->inst == inst && m->n_in == n_in && memcmp(m->in, in, bytes) == 0) {
+            if (!m->ok)
+                return NULL;
+            memcpy(out_sh, m->out_sh, sizeof(uint64_t) * (size_t)m->inf.n_out);
+            return &m->inf;
+        }
+    }
+    const un_gen_inst *gi = &e->m->insts[inst];
+    bool ok = un_spec_infer(NULL, e->spec, gi->op, gi->params, in, n_in, NULL, scratch) == UN_OK;
+    if (ok)
+        for (int o = 0; o < scratch->n_out; o++)
+            out_sh[o] = shape_key(&scratch->out[o]);
+    if (free_slot == MEMO_SLOTS)
+        return ok ? scratch : NULL;
+    /* an ill-formed answer needs no inference result: most answers are */
+    infer_memo *m = un_xcalloc(1, ok ? sizeof *m : offsetof(infer_memo, out_sh));
+    m->inst = (uint16_t)inst;
+    m->n_in = (uint8_t)n_in;
+    m->ok = ok;
+    memcpy(m->in, in, bytes);
+    if (ok) {
+        memcpy(m->out_sh, out_sh, sizeof(uint64_t) * (size_t)scratch->n_out);
+        m->inf = *scratch;
+    }
+    infer_memo *expected = NULL;
+    if (!atomic_compare_exchange_strong_explicit(&e->memo[free_slot], &expected, m,
+                                                 memory_order_acq_rel, memory_order_acquire))
+        free(m); /* another thread took the slot first: its entry serves the next ask */
+    return ok ? scratch : NULL;
+}
+
 /* Appends operator (inst, in[]) to the path: order check, inference, evaluation, duplicate check.
  * On TRY_OK the operator is pushed (pop with pop_op). */
 static int push_op(wstate *w, int inst, const uint8_t *in, bool check_order) {
@@ -402,20 +478,24 @@ static int push_op(wstate *w, int inst, const uint8_t *in, bool check_order) {
         return TRY_ILL;
     un_shape shapes[UN_GEN_MAX_OP_IN];
     un_ptensor vals[UN_GEN_MAX_OP_IN];
+    uint64_t sh[UN_GEN_MAX_OP_IN], out_sh[UN_MAX_OUTPUTS];
     for (int j = 0; j < gi->n_in; j++) {
         shapes[j] = w->val[in[j]].shape;
         vals[j] = w->val[in[j]];
+        sh[j] = w->sh[in[j]];
     }
-    un_infer inf;
-    if (un_spec_infer(NULL, w->e->spec, gi->op, gi->params, shapes, gi->n_in, NULL, &inf) != UN_OK)
+    un_infer inf_scratch;
+    const un_infer *infp =
+        infer_memo_get(w->e, inst, shapes, sh, gi->n_in, &inf_scratch, out_sh);
+    if (!infp)
         return TRY_ILL;
-    if (w->n_t + inf.n_out > UN_GEN_MAX_T)
+    if (w->n_t + infp->n_out > UN_GEN_MAX_T)
         return TRY_ILL;
-    for (int o = 0; o < inf.n_out; o++)
-        if (un_shape_piece_numel(&inf.out[o]) * un_shape_npieces(&inf.out[o]) > (1 << 16))
+    for (int o = 0; o < infp->n_out; o++)
+        if (un_shape_piece_numel(&infp->out[o]) * un_shape_npieces(&infp->out[o]) > (1 << 16))
             return TRY_ILL; /* keep generation on small tensors */
     un_ptensor outv[UN_MAX_OUTPUTS];
-    un_status st = un_eval_op(w->ctx, w->e->spec, gi->op, gi->params, &inf, UN_DOM_FIELD, vals,
+    un_status st = un_eval_op(w->ctx, w->e->spec, gi->op, gi->params, infp, UN_DOM_FIELD, vals,
                               gi->n_in, outv);
     if (st != UN_OK) {
         w->err = st;
@@ -423,14 +503,14 @@ static int push_op(wstate *w, int inst, const uint8_t *in, bool check_order) {
     }
     uint64_t vh[UN_MAX_OUTPUTS];
     int res = TRY_OK;
-    for (int o = 0; o < inf.n_out && res == TRY_OK; o++) {
-        int64_t n = un_shape_numel(&inf.out[o]);
+    for (int o = 0; o < infp->n_out && res == TRY_OK; o++) {
+        int64_t n = un_shape_numel(&infp->out[o]);
         un_val *dense = scratch(w, n);
         if (un_ptensor_gather(NULL, &outv[o], UN_DOM_FIELD, dense) != UN_OK) {
             res = TRY_ILL; /* copies that differ: not a well-defined value */
             break;
         }
-        vh[o] = value_hash(&inf.out[o], dense, n);
+        vh[o] = value_hash(&infp->out[o], dense, n);
         for (int t = 0; t < w->n_t && res == TRY_OK; t++)
             if (w->vh[t] == vh[o])
                 res = TRY_DUP;
@@ -439,7 +519,7 @@ static int push_op(wstate *w, int inst, const uint8_t *in, bool check_order) {
                 res = TRY_DUP;
     }
     if (res != TRY_OK) {
-        for (int o = 0; o < inf.n_out; o++)
+        for (int o = 0; o < infp->n_out; o++)
             un_ptensor_deinit(&outv[o]);
         return res;
     }
@@ -455,10 +535,11 @@ static int push_op(wstate *w, int inst, const uint8_t *in, bool check_order) {
         anc |= w->anc[in[j]];
     }
     w->opkey[d] = key;
-    for (int o = 0; o < inf.n_out; o++) {
+    for (int o = 0; o < infp->n_out; o++) {
         int t = w->n_t++;
         w->val[t] = outv[o];
         w->vh[t] = vh[o];
+        w->sh[t] = out_sh[o];
         w->key[t] = un_mix64(key + 0x6f7574ull * (uint64_t)(o + 1));
         w->mask[t] = mask;
         w->anc[t] = anc;

@@ -630,6 +630,11 @@ static un_status pair_bucket(un_ctx *ctx, const un_gen_enum *e, const un_gen_enu
     return UN_OK;
 }
 
+/* Bucket-local record of NF keys already decided (kept or implied). */
+static uint64_t compose_key(int32_t bucket, uint64_t nf) {
+    return un_mix64(nf ^ un_mix64((uint64_t)bucket + 0x636f6dull));
+}
+
 /* What the sequential decisions need of one pair, computed by worker threads beforehand. */
 typedef struct pair_info {
     uint64_t nfa, nfb, h; /* normal forms of both sides; the pair's hash (h_ok) */
@@ -643,6 +648,11 @@ typedef struct pair_info {
     uint64_t mh[8];
     int64_t mj[8];
     bool msuper[8]; /* m is congruent to the group's smallest graph: no decision needed */
+    /* the rule as it would be stored (degree variable, orientation, canonical form), built when
+     * no stage is settled yet and the random test passes; owned until the decision */
+    un_rule *canon;
+    uint64_t canon_h;   /* un_rule_hash(canon) */
+    un_status canon_st; /* its error when it could not be built (the decision reports it) */
 } pair_info;
 
 typedef struct pinfo_job {
@@ -657,6 +667,9 @@ typedef struct pinfo_job {
     _Atomic int64_t next;
     const int64_t *by_bucket;    /* pair indices grouped by bucket, ascending within one */
     const int64_t *bucket_start; /* [bucket] -> first position in by_bucket; [n_buckets] end */
+    /* the decisions' sets as they stand before this chunk (frozen while the workers run; they
+     * only grow): a fact whose stage is already settled by them is not computed */
+    const hset *known, *decided;
 } pinfo_job;
 
 /* True when some operator output of ga has the structural key of one of gb's. */
@@ -689,19 +702,34 @@ static void pair_info_compute(un_ctx *ctx, const pinfo_job *job, int64_t i) {
     pi->nfa = nf_key(job->r, &pr->a, &ea, m->n_inputs, job->comm);
     pi->nfb = nf_key(job->r, &pr->b, &eb, m->n_inputs, job->comm);
     un_rule *rule = NULL;
+    /* The decision tries the stages in order and the sets only grow, so once a stage is settled
+     * by the sets before this chunk, the facts of the later stages can never be read: they are
+     * left out (zero), which saves most of the work on the later chunks and changes no decision.
+     * Composition settled: nothing past the normal forms is read. */
     if (pi->prefix && pi->nfa != pi->nfb &&
+        !hset_has(job->decided, compose_key(pr->bucket, pi->nfb)) &&
         build_rule(ctx, job->e, &pr->a, &ea, &pr->b, &eb, NULL, NULL, 0, 0, &rule) == UN_OK) {
         pi->h_ok = true;
         pi->h = pair_hash(ctx, rule);
-        implied_by_diagonal(ctx, job->e, &pi->diag, &pr->a, &ea, &pr->b, &eb);
-        implied_by_subgraph(ctx, job->e, &pi->sub, &pr->a, &ea, &pr->b, &eb, m->n_inputs);
-        pi->check_ok = un_rule_check_random(ctx, rule, UN_DOM_FIELD, job->p->seed ^ 0x636865636bull,
-                                            NULL) == UN_OK;
+        /* renaming settled by the hash, then by the diagonal instances; subgraph settled */
+        bool settled = hset_has(job->known, pi->h);
+        if (!settled) {
+            implied_by_diagonal(ctx, job->e, &pi->diag, &pr->a, &ea, &pr->b, &eb);
+            settled = sink_any(&pi->diag, job->known);
+        }
+        if (!settled) {
+            implied_by_subgraph(ctx, job->e, &pi->sub, &pr->a, &ea, &pr->b, &eb, m->n_inputs);
+            settled = sink_any(&pi->sub, job->known);
+        }
+        if (!settled)
+            pi->check_ok = un_rule_check_random(ctx, rule, UN_DOM_FIELD,
+                                                job->p->seed ^ 0x636865636bull, NULL) == UN_OK;
         /* earlier members of the group sharing a subterm with b */
         const int64_t *bb = job->by_bucket;
         int scanned = 0; /* bounded: groups can hold thousands of graphs at N=4 */
         for (int64_t q = job->bucket_start[pr->bucket];
-             q < job->bucket_start[pr->bucket + 1] && pi->nm < 8 && scanned < 24; q++) {
+             !settled && q < job->bucket_start[pr->bucket + 1] && pi->nm < 8 && scanned < 24;
+             q++) {
             if (bb[q] == i)
                 continue;
             scanned++;
@@ -722,6 +750,15 @@ static void pair_info_compute(un_ctx *ctx, const pinfo_job *job, int64_t i) {
                 }
             }
             un_gen_geval_deinit(&em);
+        }
+        /* a likely keeper: its stored form, here rather than in the sequential decisions */
+        if (!settled && pi->check_ok) {
+            un_status st = un_gen_rule_add_degree_var(ctx, rule);
+            if (st == UN_OK)
+                st = un_gen_rule_orient(ctx, rule, &pi->canon);
+            if (st == UN_OK)
+                pi->canon_h = un_rule_hash(pi->canon);
+            pi->canon_st = st;
         }
     }
     un_ctx_clear(ctx);
@@ -855,11 +892,6 @@ static void group_pairing(un_ctx *ctx, const un_gen_enum *e, const un_gen_enum_r
         un_ctx_progress_done(ctx);
 }
 
-/* Bucket-local record of NF keys already decided (kept or implied). */
-static uint64_t compose_key(int32_t bucket, uint64_t nf) {
-    return un_mix64(nf ^ un_mix64((uint64_t)bucket + 0x636f6dull));
-}
-
 un_status un_gen_find(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p, un_gen_rules *out) {
     return un_gen_find_stream(ctx, e, p, NULL, NULL, out);
 }
@@ -941,7 +973,7 @@ un_status un_gen_find_stream(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p
     /* waves of equal largest side: the workers compute what each pair needs, then the
      * decisions run in order (commutativity rules, learnt from one-operator pairs, shape the
      * normal forms of the later waves) */
-    enum { CHUNK = 1 << 14 };
+    enum { CHUNK = 1 << 11 };
     pair_info *info = un_xcalloc(CHUNK, sizeof *info);
     pinfo_job job = {.parent = ctx,
                      .e = e,
@@ -951,7 +983,9 @@ un_status un_gen_find_stream(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p
                      .pairs = pv,
                      .info = info,
                      .by_bucket = by_bucket,
-                     .bucket_start = bucket_start};
+                     .bucket_start = bucket_start,
+                     .known = &known,
+                     .decided = &decided};
     int64_t wave_end = 0;
     for (int64_t i = 0; i < pairs.n && st == UN_OK; i++) {
         const pair *pr = &pv[i];
@@ -972,7 +1006,7 @@ un_status un_gen_find_stream(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p
             un_ctx_progress(ctx, "unity-gen: pruning: %lld/%lld pairs, %lld rules, %.0f pairs/s",
                             (long long)i, (long long)pairs.n, (long long)n_kept, rate);
         }
-        const pair_info *pi = &info[i - job.begin];
+        pair_info *pi = &info[i - job.begin];
         if (!pi->evaluated) {
             st = un_ctx_error(ctx, UN_ERR_INVALID, "pairing: a recorded graph does not evaluate");
             break;
@@ -1013,43 +1047,39 @@ un_status un_gen_find_stream(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p
         } else if (!pi->check_ok) {
             c_check++;
         } else {
-            /* kept: rebuild the rule (cheap next to the tests above) */
-            un_gen_geval ea, eb;
-            un_rule *rule = NULL, *canon = NULL;
-            if ((st = un_gen_enum_eval(ctx, e, &pr->a, &ea)) != UN_OK)
+            /* kept: the stored form was built by the workers */
+            un_rule *canon = pi->canon;
+            pi->canon = NULL;
+            if (!canon) {
+                un_status why = pi->canon_st != UN_OK ? pi->canon_st : UN_ERR_INVALID;
+                st = un_ctx_error(ctx, why, "pairing: a kept pair gives no rule (%s)",
+                                  un_status_str(why));
                 break;
-            if ((st = un_gen_enum_eval(ctx, e, &pr->b, &eb)) == UN_OK) {
-                if ((st = build_rule(ctx, e, &pr->a, &ea, &pr->b, &eb, NULL, NULL, 0, 0, &rule)) ==
-                        UN_OK &&
-                    (st = un_gen_rule_add_degree_var(ctx, rule)) == UN_OK &&
-                    (st = un_gen_rule_orient(ctx, rule, &canon)) == UN_OK) {
-                    hset_add(&known, pi->h);
-                    hset_add(&decided, ck);
-                    pair_done[i] = true;
-                    stats->with_var += canon->n_vars > 0;
-                    uint64_t kh = un_rule_hash(canon);
-                    vecp_push(&kept_h, &kh);
-                    n_kept++;
-                    /* op(a, b) => op(b, a): later normal forms ignore that op's argument order */
-                    if (pr->a.n_ops == 1 && pr->b.n_ops == 1 &&
-                        pr->a.ops[0].inst == pr->b.ops[0].inst && pr->a.ops[0].n_in == 2 &&
-                        pr->a.ops[0].in[0] == pr->b.ops[0].in[1] &&
-                        pr->a.ops[0].in[1] == pr->b.ops[0].in[0])
-                        comm[pr->a.ops[0].inst] = true;
-                    if (emit) {
-                        st = emit(user, ctx, canon); /* canon is freed below */
-                    } else {
-                        vecp_push(&kept, &canon);
-                        canon = NULL;
-                    }
-                }
-                un_gen_geval_deinit(&eb);
             }
-            un_gen_geval_deinit(&ea);
-            un_rule_free(rule);
+            hset_add(&known, pi->h);
+            hset_add(&decided, ck);
+            pair_done[i] = true;
+            stats->with_var += canon->n_vars > 0;
+            vecp_push(&kept_h, &pi->canon_h);
+            n_kept++;
+            /* op(a, b) => op(b, a): later normal forms ignore that op's argument order */
+            if (pr->a.n_ops == 1 && pr->b.n_ops == 1 && pr->a.ops[0].inst == pr->b.ops[0].inst &&
+                pr->a.ops[0].n_in == 2 && pr->a.ops[0].in[0] == pr->b.ops[0].in[1] &&
+                pr->a.ops[0].in[1] == pr->b.ops[0].in[0])
+                comm[pr->a.ops[0].inst] = true;
+            if (emit) {
+                st = emit(user, ctx, canon); /* canon is freed below */
+            } else {
+                vecp_push(&kept, &canon);
+                canon = NULL;
+            }
             un_rule_free(canon);
         }
+        un_rule_free(info[i - job.begin].canon); /* built for a pair not kept after all */
+        info[i - job.begin].canon = NULL;
     }
+    for (int64_t i = job.begin; i < job.end; i++) /* after an error: the rest of the chunk */
+        un_rule_free(info[i - job.begin].canon);
     free(info);
     free(pair_done);
     free(by_bucket);

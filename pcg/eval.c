@@ -91,9 +91,25 @@ un_status un_ptensor_gather(un_ctx *ctx, const un_ptensor *t, un_dom dom, un_val
     do {
         const un_val *src = un_ptensor_piece(t, p.block, p.sum, p.copy);
         if (p.copy == 0) {
+            /* the local elements in row-major order, their logical offsets by an odometer */
+            int64_t ld[UN_MAX_DIMS], stride[UN_MAX_DIMS], loc[UN_MAX_DIMS], g = 0, st = 1;
+            for (int i = s->rank - 1; i >= 0; i--) {
+                ld[i] = s->dim[i] / s->shard[i];
+                stride[i] = st;
+                st *= s->dim[i];
+                loc[i] = 0;
+                g += (int64_t)p.block[i] * ld[i] * stride[i];
+            }
             for (int64_t x = 0; x < pn; x++) {
-                int64_t g = global_index(s, p.block, x);
                 dense[g] = un_num_add(dom, dense[g], src[x]);
+                for (int i = s->rank - 1; i >= 0; i--) {
+                    if (++loc[i] < ld[i]) {
+                        g += stride[i];
+                        break;
+                    }
+                    g -= (ld[i] - 1) * stride[i];
+                    loc[i] = 0;
+                }
             }
         } else {
             const un_val *first = un_ptensor_piece(t, p.block, p.sum, 0);

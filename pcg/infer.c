@@ -34,9 +34,12 @@ typedef struct {
     un_shape out[UN_MAX_OUTPUTS];
 } solver;
 
-/* A shape as text in buf (96 bytes), for messages: called only on the error path. */
-static const char *shape_s(const un_shape *sh, char *buf) {
-    un_shape_str(sh, buf, 96);
+/* A shape as text in buf (96 bytes), for messages: called only on the error path; empty when
+ * ctx is NULL, since no message is built then (the generator asks millions of times). */
+static const char *shape_s(const un_ctx *ctx, const un_shape *sh, char *buf) {
+    buf[0] = '\0';
+    if (ctx)
+        un_shape_str(sh, buf, 96);
     return buf;
 }
 
@@ -313,18 +316,18 @@ static un_status infer_parallel(un_ctx *ctx, const un_op_spec *os, const un_para
                             (long long)k);
     if (pd >= 0 && (d < 0 || d >= in->rank))
         return un_ctx_error(ctx, UN_ERR_SHAPE, "%s (%s): input 0 %s has no dim %lld", label,
-                            os->name, shape_s(in, sb), (long long)d);
+                            os->name, shape_s(ctx, in, sb), (long long)d);
     switch (os->op) {
     case UN_OP_PARTITION:
         if ((int64_t)in->shard[d] * k > UN_MAX_DEGREE)
             return un_ctx_error(ctx, UN_ERR_SHAPE,
                                 "%s (partition): input 0 %s: more than %d blocks", label,
-                                shape_s(in, sb), UN_MAX_DEGREE);
+                                shape_s(ctx, in, sb), UN_MAX_DEGREE);
         if (in->dim[d] % ((int64_t)in->shard[d] * k) != 0)
             return un_ctx_error(ctx, UN_ERR_SHAPE,
                                 "%s (partition): input 0 %s: dim %lld of size %lld is not "
                                 "divisible into %lld blocks",
-                                label, shape_s(in, sb), (long long)d, (long long)in->dim[d],
+                                label, shape_s(ctx, in, sb), (long long)d, (long long)in->dim[d],
                                 (long long)(in->shard[d] * k));
         s.shard[d] *= (int32_t)k;
         break;
@@ -333,21 +336,21 @@ static un_status infer_parallel(un_ctx *ctx, const un_op_spec *os, const un_para
             return un_ctx_error(
                 ctx, UN_ERR_SHAPE,
                 "%s (combine): input 0 %s: dim %lld has shard degree %d, not a multiple of %lld",
-                label, shape_s(in, sb), (long long)d, in->shard[d], (long long)k);
+                label, shape_s(ctx, in, sb), (long long)d, in->shard[d], (long long)k);
         s.shard[d] /= (int32_t)k;
         break;
     case UN_OP_REPLICATE:
         if ((int64_t)in->copy * k > UN_MAX_DEGREE)
             return un_ctx_error(ctx, UN_ERR_SHAPE,
                                 "%s (replicate): input 0 %s: more than %d copies", label,
-                                shape_s(in, sb), UN_MAX_DEGREE);
+                                shape_s(ctx, in, sb), UN_MAX_DEGREE);
         s.copy *= (int32_t)k;
         break;
     case UN_OP_REDUCE:
         if (in->sum % k != 0)
             return un_ctx_error(ctx, UN_ERR_SHAPE,
                                 "%s (reduce): input 0 %s has sum degree %d, not a multiple of %lld",
-                                label, shape_s(in, sb), in->sum, (long long)k);
+                                label, shape_s(ctx, in, sb), in->sum, (long long)k);
         s.sum /= (int32_t)k;
         break;
     default:
@@ -357,7 +360,7 @@ static un_status infer_parallel(un_ctx *ctx, const un_op_spec *os, const un_para
     char why[128];
     if (!un_shape_valid(&s, why, sizeof why))
         return un_ctx_error(ctx, UN_ERR_SHAPE, "%s (%s): output of input 0 %s: %s", label, os->name,
-                            shape_s(in, sb), why);
+                            shape_s(ctx, in, sb), why);
     out->out[0] = s;
     return UN_OK;
 }
@@ -452,16 +455,16 @@ static un_status check_inputs(un_ctx *ctx, const un_op_spec *os, const un_param 
         char sb[96];
         if (!un_shape_valid(&in[t], why, sizeof why))
             return un_ctx_error(ctx, UN_ERR_SHAPE, "%s (%s): input %d (%s) %s: %s", label, os->name,
-                                t, is->name, shape_s(&in[t], sb), why);
+                                t, is->name, shape_s(ctx, &in[t], sb), why);
         if (is->rank >= 0 ? in[t].rank != is->rank : in[t].rank < is->min_rank)
             return un_ctx_error(
                 ctx, UN_ERR_SHAPE, "%s (%s): input %d (%s) %s has rank %d, expected %s%d", label,
-                os->name, t, is->name, shape_s(&in[t], sb), in[t].rank,
+                os->name, t, is->name, shape_s(ctx, &in[t], sb), in[t].rank,
                 is->rank >= 0 ? "" : "at least ", is->rank >= 0 ? is->rank : is->min_rank);
         if (is->dtype != UN_DT_COUNT && in[t].dtype != is->dtype)
             return un_ctx_error(ctx, UN_ERR_SHAPE,
                                 "%s (%s): input %d (%s) %s has dtype %s, expected %s", label,
-                                os->name, t, is->name, shape_s(&in[t], sb),
+                                os->name, t, is->name, shape_s(ctx, &in[t], sb),
                                 un_dtype_name(in[t].dtype), un_dtype_name(is->dtype));
     }
     return UN_OK;

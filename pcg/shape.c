@@ -178,3 +178,20 @@ void un_shape_piece_offset(const un_shape *s, const int32_t *block, int64_t *off
     for (int i = 0; i < s->rank; i++)
         off[i] = (int64_t)block[i] * (s->dim[i] / s->shard[i]);
 }
+
+int64_t un_shape_block_index(const un_shape *s, const int64_t *off, const int64_t *len, int64_t x,
+                             int64_t *run) {
+    int last = s->rank - 1;
+    *run = 1;
+    if (last < 0)
+        return 0;
+    int64_t c[UN_MAX_DIMS], e = 0; /* the logical coordinates of block element x */
+    for (int d = last; d >= 0; d--) {
+        c[d] = off[d] + x % len[d];
+        x /= len[d];
+    }
+    for (int d = 0; d <= last; d++)
+        e = e * s->dim[d] + c[d];
+    *run = len[last] - (c[last] - off[last]);
+    return e;
+}

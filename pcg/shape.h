@@ -52,5 +52,11 @@ void un_shape_piece_dims(const un_shape *s, int64_t *dim);
 /* Where the block of block indices `block` starts in the logical tensor: block[i] * (dim[i] /
  * shard[i]) for every dim (the runtime's piece geometry and this file's index order agree). */
 void un_shape_piece_offset(const un_shape *s, const int32_t *block, int64_t *off);
+/* Element x (row-major) of the block of s's logical tensor that starts at off with extent len:
+ * its row-major index in the logical tensor, and in *run how many elements from x on are
+ * consecutive there too (to the end of x's row of the block, along the last dim). A scalar: 0, 1.
+ */
+int64_t un_shape_block_index(const un_shape *s, const int64_t *off, const int64_t *len, int64_t x,
+                             int64_t *run);
 
 #endif

@@ -2,6 +2,8 @@
  * optimizer state, one file, written through a temporary file and checksummed. */
 #include "runtime/checkpoint.h"
 
+#include "runtime/comm.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,6 +57,32 @@ static size_t ckpt_write(const void *p, size_t size, size_t n, FILE *f, uint64_t
     return done;
 }
 
+/* The file's header: magic, element bytes, g's weight count. */
+static bool ckpt_head(FILE *f, uint64_t *h, const un_graph *g, uint32_t es) {
+    uint32_t nw = 0;
+    for (int32_t id = 0; id < un_graph_node_count(g); id++)
+        nw += un_graph_node(g, id)->op == UN_OP_WEIGHT;
+    return ckpt_write(ckpt_magic, 1, 8, f, h) == 8 && ckpt_write(&es, 4, 1, f, h) == 1 &&
+           ckpt_write(&nw, 4, 1, f, h) == 1;
+}
+
+/* A weight's name and shape (its values follow). */
+static bool ckpt_weight_head(FILE *f, uint64_t *h, const un_node *nd) {
+    const char *name = nd->name ? nd->name : "";
+    uint32_t len = (uint32_t)strlen(name), rank = (uint32_t)nd->inf.out[0].rank;
+    return ckpt_write(&len, 4, 1, f, h) == 1 && ckpt_write(name, 1, len, f, h) == len &&
+           ckpt_write(&rank, 4, 1, f, h) == 1 &&
+           ckpt_write(nd->inf.out[0].dim, 8, rank, f, h) == rank;
+}
+
+/* The optimizer's kind (~0 for none, o NULL: nothing follows), steps and element count n. */
+static bool ckpt_optim_head(FILE *f, uint64_t *h, const un_optim *o, int64_t n) {
+    uint32_t kind = o ? (uint32_t)un_optim_kind(o) : ~0u;
+    int64_t steps = o ? un_optim_steps(o) : 0;
+    return ckpt_write(&kind, 4, 1, f, h) == 1 &&
+           (!o || (ckpt_write(&steps, 8, 1, f, h) == 1 && ckpt_write(&n, 8, 1, f, h) == 1));
+}
+
 un_status un_checkpoint_save(un_ctx *ctx, const char *path, const un_graph *g, un_prec prec,
                              const void *w, const un_optim *o) {
     char tmp[4096];
@@ -63,36 +91,25 @@ un_status un_checkpoint_save(un_ctx *ctx, const char *path, const un_graph *g, u
     FILE *f = fopen(tmp, "wb");
     if (!f)
         return un_ctx_error(ctx, UN_ERR_IO, "%s: cannot write", path);
-    uint32_t es = prec == UN_PREC_F32 ? 4 : 8, nw = 0;
+    uint32_t es = prec == UN_PREC_F32 ? 4 : 8;
     uint64_t h = CKPT_SUM_INIT;
-    for (int32_t id = 0; id < un_graph_node_count(g); id++)
-        nw += un_graph_node(g, id)->op == UN_OP_WEIGHT;
-    bool ok = ckpt_write(ckpt_magic, 1, 8, f, &h) == 8 && ckpt_write(&es, 4, 1, f, &h) == 1 &&
-              ckpt_write(&nw, 4, 1, f, &h) == 1;
+    bool ok = ckpt_head(f, &h, g, es);
     int64_t off = 0;
     for (int32_t id = 0; ok && id < un_graph_node_count(g); id++) {
         const un_node *nd = un_graph_node(g, id);
         if (nd->op != UN_OP_WEIGHT)
             continue;
-        const char *name = nd->name ? nd->name : "";
-        uint32_t len = (uint32_t)strlen(name), rank = (uint32_t)nd->inf.out[0].rank;
         int64_t numel = un_shape_numel(&nd->inf.out[0]);
-        ok = ckpt_write(&len, 4, 1, f, &h) == 1 && ckpt_write(name, 1, len, f, &h) == len &&
-             ckpt_write(&rank, 4, 1, f, &h) == 1 &&
-             ckpt_write(nd->inf.out[0].dim, 8, rank, f, &h) == rank &&
-             ckpt_write((const char *)w + (size_t)off * es, es, (size_t)numel, f, &h) ==
-                 (size_t)numel;
+        ok = ckpt_weight_head(f, &h, nd) && ckpt_write((const char *)w + (size_t)off * es, es,
+                                                       (size_t)numel, f, &h) == (size_t)numel;
         off += numel;
     }
-    uint32_t kind = o ? (uint32_t)un_optim_kind(o) : ~0u;
-    ok = ok && ckpt_write(&kind, 4, 1, f, &h) == 1;
+    ok = ok && (!o || (un_optim_prec(o) == UN_PREC_F32 ? 4u : 8u) == es) &&
+         ckpt_optim_head(f, &h, o, o ? un_optim_count(o) : 0);
     if (ok && o) {
-        int64_t steps = un_optim_steps(o), n = un_optim_count(o);
+        size_t n = (size_t)un_optim_count(o);
         const void *m = un_optim_state(o, 0), *v = un_optim_state(o, 1);
-        ok = (un_optim_prec(o) == UN_PREC_F32 ? 4u : 8u) == es &&
-             ckpt_write(&steps, 8, 1, f, &h) == 1 && ckpt_write(&n, 8, 1, f, &h) == 1 &&
-             ckpt_write(m, es, (size_t)n, f, &h) == (size_t)n &&
-             (!v || ckpt_write(v, es, (size_t)n, f, &h) == (size_t)n);
+        ok = ckpt_write(m, es, n, f, &h) == n && (!v || ckpt_write(v, es, n, f, &h) == n);
     }
     ok = ok && fwrite(&h, 8, 1, f) == 1;
     ok = fclose(f) == 0 && ok;
@@ -101,6 +118,147 @@ un_status un_checkpoint_save(un_ctx *ctx, const char *path, const un_graph *g, u
         return un_ctx_error(ctx, UN_ERR_IO, "%s: cannot write the checkpoint", path);
     }
     return UN_OK;
+}
+
+/* ---- one file from the pieces, streamed ----
+ * The format above, written by rank 0 weight by weight: for each array (values, then each
+ * optimizer array) and each weight in node order, every rank sends rank 0 its chunks of the
+ * weight's blocks (un_exec_blocks: the chunks of all ranks hold each element once), rank 0 places
+ * them into the weight's logical array and appends it. No rank holds more than one weight. */
+
+typedef struct sv_rank {
+    un_exec_block *blk; /* a rank's blocks (rank 0 knows every rank's) */
+    int nb;
+} sv_rank;
+
+/* The elements rank q holds of weight node id (the chunks of its blocks of it). */
+static int64_t sv_count(const sv_rank *q, int32_t id) {
+    int64_t n = 0;
+    for (int b = 0; b < q->nb; b++)
+        if (q->blk[b].node == id)
+            n += q->blk[b].hi - q->blk[b].lo;
+    return n;
+}
+
+un_status un_checkpoint_save_exec(un_ctx *ctx, const char *path, const un_graph *g, un_exec *ex,
+                                  un_backend *be, const un_optim *o, un_comm *comm,
+                                  int64_t *host_bytes) {
+    int me = un_comm_rank(comm), d = un_comm_size(comm);
+    bool root = me == 0;
+    uint32_t es = un_backend_prec(be) == UN_PREC_F32 ? 4 : 8;
+    int arrays = o ? (un_optim_state(o, 1) ? 2 : 1) : 0;
+    sv_rank *rk = un_xcalloc((size_t)d, sizeof *rk);
+    rk[me].blk = un_exec_blocks(ex, &rk[me].nb);
+    /* rank 0 learns every rank's blocks */
+    double *cnt = un_xcalloc((size_t)d, sizeof *cnt);
+    cnt[me] = rk[me].nb;
+    un_status st = un_comm_allreduce(ctx, comm, UN_RED_F64, cnt, d);
+    un_comm_msg *rm = un_xcalloc((size_t)d, sizeof *rm);
+    int nr = 0;
+    for (int q = 1; st == UN_OK && root && q < d; q++) {
+        rk[q].nb = (int)cnt[q];
+        rk[q].blk = un_xcalloc((size_t)rk[q].nb + 1, sizeof *rk[q].blk);
+        if (rk[q].nb)
+            rm[nr++] = (un_comm_msg){q, 0, rk[q].blk, sizeof *rk[q].blk * (size_t)rk[q].nb};
+    }
+    un_comm_msg sm = {0, 0, rk[me].blk, sizeof *rk[me].blk * (size_t)rk[me].nb};
+    if (st == UN_OK)
+        st = un_comm_exchange(ctx, comm, &sm, !root && rk[me].nb > 0, rm, nr);
+    char tmp[4200];
+    FILE *f = NULL;
+    if (st == UN_OK && root) {
+        snprintf(tmp, sizeof tmp, "%s.tmp", path);
+        if (strlen(path) >= 4096)
+            st = un_ctx_error(ctx, UN_ERR_INVALID, "%s: path too long", path);
+        else if (!(f = fopen(tmp, "wb")))
+            st = un_ctx_error(ctx, UN_ERR_IO, "%s: cannot write", path);
+    }
+    st = un_comm_agree(ctx, comm, st); /* every rank agrees before the data moves */
+    int64_t big = 0, nl = 0;           /* the largest weight's elements, all weights' */
+    for (int32_t id = 0; id < un_graph_node_count(g); id++)
+        if (un_graph_node(g, id)->op == UN_OP_WEIGHT) {
+            int64_t n = un_shape_numel(&un_graph_node(g, id)->inf.out[0]);
+            big = n > big ? n : big;
+            nl += n;
+        }
+    /* rank 0: the weight's logical array, then what the others send; others: their chunks */
+    char *lw = un_xmalloc((size_t)(root ? 2 * big : big) * es + 1), *in = lw + (size_t)big * es;
+    if (host_bytes)
+        *host_bytes = (root ? 2 * big : big) * es;
+    uint64_t h = CKPT_SUM_INIT;
+    bool ok = st == UN_OK;
+    if (ok && root)
+        ok = ckpt_head(f, &h, g, es);
+    un_status rd = UN_OK; /* a failed read still takes part in the exchanges */
+    for (int a = 0; st == UN_OK && a < 1 + arrays; a++) {
+        const char *src = a == 0 ? un_exec_params(ex) : un_optim_state(o, a - 1);
+        if (a == 1 && root && ok)
+            ok = ckpt_optim_head(f, &h, o, nl);
+        for (int32_t id = 0; st == UN_OK && id < un_graph_node_count(g); id++) {
+            const un_node *nd = un_graph_node(g, id);
+            if (nd->op != UN_OP_WEIGHT)
+                continue;
+            const un_shape *s = &nd->inf.out[0];
+            char *mine = root ? in : lw; /* this rank's chunks, packed */
+            int64_t at = 0;
+            for (int b = 0; b < rk[me].nb; b++) {
+                const un_exec_block *k = &rk[me].blk[b];
+                size_t n = (size_t)(k->hi - k->lo);
+                if (k->node != id || !n)
+                    continue;
+                int64_t from = a == 0 ? k->at + k->lo : k->shard_at;
+                if (rd == UN_OK)
+                    rd = un_backend_read(ctx, be, mine + (size_t)at * es, src + (size_t)from * es,
+                                         n * es);
+                at += (int64_t)n;
+            }
+            nr = 0;
+            int64_t off = at; /* rank 0: the others' chunks follow its own in `in` */
+            for (int q = 1; root && q < d; q++) {
+                int64_t n = sv_count(&rk[q], id);
+                if (n)
+                    rm[nr++] = (un_comm_msg){q, id, in + (size_t)off * es, (size_t)n * es};
+                off += n;
+            }
+            sm = (un_comm_msg){0, id, mine, (size_t)at * es};
+            st = un_comm_exchange(ctx, comm, &sm, !root && at > 0, rm, nr);
+            if (!root || st != UN_OK)
+                continue;
+            UN_ASSERT(off == un_shape_numel(s)); /* the chunks partition the weight */
+            off = 0;
+            for (int q = 0; q < d; q++)
+                for (int b = 0; b < rk[q].nb; b++) {
+                    const un_exec_block *k = &rk[q].blk[b];
+                    if (k->node != id)
+                        continue;
+                    for (int64_t x = k->lo; x < k->hi;) {
+                        int64_t run, e = un_shape_block_index(s, k->off, k->len, x, &run);
+                        run = run < k->hi - x ? run : k->hi - x;
+                        memcpy(lw + (size_t)e * es, in + (size_t)off * es, (size_t)run * es);
+                        off += run;
+                        x += run;
+                    }
+                }
+            size_t numel = (size_t)un_shape_numel(s);
+            ok = ok && (a > 0 || ckpt_weight_head(f, &h, nd)) &&
+                 ckpt_write(lw, es, numel, f, &h) == numel;
+        }
+    }
+    if (root && f) {
+        ok = ok && (o || ckpt_optim_head(f, &h, NULL, 0)) && fwrite(&h, 8, 1, f) == 1;
+        ok = fclose(f) == 0 && ok;
+        if (st == UN_OK && rd == UN_OK && (!ok || rename(tmp, path) != 0))
+            st = un_ctx_error(ctx, UN_ERR_IO, "%s: cannot write the checkpoint", path);
+        if (st != UN_OK || rd != UN_OK)
+            remove(tmp);
+    }
+    for (int q = 0; q < d; q++)
+        free(rk[q].blk);
+    free(rk);
+    free(cnt);
+    free(rm);
+    free(lw);
+    return un_comm_agree(ctx, comm, st == UN_OK ? rd : st);
 }
 
 /* ---- per-rank checkpoints (one file per MPI process) ----
@@ -132,6 +290,21 @@ bool un_checkpoint_is_ranks(const char *path) {
     return f != NULL;
 }
 
+enum { SV_CHUNK = 1 << 16 }; /* elements of backend memory staged on the host at a time */
+
+/* Writes n es-byte elements of backend memory src to f, read through be into buf (SV_CHUNK
+ * elements) chunk by chunk; false on a failed read (its status in *rd) or write. */
+static bool ckpt_write_dev(un_ctx *ctx, un_backend *be, const char *src, size_t n, uint32_t es,
+                           char *buf, FILE *f, uint64_t *h, un_status *rd) {
+    for (size_t at = 0; at < n; at += SV_CHUNK) {
+        size_t k = n - at < SV_CHUNK ? n - at : SV_CHUNK;
+        if ((*rd = un_backend_read(ctx, be, buf, src + at * es, k * es)) != UN_OK ||
+            ckpt_write(buf, es, k, f, h) != k)
+            return false;
+    }
+    return true;
+}
+
 un_status un_checkpoint_save_rank(un_ctx *ctx, const char *path, const un_graph *g, un_exec *ex,
                                   un_backend *be, const un_optim *o, int rank, int ranks) {
     char file[4096], tmp[4200];
@@ -141,14 +314,8 @@ un_status un_checkpoint_save_rank(un_ctx *ctx, const char *path, const un_graph 
     uint32_t es = un_backend_prec(be) == UN_PREC_F32 ? 4 : 8;
     int nb = 0;
     un_exec_block *blk = un_exec_blocks(ex, &nb);
-    int64_t np = un_exec_param_count(ex), ns = o ? un_optim_count(o) : 0;
-    char *w = un_xmalloc((size_t)(np + 1) * es), *st[2] = {NULL, NULL};
-    un_status s = un_backend_read(ctx, be, w, un_exec_params(ex), (size_t)np * es);
-    for (int i = 0; o && i < 2 && s == UN_OK; i++)
-        if (un_optim_state(o, i)) {
-            st[i] = un_xmalloc((size_t)(ns + 1) * es);
-            s = un_backend_read(ctx, be, st[i], un_optim_state(o, i), (size_t)ns * es);
-        }
+    char *buf = un_xmalloc((size_t)SV_CHUNK * es); /* backend memory read in bounded chunks */
+    un_status s = UN_OK;
     FILE *f = s == UN_OK ? fopen(tmp, "wb") : NULL;
     if (s == UN_OK && !f)
         s = un_ctx_error(ctx, UN_ERR_IO, "%s: cannot write", file);
@@ -171,22 +338,26 @@ un_status un_checkpoint_save_rank(un_ctx *ctx, const char *path, const un_graph 
                  ckpt_write(&rk, 4, 1, f, &h) == 1 && ckpt_write(sh->dim, 8, rk, f, &h) == rk &&
                  ckpt_write(blk[b].off, 8, rk, f, &h) == rk &&
                  ckpt_write(blk[b].len, 8, rk, f, &h) == rk && ckpt_write(lohi, 8, 2, f, &h) == 2 &&
-                 ckpt_write(w + (size_t)(blk[b].at + blk[b].lo) * es, es, nst, f, &h) == nst;
-            for (int i = 0; ok && i < 2; i++)
-                if (st[i])
-                    ok = ckpt_write(st[i] + (size_t)blk[b].shard_at * es, es, nst, f, &h) == nst;
+                 ckpt_write_dev(ctx, be,
+                                (const char *)un_exec_params(ex) +
+                                    (size_t)(blk[b].at + blk[b].lo) * es,
+                                nst, es, buf, f, &h, &s);
+            for (int i = 0; ok && o && i < 2; i++)
+                if (un_optim_state(o, i))
+                    ok = ckpt_write_dev(
+                        ctx, be, (const char *)un_optim_state(o, i) + (size_t)blk[b].shard_at * es,
+                        nst, es, buf, f, &h, &s);
         }
         ok = ok && fwrite(&h, 8, 1, f) == 1;
         ok = fclose(f) == 0 && ok;
         if (!ok || rename(tmp, file) != 0) {
             remove(tmp);
-            s = un_ctx_error(ctx, UN_ERR_IO, "%s: cannot write the checkpoint", file);
+            if (s == UN_OK) /* else a failed read, said already */
+                s = un_ctx_error(ctx, UN_ERR_IO, "%s: cannot write the checkpoint", file);
         }
     }
     free(blk);
-    free(w);
-    free(st[0]);
-    free(st[1]);
+    free(buf);
     return s;
 }
 

@@ -1,7 +1,7 @@
 /* checkpoint.h - checkpoints of a training run: every weight of the graph, whole (logical, by
  * name and shape, in node order), plus the optimizer state, in one file. Logical state loads into
- * any plan and device count: the trainer gathers the pieces on rank 0 before saving and cuts them
- * again after loading (train.c with un_exec_params_gather / un_exec_params_scatter).
+ * any plan and device count: the trainer streams the pieces to rank 0, one weight at a time
+ * (un_checkpoint_save_exec), and loads straight into each rank's pieces (un_checkpoint_load_exec).
  *
  *   st = un_checkpoint_save(ctx, "run.ckpt", g, UN_PREC_F32, logical_w, logical_opt);
  *   st = un_checkpoint_load(ctx, "run.ckpt", g, UN_PREC_F32, logical_w, logical_opt);
@@ -23,6 +23,15 @@ un_status un_checkpoint_save(un_ctx *ctx, const char *path, const un_graph *g, u
  * weight; a truncated or damaged file (checksum) is UN_ERR_PARSE and loads nothing usable. */
 un_status un_checkpoint_load(un_ctx *ctx, const char *path, const un_graph *g, un_prec prec,
                              void *w, un_optim *o);
+/* The same file written from an executor's pieces (every rank of ex calls it; collective over
+ * comm): rank 0 writes the weights and the optimizer state (o: this rank's shard, may be NULL)
+ * one weight at a time, each rank sending it its chunks of that weight (un_exec_blocks), so no
+ * rank holds more than one logical weight (rank 0 two: the weight and what it receives);
+ * *host_bytes (may be NULL) says how much. Any rank's failure fails every rank; no file is left
+ * half-written. */
+un_status un_checkpoint_save_exec(un_ctx *ctx, const char *path, const un_graph *g, un_exec *ex,
+                                  un_backend *be, const un_optim *o, un_comm *comm,
+                                  int64_t *host_bytes);
 
 /* ---- one file per rank (MPI) ----
  * Each rank writes PATH.rankR with its own weight blocks (copy 0's values) and its optimizer

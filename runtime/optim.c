@@ -2,6 +2,7 @@
 #include "runtime/optim.h"
 
 #include "runtime/backend_impl.h"
+#include "runtime/exec.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -172,38 +173,106 @@ static bool weight_use(const un_graph *g, int32_t w, un_op *op, int *slot) {
     return false;
 }
 
+/* How weight node w starts: its element e is fill (>= 0) or bound * (2 u(e) - 1), u(e) uniform in
+ * [0, 1) from a counter-based generator (splitmix64 at position e of the weight's stream), so any
+ * element's value is computed alone: each rank initialises only its pieces. */
+typedef struct init_rule {
+    uint64_t seed;
+    double fill, bound;
+} init_rule;
+
+static init_rule init_rule_of(const un_graph *g, int32_t w, uint64_t seed) {
+    const un_node *nd = un_graph_node(g, w);
+    const un_shape *s = &nd->inf.out[0];
+    un_op op = UN_OP_LINEAR;
+    int slot = 1;
+    const char *role = "w";
+    if (weight_use(g, w, &op, &slot)) {
+        const un_op_spec *os = un_spec_op(un_graph_spec(g), op);
+        role = slot < os->n_inputs ? os->inputs[slot].name : "w";
+    }
+    const char *name = nd->name ? nd->name : "";
+    init_rule r = {un_hash_bytes(s->dim, sizeof(int64_t) * (size_t)s->rank,
+                                 un_hash_bytes(name, strlen(name), seed)),
+                   -1, 1};
+    if (strcmp(role, "gamma") == 0)
+        r.fill = 1;
+    else if (strcmp(role, "beta") == 0 || strcmp(role, "b") == 0)
+        r.fill = 0;
+    int64_t fan_in = s->rank >= 1 ? s->dim[0] : 1;
+    if (s->rank == 4) /* conv2d [cout, cin/groups, kh, kw] */
+        fan_in = s->dim[1] * s->dim[2] * s->dim[3];
+    if (op != UN_OP_EMBEDDING)
+        r.bound = 1.0 / sqrt((double)(fan_in > 0 ? fan_in : 1));
+    return r;
+}
+
+static inline double init_value(const init_rule *r, int64_t e) {
+    if (r->fill >= 0)
+        return r->fill;
+    uint64_t x = un_mix64(r->seed + (uint64_t)e * 0x9e3779b97f4a7c15ull);
+    return r->bound * (2 * ((double)(x >> 11) * (1.0 / 9007199254740992.0)) - 1);
+}
+
+/* Elements lo..hi (row-major) of the block off/len of weight node w of g into out (prec): given's
+ * values (the whole weight, logical order) where given is not NULL, else the seeded ones. */
+static void init_block(const un_graph *g, int32_t w, uint64_t seed, const float *given,
+                       un_prec prec, const int64_t *off, const int64_t *len, int64_t lo, int64_t hi,
+                       void *out) {
+    const un_shape *s = &un_graph_node(g, w)->inf.out[0];
+    init_rule r = {0, 0, 0};
+    if (!given)
+        r = init_rule_of(g, w, seed);
+    for (int64_t x = lo; x < hi;) {
+        int64_t run, e = un_shape_block_index(s, off, len, x, &run);
+        run = run < hi - x ? run : hi - x;
+        for (int64_t k = 0; k < run; k++)
+            setv(out, prec, x - lo + k, given ? given[e + k] : init_value(&r, e + k));
+        x += run;
+    }
+}
+
 void un_optim_init_weights(const un_graph *g, uint64_t seed, un_prec prec, void *w, int64_t n) {
     int64_t off = 0;
-    const un_spec *spec = un_graph_spec(g);
+    size_t es = prec == UN_PREC_F32 ? sizeof(float) : sizeof(double);
     for (int32_t id = 0; id < un_graph_node_count(g); id++) {
         const un_node *nd = un_graph_node(g, id);
         if (nd->op != UN_OP_WEIGHT)
             continue;
         const un_shape *s = &nd->inf.out[0];
-        int64_t numel = un_shape_numel(s);
+        int64_t numel = un_shape_numel(s), zero[UN_MAX_DIMS] = {0};
         UN_ASSERT(off + numel <= n);
-        un_op op = UN_OP_LINEAR;
-        int slot = 1;
-        const char *role = "w";
-        if (weight_use(g, id, &op, &slot)) {
-            const un_op_spec *os = un_spec_op(spec, op);
-            role = slot < os->n_inputs ? os->inputs[slot].name : "w";
-        }
-        const char *name = nd->name ? nd->name : "";
-        un_rng rng;
-        un_rng_seed(&rng, un_hash_bytes(s->dim, sizeof(int64_t) * (size_t)s->rank,
-                                        un_hash_bytes(name, strlen(name), seed)));
-        double fill = -1, bound;
-        if (strcmp(role, "gamma") == 0)
-            fill = 1;
-        else if (strcmp(role, "beta") == 0 || strcmp(role, "b") == 0)
-            fill = 0;
-        int64_t fan_in = s->rank >= 1 ? s->dim[0] : 1;
-        if (s->rank == 4) /* conv2d [cout, cin/groups, kh, kw] */
-            fan_in = s->dim[1] * s->dim[2] * s->dim[3];
-        bound = op == UN_OP_EMBEDDING ? 1.0 : 1.0 / sqrt((double)(fan_in > 0 ? fan_in : 1));
-        for (int64_t i = 0; i < numel; i++)
-            setv(w, prec, off + i, fill >= 0 ? fill : bound * (2 * un_rng_double(&rng) - 1));
+        init_block(g, id, seed, NULL, prec, zero, s->dim, 0, numel, (char *)w + (size_t)off * es);
         off += numel;
     }
+}
+
+un_status un_optim_init_exec(un_ctx *ctx, const un_graph *g, uint64_t seed,
+                             const float *const *given, un_exec *ex, un_backend *be) {
+    enum { CHUNK = 1 << 16 }; /* elements staged on the host at a time */
+    un_prec prec = un_backend_prec(be);
+    size_t es = prec == UN_PREC_F32 ? sizeof(float) : sizeof(double);
+    char *params = un_exec_params(ex);
+    /* partial-sum pieces beyond summand 0 hold zero; every block below is then written whole */
+    un_backend_zero(be, params, (size_t)un_exec_param_count(ex) * es);
+    int nb;
+    un_exec_block *blk = un_exec_blocks(ex, &nb);
+    void *host = un_xmalloc((size_t)CHUNK * es);
+    un_status st = UN_OK;
+    for (int b = 0; b < nb && st == UN_OK; b++) {
+        const un_exec_block *k = &blk[b];
+        int64_t n = 1;
+        for (int d = 0; d < un_graph_node(g, k->node)->inf.out[0].rank; d++)
+            n *= k->len[d];
+        for (int64_t lo = 0; lo < n && st == UN_OK; lo += CHUNK) {
+            int64_t hi = lo + CHUNK < n ? lo + CHUNK : n;
+            init_block(g, k->node, seed, given ? given[k->node] : NULL, prec, k->off, k->len, lo,
+                       hi, host);
+            st = un_backend_write(ctx, be, params + (size_t)(k->at + lo) * es, host,
+                                  (size_t)(hi - lo) * es);
+        }
+    }
+    free(host);
+    free(blk);
+    return st;
 }

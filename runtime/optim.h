@@ -3,9 +3,10 @@
  * or float64; the optimizer state is kept in the weights' precision.
  *
  *   un_optim *opt;
- *   un_optim_init_weights(g, seed, UN_PREC_F32, un_exec_params(ex), un_exec_param_count(ex));
- *   st = un_optim_new(ctx, un_optim_params_default(UN_OPTIM_ADAM), n, UN_PREC_F32, &opt);
- *   un_optim_step(opt, un_exec_params(ex), un_exec_param_grads(ex));   // every step
+ *   st = un_optim_init_exec(ctx, g, seed, NULL, ex, be);      // this rank's weight pieces
+ *   st = un_optim_new_on(ctx, un_optim_params_default(UN_OPTIM_ADAM), un_exec_shard_count(ex),
+ *                        be, &opt);
+ *   st = un_exec_update(ctx, ex, opt);                         // every step, after backward
  *   un_optim_free(opt);
  */
 #ifndef UN_OPTIM_H
@@ -17,6 +18,7 @@
 typedef enum { UN_OPTIM_SGD, UN_OPTIM_ADAM, UN_OPTIM_COUNT } un_optim_algo;
 
 typedef struct un_backend un_backend; /* runtime/backend.h */
+typedef struct un_exec un_exec;       /* runtime/exec.h */
 
 typedef struct un_optim_params {
     un_optim_algo kind;
@@ -73,8 +75,18 @@ un_prec un_optim_prec(const un_optim *o); /* the precision of its state */
 
 /* Seeded initialisation of every weight of g into the flat buffer w (weights in node order, as
  * un_exec_params): layer_norm/batch_norm gamma 1, biases and beta 0, embedding tables uniform in
- * [-1, 1), other weights uniform in +-1/sqrt(fan_in) (torch's linear default). A weight's values
- * depend only on the seed, its name and its shape. */
+ * [-1, 1), other weights uniform in +-1/sqrt(fan_in) (torch's linear default). Element e of a
+ * weight (row-major) depends only on the seed, the weight's name and shape, and e (a
+ * counter-based generator: splitmix64 at position e of the weight's stream), so any piece of it
+ * can be computed alone. */
 void un_optim_init_weights(const un_graph *g, uint64_t seed, un_prec prec, void *w, int64_t n);
+/* Writes this rank's weight pieces of ex (un_exec_params, through be) with those values, each
+ * piece computed where it lives in bounded chunks: no rank holds the logical weights. given (may
+ * be NULL: every weight seeded) is indexed by g's node ids: a weight's whole values (logical
+ * order, float) that replace its seeded ones, e.g. an ONNX model's initializers; only the
+ * rank's blocks of them are read. Copies get the same values; partial sums beyond summand 0,
+ * zero. Not collective. */
+un_status un_optim_init_exec(un_ctx *ctx, const un_graph *g, uint64_t seed,
+                             const float *const *given, un_exec *ex, un_backend *be);
 
 #endif

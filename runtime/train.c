@@ -417,8 +417,8 @@ static un_status make_batch(un_ctx *ctx, const shared *sh, un_exec *ex, un_backe
         return un_backend_write(ctx, be, un_exec_source(ex, node), tok,
                                 (size_t)numel * sizeof(int64_t));
     }
-    /* Synthetic: a fixed pool of 4 batches, so the loss falls as the model fits them. */
-    uint64_t b = (uint64_t)step % 4;
+    /* Synthetic: a fixed pool of batches, so the loss falls as the model fits them. */
+    uint64_t b = (uint64_t)step % UN_TRAIN_SYNTHETIC_BATCHES;
     un_status st = UN_OK;
     for (int i = 0; i < m->n_inputs && st == UN_OK; i++) {
         int32_t node = sh->in_node[i];
@@ -470,55 +470,42 @@ static un_status optim_make(un_ctx *ctx, const un_train_opts *o, int64_t n, un_b
     return be ? un_optim_new_on(ctx, op, n, be, out) : un_optim_new(ctx, op, n, o->prec, out);
 }
 
-/* An ONNX model's initializers over the seeded weights: each weight of the executed graph takes
- * the values of the model's weight of the same name. */
-static void onnx_weights(const shared *sh, un_exec *ex, un_prec prec, void *lw) {
-    const un_graph *mg = sh->m->g;
-    int64_t at = 0;
-    for (int32_t id = 0; id < un_graph_node_count(mg); id++) {
-        const un_node *nd = un_graph_node(mg, id);
-        if (nd->op != UN_OP_WEIGHT)
-            continue;
-        int64_t n = un_shape_numel(&nd->inf.out[0]);
-        int32_t gid = nd->name ? un_graph_find(sh->g, nd->name) : -1;
-        if (gid >= 0 && un_shape_numel(un_graph_shape(sh->g, (un_ref){gid, 0})) == n) {
-            int64_t off = un_exec_lparam_offset(ex, gid);
-            for (int64_t i = 0; off >= 0 && i < n; i++) {
-                if (prec == UN_PREC_F32)
-                    ((float *)lw)[off + i] = sh->m->onnx.values[at + i];
-                else
-                    ((double *)lw)[off + i] = sh->m->onnx.values[at + i];
-            }
-        }
-        at += n;
-    }
-}
-
-/* Initial weights, logical on every rank, then cut into this rank's pieces; or a checkpoint's
- * weights and optimizer state read straight into this rank's pieces and shard (only what the rank
- * holds: a checkpoint loads into any plan and device count without the whole model in memory). */
+/* The initial weights, each rank writing only its own pieces (un_optim_init_exec: seeded values,
+ * or an ONNX model's initializers where the executed graph has a weight of the same name and
+ * size); or a checkpoint's weights and optimizer state read straight into this rank's pieces and
+ * shard. No rank holds the logical weights: a checkpoint loads into any plan and device count,
+ * and a fresh run starts, without the whole model in any rank's memory. */
 static un_status setup_weights(un_ctx *ctx, shared *sh, un_exec *ex, un_backend *be,
                                un_optim **opt) {
     const un_train_opts *o = sh->o;
     un_status st = optim_make(ctx, o, un_exec_shard_count(ex), be, opt);
     if (st != UN_OK || o->load)
         return st == UN_OK ? un_checkpoint_load_exec(ctx, o->load, sh->g, ex, be, *opt, NULL) : st;
-    int64_t nl = un_exec_lparam_count(ex);
-    size_t fes = o->prec == UN_PREC_F32 ? 4 : 8;
-    void *lw = calloc((size_t)(nl ? nl : 1), fes);
-    if (!lw)
-        return un_ctx_error(ctx, UN_ERR_NOMEM, "no memory for the weights (%lld)", (long long)nl);
-    un_optim_init_weights(sh->g, o->seed, o->prec, lw, nl);
-    if (sh->m->onnx.values)
-        onnx_weights(sh, ex, o->prec, lw);
-    st = un_exec_params_scatter(ctx, ex, lw, un_exec_params(ex));
-    free(lw);
+    const float **given = NULL;
+    if (sh->m->onnx.values) { /* each weight of the executed graph takes the model's of its name */
+        const un_graph *mg = sh->m->g;
+        given = un_xcalloc((size_t)un_graph_node_count(sh->g) + 1, sizeof *given);
+        int64_t at = 0;
+        for (int32_t id = 0; id < un_graph_node_count(mg); id++) {
+            const un_node *nd = un_graph_node(mg, id);
+            if (nd->op != UN_OP_WEIGHT)
+                continue;
+            int64_t n = un_shape_numel(&nd->inf.out[0]);
+            int32_t gid = nd->name ? un_graph_find(sh->g, nd->name) : -1;
+            if (gid >= 0 && un_graph_node(sh->g, gid)->op == UN_OP_WEIGHT &&
+                un_shape_numel(un_graph_shape(sh->g, (un_ref){gid, 0})) == n)
+                given[gid] = sh->m->onnx.values + at;
+            at += n;
+        }
+    }
+    st = un_optim_init_exec(ctx, sh->g, o->seed, given, ex, be);
+    free(given);
     return st;
 }
 
 /* Under MPI on several processes every rank writes its own file (its weight blocks and optimizer
  * shard, PATH.rankR; rank 0 removes a stale single file PATH, which a load would prefer);
- * otherwise the weights and optimizer state are gathered on rank 0, which writes one file. */
+ * otherwise rank 0 writes one file, the ranks streaming it their pieces one weight at a time. */
 static un_status save_weights(un_ctx *ctx, shared *sh, un_comm *comm, un_exec *ex, un_backend *be,
                               un_optim *opt) {
     const un_train_opts *o = sh->o;
@@ -529,36 +516,12 @@ static un_status save_weights(un_ctx *ctx, shared *sh, un_comm *comm, un_exec *e
             remove(o->save);
         return un_comm_agree(ctx, comm, st);
     }
-    int64_t nl = un_exec_lparam_count(ex);
-    size_t fes = o->prec == UN_PREC_F32 ? 4 : 8;
-    bool root = un_comm_rank(comm) == 0;
-    un_optim *lo = NULL;
-    void *lw = NULL;
-    un_status st = UN_OK;
-    if (root) {
-        lw = calloc((size_t)(nl ? nl : 1), fes);
-        st = lw ? optim_make(ctx, o, nl, NULL, &lo)
-                : un_ctx_error(ctx, UN_ERR_NOMEM, "no memory to gather the weights");
-    }
-    st = un_comm_agree(ctx, comm, st);
-    if (st == UN_OK)
-        st = un_exec_params_gather(ctx, ex, un_exec_params(ex), lw);
-    for (int i = 0; st == UN_OK && i < 2; i++)
-        if (un_optim_state(opt, i))
-            st = un_exec_shard_gather(ctx, ex, un_optim_state(opt, i),
-                                      root ? un_optim_state(lo, i) : NULL);
-    if (st == UN_OK && root) {
-        un_optim_set_steps(lo, un_optim_steps(opt));
-        st = un_checkpoint_save(ctx, o->save, sh->g, o->prec, lw, lo);
-    }
-    un_optim_free(lo);
-    free(lw);
-    return st;
+    return un_checkpoint_save_exec(ctx, o->save, sh->g, ex, be, opt, comm, NULL);
 }
 
 /* Every rank's accounting, collected on rank 0 (collective). */
 static un_status report_stats(un_ctx *ctx, shared *sh, un_comm *comm, un_exec *ex, un_optim *opt) {
-    enum { K = 8 };
+    enum { K = 9 };
     int d = un_comm_size(comm), r = un_comm_rank(comm);
     double *all = un_xcalloc((size_t)d * K, sizeof *all);
     const un_exec_stats *es = un_exec_stats_get(ex);
@@ -573,13 +536,14 @@ static un_status report_stats(un_ctx *ctx, shared *sh, un_comm *comm, un_exec *e
     row[5] = (double)es->copied;
     row[6] = (double)es->plane_exchanges;
     row[7] = (double)es->staged_exchanges;
+    row[8] = (double)sh->need[r];
     un_status st = un_comm_allreduce(ctx, comm, UN_RED_F64, all, (int64_t)d * K);
     if (st == UN_OK && r == 0) {
         for (int i = 0; i < d; i++) {
             const double *x = all + (size_t)i * K;
-            sh->dev[i] =
-                (un_train_dev_stats){(int64_t)x[0], (int64_t)x[1], (int64_t)x[2], (int64_t)x[3],
-                                     (int64_t)x[4], (int64_t)x[5], (int64_t)x[6], (int64_t)x[7]};
+            sh->dev[i] = (un_train_dev_stats){(int64_t)x[0], (int64_t)x[1], (int64_t)x[2],
+                                              (int64_t)x[3], (int64_t)x[4], (int64_t)x[5],
+                                              (int64_t)x[6], (int64_t)x[7], (int64_t)x[8]};
         }
     }
     free(all);
@@ -884,23 +848,28 @@ static un_status load_text(un_ctx *ctx, const char *path, int64_t need, unsigned
 /* What each rank will allocate (sh->need), before anything is: every rank of a local run, this
  * process's under mpi. The executor's own estimate with the optimizer state (exec.h) and, on
  * backends running the CPU kernels, their forward stash; on cpu, whose device memory is the
- * host's, also the host arrays held beside them: the whole logical weights every rank
- * initialises before cutting its pieces (setup_weights), and on the rank gathering a
- * one-file checkpoint, the logical optimizer state too (save_weights). */
+ * host's, also the host arrays held beside them: while a one-file checkpoint is streamed to
+ * rank 0, one weight (rank 0: two; save_weights). Initialisation holds no logical weights (each
+ * rank computes its own pieces, setup_weights). */
 static void need_fill(shared *sh, const un_graph *g, int d, un_comm *mpi) {
     un_optim_algo k = UN_OPTIM_ADAM;
     un_optim_algo_from_name(sh->o->optimizer, &k);
     int arrays = k == UN_OPTIM_ADAM ? 2 : 1;
     bool stash = strncmp(sh->backend, "cuda", 4) != 0, host = strcmp(sh->backend, "cpu") == 0;
-    int64_t logical = weight_elements(g) * (sh->o->prec == UN_PREC_F32 ? 4 : 8);
-    bool gather = sh->o->save && (!mpi || un_comm_size(mpi) == 1);
+    int64_t big = 0; /* the largest weight's bytes */
+    for (int32_t id = 0; id < un_graph_node_count(g); id++)
+        if (un_graph_node(g, id)->op == UN_OP_WEIGHT) {
+            int64_t n = un_shape_numel(&un_graph_node(g, id)->inf.out[0]);
+            big = n > big ? n : big;
+        }
+    big *= sh->o->prec == UN_PREC_F32 ? 4 : 8;
+    bool stream = host && sh->o->save && (!mpi || un_comm_size(mpi) == 1);
     sh->need = un_xcalloc((size_t)d, sizeof *sh->need);
     for (int r = 0; r < d; r++) {
         if (mpi && r != un_comm_rank(mpi))
             continue;
         int64_t e = un_exec_estimate_bytes(g, r, d, sh->o->prec, arrays, stash);
-        int64_t held = !host || e < 0 ? 0 : logical * (r == 0 && gather ? 1 + arrays : 1);
-        sh->need[r] = e < 0 ? e : e + held;
+        sh->need[r] = e < 0 ? e : e + (stream ? (r == 0 ? 2 : 1) * big : 0);
     }
 }
 
@@ -1026,14 +995,15 @@ un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res
                 o->model, o->steps, d, d == 1 ? "" : "s", strategy, o->comm, res->losses[0],
                 res->losses[o->steps - 1], res->step_ms, res->samples_per_s);
     if (res->rank == 0 && o->stats) {
-        fprintf(o->out, "device  weights(B)  optimizer(B)  peak(B)  sent/step(B)  recv/step(B)  "
-                        "copied/step(B)  link\n");
+        fprintf(o->out, "device  weights(B)  optimizer(B)  peak(B)  need(B)  sent/step(B)  "
+                        "recv/step(B)  copied/step(B)  link\n");
         for (int i = 0; i < d; i++) {
             const un_train_dev_stats *x = &res->dev[i];
-            fprintf(o->out, "%6d  %10lld  %12lld  %7lld  %12lld  %12lld  %14lld  %s%s%s\n", i,
-                    (long long)x->weight_bytes, (long long)x->optim_bytes, (long long)x->peak_bytes,
-                    (long long)x->sent, (long long)x->recv, (long long)x->copied,
-                    use_mpi ? "mpi" : "local", sh.plane ? " + " : "", sh.plane ? sh.plane : "");
+            fprintf(o->out, "%6d  %10lld  %12lld  %7lld  %7lld  %12lld  %12lld  %14lld  %s%s%s\n",
+                    i, (long long)x->weight_bytes, (long long)x->optim_bytes,
+                    (long long)x->peak_bytes, (long long)x->need_bytes, (long long)x->sent,
+                    (long long)x->recv, (long long)x->copied, use_mpi ? "mpi" : "local",
+                    sh.plane ? " + " : "", sh.plane ? sh.plane : "");
         }
     }
 done:

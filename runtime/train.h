@@ -18,6 +18,11 @@
 #include "pcg/graph.h"
 #include "runtime/kernels.h"
 
+/* Synthetic data (no --data file) is a fixed pool of this many batches, step s using batch
+ * s mod UN_TRAIN_SYNTHETIC_BATCHES (the loss falls as the model fits them): an op sees the same
+ * inputs every that many steps, which the profiler reproduces (search/profile.h value_sets). */
+#define UN_TRAIN_SYNTHETIC_BATCHES 4
+
 typedef struct un_train_opts {
     const char *model;       /* zoo name, a pcg graph JSON file or an ONNX model (*.onnx) */
     const char *input_shape; /* ONNX: dims of dynamic inputs, "2x3x64x64[,...]" */
@@ -62,6 +67,8 @@ typedef struct un_train_dev_stats {
     int64_t copied;           /* copied between buffers of the device per step */
     int64_t plane_exchanges;  /* exchanges per step over the backend's device data plane */
     int64_t staged_exchanges; /* ... staged through host memory (exec.h's un_exec_stats) */
+    int64_t need_bytes;       /* what the memory check counted for it before allocating (the
+                                 executor's estimate, the kernels' stash, host arrays on cpu) */
 } un_train_dev_stats;
 
 typedef struct un_train_result {

@@ -32,6 +32,11 @@ typedef struct un_profile_params {
                               written to the GPU) */
     bool opaque;           /* time on the opaque backend (backend.h) instead of the CPU one: the
                               profiler reaches backend memory only through the backend (tests) */
+    int value_sets;        /* an op's repetitions cycle through this many sets of input values
+                              (and output gradients), as a run's steps cycle through its batches
+                              (UN_TRAIN_SYNTHETIC_BATCHES for synthetic data: a small op's
+                              data-dependent branches are learnt by the branch predictor as they
+                              are in the run); 0: new values every repetition (real data) */
 } un_profile_params;
 
 un_profile_params un_profile_params_default(void);

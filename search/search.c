@@ -49,6 +49,7 @@ static un_status cand_eval(un_ctx *ctx, un_cost_model *cm, const un_map *m,
         return st;
     un_sim_params sp = un_sim_params_default();
     sp.optimizer = p->optimizer;
+    sp.mirror_sources = p->sim_runtime;
     sp.devices = (int)un_strategy_devices(c->plan);
     st = un_sim_run(ctx, cm, c->plan, &sp, &c->sim);
     c->ok = st == UN_OK;
@@ -270,6 +271,21 @@ static un_status plan_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
                 out->picked = names[k];
             keep_better(&best, &c);
         }
+        /* and mcmc's plan (as --search mcmc finds it: the same map, seed and budget) */
+        if (st == UN_OK && p->mode == UN_SEARCH_JOINT) {
+            un_search_result mr;
+            memset(&mr, 0, sizeof mr);
+            un_map_data_parallel(m, a);
+            mcmc(m, g, &q, cap, deadline, a, &mr);
+            if (cand_eval(ctx, cm, m, p, a, n, &c) == UN_OK) {
+                if (better(&c, &best))
+                    out->picked = "mcmc";
+                keep_better(&best, &c);
+            } else {
+                cand_free(&c);
+                un_ctx_clear(ctx);
+            }
+        }
         if (!out->picked)
             out->picked = "search";
     }
@@ -368,11 +384,27 @@ un_status un_search_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     }
     double left = t0 + 0.5 * limit - un_search_clock();
     sp.time_limit = left > 1e-3 ? left : 1e-3;
-    un_subst_result sr;
+    un_subst_result sr, sr2;
+    memset(&sr2, 0, sizeof sr2);
     /* joint: layer 2 per layer-1 piece (Unity's order); taso rewrites the whole graph */
     un_status st = p->mode == UN_SEARCH_JOINT
                        ? un_subst_search_pieces(ctx, p->rules, cm, g, &sp, p->split_size, &sr)
                        : un_subst_search(ctx, p->rules, cm, g, &sp, &sr);
+    if (st == UN_OK && p->mode == UN_SEARCH_JOINT) {
+        /* taso's rewritten graph (layer 2 on the serial cost on one device, as --search taso
+         * runs it) is joint's candidate too, so that joint is never estimated worse than taso;
+         * it gets what is left of layer 2's half of the time, at least a tenth of the limit */
+        un_subst_params tp = sp;
+        tp.lambda = 0;
+        tp.map.devices = 1;
+        tp.map.no_parallel = true;
+        left = t0 + 0.5 * limit - un_search_clock();
+        tp.time_limit = left > 0.1 * limit ? left : 0.1 * limit;
+        if (un_subst_search(ctx, p->rules, cm, g, &tp, &sr2) != UN_OK) {
+            un_ctx_clear(ctx);
+            memset(&sr2, 0, sizeof sr2);
+        }
+    }
     free(use);
     if (st != UN_OK) {
         un_search_result_deinit(&r0);
@@ -385,31 +417,59 @@ un_status un_search_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
         if (st1 != UN_OK)
             un_ctx_clear(ctx);
     }
+    /* taso's graph, unless it is the model graph or layer 2's own best */
+    un_search_result r2;
+    memset(&r2, 0, sizeof r2);
+    un_status st2 = UN_ERR_INVALID;
+    if (sr2.best && sr2.n_steps > 0 &&
+        (sr.n_steps == 0 || un_graph_hash(sr2.best) != un_graph_hash(sr.best))) {
+        st2 = plan_graph(ctx, cm, sr2.best, &pj, deadline, limit, &r2);
+        if (st2 != UN_OK)
+            un_ctx_clear(ctx);
+        else
+            out->taso_step = r2.sim.step;
+    }
+    double taso_step = out->taso_step;
     if (st0 == UN_OK) {
         out->unrewritten_step = r0.sim.step;
         out->unrewritten_fits = r0.sim.fits;
     }
-    bool take1 = st1 == UN_OK && (st0 != UN_OK || better_result(&r1, &r0));
+    /* the best of the three: the model graph's plan (r0), layer 2's (r1), taso's graph's (r2) */
+    int take = st0 == UN_OK ? 0 : -1;
+    if (st1 == UN_OK && (take < 0 || better_result(&r1, &r0)))
+        take = 1;
+    if (st2 == UN_OK && (take < 0 || better_result(&r2, take == 0 ? &r0 : &r1)))
+        take = 2;
     /* data parallelism of the model graph, for the report: r0 has it (joint) */
     double dp_step = r0.dp_step, dp_mem = r0.dp_mem;
     bool dp_fits = r0.dp_fits, dp_known = st0 == UN_OK;
     double u_step = out->unrewritten_step;
     bool u_fits = out->unrewritten_fits;
-    if (take1) {
-        *out = r1;
-        un_search_result_deinit(&r0);
-        if (sr.n_steps > 0) {
-            out->graph = sr.best;
-            sr.best = NULL;
-        }
-    } else if (st0 == UN_OK) { /* the rewrites did not pay off in the simulator */
-        *out = r0;
-        un_search_result_deinit(&r1);
-    } else {
+    if (take < 0) {
         un_subst_result_deinit(&sr);
+        un_subst_result_deinit(&sr2);
         un_search_result_deinit(&r1);
+        un_search_result_deinit(&r2);
         return un_ctx_error(ctx, UN_ERR_INVALID, "%s", err0);
     }
+    un_search_result *rs[3] = {&r0, &r1, &r2};
+    *out = *rs[take];
+    memset(rs[take], 0, sizeof *rs[take]);
+    for (int k = 0; k < 3; k++)
+        un_search_result_deinit(rs[k]);
+    if (take == 2) { /* the report shows taso's rewrites */
+        out->graph = sr2.best;
+        sr2.best = NULL;
+        un_subst_result tmp = sr;
+        sr = sr2;
+        sr2 = tmp;
+        out->taso_won = true;
+    } else if (take == 1 && sr.n_steps > 0) {
+        out->graph = sr.best;
+        sr.best = NULL;
+    }
+    un_subst_result_deinit(&sr2);
+    out->taso_step = taso_step;
     out->unrewritten_step = u_step;
     out->unrewritten_fits = u_fits;
     un_graph_free(sr.best);
@@ -448,9 +508,12 @@ void un_search_report(const un_search_result *r, const un_graph *g, const un_sea
                   un_search_mode_name(p->mode), p->devices, un_cost_machine(cm)->name, r->wall,
                   r->ended ? r->ended : "?");
     un_buf_printf(
-        out, "plan: runs on %d device%s; estimated step %.6g s; fullest device %.4g GB (%s)\n",
+        out,
+        "plan: runs on %d device%s; estimated step %.6g s (%s semantics); fullest device %.4g GB "
+        "(%s)\n",
         r->devices_used, r->devices_used == 1 ? "" : "s", r->sim.step,
-        r->sim.mem ? r->sim.mem[r->sim.worst] / 1e9 : 0, r->sim.fits ? "fits" : "does not fit");
+        p->sim_runtime ? "runtime" : "plan", r->sim.mem ? r->sim.mem[r->sim.worst] / 1e9 : 0,
+        r->sim.fits ? "fits" : "does not fit");
     if (r->dp_step > 0)
         un_buf_printf(out,
                       "data parallel: estimated step %.6g s; fullest device %.4g GB (%s); "
@@ -498,6 +561,12 @@ void un_search_report(const un_search_result *r, const un_graph *g, const un_sea
         } else if (r->rewrites) {
             un_buf_printf(out, "rewrites applied: none (no rewrite lowered the cost)\n");
         }
+        if (r->rewrites && r->taso_step > 0)
+            un_buf_printf(out,
+                          "taso's rewritten graph (rewrites by the serial cost), planned: "
+                          "estimated step %.6g s%s\n",
+                          r->taso_step,
+                          r->taso_won ? " (the winner: the rewrites above are its)" : "");
         if (r->rewrites && r->unrewritten_step > 0)
             un_buf_printf(out,
                           "without rewrites: estimated step %.6g s (%s); with: %.6g s (%.3gx)\n",

@@ -7,15 +7,20 @@
  * parallelism: every node on device 0), and mcmc, the baseline of FlexFlow (SysML'19): a
  * Metropolis walk over per-node configurations from data parallelism, changing one node at a
  * time, with the same additive cost (and memory over the device's as a penalty). Every estimate
- * reported is the simulator's (search/sim.h, plan semantics). Every run ends, and says why:
+ * reported is the simulator's (search/sim.h, plan semantics, or the runtime's with
+ * sim_runtime). Every run ends, and says why:
  * "exhausted" (the dynamic programme ran to the end), "budget" (mcmc's proposals), "time"
  * (time_limit). taso: TASO, then a parallelizer: layer 2 minimising the serial cost on one device,
  * then joint (layer 3) on its result.
  *
  * Layer 2 (search/subst.h) runs in joint and taso when rules are given: joint costs every
  * candidate graph by layer 3 on the D devices at the memory price layer 3 needed for the model
- * graph, then layer 3 plans the best candidate and the better of that plan and the model graph's
- * own plan (by the simulator) wins. Layer 2 gets half of time_limit; the rest is layer 3's.
+ * graph, then layer 3 plans the best candidate, and the best of that plan, the model graph's
+ * own plan and the plan of taso's rewritten graph (by the simulator) wins. Layer 2 gets half of
+ * time_limit (taso's candidate what joint's leaves of it, at least a tenth); the rest is layer 3's.
+ * Joint's layer 3 takes as candidates, besides its own plans, data parallelism, serial and the
+ * plan mcmc finds (same seed and budget as --search mcmc), so joint is never estimated worse
+ * than any other mode (unless the time limit cuts one of its parts short).
  *
  *   un_search_params p = un_search_params_default(4);
  *   un_search_result r;
@@ -51,6 +56,9 @@ typedef struct un_search_params {
     const un_ruleset *rules; /* layer 2's rules (borrowed; NULL: no rewrites) */
     double alpha;            /* layer 2's pruning factor (0: 1.05) */
     int64_t subst_budget;    /* layer 2's graphs costed (0: 1000) */
+    bool sim_runtime;        /* rank plans by the simulator under the runtime's semantics (what
+                                runtime/exec.c executes today: un_sim_params.mirror_sources) instead of
+                                DESIGN.md section 9's plan semantics (false, the default) */
 } un_search_params;
 
 typedef struct un_search_result {
@@ -64,7 +72,8 @@ typedef struct un_search_result {
     int lambda_rounds;           /* memory prices tried (joint) */
     double lambda;               /* the memory price of the chosen plan (seconds per byte) */
     int64_t proposals, accepted; /* mcmc */
-    const char *picked; /* "search", "data parallel" or "serial": which candidate won (joint) */
+    const char *picked; /* "search", "data parallel", "serial" or "mcmc": which candidate won
+                           (joint) */
     double dp_step;     /* data parallelism's estimate, for the report; 0 when it cannot run */
     bool dp_fits;
     double dp_mem; /* its largest device's bytes */
@@ -79,6 +88,8 @@ typedef struct un_search_result {
                                  runs the model graph itself (no rewrite chosen) */
     double unrewritten_step;  /* layer 3's plan of the model graph itself: its estimate (0: none) */
     bool unrewritten_fits;
+    double taso_step; /* joint: the plan of taso's rewritten graph (0: none, or the same graph) */
+    bool taso_won;    /* joint: that plan won (graph and subst are taso's) */
 } un_search_result;
 
 un_search_params un_search_params_default(int devices);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/kernels.h"
 #include "runtime/strategy.h"
 
 enum { K_COMPUTE, K_COMM, K_OTHER };
@@ -61,6 +62,8 @@ typedef struct sim {
     int n_xf, cap_xf;
     double *xmem;   /* per device: transfer buffers (forward: received piece and its gradient) */
     double *gbytes; /* per device: gradient bytes the runtime zeroes every step */
+    double *stash;  /* per device: what the CPU kernels keep from the forwards for the backwards */
+    bool stashes;   /* the device kind runs the CPU kernels (cpu): they hold a stash */
     /* runtime semantics: gradient buffers that live only over part of backward (node ids lo..hi,
      * runtime/exec.c's gradient arena), and the gradient sync's receive scratch per device */
     struct arena_req {
@@ -74,6 +77,7 @@ typedef struct sim {
     bool backward;
     double lat;   /* seconds of one barrier of the D ranks (runtime semantics) */
     double xlat;  /* seconds of one exchange's rendezvous of the D ranks, without its bytes */
+    double arlat; /* seconds of the loss's all-reduce of one double over the D ranks */
     int meets;    /* rendezvous of all D ranks in the step (runtime semantics) */
     double since; /* when the last rendezvous ended */
     double extra; /* the waits for cores the stretches of work so far meet (measured) */
@@ -304,6 +308,28 @@ static int parallel_sources(const un_node *nd, const stensor *si, const stensor 
 
 #define MAX_SRC 4096
 
+/* A piece as the kernels see it: dtype, rank and the piece's dims (no data). */
+static un_kt piece_kt(const un_shape *sh) {
+    un_kt k;
+    memset(&k, 0, sizeof k);
+    k.dtype = sh->dtype;
+    k.rank = sh->rank;
+    un_shape_piece_dims(sh, k.dim);
+    return k;
+}
+
+/* Bytes the CPU kernels keep from the forward of one device tuple of node nd for its backward:
+ * the runtime's own count (un_kern_stash_bytes, what its memory check adds per task). */
+static double kernel_stash(sim *s, const un_node *nd, const stensor *outs) {
+    un_kt in[UN_MAX_INPUTS], out[UN_MAX_OUTPUTS];
+    for (int t = 0; t < nd->n_in; t++)
+        in[t] = piece_kt(&in_tensor(s, nd, t)->shape);
+    for (int o = 0; o < nd->inf.n_out; o++)
+        out[o] = piece_kt(&outs[o].shape);
+    return (double)un_kern_stash_bytes(s->es == 4 ? UN_PREC_F32 : UN_PREC_F64, nd->op,
+                                       nd->inf.local, in, nd->n_in, out);
+}
+
 static un_status forward_node(sim *s, int32_t id) {
     const un_node *nd = un_graph_node(s->g, id);
     stensor *outs = s->ts[id];
@@ -373,6 +399,9 @@ static un_status forward_node(sim *s, int32_t id) {
         return st;
     int64_t nt;
     tuple *tp = regular_tuples(s, nd, outs, &nt);
+    double stash = s->stashes ? kernel_stash(s, nd, outs) : 0;
+    for (int64_t q = 0; q < nt && stash > 0; q++)
+        s->stash[tp[q].dev] += stash;
     stamp *rd = un_xcalloc((size_t)s->n_xf + 1, sizeof *rd);
     for (int i = 0; i < s->n_xf; i++)
         rd[i] = in_tensor(s, nd, s->xf[i].t)->ready[s->xf[i].piece];
@@ -598,7 +627,7 @@ static void memory(sim *s) {
     }
     for (int d = 0; d < s->D; d++) {
         double opt = (arena ? s->shard[d] : w[d]) * opt_copies;
-        s->r->mem[d] = w[d] + w[d] + opt + a[d] + s->xmem[d] + peak[d] +
+        s->r->mem[d] = w[d] + w[d] + opt + a[d] + s->xmem[d] + peak[d] + s->stash[d] +
                        (arena && s->D > 1 ? s->sync_recv[d] : 0);
         s->gbytes[d] = w[d] + (arena ? peak[d] : a[d] / 2);
     }
@@ -611,6 +640,9 @@ static void memory(sim *s) {
     s->r->mem_grads = w[worst];
     s->r->mem_optim = (arena ? s->shard[worst] : w[worst]) * opt_copies;
     s->r->mem_acts = a[worst] + peak[worst];
+    s->r->mem_stash = s->stash[worst];
+    for (int d = 0; d < s->D; d++)
+        s->r->stash_all += s->stash[d];
     free(peak);
     free(last);
     s->r->fits = s->r->mem[worst] <= un_cost_machine(s->cm)->dev.memory;
@@ -660,8 +692,11 @@ static bool static_tensor(const un_graph *g, const un_node *nd, sim *s) {
     return in_tensor(s, nd, 0)->is_static;
 }
 
-const double un_sim_meet_work[UN_SIM_MEET_POINTS] = {10e-6, 30e-6, 100e-6, 300e-6,
-                                                     1e-3,  3e-3,  10e-3,  30e-3};
+/* from 1 us: the stretches of a small model's step are a few microseconds of work each (the
+ * tiny xdl on 2 devices: 2 us), and a meeting after that little work costs what it costs then,
+ * not a share of one after 10 us */
+const double un_sim_meet_work[UN_SIM_MEET_POINTS] = {1e-6,   3e-6, 10e-6, 30e-6, 100e-6,
+                                                     300e-6, 1e-3, 3e-3,  10e-3, 30e-3};
 
 void un_sim_meet_shape(int devices, int w, char *buf, size_t n) {
     snprintf(buf, n, "devices[%d],work[%.0f us]", devices, un_sim_meet_work[w] * 1e6);
@@ -699,7 +734,9 @@ static void stretch(sim *s, double work) {
     work = work > 0 ? work : 0;
     s->work += work;
     double t = s->p->mirror_sources && work > 0 ? meet_time(s, work) : 0;
-    if (t > work + s->xlat) /* the stretches were measured ending in an exchange */
+    /* the stretches were measured ending in an exchange (a relative 1e-9: the log-log
+     * interpolation's rounding is no wait) */
+    if (t > (work + s->xlat) * (1 + 1e-9))
         s->extra += t - work - s->xlat;
     if (t > 0)
         s->r->meet_time += t;
@@ -834,6 +871,8 @@ static un_status sim_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     s.lat = D > 1 ? un_cost_measured(ctx, cm, "comm:barrier", dshape, m->intra.latency) : 0;
     /* an exchange: measured, else two barriers (its posts meet, then its copies are done) */
     s.xlat = D > 1 ? un_cost_measured(ctx, cm, "comm:exchange", dshape, 2 * s.lat) : 0;
+    /* the loss sum: measured, else three barriers (the local communicator's all-reduce) */
+    s.arlat = D > 1 ? un_cost_measured(ctx, cm, "comm:allreduce", dshape, 3 * s.lat) : 0;
 
     out->devices = D;
     out->mem = un_xcalloc((size_t)D, sizeof *out->mem);
@@ -844,6 +883,8 @@ static un_status sim_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     s.ts = un_xcalloc((size_t)n, sizeof *s.ts);
     s.xmem = un_xcalloc((size_t)D, sizeof *s.xmem);
     s.gbytes = un_xcalloc((size_t)D, sizeof *s.gbytes);
+    s.stash = un_xcalloc((size_t)D, sizeof *s.stash);
+    s.stashes = strncmp(m->dev.kind, "cpu", 3) == 0;
     s.sync_recv = un_xcalloc((size_t)D, sizeof *s.sync_recv);
     s.shard = un_xcalloc((size_t)D, sizeof *s.shard);
     int64_t n_params = 0;
@@ -908,8 +949,19 @@ static un_status sim_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     for (int32_t i = n - 1; i >= 0 && st == UN_OK; i--)
         st = backward_node(&s, i);
     if (st == UN_OK) {
-        if (p->mirror_sources && D > 1)
+        if (p->mirror_sources && D > 1) {
             weights_sync(&s, 0);
+            /* runtime/train.c sums the loss over the devices right after backward (one
+             * all-reduce of a scalar), before the optimizer */
+            stamp sync = {0, -1};
+            for (int d = 0; d < D; d++)
+                sync = later(sync, s.clock[d]);
+            stretch(&s, sync.t - s.since);
+            stamp end = run_task(&s, 0, -1, K_COMM, sync, s.arlat);
+            s.since = end.t;
+            for (int d = 0; d < D; d++)
+                s.clock[d] = end;
+        }
         /* the optimizer: the weight pieces each device holds (runtime: its shard of them) */
         for (int d = 0; d < D; d++) {
             int64_t mine = 0;
@@ -932,23 +984,11 @@ static un_status sim_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
         if (p->mirror_sources && D > 1)
             weights_sync(&s, 1);
         memory(&s);
-        if (p->mirror_sources) {
+        if (p->mirror_sources)
             /* the runtime zeroes every gradient buffer each step (a serial task of each device,
-             * placed here at the end, where it changes no dependency), and sums the loss over the
-             * devices (one all-reduce of a scalar: three synchronisations) */
+             * placed here at the end, where it changes no dependency) */
             for (int d = 0; d < D; d++)
                 run_task(&s, d, -1, K_OTHER, s.clock[d], s.gbytes[d] / m->dev.mem_bw);
-            if (D > 1) {
-                stamp sync = {0, -1};
-                for (int d = 0; d < D; d++)
-                    sync = later(sync, s.clock[d]);
-                stretch(&s, sync.t - s.since);
-                stamp end = run_task(&s, 0, -1, K_COMM, sync, 3 * s.lat);
-                s.since = end.t;
-                for (int d = 0; d < D; d++)
-                    s.clock[d] = end;
-            }
-        }
         stamp last = {0, -1};
         for (int d = 0; d < D; d++)
             last = later(last, s.clock[d]);
@@ -979,6 +1019,7 @@ static un_status sim_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     free(s.xf);
     free(s.xmem);
     free(s.gbytes);
+    free(s.stash);
     free(s.sync_recv);
     free(s.shard);
     free(s.areq);
@@ -1068,6 +1109,11 @@ void un_sim_report(const un_graph *g, const un_sim_result *r, const un_cost_mode
     fmt_bytes(b, r->mem_optim);
     un_buf_printf(b, ", activations and their gradients ");
     fmt_bytes(b, r->mem_acts);
+    if (r->stash_all > 0) {
+        un_buf_printf(b, ", kernel stash ");
+        fmt_bytes(b, r->mem_stash);
+        un_buf_printf(b, "\nkernel stash, all devices: %.0f bytes", r->stash_all);
+    }
     un_buf_printf(b, "\n%s\n",
                   r->fits ? "fits in device memory"
                           : "DOES NOT FIT: a device needs more memory than it has");

@@ -46,8 +46,12 @@ typedef struct un_sim_result {
     double meet_time; /* the measured seconds of all those stretches ("comm:meet"; 0: none) */
     double *mem;      /* bytes per device; owned */
     double mem_weights, mem_grads, mem_optim, mem_acts; /* of the largest device */
-    int worst;                                          /* the device needing the most memory */
-    bool fits; /* every device's memory within the machine's */
+    double mem_stash; /* of the largest device: what the CPU kernels keep from the forwards for
+                       * the backwards (un_kern_stash_bytes, as the runtime's memory check
+                       * counts it; machines of kind "cpu" only: GPUs keep none) */
+    double stash_all; /* the stash summed over the devices (bytes) */
+    int worst;        /* the device needing the most memory */
+    bool fits;        /* every device's memory within the machine's */
     int n_top;
     struct {
         int32_t node;
@@ -81,7 +85,7 @@ un_status un_sim_rank_param_counts(un_ctx *ctx, const un_graph *g, int64_t *coun
 
 /* The work between two rendezvous at which the profiler times D device threads computing and
  * then meeting ("comm:meet"), and that entry's shape "devices[D],work[W us]" for point w. */
-#define UN_SIM_MEET_POINTS 8
+#define UN_SIM_MEET_POINTS 10
 extern const double un_sim_meet_work[UN_SIM_MEET_POINTS];
 void un_sim_meet_shape(int devices, int w, char *buf, size_t n);
 

@@ -42,6 +42,9 @@ static const char usage_extra[] =
     "                     over per-operator configurations), or taso (rewrites by the serial\n"
     "                     cost on one device first, then the parallelization)\n"
     "  --rules DB         searching: rewrite with DB's verified rules (forwards and backwards)\n"
+    "  --sim plan|runtime searching: rank plans by the simulator under a plan's own semantics\n"
+    "                     (default with --plan-only) or under what the runtime executes\n"
+    "                     today (default when the plan is trained right after the search)\n"
     "  --alpha X          rewriting: drop graphs costlier than X times the best (>= 1; 1.05)\n"
     "  --no-rewrites      joint without rewriting (parallelization only; DB still gives op costs)\n"
     "  --only-data-parallel, --no-parallel   the same as --search data, --search serial\n"
@@ -131,8 +134,6 @@ static int take_flags(un_ctx *ctx, int argc, char **argv, search_opts *s, un_sta
                            "--search, --export, --dot, --plan-only, --search-time, --budget, "
                            "--alpha, --no-rewrites and --split-size go with --machine and without "
                            "--estimate or --profile");
-    else if (s->machine && !s->estimate && !s->profile && s->sim)
-        *st = un_ctx_error(ctx, UN_ERR_INVALID, "--sim goes with --estimate");
     return n;
 }
 
@@ -162,6 +163,7 @@ static un_status estimate_or_profile(un_ctx *ctx, const un_train_opts *o, const 
         pp.threads = o->threads / devices > 1 ? o->threads / devices : 1;
         pp.f64 = o->prec == UN_PREC_F64;
         pp.optimizer = o->optimizer;
+        pp.value_sets = o->data ? 0 : UN_TRAIN_SYNTHETIC_BATCHES; /* as the run's batches */
         const char *backend;
         int gpus;
         char where[192];
@@ -329,6 +331,8 @@ static un_status search_and_train(un_ctx *ctx, un_train_opts *o, const search_op
                                 s->split);
         p.split_size = (int)k;
     }
+    /* a plan trained right after the search runs on this runtime: ranked by what it executes */
+    p.sim_runtime = s->sim ? strcmp(s->sim, "runtime") == 0 : !s->plan_only;
     if (o->strategy)
         return un_ctx_error(ctx, UN_ERR_INVALID,
                             "--strategy and --machine (a search): pick one (--estimate "

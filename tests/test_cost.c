@@ -1,6 +1,8 @@
 /* test_cost.c - machine descriptions, the cost model and the simulator (search/machine.h,
  * search/cost.h, search/sim.h), and unity-train --estimate / --profile on bad input. */
 #include "runtime/backend_cuda.h"
+#include "runtime/exec.h"
+#include "runtime/strategy.h"
 #include "runtime/train.h"
 #include "search/profile.h"
 #include "search/sim.h"
@@ -383,6 +385,58 @@ static void test_sim_runtime(void) {
     un_ctx_free(ctx);
 }
 
+/* The CPU kernels' forward stash (layer_norm's row moments, attention's saved values): the
+ * simulator counts it per device with the runtime's own function, so on a machine of kind "cpu"
+ * its stash is what the runtime's memory check adds (un_exec_estimate_bytes with and without the
+ * stash) on every rank, for serial, data and the model's own tensor layouts; a GPU machine keeps
+ * none. The runtime semantics' memory per device is within 3% of the runtime's estimate. */
+static void test_sim_stash(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_machine cpu;
+    EXPECT_OK(ctx, un_machine_load(ctx, "specs/machines/cpu.json", &cpu));
+    un_machine gpu = machine_mem("1e12");
+    un_cost_model *ccm = model_on(&cpu, NULL), *gcm = model_on(&gpu, NULL);
+    static const struct {
+        const char *model, *strategy;
+        int devices;
+    } cases[] = {{"transformer", "serial", 1},
+                 {"transformer", "data", 2},
+                 {"charlm", "data", 2},
+                 {"mlp", "data", 2}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        un_graph *g = NULL, *f = NULL;
+        un_train_opts o = un_train_opts_default();
+        o.model = cases[i].model;
+        o.tiny = true;
+        o.devices = cases[i].devices;
+        o.strategy = cases[i].strategy;
+        int d = 0;
+        EXPECT_OK(ctx, un_train_graph(ctx, spec, &o, &g, &d));
+        EXPECT_OK(ctx, un_strategy_fold_weights(ctx, g, &f));
+        un_sim_result rc = sim_runtime(ccm, g, d), rg = sim_runtime(gcm, g, d);
+        double want = 0;
+        for (int r = 0; r < d; r++) {
+            int64_t with = un_exec_estimate_bytes(f, r, d, UN_PREC_F32, 2, true);
+            int64_t without = un_exec_estimate_bytes(f, r, d, UN_PREC_F32, 2, false);
+            EXPECT_TRUE(with >= without && without > 0);
+            want += (double)(with - without);
+            EXPECT_NEAR(rc.mem[r], (double)with, 0.03 * (double)with);
+            EXPECT_NEAR(rc.mem[r] - rg.mem[r], (double)(with - without), 0.5);
+        }
+        EXPECT_NEAR(rc.stash_all, want, 0.5);
+        EXPECT_TRUE(rg.stash_all == 0 && rg.mem_stash == 0);
+        if (strcmp(cases[i].model, "mlp") != 0) /* relu linears keep nothing; these do */
+            EXPECT_TRUE(rc.stash_all > 0 && rc.mem_stash > 0);
+        un_sim_result_deinit(&rc);
+        un_sim_result_deinit(&rg);
+        un_graph_free(f);
+        un_graph_free(g);
+    }
+    un_cost_model_free(ccm);
+    un_cost_model_free(gcm);
+    un_ctx_free(ctx);
+}
+
 static void put_cost(un_rulesdb *db, const char *sig, const char *shape, double fwd_ms,
                      double bwd_ms) {
     un_ctx *ctx = un_ctx_new(NULL);
@@ -443,6 +497,13 @@ static void test_sim_measured_parts(void) {
     un_sim_result_deinit(&d1);
     un_sim_result_deinit(&s3);
     un_cost_model_free(cm);
+    /* the loss's all-reduce measured as the runtime calls it: it replaces the three barriers */
+    put_cost(db[0], "comm:allreduce", "devices[2]", 0.25, 0);
+    cm = model_on(&m, db[0]);
+    d1 = sim_runtime(cm, dp, 2);
+    EXPECT_NEAR(d1.step, d0.step + 0.25e-3 + 2 * 0.5e-3 - (3 + 2 * 2) * m.intra.latency, 1e-9);
+    un_sim_result_deinit(&d1);
+    un_cost_model_free(cm);
     put_meets(db[1], 1, 1.0); /* as fast as the work: no wait */
     put_meets(db[1], 2, 3.0); /* three times the work */
     cm = model_on(&m, db[1]);
@@ -475,8 +536,8 @@ static void test_sim_measured_parts(void) {
 }
 
 /* unity-train --profile on two devices stores, beside the ops, the optimizer over a rank's
- * parameters, the barrier and the exchange of the two device threads and their stretches of work
- * and meeting. */
+ * parameters, the barrier, the exchange and the loss's all-reduce of the two device threads and
+ * their stretches of work and meeting. */
 static void test_profile_parts(void) {
     char path[128];
     snprintf(path, sizeof path, "%s/prof2.db", cli_tmp);
@@ -495,6 +556,8 @@ static void test_profile_parts(void) {
     EXPECT_OK(ctx, un_rulesdb_cost_get(ctx, db, "comm:barrier", "devices[2]", "cpu", &c, &found));
     EXPECT_TRUE(found && c.fwd_ms > 0);
     EXPECT_OK(ctx, un_rulesdb_cost_get(ctx, db, "comm:exchange", "devices[2]", "cpu", &c, &found));
+    EXPECT_TRUE(found && c.fwd_ms > 0);
+    EXPECT_OK(ctx, un_rulesdb_cost_get(ctx, db, "comm:allreduce", "devices[2]", "cpu", &c, &found));
     EXPECT_TRUE(found && c.fwd_ms > 0);
     char shape[64];
     un_sim_meet_shape(2, 0, shape, sizeof shape);
@@ -601,6 +664,7 @@ int main(void) {
                                   {"sim_mlp", test_sim_mlp},
                                   {"measured", test_measured},
                                   {"sim_runtime", test_sim_runtime},
+                                  {"sim_stash", test_sim_stash},
                                   {"sim_measured_parts", test_sim_measured_parts},
                                   {"profile_dropout", test_profile_dropout},
                                   {"profile_parts", test_profile_parts},

@@ -3,7 +3,7 @@
  * modes, layer 2 (--rules: a rewritten plan trained on 2 devices with serial's losses, --budget
  * and --search-time end it and it says why, --no-rewrites, --search taso), and bad input (machine
  * file, rules file, device counts, no plan fits, flags, --alpha, --budget): one error line each,
- * exit status 1. */
+ * exit status 1. --sim: which semantics the search ranks plans by. */
 #include "tests/cli.h"
 #include "tests/rewrite.h"
 
@@ -41,6 +41,17 @@ static void test_search_train(void) {
     EXPECT_TRUE(strstr(r->out, "data parallel: estimated step") != NULL);
     EXPECT_TRUE(strstr(r->out, "training with the plan") != NULL);
     EXPECT_TRUE(strstr(r->out, "step 3/3") != NULL);
+    /* a plan trained right after the search is ranked by what the runtime executes; a plan only
+     * planned by the plan semantics; --sim says otherwise */
+    EXPECT_TRUE(strstr(r->out, "(runtime semantics)") != NULL);
+    r = cli_run("unity-train",
+                "--model mlp --tiny --machine specs/machines/v100x4.json --plan-only");
+    EXPECT_EQ(r->code, 0);
+    EXPECT_TRUE(strstr(r->out, "(plan semantics)") != NULL);
+    r = cli_run("unity-train", "--model mlp --tiny --machine specs/machines/v100x4.json "
+                               "--plan-only --sim runtime");
+    EXPECT_EQ(r->code, 0);
+    EXPECT_TRUE(strstr(r->out, "(runtime semantics)") != NULL);
 }
 
 /* The paper-size MLP on 4 V100s: a plan that splits the weights; exported, it loads. Then a
@@ -238,6 +249,7 @@ static void test_bad_input(void) {
     write_text(cli_path("small.json"), tiny_machine);
     BAD("--machine %s/small.json --plan-only", "no plan fits");
     BAD("--machine specs/machines/v100x4.json --search greedy", "--search");
+    BAD("--machine specs/machines/v100x4.json --sim fast", "--sim");
     BAD("--machine specs/machines/v100x4.json --search-time 0", "--search-time");
     BAD("--machine specs/machines/v100x4.json --budget x", "--budget");
     BAD("--machine specs/machines/v100x4.json --split-size 0", "--split-size");

@@ -537,6 +537,53 @@ static void test_narrow_first(void) {
     un_verifier_free(v);
 }
 
+/* The budget's unit: Z3's resource count. A proof's work is the same in two fresh verifiers
+ * (whatever the load and the clock), and a budget in those units decides the same way on any
+ * machine: with a wall clock far too short for the proof to run at all it is only the backstop
+ * of the runner (10x), so the default pipeline still proves the rule. */
+static void test_work_budget(void) {
+    un_rule *r = rule_json(matmul_assoc);
+    uint64_t work[2] = {0, 0};
+    for (int k = 0; k < 2 && r; k++) {
+        un_verifier *v = verifier();
+        if (!v)
+            break;
+        un_proof p;
+        /* the first proof of a fresh verifier also internalizes its axioms: the second is the
+         * proof's own work */
+        EXPECT_EQ(prove_ex(v, r, true, 600000, 7000000, &p), UN_VERDICT_VALID);
+        EXPECT_EQ(prove_ex(v, r, true, 600000, 7000000, &p), UN_VERDICT_VALID);
+        work[k] = p.work;
+        un_verifier_free(v);
+    }
+    printf("    work %llu and %llu resource units\n", (unsigned long long)work[0],
+           (unsigned long long)work[1]);
+    EXPECT_TRUE(work[0] > 0);
+    EXPECT_EQ(work[0], work[1]);
+    /* a budget below the proof's work: unknown, whatever the clock allows */
+    un_verifier *v = verifier();
+    if (v && r && work[0] > 8) {
+        un_proof p;
+        EXPECT_EQ(prove_ex(v, r, true, 600000, 7000000, &p), UN_VERDICT_VALID);
+        EXPECT_EQ(prove_ex(v, r, true, 600000, (unsigned)(work[0] / 8), &p), UN_VERDICT_UNKNOWN);
+        printf("    rlimit %llu: %s\n", (unsigned long long)(work[0] / 8), p.detail);
+    }
+    /* the runner's default is such a budget: its verdict carries the work */
+    if (v && r) {
+        un_ctx *ctx = un_ctx_new(NULL);
+        un_runner_opts o = un_runner_opts_default();
+        EXPECT_TRUE(!o.wall_clock);
+        un_verify_verdict rv;
+        EXPECT_OK(ctx, un_runner_rule(ctx, v, r, &o, &rv));
+        EXPECT_EQ(rv.status, UN_RULE_VERIFIED);
+        EXPECT_TRUE(rv.work > 0);
+        un_verify_verdict_deinit(&rv);
+        un_ctx_free(ctx);
+    }
+    un_verifier_free(v);
+    un_rule_free(r);
+}
+
 int main(void) {
     static const test_case cases[] = {
         {"narrow_first", test_narrow_first},       {"axioms_encoded", test_axioms_encoded},
@@ -545,6 +592,7 @@ int main(void) {
         {"timeout_unknown", test_timeout_unknown}, {"axcheck", test_axcheck},
         {"lifted_proof", test_lifted_proof},       {"pipeline", test_pipeline},
         {"param_variable", test_param_variable},   {"unknown_operator", test_unknown_operator},
+        {"work_budget", test_work_budget},
     };
     return TEST_RUN_WITH_SPEC(cases, &spec);
 }

@@ -119,6 +119,12 @@ static void test_verify_db(void) {
     snprintf(args, sizeof args, "%s --recheck", p);
     r = run(args);
     EXPECT_TRUE(strstr(r->out, "4 rules: 3 verified") != NULL);
+    EXPECT_TRUE(strstr(r->out, "z3 work: ") != NULL);
+    /* the old wall-clock budget, for comparisons: the same verdicts here */
+    snprintf(args, sizeof args, "%s --recheck --wall-clock", p);
+    r = run(args);
+    EXPECT_EQ(r->code, 0);
+    EXPECT_TRUE(strstr(r->out, "4 rules: 3 verified") != NULL);
     snprintf(args, sizeof args, "%s --rule 3", p);
     r = run(args);
     EXPECT_TRUE(strstr(r->out, ": 1 rules") != NULL);
@@ -266,6 +272,8 @@ static void test_bad_input(void) {
     expect_clean_error(a, "--jobs needs an integer");
     snprintf(a, sizeof a, "%s --timeout-ms x", p);
     expect_clean_error(a, "--timeout-ms needs an integer");
+    snprintf(a, sizeof a, "%s --wall-clock=1", p);
+    expect_clean_error(a, "--wall-clock=1");
     snprintf(a, sizeof a, "%s --shard 2/2", p);
     expect_clean_error(a, "--shard needs I/N");
     snprintf(a, sizeof a, "%s --frobnicate", p);

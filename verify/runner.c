@@ -300,6 +300,11 @@ un_status un_runner_rule(un_ctx *ctx, un_verifier *v, const un_rule *r, const un
     un_proof p;
     memset(&p, 0, sizeof p);
     un_prove_opts po = {.timeout_ms = o->timeout_ms, .symbolic = true};
+    if (!o->wall_clock) {
+        uint64_t rl = (uint64_t)o->timeout_ms * UN_VERIFY_RLIMIT_PER_MS;
+        po.rlimit = rl < UINT32_MAX ? (unsigned)rl : UINT32_MAX;
+        po.timeout_ms = o->timeout_ms < UINT32_MAX / 10 ? 10 * o->timeout_ms : UINT32_MAX;
+    }
     un_status st = UN_OK;
     /* Generalization over dims, first: sizes the rule fixes (split sizes, reshape targets) become
      * variables tied to the input dims they equal; that form is the rule's proof when it passes
@@ -315,6 +320,7 @@ un_status un_runner_rule(un_ctx *ctx, un_verifier *v, const un_rule *r, const un
         if (random_tests(ctx, dr, o->seed, &scratch) > 0 &&
             (st = un_verifier_prove(ctx, v, dr, &po, &p)) == UN_OK) {
             out->proof_ms += p.ms;
+            out->work += p.work;
             if (p.verdict == UN_VERDICT_VALID) {
                 proven = out->any_shape = true;
                 for (int a = 0; a < dr->n_vars; a++)
@@ -330,12 +336,14 @@ un_status un_runner_rule(un_ctx *ctx, un_verifier *v, const un_rule *r, const un
         un_ctx_clear(ctx);
         st = un_verifier_prove(ctx, v, r, &po, &p);
         out->proof_ms += p.ms;
+        out->work += p.work;
         if (st == UN_OK && p.verdict == UN_VERDICT_VALID) {
             out->any_shape = true;
         } else if (st == UN_OK) {
             po.symbolic = false;
             st = un_verifier_prove(ctx, v, r, &po, &p);
             out->proof_ms += p.ms;
+            out->work += p.work;
         }
     }
     c0 = cpu_ms();
@@ -578,6 +586,7 @@ static void *worker(void *arg) {
             sh->stats.cpu_ms[k] += p->v.cpu_ms[k];
         sh->stats.outputs += p->v.outputs;
         sh->stats.narrow += p->v.narrow;
+        sh->stats.work += p->v.work;
         sh->ms[sh->n_ms++] = p->v.ms;
         sh->finished++;
         pthread_mutex_unlock(&sh->mu);
@@ -678,8 +687,8 @@ un_status un_runner_run(un_ctx *ctx, const un_spec *spec, const char *db_path,
             goto done;
     }
     char args[160];
-    snprintf(args, sizeof args, "--timeout-ms %u --jobs %d%s", o->timeout_ms, o->jobs,
-             o->recheck ? " --recheck" : "");
+    snprintf(args, sizeof args, "--timeout-ms %u --jobs %d%s%s", o->timeout_ms, o->jobs,
+             o->wall_clock ? " --wall-clock" : "", o->recheck ? " --recheck" : "");
     if ((st = un_rulesdb_run_begin(ctx, db, "unity-verify", args, &run)) != UN_OK)
         goto done;
     sh.ids = ids;

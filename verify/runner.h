@@ -15,7 +15,10 @@
 #include "verify/verify.h"
 
 typedef struct un_runner_opts {
-    unsigned timeout_ms;  /* per Z3 call (default 2000) */
+    unsigned timeout_ms;  /* per Z3 call (default 2000): a budget of timeout_ms *
+                           * UN_VERIFY_RLIMIT_PER_MS rlimit units, with 10x the time as a
+                           * wall-clock backstop, so verdicts do not depend on the load */
+    bool wall_clock;      /* the budget in wall-clock ms instead (before: load-dependent) */
     int jobs;             /* worker threads (default 1) */
     int shard_i, shard_n; /* only rule ids with id % shard_n == shard_i (shard_n 0 = all) */
     int32_t rule_id;      /* only this rule (0 = every rule that needs it) */
@@ -46,6 +49,7 @@ typedef struct un_verify_verdict {
     char axioms[2048];     /* axioms the proof used (verified) */
     double ms;             /* time for this rule: random tests, proof and generalization */
     double proof_ms;       /* of which in Z3 */
+    uint64_t work;         /* Z3 resource units of the proofs (un_proof.work) */
     double cpu_ms[UN_VERIFY_PHASE_COUNT]; /* this thread's CPU time per phase (un_verify_phase) */
     int outputs, narrow; /* outputs proven (last proof), of them by the narrow axiom set */
     bool any_shape;      /* proven with symbolic input sizes */
@@ -88,6 +92,7 @@ typedef struct un_runner_stats {
     double axcheck_ms;                    /* time of those checks */
     double cpu_ms[UN_VERIFY_PHASE_COUNT]; /* summed over the workers' threads */
     int64_t outputs, narrow;              /* outputs proven, and of them by the narrow axiom set */
+    uint64_t work;                        /* Z3 resource units, summed (un_verify_verdict.work) */
 } un_runner_stats;
 
 /* Checks every spec axiom on concrete tensors (axcheck.h), then verifies the rules of the database

@@ -810,6 +810,20 @@ static void set_limits(un_verifier *v, Z3_solver s, unsigned timeout_ms, unsigne
     Z3_params_dec_ref(v->z, p);
 }
 
+/* Z3's resource counter (the work done by this context so far, in rlimit units). */
+static uint64_t rlimit_count(un_verifier *v, Z3_solver s) {
+    Z3_stats st = Z3_solver_get_statistics(v->z, s);
+    Z3_stats_inc_ref(v->z, st);
+    uint64_t n = 0;
+    unsigned size = Z3_stats_size(v->z, st);
+    for (unsigned i = 0; i < size; i++)
+        if (strcmp(Z3_stats_get_key(v->z, st, i), "rlimit count") == 0)
+            n = Z3_stats_is_uint(v->z, st, i) ? Z3_stats_get_uint_value(v->z, st, i)
+                                              : (uint64_t)Z3_stats_get_double_value(v->z, st, i);
+    Z3_stats_dec_ref(v->z, st);
+    return n;
+}
+
 /* One solver per context, kept across rules (each proof pushes and pops its own scope): it holds
  * every axiom as `literal -> axiom`, and a proof switches on the relevant ones by assumptions, so
  * the quantifiers are internalized once rather than per rule. The simple solver skips the
@@ -1253,6 +1267,9 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
         nasm = un_xmalloc(sizeof(Z3_ast) * (size_t)(UN_OP_COUNT + v->n_ax));
         n_nasm = assumptions(v, rule_ops, narrow, nasm);
     }
+    /* With a resource limit the budgets are in rlimit units (the same on a busy machine as on
+     * an idle one) and the wall-clock timeout is only a backstop; without one, as before, in ms. */
+    uint64_t rl0 = rlimit_count(v, s);
     set_limits(v, s, timeout, rlimit);
     Z3_solver_push(v->z, s);
     pushed = true;
@@ -1275,7 +1292,10 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
             /* in its own scope: this attempt's instances and lemmas are gone before the next */
             Z3_solver_push(v->z, s);
             Z3_solver_assert(v->z, s, neg);
-            set_limits(v, s, timeout / 4 + 1, rlimit);
+            if (rlimit)
+                set_limits(v, s, timeout, rlimit / 4 + 1);
+            else
+                set_limits(v, s, timeout / 4 + 1, 0);
             Z3_lbool nres = Z3_solver_check_assumptions(v->z, s, n_nasm, nasm);
             set_limits(v, s, timeout, rlimit);
             if (nres == Z3_L_FALSE)
@@ -1314,9 +1334,14 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
         /* Consistency: the hypotheses and the axioms the proof used, without the goal, must not
          * be unsat: a proof never rests on contradictory axiom instances, nor on a source-side
          * condition that cannot hold (which would also flag a mistranslated `require`). */
-        double spent = now_ms() - t0;
-        unsigned ct = (unsigned)(2 * spent) + 20;
-        set_limits(v, s, ct < timeout ? ct : timeout, rlimit);
+        if (rlimit) {
+            uint64_t cr = 2 * (rlimit_count(v, s) - rl0) + 20 * (uint64_t)UN_VERIFY_RLIMIT_PER_MS;
+            set_limits(v, s, timeout, cr < rlimit ? (unsigned)cr : rlimit);
+        } else {
+            double spent = now_ms() - t0;
+            unsigned ct = (unsigned)(2 * spent) + 20;
+            set_limits(v, s, ct < timeout ? ct : timeout, 0);
+        }
         n_asm = assumptions(v, ops, used, asm_);
         Z3_solver_push(v->z, s);
         for (int i = 0; i < r->n_out; i++) {
@@ -1355,6 +1380,7 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
             }
         }
     }
+    out->work = rlimit_count(v, s) - rl0;
     if (!z3_ok(v))
         st = un_ctx_error(ctx, UN_ERR_INVALID, "verify: %s", v->msg);
 done:

@@ -14,13 +14,16 @@
 
 static const char *usage =
     "unity-verify - prove the rules of a rule database with random tests and Z3\n\n"
-    "usage: unity-verify RULES.DB [--spec DIR|FILE] [--timeout-ms T] [--jobs J] [--rule ID]\n"
-    "                    [--recheck] [--shard I/N] [--lease S]\n"
+    "usage: unity-verify RULES.DB [--spec DIR|FILE] [--timeout-ms T] [--wall-clock] [--jobs J]\n"
+    "                    [--rule ID] [--recheck] [--shard I/N] [--lease S]\n"
     "  Checks every spec axiom on concrete tensors, then verifies each rule that needs it:\n"
     "  random tests (refute), a Z3 proof (verify) and generalization over degrees.\n"
     "  --spec       operator specs: a directory holding ops.json, or the file (alias --ops;\n"
     "               default: $UNITY_SPECS, ./specs, else the installed share/unity/specs)\n"
-    "  --timeout-ms Z3 time limit per solver call (default 2000)\n"
+    "  --timeout-ms Z3 budget per solver call (default 2000): counted in Z3's resource units\n"
+    "               (T * 3500, about T ms of Z3 on the development machine), so verdicts do\n"
+    "               not depend on the load; 10 T ms of wall clock stop a call in any case\n"
+    "  --wall-clock the budget in wall-clock ms instead (verdicts then depend on the load)\n"
     "  --jobs       worker threads, one Z3 context each (default 1)\n"
     "  --rule       verify only this rule id\n"
     "  --recheck    re-verify every rule, verified ones included\n"
@@ -67,6 +70,8 @@ int main(int argc, char **argv) {
                                   has_val ? argv[i + 1] : "");
             o.timeout_ms = (unsigned)v;
             i++;
+        } else if (strcmp(a, "--wall-clock") == 0) {
+            o.wall_clock = true;
         } else if (strcmp(a, "--jobs") == 0) {
             if (!has_val || !parse_int(argv[i + 1], 1, 64, &v))
                 return fail_usage("--jobs needs an integer in [1, 64], not '%s'",
@@ -154,6 +159,8 @@ int main(int argc, char **argv) {
            s.cpu_ms[UN_VERIFY_PHASE_TESTS] / 1e3, s.cpu_ms[UN_VERIFY_PHASE_Z3] / 1e3,
            (long long)s.narrow, (long long)s.outputs, s.cpu_ms[UN_VERIFY_PHASE_GENERAL] / 1e3,
            s.cpu_ms[UN_VERIFY_PHASE_DB] / 1e3);
+    printf("z3 work: %.1f M resource units (%.0f k per rule; machine- and load-independent)\n",
+           (double)s.work / 1e6, s.total ? (double)s.work / 1e3 / (double)s.total : 0.0);
     rc = 0;
 done:
     un_spec_free(spec);

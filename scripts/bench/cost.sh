@@ -4,22 +4,25 @@
 #     structure at a 16x batch (8x, 4x for the CNNs), and charlm's larger default), serial on 1 device and
 #     data parallel on 2, plus the sample MLP serial and tensor parallel (unity-pcg sample mlp
 #     --strategy tensor): the estimated step time (specs/machines/cpu.json + costs profiled into a
-#     rules.db by unity-train --profile, each op's median time) against the median step time of
-#     a unity-train run (each device one thread: --threads = --devices), and the estimated
-#     memory (all devices) against the runtime's own accounting of what it allocated (--stats:
-#     every device's peak, weights, gradients, optimizer state, activations, transfer buffers),
-#     with the peak RSS (/usr/bin/time) minus a baseline run's RSS beside it for reference (kernel
+#     rules.db by unity-train --profile, each op's median time) against the measured step time
+#     (a unity-train run's median step; each device one thread: --threads = --devices), each the
+#     least over REPS rounds that profile, estimate and run the model's strategies in turn; and the
+#     estimated memory (all devices) against the runtime's own accounting of what it allocated
+#     (--stats: every device's peak, weights, gradients, optimizer state, activations, transfer
+#     buffers) plus the CPU kernels' forward stash (model_cases below), with the peak RSS (/usr/bin/time) minus a baseline run's RSS beside it for reference (kernel
 #     scratch and the host batch are in the RSS only; tiny models are within the RSS noise).
 #  2. estimates per second for BERT-Large (the zoo transformer, batch 192) data parallel on 192
 #     V100s (specs/machines/v100x192.json): cached cost queries per second (the DP inner loop) and
 #     whole-plan simulations per second.
-#   scripts/bench/cost.sh [BUILD_DIR]      Env: STEPS (default 40), ONLY (a regex: only the cases
-#                                          whose label matches, e.g. ONLY='tiny\)').
+#   scripts/bench/cost.sh [BUILD_DIR]      Env: STEPS (default 40), REPS (rounds, default 3),
+#                                          ONLY (a regex: only the cases whose label matches,
+#                                          e.g. ONLY='tiny\)').
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
 build=${1:-build/default}
 steps=${STEPS:-40}
+REPS=${REPS:-3}
 make -s -j2 BUILD="$build" >/dev/null
 B=$build/bin
 M=specs/machines/cpu.json
@@ -39,50 +42,77 @@ base1=$(rss "$B/unity-train" --model mlp --tiny --steps 2 --threads 1 --quiet)
 base2=$(rss "$B/unity-train" --model mlp --tiny --steps 2 --devices 2 --threads 2 --quiet)
 echo "baseline peak RSS (tiny mlp, 2 steps): $((base1 / 1024)) KiB on 1 device, $((base2 / 1024)) KiB on 2, subtracted from the runs' on as many devices"
 printf '%-26s %-8s %3s %10s %10s %7s %5s %12s %12s %7s %5s %12s\n' model strategy dev est_ms meas_ms err ok est_mem meas_mem err ok rss_delta
-case_() { # label model-args strategy devices
-    local label=$1 margs=$2 strat=$3 d=$4
+# the median step of a run's steps after the first (a step's time is batch / its samples/s; the
+# batch is the summary's samples/s x ms/step)
+median_step() {
+    awk '/^step / { n++; if (n > 1) sps[n - 1] = $(NF - 1) }
+         / ms\/step/ { for (i = 1; i <= NF; i++) { if ($i == "ms/step,") ms = $(i - 1); if ($i == "samples/s") s = $(i - 1) } }
+         END { m = n - 1; for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (sps[j] < sps[i]) { t = sps[i]; sps[i] = sps[j]; sps[j] = t }
+               b = s * ms / 1000; printf "%.4f", 1000 * b / sps[int((m + 1) / 2)] }' "$1"
+}
+# model_cases LABEL MODEL-ARGS STRATEGY:DEVICES...: REPS rounds; in each, every case of the model
+# in turn is profiled into the op-cost cache (the ops, and the rendezvous and stretches of work of
+# that moment), estimated, and run (alternating: a burst of other jobs hits one round, not one
+# strategy). Both sides are the least over the rounds: the estimate of the quietest profile, the
+# measured step the least of the runs' medians. Memory: the estimate (all devices) against the
+# runtime's own accounting (--stats: every device's peak, weights, gradients, optimizer state,
+# activations, transfer buffers) plus the CPU kernels' forward stash, which --stats does not
+# report: its size is un_kern_stash_bytes of each forward's shapes, what the runtime's memory
+# check counts and what a forward holds (tests/test_kernels.c stash; tests/test_cost.c sim_stash
+# checks the simulator counts the same per device), taken from the estimate's "kernel stash" line.
+model_cases() {
+    local label=$1 margs=$2
+    shift 2
     [[ -z "${ONLY:-}" || "$label" =~ $ONLY ]] || return 0
-    local sargs="--strategy $strat"
-    "$B/unity-train" $margs $sargs --devices "$d" --threads "$d" --profile --machine $M --rules "$db" --quiet >/dev/null
-    "$B/unity-train" $margs $sargs --devices "$d" --threads "$d" --estimate --machine $M --rules "$db" >"$tmp/est" 2>/dev/null
-    local est mem
-    est=$(sed -n 's/^estimated step time: \([0-9.]*\) ms.*/\1/p' "$tmp/est")
-    mem=$(sed -n 's/^memory, all devices: \([0-9]*\) bytes/\1/p' "$tmp/est")
-    local peak
-    peak=$(rss "$B/unity-train" $margs $sargs --devices "$d" --threads "$d" --steps "$steps" --stats)
-    local acct
-    acct=$(awk '/^device +weights/ { on = 1; next } on && $1 ~ /^[0-9]+$/ { s += $4 } END { printf "%.0f", s }' "$tmp/out")
-    local meas
-    # the median of the steps after the first (a step's time is batch / its samples/s; the
-    # batch is the summary's samples/s x ms/step): steady under other jobs' bursts
-    meas=$(awk '/^step / { n++; if (n > 1) sps[n - 1] = $(NF - 1) }
-                / ms\/step/ { for (i = 1; i <= NF; i++) { if ($i == "ms/step,") ms = $(i - 1); if ($i == "samples/s") s = $(i - 1) } }
-                END { m = n - 1; for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (sps[j] < sps[i]) { t = sps[i]; sps[i] = sps[j]; sps[j] = t }
-                      b = s * ms / 1000; printf "%.4f", 1000 * b / sps[int((m + 1) / 2)] }' "$tmp/out")
-    local base=$base1
-    [ "$d" = 1 ] || base=$base2
-    local mmem=$((peak - base))
-    awk -v l="$label" -v s="$(basename "$strat" .json)" -v d="$d" -v e="$est" -v m="$meas" -v em="$mem" -v mm="$acct" -v rd="$mmem" 'BEGIN {
-        te = 100 * (e - m) / m; me = (mm > 0 ? 100 * (em - mm) / mm : 0)
-        printf "%-26s %-8s %3d %10.3f %10.3f %+6.0f%% %5s %10.0fK %10.0fK %+6.0f%% %5s %10.0fK\n", l, s, d, e, m, te,
-               (te <= 25 && te >= -25 ? "yes" : "NO"), em / 1024, mm / 1024, me, (me <= 20 && me >= -20 ? "yes" : "NO"), rd / 1024
-        printf "%s|%s|%s|%s|%d|%d\n", l, s, e, m, (te <= 25 && te >= -25), (me <= 20 && me >= -20) >> "'"$tmp/rows"'" }'
+    local -a cases=("$@") strat dev est mem stash meas acct rssd
+    local n=${#cases[@]} i r
+    for ((r = 0; r < REPS; r++)); do
+        for ((i = 0; i < n; i++)); do
+            local c=${cases[i]}
+            strat[i]=${c%:*}
+            dev[i]=${c##*:}
+            local sargs="--strategy ${strat[i]} --devices ${dev[i]} --threads ${dev[i]}"
+            local peak m e
+            "$B/unity-train" $margs $sargs --profile --machine $M --rules "$db" --quiet >/dev/null
+            "$B/unity-train" $margs $sargs --estimate --machine $M --rules "$db" >"$tmp/est" 2>/dev/null
+            e=$(sed -n 's/^estimated step time: \([0-9.]*\) ms.*/\1/p' "$tmp/est")
+            peak=$(rss "$B/unity-train" $margs $sargs --steps "$steps" --stats)
+            m=$(median_step "$tmp/out")
+            if ((r == 0)); then
+                est[i]=$e
+                meas[i]=$m
+                mem[i]=$(sed -n 's/^memory, all devices: \([0-9]*\) bytes/\1/p' "$tmp/est")
+                stash[i]=$(sed -n 's/^kernel stash, all devices: \([0-9]*\) bytes/\1/p' "$tmp/est")
+                stash[i]=${stash[i]:-0}
+                acct[i]=$(awk '/^device +weights/ { on = 1; next } on && $1 ~ /^[0-9]+$/ { s += $4 } END { printf "%.0f", s }' "$tmp/out")
+                local base=$base1
+                [ "${dev[i]}" = 1 ] || base=$base2
+                rssd[i]=$((peak - base))
+            else
+                est[i]=$(awk -v a="${est[i]}" -v b="$e" 'BEGIN { print (b < a ? b : a) }')
+                meas[i]=$(awk -v a="${meas[i]}" -v b="$m" 'BEGIN { print (b < a ? b : a) }')
+            fi
+        done
+    done
+    for ((i = 0; i < n; i++)); do
+        awk -v l="$label" -v s="$(basename "${strat[i]}" .json)" -v d="${dev[i]}" -v e="${est[i]}" -v m="${meas[i]}" \
+            -v em="${mem[i]}" -v mm="$((acct[i] + stash[i]))" -v rd="${rssd[i]}" 'BEGIN {
+            te = 100 * (e - m) / m; me = (mm > 0 ? 100 * (em - mm) / mm : 0)
+            printf "%-26s %-8s %3d %10.3f %10.3f %+6.0f%% %5s %10.0fK %10.0fK %+6.0f%% %5s %10.0fK\n", l, s, d, e, m, te,
+                   (te <= 25 && te >= -25 ? "yes" : "NO"), em / 1024, mm / 1024, me, (me <= 20 && me >= -20 ? "yes" : "NO"), rd / 1024
+            printf "%s|%s|%s|%s|%d|%d\n", l, s, e, m, (te <= 25 && te >= -25), (me <= 20 && me >= -20) >> "'"$tmp/rows"'" }'
+    done
 }
 for m in mlp transformer dlrm xdl candle_uno resnext50 inception_v3 charlm; do
-    case_ "$m (tiny)" "--model $m --tiny" serial 1
-    case_ "$m (tiny)" "--model $m --tiny" data 2
+    model_cases "$m (tiny)" "--model $m --tiny" serial:1 data:2
 done
 # mid-size: the tiny structures at a 16x (8x) batch, and charlm's own larger configuration (no
 # zoo model has a mid-size configuration of its own yet)
 for mb in mlp:256 transformer:128 dlrm:256 xdl:256 candle_uno:256 resnext50:64 inception_v3:32; do
-    case_ "${mb%%:*} (tiny, b${mb#*:})" "--model ${mb%%:*} --tiny --batch ${mb#*:}" serial 1
-    case_ "${mb%%:*} (tiny, b${mb#*:})" "--model ${mb%%:*} --tiny --batch ${mb#*:}" data 2
+    model_cases "${mb%%:*} (tiny, b${mb#*:})" "--model ${mb%%:*} --tiny --batch ${mb#*:}" serial:1 data:2
 done
-case_ "charlm (default)" "--model charlm" serial 1
-case_ "charlm (default)" "--model charlm" data 2
-case_ "sample mlp" "--model $tmp/mlp.json" serial 1
-case_ "sample mlp" "--model $tmp/mlp.json" data 2
-case_ "sample mlp" "--model $tmp/mlp.json" "$tmp/tp.json" 2
+model_cases "charlm (default)" "--model charlm" serial:1 data:2
+model_cases "sample mlp" "--model $tmp/mlp.json" serial:1 data:2 "$tmp/tp.json:2"
 # the summary, and whether each model's strategies keep their order (estimated vs measured)
 awk -F'|' '{ n++; t += $5; m += $6; k = $1; c[k]++; e[k, c[k]] = $3; x[k, c[k]] = $4 }
      END { for (k in c) { if (c[k] < 2) continue; models++; ok = 1

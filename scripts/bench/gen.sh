@@ -49,7 +49,10 @@ run() { # label, then unity-gen arguments
     }
     cat "$out/run.txt"
     awk -F': ' '/Maximum resident set size/ {printf "peak RSS            %.0f MiB\n", $2 / 1024}
-                /Elapsed \(wall clock\)/ {print "wall time           " $2}' "$out/time.txt"
+                /User time/ {u = $2} /System time/ {s = $2}
+                /Elapsed \(wall clock\)/ {print "wall time           " $2}
+                END {printf "cpu time            %.1f s (user + sys: less load-dependent)\n", u + s}' \
+        "$out/time.txt"
 }
 
 # The closure stage on database $2 into $3 (label $1, more unity-closure flags after).

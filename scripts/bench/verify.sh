@@ -71,12 +71,13 @@ secs=$(timed "$out/verify3.txt" "$build/bin/unity-verify" "$out/gen3.db" --jobs 
 echo "  unity-verify --jobs $jobs --timeout-ms $timeout_ms (load $(cut -d' ' -f1-3 /proc/loadavg)):"
 head -1 "$out/verify3.txt" | sed 's/^/  /'
 summary "$out/verify3.txt" "$secs"
-grep '^cpu time per phase' "$out/verify3.txt" | sed 's/^/  /' || true
+grep '^cpu time per phase\|^z3 work' "$out/verify3.txt" | sed 's/^/  /' || true
 if [[ -n ${BASE_BUILD:-} ]]; then
     secs=$(timed "$out/verify3_base.txt" "$BASE_BUILD/bin/unity-verify" "$out/gen3_base.db" --jobs "$jobs" \
         --timeout-ms "$timeout_ms" --spec specs)
     echo "  the same set with $BASE_BUILD/bin/unity-verify (load $(cut -d' ' -f1-3 /proc/loadavg)):"
     summary "$out/verify3_base.txt" "$secs"
+    grep '^cpu time per phase\|^z3 work' "$out/verify3_base.txt" | sed 's/^/  /' || true
     python3 - "$out/gen3_base.db" "$out/gen3.db" <<'EOF'
 import sqlite3, sys
 base, new = (dict(sqlite3.connect(p).execute("select hash, status from rules")) for p in sys.argv[1:3])
