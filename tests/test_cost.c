@@ -389,7 +389,8 @@ static void test_sim_runtime(void) {
  * simulator counts it per device with the runtime's own function, so on a machine of kind "cpu"
  * its stash is what the runtime's memory check adds (un_exec_estimate_bytes with and without the
  * stash) on every rank, for serial, data and the model's own tensor layouts; a GPU machine keeps
- * none. The runtime semantics' memory per device is within 3% of the runtime's estimate. */
+ * none. The runtime semantics' memory per device is at least the runtime's estimate and at most
+ * 12 % above it (activations held for the step, not freed after their last reader). */
 static void test_sim_stash(void) {
     un_ctx *ctx = un_ctx_new(NULL);
     un_machine cpu;
@@ -420,7 +421,12 @@ static void test_sim_stash(void) {
             int64_t without = un_exec_estimate_bytes(f, r, d, UN_PREC_F32, 2, false);
             EXPECT_TRUE(with >= without && without > 0);
             want += (double)(with - without);
-            EXPECT_NEAR(rc.mem[r], (double)with, 0.03 * (double)with);
+            /* the simulator holds every activation for the whole step; the runtime frees one
+             * after its last reader (runtime/README.md: one arena by lifetime): an upper bound,
+             * 0-10 % above the runtime's own figure on these tiny models */
+            test__check(rc.mem[r] >= (double)with && rc.mem[r] <= 1.12 * (double)with, TEST__AT,
+                        "%s %s rank %d: simulated %.0f B, runtime %lld B", cases[i].model,
+                        cases[i].strategy, r, rc.mem[r], (long long)with);
             EXPECT_NEAR(rc.mem[r] - rg.mem[r], (double)(with - without), 0.5);
         }
         EXPECT_NEAR(rc.stash_all, want, 0.5);

@@ -429,12 +429,13 @@ static void test_mixed_bytes(void) {
         test__check(steps == 4 && worst <= 5.01e-7, TEST__AT,
                     "mpi %s mixed:2x2: %d steps, loss difference %g", models[i], steps, worst);
         un_train_result_deinit(&r1);
+        EXPECT_TRUE(strstr(r->out, "weights(B)  optimizer(B)  peak(B)  need(B)  sent/step(B)"));
         for (int d = 0; d < 4; d++) {
             char key[32];
             snprintf(key, sizeof key, "\n     %d ", d);
             const char *p = strstr(r->out, key);
-            long long wb, ob, pk, sent = -1;
-            bool got = p && sscanf(p, "%*d %lld %lld %lld %lld", &wb, &ob, &pk, &sent) == 4;
+            long long wb, ob, pk, nd, sent = -1; /* device weights optimizer peak need sent */
+            bool got = p && sscanf(p, "%*d %lld %lld %lld %lld %lld", &wb, &ob, &pk, &nd, &sent) == 5;
             test__check(got && sent == want[d], TEST__AT,
                         "mpi %s device %d: %lld B sent, the plan implies %lld", models[i], d,
                         got ? sent : -1LL, (long long)want[d]);
