@@ -493,8 +493,7 @@ static int push_op(wstate *w, int inst, const uint8_t *in, bool check_order) {
         sh[j] = w->sh[in[j]];
     }
     un_infer inf_scratch;
-    const un_infer *infp =
-        infer_memo_get(w->e, inst, shapes, sh, gi->n_in, &inf_scratch, out_sh);
+    const un_infer *infp = infer_memo_get(w->e, inst, shapes, sh, gi->n_in, &inf_scratch, out_sh);
     if (!infp)
         return TRY_ILL;
     if (w->n_t + infp->n_out > UN_GEN_MAX_T)

@@ -728,8 +728,7 @@ static void pair_info_compute(un_ctx *ctx, const pinfo_job *job, int64_t i) {
         const int64_t *bb = job->by_bucket;
         int scanned = 0; /* bounded: groups can hold thousands of graphs at N=4 */
         for (int64_t q = job->bucket_start[pr->bucket];
-             !settled && q < job->bucket_start[pr->bucket + 1] && pi->nm < 8 && scanned < 24;
-             q++) {
+             !settled && q < job->bucket_start[pr->bucket + 1] && pi->nm < 8 && scanned < 24; q++) {
             if (bb[q] == i)
                 continue;
             scanned++;

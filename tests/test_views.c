@@ -435,7 +435,8 @@ static void test_mixed_bytes(void) {
             snprintf(key, sizeof key, "\n     %d ", d);
             const char *p = strstr(r->out, key);
             long long wb, ob, pk, nd, sent = -1; /* device weights optimizer peak need sent */
-            bool got = p && sscanf(p, "%*d %lld %lld %lld %lld %lld", &wb, &ob, &pk, &nd, &sent) == 5;
+            bool got =
+                p && sscanf(p, "%*d %lld %lld %lld %lld %lld", &wb, &ob, &pk, &nd, &sent) == 5;
             test__check(got && sent == want[d], TEST__AT,
                         "mpi %s device %d: %lld B sent, the plan implies %lld", models[i], d,
                         got ? sent : -1LL, (long long)want[d]);
