@@ -733,6 +733,11 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
         loss /= (double)(m->loss == UN_LOSS_CE ? os->dim[0] : un_shape_numel(os));
         if ((st = un_exec_update(ctx, ex, opt)) != UN_OK)
             break;
+        /* A step ends when its update has run: on an asynchronous backend (CUDA) the backward and
+         * the update are still queued here, and the next write of a batch would wait for them
+         * outside the clock. */
+        if ((st = un_backend_synchronize(ctx, be)) != UN_OK)
+            break;
         double dt = now_s() - t0;
         if (rank == 0) {
             sh->losses[step] = loss;

@@ -418,10 +418,12 @@ static void test_cuda_ops(void) {
             un_param p[UN_MAX_PARAMS] = {{-1, {0}}};
             un_kt in[2] = {{UN_DT_INT, 2, {2, 1}, id_dev}, {UN_DT_FLOAT, 2, {20, 4}, tab_dev}};
             un_kt y = {UN_DT_FLOAT, 2, {2, 4}, y_dev};
+            un_ctx_clear(ctx); /* the float64 refusal above is the context's first error */
             EXPECT_EQ(
                 un_backend_op_forward(ctx, be, UN_OP_EMBEDDING, p, in, 2, &y, 1, 0, NULL, NULL),
                 UN_ERR_INVALID);
-            EXPECT_TRUE(strstr(un_ctx_errmsg(ctx), "index 25 at position 1") != NULL);
+            test__check(strstr(un_ctx_errmsg(ctx), "index 25 at position 1") != NULL, TEST__AT,
+                        "bad embedding index: got '%s'", un_ctx_errmsg(ctx));
             EXPECT_OK(ctx, un_backend_synchronize(ctx, be));
         }
         un_backend_release(be, id_dev), un_backend_release(be, tab_dev);

@@ -13,19 +13,24 @@
 # without CUDA. Nothing here has run on a GPU yet (no session so far had one).
 #
 #   scripts/bench/gpu.sh [BUILD_DIR]     (default build/default; builds it first)
-# Env: STEPS (default 200), BATCH (default: each model's own for training; 64 for PyTorch).
+# Env: STEPS (default 200), BIG_STEPS (default 20) and ROUNDS (default 3) for section 3, RUN_LIMIT (default 120 s a run there), BATCH (default: each model's own for training; 64 for PyTorch),
+# PREBUILT=1: use BUILD_DIR as it is (built elsewhere, e.g. on a machine with the -dev packages:
+# `make BUILD=build/gpu CUDA_ARCH=sm_90`), neither make nor cc is run.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
 build=${1:-build/default}
 steps=${STEPS:-200}
+big_steps=${BIG_STEPS:-20}
+rounds=${ROUNDS:-3}
+limit=${RUN_LIMIT:-120} # seconds, each run of section 3
 batch=${BATCH:-64}
 
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
     echo "gpu.sh: no NVIDIA GPU on this machine (nvidia-smi missing or finds none) - nothing measured" >&2
     exit 2
 fi
-make -s -j2 BUILD="$build" CUDA=1 >/dev/null
+[[ -n "${PREBUILT:-}" ]] || make -s -j2 BUILD="$build" CUDA=1 >/dev/null
 grep -q UN_USE_CUDA "$build/.flags" || { echo "gpu.sh: $build is not a CUDA build" >&2; exit 2; }
 echo "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)"
 echo "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); $(uptime)"
@@ -34,7 +39,7 @@ echo "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 
 # No CUDA library is linked: the CUDA code is the plugin $build/lib/libunity_cuda.so, which the
 # runtime loads on first GPU use from ../lib beside the program (hence the program in bin/).
 libs="$build/libruntime.a $build/libpcg.a -lopenblas -lcjson -lm -ldl $(pkg-config --libs ompi-c 2>/dev/null) -pthread"
-cc -std=gnu17 -O2 -D_GNU_SOURCE -I. scripts/bench/gpu_gemm.c $libs -o "$build/bin/bench_gpu_gemm"
+[[ -n "${PREBUILT:-}" ]] || cc -std=gnu17 -O2 -D_GNU_SOURCE -I. scripts/bench/gpu_gemm.c $libs -o "$build/bin/bench_gpu_gemm"
 echo
 echo "== matmul [n,n]x[n,n], TFLOP/s: unity's linear op vs cuBLAS called directly (same process)"
 set +e
@@ -63,12 +68,15 @@ run_pair() { # model devices
     paste <(sed -n 's/^step [0-9]*\/[0-9]*  loss \([^ ]*\).*/\1/p' <<<"$out_cpu") \
           <(sed -n 's/^step [0-9]*\/[0-9]*  loss \([^ ]*\).*/\1/p' <<<"$out_cuda") |
         awk -v m="$m" -v d="$d" -v c="$(tail -1 <<<"$out_cpu")" -v g="$(tail -1 <<<"$out_cuda")" '
-            { e = $1 - $2; if (e < 0) e = -e; a = $1 < 0 ? -$1 : $1; r = e / (1 + a); if (r > mx) mx = r; n++ }
+            { e = $1 - $2; if (e < 0) e = -e; a = $1 < 0 ? -$1 : $1; r = e / (1 + a); if (r > mx) mx = r; n++
+              if (r > 1e-3 && !first) first = n; if (n == 1) r1 = r }
             END {
                 match(c, /[0-9.]+ ms\/step, [0-9]+ samples\/s/); cs = substr(c, RSTART, RLENGTH)
                 match(g, /[0-9.]+ ms\/step, [0-9]+ samples\/s/); gs = substr(g, RSTART, RLENGTH)
-                printf "%-13s %d dev  cpu %-32s cuda %-32s losses: %d steps, max rel diff %.2e %s\n",
+                printf "%-13s %d dev  cpu %-32s cuda %-32s losses: %d steps, max rel diff %.2e %s",
                        m, d, cs, gs, n, mx, (n > 0 && mx <= 1e-3) ? "ok" : "MISMATCH"
+                if (first) printf " (step 1 %.1e; first over 1e-3 at step %d)", r1, first
+                printf "\n"
             }'
 }
 for m in mlp transformer dlrm xdl candle_uno resnext50 inception_v3 charlm; do
@@ -77,6 +85,44 @@ done
 for m in mlp transformer; do
     run_pair "$m" 2
 done
+
+# ---- 3. models sized for a GPU: unity-train --backend cuda against the same model in PyTorch ----
+# The mid sizes of runtime.sh and two GPU sizes (scripts/bench/mid_graphs.py: an MLP of 268M
+# parameters at batch 2048, 8 BERT-Large layers at batch 16 x 512 tokens), the same layers, no
+# biases, Adam, float32 without TF32 on both sides (scripts/bench/torch_models.py ... cuda).
+# ROUNDS alternating runs of each side; min and median ms/step; ratio ours/PyTorch of the mins.
+echo
+echo "== models sized for the GPU, $big_steps steps, $rounds rounds alternating: unity-train --backend cuda vs PyTorch eager (same model)"
+if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    graphs="$build/bench_graphs"
+    mkdir -p "$graphs"
+    python3 scripts/bench/mid_graphs.py "$graphs"
+    printf '%-16s %22s %22s %14s\n' model "unity ms min/median" "pytorch ms min/median" "ratio (min)"
+    for m in mlp_mid transformer_mid charlm mlp_gpu transformer_gpu; do
+        case $m in
+        mlp_*) args=(--model "$graphs/$m.json" --loss ce) ;;
+        transformer_*) args=(--model "$graphs/$m.json" --loss mse) ;;
+        charlm) args=(--model charlm) ;;
+        esac
+        ours=() theirs=()
+        for ((r = 0; r < rounds; r++)); do
+            out=$(timeout "$limit" "$build/bin/unity-train" "${args[@]}" --backend cuda --optimizer adam --steps "$big_steps" 2>&1) ||
+                { echo "$m: unity-train failed: $(tail -1 <<<"$out")"; continue 2; }
+            ours+=("$(sed -n 's/.* \([0-9.]*\) ms\/step.*/\1/p' <<<"$(tail -1 <<<"$out")")")
+            out=$(timeout "$limit" python3 scripts/bench/torch_models.py "$m" 1 "$big_steps" cuda 2>&1) ||
+                { echo "$m: pytorch failed: $(tail -1 <<<"$out")"; continue 2; }
+            theirs+=("$(cut -d' ' -f1 <<<"$out")")
+        done
+        printf '%s\n' "${ours[@]}" | sort -g >"$graphs/ours.txt"
+        printf '%s\n' "${theirs[@]}" | sort -g >"$graphs/theirs.txt"
+        paste -d' ' <(tr '\n' ' ' <"$graphs/ours.txt"; echo) <(tr '\n' ' ' <"$graphs/theirs.txt"; echo) |
+            awk -v m="$m" -v n="$rounds" '{
+                split($0, a, " "); k = int((n + 1) / 2)
+                printf "%-16s %10.3f / %-9.3f %10.3f / %-9.3f %14.2f\n", m, a[1], a[k], a[n + 1], a[n + k], a[1] / a[n + 1] }'
+    done
+else
+    echo "pytorch with CUDA: not importable by python3 - comparison skipped"
+fi
 
 echo
 echo "== PyTorch eager on the same GPU, batch $batch (tiny mlp and transformer shapes)"

@@ -3,7 +3,8 @@
 un_graph_to_json), with the zoo's structure (runtime/zoo.c) at the sizes of
 scripts/bench/torch_models.py, for `unity-train --model FILE.json`.
 
-  mid_graphs.py DIR    -> DIR/mlp_mid.json, DIR/transformer_mid.json"""
+  mid_graphs.py DIR    -> DIR/mlp_mid.json, DIR/transformer_mid.json, DIR/mlp_gpu.json,
+                          DIR/transformer_gpu.json"""
 import json
 import os
 import sys
@@ -12,6 +13,9 @@ import sys
 MID_MLP = dict(batch=64, inp=1024, width=1344, layers=8)  # 2 towers, 29M parameters
 MID_TF = dict(batch=8, seq=128, hidden=256, heads=4, ffn=1024, layers=4)
 CHARLM = dict(batch=32, seq=64, dim=128, heads=4, ffn=512, blocks=2, vocab=256)  # zoo charlm
+# GPU sizes (scripts/bench/gpu.sh): large enough that one GPU is not waiting on kernel launches.
+GPU_MLP = dict(batch=2048, inp=4096, width=4096, layers=8)  # 2 towers, 268M parameters
+GPU_TF = dict(batch=16, seq=512, hidden=1024, heads=16, ffn=4096, layers=8)  # BERT-Large layers
 
 
 def source(op, name, shape):
@@ -73,7 +77,8 @@ def layer_norm(nodes, x, name, h):
 def main():
     if len(sys.argv) != 2:
         sys.exit("usage: mid_graphs.py DIR")
-    for name, g in (("mlp_mid", mlp(MID_MLP)), ("transformer_mid", transformer(MID_TF))):
+    for name, g in (("mlp_mid", mlp(MID_MLP)), ("transformer_mid", transformer(MID_TF)),
+                    ("mlp_gpu", mlp(GPU_MLP)), ("transformer_gpu", transformer(GPU_TF))):
         with open(os.path.join(sys.argv[1], name + ".json"), "w") as f:
             json.dump(g, f, indent=1)
 

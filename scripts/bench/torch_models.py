@@ -2,12 +2,14 @@
 """The models of scripts/bench/runtime.sh in PyTorch, as the zoo builds them (runtime/zoo.c) and
 as scripts/bench/mid_graphs.py writes the mid sizes: same layers, widths, biases (none), losses.
 
-  torch_models.py MODEL THREADS STEPS    -> one line "ms_per_step LOSS0 KERNEL cpu_ms_per_step"
+  torch_models.py MODEL THREADS STEPS [DEVICE]
+      -> one line "ms_per_step LOSS0 KERNEL cpu_ms_per_step"
 KERNEL: the OpenBLAS core type PyTorch's matrix products ran (openblas_get_corename of the
 libopenblas.so.0 PyTorch loaded); cpu_ms_per_step: the process's CPU time (user + system, all
 threads) over the timed steps.
-MODEL: mlp_mid | transformer_mid | charlm. Adam (lr 1e-3), random data; step 1 is warm-up and
-not timed (unity-train leaves it out too)."""
+MODEL: mlp_mid | transformer_mid | charlm | mlp_gpu | transformer_gpu. Adam (lr 1e-3), random
+data; step 1 is warm-up and not timed (unity-train leaves it out too). DEVICE: cpu (default) or cuda
+(eager mode, float32 without TF32, as unity-train's default; the clock stops after a synchronize)."""
 import ctypes
 import os
 import sys
@@ -18,7 +20,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mid_graphs import CHARLM, MID_MLP, MID_TF  # noqa: E402
+from mid_graphs import CHARLM, GPU_MLP, GPU_TF, MID_MLP, MID_TF  # noqa: E402
 
 
 class Mlp(nn.Module):  # zoo mlp: two towers of linear (relu, last none), no bias, added
@@ -81,14 +83,14 @@ class CharLM(nn.Module):
 
 
 def build(name):
-    if name == "mlp_mid":
-        c = MID_MLP
+    if name in ("mlp_mid", "mlp_gpu"):
+        c = MID_MLP if name == "mlp_mid" else GPU_MLP
         m = Mlp(c)
         x1, x2 = torch.randn(c["batch"], c["inp"]), torch.randn(c["batch"], c["inp"])
         y = torch.randint(0, c["width"], (c["batch"],))
         return m, lambda: F.cross_entropy(m(x1, x2), y)
-    if name == "transformer_mid":
-        c = MID_TF
+    if name in ("transformer_mid", "transformer_gpu"):
+        c = MID_TF if name == "transformer_mid" else GPU_TF
         m = nn.Sequential(*[PostLN(c["hidden"], c["heads"], c["ffn"]) for _ in range(c["layers"])],
                           nn.Linear(c["hidden"], 1, bias=False))
         x = torch.randn(c["batch"], c["seq"], c["hidden"])
@@ -100,20 +102,27 @@ def build(name):
         tok = torch.randint(0, c["vocab"], (c["batch"] * c["seq"],))
         y = torch.randint(0, c["vocab"], (c["batch"] * c["seq"],))
         return m, lambda: F.cross_entropy(m(tok), y)
-    sys.exit(f"torch_models.py: unknown model '{name}' (mlp_mid, transformer_mid, charlm)")
+    sys.exit(f"torch_models.py: unknown model '{name}' (mlp_mid, transformer_mid, charlm, mlp_gpu, "
+             "transformer_gpu)")
 
 
 def main():
-    if len(sys.argv) != 4:
-        sys.exit("usage: torch_models.py MODEL THREADS STEPS")
+    if len(sys.argv) not in (4, 5):
+        sys.exit("usage: torch_models.py MODEL THREADS STEPS [cpu|cuda]")
     name, threads, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    dev = sys.argv[4] if len(sys.argv) == 5 else "cpu"
     torch.manual_seed(0)
     torch.set_num_threads(threads)
-    m, loss = build(name)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    with torch.device(dev):
+        m, loss = build(name)
+    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
     opt = torch.optim.Adam(m.parameters(), lr=1e-3)
     t0, c0, l0 = 0.0, 0.0, None
     for i in range(steps):
         if i == 1:
+            sync()
             t0, c0 = time.perf_counter(), time.process_time()
         opt.zero_grad()
         l = loss()
@@ -121,6 +130,7 @@ def main():
         opt.step()
         if l0 is None:
             l0 = l.item()
+    sync()
     try:
         blas = ctypes.CDLL("libopenblas.so.0")
         blas.openblas_get_corename.restype = ctypes.c_char_p
