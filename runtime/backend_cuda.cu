@@ -231,9 +231,34 @@ __global__ void k_act_back(float *dpre, const float *dy, const float *pre, const
     un_cu_act_back(dpre, dy, pre, out, act, i);
 }
 
+/* A un_cu_geom_cols launch: the block's column tiles (grid-stride; every thread of the block
+ * takes the same tiles, so the barriers inside are reached by all); c is the thread's column,
+ * lane its row lane. */
+#define FOR_COL_TILES(t)                                                                           \
+    for (int64_t t = (int64_t)blockIdx.x * UN_CU_COL_TILE; t < cols;                               \
+         t += (int64_t)gridDim.x * UN_CU_COL_TILE)
+#define COL_OF(t) ((t) + (int64_t)(threadIdx.x % UN_CU_COL_TILE))
+#define LANE      ((int)(threadIdx.x / UN_CU_COL_TILE))
+
+/* The lanes' tree over sh [LANES][TILE]; afterwards sh[col] holds the column's total. */
+static __device__ void lanes_reduce(float *sh) {
+    __syncthreads();
+    for (int s = UN_CU_COL_LANES / 2; s > 0; s >>= 1) {
+        un_cu_lane_level(sh, threadIdx.x / UN_CU_COL_TILE, threadIdx.x % UN_CU_COL_TILE, s);
+        __syncthreads();
+    }
+}
+
 __global__ void k_col_sum(float *db, const float *d, int64_t rows, int64_t cols) {
-    FOR_ITEMS(c, cols)
-    un_cu_col_sum(db, d, rows, cols, c);
+    __shared__ float sh[UN_CU_COL_LANES * UN_CU_COL_TILE];
+    FOR_COL_TILES(t) {
+        int64_t c = COL_OF(t);
+        sh[threadIdx.x] = c < cols ? un_cu_col_psum(d, rows, cols, c, LANE) : 0.0f;
+        lanes_reduce(sh);
+        if (LANE == 0 && c < cols)
+            db[c] += sh[threadIdx.x];
+        __syncthreads(); /* sh is refilled by the next tile */
+    }
 }
 
 template <typename T> __global__ void k_box(un_cu_box b, T *dst, const T *src, bool acc) {
@@ -305,9 +330,24 @@ __global__ void k_ln_dx(const float *x, const float *gamma, const float *dy, con
 }
 
 __global__ void k_ln_dw(const float *x, const float *dy, const float *stats, float *dg, float *db,
-                        int64_t rows, int64_t n) {
-    FOR_ITEMS(k, n)
-    un_cu_ln_dw(x, dy, stats, dg, db, rows, n, k);
+                        int64_t rows, int64_t cols) {
+    __shared__ float sa[UN_CU_COL_LANES * UN_CU_COL_TILE], sb[UN_CU_COL_LANES * UN_CU_COL_TILE];
+    FOR_COL_TILES(t) {
+        int64_t k = COL_OF(t);
+        float a = 0, b = 0;
+        if (k < cols)
+            un_cu_ln_pdw(x, dy, stats, rows, cols, k, LANE, &a, &b);
+        sa[threadIdx.x] = a, sb[threadIdx.x] = b;
+        lanes_reduce(sa);
+        lanes_reduce(sb);
+        if (LANE == 0 && k < cols) {
+            if (dg)
+                dg[k] += sa[threadIdx.x];
+            if (db)
+                db[k] += sb[threadIdx.x];
+        }
+        __syncthreads();
+    }
 }
 
 __global__ void k_emb_fwd(const int64_t *id, const float *tab, float *y, int64_t n, int64_t bag,
@@ -378,8 +418,12 @@ __global__ void k_chan_bias_act(float *y, const float *bias, int64_t n, int64_t 
 }
 
 __global__ void k_chan_sum(float *db, const float *d, int64_t N, int64_t O, int64_t hw) {
-    FOR_ITEMS(o, O)
-    un_cu_chan_sum(db, d, N, O, hw, o);
+    FOR_ROWS(o, O) {
+        float s =
+            block_reduce(un_cu_chan_psum(d, N, O, hw, o, threadIdx.x, blockDim.x), UN_CU_RED_SUM);
+        if (threadIdx.x == 0)
+            db[o] += s;
+    }
 }
 
 __global__ void k_pool_fwd(un_cu_pool g, const float *x, float *y, int64_t n) {
@@ -447,6 +491,14 @@ __global__ void k_to_bf16(uint16_t *dst, const float *src, int64_t n) {
         return launched(#kernel);                                                                  \
     } while (0)
 
+#define LAUNCH_COLS(cols, kernel, ...)                                                             \
+    do {                                                                                           \
+        un_cu_geom g_ = un_cu_geom_cols(cols);                                                     \
+        if (g_.grid > 0)                                                                           \
+            kernel<<<g_.grid, g_.block, 0, ST(stream)>>>(__VA_ARGS__);                             \
+        return launched(#kernel);                                                                  \
+    } while (0)
+
 extern "C" const char *un__cu_ew_fwd(void *stream, const un_cu_ew_args *a) {
     LAUNCH_1D(a->n, k_ew_fwd, *a);
 }
@@ -467,7 +519,7 @@ extern "C" const char *un__cu_act_back(void *stream, float *dpre, const float *d
 
 extern "C" const char *un__cu_col_sum(void *stream, float *db, const float *d, int64_t rows,
                                       int64_t cols) {
-    LAUNCH_1D(cols, k_col_sum, db, d, rows, cols);
+    LAUNCH_COLS(cols, k_col_sum, db, d, rows, cols);
 }
 
 extern "C" const char *un__cu_box(void *stream, const un_cu_box *b, void *dst, const void *src,
@@ -521,7 +573,7 @@ extern "C" const char *un__cu_layer_norm_bwd(void *stream, const float *x, const
     }
     if (!dgamma && !dbeta)
         return NULL;
-    LAUNCH_1D(n, k_ln_dw, x, dy, stats, dgamma, dbeta, rows, n);
+    LAUNCH_COLS(n, k_ln_dw, x, dy, stats, dgamma, dbeta, rows, n);
 }
 
 extern "C" const char *un__cu_embedding_fwd(void *stream, const int64_t *id, const float *tab,
@@ -582,7 +634,7 @@ extern "C" const char *un__cu_chan_bias_act(void *stream, float *y, const float 
 
 extern "C" const char *un__cu_chan_sum(void *stream, float *db, const float *d, int64_t N,
                                        int64_t O, int64_t hw) {
-    LAUNCH_1D(O, k_chan_sum, db, d, N, O, hw);
+    LAUNCH_ROWS(O, N * hw, k_chan_sum, db, d, N, O, hw);
 }
 
 extern "C" const char *un__cu_pool_fwd(void *stream, const un_cu_pool *g, const float *x,

@@ -112,6 +112,38 @@ static void sim_rows(int64_t rows, int64_t len, void (*row)(void *, int64_t, int
         }
 }
 
+/* A un_cu_geom_cols launch of a column reduction (k_col_sum, k_ln_dw): part(arg, c, lane, v)
+ * gives lane's nv partials of column c, the lanes are added by the kernels' tree
+ * (un_cu_lane_level, level by level as the barriers order them), then done(arg, c, totals). */
+static void sim_cols(int64_t cols, int nv, void (*part)(void *, int64_t, int, float *),
+                     void (*done)(void *, int64_t, const float *), void *arg, int *visits) {
+    un_cu_geom g = un_cu_geom_cols(cols);
+    enum { NT = UN_CU_COL_LANES * UN_CU_COL_TILE };
+    static float sh[2][NT];
+    for (int b = 0; b < g.grid; b++)
+        for (int64_t t = (int64_t)b * UN_CU_COL_TILE; t < cols;
+             t += (int64_t)g.grid * UN_CU_COL_TILE) {
+            for (int th = 0; th < g.block; th++) {
+                int64_t c = t + th % UN_CU_COL_TILE;
+                float v[2] = {0, 0};
+                if (c < cols && part)
+                    part(arg, c, th / UN_CU_COL_TILE, v);
+                sh[0][th] = v[0], sh[1][th] = v[1];
+            }
+            for (int k = 0; k < nv; k++)
+                for (int s = UN_CU_COL_LANES / 2; s > 0; s >>= 1)
+                    for (int th = 0; th < g.block; th++)
+                        un_cu_lane_level(sh[k], th / UN_CU_COL_TILE, th % UN_CU_COL_TILE, s);
+            for (int col = 0; col < UN_CU_COL_TILE && t + col < cols; col++) {
+                if (visits)
+                    visits[t + col]++;
+                float tot[2] = {sh[0][col], sh[1][col]};
+                if (done)
+                    done(arg, t + col, tot);
+            }
+        }
+}
+
 /* ---- geometry -------------------------------------------------------------------------------- */
 
 static void test_geometry(void) {
@@ -155,6 +187,20 @@ static void test_geometry(void) {
             EXPECT_EQ(bad, 0);
             free(v);
         }
+    /* a column launch visits every column once, with TILE x LANES threads a block */
+    const int64_t colss[] = {0, 1, 7, 8, 9, 1000, (int64_t)UN_CU_MAX_GRID * UN_CU_COL_TILE + 3};
+    for (size_t a = 0; a < sizeof colss / sizeof colss[0]; a++) {
+        un_cu_geom g = un_cu_geom_cols(colss[a]);
+        EXPECT_TRUE(g.block == UN_CU_COL_TILE * UN_CU_COL_LANES && g.grid <= UN_CU_MAX_GRID);
+        EXPECT_TRUE((colss[a] == 0) == (g.grid == 0));
+        int *v = calloc((size_t)colss[a] + 1, sizeof *v);
+        sim_cols(colss[a], 1, NULL, NULL, NULL, v);
+        int bad = 0;
+        for (int64_t i = 0; i < colss[a]; i++)
+            bad += v[i] != 1;
+        EXPECT_EQ(bad, 0);
+        free(v);
+    }
     /* the tree of 256 partials sums them all and finds the max */
     float part[UN_CU_ROW_BLOCK], sum = 0, mx = -INFINITY;
     for (int t = 0; t < UN_CU_ROW_BLOCK; t++) {
@@ -255,9 +301,13 @@ static void act_back_body(void *a, int64_t i) {
     lin_job *j = a;
     un_cu_act_back(j->dpre, j->dy, j->pre, j->out, j->act, i);
 }
-static void col_sum_body(void *a, int64_t c) {
+static void col_sum_part(void *a, int64_t c, int lane, float *v) {
     lin_job *j = a;
-    un_cu_col_sum(j->db, j->d, j->rows, j->cols, c);
+    v[0] = un_cu_col_psum(j->d, j->rows, j->cols, c, lane);
+}
+static void col_sum_done(void *a, int64_t c, const float *tot) {
+    lin_job *j = a;
+    j->db[c] += tot[0];
 }
 
 /* c (+)= op(a) op(b), row-major, m x n from k (ta: a is k x m). */
@@ -274,7 +324,7 @@ static void host_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const f
 }
 
 static void test_linear_epilogue(void) {
-    int64_t m = 37, kin = 19, nout = 23;
+    int64_t m = 2 * UN_CU_COL_LANES + 37, kin = 19, nout = 23; /* more rows than lanes */
     for (int act = UN_CU_ACT_NONE; act <= UN_CU_ACT_GELU; act++) {
         float *x = fvec(m * kin), *w = fvec(kin * nout), *b = fvec(nout), *y = fzero(m * nout);
         float *yc = fzero(m * nout), *dy = fvec(m * nout), *dx = fzero(m * kin),
@@ -304,7 +354,7 @@ static void test_linear_epilogue(void) {
         host_gemm(false, true, m, kin, nout, dpre, w, dx, true);
         host_gemm(true, false, kin, nout, m, x, dpre, dw, true);
         j.db = db, j.d = dpre;
-        sim_1d(nout, col_sum_body, &j, NULL);
+        sim_cols(nout, 1, col_sum_part, col_sum_done, &j, NULL);
         EXPECT_TRUE(close_to(y, yc, m * nout, 1e-5, "linear y"));
         EXPECT_TRUE(close_to(dx, dxc, m * kin, 1e-5, "linear dx"));
         EXPECT_TRUE(close_to(dw, dwc, kin * nout, 1e-5, "linear dw"));
@@ -503,14 +553,19 @@ static void ln_dx_row(void *a, int64_t r, int nt, float *part) {
         un_cu_ln_dx(j->x, j->dy, j->g, j->dx, j->n, mean, rs, s1, s2, r, t, nt);
 }
 
-static void ln_dw_body(void *a, int64_t k) {
+static void ln_dw_part(void *a, int64_t k, int lane, float *v) {
     ln_job *j = a;
-    un_cu_ln_dw(j->x, j->dy, j->stats, j->dg, j->db, j->rows, j->n, k);
+    un_cu_ln_pdw(j->x, j->dy, j->stats, j->rows, j->n, k, lane, &v[0], &v[1]);
+}
+static void ln_dw_done(void *a, int64_t k, const float *tot) {
+    ln_job *j = a;
+    j->dg[k] += tot[0], j->db[k] += tot[1];
 }
 
 static void test_layer_norm(void) {
-    int64_t rows = 6, lens[] = {5, 64, 700};
+    int64_t lens[] = {5, 64, 700, 9};
     for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
+        int64_t rows = k < 3 ? 6 : 3 * UN_CU_COL_LANES + 5; /* fewer and more rows than lanes */
         int64_t n = lens[k], xd[2] = {rows, n}, gd[1] = {n}, nx = rows * n;
         float *x = fvec(nx), *g = fvec(n), *b = fvec(n), *y = fzero(nx), *yc = fzero(nx);
         float *dy = fvec(nx), *dx = fvec(nx), *dg = fvec(n), *db = fvec(n);
@@ -536,7 +591,7 @@ static void test_layer_norm(void) {
                     .n = n};
         sim_rows(rows, n, ln_fwd_row, &j, NULL);
         sim_rows(rows, n, ln_dx_row, &j, NULL);
-        sim_1d(n, ln_dw_body, &j, NULL);
+        sim_cols(n, 2, ln_dw_part, ln_dw_done, &j, NULL);
         EXPECT_TRUE(close_to(y, yc, nx, 1e-5, "layer_norm y"));
         EXPECT_TRUE(close_to(dx, dxc, nx, 1e-4, "layer_norm dx"));
         EXPECT_TRUE(close_to(dg, dgc, n, 1e-5, "layer_norm dgamma"));
@@ -856,9 +911,11 @@ static void chan_bias_body(void *a, int64_t i) {
     conv_job *j = a;
     un_cu_chan_bias_act(j->dst, j->bias, j->g->O, j->g->OHW, j->act, i);
 }
-static void chan_sum_body(void *a, int64_t o) {
+static void chan_sum_row(void *a, int64_t o, int nt, float *part) {
     conv_job *j = a;
-    un_cu_chan_sum(j->db, j->dpre, j->g->N, j->g->O, j->g->OHW, o);
+    for (int t = 0; t < nt; t++)
+        part[t] = un_cu_chan_psum(j->dpre, j->g->N, j->g->O, j->g->OHW, o, t, nt);
+    j->db[o] += sim_tree(part, nt, UN_CU_RED_SUM);
 }
 static void conv_act_back_body(void *a, int64_t i) {
     conv_job *j = a;
@@ -929,7 +986,7 @@ static void test_conv(void) {
                 conv_job jc = {.g = &g, .src = dcol, .dst = dx + xo};
                 sim_1d(g.cpg * g.H * g.W, col2im_body, &jc, NULL);
             }
-        sim_1d(g.O, chan_sum_body, &j, NULL);
+        sim_rows(g.O, g.N * g.OHW, chan_sum_row, &j, NULL);
         EXPECT_TRUE(close_to(y, yc, ny, 1e-5, "conv2d y"));
         EXPECT_TRUE(close_to(dx, dxc, nx, 1e-5, "conv2d dx"));
         EXPECT_TRUE(close_to(dw, dwc, nw, 1e-5, "conv2d dw"));
