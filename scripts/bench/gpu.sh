@@ -10,10 +10,12 @@
 # Needs: an NVIDIA GPU with a driver new enough for this nvcc's runtime (nvidia-smi must list
 # it), a CUDA build (nvcc, cuBLAS and cudart found by make; NCCL only for multi-GPU collectives).
 # It refuses, with one line and exit status 2, on a machine without a usable GPU or a build
-# without CUDA. Nothing here has run on a GPU yet (no session so far had one).
+# without CUDA. First run on an H200 on 2026-11-27 (the README's performance section has the numbers).
 #
 #   scripts/bench/gpu.sh [BUILD_DIR]     (default build/default; builds it first)
-# Env: STEPS (default 200), BIG_STEPS (default 20) and ROUNDS (default 3) for section 3, RUN_LIMIT (default 120 s a run there), BATCH (default: each model's own for training; 64 for PyTorch),
+# Env: STEPS (default 200), BIG_STEPS (default 20) and ROUNDS (default 3) for section 3,
+# RUN_LIMIT (default 120 s a run in sections 3 and 4), PAPER_STEPS (default 4) and PAPER_MODELS
+# (default all) for section 4, SKIP_MATMUL=1 leaves section 1 out, BATCH (default: each model's own for training; 64 for PyTorch),
 # PREBUILT=1: use BUILD_DIR as it is (built elsewhere, e.g. on a machine with the -dev packages:
 # `make BUILD=build/gpu CUDA_ARCH=sm_90`), neither make nor cc is run.
 set -euo pipefail
@@ -23,7 +25,8 @@ build=${1:-build/default}
 steps=${STEPS:-200}
 big_steps=${BIG_STEPS:-20}
 rounds=${ROUNDS:-3}
-limit=${RUN_LIMIT:-120} # seconds, each run of section 3
+limit=${RUN_LIMIT:-120} # seconds, each run of sections 3 and 4
+paper_steps=${PAPER_STEPS:-4}
 batch=${BATCH:-64}
 
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
@@ -40,13 +43,15 @@ echo "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 
 # runtime loads on first GPU use from ../lib beside the program (hence the program in bin/).
 libs="$build/libruntime.a $build/libpcg.a -lopenblas -lcjson -lm -ldl $(pkg-config --libs ompi-c 2>/dev/null) -pthread"
 [[ -n "${PREBUILT:-}" ]] || cc -std=gnu17 -O2 -D_GNU_SOURCE -I. scripts/bench/gpu_gemm.c $libs -o "$build/bin/bench_gpu_gemm"
-echo
-echo "== matmul [n,n]x[n,n], TFLOP/s: unity's linear op vs cuBLAS called directly (same process)"
-set +e
-"$build/bin/bench_gpu_gemm"
-rc=$?
-set -e
-[[ $rc -eq 0 ]] || { echo "gpu.sh: the matmul benchmark failed (status $rc)" >&2; exit "$rc"; }
+if [[ -z ${SKIP_MATMUL:-} ]]; then
+    echo
+    echo "== matmul [n,n]x[n,n], TFLOP/s: unity's linear op vs cuBLAS called directly (same process)"
+    set +e
+    "$build/bin/bench_gpu_gemm"
+    rc=$?
+    set -e
+    [[ $rc -eq 0 ]] || { echo "gpu.sh: the matmul benchmark failed (status $rc)" >&2; exit "$rc"; }
+fi
 
 # ---- 2. training steps: the same runs on --backend cpu and --backend cuda ----
 # Every tiny zoo model, 1 device, then mlp and transformer data parallel on 2 ranks (each rank
@@ -123,6 +128,30 @@ if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1
 else
     echo "pytorch with CUDA: not importable by python3 - comparison skipped"
 fi
+
+# ---- 4. the paper-size models on one GPU: measured step against the cost model's estimate ----
+# Each zoo model at its paper size (every one fits one GPU), PAPER_STEPS steps on --backend cuda,
+# against `unity-train --estimate` (analytic costs, the same model and batch) on
+# specs/machines/h200x1.json (this GPU's measured sgemm rate and bandwidth).
+echo
+echo "== paper-size models on 1 GPU, $paper_steps steps: measured (--backend cuda) vs estimated (specs/machines/h200x1.json, analytic)"
+printf '%-13s %14s %14s %8s  %s\n' model "measured ms" "estimated ms" "est/meas" "memory estimate"
+for m in ${PAPER_MODELS:-mlp transformer dlrm xdl candle_uno resnext50 inception_v3 charlm}; do
+    est=$("$build/bin/unity-train" --model "$m" --estimate --machine specs/machines/h200x1.json 2>&1) ||
+        { echo "$m: estimate failed: $(tail -1 <<<"$est")"; continue; }
+    e_ms=$(sed -n 's/^estimated step time: \([0-9.]*\) ms.*/\1/p' <<<"$est")
+    mem=$(sed -n 's/^memory per device (of [^)]*): //p' <<<"$est")
+    rc=0
+    out=$(timeout "$limit" "$build/bin/unity-train" --model "$m" --backend cuda --steps "$paper_steps" 2>&1) || rc=$?
+    if [[ $rc -ne 0 ]]; then
+        why=$(tail -1 <<<"$out")
+        [[ $rc -eq 124 ]] && why="over the ${limit} s limit"
+        printf '%-13s %14s %14.3f %8s  %s (run: %s)\n' "$m" failed "$e_ms" - "$mem" "$why"
+        continue
+    fi
+    m_ms=$(sed -n 's/.* \([0-9.]*\) ms\/step.*/\1/p' <<<"$(tail -1 <<<"$out")")
+    awk -v m="$m" -v a="$m_ms" -v e="$e_ms" -v mem="$mem" 'BEGIN { printf "%-13s %14.3f %14.3f %8.2f  %s\n", m, a, e, e / a, mem }'
+done
 
 echo
 echo "== PyTorch eager on the same GPU, batch $batch (tiny mlp and transformer shapes)"
