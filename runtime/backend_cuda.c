@@ -373,26 +373,41 @@ static un_status mha_run(un_ctx *ctx, un_backend *be, const un_param *p, const u
     return cu_st(ctx, err);
 }
 
-/* ---- conv2d (im2col + cuBLAS per image and group), pool2d, batch_norm --------------------------
- */
+/* ---- conv2d (im2col of a chunk of images, one GEMM batched over groups), pool2d, batch_norm -- */
+
+/* Floats of im2col scratch per chunk at most (256 MiB; the backward also holds its gradient). */
+#define CONV_COL_MAX ((int64_t)64 << 20)
 
 static un_cu_conv conv_of(const un_param *p, const un_kt *in) {
     return un_cu_conv_of(in[0].dim, in[1].dim, par(p, P_CONV_SH), par(p, P_CONV_SW),
                          par(p, P_CONV_PH), par(p, P_CONV_PW), par(p, P_CONV_GROUPS));
 }
 
-/* y = act(conv(x, w) + b) using col [K, OHW] as scratch. */
-static const char *conv_into(cuda_state *s, const un_cu_conv *g, const un_kt *in, int n_in,
-                             float *y, int act, float *col) {
+/* Floats of col and of Y for chunks of nc images. */
+static int64_t conv_col(const un_cu_conv *g, int64_t nc) {
+    return g->C * g->KH * g->KW * nc * g->OHW;
+}
+static int64_t conv_y(const un_cu_conv *g, int64_t nc) { return g->O * nc * g->OHW; }
+
+/* y = act(conv(x, w) + b), nc images at a time: im2col of the chunk into col, one GEMM over the
+ * groups into Y (ybuf; y itself for one image), Y copied into y's layout; then bias and act. */
+static const char *conv_into(cuda_state *s, const un_cu_conv *g, int64_t nc, const un_kt *in,
+                             int n_in, float *y, int act, float *col, float *ybuf) {
+    float *buf[UN_CU_CONV_NBUF] = {[UN_CU_CONV_W] = F(in[1]), [UN_CU_CONV_COL] = col};
     const char *err = NULL;
-    for (int64_t n = 0; n < g->N && !err; n++)
-        for (int64_t gr = 0; gr < g->groups && !err; gr++) {
-            err = CU->im2col(s->stream, g, FC(in[0]) + (n * g->C + gr * g->cpg) * g->H * g->W, col);
-            if (!err)
-                err = CU->sgemm(s->blas, false, false, g->opg, g->OHW, g->K, 1,
-                                FC(in[1]) + gr * g->opg * g->K, g->K, 0, col, g->OHW, 0, 0,
-                                y + (n * g->O + gr * g->opg) * g->OHW, g->OHW, 0, 1);
+    for (int64_t n0 = 0; n0 < g->N && !err; n0 += nc) {
+        un_cu_conv c = un_cu_conv_at(g, n0, nc);
+        un_cu_step st = un_cu_conv_fwd_step(&c);
+        float *yc = y + n0 * g->O * g->OHW;
+        buf[UN_CU_CONV_Y] = c.N == 1 ? yc : ybuf;
+        err = CU->im2col(s->stream, &c, FC(in[0]) + n0 * g->C * g->H * g->W, col);
+        if (!err)
+            err = run_plan(s, &st, 1, buf);
+        if (!err && c.N > 1) {
+            un_cu_box b = un_cu_conv_perm(&c, true);
+            err = CU->box(s->stream, &b, yc, ybuf, sizeof(float), false);
         }
+    }
     if (!err && (n_in > 2 || act != UN_CU_ACT_NONE))
         err = CU->chan_bias_act(s->stream, y, n_in > 2 ? FC(in[2]) : NULL, g->N, g->O, g->OHW, act);
     return err;
@@ -401,52 +416,64 @@ static const char *conv_into(cuda_state *s, const un_cu_conv *g, const un_kt *in
 static un_status conv_fwd(un_ctx *ctx, un_backend *be, const un_param *p, const un_kt *in, int n_in,
                           const un_kt *out) {
     un_cu_conv g = conv_of(p, in);
+    int64_t nc = un_cu_conv_chunk(&g, CONV_COL_MAX);
     float *col;
-    un_status st = scratch(ctx, be, g.K * g.OHW, &col);
+    un_status st = scratch(ctx, be, conv_col(&g, nc) + conv_y(&g, nc), &col);
     if (st != UN_OK)
         return st;
-    return cu_st(ctx, conv_into(S(be), &g, in, n_in, F(out[0]), (int)par(p, P_CONV_ACT), col));
+    return cu_st(ctx, conv_into(S(be), &g, nc, in, n_in, F(out[0]), (int)par(p, P_CONV_ACT), col,
+                                col + conv_col(&g, nc)));
 }
 
+/* Per chunk: dY into Y's layout, dW += dY col^T and dcol = W^T dY (GEMMs over the groups), dcol
+ * gathered into dx; db from the whole dY. */
 static un_status conv_bwd(un_ctx *ctx, un_backend *be, const un_param *p, const un_kt *in, int n_in,
                           const un_kt *out, const un_kt *dout, const un_kt *din) {
     cuda_state *s = S(be);
     un_cu_conv g = conv_of(p, in);
     int act = (int)par(p, P_CONV_ACT);
-    int64_t ny = g.N * g.O * g.OHW, ncol = g.K * g.OHW;
+    int64_t nc = un_cu_conv_chunk(&g, CONV_COL_MAX), ny = g.N * g.O * g.OHW;
+    int64_t ncol = conv_col(&g, nc), nyc = conv_y(&g, nc);
     float *col;
-    un_status st = scratch(ctx, be, 2 * ncol + 2 * ny, &col);
+    un_status st = scratch(ctx, be, 2 * ncol + nyc + 2 * ny, &col);
     if (st != UN_OK)
         return st;
-    float *dcol = col + ncol, *dpre = dcol + ncol, *pre = dpre + ny;
+    float *dcol = col + ncol, *ybuf = dcol + ncol, *dpre = ybuf + nyc, *pre = dpre + ny;
     const char *err = NULL;
-    const float *dp = FC(dout[0]);
+    float *dp = F(dout[0]); /* read only */
     if (act != UN_CU_ACT_NONE) {
         if (act == UN_CU_ACT_GELU) /* gelu's derivative reads the pre-activation */
-            err = conv_into(s, &g, in, n_in, pre, UN_CU_ACT_NONE, col);
+            err = conv_into(s, &g, nc, in, n_in, pre, UN_CU_ACT_NONE, col, ybuf);
         if (!err)
             err = CU->act_back(s->stream, dpre, dp, act == UN_CU_ACT_GELU ? pre : NULL,
                                act == UN_CU_ACT_GELU ? NULL : FC(out[0]), ny, act);
         dp = dpre;
     }
-    for (int64_t n = 0; n < g.N && !err; n++)
-        for (int64_t gr = 0; gr < g.groups && !err; gr++) {
-            const float *dpg = dp + (n * g.O + gr * g.opg) * g.OHW,
-                        *wg = FC(in[1]) + gr * g.opg * g.K;
-            int64_t xo = (n * g.C + gr * g.cpg) * g.H * g.W;
-            if (din[1].data) {
-                err = CU->im2col(s->stream, &g, FC(in[0]) + xo, col);
-                if (!err)
-                    err = CU->sgemm(s->blas, false, true, g.opg, g.K, g.OHW, 1, dpg, g.OHW, 0, col,
-                                    g.OHW, 0, 1, F(din[1]) + gr * g.opg * g.K, g.K, 0, 1);
-            }
-            if (!err && din[0].data) {
-                err = CU->sgemm(s->blas, true, false, g.K, g.OHW, g.opg, 1, wg, g.K, 0, dpg, g.OHW,
-                                0, 0, dcol, g.OHW, 0, 1);
-                if (!err)
-                    err = CU->col2im(s->stream, &g, dcol, F(din[0]) + xo);
-            }
+    float *buf[UN_CU_CONV_NBUF] = {[UN_CU_CONV_W] = F(in[1]),
+                                   [UN_CU_CONV_COL] = col,
+                                   [UN_CU_CONV_DW] = F(din[1]),
+                                   [UN_CU_CONV_DCOL] = dcol};
+    for (int64_t n0 = 0; n0 < g.N && !err && (din[0].data || din[1].data); n0 += nc) {
+        un_cu_conv c = un_cu_conv_at(&g, n0, nc);
+        float *dpc = dp + n0 * g.O * g.OHW;
+        buf[UN_CU_CONV_Y] = c.N == 1 ? dpc : ybuf;
+        if (c.N > 1) {
+            un_cu_box b = un_cu_conv_perm(&c, false);
+            err = CU->box(s->stream, &b, ybuf, dpc, sizeof(float), false);
         }
+        if (!err && din[1].data) {
+            un_cu_step st1 = un_cu_conv_dw_step(&c);
+            err = CU->im2col(s->stream, &c, FC(in[0]) + n0 * g.C * g.H * g.W, col);
+            if (!err)
+                err = run_plan(s, &st1, 1, buf);
+        }
+        if (!err && din[0].data) {
+            un_cu_step st0 = un_cu_conv_dcol_step(&c);
+            err = run_plan(s, &st0, 1, buf);
+            if (!err)
+                err = CU->col2im(s->stream, &c, dcol, F(din[0]) + n0 * g.C * g.H * g.W);
+        }
+    }
     if (!err && n_in > 2 && din[2].data)
         err = CU->chan_sum(s->stream, F(din[2]), dp, g.N, g.O, g.OHW);
     return cu_st(ctx, err);

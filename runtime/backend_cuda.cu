@@ -401,14 +401,14 @@ __global__ void k_opt(un_cu_opt o, float *w, const float *g, float *m, float *v,
     un_cu_opt_elem(&o, w, g, m, v, i);
 }
 
-__global__ void k_im2col(un_cu_conv g, const float *xc, float *col) {
-    FOR_ITEMS(e, g.K * g.OHW)
-    un_cu_im2col(&g, xc, col, e);
+__global__ void k_im2col(un_cu_conv g, const float *x, float *col) {
+    FOR_ITEMS(e, g.C * g.KH * g.KW * g.N * g.OHW)
+    un_cu_im2col(&g, x, col, e);
 }
 
-__global__ void k_col2im(un_cu_conv g, const float *col, float *dxc) {
-    FOR_ITEMS(e, g.cpg * g.H * g.W)
-    un_cu_col2im(&g, col, dxc, e);
+__global__ void k_col2im(un_cu_conv g, const float *col, float *dx) {
+    FOR_ITEMS(e, g.N * g.C * g.H * g.W)
+    un_cu_col2im(&g, col, dx, e);
 }
 
 __global__ void k_chan_bias_act(float *y, const float *bias, int64_t n, int64_t O, int64_t hw,
@@ -617,14 +617,14 @@ extern "C" const char *un__cu_opt_step(void *stream, const un_cu_opt *o, float *
     LAUNCH_1D(n, k_opt, *o, w, g, m, v, n);
 }
 
-extern "C" const char *un__cu_im2col(void *stream, const un_cu_conv *g, const float *xc,
+extern "C" const char *un__cu_im2col(void *stream, const un_cu_conv *g, const float *x,
                                      float *col) {
-    LAUNCH_1D(g->K * g->OHW, k_im2col, *g, xc, col);
+    LAUNCH_1D(g->C * g->KH * g->KW * g->N * g->OHW, k_im2col, *g, x, col);
 }
 
 extern "C" const char *un__cu_col2im(void *stream, const un_cu_conv *g, const float *col,
-                                     float *dxc) {
-    LAUNCH_1D(g->cpg * g->H * g->W, k_col2im, *g, col, dxc);
+                                     float *dx) {
+    LAUNCH_1D(g->N * g->C * g->H * g->W, k_col2im, *g, col, dx);
 }
 
 extern "C" const char *un__cu_chan_bias_act(void *stream, float *y, const float *bias, int64_t N,

@@ -612,7 +612,7 @@ UN_CU_FN void un_cu_opt_elem(const un_cu_opt *o, float *w, const float *g, float
     w[i] = (float)(w[i] - o->step * m[i] / (sqrt((double)v[i]) + o->eps_hat));
 }
 
-/* ---- conv2d (im2col + GEMM per image and group), pool2d, batch_norm -------------------------- */
+/* ---- conv2d (im2col of a chunk of images, GEMMs batched over groups), pool2d, batch_norm ----- */
 
 /* p += v: atomically on the device (several threads may add into one element), plainly on the
  * host (the simulation runs one thread at a time). */
@@ -643,19 +643,45 @@ UN_CU_FN un_cu_conv un_cu_conv_of(const int64_t *xd, const int64_t *wd, int64_t 
     return g;
 }
 
-/* Element e of col [K, OHW] from the cpg channels at xc: col[(c KH + p) KW + q][i OW + j] =
- * x[c, i sh - ph + p, j sw - pw + q] (0 outside). */
-UN_CU_FN void un_cu_im2col(const un_cu_conv *g, const float *xc, float *col, int64_t e) {
-    int64_t rw = e / g->OHW, sp = e % g->OHW;
-    int64_t ch = rw / (g->KH * g->KW), p = rw / g->KW % g->KH, q = rw % g->KW;
-    int64_t ih = sp / g->OW * g->sh - g->ph + p, iw = sp % g->OW * g->sw - g->pw + q;
-    col[e] = ih < 0 || ih >= g->H || iw < 0 || iw >= g->W ? 0.0f : xc[(ch * g->H + ih) * g->W + iw];
+/* The images of one chunk of the batch: at most max_col floats of col (C KH KW rows of OHW per
+ * image), at least one image. */
+UN_CU_FN int64_t un_cu_conv_chunk(const un_cu_conv *g, int64_t max_col) {
+    int64_t per = g->C * g->KH * g->KW * g->OHW, nc = per > 0 ? max_col / per : g->N;
+    return nc < 1 ? 1 : nc < g->N ? nc : g->N;
 }
 
-/* The adjoint, gathered: element e = (c, h, w) of the group's dx += every col entry im2col read
- * it from (deterministic: one thread per dx element). */
-UN_CU_FN void un_cu_col2im(const un_cu_conv *g, const float *col, float *dxc, int64_t e) {
-    int64_t ch = e / (g->H * g->W), h = e / g->W % g->H, w = e % g->W;
+/* The chunk of (at most) nc images from image n0: the same convolution over its images. */
+UN_CU_FN un_cu_conv un_cu_conv_at(const un_cu_conv *g, int64_t n0, int64_t nc) {
+    un_cu_conv c = *g;
+    c.N = nc < g->N - n0 ? nc : g->N - n0;
+    return c;
+}
+
+/* The copy between a chunk's Y [O][N][OHW] (channel-major, the GEMMs' layout) and y [N][O][OHW]:
+ * to_y Y -> y, else y -> Y. */
+UN_CU_FN un_cu_box un_cu_conv_perm(const un_cu_conv *g, bool to_y) {
+    int64_t d[3] = {to_y ? g->O : g->N, to_y ? g->N : g->O, g->OHW};
+    return un_cu_box_transpose(3, d, 0, 1);
+}
+
+/* Element e of col [groups][K][N OHW] (= [C KH KW][N OHW]) from the N images at x (g->N: the
+ * images of the chunk): col[(c KH + p) KW + q][n OHW + i OW + j] = x[n, c, i sh - ph + p,
+ * j sw - pw + q] (0 outside), c the channel (group c / cpg). */
+UN_CU_FN void un_cu_im2col(const un_cu_conv *g, const float *x, float *col, int64_t e) {
+    int64_t L = g->N * g->OHW, rw = e / L, l = e % L, n = l / g->OHW, sp = l % g->OHW;
+    int64_t c = rw / (g->KH * g->KW), p = rw / g->KW % g->KH, q = rw % g->KW;
+    int64_t ih = sp / g->OW * g->sh - g->ph + p, iw = sp % g->OW * g->sw - g->pw + q;
+    col[e] = ih < 0 || ih >= g->H || iw < 0 || iw >= g->W
+                 ? 0.0f
+                 : x[((n * g->C + c) * g->H + ih) * g->W + iw];
+}
+
+/* The adjoint, gathered: element e = (n, c, h, w) of dx (the chunk's N images) += every col entry
+ * im2col read it from (deterministic: one thread per dx element). */
+UN_CU_FN void un_cu_col2im(const un_cu_conv *g, const float *col, float *dx, int64_t e) {
+    int64_t L = g->N * g->OHW, n = e / (g->C * g->H * g->W), c = e / (g->H * g->W) % g->C;
+    int64_t h = e / g->W % g->H, w = e % g->W;
+    const float *cc = col + c * g->KH * g->KW * L + n * g->OHW;
     float s = 0;
     for (int64_t p = 0; p < g->KH; p++) {
         int64_t t = h + g->ph - p;
@@ -665,10 +691,10 @@ UN_CU_FN void un_cu_col2im(const un_cu_conv *g, const float *col, float *dxc, in
             int64_t u = w + g->pw - q;
             if (u < 0 || u % g->sw || u / g->sw >= g->OW)
                 continue;
-            s += col[((ch * g->KH + p) * g->KW + q) * g->OHW + t / g->sh * g->OW + u / g->sw];
+            s += cc[(p * g->KW + q) * L + t / g->sh * g->OW + u / g->sw];
         }
     }
-    dxc[e] += s;
+    dx[e] += s;
 }
 
 /* y[i] = act(y[i] + bias[channel]) over [N, O, hw] (bias may be NULL). */
@@ -842,7 +868,7 @@ typedef struct un_cu_step {
     bool ta, tb;
     int64_t m, n, k, batch;
     float alpha, beta;
-    int a, b, c; /* un_cu_mha_buf */
+    int a, b, c; /* un_cu_mha_buf or un_cu_conv_buf */
     int64_t off_a, lda, sa, off_b, ldb, sb, off_c, ldc, sc;
     un_cu_rows rows; /* softmax */
 } un_cu_step;
@@ -991,6 +1017,43 @@ UN_CU_FN int un_cu_mha_bwd_plan(const un_cu_mha *m, const bool *want, un_cu_step
                                       HL, 0, 1, UN_CU_MHA_DQ_IN + i, 0, m->E, 0, 1);
     }
     return n;
+}
+
+/* ---- conv2d's GEMMs (a chunk of g->N images; the steps of un_cu_step over these buffers) ----- */
+
+/* W [groups][opg][K] (= [O][cpg][KH][KW]), col [groups][K][N OHW], Y [groups][opg][N OHW]
+ * (= [O][N][OHW]: the output, or its gradient, channel-major), dW like W, dcol like col. */
+typedef enum {
+    UN_CU_CONV_W,
+    UN_CU_CONV_COL,
+    UN_CU_CONV_Y,
+    UN_CU_CONV_DW,
+    UN_CU_CONV_DCOL,
+    UN_CU_CONV_NBUF
+} un_cu_conv_buf;
+
+/* Y_g = W_g col_g for every group g (one GEMM batched over the groups). */
+UN_CU_FN un_cu_step un_cu_conv_fwd_step(const un_cu_conv *g) {
+    int64_t L = g->N * g->OHW;
+    return un_cu_gemm_step(false, false, g->opg, L, g->K, 1, UN_CU_CONV_W, 0, g->K, g->opg * g->K,
+                           UN_CU_CONV_COL, 0, L, g->K * L, 0, UN_CU_CONV_Y, 0, L, g->opg * L,
+                           g->groups);
+}
+
+/* dW_g += dY_g col_g^T (Y holds dY). */
+UN_CU_FN un_cu_step un_cu_conv_dw_step(const un_cu_conv *g) {
+    int64_t L = g->N * g->OHW;
+    return un_cu_gemm_step(false, true, g->opg, g->K, L, 1, UN_CU_CONV_Y, 0, L, g->opg * L,
+                           UN_CU_CONV_COL, 0, L, g->K * L, 1, UN_CU_CONV_DW, 0, g->K, g->opg * g->K,
+                           g->groups);
+}
+
+/* dcol_g = W_g^T dY_g (Y holds dY). */
+UN_CU_FN un_cu_step un_cu_conv_dcol_step(const un_cu_conv *g) {
+    int64_t L = g->N * g->OHW;
+    return un_cu_gemm_step(true, false, g->K, L, g->opg, 1, UN_CU_CONV_W, 0, g->K, g->opg * g->K,
+                           UN_CU_CONV_Y, 0, L, g->opg * L, 0, UN_CU_CONV_DCOL, 0, L, g->K * L,
+                           g->groups);
 }
 
 #endif

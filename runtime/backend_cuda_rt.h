@@ -122,10 +122,10 @@ extern "C" {
     /* One optimizer update of n parameters (m: velocity or first moment, v: second moment). */    \
     X(const char *, opt_step,                                                                      \
       (void *stream, const un_cu_opt *o, float *w, const float *g, float *m, float *v, int64_t n)) \
-    /* conv2d pieces: im2col of one image's group channels xc into col [K, OHW]; its adjoint added \
-     * into dxc; y = act(y + bias[channel]) over [N, O, hw]; db += per-channel sums of d. */       \
-    X(const char *, im2col, (void *stream, const un_cu_conv *g, const float *xc, float *col))      \
-    X(const char *, col2im, (void *stream, const un_cu_conv *g, const float *col, float *dxc))     \
+    /* conv2d pieces: im2col of the g->N images at x into col [groups][K][N OHW]; its adjoint      \
+     * added into dx; y = act(y + bias[channel]) over [N, O, hw]; db += per-channel sums of d. */  \
+    X(const char *, im2col, (void *stream, const un_cu_conv *g, const float *x, float *col))       \
+    X(const char *, col2im, (void *stream, const un_cu_conv *g, const float *col, float *dx))      \
     X(const char *, chan_bias_act,                                                                 \
       (void *stream, float *y, const float *bias, int64_t N, int64_t O, int64_t hw, int act))      \
     X(const char *, chan_sum,                                                                      \

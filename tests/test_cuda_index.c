@@ -922,77 +922,203 @@ static void conv_act_back_body(void *a, int64_t i) {
     un_cu_act_back(j->dpre, j->dy, j->pre, j->out, j->act, i);
 }
 
-/* What the backend does for conv2d's forward (without the activation when act is NONE). */
-static void conv_fwd_host(const un_cu_conv *g, const float *x, const float *w, const float *b,
-                          float *y, int act, float *col) {
-    conv_job j = {.g = g, .dst = col};
-    for (int64_t n = 0; n < g->N; n++)
-        for (int64_t gr = 0; gr < g->groups; gr++) {
-            j.src = x + (n * g->C + gr * g->cpg) * g->H * g->W;
-            sim_1d(g->K * g->OHW, im2col_body, &j, NULL);
-            host_gemm(false, false, g->opg, g->OHW, g->K, w + gr * g->opg * g->K, col,
-                      y + (n * g->O + gr * g->opg) * g->OHW, false);
+/* The convolutions of the conv2d tests: groups 1 and > 1, strides 1 and 2, padding, 1x1 and
+ * 3x3 (and 3x2) kernels; x [N, C, H, W], w [O, C / groups, KH, KW]. */
+static const struct {
+    int64_t x[4], w[4], sh, sw, ph, pw, groups;
+    int act;
+} conv_cases[] = {{{3, 4, 7, 6}, {6, 2, 3, 3}, 2, 1, 1, 0, 2, UN_CU_ACT_RELU},
+                  {{1, 3, 5, 5}, {4, 3, 3, 2}, 1, 2, 0, 1, 1, UN_CU_ACT_GELU},
+                  {{3, 2, 4, 4}, {2, 1, 1, 1}, 1, 1, 0, 0, 2, UN_CU_ACT_NONE},
+                  {{5, 8, 6, 5}, {8, 2, 3, 3}, 2, 2, 1, 1, 4, UN_CU_ACT_RELU},
+                  {{4, 3, 6, 6}, {5, 3, 1, 1}, 2, 2, 0, 0, 1, UN_CU_ACT_GELU}};
+enum { N_CONV_CASES = sizeof conv_cases / sizeof conv_cases[0] };
+
+/* The chunk sizes tried: 1, 2 and all N images (N not dividing by 2 in some cases). */
+static int64_t next_chunk(int64_t nc, int64_t N) { return nc == 1 ? 2 : nc < N ? N : N + 1; }
+
+static un_cu_conv conv_case(size_t k) {
+    return un_cu_conv_of(conv_cases[k].x, conv_cases[k].w, conv_cases[k].sh, conv_cases[k].sw,
+                         conv_cases[k].ph, conv_cases[k].pw, conv_cases[k].groups);
+}
+
+/* im2col of a chunk, its gathered adjoint, the chunk size and the Y <-> y copies against direct
+ * loops, for chunks of 1, 2 and all images. */
+static void test_conv_index(void) {
+    for (size_t k = 0; k < N_CONV_CASES; k++) {
+        un_cu_conv g = conv_case(k);
+        int64_t per = g.C * g.KH * g.KW * g.OHW, nx = g.N * g.C * g.H * g.W;
+        EXPECT_EQ(g.groups * g.K, g.C * g.KH * g.KW);
+        /* the chunk: as many images as max_col floats of col hold, at least 1, at most N */
+        EXPECT_EQ(un_cu_conv_chunk(&g, 0), 1);
+        EXPECT_EQ(un_cu_conv_chunk(&g, per - 1), 1);
+        EXPECT_EQ(un_cu_conv_chunk(&g, 2 * per + per - 1), g.N < 2 ? g.N : 2);
+        EXPECT_EQ(un_cu_conv_chunk(&g, (int64_t)1 << 40), g.N);
+        float *x = fvec(nx);
+        for (int64_t nc = 1; nc <= g.N; nc = next_chunk(nc, g.N)) {
+            for (int64_t n0 = 0; n0 < g.N; n0 += nc) {
+                un_cu_conv c = un_cu_conv_at(&g, n0, nc);
+                EXPECT_EQ(c.N, nc < g.N - n0 ? nc : g.N - n0);
+                int64_t L = c.N * c.OHW, ncol = per * c.N;
+                float *col = fvec(ncol), *ref = fzero(ncol);
+                const float *xc = x + n0 * g.C * g.H * g.W;
+                for (int64_t n = 0; n < c.N; n++)
+                    for (int64_t ch = 0; ch < g.C; ch++)
+                        for (int64_t p = 0; p < g.KH; p++)
+                            for (int64_t q = 0; q < g.KW; q++)
+                                for (int64_t i = 0; i < g.OH; i++)
+                                    for (int64_t jj = 0; jj < g.OW; jj++) {
+                                        int64_t ih = i * g.sh - g.ph + p, iw = jj * g.sw - g.pw + q;
+                                        bool in = ih >= 0 && ih < g.H && iw >= 0 && iw < g.W;
+                                        ref[((ch * g.KH + p) * g.KW + q) * L + n * g.OHW +
+                                            i * g.OW + jj] =
+                                            in ? xc[((n * g.C + ch) * g.H + ih) * g.W + iw] : 0;
+                                    }
+                conv_job ji = {.g = &c, .src = xc, .dst = col};
+                sim_1d(ncol, im2col_body, &ji, NULL);
+                EXPECT_TRUE(close_to(col, ref, ncol, 0, "conv2d im2col of a chunk"));
+                /* the adjoint: the gathered dx equals scattering every col entry back */
+                float *dcol = fvec(ncol), *dx = fvec(c.N * g.C * g.H * g.W);
+                float *dref = fcopy(dx, c.N * g.C * g.H * g.W);
+                for (int64_t n = 0; n < c.N; n++)
+                    for (int64_t ch = 0; ch < g.C; ch++)
+                        for (int64_t p = 0; p < g.KH; p++)
+                            for (int64_t q = 0; q < g.KW; q++)
+                                for (int64_t i = 0; i < g.OH; i++)
+                                    for (int64_t jj = 0; jj < g.OW; jj++) {
+                                        int64_t ih = i * g.sh - g.ph + p, iw = jj * g.sw - g.pw + q;
+                                        if (ih >= 0 && ih < g.H && iw >= 0 && iw < g.W)
+                                            dref[((n * g.C + ch) * g.H + ih) * g.W + iw] +=
+                                                dcol[((ch * g.KH + p) * g.KW + q) * L + n * g.OHW +
+                                                     i * g.OW + jj];
+                                    }
+                conv_job jc = {.g = &c, .src = dcol, .dst = dx};
+                sim_1d(c.N * g.C * g.H * g.W, col2im_body, &jc, NULL);
+                EXPECT_TRUE(close_to(dx, dref, c.N * g.C * g.H * g.W, 1e-6, "conv2d col2im"));
+                /* Y [O][N][OHW] <-> y [N][O][OHW] */
+                int64_t ny = g.O * L;
+                float *Y = fvec(ny), *y = fzero(ny), *back = fzero(ny);
+                un_cu_box to_y = un_cu_conv_perm(&c, true), to_Y = un_cu_conv_perm(&c, false);
+                EXPECT_EQ(to_y.n, ny);
+                EXPECT_EQ(to_Y.n, ny);
+                box_job jb = {&to_y, Y, y, false};
+                sim_1d(ny, box_body, &jb, NULL);
+                bool same = true;
+                for (int64_t o = 0; o < g.O; o++)
+                    for (int64_t n = 0; n < c.N; n++)
+                        for (int64_t sp = 0; sp < g.OHW; sp++)
+                            same &= y[(n * g.O + o) * g.OHW + sp] == Y[(o * c.N + n) * g.OHW + sp];
+                EXPECT_TRUE(same);
+                box_job jY = {&to_Y, y, back, false};
+                sim_1d(ny, box_body, &jY, NULL);
+                EXPECT_TRUE(close_to(back, Y, ny, 0, "conv2d y -> Y"));
+                free(col), free(ref), free(dcol), free(dx), free(dref), free(Y), free(y),
+                    free(back);
+            }
         }
+        free(x);
+    }
+}
+
+/* What conv_into (backend_cuda.c) does, chunks of nc images: y = act(conv(x, w) + b). */
+static void conv_fwd_host(const un_cu_conv *g, int64_t nc, const float *x, float *w, const float *b,
+                          float *y, int act, float *col, float *ybuf) {
+    float *buf[UN_CU_CONV_NBUF] = {[UN_CU_CONV_W] = w, [UN_CU_CONV_COL] = col};
+    for (int64_t n0 = 0; n0 < g->N; n0 += nc) {
+        un_cu_conv c = un_cu_conv_at(g, n0, nc);
+        un_cu_step st = un_cu_conv_fwd_step(&c);
+        float *yc = y + n0 * g->O * g->OHW;
+        buf[UN_CU_CONV_Y] = c.N == 1 ? yc : ybuf;
+        conv_job j = {.g = &c, .src = x + n0 * g->C * g->H * g->W, .dst = col};
+        sim_1d(g->C * g->KH * g->KW * c.N * g->OHW, im2col_body, &j, NULL);
+        host_gemm_step(&st, buf);
+        if (c.N > 1) {
+            un_cu_box bx = un_cu_conv_perm(&c, true);
+            box_job jb = {&bx, ybuf, yc, false};
+            sim_1d(bx.n, box_body, &jb, NULL);
+        }
+    }
     conv_job jb = {.g = g, .dst = y, .bias = b, .act = act};
     sim_1d(g->N * g->O * g->OHW, chan_bias_body, &jb, NULL);
 }
 
+/* The backend's conv2d forward and backward (conv_into, conv_bwd) simulated on the host with
+ * chunks of 1, 2 and all images, against the CPU kernels. */
 static void test_conv(void) {
-    static const struct {
-        int64_t x[4], w[4], sh, sw, ph, pw, groups;
-        int act;
-    } cs[] = {{{2, 4, 7, 6}, {6, 2, 3, 3}, 2, 1, 1, 0, 2, UN_CU_ACT_RELU},
-              {{1, 3, 5, 5}, {4, 3, 3, 2}, 1, 2, 0, 1, 1, UN_CU_ACT_GELU},
-              {{2, 2, 4, 4}, {2, 1, 1, 1}, 1, 1, 0, 0, 2, UN_CU_ACT_NONE}};
-    for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
-        un_cu_conv g =
-            un_cu_conv_of(cs[k].x, cs[k].w, cs[k].sh, cs[k].sw, cs[k].ph, cs[k].pw, cs[k].groups);
+    for (size_t k = 0; k < N_CONV_CASES; k++) {
+        un_cu_conv g = conv_case(k);
+        int act = conv_cases[k].act;
         int64_t nx = g.N * g.C * g.H * g.W, nw = g.O * g.K, ny = g.N * g.O * g.OHW;
         int64_t yd[4] = {g.N, g.O, g.OH, g.OW}, bd[1] = {g.O};
-        float *x = fvec(nx), *w = fvec(nw), *b = fvec(g.O), *y = fzero(ny), *yc = fzero(ny);
-        float *dy = fvec(ny), *dx = fvec(nx), *dw = fvec(nw), *db = fvec(g.O);
-        float *dxc = fcopy(dx, nx), *dwc = fcopy(dw, nw), *dbc = fcopy(db, g.O);
-        float *col = fzero(g.K * g.OHW), *dcol = fzero(g.K * g.OHW), *dpre = fzero(ny),
-              *pre = fzero(ny);
+        float *x = fvec(nx), *w = fvec(nw), *b = fvec(g.O), *yc = fzero(ny), *dy = fvec(ny);
+        float *dx0 = fvec(nx), *dw0 = fvec(nw), *db0 = fvec(g.O);
+        float *dxc = fcopy(dx0, nx), *dwc = fcopy(dw0, nw), *dbc = fcopy(db0, g.O);
         un_param p[UN_MAX_PARAMS] = {0};
-        int64_t pv[7] = {cs[k].sh, cs[k].sw, cs[k].ph, cs[k].pw, cs[k].groups, cs[k].act, 1};
+        int64_t pv[7] = {conv_cases[k].sh,
+                         conv_cases[k].sw,
+                         conv_cases[k].ph,
+                         conv_cases[k].pw,
+                         g.groups,
+                         act,
+                         1};
         for (int i = 0; i < 7; i++)
             set_par(p, i, pv[i]);
-        un_kt in[3] = {kt(4, cs[k].x, x), kt(4, cs[k].w, w), kt(1, bd, b)}, out = kt(4, yd, yc),
-              dout = kt(4, yd, dy);
-        un_kt din[3] = {kt(4, cs[k].x, dxc), kt(4, cs[k].w, dwc), kt(1, bd, dbc)};
+        un_kt in[3] = {kt(4, conv_cases[k].x, x), kt(4, conv_cases[k].w, w), kt(1, bd, b)},
+              out = kt(4, yd, yc), dout = kt(4, yd, dy);
+        un_kt din[3] = {kt(4, conv_cases[k].x, dxc), kt(4, conv_cases[k].w, dwc), kt(1, bd, dbc)};
         EXPECT_OK(NULL, un_kern_forward(NULL, &EX, UN_OP_CONV2D, p, in, 3, &out, 1));
         EXPECT_OK(NULL, un_kern_backward(NULL, &EX, UN_OP_CONV2D, p, in, 3, &out, 1, &dout, din));
-        conv_fwd_host(&g, x, w, b, y, cs[k].act, col);
-        conv_job j = {.g = &g, .dy = dy, .out = y, .dpre = dpre, .db = db, .act = cs[k].act};
-        if (cs[k].act == UN_CU_ACT_GELU) {
-            conv_fwd_host(&g, x, w, b, pre, UN_CU_ACT_NONE, col);
-            j.pre = pre, j.out = NULL;
-        }
-        sim_1d(ny, conv_act_back_body, &j, NULL);
-        for (int64_t n = 0; n < g.N; n++)
-            for (int64_t gr = 0; gr < g.groups; gr++) {
-                const float *dp = dpre + (n * g.O + gr * g.opg) * g.OHW;
-                int64_t xo = (n * g.C + gr * g.cpg) * g.H * g.W;
-                conv_job ji = {.g = &g, .src = x + xo, .dst = col};
-                sim_1d(g.K * g.OHW, im2col_body, &ji, NULL);
-                /* dw += dp col^T */
-                float *t = fzero(g.opg * g.K);
-                host_gemm(false, true, g.opg, g.K, g.OHW, dp, col, t, false);
-                for (int64_t i = 0; i < g.opg * g.K; i++)
-                    dw[gr * g.opg * g.K + i] += t[i];
-                free(t);
-                host_gemm(true, false, g.K, g.OHW, g.opg, w + gr * g.opg * g.K, dp, dcol, false);
-                conv_job jc = {.g = &g, .src = dcol, .dst = dx + xo};
-                sim_1d(g.cpg * g.H * g.W, col2im_body, &jc, NULL);
+        int64_t per = g.C * g.KH * g.KW * g.OHW;
+        for (int64_t want = 1; want <= g.N; want = next_chunk(want, g.N)) {
+            int64_t nc = un_cu_conv_chunk(&g, want * per);
+            EXPECT_EQ(nc, want);
+            /* scratch starts as garbage: every step must overwrite what it reads later */
+            float *col = fvec(per * nc), *dcol = fvec(per * nc), *ybuf = fvec(g.O * nc * g.OHW);
+            float *y = fzero(ny), *pre = fzero(ny), *dpre = fzero(ny);
+            float *dx = fcopy(dx0, nx), *dw = fcopy(dw0, nw), *db = fcopy(db0, g.O);
+            conv_fwd_host(&g, nc, x, w, b, y, act, col, ybuf);
+            conv_job j = {.g = &g, .dy = dy, .out = y, .dpre = dpre, .db = db, .act = act};
+            if (act == UN_CU_ACT_GELU) {
+                conv_fwd_host(&g, nc, x, w, b, pre, UN_CU_ACT_NONE, col, ybuf);
+                j.pre = pre, j.out = NULL;
             }
-        sim_rows(g.O, g.N * g.OHW, chan_sum_row, &j, NULL);
-        EXPECT_TRUE(close_to(y, yc, ny, 1e-5, "conv2d y"));
-        EXPECT_TRUE(close_to(dx, dxc, nx, 1e-5, "conv2d dx"));
-        EXPECT_TRUE(close_to(dw, dwc, nw, 1e-5, "conv2d dw"));
-        EXPECT_TRUE(close_to(db, dbc, g.O, 1e-5, "conv2d db"));
-        free(x), free(w), free(b), free(y), free(yc), free(dy), free(dx), free(dw), free(db);
-        free(dxc), free(dwc), free(dbc), free(col), free(dcol), free(dpre), free(pre);
+            float *dp = dy;
+            if (act != UN_CU_ACT_NONE) {
+                sim_1d(ny, conv_act_back_body, &j, NULL);
+                dp = dpre;
+            }
+            float *buf[UN_CU_CONV_NBUF] = {[UN_CU_CONV_W] = w,
+                                           [UN_CU_CONV_COL] = col,
+                                           [UN_CU_CONV_DW] = dw,
+                                           [UN_CU_CONV_DCOL] = dcol};
+            for (int64_t n0 = 0; n0 < g.N; n0 += nc) {
+                un_cu_conv c = un_cu_conv_at(&g, n0, nc);
+                float *dpc = dp + n0 * g.O * g.OHW;
+                buf[UN_CU_CONV_Y] = c.N == 1 ? dpc : ybuf;
+                if (c.N > 1) {
+                    un_cu_box bx = un_cu_conv_perm(&c, false);
+                    box_job jb = {&bx, dpc, ybuf, false};
+                    sim_1d(bx.n, box_body, &jb, NULL);
+                }
+                conv_job ji = {.g = &c, .src = x + n0 * g.C * g.H * g.W, .dst = col};
+                sim_1d(per * c.N, im2col_body, &ji, NULL);
+                un_cu_step st1 = un_cu_conv_dw_step(&c), st0 = un_cu_conv_dcol_step(&c);
+                host_gemm_step(&st1, buf);
+                host_gemm_step(&st0, buf);
+                conv_job jc = {.g = &c, .src = dcol, .dst = dx + n0 * g.C * g.H * g.W};
+                sim_1d(c.N * g.C * g.H * g.W, col2im_body, &jc, NULL);
+            }
+            j.dpre = dp;
+            sim_rows(g.O, g.N * g.OHW, chan_sum_row, &j, NULL);
+            EXPECT_TRUE(close_to(y, yc, ny, 1e-5, "conv2d y"));
+            EXPECT_TRUE(close_to(dx, dxc, nx, 1e-5, "conv2d dx"));
+            EXPECT_TRUE(close_to(dw, dwc, nw, 1e-5, "conv2d dw"));
+            EXPECT_TRUE(close_to(db, dbc, g.O, 1e-5, "conv2d db"));
+            free(col), free(dcol), free(ybuf), free(y), free(pre), free(dpre), free(dx), free(dw);
+            free(db);
+        }
+        free(x), free(w), free(b), free(yc), free(dy), free(dx0), free(dw0), free(db0);
+        free(dxc), free(dwc), free(dbc);
     }
 }
 
@@ -1102,6 +1228,7 @@ int main(void) {
         {"mse", test_mse},
         {"optimizer", test_optimizer},
         {"attention", test_attention},
+        {"conv2d_index", test_conv_index},
         {"conv2d", test_conv},
         {"pool2d", test_pool},
         {"batch_norm", test_batch_norm},
