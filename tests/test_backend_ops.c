@@ -440,6 +440,8 @@ static const xcase extra[] = {
     {"batch_norm", "", "4,2,2,2;2;2"},
     {"dropout", "rate_pct=30 seed=5", "4,6"},
     {"conv2d", "groups=2 activation=relu use_bias=true", "2,4,6,6;4,2,3,3;4"},
+    {"conv2d", "groups=4 stride_h=2 stride_w=2 pad_h=1 pad_w=1 activation=relu use_bias=true",
+     "3,8,7,7;8,2,3,3;8"},
     {"pool2d", "type=max kernel_h=2 kernel_w=2 stride_h=2 stride_w=2", "2,2,4,4"},
     {"concat", "axis=1", "2,4,2;2,2,2"},
     {"transpose", "dim0=0 dim1=2", "2,4,6"},
