@@ -15,7 +15,8 @@
 #   scripts/bench/gpu.sh [BUILD_DIR]     (default build/default; builds it first)
 # Env: STEPS (default 200), BIG_STEPS (default 20) and ROUNDS (default 3) for section 3,
 # RUN_LIMIT (default 120 s a run in sections 3 and 4), PAPER_STEPS (default 4) and PAPER_MODELS
-# (default all) for section 4, SKIP_MATMUL=1 leaves section 1 out, BATCH (default: each model's own for training; 64 for PyTorch),
+# (default all) for section 4, PAPER_PROFILE (models also estimated from costs profiled on the
+# GPU, default none), SKIP_MATMUL=1 leaves section 1 out, BATCH (default: each model's own for training; 64 for PyTorch),
 # PREBUILT=1: use BUILD_DIR as it is (built elsewhere, e.g. on a machine with the -dev packages:
 # `make BUILD=build/gpu CUDA_ARCH=sm_90`), neither make nor cc is run.
 set -euo pipefail
@@ -151,6 +152,18 @@ for m in ${PAPER_MODELS:-mlp transformer dlrm xdl candle_uno resnext50 inception
     fi
     m_ms=$(sed -n 's/.* \([0-9.]*\) ms\/step.*/\1/p' <<<"$(tail -1 <<<"$out")")
     awk -v m="$m" -v a="$m_ms" -v e="$e_ms" -v mem="$mem" 'BEGIN { printf "%-13s %14.3f %14.3f %8.2f  %s\n", m, a, e, e / a, mem }'
+    # with the operators timed on this GPU (unity-train --profile --backend cuda) where asked
+    if [[ " ${PAPER_PROFILE:-} " == *" $m "* ]]; then
+        db="$build/gpu_costs.db"
+        if timeout "$limit" "$build/bin/unity-train" --model "$m" --backend cuda --profile --machine specs/machines/h200x1.json \
+            --rules "$db" --quiet >/dev/null 2>&1; then
+            p_ms=$("$build/bin/unity-train" --model "$m" --estimate --machine specs/machines/h200x1.json --rules "$db" 2>&1 |
+                sed -n 's/^estimated step time: \([0-9.]*\) ms.*/\1/p')
+            awk -v m="$m" -v a="$m_ms" -v e="$p_ms" 'BEGIN { printf "%-13s %14s %14.3f %8.2f  (operators profiled on this GPU)\n", m, "", e, e / a }'
+        else
+            echo "$m: --profile --backend cuda failed or ran over ${limit} s"
+        fi
+    fi
 done
 
 echo
