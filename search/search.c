@@ -47,13 +47,18 @@ static un_status cand_eval(un_ctx *ctx, un_cost_model *cm, const un_map *m,
     un_status st = un_map_plan(ctx, m, a, &c->plan);
     if (st != UN_OK)
         return st;
-    un_sim_params sp = un_sim_params_default();
-    sp.optimizer = p->optimizer;
-    sp.mirror_sources = p->sim_runtime;
-    sp.devices = (int)un_strategy_devices(c->plan);
-    st = un_sim_run(ctx, cm, c->plan, &sp, &c->sim);
+    st = un_search_estimate(ctx, cm, c->plan, p->sim_runtime, p->optimizer, 0, &c->sim);
     c->ok = st == UN_OK;
     return st;
+}
+
+un_status un_search_estimate(un_ctx *ctx, un_cost_model *cm, const un_graph *plan, bool sim_runtime,
+                             const char *optimizer, int devices, un_sim_result *out) {
+    un_sim_params sp = un_sim_params_default();
+    sp.optimizer = optimizer;
+    sp.mirror_sources = sim_runtime;
+    sp.devices = devices > 0 ? devices : (int)un_strategy_devices(plan);
+    return un_sim_run(ctx, cm, plan, &sp, out);
 }
 
 /* Whether x is better than y: fitting first, then the step. */

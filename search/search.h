@@ -102,6 +102,13 @@ un_status un_search_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
                         const un_search_params *p, un_search_result *out);
 void un_search_result_deinit(un_search_result *r);
 
+/* A plan's estimate: the simulator's step under the runtime's semantics (sim_runtime) or plan
+ * semantics, with the optimizer's state, on the plan's devices (devices 0: un_strategy_devices).
+ * The one costing path of the search's candidates and of `unity-train --estimate`, so that the
+ * search's estimate of its plan is what --estimate says of the exported plan. */
+un_status un_search_estimate(un_ctx *ctx, un_cost_model *cm, const un_graph *plan, bool sim_runtime,
+                             const char *optimizer, int devices, un_sim_result *out);
+
 /* The report: the plan's estimate (step, split, memory per device) against data parallelism,
  * each operator's parallelization, and the search's statistics and why it ended. */
 void un_search_report(const un_search_result *r, const un_graph *g, const un_search_params *p,
