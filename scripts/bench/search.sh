@@ -69,6 +69,9 @@ meas_search() {
         prev=$tmpm/prev.json
         rw=$(sed -n 's/^rewrites applied: \([0-9][0-9]*\).*/\1/p' "$out")
         [ -z "$rw" ] || break # a rewritten graph's plan cannot be profiled as the zoo model's
+        # no search follows the third: profiling again would change the op costs under the
+        # estimates printed below (the search's and --estimate's must come from one cost DB)
+        ((searches < 3)) || break
         if ! "$train" --model "${mflags[@]}" --strategy "$plan" --devices "$used" --threads "$used" \
             --profile --quiet --machine "$mf" --rules "$db" >/dev/null 2>"$tmpm/err"; then
             note="  $mm on $d ($sem): the plan's pieces were not profiled: $(tail -1 "$tmpm/err")"
