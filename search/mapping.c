@@ -313,10 +313,15 @@ static un_status try_config(un_map *m, const un_node *nd, const un_shape *try, c
 }
 
 /* Whether degree d, which does not divide D, divides a part of one of the machine's splits (on up
- * to 8 devices: 3 of 4 devices next to 1). */
+ * to 8 devices: 3 of 4 devices next to 1); beyond 8 devices, with uneven splits, whether it fills
+ * a part (18 of 24 next to 6). */
 static bool part_degree(const un_map *m, int d) {
-    if (m->p.devices > 8)
+    if (m->p.devices > 8) { /* uneven splits: a degree that fills a part */
+        for (int i = 0; i < m->n_cut && m->p.uneven_splits; i++)
+            if (m->cut[i] == d || m->p.devices - m->cut[i] == d)
+                return true;
         return false;
+    }
     for (int i = 0; i < m->n_cut; i++)
         if (m->cut[i] % d == 0 || (m->p.devices - m->cut[i]) % d == 0)
             return true;
@@ -432,9 +437,12 @@ static uint64_t node_sig(const un_graph *g, int32_t v) {
 static bool split_ok(const un_map *m, int rc) { return m->n_cut > 0 && rc == m->p.devices; }
 
 /* The machine's split points for parallel branches: on up to 8 devices every s in 1 .. D - 1
- * (1 + 3, 2 + 2, 3 + 1 on 4; 2 + 4 on 6); beyond, the halves when D is even. (Node-aligned
- * quarters too, 48 / 96 / 144 of 192, took Inception-v3 on 192 devices from about 31 to 90 s wall
- * at load 15-16 for a plan the beam made 6 % worse.) */
+ * (1 + 3, 2 + 2, 3 + 1 on 4; 2 + 4 on 6); beyond, the halves when D is even, or, with
+ * uneven_splits, instead the quarters rounded to whole nodes (48 + 144 and 144 + 48 of 192; 6 +
+ * 18 of 24 at 6 per node), whose parts a degree may fill (part_degree). search.c plans with
+ * those as a second candidate: in one DP with the halves (48 / 96 / 144, degrees dividing D),
+ * Inception-v3 on 192 devices took 31 -> 90 s wall at load 15-16 for a plan the simulator
+ * finds 6 % worse (the additive cost preferred it: 0.0773 against 0.0786). */
 static void map_cuts(un_map *m) {
     int D = m->p.devices;
     m->n_cut = 0;
@@ -443,6 +451,15 @@ static void map_cuts(un_map *m) {
             m->cut[m->n_cut++] = s;
     } else if (D % 2 == 0) {
         m->cut[m->n_cut++] = D / 2;
+    }
+    if (D > 8 && m->p.uneven_splits) {
+        int P = un_cost_machine(m->cm)->devices_per_node;
+        m->n_cut = 0;
+        for (int k = 1; k <= 3; k += 2) {
+            int s = (int)((double)D * k / 4 / P + 0.5) * P;
+            if (s > 0 && s < D && 2 * s != D && (m->n_cut == 0 || m->cut[m->n_cut - 1] != s))
+                m->cut[m->n_cut++] = s;
+        }
     }
 }
 

@@ -175,6 +175,8 @@ static un_status plan_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     int32_t n = un_graph_node_count(g);
     int32_t *a = un_xcalloc((size_t)n + 1, sizeof *a);
     cand best = {0}, c = {0};
+    un_map *um = NULL;    /* the plan with uneven split points (beyond 8 devices) */
+    const un_map *bm = m; /* the map of the best plan's configuration indices */
     double cap = un_cost_machine(cm)->dev.memory;
     out->ended = "exhausted";
     data_parallel_estimate(ctx, cm, g, &mp, p, out);
@@ -291,6 +293,37 @@ static un_status plan_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
                 un_ctx_clear(ctx);
             }
         }
+        /* beyond 8 devices, uneven splits (the quarters, on whole nodes), with the degree that
+         * fills a part: a plan of its own at the chosen memory price, which wins only where the
+         * simulator says it is better (the additive cost can prefer a plan the simulator finds
+         * worse: Inception-v3 on 192 devices, 6 %). Only where some branch node can fill a part
+         * (a degree that divides the larger part but not D): with degrees that divide D, the
+         * larger part's branches get no more devices than in the halves. */
+        if (st == UN_OK && p->devices > 8 && p->mode == UN_SEARCH_JOINT && !p->halves_only &&
+            un_search_clock() < deadline) {
+            un_map_params up = mp;
+            up.uneven_splits = true;
+            bool fill = false;
+            if (un_map_new(ctx, cm, g, &up, &um) == UN_OK)
+                for (int32_t v = 0; v < n && !fill; v++)
+                    for (int32_t i = 0; i < un_map_config_count(um, v) && !fill; i++)
+                        fill = un_map_config_get(um, v, i)->part_only;
+            un_split us;
+            un_split_stats ss;
+            if (fill &&
+                un_split_make(ctx, um, p->split_size > 0 ? p->split_size : 10, &us) == UN_OK) {
+                if (un_split_solve(ctx, um, &us, out->lambda, a, &ss) == UN_OK &&
+                    cand_eval(ctx, cm, um, p, a, n, &c) == UN_OK && better(&c, &best)) {
+                    out->picked = "uneven split";
+                    out->stats = ss.map;
+                    out->split = ss;
+                    bm = um;
+                }
+                keep_better(&best, &c);
+                un_split_deinit(&us);
+            }
+            un_ctx_clear(ctx);
+        }
         if (!out->picked)
             out->picked = "search";
     }
@@ -315,7 +348,7 @@ static un_status plan_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
         out->degree = un_xcalloc((size_t)n + 1, sizeof *out->degree);
         for (int32_t v = 0; v < n; v++)
             if (best.a[v] >= 0) {
-                const un_map_config *k = un_map_config_get(m, v, best.a[v]);
+                const un_map_config *k = un_map_config_get(bm, v, best.a[v]);
                 snprintf(out->choice[v], sizeof out->choice[v], "%s", k->name);
                 out->degree[v] = k->degree;
             }
@@ -324,6 +357,7 @@ static un_status plan_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     cand_free(&c);
     free(a);
     un_map_free(m);
+    un_map_free(um);
     if (st != UN_OK)
         un_search_result_deinit(out);
     return st;

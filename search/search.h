@@ -20,7 +20,10 @@
  * time_limit (taso's candidate what joint's leaves of it, at least a tenth); the rest is layer 3's.
  * Joint's layer 3 takes as candidates, besides its own plans, data parallelism, serial and the
  * plan mcmc finds (same seed and budget as --search mcmc), so joint is never estimated worse
- * than any other mode (unless the time limit cuts one of its parts short).
+ * than any other mode (unless the time limit cuts one of its parts short). Beyond 8 devices,
+ * where some branch node can fill a part of an uneven split, layer 3 also plans with the
+ * quarters on whole nodes as split points (mapping.h uneven_splits) at the chosen memory price,
+ * and that plan wins where the simulator says it is better (halves_only: not).
  *
  *   un_search_params p = un_search_params_default(4);
  *   un_search_result r;
@@ -56,6 +59,7 @@ typedef struct un_search_params {
     const un_ruleset *rules; /* layer 2's rules (borrowed; NULL: no rewrites) */
     double alpha;            /* layer 2's pruning factor (0: 1.05) */
     int64_t subst_budget;    /* layer 2's graphs costed (0: 1000) */
+    bool halves_only;        /* beyond 8 devices, no plan with uneven splits (search.c) */
     bool sim_runtime;        /* rank plans by the simulator under the runtime's semantics (what
                                 runtime/exec.c executes today: un_sim_params.mirror_sources) instead of
                                 DESIGN.md section 9's plan semantics (false, the default) */

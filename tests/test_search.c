@@ -795,6 +795,41 @@ static void test_estimate_agrees(void) {
     test__check(checked == 6 * nm, TEST__AT, "estimates compared: %d of %d", checked, 6 * nm);
 }
 
+/* Beyond 8 devices, plans with uneven splits (the quarters on whole nodes, a degree filling the
+ * larger part) are joint's candidates too: never worse than the halves alone (the simulator
+ * picks), and better where a heavy branch gets the larger part: two branches of the branch
+ * graphs on 16 and 24 devices of the 192-V100 machine (6 per node: 6 + 18 of 24). */
+static void test_uneven(void) {
+    int wins = 0;
+    for (int which = 0; which < 4; which++)
+        for (int size = 0; size < 2; size++)
+            for (int devices = 16; devices <= 24; devices += 8) {
+                un_ctx *ctx = un_ctx_new(NULL);
+                un_machine mach;
+                un_cost_model *cm = model_for(ctx, "specs/machines/v100x192.json", &mach);
+                un_graph *g = branch_graph(ctx, which, 72, size ? 2304 : 144);
+                double step[2];
+                for (int k = 0; k < 2; k++) {
+                    un_search_params p = un_search_params_default(devices);
+                    p.halves_only = k == 0;
+                    un_search_result r;
+                    un_status st = un_search_run(ctx, cm, g, &p, &r);
+                    EXPECT_OK(ctx, st);
+                    step[k] = st == UN_OK ? r.sim.step : INFINITY;
+                    if (st == UN_OK)
+                        un_search_result_deinit(&r);
+                }
+                test__check(step[1] <= step[0] * (1 + 1e-9), TEST__AT,
+                            "graph %d, size %d, %d devices: with uneven splits %g s, halves %g s",
+                            which, size, devices, step[1], step[0]);
+                wins += step[1] < step[0] * (1 - 1e-6);
+                un_graph_free(g);
+                un_cost_model_free(cm);
+                un_ctx_free(ctx);
+            }
+    EXPECT_TRUE(wins > 0);
+}
+
 int main(void) {
     static const test_case cases[] = {
         {"exhaustive", test_exhaustive},
@@ -807,6 +842,7 @@ int main(void) {
         {"modes", test_modes},
         {"profile_plans", test_profile_plans},
         {"estimate_agrees", test_estimate_agrees},
+        {"uneven", test_uneven},
     };
     return TEST_RUN_WITH_SPEC(cases, &S);
 }
