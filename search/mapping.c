@@ -1029,10 +1029,46 @@ static bool fb_offer(fr_build *b, const int32_t *k, int32_t origin, double cost,
     return true;
 }
 
+/* The beam's order: cost, then index (so ties keep their order). */
+static bool cost_before(const double *c, int32_t a, int32_t b) {
+    return c[a] < c[b] || (c[a] == c[b] && a < b);
+}
+
 static int cmp_cost_idx(const void *x, const void *y, void *u) {
-    const double *c = u;
-    double a = c[*(const int32_t *)x], b = c[*(const int32_t *)y];
-    return a < b ? -1 : a > b;
+    int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
+    return cost_before(u, a, b) ? -1 : cost_before(u, b, a);
+}
+
+/* The indices of the `keep` cheapest of costs c[0 .. n), in the beam's order (owned): a
+ * selection (quickselect), then a sort of the kept ones only. The same as sorting all n and
+ * taking the first `keep`, in O(n + keep log keep). */
+static int32_t *cheapest(double *c, int32_t n, int32_t keep) {
+    int32_t *ord = un_xmalloc(((size_t)n + 1) * sizeof *ord);
+    for (int32_t i = 0; i < n; i++)
+        ord[i] = i;
+    int32_t lo = 0, hi = n - 1, k = keep - 1;
+    while (lo < hi) {
+        int32_t p = ord[lo + (hi - lo) / 2], i = lo, j = hi;
+        while (i <= j) {
+            while (cost_before(c, ord[i], p))
+                i++;
+            while (cost_before(c, p, ord[j]))
+                j--;
+            if (i <= j) {
+                int32_t t = ord[i];
+                ord[i++] = ord[j];
+                ord[j--] = t;
+            }
+        }
+        if (k <= j)
+            hi = j;
+        else if (k >= i)
+            lo = i;
+        else
+            break;
+    }
+    qsort_r(ord, (size_t)keep, sizeof *ord, cmp_cost_idx, c);
+    return ord;
 }
 
 /* Ends a build: the beam (the cheapest max_states states) when there are more. */
@@ -1041,11 +1077,8 @@ static void fb_end(dp *d, fr_build *b) {
     free(b->table);
     b->table = NULL;
     if (f->n > d->max_states) {
-        int32_t *ord = un_xmalloc((size_t)f->n * sizeof *ord);
-        for (int32_t i = 0; i < f->n; i++)
-            ord[i] = i;
-        qsort_r(ord, (size_t)f->n, sizeof *ord, cmp_cost_idx, f->cost);
         int32_t keep = (int32_t)d->max_states;
+        int32_t *ord = cheapest(f->cost, f->n, keep);
         int32_t L = f->n_live;
         double *c = un_xmalloc((size_t)keep * sizeof *c);
         int32_t *k = un_xmalloc(((size_t)keep * (size_t)L + 1) * sizeof *k);
@@ -1345,10 +1378,7 @@ static void dp_run(dp *d, int32_t x, frontier *in, int rs, int rc, frontier *out
     frontier sub, *from = in;
     int32_t cap_in = (int32_t)(d->max_states / 8 > 64 ? d->max_states / 8 : 64);
     if (in->n > cap_in) {
-        int32_t *ord = un_xmalloc((size_t)in->n * sizeof *ord);
-        for (int32_t i = 0; i < in->n; i++)
-            ord[i] = i;
-        qsort_r(ord, (size_t)in->n, sizeof *ord, cmp_cost_idx, in->cost);
+        int32_t *ord = cheapest(in->cost, in->n, cap_in);
         fr_init(&sub, in->live, in->n_live);
         sub.n = sub.cap = cap_in;
         sub.cost = un_xmalloc((size_t)cap_in * sizeof *sub.cost);
