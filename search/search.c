@@ -190,7 +190,7 @@ static un_status plan_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     } else {
         /* memory priced in until the plan fits: lambda doubles (x8) from 0, then bisection
          * between the last that did not fit and the first that did */
-        double lambda = 0, lo = 0, hi = -1;
+        double lambda = 0, lo = 0, hi = -1, l3_start = un_search_clock();
         un_split split; /* layer 1: the pieces between cut nodes, joined along the chain */
         st = un_split_make(ctx, m, p->split_size > 0 ? p->split_size : 10, &split);
         for (int round = 0; round < 40 && st == UN_OK; round++) {
@@ -299,8 +299,12 @@ static un_status plan_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
          * worse: Inception-v3 on 192 devices, 6 %). Only where some branch node can fill a part
          * (a degree that divides the larger part but not D): with degrees that divide D, the
          * larger part's branches get no more devices than in the halves. */
+        double spent = un_search_clock() - l3_start;
         if (st == UN_OK && p->devices > 8 && p->mode == UN_SEARCH_JOINT && !p->halves_only &&
-            un_search_clock() < deadline) {
+            un_search_clock() + 2 * spent > deadline - 0.5 * limit) {
+            /* it costs about 1.5 x the halves' layer 3: only within the first half of the limit */
+            out->uneven = "skipped (time)";
+        } else if (st == UN_OK && p->devices > 8 && p->mode == UN_SEARCH_JOINT && !p->halves_only) {
             un_map_params up = mp;
             up.uneven_splits = true;
             bool fill = false;
@@ -310,11 +314,13 @@ static un_status plan_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
                         fill = un_map_config_get(um, v, i)->part_only;
             un_split us;
             un_split_stats ss;
+            out->uneven = fill ? "lost" : "no part to fill";
             if (fill &&
                 un_split_make(ctx, um, p->split_size > 0 ? p->split_size : 10, &us) == UN_OK) {
                 if (un_split_solve(ctx, um, &us, out->lambda, a, &ss) == UN_OK &&
                     cand_eval(ctx, cm, um, p, a, n, &c) == UN_OK && better(&c, &best)) {
                     out->picked = "uneven split";
+                    out->uneven = "won";
                     out->stats = ss.map;
                     out->split = ss;
                     bm = um;
@@ -630,6 +636,11 @@ void un_search_report(const un_search_result *r, const un_graph *g, const un_sea
                       (long long)r->stats.splits,
                       r->stats.beam ? ", beam (states dropped)" : ", exact", r->lambda_rounds,
                       r->lambda * 1e9, r->picked ? r->picked : "?");
+    if (p->mode == UN_SEARCH_JOINT && r->uneven)
+        un_buf_printf(out,
+                      "uneven splits (the quarters on whole nodes, a degree filling the larger "
+                      "part): %s\n",
+                      r->uneven);
     if (p->mode == UN_SEARCH_MCMC)
         un_buf_printf(out, "mcmc: %lld proposals, %lld accepted\n", (long long)r->proposals,
                       (long long)r->accepted);

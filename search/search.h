@@ -76,8 +76,11 @@ typedef struct un_search_result {
     int lambda_rounds;           /* memory prices tried (joint) */
     double lambda;               /* the memory price of the chosen plan (seconds per byte) */
     int64_t proposals, accepted; /* mcmc */
-    const char *picked; /* "search", "data parallel", "serial" or "mcmc": which candidate won
-                           (joint) */
+    const char *picked;          /* "search", "data parallel", "serial", "mcmc" or "uneven split":
+                                    which candidate won (joint) */
+    const char *uneven; /* beyond 8 devices (joint): the plan with uneven splits "won", "lost",
+                           "no part to fill" (no branch node can fill a part: it cannot win),
+                           "skipped (time)"; NULL: not tried (static) */
     double dp_step;     /* data parallelism's estimate, for the report; 0 when it cannot run */
     bool dp_fits;
     double dp_mem; /* its largest device's bytes */
