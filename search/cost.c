@@ -223,9 +223,12 @@ un_status un_cost_piece(un_ctx *ctx, un_cost_model *cm, un_op op, const un_param
         return UN_OK;
     }
     un_op_cost c;
-    un_status st = analytic(ctx, cm, op, params, in, n_in, &c);
-    if (st != UN_OK)
-        return st;
+    memset(&c, 0, sizeof c);
+    /* a piece the op's requirements refuse (attention split by heads) has no analytic cost, but
+     * it runs, and the profiler measures it: a measured time still counts */
+    un_status ast = analytic(ctx, cm, op, params, in, n_in, &c), st = UN_OK;
+    if (ast != UN_OK && !cm->db)
+        return ast;
     if (cm->db) {
         char sig[128], shape[128];
         un_rulesdb_cost mc;
@@ -238,6 +241,8 @@ un_status un_cost_piece(un_ctx *ctx, un_cost_model *cm, un_op op, const un_param
             c.bwd = mc.bwd_ms * 1e-3;
             c.measured = true;
             cm->measured++;
+        } else if (ast != UN_OK) {
+            return ast;
         }
     }
     if (2 * (cm->used + 1) > cm->cap) {

@@ -313,10 +313,15 @@ static un_status try_config(un_map *m, const un_node *nd, const un_shape *try, c
 }
 
 /* Whether degree d, which does not divide D, divides a part of one of the machine's splits (on up
- * to 8 devices: 3 of 4 devices next to 1). */
+ * to 8 devices: 3 of 4 devices next to 1); beyond 8 devices, with uneven splits, whether it fills
+ * a part (18 of 24 next to 6). */
 static bool part_degree(const un_map *m, int d) {
-    if (m->p.devices > 8)
+    if (m->p.devices > 8) { /* uneven splits: a degree that fills a part */
+        for (int i = 0; i < m->n_cut && m->p.uneven_splits; i++)
+            if (m->cut[i] == d || m->p.devices - m->cut[i] == d)
+                return true;
         return false;
+    }
     for (int i = 0; i < m->n_cut; i++)
         if (m->cut[i] % d == 0 || (m->p.devices - m->cut[i]) % d == 0)
             return true;
@@ -432,9 +437,12 @@ static uint64_t node_sig(const un_graph *g, int32_t v) {
 static bool split_ok(const un_map *m, int rc) { return m->n_cut > 0 && rc == m->p.devices; }
 
 /* The machine's split points for parallel branches: on up to 8 devices every s in 1 .. D - 1
- * (1 + 3, 2 + 2, 3 + 1 on 4; 2 + 4 on 6); beyond, the halves when D is even. (Node-aligned
- * quarters too, 48 / 96 / 144 of 192, took Inception-v3 on 192 devices from about 31 to 90 s wall
- * at load 15-16 for a plan the beam made 6 % worse.) */
+ * (1 + 3, 2 + 2, 3 + 1 on 4; 2 + 4 on 6); beyond, the halves when D is even, or, with
+ * uneven_splits, instead the quarters rounded to whole nodes (48 + 144 and 144 + 48 of 192; 6 +
+ * 18 of 24 at 6 per node), whose parts a degree may fill (part_degree). search.c plans with
+ * those as a second candidate: in one DP with the halves (48 / 96 / 144, degrees dividing D),
+ * Inception-v3 on 192 devices took 31 -> 90 s wall at load 15-16 for a plan the simulator
+ * finds 6 % worse (the additive cost preferred it: 0.0773 against 0.0786). */
 static void map_cuts(un_map *m) {
     int D = m->p.devices;
     m->n_cut = 0;
@@ -443,6 +451,15 @@ static void map_cuts(un_map *m) {
             m->cut[m->n_cut++] = s;
     } else if (D % 2 == 0) {
         m->cut[m->n_cut++] = D / 2;
+    }
+    if (D > 8 && m->p.uneven_splits) {
+        int P = un_cost_machine(m->cm)->devices_per_node;
+        m->n_cut = 0;
+        for (int k = 1; k <= 3; k += 2) {
+            int s = (int)((double)D * k / 4 / P + 0.5) * P;
+            if (s > 0 && s < D && 2 * s != D && (m->n_cut == 0 || m->cut[m->n_cut - 1] != s))
+                m->cut[m->n_cut++] = s;
+        }
     }
 }
 
@@ -1012,10 +1029,46 @@ static bool fb_offer(fr_build *b, const int32_t *k, int32_t origin, double cost,
     return true;
 }
 
+/* The beam's order: cost, then index (so ties keep their order). */
+static bool cost_before(const double *c, int32_t a, int32_t b) {
+    return c[a] < c[b] || (c[a] == c[b] && a < b);
+}
+
 static int cmp_cost_idx(const void *x, const void *y, void *u) {
-    const double *c = u;
-    double a = c[*(const int32_t *)x], b = c[*(const int32_t *)y];
-    return a < b ? -1 : a > b;
+    int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
+    return cost_before(u, a, b) ? -1 : cost_before(u, b, a);
+}
+
+/* The indices of the `keep` cheapest of costs c[0 .. n), in the beam's order (owned): a
+ * selection (quickselect), then a sort of the kept ones only. The same as sorting all n and
+ * taking the first `keep`, in O(n + keep log keep). */
+static int32_t *cheapest(double *c, int32_t n, int32_t keep) {
+    int32_t *ord = un_xmalloc(((size_t)n + 1) * sizeof *ord);
+    for (int32_t i = 0; i < n; i++)
+        ord[i] = i;
+    int32_t lo = 0, hi = n - 1, k = keep - 1;
+    while (lo < hi) {
+        int32_t p = ord[lo + (hi - lo) / 2], i = lo, j = hi;
+        while (i <= j) {
+            while (cost_before(c, ord[i], p))
+                i++;
+            while (cost_before(c, p, ord[j]))
+                j--;
+            if (i <= j) {
+                int32_t t = ord[i];
+                ord[i++] = ord[j];
+                ord[j--] = t;
+            }
+        }
+        if (k <= j)
+            hi = j;
+        else if (k >= i)
+            lo = i;
+        else
+            break;
+    }
+    qsort_r(ord, (size_t)keep, sizeof *ord, cmp_cost_idx, c);
+    return ord;
 }
 
 /* Ends a build: the beam (the cheapest max_states states) when there are more. */
@@ -1024,11 +1077,8 @@ static void fb_end(dp *d, fr_build *b) {
     free(b->table);
     b->table = NULL;
     if (f->n > d->max_states) {
-        int32_t *ord = un_xmalloc((size_t)f->n * sizeof *ord);
-        for (int32_t i = 0; i < f->n; i++)
-            ord[i] = i;
-        qsort_r(ord, (size_t)f->n, sizeof *ord, cmp_cost_idx, f->cost);
         int32_t keep = (int32_t)d->max_states;
+        int32_t *ord = cheapest(f->cost, f->n, keep);
         int32_t L = f->n_live;
         double *c = un_xmalloc((size_t)keep * sizeof *c);
         int32_t *k = un_xmalloc(((size_t)keep * (size_t)L + 1) * sizeof *k);
@@ -1328,10 +1378,7 @@ static void dp_run(dp *d, int32_t x, frontier *in, int rs, int rc, frontier *out
     frontier sub, *from = in;
     int32_t cap_in = (int32_t)(d->max_states / 8 > 64 ? d->max_states / 8 : 64);
     if (in->n > cap_in) {
-        int32_t *ord = un_xmalloc((size_t)in->n * sizeof *ord);
-        for (int32_t i = 0; i < in->n; i++)
-            ord[i] = i;
-        qsort_r(ord, (size_t)in->n, sizeof *ord, cmp_cost_idx, in->cost);
+        int32_t *ord = cheapest(in->cost, in->n, cap_in);
         fr_init(&sub, in->live, in->n_live);
         sub.n = sub.cap = cap_in;
         sub.cost = un_xmalloc((size_t)cap_in * sizeof *sub.cost);

@@ -11,9 +11,10 @@
  * stride 1, count d): start 0, or, for the nodes of a parallel branch (below), a split point s of
  * the machine with s + d <= D; each configuration is one (layouts, start) pair,
  * `layout` naming the start-0 twin. Split points: on up to 8 devices every s in 1 .. D - 1 (1 + 3,
- * 2 + 2, 3 + 1 on 4; 2 + 4 on 6), beyond the halves (D even). On up to 8 devices a branch's node
- * may also take a degree that divides a part of a split but not D (3 of 4 devices next to 1:
- * `part_only`).
+ * 2 + 2, 3 + 1 on 4; 2 + 4 on 6), beyond the halves (D even), or with `uneven_splits` the
+ * quarters on whole nodes instead (6 + 18 and 18 + 6 of 24 at 6 devices per node). On up to 8
+ * devices a branch's node may also take a degree that divides a part of a split but not D (3 of
+ * 4 devices next to 1: `part_only`); with uneven splits, one that fills a part (18 of 24).
  *
  * Costs (from search/cost.h, every query cached there): a node's forward and backward time on
  * its piece; gradient all-reduce of its replicated weights over their copies; for each edge the
@@ -66,6 +67,9 @@ typedef struct un_map_params {
     bool no_parallel;      /* configurations: serial only (every node on device 0) */
     bool shared_branches;  /* parallel branches always share their devices (no disjoint sets) */
     const char *optimizer; /* "adam" (2 state copies) or "sgd" (1) */
+    bool uneven_splits;    /* beyond 8 devices, node-aligned split points besides the halves
+                            * (search/mapping.c map_cuts); search.c plans with and without them
+                            * and keeps the better plan */
     int32_t free_outputs;  /* the first k graph outputs are not the loss's (a layer-1 piece's exit
                             * taken out of its graph, search/subst.h): no conversion to the
                             * layout the loss reads is charged for them */

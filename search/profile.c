@@ -266,25 +266,30 @@ static un_status profile_node(un_ctx *ctx, un_backend *be, const un_graph *g, in
                               const un_profile_params *p, size_t fes, lockstep *lf, lockstep *lb,
                               int k, double *fwd, double *bwd) {
     const un_node *nd = un_graph_node(g, id);
-    const un_spec *spec = un_graph_spec(g);
     bufs b;
     memset(&b, 0, sizeof b);
     un_shape in[UN_MAX_INPUTS];
     un_cost_piece_shapes(g, id, in);
-    un_infer inf;
-    un_status st = be ? un_spec_infer(ctx, spec, nd->op, nd->inf.local, in, nd->n_in, NULL, &inf)
-                      : UN_ERR_DEVICE;
+    /* the output pieces as the runtime allocates them: the plan's output layouts (the op on the
+     * piece shapes may fail the op's requirements, as attention split by heads does) */
+    un_shape out[UN_MAX_OUTPUTS];
+    for (int o = 0; o < nd->inf.n_out; o++) {
+        int64_t d[UN_MAX_DIMS];
+        un_shape_piece_dims(&nd->inf.out[o], d);
+        out[o] = un_shape_make(nd->inf.out[o].rank, d, nd->inf.out[o].dtype);
+    }
+    un_status st = be ? UN_OK : UN_ERR_DEVICE;
     b.n_in = nd->n_in;
-    b.n_out = inf.n_out;
+    b.n_out = nd->inf.n_out;
     for (int t = 0; t < nd->n_in && st == UN_OK; t++) {
         st = kt_new(ctx, be, &in[t], fes, (uint64_t)t + 1, true, &b.in[t]);
         if (st == UN_OK && in[t].dtype == UN_DT_FLOAT)
             st = kt_new(ctx, be, &in[t], fes, 0, false, &b.din[t]);
     }
-    for (int o = 0; o < inf.n_out && st == UN_OK; o++) {
-        st = kt_new(ctx, be, &inf.out[o], fes, 0, false, &b.out[o]);
-        if (st == UN_OK && inf.out[o].dtype == UN_DT_FLOAT)
-            st = kt_new(ctx, be, &inf.out[o], fes, (uint64_t)o + 99, true, &b.dout[o]);
+    for (int o = 0; o < b.n_out && st == UN_OK; o++) {
+        st = kt_new(ctx, be, &out[o], fes, 0, false, &b.out[o]);
+        if (st == UN_OK && out[o].dtype == UN_DT_FLOAT)
+            st = kt_new(ctx, be, &out[o], fes, (uint64_t)o + 99, true, &b.dout[o]);
     }
     /* input 0's place as the runtime passes it: the first piece of its whole tensor */
     int64_t off[UN_MAX_DIMS] = {0}, full[UN_MAX_DIMS] = {0};

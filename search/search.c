@@ -47,13 +47,18 @@ static un_status cand_eval(un_ctx *ctx, un_cost_model *cm, const un_map *m,
     un_status st = un_map_plan(ctx, m, a, &c->plan);
     if (st != UN_OK)
         return st;
-    un_sim_params sp = un_sim_params_default();
-    sp.optimizer = p->optimizer;
-    sp.mirror_sources = p->sim_runtime;
-    sp.devices = (int)un_strategy_devices(c->plan);
-    st = un_sim_run(ctx, cm, c->plan, &sp, &c->sim);
+    st = un_search_estimate(ctx, cm, c->plan, p->sim_runtime, p->optimizer, 0, &c->sim);
     c->ok = st == UN_OK;
     return st;
+}
+
+un_status un_search_estimate(un_ctx *ctx, un_cost_model *cm, const un_graph *plan, bool sim_runtime,
+                             const char *optimizer, int devices, un_sim_result *out) {
+    un_sim_params sp = un_sim_params_default();
+    sp.optimizer = optimizer;
+    sp.mirror_sources = sim_runtime;
+    sp.devices = devices > 0 ? devices : (int)un_strategy_devices(plan);
+    return un_sim_run(ctx, cm, plan, &sp, out);
 }
 
 /* Whether x is better than y: fitting first, then the step. */
@@ -170,6 +175,8 @@ static un_status plan_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     int32_t n = un_graph_node_count(g);
     int32_t *a = un_xcalloc((size_t)n + 1, sizeof *a);
     cand best = {0}, c = {0};
+    un_map *um = NULL;    /* the plan with uneven split points (beyond 8 devices) */
+    const un_map *bm = m; /* the map of the best plan's configuration indices */
     double cap = un_cost_machine(cm)->dev.memory;
     out->ended = "exhausted";
     data_parallel_estimate(ctx, cm, g, &mp, p, out);
@@ -183,7 +190,7 @@ static un_status plan_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     } else {
         /* memory priced in until the plan fits: lambda doubles (x8) from 0, then bisection
          * between the last that did not fit and the first that did */
-        double lambda = 0, lo = 0, hi = -1;
+        double lambda = 0, lo = 0, hi = -1, l3_start = un_search_clock();
         un_split split; /* layer 1: the pieces between cut nodes, joined along the chain */
         st = un_split_make(ctx, m, p->split_size > 0 ? p->split_size : 10, &split);
         for (int round = 0; round < 40 && st == UN_OK; round++) {
@@ -286,6 +293,43 @@ static un_status plan_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
                 un_ctx_clear(ctx);
             }
         }
+        /* beyond 8 devices, uneven splits (the quarters, on whole nodes), with the degree that
+         * fills a part: a plan of its own at the chosen memory price, which wins only where the
+         * simulator says it is better (the additive cost can prefer a plan the simulator finds
+         * worse: Inception-v3 on 192 devices, 6 %). Only where some branch node can fill a part
+         * (a degree that divides the larger part but not D): with degrees that divide D, the
+         * larger part's branches get no more devices than in the halves. */
+        double spent = un_search_clock() - l3_start;
+        if (st == UN_OK && p->devices > 8 && p->mode == UN_SEARCH_JOINT && !p->halves_only &&
+            un_search_clock() + 2 * spent > deadline - 0.5 * limit) {
+            /* it costs about 1.5 x the halves' layer 3: only within the first half of the limit */
+            out->uneven = "skipped (time)";
+        } else if (st == UN_OK && p->devices > 8 && p->mode == UN_SEARCH_JOINT && !p->halves_only) {
+            un_map_params up = mp;
+            up.uneven_splits = true;
+            bool fill = false;
+            if (un_map_new(ctx, cm, g, &up, &um) == UN_OK)
+                for (int32_t v = 0; v < n && !fill; v++)
+                    for (int32_t i = 0; i < un_map_config_count(um, v) && !fill; i++)
+                        fill = un_map_config_get(um, v, i)->part_only;
+            un_split us;
+            un_split_stats ss;
+            out->uneven = fill ? "lost" : "no part to fill";
+            if (fill &&
+                un_split_make(ctx, um, p->split_size > 0 ? p->split_size : 10, &us) == UN_OK) {
+                if (un_split_solve(ctx, um, &us, out->lambda, a, &ss) == UN_OK &&
+                    cand_eval(ctx, cm, um, p, a, n, &c) == UN_OK && better(&c, &best)) {
+                    out->picked = "uneven split";
+                    out->uneven = "won";
+                    out->stats = ss.map;
+                    out->split = ss;
+                    bm = um;
+                }
+                keep_better(&best, &c);
+                un_split_deinit(&us);
+            }
+            un_ctx_clear(ctx);
+        }
         if (!out->picked)
             out->picked = "search";
     }
@@ -310,7 +354,7 @@ static un_status plan_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
         out->degree = un_xcalloc((size_t)n + 1, sizeof *out->degree);
         for (int32_t v = 0; v < n; v++)
             if (best.a[v] >= 0) {
-                const un_map_config *k = un_map_config_get(m, v, best.a[v]);
+                const un_map_config *k = un_map_config_get(bm, v, best.a[v]);
                 snprintf(out->choice[v], sizeof out->choice[v], "%s", k->name);
                 out->degree[v] = k->degree;
             }
@@ -319,6 +363,7 @@ static un_status plan_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     cand_free(&c);
     free(a);
     un_map_free(m);
+    un_map_free(um);
     if (st != UN_OK)
         un_search_result_deinit(out);
     return st;
@@ -591,6 +636,11 @@ void un_search_report(const un_search_result *r, const un_graph *g, const un_sea
                       (long long)r->stats.splits,
                       r->stats.beam ? ", beam (states dropped)" : ", exact", r->lambda_rounds,
                       r->lambda * 1e9, r->picked ? r->picked : "?");
+    if (p->mode == UN_SEARCH_JOINT && r->uneven)
+        un_buf_printf(out,
+                      "uneven splits (the quarters on whole nodes, a degree filling the larger "
+                      "part): %s\n",
+                      r->uneven);
     if (p->mode == UN_SEARCH_MCMC)
         un_buf_printf(out, "mcmc: %lld proposals, %lld accepted\n", (long long)r->proposals,
                       (long long)r->accepted);

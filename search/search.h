@@ -20,7 +20,10 @@
  * time_limit (taso's candidate what joint's leaves of it, at least a tenth); the rest is layer 3's.
  * Joint's layer 3 takes as candidates, besides its own plans, data parallelism, serial and the
  * plan mcmc finds (same seed and budget as --search mcmc), so joint is never estimated worse
- * than any other mode (unless the time limit cuts one of its parts short).
+ * than any other mode (unless the time limit cuts one of its parts short). Beyond 8 devices,
+ * where some branch node can fill a part of an uneven split, layer 3 also plans with the
+ * quarters on whole nodes as split points (mapping.h uneven_splits) at the chosen memory price,
+ * and that plan wins where the simulator says it is better (halves_only: not).
  *
  *   un_search_params p = un_search_params_default(4);
  *   un_search_result r;
@@ -56,6 +59,7 @@ typedef struct un_search_params {
     const un_ruleset *rules; /* layer 2's rules (borrowed; NULL: no rewrites) */
     double alpha;            /* layer 2's pruning factor (0: 1.05) */
     int64_t subst_budget;    /* layer 2's graphs costed (0: 1000) */
+    bool halves_only;        /* beyond 8 devices, no plan with uneven splits (search.c) */
     bool sim_runtime;        /* rank plans by the simulator under the runtime's semantics (what
                                 runtime/exec.c executes today: un_sim_params.mirror_sources) instead of
                                 DESIGN.md section 9's plan semantics (false, the default) */
@@ -72,8 +76,11 @@ typedef struct un_search_result {
     int lambda_rounds;           /* memory prices tried (joint) */
     double lambda;               /* the memory price of the chosen plan (seconds per byte) */
     int64_t proposals, accepted; /* mcmc */
-    const char *picked; /* "search", "data parallel", "serial" or "mcmc": which candidate won
-                           (joint) */
+    const char *picked;          /* "search", "data parallel", "serial", "mcmc" or "uneven split":
+                                    which candidate won (joint) */
+    const char *uneven; /* beyond 8 devices (joint): the plan with uneven splits "won", "lost",
+                           "no part to fill" (no branch node can fill a part: it cannot win),
+                           "skipped (time)"; NULL: not tried (static) */
     double dp_step;     /* data parallelism's estimate, for the report; 0 when it cannot run */
     bool dp_fits;
     double dp_mem; /* its largest device's bytes */
@@ -101,6 +108,13 @@ const char *un_search_mode_name(un_search_mode m); /* static */
 un_status un_search_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
                         const un_search_params *p, un_search_result *out);
 void un_search_result_deinit(un_search_result *r);
+
+/* A plan's estimate: the simulator's step under the runtime's semantics (sim_runtime) or plan
+ * semantics, with the optimizer's state, on the plan's devices (devices 0: un_strategy_devices).
+ * The one costing path of the search's candidates and of `unity-train --estimate`, so that the
+ * search's estimate of its plan is what --estimate says of the exported plan. */
+un_status un_search_estimate(un_ctx *ctx, un_cost_model *cm, const un_graph *plan, bool sim_runtime,
+                             const char *optimizer, int devices, un_sim_result *out);
 
 /* The report: the plan's estimate (step, split, memory per device) against data parallelism,
  * each operator's parallelization, and the search's statistics and why it ended. */

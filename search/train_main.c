@@ -201,11 +201,8 @@ static un_status estimate_or_profile(un_ctx *ctx, const un_train_opts *o, const 
     if ((st = un_cost_model_new(ctx, spec, &m, o->prec == UN_PREC_F64 ? UN_MPREC_F64 : UN_MPREC_F32,
                                 db, &cm)) != UN_OK)
         goto done;
-    un_sim_params sp = un_sim_params_default();
-    sp.mirror_sources = !s->sim || strcmp(s->sim, "runtime") == 0;
-    sp.optimizer = o->optimizer;
-    sp.devices = devices;
-    if ((st = un_sim_run(ctx, cm, g, &sp, &r)) != UN_OK)
+    bool runtime = !s->sim || strcmp(s->sim, "runtime") == 0;
+    if ((st = un_search_estimate(ctx, cm, g, runtime, o->optimizer, devices, &r)) != UN_OK)
         goto done;
     fputs(un_cost_warnings(cm), stderr);
     un_sim_report(g, &r, cm, &text);
@@ -215,7 +212,7 @@ static un_status estimate_or_profile(un_ctx *ctx, const un_train_opts *o, const 
            o->strategy    ? o->strategy
            : devices == 1 ? "serial"
                           : "data",
-           sp.mirror_sources ? "runtime" : "plan", text.data);
+           runtime ? "runtime" : "plan", text.data);
     printf("op costs: %lld queries, %lld cached, %lld measured (%s)\n", (long long)q, (long long)c,
            (long long)meas, db ? "rules.db op-cost cache" : "analytic only");
 done:

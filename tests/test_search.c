@@ -4,11 +4,14 @@
  * of the assignments; every zoo model maps on 2 and 4 devices with a plan the runtime's loader
  * accepts. */
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "runtime/strategy.h"
 #include "runtime/train.h"
 #include "runtime/zoo.h"
+#include "search/cost.h"
 #include "search/mapping.h"
+#include "search/profile.h"
 #include "search/search.h"
 #include "search/split.h"
 #include "tests/test.h"
@@ -641,11 +644,205 @@ static void test_modes(void) {
         }
 }
 
+/* Every piece of a plan can be profiled and is then costed as measured: for every tiny model on 2
+ * and 4 devices, the joint search's plan (v100x4) and the widest configuration of every node
+ * (attention split by heads: its pieces fail the op's requirements on piece shapes, but they run)
+ * are profiled into a fresh op-cost cache (one quick repetition each), and a cost model over that
+ * cache answers every regular node of the plan from it. */
+static void test_profile_plans(void) {
+    char dir[64];
+    if (!test_tmpdir_make(dir, sizeof dir, "/tmp/unity-test-profile-XXXXXX"))
+        return;
+    int nm;
+    const char *const *names = un_zoo_names(&nm);
+    int profiled = 0, refused = 0;
+    for (int i = 0; i < nm; i++) {
+        un_ctx *ctx = un_ctx_new(NULL);
+        un_train_opts so = tiny_opts(names[i], 1, "serial");
+        un_graph *g = NULL;
+        int one;
+        EXPECT_OK(ctx, un_train_graph(ctx, S, &so, &g, &one));
+        for (int k = 0; k < 4 && g; k++) {
+            int devices = k % 2 ? 4 : 2;
+            un_machine mach;
+            un_cost_model *cm = model_for(ctx, "specs/machines/v100x4.json", &mach);
+            un_graph *plan = NULL;
+            if (k < 2) { /* the joint search's plan */
+                un_search_params sp = un_search_params_default(devices);
+                un_search_result sr;
+                if (un_search_run(ctx, cm, g, &sp, &sr) == UN_OK) {
+                    plan = sr.plan;
+                    sr.plan = NULL;
+                    un_search_result_deinit(&sr);
+                }
+            } else { /* the widest configuration of every node */
+                un_map_params p = un_map_params_default(devices);
+                un_map *m = NULL;
+                EXPECT_OK(ctx, un_map_new(ctx, cm, g, &p, &m));
+                int32_t n = un_graph_node_count(g);
+                int32_t *a = calloc((size_t)n + 1, sizeof *a);
+                for (int32_t v = 0; v < n && m; v++)
+                    a[v] = un_map_config_count(m, v) - 1;
+                if (m)
+                    EXPECT_OK(ctx, un_map_plan(ctx, m, a, &plan));
+                free(a);
+                un_map_free(m);
+            }
+            un_cost_model_free(cm);
+            test__check(plan != NULL, TEST__AT, "%s on %d devices: no plan (%s)", names[i], devices,
+                        un_ctx_errmsg(ctx));
+            if (!plan)
+                continue;
+            char path[96];
+            snprintf(path, sizeof path, "%s/%s-%d.db", dir, names[i], k);
+            un_rulesdb *db = NULL;
+            EXPECT_OK(ctx, un_rulesdb_open(ctx, path, S, UN_RULESDB_CREATE, &db));
+            un_profile_params pp = un_profile_params_default();
+            pp.device = "cpu";
+            pp.threads = 2; /* (1 thread would also time the meet points: slow here) */
+            pp.warmup = 0;
+            pp.min_reps = 1;
+            pp.min_seconds = 0;
+            int64_t stored = 0;
+            un_status st = db ? un_profile_graph(ctx, db, plan, &pp, NULL, &stored) : UN_ERR_IO;
+            test__check(st == UN_OK, TEST__AT, "%s: %s plan on %d devices not profiled: %s",
+                        names[i], k < 2 ? "the searched" : "the widest", devices,
+                        un_ctx_errmsg(ctx));
+            profiled += st == UN_OK;
+            un_machine mcpu;
+            EXPECT_OK(ctx, un_machine_load(ctx, "specs/machines/cpu.json", &mcpu));
+            EXPECT_OK(ctx, un_cost_model_new(ctx, S, &mcpu, UN_MPREC_F32, db, &cm));
+            for (int32_t id = 0; id < un_graph_node_count(plan) && st == UN_OK && cm; id++) {
+                const un_node *nd = un_graph_node(plan, id);
+                if (un_op_kind_of(nd->op) != UN_OPK_REGULAR)
+                    continue;
+                un_op_cost c;
+                EXPECT_OK(ctx, un_cost_node(ctx, cm, plan, id, &c));
+                test__check(c.measured, TEST__AT,
+                            "%s: node %s of the %s plan on %d devices: not measured", names[i],
+                            nd->name ? nd->name : "?", k < 2 ? "searched" : "widest", devices);
+                un_shape in[UN_MAX_INPUTS];
+                un_cost_piece_shapes(plan, id, in);
+                un_infer inf;
+                refused += un_spec_infer(NULL, S, nd->op, nd->inf.local, in, nd->n_in, NULL,
+                                         &inf) != UN_OK;
+            }
+            un_cost_model_free(cm);
+            un_rulesdb_free(db);
+            remove(path);
+            un_graph_free(plan);
+        }
+        un_graph_free(g);
+        un_ctx_free(ctx);
+    }
+    test__check(profiled == 4 * nm, TEST__AT, "plans profiled: %d of %d", profiled, 4 * nm);
+    /* pieces the op's requirements refuse (attention split by heads) were among them */
+    EXPECT_TRUE(refused > 0);
+    rmdir(dir);
+}
+
+/* The search's estimate of its plan equals --estimate's of the exported plan (one costing
+ * path, un_search_estimate): every tiny model on 2 and 4 devices (v100x4; cpu.json on 2), ranked
+ * under plan and under runtime semantics, to 1e-9 relative. */
+static void test_estimate_agrees(void) {
+    int nm;
+    const char *const *names = un_zoo_names(&nm);
+    int checked = 0;
+    for (int i = 0; i < nm; i++)
+        for (int k = 0; k < 6; k++) {
+            int devices = k < 4 ? 2 : 4;
+            const char *machine = k < 2 ? "specs/machines/cpu.json" : "specs/machines/v100x4.json";
+            un_ctx *ctx = un_ctx_new(NULL);
+            un_machine mach;
+            un_cost_model *cm = model_for(ctx, machine, &mach);
+            un_train_opts so = tiny_opts(names[i], 1, "serial");
+            so.prec = UN_PREC_F32;
+            un_graph *g = NULL, *loaded = NULL;
+            int one;
+            EXPECT_OK(ctx, un_train_graph(ctx, S, &so, &g, &one));
+            un_search_params sp = un_search_params_default(devices);
+            sp.sim_runtime = k % 2 == 1;
+            un_search_result sr;
+            memset(&sr, 0, sizeof sr);
+            EXPECT_OK(ctx, un_search_run(ctx, cm, g, &sp, &sr));
+            char path[64];
+            if (sr.plan && plan_file(ctx, sr.plan, path, sizeof path)) {
+                un_train_opts eo = so;
+                eo.strategy = path;
+                eo.devices = sr.devices_used;
+                int used;
+                EXPECT_OK(ctx, un_train_graph(ctx, S, &eo, &loaded, &used));
+                un_sim_result r; /* what unity-train --estimate does with the plan file */
+                if (loaded && un_search_estimate(ctx, cm, loaded, sp.sim_runtime, eo.optimizer,
+                                                 used, &r) == UN_OK) {
+                    test__check(fabs(r.step - sr.sim.step) <= 1e-9 * sr.sim.step, TEST__AT,
+                                "%s on %d devices of %s (%s semantics): search %.9g s, estimate "
+                                "of its plan %.9g s",
+                                names[i], devices, machine, sp.sim_runtime ? "runtime" : "plan",
+                                sr.sim.step, r.step);
+                    checked++;
+                    un_sim_result_deinit(&r);
+                }
+                remove(path);
+            }
+            if (sr.plan)
+                un_search_result_deinit(&sr);
+            un_graph_free(loaded);
+            un_graph_free(g);
+            un_cost_model_free(cm);
+            un_ctx_free(ctx);
+        }
+    test__check(checked == 6 * nm, TEST__AT, "estimates compared: %d of %d", checked, 6 * nm);
+}
+
+/* Beyond 8 devices, plans with uneven splits (the quarters on whole nodes, a degree filling the
+ * larger part) are joint's candidates too: never worse than the halves alone (the simulator
+ * picks), and better where a heavy branch gets the larger part: two branches of the branch
+ * graphs on 16 and 24 devices of the 192-V100 machine (6 per node: 6 + 18 of 24). */
+static void test_uneven(void) {
+    int wins = 0;
+    for (int which = 0; which < 4; which++)
+        for (int size = 0; size < 2; size++)
+            for (int devices = 16; devices <= 24; devices += 8) {
+                un_ctx *ctx = un_ctx_new(NULL);
+                un_machine mach;
+                un_cost_model *cm = model_for(ctx, "specs/machines/v100x192.json", &mach);
+                un_graph *g = branch_graph(ctx, which, 72, size ? 2304 : 144);
+                double step[2];
+                for (int k = 0; k < 2; k++) {
+                    un_search_params p = un_search_params_default(devices);
+                    p.halves_only = k == 0;
+                    un_search_result r;
+                    un_status st = un_search_run(ctx, cm, g, &p, &r);
+                    EXPECT_OK(ctx, st);
+                    step[k] = st == UN_OK ? r.sim.step : INFINITY;
+                    if (st == UN_OK)
+                        un_search_result_deinit(&r);
+                }
+                test__check(step[1] <= step[0] * (1 + 1e-9), TEST__AT,
+                            "graph %d, size %d, %d devices: with uneven splits %g s, halves %g s",
+                            which, size, devices, step[1], step[0]);
+                wins += step[1] < step[0] * (1 - 1e-6);
+                un_graph_free(g);
+                un_cost_model_free(cm);
+                un_ctx_free(ctx);
+            }
+    EXPECT_TRUE(wins > 0);
+}
+
 int main(void) {
     static const test_case cases[] = {
-        {"exhaustive", test_exhaustive},   {"branches", test_branches}, {"split", test_split},
-        {"choices", test_choices},         {"bad", test_bad},           {"zoo", test_zoo},
-        {"plans_train", test_plans_train}, {"modes", test_modes},
+        {"exhaustive", test_exhaustive},
+        {"branches", test_branches},
+        {"split", test_split},
+        {"choices", test_choices},
+        {"bad", test_bad},
+        {"zoo", test_zoo},
+        {"plans_train", test_plans_train},
+        {"modes", test_modes},
+        {"profile_plans", test_profile_plans},
+        {"estimate_agrees", test_estimate_agrees},
+        {"uneven", test_uneven},
     };
     return TEST_RUN_WITH_SPEC(cases, &S);
 }

@@ -69,6 +69,9 @@ meas_search() {
         prev=$tmpm/prev.json
         rw=$(sed -n 's/^rewrites applied: \([0-9][0-9]*\).*/\1/p' "$out")
         [ -z "$rw" ] || break # a rewritten graph's plan cannot be profiled as the zoo model's
+        # no search follows the third: profiling again would change the op costs under the
+        # estimates printed below (the search's and --estimate's must come from one cost DB)
+        ((searches < 3)) || break
         if ! "$train" --model "${mflags[@]}" --strategy "$plan" --devices "$used" --threads "$used" \
             --profile --quiet --machine "$mf" --rules "$db" >/dev/null 2>"$tmpm/err"; then
             note="  $mm on $d ($sem): the plan's pieces were not profiled: $(tail -1 "$tmpm/err")"
@@ -114,9 +117,9 @@ measured() {
     echo
     printf '%-58s %2s %-7s %-18s %3s %9s %9s %17s %9s %9s %17s %6s %6s %s\n' model D ranking plan dev \
         est_plan rt_plan "meas_plan min/med" est_dp rt_dp "meas_dp min/med" est_x meas_x verdict
-    local d m mm db mf steps r sem used est_p est_d desc note rt_d
+    local d m mm db mf steps r sem used est_p est_d desc note
     local -a planrun ms_d mflags
-    local -A ms_p est rt dsc nt run
+    local -A ms_p est rt rtd dsc nt run
     for d in ${MEAS_DEVICES:-2 4}; do
         mf=$tmpm/machine-$d.json
         sed -e "s/\"devices_per_node\": *[0-9]*/\"devices_per_node\": $d/" \
@@ -130,7 +133,7 @@ measured() {
             case $mm in *--config*) steps=${MEAS_STEPS:-8} ;; esac
             "$train" --model "${mflags[@]}" --devices "$d" --threads "$d" --profile --quiet --machine "$mf" --rules "$db" >/dev/null
             "$train" --model "${mflags[@]}" --devices 1 --threads 1 --profile --quiet --machine "$mf" --rules "$db" >/dev/null
-            ms_p=() est=() rt=() dsc=() nt=() run=()
+            ms_p=() est=() rt=() rtd=() dsc=() nt=() run=()
             for sem in "${sems[@]}"; do
                 meas_search "$sem" || { echo "$note"; continue; }
                 dsc[$sem]="$desc"
@@ -140,9 +143,10 @@ measured() {
                 rt[$sem]=$("$train" --model "${mflags[@]}" --strategy "$tmpm/plan-$sem.json" --devices "$used" --estimate \
                     --sim runtime --machine "$mf" --rules "$db" 2>/dev/null |
                     sed -n 's/^estimated step time: \([0-9.]*\) ms.*/\1/p')
+                # data parallelism with the op costs of this search (the next one profiles again)
+                rtd[$sem]=$("$train" --model "${mflags[@]}" --devices "$d" --estimate --sim runtime --machine "$mf" \
+                    --rules "$db" 2>/dev/null | sed -n 's/^estimated step time: \([0-9.]*\) ms.*/\1/p')
             done
-            rt_d=$("$train" --model "${mflags[@]}" --devices "$d" --estimate --sim runtime --machine "$mf" --rules "$db" \
-                2>/dev/null | sed -n 's/^estimated step time: \([0-9.]*\) ms.*/\1/p')
             ms_d=()
             for ((r = 0; r < rounds; r++)); do
                 for sem in "${!run[@]}"; do
@@ -157,7 +161,7 @@ measured() {
                 [ -n "${run[$sem]:-}" ] || continue
                 read -r est_p est_d used <<<"${est[$sem]}"
                 awk -v m="$mm" -v d="$d" -v sem="$sem" -v plan="${dsc[$sem]}" -v used="$used" -v ep="$est_p" \
-                    -v ed="$est_d" -v rp="${rt[$sem]:-nan}" -v rd="${rt_d:-nan}" -v mp="${ms_p[$sem]}" -v md="${ms_d[*]}" '
+                    -v ed="$est_d" -v rp="${rt[$sem]:-nan}" -v rd="${rtd[$sem]:-nan}" -v mp="${ms_p[$sem]}" -v md="${ms_d[*]}" '
                     function mn(s,  a, n, i, x) { n = split(s, a, " "); x = a[1]; for (i = 2; i <= n; i++) if (a[i] + 0 < x + 0) x = a[i]; return x }
                     function med(s,  a, n, i, j, t) { n = split(s, a, " "); for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }; return a[int((n + 1) / 2)] }
                     BEGIN {
