@@ -37,8 +37,23 @@ un_status un_comm_exchange(un_ctx *ctx, un_comm *c, const un_comm_msg *sends, in
     for (int i = 0; i < n_sends; i++)
         UN_ASSERT(sends[i].peer >= 0 && sends[i].peer < c->size);
     for (int i = 0; i < n_recvs; i++)
-        UN_ASSERT(recvs[i].peer >= 0 && recvs[i].peer < c->size);
+        UN_ASSERT(recvs[i].peer >= 0 && recvs[i].peer < c->size &&
+                  (!recvs[i].add || (unsigned)recvs[i].type < UN_RED_COUNT));
     return c->iface->exchange(ctx, c, sends, n_sends, recvs, n_recvs);
+}
+
+void un__comm_add(un_red_type t, void *dst, const void *src, size_t bytes) {
+    if (t == UN_RED_F32) {
+        float *restrict d = dst;
+        const float *restrict s = src;
+        for (size_t i = 0; i < bytes / sizeof *d; i++)
+            d[i] += s[i];
+    } else {
+        double *restrict d = dst;
+        const double *restrict s = src;
+        for (size_t i = 0; i < bytes / sizeof *d; i++)
+            d[i] += s[i];
+    }
 }
 
 void un_comm_abort(un_comm *c) {

@@ -240,18 +240,48 @@ static char *stage_get(un_exec *ex, size_t n) {
     return ex->stage;
 }
 
+static un_region region_1d(int64_t n, int64_t src_off, int64_t dst_off);
+
+/* The add receives of rm that landed in their stage (backend memory): added into their data, in
+ * list order (comm.h's order for adds). Part of the receive, not counted as a copy. */
+static void stage_adds(un_exec *ex, const un_comm_msg *rm, int nr) {
+    for (int i = 0; i < nr; i++) {
+        if (!rm[i].add)
+            continue;
+        size_t es = rm[i].type == UN_RED_F32 ? sizeof(float) : sizeof(double);
+        un_region r = region_1d((int64_t)(rm[i].bytes / es), 0, 0);
+        un_backend_copy_region(ex->be, rm[i].data, rm[i].stage, es, &r, true);
+    }
+}
+
 /* The one exchange of the executor: un_comm_exchange of messages whose data are backend memory
  * (dev_send, dev_recv: the sends', the receives'), carried by the plane that fits. Both sides on
  * the backend and a device data plane open (un_exec_plane_open): the plane moves them; the host
  * can address the backend's memory, or none is backend memory: the communicator moves them;
  * otherwise the sends are read into host staging first and the receives written from it
  * afterwards. Every rank of a message's pair picks the same plane (the plane is open on all or
- * none, dev_send and dev_recv are the same on every rank). */
+ * none, dev_send and dev_recv are the same on every rank). An add receive (backend memory, with
+ * a stage of as many bytes in backend memory) is added by the communicator where it reaches the
+ * backend's memory (`local` from the sender's buffer, in place); the plane and host staging land
+ * it in its stage and add it from there. */
 static un_status dev_exchange(un_ctx *ctx, un_exec *ex, const un_comm_msg *sm, int ns,
                               bool dev_send, const un_comm_msg *rm, int nr, bool dev_recv) {
     if (ex->plane && dev_send && dev_recv) {
         ex->stats.plane_exchanges++;
-        return un_comm_dev_exchange(ctx, ex->plane, sm, ns, rm, nr);
+        un_comm_msg *pr = un_xcalloc((size_t)nr + 1, sizeof *pr);
+        for (int i = 0; i < nr; i++) {
+            pr[i] = rm[i];
+            if (rm[i].add)
+                pr[i] = (un_comm_msg){.peer = rm[i].peer,
+                                      .tag = rm[i].tag,
+                                      .data = rm[i].stage,
+                                      .bytes = rm[i].bytes};
+        }
+        un_status st = un_comm_dev_exchange(ctx, ex->plane, sm, ns, pr, nr);
+        free(pr);
+        if (st == UN_OK)
+            stage_adds(ex, rm, nr);
+        return st;
     }
     if (ex->hv || (!dev_send && !dev_recv))
         return un_comm_exchange(ctx, ex->comm, sm, ns, rm, nr);
@@ -278,7 +308,8 @@ static un_status dev_exchange(un_ctx *ctx, un_exec *ex, const un_comm_msg *sm, i
     for (int i = 0; i < nr; i++) {
         hr[i] = rm[i];
         if (dev_recv) {
-            hr[i].data = host + at;
+            hr[i] = (un_comm_msg){
+                .peer = rm[i].peer, .tag = rm[i].tag, .data = host + at, .bytes = rm[i].bytes};
             at += rm[i].bytes;
         }
     }
@@ -287,7 +318,10 @@ static un_status dev_exchange(un_ctx *ctx, un_exec *ex, const un_comm_msg *sm, i
     if (st == UN_OK)
         st = xs;
     for (int i = 0; dev_recv && i < nr && st == UN_OK; i++)
-        st = un_backend_write(ctx, ex->be, rm[i].data, hr[i].data, rm[i].bytes);
+        st = un_backend_write(ctx, ex->be, rm[i].add ? rm[i].stage : rm[i].data, hr[i].data,
+                              rm[i].bytes);
+    if (st == UN_OK && dev_recv)
+        stage_adds(ex, rm, nr);
     free(hs);
     free(hr);
     return st;
@@ -830,7 +864,6 @@ static void weight_drop_summands(un_exec *ex, xt *t) {
 typedef struct sync_msgs {
     un_comm_msg *sm, *rm;
     int ns, nr;
-    int64_t *roff; /* per tag: where a received chunk lies in scratch */
 } sync_msgs;
 
 /* One pass of the copy-group collectives for weight t over the flat array `flat`. */
@@ -841,7 +874,9 @@ static int64_t sync_blocks(const xt *t) { return t->np / ((int64_t)t->shape.sum 
 static int64_t sync_tags(const xt *t) { return sync_blocks(t) * t->shape.copy * t->shape.copy; }
 
 /* Reduce-scatter, phase 1 (replicate's backward for weight t, copy degree c > 1): every copy's
- * gradient chunk g goes to copy g's owner. */
+ * gradient chunk g goes to copy g's owner, which adds it into its own copy's chunk g as it
+ * receives it (in copy order; locally straight from the sender's buffer, elsewhere through the
+ * weight's scratch, comm.h). */
 static void sync_scatter(un_exec *ex, xt *t, int base, sync_msgs *q, void *flat) {
     int32_t c = t->shape.copy;
     int64_t nb = sync_blocks(t), lo, hi, off = 0;
@@ -857,22 +892,31 @@ static void sync_scatter(un_exec *ex, xt *t, int base, sync_msgs *q, void *flat)
                 int mem = t->owner[group_piece(t, b, m)];
                 int tag = base + (int)((b * c + g) * c + m);
                 if (red == me && mem != me) {
-                    q->roff[tag] = off;
-                    q->rm[q->nr++] = (un_comm_msg){mem, tag, scratch + (size_t)off * es, bytes};
+                    q->rm[q->nr++] =
+                        (un_comm_msg){.peer = mem,
+                                      .tag = tag,
+                                      .data = fpiece(t, flat, b, g, lo),
+                                      .bytes = bytes,
+                                      .add = true,
+                                      .type = es == sizeof(float) ? UN_RED_F32 : UN_RED_F64,
+                                      .stage = scratch + (size_t)off * es};
                     off += hi - lo;
                     ex->stats.recv += (int64_t)bytes;
                 } else if (mem == me && red != me) {
-                    q->sm[q->ns++] = (un_comm_msg){red, tag, fpiece(t, flat, b, m, lo), bytes};
+                    q->sm[q->ns++] = (un_comm_msg){
+                        .peer = red, .tag = tag, .data = fpiece(t, flat, b, m, lo), .bytes = bytes};
                     ex->stats.sent += (int64_t)bytes;
                 }
             }
         }
 }
 
-/* Reduce-scatter, phase 2 (local): each chunk's owner (the owner of copy g) adds the other
- * copies' chunks into its own copy's chunk in copy order, so the sum has the same bits whoever
- * makes it. The other chunks of its copies keep partial sums until the all-gather. */
+/* Reduce-scatter, phase 2 (local): each chunk's owner (the owner of copy g) adds the chunks of
+ * the other copies it holds itself, in copy order, after the received ones, so the sum has the
+ * same bits whoever makes it and whichever plane carried them. The other chunks of its copies
+ * keep partial sums until the all-gather. */
 static void sync_reduce(un_exec *ex, xt *t, int base, sync_msgs *q, void *flat) {
+    (void)base, (void)q;
     int32_t c = t->shape.copy;
     int64_t nb = sync_blocks(t), lo, hi;
     int me = ex->rank;
@@ -881,17 +925,10 @@ static void sync_reduce(un_exec *ex, xt *t, int base, sync_msgs *q, void *flat) 
             sync_chunk(t, g, &lo, &hi);
             if (hi == lo || t->owner[group_piece(t, b, g)] != me)
                 continue;
-            char *acc = fpiece(t, flat, b, g, lo);
-            for (int32_t m = 0; m < c; m++) {
-                if (m == g)
-                    continue;
-                int tag = base + (int)((b * c + g) * c + m);
-                bool local = t->owner[group_piece(t, b, m)] == me;
-                copy_bytes(ex, acc,
-                           local ? fpiece(t, flat, b, m, lo)
-                                 : (char *)t->sync + (size_t)q->roff[tag] * t->es,
-                           t->es, hi - lo, true);
-            }
+            for (int32_t m = 0; m < c; m++)
+                if (m != g && t->owner[group_piece(t, b, m)] == me)
+                    copy_bytes(ex, fpiece(t, flat, b, g, lo), fpiece(t, flat, b, m, lo), t->es,
+                               hi - lo, true);
         }
 }
 
@@ -916,10 +953,12 @@ static void sync_allgather(un_exec *ex, xt *t, int base, sync_msgs *q, void *fla
                     copy_bytes(ex, fpiece(t, flat, b, m, lo), fpiece(t, flat, b, g, lo), es,
                                hi - lo, false);
                 } else if (red == me) {
-                    q->sm[q->ns++] = (un_comm_msg){mem, tag, fpiece(t, flat, b, g, lo), bytes};
+                    q->sm[q->ns++] = (un_comm_msg){
+                        .peer = mem, .tag = tag, .data = fpiece(t, flat, b, g, lo), .bytes = bytes};
                     ex->stats.sent += (int64_t)bytes;
                 } else {
-                    q->rm[q->nr++] = (un_comm_msg){red, tag, fpiece(t, flat, b, m, lo), bytes};
+                    q->rm[q->nr++] = (un_comm_msg){
+                        .peer = red, .tag = tag, .data = fpiece(t, flat, b, m, lo), .bytes = bytes};
                     ex->stats.recv += (int64_t)bytes;
                 }
             }
@@ -942,8 +981,7 @@ static un_status sync_run(un_ctx *ctx, un_exec *ex, void *flat, const sync_fn *f
     if (total > INT32_MAX)
         return un_ctx_error(ctx, UN_ERR_LIMIT, "weight sync: %lld messages", (long long)total);
     sync_msgs q = {.sm = un_xcalloc((size_t)total, sizeof *q.sm),
-                   .rm = un_xcalloc((size_t)total, sizeof *q.rm),
-                   .roff = un_xcalloc((size_t)total, sizeof *q.roff)};
+                   .rm = un_xcalloc((size_t)total, sizeof *q.rm)};
     un_status st = UN_OK;
     for (int pass = 0; pass < n && st == UN_OK; pass++) {
         int base = 0;
@@ -960,7 +998,6 @@ static un_status sync_run(un_ctx *ctx, un_exec *ex, void *flat, const sync_fn *f
     }
     free(q.sm);
     free(q.rm);
-    free(q.roff);
     return st;
 }
 
@@ -1557,12 +1594,16 @@ un_status un_exec_params_gather(un_ctx *ctx, un_exec *ex, const void *local, voi
                     if (pass == 0)
                         recv += t->pn;
                     else
-                        rm[nr++] = (un_comm_msg){t->owner[p], tag, buf + (size_t)off * t->es,
-                                                 (size_t)t->pn * t->es};
+                        rm[nr++] = (un_comm_msg){.peer = t->owner[p],
+                                                 .tag = tag,
+                                                 .data = buf + (size_t)off * t->es,
+                                                 .bytes = (size_t)t->pn * t->es};
                     off += t->pn;
                 } else if (mine && pass == 1) {
-                    sm[ns++] =
-                        (un_comm_msg){0, tag, (void *)(uintptr_t)mine, (size_t)t->pn * t->es};
+                    sm[ns++] = (un_comm_msg){.peer = 0,
+                                             .tag = tag,
+                                             .data = (void *)(uintptr_t)mine,
+                                             .bytes = (size_t)t->pn * t->es};
                 }
             }
         }
