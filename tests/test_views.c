@@ -312,6 +312,23 @@ static void test_views_errors(void) {
                 "--model %s/model.json --strategy %s/bad.json --devices 4 --steps 1 --loss mse"),
             bad[i].why);
     }
+    /* a bad view in the model file itself (serial, or transformed by a named strategy): one line
+     * naming that file, the node and the reason */
+    cli_write_file("badmodel.json",
+                   "{\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": "
+                   "[16, 32]}}, {\"name\": \"w1\", \"op\": \"weight\", \"params\": {\"shape\": "
+                   "[32, 8]}}, {\"name\": \"fc1\", \"op\": \"linear\", \"in\": [\"x\", \"w1\"], "
+                   "\"devices\": [5]}]}");
+    char want[400];
+    snprintf(want, sizeof want, "%s: node 'fc1': device 5 in its machine view",
+             cli_path("badmodel.json"));
+    static const char *runs[] = {"", "--devices 4", "--devices 4 --strategy mixed:2x2"};
+    for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
+        char args[600];
+        snprintf(args, sizeof args, "--model %s %s --steps 1 --loss mse", cli_path("badmodel.json"),
+                 runs[i]);
+        cli_expect_clean_error("unity-train", args, want);
+    }
     un_graph_free(model);
     un_ctx_free(ctx);
 }
