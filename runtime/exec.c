@@ -57,7 +57,7 @@ typedef struct xnode {
     xfer *xfers;
     int n_task;
     rtask *tasks;
-    int n_move;
+    int n_move, cap_move;
     pmove *moves;
     bool needs_grad;
 } xnode;
@@ -436,6 +436,8 @@ static xt *input_tensor(un_exec *ex, const un_node *nd, int t) {
     return &ex->nodes[nd->in[t].node].outs[nd->in[t].out];
 }
 
+static un_status local_piece(un_ctx *ctx, un_exec *ex, un_ref src, int64_t p);
+
 /* Buffers of the input piece (slot t, piece p) as this rank sees them: its own, or the received
  * copy of transfer xi. */
 static void input_buffers(un_exec *ex, xnode *xn, const un_node *nd, int t, int64_t p, int xi,
@@ -530,6 +532,8 @@ static un_status plan_regular(un_ctx *ctx, un_exec *ex, const un_node *nd, xnode
                     if (xn->xfers[i].t == t && xn->xfers[i].piece == p &&
                         xn->xfers[i].to == ex->rank)
                         xi = i;
+                if (xi < 0 && (st = local_piece(ctx, ex, nd->in[t], p)) != UN_OK)
+                    break;
                 void *v, *gr;
                 input_buffers(ex, xn, nd, t, p, xi, &v, &gr);
                 UN_ASSERT(v != NULL);
@@ -565,10 +569,10 @@ static bool region_contiguous(const un_region *r, int64_t *first) {
     return true;
 }
 
-static void add_move(xnode *xn, int *cap, pmove m) {
-    if (xn->n_move == *cap) {
-        *cap = *cap ? 2 * *cap : 8;
-        xn->moves = un_xrealloc(xn->moves, sizeof *xn->moves * (size_t)*cap);
+static void add_move(xnode *xn, pmove m) {
+    if (xn->n_move == xn->cap_move) {
+        xn->cap_move = xn->cap_move ? 2 * xn->cap_move : 8;
+        xn->moves = un_xrealloc(xn->moves, sizeof *xn->moves * (size_t)xn->cap_move);
     }
     xn->moves[xn->n_move++] = m;
 }
@@ -634,8 +638,10 @@ static void parallel_sources(un_exec *ex, xnode *xn, const un_node *nd, int64_t 
 }
 
 typedef struct plan_arg {
-    int cap;    /* capacity of the list being grown */
+    int cap;    /* capacity of the transfer list */
     int32_t to; /* the rank that computes the output piece */
+    un_ctx *ctx;
+    un_status st;
 } plan_arg;
 
 static void count_xfer(un_exec *ex, xnode *xn, const un_node *nd, int64_t p, int64_t q,
@@ -647,7 +653,7 @@ static void count_xfer(un_exec *ex, xnode *xn, const un_node *nd, int64_t p, int
 
 static void make_move(un_exec *ex, xnode *xn, const un_node *nd, int64_t p, int64_t q,
                       const un_region *r, bool add, void *arg) {
-    plan_arg *a = arg;
+    (void)arg;
     int xi = -1;
     for (int i = 0; i < xn->n_xfer; i++)
         if (xn->xfers[i].t == 0 && xn->xfers[i].piece == q && xn->xfers[i].to == ex->rank)
@@ -655,36 +661,87 @@ static void make_move(un_exec *ex, xnode *xn, const un_node *nd, int64_t p, int6
     pmove m = {.out_piece = p, .r = *r, .add = add};
     input_buffers(ex, xn, nd, 0, q, xi, &m.src, &m.src_grad);
     UN_ASSERT(m.src != NULL);
-    add_move(xn, &a->cap, m);
+    add_move(xn, m);
 }
 
-static un_status plan_parallel(un_ctx *ctx, un_exec *ex, const un_node *nd, xnode *xn) {
+static int64_t parallel_degree(const un_exec *ex, const un_node *nd) {
     const un_op_spec *os = un_spec_op(ex->spec, nd->op);
-    int64_t k = nd->params[un_spec_param_index(os, "degree")].v[0];
+    return nd->params[un_spec_param_index(os, "degree")].v[0];
+}
+
+static void local_source(un_exec *ex, xnode *xn, const un_node *nd, int64_t p, int64_t q,
+                         const un_region *r, bool add, void *arg) {
+    (void)xn, (void)p, (void)r, (void)add;
+    plan_arg *a = arg;
+    if (a->st == UN_OK)
+        a->st = local_piece(a->ctx, ex, nd->in[0], q);
+}
+
+/* Makes output piece p of parallel op nd on this rank: its moves (after those of the pieces of a
+ * local source it reads, local_piece), a view where it is one contiguous source block. */
+static un_status make_parallel_piece(un_ctx *ctx, un_exec *ex, const un_node *nd, xnode *xn,
+                                     int64_t p) {
+    int64_t k = parallel_degree(ex, nd);
     xt *so = &xn->outs[0];
+    plan_arg a = {.ctx = ctx, .st = UN_OK};
+    if (input_tensor(ex, nd, 0)->owner[0] == -1)
+        parallel_sources(ex, xn, nd, k, p, local_source, &a);
+    if (a.st != UN_OK)
+        return a.st;
+    int first = xn->n_move;
+    parallel_sources(ex, xn, nd, k, p, make_move, NULL);
+    pmove *m = &xn->moves[first];
+    int64_t off;
+    /* A single whole or contiguous source block is a view: no copy, no buffer. */
+    if (xn->n_move == first + 1 && region_contiguous(&m->r, &off)) {
+        m->alias = true;
+        so->val[p] = (char *)m->src + (size_t)off * so->es;
+        so->borrowed[p] = true;
+    }
+    return piece_alloc(ctx, ex, so, p);
+}
+
+/* Piece p of output src as this rank reads it without a transfer: a local tensor's (owner -1: the
+ * step's data, every piece on every rank, and the parallel ops over it that are not graph
+ * outputs) is made here the first time a consumer here reads it; any other is there already. */
+static un_status local_piece(un_ctx *ctx, un_exec *ex, un_ref src, int64_t p) {
+    xnode *sn = &ex->nodes[src.node];
+    xt *t = &sn->outs[src.out];
+    if (t->owner[p] != -1 || t->val[p])
+        return UN_OK;
+    return make_parallel_piece(ctx, ex, un_graph_node(ex->g, src.node), sn, p);
+}
+
+static bool is_output(const un_graph *g, int32_t id) {
+    for (int32_t i = 0; i < un_graph_output_count(g); i++)
+        if (un_graph_output(g, i).node == id)
+            return true;
+    return false;
+}
+
+/* A parallel op over a local tensor (every rank has its every piece, owner -1) is local too when
+ * it is not a graph output: each rank makes the pieces its consumers read (local_piece), nothing
+ * is sent. Otherwise its pieces live where the plan places them and are made there, after the
+ * transfers of the source pieces they need. */
+static un_status plan_parallel(un_ctx *ctx, un_exec *ex, const un_node *nd, xnode *xn) {
+    int64_t k = parallel_degree(ex, nd);
+    xt *so = &xn->outs[0];
+    int32_t id = xn_id(ex, xn);
+    if (input_tensor(ex, nd, 0)->owner[0] == -1 && !is_output(ex->g, id)) {
+        for (int64_t p = 0; p < so->np; p++)
+            so->owner[p] = -1;
+        return UN_OK;
+    }
     plan_arg a = {0};
     for (int64_t p = 0; p < so->np; p++) {
-        so->owner[p] = place(ex, xn_id(ex, xn), p);
+        so->owner[p] = place(ex, id, p);
         a.to = so->owner[p];
         parallel_sources(ex, xn, nd, k, p, count_xfer, &a);
     }
     un_status st = plan_xfer_buffers(ctx, ex, xn, nd);
-    plan_arg b = {0};
-    for (int64_t p = 0; p < so->np && st == UN_OK; p++) {
-        if (so->owner[p] != ex->rank)
-            continue;
-        int first = xn->n_move;
-        parallel_sources(ex, xn, nd, k, p, make_move, &b);
-        pmove *m = &xn->moves[first];
-        int64_t off;
-        /* A single whole or contiguous source block is a view: no copy, no buffer. */
-        if (xn->n_move == first + 1 && region_contiguous(&m->r, &off)) {
-            m->alias = true;
-            so->val[p] = (char *)m->src + (size_t)off * so->es;
-            so->borrowed[p] = true;
-        }
-        st = piece_alloc(ctx, ex, so, p);
-    }
+    for (int64_t p = 0; p < so->np && st == UN_OK; p++)
+        if (so->owner[p] == ex->rank)
+            st = make_parallel_piece(ctx, ex, nd, xn, p);
     return st;
 }
 

@@ -24,18 +24,26 @@ static un_spec *spec;
  * runtime moves pieces, not the blocks of them a partition or combine reads), each piece a
  * regular op reads from another device than its tuple's (and their gradients back when the
  * source needs one), and the sharded update of each weight in copies (a reduce-scatter and an
- * all-gather of its chunks over each copy group). Written from the layouts' definitions
+ * all-gather of its chunks over each copy group). Nothing of the step's data moves: every device
+ * holds the inputs whole and makes the pieces of the parallel ops over them (but a graph output's)
+ * that it reads. Written from the layouts' definitions
  * (pcg/shape.h piece order, pcg/infer.h tuples), not from the runtime's code. *reads counts the
  * pieces regular ops read from another device (none when each op's inputs, weights above all,
  * are placed where it runs: then only the parallel ops move anything). */
 static void plan_bytes(const un_graph *g, int devices, int64_t es, int64_t *sent, int64_t *reads) {
     int32_t n = un_graph_node_count(g);
     bool *grad = calloc((size_t)n, sizeof *grad);
+    bool *data = calloc((size_t)n, sizeof *data); /* every device has it: nothing is sent */
     for (int32_t id = 0; id < n; id++) {
         const un_node *nd = un_graph_node(g, id);
         grad[id] = nd->op == UN_OP_WEIGHT;
         for (int k = 0; k < nd->n_in; k++)
             grad[id] |= grad[nd->in[k].node];
+        bool output = false;
+        for (int32_t i = 0; i < un_graph_output_count(g); i++)
+            output |= un_graph_output(g, i).node == id;
+        data[id] = nd->op == UN_OP_INPUT ||
+                   (un_op_kind_of(nd->op) == UN_OPK_PARALLEL && data[nd->in[0].node] && !output);
     }
     for (int d = 0; d < devices; d++)
         sent[d] = 0;
@@ -56,7 +64,7 @@ static void plan_bytes(const un_graph *g, int devices, int64_t es, int64_t *sent
                 for (int k = 0; k < nd->n_in; k++) {
                     const un_node *src = un_graph_node(g, nd->in[k].node);
                     const un_shape *si = un_graph_shape(g, nd->in[k]);
-                    if (src->op == UN_OP_INPUT)
+                    if (data[nd->in[k].node])
                         continue;
                     un_infer_piece(inf, u, false, k, blk, &sum, &copy);
                     int64_t p = un_shape_piece_index(si, blk, sum, copy);
@@ -95,7 +103,7 @@ static void plan_bytes(const un_graph *g, int devices, int64_t es, int64_t *sent
         if (un_op_kind_of(nd->op) != UN_OPK_PARALLEL)
             continue;
         const un_node *src = un_graph_node(g, nd->in[0].node);
-        if (src->op == UN_OP_INPUT) /* the step's data: on every device */
+        if (data[nd->in[0].node]) /* the step's data, or parallel ops over it: on every device */
             continue;
         const un_shape *si = &src->inf.out[nd->in[0].out];
         int64_t sbytes = un_shape_piece_numel(si) * e, npairs = 0;
@@ -149,6 +157,7 @@ static void plan_bytes(const un_graph *g, int devices, int64_t es, int64_t *sent
         free(pairs);
     }
     free(grad);
+    free(data);
 }
 
 /* ---- training runs ---- */
