@@ -30,12 +30,16 @@ typedef struct xt { /* one node output on this rank */
     void *sync;    /* weights in copies: scratch of the gradient sum over the copies */
 } xt;
 
-typedef struct xfer { /* an input piece sent from its owner to the rank that runs a consumer */
+typedef struct xfer { /* an input piece, or the block of it a consumer reads, sent from its
+                       * owner to the rank that runs the consumer */
     int32_t t;        /* input slot of the consumer */
     int64_t piece;
     int32_t from, to;
-    void *buf, *gbuf; /* on `to`: the received piece and its gradient */
+    un_region r;      /* the block sent: piece (src side) -> packed buffer (dst side) */
+    int64_t numel;    /* its elements */
+    void *buf, *gbuf; /* on `to`: the received block and its gradient */
     void *gret;       /* on `from`: the returned gradient before it is added */
+    void *pack;       /* on `from`: the block packed, where it is not one contiguous run */
 } xfer;
 
 typedef struct rtask { /* one device tuple of a regular op, run on this rank */
@@ -415,20 +419,74 @@ static un_status piece_alloc(un_ctx *ctx, un_exec *ex, xt *t, int64_t p) {
 
 /* ---- planning ---- */
 
-/* The transfer of piece p of input slot t to rank `to`: finds or adds it (every rank adds the same
- * list). Returns its index, or -1 when the piece is already there. */
-static int need_piece(xnode *xn, const xt *src, int t, int64_t p, int to, int *cap) {
+/* Whether a block copy reads one contiguous run of the source (then it can be a view): every dim
+ * after the last partial one is whole, and every dim before it has length 1. */
+static bool region_contiguous(const un_region *r, int64_t *first) {
+    int m = r->rank - 1;
+    while (m >= 0 && r->len[m] == r->src_dim[m])
+        m--;
+    for (int d = 0; d < m; d++)
+        if (r->len[d] != 1)
+            return false;
+    int64_t off = 0;
+    for (int d = 0; d < r->rank; d++)
+        off = off * r->src_dim[d] + r->src_off[d];
+    *first = off;
+    return true;
+}
+
+/* The block of a piece of src that a consumer reads, as a region from the piece into a packed
+ * buffer: the block of `part` (its src side), or the whole piece (part NULL). */
+static un_region piece_block(const xt *src, const un_region *part) {
+    un_region b;
+    memset(&b, 0, sizeof b);
+    b.rank = src->shape.rank;
+    local_dims(&src->shape, b.src_dim);
+    for (int d = 0; d < b.rank; d++) {
+        b.len[d] = part ? part->len[d] : b.src_dim[d];
+        b.src_off[d] = part ? part->src_off[d] : 0;
+        b.dst_dim[d] = b.len[d];
+    }
+    return b;
+}
+
+/* Transfer i of slot t: of block b of piece p to rank `to`? */
+static bool xfer_is(const xfer *x, int t, int64_t p, int to, const un_region *b) {
+    return x->t == t && x->piece == p && x->to == to &&
+           memcmp(x->r.len, b->len, sizeof b->len) == 0 &&
+           memcmp(x->r.src_off, b->src_off, sizeof b->src_off) == 0;
+}
+
+/* The index of the transfer of the block of piece p of input slot t (part: the block a parallel op
+ * reads, NULL: the whole piece) to rank `to`, or -1 when there is none. */
+static int find_xfer(const xnode *xn, const xt *src, int t, int64_t p, int to,
+                     const un_region *part) {
+    un_region b = piece_block(src, part);
+    for (int i = 0; i < xn->n_xfer; i++)
+        if (xfer_is(&xn->xfers[i], t, p, to, &b))
+            return i;
+    return -1;
+}
+
+/* The transfer of that block to rank `to`: finds or adds it (every rank adds the same list).
+ * Returns its index, or -1 when the piece is already there. Only the block read travels. */
+static int need_piece(xnode *xn, const xt *src, int t, int64_t p, int to, const un_region *part,
+                      int *cap) {
     int from = src->owner[p];
     if (from == -1 || from == to)
         return -1;
-    for (int i = 0; i < xn->n_xfer; i++)
-        if (xn->xfers[i].t == t && xn->xfers[i].piece == p && xn->xfers[i].to == to)
-            return i;
+    int i = find_xfer(xn, src, t, p, to, part);
+    if (i >= 0)
+        return i;
     if (xn->n_xfer == *cap) {
         *cap = *cap ? 2 * *cap : 8;
         xn->xfers = un_xrealloc(xn->xfers, sizeof *xn->xfers * (size_t)*cap);
     }
-    xn->xfers[xn->n_xfer] = (xfer){.t = t, .piece = p, .from = from, .to = to};
+    xfer *x = &xn->xfers[xn->n_xfer];
+    *x =
+        (xfer){.t = t, .piece = p, .from = from, .to = to, .r = piece_block(src, part), .numel = 1};
+    for (int d = 0; d < x->r.rank; d++)
+        x->numel *= x->r.len[d];
     return xn->n_xfer++;
 }
 
@@ -468,13 +526,17 @@ static un_status plan_xfer_buffers(un_ctx *ctx, un_exec *ex, xnode *xn, const un
     for (int i = 0; i < xn->n_xfer && st == UN_OK; i++) {
         xfer *x = &xn->xfers[i];
         xt *src = input_tensor(ex, nd, x->t);
-        size_t bytes = (size_t)src->pn * src->es;
+        size_t bytes = (size_t)x->numel * src->es;
+        int64_t first;
         if (x->to == ex->rank) {
             st = galloc(ctx, ex, bytes, T_FWD(id), last, &x->buf);
             if (st == UN_OK && src->needs_grad)
                 st = galloc(ctx, ex, bytes, T_BWD(n, id), T_BWD(n, id), &x->gbuf);
-        } else if (x->from == ex->rank && src->needs_grad) {
-            st = galloc(ctx, ex, bytes, T_BWD(n, id), T_BWD(n, id), &x->gret);
+        } else if (x->from == ex->rank) {
+            if (!region_contiguous(&x->r, &first))
+                st = galloc(ctx, ex, bytes, T_FWD(id), T_FWD(id), &x->pack);
+            if (st == UN_OK && src->needs_grad)
+                st = galloc(ctx, ex, bytes, T_BWD(n, id), T_BWD(n, id), &x->gret);
         }
     }
     return st;
@@ -502,7 +564,7 @@ static un_status plan_regular(un_ctx *ctx, un_exec *ex, const un_node *nd, xnode
         for (int t = 0; t < nd->n_in; t++) {
             xt *src = input_tensor(ex, nd, t);
             un_infer_piece(inf, u, false, t, blk, &sum, &copy);
-            need_piece(xn, src, t, piece_index(&src->shape, blk, sum, copy), d, &cap);
+            need_piece(xn, src, t, piece_index(&src->shape, blk, sum, copy), d, NULL, &cap);
         }
         for (int j = inf->n_uses - 1; j >= 0 && ++u[j] == inf->uses[j].degree; j--)
             u[j] = 0;
@@ -527,11 +589,7 @@ static un_status plan_regular(un_ctx *ctx, un_exec *ex, const un_node *nd, xnode
                 xt *src = input_tensor(ex, nd, t);
                 un_infer_piece(inf, u, false, t, blk, &sum, &copy);
                 int64_t p = piece_index(&src->shape, blk, sum, copy);
-                int xi = -1;
-                for (int i = 0; i < xn->n_xfer; i++)
-                    if (xn->xfers[i].t == t && xn->xfers[i].piece == p &&
-                        xn->xfers[i].to == ex->rank)
-                        xi = i;
+                int xi = find_xfer(xn, src, t, p, ex->rank, NULL);
                 if (xi < 0 && (st = local_piece(ctx, ex, nd->in[t], p)) != UN_OK)
                     break;
                 void *v, *gr;
@@ -551,22 +609,6 @@ static un_status plan_regular(un_ctx *ctx, un_exec *ex, const un_node *nd, xnode
     }
     free(dev);
     return st;
-}
-
-/* Whether a block copy reads one contiguous run of the source (then it can be a view): every dim
- * after the last partial one is whole, and every dim before it has length 1. */
-static bool region_contiguous(const un_region *r, int64_t *first) {
-    int m = r->rank - 1;
-    while (m >= 0 && r->len[m] == r->src_dim[m])
-        m--;
-    for (int d = 0; d < m; d++)
-        if (r->len[d] != 1)
-            return false;
-    int64_t off = 0;
-    for (int d = 0; d < r->rank; d++)
-        off = off * r->src_dim[d] + r->src_off[d];
-    *first = off;
-    return true;
 }
 
 static void add_move(xnode *xn, pmove m) {
@@ -648,17 +690,18 @@ static void count_xfer(un_exec *ex, xnode *xn, const un_node *nd, int64_t p, int
                        const un_region *r, bool add, void *arg) {
     (void)p, (void)r, (void)add;
     plan_arg *a = arg;
-    need_piece(xn, input_tensor(ex, nd, 0), 0, q, a->to, &a->cap);
+    need_piece(xn, input_tensor(ex, nd, 0), 0, q, a->to, r, &a->cap);
 }
 
 static void make_move(un_exec *ex, xnode *xn, const un_node *nd, int64_t p, int64_t q,
                       const un_region *r, bool add, void *arg) {
     (void)arg;
-    int xi = -1;
-    for (int i = 0; i < xn->n_xfer; i++)
-        if (xn->xfers[i].t == 0 && xn->xfers[i].piece == q && xn->xfers[i].to == ex->rank)
-            xi = i;
+    int xi = find_xfer(xn, input_tensor(ex, nd, 0), 0, q, ex->rank, r);
     pmove m = {.out_piece = p, .r = *r, .add = add};
+    if (xi >= 0) { /* the block arrived packed */
+        memcpy(m.r.src_dim, m.r.len, sizeof m.r.src_dim);
+        memset(m.r.src_off, 0, sizeof m.r.src_off);
+    }
     input_buffers(ex, xn, nd, 0, q, xi, &m.src, &m.src_grad);
     UN_ASSERT(m.src != NULL);
     add_move(xn, m);
@@ -1405,15 +1448,22 @@ static un_status run_xfers(un_ctx *ctx, un_exec *ex, int32_t id, bool backward) 
     for (int i = 0; i < xn->n_xfer; i++) {
         xfer *x = &xn->xfers[i];
         xt *src = input_tensor(ex, nd, x->t);
-        size_t bytes = (size_t)src->pn * src->es;
+        size_t bytes = (size_t)x->numel * src->es;
         if (backward && !src->needs_grad)
             continue;
         int sender = backward ? x->to : x->from, receiver = backward ? x->from : x->to;
         if (sender == ex->rank) {
-            s[ns++] = (un_comm_msg){.peer = receiver,
-                                    .tag = i,
-                                    .data = backward ? x->gbuf : src->val[x->piece],
-                                    .bytes = bytes};
+            void *data = x->gbuf;
+            int64_t first = 0;
+            if (!backward && x->pack) { /* the block, packed */
+                un_backend_copy_region(ex->be, x->pack, src->val[x->piece], src->es, &x->r, false);
+                ex->stats.copied += (int64_t)bytes;
+                data = x->pack;
+            } else if (!backward) { /* one run of the piece */
+                region_contiguous(&x->r, &first);
+                data = (char *)src->val[x->piece] + (size_t)first * src->es;
+            }
+            s[ns++] = (un_comm_msg){.peer = receiver, .tag = i, .data = data, .bytes = bytes};
             ex->stats.sent += (int64_t)bytes;
         }
         if (receiver == ex->rank) {
@@ -1429,11 +1479,8 @@ static un_status run_xfers(un_ctx *ctx, un_exec *ex, int32_t id, bool backward) 
             xt *src = input_tensor(ex, nd, x->t);
             if (x->from != ex->rank || !src->needs_grad)
                 continue;
-            un_region rg;
-            memset(&rg, 0, sizeof rg);
-            rg.rank = 1;
-            rg.len[0] = rg.src_dim[0] = rg.dst_dim[0] = src->pn;
-            un_backend_copy_region(ex->be, src->grad[x->piece], x->gret, src->es, &rg, true);
+            un_region back = region_reverse(&x->r); /* the block's gradient into the piece's */
+            un_backend_copy_region(ex->be, src->grad[x->piece], x->gret, src->es, &back, true);
         }
     }
     free(s);
@@ -1472,7 +1519,7 @@ static void zero_starting(un_exec *ex, int32_t id) {
     for (int i = 0; i < xn->n_xfer; i++)
         if (xn->xfers[i].gbuf) {
             xt *src = input_tensor(ex, un_graph_node(ex->g, id), xn->xfers[i].t);
-            un_backend_zero(ex->be, xn->xfers[i].gbuf, (size_t)src->pn * src->es);
+            un_backend_zero(ex->be, xn->xfers[i].gbuf, (size_t)xn->xfers[i].numel * src->es);
         }
 }
 
