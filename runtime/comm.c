@@ -2,6 +2,7 @@
 #include "runtime/comm.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "runtime/comm_impl.h"
 
@@ -42,17 +43,35 @@ un_status un_comm_exchange(un_ctx *ctx, un_comm *c, const un_comm_msg *sends, in
     return c->iface->exchange(ctx, c, sends, n_sends, recvs, n_recvs);
 }
 
+/* 32 bytes at a time as a vector (GCC/Clang vector extensions; -O2 leaves the scalar loop
+ * scalar), then the rest. */
+typedef float un__v8f __attribute__((vector_size(32)));
+typedef double un__v4d __attribute__((vector_size(32)));
+
 void un__comm_add(un_red_type t, void *dst, const void *src, size_t bytes) {
+    char *d = dst;
+    const char *s = src;
+    size_t i = 0;
     if (t == UN_RED_F32) {
-        float *restrict d = dst;
-        const float *restrict s = src;
-        for (size_t i = 0; i < bytes / sizeof *d; i++)
-            d[i] += s[i];
+        for (; i + sizeof(un__v8f) <= bytes; i += sizeof(un__v8f)) {
+            un__v8f a, b;
+            memcpy(&a, d + i, sizeof a);
+            memcpy(&b, s + i, sizeof b);
+            a += b;
+            memcpy(d + i, &a, sizeof a);
+        }
+        for (; i + sizeof(float) <= bytes; i += sizeof(float))
+            *(float *)(d + i) += *(const float *)(s + i);
     } else {
-        double *restrict d = dst;
-        const double *restrict s = src;
-        for (size_t i = 0; i < bytes / sizeof *d; i++)
-            d[i] += s[i];
+        for (; i + sizeof(un__v4d) <= bytes; i += sizeof(un__v4d)) {
+            un__v4d a, b;
+            memcpy(&a, d + i, sizeof a);
+            memcpy(&b, s + i, sizeof b);
+            a += b;
+            memcpy(d + i, &a, sizeof a);
+        }
+        for (; i + sizeof(double) <= bytes; i += sizeof(double))
+            *(double *)(d + i) += *(const double *)(s + i);
     }
 }
 
