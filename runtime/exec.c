@@ -1065,13 +1065,13 @@ static void sync_allgather(un_exec *ex, xt *t, int base, sync_msgs *q, void *fla
         }
 }
 
-/* Runs the passes fns[0..n) over every weight held in copies, each pass one exchange when
- * exchange[i] (all weights together: two rendezvous per step instead of two per weight; with
- * many small weights the rendezvous, not the bytes, cost the time). Collective. */
+/* Runs the passes fns[0..n) over every weight held in copies among nodes [lo, hi), each pass one
+ * exchange when exchange[i] (all those weights together: with many small weights the rendezvous,
+ * not the bytes, cost the time). Collective. */
 static un_status sync_run(un_ctx *ctx, un_exec *ex, void *flat, const sync_fn *fns,
-                          const bool *exchange, int n) {
+                          const bool *exchange, int n, int32_t lo, int32_t hi) {
     int64_t total = 0;
-    for (int32_t id = 0; id < ex->n; id++) {
+    for (int32_t id = lo; id < hi; id++) {
         xt *t = ex->lparam_off[id] >= 0 ? &ex->nodes[id].outs[0] : NULL;
         if (t && t->shape.copy > 1)
             total += sync_tags(t);
@@ -1086,7 +1086,7 @@ static un_status sync_run(un_ctx *ctx, un_exec *ex, void *flat, const sync_fn *f
     for (int pass = 0; pass < n && st == UN_OK; pass++) {
         int base = 0;
         q.ns = q.nr = 0;
-        for (int32_t id = 0; id < ex->n; id++) {
+        for (int32_t id = lo; id < hi; id++) {
             xt *t = ex->lparam_off[id] >= 0 ? &ex->nodes[id].outs[0] : NULL;
             if (!t || t->shape.copy == 1)
                 continue;
@@ -1101,19 +1101,20 @@ static un_status sync_run(un_ctx *ctx, un_exec *ex, void *flat, const sync_fn *f
     return st;
 }
 
-/* Replicate's backward for every weight held in copies (DESIGN.md section 3), the reduce-scatter
- * half: each chunk's owner ends with the gradient summed over the copy group, which is all its
- * sharded update needs (un_exec_update all-gathers the updated weights instead). */
-static un_status grads_reduce_scatter(un_ctx *ctx, un_exec *ex) {
+/* Replicate's backward for the weights held in copies among nodes [lo, hi) (DESIGN.md section
+ * 3), the reduce-scatter half: each chunk's owner ends with the gradient summed over the copy
+ * group, which is all its sharded update needs (un_exec_update all-gathers the updated weights
+ * instead). */
+static un_status grads_reduce_scatter(un_ctx *ctx, un_exec *ex, int32_t lo, int32_t hi) {
     static const sync_fn fns[2] = {sync_scatter, sync_reduce};
     static const bool exchange[2] = {true, false};
-    return sync_run(ctx, ex, ex->param_grads, fns, exchange, 2);
+    return sync_run(ctx, ex, ex->param_grads, fns, exchange, 2, lo, hi);
 }
 
 un_status un_exec_allgather(un_ctx *ctx, un_exec *ex, void *flat) {
     static const sync_fn fns[1] = {sync_allgather};
     static const bool exchange[1] = {true};
-    return sync_run(ctx, ex, flat, fns, exchange, 1);
+    return sync_run(ctx, ex, flat, fns, exchange, 1, 0, ex->n);
 }
 
 static int32_t max32(int32_t a, int32_t b) { return a > b ? a : b; }
@@ -1615,12 +1616,29 @@ static un_status backward_node(un_ctx *ctx, un_exec *ex, int32_t id) {
     }
 }
 
+/* Weights in copies are summed over their groups in buckets of at least this many logical bytes,
+ * each as soon as the backward has passed its weight nodes (their consumers' backwards all ran),
+ * while their gradients are fresh in cache, instead of all at the end. */
+#define SYNC_BUCKET_BYTES ((int64_t)4 << 20)
+
 un_status un_exec_backward(un_ctx *ctx, un_exec *ex) {
     un_status st = UN_OK;
-    for (int32_t i = ex->n - 1; i >= 0 && st == UN_OK; i--)
+    int32_t hi = ex->n; /* the bucket: the weights among nodes [i, hi) */
+    int64_t pending = 0;
+    for (int32_t i = ex->n - 1; i >= 0 && st == UN_OK; i--) {
         st = backward_node(ctx, ex, i);
+        const xt *t = ex->lparam_off[i] >= 0 ? &ex->nodes[i].outs[0] : NULL;
+        if (st != UN_OK || !t || t->shape.copy == 1)
+            continue;
+        pending += un_shape_numel(&t->shape) * (int64_t)t->es; /* the same on every rank */
+        if (pending >= SYNC_BUCKET_BYTES) {
+            st = grads_reduce_scatter(ctx, ex, i, hi);
+            hi = i;
+            pending = 0;
+        }
+    }
     if (st == UN_OK)
-        st = grads_reduce_scatter(ctx, ex);
+        st = grads_reduce_scatter(ctx, ex, 0, hi);
     if (st != UN_OK) {
         exec_abort(ex);
         return st;
