@@ -43,36 +43,30 @@ un_status un_comm_exchange(un_ctx *ctx, un_comm *c, const un_comm_msg *sends, in
     return c->iface->exchange(ctx, c, sends, n_sends, recvs, n_recvs);
 }
 
-/* 32 bytes at a time as a vector (GCC/Clang vector extensions; -O2 leaves the scalar loop
- * scalar), then the rest. */
-typedef float un__v8f __attribute__((vector_size(32)));
-typedef double un__v4d __attribute__((vector_size(32)));
+/* dst += src over n elements of T: 32 bytes at a time as a vector (GCC/Clang vector extensions;
+ * -O2 leaves the plain loop scalar), then the rest. */
+#define COMM_ADD_FN(NAME, T)                                                                       \
+    static void NAME(T *d, const T *s, size_t n) {                                                 \
+        typedef T vec __attribute__((vector_size(32)));                                            \
+        size_t i = 0, w = sizeof(vec) / sizeof(T);                                                 \
+        for (; i + w <= n; i += w) {                                                               \
+            vec a, b;                                                                              \
+            memcpy(&a, d + i, sizeof a);                                                           \
+            memcpy(&b, s + i, sizeof b);                                                           \
+            a += b;                                                                                \
+            memcpy(d + i, &a, sizeof a);                                                           \
+        }                                                                                          \
+        for (; i < n; i++)                                                                         \
+            d[i] += s[i];                                                                          \
+    }
+COMM_ADD_FN(comm_add_f32, float)
+COMM_ADD_FN(comm_add_f64, double)
 
 void un__comm_add(un_red_type t, void *dst, const void *src, size_t bytes) {
-    char *d = dst;
-    const char *s = src;
-    size_t i = 0;
-    if (t == UN_RED_F32) {
-        for (; i + sizeof(un__v8f) <= bytes; i += sizeof(un__v8f)) {
-            un__v8f a, b;
-            memcpy(&a, d + i, sizeof a);
-            memcpy(&b, s + i, sizeof b);
-            a += b;
-            memcpy(d + i, &a, sizeof a);
-        }
-        for (; i + sizeof(float) <= bytes; i += sizeof(float))
-            *(float *)(d + i) += *(const float *)(s + i);
-    } else {
-        for (; i + sizeof(un__v4d) <= bytes; i += sizeof(un__v4d)) {
-            un__v4d a, b;
-            memcpy(&a, d + i, sizeof a);
-            memcpy(&b, s + i, sizeof b);
-            a += b;
-            memcpy(d + i, &a, sizeof a);
-        }
-        for (; i + sizeof(double) <= bytes; i += sizeof(double))
-            *(double *)(d + i) += *(const double *)(s + i);
-    }
+    if (t == UN_RED_F32)
+        comm_add_f32(dst, src, bytes / sizeof(float));
+    else
+        comm_add_f64(dst, src, bytes / sizeof(double));
 }
 
 void un_comm_abort(un_comm *c) {
