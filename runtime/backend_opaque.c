@@ -267,8 +267,10 @@ static un_status plane_allgather(un_ctx *ctx, un_comm_dev *d, un_red_type t, con
     int k = 0;
     for (int r = 0; r < size; r++)
         if (r != me) {
-            sm[k] = (un_comm_msg){r, me, (void *)(uintptr_t)send, bytes};
-            rm[k++] = (un_comm_msg){r, r, (char *)recv + (size_t)r * bytes, bytes};
+            sm[k] = (un_comm_msg){
+                .peer = r, .tag = me, .data = (void *)(uintptr_t)send, .bytes = bytes};
+            rm[k++] = (un_comm_msg){
+                .peer = r, .tag = r, .data = (char *)recv + (size_t)r * bytes, .bytes = bytes};
         }
     un_status st = plane_exchange(ctx, d, sm, k, rm, k);
     if (st == UN_OK)
@@ -293,8 +295,12 @@ static un_status plane_reduce_scatter(un_ctx *ctx, un_comm_dev *d, un_red_type t
     int k = 0;
     for (int r = 0; r < size; r++)
         if (r != me) {
-            sm[k] = (un_comm_msg){r, me, (char *)(uintptr_t)send + (size_t)r * bytes, bytes};
-            rm[k++] = (un_comm_msg){r, r, (char *)parts + (size_t)r * bytes, bytes};
+            sm[k] = (un_comm_msg){.peer = r,
+                                  .tag = me,
+                                  .data = (char *)(uintptr_t)send + (size_t)r * bytes,
+                                  .bytes = bytes};
+            rm[k++] = (un_comm_msg){
+                .peer = r, .tag = r, .data = (char *)parts + (size_t)r * bytes, .bytes = bytes};
         }
     st = plane_exchange(ctx, d, sm, k, rm, k);
     if (st == UN_OK)

@@ -159,9 +159,13 @@ un_status un_checkpoint_save_exec(un_ctx *ctx, const char *path, const un_graph 
         rk[q].nb = (int)cnt[q];
         rk[q].blk = un_xcalloc((size_t)rk[q].nb + 1, sizeof *rk[q].blk);
         if (rk[q].nb)
-            rm[nr++] = (un_comm_msg){q, 0, rk[q].blk, sizeof *rk[q].blk * (size_t)rk[q].nb};
+            rm[nr++] = (un_comm_msg){.peer = q,
+                                     .tag = 0,
+                                     .data = rk[q].blk,
+                                     .bytes = sizeof *rk[q].blk * (size_t)rk[q].nb};
     }
-    un_comm_msg sm = {0, 0, rk[me].blk, sizeof *rk[me].blk * (size_t)rk[me].nb};
+    un_comm_msg sm = {
+        .peer = 0, .tag = 0, .data = rk[me].blk, .bytes = sizeof *rk[me].blk * (size_t)rk[me].nb};
     if (st == UN_OK)
         st = un_comm_exchange(ctx, comm, &sm, !root && rk[me].nb > 0, rm, nr);
     char tmp[4200];
@@ -217,10 +221,13 @@ un_status un_checkpoint_save_exec(un_ctx *ctx, const char *path, const un_graph 
             for (int q = 1; root && q < d; q++) {
                 int64_t n = sv_count(&rk[q], id);
                 if (n)
-                    rm[nr++] = (un_comm_msg){q, id, in + (size_t)off * es, (size_t)n * es};
+                    rm[nr++] = (un_comm_msg){.peer = q,
+                                             .tag = id,
+                                             .data = in + (size_t)off * es,
+                                             .bytes = (size_t)n * es};
                 off += n;
             }
-            sm = (un_comm_msg){0, id, mine, (size_t)at * es};
+            sm = (un_comm_msg){.peer = 0, .tag = id, .data = mine, .bytes = (size_t)at * es};
             st = un_comm_exchange(ctx, comm, &sm, !root && at > 0, rm, nr);
             if (!root || st != UN_OK)
                 continue;

@@ -20,12 +20,19 @@ typedef struct un_comm_group un_comm_group;
 typedef enum { UN_RED_F32, UN_RED_F64, UN_RED_COUNT } un_red_type;
 
 /* One point-to-point message of an exchange: to `peer` (send) or from `peer` (receive); tags
- * match a send to its receive between one pair of ranks. */
+ * match a send to its receive between one pair of ranks. A receive with `add` set adds the
+ * message into data element-wise (elements of `type`) instead of overwriting it: the `local`
+ * communicator adds straight from the sender's buffer (no copy), `mpi` receives into `stage`
+ * (bytes of host memory the caller gives) and adds from there. A rank's add receives into one
+ * buffer are applied in the order of its receive list. */
 typedef struct un_comm_msg {
     int peer;
     int tag;
     void *data;
     size_t bytes;
+    bool add;         /* receive only: data += message */
+    un_red_type type; /* of an add's elements */
+    void *stage;      /* an add's landing place where the transport cannot add in place */
 } un_comm_msg;
 
 /* ---- lifecycle ---- */

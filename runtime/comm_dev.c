@@ -65,7 +65,7 @@ un_status un_comm_dev_exchange(un_ctx *ctx, un_comm_dev *d, const un_comm_msg *s
     int size = un_comm_size(d->ctrl), me = un_comm_rank(d->ctrl);
     for (int i = 0; i < n_sends + n_recvs; i++) {
         const un_comm_msg *m = i < n_sends ? &sends[i] : &recvs[i - n_sends];
-        UN_ASSERT(m->peer >= 0 && m->peer < size && m->peer != me);
+        UN_ASSERT(m->peer >= 0 && m->peer < size && m->peer != me && !m->add);
     }
     if (n_sends + n_recvs == 0)
         return UN_OK;

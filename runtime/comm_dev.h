@@ -51,7 +51,7 @@ un_status un_comm_dev_reduce_scatter(un_ctx *ctx, un_comm_dev *d, un_red_type t,
 /* Broadcast of bytes of a device buffer from root. */
 un_status un_comm_dev_bcast(un_ctx *ctx, un_comm_dev *d, int root, void *buf, size_t bytes);
 /* A round of point-to-point messages of device buffers (comm.h's un_comm_exchange: messages
- * between one pair match by tag; a rank may not send to itself). */
+ * between one pair match by tag; a rank may not send to itself; no add receives). */
 un_status un_comm_dev_exchange(un_ctx *ctx, un_comm_dev *d, const un_comm_msg *sends, int n_sends,
                                const un_comm_msg *recvs, int n_recvs);
 /* Waits until everything queued is done. */

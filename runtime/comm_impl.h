@@ -17,6 +17,9 @@ struct un_comm_i {
     void (*abort)(un_comm *c); /* wakes or stops the other ranks after a local failure */
 };
 
+/* dst += src over `bytes` bytes of elements of type t (an add receive, comm.h). */
+void un__comm_add(un_red_type t, void *dst, const void *src, size_t bytes);
+
 struct un_comm {
     int api_version;
     const struct un_comm_i *iface;

@@ -1,8 +1,9 @@
 /* comm_local.c - the `local` communicator: n threads of one process are the ranks. Collectives
  * are shared-memory copies between barriers; sums run in rank order, so every rank gets the same
  * bits. Exchanges are point to point (a mailbox under the group's lock): only ranks with
- * messages meet. A rank that fails calls un_comm_abort, and every later barrier fails instead of
- * hanging. */
+ * messages meet, and a receiver copies (or adds) straight from the sender's buffer, outside the
+ * lock, so the ranks' copies run at once. A rank that fails calls un_comm_abort, and every later
+ * barrier fails instead of hanging. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +22,8 @@ typedef struct mail {
     uint64_t epoch;
     const void *data;
     size_t bytes;
-    bool taken;
+    bool busy;  /* its receiver is reading it (outside the lock) */
+    bool taken; /* read: the sender's buffer is free again */
 } mail;
 
 struct un_comm_group {
@@ -144,6 +146,7 @@ static un_status local_exchange(un_ctx *ctx, un_comm *c, const un_comm_msg *send
                                       g->sent[(size_t)me * (size_t)n + (size_t)sends[i].peer],
                                       sends[i].data,
                                       sends[i].bytes,
+                                      false,
                                       false};
     }
     for (int i = 0; i < n_sends; i++) { /* one epoch per peer and call */
@@ -154,36 +157,49 @@ static un_status local_exchange(un_ctx *ctx, un_comm *c, const un_comm_msg *send
             g->sent[(size_t)me * (size_t)n + (size_t)sends[i].peer]++;
     }
     pthread_cond_broadcast(&g->cv);
-    /* take the receives */
+    /* take the receives, in list order: found under the lock, read outside it (the sender
+     * waits until it is taken, so its buffer stays put), marked taken under it again */
     for (int i = 0; i < n_recvs && st == UN_OK; i++) {
-        uint64_t epoch = g->recvd[(size_t)recvs[i].peer * (size_t)n + (size_t)me];
+        const un_comm_msg *rv = &recvs[i];
+        uint64_t epoch = g->recvd[(size_t)rv->peer * (size_t)n + (size_t)me];
+        int j;
         for (;;) {
-            int j = 0;
-            while (j < g->n_mail && !(g->mail[j].from == recvs[i].peer && g->mail[j].to == me &&
-                                      g->mail[j].tag == recvs[i].tag && g->mail[j].epoch == epoch &&
-                                      !g->mail[j].taken))
+            j = 0;
+            while (j < g->n_mail &&
+                   !(g->mail[j].from == rv->peer && g->mail[j].to == me &&
+                     g->mail[j].tag == rv->tag && g->mail[j].epoch == epoch && !g->mail[j].taken))
                 j++;
-            if (j < g->n_mail) {
-                if (g->mail[j].bytes != recvs[i].bytes) {
-                    g->aborted = true;
-                    st = un_ctx_error(ctx, UN_ERR_DEVICE,
-                                      "local rank %d: message from rank %d (tag %d) has %zu bytes, "
-                                      "%zu expected",
-                                      me, recvs[i].peer, recvs[i].tag, g->mail[j].bytes,
-                                      recvs[i].bytes);
-                    break;
-                }
-                memcpy(recvs[i].data, g->mail[j].data, recvs[i].bytes);
-                g->mail[j].taken = true;
-                pthread_cond_broadcast(&g->cv);
+            if (j < g->n_mail || g->aborted)
                 break;
-            }
-            if (g->aborted) {
-                st = un_ctx_error(ctx, UN_ERR_DEVICE, "local rank %d: another rank failed", me);
-                break;
-            }
             pthread_cond_wait(&g->cv, &g->mu);
         }
+        if (j == g->n_mail) {
+            st = un_ctx_error(ctx, UN_ERR_DEVICE, "local rank %d: another rank failed", me);
+            break;
+        }
+        if (g->mail[j].bytes != rv->bytes) {
+            g->aborted = true;
+            st = un_ctx_error(ctx, UN_ERR_DEVICE,
+                              "local rank %d: message from rank %d (tag %d) has %zu bytes, "
+                              "%zu expected",
+                              me, rv->peer, rv->tag, g->mail[j].bytes, rv->bytes);
+            break;
+        }
+        const void *data = g->mail[j].data;
+        g->mail[j].busy = true;
+        pthread_mutex_unlock(&g->mu);
+        if (rv->add)
+            un__comm_add(rv->type, rv->data, data, rv->bytes);
+        else
+            memcpy(rv->data, data, rv->bytes);
+        pthread_mutex_lock(&g->mu);
+        for (j = 0; !(g->mail[j].from == rv->peer && g->mail[j].to == me &&
+                      g->mail[j].tag == rv->tag && g->mail[j].epoch == epoch);
+             j++)
+            ; /* found again: the array may have moved, the message has not gone */
+        g->mail[j].busy = false;
+        g->mail[j].taken = true;
+        pthread_cond_broadcast(&g->cv);
     }
     for (int i = 0; i < n_recvs; i++) {
         bool first = true;
@@ -192,12 +208,14 @@ static un_status local_exchange(un_ctx *ctx, un_comm *c, const un_comm_msg *send
         if (first)
             g->recvd[(size_t)recvs[i].peer * (size_t)n + (size_t)me]++;
     }
-    /* wait until this rank's sends are copied (its buffers may then be reused), drop them */
+    /* wait until this rank's sends are copied (its buffers may then be reused), drop them; after
+     * an abort only until no receiver is still reading one */
     for (;;) {
         bool pending = false;
         for (int j = 0; j < g->n_mail && !pending; j++)
-            pending = g->mail[j].from == me && !g->mail[j].taken;
-        if (!pending || g->aborted)
+            pending =
+                g->mail[j].from == me && (g->mail[j].busy || (!g->mail[j].taken && !g->aborted));
+        if (!pending)
             break;
         pthread_cond_wait(&g->cv, &g->mu);
     }

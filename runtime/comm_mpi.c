@@ -77,14 +77,18 @@ static un_status mpi_exchange(un_ctx *ctx, un_comm *c, const un_comm_msg *sends,
     if (n == 0)
         return UN_OK;
     MPI_Request *req = un_xcalloc((size_t)n, sizeof *req);
+    void **land = un_xcalloc((size_t)n_recvs + 1, sizeof *land); /* add receives: their stage */
     un_status st = UN_OK;
     int k = 0;
     for (int i = 0; i < n_recvs && st == UN_OK; i++, k++) {
+        land[i] = recvs[i].data;
+        if (recvs[i].add)
+            land[i] = recvs[i].stage ? recvs[i].stage : un_xmalloc(recvs[i].bytes + 1);
         if (recvs[i].bytes > (size_t)1 << 30)
             st = un_ctx_error(ctx, UN_ERR_LIMIT, "mpi: message of %zu bytes", recvs[i].bytes);
         else
             st = mpi_status(ctx,
-                            MPI_Irecv(recvs[i].data, (int)recvs[i].bytes, MPI_BYTE, recvs[i].peer,
+                            MPI_Irecv(land[i], (int)recvs[i].bytes, MPI_BYTE, recvs[i].peer,
                                       recvs[i].tag, MPI_COMM_WORLD, &req[k]),
                             "irecv");
     }
@@ -99,6 +103,15 @@ static un_status mpi_exchange(un_ctx *ctx, un_comm *c, const un_comm_msg *sends,
     }
     if (st == UN_OK)
         st = mpi_status(ctx, MPI_Waitall(k, req, MPI_STATUSES_IGNORE), "waitall");
+    for (int i = 0; i < n_recvs; i++) { /* the adds, in list order */
+        if (!recvs[i].add || !land[i])
+            continue;
+        if (st == UN_OK)
+            un__comm_add(recvs[i].type, recvs[i].data, land[i], recvs[i].bytes);
+        if (!recvs[i].stage)
+            free(land[i]);
+    }
+    free(land);
     free(req);
     return st;
 }

@@ -30,12 +30,16 @@ typedef struct xt { /* one node output on this rank */
     void *sync;    /* weights in copies: scratch of the gradient sum over the copies */
 } xt;
 
-typedef struct xfer { /* an input piece sent from its owner to the rank that runs a consumer */
+typedef struct xfer { /* an input piece, or the block of it a consumer reads, sent from its
+                       * owner to the rank that runs the consumer */
     int32_t t;        /* input slot of the consumer */
     int64_t piece;
     int32_t from, to;
-    void *buf, *gbuf; /* on `to`: the received piece and its gradient */
+    un_region r;      /* the block sent: piece (src side) -> packed buffer (dst side) */
+    int64_t numel;    /* its elements */
+    void *buf, *gbuf; /* on `to`: the received block and its gradient */
     void *gret;       /* on `from`: the returned gradient before it is added */
+    void *pack;       /* on `from`: the block packed, where it is not one contiguous run */
 } xfer;
 
 typedef struct rtask { /* one device tuple of a regular op, run on this rank */
@@ -57,7 +61,7 @@ typedef struct xnode {
     xfer *xfers;
     int n_task;
     rtask *tasks;
-    int n_move;
+    int n_move, cap_move;
     pmove *moves;
     bool needs_grad;
 } xnode;
@@ -240,18 +244,48 @@ static char *stage_get(un_exec *ex, size_t n) {
     return ex->stage;
 }
 
+static un_region region_1d(int64_t n, int64_t src_off, int64_t dst_off);
+
+/* The add receives of rm that landed in their stage (backend memory): added into their data, in
+ * list order (comm.h's order for adds). Part of the receive, not counted as a copy. */
+static void stage_adds(un_exec *ex, const un_comm_msg *rm, int nr) {
+    for (int i = 0; i < nr; i++) {
+        if (!rm[i].add)
+            continue;
+        size_t es = rm[i].type == UN_RED_F32 ? sizeof(float) : sizeof(double);
+        un_region r = region_1d((int64_t)(rm[i].bytes / es), 0, 0);
+        un_backend_copy_region(ex->be, rm[i].data, rm[i].stage, es, &r, true);
+    }
+}
+
 /* The one exchange of the executor: un_comm_exchange of messages whose data are backend memory
  * (dev_send, dev_recv: the sends', the receives'), carried by the plane that fits. Both sides on
  * the backend and a device data plane open (un_exec_plane_open): the plane moves them; the host
  * can address the backend's memory, or none is backend memory: the communicator moves them;
  * otherwise the sends are read into host staging first and the receives written from it
  * afterwards. Every rank of a message's pair picks the same plane (the plane is open on all or
- * none, dev_send and dev_recv are the same on every rank). */
+ * none, dev_send and dev_recv are the same on every rank). An add receive (backend memory, with
+ * a stage of as many bytes in backend memory) is added by the communicator where it reaches the
+ * backend's memory (`local` from the sender's buffer, in place); the plane and host staging land
+ * it in its stage and add it from there. */
 static un_status dev_exchange(un_ctx *ctx, un_exec *ex, const un_comm_msg *sm, int ns,
                               bool dev_send, const un_comm_msg *rm, int nr, bool dev_recv) {
     if (ex->plane && dev_send && dev_recv) {
         ex->stats.plane_exchanges++;
-        return un_comm_dev_exchange(ctx, ex->plane, sm, ns, rm, nr);
+        un_comm_msg *pr = un_xcalloc((size_t)nr + 1, sizeof *pr);
+        for (int i = 0; i < nr; i++) {
+            pr[i] = rm[i];
+            if (rm[i].add)
+                pr[i] = (un_comm_msg){.peer = rm[i].peer,
+                                      .tag = rm[i].tag,
+                                      .data = rm[i].stage,
+                                      .bytes = rm[i].bytes};
+        }
+        un_status st = un_comm_dev_exchange(ctx, ex->plane, sm, ns, pr, nr);
+        free(pr);
+        if (st == UN_OK)
+            stage_adds(ex, rm, nr);
+        return st;
     }
     if (ex->hv || (!dev_send && !dev_recv))
         return un_comm_exchange(ctx, ex->comm, sm, ns, rm, nr);
@@ -278,7 +312,8 @@ static un_status dev_exchange(un_ctx *ctx, un_exec *ex, const un_comm_msg *sm, i
     for (int i = 0; i < nr; i++) {
         hr[i] = rm[i];
         if (dev_recv) {
-            hr[i].data = host + at;
+            hr[i] = (un_comm_msg){
+                .peer = rm[i].peer, .tag = rm[i].tag, .data = host + at, .bytes = rm[i].bytes};
             at += rm[i].bytes;
         }
     }
@@ -287,7 +322,10 @@ static un_status dev_exchange(un_ctx *ctx, un_exec *ex, const un_comm_msg *sm, i
     if (st == UN_OK)
         st = xs;
     for (int i = 0; dev_recv && i < nr && st == UN_OK; i++)
-        st = un_backend_write(ctx, ex->be, rm[i].data, hr[i].data, rm[i].bytes);
+        st = un_backend_write(ctx, ex->be, rm[i].add ? rm[i].stage : rm[i].data, hr[i].data,
+                              rm[i].bytes);
+    if (st == UN_OK && dev_recv)
+        stage_adds(ex, rm, nr);
     free(hs);
     free(hr);
     return st;
@@ -381,26 +419,82 @@ static un_status piece_alloc(un_ctx *ctx, un_exec *ex, xt *t, int64_t p) {
 
 /* ---- planning ---- */
 
-/* The transfer of piece p of input slot t to rank `to`: finds or adds it (every rank adds the same
- * list). Returns its index, or -1 when the piece is already there. */
-static int need_piece(xnode *xn, const xt *src, int t, int64_t p, int to, int *cap) {
+/* Whether a block copy reads one contiguous run of the source (then it can be a view): every dim
+ * after the last partial one is whole, and every dim before it has length 1. */
+static bool region_contiguous(const un_region *r, int64_t *first) {
+    int m = r->rank - 1;
+    while (m >= 0 && r->len[m] == r->src_dim[m])
+        m--;
+    for (int d = 0; d < m; d++)
+        if (r->len[d] != 1)
+            return false;
+    int64_t off = 0;
+    for (int d = 0; d < r->rank; d++)
+        off = off * r->src_dim[d] + r->src_off[d];
+    *first = off;
+    return true;
+}
+
+/* The block of a piece of src that a consumer reads, as a region from the piece into a packed
+ * buffer: the block of `part` (its src side), or the whole piece (part NULL). */
+static un_region piece_block(const xt *src, const un_region *part) {
+    un_region b;
+    memset(&b, 0, sizeof b);
+    b.rank = src->shape.rank;
+    local_dims(&src->shape, b.src_dim);
+    for (int d = 0; d < b.rank; d++) {
+        b.len[d] = part ? part->len[d] : b.src_dim[d];
+        b.src_off[d] = part ? part->src_off[d] : 0;
+        b.dst_dim[d] = b.len[d];
+    }
+    return b;
+}
+
+/* Transfer i of slot t: of block b of piece p to rank `to`? */
+static bool xfer_is(const xfer *x, int t, int64_t p, int to, const un_region *b) {
+    return x->t == t && x->piece == p && x->to == to &&
+           memcmp(x->r.len, b->len, sizeof b->len) == 0 &&
+           memcmp(x->r.src_off, b->src_off, sizeof b->src_off) == 0;
+}
+
+/* The index of the transfer of the block of piece p of input slot t (part: the block a parallel op
+ * reads, NULL: the whole piece) to rank `to`, or -1 when there is none. */
+static int find_xfer(const xnode *xn, const xt *src, int t, int64_t p, int to,
+                     const un_region *part) {
+    un_region b = piece_block(src, part);
+    for (int i = 0; i < xn->n_xfer; i++)
+        if (xfer_is(&xn->xfers[i], t, p, to, &b))
+            return i;
+    return -1;
+}
+
+/* The transfer of that block to rank `to`: finds or adds it (every rank adds the same list).
+ * Returns its index, or -1 when the piece is already there. Only the block read travels. */
+static int need_piece(xnode *xn, const xt *src, int t, int64_t p, int to, const un_region *part,
+                      int *cap) {
     int from = src->owner[p];
     if (from == -1 || from == to)
         return -1;
-    for (int i = 0; i < xn->n_xfer; i++)
-        if (xn->xfers[i].t == t && xn->xfers[i].piece == p && xn->xfers[i].to == to)
-            return i;
+    int i = find_xfer(xn, src, t, p, to, part);
+    if (i >= 0)
+        return i;
     if (xn->n_xfer == *cap) {
         *cap = *cap ? 2 * *cap : 8;
         xn->xfers = un_xrealloc(xn->xfers, sizeof *xn->xfers * (size_t)*cap);
     }
-    xn->xfers[xn->n_xfer] = (xfer){.t = t, .piece = p, .from = from, .to = to};
+    xfer *x = &xn->xfers[xn->n_xfer];
+    *x =
+        (xfer){.t = t, .piece = p, .from = from, .to = to, .r = piece_block(src, part), .numel = 1};
+    for (int d = 0; d < x->r.rank; d++)
+        x->numel *= x->r.len[d];
     return xn->n_xfer++;
 }
 
 static xt *input_tensor(un_exec *ex, const un_node *nd, int t) {
     return &ex->nodes[nd->in[t].node].outs[nd->in[t].out];
 }
+
+static un_status local_piece(un_ctx *ctx, un_exec *ex, un_ref src, int64_t p);
 
 /* Buffers of the input piece (slot t, piece p) as this rank sees them: its own, or the received
  * copy of transfer xi. */
@@ -432,13 +526,17 @@ static un_status plan_xfer_buffers(un_ctx *ctx, un_exec *ex, xnode *xn, const un
     for (int i = 0; i < xn->n_xfer && st == UN_OK; i++) {
         xfer *x = &xn->xfers[i];
         xt *src = input_tensor(ex, nd, x->t);
-        size_t bytes = (size_t)src->pn * src->es;
+        size_t bytes = (size_t)x->numel * src->es;
+        int64_t first;
         if (x->to == ex->rank) {
             st = galloc(ctx, ex, bytes, T_FWD(id), last, &x->buf);
             if (st == UN_OK && src->needs_grad)
                 st = galloc(ctx, ex, bytes, T_BWD(n, id), T_BWD(n, id), &x->gbuf);
-        } else if (x->from == ex->rank && src->needs_grad) {
-            st = galloc(ctx, ex, bytes, T_BWD(n, id), T_BWD(n, id), &x->gret);
+        } else if (x->from == ex->rank) {
+            if (!region_contiguous(&x->r, &first))
+                st = galloc(ctx, ex, bytes, T_FWD(id), T_FWD(id), &x->pack);
+            if (st == UN_OK && src->needs_grad)
+                st = galloc(ctx, ex, bytes, T_BWD(n, id), T_BWD(n, id), &x->gret);
         }
     }
     return st;
@@ -466,7 +564,7 @@ static un_status plan_regular(un_ctx *ctx, un_exec *ex, const un_node *nd, xnode
         for (int t = 0; t < nd->n_in; t++) {
             xt *src = input_tensor(ex, nd, t);
             un_infer_piece(inf, u, false, t, blk, &sum, &copy);
-            need_piece(xn, src, t, piece_index(&src->shape, blk, sum, copy), d, &cap);
+            need_piece(xn, src, t, piece_index(&src->shape, blk, sum, copy), d, NULL, &cap);
         }
         for (int j = inf->n_uses - 1; j >= 0 && ++u[j] == inf->uses[j].degree; j--)
             u[j] = 0;
@@ -491,11 +589,9 @@ static un_status plan_regular(un_ctx *ctx, un_exec *ex, const un_node *nd, xnode
                 xt *src = input_tensor(ex, nd, t);
                 un_infer_piece(inf, u, false, t, blk, &sum, &copy);
                 int64_t p = piece_index(&src->shape, blk, sum, copy);
-                int xi = -1;
-                for (int i = 0; i < xn->n_xfer; i++)
-                    if (xn->xfers[i].t == t && xn->xfers[i].piece == p &&
-                        xn->xfers[i].to == ex->rank)
-                        xi = i;
+                int xi = find_xfer(xn, src, t, p, ex->rank, NULL);
+                if (xi < 0 && (st = local_piece(ctx, ex, nd->in[t], p)) != UN_OK)
+                    break;
                 void *v, *gr;
                 input_buffers(ex, xn, nd, t, p, xi, &v, &gr);
                 UN_ASSERT(v != NULL);
@@ -515,26 +611,10 @@ static un_status plan_regular(un_ctx *ctx, un_exec *ex, const un_node *nd, xnode
     return st;
 }
 
-/* Whether a block copy reads one contiguous run of the source (then it can be a view): every dim
- * after the last partial one is whole, and every dim before it has length 1. */
-static bool region_contiguous(const un_region *r, int64_t *first) {
-    int m = r->rank - 1;
-    while (m >= 0 && r->len[m] == r->src_dim[m])
-        m--;
-    for (int d = 0; d < m; d++)
-        if (r->len[d] != 1)
-            return false;
-    int64_t off = 0;
-    for (int d = 0; d < r->rank; d++)
-        off = off * r->src_dim[d] + r->src_off[d];
-    *first = off;
-    return true;
-}
-
-static void add_move(xnode *xn, int *cap, pmove m) {
-    if (xn->n_move == *cap) {
-        *cap = *cap ? 2 * *cap : 8;
-        xn->moves = un_xrealloc(xn->moves, sizeof *xn->moves * (size_t)*cap);
+static void add_move(xnode *xn, pmove m) {
+    if (xn->n_move == xn->cap_move) {
+        xn->cap_move = xn->cap_move ? 2 * xn->cap_move : 8;
+        xn->moves = un_xrealloc(xn->moves, sizeof *xn->moves * (size_t)xn->cap_move);
     }
     xn->moves[xn->n_move++] = m;
 }
@@ -600,57 +680,111 @@ static void parallel_sources(un_exec *ex, xnode *xn, const un_node *nd, int64_t 
 }
 
 typedef struct plan_arg {
-    int cap;    /* capacity of the list being grown */
+    int cap;    /* capacity of the transfer list */
     int32_t to; /* the rank that computes the output piece */
+    un_ctx *ctx;
+    un_status st;
 } plan_arg;
 
 static void count_xfer(un_exec *ex, xnode *xn, const un_node *nd, int64_t p, int64_t q,
                        const un_region *r, bool add, void *arg) {
     (void)p, (void)r, (void)add;
     plan_arg *a = arg;
-    need_piece(xn, input_tensor(ex, nd, 0), 0, q, a->to, &a->cap);
+    need_piece(xn, input_tensor(ex, nd, 0), 0, q, a->to, r, &a->cap);
 }
 
 static void make_move(un_exec *ex, xnode *xn, const un_node *nd, int64_t p, int64_t q,
                       const un_region *r, bool add, void *arg) {
-    plan_arg *a = arg;
-    int xi = -1;
-    for (int i = 0; i < xn->n_xfer; i++)
-        if (xn->xfers[i].t == 0 && xn->xfers[i].piece == q && xn->xfers[i].to == ex->rank)
-            xi = i;
+    (void)arg;
+    int xi = find_xfer(xn, input_tensor(ex, nd, 0), 0, q, ex->rank, r);
     pmove m = {.out_piece = p, .r = *r, .add = add};
+    if (xi >= 0) { /* the block arrived packed */
+        memcpy(m.r.src_dim, m.r.len, sizeof m.r.src_dim);
+        memset(m.r.src_off, 0, sizeof m.r.src_off);
+    }
     input_buffers(ex, xn, nd, 0, q, xi, &m.src, &m.src_grad);
     UN_ASSERT(m.src != NULL);
-    add_move(xn, &a->cap, m);
+    add_move(xn, m);
 }
 
-static un_status plan_parallel(un_ctx *ctx, un_exec *ex, const un_node *nd, xnode *xn) {
+static int64_t parallel_degree(const un_exec *ex, const un_node *nd) {
     const un_op_spec *os = un_spec_op(ex->spec, nd->op);
-    int64_t k = nd->params[un_spec_param_index(os, "degree")].v[0];
+    return nd->params[un_spec_param_index(os, "degree")].v[0];
+}
+
+static void local_source(un_exec *ex, xnode *xn, const un_node *nd, int64_t p, int64_t q,
+                         const un_region *r, bool add, void *arg) {
+    (void)xn, (void)p, (void)r, (void)add;
+    plan_arg *a = arg;
+    if (a->st == UN_OK)
+        a->st = local_piece(a->ctx, ex, nd->in[0], q);
+}
+
+/* Makes output piece p of parallel op nd on this rank: its moves (after those of the pieces of a
+ * local source it reads, local_piece), a view where it is one contiguous source block. */
+static un_status make_parallel_piece(un_ctx *ctx, un_exec *ex, const un_node *nd, xnode *xn,
+                                     int64_t p) {
+    int64_t k = parallel_degree(ex, nd);
     xt *so = &xn->outs[0];
+    plan_arg a = {.ctx = ctx, .st = UN_OK};
+    if (input_tensor(ex, nd, 0)->owner[0] == -1)
+        parallel_sources(ex, xn, nd, k, p, local_source, &a);
+    if (a.st != UN_OK)
+        return a.st;
+    int first = xn->n_move;
+    parallel_sources(ex, xn, nd, k, p, make_move, NULL);
+    pmove *m = &xn->moves[first];
+    int64_t off;
+    /* A single whole or contiguous source block is a view: no copy, no buffer. */
+    if (xn->n_move == first + 1 && region_contiguous(&m->r, &off)) {
+        m->alias = true;
+        so->val[p] = (char *)m->src + (size_t)off * so->es;
+        so->borrowed[p] = true;
+    }
+    return piece_alloc(ctx, ex, so, p);
+}
+
+/* Piece p of output src as this rank reads it without a transfer: a local tensor's (owner -1: the
+ * step's data, every piece on every rank, and the parallel ops over it that are not graph
+ * outputs) is made here the first time a consumer here reads it; any other is there already. */
+static un_status local_piece(un_ctx *ctx, un_exec *ex, un_ref src, int64_t p) {
+    xnode *sn = &ex->nodes[src.node];
+    xt *t = &sn->outs[src.out];
+    if (t->owner[p] != -1 || t->val[p])
+        return UN_OK;
+    return make_parallel_piece(ctx, ex, un_graph_node(ex->g, src.node), sn, p);
+}
+
+static bool is_output(const un_graph *g, int32_t id) {
+    for (int32_t i = 0; i < un_graph_output_count(g); i++)
+        if (un_graph_output(g, i).node == id)
+            return true;
+    return false;
+}
+
+/* A parallel op over a local tensor (every rank has its every piece, owner -1) is local too when
+ * it is not a graph output: each rank makes the pieces its consumers read (local_piece), nothing
+ * is sent. Otherwise its pieces live where the plan places them and are made there, after the
+ * transfers of the source pieces they need. */
+static un_status plan_parallel(un_ctx *ctx, un_exec *ex, const un_node *nd, xnode *xn) {
+    int64_t k = parallel_degree(ex, nd);
+    xt *so = &xn->outs[0];
+    int32_t id = xn_id(ex, xn);
+    if (input_tensor(ex, nd, 0)->owner[0] == -1 && !is_output(ex->g, id)) {
+        for (int64_t p = 0; p < so->np; p++)
+            so->owner[p] = -1;
+        return UN_OK;
+    }
     plan_arg a = {0};
     for (int64_t p = 0; p < so->np; p++) {
-        so->owner[p] = place(ex, xn_id(ex, xn), p);
+        so->owner[p] = place(ex, id, p);
         a.to = so->owner[p];
         parallel_sources(ex, xn, nd, k, p, count_xfer, &a);
     }
     un_status st = plan_xfer_buffers(ctx, ex, xn, nd);
-    plan_arg b = {0};
-    for (int64_t p = 0; p < so->np && st == UN_OK; p++) {
-        if (so->owner[p] != ex->rank)
-            continue;
-        int first = xn->n_move;
-        parallel_sources(ex, xn, nd, k, p, make_move, &b);
-        pmove *m = &xn->moves[first];
-        int64_t off;
-        /* A single whole or contiguous source block is a view: no copy, no buffer. */
-        if (xn->n_move == first + 1 && region_contiguous(&m->r, &off)) {
-            m->alias = true;
-            so->val[p] = (char *)m->src + (size_t)off * so->es;
-            so->borrowed[p] = true;
-        }
-        st = piece_alloc(ctx, ex, so, p);
-    }
+    for (int64_t p = 0; p < so->np && st == UN_OK; p++)
+        if (so->owner[p] == ex->rank)
+            st = make_parallel_piece(ctx, ex, nd, xn, p);
     return st;
 }
 
@@ -830,7 +964,6 @@ static void weight_drop_summands(un_exec *ex, xt *t) {
 typedef struct sync_msgs {
     un_comm_msg *sm, *rm;
     int ns, nr;
-    int64_t *roff; /* per tag: where a received chunk lies in scratch */
 } sync_msgs;
 
 /* One pass of the copy-group collectives for weight t over the flat array `flat`. */
@@ -841,7 +974,9 @@ static int64_t sync_blocks(const xt *t) { return t->np / ((int64_t)t->shape.sum 
 static int64_t sync_tags(const xt *t) { return sync_blocks(t) * t->shape.copy * t->shape.copy; }
 
 /* Reduce-scatter, phase 1 (replicate's backward for weight t, copy degree c > 1): every copy's
- * gradient chunk g goes to copy g's owner. */
+ * gradient chunk g goes to copy g's owner, which adds it into its own copy's chunk g as it
+ * receives it (in copy order; locally straight from the sender's buffer, elsewhere through the
+ * weight's scratch, comm.h). */
 static void sync_scatter(un_exec *ex, xt *t, int base, sync_msgs *q, void *flat) {
     int32_t c = t->shape.copy;
     int64_t nb = sync_blocks(t), lo, hi, off = 0;
@@ -857,22 +992,31 @@ static void sync_scatter(un_exec *ex, xt *t, int base, sync_msgs *q, void *flat)
                 int mem = t->owner[group_piece(t, b, m)];
                 int tag = base + (int)((b * c + g) * c + m);
                 if (red == me && mem != me) {
-                    q->roff[tag] = off;
-                    q->rm[q->nr++] = (un_comm_msg){mem, tag, scratch + (size_t)off * es, bytes};
+                    q->rm[q->nr++] =
+                        (un_comm_msg){.peer = mem,
+                                      .tag = tag,
+                                      .data = fpiece(t, flat, b, g, lo),
+                                      .bytes = bytes,
+                                      .add = true,
+                                      .type = es == sizeof(float) ? UN_RED_F32 : UN_RED_F64,
+                                      .stage = scratch + (size_t)off * es};
                     off += hi - lo;
                     ex->stats.recv += (int64_t)bytes;
                 } else if (mem == me && red != me) {
-                    q->sm[q->ns++] = (un_comm_msg){red, tag, fpiece(t, flat, b, m, lo), bytes};
+                    q->sm[q->ns++] = (un_comm_msg){
+                        .peer = red, .tag = tag, .data = fpiece(t, flat, b, m, lo), .bytes = bytes};
                     ex->stats.sent += (int64_t)bytes;
                 }
             }
         }
 }
 
-/* Reduce-scatter, phase 2 (local): each chunk's owner (the owner of copy g) adds the other
- * copies' chunks into its own copy's chunk in copy order, so the sum has the same bits whoever
- * makes it. The other chunks of its copies keep partial sums until the all-gather. */
+/* Reduce-scatter, phase 2 (local): each chunk's owner (the owner of copy g) adds the chunks of
+ * the other copies it holds itself, in copy order, after the received ones, so the sum has the
+ * same bits whoever makes it and whichever plane carried them. The other chunks of its copies
+ * keep partial sums until the all-gather. */
 static void sync_reduce(un_exec *ex, xt *t, int base, sync_msgs *q, void *flat) {
+    (void)base, (void)q;
     int32_t c = t->shape.copy;
     int64_t nb = sync_blocks(t), lo, hi;
     int me = ex->rank;
@@ -881,17 +1025,10 @@ static void sync_reduce(un_exec *ex, xt *t, int base, sync_msgs *q, void *flat) 
             sync_chunk(t, g, &lo, &hi);
             if (hi == lo || t->owner[group_piece(t, b, g)] != me)
                 continue;
-            char *acc = fpiece(t, flat, b, g, lo);
-            for (int32_t m = 0; m < c; m++) {
-                if (m == g)
-                    continue;
-                int tag = base + (int)((b * c + g) * c + m);
-                bool local = t->owner[group_piece(t, b, m)] == me;
-                copy_bytes(ex, acc,
-                           local ? fpiece(t, flat, b, m, lo)
-                                 : (char *)t->sync + (size_t)q->roff[tag] * t->es,
-                           t->es, hi - lo, true);
-            }
+            for (int32_t m = 0; m < c; m++)
+                if (m != g && t->owner[group_piece(t, b, m)] == me)
+                    copy_bytes(ex, fpiece(t, flat, b, g, lo), fpiece(t, flat, b, m, lo), t->es,
+                               hi - lo, true);
         }
 }
 
@@ -916,23 +1053,25 @@ static void sync_allgather(un_exec *ex, xt *t, int base, sync_msgs *q, void *fla
                     copy_bytes(ex, fpiece(t, flat, b, m, lo), fpiece(t, flat, b, g, lo), es,
                                hi - lo, false);
                 } else if (red == me) {
-                    q->sm[q->ns++] = (un_comm_msg){mem, tag, fpiece(t, flat, b, g, lo), bytes};
+                    q->sm[q->ns++] = (un_comm_msg){
+                        .peer = mem, .tag = tag, .data = fpiece(t, flat, b, g, lo), .bytes = bytes};
                     ex->stats.sent += (int64_t)bytes;
                 } else {
-                    q->rm[q->nr++] = (un_comm_msg){red, tag, fpiece(t, flat, b, m, lo), bytes};
+                    q->rm[q->nr++] = (un_comm_msg){
+                        .peer = red, .tag = tag, .data = fpiece(t, flat, b, m, lo), .bytes = bytes};
                     ex->stats.recv += (int64_t)bytes;
                 }
             }
         }
 }
 
-/* Runs the passes fns[0..n) over every weight held in copies, each pass one exchange when
- * exchange[i] (all weights together: two rendezvous per step instead of two per weight; with
- * many small weights the rendezvous, not the bytes, cost the time). Collective. */
+/* Runs the passes fns[0..n) over every weight held in copies among nodes [lo, hi), each pass one
+ * exchange when exchange[i] (all those weights together: with many small weights the rendezvous,
+ * not the bytes, cost the time). Collective. */
 static un_status sync_run(un_ctx *ctx, un_exec *ex, void *flat, const sync_fn *fns,
-                          const bool *exchange, int n) {
+                          const bool *exchange, int n, int32_t lo, int32_t hi) {
     int64_t total = 0;
-    for (int32_t id = 0; id < ex->n; id++) {
+    for (int32_t id = lo; id < hi; id++) {
         xt *t = ex->lparam_off[id] >= 0 ? &ex->nodes[id].outs[0] : NULL;
         if (t && t->shape.copy > 1)
             total += sync_tags(t);
@@ -942,13 +1081,12 @@ static un_status sync_run(un_ctx *ctx, un_exec *ex, void *flat, const sync_fn *f
     if (total > INT32_MAX)
         return un_ctx_error(ctx, UN_ERR_LIMIT, "weight sync: %lld messages", (long long)total);
     sync_msgs q = {.sm = un_xcalloc((size_t)total, sizeof *q.sm),
-                   .rm = un_xcalloc((size_t)total, sizeof *q.rm),
-                   .roff = un_xcalloc((size_t)total, sizeof *q.roff)};
+                   .rm = un_xcalloc((size_t)total, sizeof *q.rm)};
     un_status st = UN_OK;
     for (int pass = 0; pass < n && st == UN_OK; pass++) {
         int base = 0;
         q.ns = q.nr = 0;
-        for (int32_t id = 0; id < ex->n; id++) {
+        for (int32_t id = lo; id < hi; id++) {
             xt *t = ex->lparam_off[id] >= 0 ? &ex->nodes[id].outs[0] : NULL;
             if (!t || t->shape.copy == 1)
                 continue;
@@ -960,23 +1098,23 @@ static un_status sync_run(un_ctx *ctx, un_exec *ex, void *flat, const sync_fn *f
     }
     free(q.sm);
     free(q.rm);
-    free(q.roff);
     return st;
 }
 
-/* Replicate's backward for every weight held in copies (DESIGN.md section 3), the reduce-scatter
- * half: each chunk's owner ends with the gradient summed over the copy group, which is all its
- * sharded update needs (un_exec_update all-gathers the updated weights instead). */
-static un_status grads_reduce_scatter(un_ctx *ctx, un_exec *ex) {
+/* Replicate's backward for the weights held in copies among nodes [lo, hi) (DESIGN.md section
+ * 3), the reduce-scatter half: each chunk's owner ends with the gradient summed over the copy
+ * group, which is all its sharded update needs (un_exec_update all-gathers the updated weights
+ * instead). */
+static un_status grads_reduce_scatter(un_ctx *ctx, un_exec *ex, int32_t lo, int32_t hi) {
     static const sync_fn fns[2] = {sync_scatter, sync_reduce};
     static const bool exchange[2] = {true, false};
-    return sync_run(ctx, ex, ex->param_grads, fns, exchange, 2);
+    return sync_run(ctx, ex, ex->param_grads, fns, exchange, 2, lo, hi);
 }
 
 un_status un_exec_allgather(un_ctx *ctx, un_exec *ex, void *flat) {
     static const sync_fn fns[1] = {sync_allgather};
     static const bool exchange[1] = {true};
-    return sync_run(ctx, ex, flat, fns, exchange, 1);
+    return sync_run(ctx, ex, flat, fns, exchange, 1, 0, ex->n);
 }
 
 static int32_t max32(int32_t a, int32_t b) { return a > b ? a : b; }
@@ -1311,15 +1449,22 @@ static un_status run_xfers(un_ctx *ctx, un_exec *ex, int32_t id, bool backward) 
     for (int i = 0; i < xn->n_xfer; i++) {
         xfer *x = &xn->xfers[i];
         xt *src = input_tensor(ex, nd, x->t);
-        size_t bytes = (size_t)src->pn * src->es;
+        size_t bytes = (size_t)x->numel * src->es;
         if (backward && !src->needs_grad)
             continue;
         int sender = backward ? x->to : x->from, receiver = backward ? x->from : x->to;
         if (sender == ex->rank) {
-            s[ns++] = (un_comm_msg){.peer = receiver,
-                                    .tag = i,
-                                    .data = backward ? x->gbuf : src->val[x->piece],
-                                    .bytes = bytes};
+            void *data = x->gbuf;
+            int64_t first = 0;
+            if (!backward && x->pack) { /* the block, packed */
+                un_backend_copy_region(ex->be, x->pack, src->val[x->piece], src->es, &x->r, false);
+                ex->stats.copied += (int64_t)bytes;
+                data = x->pack;
+            } else if (!backward) { /* one run of the piece */
+                region_contiguous(&x->r, &first);
+                data = (char *)src->val[x->piece] + (size_t)first * src->es;
+            }
+            s[ns++] = (un_comm_msg){.peer = receiver, .tag = i, .data = data, .bytes = bytes};
             ex->stats.sent += (int64_t)bytes;
         }
         if (receiver == ex->rank) {
@@ -1335,11 +1480,8 @@ static un_status run_xfers(un_ctx *ctx, un_exec *ex, int32_t id, bool backward) 
             xt *src = input_tensor(ex, nd, x->t);
             if (x->from != ex->rank || !src->needs_grad)
                 continue;
-            un_region rg;
-            memset(&rg, 0, sizeof rg);
-            rg.rank = 1;
-            rg.len[0] = rg.src_dim[0] = rg.dst_dim[0] = src->pn;
-            un_backend_copy_region(ex->be, src->grad[x->piece], x->gret, src->es, &rg, true);
+            un_region back = region_reverse(&x->r); /* the block's gradient into the piece's */
+            un_backend_copy_region(ex->be, src->grad[x->piece], x->gret, src->es, &back, true);
         }
     }
     free(s);
@@ -1378,7 +1520,7 @@ static void zero_starting(un_exec *ex, int32_t id) {
     for (int i = 0; i < xn->n_xfer; i++)
         if (xn->xfers[i].gbuf) {
             xt *src = input_tensor(ex, un_graph_node(ex->g, id), xn->xfers[i].t);
-            un_backend_zero(ex->be, xn->xfers[i].gbuf, (size_t)src->pn * src->es);
+            un_backend_zero(ex->be, xn->xfers[i].gbuf, (size_t)xn->xfers[i].numel * src->es);
         }
 }
 
@@ -1474,12 +1616,29 @@ static un_status backward_node(un_ctx *ctx, un_exec *ex, int32_t id) {
     }
 }
 
+/* Weights in copies are summed over their groups in buckets of at least this many logical bytes,
+ * each as soon as the backward has passed its weight nodes (their consumers' backwards all ran),
+ * while their gradients are fresh in cache, instead of all at the end. */
+#define SYNC_BUCKET_BYTES ((int64_t)4 << 20)
+
 un_status un_exec_backward(un_ctx *ctx, un_exec *ex) {
     un_status st = UN_OK;
-    for (int32_t i = ex->n - 1; i >= 0 && st == UN_OK; i--)
+    int32_t hi = ex->n; /* the bucket: the weights among nodes [i, hi) */
+    int64_t pending = 0;
+    for (int32_t i = ex->n - 1; i >= 0 && st == UN_OK; i--) {
         st = backward_node(ctx, ex, i);
+        const xt *t = ex->lparam_off[i] >= 0 ? &ex->nodes[i].outs[0] : NULL;
+        if (st != UN_OK || !t || t->shape.copy == 1)
+            continue;
+        pending += un_shape_numel(&t->shape) * (int64_t)t->es; /* the same on every rank */
+        if (pending >= SYNC_BUCKET_BYTES) {
+            st = grads_reduce_scatter(ctx, ex, i, hi);
+            hi = i;
+            pending = 0;
+        }
+    }
     if (st == UN_OK)
-        st = grads_reduce_scatter(ctx, ex);
+        st = grads_reduce_scatter(ctx, ex, 0, hi);
     if (st != UN_OK) {
         exec_abort(ex);
         return st;
@@ -1557,12 +1716,16 @@ un_status un_exec_params_gather(un_ctx *ctx, un_exec *ex, const void *local, voi
                     if (pass == 0)
                         recv += t->pn;
                     else
-                        rm[nr++] = (un_comm_msg){t->owner[p], tag, buf + (size_t)off * t->es,
-                                                 (size_t)t->pn * t->es};
+                        rm[nr++] = (un_comm_msg){.peer = t->owner[p],
+                                                 .tag = tag,
+                                                 .data = buf + (size_t)off * t->es,
+                                                 .bytes = (size_t)t->pn * t->es};
                     off += t->pn;
                 } else if (mine && pass == 1) {
-                    sm[ns++] =
-                        (un_comm_msg){0, tag, (void *)(uintptr_t)mine, (size_t)t->pn * t->es};
+                    sm[ns++] = (un_comm_msg){.peer = 0,
+                                             .tag = tag,
+                                             .data = (void *)(uintptr_t)mine,
+                                             .bytes = (size_t)t->pn * t->es};
                 }
             }
         }

@@ -230,7 +230,9 @@ typedef struct tmodel {
     int64_t classes, label_numel, batch, seqs; /* seqs: sequences per batch (text data) */
 } tmodel;
 
-static un_status model_load(un_ctx *ctx, const un_spec *spec, const un_train_opts *o, tmodel *m) {
+/* Loads --model (a zoo name or a file) for a run on `devices` devices. */
+static un_status model_load(un_ctx *ctx, const un_spec *spec, const un_train_opts *o, int devices,
+                            tmodel *m) {
     memset(m, 0, sizeof *m);
     size_t len = strlen(o->model);
     bool is_onnx = un_onnx_is_path(o->model);
@@ -278,6 +280,11 @@ static un_status model_load(un_ctx *ctx, const un_spec *spec, const un_train_opt
             return st;
         }
         m->g = m->json;
+        char why[300];
+        if (!un_graph_views_valid(m->g, devices, why, sizeof why)) {
+            st = un_ctx_error(ctx, UN_ERR_INVALID, "%s: %s", o->model, why);
+            goto fail;
+        }
         if (un_graph_output_count(m->g) != 1) {
             st = un_ctx_error(ctx, UN_ERR_INVALID, "%s: a model needs exactly one output (has %d)",
                               o->model, un_graph_output_count(m->g));
@@ -348,8 +355,8 @@ un_status un_train_graph(un_ctx *ctx, const un_spec *spec, const un_train_opts *
                          int *devices) {
     *out = NULL;
     tmodel m;
-    un_status st = model_load(ctx, spec, o, &m);
     int d = o->devices ? o->devices : 1;
+    un_status st = model_load(ctx, spec, o, d, &m);
     *devices = d;
     if (st == UN_OK)
         st = un_strategy_named(ctx, spec, m.g,
@@ -918,9 +925,9 @@ un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res
     }
     if ((st = un_spec_load(ctx, o->spec, &spec)) != UN_OK)
         goto done;
-    if ((st = model_load(ctx, spec, o, &m)) != UN_OK)
-        goto done;
     int d = use_mpi ? un_comm_size(mpi) : o->devices ? o->devices : 1;
+    if ((st = model_load(ctx, spec, o, d, &m)) != UN_OK)
+        goto done;
     const char *strategy = o->strategy ? o->strategy : d == 1 ? "serial" : "data";
     if ((st = un_strategy_named(ctx, spec, m.g, strategy, d, &run_g)) != UN_OK)
         goto done;

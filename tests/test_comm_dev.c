@@ -127,8 +127,8 @@ static void *coll_rank(void *arg) {
     /* exchange: a ring, each rank sends 3 x its values to the next, tag = sender */
     un_buffer *tx = filled(ctx, be, j->t, N, me, 3), *rx = filled(ctx, be, j->t, N, 0, 0);
     int next = (me + 1) % size, prev = (me + size - 1) % size;
-    un_comm_msg sm = {next, me, un_buffer_at(tx, 0), bytes};
-    un_comm_msg rm = {prev, prev, un_buffer_at(rx, 0), bytes};
+    un_comm_msg sm = {.peer = next, .tag = me, .data = un_buffer_at(tx, 0), .bytes = bytes};
+    un_comm_msg rm = {.peer = prev, .tag = prev, .data = un_buffer_at(rx, 0), .bytes = bytes};
     if (j->st == UN_OK)
         j->st = un_comm_dev_exchange(ctx, d, &sm, 1, &rm, 1);
     if (j->st == UN_OK)

@@ -147,6 +147,59 @@ static void test_comm_pairs(void) {
         EXPECT_EQ(jobs[r].st, UN_OK);
 }
 
+/* Add receives (comm.h): rank 0 adds every other rank's vectors into its own as it receives
+ * them: the bits of summing in its receive list's order (here descending ranks; on large bases,
+ * each add rounding; float32 and float64; a length that is not a multiple of the vector width);
+ * the senders' buffers stay as they were. */
+static void add_job(rank_job *j, un_ctx *ctx, un_comm *c) {
+    enum { N = 37 };
+    int n = un_comm_size(c), me = j->rank;
+    float f[N];
+    double d[N];
+    for (int i = 0; i < N; i++) {
+        f[i] = me == 0 ? 1e8f : (float)(me * (i + 1));
+        d[i] = me == 0 ? 1e17 : 0.5 * me + i;
+    }
+    j->st = UN_OK;
+    if (me != 0) {
+        un_comm_msg s[2] = {{.peer = 0, .tag = 0, .data = f, .bytes = sizeof f},
+                            {.peer = 0, .tag = 1, .data = d, .bytes = sizeof d}};
+        j->st = un_comm_exchange(ctx, c, s, 2, NULL, 0);
+        for (int i = 0; i < N && j->st == UN_OK; i++)
+            if (f[i] != (float)(me * (i + 1)) || d[i] != 0.5 * me + i)
+                j->st = UN_ERR_MISMATCH;
+        return;
+    }
+    un_comm_msg r[8];
+    int nr = 0;
+    for (int p = n - 1; p >= 1; p--) {
+        r[nr++] = (un_comm_msg){
+            .peer = p, .tag = 0, .data = f, .bytes = sizeof f, .add = true, .type = UN_RED_F32};
+        r[nr++] = (un_comm_msg){
+            .peer = p, .tag = 1, .data = d, .bytes = sizeof d, .add = true, .type = UN_RED_F64};
+    }
+    j->st = un_comm_exchange(ctx, c, NULL, 0, r, nr);
+    for (int i = 0; i < N && j->st == UN_OK; i++) {
+        float ef = 1e8f;
+        double ed = 1e17;
+        for (int p = n - 1; p >= 1; p--) {
+            ef += (float)(p * (i + 1));
+            ed += 0.5 * p + i;
+        }
+        if (f[i] != ef || d[i] != ed)
+            j->st = UN_ERR_MISMATCH;
+    }
+}
+
+static void test_comm_add(void) {
+    rank_job jobs[4];
+    for (int d = 2; d <= 4; d++) {
+        run_ranks(d, add_job, NULL, jobs);
+        for (int r = 0; r < d; r++)
+            EXPECT_EQ(jobs[r].st, UN_OK);
+    }
+}
+
 /* run_ranks fills every status even when the ranks cannot run: more ranks than it has threads
  * for (no rank runs, none waits for ever in a collective) and a group it cannot make. */
 static void test_run_ranks_statuses(void) {
@@ -2012,6 +2065,7 @@ int main(void) {
     static const test_case cases[] = {
         {"comm_local", test_comm_local},
         {"comm_pairs", test_comm_pairs},
+        {"comm_add", test_comm_add},
         {"run_ranks_statuses", test_run_ranks_statuses},
         {"forward_sample_mlp", test_forward_sample_mlp},
         {"forward_zoo_data", test_forward_zoo_data},

@@ -20,22 +20,30 @@ static un_spec *spec;
 
 /* The bytes one training step of plan g (weights folded, `devices` devices, element size es for
  * floats, 8 for ints) must move between devices, per sending device: each parallel op's source
- * pieces that lie on another device than an output piece they make (whole, once per device: the
- * runtime moves pieces, not the blocks of them a partition or combine reads), each piece a
+ * pieces that lie on another device than an output piece they make (once per device; of a
+ * partition or combine only the block of the piece that it reads), each piece a
  * regular op reads from another device than its tuple's (and their gradients back when the
  * source needs one), and the sharded update of each weight in copies (a reduce-scatter and an
- * all-gather of its chunks over each copy group). Written from the layouts' definitions
+ * all-gather of its chunks over each copy group). Nothing of the step's data moves: every device
+ * holds the inputs whole and makes the pieces of the parallel ops over them (but a graph output's)
+ * that it reads. Written from the layouts' definitions
  * (pcg/shape.h piece order, pcg/infer.h tuples), not from the runtime's code. *reads counts the
  * pieces regular ops read from another device (none when each op's inputs, weights above all,
  * are placed where it runs: then only the parallel ops move anything). */
 static void plan_bytes(const un_graph *g, int devices, int64_t es, int64_t *sent, int64_t *reads) {
     int32_t n = un_graph_node_count(g);
     bool *grad = calloc((size_t)n, sizeof *grad);
+    bool *data = calloc((size_t)n, sizeof *data); /* every device has it: nothing is sent */
     for (int32_t id = 0; id < n; id++) {
         const un_node *nd = un_graph_node(g, id);
         grad[id] = nd->op == UN_OP_WEIGHT;
         for (int k = 0; k < nd->n_in; k++)
             grad[id] |= grad[nd->in[k].node];
+        bool output = false;
+        for (int32_t i = 0; i < un_graph_output_count(g); i++)
+            output |= un_graph_output(g, i).node == id;
+        data[id] = nd->op == UN_OP_INPUT ||
+                   (un_op_kind_of(nd->op) == UN_OPK_PARALLEL && data[nd->in[0].node] && !output);
     }
     for (int d = 0; d < devices; d++)
         sent[d] = 0;
@@ -56,7 +64,7 @@ static void plan_bytes(const un_graph *g, int devices, int64_t es, int64_t *sent
                 for (int k = 0; k < nd->n_in; k++) {
                     const un_node *src = un_graph_node(g, nd->in[k].node);
                     const un_shape *si = un_graph_shape(g, nd->in[k]);
-                    if (src->op == UN_OP_INPUT)
+                    if (data[nd->in[k].node])
                         continue;
                     un_infer_piece(inf, u, false, k, blk, &sum, &copy);
                     int64_t p = un_shape_piece_index(si, blk, sum, copy);
@@ -95,16 +103,17 @@ static void plan_bytes(const un_graph *g, int devices, int64_t es, int64_t *sent
         if (un_op_kind_of(nd->op) != UN_OPK_PARALLEL)
             continue;
         const un_node *src = un_graph_node(g, nd->in[0].node);
-        if (src->op == UN_OP_INPUT) /* the step's data: on every device */
+        if (data[nd->in[0].node]) /* the step's data, or parallel ops over it: on every device */
             continue;
         const un_shape *si = &src->inf.out[nd->in[0].out];
         int64_t sbytes = un_shape_piece_numel(si) * e, npairs = 0;
-        int64_t(*pairs)[2] = malloc((size_t)np * 64 * sizeof *pairs); /* (source piece, device) */
+        /* (source piece, device, first and last element of the block read, logical index) */
+        int64_t(*pairs)[4] = malloc((size_t)np * 64 * sizeof *pairs);
         for (int64_t p = 0; p < np; p++) {
             int32_t blk[UN_MAX_DIMS], sum, copy, sb[UN_MAX_DIMS];
             un_shape_piece_coords(so, p, blk, &sum, &copy);
             int32_t to = un_view_device(&nd->view, p, devices);
-            int64_t srcs[64];
+            int64_t srcs[64], bytes[64], first[64], last[64];
             int ns = 0;
             if (nd->op == UN_OP_REPLICATE) {
                 srcs[ns++] = un_shape_piece_index(si, blk, sum, copy / (so->copy / si->copy));
@@ -112,7 +121,11 @@ static void plan_bytes(const un_graph *g, int devices, int64_t es, int64_t *sent
                 int32_t k = si->sum / so->sum;
                 for (int32_t t = 0; t < k && ns < 64; t++)
                     srcs[ns++] = un_shape_piece_index(si, blk, sum * k + t, copy);
-            } else { /* partition, combine: the source blocks overlapping this block */
+            }
+            for (int k = 0; k < ns; k++) /* whole pieces */
+                bytes[k] = sbytes, first[k] = 0, last[k] = -1;
+            if (nd->op == UN_OP_PARTITION || nd->op == UN_OP_COMBINE) {
+                /* the source blocks overlapping this block: only their overlap travels */
                 int64_t lo[UN_MAX_DIMS], hi[UN_MAX_DIMS];
                 for (int i = 0; i < so->rank; i++) {
                     int64_t od = so->dim[i] / so->shard[i], sd = si->dim[i] / si->shard[i];
@@ -121,8 +134,20 @@ static void plan_bytes(const un_graph *g, int devices, int64_t es, int64_t *sent
                     sb[i] = (int32_t)lo[i];
                 }
                 for (;;) {
-                    if (ns < 64)
-                        srcs[ns++] = un_shape_piece_index(si, sb, sum, copy);
+                    if (ns < 64) {
+                        srcs[ns] = un_shape_piece_index(si, sb, sum, copy);
+                        bytes[ns] = e, first[ns] = last[ns] = 0;
+                        for (int i = 0; i < so->rank; i++) {
+                            int64_t od = so->dim[i] / so->shard[i], sd = si->dim[i] / si->shard[i];
+                            int64_t a0 = blk[i] * od > sb[i] * sd ? blk[i] * od : sb[i] * sd;
+                            int64_t a1 = (blk[i] + 1) * od < (sb[i] + 1) * sd ? (blk[i] + 1) * od
+                                                                              : (sb[i] + 1) * sd;
+                            bytes[ns] *= a1 - a0;
+                            first[ns] = first[ns] * so->dim[i] + a0;
+                            last[ns] = last[ns] * so->dim[i] + a1 - 1;
+                        }
+                        ns++;
+                    }
                     int i = so->rank - 1;
                     while (i >= 0 && ++sb[i] > hi[i]) {
                         sb[i] = (int32_t)lo[i];
@@ -132,23 +157,27 @@ static void plan_bytes(const un_graph *g, int devices, int64_t es, int64_t *sent
                         break;
                 }
             }
-            for (int k = 0; k < ns; k++) { /* a source piece travels once to each device */
+            for (int k = 0; k < ns; k++) { /* a block of a source piece travels once per device */
                 int32_t from = un_view_device(&src->view, srcs[k], devices);
                 bool seen = from == to;
                 for (int64_t m = 0; m < npairs && !seen; m++)
-                    seen = pairs[m][0] == srcs[k] && pairs[m][1] == to;
+                    seen = pairs[m][0] == srcs[k] && pairs[m][1] == to && pairs[m][2] == first[k] &&
+                           pairs[m][3] == last[k];
                 if (seen)
                     continue;
                 pairs[npairs][0] = srcs[k];
-                pairs[npairs++][1] = to;
-                sent[from] += sbytes;
+                pairs[npairs][1] = to;
+                pairs[npairs][2] = first[k];
+                pairs[npairs++][3] = last[k];
+                sent[from] += bytes[k];
                 if (grad[nd->in[0].node])
-                    sent[to] += sbytes;
+                    sent[to] += bytes[k];
             }
         }
         free(pairs);
     }
     free(grad);
+    free(data);
 }
 
 /* ---- training runs ---- */
@@ -311,6 +340,23 @@ static void test_views_errors(void) {
             cli_fmt(
                 "--model %s/model.json --strategy %s/bad.json --devices 4 --steps 1 --loss mse"),
             bad[i].why);
+    }
+    /* a bad view in the model file itself (serial, or transformed by a named strategy): one line
+     * naming that file, the node and the reason */
+    cli_write_file("badmodel.json",
+                   "{\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": "
+                   "[16, 32]}}, {\"name\": \"w1\", \"op\": \"weight\", \"params\": {\"shape\": "
+                   "[32, 8]}}, {\"name\": \"fc1\", \"op\": \"linear\", \"in\": [\"x\", \"w1\"], "
+                   "\"devices\": [5]}]}");
+    char want[400];
+    snprintf(want, sizeof want, "%s: node 'fc1': device 5 in its machine view",
+             cli_path("badmodel.json"));
+    static const char *runs[] = {"", "--devices 4", "--devices 4 --strategy mixed:2x2"};
+    for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
+        char args[600];
+        snprintf(args, sizeof args, "--model %s %s --steps 1 --loss mse", cli_path("badmodel.json"),
+                 runs[i]);
+        cli_expect_clean_error("unity-train", args, want);
     }
     un_graph_free(model);
     un_ctx_free(ctx);
