@@ -535,32 +535,13 @@ static un_status profile_optimizer(un_ctx *ctx, un_rulesdb *db, un_backend *be, 
     return st;
 }
 
-typedef struct part_run {
-    int part; /* 0: data, 1: loss */
-    size_t fes;
+typedef struct loss_run {
     un_backend *be;
-    int64_t n;
-    void *host;
-    un_buffer *data;
     un_kt y, gy, lab;
-    uint64_t seed;
-} part_run;
+} loss_run;
 
-static un_status part_once(un_ctx *ctx, void *arg, double *dev) {
-    part_run *r = arg;
-    if (r->part == 0) { /* host work: the host clocks time it */
-        un_rng rng;
-        un_rng_seed(&rng, r->seed++);
-        for (int64_t x = 0; x < r->n; x++) {
-            double v = 2 * un_rng_double(&rng) - 1;
-            if (r->fes == 4)
-                ((float *)r->host)[x] = (float)v;
-            else
-                ((double *)r->host)[x] = v;
-        }
-        un_status st = un_buffer_write(ctx, r->data, 0, r->host, (size_t)r->n * r->fes);
-        return st == UN_OK ? un_backend_synchronize(ctx, r->be) : st;
-    }
+static un_status loss_once(un_ctx *ctx, void *arg, double *dev) {
+    loss_run *r = arg;
     if (r->y.dim[0] * r->y.dim[1] == 0)
         return UN_OK;
     un_backend_timer tm;
@@ -571,51 +552,41 @@ static un_status part_once(un_ctx *ctx, void *arg, double *dev) {
     return st == UN_OK ? un_backend_timer_stop(ctx, r->be, &tm, dev) : st;
 }
 
-/* The runtime's own per-step work besides operators, as runtime/train.c runs it: making the batch
- * (one random number per element on the host, written to the backend) and the cross-entropy
- * loss with its gradient on one output piece, on the backend. Medians of repetitions, like the
- * ops. */
+/* The runtime's own per-step work besides operators, as runtime/train.c runs it in a step's time:
+ * the cross-entropy loss with its gradient on one output piece, on the backend (the median of
+ * repetitions, like the ops). Making the batch is not in a step's time. */
 static un_status profile_step_parts(un_ctx *ctx, un_rulesdb *db, un_backend *be, const un_graph *g,
                                     const un_profile_params *p, const char *device, FILE *log,
                                     int64_t *n_stored) {
-    part_run r = {.fes = p->f64 ? 8 : 4, .be = be};
-    r.n = un_sim_data_elements(g);
-    const char *sig[2] = {"data:synthetic", "loss:ce"};
-    char shapes[2][64];
-    snprintf(shapes[0], sizeof shapes[0], "float[%lld]", (long long)r.n);
+    size_t fes = p->f64 ? 8 : 4;
+    loss_run r = {.be = be};
+    char shape[64];
     const un_shape *o = un_graph_output_count(g) ? un_graph_shape(g, un_graph_output(g, 0)) : NULL;
-    un_sim_loss_shape(o ? o : &(un_shape){0}, shapes[1], sizeof shapes[1]);
+    un_sim_loss_shape(o ? o : &(un_shape){0}, shape, sizeof shape);
     long long rows = 0, cls = 0;
-    sscanf(shapes[1], "float[%lld,%lld]", &rows, &cls);
+    sscanf(shape, "float[%lld,%lld]", &rows, &cls);
     int64_t m = rows * cls;
-    r.host = un_xcalloc((size_t)r.n + 1, r.fes);
     un_buffer *logits = NULL, *grad = NULL, *labels = NULL;
-    un_status st = un_buffer_new(ctx, be, ((size_t)r.n + 1) * r.fes, &r.data);
+    un_status st = un_buffer_new(ctx, be, ((size_t)m + 1) * fes, &logits);
     if (st == UN_OK)
-        st = un_buffer_new(ctx, be, ((size_t)m + 1) * r.fes, &logits);
-    if (st == UN_OK)
-        st = un_buffer_new(ctx, be, ((size_t)m + 1) * r.fes, &grad);
+        st = un_buffer_new(ctx, be, ((size_t)m + 1) * fes, &grad);
     if (st == UN_OK)
         st = un_buffer_new(ctx, be, ((size_t)rows + 1) * sizeof(int64_t), &labels);
     r.y = (un_kt){.dtype = UN_DT_FLOAT, .rank = 2, .dim = {rows, cls}};
     r.gy = r.y;
     r.lab = (un_kt){.dtype = UN_DT_INT, .rank = 1, .dim = {rows}};
+    double sec = 0;
     if (st == UN_OK) {
         r.y.data = un_buffer_at(logits, 0);
         r.gy.data = un_buffer_at(grad, 0);
         r.lab.data = un_buffer_at(labels, 0);
+        st = time_median(ctx, NULL, loss_once, &r, p, &sec);
     }
-    for (r.part = 0; r.part < 2 && st == UN_OK; r.part++) {
-        double sec = 0;
-        if ((st = time_median(ctx, NULL, part_once, &r, p, &sec)) != UN_OK ||
-            (st = store(ctx, db, sig[r.part], shapes[r.part], device, sec, 0, 0)) != UN_OK)
-            break;
+    if (st == UN_OK && (st = store(ctx, db, "loss:ce", shape, device, sec, 0, 0)) == UN_OK) {
         ++*n_stored;
         if (log)
-            fprintf(log, "  %-44s %-40s %10.4f ms\n", sig[r.part], shapes[r.part], sec * 1e3);
+            fprintf(log, "  %-44s %-40s %10.4f ms\n", "loss:ce", shape, sec * 1e3);
     }
-    free(r.host);
-    un_buffer_free(r.data);
     un_buffer_free(logits);
     un_buffer_free(grad);
     un_buffer_free(labels);
@@ -880,7 +851,7 @@ un_status un_profile_graph(un_ctx *ctx, un_rulesdb *db, const un_graph *g,
     free(bwd);
     free(ids);
     free(key);
-    /* the optimizer, data and loss as the runtime runs them on this backend */
+    /* the optimizer and the loss as the runtime runs them on this backend */
     if (st == UN_OK && p->optimizer)
         st = profile_optimizer(ctx, db, be, g, p, device, log, n_stored);
     if (st == UN_OK)

@@ -652,18 +652,6 @@ static void memory(sim *s) {
 
 /* ---- the step ---- */
 
-int64_t un_sim_data_elements(const un_graph *g) {
-    int64_t n = 0;
-    for (int32_t id = 0; id < un_graph_node_count(g); id++)
-        if (un_graph_node(g, id)->op == UN_OP_INPUT)
-            n += un_shape_numel(&un_graph_node(g, id)->inf.out[0]);
-    if (un_graph_output_count(g) > 0) { /* labels: a class per row, or one per element */
-        const un_shape *o = un_graph_shape(g, un_graph_output(g, 0));
-        n += o->rank == 2 && o->dim[1] > 2 ? o->dim[0] : un_shape_numel(o);
-    }
-    return n;
-}
-
 void un_sim_loss_shape(const un_shape *out, char *buf, size_t n) {
     int64_t c = out->rank ? out->dim[out->rank - 1] / out->shard[out->rank - 1] : 1;
     int64_t rows = c ? un_shape_piece_numel(out) / c : 0;
@@ -919,16 +907,9 @@ static un_status sim_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
                 t->ready[q] = t->gready[q] = (stamp){0, -1};
         }
     }
+    /* the step starts with its batch made (runtime/train.c times forward, loss, backward and
+     * update, not the making of the batch, as a framework's loop fed by a loader) */
     un_status st = UN_OK;
-    if (p->mirror_sources) { /* every device makes the whole batch: inputs and labels */
-        int64_t elems = un_sim_data_elements(g);
-        char shape[48];
-        snprintf(shape, sizeof shape, "float[%lld]", (long long)elems);
-        double t = un_cost_measured(ctx, cm, "data:synthetic", shape,
-                                    (double)elems * s.es / m->dev.mem_bw);
-        for (int d = 0; d < D; d++)
-            run_task(&s, d, -1, K_OTHER, (stamp){0, -1}, t);
-    }
     for (int32_t i = 0; i < n && st == UN_OK; i++)
         st = forward_node(&s, i);
     /* the loss: each output piece's gradient is ready after its device computed the loss */
