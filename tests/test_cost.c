@@ -389,8 +389,10 @@ static void test_sim_runtime(void) {
  * simulator counts it per device with the runtime's own function, so on a machine of kind "cpu"
  * its stash is what the runtime's memory check adds (un_exec_estimate_bytes with and without the
  * stash) on every rank, for serial, data and the model's own tensor layouts; a GPU machine keeps
- * none. The runtime semantics' memory per device is at least the runtime's estimate and at most
- * 12 % above it (activations held for the step, not freed after their last reader). */
+ * none. The runtime semantics' memory per device is the runtime's estimate, up to the gaps of the
+ * runtime's arena layout (at most 3 %): activations live from their forward to their last reader,
+ * their gradients from their last consumer's backward to their own (every tiny model; before,
+ * the simulator held activations for the whole step: up to 12 % above). */
 static void test_sim_stash(void) {
     un_ctx *ctx = un_ctx_new(NULL);
     un_machine cpu;
@@ -400,10 +402,10 @@ static void test_sim_stash(void) {
     static const struct {
         const char *model, *strategy;
         int devices;
-    } cases[] = {{"transformer", "serial", 1},
-                 {"transformer", "data", 2},
-                 {"charlm", "data", 2},
-                 {"mlp", "data", 2}};
+    } cases[] = {{"transformer", "serial", 1}, {"transformer", "data", 2}, {"charlm", "data", 2},
+                 {"mlp", "data", 2},           {"resnext50", "serial", 1}, {"resnext50", "data", 2},
+                 {"inception_v3", "data", 2},  {"dlrm", "data", 2},        {"xdl", "serial", 1},
+                 {"candle_uno", "data", 2}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         un_graph *g = NULL, *f = NULL;
         un_train_opts o = un_train_opts_default();
@@ -421,17 +423,19 @@ static void test_sim_stash(void) {
             int64_t without = un_exec_estimate_bytes(f, r, d, UN_PREC_F32, 2, false);
             EXPECT_TRUE(with >= without && without > 0);
             want += (double)(with - without);
-            /* the simulator holds every activation for the whole step; the runtime frees one
-             * after its last reader (runtime/README.md: one arena by lifetime): an upper bound,
-             * 0-10 % above the runtime's own figure on these tiny models */
-            test__check(rc.mem[r] >= (double)with && rc.mem[r] <= 1.12 * (double)with, TEST__AT,
-                        "%s %s rank %d: simulated %.0f B, runtime %lld B", cases[i].model,
+            /* the simulator frees an activation after its last reader, as the runtime does
+             * (runtime/README.md: one arena by lifetime), and counts the arena's peak of live
+             * bytes; the runtime's arena may be larger than that peak (its layout's gaps) */
+            test__check(rc.mem[r] >= 0.97 * (double)with && rc.mem[r] <= (double)with + 0.5,
+                        TEST__AT, "%s %s rank %d: simulated %.0f B, runtime %lld B", cases[i].model,
                         cases[i].strategy, r, rc.mem[r], (long long)with);
             EXPECT_NEAR(rc.mem[r] - rg.mem[r], (double)(with - without), 0.5);
         }
         EXPECT_NEAR(rc.stash_all, want, 0.5);
         EXPECT_TRUE(rg.stash_all == 0 && rg.mem_stash == 0);
-        if (strcmp(cases[i].model, "mlp") != 0) /* relu linears keep nothing; these do */
+        /* layer norm and attention keep what their backward reads; relu linears, convolutions
+         * and embeddings nothing */
+        if (strcmp(cases[i].model, "transformer") == 0 || strcmp(cases[i].model, "charlm") == 0)
             EXPECT_TRUE(rc.stash_all > 0 && rc.mem_stash > 0);
         un_sim_result_deinit(&rc);
         un_sim_result_deinit(&rg);
