@@ -316,11 +316,12 @@ static void test_measured(void) {
     un_ctx_free(ctx);
 }
 
-static un_graph *mlp_graph(const char *strategy, int devices) {
+/* The tiny configuration of zoo model `model` under a strategy on `devices` devices. */
+static un_graph *zoo_graph(const char *model, const char *strategy, int devices) {
     un_ctx *ctx = un_ctx_new(NULL);
     un_graph *g = NULL;
     un_train_opts o = un_train_opts_default();
-    o.model = "mlp";
+    o.model = model;
     o.tiny = true;
     o.devices = devices;
     o.strategy = strategy;
@@ -348,8 +349,8 @@ static un_sim_result sim_runtime(un_cost_model *cm, const un_graph *g, int devic
  * ranks' shards. */
 static void test_sim_runtime(void) {
     un_ctx *ctx = un_ctx_new(NULL);
-    un_graph *ser = mlp_graph("serial", 1), *dp = mlp_graph("data", 2),
-             *tp = mlp_graph("tensor", 2);
+    un_graph *ser = zoo_graph("mlp", "serial", 1), *dp = zoo_graph("mlp", "data", 2),
+             *tp = zoo_graph("mlp", "tensor", 2);
     int64_t total = 0, c[UN_SIM_MAX_RANK_COUNTS];
     int n = 0;
     for (int32_t id = 0; ser && id < un_graph_node_count(ser); id++)
@@ -483,7 +484,7 @@ static void test_sim_measured_parts(void) {
         EXPECT_OK(ctx, un_rulesdb_open(ctx, path[i], spec, UN_RULESDB_CREATE, &db[i]));
     }
     un_machine m = machine_mem("1e12");
-    un_graph *ser = mlp_graph("serial", 1), *dp = mlp_graph("data", 2);
+    un_graph *ser = zoo_graph("mlp", "serial", 1), *dp = zoo_graph("mlp", "data", 2);
     un_cost_model *cm = model_on(&m, db[0]);
     un_sim_result s0 = sim_runtime(cm, ser, 1), d0 = sim_runtime(cm, dp, 2);
     EXPECT_TRUE(s0.wait == 0 && d0.wait == 0 && s0.meet_time == 0);
@@ -676,13 +677,7 @@ static void profile_entry(const un_graph *g, int sets, const char *path, const c
  * alone over 4 value sets learnt them (2.8-4.9 us: the step estimate 34 % low). So its time on
  * the run's 4 value sets is about its time on new values. */
 static void test_profile_in_step(void) {
-    un_ctx *ctx = un_ctx_new(NULL);
-    un_graph *g = NULL;
-    un_train_opts o = un_train_opts_default();
-    o.model = "resnext50";
-    o.tiny = true;
-    int d = 0;
-    EXPECT_OK(ctx, un_train_graph(ctx, spec, &o, &g, &d));
+    un_graph *g = zoo_graph("resnext50", "serial", 1);
     char path[128];
     snprintf(path, sizeof path, "%s/step.db", cli_tmp);
     double cf = 0, cb = 0, nf = 0, nb = 0;
@@ -692,7 +687,6 @@ static void test_profile_in_step(void) {
                 "relu [8,8,8,8] on 4 value sets %.4f / %.4f ms, on new values %.4f / %.4f ms", cf,
                 cb, nf, nb);
     un_graph_free(g);
-    un_ctx_free(ctx);
 }
 
 /* An embedding's indices are drawn from its input's range as the run's batches are (not all 0,
