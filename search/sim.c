@@ -94,6 +94,8 @@ static void stretch(sim *s, double work);
 static stamp later(stamp a, stamp b) { return a.t >= b.t ? a : b; }
 
 static void arena_add(sim *s, int dev, int32_t lo, int32_t hi, double bytes, bool grad) {
+    int32_t end = 2 * un_graph_node_count(s->g); /* the step's last time (T_NEVER: to the end) */
+    hi = hi < end ? hi : end;
     if (s->n_areq == s->cap_areq) {
         s->cap_areq = s->cap_areq ? 2 * s->cap_areq : 256;
         s->areq = un_xrealloc(s->areq, sizeof *s->areq * (size_t)s->cap_areq);
