@@ -68,10 +68,10 @@ double un_cost_optimizer(un_ctx *ctx, un_cost_model *cm, const char *optimizer, 
 bool un_cost_lookup(un_ctx *ctx, un_cost_model *cm, const char *op_sig, const char *shape,
                     double *fwd, double *bwd);
 /* The measured seconds of a step's part that is not an operator (op-cost cache entries the
- * profiler stores: "data:synthetic" float[n] = making n input and label elements, "loss:ce"
- * float[rows,classes] = the loss and its gradient on one output piece, "comm:barrier" devices[D] =
- * one barrier of D device threads, "comm:exchange" devices[D] = one exchange of small messages
- * between them: its rendezvous), or `fallback` when none is cached for this device kind. */
+ * profiler stores: "loss:ce" float[rows,classes] = the loss and its gradient on one output piece,
+ * "comm:barrier" devices[D] = one barrier of D device threads, "comm:exchange" devices[D] = one
+ * exchange of small messages between them: its rendezvous), or `fallback` when none is cached
+ * for this device kind. */
 double un_cost_measured(un_ctx *ctx, un_cost_model *cm, const char *op_sig, const char *shape,
                         double fallback);
 /* Element bytes of float tensors at the model's precision. */

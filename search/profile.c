@@ -47,27 +47,34 @@ static double clock_s(clockid_t c) {
 
 static double now_s(void) { return clock_s(CLOCK_MONOTONIC); }
 
-/* Writes fresh values into float tensor t (backend memory): uniform in [-1, 1) from seed. */
-static un_status kt_fill(un_ctx *ctx, un_backend *be, const un_kt *t, size_t fes, uint64_t seed) {
+/* Writes fresh values into tensor t (backend memory) from seed: floats uniform in [-1, 1),
+ * integers uniform in [0, range) (range >= 1). */
+static un_status kt_fill(un_ctx *ctx, un_backend *be, const un_kt *t, size_t fes, int64_t range,
+                         uint64_t seed) {
     int64_t n = 1;
     for (int i = 0; i < t->rank; i++)
         n *= t->dim[i];
     un_rng r;
     un_rng_seed(&r, seed);
-    void *host = un_xmalloc((size_t)n * fes + 1); /* device memory is written, never dereferenced */
+    size_t es = t->dtype == UN_DT_FLOAT ? fes : sizeof(int64_t);
+    void *host = un_xmalloc((size_t)n * es + 1); /* device memory is written, never dereferenced */
     for (int64_t i = 0; i < n; i++) {
+        if (t->dtype != UN_DT_FLOAT) {
+            ((int64_t *)host)[i] = (int64_t)un_rng_below(&r, (uint64_t)(range > 0 ? range : 1));
+            continue;
+        }
         double v = 2 * un_rng_double(&r) - 1;
         if (fes == 4)
             ((float *)host)[i] = (float)v;
         else
             ((double *)host)[i] = v;
     }
-    un_status st = un_backend_write(ctx, be, t->data, host, (size_t)n * fes);
+    un_status st = un_backend_write(ctx, be, t->data, host, (size_t)n * es);
     free(host);
     return st;
 }
 
-/* A tensor of shape s in backend memory: floats in [-1, 1), ints 0 (a valid index for every op). */
+/* A tensor of shape s in backend memory; with fill, floats in [-1, 1) (integers: 0). */
 static un_status kt_new(un_ctx *ctx, un_backend *be, const un_shape *s, size_t fes, uint64_t seed,
                         bool fill, un_kt *out) {
     memset(out, 0, sizeof *out);
@@ -80,7 +87,7 @@ static un_status kt_new(un_ctx *ctx, un_backend *be, const un_shape *s, size_t f
     un_status st = un_backend_alloc(ctx, be, (size_t)n * es + 1, &out->data);
     if (st != UN_OK || !fill || s->dtype != UN_DT_FLOAT)
         return st;
-    return kt_fill(ctx, be, out, fes, seed);
+    return kt_fill(ctx, be, out, fes, 0, seed);
 }
 
 typedef struct bufs {
@@ -152,32 +159,10 @@ static rep_time rep_run(un_ctx *ctx, prep_fn prep, timed_fn fn, void *arg, un_st
     return (rep_time){w1 - w0, clock_s(CLOCK_THREAD_CPUTIME_ID) - c0, dev};
 }
 
-/* Repetitions that D threads run at the same time: each starts after a barrier of all D; t holds
- * thread k's rep i at [k * reps + i]. */
-typedef struct lockstep {
-    pthread_barrier_t bar;
-    int reps;
-    rep_time *t;
-} lockstep;
-
 /* The median seconds of one call of fn(arg) after the warm-up: repetitions go on until min_reps
- * and min_seconds are both reached (the median resists the other jobs of a shared machine).
- * With ls: thread k's part of a lockstep timing (warm-up, then ls->reps repetitions into ls->t);
- * fn NULL (this thread failed before) still passes every barrier, so no thread is left waiting. */
+ * and min_seconds are both reached (the median resists the other jobs of a shared machine). */
 static un_status time_median(un_ctx *ctx, prep_fn prep, timed_fn fn, void *arg,
-                             const un_profile_params *p, lockstep *ls, int k, double *sec) {
-    if (ls) {
-        un_status st = UN_OK;
-        for (int i = 0; i < p->warmup + ls->reps; i++) {
-            if (fn && prep && st == UN_OK)
-                st = prep(ctx, arg); /* before the barrier: the timed parts start together */
-            pthread_barrier_wait(&ls->bar);
-            rep_time t = rep_run(ctx, NULL, fn, arg, &st);
-            if (i >= p->warmup)
-                ls->t[(size_t)k * (size_t)ls->reps + (size_t)(i - p->warmup)] = t;
-        }
-        return st;
-    }
+                             const un_profile_params *p, double *sec) {
     un_status st = UN_OK;
     int reps = 0, cap = 64;
     rep_time *t = un_xmalloc(sizeof *t * (size_t)cap);
@@ -216,6 +201,8 @@ typedef struct op_run {
     size_t fes;
     uint64_t seed; /* the repetition's dropout seed (as a step's: never 0) */
     const int64_t *off, *full;
+    const int64_t *range; /* per input: integers are drawn from [0, range) (int_range) */
+    uint64_t node;        /* the values differ per node (a replay runs one op for several) */
 } op_run;
 
 static un_status op_call(un_ctx *ctx, op_run *r, bool bwd) {
@@ -235,12 +222,13 @@ static un_status op_prep(un_ctx *ctx, void *arg) {
     bufs *b = r->b;
     un_status st = UN_OK;
     uint64_t v = r->sets > 0 ? r->seed % (uint64_t)r->sets : r->seed; /* the value set */
+    v = un_hash_combine(r->node, v);
     for (int t = 0; t < b->n_in && st == UN_OK; t++)
-        if (b->in[t].dtype == UN_DT_FLOAT)
-            st = kt_fill(ctx, r->be, &b->in[t], r->fes, v * 64 + (uint64_t)t);
+        st = kt_fill(ctx, r->be, &b->in[t], r->fes, r->range ? r->range[t] : 0,
+                     v * 64 + (uint64_t)t);
     for (int o = 0; o < b->n_out && st == UN_OK && r->bwd; o++)
         if (b->dout[o].dtype == UN_DT_FLOAT)
-            st = kt_fill(ctx, r->be, &b->dout[o], r->fes, v * 64 + 32 + (uint64_t)o);
+            st = kt_fill(ctx, r->be, &b->dout[o], r->fes, 0, v * 64 + 32 + (uint64_t)o);
     if (st == UN_OK && r->bwd)
         st = op_call(ctx, r, false);
     return st == UN_OK ? un_backend_synchronize(ctx, r->be) : st;
@@ -255,88 +243,170 @@ static un_status op_once(un_ctx *ctx, void *arg, double *dev) {
     return st == UN_OK ? un_backend_timer_stop(ctx, r->be, &tm, dev) : st;
 }
 
-static un_status time_op(un_ctx *ctx, op_run *r, const un_profile_params *p, lockstep *ls, int k,
-                         bool run, double *sec) {
-    return time_median(ctx, op_prep, run ? op_once : NULL, r, p, ls, k, sec);
+/* The values integer input t of node nd takes in a run: those of the input it comes from through
+ * parallel ops (its "range" parameter, as the runtime's synthetic batches draw them; 2 where it
+ * has none, as runtime/train.c), within the rows of an embedding's table piece (in: the piece
+ * shapes; the kernel's valid indices). */
+static int64_t int_range(const un_graph *g, const un_node *nd, int t, const un_shape *in) {
+    const un_spec *spec = un_graph_spec(g);
+    const un_node *src = un_graph_node(g, nd->in[t].node);
+    while (un_op_kind_of(src->op) == UN_OPK_PARALLEL)
+        src = un_graph_node(g, src->in[0].node);
+    int ir =
+        src->op == UN_OP_INPUT ? un_spec_param_index(un_spec_op(spec, UN_OP_INPUT), "range") : -1;
+    int64_t range = ir >= 0 && src->params[ir].v[0] > 0 ? src->params[ir].v[0] : 2;
+    if (nd->op == UN_OP_EMBEDDING && t == 0 && nd->n_in > 1 && in[1].dim[0] < range)
+        range = in[1].dim[0];
+    return range > 0 ? range : 1;
 }
 
-/* Times node id's piece on be (NULL: this lockstep thread has no backend; it only keeps step),
- * alone (lf, lb NULL) or as thread k of a lockstep timing of the forward (lf) and backward (lb). */
-static un_status profile_node(un_ctx *ctx, un_backend *be, const un_graph *g, int32_t id,
-                              const un_profile_params *p, size_t fes, lockstep *lf, lockstep *lb,
-                              int k, double *fwd, double *bwd) {
-    const un_node *nd = un_graph_node(g, id);
+/* One distinct operator of the graph as a replay runs it: its piece's buffers and its call. */
+typedef struct rop {
     bufs b;
-    memset(&b, 0, sizeof b);
+    int64_t off[UN_MAX_DIMS], full[UN_MAX_DIMS], range[UN_MAX_INPUTS];
+    op_run r;
+} rop;
+
+/* Node id's piece on be: buffers of its piece shapes (values come with each run: op_prep), input
+ * gradients only where the run has them (ng: per node, whether its output needs a gradient; the
+ * backward kernels skip the others: a first convolution's backward computes no input gradient)
+ * and input 0's place as the runtime passes it (the first piece of its whole tensor). */
+static un_status rop_setup(un_ctx *ctx, un_backend *be, const un_graph *g, int32_t id,
+                           const bool *ng, const un_profile_params *p, size_t fes, rop *o) {
+    const un_node *nd = un_graph_node(g, id);
+    bufs *b = &o->b;
     un_shape in[UN_MAX_INPUTS];
     un_cost_piece_shapes(g, id, in);
     /* the output pieces as the runtime allocates them: the plan's output layouts (the op on the
      * piece shapes may fail the op's requirements, as attention split by heads does) */
     un_shape out[UN_MAX_OUTPUTS];
-    for (int o = 0; o < nd->inf.n_out; o++) {
+    for (int k = 0; k < nd->inf.n_out; k++) {
         int64_t d[UN_MAX_DIMS];
-        un_shape_piece_dims(&nd->inf.out[o], d);
-        out[o] = un_shape_make(nd->inf.out[o].rank, d, nd->inf.out[o].dtype);
+        un_shape_piece_dims(&nd->inf.out[k], d);
+        out[k] = un_shape_make(nd->inf.out[k].rank, d, nd->inf.out[k].dtype);
     }
-    un_status st = be ? UN_OK : UN_ERR_DEVICE;
-    b.n_in = nd->n_in;
-    b.n_out = nd->inf.n_out;
+    un_status st = UN_OK;
+    b->n_in = nd->n_in;
+    b->n_out = nd->inf.n_out;
     for (int t = 0; t < nd->n_in && st == UN_OK; t++) {
-        st = kt_new(ctx, be, &in[t], fes, (uint64_t)t + 1, true, &b.in[t]);
-        if (st == UN_OK && in[t].dtype == UN_DT_FLOAT)
-            st = kt_new(ctx, be, &in[t], fes, 0, false, &b.din[t]);
+        o->range[t] = in[t].dtype == UN_DT_INT ? int_range(g, nd, t, in) : 0;
+        st = kt_new(ctx, be, &in[t], fes, 0, false, &b->in[t]);
+        if (st == UN_OK && in[t].dtype == UN_DT_FLOAT && ng[nd->in[t].node])
+            st = kt_new(ctx, be, &in[t], fes, 0, false, &b->din[t]);
     }
-    for (int o = 0; o < b.n_out && st == UN_OK; o++) {
-        st = kt_new(ctx, be, &out[o], fes, 0, false, &b.out[o]);
-        if (st == UN_OK && out[o].dtype == UN_DT_FLOAT)
-            st = kt_new(ctx, be, &out[o], fes, (uint64_t)o + 99, true, &b.dout[o]);
+    for (int k = 0; k < b->n_out && st == UN_OK; k++) {
+        st = kt_new(ctx, be, &out[k], fes, 0, false, &b->out[k]);
+        if (st == UN_OK && out[k].dtype == UN_DT_FLOAT)
+            st = kt_new(ctx, be, &out[k], fes, 0, false, &b->dout[k]);
     }
-    /* input 0's place as the runtime passes it: the first piece of its whole tensor */
-    int64_t off[UN_MAX_DIMS] = {0}, full[UN_MAX_DIMS] = {0};
     if (nd->n_in > 0) {
         const un_shape *s0 = un_graph_shape(g, nd->in[0]);
         for (int i = 0; i < s0->rank; i++)
-            full[i] = s0->dim[i];
+            o->full[i] = s0->dim[i];
     }
-    op_run r = {.be = be,
-                .nd = nd,
-                .b = &b,
-                .fresh = true,
-                .sets = p->value_sets,
-                .fes = fes,
-                .off = off,
-                .full = full};
-    if (st == UN_OK || lf)
-        st = time_op(ctx, &r, p, lf, k, st == UN_OK, fwd) != UN_OK ? UN_ERR_DEVICE : st;
-    r.bwd = true;
-    if (st == UN_OK || lb)
-        st = time_op(ctx, &r, p, lb, k, st == UN_OK, bwd) != UN_OK ? UN_ERR_DEVICE : st;
-    if (be)
-        bufs_free(be, &b);
+    o->r = (op_run){.be = be,
+                    .nd = nd,
+                    .b = b,
+                    .fresh = true,
+                    .sets = p->value_sets,
+                    .fes = fes,
+                    .off = o->off,
+                    .full = o->full,
+                    .range = o->range};
     return st;
 }
 
-typedef struct together_job {
+/* A replay of a step's operators: the graph's regular nodes run as a step runs them, every
+ * forward in order, then every backward in reverse, pass after pass, on D
+ * device threads (each with its backend of p->threads threads and its own buffers) in lockstep:
+ * each call starts after a barrier of all D, so the devices' contention for the cores, the shared
+ * cache and memory and with the machine's other jobs is in the time. Between two runs of one op
+ * the others run, as in a step, so the branch predictor and the caches hold what a step leaves
+ * them: a ReLU or a max pool of a step's size does not learn its inputs' signs from one run to the
+ * next as one repeated alone does (4x faster, tiny ResNeXt), a small model's whole step does.
+ * Nodes of one cost key (op, params, piece shapes) share one op's buffers, each with values of
+ * its own. Thread k's time of the node at position x, direction b (0: forward), pass j is
+ * t[((k * n + x) * 2 + b) * reps + j]. */
+typedef struct replay {
     const un_graph *g;
-    int32_t id;
     const un_profile_params *p;
-    lockstep *lf, *lb;
+    const int32_t *ids; /* per key: its first node */
+    const int *key;     /* per position: the key of the node (positions in topological order) */
+    const bool *ng;     /* per node: its output needs a gradient (as runtime/exec.c) */
+    int n, nk, D;       /* positions, keys, devices */
+    pthread_barrier_t bar;
+    int reps; /* timed passes: thread 0 sets them from its warm-up passes */
+    rep_time *t;
+} replay;
+
+/* One pass over the ops; j >= 0: a timed pass, its times into rp->t. ok: this thread's ops are set
+ * up (else it only passes the barriers, so no thread is left waiting). */
+static void replay_pass(un_ctx *ctx, replay *rp, rop *ops, bool ok, int k, int j, un_status *st) {
+    for (int b = 0; b < 2; b++)
+        for (int y = 0; y < rp->n; y++) {
+            int i = b ? rp->n - 1 - y : y;
+            op_run *r = &ops[rp->key[i]].r;
+            bool run = ok && *st == UN_OK;
+            if (run) {
+                r->bwd = b == 1;
+                r->node = (uint64_t)i;
+                *st = op_prep(ctx, r);
+            }
+            if (rp->D > 1)
+                pthread_barrier_wait(&rp->bar);
+            rep_time t = rep_run(ctx, NULL, run && *st == UN_OK ? op_once : NULL, r, st);
+            if (j >= 0)
+                rp->t[(((size_t)k * (size_t)rp->n + (size_t)i) * 2 + (size_t)b) * (size_t)rp->reps +
+                      (size_t)j] = t;
+        }
+}
+
+/* Thread k's part of the replay on be (NULL: this thread has no backend; it keeps step only). */
+static un_status replay_run(un_ctx *ctx, un_backend *be, replay *rp, int k) {
+    size_t fes = rp->p->f64 ? 8 : 4;
+    rop *ops = un_xcalloc((size_t)rp->nk, sizeof *ops);
+    un_status st = be ? UN_OK : UN_ERR_DEVICE;
+    int set = 0;
+    for (; set < rp->nk && st == UN_OK; set++)
+        st = rop_setup(ctx, be, rp->g, rp->ids[set], rp->ng, rp->p, fes, &ops[set]);
+    bool ok = st == UN_OK;
+    double w0 = now_s();
+    int warm = rp->p->warmup > 0 ? rp->p->warmup : 1;
+    for (int j = 0; j < warm; j++)
+        replay_pass(ctx, rp, ops, ok, k, -1, &st);
+    if (k == 0) { /* every op min_seconds forward and backward, as one timed alone: the passes */
+        double pass = (now_s() - w0) / warm, want = 2.0 * rp->nk * rp->p->min_seconds;
+        double reps = pass > 0 ? want / pass : 2000;
+        rp->reps = reps < rp->p->min_reps ? rp->p->min_reps : reps > 2000 ? 2000 : (int)reps;
+        rp->t = un_xcalloc((size_t)rp->D * (size_t)rp->n * 2 * (size_t)rp->reps, sizeof *rp->t);
+    }
+    if (rp->D > 1)
+        pthread_barrier_wait(&rp->bar);
+    for (int j = 0; j < rp->reps; j++)
+        replay_pass(ctx, rp, ops, ok, k, j, &st);
+    for (int i = 0; i < set && be; i++)
+        bufs_free(be, &ops[i].b);
+    free(ops);
+    return st;
+}
+
+typedef struct replay_job {
+    replay *rp;
     int k;
     un_status st;
     char err[256];
-} together_job;
+} replay_job;
 
-static void *together_main(void *arg) {
-    together_job *j = arg;
+/* A device thread k >= 1 of the replay, with a CPU (or opaque) backend of its own. */
+static void *replay_main(void *arg) {
+    replay_job *j = arg;
+    const un_profile_params *p = j->rp->p;
     un_ctx *ctx = un_ctx_new(NULL);
     un_backend *be = NULL;
-    size_t fes = j->p->f64 ? 8 : 4;
-    un_prec prec = j->p->f64 ? UN_PREC_F64 : UN_PREC_F32;
-    un_status st = j->p->opaque ? un_backend_opaque_new(ctx, prec, j->p->threads, &be)
-                                : un_backend_cpu_new(ctx, prec, j->p->threads, &be);
-    double f, b;
-    un_status st2 = profile_node(ctx, st == UN_OK ? be : NULL, j->g, j->id, j->p, fes, j->lf, j->lb,
-                                 j->k, &f, &b);
+    un_prec prec = p->f64 ? UN_PREC_F64 : UN_PREC_F32;
+    un_status st = p->opaque ? un_backend_opaque_new(ctx, prec, p->threads, &be)
+                             : un_backend_cpu_new(ctx, prec, p->threads, &be);
+    un_status st2 = replay_run(ctx, st == UN_OK ? be : NULL, j->rp, j->k);
     j->st = st != UN_OK ? st : st2;
     snprintf(j->err, sizeof j->err, "%s", un_ctx_errmsg(ctx));
     un_backend_free(be);
@@ -344,55 +414,60 @@ static void *together_main(void *arg) {
     return NULL;
 }
 
-/* Per repetition the slowest of the n threads, then rep_median. */
-static double lockstep_median(const lockstep *ls, int n, const un_profile_params *p) {
-    rep_time *m = un_xcalloc((size_t)ls->reps + 1, sizeof *m);
-    for (int i = 0; i < ls->reps; i++)
-        for (int k = 0; k < n; k++) {
-            rep_time t = ls->t[(size_t)k * (size_t)ls->reps + (size_t)i];
-            m[i].wall = t.wall > m[i].wall ? t.wall : m[i].wall;
-            m[i].cpu = t.cpu > m[i].cpu ? t.cpu : m[i].cpu;
-        }
-    double r = rep_median(m, ls->reps, p);
+/* Key i's seconds in direction b: per node of the key and pass the slowest device (the next
+ * rendezvous waits for it), then rep_median over them all. */
+static double replay_median(const replay *rp, int i, int b) {
+    rep_time *m = un_xcalloc((size_t)rp->reps * (size_t)rp->n + 1, sizeof *m);
+    int c = 0;
+    for (int x = 0; x < rp->n; x++)
+        for (int j = 0; j < rp->reps && rp->key[x] == i; j++, c++)
+            for (int k = 0; k < rp->D; k++) {
+                rep_time t = rp->t[(((size_t)k * (size_t)rp->n + (size_t)x) * 2 + (size_t)b) *
+                                       (size_t)rp->reps +
+                                   (size_t)j];
+                m[c].wall = t.wall > m[c].wall ? t.wall : m[c].wall;
+                m[c].cpu = t.cpu > m[c].cpu ? t.cpu : m[c].cpu;
+                m[c].dev = k == 0 || t.dev > m[c].dev ? t.dev : m[c].dev;
+            }
+    double r = rep_median(m, c, rp->p);
     free(m);
     return r;
 }
 
-/* Node id's piece as a step runs it on D devices: every device computes its piece at the same
- * time (D threads, each with its own backend of p->threads threads and its own buffers, the
- * repetitions in lockstep), so the devices' contention for the cores, the shared cache and memory
- * and with the machine's other jobs is in the time. Per repetition the slowest device's time (the
- * next rendezvous waits for it), and the median of those. `alone` (seconds, one device by
- * itself) sizes the repetitions. */
-static un_status profile_together(un_ctx *ctx, const un_graph *g, int32_t id,
-                                  const un_profile_params *p, int D, double alone, double *fwd,
-                                  double *bwd) {
-    int reps = alone > 0 ? (int)(p->min_seconds / alone) : 2000;
-    reps = reps < p->min_reps ? p->min_reps : reps > 2000 ? 2000 : reps;
-    lockstep ls[2];
-    together_job *j = un_xcalloc((size_t)D, sizeof *j);
+/* The replay of n nodes whose keys are key[0..n) (ids: each key's first node) on D devices: this
+ * thread is device 0 on be, D - 1 threads the others; fwd[i], bwd[i]: key i's seconds. */
+static un_status replay_ops(un_ctx *ctx, un_backend *be, const un_graph *g, const int32_t *ids,
+                            int nk, const int *key, int n, const un_profile_params *p, int D,
+                            double *fwd, double *bwd) {
+    int32_t nn = un_graph_node_count(g);
+    bool *ng = un_xcalloc((size_t)nn + 1, sizeof *ng);
+    for (int32_t id = 0; id < nn; id++) {
+        const un_node *nd = un_graph_node(g, id);
+        ng[id] = nd->op == UN_OP_WEIGHT;
+        for (int t = 0; t < nd->n_in; t++)
+            ng[id] |= ng[nd->in[t].node];
+    }
+    replay rp = {.g = g, .p = p, .ids = ids, .key = key, .ng = ng, .n = n, .nk = nk, .D = D};
+    pthread_barrier_init(&rp.bar, NULL, (unsigned)D);
+    replay_job *j = un_xcalloc((size_t)D, sizeof *j);
     pthread_t *th = un_xcalloc((size_t)D, sizeof *th);
-    for (int i = 0; i < 2; i++) {
-        pthread_barrier_init(&ls[i].bar, NULL, (unsigned)D);
-        ls[i].reps = reps;
-        ls[i].t = un_xcalloc((size_t)D * (size_t)reps, sizeof *ls[i].t);
+    for (int k = 1; k < D; k++) {
+        j[k] = (replay_job){.rp = &rp, .k = k};
+        pthread_create(&th[k], NULL, replay_main, &j[k]);
     }
-    for (int k = 0; k < D; k++) {
-        j[k] = (together_job){.g = g, .id = id, .p = p, .lf = &ls[0], .lb = &ls[1], .k = k};
-        pthread_create(&th[k], NULL, together_main, &j[k]);
-    }
-    un_status st = UN_OK;
-    for (int k = 0; k < D; k++) {
+    un_status st = replay_run(ctx, be, &rp, 0);
+    for (int k = 1; k < D; k++) {
         pthread_join(th[k], NULL);
         if (st == UN_OK && j[k].st != UN_OK)
             st = un_ctx_error(ctx, j[k].st, "profile: device %d of %d: %s", k, D, j[k].err);
     }
-    *fwd = lockstep_median(&ls[0], D, p);
-    *bwd = lockstep_median(&ls[1], D, p);
-    for (int i = 0; i < 2; i++) {
-        pthread_barrier_destroy(&ls[i].bar);
-        free(ls[i].t);
+    for (int i = 0; i < nk && st == UN_OK; i++) {
+        fwd[i] = replay_median(&rp, i, 0);
+        bwd[i] = replay_median(&rp, i, 1);
     }
+    pthread_barrier_destroy(&rp.bar);
+    free(rp.t);
+    free(ng);
     free(j);
     free(th);
     return st;
@@ -447,7 +522,7 @@ static un_status profile_optimizer(un_ctx *ctx, un_rulesdb *db, un_backend *be, 
         if ((st = un_optim_new_on(ctx, un_optim_params_default(k), n, be, &r.o)) == UN_OK &&
             (st = un_buffer_new(ctx, be, (size_t)n * fes, &r.w)) == UN_OK &&
             (st = un_buffer_new(ctx, be, (size_t)n * fes, &r.g)) == UN_OK)
-            st = time_median(ctx, NULL, optim_once, &r, p, NULL, 0, &sec);
+            st = time_median(ctx, NULL, optim_once, &r, p, &sec);
         char sig[48], shape[48];
         snprintf(sig, sizeof sig, "optimizer:%s", un_optim_algo_name(k));
         snprintf(shape, sizeof shape, "float[%lld]", (long long)n);
@@ -464,32 +539,13 @@ static un_status profile_optimizer(un_ctx *ctx, un_rulesdb *db, un_backend *be, 
     return st;
 }
 
-typedef struct part_run {
-    int part; /* 0: data, 1: loss */
-    size_t fes;
+typedef struct loss_run {
     un_backend *be;
-    int64_t n;
-    void *host;
-    un_buffer *data;
     un_kt y, gy, lab;
-    uint64_t seed;
-} part_run;
+} loss_run;
 
-static un_status part_once(un_ctx *ctx, void *arg, double *dev) {
-    part_run *r = arg;
-    if (r->part == 0) { /* host work: the host clocks time it */
-        un_rng rng;
-        un_rng_seed(&rng, r->seed++);
-        for (int64_t x = 0; x < r->n; x++) {
-            double v = 2 * un_rng_double(&rng) - 1;
-            if (r->fes == 4)
-                ((float *)r->host)[x] = (float)v;
-            else
-                ((double *)r->host)[x] = v;
-        }
-        un_status st = un_buffer_write(ctx, r->data, 0, r->host, (size_t)r->n * r->fes);
-        return st == UN_OK ? un_backend_synchronize(ctx, r->be) : st;
-    }
+static un_status loss_once(un_ctx *ctx, void *arg, double *dev) {
+    loss_run *r = arg;
     if (r->y.dim[0] * r->y.dim[1] == 0)
         return UN_OK;
     un_backend_timer tm;
@@ -500,51 +556,41 @@ static un_status part_once(un_ctx *ctx, void *arg, double *dev) {
     return st == UN_OK ? un_backend_timer_stop(ctx, r->be, &tm, dev) : st;
 }
 
-/* The runtime's own per-step work besides operators, as runtime/train.c runs it: making the batch
- * (one random number per element on the host, written to the backend) and the cross-entropy
- * loss with its gradient on one output piece, on the backend. Medians of repetitions, like the
- * ops. */
+/* The runtime's own per-step work besides operators, as runtime/train.c runs it in a step's time:
+ * the cross-entropy loss with its gradient on one output piece, on the backend (the median of
+ * repetitions, like the ops). Making the batch is not in a step's time. */
 static un_status profile_step_parts(un_ctx *ctx, un_rulesdb *db, un_backend *be, const un_graph *g,
                                     const un_profile_params *p, const char *device, FILE *log,
                                     int64_t *n_stored) {
-    part_run r = {.fes = p->f64 ? 8 : 4, .be = be};
-    r.n = un_sim_data_elements(g);
-    const char *sig[2] = {"data:synthetic", "loss:ce"};
-    char shapes[2][64];
-    snprintf(shapes[0], sizeof shapes[0], "float[%lld]", (long long)r.n);
+    size_t fes = p->f64 ? 8 : 4;
+    loss_run r = {.be = be};
+    char shape[64];
     const un_shape *o = un_graph_output_count(g) ? un_graph_shape(g, un_graph_output(g, 0)) : NULL;
-    un_sim_loss_shape(o ? o : &(un_shape){0}, shapes[1], sizeof shapes[1]);
+    un_sim_loss_shape(o ? o : &(un_shape){0}, shape, sizeof shape);
     long long rows = 0, cls = 0;
-    sscanf(shapes[1], "float[%lld,%lld]", &rows, &cls);
+    sscanf(shape, "float[%lld,%lld]", &rows, &cls);
     int64_t m = rows * cls;
-    r.host = un_xcalloc((size_t)r.n + 1, r.fes);
     un_buffer *logits = NULL, *grad = NULL, *labels = NULL;
-    un_status st = un_buffer_new(ctx, be, ((size_t)r.n + 1) * r.fes, &r.data);
+    un_status st = un_buffer_new(ctx, be, ((size_t)m + 1) * fes, &logits);
     if (st == UN_OK)
-        st = un_buffer_new(ctx, be, ((size_t)m + 1) * r.fes, &logits);
-    if (st == UN_OK)
-        st = un_buffer_new(ctx, be, ((size_t)m + 1) * r.fes, &grad);
+        st = un_buffer_new(ctx, be, ((size_t)m + 1) * fes, &grad);
     if (st == UN_OK)
         st = un_buffer_new(ctx, be, ((size_t)rows + 1) * sizeof(int64_t), &labels);
     r.y = (un_kt){.dtype = UN_DT_FLOAT, .rank = 2, .dim = {rows, cls}};
     r.gy = r.y;
     r.lab = (un_kt){.dtype = UN_DT_INT, .rank = 1, .dim = {rows}};
+    double sec = 0;
     if (st == UN_OK) {
         r.y.data = un_buffer_at(logits, 0);
         r.gy.data = un_buffer_at(grad, 0);
         r.lab.data = un_buffer_at(labels, 0);
+        st = time_median(ctx, NULL, loss_once, &r, p, &sec);
     }
-    for (r.part = 0; r.part < 2 && st == UN_OK; r.part++) {
-        double sec = 0;
-        if ((st = time_median(ctx, NULL, part_once, &r, p, NULL, 0, &sec)) != UN_OK ||
-            (st = store(ctx, db, sig[r.part], shapes[r.part], device, sec, 0, 0)) != UN_OK)
-            break;
+    if (st == UN_OK && (st = store(ctx, db, "loss:ce", shape, device, sec, 0, 0)) == UN_OK) {
         ++*n_stored;
         if (log)
-            fprintf(log, "  %-44s %-40s %10.4f ms\n", sig[r.part], shapes[r.part], sec * 1e3);
+            fprintf(log, "  %-44s %-40s %10.4f ms\n", "loss:ce", shape, sec * 1e3);
     }
-    free(r.host);
-    un_buffer_free(r.data);
     un_buffer_free(logits);
     un_buffer_free(grad);
     un_buffer_free(labels);
@@ -756,7 +802,6 @@ un_status un_profile_graph(un_ctx *ctx, un_rulesdb *db, const un_graph *g,
                            const un_profile_params *p, FILE *log, int64_t *n_stored) {
     *n_stored = 0;
     un_backend *be = NULL;
-    size_t fes = p->f64 ? 8 : 4;
     char device[48];
     snprintf(device, sizeof device, "%s%s", p->device, p->f64 ? "-f64" : "");
     un_prec prec = p->f64 ? UN_PREC_F64 : UN_PREC_F32;
@@ -764,12 +809,11 @@ un_status un_profile_graph(un_ctx *ctx, un_rulesdb *db, const un_graph *g,
                    : p->opaque         ? un_backend_opaque_new(ctx, prec, p->threads, &be)
                                        : un_backend_cpu_new(ctx, prec, p->threads, &be);
     int32_t n = un_graph_node_count(g);
-    /* CPU devices of a run on several: time each op with all of them computing at once */
+    /* CPU devices of a run on several: every op with all of them computing at once */
     int together = p->cuda_device < 0 ? (int)un_strategy_devices(g) : 1;
     char(*seen)[256] = un_xcalloc((size_t)n, sizeof *seen);
-    int n_seen = 0;
-    if (st == UN_OK)
-        st = un_rulesdb_begin(ctx, db);
+    int32_t *ids = un_xcalloc((size_t)n + 1, sizeof *ids);
+    int *key = un_xcalloc((size_t)n + 1, sizeof *key), n_seen = 0, n_pos = 0;
     for (int32_t id = 0; id < n && st == UN_OK; id++) {
         const un_node *nd = un_graph_node(g, id);
         if (un_op_kind_of(nd->op) != UN_OPK_REGULAR)
@@ -782,25 +826,36 @@ un_status un_profile_graph(un_ctx *ctx, un_rulesdb *db, const un_graph *g,
             continue; /* a key too long for the cache: the cost model stays analytic there */
         char both[256];
         snprintf(both, sizeof both, "%s|%s", sig, shape);
-        bool dup = false;
-        for (int i = 0; i < n_seen && !dup; i++)
-            dup = strcmp(seen[i], both) == 0;
-        if (dup)
-            continue;
-        memcpy(seen[n_seen++], both, sizeof both);
-        double fwd = 0, bwd = 0;
-        if ((st = profile_node(ctx, be, g, id, p, fes, NULL, NULL, 0, &fwd, &bwd)) != UN_OK)
-            break;
-        if (together > 1 && (st = profile_together(ctx, g, id, p, together, fwd > bwd ? fwd : bwd,
-                                                   &fwd, &bwd)) != UN_OK)
-            break;
-        if ((st = store(ctx, db, sig, shape, device, fwd, bwd, 0)) != UN_OK)
+        int i = 0;
+        while (i < n_seen && strcmp(seen[i], both) != 0)
+            i++;
+        if (i == n_seen) {
+            memcpy(seen[n_seen], both, sizeof both);
+            ids[n_seen++] = id;
+        }
+        key[n_pos++] = i;
+    }
+    double *fwd = un_xcalloc((size_t)n_seen + 1, sizeof *fwd);
+    double *bwd = un_xcalloc((size_t)n_seen + 1, sizeof *bwd);
+    if (st == UN_OK)
+        st = un_rulesdb_begin(ctx, db);
+    if (st == UN_OK && n_seen > 0)
+        st = replay_ops(ctx, be, g, ids, n_seen, key, n_pos, p, together, fwd, bwd);
+    for (int i = 0; i < n_seen && st == UN_OK; i++) {
+        char *shape = strchr(seen[i], '|');
+        *shape++ = 0;
+        if ((st = store(ctx, db, seen[i], shape, device, fwd[i], bwd[i], 0)) != UN_OK)
             break;
         ++*n_stored;
         if (log)
-            fprintf(log, "  %-44s %-40s %10.4f %10.4f ms\n", sig, shape, fwd * 1e3, bwd * 1e3);
+            fprintf(log, "  %-44s %-40s %10.4f %10.4f ms\n", seen[i], shape, fwd[i] * 1e3,
+                    bwd[i] * 1e3);
     }
-    /* the optimizer, data and loss as the runtime runs them on this backend */
+    free(fwd);
+    free(bwd);
+    free(ids);
+    free(key);
+    /* the optimizer and the loss as the runtime runs them on this backend */
     if (st == UN_OK && p->optimizer)
         st = profile_optimizer(ctx, db, be, g, p, device, log, n_stored);
     if (st == UN_OK)
@@ -876,7 +931,7 @@ un_status un_profile_machine(un_ctx *ctx, un_machine *m) {
     memcpy(nd.inf.local, lp, sizeof lp);
     double sec = 0;
     op_run r = {.be = be, .nd = &nd, .b = &b, .fes = 4};
-    if (st == UN_OK && (st = time_op(ctx, &r, &p, NULL, 0, true, &sec)) == UN_OK)
+    if (st == UN_OK && (st = time_median(ctx, op_prep, op_once, &r, &p, &sec)) == UN_OK)
         m->dev.flops[UN_MPREC_F32] = 2.0 * (double)(n * n * n) / sec;
     bufs_free(be, &b);
     /* one operator's fixed cost: relu on one element */
@@ -887,7 +942,7 @@ un_status un_profile_machine(un_ctx *ctx, un_machine *m) {
     p.min_seconds = 0.05;
     if (st == UN_OK && (st = kt_new(ctx, be, &s, 4, 1, true, &b.in[0])) == UN_OK &&
         (st = kt_new(ctx, be, &s, 4, 0, false, &b.out[0])) == UN_OK &&
-        (st = time_op(ctx, &r, &p, NULL, 0, true, &sec)) == UN_OK)
+        (st = time_median(ctx, op_prep, op_once, &r, &p, &sec)) == UN_OK)
         m->dev.op_overhead = sec;
     bufs_free(be, &b);
     un_backend_free(be);

@@ -1,9 +1,10 @@
 /* profile.h - measured operator costs: times every regular operator of a graph on its piece
- * shapes on the local CPU or CUDA backend (warm-up, then timed repetitions by the backend's timer:
- * CUDA events on a GPU), the optimizer step over the graph's weights, the batch and the loss as
- * the runtime runs them on that backend, and stores the times in rules.db's op-cost cache under the
- * keys the cost model looks up (search/cost.h: un_cost_key) for a device kind. The cost model then
- * uses them in place of its roofline for that device kind.
+ * shapes on the local CPU or CUDA backend, as a step runs them (a replay of the step: every node's
+ * forward in order, then every backward in reverse, warm-up passes, then timed ones, by the
+ * backend's timer: CUDA events on a GPU), the optimizer step over the graph's weights and the loss
+ * as the runtime runs them on that backend, and stores the times in rules.db's op-cost cache under
+ * the keys the cost model looks up (search/cost.h: un_cost_key) for a device kind. The cost model
+ * then uses them in place of its roofline for that device kind.
  *
  *   un_profile_params pp = un_profile_params_default();
  *   pp.device = "cpu"; pp.threads = 1;
@@ -23,20 +24,20 @@ typedef struct un_profile_params {
     int threads;           /* CPU threads of the backend (as one device of the run) */
     bool f64;              /* float64 (device key gets "-f64", as the cost model's) */
     int warmup;            /* untimed runs first */
-    double min_seconds;    /* time each op for at least this long ... */
-    int min_reps;          /* ... and at least this many repetitions */
+    double min_seconds;    /* time each op for at least this long (a replay: as many passes as
+                              give each distinct op this long forward and backward) ... */
+    int min_reps;          /* ... and at least this many repetitions (passes) */
     const char *optimizer; /* also time this optimizer over the graph's weights (NULL: none) */
     int cuda_device;       /* >= 0: time on this CUDA device (device should then be the GPU's
                               kind, e.g. "h100"): ops, optimizer step and loss by CUDA events
-                              (kernel time), the batch by the host clock (made on the host, then
-                              written to the GPU) */
+                              (kernel time) */
     bool opaque;           /* time on the opaque backend (backend.h) instead of the CPU one: the
                               profiler reaches backend memory only through the backend (tests) */
-    int value_sets;        /* an op's repetitions cycle through this many sets of input values
-                              (and output gradients), as a run's steps cycle through its batches
-                              (UN_TRAIN_SYNTHETIC_BATCHES for synthetic data: a small op's
-                              data-dependent branches are learnt by the branch predictor as they
-                              are in the run); 0: new values every repetition (real data) */
+    int value_sets;        /* a node's runs cycle through this many sets of input values (and
+                              output gradients), as a run's steps cycle through its batches
+                              (UN_TRAIN_SYNTHETIC_BATCHES for synthetic data: what the branch
+                              predictor learns of a step's data-dependent branches it learns in
+                              the replay too); 0: new values every run (real data) */
 } un_profile_params;
 
 un_profile_params un_profile_params_default(void);

@@ -34,6 +34,7 @@ typedef struct stensor {
     bool leaf;      /* a regular op reads it (a static leaf is what devices hold and update) */
     bool weight;    /* a weight or a parallel op over one */
     int32_t *owner; /* per piece: device, -1 = every device (mirrored) */
+    bool *view;     /* per piece: a view of its source (a parallel op's; no buffer of its own) */
     stamp *ready;   /* per piece: forward value available at its owner */
     stamp *gready;  /* per piece: gradient complete at its owner */
 } stensor;
@@ -41,6 +42,7 @@ typedef struct stensor {
 typedef struct xfer {
     int t;
     int64_t piece;
+    int64_t blk; /* the output piece of a parallel op that reads a block of `piece`, else -1 */
     int from, to;
     double bytes;
     stamp at; /* arrival */
@@ -64,13 +66,17 @@ typedef struct sim {
     double *gbytes; /* per device: gradient bytes the runtime zeroes every step */
     double *stash;  /* per device: what the CPU kernels keep from the forwards for the backwards */
     bool stashes;   /* the device kind runs the CPU kernels (cpu): they hold a stash */
-    /* runtime semantics: gradient buffers that live only over part of backward (node ids lo..hi,
-     * runtime/exec.c's gradient arena), and the gradient sync's receive scratch per device */
+    /* runtime semantics: activations, their gradients and transfer buffers that live only over
+     * part of the step (times lo..hi of runtime/exec.c's arena: the forward of node j at j, the
+     * loss at n, the backward of node j at 2n - j), and the gradient sync's receive scratch per
+     * device */
     struct arena_req {
         int dev;
         int32_t lo, hi;
         double bytes;
+        bool grad; /* a gradient (the runtime zeroes it every step) */
     } * areq;
+    int32_t *vlast; /* runtime semantics, per node: the last time its output's values are read */
     int n_areq, cap_areq;
     double *sync_recv;
     double *shard; /* per device: bytes of the weights its optimizer updates */
@@ -88,12 +94,72 @@ static void stretch(sim *s, double work);
 
 static stamp later(stamp a, stamp b) { return a.t >= b.t ? a : b; }
 
-static void arena_add(sim *s, int dev, int32_t lo, int32_t hi, double bytes) {
+static void arena_add(sim *s, int dev, int32_t lo, int32_t hi, double bytes, bool grad) {
+    int32_t end = 2 * un_graph_node_count(s->g); /* the step's last time (T_NEVER: to the end) */
+    hi = hi < end ? hi : end;
     if (s->n_areq == s->cap_areq) {
         s->cap_areq = s->cap_areq ? 2 * s->cap_areq : 256;
         s->areq = un_xrealloc(s->areq, sizeof *s->areq * (size_t)s->cap_areq);
     }
-    s->areq[s->n_areq++] = (struct arena_req){dev, lo, hi, bytes};
+    s->areq[s->n_areq++] = (struct arena_req){dev, lo, hi, bytes, grad};
+}
+
+/* The arena's clock (runtime/exec.c): node j's forward at j, the loss at n, its backward at
+ * 2n - j; a value read after the step (a graph output's) lives to its end. */
+#define T_FWD(j)    ((int32_t)(j))
+#define T_BWD(n, j) ((int32_t)(2 * (n) - (j)))
+#define T_NEVER     INT32_MAX
+
+/* Whether the backward of regular node nd reads its inputs' values and its outputs':
+ * runtime/exec.c's bwd_reads (an addition or subtraction reads neither, a linear layer without
+ * activation and attention read their inputs only, every other op both). */
+static void bwd_reads(const un_graph *g, const un_node *nd, bool *ins, bool *outs) {
+    *ins = *outs = true;
+    if (nd->op == UN_OP_EW_ADD || nd->op == UN_OP_EW_SUB) {
+        *ins = *outs = false;
+    } else if (nd->op == UN_OP_LINEAR) {
+        int a = un_spec_param_index(un_spec_op(un_graph_spec(g), nd->op), "activation");
+        *outs = a >= 0 && nd->params[a].v[0] != 0; /* enum index 0: none */
+    } else if (nd->op == UN_OP_MULTIHEAD_ATTENTION) {
+        *outs = false;
+    }
+}
+
+/* Runtime semantics: per node the last time its output's values are read (runtime/exec.c's
+ * plan_value_lifetimes): a consumer's forward, the backward of a regular consumer that needs
+ * gradients and reads its inputs, its own backward when it reads its outputs, and whatever reads a
+ * view of them (a parallel consumer's output); T_NEVER for graph outputs. */
+static void value_lifetimes(sim *s) {
+    int32_t n = un_graph_node_count(s->g);
+    s->vlast = un_xcalloc((size_t)n + 1, sizeof *s->vlast);
+    bool *ng = un_xcalloc((size_t)n + 1, sizeof *ng);
+    for (int32_t id = 0; id < n; id++) {
+        const un_node *nd = un_graph_node(s->g, id);
+        ng[id] = nd->op == UN_OP_WEIGHT;
+        for (int t = 0; t < nd->n_in; t++)
+            ng[id] |= ng[nd->in[t].node];
+        bool ins = false, outs = false;
+        if (un_op_kind_of(nd->op) == UN_OPK_REGULAR)
+            bwd_reads(s->g, nd, &ins, &outs);
+        s->vlast[id] = outs && ng[id] ? T_BWD(n, id) : T_FWD(id);
+    }
+    for (int32_t i = 0; i < un_graph_output_count(s->g); i++)
+        s->vlast[un_graph_output(s->g, i).node] = T_NEVER;
+    for (int32_t c = n - 1; c >= 0; c--) {
+        const un_node *nd = un_graph_node(s->g, c);
+        int32_t use = T_FWD(c);
+        bool ins = false, outs;
+        if (un_op_kind_of(nd->op) == UN_OPK_PARALLEL)
+            use = s->vlast[c];
+        else if (un_op_kind_of(nd->op) == UN_OPK_REGULAR)
+            bwd_reads(s->g, nd, &ins, &outs);
+        if (ins && ng[c])
+            use = T_BWD(n, c);
+        for (int t = 0; t < nd->n_in; t++)
+            if (s->vlast[nd->in[t].node] < use)
+                s->vlast[nd->in[t].node] = use;
+    }
+    free(ng);
 }
 
 /* The elements of weight piece q (shape s) its holder updates in the runtime's sharded step: a
@@ -136,18 +202,22 @@ static stensor *in_tensor(sim *s, const un_node *nd, int t) {
 
 /* ---- transfers ---- */
 
-static int need(sim *s, int t, int64_t piece, int from, int to, double bytes) {
+/* The transfer of piece `piece` of input slot t (or of the block of it that output piece blk of a
+ * parallel op reads, blk >= 0) to device `to`: found or added; -1 when none is needed. */
+static int need(sim *s, int t, int64_t piece, int64_t blk, int from, int to, double bytes) {
     if (from < 0 || from == to)
         return -1;
     for (int i = 0; i < s->n_xf; i++)
-        if (s->xf[i].t == t && s->xf[i].piece == piece && s->xf[i].to == to)
+        if (s->xf[i].t == t && s->xf[i].piece == piece && s->xf[i].blk == blk &&
+            s->xf[i].to == to)
             return i;
     if (s->n_xf == s->cap_xf) {
         s->cap_xf = s->cap_xf ? 2 * s->cap_xf : 16;
         s->xf = un_xrealloc(s->xf, sizeof *s->xf * (size_t)s->cap_xf);
     }
     s->xf[s->n_xf] =
-        (xfer){.t = t, .piece = piece, .from = from, .to = to, .bytes = bytes, .at = {0, -1}};
+        (xfer){.t = t, .piece = piece, .blk = blk, .from = from, .to = to, .bytes = bytes,
+               .at = {0, -1}};
     return s->n_xf++;
 }
 
@@ -163,16 +233,28 @@ static void run_xfers(sim *s, int32_t node, const stamp *ready) {
         s->r->comm_bytes += x->bytes;
         if (s->backward)
             continue;
-        /* the receiver keeps the piece; its gradient there and the sender's return buffer live
-         * during this node's backward (runtime: in the gradient arena) */
-        s->xmem[x->to] += x->bytes;
-        if (!in_tensor(s, nd, x->t)->needs_grad)
-            continue;
+        /* the receiver keeps the piece (runtime: in the arena from this node's forward to its
+         * backward when that reads it, or as long as a parallel op's output, which may be a view
+         * of it); its gradient there and the sender's return buffer live during this node's
+         * backward */
+        bool ng = in_tensor(s, nd, x->t)->needs_grad;
         if (s->p->mirror_sources) {
-            arena_add(s, x->to, node, node, x->bytes);
-            arena_add(s, x->from, node, node, x->bytes);
+            int32_t n = un_graph_node_count(s->g), last = T_FWD(node);
+            bool ins, outs;
+            bwd_reads(s->g, nd, &ins, &outs);
+            if (un_op_kind_of(nd->op) == UN_OPK_PARALLEL)
+                last = s->vlast[node];
+            else if (s->ts[node][0].needs_grad && ins)
+                last = T_BWD(n, node);
+            arena_add(s, x->to, T_FWD(node), last, x->bytes, false);
+            if (ng) {
+                arena_add(s, x->to, T_BWD(n, node), T_BWD(n, node), x->bytes, true);
+                arena_add(s, x->from, T_BWD(n, node), T_BWD(n, node), x->bytes, true);
+            }
         } else {
-            s->xmem[x->to] += x->bytes, s->xmem[x->from] += x->bytes;
+            s->xmem[x->to] += x->bytes * (ng ? 2 : 1);
+            if (ng)
+                s->xmem[x->from] += x->bytes;
         }
     }
     if (s->p->mirror_sources) {
@@ -247,7 +329,7 @@ static tuple *regular_tuples(sim *s, const un_node *nd, stensor *outs, int64_t *
             un_infer_piece(inf, u, false, t, blk, &sum, &copy);
             int64_t p = piece_index(&src->shape, blk, sum, copy);
             tp[q].in_piece[t] = p;
-            tp[q].in_xf[t] = need(s, t, p, src->owner[p], d, src->pbytes);
+            tp[q].in_xf[t] = need(s, t, p, -1, src->owner[p], d, src->pbytes);
         }
         for (int j = inf->n_uses - 1; j >= 0 && ++u[j] == inf->uses[j].degree; j--)
             u[j] = 0;
@@ -257,6 +339,23 @@ static tuple *regular_tuples(sim *s, const un_node *nd, stensor *outs, int64_t *
 }
 
 /* The source pieces of output piece p of a parallel op, and whether the copy is a view. */
+static bool is_graph_output(const un_graph *g, int32_t id) {
+    for (int32_t i = 0; i < un_graph_output_count(g); i++)
+        if (un_graph_output(g, i).node == id)
+            return true;
+    return false;
+}
+
+/* What a parallel op's output piece p reads of a source piece travels (runtime/exec.c): the
+ * block of it, that is the output piece where the op cuts pieces finer (partition), else the
+ * whole source piece (combine, replicate, reduce). block_of keys the transfer by that block. */
+static int64_t block_of(const stensor *si, const stensor *so, int64_t p) {
+    return so->pbytes < si->pbytes ? p : -1;
+}
+static double block_bytes(const stensor *si, const stensor *so) {
+    return so->pbytes < si->pbytes ? so->pbytes : si->pbytes;
+}
+
 static int parallel_sources(const un_node *nd, const stensor *si, const stensor *so, int64_t k,
                             int64_t p, int64_t *src, int max, bool *view) {
     int32_t blk[UN_MAX_DIMS], sum, copy;
@@ -354,13 +453,24 @@ static un_status forward_node(sim *s, int32_t id) {
         int64_t *src = un_xmalloc(sizeof *src * MAX_SRC);
         int *nsrc = un_xcalloc((size_t)so->np, sizeof *nsrc);
         bool *view = un_xcalloc((size_t)so->np, sizeof *view);
+        bool local = !so->is_static && !si->is_static && !is_graph_output(s->g, id);
+        for (int64_t p = 0; local && p < si->np; p++)
+            local = si->owner[p] == -1;
+        if (local) { /* over the step's data, which every device holds: runtime/exec.c makes the
+                      * pieces where they are read, nothing is sent */
+            for (int64_t p = 0; p < so->np; p++)
+                so->owner[p] = -1, so->ready[p] = (stamp){0, -1}, so->view[p] = true;
+            free(src), free(nsrc), free(view);
+            return UN_OK;
+        }
         for (int64_t p = 0; p < so->np; p++) {
             so->owner[p] = sim_place(s, nd, p);
             if (so->is_static)
                 continue;
             nsrc[p] = parallel_sources(nd, si, so, k, p, src, MAX_SRC, &view[p]);
             for (int i = 0; i < nsrc[p]; i++)
-                need(s, 0, src[i], si->owner[src[i]], so->owner[p], si->pbytes);
+                need(s, 0, src[i], block_of(si, so, p), si->owner[src[i]], so->owner[p],
+                     block_bytes(si, so));
         }
         stamp *rd = un_xcalloc((size_t)s->n_xf + 1, sizeof *rd);
         for (int i = 0; i < s->n_xf; i++)
@@ -378,13 +488,13 @@ static un_status forward_node(sim *s, int32_t id) {
             for (int i = 0; i < nsrc[p]; i++) {
                 int xi = -1;
                 for (int j = 0; j < s->n_xf; j++)
-                    if (s->xf[j].piece == src[i] && s->xf[j].to == d)
+                    if (s->xf[j].piece == src[i] && s->xf[j].blk == block_of(si, so, p) &&
+                        s->xf[j].to == d)
                         xi = j;
                 r = later(r, xi >= 0 ? s->xf[xi].at : si->ready[src[i]]);
             }
             double bytes = view[p] ? 0 : so->pbytes * (nd->op == UN_OP_REDUCE ? (double)k : 1.0);
-            if (view[p]) /* a view of its source: no buffer of its own (its gradient has one) */
-                s->xmem[d] -= so->pbytes;
+            so->view[p] = view[p]; /* no buffer of its own (its gradient has one) */
             so->ready[p] =
                 bytes > 0 ? run_task(s, d, id, K_OTHER, r, un_cost_copy(s->cm, bytes)) : r;
         }
@@ -482,6 +592,8 @@ static un_status backward_node(sim *s, int32_t id) {
             }
             return UN_OK;
         }
+        if (so->np > 0 && so->owner[0] == -1) /* made from the step's data where read */
+            return UN_OK;
         int64_t *src = un_xmalloc(sizeof *src * MAX_SRC);
         for (int64_t p = 0; p < so->np; p++) {
             bool view;
@@ -490,7 +602,8 @@ static un_status backward_node(sim *s, int32_t id) {
             stamp end = run_task(s, d, id, K_OTHER, so->gready[p],
                                  un_cost_copy(s->cm, so->pbytes * (double)n));
             for (int i = 0; i < n; i++) {
-                int xi = need(s, 0, src[i], si->owner[src[i]], d, si->pbytes);
+                int xi = need(s, 0, src[i], block_of(si, so, p), si->owner[src[i]], d,
+                              block_bytes(si, so));
                 if (xi < 0)
                     grad_arrive(si, src[i], end);
                 else
@@ -556,7 +669,8 @@ static void memory(sim *s) {
     double *w = un_xcalloc((size_t)s->D, sizeof *w), *a = un_xcalloc((size_t)s->D, sizeof *a);
     bool arena = s->p->mirror_sources;
     /* runtime: an activation's gradient lives from the backward of its last consumer (a graph
-     * output's: from the loss) to its own node's backward */
+     * output's: from the loss) to its own node's backward; its values from its forward to their
+     * last reader (s->vlast) */
     int32_t *last = un_xcalloc((size_t)n + 1, sizeof *last);
     for (int32_t id = 0; id < n; id++) {
         const un_node *nd = un_graph_node(s->g, id);
@@ -572,65 +686,72 @@ static void memory(sim *s) {
         for (int o = 0; o < nd->inf.n_out; o++) {
             stensor *t = &s->ts[id][o];
             double per = t->pbytes * (t->needs_grad ? 2 : 1);
-            if (kind == UN_OPK_SOURCE && !t->is_static) { /* an input, whole on every device */
-                double logical =
+            /* runtime semantics: an input, whole on every device, and every piece of it there when
+             * it has several */
+            bool input = kind == UN_OPK_SOURCE && !t->is_static;
+            for (int d = 0; input && d < s->D; d++)
+                a[d] +=
                     (double)un_shape_numel(&t->shape) * (t->shape.dtype == UN_DT_FLOAT ? s->es : 8);
-                for (int d = 0; d < s->D; d++) {
-                    if (nd->op == UN_OP_WEIGHT)
-                        w[d] += logical;
-                    else
-                        a[d] += logical;
-                    if (t->np > 1)
-                        a[d] += per * (double)t->np;
-                }
+            if (input && t->np == 1)
                 continue;
-            }
             for (int64_t p = 0; p < t->np; p++) {
-                int d = t->owner[p];
-                if (d < 0)
-                    continue;
-                if (t->is_static) {
-                    if ((t->leaf || (s->p->mirror_sources && nd->op == UN_OP_WEIGHT)) && t->weight)
-                        w[d] += t->pbytes;
-                    else if (t->leaf)
+                int d0 = input ? 0 : t->owner[p], d1 = input ? s->D : t->owner[p] + 1;
+                for (int d = d0 < 0 ? d1 : d0; d < d1; d++) {
+                    if (t->is_static) {
+                        if ((t->leaf || (arena && nd->op == UN_OP_WEIGHT)) && t->weight)
+                            w[d] += t->pbytes;
+                        else if (t->leaf)
+                            a[d] += t->pbytes;
+                        continue;
+                    }
+                    if (!arena) {
+                        a[d] += per - (t->view[p] ? t->pbytes : 0);
+                        continue;
+                    }
+                    if (s->vlast[id] == T_NEVER)
                         a[d] += t->pbytes;
-                    continue;
+                    else if (!t->view[p])
+                        arena_add(s, d, T_FWD(id), s->vlast[id], t->pbytes, false);
+                    if (t->needs_grad)
+                        arena_add(s, d, T_BWD(n, last[id]), T_BWD(n, id), t->pbytes, true);
                 }
-                if (arena && t->needs_grad) {
-                    a[d] += t->pbytes;
-                    arena_add(s, d, id, last[id], t->pbytes);
-                    continue;
-                }
-                a[d] += per;
             }
         }
     }
-    /* the arena: per device the most gradient bytes live at once (a difference array over the
-     * node ids) */
+    /* the arena: per device the most bytes live at once, and of them gradients (a difference
+     * array over the step's clock) */
     double *peak = un_xcalloc((size_t)s->D, sizeof *peak);
+    double *gpeak = un_xcalloc((size_t)s->D, sizeof *gpeak);
     if (arena && s->n_areq > 0) {
-        double *diff = un_xcalloc((size_t)(n + 2), sizeof *diff);
+        double *diff = un_xcalloc((size_t)(2 * n + 3), sizeof *diff);
+        double *gdiff = un_xcalloc((size_t)(2 * n + 3), sizeof *gdiff);
         for (int d = 0; d < s->D; d++) {
-            memset(diff, 0, sizeof *diff * (size_t)(n + 2));
+            memset(diff, 0, sizeof *diff * (size_t)(2 * n + 3));
+            memset(gdiff, 0, sizeof *gdiff * (size_t)(2 * n + 3));
             for (int i = 0; i < s->n_areq; i++)
                 if (s->areq[i].dev == d) {
-                    diff[s->areq[i].lo] += s->areq[i].bytes;
-                    diff[s->areq[i].hi + 1] -= s->areq[i].bytes;
+                    double *df = s->areq[i].grad ? gdiff : diff;
+                    df[s->areq[i].lo] += s->areq[i].bytes;
+                    df[s->areq[i].hi + 1] -= s->areq[i].bytes;
                 }
-            double live = 0;
-            for (int32_t j = 0; j <= n; j++) {
-                live += diff[j];
+            double live = 0, glive = 0;
+            for (int32_t j = 0; j <= 2 * n; j++) {
+                glive += gdiff[j];
+                live += diff[j] + gdiff[j];
                 peak[d] = live > peak[d] ? live : peak[d];
+                gpeak[d] = glive > gpeak[d] ? glive : gpeak[d];
             }
         }
         free(diff);
+        free(gdiff);
     }
     for (int d = 0; d < s->D; d++) {
         double opt = (arena ? s->shard[d] : w[d]) * opt_copies;
         s->r->mem[d] = w[d] + w[d] + opt + a[d] + s->xmem[d] + peak[d] + s->stash[d] +
                        (arena && s->D > 1 ? s->sync_recv[d] : 0);
-        s->gbytes[d] = w[d] + (arena ? peak[d] : a[d] / 2);
+        s->gbytes[d] = w[d] + (arena ? gpeak[d] : a[d] / 2);
     }
+    free(gpeak);
     int worst = 0;
     for (int d = 1; d < s->D; d++)
         if (s->r->mem[d] > s->r->mem[worst])
@@ -651,18 +772,6 @@ static void memory(sim *s) {
 }
 
 /* ---- the step ---- */
-
-int64_t un_sim_data_elements(const un_graph *g) {
-    int64_t n = 0;
-    for (int32_t id = 0; id < un_graph_node_count(g); id++)
-        if (un_graph_node(g, id)->op == UN_OP_INPUT)
-            n += un_shape_numel(&un_graph_node(g, id)->inf.out[0]);
-    if (un_graph_output_count(g) > 0) { /* labels: a class per row, or one per element */
-        const un_shape *o = un_graph_shape(g, un_graph_output(g, 0));
-        n += o->rank == 2 && o->dim[1] > 2 ? o->dim[0] : un_shape_numel(o);
-    }
-    return n;
-}
 
 void un_sim_loss_shape(const un_shape *out, char *buf, size_t n) {
     int64_t c = out->rank ? out->dim[out->rank - 1] / out->shard[out->rank - 1] : 1;
@@ -913,22 +1022,18 @@ static un_status sim_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
             t->weight = nd->op == UN_OP_WEIGHT ||
                         (un_op_kind_of(nd->op) == UN_OPK_PARALLEL && in_tensor(&s, nd, 0)->weight);
             t->owner = un_xcalloc((size_t)t->np, sizeof *t->owner);
+            t->view = un_xcalloc((size_t)t->np, sizeof *t->view);
             t->ready = un_xcalloc((size_t)t->np, sizeof *t->ready);
             t->gready = un_xcalloc((size_t)t->np, sizeof *t->gready);
             for (int64_t q = 0; q < t->np; q++)
                 t->ready[q] = t->gready[q] = (stamp){0, -1};
         }
     }
+    /* the step starts with its batch made (runtime/train.c times forward, loss, backward and
+     * update, not the making of the batch, as a framework's loop fed by a loader) */
     un_status st = UN_OK;
-    if (p->mirror_sources) { /* every device makes the whole batch: inputs and labels */
-        int64_t elems = un_sim_data_elements(g);
-        char shape[48];
-        snprintf(shape, sizeof shape, "float[%lld]", (long long)elems);
-        double t = un_cost_measured(ctx, cm, "data:synthetic", shape,
-                                    (double)elems * s.es / m->dev.mem_bw);
-        for (int d = 0; d < D; d++)
-            run_task(&s, d, -1, K_OTHER, (stamp){0, -1}, t);
-    }
+    if (p->mirror_sources)
+        value_lifetimes(&s);
     for (int32_t i = 0; i < n && st == UN_OK; i++)
         st = forward_node(&s, i);
     /* the loss: each output piece's gradient is ready after its device computed the loss */
@@ -1007,6 +1112,7 @@ static un_status sim_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
         const un_node *nd = un_graph_node(g, id);
         for (int o = 0; s.ts[id] && o < nd->inf.n_out; o++) {
             free(s.ts[id][o].owner);
+            free(s.ts[id][o].view);
             free(s.ts[id][o].ready);
             free(s.ts[id][o].gready);
         }
@@ -1023,6 +1129,7 @@ static un_status sim_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     free(s.sync_recv);
     free(s.shard);
     free(s.areq);
+    free(s.vlast);
     if (st != UN_OK)
         un_sim_result_deinit(out);
     return st;

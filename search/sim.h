@@ -67,10 +67,8 @@ un_status un_sim_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un
                      un_sim_result *out);
 void un_sim_result_deinit(un_sim_result *r);
 
-/* The elements the runtime generates per step (every data input, and the labels), and the
- * op-cost cache shape "float[rows,classes]" of one output piece's loss: the profiler and the
- * simulator key the measured data and loss times by them. */
-int64_t un_sim_data_elements(const un_graph *g);
+/* The op-cost cache shape "float[rows,classes]" of one output piece's loss: the profiler and the
+ * simulator key the measured loss time by it. */
 void un_sim_loss_shape(const un_shape *out, char *buf, size_t n);
 
 /* The device of piece `piece` of node id's output on `devices` devices: the node's machine view,

@@ -316,11 +316,12 @@ static void test_measured(void) {
     un_ctx_free(ctx);
 }
 
-static un_graph *mlp_graph(const char *strategy, int devices) {
+/* The tiny configuration of zoo model `model` under a strategy on `devices` devices. */
+static un_graph *zoo_graph(const char *model, const char *strategy, int devices) {
     un_ctx *ctx = un_ctx_new(NULL);
     un_graph *g = NULL;
     un_train_opts o = un_train_opts_default();
-    o.model = "mlp";
+    o.model = model;
     o.tiny = true;
     o.devices = devices;
     o.strategy = strategy;
@@ -348,8 +349,8 @@ static un_sim_result sim_runtime(un_cost_model *cm, const un_graph *g, int devic
  * ranks' shards. */
 static void test_sim_runtime(void) {
     un_ctx *ctx = un_ctx_new(NULL);
-    un_graph *ser = mlp_graph("serial", 1), *dp = mlp_graph("data", 2),
-             *tp = mlp_graph("tensor", 2);
+    un_graph *ser = zoo_graph("mlp", "serial", 1), *dp = zoo_graph("mlp", "data", 2),
+             *tp = zoo_graph("mlp", "tensor", 2);
     int64_t total = 0, c[UN_SIM_MAX_RANK_COUNTS];
     int n = 0;
     for (int32_t id = 0; ser && id < un_graph_node_count(ser); id++)
@@ -389,8 +390,10 @@ static void test_sim_runtime(void) {
  * simulator counts it per device with the runtime's own function, so on a machine of kind "cpu"
  * its stash is what the runtime's memory check adds (un_exec_estimate_bytes with and without the
  * stash) on every rank, for serial, data and the model's own tensor layouts; a GPU machine keeps
- * none. The runtime semantics' memory per device is at least the runtime's estimate and at most
- * 12 % above it (activations held for the step, not freed after their last reader). */
+ * none. The runtime semantics' memory per device is the runtime's estimate, up to the gaps of the
+ * runtime's arena layout (at most 3 %): activations live from their forward to their last reader,
+ * their gradients from their last consumer's backward to their own (every tiny model; before,
+ * the simulator held activations for the whole step: up to 12 % above). */
 static void test_sim_stash(void) {
     un_ctx *ctx = un_ctx_new(NULL);
     un_machine cpu;
@@ -400,10 +403,10 @@ static void test_sim_stash(void) {
     static const struct {
         const char *model, *strategy;
         int devices;
-    } cases[] = {{"transformer", "serial", 1},
-                 {"transformer", "data", 2},
-                 {"charlm", "data", 2},
-                 {"mlp", "data", 2}};
+    } cases[] = {{"transformer", "serial", 1}, {"transformer", "data", 2}, {"charlm", "data", 2},
+                 {"mlp", "data", 2},           {"resnext50", "serial", 1}, {"resnext50", "data", 2},
+                 {"inception_v3", "data", 2},  {"dlrm", "data", 2},        {"xdl", "serial", 1},
+                 {"candle_uno", "data", 2},    {"mlp", "tensor", 2}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         un_graph *g = NULL, *f = NULL;
         un_train_opts o = un_train_opts_default();
@@ -421,17 +424,19 @@ static void test_sim_stash(void) {
             int64_t without = un_exec_estimate_bytes(f, r, d, UN_PREC_F32, 2, false);
             EXPECT_TRUE(with >= without && without > 0);
             want += (double)(with - without);
-            /* the simulator holds every activation for the whole step; the runtime frees one
-             * after its last reader (runtime/README.md: one arena by lifetime): an upper bound,
-             * 0-10 % above the runtime's own figure on these tiny models */
-            test__check(rc.mem[r] >= (double)with && rc.mem[r] <= 1.12 * (double)with, TEST__AT,
-                        "%s %s rank %d: simulated %.0f B, runtime %lld B", cases[i].model,
+            /* the simulator frees an activation after its last reader, as the runtime does
+             * (runtime/README.md: one arena by lifetime), and counts the arena's peak of live
+             * bytes; the runtime's arena may be larger than that peak (its layout's gaps) */
+            test__check(rc.mem[r] >= 0.97 * (double)with && rc.mem[r] <= (double)with + 0.5,
+                        TEST__AT, "%s %s rank %d: simulated %.0f B, runtime %lld B", cases[i].model,
                         cases[i].strategy, r, rc.mem[r], (long long)with);
             EXPECT_NEAR(rc.mem[r] - rg.mem[r], (double)(with - without), 0.5);
         }
         EXPECT_NEAR(rc.stash_all, want, 0.5);
         EXPECT_TRUE(rg.stash_all == 0 && rg.mem_stash == 0);
-        if (strcmp(cases[i].model, "mlp") != 0) /* relu linears keep nothing; these do */
+        /* layer norm and attention keep what their backward reads; relu linears, convolutions
+         * and embeddings nothing */
+        if (strcmp(cases[i].model, "transformer") == 0 || strcmp(cases[i].model, "charlm") == 0)
             EXPECT_TRUE(rc.stash_all > 0 && rc.mem_stash > 0);
         un_sim_result_deinit(&rc);
         un_sim_result_deinit(&rg);
@@ -440,6 +445,38 @@ static void test_sim_stash(void) {
     }
     un_cost_model_free(ccm);
     un_cost_model_free(gcm);
+    un_ctx_free(ctx);
+}
+
+/* A plan whose output is a parallel op that receives a piece from another device (a combine of
+ * a batch-split linear): the received piece lives to the step's end, as the output does in the
+ * runtime; the simulated memory is the runtime's estimate on both ranks (it wrote outside its
+ * arena's clock: the search of test_search_cli's rewrites crashed). */
+static void test_sim_output_parallel(void) {
+    static const char text[] =
+        "{\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [8, 16]}},"
+        " {\"name\": \"w\", \"op\": \"weight\", \"params\": {\"shape\": [16, 4]}},"
+        " {\"name\": \"xp\", \"op\": \"partition\", \"in\": [\"x\"], \"params\": {\"dim\": 0}},"
+        " {\"name\": \"wr\", \"op\": \"replicate\", \"in\": [\"w\"]},"
+        " {\"name\": \"y\", \"op\": \"linear\", \"in\": [\"xp\", \"wr\"]},"
+        " {\"name\": \"yc\", \"op\": \"combine\", \"in\": [\"y\"], \"params\": {\"dim\": 0}}]}";
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_graph *g = NULL, *f = NULL;
+    EXPECT_OK(ctx, un_graph_from_json(ctx, spec, "comb.json", text, strlen(text), &g));
+    EXPECT_OK(ctx, un_strategy_fold_weights(ctx, g, &f));
+    un_machine cpu;
+    EXPECT_OK(ctx, un_machine_load(ctx, "specs/machines/cpu.json", &cpu));
+    un_cost_model *cm = model_on(&cpu, NULL);
+    un_sim_result r = sim_runtime(cm, g, 2);
+    for (int k = 0; k < 2 && r.mem; k++) {
+        int64_t want = un_exec_estimate_bytes(f, k, 2, UN_PREC_F32, 2, true);
+        test__check(r.mem[k] >= 0.97 * (double)want && r.mem[k] <= (double)want + 0.5, TEST__AT,
+                    "rank %d: simulated %.0f B, runtime %lld B", k, r.mem[k], (long long)want);
+    }
+    un_sim_result_deinit(&r);
+    un_cost_model_free(cm);
+    un_graph_free(f);
+    un_graph_free(g);
     un_ctx_free(ctx);
 }
 
@@ -479,11 +516,30 @@ static void test_sim_measured_parts(void) {
         EXPECT_OK(ctx, un_rulesdb_open(ctx, path[i], spec, UN_RULESDB_CREATE, &db[i]));
     }
     un_machine m = machine_mem("1e12");
-    un_graph *ser = mlp_graph("serial", 1), *dp = mlp_graph("data", 2);
+    un_graph *ser = zoo_graph("mlp", "serial", 1), *dp = zoo_graph("mlp", "data", 2);
     un_cost_model *cm = model_on(&m, db[0]);
     un_sim_result s0 = sim_runtime(cm, ser, 1), d0 = sim_runtime(cm, dp, 2);
     EXPECT_TRUE(s0.wait == 0 && d0.wait == 0 && s0.meet_time == 0);
     EXPECT_TRUE(s0.meets == 0 && d0.meets >= 3); /* the gradients' scatter, gather, the loss */
+    un_cost_model_free(cm);
+    /* a step's time does not include making its batch (runtime/train.c times forward, loss,
+     * backward and update): a second to make the batch (the profiler's former entry for the
+     * step's inputs and labels) changes no estimate */
+    int64_t elems = 0;
+    for (int32_t id = 0; id < un_graph_node_count(ser); id++)
+        if (un_graph_node(ser, id)->op == UN_OP_INPUT)
+            elems += un_shape_numel(&un_graph_node(ser, id)->inf.out[0]);
+    const un_shape *os = un_graph_shape(ser, un_graph_output(ser, 0)); /* labels */
+    elems += os->rank == 2 && os->dim[1] > 2 ? os->dim[0] : un_shape_numel(os);
+    char dshape[48];
+    snprintf(dshape, sizeof dshape, "float[%lld]", (long long)elems);
+    put_cost(db[0], "data:synthetic", dshape, 1e3, 0);
+    cm = model_on(&m, db[0]);
+    un_sim_result sd = sim_runtime(cm, ser, 1), dd = sim_runtime(cm, dp, 2);
+    EXPECT_NEAR(sd.step, s0.step, 1e-12);
+    EXPECT_NEAR(dd.step, d0.step, 1e-12);
+    un_sim_result_deinit(&sd);
+    un_sim_result_deinit(&dd);
     un_cost_model_free(cm);
     put_cost(db[0], "comm:barrier", "devices[2]", 1.0, 0); /* 1 ms a barrier */
     cm = model_on(&m, db[0]);
@@ -625,6 +681,76 @@ static void test_profile_dropout(void) {
     EXPECT_TRUE(fwd > 0 && bwd > 0);
 }
 
+/* Profiles g on one CPU thread (value sets: 4, as unity-train on synthetic data, or 0: new values
+ * every run) into a fresh database at path and returns op_sig/shape's forward and backward (ms). */
+static void profile_entry(const un_graph *g, int sets, const char *path, const char *sig,
+                          const char *shape, double *fwd, double *bwd) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_rulesdb *db = NULL;
+    remove(path);
+    EXPECT_OK(ctx, un_rulesdb_open(ctx, path, spec, UN_RULESDB_CREATE, &db));
+    un_profile_params pp = un_profile_params_default();
+    pp.value_sets = sets;
+    int64_t n = 0;
+    EXPECT_OK(ctx, un_profile_graph(ctx, db, g, &pp, NULL, &n));
+    un_rulesdb_cost c;
+    bool found = false;
+    EXPECT_OK(ctx, un_rulesdb_cost_get(ctx, db, sig, shape, "cpu", &c, &found));
+    EXPECT_TRUE(found);
+    *fwd = found ? c.fwd_ms : 0;
+    *bwd = found ? c.bwd_ms : 0;
+    un_rulesdb_free(db);
+    un_ctx_free(ctx);
+}
+
+/* The profiler times ops as a step runs them, between the step's other ops: inside a step of tiny
+ * ResNeXt-50 the branch predictor does not learn a [8,8,8,8] ReLU's signs from one step to the
+ * next (20.8 us forward in the step, 21.2 profiled on new values), while the same op repeated
+ * alone over 4 value sets learnt them (2.8-4.9 us: the step estimate 34 % low). So its time on
+ * the run's 4 value sets is about its time on new values. */
+static void test_profile_in_step(void) {
+    un_graph *g = zoo_graph("resnext50", "serial", 1);
+    char path[128];
+    snprintf(path, sizeof path, "%s/step.db", cli_tmp);
+    double cf = 0, cb = 0, nf = 0, nb = 0;
+    profile_entry(g, UN_TRAIN_SYNTHETIC_BATCHES, path, "relu[]", "float[8,8,8,8]", &cf, &cb);
+    profile_entry(g, 0, path, "relu[]", "float[8,8,8,8]", &nf, &nb);
+    test__check(cf > 0.5 * nf && cb > 0.5 * nb, TEST__AT,
+                "relu [8,8,8,8] on 4 value sets %.4f / %.4f ms, on new values %.4f / %.4f ms", cf,
+                cb, nf, nb);
+    un_graph_free(g);
+}
+
+/* An embedding's indices are drawn from its input's range as the run's batches are (not all 0,
+ * which reads one row of the table whatever its size): the lookups of a 65,536-row table cost
+ * more than those of a 16-row one (10x here). */
+static void test_profile_int_inputs(void) {
+    double f[2] = {0, 0}, b[2] = {0, 0};
+    for (int i = 0; i < 2; i++) {
+        int64_t rows = i ? 65536 : 16;
+        char text[512], path[128], shape[64];
+        snprintf(text, sizeof text,
+                 "{\"nodes\": [{\"name\": \"ix\", \"op\": \"input\", \"params\": {\"shape\": "
+                 "[256, 8], \"dtype\": \"int\", \"range\": %lld}}, {\"name\": \"tab\", \"op\": "
+                 "\"weight\", \"params\": {\"shape\": [%lld, 16]}}, {\"name\": \"e\", \"op\": "
+                 "\"embedding\", \"in\": [\"ix\", \"tab\"]}]}",
+                 (long long)rows, (long long)rows);
+        un_ctx *ctx = un_ctx_new(NULL);
+        un_graph *g = NULL;
+        EXPECT_OK(ctx, un_graph_from_json(ctx, spec, "emb.json", text, strlen(text), &g));
+        snprintf(path, sizeof path, "%s/emb%d.db", cli_tmp, i);
+        snprintf(shape, sizeof shape, "int[256,8];float[%lld,16]", (long long)rows);
+        if (g)
+            profile_entry(g, UN_TRAIN_SYNTHETIC_BATCHES, path, "embedding[aggr=sum]", shape, &f[i],
+                          &b[i]);
+        un_graph_free(g);
+        un_ctx_free(ctx);
+    }
+    test__check(f[1] > 2 * f[0] && b[1] > 1.5 * b[0], TEST__AT,
+                "embedding of 65,536 rows %.4f / %.4f ms, of 16 rows %.4f / %.4f ms", f[1], b[1],
+                f[0], b[0]);
+}
+
 static void test_profile_backends(void) {
     const char *args = "--model transformer --tiny --profile --machine specs/machines/cpu.json "
                        "--rules %s/%s.db";
@@ -671,11 +797,14 @@ int main(void) {
                                   {"measured", test_measured},
                                   {"sim_runtime", test_sim_runtime},
                                   {"sim_stash", test_sim_stash},
+                                  {"sim_output_parallel", test_sim_output_parallel},
                                   {"sim_measured_parts", test_sim_measured_parts},
                                   {"profile_dropout", test_profile_dropout},
                                   {"profile_parts", test_profile_parts},
                                   {"cli", test_cli},
-                                  {"profile_backends", test_profile_backends}};
+                                  {"profile_backends", test_profile_backends},
+                                  {"profile_in_step", test_profile_in_step},
+                                  {"profile_int_inputs", test_profile_int_inputs}};
     int rc = TEST_RUN_WITH_SPEC(c, &spec);
     return cli_cleanup() ? rc : 1;
 }

@@ -16,7 +16,11 @@
 #     whole-plan simulations per second.
 #   scripts/bench/cost.sh [BUILD_DIR]      Env: STEPS (default 40), REPS (rounds, default 3),
 #                                          ONLY (a regex: only the cases whose label matches,
-#                                          e.g. ONLY='tiny\)').
+#                                          e.g. ONLY='tiny\)'), BASELINE_BIN (an older
+#                                          unity-train: in every round it also profiles into a
+#                                          database of its own and estimates, right before the
+#                                          run, so both estimates meet the same measurement at
+#                                          the same load; its error is the base_err column).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
@@ -31,6 +35,8 @@ echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), OPENBLAS
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 db=$tmp/costs.db
+dbb=$tmp/base.db
+base_bin=${BASELINE_BIN:-}
 "$B/unity-pcg" sample mlp --strategy serial >"$tmp/mlp.json"
 "$B/unity-pcg" sample mlp --strategy tensor >"$tmp/tp.json"
 
@@ -41,7 +47,7 @@ rss() { # peak RSS in bytes of a command
 base1=$(rss "$B/unity-train" --model mlp --tiny --steps 2 --threads 1 --quiet)
 base2=$(rss "$B/unity-train" --model mlp --tiny --steps 2 --devices 2 --threads 2 --quiet)
 echo "baseline peak RSS (tiny mlp, 2 steps): $((base1 / 1024)) KiB on 1 device, $((base2 / 1024)) KiB on 2, subtracted from the runs' on as many devices"
-printf '%-26s %-8s %3s %10s %10s %7s %5s %12s %12s %7s %5s %12s\n' model strategy dev est_ms meas_ms err ok est_mem meas_mem err ok rss_delta
+printf '%-26s %-8s %3s %10s %10s %7s %5s %12s %12s %7s %5s %12s%s\n' model strategy dev est_ms meas_ms err ok est_mem meas_mem err ok rss_delta "${base_bin:+ base_err}"
 # the median step of a run's steps after the first (a step's time is batch / its samples/s; the
 # batch is the summary's samples/s x ms/step)
 median_step() {
@@ -64,7 +70,7 @@ model_cases() {
     local label=$1 margs=$2
     shift 2
     [[ -z "${ONLY:-}" || "$label" =~ $ONLY ]] || return 0
-    local -a cases=("$@") strat dev est mem stash meas acct rssd
+    local -a cases=("$@") strat dev est mem stash meas acct rssd estb
     local n=${#cases[@]} i r
     for ((r = 0; r < REPS; r++)); do
         for ((i = 0; i < n; i++)); do
@@ -76,10 +82,17 @@ model_cases() {
             "$B/unity-train" $margs $sargs --profile --machine $M --rules "$db" --quiet >/dev/null
             "$B/unity-train" $margs $sargs --estimate --machine $M --rules "$db" >"$tmp/est" 2>/dev/null
             e=$(sed -n 's/^estimated step time: \([0-9.]*\) ms.*/\1/p' "$tmp/est")
+            local eb=0
+            if [ -n "$base_bin" ]; then
+                "$base_bin" $margs $sargs --profile --machine $M --rules "$dbb" --quiet >/dev/null
+                eb=$("$base_bin" $margs $sargs --estimate --machine $M --rules "$dbb" 2>/dev/null |
+                     sed -n 's/^estimated step time: \([0-9.]*\) ms.*/\1/p')
+            fi
             peak=$(rss "$B/unity-train" $margs $sargs --steps "$steps" --stats)
             m=$(median_step "$tmp/out")
             if ((r == 0)); then
                 est[i]=$e
+                estb[i]=$eb
                 meas[i]=$m
                 mem[i]=$(sed -n 's/^memory, all devices: \([0-9]*\) bytes/\1/p' "$tmp/est")
                 stash[i]=$(sed -n 's/^kernel stash, all devices: \([0-9]*\) bytes/\1/p' "$tmp/est")
@@ -90,17 +103,21 @@ model_cases() {
                 rssd[i]=$((peak - base))
             else
                 est[i]=$(awk -v a="${est[i]}" -v b="$e" 'BEGIN { print (b < a ? b : a) }')
+                estb[i]=$(awk -v a="${estb[i]}" -v b="$eb" 'BEGIN { print (b < a ? b : a) }')
                 meas[i]=$(awk -v a="${meas[i]}" -v b="$m" 'BEGIN { print (b < a ? b : a) }')
             fi
         done
     done
     for ((i = 0; i < n; i++)); do
         awk -v l="$label" -v s="$(basename "${strat[i]}" .json)" -v d="${dev[i]}" -v e="${est[i]}" -v m="${meas[i]}" \
-            -v em="${mem[i]}" -v mm="$((acct[i] + stash[i]))" -v rd="${rssd[i]}" 'BEGIN {
+            -v em="${mem[i]}" -v mm="$((acct[i] + stash[i]))" -v rd="${rssd[i]}" -v eb="${estb[i]}" -v hb="$base_bin" 'BEGIN {
             te = 100 * (e - m) / m; me = (mm > 0 ? 100 * (em - mm) / mm : 0)
-            printf "%-26s %-8s %3d %10.3f %10.3f %+6.0f%% %5s %10.0fK %10.0fK %+6.0f%% %5s %10.0fK\n", l, s, d, e, m, te,
+            printf "%-26s %-8s %3d %10.3f %10.3f %+6.0f%% %5s %10.0fK %10.0fK %+6.0f%% %5s %10.0fK", l, s, d, e, m, te,
                    (te <= 25 && te >= -25 ? "yes" : "NO"), em / 1024, mm / 1024, me, (me <= 20 && me >= -20 ? "yes" : "NO"), rd / 1024
-            printf "%s|%s|%s|%s|%d|%d\n", l, s, e, m, (te <= 25 && te >= -25), (me <= 20 && me >= -20) >> "'"$tmp/rows"'" }'
+            if (hb != "")
+                printf " %+7.0f%%", 100 * (eb - m) / m
+            printf "\n"
+            printf "%s|%s|%s|%s|%d|%d|%s\n", l, s, e, m, (te <= 25 && te >= -25), (me <= 20 && me >= -20), eb >> "'"$tmp/rows"'" }'
     done
 }
 for m in mlp transformer dlrm xdl candle_uno resnext50 inception_v3 charlm; do
@@ -114,13 +131,17 @@ done
 model_cases "charlm (default)" "--model charlm" serial:1 data:2
 model_cases "sample mlp" "--model $tmp/mlp.json" serial:1 data:2 "$tmp/tp.json:2"
 # the summary, and whether each model's strategies keep their order (estimated vs measured)
-awk -F'|' '{ n++; t += $5; m += $6; k = $1; c[k]++; e[k, c[k]] = $3; x[k, c[k]] = $4 }
-     END { for (k in c) { if (c[k] < 2) continue; models++; ok = 1
-               for (i = 1; i <= c[k]; i++) for (j = 1; j <= c[k]; j++)
+awk -F'|' -v hb="$base_bin" '{ n++; t += $5; m += $6; k = $1; c[k]++; e[k, c[k]] = $3; x[k, c[k]] = $4; b[k, c[k]] = $7
+       tb += ($7 - $4 <= 0.25 * $4 && $4 - $7 <= 0.25 * $4) }
+     END { for (k in c) { if (c[k] < 2) continue; models++; ok = 1; okb = 1
+               for (i = 1; i <= c[k]; i++) for (j = 1; j <= c[k]; j++) {
                    if ((e[k, i] < e[k, j]) != (x[k, i] < x[k, j])) ok = 0
-               kept += ok; if (!ok) bad = bad " [" k "]" }
+                   if ((b[k, i] < b[k, j]) != (x[k, i] < x[k, j])) okb = 0 }
+               kept += ok; keptb += okb; if (!ok) bad = bad " [" k "]" }
            printf "summary: step time within 25%% in %d/%d cases, memory within 20%% in %d/%d, strategy ranking kept for %d/%d models%s\n",
-                  t, n, m, n, kept, models, bad ? "; not for" bad : "" }' "$tmp/rows"
+                  t, n, m, n, kept, models, bad ? "; not for" bad : ""
+           if (hb != "")
+               printf "baseline %s against the same runs: step time within 25%% in %d/%d cases, ranking kept for %d/%d models\n", hb, tb, n, keptb, models }' "$tmp/rows"
 
 # ---- 2. estimates per second at 192 devices ----
 bench_c="$build/bench_cost.c"
