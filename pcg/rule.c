@@ -1338,16 +1338,31 @@ un_status un_rule_check_claim(un_ctx *ctx, const un_rule *r, int max_value,
     int64_t vals[UN_RULE_MAX_VARS];
     for (int a = 0; a < r->n_vars; a++)
         vals[a] = 1;
-    bool is_dim[UN_RULE_MAX_VARS];
-    for (int a = 0; a < r->n_vars; a++)
+    /* A dim variable bound to an input's dim takes the sizes' value at the other input sizes;
+     * one bound only to size parameters (split sizes whose sum is the input's dim) does not,
+     * so it is enumerated there like any variable. */
+    bool tied[UN_RULE_MAX_VARS], is_dim[UN_RULE_MAX_VARS];
+    for (int a = 0; a < r->n_vars; a++) {
+        tied[a] = false;
         is_dim[a] = un_rule_var_is_dim(r, a);
+        for (int b = 0; b < r->vars[a].n_binds && is_dim[a]; b++) {
+            const un_rule_bind *bd = &r->vars[a].binds[b];
+            const un_node *nd = un_graph_node(bd->side ? r->dst : r->src, bd->node);
+            tied[a] = tied[a] ||
+                      (un_op_kind_of(nd->op) == UN_OPK_SOURCE &&
+                       !strcmp(un_spec_op(un_graph_spec(r->src), nd->op)->params[bd->param].name,
+                               "shape"));
+        }
+    }
     un_status st = UN_OK;
+    char first[900] = "";
     for (bool more = true; more;) {
-        /* at the other input sizes a dim variable takes the sizes' value: one value of it there */
+        /* at the other input sizes a tied dim variable takes the sizes' value: one value there;
+         * the other dim variables go to 4 there (a wrong claim shows at small sizes) */
         bool dims_first = true;
         for (int a = 0; a < r->n_vars; a++)
-            dims_first = dims_first && (!is_dim[a] || vals[a] == 1);
-        for (int z = 0; z < (dims_first ? n_sz : 1); z++) {
+            dims_first = dims_first && (tied[a] ? vals[a] == 1 : !is_dim[a] || vals[a] <= 4);
+        for (int z = 0; z < (dims_first ? n_sz : 1) && (st == UN_OK || stats != &s0); z++) {
             un_shape *sz = vars_sz + (size_t)z * (size_t)n_in;
             layouts_follow(r, vals, sz, n_in);
             un_rule *inst = NULL;
@@ -1366,9 +1381,7 @@ un_status un_rule_check_claim(un_ctx *ctx, const un_rule *r, int max_value,
                 stats->outputs_differ++;
             else
                 stats->target_ill++;
-            if (stage >= 2 && st != UN_OK) {
-                un_ctx_clear(ctx);
-            } else if (stage >= 2) {
+            if (stage >= 2 && st == UN_OK) {
                 char msg[512], vs[128] = "", ds[256] = "";
                 snprintf(msg, sizeof msg, "%s", un_ctx_errmsg(ctx) ? un_ctx_errmsg(ctx) : "");
                 for (int a = 0, len = 0; a < r->n_vars && len < (int)sizeof vs; a++)
@@ -1379,28 +1392,31 @@ un_status un_rule_check_claim(un_ctx *ctx, const un_rule *r, int max_value,
                     un_shape_str(&sz[i], b, sizeof b);
                     len += snprintf(ds + len, sizeof ds - (size_t)len, " %s", b);
                 }
-                un_ctx_clear(ctx);
-                st = un_ctx_error(ctx, UN_ERR_MISMATCH,
-                                  "the source is well formed and the side conditions hold at "
-                                  "%s%s%s, but: %s",
-                                  vs[0] ? vs : "the witness", z ? ", inputs" : "", ds, msg);
-            } else {
-                un_ctx_clear(ctx);
+                st = UN_ERR_MISMATCH;
+                snprintf(
+                    first, sizeof first,
+                    "the source is well formed and the side conditions hold at %s%s%s, but: %s",
+                    vs[0] ? vs : "the witness", z ? ", inputs" : "", ds, msg);
             }
+            un_ctx_clear(ctx);
         }
-        more = false;
-        for (int a = 0; a < r->n_vars && !more; a++) {
+        /* without stats to count, the first failure decides */
+        more = st == UN_OK || stats != &s0;
+        for (int a = 0; a < r->n_vars && more; a++) {
             if (vals[a] < hi) {
                 vals[a]++;
-                more = true;
-            } else {
-                vals[a] = 1;
+                break;
             }
+            vals[a] = 1;
+            more = a + 1 < r->n_vars;
         }
+        if (!r->n_vars)
+            more = false;
     }
     free(base);
     free(vars_sz);
-    return st;
+    /* the first instance that failed (later ones were only counted) */
+    return st == UN_OK ? UN_OK : un_ctx_error(ctx, st, "%s", first);
 }
 
 un_status un_rule_check_random(un_ctx *ctx, const un_rule *r, un_dom dom, uint64_t seed,

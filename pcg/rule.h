@@ -183,11 +183,12 @@ typedef struct un_rule_claim_stats {
 /* Re-checks r's claim on a grid: each variable at 1..max_value (all combinations, the range cut
  * so there are at most 4096), at the witness input sizes and, when r->any_shape, at sizes scaled
  * per class of equal witness dims (x2, x3, x5), scaled as a whole (x2, x6) and at random per-dim
- * multiples (x1..x4) (where a dim variable takes the sizes' value). Wherever the source is well
+ * multiples (x1..x4) (where a dim variable bound to an input dim takes the sizes' value, and one
+ * bound only to size parameters, such as split sizes, goes over 1..4). Wherever the source is well
  * formed and the side conditions hold, the target must be well formed with mapped outputs of
  * equal shape and layout; otherwise
  * UN_ERR_MISMATCH naming the first such instance (values, sizes, reason), after the whole grid
- * has been counted in stats (may be NULL). */
+ * has been counted in stats (may be NULL: then the first failure ends the check). */
 un_status un_rule_check_claim(un_ctx *ctx, const un_rule *r, int max_value,
                               un_rule_claim_stats *stats);
 

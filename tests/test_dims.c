@@ -381,6 +381,97 @@ static void test_unproven_dropped(void) {
     un_ctx_free(ctx);
 }
 
+/* Dims forms whose split sizes are tied to no input dim (n2 binds the source's sizes[1] only):
+ * at n1 = 3, n2 = 1 the source is well formed and the target's split [3, 2] is not, so that
+ * form's claim fails the concrete re-check, and the verifier spends no Z3 work on it (the rule's
+ * proof costs what proving the rule itself costs). A second form (N=3 set) holds at its witness
+ * sizes, where x2 [2,4,4] admits only n1 = n2 = 1, and fails at x2 [4,4,4], n1 = 3, n2 = 1: the
+ * re-check for every size must try the untied sizes there too. */
+static void test_untied_not_proven(void) {
+    static const char *const text =
+        "{\"src\": {\"nodes\": [{\"name\": \"x0\", \"op\": \"input\", \"params\": {\"shape\": [2, "
+        "4, 4]}}, {\"name\": \"s0\", \"op\": \"split\", \"in\": [\"x0\"], \"params\": {\"axis\": "
+        "1, \"sizes\": [2, 2]}}, {\"name\": \"s1\", \"op\": \"concat\", \"in\": [\"s0:1\", "
+        "\"s0:1\"], \"params\": {\"axis\": 1}}, {\"name\": \"s2\", \"op\": \"concat\", \"in\": "
+        "[\"s1\", \"s1\"], \"params\": {\"axis\": 0}}], \"outputs\": [\"s2\", \"s0\"]}, \"dst\": "
+        "{\"nodes\": [{\"name\": \"x0\", \"op\": \"input\", \"params\": {\"shape\": [2, 4, 4]}}, "
+        "{\"name\": \"t0\", \"op\": \"split\", \"in\": [\"x0\"], \"params\": {\"axis\": 1, "
+        "\"sizes\": [2, 2]}}, {\"name\": \"t1\", \"op\": \"concat\", \"in\": [\"t0:1\", "
+        "\"t0:1\"], \"params\": {\"axis\": 0}}, {\"name\": \"t2\", \"op\": \"concat\", \"in\": "
+        "[\"t1\", \"t1\"], \"params\": {\"axis\": 1}}], \"outputs\": [\"t2\", \"t0\"]}}";
+    static const char *const wide =
+        "{\"src\": {\"nodes\": [{\"name\": \"x0\", \"op\": \"input\", \"params\": {\"shape\": [2, "
+        "4, 4]}}, {\"name\": \"x1\", \"op\": \"input\", \"params\": {\"shape\": [2, 4, 4]}}, "
+        "{\"name\": \"x2\", \"op\": \"input\", \"params\": {\"shape\": [2, 4, 4]}}, {\"name\": "
+        "\"s0\", \"op\": \"split\", \"in\": [\"x2\"], \"params\": {\"axis\": 0, \"sizes\": [1, "
+        "1]}}, {\"name\": \"s1\", \"op\": \"concat\", \"in\": [\"s0\", \"x0\"], \"params\": "
+        "{\"axis\": 0}}, {\"name\": \"s2\", \"op\": \"concat\", \"in\": [\"s1\", \"x1\"], "
+        "\"params\": {\"axis\": 0}}], \"outputs\": [\"s0:1\", \"s2\"]}, \"dst\": {\"nodes\": "
+        "[{\"name\": \"x0\", \"op\": \"input\", \"params\": {\"shape\": [2, 4, 4]}}, {\"name\": "
+        "\"x1\", \"op\": \"input\", \"params\": {\"shape\": [2, 4, 4]}}, {\"name\": \"x2\", "
+        "\"op\": \"input\", \"params\": {\"shape\": [2, 4, 4]}}, {\"name\": \"t0\", \"op\": "
+        "\"concat\", \"in\": [\"x0\", \"x1\"], \"params\": {\"axis\": 0}}, {\"name\": \"t1\", "
+        "\"op\": \"split\", \"in\": [\"x2\"], \"params\": {\"axis\": 0, \"sizes\": [1, 1]}}, "
+        "{\"name\": \"t2\", \"op\": \"concat\", \"in\": [\"t1\", \"t0\"], \"params\": "
+        "{\"axis\": 0}}], \"outputs\": [\"t1:1\", \"t2\"]}, \"vars\": [{\"name\": \"n1\", "
+        "\"at\": [[\"src\", \"s0\", \"sizes\", 0]]}, {\"name\": \"n2\", \"at\": [[\"src\", "
+        "\"s0\", \"sizes\", 1], [\"dst\", \"t1\", \"sizes\", 1]]}]}";
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_rule *r = NULL, *d = NULL, *rc = NULL;
+    un_verifier *v[2] = {NULL, NULL};
+    EXPECT_OK(ctx, un_rule_from_json(ctx, spec, "untied", text, strlen(text), &r));
+    if (r)
+        EXPECT_OK(ctx, un_rule_dims_generalize(ctx, r, &d));
+    EXPECT_TRUE(d != NULL);
+    if (!d)
+        goto done;
+    EXPECT_EQ(dim_vars(d), 2);
+    d->any_shape = true;
+    EXPECT_EQ(un_rule_check_claim(ctx, d, 8, NULL), UN_ERR_MISMATCH);
+    printf("    %s\n", un_ctx_errmsg(ctx));
+    un_ctx_clear(ctx);
+    /* one whose claim fails only at other input sizes: x2 [2,4,4] admits n1 = n2 = 1 alone */
+    un_rule *w = NULL;
+    EXPECT_OK(ctx, un_rule_from_json(ctx, spec, "untied_sizes", wide, strlen(wide), &w));
+    if (w) {
+        EXPECT_OK(ctx, un_rule_check_claim(ctx, w, 8, NULL));
+        w->any_shape = true;
+        EXPECT_EQ(un_rule_check_claim(ctx, w, 8, NULL), UN_ERR_MISMATCH);
+        printf("    %s\n", un_ctx_errmsg(ctx));
+        un_ctx_clear(ctx);
+    }
+    un_rule_free(w);
+    for (int k = 0; k < 2; k++)
+        EXPECT_OK(ctx, un_runner_verifier(ctx, spec, 1234, &v[k], NULL));
+    rc = un_rule_clone(r);
+    EXPECT_OK(ctx, un_rule_conds_compute(ctx, rc));
+    if (!v[0] || !v[1])
+        goto done;
+    /* the runner's budget; each fresh verifier proves the rule once first (internalizing) */
+    un_prove_opts po = {.timeout_ms = 20000, .symbolic = true, .rlimit = 2000 * 3500};
+    un_proof p;
+    for (int k = 0; k < 2; k++)
+        EXPECT_OK(ctx, un_verifier_prove(ctx, v[k], rc, &po, &p));
+    EXPECT_OK(ctx, un_verifier_prove(ctx, v[0], rc, &po, &p));
+    EXPECT_EQ(p.verdict, UN_VERDICT_VALID);
+    un_verify_verdict vv;
+    EXPECT_OK(ctx, un_runner_rule(ctx, v[1], r, NULL, &vv));
+    EXPECT_EQ(vv.status, UN_RULE_VERIFIED);
+    EXPECT_TRUE(vv.any_shape);
+    EXPECT_EQ(vv.n_dim_vars, 0);
+    EXPECT_EQ(vv.work, p.work);
+    printf("    work %llu (the rule alone: %llu)\n", (unsigned long long)vv.work,
+           (unsigned long long)p.work);
+    un_verify_verdict_deinit(&vv);
+done:
+    un_verifier_free(v[0]);
+    un_verifier_free(v[1]);
+    un_rule_free(rc);
+    un_rule_free(d);
+    un_rule_free(r);
+    un_ctx_free(ctx);
+}
+
 /* A random PCG at sizes other than the rules' witnesses: x [b, s, h] and weights [h, d_i] with
  * distinct d_i, linears sharing x, splits of a linear's last dim at random sizes, concats of those
  * pieces, relu and ew_add; its outputs are the unconsumed tensors. */
@@ -504,6 +595,7 @@ int main(void) {
         {"verify_match_two_sizes", t_verify_match},
         {"planted_refuted", t_planted},
         {"unproven_dropped", t_unproven},
+        {"untied_not_proven", test_untied_not_proven},
         {"random_chains", t_chains},
         {"free", t_free},
     };

@@ -12,7 +12,7 @@
 #include <z3.h>
 
 #define NPV_MAX       (UN_MAX_PARAMS * (1 + UN_MAX_DIMS)) /* flattened parameters of one op */
-#define REBUILD_EVERY 256
+#define REBUILD_EVERY 512
 #define MAX_CONDS     512
 
 struct un_verifier {
