@@ -208,16 +208,14 @@ static int need(sim *s, int t, int64_t piece, int64_t blk, int from, int to, dou
     if (from < 0 || from == to)
         return -1;
     for (int i = 0; i < s->n_xf; i++)
-        if (s->xf[i].t == t && s->xf[i].piece == piece && s->xf[i].blk == blk &&
-            s->xf[i].to == to)
+        if (s->xf[i].t == t && s->xf[i].piece == piece && s->xf[i].blk == blk && s->xf[i].to == to)
             return i;
     if (s->n_xf == s->cap_xf) {
         s->cap_xf = s->cap_xf ? 2 * s->cap_xf : 16;
         s->xf = un_xrealloc(s->xf, sizeof *s->xf * (size_t)s->cap_xf);
     }
-    s->xf[s->n_xf] =
-        (xfer){.t = t, .piece = piece, .blk = blk, .from = from, .to = to, .bytes = bytes,
-               .at = {0, -1}};
+    s->xf[s->n_xf] = (xfer){
+        .t = t, .piece = piece, .blk = blk, .from = from, .to = to, .bytes = bytes, .at = {0, -1}};
     return s->n_xf++;
 }
 
