@@ -944,6 +944,24 @@ static un_cu_conv conv_case(size_t k) {
 
 /* im2col of a chunk, its gathered adjoint, the chunk size and the Y <-> y copies against direct
  * loops, for chunks of 1, 2 and all images. */
+/* Direct im2col of a chunk of cn images: for col entry e ([C KH KW][cn OHW], L = cn OHW), the
+ * offset in the chunk of the x element it reads, or -1 for padding (owned: free). */
+static int64_t *im2col_map(const un_cu_conv *g, int64_t cn, int64_t L, int64_t ncol) {
+    int64_t *at = malloc((size_t)ncol * sizeof *at);
+    for (int64_t n = 0; n < cn; n++)
+        for (int64_t ch = 0; ch < g->C; ch++)
+            for (int64_t p = 0; p < g->KH; p++)
+                for (int64_t q = 0; q < g->KW; q++)
+                    for (int64_t i = 0; i < g->OH; i++)
+                        for (int64_t j = 0; j < g->OW; j++) {
+                            int64_t ih = i * g->sh - g->ph + p, iw = j * g->sw - g->pw + q;
+                            bool in = ih >= 0 && ih < g->H && iw >= 0 && iw < g->W;
+                            at[((ch * g->KH + p) * g->KW + q) * L + n * g->OHW + i * g->OW + j] =
+                                in ? ((n * g->C + ch) * g->H + ih) * g->W + iw : -1;
+                        }
+    return at;
+}
+
 static void test_conv_index(void) {
     for (size_t k = 0; k < N_CONV_CASES; k++) {
         un_cu_conv g = conv_case(k);
@@ -962,36 +980,18 @@ static void test_conv_index(void) {
                 int64_t L = c.N * c.OHW, ncol = per * c.N;
                 float *col = fvec(ncol), *ref = fzero(ncol);
                 const float *xc = x + n0 * g.C * g.H * g.W;
-                for (int64_t n = 0; n < c.N; n++)
-                    for (int64_t ch = 0; ch < g.C; ch++)
-                        for (int64_t p = 0; p < g.KH; p++)
-                            for (int64_t q = 0; q < g.KW; q++)
-                                for (int64_t i = 0; i < g.OH; i++)
-                                    for (int64_t jj = 0; jj < g.OW; jj++) {
-                                        int64_t ih = i * g.sh - g.ph + p, iw = jj * g.sw - g.pw + q;
-                                        bool in = ih >= 0 && ih < g.H && iw >= 0 && iw < g.W;
-                                        ref[((ch * g.KH + p) * g.KW + q) * L + n * g.OHW +
-                                            i * g.OW + jj] =
-                                            in ? xc[((n * g.C + ch) * g.H + ih) * g.W + iw] : 0;
-                                    }
+                int64_t *at = im2col_map(&g, c.N, L, ncol);
+                for (int64_t e = 0; e < ncol; e++)
+                    ref[e] = at[e] >= 0 ? xc[at[e]] : 0;
                 conv_job ji = {.g = &c, .src = xc, .dst = col};
                 sim_1d(ncol, im2col_body, &ji, NULL);
                 EXPECT_TRUE(close_to(col, ref, ncol, 0, "conv2d im2col of a chunk"));
                 /* the adjoint: the gathered dx equals scattering every col entry back */
                 float *dcol = fvec(ncol), *dx = fvec(c.N * g.C * g.H * g.W);
                 float *dref = fcopy(dx, c.N * g.C * g.H * g.W);
-                for (int64_t n = 0; n < c.N; n++)
-                    for (int64_t ch = 0; ch < g.C; ch++)
-                        for (int64_t p = 0; p < g.KH; p++)
-                            for (int64_t q = 0; q < g.KW; q++)
-                                for (int64_t i = 0; i < g.OH; i++)
-                                    for (int64_t jj = 0; jj < g.OW; jj++) {
-                                        int64_t ih = i * g.sh - g.ph + p, iw = jj * g.sw - g.pw + q;
-                                        if (ih >= 0 && ih < g.H && iw >= 0 && iw < g.W)
-                                            dref[((n * g.C + ch) * g.H + ih) * g.W + iw] +=
-                                                dcol[((ch * g.KH + p) * g.KW + q) * L + n * g.OHW +
-                                                     i * g.OW + jj];
-                                    }
+                for (int64_t e = 0; e < ncol; e++)
+                    if (at[e] >= 0)
+                        dref[at[e]] += dcol[e];
                 conv_job jc = {.g = &c, .src = dcol, .dst = dx};
                 sim_1d(c.N * g.C * g.H * g.W, col2im_body, &jc, NULL);
                 EXPECT_TRUE(close_to(dx, dref, c.N * g.C * g.H * g.W, 1e-6, "conv2d col2im"));
@@ -1012,7 +1012,7 @@ static void test_conv_index(void) {
                 box_job jY = {&to_Y, y, back, false};
                 sim_1d(ny, box_body, &jY, NULL);
                 EXPECT_TRUE(close_to(back, Y, ny, 0, "conv2d y -> Y"));
-                free(col), free(ref), free(dcol), free(dx), free(dref), free(Y), free(y),
+                free(at), free(col), free(ref), free(dcol), free(dx), free(dref), free(Y), free(y),
                     free(back);
             }
         }
