@@ -67,6 +67,6 @@ $ff_ran;
 training on CPU threads as devices with reverse-mode autodiff through the parallel graph;
 and Unity's three-layer search inside unity-train (verified algebraic rewrites from rules.db,
 splitting at cut nodes, device mapping by dynamic programming, costed by the machine file).
-Not yet run anywhere: the CUDA/NCCL backend (it compiles; no GPU was available) - see the open
-issues.
+Not in this demo: the CUDA backend (unity-train --backend cuda on an NVIDIA GPU; run on one H200,
+never on several GPUs - runtime/README.md says what ran).
 TXT
