@@ -97,7 +97,8 @@ struct un_exec {
      * graph output's: those are held for good) are live from its forward to vlast[i], the last
      * time anything reads them: a consumer's forward, the backward of a regular consumer that
      * needs gradients and reads its inputs, i's own backward when it reads its outputs
-     * (bwd_reads), and whatever reads a view of them (a parallel consumer's aliasing output). */
+     * (un_exec_bwd_reads), and whatever reads a view of them (a parallel consumer's aliasing
+     * output). */
     int32_t *gfirst;
     int32_t *vlast;
     int32_t *zstart, *zlist; /* per node j: zlist[zstart[j]..zstart[j+1]) start at j's backward */
@@ -367,13 +368,7 @@ static void tensor_deinit(un_exec *ex, xt *t) {
     xrelease(ex, t->sync);
 }
 
-/* Whether the backward of node nd (a regular op) reads its inputs' values and its outputs'. The
- * ops listed are the ones whose backward reads less on every backend (kernels_cpu.inc,
- * backend_cuda.c; the opaque backend runs the CPU's): an addition or subtraction reads only its
- * output gradient, a linear layer without activation and attention read their inputs (the
- * gradient of an activation reads its output; attention's backward recomputes or finds in the
- * CPU kernels' stash what it needs besides its inputs). Every other op reads both. */
-static void bwd_reads(const un_exec *ex, const un_node *nd, bool *ins, bool *outs) {
+void un_exec_bwd_reads(const un_graph *g, const un_node *nd, bool *ins, bool *outs) {
     *ins = *outs = true;
     switch (nd->op) {
     case UN_OP_EW_ADD:
@@ -381,7 +376,7 @@ static void bwd_reads(const un_exec *ex, const un_node *nd, bool *ins, bool *out
         *ins = *outs = false;
         break;
     case UN_OP_LINEAR: {
-        int a = un_spec_param_index(un_spec_op(ex->spec, nd->op), "activation");
+        int a = un_spec_param_index(un_spec_op(un_graph_spec(g), nd->op), "activation");
         *outs = a >= 0 && nd->params[a].v[0] != 0; /* enum index 0: none */
         break;
     }
@@ -518,7 +513,7 @@ static un_status plan_xfer_buffers(un_ctx *ctx, un_exec *ex, xnode *xn, const un
     un_status st = UN_OK;
     int32_t id = xn_id(ex, xn), n = ex->n, last = T_FWD(id);
     bool ins, outs;
-    bwd_reads(ex, nd, &ins, &outs);
+    un_exec_bwd_reads(ex->g, nd, &ins, &outs);
     if (un_op_kind_of(nd->op) == UN_OPK_PARALLEL)
         last = ex->vlast[id];
     else if (xn->needs_grad && ins)
@@ -1131,7 +1126,7 @@ static void plan_value_lifetimes(un_exec *ex) {
             ng[id] |= ng[nd->in[t].node];
         bool regular = un_op_kind_of(nd->op) == UN_OPK_REGULAR, ins = false, outs = false;
         if (regular)
-            bwd_reads(ex, nd, &ins, &outs);
+            un_exec_bwd_reads(ex->g, nd, &ins, &outs);
         ex->vlast[id] = outs && ng[id] ? T_BWD(n, id) : T_FWD(id);
     }
     for (int32_t i = 0; i < un_graph_output_count(ex->g); i++)
@@ -1143,7 +1138,7 @@ static void plan_value_lifetimes(un_exec *ex) {
         if (un_op_kind_of(nd->op) == UN_OPK_PARALLEL)
             use = ex->vlast[c]; /* its output may be a view of its input */
         else if (un_op_kind_of(nd->op) == UN_OPK_REGULAR)
-            bwd_reads(ex, nd, &ins, &outs);
+            un_exec_bwd_reads(ex->g, nd, &ins, &outs);
         if (ins && ng[c])
             use = T_BWD(n, c);
         for (int t = 0; t < nd->n_in; t++)

@@ -75,6 +75,15 @@ un_status un_exec_plane_open(un_ctx *ctx, un_exec *ex);
 /* The open plane's name ("nccl", "opaque"), NULL without one (static). */
 const char *un_exec_plane_name(const un_exec *ex);
 
+/* Whether the backward of node nd (a regular op) reads its inputs' values and its outputs' (what
+ * the arena keeps for it; the simulator models the same lifetimes). The ops listed are the ones
+ * whose backward reads less on every backend (kernels_cpu.inc, backend_cuda.c; the opaque backend
+ * runs the CPU's): an addition or subtraction reads only its output gradient, a linear layer
+ * without activation and attention read their inputs (the gradient of an activation reads its
+ * output; attention's backward recomputes or finds in the CPU kernels' stash what it needs besides
+ * its inputs). Every other op reads both. */
+void un_exec_bwd_reads(const un_graph *g, const un_node *nd, bool *ins, bool *outs);
+
 /* What un_exec_new would allocate on `rank` of `size` ranks for g in precision prec (bytes), plus
  * opt_arrays arrays of optimizer state per element of the rank's shard (SGD 1, Adam 2), plus,
  * with kernel_stash, what the CPU kernels keep from each forward of the rank's pieces for their

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/exec.h"
 #include "runtime/kernels.h"
 #include "runtime/strategy.h"
 
@@ -110,21 +111,6 @@ static void arena_add(sim *s, int dev, int32_t lo, int32_t hi, double bytes, boo
 #define T_BWD(n, j) ((int32_t)(2 * (n) - (j)))
 #define T_NEVER     INT32_MAX
 
-/* Whether the backward of regular node nd reads its inputs' values and its outputs':
- * runtime/exec.c's bwd_reads (an addition or subtraction reads neither, a linear layer without
- * activation and attention read their inputs only, every other op both). */
-static void bwd_reads(const un_graph *g, const un_node *nd, bool *ins, bool *outs) {
-    *ins = *outs = true;
-    if (nd->op == UN_OP_EW_ADD || nd->op == UN_OP_EW_SUB) {
-        *ins = *outs = false;
-    } else if (nd->op == UN_OP_LINEAR) {
-        int a = un_spec_param_index(un_spec_op(un_graph_spec(g), nd->op), "activation");
-        *outs = a >= 0 && nd->params[a].v[0] != 0; /* enum index 0: none */
-    } else if (nd->op == UN_OP_MULTIHEAD_ATTENTION) {
-        *outs = false;
-    }
-}
-
 /* Runtime semantics: per node the last time its output's values are read (runtime/exec.c's
  * plan_value_lifetimes): a consumer's forward, the backward of a regular consumer that needs
  * gradients and reads its inputs, its own backward when it reads its outputs, and whatever reads a
@@ -140,7 +126,7 @@ static void value_lifetimes(sim *s) {
             ng[id] |= ng[nd->in[t].node];
         bool ins = false, outs = false;
         if (un_op_kind_of(nd->op) == UN_OPK_REGULAR)
-            bwd_reads(s->g, nd, &ins, &outs);
+            un_exec_bwd_reads(s->g, nd, &ins, &outs);
         s->vlast[id] = outs && ng[id] ? T_BWD(n, id) : T_FWD(id);
     }
     for (int32_t i = 0; i < un_graph_output_count(s->g); i++)
@@ -152,7 +138,7 @@ static void value_lifetimes(sim *s) {
         if (un_op_kind_of(nd->op) == UN_OPK_PARALLEL)
             use = s->vlast[c];
         else if (un_op_kind_of(nd->op) == UN_OPK_REGULAR)
-            bwd_reads(s->g, nd, &ins, &outs);
+            un_exec_bwd_reads(s->g, nd, &ins, &outs);
         if (ins && ng[c])
             use = T_BWD(n, c);
         for (int t = 0; t < nd->n_in; t++)
@@ -239,7 +225,7 @@ static void run_xfers(sim *s, int32_t node, const stamp *ready) {
         if (s->p->mirror_sources) {
             int32_t n = un_graph_node_count(s->g), last = T_FWD(node);
             bool ins, outs;
-            bwd_reads(s->g, nd, &ins, &outs);
+            un_exec_bwd_reads(s->g, nd, &ins, &outs);
             if (un_op_kind_of(nd->op) == UN_OPK_PARALLEL)
                 last = s->vlast[node];
             else if (s->ts[node][0].needs_grad && ins)
