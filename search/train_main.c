@@ -354,8 +354,8 @@ static un_status search_and_train(un_ctx *ctx, un_train_opts *o, const search_op
     if (st == UN_OK)
         st = un_spec_load(ctx, o->spec, &spec);
     if (st == UN_OK) {
-        un_train_opts so = *o;
-        so.devices = 1;
+        un_train_opts so = *o; /* the model as given; its views checked against the devices */
+        so.devices = devices;
         so.strategy = "serial";
         int one;
         st = un_train_graph(ctx, spec, &so, &g, &one);

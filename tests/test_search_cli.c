@@ -273,13 +273,41 @@ static void test_bad_input(void) {
 #undef BAD
 }
 
+/* A model file whose nodes carry machine views is searched on the machine's devices: views
+ * naming devices the search has are accepted (the search places every node itself), a view
+ * beyond them is one error naming the file. Before, the model was loaded for one device and any
+ * view naming device 1 or more was refused. */
+static void test_model_views(void) {
+    static const char model[] =
+        "{\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": "
+        "[16, 32]}}, {\"name\": \"w1\", \"op\": \"weight\", \"params\": {\"shape\": [32, "
+        "8]}}, {\"name\": \"fc1\", \"op\": \"linear\", \"in\": [\"x\", \"w1\"], "
+        "\"devices\": [%d]}]}";
+    char text[400], args[600];
+    snprintf(text, sizeof text, model, 1);
+    write_text(cli_path("viewed.json"), text);
+    snprintf(args, sizeof args,
+             "--model %s --loss mse --machine specs/machines/v100x4.json --devices 2 --steps 2",
+             cli_path("viewed.json"));
+    const cli_result *r = cli_run("unity-train", args);
+    EXPECT_EQ(r->code, 0);
+    EXPECT_TRUE(strstr(r->out, "step 2/2") != NULL);
+    snprintf(text, sizeof text, model, 2);
+    write_text(cli_path("viewed.json"), text);
+    char want[400];
+    snprintf(want, sizeof want, "%s: node 'fc1': device 2 in its machine view",
+             cli_path("viewed.json"));
+    cli_expect_clean_error("unity-train", args, want);
+}
+
 int main(void) {
     if (!cli_init("/tmp/unity-search-cli-XXXXXX"))
         return 1;
     static const test_case c[] = {{"search_train", test_search_train},
                                   {"export", test_export},
                                   {"rewrites", test_rewrites},
-                                  {"bad_input", test_bad_input}};
+                                  {"bad_input", test_bad_input},
+                                  {"model_views", test_model_views}};
     int rc = TEST_RUN_ALL(c);
     rw_db_remove();
     return cli_cleanup() ? rc : 1;
