@@ -32,6 +32,7 @@ fi
 
 export UNITY_BUILD=$build  # tests that run the programs find them here
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
+export TSAN_OPTIONS=${TSAN_OPTIONS:-suppressions=$root/scripts/tsan.supp} # make tsan: OpenBLAS's handoff
 timeout_s=${TEST_TIMEOUT:-600}
 read -r -a wrapper <<<"${TEST_WRAPPER:-}"
 if [[ $timeout_s != 0 ]] && command -v timeout >/dev/null; then
