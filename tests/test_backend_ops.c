@@ -793,7 +793,7 @@ static void through_the_interface(void) { /* the same memory through the buffer 
 /* Whether a child was stopped by signal sig (a sanitizer build reports it and exits non-zero
  * instead; exit status 3 is a failed set-up, not a detection). */
 static bool stopped(int ws, int sig) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_UNDEFINED__)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_UNDEFINED__) || defined(__SANITIZE_THREAD__)
     if (WIFEXITED(ws) && WEXITSTATUS(ws) != 0 && WEXITSTATUS(ws) != 3)
         return true;
 #endif
