@@ -1166,6 +1166,19 @@ static uint64_t graph_ops(const un_graph *g) {
     return m;
 }
 
+/* One solver call under assumptions, its work counted in out->work_by (kind: UN_WORK_NARROW
+ * counts a call that does not prove as UN_WORK_NARROW_FAILED). */
+static Z3_lbool check(un_verifier *v, Z3_solver s, unsigned n, const Z3_ast *a, un_work_kind kind,
+                      un_proof *out) {
+    uint64_t w0 = rlimit_count(v, s);
+    Z3_lbool res = Z3_solver_check_assumptions(v->z, s, n, a);
+    if (kind == UN_WORK_NARROW && res != Z3_L_FALSE)
+        kind = UN_WORK_NARROW_FAILED;
+    out->work_by[kind] += rlimit_count(v, s) - w0;
+    out->calls_by[kind]++;
+    return res;
+}
+
 static void reason_unknown(un_verifier *v, Z3_solver s, const char *what, un_proof *out) {
     snprintf(out->detail, sizeof out->detail, "%s: %s", what,
              Z3_solver_get_reason_unknown(v->z, s));
@@ -1296,7 +1309,7 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
                 set_limits(v, s, timeout, rlimit / 4 + 1);
             else
                 set_limits(v, s, timeout / 4 + 1, 0);
-            Z3_lbool nres = Z3_solver_check_assumptions(v->z, s, n_nasm, nasm);
+            Z3_lbool nres = check(v, s, n_nasm, nasm, UN_WORK_NARROW, out);
             set_limits(v, s, timeout, rlimit);
             if (nres == Z3_L_FALSE)
                 core_names(v, s, used);
@@ -1308,7 +1321,7 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
         }
         Z3_solver_push(v->z, s);
         Z3_solver_assert(v->z, s, neg);
-        Z3_lbool res = Z3_solver_check_assumptions(v->z, s, n_asm, asm_);
+        Z3_lbool res = check(v, s, n_asm, asm_, UN_WORK_FULL, out);
         char what[64];
         snprintf(what, sizeof what, "output %d", i);
         if (res == Z3_L_FALSE) {
@@ -1355,7 +1368,9 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
          * semantics, and they make those terms relevant, so E-matching sees what they imply. */
         Z3_solver_assert(v->z, s, dst_ok);
         name_shapes(v, s, r, &e, 2);
-        cres = Z3_solver_check_assumptions(v->z, s, n_asm, asm_);
+        cres = check(v, s, n_asm, asm_, UN_WORK_CONSISTENCY, out);
+        if (getenv("H58_DBG"))
+            fprintf(stderr, "CONS %d %s %llu\n", cres, cres == Z3_L_UNDEF ? Z3_solver_get_reason_unknown(v->z, s) : "-", (unsigned long long)out->work_by[UN_WORK_CONSISTENCY]);
         Z3_solver_pop(v->z, s, 1);
     }
     if (all) {
@@ -1381,6 +1396,10 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
         }
     }
     out->work = rlimit_count(v, s) - rl0;
+    out->work_by[UN_WORK_OTHER] = out->work;
+    for (int k = 0; k < UN_WORK_OTHER; k++)
+        out->work_by[UN_WORK_OTHER] -= out->work_by[k];
+    out->calls_by[UN_WORK_OTHER] = 1;
     if (!z3_ok(v))
         st = un_ctx_error(ctx, UN_ERR_INVALID, "verify: %s", v->msg);
 done:
