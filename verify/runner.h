@@ -52,8 +52,8 @@ typedef struct un_verify_verdict {
     uint64_t work;         /* Z3 resource units of the proofs (un_proof.work) */
     uint64_t work_by[UN_WORK_COUNT]; /* of it, per kind of check (un_proof.work_by), summed */
     int calls_by[UN_WORK_COUNT];     /* solver calls per kind, summed */
-    uint64_t work_dims;    /* of it, in the dims form's proof (un_rule_dims_generalize) */
-    uint64_t work_witness; /* of it, in the retry at the witness sizes */
+    uint64_t work_dims;              /* of it, in the dims form's proof (un_rule_dims_generalize) */
+    uint64_t work_witness;           /* of it, in the retry at the witness sizes */
     double cpu_ms[UN_VERIFY_PHASE_COUNT]; /* this thread's CPU time per phase (un_verify_phase) */
     int outputs, narrow; /* outputs proven (last proof), of them by the narrow axiom set */
     bool any_shape;      /* proven with symbolic input sizes */

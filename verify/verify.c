@@ -1070,8 +1070,9 @@ static bool encode_side(renc *e, int side) {
 /* Names the rank and every dim of each tensor of the first `sides` sides by a fresh integer:
  * always satisfiable, and it makes those terms relevant, so E-matching instantiates the shape
  * axioms on them (a contradiction among shapes is then found, not hidden). */
-static void name_shapes(un_verifier *v, Z3_solver s, const un_rule *r, const renc *e, int sides) {
-    for (int side = 0; side < sides; side++) {
+static void name_shapes(un_verifier *v, Z3_solver s, const un_rule *r, const renc *e, int side0,
+                        int sides) {
+    for (int side = side0; side < sides; side++) {
         const un_graph *g = side ? r->dst : r->src;
         for (int32_t id = 0; id < un_graph_node_count(g); id++) {
             const un_node *nd = un_graph_node(g, id);
@@ -1175,7 +1176,30 @@ static Z3_lbool check(un_verifier *v, Z3_solver s, unsigned n, const Z3_ast *a, 
     if (kind == UN_WORK_NARROW && res != Z3_L_FALSE)
         kind = UN_WORK_NARROW_FAILED;
     out->work_by[kind] += rlimit_count(v, s) - w0;
+    if (getenv("H58_DBG")) {
+        Z3_stats st = Z3_solver_get_statistics(v->z, s);
+        Z3_stats_inc_ref(v->z, st);
+        fprintf(stderr, "CHK %d %d %llu", kind, res, (unsigned long long)(rlimit_count(v, s) - w0));
+        for (unsigned i = 0; i < Z3_stats_size(v->z, st); i++)
+            fprintf(stderr, " %s=%g", Z3_stats_get_key(v->z, st, i),
+                    Z3_stats_is_uint(v->z, st, i) ? (double)Z3_stats_get_uint_value(v->z, st, i)
+                                                  : Z3_stats_get_double_value(v->z, st, i));
+        fprintf(stderr, "\n");
+        Z3_stats_dec_ref(v->z, st);
+    }
     out->calls_by[kind]++;
+    return res;
+}
+
+/* A narrow-set attempt: a quarter of the budget. */
+static Z3_lbool narrow_check(un_verifier *v, Z3_solver s, unsigned timeout, unsigned rlimit,
+                             unsigned n, const Z3_ast *a, un_proof *out) {
+    if (rlimit)
+        set_limits(v, s, timeout, rlimit / 4 + 1);
+    else
+        set_limits(v, s, timeout / 4 + 1, 0);
+    Z3_lbool res = check(v, s, n, a, UN_WORK_NARROW, out);
+    set_limits(v, s, timeout, rlimit);
     return res;
 }
 
@@ -1205,7 +1229,7 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
     e.hyp = un_xcalloc(1, sizeof *e.hyp);
     e.goal = un_xcalloc(1, sizeof *e.goal);
     Z3_solver s = NULL;
-    Z3_ast *asm_ = NULL, *nasm = NULL;
+    Z3_ast *asm_ = NULL, *nasm = NULL, *negs = NULL;
     bool pushed = false;
     bool *used = un_xcalloc((size_t)v->n_ax + 1, sizeof(bool));
     bool *use = un_xcalloc((size_t)v->n_ax + 1, sizeof(bool));
@@ -1268,7 +1292,7 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
         goto done;
     }
     s = v->solver;
-    asm_ = un_xmalloc(sizeof(Z3_ast) * (size_t)(UN_OP_COUNT + v->n_ax));
+    asm_ = un_xmalloc(sizeof(Z3_ast) * (size_t)(UN_OP_COUNT + v->n_ax + 1));
     unsigned n_asm = assumptions(v, ops, use, asm_);
     /* Each output is tried first with the narrow axiom set (on average a few percent of the
      * relevant ones at N=4, and nearly every proof needs no other), under a quarter of the
@@ -1277,7 +1301,7 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
      * E-matching over fewer quantifiers is what it saves. */
     unsigned n_nasm = 0;
     if (narrow_set(v, rule_ops, use, narrow)) {
-        nasm = un_xmalloc(sizeof(Z3_ast) * (size_t)(UN_OP_COUNT + v->n_ax));
+        nasm = un_xmalloc(sizeof(Z3_ast) * (size_t)(UN_OP_COUNT + v->n_ax + 1));
         n_nasm = assumptions(v, rule_ops, narrow, nasm);
     }
     /* With a resource limit the budgets are in rlimit units (the same on a busy machine as on
@@ -1287,10 +1311,11 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
     Z3_solver_push(v->z, s);
     pushed = true;
     Z3_solver_assert(v->z, s, conds_and(v, e.hyp));
-    name_shapes(v, s, r, &e, 1);
+    name_shapes(v, s, r, &e, 0, 1);
     Z3_ast dst_ok = conds_and(v, e.goal);
     bool all = true;
-    for (int i = 0; i < r->n_out && all; i++) {
+    negs = un_xmalloc(sizeof(Z3_ast) * (size_t)(r->n_out ? r->n_out : 1));
+    for (int i = 0; i < r->n_out; i++) {
         Z3_ast S = e.term[0][r->src_out[i].node * UN_MAX_OUTPUTS + r->src_out[i].out];
         Z3_ast D = e.term[1][r->dst_out[i].node * UN_MAX_OUTPUTS + r->dst_out[i].out];
         const un_shape *sh = un_graph_shape(r->src, r->src_out[i]);
@@ -1300,28 +1325,37 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
         for (int j = 0; j < sh->rank; j++)
             conds_add(&g, mk_eq(v, mk_dim(v, S, mk_int(v, j)), mk_dim(v, D, mk_int(v, j))));
         conds_add(&g, mk_eq(v, S, D));
-        Z3_ast neg = mk_not(v, conds_and(v, &g));
+        negs[i] = mk_not(v, conds_and(v, &g));
+    }
+    /* A rule with several outputs is first tried with the narrow set for all of them in one
+     * check (the goals' conjunction: unsat proves each); otherwise output by output as below. */
+    bool narrow_all = false;
+    if (n_nasm && r->n_out > 1) {
+        Z3_ast glit = mk_fresh(v, "goal", v->B);
+        Z3_solver_assert(v->z, s,
+                         Z3_mk_implies(v->z, glit, Z3_mk_or(v->z, (unsigned)r->n_out, negs)));
+        nasm[n_nasm] = glit;
+        narrow_all = narrow_check(v, s, timeout, rlimit, n_nasm + 1, nasm, out) == Z3_L_FALSE;
+        if (narrow_all) {
+            core_names(v, s, used);
+            out->narrow = r->n_out;
+        }
+    }
+    for (int i = 0; i < r->n_out && all && !narrow_all; i++) {
+        /* the negated goal behind its own literal, assumed by this output's checks only: the
+         * axiom instances found stay for the next checks of the rule */
+        Z3_ast glit = mk_fresh(v, "goal", v->B);
+        Z3_solver_assert(v->z, s, Z3_mk_implies(v->z, glit, negs[i]));
         if (n_nasm) {
-            /* in its own scope: this attempt's instances and lemmas are gone before the next */
-            Z3_solver_push(v->z, s);
-            Z3_solver_assert(v->z, s, neg);
-            if (rlimit)
-                set_limits(v, s, timeout, rlimit / 4 + 1);
-            else
-                set_limits(v, s, timeout / 4 + 1, 0);
-            Z3_lbool nres = check(v, s, n_nasm, nasm, UN_WORK_NARROW, out);
-            set_limits(v, s, timeout, rlimit);
-            if (nres == Z3_L_FALSE)
+            nasm[n_nasm] = glit;
+            if (narrow_check(v, s, timeout, rlimit, n_nasm + 1, nasm, out) == Z3_L_FALSE) {
                 core_names(v, s, used);
-            Z3_solver_pop(v->z, s, 1);
-            if (nres == Z3_L_FALSE) {
                 out->narrow++;
                 continue;
             }
         }
-        Z3_solver_push(v->z, s);
-        Z3_solver_assert(v->z, s, neg);
-        Z3_lbool res = check(v, s, n_asm, asm_, UN_WORK_FULL, out);
+        asm_[n_asm] = glit;
+        Z3_lbool res = check(v, s, n_asm + 1, asm_, UN_WORK_FULL, out);
         char what[64];
         snprintf(what, sizeof what, "output %d", i);
         if (res == Z3_L_FALSE) {
@@ -1340,7 +1374,6 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
             reason_unknown(v, s, what, out);
             all = false;
         }
-        Z3_solver_pop(v->z, s, 1);
     }
     Z3_lbool cres = Z3_L_UNDEF;
     if (all) {
@@ -1356,7 +1389,6 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
             set_limits(v, s, ct < timeout ? ct : timeout, 0);
         }
         n_asm = assumptions(v, ops, used, asm_);
-        Z3_solver_push(v->z, s);
         for (int i = 0; i < r->n_out; i++) {
             Z3_ast S = e.term[0][r->src_out[i].node * UN_MAX_OUTPUTS + r->src_out[i].out];
             Z3_ast D = e.term[1][r->dst_out[i].node * UN_MAX_OUTPUTS + r->dst_out[i].out];
@@ -1367,11 +1399,8 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
          * dims of every tensor on both sides, named by fresh integers: satisfiable in the intended
          * semantics, and they make those terms relevant, so E-matching sees what they imply. */
         Z3_solver_assert(v->z, s, dst_ok);
-        name_shapes(v, s, r, &e, 2);
+        name_shapes(v, s, r, &e, 1, 2);
         cres = check(v, s, n_asm, asm_, UN_WORK_CONSISTENCY, out);
-        if (getenv("H58_DBG"))
-            fprintf(stderr, "CONS %d %s %llu\n", cres, cres == Z3_L_UNDEF ? Z3_solver_get_reason_unknown(v->z, s) : "-", (unsigned long long)out->work_by[UN_WORK_CONSISTENCY]);
-        Z3_solver_pop(v->z, s, 1);
     }
     if (all) {
         if (cres == Z3_L_FALSE) {
@@ -1407,6 +1436,7 @@ done:
         Z3_solver_pop(v->z, s, 1);
     free(asm_);
     free(nasm);
+    free(negs);
     out->ms = now_ms() - t0;
     free(used);
     free(use);
