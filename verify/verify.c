@@ -1176,17 +1176,6 @@ static Z3_lbool check(un_verifier *v, Z3_solver s, unsigned n, const Z3_ast *a, 
     if (kind == UN_WORK_NARROW && res != Z3_L_FALSE)
         kind = UN_WORK_NARROW_FAILED;
     out->work_by[kind] += rlimit_count(v, s) - w0;
-    if (getenv("H58_DBG")) {
-        Z3_stats st = Z3_solver_get_statistics(v->z, s);
-        Z3_stats_inc_ref(v->z, st);
-        fprintf(stderr, "CHK %d %d %llu", kind, res, (unsigned long long)(rlimit_count(v, s) - w0));
-        for (unsigned i = 0; i < Z3_stats_size(v->z, st); i++)
-            fprintf(stderr, " %s=%g", Z3_stats_get_key(v->z, st, i),
-                    Z3_stats_is_uint(v->z, st, i) ? (double)Z3_stats_get_uint_value(v->z, st, i)
-                                                  : Z3_stats_get_double_value(v->z, st, i));
-        fprintf(stderr, "\n");
-        Z3_stats_dec_ref(v->z, st);
-    }
     out->calls_by[kind]++;
     return res;
 }
