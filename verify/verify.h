@@ -81,12 +81,13 @@ const char *un_verifier_skipped(const un_verifier *v);
 /* Proves, for every mapped output pair of r: whenever the source side is well formed (and its
  * layouts divide its dims), the target side is well formed, its output has the same rank and dims,
  * and the same value. Each output is tried first with the narrow axiom set (the axioms that apply
- * only the rule's own operators) and then, unless that proved it, with every axiom that can
- * matter. Parameters bound to rule variables on regular operators are integer
- * variables; everything else takes the witness values. With opts->symbolic the input sizes are
- * integer variables too. VALID also requires a consistency check (the same formulas without the
- * goal must not be unsat), so a proof never rests on contradictory axiom instances.
- * UN_OK with the verdict in *out; a Z3 failure is UN_ERR_INVALID with Z3's message. */
+ * only the rule's own operators; with several outputs, first all of them in one check) and then,
+ * unless that proved it, with every axiom that can matter. Parameters bound to rule variables on
+ * regular operators are integer variables; everything else takes the witness values. With
+ * opts->symbolic the input sizes are integer variables too. VALID also requires a consistency check
+ * (the same formulas without the goal must not be unsat), so a proof never rests on contradictory
+ * axiom instances. UN_OK with the verdict in *out; a Z3 failure is UN_ERR_INVALID with Z3's
+ * message. */
 un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
                             const un_prove_opts *opts, un_proof *out);
 
