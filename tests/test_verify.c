@@ -534,6 +534,27 @@ static void test_narrow_first(void) {
         EXPECT_TRUE(strstr(p.axioms, "scalar_mul") != NULL);
         un_rule_free(r);
     }
+    /* two outputs (at the witness sizes), both proven by the narrow set in one check (not one check
+     * per output); the work per kind of check adds up to the proof's work */
+    r = rule_json(split_concat);
+    if (r) {
+        EXPECT_EQ(prove(v, r, false, 5000, &p), UN_VERDICT_VALID);
+        printf("    split(concat(x, y)) => x, relu(y): narrow %d, checks: %d narrow, %d failed "
+               "narrow, "
+               "%d full, %d consistency\n",
+               p.narrow, p.calls_by[UN_WORK_NARROW], p.calls_by[UN_WORK_NARROW_FAILED],
+               p.calls_by[UN_WORK_FULL], p.calls_by[UN_WORK_CONSISTENCY]);
+        EXPECT_EQ(p.narrow, 2);
+        EXPECT_EQ(p.calls_by[UN_WORK_NARROW], 1);
+        EXPECT_EQ(p.calls_by[UN_WORK_NARROW_FAILED] + p.calls_by[UN_WORK_FULL], 0);
+        EXPECT_EQ(p.calls_by[UN_WORK_CONSISTENCY], 1);
+        uint64_t sum = 0;
+        for (int k = 0; k < UN_WORK_COUNT; k++)
+            sum += p.work_by[k];
+        EXPECT_EQ(sum, p.work);
+        EXPECT_TRUE(p.work_by[UN_WORK_NARROW] > 0 && p.work_by[UN_WORK_CONSISTENCY] > 0);
+        un_rule_free(r);
+    }
     un_verifier_free(v);
 }
 

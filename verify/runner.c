@@ -268,6 +268,16 @@ static un_rule *generalize(un_ctx *ctx, const un_rule *r, uint64_t seed, int *n_
 
 /* ---- one rule ------------------------------------------------------------------------------- */
 
+/* Adds a proof's work to the verdict's counters. */
+static void add_work(un_verify_verdict *out, const un_proof *p) {
+    out->proof_ms += p->ms;
+    out->work += p->work;
+    for (int k = 0; k < UN_WORK_COUNT; k++) {
+        out->work_by[k] += p->work_by[k];
+        out->calls_by[k] += p->calls_by[k];
+    }
+}
+
 /* Whether r's claim for every input size holds on the re-check grid (un_rule_check_claim with
  * any_shape); a failure is cleared. */
 static bool claim_holds(un_ctx *ctx, const un_rule *r) {
@@ -333,8 +343,8 @@ un_status un_runner_rule(un_ctx *ctx, un_verifier *v, const un_rule *r, const un
         memset(&scratch, 0, sizeof scratch);
         if (random_tests(ctx, dr, o->seed, &scratch) > 0 && claim_holds(ctx, dr) &&
             (st = un_verifier_prove(ctx, v, dr, &po, &p)) == UN_OK) {
-            out->proof_ms += p.ms;
-            out->work += p.work;
+            add_work(out, &p);
+            out->work_dims += p.work;
             if (p.verdict == UN_VERDICT_VALID) {
                 proven = out->any_shape = true;
                 for (int a = 0; a < dr->n_vars; a++)
@@ -349,15 +359,14 @@ un_status un_runner_rule(un_ctx *ctx, un_verifier *v, const un_rule *r, const un
     if (st == UN_OK && !proven) {
         un_ctx_clear(ctx);
         st = un_verifier_prove(ctx, v, r, &po, &p);
-        out->proof_ms += p.ms;
-        out->work += p.work;
+        add_work(out, &p);
         if (st == UN_OK && p.verdict == UN_VERDICT_VALID) {
             out->any_shape = true;
         } else if (st == UN_OK) {
             po.symbolic = false;
             st = un_verifier_prove(ctx, v, r, &po, &p);
-            out->proof_ms += p.ms;
-            out->work += p.work;
+            add_work(out, &p);
+            out->work_witness += p.work;
         }
     }
     c0 = cpu_ms();
@@ -603,6 +612,12 @@ static void *worker(void *arg) {
         sh->stats.outputs += p->v.outputs;
         sh->stats.narrow += p->v.narrow;
         sh->stats.work += p->v.work;
+        for (int k = 0; k < UN_WORK_COUNT; k++) {
+            sh->stats.work_by[k] += p->v.work_by[k];
+            sh->stats.calls_by[k] += p->v.calls_by[k];
+        }
+        sh->stats.work_dims += p->v.work_dims;
+        sh->stats.work_witness += p->v.work_witness;
         sh->ms[sh->n_ms++] = p->v.ms;
         sh->finished++;
         pthread_mutex_unlock(&sh->mu);

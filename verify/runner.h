@@ -50,6 +50,10 @@ typedef struct un_verify_verdict {
     double ms;             /* time for this rule: random tests, proof and generalization */
     double proof_ms;       /* of which in Z3 */
     uint64_t work;         /* Z3 resource units of the proofs (un_proof.work) */
+    uint64_t work_by[UN_WORK_COUNT]; /* of it, per kind of check (un_proof.work_by), summed */
+    int calls_by[UN_WORK_COUNT];     /* solver calls per kind, summed */
+    uint64_t work_dims;              /* of it, in the dims form's proof (un_rule_dims_generalize) */
+    uint64_t work_witness;           /* of it, in the retry at the witness sizes */
     double cpu_ms[UN_VERIFY_PHASE_COUNT]; /* this thread's CPU time per phase (un_verify_phase) */
     int outputs, narrow; /* outputs proven (last proof), of them by the narrow axiom set */
     bool any_shape;      /* proven with symbolic input sizes */
@@ -93,6 +97,9 @@ typedef struct un_runner_stats {
     double cpu_ms[UN_VERIFY_PHASE_COUNT]; /* summed over the workers' threads */
     int64_t outputs, narrow;              /* outputs proven, and of them by the narrow axiom set */
     uint64_t work;                        /* Z3 resource units, summed (un_verify_verdict.work) */
+    uint64_t work_by[UN_WORK_COUNT];      /* per kind of check, summed */
+    int64_t calls_by[UN_WORK_COUNT];      /* solver calls per kind, summed */
+    uint64_t work_dims, work_witness;     /* in dims forms' proofs, in witness-size retries */
 } un_runner_stats;
 
 /* Checks every spec axiom on concrete tensors (axcheck.h), then verifies the rules of the database

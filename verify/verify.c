@@ -1070,8 +1070,9 @@ static bool encode_side(renc *e, int side) {
 /* Names the rank and every dim of each tensor of the first `sides` sides by a fresh integer:
  * always satisfiable, and it makes those terms relevant, so E-matching instantiates the shape
  * axioms on them (a contradiction among shapes is then found, not hidden). */
-static void name_shapes(un_verifier *v, Z3_solver s, const un_rule *r, const renc *e, int sides) {
-    for (int side = 0; side < sides; side++) {
+static void name_shapes(un_verifier *v, Z3_solver s, const un_rule *r, const renc *e, int side0,
+                        int sides) {
+    for (int side = side0; side < sides; side++) {
         const un_graph *g = side ? r->dst : r->src;
         for (int32_t id = 0; id < un_graph_node_count(g); id++) {
             const un_node *nd = un_graph_node(g, id);
@@ -1166,6 +1167,31 @@ static uint64_t graph_ops(const un_graph *g) {
     return m;
 }
 
+/* One solver call under assumptions, its work counted in out->work_by (kind: UN_WORK_NARROW
+ * counts a call that does not prove as UN_WORK_NARROW_FAILED). */
+static Z3_lbool check(un_verifier *v, Z3_solver s, unsigned n, const Z3_ast *a, un_work_kind kind,
+                      un_proof *out) {
+    uint64_t w0 = rlimit_count(v, s);
+    Z3_lbool res = Z3_solver_check_assumptions(v->z, s, n, a);
+    if (kind == UN_WORK_NARROW && res != Z3_L_FALSE)
+        kind = UN_WORK_NARROW_FAILED;
+    out->work_by[kind] += rlimit_count(v, s) - w0;
+    out->calls_by[kind]++;
+    return res;
+}
+
+/* A narrow-set attempt: a quarter of the budget. */
+static Z3_lbool narrow_check(un_verifier *v, Z3_solver s, unsigned timeout, unsigned rlimit,
+                             unsigned n, const Z3_ast *a, un_proof *out) {
+    if (rlimit)
+        set_limits(v, s, timeout, rlimit / 4 + 1);
+    else
+        set_limits(v, s, timeout / 4 + 1, 0);
+    Z3_lbool res = check(v, s, n, a, UN_WORK_NARROW, out);
+    set_limits(v, s, timeout, rlimit);
+    return res;
+}
+
 static void reason_unknown(un_verifier *v, Z3_solver s, const char *what, un_proof *out) {
     snprintf(out->detail, sizeof out->detail, "%s: %s", what,
              Z3_solver_get_reason_unknown(v->z, s));
@@ -1192,7 +1218,7 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
     e.hyp = un_xcalloc(1, sizeof *e.hyp);
     e.goal = un_xcalloc(1, sizeof *e.goal);
     Z3_solver s = NULL;
-    Z3_ast *asm_ = NULL, *nasm = NULL;
+    Z3_ast *asm_ = NULL, *nasm = NULL, *negs = NULL;
     bool pushed = false;
     bool *used = un_xcalloc((size_t)v->n_ax + 1, sizeof(bool));
     bool *use = un_xcalloc((size_t)v->n_ax + 1, sizeof(bool));
@@ -1255,7 +1281,7 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
         goto done;
     }
     s = v->solver;
-    asm_ = un_xmalloc(sizeof(Z3_ast) * (size_t)(UN_OP_COUNT + v->n_ax));
+    asm_ = un_xmalloc(sizeof(Z3_ast) * (size_t)(UN_OP_COUNT + v->n_ax + 1));
     unsigned n_asm = assumptions(v, ops, use, asm_);
     /* Each output is tried first with the narrow axiom set (on average a few percent of the
      * relevant ones at N=4, and nearly every proof needs no other), under a quarter of the
@@ -1264,7 +1290,7 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
      * E-matching over fewer quantifiers is what it saves. */
     unsigned n_nasm = 0;
     if (narrow_set(v, rule_ops, use, narrow)) {
-        nasm = un_xmalloc(sizeof(Z3_ast) * (size_t)(UN_OP_COUNT + v->n_ax));
+        nasm = un_xmalloc(sizeof(Z3_ast) * (size_t)(UN_OP_COUNT + v->n_ax + 1));
         n_nasm = assumptions(v, rule_ops, narrow, nasm);
     }
     /* With a resource limit the budgets are in rlimit units (the same on a busy machine as on
@@ -1274,10 +1300,11 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
     Z3_solver_push(v->z, s);
     pushed = true;
     Z3_solver_assert(v->z, s, conds_and(v, e.hyp));
-    name_shapes(v, s, r, &e, 1);
+    name_shapes(v, s, r, &e, 0, 1);
     Z3_ast dst_ok = conds_and(v, e.goal);
     bool all = true;
-    for (int i = 0; i < r->n_out && all; i++) {
+    negs = un_xmalloc(sizeof(Z3_ast) * (size_t)(r->n_out ? r->n_out : 1));
+    for (int i = 0; i < r->n_out; i++) {
         Z3_ast S = e.term[0][r->src_out[i].node * UN_MAX_OUTPUTS + r->src_out[i].out];
         Z3_ast D = e.term[1][r->dst_out[i].node * UN_MAX_OUTPUTS + r->dst_out[i].out];
         const un_shape *sh = un_graph_shape(r->src, r->src_out[i]);
@@ -1287,28 +1314,37 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
         for (int j = 0; j < sh->rank; j++)
             conds_add(&g, mk_eq(v, mk_dim(v, S, mk_int(v, j)), mk_dim(v, D, mk_int(v, j))));
         conds_add(&g, mk_eq(v, S, D));
-        Z3_ast neg = mk_not(v, conds_and(v, &g));
+        negs[i] = mk_not(v, conds_and(v, &g));
+    }
+    /* A rule with several outputs is first tried with the narrow set for all of them in one
+     * check (the goals' conjunction: unsat proves each); otherwise output by output as below. */
+    bool narrow_all = false;
+    if (n_nasm && r->n_out > 1) {
+        Z3_ast glit = mk_fresh(v, "goal", v->B);
+        Z3_solver_assert(v->z, s,
+                         Z3_mk_implies(v->z, glit, Z3_mk_or(v->z, (unsigned)r->n_out, negs)));
+        nasm[n_nasm] = glit;
+        narrow_all = narrow_check(v, s, timeout, rlimit, n_nasm + 1, nasm, out) == Z3_L_FALSE;
+        if (narrow_all) {
+            core_names(v, s, used);
+            out->narrow = r->n_out;
+        }
+    }
+    for (int i = 0; i < r->n_out && all && !narrow_all; i++) {
+        /* the negated goal behind its own literal, assumed by this output's checks only: the
+         * axiom instances found stay for the next checks of the rule */
+        Z3_ast glit = mk_fresh(v, "goal", v->B);
+        Z3_solver_assert(v->z, s, Z3_mk_implies(v->z, glit, negs[i]));
         if (n_nasm) {
-            /* in its own scope: this attempt's instances and lemmas are gone before the next */
-            Z3_solver_push(v->z, s);
-            Z3_solver_assert(v->z, s, neg);
-            if (rlimit)
-                set_limits(v, s, timeout, rlimit / 4 + 1);
-            else
-                set_limits(v, s, timeout / 4 + 1, 0);
-            Z3_lbool nres = Z3_solver_check_assumptions(v->z, s, n_nasm, nasm);
-            set_limits(v, s, timeout, rlimit);
-            if (nres == Z3_L_FALSE)
+            nasm[n_nasm] = glit;
+            if (narrow_check(v, s, timeout, rlimit, n_nasm + 1, nasm, out) == Z3_L_FALSE) {
                 core_names(v, s, used);
-            Z3_solver_pop(v->z, s, 1);
-            if (nres == Z3_L_FALSE) {
                 out->narrow++;
                 continue;
             }
         }
-        Z3_solver_push(v->z, s);
-        Z3_solver_assert(v->z, s, neg);
-        Z3_lbool res = Z3_solver_check_assumptions(v->z, s, n_asm, asm_);
+        asm_[n_asm] = glit;
+        Z3_lbool res = check(v, s, n_asm + 1, asm_, UN_WORK_FULL, out);
         char what[64];
         snprintf(what, sizeof what, "output %d", i);
         if (res == Z3_L_FALSE) {
@@ -1327,7 +1363,6 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
             reason_unknown(v, s, what, out);
             all = false;
         }
-        Z3_solver_pop(v->z, s, 1);
     }
     Z3_lbool cres = Z3_L_UNDEF;
     if (all) {
@@ -1343,7 +1378,6 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
             set_limits(v, s, ct < timeout ? ct : timeout, 0);
         }
         n_asm = assumptions(v, ops, used, asm_);
-        Z3_solver_push(v->z, s);
         for (int i = 0; i < r->n_out; i++) {
             Z3_ast S = e.term[0][r->src_out[i].node * UN_MAX_OUTPUTS + r->src_out[i].out];
             Z3_ast D = e.term[1][r->dst_out[i].node * UN_MAX_OUTPUTS + r->dst_out[i].out];
@@ -1354,9 +1388,8 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
          * dims of every tensor on both sides, named by fresh integers: satisfiable in the intended
          * semantics, and they make those terms relevant, so E-matching sees what they imply. */
         Z3_solver_assert(v->z, s, dst_ok);
-        name_shapes(v, s, r, &e, 2);
-        cres = Z3_solver_check_assumptions(v->z, s, n_asm, asm_);
-        Z3_solver_pop(v->z, s, 1);
+        name_shapes(v, s, r, &e, 1, 2);
+        cres = check(v, s, n_asm, asm_, UN_WORK_CONSISTENCY, out);
     }
     if (all) {
         if (cres == Z3_L_FALSE) {
@@ -1381,6 +1414,10 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
         }
     }
     out->work = rlimit_count(v, s) - rl0;
+    out->work_by[UN_WORK_OTHER] = out->work;
+    for (int k = 0; k < UN_WORK_OTHER; k++)
+        out->work_by[UN_WORK_OTHER] -= out->work_by[k];
+    out->calls_by[UN_WORK_OTHER] = 1;
     if (!z3_ok(v))
         st = un_ctx_error(ctx, UN_ERR_INVALID, "verify: %s", v->msg);
 done:
@@ -1388,6 +1425,7 @@ done:
         Z3_solver_pop(v->z, s, 1);
     free(asm_);
     free(nasm);
+    free(negs);
     out->ms = now_ms() - t0;
     free(used);
     free(use);

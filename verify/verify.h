@@ -39,6 +39,18 @@ typedef struct un_prove_opts {
                           * the consistency check twice what the proof used plus 20 ms' worth */
 } un_prove_opts;
 
+/* Where a proof's Z3 work goes (un_proof.work_by): the narrow-set attempts that proved an output
+ * and those that did not, the full-set checks, the consistency check, and the rest (encoding,
+ * push/pop, internalizing axioms in a fresh context). */
+typedef enum {
+    UN_WORK_NARROW,
+    UN_WORK_NARROW_FAILED,
+    UN_WORK_FULL,
+    UN_WORK_CONSISTENCY,
+    UN_WORK_OTHER,
+    UN_WORK_COUNT
+} un_work_kind;
+
 typedef struct un_proof {
     un_verdict verdict;
     double ms;         /* wall time of the solver calls */
@@ -46,6 +58,8 @@ typedef struct un_proof {
     char axioms[2048]; /* VALID: spec axioms in the unsat cores, comma-separated, sorted */
     int narrow;        /* outputs proven with the narrow axiom set (un_verifier_prove) */
     uint64_t work;     /* Z3 resource units (rlimit) the solver calls used: machine-independent */
+    uint64_t work_by[UN_WORK_COUNT]; /* of it, per kind of check (sums to work) */
+    int calls_by[UN_WORK_COUNT];     /* solver calls per kind (UN_WORK_OTHER: proofs) */
 } un_proof;
 
 /* A verifier over spec (borrowed, outlives it): a Z3 context with the shape axioms and every spec
@@ -67,12 +81,13 @@ const char *un_verifier_skipped(const un_verifier *v);
 /* Proves, for every mapped output pair of r: whenever the source side is well formed (and its
  * layouts divide its dims), the target side is well formed, its output has the same rank and dims,
  * and the same value. Each output is tried first with the narrow axiom set (the axioms that apply
- * only the rule's own operators) and then, unless that proved it, with every axiom that can
- * matter. Parameters bound to rule variables on regular operators are integer
- * variables; everything else takes the witness values. With opts->symbolic the input sizes are
- * integer variables too. VALID also requires a consistency check (the same formulas without the
- * goal must not be unsat), so a proof never rests on contradictory axiom instances.
- * UN_OK with the verdict in *out; a Z3 failure is UN_ERR_INVALID with Z3's message. */
+ * only the rule's own operators; with several outputs, first all of them in one check) and then,
+ * unless that proved it, with every axiom that can matter. Parameters bound to rule variables on
+ * regular operators are integer variables; everything else takes the witness values. With
+ * opts->symbolic the input sizes are integer variables too. VALID also requires a consistency check
+ * (the same formulas without the goal must not be unsat), so a proof never rests on contradictory
+ * axiom instances. UN_OK with the verdict in *out; a Z3 failure is UN_ERR_INVALID with Z3's
+ * message. */
 un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
                             const un_prove_opts *opts, un_proof *out);
 

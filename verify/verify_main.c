@@ -161,6 +161,15 @@ int main(int argc, char **argv) {
            s.cpu_ms[UN_VERIFY_PHASE_DB] / 1e3);
     printf("z3 work: %.1f M resource units (%.0f k per rule; machine- and load-independent)\n",
            (double)s.work / 1e6, s.total ? (double)s.work / 1e3 / (double)s.total : 0.0);
+    static const char *const kinds[UN_WORK_COUNT] = {"narrow proofs", "narrow attempts that failed",
+                                                     "full-set checks", "consistency checks",
+                                                     "outside the checks (proofs)"};
+    printf("z3 work by kind:");
+    for (int k = 0; k < UN_WORK_COUNT; k++)
+        printf("%s %s %.1f M (%lld)", k ? ";" : "", kinds[k], (double)s.work_by[k] / 1e6,
+               (long long)s.calls_by[k]);
+    printf("; of all, dims forms %.1f M, witness-size retries %.1f M\n", (double)s.work_dims / 1e6,
+           (double)s.work_witness / 1e6);
     rc = 0;
 done:
     un_spec_free(spec);
