@@ -67,6 +67,11 @@ typedef struct sim {
     double *gbytes; /* per device: gradient bytes the runtime zeroes every step */
     double *stash;  /* per device: what the CPU kernels keep from the forwards for the backwards */
     bool stashes;   /* the device kind runs the CPU kernels (cpu): they hold a stash */
+    /* runtime semantics on cpu devices: the ranks are threads of one process (unity-train's local
+     * communicator on host memory), which read each other's buffers in place: no scratch for the
+     * reduce-scatter's add receives, and the weights un_exec_chunked_weight names have their
+     * gradient sums computed in chunks by their owners (runtime/exec.c) */
+    bool shared;
     /* runtime semantics: activations, their gradients and transfer buffers that live only over
      * part of the step (times lo..hi of runtime/exec.c's arena: the forward of node j at j, the
      * loss at n, the backward of node j at 2n - j), and the gradient sync's receive scratch per
@@ -92,6 +97,23 @@ typedef struct sim {
 } sim;
 
 static void stretch(sim *s, double work);
+
+/* Runtime semantics: whether weight node id's copy-group sum is made in chunks in place. */
+static bool chunked(const sim *s, int32_t id) {
+    return s->shared && un_exec_chunked_weight(s->g, id, (int64_t)s->es);
+}
+
+/* The bytes of device d's pieces of chunked weights (their gradients are not zeroed: the chunks
+ * are written whole). */
+static double chunked_bytes(const sim *s, int d) {
+    double b = 0;
+    for (int32_t id = 0; id < un_graph_node_count(s->g); id++) {
+        const stensor *t = &s->ts[id][0];
+        for (int64_t q = 0; chunked(s, id) && q < t->np; q++)
+            b += t->owner[q] == d ? t->pbytes : 0;
+    }
+    return b;
+}
 
 static stamp later(stamp a, stamp b) { return a.t >= b.t ? a : b; }
 
@@ -521,6 +543,22 @@ static un_status forward_node(sim *s, int32_t id) {
 
 static void grad_arrive(stensor *t, int64_t p, stamp at) { t->gready[p] = later(t->gready[p], at); }
 
+/* Runtime semantics: the linear layer of a chunked weight meets every rank twice after its
+ * backward; in between each copy's owner computes its chunk of the weight gradient over the whole
+ * batch (the same products as a rank's whole-weight gradient over its own rows, which the op's
+ * backward cost counts). */
+static void chunked_meets(sim *s) {
+    stamp all = {0, -1};
+    for (int d = 0; d < s->D; d++)
+        all = later(all, s->clock[d]);
+    stretch(s, all.t - s->since);
+    stamp end = run_task(s, 0, -1, K_COMM, all, 2 * s->lat);
+    s->meets++; /* the second */
+    s->since = end.t;
+    for (int d = 0; d < s->D; d++)
+        s->clock[d] = end;
+}
+
 static un_status backward_node(sim *s, int32_t id) {
     const un_node *nd = un_graph_node(s->g, id);
     stensor *outs = s->ts[id];
@@ -623,6 +661,8 @@ static un_status backward_node(sim *s, int32_t id) {
             }
         }
         free(tp);
+        if (nd->op == UN_OP_LINEAR && nd->n_in > 1 && chunked(s, nd->in[1].node))
+            chunked_meets(s);
     }
     /* gradients of pieces that came from elsewhere go back to their owners */
     int n = 0;
@@ -732,8 +772,8 @@ static void memory(sim *s) {
     for (int d = 0; d < s->D; d++) {
         double opt = (arena ? s->shard[d] : w[d]) * opt_copies;
         s->r->mem[d] = w[d] + w[d] + opt + a[d] + s->xmem[d] + peak[d] + s->stash[d] +
-                       (arena && s->D > 1 ? s->sync_recv[d] : 0);
-        s->gbytes[d] = w[d] + (arena ? gpeak[d] : a[d] / 2);
+                       (arena && s->D > 1 && !s->shared ? s->sync_recv[d] : 0);
+        s->gbytes[d] = w[d] - chunked_bytes(s, d) + (arena ? gpeak[d] : a[d] / 2);
     }
     free(gpeak);
     int worst = 0;
@@ -880,7 +920,7 @@ static void weights_sync(sim *s, int phase) {
     for (int32_t id = 0; id < un_graph_node_count(s->g); id++) {
         const stensor *t = &s->ts[id][0];
         int32_t c = t->shape.copy;
-        if (un_graph_node(s->g, id)->op != UN_OP_WEIGHT || c <= 1)
+        if (un_graph_node(s->g, id)->op != UN_OP_WEIGHT || c <= 1 || (phase == 0 && chunked(s, id)))
             continue;
         any = true;
         for (int64_t q = 0; q < t->np; q++)
@@ -978,6 +1018,7 @@ static un_status sim_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     s.gbytes = un_xcalloc((size_t)D, sizeof *s.gbytes);
     s.stash = un_xcalloc((size_t)D, sizeof *s.stash);
     s.stashes = strncmp(m->dev.kind, "cpu", 3) == 0;
+    s.shared = s.stashes && p->mirror_sources && D > 1;
     s.sync_recv = un_xcalloc((size_t)D, sizeof *s.sync_recv);
     s.shard = un_xcalloc((size_t)D, sizeof *s.shard);
     int64_t n_params = 0;
