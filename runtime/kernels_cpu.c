@@ -264,6 +264,12 @@ VEC_CLONES static void mul_f32(float *y, const float *a, const float *b, int64_t
         y[i] = a[i] * b[i];
 }
 
+/* y[i] = dy[i] relu'(out[i]), the generic loop's product (act_grad_body): vectorised. */
+VEC_CLONES static void relu_grad_f32(float *y, const float *dy, const float *out, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        y[i] = dy[i] * (out[i] > 0 ? 1.0f : 0.0f);
+}
+
 /* z[i] = x[i] + y[i]; z may alias x or y. */
 VEC_CLONES static void add_f32(float *z, const float *x, const float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++)
