@@ -450,6 +450,49 @@ static void test_sim_stash(void) {
     un_ctx_free(ctx);
 }
 
+/* Runtime semantics on cpu devices (the runtime's local ranks share memory): the linear weights of
+ * 1 MiB and more in copies have their gradient sums made in chunks in place (exec.c chunked_grad):
+ * no reduce-scatter bytes for them, two meets per such layer, no scratch; the memory is the
+ * runtime's estimate for shared ranks. On a gpu (NCCL: apart) the reduce-scatter of all of them
+ * stays. The MLP at layers=2,hidden=513: per tower weights [1024, 513] and [513, 513]. */
+static void test_sim_chunked(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_machine cpu;
+    EXPECT_OK(ctx, un_machine_load(ctx, "specs/machines/cpu.json", &cpu));
+    un_machine gpu = machine_mem("1e12");
+    un_cost_model *ccm = model_on(&cpu, NULL), *gcm = model_on(&gpu, NULL);
+    un_graph *g = NULL, *f = NULL;
+    un_train_opts o = un_train_opts_default();
+    o.model = "mlp";
+    o.config = "layers=2,hidden=513,batch=8";
+    o.devices = 2;
+    o.strategy = "data";
+    int d = 0;
+    EXPECT_OK(ctx, un_train_graph(ctx, spec, &o, &g, &d));
+    EXPECT_OK(ctx, un_strategy_fold_weights(ctx, g, &f));
+    int chunked = 0;
+    for (int32_t id = 0; f && id < un_graph_node_count(f); id++)
+        chunked += un_exec_chunked_weight(f, id, 4);
+    EXPECT_EQ(chunked, 4);
+    un_sim_result rc = sim_runtime(ccm, g, d), rg = sim_runtime(gcm, g, d);
+    /* each device receives the other's half of every weight (f32) in the reduce-scatter */
+    double rs = 2.0 * (1024 * 513 + 513 * 513) * 4;
+    EXPECT_NEAR(rg.comm_bytes - rc.comm_bytes, rs, 0.5);
+    EXPECT_EQ(rc.meets - rg.meets, 2 * chunked - 1); /* the reduce-scatter's exchange is gone */
+    for (int r = 0; r < d && rc.mem; r++) {
+        int64_t want = un_exec_estimate_bytes(f, r, d, UN_PREC_F32, true, 2, true);
+        test__check(rc.mem[r] >= 0.97 * (double)want && rc.mem[r] <= (double)want + 0.5, TEST__AT,
+                    "rank %d: simulated %.0f B, runtime %lld B", r, rc.mem[r], (long long)want);
+    }
+    un_sim_result_deinit(&rc);
+    un_sim_result_deinit(&rg);
+    un_graph_free(f);
+    un_graph_free(g);
+    un_cost_model_free(ccm);
+    un_cost_model_free(gcm);
+    un_ctx_free(ctx);
+}
+
 /* A plan whose output is a parallel op that receives a piece from another device (a combine of
  * a batch-split linear): the received piece lives to the step's end, as the output does in the
  * runtime; the simulated memory is the runtime's estimate on both ranks (it wrote outside its
@@ -800,6 +843,7 @@ int main(void) {
                                   {"sim_runtime", test_sim_runtime},
                                   {"sim_stash", test_sim_stash},
                                   {"sim_output_parallel", test_sim_output_parallel},
+                                  {"sim_chunked", test_sim_chunked},
                                   {"sim_measured_parts", test_sim_measured_parts},
                                   {"profile_dropout", test_profile_dropout},
                                   {"profile_parts", test_profile_parts},
