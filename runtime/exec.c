@@ -110,6 +110,8 @@ struct un_exec {
      * output). */
     int32_t *gfirst;
     int32_t *vlast;
+    int32_t *until;          /* per node: a chunked linear layer's pieces live to this time, or -1
+                              * (un_exec_chunked_until) */
     int32_t *zstart, *zlist; /* per node j: zlist[zstart[j]..zstart[j+1]) start at j's backward */
     greq *greqs;             /* the arena's requests in planning order, with their offsets */
     int n_greq, cap_greq, greq_at;
@@ -135,6 +137,8 @@ struct un_exec {
     char *stage;        /* host staging of pieces moved between the host and the backend */
     size_t stage_cap;   /* its bytes */
 };
+
+static int32_t max32(int32_t a, int32_t b) { return a > b ? a : b; }
 
 /* ---- piece geometry (pcg/shape.h) ---- */
 
@@ -402,6 +406,59 @@ void un_exec_bwd_reads(const un_graph *g, const un_node *nd, bool *ins, bool *ou
     }
 }
 
+/* Weights of at least this many logical bytes, in copies on shared memory, have their copy-group
+ * sum computed in chunks in place (plan_chunked); smaller ones go in the bucketed reduce-scatter,
+ * where one exchange sums many of them (two meets per weight would cost more than their bytes). */
+#define CHUNKED_MIN_BYTES ((int64_t)1 << 20)
+
+/* The only consumer of node id in g, or -1 (none, or several). */
+static int32_t only_consumer(const un_graph *g, int32_t id) {
+    int32_t found = -1;
+    for (int32_t c = id + 1; c < un_graph_node_count(g); c++) {
+        const un_node *nd = un_graph_node(g, c);
+        for (int t = 0; t < nd->n_in; t++)
+            if (nd->in[t].node == id) {
+                if (found >= 0 && found != c)
+                    return -1;
+                found = c;
+            }
+    }
+    return found;
+}
+
+bool un_exec_chunked_weight(const un_graph *g, int32_t id, int64_t elem_bytes) {
+    const un_node *nd = un_graph_node(g, id);
+    const un_shape *s = &nd->inf.out[0];
+    if (nd->op != UN_OP_WEIGHT || s->copy < 2 || s->sum != 1 || s->rank != 2 ||
+        un_shape_npieces(s) != s->copy || un_shape_numel(s) * elem_bytes < CHUNKED_MIN_BYTES)
+        return false;
+    int32_t c = only_consumer(g, id);
+    const un_node *ln = c >= 0 ? un_graph_node(g, c) : NULL;
+    if (!ln || ln->op != UN_OP_LINEAR || ln->n_in < 2 || ln->in[1].node != id ||
+        ln->in[0].node == id || (ln->n_in > 2 && ln->in[2].node == id))
+        return false;
+    const un_op_spec *os = un_spec_op(un_graph_spec(g), ln->op);
+    int a = un_spec_param_index(os, "activation");
+    int64_t act = a >= 0 ? ln->params[a].v[0] : -1;
+    return act >= 0 && act < os->params[a].n_enum && strcmp(os->params[a].enums[act], "gelu") != 0;
+}
+
+void un_exec_chunked_until(const un_graph *g, int64_t elem_bytes, int32_t *until) {
+    int32_t n = un_graph_node_count(g), next = T_BWD(n, 0); /* the backward's end */
+    for (int32_t id = 0; id < n; id++) {
+        const un_node *nd = un_graph_node(g, id);
+        until[id] = nd->op == UN_OP_LINEAR && nd->n_in > 1 &&
+                            un_exec_chunked_weight(g, nd->in[1].node, elem_bytes)
+                        ? 0
+                        : -1;
+    }
+    for (int32_t id = 0; id < n; id++)
+        if (until[id] == 0) {
+            until[id] = next;
+            next = T_BWD(n, id);
+        }
+}
+
 /* Buffers of a piece this rank owns: values in the arena unless they are read after the step,
  * the gradient in the arena. */
 static un_status piece_alloc(un_ctx *ctx, un_exec *ex, xt *t, int64_t p) {
@@ -419,8 +476,8 @@ static un_status piece_alloc(un_ctx *ctx, un_exec *ex, xt *t, int64_t p) {
             return st;
     }
     if (t->needs_grad && !t->grad[p]) {
-        st = galloc(ctx, ex, bytes, T_BWD(ex->n, ex->gfirst[t->id]), T_BWD(ex->n, t->id),
-                    &t->grad[p]);
+        st = galloc(ctx, ex, bytes, T_BWD(ex->n, ex->gfirst[t->id]),
+                    max32(T_BWD(ex->n, t->id), ex->until[t->id]), &t->grad[p]);
         t->gborrowed[p] = true; /* in the arena */
     }
     return st;
@@ -1132,12 +1189,16 @@ un_status un_exec_allgather(un_ctx *ctx, un_exec *ex, void *flat) {
     return sync_run(ctx, ex, flat, fns, exchange, 1, 0, ex->n, true);
 }
 
-static int32_t max32(int32_t a, int32_t b) { return a > b ? a : b; }
-
 /* The values' lifetimes from the graph: vlast (see struct un_exec). */
 static void plan_value_lifetimes(un_exec *ex) {
     int32_t n = ex->n;
     ex->vlast = un_xcalloc((size_t)n + 1, sizeof *ex->vlast);
+    ex->until = un_xcalloc((size_t)n + 1, sizeof *ex->until);
+    if (ex->shared && ex->size > 1)
+        un_exec_chunked_until(ex->g, (int64_t)ex->fes, ex->until);
+    else
+        for (int32_t id = 0; id < n; id++)
+            ex->until[id] = -1;
     bool *ng = un_xcalloc((size_t)n + 1, sizeof *ng); /* as xnode.needs_grad */
     for (int32_t id = 0; id < n; id++) {
         const un_node *nd = un_graph_node(ex->g, id);
@@ -1148,6 +1209,8 @@ static void plan_value_lifetimes(un_exec *ex) {
         if (regular)
             un_exec_bwd_reads(ex->g, nd, &ins, &outs);
         ex->vlast[id] = outs && ng[id] ? T_BWD(n, id) : T_FWD(id);
+        if (outs && ng[id])
+            ex->vlast[id] = max32(ex->vlast[id], ex->until[id]);
     }
     for (int32_t i = 0; i < un_graph_output_count(ex->g); i++)
         ex->vlast[un_graph_output(ex->g, i).node] = T_NEVER;
@@ -1160,7 +1223,7 @@ static void plan_value_lifetimes(un_exec *ex) {
         else if (un_op_kind_of(nd->op) == UN_OPK_REGULAR)
             un_exec_bwd_reads(ex->g, nd, &ins, &outs);
         if (ins && ng[c])
-            use = T_BWD(n, c);
+            use = max32(T_BWD(n, c), ex->until[c]);
         for (int t = 0; t < nd->n_in; t++)
             ex->vlast[nd->in[t].node] = max32(ex->vlast[nd->in[t].node], use);
     }
@@ -1348,43 +1411,6 @@ fail:
     return st;
 }
 
-/* Weights of at least this many logical bytes, in copies on shared memory, have their copy-group
- * sum computed in chunks in place (plan_chunked); smaller ones go in the bucketed reduce-scatter,
- * where one exchange sums many of them (two meets per weight would cost more than their bytes). */
-#define CHUNKED_MIN_BYTES ((int64_t)1 << 20)
-
-/* The only consumer of node id in g, or -1 (none, or several). */
-static int32_t only_consumer(const un_graph *g, int32_t id) {
-    int32_t found = -1;
-    for (int32_t c = id + 1; c < un_graph_node_count(g); c++) {
-        const un_node *nd = un_graph_node(g, c);
-        for (int t = 0; t < nd->n_in; t++)
-            if (nd->in[t].node == id) {
-                if (found >= 0 && found != c)
-                    return -1;
-                found = c;
-            }
-    }
-    return found;
-}
-
-bool un_exec_chunked_weight(const un_graph *g, int32_t id, int64_t elem_bytes) {
-    const un_node *nd = un_graph_node(g, id);
-    const un_shape *s = &nd->inf.out[0];
-    if (nd->op != UN_OP_WEIGHT || s->copy < 2 || s->sum != 1 || s->rank != 2 ||
-        un_shape_npieces(s) != s->copy || un_shape_numel(s) * elem_bytes < CHUNKED_MIN_BYTES)
-        return false;
-    int32_t c = only_consumer(g, id);
-    const un_node *ln = c >= 0 ? un_graph_node(g, c) : NULL;
-    if (!ln || ln->op != UN_OP_LINEAR || ln->n_in < 2 || ln->in[1].node != id ||
-        ln->in[0].node == id || (ln->n_in > 2 && ln->in[2].node == id))
-        return false;
-    const un_op_spec *os = un_spec_op(un_graph_spec(g), ln->op);
-    int a = un_spec_param_index(os, "activation");
-    int64_t act = a >= 0 ? ln->params[a].v[0] : -1;
-    return act >= 0 && act < os->params[a].n_enum && strcmp(os->params[a].enums[act], "gelu") != 0;
-}
-
 /* One rank's view of a chunked candidate (plan_chunked): whether its part holds, the copy it
  * holds (-1: none), and that copy's piece: input, output, output gradient. */
 typedef struct cw_entry {
@@ -1543,6 +1569,7 @@ void un_exec_free(un_exec *ex) {
     free(ex->zsegs);
     free(ex->gfirst);
     free(ex->vlast);
+    free(ex->until);
     free(ex->zstart);
     free(ex->zlist);
     free(ex->greqs);
@@ -1810,17 +1837,18 @@ static un_status backward_node(un_ctx *ctx, un_exec *ex, int32_t id) {
  * while their gradients are fresh in cache, instead of all at the end. */
 #define SYNC_BUCKET_BYTES ((int64_t)4 << 20)
 
-/* After linear layer id's backward on every rank (a meet), copy g's owner computes chunk g of the
+/* After linear layer id's backward on every rank and a meet, copy g's owner computes chunk g of the
  * weight's gradient summed over the whole batch, from every copy's piece in place (rows of the
  * weight [in, out]: those holding elements [lo, hi) of the chunk; a row it shares with the next
  * chunk is computed by both, each into its own copy), copies in order (the bits of the
- * reduce-scatter: each copy's product added in copy order); a second meet before any rank goes
- * on and reuses the memory of the pieces read. Collective. */
+ * reduce-scatter: each copy's product added in copy order). The pieces read live until the next
+ * meet (ex->until: the next such layer's, or the one that ends the backward), so no rank reuses
+ * their memory while another reads them. Collective. */
 static un_status chunked_grad(un_ctx *ctx, un_exec *ex, int32_t id) {
     xnode *xn = &ex->nodes[id];
     xt *t = &ex->nodes[xn->cw_w].outs[0];
     int32_t c = t->shape.copy;
-    un_status st = un_comm_barrier(ctx, ex->comm);
+    un_status st = UN_OK;
     for (int32_t g = 0; g < c && st == UN_OK; g++) {
         if (t->owner[g] != ex->rank)
             continue;
@@ -1841,17 +1869,21 @@ static un_status chunked_grad(un_ctx *ctx, un_exec *ex, int32_t id) {
                                      xn->cw + 2 * c, r0, r1,
                                      (char *)t->grad[g] + (size_t)(r0 * out) * t->es);
     }
-    if (st != UN_OK)
-        return st;
-    return un_comm_barrier(ctx, ex->comm);
+    return st;
 }
 
 un_status un_exec_backward(un_ctx *ctx, un_exec *ex) {
     un_status st = UN_OK;
     int32_t hi = ex->n; /* the bucket: the weights among nodes [i, hi) */
     int64_t pending = 0;
+    bool met = false; /* a chunked layer's meet: another one ends the backward */
     for (int32_t i = ex->n - 1; i >= 0 && st == UN_OK; i--) {
         st = backward_node(ctx, ex, i);
+        /* every layer whose pieces live to the next meet meets (ex->until), chunked or not */
+        if (st == UN_OK && ex->until[i] >= 0) {
+            st = un_comm_barrier(ctx, ex->comm);
+            met = true;
+        }
         if (st == UN_OK && ex->nodes[i].cw)
             st = chunked_grad(ctx, ex, i);
         const xt *t = ex->lparam_off[i] >= 0 ? &ex->nodes[i].outs[0] : NULL;
@@ -1866,6 +1898,8 @@ un_status un_exec_backward(un_ctx *ctx, un_exec *ex) {
     }
     if (st == UN_OK)
         st = grads_reduce_scatter(ctx, ex, 0, hi);
+    if (st == UN_OK && met) /* the last chunked layer's pieces are read until here */
+        st = un_comm_barrier(ctx, ex->comm);
     if (st != UN_OK) {
         exec_abort(ex);
         return st;

@@ -90,10 +90,19 @@ void un_exec_bwd_reads(const un_graph *g, const un_node *nd, bool *ins, bool *ou
  * activation other than gelu. On a local run of a host-visible backend whose every copy's owner
  * runs the one piece reading it (data parallelism), the linear layer's backward then computes no
  * weight gradient; after a meet, copy g's owner computes chunk g of the sum over the whole batch,
- * reading the other ranks' inputs and output gradients in place, and a second meet ends it: no
+ * reading the other ranks' inputs and output gradients in place (kept live until the next meet,
+ * un_exec_chunked_until): no
  * whole-weight gradient per rank, no reduce-scatter (the all-gather of the update stays). The
  * simulator's runtime model asks the same (search/sim.c). */
 bool un_exec_chunked_weight(const un_graph *g, int32_t id, int64_t elem_bytes);
+
+/* Per node of g (until[node count]): for the linear layer of a weight un_exec_chunked_weight
+ * names, the time on the executor's step clock (node j's forward at j, its backward at 2n - j)
+ * until which the pieces that other ranks read in place after its backward (its input and output
+ * values, its output gradient) stay live: the backward of the next such layer, where all ranks
+ * meet again, else the backward's end (2n, another meet); -1 for every other node. On shared
+ * memory the executor's arena keeps them that long; the simulator models the same. */
+void un_exec_chunked_until(const un_graph *g, int64_t elem_bytes, int32_t *until);
 
 /* What un_exec_new would allocate on `rank` of `size` ranks for g in precision prec (bytes), plus
  * opt_arrays arrays of optimizer state per element of the rank's shard (SGD 1, Adam 2), plus,

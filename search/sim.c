@@ -83,6 +83,7 @@ typedef struct sim {
         bool grad; /* a gradient (the runtime zeroes it every step) */
     } * areq;
     int32_t *vlast; /* runtime semantics, per node: the last time its output's values are read */
+    int32_t *until; /* ... and a chunked linear layer's pieces live to (un_exec_chunked_until) */
     int n_areq, cap_areq;
     double *sync_recv;
     double *shard; /* per device: bytes of the weights its optimizer updates */
@@ -140,6 +141,12 @@ static void arena_add(sim *s, int dev, int32_t lo, int32_t hi, double bytes, boo
 static void value_lifetimes(sim *s) {
     int32_t n = un_graph_node_count(s->g);
     s->vlast = un_xcalloc((size_t)n + 1, sizeof *s->vlast);
+    s->until = un_xcalloc((size_t)n + 1, sizeof *s->until);
+    if (s->shared)
+        un_exec_chunked_until(s->g, (int64_t)s->es, s->until);
+    else
+        for (int32_t id = 0; id < n; id++)
+            s->until[id] = -1;
     bool *ng = un_xcalloc((size_t)n + 1, sizeof *ng);
     for (int32_t id = 0; id < n; id++) {
         const un_node *nd = un_graph_node(s->g, id);
@@ -150,6 +157,8 @@ static void value_lifetimes(sim *s) {
         if (un_op_kind_of(nd->op) == UN_OPK_REGULAR)
             un_exec_bwd_reads(s->g, nd, &ins, &outs);
         s->vlast[id] = outs && ng[id] ? T_BWD(n, id) : T_FWD(id);
+        if (outs && ng[id] && s->until[id] > s->vlast[id])
+            s->vlast[id] = s->until[id];
     }
     for (int32_t i = 0; i < un_graph_output_count(s->g); i++)
         s->vlast[un_graph_output(s->g, i).node] = T_NEVER;
@@ -162,7 +171,7 @@ static void value_lifetimes(sim *s) {
         else if (un_op_kind_of(nd->op) == UN_OPK_REGULAR)
             un_exec_bwd_reads(s->g, nd, &ins, &outs);
         if (ins && ng[c])
-            use = T_BWD(n, c);
+            use = T_BWD(n, c) > s->until[c] ? T_BWD(n, c) : s->until[c];
         for (int t = 0; t < nd->n_in; t++)
             if (s->vlast[nd->in[t].node] < use)
                 s->vlast[nd->in[t].node] = use;
@@ -543,17 +552,16 @@ static un_status forward_node(sim *s, int32_t id) {
 
 static void grad_arrive(stensor *t, int64_t p, stamp at) { t->gready[p] = later(t->gready[p], at); }
 
-/* Runtime semantics: the linear layer of a chunked weight meets every rank twice after its
- * backward; in between each copy's owner computes its chunk of the weight gradient over the whole
- * batch (the same products as a rank's whole-weight gradient over its own rows, which the op's
- * backward cost counts). */
-static void chunked_meets(sim *s) {
+/* Runtime semantics: the linear layer of a chunked weight meets every rank after its backward (and
+ * one more meet ends the backward); after it each copy's owner computes its chunk of the weight
+ * gradient over the whole batch (the same products as a rank's whole-weight gradient over its own
+ * rows, which the op's backward cost counts). */
+static void chunked_meet(sim *s) {
     stamp all = {0, -1};
     for (int d = 0; d < s->D; d++)
         all = later(all, s->clock[d]);
     stretch(s, all.t - s->since);
-    stamp end = run_task(s, 0, -1, K_COMM, all, 2 * s->lat);
-    s->meets++; /* the second */
+    stamp end = run_task(s, 0, -1, K_COMM, all, s->lat);
     s->since = end.t;
     for (int d = 0; d < s->D; d++)
         s->clock[d] = end;
@@ -661,8 +669,8 @@ static un_status backward_node(sim *s, int32_t id) {
             }
         }
         free(tp);
-        if (nd->op == UN_OP_LINEAR && nd->n_in > 1 && chunked(s, nd->in[1].node))
-            chunked_meets(s);
+        if (s->until && s->until[id] >= 0)
+            chunked_meet(s);
     }
     /* gradients of pieces that came from elsewhere go back to their owners */
     int n = 0;
@@ -737,7 +745,9 @@ static void memory(sim *s) {
                     else if (!t->view[p])
                         arena_add(s, d, T_FWD(id), s->vlast[id], t->pbytes, false);
                     if (t->needs_grad)
-                        arena_add(s, d, T_BWD(n, last[id]), T_BWD(n, id), t->pbytes, true);
+                        arena_add(s, d, T_BWD(n, last[id]),
+                                  s->until[id] > T_BWD(n, id) ? s->until[id] : T_BWD(n, id),
+                                  t->pbytes, true);
                 }
             }
         }
@@ -1079,6 +1089,11 @@ static un_status sim_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     for (int32_t i = n - 1; i >= 0 && st == UN_OK; i--)
         st = backward_node(&s, i);
     if (st == UN_OK) {
+        bool met = false;
+        for (int32_t id = 0; s.until && id < n; id++)
+            met |= s.until[id] >= 0;
+        if (met) /* the meet that ends the backward */
+            chunked_meet(&s);
         if (p->mirror_sources && D > 1) {
             weights_sync(&s, 0);
             /* runtime/train.c sums the loss over the devices right after backward (one
@@ -1155,6 +1170,7 @@ static un_status sim_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     free(s.shard);
     free(s.areq);
     free(s.vlast);
+    free(s.until);
     if (st != UN_OK)
         un_sim_result_deinit(out);
     return st;
