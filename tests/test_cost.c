@@ -400,18 +400,27 @@ static void test_sim_stash(void) {
     EXPECT_OK(ctx, un_machine_load(ctx, "specs/machines/cpu.json", &cpu));
     un_machine gpu = machine_mem("1e12");
     un_cost_model *ccm = model_on(&cpu, NULL), *gcm = model_on(&gpu, NULL);
+    /* the last: linear weights of 1 MiB and more (per tower [1024, 513] and [513, 513]), whose
+     * copy-group sums the runtime's local ranks (cpu devices: they share memory) make in chunks
+     * in place (exec.c chunked_grad): no reduce-scatter bytes for them, a meet per such layer and
+     * one at the end instead of the exchange; on the gpu (NCCL: apart) the reduce-scatter stays */
     static const struct {
         const char *model, *strategy;
         int devices;
-    } cases[] = {{"transformer", "serial", 1}, {"transformer", "data", 2}, {"charlm", "data", 2},
-                 {"mlp", "data", 2},           {"resnext50", "serial", 1}, {"resnext50", "data", 2},
-                 {"inception_v3", "data", 2},  {"dlrm", "data", 2},        {"xdl", "serial", 1},
-                 {"candle_uno", "data", 2},    {"mlp", "tensor", 2}};
+        const char *config;
+    } cases[] = {
+        {"transformer", "serial", 1, NULL}, {"transformer", "data", 2, NULL},
+        {"charlm", "data", 2, NULL},        {"mlp", "data", 2, NULL},
+        {"resnext50", "serial", 1, NULL},   {"resnext50", "data", 2, NULL},
+        {"inception_v3", "data", 2, NULL},  {"dlrm", "data", 2, NULL},
+        {"xdl", "serial", 1, NULL},         {"candle_uno", "data", 2, NULL},
+        {"mlp", "tensor", 2, NULL},         {"mlp", "data", 2, "layers=2,hidden=513,batch=8"}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         un_graph *g = NULL, *f = NULL;
         un_train_opts o = un_train_opts_default();
         o.model = cases[i].model;
-        o.tiny = true;
+        o.tiny = cases[i].config == NULL;
+        o.config = cases[i].config;
         o.devices = cases[i].devices;
         o.strategy = cases[i].strategy;
         int d = 0;
@@ -432,7 +441,9 @@ static void test_sim_stash(void) {
                         cases[i].strategy, r, rc.mem[r], (long long)with);
             /* the gpu's ranks do not share memory: the reduce-scatter's scratch, no stash */
             int64_t apart = un_exec_estimate_bytes(f, r, d, UN_PREC_F32, false, 2, false);
-            EXPECT_NEAR(rc.mem[r] - rg.mem[r], (double)(with - apart), 0.5);
+            /* (the chunked layers' pieces, live longer there, shift the arena's layout a little) */
+            EXPECT_NEAR(rc.mem[r] - rg.mem[r], (double)(with - apart),
+                        cases[i].config ? 1e-3 * (double)with : 0.5);
         }
         EXPECT_NEAR(rc.stash_all, want, 0.5);
         EXPECT_TRUE(rg.stash_all == 0 && rg.mem_stash == 0);
@@ -440,55 +451,19 @@ static void test_sim_stash(void) {
          * and embeddings nothing */
         if (strcmp(cases[i].model, "transformer") == 0 || strcmp(cases[i].model, "charlm") == 0)
             EXPECT_TRUE(rc.stash_all > 0 && rc.mem_stash > 0);
+        int chunked = 0;
+        for (int32_t id = 0; f && id < un_graph_node_count(f); id++)
+            chunked += un_exec_chunked_weight(f, id, 4);
+        EXPECT_EQ(chunked, cases[i].config ? 4 : 0);
+        if (cases[i].config) { /* each device receives the other's half of every weight (f32) */
+            EXPECT_NEAR(rg.comm_bytes - rc.comm_bytes, 2.0 * (1024 * 513 + 513 * 513) * 4, 0.5);
+            EXPECT_EQ(rc.meets - rg.meets, chunked); /* + 1 at the end - 1 exchange */
+        }
         un_sim_result_deinit(&rc);
         un_sim_result_deinit(&rg);
         un_graph_free(f);
         un_graph_free(g);
     }
-    un_cost_model_free(ccm);
-    un_cost_model_free(gcm);
-    un_ctx_free(ctx);
-}
-
-/* Runtime semantics on cpu devices (the runtime's local ranks share memory): the linear weights of
- * 1 MiB and more in copies have their gradient sums made in chunks in place (exec.c chunked_grad):
- * no reduce-scatter bytes for them, a meet per such layer and one at the end, no scratch; the
- * memory is the runtime's estimate for shared ranks. On a gpu (NCCL: apart) the reduce-scatter of
- * all of them stays. The MLP at layers=2,hidden=513: per tower weights [1024, 513] and [513, 513].
- */
-static void test_sim_chunked(void) {
-    un_ctx *ctx = un_ctx_new(NULL);
-    un_machine cpu;
-    EXPECT_OK(ctx, un_machine_load(ctx, "specs/machines/cpu.json", &cpu));
-    un_machine gpu = machine_mem("1e12");
-    un_cost_model *ccm = model_on(&cpu, NULL), *gcm = model_on(&gpu, NULL);
-    un_graph *g = NULL, *f = NULL;
-    un_train_opts o = un_train_opts_default();
-    o.model = "mlp";
-    o.config = "layers=2,hidden=513,batch=8";
-    o.devices = 2;
-    o.strategy = "data";
-    int d = 0;
-    EXPECT_OK(ctx, un_train_graph(ctx, spec, &o, &g, &d));
-    EXPECT_OK(ctx, un_strategy_fold_weights(ctx, g, &f));
-    int chunked = 0;
-    for (int32_t id = 0; f && id < un_graph_node_count(f); id++)
-        chunked += un_exec_chunked_weight(f, id, 4);
-    EXPECT_EQ(chunked, 4);
-    un_sim_result rc = sim_runtime(ccm, g, d), rg = sim_runtime(gcm, g, d);
-    /* each device receives the other's half of every weight (f32) in the reduce-scatter */
-    double rs = 2.0 * (1024 * 513 + 513 * 513) * 4;
-    EXPECT_NEAR(rg.comm_bytes - rc.comm_bytes, rs, 0.5);
-    EXPECT_EQ(rc.meets - rg.meets, chunked); /* one per layer and the end, not the exchange */
-    for (int r = 0; r < d && rc.mem; r++) {
-        int64_t want = un_exec_estimate_bytes(f, r, d, UN_PREC_F32, true, 2, true);
-        test__check(rc.mem[r] >= 0.97 * (double)want && rc.mem[r] <= (double)want + 0.5, TEST__AT,
-                    "rank %d: simulated %.0f B, runtime %lld B", r, rc.mem[r], (long long)want);
-    }
-    un_sim_result_deinit(&rc);
-    un_sim_result_deinit(&rg);
-    un_graph_free(f);
-    un_graph_free(g);
     un_cost_model_free(ccm);
     un_cost_model_free(gcm);
     un_ctx_free(ctx);
@@ -844,7 +819,6 @@ int main(void) {
                                   {"sim_runtime", test_sim_runtime},
                                   {"sim_stash", test_sim_stash},
                                   {"sim_output_parallel", test_sim_output_parallel},
-                                  {"sim_chunked", test_sim_chunked},
                                   {"sim_measured_parts", test_sim_measured_parts},
                                   {"profile_dropout", test_profile_dropout},
                                   {"profile_parts", test_profile_parts},
