@@ -1840,8 +1840,8 @@ static un_status backward_node(un_ctx *ctx, un_exec *ex, int32_t id) {
 /* After linear layer id's backward on every rank and a meet, copy g's owner computes chunk g of the
  * weight's gradient summed over the whole batch, from every copy's piece in place (rows of the
  * weight [in, out]: those holding elements [lo, hi) of the chunk; a row it shares with the next
- * chunk is computed by both, each into its own copy), copies in order (the bits of the
- * reduce-scatter: each copy's product added in copy order). The pieces read live until the next
+ * chunk is computed by both, each into its own copy), copy g's product first, then the others'
+ * added in copy order: the reduce-scatter's sum, bit for bit. The pieces read live until the next
  * meet (ex->until: the next such layer's, or the one that ends the backward), so no rank reuses
  * their memory while another reads them. Collective. */
 static un_status chunked_grad(un_ctx *ctx, un_exec *ex, int32_t id) {
@@ -1864,10 +1864,15 @@ static un_status chunked_grad(un_ctx *ctx, un_exec *ex, int32_t id) {
                 ex->stats.recv +=
                     (un_kt_numel(&xn->cw[m]) + (outs ? 2 : 1) * un_kt_numel(&xn->cw[c + m])) *
                     (int64_t)t->es;
+        /* copy g's piece first, then the others in copy order: the reduce-scatter's sum */
+        un_kt *kt = un_xcalloc(3 * (size_t)c, sizeof *kt);
+        for (int k = 0; k < 3; k++)
+            for (int32_t m = 0, at = 1; m < c; m++)
+                kt[k * c + (m == g ? 0 : at++)] = xn->cw[k * c + m];
         int64_t r0 = lo / out, r1 = (hi + out - 1) / out;
-        st = un_backend_linear_wgrad(ctx, ex->be, nd->inf.local, c, xn->cw, xn->cw + c,
-                                     xn->cw + 2 * c, r0, r1,
+        st = un_backend_linear_wgrad(ctx, ex->be, nd->inf.local, c, kt, kt + c, kt + 2 * c, r0, r1,
                                      (char *)t->grad[g] + (size_t)(r0 * out) * t->es);
+        free(kt);
     }
     return st;
 }

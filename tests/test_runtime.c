@@ -1621,9 +1621,11 @@ static void test_sharded_update(void) {
  * other ranks' pieces in place (exec.c, chunked_grad): no reduce-scatter. The MLP at
  * layers=2,hidden=513 (weights [1024, 513] and [513, 513] in each tower: with 513 rows the 2 and 4
  * chunks of the second cut rows, which two ranks then both compute) on 2 and 4 devices gives the
- * serial losses (f64 1e-9, f32 1e-4), the same bits twice, and each device sends per step only
- * the all-gather of the updated chunks, (d - 1) times its chunk of each weight (with the
- * reduce-scatter, each other chunk of every weight once more). */
+ * serial losses (f64 1e-9, f32 1e-4), the same bits twice and the bits of the reduce-scatter
+ * (the opaque backend: the CPU kernels behind memory the host cannot reach, whose ranks do not
+ * share it), and each device sends per step only the all-gather of the updated chunks, (d - 1)
+ * times its chunk of each weight (with the reduce-scatter, each other chunk of every weight once
+ * more). */
 static void test_chunked_grad(void) {
     static const int64_t wn[2] = {1024 * 513, 513 * 513}; /* per tower */
     for (int prec = 0; prec < 2; prec++) {
@@ -1639,7 +1641,13 @@ static void test_chunked_grad(void) {
         for (int d = 2; d <= 4 && s1 == UN_OK; d *= 2) {
             o.devices = d;
             un_train_result rd = train_with(&o, &sd), ra = train_with(&o, &sa);
-            EXPECT_TRUE(sd == UN_OK && sa == UN_OK);
+            o.backend = "opaque";
+            un_status so;
+            un_train_result ro = train_with(&o, &so);
+            o.backend = NULL;
+            EXPECT_TRUE(sd == UN_OK && sa == UN_OK && so == UN_OK);
+            EXPECT_TRUE(sd == UN_OK && so == UN_OK && ro.dev[0].plane_exchanges > 0 &&
+                        memcmp(rd.losses, ro.losses, 8 * sizeof *rd.losses) == 0);
             double worst = 0;
             for (int s = 0; sd == UN_OK && s < 8; s++)
                 worst = fmax(worst, fabs(rd.losses[s] - r1.losses[s]) / fabs(r1.losses[s]));
@@ -1658,6 +1666,7 @@ static void test_chunked_grad(void) {
             }
             un_train_result_deinit(&rd);
             un_train_result_deinit(&ra);
+            un_train_result_deinit(&ro);
         }
         un_train_result_deinit(&r1);
     }
