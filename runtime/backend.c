@@ -175,6 +175,15 @@ un_status un_backend_op_backward(un_ctx *ctx, un_backend *be, un_op op, const un
                                   dropout_seed, off, full);
 }
 
+un_status un_backend_linear_wgrad(un_ctx *ctx, un_backend *be, const un_param *params, int n,
+                                  const un_kt *x, const un_kt *y, const un_kt *dy, int64_t r0,
+                                  int64_t r1, void *dw) {
+    if (!be->iface->linear_wgrad)
+        return un_ctx_error(ctx, UN_ERR_UNAVAILABLE,
+                            "backend %s: no linear weight gradient by rows", un_backend_name(be));
+    return be->iface->linear_wgrad(ctx, be, params, n, x, y, dy, r0, r1, dw);
+}
+
 un_status un_backend_loss(un_ctx *ctx, un_backend *be, un_loss_kind kind, const un_kt *y,
                           const int64_t *off, const int64_t *full, const un_kt *target, un_kt *grad,
                           double *loss) {

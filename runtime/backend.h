@@ -141,6 +141,13 @@ void un_region_copy_host(un_prec prec, void *dst, const void *src, size_t es, co
 un_status un_backend_op_forward(un_ctx *ctx, un_backend *be, un_op op, const un_param *params,
                                 const un_kt *in, int n_in, un_kt *out, int n_out,
                                 uint64_t dropout_seed, const int64_t *off, const int64_t *full);
+/* Rows [r0, r1) of a linear layer's weight gradient summed over n batch pieces in order, written
+ * to dw (un_kern_linear_wgrad's contract): the pieces may be other ranks' buffers where ranks share
+ * this backend kind's memory (threads of one process on host-visible backends: the executor's
+ * chunked gradient). UN_ERR_UNAVAILABLE where the backend has none or for gelu; n = 0 only asks. */
+un_status un_backend_linear_wgrad(un_ctx *ctx, un_backend *be, const un_param *params, int n,
+                                  const un_kt *x, const un_kt *y, const un_kt *dy, int64_t r0,
+                                  int64_t r1, void *dw);
 un_status un_backend_op_backward(un_ctx *ctx, un_backend *be, un_op op, const un_param *params,
                                  const un_kt *in, int n_in, const un_kt *out, int n_out,
                                  const un_kt *dout, un_kt *din, uint64_t dropout_seed,

@@ -95,6 +95,13 @@ static un_status cpu_backward(un_ctx *ctx, un_backend *be, un_op op, const un_pa
     return un_kern_backward(ctx, &ex, op, params, in, n_in, out, n_out, dout, din);
 }
 
+static un_status cpu_linear_wgrad(un_ctx *ctx, un_backend *be, const un_param *params, int n,
+                                  const un_kt *x, const un_kt *y, const un_kt *dy, int64_t r0,
+                                  int64_t r1, void *dw) {
+    un_kexec ex = cpu_kexec(be, 0, NULL, NULL);
+    return un_kern_linear_wgrad(ctx, &ex, params, n, x, y, dy, r0, r1, dw);
+}
+
 /* ---- loss and optimizer on host memory (also the host-side paths of train.c and optim.c) ---- */
 
 static inline double ld(const void *a, un_prec p, int64_t i) {
@@ -313,6 +320,7 @@ static const struct un_backend_i cpu_iface = {
     .optim_step = cpu_optim_step,
     .synchronize = NULL,
     .memory = cpu_memory,
+    .linear_wgrad = cpu_linear_wgrad,
 };
 
 un_status un__backend_cpu_new(un_ctx *ctx, un_prec prec, int nthreads, un_backend **out) {

@@ -6,7 +6,7 @@
 #include "runtime/comm_dev.h"
 #include "runtime/optim.h"
 
-#define UN_BACKEND_API_VERSION 4
+#define UN_BACKEND_API_VERSION 5
 
 struct un_backend_i {
     const char *(*name)(const un_backend *be);
@@ -47,6 +47,11 @@ struct un_backend_i {
      * collective over ctrl (un_comm_dev_new calls it on every rank once every rank is ready). */
     bool (*plane_ready)(const un_backend *be, const un_comm *ctrl);
     un_status (*plane_new)(un_ctx *ctx, un_backend *be, un_comm *ctrl, un_comm_dev **out);
+    /* optional (NULL: none): rows of linear's weight gradient over batch pieces that may be other
+     * ranks' buffers (un_backend_linear_wgrad) */
+    un_status (*linear_wgrad)(un_ctx *ctx, un_backend *be, const un_param *params, int n,
+                              const un_kt *x, const un_kt *y, const un_kt *dy, int64_t r0,
+                              int64_t r1, void *dw);
 };
 
 /* A device data plane (comm_dev.h): a const vtable plus a context, over a host control plane. */

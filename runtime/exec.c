@@ -27,7 +27,10 @@ typedef struct xt { /* one node output on this rank */
     void *full;    /* inputs: the logical value */
     int64_t *loff; /* weights: per piece, its first element in this rank's flat buffers, or -1 */
     int64_t *soff; /* weights: per piece, where its chunk starts in this rank's shard */
-    void *sync;    /* weights in copies: scratch of the gradient sum over the copies */
+    void *sync;    /* weights in copies: scratch of the gradient sum over the copies (where the
+                    * ranks do not share memory: a local add reads the sender's buffer) */
+    bool chunked;  /* weights in copies: each copy's owner computes its chunk of the summed
+                    * gradient itself (plan_chunked): no reduce-scatter */
 } xt;
 
 typedef struct xfer { /* an input piece, or the block of it a consumer reads, sent from its
@@ -64,6 +67,12 @@ typedef struct xnode {
     int n_move, cap_move;
     pmove *moves;
     bool needs_grad;
+    /* a linear layer whose weight (cw_w) is chunked: per copy g of the weight, the input, output
+     * and output gradient of the piece that reads it (cw[g], cw[c + g], cw[2c + g]; other ranks'
+     * buffers), so that copy g's owner computes chunk g of the weight's gradient over the whole
+     * batch (plan_chunked) */
+    un_kt *cw;
+    int32_t cw_w;
 } xnode;
 
 /* The step's clock, for lifetimes in the arena: the forward of node j runs at time j, the loss at
@@ -101,6 +110,8 @@ struct un_exec {
      * output). */
     int32_t *gfirst;
     int32_t *vlast;
+    int32_t *until;          /* per node: a chunked linear layer's pieces live to this time, or -1
+                              * (un_exec_chunked_until) */
     int32_t *zstart, *zlist; /* per node j: zlist[zstart[j]..zstart[j+1]) start at j's backward */
     greq *greqs;             /* the arena's requests in planning order, with their offsets */
     int n_greq, cap_greq, greq_at;
@@ -115,12 +126,19 @@ struct un_exec {
     int *n_opieces;
     uint64_t seed;
     un_exec_stats stats;
-    bool dry; /* planning only (un_exec_estimate_bytes): no backend, no communicator */
-    bool hv;  /* the host may address the backend's memory (the communicator then moves it) */
+    bool dry;    /* planning only (un_exec_estimate_bytes): no backend, no communicator */
+    bool hv;     /* the host may address the backend's memory (the communicator then moves it) */
+    bool shared; /* the ranks are threads of one process on host-visible memory (local): one
+                  * rank may read another's buffers in place */
+    un_optim_seg *zsegs; /* the runs of param_grads zeroed before each step (not chunked weights':
+                          * their chunks are written whole) */
+    int n_zsegs;
     un_comm_dev *plane; /* the backend's device data plane (un_exec_plane_open), or NULL */
     char *stage;        /* host staging of pieces moved between the host and the backend */
     size_t stage_cap;   /* its bytes */
 };
+
+static int32_t max32(int32_t a, int32_t b) { return a > b ? a : b; }
 
 /* ---- piece geometry (pcg/shape.h) ---- */
 
@@ -388,6 +406,59 @@ void un_exec_bwd_reads(const un_graph *g, const un_node *nd, bool *ins, bool *ou
     }
 }
 
+/* Weights of at least this many logical bytes, in copies on shared memory, have their copy-group
+ * sum computed in chunks in place (plan_chunked); smaller ones go in the bucketed reduce-scatter,
+ * where one exchange sums many of them (two meets per weight would cost more than their bytes). */
+#define CHUNKED_MIN_BYTES ((int64_t)1 << 20)
+
+/* The only consumer of node id in g, or -1 (none, or several). */
+static int32_t only_consumer(const un_graph *g, int32_t id) {
+    int32_t found = -1;
+    for (int32_t c = id + 1; c < un_graph_node_count(g); c++) {
+        const un_node *nd = un_graph_node(g, c);
+        for (int t = 0; t < nd->n_in; t++)
+            if (nd->in[t].node == id) {
+                if (found >= 0 && found != c)
+                    return -1;
+                found = c;
+            }
+    }
+    return found;
+}
+
+bool un_exec_chunked_weight(const un_graph *g, int32_t id, int64_t elem_bytes) {
+    const un_node *nd = un_graph_node(g, id);
+    const un_shape *s = &nd->inf.out[0];
+    if (nd->op != UN_OP_WEIGHT || s->copy < 2 || s->sum != 1 || s->rank != 2 ||
+        un_shape_npieces(s) != s->copy || un_shape_numel(s) * elem_bytes < CHUNKED_MIN_BYTES)
+        return false;
+    int32_t c = only_consumer(g, id);
+    const un_node *ln = c >= 0 ? un_graph_node(g, c) : NULL;
+    if (!ln || ln->op != UN_OP_LINEAR || ln->n_in < 2 || ln->in[1].node != id ||
+        ln->in[0].node == id || (ln->n_in > 2 && ln->in[2].node == id))
+        return false;
+    const un_op_spec *os = un_spec_op(un_graph_spec(g), ln->op);
+    int a = un_spec_param_index(os, "activation");
+    int64_t act = a >= 0 ? ln->params[a].v[0] : -1;
+    return act >= 0 && act < os->params[a].n_enum && strcmp(os->params[a].enums[act], "gelu") != 0;
+}
+
+void un_exec_chunked_until(const un_graph *g, int64_t elem_bytes, int32_t *until) {
+    int32_t n = un_graph_node_count(g), next = T_BWD(n, 0); /* the backward's end */
+    for (int32_t id = 0; id < n; id++) {
+        const un_node *nd = un_graph_node(g, id);
+        until[id] = nd->op == UN_OP_LINEAR && nd->n_in > 1 &&
+                            un_exec_chunked_weight(g, nd->in[1].node, elem_bytes)
+                        ? 0
+                        : -1;
+    }
+    for (int32_t id = 0; id < n; id++)
+        if (until[id] == 0) {
+            until[id] = next;
+            next = T_BWD(n, id);
+        }
+}
+
 /* Buffers of a piece this rank owns: values in the arena unless they are read after the step,
  * the gradient in the arena. */
 static un_status piece_alloc(un_ctx *ctx, un_exec *ex, xt *t, int64_t p) {
@@ -405,8 +476,8 @@ static un_status piece_alloc(un_ctx *ctx, un_exec *ex, xt *t, int64_t p) {
             return st;
     }
     if (t->needs_grad && !t->grad[p]) {
-        st = galloc(ctx, ex, bytes, T_BWD(ex->n, ex->gfirst[t->id]), T_BWD(ex->n, t->id),
-                    &t->grad[p]);
+        st = galloc(ctx, ex, bytes, T_BWD(ex->n, ex->gfirst[t->id]),
+                    max32(T_BWD(ex->n, t->id), ex->until[t->id]), &t->grad[p]);
         t->gborrowed[p] = true; /* in the arena */
     }
     return st;
@@ -836,6 +907,13 @@ static int64_t sync_need(const un_exec *ex, const xt *t) {
     return need;
 }
 
+/* The scratch of weight t's add receives, where they land before they are added (mpi, a device
+ * plane, host staging; a local add on shared memory reads the sender's buffer in place). */
+static un_status sync_scratch(un_ctx *ctx, un_exec *ex, xt *t) {
+    int64_t need = t->shape.copy > 1 && !t->sync ? sync_need(ex, t) : 0;
+    return need ? xalloc(ctx, ex, (size_t)need * t->es, &t->sync) : UN_OK;
+}
+
 /* Adds elements [off, off + n) of the flat buffers to this rank's shard (runs merged). */
 static void shard_add(un_exec *ex, int64_t off, int64_t n) {
     if (n == 0)
@@ -877,8 +955,7 @@ static un_status plan_weight(un_ctx *ctx, un_exec *ex, int32_t id, xnode *xn, in
         t->soff[p] = ex->n_shard;
         shard_add(ex, t->loff[p] + lo, hi - lo);
     }
-    int64_t need = t->shape.copy > 1 ? sync_need(ex, t) : 0;
-    return need ? xalloc(ctx, ex, (size_t)need * t->es, &t->sync) : UN_OK;
+    return ex->shared ? UN_OK : sync_scratch(ctx, ex, t);
 }
 
 /* The region of the logical tensor that piece p covers. */
@@ -1064,11 +1141,11 @@ static void sync_allgather(un_exec *ex, xt *t, int base, sync_msgs *q, void *fla
  * exchange when exchange[i] (all those weights together: with many small weights the rendezvous,
  * not the bytes, cost the time). Collective. */
 static un_status sync_run(un_ctx *ctx, un_exec *ex, void *flat, const sync_fn *fns,
-                          const bool *exchange, int n, int32_t lo, int32_t hi) {
+                          const bool *exchange, int n, int32_t lo, int32_t hi, bool chunked) {
     int64_t total = 0;
     for (int32_t id = lo; id < hi; id++) {
         xt *t = ex->lparam_off[id] >= 0 ? &ex->nodes[id].outs[0] : NULL;
-        if (t && t->shape.copy > 1)
+        if (t && t->shape.copy > 1 && (chunked || !t->chunked))
             total += sync_tags(t);
     }
     if (total == 0)
@@ -1083,7 +1160,7 @@ static un_status sync_run(un_ctx *ctx, un_exec *ex, void *flat, const sync_fn *f
         q.ns = q.nr = 0;
         for (int32_t id = lo; id < hi; id++) {
             xt *t = ex->lparam_off[id] >= 0 ? &ex->nodes[id].outs[0] : NULL;
-            if (!t || t->shape.copy == 1)
+            if (!t || t->shape.copy == 1 || (t->chunked && !chunked))
                 continue;
             fns[pass](ex, t, base, &q, flat);
             base += (int)sync_tags(t);
@@ -1099,25 +1176,29 @@ static un_status sync_run(un_ctx *ctx, un_exec *ex, void *flat, const sync_fn *f
 /* Replicate's backward for the weights held in copies among nodes [lo, hi) (DESIGN.md section
  * 3), the reduce-scatter half: each chunk's owner ends with the gradient summed over the copy
  * group, which is all its sharded update needs (un_exec_update all-gathers the updated weights
- * instead). */
+ * instead). Not the chunked weights: their owners computed their chunks' sums (chunked_grad). */
 static un_status grads_reduce_scatter(un_ctx *ctx, un_exec *ex, int32_t lo, int32_t hi) {
     static const sync_fn fns[2] = {sync_scatter, sync_reduce};
     static const bool exchange[2] = {true, false};
-    return sync_run(ctx, ex, ex->param_grads, fns, exchange, 2, lo, hi);
+    return sync_run(ctx, ex, ex->param_grads, fns, exchange, 2, lo, hi, false);
 }
 
 un_status un_exec_allgather(un_ctx *ctx, un_exec *ex, void *flat) {
     static const sync_fn fns[1] = {sync_allgather};
     static const bool exchange[1] = {true};
-    return sync_run(ctx, ex, flat, fns, exchange, 1, 0, ex->n);
+    return sync_run(ctx, ex, flat, fns, exchange, 1, 0, ex->n, true);
 }
-
-static int32_t max32(int32_t a, int32_t b) { return a > b ? a : b; }
 
 /* The values' lifetimes from the graph: vlast (see struct un_exec). */
 static void plan_value_lifetimes(un_exec *ex) {
     int32_t n = ex->n;
     ex->vlast = un_xcalloc((size_t)n + 1, sizeof *ex->vlast);
+    ex->until = un_xcalloc((size_t)n + 1, sizeof *ex->until);
+    if (ex->shared && ex->size > 1)
+        un_exec_chunked_until(ex->g, (int64_t)ex->fes, ex->until);
+    else
+        for (int32_t id = 0; id < n; id++)
+            ex->until[id] = -1;
     bool *ng = un_xcalloc((size_t)n + 1, sizeof *ng); /* as xnode.needs_grad */
     for (int32_t id = 0; id < n; id++) {
         const un_node *nd = un_graph_node(ex->g, id);
@@ -1128,6 +1209,8 @@ static void plan_value_lifetimes(un_exec *ex) {
         if (regular)
             un_exec_bwd_reads(ex->g, nd, &ins, &outs);
         ex->vlast[id] = outs && ng[id] ? T_BWD(n, id) : T_FWD(id);
+        if (outs && ng[id])
+            ex->vlast[id] = max32(ex->vlast[id], ex->until[id]);
     }
     for (int32_t i = 0; i < un_graph_output_count(ex->g); i++)
         ex->vlast[un_graph_output(ex->g, i).node] = T_NEVER;
@@ -1140,7 +1223,7 @@ static void plan_value_lifetimes(un_exec *ex) {
         else if (un_op_kind_of(nd->op) == UN_OPK_REGULAR)
             un_exec_bwd_reads(ex->g, nd, &ins, &outs);
         if (ins && ng[c])
-            use = T_BWD(n, c);
+            use = max32(T_BWD(n, c), ex->until[c]);
         for (int t = 0; t < nd->n_in; t++)
             ex->vlast[nd->in[t].node] = max32(ex->vlast[nd->in[t].node], use);
     }
@@ -1179,17 +1262,17 @@ static void plan_lifetimes(un_exec *ex) {
 }
 
 static un_status plan_pass(un_ctx *ctx, const un_graph *g, un_comm *comm, int rank, int size,
-                           un_backend *be, un_prec prec, greq *reqs, int n_reqs, int64_t arena,
-                           un_exec **out);
+                           un_backend *be, un_prec prec, bool shared, greq *reqs, int n_reqs,
+                           int64_t arena, un_exec **out);
 
 /* Plans g for `rank` of `size`; be NULL = a dry run (prec gives the element size). Two passes:
  * the first (dry) records the activation gradients' sizes and lifetimes, which are then laid out
  * in one arena; the second plans for real with them in place. */
 static un_status exec_plan(un_ctx *ctx, const un_graph *g, un_comm *comm, int rank, int size,
-                           un_backend *be, un_prec prec, un_exec **out) {
+                           un_backend *be, un_prec prec, bool shared, un_exec **out) {
     un_exec *first = NULL;
     *out = NULL;
-    un_status st = plan_pass(ctx, g, comm, rank, size, be, prec, NULL, 0, 0, &first);
+    un_status st = plan_pass(ctx, g, comm, rank, size, be, prec, shared, NULL, 0, 0, &first);
     if (st != UN_OK)
         return st;
     greq *reqs = first->greqs;
@@ -1199,14 +1282,14 @@ static un_status exec_plan(un_ctx *ctx, const un_graph *g, un_comm *comm, int ra
     if (!reqs) /* none: still the second pass */
         reqs = un_xcalloc(1, sizeof *reqs);
     int64_t arena = greq_layout(reqs, n_reqs);
-    return plan_pass(ctx, g, comm, rank, size, be, prec, reqs, n_reqs, arena, out);
+    return plan_pass(ctx, g, comm, rank, size, be, prec, shared, reqs, n_reqs, arena, out);
 }
 
 /* One planning pass: reqs NULL = the recording pass (dry whatever be is); otherwise reqs (taken
  * over) with their offsets in an arena of `arena` bytes. */
 static un_status plan_pass(un_ctx *ctx, const un_graph *g, un_comm *comm, int rank, int size,
-                           un_backend *be, un_prec prec, greq *reqs, int n_reqs, int64_t arena,
-                           un_exec **out) {
+                           un_backend *be, un_prec prec, bool shared, greq *reqs, int n_reqs,
+                           int64_t arena, un_exec **out) {
     *out = NULL;
     un_exec *ex = un_xcalloc(1, sizeof *ex);
     ex->g = g;
@@ -1219,6 +1302,7 @@ static un_status plan_pass(un_ctx *ctx, const un_graph *g, un_comm *comm, int ra
     ex->n_greq = ex->cap_greq = n_reqs;
     ex->garena_bytes = ex->stats.arena_bytes = arena;
     ex->hv = be == NULL || un_backend_host_visible(be);
+    ex->shared = shared;
     ex->rank = rank;
     ex->size = size;
     ex->fes = prec == UN_PREC_F32 ? sizeof(float) : sizeof(double);
@@ -1255,6 +1339,9 @@ static un_status plan_pass(un_ctx *ctx, const un_graph *g, un_comm *comm, int ra
         (!ex->collect && (st = xalloc(ctx, ex, (size_t)arena, &ex->garena)) != UN_OK))
         goto fail;
     ex->stats.weight_bytes = ex->n_params * (int64_t)ex->fes;
+    ex->zsegs = un_xcalloc(1, sizeof *ex->zsegs);
+    ex->zsegs[0] = (un_optim_seg){0, ex->n_params};
+    ex->n_zsegs = 1;
     int64_t next = 0;
     for (int32_t i = 0; i < ex->n && st == UN_OK; i++) {
         int32_t id = i;
@@ -1324,10 +1411,136 @@ fail:
     return st;
 }
 
+/* One rank's view of a chunked candidate (plan_chunked): whether its part holds, the copy it
+ * holds (-1: none), and that copy's piece: input, output, output gradient. */
+typedef struct cw_entry {
+    int64_t ok, copy;
+    un_kt kt[3];
+} cw_entry;
+
+/* This rank's entry for linear layer id over weight w. */
+static cw_entry chunked_entry(un_exec *ex, int32_t id, int32_t w) {
+    const xt *t = &ex->nodes[w].outs[0];
+    const xnode *xn = &ex->nodes[id];
+    cw_entry e = {.ok = 1, .copy = -1};
+    for (int64_t p = 0; p < t->np; p++)
+        if (t->owner[p] == ex->rank) {
+            e.ok &= e.copy < 0; /* one copy per rank */
+            e.copy = p;
+        }
+    if (e.copy < 0)
+        return e;
+    const rtask *tk = xn->n_task == 1 ? &xn->tasks[0] : NULL;
+    const un_node *nd = un_graph_node(ex->g, id);
+    e.ok &= tk && xn->n_xfer == 0 && tk->in[1].data == t->val[e.copy] && tk->dout[0].data &&
+            tk->din[1].data == t->grad[e.copy] &&
+            un_backend_linear_wgrad(NULL, ex->be, nd->inf.local, 0, NULL, NULL, NULL, 0, 0, NULL) ==
+                UN_OK; /* asked without a context: a backend without it records nothing */
+    if (e.ok) {
+        e.kt[0] = tk->in[0];
+        e.kt[1] = tk->out[0];
+        e.kt[2] = tk->dout[0];
+    }
+    return e;
+}
+
+/* Weights in copies on shared memory (un_exec_chunked_weight): every rank tells every other its
+ * entries (pointers: the ranks are threads of one process); where every copy's owner can, its
+ * linear layer's backward computes no weight gradient, and copy g's owner then computes chunk g
+ * of the sum over the whole batch from every copy's piece in place (un_exec_backward), instead
+ * of each rank the whole weight's gradient over its rows and the reduce-scatter. Collective. */
+static un_status plan_chunked(un_ctx *ctx, un_exec *ex) {
+    int nc = 0;
+    int32_t *ids = un_xcalloc((size_t)ex->n + 1, sizeof *ids);
+    for (int32_t w = 0; w < ex->n; w++)
+        if (un_exec_chunked_weight(ex->g, w, (int64_t)ex->fes))
+            ids[nc++] = w;
+    if (nc == 0) {
+        free(ids);
+        return UN_OK;
+    }
+    int size = ex->size, me = ex->rank;
+    cw_entry *all = un_xcalloc((size_t)size * (size_t)nc, sizeof *all);
+    for (int j = 0; j < nc; j++)
+        all[(size_t)me * (size_t)nc + (size_t)j] =
+            chunked_entry(ex, only_consumer(ex->g, ids[j]), ids[j]);
+    un_comm_msg *sm = un_xcalloc((size_t)size, sizeof *sm),
+                *rm = un_xcalloc((size_t)size, sizeof *rm);
+    int ns = 0, nr = 0;
+    size_t bytes = sizeof *all * (size_t)nc;
+    for (int r = 0; r < size; r++) {
+        if (r == me)
+            continue;
+        sm[ns++] = (un_comm_msg){.peer = r, .data = &all[(size_t)me * (size_t)nc], .bytes = bytes};
+        rm[nr++] = (un_comm_msg){.peer = r, .data = &all[(size_t)r * (size_t)nc], .bytes = bytes};
+    }
+    un_status st = un_comm_exchange(ctx, ex->comm, sm, ns, rm, nr);
+    free(sm);
+    free(rm);
+    for (int j = 0; j < nc && st == UN_OK; j++) {
+        xt *t = &ex->nodes[ids[j]].outs[0];
+        int32_t c = t->shape.copy, held = 0;
+        bool ok = true;
+        un_kt *cw = un_xcalloc(3 * (size_t)c, sizeof *cw);
+        for (int r = 0; r < size; r++) {
+            const cw_entry *e = &all[(size_t)r * (size_t)nc + (size_t)j];
+            ok &= e->ok != 0;
+            if (!e->ok || e->copy < 0)
+                continue;
+            held++;
+            for (int k = 0; k < 3; k++) /* inputs, outputs, output gradients, by copy */
+                cw[k * c + e->copy] = e->kt[k];
+        }
+        if (!ok || held != c) { /* every copy on its own rank, every one able */
+            free(cw);
+            continue;
+        }
+        t->chunked = true;
+        xnode *ln = &ex->nodes[only_consumer(ex->g, ids[j])];
+        ln->cw = cw;
+        ln->cw_w = ids[j];
+        for (int i = 0; i < ln->n_task; i++)
+            ln->tasks[i].din[1].data = NULL; /* its chunk is computed after the meet */
+    }
+    free(all);
+    free(ids);
+    /* the gradients zeroed each step: all but the chunked weights' */
+    ex->n_zsegs = 0;
+    for (int32_t id = 0; id < ex->n && st == UN_OK; id++) {
+        xt *t = ex->lparam_off[id] >= 0 ? &ex->nodes[id].outs[0] : NULL;
+        for (int64_t p = 0; t && !t->chunked && p < t->np; p++) {
+            if (t->loff[p] < 0)
+                continue;
+            un_optim_seg *last = ex->n_zsegs ? &ex->zsegs[ex->n_zsegs - 1] : NULL;
+            if (last && last->off + last->n == t->loff[p]) {
+                last->n += t->pn;
+                continue;
+            }
+            ex->zsegs = un_xrealloc(ex->zsegs, sizeof *ex->zsegs * (size_t)(ex->n_zsegs + 1));
+            ex->zsegs[ex->n_zsegs++] = (un_optim_seg){t->loff[p], t->pn};
+        }
+    }
+    return st;
+}
+
 un_status un_exec_new(un_ctx *ctx, const un_graph *g, un_comm *comm, un_backend *be,
                       un_exec **out) {
-    return exec_plan(ctx, g, comm, un_comm_rank(comm), un_comm_size(comm), be, un_backend_prec(be),
-                     out);
+    int size = un_comm_size(comm);
+    bool shared = strcmp(un_comm_name(comm), "local") == 0 && un_backend_host_visible(be);
+    un_status st =
+        exec_plan(ctx, g, comm, un_comm_rank(comm), size, be, un_backend_prec(be), shared, out);
+    bool cand = false;
+    for (int32_t id = 0; shared && size > 1 && id < un_graph_node_count(g) && !cand; id++)
+        cand = un_exec_chunked_weight(g, id, un_backend_prec(be) == UN_PREC_F32 ? 4 : 8);
+    if (!cand)
+        return st;
+    if ((st = un_comm_agree(ctx, comm, st)) == UN_OK)
+        st = plan_chunked(ctx, *out);
+    if (st != UN_OK) {
+        un_exec_free(*out);
+        *out = NULL;
+    }
+    return st;
 }
 
 void un_exec_free(un_exec *ex) {
@@ -1345,6 +1558,7 @@ void un_exec_free(un_exec *ex) {
         free(xn->xfers);
         free(xn->tasks);
         free(xn->moves);
+        free(xn->cw);
     }
     for (int32_t i = 0; i < ex->n_outputs; i++)
         free(ex->opieces[i]);
@@ -1353,8 +1567,10 @@ void un_exec_free(un_exec *ex) {
     free(ex->nodes);
     free(ex->lparam_off);
     free(ex->segs);
+    free(ex->zsegs);
     free(ex->gfirst);
     free(ex->vlast);
+    free(ex->until);
     free(ex->zstart);
     free(ex->zlist);
     free(ex->greqs);
@@ -1378,17 +1594,21 @@ static void exec_abort(un_exec *ex) {
 
 un_status un_exec_plane_open(un_ctx *ctx, un_exec *ex) {
     UN_ASSERT(!ex->dry && !ex->plane);
-    return un_comm_dev_new(ctx, ex->comm, ex->be, &ex->plane);
+    un_status st = un_comm_dev_new(ctx, ex->comm, ex->be, &ex->plane);
+    for (int32_t id = 0; id < ex->n && st == UN_OK && ex->plane; id++)
+        if (ex->lparam_off[id] >= 0) /* a plane's add receives land in the scratch */
+            st = sync_scratch(ctx, ex, &ex->nodes[id].outs[0]);
+    return st;
 }
 
 const char *un_exec_plane_name(const un_exec *ex) {
     return ex->plane ? un_comm_dev_name(ex->plane) : NULL;
 }
 
-int64_t un_exec_estimate_bytes(const un_graph *g, int rank, int size, un_prec prec, int opt_arrays,
-                               bool kernel_stash) {
+int64_t un_exec_estimate_bytes(const un_graph *g, int rank, int size, un_prec prec, bool shared,
+                               int opt_arrays, bool kernel_stash) {
     un_exec *ex = NULL;
-    if (exec_plan(NULL, g, NULL, rank, size, NULL, prec, &ex) != UN_OK)
+    if (exec_plan(NULL, g, NULL, rank, size, NULL, prec, shared, &ex) != UN_OK)
         return -1;
     int64_t bytes = ex->stats.alloc_bytes + (int64_t)opt_arrays * ex->n_shard * (int64_t)ex->fes;
     for (int32_t id = 0; kernel_stash && id < ex->n; id++) {
@@ -1556,7 +1776,9 @@ un_status un_exec_forward(un_ctx *ctx, un_exec *ex, uint64_t dropout_seed) {
     ex->seed = dropout_seed;
     ex->stats.sent = ex->stats.recv = ex->stats.copied = 0;
     ex->stats.plane_exchanges = ex->stats.staged_exchanges = 0;
-    un_backend_zero(ex->be, ex->param_grads, (size_t)ex->n_params * ex->fes);
+    for (int i = 0; i < ex->n_zsegs; i++)
+        un_backend_zero(ex->be, (char *)ex->param_grads + (size_t)ex->zsegs[i].off * ex->fes,
+                        (size_t)ex->zsegs[i].n * ex->fes);
     un_status st = UN_OK;
     for (int32_t i = 0; i < ex->n && st == UN_OK; i++)
         st = forward_node(ctx, ex, i);
@@ -1616,14 +1838,62 @@ static un_status backward_node(un_ctx *ctx, un_exec *ex, int32_t id) {
  * while their gradients are fresh in cache, instead of all at the end. */
 #define SYNC_BUCKET_BYTES ((int64_t)4 << 20)
 
+/* After linear layer id's backward on every rank and a meet, copy g's owner computes chunk g of the
+ * weight's gradient summed over the whole batch, from every copy's piece in place (rows of the
+ * weight [in, out]: those holding elements [lo, hi) of the chunk; a row it shares with the next
+ * chunk is computed by both, each into its own copy), copy g's product first, then the others'
+ * added in copy order: the reduce-scatter's sum, bit for bit. The pieces read live until the next
+ * meet (ex->until: the next such layer's, or the one that ends the backward), so no rank reuses
+ * their memory while another reads them. Collective. */
+static un_status chunked_grad(un_ctx *ctx, un_exec *ex, int32_t id) {
+    xnode *xn = &ex->nodes[id];
+    xt *t = &ex->nodes[xn->cw_w].outs[0];
+    int32_t c = t->shape.copy;
+    un_status st = UN_OK;
+    for (int32_t g = 0; g < c && st == UN_OK; g++) {
+        if (t->owner[g] != ex->rank)
+            continue;
+        int64_t lo, hi, out = t->shape.dim[1];
+        sync_chunk(t, g, &lo, &hi);
+        if (hi == lo)
+            continue;
+        const un_node *nd = un_graph_node(ex->g, id);
+        bool ins, outs;
+        un_exec_bwd_reads(ex->g, nd, &ins, &outs);
+        for (int32_t m = 0; m < c; m++)
+            if (t->owner[m] != ex->rank) /* read in place from its rank */
+                ex->stats.recv +=
+                    (un_kt_numel(&xn->cw[m]) + (outs ? 2 : 1) * un_kt_numel(&xn->cw[c + m])) *
+                    (int64_t)t->es;
+        /* copy g's piece first, then the others in copy order: the reduce-scatter's sum */
+        un_kt *kt = un_xcalloc(3 * (size_t)c, sizeof *kt);
+        for (int k = 0; k < 3; k++)
+            for (int32_t m = 0, at = 1; m < c; m++)
+                kt[k * c + (m == g ? 0 : at++)] = xn->cw[k * c + m];
+        int64_t r0 = lo / out, r1 = (hi + out - 1) / out;
+        st = un_backend_linear_wgrad(ctx, ex->be, nd->inf.local, c, kt, kt + c, kt + 2 * c, r0, r1,
+                                     (char *)t->grad[g] + (size_t)(r0 * out) * t->es);
+        free(kt);
+    }
+    return st;
+}
+
 un_status un_exec_backward(un_ctx *ctx, un_exec *ex) {
     un_status st = UN_OK;
     int32_t hi = ex->n; /* the bucket: the weights among nodes [i, hi) */
     int64_t pending = 0;
+    bool met = false; /* a chunked layer's meet: another one ends the backward */
     for (int32_t i = ex->n - 1; i >= 0 && st == UN_OK; i--) {
         st = backward_node(ctx, ex, i);
+        /* every layer whose pieces live to the next meet meets (ex->until), chunked or not */
+        if (st == UN_OK && ex->until[i] >= 0) {
+            st = un_comm_barrier(ctx, ex->comm);
+            met = true;
+        }
+        if (st == UN_OK && ex->nodes[i].cw)
+            st = chunked_grad(ctx, ex, i);
         const xt *t = ex->lparam_off[i] >= 0 ? &ex->nodes[i].outs[0] : NULL;
-        if (st != UN_OK || !t || t->shape.copy == 1)
+        if (st != UN_OK || !t || t->shape.copy == 1 || t->chunked)
             continue;
         pending += un_shape_numel(&t->shape) * (int64_t)t->es; /* the same on every rank */
         if (pending >= SYNC_BUCKET_BYTES) {
@@ -1634,6 +1904,8 @@ un_status un_exec_backward(un_ctx *ctx, un_exec *ex) {
     }
     if (st == UN_OK)
         st = grads_reduce_scatter(ctx, ex, 0, hi);
+    if (st == UN_OK && met) /* the last chunked layer's pieces are read until here */
+        st = un_comm_barrier(ctx, ex->comm);
     if (st != UN_OK) {
         exec_abort(ex);
         return st;

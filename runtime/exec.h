@@ -84,14 +84,36 @@ const char *un_exec_plane_name(const un_exec *ex);
  * its inputs). Every other op reads both. */
 void un_exec_bwd_reads(const un_graph *g, const un_node *nd, bool *ins, bool *outs);
 
+/* Whether weight node id of g (elements of elem_bytes) may have its copy-group gradient sum
+ * computed in chunks in place where the ranks share memory: a 2-D weight in c > 1 copies of one
+ * block, of at least 1 MiB, whose only consumer is a linear layer reading it as its weight, with an
+ * activation other than gelu. On a local run of a host-visible backend whose every copy's owner
+ * runs the one piece reading it (data parallelism), the linear layer's backward then computes no
+ * weight gradient; after a meet, copy g's owner computes chunk g of the sum over the whole batch,
+ * reading the other ranks' inputs and output gradients in place (kept live until the next meet,
+ * un_exec_chunked_until): no
+ * whole-weight gradient per rank, no reduce-scatter (the all-gather of the update stays). The
+ * simulator's runtime model asks the same (search/sim.c). */
+bool un_exec_chunked_weight(const un_graph *g, int32_t id, int64_t elem_bytes);
+
+/* Per node of g (until[node count]): for the linear layer of a weight un_exec_chunked_weight
+ * names, the time on the executor's step clock (node j's forward at j, its backward at 2n - j)
+ * until which the pieces that other ranks read in place after its backward (its input and output
+ * values, its output gradient) stay live: the backward of the next such layer, where all ranks
+ * meet again, else the backward's end (2n, another meet); -1 for every other node. On shared
+ * memory the executor's arena keeps them that long; the simulator models the same. */
+void un_exec_chunked_until(const un_graph *g, int64_t elem_bytes, int32_t *until);
+
 /* What un_exec_new would allocate on `rank` of `size` ranks for g in precision prec (bytes), plus
  * opt_arrays arrays of optimizer state per element of the rank's shard (SGD 1, Adam 2), plus,
  * with kernel_stash, what the CPU kernels keep from each forward of the rank's pieces for their
  * backward (un_kern_stash_bytes: the cpu and opaque backends hold it; cuda keeps none): the
- * executor's own planning run dry (no backend, no communicator, nothing allocated). -1 when g
- * cannot be planned (e.g. a machine view beyond the devices). */
-int64_t un_exec_estimate_bytes(const un_graph *g, int rank, int size, un_prec prec, int opt_arrays,
-                               bool kernel_stash);
+ * executor's own planning run dry (no backend, no communicator, nothing allocated). shared: the
+ * ranks share memory (the local communicator on a host-visible backend): no scratch for the
+ * weights' add receives, which read the sender's buffer. -1 when g cannot be planned (e.g. a
+ * machine view beyond the devices). */
+int64_t un_exec_estimate_bytes(const un_graph *g, int rank, int size, un_prec prec, bool shared,
+                               int opt_arrays, bool kernel_stash);
 
 /* ---- sources ---- */
 

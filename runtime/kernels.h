@@ -86,6 +86,19 @@ un_status un_kern_backward(un_ctx *ctx, const un_kexec *ex, un_op op, const un_p
                            const un_kt *in, int n_in, const un_kt *out, int n_out,
                            const un_kt *dout, un_kt *din);
 
+/* Rows [r0, r1) of a linear layer's weight gradient (weight [in, out]) summed over n batch
+ * pieces in order, WRITTEN (not added) to dw (row r0's first element, rows of out elements):
+ * dw = sum_k x_k[:, r0:r1]^T dpre_k, k = 0, 1, ..., where dpre_k is the pre-activation gradient of
+ * piece k from its output gradient dy[k] and forward output y[k] (x[k] [.., in], y[k] and dy[k]
+ * [.., out], the same rows). The first piece's product is stored, the others' added in the BLAS
+ * product (beta 1), so the rows have the bits of a gradient zeroed, then accumulated piece by
+ * piece. Activation none, relu, sigmoid or tanh; gelu is UN_ERR_UNAVAILABLE (its derivative is in
+ * the stash of whoever ran the piece's forward), and n = 0 only asks that (UN_OK: supported).
+ * The pieces may be other ranks' buffers (the executor's chunked gradient, exec.c). */
+un_status un_kern_linear_wgrad(un_ctx *ctx, const un_kexec *ex, const un_param *params, int n,
+                               const un_kt *x, const un_kt *y, const un_kt *dy, int64_t r0,
+                               int64_t r1, void *dw);
+
 /* The training loss on logits [rows, c] (float or double per prec) with labels[rows] in [0, c)
  * (checked by the caller): returns the sum over rows of logsumexp(row) - row[label] (in double)
  * and writes (not adds) grad = (softmax(row) - onehot(label)) * gscale. */

@@ -264,6 +264,12 @@ VEC_CLONES static void mul_f32(float *y, const float *a, const float *b, int64_t
         y[i] = a[i] * b[i];
 }
 
+/* y[i] = dy[i] relu'(out[i]), the generic loop's product (act_grad_body): vectorised. */
+VEC_CLONES static void relu_grad_f32(float *y, const float *dy, const float *out, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        y[i] = dy[i] * (out[i] > 0 ? 1.0f : 0.0f);
+}
+
 /* z[i] = x[i] + y[i]; z may alias x or y. */
 VEC_CLONES static void add_f32(float *z, const float *x, const float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++)
@@ -1079,6 +1085,50 @@ un_status un_kern_backward(un_ctx *ctx, const un_kexec *ex, un_op op, const un_p
                             "%s: the backward needs the forward output, output 0 has no data",
                             un_op_name(op));
     return ex->prec == UN_PREC_F32 ? backward_f32(&c) : backward_f64(&c);
+}
+
+un_status un_kern_linear_wgrad(un_ctx *ctx, const un_kexec *ex, const un_param *params, int n,
+                               const un_kt *x, const un_kt *y, const un_kt *dy, int64_t r0,
+                               int64_t r1, void *dw) {
+    kcall c = {
+        .ctx = ctx, .ex = ex, .op = UN_OP_LINEAR, .p = params, .in = x, .out = y, .dout = dy};
+    if (!params || !ex || (ex->prec != UN_PREC_F32 && ex->prec != UN_PREC_F64))
+        return un_ctx_error(ctx, UN_ERR_INVALID,
+                            "linear weight gradient: no parameters or precision");
+    int64_t act = par(&c, P_LIN_ACT);
+    if (act < ACT_NONE || act >= ACT_COUNT || act == ACT_GELU)
+        return un_ctx_error(ctx, UN_ERR_UNAVAILABLE,
+                            "linear weight gradient by rows: activation %lld (its derivative is "
+                            "in the stash of the rank that ran the piece)",
+                            (long long)act);
+    if (n == 0)
+        return UN_OK;
+    if (n < 0 || !x || !y || !dy || !dw)
+        return un_ctx_error(ctx, UN_ERR_INVALID, "linear weight gradient: %d pieces, NULL arrays",
+                            n);
+    int64_t in = x[0].rank >= 2 ? x[0].dim[x[0].rank - 1] : -1;
+    int64_t out = y[0].rank >= 2 ? y[0].dim[y[0].rank - 1] : -1;
+    for (int k = 0; k < n; k++) {
+        const un_kt *t[3] = {&x[k], &y[k], &dy[k]};
+        int64_t rows = span(t[0], 0, t[0]->rank - 1);
+        for (int i = 0; i < 3; i++)
+            if (t[i]->dtype != UN_DT_FLOAT || t[i]->rank < 2 || !t[i]->data ||
+                t[i]->dim[t[i]->rank - 1] != (i ? out : in) ||
+                span(t[i], 0, t[i]->rank - 1) != rows || rows > INT_MAX)
+                return un_ctx_error(ctx, UN_ERR_INVALID,
+                                    "linear weight gradient: piece %d: %s is not [%lld, %lld]", k,
+                                    i == 0   ? "the input"
+                                    : i == 1 ? "the output"
+                                             : "its gradient",
+                                    (long long)rows, (long long)(i ? out : in));
+    }
+    if (r0 < 0 || r1 <= r0 || r1 > in || in > INT_MAX || out > INT_MAX)
+        return un_ctx_error(ctx, UN_ERR_INVALID,
+                            "linear weight gradient: rows [%lld, %lld) of a [%lld, %lld] weight",
+                            (long long)r0, (long long)r1, (long long)in, (long long)out);
+    un_blas_init();
+    return ex->prec == UN_PREC_F32 ? linear_wgrad_f32(&c, n, r0, r1, dw)
+                                   : linear_wgrad_f64(&c, n, r0, r1, dw);
 }
 
 size_t un_kern_stash_bytes(un_prec prec, un_op op, const un_param *params, const un_kt *in,

@@ -885,7 +885,7 @@ static void need_fill(shared *sh, const un_graph *g, int d, un_comm *mpi) {
     for (int r = 0; r < d; r++) {
         if (mpi && r != un_comm_rank(mpi))
             continue;
-        int64_t e = un_exec_estimate_bytes(g, r, d, sh->o->prec, arrays, stash);
+        int64_t e = un_exec_estimate_bytes(g, r, d, sh->o->prec, host && !mpi, arrays, stash);
         sh->need[r] = e < 0 ? e : e + (stream ? (r == 0 ? 2 : 1) * big : 0);
     }
 }

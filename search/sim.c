@@ -67,6 +67,11 @@ typedef struct sim {
     double *gbytes; /* per device: gradient bytes the runtime zeroes every step */
     double *stash;  /* per device: what the CPU kernels keep from the forwards for the backwards */
     bool stashes;   /* the device kind runs the CPU kernels (cpu): they hold a stash */
+    /* runtime semantics on cpu devices: the ranks are threads of one process (unity-train's local
+     * communicator on host memory), which read each other's buffers in place: no scratch for the
+     * reduce-scatter's add receives, and the weights un_exec_chunked_weight names have their
+     * gradient sums computed in chunks by their owners (runtime/exec.c) */
+    bool shared;
     /* runtime semantics: activations, their gradients and transfer buffers that live only over
      * part of the step (times lo..hi of runtime/exec.c's arena: the forward of node j at j, the
      * loss at n, the backward of node j at 2n - j), and the gradient sync's receive scratch per
@@ -78,6 +83,7 @@ typedef struct sim {
         bool grad; /* a gradient (the runtime zeroes it every step) */
     } * areq;
     int32_t *vlast; /* runtime semantics, per node: the last time its output's values are read */
+    int32_t *until; /* ... and a chunked linear layer's pieces live to (un_exec_chunked_until) */
     int n_areq, cap_areq;
     double *sync_recv;
     double *shard; /* per device: bytes of the weights its optimizer updates */
@@ -92,6 +98,23 @@ typedef struct sim {
 } sim;
 
 static void stretch(sim *s, double work);
+
+/* Runtime semantics: whether weight node id's copy-group sum is made in chunks in place. */
+static bool chunked(const sim *s, int32_t id) {
+    return s->shared && un_exec_chunked_weight(s->g, id, (int64_t)s->es);
+}
+
+/* The bytes of device d's pieces of chunked weights (their gradients are not zeroed: the chunks
+ * are written whole). */
+static double chunked_bytes(const sim *s, int d) {
+    double b = 0;
+    for (int32_t id = 0; id < un_graph_node_count(s->g); id++) {
+        const stensor *t = &s->ts[id][0];
+        for (int64_t q = 0; chunked(s, id) && q < t->np; q++)
+            b += t->owner[q] == d ? t->pbytes : 0;
+    }
+    return b;
+}
 
 static stamp later(stamp a, stamp b) { return a.t >= b.t ? a : b; }
 
@@ -118,6 +141,12 @@ static void arena_add(sim *s, int dev, int32_t lo, int32_t hi, double bytes, boo
 static void value_lifetimes(sim *s) {
     int32_t n = un_graph_node_count(s->g);
     s->vlast = un_xcalloc((size_t)n + 1, sizeof *s->vlast);
+    s->until = un_xcalloc((size_t)n + 1, sizeof *s->until);
+    if (s->shared)
+        un_exec_chunked_until(s->g, (int64_t)s->es, s->until);
+    else
+        for (int32_t id = 0; id < n; id++)
+            s->until[id] = -1;
     bool *ng = un_xcalloc((size_t)n + 1, sizeof *ng);
     for (int32_t id = 0; id < n; id++) {
         const un_node *nd = un_graph_node(s->g, id);
@@ -128,6 +157,8 @@ static void value_lifetimes(sim *s) {
         if (un_op_kind_of(nd->op) == UN_OPK_REGULAR)
             un_exec_bwd_reads(s->g, nd, &ins, &outs);
         s->vlast[id] = outs && ng[id] ? T_BWD(n, id) : T_FWD(id);
+        if (outs && ng[id] && s->until[id] > s->vlast[id])
+            s->vlast[id] = s->until[id];
     }
     for (int32_t i = 0; i < un_graph_output_count(s->g); i++)
         s->vlast[un_graph_output(s->g, i).node] = T_NEVER;
@@ -140,7 +171,7 @@ static void value_lifetimes(sim *s) {
         else if (un_op_kind_of(nd->op) == UN_OPK_REGULAR)
             un_exec_bwd_reads(s->g, nd, &ins, &outs);
         if (ins && ng[c])
-            use = T_BWD(n, c);
+            use = T_BWD(n, c) > s->until[c] ? T_BWD(n, c) : s->until[c];
         for (int t = 0; t < nd->n_in; t++)
             if (s->vlast[nd->in[t].node] < use)
                 s->vlast[nd->in[t].node] = use;
@@ -521,6 +552,21 @@ static un_status forward_node(sim *s, int32_t id) {
 
 static void grad_arrive(stensor *t, int64_t p, stamp at) { t->gready[p] = later(t->gready[p], at); }
 
+/* Runtime semantics: the linear layer of a chunked weight meets every rank after its backward (and
+ * one more meet ends the backward); after it each copy's owner computes its chunk of the weight
+ * gradient over the whole batch (the same products as a rank's whole-weight gradient over its own
+ * rows, which the op's backward cost counts). */
+static void chunked_meet(sim *s) {
+    stamp all = {0, -1};
+    for (int d = 0; d < s->D; d++)
+        all = later(all, s->clock[d]);
+    stretch(s, all.t - s->since);
+    stamp end = run_task(s, 0, -1, K_COMM, all, s->lat);
+    s->since = end.t;
+    for (int d = 0; d < s->D; d++)
+        s->clock[d] = end;
+}
+
 static un_status backward_node(sim *s, int32_t id) {
     const un_node *nd = un_graph_node(s->g, id);
     stensor *outs = s->ts[id];
@@ -623,6 +669,8 @@ static un_status backward_node(sim *s, int32_t id) {
             }
         }
         free(tp);
+        if (s->until && s->until[id] >= 0)
+            chunked_meet(s);
     }
     /* gradients of pieces that came from elsewhere go back to their owners */
     int n = 0;
@@ -697,7 +745,9 @@ static void memory(sim *s) {
                     else if (!t->view[p])
                         arena_add(s, d, T_FWD(id), s->vlast[id], t->pbytes, false);
                     if (t->needs_grad)
-                        arena_add(s, d, T_BWD(n, last[id]), T_BWD(n, id), t->pbytes, true);
+                        arena_add(s, d, T_BWD(n, last[id]),
+                                  s->until[id] > T_BWD(n, id) ? s->until[id] : T_BWD(n, id),
+                                  t->pbytes, true);
                 }
             }
         }
@@ -732,8 +782,8 @@ static void memory(sim *s) {
     for (int d = 0; d < s->D; d++) {
         double opt = (arena ? s->shard[d] : w[d]) * opt_copies;
         s->r->mem[d] = w[d] + w[d] + opt + a[d] + s->xmem[d] + peak[d] + s->stash[d] +
-                       (arena && s->D > 1 ? s->sync_recv[d] : 0);
-        s->gbytes[d] = w[d] + (arena ? gpeak[d] : a[d] / 2);
+                       (arena && s->D > 1 && !s->shared ? s->sync_recv[d] : 0);
+        s->gbytes[d] = w[d] - chunked_bytes(s, d) + (arena ? gpeak[d] : a[d] / 2);
     }
     free(gpeak);
     int worst = 0;
@@ -880,7 +930,7 @@ static void weights_sync(sim *s, int phase) {
     for (int32_t id = 0; id < un_graph_node_count(s->g); id++) {
         const stensor *t = &s->ts[id][0];
         int32_t c = t->shape.copy;
-        if (un_graph_node(s->g, id)->op != UN_OP_WEIGHT || c <= 1)
+        if (un_graph_node(s->g, id)->op != UN_OP_WEIGHT || c <= 1 || (phase == 0 && chunked(s, id)))
             continue;
         any = true;
         for (int64_t q = 0; q < t->np; q++)
@@ -978,6 +1028,7 @@ static un_status sim_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     s.gbytes = un_xcalloc((size_t)D, sizeof *s.gbytes);
     s.stash = un_xcalloc((size_t)D, sizeof *s.stash);
     s.stashes = strncmp(m->dev.kind, "cpu", 3) == 0;
+    s.shared = s.stashes && p->mirror_sources && D > 1;
     s.sync_recv = un_xcalloc((size_t)D, sizeof *s.sync_recv);
     s.shard = un_xcalloc((size_t)D, sizeof *s.shard);
     int64_t n_params = 0;
@@ -1038,6 +1089,11 @@ static un_status sim_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     for (int32_t i = n - 1; i >= 0 && st == UN_OK; i--)
         st = backward_node(&s, i);
     if (st == UN_OK) {
+        bool met = false;
+        for (int32_t id = 0; s.until && id < n; id++)
+            met |= s.until[id] >= 0;
+        if (met) /* the meet that ends the backward */
+            chunked_meet(&s);
         if (p->mirror_sources && D > 1) {
             weights_sync(&s, 0);
             /* runtime/train.c sums the loss over the devices right after backward (one
@@ -1114,6 +1170,7 @@ static un_status sim_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     free(s.shard);
     free(s.areq);
     free(s.vlast);
+    free(s.until);
     if (st != UN_OK)
         un_sim_result_deinit(out);
     return st;

@@ -1114,7 +1114,7 @@ static void test_mixed_strategy(void) {
                             "%s: device %d holds %lld weight bytes, the plan says %lld", names[i],
                             k, (long long)rm.dev[k].weight_bytes, (long long)want[k]);
                 /* and the memory check's estimate is what the device held */
-                int64_t e = un_exec_estimate_bytes(f, k, 4, UN_PREC_F64, 2, false);
+                int64_t e = un_exec_estimate_bytes(f, k, 4, UN_PREC_F64, true, 2, false);
                 test__check(e == rm.dev[k].peak_bytes, TEST__AT,
                             "%s: device %d estimate %lld, peak %lld", names[i], k, (long long)e,
                             (long long)rm.dev[k].peak_bytes);
@@ -1616,6 +1616,62 @@ static void test_sharded_update(void) {
     }
 }
 
+/* Data parallelism on shared memory (local ranks, cpu backend) computes the summed gradient of
+ * each big linear weight in chunks, each rank its own chunk over the whole batch, reading the
+ * other ranks' pieces in place (exec.c, chunked_grad): no reduce-scatter. The MLP at
+ * layers=2,hidden=513 (weights [1024, 513] and [513, 513] in each tower: with 513 rows the 2 and 4
+ * chunks of the second cut rows, which two ranks then both compute) on 2 and 4 devices gives the
+ * serial losses (f64 1e-9, f32 1e-4), the same bits twice and the bits of the reduce-scatter
+ * (the opaque backend: the CPU kernels behind memory the host cannot reach, whose ranks do not
+ * share it), and each device sends per step only the all-gather of the updated chunks, (d - 1)
+ * times its chunk of each weight (with the reduce-scatter, each other chunk of every weight once
+ * more). */
+static void test_chunked_grad(void) {
+    static const int64_t wn[2] = {1024 * 513, 513 * 513}; /* per tower */
+    for (int prec = 0; prec < 2; prec++) {
+        double tol = prec ? 1e-9 : 1e-4;
+        un_train_opts o = test_opts("mlp", 1, 8, NULL, NULL);
+        o.config = "layers=2,hidden=513,batch=8";
+        o.optimizer = "adam";
+        o.prec = prec ? UN_PREC_F64 : UN_PREC_F32;
+        int64_t es = prec ? 8 : 4;
+        un_status s1, sd, sa;
+        un_train_result r1 = train_with(&o, &s1);
+        EXPECT_OK(NULL, s1);
+        for (int d = 2; d <= 4 && s1 == UN_OK; d *= 2) {
+            o.devices = d;
+            un_train_result rd = train_with(&o, &sd), ra = train_with(&o, &sa);
+            o.backend = "opaque";
+            un_status so;
+            un_train_result ro = train_with(&o, &so);
+            o.backend = NULL;
+            EXPECT_TRUE(sd == UN_OK && sa == UN_OK && so == UN_OK);
+            EXPECT_TRUE(sd == UN_OK && so == UN_OK && ro.dev[0].plane_exchanges > 0 &&
+                        memcmp(rd.losses, ro.losses, 8 * sizeof *rd.losses) == 0);
+            double worst = 0;
+            for (int s = 0; sd == UN_OK && s < 8; s++)
+                worst = fmax(worst, fabs(rd.losses[s] - r1.losses[s]) / fabs(r1.losses[s]));
+            test__check(sd == UN_OK && worst <= tol, TEST__AT,
+                        "%s on %d devices vs 1: relative loss difference %g", prec ? "f64" : "f32",
+                        d, worst);
+            EXPECT_TRUE(sd == UN_OK && sa == UN_OK &&
+                        memcmp(rd.losses, ra.losses, 8 * sizeof *rd.losses) == 0);
+            for (int r = 0; sd == UN_OK && r < d; r++) {
+                int64_t want = 0;
+                for (int k = 0; k < 2; k++)
+                    want += 2 * (d - 1) * (wn[k] * (r + 1) / d - wn[k] * r / d) * es;
+                test__check(rd.dev[r].sent == want, TEST__AT,
+                            "%s on %d devices, device %d: sent %lld B per step, all-gather %lld",
+                            prec ? "f64" : "f32", d, r, (long long)rd.dev[r].sent, (long long)want);
+            }
+            un_train_result_deinit(&rd);
+            un_train_result_deinit(&ra);
+            un_train_result_deinit(&ro);
+        }
+        un_train_result_deinit(&r1);
+    }
+}
+
 /* Activations and their gradients share an arena by lifetime. A forward-only chain of relus (no
  * weight: nothing reads a value after its consumer's forward) needs two of its values at a time,
  * however long it is. On one rank, every tiny model's arena is at least its largest value and
@@ -2029,17 +2085,21 @@ static void test_memory_estimate(void) {
             run_ranks(d, est_job, &a, jobs);
             for (int r = 0; r < d; r++) {
                 EXPECT_OK(NULL, jobs[r].st);
-                int64_t e0 = un_exec_estimate_bytes(g, r, d, UN_PREC_F32, 0, false);
-                int64_t e2 = un_exec_estimate_bytes(g, r, d, UN_PREC_F32, 2, false);
+                int64_t e0 = un_exec_estimate_bytes(g, r, d, UN_PREC_F32, true, 0, false);
+                int64_t e2 = un_exec_estimate_bytes(g, r, d, UN_PREC_F32, true, 2, false);
+                /* ranks that do not share memory (mpi, a device plane) land each add receive of
+                 * the weights' reduce-scatter in a scratch; local ranks read it in place: the
+                 * MLP's weights are in d copies, one per rank, so c - 1 chunks per weight */
+                int64_t eu = un_exec_estimate_bytes(g, r, d, UN_PREC_F32, false, 0, false);
                 /* the CPU kernels' stash comes on top: attention's projections, layer_norm's
                  * row statistics (the transformer); nothing for a model without such ops */
-                int64_t es = un_exec_estimate_bytes(g, r, d, UN_PREC_F32, 0, true);
+                int64_t es = un_exec_estimate_bytes(g, r, d, UN_PREC_F32, true, 0, true);
                 EXPECT_TRUE(strcmp(names[i], "transformer") == 0 ? es > e0 : es >= e0);
                 test__check(e0 == a.alloc[r], TEST__AT,
                             "%s on %d ranks, rank %d: estimate %lld, allocated %lld", names[i], d,
                             r, (long long)e0, (long long)a.alloc[r]);
                 /* optimizer state for the rank's shard: of a piece in c copies, chunk `copy` */
-                int64_t w = 0;
+                int64_t w = 0, scratch = 0;
                 for (int32_t id = 0; id < un_graph_node_count(g); id++) {
                     const un_node *nd = un_graph_node(g, id);
                     const un_shape *s = &nd->inf.out[0];
@@ -2047,11 +2107,19 @@ static void test_memory_estimate(void) {
                     for (int64_t p = 0; nd->op == UN_OP_WEIGHT && p < un_shape_npieces(s); p++) {
                         int32_t blk[UN_MAX_DIMS], sum, copy;
                         un_shape_piece_coords(s, p, blk, &sum, &copy);
+                        int64_t chunk = pn * (copy + 1) / s->copy - pn * copy / s->copy;
                         if (p % d == r && sum == 0)
-                            w += pn * (copy + 1) / s->copy - pn * copy / s->copy;
+                            w += chunk;
+                        if (p % d == r && sum == 0 && s->copy == d)
+                            scratch += (d - 1) * chunk;
                     }
                 }
                 EXPECT_EQ(e2 - e0, 2 * w * (int64_t)sizeof(float));
+                if (strcmp(names[i], "mlp") == 0)
+                    test__check(d == 1 || (scratch > 0 && eu - e0 == scratch * 4), TEST__AT,
+                                "mlp on %d ranks, rank %d: not shared %lld B, shared %lld B, "
+                                "scratch %lld B",
+                                d, r, (long long)eu, (long long)e0, (long long)scratch * 4);
             }
             un_graph_free(g);
             un_graph_free(dp);
@@ -2086,6 +2154,7 @@ int main(void) {
         {"checkpoint_load_exec", test_checkpoint_load_exec},
         {"checkpoint_rank_blocks", test_checkpoint_rank_blocks},
         {"sharded_update", test_sharded_update},
+        {"chunked_grad", test_chunked_grad},
         {"arena", test_arena},
         {"init_exec", test_init_exec},
         {"checkpoint_save_exec", test_checkpoint_save_exec},

@@ -304,6 +304,10 @@ static void test_mpi_equal_losses(void) {
                         names[i], np, r->code, n, worst);
         }
     }
+    /* linear weights of 1 MiB and more, whose copy-group sums local ranks compute in chunks in
+     * place (exec.c): processes keep the reduce-scatter, the serial losses on 2 and 4 */
+    for (int np = 2; np <= 4; np *= 2)
+        mpi_like_serial("--model mlp --config layers=2,hidden=513,batch=8", np, "data", 4);
     /* mixed plans (data and tensor parallelism in one plan, tests/data/plans) under mpirun: the
      * serial losses */
     for (int np = 2; np <= 4; np *= 2) {

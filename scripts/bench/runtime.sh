@@ -81,7 +81,10 @@ torch_cmp() {
 # best of STRAT_ROUNDS (default 3) rounds, since the machine is shared; the last column is the
 # plan's time per sample over serial's (target for data parallel <= 1). STRAT_PLANS picks plans
 # ("DEVICES:STRATEGY" words, default "1:serial 2:data 2:mixed:1x2 2:mixed:2x1").
-# ONLY=strategies runs just this section.
+# ONLY=strategies runs just this section. BASE_BUILD=DIR (a build of another commit, e.g. main's:
+# `git archive COMMIT | tar -x -C /tmp/base && make -C /tmp/base build/default/bin/unity-train`,
+# then BASE_BUILD=/tmp/base/build/default) runs its unity-train too, alternating with this build's
+# in every round, and prints its rows (marked base) under this build's, each against its own serial.
 strategies() {
     local th=${STRAT_THREADS:-2} rounds=${STRAT_ROUNDS:-3} steps=${STRAT_STEPS:-10}
     local -a models=("mlp --config layers=4,hidden=1024,batch=64"
@@ -92,27 +95,38 @@ strategies() {
     echo
     echo "== strategies: ${plans[*]} (devices:plan), $th threads in all, best of $rounds, load: $(cut -d' ' -f1-3 /proc/loadavg)"
     printf '%-80s %-11s %9s %10s %12s %12s %12s %8s\n' model dev:plan ms/step us/sample weights/dev0 optim/dev0 peak/dev0 /serial
-    local m p r line ms batch serial_us us
+    local -a builds=("$build")
+    if [[ -n ${BASE_BUILD:-} ]]; then
+        builds+=("$BASE_BUILD")
+        echo "base: $BASE_BUILD/bin/unity-train, alternating with $build's in every round"
+    fi
+    local m p r b k line ms batch serial_us us
     for m in "${models[@]}"; do
         local -A best=() st=()
         for ((r = 0; r < rounds; r++)); do
-            for p in "${plans[@]}"; do
-                # shellcheck disable=SC2086 # $m is the model and its flags
-                line=$("$build/bin/unity-train" --model $m --devices "${p%%:*}" --strategy "${p#*:}" --threads "$th" --steps "$steps" --stats | grep -E '^trained|^ +0 ')
-                ms=$(sed -n 's/.* \([0-9.]*\) ms\/step.*/\1/p' <<<"$line")
-                if [[ -z ${best[$p]:-} ]] || awk -v a="$ms" -v b="${best[$p]}" 'BEGIN{exit !(a<b)}'; then
-                    best[$p]=$ms
-                    st[$p]=$(awk '/^ +0 /{printf "%9.1f MiB %8.1f MiB %8.1f MiB", $2/1048576, $3/1048576, $4/1048576}' <<<"$line")
-                fi
+            for b in "${builds[@]}"; do
+                for p in "${plans[@]}"; do
+                    k="$b|$p"
+                    # shellcheck disable=SC2086 # $m is the model and its flags
+                    line=$("$b/bin/unity-train" --model $m --devices "${p%%:*}" --strategy "${p#*:}" --threads "$th" --steps "$steps" --stats | grep -E '^trained|^ +0 ')
+                    ms=$(sed -n 's/.* \([0-9.]*\) ms\/step.*/\1/p' <<<"$line")
+                    if [[ -z ${best[$k]:-} ]] || awk -v a="$ms" -v b="${best[$k]}" 'BEGIN{exit !(a<b)}'; then
+                        best[$k]=$ms
+                        st[$k]=$(awk '/^ +0 /{printf "%9.1f MiB %8.1f MiB %8.1f MiB", $2/1048576, $3/1048576, $4/1048576}' <<<"$line")
+                    fi
+                done
             done
         done
         batch=${m##*batch=}
         batch=${batch%% *}
-        serial_us=$(awk -v t="${best[${plans[0]}]}" -v b="$batch" 'BEGIN{print 1000*t/b}')
-        for p in "${plans[@]}"; do
-            us=$(awk -v t="${best[$p]}" -v b="$batch" 'BEGIN{print 1000*t/b}')
-            printf '%-80s %-11s %9s %10.1f %s %8.3f\n' "$m" "$p" "${best[$p]}" "$us" "${st[$p]}" \
-                "$(awk -v a="$us" -v b="$serial_us" 'BEGIN{print a/b}')"
+        for b in "${builds[@]}"; do
+            serial_us=$(awk -v t="${best[$b|${plans[0]}]}" -v b="$batch" 'BEGIN{print 1000*t/b}')
+            for p in "${plans[@]}"; do
+                k="$b|$p"
+                us=$(awk -v t="${best[$k]}" -v b="$batch" 'BEGIN{print 1000*t/b}')
+                printf '%-80s %-11s %9s %10.1f %s %8.3f\n' "$m$([[ $b == "$build" ]] || echo ' (base)')" "$p" \
+                    "${best[$k]}" "$us" "${st[$k]}" "$(awk -v a="$us" -v b="$serial_us" 'BEGIN{print a/b}')"
+            done
         done
         unset best st
     done
