@@ -45,6 +45,7 @@ struct un_map {
     un_sp_tree tree;  /* the series-parallel decomposition the DP runs over */
     int32_t *pos;     /* [n] position of a regular node in the tree's leaf order */
     int32_t *lastpos; /* [n] the last position that reads it (its own when none) */
+    uint64_t memo_id; /* this map among the memo's (p.memo), 0: none */
 };
 
 un_map_params un_map_params_default(int devices) {
@@ -564,6 +565,248 @@ static un_status map_tree(un_map *m) {
     return UN_OK;
 }
 
+/* ---- the memo of piece solves across maps (mapping.h) ---- */
+
+#define MEMO_BYTES_DEFAULT ((int64_t)256 << 20)
+
+/* One kept run: its key (the subproblem word by word) and its results. */
+typedef struct memo_entry {
+    uint64_t hash;
+    int32_t next;     /* the next entry of its bucket, -1: none */
+    int32_t n_key;    /* words */
+    int64_t *key;     /* owned */
+    int32_t size, nx; /* the piece's nodes, the exit's configurations */
+    double *cost;     /* [nx] owned */
+    int32_t *assign;  /* [nx * size] owned: configurations by position (rows of finite costs) */
+    int64_t beam;     /* the beam it ran with */
+    bool beamed;      /* it dropped states: it serves that beam only */
+    int64_t peak, peak_split; /* its largest frontier and split input (the beams that keep all) */
+    un_map_stats added; /* the counters it added (states, splits, parallels, pieces, frontier) */
+    uint64_t map_id;    /* the map that solved it */
+} memo_entry;
+
+struct un_map_memo {
+    const un_cost_model *cm;
+    int64_t max_bytes;
+    uint64_t maps; /* maps that took this memo */
+    int32_t *head; /* [n_head] buckets, power of two */
+    int32_t n_head;
+    memo_entry *e;
+    int32_t n, cap;
+    un_map_memo_stats st;
+};
+
+un_map_memo *un_map_memo_new(const un_cost_model *cm, int64_t max_bytes) {
+    un_map_memo *mm = un_xcalloc(1, sizeof *mm);
+    mm->cm = cm;
+    mm->max_bytes = max_bytes > 0 ? max_bytes : MEMO_BYTES_DEFAULT;
+    return mm;
+}
+
+void un_map_memo_free(un_map_memo *mm) {
+    if (!mm)
+        return;
+    for (int32_t i = 0; i < mm->n; i++) {
+        free(mm->e[i].key);
+        free(mm->e[i].cost);
+        free(mm->e[i].assign);
+    }
+    free(mm->e);
+    free(mm->head);
+    free(mm);
+}
+
+un_map_memo_stats un_map_memo_get_stats(const un_map_memo *mm) {
+    un_map_memo_stats z = {0};
+    return mm ? mm->st : z;
+}
+
+static uint64_t memo_next_map(un_map_memo *mm) { return ++mm->maps; }
+
+/* The key being written: words, and its hash at the end. */
+typedef struct memo_key {
+    int64_t *w;
+    int32_t n, cap;
+} memo_key;
+
+static void mk_put(memo_key *k, int64_t x) {
+    if (k->n == k->cap) {
+        k->cap = k->cap ? 2 * k->cap : 256;
+        k->w = un_xrealloc(k->w, (size_t)k->cap * sizeof *k->w);
+    }
+    k->w[k->n++] = x;
+}
+
+static void mk_shape(memo_key *k, const un_shape *s) {
+    mk_put(k, s->rank);
+    mk_put(k, s->dtype);
+    for (int i = 0; i < s->rank; i++) {
+        mk_put(k, s->dim[i]);
+        mk_put(k, s->shard[i]);
+    }
+    mk_put(k, s->sum);
+    mk_put(k, s->copy);
+}
+
+/* A node's own work: op, parameters, outputs, each input's shape and whether it is a weight. */
+static void mk_node(memo_key *k, const un_graph *g, int32_t v) {
+    const un_node *nd = un_graph_node(g, v);
+    mk_put(k, nd->op);
+    for (int i = 0; i < UN_MAX_PARAMS; i++) {
+        mk_put(k, nd->params[i].len);
+        for (int j = 0; j < (nd->params[i].len < 0 ? 1 : nd->params[i].len); j++)
+            mk_put(k, nd->params[i].v[j]);
+    }
+    mk_put(k, nd->inf.n_out);
+    mk_put(k, nd->n_in);
+    for (int t = 0; t < nd->n_in; t++) {
+        mk_shape(k, un_graph_shape(g, nd->in[t]));
+        mk_put(k, un_graph_node(g, nd->in[t].node)->op == UN_OP_WEIGHT);
+    }
+}
+
+/* The SP subtree x, positions relative to b. */
+static void mk_tree(memo_key *k, const un_map *m, int32_t x, int32_t b) {
+    const un_sp_node *t = &m->tree.nodes[x];
+    mk_put(k, t->kind);
+    mk_put(k, t->begin - b);
+    mk_put(k, t->end - b);
+    mk_put(k, t->n_child);
+    for (int32_t i = 0; i < t->n_child; i++)
+        mk_tree(k, m, m->tree.child[t->child_at + i], b);
+}
+
+static int cmp_id(const void *x, const void *y) {
+    int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
+    return (a > b) - (a < b);
+}
+
+/* The key of un_map_solve_piece's run over leaves order[b .. e) (see mapping.h); false when the
+ * piece reads a regular node outside it other than the entry (then it is not memoized). */
+static bool piece_key(const un_map *m, double lambda, int32_t x0, int32_t x1, int32_t b, int32_t e,
+                      int32_t entry, int32_t entry_cfg, int32_t exit, memo_key *k) {
+    const un_graph *g = m->g;
+    uint64_t lb;
+    memcpy(&lb, &lambda, sizeof lb);
+    mk_put(k, (int64_t)lb);
+    mk_put(k, m->p.devices);
+    mk_put(k, m->p.only_data | m->p.no_parallel << 1 | m->p.shared_branches << 2 |
+                  m->p.uneven_splits << 3);
+    mk_put(k, m->state_copies);
+    mk_put(k, entry >= 0 ? entry_cfg : -1);
+    if (entry >= 0)
+        mk_node(k, g, entry);
+    int32_t size = e - b;
+    mk_put(k, size);
+    /* each id's rank among the piece's and the entry's: the DP keeps live nodes in id order */
+    int32_t *ids = un_xmalloc(((size_t)size + 2) * sizeof *ids);
+    memcpy(ids, m->tree.order + b, (size_t)size * sizeof *ids);
+    int32_t n_ids = size;
+    if (entry >= 0)
+        ids[n_ids++] = entry;
+    qsort(ids, (size_t)n_ids, sizeof *ids, cmp_id);
+    if (entry >= 0)
+        mk_put(k, (int32_t *)bsearch(&entry, ids, (size_t)n_ids, sizeof *ids, cmp_id) - ids);
+    bool ok = true;
+    int32_t first_out = m->p.free_outputs > 0 ? m->p.free_outputs : 0;
+    for (int32_t i = b; i < e && ok; i++) {
+        int32_t v = m->tree.order[i];
+        mk_put(k, (int32_t *)bsearch(&v, ids, (size_t)n_ids, sizeof *ids, cmp_id) - ids);
+        mk_node(k, g, v);
+        const un_node *nd = un_graph_node(g, v);
+        for (int t = 0; t < nd->n_in; t++) {
+            int32_t u = nd->in[t].node;
+            mk_put(k, nd->in[t].out);
+            if (u == entry) {
+                mk_put(k, -1);
+            } else if (!is_regular(g, u)) {
+                mk_put(k, -2 - (int64_t)un_graph_node(g, u)->op);
+            } else if (m->pos[u] >= b && m->pos[u] < e) {
+                mk_put(k, m->pos[u] - b);
+            } else {
+                ok = false;
+            }
+        }
+        /* the outputs the loss reads (a piece's exit taken out is not one) */
+        for (int32_t j = first_out; j < un_graph_output_count(g); j++)
+            if (un_graph_output(g, j).node == v)
+                mk_put(k, -1000 - (int64_t)un_graph_output(g, j).out);
+        mk_put(k, v == exit ? -1 : m->lastpos[v] >= e ? -2 : m->lastpos[v] - b);
+    }
+    free(ids);
+    mk_put(k, exit >= 0 ? m->pos[exit] - b : -1);
+    const un_sp_node *root = &m->tree.nodes[m->tree.root];
+    for (int32_t i = x0; i < x1; i++)
+        mk_tree(k, m, root->kind == UN_SP_SERIES ? m->tree.child[root->child_at + i] : m->tree.root,
+                b);
+    return ok;
+}
+
+static uint64_t mk_hash(const memo_key *k) {
+    uint64_t h = 1469598103934665603ull;
+    for (int32_t i = 0; i < k->n; i++)
+        h = (h ^ (uint64_t)k->w[i]) * 1099511628211ull;
+    return h ^ (h >> 29);
+}
+
+/* Whether kept run e answers a run with beam `beam`: the same beam, or e dropped no state and
+ * `beam` would drop none of its states either. */
+static bool memo_serves(const memo_entry *e, int64_t beam) {
+    int64_t cap_in = beam / 8 > 64 ? beam / 8 : 64;
+    return e->beam == beam || (!e->beamed && e->peak <= beam && e->peak_split <= cap_in);
+}
+
+static const memo_entry *memo_find(const un_map_memo *mm, const memo_key *k, uint64_t h,
+                                   int64_t beam) {
+    if (!mm->n_head)
+        return NULL;
+    for (int32_t i = mm->head[h & (uint64_t)(mm->n_head - 1)]; i >= 0; i = mm->e[i].next) {
+        const memo_entry *e = &mm->e[i];
+        if (e->hash == h && e->n_key == k->n &&
+            memcmp(e->key, k->w, (size_t)k->n * sizeof *k->w) == 0 && memo_serves(e, beam))
+            return e;
+    }
+    return NULL;
+}
+
+/* Keeps a run (takes k's words), unless the memo is at its bound. */
+static void memo_keep(un_map_memo *mm, memo_key *k, uint64_t h, memo_entry *r) {
+    int64_t bytes =
+        (int64_t)sizeof *r + (int64_t)k->n * 8 + (int64_t)r->nx * 8 + (int64_t)r->nx * r->size * 4;
+    if (mm->st.bytes + bytes > mm->max_bytes) {
+        mm->st.not_kept++;
+        free(k->w);
+        free(r->cost);
+        free(r->assign);
+        return;
+    }
+    if (mm->n == mm->cap) {
+        mm->cap = mm->cap ? 2 * mm->cap : 256;
+        mm->e = un_xrealloc(mm->e, (size_t)mm->cap * sizeof *mm->e);
+    }
+    if (mm->n >= mm->n_head) { /* rehash at load 1 */
+        mm->n_head = mm->n_head ? 2 * mm->n_head : 256;
+        free(mm->head);
+        mm->head = un_xmalloc((size_t)mm->n_head * sizeof *mm->head);
+        for (int32_t i = 0; i < mm->n_head; i++)
+            mm->head[i] = -1;
+        for (int32_t i = 0; i < mm->n; i++) {
+            int32_t bk = (int32_t)(mm->e[i].hash & (uint64_t)(mm->n_head - 1));
+            mm->e[i].next = mm->head[bk];
+            mm->head[bk] = i;
+        }
+    }
+    r->hash = h;
+    r->key = k->w;
+    r->n_key = k->n;
+    int32_t bk = (int32_t)(h & (uint64_t)(mm->n_head - 1));
+    r->next = mm->head[bk];
+    mm->head[bk] = mm->n;
+    mm->e[mm->n++] = *r;
+    mm->st.entries = mm->n;
+    mm->st.bytes += bytes;
+}
+
 un_status un_map_new(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un_map_params *p,
                      un_map **out) {
     *out = NULL;
@@ -578,6 +821,8 @@ un_status un_map_new(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un
     m->g = g;
     m->spec = un_graph_spec(g);
     m->p = *p;
+    if (p->memo)
+        m->memo_id = memo_next_map(p->memo);
     if (m->p.max_states <= 0)
         m->p.max_states = 4096;
     m->n = un_graph_node_count(g);
@@ -918,6 +1163,9 @@ typedef struct dp {
     int32_t *slot;   /* [3 * n] scratch: slot of a node in a live list */
     un_map_stats *st;
     int64_t max_states; /* the beam */
+    bool beamed;        /* this run dropped states */
+    int64_t peak;       /* its largest frontier before the beam */
+    int64_t peak_split; /* its most input states of a split of the machine */
 } dp;
 
 static int32_t trail_push(dp *d, trail r) {
@@ -1076,7 +1324,10 @@ static void fb_end(dp *d, fr_build *b) {
     frontier *f = b->f;
     free(b->table);
     b->table = NULL;
+    if (f->n > d->peak)
+        d->peak = f->n;
     if (f->n > d->max_states) {
+        d->beamed = true;
         int32_t keep = (int32_t)d->max_states;
         int32_t *ord = cheapest(f->cost, f->n, keep);
         int32_t L = f->n_live;
@@ -1377,7 +1628,10 @@ static void dp_run(dp *d, int32_t x, frontier *in, int rs, int rc, frontier *out
     /* from the cheapest max_states / 8 input states (all of them on small graphs) */
     frontier sub, *from = in;
     int32_t cap_in = (int32_t)(d->max_states / 8 > 64 ? d->max_states / 8 : 64);
+    if (in->n > d->peak_split)
+        d->peak_split = in->n;
     if (in->n > cap_in) {
+        d->beamed = true;
         int32_t *ord = cheapest(in->cost, in->n, cap_in);
         fr_init(&sub, in->live, in->n_live);
         sub.n = sub.cap = cap_in;
@@ -1501,6 +1755,47 @@ un_status un_map_solve_piece(un_ctx *ctx, un_map *m, double lambda, int32_t chil
             .lambda = lambda,
             .st = st,
             .max_states = max_states > 0 ? max_states : m->p.max_states};
+    /* the leaves order[b .. e) of the piece's parts */
+    const un_sp_node *first = root->kind == UN_SP_SERIES
+                                  ? &m->tree.nodes[m->tree.child[root->child_at + child_begin]]
+                                  : root;
+    const un_sp_node *last = root->kind == UN_SP_SERIES
+                                 ? &m->tree.nodes[m->tree.child[root->child_at + child_end - 1]]
+                                 : root;
+    int32_t b = first->begin, size = last->end - first->begin;
+    un_map_memo *mm = m->p.memo && m->p.memo->cm == m->cm ? m->p.memo : NULL;
+    memo_key key = {0};
+    uint64_t h = 0;
+    if (mm &&
+        piece_key(m, lambda, child_begin, child_end, b, last->end, entry, entry_cfg, exit, &key)) {
+        mm->st.solves++;
+        h = mk_hash(&key);
+        const memo_entry *e = memo_find(mm, &key, h, d.max_states);
+        if (e) {
+            mm->st.hits++;
+            mm->st.hits_across += e->map_id != m->memo_id;
+            for (int32_t x = 0; x < nx; x++) {
+                cost[x] = e->cost[x];
+                if (isfinite(cost[x]))
+                    for (int32_t i = 0; i < size; i++)
+                        assign[(size_t)x * (size_t)m->n + (size_t)m->tree.order[b + i]] =
+                            e->assign[(size_t)x * (size_t)size + (size_t)i];
+            }
+            st->states += e->added.states;
+            st->splits += e->added.splits;
+            st->parallels += e->added.parallels;
+            st->pieces += e->added.pieces;
+            if (e->added.max_frontier > st->max_frontier)
+                st->max_frontier = e->added.max_frontier;
+            st->beam |= e->added.beam;
+            free(key.w);
+            return UN_OK;
+        }
+    } else if (mm) {
+        free(key.w);
+        mm = NULL;
+    }
+    un_map_stats before = *st;
     d.assign = un_xmalloc(((size_t)m->n + 1) * sizeof *d.assign);
     d.slot = un_xmalloc((3 * (size_t)m->n + 1) * sizeof *d.slot);
     /* an exit nothing reads (a piece out of its graph) stays live: results per its configuration */
@@ -1547,6 +1842,32 @@ un_status un_map_solve_piece(un_ctx *ctx, un_map *m, double lambda, int32_t chil
     free(d.slot);
     if (exit >= 0)
         m->lastpos[exit] = exit_last;
+    if (mm) {
+        memo_entry r = {.size = size,
+                        .nx = nx,
+                        .beam = d.max_states,
+                        .beamed = d.beamed,
+                        .peak = d.peak,
+                        .peak_split = d.peak_split,
+                        .map_id = m->memo_id};
+        r.cost = un_xmalloc(((size_t)nx + 1) * sizeof *r.cost);
+        r.assign = un_xmalloc(((size_t)nx * (size_t)size + 1) * sizeof *r.assign);
+        for (int32_t x = 0; x < nx; x++) {
+            r.cost[x] = cost[x];
+            for (int32_t i = 0; i < size; i++)
+                r.assign[(size_t)x * (size_t)size + (size_t)i] =
+                    isfinite(cost[x])
+                        ? assign[(size_t)x * (size_t)m->n + (size_t)m->tree.order[b + i]]
+                        : -1;
+        }
+        r.added.states = st->states - before.states;
+        r.added.splits = st->splits - before.splits;
+        r.added.parallels = st->parallels - before.parallels;
+        r.added.pieces = st->pieces - before.pieces;
+        r.added.max_frontier = d.peak < d.max_states ? d.peak : d.max_states;
+        r.added.beam = d.beamed;
+        memo_keep(mm, &key, h, &r);
+    }
     return UN_OK;
 }
 
