@@ -583,6 +583,11 @@ typedef struct memo_entry {
     int64_t peak, peak_split; /* its largest frontier and split input (the beams that keep all) */
     un_map_stats added; /* the counters it added (states, splits, parallels, pieces, frontier) */
     uint64_t map_id;    /* the map that solved it */
+    /* a frontier after the first parts of a piece (prefix_keep): nx states, their costs in cost,
+     * their assignments in assign, and these */
+    int32_t n_live;
+    int32_t *live;          /* [n_live] positions of the live nodes in the piece */
+    int32_t *fkey, *origin; /* [nx * n_live], [nx] */
 } memo_entry;
 
 struct un_map_memo {
@@ -610,6 +615,9 @@ void un_map_memo_free(un_map_memo *mm) {
         free(mm->e[i].key);
         free(mm->e[i].cost);
         free(mm->e[i].assign);
+        free(mm->e[i].live);
+        free(mm->e[i].fkey);
+        free(mm->e[i].origin);
     }
     free(mm->e);
     free(mm->head);
@@ -1738,6 +1746,164 @@ static void trail_walk(const dp *d, int32_t rec, int32_t *a) {
     free(stack);
 }
 
+/* ---- the memo's use in un_map_solve_piece ---- */
+
+/* Child i of the root's series (the root itself when it is not a series). */
+static const un_sp_node *piece_child(const un_map *m, int32_t i) {
+    const un_sp_node *root = &m->tree.nodes[m->tree.root];
+    return root->kind == UN_SP_SERIES ? &m->tree.nodes[m->tree.child[root->child_at + i]] : root;
+}
+
+static void stats_replay(un_map_stats *st, const un_map_stats *added) {
+    st->states += added->states;
+    st->splits += added->splits;
+    st->parallels += added->parallels;
+    st->pieces += added->pieces;
+    if (added->max_frontier > st->max_frontier)
+        st->max_frontier = added->max_frontier;
+    st->beam |= added->beam;
+}
+
+/* Counts an answer: a whole run's (hits) or a frontier's (prefix_hits), and the nodes whose DP
+ * it saves. */
+static void memo_answer(un_map_memo *mm, const memo_entry *e, const un_map *m, bool prefix) {
+    if (prefix) {
+        mm->st.prefix_hits++;
+    } else {
+        mm->st.hits++;
+        mm->st.hits_across += e->map_id != m->memo_id;
+    }
+    mm->st.nodes_saved += e->size;
+}
+
+/* A kept run's beam and counters: what run d added to st since `before`. */
+static memo_entry memo_entry_of(const dp *d, int32_t size, int32_t nx, const un_map_stats *st,
+                                const un_map_stats *before) {
+    memo_entry r = {.size = size,
+                    .nx = nx,
+                    .beam = d->max_states,
+                    .beamed = d->beamed,
+                    .peak = d->peak,
+                    .peak_split = d->peak_split,
+                    .map_id = d->m->memo_id};
+    r.added.states = st->states - before->states;
+    r.added.splits = st->splits - before->splits;
+    r.added.parallels = st->parallels - before->parallels;
+    r.added.pieces = st->pieces - before->pieces;
+    r.added.max_frontier = d->peak < d->max_states ? d->peak : d->max_states;
+    r.added.beam = d->beamed;
+    return r;
+}
+
+/* The key of the frontier after the piece's parts [child_begin, i): the part [child_begin, i)
+ * as a piece without exit, whether the entry is read after it, and the tag 1 (a frontier). */
+static bool prefix_key(const un_map *m, double lambda, int32_t child_begin, int32_t i, int32_t b,
+                       int32_t entry, int32_t entry_cfg, memo_key *k) {
+    int32_t e = piece_child(m, i - 1)->end;
+    if (!piece_key(m, lambda, child_begin, i, b, e, entry, entry_cfg, -1, k))
+        return false;
+    mk_put(k, entry >= 0 && m->lastpos[entry] >= e);
+    mk_put(k, 1);
+    return true;
+}
+
+/* Where a frontier is kept: after a part that is a single node and the only one live (a cut
+ * node), the frontier is one state per configuration of it, small, and what the runs of
+ * candidates that differ only after it have in common. */
+static bool prefix_point(const un_map *m, int32_t i, const frontier *f) {
+    const un_sp_node *c = piece_child(m, i - 1);
+    return c->kind == UN_SP_LEAF && (!f || (f->n_live == 1 && f->live[0] == c->node));
+}
+
+/* Keeps the frontier f after parts [child_begin, i) (states in order: cost, origin, key, and the
+ * assignment of the parts' nodes) unless kept already. */
+static void prefix_keep(dp *d, un_map_memo *mm, double lambda, int32_t child_begin, int32_t i,
+                        int32_t b, int32_t entry, int32_t entry_cfg, const frontier *f,
+                        const un_map_stats *before) {
+    const un_map *m = d->m;
+    memo_key k = {0};
+    if (!prefix_point(m, i, f) || f->n == 0 ||
+        !prefix_key(m, lambda, child_begin, i, b, entry, entry_cfg, &k)) {
+        free(k.w);
+        return;
+    }
+    uint64_t h = mk_hash(&k);
+    if (memo_find(mm, &k, h, d->max_states)) {
+        free(k.w);
+        return;
+    }
+    int32_t size = piece_child(m, i - 1)->end - b;
+    memo_entry r = memo_entry_of(d, size, f->n, d->st, before);
+    r.n_live = 1;
+    r.live = un_xmalloc(sizeof *r.live);
+    r.live[0] = m->pos[f->live[0]] - b;
+    r.cost = un_xmalloc(((size_t)f->n + 1) * sizeof *r.cost);
+    r.fkey = un_xmalloc(((size_t)f->n + 1) * sizeof *r.fkey);
+    r.origin = un_xmalloc(((size_t)f->n + 1) * sizeof *r.origin);
+    r.assign = un_xmalloc(((size_t)f->n * (size_t)size + 1) * sizeof *r.assign);
+    int32_t *a = un_xmalloc(((size_t)m->n + 1) * sizeof *a);
+    for (int32_t s = 0; s < f->n; s++) {
+        r.cost[s] = f->cost[s];
+        r.fkey[s] = f->key[s];
+        r.origin[s] = f->origin[s];
+        for (int32_t j = 0; j < size; j++)
+            a[m->tree.order[b + j]] = -1;
+        trail_walk(d, f->rec[s], a);
+        for (int32_t j = 0; j < size; j++)
+            r.assign[(size_t)s * (size_t)size + (size_t)j] = a[m->tree.order[b + j]];
+    }
+    free(a);
+    memo_keep(mm, &k, h, &r);
+}
+
+/* The longest kept frontier of the piece's parts [child_begin, i), i < child_end, set up in f
+ * (its states' trails rebuilt, its counters replayed): returns i, or child_begin (f untouched)
+ * when none is kept. */
+static int32_t prefix_find(dp *d, un_map_memo *mm, double lambda, int32_t child_begin,
+                           int32_t child_end, int32_t b, int32_t entry, int32_t entry_cfg,
+                           frontier *f) {
+    const un_map *m = d->m;
+    for (int32_t i = child_end - 1; i > child_begin; i--) {
+        if (!prefix_point(m, i, NULL))
+            continue;
+        memo_key k = {0};
+        const memo_entry *e = NULL;
+        if (prefix_key(m, lambda, child_begin, i, b, entry, entry_cfg, &k))
+            e = memo_find(mm, &k, mk_hash(&k), d->max_states);
+        free(k.w);
+        if (!e)
+            continue;
+        memo_answer(mm, e, m, true);
+        stats_replay(d->st, &e->added);
+        if (e->beamed)
+            d->beamed = true;
+        if (e->peak > d->peak)
+            d->peak = e->peak;
+        if (e->peak_split > d->peak_split)
+            d->peak_split = e->peak_split;
+        int32_t v = m->tree.order[b + e->live[0]];
+        fr_init(f, &v, 1);
+        f->n = f->cap = e->nx;
+        f->cost = un_xmalloc(((size_t)e->nx + 1) * sizeof *f->cost);
+        f->key = un_xmalloc(((size_t)e->nx + 1) * sizeof *f->key);
+        f->origin = un_xmalloc(((size_t)e->nx + 1) * sizeof *f->origin);
+        f->rec = un_xmalloc(((size_t)e->nx + 1) * sizeof *f->rec);
+        memcpy(f->cost, e->cost, (size_t)e->nx * sizeof *f->cost);
+        memcpy(f->key, e->fkey, (size_t)e->nx * sizeof *f->key);
+        memcpy(f->origin, e->origin, (size_t)e->nx * sizeof *f->origin);
+        for (int32_t s = 0; s < e->nx; s++) {
+            int32_t rec = -1;
+            for (int32_t j = 0; j < e->size; j++)
+                rec = trail_push(d, (trail){m->tree.order[b + j],
+                                            e->assign[(size_t)s * (size_t)e->size + (size_t)j], rec,
+                                            -1, -1});
+            f->rec[s] = rec;
+        }
+        return i;
+    }
+    return child_begin;
+}
+
 un_status un_map_solve_piece(un_ctx *ctx, un_map *m, double lambda, int32_t child_begin,
                              int32_t child_end, int32_t entry, int32_t entry_cfg, int32_t exit,
                              int64_t max_states, double *cost, int32_t *assign, un_map_stats *st) {
@@ -1756,44 +1922,36 @@ un_status un_map_solve_piece(un_ctx *ctx, un_map *m, double lambda, int32_t chil
             .st = st,
             .max_states = max_states > 0 ? max_states : m->p.max_states};
     /* the leaves order[b .. e) of the piece's parts */
-    const un_sp_node *first = root->kind == UN_SP_SERIES
-                                  ? &m->tree.nodes[m->tree.child[root->child_at + child_begin]]
-                                  : root;
-    const un_sp_node *last = root->kind == UN_SP_SERIES
-                                 ? &m->tree.nodes[m->tree.child[root->child_at + child_end - 1]]
-                                 : root;
-    int32_t b = first->begin, size = last->end - first->begin;
+    int32_t b = piece_child(m, child_begin)->begin;
+    int32_t size = piece_child(m, child_end - 1)->end - b;
     un_map_memo *mm = m->p.memo && m->p.memo->cm == m->cm ? m->p.memo : NULL;
     memo_key key = {0};
     uint64_t h = 0;
-    if (mm &&
-        piece_key(m, lambda, child_begin, child_end, b, last->end, entry, entry_cfg, exit, &key)) {
+    if (mm) {
         mm->st.solves++;
-        h = mk_hash(&key);
-        const memo_entry *e = memo_find(mm, &key, h, d.max_states);
-        if (e) {
-            mm->st.hits++;
-            mm->st.hits_across += e->map_id != m->memo_id;
-            for (int32_t x = 0; x < nx; x++) {
-                cost[x] = e->cost[x];
-                if (isfinite(cost[x]))
-                    for (int32_t i = 0; i < size; i++)
-                        assign[(size_t)x * (size_t)m->n + (size_t)m->tree.order[b + i]] =
-                            e->assign[(size_t)x * (size_t)size + (size_t)i];
+        mm->st.nodes += size;
+        if (piece_key(m, lambda, child_begin, child_end, b, b + size, entry, entry_cfg, exit,
+                      &key)) {
+            mk_put(&key, 0); /* a whole run's results */
+            h = mk_hash(&key);
+            const memo_entry *e = memo_find(mm, &key, h, d.max_states);
+            if (e) {
+                memo_answer(mm, e, m, false);
+                for (int32_t x = 0; x < nx; x++) {
+                    cost[x] = e->cost[x];
+                    if (isfinite(cost[x]))
+                        for (int32_t i = 0; i < size; i++)
+                            assign[(size_t)x * (size_t)m->n + (size_t)m->tree.order[b + i]] =
+                                e->assign[(size_t)x * (size_t)size + (size_t)i];
+                }
+                stats_replay(st, &e->added);
+                free(key.w);
+                return UN_OK;
             }
-            st->states += e->added.states;
-            st->splits += e->added.splits;
-            st->parallels += e->added.parallels;
-            st->pieces += e->added.pieces;
-            if (e->added.max_frontier > st->max_frontier)
-                st->max_frontier = e->added.max_frontier;
-            st->beam |= e->added.beam;
+        } else {
             free(key.w);
-            return UN_OK;
+            mm = NULL;
         }
-    } else if (mm) {
-        free(key.w);
-        mm = NULL;
     }
     un_map_stats before = *st;
     d.assign = un_xmalloc(((size_t)m->n + 1) * sizeof *d.assign);
@@ -1803,20 +1961,27 @@ un_status un_map_solve_piece(un_ctx *ctx, un_map *m, double lambda, int32_t chil
     if (exit >= 0 && m->lastpos[exit] == m->pos[exit])
         m->lastpos[exit] = INT32_MAX;
     frontier f;
-    bool live = entry >= 0 && m->lastpos[entry] > m->pos[entry];
-    fr_init(&f, &entry, live ? 1 : 0);
-    f.n = f.cap = 1;
-    f.cost = un_xcalloc(1, sizeof *f.cost);
-    f.key = un_xmalloc(sizeof *f.key);
-    f.key[0] = entry_cfg;
-    f.origin = un_xcalloc(1, sizeof *f.origin);
-    f.rec = un_xmalloc(sizeof *f.rec);
-    f.rec[0] = -1;
-    for (int32_t i = child_begin; i < child_end; i++) {
+    int32_t from = child_begin;
+    if (mm)
+        from = prefix_find(&d, mm, lambda, child_begin, child_end, b, entry, entry_cfg, &f);
+    if (from == child_begin) {
+        bool live = entry >= 0 && m->lastpos[entry] > m->pos[entry];
+        fr_init(&f, &entry, live ? 1 : 0);
+        f.n = f.cap = 1;
+        f.cost = un_xcalloc(1, sizeof *f.cost);
+        f.key = un_xmalloc(sizeof *f.key);
+        f.key[0] = entry_cfg;
+        f.origin = un_xcalloc(1, sizeof *f.origin);
+        f.rec = un_xmalloc(sizeof *f.rec);
+        f.rec[0] = -1;
+    }
+    for (int32_t i = from; i < child_end; i++) {
         int32_t x = root->kind == UN_SP_SERIES ? m->tree.child[root->child_at + i] : m->tree.root;
         frontier nf;
         dp_run(&d, x, &f, 0, m->p.devices, &nf);
         f = nf;
+        if (mm && i + 1 < child_end)
+            prefix_keep(&d, mm, lambda, child_begin, i + 1, b, entry, entry_cfg, &f, &before);
     }
     int32_t slot = -1;
     for (int32_t i = 0; i < f.n_live; i++)
@@ -1843,13 +2008,7 @@ un_status un_map_solve_piece(un_ctx *ctx, un_map *m, double lambda, int32_t chil
     if (exit >= 0)
         m->lastpos[exit] = exit_last;
     if (mm) {
-        memo_entry r = {.size = size,
-                        .nx = nx,
-                        .beam = d.max_states,
-                        .beamed = d.beamed,
-                        .peak = d.peak,
-                        .peak_split = d.peak_split,
-                        .map_id = m->memo_id};
+        memo_entry r = memo_entry_of(&d, size, nx, st, &before);
         r.cost = un_xmalloc(((size_t)nx + 1) * sizeof *r.cost);
         r.assign = un_xmalloc(((size_t)nx * (size_t)size + 1) * sizeof *r.assign);
         for (int32_t x = 0; x < nx; x++) {
@@ -1860,12 +2019,6 @@ un_status un_map_solve_piece(un_ctx *ctx, un_map *m, double lambda, int32_t chil
                         ? assign[(size_t)x * (size_t)m->n + (size_t)m->tree.order[b + i]]
                         : -1;
         }
-        r.added.states = st->states - before.states;
-        r.added.splits = st->splits - before.splits;
-        r.added.parallels = st->parallels - before.parallels;
-        r.added.pieces = st->pieces - before.pieces;
-        r.added.max_frontier = d.peak < d.max_states ? d.peak : d.max_states;
-        r.added.beam = d.beamed;
         memo_keep(mm, &key, h, &r);
     }
     return UN_OK;

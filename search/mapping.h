@@ -178,6 +178,9 @@ typedef struct un_map_memo_stats {
     int64_t hits;        /* answered from it */
     int64_t hits_across; /* of those, solved first on another map (another graph, candidate or
                           * set of map parameters) */
+    int64_t prefix_hits; /* runs not answered whole that started from a kept frontier (below) */
+    int64_t nodes;       /* the pieces' nodes over those runs */
+    int64_t nodes_saved; /* of those, nodes the memo's answers and kept frontiers ran for them */
     int64_t entries;     /* kept */
     int64_t bytes;       /* their size */
     int64_t not_kept;    /* solved but not kept: the memo was at its bound */

@@ -457,14 +457,16 @@ static un_status memo_run(un_ctx *ctx, un_cost_model *cm, const un_ruleset *set,
  * bit for bit, on a chain whose pieces layer 2 rewrites, the small graphs and tiny zoo models, on
  * 2 and 4 devices, with a wide and a narrow beam (a beam that drops states: runs kept for one
  * beam serve only it); and on the chain, where the rewritten graph keeps pieces as they were and
- * layer 2's pieces are layer 1's, the memo answers runs solved on another graph's map. */
+ * layer 2's pieces are layer 1's, the memo answers runs solved on another graph's map, and (at
+ * split size 6, two units a piece) a candidate that fuses only the second unit starts from the
+ * kept frontier after the first. */
 static void test_memo(void) {
     un_ctx *ctx = un_ctx_new(NULL);
     un_cost_model *cm = model_for(ctx, "specs/machines/v100x4.json");
     un_ruleset *set = hand_rules(ctx);
     const char *zoo[] = {"mlp", "transformer", "charlm"};
     int cases = 0;
-    int64_t chain_across = 0, hits = 0;
+    int64_t chain_across = 0, chain_prefix = 0, hits = 0;
     for (int gi = 0; gi < 7 && set && cm; gi++) {
         un_graph *g = NULL;
         un_model md;
@@ -483,7 +485,8 @@ static void test_memo(void) {
                 un_search_result r[2];
                 un_status st[2];
                 for (int off = 0; off < 2; off++)
-                    st[off] = memo_run(ctx, cm, set, g, devices, 3, beam ? 8 : 0, off, &r[off]);
+                    st[off] = memo_run(ctx, cm, set, g, devices, gi == 0 && beam ? 6 : 3,
+                                       beam ? 8 : 0, off, &r[off]);
                 test__check(st[0] == st[1], TEST__AT, "graph %d on %d: status %d with, %d without",
                             gi, devices, (int)st[0], (int)st[1]);
                 if (st[0] == UN_OK && st[1] == UN_OK) {
@@ -510,15 +513,17 @@ static void test_memo(void) {
                     EXPECT_TRUE(r[0].memo.hits <= r[0].memo.solves);
                     EXPECT_TRUE(r[0].memo.hits_across <= r[0].memo.hits);
                     if (getenv("SUBST_DEBUG"))
-                        printf("graph %d on %d, beam %d: %lld solves, %lld hits, %lld across; "
-                               "%d rewrites\n",
+                        printf("graph %d on %d, beam %d: %lld solves, %lld hits, %lld across, %lld "
+                               "prefix; nodes %lld, %lld saved; %d rewrites\n",
                                gi, devices, beam, (long long)r[0].memo.solves,
                                (long long)r[0].memo.hits, (long long)r[0].memo.hits_across,
-                               (int)r[0].subst.n_steps);
+                               (long long)r[0].memo.prefix_hits, (long long)r[0].memo.nodes,
+                               (long long)r[0].memo.nodes_saved, (int)r[0].subst.n_steps);
                     hits += r[0].memo.hits;
                     if (gi == 0) {
                         EXPECT_TRUE(r[0].subst.n_steps > 0); /* layer 2 rewrote the chain */
                         chain_across += r[0].memo.hits_across;
+                        chain_prefix += r[0].memo.prefix_hits;
                     }
                     un_buf_deinit(&j[0]);
                     un_buf_deinit(&j[1]);
@@ -531,6 +536,7 @@ static void test_memo(void) {
     }
     EXPECT_EQ(cases, 7 * 2 * 2);
     test__check(chain_across > 0, TEST__AT, "the memo answered no run across maps on the chain");
+    test__check(chain_prefix > 0, TEST__AT, "no run on the chain started from a kept frontier");
     EXPECT_TRUE(hits >= chain_across);
     un_ruleset_free(set);
     un_cost_model_free(cm);

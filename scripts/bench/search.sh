@@ -7,7 +7,8 @@
 # verified N=3 set: generated and verified into BUILD_DIR/bench-rules-n3.db once, ~6 minutes,
 # unless RULES=path names one). Prints a markdown table: search wall time, the simulator's
 # estimated step time, speedup over data parallel, the fullest device's memory (or "no fit"),
-# the rewrites applied, the search's peak RSS and why it ended (layer 3; layer 2 after the /).
+# the rewrites applied, the search's peak RSS, why it ended (layer 3; layer 2 after the /) and
+# layer 3's memo across calls (piece solves answered by the memo / piece solves asked of it).
 # Every estimate is the simulator's (plan semantics).
 #   scripts/bench/search.sh [BUILD_DIR]  Env: MODELS, DEVICES, MODES, RULES, QUICK, BEFORE, UNITY_TRAIN.
 # QUICK=1: a subset for iterating (mlp, transformer, candle_uno, inception_v3 on 16 and 192
@@ -210,8 +211,8 @@ trap 'rm -rf "$tmp"' EXIT
 echo
 echo "rules: $rules"
 echo
-echo "| model | devices | mode | wall s | est. step s | speedup vs data | fullest device GB | rewrites | peak RSS MB | ended |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
+echo "| model | devices | mode | wall s | est. step s | speedup vs data | fullest device GB | rewrites | peak RSS MB | ended | L3 memo hits / solves |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
 for m in $models; do
     for d in $devices; do
         mach=specs/machines/v100x192.json
@@ -237,7 +238,7 @@ for m in $models; do
             ended=$(sed -n 's/^search: .*ended: \(.*\)$/\1/p' "$tmp/out")
             if [ "$rc" != 0 ]; then
                 why=$(grep -o 'needs [0-9.e+]* GB' "$tmp/err" | head -1 || true)
-                echo "| $m | $d | $mode | - | - | - | no fit (${why:-$(tail -1 "$tmp/err")}) | - | $((rss / 1024)) | - |"
+                echo "| $m | $d | $mode | - | - | - | no fit (${why:-$(tail -1 "$tmp/err")}) | - | $((rss / 1024)) | - | - |"
                 continue
             fi
             step=$(sed -n 's/^plan: .*estimated step \([0-9.e+-]*\) s.*/\1/p' "$tmp/out")
@@ -251,7 +252,8 @@ for m in $models; do
             rw=$(sed -n 's/^rewrites applied: \([0-9][0-9]*\).*/\1/p; s/^rewrites applied: none.*/0/p' "$tmp/out")
             e2=$(sed -n 's/^layer 2 (.*ended: \(.*\)$/\1/p' "$tmp/out")
             [ -n "$e2" ] && ended="$ended / $e2"
-            echo "| $m | $d | $mode | $wall | $step | $sp | $gb | ${rw:--} | $((rss / 1024)) | $ended |"
+            memo=$(sed -n 's/^layer 3 memo: \([0-9]*\) piece solves over the search, \([0-9]*\) from.*/\2 \/ \1/p' "$tmp/out")
+            echo "| $m | $d | $mode | $wall | $step | $sp | $gb | ${rw:--} | $((rss / 1024)) | $ended | ${memo:--} |"
         done
     done
 done
