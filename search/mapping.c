@@ -673,15 +673,17 @@ static void mk_node(memo_key *k, const un_graph *g, int32_t v) {
     }
 }
 
-/* The SP subtree x, positions relative to b. */
-static void mk_tree(memo_key *k, const un_map *m, int32_t x, int32_t b) {
+/* The SP subtree x, positions relative to b; whether it holds a parallel composition. */
+static bool mk_tree(memo_key *k, const un_map *m, int32_t x, int32_t b) {
     const un_sp_node *t = &m->tree.nodes[x];
     mk_put(k, t->kind);
     mk_put(k, t->begin - b);
     mk_put(k, t->end - b);
     mk_put(k, t->n_child);
+    bool par = t->kind == UN_SP_PARALLEL;
     for (int32_t i = 0; i < t->n_child; i++)
-        mk_tree(k, m, m->tree.child[t->child_at + i], b);
+        par |= mk_tree(k, m, m->tree.child[t->child_at + i], b);
+    return par;
 }
 
 static int cmp_id(const void *x, const void *y) {
@@ -698,8 +700,7 @@ static bool piece_key(const un_map *m, double lambda, int32_t x0, int32_t x1, in
     memcpy(&lb, &lambda, sizeof lb);
     mk_put(k, (int64_t)lb);
     mk_put(k, m->p.devices);
-    mk_put(k, m->p.only_data | m->p.no_parallel << 1 | m->p.shared_branches << 2 |
-                  m->p.uneven_splits << 3);
+    mk_put(k, m->p.only_data | m->p.no_parallel << 1);
     mk_put(k, m->state_copies);
     mk_put(k, entry >= 0 ? entry_cfg : -1);
     if (entry >= 0)
@@ -744,9 +745,14 @@ static bool piece_key(const un_map *m, double lambda, int32_t x0, int32_t x1, in
     free(ids);
     mk_put(k, exit >= 0 ? m->pos[exit] - b : -1);
     const un_sp_node *root = &m->tree.nodes[m->tree.root];
+    bool par = false;
     for (int32_t i = x0; i < x1; i++)
-        mk_tree(k, m, root->kind == UN_SP_SERIES ? m->tree.child[root->child_at + i] : m->tree.root,
-                b);
+        par |= mk_tree(
+            k, m, root->kind == UN_SP_SERIES ? m->tree.child[root->child_at + i] : m->tree.root, b);
+    /* the machine's split points shape only the configurations of nodes inside a parallel
+     * composition (map_tree) and the DP's splits of one: a piece without one is the same
+     * subproblem with or without them */
+    mk_put(k, par ? m->p.shared_branches | m->p.uneven_splits << 1 : -1);
     return ok;
 }
 

@@ -161,8 +161,9 @@ un_status un_map_solve_piece(un_ctx *ctx, un_map *m, double lambda, int32_t chil
  * set in un_map_params.memo makes un_map_solve_piece look each run up before solving it and keep
  * what it solves. The key is the exact subproblem, written out word by word in the DP's own order
  * (hashed, then compared in full, never by the hash alone): lambda, the map parameters that shape
- * configurations (devices, only_data, no_parallel, shared_branches, uneven_splits, the optimizer's
- * state copies), the entry cut node (op, parameters, input shapes and which are weights) and its
+ * configurations (devices, only_data, no_parallel, the optimizer's state copies; shared_branches
+ * and uneven_splits where the piece holds a parallel composition: elsewhere they change nothing),
+ * the entry cut node (op, parameters, input shapes and which are weights) and its
  * configuration, every node of the piece in the DP's leaf order (op, parameters, each input as a
  * source of some op and shape, the entry, or a piece node by position; its outputs the loss reads;
  * the last position that reads it; its id's rank among the piece's, which fixes the DP's order of
@@ -171,8 +172,16 @@ un_status un_map_solve_piece(un_ctx *ctx, un_map *m, double lambda, int32_t chil
  * that dropped no state is the exact DP for any beam at least as wide as its largest frontier; a
  * run that dropped states serves only its own beam. The value: the cost per exit configuration,
  * the assignment of the piece's nodes by position, and the counters the run added to its stats
- * (replayed, so the stats are the same with or without the memo). Bounded by bytes: beyond the
- * bound new runs are not kept. */
+ * (replayed, so the stats are the same with or without the memo).
+ *
+ * Frontiers. A candidate rewritten late in a piece shares the piece's first parts with the piece
+ * as it was: after each part of the root's series that is a cut node (a single node, the only one
+ * live), un_map_solve_piece keeps the DP's frontier (one state per configuration of the cut node,
+ * in the DP's order, with its cost and the assignment of the parts before) under the key of those
+ * parts (the same key, the exit left out, with whether the entry is read after them), and a run
+ * not answered whole starts from the longest kept frontier of its first parts: the same states,
+ * costs and order as if it had run them, so the rest runs exactly as without the memo.
+ * Bounded by bytes: beyond the bound nothing new is kept. */
 typedef struct un_map_memo_stats {
     int64_t solves;      /* un_map_solve_piece runs asked of the memo */
     int64_t hits;        /* answered from it */

@@ -384,8 +384,9 @@ static void memo_debug(const un_map_memo *memo, const char *phase) {
     un_map_memo_stats s = un_map_memo_get_stats(memo);
     fprintf(stderr,
             "layer 3 memo after %s: %lld piece solves, %lld from the memo (%lld solved on another "
-            "map), %lld kept (%.1f MB)\n",
+            "map), %lld from a kept frontier; %lld of %lld nodes saved; %lld kept (%.1f MB)\n",
             phase, (long long)s.solves, (long long)s.hits, (long long)s.hits_across,
+            (long long)s.prefix_hits, (long long)s.nodes_saved, (long long)s.nodes,
             (long long)s.entries, (double)s.bytes / 1e6);
 }
 
@@ -669,10 +670,13 @@ void un_search_report(const un_search_result *r, const un_graph *g, const un_sea
     else if (p->mode == UN_SEARCH_JOINT || p->mode == UN_SEARCH_TASO)
         un_buf_printf(out,
                       "layer 3 memo: %lld piece solves over the search, %lld from the memo (%lld "
-                      "solved first on another graph's or setting's map), %lld kept (%.3g MB)%s\n",
+                      "solved first on another graph's or setting's map), %lld more started from a "
+                      "kept frontier; %lld of %lld nodes' DP saved; %lld kept (%.3g MB)%s\n",
                       (long long)r->memo.solves, (long long)r->memo.hits,
-                      (long long)r->memo.hits_across, (long long)r->memo.entries,
-                      (double)r->memo.bytes / 1e6, r->memo.not_kept ? ", at its bound" : "");
+                      (long long)r->memo.hits_across, (long long)r->memo.prefix_hits,
+                      (long long)r->memo.nodes_saved, (long long)r->memo.nodes,
+                      (long long)r->memo.entries, (double)r->memo.bytes / 1e6,
+                      r->memo.not_kept ? ", at its bound" : "");
     if (p->mode == UN_SEARCH_JOINT && r->uneven)
         un_buf_printf(out,
                       "uneven splits (the quarters on whole nodes, a degree filling the larger "
