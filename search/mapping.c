@@ -1734,12 +1734,16 @@ const un_sp_info *un_map_sp(const un_map *m) { return m->have_tree ? &m->sa : NU
 
 /* The assignment a trail record leads to (the nodes it names). */
 static void trail_walk(const dp *d, int32_t rec, int32_t *a) {
-    int32_t *stack = un_xmalloc(((size_t)d->nt + 1) * sizeof *stack);
-    int32_t sp = 0;
+    int32_t cap = 64, sp = 0; /* grown as needed: a walk visits its own records only */
+    int32_t *stack = un_xmalloc((size_t)cap * sizeof *stack);
     if (rec >= 0)
         stack[sp++] = rec;
     while (sp > 0) {
         trail r = d->t[stack[--sp]];
+        if (sp + 3 > cap) {
+            cap *= 2;
+            stack = un_xrealloc(stack, (size_t)cap * sizeof *stack);
+        }
         if (r.v >= 0)
             a[r.v] = r.c;
         if (r.prev >= 0)
