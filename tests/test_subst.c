@@ -535,6 +535,46 @@ static void test_memo(void) {
         un_model_deinit(&md);
     }
     EXPECT_EQ(cases, 7 * 2 * 2);
+    /* layer 1 on one map twice at one memory price: the second run is answered whole; a memo
+     * bounded to nothing keeps nothing and answers nothing; the results are the memo-less ones */
+    un_graph *g = chain_graph(4, 128, 128);
+    int32_t n = un_graph_node_count(g);
+    for (int bound = 0; bound < 2 && cm; bound++) {
+        un_map_memo *mm = un_map_memo_new(cm, bound ? 1 : 0);
+        un_map_params mp = un_map_params_default(4);
+        un_map *m0 = NULL, *m1 = NULL;
+        EXPECT_OK(ctx, un_map_new(ctx, cm, g, &mp, &m0));
+        mp.memo = mm;
+        EXPECT_OK(ctx, un_map_new(ctx, cm, g, &mp, &m1));
+        un_split s0, s1;
+        if (!m0 || !m1 || un_split_make(ctx, m0, 3, &s0) != UN_OK) {
+            EXPECT_TRUE(false);
+            break;
+        }
+        EXPECT_OK(ctx, un_split_make(ctx, m1, 3, &s1));
+        int32_t *a0 = calloc((size_t)n + 1, sizeof *a0), *a1 = calloc((size_t)n + 1, sizeof *a1);
+        un_split_stats t0, t1;
+        EXPECT_OK(ctx, un_split_solve(ctx, m0, &s0, 1e-10, a0, &t0));
+        for (int rep = 0; rep < 2; rep++) {
+            EXPECT_OK(ctx, un_split_solve(ctx, m1, &s1, 1e-10, a1, &t1));
+            EXPECT_TRUE(memcmp(a0, a1, (size_t)n * sizeof *a0) == 0);
+            EXPECT_TRUE(memcmp(&t0.map.cost, &t1.map.cost, sizeof(double)) == 0);
+            EXPECT_EQ(t0.map.states, t1.map.states);
+        }
+        un_map_memo_stats ms = un_map_memo_get_stats(mm);
+        EXPECT_EQ(ms.solves, 2 * t1.piece_solves);
+        EXPECT_EQ(ms.hits, bound ? 0 : t1.piece_solves);
+        EXPECT_EQ(ms.hits_across, 0); /* one map */
+        EXPECT_TRUE(bound ? ms.entries == 0 && ms.not_kept > 0 : ms.entries > 0);
+        free(a0);
+        free(a1);
+        un_split_deinit(&s0);
+        un_split_deinit(&s1);
+        un_map_free(m0);
+        un_map_free(m1);
+        un_map_memo_free(mm);
+    }
+    un_graph_free(g);
     test__check(chain_across > 0, TEST__AT, "the memo answered no run across maps on the chain");
     test__check(chain_prefix > 0, TEST__AT, "no run on the chain started from a kept frontier");
     EXPECT_TRUE(hits >= chain_across);
