@@ -588,6 +588,9 @@ typedef struct memo_entry {
     int32_t n_live;
     int32_t *live;          /* [n_live] positions of the live nodes in the piece */
     int32_t *fkey, *origin; /* [nx * n_live], [nx] */
+    /* a node's configurations (configs_of) */
+    un_map_config *cfg; /* [n_cfg] owned */
+    int32_t n_cfg;
 } memo_entry;
 
 struct un_map_memo {
@@ -618,6 +621,7 @@ void un_map_memo_free(un_map_memo *mm) {
         free(mm->e[i].live);
         free(mm->e[i].fkey);
         free(mm->e[i].origin);
+        free(mm->e[i].cfg);
     }
     free(mm->e);
     free(mm->head);
@@ -785,13 +789,19 @@ static const memo_entry *memo_find(const un_map_memo *mm, const memo_key *k, uin
 
 /* Keeps a run (takes k's words), unless the memo is at its bound. */
 static void memo_keep(un_map_memo *mm, memo_key *k, uint64_t h, memo_entry *r) {
-    int64_t bytes =
-        (int64_t)sizeof *r + (int64_t)k->n * 8 + (int64_t)r->nx * 8 + (int64_t)r->nx * r->size * 4;
+    int64_t bytes = (int64_t)sizeof *r + (int64_t)k->n * 8 + (int64_t)r->nx * 8 +
+                    (int64_t)r->nx * r->size * 4 + (int64_t)r->n_live * 4 +
+                    (r->n_live ? (int64_t)r->nx * (r->n_live + 1) * 4 : 0) +
+                    (int64_t)r->n_cfg * (int64_t)sizeof *r->cfg;
     if (mm->st.bytes + bytes > mm->max_bytes) {
         mm->st.not_kept++;
         free(k->w);
         free(r->cost);
         free(r->assign);
+        free(r->live);
+        free(r->fkey);
+        free(r->origin);
+        free(r->cfg);
         return;
     }
     if (mm->n == mm->cap) {
@@ -819,6 +829,52 @@ static void memo_keep(un_map_memo *mm, memo_key *k, uint64_t h, memo_entry *r) {
     mm->e[mm->n++] = *r;
     mm->st.entries = mm->n;
     mm->st.bytes += bytes;
+}
+
+/* The key of node v's configurations on map m (node_configs, try_config): the node's own work
+ * and what else shapes them: devices, only_data, no_parallel, the machine's split points (the
+ * degrees that fill a part), the optimizer (its name and state copies); tag 2. */
+static void cfg_key(const un_map *m, int32_t v, memo_key *k) {
+    mk_node(k, m->g, v);
+    mk_put(k, m->p.devices);
+    mk_put(k, m->p.only_data | m->p.no_parallel << 1);
+    mk_put(k, m->n_cut);
+    for (int i = 0; i < m->n_cut; i++)
+        mk_put(k, m->cut[i]);
+    mk_put(k, m->state_copies);
+    for (const char *o = m->p.optimizer ? m->p.optimizer : "adam"; *o; o++)
+        mk_put(k, *o);
+    mk_put(k, 2);
+}
+
+/* Node v's configurations: a copy of those of another map's node of the same key (the memo),
+ * else node_configs (then kept). */
+static un_status configs_of(un_map *m, int32_t v, cfg_list *out) {
+    un_map_memo *mm = m->p.memo && m->p.memo->cm == m->cm ? m->p.memo : NULL;
+    if (!mm)
+        return node_configs(m, v, out);
+    memo_key k = {0};
+    cfg_key(m, v, &k);
+    uint64_t h = mk_hash(&k);
+    mm->st.config_lookups++;
+    const memo_entry *e = memo_find(mm, &k, h, 0);
+    if (e) {
+        mm->st.config_hits++;
+        for (int32_t i = 0; i < e->n_cfg; i++)
+            cfg_push(out, &e->cfg[i]);
+        free(k.w);
+        return UN_OK;
+    }
+    un_status st = node_configs(m, v, out);
+    if (st != UN_OK) {
+        free(k.w);
+        return st;
+    }
+    memo_entry r = {.n_cfg = out->n, .map_id = m->memo_id};
+    r.cfg = un_xmalloc(((size_t)out->n + 1) * sizeof *r.cfg);
+    memcpy(r.cfg, out->v, (size_t)out->n * sizeof *r.cfg);
+    memo_keep(mm, &k, h, &r);
+    return UN_OK;
 }
 
 un_status un_map_new(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un_map_params *p,
@@ -875,7 +931,7 @@ un_status un_map_new(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un
             }
         } else {
             cfg_list l = {0};
-            st = node_configs(m, v, &l);
+            st = configs_of(m, v, &l);
             for (int32_t i = 0; i < l.n; i++)
                 cfg_push(&all, &l.v[i]);
             free(l.v);

@@ -181,18 +181,27 @@ un_status un_map_solve_piece(un_ctx *ctx, un_map *m, double lambda, int32_t chil
  * parts (the same key, the exit left out, with whether the entry is read after them), and a run
  * not answered whole starts from the longest kept frontier of its first parts: the same states,
  * costs and order as if it had run them, so the rest runs exactly as without the memo.
+ *
+ * Configurations. un_map_new enumerates and costs each node's configurations (most of its time,
+ * and it runs once per layer-2 candidate): with a memo, a node's list is kept under the node's
+ * own work (op, parameters, input shapes, which inputs are weights) and the map's devices,
+ * only_data, no_parallel, split points and optimizer, and a node of another map with that key
+ * gets a copy (what un_map_new already does between equal nodes of one graph).
  * Bounded by bytes: beyond the bound nothing new is kept. */
 typedef struct un_map_memo_stats {
-    int64_t solves;      /* un_map_solve_piece runs asked of the memo */
-    int64_t hits;        /* answered from it */
-    int64_t hits_across; /* of those, solved first on another map (another graph, candidate or
-                          * set of map parameters) */
-    int64_t prefix_hits; /* runs not answered whole that started from a kept frontier (below) */
-    int64_t nodes;       /* the pieces' nodes over those runs */
-    int64_t nodes_saved; /* of those, nodes the memo's answers and kept frontiers ran for them */
-    int64_t entries;     /* kept */
-    int64_t bytes;       /* their size */
-    int64_t not_kept;    /* solved but not kept: the memo was at its bound */
+    int64_t solves;         /* un_map_solve_piece runs asked of the memo */
+    int64_t hits;           /* answered from it */
+    int64_t hits_across;    /* of those, solved first on another map (another graph, candidate or
+                             * set of map parameters) */
+    int64_t prefix_hits;    /* runs not answered whole that started from a kept frontier (below) */
+    int64_t nodes;          /* the pieces' nodes over those runs */
+    int64_t nodes_saved;    /* of those, nodes the memo's answers and kept frontiers ran for them */
+    int64_t config_lookups; /* un_map_new: nodes whose configurations were looked up (a node
+                             * equal to an earlier one of its own map shares those, not asked) */
+    int64_t config_hits;    /* of those, copied from another map's node of the same key */
+    int64_t entries;        /* kept */
+    int64_t bytes;          /* their size */
+    int64_t not_kept;       /* solved but not kept: the memo was at its bound */
 } un_map_memo_stats;
 
 /* A memo for maps over cost model cm (borrowed); max_bytes 0: 256 MB. */

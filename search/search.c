@@ -384,10 +384,12 @@ static void memo_debug(const un_map_memo *memo, const char *phase) {
     un_map_memo_stats s = un_map_memo_get_stats(memo);
     fprintf(stderr,
             "layer 3 memo after %s: %lld piece solves, %lld from the memo (%lld solved on another "
-            "map), %lld from a kept frontier; %lld of %lld nodes saved; %lld kept (%.1f MB)\n",
+            "map), %lld from a kept frontier; %lld of %lld nodes saved; configurations %lld of "
+            "%lld copied; %lld kept (%.1f MB)\n",
             phase, (long long)s.solves, (long long)s.hits, (long long)s.hits_across,
             (long long)s.prefix_hits, (long long)s.nodes_saved, (long long)s.nodes,
-            (long long)s.entries, (double)s.bytes / 1e6);
+            (long long)s.config_hits, (long long)s.config_lookups, (long long)s.entries,
+            (double)s.bytes / 1e6);
 }
 
 static un_status search_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
@@ -671,10 +673,12 @@ void un_search_report(const un_search_result *r, const un_graph *g, const un_sea
         un_buf_printf(out,
                       "layer 3 memo: %lld piece solves over the search, %lld from the memo (%lld "
                       "solved first on another graph's or setting's map), %lld more started from a "
-                      "kept frontier; %lld of %lld nodes' DP saved; %lld kept (%.3g MB)%s\n",
+                      "kept frontier; %lld of %lld nodes' DP saved; nodes' configurations: %lld "
+                      "of %lld copied from another map; %lld kept (%.3g MB)%s\n",
                       (long long)r->memo.solves, (long long)r->memo.hits,
                       (long long)r->memo.hits_across, (long long)r->memo.prefix_hits,
                       (long long)r->memo.nodes_saved, (long long)r->memo.nodes,
+                      (long long)r->memo.config_hits, (long long)r->memo.config_lookups,
                       (long long)r->memo.entries, (double)r->memo.bytes / 1e6,
                       r->memo.not_kept ? ", at its bound" : "");
     if (p->mode == UN_SEARCH_JOINT && r->uneven)
