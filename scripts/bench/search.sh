@@ -10,7 +10,8 @@
 # the rewrites applied, the process's peak RSS and CPU time (user + system: what a loaded box
 # inflates least), why it ended (layer 3; layer 2 after the /) and
 # layer 3's memo across calls (piece solves answered by the memo / piece solves asked of it,
-# + those started from a kept frontier; the nodes whose DP the memo saved of the nodes solved).
+# + those started from a kept frontier; the nodes whose DP the memo saved of the nodes solved;
+# the nodes' configuration lists copied from another map of those looked up).
 # Every estimate is the simulator's (plan semantics).
 #   scripts/bench/search.sh [BUILD_DIR]  Env: MODELS, DEVICES, MODES, RULES, QUICK, BEFORE, UNITY_TRAIN.
 # QUICK=1: a subset for iterating (mlp, transformer, candle_uno, inception_v3 on 16 and 192
@@ -255,7 +256,7 @@ for m in $models; do
             rw=$(sed -n 's/^rewrites applied: \([0-9][0-9]*\).*/\1/p; s/^rewrites applied: none.*/0/p' "$tmp/out")
             e2=$(sed -n 's/^layer 2 (.*ended: \(.*\)$/\1/p' "$tmp/out")
             [ -n "$e2" ] && ended="$ended / $e2"
-            memo=$(sed -n 's/^layer 3 memo: \([0-9]*\) piece solves over the search, \([0-9]*\) from.*, \([0-9]*\) more started from a kept frontier; \([0-9]*\) of \([0-9]*\) nodes.*/\2 \/ \1 (+\3 from a frontier; \4 of \5 nodes)/p' "$tmp/out")
+            memo=$(sed -n 's/^layer 3 memo: \([0-9]*\) piece solves over the search, \([0-9]*\) from.*, \([0-9]*\) more started from a kept frontier; \([0-9]*\) of \([0-9]*\) nodes.* configurations: \([0-9]*\) of \([0-9]*\) copied.*/\2 \/ \1 (+\3 from a frontier; \4 of \5 nodes; configs \6 of \7)/p' "$tmp/out")
             echo "| $m | $d | $mode | $wall | $step | $sp | $gb | ${rw:--} | $((rss / 1024)) | $cpu | $ended | ${memo:--} |"
         done
     done
