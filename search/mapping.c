@@ -45,6 +45,7 @@ struct un_map {
     un_sp_tree tree;  /* the series-parallel decomposition the DP runs over */
     int32_t *pos;     /* [n] position of a regular node in the tree's leaf order */
     int32_t *lastpos; /* [n] the last position that reads it (its own when none) */
+    uint64_t memo_id; /* this map among the memo's (p.memo), 0: none */
 };
 
 un_map_params un_map_params_default(int devices) {
@@ -564,6 +565,318 @@ static un_status map_tree(un_map *m) {
     return UN_OK;
 }
 
+/* ---- the memo of piece solves across maps (mapping.h) ---- */
+
+#define MEMO_BYTES_DEFAULT ((int64_t)256 << 20)
+
+/* One kept run: its key (the subproblem word by word) and its results. */
+typedef struct memo_entry {
+    uint64_t hash;
+    int32_t next;     /* the next entry of its bucket, -1: none */
+    int32_t n_key;    /* words */
+    int64_t *key;     /* owned */
+    int32_t size, nx; /* the piece's nodes, the exit's configurations */
+    double *cost;     /* [nx] owned */
+    int32_t *assign;  /* [nx * size] owned: configurations by position (rows of finite costs) */
+    int64_t beam;     /* the beam it ran with */
+    bool beamed;      /* it dropped states: it serves that beam only */
+    int64_t peak, peak_split; /* its largest frontier and split input (the beams that keep all) */
+    un_map_stats added; /* the counters it added (states, splits, parallels, pieces, frontier) */
+    uint64_t map_id;    /* the map that solved it */
+    /* a frontier after the first parts of a piece (prefix_keep): nx states, their costs in cost,
+     * their assignments in assign, and these */
+    int32_t n_live;
+    int32_t *live;          /* [n_live] positions of the live nodes in the piece */
+    int32_t *fkey, *origin; /* [nx * n_live], [nx] */
+    /* a node's configurations (configs_of) */
+    un_map_config *cfg; /* [n_cfg] owned */
+    int32_t n_cfg;
+} memo_entry;
+
+struct un_map_memo {
+    const un_cost_model *cm;
+    int64_t max_bytes;
+    uint64_t maps; /* maps that took this memo */
+    int32_t *head; /* [n_head] buckets, power of two */
+    int32_t n_head;
+    memo_entry *e;
+    int32_t n, cap;
+    un_map_memo_stats st;
+};
+
+un_map_memo *un_map_memo_new(const un_cost_model *cm, int64_t max_bytes) {
+    un_map_memo *mm = un_xcalloc(1, sizeof *mm);
+    mm->cm = cm;
+    mm->max_bytes = max_bytes > 0 ? max_bytes : MEMO_BYTES_DEFAULT;
+    return mm;
+}
+
+void un_map_memo_free(un_map_memo *mm) {
+    if (!mm)
+        return;
+    for (int32_t i = 0; i < mm->n; i++) {
+        free(mm->e[i].key);
+        free(mm->e[i].cost);
+        free(mm->e[i].assign);
+        free(mm->e[i].live);
+        free(mm->e[i].fkey);
+        free(mm->e[i].origin);
+        free(mm->e[i].cfg);
+    }
+    free(mm->e);
+    free(mm->head);
+    free(mm);
+}
+
+un_map_memo_stats un_map_memo_get_stats(const un_map_memo *mm) {
+    un_map_memo_stats z = {0};
+    return mm ? mm->st : z;
+}
+
+static uint64_t memo_next_map(un_map_memo *mm) { return ++mm->maps; }
+
+/* The key being written: words, and its hash at the end. */
+typedef struct memo_key {
+    int64_t *w;
+    int32_t n, cap;
+} memo_key;
+
+static void mk_put(memo_key *k, int64_t x) {
+    if (k->n == k->cap) {
+        k->cap = k->cap ? 2 * k->cap : 256;
+        k->w = un_xrealloc(k->w, (size_t)k->cap * sizeof *k->w);
+    }
+    k->w[k->n++] = x;
+}
+
+static void mk_shape(memo_key *k, const un_shape *s) {
+    mk_put(k, s->rank);
+    mk_put(k, s->dtype);
+    for (int i = 0; i < s->rank; i++) {
+        mk_put(k, s->dim[i]);
+        mk_put(k, s->shard[i]);
+    }
+    mk_put(k, s->sum);
+    mk_put(k, s->copy);
+}
+
+/* A node's own work: op, parameters, outputs, each input's shape and whether it is a weight. */
+static void mk_node(memo_key *k, const un_graph *g, int32_t v) {
+    const un_node *nd = un_graph_node(g, v);
+    mk_put(k, nd->op);
+    for (int i = 0; i < UN_MAX_PARAMS; i++) {
+        mk_put(k, nd->params[i].len);
+        for (int j = 0; j < (nd->params[i].len < 0 ? 1 : nd->params[i].len); j++)
+            mk_put(k, nd->params[i].v[j]);
+    }
+    mk_put(k, nd->inf.n_out);
+    mk_put(k, nd->n_in);
+    for (int t = 0; t < nd->n_in; t++) {
+        mk_shape(k, un_graph_shape(g, nd->in[t]));
+        mk_put(k, un_graph_node(g, nd->in[t].node)->op == UN_OP_WEIGHT);
+    }
+}
+
+/* The SP subtree x, positions relative to b; whether it holds a parallel composition. */
+static bool mk_tree(memo_key *k, const un_map *m, int32_t x, int32_t b) {
+    const un_sp_node *t = &m->tree.nodes[x];
+    mk_put(k, t->kind);
+    mk_put(k, t->begin - b);
+    mk_put(k, t->end - b);
+    mk_put(k, t->n_child);
+    bool par = t->kind == UN_SP_PARALLEL;
+    for (int32_t i = 0; i < t->n_child; i++)
+        par |= mk_tree(k, m, m->tree.child[t->child_at + i], b);
+    return par;
+}
+
+static int cmp_id(const void *x, const void *y) {
+    int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
+    return (a > b) - (a < b);
+}
+
+/* The key of un_map_solve_piece's run over leaves order[b .. e) (see mapping.h); false when the
+ * piece reads a regular node outside it other than the entry (then it is not memoized). */
+static bool piece_key(const un_map *m, double lambda, int32_t x0, int32_t x1, int32_t b, int32_t e,
+                      int32_t entry, int32_t entry_cfg, int32_t exit, memo_key *k) {
+    const un_graph *g = m->g;
+    uint64_t lb;
+    memcpy(&lb, &lambda, sizeof lb);
+    mk_put(k, (int64_t)lb);
+    mk_put(k, m->p.devices);
+    mk_put(k, m->p.only_data | m->p.no_parallel << 1);
+    mk_put(k, m->state_copies);
+    mk_put(k, entry >= 0 ? entry_cfg : -1);
+    if (entry >= 0)
+        mk_node(k, g, entry);
+    int32_t size = e - b;
+    mk_put(k, size);
+    /* each id's rank among the piece's and the entry's: the DP keeps live nodes in id order */
+    int32_t *ids = un_xmalloc(((size_t)size + 2) * sizeof *ids);
+    memcpy(ids, m->tree.order + b, (size_t)size * sizeof *ids);
+    int32_t n_ids = size;
+    if (entry >= 0)
+        ids[n_ids++] = entry;
+    qsort(ids, (size_t)n_ids, sizeof *ids, cmp_id);
+    if (entry >= 0)
+        mk_put(k, (int32_t *)bsearch(&entry, ids, (size_t)n_ids, sizeof *ids, cmp_id) - ids);
+    bool ok = true;
+    int32_t first_out = m->p.free_outputs > 0 ? m->p.free_outputs : 0;
+    for (int32_t i = b; i < e && ok; i++) {
+        int32_t v = m->tree.order[i];
+        mk_put(k, (int32_t *)bsearch(&v, ids, (size_t)n_ids, sizeof *ids, cmp_id) - ids);
+        mk_node(k, g, v);
+        const un_node *nd = un_graph_node(g, v);
+        for (int t = 0; t < nd->n_in; t++) {
+            int32_t u = nd->in[t].node;
+            mk_put(k, nd->in[t].out);
+            if (u == entry) {
+                mk_put(k, -1);
+            } else if (!is_regular(g, u)) {
+                mk_put(k, -2 - (int64_t)un_graph_node(g, u)->op);
+            } else if (m->pos[u] >= b && m->pos[u] < e) {
+                mk_put(k, m->pos[u] - b);
+            } else {
+                ok = false;
+            }
+        }
+        /* the outputs the loss reads (a piece's exit taken out is not one) */
+        for (int32_t j = first_out; j < un_graph_output_count(g); j++)
+            if (un_graph_output(g, j).node == v)
+                mk_put(k, -1000 - (int64_t)un_graph_output(g, j).out);
+        mk_put(k, v == exit ? -1 : m->lastpos[v] >= e ? -2 : m->lastpos[v] - b);
+    }
+    free(ids);
+    mk_put(k, exit >= 0 ? m->pos[exit] - b : -1);
+    const un_sp_node *root = &m->tree.nodes[m->tree.root];
+    bool par = false;
+    for (int32_t i = x0; i < x1; i++)
+        par |= mk_tree(
+            k, m, root->kind == UN_SP_SERIES ? m->tree.child[root->child_at + i] : m->tree.root, b);
+    /* the machine's split points shape only the configurations of nodes inside a parallel
+     * composition (map_tree) and the DP's splits of one: a piece without one is the same
+     * subproblem with or without them */
+    mk_put(k, par ? m->p.shared_branches | m->p.uneven_splits << 1 : -1);
+    return ok;
+}
+
+static uint64_t mk_hash(const memo_key *k) {
+    uint64_t h = 1469598103934665603ull;
+    for (int32_t i = 0; i < k->n; i++)
+        h = (h ^ (uint64_t)k->w[i]) * 1099511628211ull;
+    return h ^ (h >> 29);
+}
+
+/* Whether kept run e answers a run with beam `beam`: the same beam, or e dropped no state and
+ * `beam` would drop none of its states either. */
+static bool memo_serves(const memo_entry *e, int64_t beam) {
+    int64_t cap_in = beam / 8 > 64 ? beam / 8 : 64;
+    return e->beam == beam || (!e->beamed && e->peak <= beam && e->peak_split <= cap_in);
+}
+
+static const memo_entry *memo_find(const un_map_memo *mm, const memo_key *k, uint64_t h,
+                                   int64_t beam) {
+    if (!mm->n_head)
+        return NULL;
+    for (int32_t i = mm->head[h & (uint64_t)(mm->n_head - 1)]; i >= 0; i = mm->e[i].next) {
+        const memo_entry *e = &mm->e[i];
+        if (e->hash == h && e->n_key == k->n &&
+            memcmp(e->key, k->w, (size_t)k->n * sizeof *k->w) == 0 && memo_serves(e, beam))
+            return e;
+    }
+    return NULL;
+}
+
+/* Keeps a run (takes k's words), unless the memo is at its bound. */
+static void memo_keep(un_map_memo *mm, memo_key *k, uint64_t h, memo_entry *r) {
+    int64_t bytes = (int64_t)sizeof *r + (int64_t)k->n * 8 + (int64_t)r->nx * 8 +
+                    (int64_t)r->nx * r->size * 4 + (int64_t)r->n_live * 4 +
+                    (r->n_live ? (int64_t)r->nx * (r->n_live + 1) * 4 : 0) +
+                    (int64_t)r->n_cfg * (int64_t)sizeof *r->cfg;
+    if (mm->st.bytes + bytes > mm->max_bytes) {
+        mm->st.not_kept++;
+        free(k->w);
+        free(r->cost);
+        free(r->assign);
+        free(r->live);
+        free(r->fkey);
+        free(r->origin);
+        free(r->cfg);
+        return;
+    }
+    if (mm->n == mm->cap) {
+        mm->cap = mm->cap ? 2 * mm->cap : 256;
+        mm->e = un_xrealloc(mm->e, (size_t)mm->cap * sizeof *mm->e);
+    }
+    if (mm->n >= mm->n_head) { /* rehash at load 1 */
+        mm->n_head = mm->n_head ? 2 * mm->n_head : 256;
+        free(mm->head);
+        mm->head = un_xmalloc((size_t)mm->n_head * sizeof *mm->head);
+        for (int32_t i = 0; i < mm->n_head; i++)
+            mm->head[i] = -1;
+        for (int32_t i = 0; i < mm->n; i++) {
+            int32_t bk = (int32_t)(mm->e[i].hash & (uint64_t)(mm->n_head - 1));
+            mm->e[i].next = mm->head[bk];
+            mm->head[bk] = i;
+        }
+    }
+    r->hash = h;
+    r->key = k->w;
+    r->n_key = k->n;
+    int32_t bk = (int32_t)(h & (uint64_t)(mm->n_head - 1));
+    r->next = mm->head[bk];
+    mm->head[bk] = mm->n;
+    mm->e[mm->n++] = *r;
+    mm->st.entries = mm->n;
+    mm->st.bytes += bytes;
+}
+
+/* The key of node v's configurations on map m (node_configs, try_config): the node's own work
+ * and what else shapes them: devices, only_data, no_parallel, the machine's split points (the
+ * degrees that fill a part), the optimizer (its name and state copies); tag 2. */
+static void cfg_key(const un_map *m, int32_t v, memo_key *k) {
+    mk_node(k, m->g, v);
+    mk_put(k, m->p.devices);
+    mk_put(k, m->p.only_data | m->p.no_parallel << 1);
+    mk_put(k, m->n_cut);
+    for (int i = 0; i < m->n_cut; i++)
+        mk_put(k, m->cut[i]);
+    mk_put(k, m->state_copies);
+    for (const char *o = m->p.optimizer ? m->p.optimizer : "adam"; *o; o++)
+        mk_put(k, *o);
+    mk_put(k, 2);
+}
+
+/* Node v's configurations: a copy of those of another map's node of the same key (the memo),
+ * else node_configs (then kept). */
+static un_status configs_of(un_map *m, int32_t v, cfg_list *out) {
+    un_map_memo *mm = m->p.memo && m->p.memo->cm == m->cm ? m->p.memo : NULL;
+    if (!mm)
+        return node_configs(m, v, out);
+    memo_key k = {0};
+    cfg_key(m, v, &k);
+    uint64_t h = mk_hash(&k);
+    mm->st.config_lookups++;
+    const memo_entry *e = memo_find(mm, &k, h, 0);
+    if (e) {
+        mm->st.config_hits++;
+        for (int32_t i = 0; i < e->n_cfg; i++)
+            cfg_push(out, &e->cfg[i]);
+        free(k.w);
+        return UN_OK;
+    }
+    un_status st = node_configs(m, v, out);
+    if (st != UN_OK) {
+        free(k.w);
+        return st;
+    }
+    memo_entry r = {.n_cfg = out->n, .map_id = m->memo_id};
+    r.cfg = un_xmalloc(((size_t)out->n + 1) * sizeof *r.cfg);
+    memcpy(r.cfg, out->v, (size_t)out->n * sizeof *r.cfg);
+    memo_keep(mm, &k, h, &r);
+    return UN_OK;
+}
+
 un_status un_map_new(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un_map_params *p,
                      un_map **out) {
     *out = NULL;
@@ -578,6 +891,8 @@ un_status un_map_new(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un
     m->g = g;
     m->spec = un_graph_spec(g);
     m->p = *p;
+    if (p->memo)
+        m->memo_id = memo_next_map(p->memo);
     if (m->p.max_states <= 0)
         m->p.max_states = 4096;
     m->n = un_graph_node_count(g);
@@ -616,7 +931,7 @@ un_status un_map_new(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un
             }
         } else {
             cfg_list l = {0};
-            st = node_configs(m, v, &l);
+            st = configs_of(m, v, &l);
             for (int32_t i = 0; i < l.n; i++)
                 cfg_push(&all, &l.v[i]);
             free(l.v);
@@ -918,6 +1233,9 @@ typedef struct dp {
     int32_t *slot;   /* [3 * n] scratch: slot of a node in a live list */
     un_map_stats *st;
     int64_t max_states; /* the beam */
+    bool beamed;        /* this run dropped states */
+    int64_t peak;       /* its largest frontier before the beam */
+    int64_t peak_split; /* its most input states of a split of the machine */
 } dp;
 
 static int32_t trail_push(dp *d, trail r) {
@@ -1076,7 +1394,10 @@ static void fb_end(dp *d, fr_build *b) {
     frontier *f = b->f;
     free(b->table);
     b->table = NULL;
+    if (f->n > d->peak)
+        d->peak = f->n;
     if (f->n > d->max_states) {
+        d->beamed = true;
         int32_t keep = (int32_t)d->max_states;
         int32_t *ord = cheapest(f->cost, f->n, keep);
         int32_t L = f->n_live;
@@ -1377,7 +1698,10 @@ static void dp_run(dp *d, int32_t x, frontier *in, int rs, int rc, frontier *out
     /* from the cheapest max_states / 8 input states (all of them on small graphs) */
     frontier sub, *from = in;
     int32_t cap_in = (int32_t)(d->max_states / 8 > 64 ? d->max_states / 8 : 64);
+    if (in->n > d->peak_split)
+        d->peak_split = in->n;
     if (in->n > cap_in) {
+        d->beamed = true;
         int32_t *ord = cheapest(in->cost, in->n, cap_in);
         fr_init(&sub, in->live, in->n_live);
         sub.n = sub.cap = cap_in;
@@ -1466,12 +1790,16 @@ const un_sp_info *un_map_sp(const un_map *m) { return m->have_tree ? &m->sa : NU
 
 /* The assignment a trail record leads to (the nodes it names). */
 static void trail_walk(const dp *d, int32_t rec, int32_t *a) {
-    int32_t *stack = un_xmalloc(((size_t)d->nt + 1) * sizeof *stack);
-    int32_t sp = 0;
+    int32_t cap = 64, sp = 0; /* grown as needed: a walk visits its own records only */
+    int32_t *stack = un_xmalloc((size_t)cap * sizeof *stack);
     if (rec >= 0)
         stack[sp++] = rec;
     while (sp > 0) {
         trail r = d->t[stack[--sp]];
+        if (sp + 3 > cap) {
+            cap *= 2;
+            stack = un_xrealloc(stack, (size_t)cap * sizeof *stack);
+        }
         if (r.v >= 0)
             a[r.v] = r.c;
         if (r.prev >= 0)
@@ -1482,6 +1810,164 @@ static void trail_walk(const dp *d, int32_t rec, int32_t *a) {
             stack[sp++] = r.y;
     }
     free(stack);
+}
+
+/* ---- the memo's use in un_map_solve_piece ---- */
+
+/* Child i of the root's series (the root itself when it is not a series). */
+static const un_sp_node *piece_child(const un_map *m, int32_t i) {
+    const un_sp_node *root = &m->tree.nodes[m->tree.root];
+    return root->kind == UN_SP_SERIES ? &m->tree.nodes[m->tree.child[root->child_at + i]] : root;
+}
+
+static void stats_replay(un_map_stats *st, const un_map_stats *added) {
+    st->states += added->states;
+    st->splits += added->splits;
+    st->parallels += added->parallels;
+    st->pieces += added->pieces;
+    if (added->max_frontier > st->max_frontier)
+        st->max_frontier = added->max_frontier;
+    st->beam |= added->beam;
+}
+
+/* Counts an answer: a whole run's (hits) or a frontier's (prefix_hits), and the nodes whose DP
+ * it saves. */
+static void memo_answer(un_map_memo *mm, const memo_entry *e, const un_map *m, bool prefix) {
+    if (prefix) {
+        mm->st.prefix_hits++;
+    } else {
+        mm->st.hits++;
+        mm->st.hits_across += e->map_id != m->memo_id;
+    }
+    mm->st.nodes_saved += e->size;
+}
+
+/* A kept run's beam and counters: what run d added to st since `before`. */
+static memo_entry memo_entry_of(const dp *d, int32_t size, int32_t nx, const un_map_stats *st,
+                                const un_map_stats *before) {
+    memo_entry r = {.size = size,
+                    .nx = nx,
+                    .beam = d->max_states,
+                    .beamed = d->beamed,
+                    .peak = d->peak,
+                    .peak_split = d->peak_split,
+                    .map_id = d->m->memo_id};
+    r.added.states = st->states - before->states;
+    r.added.splits = st->splits - before->splits;
+    r.added.parallels = st->parallels - before->parallels;
+    r.added.pieces = st->pieces - before->pieces;
+    r.added.max_frontier = d->peak < d->max_states ? d->peak : d->max_states;
+    r.added.beam = d->beamed;
+    return r;
+}
+
+/* The key of the frontier after the piece's parts [child_begin, i): the part [child_begin, i)
+ * as a piece without exit, whether the entry is read after it, and the tag 1 (a frontier). */
+static bool prefix_key(const un_map *m, double lambda, int32_t child_begin, int32_t i, int32_t b,
+                       int32_t entry, int32_t entry_cfg, memo_key *k) {
+    int32_t e = piece_child(m, i - 1)->end;
+    if (!piece_key(m, lambda, child_begin, i, b, e, entry, entry_cfg, -1, k))
+        return false;
+    mk_put(k, entry >= 0 && m->lastpos[entry] >= e);
+    mk_put(k, 1);
+    return true;
+}
+
+/* Where a frontier is kept: after a part that is a single node and the only one live (a cut
+ * node), the frontier is one state per configuration of it, small, and what the runs of
+ * candidates that differ only after it have in common. */
+static bool prefix_point(const un_map *m, int32_t i, const frontier *f) {
+    const un_sp_node *c = piece_child(m, i - 1);
+    return c->kind == UN_SP_LEAF && (!f || (f->n_live == 1 && f->live[0] == c->node));
+}
+
+/* Keeps the frontier f after parts [child_begin, i) (states in order: cost, origin, key, and the
+ * assignment of the parts' nodes) unless kept already. */
+static void prefix_keep(dp *d, un_map_memo *mm, double lambda, int32_t child_begin, int32_t i,
+                        int32_t b, int32_t entry, int32_t entry_cfg, const frontier *f,
+                        const un_map_stats *before) {
+    const un_map *m = d->m;
+    memo_key k = {0};
+    if (!prefix_point(m, i, f) || f->n == 0 ||
+        !prefix_key(m, lambda, child_begin, i, b, entry, entry_cfg, &k)) {
+        free(k.w);
+        return;
+    }
+    uint64_t h = mk_hash(&k);
+    if (memo_find(mm, &k, h, d->max_states)) {
+        free(k.w);
+        return;
+    }
+    int32_t size = piece_child(m, i - 1)->end - b;
+    memo_entry r = memo_entry_of(d, size, f->n, d->st, before);
+    r.n_live = 1;
+    r.live = un_xmalloc(sizeof *r.live);
+    r.live[0] = m->pos[f->live[0]] - b;
+    r.cost = un_xmalloc(((size_t)f->n + 1) * sizeof *r.cost);
+    r.fkey = un_xmalloc(((size_t)f->n + 1) * sizeof *r.fkey);
+    r.origin = un_xmalloc(((size_t)f->n + 1) * sizeof *r.origin);
+    r.assign = un_xmalloc(((size_t)f->n * (size_t)size + 1) * sizeof *r.assign);
+    int32_t *a = un_xmalloc(((size_t)m->n + 1) * sizeof *a);
+    for (int32_t s = 0; s < f->n; s++) {
+        r.cost[s] = f->cost[s];
+        r.fkey[s] = f->key[s];
+        r.origin[s] = f->origin[s];
+        for (int32_t j = 0; j < size; j++)
+            a[m->tree.order[b + j]] = -1;
+        trail_walk(d, f->rec[s], a);
+        for (int32_t j = 0; j < size; j++)
+            r.assign[(size_t)s * (size_t)size + (size_t)j] = a[m->tree.order[b + j]];
+    }
+    free(a);
+    memo_keep(mm, &k, h, &r);
+}
+
+/* The longest kept frontier of the piece's parts [child_begin, i), i < child_end, set up in f
+ * (its states' trails rebuilt, its counters replayed): returns i, or child_begin (f untouched)
+ * when none is kept. */
+static int32_t prefix_find(dp *d, un_map_memo *mm, double lambda, int32_t child_begin,
+                           int32_t child_end, int32_t b, int32_t entry, int32_t entry_cfg,
+                           frontier *f) {
+    const un_map *m = d->m;
+    for (int32_t i = child_end - 1; i > child_begin; i--) {
+        if (!prefix_point(m, i, NULL))
+            continue;
+        memo_key k = {0};
+        const memo_entry *e = NULL;
+        if (prefix_key(m, lambda, child_begin, i, b, entry, entry_cfg, &k))
+            e = memo_find(mm, &k, mk_hash(&k), d->max_states);
+        free(k.w);
+        if (!e)
+            continue;
+        memo_answer(mm, e, m, true);
+        stats_replay(d->st, &e->added);
+        if (e->beamed)
+            d->beamed = true;
+        if (e->peak > d->peak)
+            d->peak = e->peak;
+        if (e->peak_split > d->peak_split)
+            d->peak_split = e->peak_split;
+        int32_t v = m->tree.order[b + e->live[0]];
+        fr_init(f, &v, 1);
+        f->n = f->cap = e->nx;
+        f->cost = un_xmalloc(((size_t)e->nx + 1) * sizeof *f->cost);
+        f->key = un_xmalloc(((size_t)e->nx + 1) * sizeof *f->key);
+        f->origin = un_xmalloc(((size_t)e->nx + 1) * sizeof *f->origin);
+        f->rec = un_xmalloc(((size_t)e->nx + 1) * sizeof *f->rec);
+        memcpy(f->cost, e->cost, (size_t)e->nx * sizeof *f->cost);
+        memcpy(f->key, e->fkey, (size_t)e->nx * sizeof *f->key);
+        memcpy(f->origin, e->origin, (size_t)e->nx * sizeof *f->origin);
+        for (int32_t s = 0; s < e->nx; s++) {
+            int32_t rec = -1;
+            for (int32_t j = 0; j < e->size; j++)
+                rec = trail_push(d, (trail){m->tree.order[b + j],
+                                            e->assign[(size_t)s * (size_t)e->size + (size_t)j], rec,
+                                            -1, -1});
+            f->rec[s] = rec;
+        }
+        return i;
+    }
+    return child_begin;
 }
 
 un_status un_map_solve_piece(un_ctx *ctx, un_map *m, double lambda, int32_t child_begin,
@@ -1501,6 +1987,39 @@ un_status un_map_solve_piece(un_ctx *ctx, un_map *m, double lambda, int32_t chil
             .lambda = lambda,
             .st = st,
             .max_states = max_states > 0 ? max_states : m->p.max_states};
+    /* the leaves order[b .. e) of the piece's parts */
+    int32_t b = piece_child(m, child_begin)->begin;
+    int32_t size = piece_child(m, child_end - 1)->end - b;
+    un_map_memo *mm = m->p.memo && m->p.memo->cm == m->cm ? m->p.memo : NULL;
+    memo_key key = {0};
+    uint64_t h = 0;
+    if (mm) {
+        mm->st.solves++;
+        mm->st.nodes += size;
+        if (piece_key(m, lambda, child_begin, child_end, b, b + size, entry, entry_cfg, exit,
+                      &key)) {
+            mk_put(&key, 0); /* a whole run's results */
+            h = mk_hash(&key);
+            const memo_entry *e = memo_find(mm, &key, h, d.max_states);
+            if (e) {
+                memo_answer(mm, e, m, false);
+                for (int32_t x = 0; x < nx; x++) {
+                    cost[x] = e->cost[x];
+                    if (isfinite(cost[x]))
+                        for (int32_t i = 0; i < size; i++)
+                            assign[(size_t)x * (size_t)m->n + (size_t)m->tree.order[b + i]] =
+                                e->assign[(size_t)x * (size_t)size + (size_t)i];
+                }
+                stats_replay(st, &e->added);
+                free(key.w);
+                return UN_OK;
+            }
+        } else {
+            free(key.w);
+            mm = NULL;
+        }
+    }
+    un_map_stats before = *st;
     d.assign = un_xmalloc(((size_t)m->n + 1) * sizeof *d.assign);
     d.slot = un_xmalloc((3 * (size_t)m->n + 1) * sizeof *d.slot);
     /* an exit nothing reads (a piece out of its graph) stays live: results per its configuration */
@@ -1508,20 +2027,27 @@ un_status un_map_solve_piece(un_ctx *ctx, un_map *m, double lambda, int32_t chil
     if (exit >= 0 && m->lastpos[exit] == m->pos[exit])
         m->lastpos[exit] = INT32_MAX;
     frontier f;
-    bool live = entry >= 0 && m->lastpos[entry] > m->pos[entry];
-    fr_init(&f, &entry, live ? 1 : 0);
-    f.n = f.cap = 1;
-    f.cost = un_xcalloc(1, sizeof *f.cost);
-    f.key = un_xmalloc(sizeof *f.key);
-    f.key[0] = entry_cfg;
-    f.origin = un_xcalloc(1, sizeof *f.origin);
-    f.rec = un_xmalloc(sizeof *f.rec);
-    f.rec[0] = -1;
-    for (int32_t i = child_begin; i < child_end; i++) {
+    int32_t from = child_begin;
+    if (mm)
+        from = prefix_find(&d, mm, lambda, child_begin, child_end, b, entry, entry_cfg, &f);
+    if (from == child_begin) {
+        bool live = entry >= 0 && m->lastpos[entry] > m->pos[entry];
+        fr_init(&f, &entry, live ? 1 : 0);
+        f.n = f.cap = 1;
+        f.cost = un_xcalloc(1, sizeof *f.cost);
+        f.key = un_xmalloc(sizeof *f.key);
+        f.key[0] = entry_cfg;
+        f.origin = un_xcalloc(1, sizeof *f.origin);
+        f.rec = un_xmalloc(sizeof *f.rec);
+        f.rec[0] = -1;
+    }
+    for (int32_t i = from; i < child_end; i++) {
         int32_t x = root->kind == UN_SP_SERIES ? m->tree.child[root->child_at + i] : m->tree.root;
         frontier nf;
         dp_run(&d, x, &f, 0, m->p.devices, &nf);
         f = nf;
+        if (mm && i + 1 < child_end)
+            prefix_keep(&d, mm, lambda, child_begin, i + 1, b, entry, entry_cfg, &f, &before);
     }
     int32_t slot = -1;
     for (int32_t i = 0; i < f.n_live; i++)
@@ -1547,6 +2073,20 @@ un_status un_map_solve_piece(un_ctx *ctx, un_map *m, double lambda, int32_t chil
     free(d.slot);
     if (exit >= 0)
         m->lastpos[exit] = exit_last;
+    if (mm) {
+        memo_entry r = memo_entry_of(&d, size, nx, st, &before);
+        r.cost = un_xmalloc(((size_t)nx + 1) * sizeof *r.cost);
+        r.assign = un_xmalloc(((size_t)nx * (size_t)size + 1) * sizeof *r.assign);
+        for (int32_t x = 0; x < nx; x++) {
+            r.cost[x] = cost[x];
+            for (int32_t i = 0; i < size; i++)
+                r.assign[(size_t)x * (size_t)size + (size_t)i] =
+                    isfinite(cost[x])
+                        ? assign[(size_t)x * (size_t)m->n + (size_t)m->tree.order[b + i]]
+                        : -1;
+        }
+        memo_keep(mm, &key, h, &r);
+    }
     return UN_OK;
 }
 

@@ -56,6 +56,7 @@
 #include "search/sp.h"
 
 typedef struct un_map un_map;
+typedef struct un_map_memo un_map_memo;
 
 /* Split points of the machine for parallel branches, at most (search/mapping.c map_cuts). */
 #define UN_MAP_MAX_CUTS 8
@@ -73,6 +74,8 @@ typedef struct un_map_params {
     int32_t free_outputs;  /* the first k graph outputs are not the loss's (a layer-1 piece's exit
                             * taken out of its graph, search/subst.h): no conversion to the
                             * layout the loss reads is charged for them */
+    un_map_memo *memo;     /* borrowed: piece solves answered and kept across maps (below); NULL:
+                            * none. Never changes a result, only whether it is computed again */
 } un_map_params;
 
 /* One configuration of one node. */
@@ -149,6 +152,62 @@ const un_sp_info *un_map_sp(const un_map *m);
 un_status un_map_solve_piece(un_ctx *ctx, un_map *m, double lambda, int32_t child_begin,
                              int32_t child_end, int32_t entry, int32_t entry_cfg, int32_t exit,
                              int64_t max_states, double *cost, int32_t *assign, un_map_stats *st);
+
+/* ---- the memo of piece solves across maps ----
+ *
+ * One search solves the same piece many times on different maps: every layer-2 candidate is a
+ * new graph (and a new map) whose pieces are mostly the model's own, the rewritten graph is
+ * planned again at the same memory prices, layer 2's pieces are those layer 1 solved. A memo
+ * set in un_map_params.memo makes un_map_solve_piece look each run up before solving it and keep
+ * what it solves. The key is the exact subproblem, written out word by word in the DP's own order
+ * (hashed, then compared in full, never by the hash alone): lambda, the map parameters that shape
+ * configurations (devices, only_data, no_parallel, the optimizer's state copies; shared_branches
+ * and uneven_splits where the piece holds a parallel composition: elsewhere they change nothing),
+ * the entry cut node (op, parameters, input shapes and which are weights) and its
+ * configuration, every node of the piece in the DP's leaf order (op, parameters, each input as a
+ * source of some op and shape, the entry, or a piece node by position; its outputs the loss reads;
+ * the last position that reads it; its id's rank among the piece's, which fixes the DP's order of
+ * live nodes and so its ties), the exit's position, and the piece's SP subtree. Configurations
+ * and costs follow from those and the cost model (one per memo). The beam is not in the key: a run
+ * that dropped no state is the exact DP for any beam at least as wide as its largest frontier; a
+ * run that dropped states serves only its own beam. The value: the cost per exit configuration,
+ * the assignment of the piece's nodes by position, and the counters the run added to its stats
+ * (replayed, so the stats are the same with or without the memo).
+ *
+ * Frontiers. A candidate rewritten late in a piece shares the piece's first parts with the piece
+ * as it was: after each part of the root's series that is a cut node (a single node, the only one
+ * live), un_map_solve_piece keeps the DP's frontier (one state per configuration of the cut node,
+ * in the DP's order, with its cost and the assignment of the parts before) under the key of those
+ * parts (the same key, the exit left out, with whether the entry is read after them), and a run
+ * not answered whole starts from the longest kept frontier of its first parts: the same states,
+ * costs and order as if it had run them, so the rest runs exactly as without the memo.
+ *
+ * Configurations. un_map_new enumerates and costs each node's configurations (most of its time,
+ * and it runs once per layer-2 candidate): with a memo, a node's list is kept under the node's
+ * own work (op, parameters, input shapes, which inputs are weights) and the map's devices,
+ * only_data, no_parallel, split points and optimizer, and a node of another map with that key
+ * gets a copy (what un_map_new already does between equal nodes of one graph).
+ * Bounded by bytes: beyond the bound nothing new is kept. */
+typedef struct un_map_memo_stats {
+    int64_t solves;         /* un_map_solve_piece runs asked of the memo */
+    int64_t hits;           /* answered from it */
+    int64_t hits_across;    /* of those, solved first on another map (another graph, candidate or
+                             * set of map parameters) */
+    int64_t prefix_hits;    /* runs not answered whole that started from a kept frontier (below) */
+    int64_t nodes;          /* the pieces' nodes over those runs */
+    int64_t nodes_saved;    /* of those, nodes the memo's answers and kept frontiers ran for them */
+    int64_t config_lookups; /* un_map_new: nodes whose configurations were looked up (a node
+                             * equal to an earlier one of its own map shares those, not asked) */
+    int64_t config_hits;    /* of those, copied from another map's node of the same key */
+    int64_t entries;        /* kept */
+    int64_t bytes;          /* their size */
+    int64_t not_kept;       /* solved but not kept: the memo was at its bound */
+} un_map_memo_stats;
+
+/* A memo for maps over cost model cm (borrowed); max_bytes 0: 256 MB. */
+un_map_memo *un_map_memo_new(const un_cost_model *cm, int64_t max_bytes);
+void un_map_memo_free(un_map_memo *mm);
+un_map_memo_stats un_map_memo_get_stats(const un_map_memo *mm); /* zeros for NULL */
 
 /* The plan graph of an assignment: g's nodes, with the parallel ops that convert each tensor
  * to the layout its consumer needs, and each node's machine view. Owned: un_graph_free. */

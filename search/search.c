@@ -158,8 +158,8 @@ static void data_parallel_estimate(un_ctx *ctx, un_cost_model *cm, const un_grap
 
 /* Layer 3 (and the data, serial and mcmc modes) on one serial graph, until `deadline`. */
 static un_status plan_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
-                            const un_search_params *p, double deadline, double limit,
-                            un_search_result *out) {
+                            const un_search_params *p, un_map_memo *memo, double deadline,
+                            double limit, un_search_result *out) {
     un_search_params q = *p;
     if (q.budget <= 0)
         q.budget = 20000;
@@ -168,6 +168,7 @@ static un_status plan_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     mp.max_states = p->max_states;
     mp.no_parallel = p->mode == UN_SEARCH_SERIAL;
     mp.only_data = p->mode == UN_SEARCH_DATA;
+    mp.memo = memo;
     un_map *m = NULL;
     un_status st = un_map_new(ctx, cm, g, &mp, &m);
     if (st != UN_OK)
@@ -376,8 +377,23 @@ static bool better_result(const un_search_result *x, const un_search_result *y) 
     return x->sim.step < y->sim.step;
 }
 
-un_status un_search_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
-                        const un_search_params *p, un_search_result *out) {
+/* Under UN_SEARCH_DEBUG: the memo's counters after a phase of the search. */
+static void memo_debug(const un_map_memo *memo, const char *phase) {
+    if (!getenv("UN_SEARCH_DEBUG") || !memo)
+        return;
+    un_map_memo_stats s = un_map_memo_get_stats(memo);
+    fprintf(stderr,
+            "layer 3 memo after %s: %lld piece solves, %lld from the memo (%lld solved on another "
+            "map), %lld from a kept frontier; %lld of %lld nodes saved; configurations %lld of "
+            "%lld copied; %lld kept (%.1f MB)\n",
+            phase, (long long)s.solves, (long long)s.hits, (long long)s.hits_across,
+            (long long)s.prefix_hits, (long long)s.nodes_saved, (long long)s.nodes,
+            (long long)s.config_hits, (long long)s.config_lookups, (long long)s.entries,
+            (double)s.bytes / 1e6);
+}
+
+static un_status search_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
+                            const un_search_params *p, un_map_memo *memo, un_search_result *out) {
     memset(out, 0, sizeof *out);
     double t0 = un_search_clock();
     double limit = p->time_limit > 0 ? p->time_limit : 60;
@@ -394,7 +410,7 @@ un_status un_search_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     }
     if (!layer2 || used == 0) {
         free(use);
-        un_status st = plan_graph(ctx, cm, g, &pj, deadline, limit, out);
+        un_status st = plan_graph(ctx, cm, g, &pj, memo, deadline, limit, out);
         out->rewrites_off = !layer2     ? "not in this mode"
                             : !p->rules ? "no rules (--rules DB)"
                             : un_ruleset_count(p->rules) == 0
@@ -409,6 +425,7 @@ un_status un_search_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     sp.map.optimizer = p->optimizer;
     sp.map.max_states = p->max_states;
     sp.use = use;
+    sp.map.memo = memo;
     /* joint: the model graph's own plan first (the comparison, and the memory price) */
     un_search_result r0, r1;
     memset(&r0, 0, sizeof r0);
@@ -416,7 +433,8 @@ un_status un_search_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     un_status st0 = UN_ERR_INVALID, st1 = UN_ERR_INVALID;
     char err0[512] = "";
     if (p->mode == UN_SEARCH_JOINT) {
-        st0 = plan_graph(ctx, cm, g, &pj, deadline, limit, &r0);
+        st0 = plan_graph(ctx, cm, g, &pj, memo, deadline, limit, &r0);
+        memo_debug(memo, "the model graph's plan");
         if (st0 == UN_OK) {
             sp.lambda = r0.lambda;
         } else {
@@ -451,12 +469,14 @@ un_status un_search_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
         }
     }
     free(use);
+    memo_debug(memo, "layer 2");
     if (st != UN_OK) {
         un_search_result_deinit(&r0);
         return st;
     }
     if (sr.n_steps > 0 || p->mode == UN_SEARCH_TASO) {
-        st1 = plan_graph(ctx, cm, sr.best, &pj, deadline, limit, &r1);
+        st1 = plan_graph(ctx, cm, sr.best, &pj, memo, deadline, limit, &r1);
+        memo_debug(memo, "layer 2's graph's plan");
         if (st1 != UN_OK && st0 != UN_OK && !err0[0])
             snprintf(err0, sizeof err0, "%s", un_ctx_errmsg(ctx));
         if (st1 != UN_OK)
@@ -468,7 +488,8 @@ un_status un_search_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     un_status st2 = UN_ERR_INVALID;
     if (sr2.best && sr2.n_steps > 0 &&
         (sr.n_steps == 0 || un_graph_hash(sr2.best) != un_graph_hash(sr.best))) {
-        st2 = plan_graph(ctx, cm, sr2.best, &pj, deadline, limit, &r2);
+        st2 = plan_graph(ctx, cm, sr2.best, &pj, memo, deadline, limit, &r2);
+        memo_debug(memo, "taso's graph's plan");
         if (st2 != UN_OK)
             un_ctx_clear(ctx);
         else
@@ -533,6 +554,16 @@ un_status un_search_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     }
     out->wall = un_search_clock() - t0;
     return UN_OK;
+}
+
+un_status un_search_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
+                        const un_search_params *p, un_search_result *out) {
+    un_map_memo *memo = p->no_memo ? NULL : un_map_memo_new(cm, 0);
+    un_status st = search_run(ctx, cm, g, p, memo, out);
+    if (st == UN_OK)
+        out->memo = un_map_memo_get_stats(memo);
+    un_map_memo_free(memo);
+    return st;
 }
 
 void un_search_result_deinit(un_search_result *r) {
@@ -636,6 +667,20 @@ void un_search_report(const un_search_result *r, const un_graph *g, const un_sea
                       (long long)r->stats.splits,
                       r->stats.beam ? ", beam (states dropped)" : ", exact", r->lambda_rounds,
                       r->lambda * 1e9, r->picked ? r->picked : "?");
+    if ((p->mode == UN_SEARCH_JOINT || p->mode == UN_SEARCH_TASO) && p->no_memo)
+        un_buf_printf(out, "layer 3 memo: off\n");
+    else if (p->mode == UN_SEARCH_JOINT || p->mode == UN_SEARCH_TASO)
+        un_buf_printf(out,
+                      "layer 3 memo: %lld piece solves over the search, %lld from the memo (%lld "
+                      "solved first on another graph's or setting's map), %lld more started from a "
+                      "kept frontier; %lld of %lld nodes' DP saved; nodes' configurations: %lld "
+                      "of %lld copied from another map; %lld kept (%.3g MB)%s\n",
+                      (long long)r->memo.solves, (long long)r->memo.hits,
+                      (long long)r->memo.hits_across, (long long)r->memo.prefix_hits,
+                      (long long)r->memo.nodes_saved, (long long)r->memo.nodes,
+                      (long long)r->memo.config_hits, (long long)r->memo.config_lookups,
+                      (long long)r->memo.entries, (double)r->memo.bytes / 1e6,
+                      r->memo.not_kept ? ", at its bound" : "");
     if (p->mode == UN_SEARCH_JOINT && r->uneven)
         un_buf_printf(out,
                       "uneven splits (the quarters on whole nodes, a degree filling the larger "

@@ -60,6 +60,8 @@ typedef struct un_search_params {
     double alpha;            /* layer 2's pruning factor (0: 1.05) */
     int64_t subst_budget;    /* layer 2's graphs costed (0: 1000) */
     bool halves_only;        /* beyond 8 devices, no plan with uneven splits (search.c) */
+    bool no_memo;            /* layer 3 without the memo across calls (mapping.h un_map_memo):
+                                tests and benchmarks; the plan is the same either way */
     bool sim_runtime;        /* rank plans by the simulator under the runtime's semantics (what
                                 runtime/exec.c executes today: un_sim_params.mirror_sources) instead of
                                 DESIGN.md section 9's plan semantics (false, the default) */
@@ -73,6 +75,8 @@ typedef struct un_search_result {
     const char *ended;           /* "exhausted", "budget" or "time" (static) */
     un_map_stats stats;          /* layer 3 of the chosen plan (joint) */
     un_split_stats split;        /* layer 1 of the chosen plan (joint) */
+    un_map_memo_stats memo;      /* layer 3's piece solves over the whole search (all its graphs,
+                                    memory prices and split settings) and the memo's answers */
     int lambda_rounds;           /* memory prices tried (joint) */
     double lambda;               /* the memory price of the chosen plan (seconds per byte) */
     int64_t proposals, accepted; /* mcmc */

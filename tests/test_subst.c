@@ -4,12 +4,14 @@
  * of up to 6 operators and 1, 2 and 4 devices, at two memory prices; every graph of the closure
  * is costed exactly once (the memo); a rewrite the cost model prefers (fusing relu into the
  * linear before it) is chosen, by layer 2 and by the joint search; the search always ends and
- * says why (budget 1, a tiny time limit, no rules); bad alpha is refused. */
+ * says why (budget 1, a tiny time limit, no rules); bad alpha is refused; layer 3's memo across
+ * calls changes no plan and answers the pieces a rewrite leaves as they were. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "pcg/eval.h"
+#include "runtime/zoo.h"
 #include "search/search.h"
 #include "search/subst.h"
 #include "tests/test.h"
@@ -438,12 +440,154 @@ static void test_pieces(void) {
     un_ctx_free(ctx);
 }
 
+/* One joint search (split size k, max_states states) with or without layer 3's memo. */
+static un_status memo_run(un_ctx *ctx, un_cost_model *cm, const un_ruleset *set, const un_graph *g,
+                          int devices, int k, int64_t max_states, bool no_memo,
+                          un_search_result *r) {
+    un_search_params sp = un_search_params_default(devices);
+    sp.rules = set;
+    sp.split_size = k;
+    sp.max_states = max_states;
+    sp.no_memo = no_memo;
+    return un_search_run(ctx, cm, g, &sp, r);
+}
+
+/* Layer 3's memo across calls (mapping.h un_map_memo): the joint search with the memo gives the
+ * plan (JSON), the rewritten graph, the estimate and layer 3's counters of the search without it,
+ * bit for bit, on a chain whose pieces layer 2 rewrites, the small graphs and tiny zoo models, on
+ * 2 and 4 devices, with a wide and a narrow beam (a beam that drops states: runs kept for one
+ * beam serve only it); and on the chain, where the rewritten graph keeps pieces as they were and
+ * layer 2's pieces are layer 1's, the memo answers runs solved on another graph's map, and (at
+ * split size 6, two units a piece) a candidate that fuses only the second unit starts from the
+ * kept frontier after the first. */
+static void test_memo(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_cost_model *cm = model_for(ctx, "specs/machines/v100x4.json");
+    un_ruleset *set = hand_rules(ctx);
+    const char *zoo[] = {"mlp", "transformer", "charlm"};
+    int cases = 0;
+    int64_t chain_across = 0, chain_prefix = 0, hits = 0;
+    for (int gi = 0; gi < 7 && set && cm; gi++) {
+        un_graph *g = NULL;
+        un_model md;
+        memset(&md, 0, sizeof md);
+        if (gi == 0) {
+            g = chain_graph(4, 128, 128);
+        } else if (gi < 4) {
+            g = small_graph(gi - 1, 64, 32);
+        } else {
+            EXPECT_OK(ctx, un_zoo_build(ctx, S, zoo[gi - 4], true, 0, &md));
+            g = md.graph;
+            md.graph = NULL;
+        }
+        for (int devices = 2; devices <= 4 && g; devices *= 2)
+            for (int beam = 0; beam < 2; beam++) {
+                un_search_result r[2];
+                un_status st[2];
+                for (int off = 0; off < 2; off++)
+                    st[off] = memo_run(ctx, cm, set, g, devices, gi == 0 && beam ? 6 : 3,
+                                       beam ? 8 : 0, off, &r[off]);
+                test__check(st[0] == st[1], TEST__AT, "graph %d on %d: status %d with, %d without",
+                            gi, devices, (int)st[0], (int)st[1]);
+                if (st[0] == UN_OK && st[1] == UN_OK) {
+                    cases++;
+                    un_buf j[2] = {{0}, {0}};
+                    for (int off = 0; off < 2; off++)
+                        EXPECT_OK(ctx, un_graph_to_json(ctx, r[off].plan, &j[off]));
+                    test__check(j[0].len == j[1].len && memcmp(j[0].data, j[1].data, j[0].len) == 0,
+                                TEST__AT, "graph %d on %d devices, beam %d: plans differ", gi,
+                                devices, beam);
+                    EXPECT_TRUE(memcmp(&r[0].sim.step, &r[1].sim.step, sizeof(double)) == 0);
+                    EXPECT_TRUE(memcmp(&r[0].sim.mem[r[0].sim.worst], &r[1].sim.mem[r[1].sim.worst],
+                                       sizeof(double)) == 0);
+                    EXPECT_TRUE((r[0].graph == NULL) == (r[1].graph == NULL));
+                    if (r[0].graph && r[1].graph)
+                        EXPECT_EQ(un_graph_hash(r[0].graph), un_graph_hash(r[1].graph));
+                    EXPECT_EQ(r[0].subst.n_steps, r[1].subst.n_steps);
+                    EXPECT_EQ(r[0].stats.states, r[1].stats.states);
+                    EXPECT_EQ(r[0].stats.max_frontier, r[1].stats.max_frontier);
+                    EXPECT_TRUE(r[0].stats.beam == r[1].stats.beam);
+                    EXPECT_EQ(r[0].split.piece_solves, r[1].split.piece_solves);
+                    EXPECT_TRUE(strcmp(r[0].picked, r[1].picked) == 0);
+                    EXPECT_EQ(r[1].memo.solves, 0); /* off: never asked */
+                    EXPECT_TRUE(r[0].memo.hits <= r[0].memo.solves);
+                    EXPECT_TRUE(r[0].memo.hits_across <= r[0].memo.hits);
+                    if (getenv("SUBST_DEBUG"))
+                        printf("graph %d on %d, beam %d: %lld solves, %lld hits, %lld across, %lld "
+                               "prefix; nodes %lld, %lld saved; %d rewrites\n",
+                               gi, devices, beam, (long long)r[0].memo.solves,
+                               (long long)r[0].memo.hits, (long long)r[0].memo.hits_across,
+                               (long long)r[0].memo.prefix_hits, (long long)r[0].memo.nodes,
+                               (long long)r[0].memo.nodes_saved, (int)r[0].subst.n_steps);
+                    hits += r[0].memo.hits;
+                    if (gi == 0) {
+                        EXPECT_TRUE(r[0].subst.n_steps > 0); /* layer 2 rewrote the chain */
+                        chain_across += r[0].memo.hits_across;
+                        chain_prefix += r[0].memo.prefix_hits;
+                    }
+                    un_buf_deinit(&j[0]);
+                    un_buf_deinit(&j[1]);
+                }
+                un_search_result_deinit(&r[0]);
+                un_search_result_deinit(&r[1]);
+            }
+        un_graph_free(g);
+        un_model_deinit(&md);
+    }
+    EXPECT_EQ(cases, 7 * 2 * 2);
+    /* layer 1 on one map twice at one memory price: the second run is answered whole; a memo
+     * bounded to nothing keeps nothing and answers nothing; the results are the memo-less ones */
+    un_graph *g = chain_graph(4, 128, 128);
+    int32_t n = un_graph_node_count(g);
+    for (int bound = 0; bound < 2 && cm; bound++) {
+        un_map_memo *mm = un_map_memo_new(cm, bound ? 1 : 0);
+        un_map_params mp = un_map_params_default(4);
+        un_map *m0 = NULL, *m1 = NULL;
+        EXPECT_OK(ctx, un_map_new(ctx, cm, g, &mp, &m0));
+        mp.memo = mm;
+        EXPECT_OK(ctx, un_map_new(ctx, cm, g, &mp, &m1));
+        un_split s0, s1;
+        if (!m0 || !m1 || un_split_make(ctx, m0, 3, &s0) != UN_OK) {
+            EXPECT_TRUE(false);
+            break;
+        }
+        EXPECT_OK(ctx, un_split_make(ctx, m1, 3, &s1));
+        int32_t *a0 = calloc((size_t)n + 1, sizeof *a0), *a1 = calloc((size_t)n + 1, sizeof *a1);
+        un_split_stats t0, t1;
+        EXPECT_OK(ctx, un_split_solve(ctx, m0, &s0, 1e-10, a0, &t0));
+        for (int rep = 0; rep < 2; rep++) {
+            EXPECT_OK(ctx, un_split_solve(ctx, m1, &s1, 1e-10, a1, &t1));
+            EXPECT_TRUE(memcmp(a0, a1, (size_t)n * sizeof *a0) == 0);
+            EXPECT_TRUE(memcmp(&t0.map.cost, &t1.map.cost, sizeof(double)) == 0);
+            EXPECT_EQ(t0.map.states, t1.map.states);
+        }
+        un_map_memo_stats ms = un_map_memo_get_stats(mm);
+        EXPECT_EQ(ms.solves, 2 * t1.piece_solves);
+        EXPECT_EQ(ms.hits, bound ? 0 : t1.piece_solves);
+        EXPECT_EQ(ms.hits_across, 0); /* one map */
+        EXPECT_TRUE(bound ? ms.entries == 0 && ms.not_kept > 0 : ms.entries > 0);
+        free(a0);
+        free(a1);
+        un_split_deinit(&s0);
+        un_split_deinit(&s1);
+        un_map_free(m0);
+        un_map_free(m1);
+        un_map_memo_free(mm);
+    }
+    un_graph_free(g);
+    test__check(chain_across > 0, TEST__AT, "the memo answered no run across maps on the chain");
+    test__check(chain_prefix > 0, TEST__AT, "no run on the chain started from a kept frontier");
+    EXPECT_TRUE(hits >= chain_across);
+    un_ruleset_free(set);
+    un_cost_model_free(cm);
+    un_ctx_free(ctx);
+}
+
 int main(void) {
     static const test_case cases[] = {
-        {"optimal", test_optimal},
-        {"fusion_chosen", test_fusion_chosen},
-        {"ends", test_ends},
-        {"pieces", test_pieces},
+        {"optimal", test_optimal}, {"fusion_chosen", test_fusion_chosen},
+        {"ends", test_ends},       {"pieces", test_pieces},
+        {"memo", test_memo},
     };
     return TEST_RUN_WITH_SPEC(cases, &S);
 }

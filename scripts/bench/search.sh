@@ -7,7 +7,11 @@
 # verified N=3 set: generated and verified into BUILD_DIR/bench-rules-n3.db once, ~6 minutes,
 # unless RULES=path names one). Prints a markdown table: search wall time, the simulator's
 # estimated step time, speedup over data parallel, the fullest device's memory (or "no fit"),
-# the rewrites applied, the search's peak RSS and why it ended (layer 3; layer 2 after the /).
+# the rewrites applied, the process's peak RSS and CPU time (user + system: what a loaded box
+# inflates least), why it ended (layer 3; layer 2 after the /) and
+# layer 3's memo across calls (piece solves answered by the memo / piece solves asked of it,
+# + those started from a kept frontier; the nodes whose DP the memo saved of the nodes solved;
+# the nodes' configuration lists copied from another map of those looked up).
 # Every estimate is the simulator's (plan semantics).
 #   scripts/bench/search.sh [BUILD_DIR]  Env: MODELS, DEVICES, MODES, RULES, QUICK, BEFORE, UNITY_TRAIN.
 # QUICK=1: a subset for iterating (mlp, transformer, candle_uno, inception_v3 on 16 and 192
@@ -210,8 +214,8 @@ trap 'rm -rf "$tmp"' EXIT
 echo
 echo "rules: $rules"
 echo
-echo "| model | devices | mode | wall s | est. step s | speedup vs data | fullest device GB | rewrites | peak RSS MB | ended |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
+echo "| model | devices | mode | wall s | est. step s | speedup vs data | fullest device GB | rewrites | peak RSS MB | CPU s | ended | L3 memo hits / solves |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 for m in $models; do
     for d in $devices; do
         mach=specs/machines/v100x192.json
@@ -228,16 +232,17 @@ for m in $models; do
                 ;;
             *) flags=(--search "$mode") ;;
             esac
-            /usr/bin/time -f '%e %M' -o "$tmp/time" "$bin" --model "$m" --machine "$mach" \
+            /usr/bin/time -f '%e %M %U %S' -o "$tmp/time" "$bin" --model "$m" --machine "$mach" \
                 --devices "$d" --plan-only --rules "$rules" "${flags[@]}" >"$tmp/out" 2>"$tmp/err"
             rc=$?
             set -e
-            read -r wall rss < <(tail -1 "$tmp/time") || true
+            read -r wall rss usr sys < <(tail -1 "$tmp/time") || true
+            cpu=$(awk -v u="$usr" -v s="$sys" 'BEGIN{printf "%.2f", u + s}')
             wall=$(sed -n 's/^search: .*: \([0-9.]*\) s wall.*/\1/p' "$tmp/out")
             ended=$(sed -n 's/^search: .*ended: \(.*\)$/\1/p' "$tmp/out")
             if [ "$rc" != 0 ]; then
                 why=$(grep -o 'needs [0-9.e+]* GB' "$tmp/err" | head -1 || true)
-                echo "| $m | $d | $mode | - | - | - | no fit (${why:-$(tail -1 "$tmp/err")}) | - | $((rss / 1024)) | - |"
+                echo "| $m | $d | $mode | - | - | - | no fit (${why:-$(tail -1 "$tmp/err")}) | - | $((rss / 1024)) | $cpu | - | - |"
                 continue
             fi
             step=$(sed -n 's/^plan: .*estimated step \([0-9.e+-]*\) s.*/\1/p' "$tmp/out")
@@ -251,7 +256,8 @@ for m in $models; do
             rw=$(sed -n 's/^rewrites applied: \([0-9][0-9]*\).*/\1/p; s/^rewrites applied: none.*/0/p' "$tmp/out")
             e2=$(sed -n 's/^layer 2 (.*ended: \(.*\)$/\1/p' "$tmp/out")
             [ -n "$e2" ] && ended="$ended / $e2"
-            echo "| $m | $d | $mode | $wall | $step | $sp | $gb | ${rw:--} | $((rss / 1024)) | $ended |"
+            memo=$(sed -n 's/^layer 3 memo: \([0-9]*\) piece solves over the search, \([0-9]*\) from.*, \([0-9]*\) more started from a kept frontier; \([0-9]*\) of \([0-9]*\) nodes.* configurations: \([0-9]*\) of \([0-9]*\) copied.*/\2 \/ \1 (+\3 from a frontier; \4 of \5 nodes; configs \6 of \7)/p' "$tmp/out")
+            echo "| $m | $d | $mode | $wall | $step | $sp | $gb | ${rw:--} | $((rss / 1024)) | $cpu | $ended | ${memo:--} |"
         done
     done
 done
