@@ -35,6 +35,7 @@ static inline void cpu_relax(void) {
 }
 
 static _Atomic int64_t spin_budget = -1; /* UN_SPIN_US or UN_POOL_SPIN_NS; -1: not read yet */
+static _Atomic int64_t spin_forced = -1; /* un_pool_spin_force; -1: the rule */
 static _Atomic int n_cores;              /* 0: not known yet */
 static _Atomic int64_t load_at;          /* when load_running was read (0: never) */
 static _Atomic int load_running;         /* runnable threads on the box then */
@@ -74,7 +75,14 @@ static int runnable_now(void) {
     return running;
 }
 
+void un_pool_spin_force(int64_t ns) {
+    atomic_store_explicit(&spin_forced, ns < 0 ? -1 : ns, memory_order_relaxed);
+}
+
 int64_t un_pool_spin_ns(int threads) {
+    int64_t forced = atomic_load_explicit(&spin_forced, memory_order_relaxed);
+    if (forced >= 0)
+        return forced;
     int64_t budget = atomic_load_explicit(&spin_budget, memory_order_relaxed);
     if (budget < 0) {
         const char *env = getenv("UN_SPIN_US");

@@ -52,6 +52,10 @@ int un_pool_part(const un_pool *p, int64_t n, int64_t begin);
  * spinning off; read once). */
 int64_t un_pool_spin_ns(int threads);
 
+/* For tests and benchmarks: ns >= 0 makes un_pool_spin_ns return ns for every group, whatever
+ * the cores and the load; ns < 0 goes back to the rule above. */
+void un_pool_spin_force(int64_t ns);
+
 /* Polls ready(arg) until it returns true (then true) or ns nanoseconds have passed (then false;
  * ns <= 0: one poll). ready must read only atomics. */
 bool un_pool_spin_until(bool (*ready)(const void *arg), const void *arg, int64_t ns);
