@@ -1216,7 +1216,7 @@ static void test_mixed_strategy(void) {
                             "%s: device %d holds %lld weight bytes, the plan says %lld", names[i],
                             k, (long long)rm.dev[k].weight_bytes, (long long)want[k]);
                 /* and the memory check's estimate is what the device held */
-                int64_t e = un_exec_estimate_bytes(f, k, 4, UN_PREC_F64, 2, false);
+                int64_t e = un_exec_estimate_bytes(f, k, 4, UN_PREC_F64, 2, 0);
                 test__check(e == rm.dev[k].peak_bytes, TEST__AT,
                             "%s: device %d estimate %lld, peak %lld", names[i], k, (long long)e,
                             (long long)rm.dev[k].peak_bytes);
@@ -2131,11 +2131,11 @@ static void test_memory_estimate(void) {
             run_ranks(d, est_job, &a, jobs);
             for (int r = 0; r < d; r++) {
                 EXPECT_OK(NULL, jobs[r].st);
-                int64_t e0 = un_exec_estimate_bytes(g, r, d, UN_PREC_F32, 0, false);
-                int64_t e2 = un_exec_estimate_bytes(g, r, d, UN_PREC_F32, 2, false);
-                /* the CPU kernels' stash comes on top: attention's projections, layer_norm's
-                 * row statistics (the transformer); nothing for a model without such ops */
-                int64_t es = un_exec_estimate_bytes(g, r, d, UN_PREC_F32, 0, true);
+                int64_t e0 = un_exec_estimate_bytes(g, r, d, UN_PREC_F32, 0, 0);
+                int64_t e2 = un_exec_estimate_bytes(g, r, d, UN_PREC_F32, 2, 0);
+                /* the CPU kernels' stash and scratch come on top: attention's projections,
+                 * layer_norm's row statistics (the transformer), im2col (convolutions) */
+                int64_t es = un_exec_estimate_bytes(g, r, d, UN_PREC_F32, 0, 1);
                 EXPECT_TRUE(strcmp(names[i], "transformer") == 0 ? es > e0 : es >= e0);
                 test__check(e0 == a.alloc[r], TEST__AT,
                             "%s on %d ranks, rank %d: estimate %lld, allocated %lld", names[i], d,
