@@ -5,7 +5,9 @@
 # data parallel on 2 devices (one thread each), the binaries alternating in every round; per
 # binary the median over ROUNDS runs of a run's ms/step (STEPS steps) and the range. Then the
 # poll bound (SPINS: UN_SPIN_US values, tiny mlp data x2), the measurement that chose
-# UN_POOL_SPIN_NS. With LOAD=N, N busy loops run beside every run (an oversubscribed box: the
+# UN_POOL_SPIN_NS. Last, one meet of 2 ranks alone (scripts/bench/waits_meet.c: W us of work
+# each, then an 8-byte exchange; MEET_ROUNDS rounds, default 2000), the poll forced to 0 and to
+# 50 us in alternating blocks: the wake-up cost itself. With LOAD=N, N busy loops run beside every run (an oversubscribed box: the
 # waits must not get slower than sleeping at once).
 #   scripts/bench/waits.sh [BUILD_DIR]   Env: BASELINE_BIN, ROUNDS (default 7), STEPS (default
 #                                        1000), LOAD (default 0), SPINS (default "0 5 20 50 200";
@@ -60,4 +62,8 @@ if [[ -n $spins ]]; then
         printf 'mlp tiny data x2, UN_SPIN_US=%-5s %s ms/step\n' "$s" "$(tr ' ' '\n' <<<"${t[$s]}" | grep . | stats)"
     done
 fi
+libs="$build/libruntime.a $build/libpcg.a -lopenblas -lcjson -lm -ldl -pthread"
+# shellcheck disable=SC2086 # $libs is a list of words
+cc -std=gnu17 -O2 -D_GNU_SOURCE -I. scripts/bench/waits_meet.c $libs -o "$build/bench_waits_meet"
+"$build/bench_waits_meet" "${MEET_ROUNDS:-2000}"
 echo "load at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
