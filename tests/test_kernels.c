@@ -8,10 +8,12 @@
 #include "runtime/pool.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "pcg/eval.h"
@@ -1672,6 +1674,66 @@ static void test_pool_covers_each_index_once(void) {
     un_pool_free(NULL);
 }
 
+/* The pool's spin-then-block waits lose no wake-up (pool.h): 3 threads run 4,000 loops of 1-8
+ * blocks each, a block busy for 0-80 us at random (around the longest poll, 50 us), with the
+ * poll forced to 50 us, 2 us, none and the rule; every index once, within 60 s (a lost wake-up
+ * leaves the caller or a worker asleep for ever: the loops run on a thread of their own, and
+ * the test fails instead of hanging). */
+typedef struct wake_loops {
+    un_pool *p;
+    _Atomic int done;
+    bool ok;
+} wake_loops;
+
+static void wake_body(void *arg, int64_t b, int64_t e) {
+    cover *c = arg;
+    uint64_t x = (uint64_t)b * 0x9e3779b97f4a7c15ull +
+                 (uint64_t)__atomic_load_n(&c->calls, __ATOMIC_RELAXED);
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double us = (double)(x >> 58) * 1.25; /* 0-80 us */
+    do
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    while ((double)(t.tv_sec - t0.tv_sec) * 1e6 + (double)(t.tv_nsec - t0.tv_nsec) / 1e3 < us);
+    cover_body(arg, b, e);
+}
+
+static void *wake_loops_main(void *arg) {
+    wake_loops *w = arg;
+    w->ok = true;
+    for (int k = 0; k < 4000; k++) {
+        int64_t n = 1 + k % 8;
+        int hits[8] = {0};
+        cover c = {hits, k, INT64_MAX};
+        un_pool_for(w->p, n, wake_body, &c);
+        for (int64_t i = 0; i < n; i++)
+            w->ok &= hits[i] == 1;
+    }
+    atomic_store(&w->done, 1);
+    return NULL;
+}
+
+static void test_pool_wakeups(void) {
+    static const int64_t polls[] = {50000, 2000, 0, -1};
+    for (size_t q = 0; q < sizeof polls / sizeof *polls; q++) {
+        un_pool_spin_force(polls[q]);
+        wake_loops w = {.p = un_pool_new(3)};
+        pthread_t th;
+        EXPECT_EQ(pthread_create(&th, NULL, wake_loops_main, &w), 0);
+        for (int i = 0; i < 6000 && !atomic_load(&w.done); i++)
+            usleep(10000);
+        if (!atomic_load(&w.done)) {
+            fprintf(stderr, "pool_wakeups: poll %lld ns: the loops did not finish within 60 s\n",
+                    (long long)polls[q]);
+            exit(1); /* a thread is asleep for ever: nothing to join */
+        }
+        pthread_join(th, NULL);
+        test__check(w.ok, TEST__AT, "poll %lld ns: an index not covered once", (long long)polls[q]);
+        un_pool_free(w.p);
+    }
+    un_pool_spin_force(-1);
+}
+
 /* linear's fused gelu in float32 (a vectorised erfc/exp, not libm's) against the float64
  * formula, forward and derivative, over [-12, 12] and zero: W = identity, so y = gelu(x) and
  * dx = dy gelu'(x) exactly up to the activation. The value within 3e-5 relative everywhere (the
@@ -1780,6 +1842,7 @@ int main(int argc, char **argv) {
         {"alloc_failure", test_alloc_failure},
         {"alloc_failure_every_case", test_alloc_failure_every_case},
         {"pool_covers_each_index_once", test_pool_covers_each_index_once},
+        {"pool_wakeups", test_pool_wakeups},
         {"gelu_f32_accuracy", test_gelu_f32_accuracy},
         {"blas_choice", test_blas_choice},
     };
