@@ -15,11 +15,13 @@
 
 /* ---- spin-then-block ---- */
 
-/* The longest poll before a sleep. Chosen by scripts/bench/waits.sh's sweep of UN_SPIN_US on the
- * tiny MLP data parallel on 2 devices (1,000 steps, median of 5 runs, 2-core AMD EPYC at load
- * 8-10 from other jobs, 11:40 UTC): 0 us 0.311 ms/step, 5 us 0.232, 20 us 0.212, 50 us 0.146,
- * 200 us 0.161. A meet point's wait is the other device's lag plus a futex wake-up (tens of
- * microseconds); a poll much longer than that only burns a core that another thread may want. */
+/* The longest poll before a sleep: about one futex wake-up, which is what a poll saves. Measured
+ * by scripts/bench/waits.sh (2-core AMD EPYC, other jobs running: no idle machine was had):
+ * one meet of 2 ranks after 2 / 20 us of work costs 22 / 56 us at the median when the waiter
+ * sleeps at once, 5 / 7 us with a 50 us poll (load 4-6, 12:08 UTC); the tiny MLP data x2 with
+ * UN_SPIN_US 0 / 5 / 20 / 50 / 200: 0.311 / 0.232 / 0.212 / 0.146 / 0.161 ms/step (load 8-10,
+ * 11:40) and 0 / 20 / 50 / 200: 0.135 / 0.149 / 0.152 / 0.155 (load 4-6, 12:08): within the
+ * noise of a loaded box. Longer polls only burn a core another thread may want. */
 #define UN_POOL_SPIN_NS 50000
 /* How often the runnable-thread count of /proc/loadavg is read again (by any waiter). */
 #define LOAD_SAMPLE_NS 20000000
