@@ -3,12 +3,15 @@
  * bits. Exchanges are point to point (a mailbox under the group's lock): only ranks with
  * messages meet, and a receiver copies (or adds) straight from the sender's buffer, outside the
  * lock, so the ranks' copies run at once. A rank that fails calls un_comm_abort, and every later
- * barrier fails instead of hanging. */
+ * barrier fails instead of hanging. Every wait polls the group's version for a while, then sleeps
+ * on its condition variable (group_wait: spin-then-block, runtime/pool.h). */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/comm_impl.h"
+#include "runtime/pool.h"
 
 typedef struct post {
     void *buf; /* allreduce / bcast: this rank's buffer */
@@ -30,6 +33,7 @@ struct un_comm_group {
     int n;
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    _Atomic uint64_t version; /* bumped under mu, with a broadcast, whenever a waiter may go on */
     int waiting;
     uint64_t generation;
     bool aborted;
@@ -45,6 +49,40 @@ static const char *local_name(const un_comm *c) {
     return "local";
 }
 
+/* Under mu: a change a waiter may be waiting for (a barrier's last arrival, a posted or taken
+ * message, an abort). */
+static void group_notify(un_comm_group *g) {
+    atomic_fetch_add_explicit(&g->version, 1, memory_order_release);
+    pthread_cond_broadcast(&g->cv);
+}
+
+typedef struct version_wait {
+    const un_comm_group *g;
+    uint64_t seen;
+} version_wait;
+
+static bool version_moved(const void *arg) {
+    const version_wait *w = arg;
+    return atomic_load_explicit(&w->g->version, memory_order_acquire) != w->seen;
+}
+
+/* Under mu, for a caller that loops on its condition: returns after a group_notify since the
+ * call (or spuriously). Polls the version outside the lock first; then sleeps unless the version
+ * moved meanwhile (it moves only under mu, so the sleep misses no broadcast). */
+static void group_wait(un_comm_group *g) {
+    version_wait w = {g, atomic_load_explicit(&g->version, memory_order_relaxed)};
+    int64_t ns = un_pool_spin_ns(g->n);
+    if (ns > 0) {
+        pthread_mutex_unlock(&g->mu);
+        bool moved = un_pool_spin_until(version_moved, &w, ns);
+        pthread_mutex_lock(&g->mu);
+        if (moved)
+            return;
+    }
+    if (!version_moved(&w))
+        pthread_cond_wait(&g->cv, &g->mu);
+}
+
 static un_status local_barrier(un_ctx *ctx, un_comm *c) {
     un_comm_group *g = c->context;
     pthread_mutex_lock(&g->mu);
@@ -53,10 +91,10 @@ static un_status local_barrier(un_ctx *ctx, un_comm *c) {
         if (++g->waiting == g->n) {
             g->waiting = 0;
             g->generation++;
-            pthread_cond_broadcast(&g->cv);
+            group_notify(g);
         } else {
             while (gen == g->generation && !g->aborted)
-                pthread_cond_wait(&g->cv, &g->mu);
+                group_wait(g);
         }
     }
     bool aborted = g->aborted;
@@ -70,7 +108,7 @@ static void local_abort(un_comm *c) {
     un_comm_group *g = c->context;
     pthread_mutex_lock(&g->mu);
     g->aborted = true;
-    pthread_cond_broadcast(&g->cv);
+    group_notify(g);
     pthread_mutex_unlock(&g->mu);
 }
 
@@ -156,7 +194,7 @@ static un_status local_exchange(un_ctx *ctx, un_comm *c, const un_comm_msg *send
         if (first)
             g->sent[(size_t)me * (size_t)n + (size_t)sends[i].peer]++;
     }
-    pthread_cond_broadcast(&g->cv);
+    group_notify(g);
     /* take the receives, in list order: found under the lock, read outside it (the sender
      * waits until it is taken, so its buffer stays put), marked taken under it again */
     for (int i = 0; i < n_recvs && st == UN_OK; i++) {
@@ -171,7 +209,7 @@ static un_status local_exchange(un_ctx *ctx, un_comm *c, const un_comm_msg *send
                 j++;
             if (j < g->n_mail || g->aborted)
                 break;
-            pthread_cond_wait(&g->cv, &g->mu);
+            group_wait(g);
         }
         if (j == g->n_mail) {
             st = un_ctx_error(ctx, UN_ERR_DEVICE, "local rank %d: another rank failed", me);
@@ -199,7 +237,7 @@ static un_status local_exchange(un_ctx *ctx, un_comm *c, const un_comm_msg *send
             ; /* found again: the array may have moved, the message has not gone */
         g->mail[j].busy = false;
         g->mail[j].taken = true;
-        pthread_cond_broadcast(&g->cv);
+        group_notify(g);
     }
     for (int i = 0; i < n_recvs; i++) {
         bool first = true;
@@ -217,7 +255,7 @@ static un_status local_exchange(un_ctx *ctx, un_comm *c, const un_comm_msg *send
                 g->mail[j].from == me && (g->mail[j].busy || (!g->mail[j].taken && !g->aborted));
         if (!pending)
             break;
-        pthread_cond_wait(&g->cv, &g->mu);
+        group_wait(g);
     }
     int k = 0;
     for (int j = 0; j < g->n_mail; j++)
@@ -227,7 +265,7 @@ static un_status local_exchange(un_ctx *ctx, un_comm *c, const un_comm_msg *send
     if (st == UN_OK && g->aborted)
         st = un_ctx_error(ctx, UN_ERR_DEVICE, "local rank %d: another rank failed", me);
     if (st != UN_OK)
-        pthread_cond_broadcast(&g->cv);
+        group_notify(g);
     pthread_mutex_unlock(&g->mu);
     return st;
 }

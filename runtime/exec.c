@@ -1605,21 +1605,39 @@ const char *un_exec_plane_name(const un_exec *ex) {
     return ex->plane ? un_comm_dev_name(ex->plane) : NULL;
 }
 
+size_t un_exec_kern_scratch(const un_node *nd, un_prec prec, const un_kt *in, const un_kt *out,
+                            int threads) {
+    un_kt tin[UN_MAX_INPUTS];
+    for (int t = 0; t < nd->n_in; t++) {
+        int u = 0; /* the first input that names the same tensor */
+        while (nd->in[u].node != nd->in[t].node || nd->in[u].out != nd->in[t].out)
+            u++;
+        tin[t] = in[t];
+        tin[t].data = (void *)(uintptr_t)(u + 1); /* compared, never read */
+    }
+    return un_kern_scratch_bytes(prec, nd->op, nd->inf.local, tin, nd->n_in, out, threads, true);
+}
+
 int64_t un_exec_estimate_bytes(const un_graph *g, int rank, int size, un_prec prec, bool shared,
-                               int opt_arrays, bool kernel_stash) {
+                               int opt_arrays, int kernel_threads) {
     un_exec *ex = NULL;
     if (exec_plan(NULL, g, NULL, rank, size, NULL, prec, shared, &ex) != UN_OK)
         return -1;
     int64_t bytes = ex->stats.alloc_bytes + (int64_t)opt_arrays * ex->n_shard * (int64_t)ex->fes;
-    for (int32_t id = 0; kernel_stash && id < ex->n; id++) {
+    size_t scratch = 0; /* one kernel call at a time on the device's thread */
+    for (int32_t id = 0; kernel_threads > 0 && id < ex->n; id++) {
         const un_node *nd = un_graph_node(g, id);
         const xnode *xn = &ex->nodes[id];
-        for (int i = 0; i < xn->n_task; i++)
+        for (int i = 0; i < xn->n_task; i++) {
             bytes += (int64_t)un_kern_stash_bytes(prec, nd->op, nd->inf.local, xn->tasks[i].in,
                                                   nd->n_in, xn->tasks[i].out);
+            size_t k =
+                un_exec_kern_scratch(nd, prec, xn->tasks[i].in, xn->tasks[i].out, kernel_threads);
+            scratch = k > scratch ? k : scratch;
+        }
     }
     un_exec_free(ex);
-    return bytes;
+    return bytes + (int64_t)scratch;
 }
 
 /* ---- queries ---- */

@@ -106,14 +106,23 @@ void un_exec_chunked_until(const un_graph *g, int64_t elem_bytes, int32_t *until
 
 /* What un_exec_new would allocate on `rank` of `size` ranks for g in precision prec (bytes), plus
  * opt_arrays arrays of optimizer state per element of the rank's shard (SGD 1, Adam 2), plus,
- * with kernel_stash, what the CPU kernels keep from each forward of the rank's pieces for their
- * backward (un_kern_stash_bytes: the cpu and opaque backends hold it; cuda keeps none): the
- * executor's own planning run dry (no backend, no communicator, nothing allocated). shared: the
- * ranks share memory (the local communicator on a host-visible backend): no scratch for the
- * weights' add receives, which read the sender's buffer. -1 when g cannot be planned (e.g. a
- * machine view beyond the devices). */
+ * with kernel_threads > 0 (the CPU kernels on a pool of that many threads: the cpu and opaque
+ * backends; cuda passes 0), what they keep from each forward of the rank's pieces for their
+ * backward (un_kern_stash_bytes) and the largest scratch one of their calls takes
+ * (un_exec_kern_scratch): the executor's own planning run dry (no backend, no communicator,
+ * nothing allocated). shared: the ranks share memory (the local communicator on a host-visible
+ * backend): no scratch for the weights' add receives, which read the sender's buffer. -1 when g
+ * cannot be planned (e.g. a machine view beyond the devices). */
 int64_t un_exec_estimate_bytes(const un_graph *g, int rank, int size, un_prec prec, bool shared,
-                               int opt_arrays, bool kernel_stash);
+                               int opt_arrays, int kernel_threads);
+
+/* The scratch of the CPU kernels' call of node nd on one device tuple (pieces in[nd->n_in],
+ * out; data not read) on a pool of `threads` threads with the backend's stash:
+ * un_kern_scratch_bytes, with the inputs told apart as the graph names them (attention whose
+ * three inputs are one tensor is self-attention). The runtime's memory check and the simulator
+ * both count it. */
+size_t un_exec_kern_scratch(const un_node *nd, un_prec prec, const un_kt *in, const un_kt *out,
+                            int threads);
 
 /* ---- sources ---- */
 

@@ -1131,6 +1131,46 @@ un_status un_kern_linear_wgrad(un_ctx *ctx, const un_kexec *ex, const un_param *
                                    : linear_wgrad_f64(&c, n, r0, r1, dw);
 }
 
+size_t un_kern_scratch_bytes(un_prec prec, un_op op, const un_param *params, const un_kt *in,
+                             int n_in, const un_kt *out, int threads, bool stash) {
+    size_t es = prec == UN_PREC_F32 ? sizeof(float) : sizeof(double);
+    kcall c = {.op = op, .p = params, .in = in, .n_in = n_in, .out = out, .n_out = 1};
+    int64_t n = 0; /* values of the precision's type */
+    switch (op) {
+    case UN_OP_LINEAR: { /* backward: dy act'(pre) unless gelu' is in the stash (dpre_of) */
+        int64_t act = par(&c, P_LIN_ACT);
+        n = act == ACT_NONE || (act == ACT_GELU && stash) ? 0 : un_kt_numel(&out[0]);
+        break;
+    }
+    case UN_OP_CONV2D: { /* backward: im2col of x, of dx, and dy act'(pre) (conv_bwd) */
+        if (n_in < 2 || in[1].rank != 4 || out[0].rank != 4)
+            return 0;
+        int64_t col = in[1].dim[1] * in[1].dim[2] * in[1].dim[3] * out[0].dim[2] * out[0].dim[3];
+        n = 2 * col + (par(&c, P_CONV_ACT) == ACT_NONE ? 0 : un_kt_numel(&out[0]));
+        break;
+    }
+    case UN_OP_LAYER_NORM: /* backward without the stash: each row's moments, in double */
+        n = stash ? 0 : un_kt_numel(&in[0]);
+        return n > 0 ? (size_t)(2 * (n / in[0].dim[in[0].rank - 1])) * sizeof(double) : 0;
+    case UN_OP_MULTIHEAD_ATTENTION: { /* backward (mha_init): dO, dQ, dK, dV, the blocks, Wqkv */
+        if (n_in < 7 || un_kt_numel(&in[0]) < 0 || un_kt_numel(&in[1]) < 0 ||
+            un_kt_numel(&in[3]) < 0 || un_kt_numel(&in[6]) < 0)
+            return 0;
+        int64_t B = in[0].dim[0], S = in[0].dim[1], E = in[0].dim[2], Tn = in[1].dim[1];
+        int64_t HL = in[3].dim[1], dh = HL / par(&c, P_HEADS);
+        int64_t proj = (2 * S + 2 * Tn) * B * HL, r = mha_rows_f32(S, Tn, dh);
+        bool self = in[0].data && in[1].data == in[0].data && in[2].data == in[0].data &&
+                    same_dims(&in[1], &in[0]) && same_dims(&in[2], &in[0]);
+        n = (stash ? 0 : proj) + proj + r * Tn * 2 * (threads < 1 ? 1 : threads) +
+            (self ? 3 * E * HL : 0);
+        break;
+    }
+    default:
+        return 0;
+    }
+    return n > 0 ? (size_t)n * es : 0;
+}
+
 size_t un_kern_stash_bytes(un_prec prec, un_op op, const un_param *params, const un_kt *in,
                            int n_in, const un_kt *out) {
     size_t es = prec == UN_PREC_F32 ? sizeof(float) : sizeof(double);

@@ -1,5 +1,6 @@
 /* pool.h - a fixed pool of worker threads with a static-split parallel-for, used by the CPU
- * kernels for element-wise and reduction loops. Not a task scheduler: one loop at a time.
+ * kernels for element-wise and reduction loops. Not a task scheduler: one loop at a time. Also
+ * the spin-then-block wait that the pool and the local communicator (comm_local.c) share.
  *
  *   un_pool *p = un_pool_new(4);                  // the caller plus 3 workers
  *   un_pool_for(p, n, body, &args);               // body(&args, begin, end) on disjoint blocks
@@ -8,6 +9,7 @@
 #ifndef UN_POOL_H
 #define UN_POOL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef struct un_pool un_pool;
@@ -33,5 +35,29 @@ void un_pool_for(un_pool *p, int64_t n, void (*fn)(void *arg, int64_t begin, int
 /* Which block of un_pool_for(p, n, ...) starts at begin: 0 .. un_pool_size(p) - 1 (0 for a loop
  * run whole on the caller, begin 0), so that a loop body can use per-thread scratch slots. */
 int un_pool_part(const un_pool *p, int64_t n, int64_t begin);
+
+/* ---- spin-then-block waits ----
+ * A thread that waits for another thread of its group first polls its condition (a pause
+ * instruction between polls) for at most un_pool_spin_ns, then sleeps on its condition variable
+ * as before: a wake-up from a futex sleep costs tens of microseconds on another core, which the
+ * meet points of a small multi-device step pay several times a step (OpenMP's GOMP_SPINCOUNT,
+ * OpenBLAS and NCCL's proxies do the same). The poll reads only atomics the waker writes before
+ * its broadcast, under the lock the sleeper holds, so the blocking path loses no wake-up. */
+
+/* How long a thread of a group of `threads` busy threads may poll before it sleeps: 0 (do not
+ * spin) when the group has more threads than the cores this process may run on
+ * (sched_getaffinity) or when the box is oversubscribed now (more runnable threads than those
+ * cores, /proc/loadavg, sampled at most every 20 ms); else UN_POOL_SPIN_NS (pool.c, with the
+ * measurement that chose it), or UN_SPIN_US microseconds from the environment (0 turns
+ * spinning off; read once). */
+int64_t un_pool_spin_ns(int threads);
+
+/* For tests and benchmarks: ns >= 0 makes un_pool_spin_ns return ns for every group, whatever
+ * the cores and the load; ns < 0 goes back to the rule above. */
+void un_pool_spin_force(int64_t ns);
+
+/* Polls ready(arg) until it returns true (then true) or ns nanoseconds have passed (then false;
+ * ns <= 0: one poll). ready must read only atomics. */
+bool un_pool_spin_until(bool (*ready)(const void *arg), const void *arg, int64_t ns);
 
 #endif

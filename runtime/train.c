@@ -864,10 +864,10 @@ static un_status load_text(un_ctx *ctx, const char *path, int64_t need, unsigned
 
 /* What each rank will allocate (sh->need), before anything is: every rank of a local run, this
  * process's under mpi. The executor's own estimate with the optimizer state (exec.h) and, on
- * backends running the CPU kernels, their forward stash; on cpu, whose device memory is the
- * host's, also the host arrays held beside them: while a one-file checkpoint is streamed to
- * rank 0, one weight (rank 0: two; save_weights). Initialisation holds no logical weights (each
- * rank computes its own pieces, setup_weights). */
+ * backends running the CPU kernels, their forward stash and largest scratch; on cpu, whose device
+ * memory is the host's, also the host arrays held beside them: while a one-file checkpoint is
+ * streamed to rank 0, one weight (rank 0: two; save_weights). Initialisation holds no logical
+ * weights (each rank computes its own pieces, setup_weights). */
 static void need_fill(shared *sh, const un_graph *g, int d, un_comm *mpi) {
     un_optim_algo k = UN_OPTIM_ADAM;
     un_optim_algo_from_name(sh->o->optimizer, &k);
@@ -885,7 +885,8 @@ static void need_fill(shared *sh, const un_graph *g, int d, un_comm *mpi) {
     for (int r = 0; r < d; r++) {
         if (mpi && r != un_comm_rank(mpi))
             continue;
-        int64_t e = un_exec_estimate_bytes(g, r, d, sh->o->prec, host && !mpi, arrays, stash);
+        int64_t e = un_exec_estimate_bytes(g, r, d, sh->o->prec, host && !mpi, arrays,
+                                           stash ? sh->threads : 0);
         sh->need[r] = e < 0 ? e : e + (stream ? (r == 0 ? 2 : 1) * big : 0);
     }
 }

@@ -63,10 +63,11 @@ typedef struct sim {
     un_sim_result *r;
     xfer *xf;
     int n_xf, cap_xf;
-    double *xmem;   /* per device: transfer buffers (forward: received piece and its gradient) */
-    double *gbytes; /* per device: gradient bytes the runtime zeroes every step */
-    double *stash;  /* per device: what the CPU kernels keep from the forwards for the backwards */
-    bool stashes;   /* the device kind runs the CPU kernels (cpu): they hold a stash */
+    double *xmem;    /* per device: transfer buffers (forward: received piece and its gradient) */
+    double *gbytes;  /* per device: gradient bytes the runtime zeroes every step */
+    double *stash;   /* per device: what the CPU kernels keep from the forwards for the backwards */
+    double *scratch; /* per device: the most scratch one CPU kernel call takes (one at a time) */
+    bool stashes;    /* the device kind runs the CPU kernels (cpu): they hold a stash */
     /* runtime semantics on cpu devices: the ranks are threads of one process (unity-train's local
      * communicator on host memory), which read each other's buffers in place: no scratch for the
      * reduce-scatter's add receives, and the weights un_exec_chunked_weight names have their
@@ -432,16 +433,20 @@ static un_kt piece_kt(const un_shape *sh) {
     return k;
 }
 
-/* Bytes the CPU kernels keep from the forward of one device tuple of node nd for its backward:
- * the runtime's own count (un_kern_stash_bytes, what its memory check adds per task). */
-static double kernel_stash(sim *s, const un_node *nd, const stensor *outs) {
+/* Bytes the CPU kernels keep from the forward of one device tuple of node nd for its backward,
+ * and the most scratch its calls take: the runtime's own counts (un_kern_stash_bytes and
+ * un_exec_kern_scratch, what its memory check adds per task; one kernel thread per device, as
+ * the profiled runs have). */
+static void kernel_memory(sim *s, const un_node *nd, const stensor *outs, double *stash,
+                          double *scratch) {
     un_kt in[UN_MAX_INPUTS], out[UN_MAX_OUTPUTS];
     for (int t = 0; t < nd->n_in; t++)
         in[t] = piece_kt(&in_tensor(s, nd, t)->shape);
     for (int o = 0; o < nd->inf.n_out; o++)
         out[o] = piece_kt(&outs[o].shape);
-    return (double)un_kern_stash_bytes(s->es == 4 ? UN_PREC_F32 : UN_PREC_F64, nd->op,
-                                       nd->inf.local, in, nd->n_in, out);
+    un_prec prec = s->es == 4 ? UN_PREC_F32 : UN_PREC_F64;
+    *stash = (double)un_kern_stash_bytes(prec, nd->op, nd->inf.local, in, nd->n_in, out);
+    *scratch = (double)un_exec_kern_scratch(nd, prec, in, out, 1);
 }
 
 static un_status forward_node(sim *s, int32_t id) {
@@ -524,9 +529,14 @@ static un_status forward_node(sim *s, int32_t id) {
         return st;
     int64_t nt;
     tuple *tp = regular_tuples(s, nd, outs, &nt);
-    double stash = s->stashes ? kernel_stash(s, nd, outs) : 0;
-    for (int64_t q = 0; q < nt && stash > 0; q++)
+    double stash = 0, scratch = 0;
+    if (s->stashes)
+        kernel_memory(s, nd, outs, &stash, &scratch);
+    for (int64_t q = 0; q < nt && (stash > 0 || scratch > 0); q++) {
         s->stash[tp[q].dev] += stash;
+        if (scratch > s->scratch[tp[q].dev])
+            s->scratch[tp[q].dev] = scratch;
+    }
     stamp *rd = un_xcalloc((size_t)s->n_xf + 1, sizeof *rd);
     for (int i = 0; i < s->n_xf; i++)
         rd[i] = in_tensor(s, nd, s->xf[i].t)->ready[s->xf[i].piece];
@@ -782,7 +792,7 @@ static void memory(sim *s) {
     for (int d = 0; d < s->D; d++) {
         double opt = (arena ? s->shard[d] : w[d]) * opt_copies;
         s->r->mem[d] = w[d] + w[d] + opt + a[d] + s->xmem[d] + peak[d] + s->stash[d] +
-                       (arena && s->D > 1 && !s->shared ? s->sync_recv[d] : 0);
+                       s->scratch[d] + (arena && s->D > 1 && !s->shared ? s->sync_recv[d] : 0);
         s->gbytes[d] = w[d] - chunked_bytes(s, d) + (arena ? gpeak[d] : a[d] / 2);
     }
     free(gpeak);
@@ -796,8 +806,11 @@ static void memory(sim *s) {
     s->r->mem_optim = (arena ? s->shard[worst] : w[worst]) * opt_copies;
     s->r->mem_acts = a[worst] + peak[worst];
     s->r->mem_stash = s->stash[worst];
-    for (int d = 0; d < s->D; d++)
+    s->r->mem_scratch = s->scratch[worst];
+    for (int d = 0; d < s->D; d++) {
         s->r->stash_all += s->stash[d];
+        s->r->scratch_all += s->scratch[d];
+    }
     free(peak);
     free(last);
     s->r->fits = s->r->mem[worst] <= un_cost_machine(s->cm)->dev.memory;
@@ -1027,6 +1040,7 @@ static un_status sim_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     s.xmem = un_xcalloc((size_t)D, sizeof *s.xmem);
     s.gbytes = un_xcalloc((size_t)D, sizeof *s.gbytes);
     s.stash = un_xcalloc((size_t)D, sizeof *s.stash);
+    s.scratch = un_xcalloc((size_t)D, sizeof *s.scratch);
     s.stashes = strncmp(m->dev.kind, "cpu", 3) == 0;
     s.shared = s.stashes && p->mirror_sources && D > 1;
     s.sync_recv = un_xcalloc((size_t)D, sizeof *s.sync_recv);
@@ -1166,6 +1180,7 @@ static un_status sim_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     free(s.xmem);
     free(s.gbytes);
     free(s.stash);
+    free(s.scratch);
     free(s.sync_recv);
     free(s.shard);
     free(s.areq);
@@ -1261,6 +1276,11 @@ void un_sim_report(const un_graph *g, const un_sim_result *r, const un_cost_mode
         un_buf_printf(b, ", kernel stash ");
         fmt_bytes(b, r->mem_stash);
         un_buf_printf(b, "\nkernel stash, all devices: %.0f bytes", r->stash_all);
+    }
+    if (r->scratch_all > 0) {
+        un_buf_printf(b, "\nkernel scratch (largest call): device %d ", r->worst);
+        fmt_bytes(b, r->mem_scratch);
+        un_buf_printf(b, "\nkernel scratch, all devices: %.0f bytes", r->scratch_all);
     }
     un_buf_printf(b, "\n%s\n",
                   r->fits ? "fits in device memory"

@@ -46,12 +46,15 @@ typedef struct un_sim_result {
     double meet_time; /* the measured seconds of all those stretches ("comm:meet"; 0: none) */
     double *mem;      /* bytes per device; owned */
     double mem_weights, mem_grads, mem_optim, mem_acts; /* of the largest device */
-    double mem_stash; /* of the largest device: what the CPU kernels keep from the forwards for
-                       * the backwards (un_kern_stash_bytes, as the runtime's memory check
-                       * counts it; machines of kind "cpu" only: GPUs keep none) */
-    double stash_all; /* the stash summed over the devices (bytes) */
-    int worst;        /* the device needing the most memory */
-    bool fits;        /* every device's memory within the machine's */
+    double mem_stash;   /* of the largest device: what the CPU kernels keep from the forwards for
+                         * the backwards (un_kern_stash_bytes, as the runtime's memory check
+                         * counts it; machines of kind "cpu" only: GPUs keep none) */
+    double stash_all;   /* the stash summed over the devices (bytes) */
+    double mem_scratch; /* of the largest device: the most scratch one CPU kernel call takes
+                         * (un_exec_kern_scratch, in the runtime's memory check; cpu only) */
+    double scratch_all; /* that scratch summed over the devices (bytes) */
+    int worst;          /* the device needing the most memory */
+    bool fits;          /* every device's memory within the machine's */
     int n_top;
     struct {
         int32_t node;

@@ -386,14 +386,15 @@ static void test_sim_runtime(void) {
     un_ctx_free(ctx);
 }
 
-/* The CPU kernels' forward stash (layer_norm's row moments, attention's saved values): the
- * simulator counts it per device with the runtime's own function, so on a machine of kind "cpu"
- * its stash is what the runtime's memory check adds (un_exec_estimate_bytes with and without the
- * stash) on every rank, for serial, data and the model's own tensor layouts; a GPU machine keeps
- * none. The runtime semantics' memory per device is the runtime's estimate, up to the gaps of the
- * runtime's arena layout (at most 3 %): activations live from their forward to their last reader,
- * their gradients from their last consumer's backward to their own (every tiny model; before,
- * the simulator held activations for the whole step: up to 12 % above). */
+/* The CPU kernels' forward stash (layer_norm's row moments, attention's saved values) and their
+ * largest scratch (im2col, an activation's derivative, attention's gradients): the simulator
+ * counts them per device with the runtime's own functions, so on a machine of kind "cpu" its
+ * stash and scratch are what the runtime's memory check adds (un_exec_estimate_bytes with and
+ * without the CPU kernels) on every rank, for serial, data and the model's own tensor layouts; a
+ * GPU machine keeps none. The runtime semantics' memory per device is the runtime's estimate, up to
+ * the gaps of the runtime's arena layout (at most 3 %): activations live from their forward to
+ * their last reader, their gradients from their last consumer's backward to their own (every tiny
+ * model; before, the simulator held activations for the whole step: up to 12 % above). */
 static void test_sim_stash(void) {
     un_ctx *ctx = un_ctx_new(NULL);
     un_machine cpu;
@@ -429,8 +430,8 @@ static void test_sim_stash(void) {
         un_sim_result rc = sim_runtime(ccm, g, d), rg = sim_runtime(gcm, g, d);
         double want = 0;
         for (int r = 0; r < d; r++) {
-            int64_t with = un_exec_estimate_bytes(f, r, d, UN_PREC_F32, true, 2, true);
-            int64_t without = un_exec_estimate_bytes(f, r, d, UN_PREC_F32, true, 2, false);
+            int64_t with = un_exec_estimate_bytes(f, r, d, UN_PREC_F32, true, 2, 1);
+            int64_t without = un_exec_estimate_bytes(f, r, d, UN_PREC_F32, true, 2, 0);
             EXPECT_TRUE(with >= without && without > 0);
             want += (double)(with - without);
             /* the simulator frees an activation after its last reader, as the runtime does
@@ -440,13 +441,15 @@ static void test_sim_stash(void) {
                         TEST__AT, "%s %s rank %d: simulated %.0f B, runtime %lld B", cases[i].model,
                         cases[i].strategy, r, rc.mem[r], (long long)with);
             /* the gpu's ranks do not share memory: the reduce-scatter's scratch, no stash */
-            int64_t apart = un_exec_estimate_bytes(f, r, d, UN_PREC_F32, false, 2, false);
+            int64_t apart = un_exec_estimate_bytes(f, r, d, UN_PREC_F32, false, 2, 0);
             /* (the chunked layers' pieces, live longer there, shift the arena's layout a little) */
             EXPECT_NEAR(rc.mem[r] - rg.mem[r], (double)(with - apart),
                         cases[i].config ? 1e-3 * (double)with : 0.5);
         }
-        EXPECT_NEAR(rc.stash_all, want, 0.5);
-        EXPECT_TRUE(rg.stash_all == 0 && rg.mem_stash == 0);
+        EXPECT_NEAR(rc.stash_all + rc.scratch_all, want, 0.5);
+        EXPECT_TRUE(rg.stash_all == 0 && rg.mem_stash == 0 && rg.scratch_all == 0);
+        /* convolutions take im2col scratch, relu linears their derivative's */
+        EXPECT_TRUE(rc.scratch_all > 0 && rc.mem_scratch > 0);
         /* layer norm and attention keep what their backward reads; relu linears, convolutions
          * and embeddings nothing */
         if (strcmp(cases[i].model, "transformer") == 0 || strcmp(cases[i].model, "charlm") == 0)
@@ -490,7 +493,7 @@ static void test_sim_output_parallel(void) {
     un_cost_model *cm = model_on(&cpu, NULL);
     un_sim_result r = sim_runtime(cm, g, 2);
     for (int k = 0; k < 2 && r.mem; k++) {
-        int64_t want = un_exec_estimate_bytes(f, k, 2, UN_PREC_F32, true, 2, true);
+        int64_t want = un_exec_estimate_bytes(f, k, 2, UN_PREC_F32, true, 2, 1);
         test__check(r.mem[k] >= 0.97 * (double)want && r.mem[k] <= (double)want + 0.5, TEST__AT,
                     "rank %d: simulated %.0f B, runtime %lld B", k, r.mem[k], (long long)want);
     }

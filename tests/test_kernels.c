@@ -8,9 +8,12 @@
 #include "runtime/pool.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "pcg/eval.h"
@@ -1055,6 +1058,133 @@ static void stash_run(un_ctx *ctx, const inst *t, const un_kexec *ex, bool fwd, 
         free(f32[i]);
 }
 
+/* Scratch (un_kern_scratch_bytes): the most bytes a call holds at once through ctx's allocator,
+ * counted by a context whose allocator keeps the live and the peak bytes. */
+typedef struct scratch_count {
+    _Atomic size_t live, peak;
+} scratch_count;
+
+static void *count_malloc(size_t n, void *user) {
+    scratch_count *c = user;
+    size_t *p = malloc(n + 16);
+    if (!p)
+        return NULL;
+    p[0] = n;
+    size_t live = atomic_fetch_add(&c->live, n) + n, peak = atomic_load(&c->peak);
+    while (live > peak && !atomic_compare_exchange_weak(&c->peak, &peak, live))
+        ;
+    return (char *)p + 16;
+}
+
+static void count_free(void *q, void *user) {
+    scratch_count *c = user;
+    size_t *p = (size_t *)(void *)((char *)q - 16);
+    atomic_fetch_sub(&c->live, p[0]);
+    free(p);
+}
+
+static void *count_realloc(void *q, size_t n, void *user) {
+    void *r = count_malloc(n, user);
+    if (r && q) {
+        size_t old = ((size_t *)(void *)((char *)q - 16))[0];
+        memcpy(r, q, old < n ? old : n);
+        count_free(q, user);
+    }
+    return r;
+}
+
+/* Every op with kernel scratch (linear with each activation kind, conv2d with and without
+ * activation and groups, layer_norm, cross- and self-attention of one and several query blocks),
+ * float32 and float64, on 1 and 2 threads, with and without a stash: a forward, then a backward
+ * with every input gradient; the peak of each call's scratch is what un_kern_scratch_bytes says
+ * of the backward, and the forward's at most that; ops without scratch take none. */
+static void test_scratch(void) {
+    scratch_count cnt = {0};
+    un_ctx_params cp = un_ctx_params_default();
+    cp.alloc = (un_alloc){count_malloc, count_realloc, count_free, &cnt};
+    un_ctx *ctx = un_ctx_new(&cp);
+    un_pool *pool = un_pool_new(2);
+    static const kcase cases[] = {
+        {"linear", "activation=relu use_bias=true", "3,40,30;30,50;50", false},
+        {"linear", "activation=gelu", "40,30;30,50", false},
+        {"linear", "activation=tanh", "40,30;30,50", false},
+        {"linear", "activation=none", "40,30;30,50", false},
+        {"conv2d", "stride_h=2 stride_w=1 pad_h=1 pad_w=2 activation=relu use_bias=true",
+         "2,3,9,8;4,3,3,3;4", false},
+        {"conv2d", "groups=2", "2,4,6,5;6,2,2,3", false},
+        {"layer_norm", "", "2,70,30;30;30", false},
+        {"multihead_attention", "heads=2", "2,300,32;2,200,32;2,200,32;32,32;32,32;32,32;32,32",
+         false},
+        {"multihead_attention", "heads=4 causal=true",
+         "2,30,32;2,30,32;2,30,32;32,32;32,32;32,32;32,32", false}, /* run as self-attention */
+        {"relu", "", "17", false},
+        {"softmax", "dim=1", "3,4,5", false},
+    };
+    un_rng rng;
+    un_rng_seed(&rng, 12);
+    int n_checked = 0;
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        inst t;
+        if (!inst_of_case(ctx, &cases[k], &rng, &t))
+            continue;
+        int n_in = t.n_in;
+        bool self = t.op == UN_OP_MULTIHEAD_ATTENTION && k == 8;
+        for (int prec = 0; prec < 2; prec++)
+            for (int th = 0; th < 2; th++)
+                for (int stash = 0; stash < 2; stash++) {
+                    size_t esz = prec == UN_PREC_F32 ? sizeof(float) : sizeof(double);
+                    un_kexec ex = exec_default((un_prec)prec);
+                    ex.pool = th ? pool : NULL;
+                    ex.stash = stash ? un_kstash_new() : NULL;
+                    float *f32[UN_MAX_INPUTS] = {0};
+                    void *g[UN_MAX_INPUTS];
+                    un_kt in[UN_MAX_INPUTS], din[UN_MAX_INPUTS];
+                    inst_inputs(&t, (un_prec)prec, f32, in);
+                    if (self)
+                        in[1].data = in[2].data = in[0].data;
+                    un_kt out = kt_of(&t.inf.out[0], un_xcalloc((size_t)t.nout[0], esz)),
+                          d = kt_of(&t.inf.out[0], un_xcalloc((size_t)t.nout[0], esz));
+                    for (int i = 0; i < n_in; i++) {
+                        g[i] = un_xcalloc((size_t)t.n[i], esz);
+                        din[i] =
+                            kt_of(&t.in_shape[i], t.in_shape[i].dtype == UN_DT_INT ? NULL : g[i]);
+                    }
+                    atomic_store(&cnt.peak, 0);
+                    EXPECT_OK(ctx, un_kern_forward(ctx, &ex, t.op, t.inf.local, in, n_in, &out, 1));
+                    size_t fwd = atomic_load(&cnt.peak);
+                    atomic_store(&cnt.peak, 0);
+                    EXPECT_OK(ctx, un_kern_backward(ctx, &ex, t.op, t.inf.local, in, n_in, &out, 1,
+                                                    &d, din));
+                    size_t bwd = atomic_load(&cnt.peak);
+                    size_t want = un_kern_scratch_bytes((un_prec)prec, t.op, t.inf.local, in, n_in,
+                                                        &out, th ? 2 : 1, stash);
+                    test__check(bwd == want && fwd <= want && atomic_load(&cnt.live) == 0, TEST__AT,
+                                "%s %s (%s, %d threads, stash %d): scratch %zu / %zu, "
+                                "un_kern_scratch_bytes %zu",
+                                cases[k].op, cases[k].params, prec ? "f64" : "f32", th ? 2 : 1,
+                                stash, fwd, bwd, want);
+                    if (t.op == UN_OP_RELU || t.op == UN_OP_SOFTMAX)
+                        EXPECT_EQ((long long)want, 0);
+                    else if (!(stash &&
+                               (t.op == UN_OP_LAYER_NORM || (t.op == UN_OP_LINEAR && k == 1))) &&
+                             !(t.op == UN_OP_LINEAR && k == 3))
+                        EXPECT_TRUE(want > 0);
+                    n_checked++;
+                    un_kstash_free(ex.stash);
+                    free(out.data);
+                    free(d.data);
+                    for (int i = 0; i < n_in; i++) {
+                        free(g[i]);
+                        free(f32[i]);
+                    }
+                }
+        inst_free(&t);
+    }
+    EXPECT_EQ(n_checked, (int)(sizeof cases / sizeof cases[0]) * 8);
+    un_pool_free(pool);
+    un_ctx_free(ctx);
+}
+
 /* The stash (kernels.h): a forward keeps gelu derivatives, attention's projections and
  * probabilities and layer_norm's row statistics; the backward from them gives the same bits as
  * recomputing, on 1 and 2 threads; inputs changed after the forward, or a backward without a
@@ -1544,6 +1674,66 @@ static void test_pool_covers_each_index_once(void) {
     un_pool_free(NULL);
 }
 
+/* The pool's spin-then-block waits lose no wake-up (pool.h): 3 threads run 4,000 loops of 1-8
+ * blocks each, a block busy for 0-80 us at random (around the longest poll, 50 us), with the
+ * poll forced to 50 us, 2 us, none and the rule; every index once, within 60 s (a lost wake-up
+ * leaves the caller or a worker asleep for ever: the loops run on a thread of their own, and
+ * the test fails instead of hanging). */
+typedef struct wake_loops {
+    un_pool *p;
+    _Atomic int done;
+    bool ok;
+} wake_loops;
+
+static void wake_body(void *arg, int64_t b, int64_t e) {
+    cover *c = arg;
+    uint64_t x = (uint64_t)b * 0x9e3779b97f4a7c15ull +
+                 (uint64_t)__atomic_load_n(&c->calls, __ATOMIC_RELAXED);
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double us = (double)(x >> 58) * 1.25; /* 0-80 us */
+    do
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    while ((double)(t.tv_sec - t0.tv_sec) * 1e6 + (double)(t.tv_nsec - t0.tv_nsec) / 1e3 < us);
+    cover_body(arg, b, e);
+}
+
+static void *wake_loops_main(void *arg) {
+    wake_loops *w = arg;
+    w->ok = true;
+    for (int k = 0; k < 4000; k++) {
+        int64_t n = 1 + k % 8;
+        int hits[8] = {0};
+        cover c = {hits, k, INT64_MAX};
+        un_pool_for(w->p, n, wake_body, &c);
+        for (int64_t i = 0; i < n; i++)
+            w->ok &= hits[i] == 1;
+    }
+    atomic_store(&w->done, 1);
+    return NULL;
+}
+
+static void test_pool_wakeups(void) {
+    static const int64_t polls[] = {50000, 2000, 0, -1};
+    for (size_t q = 0; q < sizeof polls / sizeof *polls; q++) {
+        un_pool_spin_force(polls[q]);
+        wake_loops w = {.p = un_pool_new(3)};
+        pthread_t th;
+        EXPECT_EQ(pthread_create(&th, NULL, wake_loops_main, &w), 0);
+        for (int i = 0; i < 6000 && !atomic_load(&w.done); i++)
+            usleep(10000);
+        if (!atomic_load(&w.done)) {
+            fprintf(stderr, "pool_wakeups: poll %lld ns: the loops did not finish within 60 s\n",
+                    (long long)polls[q]);
+            exit(1); /* a thread is asleep for ever: nothing to join */
+        }
+        pthread_join(th, NULL);
+        test__check(w.ok, TEST__AT, "poll %lld ns: an index not covered once", (long long)polls[q]);
+        un_pool_free(w.p);
+    }
+    un_pool_spin_force(-1);
+}
+
 /* linear's fused gelu in float32 (a vectorised erfc/exp, not libm's) against the float64
  * formula, forward and derivative, over [-12, 12] and zero: W = identity, so y = gelu(x) and
  * dx = dy gelu'(x) exactly up to the activation. The value within 3e-5 relative everywhere (the
@@ -1644,6 +1834,7 @@ int main(int argc, char **argv) {
         {"conv2d_all_activations", test_conv2d_all_activations},
         {"threads_match", test_threads_match},
         {"stash", test_stash},
+        {"scratch", test_scratch},
         {"ce_loss", test_ce_loss},
         {"dropout_shard", test_dropout_shard},
         {"nonfinite", test_nonfinite},
@@ -1651,6 +1842,7 @@ int main(int argc, char **argv) {
         {"alloc_failure", test_alloc_failure},
         {"alloc_failure_every_case", test_alloc_failure_every_case},
         {"pool_covers_each_index_once", test_pool_covers_each_index_once},
+        {"pool_wakeups", test_pool_wakeups},
         {"gelu_f32_accuracy", test_gelu_f32_accuracy},
         {"blas_choice", test_blas_choice},
     };

@@ -12,6 +12,7 @@
 #include "runtime/checkpoint.h"
 #include "runtime/exec.h"
 #include "runtime/optim.h"
+#include "runtime/pool.h"
 #include "runtime/strategy.h"
 #include "runtime/train.h"
 #include "runtime/zoo.h"
@@ -189,6 +190,107 @@ static void add_job(rank_job *j, un_ctx *ctx, un_comm *c) {
         if (f[i] != ef || d[i] != ed)
             j->st = UN_ERR_MISMATCH;
     }
+}
+
+/* Spin-then-block waits lose no wake-up (runtime/pool.h, comm_local.c): 4 ranks run 2,000
+ * rounds, each a barrier or an exchange with the next rank (chosen by the round, so every rank
+ * makes the same call), polling for at most 50 us, 2 us, not at all and as the rule says (the
+ * first two forced, whatever the load), each rank idle before it for a random time: none, 0-100 us
+ * busy (around the longest poll, 50 us), or a 60-260 us sleep, so that waits end while polling,
+ * asleep, and as the poll gives up. A watchdog (rank 0's thread) aborts the group when the rounds
+ * have not finished within 60 s: a lost wake-up leaves a rank asleep for ever; the abort's
+ * broadcast wakes it, and every rank fails. */
+typedef struct wake_watch {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int finished; /* ranks done with their rounds */
+    int ranks;
+    bool fired;
+    un_comm *comm;
+} wake_watch;
+
+static void *wake_watchdog(void *arg) {
+    wake_watch *w = arg;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 60;
+    pthread_mutex_lock(&w->mu);
+    while (w->finished < w->ranks)
+        if (pthread_cond_timedwait(&w->cv, &w->mu, &until) != 0 && w->finished < w->ranks) {
+            w->fired = true;
+            un_comm_abort(w->comm);
+            break;
+        }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+static double now_us(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
+}
+
+static void busy_us(double us) {
+    double end = now_us() + us;
+    while (now_us() < end)
+        ;
+}
+
+static void wake_job(rank_job *j, un_ctx *ctx, un_comm *c) {
+    wake_watch *w = j->arg;
+    if (j->rank == 0) {
+        pthread_mutex_lock(&w->mu);
+        w->comm = c;
+        pthread_mutex_unlock(&w->mu);
+    }
+    pthread_t dog;
+    bool dog_on = j->rank == 0 && pthread_create(&dog, NULL, wake_watchdog, w) == 0;
+    int n = un_comm_size(c), me = j->rank;
+    uint64_t rng = 0x9e3779b97f4a7c15ull * (uint64_t)(me + 1);
+    j->st = j->rank == 0 && !dog_on ? UN_ERR_INVALID : UN_OK;
+    for (int k = 0; k < 2000 && j->st == UN_OK; k++) {
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        int idle = (int)(rng % 8);
+        if (idle >= 6)
+            usleep((useconds_t)(60 + rng % 200));
+        else if (idle >= 2) /* busy for 0-100 us: around the longest poll (50 us) */
+            busy_us((double)(rng >> 40 & 1023) / 10.24);
+        if (k % 3 == 0) {
+            j->st = un_comm_barrier(ctx, c);
+            continue;
+        }
+        int64_t out = me * 100000 + k, in = -1;
+        un_comm_msg s = {.peer = (me + 1) % n, .tag = k % 5, .data = &out, .bytes = sizeof out};
+        un_comm_msg r = {.peer = (me + n - 1) % n, .tag = k % 5, .data = &in, .bytes = sizeof in};
+        j->st = un_comm_exchange(ctx, c, &s, 1, &r, 1);
+        if (j->st == UN_OK && in != ((me + n - 1) % n) * 100000 + k)
+            j->st = UN_ERR_MISMATCH;
+    }
+    pthread_mutex_lock(&w->mu);
+    w->finished++;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    if (dog_on)
+        pthread_join(dog, NULL);
+}
+
+static void test_comm_wakeups(void) {
+    rank_job jobs[4];
+    static const int64_t polls[] = {50000, 2000, 0, -1}; /* ns; -1: the rule (cores, load) */
+    for (int d = 2; d <= 4; d += 2)
+        for (size_t p = 0; p < sizeof polls / sizeof *polls; p++) {
+            wake_watch w = {
+                .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .ranks = d};
+            un_pool_spin_force(polls[p]);
+            run_ranks(d, wake_job, &w, jobs);
+            test__check(!w.fired, TEST__AT, "%d ranks, poll %lld ns: not finished within 60 s", d,
+                        (long long)polls[p]);
+            for (int r = 0; r < d; r++)
+                test__check(jobs[r].st == UN_OK, TEST__AT, "%d ranks, poll %lld ns, rank %d: %s", d,
+                            (long long)polls[p], r, jobs[r].err);
+        }
+    un_pool_spin_force(-1);
 }
 
 static void test_comm_add(void) {
@@ -1114,7 +1216,7 @@ static void test_mixed_strategy(void) {
                             "%s: device %d holds %lld weight bytes, the plan says %lld", names[i],
                             k, (long long)rm.dev[k].weight_bytes, (long long)want[k]);
                 /* and the memory check's estimate is what the device held */
-                int64_t e = un_exec_estimate_bytes(f, k, 4, UN_PREC_F64, true, 2, false);
+                int64_t e = un_exec_estimate_bytes(f, k, 4, UN_PREC_F64, true, 2, 0);
                 test__check(e == rm.dev[k].peak_bytes, TEST__AT,
                             "%s: device %d estimate %lld, peak %lld", names[i], k, (long long)e,
                             (long long)rm.dev[k].peak_bytes);
@@ -2085,15 +2187,15 @@ static void test_memory_estimate(void) {
             run_ranks(d, est_job, &a, jobs);
             for (int r = 0; r < d; r++) {
                 EXPECT_OK(NULL, jobs[r].st);
-                int64_t e0 = un_exec_estimate_bytes(g, r, d, UN_PREC_F32, true, 0, false);
-                int64_t e2 = un_exec_estimate_bytes(g, r, d, UN_PREC_F32, true, 2, false);
+                int64_t e0 = un_exec_estimate_bytes(g, r, d, UN_PREC_F32, true, 0, 0);
+                int64_t e2 = un_exec_estimate_bytes(g, r, d, UN_PREC_F32, true, 2, 0);
                 /* ranks that do not share memory (mpi, a device plane) land each add receive of
                  * the weights' reduce-scatter in a scratch; local ranks read it in place: the
                  * MLP's weights are in d copies, one per rank, so c - 1 chunks per weight */
-                int64_t eu = un_exec_estimate_bytes(g, r, d, UN_PREC_F32, false, 0, false);
-                /* the CPU kernels' stash comes on top: attention's projections, layer_norm's
-                 * row statistics (the transformer); nothing for a model without such ops */
-                int64_t es = un_exec_estimate_bytes(g, r, d, UN_PREC_F32, true, 0, true);
+                int64_t eu = un_exec_estimate_bytes(g, r, d, UN_PREC_F32, false, 0, 0);
+                /* the CPU kernels' stash and scratch come on top: attention's projections,
+                 * layer_norm's row statistics (the transformer), im2col (convolutions) */
+                int64_t es = un_exec_estimate_bytes(g, r, d, UN_PREC_F32, true, 0, 1);
                 EXPECT_TRUE(strcmp(names[i], "transformer") == 0 ? es > e0 : es >= e0);
                 test__check(e0 == a.alloc[r], TEST__AT,
                             "%s on %d ranks, rank %d: estimate %lld, allocated %lld", names[i], d,
@@ -2134,6 +2236,7 @@ int main(void) {
         {"comm_local", test_comm_local},
         {"comm_pairs", test_comm_pairs},
         {"comm_add", test_comm_add},
+        {"comm_wakeups", test_comm_wakeups},
         {"run_ranks_statuses", test_run_ranks_statuses},
         {"forward_sample_mlp", test_forward_sample_mlp},
         {"forward_zoo_data", test_forward_zoo_data},

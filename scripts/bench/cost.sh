@@ -10,7 +10,7 @@
 #     estimated memory (all devices) against the runtime's own accounting of what it allocated
 #     (--stats: every device's peak, weights, gradients, optimizer state, activations, transfer
 #     buffers) plus the CPU kernels' forward stash (model_cases below), with the peak RSS (/usr/bin/time) minus a baseline run's RSS beside it for reference (kernel
-#     scratch and the host batch are in the RSS only; tiny models are within the RSS noise).
+#     scratch is in the estimate and in the runtime's memory check; the host batch in the RSS only; tiny models are within the RSS noise).
 #  2. estimates per second for BERT-Large (the zoo transformer, batch 192) data parallel on 192
 #     V100s (specs/machines/v100x192.json): cached cost queries per second (the DP inner loop) and
 #     whole-plan simulations per second.
@@ -65,12 +65,14 @@ median_step() {
 # activations, transfer buffers) plus the CPU kernels' forward stash, which --stats does not
 # report: its size is un_kern_stash_bytes of each forward's shapes, what the runtime's memory
 # check counts and what a forward holds (tests/test_kernels.c stash; tests/test_cost.c sim_stash
-# checks the simulator counts the same per device), taken from the estimate's "kernel stash" line.
+# checks the simulator counts the same per device), taken from the estimate's "kernel stash" line;
+# and the largest scratch of one kernel call per device (im2col; un_kern_scratch_bytes, counted
+# through a counting allocator in tests/test_kernels.c scratch), from its "kernel scratch" line.
 model_cases() {
     local label=$1 margs=$2
     shift 2
     [[ -z "${ONLY:-}" || "$label" =~ $ONLY ]] || return 0
-    local -a cases=("$@") strat dev est mem stash meas acct rssd estb
+    local -a cases=("$@") strat dev est mem stash meas acct rssd estb scr
     local n=${#cases[@]} i r
     for ((r = 0; r < REPS; r++)); do
         for ((i = 0; i < n; i++)); do
@@ -97,6 +99,8 @@ model_cases() {
                 mem[i]=$(sed -n 's/^memory, all devices: \([0-9]*\) bytes/\1/p' "$tmp/est")
                 stash[i]=$(sed -n 's/^kernel stash, all devices: \([0-9]*\) bytes/\1/p' "$tmp/est")
                 stash[i]=${stash[i]:-0}
+                scr=$(sed -n 's/^kernel scratch, all devices: \([0-9]*\) bytes/\1/p' "$tmp/est")
+                stash[i]=$((stash[i] + ${scr:-0}))
                 acct[i]=$(awk '/^device +weights/ { on = 1; next } on && $1 ~ /^[0-9]+$/ { s += $4 } END { printf "%.0f", s }' "$tmp/out")
                 local base=$base1
                 [ "${dev[i]}" = 1 ] || base=$base2
