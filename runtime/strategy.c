@@ -784,6 +784,11 @@ static bool mixed_name(const char *name, int *d, int *t) {
     return true;
 }
 
+bool un_strategy_is_plan_file(const char *name) {
+    size_t sl = name ? strlen(name) : 0;
+    return sl >= 5 && strcmp(name + sl - 5, ".json") == 0;
+}
+
 un_status un_strategy_named(un_ctx *ctx, const un_spec *spec, const un_graph *g, const char *name,
                             int devices, un_graph **out) {
     *out = NULL;
@@ -808,8 +813,7 @@ un_status un_strategy_named(un_ctx *ctx, const un_spec *spec, const un_graph *g,
                             "--strategy: '%s' is not mixed:DxT (data x tensor degrees, e.g. "
                             "mixed:2x2)",
                             name);
-    size_t sl = strlen(name);
-    if (sl < 5 || strcmp(name + sl - 5, ".json") != 0)
+    if (!un_strategy_is_plan_file(name))
         return un_ctx_error(ctx, UN_ERR_INVALID,
                             "--strategy: '%s' is not serial, data, tensor, mixed:DxT or a plan "
                             "file (.json)",

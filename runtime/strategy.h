@@ -42,6 +42,9 @@ un_status un_strategy_tensor(un_ctx *ctx, const un_graph *g, int devices, un_gra
  * data * tensor devices (no op splits `tensor` ways). Owned: free with un_graph_free. */
 un_status un_strategy_mixed(un_ctx *ctx, const un_graph *g, int data, int tensor, un_graph **out);
 
+/* Whether a --strategy name is a plan file (it ends in .json): un_strategy_named loads it. */
+bool un_strategy_is_plan_file(const char *name);
+
 /* The graph of strategy `name` for model g on `devices` devices: "serial", "data", "tensor",
  * "mixed:DxT" (D * T must be `devices`) or a plan file ending in .json (un_strategy_plan_load).
  * A name that is none of these is one error naming it. Owned: free with un_graph_free. */

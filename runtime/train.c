@@ -283,10 +283,9 @@ static un_status model_load(un_ctx *ctx, const un_spec *spec, const un_train_opt
         /* the model's own views place it under serial and named strategies; a plan file
          * (--strategy PLAN.json, what a search trains with) places every node itself and its
          * views are checked by un_strategy_plan_load */
-        size_t sl = o->strategy ? strlen(o->strategy) : 0;
-        bool plan_file = sl > 5 && strcmp(o->strategy + sl - 5, ".json") == 0;
         char why[300];
-        if (!plan_file && !un_graph_views_valid(m->g, devices, why, sizeof why)) {
+        if (!un_strategy_is_plan_file(o->strategy) &&
+            !un_graph_views_valid(m->g, devices, why, sizeof why)) {
             st = un_ctx_error(ctx, UN_ERR_INVALID, "%s: %s", o->model, why);
             goto fail;
         }
