@@ -534,6 +534,18 @@ static void test_narrow_first(void) {
         EXPECT_TRUE(strstr(p.axioms, "scalar_mul") != NULL);
         un_rule_free(r);
     }
+    /* the axioms that proof needed beyond the narrow set are learned: the next rule that needs
+     * them (here the same one at its witness sizes) is proven by its narrow check, with no
+     * failed narrow attempt */
+    r = rule_json(linear_double);
+    if (r) {
+        EXPECT_EQ(prove(v, r, false, 5000, &p), UN_VERDICT_VALID);
+        printf("    the same at its witness sizes: narrow %d, %d failed narrow, %d full, [%s]\n",
+               p.narrow, p.calls_by[UN_WORK_NARROW_FAILED], p.calls_by[UN_WORK_FULL], p.axioms);
+        EXPECT_EQ(p.narrow, 1);
+        EXPECT_EQ(p.calls_by[UN_WORK_NARROW_FAILED] + p.calls_by[UN_WORK_FULL], 0);
+        un_rule_free(r);
+    }
     /* two outputs (at the witness sizes), both proven by the narrow set in one check (not one check
      * per output); the work per kind of check adds up to the proof's work */
     r = rule_json(split_concat);

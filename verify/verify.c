@@ -37,7 +37,11 @@ struct un_verifier {
     int n_lifts;
     char **names; /* tracking names of lifted axioms (owned) */
     int n_names;
-    int uses;         /* proofs since the context was built */
+    int uses;      /* proofs since the context was built */
+    bool *learned; /* per axiom: a full-set proof of an earlier rule needed it beyond its narrow
+                    * set (n_learned entries; kept across context rebuilds, which encode the
+                    * same axioms in the same order) */
+    int n_learned;
     Z3_solver solver; /* every shape axiom and spec axiom, each behind an activation literal */
     Z3_ast op_lit[UN_OP_COUNT]; /* activates an operator's shape axioms */
     bool failed;                /* a Z3 call failed since the last check */
@@ -962,6 +966,8 @@ un_status un_verifier_new_ex(un_ctx *ctx, const un_spec *spec, const un_axlift *
         un_verifier_free(v);
         return st;
     }
+    v->n_learned = v->n_ax;
+    v->learned = un_xcalloc((size_t)v->n_ax + 1, sizeof(bool));
     *out = v;
     return UN_OK;
 }
@@ -971,6 +977,7 @@ void un_verifier_free(un_verifier *v) {
         return;
     teardown(v);
     free(v->lifts);
+    free(v->learned);
     free(v);
 }
 
@@ -1147,14 +1154,29 @@ static unsigned assumptions(un_verifier *v, uint64_t ops, const bool *use, Z3_as
 }
 
 /* The narrow set: the axioms of use whose two sides apply only operators of the rule itself
- * (ops), none that relevant() brought in. Returns whether it is smaller than use. */
-static bool narrow_set(const un_verifier *v, uint64_t ops, const bool *use, bool *narrow) {
+ * (ops), none that relevant() brought in, and those of use that a full-set proof of an earlier
+ * rule needed beyond its narrow set (v->learned: linear with a fused relu proven through
+ * relu_linear_fuse, ...). *nops: ops and the operators of the learned axioms taken (their shape
+ * axioms on). Returns whether the set is smaller than use. */
+static bool narrow_set(const un_verifier *v, uint64_t ops, const bool *use, bool *narrow,
+                       uint64_t *nops) {
     bool smaller = false;
+    *nops = ops;
     for (int i = 0; i < v->n_ax; i++) {
-        narrow[i] = use[i] && ((v->ax_ops[0][i] | v->ax_ops[1][i]) & ~ops) == 0;
+        uint64_t m = v->ax_ops[0][i] | v->ax_ops[1][i];
+        narrow[i] = use[i] && ((m & ~ops) == 0 || (i < v->n_learned && v->learned[i]));
+        if (narrow[i])
+            *nops |= m;
         smaller = smaller || narrow[i] != use[i];
     }
     return smaller;
+}
+
+/* Marks the axioms of a full-set proof's core (used) that its narrow set lacked as learned. */
+static void learn(un_verifier *v, const bool *used, const bool *narrow) {
+    for (int i = 0; i < v->n_ax && i < v->n_learned; i++)
+        if (used[i] && !narrow[i])
+            v->learned[i] = true;
 }
 
 static uint64_t graph_ops(const un_graph *g) {
@@ -1289,9 +1311,10 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
      * before. A proof from fewer axioms is the same proof, so verdicts do not change; the
      * E-matching over fewer quantifiers is what it saves. */
     unsigned n_nasm = 0;
-    if (narrow_set(v, rule_ops, use, narrow)) {
+    uint64_t nops = rule_ops;
+    if (narrow_set(v, rule_ops, use, narrow, &nops)) {
         nasm = un_xmalloc(sizeof(Z3_ast) * (size_t)(UN_OP_COUNT + v->n_ax + 1));
-        n_nasm = assumptions(v, rule_ops, narrow, nasm);
+        n_nasm = assumptions(v, nops, narrow, nasm);
     }
     /* With a resource limit the budgets are in rlimit units (the same on a busy machine as on
      * an idle one) and the wall-clock timeout is only a backstop; without one, as before, in ms. */
@@ -1349,6 +1372,8 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
         snprintf(what, sizeof what, "output %d", i);
         if (res == Z3_L_FALSE) {
             core_names(v, s, used);
+            if (n_nasm)
+                learn(v, used, narrow);
         } else if (res == Z3_L_TRUE) {
             Z3_model m = Z3_solver_get_model(v->z, s);
             if (m) {

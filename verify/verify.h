@@ -81,7 +81,8 @@ const char *un_verifier_skipped(const un_verifier *v);
 /* Proves, for every mapped output pair of r: whenever the source side is well formed (and its
  * layouts divide its dims), the target side is well formed, its output has the same rank and dims,
  * and the same value. Each output is tried first with the narrow axiom set (the axioms that apply
- * only the rule's own operators; with several outputs, first all of them in one check) and then,
+ * only the rule's own operators, and those an earlier full-set proof of this verifier needed
+ * beyond its narrow set; with several outputs, first all of them in one check) and then,
  * unless that proved it, with every axiom that can matter. Parameters bound to rule variables on
  * regular operators are integer variables; everything else takes the witness values. With
  * opts->symbolic the input sizes are integer variables too. VALID also requires a consistency check
