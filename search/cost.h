@@ -60,6 +60,10 @@ double un_cost_p2p(const un_cost_model *cm, int a, int b, double bytes);
 double un_cost_allreduce(const un_cost_model *cm, const int *devs, int n, double bytes);
 /* Seconds to copy `bytes` within one device's memory. */
 double un_cost_copy(const un_cost_model *cm, double bytes);
+/* Seconds of the loss and its gradient on one output piece of rows x classes: measured (op-cost
+ * cache, "loss:ce" float[rows,classes]) when present, else the CUDA backend's kernels for it
+ * (device.gpu), else a copy of the piece. */
+double un_cost_loss(un_ctx *ctx, un_cost_model *cm, int64_t rows, int64_t classes);
 /* Seconds for one optimizer step over n parameters on one device ("sgd" or "adam"): measured
  * (op-cost cache, op_sig "optimizer:adam") when present, else memory-bound. */
 double un_cost_optimizer(un_ctx *ctx, un_cost_model *cm, const char *optimizer, int64_t n);

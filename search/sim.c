@@ -820,9 +820,15 @@ static void memory(sim *s) {
 
 /* ---- the step ---- */
 
-void un_sim_loss_shape(const un_shape *out, char *buf, size_t n) {
+void un_sim_loss_rows(const un_shape *out, int64_t *rows, int64_t *classes) {
     int64_t c = out->rank ? out->dim[out->rank - 1] / out->shard[out->rank - 1] : 1;
-    int64_t rows = c ? un_shape_piece_numel(out) / c : 0;
+    *rows = c ? un_shape_piece_numel(out) / c : 0;
+    *classes = c;
+}
+
+void un_sim_loss_shape(const un_shape *out, char *buf, size_t n) {
+    int64_t rows, c;
+    un_sim_loss_rows(out, &rows, &c);
     snprintf(buf, n, "float[%lld,%lld]", (long long)rows, (long long)c);
 }
 
@@ -1089,9 +1095,9 @@ static un_status sim_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     for (int32_t i = 0; i < un_graph_output_count(g) && st == UN_OK; i++) {
         un_ref r = un_graph_output(g, i);
         stensor *t = &s.ts[r.node][r.out];
-        char shape[64];
-        un_sim_loss_shape(&t->shape, shape, sizeof shape);
-        double loss = un_cost_measured(ctx, cm, "loss:ce", shape, un_cost_copy(s.cm, t->pbytes));
+        int64_t rows, c;
+        un_sim_loss_rows(&t->shape, &rows, &c);
+        double loss = un_cost_loss(ctx, cm, rows, c);
         for (int64_t q = 0; q < t->np; q++) {
             int d = t->owner[q] < 0 ? 0 : t->owner[q];
             if (t->shape.copy > 1 && q % t->shape.copy != 0)
