@@ -446,7 +446,10 @@ static void kernel_memory(sim *s, const un_node *nd, const stensor *outs, double
         out[o] = piece_kt(&outs[o].shape);
     un_prec prec = s->es == 4 ? UN_PREC_F32 : UN_PREC_F64;
     *stash = (double)un_kern_stash_bytes(prec, nd->op, nd->inf.local, in, nd->n_in, out);
-    *scratch = (double)un_exec_kern_scratch(nd, prec, in, out, 1);
+    bool grads[UN_MAX_INPUTS];
+    for (int t = 0; t < nd->n_in; t++)
+        grads[t] = in_tensor(s, nd, t)->needs_grad;
+    *scratch = (double)un_exec_kern_scratch(nd, prec, in, out, grads, 1);
 }
 
 static un_status forward_node(sim *s, int32_t id) {
