@@ -124,11 +124,11 @@ size_t un_kern_stash_bytes(un_prec prec, un_op op, const un_param *params, const
  * through ctx's allocator at once (kernel workspace, freed before the call returns: conv2d's
  * im2col matrices, an activation's derivative, attention's gradients and per-thread blocks),
  * with the input gradients grads[i] wanted (NULL: every one; the runtime passes no gradient
- * for an input that needs none, such as the data into a model's first conv), on a pool of `threads` threads, with (stash) or without a
- * forward stash that holds what the backward reads (un_kstash). Shapes and params only; data
- * is compared, never read: multihead_attention whose three inputs have one data pointer (not
- * NULL) is self-attention (its weights are packed in scratch). The backward's figure is the
- * larger for every op. */
+ * for an input that needs none, such as the data into a model's first conv), on a pool of `threads`
+ * threads, with (stash) or without a forward stash that holds what the backward reads (un_kstash).
+ * Shapes and params only; data is compared, never read: multihead_attention whose three inputs have
+ * one data pointer (not NULL) is self-attention (its weights are packed in scratch). The backward's
+ * figure is the larger for every op. */
 size_t un_kern_scratch_bytes(un_prec prec, un_op op, const un_param *params, const un_kt *in,
                              int n_in, const un_kt *out, const bool *grads, int threads,
                              bool stash);

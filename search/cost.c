@@ -170,8 +170,9 @@ static void warn(un_cost_model *cm, un_op op, const char *what) {
 
 /* ---- the CUDA backend's kernels (device.gpu): what runtime/backend_cuda.c launches per op ---- */
 
-/* Each kernel costs max(launch, its device time) (gemm_launch for a cuBLAS call): the host issues the next kernel while the device
- * runs this one, so short kernels cost their launch and long ones their run. */
+/* Each kernel costs max(launch, its device time) (gemm_launch for a cuBLAS call): the host issues
+ * the next kernel while the device runs this one, so short kernels cost their launch and long ones
+ * their run. */
 typedef struct kclock {
     const un_device_kind *d;
     double peak; /* flop/s */
@@ -230,8 +231,8 @@ static double numel_d(const un_shape *s) { return (double)un_shape_numel(s); }
 /* conv2d: per chunk of images im2col, one GEMM over the groups, the copy into y's layout; then
  * bias and activation (conv_fwd); the backward as conv_bwd, with every input gradient wanted. */
 static void k_conv(kclock *k, const un_param *p, const un_shape *in, int n_in, bool bwd) {
-    un_cu_conv g = un_cu_conv_of(in[0].dim, in[1].dim, p[0].v[0], p[1].v[0], p[2].v[0], p[3].v[0],
-                                 p[4].v[0]);
+    un_cu_conv g =
+        un_cu_conv_of(in[0].dim, in[1].dim, p[0].v[0], p[1].v[0], p[2].v[0], p[3].v[0], p[4].v[0]);
     int act = (int)p[5].v[0];
     int64_t nc = un_cu_conv_chunk(&g, UN_CU_CONV_COL_MAX);
     double ny = (double)(g.N * g.O * g.OHW);
@@ -270,8 +271,8 @@ static void k_conv(kclock *k, const un_param *p, const un_shape *in, int n_in, b
 /* multihead attention: the forward plan; the backward recomputes all of it but the output
  * projection (no stash), then runs the backward plan with every gradient wanted. */
 static void k_mha(kclock *k, const un_param *p, const un_shape *in, bool bwd) {
-    un_cu_mha m = un_cu_mha_of(in[0].dim[0], in[0].dim[1], in[1].dim[1], in[0].dim[2],
-                               in[3].dim[1], in[6].dim[1], p[0].v[0], p[1].v[0] != 0);
+    un_cu_mha m = un_cu_mha_of(in[0].dim[0], in[0].dim[1], in[1].dim[1], in[0].dim[2], in[3].dim[1],
+                               in[6].dim[1], p[0].v[0], p[1].v[0] != 0);
     if (m.heads > UN_CU_MHA_MAX_HEADS || m.heads < 1)
         return;
     un_cu_step st[UN_CU_MHA_MAX_STEPS];
@@ -347,7 +348,8 @@ static double gpu_op_time(const un_cost_model *cm, un_op op, const un_param *p, 
         for (int j = 0; j < inf->n_out; j++)
             k_ew(&k, un_shape_numel(&inf->out[j]), (bwd ? 3 : 2) * numel_d(&inf->out[j]));
         break;
-    case UN_OP_EMBEDDING: /* the index check (a copy in, a kernel, a copy out: a sync), the gather */
+    case UN_OP_EMBEDDING: /* the index check (a copy in, a kernel, a copy out: a sync), the gather
+                           */
         if (!bwd) {
             k_ew(&k, un_shape_numel(x), nx);
             k_run(&k, 0);
@@ -424,9 +426,8 @@ static un_status analytic(un_ctx *ctx, un_cost_model *cm, un_op op, const un_par
     c->bwd_flops = e[2];
     c->bwd_bytes = e[3] * scale;
     if (cm->m.dev.gpu.on) {
-        int kf = 0, kb = 0;
-        c->fwd = gpu_op_time(cm, op, params, in, n_in, &inf, false, &kf);
-        c->bwd = gpu_op_time(cm, op, params, in, n_in, &inf, true, &kb);
+        c->fwd = gpu_op_time(cm, op, params, in, n_in, &inf, false, &c->fwd_kernels);
+        c->bwd = gpu_op_time(cm, op, params, in, n_in, &inf, true, &c->bwd_kernels);
     } else {
         c->fwd = roofline(cm, c->flops, c->bytes);
         c->bwd = roofline(cm, c->bwd_flops, c->bwd_bytes);

@@ -86,8 +86,8 @@ static un_status parse_gpu(un_ctx *ctx, const un_jcur *c, un_gpu_kernels *g) {
         double v = i ? g->gemm_tile : g->sms;
         if (v != floor(v) || v > 65536) {
             un_jcur wc = un_jcur_member(c, whole[i]);
-            return un_jcur_error(ctx, UN_ERR_PARSE, &wc, "must be a whole number in 1..65536 (got %g)",
-                                 v);
+            return un_jcur_error(ctx, UN_ERR_PARSE, &wc,
+                                 "must be a whole number in 1..65536 (got %g)", v);
         }
     }
     g->on = true;
@@ -95,8 +95,8 @@ static un_status parse_gpu(un_ctx *ctx, const un_jcur *c, un_gpu_kernels *g) {
 }
 
 static un_status parse_device(un_ctx *ctx, const un_jcur *c, un_device_kind *d) {
-    static const char *const keys[] = {"kind",   "flops",       "mem_bw", "memory",
-                                       "op_overhead", "gpu", NULL};
+    static const char *const keys[] = {"kind",        "flops", "mem_bw", "memory",
+                                       "op_overhead", "gpu",   NULL};
     un_status st;
     const char *kind = NULL;
     if ((st = un_jcur_need_type(ctx, c, UN_JSON_OBJECT)) != UN_OK ||
@@ -241,10 +241,11 @@ void un_machine_to_json(const un_machine *m, un_buf *b) {
                   m->dev.mem_bw, m->dev.memory, m->dev.op_overhead);
     const un_gpu_kernels *g = &m->dev.gpu;
     if (g->on)
-        un_buf_printf(b,
-                      ",\n             \"gpu\": {\"launch\": %.6g, \"gemm_launch\": %.6g, \"sms\": %.0f, "
-                      "\"gemm_tile\": %.0f, \"gemm_latency\": %.6g, \"mem_latency\": %.6g}",
-                      g->launch, g->gemm_launch, g->sms, g->gemm_tile, g->gemm_latency, g->mem_latency);
+        un_buf_printf(
+            b,
+            ",\n             \"gpu\": {\"launch\": %.6g, \"gemm_launch\": %.6g, \"sms\": %.0f, "
+            "\"gemm_tile\": %.0f, \"gemm_latency\": %.6g, \"mem_latency\": %.6g}",
+            g->launch, g->gemm_launch, g->sms, g->gemm_tile, g->gemm_latency, g->mem_latency);
     un_buf_printf(b, "},\n");
     link_json(b, "intra_node", &m->intra);
     if (m->nodes > 1) {
