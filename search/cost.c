@@ -580,6 +580,15 @@ double un_cost_loss(un_ctx *ctx, un_cost_model *cm, int64_t rows, int64_t classe
     return un_cost_measured(ctx, cm, "loss:ce", shape, fallback);
 }
 
+double un_cost_zero(const un_cost_model *cm, double bytes, int64_t buffers) {
+    if (!cm->m.dev.gpu.on || buffers < 1)
+        return bytes / cm->m.dev.mem_bw;
+    kclock k = {&cm->m.dev, 0, 0, 0}; /* a cudaMemsetAsync per buffer */
+    for (int64_t i = 0; i < buffers; i++)
+        k_run(&k, bytes / (double)buffers / cm->m.dev.mem_bw);
+    return k.t;
+}
+
 double un_cost_optimizer(un_ctx *ctx, un_cost_model *cm, const char *optimizer, int64_t n) {
     bool adam = strcmp(optimizer, "adam") == 0;
     char sig[48], shape[48];

@@ -66,6 +66,9 @@ double un_cost_copy(const un_cost_model *cm, double bytes);
  * cache, "loss:ce" float[rows,classes]) when present, else the CUDA backend's kernels for it
  * (device.gpu), else a copy of the piece. */
 double un_cost_loss(un_ctx *ctx, un_cost_model *cm, int64_t rows, int64_t classes);
+/* Seconds to zero `bytes` of device memory in `buffers` buffers: one memset call each on a kind
+ * with device.gpu, else at mem_bw. */
+double un_cost_zero(const un_cost_model *cm, double bytes, int64_t buffers);
 /* Seconds for one optimizer step over n parameters on one device ("sgd" or "adam"): measured
  * (op-cost cache, op_sig "optimizer:adam") when present, else memory-bound. */
 double un_cost_optimizer(un_ctx *ctx, un_cost_model *cm, const char *optimizer, int64_t n);

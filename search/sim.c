@@ -65,6 +65,7 @@ typedef struct sim {
     int n_xf, cap_xf;
     double *xmem;    /* per device: transfer buffers (forward: received piece and its gradient) */
     double *gbytes;  /* per device: gradient bytes the runtime zeroes every step */
+    int64_t *gbufs;  /* per device: the gradient buffers it zeroes (one call each) */
     double *stash;   /* per device: what the CPU kernels keep from the forwards for the backwards */
     double *scratch; /* per device: the most scratch one CPU kernel call takes (one at a time) */
     bool stashes;    /* the device kind runs the CPU kernels (cpu): they hold a stash */
@@ -758,6 +759,8 @@ static void memory(sim *s) {
                     else if (!t->view[p])
                         arena_add(s, d, T_FWD(id), s->vlast[id], t->pbytes, false);
                     if (t->needs_grad)
+                        s->gbufs[d]++;
+                    if (t->needs_grad)
                         arena_add(s, d, T_BWD(n, last[id]),
                                   s->until[id] > T_BWD(n, id) ? s->until[id] : T_BWD(n, id),
                                   t->pbytes, true);
@@ -1048,6 +1051,7 @@ static un_status sim_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     s.ts = un_xcalloc((size_t)n, sizeof *s.ts);
     s.xmem = un_xcalloc((size_t)D, sizeof *s.xmem);
     s.gbytes = un_xcalloc((size_t)D, sizeof *s.gbytes);
+    s.gbufs = un_xcalloc((size_t)D, sizeof *s.gbufs);
     s.stash = un_xcalloc((size_t)D, sizeof *s.stash);
     s.scratch = un_xcalloc((size_t)D, sizeof *s.scratch);
     s.stashes = strncmp(m->dev.kind, "cpu", 3) == 0;
@@ -1156,7 +1160,8 @@ static un_status sim_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
             /* the runtime zeroes every gradient buffer each step (a serial task of each device,
              * placed here at the end, where it changes no dependency) */
             for (int d = 0; d < D; d++)
-                run_task(&s, d, -1, K_OTHER, s.clock[d], s.gbytes[d] / m->dev.mem_bw);
+                run_task(&s, d, -1, K_OTHER, s.clock[d],
+                         un_cost_zero(cm, s.gbytes[d], s.gbufs[d] + 1)); /* + the weights' */
         stamp last = {0, -1};
         for (int d = 0; d < D; d++)
             last = later(last, s.clock[d]);
@@ -1188,6 +1193,7 @@ static un_status sim_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     free(s.xf);
     free(s.xmem);
     free(s.gbytes);
+    free(s.gbufs);
     free(s.stash);
     free(s.scratch);
     free(s.sync_recv);

@@ -214,7 +214,8 @@ static un_op_cost piece_cost(un_cost_model *cm, un_op op, const un_param *p, con
 /* With device.gpu an op costs the kernels the CUDA backend launches (backend_cuda.c): linear's
  * GEMM and activation, its backward's two GEMMs, and for gelu the forward GEMM again (no stash);
  * attention's plans (the backward recomputes all but the output projection); conv2d's im2col,
- * GEMM and layout copy per chunk of images; a kernel costs at least its launch; the loss. */
+ * GEMM and layout copy per chunk of images; a kernel costs at least its launch; the loss and
+ * the zeroing of gradient buffers. */
 static void test_gpu_kernels(void) {
     un_ctx *ctx = un_ctx_new(NULL);
     un_machine m;
@@ -301,6 +302,14 @@ static void test_gpu_kernels(void) {
     ctx = un_ctx_new(NULL);
     EXPECT_NEAR(un_cost_loss(ctx, cm, 64, 10), 5 * g->launch, 1e-12);
     un_ctx_free(ctx);
+    /* zeroing gradients: a memset call per buffer; without device.gpu, bytes at mem_bw */
+    EXPECT_NEAR(un_cost_zero(cm, 4096, 3), 3 * g->launch, 1e-12);
+    EXPECT_NEAR(un_cost_zero(cm, 4e9, 2), 4e9 / m.dev.mem_bw, 1e-12);
+    un_machine flat = m;
+    flat.dev.gpu.on = false;
+    un_cost_model *fm = model_on(&flat, NULL);
+    EXPECT_NEAR(un_cost_zero(fm, 4096, 3), 4096 / m.dev.mem_bw, 1e-15);
+    un_cost_model_free(fm);
     un_cost_model_free(cm);
 }
 
