@@ -375,9 +375,6 @@ static un_status mha_run(un_ctx *ctx, un_backend *be, const un_param *p, const u
 
 /* ---- conv2d (im2col of a chunk of images, one GEMM batched over groups), pool2d, batch_norm -- */
 
-/* Floats of im2col scratch per chunk at most (256 MiB; the backward also holds its gradient). */
-#define CONV_COL_MAX ((int64_t)64 << 20)
-
 static un_cu_conv conv_of(const un_param *p, const un_kt *in) {
     return un_cu_conv_of(in[0].dim, in[1].dim, par(p, P_CONV_SH), par(p, P_CONV_SW),
                          par(p, P_CONV_PH), par(p, P_CONV_PW), par(p, P_CONV_GROUPS));
@@ -416,7 +413,7 @@ static const char *conv_into(cuda_state *s, const un_cu_conv *g, int64_t nc, con
 static un_status conv_fwd(un_ctx *ctx, un_backend *be, const un_param *p, const un_kt *in, int n_in,
                           const un_kt *out) {
     un_cu_conv g = conv_of(p, in);
-    int64_t nc = un_cu_conv_chunk(&g, CONV_COL_MAX);
+    int64_t nc = un_cu_conv_chunk(&g, UN_CU_CONV_COL_MAX);
     float *col;
     un_status st = scratch(ctx, be, conv_col(&g, nc) + conv_y(&g, nc), &col);
     if (st != UN_OK)
@@ -432,7 +429,7 @@ static un_status conv_bwd(un_ctx *ctx, un_backend *be, const un_param *p, const 
     cuda_state *s = S(be);
     un_cu_conv g = conv_of(p, in);
     int act = (int)par(p, P_CONV_ACT);
-    int64_t nc = un_cu_conv_chunk(&g, CONV_COL_MAX), ny = g.N * g.O * g.OHW;
+    int64_t nc = un_cu_conv_chunk(&g, UN_CU_CONV_COL_MAX), ny = g.N * g.O * g.OHW;
     int64_t ncol = conv_col(&g, nc), nyc = conv_y(&g, nc);
     float *col;
     un_status st = scratch(ctx, be, 2 * ncol + nyc + 2 * ny, &col);

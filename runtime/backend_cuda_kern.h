@@ -643,6 +643,10 @@ UN_CU_FN un_cu_conv un_cu_conv_of(const int64_t *xd, const int64_t *wd, int64_t 
     return g;
 }
 
+/* Floats of im2col scratch per chunk at most (256 MiB; the backward also holds its gradient): the
+ * backend's chunks, and the cost model's (search/cost.c). */
+#define UN_CU_CONV_COL_MAX ((int64_t)64 << 20)
+
 /* The images of one chunk of the batch: at most max_col floats of col (C KH KW rows of OHW per
  * image), at least one image. */
 UN_CU_FN int64_t un_cu_conv_chunk(const un_cu_conv *g, int64_t max_col) {

@@ -1606,7 +1606,7 @@ const char *un_exec_plane_name(const un_exec *ex) {
 }
 
 size_t un_exec_kern_scratch(const un_node *nd, un_prec prec, const un_kt *in, const un_kt *out,
-                            int threads) {
+                            const bool *grads, int threads) {
     un_kt tin[UN_MAX_INPUTS];
     for (int t = 0; t < nd->n_in; t++) {
         int u = 0; /* the first input that names the same tensor */
@@ -1615,7 +1615,8 @@ size_t un_exec_kern_scratch(const un_node *nd, un_prec prec, const un_kt *in, co
         tin[t] = in[t];
         tin[t].data = (void *)(uintptr_t)(u + 1); /* compared, never read */
     }
-    return un_kern_scratch_bytes(prec, nd->op, nd->inf.local, tin, nd->n_in, out, threads, true);
+    return un_kern_scratch_bytes(prec, nd->op, nd->inf.local, tin, nd->n_in, out, grads, threads,
+                                 true);
 }
 
 int64_t un_exec_estimate_bytes(const un_graph *g, int rank, int size, un_prec prec, bool shared,
@@ -1628,11 +1629,14 @@ int64_t un_exec_estimate_bytes(const un_graph *g, int rank, int size, un_prec pr
     for (int32_t id = 0; kernel_threads > 0 && id < ex->n; id++) {
         const un_node *nd = un_graph_node(g, id);
         const xnode *xn = &ex->nodes[id];
+        bool grads[UN_MAX_INPUTS]; /* the runtime passes a gradient where its input needs one */
+        for (int t = 0; t < nd->n_in; t++)
+            grads[t] = input_tensor(ex, nd, t)->needs_grad;
         for (int i = 0; i < xn->n_task; i++) {
             bytes += (int64_t)un_kern_stash_bytes(prec, nd->op, nd->inf.local, xn->tasks[i].in,
                                                   nd->n_in, xn->tasks[i].out);
-            size_t k =
-                un_exec_kern_scratch(nd, prec, xn->tasks[i].in, xn->tasks[i].out, kernel_threads);
+            size_t k = un_exec_kern_scratch(nd, prec, xn->tasks[i].in, xn->tasks[i].out, grads,
+                                            kernel_threads);
             scratch = k > scratch ? k : scratch;
         }
     }

@@ -119,10 +119,10 @@ int64_t un_exec_estimate_bytes(const un_graph *g, int rank, int size, un_prec pr
 /* The scratch of the CPU kernels' call of node nd on one device tuple (pieces in[nd->n_in],
  * out; data not read) on a pool of `threads` threads with the backend's stash:
  * un_kern_scratch_bytes, with the inputs told apart as the graph names them (attention whose
- * three inputs are one tensor is self-attention). The runtime's memory check and the simulator
- * both count it. */
+ * three inputs are one tensor is self-attention) and grads[t]: input t needs a gradient. The
+ * runtime's memory check and the simulator both count it. */
 size_t un_exec_kern_scratch(const un_node *nd, un_prec prec, const un_kt *in, const un_kt *out,
-                            int threads);
+                            const bool *grads, int threads);
 
 /* ---- sources ---- */
 

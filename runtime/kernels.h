@@ -123,13 +123,15 @@ size_t un_kern_stash_bytes(un_prec prec, un_op op, const un_param *params, const
 /* The most bytes one forward or backward call of op on these local pieces takes as scratch
  * through ctx's allocator at once (kernel workspace, freed before the call returns: conv2d's
  * im2col matrices, an activation's derivative, attention's gradients and per-thread blocks),
- * with every input gradient wanted, on a pool of `threads` threads, with (stash) or without a
- * forward stash that holds what the backward reads (un_kstash). Shapes and params only; data
- * is compared, never read: multihead_attention whose three inputs have one data pointer (not
- * NULL) is self-attention (its weights are packed in scratch). The backward's figure is the
- * larger for every op. */
+ * with the input gradients grads[i] wanted (NULL: every one; the runtime passes no gradient
+ * for an input that needs none, such as the data into a model's first conv), on a pool of `threads`
+ * threads, with (stash) or without a forward stash that holds what the backward reads (un_kstash).
+ * Shapes and params only; data is compared, never read: multihead_attention whose three inputs have
+ * one data pointer (not NULL) is self-attention (its weights are packed in scratch). The backward's
+ * figure is the larger for every op. */
 size_t un_kern_scratch_bytes(un_prec prec, un_op op, const un_param *params, const un_kt *in,
-                             int n_in, const un_kt *out, int threads, bool stash);
+                             int n_in, const un_kt *out, const bool *grads, int threads,
+                             bool stash);
 
 /* Elements in a piece (product of dims); -1 if it exceeds UN_MAX_NUMEL or a dim is < 1. */
 int64_t un_kt_numel(const un_kt *t);

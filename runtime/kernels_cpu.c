@@ -1132,7 +1132,8 @@ un_status un_kern_linear_wgrad(un_ctx *ctx, const un_kexec *ex, const un_param *
 }
 
 size_t un_kern_scratch_bytes(un_prec prec, un_op op, const un_param *params, const un_kt *in,
-                             int n_in, const un_kt *out, int threads, bool stash) {
+                             int n_in, const un_kt *out, const bool *grads, int threads,
+                             bool stash) {
     size_t es = prec == UN_PREC_F32 ? sizeof(float) : sizeof(double);
     kcall c = {.op = op, .p = params, .in = in, .n_in = n_in, .out = out, .n_out = 1};
     int64_t n = 0; /* values of the precision's type */
@@ -1142,11 +1143,12 @@ size_t un_kern_scratch_bytes(un_prec prec, un_op op, const un_param *params, con
         n = act == ACT_NONE || (act == ACT_GELU && stash) ? 0 : un_kt_numel(&out[0]);
         break;
     }
-    case UN_OP_CONV2D: { /* backward: im2col of x, of dx, and dy act'(pre) (conv_bwd) */
+    case UN_OP_CONV2D: { /* backward: im2col of x, of dx when wanted, dy act'(pre) (conv_bwd) */
         if (n_in < 2 || in[1].rank != 4 || out[0].rank != 4)
             return 0;
         int64_t col = in[1].dim[1] * in[1].dim[2] * in[1].dim[3] * out[0].dim[2] * out[0].dim[3];
-        n = 2 * col + (par(&c, P_CONV_ACT) == ACT_NONE ? 0 : un_kt_numel(&out[0]));
+        n = (!grads || grads[0] ? 2 : 1) * col +
+            (par(&c, P_CONV_ACT) == ACT_NONE ? 0 : un_kt_numel(&out[0]));
         break;
     }
     case UN_OP_LAYER_NORM: /* backward without the stash: each row's moments, in double */

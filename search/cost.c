@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/backend_cuda_kern.h"
+
 typedef struct ckey { /* zeroed before it is filled, so that memcmp compares it */
     int32_t op, n_in;
     un_param params[UN_MAX_PARAMS];
@@ -166,6 +168,232 @@ static void warn(un_cost_model *cm, un_op op, const char *what) {
                       : "twice the forward");
 }
 
+/* ---- the CUDA backend's kernels (device.gpu): what runtime/backend_cuda.c launches per op ---- */
+
+/* Each kernel costs max(launch, its device time) (gemm_launch for a cuBLAS call): the host issues
+ * the next kernel while the device runs this one, so short kernels cost their launch and long ones
+ * their run. */
+typedef struct kclock {
+    const un_device_kind *d;
+    double peak; /* flop/s */
+    double t;    /* seconds so far */
+    int n;       /* kernels so far */
+} kclock;
+
+static void k_issue(kclock *k, double host, double dev) {
+    k->t += dev > host ? dev : host;
+    k->n++;
+}
+static void k_run(kclock *k, double dev) { k_issue(k, k->d->gpu.launch, dev); }
+
+/* A memory-bound kernel of launch geometry g moving `floats` 4-byte values: at mem_bw, or less
+ * when it has too few threads to keep the memory busy (Little's law, one load in flight each). */
+static void k_mem(kclock *k, un_cu_geom g, double floats) {
+    if (g.grid <= 0)
+        return; /* the backend launches nothing */
+    double bw = (double)g.grid * g.block * 4 / k->d->gpu.mem_latency;
+    k_run(k, 4 * floats / (bw < k->d->mem_bw ? bw : k->d->mem_bw));
+}
+static void k_ew(kclock *k, int64_t n, double floats) { k_mem(k, un_cu_geom_1d(n), floats); }
+
+/* One cuBLAS sgemm over `batch` strided matrices: output tiles of gemm_tile^2 spread over the SMs
+ * in waves (a last partial wave idles the rest: the GEMM's utilisation), at the f32 peak, or at
+ * mem_bw when its operands take longer to move; plus its fill and drain. */
+static void k_gemm(kclock *k, int64_t m, int64_t n, int64_t kk, int64_t batch) {
+    if (m <= 0 || n <= 0 || kk <= 0 || batch <= 0)
+        return;
+    const un_gpu_kernels *g = &k->d->gpu;
+    double T = g->gemm_tile, tiles = ceil((double)m / T) * ceil((double)n / T) * (double)batch;
+    double waves = ceil(tiles / g->sms), use = tiles / (waves * g->sms);
+    double flops = 2.0 * (double)m * (double)n * (double)kk * (double)batch;
+    double bytes = 4.0 * ((double)m * kk + (double)kk * n + (double)m * n) * (double)batch;
+    double tc = flops / (k->peak * use), tm = bytes / k->d->mem_bw;
+    k_issue(k, g->gemm_launch, g->gemm_latency + (tc > tm ? tc : tm));
+}
+
+/* The steps of an attention or conv plan (backend_cuda_kern.h), as run_plan runs them. */
+static void k_plan(kclock *k, const un_cu_step *st, int n) {
+    for (int i = 0; i < n; i++) {
+        const un_cu_step *g = &st[i];
+        if (g->kind == UN_CU_STEP_GEMM)
+            k_gemm(k, g->m, g->n, g->k, g->batch);
+        else if (g->kind == UN_CU_STEP_ZERO)
+            k_run(k, 4.0 * (double)g->m / k->d->mem_bw); /* cudaMemsetAsync */
+        else /* softmax rows: forward reads and writes, backward reads two and adds into one */
+            k_mem(k, un_cu_geom_rows(g->rows.rows, g->rows.len),
+                  (double)g->rows.rows * (double)g->rows.len *
+                      (g->kind == UN_CU_STEP_SOFTMAX_FWD ? 2 : 4));
+    }
+}
+
+static double numel_d(const un_shape *s) { return (double)un_shape_numel(s); }
+
+/* conv2d: per chunk of images im2col, one GEMM over the groups, the copy into y's layout; then
+ * bias and activation (conv_fwd); the backward as conv_bwd, with every input gradient wanted. */
+static void k_conv(kclock *k, const un_param *p, const un_shape *in, int n_in, bool bwd) {
+    un_cu_conv g =
+        un_cu_conv_of(in[0].dim, in[1].dim, p[0].v[0], p[1].v[0], p[2].v[0], p[3].v[0], p[4].v[0]);
+    int act = (int)p[5].v[0];
+    int64_t nc = un_cu_conv_chunk(&g, UN_CU_CONV_COL_MAX);
+    double ny = (double)(g.N * g.O * g.OHW);
+    if (!bwd || act == UN_CU_ACT_GELU) { /* the forward, or gelu's pre-activation recomputed */
+        for (int64_t n0 = 0; n0 < g.N; n0 += nc) {
+            un_cu_conv c = un_cu_conv_at(&g, n0, nc);
+            int64_t ncol = c.C * c.KH * c.KW * c.N * c.OHW;
+            k_ew(k, ncol, (double)ncol + (double)(c.N * c.C * c.H * c.W));
+            un_cu_step st = un_cu_conv_fwd_step(&c);
+            k_plan(k, &st, 1);
+            if (c.N > 1)
+                k_ew(k, c.N * c.O * c.OHW, 2.0 * (double)(c.N * c.O * c.OHW));
+        }
+        if ((n_in > 2 && !bwd) || (act != UN_CU_ACT_NONE && !bwd))
+            k_ew(k, (int64_t)ny, 2 * ny);
+        if (!bwd)
+            return;
+    }
+    if (act != UN_CU_ACT_NONE)
+        k_ew(k, (int64_t)ny, 3 * ny);
+    for (int64_t n0 = 0; n0 < g.N; n0 += nc) {
+        un_cu_conv c = un_cu_conv_at(&g, n0, nc);
+        int64_t ncol = c.C * c.KH * c.KW * c.N * c.OHW, nx = c.N * c.C * c.H * c.W;
+        if (c.N > 1)
+            k_ew(k, c.N * c.O * c.OHW, 2.0 * (double)(c.N * c.O * c.OHW));
+        k_ew(k, ncol, (double)ncol + (double)nx); /* im2col for dW */
+        un_cu_step st[2] = {un_cu_conv_dw_step(&c), un_cu_conv_dcol_step(&c)};
+        k_plan(k, st, 2);
+        /* col2im: every dx element gathers its KH KW col entries */
+        k_ew(k, nx, (double)(c.KH * c.KW) * (double)nx / (double)(c.sh * c.sw) + 2.0 * nx);
+    }
+    if (n_in > 2)
+        k_mem(k, un_cu_geom_rows(g.O, g.N * g.OHW), ny);
+}
+
+/* multihead attention: the forward plan; the backward recomputes all of it but the output
+ * projection (no stash), then runs the backward plan with every gradient wanted. */
+static void k_mha(kclock *k, const un_param *p, const un_shape *in, bool bwd) {
+    un_cu_mha m = un_cu_mha_of(in[0].dim[0], in[0].dim[1], in[1].dim[1], in[0].dim[2], in[3].dim[1],
+                               in[6].dim[1], p[0].v[0], p[1].v[0] != 0);
+    if (m.heads > UN_CU_MHA_MAX_HEADS || m.heads < 1)
+        return;
+    un_cu_step st[UN_CU_MHA_MAX_STEPS];
+    int n = un_cu_mha_fwd_plan(&m, st);
+    k_plan(k, st, bwd ? n - 1 : n);
+    if (bwd) {
+        bool want[7] = {true, true, true, true, true, true, true};
+        k_plan(k, st, un_cu_mha_bwd_plan(&m, want, st));
+    }
+}
+
+/* Seconds of the kernels the CUDA backend runs for one piece, forward or backward; *kernels
+ * counts them. Mirrors cuda_forward / cuda_backward of runtime/backend_cuda.c. */
+static double gpu_op_time(const un_cost_model *cm, un_op op, const un_param *p, const un_shape *in,
+                          int n_in, const un_infer *inf, bool bwd, int *kernels) {
+    /* the executor's own work for the op on the host, then its kernels */
+    kclock k = {&cm->m.dev, un_machine_flops(&cm->m, UN_MPREC_F32), cm->m.dev.op_overhead, 0};
+    const un_shape *x = &in[0];
+    double nx = numel_d(x), no = inf->n_out > 0 ? numel_d(&inf->out[0]) : 0;
+    int r = x->rank;
+    switch (op) {
+    case UN_OP_LINEAR: {
+        int64_t kk = in[1].dim[0], n = in[1].dim[1], m = (int64_t)(nx / (double)(kk ? kk : 1));
+        int act = (int)p[0].v[0];
+        if (!bwd || act == UN_CU_ACT_GELU) { /* linear_into: the GEMM, then bias and act */
+            k_gemm(&k, m, n, kk, 1);
+            if (n_in > 2 || (act != UN_CU_ACT_NONE && !bwd))
+                k_ew(&k, m * n, 2.0 * (double)(m * n));
+        }
+        if (bwd) {
+            if (act != UN_CU_ACT_NONE)
+                k_ew(&k, m * n, 3.0 * (double)(m * n));
+            k_gemm(&k, m, kk, n, 1); /* dx */
+            k_gemm(&k, kk, n, m, 1); /* dW */
+            if (n_in > 2)
+                k_mem(&k, un_cu_geom_cols(n), (double)(m * n));
+        }
+        break;
+    }
+    case UN_OP_BATCH_MATMUL: {
+        int64_t nb = 1, m = x->dim[r - 2], kk = x->dim[r - 1], n = in[1].dim[r - 1];
+        for (int i = 0; i < r - 2; i++)
+            nb *= x->dim[i];
+        if (!bwd)
+            k_gemm(&k, m, n, kk, nb);
+        else {
+            k_gemm(&k, m, kk, n, nb);
+            k_gemm(&k, kk, n, m, nb);
+        }
+        break;
+    }
+    case UN_OP_SOFTMAX: {
+        int d = (int)(p[0].v[0] < 0 ? p[0].v[0] + r : p[0].v[0]);
+        k_mem(&k, un_cu_geom_rows((int64_t)(nx / (double)x->dim[d]), x->dim[d]),
+              bwd ? 3 * nx : 2 * nx);
+        break;
+    }
+    case UN_OP_LAYER_NORM: { /* the backward recomputes the statistics, then dx and dgamma, dbeta */
+        int64_t n = x->dim[r - 1], rows = (int64_t)(nx / (double)n);
+        un_cu_geom g = un_cu_geom_rows(rows, n);
+        k_mem(&k, g, bwd ? nx : 2 * nx);
+        if (bwd) {
+            k_mem(&k, g, 3 * nx);
+            k_mem(&k, un_cu_geom_cols(n), 2 * nx);
+        }
+        break;
+    }
+    case UN_OP_CONCAT: /* a box per input: read and write; the backward adds into the gradients */
+        k_ew(&k, un_shape_numel(&in[0]), (bwd ? 3 : 2) * numel_d(&in[0]));
+        k_ew(&k, un_shape_numel(&in[1]), (bwd ? 3 : 2) * numel_d(&in[1]));
+        break;
+    case UN_OP_SPLIT:
+        for (int j = 0; j < inf->n_out; j++)
+            k_ew(&k, un_shape_numel(&inf->out[j]), (bwd ? 3 : 2) * numel_d(&inf->out[j]));
+        break;
+    case UN_OP_EMBEDDING: /* the index check (a copy in, a kernel, a copy out: a sync), the gather
+                           */
+        if (!bwd) {
+            k_ew(&k, un_shape_numel(x), nx);
+            k_run(&k, 0);
+            k_run(&k, 0);
+            k_ew(&k, (int64_t)no, no + nx);
+        } else {
+            k_ew(&k, (int64_t)(nx * (double)in[1].dim[1]), 3 * nx * (double)in[1].dim[1]);
+        }
+        break;
+    case UN_OP_REDUCE_SUM:
+    case UN_OP_REDUCE_MEAN:
+        k_ew(&k, bwd ? (int64_t)nx : (int64_t)no, nx + no);
+        break;
+    case UN_OP_MULTIHEAD_ATTENTION:
+        k_mha(&k, p, in, bwd);
+        break;
+    case UN_OP_CONV2D:
+        k_conv(&k, p, in, n_in, bwd);
+        break;
+    case UN_OP_POOL2D:
+        k_ew(&k, (int64_t)no, bwd ? 2 * nx + no : nx + no);
+        break;
+    case UN_OP_BATCH_NORM: /* one block per channel: statistics and normalisation in one kernel */
+        k_mem(&k, un_cu_geom_rows(x->dim[1], (int64_t)(nx / (double)x->dim[1])),
+              bwd ? 5 * nx : 3 * nx);
+        break;
+    case UN_OP_CROSS_ENTROPY:
+        if (!bwd) {
+            k_ew(&k, x->dim[0], (double)x->dim[0]);
+            k_run(&k, 0);
+            k_run(&k, 0);
+        }
+        k_mem(&k, un_cu_geom_rows(x->dim[0], x->dim[1]), bwd ? 2 * nx : nx);
+        break;
+    default: /* one element-wise kernel (transpose: one box): reads the inputs, writes the output;
+              * the backward reads the output's gradient (and an input or the output) and adds
+              * into each input's gradient */
+        k_ew(&k, (int64_t)nx, bwd ? (1 + 3.0 * n_in) * nx : (n_in + 1) * nx);
+        break;
+    }
+    *kernels = k.n;
+    return k.t;
+}
+
 static un_status analytic(un_ctx *ctx, un_cost_model *cm, un_op op, const un_param *params,
                           const un_shape *in, int n_in, un_op_cost *c) {
     un_infer inf;
@@ -197,8 +425,13 @@ static un_status analytic(un_ctx *ctx, un_cost_model *cm, un_op op, const un_par
     c->bytes = e[1] * scale;
     c->bwd_flops = e[2];
     c->bwd_bytes = e[3] * scale;
-    c->fwd = roofline(cm, c->flops, c->bytes);
-    c->bwd = roofline(cm, c->bwd_flops, c->bwd_bytes);
+    if (cm->m.dev.gpu.on) {
+        c->fwd = gpu_op_time(cm, op, params, in, n_in, &inf, false, &c->fwd_kernels);
+        c->bwd = gpu_op_time(cm, op, params, in, n_in, &inf, true, &c->bwd_kernels);
+    } else {
+        c->fwd = roofline(cm, c->flops, c->bytes);
+        c->bwd = roofline(cm, c->bwd_flops, c->bwd_bytes);
+    }
     c->measured = false;
     return UN_OK;
 }
@@ -328,6 +561,32 @@ double un_cost_measured(un_ctx *ctx, un_cost_model *cm, const char *op_sig, cons
                         double fallback) {
     double f, b;
     return un_cost_lookup(ctx, cm, op_sig, shape, &f, &b) ? f : fallback;
+}
+
+double un_cost_loss(un_ctx *ctx, un_cost_model *cm, int64_t rows, int64_t classes) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "float[%lld,%lld]", (long long)rows, (long long)classes);
+    double n = (double)rows * (double)classes, fallback = un_cost_copy(cm, n * cm->es);
+    if (cm->m.dev.gpu.on) { /* cuda_loss: the labels checked (a copy in, a kernel, a copy out that
+                             * waits for the device), the rows' kernel, their sums copied out */
+        kclock k = {&cm->m.dev, un_machine_flops(&cm->m, UN_MPREC_F32), 0, 0};
+        k_run(&k, 0);
+        k_ew(&k, rows, (double)rows);
+        k_run(&k, 0);
+        k_mem(&k, un_cu_geom_rows(rows, classes), 2 * n);
+        k_run(&k, 0);
+        fallback = k.t;
+    }
+    return un_cost_measured(ctx, cm, "loss:ce", shape, fallback);
+}
+
+double un_cost_zero(const un_cost_model *cm, double bytes, int64_t buffers) {
+    if (!cm->m.dev.gpu.on || buffers < 1)
+        return bytes / cm->m.dev.mem_bw;
+    kclock k = {&cm->m.dev, 0, 0, 0}; /* a cudaMemsetAsync per buffer */
+    for (int64_t i = 0; i < buffers; i++)
+        k_run(&k, bytes / (double)buffers / cm->m.dev.mem_bw);
+    return k.t;
 }
 
 double un_cost_optimizer(un_ctx *ctx, un_cost_model *cm, const char *optimizer, int64_t n) {

@@ -25,10 +25,12 @@ typedef struct un_cost_model un_cost_model;
 
 /* One piece of one operator. */
 typedef struct un_op_cost {
-    double fwd, bwd;             /* seconds on one device */
-    double flops, bytes;         /* forward work of the piece (analytic) */
-    double bwd_flops, bwd_bytes; /* backward work of the piece (analytic) */
-    bool measured;               /* fwd/bwd come from the op-cost cache */
+    double fwd, bwd;              /* seconds on one device */
+    double flops, bytes;          /* forward work of the piece (analytic) */
+    double bwd_flops, bwd_bytes;  /* backward work of the piece (analytic) */
+    int fwd_kernels, bwd_kernels; /* kernels and cuBLAS calls of the CUDA backend (device.gpu
+                                   * given; else 0) */
+    bool measured;                /* fwd/bwd come from the op-cost cache */
 } un_op_cost;
 
 /* ---- lifecycle ---- */
@@ -60,6 +62,13 @@ double un_cost_p2p(const un_cost_model *cm, int a, int b, double bytes);
 double un_cost_allreduce(const un_cost_model *cm, const int *devs, int n, double bytes);
 /* Seconds to copy `bytes` within one device's memory. */
 double un_cost_copy(const un_cost_model *cm, double bytes);
+/* Seconds of the loss and its gradient on one output piece of rows x classes: measured (op-cost
+ * cache, "loss:ce" float[rows,classes]) when present, else the CUDA backend's kernels for it
+ * (device.gpu), else a copy of the piece. */
+double un_cost_loss(un_ctx *ctx, un_cost_model *cm, int64_t rows, int64_t classes);
+/* Seconds to zero `bytes` of device memory in `buffers` buffers: one memset call each on a kind
+ * with device.gpu, else at mem_bw. */
+double un_cost_zero(const un_cost_model *cm, double bytes, int64_t buffers);
 /* Seconds for one optimizer step over n parameters on one device ("sgd" or "adam"): measured
  * (op-cost cache, op_sig "optimizer:adam") when present, else memory-bound. */
 double un_cost_optimizer(un_ctx *ctx, un_cost_model *cm, const char *optimizer, int64_t n);

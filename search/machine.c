@@ -68,8 +68,35 @@ static un_status parse_link(un_ctx *ctx, const un_jcur *c, un_link *l) {
     return un_jcur_error(ctx, UN_ERR_PARSE, &ac, "unknown collective '%s' (ring or tree)", algo);
 }
 
+static un_status parse_gpu(un_ctx *ctx, const un_jcur *c, un_gpu_kernels *g) {
+    static const char *const keys[] = {"launch",       "gemm_launch", "sms", "gemm_tile",
+                                       "gemm_latency", "mem_latency", NULL};
+    un_status st;
+    if ((st = un_jcur_need_type(ctx, c, UN_JSON_OBJECT)) != UN_OK ||
+        (st = un_jcur_check_keys(ctx, c, keys)) != UN_OK ||
+        (st = get_num(ctx, c, "launch", true, true, &g->launch)) != UN_OK ||
+        (st = get_num(ctx, c, "gemm_launch", true, true, &g->gemm_launch)) != UN_OK ||
+        (st = get_num(ctx, c, "sms", true, false, &g->sms)) != UN_OK ||
+        (st = get_num(ctx, c, "gemm_tile", true, false, &g->gemm_tile)) != UN_OK ||
+        (st = get_num(ctx, c, "gemm_latency", true, true, &g->gemm_latency)) != UN_OK ||
+        (st = get_num(ctx, c, "mem_latency", true, false, &g->mem_latency)) != UN_OK)
+        return st;
+    static const char *const whole[] = {"sms", "gemm_tile"};
+    for (int i = 0; i < 2; i++) {
+        double v = i ? g->gemm_tile : g->sms;
+        if (v != floor(v) || v > 65536) {
+            un_jcur wc = un_jcur_member(c, whole[i]);
+            return un_jcur_error(ctx, UN_ERR_PARSE, &wc,
+                                 "must be a whole number in 1..65536 (got %g)", v);
+        }
+    }
+    g->on = true;
+    return UN_OK;
+}
+
 static un_status parse_device(un_ctx *ctx, const un_jcur *c, un_device_kind *d) {
-    static const char *const keys[] = {"kind", "flops", "mem_bw", "memory", "op_overhead", NULL};
+    static const char *const keys[] = {"kind",        "flops", "mem_bw", "memory",
+                                       "op_overhead", "gpu",   NULL};
     un_status st;
     const char *kind = NULL;
     if ((st = un_jcur_need_type(ctx, c, UN_JSON_OBJECT)) != UN_OK ||
@@ -99,7 +126,8 @@ static un_status parse_device(un_ctx *ctx, const un_jcur *c, un_device_kind *d) 
         (st = get_num(ctx, c, "memory", true, false, &d->memory)) != UN_OK ||
         (st = get_num(ctx, c, "op_overhead", false, true, &d->op_overhead)) != UN_OK)
         return st;
-    return UN_OK;
+    un_jcur gc = un_jcur_member(c, "gpu");
+    return un_jcur_present(&gc) ? parse_gpu(ctx, &gc, &d->gpu) : UN_OK;
 }
 
 static un_status parse_machine(un_ctx *ctx, const un_jdoc *doc, un_machine *m) {
@@ -209,9 +237,16 @@ void un_machine_to_json(const un_machine *m, un_buf *b) {
             un_buf_printf(b, "%s\"%s\": %.6g", sep, prec_names[p], m->dev.flops[p]);
             sep = ", ";
         }
-    un_buf_printf(b,
-                  "},\n             \"mem_bw\": %.6g, \"memory\": %.6g, \"op_overhead\": %.6g},\n",
+    un_buf_printf(b, "},\n             \"mem_bw\": %.6g, \"memory\": %.6g, \"op_overhead\": %.6g",
                   m->dev.mem_bw, m->dev.memory, m->dev.op_overhead);
+    const un_gpu_kernels *g = &m->dev.gpu;
+    if (g->on)
+        un_buf_printf(
+            b,
+            ",\n             \"gpu\": {\"launch\": %.6g, \"gemm_launch\": %.6g, \"sms\": %.0f, "
+            "\"gemm_tile\": %.0f, \"gemm_latency\": %.6g, \"mem_latency\": %.6g}",
+            g->launch, g->gemm_launch, g->sms, g->gemm_tile, g->gemm_latency, g->mem_latency);
+    un_buf_printf(b, "},\n");
     link_json(b, "intra_node", &m->intra);
     if (m->nodes > 1) {
         un_buf_printf(b, ",\n");

@@ -23,12 +23,26 @@ typedef struct un_link {
     un_coll_algo algo; /* how all-reduce / all-gather run over devices joined by this link */
 } un_link;
 
+/* The kernels of our CUDA backend (runtime/backend_cuda.c), device.gpu in the machine file: when
+ * given, an operator's cost is the sum over the kernels that backend launches for it (cost.c). */
+typedef struct un_gpu_kernels {
+    bool on;             /* device.gpu was given */
+    double launch;       /* seconds the host takes to launch one of our kernels (or a copy) */
+    double gemm_launch;  /* seconds the host takes for one cuBLAS sgemm call */
+    double sms;          /* streaming multiprocessors: the blocks one wave of a GEMM runs */
+    double gemm_tile;    /* rows (= columns) of the output tile one sgemm block computes */
+    double gemm_latency; /* seconds of a GEMM's fill and drain, on top of its waves */
+    double mem_latency;  /* seconds a load is in flight: with one 4-byte load per thread, a
+                          * kernel of T threads moves min(mem_bw, T * 4 / mem_latency) bytes/s */
+} un_gpu_kernels;
+
 typedef struct un_device_kind {
     char kind[32];                /* "cpu", "v100", "a100", "h100": the measured-cost key */
     double flops[UN_MPREC_COUNT]; /* peak flop/s per precision; 0 = not given (f32 is required) */
     double mem_bw;                /* bytes/s of device memory */
     double memory;                /* bytes of device memory */
     double op_overhead;           /* seconds to start one operator (a kernel launch, a call) */
+    un_gpu_kernels gpu;           /* zeroed (on false) when not given */
 } un_device_kind;
 
 typedef struct un_machine {

@@ -65,6 +65,7 @@ typedef struct sim {
     int n_xf, cap_xf;
     double *xmem;    /* per device: transfer buffers (forward: received piece and its gradient) */
     double *gbytes;  /* per device: gradient bytes the runtime zeroes every step */
+    int64_t *gbufs;  /* per device: the gradient buffers it zeroes (one call each) */
     double *stash;   /* per device: what the CPU kernels keep from the forwards for the backwards */
     double *scratch; /* per device: the most scratch one CPU kernel call takes (one at a time) */
     bool stashes;    /* the device kind runs the CPU kernels (cpu): they hold a stash */
@@ -446,7 +447,10 @@ static void kernel_memory(sim *s, const un_node *nd, const stensor *outs, double
         out[o] = piece_kt(&outs[o].shape);
     un_prec prec = s->es == 4 ? UN_PREC_F32 : UN_PREC_F64;
     *stash = (double)un_kern_stash_bytes(prec, nd->op, nd->inf.local, in, nd->n_in, out);
-    *scratch = (double)un_exec_kern_scratch(nd, prec, in, out, 1);
+    bool grads[UN_MAX_INPUTS];
+    for (int t = 0; t < nd->n_in; t++)
+        grads[t] = in_tensor(s, nd, t)->needs_grad;
+    *scratch = (double)un_exec_kern_scratch(nd, prec, in, out, grads, 1);
 }
 
 static un_status forward_node(sim *s, int32_t id) {
@@ -755,6 +759,8 @@ static void memory(sim *s) {
                     else if (!t->view[p])
                         arena_add(s, d, T_FWD(id), s->vlast[id], t->pbytes, false);
                     if (t->needs_grad)
+                        s->gbufs[d]++;
+                    if (t->needs_grad)
                         arena_add(s, d, T_BWD(n, last[id]),
                                   s->until[id] > T_BWD(n, id) ? s->until[id] : T_BWD(n, id),
                                   t->pbytes, true);
@@ -820,9 +826,15 @@ static void memory(sim *s) {
 
 /* ---- the step ---- */
 
-void un_sim_loss_shape(const un_shape *out, char *buf, size_t n) {
+void un_sim_loss_rows(const un_shape *out, int64_t *rows, int64_t *classes) {
     int64_t c = out->rank ? out->dim[out->rank - 1] / out->shard[out->rank - 1] : 1;
-    int64_t rows = c ? un_shape_piece_numel(out) / c : 0;
+    *rows = c ? un_shape_piece_numel(out) / c : 0;
+    *classes = c;
+}
+
+void un_sim_loss_shape(const un_shape *out, char *buf, size_t n) {
+    int64_t rows, c;
+    un_sim_loss_rows(out, &rows, &c);
     snprintf(buf, n, "float[%lld,%lld]", (long long)rows, (long long)c);
 }
 
@@ -1039,6 +1051,7 @@ static un_status sim_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     s.ts = un_xcalloc((size_t)n, sizeof *s.ts);
     s.xmem = un_xcalloc((size_t)D, sizeof *s.xmem);
     s.gbytes = un_xcalloc((size_t)D, sizeof *s.gbytes);
+    s.gbufs = un_xcalloc((size_t)D, sizeof *s.gbufs);
     s.stash = un_xcalloc((size_t)D, sizeof *s.stash);
     s.scratch = un_xcalloc((size_t)D, sizeof *s.scratch);
     s.stashes = strncmp(m->dev.kind, "cpu", 3) == 0;
@@ -1089,9 +1102,9 @@ static un_status sim_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     for (int32_t i = 0; i < un_graph_output_count(g) && st == UN_OK; i++) {
         un_ref r = un_graph_output(g, i);
         stensor *t = &s.ts[r.node][r.out];
-        char shape[64];
-        un_sim_loss_shape(&t->shape, shape, sizeof shape);
-        double loss = un_cost_measured(ctx, cm, "loss:ce", shape, un_cost_copy(s.cm, t->pbytes));
+        int64_t rows, c;
+        un_sim_loss_rows(&t->shape, &rows, &c);
+        double loss = un_cost_loss(ctx, cm, rows, c);
         for (int64_t q = 0; q < t->np; q++) {
             int d = t->owner[q] < 0 ? 0 : t->owner[q];
             if (t->shape.copy > 1 && q % t->shape.copy != 0)
@@ -1147,7 +1160,8 @@ static un_status sim_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
             /* the runtime zeroes every gradient buffer each step (a serial task of each device,
              * placed here at the end, where it changes no dependency) */
             for (int d = 0; d < D; d++)
-                run_task(&s, d, -1, K_OTHER, s.clock[d], s.gbytes[d] / m->dev.mem_bw);
+                run_task(&s, d, -1, K_OTHER, s.clock[d],
+                         un_cost_zero(cm, s.gbytes[d], s.gbufs[d] + 1)); /* + the weights' */
         stamp last = {0, -1};
         for (int d = 0; d < D; d++)
             last = later(last, s.clock[d]);
@@ -1179,6 +1193,7 @@ static un_status sim_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     free(s.xf);
     free(s.xmem);
     free(s.gbytes);
+    free(s.gbufs);
     free(s.stash);
     free(s.scratch);
     free(s.sync_recv);

@@ -70,6 +70,8 @@ un_status un_sim_run(un_ctx *ctx, un_cost_model *cm, const un_graph *g, const un
                      un_sim_result *out);
 void un_sim_result_deinit(un_sim_result *r);
 
+/* The rows and classes of one output piece's loss (the last dim: classes). */
+void un_sim_loss_rows(const un_shape *out, int64_t *rows, int64_t *classes);
 /* The op-cost cache shape "float[rows,classes]" of one output piece's loss: the profiler and the
  * simulator key the measured loss time by it. */
 void un_sim_loss_shape(const un_shape *out, char *buf, size_t n);

@@ -11,8 +11,8 @@
 static un_spec *spec;
 
 static const char *const machine_files[] = {
-    "specs/machines/cpu.json", "specs/machines/v100x4.json", "specs/machines/a100x8.json",
-    "specs/machines/h100x8.json", "specs/machines/v100x192.json"};
+    "specs/machines/cpu.json",    "specs/machines/v100x4.json",   "specs/machines/a100x8.json",
+    "specs/machines/h100x8.json", "specs/machines/v100x192.json", "specs/machines/h200x1.json"};
 
 static const char good[] =
     "{\"version\": 1, \"name\": \"t\", \"nodes\": 2, \"devices_per_node\": 2,"
@@ -31,7 +31,7 @@ static un_machine machine_mem(const char *memory) {
 }
 
 static void test_machine_files(void) {
-    int devs[] = {2, 4, 8, 8, 192};
+    int devs[] = {2, 4, 8, 8, 192, 1};
     for (size_t i = 0; i < sizeof machine_files / sizeof *machine_files; i++) {
         un_ctx *ctx = un_ctx_new(NULL);
         un_machine m;
@@ -39,6 +39,17 @@ static void test_machine_files(void) {
         EXPECT_TRUE(m.dev.flops[UN_MPREC_F32] > 0 && m.dev.mem_bw > 0 && m.dev.memory > 0);
         if (i > 0)
             EXPECT_EQ(un_machine_devices(&m), devs[i]);
+        /* the H200, where our CUDA backend ran, describes its kernels (device.gpu) */
+        EXPECT_EQ(m.dev.gpu.on, i == 5);
+        if (m.dev.gpu.on) { /* and they read back */
+            un_buf b = {0};
+            un_machine_to_json(&m, &b);
+            un_machine m2;
+            EXPECT_OK(ctx, un_machine_parse(ctx, "back.json", b.data, b.len, &m2));
+            EXPECT_TRUE(m2.dev.gpu.on && m2.dev.gpu.sms == m.dev.gpu.sms &&
+                        m2.dev.gpu.gemm_launch == m.dev.gpu.gemm_launch);
+            un_buf_deinit(&b);
+        }
         un_ctx_free(ctx);
     }
     un_machine m = machine_mem("1e9");
@@ -95,6 +106,37 @@ static void test_machine_bad(void) {
                "\"speed\": 3}",
                "speed");
     expect_bad("[1,", "bad.json");
+    /* device.gpu: every member required, numbers in range, whole counts, no unknown member */
+    static const char gpu[] =
+        "{\"version\": 1, \"name\": \"t\", \"nodes\": 1, \"devices_per_node\": 1,"
+        " \"device\": {\"kind\": \"x\", \"flops\": {\"f32\": 1e12}, \"mem_bw\": 1e11,"
+        " \"memory\": 1, \"gpu\": %s}, \"intra_node\": {\"bw\": 1, \"latency\": 0}}";
+    static const char *const bad_gpu[][2] = {
+        {"{\"launch\": 4e-6, \"gemm_launch\": 6e-6, \"sms\": 132.5, \"gemm_tile\": 64, "
+         "\"gemm_latency\": 5e-6, \"mem_latency\": 6e-7}",
+         "$.device.gpu.sms: must be a whole number in 1..65536 (got 132.5)"},
+        {"{\"launch\": 4e-6, \"gemm_launch\": 6e-6, \"sms\": 132, \"gemm_tile\": 0, "
+         "\"gemm_latency\": 5e-6, \"mem_latency\": 6e-7}",
+         "$.device.gpu.gemm_tile: must be greater than 0"},
+        {"{\"launch\": -1, \"gemm_launch\": 6e-6, \"sms\": 132, \"gemm_tile\": 64, "
+         "\"gemm_latency\": 5e-6, \"mem_latency\": 6e-7}",
+         "$.device.gpu.launch: must be at least 0"},
+        {"{\"launch\": 4e-6, \"gemm_launch\": \"fast\", \"sms\": 132, \"gemm_tile\": 64, "
+         "\"gemm_latency\": 5e-6, \"mem_latency\": 6e-7}",
+         "$.device.gpu.gemm_launch: expected a number"},
+        {"{\"launch\": 4e-6, \"gemm_launch\": 6e-6, \"sms\": 132, \"gemm_tile\": 64, "
+         "\"gemm_latency\": 5e-6}",
+         "$.device.gpu: missing member 'mem_latency'"},
+        {"{\"launch\": 4e-6, \"gemm_launch\": 6e-6, \"sms\": 132, \"gemm_tile\": 64, "
+         "\"gemm_latency\": 5e-6, \"mem_latency\": 6e-7, \"warps\": 4}",
+         "warps"},
+        {"[]", "$.device.gpu: expected"},
+    };
+    for (size_t i = 0; i < sizeof bad_gpu / sizeof *bad_gpu; i++) {
+        char text[1024];
+        snprintf(text, sizeof text, gpu, bad_gpu[i][0]);
+        expect_bad(text, bad_gpu[i][1]);
+    }
 }
 
 static un_cost_model *model_on(const un_machine *m, un_rulesdb *db) {
@@ -156,6 +198,118 @@ static void test_op_costs_grow(void) {
     EXPECT_EQ(q2, q + 1);
     EXPECT_EQ(c2, c + 1);
     un_ctx_free(ctx);
+    un_cost_model_free(cm);
+}
+
+/* The cost of one piece on machine m (one error: a failed test). */
+static un_op_cost piece_cost(un_cost_model *cm, un_op op, const un_param *p, const un_shape *in,
+                             int n_in) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_op_cost c;
+    EXPECT_OK(ctx, un_cost_piece(ctx, cm, op, p, in, n_in, &c));
+    un_ctx_free(ctx);
+    return c;
+}
+
+/* With device.gpu an op costs the kernels the CUDA backend launches (backend_cuda.c): linear's
+ * GEMM and activation, its backward's two GEMMs, and for gelu the forward GEMM again (no stash);
+ * attention's plans (the backward recomputes all but the output projection); conv2d's im2col,
+ * GEMM and layout copy per chunk of images; a kernel costs at least its launch; the loss and
+ * the zeroing of gradient buffers. */
+static void test_gpu_kernels(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_machine m;
+    EXPECT_OK(ctx, un_machine_load(ctx, "specs/machines/h200x1.json", &m));
+    un_ctx_free(ctx);
+    un_cost_model *cm = model_on(&m, NULL);
+    const un_gpu_kernels *g = &m.dev.gpu;
+    /* linear [4096, 1024] x [1024, 1024]: GEMMs well above their launch */
+    un_param p[UN_MAX_PARAMS];
+    un_spec_param_defaults(un_spec_op(spec, UN_OP_LINEAR), p);
+    un_shape lin[2] = {un_shape_make(2, (int64_t[]){4096, 1024}, UN_DT_FLOAT),
+                       un_shape_make(2, (int64_t[]){1024, 1024}, UN_DT_FLOAT)};
+    un_op_cost none = piece_cost(cm, UN_OP_LINEAR, p, lin, 2);
+    p[0].v[0] = 1; /* relu */
+    un_op_cost relu = piece_cost(cm, UN_OP_LINEAR, p, lin, 2);
+    p[0].v[0] = 4; /* gelu */
+    un_op_cost gelu = piece_cost(cm, UN_OP_LINEAR, p, lin, 2);
+    EXPECT_EQ(none.fwd_kernels, 1);
+    EXPECT_EQ(none.bwd_kernels, 2);
+    EXPECT_EQ(relu.fwd_kernels, 2);
+    EXPECT_EQ(relu.bwd_kernels, 3);
+    EXPECT_EQ(gelu.bwd_kernels, 4); /* the forward's GEMM again */
+    double gemm = none.fwd;         /* one GEMM */
+    EXPECT_TRUE(gemm > g->gemm_launch && gemm > g->gemm_latency);
+    EXPECT_NEAR(none.bwd, 2 * gemm + (none.bwd - 2 * gemm), 1e-12);
+    EXPECT_TRUE(relu.bwd > none.bwd);
+    EXPECT_NEAR(gelu.bwd - relu.bwd, gemm - m.dev.op_overhead, 1e-3 * gemm);
+    /* the cost differs from the spec's roofline, which counts no recompute */
+    un_machine roof = m;
+    roof.dev.gpu.on = false;
+    un_cost_model *rm = model_on(&roof, NULL);
+    un_op_cost rg = piece_cost(rm, UN_OP_LINEAR, p, lin, 2);
+    EXPECT_EQ(rg.bwd_kernels, 0);
+    EXPECT_TRUE(gelu.bwd > rg.bwd);
+    un_cost_model_free(rm);
+
+    /* attention, 16 heads: forward 2 heads + 5 steps, backward 6 heads + 14 (4 heads + 10 of its
+     * own plan, the forward's 2 heads + 4 again) */
+    un_spec_param_defaults(un_spec_op(spec, UN_OP_MULTIHEAD_ATTENTION), p);
+    p[0].v[0] = 16;
+    un_shape mha[7];
+    for (int i = 0; i < 3; i++)
+        mha[i] = un_shape_make(3, (int64_t[]){8, 512, 1024}, UN_DT_FLOAT);
+    for (int i = 3; i < 7; i++)
+        mha[i] = un_shape_make(2, (int64_t[]){1024, 1024}, UN_DT_FLOAT);
+    un_op_cost a = piece_cost(cm, UN_OP_MULTIHEAD_ATTENTION, p, mha, 7);
+    EXPECT_EQ(a.fwd_kernels, 2 * 16 + 5);
+    EXPECT_EQ(a.bwd_kernels, 6 * 16 + 14);
+    EXPECT_TRUE(a.bwd > 2.5 * a.fwd); /* twice the forward's GEMMs, and the forward again */
+    /* more heads of the same width: more (smaller) GEMMs, never cheaper */
+    p[0].v[0] = 32;
+    un_op_cost a32 = piece_cost(cm, UN_OP_MULTIHEAD_ATTENTION, p, mha, 7);
+    EXPECT_EQ(a32.fwd_kernels, 2 * 32 + 5);
+    EXPECT_TRUE(a32.fwd > a.fwd && a32.bwd > a.bwd);
+
+    /* conv2d: im2col + GEMM + layout copy per chunk; a batch whose im2col passes the backend's
+     * chunk (UN_CU_CONV_COL_MAX floats) runs in more chunks: more kernels */
+    un_spec_param_defaults(un_spec_op(spec, UN_OP_CONV2D), p);
+    p[2].v[0] = p[3].v[0] = 1; /* pad 1 */
+    un_shape cv[2] = {un_shape_make(4, (int64_t[]){8, 64, 56, 56}, UN_DT_FLOAT),
+                      un_shape_make(4, (int64_t[]){64, 64, 3, 3}, UN_DT_FLOAT)};
+    un_op_cost c8 = piece_cost(cm, UN_OP_CONV2D, p, cv, 2);
+    EXPECT_EQ(c8.fwd_kernels, 3); /* one chunk: im2col, GEMM, copy */
+    /* backward: copy, im2col, dW GEMM, dcol GEMM, col2im */
+    EXPECT_EQ(c8.bwd_kernels, 5);
+    cv[0].dim[0] = 64; /* 64 x 64 x 9 x 3136 floats of col: chunks of 37 images, 2 of them */
+    un_op_cost c64 = piece_cost(cm, UN_OP_CONV2D, p, cv, 2);
+    EXPECT_EQ(c64.fwd_kernels, 6);
+    EXPECT_EQ(c64.bwd_kernels, 10);
+    EXPECT_TRUE(c64.fwd > 6 * c8.fwd && c64.bwd > 6 * c8.bwd);
+    p[5].v[0] = 1; /* relu: bias and activation after the chunks; its derivative first */
+    un_op_cost cr = piece_cost(cm, UN_OP_CONV2D, p, cv, 2);
+    EXPECT_EQ(cr.fwd_kernels, c64.fwd_kernels + 1);
+    EXPECT_EQ(cr.bwd_kernels, c64.bwd_kernels + 1);
+    EXPECT_TRUE(cr.bwd > c64.bwd);
+
+    /* a small element-wise op costs the executor's overhead and one launch */
+    un_spec_param_defaults(un_spec_op(spec, UN_OP_RELU), p);
+    un_shape small = un_shape_make(1, (int64_t[]){64}, UN_DT_FLOAT);
+    un_op_cost r = piece_cost(cm, UN_OP_RELU, p, &small, 1);
+    EXPECT_EQ(r.fwd_kernels, 1);
+    EXPECT_NEAR(r.fwd, m.dev.op_overhead + g->launch, 1e-12);
+    /* the loss: the label check's copies and kernel, the rows' kernel, the sums copied out */
+    ctx = un_ctx_new(NULL);
+    EXPECT_NEAR(un_cost_loss(ctx, cm, 64, 10), 5 * g->launch, 1e-12);
+    un_ctx_free(ctx);
+    /* zeroing gradients: a memset call per buffer; without device.gpu, bytes at mem_bw */
+    EXPECT_NEAR(un_cost_zero(cm, 4096, 3), 3 * g->launch, 1e-12);
+    EXPECT_NEAR(un_cost_zero(cm, 4e9, 2), 4e9 / m.dev.mem_bw, 1e-12);
+    un_machine flat = m;
+    flat.dev.gpu.on = false;
+    un_cost_model *fm = model_on(&flat, NULL);
+    EXPECT_NEAR(un_cost_zero(fm, 4096, 3), 4096 / m.dev.mem_bw, 1e-15);
+    un_cost_model_free(fm);
     un_cost_model_free(cm);
 }
 
@@ -814,6 +968,7 @@ int main(void) {
     static const test_case c[] = {{"machine_files", test_machine_files},
                                   {"machine_bad", test_machine_bad},
                                   {"op_costs_grow", test_op_costs_grow},
+                                  {"gpu_kernels", test_gpu_kernels},
                                   {"cost_default", test_cost_default},
                                   {"collectives", test_collectives},
                                   {"roundtrip_one_device", test_roundtrip_one_device},

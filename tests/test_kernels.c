@@ -1096,7 +1096,8 @@ static void *count_realloc(void *q, size_t n, void *user) {
 /* Every op with kernel scratch (linear with each activation kind, conv2d with and without
  * activation and groups, layer_norm, cross- and self-attention of one and several query blocks),
  * float32 and float64, on 1 and 2 threads, with and without a stash: a forward, then a backward
- * with every input gradient; the peak of each call's scratch is what un_kern_scratch_bytes says
+ * with every input gradient (and conv2d also without the gradient of its input x, as the runtime
+ * calls a model's first conv); the peak of each call's scratch is what un_kern_scratch_bytes says
  * of the backward, and the forward's at most that; ops without scratch take none. */
 static void test_scratch(void) {
     scratch_count cnt = {0};
@@ -1131,7 +1132,9 @@ static void test_scratch(void) {
         bool self = t.op == UN_OP_MULTIHEAD_ATTENTION && k == 8;
         for (int prec = 0; prec < 2; prec++)
             for (int th = 0; th < 2; th++)
-                for (int stash = 0; stash < 2; stash++) {
+                for (int sg = 0; sg < (t.op == UN_OP_CONV2D ? 4 : 2); sg++) {
+                    int stash = sg & 1;
+                    bool grads[UN_MAX_INPUTS]; /* sg >= 2: no gradient for input 0 */
                     size_t esz = prec == UN_PREC_F32 ? sizeof(float) : sizeof(double);
                     un_kexec ex = exec_default((un_prec)prec);
                     ex.pool = th ? pool : NULL;
@@ -1146,8 +1149,8 @@ static void test_scratch(void) {
                           d = kt_of(&t.inf.out[0], un_xcalloc((size_t)t.nout[0], esz));
                     for (int i = 0; i < n_in; i++) {
                         g[i] = un_xcalloc((size_t)t.n[i], esz);
-                        din[i] =
-                            kt_of(&t.in_shape[i], t.in_shape[i].dtype == UN_DT_INT ? NULL : g[i]);
+                        grads[i] = t.in_shape[i].dtype != UN_DT_INT && !(i == 0 && sg >= 2);
+                        din[i] = kt_of(&t.in_shape[i], grads[i] ? g[i] : NULL);
                     }
                     atomic_store(&cnt.peak, 0);
                     EXPECT_OK(ctx, un_kern_forward(ctx, &ex, t.op, t.inf.local, in, n_in, &out, 1));
@@ -1157,12 +1160,12 @@ static void test_scratch(void) {
                                                     &d, din));
                     size_t bwd = atomic_load(&cnt.peak);
                     size_t want = un_kern_scratch_bytes((un_prec)prec, t.op, t.inf.local, in, n_in,
-                                                        &out, th ? 2 : 1, stash);
+                                                        &out, grads, th ? 2 : 1, stash);
                     test__check(bwd == want && fwd <= want && atomic_load(&cnt.live) == 0, TEST__AT,
-                                "%s %s (%s, %d threads, stash %d): scratch %zu / %zu, "
+                                "%s %s (%s, %d threads, stash %d%s): scratch %zu / %zu, "
                                 "un_kern_scratch_bytes %zu",
                                 cases[k].op, cases[k].params, prec ? "f64" : "f32", th ? 2 : 1,
-                                stash, fwd, bwd, want);
+                                stash, sg >= 2 ? ", no dx" : "", fwd, bwd, want);
                     if (t.op == UN_OP_RELU || t.op == UN_OP_SOFTMAX)
                         EXPECT_EQ((long long)want, 0);
                     else if (!(stash &&
@@ -1180,7 +1183,7 @@ static void test_scratch(void) {
                 }
         inst_free(&t);
     }
-    EXPECT_EQ(n_checked, (int)(sizeof cases / sizeof cases[0]) * 8);
+    EXPECT_EQ(n_checked, (int)(sizeof cases / sizeof cases[0]) * 8 + 2 * 8); /* 2 convs */
     un_pool_free(pool);
     un_ctx_free(ctx);
 }
