@@ -472,6 +472,59 @@ static void test_sim_stash(void) {
     un_ctx_free(ctx);
 }
 
+/* The meets of a step (runtime/comm.h un_comm_stats: the communicator calls that wait for
+ * another device) are what the simulator's runtime semantics counts between its stretches of
+ * work: a data-parallel step of the tiny MLP makes 3 (the gradients' reduce-scatter, the loss
+ * all-reduce, the weights' all-gather), a tensor-parallel one its piece transfers besides, a
+ * chunked layer's weights a meet each and one more at the end. Every rank of a real run counts
+ * the same number per step; on a box with idle cores each is a sleep and a wake-up on the other
+ * core, most of a small step (search/README.md "Meets"). */
+static void test_sim_meets(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_machine cpu;
+    EXPECT_OK(ctx, un_machine_load(ctx, "specs/machines/cpu.json", &cpu));
+    un_cost_model *cm = model_on(&cpu, NULL);
+    static const struct {
+        const char *model, *strategy, *config;
+        int min_meets;
+    } cases[] = {{"mlp", "data", NULL, 3},
+                 {"mlp", "tensor", NULL, 4},
+                 {"transformer", "data", NULL, 3},
+                 {"dlrm", "data", NULL, 3},
+                 {"mlp", "data", "layers=2,hidden=513,batch=8", 6}};
+    FILE *sink = fopen("/dev/null", "w");
+    for (size_t i = 0; i < sizeof cases / sizeof *cases && sink; i++) {
+        un_graph *g = NULL;
+        un_train_opts o = un_train_opts_default();
+        o.model = cases[i].model;
+        o.tiny = cases[i].config == NULL;
+        o.config = cases[i].config;
+        o.devices = 2;
+        o.threads = 2;
+        o.strategy = cases[i].strategy;
+        o.steps = 3;
+        o.quiet = true;
+        o.stats = true;
+        o.out = sink;
+        int d = 0;
+        EXPECT_OK(ctx, un_train_graph(ctx, spec, &o, &g, &d));
+        un_sim_result r = sim_runtime(cm, g, d);
+        un_train_result tr;
+        EXPECT_OK(ctx, un_train_run(ctx, &o, &tr));
+        for (int k = 0; k < d && tr.dev; k++)
+            test__check(tr.dev[k].meets == r.meets && r.meets >= cases[i].min_meets, TEST__AT,
+                        "%s %s rank %d: %.2f meets a step, simulated %d", cases[i].model,
+                        cases[i].strategy, k, tr.dev[k].meets, r.meets);
+        un_train_result_deinit(&tr);
+        un_sim_result_deinit(&r);
+        un_graph_free(g);
+    }
+    if (sink)
+        fclose(sink);
+    un_cost_model_free(cm);
+    un_ctx_free(ctx);
+}
+
 /* A plan whose output is a parallel op that receives a piece from another device (a combine of
  * a batch-split linear): the received piece lives to the step's end, as the output does in the
  * runtime; the simulated memory is the runtime's estimate on both ranks (it wrote outside its
@@ -821,6 +874,7 @@ int main(void) {
                                   {"measured", test_measured},
                                   {"sim_runtime", test_sim_runtime},
                                   {"sim_stash", test_sim_stash},
+                                  {"sim_meets", test_sim_meets},
                                   {"sim_output_parallel", test_sim_output_parallel},
                                   {"sim_measured_parts", test_sim_measured_parts},
                                   {"profile_dropout", test_profile_dropout},
