@@ -101,7 +101,7 @@ model_cases() {
                 stash[i]=${stash[i]:-0}
                 scr=$(sed -n 's/^kernel scratch, all devices: \([0-9]*\) bytes/\1/p' "$tmp/est")
                 stash[i]=$((stash[i] + ${scr:-0}))
-                acct[i]=$(awk '/^device +weights/ { on = 1; next } on && $1 ~ /^[0-9]+$/ { s += $4 } END { printf "%.0f", s }' "$tmp/out")
+                acct[i]=$(awk '/^device +weights/ { on = 1; next } /^device / { on = 0 } on && $1 ~ /^[0-9]+$/ { s += $4 } END { printf "%.0f", s }' "$tmp/out")
                 local base=$base1
                 [ "${dev[i]}" = 1 ] || base=$base2
                 rssd[i]=$((peak - base))
