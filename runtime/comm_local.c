@@ -67,8 +67,8 @@ static bool version_moved(const void *arg) {
 }
 
 /* Under mu, for rank c's caller that loops on its condition: returns after a group_notify since
- * the call (or spuriously). Polls the version outside the lock first; then sleeps unless the version
- * moved meanwhile (it moves only under mu, so the sleep misses no broadcast). */
+ * the call (or spuriously). Polls the version outside the lock first; then sleeps unless the
+ * version moved meanwhile (it moves only under mu, so the sleep misses no broadcast). */
 static void group_wait(un_comm_group *g, un_comm *c) {
     version_wait w = {g, atomic_load_explicit(&g->version, memory_order_relaxed)};
     int64_t ns = un_pool_spin_ns(g->n);

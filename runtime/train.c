@@ -555,10 +555,10 @@ static un_status report_stats(un_ctx *ctx, shared *sh, un_comm *comm, un_exec *e
     if (st == UN_OK && r == 0) {
         for (int i = 0; i < d; i++) {
             const double *x = all + (size_t)i * K;
-            sh->dev[i] = (un_train_dev_stats){(int64_t)x[0], (int64_t)x[1], (int64_t)x[2],
-                                              (int64_t)x[3], (int64_t)x[4], (int64_t)x[5],
-                                              (int64_t)x[6], (int64_t)x[7], (int64_t)x[8],
-                                              x[9],          x[10],         x[11]};
+            sh->dev[i] =
+                (un_train_dev_stats){(int64_t)x[0], (int64_t)x[1], (int64_t)x[2], (int64_t)x[3],
+                                     (int64_t)x[4], (int64_t)x[5], (int64_t)x[6], (int64_t)x[7],
+                                     (int64_t)x[8], x[9],          x[10],         x[11]};
         }
     }
     free(all);

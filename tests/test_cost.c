@@ -730,8 +730,8 @@ static void test_profile_small_steps(void) {
     char shape[64];
     un_sim_meet_shape(1, 0, shape, sizeof shape);
     EXPECT_OK(ctx, un_rulesdb_cost_get(ctx, db, "comm:meet", shape, "cpu", &c, &found));
-    test__check(found && c.fwd_ms < 1.6e3 * un_sim_meet_work[0], TEST__AT,
-                "comm:meet %s: %.4f ms", shape, c.fwd_ms);
+    test__check(found && c.fwd_ms < 1.6e3 * un_sim_meet_work[0], TEST__AT, "comm:meet %s: %.4f ms",
+                shape, c.fwd_ms);
     un_machine cpu;
     EXPECT_OK(ctx, un_machine_load(ctx, "specs/machines/cpu.json", &cpu));
     un_cost_model *cm = model_on(&cpu, db);
