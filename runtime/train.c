@@ -530,8 +530,8 @@ static un_status save_weights(un_ctx *ctx, shared *sh, un_comm *comm, un_exec *e
     return un_checkpoint_save_exec(ctx, o->save, sh->g, ex, be, opt, comm, NULL);
 }
 
-/* Every rank's accounting, collected on rank 0 (collective). */
-/* per: this rank's communicator calls over the timed steps, per step */
+/* Every rank's accounting, collected on rank 0 (collective); per: this rank's meets, the waits
+ * in them that slept and their milliseconds, per timed step. */
 static un_status report_stats(un_ctx *ctx, shared *sh, un_comm *comm, un_exec *ex, un_optim *opt,
                               const double per[3]) {
     enum { K = 12 };
