@@ -706,65 +706,6 @@ static void test_profile_parts(void) {
     un_ctx_free(ctx);
 }
 
-/* What a tiny serial step is made of, profiled: the tiny MLP's step (0.013 ms here: 10 ops of
- * 0.3-2 us forward and backward, the loss, Adam) was estimated 40-70 % above its measured time.
- * Two parts of that were the profiler's own: every wall-time median held the timer's floor (0.09
- * us, 22 timed regions a step), and comm:meet's work loop read the thread's CPU clock, a system
- * call, so 1 us of work took 2.5 us and the one stretch of a serial step looked like waiting for
- * cores. Now a stretch of 1 us measures about 1 us on one device, and the estimate is at most 25 %
- * above the measured step (the least mean of 3 runs; other jobs only lengthen the runs). */
-static void test_profile_small_steps(void) {
-    char path[128];
-    snprintf(path, sizeof path, "%s/small.db", cli_tmp);
-    remove(path);
-    un_ctx *ctx = un_ctx_new(NULL);
-    un_graph *g = zoo_graph("mlp", "serial", 1);
-    un_rulesdb *db = NULL;
-    EXPECT_OK(ctx, un_rulesdb_open(ctx, path, spec, UN_RULESDB_CREATE, &db));
-    un_profile_params pp = un_profile_params_default();
-    pp.value_sets = UN_TRAIN_SYNTHETIC_BATCHES;
-    int64_t n = 0;
-    EXPECT_OK(ctx, un_profile_graph(ctx, db, g, &pp, NULL, &n));
-    un_rulesdb_cost c;
-    bool found = false;
-    char shape[64];
-    un_sim_meet_shape(1, 0, shape, sizeof shape);
-    EXPECT_OK(ctx, un_rulesdb_cost_get(ctx, db, "comm:meet", shape, "cpu", &c, &found));
-    test__check(found && c.fwd_ms < 1.6e3 * un_sim_meet_work[0], TEST__AT, "comm:meet %s: %.4f ms",
-                shape, c.fwd_ms);
-    un_machine cpu;
-    EXPECT_OK(ctx, un_machine_load(ctx, "specs/machines/cpu.json", &cpu));
-    un_cost_model *cm = model_on(&cpu, db);
-    un_sim_result r = sim_runtime(cm, g, 1);
-    double meas = 0;
-    FILE *sink = fopen("/dev/null", "w");
-    for (int i = 0; i < 3 && sink; i++) {
-        un_train_opts o = un_train_opts_default();
-        o.model = "mlp";
-        o.tiny = true;
-        o.devices = 1;
-        o.threads = 1;
-        o.strategy = "serial";
-        o.steps = 300;
-        o.quiet = true;
-        o.out = sink;
-        un_train_result tr;
-        EXPECT_OK(ctx, un_train_run(ctx, &o, &tr));
-        if (meas == 0 || tr.step_ms < meas)
-            meas = tr.step_ms;
-        un_train_result_deinit(&tr);
-    }
-    if (sink)
-        fclose(sink);
-    test__check(r.step > 0 && 1e3 * r.step <= 1.25 * meas, TEST__AT,
-                "tiny mlp serial: estimated %.4f ms, measured %.4f ms", 1e3 * r.step, meas);
-    un_sim_result_deinit(&r);
-    un_cost_model_free(cm);
-    un_rulesdb_free(db);
-    un_graph_free(g);
-    un_ctx_free(ctx);
-}
-
 static void test_cli(void) {
     const cli_result *r = cli_run("unity-train", "--model mlp --tiny --devices 2 --estimate "
                                                  "--machine specs/machines/cpu.json");
@@ -855,6 +796,58 @@ static void test_profile_in_step(void) {
                 "relu [8,8,8,8] on 4 value sets %.4f / %.4f ms, on new values %.4f / %.4f ms", cf,
                 cb, nf, nb);
     un_graph_free(g);
+}
+
+/* What a tiny serial step is made of, profiled: the tiny MLP's step (0.013 ms here: 10 ops of
+ * 0.3-2 us forward and backward, the loss, Adam) was estimated 40-70 % above its measured time.
+ * Two parts of that were the profiler's own: every wall-time median held the timer's floor (0.09
+ * us, 22 timed regions a step), and comm:meet's work loop read the thread's CPU clock, a system
+ * call, so 1 us of work took 2.5 us and the one stretch of a serial step looked like waiting for
+ * cores. Now a stretch of 1 us measures about 1 us on one device, and the estimate is at most 25 %
+ * above the measured step (the least mean of 3 runs; other jobs only lengthen the runs). */
+static void test_profile_small_steps(void) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/small.db", cli_tmp);
+    un_graph *g = zoo_graph("mlp", "serial", 1);
+    char shape[64];
+    un_sim_meet_shape(1, 0, shape, sizeof shape);
+    double meet = 0, unused = 0;
+    profile_entry(g, UN_TRAIN_SYNTHETIC_BATCHES, path, "comm:meet", shape, &meet, &unused);
+    test__check(meet < 1.6e3 * un_sim_meet_work[0], TEST__AT, "comm:meet %s: %.4f ms", shape, meet);
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_rulesdb *db = NULL;
+    EXPECT_OK(ctx, un_rulesdb_open(ctx, path, spec, UN_RULESDB_READONLY, &db));
+    un_machine cpu;
+    EXPECT_OK(ctx, un_machine_load(ctx, "specs/machines/cpu.json", &cpu));
+    un_cost_model *cm = model_on(&cpu, db);
+    un_sim_result r = sim_runtime(cm, g, 1);
+    double meas = 0;
+    FILE *sink = fopen("/dev/null", "w");
+    for (int i = 0; i < 3 && sink; i++) {
+        un_train_opts o = un_train_opts_default();
+        o.model = "mlp";
+        o.tiny = true;
+        o.devices = 1;
+        o.threads = 1;
+        o.strategy = "serial";
+        o.steps = 300;
+        o.quiet = true;
+        o.out = sink;
+        un_train_result tr;
+        EXPECT_OK(ctx, un_train_run(ctx, &o, &tr));
+        if (meas == 0 || tr.step_ms < meas)
+            meas = tr.step_ms;
+        un_train_result_deinit(&tr);
+    }
+    if (sink)
+        fclose(sink);
+    test__check(r.step > 0 && 1e3 * r.step <= 1.25 * meas, TEST__AT,
+                "tiny mlp serial: estimated %.4f ms, measured %.4f ms", 1e3 * r.step, meas);
+    un_sim_result_deinit(&r);
+    un_cost_model_free(cm);
+    un_rulesdb_free(db);
+    un_graph_free(g);
+    un_ctx_free(ctx);
 }
 
 /* An embedding's indices are drawn from its input's range as the run's batches are (not all 0,
