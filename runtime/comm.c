@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "runtime/comm_impl.h"
 
@@ -17,20 +18,42 @@ void un_comm_free(un_comm *c) {
         c->iface->free(c);
 }
 
-un_status un_comm_barrier(un_ctx *ctx, un_comm *c) { return c->iface->barrier(ctx, c); }
+un_comm_stats un_comm_stats_get(const un_comm *c) { return c->stats; }
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* A call that meets the other ranks: counted and timed into c->stats. */
+static un_status meet_end(un_comm *c, double t0, un_status st) {
+    c->stats.meets++;
+    c->stats.seconds += now_s() - t0;
+    return st;
+}
+
+un_status un_comm_barrier(un_ctx *ctx, un_comm *c) {
+    if (c->size == 1)
+        return c->iface->barrier(ctx, c);
+    double t0 = now_s();
+    return meet_end(c, t0, c->iface->barrier(ctx, c));
+}
 
 un_status un_comm_allreduce(un_ctx *ctx, un_comm *c, un_red_type t, void *buf, int64_t n) {
     UN_ASSERT((unsigned)t < UN_RED_COUNT && n >= 0);
     if (c->size == 1 || n == 0)
         return UN_OK;
-    return c->iface->allreduce(ctx, c, t, buf, n);
+    double t0 = now_s();
+    return meet_end(c, t0, c->iface->allreduce(ctx, c, t, buf, n));
 }
 
 un_status un_comm_bcast(un_ctx *ctx, un_comm *c, int root, void *buf, size_t bytes) {
     UN_ASSERT(root >= 0 && root < c->size);
     if (c->size == 1 || bytes == 0)
         return UN_OK;
-    return c->iface->bcast(ctx, c, root, buf, bytes);
+    double t0 = now_s();
+    return meet_end(c, t0, c->iface->bcast(ctx, c, root, buf, bytes));
 }
 
 un_status un_comm_exchange(un_ctx *ctx, un_comm *c, const un_comm_msg *sends, int n_sends,
@@ -40,7 +63,15 @@ un_status un_comm_exchange(un_ctx *ctx, un_comm *c, const un_comm_msg *sends, in
     for (int i = 0; i < n_recvs; i++)
         UN_ASSERT(recvs[i].peer >= 0 && recvs[i].peer < c->size &&
                   (!recvs[i].add || (unsigned)recvs[i].type < UN_RED_COUNT));
-    return c->iface->exchange(ctx, c, sends, n_sends, recvs, n_recvs);
+    bool meets = false; /* only ranks with messages meet (comm.h) */
+    for (int i = 0; i < n_sends && !meets; i++)
+        meets = sends[i].peer != c->rank;
+    for (int i = 0; i < n_recvs && !meets; i++)
+        meets = recvs[i].peer != c->rank;
+    if (!meets)
+        return c->iface->exchange(ctx, c, sends, n_sends, recvs, n_recvs);
+    double t0 = now_s();
+    return meet_end(c, t0, c->iface->exchange(ctx, c, sends, n_sends, recvs, n_recvs));
 }
 
 /* dst += src over n elements of T: 32 bytes at a time as a vector (GCC/Clang vector extensions;

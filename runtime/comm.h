@@ -62,6 +62,16 @@ int un_comm_node_size(const un_comm *c);
 /* This rank's index among them (0 .. node_size - 1): which of the machine's GPUs it takes. */
 int un_comm_node_rank(const un_comm *c);
 
+/* What this rank's calls of the collectives below cost so far: a local communicator's ranks
+ * are threads that meet in every call, and on a box with idle cores a meet's sleep and wake-up
+ * is most of a small step (search/README.md, "Meets"). */
+typedef struct un_comm_stats {
+    int64_t meets;  /* calls of un_comm_barrier/allreduce/bcast/exchange with another rank */
+    int64_t sleeps; /* waits in them that went to sleep (local: after the spin; mpi: 0) */
+    double seconds; /* wall time in them */
+} un_comm_stats;
+un_comm_stats un_comm_stats_get(const un_comm *c);
+
 /* ---- collectives ---- */
 
 un_status un_comm_barrier(un_ctx *ctx, un_comm *c);

@@ -27,6 +27,7 @@ struct un_comm {
     int node_size; /* ranks on this machine (sharing its cores) */
     int node_rank; /* this rank's index among them */
     void *context;
+    un_comm_stats stats; /* this rank's (comm.c; sleeps: the implementation) */
 };
 
 #endif

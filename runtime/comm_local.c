@@ -66,10 +66,10 @@ static bool version_moved(const void *arg) {
     return atomic_load_explicit(&w->g->version, memory_order_acquire) != w->seen;
 }
 
-/* Under mu, for a caller that loops on its condition: returns after a group_notify since the
- * call (or spuriously). Polls the version outside the lock first; then sleeps unless the version
- * moved meanwhile (it moves only under mu, so the sleep misses no broadcast). */
-static void group_wait(un_comm_group *g) {
+/* Under mu, for rank c's caller that loops on its condition: returns after a group_notify since
+ * the call (or spuriously). Polls the version outside the lock first; then sleeps unless the
+ * version moved meanwhile (it moves only under mu, so the sleep misses no broadcast). */
+static void group_wait(un_comm_group *g, un_comm *c) {
     version_wait w = {g, atomic_load_explicit(&g->version, memory_order_relaxed)};
     int64_t ns = un_pool_spin_ns(g->n);
     if (ns > 0) {
@@ -79,8 +79,10 @@ static void group_wait(un_comm_group *g) {
         if (moved)
             return;
     }
-    if (!version_moved(&w))
+    if (!version_moved(&w)) {
+        c->stats.sleeps++;
         pthread_cond_wait(&g->cv, &g->mu);
+    }
 }
 
 static un_status local_barrier(un_ctx *ctx, un_comm *c) {
@@ -94,7 +96,7 @@ static un_status local_barrier(un_ctx *ctx, un_comm *c) {
             group_notify(g);
         } else {
             while (gen == g->generation && !g->aborted)
-                group_wait(g);
+                group_wait(g, c);
         }
     }
     bool aborted = g->aborted;
@@ -209,7 +211,7 @@ static un_status local_exchange(un_ctx *ctx, un_comm *c, const un_comm_msg *send
                 j++;
             if (j < g->n_mail || g->aborted)
                 break;
-            group_wait(g);
+            group_wait(g, c);
         }
         if (j == g->n_mail) {
             st = un_ctx_error(ctx, UN_ERR_DEVICE, "local rank %d: another rank failed", me);
@@ -255,7 +257,7 @@ static un_status local_exchange(un_ctx *ctx, un_comm *c, const un_comm_msg *send
                 g->mail[j].from == me && (g->mail[j].busy || (!g->mail[j].taken && !g->aborted));
         if (!pending)
             break;
-        group_wait(g);
+        group_wait(g, c);
     }
     int k = 0;
     for (int j = 0; j < g->n_mail; j++)

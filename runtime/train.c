@@ -530,9 +530,11 @@ static un_status save_weights(un_ctx *ctx, shared *sh, un_comm *comm, un_exec *e
     return un_checkpoint_save_exec(ctx, o->save, sh->g, ex, be, opt, comm, NULL);
 }
 
-/* Every rank's accounting, collected on rank 0 (collective). */
-static un_status report_stats(un_ctx *ctx, shared *sh, un_comm *comm, un_exec *ex, un_optim *opt) {
-    enum { K = 9 };
+/* Every rank's accounting, collected on rank 0 (collective); per: this rank's meets, the waits
+ * in them that slept and their milliseconds, per timed step. */
+static un_status report_stats(un_ctx *ctx, shared *sh, un_comm *comm, un_exec *ex, un_optim *opt,
+                              const double per[3]) {
+    enum { K = 12 };
     int d = un_comm_size(comm), r = un_comm_rank(comm);
     double *all = un_xcalloc((size_t)d * K, sizeof *all);
     const un_exec_stats *es = un_exec_stats_get(ex);
@@ -548,13 +550,15 @@ static un_status report_stats(un_ctx *ctx, shared *sh, un_comm *comm, un_exec *e
     row[6] = (double)es->plane_exchanges;
     row[7] = (double)es->staged_exchanges;
     row[8] = (double)sh->need[r];
+    memcpy(row + 9, per, 3 * sizeof *per);
     un_status st = un_comm_allreduce(ctx, comm, UN_RED_F64, all, (int64_t)d * K);
     if (st == UN_OK && r == 0) {
         for (int i = 0; i < d; i++) {
             const double *x = all + (size_t)i * K;
-            sh->dev[i] = (un_train_dev_stats){(int64_t)x[0], (int64_t)x[1], (int64_t)x[2],
-                                              (int64_t)x[3], (int64_t)x[4], (int64_t)x[5],
-                                              (int64_t)x[6], (int64_t)x[7], (int64_t)x[8]};
+            sh->dev[i] =
+                (un_train_dev_stats){(int64_t)x[0], (int64_t)x[1], (int64_t)x[2], (int64_t)x[3],
+                                     (int64_t)x[4], (int64_t)x[5], (int64_t)x[6], (int64_t)x[7],
+                                     (int64_t)x[8], x[9],          x[10],         x[11]};
         }
     }
     free(all);
@@ -702,6 +706,8 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
     /* A loaded run continues where the checkpoint stopped: same data, same dropout masks. */
     int start = st == UN_OK ? (int)un_optim_steps(opt) : 0;
     const un_shape *os = st == UN_OK ? un_exec_output_shape(ex, 0) : NULL;
+    int first_timed = o->steps == 1 ? 0 : 1; /* as the step times */
+    un_comm_stats c0 = un_comm_stats_get(comm);
     for (int step = 0; st == UN_OK && step < o->steps; step++) {
         /* The step's time excludes making the batch and writing it to the backend (as a
          * framework's loop that gets its batch from a loader does): forward, loss, backward,
@@ -711,6 +717,8 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
             un_comm_abort(comm); /* the other ranks may be waiting in a collective */
             break;
         }
+        if (step == first_timed)
+            c0 = un_comm_stats_get(comm);
         double t0 = now_s();
         uint64_t dseed = un_mix64(un_hash_combine(o->seed, (uint64_t)(start + step))) | 1;
         if ((st = un_exec_forward(ctx, ex, dseed)) != UN_OK)
@@ -769,8 +777,13 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
     }
     if (st == UN_OK && o->save)
         st = save_weights(ctx, sh, comm, ex, be, opt);
-    if (st == UN_OK)
-        st = report_stats(ctx, sh, comm, ex, opt);
+    if (st == UN_OK) {
+        un_comm_stats c1 = un_comm_stats_get(comm);
+        double n = o->steps - first_timed;
+        double per[3] = {(double)(c1.meets - c0.meets) / n, (double)(c1.sleeps - c0.sleeps) / n,
+                         1e3 * (c1.seconds - c0.seconds) / n};
+        st = report_stats(ctx, sh, comm, ex, opt, per);
+    }
     free(labels);
     for (int i = 0; i < m->n_inputs; i++)
         free(host[i]);
@@ -1021,6 +1034,12 @@ un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res
                     (long long)x->peak_bytes, (long long)x->need_bytes, (long long)x->sent,
                     (long long)x->recv, (long long)x->copied, use_mpi ? "mpi" : "local",
                     sh.plane ? " + " : "", sh.plane ? sh.plane : "");
+        }
+        if (d > 1) {
+            fprintf(o->out, "device  meets/step  slept/step  in meets(ms/step)\n");
+            for (int i = 0; i < d; i++)
+                fprintf(o->out, "%6d  %10.2f  %10.2f  %17.4f\n", i, res->dev[i].meets,
+                        res->dev[i].sleeps, res->dev[i].meet_ms);
         }
     }
 done:

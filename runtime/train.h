@@ -69,6 +69,10 @@ typedef struct un_train_dev_stats {
     int64_t staged_exchanges; /* ... staged through host memory (exec.h's un_exec_stats) */
     int64_t need_bytes;       /* what the memory check counted for it before allocating (the
                                  executor's estimate, the kernels' stash, host arrays on cpu) */
+    /* its communicator calls that meet other devices, per timed step (comm.h's un_comm_stats) */
+    double meets;   /* calls */
+    double sleeps;  /* waits in them that slept */
+    double meet_ms; /* milliseconds in them */
 } un_train_dev_stats;
 
 typedef struct un_train_result {

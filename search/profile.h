@@ -38,6 +38,8 @@ typedef struct un_profile_params {
                               (UN_TRAIN_SYNTHETIC_BATCHES for synthetic data: what the branch
                               predictor learns of a step's data-dependent branches it learns in
                               the replay too); 0: new values every run (real data) */
+    double timer_floor;    /* seconds an empty timed region takes, taken off every wall-time
+                              median (un_profile_graph measures it on its CPU backend; 0: none) */
 } un_profile_params;
 
 un_profile_params un_profile_params_default(void);

@@ -10,7 +10,9 @@
 #     estimated memory (all devices) against the runtime's own accounting of what it allocated
 #     (--stats: every device's peak, weights, gradients, optimizer state, activations, transfer
 #     buffers) plus the CPU kernels' forward stash (model_cases below), with the peak RSS (/usr/bin/time) minus a baseline run's RSS beside it for reference (kernel
-#     scratch is in the estimate and in the runtime's memory check; the host batch in the RSS only; tiny models are within the RSS noise).
+#     scratch is in the estimate and in the runtime's memory check; the host batch in the RSS only; tiny models are within the RSS noise);
+#     meets_ms: device 0's mean time per step inside communicator calls that meet the other
+#     device (--stats' meets table; of the run whose median step is the least).
 #  2. estimates per second for BERT-Large (the zoo transformer, batch 192) data parallel on 192
 #     V100s (specs/machines/v100x192.json): cached cost queries per second (the DP inner loop) and
 #     whole-plan simulations per second.
@@ -47,7 +49,7 @@ rss() { # peak RSS in bytes of a command
 base1=$(rss "$B/unity-train" --model mlp --tiny --steps 2 --threads 1 --quiet)
 base2=$(rss "$B/unity-train" --model mlp --tiny --steps 2 --devices 2 --threads 2 --quiet)
 echo "baseline peak RSS (tiny mlp, 2 steps): $((base1 / 1024)) KiB on 1 device, $((base2 / 1024)) KiB on 2, subtracted from the runs' on as many devices"
-printf '%-26s %-8s %3s %10s %10s %7s %5s %12s %12s %7s %5s %12s%s\n' model strategy dev est_ms meas_ms err ok est_mem meas_mem err ok rss_delta "${base_bin:+ base_err}"
+printf '%-26s %-8s %3s %10s %10s %7s %5s %12s %12s %7s %5s %12s %9s%s\n' model strategy dev est_ms meas_ms err ok est_mem meas_mem err ok rss_delta meets_ms "${base_bin:+ base_err}"
 # the median step of a run's steps after the first (a step's time is batch / its samples/s; the
 # batch is the summary's samples/s x ms/step)
 median_step() {
@@ -72,7 +74,7 @@ model_cases() {
     local label=$1 margs=$2
     shift 2
     [[ -z "${ONLY:-}" || "$label" =~ $ONLY ]] || return 0
-    local -a cases=("$@") strat dev est mem stash meas acct rssd estb scr
+    local -a cases=("$@") strat dev est mem stash meas acct rssd estb scr inmeet
     local n=${#cases[@]} i r
     for ((r = 0; r < REPS; r++)); do
         for ((i = 0; i < n; i++)); do
@@ -92,32 +94,40 @@ model_cases() {
             fi
             peak=$(rss "$B/unity-train" $margs $sargs --steps "$steps" --stats)
             m=$(median_step "$tmp/out")
+            # device 0's time in communicator calls that meet the other device, per step (--stats)
+            local im
+            im=$(awk '/^device +meets/ { on = 1; next } on && $1 == 0 { print $4; exit }' "$tmp/out")
             if ((r == 0)); then
                 est[i]=$e
                 estb[i]=$eb
                 meas[i]=$m
+                inmeet[i]=${im:--}
                 mem[i]=$(sed -n 's/^memory, all devices: \([0-9]*\) bytes/\1/p' "$tmp/est")
                 stash[i]=$(sed -n 's/^kernel stash, all devices: \([0-9]*\) bytes/\1/p' "$tmp/est")
                 stash[i]=${stash[i]:-0}
                 scr=$(sed -n 's/^kernel scratch, all devices: \([0-9]*\) bytes/\1/p' "$tmp/est")
                 stash[i]=$((stash[i] + ${scr:-0}))
-                acct[i]=$(awk '/^device +weights/ { on = 1; next } on && $1 ~ /^[0-9]+$/ { s += $4 } END { printf "%.0f", s }' "$tmp/out")
+                acct[i]=$(awk '/^device +weights/ { on = 1; next } /^device / { on = 0 } on && $1 ~ /^[0-9]+$/ { s += $4 } END { printf "%.0f", s }' "$tmp/out")
                 local base=$base1
                 [ "${dev[i]}" = 1 ] || base=$base2
                 rssd[i]=$((peak - base))
             else
                 est[i]=$(awk -v a="${est[i]}" -v b="$e" 'BEGIN { print (b < a ? b : a) }')
                 estb[i]=$(awk -v a="${estb[i]}" -v b="$eb" 'BEGIN { print (b < a ? b : a) }')
-                meas[i]=$(awk -v a="${meas[i]}" -v b="$m" 'BEGIN { print (b < a ? b : a) }')
+                if awk -v a="${meas[i]}" -v b="$m" 'BEGIN { exit !(b < a) }'; then
+                    meas[i]=$m
+                    inmeet[i]=${im:--}
+                fi
             fi
         done
     done
     for ((i = 0; i < n; i++)); do
         awk -v l="$label" -v s="$(basename "${strat[i]}" .json)" -v d="${dev[i]}" -v e="${est[i]}" -v m="${meas[i]}" \
-            -v em="${mem[i]}" -v mm="$((acct[i] + stash[i]))" -v rd="${rssd[i]}" -v eb="${estb[i]}" -v hb="$base_bin" 'BEGIN {
+            -v em="${mem[i]}" -v mm="$((acct[i] + stash[i]))" -v rd="${rssd[i]}" -v eb="${estb[i]}" -v hb="$base_bin" -v im="${inmeet[i]}" 'BEGIN {
             te = 100 * (e - m) / m; me = (mm > 0 ? 100 * (em - mm) / mm : 0)
             printf "%-26s %-8s %3d %10.3f %10.3f %+6.0f%% %5s %10.0fK %10.0fK %+6.0f%% %5s %10.0fK", l, s, d, e, m, te,
                    (te <= 25 && te >= -25 ? "yes" : "NO"), em / 1024, mm / 1024, me, (me <= 20 && me >= -20 ? "yes" : "NO"), rd / 1024
+            printf " %9s", im
             if (hb != "")
                 printf " %+7.0f%%", 100 * (eb - m) / m
             printf "\n"
