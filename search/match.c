@@ -518,7 +518,8 @@ un_status un_match_all(un_ctx *ctx, un_matcher *m, un_match_list *out) {
             m->cand[nc++] = (uint64_t)p->nodes[p->steps[0].node].op << 32 | (uint64_t)e;
         }
     }
-    qsort(m->cand, (size_t)nc, sizeof(uint64_t), cmp_u64); /* the order of the old full scan */
+    if (nc > 1) /* the order of the full scan by root operator */
+        qsort(m->cand, (size_t)nc, sizeof(uint64_t), cmp_u64);
     for (int64_t i = 0; i < nc; i++)
         run(m, (int64_t)(m->cand[i] & 0xffffffffu), -1, out);
     return UN_OK;
