@@ -475,14 +475,7 @@ static void labels_make(un_matcher *m) {
 
 /* Nodes of the graph with label x. */
 static int32_t label_count(const un_matcher *m, uint64_t x) {
-    int64_t lo = 0, hi = m->n_labels;
-    while (lo < hi) {
-        int64_t mid = (lo + hi) / 2;
-        if (m->labels[mid] < x)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
+    int64_t lo = un__u64_lower_bound(m->labels, m->n_labels, x);
     return lo < m->n_labels && m->labels[lo] == x ? m->label_n[lo] : 0;
 }
 

@@ -1280,15 +1280,20 @@ const uint64_t *un__ruleset_need(const un_ruleset *set, int64_t i, int64_t *n) {
     return set->need + set->need_at[i];
 }
 
-const int32_t *un__ruleset_by_key(const un_ruleset *set, uint64_t label, int64_t *n) {
-    int64_t lo = 0, hi = set->n_keys;
+int64_t un__u64_lower_bound(const uint64_t *v, int64_t n, uint64_t x) {
+    int64_t lo = 0, hi = n;
     while (lo < hi) {
         int64_t mid = (lo + hi) / 2;
-        if (set->key[mid] < label)
+        if (v[mid] < x)
             lo = mid + 1;
         else
             hi = mid;
     }
+    return lo;
+}
+
+const int32_t *un__ruleset_by_key(const un_ruleset *set, uint64_t label, int64_t *n) {
+    int64_t lo = un__u64_lower_bound(set->key, set->n_keys, label);
     if (lo == set->n_keys || set->key[lo] != label) {
         *n = 0;
         return NULL;

@@ -74,5 +74,7 @@ uint64_t un__label_op(int op);
 uint64_t un__label_params(int op, const un_param *params, int n);
 const uint64_t *un__ruleset_need(const un_ruleset *set, int64_t i, int64_t *n);
 const int32_t *un__ruleset_by_key(const un_ruleset *set, uint64_t label, int64_t *n);
+/* The first index of sorted v[0..n) whose value is not below x (n when none). */
+int64_t un__u64_lower_bound(const uint64_t *v, int64_t n, uint64_t x);
 
 #endif
