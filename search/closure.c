@@ -109,8 +109,8 @@ static bool keyed_has(const keyed *v, int64_t n, uint64_t key) {
 typedef int (*visit_fn)(void *user, un_ctx *ctx, const un_graph *from, const un_graph *ng,
                         const un_match *mt, int level, un_status *st);
 
-/* Breadth first from g within depth rewrites with the entries of set whose rule
- * (un_ruleset_rule_id - 1) is allowed (NULL: all); rewrites that do not apply are skipped. */
+/* Breadth first from g within depth rewrites with the entries e of set with allowed[e] (NULL:
+ * all; the others are never matched); rewrites that do not apply are skipped. */
 static un_status bfs(un_ctx *ctx, const un_ruleset *set, const un_graph *g, int depth,
                      const bool *allowed, visit_fn visit, void *user) {
     glist cur = {0}, next = {0};
@@ -122,11 +122,10 @@ static un_status bfs(un_ctx *ctx, const un_ruleset *set, const un_graph *g, int 
             un_matcher *m = NULL;
             if ((st = un_matcher_new(ctx, set, cur.v[c], &m)) != UN_OK)
                 break;
+            un_matcher_restrict(m, allowed);
             un_match_list ms = {0};
             st = un_match_all(ctx, m, &ms);
             for (int64_t i = 0; i < ms.n && st == UN_OK && !stop; i++) {
-                if (allowed && !allowed[un_ruleset_rule_id(set, ms.v[i].rule) - 1])
-                    continue;
                 un_graph *ng = NULL;
                 if (un_apply(ctx, set, cur.v[c], &ms.v[i], &ng, NULL) != UN_OK) {
                     un_ctx_clear(ctx);
@@ -239,9 +238,9 @@ typedef struct prune_job {
     const un_ruleset *set;
     un_rule *const *rules; /* the rules decided */
     const un_closure_params *p;
-    const bool *kept; /* per basis rule (set's rule id - 1): kept in an earlier chunk (read only
-                       * during a chunk) */
-    int8_t *level;    /* per rule: rewrites of the derivation found, 0 = none */
+    const bool *entry_ok; /* per entry of set: its rule was kept in an earlier chunk (read only
+                           * during a chunk); NULL: every entry */
+    int8_t *level;        /* per rule: rewrites of the derivation found, 0 = none */
     bool *capped;
     int64_t begin, end;
     _Atomic int64_t next;
@@ -266,9 +265,9 @@ static un_status decide(un_ctx *ctx, const prune_job *job, int64_t i) {
     un_status st = gs && gd ? UN_OK : UN_ERR_INVALID;
     explore_out ea = {0}, eb = {0};
     if (st == UN_OK)
-        st = explore(ctx, job->set, gs, a, job->kept, job->p->max_graphs, &ea);
+        st = explore(ctx, job->set, gs, a, job->entry_ok, job->p->max_graphs, &ea);
     if (st == UN_OK)
-        st = explore(ctx, job->set, gd, b, job->kept, job->p->max_graphs, &eb);
+        st = explore(ctx, job->set, gd, b, job->entry_ok, job->p->max_graphs, &eb);
     if (st == UN_OK) {
         int best = 0;
         for (int64_t x = 0, y = 0; x < ea.n && y < eb.n;) {
@@ -322,8 +321,7 @@ static int rule_ops(const un_rule *r) {
 
 struct un_closure {
     un_closure_params p;
-    un_ruleset *set; /* the basis rules given to un_closure_new, forwards and reversed */
-    bool *kept;      /* per rule given to un_closure_new: kept */
+    un_ruleset *set; /* the kept basis rules given to un_closure_new, forwards and reversed */
 };
 
 /* Decides job's rules [begin, end) on p->threads threads. */
@@ -382,9 +380,7 @@ static un_status basis_set(un_ctx *ctx, const un_spec *spec, un_rule *const *rul
     un_status st = un_ruleset_from_rules(ctx, spec, in, ids, n_in, &rp, set);
     free(in);
     free(ids);
-    for (int64_t e = 0; st == UN_OK && e < un_ruleset_count(*set); e++)
-        (void)un_ruleset_rule(*set, e); /* built once before threads share the set */
-    return st;
+    return st; /* its rules are built as the threads first match them (un_ruleset_rule) */
 }
 
 un_status un_closure_new(un_ctx *ctx, const un_spec *spec, un_rule *const *rules, int64_t n,
@@ -403,11 +399,13 @@ un_status un_closure_new(un_ctx *ctx, const un_spec *spec, un_rule *const *rules
     int8_t *level = un_xcalloc((size_t)n + 1, 1);
     un_ruleset *set = NULL;
     un_status st = basis_set(ctx, spec, rules, n, p, NULL, &set, &s);
+    int64_t n_entries = st == UN_OK ? un_ruleset_count(set) : 0, next_entry = 0;
+    bool *entry_ok = un_xcalloc((size_t)n_entries + 1, 1);
     prune_job job = {.parent = ctx,
                      .set = set,
                      .rules = rules,
                      .p = p,
-                     .kept = kept,
+                     .entry_ok = entry_ok,
                      .level = level,
                      .capped = capped};
     double last = t0;
@@ -421,6 +419,10 @@ un_status un_closure_new(un_ctx *ctx, const un_spec *spec, un_rule *const *rules
         tally(&job, drop, &s);
         for (int64_t i = job.begin; i < job.end; i++)
             kept[i] = !drop[i];
+        /* entries come in rule order (rule id = index + 1) */
+        for (; next_entry < n_entries && un_ruleset_rule_id(set, next_entry) <= job.end;
+             next_entry++)
+            entry_ok[next_entry] = kept[un_ruleset_rule_id(set, next_entry) - 1];
         done = job.end;
         if (p->progress && now_s() - last > 0.5) {
             last = now_s();
@@ -436,21 +438,21 @@ un_status un_closure_new(un_ctx *ctx, const un_spec *spec, un_rule *const *rules
         *stats = s;
     free(capped);
     free(level);
+    free(entry_ok);
     if (st == UN_OK && s.dropped > 0) {
         /* later checks match the kept rules only: rebuilt without the dropped ones */
         un_ruleset_free(set);
         set = NULL;
         st = basis_set(ctx, spec, rules, n, p, kept, &set, NULL);
     }
+    free(kept);
     if (st != UN_OK) {
         un_ruleset_free(set);
-        free(kept);
         return st;
     }
     un_closure *c = un_xcalloc(1, sizeof *c);
     c->p = *p;
     c->set = set;
-    c->kept = kept;
     *out = c;
     return UN_OK;
 }
@@ -463,7 +465,7 @@ un_status un_closure_check(un_ctx *ctx, un_closure *c, un_rule *const *rules, in
                      .set = c->set,
                      .rules = rules,
                      .p = &c->p,
-                     .kept = c->kept,
+                     .entry_ok = NULL, /* the set holds the kept rules only */
                      .level = un_xcalloc((size_t)n + 1, 1),
                      .capped = un_xcalloc((size_t)n + 1, 1),
                      .begin = 0,
@@ -484,7 +486,6 @@ void un_closure_free(un_closure *c) {
     if (!c)
         return;
     un_ruleset_free(c->set);
-    free(c->kept);
     free(c);
 }
 

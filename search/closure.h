@@ -28,8 +28,8 @@ typedef struct un_closure_params {
     int max_graphs; /* per side, graphs explored at most (default 4096) */
     int threads;    /* worker threads (default 1) */
     int basis_ops;  /* only rules of at most this many operators per side derive others (0 =
-                     * every rule; a bound keeps large sets affordable: each rule's sides are
-                     * matched against every basis rule) */
+                     * every rule; a bound keeps large sets affordable: the basis rules are held
+                     * in memory, ~34 KB each at N=4) */
     bool progress;  /* progress lines through un_ctx_progress */
 } un_closure_params;
 

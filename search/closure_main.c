@@ -33,8 +33,8 @@ static const char *USAGE =
     "                  but never used), so no rule is dropped on the strength of one the\n"
     "                  verifier may still refute\n"
     "  --basis-ops K   only rules of at most K operators per side derive others (default: all;\n"
-    "                  each rule is matched against every basis rule, so a bound keeps an N=4\n"
-    "                  set affordable)\n"
+    "                  the basis rules are held in memory, so a bound keeps an N=4 set\n"
+    "                  affordable: 3 there)\n"
     "  --max-graphs M  graphs explored per side of a derivation, or per model with --reach\n"
     "                  (default 4096 and 20000)\n"
     "  --spec S        operator specs, a directory holding ops.json or the file (alias --ops;\n"
@@ -165,14 +165,16 @@ static void stats_add(un_closure_stats *a, const un_closure_stats *b) {
 
 enum { BATCH = 4096 }; /* rules over --basis-ops decided and written at a time */
 
-/* Rows are read twice (decisions, then copying), so memory holds the basis rules and one batch.
- * kind[i]: 0 copied as it is, 1 a basis rule (decided in order), 2 decided against the basis. */
+/* Memory holds the basis rules and one batch of rows (decided, then copied); basis rows are read
+ * twice (decisions, then copying). kind[i]: 0 copied as it is, 1 a basis rule (decided in order),
+ * 2 decided against the basis. */
 static int prune(un_ctx *ctx, const un_spec *spec, const opts *o) {
     un_rulesdb *in = NULL, *out = NULL;
     int32_t *ids = NULL;
     int64_t n = 0, n_basis = 0, run = 0, written = 0;
     int8_t *kind = NULL;
     un_rule **basis = NULL, **batch = NULL;
+    un_rulesdb_row **rows = NULL;
     bool *drop = NULL, *bdrop = NULL;
     un_closure *c = NULL;
     un_closure_stats cs = {0}, part = {0};
@@ -223,35 +225,35 @@ static int prune(un_ctx *ctx, const un_spec *spec, const opts *o) {
     if (st == UN_OK)
         st = un_rulesdb_run_begin(ctx, out, PROG, args, &run);
     batch = un_xcalloc(BATCH, sizeof *batch);
+    rows = un_xcalloc(BATCH, sizeof *rows);
     bdrop = un_xcalloc(BATCH, 1);
     int64_t next_basis = 0; /* basis rules' decisions, in id order */
     for (int64_t lo = 0; st == UN_OK && lo < n; lo += BATCH) {
         int64_t hi = lo + BATCH < n ? lo + BATCH : n, nb = 0;
         for (int64_t i = lo; st == UN_OK && i < hi; i++) {
-            un_rulesdb_row *r = NULL;
-            if (kind[i] != 2 || (st = un_rulesdb_rule_get(ctx, in, ids[i], &r)) != UN_OK)
+            if (kind[i] != 2 || (st = un_rulesdb_rule_get(ctx, in, ids[i], &rows[nb])) != UN_OK)
                 continue;
-            batch[nb++] = r->rule;
-            r->rule = NULL;
-            un_rulesdb_row_free(r);
+            batch[nb] = rows[nb]->rule;
+            nb++;
         }
         memset(bdrop, 0, BATCH);
         if (st == UN_OK && nb > 0 &&
             (st = un_closure_check(ctx, c, batch, nb, bdrop, &part)) == UN_OK)
             stats_add(&cs, &part);
-        for (int64_t k = 0; k < nb; k++)
-            un_rule_free(batch[k]);
         if (st == UN_OK)
             st = un_rulesdb_begin(ctx, out);
         for (int64_t i = lo, k = 0; st == UN_OK && i < hi; i++) {
-            bool skip = kind[i] == 1 ? drop[next_basis++] : kind[i] == 2 ? bdrop[k++] : false;
-            un_rulesdb_row *r = NULL;
-            if (skip || (st = un_rulesdb_rule_get(ctx, in, ids[i], &r)) != UN_OK)
+            bool skip = kind[i] == 1 ? drop[next_basis++] : kind[i] == 2 ? bdrop[k] : false;
+            un_rulesdb_row *r = kind[i] == 2 ? rows[k++] : NULL;
+            if (skip || (!r && (st = un_rulesdb_rule_get(ctx, in, ids[i], &r)) != UN_OK))
                 continue;
             st = copy_row(ctx, out, r, run);
             written += st == UN_OK;
-            un_rulesdb_row_free(r);
+            if (kind[i] != 2)
+                un_rulesdb_row_free(r);
         }
+        for (int64_t k = 0; k < nb; k++)
+            un_rulesdb_row_free(rows[k]);
         if (st == UN_OK)
             st = un_rulesdb_commit(ctx, out);
         else if (out)
@@ -293,6 +295,7 @@ static int prune(un_ctx *ctx, const un_spec *spec, const opts *o) {
         printf("time                %.1f s (%d threads)\n", cs.seconds, p.threads);
     }
     free(batch);
+    free(rows);
     free(bdrop);
     free(basis);
     free(drop);

@@ -22,6 +22,12 @@ struct un_matcher {
     uint32_t *seen;  /* == epoch: visited by the cycle search */
     uint32_t epoch;
     int32_t *queue;
+    const bool *entry_ok; /* un_matcher_restrict: entries that may match, or NULL (all) */
+    uint64_t *labels;     /* un_match_all: the graph's labels (rules_impl.h), sorted, distinct */
+    int32_t *label_n;     /* nodes with each */
+    int64_t n_labels;     /* -1 until computed */
+    uint64_t *cand;       /* un_match_all's entries to try: root operator << 32 | entry */
+    int64_t cand_cap;
     un_match_stats stats;
 };
 
@@ -89,6 +95,7 @@ un_status un_matcher_new(un_ctx *ctx, const un_ruleset *set, const un_graph *g, 
     m->mark = un_xcalloc((size_t)n + 1, sizeof *m->mark);
     m->seen = un_xcalloc((size_t)n + 1, sizeof *m->seen);
     m->queue = un_xmalloc(((size_t)n + 1) * sizeof *m->queue);
+    m->n_labels = -1;
     *out = m;
     return UN_OK;
 }
@@ -104,8 +111,13 @@ void un_matcher_free(un_matcher *m) {
     free(m->mark);
     free(m->seen);
     free(m->queue);
+    free(m->labels);
+    free(m->label_n);
+    free(m->cand);
     free(m);
 }
+
+void un_matcher_restrict(un_matcher *m, const bool *entry_ok) { m->entry_ok = entry_ok; }
 
 un_match_stats un_matcher_stats(const un_matcher *m) { return m->stats; }
 
@@ -423,20 +435,86 @@ un_status un_match_at(un_ctx *ctx, un_matcher *m, int32_t node, un_match_list *o
     int64_t n;
     const int32_t *rs = un_ruleset_by_root(m->set, un_graph_node(m->g, node)->op, &n);
     for (int64_t i = 0; i < n; i++)
-        run(m, rs[i], node, out);
+        if (!m->entry_ok || m->entry_ok[rs[i]])
+            run(m, rs[i], node, out);
     return UN_OK;
+}
+
+static int cmp_u64(const void *x, const void *y) {
+    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+    return (a > b) - (a < b);
+}
+
+/* The graph's labels with their counts (rules_impl.h), once. */
+static void labels_make(un_matcher *m) {
+    if (m->n_labels >= 0)
+        return;
+    uint64_t *l = un_xmalloc(sizeof(uint64_t) * (2 * (size_t)m->n + 1));
+    int64_t n = 0;
+    const un_spec *spec = un_graph_spec(m->g);
+    for (int32_t v = 0; v < m->n; v++) {
+        const un_node *nd = un_graph_node(m->g, v);
+        if (un_op_kind_of(nd->op) == UN_OPK_SOURCE)
+            continue;
+        l[n++] = un__label_op(nd->op);
+        l[n++] = un__label_params(nd->op, nd->params, un_spec_op(spec, nd->op)->n_params);
+    }
+    qsort(l, (size_t)n, sizeof *l, cmp_u64);
+    m->labels = un_xmalloc(sizeof(uint64_t) * ((size_t)n + 1));
+    m->label_n = un_xmalloc(sizeof(int32_t) * ((size_t)n + 1));
+    m->n_labels = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (i == 0 || l[i] != l[i - 1]) {
+            m->labels[m->n_labels] = l[i];
+            m->label_n[m->n_labels++] = 0;
+        }
+        m->label_n[m->n_labels - 1]++;
+    }
+    free(l);
+}
+
+/* Nodes of the graph with label x. */
+static int32_t label_count(const un_matcher *m, uint64_t x) {
+    int64_t lo = un__u64_lower_bound(m->labels, m->n_labels, x);
+    return lo < m->n_labels && m->labels[lo] == x ? m->label_n[lo] : 0;
+}
+
+/* Whether the graph has every label entry e needs, as many times. */
+static bool labels_cover(const un_matcher *m, int64_t e) {
+    int64_t n;
+    const uint64_t *need = un__ruleset_need(m->set, e, &n);
+    for (int64_t a = 0, b; a < n; a = b) {
+        for (b = a + 1; b < n && need[b] == need[a]; b++)
+            ;
+        if (label_count(m, need[a]) < b - a)
+            return false;
+    }
+    return true;
 }
 
 un_status un_match_all(un_ctx *ctx, un_matcher *m, un_match_list *out) {
     (void)ctx;
-    for (int o = 0; o < UN_OP_COUNT; o++) {
-        if (m->op_at[o + 1] == m->op_at[o])
-            continue;
-        int64_t n;
-        const int32_t *rs = un_ruleset_by_root(m->set, (un_op)o, &n);
-        for (int64_t i = 0; i < n; i++)
-            run(m, rs[i], -1, out);
+    labels_make(m);
+    int64_t nc = 0;
+    for (int64_t k = 0; k < m->n_labels; k++) {
+        int64_t nb;
+        const int32_t *es = un__ruleset_by_key(m->set, m->labels[k], &nb);
+        for (int64_t i = 0; i < nb; i++) {
+            int32_t e = es[i];
+            if ((m->entry_ok && !m->entry_ok[e]) || !labels_cover(m, e))
+                continue;
+            if (nc == m->cand_cap) {
+                m->cand_cap = m->cand_cap ? 2 * m->cand_cap : 64;
+                m->cand = un_xrealloc(m->cand, sizeof(uint64_t) * (size_t)m->cand_cap);
+            }
+            const un__pat *p = un__ruleset_pat(m->set, e);
+            m->cand[nc++] = (uint64_t)p->nodes[p->steps[0].node].op << 32 | (uint64_t)e;
+        }
     }
+    if (nc > 1) /* the order of the full scan by root operator */
+        qsort(m->cand, (size_t)nc, sizeof(uint64_t), cmp_u64);
+    for (int64_t i = 0; i < nc; i++)
+        run(m, (int64_t)(m->cand[i] & 0xffffffffu), -1, out);
     return UN_OK;
 }
 

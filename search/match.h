@@ -56,13 +56,17 @@ typedef struct un_matcher un_matcher;
  * borrowed and must outlive it and not change. Owned: free with un_matcher_free. */
 un_status un_matcher_new(un_ctx *ctx, const un_ruleset *set, const un_graph *g, un_matcher **out);
 void un_matcher_free(un_matcher *m);
+/* Only entries e with entry_ok[e] match from now on (borrowed, read at each call; NULL: all). */
+void un_matcher_restrict(un_matcher *m, const bool *entry_ok);
 
 /* Appends every match of entry `rule` to out. */
 un_status un_match_rule(un_ctx *ctx, un_matcher *m, int64_t rule, un_match_list *out);
 /* Appends every match of every rule whose pattern root maps to graph node `node` (the rules
  * indexed under its operator): after a rewrite, the search re-matches around the new nodes. */
 un_status un_match_at(un_ctx *ctx, un_matcher *m, int32_t node, un_match_list *out);
-/* Appends every match of every rule (each match once: at its root). */
+/* Appends every match of every rule (each match once: at its root), by root operator, then entry.
+ * Only the entries the set's label index lets through are tried (rules_impl.h): those whose
+ * operators and fixed parameters the graph has; the others could not match. */
 un_status un_match_all(un_ctx *ctx, un_matcher *m, un_match_list *out);
 un_match_stats un_matcher_stats(const un_matcher *m);
 

@@ -19,12 +19,18 @@ struct un_ruleset {
     un_arena *arena; /* patterns' parameters, shapes and variable occurrences; blobs */
     uint8_t **blob;  /* the compact form of each rule (rules.c's encoding), in the arena */
     uint32_t *blob_len;
-    un_rule **rules; /* decoded on first use (un_ruleset_rule), owned; NULL until then */
-    int32_t *ids;    /* rules.db ids */
+    un_rule *_Atomic *rules; /* decoded on first use (un_ruleset_rule), owned; NULL until then */
+    int32_t *ids;            /* rules.db ids */
     bool *reversed;
     un__pat *pats; /* compiled matchers */
     int32_t *by_root[UN_OP_COUNT];
     int64_t n_by_root[UN_OP_COUNT];
+    /* The label index (rules_impl.h): each entry's labels, sorted, need[need_at[i] ..
+     * need_at[i + 1]); the entries under each key label (its rarest), key[k] sorted with its
+     * entries by_key[key_at[k] .. key_at[k + 1]) in entry order. */
+    uint64_t *need, *key;
+    int64_t *need_at, *key_at, n_keys;
+    int32_t *by_key;
     un_ruleset_stats stats;
 };
 
@@ -438,7 +444,106 @@ enum {
     RF_OVER_SIZE = 16, /* over params.max_size: skipped */
 };
 
-/* Builds the index by root operator once every entry is in. */
+uint64_t un__label_op(int op) { return un_mix64(0x6c6f70ull + (uint64_t)op); }
+
+uint64_t un__label_params(int op, const un_param *params, int n) {
+    uint64_t h = un_mix64(0x6c706172ull + (uint64_t)op);
+    for (int q = 0; q < n; q++) {
+        int len = params[q].len < 0 ? 1 : params[q].len > UN_MAX_DIMS ? UN_MAX_DIMS : params[q].len;
+        h = un_hash_bytes(params[q].v, sizeof(int64_t) * (size_t)len,
+                          un_mix64(h + (uint64_t)(int64_t)params[q].len));
+    }
+    return h;
+}
+
+static int cmp_u64(const void *x, const void *y) {
+    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+    return (a > b) - (a < b);
+}
+
+/* A label and an entry, for sorting. */
+typedef struct lab_entry {
+    uint64_t label;
+    int64_t entry;
+} lab_entry;
+
+static int cmp_lab_entry(const void *x, const void *y) {
+    const lab_entry *a = x, *b = y;
+    if (a->label != b->label)
+        return a->label < b->label ? -1 : 1;
+    return (a->entry > b->entry) - (a->entry < b->entry);
+}
+
+/* Builds the label index: every entry's labels (its operator nodes' un__label_op, and
+ * un__label_params for a node none of whose parameters carries a variable), then each entry under
+ * its key: the one of its labels that the fewest entries have. */
+static void set_index_labels(un_ruleset *set) {
+    set->need_at = un_xmalloc(sizeof(int64_t) * ((size_t)set->n + 1));
+    int64_t total = 0;
+    for (int64_t i = 0; i < set->n; i++)
+        total += 2 * set->pats[i].n_steps;
+    set->need = un_xmalloc(sizeof(uint64_t) * ((size_t)total + 1));
+    lab_entry *le = un_xmalloc(sizeof(lab_entry) * ((size_t)total + 1));
+    int64_t n = 0, n_le = 0;
+    for (int64_t i = 0; i < set->n; i++) {
+        const un__pat *p = &set->pats[i];
+        set->need_at[i] = n;
+        for (int k = 0; k < p->n_steps; k++) {
+            int u = p->steps[k].node;
+            const un__pnode *pn = &p->nodes[u];
+            set->need[n++] = un__label_op(pn->op);
+            bool fixed = true;
+            for (int q = 0; q < pn->n_params; q++)
+                fixed = fixed && !p->bound[u][q];
+            if (fixed)
+                set->need[n++] = un__label_params(pn->op, &p->params[pn->param_at], pn->n_params);
+        }
+        qsort(set->need + set->need_at[i], (size_t)(n - set->need_at[i]), sizeof(uint64_t),
+              cmp_u64);
+        for (int64_t q = set->need_at[i]; q < n; q++)
+            if (q == set->need_at[i] || set->need[q] != set->need[q - 1])
+                le[n_le++] = (lab_entry){set->need[q], i};
+    }
+    set->need_at[set->n] = n;
+    /* how many entries have each label */
+    qsort(le, (size_t)n_le, sizeof *le, cmp_lab_entry);
+    int64_t *key_of = un_xmalloc(sizeof(int64_t) * ((size_t)set->n + 1)); /* entry -> le index */
+    int64_t *best = un_xmalloc(sizeof(int64_t) * ((size_t)set->n + 1));   /* its label's count */
+    for (int64_t i = 0; i < set->n; i++)
+        best[i] = INT64_MAX;
+    for (int64_t a = 0, b; a < n_le; a = b) {
+        for (b = a; b < n_le && le[b].label == le[a].label; b++)
+            ;
+        for (int64_t q = a; q < b; q++)
+            if (b - a < best[le[q].entry]) {
+                best[le[q].entry] = b - a;
+                key_of[le[q].entry] = a;
+            }
+    }
+    /* the entries by key label: (key label, entry) pairs sorted */
+    lab_entry *ke = un_xmalloc(sizeof(lab_entry) * ((size_t)set->n + 1));
+    for (int64_t i = 0; i < set->n; i++)
+        ke[i] = (lab_entry){le[key_of[i]].label, i};
+    qsort(ke, (size_t)set->n, sizeof *ke, cmp_lab_entry);
+    set->key = un_xmalloc(sizeof(uint64_t) * ((size_t)set->n + 1));
+    set->key_at = un_xmalloc(sizeof(int64_t) * ((size_t)set->n + 2));
+    set->by_key = un_xmalloc(sizeof(int32_t) * ((size_t)set->n + 1));
+    set->n_keys = 0;
+    for (int64_t i = 0; i < set->n; i++) {
+        if (i == 0 || ke[i].label != ke[i - 1].label) {
+            set->key[set->n_keys] = ke[i].label;
+            set->key_at[set->n_keys++] = i;
+        }
+        set->by_key[i] = (int32_t)ke[i].entry;
+    }
+    set->key_at[set->n_keys] = set->n;
+    free(ke);
+    free(best);
+    free(key_of);
+    free(le);
+}
+
+/* Builds the index by root operator and the label index once every entry is in. */
 static void set_index(un_ruleset *set) {
     for (int64_t i = 0; i < set->n; i++) {
         const un__pat *pt = &set->pats[i];
@@ -452,12 +557,14 @@ static void set_index(un_ruleset *set) {
         un_op o = (un_op)set->pats[i].nodes[set->pats[i].steps[0].node].op;
         set->by_root[o][set->n_by_root[o]++] = (int32_t)i;
     }
+    set_index_labels(set);
     set->stats.loaded = set->n;
     set->stats.bytes =
         sizeof *set + un_arena_used(set->arena) +
         (size_t)set->cap * (sizeof(un_rule *) + sizeof(uint8_t *) + sizeof(uint32_t) +
                             sizeof(int32_t) + sizeof(bool) + sizeof(un__pat)) +
-        (size_t)set->n * sizeof(int32_t);
+        (size_t)set->n * sizeof(int32_t) + (size_t)set->need_at[set->n] * sizeof(uint64_t) +
+        (size_t)set->n * (2 * sizeof(int64_t) + sizeof(uint64_t) + sizeof(int32_t));
 }
 
 static un_ruleset *set_new(const un_spec *spec) {
@@ -1097,6 +1204,11 @@ void un_ruleset_free(un_ruleset *set) {
         un_rule_free(set->rules[i]);
     for (int o = 0; o < UN_OP_COUNT; o++)
         free(set->by_root[o]);
+    free(set->need);
+    free(set->need_at);
+    free(set->key);
+    free(set->key_at);
+    free(set->by_key);
     un_arena_free(set->arena);
     free(set->rules);
     free(set->blob);
@@ -1112,21 +1224,27 @@ const un_spec *un_ruleset_spec(const un_ruleset *set) { return set->spec; }
 
 const un_rule *un_ruleset_rule(const un_ruleset *set, int64_t i) {
     UN_ASSERT(i >= 0 && i < set->n);
-    if (!set->rules[i]) {
-        un_rule *r = NULL;
-        /* it was encoded from a rule that parsed and built under this spec: decoding cannot fail
-         * unless memory was damaged */
-        un_status st = rule_decode(NULL, set->spec, set->blob[i], set->blob_len[i], &r);
-        UN_ASSERT(st == UN_OK);
-        set->rules[i] = r; /* the array is not const, only the set */
+    un_rule *r = atomic_load_explicit(&set->rules[i], memory_order_acquire);
+    if (r)
+        return r;
+    /* it was encoded from a rule that parsed and built under this spec: decoding cannot fail
+     * unless memory was damaged */
+    un_status st = rule_decode(NULL, set->spec, set->blob[i], set->blob_len[i], &r);
+    UN_ASSERT(st == UN_OK);
+    un_rule *none = NULL; /* another thread may have built it meanwhile: the first one stays */
+    if (!atomic_compare_exchange_strong_explicit(&set->rules[i], &none, r, memory_order_acq_rel,
+                                                 memory_order_acquire)) {
+        un_rule_free(r);
+        r = none;
     }
-    return set->rules[i];
+    return r;
 }
 
 un_rule *un_ruleset_rule_decode(const un_ruleset *set, int64_t i) {
     UN_ASSERT(i >= 0 && i < set->n);
-    if (set->rules[i])
-        return un_rule_clone(set->rules[i]);
+    const un_rule *built = atomic_load_explicit(&set->rules[i], memory_order_acquire);
+    if (built)
+        return un_rule_clone(built);
     un_rule *r = NULL;
     un_status st = rule_decode(NULL, set->spec, set->blob[i], set->blob_len[i], &r);
     UN_ASSERT(st == UN_OK); /* as in un_ruleset_rule */
@@ -1154,4 +1272,32 @@ un_ruleset_stats un_ruleset_stats_get(const un_ruleset *set) { return set->stats
 const un__pat *un__ruleset_pat(const un_ruleset *set, int64_t i) {
     UN_ASSERT(i >= 0 && i < set->n);
     return &set->pats[i];
+}
+
+const uint64_t *un__ruleset_need(const un_ruleset *set, int64_t i, int64_t *n) {
+    UN_ASSERT(i >= 0 && i < set->n);
+    *n = set->need_at[i + 1] - set->need_at[i];
+    return set->need + set->need_at[i];
+}
+
+int64_t un__u64_lower_bound(const uint64_t *v, int64_t n, uint64_t x) {
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+        int64_t mid = (lo + hi) / 2;
+        if (v[mid] < x)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+const int32_t *un__ruleset_by_key(const un_ruleset *set, uint64_t label, int64_t *n) {
+    int64_t lo = un__u64_lower_bound(set->key, set->n_keys, label);
+    if (lo == set->n_keys || set->key[lo] != label) {
+        *n = 0;
+        return NULL;
+    }
+    *n = set->key_at[lo + 1] - set->key_at[lo];
+    return set->by_key + set->key_at[lo];
 }

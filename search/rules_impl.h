@@ -62,4 +62,19 @@ typedef struct un__pat {
 /* The compiled matcher of entry i. Borrowed, valid until un_ruleset_free. */
 const un__pat *un__ruleset_pat(const un_ruleset *set, int64_t i);
 
+/* The label index, un_match_all's filter: a pattern matches only a graph that has, for each of
+ * its operator nodes, a node with that operator (un__label_op) and, where none of the node's
+ * parameters carries a variable, with those parameters (un__label_params), as many times as the
+ * pattern has them (matches are injective). Each entry needs its labels (sorted, with repeats:
+ * un__ruleset_need) and is listed under one of them, its key, the one fewest entries share
+ * (un__ruleset_by_key: the entries of key `label` in entry order; NULL and 0 when none), so a
+ * graph is matched only against the entries listed under its own labels that need no more than
+ * it has. A label is a hash: a collision only lets more entries through to the matcher. */
+uint64_t un__label_op(int op);
+uint64_t un__label_params(int op, const un_param *params, int n);
+const uint64_t *un__ruleset_need(const un_ruleset *set, int64_t i, int64_t *n);
+const int32_t *un__ruleset_by_key(const un_ruleset *set, uint64_t label, int64_t *n);
+/* The first index of sorted v[0..n) whose value is not below x (n when none). */
+int64_t un__u64_lower_bound(const uint64_t *v, int64_t n, uint64_t x);
+
 #endif
