@@ -99,6 +99,7 @@ typedef struct un_rulesdb_filter {
     int op;       /* an un_op that must occur on either side, or -1 */
     int min_size; /* total size n_src + n_dst bounds (0 = none) */
     int max_size;
+    int max_ops;          /* at most this many operators on either side, max(n_src, n_dst) (0 = any) */
     int32_t after_id;     /* only ids > after_id (paging), 0 = from the start */
     int64_t limit;        /* at most this many, 0 = all */
     int shard_i, shard_n; /* only ids with id % shard_n == shard_i (shard_n 0 = all) */
