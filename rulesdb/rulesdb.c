@@ -124,6 +124,7 @@ static const char *const un_rulesdb_migrations[] = {
     X(RULE_IDS, "SELECT id FROM rules WHERE id > ?1 AND (?2 IS NULL OR status = ?2) "              \
                 "AND (?3 IS NULL OR instr(',' || ops || ',', ?3) > 0) AND (?4 = 0 OR size >= ?4) " \
                 "AND (?5 = 0 OR size <= ?5) AND (?6 = 0 OR id % ?6 = ?7) "                         \
+                "AND (?12 = 0 OR max(n_src, n_dst) <= ?12) "                                       \
                 "AND (?8 = 0 OR status IN ('candidate', 'unknown') "                               \
                 "     OR (status = 'verified' AND verify_spec != ?9)) "                            \
                 "ORDER BY id LIMIT ?10")                                                           \
@@ -137,6 +138,7 @@ static const char *const un_rulesdb_migrations[] = {
                      "un_bodysum(body) OR row_sum IS NOT " ROW_SUM_COLS " ORDER BY id LIMIT 1")    \
     X(CLAIM_EXPIRE, "DELETE FROM claims WHERE expires < ?1")                                       \
     X(CLAIM_FREE, "SELECT id FROM rules WHERE id > ?1 AND (?6 = 0 OR id % ?6 = ?7) "               \
+                  "AND (?12 = 0 OR max(n_src, n_dst) <= ?12) "                                     \
                   "AND (?8 = 0 OR status IN ('candidate', 'unknown') "                             \
                   "     OR (status = 'verified' AND verify_spec != ?9)) "                          \
                   "AND (?11 = 0 OR verified_at IS NULL OR verified_at < ?11) "                     \
@@ -1009,6 +1011,7 @@ un_status un_rulesdb_rule_ids(un_ctx *ctx, un_rulesdb *db, const un_rulesdb_filt
     sqlite3_bind_int(s, 8, f->needs_verify ? 1 : 0);
     sqlite3_bind_int64(s, 9, u2i(db->spec_hash));
     sqlite3_bind_int64(s, 10, f->limit > 0 ? f->limit : -1);
+    sqlite3_bind_int(s, 12, f->max_ops > 0 ? f->max_ops : 0);
     int32_t *v = NULL;
     int64_t cnt = 0, cap = 0;
     int rc;
@@ -1185,6 +1188,7 @@ un_status un_rulesdb_claim(un_ctx *ctx, un_rulesdb *db, const un_rulesdb_filter 
         sqlite3_bind_int64(s, 9, u2i(db->spec_hash));
         sqlite3_bind_int64(s, 10, max);
         sqlite3_bind_double(s, 11, f->undecided_since);
+        sqlite3_bind_int(s, 12, f->max_ops > 0 ? f->max_ops : 0);
         while (got < max && (rc = sqlite3_step(s)) == SQLITE_ROW)
             ids[got++] = (int32_t)sqlite3_column_int64(s, 0);
         sqlite3_reset(s);

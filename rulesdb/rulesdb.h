@@ -99,8 +99,9 @@ typedef struct un_rulesdb_filter {
     int op;       /* an un_op that must occur on either side, or -1 */
     int min_size; /* total size n_src + n_dst bounds (0 = none) */
     int max_size;
-    int32_t after_id;     /* only ids > after_id (paging), 0 = from the start */
-    int64_t limit;        /* at most this many, 0 = all */
+    int max_ops;      /* at most this many operators on either side, max(n_src, n_dst) (0 = any) */
+    int32_t after_id; /* only ids > after_id (paging), 0 = from the start */
+    int64_t limit;    /* at most this many, 0 = all */
     int shard_i, shard_n; /* only ids with id % shard_n == shard_i (shard_n 0 = all) */
     bool needs_verify;    /* candidates, unknowns, and verified rules not trusted under this spec */
     double undecided_since; /* un_rulesdb_claim only: no verdict recorded since this unix time (0 =
@@ -127,7 +128,7 @@ un_status un_rulesdb_rule_set_verdict(un_ctx *ctx, un_rulesdb *db, int32_t id,
 
 /* ---- work claims: concurrent verifiers split the work (schema 3) ---- */
 
-/* Claims up to max rules matching f (its status, shard and needs_verify parts) that hold no live
+/* Claims up to max rules matching f (its shard, max_ops and needs_verify parts) that hold no live
  * claim, for owner (e.g. "host:pid:worker") until now + lease_s seconds, in one transaction;
  * expired claims are dropped first. Writes their ids to ids[max] and the count to *n; *others (may
  * be NULL) receives the number of live claims held by other owners (work that may still come back

@@ -2,7 +2,9 @@
  * reversed one are dropped at one rewrite while the rules they copy stay; on a verified set (the
  * reach test menu at N=3) the pruning drops rules and the reach test holds: every graph
  * reachable from a tiny zoo model within 3 rewrites of the full set is reachable with the pruned
- * set, while an empty set fails it; the program's counts, run row and bad input. */
+ * set, while an empty set fails it; a verified basis rule derives in its proven general form
+ * (the staged pipeline: unity-verify --max-ops, then --verified-basis); the program's counts, run
+ * row and bad input. */
 #include "runtime/zoo.h"
 #include "search/closure.h"
 #include "search/match.h"
@@ -293,6 +295,28 @@ static void test_cli(void) {
     EXPECT_EQ(r->code, 0);
     EXPECT_TRUE(strstr(r->out, "closure (depth 2)   0 dropped") == NULL); /* 3 when written */
     r = cli_run("unity-closure", cli_fmt("%s/n2.db -o %s/n2v.db --verified-basis"));
+    EXPECT_EQ(r->code, 0);
+    EXPECT_TRUE(strstr(r->out, "closure (depth 2)   0 dropped") != NULL);
+    /* the staged pipeline (unity-verify --max-ops K, then --verified-basis --basis-ops K): a
+     * verified basis rule derives in its proven general form. The matmul menu's ew_add
+     * commutativity over [4,4] weights, proven for any size, drops the one over [2,4] inputs;
+     * as a candidate it matches [4,4] tensors only and drops nothing. */
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "%s/unity-gen --ops specs/ --menu specs/menus/matmul.json --threads 1 -o %s/mm.db "
+             ">/dev/null && cp %s/mm.db %s/mms.db && %s/unity-verify %s/mms.db --max-ops 1",
+             cli_bin, cli_tmp, cli_tmp, cli_tmp, cli_bin, cli_tmp);
+    r = cli_run_shell(cmd);
+    EXPECT_EQ(r->code, 0);
+    EXPECT_TRUE(strstr(r->out, "2 rules: 2 verified (2 for any input size") != NULL);
+    r = cli_run("unity-closure", cli_fmt("%s/mms.db -o %s/mmv.db --verified-basis --basis-ops 1"));
+    EXPECT_EQ(r->code, 0);
+    EXPECT_TRUE(strstr(r->out, "closure (depth 2)   1 dropped (by 1 / 2 / 3 / 4 rewrites: 1 /") !=
+                NULL);
+    r = cli_run("unity-rules", cli_fmt("list %s/mmv.db --size 2"));
+    EXPECT_TRUE(strstr(r->out, "ew_add(w1, w0) => ew_add(w0, w1)") != NULL);
+    EXPECT_TRUE(strstr(r->out, "ew_add(x1, x0) => ew_add(x0, x1)") == NULL);
+    r = cli_run("unity-closure", cli_fmt("%s/mm.db -o %s/mmc.db --basis-ops 1"));
     EXPECT_EQ(r->code, 0);
     EXPECT_TRUE(strstr(r->out, "closure (depth 2)   0 dropped") != NULL);
     /* bad input: one line, non-zero exit */

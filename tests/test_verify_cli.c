@@ -1,5 +1,6 @@
 /* test_verify_cli.c - `unity-verify` as a user runs it: a database of true and false rules gets
- * the right verdicts; a rerun has nothing left to do (resumable); --recheck, --rule and --shard;
+ * the right verdicts; a rerun has nothing left to do (resumable); --recheck, --rule, --shard and
+ * --max-ops;
  * bad input (missing or malformed database, bad flags, a bad spec, a wrong axiom, a tampered row)
  * gives one error line and a non-zero exit. Programs come from $UNITY_BUILD/bin. */
 #include "rulesdb/rulesdb.h"
@@ -131,6 +132,24 @@ static void test_verify_db(void) {
     snprintf(args, sizeof args, "%s --recheck --shard 1/2", p);
     r = run(args);
     EXPECT_TRUE(strstr(r->out, ": 2 rules") != NULL);
+    /* --max-ops 1 (the staged pipeline's first stage): the three one-operator rules only; the
+     * two-operator one stays a candidate until a run without the bound (or --max-ops 2) */
+    const char *q = cli_path("max_ops.db");
+    if (!make_db(q))
+        return;
+    snprintf(args, sizeof args, "%s --max-ops 1 --jobs 2", q);
+    r = run(args);
+    EXPECT_EQ(r->code, 0);
+    EXPECT_TRUE(strstr(r->out, "3 rules: 2 verified") != NULL);
+    counts(q, c);
+    EXPECT_EQ(c[UN_RULE_CANDIDATE], 1);
+    EXPECT_EQ(c[UN_RULE_VERIFIED], 2);
+    snprintf(args, sizeof args, "%s --max-ops 1", q);
+    EXPECT_TRUE(strstr(run(args)->out, ": 0 rules") != NULL);
+    snprintf(args, sizeof args, "%s --max-ops 2", q);
+    EXPECT_TRUE(strstr(run(args)->out, "1 rules: 1 verified") != NULL);
+    counts(q, c);
+    EXPECT_EQ(c[UN_RULE_CANDIDATE], 0);
 }
 
 /* The issue's example: the verified rule carries its side condition, and `unity-rules show`
@@ -276,6 +295,12 @@ static void test_bad_input(void) {
     expect_clean_error(a, "--wall-clock=1");
     snprintf(a, sizeof a, "%s --shard 2/2", p);
     expect_clean_error(a, "--shard needs I/N");
+    snprintf(a, sizeof a, "%s --max-ops 0", p);
+    expect_clean_error(a, "--max-ops needs an integer in [1, 16], not '0'");
+    snprintf(a, sizeof a, "%s --max-ops", p);
+    expect_clean_error(a, "--max-ops needs an integer");
+    snprintf(a, sizeof a, "%s --max-ops 2 --rule 1", p);
+    expect_clean_error(a, "--max-ops does not go with --rule");
     snprintf(a, sizeof a, "%s --frobnicate", p);
     expect_clean_error(a, "unknown option '--frobnicate'");
     snprintf(a, sizeof a, "%s --rule 999", p);

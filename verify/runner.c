@@ -527,6 +527,7 @@ static un_status next_rule(un_ctx *ctx, shared *sh, un_rulesdb *db, const char *
         f.needs_verify = !sh->o->recheck;
         f.shard_i = sh->o->shard_i;
         f.shard_n = sh->o->shard_n;
+        f.max_ops = sh->o->max_ops;
         f.undecided_since = sh->since;
         int64_t others = 0;
         int batch = sh->o->batch > 0 ? sh->o->batch : 16;
@@ -714,12 +715,15 @@ un_status un_runner_run(un_ctx *ctx, const un_spec *spec, const char *db_path,
         f.needs_verify = !o->recheck;
         f.shard_i = o->shard_i;
         f.shard_n = o->shard_n;
+        f.max_ops = o->max_ops;
         if ((st = un_rulesdb_rule_ids(ctx, db, &f, &ids, &n)) != UN_OK)
             goto done;
     }
-    char args[160];
-    snprintf(args, sizeof args, "--timeout-ms %u --jobs %d%s%s", o->timeout_ms, o->jobs,
-             o->wall_clock ? " --wall-clock" : "", o->recheck ? " --recheck" : "");
+    char args[160], max_ops[32] = "";
+    if (o->max_ops > 0)
+        snprintf(max_ops, sizeof max_ops, " --max-ops %d", o->max_ops);
+    snprintf(args, sizeof args, "--timeout-ms %u --jobs %d%s%s%s", o->timeout_ms, o->jobs,
+             o->wall_clock ? " --wall-clock" : "", o->recheck ? " --recheck" : "", max_ops);
     if ((st = un_rulesdb_run_begin(ctx, db, "unity-verify", args, &run)) != UN_OK)
         goto done;
     sh.ids = ids;

@@ -22,6 +22,8 @@ typedef struct un_runner_opts {
     int jobs;             /* worker threads (default 1) */
     int shard_i, shard_n; /* only rule ids with id % shard_n == shard_i (shard_n 0 = all) */
     int32_t rule_id;      /* only this rule (0 = every rule that needs it) */
+    int max_ops;          /* only rules of at most this many operators per side (0 = any): the
+                           * small rules first, so unity-closure --verified-basis can use them */
     bool recheck;         /* re-verify every rule, verified ones included */
     uint64_t seed;        /* random tests */
     int batch;            /* verdicts per transaction, and rules claimed at once (default 16) */

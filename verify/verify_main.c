@@ -15,7 +15,7 @@
 static const char *usage =
     "unity-verify - prove the rules of a rule database with random tests and Z3\n\n"
     "usage: unity-verify RULES.DB [--spec DIR|FILE] [--timeout-ms T] [--wall-clock] [--jobs J]\n"
-    "                    [--rule ID] [--recheck] [--shard I/N] [--lease S]\n"
+    "                    [--rule ID] [--max-ops K] [--recheck] [--shard I/N] [--lease S]\n"
     "  Checks every spec axiom on concrete tensors, then verifies each rule that needs it:\n"
     "  random tests (refute), a Z3 proof (verify) and generalization over degrees.\n"
     "  --spec       operator specs: a directory holding ops.json, or the file (alias --ops;\n"
@@ -26,6 +26,8 @@ static const char *usage =
     "  --wall-clock the budget in wall-clock ms instead (verdicts then depend on the load)\n"
     "  --jobs       worker threads, one Z3 context each (default 1)\n"
     "  --rule       verify only this rule id\n"
+    "  --max-ops    only rules of at most K operators per side (the stage before\n"
+    "               unity-closure --verified-basis --basis-ops K; the rest stay candidates)\n"
     "  --recheck    re-verify every rule, verified ones included\n"
     "  --shard I/N  only rules with id %% N == I (to split the work over machines)\n"
     "  --lease S    claims on rules last S seconds unless renewed (default 60): verifiers\n"
@@ -84,6 +86,12 @@ int main(int argc, char **argv) {
                                   has_val ? argv[i + 1] : "");
             o.rule_id = (int32_t)v;
             i++;
+        } else if (strcmp(a, "--max-ops") == 0) {
+            if (!has_val || !parse_int(argv[i + 1], 1, 16, &v))
+                return fail_usage("--max-ops needs an integer in [1, 16], not '%s'",
+                                  has_val ? argv[i + 1] : "");
+            o.max_ops = (int)v;
+            i++;
         } else if (strcmp(a, "--lease") == 0) {
             if (!has_val || !parse_int(argv[i + 1], 1, 86400, &v))
                 return fail_usage("--lease needs a number of seconds in [1, 86400], not '%s'",
@@ -112,6 +120,8 @@ int main(int argc, char **argv) {
     }
     if (!db_path)
         return fail_usage("%s", "no rule database given");
+    if (o.rule_id > 0 && o.max_ops > 0)
+        return fail_usage("%s", "--max-ops does not go with --rule");
 
     char spec_path[4096];
     struct stat sb;

@@ -11,12 +11,14 @@
 # Then, for the CNN and attention menus (specs/menus/cnn.json, attention.json) at N = 2 and 3: the
 # same counts, the closure stage, unity-verify on the pruned set (verified / refuted / unknown, %
 # decided) and which classic rewrites are among the rules (MENUS=0 skips this). With E2E=1: the
-# issue-17 pipeline, `unity-gen --max-ops 4` on the default menu with no time limit, unity-closure
-# --basis-ops 3 (every rule of at most 3 operators derives; at N=4 that drops 103,630 of 229,017
-# against 44,353 with CLOSURE_BASIS=2, at ~2x its CPU time; CLOSURE_BASIS=4, every rule, needs
-# ~8 GB at N=4: gen/README.md), then `unity-verify --jobs T` on the pruned database (VERIFY_LIMIT=S stops it
-# after S seconds and projects the rest from its rate), with the wall time and peak RSS of each
-# step and their sum (targets: under 15 minutes and 2 GB, >= 98% decided). With REACH=1: the full
+# issue-17 pipeline, staged: `unity-gen --max-ops 4` on the default menu with no time limit;
+# (a) `unity-verify --max-ops 3` (only the rules of at most 3 operators per side); (b)
+# `unity-closure --verified-basis --basis-ops 3` (only those verified rules derive, in their proven
+# general form: any size, dim and degree variables; CLOSURE_BASIS=K sets both 3s; CLOSURE_BASIS=4,
+# every rule, needs ~8 GB at N=4: gen/README.md); (c) `unity-verify --jobs T` on the pruned
+# database, the rest (VERIFY_LIMIT=S stops it after S seconds and projects the rest from its
+# rate), with the wall time and peak RSS of each step and their sum (targets: under 15 minutes and
+# 2 GB, >= 98% decided). With REACH=1: the full
 # reach check on the default menu at N=3 (both sets verified, then `unity-closure --reach`: every
 # graph reachable from each tiny zoo model within 3 rewrites of the full set must be reachable with
 # the pruned one). `uptime` is printed first: the machine is shared. E2E_N=n runs that pipeline at
@@ -176,21 +178,33 @@ batch_matmul over concatenated columns|batch_matmul(x0, x1) => split[axis=2,size
 CLASSICS
 fi
 
+# Wall time and peak RSS (KiB) of a /usr/bin/time -v output $1, as "WALL KIB".
+wallrss() { awk -F': ' '/Elapsed \(wall clock\)/ {w = $2} /Maximum resident set size/ {m = $2}
+                        END {print w, m}' "$1"; }
+
 if [[ ${E2E:-0} == 1 ]]; then
     en=${E2E_N:-4}
-    echo "== end to end: default menu, N=$en, generate, closure, verify (uptime:$(uptime))"
+    basis=${CLOSURE_BASIS:-3}
+    echo "== end to end: default menu, N=$en: generate, verify the rules of <= $basis operators," \
+        "closure over them (verified, general forms), verify the rest (uptime:$(uptime))"
     rm -f "$out/e2e4.db"* "$out/e2e4p.db"*
     run "unity-gen --max-ops $en (no time limit)" --ops specs/ --max-ops "$en" --threads "$threads" \
         -o "$out/e2e4.db"
-    gw=$(awk -F': ' '/Elapsed \(wall clock\)/ {print $2}' "$out/time.txt")
-    gm=$(awk -F': ' '/Maximum resident set size/ {print $2}' "$out/time.txt")
-    basis=${CLOSURE_BASIS:-3}
-    crun "N=$en set, rules of up to $basis operators derive" "$out/e2e4.db" "$out/e2e4p.db" \
-        --basis-ops "$basis"
-    cw=$(awk -F': ' '/Elapsed \(wall clock\)/ {print $2}' "$out/ctime.txt")
-    cm=$(awk -F': ' '/Maximum resident set size/ {print $2}' "$out/ctime.txt")
+    read -r gw gm < <(wallrss "$out/time.txt")
+    echo "== stage a: unity-verify --max-ops $basis (the rules that will derive the others)"
+    /usr/bin/time -v "$verify" "$out/e2e4.db" --jobs "$threads" --max-ops "$basis" \
+        >"$out/arun.txt" 2>"$out/atime.txt" || { cat "$out/arun.txt" "$out/atime.txt"; exit 1; }
+    vsummary "$out/arun.txt"
+    grep -E '^(cpu time per phase)' "$out/arun.txt" || true
+    read -r aw am < <(wallrss "$out/atime.txt")
+    echo "peak RSS            $((am / 1024)) MiB"
+    echo "wall time           $aw"
+    crun "stage b: N=$en set, only the verified rules of up to $basis operators derive" \
+        "$out/e2e4.db" "$out/e2e4p.db" --basis-ops "$basis" --verified-basis
+    read -r cw cm < <(wallrss "$out/ctime.txt")
+    "$build/bin/unity-rules" stats "$out/e2e4p.db" | sed -n 2p >"$out/bstat.txt"
     limit=${VERIFY_LIMIT:-0}
-    echo "== unity-verify: the pruned N=$en set (VERIFY_LIMIT=$limit s, 0 = none)"
+    echo "== stage c: unity-verify the rest of the pruned N=$en set (VERIFY_LIMIT=$limit s, 0 = none)"
     rc=0
     if [[ $limit != 0 ]]; then
         /usr/bin/time -v timeout "$limit" "$verify" "$out/e2e4p.db" --jobs "$threads" \
@@ -201,32 +215,38 @@ if [[ ${E2E:-0} == 1 ]]; then
     fi
     [[ $rc == 0 || $rc == 124 ]] || { cat "$out/vrun.txt" "$out/vtime.txt"; exit 1; }
     grep -E '^(cpu time per phase)' "$out/vrun.txt" || true
-    vw=$(awk -F': ' '/Elapsed \(wall clock\)/ {print $2}' "$out/vtime.txt")
-    vm=$(awk -F': ' '/Maximum resident set size/ {print $2}' "$out/vtime.txt")
+    read -r vw vm < <(wallrss "$out/vtime.txt")
     "$build/bin/unity-rules" stats "$out/e2e4p.db" | sed -n 2p >"$out/vstat.txt"
-    python3 - "$gw" "$cw" "$vw" "$gm" "$cm" "$vm" "$(cat "$out/vstat.txt")" <<'EOF'
+    python3 - "$gw" "$aw" "$cw" "$vw" "$gm" "$am" "$cm" "$vm" "$(cat "$out/bstat.txt")" \
+        "$(cat "$out/vstat.txt")" <<'EOF'
 import re, sys
 def secs(t):
     s = 0.0
     for part in t.split(":"):
         s = s * 60 + float(part)
     return s
-g, c, v = (secs(a) for a in sys.argv[1:4])
-peak = max(int(a) for a in sys.argv[4:7]) / 1024
-st = {k: int(n) for k, n in re.findall(r"(\w+) (\d+)", sys.argv[7])}
+g, a, c, v = (secs(x) for x in sys.argv[1:5])
+peak = max(int(x) for x in sys.argv[5:9]) / 1024
+def counts(line):
+    return {k: int(n) for k, n in re.findall(r"(\w+) (\d+)", line)}
+before, st = counts(sys.argv[9]), counts(sys.argv[10])
 done = st.get("verified", 0) + st.get("refuted", 0) + st.get("unknown", 0)
 left = st.get("candidate", 0)
 total = done + left
 dec = st.get("verified", 0) + st.get("refuted", 0)
+todo = before.get("candidate", 0)  # stage c's work: the candidates the closure kept
+done_c = todo - left
 print(f"verified            {st.get('verified', 0)}, refuted {st.get('refuted', 0)}, unknown "
       f"{st.get('unknown', 0)}, not reached {left} of {total}: "
       f"{100.0 * dec / (done or 1):.1f}% of those tried decided")
-proj = v * total / done if left and done else v
+proj = v * todo / done_c if left and done_c else v
 if left:
-    print(f"verify rate         {done / (v or 1):.1f} rules/s: all {total} would take {proj / 60:.0f} min")
-print(f"end to end          {(g + c + v) / 60:.1f} min (gen {g / 60:.1f}, closure {c / 60:.1f}, "
-      f"verify {v / 60:.1f}{' so far' if left else ''}); {(g + c + proj) / 60:.0f} min with the "
-      f"whole verify (target < 15); peak RSS {peak:.0f} MiB (target < 2048)")
+    print(f"verify rate         {done_c / (v or 1):.1f} rules/s: the {todo} kept candidates "
+          f"would take {proj / 60:.0f} min")
+print(f"end to end          {(g + a + c + v) / 60:.1f} min (gen {g / 60:.1f}, verify <= ops "
+      f"{a / 60:.1f}, closure {c / 60:.1f}, verify the rest {v / 60:.1f}"
+      f"{' so far' if left else ''}); {(g + a + c + proj) / 60:.0f} min with the whole verify "
+      f"(target < 15); peak RSS {peak:.0f} MiB (target < 2048)")
 EOF
     echo "uptime:$(uptime)"
 fi
