@@ -61,12 +61,6 @@ struct un_gen_enum {
 
 const un_gen_menu *un_gen_enum_menu(const un_gen_enum *e) { return e->m; }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Hash of a tensor's logical shape, layout and logical value. */
 static uint64_t value_hash(const un_shape *s, const un_val *dense, int64_t n) {
     uint64_t h = un_shape_hash(s, 0x76616c7565ull);
@@ -687,7 +681,7 @@ un_status un_gen_enum_run(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p,
                             p->shard_i, p->shard_n);
     /* phase 1: the value classes of every cone below the size bound (cheap: one size less);
      * phase 2: every graph, recorded once per (value, normal form) */
-    double t0 = now_s();
+    double t0 = un_now_s();
     un_gen_enum_result a;
     memset(&a, 0, sizeof a);
     un_status st = UN_OK;
@@ -722,14 +716,14 @@ un_status un_gen_enum_run(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p,
         out->recs[k++] = out->recs[i];
     }
     out->n_recs = k;
-    out->seconds = now_s() - t0;
+    out->seconds = un_now_s() - t0;
     return UN_OK;
 }
 
 static un_status run_phase(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p, int class_max,
                            bool no_recs, un_gen_enum_result *out) {
     memset(out, 0, sizeof *out);
-    double t0 = now_s();
+    double t0 = un_now_s();
     const un_gen_menu *m = e->m;
     /* the top-level operators: every well-formed single operator over the menu inputs */
     vec roots = {.elem = sizeof(root)};
@@ -794,7 +788,7 @@ static un_status run_phase(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p, 
         if (all_err)
             break;
         usleep(50000);
-        double t = now_s();
+        double t = un_now_s();
         if (p->time_limit > 0 && t - t0 > p->time_limit) {
             atomic_store(&sh.stop, true);
             break;
@@ -899,7 +893,7 @@ static un_status run_phase(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p, 
     out->n_recs = recs.n;
     out->classes = classes.data;
     out->n_classes = k;
-    out->seconds = now_s() - t0;
+    out->seconds = un_now_s() - t0;
     return UN_OK;
 }
 

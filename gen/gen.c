@@ -9,12 +9,6 @@
 
 #include "rulesdb/rulesdb.h"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 typedef struct db_sink {
     un_rulesdb *db;
     un_rulesdb_origin origin;
@@ -66,7 +60,7 @@ un_status un_gen_run(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p, const 
     if ((st = un_rulesdb_run_begin(ctx, sink.db, "unity-gen", args, &out->run_id)) != UN_OK)
         goto done;
     sink.origin = (un_rulesdb_origin){.kind = "generated", .run = out->run_id};
-    double t0 = now_s();
+    double t0 = un_now_s();
     /* rules go to the database as they are kept (batches of UN_GEN_BATCH), never all in memory */
     if ((st = un_gen_find_stream(ctx, e, p, db_emit, &sink, &rs)) != UN_OK)
         goto done;
@@ -76,7 +70,7 @@ un_status un_gen_run(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p, const 
         sink.in_batch = false;
     }
     out->stats = rs.stats;
-    out->db_seconds = now_s() - t0 - rs.stats.enum_seconds - rs.stats.pair_seconds;
+    out->db_seconds = un_now_s() - t0 - rs.stats.enum_seconds - rs.stats.pair_seconds;
     un_gen_stats_json(&rs.stats, &counts);
     /* the run row's counts: the stage counts plus what the database took */
     if (counts.len > 0)

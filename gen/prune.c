@@ -10,12 +10,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 void un_gen_rules_deinit(un_gen_rules *rs) {
     if (!rs)
         return;
@@ -838,7 +832,7 @@ static void *group_work(void *arg) {
     group_worker *w = arg;
     group_job *job = w->job;
     un_ctx *ctx = un_ctx_new_child(job->parent);
-    double last = now_s();
+    double last = un_now_s();
     for (;;) {
         int64_t g = atomic_fetch_add(&job->next, 1);
         if (g >= job->n_groups)
@@ -846,8 +840,8 @@ static void *group_work(void *arg) {
         (void)pair_bucket(ctx, job->e, job->r, job->p, &job->r->recs[job->groups[g][0]],
                           job->groups[g][1], (int32_t)g, &w->pairs, &w->stats);
         un_ctx_clear(ctx);
-        if (w->main && job->tty && now_s() - last > 0.5) {
-            last = now_s();
+        if (w->main && job->tty && un_now_s() - last > 0.5) {
+            last = un_now_s();
             un_ctx_progress(job->tty, "unity-gen: pairing: %lld/%lld groups", (long long)g,
                             (long long)job->n_groups);
         }
@@ -914,7 +908,7 @@ un_status un_gen_find_stream(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p
     stats->stopped = r.stopped;
     stats->work_done = r.n_roots_done;
     stats->work_total = r.n_roots;
-    double t0 = now_s(), last = t0;
+    double t0 = un_now_s(), last = t0;
     bool tty = un_ctx_has_progress(ctx);
     /* the groups to pair (in fingerprint order, which numbers them), then paired by the workers:
      * the pairs are sorted below by a total order, so which worker made which does not matter */
@@ -946,7 +940,7 @@ un_status un_gen_find_stream(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p
     group_pairing(ctx, e, &r, p, groups.data, groups.n, tty, &pairs, stats);
     free(groups.data);
     stats->pairs = pairs.n;
-    stats->group_seconds = now_s() - t0;
+    stats->group_seconds = un_now_s() - t0;
     pair *pv = pairs.data;
     if (pairs.n > 1)
         qsort(pv, (size_t)pairs.n, sizeof(pair), cmp_pair);
@@ -1001,12 +995,12 @@ un_status un_gen_find_stream(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p
                 wave_end++;
             job.begin = i;
             job.end = wave_end;
-            double ti = now_s();
+            double ti = un_now_s();
             pair_info_run(&job, p->threads);
-            stats->info_seconds += now_s() - ti;
+            stats->info_seconds += un_now_s() - ti;
         }
-        if (tty && now_s() - last > 0.5) {
-            last = now_s();
+        if (tty && un_now_s() - last > 0.5) {
+            last = un_now_s();
             double rate = (double)i / (last - t0 + 1e-9);
             un_ctx_progress(ctx, "unity-gen: pruning: %lld/%lld pairs, %lld rules, %.0f pairs/s",
                             (long long)i, (long long)pairs.n, (long long)n_kept, rate);
@@ -1097,7 +1091,7 @@ un_status un_gen_find_stream(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p
     stats->after_rename = stats->after_compose - c_rename;
     stats->after_sub = stats->after_rename - c_sub;
     stats->after_check = stats->after_sub - c_check;
-    stats->pair_seconds = now_s() - t0;
+    stats->pair_seconds = un_now_s() - t0;
     /* keep what explains pairs later (recall) */
     out->known = un_xmalloc(sizeof(uint64_t) * (size_t)(known.n + 2));
     for (int64_t i = 0; i < known.cap; i++)

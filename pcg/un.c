@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct un_ctx {
     un_alloc alloc;
@@ -53,6 +54,12 @@ void *un_xrealloc(void *p, size_t n) {
     if (!q)
         un_abort(__FILE__, __LINE__, "out of host memory");
     return q;
+}
+
+double un_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 char *un_xstrdup(const char *s) {

@@ -64,6 +64,9 @@ void *un_xcalloc(size_t n, size_t size);
 void *un_xrealloc(void *p, size_t n);
 char *un_xstrdup(const char *s);
 
+/* Seconds on the monotonic clock (for durations; not a time of day). */
+double un_now_s(void);
+
 /* ---- context --------------------------------------------------------------------------------- */
 
 typedef struct un_ctx un_ctx;

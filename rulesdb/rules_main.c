@@ -601,12 +601,6 @@ static int cmd_merge(un_ctx *ctx, const un_spec *spec, const opts *o) {
 /* ---- bench ------------------------------------------------------------------------------------
  */
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* A generator-like rule, distinct per i: two ops a side, over one or two inputs, e.g.
  * partition[dim=d,degree=k](u(x)) => u(partition[dim=d,degree=k](x)) or its ew_add variant. */
 static un_status bench_rule(un_ctx *ctx, const un_spec *spec, int64_t i, un_rule **out) {
@@ -688,9 +682,9 @@ static int cmd_bench(un_ctx *ctx, const un_spec *spec, const opts *o) {
     double t0, t_build = 0, t_ins = 0;
     if (st == UN_OK && access(ff, R_OK) == 0) {
         un_flexflow_import_stats s;
-        t0 = now_s();
+        t0 = un_now_s();
         st = un_flexflow_import(ctx, db, ff, &s, NULL);
-        double t = now_s() - t0;
+        double t = un_now_s() - t0;
         if (st == UN_OK)
             printf("flexflow import: %lld rules in %.1f ms (%.0f rules/s): %lld imported, %lld "
                    "duplicates, %lld rejected\n",
@@ -702,15 +696,15 @@ static int cmd_bench(un_ctx *ctx, const un_spec *spec, const opts *o) {
     int64_t inserted = 0;
     const int64_t batch = 1000;
     for (int64_t i = 0; st == UN_OK && i < n; i += batch) {
-        double tb = now_s();
+        double tb = un_now_s();
         un_rule *rs[1000];
         int64_t m = n - i < batch ? n - i : batch;
         for (int64_t j = 0; j < m; j++)
             rs[j] = NULL;
         for (int64_t j = 0; st == UN_OK && j < m; j++)
             st = bench_rule(ctx, spec, i + j, &rs[j]);
-        t_build += now_s() - tb;
-        t0 = now_s();
+        t_build += un_now_s() - tb;
+        t0 = un_now_s();
         if (st == UN_OK)
             st = un_rulesdb_begin(ctx, db);
         for (int64_t j = 0; st == UN_OK && j < m; j++) {
@@ -721,7 +715,7 @@ static int cmd_bench(un_ctx *ctx, const un_spec *spec, const opts *o) {
         }
         if (st == UN_OK)
             st = un_rulesdb_commit(ctx, db);
-        t_ins += now_s() - t0;
+        t_ins += un_now_s() - t0;
         for (int64_t j = 0; j < m; j++)
             un_rule_free(rs[j]);
     }
@@ -735,13 +729,14 @@ static int cmd_bench(un_ctx *ctx, const un_spec *spec, const opts *o) {
     un_rulesdb_filter f = un_rulesdb_filter_default();
     f.status = UN_RULE_CANDIDATE;
     if (st == UN_OK) {
-        t0 = now_s();
+        t0 = un_now_s();
         st = un_rulesdb_rule_ids(ctx, db, &f, &ids, &nid);
         if (st == UN_OK)
-            printf("list candidates: %lld ids in %.1f ms\n", (long long)nid, (now_s() - t0) * 1e3);
+            printf("list candidates: %lld ids in %.1f ms\n", (long long)nid,
+                   (un_now_s() - t0) * 1e3);
     }
     if (st == UN_OK) {
-        t0 = now_s();
+        t0 = un_now_s();
         st = un_rulesdb_begin(ctx, db);
         for (int64_t i = 0; st == UN_OK && i < nid; i++)
             st = un_rulesdb_rule_set_verdict(
@@ -749,7 +744,7 @@ static int cmd_bench(un_ctx *ctx, const un_spec *spec, const opts *o) {
                 &(un_rulesdb_verdict){.status = UN_RULE_VERIFIED, .proof_ms = 1, .axioms = "a,b"});
         if (st == UN_OK)
             st = un_rulesdb_commit(ctx, db);
-        double t = now_s() - t0;
+        double t = un_now_s() - t0;
         if (st == UN_OK)
             printf("verdicts: %lld in one batch: %.2f s, %.0f/s\n", (long long)nid, t,
                    (double)nid / t);
@@ -758,9 +753,9 @@ static int cmd_bench(un_ctx *ctx, const un_spec *spec, const opts *o) {
     if (st == UN_OK) {
         un_rule **rules = NULL;
         int64_t nr = 0, stale = 0;
-        t0 = now_s();
+        t0 = un_now_s();
         st = un_rulesdb_load_verified(ctx, db, &rules, &nr, &stale);
-        double t = now_s() - t0;
+        double t = un_now_s() - t0;
         if (st == UN_OK)
             printf("load verified: %lld rules in %.2f s (%.0f rules/s, each checked against its "
                    "hash)\n",

@@ -3,7 +3,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "runtime/comm_impl.h"
 
@@ -20,23 +19,17 @@ void un_comm_free(un_comm *c) {
 
 un_comm_stats un_comm_stats_get(const un_comm *c) { return c->stats; }
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 /* A call that meets the other ranks: counted and timed into c->stats. */
 static un_status meet_end(un_comm *c, double t0, un_status st) {
     c->stats.meets++;
-    c->stats.seconds += now_s() - t0;
+    c->stats.seconds += un_now_s() - t0;
     return st;
 }
 
 un_status un_comm_barrier(un_ctx *ctx, un_comm *c) {
     if (c->size == 1)
         return c->iface->barrier(ctx, c);
-    double t0 = now_s();
+    double t0 = un_now_s();
     return meet_end(c, t0, c->iface->barrier(ctx, c));
 }
 
@@ -44,7 +37,7 @@ un_status un_comm_allreduce(un_ctx *ctx, un_comm *c, un_red_type t, void *buf, i
     UN_ASSERT((unsigned)t < UN_RED_COUNT && n >= 0);
     if (c->size == 1 || n == 0)
         return UN_OK;
-    double t0 = now_s();
+    double t0 = un_now_s();
     return meet_end(c, t0, c->iface->allreduce(ctx, c, t, buf, n));
 }
 
@@ -52,7 +45,7 @@ un_status un_comm_bcast(un_ctx *ctx, un_comm *c, int root, void *buf, size_t byt
     UN_ASSERT(root >= 0 && root < c->size);
     if (c->size == 1 || bytes == 0)
         return UN_OK;
-    double t0 = now_s();
+    double t0 = un_now_s();
     return meet_end(c, t0, c->iface->bcast(ctx, c, root, buf, bytes));
 }
 
@@ -70,7 +63,7 @@ un_status un_comm_exchange(un_ctx *ctx, un_comm *c, const un_comm_msg *sends, in
         meets = recvs[i].peer != c->rank;
     if (!meets)
         return c->iface->exchange(ctx, c, sends, n_sends, recvs, n_recvs);
-    double t0 = now_s();
+    double t0 = un_now_s();
     return meet_end(c, t0, c->iface->exchange(ctx, c, sends, n_sends, recvs, n_recvs));
 }
 

@@ -397,12 +397,6 @@ typedef struct shared {
     const char *comm_name;
 } shared;
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 /* Inputs and labels of one step, identical on every rank, made in host memory (host[i]: input
  * i's values, sized for it) and written into the executor's inputs through the backend. */
 static un_status make_batch(un_ctx *ctx, const shared *sh, un_exec *ex, un_backend *be, int step,
@@ -719,7 +713,7 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
         }
         if (step == first_timed)
             c0 = un_comm_stats_get(comm);
-        double t0 = now_s();
+        double t0 = un_now_s();
         uint64_t dseed = un_mix64(un_hash_combine(o->seed, (uint64_t)(start + step))) | 1;
         if ((st = un_exec_forward(ctx, ex, dseed)) != UN_OK)
             break;
@@ -757,7 +751,7 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
          * outside the clock. */
         if ((st = un_backend_synchronize(ctx, be)) != UN_OK)
             break;
-        double dt = now_s() - t0;
+        double dt = un_now_s() - t0;
         if (rank == 0) {
             sh->losses[step] = loss;
             if (step > 0 || o->steps == 1) {

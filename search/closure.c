@@ -11,12 +11,6 @@ un_closure_params un_closure_params_default(void) {
     return (un_closure_params){.depth = 2, .max_graphs = 4096, .threads = 1};
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 uint64_t un_closure_graph_key(const un_graph *g) {
     int32_t n = un_graph_node_count(g);
     uint64_t *key = un_xmalloc(sizeof(uint64_t) * ((size_t)n + 1));
@@ -392,7 +386,7 @@ un_status un_closure_new(un_ctx *ctx, const un_spec *spec, un_rule *const *rules
         p = &def;
     if (p->depth < 1 || p->depth > 4)
         return un_ctx_error(ctx, UN_ERR_INVALID, "closure: depth %d is not in 1..4", p->depth);
-    double t0 = now_s();
+    double t0 = un_now_s();
     un_closure_stats s = {.rules = n};
     bool *kept = un_xcalloc((size_t)n + 1, 1);
     bool *capped = un_xcalloc((size_t)n + 1, 1);
@@ -424,8 +418,8 @@ un_status un_closure_new(un_ctx *ctx, const un_spec *spec, un_rule *const *rules
              next_entry++)
             entry_ok[next_entry] = kept[un_ruleset_rule_id(set, next_entry) - 1];
         done = job.end;
-        if (p->progress && now_s() - last > 0.5) {
-            last = now_s();
+        if (p->progress && un_now_s() - last > 0.5) {
+            last = un_now_s();
             un_ctx_progress(ctx, "closure: %lld/%lld rules, %lld dropped", (long long)done,
                             (long long)n, (long long)s.dropped);
         }
@@ -433,7 +427,7 @@ un_status un_closure_new(un_ctx *ctx, const un_spec *spec, un_rule *const *rules
     if (p->progress)
         un_ctx_progress_done(ctx);
     s.kept = n - s.dropped;
-    s.seconds = now_s() - t0;
+    s.seconds = un_now_s() - t0;
     if (stats)
         *stats = s;
     free(capped);
@@ -459,7 +453,7 @@ un_status un_closure_new(un_ctx *ctx, const un_spec *spec, un_rule *const *rules
 
 un_status un_closure_check(un_ctx *ctx, un_closure *c, un_rule *const *rules, int64_t n, bool *drop,
                            un_closure_stats *stats) {
-    double t0 = now_s();
+    double t0 = un_now_s();
     un_closure_stats s = {.rules = n};
     prune_job job = {.parent = ctx,
                      .set = c->set,
@@ -474,7 +468,7 @@ un_status un_closure_check(un_ctx *ctx, un_closure *c, un_rule *const *rules, in
     if (st == UN_OK)
         tally(&job, drop, &s);
     s.kept = n - s.dropped;
-    s.seconds = now_s() - t0;
+    s.seconds = un_now_s() - t0;
     if (stats)
         *stats = s;
     free(job.level);

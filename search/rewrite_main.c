@@ -133,12 +133,6 @@ static int parse_args(int argc, char **argv, opts *o) {
     return 0;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Writes b to path through a temporary file renamed into place. */
 static un_status write_file(un_ctx *ctx, const char *path, const un_buf *b) {
     char tmp[4200];
@@ -176,11 +170,11 @@ static int run(un_ctx *ctx, const opts *o) {
     if (st == UN_OK && o->baseline) {
         un_rule **all = NULL;
         int64_t n = 0, stale = 0;
-        double t0 = now_s();
+        double t0 = un_now_s();
         st = un_rulesdb_load_verified(ctx, db, &all, &n, &stale);
         if (st == UN_OK)
             printf("baseline: loaded %lld verified rules as whole rules in %.3f s\n", (long long)n,
-                   now_s() - t0);
+                   un_now_s() - t0);
         for (int64_t i = 0; i < n; i++)
             un_rule_free(all[i]);
         free(all);
@@ -238,7 +232,7 @@ static int run(un_ctx *ctx, const opts *o) {
                           (long long)o->rule, o->pos[0], o->pos[0]);
     if (st == UN_OK)
         st = un_matcher_new(ctx, set, g, &m);
-    double t0 = now_s();
+    double t0 = un_now_s();
     int64_t with = 0;
     for (int64_t i = 0; st == UN_OK && i < un_ruleset_count(set); i++) {
         if (o->rule && un_ruleset_rule_id(set, i) != o->rule)
@@ -269,7 +263,7 @@ static int run(un_ctx *ctx, const opts *o) {
             printf("  match %lld: %s\n", (long long)k, b.data);
         }
     }
-    double dt = now_s() - t0;
+    double dt = un_now_s() - t0;
     if (st == UN_OK) {
         un_match_stats mst = un_matcher_stats(m);
         printf("%lld matches of %lld rules (%lld entries%s) on %d nodes in %.3f s; %lld (rule, "
@@ -282,12 +276,12 @@ static int run(un_ctx *ctx, const opts *o) {
     }
     for (int64_t k = 0; st == UN_OK && o->apply_each && k < ms.n && k < o->apply_each; k++) {
         if (k == 0)
-            t0 = now_s();
+            t0 = un_now_s();
         un_graph *h = NULL;
         st = un_apply(ctx, set, g, &ms.v[k], &h, NULL);
         un_graph_free(h);
         if (st == UN_OK && (k + 1 == ms.n || k + 1 == o->apply_each)) {
-            dt = now_s() - t0;
+            dt = un_now_s() - t0;
             printf("applied %lld matches one at a time in %.3f s: %.0f rewrites/s\n",
                    (long long)(k + 1), dt, (double)(k + 1) / (dt > 0 ? dt : 1e-9));
         }

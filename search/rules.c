@@ -38,12 +38,6 @@ un_ruleset_params un_ruleset_params_default(void) {
     return (un_ruleset_params){.reversed = false, .max_size = 0, .cache = true};
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static bool is_source(const un_graph *g, int32_t v) {
     return un_op_kind_of(un_graph_node(g, v)->op) == UN_OPK_SOURCE;
 }
@@ -966,12 +960,12 @@ static void batch_compile(load_state *ls, lbatch *b, int part) {
         lrow *row = &b->rows[i];
         if (row->cached)
             continue;
-        double t0 = now_s();
+        double t0 = un_now_s();
         un_rule *r = NULL;
         row->st =
             un_rulesdb_body_parse(c, ls->db, row->id, row->hash,
                                   (const char *)b->text.p + row->body_at, row->len, row->sum, &r);
-        double t1 = now_s();
+        double t1 = un_now_s();
         wp += t1 - t0;
         if (row->st != UN_OK) {
             row->err = un_xstrdup(un_ctx_errmsg(c));
@@ -980,7 +974,7 @@ static void batch_compile(load_state *ls, lbatch *b, int part) {
         }
         row->size = (uint16_t)(un_rule_size(r, UN_RULE_SRC) + un_rule_size(r, UN_RULE_DST));
         row->flags = rule_compile(r, ls->p, ls->scratch[part], &row->out, &row->n_entries);
-        wc += now_s() - t1;
+        wc += un_now_s() - t1;
     }
     double cpu = cpu_s() - cpu0, share = wp + wc > 0 ? wp / (wp + wc) : 1;
     ls->t_parse[part] += cpu * share;
@@ -1140,7 +1134,7 @@ un_status un_ruleset_load(un_ctx *ctx, un_rulesdb *db, const un_ruleset_params *
     if (stats)
         memset(stats, 0, sizeof *stats);
     un_ruleset_params p = params ? *params : un_ruleset_params_default();
-    double t0 = now_s();
+    double t0 = un_now_s();
     un_ruleset *set = set_new(un_rulesdb_spec(db));
     load_state ls = {.set = set, .p = &p, .ctx = ctx, .db = db};
     char cpath[4200];
@@ -1167,7 +1161,7 @@ un_status un_ruleset_load(un_ctx *ctx, un_rulesdb *db, const un_ruleset_params *
         un_ruleset_free(set);
         return st;
     }
-    set->stats.load_s = now_s() - t0;
+    set->stats.load_s = un_now_s() - t0;
     if (stats)
         *stats = set->stats;
     *out = set;
@@ -1184,7 +1178,7 @@ un_status un_ruleset_from_rules(un_ctx *ctx, const un_spec *spec, un_rule *const
             un_graph_node_count(rules[i]->dst) > UN_MATCH_MAX_NODES)
             return un_ctx_error(ctx, UN_ERR_LIMIT, "rule %lld: more than %d pattern nodes",
                                 (long long)(ids ? ids[i] : i + 1), UN_MATCH_MAX_NODES);
-    double t0 = now_s();
+    double t0 = un_now_s();
     un_ruleset *set = set_new(spec);
     set->stats.verified = n;
     un_arena *scratch = un_arena_new(1 << 14);
@@ -1192,7 +1186,7 @@ un_status un_ruleset_from_rules(un_ctx *ctx, const un_spec *spec, un_rule *const
         set_add_rule(set, un_rule_clone(rules[i]), ids ? ids[i] : (int32_t)(i + 1), &p, scratch);
     un_arena_free(scratch);
     set_index(set);
-    set->stats.load_s = now_s() - t0;
+    set->stats.load_s = un_now_s() - t0;
     *out = set;
     return UN_OK;
 }
