@@ -660,6 +660,7 @@ static void *worker(void *arg) {
     for (int k = UN_VERIFY_PHASE_CLAIM; k < UN_VERIFY_PHASE_COUNT; k++)
         sh->stats.cpu_ms[k] += db_ms[k];
     sh->stats.setup_ms += setup_ms;
+    sh->stats.claim_steps += db ? un_rulesdb_claim_steps(db) : 0;
     pthread_mutex_unlock(&sh->mu);
     free(pd);
     un_verifier_free(v);

@@ -102,6 +102,8 @@ typedef struct un_runner_stats {
     double axcheck_ms;                    /* time of those checks */
     double cpu_ms[UN_VERIFY_PHASE_COUNT]; /* summed over the workers' threads */
     double setup_ms;                      /* the workers' setup CPU time, summed */
+    int64_t claim_steps;                  /* SQLite VM steps of the workers' claims, summed
+                                           * (un_rulesdb_claim_steps): rows they read */
     int64_t outputs, narrow;              /* outputs proven, and of them by the narrow axiom set */
     uint64_t work;                        /* Z3 resource units, summed (un_verify_verdict.work) */
     uint64_t work_by[UN_WORK_COUNT];      /* per kind of check, summed */
