@@ -202,7 +202,8 @@ struct un_rulesdb {
     uint64_t spec_hash;
     bool readonly;
     bool in_batch;
-    bool spec_known; /* the spec set in use is in spec_sets */
+    int64_t claim_steps; /* SQLite VM steps of the claims' searches for work */
+    bool spec_known;     /* the spec set in use is in spec_sets */
     sqlite3_stmt *stmt[STMT_COUNT];
 };
 
@@ -1191,6 +1192,7 @@ un_status un_rulesdb_claim(un_ctx *ctx, un_rulesdb *db, const un_rulesdb_filter 
         sqlite3_bind_int(s, 12, f->max_ops > 0 ? f->max_ops : 0);
         while (got < max && (rc = sqlite3_step(s)) == SQLITE_ROW)
             ids[got++] = (int32_t)sqlite3_column_int64(s, 0);
+        db->claim_steps += sqlite3_stmt_status(s, SQLITE_STMTSTATUS_VM_STEP, 1);
         sqlite3_reset(s);
         if (rc != SQLITE_ROW && rc != SQLITE_DONE)
             st = db_fail(ctx, db, rc, "finding work to claim");
@@ -1217,6 +1219,8 @@ un_status un_rulesdb_claim(un_ctx *ctx, un_rulesdb *db, const un_rulesdb_filter 
         *n = got;
     return st;
 }
+
+int64_t un_rulesdb_claim_steps(const un_rulesdb *db) { return db->claim_steps; }
 
 un_status un_rulesdb_claim_renew(un_ctx *ctx, un_rulesdb *db, const char *owner, double lease_s) {
     sqlite3_stmt *s = stmt_get(db, STMT_CLAIM_RENEW);

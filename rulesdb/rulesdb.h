@@ -136,6 +136,9 @@ un_status un_rulesdb_rule_set_verdict(un_ctx *ctx, un_rulesdb *db, int32_t id,
 un_status un_rulesdb_claim(un_ctx *ctx, un_rulesdb *db, const un_rulesdb_filter *f,
                            const char *owner, double lease_s, int max, int32_t *ids, int *n,
                            int64_t *others);
+/* The work of this handle's claims so far: SQLite VM steps of their searches for free rules,
+ * which grow with the rows they read. */
+int64_t un_rulesdb_claim_steps(const un_rulesdb *db);
 /* Extends owner's claims to now + lease_s. */
 un_status un_rulesdb_claim_renew(un_ctx *ctx, un_rulesdb *db, const char *owner, double lease_s);
 /* Drops owner's claims (inside the caller's batch when one is open, so a batch of verdicts and

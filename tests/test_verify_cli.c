@@ -6,6 +6,7 @@
 #include "rulesdb/rulesdb.h"
 #include "tests/cli.h"
 #include "tests/test.h"
+#include "verify/runner.h"
 
 #include <signal.h>
 #include <stdlib.h>
@@ -280,6 +281,43 @@ static void test_kill_rerun(void) {
     EXPECT_TRUE(strstr(r->out, ": 0 rules") != NULL);
 }
 
+/* A claim reads the rows after the worker's last claimed id, not every row decided before it:
+ * with a batch of one rule, the claims of a whole run read about as much as a few scans of the
+ * table (before: one scan per claim up to its rule, quadratic in the rules). */
+static void test_claims_linear(void) {
+    const char *p = cli_path("claims.db");
+    int64_t n = make_gen_db(p);
+    EXPECT_TRUE(n > 100);
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_runner_opts o = un_runner_opts_default();
+    o.batch = 1;
+    un_runner_stats s;
+    EXPECT_OK(ctx, un_runner_run(ctx, spec, p, &o, &s));
+    EXPECT_EQ(s.total, n);
+    EXPECT_EQ(decided(p), n);
+    /* the steps of one search through the whole table (every rule decided since then) */
+    un_rulesdb *db = NULL;
+    EXPECT_OK(ctx, un_rulesdb_open(ctx, p, spec, 0, &db));
+    if (!db) {
+        un_ctx_free(ctx);
+        return;
+    }
+    un_rulesdb_filter f = un_rulesdb_filter_default();
+    f.needs_verify = true;
+    f.undecided_since = 1e12;
+    int32_t ids[1];
+    int got = -1;
+    EXPECT_OK(ctx, un_rulesdb_claim(ctx, db, &f, "test", 60, 1, ids, &got, NULL));
+    EXPECT_EQ(got, 0);
+    int64_t scan = un_rulesdb_claim_steps(db);
+    printf("    %lld claims of one rule: %lld VM steps; one scan of the table: %lld\n",
+           (long long)n, (long long)s.claim_steps, (long long)scan);
+    EXPECT_TRUE(scan > 0);
+    EXPECT_TRUE(s.claim_steps < 6 * scan);
+    un_rulesdb_free(db);
+    un_ctx_free(ctx);
+}
+
 static void test_bad_input(void) {
     const char *p = cli_path("bad_input.db");
     if (!make_db(p))
@@ -359,11 +397,10 @@ int main(void) {
         un_ctx_free(ctx);
         return 1;
     }
-    static const test_case cases[] = {{"verify_db", test_verify_db},
-                                      {"side_condition_shown", test_side_condition_shown},
-                                      {"concurrent", test_concurrent},
-                                      {"kill_rerun", test_kill_rerun},
-                                      {"bad_input", test_bad_input}};
+    static const test_case cases[] = {
+        {"verify_db", test_verify_db},         {"side_condition_shown", test_side_condition_shown},
+        {"concurrent", test_concurrent},       {"kill_rerun", test_kill_rerun},
+        {"claims_linear", test_claims_linear}, {"bad_input", test_bad_input}};
     int rc = TEST_RUN_ALL(cases);
     if (!cli_cleanup())
         rc = 1;

@@ -506,9 +506,13 @@ static un_status flush(un_ctx *ctx, un_rulesdb *db, pending *pd, int *n, const c
 
 /* The next rule id for a worker: from the fixed list (--rule), or from the claims it holds,
  * claiming a new batch when they are used up. Claims of other verifiers that are still live are
- * waited for (their work comes back when they die and the lease expires). 0 when done. */
+ * waited for (their work comes back when they die and the lease expires). 0 when done.
+ * A batch is looked for after the worker's last claimed id (*cursor), so a claim reads only the
+ * rows up to its batch, not every row decided before it; when nothing is left there, from the
+ * start again (work another verifier held and gave back), and only that can end the work. */
 static un_status next_rule(un_ctx *ctx, shared *sh, un_rulesdb *db, const char *owner,
-                           int32_t *claimed, int *n_claimed, int *at, int32_t *id) {
+                           int32_t *cursor, int32_t *claimed, int *n_claimed, int *at,
+                           int32_t *id) {
     *id = 0;
     if (!sh->claims) {
         pthread_mutex_lock(&sh->mu);
@@ -529,6 +533,7 @@ static un_status next_rule(un_ctx *ctx, shared *sh, un_rulesdb *db, const char *
         f.shard_n = sh->o->shard_n;
         f.max_ops = sh->o->max_ops;
         f.undecided_since = sh->since;
+        f.after_id = *cursor;
         int64_t others = 0;
         int batch = sh->o->batch > 0 ? sh->o->batch : 16;
         un_status st = un_rulesdb_claim(ctx, db, &f, owner, sh->o->lease_s, batch, claimed,
@@ -536,8 +541,11 @@ static un_status next_rule(un_ctx *ctx, shared *sh, un_rulesdb *db, const char *
         *at = 0;
         if (st != UN_OK)
             return st;
+        *cursor = *n_claimed > 0 ? claimed[*n_claimed - 1] : 0;
         if (*n_claimed > 0)
             break;
+        if (f.after_id > 0)
+            continue;
         if (others == 0)
             return UN_OK;
         struct timespec ts = {0, 250 * 1000 * 1000};
@@ -556,6 +564,7 @@ static void *worker(void *arg) {
     pending *pd = un_xcalloc((size_t)batch, sizeof *pd);
     int32_t *claimed = un_xcalloc((size_t)batch, sizeof *claimed);
     int np = 0, n_claimed = 0, at = 0;
+    int32_t cursor = 0;
     char owner[160], host[64] = "";
     gethostname(host, sizeof host - 1);
     pthread_mutex_lock(&sh->mu);
@@ -564,21 +573,23 @@ static void *worker(void *arg) {
     snprintf(owner, sizeof owner, "%s:%ld:%d", host, (long)getpid(), wi);
     const char *own = sh->claims ? owner : NULL;
     double renewed = now_ms();
+    double c0 = cpu_ms();
     un_status st = un_rulesdb_open(ctx, sh->path, sh->spec, 0, &db);
     if (st == UN_OK)
         st = un_verifier_new_ex(ctx, sh->spec, sh->lifts, sh->n_lifts, &v);
-    double db_ms = 0;
+    double setup_ms = cpu_ms() - c0;
+    double db_ms[UN_VERIFY_PHASE_COUNT] = {0}; /* the database phases */
     while (st == UN_OK) {
         int32_t id;
-        double cn = cpu_ms();
-        st = next_rule(ctx, sh, db, owner, claimed, &n_claimed, &at, &id);
-        db_ms += cpu_ms() - cn;
+        c0 = cpu_ms();
+        st = next_rule(ctx, sh, db, owner, &cursor, claimed, &n_claimed, &at, &id);
+        db_ms[UN_VERIFY_PHASE_CLAIM] += cpu_ms() - c0;
         if (st != UN_OK || !id)
             break;
         un_rulesdb_row *row = NULL;
-        double c0 = cpu_ms();
+        c0 = cpu_ms();
         st = un_rulesdb_rule_get(ctx, db, id, &row);
-        db_ms += cpu_ms() - c0;
+        db_ms[UN_VERIFY_PHASE_READ] += cpu_ms() - c0;
         if (st != UN_OK)
             break;
         if (!row->rule) {
@@ -587,8 +598,10 @@ static void *worker(void *arg) {
             sh->stats.skipped++;
             sh->finished++;
             pthread_mutex_unlock(&sh->mu);
+            c0 = cpu_ms();
             if (own && at == n_claimed)
                 st = flush(ctx, db, pd, &np, own);
+            db_ms[UN_VERIFY_PHASE_WRITE] += cpu_ms() - c0;
             continue;
         }
         pending *p = &pd[np];
@@ -626,14 +639,17 @@ static void *worker(void *arg) {
         c0 = cpu_ms();
         if (++np == batch || (own && at == n_claimed)) {
             st = flush(ctx, db, pd, &np, own);
+            db_ms[UN_VERIFY_PHASE_WRITE] += cpu_ms() - c0;
         } else if (own && now_ms() - renewed > sh->o->lease_s * 1e3 / 4) {
             st = un_rulesdb_claim_renew(ctx, db, owner, sh->o->lease_s);
             renewed = now_ms();
+            db_ms[UN_VERIFY_PHASE_CLAIM] += cpu_ms() - c0;
         }
-        db_ms += cpu_ms() - c0;
     }
     if (np || own) {
+        c0 = cpu_ms();
         un_status fs = db ? flush(ctx, db, pd, &np, own) : UN_OK;
+        db_ms[UN_VERIFY_PHASE_WRITE] += cpu_ms() - c0;
         if (st == UN_OK)
             st = fs;
     }
@@ -641,7 +657,10 @@ static void *worker(void *arg) {
     if (st != UN_OK)
         record_error(sh, st, un_ctx_errmsg(ctx));
     pthread_mutex_lock(&sh->mu);
-    sh->stats.cpu_ms[UN_VERIFY_PHASE_DB] += db_ms;
+    for (int k = UN_VERIFY_PHASE_CLAIM; k < UN_VERIFY_PHASE_COUNT; k++)
+        sh->stats.cpu_ms[k] += db_ms[k];
+    sh->stats.setup_ms += setup_ms;
+    sh->stats.claim_steps += db ? un_rulesdb_claim_steps(db) : 0;
     pthread_mutex_unlock(&sh->mu);
     free(pd);
     un_verifier_free(v);

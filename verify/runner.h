@@ -35,12 +35,16 @@ un_runner_opts un_runner_opts_default(void);
 
 /* Where a rule's verification time goes (CPU time of the worker thread, so it stays meaningful
  * on a loaded machine): random tests, Z3 (encoding and solving), generalization over degrees with
- * the claim re-checks, and the database (reading rules, writing verdicts). */
+ * the claim re-checks, and the database: claiming work, reading and parsing rules, writing
+ * verdicts. A worker's setup (its connection and its verifier's first Z3 context) is counted
+ * apart, in un_runner_stats.setup_ms. */
 typedef enum {
     UN_VERIFY_PHASE_TESTS,
     UN_VERIFY_PHASE_Z3,
     UN_VERIFY_PHASE_GENERAL,
-    UN_VERIFY_PHASE_DB,
+    UN_VERIFY_PHASE_CLAIM,
+    UN_VERIFY_PHASE_READ,
+    UN_VERIFY_PHASE_WRITE,
     UN_VERIFY_PHASE_COUNT
 } un_verify_phase;
 
@@ -97,6 +101,9 @@ typedef struct un_runner_stats {
     int n_axioms, n_lifted;               /* declared axioms checked, lifted forms that passed */
     double axcheck_ms;                    /* time of those checks */
     double cpu_ms[UN_VERIFY_PHASE_COUNT]; /* summed over the workers' threads */
+    double setup_ms;                      /* the workers' setup CPU time, summed */
+    int64_t claim_steps;                  /* SQLite VM steps of the workers' claims, summed
+                                           * (un_rulesdb_claim_steps): rows they read */
     int64_t outputs, narrow;              /* outputs proven, and of them by the narrow axiom set */
     uint64_t work;                        /* Z3 resource units, summed (un_verify_verdict.work) */
     uint64_t work_by[UN_WORK_COUNT];      /* per kind of check, summed */

@@ -44,7 +44,11 @@ struct un_verifier {
     int n_learned;
     Z3_solver solver; /* every shape axiom and spec axiom, each behind an activation literal */
     Z3_ast op_lit[UN_OP_COUNT]; /* activates an operator's shape axioms */
-    bool failed;                /* a Z3 call failed since the last check */
+    Z3_ast op_off[UN_OP_COUNT]; /* their negations, and those of track[] (each check assumes one
+                                 * of the two for every literal), made on first use: once per
+                                 * context, when they were made (their ids order Z3's search) */
+    Z3_ast *track_off;
+    bool failed; /* a Z3 call failed since the last check */
     char msg[256];
 };
 
@@ -841,7 +845,9 @@ static void make_solver(un_verifier *v) {
         char name[64];
         snprintf(name, sizeof name, "shape:%s", un_op_name((un_op)op));
         v->op_lit[op] = Z3_mk_const(v->z, Z3_mk_string_symbol(v->z, name), v->B);
+        v->op_off[op] = NULL;
     }
+    v->track_off = un_xcalloc((size_t)v->n_ax + 1, sizeof(Z3_ast));
     for (int i = 0; i < v->n_bg; i++) {
         int op = __builtin_ctzll(v->bg_op[i]);
         Z3_solver_assert(v->z, v->solver, Z3_mk_implies(v->z, v->op_lit[op], v->bg[i]));
@@ -860,6 +866,8 @@ static void teardown(un_verifier *v) {
     free(v->bg);
     free(v->ax);
     free(v->track);
+    free(v->track_off);
+    v->track_off = NULL;
     free(v->ax_name);
     free(v->bg_op);
     free(v->ax_ops[0]);
@@ -1142,14 +1150,21 @@ static uint64_t relevant(const un_verifier *v, uint64_t ops, bool *use) {
     return ops;
 }
 
+/* The negation of literal lit, made once (*off caches it). */
+static Z3_ast negation(un_verifier *v, Z3_ast *off, Z3_ast lit) {
+    if (!*off)
+        *off = mk_not(v, lit);
+    return *off;
+}
+
 /* Assumptions switching on the shape axioms of the operators in ops and the spec axioms marked in
  * use (and off every other one). Returns their number; a[] holds UN_OP_COUNT + n_ax. */
 static unsigned assumptions(un_verifier *v, uint64_t ops, const bool *use, Z3_ast *a) {
     unsigned n = 0;
     for (int op = 0; op < UN_OP_COUNT; op++)
-        a[n++] = (ops >> op) & 1 ? v->op_lit[op] : mk_not(v, v->op_lit[op]);
+        a[n++] = (ops >> op) & 1 ? v->op_lit[op] : negation(v, &v->op_off[op], v->op_lit[op]);
     for (int i = 0; i < v->n_ax; i++)
-        a[n++] = use[i] ? v->track[i] : mk_not(v, v->track[i]);
+        a[n++] = use[i] ? v->track[i] : negation(v, &v->track_off[i], v->track[i]);
     return n;
 }
 

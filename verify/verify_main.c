@@ -164,11 +164,15 @@ int main(int argc, char **argv) {
         printf("; %lld made dimension-generic (sizes as dim variables)", (long long)s.dim_generic);
     printf("; %.1f s, %.1f rules/s, median %.1f ms, p99 %.1f ms per rule\n", secs,
            secs > 0 ? (double)s.total / secs : 0.0, s.median_ms, s.p99_ms);
+    const double *ph = s.cpu_ms;
     printf("cpu time per phase: random tests %.1f s, z3 %.1f s (%lld of %lld outputs proven by "
-           "the narrow axiom set), generalization %.1f s, database %.1f s\n",
-           s.cpu_ms[UN_VERIFY_PHASE_TESTS] / 1e3, s.cpu_ms[UN_VERIFY_PHASE_Z3] / 1e3,
-           (long long)s.narrow, (long long)s.outputs, s.cpu_ms[UN_VERIFY_PHASE_GENERAL] / 1e3,
-           s.cpu_ms[UN_VERIFY_PHASE_DB] / 1e3);
+           "the narrow axiom set), generalization %.1f s, database %.1f s (claims %.1f, reading "
+           "%.1f, writing %.1f), worker setup %.1f s\n",
+           ph[UN_VERIFY_PHASE_TESTS] / 1e3, ph[UN_VERIFY_PHASE_Z3] / 1e3, (long long)s.narrow,
+           (long long)s.outputs, ph[UN_VERIFY_PHASE_GENERAL] / 1e3,
+           (ph[UN_VERIFY_PHASE_CLAIM] + ph[UN_VERIFY_PHASE_READ] + ph[UN_VERIFY_PHASE_WRITE]) / 1e3,
+           ph[UN_VERIFY_PHASE_CLAIM] / 1e3, ph[UN_VERIFY_PHASE_READ] / 1e3,
+           ph[UN_VERIFY_PHASE_WRITE] / 1e3, s.setup_ms / 1e3);
     printf("z3 work: %.1f M resource units (%.0f k per rule; machine- and load-independent)\n",
            (double)s.work / 1e6, s.total ? (double)s.work / 1e3 / (double)s.total : 0.0);
     static const char *const kinds[UN_WORK_COUNT] = {"narrow proofs", "narrow attempts that failed",
