@@ -49,6 +49,7 @@ typedef struct un_train_opts {
                                 precision is f32), else cpu */
     bool quiet;              /* no per-step lines */
     bool stats;              /* print the per-device accounting at the end */
+    bool node_times;         /* print device 0's median time per node and phase of a step */
     FILE *out;               /* per-step lines and the summary (default stdout) */
     FILE *err; /* mpi: rank 0 writes a failure found before training ("unity-train: <message>")
                   here before any rank returns, since mpirun ends the job as soon as one process

@@ -111,18 +111,30 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* One repetition's wall and CPU seconds (the CPU clock read outside the wall clock's window), and
- * the backend timer's (un_backend_timer: CUDA events on a GPU; < 0 where the run has none). */
+/* One repetition's wall and CPU seconds (the CPU clock read outside the wall clock's window; < 0
+ * where it was not read), and the backend timer's (un_backend_timer: CUDA events on a GPU; < 0
+ * where the run has none). */
 typedef struct rep_time {
     double wall, cpu, dev;
 } rep_time;
 
+/* A one-thread CPU device's op of a median wall time from CPU_TIME_MIN up is costed by its
+ * thread's CPU time (rep_median). Reading that clock is a system call, and this guest has no PCID
+ * under kernel page-table isolation: every system call flushes the TLB, and the op timed right
+ * after it pays the misses, which a step (no system call between its ops) does not. Measured
+ * (tiny MLP, serial; AMD EPYC guest, 2026-11-27, load 2-4): a [16,32]x[32,32] linear 1.22 / 2.00
+ * us forward / backward after the read, 0.57 / 1.15 without, 0.57 / 1.24 inside the step
+ * (unity-train --node-times); an ew_add 0.34 / 0.41, 0.08 / 0.12, 0.13 / 0.18. So the clock is
+ * read only around repetitions of what took at least half of CPU_TIME_MIN before (warm-up). */
+#define CPU_TIME_MIN 50e-6
+
 /* What one run of an op costs from its repetitions' times (n of them; sorted here): a one-thread
  * CPU device's work is its thread's CPU time (what it computes, without the time other jobs of a
  * shared machine take the core away: that is measured apart, profile_meet), unless the op is so
- * short (median under 50 us) that reading that clock (a system call) would weigh in: then, and on
- * any other CPU device, the wall time less the timer's own (p->timer_floor); on a GPU the
- * backend timer's (kernel time); the median either way. */
+ * short (median under CPU_TIME_MIN) that reading that clock (a system call) would weigh in: then,
+ * and on any other CPU device, the wall time less the timer's own (p->timer_floor); on a GPU the
+ * backend timer's (kernel time); the median either way (of the CPU times over the repetitions that
+ * read them, at least half of them). */
 static double rep_median(rep_time *t, int n, const un_profile_params *p) {
     if (n == 0)
         return 0;
@@ -134,11 +146,13 @@ static double rep_median(rep_time *t, int n, const un_profile_params *p) {
     r = v[n / 2];
     if (!dev) /* what the clocks and the timer's calls add (timer_floor) */
         r = r > p->timer_floor ? r - p->timer_floor : 0;
-    if (!dev && p->threads == 1 && p->cuda_device < 0 && r >= 50e-6) {
-        for (int i = 0; i < n; i++)
-            v[i] = t[i].cpu;
-        qsort(v, (size_t)n, sizeof *v, cmp_double);
-        r = v[n / 2];
+    int nc = 0;
+    for (int i = 0; i < n; i++)
+        if (t[i].cpu >= 0)
+            v[nc++] = t[i].cpu;
+    if (!dev && p->threads == 1 && p->cuda_device < 0 && r >= CPU_TIME_MIN && 2 * nc >= n) {
+        qsort(v, (size_t)nc, sizeof *v, cmp_double);
+        r = v[nc / 2];
     }
     free(v);
     return r;
@@ -151,14 +165,16 @@ typedef un_status (*timed_fn)(un_ctx *ctx, void *arg, double *dev);
  * backward); NULL: nothing. */
 typedef un_status (*prep_fn)(un_ctx *ctx, void *arg);
 
-static rep_time rep_run(un_ctx *ctx, prep_fn prep, timed_fn fn, void *arg, un_status *st) {
+/* cpu: also read the thread's CPU clock (CPU_TIME_MIN says when). */
+static rep_time rep_run(un_ctx *ctx, prep_fn prep, timed_fn fn, void *arg, bool cpu,
+                        un_status *st) {
     if (fn && prep && *st == UN_OK)
         *st = prep(ctx, arg);
-    double dev = -1, c0 = clock_s(CLOCK_THREAD_CPUTIME_ID), w0 = now_s();
+    double dev = -1, c0 = cpu ? clock_s(CLOCK_THREAD_CPUTIME_ID) : 0, w0 = now_s();
     if (fn && *st == UN_OK)
         *st = fn(ctx, arg, &dev);
     double w1 = now_s();
-    return (rep_time){w1 - w0, clock_s(CLOCK_THREAD_CPUTIME_ID) - c0, dev};
+    return (rep_time){w1 - w0, cpu ? clock_s(CLOCK_THREAD_CPUTIME_ID) - c0 : -1, dev};
 }
 
 /* The median seconds of one call of fn(arg) after the warm-up: repetitions go on until min_reps
@@ -168,9 +184,10 @@ static un_status time_median(un_ctx *ctx, prep_fn prep, timed_fn fn, void *arg,
     un_status st = UN_OK;
     int reps = 0, cap = 64;
     rep_time *t = un_xmalloc(sizeof *t * (size_t)cap);
-    double total = 0, wall0 = now_s();
+    double total = 0, wall0 = now_s(), last = 0;
     for (int i = 0; st == UN_OK; i++) {
-        rep_time r = rep_run(ctx, prep, fn, arg, &st);
+        rep_time r = rep_run(ctx, prep, fn, arg, last >= CPU_TIME_MIN / 2, &st);
+        last = r.wall;
         if (i < p->warmup)
             continue;
         if (reps == cap)
@@ -205,7 +222,7 @@ static double timer_floor(un_ctx *ctx, un_backend *be) {
     double *v = un_xcalloc(N, sizeof *v), r;
     un_status st = UN_OK;
     for (int i = 0; i < N; i++)
-        v[i] = rep_run(ctx, NULL, timer_only, be, &st).wall;
+        v[i] = rep_run(ctx, NULL, timer_only, be, false, &st).wall;
     qsort(v, N, sizeof *v, cmp_double);
     r = st == UN_OK ? v[N / 2] : 0;
     free(v);
@@ -361,7 +378,9 @@ typedef struct replay {
     const bool *ng;     /* per node: its output needs a gradient (as runtime/exec.c) */
     int n, nk, D;       /* positions, keys, devices */
     pthread_barrier_t bar;
-    int reps; /* timed passes: thread 0 sets them from its warm-up passes */
+    int reps;   /* timed passes: thread 0 sets them from its warm-up passes */
+    double *wm; /* per key: thread 0's longest wall seconds of a run in its last warm-up pass */
+    bool *cpu;  /* per key: read the CPU clock around its timed runs (thread 0 sets them from wm) */
     rep_time *t;
 } replay;
 
@@ -380,7 +399,10 @@ static void replay_pass(un_ctx *ctx, replay *rp, rop *ops, bool ok, int k, int j
             }
             if (rp->D > 1)
                 pthread_barrier_wait(&rp->bar);
-            rep_time t = rep_run(ctx, NULL, run && *st == UN_OK ? op_once : NULL, r, st);
+            rep_time t = rep_run(ctx, NULL, run && *st == UN_OK ? op_once : NULL, r,
+                                 j >= 0 && rp->cpu[rp->key[i]], st);
+            if (j < 0 && k == 0 && t.wall > rp->wm[rp->key[i]])
+                rp->wm[rp->key[i]] = t.wall;
             if (j >= 0)
                 rp->t[(((size_t)k * (size_t)rp->n + (size_t)i) * 2 + (size_t)b) * (size_t)rp->reps +
                       (size_t)j] = t;
@@ -398,13 +420,18 @@ static un_status replay_run(un_ctx *ctx, un_backend *be, replay *rp, int k) {
     bool ok = st == UN_OK;
     double w0 = now_s();
     int warm = rp->p->warmup > 0 ? rp->p->warmup : 1;
-    for (int j = 0; j < warm; j++)
+    for (int j = 0; j < warm; j++) {
+        if (k == 0) /* the last warm-up pass's times decide where the CPU clock is read */
+            memset(rp->wm, 0, (size_t)rp->nk * sizeof *rp->wm);
         replay_pass(ctx, rp, ops, ok, k, -1, &st);
+    }
     if (k == 0) { /* every op min_seconds forward and backward, as one timed alone: the passes */
         double pass = (now_s() - w0) / warm, want = 2.0 * rp->nk * rp->p->min_seconds;
         double reps = pass > 0 ? want / pass : 2000;
         rp->reps = reps < rp->p->min_reps ? rp->p->min_reps : reps > 2000 ? 2000 : (int)reps;
         rp->t = un_xcalloc((size_t)rp->D * (size_t)rp->n * 2 * (size_t)rp->reps, sizeof *rp->t);
+        for (int i = 0; i < rp->nk; i++)
+            rp->cpu[i] = rp->wm[i] >= CPU_TIME_MIN / 2;
     }
     if (rp->D > 1)
         pthread_barrier_wait(&rp->bar);
@@ -473,7 +500,16 @@ static un_status replay_ops(un_ctx *ctx, un_backend *be, const un_graph *g, cons
         for (int t = 0; t < nd->n_in; t++)
             ng[id] |= ng[nd->in[t].node];
     }
-    replay rp = {.g = g, .p = p, .ids = ids, .key = key, .ng = ng, .n = n, .nk = nk, .D = D};
+    replay rp = {.g = g,
+                 .p = p,
+                 .ids = ids,
+                 .key = key,
+                 .ng = ng,
+                 .n = n,
+                 .nk = nk,
+                 .D = D,
+                 .wm = un_xcalloc((size_t)nk + 1, sizeof(double)),
+                 .cpu = un_xcalloc((size_t)nk + 1, sizeof(bool))};
     pthread_barrier_init(&rp.bar, NULL, (unsigned)D);
     replay_job *j = un_xcalloc((size_t)D, sizeof *j);
     pthread_t *th = un_xcalloc((size_t)D, sizeof *th);
@@ -493,6 +529,8 @@ static un_status replay_ops(un_ctx *ctx, un_backend *be, const un_graph *g, cons
     }
     pthread_barrier_destroy(&rp.bar);
     free(rp.t);
+    free(rp.wm);
+    free(rp.cpu);
     free(ng);
     free(j);
     free(th);
