@@ -3,6 +3,7 @@
 #include "search/profile.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -119,14 +120,20 @@ typedef struct rep_time {
 } rep_time;
 
 /* A one-thread CPU device's op of a median wall time from CPU_TIME_MIN up is costed by its
- * thread's CPU time (rep_median). Reading that clock is a system call, and this guest has no PCID
- * under kernel page-table isolation: every system call flushes the TLB, and the op timed right
- * after it pays the misses, which a step (no system call between its ops) does not. Measured
+ * thread's CPU time (rep_median). Reading that clock is a system call, and an op timed right
+ * after one runs slower than inside a step, which makes no system call between its ops (this
+ * guest's kernel has page-table isolation without PCID; a read of 64 pages, 0.13 us, took 0.19
+ * us after a system call, any: the kernel's entry and exit leave the caches and predictors
+ * colder; which of them costs the ops most was not measured: no PMU in the guest). Measured
  * (tiny MLP, serial; AMD EPYC guest, 2026-11-27, load 2-4): a [16,32]x[32,32] linear 1.22 / 2.00
  * us forward / backward after the read, 0.57 / 1.15 without, 0.57 / 1.24 inside the step
  * (unity-train --node-times); an ew_add 0.34 / 0.41, 0.08 / 0.12, 0.13 / 0.18. So the clock is
  * read only around repetitions of what took at least half of CPU_TIME_MIN before (warm-up). */
 #define CPU_TIME_MIN 50e-6
+
+static _Atomic int64_t cpu_reads; /* repetitions timed with the CPU clock (all threads) */
+
+int64_t un_profile_cpu_clock_reads(void) { return cpu_reads; }
 
 /* What one run of an op costs from its repetitions' times (n of them; sorted here): a one-thread
  * CPU device's work is its thread's CPU time (what it computes, without the time other jobs of a
@@ -170,6 +177,8 @@ static rep_time rep_run(un_ctx *ctx, prep_fn prep, timed_fn fn, void *arg, bool 
                         un_status *st) {
     if (fn && prep && *st == UN_OK)
         *st = prep(ctx, arg);
+    if (cpu)
+        cpu_reads++;
     double dev = -1, c0 = cpu ? clock_s(CLOCK_THREAD_CPUTIME_ID) : 0, w0 = now_s();
     if (fn && *st == UN_OK)
         *st = fn(ctx, arg, &dev);
@@ -184,10 +193,11 @@ static un_status time_median(un_ctx *ctx, prep_fn prep, timed_fn fn, void *arg,
     un_status st = UN_OK;
     int reps = 0, cap = 64;
     rep_time *t = un_xmalloc(sizeof *t * (size_t)cap);
-    double total = 0, wall0 = now_s(), last = 0;
+    double total = 0, wall0 = now_s(), last[2] = {0, 0}; /* the two repetitions before */
     for (int i = 0; st == UN_OK; i++) {
-        rep_time r = rep_run(ctx, prep, fn, arg, last >= CPU_TIME_MIN / 2, &st);
-        last = r.wall;
+        bool cpu = (last[0] < last[1] ? last[0] : last[1]) >= CPU_TIME_MIN / 2;
+        rep_time r = rep_run(ctx, prep, fn, arg, cpu, &st);
+        last[i & 1] = r.wall;
         if (i < p->warmup)
             continue;
         if (reps == cap)
@@ -379,7 +389,9 @@ typedef struct replay {
     int n, nk, D;       /* positions, keys, devices */
     pthread_barrier_t bar;
     int reps;   /* timed passes: thread 0 sets them from its warm-up passes */
-    double *wm; /* per key: thread 0's longest wall seconds of a run in its last warm-up pass */
+    double *wp; /* per key: thread 0's longest wall seconds of a run in this warm-up pass ... */
+    double *wm; /* ... and the least of those over the warm-up passes (one preempted run is not
+                 * a long op) */
     bool *cpu;  /* per key: read the CPU clock around its timed runs (thread 0 sets them from wm) */
     rep_time *t;
 } replay;
@@ -401,8 +413,8 @@ static void replay_pass(un_ctx *ctx, replay *rp, rop *ops, bool ok, int k, int j
                 pthread_barrier_wait(&rp->bar);
             rep_time t = rep_run(ctx, NULL, run && *st == UN_OK ? op_once : NULL, r,
                                  j >= 0 && rp->cpu[rp->key[i]], st);
-            if (j < 0 && k == 0 && t.wall > rp->wm[rp->key[i]])
-                rp->wm[rp->key[i]] = t.wall;
+            if (j < 0 && k == 0 && t.wall > rp->wp[rp->key[i]])
+                rp->wp[rp->key[i]] = t.wall;
             if (j >= 0)
                 rp->t[(((size_t)k * (size_t)rp->n + (size_t)i) * 2 + (size_t)b) * (size_t)rp->reps +
                       (size_t)j] = t;
@@ -421,9 +433,11 @@ static un_status replay_run(un_ctx *ctx, un_backend *be, replay *rp, int k) {
     double w0 = now_s();
     int warm = rp->p->warmup > 0 ? rp->p->warmup : 1;
     for (int j = 0; j < warm; j++) {
-        if (k == 0) /* the last warm-up pass's times decide where the CPU clock is read */
-            memset(rp->wm, 0, (size_t)rp->nk * sizeof *rp->wm);
+        if (k == 0) /* the warm-up passes' times decide where the CPU clock is read */
+            memset(rp->wp, 0, (size_t)rp->nk * sizeof *rp->wp);
         replay_pass(ctx, rp, ops, ok, k, -1, &st);
+        for (int i = 0; i < rp->nk && k == 0; i++)
+            rp->wm[i] = j == 0 || rp->wp[i] < rp->wm[i] ? rp->wp[i] : rp->wm[i];
     }
     if (k == 0) { /* every op min_seconds forward and backward, as one timed alone: the passes */
         double pass = (now_s() - w0) / warm, want = 2.0 * rp->nk * rp->p->min_seconds;
@@ -508,6 +522,7 @@ static un_status replay_ops(un_ctx *ctx, un_backend *be, const un_graph *g, cons
                  .n = n,
                  .nk = nk,
                  .D = D,
+                 .wp = un_xcalloc((size_t)nk + 1, sizeof(double)),
                  .wm = un_xcalloc((size_t)nk + 1, sizeof(double)),
                  .cpu = un_xcalloc((size_t)nk + 1, sizeof(bool))};
     pthread_barrier_init(&rp.bar, NULL, (unsigned)D);
@@ -529,6 +544,7 @@ static un_status replay_ops(un_ctx *ctx, un_backend *be, const un_graph *g, cons
     }
     pthread_barrier_destroy(&rp.bar);
     free(rp.t);
+    free(rp.wp);
     free(rp.wm);
     free(rp.cpu);
     free(ng);

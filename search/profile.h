@@ -54,6 +54,9 @@ bool un_profile_kind_matches(const char *kind, const char *gpu_name);
 un_status un_profile_graph(un_ctx *ctx, un_rulesdb *db, const un_graph *g,
                            const un_profile_params *p, FILE *log, int64_t *n_stored);
 
+/* Repetitions this process has timed with a thread's CPU clock (all threads; a system call that
+ * slows the op timed after it, so it is read only around ops of 25 us and more: profile.c). */
+int64_t un_profile_cpu_clock_reads(void);
 /* Measures this CPU box as a machine description: one device per core (devices_per_node =
  * online CPUs), sgemm flop/s on one thread (the backend's linear kernel, 512^3), memory bandwidth
  * (bytes read + written per second by one thread's memcpy of 64 MiB), the thread-to-thread copy
