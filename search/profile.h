@@ -54,6 +54,10 @@ bool un_profile_kind_matches(const char *kind, const char *gpu_name);
 un_status un_profile_graph(un_ctx *ctx, un_rulesdb *db, const un_graph *g,
                            const un_profile_params *p, FILE *log, int64_t *n_stored);
 
+/* Per node of g: whether its inputs are new every step of a run on synthetic data, which cycles
+ * through a few batches (un_profile_params.value_sets): a dropout lies before it (its mask is new
+ * every step). The replay gives such nodes new values every run. fresh: node count entries. */
+void un_profile_fresh_nodes(const un_graph *g, bool *fresh);
 /* Repetitions this process has timed with a thread's CPU clock (all threads; a system call that
  * slows the op timed after it, so it is read only around ops of 25 us and more: profile.c). */
 int64_t un_profile_cpu_clock_reads(void);

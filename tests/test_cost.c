@@ -986,7 +986,9 @@ static void test_profile_int_inputs(void) {
 /* The thread's CPU clock is a system call, and an op timed right after one ran slower than in the
  * step (tiny MLP linear 1.22 / 2.00 us forward / backward against 0.57 / 1.24 in the step): the
  * profiler reads it only around ops that took 25 us and more in their warm-up. A tiny MLP's ops,
- * optimizer step and loss (a few us each) are timed without it; a [256,1024]x[1024,1024] linear
+ * optimizer step and loss (a few us each) are timed without it (before: 49,702 reads; a repetition
+ * after two slow ones, a preemption or the first calls' page faults, reads it); a
+ * [256,1024]x[1024,1024] linear
  * (milliseconds) with it, and its stored time is its CPU time. */
 static void test_profile_cpu_clock(void) {
     un_graph *g = zoo_graph("mlp", "serial", 1);
@@ -997,8 +999,9 @@ static void test_profile_cpu_clock(void) {
     profile_entry(g, UN_TRAIN_SYNTHETIC_BATCHES, path, "linear[activation=relu,use_bias=false]",
                   "float[16,32];float[32,32]", &f, &b);
     int64_t r1 = un_profile_cpu_clock_reads();
-    test__check(r1 == r0 && f > 0 && b > 0, TEST__AT,
-                "tiny MLP profiled with %lld CPU clock reads (want 0); linear %.5f / %.5f ms",
+    test__check(r1 - r0 <= 10 && f > 0 && b > 0, TEST__AT,
+                "tiny MLP profiled with %lld CPU clock reads (want at most a few, after two slow "
+                "repetitions: the first calls' page faults); linear %.5f / %.5f ms",
                 (long long)(r1 - r0), f, b);
     un_graph_free(g);
     const char *text =
@@ -1017,6 +1020,38 @@ static void test_profile_cpu_clock(void) {
                 (long long)(r2 - r1), f, b);
     un_graph_free(g);
     un_ctx_free(ctx);
+}
+
+/* A dropout's mask is new every step, so the nodes after it see new values every step even on
+ * synthetic data that cycles through 4 batches; the profiler gives them new values every run
+ * (a relu linear after a dropout: 3.0 us forward in the step, 1.9 profiled on 4 value sets, 3.8
+ * on new ones). Tiny CANDLE-Uno: a tower's first linear and its dropout see the run's batches,
+ * its second linear and everything after the concat new values; the tiny MLP has no dropout. */
+static void test_profile_fresh(void) {
+    un_graph *g = zoo_graph("candle_uno", "serial", 1);
+    int32_t n = un_graph_node_count(g);
+    bool *fresh = un_xcalloc((size_t)n, sizeof *fresh);
+    un_profile_fresh_nodes(g, fresh);
+    static const char *const names[] = {"cell.rnaseq.l1", "cell.rnaseq.l1.drop", "cell.rnaseq.l2",
+                                        "dense1", "out"};
+    static const bool want[] = {false, false, true, true, true};
+    for (int i = 0; i < 5; i++) {
+        int32_t id = un_graph_find(g, names[i]);
+        test__check(id >= 0 && fresh[id] == want[i], TEST__AT, "candle_uno %s: fresh %d, want %d",
+                    names[i], id >= 0 ? fresh[id] : -1, want[i]);
+    }
+    free(fresh);
+    un_graph_free(g);
+    g = zoo_graph("mlp", "serial", 1);
+    n = un_graph_node_count(g);
+    fresh = un_xcalloc((size_t)n, sizeof *fresh);
+    un_profile_fresh_nodes(g, fresh);
+    int k = 0;
+    for (int32_t id = 0; id < n; id++)
+        k += fresh[id];
+    EXPECT_EQ(k, 0);
+    free(fresh);
+    un_graph_free(g);
 }
 
 static void test_profile_backends(void) {
@@ -1075,7 +1110,8 @@ int main(void) {
                                   {"profile_backends", test_profile_backends},
                                   {"profile_in_step", test_profile_in_step},
                                   {"profile_int_inputs", test_profile_int_inputs},
-                                  {"profile_cpu_clock", test_profile_cpu_clock}};
+                                  {"profile_cpu_clock", test_profile_cpu_clock},
+                                  {"profile_fresh", test_profile_fresh}};
     int rc = TEST_RUN_WITH_SPEC(c, &spec);
     return cli_cleanup() ? rc : 1;
 }
