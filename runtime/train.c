@@ -378,6 +378,16 @@ un_status un_train_graph(un_ctx *ctx, const un_spec *spec, const un_train_opts *
     return st;
 }
 
+un_status un_train_loss(un_ctx *ctx, const un_spec *spec, const un_train_opts *o,
+                        un_loss_kind *out) {
+    tmodel m;
+    un_status st = model_load(ctx, spec, o, o->devices ? o->devices : 1, &m);
+    if (st == UN_OK)
+        *out = m.loss;
+    model_free(&m);
+    return st;
+}
+
 /* ---- the run shared by every rank ---- */
 
 typedef struct shared {

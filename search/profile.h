@@ -17,6 +17,7 @@
 
 #include "pcg/graph.h"
 #include "rulesdb/rulesdb.h"
+#include "runtime/backend.h" /* un_loss_kind */
 #include "search/machine.h"
 
 typedef struct un_profile_params {
@@ -38,6 +39,7 @@ typedef struct un_profile_params {
                               (UN_TRAIN_SYNTHETIC_BATCHES for synthetic data: what the branch
                               predictor learns of a step's data-dependent branches it learns in
                               the replay too); 0: new values every run (real data) */
+    un_loss_kind loss;     /* the run's loss, timed on the graph's output piece (default CE) */
     double timer_floor;    /* seconds an empty timed region takes, taken off every wall-time
                               median (un_profile_graph measures it on its CPU backend; 0: none) */
 } un_profile_params;
