@@ -134,6 +134,8 @@ struct un_exec {
                           * their chunks are written whole) */
     int n_zsegs;
     un_comm_dev *plane; /* the backend's device data plane (un_exec_plane_open), or NULL */
+    double *node_s;     /* un_exec_time_nodes: per node its forward's and backward's seconds,
+                         * then the zeroing's (2 n + 2); NULL: not timed */
     char *stage;        /* host staging of pieces moved between the host and the backend */
     size_t stage_cap;   /* its bytes */
 };
@@ -1579,6 +1581,7 @@ void un_exec_free(un_exec *ex) {
     xrelease(ex, ex->params);
     xrelease(ex, ex->param_grads);
     free(ex->stage);
+    free(ex->node_s);
     un_comm_dev_free(ex->plane);
     free(ex);
 }
@@ -1726,6 +1729,25 @@ static un_status run_xfers(un_ctx *ctx, un_exec *ex, int32_t id, bool backward) 
     return st;
 }
 
+/* Node times (un_exec_time_nodes): the clock when they are on (else 0), and the seconds since t0
+ * added to slot k. */
+static double clock_on(const un_exec *ex) { return ex->node_s ? un_now_s() : 0; }
+
+static void clock_add(un_exec *ex, double t0, int32_t k) {
+    if (ex->node_s)
+        ex->node_s[k] += un_now_s() - t0;
+}
+
+void un_exec_time_nodes(un_exec *ex, bool on) {
+    free(ex->node_s);
+    ex->node_s = on ? un_xcalloc(2 * (size_t)ex->n + 2, sizeof *ex->node_s) : NULL;
+}
+
+double un_exec_node_seconds(const un_exec *ex, int32_t id, bool bwd) {
+    UN_ASSERT(id >= 0 && id <= ex->n);
+    return ex->node_s ? ex->node_s[2 * id + bwd] : 0;
+}
+
 /* Zeroes the gradients of node id's outputs held here (not a weight's: those are flat). */
 static void zero_node_grads(un_exec *ex, int32_t id) {
     xnode *xn = &ex->nodes[id];
@@ -1752,6 +1774,7 @@ static void zero_output_grads(un_exec *ex) {
  * that died before. */
 static void zero_starting(un_exec *ex, int32_t id) {
     xnode *xn = &ex->nodes[id];
+    double t0 = clock_on(ex);
     for (int32_t k = ex->zstart[id]; k < ex->zstart[id + 1]; k++)
         zero_node_grads(ex, ex->zlist[k]);
     for (int i = 0; i < xn->n_xfer; i++)
@@ -1759,6 +1782,7 @@ static void zero_starting(un_exec *ex, int32_t id) {
             xt *src = input_tensor(ex, un_graph_node(ex->g, id), xn->xfers[i].t);
             un_backend_zero(ex->be, xn->xfers[i].gbuf, (size_t)xn->xfers[i].numel * src->es);
         }
+    clock_add(ex, t0, 2 * ex->n + 1);
 }
 
 static un_status forward_node(un_ctx *ctx, un_exec *ex, int32_t id) {
@@ -1798,16 +1822,26 @@ un_status un_exec_forward(un_ctx *ctx, un_exec *ex, uint64_t dropout_seed) {
     ex->seed = dropout_seed;
     ex->stats.sent = ex->stats.recv = ex->stats.copied = 0;
     ex->stats.plane_exchanges = ex->stats.staged_exchanges = 0;
+    if (ex->node_s)
+        memset(ex->node_s, 0, (2 * (size_t)ex->n + 2) * sizeof *ex->node_s);
+    double t0 = clock_on(ex);
     for (int i = 0; i < ex->n_zsegs; i++)
         un_backend_zero(ex->be, (char *)ex->param_grads + (size_t)ex->zsegs[i].off * ex->fes,
                         (size_t)ex->zsegs[i].n * ex->fes);
+    clock_add(ex, t0, 2 * ex->n);
     un_status st = UN_OK;
-    for (int32_t i = 0; i < ex->n && st == UN_OK; i++)
+    for (int32_t i = 0; i < ex->n && st == UN_OK; i++) {
+        t0 = clock_on(ex);
         st = forward_node(ctx, ex, i);
+        clock_add(ex, t0, 2 * i);
+    }
     if (st != UN_OK)
         exec_abort(ex);
-    else
+    else {
+        t0 = clock_on(ex);
         zero_output_grads(ex);
+        clock_add(ex, t0, 2 * ex->n);
+    }
     return st;
 }
 
@@ -1906,7 +1940,10 @@ un_status un_exec_backward(un_ctx *ctx, un_exec *ex) {
     int64_t pending = 0;
     bool met = false; /* a chunked layer's meet: another one ends the backward */
     for (int32_t i = ex->n - 1; i >= 0 && st == UN_OK; i--) {
+        double t0 = clock_on(ex), z = ex->node_s ? ex->node_s[2 * ex->n + 1] : 0;
         st = backward_node(ctx, ex, i);
+        if (ex->node_s) /* less its zeroing (zero_starting), timed apart */
+            ex->node_s[2 * i + 1] = un_now_s() - t0 - (ex->node_s[2 * ex->n + 1] - z);
         /* every layer whose pieces live to the next meet meets (ex->until), chunked or not */
         if (st == UN_OK && ex->until[i] >= 0) {
             st = un_comm_barrier(ctx, ex->comm);

@@ -206,4 +206,13 @@ un_exec_block *un_exec_blocks(const un_exec *ex, int *n);
 /* This rank's accounting (borrowed until un_exec_free). */
 const un_exec_stats *un_exec_stats_get(const un_exec *ex);
 
+/* Node times (unity-train --node-times): with on, every later un_exec_forward and
+ * un_exec_backward records the wall seconds of each node's forward and backward on this rank
+ * (two clock reads a node; nothing is read while off, the default), without the zeroing of
+ * gradient buffers, which is timed as a whole. */
+void un_exec_time_nodes(un_exec *ex, bool on);
+/* Node id's seconds in the last forward (bwd false) or backward; id == the node count: the
+ * gradient zeroing of the last forward and backward. 0 while not timed. */
+double un_exec_node_seconds(const un_exec *ex, int32_t id, bool bwd);
+
 #endif

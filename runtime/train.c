@@ -79,7 +79,9 @@ const char *un_train_usage(void) {
            "  --spec FILE|DIR    operator specs (alias --ops; default: $UNITY_SPECS, ./specs,\n"
            "                     else the installed share/unity/specs)\n"
            "  --quiet            no per-step lines\n"
-           "  --stats            per-device memory and bytes moved per step at the end\n";
+           "  --stats            per-device memory and bytes moved per step at the end\n"
+           "  --node-times       device 0's median wall time per node (forward, backward) and\n"
+           "                     per phase of a step at the end (two clock reads a node)\n";
 }
 
 /* ---- argument parsing ---- */
@@ -109,6 +111,10 @@ un_status un_train_parse_args(un_ctx *ctx, int argc, char **argv, un_train_opts 
         }
         if (strcmp(a, "--stats") == 0) {
             o->stats = true;
+            continue;
+        }
+        if (strcmp(a, "--node-times") == 0) {
+            o->node_times = true;
             continue;
         }
         static const char *const with_value[] = {
@@ -368,6 +374,16 @@ un_status un_train_graph(un_ctx *ctx, const un_spec *spec, const un_train_opts *
                                : d == 1    ? "serial"
                                            : "data",
                                d, out);
+    model_free(&m);
+    return st;
+}
+
+un_status un_train_loss(un_ctx *ctx, const un_spec *spec, const un_train_opts *o,
+                        un_loss_kind *out) {
+    tmodel m;
+    un_status st = model_load(ctx, spec, o, o->devices ? o->devices : 1, &m);
+    if (st == UN_OK)
+        *out = m.loss;
     model_free(&m);
     return st;
 }
@@ -639,6 +655,66 @@ static un_status memory_check(un_ctx *ctx, const shared *sh, un_comm *comm, un_b
                         host ? "machines" : "devices");
 }
 
+/* --node-times: per timed step of device 0, each node's forward and backward seconds, the
+ * gradient zeroing's (un_exec_node_seconds) and the step's phases (PH_*). */
+enum { PH_FWD, PH_LOSS, PH_BWD, PH_ALLREDUCE, PH_UPDATE, PH_STEP, PH_N };
+
+typedef struct node_times {
+    int cols, rows, cap; /* cols: 2 (n + 1) + PH_N */
+    double *v;           /* rows x cols */
+} node_times;
+
+static void node_times_add(node_times *nt, const un_exec *ex, int32_t n, const double *ph) {
+    if (nt->rows == nt->cap)
+        nt->v = un_xrealloc(nt->v, sizeof *nt->v * (size_t)nt->cols *
+                                       (size_t)(nt->cap = nt->cap ? 2 * nt->cap : 64));
+    double *r = nt->v + (size_t)nt->rows++ * (size_t)nt->cols;
+    for (int32_t id = 0; id <= n; id++)
+        for (int b = 0; b < 2; b++)
+            r[2 * id + b] = un_exec_node_seconds(ex, id, b);
+    memcpy(r + 2 * (n + 1), ph, PH_N * sizeof *ph);
+}
+
+static int cmp_dbl(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The median of column c, in microseconds. */
+static double node_times_median_us(const node_times *nt, int c, double *tmp) {
+    if (nt->rows == 0)
+        return 0;
+    for (int i = 0; i < nt->rows; i++)
+        tmp[i] = nt->v[(size_t)i * (size_t)nt->cols + (size_t)c];
+    qsort(tmp, (size_t)nt->rows, sizeof *tmp, cmp_dbl);
+    return 1e6 * tmp[nt->rows / 2];
+}
+
+static void node_times_print(FILE *f, const node_times *nt, const un_graph *g) {
+    int32_t n = un_graph_node_count(g);
+    double *tmp = un_xcalloc((size_t)nt->rows + 1, sizeof *tmp), fwd = 0, bwd = 0;
+    fprintf(f, "node times, device 0, median of %d steps (us):\n", nt->rows);
+    fprintf(f, "  %-24s %-14s %10s %10s\n", "node", "op", "forward", "backward");
+    for (int32_t id = 0; id < n; id++) {
+        const un_node *nd = un_graph_node(g, id);
+        double a = node_times_median_us(nt, 2 * id, tmp),
+               b = node_times_median_us(nt, 2 * id + 1, tmp);
+        fwd += a;
+        bwd += b;
+        if (un_op_kind_of(nd->op) != UN_OPK_SOURCE || a + b > 0)
+            fprintf(f, "  %-24s %-14s %10.3f %10.3f\n", nd->name ? nd->name : "-",
+                    un_op_name(nd->op), a, b);
+    }
+    fprintf(f, "  %-24s %-14s %10.3f %10.3f\n", "(zeroing gradients)", "-",
+            node_times_median_us(nt, 2 * n, tmp), node_times_median_us(nt, 2 * n + 1, tmp));
+    fprintf(f, "  %-24s %-14s %10.3f %10.3f\n", "(sum of node medians)", "-", fwd, bwd);
+    static const char *const ph[PH_N] = {"forward",         "loss",   "backward",
+                                         "loss all-reduce", "update", "step"};
+    for (int k = 0; k < PH_N; k++)
+        fprintf(f, "phase %-16s %10.3f\n", ph[k], node_times_median_us(nt, 2 * (n + 1) + k, tmp));
+    free(tmp);
+}
+
 static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
     const un_train_opts *o = sh->o;
     const tmodel *m = sh->m;
@@ -702,7 +778,11 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
     const un_shape *os = st == UN_OK ? un_exec_output_shape(ex, 0) : NULL;
     int first_timed = o->steps == 1 ? 0 : 1; /* as the step times */
     un_comm_stats c0 = un_comm_stats_get(comm);
+    node_times nt = {.cols = 2 * (un_graph_node_count(sh->g) + 1) + PH_N};
+    if (st == UN_OK && o->node_times && rank == 0)
+        un_exec_time_nodes(ex, true);
     for (int step = 0; st == UN_OK && step < o->steps; step++) {
+        double ph[PH_N];
         /* The step's time excludes making the batch and writing it to the backend (as a
          * framework's loop that gets its batch from a loader does): forward, loss, backward,
          * update. */
@@ -717,6 +797,7 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
         uint64_t dseed = un_mix64(un_hash_combine(o->seed, (uint64_t)(start + step))) | 1;
         if ((st = un_exec_forward(ctx, ex, dseed)) != UN_OK)
             break;
+        ph[PH_FWD] = un_now_s();
         int np;
         const un_exec_piece *pc = un_exec_output_pieces(ex, 0, &np);
         double loss = 0;
@@ -739,10 +820,13 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
             un_comm_abort(comm);
             break;
         }
+        ph[PH_LOSS] = un_now_s();
         if ((st = un_exec_backward(ctx, ex)) != UN_OK)
             break;
+        ph[PH_BWD] = un_now_s();
         if ((st = un_comm_allreduce(ctx, comm, UN_RED_F64, &loss, 1)) != UN_OK)
             break;
+        ph[PH_ALLREDUCE] = un_now_s();
         loss /= (double)(m->loss == UN_LOSS_CE ? os->dim[0] : un_shape_numel(os));
         if ((st = un_exec_update(ctx, ex, opt)) != UN_OK)
             break;
@@ -752,6 +836,14 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
         if ((st = un_backend_synchronize(ctx, be)) != UN_OK)
             break;
         double dt = un_now_s() - t0;
+        if (o->node_times && rank == 0 && step >= first_timed) {
+            ph[PH_UPDATE] = t0 + dt;
+            for (int k = PH_UPDATE; k > PH_FWD; k--) /* the phases' ends -> their lengths */
+                ph[k] -= ph[k - 1];
+            ph[PH_FWD] -= t0;
+            ph[PH_STEP] = dt;
+            node_times_add(&nt, ex, un_graph_node_count(sh->g), ph);
+        }
         if (rank == 0) {
             sh->losses[step] = loss;
             if (step > 0 || o->steps == 1) {
@@ -778,6 +870,9 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
                          1e3 * (c1.seconds - c0.seconds) / n};
         st = report_stats(ctx, sh, comm, ex, opt, per);
     }
+    if (st == UN_OK && nt.rows > 0)
+        node_times_print(o->out, &nt, sh->g);
+    free(nt.v);
     free(labels);
     for (int i = 0; i < m->n_inputs; i++)
         free(host[i]);

@@ -16,6 +16,7 @@
 #include <stdio.h>
 
 #include "pcg/graph.h"
+#include "runtime/backend.h" /* un_loss_kind */
 #include "runtime/kernels.h"
 
 /* Synthetic data (no --data file) is a fixed pool of this many batches, step s using batch
@@ -49,6 +50,7 @@ typedef struct un_train_opts {
                                 precision is f32), else cpu */
     bool quiet;              /* no per-step lines */
     bool stats;              /* print the per-device accounting at the end */
+    bool node_times;         /* print device 0's median time per node and phase of a step */
     FILE *out;               /* per-step lines and the summary (default stdout) */
     FILE *err; /* mpi: rank 0 writes a failure found before training ("unity-train: <message>")
                   here before any rank returns, since mpirun ends the job as soon as one process
@@ -110,6 +112,9 @@ un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res
  * un_train_run's. Owned: free with un_graph_free. */
 un_status un_train_graph(un_ctx *ctx, const un_spec *spec, const un_train_opts *o, un_graph **out,
                          int *devices);
+/* The loss a run of o trains with: the zoo model's, else --loss (JSON and ONNX: default MSE). */
+un_status un_train_loss(un_ctx *ctx, const un_spec *spec, const un_train_opts *o,
+                        un_loss_kind *out);
 
 /* The backend a run of o uses: o->backend, else cuda when this build has CUDA, a GPU is there and
  * the precision is float32, else cpu (*name: static). cuda where it cannot run (no GPU, a build

@@ -34,6 +34,7 @@ struct un_cost_model {
     bool warned[UN_OP_COUNT];
     un_buf warnings;
     int64_t queries, cached, measured;
+    un_loss_kind loss; /* the run's (un_cost_model_set_loss; 0: cross-entropy) */
 };
 
 un_status un_cost_model_new(un_ctx *ctx, const un_spec *spec, const un_machine *m, un_mprec prec,
@@ -563,6 +564,8 @@ double un_cost_measured(un_ctx *ctx, un_cost_model *cm, const char *op_sig, cons
     return un_cost_lookup(ctx, cm, op_sig, shape, &f, &b) ? f : fallback;
 }
 
+void un_cost_model_set_loss(un_cost_model *cm, un_loss_kind kind) { cm->loss = kind; }
+
 double un_cost_loss(un_ctx *ctx, un_cost_model *cm, int64_t rows, int64_t classes) {
     char shape[64];
     snprintf(shape, sizeof shape, "float[%lld,%lld]", (long long)rows, (long long)classes);
@@ -577,7 +580,8 @@ double un_cost_loss(un_ctx *ctx, un_cost_model *cm, int64_t rows, int64_t classe
         k_run(&k, 0);
         fallback = k.t;
     }
-    return un_cost_measured(ctx, cm, "loss:ce", shape, fallback);
+    return un_cost_measured(ctx, cm, cm->loss == UN_LOSS_MSE ? "loss:mse" : "loss:ce", shape,
+                            fallback);
 }
 
 double un_cost_zero(const un_cost_model *cm, double bytes, int64_t buffers) {

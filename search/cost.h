@@ -19,6 +19,7 @@
 
 #include "pcg/graph.h"
 #include "rulesdb/rulesdb.h"
+#include "runtime/backend.h" /* un_loss_kind */
 #include "search/machine.h"
 
 typedef struct un_cost_model un_cost_model;
@@ -62,9 +63,12 @@ double un_cost_p2p(const un_cost_model *cm, int a, int b, double bytes);
 double un_cost_allreduce(const un_cost_model *cm, const int *devs, int n, double bytes);
 /* Seconds to copy `bytes` within one device's memory. */
 double un_cost_copy(const un_cost_model *cm, double bytes);
-/* Seconds of the loss and its gradient on one output piece of rows x classes: measured (op-cost
- * cache, "loss:ce" float[rows,classes]) when present, else the CUDA backend's kernels for it
- * (device.gpu), else a copy of the piece. */
+/* The loss the run trains with (un_cost_loss; cross-entropy until set). */
+void un_cost_model_set_loss(un_cost_model *cm, un_loss_kind kind);
+/* Seconds of the run's loss (un_cost_model_set_loss) and its gradient on one output piece of
+ * rows x classes (the output's last dimension): measured (op-cost cache, "loss:ce" or "loss:mse"
+ * float[rows,classes]) when present, else the CUDA backend's kernels for cross-entropy
+ * (device.gpu; for either kind), else a copy of the piece. */
 double un_cost_loss(un_ctx *ctx, un_cost_model *cm, int64_t rows, int64_t classes);
 /* Seconds to zero `bytes` of device memory in `buffers` buffers: one memset call each on a kind
  * with device.gpu, else at mem_bw. */
@@ -77,10 +81,10 @@ double un_cost_optimizer(un_ctx *ctx, un_cost_model *cm, const char *optimizer, 
 bool un_cost_lookup(un_ctx *ctx, un_cost_model *cm, const char *op_sig, const char *shape,
                     double *fwd, double *bwd);
 /* The measured seconds of a step's part that is not an operator (op-cost cache entries the
- * profiler stores: "loss:ce" float[rows,classes] = the loss and its gradient on one output piece,
- * "comm:barrier" devices[D] = one barrier of D device threads, "comm:exchange" devices[D] = one
- * exchange of small messages between them: its rendezvous), or `fallback` when none is cached
- * for this device kind. */
+ * profiler stores: "loss:ce" or "loss:mse" float[rows,classes] = the loss and its gradient on one
+ * output piece, "comm:barrier" devices[D] = one barrier of D device threads, "comm:exchange"
+ * devices[D] = one exchange of small messages between them: its rendezvous), or `fallback` when
+ * none is cached for this device kind. */
 double un_cost_measured(un_ctx *ctx, un_cost_model *cm, const char *op_sig, const char *shape,
                         double fallback);
 /* Element bytes of float tensors at the model's precision. */

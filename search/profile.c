@@ -3,6 +3,7 @@
 #include "search/profile.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -111,18 +112,36 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* One repetition's wall and CPU seconds (the CPU clock read outside the wall clock's window), and
- * the backend timer's (un_backend_timer: CUDA events on a GPU; < 0 where the run has none). */
+/* One repetition's wall and CPU seconds (the CPU clock read outside the wall clock's window; < 0
+ * where it was not read), and the backend timer's (un_backend_timer: CUDA events on a GPU; < 0
+ * where the run has none). */
 typedef struct rep_time {
     double wall, cpu, dev;
 } rep_time;
 
+/* A one-thread CPU device's op of a median wall time from CPU_TIME_MIN up is costed by its
+ * thread's CPU time (rep_median). Reading that clock is a system call, and an op timed right
+ * after one runs slower than inside a step, which makes no system call between its ops (this
+ * guest's kernel has page-table isolation without PCID; a read of 64 pages, 0.13 us, took 0.19
+ * us after a system call, any: the kernel's entry and exit leave the caches and predictors
+ * colder; which of them costs the ops most was not measured: no PMU in the guest). Measured
+ * (tiny MLP, serial; AMD EPYC guest, 2026-11-27, load 2-4): a [16,32]x[32,32] linear 1.22 / 2.00
+ * us forward / backward after the read, 0.57 / 1.15 without, 0.57 / 1.24 inside the step
+ * (unity-train --node-times); an ew_add 0.34 / 0.41, 0.08 / 0.12, 0.13 / 0.18. So the clock is
+ * read only around repetitions of what took at least half of CPU_TIME_MIN before (warm-up). */
+#define CPU_TIME_MIN 50e-6
+
+static _Atomic int64_t cpu_reads; /* repetitions timed with the CPU clock (all threads) */
+
+int64_t un_profile_cpu_clock_reads(void) { return cpu_reads; }
+
 /* What one run of an op costs from its repetitions' times (n of them; sorted here): a one-thread
  * CPU device's work is its thread's CPU time (what it computes, without the time other jobs of a
  * shared machine take the core away: that is measured apart, profile_meet), unless the op is so
- * short (median under 50 us) that reading that clock (a system call) would weigh in: then, and on
- * any other CPU device, the wall time less the timer's own (p->timer_floor); on a GPU the
- * backend timer's (kernel time); the median either way. */
+ * short (median under CPU_TIME_MIN) that reading that clock (a system call) would weigh in: then,
+ * and on any other CPU device, the wall time less the timer's own (p->timer_floor); on a GPU the
+ * backend timer's (kernel time); the median either way (of the CPU times over the repetitions that
+ * read them, at least half of them). */
 static double rep_median(rep_time *t, int n, const un_profile_params *p) {
     if (n == 0)
         return 0;
@@ -134,11 +153,13 @@ static double rep_median(rep_time *t, int n, const un_profile_params *p) {
     r = v[n / 2];
     if (!dev) /* what the clocks and the timer's calls add (timer_floor) */
         r = r > p->timer_floor ? r - p->timer_floor : 0;
-    if (!dev && p->threads == 1 && p->cuda_device < 0 && r >= 50e-6) {
-        for (int i = 0; i < n; i++)
-            v[i] = t[i].cpu;
-        qsort(v, (size_t)n, sizeof *v, cmp_double);
-        r = v[n / 2];
+    int nc = 0;
+    for (int i = 0; i < n; i++)
+        if (t[i].cpu >= 0)
+            v[nc++] = t[i].cpu;
+    if (!dev && p->threads == 1 && p->cuda_device < 0 && r >= CPU_TIME_MIN && 2 * nc >= n) {
+        qsort(v, (size_t)nc, sizeof *v, cmp_double);
+        r = v[nc / 2];
     }
     free(v);
     return r;
@@ -151,14 +172,18 @@ typedef un_status (*timed_fn)(un_ctx *ctx, void *arg, double *dev);
  * backward); NULL: nothing. */
 typedef un_status (*prep_fn)(un_ctx *ctx, void *arg);
 
-static rep_time rep_run(un_ctx *ctx, prep_fn prep, timed_fn fn, void *arg, un_status *st) {
+/* cpu: also read the thread's CPU clock (CPU_TIME_MIN says when). */
+static rep_time rep_run(un_ctx *ctx, prep_fn prep, timed_fn fn, void *arg, bool cpu,
+                        un_status *st) {
     if (fn && prep && *st == UN_OK)
         *st = prep(ctx, arg);
-    double dev = -1, c0 = clock_s(CLOCK_THREAD_CPUTIME_ID), w0 = now_s();
+    if (cpu)
+        cpu_reads++;
+    double dev = -1, c0 = cpu ? clock_s(CLOCK_THREAD_CPUTIME_ID) : 0, w0 = now_s();
     if (fn && *st == UN_OK)
         *st = fn(ctx, arg, &dev);
     double w1 = now_s();
-    return (rep_time){w1 - w0, clock_s(CLOCK_THREAD_CPUTIME_ID) - c0, dev};
+    return (rep_time){w1 - w0, cpu ? clock_s(CLOCK_THREAD_CPUTIME_ID) - c0 : -1, dev};
 }
 
 /* The median seconds of one call of fn(arg) after the warm-up: repetitions go on until min_reps
@@ -168,9 +193,11 @@ static un_status time_median(un_ctx *ctx, prep_fn prep, timed_fn fn, void *arg,
     un_status st = UN_OK;
     int reps = 0, cap = 64;
     rep_time *t = un_xmalloc(sizeof *t * (size_t)cap);
-    double total = 0, wall0 = now_s();
+    double total = 0, wall0 = now_s(), last[2] = {0, 0}; /* the two repetitions before */
     for (int i = 0; st == UN_OK; i++) {
-        rep_time r = rep_run(ctx, prep, fn, arg, &st);
+        bool cpu = (last[0] < last[1] ? last[0] : last[1]) >= CPU_TIME_MIN / 2;
+        rep_time r = rep_run(ctx, prep, fn, arg, cpu, &st);
+        last[i & 1] = r.wall;
         if (i < p->warmup)
             continue;
         if (reps == cap)
@@ -205,7 +232,7 @@ static double timer_floor(un_ctx *ctx, un_backend *be) {
     double *v = un_xcalloc(N, sizeof *v), r;
     un_status st = UN_OK;
     for (int i = 0; i < N; i++)
-        v[i] = rep_run(ctx, NULL, timer_only, be, &st).wall;
+        v[i] = rep_run(ctx, NULL, timer_only, be, false, &st).wall;
     qsort(v, N, sizeof *v, cmp_double);
     r = st == UN_OK ? v[N / 2] : 0;
     free(v);
@@ -358,10 +385,15 @@ typedef struct replay {
     const un_profile_params *p;
     const int32_t *ids; /* per key: its first node */
     const int *key;     /* per position: the key of the node (positions in topological order) */
+    const bool *fresh;  /* per position: its values are new every step (un_profile_graph) */
     const bool *ng;     /* per node: its output needs a gradient (as runtime/exec.c) */
     int n, nk, D;       /* positions, keys, devices */
     pthread_barrier_t bar;
-    int reps; /* timed passes: thread 0 sets them from its warm-up passes */
+    int reps;   /* timed passes: thread 0 sets them from its warm-up passes */
+    double *wp; /* per key: thread 0's longest wall seconds of a run in this warm-up pass ... */
+    double *wm; /* ... and the least of those over the warm-up passes (one preempted run is not
+                 * a long op) */
+    bool *cpu;  /* per key: read the CPU clock around its timed runs (thread 0 sets them from wm) */
     rep_time *t;
 } replay;
 
@@ -376,11 +408,15 @@ static void replay_pass(un_ctx *ctx, replay *rp, rop *ops, bool ok, int k, int j
             if (run) {
                 r->bwd = b == 1;
                 r->node = (uint64_t)i;
+                r->sets = rp->fresh[i] ? 0 : rp->p->value_sets;
                 *st = op_prep(ctx, r);
             }
             if (rp->D > 1)
                 pthread_barrier_wait(&rp->bar);
-            rep_time t = rep_run(ctx, NULL, run && *st == UN_OK ? op_once : NULL, r, st);
+            rep_time t = rep_run(ctx, NULL, run && *st == UN_OK ? op_once : NULL, r,
+                                 j >= 0 && rp->cpu[rp->key[i]], st);
+            if (j < 0 && k == 0 && t.wall > rp->wp[rp->key[i]])
+                rp->wp[rp->key[i]] = t.wall;
             if (j >= 0)
                 rp->t[(((size_t)k * (size_t)rp->n + (size_t)i) * 2 + (size_t)b) * (size_t)rp->reps +
                       (size_t)j] = t;
@@ -398,13 +434,20 @@ static un_status replay_run(un_ctx *ctx, un_backend *be, replay *rp, int k) {
     bool ok = st == UN_OK;
     double w0 = now_s();
     int warm = rp->p->warmup > 0 ? rp->p->warmup : 1;
-    for (int j = 0; j < warm; j++)
+    for (int j = 0; j < warm; j++) {
+        if (k == 0) /* the warm-up passes' times decide where the CPU clock is read */
+            memset(rp->wp, 0, (size_t)rp->nk * sizeof *rp->wp);
         replay_pass(ctx, rp, ops, ok, k, -1, &st);
+        for (int i = 0; i < rp->nk && k == 0; i++)
+            rp->wm[i] = j == 0 || rp->wp[i] < rp->wm[i] ? rp->wp[i] : rp->wm[i];
+    }
     if (k == 0) { /* every op min_seconds forward and backward, as one timed alone: the passes */
         double pass = (now_s() - w0) / warm, want = 2.0 * rp->nk * rp->p->min_seconds;
         double reps = pass > 0 ? want / pass : 2000;
         rp->reps = reps < rp->p->min_reps ? rp->p->min_reps : reps > 2000 ? 2000 : (int)reps;
         rp->t = un_xcalloc((size_t)rp->D * (size_t)rp->n * 2 * (size_t)rp->reps, sizeof *rp->t);
+        for (int i = 0; i < rp->nk; i++)
+            rp->cpu[i] = rp->wm[i] >= CPU_TIME_MIN / 2;
     }
     if (rp->D > 1)
         pthread_barrier_wait(&rp->bar);
@@ -452,7 +495,7 @@ static double replay_median(const replay *rp, int i, int b) {
                                        (size_t)rp->reps +
                                    (size_t)j];
                 m[c].wall = t.wall > m[c].wall ? t.wall : m[c].wall;
-                m[c].cpu = t.cpu > m[c].cpu ? t.cpu : m[c].cpu;
+                m[c].cpu = k == 0 || t.cpu > m[c].cpu ? t.cpu : m[c].cpu;
                 m[c].dev = k == 0 || t.dev > m[c].dev ? t.dev : m[c].dev;
             }
     double r = rep_median(m, c, rp->p);
@@ -460,11 +503,28 @@ static double replay_median(const replay *rp, int i, int b) {
     return r;
 }
 
-/* The replay of n nodes whose keys are key[0..n) (ids: each key's first node) on D devices: this
- * thread is device 0 on be, D - 1 threads the others; fwd[i], bwd[i]: key i's seconds. */
+/* A dropout's mask is new every step (a new seed), so whatever follows it sees new values every
+ * step, however few batches the run cycles through: inside a step of tiny CANDLE-Uno (unity-train
+ * --node-times, 2026-11-27, load 2) a [16,32]x[32,32] relu linear after a dropout took 3.0 us
+ * forward, profiled 1.9 on 4 value sets, 3.8 on new ones (the branch predictor learns the relu
+ * pattern of 4 sets); one on the run's input batches 2.0 us in the step, 1.6-2.0 profiled on 4
+ * sets. */
+void un_profile_fresh_nodes(const un_graph *g, bool *fresh) {
+    for (int32_t id = 0; id < un_graph_node_count(g); id++) {
+        const un_node *nd = un_graph_node(g, id);
+        fresh[id] = false;
+        for (int t = 0; t < nd->n_in; t++)
+            fresh[id] |=
+                fresh[nd->in[t].node] || un_graph_node(g, nd->in[t].node)->op == UN_OP_DROPOUT;
+    }
+}
+
+/* The replay of n nodes whose keys are key[0..n) (ids: each key's first node; fresh: per node,
+ * new values every run) on D devices: this thread is device 0 on be, D - 1 threads the others;
+ * fwd[i], bwd[i]: key i's seconds. */
 static un_status replay_ops(un_ctx *ctx, un_backend *be, const un_graph *g, const int32_t *ids,
-                            int nk, const int *key, int n, const un_profile_params *p, int D,
-                            double *fwd, double *bwd) {
+                            int nk, const int *key, const bool *fresh, int n,
+                            const un_profile_params *p, int D, double *fwd, double *bwd) {
     int32_t nn = un_graph_node_count(g);
     bool *ng = un_xcalloc((size_t)nn + 1, sizeof *ng);
     for (int32_t id = 0; id < nn; id++) {
@@ -473,7 +533,18 @@ static un_status replay_ops(un_ctx *ctx, un_backend *be, const un_graph *g, cons
         for (int t = 0; t < nd->n_in; t++)
             ng[id] |= ng[nd->in[t].node];
     }
-    replay rp = {.g = g, .p = p, .ids = ids, .key = key, .ng = ng, .n = n, .nk = nk, .D = D};
+    replay rp = {.g = g,
+                 .p = p,
+                 .ids = ids,
+                 .key = key,
+                 .fresh = fresh,
+                 .ng = ng,
+                 .n = n,
+                 .nk = nk,
+                 .D = D,
+                 .wp = un_xcalloc((size_t)nk + 1, sizeof(double)),
+                 .wm = un_xcalloc((size_t)nk + 1, sizeof(double)),
+                 .cpu = un_xcalloc((size_t)nk + 1, sizeof(bool))};
     pthread_barrier_init(&rp.bar, NULL, (unsigned)D);
     replay_job *j = un_xcalloc((size_t)D, sizeof *j);
     pthread_t *th = un_xcalloc((size_t)D, sizeof *th);
@@ -493,6 +564,9 @@ static un_status replay_ops(un_ctx *ctx, un_backend *be, const un_graph *g, cons
     }
     pthread_barrier_destroy(&rp.bar);
     free(rp.t);
+    free(rp.wp);
+    free(rp.wm);
+    free(rp.cpu);
     free(ng);
     free(j);
     free(th);
@@ -567,24 +641,28 @@ static un_status profile_optimizer(un_ctx *ctx, un_rulesdb *db, un_backend *be, 
 
 typedef struct loss_run {
     un_backend *be;
-    un_kt y, gy, lab;
+    un_loss_kind kind;
+    un_kt y, gy, lab; /* lab: the labels (cross-entropy) or the whole target (mean squares) */
 } loss_run;
 
 static un_status loss_once(un_ctx *ctx, void *arg, double *dev) {
     loss_run *r = arg;
-    if (r->y.dim[0] * r->y.dim[1] == 0)
+    if (un_kt_numel(&r->y) <= 0)
         return UN_OK;
     un_backend_timer tm;
     double loss;
     un_status st = un_backend_timer_start(ctx, r->be, &tm);
     if (st == UN_OK)
-        st = un_backend_loss(ctx, r->be, UN_LOSS_CE, &r->y, NULL, NULL, &r->lab, &r->gy, &loss);
+        st = un_backend_loss(ctx, r->be, r->kind, &r->y, NULL, NULL, &r->lab, &r->gy, &loss);
     return st == UN_OK ? un_backend_timer_stop(ctx, r->be, &tm, dev) : st;
 }
 
 /* The runtime's own per-step work besides operators, as runtime/train.c runs it in a step's time:
- * the cross-entropy loss with its gradient on one output piece, on the backend (the median of
- * repetitions, like the ops). Making the batch is not in a step's time. */
+ * the run's loss (p->loss) with its gradient on one output piece, on the backend (the median of
+ * repetitions, like the ops). Making the batch is not in a step's time. The loss was timed as
+ * cross-entropy for every model: xdl, transformer and CANDLE-Uno train on mean squares, and tiny
+ * xdl at batch 256's loss took 2.1 us in the step (unity-train --node-times), 9.0 us profiled as
+ * cross-entropy over [256,2] (a log per row). */
 static un_status profile_step_parts(un_ctx *ctx, un_rulesdb *db, un_backend *be, const un_graph *g,
                                     const un_profile_params *p, const char *device, FILE *log,
                                     int64_t *n_stored) {
@@ -597,14 +675,20 @@ static un_status profile_step_parts(un_ctx *ctx, un_rulesdb *db, un_backend *be,
     sscanf(shape, "float[%lld,%lld]", &rows, &cls);
     int64_t m = rows * cls;
     un_buffer *logits = NULL, *grad = NULL, *labels = NULL;
+    bool mse = p->loss == UN_LOSS_MSE;
     un_status st = un_buffer_new(ctx, be, ((size_t)m + 1) * fes, &logits);
     if (st == UN_OK)
         st = un_buffer_new(ctx, be, ((size_t)m + 1) * fes, &grad);
     if (st == UN_OK)
-        st = un_buffer_new(ctx, be, ((size_t)rows + 1) * sizeof(int64_t), &labels);
+        st = un_buffer_new(ctx, be, ((size_t)(mse ? m : rows) + 1) * (mse ? fes : sizeof(int64_t)),
+                           &labels);
+    r.kind = p->loss;
     r.y = (un_kt){.dtype = UN_DT_FLOAT, .rank = 2, .dim = {rows, cls}};
+    if (mse && o) /* the output piece's own rank: mean squares index it element by element */
+        for (int i = r.y.rank = o->rank; i-- > 0;)
+            r.y.dim[i] = o->dim[i] / o->shard[i];
     r.gy = r.y;
-    r.lab = (un_kt){.dtype = UN_DT_INT, .rank = 1, .dim = {rows}};
+    r.lab = mse ? r.y : (un_kt){.dtype = UN_DT_INT, .rank = 1, .dim = {rows}};
     double sec = 0;
     if (st == UN_OK) {
         r.y.data = un_buffer_at(logits, 0);
@@ -612,10 +696,11 @@ static un_status profile_step_parts(un_ctx *ctx, un_rulesdb *db, un_backend *be,
         r.lab.data = un_buffer_at(labels, 0);
         st = time_median(ctx, NULL, loss_once, &r, p, &sec);
     }
-    if (st == UN_OK && (st = store(ctx, db, "loss:ce", shape, device, sec, 0, 0)) == UN_OK) {
+    const char *sig = mse ? "loss:mse" : "loss:ce";
+    if (st == UN_OK && (st = store(ctx, db, sig, shape, device, sec, 0, 0)) == UN_OK) {
         ++*n_stored;
         if (log)
-            fprintf(log, "  %-44s %-40s %10.4f ms\n", "loss:ce", shape, sec * 1e3);
+            fprintf(log, "  %-44s %-40s %10.4f ms\n", sig, shape, sec * 1e3);
     }
     un_buffer_free(logits);
     un_buffer_free(grad);
@@ -866,6 +951,9 @@ un_status un_profile_graph(un_ctx *ctx, un_rulesdb *db, const un_graph *g,
     char(*seen)[256] = un_xcalloc((size_t)n, sizeof *seen);
     int32_t *ids = un_xcalloc((size_t)n + 1, sizeof *ids);
     int *key = un_xcalloc((size_t)n + 1, sizeof *key), n_seen = 0, n_pos = 0;
+    bool *dropped = un_xcalloc((size_t)n + 1, sizeof *dropped);
+    bool *fresh = un_xcalloc((size_t)n + 1, sizeof *fresh);
+    un_profile_fresh_nodes(g, dropped);
     for (int32_t id = 0; id < n && st == UN_OK; id++) {
         const un_node *nd = un_graph_node(g, id);
         if (un_op_kind_of(nd->op) != UN_OPK_REGULAR)
@@ -885,6 +973,7 @@ un_status un_profile_graph(un_ctx *ctx, un_rulesdb *db, const un_graph *g,
             memcpy(seen[n_seen], both, sizeof both);
             ids[n_seen++] = id;
         }
+        fresh[n_pos] = dropped[id];
         key[n_pos++] = i;
     }
     double *fwd = un_xcalloc((size_t)n_seen + 1, sizeof *fwd);
@@ -892,7 +981,7 @@ un_status un_profile_graph(un_ctx *ctx, un_rulesdb *db, const un_graph *g,
     if (st == UN_OK)
         st = un_rulesdb_begin(ctx, db);
     if (st == UN_OK && n_seen > 0)
-        st = replay_ops(ctx, be, g, ids, n_seen, key, n_pos, p, together, fwd, bwd);
+        st = replay_ops(ctx, be, g, ids, n_seen, key, fresh, n_pos, p, together, fwd, bwd);
     for (int i = 0; i < n_seen && st == UN_OK; i++) {
         char *shape = strchr(seen[i], '|');
         *shape++ = 0;
@@ -907,6 +996,8 @@ un_status un_profile_graph(un_ctx *ctx, un_rulesdb *db, const un_graph *g,
     free(bwd);
     free(ids);
     free(key);
+    free(fresh);
+    free(dropped);
     /* the optimizer and the loss as the runtime runs them on this backend */
     if (st == UN_OK && p->optimizer)
         st = profile_optimizer(ctx, db, be, g, p, device, log, n_stored);

@@ -17,6 +17,7 @@
 
 #include "pcg/graph.h"
 #include "rulesdb/rulesdb.h"
+#include "runtime/backend.h" /* un_loss_kind */
 #include "search/machine.h"
 
 typedef struct un_profile_params {
@@ -38,6 +39,7 @@ typedef struct un_profile_params {
                               (UN_TRAIN_SYNTHETIC_BATCHES for synthetic data: what the branch
                               predictor learns of a step's data-dependent branches it learns in
                               the replay too); 0: new values every run (real data) */
+    un_loss_kind loss;     /* the run's loss, timed on the graph's output piece (default CE) */
     double timer_floor;    /* seconds an empty timed region takes, taken off every wall-time
                               median (un_profile_graph measures it on its CPU backend; 0: none) */
 } un_profile_params;
@@ -54,6 +56,13 @@ bool un_profile_kind_matches(const char *kind, const char *gpu_name);
 un_status un_profile_graph(un_ctx *ctx, un_rulesdb *db, const un_graph *g,
                            const un_profile_params *p, FILE *log, int64_t *n_stored);
 
+/* Per node of g: whether its inputs are new every step of a run on synthetic data, which cycles
+ * through a few batches (un_profile_params.value_sets): a dropout lies before it (its mask is new
+ * every step). The replay gives such nodes new values every run. fresh: node count entries. */
+void un_profile_fresh_nodes(const un_graph *g, bool *fresh);
+/* Repetitions this process has timed with a thread's CPU clock (all threads; a system call that
+ * slows the op timed after it, so it is read only around ops of 25 us and more: profile.c). */
+int64_t un_profile_cpu_clock_reads(void);
 /* Measures this CPU box as a machine description: one device per core (devices_per_node =
  * online CPUs), sgemm flop/s on one thread (the backend's linear kernel, 512^3), memory bandwidth
  * (bytes read + written per second by one thread's memcpy of 64 MiB), the thread-to-thread copy

@@ -1242,7 +1242,7 @@ static void fmt_bytes(un_buf *b, double v) {
 void un_sim_report(const un_graph *g, const un_sim_result *r, const un_cost_model *cm, un_buf *b) {
     const un_machine *m = un_cost_machine(cm);
     double crit = r->crit_compute + r->crit_comm + r->crit_other;
-    un_buf_printf(b, "estimated step time: %.3f ms on %d device%s of %s\n", r->step * 1e3,
+    un_buf_printf(b, "estimated step time: %.4f ms on %d device%s of %s\n", r->step * 1e3,
                   r->devices, r->devices == 1 ? "" : "s", m->name);
     if (r->wait > 0)
         un_buf_printf(b,

@@ -152,6 +152,9 @@ static un_status estimate_or_profile(un_ctx *ctx, const un_train_opts *o, const 
         st = un_spec_load(ctx, o->spec, &spec);
     if (st == UN_OK)
         st = un_train_graph(ctx, spec, o, &g, &devices);
+    un_loss_kind loss = UN_LOSS_CE;
+    if (st == UN_OK)
+        st = un_train_loss(ctx, spec, o, &loss);
     if (st == UN_OK && s->rules)
         st = un_rulesdb_open(ctx, s->rules, spec,
                              s->profile ? UN_RULESDB_CREATE : UN_RULESDB_READONLY, &db);
@@ -164,6 +167,7 @@ static un_status estimate_or_profile(un_ctx *ctx, const un_train_opts *o, const 
         pp.f64 = o->prec == UN_PREC_F64;
         pp.optimizer = o->optimizer;
         pp.value_sets = o->data ? 0 : UN_TRAIN_SYNTHETIC_BATCHES; /* as the run's batches */
+        pp.loss = loss;
         const char *backend;
         int gpus;
         char where[192];
@@ -201,6 +205,7 @@ static un_status estimate_or_profile(un_ctx *ctx, const un_train_opts *o, const 
     if ((st = un_cost_model_new(ctx, spec, &m, o->prec == UN_PREC_F64 ? UN_MPREC_F64 : UN_MPREC_F32,
                                 db, &cm)) != UN_OK)
         goto done;
+    un_cost_model_set_loss(cm, loss);
     bool runtime = !s->sim || strcmp(s->sim, "runtime") == 0;
     if ((st = un_search_estimate(ctx, cm, g, runtime, o->optimizer, devices, &r)) != UN_OK)
         goto done;
@@ -378,6 +383,9 @@ static un_status search_and_train(un_ctx *ctx, un_train_opts *o, const search_op
     if (st == UN_OK)
         st = un_cost_model_new(ctx, spec, &m, o->prec == UN_PREC_F64 ? UN_MPREC_F64 : UN_MPREC_F32,
                                db, &cm);
+    un_loss_kind loss = UN_LOSS_CE; /* the run's: its profiled time is looked up */
+    if (st == UN_OK && (st = un_train_loss(ctx, spec, o, &loss)) == UN_OK)
+        un_cost_model_set_loss(cm, loss);
     if (st == UN_OK && !o->quiet && isatty(2))
         fprintf(stderr, "searching %s (%s) on %d devices of %s...\n", o->model,
                 o->tiny ? "tiny" : "full size", devices, m.name);

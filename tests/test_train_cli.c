@@ -248,6 +248,31 @@ static void test_config_sizes(void) {
     EXPECT_EQ(w, (4 * 48 * 48 + 48 * 64 + 64 * 48 + 4 * 48 + 48) * 4);
 }
 
+/* --node-times: a row per regular node with its forward and backward (positive), the zeroing
+ * and the phases of a step; the nodes' medians add up to at most about the step's (the phases
+ * hold the loss, the update and what lies between the nodes); on 2 devices device 0's. */
+static void test_node_times(void) {
+    for (int d = 1; d <= 2; d++) {
+        char args[256];
+        snprintf(args, sizeof args,
+                 "--model mlp --tiny --steps 20 --quiet --node-times --devices %d", d);
+        const cli_result *r = run(args);
+        EXPECT_EQ(r->code, 0);
+        double f = 0, b = 0, sf = 0, sb = 0, step = 0;
+        const char *p = strstr(r->out, "t1.l1 ");
+        EXPECT_TRUE(p && sscanf(p, "%*s linear %lf %lf", &f, &b) == 2);
+        p = strstr(r->out, "(sum of node medians)");
+        EXPECT_TRUE(p && sscanf(p, "(sum of node medians) - %lf %lf", &sf, &sb) == 2);
+        p = strstr(r->out, "phase step");
+        EXPECT_TRUE(p && sscanf(p, "phase step %lf", &step) == 1);
+        test__check(f > 0 && b > 0 && sf >= f && sb >= b && step > 0 && sf + sb < 2 * step,
+                    TEST__AT, "%d devices: t1.l1 %.3f / %.3f us, nodes %.3f / %.3f, step %.3f", d,
+                    f, b, sf, sb, step);
+        EXPECT_TRUE(strstr(r->out, "(zeroing gradients)") && strstr(r->out, "phase update"));
+    }
+    cli_expect_clean_error("unity-train", "--model mlp --tiny --node-times=1", "--node-times=1");
+}
+
 /* OpenMPI's libraries leak at exit (their own allocations, not ours): LeakSanitizer is off inside
  * the MPI processes of a sanitizer build; the local-mode runs keep it. */
 #define MPI_ENV "-x ASAN_OPTIONS=detect_leaks=0"
@@ -480,6 +505,7 @@ int main(void) {
         {"pcg_plans", test_pcg_plans},
         {"bad_input", test_bad_input},
         {"config_sizes", test_config_sizes},
+        {"node_times", test_node_times},
         {"mpi_equal_losses", test_mpi_equal_losses},
         {"mpi_checkpoint", test_mpi_checkpoint},
         {"backend_flag", test_backend_flag},
