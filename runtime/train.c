@@ -639,6 +639,30 @@ static un_status memory_check(un_ctx *ctx, const shared *sh, un_comm *comm, un_b
                         host ? "machines" : "devices");
 }
 
+/* Room for a step's events in the meet trace: its marks and two per meet (a few meets a step
+ * for the data strategy, more for chunked weights and tensor plans). */
+#define TRACE_EVENTS_PER_STEP 256
+
+/* UN_MEET_TRACE=PREFIX: this rank's meet trace (un_comm_trace: the timed steps' meets and the
+ * phases between them) into PREFIX.RANK, one event a line, "SECONDS WHAT";
+ * scripts/bench/meet_skew.py reads them. */
+static un_status write_trace(un_ctx *ctx, un_comm *comm, const char *prefix) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s.%d", prefix, un_comm_rank(comm));
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return un_ctx_error(ctx, UN_ERR_IO, "UN_MEET_TRACE: cannot write '%s'", path);
+    int64_t n, dropped;
+    const un_comm_event *ev = un_comm_trace(comm, &n, &dropped);
+    for (int64_t i = 0; i < n; i++)
+        fprintf(f, "%.9f %s\n", ev[i].t, ev[i].what);
+    if (dropped)
+        fprintf(f, "# %lld events dropped\n", (long long)dropped);
+    if (fclose(f) != 0)
+        return un_ctx_error(ctx, UN_ERR_IO, "UN_MEET_TRACE: cannot write '%s'", path);
+    return UN_OK;
+}
+
 static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
     const un_train_opts *o = sh->o;
     const tmodel *m = sh->m;
@@ -702,7 +726,12 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
     const un_shape *os = st == UN_OK ? un_exec_output_shape(ex, 0) : NULL;
     int first_timed = o->steps == 1 ? 0 : 1; /* as the step times */
     un_comm_stats c0 = un_comm_stats_get(comm);
+    const char *trace = getenv("UN_MEET_TRACE"); /* a path prefix: write_trace */
+    trace = trace && *trace ? trace : NULL;
     for (int step = 0; st == UN_OK && step < o->steps; step++) {
+        if (trace && step == first_timed)
+            un_comm_trace_start(comm, (int64_t)(o->steps - step) * TRACE_EVENTS_PER_STEP);
+        un_comm_mark(comm, "batch");
         /* The step's time excludes making the batch and writing it to the backend (as a
          * framework's loop that gets its batch from a loader does): forward, loss, backward,
          * update. */
@@ -713,12 +742,14 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
         }
         if (step == first_timed)
             c0 = un_comm_stats_get(comm);
+        un_comm_mark(comm, "forward");
         double t0 = un_now_s();
         uint64_t dseed = un_mix64(un_hash_combine(o->seed, (uint64_t)(start + step))) | 1;
         if ((st = un_exec_forward(ctx, ex, dseed)) != UN_OK)
             break;
         int np;
         const un_exec_piece *pc = un_exec_output_pieces(ex, 0, &np);
+        un_comm_mark(comm, "loss");
         double loss = 0;
         un_kt target = {.dtype = m->loss == UN_LOSS_CE ? UN_DT_INT : UN_DT_FLOAT,
                         .rank = m->loss == UN_LOSS_CE ? 1 : os->rank,
@@ -739,10 +770,13 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
             un_comm_abort(comm);
             break;
         }
+        un_comm_mark(comm, "backward");
         if ((st = un_exec_backward(ctx, ex)) != UN_OK)
             break;
+        un_comm_mark(comm, "loss-sum");
         if ((st = un_comm_allreduce(ctx, comm, UN_RED_F64, &loss, 1)) != UN_OK)
             break;
+        un_comm_mark(comm, "update");
         loss /= (double)(m->loss == UN_LOSS_CE ? os->dim[0] : un_shape_numel(os));
         if ((st = un_exec_update(ctx, ex, opt)) != UN_OK)
             break;
@@ -752,6 +786,7 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
         if ((st = un_backend_synchronize(ctx, be)) != UN_OK)
             break;
         double dt = un_now_s() - t0;
+        un_comm_mark(comm, "report");
         if (rank == 0) {
             sh->losses[step] = loss;
             if (step > 0 || o->steps == 1) {
@@ -769,6 +804,9 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
             progress(ctx, sh, step + 1, loss, sps);
         }
     }
+    un_comm_mark(comm, "end");
+    if (st == UN_OK && trace) /* a rank that cannot write it fails them all */
+        st = un_comm_agree(ctx, comm, write_trace(ctx, comm, trace));
     if (st == UN_OK && o->save)
         st = save_weights(ctx, sh, comm, ex, be, opt);
     if (st == UN_OK) {
