@@ -2,7 +2,8 @@
  * are shared-memory copies between barriers; sums run in rank order, so every rank gets the same
  * bits. Exchanges are point to point (a mailbox under the group's lock): only ranks with
  * messages meet, and a receiver copies (or adds) straight from the sender's buffer, outside the
- * lock, so the ranks' copies run at once. A rank that fails calls un_comm_abort, and every later
+ * lock, so the ranks' copies run at once; small messages go as copies, so that their sender does
+ * not wait for the receiver (EAGER_BYTES). A rank that fails calls un_comm_abort, and every later
  * barrier fails instead of hanging. Every wait polls the group's version for a while, then sleeps
  * on its condition variable (group_wait: spin-then-block, runtime/pool.h). */
 #include <pthread.h>

@@ -805,12 +805,12 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
         }
     }
     un_comm_mark(comm, "end");
-    if (st == UN_OK && trace) /* a rank that cannot write it fails them all */
+    un_comm_stats c1 = un_comm_stats_get(comm); /* the steps' meets, not the trace's or save's */
+    if (st == UN_OK && trace)                   /* a rank that cannot write it fails them all */
         st = un_comm_agree(ctx, comm, write_trace(ctx, comm, trace));
     if (st == UN_OK && o->save)
         st = save_weights(ctx, sh, comm, ex, be, opt);
     if (st == UN_OK) {
-        un_comm_stats c1 = un_comm_stats_get(comm);
         double n = o->steps - first_timed;
         double per[3] = {(double)(c1.meets - c0.meets) / n, (double)(c1.sleeps - c0.sleeps) / n,
                          1e3 * (c1.seconds - c0.seconds) / n};

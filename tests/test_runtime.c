@@ -862,6 +862,55 @@ static void equal_losses(un_prec prec) {
 static void test_train_equal_losses_f32(void) { equal_losses(UN_PREC_F32); }
 static void test_train_equal_losses_f64(void) { equal_losses(UN_PREC_F64); }
 
+/* UN_MEET_TRACE (train.c write_trace): each of 2 ranks writes its timed steps' events, every
+ * step opened by "batch" and its meets (3 a step for the tiny MLP's data strategy: the gradient
+ * exchange, the loss all-reduce, the weight exchange) an "arrive" then a "release", times
+ * non-decreasing; and the meet counts of --stats do not count the trace's own agreement. A
+ * path that cannot be written fails the run. */
+static void test_meet_trace(void) {
+    char prefix[64], path[80];
+    tmp_path(prefix, sizeof prefix, "trace");
+    setenv("UN_MEET_TRACE", prefix, 1);
+    un_status st;
+    un_train_result r = train("mlp", 2, 5, "sgd", NULL, NULL, &st);
+    EXPECT_OK(NULL, st);
+    for (int k = 0; k < 2 && st == UN_OK; k++) {
+        snprintf(path, sizeof path, "%s.%d", prefix, k);
+        FILE *f = fopen(path, "r");
+        EXPECT_TRUE(f != NULL);
+        if (!f)
+            continue;
+        char what[32];
+        double t, last = 0;
+        int batches = 0, arrives = 0, releases = 0, n = 0;
+        bool ordered = true, paired = true;
+        while (fscanf(f, "%lf %31s", &t, what) == 2) {
+            ordered = ordered && t >= last;
+            last = t;
+            if (n++ == 0)
+                test__check(strcmp(what, "batch") == 0, TEST__AT, "rank %d opens with %s", k, what);
+            batches += strcmp(what, "batch") == 0;
+            arrives += strcmp(what, "arrive") == 0;
+            releases += strcmp(what, "release") == 0;
+            paired = paired && arrives - releases >= 0 && arrives - releases <= 1;
+        }
+        fclose(f);
+        remove(path);
+        test__check(ordered && paired && batches == 4 && arrives == 12 && releases == 12, TEST__AT,
+                    "rank %d: %d steps, %d arrivals, %d releases, ordered %d, paired %d", k,
+                    batches, arrives, releases, ordered, paired);
+    }
+    if (st == UN_OK)
+        for (int k = 0; k < 2; k++)
+            EXPECT_NEAR(r.dev[k].meets, 3.0, 0);
+    un_train_result_deinit(&r);
+    setenv("UN_MEET_TRACE", "/nonexistent-dir/trace", 1);
+    r = train("mlp", 2, 2, "sgd", NULL, NULL, &st);
+    EXPECT_EQ(st, UN_ERR_IO);
+    un_train_result_deinit(&r);
+    unsetenv("UN_MEET_TRACE");
+}
+
 /* Saving after 6 steps and loading for 4 more gives the 10-step run exactly (SGD and Adam). */
 static void test_checkpoint_resume(void) {
     char path[64];
@@ -2349,6 +2398,7 @@ int main(void) {
         {"piece_transfers", test_piece_transfers},
         {"optimizers", test_optimizers},
         {"train_equal_losses_f32", test_train_equal_losses_f32},
+        {"meet_trace", test_meet_trace},
         {"train_equal_losses_f64", test_train_equal_losses_f64},
         {"checkpoint_resume", test_checkpoint_resume},
         {"checkpoint_errors", test_checkpoint_errors},
