@@ -13,16 +13,49 @@ int un_comm_node_size(const un_comm *c) { return c->node_size; }
 int un_comm_node_rank(const un_comm *c) { return c->node_rank; }
 
 void un_comm_free(un_comm *c) {
-    if (c && c->iface->free)
+    if (c && c->iface->free) {
+        free(c->trace);
+        c->trace = NULL;
         c->iface->free(c);
+    }
 }
 
 un_comm_stats un_comm_stats_get(const un_comm *c) { return c->stats; }
 
-/* A call that meets the other ranks: counted and timed into c->stats. */
+void un_comm_trace_start(un_comm *c, int64_t cap) {
+    free(c->trace);
+    c->trace = un_xcalloc((size_t)(cap > 0 ? cap : 1), sizeof *c->trace);
+    c->cap_trace = cap > 0 ? cap : 1;
+    c->n_trace = c->dropped = 0;
+}
+
+static void trace_add(un_comm *c, const char *what, double t) {
+    if (c->n_trace < c->cap_trace)
+        c->trace[c->n_trace++] = (un_comm_event){what, t};
+    else
+        c->dropped++;
+}
+
+void un_comm_mark(un_comm *c, const char *what) {
+    if (c->trace)
+        trace_add(c, what, un_now_s());
+}
+
+const un_comm_event *un_comm_trace(const un_comm *c, int64_t *n, int64_t *dropped) {
+    *n = c->n_trace;
+    *dropped = c->dropped;
+    return c->trace;
+}
+
+/* A call that meets the other ranks (it arrived at t0): counted and timed into c->stats. */
 static un_status meet_end(un_comm *c, double t0, un_status st) {
+    double t1 = un_now_s();
     c->stats.meets++;
-    c->stats.seconds += un_now_s() - t0;
+    c->stats.seconds += t1 - t0;
+    if (c->trace) {
+        trace_add(c, "arrive", t0);
+        trace_add(c, "release", t1);
+    }
     return st;
 }
 

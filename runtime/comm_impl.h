@@ -27,7 +27,9 @@ struct un_comm {
     int node_size; /* ranks on this machine (sharing its cores) */
     int node_rank; /* this rank's index among them */
     void *context;
-    un_comm_stats stats; /* this rank's (comm.c; sleeps: the implementation) */
+    un_comm_stats stats;  /* this rank's (comm.c; sleeps: the implementation) */
+    un_comm_event *trace; /* un_comm_trace_start (comm.c); NULL: off */
+    int64_t n_trace, cap_trace, dropped;
 };
 
 #endif

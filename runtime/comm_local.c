@@ -2,7 +2,8 @@
  * are shared-memory copies between barriers; sums run in rank order, so every rank gets the same
  * bits. Exchanges are point to point (a mailbox under the group's lock): only ranks with
  * messages meet, and a receiver copies (or adds) straight from the sender's buffer, outside the
- * lock, so the ranks' copies run at once. A rank that fails calls un_comm_abort, and every later
+ * lock, so the ranks' copies run at once; small messages go as copies, so that their sender does
+ * not wait for the receiver (EAGER_BYTES). A rank that fails calls un_comm_abort, and every later
  * barrier fails instead of hanging. Every wait polls the group's version for a while, then sleeps
  * on its condition variable (group_wait: spin-then-block, runtime/pool.h). */
 #include <pthread.h>
@@ -13,8 +14,23 @@
 #include "runtime/comm_impl.h"
 #include "runtime/pool.h"
 
+/* A meet's hand-offs: each time a rank waits on the others, the one that wakes it pays a
+ * wake-up on their side (tens of us when it slept: runtime/README.md "Waits at meet points"),
+ * and the step's critical path pays it. A small all-reduce therefore meets once (a copy of each
+ * rank's values in the group's keeping, then one barrier, then every rank sums them all in rank
+ * order) instead of three times, and a small message of an exchange is copied when posted, so its
+ * sender does not wait for the receiver to take it (MPI's eager protocol). Small: up to this
+ * many bytes (a call's first messages up to this many in all): a copy of 64 KiB takes ~20 us at
+ * this box's measured thread copy bandwidth (specs/machines/cpu.json intra_node.bw 3.1 GB/s),
+ * below the wake-up it saves (22-56 us, scripts/bench/waits.sh; 24-43 us at the median per meet
+ * in tiny mlp data x2's meet trace, scripts/bench/meet_skew.py), and holds little memory. */
+#define EAGER_BYTES 65536
+
 typedef struct post {
-    void *buf; /* allreduce / bcast: this rank's buffer */
+    void *buf;      /* allreduce / bcast: this rank's buffer */
+    void *slot[2];  /* a small all-reduce's copy of this rank's values, by the call's parity */
+    size_t cap[2];  /* their sizes */
+    uint64_t small; /* small all-reduces this rank made */
 } post;
 
 /* A message of an exchange waiting for its receiver: exchanges are point to point (only the
@@ -25,6 +41,7 @@ typedef struct mail {
     uint64_t epoch;
     const void *data;
     size_t bytes;
+    void *own;  /* an eager message's copy (data): its receiver frees it and drops the mail */
     bool busy;  /* its receiver is reading it (outside the lock) */
     bool taken; /* read: the sender's buffer is free again */
 } mail;
@@ -114,9 +131,45 @@ static void local_abort(un_comm *c) {
     pthread_mutex_unlock(&g->mu);
 }
 
+/* o[0 .. e - b) = the sum over ranks, in rank order, of their elements [b, e): each rank's
+ * buffer (slot < 0) or its copy in that slot. */
+static void sum_ranks(const un_comm_group *g, un_red_type t, int slot, void *o, int64_t b,
+                      int64_t e) {
+    for (int r = 0; r < g->n; r++) {
+        const void *x = slot < 0 ? g->posts[r].buf : g->posts[r].slot[slot];
+        if (t == UN_RED_F32)
+            for (int64_t i = b; i < e; i++)
+                ((float *)o)[i - b] = (r ? ((float *)o)[i - b] : 0.0f) + ((const float *)x)[i];
+        else
+            for (int64_t i = b; i < e; i++)
+                ((double *)o)[i - b] = (r ? ((double *)o)[i - b] : 0.0) + ((const double *)x)[i];
+    }
+}
+
+/* A small all-reduce: this rank's copy goes into its slot of the call's parity (a rank that
+ * writes that slot again has passed the next call's barrier, so every rank has read it), one
+ * barrier, then every rank sums every slot in rank order. */
+static un_status small_allreduce(un_ctx *ctx, un_comm *c, un_red_type t, void *buf, int64_t n) {
+    un_comm_group *g = c->context;
+    size_t bytes = (size_t)n * (t == UN_RED_F32 ? sizeof(float) : sizeof(double));
+    post *me = &g->posts[c->rank];
+    int k = (int)(me->small++ & 1);
+    if (me->cap[k] < bytes) {
+        me->slot[k] = un_xrealloc(me->slot[k], bytes);
+        me->cap[k] = bytes;
+    }
+    memcpy(me->slot[k], buf, bytes);
+    un_status st = local_barrier(ctx, c);
+    if (st == UN_OK)
+        sum_ranks(g, t, k, buf, 0, n);
+    return st;
+}
+
 static un_status local_allreduce(un_ctx *ctx, un_comm *c, un_red_type t, void *buf, int64_t n) {
     un_comm_group *g = c->context;
     size_t es = t == UN_RED_F32 ? sizeof(float) : sizeof(double);
+    if ((size_t)n * es <= EAGER_BYTES)
+        return small_allreduce(ctx, c, t, buf, n);
     int64_t b = n * c->rank / c->size, e = n * (c->rank + 1) / c->size;
     void *tmp = malloc((size_t)(e > b ? e - b : 1) * es);
     if (!tmp) {
@@ -126,27 +179,8 @@ static un_status local_allreduce(un_ctx *ctx, un_comm *c, un_red_type t, void *b
     g->posts[c->rank].buf = buf;
     un_status st = local_barrier(ctx, c);
     if (st == UN_OK) {
-        /* This rank sums its chunk over every rank, in rank order. */
-        if (t == UN_RED_F32) {
-            float *o = tmp;
-            for (int64_t i = b; i < e; i++)
-                o[i - b] = 0.0f;
-            for (int r = 0; r < g->n; r++) {
-                const float *x = g->posts[r].buf;
-                for (int64_t i = b; i < e; i++)
-                    o[i - b] += x[i];
-            }
-        } else {
-            double *o = tmp;
-            for (int64_t i = b; i < e; i++)
-                o[i - b] = 0.0;
-            for (int r = 0; r < g->n; r++) {
-                const double *x = g->posts[r].buf;
-                for (int64_t i = b; i < e; i++)
-                    o[i - b] += x[i];
-            }
-        }
-        st = local_barrier(ctx, c); /* everyone has read every input */
+        sum_ranks(g, t, -1, tmp, b, e); /* this rank's chunk */
+        st = local_barrier(ctx, c);     /* everyone has read every input */
     }
     if (st == UN_OK) {
         for (int r = 0; r < g->n; r++)
@@ -173,6 +207,16 @@ static un_status local_exchange(un_ctx *ctx, un_comm *c, const un_comm_msg *send
     un_comm_group *g = c->context;
     int me = c->rank, n = g->n;
     un_status st = UN_OK;
+    /* the call's first messages to other ranks, up to EAGER_BYTES in all, go as copies */
+    void **own = n_sends ? un_xcalloc((size_t)n_sends, sizeof *own) : NULL;
+    size_t eager = 0;
+    for (int i = 0; i < n_sends; i++) {
+        if (sends[i].peer == me || eager + sends[i].bytes > EAGER_BYTES)
+            continue;
+        eager += sends[i].bytes;
+        own[i] = un_xmalloc(sends[i].bytes ? sends[i].bytes : 1);
+        memcpy(own[i], sends[i].data, sends[i].bytes);
+    }
     pthread_mutex_lock(&g->mu);
     /* post the sends, numbered by this call's epoch with each receiver */
     for (int i = 0; i < n_sends; i++) {
@@ -184,8 +228,9 @@ static un_status local_exchange(un_ctx *ctx, un_comm *c, const un_comm_msg *send
                                       sends[i].peer,
                                       sends[i].tag,
                                       g->sent[(size_t)me * (size_t)n + (size_t)sends[i].peer],
-                                      sends[i].data,
+                                      own[i] ? own[i] : sends[i].data,
                                       sends[i].bytes,
+                                      own[i],
                                       false,
                                       false};
     }
@@ -236,7 +281,13 @@ static un_status local_exchange(un_ctx *ctx, un_comm *c, const un_comm_msg *send
         for (j = 0; !(g->mail[j].from == rv->peer && g->mail[j].to == me &&
                       g->mail[j].tag == rv->tag && g->mail[j].epoch == epoch);
              j++)
-            ; /* found again: the array may have moved, the message has not gone */
+            ;                 /* found again: the array may have moved, the message has not gone */
+        if (g->mail[j].own) { /* an eager message: no sender waits for it */
+            free(g->mail[j].own);
+            memmove(&g->mail[j], &g->mail[j + 1], (size_t)(g->n_mail - j - 1) * sizeof *g->mail);
+            g->n_mail--;
+            continue;
+        }
         g->mail[j].busy = false;
         g->mail[j].taken = true;
         group_notify(g);
@@ -253,8 +304,8 @@ static un_status local_exchange(un_ctx *ctx, un_comm *c, const un_comm_msg *send
     for (;;) {
         bool pending = false;
         for (int j = 0; j < g->n_mail && !pending; j++)
-            pending =
-                g->mail[j].from == me && (g->mail[j].busy || (!g->mail[j].taken && !g->aborted));
+            pending = g->mail[j].from == me && !g->mail[j].own &&
+                      (g->mail[j].busy || (!g->mail[j].taken && !g->aborted));
         if (!pending)
             break;
         group_wait(g, c);
@@ -269,6 +320,7 @@ static un_status local_exchange(un_ctx *ctx, un_comm *c, const un_comm_msg *send
     if (st != UN_OK)
         group_notify(g);
     pthread_mutex_unlock(&g->mu);
+    free(own);
     return st;
 }
 
@@ -311,6 +363,13 @@ void un_comm_local_group_free(un_comm_group *g) {
         return;
     pthread_mutex_destroy(&g->mu);
     pthread_cond_destroy(&g->cv);
+    for (int r = 0; r < g->n; r++) {
+        free(g->posts[r].slot[0]);
+        free(g->posts[r].slot[1]);
+        free(g->comms[r].trace);
+    }
+    for (int j = 0; j < g->n_mail; j++)
+        free(g->mail[j].own);
     free(g->posts);
     free(g->comms);
     free(g->mail);

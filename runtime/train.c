@@ -715,6 +715,30 @@ static void node_times_print(FILE *f, const node_times *nt, const un_graph *g) {
     free(tmp);
 }
 
+/* Room for a step's events in the meet trace: its marks and two per meet (a few meets a step
+ * for the data strategy, more for chunked weights and tensor plans). */
+#define TRACE_EVENTS_PER_STEP 256
+
+/* UN_MEET_TRACE=PREFIX: this rank's meet trace (un_comm_trace: the timed steps' meets and the
+ * phases between them) into PREFIX.RANK, one event a line, "SECONDS WHAT";
+ * scripts/bench/meet_skew.py reads them. */
+static un_status write_trace(un_ctx *ctx, un_comm *comm, const char *prefix) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s.%d", prefix, un_comm_rank(comm));
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return un_ctx_error(ctx, UN_ERR_IO, "UN_MEET_TRACE: cannot write '%s'", path);
+    int64_t n, dropped;
+    const un_comm_event *ev = un_comm_trace(comm, &n, &dropped);
+    for (int64_t i = 0; i < n; i++)
+        fprintf(f, "%.9f %s\n", ev[i].t, ev[i].what);
+    if (dropped)
+        fprintf(f, "# %lld events dropped\n", (long long)dropped);
+    if (fclose(f) != 0)
+        return un_ctx_error(ctx, UN_ERR_IO, "UN_MEET_TRACE: cannot write '%s'", path);
+    return UN_OK;
+}
+
 static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
     const un_train_opts *o = sh->o;
     const tmodel *m = sh->m;
@@ -781,8 +805,13 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
     node_times nt = {.cols = 2 * (un_graph_node_count(sh->g) + 1) + PH_N};
     if (st == UN_OK && o->node_times && rank == 0)
         un_exec_time_nodes(ex, true);
+    const char *trace = getenv("UN_MEET_TRACE"); /* a path prefix: write_trace */
+    trace = trace && *trace ? trace : NULL;
     for (int step = 0; st == UN_OK && step < o->steps; step++) {
         double ph[PH_N];
+        if (trace && step == first_timed)
+            un_comm_trace_start(comm, (int64_t)(o->steps - step) * TRACE_EVENTS_PER_STEP);
+        un_comm_mark(comm, "batch");
         /* The step's time excludes making the batch and writing it to the backend (as a
          * framework's loop that gets its batch from a loader does): forward, loss, backward,
          * update. */
@@ -793,6 +822,7 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
         }
         if (step == first_timed)
             c0 = un_comm_stats_get(comm);
+        un_comm_mark(comm, "forward");
         double t0 = un_now_s();
         uint64_t dseed = un_mix64(un_hash_combine(o->seed, (uint64_t)(start + step))) | 1;
         if ((st = un_exec_forward(ctx, ex, dseed)) != UN_OK)
@@ -800,6 +830,7 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
         ph[PH_FWD] = un_now_s();
         int np;
         const un_exec_piece *pc = un_exec_output_pieces(ex, 0, &np);
+        un_comm_mark(comm, "loss");
         double loss = 0;
         un_kt target = {.dtype = m->loss == UN_LOSS_CE ? UN_DT_INT : UN_DT_FLOAT,
                         .rank = m->loss == UN_LOSS_CE ? 1 : os->rank,
@@ -821,12 +852,15 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
             break;
         }
         ph[PH_LOSS] = un_now_s();
+        un_comm_mark(comm, "backward");
         if ((st = un_exec_backward(ctx, ex)) != UN_OK)
             break;
         ph[PH_BWD] = un_now_s();
+        un_comm_mark(comm, "loss-sum");
         if ((st = un_comm_allreduce(ctx, comm, UN_RED_F64, &loss, 1)) != UN_OK)
             break;
         ph[PH_ALLREDUCE] = un_now_s();
+        un_comm_mark(comm, "update");
         loss /= (double)(m->loss == UN_LOSS_CE ? os->dim[0] : un_shape_numel(os));
         if ((st = un_exec_update(ctx, ex, opt)) != UN_OK)
             break;
@@ -844,6 +878,7 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
             ph[PH_STEP] = dt;
             node_times_add(&nt, ex, un_graph_node_count(sh->g), ph);
         }
+        un_comm_mark(comm, "report");
         if (rank == 0) {
             sh->losses[step] = loss;
             if (step > 0 || o->steps == 1) {
@@ -861,10 +896,13 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
             progress(ctx, sh, step + 1, loss, sps);
         }
     }
+    un_comm_mark(comm, "end");
+    un_comm_stats c1 = un_comm_stats_get(comm); /* the steps' meets, not the trace's or save's */
+    if (st == UN_OK && trace)                   /* a rank that cannot write it fails them all */
+        st = un_comm_agree(ctx, comm, write_trace(ctx, comm, trace));
     if (st == UN_OK && o->save)
         st = save_weights(ctx, sh, comm, ex, be, opt);
     if (st == UN_OK) {
-        un_comm_stats c1 = un_comm_stats_get(comm);
         double n = o->steps - first_timed;
         double per[3] = {(double)(c1.meets - c0.meets) / n, (double)(c1.sleeps - c0.sleeps) / n,
                          1e3 * (c1.seconds - c0.seconds) / n};

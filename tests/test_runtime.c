@@ -4,6 +4,7 @@
 #include "tests/test.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -103,6 +104,17 @@ static void allreduce_job(rank_job *j, un_ctx *ctx, un_comm *c) {
     for (int i = 0; i < 5; i++)
         if (v[i] != (float)(n * (n + 1) / 2 * (i + 1)))
             j->st = UN_ERR_MISMATCH;
+    /* past a small all-reduce's size (comm_local.c EAGER_BYTES): the chunked one */
+    enum { BIG = 20000 };
+    double *big = un_xcalloc(BIG, sizeof *big);
+    for (int i = 0; i < BIG; i++)
+        big[i] = (double)(j->rank + 1) * i;
+    if (j->st == UN_OK)
+        j->st = un_comm_allreduce(ctx, c, UN_RED_F64, big, BIG);
+    for (int i = 0; i < BIG && j->st == UN_OK; i++)
+        if (big[i] != (double)(n * (n + 1) / 2) * i)
+            j->st = UN_ERR_MISMATCH;
+    free(big);
     /* exchange: each rank sends its rank to the next one */
     int64_t out = j->rank, in = -1;
     un_comm_msg s = {.peer = (j->rank + 1) % n, .tag = 7, .data = &out, .bytes = sizeof out};
@@ -291,6 +303,97 @@ static void test_comm_wakeups(void) {
                             (long long)polls[p], r, jobs[r].err);
         }
     un_pool_spin_force(-1);
+}
+
+/* A small message's sender goes on before its receiver has called (comm_local.c, eager
+ * messages: no wait for a wake-up on the other side): rank 0 sends 8 bytes to rank 1, then
+ * raises a flag; rank 1 waits up to 10 s for the flag before it receives. With a sender that
+ * waits until its message is taken, the flag rises only after the receive (the test fails, 10 s
+ * later). Then a message past the eager size, both ways, still arrives whole. */
+static _Atomic int eager_flag;
+
+static void eager_job(rank_job *j, un_ctx *ctx, un_comm *c) {
+    int64_t v = 42, in = -1;
+    bool late = false; /* rank 1: the flag rose only after the receive (checked at the end, so
+                          that both ranks still make the second exchange) */
+    if (j->rank == 0) {
+        un_comm_msg s = {.peer = 1, .tag = 3, .data = &v, .bytes = sizeof v};
+        j->st = un_comm_exchange(ctx, c, &s, 1, NULL, 0);
+        v = -7; /* the message went as a copy: its buffer is free */
+        atomic_store(&eager_flag, 1);
+    } else {
+        double t0 = now_us();
+        while (!atomic_load(&eager_flag) && now_us() - t0 < 10e6)
+            usleep(100);
+        un_comm_msg r = {.peer = 0, .tag = 3, .data = &in, .bytes = sizeof in};
+        j->st = un_comm_exchange(ctx, c, NULL, 0, &r, 1);
+        late = !atomic_load(&eager_flag);
+        if (j->st == UN_OK && in != 42)
+            j->st = UN_ERR_MISMATCH;
+    }
+    enum { BIG = 40000 }; /* 160 KB of int32 */
+    int32_t *out = un_xcalloc(BIG, sizeof *out), *got = un_xcalloc(BIG, sizeof *got);
+    for (int i = 0; i < BIG; i++)
+        out[i] = j->rank * BIG + i;
+    un_comm_msg s = {.peer = 1 - j->rank, .tag = 4, .data = out, .bytes = BIG * sizeof *out};
+    un_comm_msg r = {.peer = 1 - j->rank, .tag = 4, .data = got, .bytes = BIG * sizeof *got};
+    if (j->st == UN_OK)
+        j->st = un_comm_exchange(ctx, c, &s, 1, &r, 1);
+    for (int i = 0; i < BIG && j->st == UN_OK; i++)
+        if (got[i] != (1 - j->rank) * BIG + i)
+            j->st = UN_ERR_MISMATCH;
+    free(out);
+    free(got);
+    if (late && j->st == UN_OK)
+        j->st = un_ctx_error(ctx, UN_ERR_MISMATCH, "the sender waited for the receive");
+}
+
+static void test_comm_eager(void) {
+    rank_job jobs[2];
+    atomic_store(&eager_flag, 0);
+    run_ranks(2, eager_job, NULL, jobs);
+    for (int r = 0; r < 2; r++)
+        test__check(jobs[r].st == UN_OK, TEST__AT, "rank %d: %s %s", r, un_status_str(jobs[r].st),
+                    jobs[r].err);
+}
+
+/* A small all-reduce meets once (comm_local.c): with polling off, the first rank to arrive at a
+ * barrier sleeps once (the version moves only when the barrier completes), so 20 all-reduces of
+ * one double, rank 1 arriving 1 ms late each time, sleep 20 times in all (a spurious wake-up may
+ * add one); the three-barrier all-reduce slept 60 times. The meet trace (comm.h) holds each
+ * call's arrival and release, in order, and counts what did not fit. */
+static void small_allreduce_job(rank_job *j, un_ctx *ctx, un_comm *c) {
+    j->st = UN_OK;
+    un_comm_trace_start(c, 40);
+    for (int k = 0; k < 20 && j->st == UN_OK; k++) {
+        if (j->rank == 1)
+            usleep(1000);
+        double v = j->rank + k;
+        j->st = un_comm_allreduce(ctx, c, UN_RED_F64, &v, 1);
+        if (j->st == UN_OK && v != 1 + 2 * k)
+            j->st = UN_ERR_MISMATCH;
+    }
+    un_comm_mark(c, "over");
+    int64_t n, dropped;
+    const un_comm_event *ev = un_comm_trace(c, &n, &dropped);
+    for (int64_t i = 0; i < n && j->st == UN_OK; i++)
+        if (strcmp(ev[i].what, i % 2 ? "release" : "arrive") != 0 || (i && ev[i].t < ev[i - 1].t))
+            j->st = UN_ERR_MISMATCH;
+    if (n != 40 || dropped != 1)
+        j->st = UN_ERR_MISMATCH;
+    ((int64_t *)j->arg)[j->rank] = un_comm_stats_get(c).sleeps;
+}
+
+static void test_comm_small_allreduce(void) {
+    rank_job jobs[2];
+    int64_t sleeps[2] = {0};
+    un_pool_spin_force(0);
+    run_ranks(2, small_allreduce_job, sleeps, jobs);
+    un_pool_spin_force(-1);
+    for (int r = 0; r < 2; r++)
+        EXPECT_EQ(jobs[r].st, UN_OK);
+    test__check(sleeps[0] + sleeps[1] <= 25, TEST__AT, "20 small all-reduces slept %lld times",
+                (long long)(sleeps[0] + sleeps[1]));
 }
 
 static void test_comm_add(void) {
@@ -758,6 +861,55 @@ static void equal_losses(un_prec prec) {
 
 static void test_train_equal_losses_f32(void) { equal_losses(UN_PREC_F32); }
 static void test_train_equal_losses_f64(void) { equal_losses(UN_PREC_F64); }
+
+/* UN_MEET_TRACE (train.c write_trace): each of 2 ranks writes its timed steps' events, every
+ * step opened by "batch" and its meets (3 a step for the tiny MLP's data strategy: the gradient
+ * exchange, the loss all-reduce, the weight exchange) an "arrive" then a "release", times
+ * non-decreasing; and the meet counts of --stats do not count the trace's own agreement. A
+ * path that cannot be written fails the run. */
+static void test_meet_trace(void) {
+    char prefix[64], path[80];
+    tmp_path(prefix, sizeof prefix, "trace");
+    setenv("UN_MEET_TRACE", prefix, 1);
+    un_status st;
+    un_train_result r = train("mlp", 2, 5, "sgd", NULL, NULL, &st);
+    EXPECT_OK(NULL, st);
+    for (int k = 0; k < 2 && st == UN_OK; k++) {
+        snprintf(path, sizeof path, "%s.%d", prefix, k);
+        FILE *f = fopen(path, "r");
+        EXPECT_TRUE(f != NULL);
+        if (!f)
+            continue;
+        char what[32];
+        double t, last = 0;
+        int batches = 0, arrives = 0, releases = 0, n = 0;
+        bool ordered = true, paired = true;
+        while (fscanf(f, "%lf %31s", &t, what) == 2) {
+            ordered = ordered && t >= last;
+            last = t;
+            if (n++ == 0)
+                test__check(strcmp(what, "batch") == 0, TEST__AT, "rank %d opens with %s", k, what);
+            batches += strcmp(what, "batch") == 0;
+            arrives += strcmp(what, "arrive") == 0;
+            releases += strcmp(what, "release") == 0;
+            paired = paired && arrives - releases >= 0 && arrives - releases <= 1;
+        }
+        fclose(f);
+        remove(path);
+        test__check(ordered && paired && batches == 4 && arrives == 12 && releases == 12, TEST__AT,
+                    "rank %d: %d steps, %d arrivals, %d releases, ordered %d, paired %d", k,
+                    batches, arrives, releases, ordered, paired);
+    }
+    if (st == UN_OK)
+        for (int k = 0; k < 2; k++)
+            EXPECT_NEAR(r.dev[k].meets, 3.0, 0);
+    un_train_result_deinit(&r);
+    setenv("UN_MEET_TRACE", "/nonexistent-dir/trace", 1);
+    r = train("mlp", 2, 2, "sgd", NULL, NULL, &st);
+    EXPECT_EQ(st, UN_ERR_IO);
+    un_train_result_deinit(&r);
+    unsetenv("UN_MEET_TRACE");
+}
 
 /* Saving after 6 steps and loading for 4 more gives the 10-step run exactly (SGD and Adam). */
 static void test_checkpoint_resume(void) {
@@ -2236,6 +2388,8 @@ int main(void) {
         {"comm_local", test_comm_local},
         {"comm_pairs", test_comm_pairs},
         {"comm_add", test_comm_add},
+        {"comm_eager", test_comm_eager},
+        {"comm_small_allreduce", test_comm_small_allreduce},
         {"comm_wakeups", test_comm_wakeups},
         {"run_ranks_statuses", test_run_ranks_statuses},
         {"forward_sample_mlp", test_forward_sample_mlp},
@@ -2244,6 +2398,7 @@ int main(void) {
         {"piece_transfers", test_piece_transfers},
         {"optimizers", test_optimizers},
         {"train_equal_losses_f32", test_train_equal_losses_f32},
+        {"meet_trace", test_meet_trace},
         {"train_equal_losses_f64", test_train_equal_losses_f64},
         {"checkpoint_resume", test_checkpoint_resume},
         {"checkpoint_errors", test_checkpoint_errors},
