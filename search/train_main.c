@@ -58,7 +58,13 @@ static const char usage_extra[] =
     "  --budget N         mcmc proposals (default 20000) and graphs the rewriting costs\n"
     "                     (default 1000; in joint per distinct piece)\n"
     "  --split-size K     layer 1: pieces of at most K nodes between cut nodes, which the\n"
-    "                     rewriting searches one by one (default 10)\n";
+    "                     rewriting searches one by one (default 10)\n"
+    "\nruntime environment (runtime/README.md):\n"
+    "  UN_SPIN_US=US      a wait for another device polls at most US microseconds before it\n"
+    "                     sleeps (default 50; 0: sleep at once; no polling when the box has\n"
+    "                     more runnable threads than cores)\n"
+    "  UN_MEET_TRACE=P    write each rank's meets and step phases to P.RANK (one event a line;\n"
+    "                     scripts/bench/meet_skew.py P reads them)\n";
 
 typedef struct search_opts {
     bool estimate, profile, plan_only, no_rewrites;
