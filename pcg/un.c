@@ -62,6 +62,11 @@ double un_now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+int un_cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 char *un_xstrdup(const char *s) {
     size_t n = strlen(s) + 1;
     char *d = un_xmalloc(n);

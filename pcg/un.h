@@ -66,6 +66,8 @@ char *un_xstrdup(const char *s);
 
 /* Seconds on the monotonic clock (for durations; not a time of day). */
 double un_now_s(void);
+/* qsort comparator of doubles, ascending. */
+int un_cmp_double(const void *a, const void *b);
 
 /* ---- context --------------------------------------------------------------------------------- */
 

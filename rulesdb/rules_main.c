@@ -282,11 +282,6 @@ static int cmd_show(un_ctx *ctx, const un_spec *spec, const opts *o) {
     return st == UN_OK ? 0 : fail(ctx, st);
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static int cmd_stats(un_ctx *ctx, const un_spec *spec, const opts *o) {
     if (o->npos != 2)
         return usage_error("stats wants one database%s", "");
@@ -344,7 +339,7 @@ static int cmd_stats(un_ctx *ctx, const un_spec *spec, const opts *o) {
                 printf(" %s %lld", un_op_name((un_op)op), (long long)by_op[op]);
         printf("\n");
         if (nproof) {
-            qsort(proof, (size_t)nproof, sizeof *proof, cmp_double);
+            qsort(proof, (size_t)nproof, sizeof *proof, un_cmp_double);
             double p[4] = {50, 90, 99, 100};
             printf("proof time (verified and refuted, %lld):", (long long)nproof);
             for (int k = 0; k < 4; k++) {

@@ -675,18 +675,13 @@ static void node_times_add(node_times *nt, const un_exec *ex, int32_t n, const d
     memcpy(r + 2 * (n + 1), ph, PH_N * sizeof *ph);
 }
 
-static int cmp_dbl(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* The median of column c, in microseconds. */
 static double node_times_median_us(const node_times *nt, int c, double *tmp) {
     if (nt->rows == 0)
         return 0;
     for (int i = 0; i < nt->rows; i++)
         tmp[i] = nt->v[(size_t)i * (size_t)nt->cols + (size_t)c];
-    qsort(tmp, (size_t)nt->rows, sizeof *tmp, cmp_dbl);
+    qsort(tmp, (size_t)nt->rows, sizeof *tmp, un_cmp_double);
     return 1e6 * tmp[nt->rows / 2];
 }
 

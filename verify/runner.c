@@ -672,11 +672,6 @@ static void *worker(void *arg) {
     return NULL;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static void progress_line(un_ctx *ctx, shared *sh, double t0) {
     if (!un_ctx_has_progress(ctx))
         return;
@@ -796,7 +791,7 @@ un_status un_runner_run(un_ctx *ctx, const un_spec *spec, const char *db_path,
     sh.stats.n_lifted = n_lifts;
     sh.stats.axcheck_ms = ac_ms;
     if (sh.n_ms) {
-        qsort(sh.ms, (size_t)sh.n_ms, sizeof(double), cmp_double);
+        qsort(sh.ms, (size_t)sh.n_ms, sizeof(double), un_cmp_double);
         sh.stats.median_ms = sh.ms[sh.n_ms / 2];
         int64_t k = (int64_t)((double)sh.n_ms * 0.99);
         sh.stats.p99_ms = sh.ms[k < sh.n_ms ? k : sh.n_ms - 1];
