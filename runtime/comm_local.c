@@ -53,7 +53,7 @@ struct un_comm_group {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     _Atomic uint64_t version; /* bumped under mu, with a broadcast, whenever a waiter may go on */
-    bool wake;                /* under mu: the version moved, the broadcast is owed (group_unlock) */
+    bool wake; /* under mu: the version moved, the broadcast is owed (group_unlock) */
     int waiting;
     uint64_t generation;
     bool aborted;
@@ -83,11 +83,17 @@ static bool mutex_taken(const void *arg) {
     return pthread_mutex_trylock((pthread_mutex_t *)(uintptr_t)arg) == 0;
 }
 
-/* Takes the group's lock: tries it for as long as a wait would poll (un_pool_spin_ns), then
- * sleeps on it. */
-static void group_lock(un_comm_group *g) {
-    if (!mutex_taken(&g->mu) && !un_pool_spin_until(mutex_taken, &g->mu, un_pool_spin_ns(g->n)))
-        pthread_mutex_lock(&g->mu);
+/* Takes the group's lock for rank c: tries it for as long as a wait would poll
+ * (un_pool_spin_ns), then sleeps on it (counted in c's sleeps; c NULL: an abort, which may come
+ * from another thread than the rank's). */
+static void group_lock(un_comm_group *g, un_comm *c) {
+    if (mutex_taken(&g->mu) || un_pool_spin_until(mutex_taken, &g->mu, un_pool_spin_ns(g->n)))
+        return;
+    if (c) {
+        c->stats.sleeps++;
+        c->stats.lock_sleeps++;
+    }
+    pthread_mutex_lock(&g->mu);
 }
 
 /* Under mu: a change a waiter may be waiting for (a barrier's last arrival, a posted or taken
@@ -125,7 +131,7 @@ static void group_wait(un_comm_group *g, un_comm *c) {
     if (ns > 0) {
         group_unlock(g);
         bool moved = un_pool_spin_until(version_moved, &w, ns);
-        group_lock(g);
+        group_lock(g, c);
         if (moved)
             return;
     }
@@ -141,7 +147,7 @@ static void group_wait(un_comm_group *g, un_comm *c) {
 
 static un_status local_barrier(un_ctx *ctx, un_comm *c) {
     un_comm_group *g = c->context;
-    group_lock(g);
+    group_lock(g, c);
     if (!g->aborted) {
         uint64_t gen = g->generation;
         if (++g->waiting == g->n) {
@@ -162,7 +168,7 @@ static un_status local_barrier(un_ctx *ctx, un_comm *c) {
 
 static void local_abort(un_comm *c) {
     un_comm_group *g = c->context;
-    group_lock(g);
+    group_lock(g, NULL);
     g->aborted = true;
     group_notify(g);
     group_unlock(g);
@@ -254,7 +260,7 @@ static un_status local_exchange(un_ctx *ctx, un_comm *c, const un_comm_msg *send
         own[i] = un_xmalloc(sends[i].bytes ? sends[i].bytes : 1);
         memcpy(own[i], sends[i].data, sends[i].bytes);
     }
-    group_lock(g);
+    group_lock(g, c);
     /* post the sends, numbered by this call's epoch with each receiver */
     for (int i = 0; i < n_sends; i++) {
         if (g->n_mail == g->cap_mail) {
@@ -333,7 +339,7 @@ static un_status local_exchange(un_ctx *ctx, un_comm *c, const un_comm_msg *send
                 memcpy(recvs[m].data, src[m], recvs[m].bytes);
             free(got[m]);
         }
-        group_lock(g);
+        group_lock(g, c);
         bool taken = false;
         for (int m = i; m < k; m++) {
             if (got[m])
