@@ -93,6 +93,14 @@ static void run_ranks(int d, void (*fn)(rank_job *, un_ctx *, un_comm *), void *
     un_comm_local_group_free(grp);
 }
 
+/* run_ranks with the waits' polling forced to poll_ns (un_pool_spin_force), whatever the load. */
+static void run_ranks_polled(int64_t poll_ns, int d, void (*fn)(rank_job *, un_ctx *, un_comm *),
+                             void *arg, rank_job *jobs) {
+    un_pool_spin_force(poll_ns);
+    run_ranks(d, fn, arg, jobs);
+    un_pool_spin_force(-1);
+}
+
 /* ---- communicator ---- */
 
 static void allreduce_job(rank_job *j, un_ctx *ctx, un_comm *c) {
@@ -387,9 +395,7 @@ static void small_allreduce_job(rank_job *j, un_ctx *ctx, un_comm *c) {
 static void test_comm_small_allreduce(void) {
     rank_job jobs[2];
     int64_t sleeps[2] = {0};
-    un_pool_spin_force(0);
-    run_ranks(2, small_allreduce_job, sleeps, jobs);
-    un_pool_spin_force(-1);
+    run_ranks_polled(0, 2, small_allreduce_job, sleeps, jobs);
     for (int r = 0; r < 2; r++)
         EXPECT_EQ(jobs[r].st, UN_OK);
     test__check(sleeps[0] + sleeps[1] <= 25, TEST__AT, "20 small all-reduces slept %lld times",
@@ -457,9 +463,7 @@ static void lock_job(rank_job *j, un_ctx *ctx, un_comm *c) {
 static void test_comm_lock_polls(void) {
     rank_job jobs[2];
     int64_t n[4] = {0};
-    un_pool_spin_force(50000);
-    run_ranks(2, lock_job, n, jobs);
-    un_pool_spin_force(-1);
+    run_ranks_polled(50000, 2, lock_job, n, jobs);
     for (int r = 0; r < 2; r++)
         test__check(jobs[r].st == UN_OK, TEST__AT, "rank %d: %s %s", r, un_status_str(jobs[r].st),
                     jobs[r].err);
