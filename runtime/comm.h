@@ -66,9 +66,11 @@ int un_comm_node_rank(const un_comm *c);
  * are threads that meet in every call, and on a box with idle cores a meet's sleep and wake-up
  * is most of a small step (search/README.md, "Meets"). */
 typedef struct un_comm_stats {
-    int64_t meets;  /* calls of un_comm_barrier/allreduce/bcast/exchange with another rank */
-    int64_t sleeps; /* waits in them that went to sleep (local: after the spin; mpi: 0) */
-    double seconds; /* wall time in them */
+    int64_t meets;       /* calls of un_comm_barrier/allreduce/bcast/exchange with another rank */
+    int64_t sleeps;      /* waits in them that went to sleep, for the others or for the local
+                          * group's lock (local: after the spin; mpi: 0) */
+    int64_t lock_sleeps; /* of those, the sleeps for the local group's lock */
+    double seconds;      /* wall time in them */
 } un_comm_stats;
 un_comm_stats un_comm_stats_get(const un_comm *c);
 
