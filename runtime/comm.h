@@ -75,8 +75,8 @@ un_comm_stats un_comm_stats_get(const un_comm *c);
 /* A rank's meet trace, for finding which rank a meet waits for and what it ran before it: when
  * on, every meet (the calls counted in un_comm_stats) records its arrival ("arrive") and its
  * release ("release") at un_now_s, and un_comm_mark records a label of the caller's (what runs
- * from then on). Off (the default): a branch per meet, a clock read per mark. A local group's ranks share one
- * clock, so rank a's arrival minus rank b's at the same meet is the skew. */
+ * from then on). Off (the default): a branch per meet, a clock read per mark. A local group's ranks
+ * share one clock, so rank a's arrival minus rank b's at the same meet is the skew. */
 typedef struct un_comm_event {
     const char *what; /* static: "arrive", "release" or a mark */
     double t;         /* un_now_s */

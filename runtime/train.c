@@ -120,10 +120,10 @@ un_status un_train_parse_args(un_ctx *ctx, int argc, char **argv, un_train_opts 
             continue;
         }
         static const char *const with_value[] = {
-            "--model",     "--devices",   "--strategy",    "--steps",  "--batch",
-            "--lr",        "--optimizer", "--data",        "--comm",   "--seed",
-            "--threads",   "--save",      "--load",        "--spec",   "--loss",
-            "--precision", "--config",    "--input-shape", "--backend",  "--log-every"};
+            "--model",     "--devices",   "--strategy",    "--steps",   "--batch",
+            "--lr",        "--optimizer", "--data",        "--comm",    "--seed",
+            "--threads",   "--save",      "--load",        "--spec",    "--loss",
+            "--precision", "--config",    "--input-shape", "--backend", "--log-every"};
         bool known = false;
         for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
             known |= strcmp(a, with_value[k]) == 0;
@@ -721,12 +721,16 @@ static void node_times_print(FILE *f, const node_times *nt, const un_graph *g) {
             node_times_median_us(nt, 2 * n, tmp), node_times_median_us(nt, 2 * n + 1, tmp));
     fprintf(f, "  %-24s %-14s %10.3f %10.3f\n", "(sum of node medians)", "-", fwd, bwd);
     /* in the order of a step, the step before the report that follows it */
-    static const int order[PH_COLS] = {PH_BATCH,  PH_FWD,    PH_LOSS,  PH_BWD,
+    static const int order[PH_COLS] = {PH_BATCH,     PH_FWD,    PH_LOSS, PH_BWD,
                                        PH_ALLREDUCE, PH_UPDATE, PH_STEP, PH_REPORT};
-    static const char *const name[PH_COLS] = {
-        [PH_BATCH] = "batch",       [PH_FWD] = "forward",       [PH_LOSS] = "loss",
-        [PH_BWD] = "backward",      [PH_ALLREDUCE] = "loss all-reduce", [PH_UPDATE] = "update",
-        [PH_REPORT] = "report",     [PH_STEP] = "step"};
+    static const char *const name[PH_COLS] = {[PH_BATCH] = "batch",
+                                              [PH_FWD] = "forward",
+                                              [PH_LOSS] = "loss",
+                                              [PH_BWD] = "backward",
+                                              [PH_ALLREDUCE] = "loss all-reduce",
+                                              [PH_UPDATE] = "update",
+                                              [PH_REPORT] = "report",
+                                              [PH_STEP] = "step"};
     for (int k = 0; k < PH_COLS; k++)
         fprintf(f, "phase %-16s %10.3f\n", name[order[k]],
                 node_times_median_us(nt, 2 * (n + 1) + order[k], tmp));
@@ -913,8 +917,8 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
             double sps = (double)m->batch * since / since_s;
             if (due && !o->quiet) {
                 un_ctx_progress(ctx, "%s", "");
-                fprintf(o->out, "step %d/%d  loss %.6f  %.0f samples/s\n", step + 1, o->steps,
-                        loss, sps);
+                fprintf(o->out, "step %d/%d  loss %.6f  %.0f samples/s\n", step + 1, o->steps, loss,
+                        sps);
                 fflush(o->out);
             }
             if (due) {

@@ -87,12 +87,12 @@ typedef struct un_train_dev_stats {
 
 typedef struct un_train_result {
     int steps;
-    double *losses;       /* per step; owned (un_train_result_deinit) */
-    double samples_per_s; /* mean over the steps after the first */
-    double step_ms;       /* mean step time after the first, milliseconds */
+    double *losses;        /* per step; owned (un_train_result_deinit) */
+    double samples_per_s;  /* mean over the steps after the first */
+    double step_ms;        /* mean step time after the first, milliseconds */
     double step_ms_median; /* their median, milliseconds */
-    int rank;             /* this process's rank (mpi), 0 otherwise: only rank 0 reports */
-    bool reported;        /* the failure was already written to opts.err */
+    int rank;              /* this process's rank (mpi), 0 otherwise: only rank 0 reports */
+    bool reported;         /* the failure was already written to opts.err */
     int devices;
     int64_t batch;
     un_train_dev_stats *dev; /* per device (devices entries); owned */

@@ -41,7 +41,7 @@ static double loss_at(const char *out, int step) {
 
 static void test_search_train(void) {
     const cli_result *r = train("--model mlp --tiny --machine "
-                                                 "specs/machines/v100x4.json --steps 3");
+                                "specs/machines/v100x4.json --steps 3");
     EXPECT_EQ(r->code, 0);
     EXPECT_TRUE(strstr(r->out, "ended: exhausted") != NULL);
     EXPECT_TRUE(strstr(r->out, "parallelization per operator") != NULL);
@@ -56,7 +56,7 @@ static void test_search_train(void) {
     EXPECT_EQ(r->code, 0);
     EXPECT_TRUE(strstr(r->out, "(plan semantics)") != NULL);
     r = train("--model mlp --tiny --machine specs/machines/v100x4.json "
-                               "--plan-only --sim runtime");
+              "--plan-only --sim runtime");
     EXPECT_EQ(r->code, 0);
     EXPECT_TRUE(strstr(r->out, "(runtime semantics)") != NULL);
 }
@@ -64,15 +64,15 @@ static void test_search_train(void) {
 /* The paper-size MLP on 4 V100s: a plan that splits the weights; exported, it loads. Then a
  * tiny model's plans for every mode, exported and trained by --strategy, give serial's losses. */
 static void test_export(void) {
-    const cli_result *r = cli_run(
-        "unity-train", cli_fmt("--model mlp --machine specs/machines/v100x4.json --plan-only "
-                               "--export %s/mlp.json --dot %s/mlp.dot"));
+    const cli_result *r =
+        train(cli_fmt("--model mlp --machine specs/machines/v100x4.json --plan-only "
+                      "--export %s/mlp.json --dot %s/mlp.dot"));
     EXPECT_EQ(r->code, 0);
     EXPECT_TRUE(strstr(r->out, "out_features/") != NULL); /* towers on halves since h26 */
     EXPECT_TRUE(strstr(r->out, "(fits)") != NULL);
     EXPECT_TRUE(strstr(r->out, "plan written to") != NULL);
     r = train(cli_fmt("--model mlp --strategy %s/mlp.json --devices 4 --estimate "
-                                       "--sim plan --machine specs/machines/v100x4.json"));
+                      "--sim plan --machine specs/machines/v100x4.json"));
     EXPECT_EQ(r->code, 0);
     r = train("--model transformer --tiny --devices 1 --steps 3 --precision f64");
     EXPECT_EQ(r->code, 0);
@@ -144,8 +144,8 @@ static void test_rewrites(void) {
     write_text(cli_path("m.json"), unfused_model);
     write_text(cli_path("cpu2.json"), cpu2_machine);
     char args[1024];
-    const cli_result *r = cli_run(
-        "unity-train", cli_fmt("--model %s/m.json --steps 5 --optimizer sgd --precision f64"));
+    const cli_result *r =
+        train(cli_fmt("--model %s/m.json --steps 5 --optimizer sgd --precision f64"));
     EXPECT_EQ(r->code, 0);
     double serial[5];
     for (int s = 0; s < 5; s++)
@@ -197,7 +197,7 @@ static void test_rewrites(void) {
      * is planned on 2 devices and trains with serial's losses (f64) */
     write_text(cli_path("chain.json"), chain_model);
     r = train(cli_fmt("--model %s/chain.json --steps 5 --optimizer sgd "
-                                       "--precision f64"));
+                      "--precision f64"));
     EXPECT_EQ(r->code, 0);
     for (int s = 0; s < 5; s++)
         serial[s] = loss_at(r->out, s + 1);

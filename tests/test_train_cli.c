@@ -283,8 +283,8 @@ static void test_node_times_trace(void) {
     const cli_result *r = run_with(cli_fmt("UN_MEET_TRACE=%s/nt"),
                                    "--model mlp --tiny --steps 200 --quiet --node-times");
     EXPECT_EQ(r->code, 0);
-    static const char *const mark[] = {"batch", "forward", "loss", "backward", "loss-sum",
-                                       "update", "report"};
+    static const char *const mark[] = {"batch",    "forward", "loss",  "backward",
+                                       "loss-sum", "update",  "report"};
     static const char *const phase[] = {"batch",           "forward", "loss",  "backward",
                                         "loss all-reduce", "update",  "report"};
     enum { K = 7, S = 200 };
@@ -300,7 +300,7 @@ static void test_node_times_trace(void) {
         for (int i = 0; i < K; i++)
             k = strcmp(what, mark[i]) == 0 ? i : k;
         if (k < 0 && strcmp(what, "end") != 0)
-            continue; /* a meet's arrival or release */
+            continue;                   /* a meet's arrival or release */
         if (prev == K - 1 && steps > 0) /* a report runs to the next step's batch */
             len[K - 1][steps - 1] = t - prev_t;
         else if (prev >= 0 && steps > 0 && steps <= S)
