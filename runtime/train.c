@@ -83,7 +83,8 @@ const char *un_train_usage(void) {
            "                     step); the first and the last step's always\n"
            "  --stats            per-device memory and bytes moved per step at the end\n"
            "  --node-times       device 0's median wall time per node (forward, backward) and\n"
-           "                     per phase of a step at the end (two clock reads a node)\n";
+           "                     per phase of a step (batch ... update, the step line) at the\n"
+           "                     end (two clock reads a node)\n";
 }
 
 /* ---- argument parsing ---- */
