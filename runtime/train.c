@@ -832,10 +832,11 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
     trace = trace && *trace ? trace : NULL;
     /* this rank's seconds in meets per timed step (--stats takes their median) */
     double *meet_s = un_xcalloc((size_t)o->steps, sizeof *meet_s);
-    double line_t = 0, report_at = 0; /* rank 0: when the last step line went out; the last
-                                         step's report mark */
-    double since_s = 0;               /* rank 0: step seconds since the last line */
-    int since = 0;                    /* ... and steps */
+    double line_t = 0, bar_t = 0, report_at = 0; /* rank 0: when the last step line and the
+                                                    last progress bar went out; the last step's
+                                                    report mark */
+    double since_s = 0;                          /* rank 0: step seconds since the last line */
+    int since = 0;                               /* ... and steps */
     for (int step = 0; st == UN_OK && step < o->steps; step++) {
         double at[PH_N]; /* when each phase began: the marks of the meet trace (one clock) */
         if (trace && step == first_timed)
@@ -927,7 +928,10 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
                 since_s = 0;
                 since = 0;
             }
-            progress(ctx, sh, step + 1, loss, sps);
+            if (step == 0 || step + 1 == o->steps || at[PH_REPORT] - bar_t >= UN_TRAIN_LINE_S) {
+                progress(ctx, sh, step + 1, loss, sps); /* a terminal's bar: as often as a line */
+                bar_t = at[PH_REPORT];
+            }
         }
     }
     un_comm_mark(comm, "end");
