@@ -268,8 +268,14 @@ VEC_CLONES static void mul_f32(float *y, const float *a, const float *b, int64_t
  * whose cost depended on how predictable the signs were (a step's relu patterns against the
  * profiler's values). */
 VEC_CLONES static void relu_f32(float *y, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++)
-        y[i] = x[i] > 0.0f || x[i] != x[i] ? x[i] : 0.0f;
+    for (int64_t i = 0; i < n; i++) { /* x's bits under a mask: no branch in any build */
+        float v = x[i];
+        uint32_t u;
+        memcpy(&u, &v, sizeof u);
+        u &= -(uint32_t)((v > 0.0f) | (v != v));
+        memcpy(&v, &u, sizeof v);
+        y[i] = v;
+    }
 }
 
 /* y[i] = dy[i] relu'(out[i]), the generic loop's product (act_grad_body): vectorised. */
