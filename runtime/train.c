@@ -1188,14 +1188,14 @@ un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res
             1e3 * un_median(sh.step_s + (o->steps > 1), o->steps - (o->steps > 1));
     res->samples_per_s =
         sh.step_time_sum > 0 ? (double)m.batch * sh.timed_steps / sh.step_time_sum : 0;
+    if (res->rank == 0 && !o->quiet) /* before the summary, which stays the last line */
+        fprintf(o->out, "median step: %.4f ms\n", res->step_ms_median);
     if (res->rank == 0 && !o->quiet)
         fprintf(o->out,
                 "trained %s: %d steps on %d device%s (%s, %s), loss %.4f -> %.4f, %.3f ms/step, "
                 "%.0f samples/s\n",
                 o->model, o->steps, d, d == 1 ? "" : "s", strategy, o->comm, res->losses[0],
                 res->losses[o->steps - 1], res->step_ms, res->samples_per_s);
-    if (res->rank == 0 && !o->quiet)
-        fprintf(o->out, "median step: %.4f ms\n", res->step_ms_median);
     if (res->rank == 0 && o->stats) {
         fprintf(o->out, "device  weights(B)  optimizer(B)  peak(B)  need(B)  sent/step(B)  "
                         "recv/step(B)  copied/step(B)  link\n");
