@@ -62,6 +62,13 @@ double un_now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+double un_median(double *v, int n) {
+    if (n <= 0)
+        return 0;
+    qsort(v, (size_t)n, sizeof *v, un_cmp_double);
+    return v[n / 2];
+}
+
 int un_cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);

@@ -68,6 +68,8 @@ char *un_xstrdup(const char *s);
 double un_now_s(void);
 /* qsort comparator of doubles, ascending. */
 int un_cmp_double(const void *a, const void *b);
+/* The median of v[0..n) (the upper one for even n; v is sorted in place); 0 when n <= 0. */
+double un_median(double *v, int n);
 
 /* ---- context --------------------------------------------------------------------------------- */
 

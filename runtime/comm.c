@@ -36,9 +36,11 @@ static void trace_add(un_comm *c, const char *what, double t) {
         c->dropped++;
 }
 
-void un_comm_mark(un_comm *c, const char *what) {
+double un_comm_mark(un_comm *c, const char *what) {
+    double t = un_now_s();
     if (c->trace)
-        trace_add(c, what, un_now_s());
+        trace_add(c, what, t);
+    return t;
 }
 
 const un_comm_event *un_comm_trace(const un_comm *c, int64_t *n, int64_t *dropped) {

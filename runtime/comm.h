@@ -77,15 +77,17 @@ un_comm_stats un_comm_stats_get(const un_comm *c);
 /* A rank's meet trace, for finding which rank a meet waits for and what it ran before it: when
  * on, every meet (the calls counted in un_comm_stats) records its arrival ("arrive") and its
  * release ("release") at un_now_s, and un_comm_mark records a label of the caller's (what runs
- * from then on). Off (the default): a branch per meet and mark. A local group's ranks share one
- * clock, so rank a's arrival minus rank b's at the same meet is the skew. */
+ * from then on). Off (the default): a branch per meet, a clock read per mark. A local group's ranks
+ * share one clock, so rank a's arrival minus rank b's at the same meet is the skew. */
 typedef struct un_comm_event {
     const char *what; /* static: "arrive", "release" or a mark */
     double t;         /* un_now_s */
 } un_comm_event;
 /* Turns the trace on (from now, cleared) with room for cap events; later events are dropped. */
 void un_comm_trace_start(un_comm *c, int64_t cap);
-void un_comm_mark(un_comm *c, const char *what);
+/* The time now (un_now_s), recorded under the label `what` when the trace is on: one clock for
+ * the trace and the caller's own phase times (runtime/train.c). */
+double un_comm_mark(un_comm *c, const char *what);
 /* The events so far (borrowed; NULL and 0 when off); dropped: events that did not fit. */
 const un_comm_event *un_comm_trace(const un_comm *c, int64_t *n, int64_t *dropped);
 

@@ -79,9 +79,12 @@ const char *un_train_usage(void) {
            "  --spec FILE|DIR    operator specs (alias --ops; default: $UNITY_SPECS, ./specs,\n"
            "                     else the installed share/unity/specs)\n"
            "  --quiet            no per-step lines\n"
+           "  --log-every N      a step line every N steps (default: one every 0.1 s; 1: every\n"
+           "                     step); the first and the last step's always\n"
            "  --stats            per-device memory and bytes moved per step at the end\n"
            "  --node-times       device 0's median wall time per node (forward, backward) and\n"
-           "                     per phase of a step at the end (two clock reads a node)\n";
+           "                     per phase of a step (batch ... update, the step line) at the\n"
+           "                     end (two clock reads a node)\n";
 }
 
 /* ---- argument parsing ---- */
@@ -118,10 +121,10 @@ un_status un_train_parse_args(un_ctx *ctx, int argc, char **argv, un_train_opts 
             continue;
         }
         static const char *const with_value[] = {
-            "--model",     "--devices",   "--strategy",    "--steps",  "--batch",
-            "--lr",        "--optimizer", "--data",        "--comm",   "--seed",
-            "--threads",   "--save",      "--load",        "--spec",   "--loss",
-            "--precision", "--config",    "--input-shape", "--backend"};
+            "--model",     "--devices",   "--strategy",    "--steps",   "--batch",
+            "--lr",        "--optimizer", "--data",        "--comm",    "--seed",
+            "--threads",   "--save",      "--load",        "--spec",    "--loss",
+            "--precision", "--config",    "--input-shape", "--backend", "--log-every"};
         bool known = false;
         for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
             known |= strcmp(a, with_value[k]) == 0;
@@ -169,6 +172,9 @@ un_status un_train_parse_args(un_ctx *ctx, int argc, char **argv, un_train_opts 
         } else if (strcmp(a, "--seed") == 0) {
             if ((st = parse_int(ctx, a, v, 0, INT64_MAX, &x)) == UN_OK)
                 o->seed = (uint64_t)x;
+        } else if (strcmp(a, "--log-every") == 0) {
+            if ((st = parse_int(ctx, a, v, 1, 100000000, &x)) == UN_OK)
+                o->log_every = (int)x;
         } else if (strcmp(a, "--threads") == 0) {
             if ((st = parse_int(ctx, a, v, 1, 1024, &x)) == UN_OK)
                 o->threads = (int)x;
@@ -405,6 +411,7 @@ typedef struct shared {
                             ranks; mpi: this process's rank only) */
     int gpus;            /* cuda: the GPUs of this machine */
     double *losses;
+    double *step_s;          /* rank 0: per step, its seconds */
     un_train_dev_stats *dev; /* per device, filled by rank 0 */
     double step_time_sum;
     int timed_steps;
@@ -655,16 +662,26 @@ static un_status memory_check(un_ctx *ctx, const shared *sh, un_comm *comm, un_b
                         host ? "machines" : "devices");
 }
 
-/* --node-times: per timed step of device 0, each node's forward and backward seconds, the
- * gradient zeroing's (un_exec_node_seconds) and the step's phases (PH_*). */
-enum { PH_FWD, PH_LOSS, PH_BWD, PH_ALLREDUCE, PH_UPDATE, PH_STEP, PH_N };
+/* A step's phases, each begun by a mark of the meet trace (un_comm_mark, whose clock gives
+ * --node-times its phase times): making the batch, forward, loss, backward, the loss all-reduce,
+ * the update, and the report (the step line, until the next step's batch). */
+enum { PH_BATCH, PH_FWD, PH_LOSS, PH_BWD, PH_ALLREDUCE, PH_UPDATE, PH_REPORT, PH_N };
+static const char *const ph_mark[PH_N] = {"batch",    "forward", "loss",  "backward",
+                                          "loss-sum", "update",  "report"};
+/* --node-times' columns of a step: the phases, the step (forward to the report) last */
+enum { PH_STEP = PH_N, PH_COLS };
 
+/* --node-times: per timed step of device 0, each node's forward and backward seconds, the
+ * gradient zeroing's (un_exec_node_seconds) and the step's phases (PH_*, PH_STEP). */
 typedef struct node_times {
-    int cols, rows, cap; /* cols: 2 (n + 1) + PH_N */
+    int cols, rows, cap; /* cols: 2 (n + 1) + PH_COLS */
     double *v;           /* rows x cols */
 } node_times;
 
-static void node_times_add(node_times *nt, const un_exec *ex, int32_t n, const double *ph) {
+/* A step's row from its phase marks `at`; prev_report: the previous step's report mark (its
+ * report phase runs to this step's batch mark). */
+static void node_times_add(node_times *nt, const un_exec *ex, int32_t n, const double *at,
+                           double prev_report) {
     if (nt->rows == nt->cap)
         nt->v = un_xrealloc(nt->v, sizeof *nt->v * (size_t)nt->cols *
                                        (size_t)(nt->cap = nt->cap ? 2 * nt->cap : 64));
@@ -672,17 +689,18 @@ static void node_times_add(node_times *nt, const un_exec *ex, int32_t n, const d
     for (int32_t id = 0; id <= n; id++)
         for (int b = 0; b < 2; b++)
             r[2 * id + b] = un_exec_node_seconds(ex, id, b);
-    memcpy(r + 2 * (n + 1), ph, PH_N * sizeof *ph);
+    double *ph = r + 2 * (n + 1);
+    for (int k = 0; k < PH_REPORT; k++)
+        ph[k] = at[k + 1] - at[k];
+    ph[PH_REPORT] = at[PH_BATCH] - prev_report;
+    ph[PH_STEP] = at[PH_REPORT] - at[PH_FWD];
 }
 
 /* The median of column c, in microseconds. */
 static double node_times_median_us(const node_times *nt, int c, double *tmp) {
-    if (nt->rows == 0)
-        return 0;
     for (int i = 0; i < nt->rows; i++)
         tmp[i] = nt->v[(size_t)i * (size_t)nt->cols + (size_t)c];
-    qsort(tmp, (size_t)nt->rows, sizeof *tmp, un_cmp_double);
-    return 1e6 * tmp[nt->rows / 2];
+    return 1e6 * un_median(tmp, nt->rows);
 }
 
 static void node_times_print(FILE *f, const node_times *nt, const un_graph *g) {
@@ -703,10 +721,20 @@ static void node_times_print(FILE *f, const node_times *nt, const un_graph *g) {
     fprintf(f, "  %-24s %-14s %10.3f %10.3f\n", "(zeroing gradients)", "-",
             node_times_median_us(nt, 2 * n, tmp), node_times_median_us(nt, 2 * n + 1, tmp));
     fprintf(f, "  %-24s %-14s %10.3f %10.3f\n", "(sum of node medians)", "-", fwd, bwd);
-    static const char *const ph[PH_N] = {"forward",         "loss",   "backward",
-                                         "loss all-reduce", "update", "step"};
-    for (int k = 0; k < PH_N; k++)
-        fprintf(f, "phase %-16s %10.3f\n", ph[k], node_times_median_us(nt, 2 * (n + 1) + k, tmp));
+    /* in the order of a step, the step before the report that follows it */
+    static const int order[PH_COLS] = {PH_BATCH,     PH_FWD,    PH_LOSS, PH_BWD,
+                                       PH_ALLREDUCE, PH_UPDATE, PH_STEP, PH_REPORT};
+    static const char *const name[PH_COLS] = {[PH_BATCH] = "batch",
+                                              [PH_FWD] = "forward",
+                                              [PH_LOSS] = "loss",
+                                              [PH_BWD] = "backward",
+                                              [PH_ALLREDUCE] = "loss all-reduce",
+                                              [PH_UPDATE] = "update",
+                                              [PH_REPORT] = "report",
+                                              [PH_STEP] = "step"};
+    for (int k = 0; k < PH_COLS; k++)
+        fprintf(f, "phase %-16s %10.3f\n", name[order[k]],
+                node_times_median_us(nt, 2 * (n + 1) + order[k], tmp));
     free(tmp);
 }
 
@@ -797,16 +825,23 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
     const un_shape *os = st == UN_OK ? un_exec_output_shape(ex, 0) : NULL;
     int first_timed = o->steps == 1 ? 0 : 1; /* as the step times */
     un_comm_stats c0 = un_comm_stats_get(comm);
-    node_times nt = {.cols = 2 * (un_graph_node_count(sh->g) + 1) + PH_N};
+    node_times nt = {.cols = 2 * (un_graph_node_count(sh->g) + 1) + PH_COLS};
     if (st == UN_OK && o->node_times && rank == 0)
         un_exec_time_nodes(ex, true);
     const char *trace = getenv("UN_MEET_TRACE"); /* a path prefix: write_trace */
     trace = trace && *trace ? trace : NULL;
+    /* this rank's seconds in meets per timed step (--stats takes their median) */
+    double *meet_s = un_xcalloc((size_t)o->steps, sizeof *meet_s);
+    double line_t = 0, bar_t = 0, report_at = 0; /* rank 0: when the last step line and the
+                                                    last progress bar went out; the last step's
+                                                    report mark */
+    double since_s = 0;                          /* rank 0: step seconds since the last line */
+    int since = 0;                               /* ... and steps */
     for (int step = 0; st == UN_OK && step < o->steps; step++) {
-        double ph[PH_N];
+        double at[PH_N]; /* when each phase began: the marks of the meet trace (one clock) */
         if (trace && step == first_timed)
             un_comm_trace_start(comm, (int64_t)(o->steps - step) * TRACE_EVENTS_PER_STEP);
-        un_comm_mark(comm, "batch");
+        at[PH_BATCH] = un_comm_mark(comm, ph_mark[PH_BATCH]);
         /* The step's time excludes making the batch and writing it to the backend (as a
          * framework's loop that gets its batch from a loader does): forward, loss, backward,
          * update. */
@@ -815,17 +850,16 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
             un_comm_abort(comm); /* the other ranks may be waiting in a collective */
             break;
         }
+        un_comm_stats s0 = un_comm_stats_get(comm);
         if (step == first_timed)
-            c0 = un_comm_stats_get(comm);
-        un_comm_mark(comm, "forward");
-        double t0 = un_now_s();
+            c0 = s0;
+        at[PH_FWD] = un_comm_mark(comm, ph_mark[PH_FWD]);
         uint64_t dseed = un_mix64(un_hash_combine(o->seed, (uint64_t)(start + step))) | 1;
         if ((st = un_exec_forward(ctx, ex, dseed)) != UN_OK)
             break;
-        ph[PH_FWD] = un_now_s();
         int np;
         const un_exec_piece *pc = un_exec_output_pieces(ex, 0, &np);
-        un_comm_mark(comm, "loss");
+        at[PH_LOSS] = un_comm_mark(comm, ph_mark[PH_LOSS]);
         double loss = 0;
         un_kt target = {.dtype = m->loss == UN_LOSS_CE ? UN_DT_INT : UN_DT_FLOAT,
                         .rank = m->loss == UN_LOSS_CE ? 1 : os->rank,
@@ -846,16 +880,13 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
             un_comm_abort(comm);
             break;
         }
-        ph[PH_LOSS] = un_now_s();
-        un_comm_mark(comm, "backward");
+        at[PH_BWD] = un_comm_mark(comm, ph_mark[PH_BWD]);
         if ((st = un_exec_backward(ctx, ex)) != UN_OK)
             break;
-        ph[PH_BWD] = un_now_s();
-        un_comm_mark(comm, "loss-sum");
+        at[PH_ALLREDUCE] = un_comm_mark(comm, ph_mark[PH_ALLREDUCE]);
         if ((st = un_comm_allreduce(ctx, comm, UN_RED_F64, &loss, 1)) != UN_OK)
             break;
-        ph[PH_ALLREDUCE] = un_now_s();
-        un_comm_mark(comm, "update");
+        at[PH_UPDATE] = un_comm_mark(comm, ph_mark[PH_UPDATE]);
         loss /= (double)(m->loss == UN_LOSS_CE ? os->dim[0] : un_shape_numel(os));
         if ((st = un_exec_update(ctx, ex, opt)) != UN_OK)
             break;
@@ -864,31 +895,43 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
          * outside the clock. */
         if ((st = un_backend_synchronize(ctx, be)) != UN_OK)
             break;
-        double dt = un_now_s() - t0;
-        if (o->node_times && rank == 0 && step >= first_timed) {
-            ph[PH_UPDATE] = t0 + dt;
-            for (int k = PH_UPDATE; k > PH_FWD; k--) /* the phases' ends -> their lengths */
-                ph[k] -= ph[k - 1];
-            ph[PH_FWD] -= t0;
-            ph[PH_STEP] = dt;
-            node_times_add(&nt, ex, un_graph_node_count(sh->g), ph);
-        }
-        un_comm_mark(comm, "report");
+        at[PH_REPORT] = un_comm_mark(comm, ph_mark[PH_REPORT]);
+        double dt = at[PH_REPORT] - at[PH_FWD];
+        meet_s[step] = un_comm_stats_get(comm).seconds - s0.seconds;
+        if (o->node_times && rank == 0 && step >= first_timed)
+            node_times_add(&nt, ex, un_graph_node_count(sh->g), at,
+                           step > 0 ? report_at : at[PH_BATCH]);
+        report_at = at[PH_REPORT];
         if (rank == 0) {
             sh->losses[step] = loss;
+            sh->step_s[step] = dt;
             if (step > 0 || o->steps == 1) {
                 sh->step_time_sum += dt;
                 sh->timed_steps++;
             }
-            double sps = (double)m->batch / dt;
-            if (!o->quiet)
+            since_s += dt;
+            since++;
+            /* a line every --log-every steps, else every UN_TRAIN_LINE_S; its samples/s over
+             * the steps since the last line */
+            bool due = step == 0 || step + 1 == o->steps ||
+                       (o->log_every ? (step + 1) % o->log_every == 0
+                                     : at[PH_REPORT] - line_t >= UN_TRAIN_LINE_S);
+            double sps = (double)m->batch * since / since_s;
+            if (due && !o->quiet) {
                 un_ctx_progress(ctx, "%s", "");
-            if (!o->quiet)
                 fprintf(o->out, "step %d/%d  loss %.6f  %.0f samples/s\n", step + 1, o->steps, loss,
                         sps);
-            if (!o->quiet)
                 fflush(o->out);
-            progress(ctx, sh, step + 1, loss, sps);
+            }
+            if (due) {
+                line_t = at[PH_REPORT];
+                since_s = 0;
+                since = 0;
+            }
+            if (step == 0 || step + 1 == o->steps || at[PH_REPORT] - bar_t >= UN_TRAIN_LINE_S) {
+                progress(ctx, sh, step + 1, loss, sps); /* a terminal's bar: as often as a line */
+                bar_t = at[PH_REPORT];
+            }
         }
     }
     un_comm_mark(comm, "end");
@@ -898,11 +941,12 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
     if (st == UN_OK && o->save)
         st = save_weights(ctx, sh, comm, ex, be, opt);
     if (st == UN_OK) {
-        double n = o->steps - first_timed;
+        int n = o->steps - first_timed;
         double per[3] = {(double)(c1.meets - c0.meets) / n, (double)(c1.sleeps - c0.sleeps) / n,
-                         1e3 * (c1.seconds - c0.seconds) / n};
+                         1e3 * un_median(meet_s + first_timed, n)};
         st = report_stats(ctx, sh, comm, ex, opt, per);
     }
+    free(meet_s);
     if (st == UN_OK && nt.rows > 0)
         node_times_print(o->out, &nt, sh->g);
     free(nt.v);
@@ -1118,6 +1162,7 @@ un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res
     int local_ranks = use_mpi ? un_comm_node_size(mpi) : d; /* ranks sharing the cores */
     sh.threads = o->threads / local_ranks > 1 ? o->threads / local_ranks : 1;
     sh.losses = un_xcalloc((size_t)o->steps, sizeof *sh.losses);
+    sh.step_s = un_xcalloc((size_t)o->steps, sizeof *sh.step_s);
     sh.devices = d;
     sh.dev = un_xcalloc((size_t)d, sizeof *sh.dev);
     un_blas_init(); /* before the rank threads: the choice sets and unsets an environment variable
@@ -1138,8 +1183,13 @@ un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res
     sh.dev = NULL;
     res->batch = m.batch;
     res->step_ms = sh.timed_steps ? 1e3 * sh.step_time_sum / sh.timed_steps : 0;
+    if (res->rank == 0) /* the steps after the first, as the mean */
+        res->step_ms_median =
+            1e3 * un_median(sh.step_s + (o->steps > 1), o->steps - (o->steps > 1));
     res->samples_per_s =
         sh.step_time_sum > 0 ? (double)m.batch * sh.timed_steps / sh.step_time_sum : 0;
+    if (res->rank == 0 && !o->quiet) /* before the summary, which stays the last line */
+        fprintf(o->out, "median step: %.4f ms\n", res->step_ms_median);
     if (res->rank == 0 && !o->quiet)
         fprintf(o->out,
                 "trained %s: %d steps on %d device%s (%s, %s), loss %.4f -> %.4f, %.3f ms/step, "
@@ -1158,7 +1208,7 @@ un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res
                     sh.plane ? " + " : "", sh.plane ? sh.plane : "");
         }
         if (d > 1) {
-            fprintf(o->out, "device  meets/step  slept/step  in meets(ms/step)\n");
+            fprintf(o->out, "device  meets/step  slept/step  in meets(ms/step, median)\n");
             for (int i = 0; i < d; i++)
                 fprintf(o->out, "%6d  %10.2f  %10.2f  %17.4f\n", i, res->dev[i].meets,
                         res->dev[i].sleeps, res->dev[i].meet_ms);
@@ -1180,6 +1230,7 @@ done:
     free(sh.dev);
     free(sh.need);
     free(sh.losses);
+    free(sh.step_s);
     free(sh.text);
     un_graph_free(run_g);
     model_free(&m);

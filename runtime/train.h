@@ -24,6 +24,11 @@
  * inputs every that many steps, which the profiler reproduces (search/profile.h value_sets). */
 #define UN_TRAIN_SYNTHETIC_BATCHES 4
 
+/* Without --log-every, rank 0 prints a step's line when this many seconds have passed since the
+ * last one (and the first and last step's): a line costs 4-8 us to a file and 40-120 us to a pipe,
+ * a step of a tiny model ~10 us. */
+#define UN_TRAIN_LINE_S 0.1
+
 typedef struct un_train_opts {
     const char *model;       /* zoo name, a pcg graph JSON file or an ONNX model (*.onnx) */
     const char *input_shape; /* ONNX: dims of dynamic inputs, "2x3x64x64[,...]" */
@@ -49,6 +54,9 @@ typedef struct un_train_opts {
                                 NULL = cuda when this build has CUDA and a GPU is there (and the
                                 precision is f32), else cpu */
     bool quiet;              /* no per-step lines */
+    int log_every;           /* a step line every this many steps; 0 (default): one when
+                                UN_TRAIN_LINE_S have passed since the last; the first and the
+                                last step's line always */
     bool stats;              /* print the per-device accounting at the end */
     bool node_times;         /* print device 0's median time per node and phase of a step */
     FILE *out;               /* per-step lines and the summary (default stdout) */
@@ -74,16 +82,17 @@ typedef struct un_train_dev_stats {
     /* its communicator calls that meet other devices, per timed step (comm.h's un_comm_stats) */
     double meets;   /* calls */
     double sleeps;  /* waits in them that slept */
-    double meet_ms; /* milliseconds in them */
+    double meet_ms; /* milliseconds in them (the median step's) */
 } un_train_dev_stats;
 
 typedef struct un_train_result {
     int steps;
-    double *losses;       /* per step; owned (un_train_result_deinit) */
-    double samples_per_s; /* mean over the steps after the first */
-    double step_ms;       /* mean step time after the first, milliseconds */
-    int rank;             /* this process's rank (mpi), 0 otherwise: only rank 0 reports */
-    bool reported;        /* the failure was already written to opts.err */
+    double *losses;        /* per step; owned (un_train_result_deinit) */
+    double samples_per_s;  /* mean over the steps after the first */
+    double step_ms;        /* mean step time after the first, milliseconds */
+    double step_ms_median; /* their median, milliseconds */
+    int rank;              /* this process's rank (mpi), 0 otherwise: only rank 0 reports */
+    bool reported;         /* the failure was already written to opts.err */
     int devices;
     int64_t batch;
     un_train_dev_stats *dev; /* per device (devices entries); owned */

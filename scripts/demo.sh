@@ -40,7 +40,7 @@ else
 fi
 
 step "6. unity-train: a character-level transformer learns $text on 2 CPU devices (data parallel)"
-"$B/unity-train" --model charlm --tiny --data "$text" --steps 150 --devices 2 --seed 1 |
+"$B/unity-train" --model charlm --tiny --data "$text" --steps 150 --devices 2 --seed 1 --log-every 25 |
     awk 'NR <= 2 || /^step (25|50|75|100|125|150)\// || !/^step/'
 
 step "7. Data parallelism keeps the losses: the tiny MLP on 1 and 4 devices, last step of each"

@@ -23,6 +23,13 @@ static void write_text(const char *path, const char *text) {
     }
 }
 
+/* Runs "unity-train --log-every 1 ARGS" (a line every step, which loss_at reads). */
+static const cli_result *train(const char *args) {
+    char a[3072];
+    snprintf(a, sizeof a, "--log-every 1 %s", args);
+    return cli_run("unity-train", a);
+}
+
 /* The loss of step `step` in unity-train's per-step lines, or NAN. */
 static double loss_at(const char *out, int step) {
     char key[32];
@@ -33,8 +40,8 @@ static double loss_at(const char *out, int step) {
 }
 
 static void test_search_train(void) {
-    const cli_result *r = cli_run("unity-train", "--model mlp --tiny --machine "
-                                                 "specs/machines/v100x4.json --steps 3");
+    const cli_result *r = train("--model mlp --tiny --machine "
+                                "specs/machines/v100x4.json --steps 3");
     EXPECT_EQ(r->code, 0);
     EXPECT_TRUE(strstr(r->out, "ended: exhausted") != NULL);
     EXPECT_TRUE(strstr(r->out, "parallelization per operator") != NULL);
@@ -48,8 +55,8 @@ static void test_search_train(void) {
                 "--model mlp --tiny --machine specs/machines/v100x4.json --plan-only");
     EXPECT_EQ(r->code, 0);
     EXPECT_TRUE(strstr(r->out, "(plan semantics)") != NULL);
-    r = cli_run("unity-train", "--model mlp --tiny --machine specs/machines/v100x4.json "
-                               "--plan-only --sim runtime");
+    r = train("--model mlp --tiny --machine specs/machines/v100x4.json "
+              "--plan-only --sim runtime");
     EXPECT_EQ(r->code, 0);
     EXPECT_TRUE(strstr(r->out, "(runtime semantics)") != NULL);
 }
@@ -57,17 +64,17 @@ static void test_search_train(void) {
 /* The paper-size MLP on 4 V100s: a plan that splits the weights; exported, it loads. Then a
  * tiny model's plans for every mode, exported and trained by --strategy, give serial's losses. */
 static void test_export(void) {
-    const cli_result *r = cli_run(
-        "unity-train", cli_fmt("--model mlp --machine specs/machines/v100x4.json --plan-only "
-                               "--export %s/mlp.json --dot %s/mlp.dot"));
+    const cli_result *r =
+        train(cli_fmt("--model mlp --machine specs/machines/v100x4.json --plan-only "
+                      "--export %s/mlp.json --dot %s/mlp.dot"));
     EXPECT_EQ(r->code, 0);
     EXPECT_TRUE(strstr(r->out, "out_features/") != NULL); /* towers on halves since h26 */
     EXPECT_TRUE(strstr(r->out, "(fits)") != NULL);
     EXPECT_TRUE(strstr(r->out, "plan written to") != NULL);
-    r = cli_run("unity-train", cli_fmt("--model mlp --strategy %s/mlp.json --devices 4 --estimate "
-                                       "--sim plan --machine specs/machines/v100x4.json"));
+    r = train(cli_fmt("--model mlp --strategy %s/mlp.json --devices 4 --estimate "
+                      "--sim plan --machine specs/machines/v100x4.json"));
     EXPECT_EQ(r->code, 0);
-    r = cli_run("unity-train", "--model transformer --tiny --devices 1 --steps 3 --precision f64");
+    r = train("--model transformer --tiny --devices 1 --steps 3 --precision f64");
     EXPECT_EQ(r->code, 0);
     double serial[3];
     for (int s = 0; s < 3; s++)
@@ -80,7 +87,7 @@ static void test_export(void) {
                      "--model transformer --tiny --machine specs/machines/v100x4.json --devices %d "
                      "--search %s --plan-only --export %%s/t.json",
                      d, modes[i]);
-            r = cli_run("unity-train", cli_fmt(args));
+            r = train(cli_fmt(args));
             EXPECT_EQ(r->code, 0);
             const char *u = strstr(r->out, "--devices ");
             int used = u ? atoi(u + 10) : 0;
@@ -89,7 +96,7 @@ static void test_export(void) {
                      "--model transformer --tiny --strategy %%s/t.json --devices %d --steps 3 "
                      "--precision f64",
                      used);
-            r = cli_run("unity-train", cli_fmt(args));
+            r = train(cli_fmt(args));
             EXPECT_EQ(r->code, 0);
             for (int s = 0; s < 3; s++)
                 test__check(fabs(loss_at(r->out, s + 1) - serial[s]) <= 1e-9 * fabs(serial[s]),
@@ -137,8 +144,8 @@ static void test_rewrites(void) {
     write_text(cli_path("m.json"), unfused_model);
     write_text(cli_path("cpu2.json"), cpu2_machine);
     char args[1024];
-    const cli_result *r = cli_run(
-        "unity-train", cli_fmt("--model %s/m.json --steps 5 --optimizer sgd --precision f64"));
+    const cli_result *r =
+        train(cli_fmt("--model %s/m.json --steps 5 --optimizer sgd --precision f64"));
     EXPECT_EQ(r->code, 0);
     double serial[5];
     for (int s = 0; s < 5; s++)
@@ -147,7 +154,7 @@ static void test_rewrites(void) {
              "--model %%s/m.json --machine %%s/cpu2.json --rules %s/r.db --steps 5 --optimizer sgd "
              "--precision f64 --dot %%s/opt.dot",
              rw_dir);
-    r = cli_run("unity-train", cli_fmt(args));
+    r = train(cli_fmt(args));
     EXPECT_EQ(r->code, 0);
     EXPECT_TRUE(strstr(r->out, "rewrites applied: 1") != NULL);
     EXPECT_TRUE(strstr(r->out, "(reversed): relu(linear(") != NULL);
@@ -170,14 +177,14 @@ static void test_rewrites(void) {
      * zoo model's loss, weights and data: serial's losses (f32) */
     const char *zoo = "--model candle_uno --tiny --config hidden=1024 --steps 5";
     snprintf(args, sizeof args, "%s", zoo);
-    r = cli_run("unity-train", args);
+    r = train(args);
     EXPECT_EQ(r->code, 0);
     for (int s = 0; s < 5; s++)
         serial[s] = loss_at(r->out, s + 1);
     snprintf(args, sizeof args,
              "%s --machine specs/machines/v100x4.json --devices 2 --rules %s/r.db --budget 200",
              zoo, rw_dir);
-    r = cli_run("unity-train", args);
+    r = train(args);
     EXPECT_EQ(r->code, 0);
     EXPECT_TRUE(strstr(r->out, "rewrites applied: 1") != NULL);
     EXPECT_TRUE(strstr(r->out, "training with the plan on 2 devices") != NULL);
@@ -189,8 +196,8 @@ static void test_rewrites(void) {
      * ew_adds (--split-size 3); each piece's relu is fused into its linear, the stitched graph
      * is planned on 2 devices and trains with serial's losses (f64) */
     write_text(cli_path("chain.json"), chain_model);
-    r = cli_run("unity-train", cli_fmt("--model %s/chain.json --steps 5 --optimizer sgd "
-                                       "--precision f64"));
+    r = train(cli_fmt("--model %s/chain.json --steps 5 --optimizer sgd "
+                      "--precision f64"));
     EXPECT_EQ(r->code, 0);
     for (int s = 0; s < 5; s++)
         serial[s] = loss_at(r->out, s + 1);
@@ -198,7 +205,7 @@ static void test_rewrites(void) {
              "--model %%s/chain.json --machine %%s/cpu2.json --rules %s/r.db --steps 5 "
              "--optimizer sgd --precision f64 --split-size 3",
              rw_dir);
-    r = cli_run("unity-train", cli_fmt(args));
+    r = train(cli_fmt(args));
     EXPECT_EQ(r->code, 0);
     test__check(strstr(r->out, "layer 2 per piece: 3 layer-1 pieces") != NULL, TEST__AT,
                 "no per-piece line in %s", r->out);
@@ -220,7 +227,7 @@ static void test_rewrites(void) {
                  "--model %%s/m.json --machine %%s/cpu2.json --rules %s/r.db "
                  "--plan-only %s",
                  rw_dir, runs[i][0]);
-        r = cli_run("unity-train", cli_fmt(args));
+        r = train(cli_fmt(args));
         EXPECT_EQ(r->code, 0);
         test__check(strstr(r->out, runs[i][1]) != NULL, TEST__AT, "%s: no '%s' in %s", runs[i][0],
                     runs[i][1], r->out);
@@ -229,7 +236,7 @@ static void test_rewrites(void) {
              "--model %%s/m.json --machine %%s/cpu2.json --rules %s/r.db "
              "--plan-only --search-time 0.000001",
              rw_dir);
-    r = cli_run("unity-train", cli_fmt(args));
+    r = train(cli_fmt(args));
     EXPECT_TRUE((r->code == 0 && strstr(r->out, "ended: time") != NULL) ||
                 (r->code == 1 && strstr(r->err, "search time") != NULL));
 }
@@ -289,7 +296,7 @@ static void test_model_views(void) {
     snprintf(args, sizeof args,
              "--model %s --loss mse --machine specs/machines/v100x4.json --devices 2 --steps 2",
              cli_path("viewed.json"));
-    const cli_result *r = cli_run("unity-train", args);
+    const cli_result *r = train(args);
     EXPECT_EQ(r->code, 0);
     EXPECT_TRUE(strstr(r->out, "step 2/2") != NULL);
     snprintf(text, sizeof text, model, 2);

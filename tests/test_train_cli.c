@@ -10,12 +10,15 @@
 
 #include "runtime/backend_cuda.h"
 
-/* Runs "PREFIX unity-train ARGS" through the shell with stdout and stderr captured. */
+/* Runs "PREFIX unity-train --log-every 1 ARGS" (a line every step, which losses() reads)
+ * through the shell with stdout and stderr captured. */
 static const cli_result *run_with(const char *prefix, const char *args) {
-    return cli_run_with(prefix, "unity-train", args);
+    char a[3072];
+    snprintf(a, sizeof a, "--log-every 1 %s", args);
+    return cli_run_with(prefix, "unity-train", a);
 }
 
-static const cli_result *run(const char *args) { return cli_run("unity-train", args); }
+static const cli_result *run(const char *args) { return run_with(NULL, args); }
 
 /* The per-step losses printed ("step i/n  loss X ..."), up to max; returns how many. */
 static int losses(const char *out, double *l, int max) {
@@ -273,6 +276,84 @@ static void test_node_times(void) {
     cli_expect_clean_error("unity-train", "--model mlp --tiny --node-times=1", "--node-times=1");
 }
 
+/* --node-times' phases are the meet trace's marks (one clock): with UN_MEET_TRACE on, each
+ * phase's median over the trace's steps is the one --node-times prints; the step line's phase
+ * (report) and the batch's are there too. */
+static void test_node_times_trace(void) {
+    const cli_result *r = run_with(cli_fmt("UN_MEET_TRACE=%s/nt"),
+                                   "--model mlp --tiny --steps 200 --quiet --node-times");
+    EXPECT_EQ(r->code, 0);
+    static const char *const mark[] = {"batch",    "forward", "loss",  "backward",
+                                       "loss-sum", "update",  "report"};
+    static const char *const phase[] = {"batch",           "forward", "loss",  "backward",
+                                        "loss all-reduce", "update",  "report"};
+    enum { K = 7, S = 200 };
+    static double len[K][S]; /* per phase, per traced step */
+    int steps = 0;
+    FILE *f = fopen(cli_fmt("%s/nt.0"), "r");
+    EXPECT_TRUE(f != NULL);
+    double t, prev_t = 0;
+    char what[64];
+    int prev = -1;
+    while (f && fscanf(f, "%lf %63s", &t, what) == 2) {
+        int k = -1;
+        for (int i = 0; i < K; i++)
+            k = strcmp(what, mark[i]) == 0 ? i : k;
+        if (k < 0 && strcmp(what, "end") != 0)
+            continue;                   /* a meet's arrival or release */
+        if (prev == K - 1 && steps > 0) /* a report runs to the next step's batch */
+            len[K - 1][steps - 1] = t - prev_t;
+        else if (prev >= 0 && steps > 0 && steps <= S)
+            len[prev][steps - 1] = t - prev_t;
+        if (k == 0)
+            steps++;
+        prev = k;
+        prev_t = t;
+    }
+    if (f)
+        fclose(f);
+    /* --node-times' rows are the steps after the first, as the trace's; the last step's report
+     * ends at "end" in the trace, at no next batch in --node-times: compare the others */
+    EXPECT_EQ(steps, S - 1);
+    for (int k = 0; k < K && steps == S - 1; k++) {
+        int n = k == K - 1 ? steps - 1 : steps;
+        double want = 1e6 * un_median(len[k], n), got = -1;
+        char key[64];
+        snprintf(key, sizeof key, "phase %s ", phase[k]);
+        const char *p = strstr(r->out, key);
+        if (p)
+            sscanf(p + strlen(key), "%lf", &got);
+        /* the report's median: the trace has the first step's (step 0's report is not a row) */
+        double tol = k == K - 1 ? 0.25 * want + 0.05 : 0.0015;
+        test__check(fabs(got - want) <= tol, TEST__AT,
+                    "phase %s: --node-times %.3f us, the trace's %.4f us", phase[k], got, want);
+    }
+}
+
+/* The step lines: without --log-every one every UN_TRAIN_LINE_S (a step of the tiny MLP takes
+ * ~20 us: a few lines for 3,000 steps), the first and the last always; --log-every N every N
+ * steps; the median step after the summary. */
+static void test_step_lines(void) {
+    const cli_result *r = cli_run("unity-train", "--model mlp --tiny --steps 3000");
+    EXPECT_EQ(r->code, 0);
+    int lines = 0;
+    for (const char *p = strstr(r->out, "\nstep "); p; p = strstr(p + 1, "\nstep "))
+        lines++;
+    test__check(lines >= 2 && lines < 1500, TEST__AT, "3000 steps, %d step lines", lines);
+    EXPECT_TRUE(strstr(r->out, "\nstep 1/3000 ") && strstr(r->out, "\nstep 3000/3000 "));
+    double med = 0;
+    const char *p = strstr(r->out, "\nmedian step: ");
+    EXPECT_TRUE(p && sscanf(p, "\nmedian step: %lf ms", &med) == 1 && med > 0);
+    r = cli_run("unity-train", "--model mlp --tiny --steps 3000 --log-every 1000");
+    EXPECT_EQ(r->code, 0);
+    double l[8];
+    EXPECT_EQ(losses(r->out, l, 8), 4);
+    EXPECT_TRUE(strstr(r->out, "\nstep 1/3000 ") && strstr(r->out, "\nstep 1000/3000 ") &&
+                strstr(r->out, "\nstep 2000/3000 ") && strstr(r->out, "\nstep 3000/3000 "));
+    cli_expect_clean_error("unity-train", "--model mlp --tiny --log-every 0", "--log-every");
+    cli_expect_clean_error("unity-train", "--model mlp --tiny --log-every x", "--log-every");
+}
+
 /* OpenMPI's libraries leak at exit (their own allocations, not ours): LeakSanitizer is off inside
  * the MPI processes of a sanitizer build; the local-mode runs keep it. */
 #define MPI_ENV "-x ASAN_OPTIONS=detect_leaks=0"
@@ -506,6 +587,8 @@ int main(void) {
         {"bad_input", test_bad_input},
         {"config_sizes", test_config_sizes},
         {"node_times", test_node_times},
+        {"node_times_trace", test_node_times_trace},
+        {"step_lines", test_step_lines},
         {"mpi_equal_losses", test_mpi_equal_losses},
         {"mpi_checkpoint", test_mpi_checkpoint},
         {"backend_flag", test_backend_flag},

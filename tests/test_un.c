@@ -19,6 +19,15 @@ static void test_ctx(void) {
     un_ctx_free(NULL);
 }
 
+/* un_median: the middle value (the upper of two), whatever the order; 0 of nothing. */
+static void test_median(void) {
+    double odd[] = {3, 1, 2}, even[] = {4, 1, 3, 2}, one[] = {-5};
+    EXPECT_NEAR(un_median(odd, 3), 2, 0);
+    EXPECT_NEAR(un_median(even, 4), 3, 0);
+    EXPECT_NEAR(un_median(one, 1), -5, 0);
+    EXPECT_NEAR(un_median(NULL, 0), 0, 0);
+}
+
 static void test_arena(void) {
     un_arena *a = un_arena_new(64);
     for (int i = 0; i < 1000; i++) {
@@ -166,10 +175,8 @@ static void test_ctx_child(void) {
 }
 
 int main(void) {
-    static const test_case cases[] = {{"ctx", test_ctx},
-                                      {"ctx_child", test_ctx_child},
-                                      {"arena", test_arena},
-                                      {"rng", test_rng},
-                                      {"json", test_json}};
+    static const test_case cases[] = {{"ctx", test_ctx},     {"ctx_child", test_ctx_child},
+                                      {"arena", test_arena}, {"median", test_median},
+                                      {"rng", test_rng},     {"json", test_json}};
     return TEST_RUN_ALL(cases);
 }

@@ -454,7 +454,7 @@ static void test_mixed_bytes(void) {
         /* under mpirun: the serial losses as printed, and every rank's line of --stats */
         char args[256];
         snprintf(args, sizeof args,
-                 "--model %s --tiny --steps 4 --threads 1 --precision f64 --comm mpi "
+                 "--model %s --tiny --steps 4 --log-every 1 --threads 1 --precision f64 --comm mpi "
                  "--strategy mixed:2x2 --stats",
                  models[i]);
         const cli_result *r = cli_run_with(

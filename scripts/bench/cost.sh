@@ -11,7 +11,7 @@
 #     (--stats: every device's peak, weights, gradients, optimizer state, activations, transfer
 #     buffers) plus the CPU kernels' forward stash (model_cases below), with the peak RSS (/usr/bin/time) minus a baseline run's RSS beside it for reference (kernel
 #     scratch is in the estimate and in the runtime's memory check; the host batch in the RSS only; tiny models are within the RSS noise);
-#     meets_ms: device 0's mean time per step inside communicator calls that meet the other
+#     meets_ms: device 0's median time per step inside communicator calls that meet the other
 #     device (--stats' meets table; of the run whose median step is the least).
 #  2. estimates per second for BERT-Large (the zoo transformer, batch 192) data parallel on 192
 #     V100s (specs/machines/v100x192.json): cached cost queries per second (the DP inner loop) and
@@ -50,14 +50,8 @@ base1=$(rss "$B/unity-train" --model mlp --tiny --steps 2 --threads 1 --quiet)
 base2=$(rss "$B/unity-train" --model mlp --tiny --steps 2 --devices 2 --threads 2 --quiet)
 echo "baseline peak RSS (tiny mlp, 2 steps): $((base1 / 1024)) KiB on 1 device, $((base2 / 1024)) KiB on 2, subtracted from the runs' on as many devices"
 printf '%-26s %-8s %3s %10s %10s %7s %5s %12s %12s %7s %5s %12s %9s%s\n' model strategy dev est_ms meas_ms err ok est_mem meas_mem err ok rss_delta meets_ms "${base_bin:+ base_err}"
-# the median step of a run's steps after the first (a step's time is batch / its samples/s; the
-# batch is the summary's samples/s x ms/step)
-median_step() {
-    awk '/^step / { n++; if (n > 1) sps[n - 1] = $(NF - 1) }
-         / ms\/step/ { for (i = 1; i <= NF; i++) { if ($i == "ms/step,") ms = $(i - 1); if ($i == "samples/s") s = $(i - 1) } }
-         END { m = n - 1; for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (sps[j] < sps[i]) { t = sps[i]; sps[i] = sps[j]; sps[j] = t }
-               b = s * ms / 1000; printf "%.4f", 1000 * b / sps[int((m + 1) / 2)] }' "$1"
-}
+# the median step of a run's steps after the first (unity-train's "median step" line)
+median_step() { sed -n 's/^median step: \([0-9.]*\) ms$/\1/p' "$1"; }
 # model_cases LABEL MODEL-ARGS STRATEGY:DEVICES...: REPS rounds; in each, every case of the model
 # in turn is profiled into the op-cost cache (the ops, and the rendezvous and stretches of work of
 # that moment), estimated, and run (alternating: a burst of other jobs hits one round, not one
@@ -94,7 +88,8 @@ model_cases() {
             fi
             peak=$(rss "$B/unity-train" $margs $sargs --steps "$steps" --stats)
             m=$(median_step "$tmp/out")
-            # device 0's time in communicator calls that meet the other device, per step (--stats)
+            # device 0's time in communicator calls that meet the other device, its median step's
+            # (--stats)
             local im
             im=$(awk '/^device +meets/ { on = 1; next } on && $1 == 0 { print $4; exit }' "$tmp/out")
             if ((r == 0)); then

@@ -68,7 +68,7 @@ batch_flag=()
 [[ -n "${BATCH:-}" ]] && batch_flag=(--batch "$batch")
 run_pair() { # model devices
     local m=$1 d=$2 out_cpu out_cuda
-    local flags=(--model "$m" --tiny --devices "$d" --optimizer adam --steps "$steps" "${batch_flag[@]}")
+    local flags=(--model "$m" --tiny --devices "$d" --optimizer adam --steps "$steps" --log-every 1 "${batch_flag[@]}")
     out_cpu=$("$build/bin/unity-train" "${flags[@]}" --backend cpu 2>&1) || { printf '%-13s %d dev  cpu failed: %s\n' "$m" "$d" "$(tail -1 <<<"$out_cpu")"; return; }
     out_cuda=$("$build/bin/unity-train" "${flags[@]}" --backend cuda 2>&1) || { printf '%-13s %d dev  cuda failed: %s\n' "$m" "$d" "$(tail -1 <<<"$out_cuda")"; return; }
     paste <(sed -n 's/^step [0-9]*\/[0-9]*  loss \([^ ]*\).*/\1/p' <<<"$out_cpu") \
