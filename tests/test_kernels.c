@@ -1435,31 +1435,26 @@ static void test_nonfinite(void) {
  * linear of xdl at batch 256: 19.8 us profiled, 8.6 in the step). The least of 40 alternating
  * runs each on 64 Ki floats, random signs against the same values all positive. */
 static void test_relu_signs(void) {
+    /* relu over random signs, zeros and signed zeros included: every element max(x, 0). Its
+     * cost not depending on the signs (the branch-free loop) is a timing, so it is shown by the
+     * step measurements in runtime/README.md, not asserted here. */
     un_ctx *ctx = un_ctx_new(NULL);
     un_kexec ex = exec_default(UN_PREC_F32);
-    enum { N = 1 << 16 };
-    float *xr = malloc(N * sizeof *xr), *xp = malloc(N * sizeof *xp), *y = malloc(N * sizeof *y);
+    enum { N = 1 << 12 };
+    float *x = malloc(N * sizeof *x), *y = malloc(N * sizeof *y);
     uint64_t r = 7;
     for (int i = 0; i < N; i++) {
         r = r * 6364136223846793005ull + 1442695040888963407ull;
-        xp[i] = 1.0f + (float)(r >> 41) / (float)(1 << 23);
-        xr[i] = (r >> 40) & 1 ? xp[i] : -xp[i];
+        float m = 1.0f + (float)(r >> 41) / (float)(1 << 23);
+        x[i] = i % 17 == 0 ? 0.0f : i % 19 == 0 ? -0.0f : (r >> 40) & 1 ? m : -m;
     }
-    double best[2] = {1e9, 1e9};
-    for (int rep = 0; rep < 40; rep++)
-        for (int k = 0; k < 2; k++) {
-            un_kt in = {UN_DT_FLOAT, 1, {N}, k ? xp : xr}, out = {UN_DT_FLOAT, 1, {N}, y};
-            double t0 = un_now_s();
-            EXPECT_OK(ctx, un_kern_forward(ctx, &ex, UN_OP_RELU, NULL, &in, 1, &out, 1));
-            double t = un_now_s() - t0;
-            best[k] = t < best[k] ? t : best[k];
-        }
-    test__check(best[0] < 2 * best[1], TEST__AT,
-                "relu of 64 Ki floats: random signs %.1f us, all positive %.1f us", 1e6 * best[0],
-                1e6 * best[1]);
-    EXPECT_TRUE(y[0] == xp[0]);
-    free(xr);
-    free(xp);
+    un_kt in = {UN_DT_FLOAT, 1, {N}, x}, out = {UN_DT_FLOAT, 1, {N}, y};
+    EXPECT_OK(ctx, un_kern_forward(ctx, &ex, UN_OP_RELU, NULL, &in, 1, &out, 1));
+    int bad = 0;
+    for (int i = 0; i < N; i++)
+        bad += y[i] != (x[i] > 0 ? x[i] : 0.0f);
+    EXPECT_TRUE(bad == 0);
+    free(x);
     free(y);
     un_ctx_free(ctx);
 }
