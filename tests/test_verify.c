@@ -617,6 +617,36 @@ static void test_work_budget(void) {
     un_rule_free(r);
 }
 
+/* A rule proven at its witness sizes only (split_concat: fixed split sizes) is retried at them
+ * in its symbolic proof's solver scope: one proof (the rule encoded once), valid, its retry's
+ * work apart; without the retry the symbolic proof alone fails. */
+static void test_witness_retry(void) {
+    un_verifier *v = verifier();
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_rule *r = rule_json(split_concat);
+    if (v && r) {
+        un_proof p;
+        EXPECT_TRUE(prove(v, r, true, 5000, &p) != UN_VERDICT_VALID);
+        EXPECT_TRUE(!p.retried && p.work_witness == 0);
+        un_prove_opts o = {.timeout_ms = 5000, .symbolic = true, .witness_retry = true};
+        EXPECT_OK(ctx, un_verifier_prove(ctx, v, r, &o, &p));
+        printf("    symbolic then witness in one scope: %s, work %llu (retry %llu), [%s]\n",
+               un_verdict_name(p.verdict), (unsigned long long)p.work,
+               (unsigned long long)p.work_witness, p.axioms);
+        EXPECT_EQ(p.verdict, UN_VERDICT_VALID);
+        EXPECT_TRUE(p.retried);
+        EXPECT_TRUE(p.work_witness > 0 && p.work_witness < p.work);
+        EXPECT_EQ(p.calls_by[UN_WORK_OTHER], 1);
+        /* the same verdict as a fresh proof at the witness sizes */
+        un_proof w;
+        EXPECT_EQ(prove(v, r, false, 5000, &w), UN_VERDICT_VALID);
+        EXPECT_STR_EQ(w.axioms, p.axioms);
+    }
+    un_rule_free(r);
+    un_verifier_free(v);
+    un_ctx_free(ctx);
+}
+
 int main(void) {
     static const test_case cases[] = {
         {"narrow_first", test_narrow_first},       {"axioms_encoded", test_axioms_encoded},
@@ -625,7 +655,7 @@ int main(void) {
         {"timeout_unknown", test_timeout_unknown}, {"axcheck", test_axcheck},
         {"lifted_proof", test_lifted_proof},       {"pipeline", test_pipeline},
         {"param_variable", test_param_variable},   {"unknown_operator", test_unknown_operator},
-        {"work_budget", test_work_budget},
+        {"work_budget", test_work_budget},         {"witness_retry", test_witness_retry},
     };
     return TEST_RUN_WITH_SPEC(cases, &spec);
 }
