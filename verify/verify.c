@@ -48,7 +48,9 @@ struct un_verifier {
                                  * of the two for every literal), made on first use: once per
                                  * context, when they were made (their ids order Z3's search) */
     Z3_ast *track_off;
-    bool failed; /* a Z3 call failed since the last check */
+    bool *ax_in;        /* per axiom: asserted in the solver (on first use) */
+    uint64_t bg_in_ops; /* operators whose shape axioms are asserted */
+    bool failed;        /* a Z3 call failed since the last check */
     char msg[256];
 };
 
@@ -833,8 +835,9 @@ static uint64_t rlimit_count(un_verifier *v, Z3_solver s) {
 }
 
 /* One solver per context, kept across rules (each proof pushes and pops its own scope): it holds
- * every axiom as `literal -> axiom`, and a proof switches on the relevant ones by assumptions, so
- * the quantifiers are internalized once rather than per rule. The simple solver skips the
+ * the axioms as `literal -> axiom`, each asserted when a rule first finds it relevant
+ * (assert_used), and a proof switches on the relevant ones by assumptions, so the quantifiers are
+ * internalized once rather than per rule. The simple solver skips the
  * preprocessing tactics, which made quantified checks run to their timeout instead of
  * saturating. */
 static void make_solver(un_verifier *v) {
@@ -848,12 +851,25 @@ static void make_solver(un_verifier *v) {
         v->op_off[op] = NULL;
     }
     v->track_off = un_xcalloc((size_t)v->n_ax + 1, sizeof(Z3_ast));
-    for (int i = 0; i < v->n_bg; i++) {
-        int op = __builtin_ctzll(v->bg_op[i]);
-        Z3_solver_assert(v->z, v->solver, Z3_mk_implies(v->z, v->op_lit[op], v->bg[i]));
-    }
+    v->ax_in = un_xcalloc((size_t)v->n_ax + 1, sizeof(bool));
+    v->bg_in_ops = 0;
+}
+
+/* Asserts (at the solver's base level, for every later rule) the shape axioms of the operators
+ * in ops and the spec axioms of use not asserted yet: an axiom no rule switches on is never
+ * internalized. */
+static void assert_used(un_verifier *v, uint64_t ops, const bool *use) {
+    for (int i = 0; i < v->n_bg; i++)
+        if (v->bg_op[i] & ops & ~v->bg_in_ops) {
+            int op = __builtin_ctzll(v->bg_op[i]);
+            Z3_solver_assert(v->z, v->solver, Z3_mk_implies(v->z, v->op_lit[op], v->bg[i]));
+        }
+    v->bg_in_ops |= ops;
     for (int i = 0; i < v->n_ax; i++)
-        Z3_solver_assert(v->z, v->solver, Z3_mk_implies(v->z, v->track[i], v->ax[i]));
+        if (use[i] && !v->ax_in[i]) {
+            Z3_solver_assert(v->z, v->solver, Z3_mk_implies(v->z, v->track[i], v->ax[i]));
+            v->ax_in[i] = true;
+        }
 }
 
 static void teardown(un_verifier *v) {
@@ -868,6 +884,8 @@ static void teardown(un_verifier *v) {
     free(v->track);
     free(v->track_off);
     v->track_off = NULL;
+    free(v->ax_in);
+    v->ax_in = NULL;
     free(v->ax_name);
     free(v->bg_op);
     free(v->ax_ops[0]);
@@ -990,6 +1008,13 @@ void un_verifier_free(un_verifier *v) {
 }
 
 int un_verifier_axiom_count(const un_verifier *v) { return v->n_ax; }
+
+int un_verifier_axioms_asserted(const un_verifier *v) {
+    int n = 0;
+    for (int i = 0; i < v->n_ax; i++)
+        n += v->ax_in[i];
+    return n;
+}
 
 const char *un_verifier_skipped(const un_verifier *v) {
     return v->skipped.data ? v->skipped.data : "";
@@ -1350,6 +1375,7 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
     /* With a resource limit the budgets are in rlimit units (the same on a busy machine as on
      * an idle one) and the wall-clock timeout is only a backstop; without one, as before, in ms. */
     uint64_t rl0 = rlimit_count(v, s);
+    assert_used(v, ops, use);
     set_limits(v, s, timeout, rlimit);
     Z3_solver_push(v->z, s);
     pushed = true;

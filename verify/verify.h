@@ -80,6 +80,10 @@ un_status un_verifier_new_ex(un_ctx *ctx, const un_spec *spec, const struct un_a
 /* Number of spec axioms encoded, and the names of those left out with the reason ("" if none;
  * borrowed until un_verifier_free). */
 int un_verifier_axiom_count(const un_verifier *v);
+/* Of them, those asserted in the current context's solver: an axiom is asserted when a rule first
+ * finds it relevant (an axiom asserted but switched off still costs every check; 0 after a
+ * rebuild). */
+int un_verifier_axioms_asserted(const un_verifier *v);
 const char *un_verifier_skipped(const un_verifier *v);
 
 /* Proves, for every mapped output pair of r: whenever the source side is well formed (and its
