@@ -617,15 +617,75 @@ static void test_work_budget(void) {
     un_rule_free(r);
 }
 
+/* A rule proven at its witness sizes only (split_concat: fixed split sizes) is retried at them
+ * in its symbolic proof's solver scope: one proof (the rule encoded once), valid, its retry's
+ * work apart; without the retry the symbolic proof alone fails. */
+static void test_witness_retry(void) {
+    un_verifier *v = verifier();
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_rule *r = rule_json(split_concat);
+    if (v && r) {
+        un_proof p;
+        EXPECT_TRUE(prove(v, r, true, 5000, &p) != UN_VERDICT_VALID);
+        EXPECT_TRUE(!p.retried && p.work_witness == 0);
+        un_prove_opts o = {.timeout_ms = 5000, .symbolic = true, .witness_retry = true};
+        EXPECT_OK(ctx, un_verifier_prove(ctx, v, r, &o, &p));
+        printf("    symbolic then witness in one scope: %s, work %llu (retry %llu), [%s]\n",
+               un_verdict_name(p.verdict), (unsigned long long)p.work,
+               (unsigned long long)p.work_witness, p.axioms);
+        EXPECT_EQ(p.verdict, UN_VERDICT_VALID);
+        EXPECT_TRUE(p.retried);
+        EXPECT_TRUE(p.work_witness > 0 && p.work_witness < p.work);
+        EXPECT_EQ(p.calls_by[UN_WORK_OTHER], 1);
+        /* the same verdict as a fresh proof at the witness sizes */
+        un_proof w;
+        EXPECT_EQ(prove(v, r, false, 5000, &w), UN_VERDICT_VALID);
+        EXPECT_STR_EQ(w.axioms, p.axioms);
+    }
+    un_rule_free(r);
+    un_verifier_free(v);
+    un_ctx_free(ctx);
+}
+
+/* An axiom is asserted in the solver when a rule first finds it relevant: none in a fresh
+ * verifier, ew_add's after an ew_add rule (not the rest of the spec's), more after a rule over
+ * linear and the parallel ops; the proofs are those of known_true. */
+static void test_axioms_on_first_use(void) {
+    un_verifier *v = verifier();
+    un_rule *add = rule_json(ew_add_comm), *lin = rule_json(linear_batch);
+    if (v && add && lin) {
+        EXPECT_EQ(un_verifier_axioms_asserted(v), 0);
+        un_proof p;
+        EXPECT_EQ(prove(v, add, true, 5000, &p), UN_VERDICT_VALID);
+        int n_add = un_verifier_axioms_asserted(v);
+        EXPECT_EQ(prove(v, lin, true, 5000, &p), UN_VERDICT_VALID);
+        int n_lin = un_verifier_axioms_asserted(v);
+        printf("    asserted: %d after ew_add_comm, %d after linear_batch, of %d\n", n_add, n_lin,
+               un_verifier_axiom_count(v));
+        EXPECT_TRUE(n_add > 0 && n_add < n_lin && n_lin < un_verifier_axiom_count(v));
+    }
+    un_rule_free(add);
+    un_rule_free(lin);
+    un_verifier_free(v);
+}
+
 int main(void) {
     static const test_case cases[] = {
-        {"narrow_first", test_narrow_first},       {"axioms_encoded", test_axioms_encoded},
-        {"known_true", test_known_true},           {"attention_axioms", test_attention_axioms},
-        {"conv_axioms", test_conv_axioms},         {"known_false", test_known_false},
-        {"timeout_unknown", test_timeout_unknown}, {"axcheck", test_axcheck},
-        {"lifted_proof", test_lifted_proof},       {"pipeline", test_pipeline},
-        {"param_variable", test_param_variable},   {"unknown_operator", test_unknown_operator},
+        {"narrow_first", test_narrow_first},
+        {"axioms_encoded", test_axioms_encoded},
+        {"known_true", test_known_true},
+        {"attention_axioms", test_attention_axioms},
+        {"conv_axioms", test_conv_axioms},
+        {"known_false", test_known_false},
+        {"timeout_unknown", test_timeout_unknown},
+        {"axcheck", test_axcheck},
+        {"lifted_proof", test_lifted_proof},
+        {"pipeline", test_pipeline},
+        {"param_variable", test_param_variable},
+        {"unknown_operator", test_unknown_operator},
         {"work_budget", test_work_budget},
+        {"witness_retry", test_witness_retry},
+        {"axioms_on_first_use", test_axioms_on_first_use},
     };
     return TEST_RUN_WITH_SPEC(cases, &spec);
 }

@@ -358,11 +358,15 @@ un_status un_runner_rule(un_ctx *ctx, un_verifier *v, const un_rule *r, const un
     }
     if (st == UN_OK && !proven) {
         un_ctx_clear(ctx);
+        /* without a proof for every size, the witness sizes in the same solver scope (or, where
+         * the verifier cannot, in a fresh proof) */
+        po.witness_retry = true;
         st = un_verifier_prove(ctx, v, r, &po, &p);
         add_work(out, &p);
-        if (st == UN_OK && p.verdict == UN_VERDICT_VALID) {
+        out->work_witness += p.work_witness;
+        if (st == UN_OK && p.verdict == UN_VERDICT_VALID && !p.retried) {
             out->any_shape = true;
-        } else if (st == UN_OK) {
+        } else if (st == UN_OK && !p.retried) {
             po.symbolic = false;
             st = un_verifier_prove(ctx, v, r, &po, &p);
             add_work(out, &p);

@@ -48,7 +48,9 @@ struct un_verifier {
                                  * of the two for every literal), made on first use: once per
                                  * context, when they were made (their ids order Z3's search) */
     Z3_ast *track_off;
-    bool failed; /* a Z3 call failed since the last check */
+    bool *ax_in;        /* per axiom: asserted in the solver (on first use) */
+    uint64_t bg_in_ops; /* operators whose shape axioms are asserted */
+    bool failed;        /* a Z3 call failed since the last check */
     char msg[256];
 };
 
@@ -833,8 +835,9 @@ static uint64_t rlimit_count(un_verifier *v, Z3_solver s) {
 }
 
 /* One solver per context, kept across rules (each proof pushes and pops its own scope): it holds
- * every axiom as `literal -> axiom`, and a proof switches on the relevant ones by assumptions, so
- * the quantifiers are internalized once rather than per rule. The simple solver skips the
+ * the axioms as `literal -> axiom`, each asserted when a rule first finds it relevant
+ * (assert_used), and a proof switches on the relevant ones by assumptions, so the quantifiers are
+ * internalized once rather than per rule. The simple solver skips the
  * preprocessing tactics, which made quantified checks run to their timeout instead of
  * saturating. */
 static void make_solver(un_verifier *v) {
@@ -848,12 +851,25 @@ static void make_solver(un_verifier *v) {
         v->op_off[op] = NULL;
     }
     v->track_off = un_xcalloc((size_t)v->n_ax + 1, sizeof(Z3_ast));
-    for (int i = 0; i < v->n_bg; i++) {
-        int op = __builtin_ctzll(v->bg_op[i]);
-        Z3_solver_assert(v->z, v->solver, Z3_mk_implies(v->z, v->op_lit[op], v->bg[i]));
-    }
+    v->ax_in = un_xcalloc((size_t)v->n_ax + 1, sizeof(bool));
+    v->bg_in_ops = 0;
+}
+
+/* Asserts (at the solver's base level, for every later rule) the shape axioms of the operators
+ * in ops and the spec axioms of use not asserted yet: an axiom no rule switches on is never
+ * internalized. */
+static void assert_used(un_verifier *v, uint64_t ops, const bool *use) {
+    for (int i = 0; i < v->n_bg; i++)
+        if (v->bg_op[i] & ops & ~v->bg_in_ops) {
+            int op = __builtin_ctzll(v->bg_op[i]);
+            Z3_solver_assert(v->z, v->solver, Z3_mk_implies(v->z, v->op_lit[op], v->bg[i]));
+        }
+    v->bg_in_ops |= ops;
     for (int i = 0; i < v->n_ax; i++)
-        Z3_solver_assert(v->z, v->solver, Z3_mk_implies(v->z, v->track[i], v->ax[i]));
+        if (use[i] && !v->ax_in[i]) {
+            Z3_solver_assert(v->z, v->solver, Z3_mk_implies(v->z, v->track[i], v->ax[i]));
+            v->ax_in[i] = true;
+        }
 }
 
 static void teardown(un_verifier *v) {
@@ -868,6 +884,8 @@ static void teardown(un_verifier *v) {
     free(v->track);
     free(v->track_off);
     v->track_off = NULL;
+    free(v->ax_in);
+    v->ax_in = NULL;
     free(v->ax_name);
     free(v->bg_op);
     free(v->ax_ops[0]);
@@ -990,6 +1008,13 @@ void un_verifier_free(un_verifier *v) {
 }
 
 int un_verifier_axiom_count(const un_verifier *v) { return v->n_ax; }
+
+int un_verifier_axioms_asserted(const un_verifier *v) {
+    int n = 0;
+    for (int i = 0; i < v->n_ax; i++)
+        n += v->ax_in[i];
+    return n;
+}
 
 const char *un_verifier_skipped(const un_verifier *v) {
     return v->skipped.data ? v->skipped.data : "";
@@ -1187,6 +1212,13 @@ static bool narrow_set(const un_verifier *v, uint64_t ops, const bool *use, bool
     return smaller;
 }
 
+/* The narrow set's assumptions (0: the narrow set is every relevant axiom, no narrow attempt). */
+static unsigned narrow_assumptions(un_verifier *v, uint64_t rule_ops, const bool *use, bool *narrow,
+                                   Z3_ast *nasm) {
+    uint64_t nops = rule_ops;
+    return narrow_set(v, rule_ops, use, narrow, &nops) ? assumptions(v, nops, narrow, nasm) : 0;
+}
+
 /* Marks the axioms of a full-set proof's core (used) that its narrow set lacked as learned. */
 static void learn(un_verifier *v, const bool *used, const bool *narrow) {
     for (int i = 0; i < v->n_ax && i < v->n_learned; i++)
@@ -1227,6 +1259,19 @@ static Z3_lbool narrow_check(un_verifier *v, Z3_solver s, unsigned timeout, unsi
     Z3_lbool res = check(v, s, n, a, UN_WORK_NARROW, out);
     set_limits(v, s, timeout, rlimit);
     return res;
+}
+
+/* The rule's inputs at their witness sizes (every dim of each, equal to the source's). */
+static Z3_ast witness_sizes(un_verifier *v, const un_rule *r, const Z3_ast *X) {
+    conds *w = un_xcalloc(1, sizeof *w);
+    for (int i = 0; i < un_rule_input_count(r); i++) {
+        const un_shape *sh = un_graph_shape(r->src, (un_ref){un_rule_input_src(r, i), 0});
+        for (int j = 0; j < sh->rank; j++)
+            conds_add(w, mk_eq(v, mk_dim(v, X[i], mk_int(v, j)), mk_int(v, sh->dim[j])));
+    }
+    Z3_ast a = conds_and(v, w);
+    free(w);
+    return a;
 }
 
 static void reason_unknown(un_verifier *v, Z3_solver s, const char *what, un_proof *out) {
@@ -1318,22 +1363,19 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
         goto done;
     }
     s = v->solver;
-    asm_ = un_xmalloc(sizeof(Z3_ast) * (size_t)(UN_OP_COUNT + v->n_ax + 1));
+    asm_ = un_xmalloc(sizeof(Z3_ast) * (size_t)(UN_OP_COUNT + v->n_ax + 2));
     unsigned n_asm = assumptions(v, ops, use, asm_);
     /* Each output is tried first with the narrow axiom set (on average a few percent of the
      * relevant ones at N=4, and nearly every proof needs no other), under a quarter of the
      * timeout; only an unsat there counts, anything else goes on with every relevant axiom, as
      * before. A proof from fewer axioms is the same proof, so verdicts do not change; the
      * E-matching over fewer quantifiers is what it saves. */
-    unsigned n_nasm = 0;
-    uint64_t nops = rule_ops;
-    if (narrow_set(v, rule_ops, use, narrow, &nops)) {
-        nasm = un_xmalloc(sizeof(Z3_ast) * (size_t)(UN_OP_COUNT + v->n_ax + 1));
-        n_nasm = assumptions(v, nops, narrow, nasm);
-    }
+    nasm = un_xmalloc(sizeof(Z3_ast) * (size_t)(UN_OP_COUNT + v->n_ax + 2));
+    unsigned n_nasm = narrow_assumptions(v, rule_ops, use, narrow, nasm);
     /* With a resource limit the budgets are in rlimit units (the same on a busy machine as on
      * an idle one) and the wall-clock timeout is only a backstop; without one, as before, in ms. */
     uint64_t rl0 = rlimit_count(v, s);
+    assert_used(v, ops, use);
     set_limits(v, s, timeout, rlimit);
     Z3_solver_push(v->z, s);
     pushed = true;
@@ -1354,82 +1396,114 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
         conds_add(&g, mk_eq(v, S, D));
         negs[i] = mk_not(v, conds_and(v, &g));
     }
-    /* A rule with several outputs is first tried with the narrow set for all of them in one
-     * check (the goals' conjunction: unsat proves each); otherwise output by output as below. */
-    bool narrow_all = false;
-    if (n_nasm && r->n_out > 1) {
-        Z3_ast glit = mk_fresh(v, "goal", v->B);
-        Z3_solver_assert(v->z, s,
-                         Z3_mk_implies(v->z, glit, Z3_mk_or(v->z, (unsigned)r->n_out, negs)));
-        nasm[n_nasm] = glit;
-        narrow_all = narrow_check(v, s, timeout, rlimit, n_nasm + 1, nasm, out) == Z3_L_FALSE;
-        if (narrow_all) {
-            core_names(v, s, used);
-            out->narrow = r->n_out;
-        }
-    }
-    for (int i = 0; i < r->n_out && all && !narrow_all; i++) {
-        /* the negated goal behind its own literal, assumed by this output's checks only: the
-         * axiom instances found stay for the next checks of the rule */
-        Z3_ast glit = mk_fresh(v, "goal", v->B);
-        Z3_solver_assert(v->z, s, Z3_mk_implies(v->z, glit, negs[i]));
-        if (n_nasm) {
-            nasm[n_nasm] = glit;
-            if (narrow_check(v, s, timeout, rlimit, n_nasm + 1, nasm, out) == Z3_L_FALSE) {
-                core_names(v, s, used);
-                out->narrow++;
-                continue;
-            }
-        }
-        asm_[n_asm] = glit;
-        Z3_lbool res = check(v, s, n_asm + 1, asm_, UN_WORK_FULL, out);
-        char what[64];
-        snprintf(what, sizeof what, "output %d", i);
-        if (res == Z3_L_FALSE) {
-            core_names(v, s, used);
-            if (n_nasm)
-                learn(v, used, narrow);
-        } else if (res == Z3_L_TRUE) {
-            Z3_model m = Z3_solver_get_model(v->z, s);
-            if (m) {
-                Z3_model_inc_ref(v->z, m);
-                snprintf(out->detail, sizeof out->detail, "%s: counter-model of the axioms: %s",
-                         what, Z3_model_to_string(v->z, m));
-                Z3_model_dec_ref(v->z, m);
-            }
-            out->verdict = UN_VERDICT_INVALID;
-            all = false;
-        } else {
-            reason_unknown(v, s, what, out);
-            all = false;
-        }
-    }
+    /* Without a proof for every size (opts->witness_retry), the witness sizes are tried in the
+     * same scope, as extra hypotheses behind their own literal assumed by every check of the
+     * retry: the same claim as a fresh proof at those sizes (the symbolic bounds are implied),
+     * without encoding the rule again; its consistency check's budget counts the whole proof's
+     * work, so it is no smaller than a fresh proof's. Not after a consistency check, whose
+     * assertions (the target's conditions among them) are then in the scope: the caller proves
+     * afresh. */
+    Z3_ast wit = NULL;
     Z3_lbool cres = Z3_L_UNDEF;
-    if (all) {
-        /* Consistency: the hypotheses and the axioms the proof used, without the goal, must not
-         * be unsat: a proof never rests on contradictory axiom instances, nor on a source-side
-         * condition that cannot hold (which would also flag a mistranslated `require`). */
-        if (rlimit) {
-            uint64_t cr = 2 * (rlimit_count(v, s) - rl0) + 20 * (uint64_t)UN_VERIFY_RLIMIT_PER_MS;
-            set_limits(v, s, timeout, cr < rlimit ? (unsigned)cr : rlimit);
-        } else {
-            double spent = now_ms() - t0;
-            unsigned ct = (unsigned)(2 * spent) + 20;
-            set_limits(v, s, ct < timeout ? ct : timeout, 0);
+    uint64_t rl_retry = 0;
+    for (;;) {
+        /* A rule with several outputs is first tried with the narrow set for all of them in
+         * one check (the goals' conjunction: unsat proves each); else output by output below. */
+        bool narrow_all = false;
+        if (n_nasm && r->n_out > 1) {
+            Z3_ast glit = mk_fresh(v, "goal", v->B);
+            Z3_solver_assert(v->z, s,
+                             Z3_mk_implies(v->z, glit, Z3_mk_or(v->z, (unsigned)r->n_out, negs)));
+            nasm[n_nasm] = glit;
+            nasm[n_nasm + 1] = wit;
+            narrow_all =
+                narrow_check(v, s, timeout, rlimit, n_nasm + 1 + !!wit, nasm, out) == Z3_L_FALSE;
+            if (narrow_all) {
+                core_names(v, s, used);
+                out->narrow = r->n_out;
+            }
         }
-        n_asm = assumptions(v, ops, used, asm_);
-        for (int i = 0; i < r->n_out; i++) {
-            Z3_ast S = e.term[0][r->src_out[i].node * UN_MAX_OUTPUTS + r->src_out[i].out];
-            Z3_ast D = e.term[1][r->dst_out[i].node * UN_MAX_OUTPUTS + r->dst_out[i].out];
-            Z3_solver_assert(v->z, s, mk_not(v, mk_eq(v, S, mk_fresh(v, "c", v->T))));
-            Z3_solver_assert(v->z, s, mk_not(v, mk_eq(v, D, mk_fresh(v, "c", v->T))));
+        for (int i = 0; i < r->n_out && all && !narrow_all; i++) {
+            /* the negated goal behind its own literal, assumed by this output's checks only: the
+             * axiom instances found stay for the next checks of the rule */
+            Z3_ast glit = mk_fresh(v, "goal", v->B);
+            Z3_solver_assert(v->z, s, Z3_mk_implies(v->z, glit, negs[i]));
+            if (n_nasm) {
+                nasm[n_nasm] = glit;
+                nasm[n_nasm + 1] = wit;
+                if (narrow_check(v, s, timeout, rlimit, n_nasm + 1 + !!wit, nasm, out) ==
+                    Z3_L_FALSE) {
+                    core_names(v, s, used);
+                    out->narrow++;
+                    continue;
+                }
+            }
+            asm_[n_asm] = glit;
+            asm_[n_asm + 1] = wit;
+            Z3_lbool res = check(v, s, n_asm + 1 + !!wit, asm_, UN_WORK_FULL, out);
+            char what[64];
+            snprintf(what, sizeof what, "output %d", i);
+            if (res == Z3_L_FALSE) {
+                core_names(v, s, used);
+                if (n_nasm)
+                    learn(v, used, narrow);
+            } else if (res == Z3_L_TRUE) {
+                Z3_model m = Z3_solver_get_model(v->z, s);
+                if (m) {
+                    Z3_model_inc_ref(v->z, m);
+                    snprintf(out->detail, sizeof out->detail, "%s: counter-model of the axioms: %s",
+                             what, Z3_model_to_string(v->z, m));
+                    Z3_model_dec_ref(v->z, m);
+                }
+                out->verdict = UN_VERDICT_INVALID;
+                all = false;
+            } else {
+                reason_unknown(v, s, what, out);
+                all = false;
+            }
         }
-        /* The target side's conditions (implied by the source's, as just proven) and the rank and
-         * dims of every tensor on both sides, named by fresh integers: satisfiable in the intended
-         * semantics, and they make those terms relevant, so E-matching sees what they imply. */
-        Z3_solver_assert(v->z, s, dst_ok);
-        name_shapes(v, s, r, &e, 1, 2);
-        cres = check(v, s, n_asm, asm_, UN_WORK_CONSISTENCY, out);
+        if (all) {
+            /* Consistency: the hypotheses and the axioms the proof used, without the goal, must not
+             * be unsat: a proof never rests on contradictory axiom instances, nor on a source-side
+             * condition that cannot hold (which would also flag a mistranslated `require`). */
+            if (rlimit) {
+                uint64_t cr =
+                    2 * (rlimit_count(v, s) - rl0) + 20 * (uint64_t)UN_VERIFY_RLIMIT_PER_MS;
+                set_limits(v, s, timeout, cr < rlimit ? (unsigned)cr : rlimit);
+            } else {
+                double spent = now_ms() - t0;
+                unsigned ct = (unsigned)(2 * spent) + 20;
+                set_limits(v, s, ct < timeout ? ct : timeout, 0);
+            }
+            n_asm = assumptions(v, ops, used, asm_);
+            if (wit)
+                asm_[n_asm++] = wit;
+            for (int i = 0; i < r->n_out; i++) {
+                Z3_ast S = e.term[0][r->src_out[i].node * UN_MAX_OUTPUTS + r->src_out[i].out];
+                Z3_ast D = e.term[1][r->dst_out[i].node * UN_MAX_OUTPUTS + r->dst_out[i].out];
+                Z3_solver_assert(v->z, s, mk_not(v, mk_eq(v, S, mk_fresh(v, "c", v->T))));
+                Z3_solver_assert(v->z, s, mk_not(v, mk_eq(v, D, mk_fresh(v, "c", v->T))));
+            }
+            /* The target side's conditions (implied by the source's, as just proven) and the rank
+             * and dims of every tensor on both sides, named by fresh integers: satisfiable in the
+             * intended semantics, and they make those terms relevant, so E-matching sees what they
+             * imply. */
+            Z3_solver_assert(v->z, s, dst_ok);
+            name_shapes(v, s, r, &e, 1, 2);
+            cres = check(v, s, n_asm, asm_, UN_WORK_CONSISTENCY, out);
+        }
+        if (all || wit || !symbolic || !opts->witness_retry)
+            break;
+        wit = mk_fresh(v, "witness", v->B);
+        Z3_solver_assert(v->z, s, Z3_mk_implies(v->z, wit, witness_sizes(v, r, e.X)));
+        out->retried = true;
+        out->verdict = UN_VERDICT_UNKNOWN;
+        out->detail[0] = '\0';
+        out->narrow = 0;
+        memset(used, 0, sizeof(bool) * ((size_t)v->n_ax + 1));
+        n_nasm = narrow_assumptions(v, rule_ops, use, narrow, nasm); /* with what it learned */
+        rl_retry = rlimit_count(v, s);
+        all = true;
     }
     if (all) {
         if (cres == Z3_L_FALSE) {
@@ -1454,6 +1528,8 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
         }
     }
     out->work = rlimit_count(v, s) - rl0;
+    if (out->retried)
+        out->work_witness = rlimit_count(v, s) - rl_retry;
     out->work_by[UN_WORK_OTHER] = out->work;
     for (int k = 0; k < UN_WORK_OTHER; k++)
         out->work_by[UN_WORK_OTHER] -= out->work_by[k];

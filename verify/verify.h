@@ -34,6 +34,8 @@ typedef struct un_verifier un_verifier;
 typedef struct un_prove_opts {
     unsigned timeout_ms; /* per solver call, wall clock; 0 = 10000 (a backstop with rlimit) */
     bool symbolic;       /* input sizes as integer variables (else the witness sizes) */
+    bool witness_retry;  /* symbolic: without a proof for every size, try the witness sizes in
+                          * the same solver scope (un_proof.retried) */
     unsigned rlimit;     /* Z3 resource limit per solver call (0 = none, the timeout alone): the
                           * same on any machine and load. The narrow-set attempt gets a quarter,
                           * the consistency check twice what the proof used plus 20 ms' worth */
@@ -58,6 +60,8 @@ typedef struct un_proof {
     char axioms[2048]; /* VALID: spec axioms in the unsat cores, comma-separated, sorted */
     int narrow;        /* outputs proven with the narrow axiom set (un_verifier_prove) */
     uint64_t work;     /* Z3 resource units (rlimit) the solver calls used: machine-independent */
+    bool retried;      /* the witness sizes were tried (witness_retry): the verdict is theirs */
+    uint64_t work_witness;           /* of work, in that retry */
     uint64_t work_by[UN_WORK_COUNT]; /* of it, per kind of check (sums to work) */
     int calls_by[UN_WORK_COUNT];     /* solver calls per kind (UN_WORK_OTHER: proofs) */
 } un_proof;
@@ -76,6 +80,10 @@ un_status un_verifier_new_ex(un_ctx *ctx, const un_spec *spec, const struct un_a
 /* Number of spec axioms encoded, and the names of those left out with the reason ("" if none;
  * borrowed until un_verifier_free). */
 int un_verifier_axiom_count(const un_verifier *v);
+/* Of them, those asserted in the current context's solver: an axiom is asserted when a rule first
+ * finds it relevant (an axiom asserted but switched off still costs every check; 0 after a
+ * rebuild). */
+int un_verifier_axioms_asserted(const un_verifier *v);
 const char *un_verifier_skipped(const un_verifier *v);
 
 /* Proves, for every mapped output pair of r: whenever the source side is well formed (and its
