@@ -50,7 +50,8 @@ bool un_axlift_is_dim_param(const un_op_spec *os, int param);
  * were well formed. */
 un_status un_axcheck_axiom(un_ctx *ctx, const un_spec *spec, const un_axiom *ax, uint64_t seed,
                            int trials, int want, int *n_good);
-/* The same for a lifted axiom; a lifted form that is never well formed is UN_ERR_SPEC. */
+/* The same for a lifted axiom, with one draw of the sizes per trial; a lifted form that is never
+ * well formed is UN_ERR_SPEC. */
 un_status un_axcheck_lift(un_ctx *ctx, const un_spec *spec, const un_axlift *l, uint64_t seed,
                           int trials, int want, int *n_good);
 
