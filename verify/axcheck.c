@@ -237,10 +237,8 @@ done:
     return ok;
 }
 
-/* un_axcheck_lift with up to `redraws` more draws of the sizes for a trial that is not well
- * formed. */
-static un_status check_lift(un_ctx *ctx, const un_spec *spec, const un_axlift *l, uint64_t seed,
-                            int trials, int want, int redraws, int *n_good) {
+un_status un_axcheck_lift(un_ctx *ctx, const un_spec *spec, const un_axlift *l, uint64_t seed,
+                          int trials, int want, int *n_good) {
     un_rng rng;
     un_rng_seed(&rng, un_hash_combine(un_hash_bytes(l->ax->name, strlen(l->ax->name), seed),
                                       (uint64_t)l->k * 1000 + l->mask));
@@ -250,8 +248,6 @@ static un_status check_lift(un_ctx *ctx, const un_spec *spec, const un_axlift *l
         *n_good = 0;
     for (int t = 0; t < trials && good < want; t++) {
         int r = check_once(ctx, spec, l, t, seed, &rng, &st);
-        for (int d = 0; d < redraws && r == 0; d++)
-            r = check_once(ctx, spec, l, t, seed, &rng, &st);
         if (r < 0)
             return st != UN_OK ? st : UN_ERR_MISMATCH;
         good += r > 0;
@@ -265,15 +261,10 @@ static un_status check_lift(un_ctx *ctx, const un_spec *spec, const un_axlift *l
     return UN_OK;
 }
 
-un_status un_axcheck_lift(un_ctx *ctx, const un_spec *spec, const un_axlift *l, uint64_t seed,
-                          int trials, int want, int *n_good) {
-    return check_lift(ctx, spec, l, seed, trials, want, 0, n_good);
-}
-
 un_status un_axcheck_axiom(un_ctx *ctx, const un_spec *spec, const un_axiom *ax, uint64_t seed,
                            int trials, int want, int *n_good) {
     un_axlift l = {ax, 0, 0, 0};
-    return check_lift(ctx, spec, &l, seed, trials, want, UN_AXCHECK_REDRAWS, n_good);
+    return un_axcheck_lift(ctx, spec, &l, seed, trials, want, n_good);
 }
 
 un_status un_axcheck_lifts(un_ctx *ctx, const un_spec *spec, uint64_t seed, un_axlift **out,

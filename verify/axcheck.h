@@ -36,22 +36,14 @@ int un_axlift_shift_of(const un_axlift *l, const un_term *t);
 /* True for the parameters `shift` moves: a regular op's axis, dim, dim0 or dim1. */
 bool un_axlift_is_dim_param(const un_op_spec *os, int param);
 
-/* Draws of the sizes per trial of a declared axiom until the instance is well formed: sizes tied by
- * a sum (a contraction dim split in two: w [d, e] with d = b + c) are rarely well formed at once.
- * Lifted forms get one draw per trial, so that a lift well formed only where sizes coincide stays
- * out (un_axcheck_lifts). */
-#define UN_AXCHECK_REDRAWS 32
-
 /* Checks one axiom on up to `trials` random instances (sizes drawn from {1,2,3,4,5,6,8} per size
- * variable, up to 1 + UN_AXCHECK_REDRAWS times until well formed; parameter variables cycling
- * through their listed values) until `want` of them are well formed. *n_good (may be NULL) receives
- * the number of well-formed instances checked. UN_ERR_MISMATCH when the sides differ (message:
- * axiom, domain, sizes, parameters, element and values); UN_ERR_SPEC when fewer than 2 instances
- * were well formed. */
+ * variable, parameter variables cycling through their listed values) until `want` of them are well
+ * formed. *n_good (may be NULL) receives the number of well-formed instances checked.
+ * UN_ERR_MISMATCH when the sides differ (message: axiom, domain, sizes, parameters, element and
+ * values); UN_ERR_SPEC when fewer than 2 instances were well formed. */
 un_status un_axcheck_axiom(un_ctx *ctx, const un_spec *spec, const un_axiom *ax, uint64_t seed,
                            int trials, int want, int *n_good);
-/* The same for a lifted axiom, with one draw of the sizes per trial; a lifted form that is never
- * well formed is UN_ERR_SPEC. */
+/* The same for a lifted axiom; a lifted form that is never well formed is UN_ERR_SPEC. */
 un_status un_axcheck_lift(un_ctx *ctx, const un_spec *spec, const un_axlift *l, uint64_t seed,
                           int trials, int want, int *n_good);
 
