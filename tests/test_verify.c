@@ -410,6 +410,82 @@ static void test_lifted_proof(void) {
     un_ctx_free(ctx);
 }
 
+/* One rule of each group of the staged N=4 pipeline's unknown rules (verify/README.md, "The N=4
+ * unknowns"), each unknown before the axiom named beside it: a concat interchange on axes 0 and 1
+ * of rank-3 tensors whose parts differ in size, linear and ew_add over a concat on axis 0 of
+ * unequal parts, and a split of a split on another axis. */
+static const char *interchange_unequal =
+    "{\"src\": {\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [2, 4, "
+    "4]}}, {\"name\": \"y\", \"op\": \"input\", \"params\": {\"shape\": [1, 4, 4]}}, {\"name\": "
+    "\"a\", \"op\": \"concat\", \"in\": [\"x\", \"y\"], \"params\": {\"axis\": 0}}, {\"name\": "
+    "\"c\", \"op\": \"concat\", \"in\": [\"a\", \"a\"], \"params\": {\"axis\": 1}}]}, \"dst\": "
+    "{\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [2, 4, 4]}}, "
+    "{\"name\": \"y\", \"op\": \"input\", \"params\": {\"shape\": [1, 4, 4]}}, {\"name\": \"p\", "
+    "\"op\": \"concat\", \"in\": [\"x\", \"x\"], \"params\": {\"axis\": 1}}, {\"name\": \"q\", "
+    "\"op\": \"concat\", \"in\": [\"y\", \"y\"], \"params\": {\"axis\": 1}}, {\"name\": \"c\", "
+    "\"op\": \"concat\", \"in\": [\"p\", \"q\"], \"params\": {\"axis\": 0}}]}}";
+
+static const char *linear_rows_unequal =
+    "{\"src\": {\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [2, 4, "
+    "4]}}, {\"name\": \"y\", \"op\": \"input\", \"params\": {\"shape\": [1, 4, 4]}}, {\"name\": "
+    "\"w\", \"op\": \"weight\", \"params\": {\"shape\": [4, 4]}}, {\"name\": \"c\", \"op\": "
+    "\"concat\", \"in\": [\"x\", \"y\"], \"params\": {\"axis\": 0}}, {\"name\": \"l\", \"op\": "
+    "\"linear\", \"in\": [\"c\", \"w\"]}]}, \"dst\": {\"nodes\": [{\"name\": \"x\", \"op\": "
+    "\"input\", \"params\": {\"shape\": [2, 4, 4]}}, {\"name\": \"y\", \"op\": \"input\", "
+    "\"params\": {\"shape\": [1, 4, 4]}}, {\"name\": \"w\", \"op\": \"weight\", \"params\": "
+    "{\"shape\": [4, 4]}}, {\"name\": \"a\", \"op\": \"linear\", \"in\": [\"x\", \"w\"]}, "
+    "{\"name\": \"b\", \"op\": \"linear\", \"in\": [\"y\", \"w\"]}, {\"name\": \"c\", \"op\": "
+    "\"concat\", \"in\": [\"a\", \"b\"], \"params\": {\"axis\": 0}}]}}";
+
+static const char *ew_add_rows_unequal =
+    "{\"src\": {\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [2, 4, "
+    "4]}}, {\"name\": \"y\", \"op\": \"input\", \"params\": {\"shape\": [1, 4, 4]}}, {\"name\": "
+    "\"a\", \"op\": \"ew_add\", \"in\": [\"x\", \"x\"]}, {\"name\": \"b\", \"op\": \"ew_add\", "
+    "\"in\": [\"y\", \"y\"]}, {\"name\": \"c\", \"op\": \"concat\", \"in\": [\"a\", \"b\"], "
+    "\"params\": {\"axis\": 0}}]}, \"dst\": {\"nodes\": [{\"name\": \"x\", \"op\": \"input\", "
+    "\"params\": {\"shape\": [2, 4, 4]}}, {\"name\": \"y\", \"op\": \"input\", \"params\": "
+    "{\"shape\": [1, 4, 4]}}, {\"name\": \"c\", \"op\": \"concat\", \"in\": [\"x\", \"y\"], "
+    "\"params\": {\"axis\": 0}}, {\"name\": \"e\", \"op\": \"ew_add\", \"in\": [\"c\", \"c\"]}]}}";
+
+static const char *split_split =
+    "{\"src\": {\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [2, 4, "
+    "4]}}, {\"name\": \"s\", \"op\": \"split\", \"in\": [\"x\"], \"params\": {\"axis\": 0, "
+    "\"sizes\": [1, 1]}}, {\"name\": \"t\", \"op\": \"split\", \"in\": [\"s:1\"], \"params\": "
+    "{\"axis\": 1, \"sizes\": [1, 3]}}], \"outputs\": [\"t:0\"]}, \"dst\": {\"nodes\": [{\"name\": "
+    "\"x\", \"op\": \"input\", \"params\": {\"shape\": [2, 4, 4]}}, {\"name\": \"s\", \"op\": "
+    "\"split\", \"in\": [\"x\"], \"params\": {\"axis\": 1, \"sizes\": [1, 3]}}, {\"name\": \"t\", "
+    "\"op\": \"split\", \"in\": [\"s:0\"], \"params\": {\"axis\": 0, \"sizes\": [1, 1]}}], "
+    "\"outputs\": [\"t:1\"]}}";
+
+static void test_n4_unknowns(void) {
+    static const struct {
+        const char *name, **text, *axiom;
+    } cases[] = {
+        {"interchange_unequal", &interchange_unequal, "concat_interchange3_01"},
+        {"linear_rows_unequal", &linear_rows_unequal, "linear_concat_x3"},
+        {"ew_add_rows_unequal", &ew_add_rows_unequal, "concat_ew_add3_ax0"},
+        {"split_split", &split_split, "split_split_"},
+    };
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_verifier *v = NULL;
+    int n_lifted = 0;
+    EXPECT_OK(ctx, un_runner_verifier(ctx, spec, 1234, &v, &n_lifted));
+    for (size_t i = 0; v && i < sizeof cases / sizeof cases[0]; i++) {
+        un_rule *r = rule_json(*cases[i].text);
+        if (!r)
+            continue;
+        un_proof p;
+        un_verdict got = prove(v, r, true, 5000, &p);
+        printf("    %s: %s [%s]\n", cases[i].name, un_verdict_name(got),
+               got == UN_VERDICT_VALID ? p.axioms : p.detail);
+        EXPECT_EQ(got, UN_VERDICT_VALID);
+        EXPECT_TRUE(got != UN_VERDICT_VALID || strstr(p.axioms, cases[i].axiom) != NULL);
+        un_rule_free(r);
+    }
+    un_verifier_free(v);
+    un_ctx_free(ctx);
+}
+
 /* The pipeline: a wrong rule is refuted with its counterexample before Z3; a rule left at degree 2
  * is generalized to every degree it holds at. */
 static void test_pipeline(void) {
@@ -686,6 +762,7 @@ int main(void) {
         {"work_budget", test_work_budget},
         {"witness_retry", test_witness_retry},
         {"axioms_on_first_use", test_axioms_on_first_use},
+        {"n4_unknowns", test_n4_unknowns},
     };
     return TEST_RUN_WITH_SPEC(cases, &spec);
 }
