@@ -144,8 +144,7 @@ static double rep_median(rep_time *t, int n, const un_profile_params *p) {
     double *v = un_xcalloc((size_t)n, sizeof *v), r;
     for (int i = 0; i < n; i++)
         v[i] = dev ? t[i].dev : t[i].wall;
-    qsort(v, (size_t)n, sizeof *v, un_cmp_double);
-    r = v[n / 2];
+    r = un_median(v, n);
     if (!dev) /* what the clocks and the timer's calls add (timer_floor) */
         r = r > p->timer_floor ? r - p->timer_floor : 0;
     int nc = 0;
@@ -153,8 +152,7 @@ static double rep_median(rep_time *t, int n, const un_profile_params *p) {
         if (t[i].cpu >= 0)
             v[nc++] = t[i].cpu;
     if (!dev && p->threads == 1 && p->cuda_device < 0 && r >= CPU_TIME_MIN && 2 * nc >= n) {
-        qsort(v, (size_t)nc, sizeof *v, un_cmp_double);
-        r = v[nc / 2];
+        r = un_median(v, nc);
     }
     free(v);
     return r;
@@ -228,8 +226,8 @@ static double timer_floor(un_ctx *ctx, un_backend *be) {
     un_status st = UN_OK;
     for (int i = 0; i < N; i++)
         v[i] = rep_run(ctx, NULL, timer_only, be, false, &st).wall;
-    qsort(v, N, sizeof *v, un_cmp_double);
-    r = st == UN_OK ? v[N / 2] : 0;
+    r = un_median(v, N);
+    r = st == UN_OK ? r : 0;
     free(v);
     return r;
 }
@@ -736,8 +734,7 @@ static void *xchg_main(void *arg) {
                                              r == 1 ? &m : NULL, r == 1);
         t[i] = now_s() - t0;
     }
-    qsort(t, (size_t)j->reps, sizeof *t, un_cmp_double);
-    j->sec = t[j->reps / 2];
+    j->sec = un_median(t, j->reps);
     free(t);
     un_ctx_free(ctx);
     return NULL;
@@ -879,8 +876,7 @@ static un_status profile_meet(un_ctx *ctx, un_rulesdb *db, const un_graph *g, co
         st = st != UN_OK ? st : j[r].st;
     }
     for (int w = 0; w < UN_SIM_MEET_POINTS && st == UN_OK; w++) {
-        qsort(j[0].t[w], (size_t)j[0].reps[w], sizeof(double), un_cmp_double);
-        double sec = j[0].t[w][j[0].reps[w] / 2];
+        double sec = un_median(j[0].t[w], j[0].reps[w]);
         char shape[64];
         un_sim_meet_shape(d, w, shape, sizeof shape);
         if ((st = store(ctx, db, "comm:meet", shape, device, sec, 0, 0)) == UN_OK) {
