@@ -475,9 +475,10 @@ static void test_comm_lock_polls(void) {
 }
 
 /* The waits' load rule (pool.h un_pool_spin_allowed): this process's own runnable threads are
- * not load. An idle 2-core box running 2 ranks showed 3 runnable threads for the first ~0.1 s of
- * every run (the ranks and OpenBLAS's worker spinning with sched_yield), and the old rule
- * (runnable > cores: no polling) slept 1.5 of 3 meets a step for the whole of a short run. */
+ * not load. A 2-rank run on 2 cores has 3 runnable threads for its first ~0.13 s (the ranks and
+ * OpenBLAS's worker spinning with sched_yield), so the old rule (runnable > cores: no polling)
+ * kept polling off for the whole of a short run (an idle xdl tiny data x2 of 2,000 steps: 1.5
+ * of its 3 meets a step slept). */
 static atomic_int spinners_up;
 static atomic_bool spinners_stop;
 
