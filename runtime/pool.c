@@ -46,8 +46,9 @@ static inline void cpu_relax(void) {
 static _Atomic int64_t spin_budget = -1; /* UN_SPIN_US or UN_POOL_SPIN_NS; -1: not read yet */
 static _Atomic int64_t spin_forced = -1; /* un_pool_spin_force; -1: the rule */
 static _Atomic int n_cores;              /* 0: not known yet */
-static _Atomic int64_t load_at;          /* when load_others was read (0: never) */
-static _Atomic int load_others;          /* runnable threads of other processes then */
+static _Atomic int64_t load_at;          /* when load_running was read (0: never) */
+static _Atomic int load_running;         /* runnable threads on the box then */
+static _Atomic int load_own = -1;        /* of those, this process's (-1: not read yet) */
 
 static int cores_available(void) {
     int n = atomic_load_explicit(&n_cores, memory_order_relaxed);
@@ -94,12 +95,14 @@ bool un_pool_spin_allowed(int threads, int cores, int runnable, int own) {
     return threads <= cores && others <= cores - threads;
 }
 
-/* Whether a group of `threads` may poll now (un_pool_spin_allowed over /proc/loadavg's running
- * count, "running/total" in its fourth field, and un_pool_own_runnable), sampled at most every
- * LOAD_SAMPLE_NS (the own count reads a file per thread: ~50 us for a 1-thread process at load
- * 12, 2-core AMD EPYC, so at most 0.25 % of a waiter's time); others 0 where /proc/loadavg cannot
- * be read. */
+/* Whether a group of `threads` may poll now: un_pool_spin_allowed over /proc/loadavg's running
+ * count ("running/total", its fourth field), sampled at most every LOAD_SAMPLE_NS (0 where it
+ * cannot be read), and un_pool_own_runnable, read once per sample and only where the running
+ * count alone does not fit (it reads a file per thread: ~50 us for a 1-thread process at load
+ * 12, 2-core AMD EPYC). */
 static bool load_allows(int threads, int cores) {
+    if (threads > cores)
+        return false;
     int64_t t = now_ns(), at = atomic_load_explicit(&load_at, memory_order_relaxed);
     if (!at || t - at >= LOAD_SAMPLE_NS) {
         atomic_store_explicit(&load_at, t, memory_order_relaxed);
@@ -111,12 +114,18 @@ static bool load_allows(int threads, int cores) {
                 running = 0;
             fclose(f);
         }
-        int own = running > 0 ? un_pool_own_runnable() : 0;
-        atomic_store_explicit(&load_others, running > own ? running - own : 0,
-                              memory_order_relaxed);
+        atomic_store_explicit(&load_own, -1, memory_order_relaxed);
+        atomic_store_explicit(&load_running, running, memory_order_relaxed);
     }
-    return un_pool_spin_allowed(threads, cores,
-                                atomic_load_explicit(&load_others, memory_order_relaxed), 0);
+    int running = atomic_load_explicit(&load_running, memory_order_relaxed);
+    if (running <= cores - threads) /* no others beyond the free cores, whoever runs */
+        return true;
+    int own = atomic_load_explicit(&load_own, memory_order_relaxed);
+    if (own < 0) {
+        own = un_pool_own_runnable();
+        atomic_store_explicit(&load_own, own, memory_order_relaxed);
+    }
+    return un_pool_spin_allowed(threads, cores, running, own);
 }
 
 void un_pool_spin_force(int64_t ns) {
