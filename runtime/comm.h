@@ -70,6 +70,8 @@ typedef struct un_comm_stats {
     int64_t sleeps;      /* waits in them that went to sleep, for the others or for the local
                           * group's lock (local: after the spin; mpi: 0) */
     int64_t lock_sleeps; /* of those, the sleeps for the local group's lock */
+    int64_t unpolled;    /* of those, the sleeps with no poll before them: un_pool_spin_ns
+                          * said 0 (its load rule, or UN_SPIN_US=0) */
     double seconds;      /* wall time in them */
 } un_comm_stats;
 un_comm_stats un_comm_stats_get(const un_comm *c);

@@ -87,11 +87,15 @@ static bool mutex_taken(const void *arg) {
  * (un_pool_spin_ns), then sleeps on it (counted in c's sleeps; c NULL: an abort, which may come
  * from another thread than the rank's). */
 static void group_lock(un_comm_group *g, un_comm *c) {
-    if (mutex_taken(&g->mu) || un_pool_spin_until(mutex_taken, &g->mu, un_pool_spin_ns(g->n)))
+    if (mutex_taken(&g->mu))
+        return;
+    int64_t ns = un_pool_spin_ns(g->n);
+    if (un_pool_spin_until(mutex_taken, &g->mu, ns))
         return;
     if (c) {
         c->stats.sleeps++;
         c->stats.lock_sleeps++;
+        c->stats.unpolled += ns <= 0;
     }
     pthread_mutex_lock(&g->mu);
 }
@@ -141,6 +145,7 @@ static void group_wait(un_comm_group *g, un_comm *c) {
             pthread_cond_broadcast(&g->cv);
         }
         c->stats.sleeps++;
+        c->stats.unpolled += ns <= 0;
         pthread_cond_wait(&g->cv, &g->mu);
     }
 }

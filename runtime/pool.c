@@ -3,11 +3,14 @@
  * a condition variable (un_pool_spin_until, below). */
 #include "runtime/pool.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -45,6 +48,7 @@ static _Atomic int64_t spin_forced = -1; /* un_pool_spin_force; -1: the rule */
 static _Atomic int n_cores;              /* 0: not known yet */
 static _Atomic int64_t load_at;          /* when load_running was read (0: never) */
 static _Atomic int load_running;         /* runnable threads on the box then */
+static _Atomic int load_own = -1;        /* of those, this process's (-1: not read yet) */
 
 static int cores_available(void) {
     int n = atomic_load_explicit(&n_cores, memory_order_relaxed);
@@ -62,23 +66,66 @@ static int cores_available(void) {
     return n;
 }
 
-/* Runnable threads on the whole box now (the fourth field of /proc/loadavg, "running/total"),
- * read at most every LOAD_SAMPLE_NS; 0 where it cannot be read. */
-static int runnable_now(void) {
-    int64_t t = now_ns(), at = atomic_load_explicit(&load_at, memory_order_relaxed);
-    if (at && t - at < LOAD_SAMPLE_NS)
-        return atomic_load_explicit(&load_running, memory_order_relaxed);
-    atomic_store_explicit(&load_at, t, memory_order_relaxed);
-    int running = 0, total = 0;
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f) {
-        double a, b, c;
-        if (fscanf(f, "%lf %lf %lf %d/%d", &a, &b, &c, &running, &total) != 5)
-            running = 0;
-        fclose(f);
+int un_pool_own_runnable(void) {
+    DIR *d = opendir("/proc/self/task");
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[64], line[256];
+        snprintf(path, sizeof path, "/proc/self/task/%.32s/stat", e->d_name);
+        int fd = open(path, O_RDONLY);
+        if (fd < 0)
+            continue; /* the thread has just exited */
+        ssize_t k = read(fd, line, sizeof line - 1);
+        close(fd);
+        line[k > 0 ? k : 0] = '\0';
+        const char *q = strrchr(line, ')'); /* "TID (name) STATE ...": a name may hold ')' */
+        n += q && q[1] == ' ' && q[2] == 'R';
     }
-    atomic_store_explicit(&load_running, running, memory_order_relaxed);
-    return running;
+    closedir(d);
+    return n;
+}
+
+bool un_pool_spin_allowed(int threads, int cores, int runnable, int own) {
+    int others = runnable > own ? runnable - own : 0; /* the two counts are read apart */
+    return threads <= cores && others <= cores - threads;
+}
+
+/* Whether a group of `threads` may poll now: un_pool_spin_allowed over /proc/loadavg's running
+ * count ("running/total", its fourth field), sampled at most every LOAD_SAMPLE_NS (0 where it
+ * cannot be read), and un_pool_own_runnable, read once per sample and only where the running
+ * count alone does not fit (it reads a file per thread: ~50 us for a 1-thread process at load
+ * 12, 2-core AMD EPYC). */
+static bool load_allows(int threads, int cores) {
+    if (threads > cores)
+        return false;
+    int64_t t = now_ns(), at = atomic_load_explicit(&load_at, memory_order_relaxed);
+    if (!at || t - at >= LOAD_SAMPLE_NS) {
+        atomic_store_explicit(&load_at, t, memory_order_relaxed);
+        int running = 0, total = 0;
+        FILE *f = fopen("/proc/loadavg", "r");
+        if (f) {
+            double a, b, c;
+            if (fscanf(f, "%lf %lf %lf %d/%d", &a, &b, &c, &running, &total) != 5)
+                running = 0;
+            fclose(f);
+        }
+        atomic_store_explicit(&load_own, -1, memory_order_relaxed);
+        atomic_store_explicit(&load_running, running, memory_order_relaxed);
+    }
+    int running = atomic_load_explicit(&load_running, memory_order_relaxed);
+    if (running <= cores - threads) /* no others beyond the free cores, whoever runs */
+        return true;
+    int own = atomic_load_explicit(&load_own, memory_order_relaxed);
+    if (own < 0) {
+        own = un_pool_own_runnable();
+        atomic_store_explicit(&load_own, own, memory_order_relaxed);
+    }
+    return un_pool_spin_allowed(threads, cores, running, own);
 }
 
 void un_pool_spin_force(int64_t ns) {
@@ -99,7 +146,7 @@ int64_t un_pool_spin_ns(int threads) {
         atomic_store_explicit(&spin_budget, budget, memory_order_relaxed);
     }
     int cores = cores_available();
-    if (budget == 0 || threads > cores || runnable_now() > cores)
+    if (budget == 0 || !load_allows(threads, cores))
         return 0;
     return budget;
 }

@@ -45,12 +45,26 @@ int un_pool_part(const un_pool *p, int64_t n, int64_t begin);
  * its broadcast, under the lock the sleeper holds, so the blocking path loses no wake-up. */
 
 /* How long a thread of a group of `threads` busy threads may poll before it sleeps: 0 (do not
- * spin) when the group has more threads than the cores this process may run on
- * (sched_getaffinity) or when the box is oversubscribed now (more runnable threads than those
- * cores, /proc/loadavg, sampled at most every 20 ms); else UN_POOL_SPIN_NS (pool.c, with the
- * measurement that chose it), or UN_SPIN_US microseconds from the environment (0 turns
- * spinning off; read once). */
+ * spin) unless un_pool_spin_allowed says yes for the cores this process may run on
+ * (sched_getaffinity) and the other processes' runnable threads now (/proc/loadavg's running
+ * count less this process's threads in state R, /proc/self/task; sampled at most every 20 ms);
+ * else UN_POOL_SPIN_NS (pool.c, with the measurement that chose it), or UN_SPIN_US microseconds
+ * from the environment (0 turns spinning off; read once). */
 int64_t un_pool_spin_ns(int threads);
+
+/* The load rule of un_pool_spin_ns: a group of `threads` threads may poll on `cores` cores, with
+ * `runnable` threads runnable on the box of which `own` are this process's, when the group fits
+ * the cores and the others (runnable - own) fit the cores it leaves free. Own threads are not
+ * others: the group's ranks polling or running, and OpenBLAS's worker, which spins with
+ * sched_yield for its first ~0.1 s at every start (counted as load, it turned polling off for
+ * the whole of a short 2-rank run on 2 cores). Own threads beyond the group (pool workers when
+ * --threads exceeds the cores) do not turn it off either; such pools do not poll themselves
+ * (threads > cores). */
+bool un_pool_spin_allowed(int threads, int cores, int runnable, int own);
+
+/* This process's runnable threads now: those in state R in /proc/self/task/TID/stat, the caller
+ * among them (as /proc/loadavg counts it); 0 where it cannot be read. */
+int un_pool_own_runnable(void);
 
 /* For tests and benchmarks: ns >= 0 makes un_pool_spin_ns return ns for every group, whatever
  * the cores and the load; ns < 0 goes back to the rule above. */

@@ -548,10 +548,10 @@ static un_status save_weights(un_ctx *ctx, shared *sh, un_comm *comm, un_exec *e
 }
 
 /* Every rank's accounting, collected on rank 0 (collective); per: this rank's meets, the waits
- * in them that slept and their milliseconds, per timed step. */
+ * in them that slept, their milliseconds and the sleeps with no poll before, per timed step. */
 static un_status report_stats(un_ctx *ctx, shared *sh, un_comm *comm, un_exec *ex, un_optim *opt,
-                              const double per[3]) {
-    enum { K = 12 };
+                              const double per[4]) {
+    enum { K = 13 };
     int d = un_comm_size(comm), r = un_comm_rank(comm);
     double *all = un_xcalloc((size_t)d * K, sizeof *all);
     const un_exec_stats *es = un_exec_stats_get(ex);
@@ -567,15 +567,15 @@ static un_status report_stats(un_ctx *ctx, shared *sh, un_comm *comm, un_exec *e
     row[6] = (double)es->plane_exchanges;
     row[7] = (double)es->staged_exchanges;
     row[8] = (double)sh->need[r];
-    memcpy(row + 9, per, 3 * sizeof *per);
+    memcpy(row + 9, per, 4 * sizeof *per);
     un_status st = un_comm_allreduce(ctx, comm, UN_RED_F64, all, (int64_t)d * K);
     if (st == UN_OK && r == 0) {
         for (int i = 0; i < d; i++) {
             const double *x = all + (size_t)i * K;
-            sh->dev[i] =
-                (un_train_dev_stats){(int64_t)x[0], (int64_t)x[1], (int64_t)x[2], (int64_t)x[3],
-                                     (int64_t)x[4], (int64_t)x[5], (int64_t)x[6], (int64_t)x[7],
-                                     (int64_t)x[8], x[9],          x[10],         x[11]};
+            sh->dev[i] = (un_train_dev_stats){
+                (int64_t)x[0], (int64_t)x[1], (int64_t)x[2], (int64_t)x[3], (int64_t)x[4],
+                (int64_t)x[5], (int64_t)x[6], (int64_t)x[7], (int64_t)x[8], x[9],
+                x[10],         x[11],         x[12]};
         }
     }
     free(all);
@@ -942,8 +942,9 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
         st = save_weights(ctx, sh, comm, ex, be, opt);
     if (st == UN_OK) {
         int n = o->steps - first_timed;
-        double per[3] = {(double)(c1.meets - c0.meets) / n, (double)(c1.sleeps - c0.sleeps) / n,
-                         1e3 * un_median(meet_s + first_timed, n)};
+        double per[4] = {(double)(c1.meets - c0.meets) / n, (double)(c1.sleeps - c0.sleeps) / n,
+                         1e3 * un_median(meet_s + first_timed, n),
+                         (double)(c1.unpolled - c0.unpolled) / n};
         st = report_stats(ctx, sh, comm, ex, opt, per);
     }
     free(meet_s);
@@ -1208,10 +1209,11 @@ un_status un_train_run(un_ctx *ctx, const un_train_opts *o, un_train_result *res
                     sh.plane ? " + " : "", sh.plane ? sh.plane : "");
         }
         if (d > 1) {
-            fprintf(o->out, "device  meets/step  slept/step  in meets(ms/step, median)\n");
+            fprintf(o->out, "device  meets/step  slept/step  in meets(ms/step, median)  "
+                            "unpolled/step\n");
             for (int i = 0; i < d; i++)
-                fprintf(o->out, "%6d  %10.2f  %10.2f  %17.4f\n", i, res->dev[i].meets,
-                        res->dev[i].sleeps, res->dev[i].meet_ms);
+                fprintf(o->out, "%6d  %10.2f  %10.2f  %28.4f  %13.2f\n", i, res->dev[i].meets,
+                        res->dev[i].sleeps, res->dev[i].meet_ms, res->dev[i].unpolled);
         }
     }
 done:

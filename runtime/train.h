@@ -80,9 +80,10 @@ typedef struct un_train_dev_stats {
     int64_t need_bytes;       /* what the memory check counted for it before allocating (the
                                  executor's estimate, the kernels' stash, host arrays on cpu) */
     /* its communicator calls that meet other devices, per timed step (comm.h's un_comm_stats) */
-    double meets;   /* calls */
-    double sleeps;  /* waits in them that slept */
-    double meet_ms; /* milliseconds in them (the median step's) */
+    double meets;    /* calls */
+    double sleeps;   /* waits in them that slept */
+    double meet_ms;  /* milliseconds in them (the median step's) */
+    double unpolled; /* of the sleeps, those with no poll before (the load rule said 0) */
 } un_train_dev_stats;
 
 typedef struct un_train_result {

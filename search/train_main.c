@@ -61,8 +61,8 @@ static const char usage_extra[] =
     "                     rewriting searches one by one (default 10)\n"
     "\nruntime environment (runtime/README.md):\n"
     "  UN_SPIN_US=US      a wait for another device polls at most US microseconds before it\n"
-    "                     sleeps (default 50; 0: sleep at once; no polling when the box has\n"
-    "                     more runnable threads than cores)\n"
+    "                     sleeps (default 50; 0: sleep at once; no polling when other\n"
+    "                     processes' runnable threads outnumber the cores left free)\n"
     "  UN_MEET_TRACE=P    write each rank's meets and step phases to P.RANK (one event a line;\n"
     "                     scripts/bench/meet_skew.py P reads them)\n";
 

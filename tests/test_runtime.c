@@ -4,6 +4,7 @@
 #include "tests/test.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -471,6 +472,71 @@ static void test_comm_lock_polls(void) {
     test__check(n[1] + n[3] <= (n[0] + n[2]) / 20, TEST__AT,
                 "%lld meets slept on the group's lock %lld times", (long long)(n[0] + n[2]),
                 (long long)(n[1] + n[3]));
+}
+
+/* The waits' load rule (pool.h un_pool_spin_allowed): this process's own runnable threads are
+ * not load. A 2-rank run on 2 cores has 3 runnable threads for its first ~0.13 s (the ranks and
+ * OpenBLAS's worker spinning with sched_yield), so the old rule (runnable > cores: no polling)
+ * kept polling off for the whole of a short run (an idle xdl tiny data x2 of 2,000 steps: 1.5
+ * of its 3 meets a step slept). */
+static atomic_int spinners_up;
+static atomic_bool spinners_stop;
+
+static void *spinner(void *arg) {
+    (void)arg;
+    atomic_fetch_add(&spinners_up, 1);
+    while (!atomic_load(&spinners_stop))
+        ;
+    return NULL;
+}
+
+static void barriers_job(rank_job *j, un_ctx *ctx, un_comm *c) {
+    for (int i = 0; i < 200 && j->st == UN_OK; i++)
+        j->st = un_comm_barrier(ctx, c);
+    un_comm_stats cs = un_comm_stats_get(c);
+    ((int64_t *)j->arg)[2 * j->rank] = cs.sleeps;
+    ((int64_t *)j->arg)[2 * j->rank + 1] = cs.unpolled;
+}
+
+static void test_spin_load_rule(void) {
+    /* threads, cores, runnable, own: the 2 ranks alone, with OpenBLAS's spinner, with a third
+     * own thread and one other, and with others beyond the free cores */
+    EXPECT_TRUE(un_pool_spin_allowed(2, 2, 2, 2));
+    EXPECT_TRUE(un_pool_spin_allowed(2, 2, 3, 3));
+    EXPECT_TRUE(un_pool_spin_allowed(2, 4, 5, 3));  /* 2 others on the 2 free cores */
+    EXPECT_TRUE(un_pool_spin_allowed(1, 2, 2, 1));  /* 1 other on the free core */
+    EXPECT_TRUE(un_pool_spin_allowed(2, 2, 1, 2));  /* the counts are read apart */
+    EXPECT_TRUE(!un_pool_spin_allowed(2, 2, 3, 2)); /* no free core for the other */
+    EXPECT_TRUE(!un_pool_spin_allowed(2, 2, 4, 3));
+    EXPECT_TRUE(!un_pool_spin_allowed(2, 4, 6, 3));
+    EXPECT_TRUE(!un_pool_spin_allowed(3, 2, 3, 3)); /* a group larger than the cores */
+    EXPECT_TRUE(!un_pool_spin_allowed(2, 2, 9, 0));
+    /* --stats' unpolled: every sleep without a poll, none while polling is forced on */
+    rank_job jobs[2];
+    int64_t n[4] = {0};
+    run_ranks_polled(0, 2, barriers_job, n, jobs);
+    EXPECT_TRUE(n[0] + n[2] > 0);
+    EXPECT_EQ(n[1] + n[3], n[0] + n[2]);
+    run_ranks_polled(50000000, 2, barriers_job, n, jobs);
+    EXPECT_EQ(n[1] + n[3], 0);
+    for (int r = 0; r < 2; r++)
+        EXPECT_EQ(jobs[r].st, UN_OK);
+    if (access("/proc/self/task", R_OK) != 0)
+        TEST_SKIP("no /proc/self/task: the own count reads it");
+    /* the own count: this thread and two spinning ones are runnable (state R) */
+    enum { S = 2 };
+    pthread_t th[S];
+    atomic_store(&spinners_up, 0);
+    atomic_store(&spinners_stop, false);
+    for (int i = 0; i < S; i++)
+        UN_ASSERT(pthread_create(&th[i], NULL, spinner, NULL) == 0);
+    while (atomic_load(&spinners_up) < S)
+        sched_yield();
+    int own = un_pool_own_runnable();
+    atomic_store(&spinners_stop, true);
+    for (int i = 0; i < S; i++)
+        pthread_join(th[i], NULL);
+    test__check(own >= S + 1, TEST__AT, "%d own runnable threads, not >= %d", own, S + 1);
 }
 
 static void test_comm_add(void) {
@@ -2468,6 +2534,7 @@ int main(void) {
         {"comm_eager", test_comm_eager},
         {"comm_small_allreduce", test_comm_small_allreduce},
         {"comm_lock_polls", test_comm_lock_polls},
+        {"spin_load_rule", test_spin_load_rule},
         {"comm_wakeups", test_comm_wakeups},
         {"run_ranks_statuses", test_run_ranks_statuses},
         {"forward_sample_mlp", test_forward_sample_mlp},

@@ -12,7 +12,9 @@
 #     buffers) plus the CPU kernels' forward stash (model_cases below), with the peak RSS (/usr/bin/time) minus a baseline run's RSS beside it for reference (kernel
 #     scratch is in the estimate and in the runtime's memory check; the host batch in the RSS only; tiny models are within the RSS noise);
 #     meets_ms: device 0's median time per step inside communicator calls that meet the other
-#     device (--stats' meets table; of the run whose median step is the least).
+#     device (--stats' meets table; of the run whose median step is the least); unpolled: its
+#     waits per step that slept without polling first (the waits' load rule said no:
+#     runtime/pool.h un_pool_spin_allowed; same run).
 #  2. estimates per second for BERT-Large (the zoo transformer, batch 192) data parallel on 192
 #     V100s (specs/machines/v100x192.json): cached cost queries per second (the DP inner loop) and
 #     whole-plan simulations per second.
@@ -49,7 +51,7 @@ rss() { # peak RSS in bytes of a command
 base1=$(rss "$B/unity-train" --model mlp --tiny --steps 2 --threads 1 --quiet)
 base2=$(rss "$B/unity-train" --model mlp --tiny --steps 2 --devices 2 --threads 2 --quiet)
 echo "baseline peak RSS (tiny mlp, 2 steps): $((base1 / 1024)) KiB on 1 device, $((base2 / 1024)) KiB on 2, subtracted from the runs' on as many devices"
-printf '%-26s %-8s %3s %10s %10s %7s %5s %12s %12s %7s %5s %12s %9s%s\n' model strategy dev est_ms meas_ms err ok est_mem meas_mem err ok rss_delta meets_ms "${base_bin:+ base_err}"
+printf '%-26s %-8s %3s %10s %10s %7s %5s %12s %12s %7s %5s %12s %9s %8s%s\n' model strategy dev est_ms meas_ms err ok est_mem meas_mem err ok rss_delta meets_ms unpolled "${base_bin:+ base_err}"
 # the median step of a run's steps after the first (unity-train's "median step" line)
 median_step() { sed -n 's/^median step: \([0-9.]*\) ms$/\1/p' "$1"; }
 # model_cases LABEL MODEL-ARGS STRATEGY:DEVICES...: REPS rounds; in each, every case of the model
@@ -68,7 +70,7 @@ model_cases() {
     local label=$1 margs=$2
     shift 2
     [[ -z "${ONLY:-}" || "$label" =~ $ONLY ]] || return 0
-    local -a cases=("$@") strat dev est mem stash meas acct rssd estb scr inmeet
+    local -a cases=("$@") strat dev est mem stash meas acct rssd estb scr inmeet unpol
     local n=${#cases[@]} i r
     for ((r = 0; r < REPS; r++)); do
         for ((i = 0; i < n; i++)); do
@@ -90,13 +92,15 @@ model_cases() {
             m=$(median_step "$tmp/out")
             # device 0's time in communicator calls that meet the other device, its median step's
             # (--stats)
-            local im
+            local im up
             im=$(awk '/^device +meets/ { on = 1; next } on && $1 == 0 { print $4; exit }' "$tmp/out")
+            up=$(awk '/^device +meets/ { on = 1; next } on && $1 == 0 { print $5; exit }' "$tmp/out")
             if ((r == 0)); then
                 est[i]=$e
                 estb[i]=$eb
                 meas[i]=$m
                 inmeet[i]=${im:--}
+                unpol[i]=${up:--}
                 mem[i]=$(sed -n 's/^memory, all devices: \([0-9]*\) bytes/\1/p' "$tmp/est")
                 stash[i]=$(sed -n 's/^kernel stash, all devices: \([0-9]*\) bytes/\1/p' "$tmp/est")
                 stash[i]=${stash[i]:-0}
@@ -112,17 +116,18 @@ model_cases() {
                 if awk -v a="${meas[i]}" -v b="$m" 'BEGIN { exit !(b < a) }'; then
                     meas[i]=$m
                     inmeet[i]=${im:--}
+                    unpol[i]=${up:--}
                 fi
             fi
         done
     done
     for ((i = 0; i < n; i++)); do
         awk -v l="$label" -v s="$(basename "${strat[i]}" .json)" -v d="${dev[i]}" -v e="${est[i]}" -v m="${meas[i]}" \
-            -v em="${mem[i]}" -v mm="$((acct[i] + stash[i]))" -v rd="${rssd[i]}" -v eb="${estb[i]}" -v hb="$base_bin" -v im="${inmeet[i]}" 'BEGIN {
+            -v em="${mem[i]}" -v mm="$((acct[i] + stash[i]))" -v rd="${rssd[i]}" -v eb="${estb[i]}" -v hb="$base_bin" -v im="${inmeet[i]}" -v up="${unpol[i]}" 'BEGIN {
             te = 100 * (e - m) / m; me = (mm > 0 ? 100 * (em - mm) / mm : 0)
             printf "%-26s %-8s %3d %10.3f %10.3f %+6.0f%% %5s %10.0fK %10.0fK %+6.0f%% %5s %10.0fK", l, s, d, e, m, te,
                    (te <= 25 && te >= -25 ? "yes" : "NO"), em / 1024, mm / 1024, me, (me <= 20 && me >= -20 ? "yes" : "NO"), rd / 1024
-            printf " %9s", im
+            printf " %9s %8s", im, up
             if (hb != "")
                 printf " %+7.0f%%", 100 * (eb - m) / m
             printf "\n"
