@@ -745,6 +745,54 @@ static void test_axioms_on_first_use(void) {
     un_verifier_free(v);
 }
 
+/* A rule whose target brackets and orders ew_add's operands otherwise, and one that factors a
+ * sum of two products: each needs the direction of its axiom that is no longer a pattern. */
+static const char *ew_add_reassoc =
+    "{\"src\": {\"nodes\": [" IN2("a", 4, 6) ", " IN2("b", 4, 6) ", " IN2(
+        "c", 4, 6) ","
+                   " {\"name\": \"p\", \"op\": \"ew_add\", \"in\": [\"a\", \"b\"]},"
+                   " {\"name\": \"q\", \"op\": \"ew_add\", \"in\": [\"c\", \"p\"]}]},"
+                   " \"dst\": {\"nodes\": [" IN2("a", 4, 6) ", " IN2("b", 4, 6) ", " IN2(
+                       "c", 4,
+                       6) ","
+                          " {\"name\": \"p\", \"op\": \"ew_add\", \"in\": [\"c\", \"a\"]},"
+                          " {\"name\": \"q\", \"op\": \"ew_add\", \"in\": [\"b\", \"p\"]}]}}";
+
+static const char *linear_factor =
+    "{\"src\": {\"nodes\": [" IN2("x", 4, 6) ", " IN2("y", 4, 6) ", " IN2(
+        "w", 6, 8) ","
+                   " {\"name\": \"p\", \"op\": \"linear\", \"in\": [\"x\", \"w\"]},"
+                   " {\"name\": \"q\", \"op\": \"linear\", \"in\": [\"y\", \"w\"]},"
+                   " {\"name\": \"s\", \"op\": \"ew_add\", \"in\": [\"p\", \"q\"]}]},"
+                   " \"dst\": {\"nodes\": [" IN2("x", 4, 6) ", " IN2("y", 4, 6) ", " IN2(
+                       "w", 6,
+                       8) ","
+                          " {\"name\": \"t\", \"op\": \"ew_add\", \"in\": [\"y\", \"x\"]},"
+                          " {\"name\": \"s\", \"op\": \"linear\", \"in\": [\"t\", \"w\"]}]}}";
+
+/* Associativity of a commutative op and distributivity are encoded with their lhs as the only
+ * pattern (a rewrite); commutativity and other axioms keep both sides; the rules that need the
+ * other direction are still proven. */
+static void test_oriented_axioms(void) {
+    un_verifier *v = verifier();
+    un_rule *ra = rule_json(ew_add_reassoc), *rf = rule_json(linear_factor);
+    if (v && ra && rf) {
+        static const char *one[] = {"ew_add_assoc", "ew_mul_assoc", "linear_distrib_x",
+                                    "linear_distrib_w", "ew_mul_distrib"};
+        static const char *two[] = {"ew_add_comm", "ew_mul_comm", "linear_assoc", "concat_assoc"};
+        for (size_t i = 0; i < sizeof one / sizeof *one; i++)
+            EXPECT_EQ(un_verifier_axiom_patterns(v, one[i]), 1);
+        for (size_t i = 0; i < sizeof two / sizeof *two; i++)
+            EXPECT_EQ(un_verifier_axiom_patterns(v, two[i]), 2);
+        un_proof p;
+        EXPECT_EQ(prove(v, ra, true, 5000, &p), UN_VERDICT_VALID);
+        EXPECT_EQ(prove(v, rf, true, 5000, &p), UN_VERDICT_VALID);
+    }
+    un_rule_free(ra);
+    un_rule_free(rf);
+    un_verifier_free(v);
+}
+
 int main(void) {
     static const test_case cases[] = {
         {"narrow_first", test_narrow_first},
@@ -763,6 +811,7 @@ int main(void) {
         {"witness_retry", test_witness_retry},
         {"axioms_on_first_use", test_axioms_on_first_use},
         {"n4_unknowns", test_n4_unknowns},
+        {"oriented_axioms", test_oriented_axioms},
     };
     return TEST_RUN_WITH_SPEC(cases, &spec);
 }

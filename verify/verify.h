@@ -85,6 +85,10 @@ int un_verifier_axiom_count(const un_verifier *v);
  * rebuild). */
 int un_verifier_axioms_asserted(const un_verifier *v);
 const char *un_verifier_skipped(const un_verifier *v);
+/* How many quantifiers (one per pattern) encode the axiom of that name (a lifted form: its
+ * tracking name, `ew_add_assoc+1.7`): 2 for both sides as patterns, 1 for an axiom used as a
+ * rewrite from its lhs (associativity of a commutative op, distributivity), 0 if not encoded. */
+int un_verifier_axiom_patterns(const un_verifier *v, const char *name);
 
 /* Proves, for every mapped output pair of r: whenever the source side is well formed (and its
  * layouts divide its dims), the target side is well formed, its output has the same rank and dims,
