@@ -66,163 +66,334 @@ static void glist_clear(glist *l) {
     *l = (glist){0};
 }
 
-/* A key with the rewrites that reached it first. */
-typedef struct keyed {
-    uint64_t key;
-    int level;
-} keyed;
+/* A set of keys, each with the rewrites that reached it first (open addressing; level -1 marks an
+ * empty slot). */
+typedef struct kset {
+    uint64_t *key;
+    int8_t *level;
+    int64_t n, cap; /* cap: a power of two */
+} kset;
 
-static int cmp_keyed(const void *x, const void *y) {
-    const keyed *a = x, *b = y;
-    if (a->key != b->key)
-        return a->key < b->key ? -1 : 1;
-    return (a->level > b->level) - (a->level < b->level);
+static int64_t kset_slot(const kset *s, uint64_t k) {
+    int64_t i = (int64_t)(un_mix64(k) & (uint64_t)(s->cap - 1));
+    while (s->level[i] >= 0 && s->key[i] != k)
+        i = (i + 1) & (s->cap - 1);
+    return i;
 }
 
-typedef struct explore_out {
-    keyed *v; /* sorted by key, one per key (its smallest level) */
-    int64_t n;
-    bool capped;
-} explore_out;
+/* The level k was reached at, -1 when not in s. */
+static int kset_get(const kset *s, uint64_t k) { return s->cap ? s->level[kset_slot(s, k)] : -1; }
 
-static bool keyed_has(const keyed *v, int64_t n, uint64_t key) {
-    int64_t lo = 0, hi = n;
-    while (lo < hi) {
-        int64_t mid = (lo + hi) / 2;
-        if (v[mid].key < key)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < n && v[lo].key == key;
-}
-
-/* Called for each graph ng that a rewrite (match mt) makes of `from` at `level`: 1 keeps it (it is
- * expanded at the next level while level < depth), 0 drops it, -1 drops it and ends the search.
- * An error goes to *st (and ends it). */
-typedef int (*visit_fn)(void *user, un_ctx *ctx, const un_graph *from, const un_graph *ng,
-                        const un_match *mt, int level, un_status *st);
-
-/* Breadth first from g within depth rewrites with the entries e of set with allowed[e] (NULL:
- * all; the others are never matched); rewrites that do not apply are skipped. */
-static un_status bfs(un_ctx *ctx, const un_ruleset *set, const un_graph *g, int depth,
-                     const bool *allowed, visit_fn visit, void *user) {
-    glist cur = {0}, next = {0};
-    glist_push(&cur, un_graph_clone(g));
-    un_status st = UN_OK;
-    bool stop = false;
-    for (int level = 1; level <= depth && cur.n > 0 && st == UN_OK && !stop; level++) {
-        for (int64_t c = 0; c < cur.n && st == UN_OK && !stop; c++) {
-            un_matcher *m = NULL;
-            if ((st = un_matcher_new(ctx, set, cur.v[c], &m)) != UN_OK)
-                break;
-            un_matcher_restrict(m, allowed);
-            un_match_list ms = {0};
-            st = un_match_all(ctx, m, &ms);
-            for (int64_t i = 0; i < ms.n && st == UN_OK && !stop; i++) {
-                un_graph *ng = NULL;
-                if (un_apply(ctx, set, cur.v[c], &ms.v[i], &ng, NULL) != UN_OK) {
-                    un_ctx_clear(ctx);
-                    continue;
-                }
-                int keep = visit(user, ctx, cur.v[c], ng, &ms.v[i], level, &st);
-                stop = keep < 0;
-                if (keep > 0 && level < depth)
-                    glist_push(&next, ng);
-                else
-                    un_graph_free(ng);
+/* Adds k at level; false when it was there already. */
+static bool kset_add(kset *s, uint64_t k, int level) {
+    if (2 * (s->n + 1) > s->cap) {
+        kset old = *s;
+        s->cap = old.cap ? 2 * old.cap : 64;
+        s->key = un_xmalloc(sizeof(uint64_t) * (size_t)s->cap);
+        s->level = un_xmalloc((size_t)s->cap);
+        memset(s->level, -1, (size_t)s->cap);
+        for (int64_t i = 0; i < old.cap; i++)
+            if (old.level[i] >= 0) {
+                int64_t j = kset_slot(s, old.key[i]);
+                s->key[j] = old.key[i];
+                s->level[j] = old.level[i];
             }
-            un_match_list_deinit(&ms);
-            un_matcher_free(m);
+        free(old.key);
+        free(old.level);
+    }
+    int64_t i = kset_slot(s, k);
+    if (s->level[i] >= 0)
+        return false;
+    s->key[i] = k;
+    s->level[i] = (int8_t)level;
+    s->n++;
+    return true;
+}
+
+static void kset_deinit(kset *s) {
+    free(s->key);
+    free(s->level);
+    *s = (kset){0};
+}
+
+/* A growable list of keys. */
+typedef struct keylist {
+    uint64_t *v;
+    int64_t n, cap;
+} keylist;
+
+static void keylist_add(keylist *l, uint64_t k) {
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 64;
+        l->v = un_xrealloc(l->v, sizeof(uint64_t) * (size_t)l->cap);
+    }
+    l->v[l->n++] = k;
+}
+
+static int cmp_u64(const void *x, const void *y) {
+    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+    return (a > b) - (a < b);
+}
+
+/* ---- the successor cache ---- */
+
+/* Per graph key, the sorted keys of the graphs one rewrite away (with a fixed rule set: the
+ * basis of un_closure_check). Many rules' explorations pass through the same graphs, and the last
+ * level of an exploration needs only these keys, not the graphs, so a hit saves matching and
+ * rewriting a graph. Shared by the threads (a lock per shard); entries never change once in, and
+ * insertion stops at a budget of keys. An entry is what exploring would compute, so decisions do
+ * not depend on what is cached (nor on the threads). */
+enum { CACHE_SHARDS = 64, CACHE_KEYS = 1 << 24 /* 128 MiB of keys */ };
+
+typedef struct succ_entry {
+    uint64_t key;
+    int64_t n;
+    uint64_t *succ; /* sorted, unique */
+} succ_entry;
+
+typedef struct succ_shard {
+    pthread_mutex_t mu;
+    succ_entry *v; /* open addressing, n_succ 0 and succ NULL: empty */
+    int64_t n, cap;
+} succ_shard;
+
+typedef struct succ_cache {
+    succ_shard shard[CACHE_SHARDS];
+    _Atomic int64_t keys, hits, misses;
+    int64_t budget; /* keys held at most */
+} succ_cache;
+
+static succ_cache *succ_cache_new(int64_t budget) {
+    succ_cache *c = un_xcalloc(1, sizeof *c);
+    for (int i = 0; i < CACHE_SHARDS; i++)
+        pthread_mutex_init(&c->shard[i].mu, NULL);
+    c->budget = budget;
+    return c;
+}
+
+static void succ_cache_free(succ_cache *c) {
+    if (!c)
+        return;
+    for (int i = 0; i < CACHE_SHARDS; i++) {
+        succ_shard *sh = &c->shard[i];
+        for (int64_t j = 0; j < sh->cap; j++)
+            free(sh->v[j].succ);
+        free(sh->v);
+        pthread_mutex_destroy(&sh->mu);
+    }
+    free(c);
+}
+
+static int64_t shard_slot(const succ_shard *sh, uint64_t k) {
+    int64_t i = (int64_t)((un_mix64(k) >> 6) & (uint64_t)(sh->cap - 1));
+    while (sh->v[i].succ && sh->v[i].key != k)
+        i = (i + 1) & (sh->cap - 1);
+    return i;
+}
+
+/* The successors of key k (borrowed: entries live as long as c), or false. */
+static bool succ_cache_get(succ_cache *c, uint64_t k, const uint64_t **succ, int64_t *n) {
+    succ_shard *sh = &c->shard[un_mix64(k) & (CACHE_SHARDS - 1)];
+    pthread_mutex_lock(&sh->mu);
+    bool hit = sh->cap && sh->v[shard_slot(sh, k)].succ;
+    if (hit) {
+        const succ_entry *e = &sh->v[shard_slot(sh, k)];
+        *succ = e->succ;
+        *n = e->n;
+    }
+    pthread_mutex_unlock(&sh->mu);
+    atomic_fetch_add(hit ? &c->hits : &c->misses, 1);
+    return hit;
+}
+
+/* Puts k's successors keys[0..n) in (copied, sorted, unique) while the budget allows. */
+static void succ_cache_put(succ_cache *c, uint64_t k, const uint64_t *keys, int64_t n) {
+    if (atomic_load(&c->keys) + n > c->budget)
+        return;
+    uint64_t *v = un_xmalloc(sizeof(uint64_t) * ((size_t)n + 1));
+    memcpy(v, keys, sizeof(uint64_t) * (size_t)n);
+    qsort(v, (size_t)n, sizeof(uint64_t), cmp_u64);
+    int64_t u = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (u == 0 || v[u - 1] != v[i])
+            v[u++] = v[i];
+    succ_shard *sh = &c->shard[un_mix64(k) & (CACHE_SHARDS - 1)];
+    pthread_mutex_lock(&sh->mu);
+    if (2 * (sh->n + 1) > sh->cap) {
+        succ_shard old = *sh;
+        sh->cap = old.cap ? 2 * old.cap : 256;
+        sh->v = un_xcalloc((size_t)sh->cap, sizeof(succ_entry));
+        for (int64_t j = 0; j < old.cap; j++)
+            if (old.v[j].succ)
+                sh->v[shard_slot(sh, old.v[j].key)] = old.v[j];
+        free(old.v);
+    }
+    int64_t j = shard_slot(sh, k);
+    if (!sh->v[j].succ) {
+        sh->v[j] = (succ_entry){.key = k, .n = u, .succ = v};
+        sh->n++;
+        atomic_fetch_add(&c->keys, u);
+        v = NULL;
+    }
+    pthread_mutex_unlock(&sh->mu);
+    free(v); /* another thread put it first */
+}
+
+/* ---- exploration ---- */
+
+/* The graphs one rewrite from g with the entries e of set with allowed[e] (NULL: all): their keys
+ * appended to keys and, when graphs is given, the graphs to it (owned); rewrites that do not
+ * apply are skipped. */
+static un_status successors(un_ctx *ctx, const un_ruleset *set, const bool *allowed,
+                            const un_graph *g, glist *graphs, keylist *keys) {
+    un_matcher *m = NULL;
+    un_status st = un_matcher_new(ctx, set, g, &m);
+    if (st != UN_OK)
+        return st;
+    un_matcher_restrict(m, allowed);
+    un_match_list ms = {0};
+    st = un_match_all(ctx, m, &ms);
+    for (int64_t i = 0; i < ms.n && st == UN_OK; i++) {
+        un_graph *ng = NULL;
+        if (un_apply(ctx, set, g, &ms.v[i], &ng, NULL) != UN_OK) {
+            un_ctx_clear(ctx);
+            continue;
+        }
+        keylist_add(keys, un_closure_graph_key(ng));
+        if (graphs)
+            glist_push(graphs, ng);
+        else
+            un_graph_free(ng);
+    }
+    un_match_list_deinit(&ms);
+    un_matcher_free(m);
+    return st;
+}
+
+/* Where an exploration meets another side's (explore's target): best, the fewest rewrites of both
+ * sides together over the keys in common (0: none with at least one), and met, any key in common.
+ */
+typedef struct meeting {
+    int best;
+    bool met;
+} meeting;
+
+/* Every graph within depth rewrites of g, into seen (each key at its first level), breadth first
+ * with the entries allowed of set (NULL: all). A level is expanded only while seen holds at most
+ * max_graphs keys (0: no bound; *capped tells whether the bound cut it), so that what is explored
+ * is a function of g, not of the order of matches. With cache, the last level's keys come from it
+ * where it has them (and go into it where not). With target (another side's exploration), each new
+ * key updates *mt, and the search stops once nothing closer can come: a key target had at level 0,
+ * or a level as deep as mt->best. */
+static un_status explore(un_ctx *ctx, const un_ruleset *set, const un_graph *g, int depth,
+                         const bool *allowed, int64_t max_graphs, succ_cache *cache,
+                         const kset *target, kset *seen, bool *capped, meeting *mt) {
+    *seen = (kset){0};
+    *capped = false;
+    glist cur = {0}, next = {0}, gs = {0};
+    keylist curk = {0}, nextk = {0}, ks = {0};
+    uint64_t k0 = un_closure_graph_key(g);
+    kset_add(seen, k0, 0);
+    bool stop = false;
+    if (target) {
+        int lt = kset_get(target, k0);
+        mt->met = lt >= 0;
+        mt->best = lt > 0 ? lt : 0;
+    }
+    glist_push(&cur, un_graph_clone(g));
+    keylist_add(&curk, k0);
+    un_status st = UN_OK;
+    for (int level = 1; level <= depth && cur.n > 0 && st == UN_OK && !stop; level++) {
+        if (target && mt->best > 0 && mt->best <= level)
+            break;
+        if (max_graphs > 0 && seen->n > max_graphs) {
+            *capped = true;
+            break;
+        }
+        bool last = level == depth;
+        for (int64_t c = 0; c < cur.n && st == UN_OK && !stop; c++) {
+            const uint64_t *sk = NULL;
+            int64_t n = 0;
+            ks.n = gs.n = 0;
+            if (!(last && cache && succ_cache_get(cache, curk.v[c], &sk, &n))) {
+                st = successors(ctx, set, allowed, cur.v[c], last ? NULL : &gs, &ks);
+                if (st == UN_OK && last && cache)
+                    succ_cache_put(cache, curk.v[c], ks.v, ks.n);
+                sk = ks.v;
+                n = ks.n;
+            }
+            for (int64_t i = 0; i < n && st == UN_OK; i++) {
+                bool fresh = !stop && kset_add(seen, sk[i], level);
+                if (fresh && !last) {
+                    glist_push(&next, gs.v[i]);
+                    keylist_add(&nextk, sk[i]);
+                } else if (!last) {
+                    un_graph_free(gs.v[i]);
+                }
+                int lt = fresh && target ? kset_get(target, sk[i]) : -1;
+                if (lt >= 0) {
+                    mt->met = true;
+                    if (mt->best == 0 || level + lt < mt->best)
+                        mt->best = level + lt;
+                    stop = lt == 0;
+                }
+            }
         }
         glist_clear(&cur);
         cur = next;
         next = (glist){0};
+        free(curk.v);
+        curk = nextk;
+        nextk = (keylist){0};
     }
     glist_clear(&cur);
+    free(gs.v);
+    free(curk.v);
+    free(ks.v);
+    if (st != UN_OK)
+        kset_deinit(seen);
     return st;
-}
-
-/* explore's state: every key seen with its level, a sorted copy of the earlier levels' keys. */
-typedef struct explore_state {
-    keyed *seen, *sorted;
-    int64_t n, cap, n_sorted, level_start;
-    int level;
-    int64_t max_graphs;
-    bool capped;
-} explore_state;
-
-static int explore_visit(void *user, un_ctx *ctx, const un_graph *from, const un_graph *ng,
-                         const un_match *mt, int level, un_status *st) {
-    (void)ctx, (void)from, (void)mt, (void)st;
-    explore_state *x = user;
-    if (level != x->level) { /* a new level: the earlier ones sorted for lookups */
-        free(x->sorted);
-        x->sorted = un_xmalloc(sizeof(keyed) * (size_t)x->n);
-        memcpy(x->sorted, x->seen, sizeof(keyed) * (size_t)x->n);
-        qsort(x->sorted, (size_t)x->n, sizeof(keyed), cmp_keyed);
-        x->n_sorted = x->level_start = x->n;
-        x->level = level;
-    }
-    uint64_t k = un_closure_graph_key(ng);
-    bool dup = keyed_has(x->sorted, x->n_sorted, k);
-    for (int64_t q = x->level_start; q < x->n && !dup; q++)
-        dup = x->seen[q].key == k;
-    if (dup)
-        return 0;
-    if (x->max_graphs > 0 && x->n >= x->max_graphs) {
-        x->capped = true;
-        return -1;
-    }
-    if (x->n == x->cap) {
-        x->cap *= 2;
-        x->seen = un_xrealloc(x->seen, sizeof(keyed) * (size_t)x->cap);
-    }
-    x->seen[x->n++] = (keyed){k, level};
-    return 1;
-}
-
-/* Every graph within depth rewrites of g (explore_out: sorted by key, each at its first level). */
-static un_status explore(un_ctx *ctx, const un_ruleset *set, const un_graph *g, int depth,
-                         const bool *allowed, int64_t max_graphs, explore_out *out) {
-    memset(out, 0, sizeof *out);
-    explore_state x = {.cap = 64, .max_graphs = max_graphs};
-    x.seen = un_xmalloc(sizeof(keyed) * (size_t)x.cap);
-    x.seen[x.n++] = (keyed){un_closure_graph_key(g), 0};
-    un_status st = bfs(ctx, set, g, depth, allowed, explore_visit, &x);
-    free(x.sorted);
-    if (st != UN_OK) {
-        free(x.seen);
-        return st;
-    }
-    qsort(x.seen, (size_t)x.n, sizeof(keyed), cmp_keyed);
-    int64_t u = 0;
-    for (int64_t i = 0; i < x.n; i++)
-        if (u == 0 || x.seen[u - 1].key != x.seen[i].key)
-            x.seen[u++] = x.seen[i];
-    out->v = x.seen;
-    out->n = u;
-    out->capped = x.capped;
-    return UN_OK;
 }
 
 un_status un_closure_reach(un_ctx *ctx, const un_ruleset *set, const un_graph *g, int depth,
                            int64_t max_graphs, uint64_t **keys, int64_t *n, bool *capped) {
     *keys = NULL;
     *n = 0;
-    explore_out eo;
-    un_status st = explore(ctx, set, g, depth, NULL, max_graphs, &eo);
+    kset s;
+    bool cut = false;
+    un_status st = explore(ctx, set, g, depth, NULL, max_graphs, NULL, NULL, &s, &cut, NULL);
     if (st != UN_OK)
         return st;
-    uint64_t *k = un_xmalloc(sizeof(uint64_t) * ((size_t)eo.n + 1));
-    for (int64_t i = 0; i < eo.n; i++)
-        k[i] = eo.v[i].key;
-    free(eo.v);
+    uint64_t *k = un_xmalloc(sizeof(uint64_t) * ((size_t)s.n + 1));
+    int64_t u = 0;
+    for (int64_t i = 0; i < s.cap; i++)
+        if (s.level[i] >= 0)
+            k[u++] = s.key[i];
+    qsort(k, (size_t)u, sizeof(uint64_t), cmp_u64);
+    kset_deinit(&s);
     *keys = k;
-    *n = eo.n;
+    *n = u;
     if (capped)
-        *capped = eo.capped;
+        *capped = cut;
     return UN_OK;
+}
+
+/* Meet in the middle: what of g's neighbourhood within a rewrites meets h's within b. The two
+ * sides, each with its own max_graphs; *capped when either was cut. */
+static un_status meet(un_ctx *ctx, const un_ruleset *set, const un_graph *g, const un_graph *h,
+                      int a, int b, const bool *allowed, int64_t max_graphs, succ_cache *cache,
+                      meeting *mt, bool *capped) {
+    kset th, tg;
+    bool ch = false, cg = false;
+    *mt = (meeting){0};
+    un_status st = explore(ctx, set, h, b, allowed, max_graphs, cache, NULL, &th, &ch, NULL);
+    if (st == UN_OK) {
+        st = explore(ctx, set, g, a, allowed, max_graphs, cache, &th, &tg, &cg, mt);
+        kset_deinit(&tg);
+    }
+    kset_deinit(&th);
+    *capped = ch || cg;
+    return st;
 }
 
 /* ---- pruning ---- */
@@ -234,6 +405,7 @@ typedef struct prune_job {
     const un_closure_params *p;
     const bool *entry_ok; /* per entry of set: its rule was kept in an earlier chunk (read only
                            * during a chunk); NULL: every entry */
+    succ_cache *cache;    /* NULL while entry_ok changes */
     int8_t *level;        /* per rule: rewrites of the derivation found, 0 = none */
     bool *capped;
     int64_t begin, end;
@@ -257,31 +429,15 @@ static un_status decide(un_ctx *ctx, const prune_job *job, int64_t i) {
     un_graph *gs = side_graph(ctx, r->src, r->src_out, r->n_out);
     un_graph *gd = side_graph(ctx, r->dst, r->dst_out, r->n_out);
     un_status st = gs && gd ? UN_OK : UN_ERR_INVALID;
-    explore_out ea = {0}, eb = {0};
+    meeting mt = {0};
+    bool capped = false;
     if (st == UN_OK)
-        st = explore(ctx, job->set, gs, a, job->entry_ok, job->p->max_graphs, &ea);
-    if (st == UN_OK)
-        st = explore(ctx, job->set, gd, b, job->entry_ok, job->p->max_graphs, &eb);
+        st = meet(ctx, job->set, gs, gd, a, b, job->entry_ok, job->p->max_graphs, job->cache, &mt,
+                  &capped);
     if (st == UN_OK) {
-        int best = 0;
-        for (int64_t x = 0, y = 0; x < ea.n && y < eb.n;) {
-            if (ea.v[x].key < eb.v[y].key) {
-                x++;
-            } else if (ea.v[x].key > eb.v[y].key) {
-                y++;
-            } else {
-                int l = ea.v[x].level + eb.v[y].level;
-                if (l > 0 && (best == 0 || l < best))
-                    best = l;
-                x++;
-                y++;
-            }
-        }
-        job->level[i] = (int8_t)best;
-        job->capped[i] = ea.capped || eb.capped;
+        job->level[i] = (int8_t)mt.best;
+        job->capped[i] = capped && mt.best == 0;
     }
-    free(ea.v);
-    free(eb.v);
     un_graph_free(gs);
     un_graph_free(gd);
     return st;
@@ -315,7 +471,8 @@ static int rule_ops(const un_rule *r) {
 
 struct un_closure {
     un_closure_params p;
-    un_ruleset *set; /* the kept basis rules given to un_closure_new, forwards and reversed */
+    un_ruleset *set;   /* the kept basis rules given to un_closure_new, forwards and reversed */
+    succ_cache *cache; /* successors with set, shared by un_closure_check's calls */
 };
 
 /* Decides job's rules [begin, end) on p->threads threads. */
@@ -447,6 +604,7 @@ un_status un_closure_new(un_ctx *ctx, const un_spec *spec, un_rule *const *rules
     un_closure *c = un_xcalloc(1, sizeof *c);
     c->p = *p;
     c->set = set;
+    c->cache = succ_cache_new(CACHE_KEYS);
     *out = c;
     return UN_OK;
 }
@@ -460,13 +618,17 @@ un_status un_closure_check(un_ctx *ctx, un_closure *c, un_rule *const *rules, in
                      .rules = rules,
                      .p = &c->p,
                      .entry_ok = NULL, /* the set holds the kept rules only */
+                     .cache = c->cache,
                      .level = un_xcalloc((size_t)n + 1, 1),
                      .capped = un_xcalloc((size_t)n + 1, 1),
                      .begin = 0,
                      .end = n};
+    int64_t hits = atomic_load(&c->cache->hits), misses = atomic_load(&c->cache->misses);
     un_status st = run_chunk(ctx, &job, c->p.threads);
     if (st == UN_OK)
         tally(&job, drop, &s);
+    s.cache_hits = atomic_load(&c->cache->hits) - hits;
+    s.cache_misses = atomic_load(&c->cache->misses) - misses;
     s.kept = n - s.dropped;
     s.seconds = un_now_s() - t0;
     if (stats)
@@ -480,6 +642,7 @@ void un_closure_free(un_closure *c) {
     if (!c)
         return;
     un_ruleset_free(c->set);
+    succ_cache_free(c->cache);
     free(c);
 }
 
@@ -493,54 +656,64 @@ un_status un_closure_prune(un_ctx *ctx, const un_spec *spec, un_rule *const *rul
 
 /* ---- the reach test ---- */
 
-static int cmp_u64(const void *x, const void *y) {
-    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
-    return (a > b) - (a < b);
-}
-
 static bool u64_has(const uint64_t *v, int64_t n, uint64_t x) {
     return n > 0 && bsearch(&x, v, (size_t)n, sizeof x, cmp_u64) != NULL;
 }
 
-/* A growable list of keys (sorted on demand). */
-typedef struct keylist {
-    uint64_t *v;
-    int64_t n, cap;
-} keylist;
+/* Called for each graph ng that a rewrite (match mt) makes of `from` at `level`: 1 keeps it (it is
+ * expanded at the next level while level < depth), 0 drops it, -1 drops it and ends the search.
+ * An error goes to *st (and ends it). */
+typedef int (*visit_fn)(void *user, un_ctx *ctx, const un_graph *from, const un_graph *ng,
+                        const un_match *mt, int level, un_status *st);
 
-static void keylist_add(keylist *l, uint64_t k) {
-    if (l->n == l->cap) {
-        l->cap = l->cap ? 2 * l->cap : 64;
-        l->v = un_xrealloc(l->v, sizeof(uint64_t) * (size_t)l->cap);
+/* Breadth first from g within depth rewrites with the entries e of set with allowed[e] (NULL:
+ * all; the others are never matched); rewrites that do not apply are skipped. */
+static un_status bfs(un_ctx *ctx, const un_ruleset *set, const un_graph *g, int depth,
+                     const bool *allowed, visit_fn visit, void *user) {
+    glist cur = {0}, next = {0};
+    glist_push(&cur, un_graph_clone(g));
+    un_status st = UN_OK;
+    bool stop = false;
+    for (int level = 1; level <= depth && cur.n > 0 && st == UN_OK && !stop; level++) {
+        for (int64_t c = 0; c < cur.n && st == UN_OK && !stop; c++) {
+            un_matcher *m = NULL;
+            if ((st = un_matcher_new(ctx, set, cur.v[c], &m)) != UN_OK)
+                break;
+            un_matcher_restrict(m, allowed);
+            un_match_list ms = {0};
+            st = un_match_all(ctx, m, &ms);
+            for (int64_t i = 0; i < ms.n && st == UN_OK && !stop; i++) {
+                un_graph *ng = NULL;
+                if (un_apply(ctx, set, cur.v[c], &ms.v[i], &ng, NULL) != UN_OK) {
+                    un_ctx_clear(ctx);
+                    continue;
+                }
+                int keep = visit(user, ctx, cur.v[c], ng, &ms.v[i], level, &st);
+                stop = keep < 0;
+                if (keep > 0 && level < depth)
+                    glist_push(&next, ng);
+                else
+                    un_graph_free(ng);
+            }
+            un_match_list_deinit(&ms);
+            un_matcher_free(m);
+        }
+        glist_clear(&cur);
+        cur = next;
+        next = (glist){0};
     }
-    l->v[l->n++] = k;
-}
-
-static bool keylist_has(const keylist *l, uint64_t k) {
-    for (int64_t i = 0; i < l->n; i++)
-        if (l->v[i] == k)
-            return true;
-    return false;
+    glist_clear(&cur);
+    return st;
 }
 
 /* Whether `to` is within step rewrites of pruned from `from` (meet in the middle). */
 static un_status derivable(un_ctx *ctx, const un_ruleset *pruned, const un_graph *from,
                            const un_graph *to, int step, int64_t max_graphs, bool *yes) {
-    explore_out ea = {0}, eb = {0};
-    *yes = false;
-    un_status st = explore(ctx, pruned, from, (step + 1) / 2, NULL, max_graphs, &ea);
-    if (st == UN_OK)
-        st = explore(ctx, pruned, to, step / 2, NULL, max_graphs, &eb);
-    for (int64_t x = 0, y = 0; st == UN_OK && x < ea.n && y < eb.n && !*yes;) {
-        if (ea.v[x].key == eb.v[y].key)
-            *yes = true;
-        else if (ea.v[x].key < eb.v[y].key)
-            x++;
-        else
-            y++;
-    }
-    free(ea.v);
-    free(eb.v);
+    meeting mt;
+    bool capped;
+    un_status st =
+        meet(ctx, pruned, from, to, (step + 1) / 2, step / 2, NULL, max_graphs, NULL, &mt, &capped);
+    *yes = st == UN_OK && mt.met;
     return st;
 }
 
@@ -549,7 +722,7 @@ typedef struct reach_state {
     const uint64_t *ph; /* sorted rule hashes of pruned's entries */
     int64_t np, max_graphs;
     int step;
-    keylist seen, failed;
+    kset seen, failed;
     un_closure_reach_stats *out;
 } reach_state;
 
@@ -558,7 +731,7 @@ static int reach_visit(void *user, un_ctx *ctx, const un_graph *from, const un_g
     (void)level;
     reach_state *x = user;
     uint64_t k = un_closure_graph_key(ng);
-    if (keylist_has(&x->seen, k))
+    if (kset_get(&x->seen, k) >= 0)
         return 0;
     if (x->max_graphs > 0 && x->seen.n >= x->max_graphs) {
         x->out->capped = true;
@@ -572,11 +745,11 @@ static int reach_visit(void *user, un_ctx *ctx, const un_graph *from, const un_g
         x->out->derived += ok;
     }
     if (*st != UN_OK || !ok) {
-        if (*st == UN_OK && !keylist_has(&x->failed, k))
-            keylist_add(&x->failed, k);
+        if (*st == UN_OK)
+            kset_add(&x->failed, k, 0);
         return 0;
     }
-    keylist_add(&x->seen, k);
+    kset_add(&x->seen, k, 0);
     x->out->graphs++;
     return 1;
 }
@@ -597,14 +770,14 @@ un_status un_closure_reach_check(un_ctx *ctx, const un_ruleset *full, const un_r
                      .max_graphs = max_graphs,
                      .step = step,
                      .out = out};
-    keylist_add(&x.seen, un_closure_graph_key(g));
+    kset_add(&x.seen, un_closure_graph_key(g), 0);
     out->graphs = 1;
     un_status st = bfs(ctx, full, g, depth, NULL, reach_visit, &x);
-    for (int64_t i = 0; i < x.failed.n; i++)
-        out->missing += !keylist_has(&x.seen, x.failed.v[i]);
+    for (int64_t i = 0; i < x.failed.cap; i++)
+        out->missing += x.failed.level[i] >= 0 && kset_get(&x.seen, x.failed.key[i]) < 0;
     out->graphs += out->missing;
-    free(x.seen.v);
-    free(x.failed.v);
+    kset_deinit(&x.seen);
+    kset_deinit(&x.failed);
     free(ph);
     return st;
 }

@@ -42,7 +42,9 @@ typedef struct un_closure_stats {
     int64_t dropped;     /* derivable, dropped */
     int64_t kept;        /* rules - dropped */
     int64_t by_depth[5]; /* dropped, by the rewrites their derivation needed */
-    int64_t capped;      /* rules whose exploration hit max_graphs (may be derivable after all) */
+    int64_t capped; /* kept rules whose exploration hit max_graphs (may be derivable after all) */
+    int64_t cache_hits, cache_misses; /* graphs whose successors came from un_closure_check's cache,
+                                       * and those rewritten */
     double seconds;
 } un_closure_stats;
 
