@@ -183,6 +183,33 @@ static void test_reach(void) {
     }
     EXPECT_TRUE(reached > 20); /* the rules rewrite these models */
     EXPECT_TRUE(derived > 0);  /* and some rewrites need a derivation with the pruned set */
+    /* depth 3 drops more, on any thread count, and the reach holds with step 3 */
+    bool *drop3 = calloc((size_t)n + 1, 1), *drop3b = calloc((size_t)n + 1, 1);
+    un_closure_params p3 = p;
+    p3.depth = 3;
+    un_closure_stats s3 = {0};
+    EXPECT_OK(ctx, un_closure_prune(ctx, spec, rules, n, &p3, drop3, &s3));
+    EXPECT_TRUE(s3.dropped > s.dropped && s3.by_depth[3] > 0);
+    p3.threads = 1;
+    EXPECT_OK(ctx, un_closure_prune(ctx, spec, rules, n, &p3, drop3b, NULL));
+    EXPECT_TRUE(!memcmp(drop3, drop3b, (size_t)n));
+    int64_t nk3 = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (!drop3[i])
+            kept[nk3++] = rules[i];
+    un_ruleset *pruned3 = NULL;
+    EXPECT_OK(ctx, un_ruleset_from_rules(ctx, spec, kept, NULL, nk3, &rp, &pruned3));
+    for (int i = 0; full && pruned3 && i < 4; i++) {
+        un_model m = {0};
+        EXPECT_OK(ctx, un_zoo_build(ctx, spec, models[i], true, 0, &m));
+        un_closure_reach_stats rs;
+        EXPECT_OK(ctx, un_closure_reach_check(ctx, full, pruned3, m.graph, 3, 3, 20000, &rs));
+        EXPECT_EQ(rs.missing, 0);
+        un_model_deinit(&m);
+    }
+    un_ruleset_free(pruned3);
+    free(drop3);
+    free(drop3b);
     un_ruleset_free(full);
     un_ruleset_free(pruned);
     un_ruleset_free(empty);
