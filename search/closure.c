@@ -135,117 +135,93 @@ static int cmp_u64(const void *x, const void *y) {
     return (a > b) - (a < b);
 }
 
-/* ---- the successor cache ---- */
+/* ---- operator signatures ---- */
 
-/* Per graph key, the sorted keys of the graphs one rewrite away (with a fixed rule set: the
- * basis of un_closure_check). Many rules' explorations pass through the same graphs, and the last
- * level of an exploration needs only these keys, not the graphs, so a hit saves matching and
- * rewriting a graph. Shared by the threads (a lock per shard); entries never change once in, and
- * insertion stops at a budget of keys. An entry is what exploring would compute, so decisions do
- * not depend on what is cached (nor on the threads). */
-enum { CACHE_SHARDS = 64, CACHE_KEYS = 1 << 24 /* 128 MiB of keys */ };
+/* A graph's operator signature: the sum of a hash per operator node (sources left out). Equal
+ * graphs have equal signatures, and a rewrite that removes only the match moves the signature by
+ * its rule's target's minus its source's, so the last level of a source's exploration can skip a
+ * rewrite whose result's signature no graph of the target's side has, without building it. */
+static uint64_t op_hash(int op) { return un_mix64(0x6f707369ull + (uint64_t)op); }
 
-typedef struct succ_entry {
-    uint64_t key;
-    int64_t n;
-    uint64_t *succ; /* sorted, unique */
-} succ_entry;
-
-typedef struct succ_shard {
-    pthread_mutex_t mu;
-    succ_entry *v; /* open addressing, n_succ 0 and succ NULL: empty */
-    int64_t n, cap;
-} succ_shard;
-
-typedef struct succ_cache {
-    succ_shard shard[CACHE_SHARDS];
-    _Atomic int64_t keys, hits, misses;
-    int64_t budget; /* keys held at most */
-} succ_cache;
-
-static succ_cache *succ_cache_new(int64_t budget) {
-    succ_cache *c = un_xcalloc(1, sizeof *c);
-    for (int i = 0; i < CACHE_SHARDS; i++)
-        pthread_mutex_init(&c->shard[i].mu, NULL);
-    c->budget = budget;
-    return c;
+static uint64_t graph_opsig(const un_graph *g) {
+    uint64_t h = 0;
+    for (int32_t v = 0; v < un_graph_node_count(g); v++) {
+        const un_node *nd = un_graph_node(g, v);
+        if (un_op_kind_of(nd->op) != UN_OPK_SOURCE)
+            h += op_hash(nd->op);
+    }
+    return h;
 }
 
-static void succ_cache_free(succ_cache *c) {
-    if (!c)
-        return;
-    for (int i = 0; i < CACHE_SHARDS; i++) {
-        succ_shard *sh = &c->shard[i];
-        for (int64_t j = 0; j < sh->cap; j++)
-            free(sh->v[j].succ);
-        free(sh->v);
-        pthread_mutex_destroy(&sh->mu);
-    }
-    free(c);
+/* Per entry of a rule set, what its rewrite does to a signature, found on first use (threads may
+ * store the same values twice). state: 0 not yet, 1 exact, 2 not (the target leaves out an input
+ * or has a node off its outputs' paths: the rewrite may drop more nodes than the match). */
+typedef struct opsig_table {
+    void *mem; /* both arrays */
+    _Atomic uint64_t *delta;
+    _Atomic uint8_t *state;
+} opsig_table;
+
+static opsig_table opsig_table_new(const un_ruleset *set) {
+    size_t n = (size_t)un_ruleset_count(set) + 1;
+    opsig_table t = {.mem = un_xcalloc(n, sizeof(_Atomic uint64_t) + sizeof(_Atomic uint8_t))};
+    t.delta = t.mem;
+    t.state = (_Atomic uint8_t *)(t.delta + n);
+    return t;
 }
 
-static int64_t shard_slot(const succ_shard *sh, uint64_t k) {
-    int64_t i = (int64_t)((un_mix64(k) >> 6) & (uint64_t)(sh->cap - 1));
-    while (sh->v[i].succ && sh->v[i].key != k)
-        i = (i + 1) & (sh->cap - 1);
-    return i;
+static void opsig_table_deinit(opsig_table *t) {
+    free(t->mem);
+    *t = (opsig_table){0};
 }
 
-/* The successors of key k (borrowed: entries live as long as c), or false. */
-static bool succ_cache_get(succ_cache *c, uint64_t k, const uint64_t **succ, int64_t *n) {
-    succ_shard *sh = &c->shard[un_mix64(k) & (CACHE_SHARDS - 1)];
-    pthread_mutex_lock(&sh->mu);
-    bool hit = sh->cap && sh->v[shard_slot(sh, k)].succ;
-    if (hit) {
-        const succ_entry *e = &sh->v[shard_slot(sh, k)];
-        *succ = e->succ;
-        *n = e->n;
+/* Whether a rewrite by r removes exactly the match's nodes and adds exactly its target's: every
+ * node of r's target is on a path to a mapped output, and the target uses as many inputs as the
+ * source. */
+static bool rule_exact(const un_rule *r) {
+    int32_t n = un_graph_node_count(r->dst);
+    bool *on = un_xcalloc((size_t)n + 1, 1);
+    for (int i = 0; i < r->n_out; i++)
+        on[r->dst_out[i].node] = true;
+    int src_in = 0, dst_in = 0;
+    for (int32_t v = n - 1; v >= 0; v--) { /* nodes come in topological order */
+        const un_node *nd = un_graph_node(r->dst, v);
+        for (int k = 0; on[v] && k < nd->n_in; k++)
+            on[nd->in[k].node] = true;
     }
-    pthread_mutex_unlock(&sh->mu);
-    atomic_fetch_add(hit ? &c->hits : &c->misses, 1);
-    return hit;
+    bool exact = true;
+    for (int32_t v = 0; v < n; v++) {
+        exact = exact && on[v];
+        dst_in += un_op_kind_of(un_graph_node(r->dst, v)->op) == UN_OPK_SOURCE;
+    }
+    for (int32_t v = 0; v < un_graph_node_count(r->src); v++)
+        src_in += un_op_kind_of(un_graph_node(r->src, v)->op) == UN_OPK_SOURCE;
+    free(on);
+    return exact && dst_in >= src_in;
 }
 
-/* Puts k's successors keys[0..n) in (copied, sorted, unique) while the budget allows. */
-static void succ_cache_put(succ_cache *c, uint64_t k, const uint64_t *keys, int64_t n) {
-    if (atomic_load(&c->keys) + n > c->budget)
-        return;
-    uint64_t *v = un_xmalloc(sizeof(uint64_t) * ((size_t)n + 1));
-    memcpy(v, keys, sizeof(uint64_t) * (size_t)n);
-    qsort(v, (size_t)n, sizeof(uint64_t), cmp_u64);
-    int64_t u = 0;
-    for (int64_t i = 0; i < n; i++)
-        if (u == 0 || v[u - 1] != v[i])
-            v[u++] = v[i];
-    succ_shard *sh = &c->shard[un_mix64(k) & (CACHE_SHARDS - 1)];
-    pthread_mutex_lock(&sh->mu);
-    if (2 * (sh->n + 1) > sh->cap) {
-        succ_shard old = *sh;
-        sh->cap = old.cap ? 2 * old.cap : 256;
-        sh->v = un_xcalloc((size_t)sh->cap, sizeof(succ_entry));
-        for (int64_t j = 0; j < old.cap; j++)
-            if (old.v[j].succ)
-                sh->v[shard_slot(sh, old.v[j].key)] = old.v[j];
-        free(old.v);
+/* Entry e's signature move; false when its rewrite is not exact. */
+static bool opsig_delta(const opsig_table *t, const un_ruleset *set, int64_t e, uint64_t *delta) {
+    uint8_t state = atomic_load(&t->state[e]);
+    if (state == 0) {
+        const un_rule *r = un_ruleset_rule(set, e);
+        atomic_store(&t->delta[e], graph_opsig(r->dst) - graph_opsig(r->src));
+        state = rule_exact(r) ? 1 : 2;
+        atomic_store(&t->state[e], state);
     }
-    int64_t j = shard_slot(sh, k);
-    if (!sh->v[j].succ) {
-        sh->v[j] = (succ_entry){.key = k, .n = u, .succ = v};
-        sh->n++;
-        atomic_fetch_add(&c->keys, u);
-        v = NULL;
-    }
-    pthread_mutex_unlock(&sh->mu);
-    free(v); /* another thread put it first */
+    *delta = atomic_load(&t->delta[e]);
+    return state == 1;
 }
 
 /* ---- exploration ---- */
 
 /* The graphs one rewrite from g with the entries e of set with allowed[e] (NULL: all): their keys
- * appended to keys and, when graphs is given, the graphs to it (owned); rewrites that do not
- * apply are skipped. */
+ * appended to keys, when graphs is given the graphs to it (owned), when sigs is given their
+ * signatures to it; rewrites that do not apply are skipped. With want (and ot), a rewrite whose
+ * exact result's signature want lacks is skipped too, unbuilt, and counted in *skipped. */
 static un_status successors(un_ctx *ctx, const un_ruleset *set, const bool *allowed,
-                            const un_graph *g, glist *graphs, keylist *keys) {
+                            const un_graph *g, const opsig_table *ot, const kset *want,
+                            int64_t *skipped, glist *graphs, keylist *keys, kset *sigs) {
     un_matcher *m = NULL;
     un_status st = un_matcher_new(ctx, set, g, &m);
     if (st != UN_OK)
@@ -253,13 +229,21 @@ static un_status successors(un_ctx *ctx, const un_ruleset *set, const bool *allo
     un_matcher_restrict(m, allowed);
     un_match_list ms = {0};
     st = un_match_all(ctx, m, &ms);
+    uint64_t gsig = want ? graph_opsig(g) : 0, delta = 0;
     for (int64_t i = 0; i < ms.n && st == UN_OK; i++) {
+        if (want && opsig_delta(ot, set, ms.v[i].rule, &delta) &&
+            kset_get(want, gsig + delta) < 0) {
+            ++*skipped;
+            continue;
+        }
         un_graph *ng = NULL;
         if (un_apply(ctx, set, g, &ms.v[i], &ng, NULL) != UN_OK) {
             un_ctx_clear(ctx);
             continue;
         }
         keylist_add(keys, un_closure_graph_key(ng));
+        if (sigs)
+            kset_add(sigs, graph_opsig(ng), 0);
         if (graphs)
             glist_push(graphs, ng);
         else
@@ -278,22 +262,34 @@ typedef struct meeting {
     bool met;
 } meeting;
 
-/* Every graph within depth rewrites of g, into seen (each key at its first level), breadth first
- * with the entries allowed of set (NULL: all). A level is expanded only while seen holds at most
- * max_graphs keys (0: no bound; *capped tells whether the bound cut it), so that what is explored
- * is a function of g, not of the order of matches. With cache, the last level's keys come from it
- * where it has them (and go into it where not). With target (another side's exploration), each new
- * key updates *mt, and the search stops once nothing closer can come: a key target had at level 0,
- * or a level as deep as mt->best. */
-static un_status explore(un_ctx *ctx, const un_ruleset *set, const un_graph *g, int depth,
-                         const bool *allowed, int64_t max_graphs, succ_cache *cache,
-                         const kset *target, kset *seen, bool *capped, meeting *mt) {
+/* What an exploration rewrites with: set's entries with allowed[e] (NULL: all), a level expanded
+ * only while at most max_graphs graphs were seen (0: no bound), and ot (NULL: none) for the
+ * signature filter. */
+typedef struct explorer {
+    const un_ruleset *set;
+    const bool *allowed;
+    int64_t max_graphs;
+    const opsig_table *ot;
+} explorer;
+
+/* Every graph within depth rewrites of g, into seen (each key at its first level), breadth first;
+ * the bound on levels makes what is explored a function of g, not of the order of matches
+ * (*capped: the bound cut it). sigs (may be NULL) gets the signatures of the graphs built. With
+ * target (another side's exploration, target_sigs its signatures), each new key updates *mt, the
+ * last level skips rewrites whose result target_sigs rules out (counted in *skipped), and the
+ * search stops once nothing closer can come: a key target had at level 0, or a level as deep as
+ * mt->best. */
+static un_status explore(un_ctx *ctx, const explorer *x, const un_graph *g, int depth,
+                         const kset *target, const kset *target_sigs, kset *seen, kset *sigs,
+                         bool *capped, meeting *mt, int64_t *skipped) {
     *seen = (kset){0};
     *capped = false;
     glist cur = {0}, next = {0}, gs = {0};
-    keylist curk = {0}, nextk = {0}, ks = {0};
+    keylist ks = {0};
     uint64_t k0 = un_closure_graph_key(g);
     kset_add(seen, k0, 0);
+    if (sigs)
+        kset_add(sigs, graph_opsig(g), 0);
     bool stop = false;
     if (target) {
         int lt = kset_get(target, k0);
@@ -301,36 +297,27 @@ static un_status explore(un_ctx *ctx, const un_ruleset *set, const un_graph *g, 
         mt->best = lt > 0 ? lt : 0;
     }
     glist_push(&cur, un_graph_clone(g));
-    keylist_add(&curk, k0);
     un_status st = UN_OK;
     for (int level = 1; level <= depth && cur.n > 0 && st == UN_OK && !stop; level++) {
         if (target && mt->best > 0 && mt->best <= level)
             break;
-        if (max_graphs > 0 && seen->n > max_graphs) {
+        if (x->max_graphs > 0 && seen->n > x->max_graphs) {
             *capped = true;
             break;
         }
         bool last = level == depth;
+        const kset *want = last && target && x->ot ? target_sigs : NULL;
         for (int64_t c = 0; c < cur.n && st == UN_OK && !stop; c++) {
-            const uint64_t *sk = NULL;
-            int64_t n = 0;
             ks.n = gs.n = 0;
-            if (!(last && cache && succ_cache_get(cache, curk.v[c], &sk, &n))) {
-                st = successors(ctx, set, allowed, cur.v[c], last ? NULL : &gs, &ks);
-                if (st == UN_OK && last && cache)
-                    succ_cache_put(cache, curk.v[c], ks.v, ks.n);
-                sk = ks.v;
-                n = ks.n;
-            }
-            for (int64_t i = 0; i < n && st == UN_OK; i++) {
-                bool fresh = !stop && kset_add(seen, sk[i], level);
-                if (fresh && !last) {
+            st = successors(ctx, x->set, x->allowed, cur.v[c], x->ot, want, skipped,
+                            last ? NULL : &gs, &ks, sigs);
+            for (int64_t i = 0; i < ks.n && st == UN_OK; i++) {
+                bool fresh = !stop && kset_add(seen, ks.v[i], level);
+                if (fresh && !last)
                     glist_push(&next, gs.v[i]);
-                    keylist_add(&nextk, sk[i]);
-                } else if (!last) {
+                else if (!last)
                     un_graph_free(gs.v[i]);
-                }
-                int lt = fresh && target ? kset_get(target, sk[i]) : -1;
+                int lt = fresh && target ? kset_get(target, ks.v[i]) : -1;
                 if (lt >= 0) {
                     mt->met = true;
                     if (mt->best == 0 || level + lt < mt->best)
@@ -342,13 +329,9 @@ static un_status explore(un_ctx *ctx, const un_ruleset *set, const un_graph *g, 
         glist_clear(&cur);
         cur = next;
         next = (glist){0};
-        free(curk.v);
-        curk = nextk;
-        nextk = (keylist){0};
     }
     glist_clear(&cur);
     free(gs.v);
-    free(curk.v);
     free(ks.v);
     if (st != UN_OK)
         kset_deinit(seen);
@@ -361,7 +344,8 @@ un_status un_closure_reach(un_ctx *ctx, const un_ruleset *set, const un_graph *g
     *n = 0;
     kset s;
     bool cut = false;
-    un_status st = explore(ctx, set, g, depth, NULL, max_graphs, NULL, NULL, &s, &cut, NULL);
+    explorer x = {.set = set, .max_graphs = max_graphs};
+    un_status st = explore(ctx, &x, g, depth, NULL, NULL, &s, NULL, &cut, NULL, NULL);
     if (st != UN_OK)
         return st;
     uint64_t *k = un_xmalloc(sizeof(uint64_t) * ((size_t)s.n + 1));
@@ -378,20 +362,19 @@ un_status un_closure_reach(un_ctx *ctx, const un_ruleset *set, const un_graph *g
     return UN_OK;
 }
 
-/* Meet in the middle: what of g's neighbourhood within a rewrites meets h's within b. The two
- * sides, each with its own max_graphs; *capped when either was cut. */
-static un_status meet(un_ctx *ctx, const un_ruleset *set, const un_graph *g, const un_graph *h,
-                      int a, int b, const bool *allowed, int64_t max_graphs, succ_cache *cache,
-                      meeting *mt, bool *capped) {
-    kset th, tg;
+/* Meet in the middle: what of g's neighbourhood within a rewrites meets h's within b (each side
+ * bounded by x->max_graphs; *capped when either was cut). */
+static un_status meet(un_ctx *ctx, const explorer *x, const un_graph *g, const un_graph *h, int a,
+                      int b, meeting *mt, bool *capped, int64_t *skipped) {
+    kset th = {0}, tg = {0}, sigs = {0};
     bool ch = false, cg = false;
     *mt = (meeting){0};
-    un_status st = explore(ctx, set, h, b, allowed, max_graphs, cache, NULL, &th, &ch, NULL);
-    if (st == UN_OK) {
-        st = explore(ctx, set, g, a, allowed, max_graphs, cache, &th, &tg, &cg, mt);
-        kset_deinit(&tg);
-    }
+    un_status st = explore(ctx, x, h, b, NULL, NULL, &th, x->ot ? &sigs : NULL, &ch, NULL, NULL);
+    if (st == UN_OK)
+        st = explore(ctx, x, g, a, &th, &sigs, &tg, NULL, &cg, mt, skipped);
+    kset_deinit(&tg);
     kset_deinit(&th);
+    kset_deinit(&sigs);
     *capped = ch || cg;
     return st;
 }
@@ -403,10 +386,11 @@ typedef struct prune_job {
     const un_ruleset *set;
     un_rule *const *rules; /* the rules decided */
     const un_closure_params *p;
-    const bool *entry_ok; /* per entry of set: its rule was kept in an earlier chunk (read only
-                           * during a chunk); NULL: every entry */
-    succ_cache *cache;    /* NULL while entry_ok changes */
-    int8_t *level;        /* per rule: rewrites of the derivation found, 0 = none */
+    const bool *entry_ok;  /* per entry of set: its rule was kept in an earlier chunk (read only
+                            * during a chunk); NULL: every entry */
+    const opsig_table *ot; /* set's entries' signature moves */
+    _Atomic int64_t skipped;
+    int8_t *level; /* per rule: rewrites of the derivation found, 0 = none */
     bool *capped;
     int64_t begin, end;
     _Atomic int64_t next;
@@ -423,7 +407,7 @@ static un_graph *side_graph(un_ctx *ctx, const un_graph *g, const un_ref *outs, 
     return c;
 }
 
-static un_status decide(un_ctx *ctx, const prune_job *job, int64_t i) {
+static un_status decide(un_ctx *ctx, prune_job *job, int64_t i) {
     const un_rule *r = job->rules[i];
     int a = (job->p->depth + 1) / 2, b = job->p->depth / 2;
     un_graph *gs = side_graph(ctx, r->src, r->src_out, r->n_out);
@@ -431,9 +415,12 @@ static un_status decide(un_ctx *ctx, const prune_job *job, int64_t i) {
     un_status st = gs && gd ? UN_OK : UN_ERR_INVALID;
     meeting mt = {0};
     bool capped = false;
+    explorer x = {
+        .set = job->set, .allowed = job->entry_ok, .max_graphs = job->p->max_graphs, .ot = job->ot};
+    int64_t skipped = 0;
     if (st == UN_OK)
-        st = meet(ctx, job->set, gs, gd, a, b, job->entry_ok, job->p->max_graphs, job->cache, &mt,
-                  &capped);
+        st = meet(ctx, &x, gs, gd, a, b, &mt, &capped, &skipped);
+    atomic_fetch_add(&job->skipped, skipped);
     if (st == UN_OK) {
         job->level[i] = (int8_t)mt.best;
         job->capped[i] = capped && mt.best == 0;
@@ -471,8 +458,8 @@ static int rule_ops(const un_rule *r) {
 
 struct un_closure {
     un_closure_params p;
-    un_ruleset *set;   /* the kept basis rules given to un_closure_new, forwards and reversed */
-    succ_cache *cache; /* successors with set, shared by un_closure_check's calls */
+    un_ruleset *set; /* the kept basis rules given to un_closure_new, forwards and reversed */
+    opsig_table ot;  /* set's entries' signature moves */
 };
 
 /* Decides job's rules [begin, end) on p->threads threads. */
@@ -552,11 +539,13 @@ un_status un_closure_new(un_ctx *ctx, const un_spec *spec, un_rule *const *rules
     un_status st = basis_set(ctx, spec, rules, n, p, NULL, &set, &s);
     int64_t n_entries = st == UN_OK ? un_ruleset_count(set) : 0, next_entry = 0;
     bool *entry_ok = un_xcalloc((size_t)n_entries + 1, 1);
+    opsig_table ot = st == UN_OK ? opsig_table_new(set) : (opsig_table){0};
     prune_job job = {.parent = ctx,
                      .set = set,
                      .rules = rules,
                      .p = p,
                      .entry_ok = entry_ok,
+                     .ot = &ot,
                      .level = level,
                      .capped = capped};
     double last = t0;
@@ -584,6 +573,7 @@ un_status un_closure_new(un_ctx *ctx, const un_spec *spec, un_rule *const *rules
     if (p->progress)
         un_ctx_progress_done(ctx);
     s.kept = n - s.dropped;
+    s.unbuilt = atomic_load(&job.skipped);
     s.seconds = un_now_s() - t0;
     if (stats)
         *stats = s;
@@ -594,17 +584,21 @@ un_status un_closure_new(un_ctx *ctx, const un_spec *spec, un_rule *const *rules
         /* later checks match the kept rules only: rebuilt without the dropped ones */
         un_ruleset_free(set);
         set = NULL;
+        opsig_table_deinit(&ot);
         st = basis_set(ctx, spec, rules, n, p, kept, &set, NULL);
+        if (st == UN_OK)
+            ot = opsig_table_new(set);
     }
     free(kept);
     if (st != UN_OK) {
         un_ruleset_free(set);
+        opsig_table_deinit(&ot);
         return st;
     }
     un_closure *c = un_xcalloc(1, sizeof *c);
     c->p = *p;
     c->set = set;
-    c->cache = succ_cache_new(CACHE_KEYS);
+    c->ot = ot;
     *out = c;
     return UN_OK;
 }
@@ -618,17 +612,15 @@ un_status un_closure_check(un_ctx *ctx, un_closure *c, un_rule *const *rules, in
                      .rules = rules,
                      .p = &c->p,
                      .entry_ok = NULL, /* the set holds the kept rules only */
-                     .cache = c->cache,
+                     .ot = &c->ot,
                      .level = un_xcalloc((size_t)n + 1, 1),
                      .capped = un_xcalloc((size_t)n + 1, 1),
                      .begin = 0,
                      .end = n};
-    int64_t hits = atomic_load(&c->cache->hits), misses = atomic_load(&c->cache->misses);
     un_status st = run_chunk(ctx, &job, c->p.threads);
     if (st == UN_OK)
         tally(&job, drop, &s);
-    s.cache_hits = atomic_load(&c->cache->hits) - hits;
-    s.cache_misses = atomic_load(&c->cache->misses) - misses;
+    s.unbuilt = atomic_load(&job.skipped);
     s.kept = n - s.dropped;
     s.seconds = un_now_s() - t0;
     if (stats)
@@ -642,7 +634,7 @@ void un_closure_free(un_closure *c) {
     if (!c)
         return;
     un_ruleset_free(c->set);
-    succ_cache_free(c->cache);
+    opsig_table_deinit(&c->ot);
     free(c);
 }
 
@@ -711,8 +703,8 @@ static un_status derivable(un_ctx *ctx, const un_ruleset *pruned, const un_graph
                            const un_graph *to, int step, int64_t max_graphs, bool *yes) {
     meeting mt;
     bool capped;
-    un_status st =
-        meet(ctx, pruned, from, to, (step + 1) / 2, step / 2, NULL, max_graphs, NULL, &mt, &capped);
+    explorer x = {.set = pruned, .max_graphs = max_graphs};
+    un_status st = meet(ctx, &x, from, to, (step + 1) / 2, step / 2, &mt, &capped, NULL);
     *yes = st == UN_OK && mt.met;
     return st;
 }

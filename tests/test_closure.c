@@ -190,6 +190,7 @@ static void test_reach(void) {
     un_closure_stats s3 = {0};
     EXPECT_OK(ctx, un_closure_prune(ctx, spec, rules, n, &p3, drop3, &s3));
     EXPECT_TRUE(s3.dropped > s.dropped && s3.by_depth[3] > 0);
+    EXPECT_TRUE(s3.unbuilt > 0); /* rewrites whose operators no target-side graph has */
     p3.threads = 1;
     EXPECT_OK(ctx, un_closure_prune(ctx, spec, rules, n, &p3, drop3b, NULL));
     EXPECT_TRUE(!memcmp(drop3, drop3b, (size_t)n));
@@ -404,8 +405,7 @@ static un_rule *sum3_rule(un_ctx *ctx, int a, int b, int c, bool outer_first) {
 
 /* Depth 3: with commutativity and one associativity as the basis, x2 + (x0 + x1) => x0 + (x1 + x2)
  * needs three rewrites (regroup, then swap twice): kept at depth 2, dropped at 3, the same
- * through un_closure_new and un_closure_check (the staged N=4 path, its successor cache cold and
- * then warm) and on 1 or 2 threads. */
+ * through un_closure_new and un_closure_check (the staged N=4 path) on 1 or 2 threads. */
 static void test_depth3(void) {
     un_ctx *ctx = un_ctx_new(NULL);
     const char *comm = "{\"src\": {\"nodes\": [{\"name\": \"x0\", \"op\": \"input\", \"params\": "
@@ -438,21 +438,17 @@ static void test_depth3(void) {
     EXPECT_TRUE(!drop[0] && !drop[1] && drop[2] && drop[3]);
     EXPECT_EQ(s.by_depth[3], 1);
     EXPECT_EQ(s.by_depth[1], 1);
-    /* staged: the basis decided in order, the others checked against it, twice */
+    /* staged: the basis decided in order, the others checked against it */
     for (int threads = 1; threads <= 2; threads++) {
         p.threads = threads;
         p.basis_ops = 2;
         un_closure *c = NULL;
         bool bdrop[2] = {0}, cdrop[2] = {0};
         EXPECT_OK(ctx, un_closure_new(ctx, spec, r, 2, &p, bdrop, NULL, &c));
-        for (int round = 0; c && round < 2; round++) {
-            memset(cdrop, 0, sizeof cdrop);
+        if (c)
             EXPECT_OK(ctx, un_closure_check(ctx, c, r + 2, 2, cdrop, &s));
-            EXPECT_TRUE(cdrop[0] && cdrop[1]);
-            EXPECT_EQ(s.by_depth[3], 1);
-            /* the second round finds every graph's successors cached by the first */
-            EXPECT_TRUE(round == 0 ? s.cache_misses > 0 : s.cache_hits > 0 && !s.cache_misses);
-        }
+        EXPECT_TRUE(cdrop[0] && cdrop[1]);
+        EXPECT_EQ(s.by_depth[3], 1);
         un_closure_free(c);
     }
     for (int i = 0; i < 4; i++)
