@@ -135,61 +135,90 @@ static int cmp_u64(const void *x, const void *y) {
     return (a > b) - (a < b);
 }
 
-/* ---- operator signatures ---- */
+/* ---- operator kinds ---- */
 
-/* A graph's operator signature: the sum of a hash per operator node (sources left out). Equal
- * graphs have equal signatures, and a rewrite that removes only the match moves the signature by
- * its rule's target's minus its source's, so the last level of a source's exploration can skip a
- * rewrite whose result's signature no graph of the target's side has, without building it. */
-static uint64_t op_hash(int op) { return un_mix64(0x6f707369ull + (uint64_t)op); }
+/* Which operators a graph's nodes on a path to an output have, as a bit mask. Two graphs with one
+ * un_closure_graph_key compute the same expression, so they have the same mask (the key does not
+ * tell a shared node from two copies, so counts would not do). A rewrite that removes only the
+ * match leaves the graph's counts minus its rule's source's plus its target's, so the last level
+ * of a source's exploration skips a rewrite whose result's mask no graph of the target's side has,
+ * without building it. */
+typedef struct opcount {
+    int32_t n[UN_OP_COUNT];
+} opcount;
 
-static uint64_t graph_opsig(const un_graph *g) {
-    uint64_t h = 0;
-    for (int32_t v = 0; v < un_graph_node_count(g); v++) {
+/* g's operator nodes on a path to an output, counted; *dead (may be NULL) tells whether g has
+ * others. */
+static void graph_opcount(const un_graph *g, opcount *c, bool *dead) {
+    int32_t n = un_graph_node_count(g);
+    bool *on = un_xcalloc((size_t)n + 1, 1);
+    for (int32_t i = 0; i < un_graph_output_count(g); i++)
+        on[un_graph_output(g, i).node] = true;
+    memset(c, 0, sizeof *c);
+    bool off = false;
+    for (int32_t v = n - 1; v >= 0; v--) { /* nodes come in topological order */
         const un_node *nd = un_graph_node(g, v);
-        if (un_op_kind_of(nd->op) != UN_OPK_SOURCE)
-            h += op_hash(nd->op);
+        bool source = un_op_kind_of(nd->op) == UN_OPK_SOURCE;
+        off = off || (!on[v] && !source);
+        if (!on[v] || source)
+            continue;
+        c->n[nd->op]++;
+        for (int k = 0; k < nd->n_in; k++)
+            on[nd->in[k].node] = true;
     }
-    return h;
+    free(on);
+    if (dead)
+        *dead = off;
 }
 
-/* Per entry of a rule set, what its rewrite does to a signature, found on first use (threads may
- * store the same values twice). state: 0 not yet, 1 exact, 2 not (the target leaves out an input
- * or has a node off its outputs' paths: the rewrite may drop more nodes than the match). */
-typedef struct opsig_table {
-    void *mem; /* both arrays */
-    _Atomic uint64_t *delta;
+static uint64_t opcount_mask(const opcount *c) {
+    uint64_t m = 0;
+    for (int op = 0; op < UN_OP_COUNT; op++)
+        m |= (uint64_t)(c->n[op] > 0) << (op % 64);
+    return m;
+}
+
+static uint64_t graph_opmask(const un_graph *g) {
+    opcount c;
+    graph_opcount(g, &c, NULL);
+    return opcount_mask(&c);
+}
+
+/* Per entry of a rule set, what its rewrite does to the counts (target's minus source's), found by
+ * the first thread to need it. state: 0 not yet, 1 exact, 2 not (several mapped outputs, one
+ * maybe used only inside the match; a target node off its output's path; or an input the target
+ * does not use: the rewrite may drop more than the match), 3 being found (taken as not exact:
+ * the filter only saves work, it never changes what is found). */
+typedef struct opdelta_table {
+    opcount *delta;
     _Atomic uint8_t *state;
-} opsig_table;
+} opdelta_table;
 
-static opsig_table opsig_table_new(const un_ruleset *set) {
+static opdelta_table opdelta_table_new(const un_ruleset *set) {
     size_t n = (size_t)un_ruleset_count(set) + 1;
-    opsig_table t = {.mem = un_xcalloc(n, sizeof(_Atomic uint64_t) + sizeof(_Atomic uint8_t))};
-    t.delta = t.mem;
-    t.state = (_Atomic uint8_t *)(t.delta + n);
-    return t;
+    return (opdelta_table){un_xcalloc(n, sizeof(opcount)), un_xcalloc(n, sizeof(_Atomic uint8_t))};
 }
 
-static void opsig_table_deinit(opsig_table *t) {
-    free(t->mem);
-    *t = (opsig_table){0};
+static void opdelta_table_deinit(opdelta_table *t) {
+    free(t->delta);
+    free((void *)(uintptr_t)t->state);
+    *t = (opdelta_table){0};
 }
 
-/* Whether a rewrite by r removes exactly the match's nodes and adds exactly its target's: every
- * node of r's target is on a path to a mapped output, and the target uses as many inputs as the
- * source. */
+/* Whether a rewrite by r removes exactly the match's nodes and adds exactly its target's. */
 static bool rule_exact(const un_rule *r) {
+    if (r->n_out != 1)
+        return false;
     int32_t n = un_graph_node_count(r->dst);
     bool *on = un_xcalloc((size_t)n + 1, 1);
-    for (int i = 0; i < r->n_out; i++)
-        on[r->dst_out[i].node] = true;
-    int src_in = 0, dst_in = 0;
-    for (int32_t v = n - 1; v >= 0; v--) { /* nodes come in topological order */
+    on[r->dst_out[0].node] = true;
+    for (int32_t v = n - 1; v >= 0; v--) {
         const un_node *nd = un_graph_node(r->dst, v);
         for (int k = 0; on[v] && k < nd->n_in; k++)
             on[nd->in[k].node] = true;
     }
     bool exact = true;
+    int src_in = 0, dst_in = 0;
     for (int32_t v = 0; v < n; v++) {
         exact = exact && on[v];
         dst_in += un_op_kind_of(un_graph_node(r->dst, v)->op) == UN_OPK_SOURCE;
@@ -200,28 +229,36 @@ static bool rule_exact(const un_rule *r) {
     return exact && dst_in >= src_in;
 }
 
-/* Entry e's signature move; false when its rewrite is not exact. */
-static bool opsig_delta(const opsig_table *t, const un_ruleset *set, int64_t e, uint64_t *delta) {
-    uint8_t state = atomic_load(&t->state[e]);
-    if (state == 0) {
+/* Entry e's change to the counts, or NULL when its rewrite is not exact (or not known yet). */
+static const opcount *opdelta_get(const opdelta_table *t, const un_ruleset *set, int64_t e) {
+    uint8_t state = atomic_load(&t->state[e]), none = 0;
+    if (state == 0 && atomic_compare_exchange_strong(&t->state[e], &none, 3)) {
         const un_rule *r = un_ruleset_rule(set, e);
-        atomic_store(&t->delta[e], graph_opsig(r->dst) - graph_opsig(r->src));
+        opcount *d = &t->delta[e];
+        memset(d, 0, sizeof *d);
+        for (int side = 0; side < 2; side++) {
+            const un_graph *g = side ? r->dst : r->src;
+            for (int32_t v = 0; v < un_graph_node_count(g); v++) {
+                const un_node *nd = un_graph_node(g, v);
+                if (un_op_kind_of(nd->op) != UN_OPK_SOURCE)
+                    d->n[nd->op] += side ? 1 : -1;
+            }
+        }
         state = rule_exact(r) ? 1 : 2;
         atomic_store(&t->state[e], state);
     }
-    *delta = atomic_load(&t->delta[e]);
-    return state == 1;
+    return state == 1 ? &t->delta[e] : NULL;
 }
 
 /* ---- exploration ---- */
 
 /* The graphs one rewrite from g with the entries e of set with allowed[e] (NULL: all): their keys
- * appended to keys, when graphs is given the graphs to it (owned), when sigs is given their
- * signatures to it; rewrites that do not apply are skipped. With want (and ot), a rewrite whose
- * exact result's signature want lacks is skipped too, unbuilt, and counted in *skipped. */
+ * appended to keys, when graphs is given the graphs to it (owned), when masks is given their
+ * operator masks to it; rewrites that do not apply are skipped. With want (and ot), a rewrite
+ * whose exact result's mask want lacks is skipped too, unbuilt, and counted in *skipped. */
 static un_status successors(un_ctx *ctx, const un_ruleset *set, const bool *allowed,
-                            const un_graph *g, const opsig_table *ot, const kset *want,
-                            int64_t *skipped, glist *graphs, keylist *keys, kset *sigs) {
+                            const un_graph *g, const opdelta_table *ot, const kset *want,
+                            int64_t *skipped, glist *graphs, keylist *keys, kset *masks) {
     un_matcher *m = NULL;
     un_status st = un_matcher_new(ctx, set, g, &m);
     if (st != UN_OK)
@@ -229,12 +266,20 @@ static un_status successors(un_ctx *ctx, const un_ruleset *set, const bool *allo
     un_matcher_restrict(m, allowed);
     un_match_list ms = {0};
     st = un_match_all(ctx, m, &ms);
-    uint64_t gsig = want ? graph_opsig(g) : 0, delta = 0;
+    opcount gc;
+    bool dead = false; /* a match on dead nodes need not change the counts: no filter then */
+    if (want)
+        graph_opcount(g, &gc, &dead);
     for (int64_t i = 0; i < ms.n && st == UN_OK; i++) {
-        if (want && opsig_delta(ot, set, ms.v[i].rule, &delta) &&
-            kset_get(want, gsig + delta) < 0) {
-            ++*skipped;
-            continue;
+        const opcount *d = want && !dead ? opdelta_get(ot, set, ms.v[i].rule) : NULL;
+        if (d) {
+            opcount rc;
+            for (int op = 0; op < UN_OP_COUNT; op++)
+                rc.n[op] = gc.n[op] + d->n[op];
+            if (kset_get(want, opcount_mask(&rc)) < 0) {
+                ++*skipped;
+                continue;
+            }
         }
         un_graph *ng = NULL;
         if (un_apply(ctx, set, g, &ms.v[i], &ng, NULL) != UN_OK) {
@@ -242,8 +287,8 @@ static un_status successors(un_ctx *ctx, const un_ruleset *set, const bool *allo
             continue;
         }
         keylist_add(keys, un_closure_graph_key(ng));
-        if (sigs)
-            kset_add(sigs, graph_opsig(ng), 0);
+        if (masks)
+            kset_add(masks, graph_opmask(ng), 0);
         if (graphs)
             glist_push(graphs, ng);
         else
@@ -264,23 +309,23 @@ typedef struct meeting {
 
 /* What an exploration rewrites with: set's entries with allowed[e] (NULL: all), a level expanded
  * only while at most max_graphs graphs were seen (0: no bound), and ot (NULL: none) for the
- * signature filter. */
+ * operator mask filter. */
 typedef struct explorer {
     const un_ruleset *set;
     const bool *allowed;
     int64_t max_graphs;
-    const opsig_table *ot;
+    const opdelta_table *ot;
 } explorer;
 
 /* Every graph within depth rewrites of g, into seen (each key at its first level), breadth first;
  * the bound on levels makes what is explored a function of g, not of the order of matches
- * (*capped: the bound cut it). sigs (may be NULL) gets the signatures of the graphs built. With
- * target (another side's exploration, target_sigs its signatures), each new key updates *mt, the
- * last level skips rewrites whose result target_sigs rules out (counted in *skipped), and the
+ * (*capped: the bound cut it). masks (may be NULL) gets the operator masks of the graphs built.
+ * With target (another side's exploration, target_masks its masks), each new key updates *mt, the
+ * last level skips rewrites whose result target_masks rules out (counted in *skipped), and the
  * search stops once nothing closer can come: a key target had at level 0, or a level as deep as
  * mt->best. */
 static un_status explore(un_ctx *ctx, const explorer *x, const un_graph *g, int depth,
-                         const kset *target, const kset *target_sigs, kset *seen, kset *sigs,
+                         const kset *target, const kset *target_masks, kset *seen, kset *masks,
                          bool *capped, meeting *mt, int64_t *skipped) {
     *seen = (kset){0};
     *capped = false;
@@ -288,8 +333,8 @@ static un_status explore(un_ctx *ctx, const explorer *x, const un_graph *g, int 
     keylist ks = {0};
     uint64_t k0 = un_closure_graph_key(g);
     kset_add(seen, k0, 0);
-    if (sigs)
-        kset_add(sigs, graph_opsig(g), 0);
+    if (masks)
+        kset_add(masks, graph_opmask(g), 0);
     bool stop = false;
     if (target) {
         int lt = kset_get(target, k0);
@@ -306,11 +351,11 @@ static un_status explore(un_ctx *ctx, const explorer *x, const un_graph *g, int 
             break;
         }
         bool last = level == depth;
-        const kset *want = last && target && x->ot ? target_sigs : NULL;
+        const kset *want = last && target && x->ot ? target_masks : NULL;
         for (int64_t c = 0; c < cur.n && st == UN_OK && !stop; c++) {
             ks.n = gs.n = 0;
             st = successors(ctx, x->set, x->allowed, cur.v[c], x->ot, want, skipped,
-                            last ? NULL : &gs, &ks, sigs);
+                            last ? NULL : &gs, &ks, masks);
             for (int64_t i = 0; i < ks.n && st == UN_OK; i++) {
                 bool fresh = !stop && kset_add(seen, ks.v[i], level);
                 if (fresh && !last)
@@ -366,15 +411,15 @@ un_status un_closure_reach(un_ctx *ctx, const un_ruleset *set, const un_graph *g
  * bounded by x->max_graphs; *capped when either was cut). */
 static un_status meet(un_ctx *ctx, const explorer *x, const un_graph *g, const un_graph *h, int a,
                       int b, meeting *mt, bool *capped, int64_t *skipped) {
-    kset th = {0}, tg = {0}, sigs = {0};
+    kset th = {0}, tg = {0}, masks = {0};
     bool ch = false, cg = false;
     *mt = (meeting){0};
-    un_status st = explore(ctx, x, h, b, NULL, NULL, &th, x->ot ? &sigs : NULL, &ch, NULL, NULL);
+    un_status st = explore(ctx, x, h, b, NULL, NULL, &th, x->ot ? &masks : NULL, &ch, NULL, NULL);
     if (st == UN_OK)
-        st = explore(ctx, x, g, a, &th, &sigs, &tg, NULL, &cg, mt, skipped);
+        st = explore(ctx, x, g, a, &th, &masks, &tg, NULL, &cg, mt, skipped);
     kset_deinit(&tg);
     kset_deinit(&th);
-    kset_deinit(&sigs);
+    kset_deinit(&masks);
     *capped = ch || cg;
     return st;
 }
@@ -386,9 +431,9 @@ typedef struct prune_job {
     const un_ruleset *set;
     un_rule *const *rules; /* the rules decided */
     const un_closure_params *p;
-    const bool *entry_ok;  /* per entry of set: its rule was kept in an earlier chunk (read only
-                            * during a chunk); NULL: every entry */
-    const opsig_table *ot; /* set's entries' signature moves */
+    const bool *entry_ok;    /* per entry of set: its rule was kept in an earlier chunk (read only
+                              * during a chunk); NULL: every entry */
+    const opdelta_table *ot; /* set's entries' changes to operator counts */
     _Atomic int64_t skipped;
     int8_t *level; /* per rule: rewrites of the derivation found, 0 = none */
     bool *capped;
@@ -458,8 +503,8 @@ static int rule_ops(const un_rule *r) {
 
 struct un_closure {
     un_closure_params p;
-    un_ruleset *set; /* the kept basis rules given to un_closure_new, forwards and reversed */
-    opsig_table ot;  /* set's entries' signature moves */
+    un_ruleset *set;  /* the kept basis rules given to un_closure_new, forwards and reversed */
+    opdelta_table ot; /* set's entries' changes to operator counts */
 };
 
 /* Decides job's rules [begin, end) on p->threads threads. */
@@ -539,7 +584,7 @@ un_status un_closure_new(un_ctx *ctx, const un_spec *spec, un_rule *const *rules
     un_status st = basis_set(ctx, spec, rules, n, p, NULL, &set, &s);
     int64_t n_entries = st == UN_OK ? un_ruleset_count(set) : 0, next_entry = 0;
     bool *entry_ok = un_xcalloc((size_t)n_entries + 1, 1);
-    opsig_table ot = st == UN_OK ? opsig_table_new(set) : (opsig_table){0};
+    opdelta_table ot = st == UN_OK ? opdelta_table_new(set) : (opdelta_table){0};
     prune_job job = {.parent = ctx,
                      .set = set,
                      .rules = rules,
@@ -584,15 +629,15 @@ un_status un_closure_new(un_ctx *ctx, const un_spec *spec, un_rule *const *rules
         /* later checks match the kept rules only: rebuilt without the dropped ones */
         un_ruleset_free(set);
         set = NULL;
-        opsig_table_deinit(&ot);
+        opdelta_table_deinit(&ot);
         st = basis_set(ctx, spec, rules, n, p, kept, &set, NULL);
         if (st == UN_OK)
-            ot = opsig_table_new(set);
+            ot = opdelta_table_new(set);
     }
     free(kept);
     if (st != UN_OK) {
         un_ruleset_free(set);
-        opsig_table_deinit(&ot);
+        opdelta_table_deinit(&ot);
         return st;
     }
     un_closure *c = un_xcalloc(1, sizeof *c);
@@ -634,7 +679,7 @@ void un_closure_free(un_closure *c) {
     if (!c)
         return;
     un_ruleset_free(c->set);
-    opsig_table_deinit(&c->ot);
+    opdelta_table_deinit(&c->ot);
     free(c);
 }
 
