@@ -22,9 +22,10 @@
 # 2 GB, >= 98% decided). With REACH=1: the full
 # reach check on the default menu at N=3 (both sets verified, then `unity-closure --reach`: every
 # graph reachable from each tiny zoo model within 3 rewrites of the full set must be reachable with
-# the pruned one, closure and reach step at CLOSURE_DEPTH, default 2). `uptime` is printed first: the machine is shared. E2E_N=n runs that pipeline at
-# n operators instead of 4 (E2E_N=3: the same steps in a minute), and E2E_ONLY=1 skips every other
-# block:  E2E=1 E2E_ONLY=1 E2E_N=3 scripts/bench/gen.sh
+# the pruned one, closure and reach step at CLOSURE_DEPTH, default 2). `uptime` is printed first:
+# the machine is shared. E2E_N=n runs that pipeline at n operators instead of 4 (E2E_N=3: the
+# same steps in a minute), and E2E_ONLY=1 skips every other block:
+#   E2E=1 E2E_ONLY=1 E2E_N=3 scripts/bench/gen.sh
 #
 # Output: one block per run; the detailed recall report (every published rule not found, with its
 # category and reason) goes to $OUT/recall.txt (OUT defaults to a temporary directory).
