@@ -17,9 +17,9 @@
  * kept in earlier chunks only. The target's side is explored first; the source's stops as soon as
  * nothing closer can come. Each side expands a level only while it has seen at most max_graphs
  * graphs, so what is explored does not depend on the order of matches (nor on the threads).
- * At the source's last level a rewrite is built only when its result's operators (a signature:
- * the graph's minus the match's plus the rule target's) are those of some graph of the target's
- * side; most are not, which makes depth 3 affordable at N=4.
+ * At the source's last level a rewrite is built only when the kinds of operator its result has
+ * (counted as the graph's minus the match's plus the rule target's) are those of some graph of
+ * the target's side; this saves work and never changes a decision.
  *
  * un_closure_reach: the graphs reachable from a graph within d rewrites of a rule set (the reach
  * test: what the full set reaches, the pruned one must too). */
