@@ -66,163 +66,362 @@ static void glist_clear(glist *l) {
     *l = (glist){0};
 }
 
-/* A key with the rewrites that reached it first. */
-typedef struct keyed {
-    uint64_t key;
-    int level;
-} keyed;
+/* A set of keys, each with the rewrites that reached it first (open addressing; level -1 marks an
+ * empty slot). */
+typedef struct kset {
+    uint64_t *key;
+    int8_t *level;
+    int64_t n, cap; /* cap: a power of two */
+} kset;
 
-static int cmp_keyed(const void *x, const void *y) {
-    const keyed *a = x, *b = y;
-    if (a->key != b->key)
-        return a->key < b->key ? -1 : 1;
-    return (a->level > b->level) - (a->level < b->level);
+static int64_t kset_slot(const kset *s, uint64_t k) {
+    int64_t i = (int64_t)(un_mix64(k) & (uint64_t)(s->cap - 1));
+    while (s->level[i] >= 0 && s->key[i] != k)
+        i = (i + 1) & (s->cap - 1);
+    return i;
 }
 
-typedef struct explore_out {
-    keyed *v; /* sorted by key, one per key (its smallest level) */
-    int64_t n;
-    bool capped;
-} explore_out;
+/* The level k was reached at, -1 when not in s. */
+static int kset_get(const kset *s, uint64_t k) { return s->cap ? s->level[kset_slot(s, k)] : -1; }
 
-static bool keyed_has(const keyed *v, int64_t n, uint64_t key) {
-    int64_t lo = 0, hi = n;
-    while (lo < hi) {
-        int64_t mid = (lo + hi) / 2;
-        if (v[mid].key < key)
-            lo = mid + 1;
-        else
-            hi = mid;
+/* Adds k at level; false when it was there already. */
+static bool kset_add(kset *s, uint64_t k, int level) {
+    if (2 * (s->n + 1) > s->cap) {
+        kset old = *s;
+        s->cap = old.cap ? 2 * old.cap : 64;
+        s->key = un_xmalloc(sizeof(uint64_t) * (size_t)s->cap);
+        s->level = un_xmalloc((size_t)s->cap);
+        memset(s->level, -1, (size_t)s->cap);
+        for (int64_t i = 0; i < old.cap; i++)
+            if (old.level[i] >= 0) {
+                int64_t j = kset_slot(s, old.key[i]);
+                s->key[j] = old.key[i];
+                s->level[j] = old.level[i];
+            }
+        free(old.key);
+        free(old.level);
     }
-    return lo < n && v[lo].key == key;
+    int64_t i = kset_slot(s, k);
+    if (s->level[i] >= 0)
+        return false;
+    s->key[i] = k;
+    s->level[i] = (int8_t)level;
+    s->n++;
+    return true;
 }
 
-/* Called for each graph ng that a rewrite (match mt) makes of `from` at `level`: 1 keeps it (it is
- * expanded at the next level while level < depth), 0 drops it, -1 drops it and ends the search.
- * An error goes to *st (and ends it). */
-typedef int (*visit_fn)(void *user, un_ctx *ctx, const un_graph *from, const un_graph *ng,
-                        const un_match *mt, int level, un_status *st);
+static void kset_deinit(kset *s) {
+    free(s->key);
+    free(s->level);
+    *s = (kset){0};
+}
 
-/* Breadth first from g within depth rewrites with the entries e of set with allowed[e] (NULL:
- * all; the others are never matched); rewrites that do not apply are skipped. */
-static un_status bfs(un_ctx *ctx, const un_ruleset *set, const un_graph *g, int depth,
-                     const bool *allowed, visit_fn visit, void *user) {
-    glist cur = {0}, next = {0};
+/* A growable list of keys. */
+typedef struct keylist {
+    uint64_t *v;
+    int64_t n, cap;
+} keylist;
+
+static void keylist_add(keylist *l, uint64_t k) {
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 64;
+        l->v = un_xrealloc(l->v, sizeof(uint64_t) * (size_t)l->cap);
+    }
+    l->v[l->n++] = k;
+}
+
+static int cmp_u64(const void *x, const void *y) {
+    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+    return (a > b) - (a < b);
+}
+
+/* ---- operator kinds ---- */
+
+/* Which operators a graph's nodes on a path to an output have, as a bit mask. Two graphs with one
+ * un_closure_graph_key compute the same expression, so they have the same mask (the key does not
+ * tell a shared node from two copies, so counts would not do). A rewrite that removes only the
+ * match leaves the graph's counts minus its rule's source's plus its target's, so the last level
+ * of a source's exploration skips a rewrite whose result's mask no graph of the target's side has,
+ * without building it. */
+typedef struct opcount {
+    int32_t n[UN_OP_COUNT];
+} opcount;
+
+/* g's operator nodes on a path to an output, counted; *dead (may be NULL) tells whether g has
+ * others. */
+static void graph_opcount(const un_graph *g, opcount *c, bool *dead) {
+    int32_t n = un_graph_node_count(g);
+    bool *on = un_xcalloc((size_t)n + 1, 1);
+    for (int32_t i = 0; i < un_graph_output_count(g); i++)
+        on[un_graph_output(g, i).node] = true;
+    memset(c, 0, sizeof *c);
+    bool off = false;
+    for (int32_t v = n - 1; v >= 0; v--) { /* nodes come in topological order */
+        const un_node *nd = un_graph_node(g, v);
+        bool source = un_op_kind_of(nd->op) == UN_OPK_SOURCE;
+        off = off || (!on[v] && !source);
+        if (!on[v] || source)
+            continue;
+        c->n[nd->op]++;
+        for (int k = 0; k < nd->n_in; k++)
+            on[nd->in[k].node] = true;
+    }
+    free(on);
+    if (dead)
+        *dead = off;
+}
+
+static uint64_t opcount_mask(const opcount *c) {
+    uint64_t m = 0;
+    for (int op = 0; op < UN_OP_COUNT; op++)
+        m |= (uint64_t)(c->n[op] > 0) << (op % 64);
+    return m;
+}
+
+static uint64_t graph_opmask(const un_graph *g) {
+    opcount c;
+    graph_opcount(g, &c, NULL);
+    return opcount_mask(&c);
+}
+
+/* Per entry of a rule set, what its rewrite does to the counts (target's minus source's), found by
+ * the first thread to need it. state: 0 not yet, 1 exact, 2 not (several mapped outputs, one
+ * maybe used only inside the match; a target node off its output's path; or an input the target
+ * does not use: the rewrite may drop more than the match), 3 being found (taken as not exact:
+ * the filter only saves work, it never changes what is found). */
+typedef struct opdelta_table {
+    opcount *delta;
+    _Atomic uint8_t *state;
+} opdelta_table;
+
+static opdelta_table opdelta_table_new(const un_ruleset *set) {
+    size_t n = (size_t)un_ruleset_count(set) + 1;
+    return (opdelta_table){un_xcalloc(n, sizeof(opcount)), un_xcalloc(n, sizeof(_Atomic uint8_t))};
+}
+
+static void opdelta_table_deinit(opdelta_table *t) {
+    free(t->delta);
+    free((void *)(uintptr_t)t->state);
+    *t = (opdelta_table){0};
+}
+
+/* Whether a rewrite by r removes exactly the match's nodes and adds exactly its target's. */
+static bool rule_exact(const un_rule *r) {
+    if (r->n_out != 1)
+        return false;
+    int32_t n = un_graph_node_count(r->dst);
+    bool *on = un_xcalloc((size_t)n + 1, 1);
+    on[r->dst_out[0].node] = true;
+    for (int32_t v = n - 1; v >= 0; v--) {
+        const un_node *nd = un_graph_node(r->dst, v);
+        for (int k = 0; on[v] && k < nd->n_in; k++)
+            on[nd->in[k].node] = true;
+    }
+    bool exact = true;
+    int src_in = 0, dst_in = 0;
+    for (int32_t v = 0; v < n; v++) {
+        exact = exact && on[v];
+        dst_in += un_op_kind_of(un_graph_node(r->dst, v)->op) == UN_OPK_SOURCE;
+    }
+    for (int32_t v = 0; v < un_graph_node_count(r->src); v++)
+        src_in += un_op_kind_of(un_graph_node(r->src, v)->op) == UN_OPK_SOURCE;
+    free(on);
+    return exact && dst_in >= src_in;
+}
+
+/* Entry e's change to the counts, or NULL when its rewrite is not exact (or not known yet). */
+static const opcount *opdelta_get(const opdelta_table *t, const un_ruleset *set, int64_t e) {
+    uint8_t state = atomic_load(&t->state[e]), none = 0;
+    if (state == 0 && atomic_compare_exchange_strong(&t->state[e], &none, 3)) {
+        const un_rule *r = un_ruleset_rule(set, e);
+        opcount *d = &t->delta[e];
+        memset(d, 0, sizeof *d);
+        for (int side = 0; side < 2; side++) {
+            const un_graph *g = side ? r->dst : r->src;
+            for (int32_t v = 0; v < un_graph_node_count(g); v++) {
+                const un_node *nd = un_graph_node(g, v);
+                if (un_op_kind_of(nd->op) != UN_OPK_SOURCE)
+                    d->n[nd->op] += side ? 1 : -1;
+            }
+        }
+        state = rule_exact(r) ? 1 : 2;
+        atomic_store(&t->state[e], state);
+    }
+    return state == 1 ? &t->delta[e] : NULL;
+}
+
+/* ---- exploration ---- */
+
+/* The graphs one rewrite from g with the entries e of set with allowed[e] (NULL: all): their keys
+ * appended to keys, when graphs is given the graphs to it (owned), when masks is given their
+ * operator masks to it; rewrites that do not apply are skipped. With want (and ot), a rewrite
+ * whose exact result's mask want lacks is skipped too, unbuilt, and counted in *skipped. */
+static un_status successors(un_ctx *ctx, const un_ruleset *set, const bool *allowed,
+                            const un_graph *g, const opdelta_table *ot, const kset *want,
+                            int64_t *skipped, glist *graphs, keylist *keys, kset *masks) {
+    un_matcher *m = NULL;
+    un_status st = un_matcher_new(ctx, set, g, &m);
+    if (st != UN_OK)
+        return st;
+    un_matcher_restrict(m, allowed);
+    un_match_list ms = {0};
+    st = un_match_all(ctx, m, &ms);
+    opcount gc;
+    bool dead = false; /* a match on dead nodes need not change the counts: no filter then */
+    if (want)
+        graph_opcount(g, &gc, &dead);
+    for (int64_t i = 0; i < ms.n && st == UN_OK; i++) {
+        const opcount *d = want && !dead ? opdelta_get(ot, set, ms.v[i].rule) : NULL;
+        if (d) {
+            opcount rc;
+            for (int op = 0; op < UN_OP_COUNT; op++)
+                rc.n[op] = gc.n[op] + d->n[op];
+            if (kset_get(want, opcount_mask(&rc)) < 0) {
+                ++*skipped;
+                continue;
+            }
+        }
+        un_graph *ng = NULL;
+        if (un_apply(ctx, set, g, &ms.v[i], &ng, NULL) != UN_OK) {
+            un_ctx_clear(ctx);
+            continue;
+        }
+        keylist_add(keys, un_closure_graph_key(ng));
+        if (masks)
+            kset_add(masks, graph_opmask(ng), 0);
+        if (graphs)
+            glist_push(graphs, ng);
+        else
+            un_graph_free(ng);
+    }
+    un_match_list_deinit(&ms);
+    un_matcher_free(m);
+    return st;
+}
+
+/* Where an exploration meets another side's (explore's target): best, the fewest rewrites of both
+ * sides together over the keys in common (0: none with at least one), and met, any key in common.
+ */
+typedef struct meeting {
+    int best;
+    bool met;
+} meeting;
+
+/* What an exploration rewrites with: set's entries with allowed[e] (NULL: all), a level expanded
+ * only while at most max_graphs graphs were seen (0: no bound), and ot (NULL: none) for the
+ * operator mask filter. */
+typedef struct explorer {
+    const un_ruleset *set;
+    const bool *allowed;
+    int64_t max_graphs;
+    const opdelta_table *ot;
+} explorer;
+
+/* Every graph within depth rewrites of g, into seen (each key at its first level), breadth first;
+ * the bound on levels makes what is explored a function of g, not of the order of matches
+ * (*capped: the bound cut it). masks (may be NULL) gets the operator masks of the graphs built.
+ * With target (another side's exploration, target_masks its masks), each new key updates *mt, the
+ * last level skips rewrites whose result target_masks rules out (counted in *skipped), and the
+ * search stops once nothing closer can come: a key target had at level 0, or a level as deep as
+ * mt->best. */
+static un_status explore(un_ctx *ctx, const explorer *x, const un_graph *g, int depth,
+                         const kset *target, const kset *target_masks, kset *seen, kset *masks,
+                         bool *capped, meeting *mt, int64_t *skipped) {
+    *seen = (kset){0};
+    *capped = false;
+    glist cur = {0}, next = {0}, gs = {0};
+    keylist ks = {0};
+    uint64_t k0 = un_closure_graph_key(g);
+    kset_add(seen, k0, 0);
+    if (masks)
+        kset_add(masks, graph_opmask(g), 0);
+    bool stop = false;
+    if (target) {
+        int lt = kset_get(target, k0);
+        mt->met = lt >= 0;
+        mt->best = lt > 0 ? lt : 0;
+    }
     glist_push(&cur, un_graph_clone(g));
     un_status st = UN_OK;
-    bool stop = false;
     for (int level = 1; level <= depth && cur.n > 0 && st == UN_OK && !stop; level++) {
+        if (target && mt->best > 0 && mt->best <= level)
+            break;
+        if (x->max_graphs > 0 && seen->n > x->max_graphs) {
+            *capped = true;
+            break;
+        }
+        bool last = level == depth;
+        const kset *want = last && target && x->ot ? target_masks : NULL;
         for (int64_t c = 0; c < cur.n && st == UN_OK && !stop; c++) {
-            un_matcher *m = NULL;
-            if ((st = un_matcher_new(ctx, set, cur.v[c], &m)) != UN_OK)
-                break;
-            un_matcher_restrict(m, allowed);
-            un_match_list ms = {0};
-            st = un_match_all(ctx, m, &ms);
-            for (int64_t i = 0; i < ms.n && st == UN_OK && !stop; i++) {
-                un_graph *ng = NULL;
-                if (un_apply(ctx, set, cur.v[c], &ms.v[i], &ng, NULL) != UN_OK) {
-                    un_ctx_clear(ctx);
-                    continue;
+            ks.n = gs.n = 0;
+            st = successors(ctx, x->set, x->allowed, cur.v[c], x->ot, want, skipped,
+                            last ? NULL : &gs, &ks, masks);
+            for (int64_t i = 0; i < ks.n && st == UN_OK; i++) {
+                bool fresh = !stop && kset_add(seen, ks.v[i], level);
+                if (fresh && !last)
+                    glist_push(&next, gs.v[i]);
+                else if (!last)
+                    un_graph_free(gs.v[i]);
+                int lt = fresh && target ? kset_get(target, ks.v[i]) : -1;
+                if (lt >= 0) {
+                    mt->met = true;
+                    if (mt->best == 0 || level + lt < mt->best)
+                        mt->best = level + lt;
+                    stop = lt == 0;
                 }
-                int keep = visit(user, ctx, cur.v[c], ng, &ms.v[i], level, &st);
-                stop = keep < 0;
-                if (keep > 0 && level < depth)
-                    glist_push(&next, ng);
-                else
-                    un_graph_free(ng);
             }
-            un_match_list_deinit(&ms);
-            un_matcher_free(m);
         }
         glist_clear(&cur);
         cur = next;
         next = (glist){0};
     }
     glist_clear(&cur);
+    free(gs.v);
+    free(ks.v);
+    if (st != UN_OK)
+        kset_deinit(seen);
     return st;
-}
-
-/* explore's state: every key seen with its level, a sorted copy of the earlier levels' keys. */
-typedef struct explore_state {
-    keyed *seen, *sorted;
-    int64_t n, cap, n_sorted, level_start;
-    int level;
-    int64_t max_graphs;
-    bool capped;
-} explore_state;
-
-static int explore_visit(void *user, un_ctx *ctx, const un_graph *from, const un_graph *ng,
-                         const un_match *mt, int level, un_status *st) {
-    (void)ctx, (void)from, (void)mt, (void)st;
-    explore_state *x = user;
-    if (level != x->level) { /* a new level: the earlier ones sorted for lookups */
-        free(x->sorted);
-        x->sorted = un_xmalloc(sizeof(keyed) * (size_t)x->n);
-        memcpy(x->sorted, x->seen, sizeof(keyed) * (size_t)x->n);
-        qsort(x->sorted, (size_t)x->n, sizeof(keyed), cmp_keyed);
-        x->n_sorted = x->level_start = x->n;
-        x->level = level;
-    }
-    uint64_t k = un_closure_graph_key(ng);
-    bool dup = keyed_has(x->sorted, x->n_sorted, k);
-    for (int64_t q = x->level_start; q < x->n && !dup; q++)
-        dup = x->seen[q].key == k;
-    if (dup)
-        return 0;
-    if (x->max_graphs > 0 && x->n >= x->max_graphs) {
-        x->capped = true;
-        return -1;
-    }
-    if (x->n == x->cap) {
-        x->cap *= 2;
-        x->seen = un_xrealloc(x->seen, sizeof(keyed) * (size_t)x->cap);
-    }
-    x->seen[x->n++] = (keyed){k, level};
-    return 1;
-}
-
-/* Every graph within depth rewrites of g (explore_out: sorted by key, each at its first level). */
-static un_status explore(un_ctx *ctx, const un_ruleset *set, const un_graph *g, int depth,
-                         const bool *allowed, int64_t max_graphs, explore_out *out) {
-    memset(out, 0, sizeof *out);
-    explore_state x = {.cap = 64, .max_graphs = max_graphs};
-    x.seen = un_xmalloc(sizeof(keyed) * (size_t)x.cap);
-    x.seen[x.n++] = (keyed){un_closure_graph_key(g), 0};
-    un_status st = bfs(ctx, set, g, depth, allowed, explore_visit, &x);
-    free(x.sorted);
-    if (st != UN_OK) {
-        free(x.seen);
-        return st;
-    }
-    qsort(x.seen, (size_t)x.n, sizeof(keyed), cmp_keyed);
-    int64_t u = 0;
-    for (int64_t i = 0; i < x.n; i++)
-        if (u == 0 || x.seen[u - 1].key != x.seen[i].key)
-            x.seen[u++] = x.seen[i];
-    out->v = x.seen;
-    out->n = u;
-    out->capped = x.capped;
-    return UN_OK;
 }
 
 un_status un_closure_reach(un_ctx *ctx, const un_ruleset *set, const un_graph *g, int depth,
                            int64_t max_graphs, uint64_t **keys, int64_t *n, bool *capped) {
     *keys = NULL;
     *n = 0;
-    explore_out eo;
-    un_status st = explore(ctx, set, g, depth, NULL, max_graphs, &eo);
+    kset s;
+    bool cut = false;
+    explorer x = {.set = set, .max_graphs = max_graphs};
+    un_status st = explore(ctx, &x, g, depth, NULL, NULL, &s, NULL, &cut, NULL, NULL);
     if (st != UN_OK)
         return st;
-    uint64_t *k = un_xmalloc(sizeof(uint64_t) * ((size_t)eo.n + 1));
-    for (int64_t i = 0; i < eo.n; i++)
-        k[i] = eo.v[i].key;
-    free(eo.v);
+    uint64_t *k = un_xmalloc(sizeof(uint64_t) * ((size_t)s.n + 1));
+    int64_t u = 0;
+    for (int64_t i = 0; i < s.cap; i++)
+        if (s.level[i] >= 0)
+            k[u++] = s.key[i];
+    qsort(k, (size_t)u, sizeof(uint64_t), cmp_u64);
+    kset_deinit(&s);
     *keys = k;
-    *n = eo.n;
+    *n = u;
     if (capped)
-        *capped = eo.capped;
+        *capped = cut;
     return UN_OK;
+}
+
+/* Meet in the middle: what of g's neighbourhood within a rewrites meets h's within b (each side
+ * bounded by x->max_graphs; *capped when either was cut). */
+static un_status meet(un_ctx *ctx, const explorer *x, const un_graph *g, const un_graph *h, int a,
+                      int b, meeting *mt, bool *capped, int64_t *skipped) {
+    kset th = {0}, tg = {0}, masks = {0};
+    bool ch = false, cg = false;
+    *mt = (meeting){0};
+    un_status st = explore(ctx, x, h, b, NULL, NULL, &th, x->ot ? &masks : NULL, &ch, NULL, NULL);
+    if (st == UN_OK)
+        st = explore(ctx, x, g, a, &th, &masks, &tg, NULL, &cg, mt, skipped);
+    kset_deinit(&tg);
+    kset_deinit(&th);
+    kset_deinit(&masks);
+    *capped = ch || cg;
+    return st;
 }
 
 /* ---- pruning ---- */
@@ -232,9 +431,11 @@ typedef struct prune_job {
     const un_ruleset *set;
     un_rule *const *rules; /* the rules decided */
     const un_closure_params *p;
-    const bool *entry_ok; /* per entry of set: its rule was kept in an earlier chunk (read only
-                           * during a chunk); NULL: every entry */
-    int8_t *level;        /* per rule: rewrites of the derivation found, 0 = none */
+    const bool *entry_ok;    /* per entry of set: its rule was kept in an earlier chunk (read only
+                              * during a chunk); NULL: every entry */
+    const opdelta_table *ot; /* set's entries' changes to operator counts */
+    _Atomic int64_t skipped;
+    int8_t *level; /* per rule: rewrites of the derivation found, 0 = none */
     bool *capped;
     int64_t begin, end;
     _Atomic int64_t next;
@@ -251,37 +452,24 @@ static un_graph *side_graph(un_ctx *ctx, const un_graph *g, const un_ref *outs, 
     return c;
 }
 
-static un_status decide(un_ctx *ctx, const prune_job *job, int64_t i) {
+static un_status decide(un_ctx *ctx, prune_job *job, int64_t i) {
     const un_rule *r = job->rules[i];
     int a = (job->p->depth + 1) / 2, b = job->p->depth / 2;
     un_graph *gs = side_graph(ctx, r->src, r->src_out, r->n_out);
     un_graph *gd = side_graph(ctx, r->dst, r->dst_out, r->n_out);
     un_status st = gs && gd ? UN_OK : UN_ERR_INVALID;
-    explore_out ea = {0}, eb = {0};
+    meeting mt = {0};
+    bool capped = false;
+    explorer x = {
+        .set = job->set, .allowed = job->entry_ok, .max_graphs = job->p->max_graphs, .ot = job->ot};
+    int64_t skipped = 0;
     if (st == UN_OK)
-        st = explore(ctx, job->set, gs, a, job->entry_ok, job->p->max_graphs, &ea);
-    if (st == UN_OK)
-        st = explore(ctx, job->set, gd, b, job->entry_ok, job->p->max_graphs, &eb);
+        st = meet(ctx, &x, gs, gd, a, b, &mt, &capped, &skipped);
+    atomic_fetch_add(&job->skipped, skipped);
     if (st == UN_OK) {
-        int best = 0;
-        for (int64_t x = 0, y = 0; x < ea.n && y < eb.n;) {
-            if (ea.v[x].key < eb.v[y].key) {
-                x++;
-            } else if (ea.v[x].key > eb.v[y].key) {
-                y++;
-            } else {
-                int l = ea.v[x].level + eb.v[y].level;
-                if (l > 0 && (best == 0 || l < best))
-                    best = l;
-                x++;
-                y++;
-            }
-        }
-        job->level[i] = (int8_t)best;
-        job->capped[i] = ea.capped || eb.capped;
+        job->level[i] = (int8_t)mt.best;
+        job->capped[i] = capped && mt.best == 0;
     }
-    free(ea.v);
-    free(eb.v);
     un_graph_free(gs);
     un_graph_free(gd);
     return st;
@@ -315,7 +503,8 @@ static int rule_ops(const un_rule *r) {
 
 struct un_closure {
     un_closure_params p;
-    un_ruleset *set; /* the kept basis rules given to un_closure_new, forwards and reversed */
+    un_ruleset *set;  /* the kept basis rules given to un_closure_new, forwards and reversed */
+    opdelta_table ot; /* set's entries' changes to operator counts */
 };
 
 /* Decides job's rules [begin, end) on p->threads threads. */
@@ -395,11 +584,13 @@ un_status un_closure_new(un_ctx *ctx, const un_spec *spec, un_rule *const *rules
     un_status st = basis_set(ctx, spec, rules, n, p, NULL, &set, &s);
     int64_t n_entries = st == UN_OK ? un_ruleset_count(set) : 0, next_entry = 0;
     bool *entry_ok = un_xcalloc((size_t)n_entries + 1, 1);
+    opdelta_table ot = st == UN_OK ? opdelta_table_new(set) : (opdelta_table){0};
     prune_job job = {.parent = ctx,
                      .set = set,
                      .rules = rules,
                      .p = p,
                      .entry_ok = entry_ok,
+                     .ot = &ot,
                      .level = level,
                      .capped = capped};
     double last = t0;
@@ -427,6 +618,7 @@ un_status un_closure_new(un_ctx *ctx, const un_spec *spec, un_rule *const *rules
     if (p->progress)
         un_ctx_progress_done(ctx);
     s.kept = n - s.dropped;
+    s.unbuilt = atomic_load(&job.skipped);
     s.seconds = un_now_s() - t0;
     if (stats)
         *stats = s;
@@ -437,16 +629,21 @@ un_status un_closure_new(un_ctx *ctx, const un_spec *spec, un_rule *const *rules
         /* later checks match the kept rules only: rebuilt without the dropped ones */
         un_ruleset_free(set);
         set = NULL;
+        opdelta_table_deinit(&ot);
         st = basis_set(ctx, spec, rules, n, p, kept, &set, NULL);
+        if (st == UN_OK)
+            ot = opdelta_table_new(set);
     }
     free(kept);
     if (st != UN_OK) {
         un_ruleset_free(set);
+        opdelta_table_deinit(&ot);
         return st;
     }
     un_closure *c = un_xcalloc(1, sizeof *c);
     c->p = *p;
     c->set = set;
+    c->ot = ot;
     *out = c;
     return UN_OK;
 }
@@ -460,6 +657,7 @@ un_status un_closure_check(un_ctx *ctx, un_closure *c, un_rule *const *rules, in
                      .rules = rules,
                      .p = &c->p,
                      .entry_ok = NULL, /* the set holds the kept rules only */
+                     .ot = &c->ot,
                      .level = un_xcalloc((size_t)n + 1, 1),
                      .capped = un_xcalloc((size_t)n + 1, 1),
                      .begin = 0,
@@ -467,6 +665,7 @@ un_status un_closure_check(un_ctx *ctx, un_closure *c, un_rule *const *rules, in
     un_status st = run_chunk(ctx, &job, c->p.threads);
     if (st == UN_OK)
         tally(&job, drop, &s);
+    s.unbuilt = atomic_load(&job.skipped);
     s.kept = n - s.dropped;
     s.seconds = un_now_s() - t0;
     if (stats)
@@ -480,6 +679,7 @@ void un_closure_free(un_closure *c) {
     if (!c)
         return;
     un_ruleset_free(c->set);
+    opdelta_table_deinit(&c->ot);
     free(c);
 }
 
@@ -493,54 +693,64 @@ un_status un_closure_prune(un_ctx *ctx, const un_spec *spec, un_rule *const *rul
 
 /* ---- the reach test ---- */
 
-static int cmp_u64(const void *x, const void *y) {
-    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
-    return (a > b) - (a < b);
-}
-
 static bool u64_has(const uint64_t *v, int64_t n, uint64_t x) {
     return n > 0 && bsearch(&x, v, (size_t)n, sizeof x, cmp_u64) != NULL;
 }
 
-/* A growable list of keys (sorted on demand). */
-typedef struct keylist {
-    uint64_t *v;
-    int64_t n, cap;
-} keylist;
+/* Called for each graph ng that a rewrite (match mt) makes of `from` at `level`: 1 keeps it (it is
+ * expanded at the next level while level < depth), 0 drops it, -1 drops it and ends the search.
+ * An error goes to *st (and ends it). */
+typedef int (*visit_fn)(void *user, un_ctx *ctx, const un_graph *from, const un_graph *ng,
+                        const un_match *mt, int level, un_status *st);
 
-static void keylist_add(keylist *l, uint64_t k) {
-    if (l->n == l->cap) {
-        l->cap = l->cap ? 2 * l->cap : 64;
-        l->v = un_xrealloc(l->v, sizeof(uint64_t) * (size_t)l->cap);
+/* Breadth first from g within depth rewrites with the entries e of set with allowed[e] (NULL:
+ * all; the others are never matched); rewrites that do not apply are skipped. */
+static un_status bfs(un_ctx *ctx, const un_ruleset *set, const un_graph *g, int depth,
+                     const bool *allowed, visit_fn visit, void *user) {
+    glist cur = {0}, next = {0};
+    glist_push(&cur, un_graph_clone(g));
+    un_status st = UN_OK;
+    bool stop = false;
+    for (int level = 1; level <= depth && cur.n > 0 && st == UN_OK && !stop; level++) {
+        for (int64_t c = 0; c < cur.n && st == UN_OK && !stop; c++) {
+            un_matcher *m = NULL;
+            if ((st = un_matcher_new(ctx, set, cur.v[c], &m)) != UN_OK)
+                break;
+            un_matcher_restrict(m, allowed);
+            un_match_list ms = {0};
+            st = un_match_all(ctx, m, &ms);
+            for (int64_t i = 0; i < ms.n && st == UN_OK && !stop; i++) {
+                un_graph *ng = NULL;
+                if (un_apply(ctx, set, cur.v[c], &ms.v[i], &ng, NULL) != UN_OK) {
+                    un_ctx_clear(ctx);
+                    continue;
+                }
+                int keep = visit(user, ctx, cur.v[c], ng, &ms.v[i], level, &st);
+                stop = keep < 0;
+                if (keep > 0 && level < depth)
+                    glist_push(&next, ng);
+                else
+                    un_graph_free(ng);
+            }
+            un_match_list_deinit(&ms);
+            un_matcher_free(m);
+        }
+        glist_clear(&cur);
+        cur = next;
+        next = (glist){0};
     }
-    l->v[l->n++] = k;
-}
-
-static bool keylist_has(const keylist *l, uint64_t k) {
-    for (int64_t i = 0; i < l->n; i++)
-        if (l->v[i] == k)
-            return true;
-    return false;
+    glist_clear(&cur);
+    return st;
 }
 
 /* Whether `to` is within step rewrites of pruned from `from` (meet in the middle). */
 static un_status derivable(un_ctx *ctx, const un_ruleset *pruned, const un_graph *from,
                            const un_graph *to, int step, int64_t max_graphs, bool *yes) {
-    explore_out ea = {0}, eb = {0};
-    *yes = false;
-    un_status st = explore(ctx, pruned, from, (step + 1) / 2, NULL, max_graphs, &ea);
-    if (st == UN_OK)
-        st = explore(ctx, pruned, to, step / 2, NULL, max_graphs, &eb);
-    for (int64_t x = 0, y = 0; st == UN_OK && x < ea.n && y < eb.n && !*yes;) {
-        if (ea.v[x].key == eb.v[y].key)
-            *yes = true;
-        else if (ea.v[x].key < eb.v[y].key)
-            x++;
-        else
-            y++;
-    }
-    free(ea.v);
-    free(eb.v);
+    meeting mt;
+    bool capped;
+    explorer x = {.set = pruned, .max_graphs = max_graphs};
+    un_status st = meet(ctx, &x, from, to, (step + 1) / 2, step / 2, &mt, &capped, NULL);
+    *yes = st == UN_OK && mt.met;
     return st;
 }
 
@@ -549,7 +759,7 @@ typedef struct reach_state {
     const uint64_t *ph; /* sorted rule hashes of pruned's entries */
     int64_t np, max_graphs;
     int step;
-    keylist seen, failed;
+    kset seen, failed;
     un_closure_reach_stats *out;
 } reach_state;
 
@@ -558,7 +768,7 @@ static int reach_visit(void *user, un_ctx *ctx, const un_graph *from, const un_g
     (void)level;
     reach_state *x = user;
     uint64_t k = un_closure_graph_key(ng);
-    if (keylist_has(&x->seen, k))
+    if (kset_get(&x->seen, k) >= 0)
         return 0;
     if (x->max_graphs > 0 && x->seen.n >= x->max_graphs) {
         x->out->capped = true;
@@ -572,11 +782,11 @@ static int reach_visit(void *user, un_ctx *ctx, const un_graph *from, const un_g
         x->out->derived += ok;
     }
     if (*st != UN_OK || !ok) {
-        if (*st == UN_OK && !keylist_has(&x->failed, k))
-            keylist_add(&x->failed, k);
+        if (*st == UN_OK)
+            kset_add(&x->failed, k, 0);
         return 0;
     }
-    keylist_add(&x->seen, k);
+    kset_add(&x->seen, k, 0);
     x->out->graphs++;
     return 1;
 }
@@ -597,14 +807,14 @@ un_status un_closure_reach_check(un_ctx *ctx, const un_ruleset *full, const un_r
                      .max_graphs = max_graphs,
                      .step = step,
                      .out = out};
-    keylist_add(&x.seen, un_closure_graph_key(g));
+    kset_add(&x.seen, un_closure_graph_key(g), 0);
     out->graphs = 1;
     un_status st = bfs(ctx, full, g, depth, NULL, reach_visit, &x);
-    for (int64_t i = 0; i < x.failed.n; i++)
-        out->missing += !keylist_has(&x.seen, x.failed.v[i]);
+    for (int64_t i = 0; i < x.failed.cap; i++)
+        out->missing += x.failed.level[i] >= 0 && kset_get(&x.seen, x.failed.key[i]) < 0;
     out->graphs += out->missing;
-    free(x.seen.v);
-    free(x.failed.v);
+    kset_deinit(&x.seen);
+    kset_deinit(&x.failed);
     free(ph);
     return st;
 }

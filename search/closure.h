@@ -14,7 +14,12 @@
  * floor(depth/2), using rules kept before i in either direction. So that the decisions can run on
  * several threads and still not depend on their number, rules are decided in chunks of a size
  * fixed by how many were decided before (1 .. 256, a sixteenth of them): a rule may use the rules
- * kept in earlier chunks only.
+ * kept in earlier chunks only. The target's side is explored first; the source's stops as soon as
+ * nothing closer can come. Each side expands a level only while it has seen at most max_graphs
+ * graphs, so what is explored does not depend on the order of matches (nor on the threads).
+ * At the source's last level a rewrite is built only when the kinds of operator its result has
+ * (counted as the graph's minus the match's plus the rule target's) are those of some graph of
+ * the target's side; this saves work and never changes a decision.
  *
  * un_closure_reach: the graphs reachable from a graph within d rewrites of a rule set (the reach
  * test: what the full set reaches, the pruned one must too). */
@@ -25,7 +30,8 @@
 
 typedef struct un_closure_params {
     int depth;      /* rewrites of a derivation, 1..4 (default 2) */
-    int max_graphs; /* per side, graphs explored at most (default 4096) */
+    int max_graphs; /* per side, a level is expanded only while at most this many graphs were
+                     * seen (default 4096) */
     int threads;    /* worker threads (default 1) */
     int basis_ops;  /* only rules of at most this many operators per side derive others (0 =
                      * every rule; a bound keeps large sets affordable: the basis rules are held
@@ -42,7 +48,9 @@ typedef struct un_closure_stats {
     int64_t dropped;     /* derivable, dropped */
     int64_t kept;        /* rules - dropped */
     int64_t by_depth[5]; /* dropped, by the rewrites their derivation needed */
-    int64_t capped;      /* rules whose exploration hit max_graphs (may be derivable after all) */
+    int64_t capped;  /* kept rules whose exploration hit max_graphs (may be derivable after all) */
+    int64_t unbuilt; /* rewrites not built: no graph of the other side has the operators their
+                      * result would have */
     double seconds;
 } un_closure_stats;
 

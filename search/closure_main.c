@@ -160,6 +160,7 @@ static void stats_add(un_closure_stats *a, const un_closure_stats *b) {
     for (int i = 0; i < 5; i++)
         a->by_depth[i] += b->by_depth[i];
     a->capped += b->capped;
+    a->unbuilt += b->unbuilt;
     a->seconds += b->seconds;
 }
 
@@ -291,6 +292,8 @@ static int prune(un_ctx *ctx, const un_spec *spec, const opts *o) {
         if (cs.capped || cs.too_big)
             printf("  not fully explored %lld (the --max-graphs bound); too big to match %lld\n",
                    (long long)cs.capped, (long long)cs.too_big);
+        printf("  rewrites skipped  %lld (their result's operators are no target-side graph's)\n",
+               (long long)cs.unbuilt);
         printf("database            %s: %lld rules written\n", o->out, (long long)written);
         printf("time                %.1f s (%d threads)\n", cs.seconds, p.threads);
     }

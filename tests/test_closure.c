@@ -183,6 +183,34 @@ static void test_reach(void) {
     }
     EXPECT_TRUE(reached > 20); /* the rules rewrite these models */
     EXPECT_TRUE(derived > 0);  /* and some rewrites need a derivation with the pruned set */
+    /* depth 3 drops more, on any thread count, and the reach holds with step 3 */
+    bool *drop3 = calloc((size_t)n + 1, 1), *drop3b = calloc((size_t)n + 1, 1);
+    un_closure_params p3 = p;
+    p3.depth = 3;
+    un_closure_stats s3 = {0};
+    EXPECT_OK(ctx, un_closure_prune(ctx, spec, rules, n, &p3, drop3, &s3));
+    EXPECT_TRUE(s3.dropped > s.dropped && s3.by_depth[3] > 0);
+    EXPECT_TRUE(s3.unbuilt > 0); /* rewrites whose operators no target-side graph has */
+    p3.threads = 1;
+    EXPECT_OK(ctx, un_closure_prune(ctx, spec, rules, n, &p3, drop3b, NULL));
+    EXPECT_TRUE(!memcmp(drop3, drop3b, (size_t)n));
+    int64_t nk3 = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (!drop3[i])
+            kept[nk3++] = rules[i];
+    un_ruleset *pruned3 = NULL;
+    EXPECT_OK(ctx, un_ruleset_from_rules(ctx, spec, kept, NULL, nk3, &rp, &pruned3));
+    for (int i = 0; full && pruned3 && i < 4; i++) {
+        un_model m = {0};
+        EXPECT_OK(ctx, un_zoo_build(ctx, spec, models[i], true, 0, &m));
+        un_closure_reach_stats rs;
+        EXPECT_OK(ctx, un_closure_reach_check(ctx, full, pruned3, m.graph, 3, 3, 20000, &rs));
+        EXPECT_EQ(rs.missing, 0);
+        un_model_deinit(&m);
+    }
+    un_ruleset_free(pruned3);
+    free(drop3);
+    free(drop3b);
     un_ruleset_free(full);
     un_ruleset_free(pruned);
     un_ruleset_free(empty);
@@ -343,14 +371,97 @@ static void test_cli(void) {
                           "no verified rules");
 }
 
+/* A side of a sum of three inputs over shape [2, 2]: node p0 = x[a] + x[b], output p1 = x[c] + p0
+ * (outer_first) or p0 + x[c]; *buf gets the graph's JSON. */
+static void sum3_side(un_buf *buf, char p, int a, int b, int c, bool outer_first) {
+    un_buf_printf(buf, "{\"nodes\": [");
+    for (int i = 0; i < 3; i++)
+        un_buf_printf(
+            buf, "{\"name\": \"x%d\", \"op\": \"input\", \"params\": {\"shape\": [2, 2]}}, ", i);
+    un_buf_printf(buf, "{\"name\": \"%c0\", \"op\": \"ew_add\", \"in\": [\"x%d\", \"x%d\"]}, ", p,
+                  a, b);
+    if (outer_first)
+        un_buf_printf(buf, "{\"name\": \"%c1\", \"op\": \"ew_add\", \"in\": [\"x%d\", \"%c0\"]}", p,
+                      c, p);
+    else
+        un_buf_printf(buf, "{\"name\": \"%c1\", \"op\": \"ew_add\", \"in\": [\"%c0\", \"x%d\"]}", p,
+                      p, c);
+    un_buf_printf(buf, "], \"outputs\": [\"%c1\"]}", p);
+}
+
+/* The rule x2 + (x0 + x1) => the sum with inner (a, b), outer c (first or not). */
+static un_rule *sum3_rule(un_ctx *ctx, int a, int b, int c, bool outer_first) {
+    un_buf doc = {0};
+    un_buf_printf(&doc, "{\"src\": ");
+    sum3_side(&doc, 's', 0, 1, 2, true);
+    un_buf_printf(&doc, ", \"dst\": ");
+    sum3_side(&doc, 't', a, b, c, outer_first);
+    un_buf_printf(&doc, "}");
+    un_rule *r = NULL;
+    EXPECT_OK(ctx, un_rule_from_json(ctx, spec, "sum3", doc.data, doc.len, &r));
+    un_buf_deinit(&doc);
+    return r;
+}
+
+/* Depth 3: with commutativity and one associativity as the basis, x2 + (x0 + x1) => x0 + (x1 + x2)
+ * needs three rewrites (regroup, then swap twice): kept at depth 2, dropped at 3, the same
+ * through un_closure_new and un_closure_check (the staged N=4 path) on 1 or 2 threads. */
+static void test_depth3(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    const char *comm = "{\"src\": {\"nodes\": [{\"name\": \"x0\", \"op\": \"input\", \"params\": "
+                       "{\"shape\": [2, 2]}}, {\"name\": \"x1\", \"op\": \"input\", \"params\": "
+                       "{\"shape\": [2, 2]}}, {\"name\": \"s0\", \"op\": \"ew_add\", \"in\": "
+                       "[\"x1\", \"x0\"]}], \"outputs\": [\"s0\"]}, \"dst\": {\"nodes\": "
+                       "[{\"name\": \"x0\", \"op\": \"input\", \"params\": {\"shape\": [2, 2]}}, "
+                       "{\"name\": \"x1\", \"op\": \"input\", \"params\": {\"shape\": [2, 2]}}, "
+                       "{\"name\": \"t0\", \"op\": \"ew_add\", \"in\": [\"x0\", \"x1\"]}], "
+                       "\"outputs\": [\"t0\"]}}";
+    un_rule *r[4] = {0};
+    EXPECT_OK(ctx, un_rule_from_json(ctx, spec, "comm", comm, strlen(comm), &r[0]));
+    r[1] = sum3_rule(ctx, 0, 2, 1, false); /* x2 + (x0 + x1) => (x0 + x2) + x1 */
+    r[2] = sum3_rule(ctx, 1, 2, 0, true);  /* => x0 + (x1 + x2): three rewrites */
+    r[3] = sum3_rule(ctx, 0, 1, 2, false); /* => (x0 + x1) + x2: one */
+    if (!r[0] || !r[1] || !r[2] || !r[3]) {
+        for (int i = 0; i < 4; i++)
+            un_rule_free(r[i]);
+        un_ctx_free(ctx);
+        return;
+    }
+    un_closure_params p = un_closure_params_default();
+    un_closure_stats s;
+    bool drop[4] = {0};
+    EXPECT_OK(ctx, un_closure_prune(ctx, spec, r, 4, &p, drop, &s));
+    EXPECT_TRUE(!drop[0] && !drop[1] && !drop[2] && drop[3]);
+    p.depth = 3;
+    memset(drop, 0, sizeof drop);
+    EXPECT_OK(ctx, un_closure_prune(ctx, spec, r, 4, &p, drop, &s));
+    EXPECT_TRUE(!drop[0] && !drop[1] && drop[2] && drop[3]);
+    EXPECT_EQ(s.by_depth[3], 1);
+    EXPECT_EQ(s.by_depth[1], 1);
+    /* staged: the basis decided in order, the others checked against it */
+    for (int threads = 1; threads <= 2; threads++) {
+        p.threads = threads;
+        p.basis_ops = 2;
+        un_closure *c = NULL;
+        bool bdrop[2] = {0}, cdrop[2] = {0};
+        EXPECT_OK(ctx, un_closure_new(ctx, spec, r, 2, &p, bdrop, NULL, &c));
+        if (c)
+            EXPECT_OK(ctx, un_closure_check(ctx, c, r + 2, 2, cdrop, &s));
+        EXPECT_TRUE(cdrop[0] && cdrop[1]);
+        EXPECT_EQ(s.by_depth[3], 1);
+        un_closure_free(c);
+    }
+    for (int i = 0; i < 4; i++)
+        un_rule_free(r[i]);
+    un_ctx_free(ctx);
+}
+
 int main(void) {
     if (!cli_init("/tmp/unity-closure-XXXXXX"))
         return 1;
     static const test_case c[] = {
-        {"copies_dropped", test_copies_dropped},
-        {"reach", test_reach},
-        {"match_index", test_match_index},
-        {"cli", test_cli},
+        {"copies_dropped", test_copies_dropped}, {"depth3", test_depth3}, {"reach", test_reach},
+        {"match_index", test_match_index},       {"cli", test_cli},
     };
     int rc = TEST_RUN_WITH_SPEC(c, &spec);
     return cli_cleanup() ? rc : 1;

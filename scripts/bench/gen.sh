@@ -15,15 +15,17 @@
 # (a) `unity-verify --max-ops 3` (only the rules of at most 3 operators per side); (b)
 # `unity-closure --verified-basis --basis-ops 3` (only those verified rules derive, in their proven
 # general form: any size, dim and degree variables; CLOSURE_BASIS=K sets both 3s; CLOSURE_BASIS=4,
-# every rule, needs ~8 GB at N=4: gen/README.md); (c) `unity-verify --jobs T` on the pruned
+# every rule, needs ~8 GB at N=4: gen/README.md; CLOSURE_DEPTH=3 drops a rule that 3 rewrites
+# derive, default 2: at N=4 depth 3 costs about what it saves in (c)); (c) `unity-verify --jobs T` on the pruned
 # database, the rest (VERIFY_LIMIT=S stops it after S seconds and projects the rest from its
 # rate), with the wall time and peak RSS of each step and their sum (targets: under 15 minutes and
 # 2 GB, >= 98% decided). With REACH=1: the full
 # reach check on the default menu at N=3 (both sets verified, then `unity-closure --reach`: every
 # graph reachable from each tiny zoo model within 3 rewrites of the full set must be reachable with
-# the pruned one). `uptime` is printed first: the machine is shared. E2E_N=n runs that pipeline at
-# n operators instead of 4 (E2E_N=3: the same steps in a minute), and E2E_ONLY=1 skips every other
-# block:  E2E=1 E2E_ONLY=1 E2E_N=3 scripts/bench/gen.sh
+# the pruned one, closure and reach step at CLOSURE_DEPTH, default 2). `uptime` is printed first:
+# the machine is shared. E2E_N=n runs that pipeline at n operators instead of 4 (E2E_N=3: the
+# same steps in a minute), and E2E_ONLY=1 skips every other block:
+#   E2E=1 E2E_ONLY=1 E2E_N=3 scripts/bench/gen.sh
 #
 # Output: one block per run; the detailed recall report (every published rule not found, with its
 # category and reason) goes to $OUT/recall.txt (OUT defaults to a temporary directory).
@@ -69,7 +71,7 @@ crun() {
         cat "$out/crun.txt" "$out/ctime.txt"
         return 1
     }
-    grep -E '^(closure|  not fully|database|time)' "$out/crun.txt"
+    grep -E '^(closure|  not fully|  successor|database|time)' "$out/crun.txt"
     awk -F': ' '/Maximum resident set size/ {printf "peak RSS            %.0f MiB\n", $2 / 1024}
                 /Elapsed \(wall clock\)/ {print "wall time           " $2}' "$out/ctime.txt"
 }
@@ -185,8 +187,10 @@ wallrss() { awk -F': ' '/Elapsed \(wall clock\)/ {w = $2} /Maximum resident set 
 if [[ ${E2E:-0} == 1 ]]; then
     en=${E2E_N:-4}
     basis=${CLOSURE_BASIS:-3}
+    cdepth=${CLOSURE_DEPTH:-2}
     echo "== end to end: default menu, N=$en: generate, verify the rules of <= $basis operators," \
-        "closure over them (verified, general forms), verify the rest (uptime:$(uptime))"
+        "closure (depth $cdepth) over them (verified, general forms), verify the rest" \
+        "(uptime:$(uptime))"
     rm -f "$out/e2e4.db"* "$out/e2e4p.db"*
     run "unity-gen --max-ops $en (no time limit)" --ops specs/ --max-ops "$en" --threads "$threads" \
         -o "$out/e2e4.db"
@@ -200,7 +204,7 @@ if [[ ${E2E:-0} == 1 ]]; then
     echo "peak RSS            $((am / 1024)) MiB"
     echo "wall time           $aw"
     crun "stage b: N=$en set, only the verified rules of up to $basis operators derive" \
-        "$out/e2e4.db" "$out/e2e4p.db" --basis-ops "$basis" --verified-basis
+        "$out/e2e4.db" "$out/e2e4p.db" --basis-ops "$basis" --verified-basis --depth "$cdepth"
     read -r cw cm < <(wallrss "$out/ctime.txt")
     "$build/bin/unity-rules" stats "$out/e2e4p.db" | sed -n 2p >"$out/bstat.txt"
     limit=${VERIFY_LIMIT:-0}
@@ -256,6 +260,8 @@ if [[ ${REACH:-0} == 1 ]]; then
     rm -f "$out/r3.db"* "$out/r3p.db"*
     "$gen" --ops specs/ --max-ops 3 --threads "$threads" -o "$out/r3.db" >/dev/null
     "$verify" "$out/r3.db" --jobs "$threads" >/dev/null
-    crun "default menu, N=3, verified" "$out/r3.db" "$out/r3p.db"
-    /usr/bin/time -f "wall time           %e s" "$closure" --reach "$out/r3.db" "$out/r3p.db" --depth 3
+    rdepth=${CLOSURE_DEPTH:-2}
+    crun "default menu, N=3, verified, depth $rdepth" "$out/r3.db" "$out/r3p.db" --depth "$rdepth"
+    /usr/bin/time -f "wall time           %e s" "$closure" --reach "$out/r3.db" "$out/r3p.db" \
+        --depth 3 --step "$rdepth"
 fi
