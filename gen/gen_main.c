@@ -169,9 +169,10 @@ static void print_summary(const un_gen_stats *s, const un_gen_summary *sum, doub
 }
 
 /* Dry runs print (--list) or just count the rules as they are found. */
-static un_status print_rule(void *user, un_ctx *ctx, const un_rule *r) {
+static un_status print_rule(void *user, un_ctx *ctx, const un_rule *r, void *prepared) {
     (void)user;
     (void)ctx;
+    (void)prepared;
     un_buf b = {0};
     un_rule_str(r, &b);
     printf("%s\n", b.data ? b.data : "");
@@ -179,9 +180,10 @@ static un_status print_rule(void *user, un_ctx *ctx, const un_rule *r) {
     return UN_OK;
 }
 
-static un_status count_rule(void *user, un_ctx *ctx, const un_rule *r) {
+static un_status count_rule(void *user, un_ctx *ctx, const un_rule *r, void *prepared) {
     (void)user;
     (void)ctx;
+    (void)prepared;
     (void)r;
     return UN_OK;
 }
@@ -231,7 +233,8 @@ static un_status run_menu(un_ctx *ctx, const un_spec *spec, const opts *o, const
     un_gen_rules rs = {0};
     if (st == UN_OK) {
         if (o->dry_run)
-            st = un_gen_find_stream(ctx, e, &p, o->list ? print_rule : count_rule, NULL, &rs);
+            st = un_gen_find_stream(ctx, e, &p,
+                                    &(un_gen_sink){.emit = o->list ? print_rule : count_rule}, &rs);
         else
             st = un_gen_run(ctx, e, &p, o->db, args, &sum, &rs);
     }

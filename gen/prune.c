@@ -638,6 +638,7 @@ typedef struct pair_info {
     un_rule *canon;
     uint64_t canon_h;   /* un_rule_hash(canon) */
     un_status canon_st; /* its error when it could not be built (the decision reports it) */
+    void *prepared;     /* the sink's prep of canon, or NULL */
 } pair_info;
 
 typedef struct pinfo_job {
@@ -655,6 +656,7 @@ typedef struct pinfo_job {
     /* the decisions' sets as they stand before this chunk (frozen while the workers run; they
      * only grow): a fact whose stage is already settled by them is not computed */
     const hset *known, *decided;
+    const un_gen_sink *sink; /* its prep runs on the likely keepers, or NULL */
 } pinfo_job;
 
 /* True when some operator output of ga has the structural key of one of gb's. */
@@ -772,6 +774,8 @@ static void pair_info_compute(un_ctx *ctx, const pinfo_job *job, member_memo *me
             if (st == UN_OK)
                 pi->canon_h = un_rule_hash(pi->canon);
             pi->canon_st = st;
+            if (st == UN_OK && job->sink && job->sink->prep)
+                pi->prepared = job->sink->prep(job->sink->user, ctx, pi->canon, pi->canon_h);
         }
     }
     un_ctx_clear(ctx);
@@ -910,11 +914,20 @@ static void group_pairing(un_ctx *ctx, const un_gen_enum *e, const un_gen_enum_r
 }
 
 un_status un_gen_find(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p, un_gen_rules *out) {
-    return un_gen_find_stream(ctx, e, p, NULL, NULL, out);
+    return un_gen_find_stream(ctx, e, p, NULL, out);
+}
+
+/* Frees what the workers built for pair info *pi and no decision took. */
+static void pair_info_drop(const un_gen_sink *sink, pair_info *pi) {
+    un_rule_free(pi->canon);
+    pi->canon = NULL;
+    if (pi->prepared && sink && sink->drop)
+        sink->drop(pi->prepared);
+    pi->prepared = NULL;
 }
 
 un_status un_gen_find_stream(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p,
-                             un_gen_emit_fn emit, void *user, un_gen_rules *out) {
+                             const un_gen_sink *sink, un_gen_rules *out) {
     memset(out, 0, sizeof *out);
     vecp kept_h = {.elem = sizeof(uint64_t)};
     int64_t n_kept = 0;
@@ -1008,7 +1021,8 @@ un_status un_gen_find_stream(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p
                      .by_bucket = by_bucket,
                      .bucket_start = bucket_start,
                      .known = &known,
-                     .decided = &decided};
+                     .decided = &decided,
+                     .sink = sink};
     int64_t wave_end = 0;
     for (int64_t i = 0; i < pairs.n && st == UN_OK; i++) {
         const pair *pr = &pv[i];
@@ -1090,19 +1104,18 @@ un_status un_gen_find_stream(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p
                 pr->a.ops[0].n_in == 2 && pr->a.ops[0].in[0] == pr->b.ops[0].in[1] &&
                 pr->a.ops[0].in[1] == pr->b.ops[0].in[0])
                 comm[pr->a.ops[0].inst] = true;
-            if (emit) {
-                st = emit(user, ctx, canon); /* canon is freed below */
+            if (sink) {
+                st = sink->emit(sink->user, ctx, canon, pi->prepared); /* canon is freed below */
             } else {
                 vecp_push(&kept, &canon);
                 canon = NULL;
             }
             un_rule_free(canon);
         }
-        un_rule_free(info[i - job.begin].canon); /* built for a pair not kept after all */
-        info[i - job.begin].canon = NULL;
+        pair_info_drop(sink, pi); /* what was built for a pair not kept after all, or emitted */
     }
     for (int64_t i = job.begin; i < job.end; i++) /* after an error: the rest of the chunk */
-        un_rule_free(info[i - job.begin].canon);
+        pair_info_drop(sink, &info[i - job.begin]);
     free(info);
     free(pair_done);
     free(by_bucket);
