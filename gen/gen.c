@@ -17,8 +17,18 @@ typedef struct db_sink {
     un_gen_summary *sum;
 } db_sink;
 
+/* The rule's columns, made on a worker thread (NULL when that fails: db_emit then reports it). */
+static void *db_prep(void *user, un_ctx *ctx, const un_rule *r, uint64_t hash) {
+    (void)user;
+    un_rulesdb_cols *c = NULL;
+    (void)un_rulesdb_cols_new(ctx, r, hash, &c);
+    return c;
+}
+
+static void db_drop(void *prepared) { un_rulesdb_cols_free(prepared); }
+
 /* Stores one rule; a transaction holds UN_GEN_BATCH of them. */
-static un_status db_emit(void *user, un_ctx *ctx, const un_rule *r) {
+static un_status db_emit(void *user, un_ctx *ctx, const un_rule *r, void *prepared) {
     db_sink *s = user;
     un_status st;
     if (!s->in_batch) {
@@ -28,8 +38,11 @@ static un_status db_emit(void *user, un_ctx *ctx, const un_rule *r) {
         s->in_this_batch = 0;
     }
     bool inserted = false;
-    st =
-        un_rulesdb_rule_insert(ctx, s->db, r, UN_RULE_CANDIDATE, NULL, &s->origin, NULL, &inserted);
+    if (prepared)
+        st = un_rulesdb_rule_insert_cols(ctx, s->db, prepared, &s->origin, NULL, &inserted);
+    else
+        st = un_rulesdb_rule_insert(ctx, s->db, r, UN_RULE_CANDIDATE, NULL, &s->origin, NULL,
+                                    &inserted);
     if (st != UN_OK)
         return st;
     s->sum->inserted += inserted;
@@ -62,7 +75,8 @@ un_status un_gen_run(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p, const 
     sink.origin = (un_rulesdb_origin){.kind = "generated", .run = out->run_id};
     double t0 = un_now_s();
     /* rules go to the database as they are kept (batches of UN_GEN_BATCH), never all in memory */
-    if ((st = un_gen_find_stream(ctx, e, p, db_emit, &sink, &rs)) != UN_OK)
+    un_gen_sink gs = {.emit = db_emit, .prep = db_prep, .drop = db_drop, .user = &sink};
+    if ((st = un_gen_find_stream(ctx, e, p, &gs, &rs)) != UN_OK)
         goto done;
     if (sink.in_batch) {
         if ((st = un_rulesdb_commit(ctx, sink.db)) != UN_OK)

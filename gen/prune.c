@@ -99,21 +99,25 @@ static int cmp_u64(const void *a, const void *b) {
 
 un_status un_gen_rule_orient(un_ctx *ctx, const un_rule *r, un_rule **out) {
     *out = NULL;
+    uint64_t h, h_rev;
     un_rule *rev = NULL, *c = NULL;
-    un_ref so[UN_RULE_MAX_OUTS], dout[UN_RULE_MAX_OUTS];
-    for (int i = 0; i < r->n_out; i++) {
-        so[i] = r->src_out[i];
-        dout[i] = r->dst_out[i];
+    un_status st = UN_OK;
+    /* the reverse is built only when it is the one stored (or to report why it cannot be) */
+    if (!un_rule_hash_both(r, &h, &h_rev) || h_rev < h) {
+        un_ref so[UN_RULE_MAX_OUTS], dout[UN_RULE_MAX_OUTS];
+        for (int i = 0; i < r->n_out; i++) {
+            so[i] = r->src_out[i];
+            dout[i] = r->dst_out[i];
+        }
+        st = un_rule_make(ctx, r->dst, r->src, dout, so, r->n_out, &rev);
+        if (st == UN_OK && r->n_vars > 0)
+            st = un_gen_rule_add_degree_var(ctx, rev); /* the reversed rule keeps the variable */
+        if (st != UN_OK) {
+            un_rule_free(rev);
+            return st;
+        }
     }
-    un_status st = un_rule_make(ctx, r->dst, r->src, dout, so, r->n_out, &rev);
-    if (st == UN_OK && r->n_vars > 0)
-        st = un_gen_rule_add_degree_var(ctx, rev); /* the reversed rule keeps the variable */
-    if (st != UN_OK) {
-        un_rule_free(rev);
-        return st;
-    }
-    const un_rule *pick = un_rule_hash(r) <= un_rule_hash(rev) ? r : rev;
-    st = un_rule_canonical(ctx, pick, &c);
+    st = un_rule_canonical(ctx, rev ? rev : r, &c);
     un_rule_free(rev);
     if (st != UN_OK)
         return st;
@@ -365,22 +369,9 @@ static un_status build_rule(un_ctx *ctx, const un_gen_enum *e, const un_gen_grap
 }
 
 /* Canonical hash of the stored direction of a rule: min over both directions. */
-static uint64_t pair_hash(un_ctx *ctx, const un_rule *r) {
-    un_rule *rev = NULL;
-    un_ref so[UN_RULE_MAX_OUTS], dout[UN_RULE_MAX_OUTS];
-    for (int i = 0; i < r->n_out; i++) {
-        so[i] = r->src_out[i];
-        dout[i] = r->dst_out[i];
-    }
-    uint64_t h = un_rule_hash(r);
-    if (un_rule_make(ctx, r->dst, r->src, dout, so, r->n_out, &rev) == UN_OK) {
-        uint64_t h2 = un_rule_hash(rev);
-        if (h2 < h)
-            h = h2;
-    } else
-        un_ctx_clear(ctx);
-    un_rule_free(rev);
-    return h;
+static uint64_t pair_hash(const un_rule *r) {
+    uint64_t h, h2;
+    return un_rule_hash_both(r, &h, &h2) && h2 < h ? h2 : h;
 }
 
 /* Where candidate hashes go: looked up in a known set (true on a hit), or collected for a later
@@ -416,7 +407,7 @@ static bool try_abstract(un_ctx *ctx, const un_gen_enum *e, hsink *known, const 
     un_rule *r = NULL;
     bool hit = false;
     if (build_rule(ctx, e, ga, ea, gb, eb, xa, xb, n, 0, &r) == UN_OK)
-        hit = sink_hit(known, pair_hash(ctx, r));
+        hit = sink_hit(known, pair_hash(r));
     else
         un_ctx_clear(ctx);
     un_rule_free(r);
@@ -433,7 +424,7 @@ static bool implied_by_subgraph(un_ctx *ctx, const un_gen_enum *e, hsink *known,
             un_rule *r = NULL;
             bool hit = false;
             if (build_rule(ctx, e, ga, ea, gb, eb, NULL, NULL, 0, 1u << i, &r) == UN_OK)
-                hit = sink_hit(known, pair_hash(ctx, r));
+                hit = sink_hit(known, pair_hash(r));
             else
                 un_ctx_clear(ctx);
             un_rule_free(r);
@@ -524,7 +515,7 @@ static bool implied_by_diagonal(un_ctx *ctx, const un_gen_enum *e, hsink *known,
                 un_rule *r = NULL;
                 if (build_rule(ctx, e, &g2[0], &e2[0], &g2[1], &e2[1], NULL, NULL, 0, 0, &r) ==
                     UN_OK)
-                    hit = sink_hit(known, pair_hash(ctx, r));
+                    hit = sink_hit(known, pair_hash(r));
                 else
                     un_ctx_clear(ctx);
                 un_rule_free(r);
@@ -647,6 +638,7 @@ typedef struct pair_info {
     un_rule *canon;
     uint64_t canon_h;   /* un_rule_hash(canon) */
     un_status canon_st; /* its error when it could not be built (the decision reports it) */
+    void *prepared;     /* the sink's prep of canon, or NULL */
 } pair_info;
 
 typedef struct pinfo_job {
@@ -664,6 +656,7 @@ typedef struct pinfo_job {
     /* the decisions' sets as they stand before this chunk (frozen while the workers run; they
      * only grow): a fact whose stage is already settled by them is not computed */
     const hset *known, *decided;
+    const un_gen_sink *sink; /* its prep runs on the likely keepers, or NULL */
 } pinfo_job;
 
 /* True when some operator output of ga has the structural key of one of gb's. */
@@ -675,7 +668,39 @@ static bool share_key(const un_gen_geval *ea, const un_gen_geval *eb, int n_inpu
     return false;
 }
 
-static void pair_info_compute(un_ctx *ctx, const pinfo_job *job, int64_t i) {
+/* A worker's memo of the group members it evaluated for the composition scan (the first members
+ * of a group are scanned for every pair of the group): the replay without its output values, and
+ * the member's normal form. Lives for one chunk, during which the normal forms' inputs (the
+ * commutative operators) are frozen. Direct mapped by pair index. */
+#define MEMBER_MEMO 64
+typedef struct member_memo {
+    int64_t pair; /* -1: empty */
+    bool ok;      /* the member replays */
+    uint64_t nf;
+    un_gen_geval ev; /* dense left out (NULL) */
+} member_memo;
+
+static const member_memo *member_get(un_ctx *ctx, const pinfo_job *job, member_memo *memo,
+                                     int64_t q) {
+    member_memo *mm = &memo[q & (MEMBER_MEMO - 1)];
+    if (mm->pair == q)
+        return mm;
+    mm->pair = q;
+    mm->ok = un_gen_enum_eval(ctx, job->e, &job->pairs[q].b, &mm->ev) == UN_OK;
+    if (!mm->ok) {
+        un_ctx_clear(ctx);
+        return mm;
+    }
+    for (int k = 0; k < UN_GEN_MAX_GOUTS; k++) { /* the scan reads structure and keys only */
+        free(mm->ev.dense[k]);
+        mm->ev.dense[k] = NULL;
+    }
+    mm->nf =
+        nf_key(job->r, &job->pairs[q].b, &mm->ev, un_gen_enum_menu(job->e)->n_inputs, job->comm);
+    return mm;
+}
+
+static void pair_info_compute(un_ctx *ctx, const pinfo_job *job, member_memo *memo, int64_t i) {
     const pair *pr = &job->pairs[i];
     pair_info *pi = &job->info[i - job->begin];
     const un_gen_menu *m = un_gen_enum_menu(job->e);
@@ -704,7 +729,7 @@ static void pair_info_compute(un_ctx *ctx, const pinfo_job *job, int64_t i) {
         !hset_has(job->decided, compose_key(pr->bucket, pi->nfb)) &&
         build_rule(ctx, job->e, &pr->a, &ea, &pr->b, &eb, NULL, NULL, 0, 0, &rule) == UN_OK) {
         pi->h_ok = true;
-        pi->h = pair_hash(ctx, rule);
+        pi->h = pair_hash(rule);
         /* renaming settled by the hash, then by the diagonal instances; subgraph settled */
         bool settled = hset_has(job->known, pi->h);
         if (!settled) {
@@ -727,22 +752,19 @@ static void pair_info_compute(un_ctx *ctx, const pinfo_job *job, int64_t i) {
                 continue;
             scanned++;
             const pair *pm = &job->pairs[bb[q]];
-            un_gen_geval em;
-            if (un_gen_enum_eval(ctx, job->e, &pm->b, &em) != UN_OK) {
-                un_ctx_clear(ctx);
+            const member_memo *mm = member_get(ctx, job, memo, bb[q]);
+            if (!mm->ok)
                 continue;
-            }
-            bool sup = nf_key(job->r, &pm->b, &em, m->n_inputs, job->comm) == pi->nfa;
-            if ((sup || bb[q] < i) && share_key(&em, &eb, m->n_inputs)) {
+            bool sup = mm->nf == pi->nfa;
+            if ((sup || bb[q] < i) && share_key(&mm->ev, &eb, m->n_inputs)) {
                 hsink sk = {0};
-                implied_by_subgraph(ctx, job->e, &sk, &pm->b, &em, &pr->b, &eb, m->n_inputs);
+                implied_by_subgraph(ctx, job->e, &sk, &pm->b, &mm->ev, &pr->b, &eb, m->n_inputs);
                 for (int k = 0; k < sk.n && pi->nm < 8; k++) {
                     pi->mh[pi->nm] = sk.h[k];
                     pi->msuper[pi->nm] = sup;
                     pi->mj[pi->nm++] = bb[q];
                 }
             }
-            un_gen_geval_deinit(&em);
         }
         /* a likely keeper: its stored form, here rather than in the sequential decisions */
         if (!settled && pi->check_ok) {
@@ -752,6 +774,8 @@ static void pair_info_compute(un_ctx *ctx, const pinfo_job *job, int64_t i) {
             if (st == UN_OK)
                 pi->canon_h = un_rule_hash(pi->canon);
             pi->canon_st = st;
+            if (st == UN_OK && job->sink && job->sink->prep)
+                pi->prepared = job->sink->prep(job->sink->user, ctx, pi->canon, pi->canon_h);
         }
     }
     un_ctx_clear(ctx);
@@ -763,13 +787,17 @@ static void pair_info_compute(un_ctx *ctx, const pinfo_job *job, int64_t i) {
 static void *pinfo_worker(void *arg) {
     pinfo_job *job = arg;
     un_ctx *ctx = un_ctx_new_child(job->parent);
+    member_memo *memo = un_xcalloc(MEMBER_MEMO, sizeof *memo);
+    for (int k = 0; k < MEMBER_MEMO; k++)
+        memo[k].pair = -1;
     for (;;) {
         int64_t i = atomic_fetch_add(&job->next, 16);
         if (i >= job->end)
             break;
         for (int64_t k = i; k < i + 16 && k < job->end; k++)
-            pair_info_compute(ctx, job, k);
+            pair_info_compute(ctx, job, memo, k);
     }
+    free(memo); /* the memo holds no output values: nothing else to free */
     un_ctx_free(ctx);
     return NULL;
 }
@@ -886,11 +914,20 @@ static void group_pairing(un_ctx *ctx, const un_gen_enum *e, const un_gen_enum_r
 }
 
 un_status un_gen_find(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p, un_gen_rules *out) {
-    return un_gen_find_stream(ctx, e, p, NULL, NULL, out);
+    return un_gen_find_stream(ctx, e, p, NULL, out);
+}
+
+/* Frees what the workers built for pair info *pi and no decision took. */
+static void pair_info_drop(const un_gen_sink *sink, pair_info *pi) {
+    un_rule_free(pi->canon);
+    pi->canon = NULL;
+    if (pi->prepared && sink && sink->drop)
+        sink->drop(pi->prepared);
+    pi->prepared = NULL;
 }
 
 un_status un_gen_find_stream(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p,
-                             un_gen_emit_fn emit, void *user, un_gen_rules *out) {
+                             const un_gen_sink *sink, un_gen_rules *out) {
     memset(out, 0, sizeof *out);
     vecp kept_h = {.elem = sizeof(uint64_t)};
     int64_t n_kept = 0;
@@ -984,7 +1021,8 @@ un_status un_gen_find_stream(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p
                      .by_bucket = by_bucket,
                      .bucket_start = bucket_start,
                      .known = &known,
-                     .decided = &decided};
+                     .decided = &decided,
+                     .sink = sink};
     int64_t wave_end = 0;
     for (int64_t i = 0; i < pairs.n && st == UN_OK; i++) {
         const pair *pr = &pv[i];
@@ -1066,19 +1104,18 @@ un_status un_gen_find_stream(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p
                 pr->a.ops[0].n_in == 2 && pr->a.ops[0].in[0] == pr->b.ops[0].in[1] &&
                 pr->a.ops[0].in[1] == pr->b.ops[0].in[0])
                 comm[pr->a.ops[0].inst] = true;
-            if (emit) {
-                st = emit(user, ctx, canon); /* canon is freed below */
+            if (sink) {
+                st = sink->emit(sink->user, ctx, canon, pi->prepared); /* canon is freed below */
             } else {
                 vecp_push(&kept, &canon);
                 canon = NULL;
             }
             un_rule_free(canon);
         }
-        un_rule_free(info[i - job.begin].canon); /* built for a pair not kept after all */
-        info[i - job.begin].canon = NULL;
+        pair_info_drop(sink, pi); /* what was built for a pair not kept after all, or emitted */
     }
     for (int64_t i = job.begin; i < job.end; i++) /* after an error: the rest of the chunk */
-        un_rule_free(info[i - job.begin].canon);
+        pair_info_drop(sink, &info[i - job.begin]);
     free(info);
     free(pair_done);
     free(by_bucket);
@@ -1147,7 +1184,7 @@ bool un_gen_pair_explain(un_ctx *ctx, const un_gen_enum *e, const un_gen_rules *
                      "replaced by the smallest graph of their value)");
             res = true;
         } else if (build_rule(ctx, e, a, &ea, b, &eb, NULL, NULL, 0, 0, &rule) == UN_OK &&
-                   hset_has(&known, pair_hash(ctx, rule))) {
+                   hset_has(&known, pair_hash(rule))) {
             snprintf(why, n, "implied: a renaming of a rule kept or implied");
             res = true;
         } else if (implied_by_subgraph(ctx, e, &(hsink){.known = &known}, a, &ea, b, &eb,

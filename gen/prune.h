@@ -68,12 +68,22 @@ typedef struct un_gen_rules {
  * the thread count. */
 un_status un_gen_find(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p, un_gen_rules *out);
 
-/* The same, handing each kept rule (canonical form, borrowed for the call) to emit instead of
- * keeping it: memory then holds no rules (at N=4 they would not fit). An error from emit stops
- * the run and is returned. */
-typedef un_status (*un_gen_emit_fn)(void *user, un_ctx *ctx, const un_rule *r);
+/* The same, handing each kept rule (canonical form, borrowed for the call) to sink->emit instead
+ * of keeping it: memory then holds no rules (at N=4 they would not fit). An error from emit stops
+ * the run and is returned. sink->prep (optional) runs on the worker threads on every likely keeper
+ * (its stored form and un_rule_hash of it), so that what the sink does per rule (the database's
+ * columns) leaves the sequential decisions; emit gets what prep made for the rule (NULL without
+ * prep, or when prep failed: emit then does the work itself), and drop frees it afterwards, kept
+ * or not. */
+typedef un_status (*un_gen_emit_fn)(void *user, un_ctx *ctx, const un_rule *r, void *prepared);
+typedef struct un_gen_sink {
+    un_gen_emit_fn emit;
+    void *(*prep)(void *user, un_ctx *ctx, const un_rule *r, uint64_t hash);
+    void (*drop)(void *prepared);
+    void *user;
+} un_gen_sink;
 un_status un_gen_find_stream(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p,
-                             un_gen_emit_fn emit, void *user, un_gen_rules *out);
+                             const un_gen_sink *sink, un_gen_rules *out);
 void un_gen_rules_deinit(un_gen_rules *rs);
 
 /* The direction stored for a pair: of A => B and B => A, the one with the smaller canonical hash.

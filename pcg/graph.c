@@ -631,9 +631,12 @@ un_status un_graph_add(un_ctx *ctx, un_graph *g, un_op op, const un_param *param
         *out = -1;
     char label[48];
     const char *lbl = name;
-    if (!lbl) { /* formatted only when there is no name: this is every graph's hot path */
-        snprintf(label, sizeof label, "node %d", (int)g->n_nodes);
-        lbl = label;
+    if (!lbl) { /* formatted only when a message can be built: this is every graph's hot path */
+        lbl = "node";
+        if (ctx && un_ctx_status(ctx) == UN_OK) {
+            snprintf(label, sizeof label, "node %d", (int)g->n_nodes);
+            lbl = label;
+        }
     }
     if ((unsigned)op >= UN_OP_COUNT)
         return un_ctx_error(ctx, UN_ERR_INVALID, "%s: unknown op %d", lbl, (int)op);

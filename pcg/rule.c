@@ -402,31 +402,30 @@ int un_rule_size(const un_rule *r, int side) {
 /* ---- canonical hash and form -------------------------------------------------------------------
  */
 
-/* The merged graph: all of src, then dst's operators wired to src's inputs; its explicit outputs
- * are src_out[perm[0]], dst_out[perm[0]], src_out[perm[1]], ... dst_id maps dst ids to merged ids.
- */
-static un_graph *merged_new(const un_rule *r, const int *perm, int32_t *dst_id) {
-    un_graph *m = un_graph_clone(r->src);
-    int32_t ns = un_graph_node_count(r->src);
-    for (int32_t v = 0; v < un_graph_node_count(r->dst); v++) {
-        const un_node *nd = un_graph_node(r->dst, v);
+/* The merged graph of one direction of a rule: all of a (the source of that direction), then b's
+ * operators wired to a's inputs; its explicit outputs are a_out[perm[0]], b_out[perm[0]],
+ * a_out[perm[1]], ... b_id maps b's ids to merged ids. */
+static un_graph *merged_new(const un_graph *a, const un_graph *b, const un_ref *a_out,
+                            const un_ref *b_out, int n_out, const int *perm, int32_t *b_id) {
+    un_graph *m = un_graph_clone(a);
+    for (int32_t v = 0; v < un_graph_node_count(b); v++) {
+        const un_node *nd = un_graph_node(b, v);
         if (un_op_kind_of(nd->op) == UN_OPK_SOURCE) {
-            dst_id[v] = un_graph_find(r->src, nd->name);
+            b_id[v] = un_graph_find(a, nd->name);
             continue;
         }
         un_ref in[UN_MAX_INPUTS];
         for (int j = 0; j < nd->n_in; j++)
-            in[j] = (un_ref){dst_id[nd->in[j].node], nd->in[j].out};
-        un_status st = un_graph_add(NULL, m, nd->op, nd->params, in, nd->n_in, NULL, &dst_id[v]);
-        UN_ASSERT(st == UN_OK); /* the same op on the same shapes as in dst */
+            in[j] = (un_ref){b_id[nd->in[j].node], nd->in[j].out};
+        un_status st = un_graph_add(NULL, m, nd->op, nd->params, in, nd->n_in, NULL, &b_id[v]);
+        UN_ASSERT(st == UN_OK); /* the same op on the same shapes as in b */
     }
-    (void)ns;
     un_ref outs[2 * UN_RULE_MAX_OUTS];
-    for (int i = 0; i < r->n_out; i++) {
-        outs[2 * i] = r->src_out[perm[i]];
-        outs[2 * i + 1] = (un_ref){dst_id[r->dst_out[perm[i]].node], r->dst_out[perm[i]].out};
+    for (int i = 0; i < n_out; i++) {
+        outs[2 * i] = a_out[perm[i]];
+        outs[2 * i + 1] = (un_ref){b_id[b_out[perm[i]].node], b_out[perm[i]].out};
     }
-    un_status st = un_graph_set_outputs(NULL, m, outs, 2 * r->n_out);
+    un_status st = un_graph_set_outputs(NULL, m, outs, 2 * n_out);
     UN_ASSERT(st == UN_OK);
     un_graph_hash_ignore_dims(m, true);
     return m;
@@ -450,16 +449,17 @@ static bool perm_next(int *p, int n) {
     return true;
 }
 
-/* The output-pair order of least merged hash, and that hash. */
-static uint64_t best_perm(const un_rule *r, int *best) {
+/* The output-pair order of least merged hash of the direction a => b, and that hash. */
+static uint64_t best_perm(const un_graph *a, const un_graph *b, const un_ref *a_out,
+                          const un_ref *b_out, int n_out, int *best) {
     int p[UN_RULE_MAX_OUTS];
-    for (int i = 0; i < r->n_out; i++)
+    for (int i = 0; i < n_out; i++)
         p[i] = best[i] = i;
-    int32_t *dst_id = un_xmalloc((size_t)un_graph_node_count(r->dst) * sizeof *dst_id + 1);
+    int32_t *b_id = un_xmalloc((size_t)un_graph_node_count(b) * sizeof *b_id + 1);
     uint64_t h_best = 0;
     bool first = true;
     do {
-        un_graph *m = merged_new(r, p, dst_id);
+        un_graph *m = merged_new(a, b, a_out, b_out, n_out, p, b_id);
         uint64_t h = un_graph_hash(m);
         un_graph_free(m);
         if (first || h < h_best) {
@@ -467,14 +467,23 @@ static uint64_t best_perm(const un_rule *r, int *best) {
             memcpy(best, p, sizeof p);
         }
         first = false;
-    } while (perm_next(p, r->n_out));
-    free(dst_id);
+    } while (perm_next(p, n_out));
+    free(b_id);
     return h_best;
 }
 
 uint64_t un_rule_hash(const un_rule *r) {
     int perm[UN_RULE_MAX_OUTS];
-    return best_perm(r, perm);
+    return best_perm(r->src, r->dst, r->src_out, r->dst_out, r->n_out, perm);
+}
+
+bool un_rule_hash_both(const un_rule *r, uint64_t *fwd, uint64_t *rev) {
+    int perm[UN_RULE_MAX_OUTS];
+    *fwd = best_perm(r->src, r->dst, r->src_out, r->dst_out, r->n_out, perm);
+    if (un_rule_size(r, UN_RULE_DST) == 0) /* the reverse would have a source of no operator */
+        return false;
+    *rev = best_perm(r->dst, r->src, r->dst_out, r->src_out, r->n_out, perm);
+    return true;
 }
 
 static int cmp_bind(const void *a, const void *b) {
@@ -495,10 +504,10 @@ static int cmp_var(const void *a, const void *b) {
 un_status un_rule_canonical(un_ctx *ctx, const un_rule *r, un_rule **out) {
     *out = NULL;
     int perm[UN_RULE_MAX_OUTS];
-    best_perm(r, perm);
+    best_perm(r->src, r->dst, r->src_out, r->dst_out, r->n_out, perm);
     int32_t ns = un_graph_node_count(r->src), nd = un_graph_node_count(r->dst);
     int32_t *dst_id = un_xmalloc((size_t)nd * sizeof *dst_id + 1);
-    un_graph *m = merged_new(r, perm, dst_id);
+    un_graph *m = merged_new(r->src, r->dst, r->src_out, r->dst_out, r->n_out, perm, dst_id);
     int32_t nm = un_graph_node_count(m);
     int32_t *ord = un_xmalloc((size_t)nm * sizeof *ord);
     un_graph_canonical_order(m, ord);

@@ -117,6 +117,10 @@ int un_rule_size(const un_rule *r, int side);
  * The inputs' concrete dims do not enter it (their ranks, dtypes and layouts do), so one rule
  * found at two menu shapes, or imported without shapes, is one rule; operator parameters do. */
 uint64_t un_rule_hash(const un_rule *r);
+/* un_rule_hash of r (*fwd) and of its reverse (*rev: the rule un_rule_make gives with the sides
+ * swapped, the same graphs and outputs), without building the reverse. False, *rev unset, when r
+ * has no reverse (its target has no operator, so it could not be a source). */
+bool un_rule_hash_both(const un_rule *r, uint64_t *fwd, uint64_t *rev);
 /* The canonical form: inputs renamed x0, x1, ... and weights w0, w1, ... in canonical order of
  * first use (over both sides), other nodes s0.. (source side) and t0.. (target side) in canonical
  * topological order, output pairs in canonical order. Equal rules up to renaming give identical

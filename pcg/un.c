@@ -198,13 +198,6 @@ void un_ctx_free_mem(un_ctx *ctx, void *p) {
 
 /* ---- RNG and hashing ---- */
 
-uint64_t un_mix64(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 uint64_t un_hash_bytes(const void *p, size_t n, uint64_t h) {
     const unsigned char *c = p;
     h ^= 0xcbf29ce484222325ull;
@@ -213,10 +206,6 @@ uint64_t un_hash_bytes(const void *p, size_t n, uint64_t h) {
         h *= 0x100000001b3ull;
     }
     return un_mix64(h);
-}
-
-uint64_t un_hash_combine(uint64_t h, uint64_t v) {
-    return un_mix64(h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2)));
 }
 
 void un_rng_seed(un_rng *r, uint64_t seed) {

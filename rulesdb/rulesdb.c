@@ -677,13 +677,13 @@ static void rule_ops(const un_rule *r, un_buf *out) {
 }
 
 /* The stored form of a rule: canonical JSON text plus the columns derived from it. */
-typedef struct rule_cols {
+typedef struct un_rulesdb_cols {
     uint64_t hash;
     un_buf body, ops, conds; /* conds: readable side conditions, empty when none */
     int n_in, n_src, n_dst;
-} rule_cols;
+} un_rulesdb_cols;
 
-static void rule_cols_free(rule_cols *c) {
+static void rule_cols_free(un_rulesdb_cols *c) {
     un_buf_deinit(&c->body);
     un_buf_deinit(&c->ops);
     un_buf_deinit(&c->conds);
@@ -698,7 +698,7 @@ static void rule_conds_text(const un_rule *r, un_buf *out) {
     }
 }
 
-static un_status rule_cols_make(un_ctx *ctx, const un_rule *r, uint64_t hash, rule_cols *c) {
+static un_status rule_cols_make(un_ctx *ctx, const un_rule *r, uint64_t hash, un_rulesdb_cols *c) {
     memset(c, 0, sizeof *c);
     un_rule *canon = NULL;
     un_status st = un_rule_canonical(ctx, r, &canon);
@@ -722,7 +722,7 @@ static un_status rule_cols_make(un_ctx *ctx, const un_rule *r, uint64_t hash, ru
  */
 
 typedef struct raw_rule {
-    const rule_cols *cols; /* NULL: rejected without a rule */
+    const un_rulesdb_cols *cols; /* NULL: rejected without a rule */
     un_rule_status status;
     const char *detail, *axioms;
     double proof_ms;
@@ -795,11 +795,31 @@ static un_status insert_raw(un_ctx *ctx, un_rulesdb *db, const raw_rule *rr, int
     return db_fail(ctx, db, rc, "looking up a rule");
 }
 
+/* Inserts the columns made for a rule (NULL: rejected without a rule). */
+static un_status insert_made(un_ctx *ctx, un_rulesdb *db, const un_rulesdb_cols *cols,
+                             un_rule_status status, const char *detail,
+                             const un_rulesdb_origin *origin, int32_t *id, bool *inserted) {
+    int32_t id_ = 0;
+    bool ins_ = false;
+    bool imported = origin && origin->kind && strcmp(origin->kind, "imported") == 0;
+    raw_rule rr = {.cols = cols,
+                   .status = status,
+                   .detail = detail,
+                   .gen_spec = imported ? 0 : db->spec_hash,
+                   .origin = origin};
+    un_status st = insert_raw(ctx, db, &rr, &id_, &ins_);
+    if (st == UN_OK) {
+        if (id)
+            *id = id_;
+        if (inserted)
+            *inserted = ins_;
+    }
+    return st;
+}
+
 un_status un_rulesdb_rule_insert(un_ctx *ctx, un_rulesdb *db, const un_rule *r,
                                  un_rule_status status, const char *detail,
                                  const un_rulesdb_origin *origin, int32_t *id, bool *inserted) {
-    int32_t id_ = 0;
-    bool ins_ = false;
     if (id)
         *id = 0;
     if (inserted)
@@ -815,28 +835,44 @@ un_status un_rulesdb_rule_insert(un_ctx *ctx, un_rulesdb *db, const un_rule *r,
     if (!r && !(origin && origin->name))
         return un_ctx_error(ctx, UN_ERR_INVALID,
                             "%s: a rejected rule without a rule needs an origin name", db->path);
-    bool imported = origin && origin->kind && strcmp(origin->kind, "imported") == 0;
-    rule_cols cols;
+    un_rulesdb_cols cols;
     un_status st = UN_OK;
     if (r)
         st = rule_cols_make(ctx, r, un_rule_hash(r), &cols);
     if (st != UN_OK)
         return st;
-    raw_rule rr = {.cols = r ? &cols : NULL,
-                   .status = status,
-                   .detail = detail,
-                   .gen_spec = imported ? 0 : db->spec_hash,
-                   .origin = origin};
-    st = insert_raw(ctx, db, &rr, &id_, &ins_);
+    st = insert_made(ctx, db, r ? &cols : NULL, status, detail, origin, id, inserted);
     if (r)
         rule_cols_free(&cols);
-    if (st == UN_OK) {
-        if (id)
-            *id = id_;
-        if (inserted)
-            *inserted = ins_;
-    }
     return st;
+}
+
+un_status un_rulesdb_cols_new(un_ctx *ctx, const un_rule *r, uint64_t hash, un_rulesdb_cols **out) {
+    un_rulesdb_cols *c = un_xmalloc(sizeof *c);
+    un_status st = rule_cols_make(ctx, r, hash, c);
+    if (st != UN_OK) {
+        free(c);
+        c = NULL;
+    }
+    *out = c;
+    return st;
+}
+
+void un_rulesdb_cols_free(un_rulesdb_cols *c) {
+    if (!c)
+        return;
+    rule_cols_free(c);
+    free(c);
+}
+
+un_status un_rulesdb_rule_insert_cols(un_ctx *ctx, un_rulesdb *db, const un_rulesdb_cols *c,
+                                      const un_rulesdb_origin *origin, int32_t *id,
+                                      bool *inserted) {
+    if (id)
+        *id = 0;
+    if (inserted)
+        *inserted = false;
+    return insert_made(ctx, db, c, UN_RULE_CANDIDATE, NULL, origin, id, inserted);
 }
 
 /* ---- rules: read ------------------------------------------------------------------------------
@@ -1062,7 +1098,7 @@ static un_status verdict_write(un_ctx *ctx, un_rulesdb *db, int32_t id, un_rule_
     return st;
 }
 
-static un_status body_write(un_ctx *ctx, un_rulesdb *db, int32_t id, const rule_cols *c) {
+static un_status body_write(un_ctx *ctx, un_rulesdb *db, int32_t id, const un_rulesdb_cols *c) {
     sqlite3_stmt *s = stmt_get(db, STMT_RULE_BODY);
     sqlite3_bind_int64(s, 1, id);
     sqlite3_bind_text(s, 2, c->body.data, (int)c->body.len, SQLITE_STATIC);
@@ -1100,7 +1136,7 @@ un_status un_rulesdb_rule_set_verdict(un_ctx *ctx, un_rulesdb *db, int32_t id,
         return un_ctx_error(ctx, UN_ERR_DB, "%s: opened read-only", db->path);
     bool own = !db->in_batch;
     un_status st = UN_OK;
-    rule_cols cols = {0};
+    un_rulesdb_cols cols = {0};
     bool have_cols = false;
     if (v->general) {
         uint64_t hash = 0;
@@ -1474,7 +1510,7 @@ static const char *derived_check(un_ctx *tmp, un_rulesdb *db, const un_rulesdb_r
         problem = "its derived or provenance columns (ops, size, n_in, run, conds) were changed "
                   "(row checksum)";
     } else if (row->rule) {
-        rule_cols c;
+        un_rulesdb_cols c;
         if (rule_cols_make(tmp, row->rule, row->hash, &c) != UN_OK) {
             problem = "its body cannot be put in canonical form";
         } else {
@@ -1702,7 +1738,7 @@ static un_status merge_rows(un_ctx *ctx, un_rulesdb *db, un_rulesdb *src,
         sqlite3_reset(s);
         if (st != UN_OK)
             break;
-        rule_cols cols = {0};
+        un_rulesdb_cols cols = {0};
         bool have = row->rule != NULL;
         if (have) {
             /* Keep the stored text (it may be a general form) and its identity hash. */

@@ -68,6 +68,17 @@ un_status un_rulesdb_rule_insert(un_ctx *ctx, un_rulesdb *db, const un_rule *r,
                                  un_rule_status status, const char *detail,
                                  const un_rulesdb_origin *origin, int32_t *id, bool *inserted);
 
+/* The columns un_rulesdb_rule_insert stores for r (canonical body, counts, operators, side
+ * conditions; hash = un_rule_hash(r)), made with no database, so on any thread: the generator
+ * makes them on its worker threads, then inserts them in order with un_rulesdb_rule_insert_cols
+ * (the same row as un_rulesdb_rule_insert(r) with status CANDIDATE). Owned: free with
+ * un_rulesdb_cols_free. */
+typedef struct un_rulesdb_cols un_rulesdb_cols;
+un_status un_rulesdb_cols_new(un_ctx *ctx, const un_rule *r, uint64_t hash, un_rulesdb_cols **out);
+void un_rulesdb_cols_free(un_rulesdb_cols *c);
+un_status un_rulesdb_rule_insert_cols(un_ctx *ctx, un_rulesdb *db, const un_rulesdb_cols *c,
+                                      const un_rulesdb_origin *origin, int32_t *id, bool *inserted);
+
 /* Row of a rule. */
 typedef struct un_rulesdb_row {
     int32_t id;

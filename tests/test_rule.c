@@ -132,6 +132,56 @@ done:
     un_ctx_free(ctx);
 }
 
+/* un_rule_hash_both: the reverse's hash without building the reverse equals un_rule_hash of the
+ * reverse un_rule_make builds, for one and two outputs (the output-pair order searched on the
+ * swapped sides); a rule whose target has no operator has no reverse. */
+static void test_hash_both(void) {
+    const char *two =
+        "{\"src\": {\"nodes\": [{\"name\": \"a\", \"op\": \"input\", \"params\": {\"shape\": "
+        "[4]}}, {\"name\": \"b\", \"op\": \"input\", \"params\": {\"shape\": [4]}},"
+        " {\"name\": \"p\", \"op\": \"ew_add\", \"in\": [\"a\", \"b\"]},"
+        " {\"name\": \"q\", \"op\": \"relu\", \"in\": [\"p\"]},"
+        " {\"name\": \"m\", \"op\": \"ew_mul\", \"in\": [\"a\", \"b\"]}], \"outputs\": [\"q\", "
+        "\"m\"]},"
+        " \"dst\": {\"nodes\": [{\"name\": \"a\", \"op\": \"input\", \"params\": {\"shape\": "
+        "[4]}}, {\"name\": \"b\", \"op\": \"input\", \"params\": {\"shape\": [4]}},"
+        " {\"name\": \"m\", \"op\": \"ew_mul\", \"in\": [\"b\", \"a\"]},"
+        " {\"name\": \"p\", \"op\": \"ew_add\", \"in\": [\"b\", \"a\"]},"
+        " {\"name\": \"q\", \"op\": \"relu\", \"in\": [\"p\"]}], \"outputs\": [\"q\", \"m\"]}}";
+    const char *to_input =
+        "{\"src\": {\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": "
+        "[4, 4]}}, {\"name\": \"s\", \"op\": \"split\", \"in\": [\"x\"], \"params\": "
+        "{\"axis\": 0, \"sizes\": [2, 2]}}, {\"name\": \"c\", \"op\": \"concat\", \"in\": "
+        "[\"s:0\", "
+        "\"s:1\"], \"params\": {\"axis\": 0}}], \"outputs\": [\"c\"]},"
+        " \"dst\": {\"nodes\": [{\"name\": \"x\", \"op\": \"input\", \"params\": {\"shape\": [4, "
+        "4]}}], \"outputs\": [\"x\"]}}";
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_status st;
+    un_rule *rs[3] = {relu_combine("x", 8, true), rule_text(ctx, two, &st),
+                      rule_text(ctx, to_input, &st)};
+    EXPECT_OK(ctx, st);
+    for (int i = 0; i < 3; i++) {
+        un_rule *r = rs[i], *rev = NULL;
+        if (!r) {
+            EXPECT_TRUE(false);
+            continue;
+        }
+        uint64_t fwd = 0, back = 0;
+        bool has = un_rule_hash_both(r, &fwd, &back);
+        EXPECT_TRUE(fwd == un_rule_hash(r));
+        st = un_rule_make(ctx, r->dst, r->src, r->dst_out, r->src_out, r->n_out, &rev);
+        EXPECT_EQ(has, st == UN_OK);
+        EXPECT_EQ(has, i < 2);
+        if (rev)
+            EXPECT_TRUE(back == un_rule_hash(rev) && (i > 0 || back != fwd));
+        un_ctx_clear(ctx);
+        un_rule_free(rev);
+        un_rule_free(r);
+    }
+    un_ctx_free(ctx);
+}
+
 /* Two outputs: the pair order must not change the hash. */
 static void test_hash_output_order(void) {
     const char *fmt =
@@ -303,6 +353,7 @@ int main(void) {
         {"wrong_rule_refuted", test_wrong_rule_refuted},
         {"hash_canonical", test_hash_canonical},
         {"hash_output_order", test_hash_output_order},
+        {"hash_both", test_hash_both},
         {"instantiate", test_instantiate},
         {"parallel_inputs", test_parallel_inputs},
         {"errors", test_errors},

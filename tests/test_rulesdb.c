@@ -116,8 +116,39 @@ static void test_create_insert_get(void) {
     EXPECT_OK(ctx, un_rulesdb_rule_insert(ctx, db, r, UN_RULE_CANDIDATE, NULL, NULL, &id2, &ins));
     EXPECT_TRUE(!ins);
     EXPECT_EQ(id, id2);
+    /* Columns made beforehand (the generator's workers) store the row un_rulesdb_rule_insert
+     * would: the same dedupe by hash, a body that reads back under its checksum and hash. */
+    un_rulesdb_cols *cols = NULL, *cols6 = NULL;
+    un_rule *r6 = make_rule(6);
+    int32_t id6 = 0, id6b = 0;
+    EXPECT_OK(ctx, un_rulesdb_cols_new(ctx, r, un_rule_hash(r), &cols));
+    EXPECT_OK(ctx, un_rulesdb_rule_insert_cols(ctx, db, cols, NULL, &id2, &ins));
+    EXPECT_TRUE(!ins);
+    EXPECT_EQ(id, id2);
+    EXPECT_OK(ctx, un_rulesdb_cols_new(ctx, r6, un_rule_hash(r6), &cols6));
+    EXPECT_OK(ctx, un_rulesdb_rule_insert_cols(
+                       ctx, db, cols6, &(un_rulesdb_origin){.kind = "generated", .run = run}, &id6,
+                       &ins));
+    EXPECT_TRUE(ins && id6 == id + 1);
+    EXPECT_OK(ctx, un_rulesdb_rule_insert(ctx, db, r6, UN_RULE_CANDIDATE, NULL, NULL, &id6b, &ins));
+    EXPECT_TRUE(!ins);
+    EXPECT_EQ(id6, id6b);
+    un_rulesdb_cols_free(cols);
+    un_rulesdb_cols_free(cols6);
     EXPECT_OK(ctx, un_rulesdb_commit(ctx, db));
-    EXPECT_OK(ctx, un_rulesdb_run_end(ctx, db, run, "{\"candidates\": 1}"));
+    EXPECT_OK(ctx, un_rulesdb_run_end(ctx, db, run, "{\"candidates\": 2}"));
+    un_rulesdb_row *row6 = NULL;
+    EXPECT_OK(ctx, un_rulesdb_rule_get(ctx, db, id6, &row6));
+    if (row6) {
+        EXPECT_TRUE(row6->hash == un_rule_hash(r6));
+        EXPECT_TRUE(row6->rule && un_rule_hash(row6->rule) == un_rule_hash(r6));
+        EXPECT_EQ(row6->n_src, 2);
+        EXPECT_STR_EQ(row6->ops, "partition,tanh");
+        EXPECT_STR_EQ(row6->origin_kind, "generated");
+        EXPECT_TRUE(row6->gen_spec == un_spec_hash(spec));
+    }
+    un_rulesdb_row_free(row6);
+    un_rule_free(r6);
     un_rulesdb_row *row = NULL;
     EXPECT_OK(ctx, un_rulesdb_rule_get(ctx, db, id, &row));
     if (row) {
@@ -144,7 +175,7 @@ static void test_create_insert_get(void) {
     int64_t counts[UN_RULE_STATUS_COUNT];
     if (db) {
         EXPECT_OK(ctx, un_rulesdb_count(ctx, db, counts));
-        EXPECT_EQ(counts[UN_RULE_CANDIDATE], 1);
+        EXPECT_EQ(counts[UN_RULE_CANDIDATE], 2);
         EXPECT_EQ(counts[UN_RULE_VERIFIED], 0);
     }
     un_rulesdb_free(db);
