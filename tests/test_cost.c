@@ -934,24 +934,6 @@ static void profile_entry(const un_graph *g, int sets, const char *path, const c
     un_ctx_free(ctx);
 }
 
-/* The profiler times ops as a step runs them, between the step's other ops: inside a step of tiny
- * ResNeXt-50 the branch predictor does not learn a [8,8,8,8] ReLU's signs from one step to the
- * next (20.8 us forward in the step, 21.2 profiled on new values), while the same op repeated
- * alone over 4 value sets learnt them (2.8-4.9 us: the step estimate 34 % low). So its time on
- * the run's 4 value sets is about its time on new values. */
-static void test_profile_in_step(void) {
-    un_graph *g = zoo_graph("resnext50", "serial", 1);
-    char path[128];
-    snprintf(path, sizeof path, "%s/step.db", cli_tmp);
-    double cf = 0, cb = 0, nf = 0, nb = 0;
-    profile_entry(g, UN_TRAIN_SYNTHETIC_BATCHES, path, "relu[]", "float[8,8,8,8]", &cf, &cb);
-    profile_entry(g, 0, path, "relu[]", "float[8,8,8,8]", &nf, &nb);
-    test__check(cf > 0.5 * nf && cb > 0.5 * nb, TEST__AT,
-                "relu [8,8,8,8] on 4 value sets %.4f / %.4f ms, on new values %.4f / %.4f ms", cf,
-                cb, nf, nb);
-    un_graph_free(g);
-}
-
 /* An embedding's indices are drawn from its input's range as the run's batches are (not all 0,
  * which reads one row of the table whatever its size): the lookups of a 1,048,576-row table (64
  * MiB, past the caches) cost more than those of a 16-row one. With 65,536 rows (4 MiB) the
@@ -1150,7 +1132,6 @@ int main(void) {
                                   {"profile_parts", test_profile_parts},
                                   {"cli", test_cli},
                                   {"profile_backends", test_profile_backends},
-                                  {"profile_in_step", test_profile_in_step},
                                   {"profile_int_inputs", test_profile_int_inputs},
                                   {"profile_cpu_clock", test_profile_cpu_clock},
                                   {"profile_fresh", test_profile_fresh},
