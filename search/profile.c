@@ -3,7 +3,6 @@
 #include "search/profile.h"
 
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -48,19 +47,12 @@ static double clock_s(clockid_t c) {
 
 static double now_s(void) { return clock_s(CLOCK_MONOTONIC); }
 
-/* Writes fresh values into tensor t (backend memory) from seed: floats uniform in [-1, 1),
- * integers uniform in [0, range) (range >= 1). */
-static un_status kt_fill(un_ctx *ctx, un_backend *be, const un_kt *t, size_t fes, int64_t range,
-                         uint64_t seed) {
-    int64_t n = 1;
-    for (int i = 0; i < t->rank; i++)
-        n *= t->dim[i];
+void un_profile_values(void *host, int64_t n, un_dtype dtype, size_t fes, int64_t range,
+                       uint64_t seed) {
     un_rng r;
     un_rng_seed(&r, seed);
-    size_t es = t->dtype == UN_DT_FLOAT ? fes : sizeof(int64_t);
-    void *host = un_xmalloc((size_t)n * es + 1); /* device memory is written, never dereferenced */
     for (int64_t i = 0; i < n; i++) {
-        if (t->dtype != UN_DT_FLOAT) {
+        if (dtype != UN_DT_FLOAT) {
             ((int64_t *)host)[i] = (int64_t)un_rng_below(&r, (uint64_t)(range > 0 ? range : 1));
             continue;
         }
@@ -70,6 +62,17 @@ static un_status kt_fill(un_ctx *ctx, un_backend *be, const un_kt *t, size_t fes
         else
             ((double *)host)[i] = v;
     }
+}
+
+/* Writes fresh values into tensor t (backend memory) from seed (un_profile_values). */
+static un_status kt_fill(un_ctx *ctx, un_backend *be, const un_kt *t, size_t fes, int64_t range,
+                         uint64_t seed) {
+    int64_t n = 1;
+    for (int i = 0; i < t->rank; i++)
+        n *= t->dim[i];
+    size_t es = t->dtype == UN_DT_FLOAT ? fes : sizeof(int64_t);
+    void *host = un_xmalloc((size_t)n * es + 1); /* device memory is written, never dereferenced */
+    un_profile_values(host, n, t->dtype, fes, range, seed);
     un_status st = un_backend_write(ctx, be, t->data, host, (size_t)n * es);
     free(host);
     return st;
@@ -107,16 +110,9 @@ static void bufs_free(un_backend *be, bufs *b) {
     }
 }
 
-/* One repetition's wall and CPU seconds (the CPU clock read outside the wall clock's window; < 0
- * where it was not read), and the backend timer's (un_backend_timer: CUDA events on a GPU; < 0
- * where the run has none). */
-typedef struct rep_time {
-    double wall, cpu, dev;
-} rep_time;
-
 /* A one-thread CPU device's op of a median wall time from CPU_TIME_MIN up is costed by its
- * thread's CPU time (rep_median). Reading that clock is a system call, and an op timed right
- * after one runs slower than inside a step, which makes no system call between its ops (this
+ * thread's CPU time (un_profile_rep_cost). Reading that clock is a system call, and an op timed
+ * right after one runs slower than inside a step, which makes no system call between its ops (this
  * guest's kernel has page-table isolation without PCID; a read of 64 pages, 0.13 us, took 0.19
  * us after a system call, any: the kernel's entry and exit leave the caches and predictors
  * colder; which of them costs the ops most was not measured: no PMU in the guest). Measured
@@ -126,9 +122,7 @@ typedef struct rep_time {
  * read only around repetitions of what took at least half of CPU_TIME_MIN before (warm-up). */
 #define CPU_TIME_MIN 50e-6
 
-static _Atomic int64_t cpu_reads; /* repetitions timed with the CPU clock (all threads) */
-
-int64_t un_profile_cpu_clock_reads(void) { return cpu_reads; }
+bool un_profile_reads_cpu_clock(double warm_s) { return warm_s >= CPU_TIME_MIN / 2; }
 
 /* What one run of an op costs from its repetitions' times (n of them; sorted here): a one-thread
  * CPU device's work is its thread's CPU time (what it computes, without the time other jobs of a
@@ -137,7 +131,7 @@ int64_t un_profile_cpu_clock_reads(void) { return cpu_reads; }
  * and on any other CPU device, the wall time less the timer's own (p->timer_floor); on a GPU the
  * backend timer's (kernel time); the median either way (of the CPU times over the repetitions that
  * read them, at least half of them). */
-static double rep_median(rep_time *t, int n, const un_profile_params *p) {
+double un_profile_rep_cost(un_profile_rep *t, int n, const un_profile_params *p) {
     if (n == 0)
         return 0;
     bool dev = p->cuda_device >= 0 && t[0].dev >= 0;
@@ -166,17 +160,15 @@ typedef un_status (*timed_fn)(un_ctx *ctx, void *arg, double *dev);
 typedef un_status (*prep_fn)(un_ctx *ctx, void *arg);
 
 /* cpu: also read the thread's CPU clock (CPU_TIME_MIN says when). */
-static rep_time rep_run(un_ctx *ctx, prep_fn prep, timed_fn fn, void *arg, bool cpu,
-                        un_status *st) {
+static un_profile_rep rep_run(un_ctx *ctx, prep_fn prep, timed_fn fn, void *arg, bool cpu,
+                              un_status *st) {
     if (fn && prep && *st == UN_OK)
         *st = prep(ctx, arg);
-    if (cpu)
-        cpu_reads++;
     double dev = -1, c0 = cpu ? clock_s(CLOCK_THREAD_CPUTIME_ID) : 0, w0 = now_s();
     if (fn && *st == UN_OK)
         *st = fn(ctx, arg, &dev);
     double w1 = now_s();
-    return (rep_time){w1 - w0, cpu ? clock_s(CLOCK_THREAD_CPUTIME_ID) - c0 : -1, dev};
+    return (un_profile_rep){w1 - w0, cpu ? clock_s(CLOCK_THREAD_CPUTIME_ID) - c0 : -1, dev};
 }
 
 /* The median seconds of one call of fn(arg) after the warm-up: repetitions go on until min_reps
@@ -185,11 +177,11 @@ static un_status time_median(un_ctx *ctx, prep_fn prep, timed_fn fn, void *arg,
                              const un_profile_params *p, double *sec) {
     un_status st = UN_OK;
     int reps = 0, cap = 64;
-    rep_time *t = un_xmalloc(sizeof *t * (size_t)cap);
+    un_profile_rep *t = un_xmalloc(sizeof *t * (size_t)cap);
     double total = 0, wall0 = now_s(), last[2] = {0, 0}; /* the two repetitions before */
     for (int i = 0; st == UN_OK; i++) {
-        bool cpu = (last[0] < last[1] ? last[0] : last[1]) >= CPU_TIME_MIN / 2;
-        rep_time r = rep_run(ctx, prep, fn, arg, cpu, &st);
+        bool cpu = un_profile_reads_cpu_clock(last[0] < last[1] ? last[0] : last[1]);
+        un_profile_rep r = rep_run(ctx, prep, fn, arg, cpu, &st);
         last[i & 1] = r.wall;
         if (i < p->warmup)
             continue;
@@ -203,7 +195,7 @@ static un_status time_median(un_ctx *ctx, prep_fn prep, timed_fn fn, void *arg,
             reps >= 100000)
             break;
     }
-    *sec = rep_median(t, reps, p);
+    *sec = un_profile_rep_cost(t, reps, p);
     free(t);
     return st;
 }
@@ -247,7 +239,7 @@ typedef struct op_run {
     size_t fes;
     uint64_t seed; /* the repetition's dropout seed (as a step's: never 0) */
     const int64_t *off, *full;
-    const int64_t *range; /* per input: integers are drawn from [0, range) (int_range) */
+    const int64_t *range; /* per input: integers are drawn from [0, range) (un_profile_int_range) */
     uint64_t node;        /* the values differ per node (a replay runs one op for several) */
 } op_run;
 
@@ -289,20 +281,21 @@ static un_status op_once(un_ctx *ctx, void *arg, double *dev) {
     return st == UN_OK ? un_backend_timer_stop(ctx, r->be, &tm, dev) : st;
 }
 
-/* The values integer input t of node nd takes in a run: those of the input it comes from through
- * parallel ops (its "range" parameter, as the runtime's synthetic batches draw them; 2 where it
- * has none, as runtime/train.c), within the rows of an embedding's table piece (in: the piece
- * shapes; the kernel's valid indices). */
-static int64_t int_range(const un_graph *g, const un_node *nd, int t, const un_shape *in) {
+int64_t un_profile_int_range(const un_graph *g, int32_t id, int t) {
     const un_spec *spec = un_graph_spec(g);
+    const un_node *nd = un_graph_node(g, id);
     const un_node *src = un_graph_node(g, nd->in[t].node);
     while (un_op_kind_of(src->op) == UN_OPK_PARALLEL)
         src = un_graph_node(g, src->in[0].node);
     int ir =
         src->op == UN_OP_INPUT ? un_spec_param_index(un_spec_op(spec, UN_OP_INPUT), "range") : -1;
     int64_t range = ir >= 0 && src->params[ir].v[0] > 0 ? src->params[ir].v[0] : 2;
-    if (nd->op == UN_OP_EMBEDDING && t == 0 && nd->n_in > 1 && in[1].dim[0] < range)
-        range = in[1].dim[0];
+    if (nd->op == UN_OP_EMBEDDING && t == 0 && nd->n_in > 1) {
+        un_shape in[UN_MAX_INPUTS];
+        un_cost_piece_shapes(g, id, in);
+        if (in[1].dim[0] < range)
+            range = in[1].dim[0];
+    }
     return range > 0 ? range : 1;
 }
 
@@ -335,7 +328,7 @@ static un_status rop_setup(un_ctx *ctx, un_backend *be, const un_graph *g, int32
     b->n_in = nd->n_in;
     b->n_out = nd->inf.n_out;
     for (int t = 0; t < nd->n_in && st == UN_OK; t++) {
-        o->range[t] = in[t].dtype == UN_DT_INT ? int_range(g, nd, t, in) : 0;
+        o->range[t] = in[t].dtype == UN_DT_INT ? un_profile_int_range(g, id, t) : 0;
         st = kt_new(ctx, be, &in[t], fes, 0, false, &b->in[t]);
         if (st == UN_OK && in[t].dtype == UN_DT_FLOAT && ng[nd->in[t].node])
             st = kt_new(ctx, be, &in[t], fes, 0, false, &b->din[t]);
@@ -387,7 +380,7 @@ typedef struct replay {
     double *wm; /* ... and the least of those over the warm-up passes (one preempted run is not
                  * a long op) */
     bool *cpu;  /* per key: read the CPU clock around its timed runs (thread 0 sets them from wm) */
-    rep_time *t;
+    un_profile_rep *t;
 } replay;
 
 /* One pass over the ops; j >= 0: a timed pass, its times into rp->t. ok: this thread's ops are set
@@ -406,8 +399,8 @@ static void replay_pass(un_ctx *ctx, replay *rp, rop *ops, bool ok, int k, int j
             }
             if (rp->D > 1)
                 pthread_barrier_wait(&rp->bar);
-            rep_time t = rep_run(ctx, NULL, run && *st == UN_OK ? op_once : NULL, r,
-                                 j >= 0 && rp->cpu[rp->key[i]], st);
+            un_profile_rep t = rep_run(ctx, NULL, run && *st == UN_OK ? op_once : NULL, r,
+                                       j >= 0 && rp->cpu[rp->key[i]], st);
             if (j < 0 && k == 0 && t.wall > rp->wp[rp->key[i]])
                 rp->wp[rp->key[i]] = t.wall;
             if (j >= 0)
@@ -440,7 +433,7 @@ static un_status replay_run(un_ctx *ctx, un_backend *be, replay *rp, int k) {
         rp->reps = reps < rp->p->min_reps ? rp->p->min_reps : reps > 2000 ? 2000 : (int)reps;
         rp->t = un_xcalloc((size_t)rp->D * (size_t)rp->n * 2 * (size_t)rp->reps, sizeof *rp->t);
         for (int i = 0; i < rp->nk; i++)
-            rp->cpu[i] = rp->wm[i] >= CPU_TIME_MIN / 2;
+            rp->cpu[i] = un_profile_reads_cpu_clock(rp->wm[i]);
     }
     if (rp->D > 1)
         pthread_barrier_wait(&rp->bar);
@@ -477,21 +470,21 @@ static void *replay_main(void *arg) {
 }
 
 /* Key i's seconds in direction b: per node of the key and pass the slowest device (the next
- * rendezvous waits for it), then rep_median over them all. */
+ * rendezvous waits for it), then un_profile_rep_cost over them all. */
 static double replay_median(const replay *rp, int i, int b) {
-    rep_time *m = un_xcalloc((size_t)rp->reps * (size_t)rp->n + 1, sizeof *m);
+    un_profile_rep *m = un_xcalloc((size_t)rp->reps * (size_t)rp->n + 1, sizeof *m);
     int c = 0;
     for (int x = 0; x < rp->n; x++)
         for (int j = 0; j < rp->reps && rp->key[x] == i; j++, c++)
             for (int k = 0; k < rp->D; k++) {
-                rep_time t = rp->t[(((size_t)k * (size_t)rp->n + (size_t)x) * 2 + (size_t)b) *
-                                       (size_t)rp->reps +
-                                   (size_t)j];
+                un_profile_rep t = rp->t[(((size_t)k * (size_t)rp->n + (size_t)x) * 2 + (size_t)b) *
+                                             (size_t)rp->reps +
+                                         (size_t)j];
                 m[c].wall = t.wall > m[c].wall ? t.wall : m[c].wall;
                 m[c].cpu = k == 0 || t.cpu > m[c].cpu ? t.cpu : m[c].cpu;
                 m[c].dev = k == 0 || t.dev > m[c].dev ? t.dev : m[c].dev;
             }
-    double r = rep_median(m, c, rp->p);
+    double r = un_profile_rep_cost(m, c, rp->p);
     free(m);
     return r;
 }

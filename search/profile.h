@@ -60,9 +60,33 @@ un_status un_profile_graph(un_ctx *ctx, un_rulesdb *db, const un_graph *g,
  * through a few batches (un_profile_params.value_sets): a dropout lies before it (its mask is new
  * every step). The replay gives such nodes new values every run. fresh: node count entries. */
 void un_profile_fresh_nodes(const un_graph *g, bool *fresh);
-/* Repetitions this process has timed with a thread's CPU clock (all threads; a system call that
- * slows the op timed after it, so it is read only around ops of 25 us and more: profile.c). */
-int64_t un_profile_cpu_clock_reads(void);
+/* Whether the repetitions of an op that took warm_s wall seconds before (its warm-up) are timed
+ * with the thread's CPU clock too: from 25 us up (half of the 50 us from which a one-thread CPU
+ * device's op is costed by that clock: profile.c CPU_TIME_MIN). */
+bool un_profile_reads_cpu_clock(double warm_s);
+
+/* One timed repetition: wall and thread CPU seconds (the CPU clock read outside the wall clock's
+ * window; cpu < 0 where it was not read), and the backend timer's (CUDA events on a GPU; dev < 0
+ * where the run has none). */
+typedef struct un_profile_rep {
+    double wall, cpu, dev;
+} un_profile_rep;
+/* What one run of an op costs from its n repetitions (sorted in place): on a GPU (p->cuda_device
+ * >= 0 and a timer) the median of the backend timer's; else the median wall time less
+ * p->timer_floor, unless the device is one CPU thread (p->threads 1), that median is 50 us or
+ * more and at least half of the repetitions read the CPU clock: then the median of those CPU
+ * times (the work, without the time other jobs took the core away). */
+double un_profile_rep_cost(un_profile_rep *t, int n, const un_profile_params *p);
+
+/* The values the profiler gives integer input t of node id, uniform in [0, range): range as the
+ * run's synthetic batches draw them (the "range" parameter of the input it comes from through
+ * parallel ops; 2 where it has none, as runtime/train.c), capped at an embedding table piece's
+ * rows (the kernel's valid indices), so the lookups spread over the table as a step's do. */
+int64_t un_profile_int_range(const un_graph *g, int32_t id, int t);
+/* n values of dtype from seed into host: floats (element size fes) uniform in [-1, 1), integers
+ * (int64) uniform in [0, range) (range >= 1). */
+void un_profile_values(void *host, int64_t n, un_dtype dtype, size_t fes, int64_t range,
+                       uint64_t seed);
 /* Measures this CPU box as a machine description: one device per core (devices_per_node =
  * online CPUs), sgemm flop/s on one thread (the backend's linear kernel, 512^3), memory bandwidth
  * (bytes read + written per second by one thread's memcpy of 64 MiB), the thread-to-thread copy

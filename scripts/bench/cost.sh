@@ -14,7 +14,10 @@
 #     meets_ms: device 0's median time per step inside communicator calls that meet the other
 #     device (--stats' meets table; of the run whose median step is the least); unpolled: its
 #     waits per step that slept without polling first (the waits' load rule said no:
-#     runtime/pool.h un_pool_spin_allowed; same run).
+#     runtime/pool.h un_pool_spin_allowed; same run); est_x, meas_x: the largest over the least of
+#     the rounds' estimates and of their measured steps (1.00 with REPS=1): this guest has moments
+#     when a step's compute-bound ops run 1.3-1.55x slower (search/README.md, "Speed regimes"), and
+#     an error near such a spread is one side's round falling in a slow moment, not a cost.
 #  2. estimates per second for BERT-Large (the zoo transformer, batch 192) data parallel on 192
 #     V100s (specs/machines/v100x192.json): cached cost queries per second (the DP inner loop) and
 #     whole-plan simulations per second.
@@ -51,7 +54,7 @@ rss() { # peak RSS in bytes of a command
 base1=$(rss "$B/unity-train" --model mlp --tiny --steps 2 --threads 1 --quiet)
 base2=$(rss "$B/unity-train" --model mlp --tiny --steps 2 --devices 2 --threads 2 --quiet)
 echo "baseline peak RSS (tiny mlp, 2 steps): $((base1 / 1024)) KiB on 1 device, $((base2 / 1024)) KiB on 2, subtracted from the runs' on as many devices"
-printf '%-26s %-8s %3s %10s %10s %7s %5s %12s %12s %7s %5s %12s %9s %8s%s\n' model strategy dev est_ms meas_ms err ok est_mem meas_mem err ok rss_delta meets_ms unpolled "${base_bin:+ base_err}"
+printf '%-26s %-8s %3s %10s %10s %7s %5s %12s %12s %7s %5s %12s %9s %8s %5s %6s%s\n' model strategy dev est_ms meas_ms err ok est_mem meas_mem err ok rss_delta meets_ms unpolled est_x meas_x "${base_bin:+ base_err}"
 # the median step of a run's steps after the first (unity-train's "median step" line)
 median_step() { sed -n 's/^median step: \([0-9.]*\) ms$/\1/p' "$1"; }
 # model_cases LABEL MODEL-ARGS STRATEGY:DEVICES...: REPS rounds; in each, every case of the model
@@ -70,7 +73,7 @@ model_cases() {
     local label=$1 margs=$2
     shift 2
     [[ -z "${ONLY:-}" || "$label" =~ $ONLY ]] || return 0
-    local -a cases=("$@") strat dev est mem stash meas acct rssd estb scr inmeet unpol
+    local -a cases=("$@") strat dev est mem stash meas acct rssd estb scr inmeet unpol estx measx
     local n=${#cases[@]} i r
     for ((r = 0; r < REPS; r++)); do
         for ((i = 0; i < n; i++)); do
@@ -97,8 +100,10 @@ model_cases() {
             up=$(awk '/^device +meets/ { on = 1; next } on && $1 == 0 { print $5; exit }' "$tmp/out")
             if ((r == 0)); then
                 est[i]=$e
+                estx[i]=$e
                 estb[i]=$eb
                 meas[i]=$m
+                measx[i]=$m
                 inmeet[i]=${im:--}
                 unpol[i]=${up:--}
                 mem[i]=$(sed -n 's/^memory, all devices: \([0-9]*\) bytes/\1/p' "$tmp/est")
@@ -112,6 +117,8 @@ model_cases() {
                 rssd[i]=$((peak - base))
             else
                 est[i]=$(awk -v a="${est[i]}" -v b="$e" 'BEGIN { print (b < a ? b : a) }')
+                estx[i]=$(awk -v a="${estx[i]}" -v b="$e" 'BEGIN { print (b > a ? b : a) }')
+                measx[i]=$(awk -v a="${measx[i]}" -v b="$m" 'BEGIN { print (b > a ? b : a) }')
                 estb[i]=$(awk -v a="${estb[i]}" -v b="$eb" 'BEGIN { print (b < a ? b : a) }')
                 if awk -v a="${meas[i]}" -v b="$m" 'BEGIN { exit !(b < a) }'; then
                     meas[i]=$m
@@ -123,11 +130,11 @@ model_cases() {
     done
     for ((i = 0; i < n; i++)); do
         awk -v l="$label" -v s="$(basename "${strat[i]}" .json)" -v d="${dev[i]}" -v e="${est[i]}" -v m="${meas[i]}" \
-            -v em="${mem[i]}" -v mm="$((acct[i] + stash[i]))" -v rd="${rssd[i]}" -v eb="${estb[i]}" -v hb="$base_bin" -v im="${inmeet[i]}" -v up="${unpol[i]}" 'BEGIN {
+            -v em="${mem[i]}" -v mm="$((acct[i] + stash[i]))" -v rd="${rssd[i]}" -v eb="${estb[i]}" -v hb="$base_bin" -v im="${inmeet[i]}" -v up="${unpol[i]}" -v ex="${estx[i]}" -v mx="${measx[i]}" 'BEGIN {
             te = 100 * (e - m) / m; me = (mm > 0 ? 100 * (em - mm) / mm : 0)
             printf "%-26s %-8s %3d %10.3f %10.3f %+6.0f%% %5s %10.0fK %10.0fK %+6.0f%% %5s %10.0fK", l, s, d, e, m, te,
                    (te <= 25 && te >= -25 ? "yes" : "NO"), em / 1024, mm / 1024, me, (me <= 20 && me >= -20 ? "yes" : "NO"), rd / 1024
-            printf " %9s %8s", im, up
+            printf " %9s %8s %5.2f %6.2f", im, up, ex / e, mx / m
             if (hb != "")
                 printf " %+7.0f%%", 100 * (eb - m) / m
             printf "\n"
