@@ -17,6 +17,9 @@
 /* OpenBLAS's own thread count (process-wide). Declared here rather than through cblas.h, which
  * only the kernel file includes: the backend owns the thread policy. */
 void openblas_set_num_threads(int n);
+/* Stops OpenBLAS's worker threads (its pthread builds export it; weak: NULL where the library has
+ * no such function). A later openblas_set_num_threads or threaded call starts them again. */
+int blas_thread_shutdown_(void) __attribute__((weak));
 
 typedef struct cpu_state {
     un_pool *pool;
@@ -335,9 +338,21 @@ un_status un__backend_cpu_new(un_ctx *ctx, un_prec prec, int nthreads, un_backen
     if (!un_blas_ok())
         return un_ctx_error(ctx, UN_ERR_UNAVAILABLE, "cpu backend: BLAS self-check failed: %s",
                             un_blas_describe());
+    /* One BLAS thread: OpenBLAS's worker, started when the library loads (and after a threaded
+     * call), spins with sched_yield for 2^28 TSC cycles (~128 ms here) before it sleeps, and
+     * openblas_set_num_threads(1) does not stop it. In a 2-rank run on 2 cores that is a third
+     * busy thread beside the ranks for the run's first ~0.1 s (all of a short run), so the
+     * worker is stopped. openblas_set_num_threads restarts the workers of a stopped library, so
+     * it is called only when the count changes. */
     static pthread_mutex_t blas_mu = PTHREAD_MUTEX_INITIALIZER; /* ranks start concurrently */
+    static int blas_threads;                                     /* the count set (0: none) */
     pthread_mutex_lock(&blas_mu);
-    openblas_set_num_threads(nthreads);
+    if (nthreads != blas_threads) {
+        openblas_set_num_threads(nthreads);
+        blas_threads = nthreads;
+        if (nthreads == 1 && blas_thread_shutdown_)
+            blas_thread_shutdown_();
+    }
     pthread_mutex_unlock(&blas_mu);
     cpu_state *s = un_xcalloc(1, sizeof *s);
     s->pool = nthreads > 1 ? un_pool_new(nthreads) : NULL;
