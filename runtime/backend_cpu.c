@@ -345,7 +345,7 @@ un_status un__backend_cpu_new(un_ctx *ctx, un_prec prec, int nthreads, un_backen
      * worker is stopped. openblas_set_num_threads restarts the workers of a stopped library, so
      * it is called only when the count changes. */
     static pthread_mutex_t blas_mu = PTHREAD_MUTEX_INITIALIZER; /* ranks start concurrently */
-    static int blas_threads;                                     /* the count set (0: none) */
+    static int blas_threads;                                    /* the count set (0: none) */
     pthread_mutex_lock(&blas_mu);
     if (nthreads != blas_threads) {
         openblas_set_num_threads(nthreads);
