@@ -17,6 +17,9 @@
 /* OpenBLAS's own thread count (process-wide). Declared here rather than through cblas.h, which
  * only the kernel file includes: the backend owns the thread policy. */
 void openblas_set_num_threads(int n);
+/* Stops OpenBLAS's worker threads (its pthread builds export it; weak: NULL where the library has
+ * no such function). A later openblas_set_num_threads or threaded call starts them again. */
+int blas_thread_shutdown_(void) __attribute__((weak));
 
 typedef struct cpu_state {
     un_pool *pool;
@@ -27,8 +30,18 @@ static const char *cpu_name(const un_backend *be) {
     return be->prec == UN_PREC_F32 ? "cpu-f32" : "cpu-f64";
 }
 
+/* OpenBLAS's thread count is the process's: backends are made concurrently (one per rank). */
+static pthread_mutex_t blas_mu = PTHREAD_MUTEX_INITIALIZER;
+static int blas_threads; /* the count set (0: none yet) */
+static int blas_shared;  /* live backends with more than one thread (they may use the workers) */
+
 static void cpu_free(un_backend *be) {
     cpu_state *s = be->context;
+    if (s->pool) {
+        pthread_mutex_lock(&blas_mu);
+        blas_shared--;
+        pthread_mutex_unlock(&blas_mu);
+    }
     un_pool_free(s->pool);
     un_kstash_free(s->stash);
     free(s);
@@ -335,9 +348,20 @@ un_status un__backend_cpu_new(un_ctx *ctx, un_prec prec, int nthreads, un_backen
     if (!un_blas_ok())
         return un_ctx_error(ctx, UN_ERR_UNAVAILABLE, "cpu backend: BLAS self-check failed: %s",
                             un_blas_describe());
-    static pthread_mutex_t blas_mu = PTHREAD_MUTEX_INITIALIZER; /* ranks start concurrently */
+    /* One BLAS thread: OpenBLAS's worker, started when the library loads (and after a threaded
+     * call), spins with sched_yield for 2^28 TSC cycles (~128 ms here) before it sleeps, and
+     * openblas_set_num_threads(1) does not stop it: in a 2-rank run on 2 cores a third busy
+     * thread beside the ranks for the run's first ~0.1 s (all of a short run). So it is stopped,
+     * unless a live backend with more threads may be using it. openblas_set_num_threads restarts
+     * the workers of a stopped library, so it is called only when the count changes. */
     pthread_mutex_lock(&blas_mu);
-    openblas_set_num_threads(nthreads);
+    if (nthreads != blas_threads) {
+        openblas_set_num_threads(nthreads);
+        blas_threads = nthreads;
+        if (nthreads == 1 && blas_shared == 0 && blas_thread_shutdown_)
+            blas_thread_shutdown_();
+    }
+    blas_shared += nthreads > 1;
     pthread_mutex_unlock(&blas_mu);
     cpu_state *s = un_xcalloc(1, sizeof *s);
     s->pool = nthreads > 1 ? un_pool_new(nthreads) : NULL;

@@ -26,8 +26,15 @@
  * 11:40) and 0 / 20 / 50 / 200: 0.135 / 0.149 / 0.152 / 0.155 (load 4-6, 12:08): within the
  * noise of a loaded box. Longer polls only burn a core another thread may want. */
 #define UN_POOL_SPIN_NS 50000
-/* How often the runnable-thread count of /proc/loadavg is read again (by any waiter). */
+/* How often the load is sampled again (by any waiter). */
 #define LOAD_SAMPLE_NS 20000000
+/* Reads of the load in a sample, back to back, before it says no: one read switched polling off
+ * for the sample's 20 ms whenever a thread was caught running in it: another process's passing
+ * thread, or one of this process's ranks counted running in /proc/loadavg and asleep by the time
+ * /proc/self/task was read (the two are read apart, and a rank that does not poll sleeps within
+ * microseconds). A short 2-device run (30 steps of a tiny model: a few ms) is one sample. Real
+ * load is runnable in every read. */
+#define UN_POOL_LOAD_READS 3
 
 static int64_t now_ns(void) {
     struct timespec ts;
@@ -46,9 +53,8 @@ static inline void cpu_relax(void) {
 static _Atomic int64_t spin_budget = -1; /* UN_SPIN_US or UN_POOL_SPIN_NS; -1: not read yet */
 static _Atomic int64_t spin_forced = -1; /* un_pool_spin_force; -1: the rule */
 static _Atomic int n_cores;              /* 0: not known yet */
-static _Atomic int64_t load_at;          /* when load_running was read (0: never) */
-static _Atomic int load_running;         /* runnable threads on the box then */
-static _Atomic int load_own = -1;        /* of those, this process's (-1: not read yet) */
+static _Atomic int64_t load_at;          /* when load_verdict was made (0: never) */
+static _Atomic int load_verdict = -1;    /* threads << 1 | may poll, for a group of threads */
 
 static int cores_available(void) {
     int n = atomic_load_explicit(&n_cores, memory_order_relaxed);
@@ -95,37 +101,55 @@ bool un_pool_spin_allowed(int threads, int cores, int runnable, int own) {
     return threads <= cores && others <= cores - threads;
 }
 
-/* Whether a group of `threads` may poll now: un_pool_spin_allowed over /proc/loadavg's running
- * count ("running/total", its fourth field), sampled at most every LOAD_SAMPLE_NS (0 where it
- * cannot be read), and un_pool_own_runnable, read once per sample and only where the running
- * count alone does not fit (it reads a file per thread: ~50 us for a 1-thread process at load
- * 12, 2-core AMD EPYC). */
+bool un_pool_load_fits(int threads, int cores, int reads, const un_pool_load_reader *r) {
+    if (threads > cores)
+        return false;
+    for (int i = 0; i < reads; i++) {
+        int running = r->runnable(r->arg);
+        if (running <= cores - threads) /* no others beyond the free cores, whoever runs */
+            return true;
+        if (un_pool_spin_allowed(threads, cores, running, r->own(r->arg)))
+            return true;
+    }
+    return false;
+}
+
+/* /proc/loadavg's running count ("running/total", its fourth field); 0 where it cannot be read. */
+static int box_runnable(void *arg) {
+    (void)arg;
+    int running = 0, total = 0;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        double a, b, c;
+        if (fscanf(f, "%lf %lf %lf %d/%d", &a, &b, &c, &running, &total) != 5)
+            running = 0;
+        fclose(f);
+    }
+    return running;
+}
+
+static int own_runnable(void *arg) {
+    (void)arg;
+    return un_pool_own_runnable();
+}
+
+/* Whether a group of `threads` may poll now: un_pool_load_fits over UN_POOL_LOAD_READS reads of
+ * /proc/loadavg's running count and un_pool_own_runnable (which reads a file per thread: ~50 us
+ * for a 1-thread process at load 12, 2-core AMD EPYC; read only where the running count alone
+ * does not fit), sampled at most every LOAD_SAMPLE_NS; the verdict is kept for the group size it
+ * was made for. */
 static bool load_allows(int threads, int cores) {
     if (threads > cores)
         return false;
     int64_t t = now_ns(), at = atomic_load_explicit(&load_at, memory_order_relaxed);
-    if (!at || t - at >= LOAD_SAMPLE_NS) {
+    int verdict = atomic_load_explicit(&load_verdict, memory_order_relaxed);
+    if (!at || t - at >= LOAD_SAMPLE_NS || verdict >> 1 != threads) {
         atomic_store_explicit(&load_at, t, memory_order_relaxed);
-        int running = 0, total = 0;
-        FILE *f = fopen("/proc/loadavg", "r");
-        if (f) {
-            double a, b, c;
-            if (fscanf(f, "%lf %lf %lf %d/%d", &a, &b, &c, &running, &total) != 5)
-                running = 0;
-            fclose(f);
-        }
-        atomic_store_explicit(&load_own, -1, memory_order_relaxed);
-        atomic_store_explicit(&load_running, running, memory_order_relaxed);
+        static const un_pool_load_reader proc = {box_runnable, own_runnable, NULL};
+        verdict = threads << 1 | un_pool_load_fits(threads, cores, UN_POOL_LOAD_READS, &proc);
+        atomic_store_explicit(&load_verdict, verdict, memory_order_relaxed);
     }
-    int running = atomic_load_explicit(&load_running, memory_order_relaxed);
-    if (running <= cores - threads) /* no others beyond the free cores, whoever runs */
-        return true;
-    int own = atomic_load_explicit(&load_own, memory_order_relaxed);
-    if (own < 0) {
-        own = un_pool_own_runnable();
-        atomic_store_explicit(&load_own, own, memory_order_relaxed);
-    }
-    return un_pool_spin_allowed(threads, cores, running, own);
+    return verdict & 1;
 }
 
 void un_pool_spin_force(int64_t ns) {

@@ -45,9 +45,10 @@ int un_pool_part(const un_pool *p, int64_t n, int64_t begin);
  * its broadcast, under the lock the sleeper holds, so the blocking path loses no wake-up. */
 
 /* How long a thread of a group of `threads` busy threads may poll before it sleeps: 0 (do not
- * spin) unless un_pool_spin_allowed says yes for the cores this process may run on
+ * spin) unless un_pool_load_fits says yes for the cores this process may run on
  * (sched_getaffinity) and the other processes' runnable threads now (/proc/loadavg's running
- * count less this process's threads in state R, /proc/self/task; sampled at most every 20 ms);
+ * count less this process's threads in state R, /proc/self/task; up to 3 reads a sample, a
+ * sample at most every 20 ms);
  * else UN_POOL_SPIN_NS (pool.c, with the measurement that chose it), or UN_SPIN_US microseconds
  * from the environment (0 turns spinning off; read once). */
 int64_t un_pool_spin_ns(int threads);
@@ -61,6 +62,22 @@ int64_t un_pool_spin_ns(int threads);
  * --threads exceeds the cores) do not turn it off either; such pools do not poll themselves
  * (threads > cores). */
 bool un_pool_spin_allowed(int threads, int cores, int runnable, int own);
+
+/* The reads of one load sample: the box's runnable threads now (/proc/loadavg) and this
+ * process's (un_pool_own_runnable), each called with arg. */
+typedef struct un_pool_load_reader {
+    int (*runnable)(void *arg);
+    int (*own)(void *arg);
+    void *arg;
+} un_pool_load_reader;
+
+/* Whether a group of `threads` may poll on `cores` cores: up to `reads` reads of the load, back
+ * to back, and yes at the first that un_pool_spin_allowed accepts (own is read only where the
+ * box's count alone does not fit: runnable > cores - threads); no when none does, or when the
+ * group is larger than the cores (nothing read). A thread caught running in one read (another
+ * process's passing thread, a rank of this process that slept between the two counts) does not
+ * turn polling off; load that stays runnable does. */
+bool un_pool_load_fits(int threads, int cores, int reads, const un_pool_load_reader *r);
 
 /* This process's runnable threads now: those in state R in /proc/self/task/TID/stat, the caller
  * among them (as /proc/loadavg counts it); 0 where it cannot be read. */

@@ -3,6 +3,7 @@
  * differences, training losses equal on 1, 2 and 4 devices, optimizers, checkpoints, plans. */
 #include "tests/test.h"
 
+#include <dirent.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -498,7 +499,44 @@ static void barriers_job(rank_job *j, un_ctx *ctx, un_comm *c) {
     ((int64_t *)j->arg)[2 * j->rank + 1] = cs.unpolled;
 }
 
+/* A scripted load for un_pool_load_fits: read k gives runnable[k] and own[k]. */
+typedef struct load_script {
+    const int *runnable, *own;
+    int reads, owns; /* reads of each made so far */
+} load_script;
+
+static int script_runnable(void *arg) {
+    load_script *s = arg;
+    return s->runnable[s->reads++];
+}
+
+static int script_own(void *arg) {
+    load_script *s = arg;
+    return s->own[s->owns++];
+}
+
+static bool script_fits(int threads, int cores, int reads, const int *runnable, const int *own,
+                        load_script *s) {
+    *s = (load_script){runnable, own, 0, 0};
+    un_pool_load_reader r = {script_runnable, script_own, s};
+    return un_pool_load_fits(threads, cores, reads, &r);
+}
+
 static void test_spin_load_rule(void) {
+    /* a sample: a rank counted running on the box, then asleep when the own count was read, or
+     * another process's passing thread, in the first read only: the second read fits */
+    load_script s;
+    EXPECT_TRUE(script_fits(2, 2, 3, (int[]){3, 2, 9}, (int[]){2, 2, 9}, &s));
+    EXPECT_EQ(s.reads, 2);
+    EXPECT_TRUE(!script_fits(2, 2, 1, (int[]){3, 2}, (int[]){2, 2}, &s)); /* one read: no */
+    /* load that stays: no after every read */
+    EXPECT_TRUE(!script_fits(2, 2, 3, (int[]){4, 3, 4}, (int[]){2, 2, 2}, &s));
+    EXPECT_EQ(s.reads, 3);
+    /* the own count is read only where the box's count alone does not fit */
+    EXPECT_TRUE(script_fits(1, 4, 3, (int[]){3}, (int[]){9}, &s));
+    EXPECT_EQ(s.owns, 0);
+    EXPECT_TRUE(!script_fits(3, 2, 3, (int[]){0}, (int[]){0}, &s)); /* larger than the cores */
+    EXPECT_EQ(s.reads, 0);
     /* threads, cores, runnable, own: the 2 ranks alone, with OpenBLAS's spinner, with a third
      * own thread and one other, and with others beyond the free cores */
     EXPECT_TRUE(un_pool_spin_allowed(2, 2, 2, 2));
@@ -537,6 +575,40 @@ static void test_spin_load_rule(void) {
     for (int i = 0; i < S; i++)
         pthread_join(th[i], NULL);
     test__check(own >= S + 1, TEST__AT, "%d own runnable threads, not >= %d", own, S + 1);
+}
+
+/* This process's threads (the entries of /proc/self/task); -1 where it cannot be read. */
+static int own_threads(void) {
+    DIR *d = opendir("/proc/self/task");
+    if (!d)
+        return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+int blas_thread_shutdown_(void) __attribute__((weak)); /* as runtime/backend_cpu.c */
+
+/* A one-thread CPU backend stops OpenBLAS's worker threads (which spin for ~0.1 s after they
+ * start, beside the ranks), also after a two-thread backend started them again. */
+static void test_blas_worker_stopped(void) {
+    if (!blas_thread_shutdown_)
+        TEST_SKIP("the BLAS library cannot stop its threads");
+    if (own_threads() < 0)
+        TEST_SKIP("no /proc/self/task");
+    un_ctx *ctx = un_ctx_new(NULL);
+    for (int k = 0; k < 2; k++) {
+        un_backend *be = NULL;
+        EXPECT_OK(ctx, un_backend_cpu_new(ctx, UN_PREC_F32, 1, &be));
+        int n = own_threads();
+        test__check(n == 1, TEST__AT, "%d threads with a one-thread CPU backend (round %d)", n, k);
+        un_backend_free(be);
+        EXPECT_OK(ctx, un_backend_cpu_new(ctx, UN_PREC_F32, 2, &be)); /* 2 BLAS threads */
+        un_backend_free(be);
+    }
+    un_ctx_free(ctx);
 }
 
 static void test_comm_add(void) {
@@ -2535,6 +2607,7 @@ int main(void) {
         {"comm_small_allreduce", test_comm_small_allreduce},
         {"comm_lock_polls", test_comm_lock_polls},
         {"spin_load_rule", test_spin_load_rule},
+        {"blas_worker_stopped", test_blas_worker_stopped},
         {"comm_wakeups", test_comm_wakeups},
         {"run_ranks_statuses", test_run_ranks_statuses},
         {"forward_sample_mlp", test_forward_sample_mlp},
