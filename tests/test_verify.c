@@ -818,6 +818,20 @@ static un_spec *planted_spec(const char *axiom) {
     return out;
 }
 
+/* Two planted axioms: relu x = concat x x (wrong on shapes), ew_sub commutes (wrong on values
+ * only); and a rule only the first proves. */
+static const char *planted_shape_axioms =
+    "{\"name\": \"planted_shape\", \"vars\": {\"x\": [\"a\", \"b\"]}, \"lhs\": \"(relu x)\", "
+    "\"rhs\": \"(concat :axis 0 x x)\"}, "
+    "{\"name\": \"planted_sub_comm\", \"vars\": {\"x\": [\"a\", \"b\"], \"y\": [\"a\", \"b\"]}, "
+    "\"lhs\": \"(ew_sub x y)\", \"rhs\": \"(ew_sub y x)\"}, ";
+static const char *relu_gelu = "{\"src\": {\"nodes\": [" IN2(
+    "a", 4, 6) ", {\"name\": \"s\", \"op\": \"relu\", \"in\": "
+               "[\"a\"]}]}, "
+               "\"dst\": {\"nodes\": [" IN2("a", 4,
+                                            6) ", {\"name\": \"s\", \"op\": \"gelu\", \"in\": "
+                                               "[\"a\"]}]}}";
+
 /* The consistency check after a proof is discharged by the shape model (verify/README.md step 4)
  * where every axiom the proof used is shape-correct: every shipped spec axiom is; an axiom
  * equating tensors of different shapes is not, so a proof that used it still gets Z3's check,
@@ -869,20 +883,12 @@ static void test_shape_model(void) {
     }
     un_rule_free(r);
     un_verifier_free(v);
-    un_spec *saved = spec, *bad = planted_spec(
-        "{\"name\": \"planted_shape\", \"vars\": {\"x\": [\"a\", \"b\"]}, \"lhs\": \"(relu x)\", "
-        "\"rhs\": \"(concat :axis 0 x x)\"}, {\"name\": \"planted_sub_comm\", \"vars\": {\"x\": "
-        "[\"a\", \"b\"], \"y\": [\"a\", \"b\"]}, \"lhs\": \"(ew_sub x y)\", \"rhs\": \"(ew_sub y "
-        "x)\"}, ");
+    un_spec *saved = spec, *bad = planted_spec(planted_shape_axioms);
     if (!bad)
         return;
     spec = bad;
     v = verifier();
-    r = rule_json("{\"src\": {\"nodes\": [" IN2("a", 4, 6) ", {\"name\": \"s\", \"op\": "
-                                                   "\"relu\", \"in\": [\"a\"]}]}, \"dst\": "
-                                                   "{\"nodes\": [" IN2("a", 4, 6) ", {\"name\": "
-                                                   "\"s\", \"op\": \"gelu\", \"in\": "
-                                                   "[\"a\"]}]}}");
+    r = rule_json(relu_gelu);
     if (v && r) {
         EXPECT_EQ(un_verifier_shape_correct(v, "planted_shape", 2000, rl), 0);
         EXPECT_EQ(un_verifier_shape_correct(v, "planted_sub_comm", 2000, rl), 1);

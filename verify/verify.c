@@ -45,7 +45,7 @@ struct un_verifier {
     int n_learned;
     signed char *shape_ok; /* per axiom: holds in the shape model (1), not proven to (-1), not
                             * tried yet (0); n_learned entries, kept across rebuilds like learned */
-    Z3_solver solver; /* every shape axiom and spec axiom, each behind an activation literal */
+    Z3_solver solver;      /* every shape axiom and spec axiom, each behind an activation literal */
     Z3_ast op_lit[UN_OP_COUNT]; /* activates an operator's shape axioms */
     Z3_ast op_off[UN_OP_COUNT]; /* their negations, and those of track[] (each check assumes one
                                  * of the two for every literal), made on first use: once per
@@ -444,8 +444,8 @@ static Z3_ast out_dim_set(xenv *e, const un_output_spec *os, Z3_ast like, Z3_ast
         Z3_ast at = tr_int(e, os->set_at[j]), val = tr_int(e, os->set_val[j]);
         if (!at || !val)
             return NULL;
-        acc = mk_ite(v, mk_and2(v, mk_eq(v, i, mk_norm(v, at, rl)), mk_in_range(v, i, rl)), val,
-                     acc);
+        acc =
+            mk_ite(v, mk_and2(v, mk_eq(v, i, mk_norm(v, at, rl)), mk_in_range(v, i, rl)), val, acc);
     }
     return acc;
 }
@@ -1398,10 +1398,10 @@ static bool shape_correct(un_verifier *v, int k, unsigned timeout, unsigned rlim
             Z3_app bj = Z3_to_app(v->z, j);
             Z3_pattern pj = Z3_mk_pattern(v->z, 1, &dj);
             Z3_ast out_of_range = mk_not(v, mk_in_range(v, j, mk_rank(v, X[x])));
-            Z3_solver_assert(v->z, s,
-                             Z3_mk_forall_const(v->z, 0, 1, &bj, 1, &pj,
-                                                Z3_mk_implies(v->z, out_of_range,
-                                                              mk_eq(v, dj, mk_int(v, 0)))));
+            Z3_solver_assert(
+                v->z, s,
+                Z3_mk_forall_const(v->z, 0, 1, &bj, 1, &pj,
+                                   Z3_mk_implies(v->z, out_of_range, mk_eq(v, dj, mk_int(v, 0)))));
         }
         Z3_ast i = mk_fresh(v, "i", v->I);
         Z3_ast same = mk_and2(v, mk_eq(v, mk_rank(v, lhs), mk_rank(v, rhs)),

@@ -115,8 +115,8 @@ int un_verifier_shape_correct(un_verifier *v, const char *name, unsigned timeout
  * (the same formulas without the goal must not be unsat), so a proof never rests on contradictory
  * axiom instances; it is discharged without Z3 where every spec axiom the proof used is
  * shape-correct (un_verifier_shape_correct) and the rule's side conditions hold at its witness:
- * the shape model then satisfies all of it (verify/README.md step 4). UN_OK with the verdict in *out; a Z3 failure is UN_ERR_INVALID with Z3's
- * message. */
+ * the shape model then satisfies all of it (verify/README.md step 4). UN_OK with the verdict in
+ * *out; a Z3 failure is UN_ERR_INVALID with Z3's message. */
 un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
                             const un_prove_opts *opts, un_proof *out);
 

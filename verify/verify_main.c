@@ -181,8 +181,10 @@ int main(int argc, char **argv) {
            ph[UN_VERIFY_PHASE_WRITE] / 1e3, s.setup_ms / 1e3);
     printf("z3 work: %.1f M resource units (%.0f k per rule; machine- and load-independent)\n",
            (double)s.work / 1e6, s.total ? (double)s.work / 1e3 / (double)s.total : 0.0);
-    static const char *const kinds[UN_WORK_COUNT] = {"narrow proofs", "narrow attempts that failed",
-                                                     "full-set checks", "consistency checks",
+    static const char *const kinds[UN_WORK_COUNT] = {"narrow proofs",
+                                                     "narrow attempts that failed",
+                                                     "full-set checks",
+                                                     "consistency checks",
                                                      "consistency by the shape model",
                                                      "shape-correctness proofs",
                                                      "outside the checks (proofs)"};
