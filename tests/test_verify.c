@@ -859,7 +859,7 @@ static void test_shape_model(void) {
         for (int op = 0; op < UN_OP_COUNT; op++) {
             const un_op_spec *os = un_spec_op(spec, (un_op)op);
             for (int a = 0; a < os->n_axioms; a++) {
-                int c = un_verifier_shape_correct(v, os->axioms[a].name, 2000, rl);
+                int c = un_verifier_shape_correct(v, os->axioms[a].name, 20000, rl);
                 n_ok += c == 1;
                 n_trivial += c < 0;
                 if (c == 0) {
@@ -890,9 +890,9 @@ static void test_shape_model(void) {
     v = verifier();
     r = rule_json(relu_gelu);
     if (v && r) {
-        EXPECT_EQ(un_verifier_shape_correct(v, "planted_shape", 2000, rl), 0);
-        EXPECT_EQ(un_verifier_shape_correct(v, "planted_sub_comm", 2000, rl), 1);
-        EXPECT_EQ(un_verifier_shape_correct(v, "no_such_axiom", 2000, rl), -1);
+        EXPECT_EQ(un_verifier_shape_correct(v, "planted_shape", 20000, rl), 0);
+        EXPECT_EQ(un_verifier_shape_correct(v, "planted_sub_comm", 20000, rl), 1);
+        EXPECT_EQ(un_verifier_shape_correct(v, "no_such_axiom", 20000, rl), -1);
         un_proof p;
         EXPECT_TRUE(prove_ex(v, r, true, 5000, rl, &p) != UN_VERDICT_VALID);
         printf("    relu => gelu under planted_shape: %s\n", p.detail);
