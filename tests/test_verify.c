@@ -635,12 +635,12 @@ static void test_narrow_first(void) {
         EXPECT_EQ(p.narrow, 2);
         EXPECT_EQ(p.calls_by[UN_WORK_NARROW], 1);
         EXPECT_EQ(p.calls_by[UN_WORK_NARROW_FAILED] + p.calls_by[UN_WORK_FULL], 0);
-        EXPECT_EQ(p.calls_by[UN_WORK_CONSISTENCY], 1);
+        EXPECT_EQ(p.calls_by[UN_WORK_CONSISTENCY] + p.calls_by[UN_WORK_MODEL], 1);
         uint64_t sum = 0;
         for (int k = 0; k < UN_WORK_COUNT; k++)
             sum += p.work_by[k];
         EXPECT_EQ(sum, p.work);
-        EXPECT_TRUE(p.work_by[UN_WORK_NARROW] > 0 && p.work_by[UN_WORK_CONSISTENCY] > 0);
+        EXPECT_TRUE(p.work_by[UN_WORK_NARROW] > 0);
         un_rule_free(r);
     }
     un_verifier_free(v);
@@ -713,10 +713,11 @@ static void test_witness_retry(void) {
         EXPECT_TRUE(p.retried);
         EXPECT_TRUE(p.work_witness > 0 && p.work_witness < p.work);
         EXPECT_EQ(p.calls_by[UN_WORK_OTHER], 1);
-        /* the same verdict as a fresh proof at the witness sizes */
+        /* the same verdict as a fresh proof at the witness sizes (its core may differ: at those
+         * sizes the parts are equal, and concat_split_1 serves as well) */
         un_proof w;
         EXPECT_EQ(prove(v, r, false, 5000, &w), UN_VERDICT_VALID);
-        EXPECT_STR_EQ(w.axioms, p.axioms);
+        EXPECT_TRUE(strstr(w.axioms, "concat_split") != NULL);
     }
     un_rule_free(r);
     un_verifier_free(v);
@@ -793,6 +794,118 @@ static void test_oriented_axioms(void) {
     un_verifier_free(v);
 }
 
+/* The spec with one axiom planted first in ops.json's axioms (NULL if it cannot be made). */
+static un_spec *planted_spec(const char *axiom) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    char *text = NULL;
+    size_t len = 0;
+    un_spec *out = NULL;
+    EXPECT_OK(ctx, un_read_file(ctx, "specs/ops.json", &text, &len));
+    const char *anchor = "\"axioms\": [";
+    char *at = text ? strstr(text, anchor) : NULL;
+    EXPECT_TRUE(at != NULL);
+    if (at) {
+        size_t head = (size_t)(at - text) + strlen(anchor), n = strlen(axiom);
+        char *t = un_xmalloc(len + n + 1);
+        memcpy(t, text, head);
+        memcpy(t + head, axiom, n);
+        memcpy(t + head + n, text + head, len - head + 1);
+        EXPECT_OK(ctx, un_spec_parse(ctx, "planted.json", t, len + n, &out));
+        free(t);
+    }
+    free(text);
+    un_ctx_free(ctx);
+    return out;
+}
+
+/* Two planted axioms: relu x = concat x x (wrong on shapes), ew_sub commutes (wrong on values
+ * only); and a rule only the first proves. */
+static const char *planted_shape_axioms =
+    "{\"name\": \"planted_shape\", \"vars\": {\"x\": [\"a\", \"b\"]}, \"lhs\": \"(relu x)\", "
+    "\"rhs\": \"(concat :axis 0 x x)\"}, "
+    "{\"name\": \"planted_sub_comm\", \"vars\": {\"x\": [\"a\", \"b\"], \"y\": [\"a\", \"b\"]}, "
+    "\"lhs\": \"(ew_sub x y)\", \"rhs\": \"(ew_sub y x)\"}, ";
+static const char *relu_gelu = "{\"src\": {\"nodes\": [" IN2(
+    "a", 4, 6) ", {\"name\": \"s\", \"op\": \"relu\", \"in\": "
+               "[\"a\"]}]}, "
+               "\"dst\": {\"nodes\": [" IN2("a", 4,
+                                            6) ", {\"name\": \"s\", \"op\": \"gelu\", \"in\": "
+                                               "[\"a\"]}]}}";
+
+/* The consistency check after a proof is discharged by the shape model (verify/README.md step 4)
+ * where every axiom the proof used is shape-correct: every shipped spec axiom is; an axiom
+ * equating tensors of different shapes is not, so a proof that used it still gets Z3's check,
+ * which refuses it as before; one that is wrong on values but not on shapes is shape-correct
+ * (the check never caught those). With audit_model Z3 runs too and finds no discharged check
+ * unsat. */
+static void test_shape_model(void) {
+    const unsigned rl = 2000 * UN_VERIFY_RLIMIT_PER_MS;
+    un_verifier *v = verifier();
+    un_rule *r = rule_json(ew_add_comm);
+    if (v && r) {
+        /* the first proof proves its axioms shape-correct (work of its own kind, in the proof's) */
+        un_proof p;
+        EXPECT_EQ(prove_ex(v, r, true, 5000, rl, &p), UN_VERDICT_VALID);
+        printf("    ew_add_comm: [%s], %d shape-correctness proofs, %llu of %llu units\n", p.axioms,
+               p.calls_by[UN_WORK_SHAPE], (unsigned long long)p.work_by[UN_WORK_SHAPE],
+               (unsigned long long)p.work);
+        EXPECT_TRUE(p.calls_by[UN_WORK_SHAPE] >= 1 && p.work_by[UN_WORK_SHAPE] > 0);
+        EXPECT_TRUE(p.work_by[UN_WORK_OTHER] < p.work);
+        EXPECT_EQ(p.calls_by[UN_WORK_MODEL], 1);
+        EXPECT_EQ(p.calls_by[UN_WORK_CONSISTENCY], 0);
+        EXPECT_EQ(prove_ex(v, r, true, 5000, rl, &p), UN_VERDICT_VALID); /* then no more */
+        EXPECT_EQ(p.calls_by[UN_WORK_SHAPE], 0);
+        int n_ok = 0, n_not = 0, n_trivial = 0;
+        for (int op = 0; op < UN_OP_COUNT; op++) {
+            const un_op_spec *os = un_spec_op(spec, (un_op)op);
+            for (int a = 0; a < os->n_axioms; a++) {
+                int c = un_verifier_shape_correct(v, os->axioms[a].name, 20000, rl);
+                n_ok += c == 1;
+                n_trivial += c < 0;
+                if (c == 0) {
+                    n_not++;
+                    printf("    not shape-correct: %s\n", os->axioms[a].name);
+                }
+            }
+        }
+        printf("    shipped axioms: %d shape-correct, %d not, %d not encoded (trivial)\n", n_ok,
+               n_not, n_trivial);
+        EXPECT_EQ(n_not, 0);
+        EXPECT_EQ(n_ok, un_verifier_axiom_count(v));
+        un_ctx *ctx = un_ctx_new(NULL);
+        un_prove_opts o = {.timeout_ms = 5000, .symbolic = true, .rlimit = rl, .audit_model = true};
+        EXPECT_OK(ctx, un_verifier_prove(ctx, v, r, &o, &p));
+        un_ctx_free(ctx);
+        EXPECT_EQ(p.verdict, UN_VERDICT_VALID);
+        EXPECT_EQ(p.calls_by[UN_WORK_MODEL], 1);
+        EXPECT_EQ(p.calls_by[UN_WORK_CONSISTENCY], 1);
+        EXPECT_EQ(p.audit_unsat, 0);
+    }
+    un_rule_free(r);
+    un_verifier_free(v);
+    un_spec *saved = spec, *bad = planted_spec(planted_shape_axioms);
+    if (!bad)
+        return;
+    spec = bad;
+    v = verifier();
+    r = rule_json(relu_gelu);
+    if (v && r) {
+        EXPECT_EQ(un_verifier_shape_correct(v, "planted_shape", 20000, rl), 0);
+        EXPECT_EQ(un_verifier_shape_correct(v, "planted_sub_comm", 20000, rl), 1);
+        EXPECT_EQ(un_verifier_shape_correct(v, "no_such_axiom", 20000, rl), -1);
+        un_proof p;
+        EXPECT_TRUE(prove_ex(v, r, true, 5000, rl, &p) != UN_VERDICT_VALID);
+        printf("    relu => gelu under planted_shape: %s\n", p.detail);
+        EXPECT_TRUE(strstr(p.detail, "vacuous") != NULL);
+        EXPECT_EQ(p.calls_by[UN_WORK_MODEL], 0);
+        EXPECT_EQ(p.calls_by[UN_WORK_CONSISTENCY], 1);
+    }
+    un_rule_free(r);
+    un_verifier_free(v);
+    spec = saved;
+    un_spec_free(bad);
+}
+
 int main(void) {
     static const test_case cases[] = {
         {"narrow_first", test_narrow_first},
@@ -812,6 +925,7 @@ int main(void) {
         {"axioms_on_first_use", test_axioms_on_first_use},
         {"n4_unknowns", test_n4_unknowns},
         {"oriented_axioms", test_oriented_axioms},
+        {"shape_model", test_shape_model},
     };
     return TEST_RUN_WITH_SPEC(cases, &spec);
 }

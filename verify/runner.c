@@ -276,6 +276,7 @@ static void add_work(un_verify_verdict *out, const un_proof *p) {
         out->work_by[k] += p->work_by[k];
         out->calls_by[k] += p->calls_by[k];
     }
+    out->audit_unsat += p->audit_unsat;
 }
 
 /* Whether r's claim for every input size holds on the re-check grid (un_rule_check_claim with
@@ -321,7 +322,8 @@ un_status un_runner_rule(un_ctx *ctx, un_verifier *v, const un_rule *r, const un
     r = rc;
     un_proof p;
     memset(&p, 0, sizeof p);
-    un_prove_opts po = {.timeout_ms = o->timeout_ms, .symbolic = true};
+    un_prove_opts po = {
+        .timeout_ms = o->timeout_ms, .symbolic = true, .audit_model = o->audit_model};
     if (!o->wall_clock) {
         uint64_t rl = (uint64_t)o->timeout_ms * UN_VERIFY_RLIMIT_PER_MS;
         po.rlimit = rl < UINT32_MAX ? (unsigned)rl : UINT32_MAX;
@@ -634,6 +636,7 @@ static void *worker(void *arg) {
             sh->stats.work_by[k] += p->v.work_by[k];
             sh->stats.calls_by[k] += p->v.calls_by[k];
         }
+        sh->stats.audit_unsat += p->v.audit_unsat;
         sh->stats.work_dims += p->v.work_dims;
         sh->stats.work_witness += p->v.work_witness;
         sh->ms[sh->n_ms++] = p->v.ms;

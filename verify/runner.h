@@ -25,6 +25,8 @@ typedef struct un_runner_opts {
     int max_ops;          /* only rules of at most this many operators per side (0 = any): the
                            * small rules first, so unity-closure --verified-basis can use them */
     bool recheck;         /* re-verify every rule, verified ones included */
+    bool audit_model;     /* run Z3's consistency checks where the shape model discharges them
+                           * too (un_prove_opts.audit_model) */
     uint64_t seed;        /* random tests */
     int batch;            /* verdicts per transaction, and rules claimed at once (default 16) */
     double lease_s;       /* a claim's lease, seconds (default 60): a killed verifier's claims
@@ -58,6 +60,7 @@ typedef struct un_verify_verdict {
     uint64_t work;         /* Z3 resource units of the proofs (un_proof.work) */
     uint64_t work_by[UN_WORK_COUNT]; /* of it, per kind of check (un_proof.work_by), summed */
     int calls_by[UN_WORK_COUNT];     /* solver calls per kind, summed */
+    int audit_unsat;                 /* un_proof.audit_unsat, summed */
     uint64_t work_dims;              /* of it, in the dims form's proof (un_rule_dims_generalize) */
     uint64_t work_witness;           /* of it, in the retry at the witness sizes */
     double cpu_ms[UN_VERIFY_PHASE_COUNT]; /* this thread's CPU time per phase (un_verify_phase) */
@@ -108,6 +111,7 @@ typedef struct un_runner_stats {
     uint64_t work;                        /* Z3 resource units, summed (un_verify_verdict.work) */
     uint64_t work_by[UN_WORK_COUNT];      /* per kind of check, summed */
     int64_t calls_by[UN_WORK_COUNT];      /* solver calls per kind, summed */
+    int64_t audit_unsat;                  /* un_proof.audit_unsat, summed (must be 0) */
     uint64_t work_dims, work_witness;     /* in dims forms' proofs, in witness-size retries */
 } un_runner_stats;
 

@@ -30,6 +30,7 @@ struct un_verifier {
     Z3_ast *ax;    /* one formula per encoded spec axiom */
     Z3_ast *track; /* its tracking literal (named after the axiom) */
     const char **ax_name;
+    un_axlift *ax_lift;  /* what each encodes (its shape-correctness proof re-encodes it) */
     uint64_t *ax_ops[2]; /* operators of each side (bit masks) */
     int n_trivial;       /* axioms that hold trivially once parallel ops are identities */
     un_buf skipped;      /* "name: reason; " for axioms left out */
@@ -42,7 +43,9 @@ struct un_verifier {
                     * set (n_learned entries; kept across context rebuilds, which encode the
                     * same axioms in the same order) */
     int n_learned;
-    Z3_solver solver; /* every shape axiom and spec axiom, each behind an activation literal */
+    signed char *shape_ok; /* per axiom: holds in the shape model (1), not proven to (-1), not
+                            * tried yet (0); n_learned entries, kept across rebuilds like learned */
+    Z3_solver solver;      /* every shape axiom and spec axiom, each behind an activation literal */
     Z3_ast op_lit[UN_OP_COUNT]; /* activates an operator's shape axioms */
     Z3_ast op_off[UN_OP_COUNT]; /* their negations, and those of track[] (each check assumes one
                                  * of the two for every literal), made on first use: once per
@@ -425,7 +428,14 @@ static Z3_ast op_app(un_verifier *v, un_op op, int out, int n, const Z3_ast *arg
     return Z3_mk_app(v->z, f, (unsigned)(n + v->np[op]), all);
 }
 
-/* The dims of output spec `o` at index i (before a drop), as a Z3 term. */
+/* Whether 0 <= i < n. */
+static Z3_ast mk_in_range(un_verifier *v, Z3_ast i, Z3_ast n) {
+    return mk_and2(v, mk_le(v, mk_int(v, 0), i), mk_lt(v, i, n));
+}
+
+/* The dims of output spec `o` at index i (before a drop), as a Z3 term. A dim is set only in
+ * range: an index out of range keeps the input's dim there (the shape model of README step 4
+ * needs every output's dims out of range to be its inputs', or 0). */
 static Z3_ast out_dim_set(xenv *e, const un_output_spec *os, Z3_ast like, Z3_ast i) {
     un_verifier *v = e->v;
     Z3_ast rl = mk_rank(v, like);
@@ -434,7 +444,8 @@ static Z3_ast out_dim_set(xenv *e, const un_output_spec *os, Z3_ast like, Z3_ast
         Z3_ast at = tr_int(e, os->set_at[j]), val = tr_int(e, os->set_val[j]);
         if (!at || !val)
             return NULL;
-        acc = mk_ite(v, mk_eq(v, i, mk_norm(v, at, rl)), val, acc);
+        acc =
+            mk_ite(v, mk_and2(v, mk_eq(v, i, mk_norm(v, at, rl)), mk_in_range(v, i, rl)), val, acc);
     }
     return acc;
 }
@@ -474,15 +485,22 @@ static bool shape_axioms(un_verifier *v, un_op op, int o, int n) {
             Z3_ast next = out_dim_set(&e, spec, like, mk_add2(v, i, mk_int(v, 1)));
             if (!at || !next || !dim)
                 return false;
+            Z3_ast nat = mk_norm(v, at, rl);
             rank = mk_ite(v, dropping, mk_sub2(v, rl, mk_int(v, 1)), rl);
-            dim = mk_ite(v, dropping, mk_ite(v, mk_lt(v, i, mk_norm(v, at, rl)), dim, next), dim);
+            /* the same as `i < nat` for nat in range; with nat out of range too, every dim out of
+             * the output's range is an input's dim out of its range (README step 4) */
+            Z3_ast before =
+                mk_or2(v, mk_lt(v, i, mk_int(v, 0)),
+                       mk_and2(v, mk_lt(v, i, nat), mk_lt(v, i, mk_sub2(v, rl, mk_int(v, 1)))));
+            dim = mk_ite(v, dropping, mk_ite(v, before, dim, next), dim);
         }
     } else if (spec->dims_param >= 0) {
         const Z3_ast *lp = &p[v->poff[op][spec->dims_param]];
         rank = lp[0];
         dim = mk_int(v, 0);
-        for (int j = UN_MAX_DIMS - 1; j >= 0; j--)
-            dim = mk_ite(v, mk_eq(v, i, mk_int(v, j)), lp[1 + j], dim);
+        for (int j = UN_MAX_DIMS - 1; j >= 0; j--) /* items past the length are not dims */
+            dim = mk_ite(v, mk_and2(v, mk_eq(v, i, mk_int(v, j)), mk_lt(v, mk_int(v, j), rank)),
+                         lp[1 + j], dim);
     } else {
         rank = mk_int(v, spec->n_dims);
         dim = mk_int(v, 0);
@@ -860,6 +878,8 @@ static void encode_axiom(un_verifier *v, const un_axlift *l) {
     v->ax = un_xrealloc(v->ax, sizeof(Z3_ast) * (size_t)(v->n_ax + 1));
     v->track = un_xrealloc(v->track, sizeof(Z3_ast) * (size_t)(v->n_ax + 1));
     v->ax_name = un_xrealloc(v->ax_name, sizeof(char *) * (size_t)(v->n_ax + 1));
+    v->ax_lift = un_xrealloc(v->ax_lift, sizeof(un_axlift) * (size_t)(v->n_ax + 1));
+    v->ax_lift[v->n_ax] = *l;
     for (int k = 0; k < 2; k++) {
         v->ax_ops[k] = un_xrealloc(v->ax_ops[k], sizeof(uint64_t) * (size_t)(v->n_ax + 1));
         v->ax_ops[k][v->n_ax] = term_ops(k == 0 ? ax->lhs : ax->rhs);
@@ -958,6 +978,8 @@ static void teardown(un_verifier *v) {
     free(v->ax_in);
     v->ax_in = NULL;
     free(v->ax_name);
+    free(v->ax_lift);
+    v->ax_lift = NULL;
     free(v->bg_op);
     free(v->ax_ops[0]);
     free(v->ax_ops[1]);
@@ -1065,6 +1087,7 @@ un_status un_verifier_new_ex(un_ctx *ctx, const un_spec *spec, const un_axlift *
     }
     v->n_learned = v->n_ax;
     v->learned = un_xcalloc((size_t)v->n_ax + 1, sizeof(bool));
+    v->shape_ok = un_xcalloc((size_t)v->n_ax + 1, sizeof(signed char));
     *out = v;
     return UN_OK;
 }
@@ -1075,6 +1098,7 @@ void un_verifier_free(un_verifier *v) {
     teardown(v);
     free(v->lifts);
     free(v->learned);
+    free(v->shape_ok);
     free(v);
 }
 
@@ -1329,6 +1353,100 @@ static Z3_lbool check(un_verifier *v, Z3_solver s, unsigned n, const Z3_ast *a, 
     return res;
 }
 
+/* The modulus side condition c requires of its dim, at the rule's witness values. */
+static int64_t cond_modulus(const un_rule *r, const un_rule_cond *c) {
+    int64_t m = c->coef;
+    for (int a = 0; a < r->n_vars; a++)
+        for (int p = 0; p < c->exp[a]; p++)
+            m *= r->vars[a].value;
+    return m;
+}
+
+/* Whether encoded axiom k holds in the shape model (verify/README.md step 4): from the shape axioms
+ * of its operators alone, wherever its guard holds (variable ranks and sizes, side condition, every
+ * operator well formed) its sides have the same rank and the same dim at a symbolic index i (any
+ * integer, in range or not). Unsat proves it; sat or unknown leaves it out. Proven once per axiom
+ * and verifier, in a solver of its own; the work counts as UN_WORK_SHAPE in out. */
+static bool shape_correct(un_verifier *v, int k, unsigned timeout, unsigned rlimit, un_proof *out) {
+    if (k >= v->n_learned)
+        return false;
+    if (v->shape_ok[k])
+        return v->shape_ok[k] > 0;
+    const un_axlift *l = &v->ax_lift[k];
+    const un_axiom *ax = l->ax;
+    Z3_ast X[32], P[32];
+    for (int i = 0; i < ax->n_vars; i++)
+        X[i] = mk_fresh(v, ax->vars[i].name, v->T);
+    for (int i = 0; i < ax->n_pvars; i++)
+        P[i] = mk_fresh(v, ax->pvar_names[i], v->I);
+    conds *guard = un_xcalloc(1, sizeof *guard);
+    axb b = {
+        .v = v, .ax = ax, .k = l->k, .mask = l->mask, .lift = l, .X = X, .P = P, .guard = guard};
+    Z3_ast lhs = ax_term(&b, ax->lhs), rhs = lhs ? ax_term(&b, ax->rhs) : NULL;
+    bool ok = false;
+    if (rhs && ax_var_guard(&b, guard) && !guard->overflow) {
+        Z3_solver s = Z3_mk_simple_solver(v->z);
+        Z3_solver_inc_ref(v->z, s);
+        set_limits(v, s, timeout, rlimit);
+        uint64_t ops = v->ax_ops[0][k] | v->ax_ops[1][k];
+        for (int j = 0; j < v->n_bg; j++)
+            if (v->bg_op[j] & ops)
+                Z3_solver_assert(v->z, s, v->bg[j]);
+        Z3_solver_assert(v->z, s, conds_and(v, guard));
+        for (int x = 0; x < ax->n_vars; x++) { /* the model's tensors: dims 0 out of range */
+            Z3_ast j = mk_fresh(v, "j", v->I), dj = mk_dim(v, X[x], j);
+            Z3_app bj = Z3_to_app(v->z, j);
+            Z3_pattern pj = Z3_mk_pattern(v->z, 1, &dj);
+            Z3_ast out_of_range = mk_not(v, mk_in_range(v, j, mk_rank(v, X[x])));
+            Z3_solver_assert(
+                v->z, s,
+                Z3_mk_forall_const(v->z, 0, 1, &bj, 1, &pj,
+                                   Z3_mk_implies(v->z, out_of_range, mk_eq(v, dj, mk_int(v, 0)))));
+        }
+        Z3_ast i = mk_fresh(v, "i", v->I);
+        Z3_ast same = mk_and2(v, mk_eq(v, mk_rank(v, lhs), mk_rank(v, rhs)),
+                              mk_eq(v, mk_dim(v, lhs, i), mk_dim(v, rhs, i)));
+        Z3_solver_assert(v->z, s, mk_not(v, same));
+        ok = check(v, s, 0, NULL, UN_WORK_SHAPE, out) == Z3_L_FALSE;
+        Z3_solver_dec_ref(v->z, s);
+    }
+    free(guard);
+    if (!z3_ok(v))
+        return false; /* not recorded: the context is rebuilt and the next proof tries again */
+    v->shape_ok[k] = ok ? 1 : -1;
+    return ok;
+}
+
+int un_verifier_shape_correct(un_verifier *v, const char *name, unsigned timeout_ms,
+                              unsigned rlimit) {
+    un_proof scratch;
+    memset(&scratch, 0, sizeof scratch);
+    for (int k = 0; k < v->n_ax; k++)
+        if (strcmp(v->ax_name[k], name) == 0)
+            return shape_correct(v, k, timeout_ms ? timeout_ms : 10000, rlimit, &scratch);
+    return -1;
+}
+
+/* Whether the shape model satisfies a consistency check's formulas (verify/README.md step 4):
+ * every spec axiom the proof used (used[]) is shape-correct, and the rule's side conditions hold
+ * at its witness (the shapes its graphs were built with), where the rest of the hypotheses hold
+ * as the source is well formed there. */
+static bool model_consistent(un_verifier *v, const un_rule *r, const bool *used, unsigned timeout,
+                             unsigned rlimit, un_proof *out) {
+    for (int i = 0; i < r->n_conds; i++) {
+        const un_rule_cond *c = &r->conds[i];
+        int64_t m = cond_modulus(r, c);
+        const un_shape *sh =
+            un_graph_shape(c->side == UN_RULE_SRC ? r->src : r->dst, (un_ref){c->node, c->out});
+        if (m < 1 || c->dim >= sh->rank || sh->dim[c->dim] % m != 0)
+            return false;
+    }
+    for (int k = 0; k < v->n_ax; k++)
+        if (used[k] && !shape_correct(v, k, timeout, rlimit, out))
+            return false;
+    return true;
+}
+
 /* A narrow-set attempt: a quarter of the budget. */
 static Z3_lbool narrow_check(un_verifier *v, Z3_solver s, unsigned timeout, unsigned rlimit,
                              unsigned n, const Z3_ast *a, un_proof *out) {
@@ -1422,10 +1540,7 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
      * target is well formed and equal wherever the source is well formed and they hold. */
     for (int i = 0; i < r->n_conds; i++) {
         const un_rule_cond *c = &r->conds[i];
-        int64_t m = c->coef;
-        for (int a = 0; a < r->n_vars; a++)
-            for (int p = 0; p < c->exp[a]; p++)
-                m *= r->vars[a].value;
+        int64_t m = cond_modulus(r, c);
         Z3_ast t = e.term[c->side][c->node * UN_MAX_OUTPUTS + c->out];
         if (!t || m < 1) {
             snprintf(out->detail, sizeof out->detail, "not encodable: side condition %d", i);
@@ -1542,13 +1657,16 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
                 all = false;
             }
         }
-        if (all) {
-            /* Consistency: the hypotheses and the axioms the proof used, without the goal, must not
-             * be unsat: a proof never rests on contradictory axiom instances, nor on a source-side
-             * condition that cannot hold (which would also flag a mistranslated `require`). */
-            if (rlimit) {
-                uint64_t cr =
-                    2 * (rlimit_count(v, s) - rl0) + 20 * (uint64_t)UN_VERIFY_RLIMIT_PER_MS;
+        /* Consistency: the hypotheses and the axioms the proof used, without the goal, must not
+         * be unsat: a proof never rests on contradictory axiom instances, nor on a source-side
+         * condition that cannot hold (which would also flag a mistranslated `require`). Where
+         * the shape model satisfies them (model_consistent) Z3 is not asked, unless to audit. */
+        bool model = all && model_consistent(v, r, used, timeout, rlimit, out);
+        out->calls_by[UN_WORK_MODEL] += model;
+        if (all && (!model || (opts && opts->audit_model))) {
+            if (rlimit) { /* the shape-correctness proofs are not the proof's work */
+                uint64_t cr = 2 * (rlimit_count(v, s) - rl0 - out->work_by[UN_WORK_SHAPE]) +
+                              20 * (uint64_t)UN_VERIFY_RLIMIT_PER_MS;
                 set_limits(v, s, timeout, cr < rlimit ? (unsigned)cr : rlimit);
             } else {
                 double spent = now_ms() - t0;
@@ -1571,6 +1689,7 @@ un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
             Z3_solver_assert(v->z, s, dst_ok);
             name_shapes(v, s, r, &e, 1, 2);
             cres = check(v, s, n_asm, asm_, UN_WORK_CONSISTENCY, out);
+            out->audit_unsat += model && cres == Z3_L_FALSE;
         }
         if (all || wit || !symbolic || !opts->witness_retry)
             break;

@@ -39,16 +39,22 @@ typedef struct un_prove_opts {
     unsigned rlimit;     /* Z3 resource limit per solver call (0 = none, the timeout alone): the
                           * same on any machine and load. The narrow-set attempt gets a quarter,
                           * the consistency check twice what the proof used plus 20 ms' worth */
+    bool audit_model;    /* run the consistency check with Z3 also where the shape model
+                          * discharges it (un_proof.audit_unsat counts an unsat there) */
 } un_prove_opts;
 
 /* Where a proof's Z3 work goes (un_proof.work_by): the narrow-set attempts that proved an output
- * and those that did not, the full-set checks, the consistency check, and the rest (encoding,
- * push/pop, internalizing axioms in a fresh context). */
+ * and those that did not, the full-set checks, the consistency check, the consistency checks the
+ * shape model discharged (no work: calls_by counts them), the shape-correctness proofs of spec
+ * axioms (once per axiom and verifier, in the first proof that needs one), and the rest
+ * (encoding, push/pop, internalizing axioms in a fresh context). */
 typedef enum {
     UN_WORK_NARROW,
     UN_WORK_NARROW_FAILED,
     UN_WORK_FULL,
     UN_WORK_CONSISTENCY,
+    UN_WORK_MODEL,
+    UN_WORK_SHAPE,
     UN_WORK_OTHER,
     UN_WORK_COUNT
 } un_work_kind;
@@ -64,6 +70,8 @@ typedef struct un_proof {
     uint64_t work_witness;           /* of work, in that retry */
     uint64_t work_by[UN_WORK_COUNT]; /* of it, per kind of check (sums to work) */
     int calls_by[UN_WORK_COUNT];     /* solver calls per kind (UN_WORK_OTHER: proofs) */
+    int audit_unsat; /* audit_model: consistency checks the shape model discharged that Z3 found
+                      * unsat (the argument of verify/README.md step 4 says none can be) */
 } un_proof;
 
 /* A verifier over spec (borrowed, outlives it): a Z3 context with the shape axioms and every spec
@@ -89,6 +97,12 @@ const char *un_verifier_skipped(const un_verifier *v);
  * tracking name, `ew_add_assoc+1.7`): 2 for both sides as patterns, 1 for an axiom used as a
  * rewrite from its lhs (associativity of a commutative op, distributivity), 0 if not encoded. */
 int un_verifier_axiom_patterns(const un_verifier *v, const char *name);
+/* Whether the encoded axiom of that name holds in the shape model (verify/README.md step 4):
+ * wherever its guard holds, its two sides have the same rank and the same dim at every index, from
+ * the shape axioms alone. 1 proven, 0 not (disproven or undecided within a budget of timeout_ms
+ * and rlimit as in un_prove_opts), -1 no such axiom. Proven once per axiom and verifier. */
+int un_verifier_shape_correct(un_verifier *v, const char *name, unsigned timeout_ms,
+                              unsigned rlimit);
 
 /* Proves, for every mapped output pair of r: whenever the source side is well formed (and its
  * layouts divide its dims), the target side is well formed, its output has the same rank and dims,
@@ -99,8 +113,10 @@ int un_verifier_axiom_patterns(const un_verifier *v, const char *name);
  * regular operators are integer variables; everything else takes the witness values. With
  * opts->symbolic the input sizes are integer variables too. VALID also requires a consistency check
  * (the same formulas without the goal must not be unsat), so a proof never rests on contradictory
- * axiom instances. UN_OK with the verdict in *out; a Z3 failure is UN_ERR_INVALID with Z3's
- * message. */
+ * axiom instances; it is discharged without Z3 where every spec axiom the proof used is
+ * shape-correct (un_verifier_shape_correct) and the rule's side conditions hold at its witness:
+ * the shape model then satisfies all of it (verify/README.md step 4). UN_OK with the verdict in
+ * *out; a Z3 failure is UN_ERR_INVALID with Z3's message. */
 un_status un_verifier_prove(un_ctx *ctx, un_verifier *v, const un_rule *r,
                             const un_prove_opts *opts, un_proof *out);
 

@@ -16,6 +16,7 @@ static const char *usage =
     "unity-verify - prove the rules of a rule database with random tests and Z3\n\n"
     "usage: unity-verify RULES.DB [--spec DIR|FILE] [--timeout-ms T] [--wall-clock] [--jobs J]\n"
     "                    [--rule ID] [--max-ops K] [--recheck] [--shard I/N] [--lease S]\n"
+    "                    [--audit-model]\n"
     "  Checks every spec axiom on concrete tensors, then verifies each rule that needs it:\n"
     "  random tests (refute), a Z3 proof (verify) and generalization over degrees.\n"
     "  --spec       operator specs: a directory holding ops.json, or the file (alias --ops;\n"
@@ -32,7 +33,10 @@ static const char *usage =
     "  --shard I/N  only rules with id %% N == I (to split the work over machines)\n"
     "  --lease S    claims on rules last S seconds unless renewed (default 60): verifiers\n"
     "               sharing a database split the work; a killed one's rules are free again\n"
-    "               S seconds later\n";
+    "               S seconds later\n"
+    "  --audit-model run Z3's consistency check also where the shape model discharges it\n"
+    "               (verify/README.md step 4) and count those that come back unsat (none\n"
+    "               should; such a proof is then refused, as without the model)\n";
 
 static bool parse_int(const char *s, long long lo, long long hi, long long *out) {
     char *end;
@@ -100,6 +104,8 @@ int main(int argc, char **argv) {
             i++;
         } else if (strcmp(a, "--recheck") == 0) {
             o.recheck = true;
+        } else if (strcmp(a, "--audit-model") == 0) {
+            o.audit_model = true;
         } else if (strcmp(a, "--shard") == 0) {
             int si, sn;
             char extra;
@@ -175,8 +181,12 @@ int main(int argc, char **argv) {
            ph[UN_VERIFY_PHASE_WRITE] / 1e3, s.setup_ms / 1e3);
     printf("z3 work: %.1f M resource units (%.0f k per rule; machine- and load-independent)\n",
            (double)s.work / 1e6, s.total ? (double)s.work / 1e3 / (double)s.total : 0.0);
-    static const char *const kinds[UN_WORK_COUNT] = {"narrow proofs", "narrow attempts that failed",
-                                                     "full-set checks", "consistency checks",
+    static const char *const kinds[UN_WORK_COUNT] = {"narrow proofs",
+                                                     "narrow attempts that failed",
+                                                     "full-set checks",
+                                                     "consistency checks",
+                                                     "consistency by the shape model",
+                                                     "shape-correctness proofs",
                                                      "outside the checks (proofs)"};
     printf("z3 work by kind:");
     for (int k = 0; k < UN_WORK_COUNT; k++)
@@ -184,6 +194,10 @@ int main(int argc, char **argv) {
                (long long)s.calls_by[k]);
     printf("; of all, dims forms %.1f M, witness-size retries %.1f M\n", (double)s.work_dims / 1e6,
            (double)s.work_witness / 1e6);
+    if (o.audit_model)
+        printf("shape model audit: %lld consistency checks it discharged run by z3 too, %lld of "
+               "them unsat\n",
+               (long long)s.calls_by[UN_WORK_MODEL], (long long)s.audit_unsat);
     rc = 0;
 done:
     un_spec_free(spec);
