@@ -11,8 +11,7 @@ un_closure_params un_closure_params_default(void) {
     return (un_closure_params){.depth = 2, .max_graphs = 4096, .threads = 1};
 }
 
-/* un_closure_graph_key of a sketch. */
-static uint64_t sketch_key(const un_sketch *s) {
+uint64_t un_closure_sketch_key(const un_sketch *s) {
     uint64_t small[64],
         *key = s->n_nodes <= 64 ? small : un_xmalloc(sizeof(uint64_t) * (size_t)s->n_nodes);
     for (int32_t v = 0; v < s->n_nodes; v++) {
@@ -49,7 +48,7 @@ static uint64_t sketch_key(const un_sketch *s) {
 uint64_t un_closure_graph_key(const un_graph *g) {
     un_sketch s = {0};
     un_sketch_of_graph(g, &s);
-    uint64_t h = sketch_key(&s);
+    uint64_t h = un_closure_sketch_key(&s);
     un_sketch_deinit(&s);
     return h;
 }
@@ -309,7 +308,7 @@ static un_status successors(un_ctx *ctx, const un_ruleset *set, const bool *allo
         }
         if (ng)
             un_sketch_of_graph(ng, sk);
-        keylist_add(keys, sketch_key(sk));
+        keylist_add(keys, un_closure_sketch_key(sk));
         if (masks)
             kset_add(masks, sketch_opmask(sk), 0);
         if (graphs)
@@ -356,7 +355,7 @@ static un_status explore(un_ctx *ctx, const explorer *x, const un_graph *g, int 
     keylist ks = {0};
     un_sketch sk = {0};
     un_sketch_of_graph(g, &sk);
-    uint64_t k0 = sketch_key(&sk);
+    uint64_t k0 = un_closure_sketch_key(&sk);
     kset_add(seen, k0, 0);
     if (masks)
         kset_add(masks, sketch_opmask(&sk), 0);

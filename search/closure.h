@@ -76,6 +76,9 @@ void un_closure_free(un_closure *c);
 /* A graph's identity for the closure: operators, parameters, source nodes by name and shape, and
  * the outputs in order; independent of node order. */
 uint64_t un_closure_graph_key(const un_graph *g);
+/* The same key of a sketch (un_apply_sketch: a rewrite's result, not built); equal to the built
+ * graph's. */
+uint64_t un_closure_sketch_key(const un_sketch *s);
 
 /* The keys (un_closure_graph_key) of every graph reachable from g within `depth` rewrites with
  * set's rules, g included: sorted, unique, *n of them, owned (free). At most max_graphs graphs

@@ -295,6 +295,96 @@ static void test_match_index(void) {
     un_ctx_free(ctx);
 }
 
+/* Every rewrite of g with set (and, to depth levels, of its results): un_apply_sketch fails
+ * exactly where un_apply does, and an exact sketch has the built graph's key. Counts into
+ * n[0] (rewrites), n[1] (exact sketches), n[2] (failures, of broken matches too). */
+static void sketch_agrees(un_ctx *ctx, const un_ruleset *set, const un_graph *g, int depth,
+                          int64_t *n) {
+    un_matcher *m = NULL;
+    EXPECT_OK(ctx, un_matcher_new(ctx, set, g, &m));
+    un_match_list ms = {0};
+    if (m)
+        EXPECT_OK(ctx, un_match_all(ctx, m, &ms));
+    un_sketch sk = {0};
+    for (int64_t i = 0; i < ms.n; i++) {
+        un_graph *ng = NULL, *ng2 = NULL;
+        bool exact = false;
+        un_status built = un_apply(ctx, set, g, &ms.v[i], &ng, NULL);
+        un_ctx_clear(ctx);
+        un_status sketched = un_apply_sketch(ctx, set, g, &ms.v[i], &sk, &exact);
+        un_ctx_clear(ctx);
+        EXPECT_EQ(sketched, built);
+        n[0]++;
+        n[2] += built != UN_OK;
+        if (built == UN_OK && sketched == UN_OK && exact) {
+            n[1]++;
+            EXPECT_EQ(un_closure_sketch_key(&sk), un_closure_graph_key(ng));
+        }
+        /* and a broken match fails both alike: its input read from the match (a cycle), or no
+         * such entry */
+        un_match bad = ms.v[i];
+        for (int k = 0; k < bad.n_nodes && bad.n_inputs > 0; k++)
+            if (bad.node[k] >= 0)
+                bad.input[0] = (un_ref){bad.node[k], 0};
+        if (i % 2)
+            bad.rule = (int32_t)un_ruleset_count(set);
+        built = un_apply(ctx, set, g, &bad, &ng2, NULL);
+        un_ctx_clear(ctx);
+        sketched = un_apply_sketch(ctx, set, g, &bad, &sk, &exact);
+        un_ctx_clear(ctx);
+        EXPECT_EQ(sketched, built);
+        n[2] += built != UN_OK;
+        un_graph_free(ng2);
+        if (ng && depth > 1 && i % 3 == 0)
+            sketch_agrees(ctx, set, ng, depth - 1, n);
+        un_graph_free(ng);
+    }
+    un_sketch_deinit(&sk);
+    un_match_list_deinit(&ms);
+    un_matcher_free(m);
+}
+
+/* The last level of an exploration keys a sketch of each rewrite instead of the graph: on the
+ * reach menu's rule sides (two levels of rewrites) and the tiny zoo models, the keys are the
+ * built graphs' and the failures un_apply's. */
+static void test_sketch_key(void) {
+    if (!par_db())
+        return;
+    un_ctx *ctx = un_ctx_new(NULL);
+    int64_t n = 0;
+    un_rule **rules = load_rules("par.db", &n);
+    un_ruleset_params rp = un_ruleset_params_default();
+    rp.reversed = true;
+    rp.cache = false;
+    un_ruleset *set = NULL;
+    EXPECT_OK(ctx, un_ruleset_from_rules(ctx, spec, rules, NULL, n, &rp, &set));
+    int64_t count[3] = {0};
+    for (int64_t i = 0; set && i < n; i += 5)
+        for (int side = 0; side < 2; side++) {
+            const un_rule *r = rules[i];
+            un_graph *g = un_graph_clone(side ? r->dst : r->src);
+            EXPECT_OK(ctx, un_graph_set_outputs(ctx, g, side ? r->dst_out : r->src_out, r->n_out));
+            sketch_agrees(ctx, set, g, 2, count);
+            un_graph_free(g);
+        }
+    const char *models[] = {"mlp", "xdl", "transformer", "candle_uno"};
+    for (int i = 0; set && i < 4; i++) {
+        un_model md = {0};
+        EXPECT_OK(ctx, un_zoo_build(ctx, spec, models[i], true, 0, &md));
+        sketch_agrees(ctx, set, md.graph, 2, count);
+        un_model_deinit(&md);
+    }
+    /* 6,218 rewrites when written, every sketch exact */
+    EXPECT_TRUE(count[0] > 5000);
+    EXPECT_TRUE(count[1] * 10 > count[0] * 9);
+    EXPECT_TRUE(count[2] > count[0] / 2); /* the broken matches */
+    printf("sketch_key: %lld rewrites, %lld sketched exactly, %lld failing\n", (long long)count[0],
+           (long long)count[1], (long long)count[2]);
+    un_ruleset_free(set);
+    free_rules(rules, n);
+    un_ctx_free(ctx);
+}
+
 static void test_cli(void) {
     if (!par_db())
         return;
@@ -460,8 +550,12 @@ int main(void) {
     if (!cli_init("/tmp/unity-closure-XXXXXX"))
         return 1;
     static const test_case c[] = {
-        {"copies_dropped", test_copies_dropped}, {"depth3", test_depth3}, {"reach", test_reach},
-        {"match_index", test_match_index},       {"cli", test_cli},
+        {"copies_dropped", test_copies_dropped},
+        {"depth3", test_depth3},
+        {"reach", test_reach},
+        {"match_index", test_match_index},
+        {"sketch_key", test_sketch_key},
+        {"cli", test_cli},
     };
     int rc = TEST_RUN_WITH_SPEC(c, &spec);
     return cli_cleanup() ? rc : 1;
