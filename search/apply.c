@@ -140,13 +140,15 @@ static un_status apply_node(un_ctx *ctx, void *user, const un_graph *g, int32_t 
  * the removed nodes, and the order the new graph's nodes come in (kept nodes by id, TARGET). */
 typedef struct apply_plan {
     un_rule *inst;
+    bool own_inst; /* else the cache's */
     bool *removed, *dep, *live;
     int32_t *order, n_order;
     bool out_used[UN_RULE_MAX_OUTS];
 } apply_plan;
 
 static void plan_deinit(apply_plan *p) {
-    un_rule_free(p->inst);
+    if (p->own_inst)
+        un_rule_free(p->inst);
     free(p->removed);
     free(p->dep);
     free(p->live);
@@ -155,7 +157,7 @@ static void plan_deinit(apply_plan *p) {
 }
 
 static un_status plan(un_ctx *ctx, const un_ruleset *set, const un_graph *g, const un_match *mt,
-                      apply_plan *p) {
+                      un_inst_cache *cache, apply_plan *p) {
     *p = (apply_plan){0};
     int32_t n = un_graph_node_count(g);
     if (mt->rule < 0 || mt->rule >= un_ruleset_count(set))
@@ -184,7 +186,8 @@ static un_status plan(un_ctx *ctx, const un_ruleset *set, const un_graph *g, con
         if (x >= 0)
             removed[x] = true;
     }
-    un_status st = un_rule_instantiate(ctx, r, mt->values, shapes, &p->inst);
+    un_status st = un_inst_cache_instantiate(ctx, cache, set, mt->rule, mt->values, shapes,
+                                             &p->inst, &p->own_inst);
     if (st != UN_OK) {
         plan_deinit(p);
         return st;
@@ -265,7 +268,7 @@ un_status un_apply(un_ctx *ctx, const un_ruleset *set, const un_graph *g, const 
     if (origin)
         *origin = NULL;
     apply_plan p;
-    un_status st = plan(ctx, set, g, mt, &p);
+    un_status st = plan(ctx, set, g, mt, NULL, &p);
     if (st != UN_OK)
         return st;
     apply_state a = {.inst = p.inst,
@@ -400,11 +403,11 @@ static bool sketch_target(un_sketch *s, const apply_plan *p, const un_graph *g, 
 }
 
 un_status un_apply_sketch(un_ctx *ctx, const un_ruleset *set, const un_graph *g, const un_match *mt,
-                          un_sketch *s, bool *exact) {
+                          un_inst_cache *cache, un_sketch *s, bool *exact) {
     *exact = false;
     sketch_reset(s, un_graph_spec(g));
     apply_plan p;
-    un_status st = plan(ctx, set, g, mt, &p);
+    un_status st = plan(ctx, set, g, mt, cache, &p);
     if (st != UN_OK)
         return st;
     int32_t n = un_graph_node_count(g);
@@ -437,8 +440,10 @@ un_status un_apply_sketch(un_ctx *ctx, const un_ruleset *set, const un_graph *g,
         ok = s->out[i].node >= 0;
     }
     free(map);
-    s->inst = p.inst; /* the target's nodes point into it */
-    p.inst = NULL;
+    if (p.own_inst) { /* the target's nodes point into it */
+        s->inst = p.inst;
+        p.inst = NULL;
+    }
     plan_deinit(&p);
     *exact = ok;
     return UN_OK;

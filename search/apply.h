@@ -45,7 +45,7 @@ typedef struct un_sketch {
     int32_t n_nodes, cap;
     un_ref *out;
     int32_t n_out, out_cap;
-    un_rule *inst; /* the rule instantiated at the match (owned) */
+    un_rule *inst; /* the rule instantiated at the match, when not a cache's (owned) */
 } un_sketch;
 
 /* g's nodes and outputs, as they are. */
@@ -55,7 +55,7 @@ void un_sketch_of_graph(const un_graph *g, un_sketch *s);
  * checks). *exact is false (s then unusable) where the result would depend on re-inferring kept
  * nodes (a mapped output read by a kept node changes layout): build it with un_apply then. */
 un_status un_apply_sketch(un_ctx *ctx, const un_ruleset *set, const un_graph *g, const un_match *mt,
-                          un_sketch *s, bool *exact);
+                          un_inst_cache *cache, un_sketch *s, bool *exact);
 void un_sketch_deinit(un_sketch *s);
 
 /* g as Graphviz DOT with the nodes for which highlight[id] is true filled in a colour (the

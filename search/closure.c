@@ -267,16 +267,17 @@ static const opcount *opdelta_get(const opdelta_table *t, const un_ruleset *set,
  * operator masks to it; rewrites that do not apply are skipped. Without graphs a result is only
  * sketched (un_apply_sketch), not built, where the sketch is exact. With want (and ot), a rewrite
  * whose exact result's mask want lacks is skipped too, unsketched, and counted in *skipped. sk is
- * scratch. */
+ * scratch; cache (may be NULL) the instantiations. */
 static un_status successors(un_ctx *ctx, const un_ruleset *set, const bool *allowed,
                             const un_graph *g, const opdelta_table *ot, const kset *want,
                             int64_t *skipped, glist *graphs, keylist *keys, kset *masks,
-                            un_sketch *sk) {
+                            un_inst_cache *cache, un_sketch *sk) {
     un_matcher *m = NULL;
     un_status st = un_matcher_new(ctx, set, g, &m);
     if (st != UN_OK)
         return st;
     un_matcher_restrict(m, allowed);
+    un_matcher_use_cache(m, cache);
     un_match_list ms = {0};
     st = un_match_all(ctx, m, &ms);
     opcount gc;
@@ -297,7 +298,7 @@ static un_status successors(un_ctx *ctx, const un_ruleset *set, const bool *allo
             }
         }
         bool exact = false;
-        if (!graphs && un_apply_sketch(ctx, set, g, &ms.v[i], sk, &exact) != UN_OK) {
+        if (!graphs && un_apply_sketch(ctx, set, g, &ms.v[i], cache, sk, &exact) != UN_OK) {
             un_ctx_clear(ctx);
             continue;
         }
@@ -330,13 +331,14 @@ typedef struct meeting {
 } meeting;
 
 /* What an exploration rewrites with: set's entries with allowed[e] (NULL: all), a level expanded
- * only while at most max_graphs graphs were seen (0: no bound), and ot (NULL: none) for the
- * operator mask filter. */
+ * only while at most max_graphs graphs were seen (0: no bound), ot (NULL: none) for the
+ * operator mask filter, and where instantiations are kept. */
 typedef struct explorer {
     const un_ruleset *set;
     const bool *allowed;
     int64_t max_graphs;
     const opdelta_table *ot;
+    un_inst_cache *cache; /* the thread's (may be NULL) */
 } explorer;
 
 /* Every graph within depth rewrites of g, into seen (each key at its first level), breadth first;
@@ -379,7 +381,7 @@ static un_status explore(un_ctx *ctx, const explorer *x, const un_graph *g, int 
         for (int64_t c = 0; c < cur.n && st == UN_OK && !stop; c++) {
             ks.n = gs.n = 0;
             st = successors(ctx, x->set, x->allowed, cur.v[c], x->ot, want, skipped,
-                            last ? NULL : &gs, &ks, masks, &sk);
+                            last ? NULL : &gs, &ks, masks, x->cache, &sk);
             for (int64_t i = 0; i < ks.n && st == UN_OK; i++) {
                 bool fresh = !stop && kset_add(seen, ks.v[i], level);
                 if (fresh && !last)
@@ -477,7 +479,7 @@ static un_graph *side_graph(un_ctx *ctx, const un_graph *g, const un_ref *outs, 
     return c;
 }
 
-static un_status decide(un_ctx *ctx, prune_job *job, int64_t i) {
+static un_status decide(un_ctx *ctx, prune_job *job, un_inst_cache *cache, int64_t i) {
     const un_rule *r = job->rules[i];
     int a = (job->p->depth + 1) / 2, b = job->p->depth / 2;
     un_graph *gs = side_graph(ctx, r->src, r->src_out, r->n_out);
@@ -485,8 +487,11 @@ static un_status decide(un_ctx *ctx, prune_job *job, int64_t i) {
     un_status st = gs && gd ? UN_OK : UN_ERR_INVALID;
     meeting mt = {0};
     bool capped = false;
-    explorer x = {
-        .set = job->set, .allowed = job->entry_ok, .max_graphs = job->p->max_graphs, .ot = job->ot};
+    explorer x = {.set = job->set,
+                  .allowed = job->entry_ok,
+                  .max_graphs = job->p->max_graphs,
+                  .ot = job->ot,
+                  .cache = cache};
     int64_t skipped = 0;
     if (st == UN_OK)
         st = meet(ctx, &x, gs, gd, a, b, &mt, &capped, &skipped);
@@ -503,15 +508,17 @@ static un_status decide(un_ctx *ctx, prune_job *job, int64_t i) {
 static void *prune_worker(void *arg) {
     prune_job *job = arg;
     un_ctx *ctx = un_ctx_new_child(job->parent);
+    un_inst_cache *cache = un_inst_cache_new();
     for (;;) {
         int64_t i = atomic_fetch_add(&job->next, 1);
         if (i >= job->end || atomic_load(&job->failed))
             break;
-        if (decide(ctx, job, i) != UN_OK) {
+        if (decide(ctx, job, cache, i) != UN_OK) {
             un_ctx_clear(ctx);
             atomic_store(&job->failed, 1);
         }
     }
+    un_inst_cache_free(cache);
     un_ctx_free(ctx);
     return NULL;
 }

@@ -297,9 +297,10 @@ static void test_match_index(void) {
 
 /* Every rewrite of g with set (and, to depth levels, of its results): un_apply_sketch fails
  * exactly where un_apply does, and an exact sketch has the built graph's key. Counts into
- * n[0] (rewrites), n[1] (exact sketches), n[2] (failures, of broken matches too). */
-static void sketch_agrees(un_ctx *ctx, const un_ruleset *set, const un_graph *g, int depth,
-                          int64_t *n) {
+ * n[0] (rewrites), n[1] (exact sketches), n[2] (failures, of broken matches too). Most
+ * sketches instantiate through cache, some without. */
+static void sketch_agrees(un_ctx *ctx, const un_ruleset *set, un_inst_cache *cache,
+                          const un_graph *g, int depth, int64_t *n) {
     un_matcher *m = NULL;
     EXPECT_OK(ctx, un_matcher_new(ctx, set, g, &m));
     un_match_list ms = {0};
@@ -311,7 +312,8 @@ static void sketch_agrees(un_ctx *ctx, const un_ruleset *set, const un_graph *g,
         bool exact = false;
         un_status built = un_apply(ctx, set, g, &ms.v[i], &ng, NULL);
         un_ctx_clear(ctx);
-        un_status sketched = un_apply_sketch(ctx, set, g, &ms.v[i], &sk, &exact);
+        un_status sketched =
+            un_apply_sketch(ctx, set, g, &ms.v[i], i % 5 ? cache : NULL, &sk, &exact);
         un_ctx_clear(ctx);
         EXPECT_EQ(sketched, built);
         n[0]++;
@@ -330,13 +332,13 @@ static void sketch_agrees(un_ctx *ctx, const un_ruleset *set, const un_graph *g,
             bad.rule = (int32_t)un_ruleset_count(set);
         built = un_apply(ctx, set, g, &bad, &ng2, NULL);
         un_ctx_clear(ctx);
-        sketched = un_apply_sketch(ctx, set, g, &bad, &sk, &exact);
+        sketched = un_apply_sketch(ctx, set, g, &bad, i % 4 ? cache : NULL, &sk, &exact);
         un_ctx_clear(ctx);
         EXPECT_EQ(sketched, built);
         n[2] += built != UN_OK;
         un_graph_free(ng2);
         if (ng && depth > 1 && i % 3 == 0)
-            sketch_agrees(ctx, set, ng, depth - 1, n);
+            sketch_agrees(ctx, set, cache, ng, depth - 1, n);
         un_graph_free(ng);
     }
     un_sketch_deinit(&sk);
@@ -359,25 +361,27 @@ static void test_sketch_key(void) {
     un_ruleset *set = NULL;
     EXPECT_OK(ctx, un_ruleset_from_rules(ctx, spec, rules, NULL, n, &rp, &set));
     int64_t count[3] = {0};
+    un_inst_cache *cache = un_inst_cache_new(); /* instantiations reused, or not */
     for (int64_t i = 0; set && i < n; i += 5)
         for (int side = 0; side < 2; side++) {
             const un_rule *r = rules[i];
             un_graph *g = un_graph_clone(side ? r->dst : r->src);
             EXPECT_OK(ctx, un_graph_set_outputs(ctx, g, side ? r->dst_out : r->src_out, r->n_out));
-            sketch_agrees(ctx, set, g, 2, count);
+            sketch_agrees(ctx, set, cache, g, 2, count);
             un_graph_free(g);
         }
     const char *models[] = {"mlp", "xdl", "transformer", "candle_uno"};
     for (int i = 0; set && i < 4; i++) {
         un_model md = {0};
         EXPECT_OK(ctx, un_zoo_build(ctx, spec, models[i], true, 0, &md));
-        sketch_agrees(ctx, set, md.graph, 2, count);
+        sketch_agrees(ctx, set, cache, md.graph, 2, count);
         un_model_deinit(&md);
     }
     /* 6,218 rewrites when written, every sketch exact */
     EXPECT_TRUE(count[0] > 5000);
     EXPECT_TRUE(count[1] * 10 > count[0] * 9);
     EXPECT_TRUE(count[2] > count[0] / 2); /* the broken matches */
+    un_inst_cache_free(cache);
     printf("sketch_key: %lld rewrites, %lld sketched exactly, %lld failing\n", (long long)count[0],
            (long long)count[1], (long long)count[2]);
     un_ruleset_free(set);
