@@ -19,7 +19,9 @@
  * graphs, so what is explored does not depend on the order of matches (nor on the threads).
  * At the source's last level a rewrite is built only when the kinds of operator its result has
  * (counted as the graph's minus the match's plus the rule target's) are those of some graph of
- * the target's side; this saves work and never changes a decision.
+ * the target's side; this saves work and never changes a decision. The last level of either side
+ * is only looked up, never expanded, so its rewrites are keyed from a sketch of the result
+ * (un_apply_sketch: no graph built), with each thread's instantiations cached (un_inst_cache).
  *
  * un_closure_reach: the graphs reachable from a graph within d rewrites of a rule set (the reach
  * test: what the full set reaches, the pruned one must too). */
