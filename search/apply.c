@@ -64,19 +64,25 @@ static void target_name(const apply_state *a, const un_graph *g, const un_graph 
     un_buf_deinit(&base);
 }
 
+/* need[v]: target node v of r leads to a mapped output in use (out_used). */
+static void target_needed(const un_rule *r, const bool *out_used, bool *need) {
+    memset(need, 0, sizeof(bool) * UN_MATCH_MAX_NODES);
+    for (int i = 0; i < r->n_out; i++)
+        need[r->dst_out[i].node] |= out_used[i];
+    for (int32_t v = un_graph_node_count(r->dst) - 1; v >= 0; v--) {
+        const un_node *nd = un_graph_node(r->dst, v);
+        for (int k = 0; need[v] && k < nd->n_in; k++)
+            need[nd->in[k].node] = true;
+    }
+}
+
 /* Adds the target's nodes over the bound inputs and points the mapped outputs at them. */
 static un_status add_target(un_ctx *ctx, apply_state *a, const un_graph *g, un_graph *ng,
                             un_ref *map) {
     const un_rule *r = a->inst;
     const un_graph *dst = r->dst;
-    bool need[UN_MATCH_MAX_NODES] = {0};
-    for (int i = 0; i < r->n_out; i++)
-        need[r->dst_out[i].node] |= a->out_used[i];
-    for (int32_t v = un_graph_node_count(dst) - 1; v >= 0; v--) {
-        const un_node *nd = un_graph_node(dst, v);
-        for (int k = 0; need[v] && k < nd->n_in; k++)
-            need[nd->in[k].node] = true;
-    }
+    bool need[UN_MATCH_MAX_NODES];
+    target_needed(r, a->out_used, need);
     for (int i = 0; i < un_rule_input_count(r); i++) {
         un_ref t = a->mt->input[i];
         un_ref nt = map[t.node * UN_MAX_OUTPUTS + t.out];
@@ -358,14 +364,8 @@ static bool sketch_target(un_sketch *s, const apply_plan *p, const un_graph *g, 
                           un_ref *map) {
     const un_rule *r = p->inst;
     const un_graph *dst = r->dst;
-    bool need[UN_MATCH_MAX_NODES] = {0};
-    for (int i = 0; i < r->n_out; i++)
-        need[r->dst_out[i].node] |= p->out_used[i];
-    for (int32_t v = un_graph_node_count(dst) - 1; v >= 0; v--) {
-        const un_node *nd = un_graph_node(dst, v);
-        for (int k = 0; need[v] && k < nd->n_in; k++)
-            need[nd->in[k].node] = true;
-    }
+    bool need[UN_MATCH_MAX_NODES];
+    target_needed(r, p->out_used, need);
     un_ref tmap[UN_MATCH_MAX_NODES * UN_MAX_OUTPUTS];
     for (int i = 0; i < UN_MATCH_MAX_NODES * UN_MAX_OUTPUTS; i++)
         tmap[i] = (un_ref){-1, -1};

@@ -221,6 +221,17 @@ static void test_reach(void) {
     un_ctx_free(ctx);
 }
 
+/* The reach menu's rules at N=3 (*rules, *n of them, owned) as a set, each both ways (owned). */
+static un_ruleset *par_set(un_ctx *ctx, un_rule ***rules, int64_t *n) {
+    *rules = load_rules("par.db", n);
+    un_ruleset_params rp = un_ruleset_params_default();
+    rp.reversed = true;
+    rp.cache = false;
+    un_ruleset *set = NULL;
+    EXPECT_OK(ctx, un_ruleset_from_rules(ctx, spec, *rules, NULL, *n, &rp, &set));
+    return set;
+}
+
 /* The matches of every entry root by root (the matcher's scan before the label index), entries
  * with ok[e] only (ok may be NULL); roots_tried goes to *tried. */
 static void match_slow(un_ctx *ctx, const un_ruleset *set, const un_graph *g, const bool *ok,
@@ -249,12 +260,8 @@ static void test_match_index(void) {
         return;
     un_ctx *ctx = un_ctx_new(NULL);
     int64_t n = 0;
-    un_rule **rules = load_rules("par.db", &n);
-    un_ruleset_params rp = un_ruleset_params_default();
-    rp.reversed = true;
-    rp.cache = false;
-    un_ruleset *set = NULL;
-    EXPECT_OK(ctx, un_ruleset_from_rules(ctx, spec, rules, NULL, n, &rp, &set));
+    un_rule **rules = NULL;
+    un_ruleset *set = par_set(ctx, &rules, &n);
     int64_t ne = set ? un_ruleset_count(set) : 0;
     bool *odd = calloc((size_t)ne + 1, 1);
     for (int64_t e = 1; e < ne; e += 2)
@@ -354,12 +361,8 @@ static void test_sketch_key(void) {
         return;
     un_ctx *ctx = un_ctx_new(NULL);
     int64_t n = 0;
-    un_rule **rules = load_rules("par.db", &n);
-    un_ruleset_params rp = un_ruleset_params_default();
-    rp.reversed = true;
-    rp.cache = false;
-    un_ruleset *set = NULL;
-    EXPECT_OK(ctx, un_ruleset_from_rules(ctx, spec, rules, NULL, n, &rp, &set));
+    un_rule **rules = NULL;
+    un_ruleset *set = par_set(ctx, &rules, &n);
     int64_t count[3] = {0};
     un_inst_cache *cache = un_inst_cache_new(); /* instantiations reused, or not */
     for (int64_t i = 0; set && i < n; i += 5)
