@@ -64,19 +64,25 @@ static void target_name(const apply_state *a, const un_graph *g, const un_graph 
     un_buf_deinit(&base);
 }
 
+/* need[v]: target node v of r leads to a mapped output in use (out_used). */
+static void target_needed(const un_rule *r, const bool *out_used, bool *need) {
+    memset(need, 0, sizeof(bool) * UN_MATCH_MAX_NODES);
+    for (int i = 0; i < r->n_out; i++)
+        need[r->dst_out[i].node] |= out_used[i];
+    for (int32_t v = un_graph_node_count(r->dst) - 1; v >= 0; v--) {
+        const un_node *nd = un_graph_node(r->dst, v);
+        for (int k = 0; need[v] && k < nd->n_in; k++)
+            need[nd->in[k].node] = true;
+    }
+}
+
 /* Adds the target's nodes over the bound inputs and points the mapped outputs at them. */
 static un_status add_target(un_ctx *ctx, apply_state *a, const un_graph *g, un_graph *ng,
                             un_ref *map) {
     const un_rule *r = a->inst;
     const un_graph *dst = r->dst;
-    bool need[UN_MATCH_MAX_NODES] = {0};
-    for (int i = 0; i < r->n_out; i++)
-        need[r->dst_out[i].node] |= a->out_used[i];
-    for (int32_t v = un_graph_node_count(dst) - 1; v >= 0; v--) {
-        const un_node *nd = un_graph_node(dst, v);
-        for (int k = 0; need[v] && k < nd->n_in; k++)
-            need[nd->in[k].node] = true;
-    }
+    bool need[UN_MATCH_MAX_NODES];
+    target_needed(r, a->out_used, need);
     for (int i = 0; i < un_rule_input_count(r); i++) {
         un_ref t = a->mt->input[i];
         un_ref nt = map[t.node * UN_MAX_OUTPUTS + t.out];
@@ -136,11 +142,29 @@ static un_status apply_node(un_ctx *ctx, void *user, const un_graph *g, int32_t 
     return UN_OK;
 }
 
-un_status un_apply(un_ctx *ctx, const un_ruleset *set, const un_graph *g, const un_match *mt,
-                   un_graph **out, int32_t **origin) {
-    *out = NULL;
-    if (origin)
-        *origin = NULL;
+/* What a rewrite does to g, found before anything is built: the rule instantiated at the match,
+ * the removed nodes, and the order the new graph's nodes come in (kept nodes by id, TARGET). */
+typedef struct apply_plan {
+    un_rule *inst;
+    bool own_inst; /* else the cache's */
+    bool *removed, *dep, *live;
+    int32_t *order, n_order;
+    bool out_used[UN_RULE_MAX_OUTS];
+} apply_plan;
+
+static void plan_deinit(apply_plan *p) {
+    if (p->own_inst)
+        un_rule_free(p->inst);
+    free(p->removed);
+    free(p->dep);
+    free(p->live);
+    free(p->order);
+    *p = (apply_plan){0};
+}
+
+static un_status plan(un_ctx *ctx, const un_ruleset *set, const un_graph *g, const un_match *mt,
+                      un_inst_cache *cache, apply_plan *p) {
+    *p = (apply_plan){0};
     int32_t n = un_graph_node_count(g);
     if (mt->rule < 0 || mt->rule >= un_ruleset_count(set))
         return un_ctx_error(ctx, UN_ERR_INVALID, "apply: no rule entry %d", (int)mt->rule);
@@ -157,21 +181,21 @@ un_status un_apply(un_ctx *ctx, const un_ruleset *set, const un_graph *g, const 
                                 i);
         shapes[i] = *un_graph_shape(g, t);
     }
-    bool *removed = un_xcalloc((size_t)n + 1, sizeof *removed);
+    bool *removed = p->removed = un_xcalloc((size_t)n + 1, sizeof *removed);
     for (int v = 0; v < mt->n_nodes; v++) {
         int32_t x = mt->node[v];
         bool op_node = un_op_kind_of(un_graph_node(r->src, v)->op) != UN_OPK_SOURCE;
         if (op_node != (x >= 0) || x >= n || (x >= 0 && removed[x])) {
-            free(removed);
+            plan_deinit(p);
             return un_ctx_error(ctx, UN_ERR_INVALID, "apply: match node %d is not in the graph", v);
         }
         if (x >= 0)
             removed[x] = true;
     }
-    un_rule *inst = NULL;
-    un_status st = un_rule_instantiate(ctx, r, mt->values, shapes, &inst);
+    un_status st = un_inst_cache_instantiate(ctx, cache, set, mt->rule, mt->values, shapes,
+                                             &p->inst, &p->own_inst);
     if (st != UN_OK) {
-        free(removed);
+        plan_deinit(p);
         return st;
     }
     /* The order: nodes that do not depend on the match and come before its last input; the
@@ -179,9 +203,9 @@ un_status un_apply(un_ctx *ctx, const un_ruleset *set, const un_graph *g, const 
     int32_t last_in = -1;
     for (int i = 0; i < n_in; i++)
         last_in = mt->input[i].node > last_in ? mt->input[i].node : last_in;
-    bool *dep = un_xcalloc((size_t)n + 1, sizeof *dep), *live = un_xcalloc((size_t)n + 1, 1);
-    int32_t *order = un_xmalloc(((size_t)n + 2) * sizeof *order);
-    int32_t n_order = 0;
+    bool *dep = p->dep = un_xcalloc((size_t)n + 1, sizeof *dep);
+    bool *live = p->live = un_xcalloc((size_t)n + 1, 1);
+    int32_t *order = p->order = un_xmalloc(((size_t)n + 2) * sizeof *order);
     for (int32_t x = 0; x < n; x++) {
         const un_node *nd = un_graph_node(g, x);
         for (int k = 0; k < nd->n_in && !dep[x]; k++)
@@ -216,44 +240,54 @@ un_status un_apply(un_ctx *ctx, const un_ruleset *set, const un_graph *g, const 
     }
     for (int32_t x = 0; x <= last_in; x++)
         if (live[x] && !removed[x] && !dep[x])
-            order[n_order++] = x;
+            order[p->n_order++] = x;
     if (live_target)
-        order[n_order++] = TARGET;
+        order[p->n_order++] = TARGET;
     for (int32_t x = 0; x < n; x++)
         if (live[x] && !removed[x] && (dep[x] || x > last_in))
-            order[n_order++] = x;
-    apply_state a = {.inst = inst,
-                     .rule_id = un_ruleset_rule_id(set, mt->rule),
-                     .reversed = un_ruleset_rule_reversed(set, mt->rule),
-                     .mt = mt,
-                     .removed = removed};
+            order[p->n_order++] = x;
     for (int i = 0; i < r->n_out; i++) {
         un_ref so = r->src_out[i];
         int32_t x = mt->node[so.node];
-        for (int32_t k = 0; k < un_graph_output_count(g) && !a.out_used[i]; k++) {
+        for (int32_t k = 0; k < un_graph_output_count(g) && !p->out_used[i]; k++) {
             un_ref o = un_graph_output(g, k);
-            a.out_used[i] = o.node == x && o.out == so.out;
+            p->out_used[i] = o.node == x && o.out == so.out;
         }
-        for (int32_t y = x + 1; y < n && !a.out_used[i]; y++) {
+        for (int32_t y = x + 1; y < n && !p->out_used[i]; y++) {
             const un_node *nd = un_graph_node(g, y);
             for (int k = 0; live[y] && !removed[y] && k < nd->n_in; k++)
-                a.out_used[i] |= nd->in[k].node == x && nd->in[k].out == so.out;
+                p->out_used[i] |= nd->in[k].node == x && nd->in[k].out == so.out;
         }
     }
+    for (int i = 0; i < n_in; i++)
+        if (dep[mt->input[i].node] || removed[mt->input[i].node]) {
+            plan_deinit(p);
+            return un_ctx_error(ctx, UN_ERR_INVALID,
+                                "apply: input %d of the match depends on the match (a cycle)", i);
+        }
+    return UN_OK;
+}
+
+un_status un_apply(un_ctx *ctx, const un_ruleset *set, const un_graph *g, const un_match *mt,
+                   un_graph **out, int32_t **origin) {
+    *out = NULL;
+    if (origin)
+        *origin = NULL;
+    apply_plan p;
+    un_status st = plan(ctx, set, g, mt, NULL, &p);
+    if (st != UN_OK)
+        return st;
+    apply_state a = {.inst = p.inst,
+                     .rule_id = un_ruleset_rule_id(set, mt->rule),
+                     .reversed = un_ruleset_rule_reversed(set, mt->rule),
+                     .mt = mt,
+                     .removed = p.removed};
+    memcpy(a.out_used, p.out_used, sizeof a.out_used);
     for (int i = 0; i < UN_MATCH_MAX_NODES * UN_MAX_OUTPUTS; i++)
         a.tmap[i] = (un_ref){-1, -1};
-    for (int i = 0; st == UN_OK && i < n_in; i++)
-        if (dep[mt->input[i].node] || removed[mt->input[i].node])
-            st = un_ctx_error(ctx, UN_ERR_INVALID,
-                              "apply: input %d of the match depends on the match (a cycle)", i);
     un_graph *ng = NULL;
-    if (st == UN_OK)
-        st = un_graph_copy_remap(ctx, g, order, n_order, apply_node, &a, &ng, NULL);
-    free(order);
-    free(dep);
-    free(live);
-    free(removed);
-    un_rule_free(inst);
+    st = un_graph_copy_remap(ctx, g, p.order, p.n_order, apply_node, &a, &ng, NULL);
+    plan_deinit(&p);
     if (st != UN_OK) {
         free(a.origin);
         return st;
@@ -267,6 +301,151 @@ un_status un_apply(un_ctx *ctx, const un_ruleset *set, const un_graph *g, const 
     } else {
         free(a.origin);
     }
+    return UN_OK;
+}
+
+/* ---- sketches ---- */
+
+static un_sketch_node *sketch_push(un_sketch *s) {
+    if (s->n_nodes == s->cap) {
+        s->cap = s->cap ? 2 * s->cap : 16;
+        s->node = un_xrealloc(s->node, sizeof *s->node * (size_t)s->cap);
+    }
+    return &s->node[s->n_nodes++];
+}
+
+static void sketch_outputs(un_sketch *s, int32_t n) {
+    if (n > s->out_cap) {
+        s->out_cap = n;
+        s->out = un_xrealloc(s->out, sizeof *s->out * (size_t)n);
+    }
+    s->n_out = n;
+}
+
+static void sketch_reset(un_sketch *s, const un_spec *spec) {
+    un_rule_free(s->inst);
+    s->inst = NULL;
+    s->spec = spec;
+    s->n_nodes = 0;
+    s->n_out = 0;
+}
+
+/* Appends node nd (of any graph) with inputs ins. */
+static void sketch_add(un_sketch *s, const un_node *nd, const un_shape *shape, const un_ref *ins) {
+    un_sketch_node *v = sketch_push(s);
+    v->op = nd->op;
+    v->params = nd->params;
+    v->name = nd->name;
+    v->shape = shape;
+    v->n_in = nd->n_in;
+    memcpy(v->in, ins, sizeof *ins * (size_t)nd->n_in);
+}
+
+void un_sketch_of_graph(const un_graph *g, un_sketch *s) {
+    sketch_reset(s, un_graph_spec(g));
+    for (int32_t v = 0; v < un_graph_node_count(g); v++) {
+        const un_node *nd = un_graph_node(g, v);
+        sketch_add(s, nd, &nd->inf.out[0], nd->in);
+    }
+    sketch_outputs(s, un_graph_output_count(g));
+    for (int32_t i = 0; i < s->n_out; i++)
+        s->out[i] = un_graph_output(g, i);
+}
+
+void un_sketch_deinit(un_sketch *s) {
+    un_rule_free(s->inst);
+    free(s->node);
+    free(s->out);
+    *s = (un_sketch){0};
+}
+
+/* The nodes un_apply's add_target would add, into s, with map updated like it. */
+static bool sketch_target(un_sketch *s, const apply_plan *p, const un_graph *g, const un_match *mt,
+                          un_ref *map) {
+    const un_rule *r = p->inst;
+    const un_graph *dst = r->dst;
+    bool need[UN_MATCH_MAX_NODES];
+    target_needed(r, p->out_used, need);
+    un_ref tmap[UN_MATCH_MAX_NODES * UN_MAX_OUTPUTS];
+    for (int i = 0; i < UN_MATCH_MAX_NODES * UN_MAX_OUTPUTS; i++)
+        tmap[i] = (un_ref){-1, -1};
+    for (int i = 0; i < un_rule_input_count(r); i++) {
+        un_ref t = mt->input[i];
+        un_ref nt = map[t.node * UN_MAX_OUTPUTS + t.out];
+        if (nt.node < 0)
+            return false;
+        tmap[un_rule_input_dst(r, i) * UN_MAX_OUTPUTS] = nt;
+    }
+    for (int32_t v = 0; v < un_graph_node_count(dst); v++) {
+        const un_node *nd = un_graph_node(dst, v);
+        if (un_op_kind_of(nd->op) == UN_OPK_SOURCE || !need[v])
+            continue;
+        un_ref ins[UN_MAX_INPUTS];
+        for (int k = 0; k < nd->n_in; k++) {
+            ins[k] = tmap[nd->in[k].node * UN_MAX_OUTPUTS + nd->in[k].out];
+            if (ins[k].node < 0)
+                return false;
+        }
+        sketch_add(s, nd, &nd->inf.out[0], ins);
+        for (int o = 0; o < nd->inf.n_out; o++)
+            tmap[v * UN_MAX_OUTPUTS + o] = (un_ref){s->n_nodes - 1, o};
+    }
+    for (int i = 0; i < r->n_out; i++) {
+        un_ref so = r->src_out[i], to = r->dst_out[i];
+        int32_t x = mt->node[so.node];
+        map[x * UN_MAX_OUTPUTS + so.out] = tmap[to.node * UN_MAX_OUTPUTS + to.out];
+        /* a kept node reading it must see the shape it had, or un_apply's checks decide */
+        if (p->out_used[i] &&
+            !un_shape_eq(un_graph_shape(dst, to), un_graph_shape(g, (un_ref){x, so.out})))
+            return false;
+    }
+    return true;
+}
+
+un_status un_apply_sketch(un_ctx *ctx, const un_ruleset *set, const un_graph *g, const un_match *mt,
+                          un_inst_cache *cache, un_sketch *s, bool *exact) {
+    *exact = false;
+    sketch_reset(s, un_graph_spec(g));
+    apply_plan p;
+    un_status st = plan(ctx, set, g, mt, cache, &p);
+    if (st != UN_OK)
+        return st;
+    int32_t n = un_graph_node_count(g);
+    un_ref *map = un_xmalloc(((size_t)n * UN_MAX_OUTPUTS + 1) * sizeof *map);
+    for (size_t i = 0; i < (size_t)n * UN_MAX_OUTPUTS; i++)
+        map[i] = (un_ref){-1, -1};
+    bool ok = true;
+    for (int32_t i = 0; i < p.n_order && ok; i++) {
+        int32_t x = p.order[i];
+        if (x == TARGET) {
+            ok = sketch_target(s, &p, g, mt, map);
+            continue;
+        }
+        const un_node *nd = un_graph_node(g, x);
+        un_ref ins[UN_MAX_INPUTS];
+        for (int k = 0; k < nd->n_in && ok; k++) {
+            ins[k] = map[nd->in[k].node * UN_MAX_OUTPUTS + nd->in[k].out];
+            ok = ins[k].node >= 0;
+        }
+        if (!ok)
+            break;
+        sketch_add(s, nd, &nd->inf.out[0], ins);
+        for (int o = 0; o < nd->inf.n_out; o++)
+            map[x * UN_MAX_OUTPUTS + o] = (un_ref){s->n_nodes - 1, o};
+    }
+    sketch_outputs(s, ok ? un_graph_output_count(g) : 0);
+    for (int32_t i = 0; i < s->n_out && ok; i++) {
+        un_ref o = un_graph_output(g, i);
+        s->out[i] = map[o.node * UN_MAX_OUTPUTS + o.out];
+        ok = s->out[i].node >= 0;
+    }
+    free(map);
+    if (p.own_inst) { /* the target's nodes point into it */
+        s->inst = p.inst;
+        p.inst = NULL;
+    }
+    plan_deinit(&p);
+    *exact = ok;
     return UN_OK;
 }
 

@@ -26,6 +26,38 @@
 un_status un_apply(un_ctx *ctx, const un_ruleset *set, const un_graph *g, const un_match *mt,
                    un_graph **out, int32_t **origin);
 
+/* A graph as the closure reads it (its key and operator kinds), without names of its own or
+ * inferred layouts: per node the operator, parameters, name and first output's layout (borrowed
+ * from the graph, or from inst for a rewrite's new nodes), inputs by index; outputs. The arrays
+ * are reused from one fill to the next; un_sketch_deinit frees them. */
+typedef struct un_sketch_node {
+    un_op op;
+    const un_param *params;
+    const char *name;
+    const un_shape *shape;
+    int32_t n_in;
+    un_ref in[UN_MAX_INPUTS];
+} un_sketch_node;
+
+typedef struct un_sketch {
+    const un_spec *spec;
+    un_sketch_node *node;
+    int32_t n_nodes, cap;
+    un_ref *out;
+    int32_t n_out, out_cap;
+    un_rule *inst; /* the rule instantiated at the match, when not a cache's (owned) */
+} un_sketch;
+
+/* g's nodes and outputs, as they are. */
+void un_sketch_of_graph(const un_graph *g, un_sketch *s);
+/* What un_apply would build, without building it: the same nodes in the same order, names of
+ * kept nodes, parameters and outputs, and the same errors (the instantiation and the match's
+ * checks). *exact is false (s then unusable) where the result would depend on re-inferring kept
+ * nodes (a mapped output read by a kept node changes layout): build it with un_apply then. */
+un_status un_apply_sketch(un_ctx *ctx, const un_ruleset *set, const un_graph *g, const un_match *mt,
+                          un_inst_cache *cache, un_sketch *s, bool *exact);
+void un_sketch_deinit(un_sketch *s);
+
 /* g as Graphviz DOT with the nodes for which highlight[id] is true filled in a colour (the
  * replaced region of a rewrite, from un_apply's origin); highlight may be NULL. */
 un_status un_apply_dot(un_ctx *ctx, const un_graph *g, const bool *highlight, un_buf *out);

@@ -11,13 +11,13 @@ un_closure_params un_closure_params_default(void) {
     return (un_closure_params){.depth = 2, .max_graphs = 4096, .threads = 1};
 }
 
-uint64_t un_closure_graph_key(const un_graph *g) {
-    int32_t n = un_graph_node_count(g);
-    uint64_t *key = un_xmalloc(sizeof(uint64_t) * ((size_t)n + 1));
-    for (int32_t v = 0; v < n; v++) {
-        const un_node *nd = un_graph_node(g, v);
+uint64_t un_closure_sketch_key(const un_sketch *s) {
+    uint64_t small[64],
+        *key = s->n_nodes <= 64 ? small : un_xmalloc(sizeof(uint64_t) * (size_t)s->n_nodes);
+    for (int32_t v = 0; v < s->n_nodes; v++) {
+        const un_sketch_node *nd = &s->node[v];
         uint64_t h = un_mix64(0x636c6f73ull + (uint64_t)nd->op);
-        int np = un_spec_op(un_graph_spec(g), nd->op)->n_params;
+        int np = un_spec_op(s->spec, nd->op)->n_params;
         for (int q = 0; q < np && q < UN_MAX_PARAMS; q++) {
             int32_t len = nd->params[q].len; /* -1 for a scalar: v[0] holds it */
             len = len < 0 ? 1 : len > UN_MAX_DIMS ? UN_MAX_DIMS : len;
@@ -29,19 +29,27 @@ uint64_t un_closure_graph_key(const un_graph *g) {
                 h = un_hash_bytes(nd->name, strlen(nd->name), h);
             else
                 h = un_mix64(h ^ (0x6e6f6e616d65ull + (uint64_t)v));
-            const un_shape *s = un_graph_shape(g, (un_ref){v, 0});
-            h = un_hash_bytes(s, sizeof *s, h);
+            h = un_hash_bytes(nd->shape, sizeof *nd->shape, h);
         }
         for (int k = 0; k < nd->n_in; k++)
             h = un_mix64(h ^ un_mix64(key[nd->in[k].node] + (uint64_t)nd->in[k].out)) + (uint64_t)k;
         key[v] = h;
     }
     uint64_t h = 0x6f757473ull;
-    for (int32_t i = 0; i < un_graph_output_count(g); i++) {
-        un_ref o = un_graph_output(g, i);
+    for (int32_t i = 0; i < s->n_out; i++) {
+        un_ref o = s->out[i];
         h = un_mix64(h ^ un_mix64(key[o.node] + (uint64_t)o.out));
     }
-    free(key);
+    if (key != small)
+        free(key);
+    return h;
+}
+
+uint64_t un_closure_graph_key(const un_graph *g) {
+    un_sketch s = {0};
+    un_sketch_of_graph(g, &s);
+    uint64_t h = un_closure_sketch_key(&s);
+    un_sketch_deinit(&s);
     return h;
 }
 
@@ -147,17 +155,18 @@ typedef struct opcount {
     int32_t n[UN_OP_COUNT];
 } opcount;
 
-/* g's operator nodes on a path to an output, counted; *dead (may be NULL) tells whether g has
+/* s's operator nodes on a path to an output, counted; *dead (may be NULL) tells whether s has
  * others. */
-static void graph_opcount(const un_graph *g, opcount *c, bool *dead) {
-    int32_t n = un_graph_node_count(g);
-    bool *on = un_xcalloc((size_t)n + 1, 1);
-    for (int32_t i = 0; i < un_graph_output_count(g); i++)
-        on[un_graph_output(g, i).node] = true;
+static void sketch_opcount(const un_sketch *s, opcount *c, bool *dead) {
+    int32_t n = s->n_nodes;
+    bool small[64], *on = n < 64 ? small : un_xmalloc((size_t)n + 1);
+    memset(on, 0, (size_t)n + 1);
+    for (int32_t i = 0; i < s->n_out; i++)
+        on[s->out[i].node] = true;
     memset(c, 0, sizeof *c);
     bool off = false;
     for (int32_t v = n - 1; v >= 0; v--) { /* nodes come in topological order */
-        const un_node *nd = un_graph_node(g, v);
+        const un_sketch_node *nd = &s->node[v];
         bool source = un_op_kind_of(nd->op) == UN_OPK_SOURCE;
         off = off || (!on[v] && !source);
         if (!on[v] || source)
@@ -166,7 +175,8 @@ static void graph_opcount(const un_graph *g, opcount *c, bool *dead) {
         for (int k = 0; k < nd->n_in; k++)
             on[nd->in[k].node] = true;
     }
-    free(on);
+    if (on != small)
+        free(on);
     if (dead)
         *dead = off;
 }
@@ -178,9 +188,9 @@ static uint64_t opcount_mask(const opcount *c) {
     return m;
 }
 
-static uint64_t graph_opmask(const un_graph *g) {
+static uint64_t sketch_opmask(const un_sketch *s) {
     opcount c;
-    graph_opcount(g, &c, NULL);
+    sketch_opcount(s, &c, NULL);
     return opcount_mask(&c);
 }
 
@@ -254,22 +264,28 @@ static const opcount *opdelta_get(const opdelta_table *t, const un_ruleset *set,
 
 /* The graphs one rewrite from g with the entries e of set with allowed[e] (NULL: all): their keys
  * appended to keys, when graphs is given the graphs to it (owned), when masks is given their
- * operator masks to it; rewrites that do not apply are skipped. With want (and ot), a rewrite
- * whose exact result's mask want lacks is skipped too, unbuilt, and counted in *skipped. */
+ * operator masks to it; rewrites that do not apply are skipped. Without graphs a result is only
+ * sketched (un_apply_sketch), not built, where the sketch is exact. With want (and ot), a rewrite
+ * whose exact result's mask want lacks is skipped too, unsketched, and counted in *skipped. sk is
+ * scratch; cache (may be NULL) the instantiations. */
 static un_status successors(un_ctx *ctx, const un_ruleset *set, const bool *allowed,
                             const un_graph *g, const opdelta_table *ot, const kset *want,
-                            int64_t *skipped, glist *graphs, keylist *keys, kset *masks) {
+                            int64_t *skipped, glist *graphs, keylist *keys, kset *masks,
+                            un_inst_cache *cache, un_sketch *sk) {
     un_matcher *m = NULL;
     un_status st = un_matcher_new(ctx, set, g, &m);
     if (st != UN_OK)
         return st;
     un_matcher_restrict(m, allowed);
+    un_matcher_use_cache(m, cache);
     un_match_list ms = {0};
     st = un_match_all(ctx, m, &ms);
     opcount gc;
     bool dead = false; /* a match on dead nodes need not change the counts: no filter then */
-    if (want)
-        graph_opcount(g, &gc, &dead);
+    if (want) {
+        un_sketch_of_graph(g, sk);
+        sketch_opcount(sk, &gc, &dead);
+    }
     for (int64_t i = 0; i < ms.n && st == UN_OK; i++) {
         const opcount *d = want && !dead ? opdelta_get(ot, set, ms.v[i].rule) : NULL;
         if (d) {
@@ -281,14 +297,21 @@ static un_status successors(un_ctx *ctx, const un_ruleset *set, const bool *allo
                 continue;
             }
         }
-        un_graph *ng = NULL;
-        if (un_apply(ctx, set, g, &ms.v[i], &ng, NULL) != UN_OK) {
+        bool exact = false;
+        if (!graphs && un_apply_sketch(ctx, set, g, &ms.v[i], cache, sk, &exact) != UN_OK) {
             un_ctx_clear(ctx);
             continue;
         }
-        keylist_add(keys, un_closure_graph_key(ng));
+        un_graph *ng = NULL;
+        if (!exact && un_apply(ctx, set, g, &ms.v[i], &ng, NULL) != UN_OK) {
+            un_ctx_clear(ctx);
+            continue;
+        }
+        if (ng)
+            un_sketch_of_graph(ng, sk);
+        keylist_add(keys, un_closure_sketch_key(sk));
         if (masks)
-            kset_add(masks, graph_opmask(ng), 0);
+            kset_add(masks, sketch_opmask(sk), 0);
         if (graphs)
             glist_push(graphs, ng);
         else
@@ -308,18 +331,19 @@ typedef struct meeting {
 } meeting;
 
 /* What an exploration rewrites with: set's entries with allowed[e] (NULL: all), a level expanded
- * only while at most max_graphs graphs were seen (0: no bound), and ot (NULL: none) for the
- * operator mask filter. */
+ * only while at most max_graphs graphs were seen (0: no bound), ot (NULL: none) for the
+ * operator mask filter, and where instantiations are kept. */
 typedef struct explorer {
     const un_ruleset *set;
     const bool *allowed;
     int64_t max_graphs;
     const opdelta_table *ot;
+    un_inst_cache *cache; /* the thread's (may be NULL) */
 } explorer;
 
 /* Every graph within depth rewrites of g, into seen (each key at its first level), breadth first;
  * the bound on levels makes what is explored a function of g, not of the order of matches
- * (*capped: the bound cut it). masks (may be NULL) gets the operator masks of the graphs built.
+ * (*capped: the bound cut it). masks (may be NULL) gets the operator masks of the graphs reached.
  * With target (another side's exploration, target_masks its masks), each new key updates *mt, the
  * last level skips rewrites whose result target_masks rules out (counted in *skipped), and the
  * search stops once nothing closer can come: a key target had at level 0, or a level as deep as
@@ -331,10 +355,12 @@ static un_status explore(un_ctx *ctx, const explorer *x, const un_graph *g, int 
     *capped = false;
     glist cur = {0}, next = {0}, gs = {0};
     keylist ks = {0};
-    uint64_t k0 = un_closure_graph_key(g);
+    un_sketch sk = {0};
+    un_sketch_of_graph(g, &sk);
+    uint64_t k0 = un_closure_sketch_key(&sk);
     kset_add(seen, k0, 0);
     if (masks)
-        kset_add(masks, graph_opmask(g), 0);
+        kset_add(masks, sketch_opmask(&sk), 0);
     bool stop = false;
     if (target) {
         int lt = kset_get(target, k0);
@@ -355,7 +381,7 @@ static un_status explore(un_ctx *ctx, const explorer *x, const un_graph *g, int 
         for (int64_t c = 0; c < cur.n && st == UN_OK && !stop; c++) {
             ks.n = gs.n = 0;
             st = successors(ctx, x->set, x->allowed, cur.v[c], x->ot, want, skipped,
-                            last ? NULL : &gs, &ks, masks);
+                            last ? NULL : &gs, &ks, masks, x->cache, &sk);
             for (int64_t i = 0; i < ks.n && st == UN_OK; i++) {
                 bool fresh = !stop && kset_add(seen, ks.v[i], level);
                 if (fresh && !last)
@@ -378,6 +404,7 @@ static un_status explore(un_ctx *ctx, const explorer *x, const un_graph *g, int 
     glist_clear(&cur);
     free(gs.v);
     free(ks.v);
+    un_sketch_deinit(&sk);
     if (st != UN_OK)
         kset_deinit(seen);
     return st;
@@ -452,7 +479,7 @@ static un_graph *side_graph(un_ctx *ctx, const un_graph *g, const un_ref *outs, 
     return c;
 }
 
-static un_status decide(un_ctx *ctx, prune_job *job, int64_t i) {
+static un_status decide(un_ctx *ctx, prune_job *job, un_inst_cache *cache, int64_t i) {
     const un_rule *r = job->rules[i];
     int a = (job->p->depth + 1) / 2, b = job->p->depth / 2;
     un_graph *gs = side_graph(ctx, r->src, r->src_out, r->n_out);
@@ -460,8 +487,11 @@ static un_status decide(un_ctx *ctx, prune_job *job, int64_t i) {
     un_status st = gs && gd ? UN_OK : UN_ERR_INVALID;
     meeting mt = {0};
     bool capped = false;
-    explorer x = {
-        .set = job->set, .allowed = job->entry_ok, .max_graphs = job->p->max_graphs, .ot = job->ot};
+    explorer x = {.set = job->set,
+                  .allowed = job->entry_ok,
+                  .max_graphs = job->p->max_graphs,
+                  .ot = job->ot,
+                  .cache = cache};
     int64_t skipped = 0;
     if (st == UN_OK)
         st = meet(ctx, &x, gs, gd, a, b, &mt, &capped, &skipped);
@@ -478,15 +508,17 @@ static un_status decide(un_ctx *ctx, prune_job *job, int64_t i) {
 static void *prune_worker(void *arg) {
     prune_job *job = arg;
     un_ctx *ctx = un_ctx_new_child(job->parent);
+    un_inst_cache *cache = un_inst_cache_new();
     for (;;) {
         int64_t i = atomic_fetch_add(&job->next, 1);
         if (i >= job->end || atomic_load(&job->failed))
             break;
-        if (decide(ctx, job, i) != UN_OK) {
+        if (decide(ctx, job, cache, i) != UN_OK) {
             un_ctx_clear(ctx);
             atomic_store(&job->failed, 1);
         }
     }
+    un_inst_cache_free(cache);
     un_ctx_free(ctx);
     return NULL;
 }

@@ -19,7 +19,9 @@
  * graphs, so what is explored does not depend on the order of matches (nor on the threads).
  * At the source's last level a rewrite is built only when the kinds of operator its result has
  * (counted as the graph's minus the match's plus the rule target's) are those of some graph of
- * the target's side; this saves work and never changes a decision.
+ * the target's side; this saves work and never changes a decision. The last level of either side
+ * is only looked up, never expanded, so its rewrites are keyed from a sketch of the result
+ * (un_apply_sketch: no graph built), with each thread's instantiations cached (un_inst_cache).
  *
  * un_closure_reach: the graphs reachable from a graph within d rewrites of a rule set (the reach
  * test: what the full set reaches, the pruned one must too). */
@@ -76,6 +78,9 @@ void un_closure_free(un_closure *c);
 /* A graph's identity for the closure: operators, parameters, source nodes by name and shape, and
  * the outputs in order; independent of node order. */
 uint64_t un_closure_graph_key(const un_graph *g);
+/* The same key of a sketch (un_apply_sketch: a rewrite's result, not built); equal to the built
+ * graph's. */
+uint64_t un_closure_sketch_key(const un_sketch *s);
 
 /* The keys (un_closure_graph_key) of every graph reachable from g within `depth` rewrites with
  * set's rules, g included: sorted, unique, *n of them, owned (free). At most max_graphs graphs

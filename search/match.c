@@ -9,6 +9,77 @@
 
 #include "search/rules_impl.h"
 
+/* ---- instantiations, cached ---- */
+
+/* A rule's instantiation is a function of its entry, the matched values and the inputs' layouts:
+ * slots hashed by those, a slot's old one replaced. */
+#define INST_SLOTS 512
+
+typedef struct inst_slot {
+    bool used;
+    int32_t rule;
+    int64_t values[UN_RULE_MAX_VARS];
+    un_shape shapes[UN_MATCH_MAX_NODES];
+    un_rule *inst; /* NULL when it failed with st */
+    un_status st;
+} inst_slot;
+
+struct un_inst_cache {
+    const un_ruleset *set; /* the entries' */
+    inst_slot slot[INST_SLOTS];
+    int64_t hits, misses;
+};
+
+un_inst_cache *un_inst_cache_new(void) { return un_xcalloc(1, sizeof(un_inst_cache)); }
+
+static void inst_cache_clear(un_inst_cache *c) {
+    for (int i = 0; i < INST_SLOTS; i++) {
+        un_rule_free(c->slot[i].inst);
+        c->slot[i] = (inst_slot){0};
+    }
+}
+
+void un_inst_cache_free(un_inst_cache *c) {
+    if (c)
+        inst_cache_clear(c);
+    free(c);
+}
+
+un_status un_inst_cache_instantiate(un_ctx *ctx, un_inst_cache *c, const un_ruleset *set, int32_t e,
+                                    const int64_t *values, const un_shape *shapes, un_rule **inst,
+                                    bool *own) {
+    const un_rule *r = un_ruleset_rule(set, e);
+    *own = !c;
+    if (!c)
+        return un_rule_instantiate(ctx, r, values, shapes, inst);
+    if (c->set != set) {
+        inst_cache_clear(c);
+        c->set = set;
+    }
+    int n_in = un_rule_input_count(r);
+    size_t nv = sizeof(int64_t) * (size_t)r->n_vars, ns = sizeof(un_shape) * (size_t)n_in;
+    uint64_t h = un_hash_bytes(shapes, ns, un_hash_bytes(values, nv, un_mix64((uint64_t)e)));
+    inst_slot *sl = &c->slot[h % INST_SLOTS];
+    if (sl->used && sl->rule == e && !memcmp(sl->values, values, nv) &&
+        !memcmp(sl->shapes, shapes, ns)) {
+        c->hits++;
+        *inst = sl->inst;
+        return sl->inst ? UN_OK
+                        : un_ctx_error(ctx, sl->st,
+                                       "apply: rule entry %d does not instantiate "
+                                       "here (as before)",
+                                       (int)e);
+    }
+    c->misses++;
+    un_rule_free(sl->inst);
+    *sl = (inst_slot){.used = true, .rule = e};
+    memcpy(sl->values, values, nv);
+    memcpy(sl->shapes, shapes, ns);
+    sl->st = un_rule_instantiate(ctx, r, values, shapes, &sl->inst);
+    *inst = sl->inst;
+    return sl->st;
+}
+
 struct un_matcher {
     const un_ruleset *set;
     const un_graph *g;
@@ -23,6 +94,7 @@ struct un_matcher {
     uint32_t epoch;
     int32_t *queue;
     const bool *entry_ok; /* un_matcher_restrict: entries that may match, or NULL (all) */
+    un_inst_cache *cache; /* un_matcher_use_cache: where instantiations are kept, or NULL */
     uint64_t *labels;     /* un_match_all: the graph's labels (rules_impl.h), sorted, distinct */
     int32_t *label_n;     /* nodes with each */
     int64_t n_labels;     /* -1 until computed */
@@ -118,6 +190,8 @@ void un_matcher_free(un_matcher *m) {
 }
 
 void un_matcher_restrict(un_matcher *m, const bool *entry_ok) { m->entry_ok = entry_ok; }
+
+void un_matcher_use_cache(un_matcher *m, un_inst_cache *c) { m->cache = c; }
 
 un_match_stats un_matcher_stats(const un_matcher *m) { return m->stats; }
 
@@ -326,11 +400,14 @@ static bool finish(un_matcher *m, int64_t rule, const un__pat *p, mstate *s, un_
     for (int a = 0; a < p->n_vars; a++)
         values[a] = s->has_val[a] ? s->val[a] : p->var_value[a];
     un_rule *inst = NULL;
-    if (un_rule_instantiate(NULL, un_ruleset_rule(m->set, rule), values, shapes, &inst) != UN_OK) {
+    bool own = false;
+    if (un_inst_cache_instantiate(NULL, m->cache, m->set, (int32_t)rule, values, shapes, &inst,
+                                  &own) != UN_OK) {
         m->stats.inst_failed++;
         return false;
     }
-    un_rule_free(inst);
+    if (own)
+        un_rule_free(inst);
     memset(out, 0, sizeof *out);
     out->rule = (int32_t)rule;
     out->n_nodes = p->n_nodes;

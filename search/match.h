@@ -59,6 +59,20 @@ void un_matcher_free(un_matcher *m);
 /* Only entries e with entry_ok[e] match from now on (borrowed, read at each call; NULL: all). */
 void un_matcher_restrict(un_matcher *m, const bool *entry_ok);
 
+/* Instantiations of a rule set's entries at matches (un_rule_instantiate), kept for reuse by the
+ * matcher (which instantiates every match) and un_apply_sketch: a few hundred, each replacing an
+ * older one. One thread's; used with another set it starts empty. */
+typedef struct un_inst_cache un_inst_cache;
+un_inst_cache *un_inst_cache_new(void);
+void un_inst_cache_free(un_inst_cache *c);
+/* un_rule_instantiate of set's entry e at values and the inputs' layouts shapes, through c: *inst
+ * is c's, valid until c's next use (*own false), or with c NULL the caller's (*own true). */
+un_status un_inst_cache_instantiate(un_ctx *ctx, un_inst_cache *c, const un_ruleset *set, int32_t e,
+                                    const int64_t *values, const un_shape *shapes, un_rule **inst,
+                                    bool *own);
+/* m instantiates its matches through c (may be NULL: none, the default). */
+void un_matcher_use_cache(un_matcher *m, un_inst_cache *c);
+
 /* Appends every match of entry `rule` to out. */
 un_status un_match_rule(un_ctx *ctx, un_matcher *m, int64_t rule, un_match_list *out);
 /* Appends every match of every rule whose pattern root maps to graph node `node` (the rules

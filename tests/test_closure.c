@@ -221,6 +221,17 @@ static void test_reach(void) {
     un_ctx_free(ctx);
 }
 
+/* The reach menu's rules at N=3 (*rules, *n of them, owned) as a set, each both ways (owned). */
+static un_ruleset *par_set(un_ctx *ctx, un_rule ***rules, int64_t *n) {
+    *rules = load_rules("par.db", n);
+    un_ruleset_params rp = un_ruleset_params_default();
+    rp.reversed = true;
+    rp.cache = false;
+    un_ruleset *set = NULL;
+    EXPECT_OK(ctx, un_ruleset_from_rules(ctx, spec, *rules, NULL, *n, &rp, &set));
+    return set;
+}
+
 /* The matches of every entry root by root (the matcher's scan before the label index), entries
  * with ok[e] only (ok may be NULL); roots_tried goes to *tried. */
 static void match_slow(un_ctx *ctx, const un_ruleset *set, const un_graph *g, const bool *ok,
@@ -249,12 +260,8 @@ static void test_match_index(void) {
         return;
     un_ctx *ctx = un_ctx_new(NULL);
     int64_t n = 0;
-    un_rule **rules = load_rules("par.db", &n);
-    un_ruleset_params rp = un_ruleset_params_default();
-    rp.reversed = true;
-    rp.cache = false;
-    un_ruleset *set = NULL;
-    EXPECT_OK(ctx, un_ruleset_from_rules(ctx, spec, rules, NULL, n, &rp, &set));
+    un_rule **rules = NULL;
+    un_ruleset *set = par_set(ctx, &rules, &n);
     int64_t ne = set ? un_ruleset_count(set) : 0;
     bool *odd = calloc((size_t)ne + 1, 1);
     for (int64_t e = 1; e < ne; e += 2)
@@ -290,6 +297,96 @@ static void test_match_index(void) {
     /* 194,937 roots tried against 1,287,378 when written (3,710 matches on 456 graphs) */
     EXPECT_TRUE(tried_index * 4 < tried_slow);
     free(odd);
+    un_ruleset_free(set);
+    free_rules(rules, n);
+    un_ctx_free(ctx);
+}
+
+/* Every rewrite of g with set (and, to depth levels, of its results): un_apply_sketch fails
+ * exactly where un_apply does, and an exact sketch has the built graph's key. Counts into
+ * n[0] (rewrites), n[1] (exact sketches), n[2] (failures, of broken matches too). Most
+ * sketches instantiate through cache, some without. */
+static void sketch_agrees(un_ctx *ctx, const un_ruleset *set, un_inst_cache *cache,
+                          const un_graph *g, int depth, int64_t *n) {
+    un_matcher *m = NULL;
+    EXPECT_OK(ctx, un_matcher_new(ctx, set, g, &m));
+    un_match_list ms = {0};
+    if (m)
+        EXPECT_OK(ctx, un_match_all(ctx, m, &ms));
+    un_sketch sk = {0};
+    for (int64_t i = 0; i < ms.n; i++) {
+        un_graph *ng = NULL, *ng2 = NULL;
+        bool exact = false;
+        un_status built = un_apply(ctx, set, g, &ms.v[i], &ng, NULL);
+        un_ctx_clear(ctx);
+        un_status sketched =
+            un_apply_sketch(ctx, set, g, &ms.v[i], i % 5 ? cache : NULL, &sk, &exact);
+        un_ctx_clear(ctx);
+        EXPECT_EQ(sketched, built);
+        n[0]++;
+        n[2] += built != UN_OK;
+        if (built == UN_OK && sketched == UN_OK && exact) {
+            n[1]++;
+            EXPECT_EQ(un_closure_sketch_key(&sk), un_closure_graph_key(ng));
+        }
+        /* and a broken match fails both alike: its input read from the match (a cycle), or no
+         * such entry */
+        un_match bad = ms.v[i];
+        for (int k = 0; k < bad.n_nodes && bad.n_inputs > 0; k++)
+            if (bad.node[k] >= 0)
+                bad.input[0] = (un_ref){bad.node[k], 0};
+        if (i % 2)
+            bad.rule = (int32_t)un_ruleset_count(set);
+        built = un_apply(ctx, set, g, &bad, &ng2, NULL);
+        un_ctx_clear(ctx);
+        sketched = un_apply_sketch(ctx, set, g, &bad, i % 4 ? cache : NULL, &sk, &exact);
+        un_ctx_clear(ctx);
+        EXPECT_EQ(sketched, built);
+        n[2] += built != UN_OK;
+        un_graph_free(ng2);
+        if (ng && depth > 1 && i % 3 == 0)
+            sketch_agrees(ctx, set, cache, ng, depth - 1, n);
+        un_graph_free(ng);
+    }
+    un_sketch_deinit(&sk);
+    un_match_list_deinit(&ms);
+    un_matcher_free(m);
+}
+
+/* The last level of an exploration keys a sketch of each rewrite instead of the graph: on the
+ * reach menu's rule sides (two levels of rewrites) and the tiny zoo models, the keys are the
+ * built graphs' and the failures un_apply's. */
+static void test_sketch_key(void) {
+    if (!par_db())
+        return;
+    un_ctx *ctx = un_ctx_new(NULL);
+    int64_t n = 0;
+    un_rule **rules = NULL;
+    un_ruleset *set = par_set(ctx, &rules, &n);
+    int64_t count[3] = {0};
+    un_inst_cache *cache = un_inst_cache_new(); /* instantiations reused, or not */
+    for (int64_t i = 0; set && i < n; i += 5)
+        for (int side = 0; side < 2; side++) {
+            const un_rule *r = rules[i];
+            un_graph *g = un_graph_clone(side ? r->dst : r->src);
+            EXPECT_OK(ctx, un_graph_set_outputs(ctx, g, side ? r->dst_out : r->src_out, r->n_out));
+            sketch_agrees(ctx, set, cache, g, 2, count);
+            un_graph_free(g);
+        }
+    const char *models[] = {"mlp", "xdl", "transformer", "candle_uno"};
+    for (int i = 0; set && i < 4; i++) {
+        un_model md = {0};
+        EXPECT_OK(ctx, un_zoo_build(ctx, spec, models[i], true, 0, &md));
+        sketch_agrees(ctx, set, cache, md.graph, 2, count);
+        un_model_deinit(&md);
+    }
+    /* 6,218 rewrites when written, every sketch exact */
+    EXPECT_TRUE(count[0] > 5000);
+    EXPECT_TRUE(count[1] * 10 > count[0] * 9);
+    EXPECT_TRUE(count[2] > count[0] / 2); /* the broken matches */
+    un_inst_cache_free(cache);
+    printf("sketch_key: %lld rewrites, %lld sketched exactly, %lld failing\n", (long long)count[0],
+           (long long)count[1], (long long)count[2]);
     un_ruleset_free(set);
     free_rules(rules, n);
     un_ctx_free(ctx);
@@ -460,8 +557,12 @@ int main(void) {
     if (!cli_init("/tmp/unity-closure-XXXXXX"))
         return 1;
     static const test_case c[] = {
-        {"copies_dropped", test_copies_dropped}, {"depth3", test_depth3}, {"reach", test_reach},
-        {"match_index", test_match_index},       {"cli", test_cli},
+        {"copies_dropped", test_copies_dropped},
+        {"depth3", test_depth3},
+        {"reach", test_reach},
+        {"match_index", test_match_index},
+        {"sketch_key", test_sketch_key},
+        {"cli", test_cli},
     };
     int rc = TEST_RUN_WITH_SPEC(c, &spec);
     return cli_cleanup() ? rc : 1;

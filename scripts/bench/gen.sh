@@ -15,14 +15,16 @@
 # (a) `unity-verify --max-ops 3` (only the rules of at most 3 operators per side); (b)
 # `unity-closure --verified-basis --basis-ops 3` (only those verified rules derive, in their proven
 # general form: any size, dim and degree variables; CLOSURE_BASIS=K sets both 3s; CLOSURE_BASIS=4,
-# every rule, needs ~8 GB at N=4: gen/README.md; CLOSURE_DEPTH=3 drops a rule that 3 rewrites
-# derive, default 2: at N=4 depth 3 costs about what it saves in (c)); (c) `unity-verify --jobs T` on the pruned
+# every rule, needs ~8 GB at N=4: gen/README.md; CLOSURE_DEPTH=D, default 3: a rule that 3
+# rewrites derive is dropped; at N=4 depth 3 costs (b) ~80 s more wall than depth 2 and keeps
+# 13,463 fewer rules, ~160 s of (c)'s wall: gen/README.md "Deeper closure at N=4"; CLOSURE_DEPTH=2
+# is the old default); (c) `unity-verify --jobs T` on the pruned
 # database, the rest (VERIFY_LIMIT=S stops it after S seconds and projects the rest from its
 # rate), with the wall time and peak RSS of each step and their sum (targets: under 15 minutes and
 # 2 GB, >= 98% decided). With REACH=1: the full
 # reach check on the default menu at N=3 (both sets verified, then `unity-closure --reach`: every
 # graph reachable from each tiny zoo model within 3 rewrites of the full set must be reachable with
-# the pruned one, closure and reach step at CLOSURE_DEPTH, default 2). `uptime` is printed first:
+# the pruned one, closure and reach step at CLOSURE_DEPTH, default 3). `uptime` is printed first:
 # the machine is shared. E2E_N=n runs that pipeline at n operators instead of 4 (E2E_N=3: the
 # same steps in a minute), and E2E_ONLY=1 skips every other block:
 #   E2E=1 E2E_ONLY=1 E2E_N=3 scripts/bench/gen.sh
@@ -187,7 +189,7 @@ wallrss() { awk -F': ' '/Elapsed \(wall clock\)/ {w = $2} /Maximum resident set 
 if [[ ${E2E:-0} == 1 ]]; then
     en=${E2E_N:-4}
     basis=${CLOSURE_BASIS:-3}
-    cdepth=${CLOSURE_DEPTH:-2}
+    cdepth=${CLOSURE_DEPTH:-3}
     echo "== end to end: default menu, N=$en: generate, verify the rules of <= $basis operators," \
         "closure (depth $cdepth) over them (verified, general forms), verify the rest" \
         "(uptime:$(uptime))"
@@ -260,7 +262,7 @@ if [[ ${REACH:-0} == 1 ]]; then
     rm -f "$out/r3.db"* "$out/r3p.db"*
     "$gen" --ops specs/ --max-ops 3 --threads "$threads" -o "$out/r3.db" >/dev/null
     "$verify" "$out/r3.db" --jobs "$threads" >/dev/null
-    rdepth=${CLOSURE_DEPTH:-2}
+    rdepth=${CLOSURE_DEPTH:-3}
     crun "default menu, N=3, verified, depth $rdepth" "$out/r3.db" "$out/r3p.db" --depth "$rdepth"
     /usr/bin/time -f "wall time           %e s" "$closure" --reach "$out/r3.db" "$out/r3p.db" \
         --depth 3 --step "$rdepth"
