@@ -229,9 +229,9 @@ static int32_t *iota(int32_t n) {
     return o;
 }
 
-un_status un_rule_make(un_ctx *ctx, const un_graph *src, const un_graph *dst, const un_ref *src_out,
-                       const un_ref *dst_out, int n_out, un_rule **out) {
-    *out = NULL;
+/* The checks of un_rule_make (rule.h) on the sides as given. */
+static un_status make_check(un_ctx *ctx, const un_graph *src, const un_graph *dst,
+                            const un_ref *src_out, const un_ref *dst_out, int n_out) {
     if (!src || !dst || n_out < 1 || n_out > UN_RULE_MAX_OUTS)
         return un_ctx_error(ctx, UN_ERR_INVALID, "rule: %d mapped outputs (1..%d)", n_out,
                             UN_RULE_MAX_OUTS);
@@ -262,6 +262,15 @@ un_status un_rule_make(un_ctx *ctx, const un_graph *src, const un_graph *dst, co
                                 i, sa, sb);
         }
     }
+    return UN_OK;
+}
+
+un_status un_rule_make(un_ctx *ctx, const un_graph *src, const un_graph *dst, const un_ref *src_out,
+                       const un_ref *dst_out, int n_out, un_rule **out) {
+    *out = NULL;
+    un_status st = make_check(ctx, src, dst, src_out, dst_out, n_out);
+    if (st != UN_OK)
+        return st;
     un_rule *r = un_xcalloc(1, sizeof *r);
     r->n_out = n_out;
     const un_graph *gs[2] = {src, dst};
@@ -484,6 +493,25 @@ bool un_rule_hash_both(const un_rule *r, uint64_t *fwd, uint64_t *rev) {
         return false;
     *rev = best_perm(r->dst, r->src, r->dst_out, r->src_out, r->n_out, perm);
     return true;
+}
+
+un_status un_rule_hash_sides(un_ctx *ctx, const un_graph *src, const un_graph *dst,
+                             const un_ref *src_out, const un_ref *dst_out, int n_out, uint64_t *fwd,
+                             uint64_t *rev, bool *has_rev) {
+    /* un_rule_make's copy differs from the sides only in its operators' names, which the merged
+     * graphs' hashes do not read */
+    un_status st = make_check(ctx, src, dst, src_out, dst_out, n_out);
+    if (st != UN_OK)
+        return st;
+    int perm[UN_RULE_MAX_OUTS];
+    *fwd = best_perm(src, dst, src_out, dst_out, n_out, perm);
+    int n_ops = 0;
+    for (int32_t v = 0; v < un_graph_node_count(dst); v++)
+        n_ops += !is_source(dst, v);
+    *has_rev = n_ops > 0;
+    if (*has_rev)
+        *rev = best_perm(dst, src, dst_out, src_out, n_out, perm);
+    return UN_OK;
 }
 
 static int cmp_bind(const void *a, const void *b) {
