@@ -1017,7 +1017,18 @@ un_status un_gen_enum_to_graph(un_ctx *ctx, const un_gen_enum *e, const un_gen_g
         for (int k = 0; k < op->n_in; k++)
             in[k] = tref[op->in[k]];
         int32_t id;
-        st = un_graph_add(ctx, gr, gi->op, gi->params, in, op->n_in, NULL, &id);
+        /* the inference through the memo (a pure function of these shapes) */
+        un_shape shapes[UN_GEN_MAX_OP_IN];
+        uint64_t sh[UN_GEN_MAX_OP_IN], out_sh[UN_MAX_OUTPUTS], out_vh0[UN_MAX_OUTPUTS];
+        for (int k = 0; k < op->n_in; k++) {
+            shapes[k] = ev->shape[op->in[k]];
+            sh[k] = shape_key(&shapes[k]);
+        }
+        un_infer scratch;
+        const un_infer *inf =
+            infer_memo_get(e, op->inst, shapes, sh, op->n_in, &scratch, out_sh, out_vh0);
+        st = inf ? un_graph_add_inferred(ctx, gr, gi->op, gi->params, in, op->n_in, NULL, inf, &id)
+                 : un_graph_add(ctx, gr, gi->op, gi->params, in, op->n_in, NULL, &id);
         for (int t = 0; t < ev->n_t && st == UN_OK; t++)
             if (ev->prod[t] == j && !is_abs[t])
                 tref[t] = (un_ref){id, ev->prod_out[t]};

@@ -426,8 +426,10 @@ static un_graph *merged_new(const un_graph *a, const un_graph *b, const un_ref *
         un_ref in[UN_MAX_INPUTS];
         for (int j = 0; j < nd->n_in; j++)
             in[j] = (un_ref){b_id[nd->in[j].node], nd->in[j].out};
-        un_status st = un_graph_add(NULL, m, nd->op, nd->params, in, nd->n_in, NULL, &b_id[v]);
-        UN_ASSERT(st == UN_OK); /* the same op on the same shapes as in b */
+        /* the same op on the same shapes as in b: its inference */
+        un_status st = un_graph_add_inferred(NULL, m, nd->op, nd->params, in, nd->n_in, NULL,
+                                             &nd->inf, &b_id[v]);
+        UN_ASSERT(st == UN_OK);
     }
     un_ref outs[2 * UN_RULE_MAX_OUTS];
     for (int i = 0; i < n_out; i++) {
