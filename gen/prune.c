@@ -341,7 +341,8 @@ static bool outputs_equal(const un_gen_geval *a, const un_gen_geval *b) {
 }
 
 /* The sides of the rule A => B as graphs (outputs matched in value-hash order), optionally with
- * tensors abstracted into fresh inputs and output pairs left out (skip_out bit i). */
+ * tensors abstracted into fresh inputs and output pairs left out (skip_out bit i). Every caller
+ * drops the error text, so none is formatted: no context below, the status says it all. */
 typedef struct sides {
     un_graph *a, *b;
     un_ref ra[UN_GEN_MAX_GOUTS], rb[UN_GEN_MAX_GOUTS];
@@ -354,10 +355,9 @@ static void sides_free(sides *s) {
     s->a = s->b = NULL;
 }
 
-static un_status sides_build(un_ctx *ctx, const un_gen_enum *e, const un_gen_graph *ga,
-                             const un_gen_geval *ea, const un_gen_graph *gb, const un_gen_geval *eb,
-                             const uint8_t *abs_a, const uint8_t *abs_b, int n_abs,
-                             unsigned skip_out, sides *s) {
+static un_status sides_build(const un_gen_enum *e, const un_gen_graph *ga, const un_gen_geval *ea,
+                             const un_gen_graph *gb, const un_gen_geval *eb, const uint8_t *abs_a,
+                             const uint8_t *abs_b, int n_abs, unsigned skip_out, sides *s) {
     memset(s, 0, sizeof *s);
     uint8_t oa[UN_GEN_MAX_GOUTS], ob[UN_GEN_MAX_GOUTS];
     for (int i = 0; i < ea->n_out; i++)
@@ -366,10 +366,10 @@ static un_status sides_build(un_ctx *ctx, const un_gen_enum *e, const un_gen_gra
             ob[s->n++] = eb->out[i];
         }
     if (s->n == 0)
-        return un_ctx_error(ctx, UN_ERR_INVALID, "no outputs left");
-    un_status st = un_gen_enum_to_graph(ctx, e, ga, ea, abs_a, n_abs, oa, s->n, &s->a, s->ra);
+        return UN_ERR_INVALID;
+    un_status st = un_gen_enum_to_graph(NULL, e, ga, ea, abs_a, n_abs, oa, s->n, &s->a, s->ra);
     if (st == UN_OK)
-        st = un_gen_enum_to_graph(ctx, e, gb, eb, abs_b, n_abs, ob, s->n, &s->b, s->rb);
+        st = un_gen_enum_to_graph(NULL, e, gb, eb, abs_b, n_abs, ob, s->n, &s->b, s->rb);
     if (st != UN_OK)
         sides_free(s);
     return st;
@@ -377,23 +377,23 @@ static un_status sides_build(un_ctx *ctx, const un_gen_enum *e, const un_gen_gra
 
 /* Canonical hash of the stored direction of the rule the sides make (min over both directions),
  * or the error un_rule_make would give. */
-static un_status sides_hash(un_ctx *ctx, const sides *s, uint64_t *h) {
+static un_status sides_hash(const sides *s, uint64_t *h) {
     uint64_t fwd, rev;
     bool has_rev;
-    un_status st = un_rule_hash_sides(ctx, s->a, s->b, s->ra, s->rb, s->n, &fwd, &rev, &has_rev);
-    *h = has_rev && rev < fwd ? rev : fwd;
+    un_status st = un_rule_hash_sides(NULL, s->a, s->b, s->ra, s->rb, s->n, &fwd, &rev, &has_rev);
+    if (st == UN_OK)
+        *h = has_rev && rev < fwd ? rev : fwd;
     return st;
 }
 
 /* sides_hash of the rule A => B (sides_build's sides), without making the rule. */
-static un_status rule_hash(un_ctx *ctx, const un_gen_enum *e, const un_gen_graph *ga,
-                           const un_gen_geval *ea, const un_gen_graph *gb, const un_gen_geval *eb,
-                           const uint8_t *abs_a, const uint8_t *abs_b, int n_abs, unsigned skip_out,
-                           uint64_t *h) {
+static un_status rule_hash(const un_gen_enum *e, const un_gen_graph *ga, const un_gen_geval *ea,
+                           const un_gen_graph *gb, const un_gen_geval *eb, const uint8_t *abs_a,
+                           const uint8_t *abs_b, int n_abs, unsigned skip_out, uint64_t *h) {
     sides s;
-    un_status st = sides_build(ctx, e, ga, ea, gb, eb, abs_a, abs_b, n_abs, skip_out, &s);
+    un_status st = sides_build(e, ga, ea, gb, eb, abs_a, abs_b, n_abs, skip_out, &s);
     if (st == UN_OK)
-        st = sides_hash(ctx, &s, h);
+        st = sides_hash(&s, h);
     sides_free(&s);
     return st;
 }
@@ -429,7 +429,7 @@ static bool try_abstract(un_ctx *ctx, const un_gen_enum *e, hsink *known, const 
                          const un_gen_geval *ea, const un_gen_graph *gb, const un_gen_geval *eb,
                          const uint8_t *xa, const uint8_t *xb, int n) {
     uint64_t h;
-    if (rule_hash(ctx, e, ga, ea, gb, eb, xa, xb, n, 0, &h) == UN_OK)
+    if (rule_hash(e, ga, ea, gb, eb, xa, xb, n, 0, &h) == UN_OK)
         return sink_hit(known, h);
     un_ctx_clear(ctx);
     return false;
@@ -443,7 +443,7 @@ static bool implied_by_subgraph(un_ctx *ctx, const un_gen_enum *e, hsink *known,
     for (int i = 0; i < ea->n_out; i++)
         if (ea->key[ea->out[i]] == eb->key[eb->out[i]]) {
             uint64_t h;
-            if (rule_hash(ctx, e, ga, ea, gb, eb, NULL, NULL, 0, 1u << i, &h) != UN_OK)
+            if (rule_hash(e, ga, ea, gb, eb, NULL, NULL, 0, 1u << i, &h) != UN_OK)
                 un_ctx_clear(ctx);
             else if (sink_hit(known, h))
                 return true;
@@ -530,8 +530,7 @@ static bool implied_by_diagonal(un_ctx *ctx, const un_gen_enum *e, hsink *known,
             bool hit = false;
             if (e2[0].fp == e2[1].fp && e2[0].n_out == e2[1].n_out) {
                 uint64_t h;
-                if (rule_hash(ctx, e, &g2[0], &e2[0], &g2[1], &e2[1], NULL, NULL, 0, 0, &h) ==
-                    UN_OK)
+                if (rule_hash(e, &g2[0], &e2[0], &g2[1], &e2[1], NULL, NULL, 0, 0, &h) == UN_OK)
                     hit = sink_hit(known, h);
                 else
                     un_ctx_clear(ctx);
@@ -744,8 +743,8 @@ static void pair_info_compute(un_ctx *ctx, const pinfo_job *job, member_memo *me
      * Composition settled: nothing past the normal forms is read. */
     if (pi->prefix && pi->nfa != pi->nfb &&
         !hset_has(job->decided, compose_key(pr->bucket, pi->nfb)) &&
-        sides_build(ctx, job->e, &pr->a, &ea, &pr->b, &eb, NULL, NULL, 0, 0, &sd) == UN_OK &&
-        sides_hash(ctx, &sd, &pi->h) == UN_OK) {
+        sides_build(job->e, &pr->a, &ea, &pr->b, &eb, NULL, NULL, 0, 0, &sd) == UN_OK &&
+        sides_hash(&sd, &pi->h) == UN_OK) {
         pi->h_ok = true;
         /* renaming settled by the hash, then by the diagonal instances; subgraph settled */
         bool settled = hset_has(job->known, pi->h);
@@ -1203,7 +1202,7 @@ bool un_gen_pair_explain(un_ctx *ctx, const un_gen_enum *e, const un_gen_rules *
                      "implied: a congruence of smaller rules (equal once inner tensors are "
                      "replaced by the smallest graph of their value)");
             res = true;
-        } else if (rule_hash(ctx, e, a, &ea, b, &eb, NULL, NULL, 0, 0, &h) == UN_OK &&
+        } else if (rule_hash(e, a, &ea, b, &eb, NULL, NULL, 0, 0, &h) == UN_OK &&
                    hset_has(&known, h)) {
             snprintf(why, n, "implied: a renaming of a rule kept or implied");
             res = true;

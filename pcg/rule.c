@@ -254,9 +254,11 @@ static un_status make_check(un_ctx *ctx, const un_graph *src, const un_graph *ds
     for (int i = 0; i < n_out; i++) {
         const un_shape *a = un_graph_shape(src, src_out[i]), *b = un_graph_shape(dst, dst_out[i]);
         if (!un_shape_eq(a, b)) {
-            char sa[96], sb[96];
-            un_shape_str(a, sa, sizeof sa);
-            un_shape_str(b, sb, sizeof sb);
+            char sa[96] = "", sb[96] = "";
+            if (ctx && un_ctx_status(ctx) == UN_OK) { /* formatted only when it is kept */
+                un_shape_str(a, sa, sizeof sa);
+                un_shape_str(b, sb, sizeof sb);
+            }
             return un_ctx_error(ctx, UN_ERR_INVALID,
                                 "rule: output %d has shape %s in the source but %s in the target",
                                 i, sa, sb);
