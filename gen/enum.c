@@ -33,7 +33,8 @@ void un_gen_enum_result_deinit(un_gen_enum_result *r) {
 #define MEMO_PROBE 32
 
 typedef struct infer_answer {
-    uint64_t out_sh[UN_MAX_OUTPUTS]; /* shape_key of each output */
+    uint64_t out_sh[UN_MAX_OUTPUTS];  /* shape_key of each output */
+    uint64_t out_vh0[UN_MAX_OUTPUTS]; /* value_hash_seed of each output */
     un_infer inf;
 } infer_answer;
 
@@ -61,9 +62,11 @@ struct un_gen_enum {
 
 const un_gen_menu *un_gen_enum_menu(const un_gen_enum *e) { return e->m; }
 
-/* Hash of a tensor's logical shape, layout and logical value. */
-static uint64_t value_hash(const un_shape *s, const un_val *dense, int64_t n) {
-    uint64_t h = un_shape_hash(s, 0x76616c7565ull);
+/* Hash of a tensor's logical shape, layout and logical value: value_hash_from(value_hash_seed(s),
+ * ...), the seed a function of the shape alone (memoised with the shape inference). */
+static uint64_t value_hash_seed(const un_shape *s) { return un_shape_hash(s, 0x76616c7565ull); }
+
+static uint64_t value_hash_from(uint64_t h, const un_val *dense, int64_t n) {
     for (int64_t i = 0; i < n; i++)
         h = un_mix64(h ^ dense[i].u) + (uint64_t)i;
     return un_mix64(h);
@@ -101,7 +104,7 @@ un_status un_gen_enum_new(un_ctx *ctx, const un_gen_menu *menu, uint64_t seed, u
         un_ptensor_random_dense(UN_DOM_FIELD, UN_DT_FLOAT, 0, n, &rng, dense);
         if ((st = un_ptensor_init(ctx, &e->in_val[i], &in->shape)) == UN_OK)
             st = un_ptensor_scatter(ctx, &e->in_val[i], UN_DOM_FIELD, dense, &rng);
-        e->in_vh[i] = value_hash(&in->shape, dense, n);
+        e->in_vh[i] = value_hash_from(value_hash_seed(&in->shape), dense, n);
         /* structural key of an input: its menu index (inputs are never renamed here) */
         e->in_key[i] = un_mix64(0x696e707574ull + (uint64_t)i);
         free(dense);
@@ -409,10 +412,11 @@ static void pop_op(wstate *w) {
 
 /* Shape inference of menu instance inst over shapes in[] (sh[j] = shape_key(&in[j])) through the
  * memo: returns the result (borrowed from the memo, or written to *scratch when it is full) and
- * the output shapes' keys in out_sh[], or NULL when ill-formed. */
+ * the output shapes' keys in out_sh[] and value hash seeds in out_vh0[], or NULL when ill-formed.
+ */
 static const un_infer *infer_memo_get(const un_gen_enum *e, int inst, const un_shape *in,
                                       const uint64_t *sh, int n_in, un_infer *scratch,
-                                      uint64_t *out_sh) {
+                                      uint64_t *out_sh, uint64_t *out_vh0) {
     size_t bytes = sizeof(un_shape) * (size_t)n_in;
     uint64_t h = un_mix64(0x696e66ull + (uint64_t)inst);
     for (int j = 0; j < n_in; j++)
@@ -428,14 +432,17 @@ static const un_infer *infer_memo_get(const un_gen_enum *e, int inst, const un_s
             if (!m->ok)
                 return NULL;
             memcpy(out_sh, m->ok->out_sh, sizeof(uint64_t) * (size_t)m->ok->inf.n_out);
+            memcpy(out_vh0, m->ok->out_vh0, sizeof(uint64_t) * (size_t)m->ok->inf.n_out);
             return &m->ok->inf;
         }
     }
     const un_gen_inst *gi = &e->m->insts[inst];
     bool ok = un_spec_infer(NULL, e->spec, gi->op, gi->params, in, n_in, NULL, scratch) == UN_OK;
     if (ok)
-        for (int o = 0; o < scratch->n_out; o++)
+        for (int o = 0; o < scratch->n_out; o++) {
             out_sh[o] = shape_key(&scratch->out[o]);
+            out_vh0[o] = value_hash_seed(&scratch->out[o]);
+        }
     if (free_slot == MEMO_SLOTS)
         return ok ? scratch : NULL;
     infer_memo *m = un_xmalloc(sizeof *m + bytes);
@@ -446,6 +453,7 @@ static const un_infer *infer_memo_get(const un_gen_enum *e, int inst, const un_s
     if (ok) {
         m->ok = un_xmalloc(sizeof *m->ok);
         memcpy(m->ok->out_sh, out_sh, sizeof(uint64_t) * (size_t)scratch->n_out);
+        memcpy(m->ok->out_vh0, out_vh0, sizeof(uint64_t) * (size_t)scratch->n_out);
         m->ok->inf = *scratch;
     }
     infer_memo *expected = NULL;
@@ -480,14 +488,15 @@ static int push_op(wstate *w, int inst, const uint8_t *in, bool check_order) {
         return TRY_ILL;
     un_shape shapes[UN_GEN_MAX_OP_IN];
     un_ptensor vals[UN_GEN_MAX_OP_IN];
-    uint64_t sh[UN_GEN_MAX_OP_IN], out_sh[UN_MAX_OUTPUTS];
+    uint64_t sh[UN_GEN_MAX_OP_IN], out_sh[UN_MAX_OUTPUTS], out_vh0[UN_MAX_OUTPUTS];
     for (int j = 0; j < gi->n_in; j++) {
         shapes[j] = w->val[in[j]].shape;
         vals[j] = w->val[in[j]];
         sh[j] = w->sh[in[j]];
     }
     un_infer inf_scratch;
-    const un_infer *infp = infer_memo_get(w->e, inst, shapes, sh, gi->n_in, &inf_scratch, out_sh);
+    const un_infer *infp =
+        infer_memo_get(w->e, inst, shapes, sh, gi->n_in, &inf_scratch, out_sh, out_vh0);
     if (!infp)
         return TRY_ILL;
     if (w->n_t + infp->n_out > UN_GEN_MAX_T)
@@ -506,12 +515,14 @@ static int push_op(wstate *w, int inst, const uint8_t *in, bool check_order) {
     int res = TRY_OK;
     for (int o = 0; o < infp->n_out && res == TRY_OK; o++) {
         int64_t n = un_shape_numel(&infp->out[o]);
-        un_val *dense = scratch(w, n);
-        if (un_ptensor_gather(NULL, &outv[o], UN_DOM_FIELD, dense) != UN_OK) {
+        /* one piece (no layout) holds the logical value as it is, in row-major order */
+        un_val *dense = outv[o].data;
+        if (un_shape_npieces(&infp->out[o]) > 1 &&
+            un_ptensor_gather(NULL, &outv[o], UN_DOM_FIELD, dense = scratch(w, n)) != UN_OK) {
             res = TRY_ILL; /* copies that differ: not a well-defined value */
             break;
         }
-        vh[o] = value_hash(&infp->out[o], dense, n);
+        vh[o] = value_hash_from(out_vh0[o], dense, n);
         for (int t = 0; t < w->n_t && res == TRY_OK; t++)
             if (w->vh[t] == vh[o])
                 res = TRY_DUP;
@@ -1006,7 +1017,18 @@ un_status un_gen_enum_to_graph(un_ctx *ctx, const un_gen_enum *e, const un_gen_g
         for (int k = 0; k < op->n_in; k++)
             in[k] = tref[op->in[k]];
         int32_t id;
-        st = un_graph_add(ctx, gr, gi->op, gi->params, in, op->n_in, NULL, &id);
+        /* the inference through the memo (a pure function of these shapes) */
+        un_shape shapes[UN_GEN_MAX_OP_IN];
+        uint64_t sh[UN_GEN_MAX_OP_IN], out_sh[UN_MAX_OUTPUTS], out_vh0[UN_MAX_OUTPUTS];
+        for (int k = 0; k < op->n_in; k++) {
+            shapes[k] = ev->shape[op->in[k]];
+            sh[k] = shape_key(&shapes[k]);
+        }
+        un_infer scratch;
+        const un_infer *inf =
+            infer_memo_get(e, op->inst, shapes, sh, op->n_in, &scratch, out_sh, out_vh0);
+        st = inf ? un_graph_add_inferred(ctx, gr, gi->op, gi->params, in, op->n_in, NULL, inf, &id)
+                 : un_graph_add(ctx, gr, gi->op, gi->params, in, op->n_in, NULL, &id);
         for (int t = 0; t < ev->n_t && st == UN_OK; t++)
             if (ev->prod[t] == j && !is_abs[t])
                 tref[t] = (un_ref){id, ev->prod_out[t]};

@@ -340,38 +340,62 @@ static bool outputs_equal(const un_gen_geval *a, const un_gen_geval *b) {
     return true;
 }
 
-/* Builds the rule A => B (outputs matched in value-hash order), optionally with tensors abstracted
- * into fresh inputs and output pairs left out (skip_out bit i). */
-static un_status build_rule(un_ctx *ctx, const un_gen_enum *e, const un_gen_graph *ga,
-                            const un_gen_geval *ea, const un_gen_graph *gb, const un_gen_geval *eb,
-                            const uint8_t *abs_a, const uint8_t *abs_b, int n_abs,
-                            unsigned skip_out, un_rule **out) {
-    *out = NULL;
+/* The sides of the rule A => B as graphs (outputs matched in value-hash order), optionally with
+ * tensors abstracted into fresh inputs and output pairs left out (skip_out bit i). Every caller
+ * drops the error text, so none is formatted: no context below, the status says it all. */
+typedef struct sides {
+    un_graph *a, *b;
+    un_ref ra[UN_GEN_MAX_GOUTS], rb[UN_GEN_MAX_GOUTS];
+    int n;
+} sides;
+
+static void sides_free(sides *s) {
+    un_graph_free(s->a);
+    un_graph_free(s->b);
+    s->a = s->b = NULL;
+}
+
+static un_status sides_build(const un_gen_enum *e, const un_gen_graph *ga, const un_gen_geval *ea,
+                             const un_gen_graph *gb, const un_gen_geval *eb, const uint8_t *abs_a,
+                             const uint8_t *abs_b, int n_abs, unsigned skip_out, sides *s) {
+    memset(s, 0, sizeof *s);
     uint8_t oa[UN_GEN_MAX_GOUTS], ob[UN_GEN_MAX_GOUTS];
-    int n = 0;
     for (int i = 0; i < ea->n_out; i++)
         if (!(skip_out & (1u << i))) {
-            oa[n] = ea->out[i];
-            ob[n++] = eb->out[i];
+            oa[s->n] = ea->out[i];
+            ob[s->n++] = eb->out[i];
         }
-    if (n == 0)
-        return un_ctx_error(ctx, UN_ERR_INVALID, "no outputs left");
-    un_graph *sa = NULL, *sb = NULL;
-    un_ref ra[UN_GEN_MAX_GOUTS], rb[UN_GEN_MAX_GOUTS];
-    un_status st = un_gen_enum_to_graph(ctx, e, ga, ea, abs_a, n_abs, oa, n, &sa, ra);
+    if (s->n == 0)
+        return UN_ERR_INVALID;
+    un_status st = un_gen_enum_to_graph(NULL, e, ga, ea, abs_a, n_abs, oa, s->n, &s->a, s->ra);
     if (st == UN_OK)
-        st = un_gen_enum_to_graph(ctx, e, gb, eb, abs_b, n_abs, ob, n, &sb, rb);
-    if (st == UN_OK)
-        st = un_rule_make(ctx, sa, sb, ra, rb, n, out);
-    un_graph_free(sa);
-    un_graph_free(sb);
+        st = un_gen_enum_to_graph(NULL, e, gb, eb, abs_b, n_abs, ob, s->n, &s->b, s->rb);
+    if (st != UN_OK)
+        sides_free(s);
     return st;
 }
 
-/* Canonical hash of the stored direction of a rule: min over both directions. */
-static uint64_t pair_hash(const un_rule *r) {
-    uint64_t h, h2;
-    return un_rule_hash_both(r, &h, &h2) && h2 < h ? h2 : h;
+/* Canonical hash of the stored direction of the rule the sides make (min over both directions),
+ * or the error un_rule_make would give. */
+static un_status sides_hash(const sides *s, uint64_t *h) {
+    uint64_t fwd, rev;
+    bool has_rev;
+    un_status st = un_rule_hash_sides(NULL, s->a, s->b, s->ra, s->rb, s->n, &fwd, &rev, &has_rev);
+    if (st == UN_OK)
+        *h = has_rev && rev < fwd ? rev : fwd;
+    return st;
+}
+
+/* sides_hash of the rule A => B (sides_build's sides), without making the rule. */
+static un_status rule_hash(const un_gen_enum *e, const un_gen_graph *ga, const un_gen_geval *ea,
+                           const un_gen_graph *gb, const un_gen_geval *eb, const uint8_t *abs_a,
+                           const uint8_t *abs_b, int n_abs, unsigned skip_out, uint64_t *h) {
+    sides s;
+    un_status st = sides_build(e, ga, ea, gb, eb, abs_a, abs_b, n_abs, skip_out, &s);
+    if (st == UN_OK)
+        st = sides_hash(&s, h);
+    sides_free(&s);
+    return st;
 }
 
 /* Where candidate hashes go: looked up in a known set (true on a hit), or collected for a later
@@ -404,14 +428,11 @@ static bool sink_any(const hsink *s, const hset *known) {
 static bool try_abstract(un_ctx *ctx, const un_gen_enum *e, hsink *known, const un_gen_graph *ga,
                          const un_gen_geval *ea, const un_gen_graph *gb, const un_gen_geval *eb,
                          const uint8_t *xa, const uint8_t *xb, int n) {
-    un_rule *r = NULL;
-    bool hit = false;
-    if (build_rule(ctx, e, ga, ea, gb, eb, xa, xb, n, 0, &r) == UN_OK)
-        hit = sink_hit(known, pair_hash(r));
-    else
-        un_ctx_clear(ctx);
-    un_rule_free(r);
-    return hit;
+    uint64_t h;
+    if (rule_hash(e, ga, ea, gb, eb, xa, xb, n, 0, &h) == UN_OK)
+        return sink_hit(known, h);
+    un_ctx_clear(ctx);
+    return false;
 }
 
 /* Common subgraph: a tensor both sides compute identically (same structural key) abstracted into
@@ -421,14 +442,10 @@ static bool implied_by_subgraph(un_ctx *ctx, const un_gen_enum *e, hsink *known,
                                 const un_gen_graph *gb, const un_gen_geval *eb, int n_inputs) {
     for (int i = 0; i < ea->n_out; i++)
         if (ea->key[ea->out[i]] == eb->key[eb->out[i]]) {
-            un_rule *r = NULL;
-            bool hit = false;
-            if (build_rule(ctx, e, ga, ea, gb, eb, NULL, NULL, 0, 1u << i, &r) == UN_OK)
-                hit = sink_hit(known, pair_hash(r));
-            else
+            uint64_t h;
+            if (rule_hash(e, ga, ea, gb, eb, NULL, NULL, 0, 1u << i, &h) != UN_OK)
                 un_ctx_clear(ctx);
-            un_rule_free(r);
-            if (hit)
+            else if (sink_hit(known, h))
                 return true;
         }
     /* every tensor both compute identically, one at a time, then the whole frontier at once */
@@ -512,13 +529,11 @@ static bool implied_by_diagonal(un_ctx *ctx, const un_gen_enum *e, hsink *known,
             }
             bool hit = false;
             if (e2[0].fp == e2[1].fp && e2[0].n_out == e2[1].n_out) {
-                un_rule *r = NULL;
-                if (build_rule(ctx, e, &g2[0], &e2[0], &g2[1], &e2[1], NULL, NULL, 0, 0, &r) ==
-                    UN_OK)
-                    hit = sink_hit(known, pair_hash(r));
+                uint64_t h;
+                if (rule_hash(e, &g2[0], &e2[0], &g2[1], &e2[1], NULL, NULL, 0, 0, &h) == UN_OK)
+                    hit = sink_hit(known, h);
                 else
                     un_ctx_clear(ctx);
-                un_rule_free(r);
             }
             un_gen_geval_deinit(&e2[0]);
             un_gen_geval_deinit(&e2[1]);
@@ -721,15 +736,16 @@ static void pair_info_compute(un_ctx *ctx, const pinfo_job *job, member_memo *me
     pi->nfa = nf_key(job->r, &pr->a, &ea, m->n_inputs, job->comm);
     pi->nfb = nf_key(job->r, &pr->b, &eb, m->n_inputs, job->comm);
     un_rule *rule = NULL;
+    sides sd = {0};
     /* The decision tries the stages in order and the sets only grow, so once a stage is settled
      * by the sets before this chunk, the facts of the later stages can never be read: they are
      * left out (zero), which saves most of the work on the later chunks and changes no decision.
      * Composition settled: nothing past the normal forms is read. */
     if (pi->prefix && pi->nfa != pi->nfb &&
         !hset_has(job->decided, compose_key(pr->bucket, pi->nfb)) &&
-        build_rule(ctx, job->e, &pr->a, &ea, &pr->b, &eb, NULL, NULL, 0, 0, &rule) == UN_OK) {
+        sides_build(job->e, &pr->a, &ea, &pr->b, &eb, NULL, NULL, 0, 0, &sd) == UN_OK &&
+        sides_hash(&sd, &pi->h) == UN_OK) {
         pi->h_ok = true;
-        pi->h = pair_hash(rule);
         /* renaming settled by the hash, then by the diagonal instances; subgraph settled */
         bool settled = hset_has(job->known, pi->h);
         if (!settled) {
@@ -740,8 +756,10 @@ static void pair_info_compute(un_ctx *ctx, const pinfo_job *job, member_memo *me
             implied_by_subgraph(ctx, job->e, &pi->sub, &pr->a, &ea, &pr->b, &eb, m->n_inputs);
             settled = sink_any(&pi->sub, job->known);
         }
+        /* the rule itself only for the random test and the stored form */
         if (!settled)
-            pi->check_ok = un_rule_check_random(ctx, rule, UN_DOM_FIELD,
+            pi->check_ok = un_rule_make(ctx, sd.a, sd.b, sd.ra, sd.rb, sd.n, &rule) == UN_OK &&
+                           un_rule_check_random(ctx, rule, UN_DOM_FIELD,
                                                 job->p->seed ^ 0x636865636bull, NULL) == UN_OK;
         /* earlier members of the group sharing a subterm with b */
         const int64_t *bb = job->by_bucket;
@@ -780,6 +798,7 @@ static void pair_info_compute(un_ctx *ctx, const pinfo_job *job, member_memo *me
     }
     un_ctx_clear(ctx);
     un_rule_free(rule);
+    sides_free(&sd);
     un_gen_geval_deinit(&ea);
     un_gen_geval_deinit(&eb);
 }
@@ -1177,14 +1196,14 @@ bool un_gen_pair_explain(un_ctx *ctx, const un_gen_enum *e, const un_gen_rules *
         have_b = true;
     un_ctx_clear(ctx);
     if (have_a && have_b && ea.n_out == eb.n_out) {
-        un_rule *rule = NULL;
+        uint64_t h;
         if (nf_key(&r, a, &ea, m->n_inputs, comm) == nf_key(&r, b, &eb, m->n_inputs, comm)) {
             snprintf(why, n,
                      "implied: a congruence of smaller rules (equal once inner tensors are "
                      "replaced by the smallest graph of their value)");
             res = true;
-        } else if (build_rule(ctx, e, a, &ea, b, &eb, NULL, NULL, 0, 0, &rule) == UN_OK &&
-                   hset_has(&known, pair_hash(rule))) {
+        } else if (rule_hash(e, a, &ea, b, &eb, NULL, NULL, 0, 0, &h) == UN_OK &&
+                   hset_has(&known, h)) {
             snprintf(why, n, "implied: a renaming of a rule kept or implied");
             res = true;
         } else if (implied_by_subgraph(ctx, e, &(hsink){.known = &known}, a, &ea, b, &eb,
@@ -1196,7 +1215,6 @@ bool un_gen_pair_explain(un_ctx *ctx, const un_gen_enum *e, const un_gen_rules *
             res = true;
         }
         un_ctx_clear(ctx);
-        un_rule_free(rule);
     }
     if (have_a)
         un_gen_geval_deinit(&ea);

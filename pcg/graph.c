@@ -625,8 +625,10 @@ static void iouts_add(un_graph *g, int32_t id) {
         g->iouts[g->n_iouts++] = (un_ref){id, k};
 }
 
-un_status un_graph_add(un_ctx *ctx, un_graph *g, un_op op, const un_param *params, const un_ref *in,
-                       int n_in, const char *name, int32_t *out) {
+/* un_graph_add, inferring the node unless inf is given. */
+static un_status graph_add(un_ctx *ctx, un_graph *g, un_op op, const un_param *params,
+                           const un_ref *in, int n_in, const char *name, const un_infer *inf,
+                           int32_t *out) {
     if (out)
         *out = -1;
     char label[48];
@@ -692,9 +694,13 @@ un_status un_graph_add(un_ctx *ctx, un_graph *g, un_op op, const un_param *param
         shapes[i] = src->inf.out[r.out];
     }
     node.n_in = n_in;
-    un_status st = un_spec_infer(ctx, g->spec, op, node.params, shapes, n_in, lbl, &node.inf);
-    if (st != UN_OK)
-        return st;
+    if (inf) {
+        node.inf = *inf;
+    } else {
+        un_status st = un_spec_infer(ctx, g->spec, op, node.params, shapes, n_in, lbl, &node.inf);
+        if (st != UN_OK)
+            return st;
+    }
     UN_ASSERT(node.inf.n_out >= 0 && node.inf.n_out <= UN_MAX_OUTPUTS);
 
     if (g->n_nodes == g->cap_nodes) {
@@ -713,6 +719,17 @@ un_status un_graph_add(un_ctx *ctx, un_graph *g, un_op op, const un_param *param
     if (out)
         *out = id;
     return UN_OK;
+}
+
+un_status un_graph_add(un_ctx *ctx, un_graph *g, un_op op, const un_param *params, const un_ref *in,
+                       int n_in, const char *name, int32_t *out) {
+    return graph_add(ctx, g, op, params, in, n_in, name, NULL, out);
+}
+
+un_status un_graph_add_inferred(un_ctx *ctx, un_graph *g, un_op op, const un_param *params,
+                                const un_ref *in, int n_in, const char *name, const un_infer *inf,
+                                int32_t *out) {
+    return graph_add(ctx, g, op, params, in, n_in, name, inf, out);
 }
 
 un_status un_graph_add_input(un_ctx *ctx, un_graph *g, const char *name, un_op op, int rank,

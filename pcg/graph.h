@@ -97,6 +97,11 @@ un_status un_graph_add_input_shape(un_ctx *ctx, un_graph *g, const char *name, u
  * nothing is added and the error names the node. params may be NULL for defaults. */
 un_status un_graph_add(un_ctx *ctx, un_graph *g, un_op op, const un_param *params, const un_ref *in,
                        int n_in, const char *name, int32_t *out);
+/* un_graph_add with the node's inference known: inf must be what un_spec_infer gives for op, params
+ * and the inputs' shapes (the same node elsewhere, or a memo of it); it is copied, not computed. */
+un_status un_graph_add_inferred(un_ctx *ctx, un_graph *g, un_op op, const un_param *params,
+                                const un_ref *in, int n_in, const char *name, const un_infer *inf,
+                                int32_t *out);
 /* Adds parallel op `op` over `in` with its dim (ignored by replicate and reduce) and degree. */
 un_status un_graph_add_parallel(un_ctx *ctx, un_graph *g, un_op op, un_ref in, int64_t dim,
                                 int64_t degree, const char *name, int32_t *out);

@@ -229,9 +229,9 @@ static int32_t *iota(int32_t n) {
     return o;
 }
 
-un_status un_rule_make(un_ctx *ctx, const un_graph *src, const un_graph *dst, const un_ref *src_out,
-                       const un_ref *dst_out, int n_out, un_rule **out) {
-    *out = NULL;
+/* The checks of un_rule_make (rule.h) on the sides as given. */
+static un_status make_check(un_ctx *ctx, const un_graph *src, const un_graph *dst,
+                            const un_ref *src_out, const un_ref *dst_out, int n_out) {
     if (!src || !dst || n_out < 1 || n_out > UN_RULE_MAX_OUTS)
         return un_ctx_error(ctx, UN_ERR_INVALID, "rule: %d mapped outputs (1..%d)", n_out,
                             UN_RULE_MAX_OUTS);
@@ -254,14 +254,25 @@ un_status un_rule_make(un_ctx *ctx, const un_graph *src, const un_graph *dst, co
     for (int i = 0; i < n_out; i++) {
         const un_shape *a = un_graph_shape(src, src_out[i]), *b = un_graph_shape(dst, dst_out[i]);
         if (!un_shape_eq(a, b)) {
-            char sa[96], sb[96];
-            un_shape_str(a, sa, sizeof sa);
-            un_shape_str(b, sb, sizeof sb);
+            char sa[96] = "", sb[96] = "";
+            if (ctx && un_ctx_status(ctx) == UN_OK) { /* formatted only when it is kept */
+                un_shape_str(a, sa, sizeof sa);
+                un_shape_str(b, sb, sizeof sb);
+            }
             return un_ctx_error(ctx, UN_ERR_INVALID,
                                 "rule: output %d has shape %s in the source but %s in the target",
                                 i, sa, sb);
         }
     }
+    return UN_OK;
+}
+
+un_status un_rule_make(un_ctx *ctx, const un_graph *src, const un_graph *dst, const un_ref *src_out,
+                       const un_ref *dst_out, int n_out, un_rule **out) {
+    *out = NULL;
+    un_status st = make_check(ctx, src, dst, src_out, dst_out, n_out);
+    if (st != UN_OK)
+        return st;
     un_rule *r = un_xcalloc(1, sizeof *r);
     r->n_out = n_out;
     const un_graph *gs[2] = {src, dst};
@@ -417,8 +428,10 @@ static un_graph *merged_new(const un_graph *a, const un_graph *b, const un_ref *
         un_ref in[UN_MAX_INPUTS];
         for (int j = 0; j < nd->n_in; j++)
             in[j] = (un_ref){b_id[nd->in[j].node], nd->in[j].out};
-        un_status st = un_graph_add(NULL, m, nd->op, nd->params, in, nd->n_in, NULL, &b_id[v]);
-        UN_ASSERT(st == UN_OK); /* the same op on the same shapes as in b */
+        /* the same op on the same shapes as in b: its inference */
+        un_status st = un_graph_add_inferred(NULL, m, nd->op, nd->params, in, nd->n_in, NULL,
+                                             &nd->inf, &b_id[v]);
+        UN_ASSERT(st == UN_OK);
     }
     un_ref outs[2 * UN_RULE_MAX_OUTS];
     for (int i = 0; i < n_out; i++) {
@@ -484,6 +497,25 @@ bool un_rule_hash_both(const un_rule *r, uint64_t *fwd, uint64_t *rev) {
         return false;
     *rev = best_perm(r->dst, r->src, r->dst_out, r->src_out, r->n_out, perm);
     return true;
+}
+
+un_status un_rule_hash_sides(un_ctx *ctx, const un_graph *src, const un_graph *dst,
+                             const un_ref *src_out, const un_ref *dst_out, int n_out, uint64_t *fwd,
+                             uint64_t *rev, bool *has_rev) {
+    /* un_rule_make's copy differs from the sides only in its operators' names, which the merged
+     * graphs' hashes do not read */
+    un_status st = make_check(ctx, src, dst, src_out, dst_out, n_out);
+    if (st != UN_OK)
+        return st;
+    int perm[UN_RULE_MAX_OUTS];
+    *fwd = best_perm(src, dst, src_out, dst_out, n_out, perm);
+    int n_ops = 0;
+    for (int32_t v = 0; v < un_graph_node_count(dst); v++)
+        n_ops += !is_source(dst, v);
+    *has_rev = n_ops > 0;
+    if (*has_rev)
+        *rev = best_perm(dst, src, dst_out, src_out, n_out, perm);
+    return UN_OK;
 }
 
 static int cmp_bind(const void *a, const void *b) {

@@ -121,6 +121,12 @@ uint64_t un_rule_hash(const un_rule *r);
  * swapped, the same graphs and outputs), without building the reverse. False, *rev unset, when r
  * has no reverse (its target has no operator, so it could not be a source). */
 bool un_rule_hash_both(const un_rule *r, uint64_t *fwd, uint64_t *rev);
+/* un_rule_hash_both of the rule un_rule_make(ctx, src, dst, src_out, dst_out, n_out) would make,
+ * without making it (no copy of the sides): UN_OK with *fwd, *has_rev and, when the reverse
+ * exists, *rev; or the error un_rule_make would return. */
+un_status un_rule_hash_sides(un_ctx *ctx, const un_graph *src, const un_graph *dst,
+                             const un_ref *src_out, const un_ref *dst_out, int n_out, uint64_t *fwd,
+                             uint64_t *rev, bool *has_rev);
 /* The canonical form: inputs renamed x0, x1, ... and weights w0, w1, ... in canonical order of
  * first use (over both sides), other nodes s0.. (source side) and t0.. (target side) in canonical
  * topological order, output pairs in canonical order. Equal rules up to renaming give identical

@@ -182,6 +182,72 @@ static void test_hash_both(void) {
     un_ctx_free(ctx);
 }
 
+/* A side with unnamed operators over input a, and b when use_b: ew_add(a, b) (swapped: (b, a))
+ * or relu(a) when ops >= 1, under a relu when ops >= 2, else the input; *out is its output. */
+static un_graph *unnamed_side(un_ctx *ctx, bool use_b, bool swap, int ops, un_ref *out) {
+    un_graph *g = un_graph_new(spec);
+    un_shape s = un_shape_make(1, (int64_t[]){4}, UN_DT_FLOAT);
+    int32_t a, b = -1, v;
+    EXPECT_OK(ctx, un_graph_add_input_shape(ctx, g, "a", UN_OP_INPUT, &s, &a));
+    if (use_b)
+        EXPECT_OK(ctx, un_graph_add_input_shape(ctx, g, "b", UN_OP_INPUT, &s, &b));
+    *out = (un_ref){use_b ? b : a, 0};
+    if (ops >= 1) {
+        un_ref in[2] = {{swap ? b : a, 0}, {swap ? a : b, 0}};
+        EXPECT_OK(ctx, use_b ? un_graph_add(ctx, g, UN_OP_EW_ADD, NULL, in, 2, NULL, &v)
+                             : un_graph_add(ctx, g, UN_OP_RELU, NULL, in, 1, NULL, &v));
+        *out = (un_ref){v, 0};
+    }
+    if (ops >= 2) {
+        EXPECT_OK(ctx, un_graph_add(ctx, g, UN_OP_RELU, NULL, out, 1, NULL, &v));
+        *out = (un_ref){v, 0};
+    }
+    return g;
+}
+
+/* un_rule_hash_sides on sides with unnamed operators: the hashes un_rule_hash_both gives on the
+ * rule un_rule_make makes of them, no reverse when the target has no operator, and un_rule_make's
+ * error when it would fail (an input on one side only; a source without an operator). */
+static void test_hash_sides(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    /* {src: use_b, swap, ops}, {dst: ...}, whether un_rule_make succeeds */
+    static const int cases[][7] = {
+        {1, 0, 2, 1, 1, 2, 1}, /* relu(a + b) => relu(b + a) */
+        {1, 0, 1, 1, 1, 1, 1}, /* a + b => b + a */
+        {0, 0, 2, 0, 0, 1, 1}, /* relu(relu(a)) => relu(a) */
+        {0, 0, 1, 0, 0, 0, 1}, /* relu(a) => a: no reverse */
+        {1, 0, 1, 0, 0, 1, 0}, /* a + b => relu(a): b on one side only */
+        {0, 0, 0, 0, 0, 1, 0}, /* a => relu(a): no operator in the source */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int *c = cases[i];
+        un_ref so, dout;
+        un_graph *src = unnamed_side(ctx, c[0], c[1], c[2], &so),
+                 *dst = unnamed_side(ctx, c[3], c[4], c[5], &dout);
+        un_rule *r = NULL;
+        un_status made = un_rule_make(ctx, src, dst, &so, &dout, 1, &r);
+        un_ctx_clear(ctx);
+        uint64_t fwd = 0, rev = 0, want_fwd = 0, want_rev = 0;
+        bool has_rev = true;
+        un_status st = un_rule_hash_sides(ctx, src, dst, &so, &dout, 1, &fwd, &rev, &has_rev);
+        un_ctx_clear(ctx);
+        EXPECT_EQ(st, made);
+        EXPECT_EQ(made == UN_OK, c[6] == 1);
+        if (r) {
+            bool want_has = un_rule_hash_both(r, &want_fwd, &want_rev);
+            EXPECT_TRUE(fwd == want_fwd);
+            EXPECT_EQ(has_rev, want_has);
+            EXPECT_EQ(has_rev, c[5] > 0);
+            if (has_rev)
+                EXPECT_TRUE(rev == want_rev);
+        }
+        un_rule_free(r);
+        un_graph_free(src);
+        un_graph_free(dst);
+    }
+    un_ctx_free(ctx);
+}
+
 /* Two outputs: the pair order must not change the hash. */
 static void test_hash_output_order(void) {
     const char *fmt =
@@ -354,6 +420,7 @@ int main(void) {
         {"hash_canonical", test_hash_canonical},
         {"hash_output_order", test_hash_output_order},
         {"hash_both", test_hash_both},
+        {"hash_sides", test_hash_sides},
         {"instantiate", test_instantiate},
         {"parallel_inputs", test_parallel_inputs},
         {"errors", test_errors},
