@@ -251,7 +251,7 @@ if left:
           f"would take {proj / 60:.0f} min")
 print(f"end to end          {(g + a + c + v) / 60:.1f} min (gen {g / 60:.1f}, verify <= ops "
       f"{a / 60:.1f}, closure {c / 60:.1f}, verify the rest {v / 60:.1f}"
-      f"{' so far' if left else ''}); {(g + a + c + proj) / 60:.0f} min with the whole verify "
+      f"{' so far' if left else ''}); {(g + a + c + proj) / 60:.1f} min with the whole verify "
       f"(target < 15); peak RSS {peak:.0f} MiB (target < 2048)")
 EOF
     echo "uptime:$(uptime)"
