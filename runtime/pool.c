@@ -24,8 +24,14 @@
  * sleeps at once, 5 / 7 us with a 50 us poll (load 4-6, 12:08 UTC); the tiny MLP data x2 with
  * UN_SPIN_US 0 / 5 / 20 / 50 / 200: 0.311 / 0.232 / 0.212 / 0.146 / 0.161 ms/step (load 8-10,
  * 11:40) and 0 / 20 / 50 / 200: 0.135 / 0.149 / 0.152 / 0.155 (load 4-6, 12:08): within the
- * noise of a loaded box. Longer polls only burn a core another thread may want. */
-#define UN_POOL_SPIN_NS 50000
+ * noise of a loaded box. Idle since the load rule below holds (2026-11-28 02:15 UTC, load < 1, 30
+ * steps of 2-device tiny models, 6-12 runs each): with 50 us a run falls now and then into a
+ * train of sleeps, each waking rank late for the next meet (dlrm b256: 5 of 22 runs at 0.26-0.33
+ * ms/step against 0.070, 1.5 sleeps a step after a full poll); with 1 ms none of 10 did, and
+ * outliers of mlp/resnext50/transformer tiny (0.22 / 0.73-0.83 / 1.22 ms against 0.04 / 0.55 /
+ * 0.55) went too, typical steps unchanged. A poll only runs while the load rule says the others
+ * leave this group its cores, so a longer one takes no core another thread wants. */
+#define UN_POOL_SPIN_NS 1000000
 /* How often the load is sampled again (by any waiter). */
 #define LOAD_SAMPLE_NS 20000000
 /* Reads of the load in a sample, back to back, before it says no: one read switched polling off
