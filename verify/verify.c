@@ -1374,6 +1374,8 @@ static bool shape_correct(un_verifier *v, int k, unsigned timeout, unsigned rlim
         return v->shape_ok[k] > 0;
     const un_axlift *l = &v->ax_lift[k];
     const un_axiom *ax = l->ax;
+    if (ax->n_vars > 32 || ax->n_pvars > 32) /* never encoded (encode_axiom), so in no core */
+        return false;
     Z3_ast X[32], P[32];
     for (int i = 0; i < ax->n_vars; i++)
         X[i] = mk_fresh(v, ax->vars[i].name, v->T);
