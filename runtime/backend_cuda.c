@@ -347,12 +347,9 @@ static un_status mha_run(un_ctx *ctx, un_backend *be, const un_param *p, const u
     buf[UN_CU_MHA_OUT] = F(out[0]);
     if (bwd)
         buf[UN_CU_MHA_DOUT] = F(dout[0]);
-    int64_t total = 0;
     int last = bwd ? UN_CU_MHA_NBUF : UN_CU_MHA_DO;
-    for (int b = UN_CU_MHA_Q; b < last; b++)
-        total += un_cu_mha_scratch(&m, b);
     float *sc;
-    un_status st = scratch(ctx, be, total, &sc);
+    un_status st = scratch(ctx, be, un_cu_mha_scratch_total(&m, bwd), &sc);
     if (st != UN_OK)
         return st;
     for (int b = UN_CU_MHA_Q; b < last; b++) {
@@ -381,11 +378,6 @@ static un_cu_conv conv_of(const un_param *p, const un_kt *in) {
 }
 
 /* Floats of col and of Y for chunks of nc images. */
-static int64_t conv_col(const un_cu_conv *g, int64_t nc) {
-    return g->C * g->KH * g->KW * nc * g->OHW;
-}
-static int64_t conv_y(const un_cu_conv *g, int64_t nc) { return g->O * nc * g->OHW; }
-
 /* y = act(conv(x, w) + b), nc images at a time: im2col of the chunk into col, one GEMM over the
  * groups into Y (ybuf; y itself for one image), Y copied into y's layout; then bias and act. */
 static const char *conv_into(cuda_state *s, const un_cu_conv *g, int64_t nc, const un_kt *in,
@@ -415,11 +407,11 @@ static un_status conv_fwd(un_ctx *ctx, un_backend *be, const un_param *p, const 
     un_cu_conv g = conv_of(p, in);
     int64_t nc = un_cu_conv_chunk(&g, UN_CU_CONV_COL_MAX);
     float *col;
-    un_status st = scratch(ctx, be, conv_col(&g, nc) + conv_y(&g, nc), &col);
+    un_status st = scratch(ctx, be, un_cu_conv_scratch(&g, nc, false), &col);
     if (st != UN_OK)
         return st;
     return cu_st(ctx, conv_into(S(be), &g, nc, in, n_in, F(out[0]), (int)par(p, P_CONV_ACT), col,
-                                col + conv_col(&g, nc)));
+                                col + un_cu_conv_col(&g, nc)));
 }
 
 /* Per chunk: dY into Y's layout, dW += dY col^T and dcol = W^T dY (GEMMs over the groups), dcol
@@ -430,9 +422,9 @@ static un_status conv_bwd(un_ctx *ctx, un_backend *be, const un_param *p, const 
     un_cu_conv g = conv_of(p, in);
     int act = (int)par(p, P_CONV_ACT);
     int64_t nc = un_cu_conv_chunk(&g, UN_CU_CONV_COL_MAX), ny = g.N * g.O * g.OHW;
-    int64_t ncol = conv_col(&g, nc), nyc = conv_y(&g, nc);
+    int64_t ncol = un_cu_conv_col(&g, nc), nyc = un_cu_conv_y(&g, nc);
     float *col;
-    un_status st = scratch(ctx, be, 2 * ncol + nyc + 2 * ny, &col);
+    un_status st = scratch(ctx, be, un_cu_conv_scratch(&g, nc, true), &col);
     if (st != UN_OK)
         return st;
     float *dcol = col + ncol, *ybuf = dcol + ncol, *dpre = ybuf + nyc, *pre = dpre + ny;

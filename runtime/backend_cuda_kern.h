@@ -654,6 +654,18 @@ UN_CU_FN int64_t un_cu_conv_chunk(const un_cu_conv *g, int64_t max_col) {
     return nc < 1 ? 1 : nc < g->N ? nc : g->N;
 }
 
+/* Floats of device scratch conv2d takes on the backend (runtime/backend_cuda.c conv_fwd and
+ * conv_bwd; the cost model's memory estimate reads the same): a chunk of nc images' col and Y in
+ * the forward; col, dcol and Y of a chunk and the whole dY' and pre-activation in the backward. */
+UN_CU_FN int64_t un_cu_conv_col(const un_cu_conv *g, int64_t nc) {
+    return g->C * g->KH * g->KW * nc * g->OHW;
+}
+UN_CU_FN int64_t un_cu_conv_y(const un_cu_conv *g, int64_t nc) { return g->O * nc * g->OHW; }
+UN_CU_FN int64_t un_cu_conv_scratch(const un_cu_conv *g, int64_t nc, bool bwd) {
+    int64_t col = un_cu_conv_col(g, nc), y = un_cu_conv_y(g, nc);
+    return bwd ? 2 * col + y + 2 * g->N * g->O * g->OHW : col + y;
+}
+
 /* The chunk of (at most) nc images from image n0: the same convolution over its images. */
 UN_CU_FN un_cu_conv un_cu_conv_at(const un_cu_conv *g, int64_t n0, int64_t nc) {
     un_cu_conv c = *g;
@@ -909,6 +921,14 @@ UN_CU_FN int64_t un_cu_mha_scratch(const un_cu_mha *m, int b) {
     default:
         return 0;
     }
+}
+
+/* Floats of scratch the forward (its buffers before DO) or the backward (all of them) takes. */
+UN_CU_FN int64_t un_cu_mha_scratch_total(const un_cu_mha *m, bool bwd) {
+    int64_t total = 0;
+    for (int b = UN_CU_MHA_Q; b < (bwd ? UN_CU_MHA_NBUF : UN_CU_MHA_DO); b++)
+        total += un_cu_mha_scratch(m, b);
+    return total;
 }
 
 UN_CU_FN un_cu_step un_cu_gemm_step(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,

@@ -231,9 +231,12 @@ static double numel_d(const un_shape *s) { return (double)un_shape_numel(s); }
 
 /* conv2d: per chunk of images im2col, one GEMM over the groups, the copy into y's layout; then
  * bias and activation (conv_fwd); the backward as conv_bwd, with every input gradient wanted. */
+static un_cu_conv conv_geom(const un_param *p, const un_shape *in) {
+    return un_cu_conv_of(in[0].dim, in[1].dim, p[0].v[0], p[1].v[0], p[2].v[0], p[3].v[0],
+                         p[4].v[0]);
+}
 static void k_conv(kclock *k, const un_param *p, const un_shape *in, int n_in, bool bwd) {
-    un_cu_conv g =
-        un_cu_conv_of(in[0].dim, in[1].dim, p[0].v[0], p[1].v[0], p[2].v[0], p[3].v[0], p[4].v[0]);
+    un_cu_conv g = conv_geom(p, in);
     int act = (int)p[5].v[0];
     int64_t nc = un_cu_conv_chunk(&g, UN_CU_CONV_COL_MAX);
     double ny = (double)(g.N * g.O * g.OHW);
@@ -271,10 +274,14 @@ static void k_conv(kclock *k, const un_param *p, const un_shape *in, int n_in, b
 
 /* multihead attention: the forward plan; the backward recomputes all of it but the output
  * projection (no stash), then runs the backward plan with every gradient wanted. */
+static bool mha_geom(const un_param *p, const un_shape *in, un_cu_mha *m) {
+    *m = un_cu_mha_of(in[0].dim[0], in[0].dim[1], in[1].dim[1], in[0].dim[2], in[3].dim[1],
+                      in[6].dim[1], p[0].v[0], p[1].v[0] != 0);
+    return m->heads <= UN_CU_MHA_MAX_HEADS && m->heads >= 1; /* else the backend refuses it */
+}
 static void k_mha(kclock *k, const un_param *p, const un_shape *in, bool bwd) {
-    un_cu_mha m = un_cu_mha_of(in[0].dim[0], in[0].dim[1], in[1].dim[1], in[0].dim[2], in[3].dim[1],
-                               in[6].dim[1], p[0].v[0], p[1].v[0] != 0);
-    if (m.heads > UN_CU_MHA_MAX_HEADS || m.heads < 1)
+    un_cu_mha m;
+    if (!mha_geom(p, in, &m))
         return;
     un_cu_step st[UN_CU_MHA_MAX_STEPS];
     int n = un_cu_mha_fwd_plan(&m, st);
@@ -395,6 +402,37 @@ static double gpu_op_time(const un_cost_model *cm, un_op op, const un_param *p, 
     return k.t;
 }
 
+/* Bytes of device scratch the CUDA backend takes for one piece's forward or backward: the one
+ * growable buffer of runtime/backend_cuda.c (`scratch`), sized there by conv2d's chunks and
+ * attention's plan buffers (the same functions of backend_cuda_kern.h), linear's activation
+ * gradient beside its recomputed pre-activation, and layer_norm's row statistics. */
+static double gpu_op_scratch(un_op op, const un_param *p, const un_shape *in, bool bwd) {
+    const un_shape *x = &in[0];
+    double floats = 0;
+    switch (op) {
+    case UN_OP_CONV2D: {
+        un_cu_conv g = conv_geom(p, in);
+        floats = (double)un_cu_conv_scratch(&g, un_cu_conv_chunk(&g, UN_CU_CONV_COL_MAX), bwd);
+        break;
+    }
+    case UN_OP_MULTIHEAD_ATTENTION: {
+        un_cu_mha m;
+        floats = mha_geom(p, in, &m) ? (double)un_cu_mha_scratch_total(&m, bwd) : 0;
+        break;
+    }
+    case UN_OP_LINEAR: /* linear_dpre */
+        if (bwd && (int)p[0].v[0] != UN_CU_ACT_NONE)
+            floats = 2 * numel_d(x) / (double)in[1].dim[0] * (double)in[1].dim[1];
+        break;
+    case UN_OP_LAYER_NORM:
+        floats = 2 * numel_d(x) / (double)x->dim[x->rank - 1];
+        break;
+    default:
+        break;
+    }
+    return 4 * floats;
+}
+
 static un_status analytic(un_ctx *ctx, un_cost_model *cm, un_op op, const un_param *params,
                           const un_shape *in, int n_in, un_op_cost *c) {
     un_infer inf;
@@ -429,6 +467,8 @@ static un_status analytic(un_ctx *ctx, un_cost_model *cm, un_op op, const un_par
     if (cm->m.dev.gpu.on) {
         c->fwd = gpu_op_time(cm, op, params, in, n_in, &inf, false, &c->fwd_kernels);
         c->bwd = gpu_op_time(cm, op, params, in, n_in, &inf, true, &c->bwd_kernels);
+        c->scratch_fwd = gpu_op_scratch(op, params, in, false);
+        c->scratch_bwd = gpu_op_scratch(op, params, in, true);
     } else {
         c->fwd = roofline(cm, c->flops, c->bytes);
         c->bwd = roofline(cm, c->bwd_flops, c->bwd_bytes);
@@ -517,6 +557,8 @@ un_status un_cost_node(un_ctx *ctx, un_cost_model *cm, const un_graph *g, int32_
     out->bytes /= tuples;
     out->bwd_flops /= tuples;
     out->bwd_bytes /= tuples;
+    out->scratch_fwd /= tuples;
+    out->scratch_bwd /= tuples;
     return UN_OK;
 }
 

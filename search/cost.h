@@ -26,12 +26,13 @@ typedef struct un_cost_model un_cost_model;
 
 /* One piece of one operator. */
 typedef struct un_op_cost {
-    double fwd, bwd;              /* seconds on one device */
-    double flops, bytes;          /* forward work of the piece (analytic) */
-    double bwd_flops, bwd_bytes;  /* backward work of the piece (analytic) */
-    int fwd_kernels, bwd_kernels; /* kernels and cuBLAS calls of the CUDA backend (device.gpu
-                                   * given; else 0) */
-    bool measured;                /* fwd/bwd come from the op-cost cache */
+    double fwd, bwd;                 /* seconds on one device */
+    double flops, bytes;             /* forward work of the piece (analytic) */
+    double bwd_flops, bwd_bytes;     /* backward work of the piece (analytic) */
+    int fwd_kernels, bwd_kernels;    /* kernels and cuBLAS calls of the CUDA backend (device.gpu
+                                      * given; else 0) */
+    double scratch_fwd, scratch_bwd; /* bytes of device scratch those take (device.gpu; else 0) */
+    bool measured;                   /* fwd/bwd come from the op-cost cache */
 } un_op_cost;
 
 /* ---- lifecycle ---- */

@@ -69,8 +69,8 @@ static un_status parse_link(un_ctx *ctx, const un_jcur *c, un_link *l) {
 }
 
 static un_status parse_gpu(un_ctx *ctx, const un_jcur *c, un_gpu_kernels *g) {
-    static const char *const keys[] = {"launch",       "gemm_launch", "sms", "gemm_tile",
-                                       "gemm_latency", "mem_latency", NULL};
+    static const char *const keys[] = {"launch",       "gemm_launch", "sms",     "gemm_tile",
+                                       "gemm_latency", "mem_latency", "reserve", NULL};
     un_status st;
     if ((st = un_jcur_need_type(ctx, c, UN_JSON_OBJECT)) != UN_OK ||
         (st = un_jcur_check_keys(ctx, c, keys)) != UN_OK ||
@@ -79,7 +79,8 @@ static un_status parse_gpu(un_ctx *ctx, const un_jcur *c, un_gpu_kernels *g) {
         (st = get_num(ctx, c, "sms", true, false, &g->sms)) != UN_OK ||
         (st = get_num(ctx, c, "gemm_tile", true, false, &g->gemm_tile)) != UN_OK ||
         (st = get_num(ctx, c, "gemm_latency", true, true, &g->gemm_latency)) != UN_OK ||
-        (st = get_num(ctx, c, "mem_latency", true, false, &g->mem_latency)) != UN_OK)
+        (st = get_num(ctx, c, "mem_latency", true, false, &g->mem_latency)) != UN_OK ||
+        (st = get_num(ctx, c, "reserve", false, true, &g->reserve)) != UN_OK)
         return st;
     static const char *const whole[] = {"sms", "gemm_tile"};
     for (int i = 0; i < 2; i++) {
@@ -244,8 +245,10 @@ void un_machine_to_json(const un_machine *m, un_buf *b) {
         un_buf_printf(
             b,
             ",\n             \"gpu\": {\"launch\": %.6g, \"gemm_launch\": %.6g, \"sms\": %.0f, "
-            "\"gemm_tile\": %.0f, \"gemm_latency\": %.6g, \"mem_latency\": %.6g}",
-            g->launch, g->gemm_launch, g->sms, g->gemm_tile, g->gemm_latency, g->mem_latency);
+            "\"gemm_tile\": %.0f, \"gemm_latency\": %.6g, \"mem_latency\": %.6g, "
+            "\"reserve\": %.6g}",
+            g->launch, g->gemm_launch, g->sms, g->gemm_tile, g->gemm_latency, g->mem_latency,
+            g->reserve);
     un_buf_printf(b, "},\n");
     link_json(b, "intra_node", &m->intra);
     if (m->nodes > 1) {

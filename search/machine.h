@@ -34,6 +34,9 @@ typedef struct un_gpu_kernels {
     double gemm_latency; /* seconds of a GEMM's fill and drain, on top of its waves */
     double mem_latency;  /* seconds a load is in flight: with one 4-byte load per thread, a
                           * kernel of T threads moves min(mem_bw, T * 4 / mem_latency) bytes/s */
+    double reserve;      /* bytes of device memory a process of ours holds before its first
+                          * buffer (the CUDA context, cuBLAS's handle and workspace; 0 if not
+                          * given) */
 } un_gpu_kernels;
 
 typedef struct un_device_kind {

@@ -67,7 +67,8 @@ typedef struct sim {
     double *gbytes;  /* per device: gradient bytes the runtime zeroes every step */
     int64_t *gbufs;  /* per device: the gradient buffers it zeroes (one call each) */
     double *stash;   /* per device: what the CPU kernels keep from the forwards for the backwards */
-    double *scratch; /* per device: the most scratch one CPU kernel call takes (one at a time) */
+    double *scratch; /* per device: the most scratch one kernel call takes (one at a time; CPU
+                      * kernels, or the CUDA backend's growable buffer with device.gpu) */
     bool stashes;    /* the device kind runs the CPU kernels (cpu): they hold a stash */
     /* runtime semantics on cpu devices: the ranks are threads of one process (unity-train's local
      * communicator on host memory), which read each other's buffers in place: no scratch for the
@@ -536,6 +537,9 @@ static un_status forward_node(sim *s, int32_t id) {
     double stash = 0, scratch = 0;
     if (s->stashes)
         kernel_memory(s, nd, outs, &stash, &scratch);
+    else /* the CUDA backend's scratch (device.gpu; else 0), its backward's where that runs */
+        scratch =
+            outs[0].needs_grad && c.scratch_bwd > c.scratch_fwd ? c.scratch_bwd : c.scratch_fwd;
     for (int64_t q = 0; q < nt && (stash > 0 || scratch > 0); q++) {
         s->stash[tp[q].dev] += stash;
         if (scratch > s->scratch[tp[q].dev])
@@ -795,10 +799,12 @@ static void memory(sim *s) {
         free(diff);
         free(gdiff);
     }
+    double reserve = un_cost_machine(s->cm)->dev.gpu.reserve;
     for (int d = 0; d < s->D; d++) {
         double opt = (arena ? s->shard[d] : w[d]) * opt_copies;
         s->r->mem[d] = w[d] + w[d] + opt + a[d] + s->xmem[d] + peak[d] + s->stash[d] +
-                       s->scratch[d] + (arena && s->D > 1 && !s->shared ? s->sync_recv[d] : 0);
+                       s->scratch[d] + reserve +
+                       (arena && s->D > 1 && !s->shared ? s->sync_recv[d] : 0);
         s->gbytes[d] = w[d] - chunked_bytes(s, d) + (arena ? gpeak[d] : a[d] / 2);
     }
     free(gpeak);
@@ -813,6 +819,7 @@ static void memory(sim *s) {
     s->r->mem_acts = a[worst] + peak[worst];
     s->r->mem_stash = s->stash[worst];
     s->r->mem_scratch = s->scratch[worst];
+    s->r->mem_reserve = reserve;
     for (int d = 0; d < s->D; d++) {
         s->r->stash_all += s->stash[d];
         s->r->scratch_all += s->scratch[d];
@@ -1291,6 +1298,10 @@ void un_sim_report(const un_graph *g, const un_sim_result *r, const un_cost_mode
         un_buf_printf(b, ", kernel stash ");
         fmt_bytes(b, r->mem_stash);
         un_buf_printf(b, "\nkernel stash, all devices: %.0f bytes", r->stash_all);
+    }
+    if (r->mem_reserve > 0) {
+        un_buf_printf(b, ", runtime reserve (CUDA context, cuBLAS) ");
+        fmt_bytes(b, r->mem_reserve);
     }
     if (r->scratch_all > 0) {
         un_buf_printf(b, "\nkernel scratch (largest call): device %d ", r->worst);

@@ -50,8 +50,10 @@ typedef struct un_sim_result {
                          * the backwards (un_kern_stash_bytes, as the runtime's memory check
                          * counts it; machines of kind "cpu" only: GPUs keep none) */
     double stash_all;   /* the stash summed over the devices (bytes) */
-    double mem_scratch; /* of the largest device: the most scratch one CPU kernel call takes
-                         * (un_exec_kern_scratch, in the runtime's memory check; cpu only) */
+    double mem_scratch; /* of the largest device: the most scratch one kernel call takes (CPU:
+                         * un_exec_kern_scratch, in the runtime's memory check; device.gpu: the
+                         * CUDA backend's growable scratch, un_op_cost's scratch) */
+    double mem_reserve; /* of every device: device.gpu's reserve (bytes; else 0) */
     double scratch_all; /* that scratch summed over the devices (bytes) */
     int worst;          /* the device needing the most memory */
     bool fits;          /* every device's memory within the machine's */

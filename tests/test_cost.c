@@ -12,7 +12,8 @@ static un_spec *spec;
 
 static const char *const machine_files[] = {
     "specs/machines/cpu.json",    "specs/machines/v100x4.json",   "specs/machines/a100x8.json",
-    "specs/machines/h100x8.json", "specs/machines/v100x192.json", "specs/machines/h200x1.json"};
+    "specs/machines/h100x8.json", "specs/machines/v100x192.json", "specs/machines/h200x1.json",
+    "specs/machines/h100x1.json"};
 
 static const char good[] =
     "{\"version\": 1, \"name\": \"t\", \"nodes\": 2, \"devices_per_node\": 2,"
@@ -31,7 +32,7 @@ static un_machine machine_mem(const char *memory) {
 }
 
 static void test_machine_files(void) {
-    int devs[] = {2, 4, 8, 8, 192, 1};
+    int devs[] = {2, 4, 8, 8, 192, 1, 1};
     for (size_t i = 0; i < sizeof machine_files / sizeof *machine_files; i++) {
         un_ctx *ctx = un_ctx_new(NULL);
         un_machine m;
@@ -39,15 +40,16 @@ static void test_machine_files(void) {
         EXPECT_TRUE(m.dev.flops[UN_MPREC_F32] > 0 && m.dev.mem_bw > 0 && m.dev.memory > 0);
         if (i > 0)
             EXPECT_EQ(un_machine_devices(&m), devs[i]);
-        /* the H200, where our CUDA backend ran, describes its kernels (device.gpu) */
-        EXPECT_EQ(m.dev.gpu.on, i == 5);
+        /* the H200 and the H100, where our CUDA backend ran, describe its kernels (device.gpu) */
+        EXPECT_EQ(m.dev.gpu.on, i >= 5);
         if (m.dev.gpu.on) { /* and they read back */
             un_buf b = {0};
             un_machine_to_json(&m, &b);
             un_machine m2;
             EXPECT_OK(ctx, un_machine_parse(ctx, "back.json", b.data, b.len, &m2));
             EXPECT_TRUE(m2.dev.gpu.on && m2.dev.gpu.sms == m.dev.gpu.sms &&
-                        m2.dev.gpu.gemm_launch == m.dev.gpu.gemm_launch);
+                        m2.dev.gpu.gemm_launch == m.dev.gpu.gemm_launch &&
+                        m2.dev.gpu.reserve == m.dev.gpu.reserve && m.dev.gpu.reserve > 0);
             un_buf_deinit(&b);
         }
         un_ctx_free(ctx);
@@ -130,6 +132,9 @@ static void test_machine_bad(void) {
         {"{\"launch\": 4e-6, \"gemm_launch\": 6e-6, \"sms\": 132, \"gemm_tile\": 64, "
          "\"gemm_latency\": 5e-6, \"mem_latency\": 6e-7, \"warps\": 4}",
          "warps"},
+        {"{\"launch\": 4e-6, \"gemm_launch\": 6e-6, \"sms\": 132, \"gemm_tile\": 64, "
+         "\"gemm_latency\": 5e-6, \"mem_latency\": 6e-7, \"reserve\": -1}",
+         "$.device.gpu.reserve: must be at least 0"},
         {"[]", "$.device.gpu: expected"},
     };
     for (size_t i = 0; i < sizeof bad_gpu / sizeof *bad_gpu; i++) {
@@ -211,6 +216,16 @@ static un_op_cost piece_cost(un_cost_model *cm, un_op op, const un_param *p, con
     return c;
 }
 
+/* Attention of 16 heads over [8, 512, 1024] (q, k, v) with [1024, 1024] projections. */
+static void attention_16(un_param *p, un_shape mha[7]) {
+    un_spec_param_defaults(un_spec_op(spec, UN_OP_MULTIHEAD_ATTENTION), p);
+    p[0].v[0] = 16;
+    for (int i = 0; i < 3; i++)
+        mha[i] = un_shape_make(3, (int64_t[]){8, 512, 1024}, UN_DT_FLOAT);
+    for (int i = 3; i < 7; i++)
+        mha[i] = un_shape_make(2, (int64_t[]){1024, 1024}, UN_DT_FLOAT);
+}
+
 /* With device.gpu an op costs the kernels the CUDA backend launches (backend_cuda.c): linear's
  * GEMM and activation, its backward's two GEMMs, and for gelu the forward GEMM again (no stash);
  * attention's plans (the backward recomputes all but the output projection); conv2d's im2col,
@@ -254,13 +269,8 @@ static void test_gpu_kernels(void) {
 
     /* attention, 16 heads: forward 2 heads + 5 steps, backward 6 heads + 14 (4 heads + 10 of its
      * own plan, the forward's 2 heads + 4 again) */
-    un_spec_param_defaults(un_spec_op(spec, UN_OP_MULTIHEAD_ATTENTION), p);
-    p[0].v[0] = 16;
     un_shape mha[7];
-    for (int i = 0; i < 3; i++)
-        mha[i] = un_shape_make(3, (int64_t[]){8, 512, 1024}, UN_DT_FLOAT);
-    for (int i = 3; i < 7; i++)
-        mha[i] = un_shape_make(2, (int64_t[]){1024, 1024}, UN_DT_FLOAT);
+    attention_16(p, mha);
     un_op_cost a = piece_cost(cm, UN_OP_MULTIHEAD_ATTENTION, p, mha, 7);
     EXPECT_EQ(a.fwd_kernels, 2 * 16 + 5);
     EXPECT_EQ(a.bwd_kernels, 6 * 16 + 14);
@@ -623,6 +633,100 @@ static void test_sim_stash(void) {
     }
     un_cost_model_free(ccm);
     un_cost_model_free(gcm);
+    un_ctx_free(ctx);
+}
+
+/* With device.gpu the memory estimate adds what the CUDA backend holds beside the runtime's
+ * buffers: its growable scratch, as large as its largest call (conv2d's chunk of col and Y, and
+ * in the backward also dcol and the whole dY' and pre-activation; attention's plan buffers; a
+ * relu linear's activation gradient beside its pre-activation; layer_norm's statistics), and the
+ * process's reserve (device.gpu.reserve: the CUDA context, cuBLAS) on every device. */
+static void test_gpu_memory(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_machine m;
+    EXPECT_OK(ctx, un_machine_load(ctx, "specs/machines/h200x1.json", &m));
+    EXPECT_TRUE(m.dev.gpu.reserve > 0);
+    un_cost_model *cm = model_on(&m, NULL);
+    un_param p[UN_MAX_PARAMS];
+    un_spec_param_defaults(un_spec_op(spec, UN_OP_CONV2D), p);
+    p[2].v[0] = p[3].v[0] = 1; /* pad 1: 56 x 56 out, 3136 */
+    un_shape cv[2] = {un_shape_make(4, (int64_t[]){8, 64, 56, 56}, UN_DT_FLOAT),
+                      un_shape_make(4, (int64_t[]){64, 64, 3, 3}, UN_DT_FLOAT)};
+    un_op_cost c = piece_cost(cm, UN_OP_CONV2D, p, cv, 2);
+    double col = 64.0 * 9 * 8 * 3136, y = 64.0 * 8 * 3136;
+    EXPECT_NEAR(c.scratch_fwd, 4 * (col + y), 0.5);
+    EXPECT_NEAR(c.scratch_bwd, 4 * (2 * col + y + 2 * y), 0.5);
+    cv[0].dim[0] = 64; /* chunks of 37 images: col and Y of one chunk, dY' and pre of all 64 */
+    c = piece_cost(cm, UN_OP_CONV2D, p, cv, 2);
+    col = 64.0 * 9 * 37 * 3136, y = 64.0 * 37 * 3136;
+    EXPECT_NEAR(c.scratch_fwd, 4 * (col + y), 0.5);
+    EXPECT_NEAR(c.scratch_bwd, 4 * (2 * col + y + 2 * 64.0 * 64 * 3136), 0.5);
+    /* attention [8, 512, 1024], 16 heads: Q, K, V, O (8 x 512 x 1024 each) and P (8 x 16 x 512
+     * x 512) forward; the backward adds dO, dQ, dK, dV, dP and dS */
+    un_shape mha[7];
+    attention_16(p, mha);
+    c = piece_cost(cm, UN_OP_MULTIHEAD_ATTENTION, p, mha, 7);
+    double s = 8.0 * 512 * 1024, pr = 8.0 * 16 * 512 * 512;
+    EXPECT_NEAR(c.scratch_fwd, 4 * (4 * s + pr), 0.5);
+    EXPECT_NEAR(c.scratch_bwd, 4 * (8 * s + 3 * pr), 0.5);
+    /* linear [4096, 1024] x [1024, 512]: none in the forward; with relu the backward's d pre and
+     * pre, 2 x 4096 x 512; without an activation none */
+    un_spec_param_defaults(un_spec_op(spec, UN_OP_LINEAR), p);
+    un_shape lin[2] = {un_shape_make(2, (int64_t[]){4096, 1024}, UN_DT_FLOAT),
+                       un_shape_make(2, (int64_t[]){1024, 512}, UN_DT_FLOAT)};
+    c = piece_cost(cm, UN_OP_LINEAR, p, lin, 2);
+    EXPECT_TRUE(c.scratch_fwd == 0 && c.scratch_bwd == 0);
+    p[0].v[0] = 1;
+    c = piece_cost(cm, UN_OP_LINEAR, p, lin, 2);
+    EXPECT_TRUE(c.scratch_fwd == 0);
+    EXPECT_NEAR(c.scratch_bwd, 4 * 2 * 4096.0 * 512, 0.5);
+    /* the simulator: the largest call's scratch and the reserve on top of the buffers; without
+     * device.gpu neither */
+    un_machine bare = m, roof = m;
+    bare.dev.gpu.reserve = 0;
+    roof.dev.gpu.on = false;
+    roof.dev.gpu.reserve = 0;
+    un_cost_model *bm = model_on(&bare, NULL), *rm = model_on(&roof, NULL);
+    static const char *const models[] = {"resnext50", "transformer", "mlp"};
+    for (int i = 0; i < 3; i++) {
+        un_graph *g = NULL;
+        un_train_opts o = un_train_opts_default();
+        o.model = models[i];
+        o.tiny = true;
+        int d = 0;
+        EXPECT_OK(ctx, un_train_graph(ctx, spec, &o, &g, &d));
+        double most = 0;
+        bool *ng = calloc((size_t)un_graph_node_count(g), sizeof *ng);
+        for (int32_t id = 0; id < un_graph_node_count(g); id++) { /* in topological order */
+            const un_node *nd = un_graph_node(g, id);
+            ng[id] = nd->op == UN_OP_WEIGHT;
+            for (int t = 0; t < nd->n_in; t++)
+                ng[id] |= ng[nd->in[t].node];
+            if (un_op_kind_of(nd->op) != UN_OPK_REGULAR)
+                continue;
+            un_op_cost k;
+            EXPECT_OK(ctx, un_cost_node(ctx, cm, g, id, &k));
+            most = k.scratch_fwd > most ? k.scratch_fwd : most;
+            if (ng[id]) /* its backward runs */
+                most = k.scratch_bwd > most ? k.scratch_bwd : most;
+        }
+        free(ng);
+        un_sim_result r = sim_runtime(cm, g, d), rb = sim_runtime(bm, g, d),
+                      rr = sim_runtime(rm, g, d);
+        EXPECT_TRUE(most > 0); /* convolutions, attention, relu linears */
+        EXPECT_NEAR(r.mem_scratch, most, 0.5);
+        EXPECT_NEAR(r.mem_reserve, m.dev.gpu.reserve, 0.5);
+        EXPECT_NEAR(r.mem[0] - rb.mem[0], m.dev.gpu.reserve, 1);
+        EXPECT_NEAR(rb.mem[0] - rr.mem[0], most, 1);
+        EXPECT_TRUE(rr.mem_scratch == 0 && rr.mem_reserve == 0);
+        un_sim_result_deinit(&r);
+        un_sim_result_deinit(&rb);
+        un_sim_result_deinit(&rr);
+        un_graph_free(g);
+    }
+    un_cost_model_free(bm);
+    un_cost_model_free(rm);
+    un_cost_model_free(cm);
     un_ctx_free(ctx);
 }
 
@@ -1137,6 +1241,7 @@ int main(void) {
                                   {"machine_bad", test_machine_bad},
                                   {"op_costs_grow", test_op_costs_grow},
                                   {"gpu_kernels", test_gpu_kernels},
+                                  {"gpu_memory", test_gpu_memory},
                                   {"cost_default", test_cost_default},
                                   {"collectives", test_collectives},
                                   {"roundtrip_one_device", test_roundtrip_one_device},
