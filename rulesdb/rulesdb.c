@@ -158,6 +158,8 @@ static const char *const un_rulesdb_migrations[] = {
       "measured_at = excluded.measured_at")                                                        \
     X(COST_GET, "SELECT fwd_ms, bwd_ms, bytes, measured_at FROM op_costs "                         \
                 "WHERE op_sig = ?1 AND shape = ?2 AND device = ?3")                                \
+    X(COST_LIST, "SELECT shape, fwd_ms, bwd_ms, bytes, measured_at FROM op_costs "                 \
+                 "WHERE op_sig = ?1 AND device = ?2 ORDER BY shape")                               \
     X(INTEGRITY, "PRAGMA integrity_check")
 
 enum {
@@ -1489,6 +1491,41 @@ un_status un_rulesdb_cost_get(un_ctx *ctx, un_rulesdb *db, const char *op_sig, c
         *found = true;
     } else if (rc != SQLITE_DONE) {
         st = db_fail(ctx, db, rc, "reading an op cost");
+    }
+    sqlite3_reset(s);
+    return st;
+}
+
+un_status un_rulesdb_cost_list(un_ctx *ctx, un_rulesdb *db, const char *op_sig, const char *device,
+                               un_rulesdb_cost **out, int64_t *n) {
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *s = stmt_get(db, STMT_COST_LIST);
+    bind_text(s, 1, op_sig);
+    bind_text(s, 2, device);
+    int64_t cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 8;
+            *out = un_xrealloc(*out, (size_t)cap * sizeof **out);
+        }
+        un_rulesdb_cost *c = &(*out)[(*n)++];
+        memset(c, 0, sizeof *c);
+        copy_str(c->op_sig, sizeof c->op_sig, (const unsigned char *)op_sig);
+        copy_str(c->shape, sizeof c->shape, sqlite3_column_text(s, 0));
+        copy_str(c->device, sizeof c->device, (const unsigned char *)device);
+        c->fwd_ms = sqlite3_column_double(s, 1);
+        c->bwd_ms = sqlite3_column_double(s, 2);
+        c->bytes = sqlite3_column_double(s, 3);
+        c->measured_at = sqlite3_column_int64(s, 4);
+    }
+    un_status st = UN_OK;
+    if (rc != SQLITE_DONE) {
+        st = db_fail(ctx, db, rc, "listing op costs");
+        free(*out);
+        *out = NULL;
+        *n = 0;
     }
     sqlite3_reset(s);
     return st;

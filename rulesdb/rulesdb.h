@@ -215,6 +215,9 @@ un_status un_rulesdb_cost_put(un_ctx *ctx, un_rulesdb *db, const un_rulesdb_cost
 /* *found = false when no entry matches (op_sig, shape, device). */
 un_status un_rulesdb_cost_get(un_ctx *ctx, un_rulesdb *db, const char *op_sig, const char *shape,
                               const char *device, un_rulesdb_cost *out, bool *found);
+/* Every entry of (op_sig, device), by shape: *out owned (free; NULL when *n is 0). */
+un_status un_rulesdb_cost_list(un_ctx *ctx, un_rulesdb *db, const char *op_sig, const char *device,
+                               un_rulesdb_cost **out, int64_t *n);
 
 /* PRAGMA integrity_check plus per-row checks (hash matches content, status valid, verified rows
  * carry a spec hash, the derived columns recomputed from the body agree, the row checksum over

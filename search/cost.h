@@ -75,7 +75,9 @@ double un_cost_loss(un_ctx *ctx, un_cost_model *cm, int64_t rows, int64_t classe
  * with device.gpu, else at mem_bw. */
 double un_cost_zero(const un_cost_model *cm, double bytes, int64_t buffers);
 /* Seconds for one optimizer step over n parameters on one device ("sgd" or "adam"): measured
- * (op-cost cache, op_sig "optimizer:adam") when present, else memory-bound. */
+ * (op-cost cache, op_sig "optimizer:adam") when present for n; else from the cache's other counts
+ * of this kind (linear between the two around n, the nearest's time per parameter beyond them);
+ * else memory-bound. */
 double un_cost_optimizer(un_ctx *ctx, un_cost_model *cm, const char *optimizer, int64_t n);
 /* The op-cost cache's entry (op_sig, shape) for this device kind: true and its two times in
  * seconds, or false when there is none. */

@@ -477,6 +477,43 @@ static void test_measured(void) {
             EXPECT_TRUE(oc.fwd == 3e-3 && oc.bwd == 5e-3);
         un_cost_model_free(cm);
     }
+    /* optimizer steps: a timed count as timed; another count from the timed ones of this kind
+     * (the line between the two around it, beyond them the nearest's time per parameter); a
+     * kind or an algorithm with none timed, and an entry that is no count, the analytic time */
+    static const struct {
+        const char *sig, *shape, *device;
+        double ms;
+    } steps[] = {{"optimizer:adam", "float[1000]", "x", 1},
+                 {"optimizer:adam", "float[3000]", "x", 2},
+                 {"optimizer:adam", "float[bad]", "x", 7},
+                 {"optimizer:adam", "float[2000]", "y", 9}};
+    for (size_t i = 0; i < sizeof steps / sizeof *steps; i++) {
+        memset(&c, 0, sizeof c);
+        snprintf(c.op_sig, sizeof c.op_sig, "%s", steps[i].sig);
+        snprintf(c.shape, sizeof c.shape, "%s", steps[i].shape);
+        snprintf(c.device, sizeof c.device, "%s", steps[i].device);
+        c.fwd_ms = steps[i].ms;
+        EXPECT_OK(ctx, un_rulesdb_cost_put(ctx, db, &c));
+    }
+    snprintf(m.dev.kind, sizeof m.dev.kind, "x");
+    un_cost_model *cm = model_on(&m, db), *bare = model_on(&m, NULL);
+    EXPECT_NEAR(un_cost_optimizer(ctx, cm, "adam", 1000), 1e-3, 1e-12);
+    EXPECT_NEAR(un_cost_optimizer(ctx, cm, "adam", 2000), 1.5e-3, 1e-12);
+    EXPECT_NEAR(un_cost_optimizer(ctx, cm, "adam", 2500), 1.75e-3, 1e-12);
+    EXPECT_NEAR(un_cost_optimizer(ctx, cm, "adam", 6000), 4e-3, 1e-12);
+    EXPECT_NEAR(un_cost_optimizer(ctx, cm, "adam", 500), 0.5e-3, 1e-12);
+    EXPECT_NEAR(un_cost_optimizer(ctx, cm, "sgd", 2000), un_cost_optimizer(ctx, bare, "sgd", 2000),
+                1e-15);
+    EXPECT_TRUE(un_cost_optimizer(ctx, bare, "adam", 2000) != 1.5e-3);
+    un_cost_model_free(cm);
+    un_cost_model_free(bare);
+    snprintf(m.dev.kind, sizeof m.dev.kind, "z");
+    cm = model_on(&m, db);
+    bare = model_on(&m, NULL);
+    EXPECT_NEAR(un_cost_optimizer(ctx, cm, "adam", 2000),
+                un_cost_optimizer(ctx, bare, "adam", 2000), 1e-15);
+    un_cost_model_free(cm);
+    un_cost_model_free(bare);
     un_rulesdb_free(db);
     un_ctx_free(ctx);
 }
