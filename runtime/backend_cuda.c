@@ -377,7 +377,6 @@ static un_cu_conv conv_of(const un_param *p, const un_kt *in) {
                          par(p, P_CONV_PH), par(p, P_CONV_PW), par(p, P_CONV_GROUPS));
 }
 
-/* Floats of col and of Y for chunks of nc images. */
 /* y = act(conv(x, w) + b), nc images at a time: im2col of the chunk into col, one GEMM over the
  * groups into Y (ybuf; y itself for one image), Y copied into y's layout; then bias and act. */
 static const char *conv_into(cuda_state *s, const un_cu_conv *g, int64_t nc, const un_kt *in,
