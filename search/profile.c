@@ -359,12 +359,7 @@ static un_status rop_setup(un_ctx *ctx, un_backend *be, const un_graph *g, int32
  * forward in order, then every backward in reverse, pass after pass, on D
  * device threads (each with its backend of p->threads threads and its own buffers) in lockstep:
  * each call starts after a barrier of all D, so the devices' contention for the cores, the shared
- * cache and memory and with the machine's other jobs is in the time. The barrier is the
- * runtime's own (a local communicator's: it polls where the runtime's waits poll), so the D
- * calls start together as the ranks' do after a meet: with a sleeping barrier (a futex wake-up,
- * microseconds late) the calls of a tiny op seldom overlapped, and the contention of OpenBLAS's
- * buffer lock between two ranks' sgemm calls (search/README.md, "The idle 2-device tiny steps")
- * was measured in part only. Between two runs of one op
+ * cache and memory and with the machine's other jobs is in the time. Between two runs of one op
  * the others run, as in a step, so the branch predictor and the caches hold what a step leaves
  * them: a ReLU or a max pool of a step's size does not learn its inputs' signs from one run to the
  * next as one repeated alone does (4x faster, tiny ResNeXt), a small model's whole step does.
@@ -379,7 +374,7 @@ typedef struct replay {
     const bool *fresh;  /* per position: its values are new every step (un_profile_graph) */
     const bool *ng;     /* per node: its output needs a gradient (as runtime/exec.c) */
     int n, nk, D;       /* positions, keys, devices */
-    un_comm_group *grp; /* the D threads' barrier (D > 1) */
+    pthread_barrier_t bar;
     int reps;   /* timed passes: thread 0 sets them from its warm-up passes */
     double *wp; /* per key: thread 0's longest wall seconds of a run in this warm-up pass ... */
     double *wm; /* ... and the least of those over the warm-up passes (one preempted run is not
@@ -387,13 +382,6 @@ typedef struct replay {
     bool *cpu;  /* per key: read the CPU clock around its timed runs (thread 0 sets them from wm) */
     un_profile_rep *t;
 } replay;
-
-/* Thread k waits for the replay's other threads (no thread aborts the group: one whose ops failed
- * still passes every barrier). */
-static void replay_barrier(un_ctx *ctx, replay *rp, int k) {
-    if (rp->D > 1)
-        (void)un_comm_barrier(ctx, un_comm_local_get(rp->grp, k));
-}
 
 /* One pass over the ops; j >= 0: a timed pass, its times into rp->t. ok: this thread's ops are set
  * up (else it only passes the barriers, so no thread is left waiting). */
@@ -409,7 +397,8 @@ static void replay_pass(un_ctx *ctx, replay *rp, rop *ops, bool ok, int k, int j
                 r->sets = rp->fresh[i] ? 0 : rp->p->value_sets;
                 *st = op_prep(ctx, r);
             }
-            replay_barrier(ctx, rp, k);
+            if (rp->D > 1)
+                pthread_barrier_wait(&rp->bar);
             un_profile_rep t = rep_run(ctx, NULL, run && *st == UN_OK ? op_once : NULL, r,
                                        j >= 0 && rp->cpu[rp->key[i]], st);
             if (j < 0 && k == 0 && t.wall > rp->wp[rp->key[i]])
@@ -446,7 +435,8 @@ static un_status replay_run(un_ctx *ctx, un_backend *be, replay *rp, int k) {
         for (int i = 0; i < rp->nk; i++)
             rp->cpu[i] = un_profile_reads_cpu_clock(rp->wm[i]);
     }
-    replay_barrier(ctx, rp, k);
+    if (rp->D > 1)
+        pthread_barrier_wait(&rp->bar);
     for (int j = 0; j < rp->reps; j++)
         replay_pass(ctx, rp, ops, ok, k, j, &st);
     for (int i = 0; i < set && be; i++)
@@ -541,14 +531,7 @@ static un_status replay_ops(un_ctx *ctx, un_backend *be, const un_graph *g, cons
                  .wp = un_xcalloc((size_t)nk + 1, sizeof(double)),
                  .wm = un_xcalloc((size_t)nk + 1, sizeof(double)),
                  .cpu = un_xcalloc((size_t)nk + 1, sizeof(bool))};
-    un_status gs = D > 1 ? un_comm_local_group_new(ctx, D, &rp.grp) : UN_OK;
-    if (gs != UN_OK) {
-        free(rp.wp);
-        free(rp.wm);
-        free(rp.cpu);
-        free(ng);
-        return gs;
-    }
+    pthread_barrier_init(&rp.bar, NULL, (unsigned)D);
     replay_job *j = un_xcalloc((size_t)D, sizeof *j);
     pthread_t *th = un_xcalloc((size_t)D, sizeof *th);
     for (int k = 1; k < D; k++) {
@@ -565,7 +548,7 @@ static un_status replay_ops(un_ctx *ctx, un_backend *be, const un_graph *g, cons
         fwd[i] = replay_median(&rp, i, 0);
         bwd[i] = replay_median(&rp, i, 1);
     }
-    un_comm_local_group_free(rp.grp);
+    pthread_barrier_destroy(&rp.bar);
     free(rp.t);
     free(rp.wp);
     free(rp.wm);
