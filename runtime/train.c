@@ -80,7 +80,8 @@ const char *un_train_usage(void) {
            "                     else the installed share/unity/specs)\n"
            "  --quiet            no per-step lines\n"
            "  --log-every N      a step line every N steps (default: one every 0.1 s; 1: every\n"
-           "                     step); the first and the last step's always\n"
+           "                     step); the first and the last step's always (the loss is\n"
+           "                     summed over the devices for these steps only)\n"
            "  --stats            per-device memory and bytes moved per step at the end\n"
            "  --node-times       device 0's median wall time per node (forward, backward) and\n"
            "                     per phase of a step (batch ... update, the step line) at the\n"
@@ -662,6 +663,24 @@ static un_status memory_check(un_ctx *ctx, const shared *sh, un_comm *comm, un_b
                         host ? "machines" : "devices");
 }
 
+/* Whether step `step` of `steps` sums the loss over the ranks (every rank decides the same):
+ * the first and the last step, and with --log-every N every N'th (their lines), else the step
+ * the last sum agreed on (next_sum: rank 0's lines and progress bar about every UN_TRAIN_LINE_S).
+ * A step that reports no loss does not meet the other ranks for it: on 2 idle cores that meet
+ * cost the tiny MLP's data x2 step 1.5 us at the median and 3.3 on average of its 37.5 us
+ * (search/README.md, "The idle 2-device tiny steps"). */
+static bool loss_sum_due(int step, int steps, int log_every, int next_sum) {
+    return step == 0 || step + 1 == steps ||
+           (log_every > 0 ? (step + 1) % log_every == 0 : step == next_sum);
+}
+
+/* Rank 0's word on how many steps after this one the next loss sum is: about UN_TRAIN_LINE_S of
+ * steps at the pace of the last `n` (`seconds` in all). */
+static double loss_sum_every(int n, double seconds) {
+    double k = n > 0 && seconds > 0 ? floor(UN_TRAIN_LINE_S * n / seconds) : 1;
+    return k < 1 ? 1 : k > 1e8 ? 1e8 : k;
+}
+
 /* A step's phases, each begun by a mark of the meet trace (un_comm_mark, whose clock gives
  * --node-times its phase times): making the batch, forward, loss, backward, the loss all-reduce,
  * the update, and the report (the step line, until the next step's batch). */
@@ -837,6 +856,13 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
                                                     report mark */
     double since_s = 0;                          /* rank 0: step seconds since the last line */
     int since = 0;                               /* ... and steps */
+    /* the loss sum over the ranks: only at a step that reports it (loss_sum_due), for every step
+     * since the last such, in one all-reduce: this rank's part of each step's loss, and rank 0's
+     * word on when the next sum is (the others add 0) */
+    double *part = un_xcalloc((size_t)o->steps + 1, sizeof *part);
+    int summed = 0, next_sum = 0, sum_step = 0; /* the first step not summed yet; the next
+                                                   agreed sum; the last sum's step */
+    double sum_at = 0;                          /* the batch mark of the last sum's step */
     for (int step = 0; st == UN_OK && step < o->steps; step++) {
         double at[PH_N]; /* when each phase began: the marks of the meet trace (one clock) */
         if (trace && step == first_timed)
@@ -872,9 +898,9 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
             un_kt gy = {.dtype = UN_DT_FLOAT, .rank = os->rank, .data = pc[i].grad};
             memcpy(y.dim, pc[i].dim, sizeof y.dim);
             memcpy(gy.dim, pc[i].dim, sizeof gy.dim);
-            double part;
-            st = un_backend_loss(ctx, be, m->loss, &y, pc[i].off, os->dim, &target, &gy, &part);
-            loss += part;
+            double one;
+            st = un_backend_loss(ctx, be, m->loss, &y, pc[i].off, os->dim, &target, &gy, &one);
+            loss += one;
         }
         if (st != UN_OK) {
             un_comm_abort(comm);
@@ -884,10 +910,25 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
         if ((st = un_exec_backward(ctx, ex)) != UN_OK)
             break;
         at[PH_ALLREDUCE] = un_comm_mark(comm, ph_mark[PH_ALLREDUCE]);
-        if ((st = un_comm_allreduce(ctx, comm, UN_RED_F64, &loss, 1)) != UN_OK)
-            break;
+        part[step] = loss;
+        bool sum = loss_sum_due(step, o->steps, o->log_every, next_sum);
+        if (sum) {
+            /* the pace: from the last sum's step (or this first one) to here */
+            double since_sum = at[PH_ALLREDUCE] - (step == 0 ? at[PH_BATCH] : sum_at);
+            part[step + 1] = rank == 0 ? loss_sum_every(step - sum_step + 1, since_sum) : 0;
+            if ((st = un_comm_allreduce(ctx, comm, UN_RED_F64, part + summed, step + 2 - summed)) !=
+                UN_OK)
+                break;
+            next_sum = step + (int)part[step + 1];
+            double scale = (double)(m->loss == UN_LOSS_CE ? os->dim[0] : un_shape_numel(os));
+            for (int k = summed; k <= step && rank == 0; k++)
+                sh->losses[k] = part[k] / scale;
+            loss = part[step] / scale;
+            summed = step + 1;
+            sum_step = step;
+            sum_at = at[PH_BATCH];
+        }
         at[PH_UPDATE] = un_comm_mark(comm, ph_mark[PH_UPDATE]);
-        loss /= (double)(m->loss == UN_LOSS_CE ? os->dim[0] : un_shape_numel(os));
         if ((st = un_exec_update(ctx, ex, opt)) != UN_OK)
             break;
         /* A step ends when its update has run: on an asynchronous backend (CUDA) the backward and
@@ -903,7 +944,6 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
                            step > 0 ? report_at : at[PH_BATCH]);
         report_at = at[PH_REPORT];
         if (rank == 0) {
-            sh->losses[step] = loss;
             sh->step_s[step] = dt;
             if (step > 0 || o->steps == 1) {
                 sh->step_time_sum += dt;
@@ -913,9 +953,9 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
             since++;
             /* a line every --log-every steps, else every UN_TRAIN_LINE_S; its samples/s over
              * the steps since the last line */
-            bool due = step == 0 || step + 1 == o->steps ||
-                       (o->log_every ? (step + 1) % o->log_every == 0
-                                     : at[PH_REPORT] - line_t >= UN_TRAIN_LINE_S);
+            bool due = sum && (step == 0 || step + 1 == o->steps ||
+                               (o->log_every ? (step + 1) % o->log_every == 0
+                                             : at[PH_REPORT] - line_t >= UN_TRAIN_LINE_S));
             double sps = (double)m->batch * since / since_s;
             if (due && !o->quiet) {
                 un_ctx_progress(ctx, "%s", "");
@@ -928,7 +968,8 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
                 since_s = 0;
                 since = 0;
             }
-            if (step == 0 || step + 1 == o->steps || at[PH_REPORT] - bar_t >= UN_TRAIN_LINE_S) {
+            if (sum &&
+                (step == 0 || step + 1 == o->steps || at[PH_REPORT] - bar_t >= UN_TRAIN_LINE_S)) {
                 progress(ctx, sh, step + 1, loss, sps); /* a terminal's bar: as often as a line */
                 bar_t = at[PH_REPORT];
             }
@@ -948,6 +989,7 @@ static un_status rank_run(un_ctx *ctx, un_comm *comm, shared *sh) {
         st = report_stats(ctx, sh, comm, ex, opt, per);
     }
     free(meet_s);
+    free(part);
     if (st == UN_OK && nt.rows > 0)
         node_times_print(o->out, &nt, sh->g);
     free(nt.v);

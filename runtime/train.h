@@ -56,7 +56,8 @@ typedef struct un_train_opts {
     bool quiet;              /* no per-step lines */
     int log_every;           /* a step line every this many steps; 0 (default): one when
                                 UN_TRAIN_LINE_S have passed since the last; the first and the
-                                last step's line always */
+                                last step's line always. The loss is summed over the ranks on
+                                those steps only (the others' losses with them, in one call) */
     bool stats;              /* print the per-device accounting at the end */
     bool node_times;         /* print device 0's median time per node and phase of a step */
     FILE *out;               /* per-step lines and the summary (default stdout) */

@@ -700,14 +700,13 @@ typedef struct xjob {
     un_comm *c;
     void *buf[2];
     size_t bytes;
-    bool ring, allreduce;
+    bool ring;
     int reps;
     double sec;
     un_status st;
 } xjob;
 
-/* reps times: allreduce: the sum of one double over every rank (un_comm_allreduce, as a step's
- * loss); else bytes 0: a barrier of every rank; else with ring every rank sends `bytes` to the
+/* reps times: bytes 0: a barrier of every rank; else with ring every rank sends `bytes` to the
  * next rank and receives as many from the one before (one un_comm_exchange each, as a step's
  * exchanges), without ring rank 0 sends to rank 1 only. */
 static void *xchg_main(void *arg) {
@@ -719,11 +718,10 @@ static void *xchg_main(void *arg) {
     un_comm_msg rr = {.peer = (r + n - 1) % n, .tag = 0, .data = j->buf[1], .bytes = j->bytes};
     double *t = un_xcalloc((size_t)j->reps, sizeof *t);
     for (int i = 0; i < j->reps && j->st == UN_OK; i++) {
-        double t0 = now_s(), one = 1;
-        j->st = j->allreduce ? un_comm_allreduce(ctx, j->c, UN_RED_F64, &one, 1)
-                : !j->bytes  ? un_comm_barrier(ctx, j->c)
-                : j->ring    ? un_comm_exchange(ctx, j->c, &rs, 1, &rr, 1)
-                             : un_comm_exchange(ctx, j->c, r == 0 ? &m : NULL, r == 0,
+        double t0 = now_s();
+        j->st = !j->bytes ? un_comm_barrier(ctx, j->c)
+                : j->ring ? un_comm_exchange(ctx, j->c, &rs, 1, &rr, 1)
+                          : un_comm_exchange(ctx, j->c, r == 0 ? &m : NULL, r == 0,
                                              r == 1 ? &m : NULL, r == 1);
         t[i] = now_s() - t0;
     }
@@ -733,12 +731,10 @@ static void *xchg_main(void *arg) {
     return NULL;
 }
 
-/* The median seconds of one all-reduce of a double over n threads (allreduce), of one barrier
- * (bytes 0), of one exchange of `bytes` around the ring of n threads (ring) or from thread 0 to
- * thread 1 (n = 2): the synchronisation itself; the waits for a thread that another job took off
- * its core are measured apart (profile_meet). */
-static un_status xchg_time(un_ctx *ctx, int n, size_t bytes, bool ring, bool allreduce, int reps,
-                           double *sec) {
+/* The median seconds of one barrier of n threads (bytes 0), of one exchange of `bytes` around the
+ * ring of n threads (ring) or from thread 0 to thread 1 (n = 2): the synchronisation itself; the
+ * waits for a thread that another job took off its core are measured apart (profile_meet). */
+static un_status xchg_time(un_ctx *ctx, int n, size_t bytes, bool ring, int reps, double *sec) {
     un_comm_group *grp = NULL;
     un_status st = un_comm_local_group_new(ctx, n, &grp);
     if (st != UN_OK)
@@ -753,7 +749,6 @@ static un_status xchg_time(un_ctx *ctx, int n, size_t bytes, bool ring, bool all
                       .buf = {b0, b1},
                       .bytes = bytes,
                       .ring = ring,
-                      .allreduce = allreduce,
                       .reps = reps};
         if (ring)
             for (int k = 0; k < 2; k++)
@@ -891,9 +886,8 @@ static un_status profile_meet(un_ctx *ctx, un_rulesdb *db, const un_graph *g, co
  * makes cost what they cost at this time on this machine: "comm:barrier" devices[D] (one barrier),
  * "comm:exchange" devices[D] (one un_comm_exchange in which every rank sends a small message
  * to the next and receives one: a step's piece transfers, gradient sync and weight gather are
- * such exchanges; their bytes are costed apart, by the link's bandwidth) and "comm:allreduce"
- * devices[D] (un_comm_allreduce of one double: the step's loss sum, three barriers on the local
- * communicator, as runtime/train.c calls it). */
+ * such exchanges; their bytes are costed apart, by the link's bandwidth). The loss's sum over
+ * the ranks is no part of a step (runtime/train.c sums it only on the steps that report it). */
 static un_status profile_rendezvous(un_ctx *ctx, un_rulesdb *db, const un_graph *g,
                                     const char *device, FILE *log, int64_t *n_stored) {
     int64_t d = un_strategy_devices(g);
@@ -901,11 +895,11 @@ static un_status profile_rendezvous(un_ctx *ctx, un_rulesdb *db, const un_graph 
         return UN_OK;
     char shape[48];
     snprintf(shape, sizeof shape, "devices[%lld]", (long long)d);
-    static const char *sig[3] = {"comm:barrier", "comm:exchange", "comm:allreduce"};
+    static const char *sig[2] = {"comm:barrier", "comm:exchange"};
     un_status st = UN_OK;
-    for (int k = 0; k < 3 && st == UN_OK; k++) {
+    for (int k = 0; k < 2 && st == UN_OK; k++) {
         double sec = 0;
-        st = xchg_time(ctx, (int)d, k == 1 ? 64 : 0, k == 1, k == 2, 2000, &sec);
+        st = xchg_time(ctx, (int)d, k == 1 ? 64 : 0, k == 1, 2000, &sec);
         if (st == UN_OK && (st = store(ctx, db, sig[k], shape, device, sec, 0, 0)) == UN_OK) {
             ++*n_stored;
             if (log)
@@ -1091,8 +1085,8 @@ un_status un_profile_machine(un_ctx *ctx, un_machine *m) {
     free(y);
     /* the local communicator between two threads: latency of a barrier, bandwidth of 16 MiB */
     double lat = 0, big = 0;
-    if ((st = xchg_time(ctx, 2, 0, false, false, 2000, &lat)) != UN_OK ||
-        (st = xchg_time(ctx, 2, (size_t)16 << 20, false, false, 20, &big)) != UN_OK)
+    if ((st = xchg_time(ctx, 2, 0, false, 2000, &lat)) != UN_OK ||
+        (st = xchg_time(ctx, 2, (size_t)16 << 20, false, 20, &big)) != UN_OK)
         return st;
     m->intra.latency = lat;
     m->intra.bw = (double)((size_t)16 << 20) / (big > 2 * lat ? big - 2 * lat : big);

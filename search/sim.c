@@ -93,7 +93,6 @@ typedef struct sim {
     bool backward;
     double lat;   /* seconds of one barrier of the D ranks (runtime semantics) */
     double xlat;  /* seconds of one exchange's rendezvous of the D ranks, without its bytes */
-    double arlat; /* seconds of the loss's all-reduce of one double over the D ranks */
     int meets;    /* rendezvous of all D ranks in the step (runtime semantics) */
     double since; /* when the last rendezvous ended */
     double extra; /* the waits for cores the stretches of work so far meet (measured) */
@@ -1046,8 +1045,6 @@ static un_status sim_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     s.lat = D > 1 ? un_cost_measured(ctx, cm, "comm:barrier", dshape, m->intra.latency) : 0;
     /* an exchange: measured, else two barriers (its posts meet, then its copies are done) */
     s.xlat = D > 1 ? un_cost_measured(ctx, cm, "comm:exchange", dshape, 2 * s.lat) : 0;
-    /* the loss sum: measured, else three barriers (the local communicator's all-reduce) */
-    s.arlat = D > 1 ? un_cost_measured(ctx, cm, "comm:allreduce", dshape, 3 * s.lat) : 0;
 
     out->devices = D;
     out->mem = un_xcalloc((size_t)D, sizeof *out->mem);
@@ -1128,19 +1125,10 @@ static un_status sim_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
             met |= s.until[id] >= 0;
         if (met) /* the meet that ends the backward */
             chunked_meet(&s);
-        if (p->mirror_sources && D > 1) {
+        /* runtime/train.c sums the loss over the devices only on the steps that report it
+         * (about every UN_TRAIN_LINE_S, the first and the last): no meet in a step */
+        if (p->mirror_sources && D > 1)
             weights_sync(&s, 0);
-            /* runtime/train.c sums the loss over the devices right after backward (one
-             * all-reduce of a scalar), before the optimizer */
-            stamp sync = {0, -1};
-            for (int d = 0; d < D; d++)
-                sync = later(sync, s.clock[d]);
-            stretch(&s, sync.t - s.since);
-            stamp end = run_task(&s, 0, -1, K_COMM, sync, s.arlat);
-            s.since = end.t;
-            for (int d = 0; d < D; d++)
-                s.clock[d] = end;
-        }
         /* the optimizer: the weight pieces each device holds (runtime: its shard of them) */
         for (int d = 0; d < D; d++) {
             int64_t mine = 0;

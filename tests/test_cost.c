@@ -770,10 +770,12 @@ static void test_gpu_memory(void) {
 
 /* The meets of a step (runtime/comm.h un_comm_stats: the communicator calls that wait for
  * another device) are what the simulator's runtime semantics counts between its stretches of
- * work: a data-parallel step of the tiny MLP makes 3 (the gradients' reduce-scatter, the loss
- * all-reduce, the weights' all-gather), a tensor-parallel one its piece transfers besides, a
- * chunked layer's weights a meet each and one more at the end. Every rank of a real run counts
- * the same number per step; on a box with idle cores each is a sleep and a wake-up on the other
+ * work: a data-parallel step of the tiny MLP makes 2 (the gradients' reduce-scatter, the weights'
+ * all-gather), a tensor-parallel one its piece transfers besides, a chunked layer's weights a
+ * meet each and one more at the end. The loss is summed over the ranks only on the steps that
+ * report it (runtime/train.c): with --log-every past the run, the first and the last, so of the
+ * 2 timed steps (the first is not) one meets once more. Every rank of a real run counts the
+ * same number per step; on a box with idle cores each is a sleep and a wake-up on the other
  * core, most of a small step (search/README.md "Meets"). */
 static void test_sim_meets(void) {
     un_ctx *ctx = un_ctx_new(NULL);
@@ -783,11 +785,11 @@ static void test_sim_meets(void) {
     static const struct {
         const char *model, *strategy, *config;
         int min_meets;
-    } cases[] = {{"mlp", "data", NULL, 3},
-                 {"mlp", "tensor", NULL, 4},
-                 {"transformer", "data", NULL, 3},
-                 {"dlrm", "data", NULL, 3},
-                 {"mlp", "data", "layers=2,hidden=513,batch=8", 6}};
+    } cases[] = {{"mlp", "data", NULL, 2},
+                 {"mlp", "tensor", NULL, 3},
+                 {"transformer", "data", NULL, 2},
+                 {"dlrm", "data", NULL, 2},
+                 {"mlp", "data", "layers=2,hidden=513,batch=8", 5}};
     FILE *sink = fopen("/dev/null", "w");
     for (size_t i = 0; i < sizeof cases / sizeof *cases && sink; i++) {
         un_graph *g = NULL;
@@ -799,6 +801,7 @@ static void test_sim_meets(void) {
         o.threads = 2;
         o.strategy = cases[i].strategy;
         o.steps = 3;
+        o.log_every = 1000; /* the loss sums: steps 0 and 2 */
         o.quiet = true;
         o.stats = true;
         o.out = sink;
@@ -808,7 +811,7 @@ static void test_sim_meets(void) {
         un_train_result tr;
         EXPECT_OK(ctx, un_train_run(ctx, &o, &tr));
         for (int k = 0; k < d && tr.dev; k++)
-            test__check(tr.dev[k].meets == r.meets && r.meets >= cases[i].min_meets, TEST__AT,
+            test__check(tr.dev[k].meets == r.meets + 0.5 && r.meets >= cases[i].min_meets, TEST__AT,
                         "%s %s rank %d: %.2f meets a step, simulated %d", cases[i].model,
                         cases[i].strategy, k, tr.dev[k].meets, r.meets);
         un_train_result_deinit(&tr);
@@ -893,7 +896,7 @@ static void test_sim_measured_parts(void) {
     un_cost_model *cm = model_on(&m, db[0]);
     un_sim_result s0 = sim_runtime(cm, ser, 1), d0 = sim_runtime(cm, dp, 2);
     EXPECT_TRUE(s0.wait == 0 && d0.wait == 0 && s0.meet_time == 0);
-    EXPECT_TRUE(s0.meets == 0 && d0.meets >= 3); /* the gradients' scatter, gather, the loss */
+    EXPECT_TRUE(s0.meets == 0 && d0.meets == 2); /* the gradients' scatter, the weights' gather */
     un_cost_model_free(cm);
     /* a step's time does not include making its batch (runtime/train.c times forward, loss,
      * backward and update): a second to make the batch (the profiler's former entry for the
@@ -917,26 +920,27 @@ static void test_sim_measured_parts(void) {
     put_cost(db[0], "comm:barrier", "devices[2]", 1.0, 0); /* 1 ms a barrier */
     cm = model_on(&m, db[0]);
     un_sim_result d1 = sim_runtime(cm, dp, 2);
-    EXPECT_TRUE(d1.step > d0.step + 6.9e-3); /* the sync's 4 barriers and the loss's 3 */
+    EXPECT_NEAR(d1.step, d0.step + 4 * (1e-3 - m.intra.latency), 1e-9); /* the sync's 4 */
     un_sim_result_deinit(&d1);
     un_cost_model_free(cm);
-    /* an exchange measured apart: the sync's two exchanges cost it instead of two barriers each,
-     * the loss's all-reduce still three barriers; one device has no rendezvous at all */
+    /* an exchange measured apart: the sync's two exchanges cost it instead of two barriers each;
+     * one device has no rendezvous at all */
     put_cost(db[0], "comm:exchange", "devices[2]", 0.5, 0);
     put_cost(db[0], "comm:exchange", "devices[1]", 100.0, 0);
     cm = model_on(&m, db[0]);
     d1 = sim_runtime(cm, dp, 2);
     un_sim_result s3 = sim_runtime(cm, ser, 1);
-    EXPECT_NEAR(d1.step, d0.step + 3e-3 + 2 * 0.5e-3 - (3 + 2 * 2) * m.intra.latency, 1e-9);
+    EXPECT_NEAR(d1.step, d0.step + 2 * 0.5e-3 - 2 * 2 * m.intra.latency, 1e-9);
     EXPECT_NEAR(s3.step, s0.step, 1e-12);
     un_sim_result_deinit(&d1);
     un_sim_result_deinit(&s3);
     un_cost_model_free(cm);
-    /* the loss's all-reduce measured as the runtime calls it: it replaces the three barriers */
+    /* an all-reduce of the loss is no part of a step (runtime/train.c sums it only on the steps
+     * that report it): a measured one changes nothing */
     put_cost(db[0], "comm:allreduce", "devices[2]", 0.25, 0);
     cm = model_on(&m, db[0]);
     d1 = sim_runtime(cm, dp, 2);
-    EXPECT_NEAR(d1.step, d0.step + 0.25e-3 + 2 * 0.5e-3 - (3 + 2 * 2) * m.intra.latency, 1e-9);
+    EXPECT_NEAR(d1.step, d0.step + 2 * 0.5e-3 - 2 * 2 * m.intra.latency, 1e-9);
     un_sim_result_deinit(&d1);
     un_cost_model_free(cm);
     put_meets(db[1], 1, 1.0); /* as fast as the work: no wait */
@@ -971,8 +975,8 @@ static void test_sim_measured_parts(void) {
 }
 
 /* unity-train --profile on two devices stores, beside the ops, the optimizer over a rank's
- * parameters, the barrier, the exchange and the loss's all-reduce of the two device threads and
- * their stretches of work and meeting. */
+ * parameters, the barrier and the exchange of the two device threads and their stretches of work
+ * and meeting; no all-reduce of the loss, which no step makes (runtime/train.c). */
 static void test_profile_parts(void) {
     char path[128];
     snprintf(path, sizeof path, "%s/prof2.db", cli_tmp);
@@ -993,7 +997,7 @@ static void test_profile_parts(void) {
     EXPECT_OK(ctx, un_rulesdb_cost_get(ctx, db, "comm:exchange", "devices[2]", "cpu", &c, &found));
     EXPECT_TRUE(found && c.fwd_ms > 0);
     EXPECT_OK(ctx, un_rulesdb_cost_get(ctx, db, "comm:allreduce", "devices[2]", "cpu", &c, &found));
-    EXPECT_TRUE(found && c.fwd_ms > 0);
+    EXPECT_TRUE(!found);
     char shape[64];
     un_sim_meet_shape(2, 0, shape, sizeof shape);
     EXPECT_OK(ctx, un_rulesdb_cost_get(ctx, db, "comm:meet", shape, "cpu", &c, &found));

@@ -14,7 +14,10 @@
 #     meets_ms: device 0's median time per step inside communicator calls that meet the other
 #     device (--stats' meets table; of the run whose median step is the least); unpolled: its
 #     waits per step that slept without polling first (the waits' load rule said no:
-#     runtime/pool.h un_pool_spin_allowed; same run); est_x, meas_x: the largest over the least of
+#     runtime/pool.h un_pool_spin_allowed; same run); xchg_us: the profile's comm:exchange of
+#     the round whose estimate is the least (the rendezvous of an exchange of the D device
+#     threads at that moment: 0.75-0.9 us or 2.9-3.8 us idle here, as the host places this
+#     guest's two vCPUs: search/README.md "The idle 2-device tiny steps"); est_x, meas_x: the largest over the least of
 #     the rounds' estimates and of their measured steps (1.00 with REPS=1): this guest has moments
 #     when a step's compute-bound ops run 1.3-1.55x slower (search/README.md, "Speed regimes"), and
 #     an error near such a spread is one side's round falling in a slow moment, not a cost.
@@ -54,7 +57,7 @@ rss() { # peak RSS in bytes of a command
 base1=$(rss "$B/unity-train" --model mlp --tiny --steps 2 --threads 1 --quiet)
 base2=$(rss "$B/unity-train" --model mlp --tiny --steps 2 --devices 2 --threads 2 --quiet)
 echo "baseline peak RSS (tiny mlp, 2 steps): $((base1 / 1024)) KiB on 1 device, $((base2 / 1024)) KiB on 2, subtracted from the runs' on as many devices"
-printf '%-26s %-8s %3s %10s %10s %7s %5s %12s %12s %7s %5s %12s %9s %8s %5s %6s%s\n' model strategy dev est_ms meas_ms err ok est_mem meas_mem err ok rss_delta meets_ms unpolled est_x meas_x "${base_bin:+ base_err}"
+printf '%-26s %-8s %3s %10s %10s %7s %5s %12s %12s %7s %5s %12s %9s %8s %7s %5s %6s%s\n' model strategy dev est_ms meas_ms err ok est_mem meas_mem err ok rss_delta meets_ms unpolled xchg_us est_x meas_x "${base_bin:+ base_err}"
 # the median step of a run's steps after the first (unity-train's "median step" line)
 median_step() { sed -n 's/^median step: \([0-9.]*\) ms$/\1/p' "$1"; }
 # model_cases LABEL MODEL-ARGS STRATEGY:DEVICES...: REPS rounds; in each, every case of the model
@@ -73,7 +76,7 @@ model_cases() {
     local label=$1 margs=$2
     shift 2
     [[ -z "${ONLY:-}" || "$label" =~ $ONLY ]] || return 0
-    local -a cases=("$@") strat dev est mem stash meas acct rssd estb scr inmeet unpol estx measx
+    local -a cases=("$@") strat dev est mem stash meas acct rssd estb scr inmeet unpol estx measx xus
     local n=${#cases[@]} i r
     for ((r = 0; r < REPS; r++)); do
         for ((i = 0; i < n; i++)); do
@@ -85,6 +88,9 @@ model_cases() {
             "$B/unity-train" $margs $sargs --profile --machine $M --rules "$db" --quiet >/dev/null
             "$B/unity-train" $margs $sargs --estimate --machine $M --rules "$db" >"$tmp/est" 2>/dev/null
             e=$(sed -n 's/^estimated step time: \([0-9.]*\) ms.*/\1/p' "$tmp/est")
+            local xu
+            xu=$(sqlite3 "$db" "select printf('%.2f', fwd_ms * 1000) from op_costs where op_sig = 'comm:exchange' and shape = 'devices[${dev[i]}]'" 2>/dev/null || true)
+            xu=${xu:--}
             local eb=0
             if [ -n "$base_bin" ]; then
                 "$base_bin" $margs $sargs --profile --machine $M --rules "$dbb" --quiet >/dev/null
@@ -100,6 +106,7 @@ model_cases() {
             up=$(awk '/^device +meets/ { on = 1; next } on && $1 == 0 { print $5; exit }' "$tmp/out")
             if ((r == 0)); then
                 est[i]=$e
+                xus[i]=$xu
                 estx[i]=$e
                 estb[i]=$eb
                 meas[i]=$m
@@ -116,6 +123,9 @@ model_cases() {
                 [ "${dev[i]}" = 1 ] || base=$base2
                 rssd[i]=$((peak - base))
             else
+                if awk -v a="${est[i]}" -v b="$e" 'BEGIN { exit !(b < a) }'; then
+                    xus[i]=$xu
+                fi
                 est[i]=$(awk -v a="${est[i]}" -v b="$e" 'BEGIN { print (b < a ? b : a) }')
                 estx[i]=$(awk -v a="${estx[i]}" -v b="$e" 'BEGIN { print (b > a ? b : a) }')
                 measx[i]=$(awk -v a="${measx[i]}" -v b="$m" 'BEGIN { print (b > a ? b : a) }')
@@ -130,11 +140,11 @@ model_cases() {
     done
     for ((i = 0; i < n; i++)); do
         awk -v l="$label" -v s="$(basename "${strat[i]}" .json)" -v d="${dev[i]}" -v e="${est[i]}" -v m="${meas[i]}" \
-            -v em="${mem[i]}" -v mm="$((acct[i] + stash[i]))" -v rd="${rssd[i]}" -v eb="${estb[i]}" -v hb="$base_bin" -v im="${inmeet[i]}" -v up="${unpol[i]}" -v ex="${estx[i]}" -v mx="${measx[i]}" 'BEGIN {
+            -v em="${mem[i]}" -v mm="$((acct[i] + stash[i]))" -v rd="${rssd[i]}" -v eb="${estb[i]}" -v hb="$base_bin" -v im="${inmeet[i]}" -v up="${unpol[i]}" -v xu="${xus[i]}" -v ex="${estx[i]}" -v mx="${measx[i]}" 'BEGIN {
             te = 100 * (e - m) / m; me = (mm > 0 ? 100 * (em - mm) / mm : 0)
             printf "%-26s %-8s %3d %10.3f %10.3f %+6.0f%% %5s %10.0fK %10.0fK %+6.0f%% %5s %10.0fK", l, s, d, e, m, te,
                    (te <= 25 && te >= -25 ? "yes" : "NO"), em / 1024, mm / 1024, me, (me <= 20 && me >= -20 ? "yes" : "NO"), rd / 1024
-            printf " %9s %8s %5.2f %6.2f", im, up, ex / e, mx / m
+            printf " %9s %8s %7s %5.2f %6.2f", im, up, (d > 1 ? xu : "-"), ex / e, mx / m
             if (hb != "")
                 printf " %+7.0f%%", 100 * (eb - m) / m
             printf "\n"
