@@ -705,5 +705,11 @@ double un_cost_optimizer(un_ctx *ctx, un_cost_model *cm, const char *optimizer, 
     /* Adam reads parameter, gradient and two moments and writes three; SGD with momentum reads
      * three and writes two. */
     double bytes = q * cm->es * (adam ? 7 : 5), flops = q * (adam ? 12 : 4);
+    const un_gpu_kernels *g = &cm->m.dev.gpu;
+    if (g->on) { /* one kernel of the CUDA backend, at the rate it was timed moving these bytes */
+        kclock k = {&cm->m.dev, 0, cm->m.dev.op_overhead, 0};
+        k_run(&k, bytes / (g->optimizer_bw > 0 ? g->optimizer_bw : cm->m.dev.mem_bw));
+        return k.t;
+    }
     return roofline(cm, flops, bytes);
 }

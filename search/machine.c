@@ -69,8 +69,9 @@ static un_status parse_link(un_ctx *ctx, const un_jcur *c, un_link *l) {
 }
 
 static un_status parse_gpu(un_ctx *ctx, const un_jcur *c, un_gpu_kernels *g) {
-    static const char *const keys[] = {"launch",       "gemm_launch", "sms",     "gemm_tile",
-                                       "gemm_latency", "mem_latency", "reserve", NULL};
+    static const char *const keys[] = {"launch",    "gemm_launch",  "sms",
+                                       "gemm_tile", "gemm_latency", "mem_latency",
+                                       "reserve",   "optimizer_bw", NULL};
     un_status st;
     if ((st = un_jcur_need_type(ctx, c, UN_JSON_OBJECT)) != UN_OK ||
         (st = un_jcur_check_keys(ctx, c, keys)) != UN_OK ||
@@ -80,7 +81,8 @@ static un_status parse_gpu(un_ctx *ctx, const un_jcur *c, un_gpu_kernels *g) {
         (st = get_num(ctx, c, "gemm_tile", true, false, &g->gemm_tile)) != UN_OK ||
         (st = get_num(ctx, c, "gemm_latency", true, true, &g->gemm_latency)) != UN_OK ||
         (st = get_num(ctx, c, "mem_latency", true, false, &g->mem_latency)) != UN_OK ||
-        (st = get_num(ctx, c, "reserve", false, true, &g->reserve)) != UN_OK)
+        (st = get_num(ctx, c, "reserve", false, true, &g->reserve)) != UN_OK ||
+        (st = get_num(ctx, c, "optimizer_bw", false, false, &g->optimizer_bw)) != UN_OK)
         return st;
     static const char *const whole[] = {"sms", "gemm_tile"};
     for (int i = 0; i < 2; i++) {
@@ -241,14 +243,18 @@ void un_machine_to_json(const un_machine *m, un_buf *b) {
     un_buf_printf(b, "},\n             \"mem_bw\": %.6g, \"memory\": %.6g, \"op_overhead\": %.6g",
                   m->dev.mem_bw, m->dev.memory, m->dev.op_overhead);
     const un_gpu_kernels *g = &m->dev.gpu;
-    if (g->on)
+    if (g->on) {
         un_buf_printf(
             b,
             ",\n             \"gpu\": {\"launch\": %.6g, \"gemm_launch\": %.6g, \"sms\": %.0f, "
             "\"gemm_tile\": %.0f, \"gemm_latency\": %.6g, \"mem_latency\": %.6g, "
-            "\"reserve\": %.6g}",
+            "\"reserve\": %.6g",
             g->launch, g->gemm_launch, g->sms, g->gemm_tile, g->gemm_latency, g->mem_latency,
             g->reserve);
+        if (g->optimizer_bw > 0)
+            un_buf_printf(b, ", \"optimizer_bw\": %.6g", g->optimizer_bw);
+        un_buf_printf(b, "}");
+    }
     un_buf_printf(b, "},\n");
     link_json(b, "intra_node", &m->intra);
     if (m->nodes > 1) {

@@ -37,6 +37,8 @@ typedef struct un_gpu_kernels {
     double reserve;      /* bytes of device memory a process of ours holds before its first
                           * buffer (the CUDA context, cuBLAS's handle and workspace; 0 if not
                           * given) */
+    double optimizer_bw; /* bytes/s our optimizer step kernel moves (parameter, gradient and state
+                          * read and written), as the profiler timed it (0 if not given: mem_bw) */
 } un_gpu_kernels;
 
 typedef struct un_device_kind {

@@ -50,7 +50,8 @@ static void test_machine_files(void) {
             EXPECT_OK(ctx, un_machine_parse(ctx, "back.json", b.data, b.len, &m2));
             EXPECT_TRUE(m2.dev.gpu.on && m2.dev.gpu.sms == m.dev.gpu.sms &&
                         m2.dev.gpu.gemm_launch == m.dev.gpu.gemm_launch &&
-                        m2.dev.gpu.reserve == m.dev.gpu.reserve && m.dev.gpu.reserve > 0);
+                        m2.dev.gpu.reserve == m.dev.gpu.reserve && m.dev.gpu.reserve > 0 &&
+                        m2.dev.gpu.optimizer_bw == m.dev.gpu.optimizer_bw);
             un_buf_deinit(&b);
         }
         un_ctx_free(ctx);
@@ -136,6 +137,9 @@ static void test_machine_bad(void) {
         {"{\"launch\": 4e-6, \"gemm_launch\": 6e-6, \"sms\": 132, \"gemm_tile\": 64, "
          "\"gemm_latency\": 5e-6, \"mem_latency\": 6e-7, \"reserve\": -1}",
          "$.device.gpu.reserve: must be at least 0"},
+        {"{\"launch\": 4e-6, \"gemm_launch\": 6e-6, \"sms\": 132, \"gemm_tile\": 64, "
+         "\"gemm_latency\": 5e-6, \"mem_latency\": 6e-7, \"optimizer_bw\": 0}",
+         "$.device.gpu.optimizer_bw: must be greater than 0"},
         {"[]", "$.device.gpu: expected"},
     };
     for (size_t i = 0; i < sizeof bad_gpu / sizeof *bad_gpu; i++) {
@@ -312,6 +316,21 @@ static void test_gpu_kernels(void) {
     /* the loss: the label check's copies and kernel, the rows' kernel, the sums copied out */
     ctx = un_ctx_new(NULL);
     EXPECT_NEAR(un_cost_loss(ctx, cm, 64, 10), 5 * g->launch, 1e-12);
+    un_ctx_free(ctx);
+    /* the optimizer step: one kernel moving parameter, gradient and state at the rate timed for
+     * it (optimizer_bw: Adam 7 floats a parameter, SGD 5), at mem_bw where none is given */
+    EXPECT_TRUE(g->optimizer_bw > 0 && g->optimizer_bw < m.dev.mem_bw);
+    ctx = un_ctx_new(NULL);
+    EXPECT_NEAR(un_cost_optimizer(ctx, cm, "adam", 256000000),
+                m.dev.op_overhead + 28 * 256e6 / g->optimizer_bw, 1e-12);
+    EXPECT_NEAR(un_cost_optimizer(ctx, cm, "sgd", 1000), m.dev.op_overhead + g->launch,
+                1e-12); /* a small one costs its launch */
+    un_machine nob = m;
+    nob.dev.gpu.optimizer_bw = 0;
+    un_cost_model *om = model_on(&nob, NULL);
+    EXPECT_NEAR(un_cost_optimizer(ctx, om, "sgd", 256000000),
+                m.dev.op_overhead + 20 * 256e6 / m.dev.mem_bw, 1e-12);
+    un_cost_model_free(om);
     un_ctx_free(ctx);
     /* zeroing gradients: a memset call per buffer; without device.gpu, bytes at mem_bw */
     EXPECT_NEAR(un_cost_zero(cm, 4096, 3), 3 * g->launch, 1e-12);
