@@ -67,6 +67,6 @@ $ff_ran;
 training on CPU threads as devices with reverse-mode autodiff through the parallel graph;
 and Unity's three-layer search inside unity-train (verified algebraic rewrites from rules.db,
 splitting at cut nodes, device mapping by dynamic programming, costed by the machine file).
-Not in this demo: the CUDA backend (unity-train --backend cuda on an NVIDIA GPU; run on one H200,
-never on several GPUs - runtime/README.md says what ran).
+Not in this demo: the CUDA backend (unity-train --backend cuda on an NVIDIA GPU; run on one H200
+and one H100, never on several GPUs - runtime/README.md says what ran).
 TXT
