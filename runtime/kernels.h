@@ -105,7 +105,27 @@ un_status un_kern_linear_wgrad(un_ctx *ctx, const un_kexec *ex, const un_param *
 double un_kern_ce_loss(un_prec prec, const void *logits, int64_t rows, int64_t c,
                        const int64_t *labels, double gscale, void *grad);
 
+/* Which code runs a matrix product: the kernels' choice (UN_GEMM_AUTO: products of at most
+ * un_kern_gemm_small_macs() multiply-adds in the runtime's small kernel, the others in OpenBLAS;
+ * kernels_cpu.c says why), or either one forced (benchmarks and tests). */
+typedef enum { UN_GEMM_AUTO, UN_GEMM_SMALL, UN_GEMM_BLAS } un_gemm_path;
+
+/* C = alpha op(A) op(B) + beta C, row-major (op = transpose when ta / tb), as the CPU kernels
+ * compute every product; dims and leading dims must fit in int. C is not read when beta is 0.
+ * False (nothing done) only for UN_GEMM_SMALL on a product the small kernel cannot take (alpha
+ * 0, or op(B) beyond its 32 KiB buffer). */
+bool un_kern_gemm_f32(un_gemm_path path, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                      float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
+                      float beta, float *C, int64_t ldc);
+bool un_kern_gemm_f64(un_gemm_path path, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                      double alpha, const double *A, int64_t lda, const double *B, int64_t ldb,
+                      double beta, double *C, int64_t ldc);
+
 /* ---- queries ---- */
+
+/* The most multiply-adds of a product the small kernel takes under UN_GEMM_AUTO (depends on the
+ * OpenBLAS kernel set that runs: 2^15, or 2^12 where that set has its own small-matrix path). */
+int64_t un_kern_gemm_small_macs(void);
 
 /* The parameter names the kernels read for op, in parameter-vector order (as in specs/ops.json);
  * NULL-terminated, static. Tests check them against the spec. */

@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <tgmath.h>
 
 #include "runtime/blas.h"
@@ -633,6 +634,53 @@ static int64_t mha_saved_values(int64_t B, int64_t S, int64_t Tn, int64_t HL, in
     return proj + (keep_p ? pall : 0);
 }
 
+/* ---- small matrix products ---------------------------------------------------------------------
+ * OpenBLAS spends a fixed cost on every call (argument checks, a buffer from blas_memory_alloc,
+ * packing for its blocked kernels), and with the Haswell kernel set the buffer comes from one
+ * list under one mutex for the process: two device threads calling small products at once take
+ * turns on it (search/README.md "OpenBLAS's buffer lock"). Attention's per-head products at small
+ * head sizes (8 x 8 x 8 in the tiny transformer, a thousand a step) and the tiny models' linears
+ * are that kind of call. Products up to a bound of multiply-adds run in kernels_cpu.inc's small
+ * kernel instead (AVX2 + FMA where the CPU has both), with op(B) packed in a stack buffer of at
+ * most SMALL_GEMM_PACK bytes. The bound is where the small kernel stops being faster than
+ * OpenBLAS on one thread (scripts/bench/small_gemm.sh; runtime/README.md has the table): 2^15
+ * against the Haswell kernel set, 2^12 against SkylakeX and its successors, whose own
+ * small-matrix path (AVX-512, no buffer) wins above that. */
+enum { SMALL_GEMM_PACK = 32 << 10 };
+
+int64_t un_kern_gemm_small_macs(void) {
+    static int64_t bound; /* 0 until computed; every thread computes the same value */
+    int64_t b = __atomic_load_n(&bound, __ATOMIC_RELAXED);
+    if (!b) {
+        const char *k = un_blas_kernel();
+        bool avx512_small = strcasecmp(k, "SkylakeX") == 0 || strcasecmp(k, "Cooperlake") == 0 ||
+                            strcasecmp(k, "SapphireRapids") == 0;
+        b = avx512_small ? (int64_t)1 << 12 : (int64_t)1 << 15;
+        __atomic_store_n(&bound, b, __ATOMIC_RELAXED);
+    }
+    return b;
+}
+
+/* Whether the small kernel takes the product: its packed op(B) fits the buffer and (unless any
+ * size is asked for) it is within the bound. */
+static bool small_gemm_fits(int64_t m, int64_t n, int64_t k, size_t elem, bool any) {
+    int64_t vl = (int64_t)(32 / elem), np = (n + vl - 1) / vl * vl;
+    return k * np * (int64_t)elem <= SMALL_GEMM_PACK &&
+           (any || m * n * k <= un_kern_gemm_small_macs());
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define SG_FMA  __attribute__((target("avx2,fma"), optimize("O3", "fp-contract=fast")))
+#define SG_BASE __attribute__((optimize("O3")))
+static bool small_gemm_fma(void) {
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+#else
+#define SG_FMA
+#define SG_BASE
+static bool small_gemm_fma(void) { return false; }
+#endif
+
 /* ---- the kernels, once per precision --------------------------------------------------------- */
 
 #define CAT_(a, b) a##b
@@ -653,6 +701,20 @@ static int64_t mha_saved_values(int64_t B, int64_t S, int64_t Tn, int64_t HL, in
 #undef T
 #undef FN
 #undef BLAS_GEMM
+
+bool un_kern_gemm_f32(un_gemm_path path, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                      float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
+                      float beta, float *C, int64_t ldc) {
+    un_blas_init();
+    return gemm_path_f32(path, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+bool un_kern_gemm_f64(un_gemm_path path, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                      double alpha, const double *A, int64_t lda, const double *B, int64_t ldb,
+                      double beta, double *C, int64_t ldc) {
+    un_blas_init();
+    return gemm_path_f64(path, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+}
 
 /* ---- argument checks ------------------------------------------------------------------------- */
 

@@ -1849,6 +1849,103 @@ static void test_blas_choice(void) {
                             "kept; self-check passed") != NULL);
 }
 
+/* The kernels' matrix product (un_kern_gemm_*) on every path against a triple loop in double:
+ * shapes below, at and above the small kernel's bound (rows and columns not multiples of 4 or of
+ * a vector), every transpose combination, leading dims larger than the matrix, alpha 1 and
+ * 0.5, beta 0 over a C of NaN (which must not be read) and beta 1; float32 within a few ulps of
+ * k, float64 within 1e-13. UN_GEMM_SMALL refuses alpha 0 and an op(B) beyond its buffer. */
+static void test_gemm_paths(void) {
+    int64_t bound = un_kern_gemm_small_macs();
+    printf("    small kernel bound: %lld multiply-adds (blas kernel %s)\n", (long long)bound,
+           un_blas_kernel());
+    EXPECT_TRUE(bound == (int64_t)1 << 15 || bound == (int64_t)1 << 12);
+    static const int dims[][3] = {{1, 1, 1},    {3, 5, 7},   {4, 8, 8},    {5, 9, 3},
+                                  {8, 8, 8},    {7, 17, 9},  {13, 31, 6},  {16, 32, 64},
+                                  {33, 33, 33}, {64, 64, 8}, {65, 70, 40}, {2, 129, 30},
+                                  {9, 3, 300}};
+    int checked = 0, bad = 0;
+    for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
+        for (int t = 0; t < 4; t++)
+            for (int v = 0; v < 3; v++) { /* v: beta 0 alpha 1, beta 1 alpha 1, beta 1 alpha .5 */
+                int64_t m = dims[d][0], n = dims[d][1], k = dims[d][2];
+                bool ta = t & 1, tb = t & 2;
+                int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 2, ldc = n + 1;
+                int64_t ra = ta ? k : m, rb = tb ? n : k;
+                double alpha = v == 2 ? 0.5 : 1, beta = v == 0 ? 0 : 1;
+                double *a = malloc(sizeof(double) * (size_t)(ra * lda));
+                double *b = malloc(sizeof(double) * (size_t)(rb * ldb));
+                double *c0 = malloc(sizeof(double) * (size_t)(m * ldc));
+                double *ref = malloc(sizeof(double) * (size_t)(m * ldc));
+                double *cd = malloc(sizeof(double) * (size_t)(m * ldc));
+                float *af = malloc(sizeof(float) * (size_t)(ra * lda));
+                float *bf = malloc(sizeof(float) * (size_t)(rb * ldb));
+                float *cf = malloc(sizeof(float) * (size_t)(m * ldc));
+                if (!a || !b || !c0 || !ref || !cd || !af || !bf || !cf) {
+                    EXPECT_TRUE(false);
+                    free(a), free(b), free(c0), free(ref), free(cd), free(af), free(bf), free(cf);
+                    return;
+                }
+                un_rng rng;
+                un_rng_seed(&rng, 0x1234567u + (uint64_t)(d * 16 + (size_t)t * 4 + (size_t)v));
+                for (int64_t i = 0; i < ra * lda; i++)
+                    af[i] = (float)(a[i] = 2 * un_rng_double(&rng) - 1);
+                for (int64_t i = 0; i < rb * ldb; i++)
+                    bf[i] = (float)(b[i] = 2 * un_rng_double(&rng) - 1);
+                for (int64_t i = 0; i < m * ldc; i++)
+                    c0[i] = 2 * un_rng_double(&rng) - 1;
+                for (int64_t i = 0; i < m; i++)
+                    for (int64_t j = 0; j < ldc; j++) {
+                        double acc = 0;
+                        for (int64_t p = 0; p < k; p++)
+                            acc += (ta ? a[p * lda + i] : a[i * lda + p]) *
+                                   (tb ? b[j * ldb + p] : b[p * ldb + j]);
+                        ref[i * ldc + j] =
+                            j < n ? alpha * acc + beta * c0[i * ldc + j] : c0[i * ldc + j];
+                    }
+                for (int path = UN_GEMM_AUTO; path <= UN_GEMM_BLAS; path++) {
+                    for (int64_t i = 0; i < m * ldc; i++) {
+                        bool pad = i % ldc >= n;
+                        cd[i] = beta == 0 && !pad ? NAN : c0[i];
+                        cf[i] = (float)cd[i];
+                    }
+                    bool okd = un_kern_gemm_f64((un_gemm_path)path, ta, tb, m, n, k, alpha, a, lda,
+                                                b, ldb, beta, cd, ldc);
+                    bool okf = un_kern_gemm_f32((un_gemm_path)path, ta, tb, m, n, k, (float)alpha,
+                                                af, lda, bf, ldb, (float)beta, cf, ldc);
+                    EXPECT_TRUE(okd && okf);
+                    double worst_d = 0, worst_f = 0;
+                    for (int64_t i = 0; i < m * ldc; i++) {
+                        worst_d = fmax(worst_d, fabs(cd[i] - ref[i]));
+                        worst_f = fmax(worst_f, fabs((double)cf[i] - ref[i]));
+                        if (isnan(cd[i]) || isnan(cf[i]))
+                            worst_d = INFINITY;
+                    }
+                    double tol_f = 4e-7 * (double)(k + 2) * 2; /* |terms| <= 1 each */
+                    bool ok = worst_d <= 1e-13 && worst_f <= tol_f;
+                    bad += !ok;
+                    checked++;
+                    test__check(ok, TEST__AT,
+                                "gemm %lldx%lldx%lld ta %d tb %d alpha %g beta %g path %d: error "
+                                "%g (f64), %g (f32, tolerance %g)",
+                                (long long)m, (long long)n, (long long)k, ta, tb, alpha, beta, path,
+                                worst_d, worst_f, tol_f);
+                }
+                free(a), free(b), free(c0), free(ref), free(cd), free(af), free(bf), free(cf);
+            }
+    printf("    %d products checked on 3 paths x 2 precisions, %d wrong\n", checked, bad);
+    float x[4] = {1, 2, 3, 4}, y[4] = {0};
+    EXPECT_TRUE(!un_kern_gemm_f32(UN_GEMM_SMALL, false, false, 2, 2, 1, 0, x, 1, x, 2, 0, y, 2));
+    float *big = calloc(128 * 129, sizeof(float)), *cbig = calloc(129, sizeof(float));
+    EXPECT_TRUE(big && cbig);
+    if (big && cbig) { /* op(B) 128 x 129 floats (packed to 136 columns): over 32 KiB */
+        EXPECT_TRUE(!un_kern_gemm_f32(UN_GEMM_SMALL, false, false, 1, 129, 128, 1, big, 128, big,
+                                      129, 0, cbig, 129));
+        EXPECT_TRUE(un_kern_gemm_f32(UN_GEMM_AUTO, false, false, 1, 129, 128, 1, big, 128, big, 129,
+                                     0, cbig, 129));
+    }
+    free(big), free(cbig);
+}
+
 int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "--blas-line") == 0) { /* test_blas_choice's child */
         printf("%s\n", un_blas_describe());
@@ -1878,6 +1975,7 @@ int main(int argc, char **argv) {
         {"pool_wakeups", test_pool_wakeups},
         {"gelu_f32_accuracy", test_gelu_f32_accuracy},
         {"blas_choice", test_blas_choice},
+        {"gemm_paths", test_gemm_paths},
     };
     return TEST_RUN_WITH_SPEC(cases, &S);
 }
