@@ -1896,7 +1896,7 @@ static void test_gemm_paths(void) {
                 for (int64_t i = 0; i < m; i++)
                     for (int64_t j = 0; j < ldc; j++) {
                         double acc = 0;
-                        for (int64_t p = 0; p < k; p++)
+                        for (int64_t p = 0; p < k && j < n; p++)
                             acc += (ta ? a[p * lda + i] : a[i * lda + p]) *
                                    (tb ? b[j * ldb + p] : b[p * ldb + j]);
                         ref[i * ldc + j] =
