@@ -1,5 +1,6 @@
 /* small_gemm.c - the CPU kernels' small matrix-product kernel against OpenBLAS (runtime/kernels.h
- * un_kern_gemm_f32 with UN_GEMM_SMALL and UN_GEMM_BLAS forced), float32, on every shape m, n, k
+ * un_kern_gemm_f32 / _f64 with UN_GEMM_SMALL and UN_GEMM_BLAS forced), float32 (or float64 with
+ * the argument f64), on every shape m, n, k
  * in {8, 16, 32, 64} and the three transpose combinations the kernels use (NN, NT, TN): wall
  * time per call, each path on one thread alone, then on two threads at once (two device threads
  * of a data-parallel step on this box: each thread its own A, B, C; both start together), the
@@ -9,7 +10,7 @@
  * faster path on every shape. The OpenBLAS kernel set is the one the runtime runs
  * (un_blas_init: OPENBLAS_CORETYPE from the environment, else its own choice).
  *
- *   small_gemm ROUNDS     (built and run by scripts/bench/small_gemm.sh) */
+ *   small_gemm ROUNDS [f64]     (built and run by scripts/bench/small_gemm.sh) */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,7 +35,8 @@ static double now(void) {
 typedef struct {
     int m, n, k, t;
     un_gemm_path path;
-    float *a, *b, *c;
+    bool f64;
+    void *a, *b, *c;
     long calls;
     double ns; /* per call */
     pthread_barrier_t *start;
@@ -44,43 +46,55 @@ static void *run(void *arg) {
     job *j = arg;
     bool ta = tr[j->t][0], tb = tr[j->t][1];
     int lda = ta ? j->m : j->k, ldb = tb ? j->k : j->n;
-    for (int w = 0; w < 200; w++) /* warm-up */
-        un_kern_gemm_f32(j->path, ta, tb, j->m, j->n, j->k, 1, j->a, lda, j->b, ldb, 0, j->c, j->n);
-    if (j->start)
-        pthread_barrier_wait(j->start);
-    double t0 = now();
-    for (long i = 0; i < j->calls; i++)
-        un_kern_gemm_f32(j->path, ta, tb, j->m, j->n, j->k, 1, j->a, lda, j->b, ldb, 1, j->c,
-                         j->n);
+    double t0 = 0;
+    for (long i = -200; i < j->calls; i++) { /* 200 warm-up calls, then the timed ones */
+        if (i == 0) {
+            if (j->start)
+                pthread_barrier_wait(j->start);
+            t0 = now();
+        }
+        if (j->f64)
+            un_kern_gemm_f64(j->path, ta, tb, j->m, j->n, j->k, 1, j->a, lda, j->b, ldb, 1, j->c,
+                             j->n);
+        else
+            un_kern_gemm_f32(j->path, ta, tb, j->m, j->n, j->k, 1, j->a, lda, j->b, ldb, 1, j->c,
+                             j->n);
+    }
     j->ns = 1e9 * (now() - t0) / (double)j->calls;
     return NULL;
 }
 
-/* n values in [-0.5, 0.5) from pcg's generator. */
-static float *filled(size_t n, uint64_t seed) {
-    float *p = malloc(sizeof(float) * n);
+/* n values in [-0.5, 0.5) from pcg's generator, float or double. */
+static void *filled(size_t n, uint64_t seed, bool f64) {
+    void *p = malloc((f64 ? sizeof(double) : sizeof(float)) * n);
     if (!p) {
         fprintf(stderr, "small_gemm: out of memory\n");
         exit(1);
     }
     un_rng r;
     un_rng_seed(&r, seed);
-    for (size_t i = 0; i < n; i++)
-        p[i] = (float)un_rng_double(&r) - 0.5f;
+    for (size_t i = 0; i < n; i++) {
+        double v = un_rng_double(&r) - 0.5;
+        if (f64)
+            ((double *)p)[i] = v;
+        else
+            ((float *)p)[i] = (float)v;
+    }
     return p;
 }
 
 /* Per-call ns of path on shape (m, n, k, t): on one thread, or on two at once (their mean). */
-static double timed(int m, int n, int k, int t, un_gemm_path path, int threads, float *buf[2][3]) {
+static double timed(int m, int n, int k, int t, un_gemm_path path, int threads, bool f64,
+                    void *buf[2][3]) {
     long macs = (long)m * n * k, calls = 20000000 / (macs + 2000) + 200;
     job jobs[2];
     pthread_t th[2];
     pthread_barrier_t start;
     pthread_barrier_init(&start, NULL, (unsigned)threads);
     for (int i = 0; i < threads; i++) {
-        jobs[i] = (job){m, n, k, t, path, buf[i][0], buf[i][1], buf[i][2], calls, 0,
+        jobs[i] = (job){m, n, k, t, path, f64, buf[i][0], buf[i][1], buf[i][2], calls, 0,
                         threads > 1 ? &start : NULL};
-        memset(jobs[i].c, 0, sizeof(float) * (size_t)m * (size_t)n);
+        memset(jobs[i].c, 0, (f64 ? sizeof(double) : sizeof(float)) * (size_t)m * (size_t)n);
     }
     if (threads == 1)
         run(&jobs[0]);
@@ -101,6 +115,11 @@ static int cmp(const void *x, const void *y) {
 
 int main(int argc, char **argv) {
     int rounds = argc > 1 ? atoi(argv[1]) : 5;
+    bool f64 = argc > 2 && strcmp(argv[2], "f64") == 0;
+    if (argc > 2 && !f64) {
+        fprintf(stderr, "small_gemm: the second argument is f64 or nothing, not %s\n", argv[2]);
+        return 2;
+    }
     if (rounds < 1 || rounds > MAXR) {
         fprintf(stderr, "small_gemm: ROUNDS must be 1..%d\n", MAXR);
         return 2;
@@ -109,10 +128,11 @@ int main(int argc, char **argv) {
     printf("blas: %s\n", un_blas_describe());
     printf("the kernels' bound: products of at most %lld multiply-adds in the small kernel\n",
            (long long)un_kern_gemm_small_macs());
-    float *buf[2][3];
+    printf("precision: %s\n", f64 ? "float64" : "float32");
+    void *buf[2][3];
     for (int i = 0; i < 2; i++)
         for (int j = 0; j < 3; j++)
-            buf[i][j] = filled(64 * 64, (uint64_t)(3 * i + j + 1));
+            buf[i][j] = filled(64 * 64, (uint64_t)(3 * i + j + 1), f64);
     printf("wall ns per call, median of %d rounds; ratio = small kernel / OpenBLAS (< 1: the small "
            "kernel is faster)\n",
            rounds);
@@ -131,7 +151,7 @@ int main(int argc, char **argv) {
                     for (int q = 0; q < rounds; q++)
                         for (int p = 0; p < 4; p++)
                             r[p][q] = timed(m, n, k, t, p % 2 ? UN_GEMM_BLAS : UN_GEMM_SMALL,
-                                            p < 2 ? 1 : 2, buf);
+                                            p < 2 ? 1 : 2, f64, buf);
                     for (int p = 0; p < 4; p++) {
                         qsort(r[p], (size_t)rounds, sizeof(double), cmp);
                         med[p] = r[p][rounds / 2];
