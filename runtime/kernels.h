@@ -107,13 +107,15 @@ double un_kern_ce_loss(un_prec prec, const void *logits, int64_t rows, int64_t c
 
 /* Which code runs a matrix product: the kernels' choice (UN_GEMM_AUTO: products of at most
  * un_kern_gemm_small_macs() multiply-adds in the runtime's small kernel, the others in OpenBLAS;
- * kernels_cpu.c says why), or either one forced (benchmarks and tests). */
-typedef enum { UN_GEMM_AUTO, UN_GEMM_SMALL, UN_GEMM_BLAS } un_gemm_path;
+ * kernels_cpu.c says why), or one forced (benchmarks and tests): the small kernel as this CPU runs
+ * it (AVX2 + FMA where it has both), OpenBLAS, or the small kernel's portable version (what a CPU
+ * without AVX2 + FMA runs). */
+typedef enum { UN_GEMM_AUTO, UN_GEMM_SMALL, UN_GEMM_BLAS, UN_GEMM_SMALL_PORTABLE } un_gemm_path;
 
 /* C = alpha op(A) op(B) + beta C, row-major (op = transpose when ta / tb), as the CPU kernels
  * compute every product; dims and leading dims must fit in int. C is not read when beta is 0.
- * False (nothing done) only for UN_GEMM_SMALL on a product the small kernel cannot take (alpha
- * 0, or op(B) beyond its 32 KiB buffer). */
+ * False (nothing done) only for a forced small kernel on a product it cannot take (alpha 0, or
+ * op(B) beyond its 32 KiB buffer). */
 bool un_kern_gemm_f32(un_gemm_path path, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                       float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
                       float beta, float *C, int64_t ldc);

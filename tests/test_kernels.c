@@ -1849,11 +1849,13 @@ static void test_blas_choice(void) {
                             "kept; self-check passed") != NULL);
 }
 
-/* The kernels' matrix product (un_kern_gemm_*) on every path against a triple loop in double:
+/* The kernels' matrix product (un_kern_gemm_*) on every path (the kernels' choice, the small
+ * kernel as this CPU runs it and its portable version, OpenBLAS) against a triple loop in double:
  * shapes below, at and above the small kernel's bound (rows and columns not multiples of 4 or of
  * a vector), every transpose combination, leading dims larger than the matrix, alpha 1 and
  * 0.5, beta 0 over a C of NaN (which must not be read) and beta 1; float32 within a few ulps of
- * k, float64 within 1e-13. UN_GEMM_SMALL refuses alpha 0 and an op(B) beyond its buffer. */
+ * k, float64 within 1e-13. A forced small kernel refuses alpha 0 and an op(B) beyond its
+ * buffer. */
 static void test_gemm_paths(void) {
     int64_t bound = un_kern_gemm_small_macs();
     printf("    small kernel bound: %lld multiply-adds (blas kernel %s)\n", (long long)bound,
@@ -1902,7 +1904,7 @@ static void test_gemm_paths(void) {
                         ref[i * ldc + j] =
                             j < n ? alpha * acc + beta * c0[i * ldc + j] : c0[i * ldc + j];
                     }
-                for (int path = UN_GEMM_AUTO; path <= UN_GEMM_BLAS; path++) {
+                for (int path = UN_GEMM_AUTO; path <= UN_GEMM_SMALL_PORTABLE; path++) {
                     for (int64_t i = 0; i < m * ldc; i++) {
                         bool pad = i % ldc >= n;
                         cd[i] = beta == 0 && !pad ? NAN : c0[i];
@@ -1932,9 +1934,11 @@ static void test_gemm_paths(void) {
                 }
                 free(a), free(b), free(c0), free(ref), free(cd), free(af), free(bf), free(cf);
             }
-    printf("    %d products checked on 3 paths x 2 precisions, %d wrong\n", checked, bad);
+    printf("    %d products checked on 4 paths x 2 precisions, %d wrong\n", checked, bad);
     float x[4] = {1, 2, 3, 4}, y[4] = {0};
     EXPECT_TRUE(!un_kern_gemm_f32(UN_GEMM_SMALL, false, false, 2, 2, 1, 0, x, 1, x, 2, 0, y, 2));
+    EXPECT_TRUE(
+        !un_kern_gemm_f32(UN_GEMM_SMALL_PORTABLE, false, false, 2, 2, 1, 0, x, 1, x, 2, 0, y, 2));
     float *big = calloc(128 * 129, sizeof(float)), *cbig = calloc(129, sizeof(float));
     EXPECT_TRUE(big && cbig);
     if (big && cbig) { /* op(B) 128 x 129 floats (packed to 136 columns): over 32 KiB */
