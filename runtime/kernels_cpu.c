@@ -665,7 +665,8 @@ int64_t un_kern_gemm_small_macs(void) {
  * size is asked for) it is within the bound. */
 static bool small_gemm_fits(int64_t m, int64_t n, int64_t k, size_t elem, bool any) {
     int64_t vl = (int64_t)(32 / elem), np = (n + vl - 1) / vl * vl;
-    return k * np * (int64_t)elem <= SMALL_GEMM_PACK &&
+    /* dims fit in int: k np < 2^62, and once it fits the buffer m n k < 2^44 */
+    return k * np <= SMALL_GEMM_PACK / (int64_t)elem &&
            (any || m * n * k <= un_kern_gemm_small_macs());
 }
 
