@@ -121,8 +121,30 @@ void un_backend_copy_region(un_backend *be, void *dst, const void *src, size_t e
     be->iface->copy_region(be, dst, src, es, r, accumulate);
 }
 
-void un_region_copy_host(un_prec prec, void *dst, const void *src, size_t es, const un_region *r,
+/* The region with its trailing dims that are whole on both sides folded into the dim before them
+ * (their elements are contiguous on both sides, so one row spans them): a batch-split piece of an
+ * NCHW tensor is one run of memory, copied by one call instead of one per W elements (the tiny
+ * resnext50's data-parallel pieces: 8-float rows, 2048 memcpy calls for 64 KiB). */
+static un_region region_fold(const un_region *r) {
+    un_region f = *r;
+    while (f.rank > 1) {
+        int i = f.rank - 1;
+        if (f.len[i] != f.src_dim[i] || f.len[i] != f.dst_dim[i])
+            break;
+        f.len[i - 1] *= f.len[i];
+        f.src_off[i - 1] *= f.src_dim[i];
+        f.dst_off[i - 1] *= f.dst_dim[i];
+        f.src_dim[i - 1] *= f.src_dim[i];
+        f.dst_dim[i - 1] *= f.dst_dim[i];
+        f.rank--;
+    }
+    return f;
+}
+
+void un_region_copy_host(un_prec prec, void *dst, const void *src, size_t es, const un_region *rr,
                          bool accumulate) {
+    un_region fr = region_fold(rr);
+    const un_region *r = &fr;
     int rank = r->rank;
     int64_t rows = 1, row = rank ? r->len[rank - 1] : 1;
     for (int i = 0; i + 1 < rank; i++)
