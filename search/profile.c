@@ -882,12 +882,78 @@ static un_status profile_meet(un_ctx *ctx, un_rulesdb *db, const un_graph *g, co
     return st;
 }
 
+typedef struct send_job {
+    un_comm *c;
+    double rate; /* spin_rate */
+    int reps;
+    double *arrive;  /* per rep: when its sender called (shared by the two threads) */
+    double *release; /* per rep: when its receiver returned */
+    un_status st;
+} send_job;
+
+/* reps one-way exchanges of a small message between two threads, the sender alternating: each
+ * rep both compute (spin) first, the sender 2 us longer, so that its receiver is waiting, as in a
+ * step where one rank sends a piece another needs. */
+static void *send_main(void *arg) {
+    send_job *j = arg;
+    un_ctx *ctx = un_ctx_new(NULL);
+    int r = un_comm_rank(j->c);
+    char sb[64] = {0}, rb[64];
+    un_comm_msg sm = {.peer = 1 - r, .tag = 0, .data = sb, .bytes = sizeof sb};
+    un_comm_msg rm = {.peer = 1 - r, .tag = 0, .data = rb, .bytes = sizeof rb};
+    for (double w0 = now_s(); now_s() - w0 < 0.05;)
+        spin_cpu(1e-3, j->rate);
+    for (int i = 0; i < j->reps && j->st == UN_OK; i++) {
+        bool send = (i & 1) == r;
+        spin_cpu(send ? 3e-6 : 1e-6, j->rate);
+        if (send)
+            j->arrive[i] = now_s();
+        j->st = un_comm_exchange(ctx, j->c, send ? &sm : NULL, send, send ? NULL : &rm, !send);
+        if (!send)
+            j->release[i] = now_s();
+    }
+    un_ctx_free(ctx);
+    return NULL;
+}
+
+/* The median seconds from a sender's call to its waiting receiver's return, over reps one-way
+ * exchanges between two threads (send_main). */
+static un_status send_time(un_ctx *ctx, int reps, double *sec) {
+    un_comm_group *grp = NULL;
+    un_status st = un_comm_local_group_new(ctx, 2, &grp);
+    if (st != UN_OK)
+        return st;
+    double *arrive = un_xcalloc((size_t)reps, sizeof *arrive);
+    double *release = un_xcalloc((size_t)reps, sizeof *release);
+    send_job j[2];
+    pthread_t th[2];
+    double rate = spin_rate();
+    for (int r = 0; r < 2; r++) {
+        j[r] = (send_job){un_comm_local_get(grp, r), rate, reps, arrive, release, UN_OK};
+        pthread_create(&th[r], NULL, send_main, &j[r]);
+    }
+    for (int r = 0; r < 2; r++) {
+        pthread_join(th[r], NULL);
+        st = st != UN_OK ? st : j[r].st;
+    }
+    for (int i = 0; i < reps; i++)
+        release[i] -= arrive[i];
+    *sec = un_median(release, reps);
+    free(arrive);
+    free(release);
+    un_comm_local_group_free(grp);
+    return st == UN_OK ? UN_OK : un_ctx_error(ctx, st, "profile: the one-way exchange failed");
+}
+
 /* The rendezvous of the run's D ranks, measured beside the operators so that those the runtime
  * makes cost what they cost at this time on this machine: "comm:barrier" devices[D] (one barrier),
  * "comm:exchange" devices[D] (one un_comm_exchange in which every rank sends a small message
- * to the next and receives one: a step's piece transfers, gradient sync and weight gather are
- * such exchanges; their bytes are costed apart, by the link's bandwidth). The loss's sum over
- * the ranks is no part of a step (runtime/train.c sums it only on the steps that report it). */
+ * to the next and receives one: a step's gradient sync and weight gather are such exchanges;
+ * their bytes are costed apart, by the link's bandwidth), "comm:send" devices[D] (a one-way
+ * exchange, measured between two of the threads: a sender's call to its waiting receiver's
+ * return; piece transfers where no rank both sends and receives, such as a tensor-parallel
+ * reduce's partial sums to their holder). The loss's sum over the ranks is no part of a step
+ * (runtime/train.c sums it only on the steps that report it). */
 static un_status profile_rendezvous(un_ctx *ctx, un_rulesdb *db, const un_graph *g,
                                     const char *device, FILE *log, int64_t *n_stored) {
     int64_t d = un_strategy_devices(g);
@@ -895,11 +961,12 @@ static un_status profile_rendezvous(un_ctx *ctx, un_rulesdb *db, const un_graph 
         return UN_OK;
     char shape[48];
     snprintf(shape, sizeof shape, "devices[%lld]", (long long)d);
-    static const char *sig[2] = {"comm:barrier", "comm:exchange"};
+    static const char *sig[3] = {"comm:barrier", "comm:exchange", "comm:send"};
     un_status st = UN_OK;
-    for (int k = 0; k < 2 && st == UN_OK; k++) {
+    for (int k = 0; k < 3 && st == UN_OK; k++) {
         double sec = 0;
-        st = xchg_time(ctx, (int)d, k == 1 ? 64 : 0, k == 1, 2000, &sec);
+        st = k == 2 ? send_time(ctx, 15000, &sec)
+                    : xchg_time(ctx, (int)d, k == 1 ? 64 : 0, k == 1, 2000, &sec);
         if (st == UN_OK && (st = store(ctx, db, sig[k], shape, device, sec, 0, 0)) == UN_OK) {
             ++*n_stored;
             if (log)

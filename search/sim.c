@@ -93,6 +93,7 @@ typedef struct sim {
     bool backward;
     double lat;   /* seconds of one barrier of the D ranks (runtime semantics) */
     double xlat;  /* seconds of one exchange's rendezvous of the D ranks, without its bytes */
+    double slat;  /* the same for a one-way exchange (no rank both sends and receives) */
     int meets;    /* rendezvous of all D ranks in the step (runtime semantics) */
     double since; /* when the last rendezvous ended */
     double extra; /* the waits for cores the stretches of work so far meet (measured) */
@@ -287,8 +288,16 @@ static void run_xfers(sim *s, int32_t node, const stamp *ready) {
         for (int d = 0; d < s->D; d++)
             if (in[d] >= worst)
                 worst = in[d], wd = d;
+        /* one way (no device both sends and receives: a receiver waits for a sender that does
+         * not wait for it) or both ways */
+        bool one_way = true;
+        for (int i = 0; i < s->n_xf && one_way; i++)
+            for (int k = 0; k < s->n_xf && one_way; k++)
+                one_way = s->xf[i].from == s->xf[i].to || s->xf[i].to != s->xf[k].from ||
+                          s->xf[k].from == s->xf[k].to;
         const un_link *l = &un_cost_machine(s->cm)->intra;
-        double dur = s->xlat + worst / l->bw; /* the rendezvous, then the largest receive */
+        /* the rendezvous, then the largest receive */
+        double dur = (one_way ? s->slat : s->xlat) + worst / l->bw;
         stretch(s, st.t - s->since);
         stamp end = run_task(s, wd, node, K_COMM, st, dur);
         s->since = end.t;
@@ -1045,6 +1054,8 @@ static un_status sim_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     s.lat = D > 1 ? un_cost_measured(ctx, cm, "comm:barrier", dshape, m->intra.latency) : 0;
     /* an exchange: measured, else two barriers (its posts meet, then its copies are done) */
     s.xlat = D > 1 ? un_cost_measured(ctx, cm, "comm:exchange", dshape, 2 * s.lat) : 0;
+    /* one way: measured ("comm:send"), else as an exchange */
+    s.slat = D > 1 ? un_cost_measured(ctx, cm, "comm:send", dshape, s.xlat) : 0;
 
     out->devices = D;
     out->mem = un_xcalloc((size_t)D, sizeof *out->mem);

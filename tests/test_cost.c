@@ -954,6 +954,26 @@ static void test_sim_measured_parts(void) {
     un_sim_result_deinit(&d1);
     un_sim_result_deinit(&s3);
     un_cost_model_free(cm);
+    /* a one-way exchange measured apart (comm:send): the data-parallel step has none (its
+     * scatter and gather go both ways); the tensor-parallel one's one-way transfers cost it
+     * instead of the exchange, a whole number of them */
+    un_graph *tp = zoo_graph("mlp", "tensor", 2);
+    cm = model_on(&m, db[0]);
+    un_sim_result t1 = sim_runtime(cm, tp, 2);
+    un_cost_model_free(cm);
+    put_cost(db[0], "comm:send", "devices[2]", 0.1, 0);
+    cm = model_on(&m, db[0]);
+    d1 = sim_runtime(cm, dp, 2);
+    un_sim_result t2 = sim_runtime(cm, tp, 2);
+    EXPECT_NEAR(d1.step, d0.step + 2 * 0.5e-3 - 2 * 2 * m.intra.latency, 1e-9);
+    double ways = (t1.step - t2.step) / (0.5e-3 - 0.1e-3);
+    printf("    tensor parallel: %.0f one-way transfers a step\n", ways);
+    EXPECT_TRUE(ways > 0.5 && fabs(ways - round(ways)) < 1e-6);
+    un_sim_result_deinit(&d1);
+    un_sim_result_deinit(&t1);
+    un_sim_result_deinit(&t2);
+    un_cost_model_free(cm);
+    un_graph_free(tp);
     /* an all-reduce of the loss is no part of a step (runtime/train.c sums it only on the steps
      * that report it): a measured one changes nothing */
     put_cost(db[0], "comm:allreduce", "devices[2]", 0.25, 0);
@@ -994,8 +1014,9 @@ static void test_sim_measured_parts(void) {
 }
 
 /* unity-train --profile on two devices stores, beside the ops, the optimizer over a rank's
- * parameters, the barrier and the exchange of the two device threads and their stretches of work
- * and meeting; no all-reduce of the loss, which no step makes (runtime/train.c). */
+ * parameters, the barrier, the exchange and the one-way exchange of the two device threads and
+ * their stretches of work and meeting; no all-reduce of the loss, which no step makes
+ * (runtime/train.c). */
 static void test_profile_parts(void) {
     char path[128];
     snprintf(path, sizeof path, "%s/prof2.db", cli_tmp);
@@ -1014,6 +1035,8 @@ static void test_profile_parts(void) {
     EXPECT_OK(ctx, un_rulesdb_cost_get(ctx, db, "comm:barrier", "devices[2]", "cpu", &c, &found));
     EXPECT_TRUE(found && c.fwd_ms > 0);
     EXPECT_OK(ctx, un_rulesdb_cost_get(ctx, db, "comm:exchange", "devices[2]", "cpu", &c, &found));
+    EXPECT_TRUE(found && c.fwd_ms > 0);
+    EXPECT_OK(ctx, un_rulesdb_cost_get(ctx, db, "comm:send", "devices[2]", "cpu", &c, &found));
     EXPECT_TRUE(found && c.fwd_ms > 0);
     EXPECT_OK(ctx, un_rulesdb_cost_get(ctx, db, "comm:allreduce", "devices[2]", "cpu", &c, &found));
     EXPECT_TRUE(!found);
