@@ -698,29 +698,24 @@ static un_status profile_step_parts(un_ctx *ctx, un_rulesdb *db, un_backend *be,
 
 typedef struct xjob {
     un_comm *c;
-    void *buf[2];
+    void *buf;
     size_t bytes;
-    bool ring;
     int reps;
     double sec;
     un_status st;
 } xjob;
 
-/* reps times: bytes 0: a barrier of every rank; else with ring every rank sends `bytes` to the
- * next rank and receives as many from the one before (one un_comm_exchange each, as a step's
- * exchanges), without ring rank 0 sends to rank 1 only. */
+/* reps times: bytes 0: a barrier of the two ranks; else rank 0 sends `bytes` to rank 1 (one
+ * un_comm_exchange each). */
 static void *xchg_main(void *arg) {
     xjob *j = arg;
     un_ctx *ctx = un_ctx_new(NULL);
-    int r = un_comm_rank(j->c), n = un_comm_size(j->c);
-    un_comm_msg m = {.peer = 1 - r, .tag = 0, .data = j->buf[r & 1], .bytes = j->bytes};
-    un_comm_msg rs = {.peer = (r + 1) % n, .tag = 0, .data = j->buf[0], .bytes = j->bytes};
-    un_comm_msg rr = {.peer = (r + n - 1) % n, .tag = 0, .data = j->buf[1], .bytes = j->bytes};
+    int r = un_comm_rank(j->c);
+    un_comm_msg m = {.peer = 1 - r, .tag = 0, .data = j->buf, .bytes = j->bytes};
     double *t = un_xcalloc((size_t)j->reps, sizeof *t);
     for (int i = 0; i < j->reps && j->st == UN_OK; i++) {
         double t0 = now_s();
         j->st = !j->bytes ? un_comm_barrier(ctx, j->c)
-                : j->ring ? un_comm_exchange(ctx, j->c, &rs, 1, &rr, 1)
                           : un_comm_exchange(ctx, j->c, r == 0 ? &m : NULL, r == 0,
                                              r == 1 ? &m : NULL, r == 1);
         t[i] = now_s() - t0;
@@ -731,42 +726,28 @@ static void *xchg_main(void *arg) {
     return NULL;
 }
 
-/* The median seconds of one barrier of n threads (bytes 0), of one exchange of `bytes` around the
- * ring of n threads (ring) or from thread 0 to thread 1 (n = 2): the synchronisation itself; the
- * waits for a thread that another job took off its core are measured apart (profile_meet). */
-static un_status xchg_time(un_ctx *ctx, int n, size_t bytes, bool ring, int reps, double *sec) {
+/* The machine's link between two threads: the median seconds of one barrier (bytes 0) or of one
+ * message of `bytes` from thread 0 to thread 1, back to back (the bandwidth; a step's
+ * rendezvous are measured as it meets: rdv_time). */
+static un_status xchg_time(un_ctx *ctx, size_t bytes, int reps, double *sec) {
     un_comm_group *grp = NULL;
-    un_status st = un_comm_local_group_new(ctx, n, &grp);
+    un_status st = un_comm_local_group_new(ctx, 2, &grp);
     if (st != UN_OK)
         return st;
-    xjob *j = un_xcalloc((size_t)n, sizeof *j);
-    /* a ring rank's send and receive buffers are its own */
-    void *b0 = un_xcalloc(bytes + 1, 1), *b1 = un_xcalloc(bytes + 1, 1);
-    void **own = un_xcalloc((size_t)n * 2, sizeof *own);
-    pthread_t *th = un_xcalloc((size_t)n, sizeof *th);
-    for (int r = 0; r < n; r++) {
-        j[r] = (xjob){.c = un_comm_local_get(grp, r),
-                      .buf = {b0, b1},
-                      .bytes = bytes,
-                      .ring = ring,
-                      .reps = reps};
-        if (ring)
-            for (int k = 0; k < 2; k++)
-                j[r].buf[k] = own[2 * r + k] = un_xcalloc(bytes + 1, 1);
+    xjob j[2];
+    pthread_t th[2];
+    void *buf[2] = {un_xcalloc(bytes + 1, 1), un_xcalloc(bytes + 1, 1)};
+    for (int r = 0; r < 2; r++) {
+        j[r] = (xjob){.c = un_comm_local_get(grp, r), .buf = buf[r], .bytes = bytes, .reps = reps};
         pthread_create(&th[r], NULL, xchg_main, &j[r]);
     }
-    for (int r = 0; r < n; r++) {
+    for (int r = 0; r < 2; r++) {
         pthread_join(th[r], NULL);
         st = st != UN_OK ? st : j[r].st;
     }
     *sec = j[1].sec;
-    for (int k = 0; k < 2 * n; k++)
-        free(own[k]);
-    free(own);
-    free(b0);
-    free(b1);
-    free(th);
-    free(j);
+    free(buf[0]);
+    free(buf[1]);
     un_comm_local_group_free(grp);
     return st == UN_OK ? UN_OK : un_ctx_error(ctx, st, "profile: the thread exchange failed");
 }
@@ -882,67 +863,90 @@ static un_status profile_meet(un_ctx *ctx, un_rulesdb *db, const un_graph *g, co
     return st;
 }
 
-typedef struct send_job {
+enum { RDV_BARRIER, RDV_RING, RDV_SEND };
+
+typedef struct rdv_job {
     un_comm *c;
+    int kind;    /* RDV_* */
     double rate; /* spin_rate */
     int reps;
-    double *arrive;  /* per rep: when its sender called (shared by the two threads) */
-    double *release; /* per rep: when its receiver returned */
+    double *arrive;  /* [reps * n]: when rank r called in rep i (shared by the threads) */
+    double *release; /* [reps * n]: when it returned */
     un_status st;
-} send_job;
+} rdv_job;
 
-/* reps one-way exchanges of a small message between two threads, the sender alternating: each
- * rep both compute (spin) first, the sender 2 us longer, so that its receiver is waiting, as in a
- * step where one rank sends a piece another needs. */
-static void *send_main(void *arg) {
-    send_job *j = arg;
+/* reps rendezvous of the group's n threads as a step meets: each rep every thread computes
+ * (spins) 1 us first, and the rep's late thread (rep i: rank i mod n) 2 us more, so that the
+ * others are waiting when it arrives; then a barrier, a ring exchange of a small message (every
+ * rank sends to the next and receives from the one before) or, n = 2, a one-way exchange whose
+ * sender is the late thread (a piece another rank waits for). Back to back, with no work
+ * between, a ring exchange measured 1.5-2.3x what the runs' meets cost (2026-11-28: 4.1-6.4 us
+ * against 2.5-3.5 in the data-parallel sample MLP's meet trace), the threads meeting on the
+ * group's lock at every call. */
+static void *rdv_main(void *arg) {
+    rdv_job *j = arg;
     un_ctx *ctx = un_ctx_new(NULL);
-    int r = un_comm_rank(j->c);
+    int r = un_comm_rank(j->c), n = un_comm_size(j->c);
     char sb[64] = {0}, rb[64];
-    un_comm_msg sm = {.peer = 1 - r, .tag = 0, .data = sb, .bytes = sizeof sb};
-    un_comm_msg rm = {.peer = 1 - r, .tag = 0, .data = rb, .bytes = sizeof rb};
+    un_comm_msg sm = {.peer = (r + 1) % n, .tag = 0, .data = sb, .bytes = sizeof sb};
+    un_comm_msg rm = {.peer = (r + n - 1) % n, .tag = 0, .data = rb, .bytes = sizeof rb};
     for (double w0 = now_s(); now_s() - w0 < 0.05;)
         spin_cpu(1e-3, j->rate);
     for (int i = 0; i < j->reps && j->st == UN_OK; i++) {
-        bool send = (i & 1) == r;
-        spin_cpu(send ? 3e-6 : 1e-6, j->rate);
-        if (send)
-            j->arrive[i] = now_s();
-        j->st = un_comm_exchange(ctx, j->c, send ? &sm : NULL, send, send ? NULL : &rm, !send);
-        if (!send)
-            j->release[i] = now_s();
+        bool late = i % n == r;
+        spin_cpu(late ? 3e-6 : 1e-6, j->rate);
+        j->arrive[(size_t)i * (size_t)n + (size_t)r] = now_s();
+        if (j->kind == RDV_BARRIER)
+            j->st = un_comm_barrier(ctx, j->c);
+        else if (j->kind == RDV_RING)
+            j->st = un_comm_exchange(ctx, j->c, &sm, 1, &rm, 1);
+        else
+            j->st = un_comm_exchange(ctx, j->c, late ? &sm : NULL, late, late ? NULL : &rm, !late);
+        j->release[(size_t)i * (size_t)n + (size_t)r] = now_s();
     }
     un_ctx_free(ctx);
     return NULL;
 }
 
-/* The median seconds from a sender's call to its waiting receiver's return, over reps one-way
- * exchanges between two threads (send_main). */
-static un_status send_time(un_ctx *ctx, int reps, double *sec) {
+/* The median over reps rendezvous of n threads (rdv_main; RDV_SEND: n = 2) of the time from
+ * the last thread's call to the last thread's return: what a meet adds to a step beyond the
+ * ranks' skew, which the simulator's schedule has. */
+static un_status rdv_time(un_ctx *ctx, int n, int kind, int reps, double *sec) {
     un_comm_group *grp = NULL;
-    un_status st = un_comm_local_group_new(ctx, 2, &grp);
+    un_status st = un_comm_local_group_new(ctx, n, &grp);
     if (st != UN_OK)
         return st;
-    double *arrive = un_xcalloc((size_t)reps, sizeof *arrive);
-    double *release = un_xcalloc((size_t)reps, sizeof *release);
-    send_job j[2];
-    pthread_t th[2];
+    double *arrive = un_xcalloc((size_t)reps * (size_t)n, sizeof *arrive);
+    double *release = un_xcalloc((size_t)reps * (size_t)n, sizeof *release);
+    double *w = un_xcalloc((size_t)reps, sizeof *w);
+    rdv_job *j = un_xcalloc((size_t)n, sizeof *j);
+    pthread_t *th = un_xcalloc((size_t)n, sizeof *th);
     double rate = spin_rate();
-    for (int r = 0; r < 2; r++) {
-        j[r] = (send_job){un_comm_local_get(grp, r), rate, reps, arrive, release, UN_OK};
-        pthread_create(&th[r], NULL, send_main, &j[r]);
+    for (int r = 0; r < n; r++) {
+        j[r] = (rdv_job){un_comm_local_get(grp, r), kind, rate, reps, arrive, release, UN_OK};
+        pthread_create(&th[r], NULL, rdv_main, &j[r]);
     }
-    for (int r = 0; r < 2; r++) {
+    for (int r = 0; r < n; r++) {
         pthread_join(th[r], NULL);
         st = st != UN_OK ? st : j[r].st;
     }
-    for (int i = 0; i < reps; i++)
-        release[i] -= arrive[i];
-    *sec = un_median(release, reps);
+    for (int i = 0; i < reps; i++) {
+        double a = 0, b = 0;
+        for (int r = 0; r < n; r++) {
+            size_t k = (size_t)i * (size_t)n + (size_t)r;
+            a = arrive[k] > a ? arrive[k] : a;
+            b = release[k] > b ? release[k] : b;
+        }
+        w[i] = b - a;
+    }
+    *sec = un_median(w, reps);
     free(arrive);
     free(release);
+    free(w);
+    free(j);
+    free(th);
     un_comm_local_group_free(grp);
-    return st == UN_OK ? UN_OK : un_ctx_error(ctx, st, "profile: the one-way exchange failed");
+    return st == UN_OK ? UN_OK : un_ctx_error(ctx, st, "profile: the thread rendezvous failed");
 }
 
 /* The rendezvous of the run's D ranks, measured beside the operators so that those the runtime
@@ -963,10 +967,11 @@ static un_status profile_rendezvous(un_ctx *ctx, un_rulesdb *db, const un_graph 
     snprintf(shape, sizeof shape, "devices[%lld]", (long long)d);
     static const char *sig[3] = {"comm:barrier", "comm:exchange", "comm:send"};
     un_status st = UN_OK;
-    for (int k = 0; k < 3 && st == UN_OK; k++) {
+    for (int k = RDV_BARRIER; k <= RDV_SEND && st == UN_OK; k++) {
         double sec = 0;
-        st = k == 2 ? send_time(ctx, 15000, &sec)
-                    : xchg_time(ctx, (int)d, k == 1 ? 64 : 0, k == 1, 2000, &sec);
+        /* 15,000 reps: at 2,000 one 20 ms load sample of the waits' polling rule decided a whole
+         * measurement (2 of 9 one-way profiles at 8.9 us, every wait asleep) */
+        st = rdv_time(ctx, k == RDV_SEND ? 2 : (int)d, k, 15000, &sec);
         if (st == UN_OK && (st = store(ctx, db, sig[k], shape, device, sec, 0, 0)) == UN_OK) {
             ++*n_stored;
             if (log)
@@ -1152,8 +1157,8 @@ un_status un_profile_machine(un_ctx *ctx, un_machine *m) {
     free(y);
     /* the local communicator between two threads: latency of a barrier, bandwidth of 16 MiB */
     double lat = 0, big = 0;
-    if ((st = xchg_time(ctx, 2, 0, false, 2000, &lat)) != UN_OK ||
-        (st = xchg_time(ctx, 2, (size_t)16 << 20, false, 20, &big)) != UN_OK)
+    if ((st = xchg_time(ctx, 0, 2000, &lat)) != UN_OK ||
+        (st = xchg_time(ctx, (size_t)16 << 20, 20, &big)) != UN_OK)
         return st;
     m->intra.latency = lat;
     m->intra.bw = (double)((size_t)16 << 20) / (big > 2 * lat ? big - 2 * lat : big);
