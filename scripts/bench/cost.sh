@@ -16,7 +16,8 @@
 #     waits per step that slept without polling first (the waits' load rule said no:
 #     runtime/pool.h un_pool_spin_allowed; same run); xchg_us: the profile's comm:exchange of
 #     the round whose estimate is the least (the rendezvous of an exchange of the D device
-#     threads at that moment: 0.75-0.9 us or 2.9-3.8 us idle here, as the host places this
+#     threads at that moment, measured as a step meets: 0.58-0.78 us or 1.5-2.4 us idle here
+#     (back to back, before 2026-11-28 07:30 UTC: 0.75-0.9 or 2.9-6.4), as the host places this
 #     guest's two vCPUs: search/README.md "The idle 2-device tiny steps"); est_x, meas_x: the largest over the least of
 #     the rounds' estimates and of their measured steps (1.00 with REPS=1): this guest has moments
 #     when a step's compute-bound ops run 1.3-1.55x slower (search/README.md, "Speed regimes"), and
@@ -30,7 +31,12 @@
 #                                          unity-train: in every round it also profiles into a
 #                                          database of its own and estimates, right before the
 #                                          run, so both estimates meet the same measurement at
-#                                          the same load; its error is the base_err column).
+#                                          the same load; its error is the base_err column),
+#                                          BASELINE_MACHINE (another machine file: in every
+#                                          round the same profile is also estimated on it; its
+#                                          error is the base_err column; with BASELINE_BIN, that
+#                                          binary's estimate is on it), MACHINE (the machine file
+#                                          of the estimates, default specs/machines/cpu.json).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
@@ -39,7 +45,8 @@ steps=${STEPS:-40}
 REPS=${REPS:-3}
 make -s -j2 BUILD="$build" >/dev/null
 B=$build/bin
-M=specs/machines/cpu.json
+M=${MACHINE:-specs/machines/cpu.json}
+MB=${BASELINE_MACHINE:-$M}
 echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-<unset>}, load $(cut -d' ' -f1-3 /proc/loadavg), $(date -u '+%Y-%m-%d %H:%M UTC')"
 "$B/unity-train" --model mlp --tiny --steps 1 | sed -n 's/^blas: /BLAS: /p'
 tmp=$(mktemp -d)
@@ -47,6 +54,10 @@ trap 'rm -rf "$tmp"' EXIT
 db=$tmp/costs.db
 dbb=$tmp/base.db
 base_bin=${BASELINE_BIN:-}
+[ -n "$base_bin" ] || [ -z "${BASELINE_MACHINE:-}" ] || base_bin=same
+base_label=$base_bin
+[ "$base_bin" != same ] || base_label="the same profiles estimated on $MB"
+[ "$base_bin" = same ] || [ -z "${BASELINE_MACHINE:-}" ] || base_label="$base_bin on $MB"
 "$B/unity-pcg" sample mlp --strategy serial >"$tmp/mlp.json"
 "$B/unity-pcg" sample mlp --strategy tensor >"$tmp/tp.json"
 
@@ -92,9 +103,12 @@ model_cases() {
             xu=$(sqlite3 "$db" "select printf('%.2f', fwd_ms * 1000) from op_costs where op_sig = 'comm:exchange' and shape = 'devices[${dev[i]}]'" 2>/dev/null || true)
             xu=${xu:--}
             local eb=0
-            if [ -n "$base_bin" ]; then
+            if [ "$base_bin" = same ]; then
+                eb=$("$B/unity-train" $margs $sargs --estimate --machine "$MB" --rules "$db" 2>/dev/null |
+                     sed -n 's/^estimated step time: \([0-9.]*\) ms.*/\1/p')
+            elif [ -n "$base_bin" ]; then
                 "$base_bin" $margs $sargs --profile --machine $M --rules "$dbb" --quiet >/dev/null
-                eb=$("$base_bin" $margs $sargs --estimate --machine $M --rules "$dbb" 2>/dev/null |
+                eb=$("$base_bin" $margs $sargs --estimate --machine "$MB" --rules "$dbb" 2>/dev/null |
                      sed -n 's/^estimated step time: \([0-9.]*\) ms.*/\1/p')
             fi
             peak=$(rss "$B/unity-train" $margs $sargs --steps "$steps" --stats)
@@ -162,7 +176,7 @@ done
 model_cases "charlm (default)" "--model charlm" serial:1 data:2
 model_cases "sample mlp" "--model $tmp/mlp.json" serial:1 data:2 "$tmp/tp.json:2"
 # the summary, and whether each model's strategies keep their order (estimated vs measured)
-awk -F'|' -v hb="$base_bin" '{ n++; t += $5; m += $6; k = $1; c[k]++; e[k, c[k]] = $3; x[k, c[k]] = $4; b[k, c[k]] = $7
+awk -F'|' -v hb="$base_label" '{ n++; t += $5; m += $6; k = $1; c[k]++; e[k, c[k]] = $3; x[k, c[k]] = $4; b[k, c[k]] = $7
        tb += ($7 - $4 <= 0.25 * $4 && $4 - $7 <= 0.25 * $4) }
      END { for (k in c) { if (c[k] < 2) continue; models++; ok = 1; okb = 1
                for (i = 1; i <= c[k]; i++) for (j = 1; j <= c[k]; j++) {
