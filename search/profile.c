@@ -867,8 +867,9 @@ enum { RDV_BARRIER, RDV_RING, RDV_SEND };
 
 typedef struct rdv_job {
     un_comm *c;
-    int kind;    /* RDV_* */
-    double rate; /* spin_rate */
+    int kind;     /* RDV_* */
+    size_t bytes; /* each message's */
+    double rate;  /* spin_rate */
     int reps;
     double *arrive;  /* [reps * n]: when rank r called in rep i (shared by the threads) */
     double *release; /* [reps * n]: when it returned */
@@ -887,13 +888,14 @@ static void *rdv_main(void *arg) {
     rdv_job *j = arg;
     un_ctx *ctx = un_ctx_new(NULL);
     int r = un_comm_rank(j->c), n = un_comm_size(j->c);
-    char sb[64] = {0}, rb[64];
-    un_comm_msg sm = {.peer = (r + 1) % n, .tag = 0, .data = sb, .bytes = sizeof sb};
-    un_comm_msg rm = {.peer = (r + n - 1) % n, .tag = 0, .data = rb, .bytes = sizeof rb};
+    char *sb = un_xcalloc(j->bytes + 1, 1), *rb = un_xcalloc(j->bytes + 1, 1);
+    un_comm_msg sm = {.peer = (r + 1) % n, .tag = 0, .data = sb, .bytes = j->bytes};
+    un_comm_msg rm = {.peer = (r + n - 1) % n, .tag = 0, .data = rb, .bytes = j->bytes};
     for (double w0 = now_s(); now_s() - w0 < 0.05;)
         spin_cpu(1e-3, j->rate);
     for (int i = 0; i < j->reps && j->st == UN_OK; i++) {
         bool late = i % n == r;
+        memset(sb, i & 0xff, j->bytes); /* written by its sender, as a step's pieces are */
         spin_cpu(late ? 3e-6 : 1e-6, j->rate);
         j->arrive[(size_t)i * (size_t)n + (size_t)r] = now_s();
         if (j->kind == RDV_BARRIER)
@@ -904,6 +906,8 @@ static void *rdv_main(void *arg) {
             j->st = un_comm_exchange(ctx, j->c, late ? &sm : NULL, late, late ? NULL : &rm, !late);
         j->release[(size_t)i * (size_t)n + (size_t)r] = now_s();
     }
+    free(sb);
+    free(rb);
     un_ctx_free(ctx);
     return NULL;
 }
@@ -911,7 +915,7 @@ static void *rdv_main(void *arg) {
 /* The median over reps rendezvous of n threads (rdv_main; RDV_SEND: n = 2) of the time from
  * the last thread's call to the last thread's return: what a meet adds to a step beyond the
  * ranks' skew, which the simulator's schedule has. */
-static un_status rdv_time(un_ctx *ctx, int n, int kind, int reps, double *sec) {
+static un_status rdv_time(un_ctx *ctx, int n, int kind, size_t bytes, int reps, double *sec) {
     un_comm_group *grp = NULL;
     un_status st = un_comm_local_group_new(ctx, n, &grp);
     if (st != UN_OK)
@@ -923,7 +927,8 @@ static un_status rdv_time(un_ctx *ctx, int n, int kind, int reps, double *sec) {
     pthread_t *th = un_xcalloc((size_t)n, sizeof *th);
     double rate = spin_rate();
     for (int r = 0; r < n; r++) {
-        j[r] = (rdv_job){un_comm_local_get(grp, r), kind, rate, reps, arrive, release, UN_OK};
+        j[r] =
+            (rdv_job){un_comm_local_get(grp, r), kind, bytes, rate, reps, arrive, release, UN_OK};
         pthread_create(&th[r], NULL, rdv_main, &j[r]);
     }
     for (int r = 0; r < n; r++) {
@@ -971,13 +976,31 @@ static un_status profile_rendezvous(un_ctx *ctx, un_rulesdb *db, const un_graph 
         double sec = 0;
         /* 15,000 reps: at 2,000 one 20 ms load sample of the waits' polling rule decided a whole
          * measurement (2 of 9 one-way profiles at 8.9 us, every wait asleep) */
-        st = rdv_time(ctx, k == RDV_SEND ? 2 : (int)d, k, 15000, &sec);
+        st = rdv_time(ctx, k == RDV_SEND ? 2 : (int)d, k, 64, 15000, &sec);
         if (st == UN_OK && (st = store(ctx, db, sig[k], shape, device, sec, 0, 0)) == UN_OK) {
             ++*n_stored;
             if (log)
                 fprintf(log, "  %-44s %-40s %10.4f ms\n", sig[k], shape, sec * 1e3);
         }
     }
+    /* the exchange and the send by message size (un_sim_xchg_bytes): the bytes cross between
+     * the cores as the run's do, at this moment's placement of the threads (a 16 MiB message
+     * moves at 24-30 GB/s here idle, an 8 KiB one of a step at a third of that or less); about
+     * 30 ms of messages a point, 200 to 15,000 of them */
+    for (int k = RDV_RING; k <= RDV_SEND && st == UN_OK; k++)
+        for (int b = 0; b < UN_SIM_XCHG_POINTS && st == UN_OK; b++) {
+            double sec = 0, bytes = un_sim_xchg_bytes[b];
+            int reps = (int)(0.03 / (3e-6 + bytes / 2e9));
+            reps = reps < 200 ? 200 : reps > 15000 ? 15000 : reps;
+            char xs[64];
+            un_sim_xchg_shape((int)d, b, xs, sizeof xs);
+            st = rdv_time(ctx, k == RDV_SEND ? 2 : (int)d, k, (size_t)bytes, reps, &sec);
+            if (st == UN_OK && (st = store(ctx, db, sig[k], xs, device, sec, 0, 0)) == UN_OK) {
+                ++*n_stored;
+                if (log)
+                    fprintf(log, "  %-44s %-40s %10.4f ms\n", sig[k], xs, sec * 1e3);
+            }
+        }
     return st;
 }
 

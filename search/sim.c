@@ -91,9 +91,11 @@ typedef struct sim {
     double *sync_recv;
     double *shard; /* per device: bytes of the weights its optimizer updates */
     bool backward;
-    double lat;   /* seconds of one barrier of the D ranks (runtime semantics) */
-    double xlat;  /* seconds of one exchange's rendezvous of the D ranks, without its bytes */
-    double slat;  /* the same for a one-way exchange (no rank both sends and receives) */
+    double lat;  /* seconds of one barrier of the D ranks (runtime semantics) */
+    double xlat; /* seconds of one exchange's rendezvous of the D ranks, without its bytes */
+    double slat; /* the same for a one-way exchange (no rank both sends and receives) */
+    /* [one way][point]: an exchange's measured seconds at un_sim_xchg_bytes; [0] 0: unmeasured */
+    double xpts[2][UN_SIM_XCHG_POINTS];
     int meets;    /* rendezvous of all D ranks in the step (runtime semantics) */
     double since; /* when the last rendezvous ended */
     double extra; /* the waits for cores the stretches of work so far meet (measured) */
@@ -101,6 +103,7 @@ typedef struct sim {
 } sim;
 
 static void stretch(sim *s, double work);
+static double xchg_time(sim *s, double bytes, bool one_way);
 
 /* Runtime semantics: whether weight node id's copy-group sum is made in chunks in place. */
 static bool chunked(const sim *s, int32_t id) {
@@ -295,9 +298,7 @@ static void run_xfers(sim *s, int32_t node, const stamp *ready) {
             for (int k = 0; k < s->n_xf && one_way; k++)
                 one_way = s->xf[i].from == s->xf[i].to || s->xf[i].to != s->xf[k].from ||
                           s->xf[k].from == s->xf[k].to;
-        const un_link *l = &un_cost_machine(s->cm)->intra;
-        /* the rendezvous, then the largest receive */
-        double dur = (one_way ? s->slat : s->xlat) + worst / l->bw;
+        double dur = xchg_time(s, worst, one_way); /* the rendezvous and the largest receive */
         stretch(s, st.t - s->since);
         stamp end = run_task(s, wd, node, K_COMM, st, dur);
         s->since = end.t;
@@ -885,6 +886,40 @@ void un_sim_meet_shape(int devices, int w, char *buf, size_t n) {
     snprintf(buf, n, "devices[%d],work[%.0f us]", devices, un_sim_meet_work[w] * 1e6);
 }
 
+/* 64 bytes is the rendezvous itself; 64 KiB the largest message the local communicator copies
+ * when posted (runtime/comm_local.c EAGER_BYTES); 512 KiB a weight's gradient chunk of the mid
+ * sizes. */
+const double un_sim_xchg_bytes[UN_SIM_XCHG_POINTS] = {64, 1024, 8192, 65536, 524288};
+
+void un_sim_xchg_shape(int devices, int b, char *buf, size_t n) {
+    snprintf(buf, n, "devices[%d],bytes[%.0f]", devices, un_sim_xchg_bytes[b]);
+}
+
+/* t at v between the points (x[i], t[i]) of i and i + 1 (log-log). */
+static double loglog(const double *x, const double *t, int i, double v) {
+    double f = log(v / x[i]) / log(x[i + 1] / x[i]);
+    return exp(log(t[i]) + f * (log(t[i + 1]) - log(t[i])));
+}
+
+/* Seconds of one exchange of the D devices in which the busiest receives `bytes` (one_way: no
+ * device both sends and receives): the measured points (un_sim_xchg_bytes), else the measured
+ * rendezvous plus the bytes at the link's bandwidth. */
+static double xchg_time(sim *s, double bytes, bool one_way) {
+    if (s->xpts[one_way][0] > 0) {
+        const double *x = un_sim_xchg_bytes, *t = s->xpts[one_way];
+        int n = UN_SIM_XCHG_POINTS, i = 0;
+        if (bytes <= x[0])
+            return t[0];
+        if (bytes >= x[n - 1])
+            return t[n - 1] +
+                   (bytes - x[n - 1]) * fmax(t[n - 1] - t[n - 2], 0) / (x[n - 1] - x[n - 2]);
+        while (bytes > x[i + 1])
+            i++;
+        return loglog(x, t, i, bytes);
+    }
+    return (one_way ? s->slat : s->xlat) + bytes / un_cost_machine(s->cm)->intra.bw;
+}
+
 /* Seconds for the D devices to compute `work` each and meet, interpolated (log-log) between
  * the measured points ("comm:meet"), the time per work of the nearest end beyond them; 0 when
  * they are not all measured. */
@@ -905,8 +940,7 @@ static double meet_time(sim *s, double work) {
     int i = 0;
     while (work > x[i + 1])
         i++;
-    double f = log(work / x[i]) / log(x[i + 1] / x[i]);
-    return exp(log(t[i]) + f * (log(t[i + 1]) - log(t[i])));
+    return loglog(x, t, i, work);
 }
 
 /* Runtime semantics: a stretch of `work` seconds that ends at a rendezvous of the D devices (or
@@ -986,8 +1020,7 @@ static void weights_sync(sim *s, int phase) {
         if (s->sync_recv[d] > worst)
             worst = s->sync_recv[d], wd = d;
     }
-    const un_link *l = &un_cost_machine(s->cm)->intra;
-    double dur = s->xlat + worst / l->bw + (phase == 0 ? un_cost_copy(s->cm, worst) : 0);
+    double dur = xchg_time(s, worst, false) + (phase == 0 ? un_cost_copy(s->cm, worst) : 0);
     stretch(s, all.t - s->since);
     s->r->comm_bytes += total;
     stamp end = run_task(s, wd, -1, K_COMM, all, dur);
@@ -1056,6 +1089,16 @@ static un_status sim_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     s.xlat = D > 1 ? un_cost_measured(ctx, cm, "comm:exchange", dshape, 2 * s.lat) : 0;
     /* one way: measured ("comm:send"), else as an exchange */
     s.slat = D > 1 ? un_cost_measured(ctx, cm, "comm:send", dshape, s.xlat) : 0;
+    for (int w = 0; w < 2 && D > 1; w++) { /* the exchange and the send by message size */
+        for (int b = 0; b < UN_SIM_XCHG_POINTS; b++) {
+            char shape[64];
+            un_sim_xchg_shape(D, b, shape, sizeof shape);
+            s.xpts[w][b] = un_cost_measured(ctx, cm, w ? "comm:send" : "comm:exchange", shape, 0);
+        }
+        for (int b = 0; b < UN_SIM_XCHG_POINTS; b++)
+            if (s.xpts[w][b] <= 0)
+                s.xpts[w][0] = 0;
+    }
 
     out->devices = D;
     out->mem = un_xcalloc((size_t)D, sizeof *out->mem);

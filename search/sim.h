@@ -94,6 +94,15 @@ un_status un_sim_rank_param_counts(un_ctx *ctx, const un_graph *g, int64_t *coun
 extern const double un_sim_meet_work[UN_SIM_MEET_POINTS];
 void un_sim_meet_shape(int devices, int w, char *buf, size_t n);
 
+/* The message sizes at which the profiler times an exchange of D device threads as a step meets
+ * ("comm:exchange" a ring, every rank sending; "comm:send" one way), and that entry's shape
+ * "devices[D],bytes[B]" for point b. Where all are measured, the simulator takes a transfer's
+ * time from them (log-log between points; beyond the last, its segment's slope), else the
+ * rendezvous of 64 bytes plus the bytes at the machine file's link bandwidth. */
+#define UN_SIM_XCHG_POINTS 5
+extern const double un_sim_xchg_bytes[UN_SIM_XCHG_POINTS];
+void un_sim_xchg_shape(int devices, int b, char *buf, size_t n);
+
 /* The estimate as text: step time, compute/communication split, the critical path's top
  * operators, memory per device (and whether it fits). */
 void un_sim_report(const un_graph *g, const un_sim_result *r, const un_cost_model *cm, un_buf *out);

@@ -889,6 +889,16 @@ static void put_cost(un_rulesdb *db, const char *sig, const char *shape, double 
     un_ctx_free(ctx);
 }
 
+/* An exchange (sig: comm:exchange or comm:send) measured at every message size on 2 devices:
+ * flat_ms + per_byte_ms * bytes at each point. */
+static void put_xchg(un_rulesdb *db, const char *sig, double flat_ms, double per_byte_ms) {
+    for (int b = 0; b < UN_SIM_XCHG_POINTS; b++) {
+        char shape[64];
+        un_sim_xchg_shape(2, b, shape, sizeof shape);
+        put_cost(db, sig, shape, flat_ms + per_byte_ms * un_sim_xchg_bytes[b], 0);
+    }
+}
+
 static void put_meets(un_rulesdb *db, int devices, double factor) {
     for (int w = 0; w < UN_SIM_MEET_POINTS; w++) {
         char shape[64];
@@ -982,6 +992,53 @@ static void test_sim_measured_parts(void) {
     EXPECT_NEAR(d1.step, d0.step + 2 * 0.5e-3 - 2 * 2 * m.intra.latency, 1e-9);
     un_sim_result_deinit(&d1);
     un_cost_model_free(cm);
+    /* the exchange measured by message size (every point of un_sim_xchg_bytes) replaces the
+     * rendezvous and the bytes at the link's bandwidth: a flat curve costs each of the sync's two
+     * exchanges its value whatever they move; a curve proportional to the bytes (log-log between
+     * the points is exact there) costs them what they move, the weights' gradient chunks going
+     * (the reduce-scatter) and the updated chunks coming back (the gather), half the 16 KiB of
+     * the tiny MLP's weights each way; the one-way curve prices the tensor step's transfers the
+     * same way. One point missing: unmeasured, as before. */
+    un_sim_result x[4];
+    const double flat[4] = {0.7, 0.9, 0, 0}, per[4] = {0, 0, 1e-5, 2e-5};
+    for (int k = 0; k < 4; k++) {
+        put_xchg(db[0], "comm:exchange", flat[k], per[k]);
+        cm = model_on(&m, db[0]);
+        x[k] = sim_runtime(cm, dp, 2);
+        un_cost_model_free(cm);
+    }
+    EXPECT_NEAR(x[1].step - x[0].step, 2 * 0.2e-3, 1e-9);
+    double moved = (x[3].step - x[2].step) / 1e-8;
+    printf("    data parallel: the sync's exchanges move %.0f bytes\n", moved);
+    EXPECT_NEAR(moved, 16384, 1e-3);
+    for (int k = 0; k < 4; k++)
+        un_sim_result_deinit(&x[k]);
+    tp = zoo_graph("mlp", "tensor", 2);
+    for (int k = 0; k < 2; k++) {
+        put_xchg(db[0], "comm:send", flat[k], 0);
+        cm = model_on(&m, db[0]);
+        x[k] = sim_runtime(cm, tp, 2);
+        un_cost_model_free(cm);
+    }
+    EXPECT_NEAR((x[1].step - x[0].step) / 0.2e-3, ways, 1e-6);
+    un_sim_result_deinit(&x[0]);
+    un_sim_result_deinit(&x[1]);
+    un_graph_free(tp);
+    un_rulesdb_free(db[0]);
+    remove(path[0]);
+    EXPECT_OK(ctx, un_rulesdb_open(ctx, path[0], spec, UN_RULESDB_CREATE, &db[0]));
+    put_cost(db[0], "comm:exchange", "devices[2]", 0.5, 0);
+    for (int b = 0; b < UN_SIM_XCHG_POINTS; b++) {
+        char shape[64];
+        un_sim_xchg_shape(2, b, shape, sizeof shape);
+        if (b != 2)
+            put_cost(db[0], "comm:exchange", shape, 0.9, 0);
+    }
+    cm = model_on(&m, db[0]);
+    d1 = sim_runtime(cm, dp, 2);
+    EXPECT_NEAR(d1.step, d0.step + 2 * 0.5e-3 - 2 * 2 * m.intra.latency, 1e-9);
+    un_sim_result_deinit(&d1);
+    un_cost_model_free(cm);
     put_meets(db[1], 1, 1.0); /* as fast as the work: no wait */
     put_meets(db[1], 2, 3.0); /* three times the work */
     cm = model_on(&m, db[1]);
@@ -1038,6 +1095,14 @@ static void test_profile_parts(void) {
     EXPECT_TRUE(found && c.fwd_ms > 0);
     EXPECT_OK(ctx, un_rulesdb_cost_get(ctx, db, "comm:send", "devices[2]", "cpu", &c, &found));
     EXPECT_TRUE(found && c.fwd_ms > 0);
+    for (int b = 0; b < UN_SIM_XCHG_POINTS; b++) /* both by message size, every point */
+        for (int k = 0; k < 2; k++) {
+            char xs[64];
+            un_sim_xchg_shape(2, b, xs, sizeof xs);
+            EXPECT_OK(ctx, un_rulesdb_cost_get(ctx, db, k ? "comm:send" : "comm:exchange", xs,
+                                               "cpu", &c, &found));
+            EXPECT_TRUE(found && c.fwd_ms > 0);
+        }
     EXPECT_OK(ctx, un_rulesdb_cost_get(ctx, db, "comm:allreduce", "devices[2]", "cpu", &c, &found));
     EXPECT_TRUE(!found);
     char shape[64];

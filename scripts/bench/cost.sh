@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Cost model benchmarks (issue 13):
 #  1. estimate vs measurement on this machine: for every zoo model (tiny; mid-size: the tiny
-#     structure at a 16x batch (8x, 4x for the CNNs), and charlm's larger default), serial on 1 device and
+#     structure widened with --config (below), the CNNs at an 8x / 4x batch, and charlm's larger
+#     default), serial on 1 device and
 #     data parallel on 2, plus the sample MLP serial and tensor parallel (unity-pcg sample mlp
 #     --strategy tensor): the estimated step time (specs/machines/cpu.json + costs profiled into a
 #     rules.db by unity-train --profile, each op's median time) against the measured step time
@@ -168,9 +169,15 @@ model_cases() {
 for m in mlp transformer dlrm xdl candle_uno resnext50 inception_v3 charlm; do
     model_cases "$m (tiny)" "--model $m --tiny" serial:1 data:2
 done
-# mid-size: the tiny structures at a 16x (8x) batch, and charlm's own larger configuration (no
-# zoo model has a mid-size configuration of its own yet)
-for mb in mlp:256 transformer:128 dlrm:256 xdl:256 candle_uno:256 resnext50:64 inception_v3:32; do
+# mid-size: the models that take a width at one between tiny and paper (--config: megabytes of
+# weights, so a data-parallel step moves them between the devices: mlp 8.7 MB, transformer 6.3,
+# dlrm 2.2, xdl 1.1, candle_uno 47; steps of 3-80 ms here), the CNNs (which take only a batch) at
+# an 8x / 4x batch, and charlm's own larger configuration
+for mc in "mlp:hidden=1024,batch=64" "transformer:hidden=256,heads=4,ffn=1024,seq=64,batch=8" \
+    "dlrm:hidden=512,batch=256" "xdl:hidden=512,batch=256" "candle_uno:hidden=1024,batch=64"; do
+    model_cases "${mc%%:*} (mid)" "--model ${mc%%:*} --tiny --config ${mc#*:}" serial:1 data:2
+done
+for mb in resnext50:64 inception_v3:32; do
     model_cases "${mb%%:*} (tiny, b${mb#*:})" "--model ${mb%%:*} --tiny --batch ${mb#*:}" serial:1 data:2
 done
 model_cases "charlm (default)" "--model charlm" serial:1 data:2
