@@ -868,7 +868,8 @@ enum { RDV_BARRIER, RDV_RING, RDV_SEND };
 typedef struct rdv_job {
     un_comm *c;
     int kind;     /* RDV_* */
-    size_t bytes; /* each message's */
+    size_t bytes; /* each rank's, to its peer */
+    int msgs;     /* in this many messages (a ring; at most UN_SIM_XCHG_MSGS) */
     double rate;  /* spin_rate */
     int reps;
     double *arrive;  /* [reps * n]: when rank r called in rep i (shared by the threads) */
@@ -891,6 +892,15 @@ static void *rdv_main(void *arg) {
     char *sb = un_xcalloc(j->bytes + 1, 1), *rb = un_xcalloc(j->bytes + 1, 1);
     un_comm_msg sm = {.peer = (r + 1) % n, .tag = 0, .data = sb, .bytes = j->bytes};
     un_comm_msg rm = {.peer = (r + n - 1) % n, .tag = 0, .data = rb, .bytes = j->bytes};
+    un_comm_msg smk[UN_SIM_XCHG_MSGS], rmk[UN_SIM_XCHG_MSGS]; /* the ring's, in j->msgs parts */
+    size_t part = j->bytes / (size_t)j->msgs;
+    for (int k = 0; k < j->msgs; k++) {
+        size_t b = k + 1 < j->msgs ? part : j->bytes - (size_t)k * part;
+        smk[k] =
+            (un_comm_msg){.peer = sm.peer, .tag = k, .data = sb + (size_t)k * part, .bytes = b};
+        rmk[k] =
+            (un_comm_msg){.peer = rm.peer, .tag = k, .data = rb + (size_t)k * part, .bytes = b};
+    }
     for (double w0 = now_s(); now_s() - w0 < 0.05;)
         spin_cpu(1e-3, j->rate);
     for (int i = 0; i < j->reps && j->st == UN_OK; i++) {
@@ -901,7 +911,7 @@ static void *rdv_main(void *arg) {
         if (j->kind == RDV_BARRIER)
             j->st = un_comm_barrier(ctx, j->c);
         else if (j->kind == RDV_RING)
-            j->st = un_comm_exchange(ctx, j->c, &sm, 1, &rm, 1);
+            j->st = un_comm_exchange(ctx, j->c, smk, j->msgs, rmk, j->msgs);
         else
             j->st = un_comm_exchange(ctx, j->c, late ? &sm : NULL, late, late ? NULL : &rm, !late);
         j->release[(size_t)i * (size_t)n + (size_t)r] = now_s();
@@ -915,7 +925,8 @@ static void *rdv_main(void *arg) {
 /* The median over reps rendezvous of n threads (rdv_main; RDV_SEND: n = 2) of the time from
  * the last thread's call to the last thread's return: what a meet adds to a step beyond the
  * ranks' skew, which the simulator's schedule has. */
-static un_status rdv_time(un_ctx *ctx, int n, int kind, size_t bytes, int reps, double *sec) {
+static un_status rdv_time(un_ctx *ctx, int n, int kind, size_t bytes, int msgs, int reps,
+                          double *sec) {
     un_comm_group *grp = NULL;
     un_status st = un_comm_local_group_new(ctx, n, &grp);
     if (st != UN_OK)
@@ -927,8 +938,8 @@ static un_status rdv_time(un_ctx *ctx, int n, int kind, size_t bytes, int reps, 
     pthread_t *th = un_xcalloc((size_t)n, sizeof *th);
     double rate = spin_rate();
     for (int r = 0; r < n; r++) {
-        j[r] =
-            (rdv_job){un_comm_local_get(grp, r), kind, bytes, rate, reps, arrive, release, UN_OK};
+        j[r] = (rdv_job){
+            un_comm_local_get(grp, r), kind, bytes, msgs, rate, reps, arrive, release, UN_OK};
         pthread_create(&th[r], NULL, rdv_main, &j[r]);
     }
     for (int r = 0; r < n; r++) {
@@ -976,7 +987,7 @@ static un_status profile_rendezvous(un_ctx *ctx, un_rulesdb *db, const un_graph 
         double sec = 0;
         /* 15,000 reps: at 2,000 one 20 ms load sample of the waits' polling rule decided a whole
          * measurement (2 of 9 one-way profiles at 8.9 us, every wait asleep) */
-        st = rdv_time(ctx, k == RDV_SEND ? 2 : (int)d, k, 64, 15000, &sec);
+        st = rdv_time(ctx, k == RDV_SEND ? 2 : (int)d, k, 64, 1, 15000, &sec);
         if (st == UN_OK && (st = store(ctx, db, sig[k], shape, device, sec, 0, 0)) == UN_OK) {
             ++*n_stored;
             if (log)
@@ -994,13 +1005,25 @@ static un_status profile_rendezvous(un_ctx *ctx, un_rulesdb *db, const un_graph 
             reps = reps < 200 ? 200 : reps > 15000 ? 15000 : reps;
             char xs[64];
             un_sim_xchg_shape((int)d, b, xs, sizeof xs);
-            st = rdv_time(ctx, k == RDV_SEND ? 2 : (int)d, k, (size_t)bytes, reps, &sec);
+            st = rdv_time(ctx, k == RDV_SEND ? 2 : (int)d, k, (size_t)bytes, 1, reps, &sec);
             if (st == UN_OK && (st = store(ctx, db, sig[k], xs, device, sec, 0, 0)) == UN_OK) {
                 ++*n_stored;
                 if (log)
                     fprintf(log, "  %-44s %-40s %10.4f ms\n", sig[k], xs, sec * 1e3);
             }
         }
+    /* ... and a ring exchange of as many bytes in several messages (the runtime sends one per
+     * weight chunk or piece) */
+    double sec = 0;
+    char xs[64];
+    un_sim_xchg_msgs_shape((int)d, xs, sizeof xs);
+    if (st == UN_OK)
+        st = rdv_time(ctx, (int)d, RDV_RING, UN_SIM_XCHG_MSGS_BYTES, UN_SIM_XCHG_MSGS, 5000, &sec);
+    if (st == UN_OK && (st = store(ctx, db, sig[RDV_RING], xs, device, sec, 0, 0)) == UN_OK) {
+        ++*n_stored;
+        if (log)
+            fprintf(log, "  %-44s %-40s %10.4f ms\n", sig[RDV_RING], xs, sec * 1e3);
+    }
     return st;
 }
 

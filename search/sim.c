@@ -89,13 +89,15 @@ typedef struct sim {
     int32_t *until; /* ... and a chunked linear layer's pieces live to (un_exec_chunked_until) */
     int n_areq, cap_areq;
     double *sync_recv;
-    double *shard; /* per device: bytes of the weights its optimizer updates */
+    int64_t *sync_nmsg; /* per device: the messages of the weights' sync it receives */
+    double *shard;      /* per device: bytes of the weights its optimizer updates */
     bool backward;
     double lat;  /* seconds of one barrier of the D ranks (runtime semantics) */
     double xlat; /* seconds of one exchange's rendezvous of the D ranks, without its bytes */
     double slat; /* the same for a one-way exchange (no rank both sends and receives) */
     /* [one way][point]: an exchange's measured seconds at un_sim_xchg_bytes; [0] 0: unmeasured */
     double xpts[2][UN_SIM_XCHG_POINTS];
+    double xmsg;  /* seconds each message of an exchange past the first adds (measured; else 0) */
     int meets;    /* rendezvous of all D ranks in the step (runtime semantics) */
     double since; /* when the last rendezvous ended */
     double extra; /* the waits for cores the stretches of work so far meet (measured) */
@@ -103,7 +105,7 @@ typedef struct sim {
 } sim;
 
 static void stretch(sim *s, double work);
-static double xchg_time(sim *s, double bytes, bool one_way);
+static double xchg_time(sim *s, double bytes, bool one_way, int64_t msgs);
 
 /* Runtime semantics: whether weight node id's copy-group sum is made in chunks in place. */
 static bool chunked(const sim *s, int32_t id) {
@@ -285,12 +287,14 @@ static void run_xfers(sim *s, int32_t node, const stamp *ready) {
         for (int i = 0; i < s->n_xf; i++)
             st = later(st, ready[i]);
         double *in = un_xcalloc((size_t)s->D, sizeof *in), worst = 0;
-        int wd = 0;
+        int wd = 0, nmsg = 0;
         for (int i = 0; i < s->n_xf; i++)
             in[s->xf[i].to] += s->xf[i].bytes;
         for (int d = 0; d < s->D; d++)
             if (in[d] >= worst)
                 worst = in[d], wd = d;
+        for (int i = 0; i < s->n_xf; i++)
+            nmsg += s->xf[i].to == wd;
         /* one way (no device both sends and receives: a receiver waits for a sender that does
          * not wait for it) or both ways */
         bool one_way = true;
@@ -298,7 +302,8 @@ static void run_xfers(sim *s, int32_t node, const stamp *ready) {
             for (int k = 0; k < s->n_xf && one_way; k++)
                 one_way = s->xf[i].from == s->xf[i].to || s->xf[i].to != s->xf[k].from ||
                           s->xf[k].from == s->xf[k].to;
-        double dur = xchg_time(s, worst, one_way); /* the rendezvous and the largest receive */
+        /* the rendezvous and the largest receive, in its messages */
+        double dur = xchg_time(s, worst, one_way, nmsg);
         stretch(s, st.t - s->since);
         stamp end = run_task(s, wd, node, K_COMM, st, dur);
         s->since = end.t;
@@ -895,27 +900,34 @@ void un_sim_xchg_shape(int devices, int b, char *buf, size_t n) {
     snprintf(buf, n, "devices[%d],bytes[%.0f]", devices, un_sim_xchg_bytes[b]);
 }
 
+void un_sim_xchg_msgs_shape(int devices, char *buf, size_t n) {
+    snprintf(buf, n, "devices[%d],bytes[%d],messages[%d]", devices, UN_SIM_XCHG_MSGS_BYTES,
+             UN_SIM_XCHG_MSGS);
+}
+
 /* t at v between the points (x[i], t[i]) of i and i + 1 (log-log). */
 static double loglog(const double *x, const double *t, int i, double v) {
     double f = log(v / x[i]) / log(x[i + 1] / x[i]);
     return exp(log(t[i]) + f * (log(t[i + 1]) - log(t[i])));
 }
 
-/* Seconds of one exchange of the D devices in which the busiest receives `bytes` (one_way: no
- * device both sends and receives): the measured points (un_sim_xchg_bytes), else the measured
+/* Seconds of one exchange of the D devices in which the busiest receives `bytes` in `msgs`
+ * messages (one_way: no device both sends and receives): the measured points
+ * (un_sim_xchg_bytes) and what each message past the first adds (xmsg), else the measured
  * rendezvous plus the bytes at the link's bandwidth. */
-static double xchg_time(sim *s, double bytes, bool one_way) {
+static double xchg_time(sim *s, double bytes, bool one_way, int64_t msgs) {
     if (s->xpts[one_way][0] > 0) {
         const double *x = un_sim_xchg_bytes, *t = s->xpts[one_way];
         int n = UN_SIM_XCHG_POINTS, i = 0;
+        double more = msgs > 1 ? (double)(msgs - 1) * s->xmsg : 0;
         if (bytes <= x[0])
-            return t[0];
+            return t[0] + more;
         if (bytes >= x[n - 1])
-            return t[n - 1] +
+            return t[n - 1] + more +
                    (bytes - x[n - 1]) * fmax(t[n - 1] - t[n - 2], 0) / (x[n - 1] - x[n - 2]);
         while (bytes > x[i + 1])
             i++;
-        return loglog(x, t, i, bytes);
+        return loglog(x, t, i, bytes) + more;
     }
     return (one_way ? s->slat : s->xlat) + bytes / un_cost_machine(s->cm)->intra.bw;
 }
@@ -1001,6 +1013,7 @@ static void weights_sync(sim *s, int phase) {
     int wd = 0;
     bool any = false;
     memset(s->sync_recv, 0, sizeof *s->sync_recv * (size_t)s->D);
+    memset(s->sync_nmsg, 0, sizeof *s->sync_nmsg * (size_t)s->D);
     for (int32_t id = 0; id < un_graph_node_count(s->g); id++) {
         const stensor *t = &s->ts[id][0];
         int32_t c = t->shape.copy;
@@ -1008,8 +1021,10 @@ static void weights_sync(sim *s, int phase) {
             continue;
         any = true;
         for (int64_t q = 0; q < t->np; q++)
-            if (t->owner[q] >= 0)
+            if (t->owner[q] >= 0) {
                 s->sync_recv[t->owner[q]] += t->pbytes * (c - 1) / c;
+                s->sync_nmsg[t->owner[q]] += c - 1; /* a chunk from each other copy */
+            }
     }
     if (!any)
         return;
@@ -1020,7 +1035,8 @@ static void weights_sync(sim *s, int phase) {
         if (s->sync_recv[d] > worst)
             worst = s->sync_recv[d], wd = d;
     }
-    double dur = xchg_time(s, worst, false) + (phase == 0 ? un_cost_copy(s->cm, worst) : 0);
+    double dur = xchg_time(s, worst, false, s->sync_nmsg[wd]) +
+                 (phase == 0 ? un_cost_copy(s->cm, worst) : 0);
     stretch(s, all.t - s->since);
     s->r->comm_bytes += total;
     stamp end = run_task(s, wd, -1, K_COMM, all, dur);
@@ -1099,6 +1115,16 @@ static un_status sim_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
             if (s.xpts[w][b] <= 0)
                 s.xpts[w][0] = 0;
     }
+    if (D > 1) { /* UN_SIM_XCHG_MSGS messages of the same bytes against one */
+        char shape[64];
+        un_sim_xchg_msgs_shape(D, shape, sizeof shape);
+        double many = un_cost_measured(ctx, cm, "comm:exchange", shape, 0);
+        int b = 0;
+        while (b < UN_SIM_XCHG_POINTS && un_sim_xchg_bytes[b] != UN_SIM_XCHG_MSGS_BYTES)
+            b++;
+        if (many > 0 && b < UN_SIM_XCHG_POINTS && s.xpts[0][b] > 0)
+            s.xmsg = fmax(many - s.xpts[0][b], 0) / (UN_SIM_XCHG_MSGS - 1);
+    }
 
     out->devices = D;
     out->mem = un_xcalloc((size_t)D, sizeof *out->mem);
@@ -1115,6 +1141,7 @@ static un_status sim_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     s.stashes = strncmp(m->dev.kind, "cpu", 3) == 0;
     s.shared = s.stashes && p->mirror_sources && D > 1;
     s.sync_recv = un_xcalloc((size_t)D, sizeof *s.sync_recv);
+    s.sync_nmsg = un_xcalloc((size_t)D, sizeof *s.sync_nmsg);
     s.shard = un_xcalloc((size_t)D, sizeof *s.shard);
     int64_t n_params = 0;
     for (int32_t i = 0; i < n; i++) {
@@ -1246,6 +1273,7 @@ static un_status sim_graph(un_ctx *ctx, un_cost_model *cm, const un_graph *g,
     free(s.stash);
     free(s.scratch);
     free(s.sync_recv);
+    free(s.sync_nmsg);
     free(s.shard);
     free(s.areq);
     free(s.vlast);

@@ -102,6 +102,13 @@ void un_sim_meet_shape(int devices, int w, char *buf, size_t n);
 #define UN_SIM_XCHG_POINTS 5
 extern const double un_sim_xchg_bytes[UN_SIM_XCHG_POINTS];
 void un_sim_xchg_shape(int devices, int b, char *buf, size_t n);
+/* ... and the ring exchange of UN_SIM_XCHG_MSGS_BYTES in UN_SIM_XCHG_MSGS messages to the peer
+ * ("devices[D],bytes[8192],messages[8]"): what each message past the first adds (the runtime
+ * sends one per weight chunk or piece; in the slow regime 8 KiB in 4 messages took 6.2 us, in
+ * one 4.1), which the simulator adds to an exchange of that many messages. */
+#define UN_SIM_XCHG_MSGS       8
+#define UN_SIM_XCHG_MSGS_BYTES 8192
+void un_sim_xchg_msgs_shape(int devices, char *buf, size_t n);
 
 /* The estimate as text: step time, compute/communication split, the critical path's top
  * operators, memory per device (and whether it fits). */

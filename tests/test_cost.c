@@ -1008,6 +1008,24 @@ static void test_sim_measured_parts(void) {
         un_cost_model_free(cm);
     }
     EXPECT_NEAR(x[1].step - x[0].step, 2 * 0.2e-3, 1e-9);
+    /* ... and each message past the first of an exchange (the runtime sends one per weight
+     * chunk) adds what the profile's exchange in UN_SIM_XCHG_MSGS messages took beyond one:
+     * 0.1 ms each here, a whole number of them */
+    {
+        char ms[64];
+        un_sim_xchg_msgs_shape(2, ms, sizeof ms);
+        put_xchg(db[0], "comm:exchange", 0.9, 0);
+        put_cost(db[0], "comm:exchange", ms, 0.9 + 0.1 * (UN_SIM_XCHG_MSGS - 1), 0);
+        cm = model_on(&m, db[0]);
+        un_sim_result xm = sim_runtime(cm, dp, 2);
+        un_cost_model_free(cm);
+        double more = (xm.step - x[1].step) / 0.1e-3;
+        printf("    data parallel: the sync's exchanges have %.0f messages past their first\n",
+               more);
+        EXPECT_TRUE(more > 0.5 && fabs(more - round(more)) < 1e-6);
+        un_sim_result_deinit(&xm);
+        put_cost(db[0], "comm:exchange", ms, 0.9, 0); /* no more than one message: nothing */
+    }
     double moved = (x[3].step - x[2].step) / 1e-8;
     printf("    data parallel: the sync's exchanges move %.0f bytes\n", moved);
     EXPECT_NEAR(moved, 16384, 1e-3);
