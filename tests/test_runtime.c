@@ -367,6 +367,56 @@ static void test_comm_eager(void) {
                     jobs[r].err);
 }
 
+/* Eager blocks (comm_local.c): 300 rounds of one-way exchanges from rank 0 to rank 1, each of
+ * 1-24 messages (more than the 16 the call keeps on the stack, sometimes) of 1 byte to 4 KiB
+ * (sizes growing and shrinking, so a free block is reused, grown or added; past 64 KiB a call's
+ * later messages go without a copy, and their sender waits for them to be read), rank 1 pausing
+ * every 50 rounds so that rank 0 sends on with its blocks unread, and rank 0 overwriting its
+ * buffer as soon as each call returns: every byte received is the one sent. */
+static void eager_blocks_job(rank_job *j, un_ctx *ctx, un_comm *c) {
+    enum { ROUNDS = 300, MAXM = 24, MAXB = 4096, AHEAD = 3 };
+    unsigned char *buf = un_xcalloc(MAXM, MAXB);
+    un_comm_msg m[MAXM];
+    j->st = UN_OK;
+    for (int k = 0; k < ROUNDS + AHEAD && j->st == UN_OK; k++) {
+        int round = j->rank == 0 ? k : k - AHEAD; /* the receiver lags */
+        if (round < 0 || round >= ROUNDS)
+            continue;
+        if (j->rank == 1 && round % 50 == 0)
+            usleep(2000); /* the sender runs ahead, its blocks unread */
+        int nm = 1 + (round * 7) % MAXM;
+        for (int t = 0; t < nm; t++) {
+            size_t b = 1 + (size_t)((round * 131 + t * 977) % MAXB);
+            m[t] = (un_comm_msg){
+                .peer = 1 - j->rank, .tag = t, .data = buf + (size_t)t * MAXB, .bytes = b};
+            for (size_t i = 0; i < b && j->rank == 0; i++)
+                buf[(size_t)t * MAXB + i] = (unsigned char)(round + t + i);
+        }
+        j->st = j->rank == 0 ? un_comm_exchange(ctx, c, m, nm, NULL, 0)
+                             : un_comm_exchange(ctx, c, NULL, 0, m, nm);
+        for (int t = 0; t < nm && j->st == UN_OK; t++)
+            for (size_t i = 0; i < m[t].bytes; i++) {
+                unsigned char *x = buf + (size_t)t * MAXB + i;
+                if (j->rank == 1 && *x != (unsigned char)(round + t + i)) {
+                    j->st = un_ctx_error(ctx, UN_ERR_MISMATCH, "round %d message %d byte %zu",
+                                         round, t, i);
+                    un_comm_abort(c); /* the sender may be waiting for a later receive */
+                    break;
+                }
+                *x = 0xee; /* the sender's buffer is free again when the call returns */
+            }
+    }
+    free(buf);
+}
+
+static void test_comm_eager_blocks(void) {
+    rank_job jobs[2];
+    run_ranks(2, eager_blocks_job, NULL, jobs);
+    for (int r = 0; r < 2; r++)
+        test__check(jobs[r].st == UN_OK, TEST__AT, "rank %d: %s %s", r, un_status_str(jobs[r].st),
+                    jobs[r].err);
+}
+
 /* A small all-reduce meets once (comm_local.c): with polling off, the first rank to arrive at a
  * barrier sleeps once (the version moves only when the barrier completes), so 20 all-reduces of
  * one double, rank 1 arriving 1 ms late each time, sleep 20 times in all (a spurious wake-up may
@@ -2610,6 +2660,7 @@ int main(void) {
         {"comm_pairs", test_comm_pairs},
         {"comm_add", test_comm_add},
         {"comm_eager", test_comm_eager},
+        {"comm_eager_blocks", test_comm_eager_blocks},
         {"comm_small_allreduce", test_comm_small_allreduce},
         {"comm_lock_polls", test_comm_lock_polls},
         {"spin_load_rule", test_spin_load_rule},
