@@ -374,14 +374,29 @@ typedef struct replay {
     const bool *fresh;  /* per position: its values are new every step (un_profile_graph) */
     const bool *ng;     /* per node: its output needs a gradient (as runtime/exec.c) */
     int n, nk, D;       /* positions, keys, devices */
-    pthread_barrier_t bar;
-    int reps;   /* timed passes: thread 0 sets them from its warm-up passes */
+    un_comm_group *grp; /* D > 1: the devices' local communicator, whose barrier they meet at */
+    int reps;           /* timed passes: thread 0 sets them from its warm-up passes */
     double *wp; /* per key: thread 0's longest wall seconds of a run in this warm-up pass ... */
     double *wm; /* ... and the least of those over the warm-up passes (one preempted run is not
                  * a long op) */
     bool *cpu;  /* per key: read the CPU clock around its timed runs (thread 0 sets them from wm) */
     un_profile_rep *t;
 } replay;
+
+/* Thread k meets the others at the runtime's barrier (un_comm_barrier of a local group), as a
+ * step's ranks meet: it polls before it sleeps (runtime/pool.h un_pool_spin_allowed). Before
+ * 2026-11-28 a pthread barrier, whose every wait was a system call: the op timed right after one
+ * ran colder (the note at CPU_TIME_MIN), so on 2 devices a [8,32] ew_add was profiled at 0.29 us
+ * forward against 0.09 inside the run's step and 0.10 profiled on one device, a [8,32]x[32,32]
+ * linear 0.36-0.38 against 0.24-0.31, and the tiny MLP's data-parallel step estimated 20 % over
+ * (12.4 against 10.4 us; AMD EPYC guest, 2026-11-28 10:27 UTC, SkylakeX kernels). A failed barrier
+ * is kept in *st (the others would wait for this thread in vain: it is a failure of the
+ * communicator). */
+static void meet(un_ctx *ctx, replay *rp, int k, un_status *st) {
+    un_status s = un_comm_barrier(ctx, un_comm_local_get(rp->grp, k));
+    if (*st == UN_OK)
+        *st = s;
+}
 
 /* One pass over the ops; j >= 0: a timed pass, its times into rp->t. ok: this thread's ops are set
  * up (else it only passes the barriers, so no thread is left waiting). */
@@ -398,7 +413,7 @@ static void replay_pass(un_ctx *ctx, replay *rp, rop *ops, bool ok, int k, int j
                 *st = op_prep(ctx, r);
             }
             if (rp->D > 1)
-                pthread_barrier_wait(&rp->bar);
+                meet(ctx, rp, k, st);
             un_profile_rep t = rep_run(ctx, NULL, run && *st == UN_OK ? op_once : NULL, r,
                                        j >= 0 && rp->cpu[rp->key[i]], st);
             if (j < 0 && k == 0 && t.wall > rp->wp[rp->key[i]])
@@ -436,7 +451,7 @@ static un_status replay_run(un_ctx *ctx, un_backend *be, replay *rp, int k) {
             rp->cpu[i] = un_profile_reads_cpu_clock(rp->wm[i]);
     }
     if (rp->D > 1)
-        pthread_barrier_wait(&rp->bar);
+        meet(ctx, rp, k, &st);
     for (int j = 0; j < rp->reps; j++)
         replay_pass(ctx, rp, ops, ok, k, j, &st);
     for (int i = 0; i < set && be; i++)
@@ -531,14 +546,21 @@ static un_status replay_ops(un_ctx *ctx, un_backend *be, const un_graph *g, cons
                  .wp = un_xcalloc((size_t)nk + 1, sizeof(double)),
                  .wm = un_xcalloc((size_t)nk + 1, sizeof(double)),
                  .cpu = un_xcalloc((size_t)nk + 1, sizeof(bool))};
-    pthread_barrier_init(&rp.bar, NULL, (unsigned)D);
+    un_status st = D > 1 ? un_comm_local_group_new(ctx, D, &rp.grp) : UN_OK;
+    if (st != UN_OK) {
+        free(rp.wp);
+        free(rp.wm);
+        free(rp.cpu);
+        free(ng);
+        return st;
+    }
     replay_job *j = un_xcalloc((size_t)D, sizeof *j);
     pthread_t *th = un_xcalloc((size_t)D, sizeof *th);
     for (int k = 1; k < D; k++) {
         j[k] = (replay_job){.rp = &rp, .k = k};
         pthread_create(&th[k], NULL, replay_main, &j[k]);
     }
-    un_status st = replay_run(ctx, be, &rp, 0);
+    st = replay_run(ctx, be, &rp, 0);
     for (int k = 1; k < D; k++) {
         pthread_join(th[k], NULL);
         if (st == UN_OK && j[k].st != UN_OK)
@@ -548,7 +570,8 @@ static un_status replay_ops(un_ctx *ctx, un_backend *be, const un_graph *g, cons
         fwd[i] = replay_median(&rp, i, 0);
         bwd[i] = replay_median(&rp, i, 1);
     }
-    pthread_barrier_destroy(&rp.bar);
+    if (rp.grp)
+        un_comm_local_group_free(rp.grp);
     free(rp.t);
     free(rp.wp);
     free(rp.wm);
@@ -788,11 +811,11 @@ static double spin_rate(void) {
 static void spin_cpu(double sec, double rate) { spin_steps((int64_t)(sec * rate + 0.5)); }
 
 /* First 0.3 s of computing (a new thread is favoured by the scheduler for a while; a training
- * run's threads are long past that), then every point's repetitions in turn, each ending in the
- * runtime's rendezvous: an exchange of a small message with the next and the previous thread
- * (one thread: a barrier of itself). An exchange can block twice (for the peer's message, then
- * until its own is taken), a barrier once; where other jobs share the cores each block may cost
- * a wait for a core. */
+ * run's threads are long past that), then the points' repetitions, interleaved in 5 rounds, each
+ * ending in the runtime's rendezvous: an exchange of a small message with the next and the previous
+ * thread (one thread: a barrier of itself). An exchange can block twice (for the peer's message,
+ * then until its own is taken), a barrier once; where other jobs share the cores each block may
+ * cost a wait for a core. */
 static void *meet_main(void *arg) {
     meet_job *j = arg;
     un_ctx *ctx = un_ctx_new(NULL);
@@ -802,14 +825,16 @@ static void *meet_main(void *arg) {
     un_comm_msg rm = {.peer = (r + n - 1) % n, .tag = 0, .data = rb, .bytes = sizeof rb};
     for (double w0 = now_s(); now_s() - w0 < 0.3;)
         spin_cpu(1e-3, j->rate);
-    for (int w = 0; w < UN_SIM_MEET_POINTS; w++)
-        for (int i = 0; i < j->reps[w] && j->st == UN_OK; i++) {
-            double t0 = now_s();
-            spin_cpu(un_sim_meet_work[w], j->rate);
-            j->st =
-                n > 1 ? un_comm_exchange(ctx, j->c, &sm, 1, &rm, 1) : un_comm_barrier(ctx, j->c);
-            j->t[w][i] = now_s() - t0;
-        }
+    /* the points interleaved, in 5 rounds (as the rendezvous: rdv_main) */
+    for (int q = 0; q < 5; q++)
+        for (int w = 0; w < UN_SIM_MEET_POINTS; w++)
+            for (int i = j->reps[w] * q / 5; i < j->reps[w] * (q + 1) / 5 && j->st == UN_OK; i++) {
+                double t0 = now_s();
+                spin_cpu(un_sim_meet_work[w], j->rate);
+                j->st = n > 1 ? un_comm_exchange(ctx, j->c, &sm, 1, &rm, 1)
+                              : un_comm_barrier(ctx, j->c);
+                j->t[w][i] = now_s() - t0;
+            }
     un_ctx_free(ctx);
     return NULL;
 }
@@ -865,99 +890,133 @@ static un_status profile_meet(un_ctx *ctx, un_rulesdb *db, const un_graph *g, co
 
 enum { RDV_BARRIER, RDV_RING, RDV_SEND };
 
-typedef struct rdv_job {
-    un_comm *c;
+/* One kind of rendezvous the profiler times (profile_rendezvous), and its samples. */
+typedef struct rdv_task {
     int kind;     /* RDV_* */
-    size_t bytes; /* each rank's, to its peer */
+    size_t bytes; /* each sending rank's, to its peer */
     int msgs;     /* in this many messages (a ring; at most UN_SIM_XCHG_MSGS) */
-    double rate;  /* spin_rate */
     int reps;
     double *arrive;  /* [reps * n]: when rank r called in rep i (shared by the threads) */
     double *release; /* [reps * n]: when it returned */
+} rdv_task;
+
+typedef struct rdv_job {
+    un_comm *c;
+    double rate; /* spin_rate */
+    rdv_task *tasks;
+    int n_tasks, rounds;
     un_status st;
 } rdv_job;
 
-/* reps rendezvous of the group's n threads as a step meets: each rep every thread computes
- * (spins) 1 us first, and the rep's late thread (rep i: rank i mod n) 2 us more, so that the
- * others are waiting when it arrives; then a barrier, a ring exchange of a small message (every
- * rank sends to the next and receives from the one before) or, n = 2, a one-way exchange whose
- * sender is the late thread (a piece another rank waits for). Back to back, with no work
+/* Rep i of task t as a step meets: every thread computes (spins) 1 us first, and the rep's late
+ * thread 2 us more, so that the others are waiting when it arrives; then a barrier, a ring
+ * exchange (every rank sends to the next and receives from the one before) or a one-way
+ * exchange between ranks 0 and 1 whose sender is the late one (a piece another rank waits for;
+ * any other rank calls with nothing to move, as the runtime's do). Back to back, with no work
  * between, a ring exchange measured 1.5-2.3x what the runs' meets cost (2026-11-28: 4.1-6.4 us
  * against 2.5-3.5 in the data-parallel sample MLP's meet trace), the threads meeting on the
  * group's lock at every call. */
+static un_status rdv_rep(un_ctx *ctx, const rdv_job *j, const rdv_task *t, int i, char *sb,
+                         char *rb) {
+    int r = un_comm_rank(j->c), n = un_comm_size(j->c);
+    int late_rank = i % (t->kind == RDV_SEND ? 2 : n);
+    bool late = late_rank == r;
+    un_comm_msg sm[UN_SIM_XCHG_MSGS], rm[UN_SIM_XCHG_MSGS];
+    int ns = 0, nr = 0;
+    if (t->kind == RDV_RING) {
+        size_t part = t->bytes / (size_t)t->msgs;
+        for (int k = 0; k < t->msgs; k++) {
+            size_t b = k + 1 < t->msgs ? part : t->bytes - (size_t)k * part;
+            sm[ns++] = (un_comm_msg){
+                .peer = (r + 1) % n, .tag = k, .data = sb + (size_t)k * part, .bytes = b};
+            rm[nr++] = (un_comm_msg){
+                .peer = (r + n - 1) % n, .tag = k, .data = rb + (size_t)k * part, .bytes = b};
+        }
+    } else if (t->kind == RDV_SEND && r < 2) {
+        if (late)
+            sm[ns++] = (un_comm_msg){.peer = 1 - r, .data = sb, .bytes = t->bytes};
+        else
+            rm[nr++] = (un_comm_msg){.peer = 1 - r, .data = rb, .bytes = t->bytes};
+    }
+    if (ns)
+        memset(sb, i & 0xff, t->bytes); /* written by its sender, as a step's pieces are */
+    spin_cpu(late ? 3e-6 : 1e-6, j->rate);
+    size_t k = (size_t)i * (size_t)n + (size_t)r;
+    t->arrive[k] = now_s();
+    un_status st = t->kind == RDV_BARRIER ? un_comm_barrier(ctx, j->c)
+                                          : un_comm_exchange(ctx, j->c, sm, ns, rm, nr);
+    t->release[k] = now_s();
+    return st;
+}
+
+/* Every task's reps in `rounds` rounds, each round a share of every task's in turn: a guest's
+ * cores change how fast they meet as the host places them, for a few tenths of a second at a
+ * time (the data-parallel tiny MLP's 50 ms runs: 20, 13 or 10 us a step, 2026-11-28 10:22 UTC),
+ * and measured one after another the points of one curve came from different such moments. */
 static void *rdv_main(void *arg) {
     rdv_job *j = arg;
     un_ctx *ctx = un_ctx_new(NULL);
-    int r = un_comm_rank(j->c), n = un_comm_size(j->c);
-    char *sb = un_xcalloc(j->bytes + 1, 1), *rb = un_xcalloc(j->bytes + 1, 1);
-    un_comm_msg sm = {.peer = (r + 1) % n, .tag = 0, .data = sb, .bytes = j->bytes};
-    un_comm_msg rm = {.peer = (r + n - 1) % n, .tag = 0, .data = rb, .bytes = j->bytes};
-    un_comm_msg smk[UN_SIM_XCHG_MSGS], rmk[UN_SIM_XCHG_MSGS]; /* the ring's, in j->msgs parts */
-    size_t part = j->bytes / (size_t)j->msgs;
-    for (int k = 0; k < j->msgs; k++) {
-        size_t b = k + 1 < j->msgs ? part : j->bytes - (size_t)k * part;
-        smk[k] =
-            (un_comm_msg){.peer = sm.peer, .tag = k, .data = sb + (size_t)k * part, .bytes = b};
-        rmk[k] =
-            (un_comm_msg){.peer = rm.peer, .tag = k, .data = rb + (size_t)k * part, .bytes = b};
-    }
+    size_t most = 0;
+    for (int t = 0; t < j->n_tasks; t++)
+        most = j->tasks[t].bytes > most ? j->tasks[t].bytes : most;
+    char *sb = un_xcalloc(most + 1, 1), *rb = un_xcalloc(most + 1, 1);
     for (double w0 = now_s(); now_s() - w0 < 0.05;)
         spin_cpu(1e-3, j->rate);
-    for (int i = 0; i < j->reps && j->st == UN_OK; i++) {
-        bool late = i % n == r;
-        memset(sb, i & 0xff, j->bytes); /* written by its sender, as a step's pieces are */
-        spin_cpu(late ? 3e-6 : 1e-6, j->rate);
-        j->arrive[(size_t)i * (size_t)n + (size_t)r] = now_s();
-        if (j->kind == RDV_BARRIER)
-            j->st = un_comm_barrier(ctx, j->c);
-        else if (j->kind == RDV_RING)
-            j->st = un_comm_exchange(ctx, j->c, smk, j->msgs, rmk, j->msgs);
-        else
-            j->st = un_comm_exchange(ctx, j->c, late ? &sm : NULL, late, late ? NULL : &rm, !late);
-        j->release[(size_t)i * (size_t)n + (size_t)r] = now_s();
-    }
+    for (int q = 0; q < j->rounds && j->st == UN_OK; q++)
+        for (int t = 0; t < j->n_tasks && j->st == UN_OK; t++) {
+            const rdv_task *tk = &j->tasks[t];
+            int lo = (int)((int64_t)tk->reps * q / j->rounds);
+            int hi = (int)((int64_t)tk->reps * (q + 1) / j->rounds);
+            for (int i = lo; i < hi && j->st == UN_OK; i++)
+                j->st = rdv_rep(ctx, j, tk, i, sb, rb);
+        }
     free(sb);
     free(rb);
     un_ctx_free(ctx);
     return NULL;
 }
 
-/* The median over reps rendezvous of n threads (rdv_main; RDV_SEND: n = 2) of the time from
- * the last thread's call to the last thread's return: what a meet adds to a step beyond the
- * ranks' skew, which the simulator's schedule has. */
-static un_status rdv_time(un_ctx *ctx, int n, int kind, size_t bytes, int msgs, int reps,
+/* Each task's median over its reps (rdv_main, n threads) of the time from the last thread's
+ * call to the last thread's return: what a meet adds to a step beyond the ranks' skew, which
+ * the simulator's schedule has. */
+static un_status rdv_time(un_ctx *ctx, int n, rdv_task *tasks, int n_tasks, int rounds,
                           double *sec) {
     un_comm_group *grp = NULL;
     un_status st = un_comm_local_group_new(ctx, n, &grp);
     if (st != UN_OK)
         return st;
-    double *arrive = un_xcalloc((size_t)reps * (size_t)n, sizeof *arrive);
-    double *release = un_xcalloc((size_t)reps * (size_t)n, sizeof *release);
-    double *w = un_xcalloc((size_t)reps, sizeof *w);
+    int most = 0;
+    for (int t = 0; t < n_tasks; t++) {
+        tasks[t].arrive = un_xcalloc((size_t)tasks[t].reps * (size_t)n, sizeof(double));
+        tasks[t].release = un_xcalloc((size_t)tasks[t].reps * (size_t)n, sizeof(double));
+        most = tasks[t].reps > most ? tasks[t].reps : most;
+    }
     rdv_job *j = un_xcalloc((size_t)n, sizeof *j);
     pthread_t *th = un_xcalloc((size_t)n, sizeof *th);
     double rate = spin_rate();
     for (int r = 0; r < n; r++) {
-        j[r] = (rdv_job){
-            un_comm_local_get(grp, r), kind, bytes, msgs, rate, reps, arrive, release, UN_OK};
+        j[r] = (rdv_job){un_comm_local_get(grp, r), rate, tasks, n_tasks, rounds, UN_OK};
         pthread_create(&th[r], NULL, rdv_main, &j[r]);
     }
     for (int r = 0; r < n; r++) {
         pthread_join(th[r], NULL);
         st = st != UN_OK ? st : j[r].st;
     }
-    for (int i = 0; i < reps; i++) {
-        double a = 0, b = 0;
-        for (int r = 0; r < n; r++) {
-            size_t k = (size_t)i * (size_t)n + (size_t)r;
-            a = arrive[k] > a ? arrive[k] : a;
-            b = release[k] > b ? release[k] : b;
+    double *w = un_xcalloc((size_t)most, sizeof *w);
+    for (int t = 0; t < n_tasks; t++) {
+        for (int i = 0; i < tasks[t].reps; i++) {
+            double a = 0, b = 0;
+            for (int r = 0; r < n; r++) {
+                size_t k = (size_t)i * (size_t)n + (size_t)r;
+                a = tasks[t].arrive[k] > a ? tasks[t].arrive[k] : a;
+                b = tasks[t].release[k] > b ? tasks[t].release[k] : b;
+            }
+            w[i] = b - a;
         }
-        w[i] = b - a;
+        sec[t] = un_median(w, tasks[t].reps);
+        free(tasks[t].arrive);
+        free(tasks[t].release);
     }
-    *sec = un_median(w, reps);
-    free(arrive);
-    free(release);
     free(w);
     free(j);
     free(th);
@@ -966,63 +1025,66 @@ static un_status rdv_time(un_ctx *ctx, int n, int kind, size_t bytes, int msgs, 
 }
 
 /* The rendezvous of the run's D ranks, measured beside the operators so that those the runtime
- * makes cost what they cost at this time on this machine: "comm:barrier" devices[D] (one barrier),
- * "comm:exchange" devices[D] (one un_comm_exchange in which every rank sends a small message
- * to the next and receives one: a step's gradient sync and weight gather are such exchanges;
- * their bytes are costed apart, by the link's bandwidth), "comm:send" devices[D] (a one-way
- * exchange, measured between two of the threads: a sender's call to its waiting receiver's
- * return; piece transfers where no rank both sends and receives, such as a tensor-parallel
- * reduce's partial sums to their holder). The loss's sum over the ranks is no part of a step
- * (runtime/train.c sums it only on the steps that report it). */
+ * makes are costed at this moment's load (rdv_time): "comm:barrier" devices[D] (un_comm_barrier),
+ * "comm:exchange" devices[D] (one un_comm_exchange in which every rank sends a 64-byte message
+ * to the next and receives one: a step's gradient sync and weight gather are such exchanges),
+ * "comm:send" devices[D] (a one-way exchange between ranks 0 and 1, the others calling with
+ * nothing to move: a sender's call to its waiting receiver's return; piece transfers where no
+ * rank both sends and receives, such as a tensor-parallel reduce's partial sums to their
+ * holder); the exchange and the send again by message size ("devices[D],bytes[B]",
+ * un_sim_xchg_bytes, the 64-byte point the same measurement as devices[D]: the bytes cross
+ * between the cores as the run's do, at this moment's placement of the threads; a 16 MiB
+ * message moves at 24-30 GB/s here idle, an 8 KiB one of a step at a third of that or less,
+ * about 30 ms of messages a point, 200 to 15,000 of them), and a ring exchange of 8 KiB in 8
+ * messages (the runtime sends one per weight chunk or piece). All of them interleaved, in 20
+ * rounds (rdv_main). The loss's sum over the ranks is no part of a step (runtime/train.c sums
+ * it only on the steps that report it). */
 static un_status profile_rendezvous(un_ctx *ctx, un_rulesdb *db, const un_graph *g,
                                     const char *device, FILE *log, int64_t *n_stored) {
     int64_t d = un_strategy_devices(g);
     if (d < 2)
         return UN_OK;
-    char shape[48];
-    snprintf(shape, sizeof shape, "devices[%lld]", (long long)d);
     static const char *sig[3] = {"comm:barrier", "comm:exchange", "comm:send"};
-    un_status st = UN_OK;
-    for (int k = RDV_BARRIER; k <= RDV_SEND && st == UN_OK; k++) {
-        double sec = 0;
-        /* 15,000 reps: at 2,000 one 20 ms load sample of the waits' polling rule decided a whole
-         * measurement (2 of 9 one-way profiles at 8.9 us, every wait asleep) */
-        st = rdv_time(ctx, k == RDV_SEND ? 2 : (int)d, k, 64, 1, 15000, &sec);
-        if (st == UN_OK && (st = store(ctx, db, sig[k], shape, device, sec, 0, 0)) == UN_OK) {
-            ++*n_stored;
-            if (log)
-                fprintf(log, "  %-44s %-40s %10.4f ms\n", sig[k], shape, sec * 1e3);
-        }
-    }
-    /* the exchange and the send by message size (un_sim_xchg_bytes): the bytes cross between
-     * the cores as the run's do, at this moment's placement of the threads (a 16 MiB message
-     * moves at 24-30 GB/s here idle, an 8 KiB one of a step at a third of that or less); about
-     * 30 ms of messages a point, 200 to 15,000 of them */
-    for (int k = RDV_RING; k <= RDV_SEND && st == UN_OK; k++)
-        for (int b = 0; b < UN_SIM_XCHG_POINTS && st == UN_OK; b++) {
-            double sec = 0, bytes = un_sim_xchg_bytes[b];
-            int reps = (int)(0.03 / (3e-6 + bytes / 2e9));
+    enum { NT = 2 + 2 * UN_SIM_XCHG_POINTS };
+    rdv_task tasks[NT];
+    int nt = 0;
+    /* 15,000 reps of the 64-byte rendezvous: at 2,000 one 20 ms load sample of the waits'
+     * polling rule decided a whole measurement (2 of 9 one-way profiles at 8.9 us, every wait
+     * asleep) */
+    tasks[nt++] = (rdv_task){.kind = RDV_BARRIER, .bytes = 0, .msgs = 1, .reps = 15000};
+    for (int k = RDV_RING; k <= RDV_SEND; k++)
+        for (int b = 0; b < UN_SIM_XCHG_POINTS; b++) {
+            double bytes = un_sim_xchg_bytes[b];
+            int reps = b == 0 ? 15000 : (int)(0.03 / (3e-6 + bytes / 2e9));
             reps = reps < 200 ? 200 : reps > 15000 ? 15000 : reps;
-            char xs[64];
-            un_sim_xchg_shape((int)d, b, xs, sizeof xs);
-            st = rdv_time(ctx, k == RDV_SEND ? 2 : (int)d, k, (size_t)bytes, 1, reps, &sec);
-            if (st == UN_OK && (st = store(ctx, db, sig[k], xs, device, sec, 0, 0)) == UN_OK) {
+            tasks[nt++] = (rdv_task){.kind = k, .bytes = (size_t)bytes, .msgs = 1, .reps = reps};
+        }
+    tasks[nt++] = (rdv_task){
+        .kind = RDV_RING, .bytes = UN_SIM_XCHG_MSGS_BYTES, .msgs = UN_SIM_XCHG_MSGS, .reps = 5000};
+    double sec[NT];
+    un_status st = rdv_time(ctx, (int)d, tasks, nt, 20, sec);
+    for (int t = 0; t < nt && st == UN_OK; t++) {
+        /* each task's entries: the barrier; the 64-byte point under both its shapes */
+        char shapes[2][64];
+        int ns = 1;
+        if (t == 0)
+            snprintf(shapes[0], sizeof shapes[0], "devices[%lld]", (long long)d);
+        else if (t == nt - 1)
+            un_sim_xchg_msgs_shape((int)d, shapes[0], sizeof shapes[0]);
+        else {
+            int b = (t - 1) % UN_SIM_XCHG_POINTS;
+            un_sim_xchg_shape((int)d, b, shapes[0], sizeof shapes[0]);
+            if (b == 0)
+                snprintf(shapes[ns++], sizeof shapes[1], "devices[%lld]", (long long)d);
+        }
+        for (int s = ns - 1; s >= 0 && st == UN_OK; s--)
+            if ((st = store(ctx, db, sig[tasks[t].kind], shapes[s], device, sec[t], 0, 0)) ==
+                UN_OK) {
                 ++*n_stored;
                 if (log)
-                    fprintf(log, "  %-44s %-40s %10.4f ms\n", sig[k], xs, sec * 1e3);
+                    fprintf(log, "  %-44s %-40s %10.4f ms\n", sig[tasks[t].kind], shapes[s],
+                            sec[t] * 1e3);
             }
-        }
-    /* ... and a ring exchange of as many bytes in several messages (the runtime sends one per
-     * weight chunk or piece) */
-    double sec = 0;
-    char xs[64];
-    un_sim_xchg_msgs_shape((int)d, xs, sizeof xs);
-    if (st == UN_OK)
-        st = rdv_time(ctx, (int)d, RDV_RING, UN_SIM_XCHG_MSGS_BYTES, UN_SIM_XCHG_MSGS, 5000, &sec);
-    if (st == UN_OK && (st = store(ctx, db, sig[RDV_RING], xs, device, sec, 0, 0)) == UN_OK) {
-        ++*n_stored;
-        if (log)
-            fprintf(log, "  %-44s %-40s %10.4f ms\n", sig[RDV_RING], xs, sec * 1e3);
     }
     return st;
 }

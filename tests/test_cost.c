@@ -1120,6 +1120,11 @@ static void test_profile_parts(void) {
             EXPECT_OK(ctx, un_rulesdb_cost_get(ctx, db, k ? "comm:send" : "comm:exchange", xs,
                                                "cpu", &c, &found));
             EXPECT_TRUE(found && c.fwd_ms > 0);
+            un_rulesdb_cost c0;
+            EXPECT_OK(ctx, un_rulesdb_cost_get(ctx, db, k ? "comm:send" : "comm:exchange",
+                                               "devices[2]", "cpu", &c0, &found));
+            if (b == 0) /* the 64-byte point is the rendezvous, one measurement */
+                EXPECT_TRUE(found && c.fwd_ms == c0.fwd_ms);
         }
     EXPECT_OK(ctx, un_rulesdb_cost_get(ctx, db, "comm:allreduce", "devices[2]", "cpu", &c, &found));
     EXPECT_TRUE(!found);
@@ -1127,6 +1132,32 @@ static void test_profile_parts(void) {
     un_sim_meet_shape(2, 0, shape, sizeof shape);
     EXPECT_OK(ctx, un_rulesdb_cost_get(ctx, db, "comm:meet", shape, "cpu", &c, &found));
     EXPECT_TRUE(found && c.fwd_ms >= 1e3 * un_sim_meet_work[0]);
+    un_rulesdb_free(db);
+    un_ctx_free(ctx);
+}
+
+/* On 3 devices every rendezvous has all of them: the one-way send is between ranks 0 and 1, rank
+ * 2 calling with nothing to move (a bystander that skipped it would leave the others waiting). */
+static void test_profile_three(void) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/prof3.db", cli_tmp);
+    const cli_result *r =
+        cli_run("unity-train", cli_fmt("--model mlp --tiny --batch 12 --devices 3 --threads 3 "
+                                       "--profile --machine specs/machines/cpu.json "
+                                       "--rules %s/prof3.db"));
+    EXPECT_EQ(r->code, 0);
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_rulesdb *db = NULL;
+    EXPECT_OK(ctx, un_rulesdb_open(ctx, path, spec, UN_RULESDB_READONLY, &db));
+    un_rulesdb_cost c;
+    bool found = false;
+    char xs[64];
+    un_sim_xchg_shape(3, UN_SIM_XCHG_POINTS - 1, xs, sizeof xs);
+    EXPECT_OK(ctx, un_rulesdb_cost_get(ctx, db, "comm:send", xs, "cpu", &c, &found));
+    EXPECT_TRUE(found && c.fwd_ms > 0);
+    un_sim_xchg_msgs_shape(3, xs, sizeof xs);
+    EXPECT_OK(ctx, un_rulesdb_cost_get(ctx, db, "comm:exchange", xs, "cpu", &c, &found));
+    EXPECT_TRUE(found && c.fwd_ms > 0);
     un_rulesdb_free(db);
     un_ctx_free(ctx);
 }
@@ -1421,6 +1452,7 @@ int main(void) {
                                   {"sim_measured_parts", test_sim_measured_parts},
                                   {"profile_dropout", test_profile_dropout},
                                   {"profile_parts", test_profile_parts},
+                                  {"profile_three", test_profile_three},
                                   {"cli", test_cli},
                                   {"profile_backends", test_profile_backends},
                                   {"profile_int_inputs", test_profile_int_inputs},

@@ -6,7 +6,8 @@
 #     data parallel on 2, plus the sample MLP serial and tensor parallel (unity-pcg sample mlp
 #     --strategy tensor): the estimated step time (specs/machines/cpu.json + costs profiled into a
 #     rules.db by unity-train --profile, each op's median time) against the measured step time
-#     (a unity-train run's median step; each device one thread: --threads = --devices), each the
+#     (a unity-train run's median step over at least RUN_S seconds of steps, at least STEPS
+#     of them; each device one thread: --threads = --devices), each the
 #     least over REPS rounds that profile, estimate and run the model's strategies in turn; and the
 #     estimated memory (all devices) against the runtime's own accounting of what it allocated
 #     (--stats: every device's peak, weights, gradients, optimizer state, activations, transfer
@@ -26,7 +27,12 @@
 #  2. estimates per second for BERT-Large (the zoo transformer, batch 192) data parallel on 192
 #     V100s (specs/machines/v100x192.json): cached cost queries per second (the DP inner loop) and
 #     whole-plan simulations per second.
-#   scripts/bench/cost.sh [BUILD_DIR]      Env: STEPS (default 40), REPS (rounds, default 3),
+#   scripts/bench/cost.sh [BUILD_DIR]      Env: STEPS (default 40), RUN_S (default 1: a run
+#                                          is at least STEPS steps and at least RUN_S seconds
+#                                          of them at the estimated step; the cores' speed to
+#                                          meet changes every few tenths of a second here, so a
+#                                          millisecond's run measures one such moment),
+#                                          REPS (rounds, default 3),
 #                                          ONLY (a regex: only the cases whose label matches,
 #                                          e.g. ONLY='tiny\)'), BASELINE_BIN (an older
 #                                          unity-train: in every round it also profiles into a
@@ -43,6 +49,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
 build=${1:-build/default}
 steps=${STEPS:-40}
+run_s=${RUN_S:-1}
 REPS=${REPS:-3}
 make -s -j2 BUILD="$build" >/dev/null
 B=$build/bin
@@ -112,7 +119,11 @@ model_cases() {
                 eb=$("$base_bin" $margs $sargs --estimate --machine "$MB" --rules "$dbb" 2>/dev/null |
                      sed -n 's/^estimated step time: \([0-9.]*\) ms.*/\1/p')
             fi
-            peak=$(rss "$B/unity-train" $margs $sargs --steps "$steps" --stats)
+            # at least RUN_S seconds of steps: a small model's 40 steps are a millisecond of
+            # this guest's time, in one placement of its cores by the host (below)
+            local ns
+            ns=$(awk -v e="$e" -v s="$steps" -v t="$run_s" 'BEGIN { n = (e > 0 ? int(t * 1000 / e) + 1 : s); print (n > s ? n : s) }')
+            peak=$(rss "$B/unity-train" $margs $sargs --steps "$ns" --log-every 100000000 --stats)
             m=$(median_step "$tmp/out")
             # device 0's time in communicator calls that meet the other device, its median step's
             # (--stats)
@@ -136,6 +147,9 @@ model_cases() {
                 acct[i]=$(awk '/^device +weights/ { on = 1; next } /^device / { on = 0 } on && $1 ~ /^[0-9]+$/ { s += $4 } END { printf "%.0f", s }' "$tmp/out")
                 local base=$base1
                 [ "${dev[i]}" = 1 ] || base=$base2
+                # the peak RSS of a run of STEPS steps: a longer run's holds its per-step
+                # records too (runtime/train.c: each step's loss and times)
+                ((ns == steps)) || peak=$(rss "$B/unity-train" $margs $sargs --steps "$steps" --quiet)
                 rssd[i]=$((peak - base))
             else
                 if awk -v a="${est[i]}" -v b="$e" 'BEGIN { exit !(b < a) }'; then
