@@ -1,10 +1,12 @@
 /* cost.h - the cost model the search and the tools call (DESIGN.md section 8): the forward and
  * backward time of one piece of an operator on the machine's device kind (a measured time from
  * rules.db's op-cost cache when one exists for that device kind, else a roofline of the spec's
- * cost expressions evaluated on the piece), the time of moving bytes between two devices and of
- * collectives over a group (alpha-beta, ring or tree, intra- or inter-node), of a local copy, and
- * of an optimizer step. Queries are cached by (op, per-piece params, piece shapes): after the
- * first, a query is a hash lookup. An op without cost expressions gets a default and a warning.
+ * cost expressions evaluated on the piece, scaled as the cache's pieces of the same op and
+ * parameters compare with their roofline where it has any), the time of moving bytes between two
+ * devices and of collectives over a group (alpha-beta, ring or tree, intra- or inter-node), of a
+ * local copy, and of an optimizer step. Queries are cached by (op, per-piece params, piece shapes):
+ * after the first, a query is a hash lookup. An op without cost expressions gets a default and a
+ * warning.
  *
  *   un_cost_model *cm;
  *   st = un_cost_model_new(ctx, spec, &machine, UN_MPREC_F32, db, &cm);   // db may be NULL
@@ -96,8 +98,11 @@ int un_cost_elem_bytes(const un_cost_model *cm);
 /* Warnings gathered so far, one per line (an op without cost expressions), "" when none.
  * Borrowed, valid until the next query or un_cost_model_free. */
 const char *un_cost_warnings(const un_cost_model *cm);
-/* Queries answered, and of those answered from the cache or measured. */
-void un_cost_stats(const un_cost_model *cm, int64_t *queries, int64_t *cached, int64_t *measured);
+/* Queries answered, and of those answered from the cache or measured; scaled (NULL: not
+ * wanted): pieces without an entry whose model time was scaled by the measured pieces of the same
+ * op and parameters (un_cost_piece). */
+void un_cost_stats(const un_cost_model *cm, int64_t *queries, int64_t *cached, int64_t *measured,
+                   int64_t *scaled);
 
 /* ---- the op-cost cache's key (un_rulesdb_cost.op_sig / .shape) ---- */
 

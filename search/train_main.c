@@ -219,15 +219,18 @@ static un_status estimate_or_profile(un_ctx *ctx, const un_train_opts *o, const 
         goto done;
     fputs(un_cost_warnings(cm), stderr);
     un_sim_report(g, &r, cm, &text);
-    int64_t q, c, meas;
-    un_cost_stats(cm, &q, &c, &meas);
+    int64_t q, c, meas, scaled;
+    un_cost_stats(cm, &q, &c, &meas, &scaled);
     printf("%s: %s, %s strategy, %s semantics\n%s", o->model, o->tiny ? "tiny" : "full size",
            o->strategy    ? o->strategy
            : devices == 1 ? "serial"
                           : "data",
            runtime ? "runtime" : "plan", text.data);
-    printf("op costs: %lld queries, %lld cached, %lld measured (%s)\n", (long long)q, (long long)c,
+    printf("op costs: %lld queries, %lld cached, %lld measured (%s)", (long long)q, (long long)c,
            (long long)meas, db ? "rules.db op-cost cache" : "analytic only");
+    if (scaled)
+        printf(", %lld scaled from measured pieces of the same op", (long long)scaled);
+    printf("\n");
 done:
     un_buf_deinit(&text);
     un_sim_result_deinit(&r);

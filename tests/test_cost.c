@@ -197,14 +197,14 @@ static void test_op_costs_grow(void) {
     EXPECT_STR_EQ(un_cost_warnings(cm), "");
     /* the second query of a piece is a cache hit */
     int64_t q, c, meas;
-    un_cost_stats(cm, &q, &c, &meas);
+    un_cost_stats(cm, &q, &c, &meas, NULL);
     const un_op_spec *os = un_spec_op(spec, UN_OP_LINEAR);
     un_ctx *ctx = un_ctx_new(NULL);
     un_op_cost x;
     EXPECT_OK(ctx, un_cost_piece(ctx, cm, UN_OP_LINEAR, os->examples[0].params, os->examples[0].in,
                                  os->examples[0].n_in, &x));
     int64_t q2, c2, m2;
-    un_cost_stats(cm, &q2, &c2, &m2);
+    un_cost_stats(cm, &q2, &c2, &m2, NULL);
     EXPECT_EQ(q2, q + 1);
     EXPECT_EQ(c2, c + 1);
     un_ctx_free(ctx);
@@ -531,6 +531,83 @@ static void test_measured(void) {
     bare = model_on(&m, NULL);
     EXPECT_NEAR(un_cost_optimizer(ctx, cm, "adam", 2000),
                 un_cost_optimizer(ctx, bare, "adam", 2000), 1e-15);
+    un_cost_model_free(cm);
+    un_cost_model_free(bare);
+    un_rulesdb_free(db);
+    un_ctx_free(ctx);
+}
+
+/* A piece without an entry, where the cache has pieces of the same op and parameters on the
+ * device kind: the model time scaled as those measured pieces compare with theirs (log-log
+ * between the two around it, beyond them the nearest one's ratio), forward and backward apart;
+ * an entry whose shape text is not the op's inputs is skipped; another op, another kind, or
+ * no database: the model time as it is. */
+static void test_scaled(void) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/scaled.db", cli_tmp);
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_rulesdb *db = NULL;
+    EXPECT_OK(ctx, un_rulesdb_open(ctx, path, spec, UN_RULESDB_CREATE, &db));
+    const un_param *rp = un_spec_op(spec, UN_OP_RELU)->examples[0].params;
+    const un_param *tp = un_spec_op(spec, UN_OP_TANH)->examples[0].params;
+    un_machine m = machine_mem("1e9");
+    snprintf(m.dev.kind, sizeof m.dev.kind, "s");
+    un_cost_model *bare = model_on(&m, NULL);
+    un_shape sh[5];
+    int64_t rows[5] = {50, 100, 200, 400, 800};
+    double a[5], ab[5];
+    for (int i = 0; i < 5; i++) {
+        sh[i] = un_shape_make(2, (int64_t[]){rows[i], 100}, UN_DT_FLOAT);
+        un_op_cost oc;
+        EXPECT_OK(ctx, un_cost_piece(ctx, bare, UN_OP_RELU, rp, &sh[i], 1, &oc));
+        a[i] = oc.fwd;
+        ab[i] = oc.bwd;
+    }
+    /* measured: 100 rows at 10x / 4x the model, 400 rows at 5x / 4x; and a malformed one */
+    const struct {
+        int i;
+        double f, b;
+    } meas[] = {{1, 10, 4}, {3, 5, 4}};
+    un_rulesdb_cost c;
+    for (size_t k = 0; k < 3; k++) {
+        memset(&c, 0, sizeof c);
+        EXPECT_TRUE(un_cost_key(spec, UN_OP_RELU, rp, &sh[k < 2 ? meas[k].i : 0], 1, c.op_sig,
+                                sizeof c.op_sig, c.shape, sizeof c.shape));
+        snprintf(c.device, sizeof c.device, "s");
+        if (k < 2) {
+            c.fwd_ms = 1e3 * meas[k].f * a[meas[k].i];
+            c.bwd_ms = 1e3 * meas[k].b * ab[meas[k].i];
+        } else {
+            snprintf(c.shape, sizeof c.shape, "float[7,x]");
+            c.fwd_ms = c.bwd_ms = 1e6;
+        }
+        EXPECT_OK(ctx, un_rulesdb_cost_put(ctx, db, &c));
+    }
+    un_cost_model *cm = model_on(&m, db);
+    un_op_cost oc;
+    double f = log(a[2] / a[1]) / log(a[3] / a[1]);
+    double want[5] = {10 * a[0], 10 * a[1],
+                      exp(log(10 * a[1]) + f * (log(5 * a[3]) - log(10 * a[1]))), 5 * a[3],
+                      5 * a[4]};
+    for (int i = 0; i < 5; i++) {
+        EXPECT_OK(ctx, un_cost_piece(ctx, cm, UN_OP_RELU, rp, &sh[i], 1, &oc));
+        EXPECT_NEAR(oc.fwd, want[i], 1e-9 * want[i]);
+        EXPECT_NEAR(oc.bwd, 4 * ab[i], 1e-9 * ab[i]);
+        EXPECT_EQ(oc.measured, i == 1 || i == 3);
+    }
+    EXPECT_TRUE(want[2] < 10 * a[2] && want[2] > 5 * a[2]);
+    un_op_cost ob;
+    EXPECT_OK(ctx, un_cost_piece(ctx, cm, UN_OP_TANH, tp, &sh[2], 1, &oc));
+    EXPECT_OK(ctx, un_cost_piece(ctx, bare, UN_OP_TANH, tp, &sh[2], 1, &ob));
+    EXPECT_TRUE(oc.fwd == ob.fwd && oc.bwd == ob.bwd);
+    int64_t q, cached, measured, scaled;
+    un_cost_stats(cm, &q, &cached, &measured, &scaled);
+    EXPECT_TRUE(q == 6 && measured == 2 && scaled == 3);
+    un_cost_model_free(cm);
+    snprintf(m.dev.kind, sizeof m.dev.kind, "t");
+    cm = model_on(&m, db);
+    EXPECT_OK(ctx, un_cost_piece(ctx, cm, UN_OP_RELU, rp, &sh[2], 1, &oc));
+    EXPECT_TRUE(oc.fwd == a[2] && !oc.measured);
     un_cost_model_free(cm);
     un_cost_model_free(bare);
     un_rulesdb_free(db);
@@ -1451,6 +1528,7 @@ int main(void) {
                                   {"sim_output_parallel", test_sim_output_parallel},
                                   {"sim_measured_parts", test_sim_measured_parts},
                                   {"profile_dropout", test_profile_dropout},
+                                  {"scaled", test_scaled},
                                   {"profile_parts", test_profile_parts},
                                   {"profile_three", test_profile_three},
                                   {"cli", test_cli},
