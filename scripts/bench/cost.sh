@@ -32,7 +32,11 @@
 #                                          of them at the estimated step; the cores' speed to
 #                                          meet changes every few tenths of a second here, so a
 #                                          millisecond's run measures one such moment),
-#                                          REPS (rounds, default 3),
+#                                          REPS (rounds, default 5: this guest runs its ops
+#                                          1.3-1.5x slower for seconds at a time; a side whose
+#                                          every round falls in such a moment misses by that,
+#                                          (share of slow moments)^REPS of the time, about 0.4^3
+#                                          = 6 % a side with 3 rounds, 1 % with 5),
 #                                          ONLY (a regex: only the cases whose label matches,
 #                                          e.g. ONLY='tiny\)'), BASELINE_BIN (an older
 #                                          unity-train: in every round it also profiles into a
@@ -50,7 +54,7 @@ cd "$root"
 build=${1:-build/default}
 steps=${STEPS:-40}
 run_s=${RUN_S:-1}
-REPS=${REPS:-3}
+REPS=${REPS:-5}
 make -s -j2 BUILD="$build" >/dev/null
 B=$build/bin
 M=${MACHINE:-specs/machines/cpu.json}
