@@ -52,7 +52,7 @@ done
 step "8. The joint search (rewrites with the verified rules x parallelization x device mapping):
    the paper-size MLP planned for Unity's 4 x V100 box (estimated by the cost model, not run)"
 "$B/unity-train" --model mlp --rules "$db" --machine specs/machines/v100x4.json --plan-only |
-    awk '/^(rules|search|plan|data parallel|rewrites applied|without rewrites|layer [123]):/'
+    awk '/^(rules|search|op costs|plan|data parallel|rewrites applied|without rewrites|layer [123]):/'
 
 step "9. On this CPU (specs/machines/cpu.json): op costs profiled into rules.db (serial and data
    parallel pieces; the search scales the roofline of pieces nobody profiled by them), then the
@@ -63,7 +63,7 @@ for sd in serial:1 data:2; do
         sed -n "s/^stored/${sd%:*}: stored/p"
 done
 "$B/unity-train" --model transformer --tiny --rules "$db" --machine specs/machines/cpu.json \
-    --steps 300 --seed 3 | awk '/^(search|plan|data parallel|training|step (1|300)\/|median step|trained)/'
+    --steps 300 --seed 3 | awk '/^(search|op costs|plan|data parallel|training|step (1|300)\/|median step|trained)/'
 
 step "What ran"
 cat <<TXT

@@ -73,6 +73,13 @@ void un_cost_model_free(un_cost_model *cm) {
     free(cm);
 }
 
+void un_cost_pieces(const un_cost_model *cm, int64_t *measured, int64_t *scaled, int64_t *model) {
+    *measured = *scaled = *model = 0;
+    for (size_t i = 0; i < cm->cap; i++)
+        if (cm->tab[i].hash)
+            ++*(cm->tab[i].val.measured ? measured : cm->tab[i].val.scaled ? scaled : model);
+}
+
 const un_machine *un_cost_machine(const un_cost_model *cm) { return &cm->m; }
 int un_cost_elem_bytes(const un_cost_model *cm) { return cm->es; }
 const char *un_cost_warnings(const un_cost_model *cm) {
@@ -647,6 +654,7 @@ un_status un_cost_piece(un_ctx *ctx, un_cost_model *cm, un_op op, const un_param
         } else if (ast != UN_OK) {
             return ast;
         } else if (scale_from_measured(ctx, cm, op, params, n_in, sig, &c)) {
+            c.scaled = true;
             cm->scaled++;
         }
     }

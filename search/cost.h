@@ -35,6 +35,7 @@ typedef struct un_op_cost {
                                       * given; else 0) */
     double scratch_fwd, scratch_bwd; /* bytes of device scratch those take (device.gpu; else 0) */
     bool measured;                   /* fwd/bwd come from the op-cost cache */
+    bool scaled; /* fwd/bwd: the model's scaled by measured pieces of the same op (un_cost_piece) */
 } un_op_cost;
 
 /* ---- lifecycle ---- */
@@ -103,6 +104,9 @@ const char *un_cost_warnings(const un_cost_model *cm);
  * op and parameters (un_cost_piece). */
 void un_cost_stats(const un_cost_model *cm, int64_t *queries, int64_t *cached, int64_t *measured,
                    int64_t *scaled);
+/* The distinct pieces queried so far: measured, scaled (un_cost_piece) and costed by the model
+ * alone (the roofline or the GPU kernel model). */
+void un_cost_pieces(const un_cost_model *cm, int64_t *measured, int64_t *scaled, int64_t *model);
 
 /* ---- the op-cost cache's key (un_rulesdb_cost.op_sig / .shape) ---- */
 

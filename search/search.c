@@ -583,6 +583,13 @@ void un_search_report(const un_search_result *r, const un_graph *g, const un_sea
     un_buf_printf(out, "search: %s on %d devices of %s: %.3f s wall, ended: %s\n",
                   un_search_mode_name(p->mode), p->devices, un_cost_machine(cm)->name, r->wall,
                   r->ended ? r->ended : "?");
+    int64_t pm, ps, pa;
+    un_cost_pieces(cm, &pm, &ps, &pa);
+    un_buf_printf(out,
+                  "op costs: %lld distinct pieces, %lld measured, %lld scaled from measured pieces "
+                  "of the same op, %lld from the %s alone\n",
+                  (long long)(pm + ps + pa), (long long)pm, (long long)ps, (long long)pa,
+                  un_cost_machine(cm)->dev.gpu.on ? "kernel model" : "roofline");
     un_buf_printf(
         out,
         "plan: runs on %d device%s; estimated step %.6g s (%s semantics); fullest device %.4g GB "

@@ -61,6 +61,33 @@ static void test_search_train(void) {
     EXPECT_TRUE(strstr(r->out, "(runtime semantics)") != NULL);
 }
 
+/* The search says where its op costs came from: with the serial pieces of the tiny MLP profiled,
+ * a search on 2 devices finds them measured and scales the roofline of the halves nobody timed;
+ * without a database every piece is the roofline's. */
+static void test_search_cost_sources(void) {
+    const cli_result *r = train(cli_fmt("--model mlp --tiny --profile --machine "
+                                        "specs/machines/cpu.json --rules %s/src.db --quiet"));
+    EXPECT_EQ(r->code, 0);
+    r = train(cli_fmt("--model mlp --tiny --machine specs/machines/cpu.json --rules %s/src.db "
+                      "--devices 2 --plan-only"));
+    EXPECT_EQ(r->code, 0);
+    long long n = 0, m = 0, sc = 0, a = 0;
+    const char *l = strstr(r->out, "op costs: ");
+    EXPECT_TRUE(l && sscanf(l,
+                            "op costs: %lld distinct pieces, %lld measured, %lld scaled from "
+                            "measured pieces of the same op, %lld from the roofline alone",
+                            &n, &m, &sc, &a) == 4);
+    EXPECT_TRUE(n == m + sc + a && m > 0 && sc > 0);
+    r = train("--model mlp --tiny --machine specs/machines/cpu.json --devices 2 --plan-only");
+    EXPECT_EQ(r->code, 0);
+    l = strstr(r->out, "op costs: ");
+    EXPECT_TRUE(l && sscanf(l,
+                            "op costs: %lld distinct pieces, %lld measured, %lld scaled from "
+                            "measured pieces of the same op, %lld from the roofline alone",
+                            &n, &m, &sc, &a) == 4);
+    EXPECT_TRUE(n > 0 && m == 0 && sc == 0 && a == n);
+}
+
 /* The paper-size MLP on 4 V100s: a plan that splits the weights; exported, it loads. Then a
  * tiny model's plans for every mode, exported and trained by --strategy, give serial's losses. */
 static void test_export(void) {
@@ -311,6 +338,7 @@ int main(void) {
     if (!cli_init("/tmp/unity-search-cli-XXXXXX"))
         return 1;
     static const test_case c[] = {{"search_train", test_search_train},
+                                  {"search_cost_sources", test_search_cost_sources},
                                   {"export", test_export},
                                   {"rewrites", test_rewrites},
                                   {"bad_input", test_bad_input},
