@@ -531,21 +531,18 @@ static bool shapes_parse(const char *text, un_shape *in, int n) {
     return *p == 0;
 }
 
-/* Seconds at roofline (or kernel-model) time x, from the measured pieces' (a[i] model, m[i]
- * measured) in ascending a: log-log between the two around x, beyond them the nearest one's
- * ratio m / a. */
-static double scale_between(const double *a, const double *m, int n, double x) {
-    if (x <= a[0])
-        return m[0] * x / a[0];
-    if (x >= a[n - 1])
-        return m[n - 1] * x / a[n - 1];
+double un_cost_interp(const double *x, const double *t, int n, double v) {
+    if (v <= x[0])
+        return t[0] * v / x[0];
+    if (v >= x[n - 1])
+        return t[n - 1] * v / x[n - 1];
     int i = 0;
-    while (x > a[i + 1])
+    while (v > x[i + 1])
         i++;
-    if (a[i + 1] <= a[i])
-        return m[i] * x / a[i];
-    double f = log(x / a[i]) / log(a[i + 1] / a[i]);
-    return exp(log(m[i]) + f * (log(m[i + 1]) - log(m[i])));
+    if (x[i + 1] <= x[i])
+        return t[i] * v / x[i];
+    double f = log(v / x[i]) / log(x[i + 1] / x[i]);
+    return exp(log(t[i]) + f * (log(t[i + 1]) - log(t[i])));
 }
 
 typedef struct mpair {
@@ -560,9 +557,9 @@ static int mpair_cmp(const void *x, const void *y) {
 /* A piece the op-cost cache has no entry for, where it has pieces of the same op with the same
  * parameters on this device kind (other shapes: the profiled strategies' pieces): its model time
  * (c, the roofline or the GPU kernel model) scaled as the measured pieces' model times compare
- * with their measurements (scale_between, forward and backward apart). So a search that compares
- * a profiled configuration with one nobody profiled compares like with like: on this CPU the
- * roofline of a tiny model's ops is 2-5x under their measured times, and unscaled the joint
+ * with their measurements (un_cost_interp over model time, forward and backward apart). So a search
+ * that compares a profiled configuration with one nobody profiled compares like with like: on this
+ * CPU the roofline of a tiny model's ops is 2-5x under their measured times, and unscaled the joint
  * search picked for the tiny transformer on 2 devices a plan of unprofiled pieces it estimated
  * 1.27x faster than data parallel (0.278 against 0.354 ms) that ran at 0.470 ms against data
  * parallel's 0.26 (2026-11-28). false: no usable entry (c unchanged). */
@@ -601,7 +598,7 @@ static bool scale_from_measured(un_ctx *ctx, un_cost_model *cm, un_op op, const 
             a[i] = v[i].a;
             m[i] = v[i].m;
         }
-        *x = scale_between(a, m, nv, *x);
+        *x = un_cost_interp(a, m, nv, *x);
         done = true;
         free(a);
         free(m);

@@ -104,6 +104,10 @@ const char *un_cost_warnings(const un_cost_model *cm);
  * op and parameters (un_cost_piece). */
 void un_cost_stats(const un_cost_model *cm, int64_t *queries, int64_t *cached, int64_t *measured,
                    int64_t *scaled);
+/* t at v from the points (x[i], t[i]), i < n, in ascending x: log-log between the two around v,
+ * beyond them the nearest one's ratio t / x (a measured curve of times: un_cost_piece's scaled
+ * pieces, the simulator's work-then-meet stretches). */
+double un_cost_interp(const double *x, const double *t, int n, double v);
 /* The distinct pieces queried so far: measured, scaled (un_cost_piece) and costed by the model
  * alone (the roofline or the GPU kernel model). */
 void un_cost_pieces(const un_cost_model *cm, int64_t *measured, int64_t *scaled, int64_t *model);

@@ -905,12 +905,6 @@ void un_sim_xchg_msgs_shape(int devices, char *buf, size_t n) {
              UN_SIM_XCHG_MSGS);
 }
 
-/* t at v between the points (x[i], t[i]) of i and i + 1 (log-log). */
-static double loglog(const double *x, const double *t, int i, double v) {
-    double f = log(v / x[i]) / log(x[i + 1] / x[i]);
-    return exp(log(t[i]) + f * (log(t[i + 1]) - log(t[i])));
-}
-
 /* Seconds of one exchange of the D devices in which the busiest receives `bytes` in `msgs`
  * messages (one_way: no device both sends and receives): the measured points
  * (un_sim_xchg_bytes) and what each message past the first adds (xmsg), else the measured
@@ -918,16 +912,14 @@ static double loglog(const double *x, const double *t, int i, double v) {
 static double xchg_time(sim *s, double bytes, bool one_way, int64_t msgs) {
     if (s->xpts[one_way][0] > 0) {
         const double *x = un_sim_xchg_bytes, *t = s->xpts[one_way];
-        int n = UN_SIM_XCHG_POINTS, i = 0;
+        int n = UN_SIM_XCHG_POINTS;
         double more = msgs > 1 ? (double)(msgs - 1) * s->xmsg : 0;
         if (bytes <= x[0])
             return t[0] + more;
         if (bytes >= x[n - 1])
             return t[n - 1] + more +
                    (bytes - x[n - 1]) * fmax(t[n - 1] - t[n - 2], 0) / (x[n - 1] - x[n - 2]);
-        while (bytes > x[i + 1])
-            i++;
-        return loglog(x, t, i, bytes) + more;
+        return un_cost_interp(x, t, n, bytes) + more;
     }
     return (one_way ? s->slat : s->xlat) + bytes / un_cost_machine(s->cm)->intra.bw;
 }
@@ -943,16 +935,7 @@ static double meet_time(sim *s, double work) {
         if ((t[w] = un_cost_measured(s->ctx, s->cm, "comm:meet", shape, 0)) <= 0)
             return 0;
     }
-    const double *x = un_sim_meet_work;
-    int n = UN_SIM_MEET_POINTS;
-    if (work <= x[0])
-        return t[0] * work / x[0];
-    if (work >= x[n - 1])
-        return t[n - 1] * work / x[n - 1];
-    int i = 0;
-    while (work > x[i + 1])
-        i++;
-    return loglog(x, t, i, work);
+    return un_cost_interp(un_sim_meet_work, t, UN_SIM_MEET_POINTS, work);
 }
 
 /* Runtime semantics: a stretch of `work` seconds that ends at a rendezvous of the D devices (or

@@ -467,13 +467,19 @@ static void test_sim_mlp(void) {
     un_ctx_free(ctx);
 }
 
-/* A measured cost in rules.db replaces the analytic one for its device kind only. */
-static void test_measured(void) {
+/* A new database cli_tmp/NAME (NULL when it would not open). */
+static un_rulesdb *new_db(un_ctx *ctx, const char *name) {
     char path[128];
-    snprintf(path, sizeof path, "%s/costs.db", cli_tmp);
-    un_ctx *ctx = un_ctx_new(NULL);
+    snprintf(path, sizeof path, "%s/%s", cli_tmp, name);
     un_rulesdb *db = NULL;
     EXPECT_OK(ctx, un_rulesdb_open(ctx, path, spec, UN_RULESDB_CREATE, &db));
+    return db;
+}
+
+/* A measured cost in rules.db replaces the analytic one for its device kind only. */
+static void test_measured(void) {
+    un_ctx *ctx = un_ctx_new(NULL);
+    un_rulesdb *db = new_db(ctx, "costs.db");
     const un_op_spec *os = un_spec_op(spec, UN_OP_RELU);
     const un_example *ex = &os->examples[0];
     un_rulesdb_cost c;
@@ -543,11 +549,8 @@ static void test_measured(void) {
  * an entry whose shape text is not the op's inputs is skipped; another op, another kind, or
  * no database: the model time as it is. */
 static void test_scaled(void) {
-    char path[128];
-    snprintf(path, sizeof path, "%s/scaled.db", cli_tmp);
     un_ctx *ctx = un_ctx_new(NULL);
-    un_rulesdb *db = NULL;
-    EXPECT_OK(ctx, un_rulesdb_open(ctx, path, spec, UN_RULESDB_CREATE, &db));
+    un_rulesdb *db = new_db(ctx, "scaled.db");
     const un_param *rp = un_spec_op(spec, UN_OP_RELU)->examples[0].params;
     const un_param *tp = un_spec_op(spec, UN_OP_TANH)->examples[0].params;
     un_machine m = machine_mem("1e9");
@@ -1169,19 +1172,28 @@ static void test_sim_measured_parts(void) {
  * parameters, the barrier, the exchange and the one-way exchange of the two device threads and
  * their stretches of work and meeting; no all-reduce of the loss, which no step makes
  * (runtime/train.c). */
-static void test_profile_parts(void) {
-    char path[128];
-    snprintf(path, sizeof path, "%s/prof2.db", cli_tmp);
-    const cli_result *r =
-        cli_run("unity-train", cli_fmt("--model mlp --tiny --devices 2 --threads 2 "
-                                       "--profile --machine specs/machines/cpu.json "
-                                       "--rules %s/prof2.db"));
+/* unity-train ARGS --profile into cli_tmp/NAME on the CPU machine file: its output, and the
+ * database opened read-only in *db (NULL when it would not open). */
+static const cli_result *profile_into(un_ctx *ctx, const char *args, const char *name,
+                                      un_rulesdb **db) {
+    char path[128], cmd[512];
+    snprintf(path, sizeof path, "%s/%s", cli_tmp, name);
+    snprintf(cmd, sizeof cmd, "%s --profile --machine specs/machines/cpu.json --rules %s", args,
+             path);
+    const cli_result *r = cli_run("unity-train", cmd);
     EXPECT_EQ(r->code, 0);
-    EXPECT_TRUE(strstr(r->out, "comm:barrier") && strstr(r->out, "comm:meet") &&
-                strstr(r->out, "optimizer:adam"));
+    *db = NULL;
+    EXPECT_OK(ctx, un_rulesdb_open(ctx, path, spec, UN_RULESDB_READONLY, db));
+    return r;
+}
+
+static void test_profile_parts(void) {
     un_ctx *ctx = un_ctx_new(NULL);
     un_rulesdb *db = NULL;
-    EXPECT_OK(ctx, un_rulesdb_open(ctx, path, spec, UN_RULESDB_READONLY, &db));
+    const cli_result *r =
+        profile_into(ctx, "--model mlp --tiny --devices 2 --threads 2", "prof2.db", &db);
+    EXPECT_TRUE(strstr(r->out, "comm:barrier") && strstr(r->out, "comm:meet") &&
+                strstr(r->out, "optimizer:adam"));
     un_rulesdb_cost c;
     bool found = false;
     EXPECT_OK(ctx, un_rulesdb_cost_get(ctx, db, "comm:barrier", "devices[2]", "cpu", &c, &found));
@@ -1216,16 +1228,9 @@ static void test_profile_parts(void) {
 /* On 3 devices every rendezvous has all of them: the one-way send is between ranks 0 and 1, rank
  * 2 calling with nothing to move (a bystander that skipped it would leave the others waiting). */
 static void test_profile_three(void) {
-    char path[128];
-    snprintf(path, sizeof path, "%s/prof3.db", cli_tmp);
-    const cli_result *r =
-        cli_run("unity-train", cli_fmt("--model mlp --tiny --batch 12 --devices 3 --threads 3 "
-                                       "--profile --machine specs/machines/cpu.json "
-                                       "--rules %s/prof3.db"));
-    EXPECT_EQ(r->code, 0);
     un_ctx *ctx = un_ctx_new(NULL);
     un_rulesdb *db = NULL;
-    EXPECT_OK(ctx, un_rulesdb_open(ctx, path, spec, UN_RULESDB_READONLY, &db));
+    profile_into(ctx, "--model mlp --tiny --batch 12 --devices 3 --threads 3", "prof3.db", &db);
     un_rulesdb_cost c;
     bool found = false;
     char xs[64];
