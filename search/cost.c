@@ -33,7 +33,7 @@ struct un_cost_model {
     size_t cap, used;
     bool warned[UN_OP_COUNT];
     un_buf warnings;
-    int64_t queries, cached, measured, scaled;
+    int64_t queries, cached, measured;
     un_loss_kind loss;  /* the run's (un_cost_model_set_loss; 0: cross-entropy) */
     struct opt_points { /* measured optimizer steps of this device kind, by parameter count */
         bool loaded;    /* read from the op-cost cache (on the first query) */
@@ -85,10 +85,7 @@ int un_cost_elem_bytes(const un_cost_model *cm) { return cm->es; }
 const char *un_cost_warnings(const un_cost_model *cm) {
     return cm->warnings.data ? cm->warnings.data : "";
 }
-void un_cost_stats(const un_cost_model *cm, int64_t *queries, int64_t *cached, int64_t *measured,
-                   int64_t *scaled) {
-    if (scaled)
-        *scaled = cm->scaled;
+void un_cost_stats(const un_cost_model *cm, int64_t *queries, int64_t *cached, int64_t *measured) {
     *queries = cm->queries;
     *cached = cm->cached;
     *measured = cm->measured;
@@ -586,6 +583,7 @@ static bool scale_from_measured(un_ctx *ctx, un_cost_model *cm, un_op op, const 
             b[nb++] = (mpair){a.bwd, list[i].bwd_ms * 1e-3};
     }
     bool done = false;
+    double *a = un_xcalloc((size_t)n, sizeof *a), *m = un_xcalloc((size_t)n, sizeof *m);
     for (int d = 0; d < 2; d++) {
         mpair *v = d ? b : f;
         int nv = d ? nb : nf;
@@ -593,16 +591,15 @@ static bool scale_from_measured(un_ctx *ctx, un_cost_model *cm, un_op op, const 
         if (nv == 0 || *x <= 0)
             continue;
         qsort(v, (size_t)nv, sizeof *v, mpair_cmp);
-        double *a = un_xcalloc((size_t)nv, sizeof *a), *m = un_xcalloc((size_t)nv, sizeof *m);
         for (int i = 0; i < nv; i++) {
             a[i] = v[i].a;
             m[i] = v[i].m;
         }
         *x = un_cost_interp(a, m, nv, *x);
         done = true;
-        free(a);
-        free(m);
     }
+    free(a);
+    free(m);
     free(f);
     free(b);
     free(list);
@@ -650,9 +647,8 @@ un_status un_cost_piece(un_ctx *ctx, un_cost_model *cm, un_op op, const un_param
             cm->measured++;
         } else if (ast != UN_OK) {
             return ast;
-        } else if (scale_from_measured(ctx, cm, op, params, n_in, sig, &c)) {
-            c.scaled = true;
-            cm->scaled++;
+        } else {
+            c.scaled = scale_from_measured(ctx, cm, op, params, n_in, sig, &c);
         }
     }
     if (2 * (cm->used + 1) > cm->cap) {

@@ -99,11 +99,8 @@ int un_cost_elem_bytes(const un_cost_model *cm);
 /* Warnings gathered so far, one per line (an op without cost expressions), "" when none.
  * Borrowed, valid until the next query or un_cost_model_free. */
 const char *un_cost_warnings(const un_cost_model *cm);
-/* Queries answered, and of those answered from the cache or measured; scaled (NULL: not
- * wanted): pieces without an entry whose model time was scaled by the measured pieces of the same
- * op and parameters (un_cost_piece). */
-void un_cost_stats(const un_cost_model *cm, int64_t *queries, int64_t *cached, int64_t *measured,
-                   int64_t *scaled);
+/* Queries answered, and of those answered from the cache or measured. */
+void un_cost_stats(const un_cost_model *cm, int64_t *queries, int64_t *cached, int64_t *measured);
 /* t at v from the points (x[i], t[i]), i < n, in ascending x: log-log between the two around v,
  * beyond them the nearest one's ratio t / x (a measured curve of times: un_cost_piece's scaled
  * pieces, the simulator's work-then-meet stretches). */

@@ -219,8 +219,9 @@ static un_status estimate_or_profile(un_ctx *ctx, const un_train_opts *o, const 
         goto done;
     fputs(un_cost_warnings(cm), stderr);
     un_sim_report(g, &r, cm, &text);
-    int64_t q, c, meas, scaled;
-    un_cost_stats(cm, &q, &c, &meas, &scaled);
+    int64_t q, c, meas, pm, scaled, pa;
+    un_cost_stats(cm, &q, &c, &meas);
+    un_cost_pieces(cm, &pm, &scaled, &pa);
     printf("%s: %s, %s strategy, %s semantics\n%s", o->model, o->tiny ? "tiny" : "full size",
            o->strategy    ? o->strategy
            : devices == 1 ? "serial"

@@ -197,14 +197,14 @@ static void test_op_costs_grow(void) {
     EXPECT_STR_EQ(un_cost_warnings(cm), "");
     /* the second query of a piece is a cache hit */
     int64_t q, c, meas;
-    un_cost_stats(cm, &q, &c, &meas, NULL);
+    un_cost_stats(cm, &q, &c, &meas);
     const un_op_spec *os = un_spec_op(spec, UN_OP_LINEAR);
     un_ctx *ctx = un_ctx_new(NULL);
     un_op_cost x;
     EXPECT_OK(ctx, un_cost_piece(ctx, cm, UN_OP_LINEAR, os->examples[0].params, os->examples[0].in,
                                  os->examples[0].n_in, &x));
     int64_t q2, c2, m2;
-    un_cost_stats(cm, &q2, &c2, &m2, NULL);
+    un_cost_stats(cm, &q2, &c2, &m2);
     EXPECT_EQ(q2, q + 1);
     EXPECT_EQ(c2, c + 1);
     un_ctx_free(ctx);
@@ -603,8 +603,9 @@ static void test_scaled(void) {
     EXPECT_OK(ctx, un_cost_piece(ctx, cm, UN_OP_TANH, tp, &sh[2], 1, &oc));
     EXPECT_OK(ctx, un_cost_piece(ctx, bare, UN_OP_TANH, tp, &sh[2], 1, &ob));
     EXPECT_TRUE(oc.fwd == ob.fwd && oc.bwd == ob.bwd);
-    int64_t q, cached, measured, scaled;
-    un_cost_stats(cm, &q, &cached, &measured, &scaled);
+    int64_t q, cached, measured, scaled, model;
+    un_cost_stats(cm, &q, &cached, &measured);
+    un_cost_pieces(cm, &measured, &scaled, &model);
     EXPECT_TRUE(q == 6 && measured == 2 && scaled == 3);
     un_cost_model_free(cm);
     snprintf(m.dev.kind, sizeof m.dev.kind, "t");
