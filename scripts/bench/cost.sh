@@ -99,7 +99,7 @@ model_cases() {
     local label=$1 margs=$2
     shift 2
     [[ -z "${ONLY:-}" || "$label" =~ $ONLY ]] || return 0
-    local -a cases=("$@") strat dev est mem stash meas acct rssd estb scr inmeet unpol estx measx xus
+    local -a cases=("$@") strat dev est mem stash meas acct rssd estb scr inmeet unpol estx measx xus measr
     local n=${#cases[@]} i r
     for ((r = 0; r < REPS; r++)); do
         for ((i = 0; i < n; i++)); do
@@ -134,6 +134,7 @@ model_cases() {
             local im up
             im=$(awk '/^device +meets/ { on = 1; next } on && $1 == 0 { print $4; exit }' "$tmp/out")
             up=$(awk '/^device +meets/ { on = 1; next } on && $1 == 0 { print $5; exit }' "$tmp/out")
+            measr[i]="${measr[i]:-}${measr[i]:+ }$m"
             if ((r == 0)); then
                 est[i]=$e
                 xus[i]=$xu
@@ -173,15 +174,15 @@ model_cases() {
     done
     for ((i = 0; i < n; i++)); do
         awk -v l="$label" -v s="$(basename "${strat[i]}" .json)" -v d="${dev[i]}" -v e="${est[i]}" -v m="${meas[i]}" \
-            -v em="${mem[i]}" -v mm="$((acct[i] + stash[i]))" -v rd="${rssd[i]}" -v eb="${estb[i]}" -v hb="$base_bin" -v im="${inmeet[i]}" -v up="${unpol[i]}" -v xu="${xus[i]}" -v ex="${estx[i]}" -v mx="${measx[i]}" 'BEGIN {
+            -v em="${mem[i]}" -v mm="$((acct[i] + stash[i]))" -v rd="${rssd[i]}" -v eb="${estb[i]}" -v hb="$base_bin" -v im="${inmeet[i]}" -v up="${unpol[i]}" -v xu="${xus[i]}" -v ex="${estx[i]}" -v mx="${measx[i]}" -v mr="${measr[i]}" 'BEGIN {
             te = 100 * (e - m) / m; me = (mm > 0 ? 100 * (em - mm) / mm : 0)
-            printf "%-26s %-8s %3d %10.3f %10.3f %+6.0f%% %5s %10.0fK %10.0fK %+6.0f%% %5s %10.0fK", l, s, d, e, m, te,
+            printf "%-26s %-8s %3d %10.4f %10.4f %+6.0f%% %5s %10.0fK %10.0fK %+6.0f%% %5s %10.0fK", l, s, d, e, m, te,
                    (te <= 25 && te >= -25 ? "yes" : "NO"), em / 1024, mm / 1024, me, (me <= 20 && me >= -20 ? "yes" : "NO"), rd / 1024
             printf " %9s %8s %7s %5.2f %6.2f", im, up, (d > 1 ? xu : "-"), ex / e, mx / m
             if (hb != "")
                 printf " %+7.0f%%", 100 * (eb - m) / m
             printf "\n"
-            printf "%s|%s|%s|%s|%d|%d|%s\n", l, s, e, m, (te <= 25 && te >= -25), (me <= 20 && me >= -20), eb >> "'"$tmp/rows"'" }'
+            printf "%s|%s|%s|%s|%d|%d|%s|%s\n", l, s, e, m, (te <= 25 && te >= -25), (me <= 20 && me >= -20), eb, mr >> "'"$tmp/rows"'" }'
     done
 }
 for m in mlp transformer dlrm xdl candle_uno resnext50 inception_v3 charlm; do
@@ -200,16 +201,31 @@ for mb in resnext50:64 inception_v3:32; do
 done
 model_cases "charlm (default)" "--model charlm" serial:1 data:2
 model_cases "sample mlp" "--model $tmp/mlp.json" serial:1 data:2 "$tmp/tp.json:2"
-# the summary, and whether each model's strategies keep their order (estimated vs measured)
+# the summary, and whether each model's strategies keep their order (estimated vs measured): every
+# pair of a model's strategies, the order of their least estimates against that of their least
+# measured steps. A pair is a tie when the rounds' runs do not agree on its order (each round runs
+# the model's strategies one after the other, so a round's two medians meet the same moment of the
+# guest: the pair is ordered only where every round orders it the same way); "where the runs
+# agree" counts the models whose every ordered pair is kept.
 awk -F'|' -v hb="$base_label" '{ n++; t += $5; m += $6; k = $1; c[k]++; e[k, c[k]] = $3; x[k, c[k]] = $4; b[k, c[k]] = $7
+       r[k, c[k]] = $8; sn[k, c[k]] = $2
        tb += ($7 - $4 <= 0.25 * $4 && $4 - $7 <= 0.25 * $4) }
-     END { for (k in c) { if (c[k] < 2) continue; models++; ok = 1; okb = 1
-               for (i = 1; i <= c[k]; i++) for (j = 1; j <= c[k]; j++) {
-                   if ((e[k, i] < e[k, j]) != (x[k, i] < x[k, j])) ok = 0
-                   if ((b[k, i] < b[k, j]) != (x[k, i] < x[k, j])) okb = 0 }
-               kept += ok; keptb += okb; if (!ok) bad = bad " [" k "]" }
+     END { for (k in c) { if (c[k] < 2) continue; models++; ok = 1; okb = 1; okt = 1
+               for (i = 1; i <= c[k]; i++) for (j = i + 1; j <= c[k]; j++) {
+                   flip = (e[k, i] < e[k, j]) != (x[k, i] < x[k, j])
+                   if (flip) ok = 0
+                   if ((b[k, i] < b[k, j]) != (x[k, i] < x[k, j])) okb = 0
+                   ni = split(r[k, i], ri, " "); split(r[k, j], rj, " "); lt = 0; gt = 0
+                   for (q = 1; q <= ni; q++) { lt += (ri[q] < rj[q]); gt += (ri[q] > rj[q]) }
+                   if (lt > 0 && gt > 0 || lt + gt < ni)
+                       ties = ties sprintf(" [%s %s/%s: rounds %s faster %d, %s faster %d, equal %d]", k, sn[k, i], sn[k, j], sn[k, i], lt, sn[k, j], gt, ni - lt - gt)
+                   else if (flip)
+                       okt = 0 }
+               kept += ok; keptb += okb; keptt += okt; if (!ok) bad = bad " [" k "]" }
            printf "summary: step time within 25%% in %d/%d cases, memory within 20%% in %d/%d, strategy ranking kept for %d/%d models%s\n",
                   t, n, m, n, kept, models, bad ? "; not for" bad : ""
+           printf "ranking where the runs of every round agree on the order: kept for %d/%d models%s\n", keptt, models,
+                  ties ? "; ties (the runs ordered them both ways):" ties : "; no ties"
            if (hb != "")
                printf "baseline %s against the same runs: step time within 25%% in %d/%d cases, ranking kept for %d/%d models\n", hb, tb, n, keptb, models }' "$tmp/rows"
 
