@@ -225,7 +225,7 @@ awk -F'|' -v hb="$base_label" '{ n++; t += $5; m += $6; k = $1; c[k]++; e[k, c[k
            printf "summary: step time within 25%% in %d/%d cases, memory within 20%% in %d/%d, strategy ranking kept for %d/%d models%s\n",
                   t, n, m, n, kept, models, bad ? "; not for" bad : ""
            printf "ranking where the runs of every round agree on the order: kept for %d/%d models%s\n", keptt, models,
-                  ties ? "; ties (the runs ordered them both ways):" ties : "; no ties"
+                  ties ? "; ties (the rounds did not all order the pair the same way):" ties : "; no ties"
            if (hb != "")
                printf "baseline %s against the same runs: step time within 25%% in %d/%d cases, ranking kept for %d/%d models\n", hb, tb, n, keptb, models }' "$tmp/rows"
 
