@@ -41,55 +41,6 @@ void un_gen_stats_json(const un_gen_stats *s, un_buf *b) {
                   s->stopped ? "true" : "false");
 }
 
-/* ---- a set of 64-bit hashes (open addressing; 0 is stored as a flag) ---- */
-
-typedef struct hset {
-    uint64_t *slot;
-    int64_t cap, n;
-    bool has_zero;
-} hset;
-
-static void hset_deinit(hset *s) { free(s->slot); }
-
-static bool hset_has(const hset *s, uint64_t h) {
-    if (h == 0)
-        return s->has_zero;
-    if (!s->cap)
-        return false;
-    for (int64_t i = (int64_t)(h & (uint64_t)(s->cap - 1));; i = (i + 1) & (s->cap - 1)) {
-        if (s->slot[i] == h)
-            return true;
-        if (s->slot[i] == 0)
-            return false;
-    }
-}
-
-static void hset_add(hset *s, uint64_t h) {
-    if (h == 0) {
-        s->has_zero = true;
-        return;
-    }
-    if (hset_has(s, h))
-        return;
-    if (2 * (s->n + 1) > s->cap) {
-        int64_t cap = s->cap ? 2 * s->cap : 1024;
-        uint64_t *old = s->slot;
-        int64_t oc = s->cap;
-        s->slot = un_xcalloc((size_t)cap, sizeof *s->slot);
-        s->cap = cap;
-        s->n = 0;
-        for (int64_t i = 0; i < oc; i++)
-            if (old[i])
-                hset_add(s, old[i]);
-        free(old);
-    }
-    int64_t i = (int64_t)(h & (uint64_t)(s->cap - 1));
-    while (s->slot[i])
-        i = (i + 1) & (s->cap - 1);
-    s->slot[i] = h;
-    s->n++;
-}
-
 static int cmp_u64(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? -1 : x > y;
@@ -402,7 +353,7 @@ static un_status rule_hash(const un_gen_enum *e, const un_gen_graph *ga, const u
  * lookup (never a hit; overflow is remembered). */
 #define UN_GEN_SINK_CAP 12
 typedef struct hsink {
-    const hset *known;
+    const un_hmap *known;
     uint64_t h[UN_GEN_SINK_CAP];
     int n;
     bool overflow;
@@ -410,7 +361,7 @@ typedef struct hsink {
 
 static bool sink_hit(hsink *s, uint64_t h) {
     if (s->known)
-        return hset_has(s->known, h);
+        return un_hmap_get(s->known, h, NULL);
     if (s->n < UN_GEN_SINK_CAP)
         s->h[s->n++] = h;
     else
@@ -418,9 +369,9 @@ static bool sink_hit(hsink *s, uint64_t h) {
     return false;
 }
 
-static bool sink_any(const hsink *s, const hset *known) {
+static bool sink_any(const hsink *s, const un_hmap *known) {
     for (int i = 0; i < s->n; i++)
-        if (hset_has(known, s->h[i]))
+        if (un_hmap_get(known, s->h[i], NULL))
             return true;
     return false;
 }
@@ -670,7 +621,7 @@ typedef struct pinfo_job {
     const int64_t *bucket_start; /* [bucket] -> first position in by_bucket; [n_buckets] end */
     /* the decisions' sets as they stand before this chunk (frozen while the workers run; they
      * only grow): a fact whose stage is already settled by them is not computed */
-    const hset *known, *decided;
+    const un_hmap *known, *decided;
     const un_gen_sink *sink; /* its prep runs on the likely keepers, or NULL */
 } pinfo_job;
 
@@ -742,12 +693,12 @@ static void pair_info_compute(un_ctx *ctx, const pinfo_job *job, member_memo *me
      * left out (zero), which saves most of the work on the later chunks and changes no decision.
      * Composition settled: nothing past the normal forms is read. */
     if (pi->prefix && pi->nfa != pi->nfb &&
-        !hset_has(job->decided, compose_key(pr->bucket, pi->nfb)) &&
+        !un_hmap_get(job->decided, compose_key(pr->bucket, pi->nfb), NULL) &&
         sides_build(job->e, &pr->a, &ea, &pr->b, &eb, NULL, NULL, 0, 0, &sd) == UN_OK &&
         sides_hash(&sd, &pi->h) == UN_OK) {
         pi->h_ok = true;
         /* renaming settled by the hash, then by the diagonal instances; subgraph settled */
-        bool settled = hset_has(job->known, pi->h);
+        bool settled = un_hmap_get(job->known, pi->h, NULL);
         if (!settled) {
             implied_by_diagonal(ctx, job->e, &pi->diag, &pr->a, &ea, &pr->b, &eb);
             settled = sink_any(&pi->diag, job->known);
@@ -836,7 +787,7 @@ static void pair_info_run(pinfo_job *job, int threads) {
 
 /* The diagonal (which 0) or subgraph (1) test with lookups, for a pair whose candidate list
  * overflowed. */
-static bool slow_check(un_ctx *ctx, const un_gen_enum *e, const hset *known, const pair *pr,
+static bool slow_check(un_ctx *ctx, const un_gen_enum *e, const un_hmap *known, const pair *pr,
                        int which) {
     un_gen_geval ea, eb;
     bool hit = false;
@@ -1015,7 +966,7 @@ un_status un_gen_find_stream(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p
         free(fill);
     }
     bool *pair_done = un_xcalloc((size_t)(pairs.n + 1), 1);
-    hset known = {0}, decided = {0};
+    un_hmap known = {0}, decided = {0};
     bool *comm = un_xcalloc((size_t)m->n_insts, sizeof *comm);
     vecp kept = {.elem = sizeof(un_rule *)};
     int64_t c_naming = 0, c_super = 0, c_compose = 0, c_rename = 0, c_sub = 0, c_check = 0;
@@ -1071,34 +1022,34 @@ un_status un_gen_find_stream(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p
         bool member_hit = false;
         for (int k = 0; k < pi->nm && !member_hit; k++)
             member_hit = (pi->msuper[k] || (pi->mj[k] < i && pair_done[pi->mj[k]])) &&
-                         hset_has(&known, pi->mh[k]);
+                         un_hmap_get(&known, pi->mh[k], NULL);
         if (!pi->prefix) {
             c_naming++;
         } else if (pi->nfa == pi->nfb) {
             c_super++;
             pair_done[i] = true;
-        } else if (hset_has(&decided, ck)) {
+        } else if (un_hmap_get(&decided, ck, NULL)) {
             c_compose++;
             pair_done[i] = true;
         } else if (!pi->h_ok) {
             c_check++; /* a pair our rules cannot express (e.g. differing inputs) */
-        } else if (hset_has(&known, pi->h) || sink_any(&pi->diag, &known) ||
+        } else if (un_hmap_get(&known, pi->h, NULL) || sink_any(&pi->diag, &known) ||
                    (pi->diag.overflow && slow_check(ctx, e, &known, pr, 0))) {
             c_rename++;
-            hset_add(&known, pi->h);
-            hset_add(&decided, ck);
+            un_hmap_add(&known, pi->h, 0);
+            un_hmap_add(&decided, ck, 0);
             pair_done[i] = true;
         } else if (sink_any(&pi->sub, &known) ||
                    (pi->sub.overflow && slow_check(ctx, e, &known, pr, 1))) {
             c_sub++;
-            hset_add(&known, pi->h);
-            hset_add(&decided, ck);
+            un_hmap_add(&known, pi->h, 0);
+            un_hmap_add(&decided, ck, 0);
             pair_done[i] = true;
         } else if (member_hit) {
             /* b is an instance of a known rule away from a member already shown equal */
             c_compose++;
-            hset_add(&known, pi->h);
-            hset_add(&decided, ck);
+            un_hmap_add(&known, pi->h, 0);
+            un_hmap_add(&decided, ck, 0);
             pair_done[i] = true;
         } else if (!pi->check_ok) {
             c_check++;
@@ -1112,8 +1063,8 @@ un_status un_gen_find_stream(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p
                                   un_status_str(why));
                 break;
             }
-            hset_add(&known, pi->h);
-            hset_add(&decided, ck);
+            un_hmap_add(&known, pi->h, 0);
+            un_hmap_add(&decided, ck, 0);
             pair_done[i] = true;
             stats->with_var += canon->n_vars > 0;
             vecp_push(&kept_h, &pi->canon_h);
@@ -1149,12 +1100,8 @@ un_status un_gen_find_stream(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p
     stats->after_check = stats->after_sub - c_check;
     stats->pair_seconds = un_now_s() - t0;
     /* keep what explains pairs later (recall) */
-    out->known = un_xmalloc(sizeof(uint64_t) * (size_t)(known.n + 2));
-    for (int64_t i = 0; i < known.cap; i++)
-        if (known.slot[i])
-            out->known[out->n_known++] = known.slot[i];
-    if (known.has_zero)
-        out->known[out->n_known++] = 0;
+    out->known = un_xmalloc(sizeof(uint64_t) * (size_t)(known.n + 1));
+    out->n_known = un_hmap_keys(&known, out->known);
     if (out->n_known > 1)
         qsort(out->known, (size_t)out->n_known, sizeof(uint64_t), cmp_u64);
     out->comm = comm;
@@ -1162,8 +1109,8 @@ un_status un_gen_find_stream(un_ctx *ctx, un_gen_enum *e, const un_gen_params *p
     out->n_classes = r.n_classes;
     r.classes = NULL;
     r.n_classes = 0;
-    hset_deinit(&known);
-    hset_deinit(&decided);
+    un_hmap_deinit(&known);
+    un_hmap_deinit(&decided);
     free(pairs.data);
     un_gen_enum_result_deinit(&r);
     out->rules = kept.data;
@@ -1185,9 +1132,9 @@ bool un_gen_pair_explain(un_ctx *ctx, const un_gen_enum *e, const un_gen_rules *
     r.n_classes = rs->n_classes;
     bool *no_comm = un_xcalloc((size_t)m->n_insts, sizeof *no_comm);
     const bool *comm = rs->comm ? rs->comm : no_comm;
-    hset known = {0};
+    un_hmap known = {0};
     for (int64_t i = 0; i < rs->n_known; i++)
-        hset_add(&known, rs->known[i]);
+        un_hmap_add(&known, rs->known[i], 0);
     un_gen_geval ea, eb;
     bool res = false, have_a = false, have_b = false;
     if (un_gen_enum_eval(ctx, e, a, &ea) == UN_OK)
@@ -1203,7 +1150,7 @@ bool un_gen_pair_explain(un_ctx *ctx, const un_gen_enum *e, const un_gen_rules *
                      "replaced by the smallest graph of their value)");
             res = true;
         } else if (rule_hash(e, a, &ea, b, &eb, NULL, NULL, 0, 0, &h) == UN_OK &&
-                   hset_has(&known, h)) {
+                   un_hmap_get(&known, h, NULL)) {
             snprintf(why, n, "implied: a renaming of a rule kept or implied");
             res = true;
         } else if (implied_by_subgraph(ctx, e, &(hsink){.known = &known}, a, &ea, b, &eb,
@@ -1220,7 +1167,7 @@ bool un_gen_pair_explain(un_ctx *ctx, const un_gen_enum *e, const un_gen_rules *
         un_gen_geval_deinit(&ea);
     if (have_b)
         un_gen_geval_deinit(&eb);
-    hset_deinit(&known);
+    un_hmap_deinit(&known);
     free(no_comm);
     return res;
 }

@@ -324,6 +324,109 @@ void un_arena_reset(un_arena *a) {
 
 size_t un_arena_used(const un_arena *a) { return a->total; }
 
+/* ---- hash map ---- */
+
+/* k's slot (k != 0, m->cap > 0): where it is, or the empty slot where it would go */
+static int64_t hmap_slot(const un_hmap *m, uint64_t k) {
+    int64_t i = (int64_t)(un_mix64(k) & (uint64_t)(m->cap - 1));
+    while (m->key[i] && m->key[i] != k)
+        i = (i + 1) & (m->cap - 1);
+    return i;
+}
+
+bool un_hmap_get(const un_hmap *m, uint64_t k, double *val) {
+    if (!k) {
+        if (m->has_zero && val)
+            *val = m->zero;
+        return m->has_zero;
+    }
+    if (!m->cap)
+        return false;
+    int64_t i = hmap_slot(m, k);
+    if (!m->key[i])
+        return false;
+    if (val)
+        *val = m->val ? m->val[i] : 0;
+    return true;
+}
+
+/* k's slot (k != 0), added with value 0 when absent (*added) */
+static int64_t hmap_insert(un_hmap *m, uint64_t k, bool *added) {
+    if (2 * (m->n + 1) > m->cap) {
+        un_hmap old = *m;
+        m->cap = old.cap ? 2 * old.cap : 64;
+        m->key = un_xcalloc((size_t)m->cap, sizeof *m->key);
+        m->val = old.val ? un_xcalloc((size_t)m->cap, sizeof *m->val) : NULL;
+        for (int64_t i = 0; i < old.cap; i++)
+            if (old.key[i]) {
+                int64_t j = hmap_slot(m, old.key[i]);
+                m->key[j] = old.key[i];
+                if (old.val)
+                    m->val[j] = old.val[i];
+            }
+        free(old.key);
+        free(old.val);
+    }
+    int64_t i = hmap_slot(m, k);
+    *added = !m->key[i];
+    if (*added) {
+        m->key[i] = k;
+        m->n++;
+    }
+    return i;
+}
+
+static void hmap_set(un_hmap *m, int64_t i, double v) {
+    if (!m->val && v != 0)
+        m->val = un_xcalloc((size_t)m->cap, sizeof *m->val);
+    if (m->val)
+        m->val[i] = v;
+}
+
+bool un_hmap_add(un_hmap *m, uint64_t k, double v) {
+    bool added;
+    if (!k) {
+        added = !m->has_zero;
+        if (added) {
+            m->has_zero = true;
+            m->zero = v;
+            m->n++;
+        }
+        return added;
+    }
+    int64_t i = hmap_insert(m, k, &added);
+    if (added)
+        hmap_set(m, i, v);
+    return added;
+}
+
+void un_hmap_put(un_hmap *m, uint64_t k, double v) {
+    if (!k) {
+        m->n += !m->has_zero;
+        m->has_zero = true;
+        m->zero = v;
+        return;
+    }
+    bool added;
+    hmap_set(m, hmap_insert(m, k, &added), v);
+}
+
+int64_t un_hmap_keys(const un_hmap *m, uint64_t *keys) {
+    int64_t u = 0;
+    if (m->has_zero)
+        keys[u++] = 0;
+    for (int64_t i = 0; i < m->cap; i++)
+        if (m->key[i])
+            keys[u++] = m->key[i];
+    return u;
+}
+
+void un_hmap_deinit(un_hmap *m) {
+    free(m->key);
+    free(m->val);
+    *m = (un_hmap){0};
+}
+
 /* ---- buffer ---- */
 
 void un_buf_printf(un_buf *b, const char *fmt, ...) {

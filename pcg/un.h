@@ -148,6 +148,28 @@ static inline uint64_t un_hash_combine(uint64_t h, uint64_t v) {
     return un_mix64(h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2)));
 }
 
+/* ---- a hash map of 64-bit keys to doubles (open addressing, linear probing) ------------------ */
+
+/* Zero-initialise ({0}) to use; un_hmap_deinit frees. Any 64-bit key may be stored, 0 included.
+ * Used as a set (every value 0), it holds no value array. */
+typedef struct un_hmap {
+    uint64_t *key;  /* cap slots; 0 marks an empty one (the key 0 is held apart: has_zero) */
+    double *val;    /* cap values, NULL until a value other than 0 is stored */
+    int64_t n, cap; /* n: keys held, 0 included; cap: 0 or a power of two */
+    bool has_zero;
+    double zero; /* the key 0's value */
+} un_hmap;
+
+/* Whether k is in m; its value into *val when val is not NULL. */
+bool un_hmap_get(const un_hmap *m, uint64_t k, double *val);
+/* Adds k with value v when k is absent (a present key keeps its value); true when it was added. */
+bool un_hmap_add(un_hmap *m, uint64_t k, double v);
+/* Sets k's value to v, adding k when absent. */
+void un_hmap_put(un_hmap *m, uint64_t k, double v);
+/* The keys of m into keys (room for m->n of them), in no particular order; returns m->n. */
+int64_t un_hmap_keys(const un_hmap *m, uint64_t *keys);
+void un_hmap_deinit(un_hmap *m);
+
 /* ---- arena ----------------------------------------------------------------------------------- */
 
 typedef struct un_arena un_arena;

@@ -74,54 +74,11 @@ static void glist_clear(glist *l) {
     *l = (glist){0};
 }
 
-/* A set of keys, each with the rewrites that reached it first (open addressing; level -1 marks an
- * empty slot). */
-typedef struct kset {
-    uint64_t *key;
-    int8_t *level;
-    int64_t n, cap; /* cap: a power of two */
-} kset;
-
-static int64_t kset_slot(const kset *s, uint64_t k) {
-    int64_t i = (int64_t)(un_mix64(k) & (uint64_t)(s->cap - 1));
-    while (s->level[i] >= 0 && s->key[i] != k)
-        i = (i + 1) & (s->cap - 1);
-    return i;
-}
-
-/* The level k was reached at, -1 when not in s. */
-static int kset_get(const kset *s, uint64_t k) { return s->cap ? s->level[kset_slot(s, k)] : -1; }
-
-/* Adds k at level; false when it was there already. */
-static bool kset_add(kset *s, uint64_t k, int level) {
-    if (2 * (s->n + 1) > s->cap) {
-        kset old = *s;
-        s->cap = old.cap ? 2 * old.cap : 64;
-        s->key = un_xmalloc(sizeof(uint64_t) * (size_t)s->cap);
-        s->level = un_xmalloc((size_t)s->cap);
-        memset(s->level, -1, (size_t)s->cap);
-        for (int64_t i = 0; i < old.cap; i++)
-            if (old.level[i] >= 0) {
-                int64_t j = kset_slot(s, old.key[i]);
-                s->key[j] = old.key[i];
-                s->level[j] = old.level[i];
-            }
-        free(old.key);
-        free(old.level);
-    }
-    int64_t i = kset_slot(s, k);
-    if (s->level[i] >= 0)
-        return false;
-    s->key[i] = k;
-    s->level[i] = (int8_t)level;
-    s->n++;
-    return true;
-}
-
-static void kset_deinit(kset *s) {
-    free(s->key);
-    free(s->level);
-    *s = (kset){0};
+/* The level (rewrites) at which key k was first reached in s (a map of keys to levels), -1 when it
+ * was not. */
+static int level_of(const un_hmap *s, uint64_t k) {
+    double v;
+    return un_hmap_get(s, k, &v) ? (int)v : -1;
 }
 
 /* A growable list of keys. */
@@ -269,8 +226,8 @@ static const opcount *opdelta_get(const opdelta_table *t, const un_ruleset *set,
  * whose exact result's mask want lacks is skipped too, unsketched, and counted in *skipped. sk is
  * scratch; cache (may be NULL) the instantiations. */
 static un_status successors(un_ctx *ctx, const un_ruleset *set, const bool *allowed,
-                            const un_graph *g, const opdelta_table *ot, const kset *want,
-                            int64_t *skipped, glist *graphs, keylist *keys, kset *masks,
+                            const un_graph *g, const opdelta_table *ot, const un_hmap *want,
+                            int64_t *skipped, glist *graphs, keylist *keys, un_hmap *masks,
                             un_inst_cache *cache, un_sketch *sk) {
     un_matcher *m = NULL;
     un_status st = un_matcher_new(ctx, set, g, &m);
@@ -292,7 +249,7 @@ static un_status successors(un_ctx *ctx, const un_ruleset *set, const bool *allo
             opcount rc;
             for (int op = 0; op < UN_OP_COUNT; op++)
                 rc.n[op] = gc.n[op] + d->n[op];
-            if (kset_get(want, opcount_mask(&rc)) < 0) {
+            if (level_of(want, opcount_mask(&rc)) < 0) {
                 ++*skipped;
                 continue;
             }
@@ -311,7 +268,7 @@ static un_status successors(un_ctx *ctx, const un_ruleset *set, const bool *allo
             un_sketch_of_graph(ng, sk);
         keylist_add(keys, un_closure_sketch_key(sk));
         if (masks)
-            kset_add(masks, sketch_opmask(sk), 0);
+            un_hmap_add(masks, sketch_opmask(sk), 0);
         if (graphs)
             glist_push(graphs, ng);
         else
@@ -349,21 +306,21 @@ typedef struct explorer {
  * search stops once nothing closer can come: a key target had at level 0, or a level as deep as
  * mt->best. */
 static un_status explore(un_ctx *ctx, const explorer *x, const un_graph *g, int depth,
-                         const kset *target, const kset *target_masks, kset *seen, kset *masks,
-                         bool *capped, meeting *mt, int64_t *skipped) {
-    *seen = (kset){0};
+                         const un_hmap *target, const un_hmap *target_masks, un_hmap *seen,
+                         un_hmap *masks, bool *capped, meeting *mt, int64_t *skipped) {
+    *seen = (un_hmap){0};
     *capped = false;
     glist cur = {0}, next = {0}, gs = {0};
     keylist ks = {0};
     un_sketch sk = {0};
     un_sketch_of_graph(g, &sk);
     uint64_t k0 = un_closure_sketch_key(&sk);
-    kset_add(seen, k0, 0);
+    un_hmap_add(seen, k0, 0);
     if (masks)
-        kset_add(masks, sketch_opmask(&sk), 0);
+        un_hmap_add(masks, sketch_opmask(&sk), 0);
     bool stop = false;
     if (target) {
-        int lt = kset_get(target, k0);
+        int lt = level_of(target, k0);
         mt->met = lt >= 0;
         mt->best = lt > 0 ? lt : 0;
     }
@@ -377,18 +334,18 @@ static un_status explore(un_ctx *ctx, const explorer *x, const un_graph *g, int 
             break;
         }
         bool last = level == depth;
-        const kset *want = last && target && x->ot ? target_masks : NULL;
+        const un_hmap *want = last && target && x->ot ? target_masks : NULL;
         for (int64_t c = 0; c < cur.n && st == UN_OK && !stop; c++) {
             ks.n = gs.n = 0;
             st = successors(ctx, x->set, x->allowed, cur.v[c], x->ot, want, skipped,
                             last ? NULL : &gs, &ks, masks, x->cache, &sk);
             for (int64_t i = 0; i < ks.n && st == UN_OK; i++) {
-                bool fresh = !stop && kset_add(seen, ks.v[i], level);
+                bool fresh = !stop && un_hmap_add(seen, ks.v[i], level);
                 if (fresh && !last)
                     glist_push(&next, gs.v[i]);
                 else if (!last)
                     un_graph_free(gs.v[i]);
-                int lt = fresh && target ? kset_get(target, ks.v[i]) : -1;
+                int lt = fresh && target ? level_of(target, ks.v[i]) : -1;
                 if (lt >= 0) {
                     mt->met = true;
                     if (mt->best == 0 || level + lt < mt->best)
@@ -406,7 +363,7 @@ static un_status explore(un_ctx *ctx, const explorer *x, const un_graph *g, int 
     free(ks.v);
     un_sketch_deinit(&sk);
     if (st != UN_OK)
-        kset_deinit(seen);
+        un_hmap_deinit(seen);
     return st;
 }
 
@@ -414,19 +371,16 @@ un_status un_closure_reach(un_ctx *ctx, const un_ruleset *set, const un_graph *g
                            int64_t max_graphs, uint64_t **keys, int64_t *n, bool *capped) {
     *keys = NULL;
     *n = 0;
-    kset s;
+    un_hmap s;
     bool cut = false;
     explorer x = {.set = set, .max_graphs = max_graphs};
     un_status st = explore(ctx, &x, g, depth, NULL, NULL, &s, NULL, &cut, NULL, NULL);
     if (st != UN_OK)
         return st;
     uint64_t *k = un_xmalloc(sizeof(uint64_t) * ((size_t)s.n + 1));
-    int64_t u = 0;
-    for (int64_t i = 0; i < s.cap; i++)
-        if (s.level[i] >= 0)
-            k[u++] = s.key[i];
+    int64_t u = un_hmap_keys(&s, k);
     qsort(k, (size_t)u, sizeof(uint64_t), cmp_u64);
-    kset_deinit(&s);
+    un_hmap_deinit(&s);
     *keys = k;
     *n = u;
     if (capped)
@@ -438,15 +392,15 @@ un_status un_closure_reach(un_ctx *ctx, const un_ruleset *set, const un_graph *g
  * bounded by x->max_graphs; *capped when either was cut). */
 static un_status meet(un_ctx *ctx, const explorer *x, const un_graph *g, const un_graph *h, int a,
                       int b, meeting *mt, bool *capped, int64_t *skipped) {
-    kset th = {0}, tg = {0}, masks = {0};
+    un_hmap th = {0}, tg = {0}, masks = {0};
     bool ch = false, cg = false;
     *mt = (meeting){0};
     un_status st = explore(ctx, x, h, b, NULL, NULL, &th, x->ot ? &masks : NULL, &ch, NULL, NULL);
     if (st == UN_OK)
         st = explore(ctx, x, g, a, &th, &masks, &tg, NULL, &cg, mt, skipped);
-    kset_deinit(&tg);
-    kset_deinit(&th);
-    kset_deinit(&masks);
+    un_hmap_deinit(&tg);
+    un_hmap_deinit(&th);
+    un_hmap_deinit(&masks);
     *capped = ch || cg;
     return st;
 }
@@ -791,7 +745,7 @@ typedef struct reach_state {
     const uint64_t *ph; /* sorted rule hashes of pruned's entries */
     int64_t np, max_graphs;
     int step;
-    kset seen, failed;
+    un_hmap seen, failed;
     un_closure_reach_stats *out;
 } reach_state;
 
@@ -800,7 +754,7 @@ static int reach_visit(void *user, un_ctx *ctx, const un_graph *from, const un_g
     (void)level;
     reach_state *x = user;
     uint64_t k = un_closure_graph_key(ng);
-    if (kset_get(&x->seen, k) >= 0)
+    if (un_hmap_get(&x->seen, k, NULL))
         return 0;
     if (x->max_graphs > 0 && x->seen.n >= x->max_graphs) {
         x->out->capped = true;
@@ -815,10 +769,10 @@ static int reach_visit(void *user, un_ctx *ctx, const un_graph *from, const un_g
     }
     if (*st != UN_OK || !ok) {
         if (*st == UN_OK)
-            kset_add(&x->failed, k, 0);
+            un_hmap_add(&x->failed, k, 0);
         return 0;
     }
-    kset_add(&x->seen, k, 0);
+    un_hmap_add(&x->seen, k, 0);
     x->out->graphs++;
     return 1;
 }
@@ -839,14 +793,16 @@ un_status un_closure_reach_check(un_ctx *ctx, const un_ruleset *full, const un_r
                      .max_graphs = max_graphs,
                      .step = step,
                      .out = out};
-    kset_add(&x.seen, un_closure_graph_key(g), 0);
+    un_hmap_add(&x.seen, un_closure_graph_key(g), 0);
     out->graphs = 1;
     un_status st = bfs(ctx, full, g, depth, NULL, reach_visit, &x);
-    for (int64_t i = 0; i < x.failed.cap; i++)
-        out->missing += x.failed.level[i] >= 0 && kset_get(&x.seen, x.failed.key[i]) < 0;
+    uint64_t *fk = un_xmalloc(sizeof(uint64_t) * ((size_t)x.failed.n + 1));
+    for (int64_t i = 0, nf = un_hmap_keys(&x.failed, fk); i < nf; i++)
+        out->missing += !un_hmap_get(&x.seen, fk[i], NULL);
+    free(fk);
     out->graphs += out->missing;
-    kset_deinit(&x.seen);
-    kset_deinit(&x.failed);
+    un_hmap_deinit(&x.seen);
+    un_hmap_deinit(&x.failed);
     free(ph);
     return st;
 }

@@ -39,63 +39,6 @@ double un_search_clock(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* ---- the memo: canonical hash -> layer-3 cost (open addressing; hash 0 stored as 1) ---- */
-
-typedef struct memo {
-    uint64_t *key;
-    double *cost;
-    int64_t n, cap;
-} memo;
-
-static uint64_t memo_key(uint64_t h) { return h ? h : 1; }
-
-static int64_t memo_slot(const memo *m, uint64_t k) {
-    int64_t i = (int64_t)(un_mix64(k) & (uint64_t)(m->cap - 1));
-    while (m->key[i] && m->key[i] != k)
-        i = (i + 1) & (m->cap - 1);
-    return i;
-}
-
-static bool memo_get(const memo *m, uint64_t h, double *cost) {
-    if (!m->cap)
-        return false;
-    int64_t i = memo_slot(m, memo_key(h));
-    if (!m->key[i])
-        return false;
-    *cost = m->cost[i];
-    return true;
-}
-
-static void memo_put(memo *m, uint64_t h, double cost) {
-    if (2 * (m->n + 1) > m->cap) {
-        memo old = *m;
-        m->cap = old.cap ? 2 * old.cap : 1024;
-        m->key = un_xcalloc((size_t)m->cap, sizeof *m->key);
-        m->cost = un_xcalloc((size_t)m->cap, sizeof *m->cost);
-        m->n = 0;
-        for (int64_t i = 0; i < old.cap; i++)
-            if (old.key[i]) {
-                int64_t j = memo_slot(m, old.key[i]);
-                m->key[j] = old.key[i];
-                m->cost[j] = old.cost[i];
-                m->n++;
-            }
-        free(old.key);
-        free(old.cost);
-    }
-    int64_t i = memo_slot(m, memo_key(h));
-    if (!m->key[i])
-        m->n++;
-    m->key[i] = memo_key(h);
-    m->cost[i] = cost;
-}
-
-static void memo_deinit(memo *m) {
-    free(m->key);
-    free(m->cost);
-    memset(m, 0, sizeof *m);
-}
-
 /* ---- the queue: a binary min-heap on (cost, insertion order) ---- */
 
 typedef struct qitem {
@@ -275,7 +218,7 @@ static un_status search_core(un_ctx *ctx, const un_ruleset *set, const un_graph 
     int64_t budget = p->budget > 0 ? p->budget : 1000;
     int64_t max_queue = p->max_queue > 0 ? p->max_queue : 256;
     int64_t costed = 0;
-    memo seen = {0};
+    un_hmap seen = {0}; /* canonical hash -> layer-3 cost */
     queue q = {0};
     int64_t seq = 0;
     double t = un_search_clock();
@@ -287,13 +230,13 @@ static un_status search_core(un_ctx *ctx, const un_ruleset *set, const un_graph 
     costed++;
     *best_at = best_path;
     if (st != UN_OK) {
-        memo_deinit(&seen);
+        un_hmap_deinit(&seen);
         return st;
     }
     out->start_cost = out->best_cost = start_cost;
     un_graph_free(out->best);
     out->best = un_graph_clone(g);
-    memo_put(&seen, un_graph_hash(g), start_cost);
+    un_hmap_put(&seen, un_graph_hash(g), start_cost);
     bool any_use = false;
     for (int64_t i = 0; set && i < un_ruleset_count(set) && !any_use; i++)
         any_use = use[i];
@@ -354,7 +297,7 @@ static un_status search_core(un_ctx *ctx, const un_ruleset *set, const un_graph 
             un_graph_canonicalize(child);
             uint64_t h = un_graph_hash(child);
             double c;
-            if (memo_get(&seen, h, &c)) {
+            if (un_hmap_get(&seen, h, &c)) {
                 out->duplicates++;
                 un_graph_free(child);
                 continue;
@@ -375,11 +318,11 @@ static un_status search_core(un_ctx *ctx, const un_ruleset *set, const un_graph 
             if (as != UN_OK) {
                 out->map_failed++;
                 un_ctx_clear(ctx);
-                memo_put(&seen, h, INFINITY);
+                un_hmap_put(&seen, h, INFINITY);
                 un_graph_free(child);
                 continue;
             }
-            memo_put(&seen, h, c);
+            un_hmap_put(&seen, h, c);
             if (c > p->alpha * out->best_cost) {
                 out->pruned_alpha++;
                 un_graph_free(child);
@@ -404,7 +347,7 @@ static un_status search_core(un_ctx *ctx, const un_ruleset *set, const un_graph 
         un_graph_free(it.g);
     }
     *best_at = best_path;
-    memo_deinit(&seen);
+    un_hmap_deinit(&seen);
     queue_deinit(&q);
     return st;
 }

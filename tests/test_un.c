@@ -1,5 +1,5 @@
-/* tests/test_un.c - the basics: status strings, first-error-wins context, arena, RNG, JSON facade.
- */
+/* tests/test_un.c - the basics: status strings, first-error-wins context, arena, RNG, hash map,
+ * JSON facade. */
 #include "pcg/json.h"
 #include "tests/test.h"
 
@@ -57,6 +57,64 @@ static void test_rng(void) {
         EXPECT_TRUE(hist[i] > 800 && hist[i] < 1200);
     double d = un_rng_double(&a);
     EXPECT_TRUE(d >= 0 && d < 1);
+}
+
+/* un_hmap against a plain array: 20,000 adds, puts and lookups of keys from a small range (so
+ * that most repeat; 0 among them) and of large ones; a set keeps no value array. */
+static void test_hmap(void) {
+    enum { RANGE = 3000 };
+    static double ref[RANGE];
+    static bool in[RANGE];
+    un_hmap m = {0}, set = {0};
+    un_rng r;
+    un_rng_seed(&r, 7);
+    int64_t n = 0;
+    for (int i = 0; i < 20000; i++) {
+        uint64_t k = un_rng_below(&r, RANGE);
+        double v = (double)un_rng_below(&r, 100) - 50;
+        int what = (int)un_rng_below(&r, 3);
+        if (what == 0) {
+            EXPECT_EQ(un_hmap_add(&m, k, v), !in[k]);
+            if (!in[k])
+                ref[k] = v;
+        } else if (what == 1) {
+            un_hmap_put(&m, k, v);
+            ref[k] = v;
+        }
+        n += what < 2 && !in[k];
+        in[k] |= what < 2;
+        double got = 1e9;
+        EXPECT_EQ(un_hmap_get(&m, k, &got), in[k]);
+        if (in[k])
+            EXPECT_NEAR(got, ref[k], 0);
+        if (what < 2)
+            un_hmap_add(&set, k * 0x9e3779b97f4a7c15ull, 0);
+    }
+    EXPECT_EQ(m.n, n);
+    for (uint64_t k = 0; k < RANGE; k++) {
+        double got = 1e9;
+        EXPECT_EQ(un_hmap_get(&m, k, &got), in[k]);
+        EXPECT_TRUE(!in[k] || got == ref[k]);
+        EXPECT_EQ(un_hmap_get(&set, k * 0x9e3779b97f4a7c15ull, NULL), in[k]);
+    }
+    EXPECT_TRUE(set.val == NULL);
+    uint64_t *keys = un_xmalloc(sizeof *keys * (size_t)(m.n + 1));
+    int64_t nk = un_hmap_keys(&m, keys), sum = 0;
+    EXPECT_EQ(nk, n);
+    for (int64_t i = 0; i < nk; i++) {
+        EXPECT_TRUE(keys[i] < RANGE && in[keys[i]]);
+        sum += (int64_t)keys[i];
+    }
+    int64_t want = 0;
+    for (uint64_t k = 0; k < RANGE; k++)
+        want += in[k] ? (int64_t)k : 0;
+    EXPECT_EQ(sum, want);
+    EXPECT_TRUE(in[0] && m.has_zero);
+    EXPECT_TRUE(!un_hmap_get(&m, 1ull << 40, NULL));
+    free(keys);
+    un_hmap_deinit(&m);
+    un_hmap_deinit(&set);
+    EXPECT_TRUE(!un_hmap_get(&m, 5, NULL));
 }
 
 static void test_json(void) {
@@ -177,6 +235,7 @@ static void test_ctx_child(void) {
 int main(void) {
     static const test_case cases[] = {{"ctx", test_ctx},     {"ctx_child", test_ctx_child},
                                       {"arena", test_arena}, {"median", test_median},
-                                      {"rng", test_rng},     {"json", test_json}};
+                                      {"rng", test_rng},     {"hmap", test_hmap},
+                                      {"json", test_json}};
     return TEST_RUN_ALL(cases);
 }
