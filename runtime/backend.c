@@ -215,9 +215,15 @@ un_status un_backend_loss(un_ctx *ctx, un_backend *be, un_loss_kind kind, const 
 }
 
 un_status un_backend_optim_step(un_ctx *ctx, un_backend *be, const un_optim_params *p, int64_t t,
-                                int64_t n, void *w, const void *g, void *m, void *v) {
-    UN_ASSERT(n >= 0 && t >= 1);
-    return n ? be->iface->optim_step(ctx, be, p, t, n, w, g, m, v) : UN_OK;
+                                const un_optim_seg *segs, int n_segs, void *w, const void *g,
+                                void *m, void *v) {
+    UN_ASSERT(n_segs >= 0 && t >= 1);
+    int64_t n = 0;
+    for (int k = 0; k < n_segs; k++) {
+        UN_ASSERT(segs[k].off >= 0 && segs[k].n >= 0);
+        n += segs[k].n;
+    }
+    return n ? be->iface->optim_step(ctx, be, p, t, segs, n_segs, w, g, m, v) : UN_OK;
 }
 
 un_status un_backend_synchronize(un_ctx *ctx, un_backend *be) {

@@ -31,6 +31,7 @@ typedef enum { UN_DEV_CPU, UN_DEV_CUDA, UN_DEV_COUNT } un_dev_kind;
 typedef struct un_backend un_backend;
 typedef struct un_buffer un_buffer;             /* sized backend memory (below) */
 typedef struct un_optim_params un_optim_params; /* runtime/optim.h */
+typedef struct un_optim_seg un_optim_seg;       /* runtime/optim.h */
 
 /* The losses the trainer computes on an output piece. */
 typedef enum { UN_LOSS_CE, UN_LOSS_MSE, UN_LOSS_COUNT } un_loss_kind;
@@ -161,11 +162,13 @@ un_status un_backend_op_backward(un_ctx *ctx, un_backend *be, un_op op, const un
 un_status un_backend_loss(un_ctx *ctx, un_backend *be, un_loss_kind kind, const un_kt *y,
                           const int64_t *off, const int64_t *full, const un_kt *target, un_kt *grad,
                           double *loss);
-/* One optimizer update of n elements in backend memory: w -= f(g) with state m (SGD velocity or
- * Adam's first moment) and v (Adam's second moment; NULL for SGD); t is the update's number
- * (1 for the first; Adam's bias correction). */
+/* One optimizer update of the segments' elements of w and g in backend memory: w -= f(g) with
+ * state m (SGD velocity or Adam's first moment) and v (Adam's second moment; NULL for SGD), the
+ * state compact (segment k's follows segment k-1's); t is the update's number (1 for the first;
+ * Adam's bias correction, computed once for all the segments). */
 un_status un_backend_optim_step(un_ctx *ctx, un_backend *be, const un_optim_params *p, int64_t t,
-                                int64_t n, void *w, const void *g, void *m, void *v);
+                                const un_optim_seg *segs, int n_segs, void *w, const void *g,
+                                void *m, void *v);
 /* Waits for queued work (no-op for synchronous backends). */
 un_status un_backend_synchronize(un_ctx *ctx, un_backend *be);
 

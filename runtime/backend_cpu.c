@@ -208,42 +208,65 @@ OPTIM_UPDATE_FN(optim_update_f64, double)
 #define OPTIM_AVX512 1
 /* float32 Adam on 8 elements at a time in AVX-512 double lanes: the scalar loop's operations in
  * its order (no FMA: each product and sum rounded as there), so the same bits; the compiler
- * cannot vectorise the scalar loop itself while sqrt may set errno. Returns the elements done. */
+ * cannot vectorise the scalar loop itself while sqrt may set errno. adam8_avx512 updates elements
+ * [i, i + 8) under mask k: full blocks without one, the last block's lanes past n masked off (a
+ * shard's segments are often short; masked stores are slow on some cores, so only there). */
+typedef struct adam_lanes {
+    __m512d b1, c1, b2, c2, st, eps;
+} adam_lanes;
+
+__attribute__((target("avx512f"), always_inline)) static inline void
+adam8_avx512(const adam_lanes *c, int64_t i, __mmask16 k, float *restrict w,
+             const float *restrict g, float *restrict m, float *restrict v) {
+#define LD8(a)                                                                                     \
+    _mm512_cvtps_pd(k == 0xff ? _mm256_loadu_ps((a) + i)                                           \
+                              : _mm512_castps512_ps256(_mm512_maskz_loadu_ps(k, (a) + i)))
+#define ST8(a, x)                                                                                  \
+    (k == 0xff ? _mm256_storeu_ps((a) + i, (x))                                                    \
+               : _mm512_mask_storeu_ps((a) + i, k, _mm512_castps256_ps512(x)))
+    __m512d gi = LD8(g);
+    __m256 mf =
+        _mm512_cvtpd_ps(_mm512_add_pd(_mm512_mul_pd(c->b1, LD8(m)), _mm512_mul_pd(c->c1, gi)));
+    __m256 vf = _mm512_cvtpd_ps(
+        _mm512_add_pd(_mm512_mul_pd(c->b2, LD8(v)), _mm512_mul_pd(_mm512_mul_pd(c->c2, gi), gi)));
+    ST8(m, mf);
+    ST8(v, vf);
+    __m512d upd = _mm512_div_pd(_mm512_mul_pd(c->st, _mm512_cvtps_pd(mf)),
+                                _mm512_add_pd(_mm512_sqrt_pd(_mm512_cvtps_pd(vf)), c->eps));
+    ST8(w, _mm512_cvtpd_ps(_mm512_sub_pd(LD8(w), upd)));
+#undef LD8
+#undef ST8
+}
+
+/* Every element of n: full blocks, then the rest masked. Returns n. */
 __attribute__((target("avx512f"))) static int64_t
 adam_f32_avx512(const un_optim_params *p, double step, double eps_hat, int64_t n, float *restrict w,
                 const float *restrict g, float *restrict m, float *restrict v) {
-    const __m512d b1 = _mm512_set1_pd(p->beta1), c1 = _mm512_set1_pd(1 - p->beta1),
-                  b2 = _mm512_set1_pd(p->beta2), c2 = _mm512_set1_pd(1 - p->beta2),
-                  st = _mm512_set1_pd(step), eps = _mm512_set1_pd(eps_hat);
+    const adam_lanes c = {_mm512_set1_pd(p->beta1), _mm512_set1_pd(1 - p->beta1),
+                          _mm512_set1_pd(p->beta2), _mm512_set1_pd(1 - p->beta2),
+                          _mm512_set1_pd(step),     _mm512_set1_pd(eps_hat)};
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m512d gi = _mm512_cvtps_pd(_mm256_loadu_ps(g + i));
-        __m256 mf = _mm512_cvtpd_ps(_mm512_add_pd(
-            _mm512_mul_pd(b1, _mm512_cvtps_pd(_mm256_loadu_ps(m + i))), _mm512_mul_pd(c1, gi)));
-        __m256 vf = _mm512_cvtpd_ps(
-            _mm512_add_pd(_mm512_mul_pd(b2, _mm512_cvtps_pd(_mm256_loadu_ps(v + i))),
-                          _mm512_mul_pd(_mm512_mul_pd(c2, gi), gi)));
-        _mm256_storeu_ps(m + i, mf);
-        _mm256_storeu_ps(v + i, vf);
-        __m512d upd = _mm512_div_pd(_mm512_mul_pd(st, _mm512_cvtps_pd(mf)),
-                                    _mm512_add_pd(_mm512_sqrt_pd(_mm512_cvtps_pd(vf)), eps));
-        _mm256_storeu_ps(
-            w + i, _mm512_cvtpd_ps(_mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(w + i)), upd)));
-    }
-    return i;
+    for (; i + 8 <= n; i += 8)
+        adam8_avx512(&c, i, 0xff, w, g, m, v);
+    if (i < n)
+        adam8_avx512(&c, i, (__mmask16)((1u << (n - i)) - 1), w, g, m, v);
+    return n;
 }
 #else
 #define OPTIM_AVX512 0
 #endif
 
-void un__optim_update_host(un_prec prec, const un_optim_params *p, int64_t t, int64_t n, void *w,
-                           const void *g, void *m, void *v) {
-    double step = 0, eps_hat = 0;
+void un__optim_bias(const un_optim_params *p, int64_t t, double *step, double *eps_hat) {
+    *step = *eps_hat = 0;
     if (p->kind == UN_OPTIM_ADAM) {
         double c1 = 1.0 - pow(p->beta1, (double)t), c2 = 1.0 - pow(p->beta2, (double)t);
-        step = p->lr * sqrt(c2) / c1;
-        eps_hat = p->eps * sqrt(c2); /* torch: eps added to sqrt(v_hat) */
+        *step = p->lr * sqrt(c2) / c1;
+        *eps_hat = p->eps * sqrt(c2); /* torch: eps added to sqrt(v_hat) */
     }
+}
+
+void un__optim_update_host(un_prec prec, const un_optim_params *p, double step, double eps_hat,
+                           int64_t n, void *w, const void *g, void *m, void *v) {
     if (prec == UN_PREC_F32) {
         float *wf = w, *mf = m, *vf = v;
         const float *gf = g;
@@ -261,7 +284,7 @@ void un__optim_update_host(un_prec prec, const un_optim_params *p, int64_t t, in
 typedef struct optim_job {
     un_prec prec;
     const un_optim_params *p;
-    int64_t t;
+    double step, eps_hat;
     char *w, *m, *v;
     const char *g;
     size_t es;
@@ -270,27 +293,31 @@ typedef struct optim_job {
 static void optim_body(void *arg, int64_t begin, int64_t end) {
     optim_job *j = arg;
     size_t at = (size_t)begin * j->es;
-    un__optim_update_host(j->prec, j->p, j->t, end - begin, j->w + at, j->g + at, j->m + at,
-                          j->v ? j->v + at : NULL);
+    un__optim_update_host(j->prec, j->p, j->step, j->eps_hat, end - begin, j->w + at, j->g + at,
+                          j->m + at, j->v ? j->v + at : NULL);
 }
 
 /* Elements are independent: the pool's threads update disjoint blocks (the same bits as one). */
 static un_status cpu_optim_step(un_ctx *ctx, un_backend *be, const un_optim_params *p, int64_t t,
-                                int64_t n, void *w, const void *g, void *m, void *v) {
+                                const un_optim_seg *segs, int n_segs, void *w, const void *g,
+                                void *m, void *v) {
     (void)ctx;
     cpu_state *s = be->context;
-    optim_job j = {.prec = be->prec,
-                   .p = p,
-                   .t = t,
-                   .w = w,
-                   .m = m,
-                   .v = v,
-                   .g = g,
-                   .es = be->prec == UN_PREC_F32 ? sizeof(float) : sizeof(double)};
-    if (n < 65536)
-        optim_body(&j, 0, n);
-    else
-        un_pool_for(s->pool, n, optim_body, &j);
+    size_t es = be->prec == UN_PREC_F32 ? sizeof(float) : sizeof(double), at = 0;
+    optim_job j = {.prec = be->prec, .p = p, .es = es};
+    un__optim_bias(p, t, &j.step, &j.eps_hat);
+    for (int k = 0; k < n_segs; k++) { /* segment k's state follows segment k-1's */
+        size_t wo = (size_t)segs[k].off * es;
+        j.w = (char *)w + wo;
+        j.g = (const char *)g + wo;
+        j.m = (char *)m + at;
+        j.v = v ? (char *)v + at : NULL;
+        if (segs[k].n < 65536)
+            optim_body(&j, 0, segs[k].n);
+        else
+            un_pool_for(s->pool, segs[k].n, optim_body, &j);
+        at += (size_t)segs[k].n * es;
+    }
     return UN_OK;
 }
 

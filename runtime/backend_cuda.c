@@ -806,13 +806,23 @@ static un_status cuda_loss(un_ctx *ctx, un_backend *be, un_loss_kind kind, const
 }
 
 static un_status cuda_optim_step(un_ctx *ctx, un_backend *be, const un_optim_params *p, int64_t t,
-                                 int64_t n, void *w, const void *g, void *m, void *v) {
+                                 const un_optim_seg *segs, int n_segs, void *w, const void *g,
+                                 void *m, void *v) {
     un_status st = sticky_st(ctx, be);
     if (st != UN_OK)
         return st;
     un_cu_opt o = p->kind == UN_OPTIM_ADAM ? un_cu_opt_adam(p->lr, p->beta1, p->beta2, p->eps, t)
                                            : un_cu_opt_sgd(p->lr, p->momentum);
-    return cu_st(ctx, CU->opt_step(S(be)->stream, &o, w, g, m, v, n));
+    const char *err = NULL;
+    size_t at = 0; /* float elements: segment k's state follows segment k-1's */
+    for (int k = 0; k < n_segs && !err; k++) {
+        if (segs[k].n > 0)
+            err = CU->opt_step(S(be)->stream, &o, (float *)w + segs[k].off,
+                               (const float *)g + segs[k].off, (float *)m + at,
+                               v ? (float *)v + at : NULL, segs[k].n);
+        at += (size_t)segs[k].n;
+    }
+    return cu_st(ctx, err);
 }
 
 /* Kernel time on the stream between two events (the host's launch time left out). */

@@ -32,7 +32,8 @@ struct un_backend_i {
                       const int64_t *off, const int64_t *full, const un_kt *target, un_kt *grad,
                       double *loss);
     un_status (*optim_step)(un_ctx *ctx, un_backend *be, const un_optim_params *p, int64_t t,
-                            int64_t n, void *w, const void *g, void *m, void *v);
+                            const un_optim_seg *segs, int n_segs, void *w, const void *g, void *m,
+                            void *v);
     un_status (*synchronize)(un_ctx *ctx, un_backend *be); /* optional: NULL = synchronous */
     /* optional (NULL: the host clock around synchronised work): the device's own clock over the
      * work queued between time_begin and time_end (one timing at a time per backend) */
@@ -105,7 +106,11 @@ int64_t un__host_mem_available(void);
  * un_train_ce (train.c) and un_optim_step (optim.c). */
 double un__loss_ce_host(un_prec prec, const void *logits, int64_t rows, int64_t c, int64_t r0,
                         int64_t n_total, const int64_t *labels, void *grad);
-void un__optim_update_host(un_prec prec, const un_optim_params *p, int64_t t, int64_t n, void *w,
-                           const void *g, void *m, void *v);
+/* Adam's step size and epsilon at update t with bias correction (two pow calls: once per update,
+ * not per segment); SGD: 0, 0. */
+void un__optim_bias(const un_optim_params *p, int64_t t, double *step, double *eps_hat);
+/* One update of n elements (step, eps_hat: un__optim_bias). */
+void un__optim_update_host(un_prec prec, const un_optim_params *p, double step, double eps_hat,
+                           int64_t n, void *w, const void *g, void *m, void *v);
 
 #endif

@@ -202,11 +202,18 @@ static un_status opq_loss(un_ctx *ctx, un_backend *be, un_loss_kind kind, const 
 }
 
 static un_status opq_optim_step(un_ctx *ctx, un_backend *be, const un_optim_params *p, int64_t t,
-                                int64_t n, void *w, const void *g, void *m, void *v) {
+                                const un_optim_seg *segs, int n_segs, void *w, const void *g,
+                                void *m, void *v) {
     opq_state *s = be->context;
-    size_t bytes = (size_t)n * (be->prec == UN_PREC_F32 ? sizeof(float) : sizeof(double));
-    return un_backend_optim_step(ctx, s->cpu, p, t, n, real_of(s, w, bytes), real_of(s, g, bytes),
-                                 real_of(s, m, bytes), real_of(s, v, v ? bytes : 0));
+    size_t es = be->prec == UN_PREC_F32 ? sizeof(float) : sizeof(double), end = 0, state = 0;
+    for (int k = 0; k < n_segs; k++) { /* the weights' extent and the compact state's */
+        size_t e = (size_t)(segs[k].off + segs[k].n) * es;
+        end = e > end ? e : end;
+        state += (size_t)segs[k].n * es;
+    }
+    return un_backend_optim_step(ctx, s->cpu, p, t, segs, n_segs, real_of(s, w, end),
+                                 real_of(s, g, end), real_of(s, m, state),
+                                 real_of(s, v, v ? state : 0));
 }
 
 static un_status opq_memory(un_ctx *ctx, un_backend *be, int64_t *avail, bool *host) {

@@ -138,6 +138,9 @@ struct un_exec {
                          * then the zeroing's (2 n + 2); NULL: not timed */
     char *stage;        /* host staging of pieces moved between the host and the backend */
     size_t stage_cap;   /* its bytes */
+    un_comm_msg *sync_sm, *sync_rm; /* sync_run's messages, kept between steps (no allocation a
+                                     * step: a tiny model's whole step is 10 us here) */
+    int64_t sync_cap;               /* the messages each has room for */
 };
 
 static int32_t max32(int32_t a, int32_t b) { return a > b ? a : b; }
@@ -1154,8 +1157,14 @@ static un_status sync_run(un_ctx *ctx, un_exec *ex, void *flat, const sync_fn *f
         return UN_OK;
     if (total > INT32_MAX)
         return un_ctx_error(ctx, UN_ERR_LIMIT, "weight sync: %lld messages", (long long)total);
-    sync_msgs q = {.sm = un_xcalloc((size_t)total, sizeof *q.sm),
-                   .rm = un_xcalloc((size_t)total, sizeof *q.rm)};
+    if (total > ex->sync_cap) {
+        free(ex->sync_sm);
+        free(ex->sync_rm);
+        ex->sync_sm = un_xcalloc((size_t)total, sizeof *ex->sync_sm);
+        ex->sync_rm = un_xcalloc((size_t)total, sizeof *ex->sync_rm);
+        ex->sync_cap = total;
+    }
+    sync_msgs q = {.sm = ex->sync_sm, .rm = ex->sync_rm};
     un_status st = UN_OK;
     for (int pass = 0; pass < n && st == UN_OK; pass++) {
         int base = 0;
@@ -1170,8 +1179,6 @@ static un_status sync_run(un_ctx *ctx, un_exec *ex, void *flat, const sync_fn *f
         if (exchange[pass])
             st = dev_exchange(ctx, ex, q.sm, q.ns, true, q.rm, q.nr, true);
     }
-    free(q.sm);
-    free(q.rm);
     return st;
 }
 
@@ -1570,6 +1577,8 @@ void un_exec_free(un_exec *ex) {
     free(ex->lparam_off);
     free(ex->segs);
     free(ex->zsegs);
+    free(ex->sync_sm);
+    free(ex->sync_rm);
     free(ex->gfirst);
     free(ex->vlast);
     free(ex->until);

@@ -108,7 +108,9 @@ un_prec un_optim_prec(const un_optim *o) { return o->prec; }
 void un_optim_step(un_optim *o, void *w, const void *g) {
     UN_ASSERT(o->be == NULL); /* state made by un_optim_new_on is updated by un_optim_step_on */
     o->t++;
-    un__optim_update_host(o->prec, &o->p, o->t, o->n, w, g, o->m, o->v);
+    double step, eps_hat;
+    un__optim_bias(&o->p, o->t, &step, &eps_hat);
+    un__optim_update_host(o->prec, &o->p, step, eps_hat, o->n, w, g, o->m, o->v);
 }
 
 un_status un_optim_step_on(un_ctx *ctx, un_optim *o, un_backend *be, void *w, const void *g) {
@@ -120,20 +122,12 @@ un_status un_optim_step_segs(un_ctx *ctx, un_optim *o, un_backend *be, void *w, 
                              const un_optim_seg *segs, int n_segs) {
     UN_ASSERT(o->be == be); /* its state lives on the backend that updates it */
     UN_ASSERT(un_backend_prec(be) == o->prec);
-    size_t es = o->prec == UN_PREC_F32 ? sizeof(float) : sizeof(double);
-    int64_t at = 0; /* where the segment's state starts */
-    un_status st = UN_OK;
-    o->t++;
-    for (int k = 0; k < n_segs && st == UN_OK; k++) {
-        size_t wo = (size_t)segs[k].off * es, so = (size_t)at * es;
-        UN_ASSERT(at + segs[k].n <= o->n);
-        st = un_backend_optim_step(ctx, be, &o->p, o->t, segs[k].n, (char *)w + wo,
-                                   (const char *)g + wo, (char *)o->m + so,
-                                   o->v ? (char *)o->v + so : NULL);
+    int64_t at = 0; /* the segments' elements */
+    for (int k = 0; k < n_segs; k++)
         at += segs[k].n;
-    }
-    UN_ASSERT(st != UN_OK || at == o->n);
-    return st;
+    UN_ASSERT(at == o->n);
+    o->t++;
+    return un_backend_optim_step(ctx, be, &o->p, o->t, segs, n_segs, w, g, o->m, o->v);
 }
 
 /* ---- initialisation ---- */
