@@ -26,7 +26,9 @@ un_profile_params un_profile_params_default(void) {
                                .min_seconds = 0.02,
                                .min_reps = 5,
                                .optimizer = "adam",
-                               .cuda_device = -1};
+                               .cuda_device = -1,
+                               .rounds = 3,
+                               .span_s = 2.0};
 }
 
 bool un_profile_kind_matches(const char *kind, const char *gpu_name) {
@@ -1089,6 +1091,45 @@ static un_status profile_rendezvous(un_ctx *ctx, un_rulesdb *db, const un_graph 
     return st;
 }
 
+/* What a profile measures besides the ops: the optimizer and the loss as the runtime runs them on
+ * this backend, then (CPU devices) the rendezvous and the stretches of work between meets. */
+static un_status profile_rest(un_ctx *ctx, un_rulesdb *db, un_backend *be, const un_graph *g,
+                              const un_profile_params *p, const char *device, FILE *log,
+                              int64_t *n_stored) {
+    un_status st = UN_OK;
+    if (p->optimizer)
+        st = profile_optimizer(ctx, db, be, g, p, device, log, n_stored);
+    if (st == UN_OK)
+        st = profile_step_parts(ctx, db, be, g, p, device, log, n_stored);
+    if (st == UN_OK && p->cuda_device < 0)
+        st = profile_rendezvous(ctx, db, g, device, log, n_stored);
+    if (st == UN_OK && p->cuda_device < 0 && p->threads == 1)
+        st = profile_meet(ctx, db, g, device, log, n_stored);
+    return st;
+}
+
+int un_profile_least_round(const double *fwd, const double *bwd, int rounds, int nk, const int *key,
+                           int n_pos, double *total) {
+    int kept = 0;
+    for (int r = 0; r < rounds; r++) {
+        total[r] = 0;
+        for (int i = 0; i < n_pos; i++)
+            total[r] += fwd[(size_t)r * (size_t)nk + (size_t)key[i]] +
+                        bwd[(size_t)r * (size_t)nk + (size_t)key[i]];
+        if (total[r] < total[kept])
+            kept = r;
+    }
+    return kept;
+}
+
+/* Sleeps until the monotonic clock reads t (at once if it is past). */
+static void pause_until(double t) {
+    for (double d; (d = t - now_s()) > 0;) {
+        struct timespec ts = {(time_t)d, (long)((d - (double)(time_t)d) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+}
+
 un_status un_profile_graph(un_ctx *ctx, un_rulesdb *db, const un_graph *g,
                            const un_profile_params *pp, FILE *log, int64_t *n_stored) {
     *n_stored = 0;
@@ -1134,21 +1175,59 @@ un_status un_profile_graph(un_ctx *ctx, un_rulesdb *db, const un_graph *g,
         fresh[n_pos] = dropped[id];
         key[n_pos++] = i;
     }
-    double *fwd = un_xcalloc((size_t)n_seen + 1, sizeof *fwd);
-    double *bwd = un_xcalloc((size_t)n_seen + 1, sizeof *bwd);
+    int rounds = n_seen == 0                         ? 0
+                 : p->rounds < 1                     ? 1
+                 : p->rounds > UN_PROFILE_MAX_ROUNDS ? UN_PROFILE_MAX_ROUNDS
+                                                     : p->rounds;
+    /* round r's key i: fwd[r * n_seen + i] */
+    double *fwd = un_xcalloc((size_t)(rounds > 0 ? rounds : 1) * (size_t)n_seen + 1, sizeof *fwd);
+    double *bwd = un_xcalloc((size_t)(rounds > 0 ? rounds : 1) * (size_t)n_seen + 1, sizeof *bwd);
+    un_profile_params qr = q; /* a round's: the ops' min_seconds shared among the rounds */
+    qr.min_seconds = p->min_seconds / (rounds > 0 ? rounds : 1);
+    double total[UN_PROFILE_MAX_ROUNDS], t0 = now_s();
+    /* the rest's lines, printed after the ops' (it runs between the rounds) */
+    char *rest_log = NULL;
+    size_t rest_len = 0;
+    FILE *rlog = log && rounds > 1 ? open_memstream(&rest_log, &rest_len) : log;
+    bool rest = false;
     if (st == UN_OK)
         st = un_rulesdb_begin(ctx, db);
-    if (st == UN_OK && n_seen > 0)
-        st = replay_ops(ctx, be, g, ids, n_seen, key, fresh, n_pos, p, together, fwd, bwd);
+    for (int r = 0; r < rounds && st == UN_OK; r++) {
+        if (r == 1) { /* the rest fills the first pause */
+            st = profile_rest(ctx, db, be, g, p, device, rlog ? rlog : log, n_stored);
+            rest = true;
+            if (st != UN_OK)
+                break;
+        }
+        pause_until(t0 + p->span_s * r / (rounds > 1 ? rounds - 1 : 1));
+        st = replay_ops(ctx, be, g, ids, n_seen, key, fresh, n_pos, &qr, together,
+                        fwd + (size_t)r * (size_t)n_seen, bwd + (size_t)r * (size_t)n_seen);
+    }
+    int kept =
+        st == UN_OK ? un_profile_least_round(fwd, bwd, rounds, n_seen, key, n_pos, total) : 0;
+    if (log && rounds > 1 && st == UN_OK) {
+        fprintf(log, "  the step's ops in %d rounds over %.1f s, forward + backward:", rounds,
+                now_s() - t0);
+        for (int r = 0; r < rounds; r++)
+            fprintf(log, "%s %.5g", r ? " /" : "", total[r] * 1e3);
+        fprintf(log, " ms; kept round %d (the least)\n", kept + 1);
+    }
     for (int i = 0; i < n_seen && st == UN_OK; i++) {
         char *shape = strchr(seen[i], '|');
         *shape++ = 0;
-        if ((st = store(ctx, db, seen[i], shape, device, fwd[i], bwd[i], 0)) != UN_OK)
+        double f = fwd[(size_t)kept * (size_t)n_seen + (size_t)i];
+        double b = bwd[(size_t)kept * (size_t)n_seen + (size_t)i];
+        if ((st = store(ctx, db, seen[i], shape, device, f, b, 0)) != UN_OK)
             break;
         ++*n_stored;
         if (log)
-            fprintf(log, "  %-44s %-40s %10.4f %10.4f ms\n", seen[i], shape, fwd[i] * 1e3,
-                    bwd[i] * 1e3);
+            fprintf(log, "  %-44s %-40s %10.4f %10.4f ms\n", seen[i], shape, f * 1e3, b * 1e3);
+    }
+    if (rlog && rlog != log) {
+        fclose(rlog);
+        if (st == UN_OK && rest_len)
+            fwrite(rest_log, 1, rest_len, log);
+        free(rest_log);
     }
     free(fwd);
     free(bwd);
@@ -1156,15 +1235,8 @@ un_status un_profile_graph(un_ctx *ctx, un_rulesdb *db, const un_graph *g,
     free(key);
     free(fresh);
     free(dropped);
-    /* the optimizer and the loss as the runtime runs them on this backend */
-    if (st == UN_OK && p->optimizer)
-        st = profile_optimizer(ctx, db, be, g, p, device, log, n_stored);
-    if (st == UN_OK)
-        st = profile_step_parts(ctx, db, be, g, p, device, log, n_stored);
-    if (st == UN_OK && p->cuda_device < 0)
-        st = profile_rendezvous(ctx, db, g, device, log, n_stored);
-    if (st == UN_OK && p->cuda_device < 0 && p->threads == 1)
-        st = profile_meet(ctx, db, g, device, log, n_stored);
+    if (st == UN_OK && !rest)
+        st = profile_rest(ctx, db, be, g, p, device, log, n_stored);
     if (st == UN_OK)
         st = un_rulesdb_commit(ctx, db);
     else

@@ -42,7 +42,25 @@ typedef struct un_profile_params {
     un_loss_kind loss;     /* the run's loss, timed on the graph's output piece (default CE) */
     double timer_floor;    /* seconds an empty timed region takes, taken off every wall-time
                               median (un_profile_graph measures it on its CPU backend; 0: none) */
+    int rounds;            /* the ops' replay this many times (1..UN_PROFILE_MAX_ROUNDS; each
+                              round min_seconds / rounds), their starts spread over span_s
+                              seconds (the other measurements fill the first pause, a sleep the
+                              rest); the round whose forward + backward over the step's nodes
+                              is the least is kept, whole: a shared machine's cores run its
+                              work up to 1.4x slower for seconds at a time, and a profile taken
+                              in such a moment would price every op that much higher than one
+                              taken a second later (search/README.md, "Speed regimes") */
+    double span_s;
 } un_profile_params;
+
+#define UN_PROFILE_MAX_ROUNDS 16
+
+/* The round of a profile's replays to keep: fwd[r * nk + i], bwd[...]: round r's key i; key[p]:
+ * the key of the step's node p (n_pos of them). total[r] gets round r's forward + backward over
+ * the nodes; returns the r of the least (the first of equals). One whole round, not each key's
+ * least over the rounds, which would mix moments and price the step below any of them. */
+int un_profile_least_round(const double *fwd, const double *bwd, int rounds, int nk, const int *key,
+                           int n_pos, double *total);
 
 un_profile_params un_profile_params_default(void);
 

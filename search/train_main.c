@@ -34,6 +34,9 @@ static const char usage_extra[] =
     "                     on --backend as the run has them (cpu: its device threads; cuda: the\n"
     "                     GPU, whose name must match the machine's device kind) and store the\n"
     "                     times in DB's op-cost cache for that kind\n"
+    "  --profile-rounds N replay the step's ops in N rounds spread over 2 s and keep the one\n"
+    "                     that ran fastest, whole (1..16; default 3; 1: one replay): a shared\n"
+    "                     machine runs work up to 1.4x slower for seconds at a time\n"
     "  --sim runtime|plan what --estimate models: the runtime today (whole weights on every\n"
     "                     device, one gradient all-reduce; default) or a plan's own semantics\n"
     "\nsearching (search/): --machine without --estimate or --profile searches, then trains\n"
@@ -71,7 +74,8 @@ static const char usage_extra[] =
 typedef struct search_opts {
     bool estimate, profile, plan_only, no_rewrites;
     const char *machine, *rules, *sim, *mode, *export, *dot, *time, *budget, *alpha, *split;
-    const char *alias; /* --only-data-parallel or --no-parallel */
+    const char *rounds; /* --profile-rounds */
+    const char *alias;  /* --only-data-parallel or --no-parallel */
 } search_opts;
 
 /* Takes this file's flags out of argv (in place); the rest goes to un_train_parse_args. */
@@ -80,17 +84,18 @@ static int take_flags(un_ctx *ctx, int argc, char **argv, search_opts *s, un_sta
     *st = UN_OK;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
-        const char **val = strcmp(a, "--machine") == 0       ? &s->machine
-                           : strcmp(a, "--rules") == 0       ? &s->rules
-                           : strcmp(a, "--sim") == 0         ? &s->sim
-                           : strcmp(a, "--search") == 0      ? &s->mode
-                           : strcmp(a, "--export") == 0      ? &s->export
-                           : strcmp(a, "--dot") == 0         ? &s->dot
-                           : strcmp(a, "--search-time") == 0 ? &s->time
-                           : strcmp(a, "--budget") == 0      ? &s->budget
-                           : strcmp(a, "--alpha") == 0       ? &s->alpha
-                           : strcmp(a, "--split-size") == 0  ? &s->split
-                                                             : NULL;
+        const char **val = strcmp(a, "--machine") == 0          ? &s->machine
+                           : strcmp(a, "--rules") == 0          ? &s->rules
+                           : strcmp(a, "--sim") == 0            ? &s->sim
+                           : strcmp(a, "--search") == 0         ? &s->mode
+                           : strcmp(a, "--export") == 0         ? &s->export
+                           : strcmp(a, "--dot") == 0            ? &s->dot
+                           : strcmp(a, "--search-time") == 0    ? &s->time
+                           : strcmp(a, "--budget") == 0         ? &s->budget
+                           : strcmp(a, "--alpha") == 0          ? &s->alpha
+                           : strcmp(a, "--split-size") == 0     ? &s->split
+                           : strcmp(a, "--profile-rounds") == 0 ? &s->rounds
+                                                                : NULL;
         if (val) {
             if (i + 1 >= argc) {
                 *st = un_ctx_error(ctx, UN_ERR_INVALID, "%s needs a value", a);
@@ -128,6 +133,8 @@ static int take_flags(un_ctx *ctx, int argc, char **argv, search_opts *s, un_sta
     else if ((s->estimate || s->profile) && !s->machine)
         *st = un_ctx_error(ctx, UN_ERR_INVALID, "--%s needs --machine FILE",
                            s->estimate ? "estimate" : "profile");
+    else if (s->rounds && !s->profile)
+        *st = un_ctx_error(ctx, UN_ERR_INVALID, "--profile-rounds goes with --profile");
     else if (s->profile && !s->rules)
         *st = un_ctx_error(ctx, UN_ERR_INVALID, "--profile needs --rules DB (the op-cost cache)");
     else if (s->estimate && s->profile)
@@ -176,6 +183,17 @@ static un_status estimate_or_profile(un_ctx *ctx, const un_train_opts *o, const 
         pp.optimizer = o->optimizer;
         pp.value_sets = o->data ? 0 : UN_TRAIN_SYNTHETIC_BATCHES; /* as the run's batches */
         pp.loss = loss;
+        if (s->rounds) {
+            char *end;
+            long k = strtol(s->rounds, &end, 10);
+            if (*end || end == s->rounds || k < 1 || k > UN_PROFILE_MAX_ROUNDS) {
+                st = un_ctx_error(ctx, UN_ERR_INVALID,
+                                  "--profile-rounds: '%s' is not a whole number in 1..%d",
+                                  s->rounds, UN_PROFILE_MAX_ROUNDS);
+                goto done;
+            }
+            pp.rounds = (int)k;
+        }
         const char *backend;
         int gpus;
         char where[192];

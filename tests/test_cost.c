@@ -1408,6 +1408,63 @@ static void test_profile_cpu_clock(void) {
     EXPECT_NEAR(un_profile_rep_cost(c, 5, &p), 4e-6 - 0.1e-6, 1e-12);
 }
 
+/* A profile replays the step's ops in rounds spread over seconds (this guest's cores have moments
+ * of up to 1.4x slower work, seconds long) and keeps the one round whose forward + backward over
+ * the step's nodes is the least, whole: on given times, the kept round and its totals (a key
+ * taken from another round, each key's least, would price this step at 4, below either round);
+ * then unity-train --profile's rounds line: 3 totals, the kept one their least; --profile-rounds 1
+ * replays once; bad counts are one error line. */
+static void test_profile_rounds(void) {
+    /* 2 keys; the step's nodes: key 0 twice, key 1 once */
+    const double fwd[4] = {1, 5, 3, 2}, bwd[4] = {0, 0, 0, 0.5};
+    const int key[3] = {0, 0, 1};
+    double total[2];
+    EXPECT_EQ(un_profile_least_round(fwd, bwd, 2, 2, key, 3, total), 0);
+    EXPECT_NEAR(total[0], 7, 1e-12);
+    EXPECT_NEAR(total[1], 8.5, 1e-12);
+    const int key1[3] = {1, 1, 0}; /* key 1 twice: round 1 is the least */
+    EXPECT_EQ(un_profile_least_round(fwd, bwd, 2, 2, key1, 3, total), 1);
+    EXPECT_NEAR(total[1], 8, 1e-12);
+    EXPECT_EQ(un_profile_least_round(fwd, bwd, 1, 2, key, 3, total), 0);
+    const cli_result *r = cli_run("unity-train", cli_fmt("--model xdl --tiny --profile --machine "
+                                                         "specs/machines/cpu.json --rules "
+                                                         "%s/rounds.db"));
+    EXPECT_EQ(r->code, 0);
+    const char *at = strstr(r->out, "the step's ops in 3 rounds over ");
+    double secs = 0, t[3] = {0, 0, 0};
+    int kept = 0;
+    EXPECT_TRUE(at != NULL);
+    if (at) {
+        EXPECT_EQ(sscanf(at,
+                         "the step's ops in 3 rounds over %lf s, forward + backward: %lf / %lf "
+                         "/ %lf ms; kept round %d",
+                         &secs, &t[0], &t[1], &t[2], &kept),
+                  5);
+        test__check(secs >= 2 && kept >= 1 && kept <= 3 && t[kept - 1] > 0 && t[kept - 1] <= t[0] &&
+                        t[kept - 1] <= t[1] && t[kept - 1] <= t[2],
+                    TEST__AT, "rounds over %.1f s: %g / %g / %g ms, kept %d", secs, t[0], t[1],
+                    t[2], kept);
+        /* the ops' lines follow it, then the rest's */
+        EXPECT_TRUE(strstr(at, "linear[") != NULL && strstr(at, "optimizer:adam") != NULL &&
+                    strstr(at, "linear[") < strstr(at, "optimizer:adam"));
+    }
+    r = cli_run("unity-train", cli_fmt("--model xdl --tiny --profile --profile-rounds 1 --machine "
+                                       "specs/machines/cpu.json --rules %s/rounds1.db"));
+    EXPECT_EQ(r->code, 0);
+    EXPECT_TRUE(strstr(r->out, "rounds over") == NULL && strstr(r->out, "linear[") != NULL);
+    const char *bad[] = {"0", "17", "x", "3s", ""};
+    for (int i = 0; i < 5; i++) {
+        char a[256];
+        snprintf(a, sizeof a,
+                 "--model xdl --tiny --profile --profile-rounds '%s' --machine "
+                 "specs/machines/cpu.json --rules %%s/bad.db",
+                 bad[i]);
+        cli_expect_clean_error("unity-train", cli_fmt(a), "--profile-rounds");
+    }
+    cli_expect_clean_error("unity-train", "--model xdl --tiny --profile-rounds 2",
+                           "--profile-rounds goes with --profile");
+}
+
 /* A dropout's mask is new every step, so the nodes after it see new values every step even on
  * synthetic data that cycles through 4 batches; the profiler gives them new values every run
  * (a relu linear after a dropout: 3.0 us forward in the step, 1.9 profiled on 4 value sets, 3.8
@@ -1541,6 +1598,7 @@ int main(void) {
                                   {"profile_backends", test_profile_backends},
                                   {"profile_int_inputs", test_profile_int_inputs},
                                   {"profile_cpu_clock", test_profile_cpu_clock},
+                                  {"profile_rounds", test_profile_rounds},
                                   {"profile_fresh", test_profile_fresh},
                                   {"profile_loss_kind", test_profile_loss_kind}};
     int rc = TEST_RUN_WITH_SPEC(c, &spec);
