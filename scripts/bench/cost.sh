@@ -5,7 +5,8 @@
 #     default), serial on 1 device and
 #     data parallel on 2, plus the sample MLP serial and tensor parallel (unity-pcg sample mlp
 #     --strategy tensor): the estimated step time (specs/machines/cpu.json + costs profiled into a
-#     rules.db by unity-train --profile, each op's median time) against the measured step time
+#     rules.db by unity-train --profile, each op's median time in the least of the profile's own
+#     3 rounds over 2 s, search/README.md "Measured costs") against the measured step time
 #     (a unity-train run's median step over at least RUN_S seconds of steps, at least STEPS
 #     of them; each device one thread: --threads = --devices), each the
 #     least over REPS rounds that profile, estimate and run the model's strategies in turn; and the
