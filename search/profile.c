@@ -1179,11 +1179,12 @@ un_status un_profile_graph(un_ctx *ctx, un_rulesdb *db, const un_graph *g,
                  : p->rounds < 1                     ? 1
                  : p->rounds > UN_PROFILE_MAX_ROUNDS ? UN_PROFILE_MAX_ROUNDS
                                                      : p->rounds;
+    size_t nr = rounds > 0 ? (size_t)rounds : 1;
     /* round r's key i: fwd[r * n_seen + i] */
-    double *fwd = un_xcalloc((size_t)(rounds > 0 ? rounds : 1) * (size_t)n_seen + 1, sizeof *fwd);
-    double *bwd = un_xcalloc((size_t)(rounds > 0 ? rounds : 1) * (size_t)n_seen + 1, sizeof *bwd);
+    double *fwd = un_xcalloc(nr * (size_t)n_seen + 1, sizeof *fwd);
+    double *bwd = un_xcalloc(nr * (size_t)n_seen + 1, sizeof *bwd);
     un_profile_params qr = q; /* a round's: the ops' min_seconds shared among the rounds */
-    qr.min_seconds = p->min_seconds / (rounds > 0 ? rounds : 1);
+    qr.min_seconds = p->min_seconds / (double)nr;
     double total[UN_PROFILE_MAX_ROUNDS], t0 = now_s();
     /* the rest's lines, printed after the ops' (it runs between the rounds) */
     char *rest_log = NULL;
